@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Everything that needs the GPU, in one call (the GPU machine is lent by the minute):
+#   1. install cudice from this tree without touching the image's torch,
+#   2. run the `gpu`-marked tests,
+#   3. run each benchmark listed in bench/gpu_benches.txt,
+#   4. print a short table (also written to $OUT/gpu_summary.md when $OUT is set).
+# Usage on the GPU box:  bash bench/run_gpu.sh [--quick]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out="${OUT:-bench/out}"; mkdir -p "$out"
+export PYTHONUNBUFFERED=1 TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-9.0}"
+quick="${1:-}"
+
+if [ -d .whl ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
+fi
+python3 -m pip install -q --no-deps --no-build-isolation -e . >"$out/install.log" 2>&1 \
+  || { echo "install failed:"; tail -20 "$out/install.log"; exit 1; }
+
+summary="$out/gpu_summary.md"
+echo "| step | status | seconds | note |" >"$summary"
+echo "|---|---|---|---|" >>"$summary"
+
+run_step() {  # name, command...
+  local name=$1; shift
+  local t0=$(date +%s.%N)
+  "$@" >"$out/$name.log" 2>&1; local rc=$?
+  local dt=$(python3 -c "print(f'{$(date +%s.%N)-$t0:.1f}')")
+  local note=$(grep -E "passed|failed|error|RESULT" "$out/$name.log" | tail -1 | cut -c1-100)
+  echo "| $name | $([ $rc -eq 0 ] && echo ok || echo "FAIL($rc)") | $dt | ${note//|//} |" >>"$summary"
+}
+
+run_step gpu_tests python3 -m pytest -m gpu -q -p no:cacheprovider --timeout=900 tests
+if [ -f bench/gpu_benches.txt ]; then
+  while read -r script args; do
+    [ -z "$script" ] || [[ "$script" == \#* ]] && continue
+    run_step "$(basename "$script" .py)" python3 "$script" $args $quick
+  done <bench/gpu_benches.txt
+fi
+cat "$summary"
+for f in "$out"/*.log; do echo "=== $f"; tail -40 "$f"; done

@@ -1,0 +1,27 @@
+"""KernelBench-format reference: elementwise ReLU."""
+
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    """Applies ReLU to the input."""
+
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(x)
+
+
+batch_size = 16
+dim = 16384
+
+
+def get_inputs():
+    x = torch.randn(batch_size, dim)
+    return [x]
+
+
+def get_init_inputs():
+    return []

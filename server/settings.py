@@ -1,0 +1,198 @@
+"""The one settings schema shared by the server, the VS Code extension and the Neovim plugin.
+
+Keys are dotted (`cudice.model.path`) as VS Code shows them; the server reads them from
+`initializationOptions` (nested or flat) and `workspace/configuration` (section `cudice`).
+`settings_json_schema()` exports the schema; `editors/` checks its keys against it (a test).
+
+Bad values never crash the server: `parse_settings` keeps the default for each bad key and
+returns a warning that names the key, the bad value, the rule and the default used.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from typing import Any, Literal
+
+STRATEGIES = ("low_confidence_dynamic", "low_confidence_static", "sequential")
+DEVICES = ("auto", "cuda", "cpu")
+DTYPES = ("auto", "bfloat16", "float16", "float32")
+LOG_LEVELS = ("error", "warning", "info", "debug")
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    """One key of the schema: JSON type, default, bounds or choices, and its description."""
+
+    key: str
+    type: Literal["string", "integer", "number", "boolean"]
+    default: Any
+    description: str
+    choices: tuple[str, ...] = ()
+    minimum: float | None = None
+    maximum: float | None = None
+
+    def check(self, value: Any) -> str | None:
+        """Return why `value` is invalid for this key, or None when it is fine."""
+        if isinstance(value, bool) and self.type in ("integer", "number"):
+            return f"expected a {self.type}, got a boolean"
+        if not _has_json_type(value, self.type):
+            return f"expected a {self.type}, got {type(value).__name__}"
+        if self.choices and value not in self.choices:
+            return f"must be one of {', '.join(self.choices)}"
+        if self.minimum is not None and value < self.minimum:
+            return f"must be >= {self.minimum}"
+        if self.maximum is not None and value > self.maximum:
+            return f"must be <= {self.maximum}"
+        return None
+
+
+_PY_TYPES: dict[str, tuple[type, ...]] = {
+    "string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,)
+}
+
+
+def _has_json_type(value: Any, json_type: str) -> bool:
+    return isinstance(value, _PY_TYPES[json_type])
+
+
+SCHEMA: tuple[Setting, ...] = (
+    Setting("cudice.model.path", "string", "",
+            "DICE/SDAR checkpoint directory or a hub id already in the local cache. Empty: no model "
+            "(generation actions are offered disabled)."),
+    Setting("cudice.model.device", "string", "auto", "Device for the model: auto picks CUDA when present.",
+            choices=DEVICES),
+    Setting("cudice.model.dtype", "string", "auto", "Model dtype: auto is bfloat16 on CUDA, float32 on CPU.",
+            choices=DTYPES),
+    Setting("cudice.sampler.blockLength", "integer", 4, "Block-diffusion block length (DICE uses 4).",
+            minimum=1, maximum=64),
+    Setting("cudice.sampler.denoisingSteps", "integer", 4, "Denoising steps per block.", minimum=1, maximum=64),
+    Setting("cudice.sampler.strategy", "string", "low_confidence_dynamic",
+            "Which masked tokens to reveal at each denoising step.", choices=STRATEGIES),
+    Setting("cudice.sampler.threshold", "number", 0.9,
+            "Confidence above which the dynamic strategy reveals a token.", minimum=0.0, maximum=1.0),
+    Setting("cudice.sampler.temperature", "number", 0.0, "Sampling temperature; 0 is greedy.",
+            minimum=0.0, maximum=2.0),
+    Setting("cudice.sampler.topK", "integer", 0, "Top-k filter; 0 disables it.", minimum=0),
+    Setting("cudice.sampler.topP", "number", 1.0, "Nucleus (top-p) filter; 1 disables it.",
+            minimum=0.0, maximum=1.0),
+    Setting("cudice.sampler.maxNewTokens", "integer", 2048, "Most tokens one generation may produce.",
+            minimum=1, maximum=32768),
+    Setting("cudice.verify.onSave", "boolean", True, "Verify a KernelBench candidate each time it is saved."),
+    Setting("cudice.verify.compileOnly", "boolean", False,
+            "Only run static checks and compile, never the kernel (automatic on machines without a GPU)."),
+    Setting("cudice.verify.trials", "integer", 5, "Correctness trials with fresh seeded inputs.",
+            minimum=1, maximum=100),
+    Setting("cudice.verify.atol", "number", 1e-2, "Absolute tolerance of the correctness check.", minimum=0.0),
+    Setting("cudice.verify.rtol", "number", 1e-2, "Relative tolerance of the correctness check.", minimum=0.0),
+    Setting("cudice.verify.timeoutSeconds", "number", 300.0,
+            "Wall-clock limit of one verification (compile included).", minimum=1.0),
+    Setting("cudice.verify.requiredSpeedup", "number", 1.0,
+            "Speedup over PyTorch a kernel must clear to be shown as fast.", minimum=0.0),
+    Setting("cudice.logLevel", "string", "info", "Server log level (the log goes to the LSP output).",
+            choices=LOG_LEVELS),
+)
+
+_BY_KEY = {s.key: s for s in SCHEMA}
+
+
+def _attr(key: str) -> str:
+    """`cudice.sampler.topK` -> `sampler_top_k`."""
+    parts = key.split(".")[1:]
+    snake = []
+    for part in parts:
+        snake.append("".join("_" + c.lower() if c.isupper() else c for c in part))
+    return "_".join(snake)
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Validated settings. Field names are the keys in snake case without the `cudice.` prefix."""
+
+    model_path: str = ""
+    model_device: str = "auto"
+    model_dtype: str = "auto"
+    sampler_block_length: int = 4
+    sampler_denoising_steps: int = 4
+    sampler_strategy: str = "low_confidence_dynamic"
+    sampler_threshold: float = 0.9
+    sampler_temperature: float = 0.0
+    sampler_top_k: int = 0
+    sampler_top_p: float = 1.0
+    sampler_max_new_tokens: int = 2048
+    verify_on_save: bool = True
+    verify_compile_only: bool = False
+    verify_trials: int = 5
+    verify_atol: float = 1e-2
+    verify_rtol: float = 1e-2
+    verify_timeout_seconds: float = 300.0
+    verify_required_speedup: float = 1.0
+    log_level: str = "info"
+
+
+def _flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
+    """`{"cudice": {"model": {"path": x}}}` and `{"model": {"path": x}}` -> `{"cudice.model.path": x}`."""
+    out: dict[str, Any] = {}
+    if not isinstance(obj, dict):
+        return out
+    for k, v in obj.items():
+        key = f"{prefix}.{k}" if prefix else str(k)
+        if isinstance(v, dict):
+            out.update(_flatten(v, key))
+        else:
+            out[key] = v
+    return out
+
+
+def parse_settings(raw: Any, base: Settings | None = None) -> tuple[Settings, list[str]]:
+    """Validate client-sent settings; return the settings and one warning per rejected key.
+
+    `raw` may be nested or flat, with or without the `cudice` prefix. Unknown keys are
+    reported (they are usually typos) and ignored. Keys absent from `raw` keep `base`'s value.
+    """
+    base = base or Settings()
+    values: dict[str, Any] = {}
+    warnings: list[str] = []
+    if raw is None:
+        return base, warnings
+    if not isinstance(raw, dict):
+        return base, [f"cudice settings must be an object, got {type(raw).__name__}; using defaults"]
+    for key, value in _flatten(raw).items():
+        full = key if key.startswith("cudice.") else f"cudice.{key}"
+        setting = _BY_KEY.get(full)
+        if setting is None:
+            warnings.append(f"unknown setting {full!r} ignored (known keys: see `cudice lsp --print-schema`)")
+            continue
+        if value is None:
+            continue
+        problem = setting.check(value)
+        if problem:
+            warnings.append(
+                f"setting {full}={value!r} {problem}; using {getattr(base, _attr(full))!r} instead"
+            )
+            continue
+        values[_attr(full)] = float(value) if setting.type == "number" else value
+    return dataclasses.replace(base, **values), warnings
+
+
+def settings_json_schema() -> dict[str, Any]:
+    """JSON Schema of the settings, in the shape of VS Code's `contributes.configuration`."""
+    props: dict[str, Any] = {}
+    for s in SCHEMA:
+        prop: dict[str, Any] = {"type": s.type, "default": s.default, "description": s.description}
+        if s.choices:
+            prop["enum"] = list(s.choices)
+        if s.minimum is not None:
+            prop["minimum"] = s.minimum
+        if s.maximum is not None:
+            prop["maximum"] = s.maximum
+        props[s.key] = prop
+    return {"title": "cudice", "type": "object", "properties": props}
+
+
+def schema_text() -> str:
+    return json.dumps(settings_json_schema(), indent=2) + "\n"
+
+
+assert {_attr(s.key) for s in SCHEMA} == {f.name for f in dataclasses.fields(Settings)}, "schema/fields drift"

@@ -1,0 +1,45 @@
+"""Shared pytest configuration: `gpu` tests skip cleanly on machines without CUDA."""
+
+from __future__ import annotations
+
+import functools
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = REPO_ROOT / "examples"
+
+
+@functools.cache
+def cuda_available() -> tuple[bool, str]:
+    """Whether a CUDA GPU is usable from torch (checked once, only if a gpu test was collected)."""
+    if shutil.which("nvidia-smi") is None:
+        return False, "no nvidia-smi on PATH"
+    try:
+        out = subprocess.run(
+            ["python3", "-c", "import torch,sys; sys.exit(0 if torch.cuda.is_available() else 1)"],
+            capture_output=True, timeout=120,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return False, f"torch CUDA probe failed: {exc}"
+    return (out.returncode == 0), "torch.cuda.is_available() is False"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    gpu_items = [item for item in items if "gpu" in item.keywords]
+    if not gpu_items:
+        return
+    ok, why = cuda_available()
+    if ok:
+        return
+    skip = pytest.mark.skip(reason=f"needs a CUDA GPU ({why})")
+    for item in gpu_items:
+        item.add_marker(skip)
+
+
+@pytest.fixture
+def examples_dir() -> Path:
+    return EXAMPLES
