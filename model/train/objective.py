@@ -1,0 +1,244 @@
+"""The block-diffusion training objective (SDAR / BD3-LM) and the replay rows of BiC-RL.
+
+Both SFT and RL run the model on a doubled sequence `[x_t ; x_0]`: a noisy copy, then the
+clean copy, with identical position ids (DESIGN §3). Blocks are aligned to absolute position
+0, as at inference, so the prompt's tail shares the first answer block. Attention:
+
+- a noisy token of block b sees the noisy tokens of block b (bidirectional) and the clean
+  tokens of blocks < b;
+- a clean token of block b sees the clean tokens of blocks <= b; clean never sees noisy.
+
+There is **no logit shift**: the logit at noisy position i predicts the token at position i.
+
+What this module does not do: packing several samples into one row (each row is one sample,
+padded to a multiple of the block size), or flex-attention kernels (a dense additive mask
+is built; fine for the tiny and mid-size runs this code is tested on).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+
+def block_diffusion_mask(length: int, block_size: int, dtype: torch.dtype = torch.float32,
+                         device: torch.device | str = "cpu") -> torch.Tensor:
+    """Additive attention mask for `[x_t ; x_0]` of a `length`-token sequence.
+
+    Returns a (1, 1, 2L, 2L) tensor: 0 where attention is allowed, dtype-min where blocked.
+    """
+    blk = torch.arange(length, device=device) // block_size  # (L,)
+    q_blk, k_blk = blk[:, None], blk[None, :]  # (L, 1), (1, L)
+    noisy_noisy = q_blk == k_blk  # same block, bidirectional
+    noisy_clean = k_blk < q_blk  # strictly earlier clean blocks
+    clean_clean = k_blk <= q_blk  # block-causal
+    clean_noisy = torch.zeros_like(noisy_noisy)
+    allowed = torch.cat(
+        [torch.cat([noisy_noisy, noisy_clean], dim=1), torch.cat([clean_noisy, clean_clean], dim=1)], dim=0
+    )  # (2L, 2L)
+    mask = torch.zeros(2 * length, 2 * length, dtype=dtype, device=device)
+    mask.masked_fill_(~allowed, torch.finfo(dtype).min)
+    return mask[None, None]
+
+
+def doubled_position_ids(length: int, batch: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """Position ids (B, 2L): both copies share positions 0..L-1."""
+    pos = torch.arange(length, device=device)
+    return torch.cat([pos, pos])[None].expand(batch, -1)
+
+
+def forward_doubled(model: torch.nn.Module, noisy: torch.Tensor, clean: torch.Tensor,
+                    block_size: int) -> torch.Tensor:
+    """Run `[noisy ; clean]` through the model; return the logits of the noisy half, (B, L, V)."""
+    batch, length = clean.shape
+    mask = block_diffusion_mask(length, block_size, dtype=_float_dtype(model), device=clean.device)
+    out = model(
+        input_ids=torch.cat([noisy, clean], dim=1),  # (B, 2L)
+        attention_mask=mask.expand(batch, -1, -1, -1),
+        position_ids=doubled_position_ids(length, batch, clean.device),
+        use_cache=False,
+    )
+    return out.logits[:, :length]  # (B, L, V): no shift
+
+
+def _float_dtype(model: torch.nn.Module) -> torch.dtype:
+    for p in model.parameters():
+        if p.is_floating_point():
+            return p.dtype
+    return torch.float32
+
+
+@dataclass(frozen=True, slots=True)
+class NoisedBatch:
+    noisy: torch.Tensor  # (B, L) input ids with masked answer tokens
+    is_masked: torch.Tensor  # (B, L) bool
+    noise_rate: torch.Tensor  # (B,) t per sample
+
+
+def add_noise(input_ids: torch.Tensor, loss_mask: torch.Tensor, mask_token_id: int,
+              generator: torch.Generator | None = None, min_rate: float = 1e-3) -> NoisedBatch:
+    """Mask each answer token independently with one rate t ~ U(min_rate, 1) per sample.
+
+    `loss_mask` (B, L) marks the trainable (answer + block padding) tokens; prompt tokens are
+    never masked. At least one trainable token per sample is masked, as in SDAR.
+    """
+    batch, length = input_ids.shape
+    dev = input_ids.device
+    t = min_rate + (1.0 - min_rate) * torch.rand(batch, generator=generator, device=dev)  # (B,)
+    draw = torch.rand(batch, length, generator=generator, device=dev)  # (B, L)
+    is_masked = (draw < t[:, None]) & loss_mask
+    # Force one masked token in samples where the draw masked none (tiny t, short answers).
+    none = ~is_masked.any(dim=1) & loss_mask.any(dim=1)
+    if none.any():
+        scores = torch.where(loss_mask, draw, torch.full_like(draw, 2.0))
+        first = scores.argmin(dim=1)  # the trainable slot with the smallest draw
+        is_masked[none, first[none]] = True
+    noisy = torch.where(is_masked, torch.full_like(input_ids, mask_token_id), input_ids)
+    return NoisedBatch(noisy=noisy, is_masked=is_masked, noise_rate=t)
+
+
+def sft_loss(model: torch.nn.Module, input_ids: torch.Tensor, loss_mask: torch.Tensor, *,
+             block_size: int, mask_token_id: int, generator: torch.Generator | None = None,
+             min_rate: float = 1e-3) -> tuple[torch.Tensor, dict[str, float]]:
+    """SDAR's SFT loss: CE at masked positions × 1/t, summed, / number of answer tokens.
+
+    input_ids, loss_mask: (B, L) with L a multiple of `block_size`. Returns (loss, stats).
+    """
+    noised = add_noise(input_ids, loss_mask, mask_token_id, generator, min_rate)
+    logits = forward_doubled(model, noised.noisy, input_ids, block_size)  # (B, L, V)
+    ce = F.cross_entropy(logits.float().transpose(1, 2), input_ids, reduction="none")  # (B, L)
+    weighted = ce * noised.is_masked / noised.noise_rate[:, None]
+    per_sample = weighted.sum(dim=1) / loss_mask.sum(dim=1).clamp(min=1)  # (B,)
+    loss = per_sample.mean()
+    stats = {
+        "loss": float(loss.detach()),
+        "masked_fraction": float(noised.is_masked.sum() / loss_mask.sum().clamp(min=1)),
+        "masked_ce": float((ce.detach() * noised.is_masked).sum() / noised.is_masked.sum().clamp(min=1)),
+    }
+    return loss, stats
+
+
+# ---------------------------------------------------------------------------------------------
+# BiC-RL: replaying a rollout's reveal order (TraceRL), DESIGN §7
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayRows:
+    """Training rows of one rollout: row r holds the state just before the r-th reveal round.
+
+    clean: (R, L) the full prompt+response; noisy: (R, L) with not-yet-revealed response tokens
+    masked; targets: (R, L) bool, the tokens revealed in round r (log-probs are read there).
+    """
+
+    clean: torch.Tensor
+    noisy: torch.Tensor
+    targets: torch.Tensor
+
+
+def replay_rows(prompt_ids: list[int], response_ids: list[int], step_map: list[int], *,
+                block_size: int, mask_token_id: int, pad_token_id: int) -> ReplayRows:
+    """Rebuild the denoising trajectory of one rollout as training rows.
+
+    `step_map[i]` orders the reveals of response token i (any monotone step counter: only the
+    order inside each block matters). Round r targets, in every block, the tokens with the r-th
+    smallest distinct step value of that block; the row masks those and every later one.
+    Blocks are aligned to absolute position 0, like inference and SFT. The sequence is padded
+    with `pad_token_id` to a multiple of `block_size` (pad tokens are never targets).
+    """
+    if len(response_ids) != len(step_map):
+        raise ValueError(
+            f"step_map has {len(step_map)} entries for {len(response_ids)} response tokens; "
+            "record one step per generated token (Generation.step_map)"
+        )
+    num_prompt = len(prompt_ids)
+    seq = list(prompt_ids) + list(response_ids)
+    length = -(-len(seq) // block_size) * block_size
+    seq += [pad_token_id] * (length - len(seq))
+    clean = torch.tensor(seq, dtype=torch.long)
+
+    # rank[i] = index of token i's step among the distinct steps of its block (0, 1, ...).
+    rank = torch.full((length,), -1, dtype=torch.long)
+    for block_start in range(0, length, block_size):
+        lo = max(block_start, num_prompt)
+        hi = min(block_start + block_size, num_prompt + len(response_ids))
+        if lo >= hi:
+            continue
+        steps = [step_map[i - num_prompt] for i in range(lo, hi)]
+        order = {s: k for k, s in enumerate(sorted(set(steps)))}
+        for i, s in zip(range(lo, hi), steps, strict=True):
+            rank[i] = order[s]
+    num_rounds = int(rank.max().item()) + 1 if (rank >= 0).any() else 0
+
+    noisy_rows, target_rows = [], []
+    for r in range(num_rounds):
+        still_masked = rank >= r  # revealed at round r or later: masked before round r
+        noisy_rows.append(torch.where(still_masked, torch.full_like(clean, mask_token_id), clean))
+        target_rows.append(rank == r)
+    if not noisy_rows:
+        empty = torch.empty(0, length, dtype=torch.long)
+        return ReplayRows(empty, empty.clone(), torch.empty(0, length, dtype=torch.bool))
+    return ReplayRows(
+        clean=clean[None].expand(num_rounds, -1).clone(),
+        noisy=torch.stack(noisy_rows),
+        targets=torch.stack(target_rows),
+    )
+
+
+def token_logprobs(model: torch.nn.Module, rows: ReplayRows, block_size: int) -> torch.Tensor:
+    """Log-probability of each clean token at its noisy-copy position, (R, L) (no shift)."""
+    logits = forward_doubled(model, rows.noisy, rows.clean, block_size)  # (R, L, V)
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    return logp.gather(-1, rows.clean[..., None]).squeeze(-1)  # (R, L)
+
+
+def clipped_policy_loss(logp_new: torch.Tensor, logp_old: torch.Tensor, advantage: torch.Tensor,
+                        targets: torch.Tensor, response_length: int, clip_eps: float,
+                        kl_beta: float) -> tuple[torch.Tensor, dict[str, float]]:
+    """PPO-clip surrogate over target tokens + β·KL(new‖old) with the k3 estimator.
+
+    logp_*: (R, L); advantage: (R,) (the rollout's group-normalised reward, one per row);
+    targets: (R, L) bool. Each row's sum is divided by the response length (TraceRL), then
+    averaged over rows.
+    """
+    ratio = torch.exp(logp_new - logp_old)  # (R, L)
+    adv = advantage[:, None]
+    surrogate = torch.minimum(ratio * adv, torch.clamp(ratio, 1 - clip_eps, 1 + clip_eps) * adv)
+    log_ratio_old_new = logp_old - logp_new
+    k3 = torch.exp(log_ratio_old_new) - log_ratio_old_new - 1  # >= 0
+    per_token = -surrogate + kl_beta * k3
+    loss = (per_token * targets).sum(dim=1) / max(response_length, 1)  # (R,)
+    clipped = ((ratio - 1).abs() > clip_eps) & targets
+    stats = {
+        "kl": float((k3 * targets).sum() / targets.sum().clamp(min=1)),
+        "clip_fraction": float(clipped.sum() / targets.sum().clamp(min=1)),
+    }
+    return loss.mean(), stats
+
+
+def group_advantages(rewards: list[float], group_size: int) -> tuple[list[float], list[bool]]:
+    """z-score rewards within each group of `group_size` samples of one task.
+
+    Returns (advantages, keep): groups whose rewards have zero spread carry no signal and are
+    dropped (keep=False for their samples), as in DICE's BiC-RL.
+    """
+    if group_size < 1 or len(rewards) % group_size:
+        raise ValueError(
+            f"{len(rewards)} rewards do not split into groups of {group_size}; "
+            "pass samples_per_task rewards for every task"
+        )
+    advantages: list[float] = []
+    keep: list[bool] = []
+    for g in range(0, len(rewards), group_size):
+        group = torch.tensor(rewards[g:g + group_size], dtype=torch.float64)
+        std = float(group.std(unbiased=False))
+        if std == 0.0:
+            advantages += [0.0] * group_size
+            keep += [False] * group_size
+            continue
+        z = (group - group.mean()) / std
+        advantages += [float(x) for x in z]
+        keep += [True] * group_size
+    return advantages, keep
