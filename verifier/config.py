@@ -1,0 +1,82 @@
+"""`VerifyConfig`: the run-wide settings of a verification (frozen, validated on creation).
+
+Per-call inputs (the file, its text, an explicit reference) are arguments of `verify()`, not
+config. Every invalid value raises `ValueError` naming the field, the rule and a fix.
+
+Tolerance: KernelBench v0/v0.1 and DICE's evaluation use atol = rtol = 1e-2 for fp32; that is
+the default here (the reference runs with TF32 disabled, so tighter values are meaningful too).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+_ARCH = re.compile(r"^\d+\.\d+a?(\+PTX)?$")
+
+
+def default_cache_dir() -> Path:
+    """Build cache root: $CUDICE_CACHE_DIR, else $XDG_CACHE_HOME/cudice/build, else ~/.cache/cudice/build."""
+    env = os.environ.get("CUDICE_CACHE_DIR")
+    if env:
+        return Path(env)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "cudice" / "build"
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyConfig:
+    """How to verify. Units are in the names; times in seconds, memory in MiB."""
+
+    num_trials: int = 5  # correctness trials, each with fresh seeded inputs
+    atol: float = 1e-2
+    rtol: float = 1e-2
+    seed: int = 42
+    compile_only: bool = False
+    timeout_s: float = 300.0  # whole run stage (load + correctness + timing) in the child
+    compile_timeout_s: float = 600.0
+    memory_limit_mib: int = 32768  # RLIMIT_AS of the child is not used with CUDA; see sandbox.py
+    required_speedup: float = 1.0  # what the RL reward asks for; reported, never a verdict
+    arch_list: tuple[str, ...] = ("9.0",)  # TORCH_CUDA_ARCH_LIST entries
+    timing_warmup_ms: float = 100.0  # warm-up by time, not count (triton #2306)
+    timing_num_trials: int = 30  # timed calls per implementation (interleaved)
+    l2_flush_mib: int = 256
+    suspicious_speedup: float = 10.0
+    peak_bandwidth_gb_s: float = 4300.0  # H200 copy bandwidth for the speed-of-light bound
+    max_output_bytes: int = 64 * 1024  # stdout/stderr kept from a child
+    cache_dir: Path = field(default_factory=default_cache_dir)
+    nvcc: str = "nvcc"
+    max_jobs: int = 2  # ninja jobs per build
+
+    def __post_init__(self) -> None:
+        _require(self.num_trials >= 1, "num_trials", self.num_trials, "must be ≥ 1", "use 5 (KernelBench's default)")
+        _require(self.atol >= 0 and self.rtol >= 0, "atol/rtol", (self.atol, self.rtol), "must be ≥ 0", "use 1e-2")
+        _require(self.timeout_s > 0, "timeout_s", self.timeout_s, "must be > 0", "use e.g. 300")
+        _require(self.compile_timeout_s > 0, "compile_timeout_s", self.compile_timeout_s, "must be > 0", "use 600")
+        _require(self.memory_limit_mib >= 512, "memory_limit_mib", self.memory_limit_mib, "must be ≥ 512",
+                 "give the child at least 512 MiB")
+        _require(self.required_speedup > 0, "required_speedup", self.required_speedup, "must be > 0", "use 1.0")
+        _require(bool(self.arch_list) and all(_ARCH.match(a) for a in self.arch_list), "arch_list",
+                 self.arch_list, "must be non-empty entries like '9.0' or '9.0+PTX'", "use ('9.0',) for H100/H200")
+        _require(self.timing_num_trials >= 3, "timing_num_trials", self.timing_num_trials, "must be ≥ 3",
+                 "use 30 or more for a stable median")
+        _require(self.timing_warmup_ms >= 0, "timing_warmup_ms", self.timing_warmup_ms, "must be ≥ 0", "use 100")
+        _require(self.l2_flush_mib >= 0, "l2_flush_mib", self.l2_flush_mib, "must be ≥ 0", "use 256")
+        _require(self.suspicious_speedup > 1, "suspicious_speedup", self.suspicious_speedup, "must be > 1", "use 10")
+        _require(self.max_jobs >= 1, "max_jobs", self.max_jobs, "must be ≥ 1", "use the number of cores")
+
+    @property
+    def arch_list_env(self) -> str:
+        """The value for TORCH_CUDA_ARCH_LIST."""
+        return ";".join(self.arch_list)
+
+    def with_(self, **changes: Any) -> VerifyConfig:
+        return replace(self, **changes)
+
+
+def _require(ok: bool, name: str, value: object, rule: str, fix: str) -> None:
+    if not ok:
+        raise ValueError(f"VerifyConfig.{name}={value!r} {rule}; {fix}.")
