@@ -14,21 +14,7 @@ from cudice.model.train.objective import (
     sft_loss,
     token_logprobs,
 )
-
-transformers = pytest.importorskip("transformers")
-
-MASK_ID, PAD_ID = 98, 99
-
-
-def tiny_model(seed: int = 0) -> torch.nn.Module:
-    cfg = transformers.Qwen3Config(
-        vocab_size=100, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=256,
-        tie_word_embeddings=False,
-    )
-    cfg._attn_implementation = "sdpa"
-    torch.manual_seed(seed)
-    return transformers.Qwen3ForCausalLM(cfg)
+from train_helpers import MASK_ID, PAD_ID, tiny_model
 
 
 def test_mask_matches_the_three_rules() -> None:
@@ -112,7 +98,7 @@ def test_sft_steps_lower_the_loss_and_train_every_parameter() -> None:
         opt.zero_grad()
         loss.backward()
         opt.step()
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
     assert sum(losses[-5:]) / 5 < 0.5 * sum(losses[:5]) / 5
     unchanged = [n for n, p in model.named_parameters() if torch.equal(p, before[n])]
     assert unchanged == []

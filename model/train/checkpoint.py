@@ -1,0 +1,84 @@
+"""Write trained weights as a checkpoint the server can hot-reload, never half-written.
+
+The checkpoint keeps the layout of the one training started from: its `config.json`,
+tokenizer and other small files are copied unchanged (an SDAR/DICE checkpoint stays in SDAR
+layout), and the weights are written as one `model.safetensors` with the native Qwen3
+parameter names. Every file is first written under a temporary name in the same directory
+and moved into place with `os.replace`; the marker `cudice_checkpoint.json` is written last.
+A watcher should act on the marker only: when it changes, the directory is complete.
+
+Not covered: sharded weights (one file, fine up to a few GB) or optimizer state.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+MARKER = "cudice_checkpoint.json"
+WEIGHTS = "model.safetensors"
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt")
+_SKIP = {MARKER, "model.safetensors.index.json"}
+
+
+def _atomic_write_bytes(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def save_checkpoint(model: torch.nn.Module, source_dir: str | Path, out_dir: str | Path,
+                    *, step: int, metrics: dict[str, Any] | None = None) -> Path:
+    """Write `model`'s weights plus `source_dir`'s config/tokenizer files to `out_dir`.
+
+    Returns the path of the marker file. `out_dir` may equal a directory the server is
+    watching; it may also be `source_dir` itself (weights are replaced in place, atomically).
+    """
+    from safetensors.torch import save_file
+
+    source, out = Path(source_dir), Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    # 1. small files (config, tokenizer, generation config) unchanged, unless writing in place
+    if source.resolve() != out.resolve():
+        for item in source.iterdir():
+            if item.is_file() and item.name not in _SKIP and not item.name.endswith(_WEIGHT_SUFFIXES):
+                tmp = out / f".{item.name}.tmp-{os.getpid()}"
+                shutil.copyfile(item, tmp)
+                os.replace(tmp, out / item.name)
+    # 2. weights: contiguous CPU tensors with the native names; tied weights stored once
+    state: dict[str, torch.Tensor] = {}
+    seen: dict[int, str] = {}
+    for name, tensor in model.state_dict().items():
+        ptr = tensor.data_ptr()
+        if ptr in seen and getattr(getattr(model, "config", None), "tie_word_embeddings", False):
+            continue
+        seen[ptr] = name
+        state[name] = tensor.detach().to("cpu").contiguous()
+    tmp_weights = out / f".{WEIGHTS}.tmp-{os.getpid()}"
+    save_file(state, str(tmp_weights), metadata={"format": "pt"})
+    digest = hashlib.sha256(tmp_weights.read_bytes()).hexdigest()
+    os.replace(tmp_weights, out / WEIGHTS)
+    for stale in out.glob("model-*.safetensors"):  # a sharded set from the source would shadow ours
+        stale.unlink()
+    # 3. the marker, last: its appearance or change means "complete"
+    marker = out / MARKER
+    payload = {"step": step, "created_unix": time.time(), "weights_sha256": digest, "metrics": metrics or {}}
+    _atomic_write_bytes(marker, json.dumps(payload, indent=2).encode())
+    return marker
+
+
+def read_marker(checkpoint_dir: str | Path) -> dict[str, Any] | None:
+    """The marker of a complete cudice-written checkpoint, or None if there is none yet."""
+    path = Path(checkpoint_dir) / MARKER
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    return data if isinstance(data, dict) else None

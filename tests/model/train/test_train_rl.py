@@ -1,0 +1,119 @@
+"""BiC-RL mechanics with scripted rollouts and rewards on a tiny real Qwen3."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from types import SimpleNamespace
+
+import pytest
+import torch
+from cudice.model.train.config import RLConfig
+from cudice.model.train.data import RLTask, schedule
+from cudice.model.train.objective import replay_rows, token_logprobs
+from cudice.model.train.rl import Rollout, reward_from_result, run_bic_rl, run_stage
+from train_helpers import MASK_ID, PAD_ID, tiny_model
+
+GOOD, BAD = [20, 21, 22, 23, 24, 25], [60, 61, 62, 63, 64, 65]
+STEPS = [0, 1, 0, 1, 2, 0]
+
+
+def _tasks(levels: Sequence[int], kind: str = "e2e") -> list[RLTask]:
+    return [RLTask(kind=kind, level=lv, pytorch_code=f"# task {i}", task_id=str(i)) for i, lv in enumerate(levels)]
+
+
+def _rollouts(seen: list[str]):
+    def rollout(tasks: Sequence[RLTask], n: int, cfg: RLConfig) -> list[Rollout]:
+        out = []
+        for task in tasks:
+            seen.append(task.task_id)
+            for k in range(n):
+                resp = GOOD if k % 2 == 0 else BAD
+                out.append(Rollout(task, [1, 2, 3], resp, STEPS, "good" if resp is GOOD else "bad"))
+        return out
+    return rollout
+
+
+def _reward(rollouts: Sequence[Rollout], cfg: RLConfig) -> list[float]:
+    return [1.0 if r.text == "good" else 0.0 for r in rollouts]
+
+
+def _logp(model: torch.nn.Module, resp: list[int]) -> float:
+    rows = replay_rows([1, 2, 3], resp, STEPS, block_size=4, mask_token_id=MASK_ID, pad_token_id=PAD_ID)
+    with torch.no_grad():
+        return float(token_logprobs(model, rows, 4)[rows.targets].sum())
+
+
+def test_rl_raises_rewarded_answers_and_lowers_the_others() -> None:
+    model = tiny_model()
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    good0, bad0 = _logp(model, GOOD), _logp(model, BAD)
+    cfg = RLConfig(stage="e2e", num_steps=4, tasks_per_step=2, samples_per_task=4, learning_rate=3e-3)
+    seen: list[str] = []
+    history = run_stage(model, _tasks([1, 1, 2]), cfg, rollout_fn=_rollouts(seen), reward_fn=_reward,
+                        block_size=4, mask_token_id=MASK_ID, pad_token_id=PAD_ID)
+    assert [h.num_kept_groups for h in history] == [2, 2, 2, 2]
+    assert all(h.mean_reward == 0.5 for h in history)
+    assert _logp(model, GOOD) > good0 and _logp(model, BAD) < bad0
+    unchanged = [n for n, p in model.named_parameters() if torch.equal(p, before[n])]
+    assert unchanged == []
+
+
+def test_flat_groups_are_dropped_and_change_nothing() -> None:
+    model = tiny_model()
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    cfg = RLConfig(stage="e2e", num_steps=1, tasks_per_step=1, samples_per_task=2)
+    history = run_stage(model, _tasks([1]), cfg, rollout_fn=_rollouts([]),
+                        reward_fn=lambda rs, c: [1.0] * len(rs), block_size=4,
+                        mask_token_id=MASK_ID, pad_token_id=PAD_ID)
+    assert history[0].num_kept_groups == 0 and history[0].num_rows == 0
+    assert all(torch.equal(p, before[n]) for n, p in model.named_parameters())
+
+
+def test_curriculum_runs_easy_to_hard_and_wraps() -> None:
+    from cudice.model.train.data import load_rl_tasks
+
+    tasks = sorted(_tasks([3, 1, 2, 1]), key=lambda t: t.level)
+    assert [t.level for t in tasks] == [1, 1, 2, 3]
+    assert [t.task_id for t in schedule(tasks, 0, 3)] == ["1", "3", "2"]
+    assert [t.task_id for t in schedule(tasks, 1, 3)] == ["0", "1", "3"]
+    assert callable(load_rl_tasks)
+
+
+def test_bic_rl_runs_infill_then_e2e_and_saves_both(tmp_path) -> None:
+    from cudice.model.tiny import make_tiny
+    from cudice.model.train.checkpoint import read_marker
+
+    src = make_tiny(tmp_path / "src", sdar_layout=True)
+    model = tiny_model()
+    seen: list[str] = []
+    infill = RLConfig(stage="infill", num_steps=1, tasks_per_step=1, samples_per_task=2)
+    e2e = RLConfig(stage="e2e", num_steps=2, tasks_per_step=1, samples_per_task=2)
+    out = run_bic_rl(model, _tasks([1], "infill"), _tasks([1, 2], "e2e"), infill, e2e,
+                     rollout_fn=_rollouts(seen), reward_fn=_reward, block_size=4, mask_token_id=MASK_ID,
+                     pad_token_id=PAD_ID, source_dir=src, out_dir=tmp_path / "out")
+    assert [len(out["infill"]), len(out["e2e"])] == [1, 2]
+    for stage in ("infill", "e2e"):
+        marker = read_marker(tmp_path / "out" / f"stage-{stage}")
+        assert marker is not None and marker["metrics"]["stage"] == stage
+        assert (tmp_path / "out" / f"stage-{stage}" / "config.json").read_text() == (src / "config.json").read_text()
+    with pytest.raises(ValueError, match="stage='infill' then one with stage='e2e'"):
+        run_bic_rl(model, [], [], e2e, infill, rollout_fn=_rollouts([]), reward_fn=_reward, block_size=4,
+                   mask_token_id=MASK_ID, pad_token_id=PAD_ID)
+
+
+def test_reward_reads_the_verifier_record() -> None:
+    from cudice.verifier.result import Stage, Verdict, VerifyResult
+
+    fast = VerifyResult(Verdict.CORRECT, Stage.TIMING, "c.py", speedup=2.0, speedup_min=1.8)
+    slow = VerifyResult(Verdict.CORRECT, Stage.TIMING, "c.py", speedup=0.9, speedup_min=0.8)
+    wrong = VerifyResult(Verdict.INCORRECT, Stage.CORRECTNESS, "c.py")
+    assert [reward_from_result(r, 1.0) for r in (fast, slow, wrong)] == [1.0, 0.0, 0.0]
+    assert [reward_from_result(r, None) for r in (fast, slow, wrong)] == [1.0, 1.0, 0.0]
+    assert reward_from_result(SimpleNamespace(is_correct=False), None) == 0.0
+
+
+def test_config_errors_name_the_value_and_the_rule() -> None:
+    with pytest.raises(ValueError, match="samples_per_task=1 must be >= 2"):
+        RLConfig(samples_per_task=1)
+    with pytest.raises(ValueError, match="stage='sft'"):
+        RLConfig(stage="sft")  # type: ignore[arg-type]
