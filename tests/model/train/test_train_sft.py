@@ -1,0 +1,57 @@
+"""`cudice train sft` end to end on a tiny SDAR-layout checkpoint built by the test."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from click.testing import CliRunner
+from cudice.model.loader import load_checkpoint
+from cudice.model.tiny import make_tiny
+from cudice.model.train.checkpoint import read_marker
+from cudice.model.train.cli import train_group
+from cudice.model.train.sft import encode_pair
+
+
+@pytest.fixture
+def tiny_dir(tmp_path):
+    return make_tiny(tmp_path / "tiny", sdar_layout=True)
+
+
+def test_encode_pair_pads_to_blocks_and_starts_the_answer_after_the_chat_header(tiny_dir) -> None:
+    loaded = load_checkpoint(str(tiny_dir), device="cpu")
+    s = encode_pair(loaded.tokenizer, "write relu", "out = max(x, 0)", block_size=4, pad_token_id=loaded.ids.pad)
+    assert len(s.input_ids) % 4 == 0
+    prompt_text = loaded.tokenizer.decode(s.input_ids[:s.num_prompt])
+    assert prompt_text.endswith("<|im_start|>assistant\n") and "write relu" in prompt_text
+    answer = loaded.tokenizer.decode(s.input_ids[s.num_prompt:])
+    assert answer.startswith("out = max(x, 0)<|im_end|>")
+
+
+def test_sft_cli_trains_and_writes_a_loadable_checkpoint(tiny_dir, tmp_path) -> None:
+    data = tmp_path / "cuke.jsonl"
+    data.write_text("\n".join(json.dumps({"prompt": f"task {i}", "response": "__global__ void k() {}"})
+                              for i in range(4)))
+    out = tmp_path / "out"
+    result = CliRunner().invoke(train_group, ["sft", "--model", str(tiny_dir), "--data", str(data),
+                                              "--out", str(out), "--epochs", "2", "--lr", "1e-3",
+                                              "--batch-size", "2", "--device", "cpu"])
+    assert result.exit_code == 0, result.output
+    steps = [json.loads(line) for line in result.output.splitlines() if line.startswith("{")]
+    assert len(steps) == 4 and all(s["loss"] > 0 for s in steps)
+    assert read_marker(out)["step"] == 4
+    before, after = load_checkpoint(str(tiny_dir), device="cpu"), load_checkpoint(str(out), device="cpu")
+    assert after.model_type == "sdar" and after.block_size == 4  # layout kept
+    changed = [n for n, p in after.model.named_parameters()
+               if not torch.equal(p, dict(before.model.named_parameters())[n])]
+    assert len(changed) == len(list(after.model.parameters()))
+
+
+def test_sft_cli_reports_bad_data_clearly(tiny_dir, tmp_path) -> None:
+    data = tmp_path / "bad.jsonl"
+    data.write_text('{"prompt": "x"}\n')
+    result = CliRunner().invoke(train_group, ["sft", "--model", str(tiny_dir), "--data", str(data),
+                                              "--out", str(tmp_path / "o")])
+    assert result.exit_code != 0
+    assert "line 1" in result.output and "response" in result.output
