@@ -1,0 +1,170 @@
+"""The model runtime's public API for the language server and the CLI.
+
+    engine = load_engine("path/to/DICE-1.7B")           # device/dtype "auto"
+    gen = engine.generate_kernel(reference_source, SamplerConfig(), on_progress, should_stop)
+    gen = engine.infill(prefix, suffix, pytorch_code, SamplerConfig())
+    gen.text, gen.middle, gen.tokens_per_forward, gen.step_map
+
+`generate_kernel` asks for a whole `ModelNew` file (KernelBench one-shot prompt) and returns the
+first fenced code block of the answer. `infill` forces the answer to start with the scaffold's
+prefix and stops when the suffix's first line appears; `.middle` is the new CUDA source and
+`.text` is the ORIGINAL prefix + middle + ORIGINAL suffix.
+
+`on_progress` is called after every committed block (from the calling thread); `should_stop` is
+polled before every forward, and a stopped generation returns what was committed with
+`cancelled=True`. Not covered: running in another process (the server's worker does that) and
+thread safety — one generation at a time per engine.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from cudice.model.config import SamplerConfig
+from cudice.model.loader import LoadedModel, load_checkpoint
+from cudice.model.prompts import (
+    chat_prompt,
+    e2e_prompt,
+    extract_first_code_block,
+    infill_answer_start,
+    infill_prompt,
+    infill_stop_marker,
+    splice_middle,
+)
+from cudice.model.runner import HFRunner
+from cudice.model.sampler import BatchResult, BlockDiffusionSampler
+
+
+class GenerationError(ValueError):
+    """A generation request that cannot run (e.g. no mask token, no block length); says how to fix."""
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    num_tokens: int
+    num_forwards: int
+    seconds: float
+    tokens_per_second: float
+    tokens_per_forward: float
+    text_so_far: str            # the model's answer so far (for infill: what follows the forced prefix)
+
+
+@dataclass(frozen=True, slots=True)
+class Generation:
+    text: str                   # e2e: the extracted code; infill: prefix + middle + suffix
+    middle: str | None          # infill only: the new CUDA source
+    num_tokens: int             # generated tokens (prompt and forced prefix not counted)
+    num_forwards: int           # prefill + denoise + commit forwards
+    tokens_per_forward: float
+    seconds: float
+    cancelled: bool
+    step_map: tuple[int, ...]   # per generated token: the denoising step that revealed it
+    finish_reason: str = "length"  # "eos" | "stop_string" | "length" | "cancelled"
+    raw_text: str = ""          # the model's answer as decoded, before extraction / splicing
+
+
+class Engine:
+    """A loaded block-diffusion checkpoint plus its sampler."""
+
+    def __init__(self, loaded: LoadedModel) -> None:
+        self.loaded = loaded
+        self.tokenizer = loaded.tokenizer
+        self._sampler: BlockDiffusionSampler | None = None
+        if loaded.ids.mask is not None:
+            self._sampler = BlockDiffusionSampler(HFRunner(loaded.model), loaded.ids.mask, loaded.ids.pad,
+                                                  loaded.ids.stop, self.decode)
+
+    # --- helpers -------------------------------------------------------------------------
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return str(self.tokenizer.decode(list(ids), skip_special_tokens=False))
+
+    def block_length(self, config: SamplerConfig) -> int:
+        block = config.block_length or self.loaded.block_size
+        if block is None:
+            raise GenerationError(f"{self.loaded.path}: config.json has no block_size and the sampler config sets "
+                                  "no block_length; set cudice.sampler.blockLength (DICE checkpoints use 4)")
+        return block
+
+    @property
+    def sampler(self) -> BlockDiffusionSampler:
+        if self._sampler is None:
+            raise GenerationError(f"{self.loaded.path} has no mask token (no mask_token_id in config.json, no "
+                                  "<|MASK|> in the tokenizer): it is not a block-diffusion checkpoint. Use a "
+                                  "DICE/SDAR checkpoint; plain Qwen3 weights only run the AR baseline")
+        return self._sampler
+
+    # --- generation ----------------------------------------------------------------------
+    def generate_texts(self, prompts: Sequence[str], config: SamplerConfig,
+                       on_block: Callable[[Sequence[Sequence[int]], int], None] | None = None,
+                       should_stop: Callable[[], bool] | None = None) -> BatchResult:
+        """Decode raw prompt strings (already chat-formatted) as one batch."""
+        return self.sampler.generate([self.encode(p) for p in prompts], config, self.block_length(config),
+                                     on_block=on_block, should_stop=should_stop)
+
+    def _generate_one(self, prompt: str, config: SamplerConfig, on_progress: Callable[[Progress], None] | None,
+                      should_stop: Callable[[], bool] | None) -> tuple[BatchResult, float]:
+        start = time.perf_counter()
+
+        def on_block(tokens: Sequence[Sequence[int]], num_forwards: int) -> None:
+            if on_progress is None:
+                return
+            seconds = time.perf_counter() - start
+            n = len(tokens[0])
+            on_progress(Progress(n, num_forwards, seconds, n / seconds if seconds > 0 else 0.0,
+                                 n / num_forwards if num_forwards else 0.0, self.decode(tokens[0])))
+
+        result = self.generate_texts([prompt], config, on_block=on_block, should_stop=should_stop)
+        return result, time.perf_counter() - start
+
+    def generate_kernel(self, reference_source: str, config: SamplerConfig,
+                        on_progress: Callable[[Progress], None] | None = None,
+                        should_stop: Callable[[], bool] | None = None) -> Generation:
+        """End-to-end: a full candidate file (`class ModelNew`) for the KernelBench reference."""
+        result, seconds = self._generate_one(chat_prompt(e2e_prompt(reference_source)), config, on_progress,
+                                             should_stop)
+        row = result.rows[0]
+        code = extract_first_code_block(row.text)
+        return _generation(result, seconds, text=code if code is not None else row.text, middle=None)
+
+    def infill(self, prefix: str, suffix: str, pytorch_code: str, config: SamplerConfig,
+               on_progress: Callable[[Progress], None] | None = None,
+               should_stop: Callable[[], bool] | None = None) -> Generation:
+        """Write the CUDA source between `prefix` and `suffix` (prefix-forced DICE stage-1 prompt)."""
+        marker = infill_stop_marker(suffix)
+        prompt = chat_prompt(infill_prompt(pytorch_code, prefix, suffix)) + infill_answer_start(prefix)
+        config = config.replace(stop_strings=(*config.stop_strings, marker))
+        result, seconds = self._generate_one(prompt, config, on_progress, should_stop)
+        middle = splice_middle(result.rows[0].text, suffix)
+        return _generation(result, seconds, text=prefix + middle + suffix, middle=middle)
+
+
+def _generation(result: BatchResult, seconds: float, text: str, middle: str | None) -> Generation:
+    row = result.rows[0]
+    n = len(row.tokens)
+    return Generation(text=text, middle=middle, num_tokens=n, num_forwards=result.num_forwards,
+                      tokens_per_forward=n / result.num_forwards if result.num_forwards else 0.0,
+                      seconds=seconds, cancelled=row.finish_reason == "cancelled", step_map=row.step_map,
+                      finish_reason=row.finish_reason, raw_text=row.text)
+
+
+def load_engine(path: str, device: str = "auto", dtype: str = "auto") -> Engine:
+    """Load a checkpoint directory (or a locally cached hub id) into an `Engine`.
+
+    Raises `cudice.model.loader.ModelLoadError` with what/why/how-to-fix on a bad path or checkpoint.
+    """
+    return Engine(load_checkpoint(path, device=device, dtype=dtype))
+
+
+def engine_info(engine: Engine) -> dict[str, Any]:
+    """A JSON-able description (for `cudice model info` and the server's status)."""
+    lm = engine.loaded
+    return {"path": str(lm.path), "model_type": lm.model_type, "device": str(lm.device), "dtype": str(lm.dtype),
+            "block_size": lm.block_size, "mask_token_id": lm.ids.mask, "stop_token_ids": list(lm.ids.stop),
+            "pad_token_id": lm.ids.pad,
+            "num_parameters": sum(p.numel() for p in lm.model.parameters())}
