@@ -69,7 +69,8 @@ def resolve_checkpoint(path_or_id: str) -> Path:
                                  "checkpoint directory (expected config.json, *.safetensors and tokenizer files)")
         return local
     looked = [str(local.resolve())]
-    if path_or_id.count("/") == 1 and not path_or_id.startswith((".", "/", "~")):
+    hub_like = path_or_id.count("/") == 1 and not path_or_id.startswith((".", "/", "~"))
+    if hub_like:
         try:
             from huggingface_hub import constants, snapshot_download
 
@@ -79,7 +80,7 @@ def resolve_checkpoint(path_or_id: str) -> Path:
             log.debug("hub cache lookup for %s failed: %s", path_or_id, exc)
     raise ModelLoadError(
         f"model {path_or_id!r} not found; looked in: {'; '.join(looked)}. cudice never downloads weights. "
-        f"On a machine with internet run `huggingface-cli download {path_or_id if '/' in path_or_id else 'ORG/NAME'} "
+        f"On a machine with internet run `huggingface-cli download {path_or_id if hub_like else 'ORG/NAME'} "
         "--local-dir DIR` (e.g. DeadlyKitt3n/DICE-1.7B), copy DIR here and pass its path."
     )
 

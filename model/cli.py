@@ -1,0 +1,130 @@
+"""`cudice generate` and `cudice model ...` (registered lazily in `cudice.server.cli.SUBCOMMANDS`).
+
+Errors (missing model, bad checkpoint, bad sampler options, a file without a CUDA string to
+fill) end with a one-paragraph message and exit code 1, never a traceback.
+Not covered: batch generation from the command line and sampling several candidates.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from cudice.model.config import STRATEGY_NAMES, SamplerConfig
+
+
+def _sampler_config(options: dict[str, Any]) -> SamplerConfig:
+    stop = tuple(options.pop("stop") or ())
+    values = {k: v for k, v in options.items() if v is not None}
+    try:
+        return SamplerConfig(stop_strings=stop, **values)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+def _reference_source(file: Path, reference: str | None) -> str:
+    from cudice.verifier.document import read_document
+    from cudice.verifier.reference import resolve_reference
+
+    doc = read_document(file, reference=reference, require_candidate=False)
+    resolved = resolve_reference(doc)
+    if resolved.document is None:
+        why = "; ".join(d.message for d in resolved.diagnostics) or "no reference found"
+        raise click.ClickException(f"{file}: cannot find the PyTorch reference ({why}). Pass --reference REF.py, "
+                                   "or add a `# cudice: reference=REF.py` comment to the file")
+    return resolved.document.text
+
+
+@click.command("generate")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--model", "model_path", envvar="CUDICE_MODEL", default=None,
+              help="DICE/SDAR checkpoint directory or a locally cached hub id (env CUDICE_MODEL).")
+@click.option("--mode", type=click.Choice(["e2e", "infill"]), default="e2e", show_default=True,
+              help="e2e: write a whole ModelNew for the reference FILE; infill: fill FILE's CUDA source string.")
+@click.option("--reference", default=None, help="Reference file (default: FILE's Model or its reference comment).")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON object instead of the candidate text.")
+@click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N.")
+@click.option("--dtype", default="auto", show_default=True, help="auto, bfloat16, float16 or float32.")
+@click.option("--block-length", "block_length", type=int, default=None, help="Default: the checkpoint's block_size.")
+@click.option("--steps", "denoising_steps", type=int, default=None, help="Denoising steps per block [4].")
+@click.option("--strategy", type=click.Choice(STRATEGY_NAMES), default=None, help="Reveal strategy [dynamic].")
+@click.option("--threshold", type=float, default=None, help="Dynamic strategy confidence threshold [0.9].")
+@click.option("--temperature", type=float, default=None, help="0 is greedy [0].")
+@click.option("--top-k", "top_k", type=int, default=None, help="0 disables [0].")
+@click.option("--top-p", "top_p", type=float, default=None, help="1 disables [1].")
+@click.option("--max-new-tokens", "max_new_tokens", type=int, default=None, help="[2048]")
+@click.option("--seed", type=int, default=None, help="Seed for sampling (temperature > 0).")
+@click.option("--stop", multiple=True, help="Stop string (repeatable).")
+def generate_command(file: Path, model_path: str | None, mode: str, reference: str | None, as_json: bool,
+                     device: str, dtype: str, **sampler_options: Any) -> None:
+    """Generate a ModelNew for a KernelBench reference FILE, or infill a candidate's CUDA source."""
+    config = _sampler_config(sampler_options)
+    if not model_path:
+        raise click.ClickException(
+            "no model: pass --model PATH (a DICE/SDAR checkpoint directory, e.g. DICE-1.7B downloaded elsewhere "
+            "with `huggingface-cli download DeadlyKitt3n/DICE-1.7B --local-dir DIR`) or set CUDICE_MODEL. "
+            "To try the workflow offline: `cudice model make-tiny /tmp/tiny --sdar-layout` and --model /tmp/tiny "
+            "(random weights: the output is gibberish)")
+    from cudice.model.engine import GenerationError, load_engine
+    from cudice.model.loader import ModelLoadError
+    from cudice.model.scaffold import ScaffoldError, split_scaffold
+
+    try:
+        source = file.read_text()
+        reference_source = _reference_source(file, reference)
+        scaffold = split_scaffold(source, str(file)) if mode == "infill" else None
+        engine = load_engine(model_path, device=device, dtype=dtype)
+        if scaffold is not None:
+            gen = engine.infill(scaffold.prefix, scaffold.suffix, reference_source, config)
+        else:
+            gen = engine.generate_kernel(reference_source, config)
+    except (ModelLoadError, ScaffoldError, GenerationError, OSError, UnicodeDecodeError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    if as_json:
+        click.echo(json.dumps(dataclasses.asdict(gen), indent=2))
+    else:
+        click.echo(gen.text, nl=not gen.text.endswith("\n"))
+    click.echo(f"{gen.num_tokens} tokens, {gen.num_forwards} forwards ({gen.tokens_per_forward:.2f} tokens/forward), "
+               f"{gen.seconds:.1f} s, finished by {gen.finish_reason}", err=True)
+
+
+@click.group("model")
+def model_group() -> None:
+    """Model utilities: tiny offline checkpoints, checkpoint info."""
+
+
+@model_group.command("make-tiny")
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--sdar-layout", is_flag=True, help="Write config.json as a DICE/SDAR checkpoint (model_type sdar).")
+@click.option("--seed", type=int, default=0, show_default=True)
+def make_tiny_command(directory: Path, sdar_layout: bool, seed: int) -> None:
+    """Write a tiny random Qwen3 checkpoint and an offline tokenizer to DIRECTORY."""
+    from cudice.model.tiny import make_tiny
+
+    if directory.exists() and any(directory.iterdir()):
+        raise click.ClickException(f"{directory} exists and is not empty; pick a new or empty directory")
+    out = make_tiny(directory, sdar_layout=sdar_layout, seed=seed)
+    size = sum(f.stat().st_size for f in out.iterdir())
+    click.echo(f"wrote {'SDAR' if sdar_layout else 'Qwen3'}-layout tiny checkpoint to {out} ({size / 1e6:.2f} MB)")
+
+
+@model_group.command("info")
+@click.argument("path")
+@click.option("--device", default="auto", show_default=True)
+@click.option("--dtype", default="auto", show_default=True)
+def info_command(path: str, device: str, dtype: str) -> None:
+    """Load a checkpoint and print what cudice read from it (JSON)."""
+    from cudice.model.engine import engine_info, load_engine
+    from cudice.model.loader import ModelLoadError
+
+    try:
+        engine = load_engine(path, device=device, dtype=dtype)
+    except ModelLoadError as exc:
+        raise click.ClickException(str(exc)) from exc
+    json.dump(engine_info(engine), sys.stdout, indent=2)
+    click.echo()
