@@ -1,0 +1,258 @@
+"""The server factory and its LSP handlers: thin adapters from LSP to the plain feature functions.
+
+`create_server()` builds a fresh `CudiceServer` (no module-level singleton); `run()` starts it on
+stdio or TCP. `initialize` is answered at once (nothing heavy is imported: no torch); the model
+loads afterwards in its worker process, with work-done progress. Handlers that must be instant
+(code action, hover, code lens) are plain `def`s over already-computed data; everything slow is an
+`async` flow awaiting a worker process, so neither the event loop nor pygls' thread pool (which
+also reads stdin) is ever busy with model or kernel work.
+
+Not covered: pull diagnostics, inlay hints, completion inside the CUDA string.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from cudice.server.core import CudiceServer
+from cudice.server.features.code_actions import ModelAvailability, code_actions
+from cudice.server.features.code_lens import code_lenses
+from cudice.server.features.display import hover_markdown
+from cudice.server.features.hover import hover_target
+from cudice.server.features.outline import outline
+from cudice.server.features.positions import LineIndex
+from cudice.server.generation import generate_kernel, infill_kernel
+from cudice.server.progress import WorkProgress
+from cudice.server.protocol import (
+    CMD_CANCEL,
+    CMD_GENERATE,
+    CMD_INFILL,
+    CMD_RELOAD_MODEL,
+    CMD_VERIFY,
+    KIND_GENERATE,
+    KIND_INFILL,
+)
+from cudice.server.verification import compile_only_reason, reference_changed, show_cached, verify_document
+from cudice.server.watch import PathWatcher, checkpoint_signature
+from lsprotocol import types as lsp
+
+log = logging.getLogger("cudice.server")
+
+
+async def _pull_configuration(ls: CudiceServer) -> Any:
+    ws = ls.client_capabilities.workspace
+    if not (ws and ws.configuration):
+        return None
+    try:
+        items = await asyncio.wait_for(ls.workspace_configuration_async(
+            lsp.ConfigurationParams(items=[lsp.ConfigurationItem(section="cudice")])), 5.0)
+    except Exception as exc:  # a client that cannot answer: keep initializationOptions
+        log.info("workspace/configuration failed: %s", exc)
+        return None
+    return items[0] if items else None
+
+
+def _merge_settings(ls: CudiceServer, pulled: Any) -> None:
+    ls.apply_settings(ls.init_options)
+    if isinstance(pulled, dict) and pulled:
+        ls.apply_settings(pulled, ls.settings)
+    if ls.cli_log_level:
+        logging.getLogger("cudice").setLevel(ls.cli_log_level.upper())
+
+
+async def load_model(ls: CudiceServer) -> None:
+    request = ls.load_request()
+    if request is None:
+        await ls.model.load(None)
+        return
+    progress = await WorkProgress.start(ls, "cudice: loading model", request.path, cancellable=False)
+    ok = await ls.model.load(request)
+    progress.end(ls.model.message)
+    if ok:
+        ls.ckpt_signature = checkpoint_signature(request.path)
+        _watch_checkpoint(ls, request.path)
+    else:
+        ls.notice(f"cudice: {ls.model.message}", lsp.MessageType.Error)
+
+
+def _watch_checkpoint(ls: CudiceServer, path: str) -> None:
+    if not os.path.isdir(path):
+        return
+    if ls.ckpt_watcher is None:
+        ls.ckpt_watcher = PathWatcher(asyncio.get_running_loop(), lambda key: _checkpoint_changed(ls, key),
+                                      debounce_s=float(os.environ.get("CUDICE_RELOAD_DEBOUNCE_S", "2.0")))
+    ls.ckpt_watcher.unwatch_all()
+    ls.ckpt_watcher.watch(path)
+
+
+async def _checkpoint_changed(ls: CudiceServer, path: str) -> None:
+    if os.path.abspath(ls.settings.model_path or "") != path:
+        return
+    signature = checkpoint_signature(path)
+    if signature is None or signature == ls.ckpt_signature:
+        return  # half-written, or nothing new
+    ls.notice(f"cudice: new checkpoint in {path}; reloading the model", lsp.MessageType.Info)
+    await load_model(ls)
+
+
+def _offsets(source: str, rng: lsp.Range) -> tuple[int, int]:
+    index = LineIndex.of(source)
+    return (index.offset(rng.start.line, rng.start.character), index.offset(rng.end.line, rng.end.character))
+
+
+def create_server(*, worker_env: dict[str, str] | None = None, results_dir: Path | None = None,
+                  cli_log_level: str | None = None) -> CudiceServer:
+    """A fresh cudice language server with every feature registered."""
+    server = CudiceServer(worker_env=worker_env, results_dir=results_dir)
+    server.cli_log_level = cli_log_level
+
+    @server.feature(lsp.INITIALIZE)
+    def initialize(ls: CudiceServer, params: lsp.InitializeParams) -> None:
+        ls.init_options = params.initialization_options
+        _merge_settings(ls, None)
+
+    @server.feature(lsp.INITIALIZED)
+    async def initialized(ls: CudiceServer, params: lsp.InitializedParams) -> None:
+        ls.ref_watcher = PathWatcher(asyncio.get_running_loop(), lambda ref: reference_changed(ls, ref), 0.5)
+
+        async def startup() -> None:
+            _merge_settings(ls, await _pull_configuration(ls))
+            ls.send_status()
+            await load_model(ls)
+
+        ls.spawn(startup())
+
+    @server.feature(lsp.WORKSPACE_DID_CHANGE_CONFIGURATION)
+    async def did_change_configuration(ls: CudiceServer, params: lsp.DidChangeConfigurationParams) -> None:
+        before = ls.load_request()
+        pulled = await _pull_configuration(ls)
+        if pulled is None and isinstance(params.settings, dict):
+            pulled = params.settings.get("cudice", params.settings)
+        _merge_settings(ls, pulled)
+        if ls.load_request() != before:
+            ls.spawn(load_model(ls))
+
+    @server.feature(lsp.TEXT_DOCUMENT_DID_OPEN)
+    def did_open(ls: CudiceServer, params: lsp.DidOpenTextDocumentParams) -> None:
+        show_cached(ls, params.text_document.uri)
+
+    @server.feature(lsp.TEXT_DOCUMENT_DID_SAVE, lsp.SaveOptions(include_text=False))
+    def did_save(ls: CudiceServer, params: lsp.DidSaveTextDocumentParams) -> None:
+        if ls.settings.verify_on_save:
+            ls.spawn(verify_document(ls, params.text_document.uri))
+
+    @server.feature(lsp.TEXT_DOCUMENT_CODE_ACTION,
+                    lsp.CodeActionOptions(code_action_kinds=[lsp.CodeActionKind.RefactorRewrite,
+                                                             KIND_GENERATE, KIND_INFILL]))
+    def code_action(ls: CudiceServer, params: lsp.CodeActionParams) -> list[lsp.CodeAction] | None:
+        doc = ls.read_document(params.text_document.uri)
+        if doc is None:
+            return None
+        source, version, _ = doc
+        start, end = _offsets(source, params.range)
+        caps = ls.client_capabilities.text_document
+        disabled_support = bool(caps and caps.code_action and caps.code_action.disabled_support)
+        model = ModelAvailability(ls.model.state == "ready", ls.model.message)
+        return code_actions(uri=params.text_document.uri, source=source, outline=outline(source), start=start,
+                            end=end, version=version, model=model, disabled_support=disabled_support) or None
+
+    @server.feature(lsp.TEXT_DOCUMENT_HOVER)
+    def hover(ls: CudiceServer, params: lsp.HoverParams) -> lsp.Hover | None:
+        uri = params.text_document.uri
+        doc = ls.read_document(uri)
+        if doc is None:
+            return None
+        source = doc[0]
+        index = LineIndex.of(source)
+        o = outline(source)
+        span = hover_target(source, o, index.offset(params.position.line, params.position.character))
+        if span is None:
+            return None
+        latest = ls.latest.get(uri)
+        if ls.jobs.is_running(uri):
+            text = "**cudice: verifying…**\n"
+            if latest is not None:
+                text += "\nprevious result:\n\n" + hover_markdown(latest.result)
+        elif latest is None:
+            text = "**cudice: not verified yet** — save the file or run *cudice: verify*.\n"
+        else:
+            text = hover_markdown(latest.result, compile_only_reason=compile_only_reason(ls),
+                                  version=latest.version, required_speedup=ls.settings.verify_required_speedup)
+        rng = lsp.Range(lsp.Position(*index.position(span.start)), lsp.Position(*index.position(span.end)))
+        return lsp.Hover(contents=lsp.MarkupContent(kind=lsp.MarkupKind.Markdown, value=text), range=rng)
+
+    @server.feature(lsp.TEXT_DOCUMENT_CODE_LENS)
+    def code_lens(ls: CudiceServer, params: lsp.CodeLensParams) -> list[lsp.CodeLens] | None:
+        uri = params.text_document.uri
+        doc = ls.read_document(uri)
+        if doc is None:
+            return None
+        latest = ls.latest.get(uri)
+        return code_lenses(uri=uri, source=doc[0], outline=outline(doc[0]),
+                           result=latest.result if latest else None, is_running=ls.jobs.is_running(uri),
+                           required_speedup=ls.settings.verify_required_speedup)
+
+    @server.command(CMD_GENERATE)
+    async def cmd_generate(ls: CudiceServer, *args: Any) -> dict[str, Any]:
+        return await generate_kernel(ls, args[0] if args else None, args[1] if len(args) > 1 else None)
+
+    @server.command(CMD_INFILL)
+    async def cmd_infill(ls: CudiceServer, *args: Any) -> dict[str, Any]:
+        return await infill_kernel(ls, args[0] if args else None, args[1] if len(args) > 1 else None,
+                                   args[2] if len(args) > 2 else None)
+
+    @server.command(CMD_VERIFY)
+    async def cmd_verify(ls: CudiceServer, *args: Any) -> dict[str, Any] | None:
+        uri = args[0] if args else None
+        if not isinstance(uri, str):
+            ls.notice(f"cudice.verify needs the document URI as its argument, got {uri!r}")
+            return None
+        result = await verify_document(ls, uri, force=True)
+        return None if result is None else {"verdict": result.verdict.value, "speedup": result.speedup}
+
+    @server.command(CMD_RELOAD_MODEL)
+    async def cmd_reload(ls: CudiceServer, *args: Any) -> dict[str, Any]:
+        ls.model.num_restarts = 0
+        await load_model(ls)
+        return {"model": ls.model.state, "message": ls.model.message}
+
+    @server.command(CMD_CANCEL)
+    def cmd_cancel(ls: CudiceServer, *args: Any) -> dict[str, Any]:
+        uris = [args[0]] if args and isinstance(args[0], str) else [*ls.generation_cancels, *ls.jobs._jobs]
+        num = 0
+        for uri in uris:
+            num += ls.jobs.cancel(uri)
+            event = ls.generation_cancels.get(uri)
+            if event is not None:
+                event.set()
+                num += 1
+        return {"cancelled": num}
+
+    @server.feature(lsp.SHUTDOWN)
+    async def shutdown(ls: CudiceServer, params: None) -> None:
+        ls.jobs.cancel_all()
+        for w in (ls.ref_watcher, ls.ckpt_watcher):
+            if w is not None:
+                w.stop()
+        await ls.model.shutdown()
+
+    return server
+
+
+def run(*, transport: str = "stdio", host: str = "127.0.0.1", port: int = 2087, log_level: str | None = None) -> None:
+    """Start the server (blocks). Logs go to stderr, never stdout (stdout is the protocol in stdio mode)."""
+    logging.basicConfig(stream=sys.stderr, level=(log_level or "info").upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if (log_level or "info") != "debug":  # pygls logs every message at INFO
+        logging.getLogger("pygls").setLevel(logging.WARNING)
+    server = create_server(cli_log_level=log_level)
+    if transport == "tcp":
+        log.info("cudice language server listening on %s:%d", host, port)
+        server.start_tcp(host, port)
+    else:
+        server.start_io()

@@ -1,0 +1,150 @@
+"""`CudiceServer`: the pygls `LanguageServer` plus cudice's state (settings, model worker, results).
+
+The state lives on the server instance (built by `app.create_server`, never a module-level
+singleton), so each test gets a fresh one. Helpers here are small and non-blocking: reading a
+document, publishing status, reporting messages once. The flows live in `generation.py` and
+`verification.py`; the LSP handlers in `app.py`.
+
+Not covered: multi-root workspaces get one settings object (the first folder's), not one each.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import shutil
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from cudice.server import __version__
+from cudice.server.model_client import LoadRequest, ModelWorker
+from cudice.server.protocol import STATUS_NOTIFICATION
+from cudice.server.results import ResultCache
+from cudice.server.settings import Settings, parse_settings
+from cudice.server.verify_jobs import VerifyJobs
+from cudice.server.watch import PathWatcher
+from cudice.verifier.result import VerifyResult
+from lsprotocol import types as lsp
+from pygls.lsp.server import LanguageServer
+from pygls.uris import to_fs_path
+
+log = logging.getLogger("cudice.server")
+
+
+@dataclass(frozen=True, slots=True)
+class Latest:
+    """The newest result shown for a document, and the version and key it was computed for."""
+
+    version: int | None
+    key: str
+    result: VerifyResult
+
+
+def gpu_absent_reason() -> str | None:
+    """Why this machine cannot time kernels, or None when an NVIDIA GPU seems present (no torch import)."""
+    if os.environ.get("CUDICE_FORCE_NO_GPU"):
+        return "CUDICE_FORCE_NO_GPU is set"
+    if shutil.which("nvidia-smi") is None and not os.path.exists("/dev/nvidiactl"):
+        return "no NVIDIA GPU on this machine (no nvidia-smi, no /dev/nvidiactl), so kernels are compiled but not run"
+    return None
+
+
+class CudiceServer(LanguageServer):
+    def __init__(self, *, worker_env: dict[str, str] | None = None, results_dir: Path | None = None) -> None:
+        super().__init__("cudice", __version__, max_workers=4)
+        self.settings = Settings()
+        self.init_options: Any = None
+        self.cli_log_level: str | None = None
+        self._reported: set[str] = set()
+        self.model = ModelWorker(on_state=self._on_model_state, on_notice=self.notice, env=worker_env)
+        self.jobs = VerifyJobs(env=worker_env)
+        self.cache = ResultCache(results_dir)
+        self.latest: dict[str, Latest] = {}
+        self.dependents: dict[str, set[str]] = {}  # reference path -> candidate uris
+        self.last_verdict: str | None = None
+        self.last_uri: str | None = None
+        self.ref_watcher: PathWatcher | None = None
+        self.ckpt_watcher: PathWatcher | None = None
+        self.ckpt_signature: str | None = None
+        self.tasks: set[asyncio.Task[Any]] = set()
+        self.generation_cancels: dict[str, asyncio.Event] = {}  # uri -> cancel of its running generation
+
+    # -- background tasks ----------------------------------------------------------------------
+    def spawn(self, coro: Any) -> asyncio.Task[Any]:
+        """Run `coro` in the background, keep a reference, log (never raise) its failure."""
+        task: asyncio.Task[Any] = asyncio.get_running_loop().create_task(coro)
+        self.tasks.add(task)
+
+        def done(t: asyncio.Task[Any]) -> None:
+            self.tasks.discard(t)
+            if not t.cancelled() and t.exception() is not None:
+                log.error("background task failed", exc_info=t.exception())
+                self.notice(f"cudice: internal error: {t.exception()!r} (see the server log)")
+
+        task.add_done_callback(done)
+        return task
+
+    # -- messages ------------------------------------------------------------------------------
+    def notice(self, message: str, kind: lsp.MessageType = lsp.MessageType.Warning) -> None:
+        log.info("%s", message)
+        self.window_show_message(lsp.ShowMessageParams(type=kind, message=message))
+
+    def report_once(self, message: str, kind: lsp.MessageType = lsp.MessageType.Warning) -> None:
+        if message not in self._reported:
+            self._reported.add(message)
+            self.notice(message, kind)
+
+    def send_status(self, message: str | None = None, uri: str | None = None) -> None:
+        self.protocol.notify(STATUS_NOTIFICATION, {
+            "model": self.model.state,
+            "message": message or self.model.message,
+            "lastVerdict": self.last_verdict,
+            "uri": uri if uri is not None else self.last_uri,
+        })
+
+    def _on_model_state(self, state: str, message: str) -> None:
+        log.info("model %s: %s", state, message)
+        self.send_status(message)
+
+    # -- settings ------------------------------------------------------------------------------
+    def apply_settings(self, raw: Any, base: Settings | None = None) -> Settings:
+        """Parse client settings on top of `base`; warn once per bad value; return the new settings."""
+        settings, warnings = parse_settings(raw, base if base is not None else Settings())
+        for w in warnings:
+            self.report_once(f"cudice: {w}")
+        self.settings = settings
+        logging.getLogger("cudice").setLevel(settings.log_level.upper())
+        return settings
+
+    def load_request(self) -> LoadRequest | None:
+        s = self.settings
+        return LoadRequest(s.model_path, s.model_device, s.model_dtype) if s.model_path else None
+
+    def settings_dict(self) -> dict[str, Any]:
+        return asdict(self.settings)
+
+    # -- documents -----------------------------------------------------------------------------
+    def read_document(self, uri: str) -> tuple[str, int | None, str | None] | None:
+        """(text, version, file path) of an open document or a file on disk; None when unreadable."""
+        if not isinstance(uri, str) or not uri:
+            return None
+        try:
+            doc = self.workspace.get_text_document(uri)
+            return doc.source, doc.version, to_fs_path(uri)
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            log.info("cannot read %s: %s", uri, exc)
+            return None
+
+    def client_supports_lens_refresh(self) -> bool:
+        ws = self.client_capabilities.workspace
+        return bool(ws and ws.code_lens and ws.code_lens.refresh_support)
+
+    def client_supports_document_changes(self) -> bool:
+        ws = self.client_capabilities.workspace
+        return bool(ws and ws.workspace_edit and ws.workspace_edit.document_changes)
+
+    def refresh_lenses(self) -> None:
+        if self.client_supports_lens_refresh():
+            self.spawn(self.workspace_code_lens_refresh_async(None))

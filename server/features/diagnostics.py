@@ -1,0 +1,142 @@
+"""`VerifyResult` -> LSP diagnostics for the document that was verified.
+
+Every diagnostic gets `source: "cudice"`, the verifier's stable `code` and (when the client
+supports it) a `codeDescription` link to `docs/diagnostics.md#<code>`. Related locations become
+`relatedInformation` when the client supports it, otherwise they are appended to the message
+(as clangd does). Findings located in another file (the reference) are shown at the top of
+this document with that file's name. A compile-only result gets an Information diagnostic that
+says why no speedup is shown.
+
+Not covered: pull diagnostics; findings are pushed (`textDocument/publishDiagnostics`).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from cudice.server.features.outline import Outline
+from cudice.server.features.positions import LineIndex
+from cudice.server.protocol import DIAGNOSTIC_SOURCE
+from cudice.verifier.result import Diagnostic, Location, Verdict, VerifyResult
+from lsprotocol import types as lsp
+
+WEB_DOCS = "https://github.com/cudice/cudice/blob/main/docs/diagnostics.md"
+COMPILE_ONLY_CODE = "compile-only"
+
+_SEVERITY = {
+    "error": lsp.DiagnosticSeverity.Error,
+    "warning": lsp.DiagnosticSeverity.Warning,
+    "information": lsp.DiagnosticSeverity.Information,
+    "hint": lsp.DiagnosticSeverity.Hint,
+}
+
+
+def docs_base() -> str:
+    """`file://.../docs/diagnostics.md` of the installed checkout when present, else the web docs."""
+    local = Path(__file__).resolve().parents[2] / "docs" / "diagnostics.md"
+    return local.as_uri() if local.is_file() else WEB_DOCS
+
+
+@dataclass(frozen=True, slots=True)
+class ClientSupport:
+    """The diagnostic features the client advertised."""
+
+    related_information: bool = True
+    code_description: bool = True
+
+    @classmethod
+    def of(cls, caps: lsp.ClientCapabilities) -> ClientSupport:
+        pub = caps.text_document.publish_diagnostics if caps.text_document else None
+        if pub is None:
+            return cls(False, False)
+        return cls(bool(pub.related_information), bool(pub.code_description_support))
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return os.path.abspath(a) == os.path.abspath(b)
+
+
+def location_range(index: LineIndex, loc: Location) -> lsp.Range:
+    """1-based verifier location -> LSP range; no end means "to the end of that line"."""
+    line = min(max(loc.line - 1, 0), index.num_lines - 1)
+    start = index.position(index.starts[line] + max(loc.column - 1, 0))
+    if loc.end_line is not None and loc.end_column is not None:
+        end_line = min(max(loc.end_line - 1, line), index.num_lines - 1)
+        end = index.position(index.starts[end_line] + max(loc.end_column - 1, 0))
+    else:
+        end = (line, len(index.line_text(line).encode("utf-16-le")) // 2)
+    if end < start:
+        end = start
+    return lsp.Range(lsp.Position(*start), lsp.Position(*end))
+
+
+def _anchor(index: LineIndex, outline: Outline) -> lsp.Range:
+    cls = outline.model_new
+    if cls is not None:
+        s, e = index.position(cls.name_span.start), index.position(cls.name_span.end)
+        return lsp.Range(lsp.Position(*s), lsp.Position(*e))
+    return lsp.Range(lsp.Position(0, 0), lsp.Position(0, len(index.line_text(0))))
+
+
+def _related_range(path: str, loc: Location) -> lsp.Range:
+    line, col = max(loc.line - 1, 0), max(loc.column - 1, 0)
+    return lsp.Range(lsp.Position(line, col), lsp.Position(line, col))
+
+
+def to_lsp(diag: Diagnostic, *, path: str, index: LineIndex, outline: Outline,
+           support: ClientSupport, base: str) -> lsp.Diagnostic:
+    """One verifier diagnostic -> one LSP diagnostic in the document at `path`."""
+    message = diag.message
+    loc = diag.location
+    if loc is not None and _same_file(loc.path, path):
+        rng = location_range(index, loc)
+    else:
+        rng = _anchor(index, outline)
+        if loc is not None:
+            message = f"{os.path.basename(loc.path)}:{loc.line}: {message}"
+    related: list[lsp.DiagnosticRelatedInformation] | None = None
+    if diag.related:
+        if support.related_information:
+            related = [
+                lsp.DiagnosticRelatedInformation(
+                    lsp.Location(Path(os.path.abspath(r.path)).as_uri(), _related_range(r.path, r)), text)
+                for r, text in diag.related
+            ]
+        else:
+            message += "".join(f"\n  {os.path.basename(r.path)}:{r.line}: {text}" for r, text in diag.related)
+    return lsp.Diagnostic(
+        range=rng,
+        message=message,
+        severity=_SEVERITY.get(diag.severity.value, lsp.DiagnosticSeverity.Error),
+        code=diag.code,
+        code_description=lsp.CodeDescription(href=f"{base}#{diag.code}") if support.code_description else None,
+        source=DIAGNOSTIC_SOURCE,
+        related_information=related,
+    )
+
+
+def result_diagnostics(result: VerifyResult, *, path: str, source: str, outline: Outline,
+                       support: ClientSupport, compile_only_reason: str | None = None,
+                       base: str | None = None) -> list[lsp.Diagnostic]:
+    """All diagnostics of `result` for the document `path` whose text is `source`."""
+    base = base or docs_base()
+    index = LineIndex.of(source)
+    out = [to_lsp(d, path=path, index=index, outline=outline, support=support, base=base)
+           for d in result.diagnostics]
+    if result.compile_only and result.verdict is Verdict.COMPILED:
+        why = compile_only_reason or "compile-only mode is on (cudice.verify.compileOnly)"
+        out.append(lsp.Diagnostic(
+            range=_anchor(index, outline),
+            message=f"Compiles. No correctness or speedup measured: {why}.",
+            severity=lsp.DiagnosticSeverity.Information,
+            code=COMPILE_ONLY_CODE,
+            code_description=lsp.CodeDescription(href=f"{base}#{COMPILE_ONLY_CODE}")
+            if support.code_description else None,
+            source=DIAGNOSTIC_SOURCE,
+        ))
+    return out

@@ -1,0 +1,78 @@
+"""Plain helpers for the generate and infill commands: file names, the middle, the versioned edit.
+
+- `candidate_path(reference)`: `relu.py` -> `relu_cuda.py` beside it.
+- `candidate_text(text, reference_name)`: the generated file, with a `# cudice: reference=` line
+  when the model's file has no `Model` of its own (the verifier's reference convention).
+- `resolve_span(arg, source)`: the infill command's range argument (offsets or an LSP range)
+  -> code-point offsets, or the reason it is unusable.
+- `extract_middle(...)`: the infill's middle; the prefix and suffix stay byte-identical.
+- `infill_edit(...)`: a `WorkspaceEdit` whose one `TextDocumentEdit` names the document version
+  the middle was generated for, so a client rejects it if the buffer changed.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from cudice.server.features.outline import REFERENCE_RE, Span
+from cudice.server.features.positions import LineIndex
+from lsprotocol import types as lsp
+
+_FENCE = re.compile(r"```(?:python|py)?\n(.*?)```", re.DOTALL)
+
+
+def candidate_path(reference: str | Path) -> Path:
+    p = Path(reference)
+    return p.with_name(f"{p.stem}_cuda{p.suffix or '.py'}")
+
+
+def candidate_text(text: str, reference_name: str) -> str:
+    """The file to write: the model's code (first fenced block if any) plus a reference comment."""
+    m = _FENCE.search(text)
+    code = m.group(1) if m else text
+    code = code.strip("\n") + "\n"
+    has_model = re.search(r"^class\s+Model\s*\(", code, re.MULTILINE) is not None
+    if not has_model and REFERENCE_RE.search(code) is None:
+        code = f"# cudice: reference={reference_name}\n{code}"
+    return code
+
+
+def resolve_span(arg: Any, source: str) -> Span | str:
+    """`{"start": int, "end": int}` (code points) or an LSP range -> Span; else a message why not."""
+    if isinstance(arg, dict) and isinstance(arg.get("start"), int) and isinstance(arg.get("end"), int):
+        start, end = int(arg["start"]), int(arg["end"])
+    elif isinstance(arg, dict) and isinstance(arg.get("start"), dict) and isinstance(arg.get("end"), dict):
+        index = LineIndex.of(source)
+        try:
+            start = index.offset(int(arg["start"]["line"]), int(arg["start"]["character"]))
+            end = index.offset(int(arg["end"]["line"]), int(arg["end"]["character"]))
+        except (KeyError, TypeError, ValueError):
+            return f"range {arg!r} needs start/end with line and character"
+    else:
+        return (f"expected the CUDA string's range as {{'start': offset, 'end': offset}} or an LSP range, "
+                f"got {arg!r}")
+    if not 0 <= start <= end <= len(source):
+        return f"range {start}..{end} is outside the document (length {len(source)}); ask for the action again"
+    return Span(start, end)
+
+
+def extract_middle(text: str, middle: str | None, prefix: str, suffix: str) -> str | None:
+    """The middle the engine produced, or None when its output does not keep prefix and suffix."""
+    if middle is not None:
+        return middle
+    if text.startswith(prefix) and text.endswith(suffix) and len(text) >= len(prefix) + len(suffix):
+        return text[len(prefix):len(text) - len(suffix)]
+    return None
+
+
+def infill_edit(uri: str, version: int | None, source: str, span: Span, middle: str,
+                document_changes: bool = True) -> lsp.WorkspaceEdit:
+    index = LineIndex.of(source)
+    rng = lsp.Range(lsp.Position(*index.position(span.start)), lsp.Position(*index.position(span.end)))
+    edit = lsp.TextEdit(range=rng, new_text=middle)
+    if document_changes:
+        doc = lsp.OptionalVersionedTextDocumentIdentifier(uri=uri, version=version)
+        return lsp.WorkspaceEdit(document_changes=[lsp.TextDocumentEdit(text_document=doc, edits=[edit])])
+    return lsp.WorkspaceEdit(changes={uri: [edit]})

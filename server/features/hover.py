@@ -1,0 +1,45 @@
+"""Hover on `class ModelNew`, on a kernel name or on the `load_inline(...)` call: the verdict card.
+
+`hover_target` decides whether the cursor is on one of those; the card itself comes from
+`display.hover_markdown`. Hover elsewhere returns None (other language servers answer there).
+"""
+
+from __future__ import annotations
+
+import re
+
+from cudice.server.features.outline import Outline, Span
+
+_IDENT = re.compile(r"\w+")
+
+
+def _word_at(source: str, offset: int) -> Span | None:
+    start = offset
+    while start > 0 and (source[start - 1].isalnum() or source[start - 1] == "_"):
+        start -= 1
+    m = _IDENT.match(source, start)
+    if m is None or m.end() < offset:
+        return None
+    return Span(m.start(), m.end())
+
+
+def hover_target(source: str, outline: Outline, offset: int) -> Span | None:
+    """The span the hover is about, or None when `offset` is not on a cudice element."""
+    cls = outline.model_new
+    if cls is not None:
+        header_end = source.find(":", cls.name_span.end)
+        header = Span(cls.span.start, header_end if header_end >= 0 else cls.name_span.end)
+        if header.contains(offset):
+            return cls.name_span
+    for k in outline.kernels:
+        if k.span.contains(offset):
+            return k.span
+    word = _word_at(source, offset)
+    names = {k.name for k in outline.kernels}
+    names.update(f for c in outline.load_inline_calls for f in c.functions)
+    if word is not None and source[word.start:word.end] in names:
+        return word
+    for call in outline.load_inline_calls:
+        if call.span.contains(offset):
+            return call.span
+    return None

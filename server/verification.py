@@ -1,0 +1,170 @@
+"""The verification flow: on save or by command, verify a candidate and show the result everywhere.
+
+1. Read the document; skip files that are not candidates (no `ModelNew`, no `load_inline`).
+2. Resolve its reference (`# cudice: reference=`), watch it, and key the result by content hash.
+3. A cached result for the same key is shown at once (unless the user asked to re-verify).
+4. Otherwise run the worker: the quick result (static + compile) is published first, then the
+   final one; a newer save of the same document supersedes (kills) this run.
+5. Publish versioned diagnostics, store the result, refresh code lenses, send `cudice/status`.
+
+Without a GPU (or with `cudice.verify.compileOnly`) the run is compile-only and the user is
+told why no speedup is shown. Not covered: verifying unsaved buffer text of the *reference*
+(the reference is read from disk).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+from cudice.server.core import CudiceServer, Latest, gpu_absent_reason
+from cudice.server.features.diagnostics import ClientSupport, result_diagnostics
+from cudice.server.features.outline import Outline, outline
+from cudice.server.progress import WorkProgress
+from cudice.server.results import result_key
+from cudice.server.verify_jobs import VerifyRequest
+from cudice.verifier.result import VerifyResult
+from lsprotocol import types as lsp
+
+log = logging.getLogger(__name__)
+
+
+def is_candidate(o: Outline) -> bool:
+    return o.model_new is not None or bool(o.load_inline_calls)
+
+
+def reference_path(path: str, o: Outline) -> str | None:
+    if o.reference is None:
+        return None
+    return os.path.normpath(os.path.join(os.path.dirname(path), o.reference))
+
+
+def compile_only_reason(ls: CudiceServer) -> str | None:
+    if ls.settings.verify_compile_only:
+        return "compile-only mode is on (cudice.verify.compileOnly)"
+    return gpu_absent_reason()
+
+
+def verify_config(ls: CudiceServer) -> dict[str, Any]:
+    s = ls.settings
+    return {
+        "num_trials": s.verify_trials, "atol": s.verify_atol, "rtol": s.verify_rtol,
+        "timeout_s": s.verify_timeout_seconds, "required_speedup": max(s.verify_required_speedup, 1e-9),
+        "compile_only": compile_only_reason(ls) is not None,
+    }
+
+
+def _key(ls: CudiceServer, path: str, source: str, o: Outline) -> str:
+    ref = reference_path(path, o)
+    ref_text = None
+    if ref is not None:
+        try:
+            with open(ref, encoding="utf-8") as f:
+                ref_text = f.read()
+        except OSError:
+            ref_text = None
+    return result_key(source, ref_text, verify_config(ls))
+
+
+def publish(ls: CudiceServer, uri: str, path: str, source: str, version: int | None, result: VerifyResult) -> None:
+    diags = result_diagnostics(result, path=path, source=source, outline=outline(source),
+                               support=ClientSupport.of(ls.client_capabilities),
+                               compile_only_reason=compile_only_reason(ls))
+    ls.text_document_publish_diagnostics(lsp.PublishDiagnosticsParams(uri=uri, diagnostics=diags, version=version))
+
+
+def _record(ls: CudiceServer, uri: str, version: int | None, key: str, result: VerifyResult) -> None:
+    ls.latest[uri] = Latest(version, key, result)
+    ls.last_verdict, ls.last_uri = result.verdict.value, uri
+    ls.send_status(f"{os.path.basename(result.path) or uri}: {result.verdict.value}", uri)
+    ls.refresh_lenses()
+
+
+def show_cached(ls: CudiceServer, uri: str) -> bool:
+    """On open: show the cached result of an unchanged file at once. True if there was one."""
+    doc = ls.read_document(uri)
+    if doc is None:
+        return False
+    source, version, path = doc
+    if path is None:
+        return False
+    o = outline(source)
+    if not is_candidate(o):
+        return False
+    key = _key(ls, path, source, o)
+    cached = ls.cache.get(key)
+    if cached is None:
+        return False
+    publish(ls, uri, path, source, version, cached)
+    _record(ls, uri, version, key, cached)
+    return True
+
+
+def _watch_reference(ls: CudiceServer, uri: str, ref: str | None) -> None:
+    if ref is None or ls.ref_watcher is None:
+        return
+    ls.dependents.setdefault(ref, set()).add(uri)
+    ls.ref_watcher.watch(ref)
+
+
+async def verify_document(ls: CudiceServer, uri: str, *, force: bool = False) -> VerifyResult | None:
+    """Verify `uri` (steps 1-5 above). None when it is not a candidate or a newer run superseded it."""
+    doc = ls.read_document(uri)
+    source, version, path = doc if doc is not None else ("", None, None)
+    if doc is None or path is None:
+        if force:
+            ls.notice(f"cudice: cannot verify {uri}: it is not a readable file on disk")
+        return None
+    o = outline(source)
+    if not is_candidate(o):
+        if force:
+            ls.notice(f"cudice: {os.path.basename(path)} has no `class ModelNew` or `load_inline` call, "
+                      "so there is nothing to verify", lsp.MessageType.Info)
+        return None
+    _watch_reference(ls, uri, reference_path(path, o))
+    key = _key(ls, path, source, o)
+    cached = None if force else ls.cache.get(key)
+    if cached is not None:
+        publish(ls, uri, path, source, version, cached)
+        _record(ls, uri, version, key, cached)
+        return cached
+
+    name = os.path.basename(path)
+    ls.send_status(f"verifying {name}", uri)
+    ls.refresh_lenses()
+    progress = await WorkProgress.start(ls, f"cudice: verifying {name}", "static checks and compile")
+    cancel_watch = ls.spawn(_cancel_on(progress, ls, uri))
+    request = VerifyRequest(uri, path, source, version, verify_config(ls), ls.settings.verify_timeout_seconds)
+
+    def on_quick(quick: VerifyResult) -> None:
+        publish(ls, uri, path, source, version, quick)
+        progress.report(f"static checks and compile: {quick.verdict.value}", force=True)
+
+    try:
+        result = await ls.jobs.run(request, on_quick=on_quick, on_stage=lambda st: progress.report(st, force=True))
+    finally:
+        cancel_watch.cancel()
+    if result is None:
+        progress.end("superseded by a newer run")
+        ls.refresh_lenses()
+        return None
+    progress.end(result.verdict.value)
+    if result.verdict.value not in ("crash", "timeout"):  # transient failures are not cached
+        ls.cache.put(key, result)
+    publish(ls, uri, path, source, version, result)
+    _record(ls, uri, version, key, result)
+    return result
+
+
+async def _cancel_on(progress: WorkProgress, ls: CudiceServer, uri: str) -> None:
+    await progress.cancelled.wait()
+    ls.jobs.cancel(uri)
+
+
+async def reference_changed(ls: CudiceServer, ref: str) -> None:
+    """A reference file changed on disk: re-verify the open candidates that use it."""
+    for uri in sorted(ls.dependents.get(ref, ())):
+        if uri in ls.workspace.text_documents:
+            log.info("reference %s changed: re-verifying %s", ref, uri)
+            ls.spawn(verify_document(ls, uri, force=True))

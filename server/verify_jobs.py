@@ -1,0 +1,119 @@
+"""Verification runs, one worker process each, at most one per document.
+
+`VerifyJobs.run` starts `cudice.server.verify_worker` for a document, streams the quick result
+(static + compile) and stage changes to callbacks, and returns the final `VerifyResult`. A newer
+run of the same document kills the older one's process group (its compiler and sandbox too), and
+the older call returns None. A run past its timeout is killed and reported as `timeout`; a worker
+that dies without a result is reported as `crash` with the tail of its stderr.
+
+Not covered: queueing across documents (runs of different documents proceed in parallel; the
+verifier's pool limits GPU use).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from cudice.server.procs import ChildProcess
+from cudice.verifier.result import Stage, Verdict, VerifyResult
+
+log = logging.getLogger(__name__)
+
+WORKER_MODULE = "cudice.server.verify_worker"
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyRequest:
+    uri: str
+    path: str
+    source: str
+    version: int | None
+    config: dict[str, Any] = field(default_factory=dict)
+    timeout_s: float = 300.0
+
+
+@dataclass(slots=True)
+class _Job:
+    request: VerifyRequest
+    proc: ChildProcess
+    is_cancelled: bool = False
+
+
+class VerifyJobs:
+    def __init__(self, *, env: dict[str, str] | None = None, timeout_margin_s: float = 30.0) -> None:
+        self.env = env
+        self.timeout_margin_s = timeout_margin_s
+        self._jobs: dict[str, _Job] = {}
+
+    def is_running(self, uri: str) -> bool:
+        return uri in self._jobs
+
+    def running_version(self, uri: str) -> int | None:
+        job = self._jobs.get(uri)
+        return job.request.version if job else None
+
+    def cancel(self, uri: str) -> bool:
+        """Kill the run of `uri`; True if one was running."""
+        job = self._jobs.pop(uri, None)
+        if job is None:
+            return False
+        job.is_cancelled = True
+        job.proc.kill()
+        return True
+
+    def cancel_all(self) -> None:
+        for uri in list(self._jobs):
+            self.cancel(uri)
+
+    async def run(self, request: VerifyRequest, *, on_quick: Callable[[VerifyResult], None] | None = None,
+                  on_stage: Callable[[str], None] | None = None) -> VerifyResult | None:
+        """Verify; None when a newer run (or a cancel) superseded this one."""
+        self.cancel(request.uri)
+        proc = ChildProcess(WORKER_MODULE, env=self.env)
+        job = _Job(request, proc)
+        self._jobs[request.uri] = job
+        try:
+            await proc.start()
+            await proc.send({"path": request.path, "source": request.source, "config": request.config})
+            limit = request.timeout_s + self.timeout_margin_s
+            try:
+                final = await asyncio.wait_for(self._follow(proc, on_quick, on_stage), limit)
+            except asyncio.TimeoutError:
+                proc.kill()
+                return VerifyResult(verdict=Verdict.TIMEOUT, stage=Stage.COMPILE, path=request.path,
+                                    error=f"verification took longer than {limit:.0f} s and was stopped "
+                                          "(raise cudice.verify.timeoutSeconds if this kernel needs longer)")
+            if job.is_cancelled:
+                return None
+            if final is None:
+                code = await proc.wait()
+                return VerifyResult(verdict=Verdict.CRASH, stage=Stage.PARSE, path=request.path,
+                                    error=f"verification worker exited with code {code} without a result:\n"
+                                          f"{proc.error_tail()}")
+            return final
+        finally:
+            if self._jobs.get(request.uri) is job:
+                del self._jobs[request.uri]
+            proc.kill()
+            with contextlib.suppress(Exception):
+                await proc.close(grace_s=0.5)
+
+    async def _follow(self, proc: ChildProcess, on_quick: Callable[[VerifyResult], None] | None,
+                      on_stage: Callable[[str], None] | None) -> VerifyResult | None:
+        async for event in proc.events():
+            kind = event.get("event")
+            try:
+                if kind == "quick" and on_quick is not None:
+                    on_quick(VerifyResult.from_dict(event["result"]))
+                elif kind == "stage" and on_stage is not None:
+                    on_stage(str(event.get("stage")))
+                elif kind == "final":
+                    return VerifyResult.from_dict(event["result"])
+            except (KeyError, ValueError, TypeError) as exc:
+                log.error("unreadable verification event %r: %s", kind, exc)
+        return None

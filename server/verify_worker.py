@@ -1,0 +1,81 @@
+"""The verification worker: `python -m cudice.server.verify_worker`, one verification per process.
+
+Reads one JSON request on stdin: {"path", "source", "config": {VerifyConfig fields}}. Writes JSON
+lines on stdout:
+  {"event": "quick", "result": VerifyResult}   parse + static checks + fast compile diagnostics
+  {"event": "stage", "stage": str}             each stage the full verification enters
+  {"event": "final", "result": VerifyResult}
+The server kills this process (and its process group: compilers, the verifier's sandbox) when a
+newer save supersedes the run or the timeout passes. Library prints go to stderr.
+
+`CUDICE_VERIFY_MODULE` (default `cudice.verifier.api`) names the module with `verify` and
+`quick_check`; tests point it at a scripted verifier. Nothing here judges a kernel: the
+verifier does, in its own sandbox.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+import os
+import sys
+import traceback
+from typing import Any, TextIO
+
+from cudice.verifier.result import Stage, Verdict, VerifyResult
+
+
+def _emit(out: TextIO, **event: Any) -> None:
+    out.write(json.dumps(event) + "\n")
+    out.flush()
+
+
+def _config(raw: dict[str, Any]) -> Any:
+    from cudice.verifier.config import VerifyConfig
+
+    names = {f.name for f in dataclasses.fields(VerifyConfig)}
+    return VerifyConfig(**{k: v for k, v in raw.items() if k in names})
+
+
+def _quick_passed(result: VerifyResult) -> bool:
+    return result.verdict not in (Verdict.COMPILE_ERROR, Verdict.STATIC_VIOLATION, Verdict.INVALID_INPUT)
+
+
+def run(request: dict[str, Any], out: TextIO) -> None:
+    path, source = str(request["path"]), request.get("source")
+    api = importlib.import_module(os.environ.get("CUDICE_VERIFY_MODULE", "cudice.verifier.api"))
+    config = _config(request.get("config") or {})
+    quick = getattr(api, "quick_check", None)
+    if quick is not None and source is not None:
+        result = quick(path, source)
+        if isinstance(result, VerifyResult):
+            _emit(out, event="quick", result=result.to_dict())
+            if not _quick_passed(result):
+                _emit(out, event="final", result=result.to_dict())
+                return
+
+    def on_stage(stage: Any, *_: Any) -> None:
+        _emit(out, event="stage", stage=getattr(stage, "value", str(stage)))
+
+    final = api.verify(path, source=source, config=config, on_stage=on_stage)
+    _emit(out, event="final", result=final.to_dict())
+
+
+def main() -> None:
+    out = os.fdopen(os.dup(1), "w", encoding="utf-8")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    request: dict[str, Any] = {}
+    try:
+        request = json.loads(sys.stdin.readline() or "{}")
+        run(request, out)
+    except Exception as exc:  # the verifier's own failures become a CRASH record, never a hang
+        traceback.print_exc(file=sys.stderr)
+        crash = VerifyResult(verdict=Verdict.CRASH, stage=Stage.PARSE, path=str(request.get("path", "")),
+                             error=f"verifier failed: {type(exc).__name__}: {exc}")
+        _emit(out, event="final", result=crash.to_dict())
+
+
+if __name__ == "__main__":
+    main()

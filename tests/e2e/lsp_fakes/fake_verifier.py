@@ -1,0 +1,51 @@
+"""A scripted verifier with the API of `cudice.verifier.api` (quick_check, verify).
+
+- a line containing `vv >` -> compile error on that line (like examples/relu_broken.py)
+- `SLOW_VERIFY` in the source -> the full verification sleeps 30 s (to be superseded/cancelled)
+- otherwise correct, 2.31x on an "NVIDIA H200" (or compile-only when the config says so)
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+from typing import Any
+
+from cudice.verifier.result import (
+    Diagnostic,
+    Location,
+    Severity,
+    Stage,
+    Timing,
+    Verdict,
+    VerifyResult,
+)
+
+
+def quick_check(path: str, source: str, checker: Any = None) -> VerifyResult:
+    for i, line in enumerate(source.splitlines(), start=1):
+        if "vv >" in line:
+            col = line.index("vv") + 1
+            diag = Diagnostic(Severity.ERROR, 'identifier "vv" is undefined', "compile.error", Stage.COMPILE,
+                              Location(path, i, col, i, col + 2))
+            return VerifyResult(Verdict.COMPILE_ERROR, Stage.COMPILE, path, (diag,))
+    return VerifyResult(Verdict.COMPILED, Stage.COMPILE, path, compile_only=True)
+
+
+def verify(path: str, *, source: str | None = None, reference: Any = None, config: Any = None,
+           on_stage: Any = None, cancel: Any = None) -> VerifyResult:
+    source = source or ""
+    if on_stage:
+        on_stage(Stage.CORRECTNESS)
+    if "SLOW_VERIFY" in source:
+        time.sleep(30)
+    if config is not None and config.compile_only:
+        return VerifyResult(Verdict.COMPILED, Stage.COMPILE, path, compile_only=True)
+    if on_stage:
+        on_stage(Stage.TIMING)
+    now = datetime.datetime.now(datetime.timezone.utc).isoformat()
+    return VerifyResult(
+        Verdict.CORRECT, Stage.TIMING, path, candidate=Timing(0.1, 0.09, 0.12, 0.095, 0.105, 30),
+        reference=Timing(0.231, 0.22, 0.25, 0.225, 0.235, 30), speedup=2.31, speedup_min=2.14, speedup_max=2.47,
+        num_correct_trials=5, num_trials=5, gpu_name="NVIDIA H200", measured_at=now,
+    )

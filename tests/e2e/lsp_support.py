@@ -1,0 +1,189 @@
+"""Test harness for the language-server e2e tests: a pytest-lsp client with a tiny editor model.
+
+`Editor` starts `python -m cudice.server` over stdio with a recorded real client's capabilities
+(`neovim@v0.11`, `visual-studio-code`), keeps the buffers it opened (text + version), applies
+`workspace/applyEdit` the way an editor does (refusing a stale version), answers
+`window/showMessageRequest` with a scripted choice, and collects `cudice/status`.
+Waits are on named notifications with a deadline, never sleeps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Union
+
+from lsprotocol import types as lsp
+from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
+from pytest_lsp.client import make_test_lsp_client
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent
+CLIENTS = ("neovim@v0.11", "visual-studio-code")
+FAKES_ENV = {
+    "CUDICE_ENGINE_MODULE": "lsp_fakes.fake_engine",
+    "CUDICE_VERIFY_MODULE": "lsp_fakes.fake_verifier",
+}
+
+
+class Editor:
+    def __init__(self, client: LanguageClient) -> None:
+        self.client = client
+        self.buffers: dict[str, list[Any]] = {}  # uri -> [text, version]
+        self.statuses: list[dict[str, Any]] = []
+        self.message_request_answer: str | None = None
+        self.message_requests: list[lsp.ShowMessageRequestParams] = []
+        self.applied_edits: list[lsp.WorkspaceEdit] = []
+        self.lens_refreshes = 0
+
+    # -- editor behaviour ----------------------------------------------------------------------
+    def _apply(self, params: lsp.ApplyWorkspaceEditParams) -> lsp.ApplyWorkspaceEditResult:
+        from cudice.server.features.positions import LineIndex
+
+        for change in params.edit.document_changes or []:
+            assert isinstance(change, lsp.TextDocumentEdit)
+            buf = self.buffers[change.text_document.uri]
+            if change.text_document.version is not None and change.text_document.version != buf[1]:
+                return lsp.ApplyWorkspaceEditResult(applied=False, failure_reason="version mismatch")
+            for e in sorted(change.edits, key=lambda e: (e.range.start.line, e.range.start.character),
+                            reverse=True):
+                index = LineIndex.of(buf[0])
+                start = index.offset(e.range.start.line, e.range.start.character)
+                end = index.offset(e.range.end.line, e.range.end.character)
+                buf[0] = buf[0][:start] + e.new_text + buf[0][end:]
+            buf[1] += 1
+        self.applied_edits.append(params.edit)
+        return lsp.ApplyWorkspaceEditResult(applied=True)
+
+    def open(self, path: Path) -> str:
+        uri = path.as_uri()
+        text = path.read_text()
+        self.buffers[uri] = [text, 1]
+        self.client.text_document_did_open(lsp.DidOpenTextDocumentParams(
+            lsp.TextDocumentItem(uri=uri, language_id="python", version=1, text=text)))
+        return uri
+
+    def change(self, uri: str, text: str) -> None:
+        buf = self.buffers[uri]
+        buf[0], buf[1] = text, buf[1] + 1
+        self.client.text_document_did_change(lsp.DidChangeTextDocumentParams(
+            lsp.VersionedTextDocumentIdentifier(uri=uri, version=buf[1]),
+            [lsp.TextDocumentContentChangeWholeDocument(text=text)]))
+
+    def save(self, uri: str) -> None:
+        Path(lsp_path(uri)).write_text(self.buffers[uri][0])
+        self.client.text_document_did_save(lsp.DidSaveTextDocumentParams(lsp.TextDocumentIdentifier(uri=uri)))
+
+    # -- waiting -------------------------------------------------------------------------------
+    async def wait_for(self, method: str, done: Callable[[], bool], timeout: float = 60.0) -> None:
+        async def loop() -> None:
+            while not done():
+                await self.client.wait_for_notification(method)
+        await asyncio.wait_for(loop(), timeout)
+
+    async def wait_status(self, pred: Callable[[dict[str, Any]], bool], timeout: float = 60.0) -> dict[str, Any]:
+        await self.wait_for("cudice/status", lambda: any(pred(s) for s in self.statuses), timeout)
+        return next(s for s in reversed(self.statuses) if pred(s))
+
+    async def wait_model(self, state: str, timeout: float = 60.0) -> dict[str, Any]:
+        return await self.wait_status(lambda s: s["model"] == state, timeout)
+
+    async def wait_diagnostics(self, uri: str, pred: Callable[[list[lsp.Diagnostic]], bool],
+                               timeout: float = 60.0) -> list[lsp.Diagnostic]:
+        await self.wait_for("textDocument/publishDiagnostics",
+                            lambda: uri in self.client.diagnostics and pred(list(self.client.diagnostics[uri])),
+                            timeout)
+        return list(self.client.diagnostics[uri])
+
+    async def code_actions(self, uri: str, line: int, character: int) -> list[lsp.CodeAction]:
+        pos = lsp.Position(line, character)
+        got = await self.client.text_document_code_action_async(lsp.CodeActionParams(
+            lsp.TextDocumentIdentifier(uri=uri), lsp.Range(pos, pos), lsp.CodeActionContext(diagnostics=[])))
+        return list(got or [])
+
+    async def command(self, name: str, *args: Any) -> Any:
+        return await self.client.workspace_execute_command_async(
+            lsp.ExecuteCommandParams(command=name, arguments=list(args)))
+
+
+def lsp_path(uri: str) -> str:
+    from pygls.uris import to_fs_path
+
+    path = to_fs_path(uri)
+    assert path is not None
+    return path
+
+
+async def start_editor(client_name: str, root: Path, *, init_options: Any = None,
+                       env: dict[str, str] | None = None, configuration: Any = None) -> Editor:
+    holder: list[Editor] = []
+
+    def factory() -> LanguageClient:
+        client = make_test_lsp_client()
+        _fix_code_action_union(client)
+        editor = Editor(client)
+        holder.append(editor)
+
+        @client.feature(lsp.WORKSPACE_APPLY_EDIT)
+        def apply_edit(params: lsp.ApplyWorkspaceEditParams) -> lsp.ApplyWorkspaceEditResult:
+            return editor._apply(params)
+
+        @client.feature(lsp.WINDOW_SHOW_MESSAGE_REQUEST)
+        def message_request(params: lsp.ShowMessageRequestParams) -> lsp.MessageActionItem | None:
+            editor.message_requests.append(params)
+            ans = editor.message_request_answer
+            return lsp.MessageActionItem(title=ans) if ans else None
+
+        @client.feature(lsp.WORKSPACE_CODE_LENS_REFRESH)
+        def lens_refresh(params: None) -> None:
+            editor.lens_refreshes += 1
+
+        @client.feature("cudice/status")
+        def status(params: Any) -> None:
+            editor.statuses.append(_to_dict(params))
+
+        return client
+
+    full_env = {**os.environ, **FAKES_ENV, **(env or {})}
+    full_env["PYTHONPATH"] = os.pathsep.join([str(HERE), full_env.get("PYTHONPATH", "")])
+    full_env.setdefault("CUDICE_CACHE_DIR", str(root / ".cudice-cache"))
+    full_env.setdefault("CUDICE_FORCE_NO_GPU", "")
+    config = ClientServerConfig(server_command=[sys.executable, "-m", "cudice.server"], server_env=full_env,
+                                client_factory=factory)
+    client = await config.start()
+    editor = holder[0]
+    assert editor.client is client
+    if configuration is not None:
+        client.set_configuration(configuration, section="cudice")
+    await client.initialize_session(lsp.InitializeParams(
+        capabilities=client_capabilities(client_name), initialization_options=init_options,
+        root_uri=root.as_uri(), workspace_folders=[lsp.WorkspaceFolder(uri=root.as_uri(), name="ws")]))
+    return editor
+
+
+def _fix_code_action_union(client: LanguageClient) -> None:
+    """lsprotocol 2025.0.0 parses every CodeAction that carries a command as a Command (its hook tests
+    `"command" in obj`); editors test whether `command` is a string. Do as editors do."""
+    converter = client.protocol._converter
+
+    def hook(obj: Any, _: type) -> lsp.Command | lsp.CodeAction:
+        if isinstance(obj.get("command"), str):
+            return converter.structure(obj, lsp.Command)
+        return converter.structure(obj, lsp.CodeAction)
+
+    converter.register_structure_hook(Union[lsp.Command, lsp.CodeAction], hook)  # noqa: UP007
+
+
+def _to_dict(obj: Any) -> dict[str, Any]:
+    """pygls hands custom notifications' params over as namedtuples."""
+    return dict(obj) if isinstance(obj, dict) else dict(obj._asdict())
+
+
+async def stop_editor(editor: Editor) -> None:
+    try:
+        await asyncio.wait_for(editor.client.shutdown_session(), 10)
+    finally:
+        await editor.client.stop()
