@@ -1,0 +1,305 @@
+"""Static anti-cheat checks: the corpus gets its declared verdicts, honest kernels pass clean,
+findings land on the offending line (C++ ones mapped into the .py file), strictness levels act
+as documented (docs/anticheat.md). Pure AST/regex: no compiler runs here."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from corpus.manifest import Case, load_corpus
+from cudice.verifier.config import VerifyConfig
+from cudice.verifier.document import parse_document
+from cudice.verifier.result import Diagnostic, Severity, Stage
+from cudice.verifier.static_checks import check_document, check_source, has_violation
+from cudice.verifier.static_cuda import blank_comments_and_strings, find_functions, find_kernels
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _check(path: Path, policy: str = "default") -> list[Diagnostic]:
+    return check_source(path.read_text(encoding="utf-8"), str(path), VerifyConfig(static_policy=policy))
+
+
+def _codes(diags: list[Diagnostic], severity: Severity) -> set[str]:
+    return {d.code for d in diags if d.severity is severity}
+
+
+# -- the corpus ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("case", load_corpus("static"), ids=lambda c: c.name)
+def test_static_exploit_is_rejected_with_its_codes(case: Case) -> None:
+    diags = _check(case.path)
+    assert case.verdict == "static_violation"
+    assert has_violation(diags), f"{case.name} ({case.exploit}) passed the static checks"
+    missing = set(case.codes) - _codes(diags, Severity.ERROR)
+    assert not missing, f"{case.name}: expected errors {missing}, got {[(d.code, d.message) for d in diags]}"
+    lines = case.path.read_text().count("\n") + 1
+    for d in diags:
+        assert d.stage is Stage.STATIC and d.location is not None and d.location.path == str(case.path)
+        assert 1 <= d.location.line <= lines
+        assert d.message and d.code.startswith("static.")
+
+
+@pytest.mark.parametrize("case", load_corpus("honest"), ids=lambda c: c.name)
+def test_honest_kernel_passes_clean(case: Case) -> None:
+    diags = _check(case.path)
+    assert diags == [], [(d.code, d.location.line if d.location else None, d.message) for d in diags]
+
+
+@pytest.mark.parametrize("case", load_corpus("warning"), ids=lambda c: c.name)
+def test_warning_case_warns_without_rejecting(case: Case) -> None:
+    diags = _check(case.path)
+    assert not has_violation(diags)
+    assert set(case.codes) <= _codes(diags, Severity.WARNING)
+
+
+@pytest.mark.parametrize("name", ["relu_cuda.py", "softmax_cuda.py"])
+def test_shipped_examples_pass_clean(name: str) -> None:
+    assert _check(REPO / "examples" / name) == []
+
+
+def test_detection_and_false_positive_rates() -> None:
+    """The figures docs/anticheat.md reports: every static exploit caught, no honest kernel flagged."""
+    exploits = load_corpus("static")
+    honest = load_corpus("honest") + [c for c in load_corpus("warning")]
+    caught = sum(has_violation(_check(c.path)) and set(c.codes) <= _codes(_check(c.path), Severity.ERROR)
+                 for c in exploits)
+    flagged = sum(has_violation(_check(c.path)) for c in honest)
+    print(f"static detection {caught}/{len(exploits)}, false positives {flagged}/{len(honest)}")
+    assert len(exploits) >= 25 and len(load_corpus("honest")) >= 3
+    assert caught == len(exploits) and flagged == 0
+
+
+def test_static_checks_are_fast() -> None:
+    cases = load_corpus()
+    texts = [(c.path.read_text(), str(c.path)) for c in cases]
+    t0 = time.perf_counter()
+    for text, path in texts:
+        check_source(text, path)
+    per_file_ms = (time.perf_counter() - t0) * 1000 / len(texts)
+    assert per_file_ms < 50, f"{per_file_ms:.1f} ms per file"
+
+
+# -- locations ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("case_name", "code", "needle"), [
+    ("cpp_stream_create", "static.cpp_stream_create", "cudaStreamCreateWithFlags"),
+    ("cpp_pointer_cache", "static.cpp_pointer_cache", "static std::unordered_map"),
+    ("cpp_std_thread", "static.cpp_std_thread", "std::thread"),
+    ("cpp_timer_interpose", "static.timer_patch", "cudaEventElapsedTime"),
+    ("wrapper_calls_aten", "static.cpp_torch_op", "torch::relu"),
+    ("wrapper_calls_aten", "static.kernel_never_launched", "__global__ void relu_kernel"),
+    ("torch_op_decoy_kernel", "static.torch_op_in_forward", "return torch.relu(x)"),
+    ("try_except_fallback", "static.fallback_to_reference", "try:"),
+    ("timer_patch_event", "static.timer_patch", "elapsed_time ="),
+    ("python_thread", "static.stream_or_thread", "import threading"),
+    ("inherits_model", "static.inherits_model", "class ModelNew(Model)"),
+    ("output_cache_self", "static.output_cache", "self.last = relu_ext"),
+])
+def test_finding_is_located_on_the_offending_line(case_name: str, code: str, needle: str) -> None:
+    path = next(c.path for c in load_corpus() if c.name == case_name)
+    lines = path.read_text().splitlines()
+    hits = [d for d in _check(path) if d.code == code]
+    assert hits, f"{case_name}: no {code}"
+    assert any(d.location and needle in lines[d.location.line - 1] for d in hits), \
+        [(d.location.line, lines[d.location.line - 1]) for d in hits if d.location]
+
+
+# -- policy details: no false alarms on glue, and the strictness levels ---------------------------
+
+_GLUE_HEADER = '''
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+src = r"""
+__global__ void k(const float* x, float* y, const float* w, int n) { }
+void run(torch::Tensor x, torch::Tensor y, torch::Tensor w) {
+    k<<<(x.numel() + 255) / 256, 256>>>(x.data_ptr<float>(), y.data_ptr<float>(), w.data_ptr<float>(), x.numel());
+}
+"""
+ext = load_inline(name="g", cpp_sources="void run(torch::Tensor x, torch::Tensor y, torch::Tensor w);",
+                  cuda_sources=src, functions=["run"])
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return x
+
+
+def get_inputs():
+    return [torch.randn(4, 4)]
+'''
+
+
+def _glue(forward_body: str, init_body: str = "pass", policy: str = "default") -> list[Diagnostic]:
+    text = _GLUE_HEADER + f'''
+
+class ModelNew(nn.Module):
+    def __init__(self, features: int = 4):
+        super().__init__()
+        {init_body}
+
+    def forward(self, x: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
+{forward_body}
+'''
+    return check_source(text, "cand.py", VerifyConfig(static_policy=policy))
+
+
+GLUE_FORWARDS = {
+    "empty_like + grid maths": """
+        y = torch.empty_like(x)
+        n = x.numel()
+        blocks = (n + 255) // 256 * 2
+        assert blocks > 0 and x.size(0) * x.size(1) == n
+        ext.run(x, y, self.weight)
+        return y""",
+    "views and metadata": """
+        B, C = x.shape
+        x2 = x.contiguous().view(B, -1).transpose(0, 1).reshape(-1)
+        y = x2.new_empty(x2.shape)
+        if x.dim() != 2 or x.dtype != torch.float32 or not x.is_cuda:
+            raise ValueError("bad input")
+        ext.run(x2, y, self.weight.to(x.device))
+        return y.view(C, B).t()""",
+    "raise on bad input, no fallback": """
+        if x.numel() == 0:
+            raise RuntimeError("empty input")
+        y = torch.empty(x.shape, device=x.device, dtype=x.dtype)
+        ext.run(x, y, self.weight)
+        return y""",
+}
+
+
+@pytest.mark.parametrize("body", GLUE_FORWARDS.values(), ids=list(GLUE_FORWARDS))
+@pytest.mark.parametrize("policy", ["strict", "default", "lenient"])
+def test_glue_is_never_flagged(body: str, policy: str) -> None:
+    init = "self.weight = nn.Parameter(torch.randn(features, features) * 0.02)\n        " \
+           "self.register_buffer('bias', torch.zeros(features))"
+    diags = _glue(body, init, policy)
+    assert diags == [], [(d.code, d.location.line if d.location else None, d.message) for d in diags]
+
+
+@pytest.mark.parametrize(("body", "what"), [
+    ("        y = torch.empty_like(x)\n        ext.run(x, y, x)\n        return y * scale", "y * scale"),
+    ("        y = torch.empty_like(x)\n        ext.run(x, y, x)\n        y += 1\n        return y", "y += 1"),
+    ("        y = torch.empty_like(x)\n        ext.run(x, y, x)\n        return y.sum(dim=1)", ".sum"),
+    ("        y = torch.empty_like(x)\n        ext.run(x, y, x)\n        return torch.softmax(y, 1)", "softmax"),
+    ("        y = torch.empty_like(x)\n        ext.run(x, y, x)\n        return nn.functional.gelu(y)", "gelu"),
+    ("        y = torch.empty_like(x)\n        ext.run(x @ x, y, x)\n        return y", "@"),
+    ("        y = torch.empty_like(x)\n        ext.run(x, y, x)\n        return -y", "-y"),
+    ("        y = torch.empty_like(x)\n        ext.run(x, y, x)\n        return torch.where(y > 0, y, x)", "where"),
+])
+def test_compute_in_forward_is_an_error(body: str, what: str) -> None:
+    diags = _glue(body)
+    assert "static.torch_op_in_forward" in _codes(diags, Severity.ERROR), what
+
+
+def test_torch_ops_in_a_helper_called_by_forward_are_found() -> None:
+    text = _GLUE_HEADER + '''
+
+def _post(y):
+    return torch.tanh(y)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        y = torch.empty_like(x)
+        ext.run(x, y, x)
+        return self._finish(y)
+
+    def _finish(self, y):
+        return _post(y)
+'''
+    diags = check_source(text, "c.py")
+    hits = [d for d in diags if d.code == "static.torch_op_in_forward"]
+    assert hits and hits[0].location is not None
+    assert "torch.tanh" in text.splitlines()[hits[0].location.line - 1]
+
+
+def test_strictness_levels() -> None:
+    zeros = "        y = torch.zeros_like(x)\n        ext.run(x, y, x)\n        return y"
+    assert _glue(zeros, policy="default") == []
+    assert "static.torch_op_in_forward" in _codes(_glue(zeros, policy="strict"), Severity.ERROR)
+    compute = "        y = torch.empty_like(x)\n        ext.run(x, y, x)\n        return torch.relu(y)"
+    lenient = _glue(compute, policy="lenient")
+    assert not has_violation(lenient) and "static.torch_op_in_forward" in _codes(lenient, Severity.WARNING)
+    # lenient still rejects a forward that launches no kernel at all
+    no_kernel = "        return torch.relu(x)"
+    assert "static.kernel_never_launched" in _codes(_glue(no_kernel, policy="lenient"), Severity.ERROR)
+    with pytest.raises(ValueError, match="static_policy"):
+        VerifyConfig(static_policy="paranoid")
+
+
+def test_precision_warning_is_silent_for_a_half_precision_reference() -> None:
+    text = (REPO / "tests/verifier/corpus/precision_half.py").read_text()
+    text = text.replace("# cudice: reference=references/relu.py\n", "")
+    text += '''
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.relu(x.half())
+
+
+def get_inputs():
+    return [torch.randn(4, 4).half()]
+'''
+    assert "static.precision_downgrade" not in {d.code for d in check_source(text, "h.py")}
+
+
+def test_a_launch_inside_a_comment_does_not_count() -> None:
+    text = _GLUE_HEADER.replace(
+        "k<<<(x.numel() + 255) / 256, 256>>>", "// k<<<1, 1>>>(...) is what we would do\n    (void)").replace(
+        "(x.data_ptr<float>(), y.data_ptr<float>(), w.data_ptr<float>(), x.numel());", "0;")
+    text += '''
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        y = torch.empty_like(x)
+        ext.run(x, y, x)
+        return y
+'''
+    diags = check_source(text, "c.py")
+    assert "static.kernel_never_launched" in _codes(diags, Severity.ERROR)
+
+
+def test_raw_cu_documents_get_the_cpp_checks() -> None:
+    text = 'extern "C" __global__ void k(float* x) { }\n#include <thread>\nvoid h() { std::thread t([]{}); }\n'
+    diags = check_document(parse_document(text, "k.cu"))
+    assert "static.cpp_std_thread" in _codes(diags, Severity.ERROR)
+    assert all(d.location is not None and d.location.path == "k.cu" for d in diags)
+
+
+def test_document_without_model_new_has_nothing_to_check() -> None:
+    assert check_source((REPO / "examples/relu.py").read_text(), "relu.py") == []
+
+
+# -- C++ scanning helpers -------------------------------------------------------------------------
+
+def test_blanking_keeps_offsets_and_hides_comments() -> None:
+    text = 'a /* cudaStreamCreate */ b // std::thread\n"str" c'
+    out = blank_comments_and_strings(text)
+    assert len(out) == len(text) and out.count("\n") == 1
+    assert "cudaStreamCreate" not in out and "std::thread" not in out and out.endswith('"   " c')
+
+
+def test_function_and_kernel_finder() -> None:
+    code = blank_comments_and_strings('''
+namespace x {
+template <int T>
+__global__ void __launch_bounds__(256) kern(float* p) { if (p) { p[0] = 1; } }
+__device__ float helper(float v) { return v; }
+}
+struct S { int f() { return 1; } };
+static const int kN = 4;
+torch::Tensor wrap(torch::Tensor t) const {
+    auto l = [&]() { kern<4><<<1, 1>>>(nullptr); };
+    return t;
+}
+''')
+    fns = {f.name: f for f in find_functions(code)}
+    assert set(fns) == {"kern", "helper", "wrap"}
+    assert fns["kern"].is_device and fns["helper"].is_device and not fns["wrap"].is_device
+    assert [name for name, _ in find_kernels(code)] == ["kern"]

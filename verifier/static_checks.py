@@ -1,0 +1,367 @@
+"""Static anti-cheat checks: a candidate that cheats is rejected before it is compiled or run.
+
+`check_document(doc, config)` returns `Diagnostic`s (stage `static`) located on the offending
+line of the `.py` file — C++/CUDA findings are mapped back through the document's source map.
+Any ERROR among them makes the verdict `static_violation`; warnings are reported only. It is
+pure AST and regex work (milliseconds), so it also runs in compile-only mode and in the editor.
+
+The checks (policy and codes: docs/anticheat.md, docs/diagnostics.md):
+- module level (here): `ModelNew` inheriting `Model` (`static.inherits_model`), holding/using the
+  reference (`static.holds_reference_model`), threads/processes/streams
+  (`static.stream_or_thread`), patched timers or torch functions (`static.timer_patch`,
+  `static.monkey_patch`), `time.sleep` (`static.sleep`), tensor subclasses
+  (`static.tensor_subclass`), code the checks cannot see (`static.dynamic_code`), other GPU
+  libraries (`static.foreign_compute`), a `try` around `load_inline` that swallows the failure
+  (`static.fallback_to_reference`), forward never calling the extension
+  (`static.kernel_never_launched`);
+- forward and what it calls: `static_forward.py` (torch ops, fallbacks, output caches);
+- C++/CUDA text: `static_cuda.py`.
+
+Not covered: anything decided at run time (a kernel launched with zero blocks, a cache in a
+C++ `static` hidden behind a macro, work in a library the candidate `dlopen`s); the dynamic
+checks (`dynamic_checks.py`) and the sandbox exist for those. A source built at run time
+(f-string, `.format`) cannot be read here: its C++ checks are skipped and an information
+diagnostic says so.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterable
+
+from cudice.verifier.config import VerifyConfig
+from cudice.verifier.document import Document, LoadInlineCall, parse_document
+from cudice.verifier.reference import reference_path
+from cudice.verifier.result import Diagnostic, Location, Severity, Stage
+from cudice.verifier.static_cuda import CppSource, check_cpp_sources, pybind_python_names
+from cudice.verifier.static_forward import ForwardReport, analyze_forward, dotted
+from cudice.verifier.static_policy import (
+    COMPUTE_METHODS,
+    CONCURRENCY_MODULES,
+    DYNAMIC_CODE_BUILTINS,
+    DYNAMIC_CODE_MODULES,
+    FOREIGN_COMPUTE_MODULES,
+    TIMER_NAMES,
+    Strictness,
+    parse_strictness,
+)
+
+_STREAM_APIS = frozenset({"Stream", "stream", "ExternalStream", "set_stream", "graph", "CUDAGraph", "StreamContext"})
+_PROCESS_APIS = re.compile(r"^os\.(?:fork\w*|system|popen|spawn\w*|exec\w*|posix_spawn\w*)$")
+_DYNAMIC_ATTRS = frozenset({"__builtins__", "__globals__", "__code__", "__subclasses__"})
+_DYNAMIC_DOTTED = frozenset({"sys.modules", "sys._getframe", "inspect.currentframe"})
+_LOW_PRECISION_REF = re.compile(r"float16|bfloat16|\.half\(|torch\.half\b")
+
+
+def check_document(doc: Document, config: VerifyConfig | None = None) -> list[Diagnostic]:
+    """All static findings for a parsed candidate; `[]` for a clean one (or one with nothing to check)."""
+    level = parse_strictness(config.static_policy if config is not None else "default")
+    low_ref = _reference_is_low_precision(doc)
+    if doc.kind == "cu":
+        src = CppSource(doc.text, lambda line, col: Location(doc.path, line, col))
+        diags = check_cpp_sources([src], [k.name for k in doc.raw_kernels], level,
+                                  reference_low_precision=low_ref, check_launches=False)
+        return _dedupe(diags)
+    if doc.tree is None or doc.model_new is None:
+        return []
+    cls = next((n for n in doc.tree.body if isinstance(n, ast.ClassDef) and n.name == "ModelNew"), None)
+    if cls is None:
+        return []
+    checker = _ModuleChecker(doc, cls, level)
+    diags = checker.run()
+    for call in doc.load_inline_calls:
+        diags += _cpp_findings(doc, call, level, low_ref)
+    return _dedupe(diags)
+
+
+def check_source(source: str, path: str, config: VerifyConfig | None = None) -> list[Diagnostic]:
+    """Parse `source` and run `check_document` (parse problems are not repeated here)."""
+    return check_document(parse_document(source, path), config)
+
+
+def has_violation(diags: Iterable[Diagnostic]) -> bool:
+    """Whether the static stage rejects the candidate (any static ERROR)."""
+    return any(d.stage is Stage.STATIC and d.severity is Severity.ERROR for d in diags)
+
+
+def _dedupe(diags: list[Diagnostic]) -> list[Diagnostic]:
+    seen: set[tuple[str, int | None, int | None]] = set()
+    out: list[Diagnostic] = []
+    for d in diags:
+        key = (d.code, d.location.line if d.location else None, d.location.column if d.location else None)
+        if key not in seen:
+            seen.add(key)
+            out.append(d)
+    return sorted(out, key=lambda d: (d.location.line if d.location else 0, d.code))
+
+
+def _reference_is_low_precision(doc: Document) -> bool:
+    if doc.reference.origin == "same_file":
+        return doc.model is not None and bool(_LOW_PRECISION_REF.search(doc.text[doc.model.span.start_offset:]))
+    path = reference_path(doc)
+    try:
+        return path is not None and bool(_LOW_PRECISION_REF.search(path.read_text(encoding="utf-8")))
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
+def _cpp_findings(doc: Document, call: LoadInlineCall, level: Strictness, low_ref: bool) -> list[Diagnostic]:
+    sources: list[CppSource] = []
+    for src in call.sources:
+        if src.span is None:
+            continue
+        span = src.span
+
+        def locate(line: int, col: int, span: object = span) -> Location:
+            fl, fc = span.to_file(line, col)  # type: ignore[attr-defined]
+            return Location(doc.path, fl, fc)
+
+        sources.append(CppSource(span.text, locate, src.kind == "cuda"))
+    if not sources:
+        return []
+    return check_cpp_sources(sources, call.functions, level, reference_low_precision=low_ref,
+                             check_launches=call.is_mappable)
+
+
+class _ModuleChecker:
+    """Module-wide rules plus the forward analysis for one candidate document."""
+
+    def __init__(self, doc: Document, cls: ast.ClassDef, level: Strictness) -> None:
+        assert doc.tree is not None
+        self.doc, self.tree, self.cls, self.level = doc, doc.tree, cls, level
+        self.aliases = _import_aliases(self.tree)
+        self.reference_names = {"Model"} | {
+            a.asname or a.name for n in ast.walk(self.tree) if isinstance(n, ast.ImportFrom)
+            for a in n.names if a.name == "Model"}
+        self.diags: list[Diagnostic] = []
+
+    def loc(self, node: ast.AST) -> Location:
+        line = getattr(node, "lineno", 1)
+        col = getattr(node, "col_offset", 0) + 1
+        end_line = getattr(node, "end_lineno", None)
+        end_col = getattr(node, "end_col_offset", None)
+        return Location(self.doc.path, line, col, end_line, None if end_col is None else end_col + 1)
+
+    def add(self, code: str, node: ast.AST, message: str, severity: Severity = Severity.ERROR) -> None:
+        self.diags.append(Diagnostic(severity, message, code, Stage.STATIC, self.loc(node)))
+
+    def run(self) -> list[Diagnostic]:
+        self._inheritance()
+        self._reference_use()
+        for node in ast.walk(self.tree):
+            self._module_node(node)
+        self._load_inline_fallback()
+        exposed = self._exposed_names()
+        extensions = _extension_names(self.tree)
+        report = analyze_forward(self.tree, self.cls, self.aliases, exposed, extensions,
+                                 self.reference_names, self.level)
+        for f in report.findings:
+            self.add(f.code, f.node, f.message, Severity.WARNING if f.warning else Severity.ERROR)
+        self._launches(report, exposed)
+        return self.diags
+
+    # -- ModelNew and the reference ------------------------------------------------------------
+    def _inheritance(self) -> None:
+        tainted = set(self.reference_names)
+        classes = [n for n in self.tree.body if isinstance(n, ast.ClassDef)]
+        for _ in range(len(classes)):  # transitive: class A(Model); class ModelNew(A)
+            for c in classes:
+                if c.name != "ModelNew" and any(_base_name(b) in tainted for b in c.bases):
+                    tainted.add(c.name)
+        for b in self.cls.bases:
+            if _base_name(b) in tainted:
+                self.add("static.inherits_model", b,
+                         f"`ModelNew` inherits from `{ast.unparse(b)}`, which is (or derives from) the reference "
+                         "`Model`: its inherited forward runs the reference. Inherit from `nn.Module` only.")
+
+    def _reference_use(self) -> None:
+        for node in ast.walk(self.cls):
+            hit = (isinstance(node, ast.Name) and node.id in self.reference_names and isinstance(node.ctx, ast.Load)) \
+                or (isinstance(node, ast.Attribute) and node.attr == "Model" and dotted(node, self.aliases))
+            if hit and not any(node is b or node in ast.walk(b) for b in self.cls.bases):
+                self.add("static.holds_reference_model", node,
+                         "`ModelNew` uses the reference `Model` (holds an instance or calls it): the reference, "
+                         "not the kernel, would produce the output. Build `ModelNew` from `nn.Module` and kernels.")
+
+    # -- module-wide rules ---------------------------------------------------------------------
+    def _module_node(self, node: ast.AST) -> None:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            self._import(node)
+        elif isinstance(node, ast.Call):
+            self._module_call(node)
+        elif isinstance(node, (ast.Assign, ast.AugAssign, ast.Delete, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
+            for t in targets:
+                d = dotted(t, self.aliases) if isinstance(t, ast.Attribute) else None
+                if d:
+                    self._patch(t, d)
+        elif isinstance(node, ast.ClassDef):
+            for b in node.bases:
+                if dotted(b, self.aliases) in ("torch.Tensor", "torch._C.TensorBase", "torch._C._TensorBase"):
+                    self.add("static.tensor_subclass", node,
+                             f"class `{node.name}` subclasses `torch.Tensor`: a lazy tensor can defer the work to "
+                             "when the checker reads it. Return plain tensors written by the kernel.")
+        elif isinstance(node, ast.FunctionDef) and node.name in ("__torch_function__", "__torch_dispatch__"):
+            self.add("static.tensor_subclass", node,
+                     f"`{node.name}` intercepts torch operations (lazy or faked results).")
+        elif isinstance(node, ast.Attribute):
+            if node.attr in ("_make_subclass", "as_subclass", "_make_wrapper_subclass"):
+                self.add("static.tensor_subclass", node, f"`.{node.attr}` builds a tensor subclass "
+                         "(lazy or faked results). Return plain tensors.")
+            elif node.attr in _DYNAMIC_ATTRS or dotted(node, self.aliases) in _DYNAMIC_DOTTED or (
+                    node.attr == "__dict__" and dotted(node, self.aliases)):
+                self.add("static.dynamic_code", node, f"`{ast.unparse(node)}` reaches into interpreter internals, "
+                         "which the static checks cannot follow.")
+            elif node.attr in ("wait_stream", "record_stream"):
+                self.add("static.stream_or_thread", node,
+                         f"`.{node.attr}` means work on a second stream, which the timing on the current stream "
+                         "does not see. Launch on the current stream.")
+        elif isinstance(node, ast.Name) and node.id == "__builtins__":
+            self.add("static.dynamic_code", node, "`__builtins__` gives access to code the checks cannot follow.")
+
+    def _import(self, node: ast.Import | ast.ImportFrom) -> None:
+        mods = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+        if isinstance(node, ast.ImportFrom) and node.module == "time" and any(a.name == "sleep" for a in node.names):
+            self.add("static.sleep", node, "imports `time.sleep`: a kernel file has no reason to sleep; it skews timing.")
+        for m in mods:
+            root = m.split(".")[0]
+            if m in CONCURRENCY_MODULES or root in CONCURRENCY_MODULES:
+                self.add("static.stream_or_thread", node,
+                         f"imports `{m}`: threads or processes can do the work outside the timed call. "
+                         "Do the work in CUDA kernels launched from forward.")
+            elif root in FOREIGN_COMPUTE_MODULES:
+                self.add("static.foreign_compute", node,
+                         f"imports `{m}`: another GPU library would do the work instead of this file's CUDA kernels.")
+            elif root in DYNAMIC_CODE_MODULES:
+                self.add("static.dynamic_code", node,
+                         f"imports `{m}`, which can run or rewrite code the static checks cannot see.")
+
+    def _module_call(self, node: ast.Call) -> None:
+        func = node.func
+        name = func.id if isinstance(func, ast.Name) else None
+        d = dotted(func, self.aliases) or ""
+        if name in DYNAMIC_CODE_BUILTINS:
+            self.add("static.dynamic_code", node, f"`{name}(...)` runs code the static checks cannot see.")
+        elif name in ("setattr", "delattr") and node.args:
+            target = dotted(node.args[0], self.aliases)
+            attr_node = node.args[1] if len(node.args) > 1 else None
+            attr = str(attr_node.value) if isinstance(attr_node, ast.Constant) else "?"
+            if target:
+                self._patch(node, f"{target}.{attr}")
+        elif name == "getattr" and node.args:
+            target = dotted(node.args[0], self.aliases) or ""
+            key = node.args[1] if len(node.args) > 1 else None
+            if target.startswith("torch") or (isinstance(key, ast.Constant) and key.value in COMPUTE_METHODS):
+                self.add("static.dynamic_code", node,
+                         f"`{ast.unparse(node)}` looks up a torch function by name, hiding which op runs.")
+        elif d in ("time.sleep", "asyncio.sleep") or (name == "sleep" and self.aliases.get("sleep") == "time.sleep"):
+            self.add("static.sleep", node, "`time.sleep(...)`: a kernel file has no reason to sleep; it skews timing.")
+        elif _PROCESS_APIS.match(d):
+            self.add("static.stream_or_thread", node, f"`{d}(...)` starts another process.")
+        elif d.startswith("torch.cuda.") and d.rsplit(".", 1)[-1] in _STREAM_APIS:
+            self.add("static.stream_or_thread", node,
+                     f"`{d}(...)`: work on another stream or a captured graph escapes the timed stream. "
+                     "Launch on the current stream.")
+
+    def _patch(self, node: ast.AST, d: str) -> None:
+        parts = set(d.split("."))
+        if d.split(".")[0] == "time" or parts & TIMER_NAMES:
+            self.add("static.timer_patch", node, f"assigns `{d}`: replacing timing, synchronisation or comparison "
+                     "functions fakes the measurement or the correctness check.")
+        else:
+            self.add("static.monkey_patch", node, f"assigns `{d}`: changing a library's global state also changes "
+                     "the reference run (e.g. TF32 flags) or the harness. Leave library settings alone.")
+
+    def _load_inline_fallback(self) -> None:
+        for node in ast.walk(self.tree):
+            if not isinstance(node, ast.Try):
+                continue
+            builds = any(isinstance(n, ast.Call) and _callee(n.func) == "load_inline"
+                         for s in node.body for n in ast.walk(s))
+            swallowed = any(not any(isinstance(n, ast.Raise) for s in h.body for n in ast.walk(s))
+                            for h in node.handlers)
+            if builds and swallowed:
+                self.add("static.fallback_to_reference", node,
+                         "`load_inline` inside `try` whose `except` does not re-raise: when the kernel fails to "
+                         "build, the file falls back to something else. Let the build error propagate.")
+
+    # -- kernel launches -------------------------------------------------------------------------
+    def _exposed_names(self) -> set[str]:
+        names: set[str] = set()
+        for call in self.doc.load_inline_calls:
+            if call.functions is not None:
+                names.update(call.functions)
+            else:
+                texts = [s.text for s in call.sources if s.text is not None]
+                names.update(pybind_python_names([CppSource(t, lambda _l, _c: None) for t in texts]))
+        return names
+
+    def _launches(self, report: ForwardReport, exposed: set[str]) -> None:
+        forward = next((n for n in self.cls.body if isinstance(n, ast.FunctionDef) and n.name == "forward"), self.cls)
+        if not self.doc.load_inline_calls:
+            self.add("static.kernel_never_launched", self.cls,
+                     "this file compiles no CUDA (`load_inline` is never called): `ModelNew` cannot be running a "
+                     "custom kernel. Write the kernel in `cuda_sources` and call it from forward.")
+            return
+        if not report.kernel_calls:
+            self.add("static.kernel_never_launched", forward,
+                     "`forward` never calls a function of the compiled extension"
+                     + (f" (exposed: {', '.join(sorted(exposed))})" if exposed else "")
+                     + ": the custom kernel does none of the work. Call it from forward.")
+            return
+        used = {n.func.attr if isinstance(n.func, ast.Attribute) else _callee(n.func)
+                for n in ast.walk(self.tree) if isinstance(n, ast.Call)} | {
+                    n.attr for n in ast.walk(self.tree) if isinstance(n, ast.Attribute)}
+        sev = Severity.ERROR if self.level is Strictness.STRICT else Severity.WARNING
+        for call in self.doc.load_inline_calls:
+            for fname in call.functions or ():
+                if fname not in used:
+                    self.diags.append(Diagnostic(
+                        sev, f"`{fname}` is listed in `functions=` but nothing calls it: dead kernels make the "
+                        "file look like it does more than it does.", "static.kernel_never_launched", Stage.STATIC,
+                        self.doc.location(call.span)))
+
+
+def _callee(func: ast.expr) -> str | None:
+    if isinstance(func, ast.Name):
+        return func.id
+    if isinstance(func, ast.Attribute):
+        return func.attr
+    return None
+
+
+def _base_name(b: ast.expr) -> str:
+    if isinstance(b, ast.Name):
+        return b.id
+    if isinstance(b, ast.Attribute):
+        return b.attr
+    if isinstance(b, ast.Call):  # e.g. a class factory; judged by what it names
+        return _base_name(b.func)
+    return ""
+
+
+def _import_aliases(tree: ast.Module) -> dict[str, str]:
+    """Local name → dotted module path, for every import in the file (`F` → torch.nn.functional)."""
+    aliases: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.asname:
+                    aliases[a.asname] = a.name
+                else:
+                    root = a.name.split(".")[0]
+                    aliases[root] = root
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for a in node.names:
+                aliases[a.asname or a.name] = f"{node.module}.{a.name}"
+    return aliases
+
+
+def _extension_names(tree: ast.Module) -> set[str]:
+    """Names bound to the module `load_inline` returns (`relu = load_inline(...)`)."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and _callee(node.value.func) == "load_inline":
+            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+    return names

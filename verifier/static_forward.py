@@ -1,0 +1,418 @@
+"""What `ModelNew.forward` (and everything it calls) does, judged by the glue policy — AST only.
+
+`analyze_forward()` walks `ModelNew.forward`, `ModelNew.__call__`, every `ModelNew` method they
+call through `self.m(...)` and every module-level function they call by name, and reports:
+
+- `static.torch_op_in_forward` — PyTorch compute (`torch.*`, `F.*`, `nn` layers, tensor compute
+  methods, operators on tensors such as `x + y` and `x @ w`) outside the glue allow-list;
+- `static.fallback_to_reference` — `try` in forward code, or a branch that computes with PyTorch
+  while another path calls the kernel;
+- `static.output_cache` — state kept across calls (`global`, writes to `self.*`/module
+  containers, `id(x)`/`data_ptr()` lookups, `lru_cache`);
+- `static.precision_downgrade` (warning) — `.half()`, `.bfloat16()`, `torch.float16` …;
+- which exposed extension functions forward calls (for `static.kernel_never_launched`).
+
+Tensor-ness is inferred, not known: forward's unannotated parameters, `self.<parameter>`s and
+names assigned from tensor expressions are tensors; `x.size(0)`, `x.shape[0]`, `x.numel()` are
+not. Arithmetic between non-tensors (grid sizes) is never flagged. Not covered: aliasing through
+containers, calls through `getattr`/higher-order functions (flagged separately as dynamic code),
+methods of other classes.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from cudice.verifier.static_policy import (
+    COMPUTE_METHODS,
+    IDENTITY_FUNCS,
+    IDENTITY_METHODS,
+    NN_NON_COMPUTE,
+    Strictness,
+    tensor_method_is_compute,
+    torch_function_allowed,
+)
+
+_NON_TENSOR_METHODS = frozenset({
+    "size", "dim", "numel", "stride", "storage_offset", "data_ptr", "element_size", "nelement",
+    "is_contiguous", "get_device", "is_floating_point", "item", "tolist",
+})
+_NON_TENSOR_ATTRS = frozenset({"shape", "dtype", "device", "ndim", "is_cuda", "layout", "requires_grad"})
+_LOW_PRECISION = frozenset({"float16", "half", "bfloat16"})
+_SCALAR_ANNOTATIONS = frozenset({"int", "float", "bool", "str", "tuple", "list"})
+_TORCH_SUBMODULES_COMPUTE = ("torch.nn.functional.", "torch.ops.", "torch.special.", "torch.linalg.", "torch.fft.")
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One raw finding: `node` locates it; `static_checks` turns it into a `Diagnostic`."""
+
+    code: str
+    node: ast.AST
+    message: str
+    warning: bool = False
+
+
+@dataclass(slots=True)
+class ForwardReport:
+    findings: list[Finding] = field(default_factory=list)
+    kernel_calls: set[str] = field(default_factory=set)  # exposed function names called
+    reachable: list[ast.FunctionDef] = field(default_factory=list)
+
+
+def dotted(node: ast.AST, aliases: dict[str, str]) -> str | None:
+    """`F.relu` → "torch.nn.functional.relu" through import aliases; None for non-module roots."""
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name) and node.id in aliases:
+        return ".".join([aliases[node.id], *reversed(parts)])
+    return None
+
+
+def _self_attr(node: ast.AST) -> str | None:
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
+        return node.attr
+    return None
+
+
+class _Analyzer:
+    def __init__(self, tree: ast.Module, cls: ast.ClassDef, aliases: dict[str, str], exposed: set[str],
+                 extension_names: set[str], reference_names: set[str], level: Strictness) -> None:
+        self.tree, self.cls, self.aliases, self.exposed = tree, cls, aliases, exposed
+        self.level, self.reference_names = level, reference_names
+        self.methods = {n.name: n for n in cls.body if isinstance(n, ast.FunctionDef)}
+        self.module_funcs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+        self.module_vars = {t.id for n in tree.body if isinstance(n, (ast.Assign, ast.AnnAssign))
+                            for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
+                            if isinstance(t, ast.Name)}
+        self.extensions = set(extension_names)  # names/self-attrs holding a load_inline module
+        self.self_kinds: dict[str, str] = {}  # self attr -> "ext" | "torch" | "tensor" | "reference"
+        self.report = ForwardReport()
+        self._init_attrs()
+
+    # -- phase 1: what __init__ stores on self ------------------------------------------------
+    def _init_attrs(self) -> None:
+        init = self.methods.get("__init__")
+        for node in ast.walk(init) if init else ():
+            targets: list[ast.expr] = []
+            value: ast.expr | None = None
+            if isinstance(node, ast.Assign):
+                targets, value = node.targets, node.value
+            elif isinstance(node, ast.AnnAssign):
+                targets, value = [node.target], node.value
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "register_buffer":
+                if node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
+                    self.self_kinds[node.args[0].value] = "tensor"
+            for t in targets:
+                name = _self_attr(t)
+                if name and value is not None:
+                    self.self_kinds[name] = self._kind_of_init_value(value)
+
+    def _kind_of_init_value(self, value: ast.expr) -> str:
+        if isinstance(value, ast.Name) and value.id in self.extensions:
+            return "ext"
+        if isinstance(value, ast.Call) and _callee(value.func) == "load_inline":
+            return "ext"
+        if isinstance(value, ast.Attribute) and value.attr in self.exposed:
+            return "kernel"
+        func = value.func if isinstance(value, ast.Call) else value
+        if isinstance(func, ast.Name) and func.id in self.reference_names:
+            return "reference"
+        d = dotted(func, self.aliases)
+        if d is None or not d.startswith("torch."):
+            return "other"
+        if not isinstance(value, ast.Call):
+            return "torch"  # self.fn = torch.relu
+        last = d.rsplit(".", 1)[-1]
+        if d.startswith("torch.nn.") and not d.startswith(("torch.nn.functional.", "torch.nn.init.")) \
+                and last not in NN_NON_COMPUTE:
+            return "torch"  # self.conv = nn.Conv2d(...): calling it in forward is PyTorch compute
+        return "tensor"  # nn.Parameter(...), torch.randn(...)
+
+    # -- phase 2: reachability -----------------------------------------------------------------
+    def reachable(self) -> list[ast.FunctionDef]:
+        todo = [self.methods[n] for n in ("forward", "__call__") if n in self.methods]
+        seen: dict[int, ast.FunctionDef] = {}
+        while todo:
+            fn = todo.pop()
+            if id(fn) in seen:
+                continue
+            seen[id(fn)] = fn
+            for node in ast.walk(fn):
+                name = _self_attr(node)
+                if name in self.methods and name != "__init__":
+                    todo.append(self.methods[name])
+                if isinstance(node, ast.Name) and node.id in self.module_funcs:
+                    todo.append(self.module_funcs[node.id])
+        return sorted(seen.values(), key=lambda f: f.lineno)
+
+    # -- phase 3: judge each reachable function --------------------------------------------------
+    def run(self) -> ForwardReport:
+        self.report.reachable = self.reachable()
+        for fn in self.report.reachable:
+            self._function(fn)
+        for stmt in self.cls.body:  # `forward = torch.relu` and friends at class level
+            if isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id in ("forward", "__call__")
+                                                     for t in stmt.targets):
+                self.report.findings.append(Finding(
+                    "static.torch_op_in_forward", stmt,
+                    "`forward` is assigned instead of defined: the callable it names is not the candidate's "
+                    "kernel code. Define `def forward(self, ...)` that launches the kernel."))
+        return self.report
+
+    def _function(self, fn: ast.FunctionDef) -> None:
+        tensors = self._tensor_names(fn)
+        for deco in fn.decorator_list:
+            d = dotted(deco.func if isinstance(deco, ast.Call) else deco, self.aliases) or ""
+            if d.rsplit(".", 1)[-1] in ("lru_cache", "cache", "cached_property"):
+                self._add("static.output_cache", deco,
+                          f"`@{d}` on `{fn.name}` returns stored results for repeated inputs instead of computing.")
+        for node in ast.walk(fn):
+            self._node(node, fn, tensors)
+
+    def _tensor_names(self, fn: ast.FunctionDef) -> set[str]:
+        names: set[str] = set()
+        if fn.name in ("forward", "__call__"):
+            for a in fn.args.args[1:] + fn.args.kwonlyargs:
+                ann = ast.unparse(a.annotation) if a.annotation else ""
+                if ann.split("[")[0] not in _SCALAR_ANNOTATIONS:
+                    names.add(a.arg)
+            if fn.args.vararg:
+                names.add(fn.args.vararg.arg)
+        else:
+            for a in fn.args.args + fn.args.kwonlyargs:
+                if a.annotation is not None and "Tensor" in ast.unparse(a.annotation):
+                    names.add(a.arg)
+        assigns = sorted((n for n in ast.walk(fn) if isinstance(n, (ast.Assign, ast.AnnAssign))),
+                         key=lambda n: (n.lineno, n.col_offset))
+        for _ in range(2):  # two passes settle simple chains like `a = x; b = a`
+            for n in assigns:
+                targets = n.targets if isinstance(n, ast.Assign) else [n.target]
+                if n.value is not None and self._is_tensor(n.value, names):
+                    names.update(t.id for t in targets if isinstance(t, ast.Name))
+        return names
+
+    def _is_tensor(self, e: ast.expr, tensors: set[str]) -> bool:
+        if isinstance(e, ast.Name):
+            return e.id in tensors
+        if (attr := _self_attr(e)) is not None:
+            return self.self_kinds.get(attr) == "tensor"
+        if isinstance(e, ast.Attribute):
+            return e.attr not in _NON_TENSOR_ATTRS and e.attr in ("T", "mT", "data", "real", "imag") \
+                and self._is_tensor(e.value, tensors)
+        if isinstance(e, ast.Subscript):
+            return self._is_tensor(e.value, tensors)
+        if isinstance(e, ast.BinOp):
+            return self._is_tensor(e.left, tensors) or self._is_tensor(e.right, tensors)
+        if isinstance(e, ast.UnaryOp):
+            return self._is_tensor(e.operand, tensors)
+        if isinstance(e, ast.Call):
+            if self._is_kernel_call(e):
+                return True
+            d = dotted(e.func, self.aliases)
+            if d and d.startswith("torch."):
+                return d.rsplit(".", 1)[-1] not in ("numel", "is_tensor", "is_floating_point", "Size", "device")
+            if isinstance(e.func, ast.Attribute):
+                return e.func.attr not in _NON_TENSOR_METHODS and self._is_tensor(e.func.value, tensors)
+        return False
+
+    def _is_kernel_call(self, call: ast.Call) -> bool:
+        f = call.func
+        if isinstance(f, ast.Attribute):
+            recv = f.value
+            recv_name = recv.id if isinstance(recv, ast.Name) else None
+            return f.attr in self.exposed or recv_name in self.extensions or \
+                self.self_kinds.get(_self_attr(recv) or "") == "ext"
+        if isinstance(f, ast.Name):
+            return f.id in self.exposed
+        attr = _self_attr(f)
+        return attr is not None and self.self_kinds.get(attr) == "kernel"
+
+    def _add(self, code: str, node: ast.AST, message: str, warning: bool = False) -> None:
+        self.report.findings.append(Finding(code, node, message, warning))
+
+    def _torch_op(self, node: ast.AST, what: str) -> None:
+        lenient = self.level is Strictness.LENIENT
+        self._add("static.torch_op_in_forward", node,
+                  f"{what} runs a PyTorch kernel inside ModelNew.forward: the speedup would measure PyTorch, not "
+                  "your CUDA kernel. Do this computation in the kernel (glue such as `torch.empty_like`, "
+                  "`.view`, `.contiguous` is allowed; see docs/anticheat.md).", warning=lenient)
+
+    def _node(self, node: ast.AST, fn: ast.FunctionDef, tensors: set[str]) -> None:
+        if isinstance(node, ast.Try):
+            self._add("static.fallback_to_reference", node,
+                      "`try` in forward code: an `except` branch can fall back to PyTorch or the reference when "
+                      "the kernel fails, so a broken kernel would still pass. Let errors propagate.")
+        elif isinstance(node, (ast.If, ast.IfExp)):
+            self._branch_fallback(node, fn)
+        elif isinstance(node, (ast.Global, ast.Nonlocal)):
+            self._add("static.output_cache", node,
+                      f"`{type(node).__name__.lower()} {', '.join(node.names)}` in forward code keeps state across "
+                      "calls (an output cache would pass timing without computing).")
+        elif isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+            self._assignment(node, fn, tensors)
+        elif isinstance(node, ast.Call):
+            self._call(node, tensors)
+        elif isinstance(node, ast.BinOp):
+            if isinstance(node.op, ast.MatMult):
+                self._torch_op(node, "`@` (matrix multiply)")
+            elif self._is_tensor(node.left, tensors) or self._is_tensor(node.right, tensors):
+                self._torch_op(node, f"tensor arithmetic `{_short(node)}`")
+        elif isinstance(node, ast.UnaryOp) and not isinstance(node.op, ast.Not):
+            if self._is_tensor(node.operand, tensors):
+                self._torch_op(node, f"tensor arithmetic `{_short(node)}`")
+        elif isinstance(node, ast.Compare):
+            ops_compute = all(not isinstance(o, (ast.Is, ast.IsNot, ast.In, ast.NotIn)) for o in node.ops)
+            if ops_compute and any(self._is_tensor(e, tensors) for e in [node.left, *node.comparators]):
+                self._torch_op(node, f"tensor comparison `{_short(node)}`")
+            if not ops_compute and any(_uses_identity(e) for e in [node.left, *node.comparators]):
+                self._add("static.output_cache", node, "membership test keyed by an input's identity/address: "
+                          "results cached per input would be returned without computing.")
+        elif isinstance(node, ast.Subscript) and _uses_identity(node.slice):
+            self._add("static.output_cache", node, "lookup keyed by `id(...)`/`data_ptr()`: results cached per "
+                      "input address would be returned without computing.")
+        elif isinstance(node, ast.Name) and node.id in self.reference_names and isinstance(node.ctx, ast.Load):
+            self._add("static.holds_reference_model", node,
+                      f"forward code uses `{node.id}`, the reference: the candidate would run the reference.")
+        elif isinstance(node, ast.Attribute):
+            d = dotted(node, self.aliases)
+            if d and d.rsplit(".", 1)[-1] in _LOW_PRECISION and d.startswith("torch."):
+                self._add("static.precision_downgrade", node,
+                          f"`{d}` in forward: computing in reduced precision for a float32 reference passes the "
+                          "tolerance while doing less work than asked.", warning=True)
+
+    def _assignment(self, node: ast.Assign | ast.AugAssign | ast.AnnAssign, fn: ast.FunctionDef,
+                    tensors: set[str]) -> None:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        if isinstance(node, ast.AugAssign) and (self._is_tensor(node.target, tensors)
+                                                or self._is_tensor(node.value, tensors)):
+            self._torch_op(node, f"in-place tensor arithmetic `{_short(node)}`")
+        value = node.value
+        is_lazy_build = isinstance(value, ast.Call) and _callee(value.func) == "load_inline"
+        for t in targets:
+            base = t.value if isinstance(t, ast.Subscript) else t
+            attr = _self_attr(base)
+            if attr is not None and fn.name != "__init__" and not is_lazy_build:
+                self._add("static.output_cache", t,
+                          f"forward code stores `self.{attr}`: state kept across calls lets a later call return a "
+                          "stored result. Allocate buffers in `__init__`; compute every output in the call.")
+            elif isinstance(base, ast.Name) and isinstance(t, ast.Subscript) and base.id in self.module_vars:
+                self._add("static.output_cache", t,
+                          f"forward code writes into module-level `{base.id}`: a module-level cache returns stored "
+                          "outputs instead of computing.")
+
+    def _call(self, node: ast.Call, tensors: set[str]) -> None:
+        func = node.func
+        if self._is_kernel_call(node):
+            self.report.kernel_calls.add(_callee(func) or "")
+            return
+        name = _callee(func)
+        if name in IDENTITY_FUNCS and isinstance(func, ast.Name):
+            self._add("static.output_cache", node, f"`{name}(...)` in forward code: an input's identity is the "
+                      "key of an output cache (results returned without computing).")
+            return
+        if isinstance(func, ast.Name) and func.id in ("abs", "sum", "pow", "max", "min", "round", "divmod") \
+                and any(self._is_tensor(a, tensors) for a in node.args):
+            self._torch_op(node, f"`{func.id}(...)` on a tensor")
+            return
+        if isinstance(func, ast.Name) and func.id in self.reference_names:
+            return  # reported by the Name visit
+        d = dotted(func, self.aliases)
+        if d is not None:
+            if d.startswith("torch."):
+                self._torch_call(node, d)
+            return
+        attr = _self_attr(func)
+        if attr is not None:
+            kind = self.self_kinds.get(attr)
+            if kind == "torch":
+                self._torch_op(node, f"`self.{attr}(...)` (a torch.nn layer or torch function)")
+            elif kind == "reference":
+                self._add("static.holds_reference_model", node,
+                          f"`self.{attr}` is an instance of the reference `Model`; calling it runs the reference.")
+            return
+        if isinstance(func, ast.Attribute):
+            if func.attr in ("half", "bfloat16"):
+                self._add("static.precision_downgrade", node, f"`.{func.attr}()` converts to reduced precision: "
+                          "for a float32 reference it passes the tolerance with less work.", warning=True)
+            if tensor_method_is_compute(func.attr, self.level):
+                self._torch_op(node, f"`.{func.attr}(...)`")
+
+    def _torch_call(self, node: ast.Call, d: str) -> None:
+        last = d.rsplit(".", 1)[-1]
+        if d.startswith("torch.cuda."):
+            return  # device/stream plumbing, no compute; streams are `static.stream_or_thread`
+        if d.startswith("torch.nn.") and not d.startswith(_TORCH_SUBMODULES_COMPUTE):
+            if last not in NN_NON_COMPUTE:
+                self._torch_op(node, f"`{d}` (a torch.nn layer built in forward)")
+            return
+        if d.startswith(_TORCH_SUBMODULES_COMPUTE) or not torch_function_allowed(last, self.level):
+            self._torch_op(node, f"`{d}(...)`")
+
+    def _branch_fallback(self, node: ast.If | ast.IfExp, fn: ast.FunctionDef) -> None:
+        body = node.body if isinstance(node.body, list) else [node.body]
+        orelse = node.orelse if isinstance(node.orelse, list) else [node.orelse]
+        inside_if = {id(n) for n in ast.walk(node)}
+        rest = [n for n in ast.walk(fn) if id(n) not in inside_if]  # the function outside this `if`
+        for branch, other in ((body, orelse), (orelse, body)):
+            torch_here = self._computes_with_torch(branch)
+            kernel_here = self._calls_kernel(branch)
+            torch_elsewhere = self._computes_with_torch(other) or self._computes_with_torch(rest)
+            kernel_elsewhere = self._calls_kernel(other) or self._calls_kernel(rest)
+            if (torch_here and not kernel_here and kernel_elsewhere) or \
+                    (kernel_here and not torch_here and torch_elsewhere):
+                self._add("static.fallback_to_reference", node,
+                          "a branch computes with PyTorch (or the reference) while another path calls the kernel: "
+                          "the measured path may not be the kernel. Remove the fallback branch.")
+                return
+
+    def _computes_with_torch(self, stmts: Iterable[ast.AST]) -> bool:
+        for s in stmts:
+            for n in ast.walk(s):
+                if isinstance(n, ast.Name) and n.id in self.reference_names:
+                    return True
+                if isinstance(n, ast.Call) and not self._is_kernel_call(n):
+                    d = dotted(n.func, self.aliases)
+                    if d and d.startswith("torch.") and not torch_function_allowed(d.rsplit(".", 1)[-1], self.level):
+                        return True
+                    if isinstance(n.func, ast.Attribute) and d is None and n.func.attr in COMPUTE_METHODS:
+                        return True
+                    if self.self_kinds.get(_self_attr(n.func) or "") in ("torch", "reference"):
+                        return True
+        return False
+
+    def _calls_kernel(self, stmts: Iterable[ast.AST]) -> bool:
+        return any(isinstance(n, ast.Call) and self._is_kernel_call(n) for s in stmts for n in ast.walk(s))
+
+
+def _callee(func: ast.expr) -> str | None:
+    if isinstance(func, ast.Name):
+        return func.id
+    if isinstance(func, ast.Attribute):
+        return func.attr
+    return None
+
+
+def _uses_identity(e: ast.AST) -> bool:
+    for n in ast.walk(e):
+        if isinstance(n, ast.Call):
+            name = _callee(n.func)
+            if (isinstance(n.func, ast.Name) and name in IDENTITY_FUNCS) or \
+                    (isinstance(n.func, ast.Attribute) and name in IDENTITY_METHODS):
+                return True
+    return False
+
+
+def _short(node: ast.AST) -> str:
+    text = ast.unparse(node)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def analyze_forward(tree: ast.Module, cls: ast.ClassDef, aliases: dict[str, str], exposed: set[str],
+                    extension_names: set[str], reference_names: set[str], level: Strictness) -> ForwardReport:
+    """Findings for `cls` (ModelNew) under `level`; `exposed` are the extension's Python function names."""
+    return _Analyzer(tree, cls, aliases, exposed, extension_names, reference_names, level).run()

@@ -1,0 +1,152 @@
+"""What a candidate's `ModelNew.forward` may do with PyTorch: the glue allow-list per strictness level.
+
+The rule (docs/anticheat.md): the custom CUDA kernel must do the computing. PyTorch may only
+*arrange* data around it — allocate outputs, take views, read metadata, move to the device. A
+compute op (matmul, conv, `torch.relu`, `F.softmax`, `x @ w`, `x + y` on tensors …) in `forward`
+or anything it calls is an error, because the speedup would then measure PyTorch, not the kernel.
+
+Three levels (`VerifyConfig.static_policy`):
+
+- `strict`  — allocation without initialisation (`empty*`), views and metadata only. Even
+  `zeros`/`fill_`/`clone`/dtype casts are errors: every byte the output holds comes from the kernel.
+- `default` — also initialising allocations (`zeros`, `ones`, `full`, `new_zeros`, `fill_`,
+  `zero_`; an atomicAdd reduction needs a zeroed output), `clone`/`copy_` and dtype casts.
+- `lenient` — the "forward-wrapper" style (KernelBench issue #57): compute ops are *warnings*,
+  as long as forward launches at least one custom kernel; `cat`/`stack` count as glue.
+
+This module holds tables only; `static_checks.py` applies them. It does not decide what a
+call's receiver is (that needs the AST walk) and it knows nothing about C++ (`static_cuda.py`).
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class Strictness(str, enum.Enum):
+    STRICT = "strict"
+    DEFAULT = "default"
+    LENIENT = "lenient"
+
+
+def parse_strictness(value: object) -> Strictness:
+    """`"strict"`/`"default"`/`"lenient"` (or a `Strictness`) → `Strictness`; anything else is an error."""
+    if isinstance(value, Strictness):
+        return value
+    try:
+        return Strictness(str(value))
+    except ValueError:
+        allowed = ", ".join(s.value for s in Strictness)
+        raise ValueError(
+            f"static_policy={value!r} is not a strictness level; use one of {allowed} "
+            "(docs/anticheat.md explains each)"
+        ) from None
+
+
+# -- torch.<fn>(...) functions -------------------------------------------------------------------
+
+# Allocation without initialisation, metadata, views, device/stream queries, context managers.
+TORCH_GLUE_ALWAYS = frozenset({
+    "empty", "empty_like", "empty_strided", "is_tensor", "is_floating_point", "is_complex",
+    "numel", "device", "Size", "finfo", "iinfo", "get_default_dtype", "broadcast_shapes",
+    "reshape", "flatten", "unflatten", "squeeze", "unsqueeze", "transpose", "permute", "narrow",
+    "split", "chunk", "unbind", "as_strided", "movedim", "swapaxes", "no_grad", "inference_mode",
+    "set_grad_enabled", "enable_grad", "load_inline",
+    # torch.cuda.* / torch.backends queries (attribute chains are matched on their last name)
+    "current_stream", "default_stream", "current_device", "get_device_properties", "is_available",
+    "device_count", "get_device_name", "get_device_capability", "synchronize", "set_device",
+})
+# Initialising allocations, copies and casts: fine in default, errors in strict.
+TORCH_GLUE_DEFAULT = frozenset({
+    "zeros", "zeros_like", "ones", "ones_like", "full", "full_like", "tensor", "as_tensor",
+    "from_numpy", "arange", "clone",
+})
+TORCH_GLUE_LENIENT = frozenset({"cat", "concat", "concatenate", "stack", "hstack", "vstack"})
+
+# -- tensor.<method>(...) ------------------------------------------------------------------------
+
+# Methods are judged by name only: the receiver's type is unknown statically, so a method name
+# is flagged only when it is a known *compute* method (below), never merely for being unknown.
+TENSOR_GLUE_ALWAYS = frozenset({
+    "size", "dim", "numel", "stride", "storage_offset", "data_ptr", "element_size", "nelement",
+    "is_contiguous", "contiguous", "view", "view_as", "reshape", "reshape_as", "flatten",
+    "unflatten", "squeeze", "unsqueeze", "permute", "transpose", "t", "expand", "expand_as",
+    "narrow", "select", "unbind", "split", "chunk", "as_strided", "new_empty", "new_empty_strided",
+    "get_device", "is_floating_point", "detach", "requires_grad_", "to", "cuda", "item",
+    "untyped_storage", "movedim", "swapaxes",
+})
+TENSOR_GLUE_DEFAULT = frozenset({
+    "new_zeros", "new_ones", "new_full", "new_tensor", "fill_", "zero_", "clone", "copy_",
+    "float", "double", "half", "bfloat16", "int", "long", "short", "type_as",
+})
+
+# Known tensor compute methods (and their in-place `_` forms, added below).
+_COMPUTE_METHOD_BASE = frozenset({
+    "abs", "acos", "add", "addbmm", "addcdiv", "addcmul", "addmm", "addmv", "all", "amax", "amin",
+    "any", "argmax", "argmin", "argsort", "asin", "atan", "atan2", "baddbmm", "bmm", "ceil",
+    "clamp", "clamp_min", "clamp_max", "clip", "conv1d", "conv2d", "conv3d", "cos", "cosh",
+    "cummax", "cummin", "cumprod", "cumsum", "diag", "div", "divide", "dot", "einsum", "eq", "erf",
+    "erfc", "exp", "exp2", "expm1", "flip", "floor", "floor_divide", "fmod", "gather", "ge",
+    "gelu", "gt", "hardtanh", "index_add", "index_select", "inner", "kron", "le", "lerp", "log",
+    "log10", "log1p", "log2", "log_softmax", "logical_and", "logical_not", "logical_or",
+    "logsumexp", "lt", "masked_fill", "masked_scatter", "matmul", "max", "maximum", "mean",
+    "median", "min", "minimum", "mm", "mode", "mul", "multiply", "mv", "nan_to_num", "ne", "neg",
+    "negative", "norm", "outer", "pow", "prod", "reciprocal", "relu", "remainder", "renorm",
+    "repeat", "repeat_interleave", "roll", "round", "rsqrt", "scatter", "scatter_add", "sigmoid",
+    "sign", "silu", "sin", "sinh", "softmax", "sort", "sqrt", "square", "std", "sub", "subtract",
+    "sum", "tan", "tanh", "tile", "topk", "tril", "triu", "true_divide", "trunc", "var", "where",
+    "xlogy", "softplus", "cross", "cumulative_trapezoid", "histc", "kthvalue", "nansum",
+    "nanmean", "logaddexp", "hypot", "heaviside", "leaky_relu", "elu", "selu", "mish", "hardswish",
+    "hardsigmoid", "normalize", "layer_norm", "group_norm", "batch_norm", "instance_norm",
+    "linear", "dropout", "sgn", "frac", "exp_", "abs_",
+})
+COMPUTE_METHODS = _COMPUTE_METHOD_BASE | frozenset(n + "_" for n in _COMPUTE_METHOD_BASE)
+# Operator dunders called by name (`x.__matmul__(w)`) are compute too.
+COMPUTE_DUNDERS = frozenset({
+    "__add__", "__radd__", "__iadd__", "__sub__", "__rsub__", "__isub__", "__mul__", "__rmul__",
+    "__imul__", "__truediv__", "__rtruediv__", "__itruediv__", "__matmul__", "__rmatmul__",
+    "__pow__", "__neg__", "__abs__", "__floordiv__", "__mod__", "__lt__", "__le__", "__gt__",
+    "__ge__", "__eq__", "__ne__", "__and__", "__or__", "__xor__",
+})
+
+# `torch.nn` classes that hold no computation when called (or are only containers of params).
+NN_NON_COMPUTE = frozenset({"Parameter", "ParameterList", "ParameterDict", "Buffer", "Identity"})
+
+# Libraries that compute on the GPU without being the candidate's CUDA (`import cupy` …).
+FOREIGN_COMPUTE_MODULES = frozenset({"cupy", "triton", "jax", "jaxlib", "numba", "tensorflow", "pycuda"})
+# Imports that start threads or processes.
+CONCURRENCY_MODULES = frozenset({
+    "threading", "_thread", "multiprocessing", "concurrent", "subprocess", "asyncio", "sched",
+    "torch.multiprocessing",
+})
+# Imports whose only use in a kernel file is to get around the Python-level checks.
+DYNAMIC_CODE_MODULES = frozenset({"ctypes", "importlib", "builtins", "inspect", "gc", "marshal", "pickle"})
+# Calls that run code the static checks cannot see.
+DYNAMIC_CODE_BUILTINS = frozenset({"exec", "eval", "compile", "__import__", "globals", "vars"})
+# Attribute names whose patching games the measurement (timers, sync, comparison).
+TIMER_NAMES = frozenset({
+    "Event", "elapsed_time", "record", "synchronize", "perf_counter", "perf_counter_ns", "time",
+    "time_ns", "monotonic", "monotonic_ns", "process_time", "do_bench", "allclose", "isclose",
+    "equal", "testing", "assert_close", "median", "mean",
+})
+# Functions that reveal an input's identity, the key of an output cache.
+IDENTITY_FUNCS = frozenset({"id", "hash"})
+IDENTITY_METHODS = frozenset({"data_ptr", "_cdata", "untyped_storage", "storage"})
+
+
+def torch_function_allowed(name: str, level: Strictness) -> bool:
+    """Whether `torch.<...>.name(...)` is glue at `level`."""
+    if name in TORCH_GLUE_ALWAYS:
+        return True
+    if level is not Strictness.STRICT and name in TORCH_GLUE_DEFAULT:
+        return True
+    return level is Strictness.LENIENT and name in TORCH_GLUE_LENIENT
+
+
+def tensor_method_is_compute(name: str, level: Strictness) -> bool:
+    """Whether `<tensor>.name(...)` computes (flagged) at `level`; unknown names are not flagged."""
+    if name in TENSOR_GLUE_ALWAYS:
+        return False
+    if name in TENSOR_GLUE_DEFAULT:
+        return level is Strictness.STRICT
+    return name in COMPUTE_METHODS or name in COMPUTE_DUNDERS
