@@ -1,0 +1,172 @@
+"""Dynamic anti-cheat checks on CPU tensors (mutation, aliasing, subclasses, constant/zero
+outputs, determinism, kernel-name matching, side-stream and thread arithmetic, patched timers)
+and, under `gpu`, the profiler and stream measurements on real kernels."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from cudice.verifier import dynamic_checks as dc  # noqa: E402
+from cudice.verifier.result import Severity, Stage  # noqa: E402
+
+
+def codes(diags: list) -> set[str]:
+    return {d.code for d in diags if d.severity is Severity.ERROR}
+
+
+def test_input_mutation_is_caught_and_clean_inputs_pass() -> None:
+    x, n = torch.randn(64), 3
+    before = dc.snapshot_inputs([x, n])
+    assert dc.check_inputs_unchanged(before, [x, n]) == []
+    x[5] = 0.0
+    diags = dc.check_inputs_unchanged(before, [x, n])
+    assert codes(diags) == {"dynamic.input_mutated"} and diags[0].stage is Stage.CORRECTNESS
+    assert "#0" in diags[0].message
+
+
+def test_nan_inputs_left_alone_are_unchanged() -> None:
+    x = torch.tensor([1.0, float("nan"), 3.0])
+    assert dc.check_inputs_unchanged(dc.snapshot_inputs([x]), [x]) == []
+
+
+def test_outputs_must_be_plain_dense_tensors_of_the_reference_dtype() -> None:
+    ref = torch.randn(8)
+
+    class Lazy(torch.Tensor):
+        pass
+
+    assert dc.check_outputs_plain(torch.randn(8), ref) == []
+    assert codes(dc.check_outputs_plain(torch.randn(8).as_subclass(Lazy), ref)) == {"dynamic.output_not_plain_tensor"}
+    assert codes(dc.check_outputs_plain([1.0, 2.0], [ref, ref])) == {"dynamic.output_not_plain_tensor"}
+    assert codes(dc.check_outputs_plain(torch.randn(8).to_sparse(), ref)) == {"dynamic.output_not_plain_tensor"}
+    assert codes(dc.check_outputs_plain(torch.randn(8).half(), ref)) == {"dynamic.output_dtype_mismatch"}
+    assert codes(dc.check_outputs_plain(torch.empty(8, device="meta"), ref)) == {"dynamic.output_not_plain_tensor"}
+
+
+def test_aliasing_inputs_or_reference_outputs() -> None:
+    x = torch.randn(16)
+    ref_out = torch.relu(x)
+    fresh = torch.empty_like(x)
+    assert dc.check_no_aliasing(fresh, [x], ref_out) == []
+    assert codes(dc.check_no_aliasing(x, [x], ref_out)) == {"dynamic.output_aliases_input"}
+    assert codes(dc.check_no_aliasing(x.view(4, 4)[1:], [x])) == {"dynamic.output_aliases_input"}
+    assert codes(dc.check_no_aliasing((fresh, ref_out[2:]), [x], ref_out)) == {"dynamic.output_aliases_reference"}
+
+
+def test_zero_and_constant_outputs_when_the_reference_varies() -> None:
+    refs = [torch.softmax(torch.randn(4, 4096), dim=1) for _ in range(3)]  # tiny values (~2.4e-4)
+    assert torch.allclose(torch.zeros(4, 4096), refs[0], atol=1e-2, rtol=1e-2)  # why the check exists
+    zeros = [torch.zeros_like(r) for r in refs]
+    assert "dynamic.zero_output" in codes(dc.check_not_constant(zeros, refs))
+    const = [torch.full_like(r, 1 / 4096) for r in refs]
+    assert "dynamic.constant_output" in codes(dc.check_not_constant(const, refs))
+    same = [refs[0].clone() for _ in refs]  # a cached first answer, returned for every input
+    assert codes(dc.check_not_constant(same, refs)) == {"dynamic.constant_output"}
+    assert dc.check_not_constant([r.clone() for r in refs], refs) == []
+
+
+def test_constant_reference_allows_constant_output() -> None:
+    refs = [torch.zeros(8) for _ in range(3)]  # e.g. a task whose answer is identically zero
+    assert dc.check_not_constant([torch.zeros(8) for _ in range(3)], refs) == []
+
+
+def test_determinism() -> None:
+    a = torch.randn(32)
+    assert dc.check_deterministic(a, a.clone() + 1e-6, atol=1e-4, rtol=1e-4) == []
+    b = a.clone()
+    b[3] += 1.0
+    assert codes(dc.check_deterministic(a, b, atol=1e-2, rtol=1e-2)) == {"dynamic.nondeterministic"}
+
+
+@pytest.mark.parametrize(("name", "ident"), [
+    ("relu_kernel(float const*, float*, long)", "relu_kernel"),
+    ("void softmax_kernel<512>(float const*, float*, int)", "softmax_kernel"),
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>(int, ...)",
+     "vectorized_elementwise_kernel"),
+    ("ns::inner::k2(int)", "k2"),
+])
+def test_kernel_identifier(name: str, ident: str) -> None:
+    assert dc.kernel_identifier(name) == ident
+
+
+def test_kernels_ran_decoy_and_torch_work() -> None:
+    mine = dc.KernelRun("relu_kernel(float const*, float*, long)", 10.0)
+    fill = dc.KernelRun("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>()", 3.0)
+    gemm = dc.KernelRun("sm90_xmma_gemm_f32f32_tf32f32_f32_nn_n_tilesize128x128x32", 80.0)
+    assert dc.check_kernels_ran([mine, fill], ["relu_kernel"]) == []
+    decoy = dc.check_kernels_ran([gemm], ["relu_kernel"])
+    assert codes(decoy) == {"dynamic.kernel_not_launched", "dynamic.torch_kernels_did_work"}
+    mostly_torch = dc.check_kernels_ran([mine, gemm], ["relu_kernel"])
+    assert codes(mostly_torch) == {"dynamic.torch_kernels_did_work"}
+    small_extra = dc.check_kernels_ran([dc.KernelRun("relu_kernel(x)", 90.0), dc.KernelRun("reduce_kernel<>", 5.0)],
+                                       ["relu_kernel"])
+    assert codes(small_extra) == set() and small_extra[0].severity is Severity.WARNING
+
+
+def test_side_stream_arithmetic() -> None:
+    assert dc.check_side_stream(event_ms=5.0, synced_wall_ms=5.05) == []
+    assert dc.check_side_stream(event_ms=0.01, synced_wall_ms=0.06) == []  # launch overhead only
+    assert codes(dc.check_side_stream(event_ms=0.02, synced_wall_ms=7.0)) == {"dynamic.side_stream"}
+
+
+def test_thread_count_sees_a_new_thread() -> None:
+    before = dc.count_threads()
+    stop = threading.Event()
+    t = threading.Thread(target=stop.wait)
+    t.start()
+    try:
+        assert codes(dc.check_thread_count(before, dc.count_threads())) == {"dynamic.thread_spawned"}
+    finally:
+        stop.set()
+        t.join()
+    deadline = time.monotonic() + 5.0  # the OS thread leaves /proc shortly after join() returns
+    while dc.count_threads() > before and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert dc.check_thread_count(before, dc.count_threads()) == []
+
+
+def test_patched_timers_and_comparisons_are_detected(monkeypatch: pytest.MonkeyPatch) -> None:
+    snap = dc.snapshot_guarded()
+    assert dc.check_guarded_intact(snap) == []
+    monkeypatch.setattr(torch, "allclose", lambda *a, **k: True)
+    monkeypatch.setattr(time, "perf_counter", lambda: 0.0)
+    diags = dc.check_guarded_intact(snap)
+    assert codes(diags) == {"dynamic.timer_patched"}
+    assert "torch.allclose" in diags[0].message and "time.perf_counter" in diags[0].message
+
+
+# -- GPU ---------------------------------------------------------------------------------------------
+
+@pytest.mark.gpu
+def test_profiler_sees_torch_kernels_and_not_a_decoy() -> None:
+    x = torch.randn(1 << 20, device="cuda")
+    torch.relu(x)  # warm up
+    runs = dc.profile_kernels(lambda t: torch.relu(t) * 2, [x])
+    assert runs and all(r.device_time_us >= 0 for r in runs)
+    diags = dc.check_kernels_ran(runs, ["my_relu_kernel"])
+    assert codes(diags) == {"dynamic.kernel_not_launched", "dynamic.torch_kernels_did_work"}
+
+
+@pytest.mark.gpu
+def test_side_stream_work_is_measured() -> None:
+    a = torch.randn(4096, 4096, device="cuda")
+    side = torch.cuda.Stream()
+
+    def honest(t: torch.Tensor) -> torch.Tensor:
+        return t @ t
+
+    def hidden(t: torch.Tensor) -> torch.Tensor:
+        with torch.cuda.stream(side):
+            for _ in range(20):
+                out = t @ t
+        return out
+
+    honest(a), hidden(a)
+    torch.cuda.synchronize()
+    assert dc.check_side_stream(*dc.measure_stream_escape(honest, [a])) == []
+    assert codes(dc.check_side_stream(*dc.measure_stream_escape(hidden, [a]))) == {"dynamic.side_stream"}
