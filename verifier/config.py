@@ -50,6 +50,7 @@ class VerifyConfig:
     cache_dir: Path = field(default_factory=default_cache_dir)
     nvcc: str = "nvcc"
     max_jobs: int = 2  # ninja jobs per build
+    static_policy: str = "default"  # "strict" | "default" | "lenient" (static_policy.py, docs/anticheat.md)
     static_policy: str = "default"  # anti-cheat strictness: strict | default | lenient (docs/anticheat.md)
 
     def __post_init__(self) -> None:
@@ -67,6 +68,8 @@ class VerifyConfig:
         _require(self.timing_warmup_ms >= 0, "timing_warmup_ms", self.timing_warmup_ms, "must be ≥ 0", "use 100")
         _require(self.l2_flush_mib >= 0, "l2_flush_mib", self.l2_flush_mib, "must be ≥ 0", "use 256")
         _require(self.suspicious_speedup > 1, "suspicious_speedup", self.suspicious_speedup, "must be > 1", "use 10")
+        _require(self.static_policy in ("strict", "default", "lenient"), "static_policy", self.static_policy,
+                 "must be 'strict', 'default' or 'lenient'", "see docs/anticheat.md")
         _require(self.max_jobs >= 1, "max_jobs", self.max_jobs, "must be ≥ 1", "use the number of cores")
         _require(self.static_policy in ("strict", "default", "lenient"), "static_policy", self.static_policy,
                  "must be 'strict', 'default' or 'lenient'", "use 'default' (docs/anticheat.md)")
