@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import click
-
 from cudice.model.config import STRATEGY_NAMES, SamplerConfig
 
 

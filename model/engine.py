@@ -34,7 +34,7 @@ from cudice.model.prompts import (
     infill_stop_marker,
     splice_middle,
 )
-from cudice.model.runner import HFRunner
+from cudice.model.runner import HFRunner, Runner
 from cudice.model.sampler import BatchResult, BlockDiffusionSampler
 
 
@@ -69,12 +69,13 @@ class Generation:
 class Engine:
     """A loaded block-diffusion checkpoint plus its sampler."""
 
-    def __init__(self, loaded: LoadedModel) -> None:
+    def __init__(self, loaded: LoadedModel, runner: Runner | None = None) -> None:
+        """`runner` replaces the model forwards (tests pass a stub with scripted logits)."""
         self.loaded = loaded
         self.tokenizer = loaded.tokenizer
         self._sampler: BlockDiffusionSampler | None = None
         if loaded.ids.mask is not None:
-            self._sampler = BlockDiffusionSampler(HFRunner(loaded.model), loaded.ids.mask, loaded.ids.pad,
+            self._sampler = BlockDiffusionSampler(runner or HFRunner(loaded.model), loaded.ids.mask, loaded.ids.pad,
                                                   loaded.ids.stop, self.decode)
 
     # --- helpers -------------------------------------------------------------------------

@@ -107,7 +107,7 @@ def qwen3_config(raw: dict[str, Any]) -> Any:
     from transformers import Qwen3Config
 
     kwargs = {k: raw[k] for k in _QWEN3_FIELDS if k in raw and raw[k] is not None}
-    if "rope_parameters" in raw and raw["rope_parameters"]:
+    if raw.get("rope_parameters"):
         kwargs["rope_parameters"] = dict(raw["rope_parameters"])
     else:  # transformers 4 style: rope_theta + optional rope_scaling
         rope = dict(raw.get("rope_scaling") or {})
@@ -213,7 +213,6 @@ def _mask_id(raw: dict[str, Any], tokenizer: Any) -> int | None:
 
 def load_tokenizer(directory: Path) -> Any:
     from transformers import AutoTokenizer
-
     from transformers.utils import logging as hf_logging
 
     # AutoTokenizer peeks at config.json and warns about `model_type: sdar`: expected, it is not used.

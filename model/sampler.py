@@ -19,10 +19,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
-
 from cudice.model.config import SamplerConfig
 from cudice.model.runner import Runner, block_causal_mask, block_query_mask
 from cudice.model.sampling import sample_tokens
@@ -100,7 +98,7 @@ class BlockDiffusionSampler:
         # 1. layout: whole prompt blocks go to the prefill, left-padded to a common multiple of bl
         whole = [len(p) // bl * bl for p in prompts]
         prefix_len = max(whole)                                              # C, a multiple of bl
-        rows = [_Row(index=i, pad=prefix_len - w, tail=list(p[w:])) for i, (p, w) in enumerate(zip(prompts, whole))]
+        rows = [_Row(index=i, pad=prefix_len - w, tail=list(p[w:])) for i, (p, w) in enumerate(zip(prompts, whole, strict=True))]
         pad = torch.tensor([r.pad for r in rows], device=device)             # (B,)
         cache = self.runner.new_cache()
 
@@ -109,7 +107,7 @@ class BlockDiffusionSampler:
         valid = col[None, :] >= pad[:, None]                                 # (B, C) bool
         if prefix_len > 0:
             ids = torch.full((len(rows), prefix_len), self.pad_id, dtype=torch.long, device=device)
-            for r, p, w in zip(rows, prompts, whole):
+            for r, p, w in zip(rows, prompts, whole, strict=True):
                 ids[r.index, r.pad:] = torch.tensor(list(p[:w]), dtype=torch.long, device=device)
             pos = (col[None, :] - pad[:, None]).clamp(min=0)                # (B, C)
             forward(ids, block_causal_mask(valid, bl, dtype), pos)

@@ -18,7 +18,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
-
 from cudice.model.config import STRATEGY_NAMES
 
 Strategy = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, float], torch.Tensor]

@@ -7,7 +7,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-
 from cudice.model.config import SamplerConfig
 from cudice.model.sampling import sample_tokens
 from cudice.model.strategies import STRATEGIES, quota_schedule

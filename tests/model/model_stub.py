@@ -27,7 +27,7 @@ class StubRunner:
     confidence: Callable[[int], float] = lambda p: 0.99
     events: list[tuple] = field(default_factory=list)
     dtype: torch.dtype = torch.float32
-    device: torch.device = torch.device("cpu")
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
 
     def new_cache(self) -> StubCache:
         return StubCache()

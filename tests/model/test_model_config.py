@@ -6,7 +6,6 @@ import subprocess
 import sys
 
 import pytest
-
 from cudice.model.config import STRATEGY_NAMES, SamplerConfig
 from cudice.server.settings import Settings, parse_settings
 

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from model_stub import StubRunner, char_decode, text_target
-
 from cudice.model.config import SamplerConfig
 from cudice.model.runner import block_causal_mask, block_query_mask
 from cudice.model.sampler import BlockDiffusionSampler
+from model_stub import StubRunner, char_decode, text_target
 
 MASK, PAD, EOS = 1, 0, 4
 VOCAB = 128

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from model_reference import reference_generate
-
 from cudice.model.config import SamplerConfig
+from model_reference import reference_generate
 
 TEXT = "import torch\nclass Model(nn.Module):\n    def forward(self, a, b):\n        return a + b\n"
 LENGTHS = (9, 14, 1, 7, 8)  # every remainder mod the block length 4, and a prompt shorter than a block

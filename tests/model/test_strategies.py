@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import torch
-
 from cudice.model.config import STRATEGY_NAMES
 from cudice.model.strategies import STRATEGIES, quota_schedule
 
