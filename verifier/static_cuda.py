@@ -77,6 +77,7 @@ def blank_comments_and_strings(text: str) -> str:
     return _COMMENT_OR_STRING.sub(blank, text)
 
 
+_PREPROCESSOR_LINE = re.compile(r"^[ \t]*#(?:[^\n]*\\\n)*[^\n]*$", re.MULTILINE)
 _HEADER_FN = re.compile(r"\)\s*(?:const|noexcept|override|mutable|->\s*[\w:<>,\s*&]+|\s)*$")
 _NS_OR_EXTERN = re.compile(r"(?:namespace\s*[\w:]*|extern\s*\"[^\"]*\")\s*$")
 
@@ -93,7 +94,7 @@ def find_functions(code: str) -> list[CppFunction]:
             if "fn" in stack or "other" in stack:
                 stack.append("inner")
                 continue
-            header = code[start_of_decl:i]
+            header = _PREPROCESSOR_LINE.sub("", code[start_of_decl:i])
             if _NS_OR_EXTERN.search(header):
                 stack.append("ns")
                 start_of_decl = i + 1
@@ -291,7 +292,9 @@ def _pattern_findings(u: _Unit, level: Strictness) -> list[Diagnostic]:
                                "the real function and can fake the measurement."))
     lib_sev = Severity.WARNING if level is Strictness.LENIENT else Severity.ERROR
     glue = _CPP_GLUE_STRICT if level is Strictness.STRICT else _CPP_GLUE
-    for f, body in _host_bodies(u):
+    macros = [(CppFunction("#define", "", m.start(), m.end(), False), m.group(0))
+              for m in re.finditer(r"^[ \t]*#[ \t]*define\b(?:[^\n]*\\\n)*[^\n]*", u.code, re.MULTILINE)]
+    for f, body in [*_host_bodies(u), *macros]:
         for m in _ATEN_CALL.finditer(body):
             ns, name = m.group(1), m.group(2)
             if "cuda::" in ns or name in glue or name[:1].isupper():

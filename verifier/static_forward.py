@@ -42,6 +42,8 @@ _NON_TENSOR_METHODS = frozenset({
 _NON_TENSOR_ATTRS = frozenset({"shape", "dtype", "device", "ndim", "is_cuda", "layout", "requires_grad"})
 _LOW_PRECISION = frozenset({"float16", "half", "bfloat16"})
 _SCALAR_ANNOTATIONS = frozenset({"int", "float", "bool", "str", "tuple", "list"})
+_MUTATORS = frozenset({"append", "extend", "insert", "update", "setdefault", "add", "__setitem__", "appendleft"})
+_CONTAINER_FACTORIES = frozenset({"dict", "list", "set", "defaultdict", "OrderedDict", "deque"})
 _TORCH_SUBMODULES_COMPUTE = ("torch.nn.functional.", "torch.ops.", "torch.special.", "torch.linalg.", "torch.fft.")
 
 
@@ -171,6 +173,11 @@ class _Analyzer:
             if d.rsplit(".", 1)[-1] in ("lru_cache", "cache", "cached_property"):
                 self._add("static.output_cache", deco,
                           f"`@{d}` on `{fn.name}` returns stored results for repeated inputs instead of computing.")
+        for default in [*fn.args.defaults, *fn.args.kw_defaults]:
+            if isinstance(default, (ast.Dict, ast.List, ast.Set)) or (
+                    isinstance(default, ast.Call) and _callee(default.func) in _CONTAINER_FACTORIES):
+                self._add("static.output_cache", default,
+                          f"mutable default argument of `{fn.name}`: it survives between calls and can cache outputs.")
         for node in ast.walk(fn):
             self._node(node, fn, tensors)
 
@@ -256,6 +263,7 @@ class _Analyzer:
         elif isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
             self._assignment(node, fn, tensors)
         elif isinstance(node, ast.Call):
+            self._container_write(node, fn)
             self._call(node, tensors)
         elif isinstance(node, ast.BinOp):
             if isinstance(node.op, ast.MatMult):
@@ -304,6 +312,18 @@ class _Analyzer:
                 self._add("static.output_cache", t,
                           f"forward code writes into module-level `{base.id}`: a module-level cache returns stored "
                           "outputs instead of computing.")
+
+    def _container_write(self, node: ast.Call, fn: ast.FunctionDef) -> None:
+        func = node.func
+        if not isinstance(func, ast.Attribute) or func.attr not in _MUTATORS:
+            return
+        recv = func.value
+        owner = f"self.{_self_attr(recv)}" if _self_attr(recv) and fn.name != "__init__" else (
+            recv.id if isinstance(recv, ast.Name) and recv.id in self.module_vars else None)
+        if owner is not None:
+            self._add("static.output_cache", node,
+                      f"forward code calls `{owner}.{func.attr}(...)`: a container kept across calls can hold outputs "
+                      "that later calls return without computing.")
 
     def _call(self, node: ast.Call, tensors: set[str]) -> None:
         func = node.func

@@ -55,6 +55,20 @@ def test_warning_case_warns_without_rejecting(case: Case) -> None:
     assert set(case.codes) <= _codes(diags, Severity.WARNING)
 
 
+@pytest.mark.parametrize("case", load_corpus("dynamic"), ids=lambda c: c.name)
+def test_dynamic_exploit_gets_past_the_static_checks(case: Case) -> None:
+    """Dynamic cases hide from the static layer on purpose (macros, token pasting, C++ operators):
+    they exist to prove the run-time checks catch what the static ones cannot see."""
+    assert not has_violation(_check(case.path))
+    assert case.verdict != "correct" and all(c.startswith("dynamic.") for c in case.codes)
+
+
+def test_corpus_covers_every_kind() -> None:
+    kinds = {c.kind for c in load_corpus()}
+    assert kinds == {"honest", "static", "warning", "dynamic", "hostile"}
+    assert len(load_corpus("dynamic")) >= 6 and len(load_corpus("hostile")) >= 10
+
+
 @pytest.mark.parametrize("name", ["relu_cuda.py", "softmax_cuda.py"])
 def test_shipped_examples_pass_clean(name: str) -> None:
     assert _check(REPO / "examples" / name) == []

@@ -1,0 +1,38 @@
+# cudice: reference=references/relu.py
+# corpus: kind=hostile verdict=timeout
+# exploit: a kernel that never terminates
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+cuda_source = r"""
+#include <torch/extension.h>
+#include <cuda_runtime.h>
+__global__ void relu_kernel(const float* x, float* out, int64_t n, volatile int* flag) {
+    while (*flag == 0) { }
+}
+torch::Tensor relu_cuda(torch::Tensor x) {
+    auto out = torch::empty_like(x);
+    auto flag = torch::zeros({1}, x.options().dtype(torch::kInt32));
+    relu_kernel<<<1, 32>>>(x.data_ptr<float>(), out.data_ptr<float>(), x.numel(), flag.data_ptr<int>());
+    return out;
+}
+"""
+
+cpp_source = "torch::Tensor relu_cuda(torch::Tensor x);"
+
+ext = load_inline(
+    name="hostile_kernel_hang",
+    cpp_sources=cpp_source,
+    cuda_sources=cuda_source,
+    functions=['relu_cuda'],
+    verbose=False,
+)
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return ext.relu_cuda(x)

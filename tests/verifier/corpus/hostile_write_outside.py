@@ -1,0 +1,24 @@
+# cudice: reference=references/relu.py
+# corpus: kind=hostile verdict=runtime_error
+# exploit: writes into ~ and next to its working directory, then fails (the attack runs before load_inline, so no compiler is needed)
+import os
+import pathlib
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+pathlib.Path(os.path.expanduser('~/cudice_hostile_marker')).write_text('pwned')
+pathlib.Path('../cudice_hostile_marker').write_text('pwned')
+raise RuntimeError('wrote outside')
+
+ext = load_inline(name="hostile_write_outside", cpp_sources="torch::Tensor relu_cuda(torch::Tensor x);",
+                  cuda_sources="__global__ void k() {}\ntorch::Tensor relu_cuda(torch::Tensor x) { k<<<1, 1>>>(); return x; }",
+                  functions=["relu_cuda"])
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return ext.relu_cuda(x)
