@@ -40,6 +40,7 @@ class Verdict(str, enum.Enum):
     CRASH = "crash"
     COMPILED = "compiled"  # compile-only run that compiled cleanly
     INVALID_INPUT = "invalid_input"  # the file is not a usable candidate (parse stage)
+    CHECKED = "checked"  # quick_check found no error (parse + static + fast compile diagnostics only)
 
 
 class Severity(str, enum.Enum):
