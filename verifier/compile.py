@@ -31,6 +31,7 @@ from typing import Protocol
 
 from cudice.verifier.compiler_messages import CompilerMessage, caret_column, parse_messages
 from cudice.verifier.config import VerifyConfig
+from cudice.verifier.document import Document
 from cudice.verifier.generated import CUDA_CU, MAIN_CPP, GeneratedModule
 from cudice.verifier.result import Diagnostic, Location, Severity, Stage
 from cudice.verifier.toolchain import Toolchain, ToolchainError, probe_toolchain
@@ -246,3 +247,53 @@ def _write_outcome(build_dir: Path, ok: bool, output: str, link: bool) -> None:
     tmp = build_dir / f"{OUTCOME}.tmp"
     tmp.write_text(json.dumps({"ok": ok, "output": output, "link": link, "library": lib}))
     tmp.replace(build_dir / OUTCOME)
+
+
+def build_raw_cu(doc: Document, config: VerifyConfig, *, cancel: CancelToken | None = None) -> BuildResult:
+    """Compile a raw `.cu` document (extern "C" kernels, no torch) to a cubin with nvcc.
+
+    Its lines are the document's lines, so messages map one to one. Cached by content hash.
+    """
+    import hashlib
+
+    from cudice.verifier.toolchain import cuda_home
+
+    t0 = time.perf_counter()
+    nvcc = str(Path(cuda_home()) / "bin" / "nvcc")
+    arch = config.arch_list[0].split("+")[0].replace(".", "")
+    key = hashlib.sha256(f"{doc.text}\0{arch}\0{nvcc}".encode()).hexdigest()[:20]
+    build_dir = config.cache_dir / f"rawcu-{key}"
+    build_dir.mkdir(parents=True, exist_ok=True)
+    cached = _read_outcome(build_dir, False)
+    if cached is not None:
+        ok, output = cached
+        cached_hit = True
+    else:
+        src = build_dir / "kernel.cu"
+        src.write_text(doc.text)
+        cmd = [nvcc, f"-gencode=arch=compute_{arch},code=sm_{arch}", "-cubin", "-o", str(build_dir / "kernel.cubin"),
+               str(src)]
+        rc, output, cancelled, timed_out = _run(cmd, config.compile_timeout_s, cancel, None)
+        if cancelled or timed_out:
+            diag = Diagnostic(Severity.ERROR, "The build was cancelled or timed out.", "compile.timeout",
+                              Stage.COMPILE, Location(doc.path, 1, 1))
+            return BuildResult(False, build_dir, None, (diag,), output, time.perf_counter() - t0, False, cancelled,
+                               timed_out)
+        ok, cached_hit = rc == 0, False
+        _write_outcome(build_dir, ok, output, False)
+    diags: list[Diagnostic] = []
+    lines = doc.text.split("\n")
+    for msg in parse_messages(output):
+        if msg.severity not in ("error", "warning"):
+            continue
+        line = msg.line if msg.file and Path(msg.file).name == "kernel.cu" and msg.line else None
+        column = msg.column or 1
+        if line is not None and msg.caret_text is not None and line <= len(lines):
+            column = caret_column(*msg.caret_text, lines[line - 1])
+        loc = Location(doc.path, line, column, line, column + 1) if line else Location(doc.path, 1, 1)
+        sev = Severity.ERROR if msg.severity == "error" else Severity.WARNING
+        diags.append(Diagnostic(sev, msg.message, f"compile.{msg.severity}", Stage.COMPILE, loc))
+    if not ok and not any(d.severity is Severity.ERROR for d in diags):
+        diags.append(Diagnostic(Severity.ERROR, f"nvcc failed:\n{output.strip()[-1500:]}", "compile.failed",
+                                Stage.COMPILE, Location(doc.path, 1, 1)))
+    return BuildResult(ok, build_dir, None, tuple(diags), output, time.perf_counter() - t0, cached_hit)

