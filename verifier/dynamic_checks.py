@@ -32,7 +32,7 @@ import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 import torch
 from cudice.verifier.result import Diagnostic, Location, Severity, Stage
@@ -102,7 +102,7 @@ def check_outputs_plain(outputs: object, reference: object, where: Location | No
 
 
 def _span(t: torch.Tensor) -> tuple[int, int] | None:
-    if t.numel() == 0:
+    if t.numel() == 0 or not _dense(t):  # sparse/meta outputs are reported by check_outputs_plain
         return None
     st = t.untyped_storage()
     return st.data_ptr(), st.data_ptr() + st.nbytes()
@@ -138,6 +138,11 @@ def check_no_aliasing(outputs: object, inputs: Sequence[object], reference_outpu
     return diags
 
 
+def _dense(x: object) -> TypeGuard[torch.Tensor]:
+    # `type(...) is`: a subclass's attribute access may run the candidate's code (__torch_function__)
+    return type(x) is torch.Tensor and x.layout is torch.strided and not x.is_meta
+
+
 def _is_constant(t: torch.Tensor) -> bool:
     if t.numel() <= 1:
         return False
@@ -150,8 +155,8 @@ def check_not_constant(candidate_trials: Sequence[object], reference_trials: Seq
     """Per trial: all-zero or single-valued outputs where the reference's are not; across trials:
     identical outputs for different inputs where the reference's differ."""
     diags: list[Diagnostic] = []
-    cands = [[x for x in flatten_outputs(c) if isinstance(x, torch.Tensor)] for c in candidate_trials]
-    refs = [[x for x in flatten_outputs(r) if isinstance(x, torch.Tensor)] for r in reference_trials]
+    cands = [[x for x in flatten_outputs(c) if _dense(x)] for c in candidate_trials]
+    refs = [[x for x in flatten_outputs(r) if _dense(x)] for r in reference_trials]
     for k in range(min((len(c) for c in cands), default=0)):
         for t, (c, r) in enumerate(zip(cands, refs, strict=False)):
             if k >= len(r) or c[k].shape != r[k].shape or c[k].numel() == 0:
@@ -181,7 +186,7 @@ def check_deterministic(first: object, second: object, atol: float, rtol: float,
                         where: Location | None = None) -> list[Diagnostic]:
     """Two calls on the same inputs agree within the tolerance (NaN only where the other has NaN)."""
     for i, (a, b) in enumerate(zip(flatten_outputs(first), flatten_outputs(second), strict=False)):
-        if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
+        if not (_dense(a) and _dense(b)):
             continue
         if a.shape != b.shape or not bool(torch.allclose(a, b, atol=atol, rtol=rtol, equal_nan=True)):
             return [_diag("dynamic.nondeterministic",
