@@ -185,14 +185,10 @@ def _run(job: dict[str, Any], out: dict[str, Any], diags: list[Diagnostic], wall
 
 
 def _kernel_names(doc: Any) -> list[str]:
-    import re
+    # observer.defined_kernel_names: comment-aware, handles `__global__ void __launch_bounds__(N) name`
+    from cudice.verifier.observer import defined_kernel_names
 
-    names: list[str] = []
-    for call in doc.load_inline_calls:
-        for src in call.cuda_sources:
-            if src.text:
-                names += re.findall(r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?void\s+(\w+)", src.text)
-    return names
+    return defined_kernel_names(src.text for call in doc.load_inline_calls for src in call.cuda_sources if src.text)
 
 
 def _compare(ref: Any, cand: Any, atol: float, rtol: float) -> tuple[bool, str, float, float]:
