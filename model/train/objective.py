@@ -212,7 +212,7 @@ def clipped_policy_loss(logp_new: torch.Tensor, logp_old: torch.Tensor, advantag
     loss = (per_token * targets).sum(dim=1) / max(response_length, 1)  # (R,)
     clipped = ((ratio - 1).abs() > clip_eps) & targets
     stats = {
-        "kl": float((k3 * targets).sum() / targets.sum().clamp(min=1)),
+        "kl": float((k3.detach() * targets).sum() / targets.sum().clamp(min=1)),
         "clip_fraction": float(clipped.sum() / targets.sum().clamp(min=1)),
     }
     return loss.mean(), stats

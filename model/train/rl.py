@@ -69,6 +69,7 @@ def reward_from_result(result: Any, required_speedup: float | None) -> float:
 
 @dataclass(frozen=True, slots=True)
 class StepStats:
+    stage: str
     step: int
     mean_reward: float
     num_kept_groups: int
@@ -88,7 +89,7 @@ def rl_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, rollouts: 
     num_groups = sum(keep[g] for g in range(0, len(keep), config.samples_per_task))
     mean_reward = sum(rewards) / max(len(rewards), 1)
     if not kept:
-        return StepStats(step, mean_reward, 0, 0, 0.0, 0.0, 0.0)
+        return StepStats(config.stage, step, mean_reward, 0, 0, 0.0, 0.0, 0.0)
     device = next(model.parameters()).device
     # 5. replay rows and the pre-update log-probs (no grad): the KL anchor and the ratio's base
     rows = [replay_rows(r.prompt_ids, r.response_ids, r.step_map, block_size=block_size,
@@ -114,7 +115,7 @@ def rl_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, rollouts: 
         clip_sum += stats["clip_fraction"] * weight
     torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
     optimizer.step()
-    return StepStats(step, mean_reward, num_groups, total_rows, loss_sum, kl_sum, clip_sum)
+    return StepStats(config.stage, step, mean_reward, num_groups, total_rows, loss_sum, kl_sum, clip_sum)
 
 
 def run_stage(model: torch.nn.Module, tasks: Sequence[RLTask], config: RLConfig, *, rollout_fn: RolloutFn,
@@ -146,12 +147,13 @@ def run_stage(model: torch.nn.Module, tasks: Sequence[RLTask], config: RLConfig,
 def run_bic_rl(model: torch.nn.Module, infill_tasks: Sequence[RLTask], e2e_tasks: Sequence[RLTask],
                infill_config: RLConfig, e2e_config: RLConfig, *, rollout_fn: RolloutFn, reward_fn: RewardFn,
                block_size: int, mask_token_id: int, pad_token_id: int, source_dir: str | Path | None = None,
-               out_dir: str | Path | None = None) -> dict[str, list[StepStats]]:
+               out_dir: str | Path | None = None,
+               on_step: Callable[[StepStats], None] | None = None) -> dict[str, list[StepStats]]:
     """Stage 1 (infilling) then stage 2 (end-to-end) from the stage-1 weights; saves after each."""
     if infill_config.stage != "infill" or e2e_config.stage != "e2e":
         raise ValueError("run_bic_rl needs an RLConfig with stage='infill' then one with stage='e2e'")
     common = {"rollout_fn": rollout_fn, "reward_fn": reward_fn, "block_size": block_size,
-              "mask_token_id": mask_token_id, "pad_token_id": pad_token_id}
+              "mask_token_id": mask_token_id, "pad_token_id": pad_token_id, "on_step": on_step}
     out: dict[str, list[StepStats]] = {}
     for name, tasks, cfg in (("infill", infill_tasks, infill_config), ("e2e", e2e_tasks, e2e_config)):
         out[name] = run_stage(model, tasks, cfg, **common)  # type: ignore[arg-type]

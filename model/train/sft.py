@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from cudice.model.prompts import chat_prompt
 from cudice.model.train.checkpoint import save_checkpoint
 from cudice.model.train.config import SFTConfig
 from cudice.model.train.objective import sft_loss
@@ -38,11 +39,8 @@ class EncodedSample:
 
 def encode_pair(tokenizer: Any, prompt: str, response: str, *, block_size: int, pad_token_id: int,
                 end_token: str = "<|im_end|>") -> EncodedSample:
-    """Tokenise one CuKe pair with the checkpoint's chat template (one user turn)."""
-    prompt_ids = list(tokenizer.apply_chat_template(
-        [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=True,
-        return_dict=False,
-    ))
+    """Tokenise one CuKe pair as the sampler will see it: one ChatML user turn (`chat_prompt`)."""
+    prompt_ids = list(tokenizer.encode(chat_prompt(prompt), add_special_tokens=False))
     answer_ids = tokenizer.encode(response + end_token, add_special_tokens=False)
     ids = prompt_ids + list(answer_ids)
     padded = -(-len(ids) // block_size) * block_size
