@@ -102,7 +102,7 @@ def check_outputs_plain(outputs: object, reference: object, where: Location | No
 
 
 def _span(t: torch.Tensor) -> tuple[int, int] | None:
-    if t.numel() == 0 or not _dense(t):  # sparse/meta outputs are reported by check_outputs_plain
+    if not _dense(t) or t.numel() == 0:  # sparse/meta/subclass outputs are reported by check_outputs_plain
         return None
     st = t.untyped_storage()
     return st.data_ptr(), st.data_ptr() + st.nbytes()

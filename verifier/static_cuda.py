@@ -138,6 +138,15 @@ def find_kernels(code: str) -> list[tuple[str, int]]:
     return out
 
 
+def defined_kernel_names(cuda_texts: Iterable[str]) -> list[str]:
+    """Names of the `__global__` kernels in CUDA source texts, first occurrence order, comments ignored
+    (the dynamic profiler check compares them with the kernels that actually ran)."""
+    names: list[str] = []
+    for text in cuda_texts:
+        names += [n for n, _ in find_kernels(blank_comments_and_strings(text)) if n not in names]
+    return names
+
+
 def _launches(body: str, kernel: str) -> bool:
     k = re.escape(kernel)
     if re.search(rf"\b{k}\b[^;{{}}]*?<<<", body):

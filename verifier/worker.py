@@ -185,8 +185,8 @@ def _run(job: dict[str, Any], out: dict[str, Any], diags: list[Diagnostic], wall
 
 
 def _kernel_names(doc: Any) -> list[str]:
-    # observer.defined_kernel_names: comment-aware, handles `__global__ void __launch_bounds__(N) name`
-    from cudice.verifier.observer import defined_kernel_names
+    # comment-aware, handles `__global__ void __launch_bounds__(N) name` and templates
+    from cudice.verifier.static_cuda import defined_kernel_names
 
     return defined_kernel_names(src.text for call in doc.load_inline_calls for src in call.cuda_sources if src.text)
 

@@ -59,11 +59,12 @@ def test_aliasing_inputs_or_reference_outputs() -> None:
 
 
 def test_zero_and_constant_outputs_when_the_reference_varies() -> None:
-    refs = [torch.softmax(torch.randn(4, 4096), dim=1) for _ in range(3)]  # tiny values (~2.4e-4)
-    assert torch.allclose(torch.zeros(4, 4096), refs[0], atol=1e-2, rtol=1e-2)  # why the check exists
+    torch.manual_seed(0)
+    refs = [torch.softmax(torch.randn(4, 65536), dim=1) for _ in range(3)]  # tiny values (~1.5e-5)
+    assert torch.allclose(torch.zeros(4, 65536), refs[0], atol=1e-2, rtol=1e-2)  # why the check exists
     zeros = [torch.zeros_like(r) for r in refs]
     assert "dynamic.zero_output" in codes(dc.check_not_constant(zeros, refs))
-    const = [torch.full_like(r, 1 / 4096) for r in refs]
+    const = [torch.full_like(r, 1 / 65536) for r in refs]
     assert "dynamic.constant_output" in codes(dc.check_not_constant(const, refs))
     same = [refs[0].clone() for _ in refs]  # a cached first answer, returned for every input
     assert codes(dc.check_not_constant(same, refs)) == {"dynamic.constant_output"}
@@ -170,3 +171,81 @@ def test_side_stream_work_is_measured() -> None:
     torch.cuda.synchronize()
     assert dc.check_side_stream(*dc.measure_stream_escape(honest, [a])) == []
     assert codes(dc.check_side_stream(*dc.measure_stream_escape(hidden, [a]))) == {"dynamic.side_stream"}
+
+
+# -- the checks in the order the worker calls them, on CPU stand-ins for cheating candidates --------
+
+def _worker_sequence(candidate, reference=torch.relu, num_trials: int = 3) -> set[str]:
+    """Mirror of worker.py's hooks: per-trial checks with the reference output alive, then the
+    across-trial, repeated-call, thread and patched-function checks."""
+    guarded = dc.snapshot_guarded()
+    threads_before = dc.count_threads()
+    found: list = []
+    cand_trials: list = []
+    ref_trials: list = []
+    inputs: list = []
+    for seed in range(num_trials):
+        torch.manual_seed(seed)
+        inputs = [torch.randn(64, 64)]
+        ref_out = reference(*[x.clone() for x in inputs])
+        before = dc.snapshot_inputs(inputs)
+        out = candidate(*inputs)
+        found += dc.check_inputs_unchanged(before, inputs)
+        found += dc.check_outputs_plain(out, ref_out)
+        found += dc.check_no_aliasing(out, inputs, ref_out)
+        cand_trials.append(out.clone() if type(out) is torch.Tensor and out.layout is torch.strided else out)
+        ref_trials.append(ref_out)
+    again = candidate(*inputs)
+    found += dc.check_not_constant(cand_trials, ref_trials)
+    found += dc.check_deterministic(cand_trials[-1], again, 1e-2, 1e-2)
+    found += dc.check_thread_count(threads_before, dc.count_threads())
+    found += dc.check_guarded_intact(guarded)
+    return codes(found)
+
+
+def test_worker_sequence_honest_candidate_is_clean() -> None:
+    assert _worker_sequence(lambda x: torch.clamp(x, min=0)) == set()
+
+
+def test_worker_sequence_reports_each_cheat() -> None:
+    def mutate(x):
+        out = torch.relu(x)
+        x.zero_()
+        return out
+
+    cache: list = []
+
+    def cached(x):
+        if not cache:
+            cache.append(torch.relu(x))
+        return cache[0].clone()
+
+    class Lazy(torch.Tensor):
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):
+            raise RuntimeError("a hostile subclass must never be touched by the checks")
+
+    assert "dynamic.input_mutated" in _worker_sequence(mutate)
+    assert "dynamic.output_aliases_input" in _worker_sequence(lambda x: x.relu_())
+    assert "dynamic.zero_output" in _worker_sequence(lambda x: torch.zeros_like(x))
+    assert _worker_sequence(cached) == {"dynamic.constant_output"}
+    assert _worker_sequence(lambda x: torch.relu(x).half()) == {"dynamic.output_dtype_mismatch"}
+    assert _worker_sequence(lambda x: torch.relu(x).to_sparse()) == {"dynamic.output_not_plain_tensor"}
+    assert _worker_sequence(lambda x: torch.relu(x).as_subclass(Lazy)) == {"dynamic.output_not_plain_tensor"}
+    assert "dynamic.nondeterministic" in _worker_sequence(lambda x: torch.relu(x) + torch.rand_like(x))
+
+
+def test_worker_sequence_sees_a_patched_timer(monkeypatch: pytest.MonkeyPatch) -> None:
+    def patcher(x):
+        monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
+        return torch.relu(x)
+
+    assert _worker_sequence(patcher) == {"dynamic.timer_patched"}
+
+
+def test_defined_kernel_names_skip_comments_and_launch_bounds() -> None:
+    from cudice.verifier.static_cuda import defined_kernel_names
+
+    src = "// __global__ void fake(int) {}\n__global__ void relu_kernel(float* x) {}\ntemplate <int N>\n" \
+          "__global__ void __launch_bounds__(256) tiled(float* y) {}\n"
+    assert defined_kernel_names([src, src]) == ["relu_kernel", "tiled"]
