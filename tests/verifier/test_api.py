@@ -1,0 +1,117 @@
+"""verify()/quick_check(): stage order, the static hook, no-GPU behaviour, cancellation."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from cudice.verifier import api
+from cudice.verifier.config import VerifyConfig
+from cudice.verifier.result import Diagnostic, Location, Severity, Stage, Verdict, VerifyResult
+from verifier_marks import needs_nvcc
+
+
+def test_invalid_input_never_raises(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.py"
+    bad.write_text("def broken(:\n")
+    result = api.verify(bad, config=VerifyConfig(cache_dir=tmp_path))
+    assert result.verdict is Verdict.INVALID_INPUT and result.stage is Stage.PARSE
+    assert result.diagnostics[0].location is not None and result.diagnostics[0].location.line == 1
+    missing = api.verify(tmp_path / "nope.py", config=VerifyConfig(cache_dir=tmp_path))
+    assert missing.verdict is Verdict.INVALID_INPUT and missing.diagnostics[0].code == "parse.unreadable"
+
+
+def test_missing_reference_file_is_invalid_input(tmp_path: Path, examples_dir: Path) -> None:
+    cand = tmp_path / "cand.py"
+    cand.write_text((examples_dir / "relu_cuda.py").read_text())  # its reference=relu.py is not next to it
+    result = api.verify(cand, config=VerifyConfig(cache_dir=tmp_path))
+    assert result.verdict is Verdict.INVALID_INPUT
+    assert result.diagnostics[0].code == "parse.reference_missing"
+
+
+def test_static_error_stops_before_compiling(tmp_path: Path, examples_dir: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[str] = []
+
+    def fake_static(doc: object, config: object) -> list[Diagnostic]:
+        calls.append("static")
+        return [Diagnostic(Severity.ERROR, "cheat", "static.test", Stage.STATIC, Location("x.py", 3, 1))]
+
+    def no_build(*a: object, **k: object) -> object:
+        raise AssertionError("must not compile after a static violation")
+
+    monkeypatch.setattr("cudice.verifier.static_checks.check_document", fake_static)
+    monkeypatch.setattr(api, "build_module", no_build)
+    stages: list[str] = []
+    result = api.verify(examples_dir / "relu_cuda.py", config=VerifyConfig(cache_dir=tmp_path),
+                        on_stage=lambda r: stages.append(r.stage.value))
+    assert calls == ["static"] and result.verdict is Verdict.STATIC_VIOLATION
+    assert stages == ["parse"] and result.stage is Stage.STATIC
+    quick = api.quick_check(examples_dir / "relu_cuda.py", (examples_dir / "relu_cuda.py").read_text())
+    assert quick.verdict is Verdict.STATIC_VIOLATION and calls == ["static", "static"]
+
+
+def test_real_static_checks_run_on_the_example(examples_dir: Path) -> None:
+    found = api.run_static_checks(api.read_document(examples_dir / "relu_cuda.py"), VerifyConfig())
+    assert not [d for d in found if d.severity is Severity.ERROR]
+
+
+@needs_nvcc
+@pytest.mark.slow
+def test_no_gpu_compiles_and_says_what_was_skipped(examples_dir: Path, build_cache: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(api, "gpu_available", lambda: False)
+    stages: list[tuple[str, str]] = []
+    result = api.verify(examples_dir / "relu_cuda.py", config=VerifyConfig(cache_dir=build_cache),
+                        on_stage=lambda r: stages.append((r.stage.value, r.verdict.value)))
+    assert result.verdict is Verdict.COMPILED and result.compile_only
+    assert [s for s, _ in stages] == ["parse", "static"]
+    (note,) = [d for d in result.diagnostics if d.code == "verify.no_gpu"]
+    assert "correctness and timing did not run" in note.message
+    assert set(result.stage_wall_s) >= {"parse", "static", "compile"}
+
+
+@needs_nvcc
+def test_cancel_kills_the_build_quickly(tmp_path: Path, examples_dir: Path) -> None:
+    source = (examples_dir / "relu_cuda.py").read_text().replace("relu_kernel", "relu_kernel_cancel_test")
+    cancel = threading.Event()
+    threading.Timer(1.0, cancel.set).start()
+    t0 = time.perf_counter()
+    result = api.verify(examples_dir / "relu_cuda.py", source=source, cancel=cancel,
+                        config=VerifyConfig(cache_dir=tmp_path, compile_only=True))
+    assert time.perf_counter() - t0 < 20
+    assert result.verdict is Verdict.TIMEOUT and result.error == "cancelled"
+
+
+def test_run_stage_maps_a_crashed_child(tmp_path: Path, examples_dir: Path) -> None:
+    from cudice.verifier.document import read_document
+    from cudice.verifier.sandbox import ChildOutcome
+
+    doc = read_document(examples_dir / "relu_cuda.py")
+    ref = read_document(examples_dir / "relu.py", require_candidate=False)
+    run = api._Run(doc, VerifyConfig(cache_dir=tmp_path), None)
+
+    def crashed(job: dict[str, object], **kw: object) -> ChildOutcome:
+        assert job["reference_source"] == ref.text
+        return ChildOutcome(None, -11, "", "Segmentation fault", 0.1)
+
+    result = api._run_stage(run, ref, VerifyConfig(cache_dir=tmp_path), None, crashed)
+    assert result.verdict is Verdict.CRASH and "SIGSEGV" in result.diagnostics[-1].message
+
+    def hung(job: dict[str, object], **kw: object) -> ChildOutcome:
+        return ChildOutcome(None, -9, "", "", 5.0, timed_out=True)
+
+    assert api._run_stage(run, ref, VerifyConfig(cache_dir=tmp_path), None, hung).verdict is Verdict.TIMEOUT
+
+    def worked(job: dict[str, object], **kw: object) -> ChildOutcome:
+        res = {"verdict": "correct", "stage": "timing", "speedup": 2.0, "speedup_min": 1.8, "gpu_name": "H200",
+               "candidate": {"median_ms": 1.0, "min_ms": 0.9, "max_ms": 1.2, "q1_ms": 0.95, "q3_ms": 1.05,
+                             "num_trials": 30},
+               "diagnostics": [], "stage_wall_s": {"timing": 1.5}}
+        return ChildOutcome(res, 0, "", "", 3.0)
+
+    ok = api._run_stage(run, ref, VerifyConfig(cache_dir=tmp_path), None, worked)
+    assert isinstance(ok, VerifyResult) and ok.verdict is Verdict.CORRECT and ok.runtime_ms == 1.0
+    assert ok.stage_wall_s["run.timing"] == 1.5 and ok.is_fast(1.5)

@@ -1,0 +1,77 @@
+"""The child-process sandbox: crashes, hangs and noisy output end only the child."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from cudice.verifier.sandbox import run_in_child
+
+FAKE_WORKER = '''
+import json, os, sys, time
+job = json.loads(open(sys.argv[1]).read())
+mode = job["mode"]
+if mode == "ok":
+    out = {"verdict": "correct", "stage": "timing", "cwd": os.getcwd(), "secret": os.environ.get("CUDICE_TEST_SECRET"),
+           "home": os.environ.get("HOME")}
+    open(sys.argv[2], "w").write(json.dumps(out))
+elif mode == "abort":
+    os.abort()
+elif mode == "hang":
+    time.sleep(600)
+elif mode == "noisy":
+    sys.stdout.write("x" * 200000 + "END")
+    sys.stdout.flush()
+elif mode == "memory":
+    block = bytearray(2 * 1024 ** 3)  # 2 GiB > the 1 GiB limit
+'''
+
+
+@pytest.fixture
+def fake_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    (tmp_path / "cudice_fake_worker.py").write_text(FAKE_WORKER)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    monkeypatch.setenv("CUDICE_TEST_SECRET", "do-not-leak")
+    return "cudice_fake_worker"
+
+
+def test_result_comes_back_from_a_scrubbed_temp_dir(fake_module: str) -> None:
+    out = run_in_child({"mode": "ok"}, timeout_s=60, memory_limit_mib=4096, module=fake_module)
+    assert out.result is not None and out.result["verdict"] == "correct"
+    assert out.result["secret"] is None  # environment scrubbed
+    assert "cudice-run-" in out.result["cwd"] and out.result["home"] == out.result["cwd"]
+    assert not Path(out.result["cwd"]).exists()  # temp dir removed afterwards
+
+
+def test_abort_is_a_crash_of_the_child_only(fake_module: str) -> None:
+    out = run_in_child({"mode": "abort"}, timeout_s=60, memory_limit_mib=4096, module=fake_module)
+    assert out.result is None and out.signal_name == "SIGABRT"
+
+
+def test_hang_is_killed_at_the_timeout(fake_module: str) -> None:
+    t0 = time.perf_counter()
+    out = run_in_child({"mode": "hang"}, timeout_s=1.5, memory_limit_mib=4096, module=fake_module)
+    assert out.timed_out and out.result is None and time.perf_counter() - t0 < 15
+
+
+def test_cancel_kills_the_child(fake_module: str) -> None:
+    cancel = threading.Event()
+    threading.Timer(0.5, cancel.set).start()
+    out = run_in_child({"mode": "hang"}, timeout_s=60, memory_limit_mib=4096, module=fake_module, cancel=cancel)
+    assert out.cancelled and out.wall_s < 15
+
+
+def test_output_is_capped(fake_module: str) -> None:
+    out = run_in_child({"mode": "noisy"}, timeout_s=60, memory_limit_mib=4096, max_output_bytes=1000,
+                       module=fake_module)
+    assert out.stdout_tail.endswith("END") and len(out.stdout_tail) < 1100 and "truncated" in out.stdout_tail
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="RLIMIT_DATA semantics are Linux's")
+def test_memory_limit_stops_a_big_allocation(fake_module: str) -> None:
+    out = run_in_child({"mode": "memory"}, timeout_s=60, memory_limit_mib=1024, module=fake_module)
+    assert out.result is None and out.returncode != 0 and "MemoryError" in out.stderr_tail

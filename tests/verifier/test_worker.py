@@ -1,0 +1,51 @@
+"""Worker pieces that need no GPU: output comparison and timing statistics."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from cudice.verifier.timing import summarize  # noqa: E402
+from cudice.verifier.worker import _compare, run_job  # noqa: E402
+
+
+def test_compare_accepts_within_tolerance_and_reports_errors() -> None:
+    ref = torch.randn(64, 32)
+    ok, why, max_abs, _ = _compare(ref, ref + 1e-4, 1e-2, 1e-2)
+    assert ok and why == "" and 0 < max_abs < 2e-4
+
+
+@pytest.mark.parametrize(
+    ("cand", "needle"),
+    [
+        (lambda r: r[:-1], "shape"),
+        (lambda r: r.double(), "dtype"),
+        (lambda r: r + 1.0, "differs"),
+        (lambda r: torch.where(r > 0, torch.full_like(r, float("nan")), r), "NaN"),
+        (lambda r: (r, r), "outputs"),
+    ],
+)
+def test_compare_rejects(cand: object, needle: str) -> None:
+    ref = torch.randn(16, 8)
+    ok, why, _, _ = _compare(ref, cand(ref), 1e-2, 1e-2)  # type: ignore[operator]
+    assert not ok and needle in why
+
+
+def test_nan_never_passes_even_where_the_reference_has_nan() -> None:
+    ref = torch.tensor([float("nan"), 1.0])
+    assert not _compare(ref, ref.clone(), 1e-2, 1e-2)[0]
+
+
+def test_summarize_quartiles_and_median() -> None:
+    t = summarize([4.0, 1.0, 3.0, 2.0, 5.0])
+    assert (t.median_ms, t.min_ms, t.max_ms, t.q1_ms, t.q3_ms, t.num_trials) == (3.0, 1.0, 5.0, 2.0, 4.0, 5)
+
+
+def test_worker_without_gpu_reports_instead_of_crashing(tmp_path: object) -> None:
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    job = {"candidate_path": "c.py", "candidate_source": "class ModelNew: pass\n", "reference_path": "r.py",
+           "reference_source": "", "config": {"cache_dir": str(tmp_path), "arch_list": ["9.0"]}}
+    out = run_job(job)
+    assert out["verdict"] == "compiled" and out["diagnostics"][0]["code"] == "verify.no_gpu"

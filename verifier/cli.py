@@ -1,0 +1,112 @@
+"""`cudice verify CANDIDATE`: run the verifier from a shell (registered in server/cli.py).
+
+`--json` prints exactly one JSON object (VerifyResult.to_dict(): `verdict`, `diagnostics` with
+1-based `line`/`column`, `severity`, `message`, `code`; `speedup`, `runtime_ms`,
+`reference_runtime_ms`, …) and nothing else on stdout. Without it, a readable report with a
+progress line while compiling. The exit status is 0 whenever a verdict was reached (whatever
+it is) and non-zero only for usage errors (click's 2).
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from pathlib import Path
+
+import click
+from cudice.verifier.config import VerifyConfig
+from cudice.verifier.result import Severity, Stage, Verdict, VerifyResult
+from rich.console import Console
+from rich.table import Table
+
+VERDICT_STYLE = {
+    Verdict.CORRECT: "bold green", Verdict.COMPILED: "green", Verdict.CHECKED: "green",
+    Verdict.INCORRECT: "bold red", Verdict.COMPILE_ERROR: "bold red", Verdict.STATIC_VIOLATION: "bold red",
+    Verdict.RUNTIME_ERROR: "bold red", Verdict.TIMEOUT: "bold yellow", Verdict.CRASH: "bold red",
+    Verdict.INVALID_INPUT: "bold red",
+}
+SEVERITY_STYLE = {Severity.ERROR: "red", Severity.WARNING: "yellow", Severity.INFORMATION: "cyan", Severity.HINT: "dim"}
+STAGES = [s.value for s in Stage]
+
+
+@click.command("verify")
+@click.argument("candidate", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--reference", "-r", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="Reference file with Model/get_inputs (else the candidate's own Model, else its "
+                   "`# cudice: reference=PATH` comment).")
+@click.option("--compile-only", is_flag=True, help="Stop after compiling (no correctness, no timing).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object and nothing else.")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=1), default=None,
+              help="Seconds allowed for loading, checking and timing the kernel (default 300).")
+@click.option("--trials", type=click.IntRange(min=1), default=None, help="Correctness trials (default 5).")
+def verify_command(candidate: Path, reference: Path | None, compile_only: bool, as_json: bool,
+                   timeout_s: float | None, trials: int | None) -> None:
+    """Verify a CUDA candidate against its PyTorch reference: static checks, compile, correctness, timing."""
+    from cudice.verifier.api import gpu_available, verify
+
+    changes: dict[str, object] = {"compile_only": compile_only}
+    if timeout_s is not None:
+        changes["timeout_s"] = timeout_s
+    if trials is not None:
+        changes["num_trials"] = trials
+    config = VerifyConfig().with_(**changes)
+    if as_json:
+        result = verify(candidate, reference=reference, config=config)
+        click.echo(result.to_json())
+        return
+    console = Console(highlight=False)
+    console.print(f"[bold]cudice verify[/] {candidate}")
+    if not compile_only and not gpu_available():
+        console.print("[yellow]No CUDA GPU found: static checks and compile only (correctness and timing skipped).[/]")
+    done = threading.Event()
+    seen: list[str] = []
+
+    def on_stage(partial: VerifyResult) -> None:
+        seen.append(partial.stage.value)
+        wall = partial.stage_wall_s.get(partial.stage.value)
+        extra = f" ({wall:.1f} s)" if wall is not None else ""
+        n_err = sum(d.severity is Severity.ERROR for d in partial.diagnostics)
+        console.print(f"  [green]✓[/] {partial.stage.value}{extra}" + (f", {n_err} error(s)" if n_err else ""))
+
+    with console.status("parsing, static checks, compiling (nvcc parses the torch headers: about a minute "
+                        "cold; unchanged sources come from the build cache)…", spinner="dots"):
+        t0 = time.perf_counter()
+        result = verify(candidate, reference=reference, config=config, on_stage=on_stage)
+        done.set()
+    print_report(console, result, time.perf_counter() - t0)
+
+
+def print_report(console: Console, result: VerifyResult, wall_s: float) -> None:
+    """The human-readable report (also used by `cudice eval --verbose`)."""
+    style = VERDICT_STYLE.get(result.verdict, "bold")
+    console.print(f"verdict: [{style}]{result.verdict.value}[/] (stage {result.stage.value}, {wall_s:.1f} s)")
+    for d in result.diagnostics:
+        loc = d.location
+        where = f"{loc.path}:{loc.line}:{loc.column}" if loc else "-"
+        sev = SEVERITY_STYLE.get(d.severity, "")
+        console.print(f"  {where}: [{sev}]{d.severity.value}[/]: {d.message} [dim]\\[{d.code}][/]")
+    if result.speedup is not None and result.candidate and result.reference:
+        table = Table(show_header=True, header_style="bold")
+        for col in ("", "median ms", "q1 ms", "q3 ms", "min ms", "max ms"):
+            table.add_column(col)
+        for name, t in (("reference", result.reference), ("candidate", result.candidate)):
+            table.add_row(name, f"{t.median_ms:.4f}", f"{t.q1_ms:.4f}", f"{t.q3_ms:.4f}", f"{t.min_ms:.4f}",
+                          f"{t.max_ms:.4f}")
+        console.print(table)
+        flag = " [yellow](suspicious: not counted)[/]" if result.is_suspicious else ""
+        console.print(f"speedup {result.speedup:.2f}x (pessimistic {result.speedup_min or 0:.2f}x){flag}")
+    reached = STAGES.index(result.stage.value)
+    skipped = [s for s in STAGES[reached + 1:]]
+    if result.verdict is Verdict.COMPILED:
+        console.print(f"skipped: {', '.join(s for s in skipped if s != 'load') or '-'} "
+                      f"({'--compile-only' if result.compile_only and not _no_gpu(result) else 'no CUDA GPU'})")
+    elif skipped and result.verdict is not Verdict.CORRECT:
+        console.print(f"[dim]not reached: {', '.join(skipped)}[/]")
+    if result.error and result.verdict in (Verdict.CRASH, Verdict.RUNTIME_ERROR, Verdict.TIMEOUT):
+        console.print(f"[dim]{result.error[-1500:]}[/]")
+    sys.stdout.flush()
+
+
+def _no_gpu(result: VerifyResult) -> bool:
+    return any(d.code == "verify.no_gpu" for d in result.diagnostics)

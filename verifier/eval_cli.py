@@ -1,0 +1,102 @@
+"""`cudice eval PROBLEMS CANDIDATES`: KernelBench-style scores over a folder of problems.
+
+Layout: every `*.py` in PROBLEMS is a reference (`Model`, `get_inputs`, `get_init_inputs`);
+the candidate for `PROBLEMS/19_ReLU.py` is `CANDIDATES/19_ReLU.py` (same file name). A problem
+without a candidate counts as a failure. Scores follow KernelBench's definition: every rate
+is divided by the number of **problems** (not of candidates):
+- `correct`  = correct candidates / problems (fast_0),
+- `fast_1`   = correct and speedup > 1 beyond the measured spread (VerifyResult.is_fast) / problems,
+- `fast_2`   = the same with 2.
+Candidates run through `VerifyPool` (compiles in parallel, one runner per GPU). On a machine
+without a GPU nothing can be correct: the scores are 0 and the JSON says `gpu: false`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+from cudice.verifier.config import VerifyConfig
+from cudice.verifier.result import Verdict, VerifyResult
+
+
+@dataclass(frozen=True, slots=True)
+class EvalScores:
+    num_problems: int
+    num_candidates: int
+    correct: float
+    fast_1: float
+    fast_2: float
+    per_problem: tuple[dict[str, Any], ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"num_problems": self.num_problems, "num_candidates": self.num_candidates, "correct": self.correct,
+                "fast_1": self.fast_1, "fast_2": self.fast_2, "per_problem": list(self.per_problem)}
+
+
+def score(problems: list[str], results: dict[str, VerifyResult]) -> EvalScores:
+    """KernelBench fast_p over ALL problems: a missing or failed candidate counts as 0."""
+    n = len(problems)
+    rows = []
+    for p in problems:
+        r = results.get(p)
+        rows.append({"problem": p, "verdict": r.verdict.value if r else "missing",
+                     "speedup": r.speedup if r else None, "speedup_min": r.speedup_min if r else None,
+                     "runtime_ms": r.runtime_ms if r else None, "reference_runtime_ms": r.reference_runtime_ms if r else None})
+
+    def rate(pred: Any) -> float:
+        return sum(1 for p in problems if (r := results.get(p)) is not None and pred(r)) / n if n else 0.0
+
+    return EvalScores(n, len(results), rate(lambda r: r.verdict is Verdict.CORRECT), rate(lambda r: r.is_fast(1.0)),
+                      rate(lambda r: r.is_fast(2.0)), tuple(rows))
+
+
+@click.command("eval")
+@click.argument("problems", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("candidates", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--compile-only", is_flag=True, help="Only compile the candidates (all scores are then 0).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option("--workers", type=click.IntRange(min=1), default=2, help="Concurrent compile workers.")
+@click.option("--trials", type=click.IntRange(min=1), default=None, help="Correctness trials per candidate.")
+def eval_command(problems: Path, candidates: Path, compile_only: bool, as_json: bool, workers: int,
+                 trials: int | None) -> None:
+    """Evaluate a folder of KernelBench problems against candidates: correctness, fast_1, fast_2."""
+    from cudice.verifier.api import gpu_available
+    from cudice.verifier.pool import VerifyPool
+
+    config = VerifyConfig(compile_only=compile_only)
+    if trials is not None:
+        config = config.with_(num_trials=trials)
+    names = sorted(p.name for p in problems.glob("*.py"))
+    if not names:
+        raise click.UsageError(f"No *.py problem files in {problems}.")
+    results: dict[str, VerifyResult] = {}
+    with VerifyPool(config, num_compile_workers=workers) as pool:
+        futures = {n: pool.submit(candidates / n, reference=problems / n, key=n)
+                   for n in names if (candidates / n).is_file()}
+        for name, fut in futures.items():
+            results[name] = fut.result()
+    scores = score(names, results)
+    if as_json:
+        click.echo(json.dumps({**scores.to_dict(), "gpu": gpu_available(), "compile_only": compile_only}))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"cudice eval: {len(names)} problems, {len(results)} candidates")
+    for col in ("problem", "verdict", "speedup", "candidate ms", "reference ms"):
+        table.add_column(col)
+    for row in scores.per_problem:
+        sp = f"{row['speedup']:.2f}x" if row["speedup"] is not None else "-"
+        ms = f"{row['runtime_ms']:.4f}" if row["runtime_ms"] is not None else "-"
+        ref = f"{row['reference_runtime_ms']:.4f}" if row["reference_runtime_ms"] is not None else "-"
+        table.add_row(row["problem"], row["verdict"], sp, ms, ref)
+    console = Console()
+    console.print(table)
+    console.print(f"correct {scores.correct:.1%}  fast_1 {scores.fast_1:.1%}  fast_2 {scores.fast_2:.1%}  "
+                  f"(over all {scores.num_problems} problems)")
+    if not gpu_available() and not compile_only:
+        console.print("[yellow]No CUDA GPU: candidates were compiled only, so nothing counts as correct.[/]")
