@@ -1,0 +1,54 @@
+-- The cudice client config for vim.lsp.config: command, file types, root markers, the
+-- capabilities Neovim 0.11 lacks by default, and handlers for cudice's server->client messages.
+--
+-- Handlers: `cudice/status` (model state + last verdict, kept per client for the statusline,
+-- announced with a `User CudiceStatus` autocmd) and `workspace/codeLens/refresh` (Neovim 0.11
+-- neither advertises nor handles it, so lenses would stay stale after a verification).
+-- Not covered: starting or finding the server (init.lua), settings validation (settings.lua).
+
+local M = {}
+
+--- Latest `cudice/status` payload per client id.
+M.status = {}
+
+local function refresh_lenses(client_id)
+  local client = vim.lsp.get_client_by_id(client_id)
+  if not client then
+    return
+  end
+  for bufnr in pairs(client.attached_buffers or {}) do
+    if vim.api.nvim_buf_is_loaded(bufnr) then
+      vim.lsp.codelens.refresh({ bufnr = bufnr })
+    end
+  end
+end
+
+M.refresh_lenses = refresh_lenses
+
+M.handlers = {
+  ['cudice/status'] = function(_, result, ctx)
+    if type(result) ~= 'table' or type(result.model) ~= 'string' then
+      return
+    end
+    M.status[ctx.client_id] = result
+    vim.api.nvim_exec_autocmds('User', { pattern = 'CudiceStatus', data = result, modeline = false })
+  end,
+  ['workspace/codeLens/refresh'] = function(_, _, ctx)
+    vim.schedule(function()
+      refresh_lenses(ctx.client_id)
+    end)
+    return vim.NIL
+  end,
+}
+
+function M.config()
+  return {
+    cmd = { 'cudice-lsp' },
+    filetypes = { 'python', 'cuda' },
+    root_markers = { 'pyproject.toml', 'setup.py', 'setup.cfg', '.git' },
+    capabilities = { workspace = { codeLens = { refreshSupport = true } } },
+    handlers = M.handlers,
+  }
+end
+
+return M

@@ -1,0 +1,76 @@
+-- Checks of the editors/nvim plugin that need no server, run by test_nvim_plugin.py.
+-- Writes one JSON object to CUDICE_OUT and quits; the Python test asserts on it.
+local out = { notes = {} }
+vim.opt.rtp:prepend(assert(os.getenv('CUDICE_PLUGIN')))
+
+local notified = {}
+vim.notify = function(msg, level)
+  table.insert(notified, { msg = msg, level = level })
+end
+
+local ok, err = pcall(function()
+  -- lsp/cudice.lua is found on 'runtimepath' without setup().
+  local base = vim.lsp.config.cudice
+  out.base = { cmd = base.cmd, filetypes = base.filetypes,
+    refresh = vim.tbl_get(base, 'capabilities', 'workspace', 'codeLens', 'refreshSupport') }
+
+  local settings = require('cudice.settings')
+  local values, warnings = settings.validate({
+    ['cudice.model.path'] = '/ckpt',
+    sampler = { topK = 5, strategy = 'bogus', temperature = 'hot', maxNewTokens = 1.5 },
+    ['verify.onSave'] = false,
+    modle = { path = 'typo' },
+  })
+  out.validated = { values = values, warnings = warnings }
+  out.nested = settings.nest(values)
+  out.defaults = settings.defaults()
+  out.schema = settings.schema
+
+  local cudice = require('cudice')
+  local _, tcp_err = cudice.resolve_cmd({ tcp = 'gpu-box' })
+  local _, cmd_err = cudice.resolve_cmd({ cmd = { '/nonexistent/cudice-lsp' } })
+  local _, py_err = cudice.resolve_cmd({ python = '/nonexistent/python3' })
+  out.resolve = { tcp = tcp_err, cmd = cmd_err, python = py_err,
+    tcp_ok = type(cudice.resolve_cmd({ tcp = '127.0.0.1:2087' })) }
+
+  out.setup_missing = cudice.setup({ cmd = { '/nonexistent/cudice-lsp' } })
+  out.notified_missing = vim.deepcopy(notified)
+  out.enabled_after_missing = vim.lsp.is_enabled and vim.lsp.is_enabled('cudice') or vim.NIL
+
+  notified = {}
+  out.setup_ok = cudice.setup({
+    cmd = { 'sh', '-c', 'exit 0' },
+    settings = { model = { path = '/ckpt' }, ['cudice.logLevel'] = 'debug', bogus = 1 },
+  })
+  out.notified_ok = notified
+  local cfg = vim.lsp.config.cudice
+  out.config = { cmd = cfg.cmd, init_options = cfg.init_options, settings = cfg.settings,
+    refresh = vim.tbl_get(cfg, 'capabilities', 'workspace', 'codeLens', 'refreshSupport'),
+    handlers = vim.tbl_keys(cfg.handlers or {}) }
+  out.commands = {}
+  for name, c in pairs(vim.api.nvim_get_commands({})) do
+    if name:match('^Cudice') then
+      out.commands[name] = { range = c.range }
+    end
+  end
+
+  -- The cudice/status handler stores the payload and announces it.
+  local seen
+  vim.api.nvim_create_autocmd('User', { pattern = 'CudiceStatus', callback = function(ev) seen = ev.data end })
+  local lsp = require('cudice.lsp')
+  lsp.handlers['cudice/status'](nil, { model = 'ready', message = 'm', lastVerdict = 'fast 2.0x', uri = vim.NIL },
+    { client_id = 7 })
+  lsp.handlers['cudice/status'](nil, 'garbage', { client_id = 8 })
+  out.status = { stored = lsp.status[7], ignored = lsp.status[8] == nil, autocmd = seen }
+  out.refresh_reply = lsp.handlers['workspace/codeLens/refresh'](nil, nil, { client_id = 99 }) == vim.NIL
+
+  vim.api.nvim_buf_set_lines(0, 0, -1, false, { 'a', 'bcd', 'efghi' })
+  out.line_range = cudice.line_range(2, 3)
+  out.statusline_detached = cudice.statusline()
+end)
+out.ok = ok
+out.error = ok and vim.NIL or tostring(err)
+local f = assert(io.open(assert(os.getenv('CUDICE_OUT')), 'w'))
+f:write(vim.json.encode(out))
+f:close()
+vim.cmd('qa!')
