@@ -61,3 +61,44 @@ def ar_generate(model: Any, prompts: Sequence[Sequence[int]], max_new_tokens: in
         cut = next((k for k, t in enumerate(row) if t in stops), len(row))
         rows.append(tuple(row[:cut]))
     return ARResult(tokens=tuple(rows), num_forwards=out.shape[1] - width, seconds=seconds)
+
+
+def static_ar_generate(runner: Any, prompts: Sequence[Sequence[int]], max_new_tokens: int, pad_id: int) -> ARResult:
+    """Greedy AR decoding through a `Runner` (e.g. the static-cache, CUDA-graph `StaticRunner`).
+
+    The fair baseline for the fast sampler: the same forward machinery, one token per forward.
+    Never stops early (benchmarks decode exactly `max_new_tokens`). Left-padded prompts.
+    """
+    from cudice.model.runner import _additive
+
+    device, dtype = runner.device, runner.dtype
+    b, width = len(prompts), max(len(p) for p in prompts)
+    ids = torch.full((b, width), pad_id, dtype=torch.long, device=device)
+    for i, p in enumerate(prompts):
+        ids[i, width - len(p):] = torch.tensor(list(p), dtype=torch.long, device=device)
+    pad = torch.tensor([width - len(p) for p in prompts], device=device)
+    col = torch.arange(width + max_new_tokens, device=device)
+    valid = col[None, :] >= pad[:, None]                                        # (B, W + N)
+    pos_all = (col[None, :] - pad[:, None]).clamp(min=0)
+    cache = runner.new_cache(b, width + max_new_tokens)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    # prefill all but the last prompt token (causal, padding hidden; pad queries see themselves)
+    w = width - 1
+    if w > 0:
+        causal = torch.tril(torch.ones(w, w, dtype=torch.bool, device=device))[None] & valid[:, None, :w]
+        causal |= torch.eye(w, dtype=torch.bool, device=device)[None]
+        runner.forward(ids[:, :w], _additive(causal[:, None], dtype), pos_all[:, :w], cache, logits=False)
+    token = ids[:, w:]                                                          # (B, 1)
+    out = []
+    for k in range(max_new_tokens):
+        n = w + k + 1
+        mask = _additive(valid[:, None, None, :n], dtype)                       # (B, 1, 1, n)
+        logits = runner.forward(token, mask, pos_all[:, n - 1:n], cache, logits=True)
+        token = logits[:, -1:].argmax(dim=-1)                                   # (B, 1)
+        out.append(token)
+    new = torch.cat(out, dim=1).tolist()                                        # sync point
+    seconds = time.perf_counter() - start
+    return ARResult(tokens=tuple(tuple(r) for r in new), num_forwards=max_new_tokens + (1 if w > 0 else 0),
+                    seconds=seconds)

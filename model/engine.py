@@ -69,14 +69,23 @@ class Generation:
 class Engine:
     """A loaded block-diffusion checkpoint plus its sampler."""
 
-    def __init__(self, loaded: LoadedModel, runner: Runner | None = None) -> None:
-        """`runner` replaces the model forwards (tests pass a stub with scripted logits)."""
+    def __init__(self, loaded: LoadedModel, runner: Runner | None = None, fast: bool = False) -> None:
+        """`runner` replaces the model forwards (tests pass a stub with scripted logits); `fast` uses the
+        static-cache runner with CUDA-graph-captured block forwards (`cudice.model.fastpath`)."""
         self.loaded = loaded
         self.tokenizer = loaded.tokenizer
+        if runner is None:
+            if fast:
+                from cudice.model.fastpath import StaticRunner
+
+                runner = StaticRunner(loaded.model, use_graphs=True)
+            else:
+                runner = HFRunner(loaded.model)
+        self.runner = runner
         self._sampler: BlockDiffusionSampler | None = None
         if loaded.ids.mask is not None:
-            self._sampler = BlockDiffusionSampler(runner or HFRunner(loaded.model), loaded.ids.mask, loaded.ids.pad,
-                                                  loaded.ids.stop, self.decode)
+            self._sampler = BlockDiffusionSampler(runner, loaded.ids.mask, loaded.ids.pad, loaded.ids.stop,
+                                                  self.decode)
 
     # --- helpers -------------------------------------------------------------------------
     def encode(self, text: str) -> list[int]:
@@ -154,12 +163,13 @@ def _generation(result: BatchResult, seconds: float, text: str, middle: str | No
                       finish_reason=row.finish_reason, raw_text=row.text)
 
 
-def load_engine(path: str, device: str = "auto", dtype: str = "auto") -> Engine:
+def load_engine(path: str, device: str = "auto", dtype: str = "auto", fast: bool = False) -> Engine:
     """Load a checkpoint directory (or a locally cached hub id) into an `Engine`.
 
+    fast: static KV cache + CUDA graphs (same tokens as the default HF path; see fastpath.py).
     Raises `cudice.model.loader.ModelLoadError` with what/why/how-to-fix on a bad path or checkpoint.
     """
-    return Engine(load_checkpoint(path, device=device, dtype=dtype))
+    return Engine(load_checkpoint(path, device=device, dtype=dtype), fast=fast)
 
 
 def engine_info(engine: Engine) -> dict[str, Any]:

@@ -24,9 +24,14 @@ class Runner(Protocol):
     dtype: torch.dtype
     device: torch.device
 
-    def new_cache(self) -> Any: ...
-    def forward(self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, cache: Any) -> torch.Tensor:
-        """ids (B, L), mask (B, 1, L, K) additive, pos (B, L) -> logits (B, L, V); appends K/V to cache."""
+    def new_cache(self, batch: int, max_length: int) -> Any:
+        """An empty cache for `batch` rows that will hold at most `max_length` tokens."""
+        ...
+    def forward(self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, cache: Any,
+                logits: bool = True) -> torch.Tensor:
+        """ids (B, L), mask (B, 1, L, K) additive, pos (B, L) -> logits (B, L, V); appends K/V to cache.
+
+        With logits=False (prefill, commit) the caller ignores the result, which may be empty."""
         ...
     def cache_length(self, cache: Any) -> int: ...
     def crop(self, cache: Any, length: int) -> None:
@@ -50,15 +55,17 @@ class HFRunner:
         params = inspect.signature(model.forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
 
-    def new_cache(self) -> Any:
+    def new_cache(self, batch: int, max_length: int) -> Any:
         from transformers import DynamicCache
 
         return DynamicCache(config=self.model.config)
 
     @torch.no_grad()
-    def forward(self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, cache: Any) -> torch.Tensor:
+    def forward(self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, cache: Any,
+                logits: bool = True) -> torch.Tensor:
+        # logits_to_keep=1 spares the (B, L, V) logits of a long prefill
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True,
-                         **{self._cache_kw: cache})
+                         logits_to_keep=0 if logits else 1, **{self._cache_kw: cache})
         return out.logits                                                    # (B, L, V)
 
     def cache_length(self, cache: Any) -> int:

@@ -90,17 +90,18 @@ class BlockDiffusionSampler:
             generator = torch.Generator(device=device).manual_seed(config.seed)
         num_forwards = 0
 
-        def forward(ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        def forward(ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, logits: bool) -> torch.Tensor:
             nonlocal num_forwards
             num_forwards += 1
-            return self.runner.forward(ids, mask, pos, cache)
+            return self.runner.forward(ids, mask, pos, cache, logits=logits)
 
         # 1. layout: whole prompt blocks go to the prefill, left-padded to a common multiple of bl
         whole = [len(p) // bl * bl for p in prompts]
         prefix_len = max(whole)                                              # C, a multiple of bl
         rows = [_Row(index=i, pad=prefix_len - w, tail=list(p[w:])) for i, (p, w) in enumerate(zip(prompts, whole, strict=True))]
         pad = torch.tensor([r.pad for r in rows], device=device)             # (B,)
-        cache = self.runner.new_cache()
+        longest = max(len(r.tail) for r in rows) + config.max_new_tokens
+        cache = self.runner.new_cache(len(rows), prefix_len + (-(-longest // bl) + 1) * bl)
 
         # 2. prefill: (B, C) tokens, block-causal mask, K/V kept
         col = torch.arange(prefix_len, device=device)
@@ -110,7 +111,7 @@ class BlockDiffusionSampler:
             for r, p, w in zip(rows, prompts, whole, strict=True):
                 ids[r.index, r.pad:] = torch.tensor(list(p[:w]), dtype=torch.long, device=device)
             pos = (col[None, :] - pad[:, None]).clamp(min=0)                # (B, C)
-            forward(ids, block_causal_mask(valid, bl, dtype), pos)
+            forward(ids, block_causal_mask(valid, bl, dtype), pos, logits=False)
 
         # 3. one block at a time until every row has finished
         active = list(rows)
@@ -142,7 +143,7 @@ class BlockDiffusionSampler:
                 if should_stop is not None and should_stop():
                     cancelled = True
                     break
-                logits = forward(x, mask, pos)                               # (b, bl, V)
+                logits = forward(x, mask, pos, logits=True)                 # (b, bl, V)
                 self.runner.crop(cache, block_start)
                 tokens, confidence = sample_tokens(logits, config.temperature, config.top_k, config.top_p,
                                                    generator)                # (b, bl), (b, bl)
@@ -161,7 +162,7 @@ class BlockDiffusionSampler:
                 break
 
             # 3b. commit: one forward with the final tokens; its K/V stays in the cache
-            forward(x, mask, pos)
+            forward(x, mask, pos, logits=False)
             block_start += bl
 
             # 3c. bookkeeping on the CPU: append, per-row step counts, stop checks

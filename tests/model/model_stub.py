@@ -29,13 +29,15 @@ class StubRunner:
     dtype: torch.dtype = torch.float32
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
 
-    def new_cache(self) -> StubCache:
+    def new_cache(self, batch: int, max_length: int) -> StubCache:
+        self.events.append(("new_cache", batch, max_length))
         return StubCache()
 
-    def forward(self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, cache: StubCache) -> torch.Tensor:
+    def forward(self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, cache: StubCache,
+                logits: bool = True) -> torch.Tensor:
         b, n = ids.shape
         assert mask.shape == (b, 1, n, cache.length + n), (mask.shape, cache.length)
-        self.events.append(("forward", n, cache.length))
+        self.events.append(("forward", n, cache.length) if logits else ("forward-no-logits", n, cache.length))
         cache.rows, cache.length = b, cache.length + n
         logits = torch.empty(b, n, self.vocab_size)
         for i in range(b):

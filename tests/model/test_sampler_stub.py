@@ -32,10 +32,12 @@ def test_commit_and_crop_sequence_with_prompt_tail_in_first_block() -> None:
 
     # prefill the one whole prompt block; block 1 holds the 2-token prompt tail + 2 masks
     # (quota 1,1,0,0 -> two denoise steps); blocks 2 and 3 need 4 steps each.
-    expected = [("forward", 4, 0)]
-    expected += [("forward", 4, 4), ("crop", 4)] * 2 + [("forward", 4, 4)]
-    expected += [("forward", 4, 8), ("crop", 8)] * 4 + [("forward", 4, 8)]
-    expected += [("forward", 4, 12), ("crop", 12)] * 4 + [("forward", 4, 12)]
+    # The commit forward keeps its K/V and needs no logits. The cache is sized for the prompt's
+    # whole blocks + enough blocks for tail + max_new_tokens + one spare block: 4 + 4 * 4.
+    expected = [("new_cache", 1, 20), ("forward-no-logits", 4, 0)]
+    expected += [("forward", 4, 4), ("crop", 4)] * 2 + [("forward-no-logits", 4, 4)]
+    expected += [("forward", 4, 8), ("crop", 8)] * 4 + [("forward-no-logits", 4, 8)]
+    expected += [("forward", 4, 12), ("crop", 12)] * 4 + [("forward-no-logits", 4, 12)]
     assert runner.events == expected
     row = out.rows[0]
     assert row.text == "0123456789"
@@ -95,7 +97,7 @@ def test_eos_trims_the_block_and_ends_generation() -> None:
     assert len(row.step_map) == 6
     # two blocks decoded (4 steps + commit each), nothing after the block holding EOS
     assert out.num_forwards == 1 + 5 + 5
-    assert runner.events[-1] == ("forward", 4, 8)
+    assert runner.events[-1] == ("forward-no-logits", 4, 8)
 
 
 def test_stop_string_cuts_text_and_keeps_tokens_up_to_it() -> None:
@@ -115,7 +117,7 @@ def test_max_new_tokens_trims_mid_block() -> None:
 
 def test_cancellation_stops_before_the_next_forward() -> None:
     runner = StubRunner(VOCAB, text_target(4, "abcdefgh"))
-    forwards = lambda: sum(1 for e in runner.events if e[0] == "forward")  # noqa: E731
+    forwards = lambda: sum(1 for e in runner.events if e[0].startswith("forward"))  # noqa: E731
     cfg = SamplerConfig(strategy="sequential", max_new_tokens=100)
     out = sampler(runner).generate([prompt(4)], cfg, block_length=4, should_stop=lambda: forwards() >= 3)
     assert out.num_forwards == 3  # prefill + 2 denoise steps, then stopped
@@ -148,7 +150,7 @@ def test_batch_rows_equal_single_runs_and_finished_rows_leave_the_batch() -> Non
     # left padding 0, 8, 4: position 13 (EOS) sits in physical block 12 for row 0, 20 for row 1 and
     # 16 for row 2, so row 0 leaves after the second block and row 2 after the third
     assert [e for e in runner.events if e[0] == "select"] == [("select", (1, 2)), ("select", (0,))]
-    assert runner.events[0] == ("forward", 8, 0)
+    assert runner.events[1] == ("forward-no-logits", 8, 0)  # prefill: rows padded to 8 columns
 
 
 def test_prefill_mask_is_block_causal_and_hides_padding() -> None:
