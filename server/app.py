@@ -70,13 +70,13 @@ async def load_model(ls: CudiceServer) -> None:
     if request is None:
         await ls.model.load(None)
         return
+    # Watch before loading: a checkpoint finished while this one loads is not missed.
+    ls.ckpt_signature = checkpoint_signature(request.path)
+    _watch_checkpoint(ls, request.path)
     progress = await WorkProgress.start(ls, "cudice: loading model", request.path, cancellable=False)
     ok = await ls.model.load(request)
     progress.end(ls.model.message)
-    if ok:
-        ls.ckpt_signature = checkpoint_signature(request.path)
-        _watch_checkpoint(ls, request.path)
-    else:
+    if not ok:
         ls.notice(f"cudice: {ls.model.message}", lsp.MessageType.Error)
 
 
@@ -94,6 +94,7 @@ async def _checkpoint_changed(ls: CudiceServer, path: str) -> None:
     if os.path.abspath(ls.settings.model_path or "") != path:
         return
     signature = checkpoint_signature(path)
+    log.debug("checkpoint folder %s changed: signature %s (loaded: %s)", path, signature, ls.ckpt_signature)
     if signature is None or signature == ls.ckpt_signature:
         return  # half-written, or nothing new
     ls.notice(f"cudice: new checkpoint in {path}; reloading the model", lsp.MessageType.Info)

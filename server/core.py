@@ -44,8 +44,11 @@ class Latest:
 
 def gpu_absent_reason() -> str | None:
     """Why this machine cannot time kernels, or None when an NVIDIA GPU seems present (no torch import)."""
-    if os.environ.get("CUDICE_FORCE_NO_GPU"):
-        return "CUDICE_FORCE_NO_GPU is set"
+    override = os.environ.get("CUDICE_GPU", "")
+    if override == "1":  # detection can be wrong (containers without nvidia-smi): the user knows best
+        return None
+    if override == "0":
+        return "CUDICE_GPU=0 is set, so kernels are compiled but not run"
     if shutil.which("nvidia-smi") is None and not os.path.exists("/dev/nvidiactl"):
         return "no NVIDIA GPU on this machine (no nvidia-smi, no /dev/nvidiactl), so kernels are compiled but not run"
     return None

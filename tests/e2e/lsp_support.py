@@ -43,13 +43,18 @@ class Editor:
     def _apply(self, params: lsp.ApplyWorkspaceEditParams) -> lsp.ApplyWorkspaceEditResult:
         from cudice.server.features.positions import LineIndex
 
+        changes: list[tuple[str, int | None, list[lsp.TextEdit]]] = []
         for change in params.edit.document_changes or []:
             assert isinstance(change, lsp.TextDocumentEdit)
-            buf = self.buffers[change.text_document.uri]
-            if change.text_document.version is not None and change.text_document.version != buf[1]:
+            edits = [e for e in change.edits if isinstance(e, lsp.TextEdit)]
+            changes.append((change.text_document.uri, change.text_document.version, edits))
+        for uri, edits in (params.edit.changes or {}).items():
+            changes.append((uri, None, list(edits)))
+        for uri, version, edits in changes:
+            buf = self.buffers[uri]
+            if version is not None and version != buf[1]:
                 return lsp.ApplyWorkspaceEditResult(applied=False, failure_reason="version mismatch")
-            for e in sorted(change.edits, key=lambda e: (e.range.start.line, e.range.start.character),
-                            reverse=True):
+            for e in sorted(edits, key=lambda e: (e.range.start.line, e.range.start.character), reverse=True):
                 index = LineIndex.of(buf[0])
                 start = index.offset(e.range.start.line, e.range.start.character)
                 end = index.offset(e.range.end.line, e.range.end.character)
@@ -150,7 +155,6 @@ async def start_editor(client_name: str, root: Path, *, init_options: Any = None
     full_env = {**os.environ, **FAKES_ENV, **(env or {})}
     full_env["PYTHONPATH"] = os.pathsep.join([str(HERE), full_env.get("PYTHONPATH", "")])
     full_env.setdefault("CUDICE_CACHE_DIR", str(root / ".cudice-cache"))
-    full_env.setdefault("CUDICE_FORCE_NO_GPU", "")
     config = ClientServerConfig(server_command=[sys.executable, "-m", "cudice.server"], server_env=full_env,
                                 client_factory=factory)
     client = await config.start()

@@ -1,0 +1,216 @@
+"""End-to-end verification behaviour: supersession, races, hover, lens, cache, watchers, bad input."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from lsp_support import REPO, Editor, start_editor, stop_editor
+from lsprotocol import types as lsp
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    for name in ("relu.py", "relu_broken.py", "relu_cuda.py"):
+        shutil.copy(REPO / "examples" / name, tmp_path / name)
+    return tmp_path
+
+
+def _verify_progress(editor: Editor) -> list[list[object]]:
+    return [r for r in editor.client.progress_reports.values()
+            if r and isinstance(r[0], lsp.WorkDoneProgressBegin) and "verifying" in r[0].title]
+
+
+async def _hover(editor: Editor, uri: str, line: int, character: int) -> str | None:
+    h = await editor.client.text_document_hover_async(lsp.HoverParams(
+        lsp.TextDocumentIdentifier(uri=uri), lsp.Position(line, character)))
+    if h is None:
+        return None
+    assert isinstance(h.contents, lsp.MarkupContent)
+    return h.contents.value
+
+
+async def _lens_titles(editor: Editor, uri: str) -> list[str]:
+    lenses = await editor.client.text_document_code_lens_async(lsp.CodeLensParams(lsp.TextDocumentIdentifier(uri)))
+    return [lens.command.title for lens in lenses or [] if lens.command]
+
+
+def _line_of(text: str, needle: str) -> int:
+    return next(i for i, line in enumerate(text.splitlines()) if needle in line)
+
+
+async def test_result_shows_in_hover_and_lens_and_is_cached_for_reopen(workspace: Path) -> None:
+    editor = await start_editor("visual-studio-code", workspace, env={"CUDICE_GPU": "1"},
+                                init_options={"cudice": {"verify": {"compileOnly": False}}})
+    try:
+        uri = editor.open(workspace / "relu_cuda.py")
+        text = editor.buffers[uri][0]
+        assert await _lens_titles(editor, uri) == ["cudice: not verified yet · verify"]
+        num_refresh = editor.lens_refreshes
+        result = await editor.command("cudice.verify", uri)
+        assert result["verdict"] == "correct" and result["speedup"] == pytest.approx(2.31)
+        assert await _lens_titles(editor, uri) == ["✓ 2.31× vs PyTorch · H200 · re-verify"]
+        assert editor.lens_refreshes > num_refresh
+        card = await _hover(editor, uri, _line_of(text, "class ModelNew"), 8)
+        assert card is not None
+        for part in ("2.31×", "spread 2.14–2.47×", "NVIDIA H200", "5/5 trials", "ms", "measured:"):
+            assert part in card, (part, card)
+        kernel_line = _line_of(text, "__global__ void relu_kernel")
+        assert "2.31×" in (await _hover(editor, uri, kernel_line, text.splitlines()[kernel_line].index("relu_kernel")) or "")
+        call_line = _line_of(text, "load_inline(")
+        assert "2.31×" in (await _hover(editor, uri, call_line + 1, 6) or "")
+        assert await _hover(editor, uri, 0, 0) is None  # elsewhere: nothing
+    finally:
+        await stop_editor(editor)
+    # a fresh server with the same cache shows the result on open, without running anything
+    editor = await start_editor("neovim@v0.11", workspace, env={"CUDICE_GPU": "1"})
+    try:
+        uri = editor.open(workspace / "relu_cuda.py")
+        await editor.wait_status(lambda s: s["uri"] == uri and s["lastVerdict"] == "correct", timeout=10)
+        assert await _lens_titles(editor, uri) == ["✓ 2.31× vs PyTorch · H200 · re-verify"]
+        assert _verify_progress(editor) == []
+    finally:
+        await stop_editor(editor)
+
+
+async def test_without_gpu_verification_is_compile_only_and_says_why(workspace: Path) -> None:
+    editor = await start_editor("visual-studio-code", workspace, env={"CUDICE_GPU": "0"})
+    try:
+        uri = editor.open(workspace / "relu_cuda.py")
+        editor.save(uri)
+        diags = await editor.wait_diagnostics(uri, lambda d: any(x.code == "compile-only" for x in d))
+        info = next(d for d in diags if d.code == "compile-only")
+        assert info.severity == lsp.DiagnosticSeverity.Information and "CUDICE_GPU=0" in info.message
+        text = editor.buffers[uri][0]
+        card = await _hover(editor, uri, _line_of(text, "class ModelNew"), 8)
+        assert card is not None and "no speedup shown" in card and "CUDICE_GPU=0" in card
+    finally:
+        await stop_editor(editor)
+
+
+async def test_newer_save_supersedes_the_older_run(workspace: Path) -> None:
+    editor = await start_editor("neovim@v0.11", workspace, env={"CUDICE_GPU": "1"})
+    try:
+        uri = editor.open(workspace / "relu_cuda.py")
+        slow = editor.buffers[uri][0] + "\n# SLOW_VERIFY\n"
+        editor.change(uri, slow)
+        editor.save(uri)
+        await editor.wait_for("$/progress", lambda: bool(_verify_progress(editor)))
+        fast = slow.replace("# SLOW_VERIFY", "# fast now")
+        editor.change(uri, fast)
+        editor.save(uri)
+        await editor.wait_status(lambda s: s["uri"] == uri and s["lastVerdict"] == "correct", timeout=20)
+        runs = _verify_progress(editor)
+        await editor.wait_for("$/progress", lambda: all(isinstance(r[-1], lsp.WorkDoneProgressEnd)
+                                                        for r in _verify_progress(editor)))
+        ends = sorted(r[-1].message or "" for r in runs)
+        assert ends == ["correct", "superseded by a newer run"]
+    finally:
+        await stop_editor(editor)
+
+
+async def test_edits_racing_a_verification_get_the_verified_version(workspace: Path) -> None:
+    editor = await start_editor("visual-studio-code", workspace)
+    try:
+        uri = editor.open(workspace / "relu_broken.py")
+        editor.save(uri)
+        for i in range(5):  # typing while it verifies
+            editor.change(uri, editor.buffers[uri][0] + f"\n# edit {i}\n")
+        await editor.wait_status(lambda s: s["uri"] == uri and s["lastVerdict"] == "compile_error")
+        diags = await editor.wait_diagnostics(uri, lambda d: bool(d))
+        assert diags[0].range.start.line == 13
+        # the server is still responsive and consistent
+        assert await _lens_titles(editor, uri) == ["✗ compile error (1) · re-verify"]
+    finally:
+        await stop_editor(editor)
+
+
+async def test_reference_change_reverifies_the_candidate(workspace: Path) -> None:
+    editor = await start_editor("neovim@v0.11", workspace)
+    try:
+        uri = editor.open(workspace / "relu_cuda.py")
+        await editor.command("cudice.verify", uri)
+        editor.client.progress_reports.clear()
+        ref = workspace / "relu.py"
+        ref.write_text(ref.read_text().replace("dim = 16384", "dim = 4096"))
+        await editor.wait_for("$/progress", lambda: any(isinstance(r[-1], lsp.WorkDoneProgressEnd)
+                                                        for r in _verify_progress(editor)), timeout=20)
+    finally:
+        await stop_editor(editor)
+
+
+async def test_malformed_requests_and_unknown_uris_never_crash(workspace: Path) -> None:
+    editor = await start_editor("visual-studio-code", workspace)
+    try:
+        ghost = (workspace / "ghost.py").as_uri()
+        c = editor.client
+        assert await c.text_document_hover_async(lsp.HoverParams(lsp.TextDocumentIdentifier(ghost),
+                                                                 lsp.Position(3, 3))) is None
+        assert await editor.code_actions(ghost, 0, 0) == []
+        assert await c.text_document_code_lens_async(lsp.CodeLensParams(lsp.TextDocumentIdentifier(ghost))) is None
+        c.text_document_did_save(lsp.DidSaveTextDocumentParams(lsp.TextDocumentIdentifier(ghost)))
+        c.text_document_did_save(lsp.DidSaveTextDocumentParams(lsp.TextDocumentIdentifier("untitled:Untitled-1")))
+        assert await editor.command("cudice.verify") is None
+        assert await editor.command("cudice.verify", 42) is None
+        assert (await editor.command("cudice.infillKernel", ghost, {"start": 5}))["ok"] is False
+        assert (await editor.command("cudice.generateKernel"))["ok"] is False
+        uri = editor.open(workspace / "relu_cuda.py")
+        bad = await editor.command("cudice.infillKernel", uri, {"start": 10**9, "end": 10**9 + 1})
+        assert bad["ok"] is False
+        # a position far past the end of the file
+        assert await c.text_document_hover_async(lsp.HoverParams(lsp.TextDocumentIdentifier(uri),
+                                                                 lsp.Position(9999, 9999))) is None
+        editor.change(uri, "class ModelNew(:\n  broken")  # a file that does not parse
+        assert await _lens_titles(editor, uri) == []
+        assert await editor.code_actions(uri, 0, 3) == []
+        # still alive and answering
+        editor.change(uri, (workspace / "relu_cuda.py").read_text())
+        assert await _lens_titles(editor, uri) == ["cudice: not verified yet · verify"]
+    finally:
+        await stop_editor(editor)
+
+
+async def test_bad_settings_are_reported_once_and_defaults_used(workspace: Path) -> None:
+    editor = await start_editor(
+        "visual-studio-code", workspace,
+        init_options={"cudice": {"sampler": {"threshold": 7}}},
+        configuration={"sampler": {"threshold": 7}, "verify": {"onSave": False}})
+    try:
+        await editor.wait_model("missing")
+        uri = editor.open(workspace / "relu_broken.py")
+        editor.save(uri)  # onSave is off (from workspace/configuration): nothing runs
+        editor.client.workspace_did_change_configuration(lsp.DidChangeConfigurationParams(settings=None))
+        result = await editor.command("cudice.verify", uri)
+        assert result["verdict"] == "compile_error"
+        warnings = [m.message for m in editor.client.messages if "threshold" in m.message]
+        assert len(warnings) == 1 and "using 0.9" in warnings[0]
+        assert len(_verify_progress(editor)) == 1  # the save did not verify
+    finally:
+        await stop_editor(editor)
+
+
+async def test_new_checkpoint_is_hot_reloaded_and_half_written_ones_ignored(workspace: Path) -> None:
+    ckpt = workspace / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "config.json").write_text("{}")
+    (ckpt / "model.safetensors").write_bytes(b"0")
+    editor = await start_editor("neovim@v0.11", workspace, env={"CUDICE_RELOAD_DEBOUNCE_S": "0.3"},
+                                init_options={"cudice": {"model": {"path": str(ckpt)}}})
+    try:
+        await editor.wait_model("ready")
+        num = len(editor.statuses)
+        (ckpt / "model.safetensors.tmp").write_bytes(b"half")  # a trainer mid-write
+        (ckpt / "cudice_checkpoint.json").write_text(json.dumps({"step": 1}))
+        await asyncio.sleep(0)  # let the watcher thread see the burst
+        assert all(s["model"] == "ready" for s in editor.statuses[num:])
+        (ckpt / "model.safetensors.tmp").unlink()
+        await editor.wait_for("cudice/status",
+                              lambda: [s["model"] for s in editor.statuses[num:]][-2:] == ["loading", "ready"])
+        assert any("new checkpoint" in m.message for m in editor.client.messages)
+    finally:
+        await stop_editor(editor)
