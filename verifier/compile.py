@@ -1,11 +1,12 @@
 """The full build: what `load_inline` does, with torch's own flags, but faster and cancellable.
 
 Levers (DESIGN §4): an explicit arch list (`-gencode arch=compute_90,code=sm_90` via
-TORCH_CUDA_ARCH_LIST), one build directory per content hash (module name + generated files +
-flags; shared directories race, pytorch #155344), a cache of the outcome so an unchanged source
-never rebuilds (errors are cached too: the same text gives the same errors), `ninja -k 0` so
-the C++ and CUDA objects build in parallel and both report their errors, and a compile-only
-target (objects, no link) for machines without a CUDA torch.
+TORCH_CUDA_ARCH_LIST); one directory per content hash (no shared build directory to race on,
+pytorch #155344); an object-level cache (buildsteps.py) so an unchanged source never rebuilds,
+an edit of the CUDA string recompiles only `cuda.cu`, and candidates sharing a module name and
+C++ declarations share `main.o` (errors are cached too: same text, same errors); the C++ and
+CUDA objects compile in parallel and both report their errors; compile-only mode stops before
+linking (machines without a CUDA torch).
 
 Compiler messages are parsed (compiler_messages.py) and mapped through the generated files'
 line map (generated.py) into the `.py` document; messages on lines cudice wrote (implicit
@@ -17,24 +18,21 @@ still 10 s per check here), `extra_cflags` given in the call (not read from the 
 
 from __future__ import annotations
 
-import fcntl
 import json
-import os
-import shlex
-import signal
-import subprocess
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from cudice.verifier.buildsteps import StepResult, compile_object, link_library, run_process
 from cudice.verifier.compiler_messages import CompilerMessage, caret_column, parse_messages
 from cudice.verifier.config import VerifyConfig
 from cudice.verifier.document import Document
 from cudice.verifier.generated import CUDA_CU, MAIN_CPP, GeneratedModule
 from cudice.verifier.result import Diagnostic, Location, Severity, Stage
-from cudice.verifier.toolchain import Toolchain, ToolchainError, probe_toolchain
+from cudice.verifier.toolchain import ToolchainError, probe_toolchain
 
 OUTCOME = "cudice_outcome.json"
 
@@ -62,7 +60,8 @@ def build_module(module: GeneratedModule, path: str, config: VerifyConfig, *, li
                  cancel: CancelToken | None = None, on_output: Callable[[str], None] | None = None) -> BuildResult:
     """Compile (and with `link`, link) `module`; diagnostics are located in the document at `path`.
 
-    Blocks until done; `cancel.is_set()` is polled and kills the build's process group.
+    `main.cpp` and `cuda.cu` compile in parallel, each through the object cache (buildsteps.py).
+    Blocks until done; `cancel.is_set()` is polled and kills the compilers.
     """
     t0 = time.perf_counter()
     try:
@@ -70,36 +69,49 @@ def build_module(module: GeneratedModule, path: str, config: VerifyConfig, *, li
     except ToolchainError as exc:
         diag = Diagnostic(Severity.ERROR, str(exc), "compile.toolchain", Stage.COMPILE, _call_location(module, path))
         return BuildResult(False, config.cache_dir, None, (diag,), str(exc), time.perf_counter() - t0, False)
-    key = module.content_hash(tc.fingerprint)
-    build_dir = config.cache_dir / f"{module.name}-{key[:20]}"
-    build_dir.mkdir(parents=True, exist_ok=True)
-    with open(build_dir / "lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # one builder per directory; others wait, then hit the cache
-        cached = _read_outcome(build_dir, link)
-        if cached is not None:
-            ok, output = cached
-            diags = map_messages(module, path, parse_messages(output))
-            lib = build_dir / f"{module.name}.so" if ok and link else None
-            return BuildResult(ok, build_dir, lib, diags, output, time.perf_counter() - t0, True)
-        _write_build(build_dir, module, tc, config)
-        targets = [f"{module.name}.so"] if link else ["main.o"] + (["cuda.cuda.o"] if module.has_cuda else [])
-        cmd = ["ninja", "-k", "0", "-j", str(config.max_jobs), "-C", str(build_dir), *targets]
-        rc, output, cancelled, timed_out = _run(cmd, config.compile_timeout_s, cancel, on_output)
+    cflags, cuda_cflags = tc.flags_for(module.name)
+    jobs = [(tc.cxx, cflags, MAIN_CPP)]
+    if module.has_cuda:
+        jobs.append((tc.nvcc, cuda_cflags, CUDA_CU))
+    results: dict[str, StepResult] = {}
+
+    def one(compiler: str, flags: str, name: str) -> None:
+        f = module.file(name)
+        assert f is not None
+        results[name] = compile_object(config.cache_dir, compiler, flags, name, f.text, config.compile_timeout_s,
+                                       cancel, on_output)
+
+    threads = [threading.Thread(target=one, args=j, daemon=True) for j in jobs]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    steps = [results[name] for _, _, name in jobs]
+    output = "".join(s.output for s in steps)
+    ok = all(s.ok for s in steps)
+    lib: Path | None = None
+    build_dir = config.cache_dir / "objects"
+    if ok and link:
+        linked = link_library(config.cache_dir, tc.cxx, tc.ldflags, [s.path for s in steps if s.path], module.name,
+                              config.compile_timeout_s, cancel)
+        steps.append(linked)
+        output += linked.output
+        ok, lib = linked.ok, linked.path
+        build_dir = lib.parent if lib else build_dir
     wall = time.perf_counter() - t0
+    cancelled = any(s.cancelled for s in steps)
+    timed_out = any(s.timed_out for s in steps)
     if cancelled or timed_out:
         what = "cancelled" if cancelled else f"timed out after {config.compile_timeout_s:.0f} s"
         diag = Diagnostic(Severity.ERROR, f"The build {what}.", "compile.timeout" if timed_out else "compile.cancelled",
                           Stage.COMPILE, _call_location(module, path))
         return BuildResult(False, build_dir, None, (diag,), output, wall, False, cancelled, timed_out)
-    ok = rc == 0
-    _write_outcome(build_dir, ok, output, link)
     diags = map_messages(module, path, parse_messages(output))
     if not ok and not any(d.severity is Severity.ERROR for d in diags):
         tail = "\n".join(output.strip().splitlines()[-15:])
         diags += (Diagnostic(Severity.ERROR, f"The build failed without a compiler message cudice understands:\n{tail}",
                              "compile.failed", Stage.COMPILE, _call_location(module, path)),)
-    return BuildResult(ok, build_dir, build_dir / f"{module.name}.so" if ok and link else None, diags, output, wall,
-                       False)
+    return BuildResult(ok, build_dir, lib, diags, output, wall, all(s.cached for s in steps))
 
 
 def map_messages(module: GeneratedModule, path: str, messages: list[CompilerMessage]) -> tuple[Diagnostic, ...]:
@@ -157,77 +169,6 @@ def _call_location(module: GeneratedModule, path: str) -> Location:
     return span.location(path) if span else Location(path, 1, 1)
 
 
-def _write_build(build_dir: Path, module: GeneratedModule, tc: Toolchain, config: VerifyConfig) -> None:
-    for f in module.files:
-        target = build_dir / f.name
-        if not target.exists() or target.read_text() != f.text:
-            target.write_text(f.text)
-    cflags, cuda_cflags = tc.flags_for(module.name)
-    objs = ["main.o"] + (["cuda.cuda.o"] if module.has_cuda else [])
-    ninja = [
-        "ninja_required_version = 1.3",
-        f"cxx = {tc.cxx}",
-        f"nvcc = {shlex.quote(tc.nvcc)}",
-        f"cflags = {cflags}",
-        f"cuda_cflags = {cuda_cflags}",
-        f"ldflags = {tc.ldflags}",
-        "rule compile",
-        "  command = $cxx -MMD -MF $out.d $cflags -c $in -o $out",
-        "  depfile = $out.d",
-        "  deps = gcc",
-        "rule cuda_compile",
-        "  command = $nvcc $cuda_cflags -c $in -o $out",
-        "rule link",
-        "  command = $cxx $in $ldflags -o $out",
-        f"build main.o: compile {build_dir / MAIN_CPP}",
-    ]
-    if module.has_cuda:
-        ninja.append(f"build cuda.cuda.o: cuda_compile {build_dir / CUDA_CU}")
-    ninja.append(f"build {module.name}.so: link {' '.join(objs)}")
-    ninja.append(f"default {module.name}.so")
-    (build_dir / "build.ninja").write_text("\n".join(ninja) + "\n")
-
-
-def _run(cmd: list[str], timeout_s: float, cancel: CancelToken | None,
-         on_output: Callable[[str], None] | None) -> tuple[int, str, bool, bool]:
-    env = {**os.environ, "LC_ALL": "C", "LANG": "C"}
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                            start_new_session=True)
-    deadline = time.monotonic() + timeout_s
-    chunks: list[str] = []
-    import threading
-
-    def pump() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            chunks.append(line)
-            if on_output is not None:
-                on_output(line)
-
-    reader = threading.Thread(target=pump, daemon=True)
-    reader.start()
-    cancelled = timed_out = False
-    while proc.poll() is None:
-        if cancel is not None and cancel.is_set():
-            cancelled = True
-        elif time.monotonic() > deadline:
-            timed_out = True
-        if cancelled or timed_out:
-            _kill_group(proc)
-            break
-        time.sleep(0.05)
-    proc.wait()
-    reader.join(timeout=5)
-    return proc.returncode, "".join(chunks), cancelled, timed_out
-
-
-def _kill_group(proc: subprocess.Popen[str]) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-
-
 def _read_outcome(build_dir: Path, link: bool) -> tuple[bool, str] | None:
     """A finished earlier build of the same content that answers this request, if any."""
     try:
@@ -273,7 +214,7 @@ def build_raw_cu(doc: Document, config: VerifyConfig, *, cancel: CancelToken | N
         src.write_text(doc.text)
         cmd = [nvcc, f"-gencode=arch=compute_{arch},code=sm_{arch}", "-cubin", "-o", str(build_dir / "kernel.cubin"),
                str(src)]
-        rc, output, cancelled, timed_out = _run(cmd, config.compile_timeout_s, cancel, None)
+        rc, output, cancelled, timed_out = run_process(cmd, config.compile_timeout_s, cancel)
         if cancelled or timed_out:
             diag = Diagnostic(Severity.ERROR, "The build was cancelled or timed out.", "compile.timeout",
                               Stage.COMPILE, Location(doc.path, 1, 1))

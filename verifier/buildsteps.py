@@ -1,0 +1,144 @@
+"""Build steps with an object-level cache: compile `main.cpp` / `cuda.cu` to objects, link a module.
+
+Each object is cached under `cache_dir/objects/<sha256(tool, flags, text)>/` together with the
+compiler's output and exit status, so
+- an edit of the CUDA string recompiles only `cuda.cu` (the pybind `main.cpp`, ~40 s of g++
+  parsing torch/extension.h, comes from the cache), and
+- candidates that share a module name and C++ declarations (common in KernelBench batches)
+  share `main.o`.
+Failures are cached too (same text and flags, same errors). The two objects compile in
+parallel as child processes in their own session; a cancel or timeout kills both.
+The commands are torch's own (toolchain.py), as `load_inline`'s ninja file would run them.
+
+Not covered: eviction of the cache (delete `cache_dir` to reclaim space), ccache.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+
+class CancelToken(Protocol):
+    def is_set(self) -> bool: ...
+
+
+@dataclass(frozen=True, slots=True)
+class StepResult:
+    ok: bool
+    output: str
+    path: Path | None  # the object or library produced
+    cached: bool
+    cancelled: bool = False
+    timed_out: bool = False
+
+
+def run_process(cmd: list[str], timeout_s: float, cancel: CancelToken | None, cwd: Path | None = None,
+                on_output: Callable[[str], None] | None = None) -> tuple[int, str, bool, bool]:
+    """(returncode, merged output, cancelled, timed_out); the process group dies on cancel/timeout."""
+    env = {**os.environ, "LC_ALL": "C", "LANG": "C"}
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=cwd,
+                            start_new_session=True, errors="replace")
+    chunks: list[str] = []
+
+    def pump() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            chunks.append(line)
+            if on_output is not None:
+                on_output(line)
+
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
+    deadline = time.monotonic() + timeout_s
+    cancelled = timed_out = False
+    while proc.poll() is None:
+        cancelled = cancel is not None and cancel.is_set()
+        timed_out = time.monotonic() > deadline
+        if cancelled or timed_out:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            break
+        time.sleep(0.05)
+    proc.wait()
+    reader.join(timeout=5)
+    return proc.returncode, "".join(chunks), cancelled, timed_out
+
+
+def _key(*parts: str) -> str:
+    h = hashlib.sha256()
+    for p in parts:
+        h.update(p.encode() + b"\0")
+    return h.hexdigest()
+
+
+def compile_object(cache_dir: Path, compiler: str, flags: str, file_name: str, text: str, timeout_s: float,
+                   cancel: CancelToken | None = None, on_output: Callable[[str], None] | None = None) -> StepResult:
+    """Compile `text` saved as `file_name` with `compiler flags -c`; cached by content."""
+    d = cache_dir / "objects" / _key(compiler, flags, file_name, text)[:32]
+    d.mkdir(parents=True, exist_ok=True)
+    obj = d / (Path(file_name).stem + ".o")
+    with open(d / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # a second builder of the same object waits, then hits the cache
+        outcome = _read(d)
+        if outcome is not None and (not outcome[0] or obj.is_file()):
+            return StepResult(outcome[0], outcome[1], obj if outcome[0] else None, True)
+        src = d / file_name
+        src.write_text(text)
+        cmd = [*shlex.split(compiler), *shlex.split(flags), "-c", str(src), "-o", str(obj)]
+        rc, output, cancelled, timed_out = run_process(cmd, timeout_s, cancel, d, on_output)
+        if cancelled or timed_out:
+            return StepResult(False, output, None, False, cancelled, timed_out)
+        _write(d, rc == 0, output)
+    return StepResult(rc == 0, output, obj if rc == 0 else None, False)
+
+
+def link_library(cache_dir: Path, cxx: str, ldflags: str, objects: list[Path], name: str, timeout_s: float,
+                 cancel: CancelToken | None = None) -> StepResult:
+    """Link objects into `<name>.so` (cached by the objects' identities and flags)."""
+    d = cache_dir / "libs" / _key(cxx, ldflags, name, *(str(o) for o in objects))[:32]
+    d.mkdir(parents=True, exist_ok=True)
+    lib = d / f"{name}.so"
+    with open(d / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        outcome = _read(d)
+        if outcome is not None and (not outcome[0] or lib.is_file()):
+            return StepResult(outcome[0], outcome[1], lib if outcome[0] else None, True)
+        cmd = [*shlex.split(cxx), *(str(o) for o in objects), *shlex.split(ldflags), "-o", str(lib)]
+        rc, output, cancelled, timed_out = run_process(cmd, timeout_s, cancel, d)
+        if cancelled or timed_out:
+            return StepResult(False, output, None, False, cancelled, timed_out)
+        _write(d, rc == 0, output)
+    return StepResult(rc == 0, output, lib if rc == 0 else None, False)
+
+
+def _read(d: Path) -> tuple[bool, str] | None:
+    try:
+        data = json.loads((d / "outcome.json").read_text())
+        return bool(data["ok"]), str(data["output"])
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def _write(d: Path, ok: bool, output: str) -> None:
+    tmp = d / "outcome.json.tmp"
+    tmp.write_text(json.dumps({"ok": ok, "output": output}))
+    tmp.replace(d / "outcome.json")
+
+
+def remove(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)
