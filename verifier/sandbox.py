@@ -70,18 +70,21 @@ def scrubbed_env(extra: dict[str, str] | None = None, home: str | None = None) -
     return env
 
 
-def _limits(memory_limit_mib: int) -> Callable[[], None]:
+def _limits(memory_limit_mib: int, max_file_mib: int) -> Callable[[], None]:
     def apply() -> None:
         limit = memory_limit_mib * 1024 * 1024
         resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        # an stdout/stderr flood (or any file) stops at this size: SIGXFSZ ends the child, the disk stays free
+        file_limit = max_file_mib * 1024 * 1024
+        resource.setrlimit(resource.RLIMIT_FSIZE, (file_limit, file_limit))
 
     return apply
 
 
 def run_in_child(job: dict[str, Any], *, timeout_s: float, memory_limit_mib: int, max_output_bytes: int = 65536,
                  cancel: CancelToken | None = None, env: dict[str, str] | None = None,
-                 module: str = "cudice.verifier.worker") -> ChildOutcome:
+                 module: str = "cudice.verifier.worker", max_file_mib: int = 1024) -> ChildOutcome:
     """Run `python -m module job.json result.json` under the limits above; never raises for child failures."""
     work = Path(tempfile.mkdtemp(prefix="cudice-run-"))
     t0 = time.perf_counter()
@@ -92,7 +95,7 @@ def run_in_child(job: dict[str, Any], *, timeout_s: float, memory_limit_mib: int
             proc = subprocess.Popen([sys.executable, "-m", module, str(work / "job.json"), str(res_path)],
                                     cwd=work, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
                                     env=scrubbed_env(env, home=str(work)), start_new_session=True,
-                                    preexec_fn=_limits(memory_limit_mib))
+                                    preexec_fn=_limits(memory_limit_mib, max_file_mib))
             timed_out = cancelled = False
             deadline = time.monotonic() + timeout_s
             while proc.poll() is None:
@@ -108,6 +111,10 @@ def run_in_child(job: dict[str, Any], *, timeout_s: float, memory_limit_mib: int
                     break
                 time.sleep(0.02)
             proc.wait()
+            try:  # also after a normal exit: a forked grandchild in the group must not outlive the job
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
         result = None
         if res_path.is_file():
             try:
