@@ -48,7 +48,7 @@ from cudice.verifier.static_policy import (
 )
 
 _STREAM_APIS = frozenset({"Stream", "stream", "ExternalStream", "set_stream", "graph", "CUDAGraph", "StreamContext"})
-_PROCESS_APIS = re.compile(r"^os\.(?:fork\w*|system|popen|spawn\w*|exec\w*|posix_spawn\w*)$")
+_PROCESS_APIS = re.compile(r"^(?:os|posix)\.(?:fork\w*|system|popen|spawn\w*|exec\w*|posix_spawn\w*)$")
 _DYNAMIC_ATTRS = frozenset({"__builtins__", "__globals__", "__code__", "__subclasses__"})
 _DYNAMIC_DOTTED = frozenset({"sys.modules", "sys._getframe", "inspect.currentframe"})
 _LOW_PRECISION_REF = re.compile(r"float16|bfloat16|\.half\(|torch\.half\b")

@@ -8,25 +8,101 @@ from torch.utils.cpp_extension import load_inline
 cuda_source = r"""
 #include <torch/extension.h>
 #include <cuda_runtime.h>
-__global__ void softmax_fast(const float* x, float* out, int64_t n) {
+
+// One extension for the whole dynamic corpus (one build on the GPU box); each candidate file
+// calls the wrapper of its own exploit. None of them is visible to the static checks.
+#define PASTE(a, b) a##b
+#define KEEP static
+
+__global__ void relu_kernel(const float* x, float* out, int64_t n) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = x[i] > 0.0f ? x[i] : 0.0f;
+}
+__global__ void relu_and_zero(float* x, float* out, int64_t n) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) { float v = x[i]; out[i] = v > 0.0f ? v : 0.0f; x[i] = 0.0f; }
+}
+__global__ void relu_inplace(float* x, int64_t n) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n && x[i] < 0.0f) x[i] = 0.0f;
+}
+__global__ void write_zeros(const float* x, float* out, int64_t n) {
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) out[i] = 0.0f * x[i];
 }
-torch::Tensor softmax_cuda(torch::Tensor x) {
+__global__ void write_nothing(const float* x, float* out, int64_t n) {
+    if (n < 0) out[0] = x[0];  // never true
+}
+__global__ void relu_slow(const float* x, float* out, int64_t n) {
+    long long t0 = clock64();
+    while (clock64() - t0 < 20000000LL) { }
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = x[i] > 0.0f ? x[i] : 0.0f;
+}
+__global__ void touch(float* out) { }
+
+static inline int blocks_for(int64_t n) { return (int)((n + 255) / 256); }
+
+// input mutation: zeroes its input after reading it (KernelBench zero_out_kernel)
+torch::Tensor relu_zero_input(torch::Tensor x) {
     auto out = torch::empty_like(x);
-    int64_t n = x.numel();
-    softmax_fast<<<(n + 255) / 256, 256>>>(x.data_ptr<float>(), out.data_ptr<float>(), n);
+    relu_and_zero<<<blocks_for(x.numel()), 256>>>(x.data_ptr<float>(), out.data_ptr<float>(), x.numel());
     return out;
+}
+// output aliases input: ReLU in place, the input returned
+torch::Tensor relu_in_place(torch::Tensor x) {
+    relu_inplace<<<blocks_for(x.numel()), 256>>>(x.data_ptr<float>(), x.numel());
+    return x;
+}
+// all-zero output (KernelBench #165)
+torch::Tensor zeros_out(torch::Tensor x) {
+    auto out = torch::empty_like(x);
+    write_zeros<<<blocks_for(x.numel()), 256>>>(x.data_ptr<float>(), out.data_ptr<float>(), x.numel());
+    return out;
+}
+// result reuse: an output never written (Sakana AI CUDA Engineer incident)
+torch::Tensor unwritten_out(torch::Tensor x) {
+    auto out = torch::empty_like(x);
+    write_nothing<<<1, 32>>>(x.data_ptr<float>(), out.data_ptr<float>(), x.numel());
+    return out;
+}
+// side stream created through token pasting; the slow work runs there
+torch::Tensor relu_side_stream(torch::Tensor x) {
+    auto out = torch::empty_like(x);
+    cudaStream_t s;
+    PASTE(cudaStream, Create)(&s);
+    relu_slow<<<blocks_for(x.numel()), 256, 0, s>>>(x.data_ptr<float>(), out.data_ptr<float>(), x.numel());
+    return out;
+}
+// ATen operators do the work; a no-op kernel keeps up appearances
+torch::Tensor relu_by_operators(torch::Tensor x) {
+    auto r = x * (x > 0).to(x.scalar_type());
+    touch<<<1, 1>>>(r.data_ptr<float>());
+    return r;
+}
+// a static hidden behind a macro keeps the first output forever
+torch::Tensor relu_cached(torch::Tensor x) {
+    KEEP torch::Tensor cached;
+    if (cached.defined()) return cached;
+    cached = torch::empty_like(x);
+    relu_kernel<<<blocks_for(x.numel()), 256>>>(x.data_ptr<float>(), cached.data_ptr<float>(), x.numel());
+    return cached;
+}
+// a sparse (not dense) output
+torch::Tensor relu_sparse(torch::Tensor x) {
+    auto out = torch::empty_like(x);
+    relu_kernel<<<blocks_for(x.numel()), 256>>>(x.data_ptr<float>(), out.data_ptr<float>(), x.numel());
+    return out.to_sparse();
 }
 """
 
-cpp_source = "torch::Tensor softmax_cuda(torch::Tensor x);"
+cpp_source = "torch::Tensor relu_zero_input(torch::Tensor x);\ntorch::Tensor relu_in_place(torch::Tensor x);\ntorch::Tensor zeros_out(torch::Tensor x);\ntorch::Tensor unwritten_out(torch::Tensor x);\ntorch::Tensor relu_side_stream(torch::Tensor x);\ntorch::Tensor relu_by_operators(torch::Tensor x);\ntorch::Tensor relu_cached(torch::Tensor x);\ntorch::Tensor relu_sparse(torch::Tensor x);"
 
 ext = load_inline(
-    name="dyn_zero_softmax",
+    name="cudice_dynamic_corpus",
     cpp_sources=cpp_source,
     cuda_sources=cuda_source,
-    functions=['softmax_cuda'],
+    functions=['relu_zero_input', 'relu_in_place', 'zeros_out', 'unwritten_out', 'relu_side_stream', 'relu_by_operators', 'relu_cached', 'relu_sparse'],
     verbose=False,
 )
 
@@ -36,4 +112,4 @@ class ModelNew(nn.Module):
         super().__init__()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return ext.softmax_cuda(x)
+        return ext.zeros_out(x)

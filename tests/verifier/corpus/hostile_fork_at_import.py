@@ -1,19 +1,19 @@
 # cudice: reference=references/relu.py
-# corpus: kind=hostile verdict=crash|runtime_error
-# exploit: forks a child that outlives the worker, then exits (the attack runs before load_inline, so no compiler is needed)
+# corpus: kind=hostile verdict=crash|static_violation
+# exploit: forks a child that outlives the worker, then exits (the attack runs before load_inline; the source is built at run time, so nothing is compiled first)
 import os
-import time
+import signal
 import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
 
 if os.fork() == 0:
     while True:
-        time.sleep(1)
+        signal.pause()
 os._exit(3)
 
 ext = load_inline(name="hostile_fork_at_import", cpp_sources="torch::Tensor relu_cuda(torch::Tensor x);",
-                  cuda_sources="__global__ void k() {}\ntorch::Tensor relu_cuda(torch::Tensor x) { k<<<1, 1>>>(); return x; }",
+                  cuda_sources="".join(["__global__ void k() {}\n", "torch::Tensor relu_cuda(torch::Tensor x) { k<<<1, 1>>>(); return x; }"]),
                   functions=["relu_cuda"])
 
 

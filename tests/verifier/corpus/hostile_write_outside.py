@@ -1,6 +1,6 @@
 # cudice: reference=references/relu.py
 # corpus: kind=hostile verdict=runtime_error
-# exploit: writes into ~ and next to its working directory, then fails (the attack runs before load_inline, so no compiler is needed)
+# exploit: writes into ~ and next to its working directory, then fails (the attack runs before load_inline; the source is built at run time, so nothing is compiled first)
 import os
 import pathlib
 import torch
@@ -12,7 +12,7 @@ pathlib.Path('../cudice_hostile_marker').write_text('pwned')
 raise RuntimeError('wrote outside')
 
 ext = load_inline(name="hostile_write_outside", cpp_sources="torch::Tensor relu_cuda(torch::Tensor x);",
-                  cuda_sources="__global__ void k() {}\ntorch::Tensor relu_cuda(torch::Tensor x) { k<<<1, 1>>>(); return x; }",
+                  cuda_sources="".join(["__global__ void k() {}\n", "torch::Tensor relu_cuda(torch::Tensor x) { k<<<1, 1>>>(); return x; }"]),
                   functions=["relu_cuda"])
 
 

@@ -13,13 +13,19 @@ Each candidate's header holds one machine-readable line and one line of prose:
 - `hostile` — must end in `verdict` within its timeout, and the pool must keep serving.
 
 Files under `references/` are KernelBench references, not candidates.
+
+`record()` collects outcomes of the `gpu` tests into one JSON-lines file for docs/benchmarks.md:
+set `CUDICE_ANTICHEAT_REPORT=path.jsonl`; without it nothing is written.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 CORPUS_DIR = Path(__file__).resolve().parent
 KINDS = ("honest", "static", "warning", "dynamic", "hostile")
@@ -58,3 +64,15 @@ def load_corpus(*kinds: str) -> list[Case]:
     """Every candidate of the corpus (of the given kinds), sorted by file name."""
     cases = [parse_case(p) for p in sorted(CORPUS_DIR.glob("*.py")) if p.name != "manifest.py"]
     return [c for c in cases if not kinds or c.kind in kinds]
+
+
+def record(kind: str, name: str, result: Any, expected: set[str], codes: set[str] | None = None) -> None:
+    path = os.environ.get("CUDICE_ANTICHEAT_REPORT")
+    if not path:
+        return
+    found = sorted({d.code for d in result.diagnostics})
+    row = {"kind": kind, "case": name, "verdict": result.verdict.value, "expected": sorted(expected),
+           "expected_codes": sorted(codes or ()), "codes": found, "error": (result.error or "")[-300:],
+           "wall_s": round(sum(result.stage_wall_s.values()), 2), "speedup": result.speedup}
+    with Path(path).open("a", encoding="utf-8") as f:
+        f.write(json.dumps(row) + "\n")
