@@ -108,7 +108,6 @@ def _run(job: dict[str, Any], out: dict[str, Any], diags: list[Diagnostic], wall
     max_abs = max_rel = 0.0
     num_ok = 0
     inputs: list[Any] = []
-    threads_before = dyn.count_threads()
     with torch.no_grad():
         for trial in range(config.num_trials):
             torch.manual_seed(config.seed + 1 + trial)
@@ -136,9 +135,12 @@ def _run(job: dict[str, Any], out: dict[str, Any], diags: list[Diagnostic], wall
             ref_trials.append(ref_out)
             cand_trials.append(cand_out)
         # hook: checks across trials and on a repeated call
+        # threads counted around this one call only: input generation on the CPU may start OpenMP
+        # workers, which are not the candidate's; a thread the call leaves running is
+        threads_before = dyn.count_threads()
         again = model_new(*inputs)
+        threads_after = dyn.count_threads()  # before the sync and the profiler, which starts threads of its own
         _sync_or_stop(forward_loc)
-        threads_after = dyn.count_threads()  # before the profiler, which starts threads of its own
         found = dyn.check_not_constant(cand_trials, ref_trials, forward_loc)
         found += dyn.check_deterministic(cand_trials[-1], again, config.atol, config.rtol, forward_loc)
         defined = _kernel_names(doc)
