@@ -221,6 +221,15 @@ def quick_check(path: str | Path, source: str, checker: FastChecker | None = Non
     if _has_error(found):
         return run.result(Verdict.STATIC_VIOLATION)
     run.stage = Stage.COMPILE
+    if doc.kind == "cu":  # device-only code: NVRTC is the fast path (no torch headers to parse)
+        from cudice.verifier.nvrtc_check import NvrtcUnavailable, nvrtc_check
+
+        try:
+            run.diags += nvrtc_check(doc, config.arch_list[0]).diagnostics
+        except NvrtcUnavailable as exc:
+            run.diags.append(Diagnostic(Severity.INFORMATION, str(exc), "fast.unavailable", Stage.COMPILE, None))
+        run.lap("fast_compile")
+        return run.result(Verdict.COMPILE_ERROR if _has_error(run.diags) else Verdict.CHECKED)
     modules = [m for m in (from_call(doc, c) for c in doc.load_inline_calls) if m is not None]
     if not modules:
         return run.result(Verdict.CHECKED)
