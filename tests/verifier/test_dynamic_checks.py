@@ -249,3 +249,38 @@ def test_defined_kernel_names_skip_comments_and_launch_bounds() -> None:
     src = "// __global__ void fake(int) {}\n__global__ void relu_kernel(float* x) {}\ntemplate <int N>\n" \
           "__global__ void __launch_bounds__(256) tiled(float* y) {}\n"
     assert defined_kernel_names([src, src]) == ["relu_kernel", "tiled"]
+
+
+# -- GPU: the dynamic corpus is caught, the honest kernels pass (the real pool and worker) ---------------
+
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_dynamic_corpus_is_caught_and_honest_kernels_are_correct() -> None:
+    import os
+
+    from corpus.manifest import load_corpus, record
+    from cudice.verifier.config import VerifyConfig
+    from cudice.verifier.pool import VerifyPool
+
+    dynamic, honest = load_corpus("dynamic"), load_corpus("honest")
+    config = VerifyConfig(timeout_s=120.0, timing_num_trials=10, timing_warmup_ms=50.0)
+    with VerifyPool(config, num_compile_workers=max(2, (os.cpu_count() or 4) // 2)) as pool:
+        futures = {c.name: pool.submit(c.path, key=c.name) for c in dynamic + honest}
+        results = {name: f.result(timeout=900) for name, f in futures.items()}
+    missed, false_alarms = [], []
+    for c in dynamic:
+        r = results[c.name]
+        found = {d.code for d in r.diagnostics}
+        record("dynamic", c.name, r, {c.verdict}, set(c.codes))
+        if r.verdict.value == "correct" or not set(c.codes) <= found:
+            missed.append((c.name, r.verdict.value, sorted(found), (r.error or "")[-300:]))
+    for c in honest:
+        r = results[c.name]
+        record("honest", c.name, r, {"correct"})
+        if r.verdict.value != "correct":
+            false_alarms.append((c.name, r.verdict.value, [(d.code, d.message) for d in r.diagnostics],
+                                 (r.error or "")[-500:]))
+    print(f"dynamic detection {len(dynamic) - len(missed)}/{len(dynamic)}, "
+          f"honest false positives {len(false_alarms)}/{len(honest)}")
+    assert not missed, missed
+    assert not false_alarms, false_alarms

@@ -317,3 +317,22 @@ torch::Tensor wrap(torch::Tensor t) const {
     assert set(fns) == {"kern", "helper", "wrap"}
     assert fns["kern"].is_device and fns["helper"].is_device and not fns["wrap"].is_device
     assert [name for name, _ in find_kernels(code)] == ["kern"]
+
+
+# -- through the CLI (what the editor and scripts see) -----------------------------------------------
+
+@pytest.mark.parametrize("case_name", ["torch_op_decoy_kernel", "cpp_stream_create", "inherits_model"])
+def test_cli_reports_static_violation_with_located_codes(case_name: str) -> None:
+    import json
+    import subprocess
+    import sys
+
+    case = next(c for c in load_corpus("static") if c.name == case_name)
+    proc = subprocess.run([sys.executable, "-m", "cudice.server.cli", "verify", "--json", "--compile-only",
+                           str(case.path)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["verdict"] == "static_violation" and out["speedup"] is None
+    found = {d["code"] for d in out["diagnostics"] if d["severity"] == "error"}
+    assert set(case.codes) <= found
+    assert all(d["line"] >= 1 and d["column"] >= 1 for d in out["diagnostics"] if d["code"].startswith("static."))

@@ -1,6 +1,6 @@
 # cudice: reference=references/relu.py
-# corpus: kind=dynamic verdict=incorrect codes=dynamic.constant_output
-# exploit: a C++ static (hidden behind a macro) keeps the first output and returns it for every later input
+# corpus: kind=dynamic verdict=incorrect
+# exploit: a C++ static (hidden behind a macro) keeps the first output and returns it for every later input (fresh inputs per trial expose it: trial 2 mismatches)
 import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
