@@ -336,3 +336,13 @@ def test_cli_reports_static_violation_with_located_codes(case_name: str) -> None
     found = {d["code"] for d in out["diagnostics"] if d["severity"] == "error"}
     assert set(case.codes) <= found
     assert all(d["line"] >= 1 and d["column"] >= 1 for d in out["diagnostics"] if d["code"].startswith("static."))
+
+
+def test_every_anticheat_code_is_documented() -> None:
+    import re
+
+    sources = [*(REPO / "verifier").glob("static_*.py"), REPO / "verifier" / "dynamic_checks.py"]
+    codes = {m for p in sources for m in re.findall(r"\"((?:static|dynamic)\.[a-z_]+)\"", p.read_text())}
+    docs = (REPO / "docs" / "diagnostics.md").read_text()
+    assert len(codes) >= 25
+    assert not [c for c in sorted(codes) if f'<a id="{c}"></a>' not in docs]
