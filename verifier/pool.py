@@ -1,9 +1,11 @@
 """`VerifyPool`: many verifications at once — CPU compile workers, one runner per GPU, cancellation.
 
 Each submitted job runs `verify()` on a thread of the pool (the heavy work happens in child
-processes: ninja/nvcc for the build, the sandboxed worker for the run, so threads suffice).
+processes: nvcc/g++ for the build, the sandboxed worker for the run, so threads suffice).
 Compiles run concurrently up to `num_compile_workers`; the run stage takes a GPU lease — one
-child per GPU at a time, placed with `CUDA_VISIBLE_DEVICES`. `submit(..., key=)` cancels the
+job per GPU at a time, placed with `CUDA_VISIBLE_DEVICES`, in that GPU's persistent runner
+(runner.py: torch and CUDA start once; the process is replaced after any failure) or, with
+`persistent=False`, in a fresh child per candidate. `submit(..., key=)` cancels the
 previous job with the same key (the editor's document changed): its build or child process is
 killed and its future resolves to a result with verdict `timeout` and error "cancelled" (or is
 cancelled outright if it had not started). A crashed or hung child only fails its own job.
@@ -25,6 +27,7 @@ from typing import Any
 from cudice.verifier.api import gpu_available, verify
 from cudice.verifier.config import VerifyConfig
 from cudice.verifier.result import VerifyResult
+from cudice.verifier.runner import PersistentRunner
 from cudice.verifier.sandbox import ChildOutcome, run_in_child
 
 
@@ -49,9 +52,12 @@ class VerifyPool:
     """A pool of verifications. Use as a context manager or call `shutdown()`."""
 
     def __init__(self, config: VerifyConfig | None = None, *, num_compile_workers: int = 2,
-                 gpus: list[int] | None = None) -> None:
+                 gpus: list[int] | None = None, persistent: bool = True) -> None:
         self.config = config or VerifyConfig()
         self.gpus = gpus if gpus is not None else list(range(count_gpus()))
+        # one long-lived runner per GPU (runner.py) unless each candidate must get a fresh process
+        self._runners = {g: PersistentRunner(env={"CUDA_VISIBLE_DEVICES": str(g)}) for g in self.gpus} \
+            if persistent else {}
         self._leases: queue.Queue[int] = queue.Queue()
         for g in self.gpus:
             self._leases.put(g)
@@ -90,6 +96,8 @@ class VerifyPool:
             for job in jobs:
                 self._cancel_job(job)
         self._executor.shutdown(wait=True)
+        for runner in self._runners.values():
+            runner.close()
 
     def __enter__(self) -> VerifyPool:
         return self
@@ -117,6 +125,8 @@ class VerifyPool:
     def _run_on_gpu(self, job: dict[str, Any], **kwargs: Any) -> ChildOutcome:
         gpu = self._leases.get()  # one child per GPU at a time
         try:
+            if gpu in self._runners:
+                return self._runners[gpu](job, **kwargs)
             env = dict(kwargs.pop("env", None) or {})
             env["CUDA_VISIBLE_DEVICES"] = str(gpu)
             return run_in_child(job, env=env, **kwargs)

@@ -40,13 +40,17 @@ def _diag(code: str, message: str, stage: Stage, where: Location | None, sev: Se
     return Diagnostic(sev, message, code, stage, where)
 
 
-def run_job(job: dict[str, Any]) -> dict[str, Any]:
-    """Run one verification job in this process; returns VerifyResult fields as a dict."""
+def run_job(job: dict[str, Any], guarded: dict[str, object] | None = None) -> dict[str, Any]:
+    """Run one verification job in this process; returns VerifyResult fields as a dict.
+
+    `guarded` is the `dynamic_checks.snapshot_guarded()` taken when this process started (a
+    persistent runner); without it the snapshot is taken now, before candidate code runs.
+    """
     walls: dict[str, float] = {}
     out: dict[str, Any] = {"stage_wall_s": walls}
     diags: list[Diagnostic] = []
     try:
-        _run(job, out, diags, walls)
+        _run(job, out, diags, walls, guarded)
     except _Stop as stop:
         out.update(verdict=stop.verdict.value, stage=stop.stage.value, error=stop.error)
         diags += stop.diagnostics
@@ -54,7 +58,8 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _run(job: dict[str, Any], out: dict[str, Any], diags: list[Diagnostic], walls: dict[str, float]) -> None:
+def _run(job: dict[str, Any], out: dict[str, Any], diags: list[Diagnostic], walls: dict[str, float],
+         guarded: dict[str, object] | None) -> None:
     from cudice.verifier.config import VerifyConfig
     from cudice.verifier.document import parse_document
 
@@ -78,7 +83,8 @@ def _run(job: dict[str, Any], out: dict[str, Any], diags: list[Diagnostic], wall
                                                          None, Severity.INFORMATION)])
     out["gpu_name"] = torch.cuda.get_device_name()
     out["versions"] = {"torch": torch.__version__, "cuda": str(torch.version.cuda), "python": sys.version.split()[0]}
-    guarded = dyn.snapshot_guarded()  # hook: before any candidate code runs
+    if guarded is None:
+        guarded = dyn.snapshot_guarded()  # hook: before any candidate code runs
     walls["init"] = time.perf_counter() - t
 
     # 2. load reference and candidate (the candidate's load_inline builds through cudice's cache)
@@ -297,18 +303,45 @@ def _install_load_inline(doc: Any, config: Any, path: str, diags: list[Diagnosti
     ce.load_inline = load_inline  # type: ignore[assignment]
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = argv if argv is not None else sys.argv[1:]
-    job = json.loads(Path(args[0]).read_text())
+def _job_to_file(job_path: str, result_path: str, guarded: dict[str, object] | None) -> dict[str, Any]:
     try:
-        result = run_job(job)
+        result = run_job(json.loads(Path(job_path).read_text()), guarded)
     except BaseException as exc:  # last resort: report instead of dying silently
         result = {"verdict": Verdict.CRASH.value, "stage": Stage.LOAD.value, "error": traceback.format_exc(),
                   "diagnostics": [_diag("runtime.worker_error", f"{type(exc).__name__}: {exc}", Stage.LOAD,
                                         None).to_dict()]}
-    tmp = Path(args[1] + ".tmp")
+    tmp = Path(result_path + ".tmp")
     tmp.write_text(json.dumps(result))
-    tmp.replace(args[1])
+    tmp.replace(result_path)
+    return result
+
+
+def serve() -> int:
+    """Persistent runner mode (runner.py): one `job_path<TAB>result_path` line per job on stdin.
+
+    torch and CUDA are initialised once; each job runs in its own working directory. The
+    parent replaces this process after any failure, so a poisoned CUDA context never serves again.
+    """
+    import os
+    import tempfile
+
+    import torch  # noqa: F401  (initialise once)
+    from cudice.verifier import dynamic_checks as dyn
+
+    guarded = dyn.snapshot_guarded()
+    base = os.getcwd()
+    for line in sys.stdin:
+        job_path, result_path = line.rstrip("\n").split("\t")
+        os.chdir(tempfile.mkdtemp(prefix="job-", dir=base))
+        _job_to_file(job_path, result_path, guarded)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = argv if argv is not None else sys.argv[1:]
+    if args and args[0] == "--serve":
+        return serve()
+    _job_to_file(args[0], args[1], None)
     return 0
 
 
