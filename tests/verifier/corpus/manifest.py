@@ -14,8 +14,9 @@ Each candidate's header holds one machine-readable line and one line of prose:
 
 Files under `references/` are KernelBench references, not candidates.
 
-`record()` collects outcomes of the `gpu` tests into one JSON-lines file for docs/benchmarks.md:
-set `CUDICE_ANTICHEAT_REPORT=path.jsonl`; without it nothing is written.
+`record()` collects outcomes of the `gpu` tests into one JSON-lines file for docs/benchmarks.md
+(`bench/anticheat_summary.py` reads it): `$CUDICE_ANTICHEAT_REPORT`, else `$OUT/anticheat.jsonl`
+when `$OUT` is set (bench/run_gpu.sh); otherwise nothing is written.
 """
 
 from __future__ import annotations
@@ -67,7 +68,8 @@ def load_corpus(*kinds: str) -> list[Case]:
 
 
 def record(kind: str, name: str, result: Any, expected: set[str], codes: set[str] | None = None) -> None:
-    path = os.environ.get("CUDICE_ANTICHEAT_REPORT")
+    path = os.environ.get("CUDICE_ANTICHEAT_REPORT") or (
+        str(Path(os.environ["OUT"]) / "anticheat.jsonl") if os.environ.get("OUT") else "")
     if not path:
         return
     found = sorted({d.code for d in result.diagnostics})
