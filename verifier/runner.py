@@ -46,6 +46,8 @@ def _preexec(memory_limit_mib: int) -> Callable[[], None]:
         limit = memory_limit_mib * 1024 * 1024
         resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        # as sandbox.py: a stdout/stderr flood stops at 1 GiB per file instead of filling the disk
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 30, 1 << 30))
 
     return apply
 
