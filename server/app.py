@@ -124,6 +124,7 @@ def create_server(*, worker_env: dict[str, str] | None = None, results_dir: Path
         async def startup() -> None:
             _merge_settings(ls, await _pull_configuration(ls))
             ls.send_status()
+            await ls.quick.start()  # warms clangd's torch-header preamble in the background
             await load_model(ls)
 
         ls.spawn(startup())
@@ -241,6 +242,7 @@ def create_server(*, worker_env: dict[str, str] | None = None, results_dir: Path
             if w is not None:
                 w.stop()
         await ls.model.shutdown()
+        await ls.quick.shutdown()
 
     return server
 

@@ -21,6 +21,7 @@ from typing import Any
 from cudice.server import __version__
 from cudice.server.model_client import LoadRequest, ModelWorker
 from cudice.server.protocol import STATUS_NOTIFICATION
+from cudice.server.quick_client import QuickChecks
 from cudice.server.results import ResultCache
 from cudice.server.settings import Settings, parse_settings
 from cudice.server.verify_jobs import VerifyJobs
@@ -63,6 +64,7 @@ class CudiceServer(LanguageServer):
         self._reported: set[str] = set()
         self.model = ModelWorker(on_state=self._on_model_state, on_notice=self.notice, env=worker_env)
         self.jobs = VerifyJobs(env=worker_env)
+        self.quick = QuickChecks(env=worker_env)
         self.cache = ResultCache(results_dir)
         self.latest: dict[str, Latest] = {}
         self.dependents: dict[str, set[str]] = {}  # reference path -> candidate uris

@@ -3,8 +3,9 @@
 1. Read the document; skip files that are not candidates (no `ModelNew`, no `load_inline`).
 2. Resolve its reference (`# cudice: reference=`), watch it, and key the result by content hash.
 3. A cached result for the same key is shown at once (unless the user asked to re-verify).
-4. Otherwise run the worker: the quick result (static + compile) is published first, then the
-   final one; a newer save of the same document supersedes (kills) this run.
+4. Otherwise run the full verification in a worker, and the quick check (warm clangd) beside it:
+   static and fast compile findings are published first, then the build's, then the final
+   result; a newer save of the same document supersedes (kills) this run.
 5. Publish versioned diagnostics, store the result, refresh code lenses, send `cudice/status`.
 
 Without a GPU (or with `cudice.verify.compileOnly`) the run is compile-only and the user is
@@ -24,7 +25,7 @@ from cudice.server.features.outline import Outline, outline
 from cudice.server.progress import WorkProgress
 from cudice.server.results import result_key
 from cudice.server.verify_jobs import VerifyRequest
-from cudice.verifier.result import VerifyResult
+from cudice.verifier.result import Stage, VerifyResult
 from lsprotocol import types as lsp
 
 log = logging.getLogger(__name__)
@@ -136,15 +137,33 @@ async def verify_document(ls: CudiceServer, uri: str, *, force: bool = False) ->
     progress = await WorkProgress.start(ls, f"cudice: verifying {name}", "static checks and compile")
     cancel_watch = ls.spawn(_cancel_on(progress, ls, uri))
     request = VerifyRequest(uri, path, source, version, verify_config(ls), ls.settings.verify_timeout_seconds)
+    # Fast findings first: the warm clangd (quick worker) answers in ~0.3 s, the full build
+    # (nvcc) in tens of seconds. Once the full run has compile results they are the authority.
+    shown = {"quick": False, "authoritative": False, "final": False}
 
-    def on_quick(quick: VerifyResult) -> None:
-        publish(ls, uri, path, source, version, quick)
-        progress.report(f"static checks and compile: {quick.verdict.value}", force=True)
+    def on_partial(partial: VerifyResult) -> None:
+        if shown["final"] or (shown["quick"] and partial.stage in (Stage.PARSE, Stage.STATIC)
+                              and not partial.diagnostics):
+            return
+        shown["authoritative"] = partial.stage not in (Stage.PARSE, Stage.STATIC)
+        publish(ls, uri, path, source, version, partial)
+        progress.report(f"{partial.stage.value}: {partial.verdict.value}", force=True)
 
+    async def quick() -> None:
+        found = await ls.quick.check(path, source)
+        if found is not None and not (shown["final"] or shown["authoritative"]):
+            shown["quick"] = True
+            publish(ls, uri, path, source, version, found)
+            progress.report(f"fast check: {found.verdict.value}", force=True)
+
+    quick_task = ls.spawn(quick())
     try:
-        result = await ls.jobs.run(request, on_quick=on_quick, on_stage=lambda st: progress.report(st, force=True))
+        result = await ls.jobs.run(request, on_partial=on_partial,
+                                   on_stage=lambda st: progress.report(st, force=True))
     finally:
+        shown["final"] = True
         cancel_watch.cancel()
+        quick_task.cancel()
     if result is None:
         progress.end("superseded by a newer run")
         ls.refresh_lenses()

@@ -1,7 +1,7 @@
 """Verification runs, one worker process each, at most one per document.
 
-`VerifyJobs.run` starts `cudice.server.verify_worker` for a document, streams the quick result
-(static + compile) and stage changes to callbacks, and returns the final `VerifyResult`. A newer
+`VerifyJobs.run` starts `cudice.server.verify_worker` for a document, streams each finished
+stage's partial result (static, then compile findings) to a callback, and returns the final `VerifyResult`. A newer
 run of the same document kills the older one's process group (its compiler and sandbox too), and
 the older call returns None. A run past its timeout is killed and reported as `timeout`; a worker
 that dies without a result is reported as `crash` with the tail of its stderr.
@@ -70,7 +70,7 @@ class VerifyJobs:
         for uri in list(self._jobs):
             self.cancel(uri)
 
-    async def run(self, request: VerifyRequest, *, on_quick: Callable[[VerifyResult], None] | None = None,
+    async def run(self, request: VerifyRequest, *, on_partial: Callable[[VerifyResult], None] | None = None,
                   on_stage: Callable[[str], None] | None = None) -> VerifyResult | None:
         """Verify; None when a newer run (or a cancel) superseded this one."""
         self.cancel(request.uri)
@@ -82,7 +82,7 @@ class VerifyJobs:
             await proc.send({"path": request.path, "source": request.source, "config": request.config})
             limit = request.timeout_s + self.timeout_margin_s
             try:
-                final = await asyncio.wait_for(self._follow(proc, on_quick, on_stage), limit)
+                final = await asyncio.wait_for(self._follow(proc, on_partial, on_stage), limit)
             except asyncio.TimeoutError:
                 proc.kill()
                 return VerifyResult(verdict=Verdict.TIMEOUT, stage=Stage.COMPILE, path=request.path,
@@ -103,13 +103,13 @@ class VerifyJobs:
             with contextlib.suppress(Exception):
                 await proc.close(grace_s=0.5)
 
-    async def _follow(self, proc: ChildProcess, on_quick: Callable[[VerifyResult], None] | None,
+    async def _follow(self, proc: ChildProcess, on_partial: Callable[[VerifyResult], None] | None,
                       on_stage: Callable[[str], None] | None) -> VerifyResult | None:
         async for event in proc.events():
             kind = event.get("event")
             try:
-                if kind == "quick" and on_quick is not None:
-                    on_quick(VerifyResult.from_dict(event["result"]))
+                if kind == "partial" and on_partial is not None:
+                    on_partial(VerifyResult.from_dict(event["result"]))
                 elif kind == "stage" and on_stage is not None:
                     on_stage(str(event.get("stage")))
                 elif kind == "final":

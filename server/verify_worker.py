@@ -2,14 +2,13 @@
 
 Reads one JSON request on stdin: {"path", "source", "config": {VerifyConfig fields}}. Writes JSON
 lines on stdout:
-  {"event": "quick", "result": VerifyResult}   parse + static checks + fast compile diagnostics
-  {"event": "stage", "stage": str}             each stage the full verification enters
+  {"event": "partial", "result": VerifyResult}  after each finished stage (static, compile, ...)
   {"event": "final", "result": VerifyResult}
+The fast clangd diagnostics come from the long-lived quick worker instead (quick_worker.py).
 The server kills this process (and its process group: compilers, the verifier's sandbox) when a
 newer save supersedes the run or the timeout passes. Library prints go to stderr.
 
-`CUDICE_VERIFY_MODULE` (default `cudice.verifier.api`) names the module with `verify` and
-`quick_check`; tests point it at a scripted verifier. Nothing here judges a kernel: the
+`CUDICE_VERIFY_MODULE` (default `cudice.verifier.api`) names the module with `verify`; tests point it at a scripted verifier. Nothing here judges a kernel: the
 verifier does, in its own sandbox.
 """
 
@@ -38,25 +37,16 @@ def _config(raw: dict[str, Any]) -> Any:
     return VerifyConfig(**{k: v for k, v in raw.items() if k in names})
 
 
-def _quick_passed(result: VerifyResult) -> bool:
-    return result.verdict not in (Verdict.COMPILE_ERROR, Verdict.STATIC_VIOLATION, Verdict.INVALID_INPUT)
-
-
 def run(request: dict[str, Any], out: TextIO) -> None:
     path, source = str(request["path"]), request.get("source")
     api = importlib.import_module(os.environ.get("CUDICE_VERIFY_MODULE", "cudice.verifier.api"))
     config = _config(request.get("config") or {})
-    quick = getattr(api, "quick_check", None)
-    if quick is not None and source is not None:
-        result = quick(path, source)
-        if isinstance(result, VerifyResult):
-            _emit(out, event="quick", result=result.to_dict())
-            if not _quick_passed(result):
-                _emit(out, event="final", result=result.to_dict())
-                return
 
-    def on_stage(stage: Any, *_: Any) -> None:
-        _emit(out, event="stage", stage=getattr(stage, "value", str(stage)))
+    def on_stage(partial: Any, *_: Any) -> None:
+        if isinstance(partial, VerifyResult):  # the verifier reports each finished stage's findings
+            _emit(out, event="partial", result=partial.to_dict())
+        else:
+            _emit(out, event="stage", stage=str(getattr(partial, "value", partial)))
 
     final = api.verify(path, source=source, config=config, on_stage=on_stage)
     _emit(out, event="final", result=final.to_dict())

@@ -128,7 +128,8 @@ def result_diagnostics(result: VerifyResult, *, path: str, source: str, outline:
     index = LineIndex.of(source)
     out = [to_lsp(d, path=path, index=index, outline=outline, support=support, base=base)
            for d in result.diagnostics]
-    if result.compile_only and result.verdict is Verdict.COMPILED:
+    verifier_said_why = any(d.code == "verify.no_gpu" for d in result.diagnostics)
+    if result.compile_only and result.verdict is Verdict.COMPILED and not verifier_said_why:
         why = compile_only_reason or "compile-only mode is on (cudice.verify.compileOnly)"
         out.append(lsp.Diagnostic(
             range=_anchor(index, outline),

@@ -41,6 +41,8 @@ def lens_title(result: VerifyResult, required_speedup: float = 1.0) -> str:
         return "✓ correct (not timed)"
     if result.verdict is Verdict.COMPILED:
         return "✓ compiles · no speedup measured (compile-only)"
+    if result.verdict is Verdict.CHECKED:
+        return "✓ static checks and fast compile passed · building…"
     label = _FAIL_LABEL.get(result.verdict, result.verdict.value)
     num = sum(1 for d in result.diagnostics if d.severity.value == "error")
     extra = ""

@@ -3,6 +3,7 @@
 - a line containing `vv >` -> compile error on that line (like examples/relu_broken.py)
 - `SLOW_VERIFY` in the source -> the full verification sleeps 30 s (to be superseded/cancelled)
 - otherwise correct, 2.31x on an "NVIDIA H200" (or compile-only when the config says so)
+`verify` reports partial results after its static and compile stages, as the real one does.
 """
 
 from __future__ import annotations
@@ -22,27 +23,36 @@ from cudice.verifier.result import (
 )
 
 
-def quick_check(path: str, source: str, checker: Any = None) -> VerifyResult:
+def _compile_errors(path: str, source: str) -> tuple[Diagnostic, ...]:
     for i, line in enumerate(source.splitlines(), start=1):
         if "vv >" in line:
             col = line.index("vv") + 1
-            diag = Diagnostic(Severity.ERROR, 'identifier "vv" is undefined', "compile.error", Stage.COMPILE,
-                              Location(path, i, col, i, col + 2))
-            return VerifyResult(Verdict.COMPILE_ERROR, Stage.COMPILE, path, (diag,))
-    return VerifyResult(Verdict.COMPILED, Stage.COMPILE, path, compile_only=True)
+            return (Diagnostic(Severity.ERROR, 'identifier "vv" is undefined', "compile.error", Stage.COMPILE,
+                               Location(path, i, col, i, col + 2)),)
+    return ()
+
+
+def quick_check(path: str, source: str, checker: Any = None) -> VerifyResult:
+    errors = _compile_errors(path, source)
+    if errors:
+        return VerifyResult(Verdict.COMPILE_ERROR, Stage.COMPILE, path, errors)
+    return VerifyResult(Verdict.CHECKED, Stage.COMPILE, path)
 
 
 def verify(path: str, *, source: str | None = None, reference: Any = None, config: Any = None,
            on_stage: Any = None, cancel: Any = None) -> VerifyResult:
     source = source or ""
     if on_stage:
-        on_stage(Stage.CORRECTNESS)
+        on_stage(VerifyResult(Verdict.CHECKED, Stage.STATIC, path))
     if "SLOW_VERIFY" in source:
         time.sleep(30)
+    errors = _compile_errors(path, source)
+    if errors:
+        return VerifyResult(Verdict.COMPILE_ERROR, Stage.COMPILE, path, errors)
     if config is not None and config.compile_only:
         return VerifyResult(Verdict.COMPILED, Stage.COMPILE, path, compile_only=True)
     if on_stage:
-        on_stage(Stage.TIMING)
+        on_stage(VerifyResult(Verdict.COMPILED, Stage.COMPILE, path))
     now = datetime.datetime.now(datetime.timezone.utc).isoformat()
     return VerifyResult(
         Verdict.CORRECT, Stage.TIMING, path, candidate=Timing(0.1, 0.09, 0.12, 0.095, 0.105, 30),

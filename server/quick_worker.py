@@ -1,0 +1,64 @@
+"""The quick-check worker: `python -m cudice.server.quick_worker`, long-lived, one clangd kept warm.
+
+`cudice.verifier.api.quick_check` (parse + static checks + clangd compile diagnostics) answers in
+~0.3 s when its `FastChecker` keeps the torch-header preamble parsed between checks, and in
+10-25 s when it starts a fresh clangd (DESIGN §4). This process owns that checker for the
+server's lifetime: it warms it at start, then answers requests one at a time.
+
+Requests (stdin, JSON lines): {"id", "path", "source"}. Events (stdout): {"event": "started"},
+{"event": "result", "id", "result": VerifyResult} | {"event": "error", "id", "message"}.
+`CUDICE_VERIFY_MODULE` swaps the verifier module for tests (no FastChecker there: None is passed).
+Not covered: running checks in parallel (clangd serialises them anyway).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import sys
+import threading
+import traceback
+from typing import Any, TextIO
+
+
+def _emit(out: TextIO, lock: threading.Lock, **event: Any) -> None:
+    with lock:
+        out.write(json.dumps(event) + "\n")
+        out.flush()
+
+
+def main() -> None:
+    out = os.fdopen(os.dup(1), "w", encoding="utf-8")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    lock = threading.Lock()
+    api = importlib.import_module(os.environ.get("CUDICE_VERIFY_MODULE", "cudice.verifier.api"))
+    checker: Any = None
+    factory = getattr(api, "FastChecker", None)
+    if factory is not None:
+        try:
+            checker = factory()
+            if getattr(checker, "available", True):
+                threading.Thread(target=checker.warm, daemon=True).start()  # preamble in the background
+        except Exception:
+            traceback.print_exc(file=sys.stderr)
+            checker = None
+    _emit(out, lock, event="started", pid=os.getpid())
+    try:
+        for line in sys.stdin:
+            try:
+                req = json.loads(line)
+                result = api.quick_check(str(req["path"]), str(req["source"]), checker)
+                _emit(out, lock, event="result", id=req.get("id"), result=result.to_dict())
+            except Exception as exc:
+                traceback.print_exc(file=sys.stderr)
+                _emit(out, lock, event="error", id=(req.get("id") if isinstance(req, dict) else None),
+                      message=f"{type(exc).__name__}: {exc}")
+    finally:
+        if checker is not None:
+            checker.close()
+
+
+if __name__ == "__main__":
+    main()
