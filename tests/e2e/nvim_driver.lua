@@ -110,6 +110,20 @@ local function main()
   out.code_action_error = resp and resp.err or (resp == nil and 'timeout' or vim.NIL)
   table.insert(out.steps, { name = 'code_actions', ok = resp ~= nil and resp.err == nil })
 
+  -- Running the (unavailable) generate action must tell the user why, not fail silently.
+  out.messages = {}
+  vim.lsp.handlers['window/showMessage'] = function(_, result)
+    table.insert(out.messages, result)
+  end
+  for _, action in ipairs(type(out.code_actions) == 'table' and out.code_actions or {}) do
+    if action.command and action.command.command == 'cudice.generateKernel' then
+      local r = client:request_sync('workspace/executeCommand', action.command, 10000, buf)
+      out.generate_reply = r and (r.err or r.result) or 'timeout'
+      vim.wait(5000, function() return #out.messages > 0 end, 50)
+      break
+    end
+  end
+
   -- 3. Hover on `class ModelNew` of the working candidate, and its code lenses.
   buf, client = open('relu_cuda.py')
   line, col = find_line(buf, 'class ModelNew')
