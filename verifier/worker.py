@@ -250,8 +250,10 @@ def _call(fn: Any, stage: Stage, where: Location) -> Any:
         raise
     except Exception as exc:
         tb = traceback.format_exc(limit=-3)
+        line = _user_line(exc, where.path)  # the deepest line of the user's file in the traceback
+        at = Location(where.path, line, 1) if line > 1 else where
         raise _Stop(Verdict.RUNTIME_ERROR, stage, [_diag("runtime.exception", f"{type(exc).__name__}: {exc}",
-                                                         stage, where)], tb) from None
+                                                         stage, at)], tb) from None
 
 
 def _exec_module(name: str, source: str, path: str, stage: Stage) -> types.ModuleType:

@@ -49,3 +49,65 @@ def test_worker_without_gpu_reports_instead_of_crashing(tmp_path: object) -> Non
            "reference_source": "", "config": {"cache_dir": str(tmp_path), "arch_list": ["9.0"]}}
     out = run_job(job)
     assert out["verdict"] == "compiled" and out["diagnostics"][0]["code"] == "verify.no_gpu"
+
+
+REF = """
+import torch
+import torch.nn as nn
+class Model(nn.Module):
+    def __init__(self, k):
+        super().__init__()
+        self.lin = nn.Linear(k, k)
+    def forward(self, x):
+        return torch.relu(self.lin(x))
+def get_inputs():
+    return [torch.randn(8, 16)]
+def get_init_inputs():
+    return [16]
+"""
+
+CAND = """
+import torch
+import torch.nn as nn
+class ModelNew(nn.Module):
+    def __init__(self, k):
+        super().__init__()
+        self.lin = nn.Linear(k, k)
+    def forward(self, x):
+        return torch.relu(self.lin(x)) OFFSET
+"""
+
+
+@pytest.fixture
+def cpu_as_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run the worker's GPU path on the CPU: `.cuda()` is the identity, syncs are no-ops."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "fake-cpu")
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+    monkeypatch.setattr(torch.cuda, "manual_seed", lambda *a: None)
+    monkeypatch.setattr(torch.Tensor, "cuda", lambda self, *a, **k: self)
+    monkeypatch.setattr(torch.nn.Module, "cuda", lambda self, *a, **k: self)
+
+
+@pytest.mark.parametrize(("offset", "verdict"), [("", "correct"), ("+ 0.5", "incorrect"), ("[:-1]", "incorrect")])
+def test_correctness_loop_on_cpu(cpu_as_cuda: None, tmp_path: object, offset: str, verdict: str) -> None:
+    job = {"candidate_path": "c.py", "candidate_source": CAND.replace("OFFSET", offset), "reference_path": "r.py",
+           "reference_source": REF, "skip_timing": True,
+           "config": {"cache_dir": str(tmp_path), "arch_list": ["9.0"], "num_trials": 3}}
+    out = run_job(job)
+    assert out["verdict"] == verdict, out
+    if verdict == "correct":
+        # same seed before both constructors: identical Linear weights, so the outputs match exactly
+        assert out["num_correct_trials"] == 3 and out["max_abs_err"] == 0.0
+    else:
+        assert any(d["code"] == "correctness.mismatch" for d in out["diagnostics"])
+
+
+def test_exception_in_forward_is_a_located_runtime_error(cpu_as_cuda: None, tmp_path: object) -> None:
+    job = {"candidate_path": "c.py", "candidate_source": CAND.replace("OFFSET", "+ undefined_name"),
+           "reference_path": "r.py", "reference_source": REF, "skip_timing": True,
+           "config": {"cache_dir": str(tmp_path), "arch_list": ["9.0"]}}
+    out = run_job(job)
+    assert out["verdict"] == "runtime_error"
+    (d,) = [d for d in out["diagnostics"] if d["code"] == "runtime.exception"]
+    assert "undefined_name" in d["message"] and d["line"] == 9  # the `return` line of forward
