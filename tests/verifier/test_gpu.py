@@ -64,5 +64,5 @@ def test_illegal_address_and_trap_end_only_the_child(tmp_path: Path, gpu_config:
 
 
 def test_hang_is_a_timeout(tmp_path: Path, gpu_config: VerifyConfig, examples_dir: Path) -> None:
-    r = verify(candidate(tmp_path, 4, examples_dir / "relu.py"), config=gpu_config.with_(timeout_s=45))
+    r = verify(candidate(tmp_path, 4, examples_dir / "relu.py"), config=gpu_config.with_(timeout_s=20))
     assert r.verdict is Verdict.TIMEOUT
