@@ -1,0 +1,118 @@
+"""Plain-function tests: verifier diagnostics -> LSP, and the generate/infill edit helpers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from cudice.server.features.diagnostics import ClientSupport, location_range, result_diagnostics
+from cudice.server.features.edits import (
+    candidate_path,
+    candidate_text,
+    extract_middle,
+    infill_edit,
+    resolve_span,
+)
+from cudice.server.features.outline import Span, outline
+from cudice.server.features.positions import LineIndex
+from cudice.verifier.result import Diagnostic, Location, Severity, Stage, Verdict, VerifyResult
+from lsprotocol import types as lsp
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+PATH = str(EXAMPLES / "relu_broken.py")
+SOURCE = (EXAMPLES / "relu_broken.py").read_text()
+
+
+def _result(*diags: Diagnostic, **kw: object) -> VerifyResult:
+    return VerifyResult(kw.pop("verdict", Verdict.COMPILE_ERROR), Stage.COMPILE, PATH, diags, **kw)  # type: ignore[arg-type]
+
+
+def test_one_based_locations_become_lsp_ranges() -> None:
+    index = LineIndex.of(SOURCE)
+    rng = location_range(index, Location(PATH, 14, 18, 14, 20))
+    assert (rng.start.line, rng.start.character, rng.end.line, rng.end.character) == (13, 17, 13, 19)
+    whole = location_range(index, Location(PATH, 14))
+    assert (whole.start.character, whole.end.character) == (0, len(SOURCE.splitlines()[13]))
+    clamped = location_range(index, Location(PATH, 10_000))
+    assert clamped.start.line == index.num_lines - 1
+
+
+def test_diagnostic_fields_related_information_and_fallback() -> None:
+    ref = str(EXAMPLES / "relu.py")
+    d = Diagnostic(Severity.ERROR, 'undeclared "vv"', "compile.error", Stage.COMPILE, Location(PATH, 14, 18, 14, 20),
+                   related=((Location(ref, 13, 9), "the reference computes this"),))
+    full = result_diagnostics(_result(d), path=PATH, source=SOURCE, outline=outline(SOURCE),
+                              support=ClientSupport(True, True), base="file:///docs/diagnostics.md")
+    (x,) = full
+    assert x.source == "cudice" and x.code == "compile.error" and x.severity == lsp.DiagnosticSeverity.Error
+    assert x.code_description is not None and x.code_description.href == "file:///docs/diagnostics.md#compile.error"
+    assert x.related_information is not None
+    assert x.related_information[0].location.uri == Path(ref).as_uri()
+    assert x.related_information[0].location.range.start.line == 12
+    (y,) = result_diagnostics(_result(d), path=PATH, source=SOURCE, outline=outline(SOURCE),
+                              support=ClientSupport(False, False))
+    assert y.related_information is None and y.code_description is None
+    assert "relu.py:13: the reference computes this" in y.message
+
+
+def test_findings_in_other_files_or_without_location_are_anchored_at_model_new() -> None:
+    other = Diagnostic(Severity.ERROR, "bad shape", "correctness.shape", Stage.CORRECTNESS, Location("/x/ref.py", 7))
+    nowhere = Diagnostic(Severity.WARNING, "slow", "timing.slow", Stage.TIMING, None)
+    a, b = result_diagnostics(_result(other, nowhere), path=PATH, source=SOURCE, outline=outline(SOURCE),
+                              support=ClientSupport())
+    line = SOURCE[:SOURCE.index("class ModelNew")].count("\n")
+    assert a.range.start.line == b.range.start.line == line
+    assert a.message == "ref.py:7: bad shape" and b.severity == lsp.DiagnosticSeverity.Warning
+
+
+def test_compile_only_says_why_once() -> None:
+    compiled = _result(verdict=Verdict.COMPILED, compile_only=True)
+    (info,) = result_diagnostics(compiled, path=PATH, source=SOURCE, outline=outline(SOURCE),
+                                 support=ClientSupport(), compile_only_reason="no GPU here")
+    assert info.code == "compile-only" and "no GPU here" in info.message
+    verifier_says = Diagnostic(Severity.INFORMATION, "No CUDA GPU here", "verify.no_gpu", Stage.COMPILE, None)
+    diags = result_diagnostics(_result(verifier_says, verdict=Verdict.COMPILED, compile_only=True), path=PATH,
+                               source=SOURCE, outline=outline(SOURCE), support=ClientSupport())
+    assert [d.code for d in diags] == ["verify.no_gpu"]
+
+
+def test_candidate_file_name_and_text() -> None:
+    assert candidate_path("/w/relu.py") == Path("/w/relu_cuda.py")
+    text = candidate_text("Here it is:\n```python\nclass ModelNew(nn.Module):\n    pass\n```\nbye", "relu.py")
+    assert text == "# cudice: reference=relu.py\nclass ModelNew(nn.Module):\n    pass\n"
+    own = candidate_text("class Model(nn.Module):\n    pass\nclass ModelNew(Model):\n    pass\n", "relu.py")
+    assert not own.startswith("# cudice")
+
+
+def test_resolve_span_accepts_offsets_and_ranges_and_explains_bad_ones() -> None:
+    text = "ab\ncd😀e\n"
+    assert resolve_span({"start": 1, "end": 4}, text) == Span(1, 4)
+    rng = {"start": {"line": 1, "character": 2}, "end": {"line": 1, "character": 4}}
+    assert resolve_span(rng, text) == Span(5, 6)  # the emoji is 2 UTF-16 units, 1 code point
+    assert "outside the document" in str(resolve_span({"start": 3, "end": 99}, text))
+    assert "expected" in str(resolve_span([1, 2], text))
+    assert "line and character" in str(resolve_span({"start": {}, "end": {}}, text))
+
+
+def test_extract_middle_keeps_prefix_and_suffix() -> None:
+    assert extract_middle("PmidS", None, "P", "S") == "mid"
+    assert extract_middle("whatever", "given", "P", "S") == "given"
+    assert extract_middle("Xmid", None, "P", "S") is None
+
+
+def test_infill_edit_applied_equals_splicing_the_text() -> None:
+    text = SOURCE
+    span = outline(text).cuda_strings[0].content
+    middle = "\n__global__ void k() {}\n😀\n"
+    for versioned in (True, False):
+        edit = infill_edit("file:///r.py", 7, text, span, middle, document_changes=versioned)
+        if versioned:
+            (doc_edit,) = edit.document_changes or []
+            assert isinstance(doc_edit, lsp.TextDocumentEdit) and doc_edit.text_document.version == 7
+            (e,) = doc_edit.edits
+        else:
+            (e,) = (edit.changes or {})["file:///r.py"]
+        assert isinstance(e, lsp.TextEdit)
+        index = LineIndex.of(text)
+        start = index.offset(e.range.start.line, e.range.start.character)
+        end = index.offset(e.range.end.line, e.range.end.character)
+        assert text[:start] + e.new_text + text[end:] == text[:span.start] + middle + text[span.end:]

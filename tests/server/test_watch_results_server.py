@@ -1,0 +1,86 @@
+"""Plain-function tests: checkpoint completeness, the result cache, the factory, the light import."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from cudice.server.results import ResultCache, result_key
+from cudice.server.watch import PathWatcher, checkpoint_signature
+from cudice.verifier.result import Stage, Verdict, VerifyResult
+
+
+def test_checkpoint_signature_only_for_complete_checkpoints(tmp_path: Path) -> None:
+    assert checkpoint_signature(tmp_path / "missing") is None
+    assert checkpoint_signature(tmp_path) is None  # empty
+    (tmp_path / "config.json").write_text("{}")
+    assert checkpoint_signature(tmp_path) is None  # no weights yet
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps(
+        {"weight_map": {"a": "model-00001.safetensors", "b": "model-00002.safetensors"}}))
+    (tmp_path / "model-00001.safetensors").write_bytes(b"1")
+    assert checkpoint_signature(tmp_path) is None  # a shard is missing
+    (tmp_path / "model-00002.safetensors").write_bytes(b"2")
+    first = checkpoint_signature(tmp_path)
+    assert first is not None and first.startswith("files:")
+    (tmp_path / "model-00002.safetensors.tmp").write_bytes(b"half")
+    assert checkpoint_signature(tmp_path) is None  # being written
+    (tmp_path / "model-00002.safetensors.tmp").unlink()
+    (tmp_path / "cudice_checkpoint.json").write_text('{"step": 1}')
+    marked = checkpoint_signature(tmp_path)
+    assert marked is not None and marked.startswith("marker:")
+    (tmp_path / "cudice_checkpoint.json").write_text('{"step": 2}')
+    assert checkpoint_signature(tmp_path) not in (marked, None)
+
+
+def test_path_watcher_debounces_a_burst_into_one_call(tmp_path: Path) -> None:
+    async def main() -> list[str]:
+        calls: list[str] = []
+        fired = asyncio.Event()
+
+        def on_change(key: str) -> None:
+            calls.append(key)
+            fired.set()
+
+        watcher = PathWatcher(asyncio.get_running_loop(), on_change, debounce_s=0.3)
+        target = tmp_path / "ref.py"
+        target.write_text("0")
+        watcher.watch(str(target), key="ref")
+        for i in range(5):
+            target.write_text(str(i))
+        (tmp_path / "unrelated.py").write_text("x")
+        await asyncio.wait_for(fired.wait(), 10)
+        await asyncio.sleep(0.5)
+        watcher.stop()
+        return calls
+
+    assert asyncio.run(main()) == ["ref"]
+
+
+def test_result_cache_round_trips_through_disk_and_keys_on_everything(tmp_path: Path) -> None:
+    result = VerifyResult(Verdict.CORRECT, Stage.TIMING, "c.py", speedup=2.0, gpu_name="NVIDIA H200")
+    key = result_key("src", "ref", {"num_trials": 5})
+    ResultCache(tmp_path).put(key, result)
+    assert ResultCache(tmp_path).get(key) == result  # a fresh cache reads it from disk
+    assert len({key, result_key("src2", "ref", {"num_trials": 5}), result_key("src", "ref2", {"num_trials": 5}),
+                result_key("src", "ref", {"num_trials": 6})}) == 4
+    (tmp_path / f"{key}.json").write_text("{not json")
+    assert ResultCache(tmp_path).get(key) is None
+
+
+def test_server_factory_gives_independent_servers() -> None:
+    from cudice.server.app import create_server
+    from cudice.server.protocol import COMMANDS
+
+    a, b = create_server(), create_server()
+    assert a is not b and a.latest is not b.latest and a.model is not b.model
+    assert set(COMMANDS) <= set(a.protocol.fm.commands)
+
+
+def test_server_modules_do_not_import_torch() -> None:
+    code = ("import sys, cudice.server.app, cudice.server.model_worker, cudice.server.verify_worker;"
+            "bad = [m for m in ('torch', 'transformers') if m in sys.modules]; print(bad); sys.exit(bool(bad))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
