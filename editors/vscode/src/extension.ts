@@ -19,7 +19,7 @@ import { renderClientState, StatusBar } from './status';
 /** What the extension needs from a language client (vscode-languageclient's LanguageClient fits). */
 export interface ClientLike {
   start(): Promise<void>;
-  stop(): Promise<void>;
+  stop(timeoutMs?: number): Promise<void>;
   onNotification(method: string, handler: (params: unknown) => void): { dispose(): void };
   sendRequest(method: string, params: unknown): Promise<unknown>;
   sendNotification(method: string, params: unknown): Promise<void>;
@@ -44,6 +44,8 @@ export interface Api {
   /** Settles when the current start attempt has finished (successfully or not). */
   ready: Promise<boolean>;
   restart(): Promise<boolean>;
+  /** Stops the client and the server it started. */
+  stop(): Promise<void>;
 }
 
 function clientOnlyKeys(extensionPath: string): string[] {
@@ -108,7 +110,9 @@ export function activateWith(context: vscode.ExtensionContext, deps: Deps): Api 
   const stop = async (): Promise<void> => {
     const c = client;
     client = undefined;
-    if (c) await c.stop().catch(() => undefined);
+    // The server stops its worker processes before answering `shutdown`: allow more than the
+    // client's 2 s default so a restart does not log a spurious time-out.
+    if (c) await c.stop(10_000).catch((err) => output.appendLine(`[cudice] stopping the server: ${err}`));
   };
 
   const runPalette = async (id: string): Promise<unknown> => {
@@ -147,7 +151,7 @@ export function activateWith(context: vscode.ExtensionContext, deps: Deps): Api 
     { dispose: () => void stop() },
   );
 
-  const api: Api = { client: () => client, ready: start(), restart: async () => (await stop(), start()) };
+  const api: Api = { client: () => client, ready: start(), restart: async () => (await stop(), start()), stop };
   return api;
 }
 

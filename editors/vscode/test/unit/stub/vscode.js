@@ -70,6 +70,7 @@ const api = {
   stub: { state, reset, fireConfigChange: (keys) => Promise.all(state.configListeners.map((l) =>
     l({ affectsConfiguration: (s) => keys.some((k) => k === s || k.startsWith(s + '.')) }))) },
   version: '1.82.0',
+  env: { appName: 'vscode-stub', language: 'en', machineId: 'stub', sessionId: 'stub', uiKind: 1 },
   StatusBarAlignment: { Left: 1, Right: 2 },
   ThemeColor,
   EventEmitter,
@@ -107,6 +108,9 @@ const api = {
     },
   },
   workspace: {
+    workspaceFolders: undefined,
+    textDocuments: [],
+    notebookDocuments: [],
     getConfiguration() {
       return { get: (key, dflt) => (key in state.settings ? state.settings[key] : dflt) };
     },
@@ -120,6 +124,11 @@ const api = {
 // vscode-languageclient subclasses many API classes at load time (CodeLens, CompletionItem …):
 // any name the stub lacks is a plain placeholder class, so the real client library loads.
 const placeholders = new Map();
+const chain = new Proxy(function inert() {}, {
+  get: (t, n) => (n === Symbol.toPrimitive ? () => 'inert' : n === 'toJSON' ? () => null : n in t ? t[n] : chain),
+  apply: () => chain,
+  construct: () => chain,
+});
 // Namespaces (`workspace`, `languages`, `notebooks` …): members the stub lacks are functions
 // that register nothing and return a disposable (event subscriptions, providers).
 const noop = () => disposable();
@@ -139,7 +148,11 @@ module.exports = new Proxy(api, {
   get(target, name) {
     if (name in target || typeof name !== 'string') return target[name];
     if (/^[a-z]/.test(name)) return namespace(name);
-    if (!placeholders.has(name)) placeholders.set(name, { [name]: class {} }[name]);
+    if (!placeholders.has(name)) {
+      // Static members (enums such as CodeActionKind.Empty.append(...)) are inert chains.
+      const cls = { [name]: class {} }[name];
+      placeholders.set(name, new Proxy(cls, { get: (t, n) => (n in t ? t[n] : chain) }));
+    }
     return placeholders.get(name);
   },
 });
