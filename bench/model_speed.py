@@ -11,7 +11,8 @@ the AR baseline measured in the same run. Sections:
    greedy AR loop through the fast path, vs the block-diffusion sampler (eager and fast) with
    `low_confidence_dynamic` at threshold 0.9 (random weights are never confident: ~0.8 tokens
    per forward, static-like) and at threshold 0 (every slot revealed in one step: what a
-   confident trained model approaches, 2 tokens per forward with block 4);
+   confident trained model approaches, 2 tokens per forward with block 4), each also with
+   `fuse_commit` (fast path only; up to 4 tokens per forward with block 4);
 3. a profile of one eager HF forward (GPU busy time vs wall time);
 4. tokens per forward of the sampler on the tiny checkpoint (unchanged on real weights:
    `--model DIR` measures a real checkpoint instead of random weights).
@@ -196,10 +197,12 @@ def end_to_end(model: Any, batch: int, prompt_len: int, new_tokens: int, block: 
         out["fast_ar_tok_s"] = float("nan")
 
     no_stop: list[int] = []  # random weights: decode exactly new_tokens (no EOS trimming)
-    for label, threshold in (("thr0.9", 0.9), ("thr0", 0.0)):
+    variants = (("thr0.9", 0.9, False), ("thr0", 0.0, False), ("thr0.9-fused", 0.9, True), ("thr0-fused", 0.0, True))
+    for label, threshold, fuse in variants:
         cfg = SamplerConfig(strategy="low_confidence_dynamic", threshold=threshold, denoising_steps=block,
-                            max_new_tokens=new_tokens)
-        for name, runner in (("hf", HFRunner(model)), ("fast", fast_runner)):
+                            max_new_tokens=new_tokens, fuse_commit=fuse)
+        runners = (("fast", fast_runner),) if fuse else (("hf", HFRunner(model)), ("fast", fast_runner))
+        for name, runner in runners:
             sampler = BlockDiffusionSampler(runner, mask_id, eos_id, no_stop, lambda t: "")
             try:
                 if name == "fast":
@@ -282,9 +285,9 @@ def main() -> int:
                 base = e2e["hf_generate_tok_s"]
                 log(f"{shape} b={batch} tok/s: HF generate {base:.0f} | fast AR {e2e['fast_ar_tok_s']:.0f} "
                     f"({e2e['fast_ar_tok_s'] / base:.1f}x)")
-                for label in ("thr0.9", "thr0"):
+                for label in ("thr0.9", "thr0", "thr0.9-fused", "thr0-fused"):
                     tpf = e2e.get(f"bd_{label}_tokens_per_forward", float("nan"))
-                    for name in ("hf", "fast"):
+                    for name in [n for n in ("hf", "fast") if f"bd_{n}_{label}_tok_s" in e2e]:
                         v = e2e[f"bd_{name}_{label}_tok_s"]
                         log(f"  block diffusion {name:4s} {label:6s} ({tpf:.2f} tok/fwd): {v:.0f} tok/s = "
                             f"{v / base:.2f}x HF generate, {v / e2e['fast_ar_tok_s']:.2f}x fast AR")

@@ -35,6 +35,9 @@ class SamplerConfig:
     max_new_tokens: most generated tokens (the prompt tail sharing the first block not counted).
     stop_strings: decoding stops after the block where one appears; the text is cut before it.
     seed: seeds the sampler's random generator (only used when temperature > 0).
+    fuse_commit: commit a finished block inside the next block's first denoise forward instead of
+        a forward of its own (identical tokens; fewer forwards). Off by default until measured on
+        a GPU in CI's benchmark run.
     """
 
     block_length: int | None = None
@@ -47,6 +50,7 @@ class SamplerConfig:
     max_new_tokens: int = 2048
     stop_strings: tuple[str, ...] = ()
     seed: int | None = None
+    fuse_commit: bool = False
 
     def __post_init__(self) -> None:
         def bad(field: str, value: Any, rule: str, fix: str) -> ValueError:
@@ -85,6 +89,8 @@ class SamplerConfig:
             if not isinstance(s, str) or not s:
                 raise bad("stop_strings", self.stop_strings, "every stop string must be a non-empty string",
                           "remove the empty or non-string entries")
+        if not isinstance(self.fuse_commit, bool):
+            raise bad("fuse_commit", self.fuse_commit, "it must be True or False", "pass a boolean")
         if self.seed is not None and not is_int(self.seed):
             raise bad("seed", self.seed, "it must be an integer or None", "use None for a fresh random seed")
 

@@ -5,6 +5,8 @@ into the KV cache; the prompt's tail shares the first generated block. For each 
 the block against the cache, sample every masked slot, reveal some by strategy, crop the step's
 K/V away; when no mask is left, one more forward with the final tokens commits the block's K/V.
 Revealed tokens are never re-masked (SDAR). Stop after a block holding a stop token or string.
+`SamplerConfig.fuse_commit` folds each commit into the next block's first denoise forward (same
+tokens, one forward less per block; with a confident model one forward per block).
 
 Batching: row r is left-padded by a multiple of the block length so that every row's current
 block sits in the same columns; padding keys are masked out and positions count from each row's
@@ -116,6 +118,7 @@ class BlockDiffusionSampler:
         # 3. one block at a time until every row has finished
         active = list(rows)
         block_start = prefix_len                                             # column of the current block
+        pending: tuple[torch.Tensor, torch.Tensor] | None = None             # fuse_commit: (tokens, pos) to commit
         while active:
             if should_stop is not None and should_stop():
                 for r in active:
@@ -143,7 +146,17 @@ class BlockDiffusionSampler:
                 if should_stop is not None and should_stop():
                     cancelled = True
                     break
-                logits = forward(x, mask, pos, logits=True)                 # (b, bl, V)
+                if pending is not None:
+                    # fused commit: the previous block's final tokens ride along with this block's first
+                    # step; the previous block cannot see this one (blocks are causal), so its K/V equal
+                    # a separate commit's, and the crop below keeps exactly them
+                    fused = block_query_mask(valid, 2 * bl, dtype)           # (b, 1, 2bl, K)
+                    fused[:, :, :bl, -bl:] = torch.finfo(dtype).min
+                    logits = forward(torch.cat([pending[0], x], 1), fused, torch.cat([pending[1], pos], 1),
+                                     logits=True)[:, bl:]                   # (b, bl, V)
+                    pending = None
+                else:
+                    logits = forward(x, mask, pos, logits=True)             # (b, bl, V)
                 self.runner.crop(cache, block_start)
                 tokens, confidence = sample_tokens(logits, config.temperature, config.top_k, config.top_p,
                                                    generator)                # (b, bl), (b, bl)
@@ -161,8 +174,12 @@ class BlockDiffusionSampler:
                     r.finish = "cancelled"
                 break
 
-            # 3b. commit: one forward with the final tokens; its K/V stays in the cache
-            forward(x, mask, pos, logits=False)
+            # 3b. commit: one forward with the final tokens; its K/V stays in the cache (with
+            #     fuse_commit it is deferred into the next block's first forward, or never needed)
+            if config.fuse_commit:
+                pending = (x, pos)
+            else:
+                forward(x, mask, pos, logits=False)
             block_start += bl
 
             # 3c. bookkeeping on the CPU: append, per-row step counts, stop checks
@@ -182,6 +199,8 @@ class BlockDiffusionSampler:
                     self.runner.select_rows(cache, torch.tensor(keep, device=device))
                 valid = valid[keep]
                 active = [active[i] for i in keep]
+                if pending is not None:
+                    pending = (pending[0][keep], pending[1][keep])
 
         for r in rows:
             if not r.text:

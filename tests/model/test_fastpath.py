@@ -42,6 +42,18 @@ def test_static_runner_equals_hf_runner_batched(tiny_engine, strategy: str) -> N
     assert_same_rows(slow, again)
 
 
+@pytest.mark.parametrize("threshold", [0.0, 0.3])
+def test_fused_commit_gives_the_same_tokens_with_fewer_forwards(tiny_engine, threshold: float) -> None:
+    lm = tiny_engine.loaded
+    cfg = SamplerConfig(strategy="low_confidence_dynamic", threshold=threshold, max_new_tokens=24)
+    for runner in (HFRunner(lm.model), StaticRunner(lm.model, use_graphs=False)):
+        plain = samplers(lm, runner).generate(prompts(lm), cfg, 4)
+        fused = samplers(lm, runner).generate(prompts(lm), cfg.replace(fuse_commit=True), 4)
+        assert [r.tokens for r in plain.rows] == [r.tokens for r in fused.rows]
+        assert [r.step_map for r in plain.rows] == [r.step_map for r in fused.rows]
+        assert fused.num_forwards < plain.num_forwards
+
+
 def test_static_ar_equals_hf_generate(tiny_engine) -> None:
     lm = tiny_engine.loaded
     p = prompts(lm)[:4]
@@ -76,6 +88,9 @@ def test_cuda_graphs_equal_eager_and_hf_on_gpu(tiny_sdar_dir) -> None:
                                         for s in c.graphs.values())
     single = [samplers(lm, graphs_runner).generate([p], cfg, 4).rows[0].tokens for p in prompts(lm)]
     assert single == [r.tokens for r in slow.rows]
+    fused = samplers(lm, graphs_runner).generate(prompts(lm), cfg.replace(fuse_commit=True), 4)
+    assert [r.tokens for r in fused.rows] == [r.tokens for r in slow.rows]
+    assert fused.num_forwards < slow.num_forwards
     ar_hf = ar_generate(lm.model, prompts(lm), 16, lm.ids.pad, [], ignore_eos=True)
     ar_fast = static_ar_generate(graphs_runner, prompts(lm), 16, lm.ids.pad)
     assert ar_hf.tokens == ar_fast.tokens

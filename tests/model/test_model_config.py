@@ -24,6 +24,7 @@ from cudice.server.settings import Settings, parse_settings
         ("stop_strings", "```", "tuple of strings"),
         ("stop_strings", ("",), "non-empty"),
         ("denoising_steps", True, "integer"),
+        ("fuse_commit", 1, "True or False"),
     ],
 )
 def test_bad_values_name_field_value_rule_and_fix(field: str, value: object, fragment: str) -> None:

@@ -163,3 +163,20 @@ def test_prefill_mask_is_block_causal_and_hides_padding() -> None:
     q = block_query_mask(torch.cat([valid, torch.ones(2, 4, dtype=torch.bool)], 1), 4, torch.float32)
     assert q.shape == (2, 1, 4, 12)
     assert (q[1, 0, :, :4] < 0).all() and (q[1, 0, :, 4:] == 0).all()
+
+
+def test_fused_commit_rides_along_with_the_next_blocks_first_step() -> None:
+    runner = StubRunner(VOCAB, text_target(6, "0123456789"), lambda p: 0.99)
+    cfg = SamplerConfig(strategy="low_confidence_dynamic", threshold=0.9, max_new_tokens=10, fuse_commit=True)
+    out = sampler(runner).generate([prompt(6)], cfg, block_length=4)
+    assert runner.events == [
+        ("new_cache", 1, 20), ("forward-no-logits", 4, 0),
+        ("forward", 4, 4), ("crop", 4),          # block 1 (prompt tail + 2 masks), one step
+        ("forward", 8, 4), ("crop", 8),          # commit block 1 + block 2's step; keep block 1's K/V
+        ("forward", 8, 8), ("crop", 12),         # commit block 2 + block 3's step
+    ]                                            # block 3 is never committed: generation ended
+    assert out.rows[0].text == "0123456789"
+    assert out.num_forwards == 4
+    unfused = sampler(StubRunner(VOCAB, text_target(6, "0123456789"), lambda p: 0.99)).generate(
+        [prompt(6)], cfg.replace(fuse_commit=False), block_length=4)
+    assert unfused.rows == out.rows and unfused.num_forwards == 7
