@@ -24,7 +24,6 @@ from cudice.server.features.code_actions import ModelAvailability, code_actions
 from cudice.server.features.code_lens import code_lenses
 from cudice.server.features.display import hover_markdown
 from cudice.server.features.hover import hover_target
-from cudice.server.features.outline import outline
 from cudice.server.features.positions import LineIndex
 from cudice.server.generation import generate_kernel, infill_kernel
 from cudice.server.progress import WorkProgress
@@ -101,8 +100,7 @@ async def _checkpoint_changed(ls: CudiceServer, path: str) -> None:
     await load_model(ls)
 
 
-def _offsets(source: str, rng: lsp.Range) -> tuple[int, int]:
-    index = LineIndex.of(source)
+def _offsets(index: LineIndex, rng: lsp.Range) -> tuple[int, int]:
     return (index.offset(rng.start.line, rng.start.character), index.offset(rng.end.line, rng.end.character))
 
 
@@ -156,11 +154,12 @@ def create_server(*, worker_env: dict[str, str] | None = None, results_dir: Path
         if doc is None:
             return None
         source, version, _ = doc
-        start, end = _offsets(source, params.range)
+        o, index = ls.analyse(params.text_document.uri, source)
+        start, end = _offsets(index, params.range)
         caps = ls.client_capabilities.text_document
         disabled_support = bool(caps and caps.code_action and caps.code_action.disabled_support)
         model = ModelAvailability(ls.model.state == "ready", ls.model.message)
-        return code_actions(uri=params.text_document.uri, source=source, outline=outline(source), start=start,
+        return code_actions(uri=params.text_document.uri, source=source, outline=o, start=start,
                             end=end, version=version, model=model, disabled_support=disabled_support) or None
 
     @server.feature(lsp.TEXT_DOCUMENT_HOVER)
@@ -170,8 +169,7 @@ def create_server(*, worker_env: dict[str, str] | None = None, results_dir: Path
         if doc is None:
             return None
         source = doc[0]
-        index = LineIndex.of(source)
-        o = outline(source)
+        o, index = ls.analyse(uri, source)
         span = hover_target(source, o, index.offset(params.position.line, params.position.character))
         if span is None:
             return None
@@ -195,7 +193,7 @@ def create_server(*, worker_env: dict[str, str] | None = None, results_dir: Path
         if doc is None:
             return None
         latest = ls.latest.get(uri)
-        return code_lenses(uri=uri, source=doc[0], outline=outline(doc[0]),
+        return code_lenses(uri=uri, source=doc[0], outline=ls.analyse(uri, doc[0])[0],
                            result=latest.result if latest else None, is_running=ls.jobs.is_running(uri),
                            required_speedup=ls.settings.verify_required_speedup)
 

@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from cudice.server import __version__
+from cudice.server.features.outline import Outline, outline
+from cudice.server.features.positions import LineIndex
 from cudice.server.model_client import LoadRequest, ModelWorker
 from cudice.server.protocol import STATUS_NOTIFICATION
 from cudice.server.quick_client import QuickChecks
@@ -75,6 +77,7 @@ class CudiceServer(LanguageServer):
         self.ckpt_signature: str | None = None
         self.tasks: set[asyncio.Task[Any]] = set()
         self.generation_cancels: dict[str, asyncio.Event] = {}  # uri -> cancel of its running generation
+        self._outlines: dict[str, tuple[str, Outline, LineIndex]] = {}
 
     # -- background tasks ----------------------------------------------------------------------
     def spawn(self, coro: Any) -> asyncio.Task[Any]:
@@ -141,6 +144,18 @@ class CudiceServer(LanguageServer):
         except (OSError, UnicodeDecodeError, ValueError) as exc:
             log.info("cannot read %s: %s", uri, exc)
             return None
+
+    def analyse(self, uri: str, source: str) -> tuple[Outline, LineIndex]:
+        """Outline and line index of a document's text, computed once per text (hover and code
+        actions ask many times between edits)."""
+        hit = self._outlines.get(uri)
+        if hit is not None and hit[0] == source:
+            return hit[1], hit[2]
+        found = (outline(source), LineIndex.of(source))
+        if len(self._outlines) > 256:
+            self._outlines.clear()
+        self._outlines[uri] = (source, *found)
+        return found
 
     def client_supports_lens_refresh(self) -> bool:
         ws = self.client_capabilities.workspace

@@ -20,6 +20,7 @@ from cudice.server.core import CudiceServer
 from cudice.server.features.edits import (
     candidate_path,
     candidate_text,
+    cursor_to_middle,
     extract_middle,
     infill_edit,
     resolve_span,
@@ -155,6 +156,8 @@ async def infill_kernel(ls: CudiceServer, uri: Any, span_arg: Any = None, versio
     if ls.model.state != "ready":
         return _fail(ls, f"cannot infill yet: {ls.model.message}")
     span = resolve_span(span_arg, source)
+    if not isinstance(span, str):
+        span = cursor_to_middle(span, source, outline(source))
     if isinstance(span, str):
         return _fail(ls, f"cannot infill: {span}")
     prefix, suffix = source[:span.start], source[span.end:]

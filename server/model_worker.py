@@ -34,6 +34,7 @@ import time
 import traceback
 from typing import Any, TextIO
 
+from cudice.server.procs import lower_priority
 from cudice.server.settings import Settings
 
 
@@ -161,6 +162,7 @@ def _generation_fields(gen: Any, seconds: float) -> dict[str, Any]:
 
 
 def main() -> None:
+    lower_priority()
     out = os.fdopen(os.dup(1), "w", encoding="utf-8")
     os.dup2(2, 1)  # stray prints from libraries must not corrupt the protocol
     sys.stdout = sys.stderr

@@ -26,6 +26,14 @@ log = logging.getLogger(__name__)
 STREAM_LIMIT = 64 * 1024 * 1024  # one event line may carry a whole generated file
 
 
+def lower_priority() -> None:
+    """Called first in each worker: run below the server's CPU priority (nice +5, inherited by nvcc
+    and the sandbox), so hovers and code actions stay fast while a build or a generation runs.
+    `CUDICE_WORKER_NICE` changes the increment (0 disables it)."""
+    with contextlib.suppress(OSError, ValueError):
+        os.nice(int(os.environ.get("CUDICE_WORKER_NICE", "5")))
+
+
 class ChildProcess:
     """One child `python -m <module>`; `events()` yields its JSON lines until it exits."""
 

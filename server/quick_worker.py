@@ -21,6 +21,8 @@ import threading
 import traceback
 from typing import Any, TextIO
 
+from cudice.server.procs import lower_priority
+
 
 def _emit(out: TextIO, lock: threading.Lock, **event: Any) -> None:
     with lock:
@@ -29,6 +31,7 @@ def _emit(out: TextIO, lock: threading.Lock, **event: Any) -> None:
 
 
 def main() -> None:
+    lower_priority()
     out = os.fdopen(os.dup(1), "w", encoding="utf-8")
     os.dup2(2, 1)
     sys.stdout = sys.stderr

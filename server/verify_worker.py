@@ -22,6 +22,7 @@ import sys
 import traceback
 from typing import Any, TextIO
 
+from cudice.server.procs import lower_priority
 from cudice.verifier.result import Stage, Verdict, VerifyResult
 
 
@@ -53,6 +54,7 @@ def run(request: dict[str, Any], out: TextIO) -> None:
 
 
 def main() -> None:
+    lower_priority()
     out = os.fdopen(os.dup(1), "w", encoding="utf-8")
     os.dup2(2, 1)
     sys.stdout = sys.stderr

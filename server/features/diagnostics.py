@@ -23,7 +23,7 @@ from cudice.verifier.result import Diagnostic, Location, Verdict, VerifyResult
 from lsprotocol import types as lsp
 
 WEB_DOCS = "https://github.com/cudice/cudice/blob/main/docs/diagnostics.md"
-COMPILE_ONLY_CODE = "compile-only"
+COMPILE_ONLY_CODE = "server.compile_only"  # the server's own code: documented in docs/server.md
 
 _SEVERITY = {
     "error": lsp.DiagnosticSeverity.Error,
@@ -33,10 +33,10 @@ _SEVERITY = {
 }
 
 
-def docs_base() -> str:
-    """`file://.../docs/diagnostics.md` of the installed checkout when present, else the web docs."""
-    local = Path(__file__).resolve().parents[2] / "docs" / "diagnostics.md"
-    return local.as_uri() if local.is_file() else WEB_DOCS
+def docs_base(page: str = "diagnostics.md") -> str:
+    """`file://.../docs/<page>` of the installed checkout when present, else the web docs."""
+    local = Path(__file__).resolve().parents[2] / "docs" / page
+    return local.as_uri() if local.is_file() else WEB_DOCS.replace("diagnostics.md", page)
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,7 +136,7 @@ def result_diagnostics(result: VerifyResult, *, path: str, source: str, outline:
             message=f"Compiles. No correctness or speedup measured: {why}.",
             severity=lsp.DiagnosticSeverity.Information,
             code=COMPILE_ONLY_CODE,
-            code_description=lsp.CodeDescription(href=f"{base}#{COMPILE_ONLY_CODE}")
+            code_description=lsp.CodeDescription(href=f"{docs_base('server.md')}#{COMPILE_ONLY_CODE}")
             if support.code_description else None,
             source=DIAGNOSTIC_SOURCE,
         ))

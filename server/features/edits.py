@@ -5,6 +5,7 @@
   when the model's file has no `Model` of its own (the verifier's reference convention).
 - `resolve_span(arg, source)`: the infill command's range argument (offsets or an LSP range)
   -> code-point offsets, or the reason it is unusable.
+- `cursor_to_middle(...)`: a cursor or one-line range -> the middle the code action would use.
 - `extract_middle(...)`: the infill's middle; the prefix and suffix stay byte-identical.
 - `infill_edit(...)`: a `WorkspaceEdit` whose one `TextDocumentEdit` names the document version
   the middle was generated for, so a client rejects it if the buffer changed.
@@ -16,7 +17,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from cudice.server.features.outline import REFERENCE_RE, Span
+from cudice.server.features.code_actions import infill_target
+from cudice.server.features.outline import REFERENCE_RE, Outline, Span
 from cudice.server.features.positions import LineIndex
 from lsprotocol import types as lsp
 
@@ -56,6 +58,17 @@ def resolve_span(arg: Any, source: str) -> Span | str:
     if not 0 <= start <= end <= len(source):
         return f"range {start}..{end} is outside the document (length {len(source)}); ask for the action again"
     return Span(start, end)
+
+
+def cursor_to_middle(span: Span, source: str, outline: Outline) -> Span | str:
+    """A cursor (an empty or one-line range, as palette commands send) -> the middle the code action
+    would infill; a multi-line selection is taken as the middle itself."""
+    if "\n" in source[span.start:span.end].rstrip("\n"):
+        return span
+    target = infill_target(source, outline, span.start)
+    if target is None:
+        return "put the cursor inside the CUDA source string (or select the lines to rewrite)"
+    return target
 
 
 def extract_middle(text: str, middle: str | None, prefix: str, suffix: str) -> str | None:

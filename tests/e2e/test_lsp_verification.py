@@ -83,8 +83,8 @@ async def test_without_gpu_verification_is_compile_only_and_says_why(workspace: 
     try:
         uri = editor.open(workspace / "relu_cuda.py")
         editor.save(uri)
-        diags = await editor.wait_diagnostics(uri, lambda d: any(x.code == "compile-only" for x in d))
-        info = next(d for d in diags if d.code == "compile-only")
+        diags = await editor.wait_diagnostics(uri, lambda d: any(x.code == "server.compile_only" for x in d))
+        info = next(d for d in diags if d.code == "server.compile_only")
         assert info.severity == lsp.DiagnosticSeverity.Information and "CUDICE_GPU=0" in info.message
         text = editor.buffers[uri][0]
         card = await _hover(editor, uri, _line_of(text, "class ModelNew"), 8)

@@ -8,6 +8,7 @@ from cudice.server.features.diagnostics import ClientSupport, location_range, re
 from cudice.server.features.edits import (
     candidate_path,
     candidate_text,
+    cursor_to_middle,
     extract_middle,
     infill_edit,
     resolve_span,
@@ -68,7 +69,7 @@ def test_compile_only_says_why_once() -> None:
     compiled = _result(verdict=Verdict.COMPILED, compile_only=True)
     (info,) = result_diagnostics(compiled, path=PATH, source=SOURCE, outline=outline(SOURCE),
                                  support=ClientSupport(), compile_only_reason="no GPU here")
-    assert info.code == "compile-only" and "no GPU here" in info.message
+    assert info.code == "server.compile_only" and "no GPU here" in info.message
     verifier_says = Diagnostic(Severity.INFORMATION, "No CUDA GPU here", "verify.no_gpu", Stage.COMPILE, None)
     diags = result_diagnostics(_result(verifier_says, verdict=Verdict.COMPILED, compile_only=True), path=PATH,
                                source=SOURCE, outline=outline(SOURCE), support=ClientSupport())
@@ -91,6 +92,18 @@ def test_resolve_span_accepts_offsets_and_ranges_and_explains_bad_ones() -> None
     assert "outside the document" in str(resolve_span({"start": 3, "end": 99}, text))
     assert "expected" in str(resolve_span([1, 2], text))
     assert "line and character" in str(resolve_span({"start": {}, "end": {}}, text))
+
+
+def test_a_cursor_becomes_the_code_actions_middle_and_a_selection_stays() -> None:
+    o = outline(SOURCE)
+    content = o.cuda_strings[0].content
+    at = SOURCE.index("int i = blockIdx")
+    assert cursor_to_middle(Span(at, at), SOURCE, o) == content
+    line_end = SOURCE.index("\n", at)
+    assert cursor_to_middle(Span(at - 4, line_end), SOURCE, o) == content  # Neovim's one-line range
+    many = Span(at, SOURCE.index("}", at))
+    assert cursor_to_middle(many, SOURCE, o) == many
+    assert "cursor inside the CUDA" in str(cursor_to_middle(Span(0, 0), SOURCE, o))
 
 
 def test_extract_middle_keeps_prefix_and_suffix() -> None:
