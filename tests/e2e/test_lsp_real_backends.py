@@ -43,6 +43,26 @@ async def test_compile_error_of_relu_broken_is_on_line_14(tmp_path: Path) -> Non
         await stop_editor(editor)
 
 
+async def test_static_violation_is_shown_on_the_forward_line(tmp_path: Path) -> None:
+    shutil.copy(REPO / "examples" / "relu.py", tmp_path / "relu.py")
+    cheat = (REPO / "examples" / "relu_cuda.py").read_text().replace(
+        "return self.relu.relu_cuda(x)", "return torch.relu(x) + 0 * self.relu.relu_cuda(x)")
+    (tmp_path / "cheat_cuda.py").write_text(cheat)
+    line = next(i for i, t in enumerate(cheat.splitlines()) if "torch.relu(x)" in t)
+    editor = await start_editor("visual-studio-code", tmp_path, env=REAL)
+    try:
+        uri = editor.open(tmp_path / "cheat_cuda.py")
+        editor.save(uri)
+        diags = await editor.wait_diagnostics(uri, lambda d: any(x.code == "static.torch_op_in_forward" for x in d),
+                                              timeout=120)
+        found = next(d for d in diags if d.code == "static.torch_op_in_forward")
+        assert found.range.start.line == line and found.severity == 1
+        assert found.code_description is not None and "#static.torch_op_in_forward" in found.code_description.href
+        await editor.wait_status(lambda s: s["uri"] == uri and s["lastVerdict"] == "static_violation", timeout=120)
+    finally:
+        await stop_editor(editor)
+
+
 async def test_generate_and_infill_with_a_tiny_checkpoint(tmp_path: Path, tiny_checkpoint: Path) -> None:
     shutil.copy(REPO / "examples" / "relu.py", tmp_path / "relu.py")
     shutil.copy(REPO / "examples" / "relu_cuda.py", tmp_path / "scaffold_cuda.py")
