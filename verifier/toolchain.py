@@ -19,6 +19,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -117,7 +118,8 @@ def probe_toolchain(cache_dir: Path, arch_list: str, python: str | None = None, 
     tc = Toolchain(python, info["torch"], home, v.get("nvcc", nvcc), v.get("cxx", "c++"), v.get("cflags", ""),
                    v.get("cuda_cflags", ""), v.get("ldflags", ""), arch_list)
     cache_dir.mkdir(parents=True, exist_ok=True)
-    tmp = cache.with_suffix(f".{os.getpid()}.tmp")
+    # unique per process *and* thread: a pool's threads probe concurrently on a cold cache
+    tmp = cache.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
     tmp.write_text(json.dumps(_asdict(tc)))
     tmp.replace(cache)
     return tc

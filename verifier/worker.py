@@ -121,6 +121,10 @@ def _run(job: dict[str, Any], out: dict[str, Any], diags: list[Diagnostic], wall
             ref_out = model(*[x.clone() if isinstance(x, torch.Tensor) else x for x in inputs])
             torch.cuda.synchronize()
             before = dyn.snapshot_inputs(inputs)
+            # hook: free allocator memory holds NaN, so an output the kernel never writes cannot
+            # pass with stale values (e.g. the reference's freed output: Sakana incident)
+            device = next((x.device for x in inputs if isinstance(x, torch.Tensor)), torch.device("cuda"))
+            dyn.poison_allocator(4 * _nbytes(ref_out) + (1 << 20), device)
             cand_out = _call(lambda args=inputs: model_new(*args), Stage.CORRECTNESS, forward_loc)
             _sync_or_stop(forward_loc)  # catches the last CUDA error of the launch
             # hook: dynamic checks on this call
@@ -190,6 +194,12 @@ def _run(job: dict[str, Any], out: dict[str, Any], diags: list[Diagnostic], wall
                        f"ms vs {cmp.reference.median_ms:.4f} ms; pessimistic {cmp.speedup_min:.2f}x).", Stage.TIMING,
                        forward_loc, Severity.INFORMATION))
     out.update(verdict=Verdict.CORRECT.value, stage=Stage.TIMING.value)
+
+
+def _nbytes(values: Any) -> int:
+    from cudice.verifier.timing import tensor_bytes
+
+    return tensor_bytes(values)
 
 
 def _kernel_names(doc: Any) -> list[str]:

@@ -57,7 +57,7 @@ def test_rowsum_correct_axis_passes(tmp_path: Path, gpu_config: VerifyConfig) ->
 def test_illegal_address_and_trap_end_only_the_child(tmp_path: Path, gpu_config: VerifyConfig,
                                                      examples_dir: Path, which: int) -> None:
     r = verify(candidate(tmp_path, which, examples_dir / "relu.py"), config=gpu_config)
-    assert r.verdict in (Verdict.RUNTIME_ERROR, Verdict.CRASH), (r.verdict, r.error)
+    assert r.verdict in (Verdict.RUNTIME_ERROR, Verdict.CRASH), (r.verdict, r.error, [d.message for d in r.diagnostics])
     # the parent is fine: the next verification works
     ok = verify(candidate(tmp_path, 0, examples_dir / "relu.py"), config=gpu_config.with_(timing_num_trials=3))
     assert ok.verdict is Verdict.CORRECT
@@ -65,4 +65,4 @@ def test_illegal_address_and_trap_end_only_the_child(tmp_path: Path, gpu_config:
 
 def test_hang_is_a_timeout(tmp_path: Path, gpu_config: VerifyConfig, examples_dir: Path) -> None:
     r = verify(candidate(tmp_path, 4, examples_dir / "relu.py"), config=gpu_config.with_(timeout_s=20))
-    assert r.verdict is Verdict.TIMEOUT
+    assert r.verdict is Verdict.TIMEOUT, (r.verdict, [d.message for d in r.diagnostics])
