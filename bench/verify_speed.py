@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from cudice.verifier.api import gpu_available, quick_check, verify
@@ -158,22 +159,29 @@ def main() -> int:
     cache = Path(tempfile.mkdtemp(prefix="cudice-bench-cache-"))
     config = VerifyConfig(cache_dir=cache, max_jobs=os.cpu_count() or 2)
     result("machine", cpus=os.cpu_count(), gpu=gpu_available(), date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
-    try:
-        if args.phase in ("all", "compile"):
-            bench_first_diagnostic(config, args.skip_load_inline)
-            bench_full_verdict(config, args.skip_load_inline)
-        if args.phase == "compile":
-            return 0
-        if not gpu_available():
-            result("throughput", skipped="no GPU")
-            return 0
+    steps: list[tuple[str, Callable[[], None]]] = []
+    if args.phase in ("all", "compile"):
+        steps += [("first_diagnostic", lambda: bench_first_diagnostic(config, args.skip_load_inline)),
+                  ("full_verdict", lambda: bench_full_verdict(config, args.skip_load_inline))]
+    gpu_phase = args.phase in ("all", "gpu", "throughput", "repeat")
+    if gpu_phase and not gpu_available():
+        result("throughput", skipped="no GPU")
+    elif gpu_phase:
         if args.phase in ("all", "gpu", "throughput"):
-            bench_throughput(config, 8 if args.quick else 32)
+            steps.append(("throughput", lambda: bench_throughput(config, 8 if args.quick else 32)))
         if args.phase in ("all", "gpu", "repeat"):
-            bench_repeatability(config)
+            steps.append(("repeatability", lambda: bench_repeatability(config)))
+    failed = 0
+    try:
+        for name, step in steps:
+            try:
+                step()
+            except Exception as exc:  # one broken measurement must not lose the others
+                failed += 1
+                result(name, error=f"{type(exc).__name__}: {exc}")
     finally:
         shutil.rmtree(cache, ignore_errors=True)
-    return 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

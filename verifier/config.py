@@ -49,7 +49,7 @@ class VerifyConfig:
     max_output_bytes: int = 64 * 1024  # stdout/stderr kept from a child
     cache_dir: Path = field(default_factory=default_cache_dir)
     nvcc: str = "nvcc"
-    max_jobs: int = 2  # ninja jobs per build
+    max_jobs: int = 2  # compiler processes per build (main.cpp and cuda.cu compile side by side)
     static_policy: str = "default"  # "strict" | "default" | "lenient" (static_policy.py, docs/anticheat.md)
 
     def __post_init__(self) -> None:
