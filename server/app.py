@@ -223,7 +223,7 @@ def create_server(*, worker_env: dict[str, str] | None = None, results_dir: Path
 
     @server.command(CMD_CANCEL)
     def cmd_cancel(ls: CudiceServer, *args: Any) -> dict[str, Any]:
-        uris = [args[0]] if args and isinstance(args[0], str) else [*ls.generation_cancels, *ls.jobs._jobs]
+        uris = [args[0]] if args and isinstance(args[0], str) else [*ls.generation_cancels, *ls.jobs.running_uris()]
         num = 0
         for uri in uris:
             num += ls.jobs.cancel(uri)

@@ -216,6 +216,7 @@ class ModelWorker:
                     on_progress(Progress(int(event.get("num_tokens", 0)), int(event.get("num_forwards", 0)),
                                          float(event.get("seconds", 0.0))))
                 elif kind == "done":
+                    self.num_restarts = 0  # a job went through: restarts count "in a row"
                     return GenerationResult(
                         text=str(event.get("text", "")), middle=event.get("middle"),
                         num_tokens=int(event.get("num_tokens", 0)), num_forwards=int(event.get("num_forwards", 0)),

@@ -44,6 +44,7 @@ class Worker:
         self.lock = threading.Lock()
         self.jobs: queue.Queue[dict[str, Any] | None] = queue.Queue()
         self.cancelled: set[str] = set()
+        self.stop_all = False
         self.engine: Any = None
         self.module: Any = None
 
@@ -65,7 +66,11 @@ class Worker:
                 self.cancelled.add(str(msg.get("id")))
             else:
                 self.jobs.put(msg)
+        # stdin closed: the server is gone or shutting down. Stop the running job and make sure
+        # this process does not outlive the server by more than a few seconds.
+        self.stop_all = True
         self.jobs.put(None)
+        threading.Timer(5.0, os._exit, args=(0,)).start()
 
     def load(self, msg: dict[str, Any]) -> None:
         t0 = time.perf_counter()
@@ -102,7 +107,7 @@ class Worker:
             self.emit(event="progress", id=job_id, **info)
 
         def should_stop() -> bool:
-            return job_id in self.cancelled
+            return self.stop_all or job_id in self.cancelled
 
         try:
             config = self.sampler_config(msg.get("settings") or {})

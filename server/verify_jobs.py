@@ -50,6 +50,9 @@ class VerifyJobs:
         self.timeout_margin_s = timeout_margin_s
         self._jobs: dict[str, _Job] = {}
 
+    def running_uris(self) -> list[str]:
+        return list(self._jobs)
+
     def is_running(self, uri: str) -> bool:
         return uri in self._jobs
 

@@ -14,11 +14,14 @@ verifier does, in its own sandbox.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
 import json
 import os
+import signal
 import sys
+import threading
 import traceback
 from typing import Any, TextIO
 
@@ -53,6 +56,13 @@ def run(request: dict[str, Any], out: TextIO) -> None:
     _emit(out, event="final", result=final.to_dict())
 
 
+def _die_with_server() -> None:
+    """The server keeps our stdin open while it waits; EOF means it is gone: take the build down too."""
+    sys.stdin.read()
+    with contextlib.suppress(OSError):
+        os.killpg(os.getpgid(0), signal.SIGKILL)
+
+
 def main() -> None:
     lower_priority()
     out = os.fdopen(os.dup(1), "w", encoding="utf-8")
@@ -61,6 +71,7 @@ def main() -> None:
     request: dict[str, Any] = {}
     try:
         request = json.loads(sys.stdin.readline() or "{}")
+        threading.Thread(target=_die_with_server, daemon=True).start()
         run(request, out)
     except Exception as exc:  # the verifier's own failures become a CRASH record, never a hang
         traceback.print_exc(file=sys.stderr)

@@ -251,3 +251,25 @@ async def test_worker_crash_is_survived_and_the_user_told(workspace: Path) -> No
         assert (await editor.command("cudice.generateKernel", ref, "Model"))["ok"] is True
     finally:
         await stop_editor(editor)
+
+
+async def test_bad_checkpoint_is_an_error_state_and_a_config_change_reloads(workspace: Path) -> None:
+    broken = workspace / "broken_ckpt"
+    broken.mkdir()
+    editor = await start_editor("visual-studio-code", workspace,
+                                init_options={"cudice": {"model": {"path": str(broken)}}},
+                                configuration={"model": {"path": str(broken)}})
+    try:
+        status = await editor.wait_model("error")
+        assert "broken_ckpt" in status["message"] and "not a checkpoint" in status["message"]
+        assert any(m.type == lsp.MessageType.Error for m in editor.client.messages)
+        ref = editor.open(workspace / "relu.py")
+        (action,) = await editor.code_actions(ref, 10, 8)
+        assert action.disabled is not None and "failed to load" in action.disabled.reason
+        editor.client.set_configuration({"model": {"path": str(workspace / "ckpt")}}, section="cudice")
+        editor.client.workspace_did_change_configuration(lsp.DidChangeConfigurationParams(settings=None))
+        await editor.wait_model("ready")
+        (action,) = await editor.code_actions(ref, 10, 8)
+        assert action.disabled is None
+    finally:
+        await stop_editor(editor)
