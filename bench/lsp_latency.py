@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import platform
 import shutil
@@ -69,8 +70,9 @@ def _client(statuses: list[dict[str, Any]]) -> LanguageClient:
 
 
 def _percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile: the smallest value with at least q of the samples at or below it."""
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
 
 
 async def _wait(pred: Any, timeout: float) -> None:
