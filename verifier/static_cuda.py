@@ -224,7 +224,7 @@ _CPP_GLUE = frozenset({
     "empty", "empty_like", "empty_strided", "from_blob", "TensorOptions", "dtype", "device",
     "Device", "Scalar", "IntArrayRef", "elementSize", "toString", "typeMetaToScalarType",
     "zeros", "zeros_like", "ones", "ones_like", "full", "full_like", "DeviceGuard", "NoGradGuard",
-    "globalContext", "device_of", "toString", "elementSize", "numel", "get_default_dtype",
+    "globalContext", "device_of", "numel", "get_default_dtype",
 })
 _CPP_GLUE_STRICT = frozenset({"empty", "empty_like", "empty_strided", "from_blob", "TensorOptions",
                               "dtype", "device", "Device", "Scalar", "IntArrayRef", "elementSize",
