@@ -91,18 +91,25 @@ def test_running_unavailable_generation_explains_why(session: dict[str, Any]) ->
     assert any("cudice.model.path" in t for t in texts) or "cudice.model.path" in reply, (texts, reply)
 
 
-def test_hover_on_model_new(session: dict[str, Any]) -> None:
+def test_hover_and_code_lens_on_model_new(session: dict[str, Any]) -> None:
     assert session.get("hover_error") is None, _why(session)
     hover = session["hover"]
     assert isinstance(hover, dict), f"no hover over class ModelNew: {hover!r}"
     contents = hover["contents"]
     text = contents["value"] if isinstance(contents, dict) else json.dumps(contents)
-    assert "cudice" in text.lower() or "verif" in text.lower(), text
+    assert "cudice" in text.lower(), text
+    assert hover["range"]["start"]["line"] == session["model_new_line"], hover
+    lenses = session["code_lenses"]
+    assert [lens["line"] for lens in lenses] == [session["model_new_line"]], lenses
+    assert "verify" in lenses[0]["title"], lenses
 
 
 def test_status_notifications_reach_the_statusline(session: dict[str, Any]) -> None:
-    states = [s["model"] for s in session["statuses"]]
-    assert states, f"no cudice/status notification received; {_why(session)}"
-    assert set(states) <= {"missing", "loading", "ready", "error"}
-    assert states[-1] == "missing", states  # no cudice.model.path configured
-    assert session["statusline"].startswith("cudice: no model"), session["statusline"]
+    statuses = session["statuses"]
+    assert statuses, f"no cudice/status notification received; {_why(session)}"
+    assert {s["model"] for s in statuses} <= {"missing", "loading", "ready", "error"}
+    assert statuses[-1]["model"] == "missing", statuses  # no cudice.model.path configured
+    verdicts = [s for s in statuses if s.get("lastVerdict")]
+    assert verdicts and verdicts[-1]["uri"].endswith("/relu_broken.py"), statuses
+    assert verdicts[-1]["lastVerdict"] == "compile_error", verdicts
+    assert session["statusline"] == "cudice: no model · compile_error", session["statusline"]
