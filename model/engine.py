@@ -114,8 +114,15 @@ class Engine:
                        on_block: Callable[[Sequence[Sequence[int]], int], None] | None = None,
                        should_stop: Callable[[], bool] | None = None) -> BatchResult:
         """Decode raw prompt strings (already chat-formatted) as one batch."""
-        return self.sampler.generate([self.encode(p) for p in prompts], config, self.block_length(config),
-                                     on_block=on_block, should_stop=should_stop)
+        encoded = [self.encode(p) for p in prompts]
+        block = self.block_length(config)
+        limit = int(getattr(self.loaded.model.config, "max_position_embeddings", 0) or 0)
+        longest = max(len(e) for e in encoded) + config.max_new_tokens + block
+        if limit and longest > limit:
+            raise GenerationError(f"the prompt ({max(len(e) for e in encoded)} tokens) plus max_new_tokens "
+                                  f"({config.max_new_tokens}) exceeds the model's {limit} positions; lower "
+                                  "max_new_tokens (cudice.sampler.maxNewTokens) or shorten the file")
+        return self.sampler.generate(encoded, config, block, on_block=on_block, should_stop=should_stop)
 
     def _generate_one(self, prompt: str, config: SamplerConfig, on_progress: Callable[[Progress], None] | None,
                       should_stop: Callable[[], bool] | None) -> tuple[BatchResult, float]:

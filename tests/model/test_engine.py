@@ -96,3 +96,8 @@ def test_block_length_must_come_from_somewhere(tiny_engine: Engine) -> None:
     with pytest.raises(GenerationError, match="no block_size"):
         engine.generate_kernel("class Model: pass", SamplerConfig())
     assert engine.block_length(SamplerConfig(block_length=8)) == 8
+
+
+def test_too_long_a_request_is_refused_before_decoding(tiny_engine: Engine) -> None:
+    with pytest.raises(GenerationError, match="exceeds the model's 8192 positions"):
+        tiny_engine.generate_kernel("class Model: pass", SamplerConfig(max_new_tokens=9000))

@@ -61,3 +61,13 @@ def test_make_tiny_writes_a_small_sdar_checkpoint(tmp_path: Path) -> None:
     assert sum(f.stat().st_size for f in (tmp_path / "t").iterdir()) < 5_000_000
     again = runner.invoke(model_group, ["make-tiny", str(tmp_path / "t")])
     assert again.exit_code == 1 and "not empty" in again.output
+
+
+def test_model_info_reports_what_was_read_from_the_checkpoint(tiny_sdar_dir: Path) -> None:
+    out = CliRunner().invoke(model_group, ["info", str(tiny_sdar_dir), "--device", "cpu"])
+    assert out.exit_code == 0, out.output
+    info = json.loads(out.stdout)
+    config = json.loads((tiny_sdar_dir / "config.json").read_text())
+    assert info["model_type"] == "sdar" and info["block_size"] == config["block_size"]
+    assert info["mask_token_id"] == config["mask_token_id"] and info["device"] == "cpu"
+    assert 100_000 < info["num_parameters"] < 1_000_000
