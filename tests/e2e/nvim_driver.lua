@@ -97,6 +97,23 @@ local function main()
   table.insert(out.steps, { name = 'diagnostic', ok = got })
   out.statusline_broken = cudice.statusline()
 
+  -- The server asks for a lens refresh (workspace/codeLens/refresh) when a result lands; the
+  -- plugin's handler re-requests lenses, so the lens over ModelNew shows the verdict without
+  -- any further save or explicit refresh from this script.
+  local function lens_titles()
+    local titles = {}
+    for _, l in ipairs(vim.lsp.codelens.get(buf)) do
+      table.insert(titles, l.command and l.command.title or '')
+    end
+    return titles
+  end
+  vim.wait(20000, function()
+    local t = lens_titles()
+    return #t > 0 and not t[1]:find('verifying') and not t[1]:find('not verified')
+  end, 100)
+  out.lens_after_verify = lens_titles()
+  out.lens_refreshes = require('cudice.lsp').lens_refreshes
+
   -- 2. Code actions on `class Model` of the reference file.
   buf, client = open('relu.py')
   local line, col = find_line(buf, 'class Model%(')

@@ -10,6 +10,8 @@ local M = {}
 
 --- Latest `cudice/status` payload per client id.
 M.status = {}
+--- How many `workspace/codeLens/refresh` requests the server sent (for :CudiceStatus and tests).
+M.lens_refreshes = 0
 
 local function refresh_lenses(client_id)
   local client = vim.lsp.get_client_by_id(client_id)
@@ -34,6 +36,7 @@ M.handlers = {
     vim.api.nvim_exec_autocmds('User', { pattern = 'CudiceStatus', data = result, modeline = false })
   end,
   ['workspace/codeLens/refresh'] = function(_, _, ctx)
+    M.lens_refreshes = M.lens_refreshes + 1
     vim.schedule(function()
       refresh_lenses(ctx.client_id)
     end)
