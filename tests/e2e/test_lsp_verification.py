@@ -168,6 +168,18 @@ async def test_malformed_requests_and_unknown_uris_never_crash(workspace: Path) 
         editor.change(uri, "class ModelNew(:\n  broken")  # a file that does not parse
         assert await _lens_titles(editor, uri) == []
         assert await editor.code_actions(uri, 0, 3) == []
+        # raw messages a buggy client might send: wrong params, unknown method/command, broken JSON
+        raw = [
+            {"jsonrpc": "2.0", "id": "m1", "method": "textDocument/hover", "params": {"bogus": 1}},
+            {"jsonrpc": "2.0", "id": "m2", "method": "textDocument/codeAction", "params": [1, 2]},
+            {"jsonrpc": "2.0", "id": "m3", "method": "workspace/executeCommand", "params": {"command": "cudice.nope"}},
+            {"jsonrpc": "2.0", "id": "m4", "method": "cudice/unknown", "params": {}},
+        ]
+        server = c._server
+        assert server is not None and server.stdin is not None
+        for body in [json.dumps(m).encode() for m in raw] + [b'{"jsonrpc": "2.0", "id": "m5", "method": ']:
+            server.stdin.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        await server.stdin.drain()
         # still alive and answering
         editor.change(uri, (workspace / "relu_cuda.py").read_text())
         assert await _lens_titles(editor, uri) == ["cudice: not verified yet · verify"]

@@ -1,0 +1,88 @@
+"""The model worker's protocol mapping, and the model client's state machine driven end to end
+through a real worker process with the scripted engine (no LSP)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+from pathlib import Path
+
+from cudice.server.model_client import LoadRequest, ModelUnavailable, ModelWorker, WorkerDied
+from cudice.server.model_worker import _generation_fields, _progress_fields
+
+FAKES = Path(__file__).resolve().parents[1] / "e2e"
+
+
+@dataclasses.dataclass
+class _Progress:
+    num_tokens: int
+    num_forwards: int
+    seconds: float
+    tokens_per_second: float
+    text_so_far: str
+
+
+def test_progress_and_generation_fields_are_plain_numbers() -> None:
+    assert _progress_fields(_Progress(8, 4, 0.5, 16.0, "abc")) == {
+        "num_tokens": 8, "num_forwards": 4, "seconds": 0.5, "tokens_per_second": 16.0}
+    assert _progress_fields(7) == {"num_tokens": 7}
+    gen = type("G", (), {"text": "t", "middle": None, "num_tokens": 10, "num_forwards": 4, "seconds": 2.0,
+                         "cancelled": False})()
+    fields = _generation_fields(gen, seconds=9.0)
+    assert fields["tokens_per_forward"] == 2.5 and fields["seconds"] == 2.0 and fields["middle"] is None
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["CUDICE_ENGINE_MODULE"] = "lsp_fakes.fake_engine"
+    env["PYTHONPATH"] = os.pathsep.join([str(FAKES), env.get("PYTHONPATH", "")])
+    return env
+
+
+def test_model_worker_loads_runs_restarts_and_gives_up(tmp_path: Path) -> None:
+    states: list[str] = []
+    notices: list[str] = []
+
+    async def main() -> None:
+        worker = ModelWorker(on_state=lambda s, m: states.append(s), on_notice=notices.append, env=_env(),
+                             max_restarts=1)
+        try:
+            try:
+                await worker.run("generate", {}, cancel=asyncio.Event())
+                raise AssertionError("ran without a model")
+            except ModelUnavailable as exc:
+                assert "cudice.model.path" in str(exc)
+            assert await worker.load(LoadRequest(str(tmp_path), "cpu", "auto")) is True
+            seen: list[int] = []
+            result = await worker.run("generate", {"reference_source": "class Model: pass", "settings": {}},
+                                      cancel=asyncio.Event(), on_progress=lambda p: seen.append(p.num_tokens))
+            assert result.num_tokens == 20 and seen == sorted(seen) and seen[-1] == 20 and not result.cancelled
+            async def until(pred: object) -> None:
+                for _ in range(800):
+                    if pred():  # type: ignore[operator]
+                        return
+                    await asyncio.sleep(0.025)
+                raise AssertionError(f"state stuck at {states}")
+
+            crash = {"reference_source": "CUDICE_TEST_CRASH", "settings": {}}
+            try:  # max_restarts=1: the first crash restarts the worker and reloads the model ...
+                await worker.run("generate", crash, cancel=asyncio.Event())
+                raise AssertionError("the crash was not reported")
+            except WorkerDied:
+                pass
+            await until(lambda: states.count("ready") == 2)
+            try:  # ... the second one in a row gives up and says how to retry
+                await worker.run("generate", crash, cancel=asyncio.Event())
+                raise AssertionError("the crash was not reported")
+            except WorkerDied:
+                pass
+            await until(lambda: worker.state == "error")
+            assert worker.state == "error" and "gave up" in worker.message
+            assert any("Restarting the model worker" in n for n in notices)
+        finally:
+            await worker.shutdown()
+
+    asyncio.run(asyncio.wait_for(main(), 60))
+    assert states[:2] == ["loading", "ready"]
+
