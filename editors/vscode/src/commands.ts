@@ -1,7 +1,7 @@
 /**
  * Palette commands -> the server's `workspace/executeCommand` calls, with arguments taken from
  * the active editor (contract: generateKernel(uri, position), infillKernel(uri, range),
- * verify(uri), reloadModel()).
+ * verify(uri), reloadModel(), cancel([uri])).
  *
  * The palette IDs (`cudice.editor.*`) differ from the server's command names on purpose: the
  * language client registers the server's names itself (they carry arguments when they come from
@@ -48,6 +48,12 @@ export const PALETTE: Record<string, PaletteCommand> = {
     args: (e) => [e!.document.uri.toString()],
   },
   'cudice.editor.reloadModel': { server: 'cudice.reloadModel', needsEditor: false, args: () => [] },
+  // With an editor: that document's jobs; without: every job.
+  'cudice.editor.cancel': {
+    server: 'cudice.cancel',
+    needsEditor: false,
+    args: (e) => (e ? [e.document.uri.toString()] : []),
+  },
 };
 
 /** The server call for a palette command, or a message saying why it cannot run now. */

@@ -144,11 +144,16 @@ test('palette commands send the server command with editor arguments', async () 
   await state.commands.get('cudice.editor.infillKernel')();
   await state.commands.get('cudice.editor.verify')();
   await state.commands.get('cudice.editor.reloadModel')();
+  await state.commands.get('cudice.editor.cancel')();
+  state.activeTextEditor = undefined;
+  await state.commands.get('cudice.editor.cancel')();
   assert.deepEqual(client.requests.map((r) => r.params), [
     { command: 'cudice.generateKernel', arguments: ['file:///w/relu.py', { line: 7, character: 4 }] },
     { command: 'cudice.infillKernel', arguments: ['file:///w/relu.py', { start: { line: 7, character: 0 }, end: { line: 9, character: 2 } }] },
     { command: 'cudice.verify', arguments: ['file:///w/relu.py'] },
     { command: 'cudice.reloadModel', arguments: [] },
+    { command: 'cudice.cancel', arguments: ['file:///w/relu.py'] },
+    { command: 'cudice.cancel', arguments: [] },
   ]);
   assert.ok(client.requests.every((r) => r.method === 'workspace/executeCommand'));
 });
