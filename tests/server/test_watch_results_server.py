@@ -84,3 +84,10 @@ def test_server_modules_do_not_import_torch() -> None:
             "bad = [m for m in ('torch', 'transformers') if m in sys.modules]; print(bad); sys.exit(bool(bad))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_the_reload_marker_is_the_one_the_trainer_writes() -> None:
+    from cudice.model.train.checkpoint import MARKER
+    from cudice.server.watch import CHECKPOINT_MARKER
+
+    assert CHECKPOINT_MARKER == MARKER
