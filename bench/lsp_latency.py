@@ -166,6 +166,19 @@ async def _drain(stream: asyncio.StreamReader) -> None:
         pass
 
 
+async def _initialize_once(env: dict[str, str]) -> float:
+    """Milliseconds from spawning a server to its `initialize` answer (no model configured)."""
+    client = LanguageClient("cudice-bench", "0")
+    t0 = time.perf_counter()
+    await client.start_io(sys.executable, "-m", "cudice.server", "--log-level", "warning", env=env)
+    await client.initialize_async(lsp.InitializeParams(capabilities=lsp.ClientCapabilities()))
+    ms = (time.perf_counter() - t0) * 1000
+    await client.shutdown_async(None)
+    client.exit(None)
+    await client.stop()
+    return ms
+
+
 def _floor_ms(code: str) -> float:
     """Wall time of a bare `python -c code`: the start-up floor every pygls server pays."""
     t = time.perf_counter()
@@ -177,6 +190,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=200)
     parser.add_argument("--checkpoint", type=Path, default=None, help="tiny checkpoint dir (built if absent)")
+    parser.add_argument("--init-trials", type=int, default=5, help="extra server starts timed for initialize")
     parser.add_argument("--fake", action="store_true", help="scripted model and verifier instead of real ones")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="cudice-lsp-bench-") as tmp:
@@ -188,15 +202,19 @@ def main() -> int:
             subprocess.run(["cudice", "model", "make-tiny", str(checkpoint), "--sdar-layout"], check=True,
                            capture_output=True)
         figures = asyncio.run(run(args, workdir, checkpoint))
+    inits = [asyncio.run(_initialize_once(dict(os.environ))) for _ in range(args.init_trials)]
+    figures["initialize_min_ms"], figures["initialize_median_ms"] = min(inits), statistics.median(inits)
     figures["python_start_ms"] = _floor_ms("pass")
     figures["import_pygls_ms"] = _floor_ms("import pygls.lsp.server, lsprotocol.types")
     figures["load_average"] = os.getloadavg()[0]
     ok = {
-        "initialize": figures["initialize_ms"] <= TARGETS_MS["initialize"],
+        "initialize": figures["initialize_median_ms"] <= TARGETS_MS["initialize"],
         "code_action_p95": figures["code_action_p95_ms"] <= TARGETS_MS["code_action_p95"],
         "hover_p95": figures["hover_p95_ms"] <= TARGETS_MS["hover_p95"],
     }
-    print(f"initialize answered after {figures['initialize_ms']:.0f} ms (target <= 500 ms); floor on this "
+    print(f"initialize answered after {figures['initialize_median_ms']:.0f} ms median, "
+          f"{figures['initialize_min_ms']:.0f} ms min over {args.init_trials} starts "
+          f"({figures['initialize_ms']:.0f} ms in the loaded run; target <= 500 ms); floor on this "
           f"machine now: python start {figures['python_start_ms']:.0f} ms, python + import pygls/lsprotocol "
           f"{figures['import_pygls_ms']:.0f} ms (load average {figures['load_average']:.1f})")
     print(f"code action p50 {figures['code_action_p50_ms']:.1f} ms, p95 {figures['code_action_p95_ms']:.1f} ms, "
