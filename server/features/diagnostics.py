@@ -5,7 +5,8 @@ supports it) a `codeDescription` link to `docs/diagnostics.md#<code>`. Related l
 `relatedInformation` when the client supports it, otherwise they are appended to the message
 (as clangd does). Findings located in another file (the reference) are shown at the top of
 this document with that file's name. A compile-only result gets an Information diagnostic that
-says why no speedup is shown.
+says why no speedup is shown; a failed run without any located error (a crashed or timed-out
+worker) gets one Error diagnostic on `class ModelNew` with the last line of its error text.
 
 Not covered: pull diagnostics; findings are pushed (`textDocument/publishDiagnostics`).
 """
@@ -23,7 +24,10 @@ from cudice.verifier.result import Diagnostic, Location, Verdict, VerifyResult
 from lsprotocol import types as lsp
 
 WEB_DOCS = "https://github.com/cudice/cudice/blob/main/docs/diagnostics.md"
-COMPILE_ONLY_CODE = "server.compile_only"  # the server's own code: documented in docs/server.md
+COMPILE_ONLY_CODE = "server.compile_only"  # the server's own codes: documented in docs/server.md
+FAILED_CODE = "server.verify_failed"
+_FAILURES = (Verdict.CRASH, Verdict.TIMEOUT, Verdict.RUNTIME_ERROR, Verdict.INCORRECT, Verdict.COMPILE_ERROR,
+             Verdict.STATIC_VIOLATION, Verdict.INVALID_INPUT)
 
 _SEVERITY = {
     "error": lsp.DiagnosticSeverity.Error,
@@ -128,6 +132,16 @@ def result_diagnostics(result: VerifyResult, *, path: str, source: str, outline:
     index = LineIndex.of(source)
     out = [to_lsp(d, path=path, index=index, outline=outline, support=support, base=base)
            for d in result.diagnostics]
+    if result.verdict in _FAILURES and not any(d.severity == lsp.DiagnosticSeverity.Error for d in out):
+        # A failure with no located finding (a crashed or timed-out worker): never fail silently.
+        detail = (result.error or "").strip().splitlines()[-1:] or ["no details were reported"]
+        out.append(lsp.Diagnostic(
+            range=_anchor(index, outline),
+            message=f"Verification ended with `{result.verdict.value}` at the {result.stage.value} stage: {detail[0]}",
+            severity=lsp.DiagnosticSeverity.Error, code=FAILED_CODE, source=DIAGNOSTIC_SOURCE,
+            code_description=lsp.CodeDescription(href=f"{docs_base('server.md')}#{FAILED_CODE}")
+            if support.code_description else None,
+        ))
     verifier_said_why = any(d.code == "verify.no_gpu" for d in result.diagnostics)
     if result.compile_only and result.verdict is Verdict.COMPILED and not verifier_said_why:
         why = compile_only_reason or "compile-only mode is on (cudice.verify.compileOnly)"

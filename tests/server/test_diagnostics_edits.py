@@ -76,6 +76,16 @@ def test_compile_only_says_why_once() -> None:
     assert [d.code for d in diags] == ["verify.no_gpu"]
 
 
+def test_a_failure_without_findings_is_never_silent() -> None:
+    crash = _result(verdict=Verdict.CRASH, error="Traceback ...\nRuntimeError: CUDA error: illegal memory access")
+    (d,) = result_diagnostics(crash, path=PATH, source=SOURCE, outline=outline(SOURCE), support=ClientSupport())
+    assert d.code == "server.verify_failed" and d.severity == lsp.DiagnosticSeverity.Error
+    assert "`crash`" in d.message and "illegal memory access" in d.message
+    located = Diagnostic(Severity.ERROR, "bad", "runtime.exception", Stage.LOAD, Location(PATH, 3))
+    assert [x.code for x in result_diagnostics(_result(located, verdict=Verdict.RUNTIME_ERROR), path=PATH,
+            source=SOURCE, outline=outline(SOURCE), support=ClientSupport())] == ["runtime.exception"]
+
+
 def test_candidate_file_name_and_text() -> None:
     assert candidate_path("/w/relu.py") == Path("/w/relu_cuda.py")
     text = candidate_text("Here it is:\n```python\nclass ModelNew(nn.Module):\n    pass\n```\nbye", "relu.py")
