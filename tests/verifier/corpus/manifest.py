@@ -21,9 +21,11 @@ when `$OUT` is set (bench/run_gpu.sh); otherwise nothing is written.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -78,3 +80,33 @@ def record(kind: str, name: str, result: Any, expected: set[str], codes: set[str
            "wall_s": round(sum(result.stage_wall_s.values()), 2), "speedup": result.speedup}
     with Path(path).open("a", encoding="utf-8") as f:
         f.write(json.dumps(row) + "\n")
+
+
+GOOD_AFTER_HOSTILE = "honest_relu_empty_like"
+
+
+@functools.cache
+def gpu_corpus_results() -> dict[str, Any]:
+    """Verify the dynamic, honest and hostile cases in ONE `VerifyPool` (their builds run in
+    parallel: a GPU box is lent by the minute), then — after every hostile verdict is in — the
+    same pool verifies a good kernel again (key `good_after_hostile`). Cached per test session;
+    each outcome is `record()`ed. GPU only."""
+    from cudice.verifier.config import VerifyConfig
+    from cudice.verifier.pool import VerifyPool
+
+    cases = load_corpus("dynamic", "honest", "hostile")
+    normal = VerifyConfig(timeout_s=120.0, timing_num_trials=10, timing_warmup_ms=50.0)
+    hostile = VerifyConfig(timeout_s=20.0, num_trials=2, timing_num_trials=5, timing_warmup_ms=20.0)
+    with VerifyPool(normal, num_compile_workers=max(2, (os.cpu_count() or 4) // 2)) as pool:
+        t0 = time.monotonic()
+        futures = {c.name: pool.submit(c.path, key=c.name, config=hostile if c.kind == "hostile" else normal)
+                   for c in cases}
+        results: dict[str, Any] = {name: f.result(timeout=900) for name, f in futures.items()}
+        results["wall_s"] = time.monotonic() - t0
+        good = next(c for c in cases if c.name == GOOD_AFTER_HOSTILE)
+        results["good_after_hostile"] = pool.submit(good.path, key="good_after_hostile").result(timeout=600)
+    for c in cases:
+        expected = set(c.verdict.split("|")) if c.kind == "hostile" else {"correct" if c.kind == "honest" else c.verdict}
+        record(c.kind, c.name, results[c.name], expected, set(c.codes))
+    record("hostile", "good_after_hostile", results["good_after_hostile"], {"correct"})
+    return results
