@@ -100,7 +100,8 @@ class BlockDiffusionSampler:
         # 1. layout: whole prompt blocks go to the prefill, left-padded to a common multiple of bl
         whole = [len(p) // bl * bl for p in prompts]
         prefix_len = max(whole)                                              # C, a multiple of bl
-        rows = [_Row(index=i, pad=prefix_len - w, tail=list(p[w:])) for i, (p, w) in enumerate(zip(prompts, whole, strict=True))]
+        rows = [_Row(index=i, pad=prefix_len - w, tail=list(p[w:]))
+                for i, (p, w) in enumerate(zip(prompts, whole, strict=True))]
         pad = torch.tensor([r.pad for r in rows], device=device)             # (B,)
         longest = max(len(r.tail) for r in rows) + config.max_new_tokens
         cache = self.runner.new_cache(len(rows), prefix_len + (-(-longest // bl) + 1) * bl)
@@ -125,16 +126,13 @@ class BlockDiffusionSampler:
                     r.finish = "cancelled"
                 break
             b = len(active)
-            pad = torch.tensor([r.pad for r in active], device=device)       # (b,)
-            x = torch.full((b, bl), self.mask_id, dtype=torch.long, device=device)  # (b, bl)
-            for i, r in enumerate(active):
-                if r.tail:
-                    x[i, : len(r.tail)] = torch.tensor(r.tail, dtype=torch.long, device=device)
+            x = self._open_block(active, bl)                                 # (b, bl): tail, then masks
             is_masked = x == self.mask_id                                    # (b, bl); prompt tail is fixed
             quotas = quota_schedule(is_masked.sum(dim=1), config.denoising_steps)  # (b, S)
             revealed_at = torch.full((b, bl), -1, dtype=torch.long, device=device)
-            valid = torch.cat([valid, torch.ones(valid.shape[0], bl, dtype=torch.bool, device=device)], dim=1)
+            valid = torch.cat([valid, torch.ones(b, bl, dtype=torch.bool, device=device)], dim=1)  # (b, K)
             mask = block_query_mask(valid, bl, dtype)                        # (b, 1, bl, K)
+            pad = torch.tensor([r.pad for r in active], device=device)       # (b,)
             pos = (block_start + torch.arange(bl, device=device))[None, :] - pad[:, None]   # (b, bl)
 
             # 3a. denoise: at most `denoising_steps` forwards; each step's K/V is cropped away
@@ -182,15 +180,8 @@ class BlockDiffusionSampler:
                 forward(x, mask, pos, logits=False)
             block_start += bl
 
-            # 3c. bookkeeping on the CPU: append, per-row step counts, stop checks
-            x_cpu, at_cpu, steps_cpu = x.tolist(), revealed_at.tolist(), row_steps.tolist()  # sync point
-            for i, r in enumerate(active):
-                first_new = len(r.tail)
-                r.tokens.extend(x_cpu[i][first_new:])
-                r.step_map.extend(at_cpu[i][first_new:])
-                r.steps_done += int(steps_cpu[i])
-                r.tail = []
-                self._check_stop(r, config, bl - first_new)
+            # 3c. bookkeeping on the CPU: append, per-row step counts, stop checks; finished rows leave
+            self._close_block(active, x, revealed_at, row_steps, config)
             if on_block is not None:
                 on_block([r.tokens for r in rows], num_forwards)
             keep = [i for i, r in enumerate(active) if r.finish is None]
@@ -210,6 +201,27 @@ class BlockDiffusionSampler:
             num_forwards=num_forwards,
             seconds=time.perf_counter() - start,
         )
+
+    def _open_block(self, active: Sequence[_Row], bl: int) -> torch.Tensor:
+        """The new block's tokens (b, bl): each row's prompt tail (first block only), then masks."""
+        x = torch.full((len(active), bl), self.mask_id, dtype=torch.long)
+        for i, r in enumerate(active):
+            if r.tail:
+                x[i, : len(r.tail)] = torch.tensor(r.tail, dtype=torch.long)
+        return x.to(self.runner.device)
+
+    def _close_block(self, active: Sequence[_Row], x: torch.Tensor, revealed_at: torch.Tensor,
+                     row_steps: torch.Tensor, config: SamplerConfig) -> None:
+        """Append the block's generated tokens and step indices to each row; apply stop rules."""
+        x_cpu, at_cpu, steps_cpu = x.tolist(), revealed_at.tolist(), row_steps.tolist()  # sync point
+        bl = x.shape[1]
+        for i, r in enumerate(active):
+            first_new = len(r.tail)
+            r.tokens.extend(x_cpu[i][first_new:])
+            r.step_map.extend(at_cpu[i][first_new:])
+            r.steps_done += int(steps_cpu[i])
+            r.tail = []
+            self._check_stop(r, config, bl - first_new)
 
     def _check_stop(self, r: _Row, config: SamplerConfig, num_new: int) -> None:
         """Trim row `r` at the first stop token / stop string / token limit, and mark it finished."""
