@@ -7,7 +7,8 @@ require('./stub/register');
 const test = require('node:test');
 const assert = require('node:assert/strict');
 const path = require('node:path');
-const { spawnSync } = require('node:child_process');
+const { spawn, spawnSync } = require('node:child_process');
+const net = require('node:net');
 const vscode = require('vscode');
 const { activate } = require('../../out/extension');
 const pkg = require('../../package.json');
@@ -47,5 +48,39 @@ test('activate -> real server -> status bar and commands', { skip: !hasCudice &&
     const t0 = Date.now();
     await api.stop();
     console.log(`server stopped in ${Date.now() - t0} ms`);
+  }
+});
+
+async function freePort() {
+  const srv = net.createServer();
+  await new Promise((r) => srv.listen(0, '127.0.0.1', r));
+  const { port } = srv.address();
+  await new Promise((r) => srv.close(r));
+  return port;
+}
+
+test('tcp setting -> connects to a running cudice-lsp --tcp', { skip: !hasCudice && `${python} has no cudice`, timeout: 90_000 }, async () => {
+  const port = await freePort();
+  const server = spawn(python, ['-m', 'cudice.server', '--tcp', '--host', '127.0.0.1', '--port', String(port)],
+    { stdio: ['ignore', 'ignore', 'pipe'] });
+  let log = '';
+  server.stderr.on('data', (d) => (log += d));
+  try {
+    // Wait for the server's "listening" line; a probe connection would disturb it.
+    await waitFor(`cudice-lsp --tcp to listen (log: ${log})`, () => log.includes('listening on'), 30_000);
+    vscode.stub.reset();
+    vscode.stub.state.settings = { 'cudice.server.tcp': `127.0.0.1:${port}` };
+    const context = { subscriptions: [], extensionPath: path.join(__dirname, '..', '..'), extension: { packageJSON: pkg } };
+    const api = activate(context);
+    try {
+      assert.equal(await api.ready, true, `no connection: ${JSON.stringify(vscode.stub.state.messages)}`);
+      const item = vscode.stub.state.statusItems[0];
+      await waitFor('cudice/status over TCP', () => item.text.includes('no model'), 30_000);
+      assert.equal(item.text, '$(circle-slash) cudice: no model');
+    } finally {
+      await api.stop();
+    }
+  } finally {
+    server.kill();
   }
 });
