@@ -185,6 +185,7 @@ def end_to_end(model: Any, batch: int, prompt_len: int, new_tokens: int, block: 
     prompts = [torch.randint(0, high, (prompt_len,), generator=gen).tolist() for _ in range(batch)]
     out: dict[str, float] = {}
 
+    ar_generate(model, prompts, 4, pad_id=eos_id, stop_ids=[eos_id], ignore_eos=True)  # warm-up
     ar = ar_generate(model, prompts, new_tokens, pad_id=eos_id, stop_ids=[eos_id], ignore_eos=True)
     out["hf_generate_tok_s"] = batch * new_tokens / ar.seconds
     fast_runner = StaticRunner(model, use_graphs=True)
