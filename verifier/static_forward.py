@@ -94,6 +94,8 @@ class _Analyzer:
         self.extensions = set(extension_names)  # names/self-attrs holding a load_inline module
         self.self_kinds: dict[str, str] = {}  # self attr -> "ext" | "torch" | "tensor" | "reference"
         self.report = ForwardReport()
+        self._called: set[int] = set()
+        self._inner: set[int] = set()
         self._init_attrs()
 
     # -- phase 1: what __init__ stores on self ------------------------------------------------
@@ -178,7 +180,10 @@ class _Analyzer:
                     isinstance(default, ast.Call) and _callee(default.func) in _CONTAINER_FACTORIES):
                 self._add("static.output_cache", default,
                           f"mutable default argument of `{fn.name}`: it survives between calls and can cache outputs.")
-        for node in ast.walk(fn):
+        nodes = list(ast.walk(fn))
+        self._called = {id(n.func) for n in nodes if isinstance(n, ast.Call)}
+        self._inner = {id(n.value) for n in nodes if isinstance(n, ast.Attribute)}
+        for node in nodes:
             self._node(node, fn, tensors)
 
     def _tensor_names(self, fn: ast.FunctionDef) -> set[str]:
@@ -292,6 +297,8 @@ class _Analyzer:
                 self._add("static.precision_downgrade", node,
                           f"`{d}` in forward: computing in reduced precision for a float32 reference passes the "
                           "tolerance while doing less work than asked.", warning=True)
+            elif d and id(node) not in self._called and id(node) not in self._inner and _is_compute_ref(d):
+                self._torch_op(node, f"`{d}` passed around as a function (`f = torch.relu; f(x)`)")
 
     def _assignment(self, node: ast.Assign | ast.AugAssign | ast.AnnAssign, fn: ast.FunctionDef,
                     tensors: set[str]) -> None:
@@ -345,6 +352,8 @@ class _Analyzer:
         if d is not None:
             if d.startswith("torch."):
                 self._torch_call(node, d)
+            elif d.startswith("operator.") and any(self._is_tensor(a, tensors) for a in node.args):
+                self._torch_op(node, f"`{d}(...)` on a tensor")
             return
         attr = _self_attr(func)
         if attr is not None:
@@ -407,6 +416,13 @@ class _Analyzer:
 
     def _calls_kernel(self, stmts: Iterable[ast.AST]) -> bool:
         return any(isinstance(n, ast.Call) and self._is_kernel_call(n) for s in stmts for n in ast.walk(s))
+
+
+def _is_compute_ref(d: str) -> bool:
+    """A reference (not a call) to a torch compute function, e.g. `torch.relu`, `F.gelu`."""
+    if not d.startswith("torch.") or d.startswith("torch.cuda."):
+        return False
+    return d.startswith(_TORCH_SUBMODULES_COMPUTE) or d.rsplit(".", 1)[-1] in COMPUTE_METHODS
 
 
 def _callee(func: ast.expr) -> str | None:

@@ -99,6 +99,7 @@ _COMPUTE_METHOD_BASE = frozenset({
     "nanmean", "logaddexp", "hypot", "heaviside", "leaky_relu", "elu", "selu", "mish", "hardswish",
     "hardsigmoid", "normalize", "layer_norm", "group_norm", "batch_norm", "instance_norm",
     "linear", "dropout", "sgn", "frac", "exp_", "abs_",
+    "cpu", "numpy",  # a round trip to the host: the work then happens outside the kernel
 })
 COMPUTE_METHODS = _COMPUTE_METHOD_BASE | frozenset(n + "_" for n in _COMPUTE_METHOD_BASE)
 # Operator dunders called by name (`x.__matmul__(w)`) are compute too.

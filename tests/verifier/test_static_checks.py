@@ -205,6 +205,10 @@ def test_glue_is_never_flagged(body: str, policy: str) -> None:
     ("        y = torch.empty_like(x)\n        ext.run(x @ x, y, x)\n        return y", "@"),
     ("        y = torch.empty_like(x)\n        ext.run(x, y, x)\n        return -y", "-y"),
     ("        y = torch.empty_like(x)\n        ext.run(x, y, x)\n        return torch.where(y > 0, y, x)", "where"),
+    ("        f = torch.relu\n        y = torch.empty_like(x)\n        ext.run(x, y, x)\n        return f(y)", "f = torch.relu"),
+    ("        import operator\n        y = torch.empty_like(x)\n        ext.run(x, y, x)\n        return operator.mul(y, 2)",
+     "operator.mul"),
+    ("        y = torch.empty_like(x)\n        ext.run(x, y, x)\n        return torch.from_numpy(y.cpu().numpy())", ".cpu()"),
 ])
 def test_compute_in_forward_is_an_error(body: str, what: str) -> None:
     diags = _glue(body)
