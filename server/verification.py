@@ -165,7 +165,7 @@ async def verify_document(ls: CudiceServer, uri: str, *, force: bool = False) ->
         cancel_watch.cancel()
         quick_task.cancel()
     if result is None:
-        progress.end("superseded by a newer run")
+        progress.end("superseded by a newer run" if ls.jobs.is_running(uri) else "cancelled")
         ls.refresh_lenses()
         return None
     progress.end(result.verdict.value)

@@ -114,6 +114,23 @@ async def test_newer_save_supersedes_the_older_run(workspace: Path) -> None:
         await stop_editor(editor)
 
 
+async def test_cancelling_the_verification_progress_kills_the_run(workspace: Path) -> None:
+    editor = await start_editor("visual-studio-code", workspace, env={"CUDICE_GPU": "1"})
+    try:
+        uri = editor.open(workspace / "relu_cuda.py")
+        editor.change(uri, editor.buffers[uri][0] + "\n# SLOW_VERIFY\n")
+        task = asyncio.ensure_future(editor.command("cudice.verify", uri))
+        await editor.wait_for("$/progress", lambda: bool(_verify_progress(editor)))
+        token = next(t for t, r in editor.client.progress_reports.items() if r in _verify_progress(editor))
+        editor.client.window_work_done_progress_cancel(lsp.WorkDoneProgressCancelParams(token))
+        assert await asyncio.wait_for(task, 10) is None  # well before the scripted 30 s run would end
+        (run,) = _verify_progress(editor)
+        assert isinstance(run[-1], lsp.WorkDoneProgressEnd) and run[-1].message == "cancelled"
+        assert await _lens_titles(editor, uri) == ["cudice: not verified yet · verify"]
+    finally:
+        await stop_editor(editor)
+
+
 async def test_edits_racing_a_verification_get_the_verified_version(workspace: Path) -> None:
     editor = await start_editor("visual-studio-code", workspace)
     try:
