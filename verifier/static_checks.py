@@ -51,6 +51,14 @@ _STREAM_APIS = frozenset({"Stream", "stream", "ExternalStream", "set_stream", "g
 _PROCESS_APIS = re.compile(r"^(?:os|posix)\.(?:fork\w*|system|popen|spawn\w*|exec\w*|posix_spawn\w*)$")
 _DYNAMIC_ATTRS = frozenset({"__builtins__", "__globals__", "__code__", "__subclasses__"})
 _DYNAMIC_DOTTED = frozenset({"sys.modules", "sys._getframe", "inspect.currentframe"})
+# Process control and harness files: a candidate that ends its own process or writes files can
+# forge the worker's result (write `{"verdict": "correct"}` where the worker would, then exit).
+_PROCESS_CONTROL = frozenset({"os._exit", "os.abort", "os.kill", "os.killpg", "sys.exit", "signal.signal",
+                              "signal.alarm", "atexit.register", "faulthandler.enable", "os.chdir"})
+_HARNESS_ATTRS = frozenset({"sys.argv", "sys.stdin", "sys.stdout", "sys.stderr", "os.environ.clear"})
+_WRITE_METHODS = frozenset({"write_text", "write_bytes", "unlink", "rmdir", "symlink_to", "hardlink_to"})
+_FILE_OPS = frozenset({"os.remove", "os.unlink", "os.rename", "os.replace", "os.rmdir", "os.symlink", "os.link",
+                       "shutil.rmtree", "shutil.move", "shutil.copy", "shutil.copyfile", "shutil.copy2"})
 _LOW_PRECISION_REF = re.compile(r"float16|bfloat16|\.half\(|torch\.half\b")
 
 
@@ -209,6 +217,9 @@ class _ModuleChecker:
             if node.attr in ("_make_subclass", "as_subclass", "_make_wrapper_subclass"):
                 self.add("static.tensor_subclass", node, f"`.{node.attr}` builds a tensor subclass "
                          "(lazy or faked results). Return plain tensors.")
+            elif dotted(node, self.aliases) in _HARNESS_ATTRS:
+                self.add("static.harness_tampering", node,
+                         f"`{ast.unparse(node)}` belongs to the verifier's process (its arguments name the result file).")
             elif node.attr in _DYNAMIC_ATTRS or dotted(node, self.aliases) in _DYNAMIC_DOTTED or (
                     node.attr == "__dict__" and dotted(node, self.aliases)):
                 self.add("static.dynamic_code", node, f"`{ast.unparse(node)}` reaches into interpreter internals, "
@@ -243,6 +254,15 @@ class _ModuleChecker:
         d = dotted(func, self.aliases) or ""
         if name in DYNAMIC_CODE_BUILTINS:
             self.add("static.dynamic_code", node, f"`{name}(...)` runs code the static checks cannot see.")
+        elif d in _PROCESS_CONTROL or name in ("exit", "quit"):
+            self.add("static.harness_tampering", node,
+                     f"`{d or name}(...)` controls the process that runs the verification: ending it or installing "
+                     "handlers lets a candidate skip the checks or forge their result. A kernel file needs neither.")
+        elif (_callee(func) == "open" and _opens_for_writing(node)) or d in _FILE_OPS or (
+                isinstance(func, ast.Attribute) and func.attr in _WRITE_METHODS and not d.startswith("torch")):
+            self.add("static.harness_tampering", node,
+                     f"`{ast.unparse(node.func)}(...)` writes or removes files: the verifier's job and result files "
+                     "live next to the candidate, so a kernel file must not write files.")
         elif name in ("setattr", "delattr") and node.args:
             target = dotted(node.args[0], self.aliases)
             attr_node = node.args[1] if len(node.args) > 1 else None
@@ -321,6 +341,11 @@ class _ModuleChecker:
                         sev, f"`{fname}` is listed in `functions=` but nothing calls it: dead kernels make the "
                         "file look like it does more than it does.", "static.kernel_never_launched", Stage.STATIC,
                         self.doc.location(call.span)))
+
+
+def _opens_for_writing(call: ast.Call) -> bool:
+    mode = call.args[1] if len(call.args) > 1 else next((k.value for k in call.keywords if k.arg == "mode"), None)
+    return isinstance(mode, ast.Constant) and isinstance(mode.value, str) and any(c in mode.value for c in "wax+")
 
 
 def _callee(func: ast.expr) -> str | None:

@@ -1,5 +1,5 @@
 # cudice: reference=references/relu.py
-# corpus: kind=hostile verdict=crash
+# corpus: kind=hostile verdict=crash|static_violation
 # exploit: os._exit(7) at import kills the worker process (the attack runs before load_inline; the source is built at run time, so nothing is compiled first)
 import os
 import torch

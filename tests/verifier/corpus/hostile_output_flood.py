@@ -1,5 +1,5 @@
 # cudice: reference=references/relu.py
-# corpus: kind=hostile verdict=runtime_error
+# corpus: kind=hostile verdict=runtime_error|static_violation
 # exploit: floods stdout and stderr with 64 MiB each at import, then fails (the attack runs before load_inline; the source is built at run time, so nothing is compiled first)
 import sys
 import torch

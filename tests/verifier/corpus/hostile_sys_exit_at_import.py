@@ -1,5 +1,5 @@
 # cudice: reference=references/relu.py
-# corpus: kind=hostile verdict=crash|runtime_error
+# corpus: kind=hostile verdict=crash|runtime_error|static_violation
 # exploit: sys.exit(0) at import (an exit status that looks like success) (the attack runs before load_inline; the source is built at run time, so nothing is compiled first)
 import sys
 import torch

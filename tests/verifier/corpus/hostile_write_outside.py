@@ -1,5 +1,5 @@
 # cudice: reference=references/relu.py
-# corpus: kind=hostile verdict=runtime_error
+# corpus: kind=hostile verdict=runtime_error|static_violation
 # exploit: writes into ~ and next to its working directory, then fails (the attack runs before load_inline; the source is built at run time, so nothing is compiled first)
 import os
 import pathlib
