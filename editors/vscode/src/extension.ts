@@ -116,7 +116,7 @@ export function activateWith(context: vscode.ExtensionContext, deps: Deps): Api 
   };
 
   const runPalette = async (id: string): Promise<unknown> => {
-    const call = serverCall(id, vscode.window.activeTextEditor as never);
+    const call = serverCall(id, vscode.window.activeTextEditor);
     if (typeof call === 'string') {
       return vscode.window.showWarningMessage(call);
     }
@@ -157,7 +157,6 @@ export function activateWith(context: vscode.ExtensionContext, deps: Deps): Api 
 
 export function activate(context: vscode.ExtensionContext): Api {
   // Loaded here, not at the top: it needs the real `vscode` module (absent in unit tests).
-  // eslint-disable-next-line @typescript-eslint/no-var-requires
   const { createLanguageClient } = require('./client') as typeof import('./client');
   return activateWith(context, { createClient: createLanguageClient, probe: (plan) => probeServer(plan) });
 }
