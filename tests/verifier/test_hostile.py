@@ -188,6 +188,6 @@ def test_gpu_corpus_plumbing_with_a_fake_pool(monkeypatch: pytest.MonkeyPatch, t
     results = manifest.gpu_corpus_results.__wrapped__()
     cases = load_corpus("dynamic", "honest", "hostile")
     assert order == [c.name for c in cases] + ["good_after_hostile"]
-    assert all(results[c.name].error == ("timeout=20.0" if c.kind == "hostile" else "timeout=120.0") for c in cases)
+    assert all(results[c.name].error == ("timeout=15.0" if c.kind == "hostile" else "timeout=120.0") for c in cases)
     rows = [json.loads(line) for line in report.read_text().splitlines()]
     assert len(rows) == len(cases) + 1 and rows[-1]["case"] == "good_after_hostile"

@@ -95,8 +95,8 @@ def gpu_corpus_results() -> dict[str, Any]:
     from cudice.verifier.pool import VerifyPool
 
     cases = load_corpus("dynamic", "honest", "hostile")
-    normal = VerifyConfig(timeout_s=120.0, timing_num_trials=10, timing_warmup_ms=50.0)
-    hostile = VerifyConfig(timeout_s=20.0, num_trials=2, timing_num_trials=5, timing_warmup_ms=20.0)
+    normal = VerifyConfig(timeout_s=120.0, timing_num_trials=5, timing_warmup_ms=20.0)
+    hostile = VerifyConfig(timeout_s=15.0, num_trials=2, timing_num_trials=5, timing_warmup_ms=20.0)
     with VerifyPool(normal, num_compile_workers=max(2, (os.cpu_count() or 4) // 2)) as pool:
         t0 = time.monotonic()
         futures = {c.name: pool.submit(c.path, key=c.name, config=hostile if c.kind == "hostile" else normal)
