@@ -51,7 +51,8 @@ TORCH_GLUE_ALWAYS = frozenset({
     "numel", "device", "Size", "finfo", "iinfo", "get_default_dtype", "broadcast_shapes",
     "reshape", "flatten", "unflatten", "squeeze", "unsqueeze", "transpose", "permute", "narrow",
     "split", "chunk", "unbind", "as_strided", "movedim", "swapaxes", "no_grad", "inference_mode",
-    "set_grad_enabled", "enable_grad", "load_inline",
+    "set_grad_enabled", "enable_grad", "load_inline", "broadcast_to", "broadcast_tensors", "atleast_1d",
+    "atleast_2d", "atleast_3d", "t", "detach", "contiguous_format", "channels_last",
     # torch.cuda.* / torch.backends queries (attribute chains are matched on their last name)
     "current_stream", "default_stream", "current_device", "get_device_properties", "is_available",
     "device_count", "get_device_name", "get_device_capability", "synchronize", "set_device",
@@ -73,7 +74,7 @@ TENSOR_GLUE_ALWAYS = frozenset({
     "unflatten", "squeeze", "unsqueeze", "permute", "transpose", "t", "expand", "expand_as",
     "narrow", "select", "unbind", "split", "chunk", "as_strided", "new_empty", "new_empty_strided",
     "get_device", "is_floating_point", "detach", "requires_grad_", "to", "cuda", "item",
-    "untyped_storage", "movedim", "swapaxes",
+    "untyped_storage", "movedim", "swapaxes", "broadcast_to", "is_cuda", "sizes",
 })
 TENSOR_GLUE_DEFAULT = frozenset({
     "new_zeros", "new_ones", "new_full", "new_tensor", "fill_", "zero_", "clone", "copy_",
