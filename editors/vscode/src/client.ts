@@ -2,8 +2,8 @@
  * Builds the real vscode-languageclient `LanguageClient` for a launch plan: a child process
  * speaking stdio, or a TCP socket to a `cudice-lsp --tcp` server.
  *
- * Only `extension.ts#activate` imports this file (vscode-languageclient needs the real `vscode`
- * module). Documents served: Python and CUDA files on disk.
+ * Documents served: Python and CUDA files on disk. The settings middleware answers
+ * `workspace/configuration` for the `cudice` section with the server's keys only.
  */
 import * as net from 'net';
 import { LanguageClient, LanguageClientOptions, ServerOptions, StreamInfo } from 'vscode-languageclient/node';

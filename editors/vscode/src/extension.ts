@@ -3,13 +3,14 @@
  * palette commands, a status-bar item and an output channel.
  *
  * `activate` wires the real VS Code API and vscode-languageclient; `activateWith` takes the
- * pieces as arguments so the unit tests (test/unit) run under plain Node with a stub `vscode`
- * module and a fake client. Features themselves (code actions, lenses, hover, diagnostics) are
+ * client factory and the probe as arguments so the unit tests (test/unit) run under plain Node
+ * with a stub `vscode` module and a fake client (real-server.test.js uses the real ones). Features themselves (code actions, lenses, hover, diagnostics) are
  * the server's; this file adds none. Real-editor behaviour is covered by test/electron (opt-in).
  */
 import * as fs from 'fs';
 import * as path from 'path';
 import * as vscode from 'vscode';
+import { createLanguageClient } from './client';
 import { PALETTE, serverCall } from './commands';
 import { describePlan, LaunchError, LaunchPlan, planLaunch } from './launch';
 import { probeServer } from './probe';
@@ -155,12 +156,16 @@ export function activateWith(context: vscode.ExtensionContext, deps: Deps): Api 
   return api;
 }
 
+let active: Api | undefined;
+
 export function activate(context: vscode.ExtensionContext): Api {
-  // Loaded here, not at the top: it needs the real `vscode` module (absent in unit tests).
-  const { createLanguageClient } = require('./client') as typeof import('./client');
-  return activateWith(context, { createClient: createLanguageClient, probe: (plan) => probeServer(plan) });
+  active = activateWith(context, { createClient: createLanguageClient, probe: (plan) => probeServer(plan) });
+  return active;
 }
 
-export function deactivate(): void {
-  // Disposables registered in activateWith stop the client.
+/** VS Code waits for this promise, so the server is shut down cleanly on exit. */
+export function deactivate(): Promise<void> | undefined {
+  const api = active;
+  active = undefined;
+  return api?.stop();
 }
