@@ -64,6 +64,10 @@ local ok, err = pcall(function()
   out.status = { stored = lsp.status[7], ignored = lsp.status[8] == nil, autocmd = seen }
   out.refresh_reply = lsp.handlers['workspace/codeLens/refresh'](nil, nil, { client_id = 99 }) == vim.NIL
 
+  vim.cmd('checkhealth cudice')
+  out.health = table.concat(vim.api.nvim_buf_get_lines(0, 0, -1, false), '\n')
+  vim.cmd('enew!')
+
   vim.api.nvim_buf_set_lines(0, 0, -1, false, { 'a', 'bcd', 'efghi' })
   out.line_range = cudice.line_range(2, 3)
   out.statusline_detached = cudice.statusline()

@@ -99,3 +99,10 @@ def test_status_and_refresh_handlers(checks: dict[str, Any]) -> None:
 
 def test_line_range_is_an_lsp_range(checks: dict[str, Any]) -> None:
     assert checks["line_range"] == {"start": {"line": 1, "character": 0}, "end": {"line": 2, "character": 5}}
+
+
+def test_checkhealth_reports_the_server_command(checks: dict[str, Any]) -> None:
+    health = checks["health"]
+    assert "has vim.lsp.config / vim.lsp.enable" in health, health
+    assert "server command: sh -c exit 0" in health, health
+    assert "no cudice client running" in health, health
