@@ -195,7 +195,7 @@ def create_server(*, worker_env: dict[str, str] | None = None, results_dir: Path
         latest = ls.latest.get(uri)
         return code_lenses(uri=uri, source=doc[0], outline=ls.analyse(uri, doc[0])[0],
                            result=latest.result if latest else None, is_running=ls.jobs.is_running(uri),
-                           required_speedup=ls.settings.verify_required_speedup)
+                           required_speedup=ls.settings.verify_required_speedup, encoding=ls.position_encoding)
 
     @server.command(CMD_GENERATE)
     async def cmd_generate(ls: CudiceServer, *args: Any) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from typing import Any
 
 from cudice.server import __version__
 from cudice.server.features.outline import Outline, outline
-from cudice.server.features.positions import LineIndex
+from cudice.server.features.positions import ENCODINGS, LineIndex
 from cudice.server.model_client import LoadRequest, ModelWorker
 from cudice.server.protocol import STATUS_NOTIFICATION
 from cudice.server.quick_client import QuickChecks
@@ -149,13 +149,20 @@ class CudiceServer(LanguageServer):
         """Outline and line index of a document's text, computed once per text (hover and code
         actions ask many times between edits)."""
         hit = self._outlines.get(uri)
-        if hit is not None and hit[0] == source:
+        if hit is not None and hit[0] == source and hit[2].encoding == self.position_encoding:
             return hit[1], hit[2]
-        found = (outline(source), LineIndex.of(source))
+        found = (outline(source), LineIndex.of(source, self.position_encoding))
         if len(self._outlines) > 256:
             self._outlines.clear()
         self._outlines[uri] = (source, *found)
         return found
+
+    @property
+    def position_encoding(self) -> str:
+        """The position unit negotiated at `initialize` ("utf-16" until then)."""
+        caps = self.protocol.server_capabilities if hasattr(self.protocol, "server_capabilities") else None
+        value = str(caps.position_encoding) if caps is not None and caps.position_encoding else "utf-16"
+        return value if value in ENCODINGS else "utf-16"
 
     def client_supports_lens_refresh(self) -> bool:
         ws = self.client_capabilities.workspace

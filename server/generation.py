@@ -78,12 +78,12 @@ def _stats(r: GenerationResult) -> dict[str, Any]:
             "tokens_per_forward": r.tokens_per_forward}
 
 
-def _class_name(source: str, target: Any) -> str | None:
+def _class_name(source: str, target: Any, encoding: str) -> str | None:
     o = outline(source)
     if isinstance(target, str):
         return target if any(c.name == target and c.is_module for c in o.classes) else None
     if isinstance(target, dict) and isinstance(target.get("line"), int):
-        index = LineIndex.of(source)
+        index = LineIndex.of(source, encoding)
         cls = o.module_class_at(index.offset(int(target["line"]), int(target.get("character", 0))))
         return cls.name if cls else None
     found = [c for c in o.classes if c.is_module and c.name != "ModelNew"]
@@ -113,7 +113,7 @@ async def generate_kernel(ls: CudiceServer, uri: Any, target: Any = None) -> dic
         return _fail(ls, f"cannot generate for {uri!r}: not a readable file (save it to disk first)")
     if ls.model.state != "ready":
         return _fail(ls, f"cannot generate yet: {ls.model.message}")
-    name = _class_name(source, target)
+    name = _class_name(source, target, ls.position_encoding)
     if name is None:
         return _fail(ls, f"no nn.Module class found for {target!r} in {os.path.basename(path)}; "
                          "put the cursor inside the reference `class Model(nn.Module)`")
@@ -155,7 +155,7 @@ async def infill_kernel(ls: CudiceServer, uri: Any, span_arg: Any = None, versio
                      stale=True)
     if ls.model.state != "ready":
         return _fail(ls, f"cannot infill yet: {ls.model.message}")
-    span = resolve_span(span_arg, source)
+    span = resolve_span(span_arg, source, ls.position_encoding)
     if not isinstance(span, str):
         span = cursor_to_middle(span, source, outline(source))
     if isinstance(span, str):
@@ -173,7 +173,8 @@ async def infill_kernel(ls: CudiceServer, uri: Any, span_arg: Any = None, versio
     if now is None or now[1] != version or now[0] != source:
         return _fail(ls, "the document changed while the kernel was generated, so the infill was not applied "
                          "(run the action again)", stale=True)
-    edit = infill_edit(uri, version, source, span, middle, ls.client_supports_document_changes())
+    edit = infill_edit(uri, version, source, span, middle, ls.client_supports_document_changes(),
+                       ls.position_encoding)
     applied = await ls.workspace_apply_edit_async(lsp.ApplyWorkspaceEditParams(
         edit=edit, label="cudice: infill kernel body"))
     if not applied.applied:

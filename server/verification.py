@@ -71,7 +71,7 @@ def _key(ls: CudiceServer, path: str, source: str, o: Outline) -> str:
 def publish(ls: CudiceServer, uri: str, path: str, source: str, version: int | None, result: VerifyResult) -> None:
     diags = result_diagnostics(result, path=path, source=source, outline=outline(source),
                                support=ClientSupport.of(ls.client_capabilities),
-                               compile_only_reason=compile_only_reason(ls))
+                               compile_only_reason=compile_only_reason(ls), encoding=ls.position_encoding)
     ls.text_document_publish_diagnostics(lsp.PublishDiagnosticsParams(uri=uri, diagnostics=diags, version=version))
 
 

@@ -14,11 +14,11 @@ from lsprotocol import types as lsp
 
 
 def code_lenses(*, uri: str, source: str, outline: Outline, result: VerifyResult | None, is_running: bool,
-                required_speedup: float = 1.0) -> list[lsp.CodeLens]:
+                required_speedup: float = 1.0, encoding: str = "utf-16") -> list[lsp.CodeLens]:
     cls = outline.model_new
     if cls is None:
         return []
-    index = LineIndex.of(source)
+    index = LineIndex.of(source, encoding)
     line = index.line_of(cls.span.start)
     rng = lsp.Range(lsp.Position(line, 0), lsp.Position(line, 0))
     if is_running:

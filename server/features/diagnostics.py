@@ -73,7 +73,7 @@ def location_range(index: LineIndex, loc: Location) -> lsp.Range:
         end_line = min(max(loc.end_line - 1, line), index.num_lines - 1)
         end = index.position(index.starts[end_line] + max(loc.end_column - 1, 0))
     else:
-        end = (line, len(index.line_text(line).encode("utf-16-le")) // 2)
+        end = (line, index.units(index.line_text(line)))
     if end < start:
         end = start
     return lsp.Range(lsp.Position(*start), lsp.Position(*end))
@@ -126,10 +126,10 @@ def to_lsp(diag: Diagnostic, *, path: str, index: LineIndex, outline: Outline,
 
 def result_diagnostics(result: VerifyResult, *, path: str, source: str, outline: Outline,
                        support: ClientSupport, compile_only_reason: str | None = None,
-                       base: str | None = None) -> list[lsp.Diagnostic]:
+                       base: str | None = None, encoding: str = "utf-16") -> list[lsp.Diagnostic]:
     """All diagnostics of `result` for the document `path` whose text is `source`."""
     base = base or docs_base()
-    index = LineIndex.of(source)
+    index = LineIndex.of(source, encoding)
     out = [to_lsp(d, path=path, index=index, outline=outline, support=support, base=base)
            for d in result.diagnostics]
     if result.verdict in _FAILURES and not any(d.severity == lsp.DiagnosticSeverity.Error for d in out):

@@ -41,12 +41,12 @@ def candidate_text(text: str, reference_name: str) -> str:
     return code
 
 
-def resolve_span(arg: Any, source: str) -> Span | str:
+def resolve_span(arg: Any, source: str, encoding: str = "utf-16") -> Span | str:
     """`{"start": int, "end": int}` (code points) or an LSP range -> Span; else a message why not."""
     if isinstance(arg, dict) and isinstance(arg.get("start"), int) and isinstance(arg.get("end"), int):
         start, end = int(arg["start"]), int(arg["end"])
     elif isinstance(arg, dict) and isinstance(arg.get("start"), dict) and isinstance(arg.get("end"), dict):
-        index = LineIndex.of(source)
+        index = LineIndex.of(source, encoding)
         try:
             start = index.offset(int(arg["start"]["line"]), int(arg["start"]["character"]))
             end = index.offset(int(arg["end"]["line"]), int(arg["end"]["character"]))
@@ -81,8 +81,8 @@ def extract_middle(text: str, middle: str | None, prefix: str, suffix: str) -> s
 
 
 def infill_edit(uri: str, version: int | None, source: str, span: Span, middle: str,
-                document_changes: bool = True) -> lsp.WorkspaceEdit:
-    index = LineIndex.of(source)
+                document_changes: bool = True, encoding: str = "utf-16") -> lsp.WorkspaceEdit:
+    index = LineIndex.of(source, encoding)
     rng = lsp.Range(lsp.Position(*index.position(span.start)), lsp.Position(*index.position(span.end)))
     edit = lsp.TextEdit(range=rng, new_text=middle)
     if document_changes:

@@ -1,8 +1,9 @@
-"""Offsets (code points into a str) <-> LSP positions (0-based line, UTF-16 code units).
+"""Offsets (code points into a str) <-> LSP positions (0-based line, character in the negotiated unit).
 
 Plain functions over a text, so features can convert without a pygls `TextDocument` (files
-that are not open, tests). Lines end at "\\n", "\\r\\n" or "\\r", as in the LSP spec. Other
-position encodings (utf-8, utf-32) are not negotiated: the server uses LSP's default, UTF-16.
+that are not open, tests). Lines end at "\\n", "\\r\\n" or "\\r", as in the LSP spec. The
+character unit is the position encoding pygls negotiated at `initialize`: UTF-16 code units (the
+LSP default, VS Code), UTF-8 bytes (Neovim 0.11 offers it first) or UTF-32 code points.
 """
 
 from __future__ import annotations
@@ -10,9 +11,15 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass
 
+ENCODINGS = ("utf-16", "utf-8", "utf-32")
 
-def _utf16_len(text: str) -> int:
-    return sum(2 if ord(c) > 0xFFFF else 1 for c in text)
+
+def _unit_len(c: str, encoding: str) -> int:
+    if encoding == "utf-8":
+        return len(c.encode("utf-8", "surrogatepass"))
+    if encoding == "utf-32":
+        return 1
+    return 2 if ord(c) > 0xFFFF else 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,9 +28,10 @@ class LineIndex:
 
     text: str
     starts: tuple[int, ...]
+    encoding: str = "utf-16"
 
     @classmethod
-    def of(cls, text: str) -> LineIndex:
+    def of(cls, text: str, encoding: str = "utf-16") -> LineIndex:
         starts = [0]
         i, n = 0, len(text)
         while i < n:
@@ -33,7 +41,9 @@ class LineIndex:
             if c in "\r\n":
                 starts.append(i + 1)
             i += 1
-        return cls(text, tuple(starts))
+        if encoding not in ENCODINGS:
+            raise ValueError(f"position encoding {encoding!r} is not one of {', '.join(ENCODINGS)}")
+        return cls(text, tuple(starts), encoding)
 
     @property
     def num_lines(self) -> int:
@@ -50,11 +60,17 @@ class LineIndex:
         end = self.starts[line + 1] if line + 1 < len(self.starts) else len(self.text)
         return self.text[start:end].rstrip("\r\n")
 
+    def units(self, text: str) -> int:
+        """Length of `text` in this index's position unit."""
+        if self.encoding == "utf-32":
+            return len(text)
+        return sum(_unit_len(c, self.encoding) for c in text)
+
     def position(self, offset: int) -> tuple[int, int]:
-        """(line, UTF-16 character) of a code-point offset."""
+        """(line, character) of a code-point offset."""
         offset = max(0, min(offset, len(self.text)))
         line = self.line_of(offset)
-        return line, _utf16_len(self.text[self.starts[line]:offset])
+        return line, self.units(self.text[self.starts[line]:offset])
 
     def offset(self, line: int, character: int) -> int:
         """Code-point offset of an LSP position; positions past a line's end clamp to its end."""
@@ -67,7 +83,7 @@ class LineIndex:
         for i, c in enumerate(text):
             if units >= character:
                 return self.starts[line] + i
-            units += 2 if ord(c) > 0xFFFF else 1
+            units += _unit_len(c, self.encoding)
         return self.starts[line] + len(text)
 
     def byte_col_to_offset(self, lineno: int, byte_col: int) -> int:

@@ -38,6 +38,7 @@ class Editor:
         self.message_requests: list[lsp.ShowMessageRequestParams] = []
         self.applied_edits: list[lsp.WorkspaceEdit] = []
         self.lens_refreshes = 0
+        self.position_encoding = "utf-16"  # what the server chose at initialize
 
     # -- editor behaviour ----------------------------------------------------------------------
     def _apply(self, params: lsp.ApplyWorkspaceEditParams) -> lsp.ApplyWorkspaceEditResult:
@@ -55,7 +56,7 @@ class Editor:
             if version is not None and version != buf[1]:
                 return lsp.ApplyWorkspaceEditResult(applied=False, failure_reason="version mismatch")
             for e in sorted(edits, key=lambda e: (e.range.start.line, e.range.start.character), reverse=True):
-                index = LineIndex.of(buf[0])
+                index = LineIndex.of(buf[0], self.position_encoding)
                 start = index.offset(e.range.start.line, e.range.start.character)
                 end = index.offset(e.range.end.line, e.range.end.character)
                 buf[0] = buf[0][:start] + e.new_text + buf[0][end:]
@@ -162,9 +163,10 @@ async def start_editor(client_name: str, root: Path, *, init_options: Any = None
     assert editor.client is client
     if configuration is not None:
         client.set_configuration(configuration, section="cudice")
-    await client.initialize_session(lsp.InitializeParams(
+    result = await client.initialize_session(lsp.InitializeParams(
         capabilities=client_capabilities(client_name), initialization_options=init_options,
         root_uri=root.as_uri(), workspace_folders=[lsp.WorkspaceFolder(uri=root.as_uri(), name="ws")]))
+    editor.position_encoding = str(result.capabilities.position_encoding or "utf-16")
     return editor
 
 

@@ -112,6 +112,25 @@ async def test_compile_error_lands_on_line_14_with_code_and_version(workspace: P
 
 
 @pytest.mark.parametrize("client", CLIENTS)
+async def test_columns_follow_the_negotiated_position_encoding(workspace: Path, client: str) -> None:
+    path = workspace / "relu_broken.py"
+    prefix = "        out[i] = /* ä😀 */ "
+    path.write_text(path.read_text().replace("        out[i] = ", prefix))
+    editor = await start_editor(client, workspace)
+    try:
+        # Neovim 0.11 offers utf-8 first and pygls takes it; VS Code 1.65 knows only utf-16
+        assert editor.position_encoding == ("utf-8" if client.startswith("neovim") else "utf-16")
+        uri = editor.open(path)
+        editor.save(uri)
+        (d, *_) = await editor.wait_diagnostics(uri, lambda d: bool(d))
+        unit = {"utf-8": len(prefix.encode()), "utf-16": len(prefix.encode("utf-16-le")) // 2}
+        assert (d.range.start.line, d.range.start.character) == (13, unit[editor.position_encoding])
+        assert d.range.end.character == d.range.start.character + 2
+    finally:
+        await stop_editor(editor)
+
+
+@pytest.mark.parametrize("client", CLIENTS)
 async def test_generate_writes_shows_and_verifies_the_candidate(workspace: Path, client: str) -> None:
     (workspace / "relu_cuda.py").unlink()
     editor = await start_editor(client, workspace, init_options=_model_opts(workspace))

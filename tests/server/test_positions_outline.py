@@ -25,6 +25,17 @@ def test_positions_count_utf16_units_and_all_line_endings() -> None:
     assert index.offset(99, 0) == len(text) and index.offset(0, 99) == text.index("\r")
 
 
+def test_every_negotiable_position_encoding_round_trips() -> None:
+    text = "aé😀b\n"
+    b = text.index("b")
+    assert LineIndex.of(text, "utf-8").position(b) == (0, 1 + 2 + 4)
+    assert LineIndex.of(text, "utf-16").position(b) == (0, 1 + 1 + 2)
+    assert LineIndex.of(text, "utf-32").position(b) == (0, 3)
+    for enc in ("utf-8", "utf-16", "utf-32"):
+        index = LineIndex.of(text, enc)
+        assert all(index.offset(*index.position(o)) == o for o in range(len(text) + 1))
+
+
 def test_ast_byte_columns_map_to_code_points() -> None:
     text = "s = 'é'; t = 1\n"
     node = ast.parse(text).body[1]
