@@ -19,6 +19,8 @@ library prints goes to stderr (fd 1 is re-pointed there).
 `sampler_config(settings)` function it builds the sampler config, else
 `cudice.model.config.SamplerConfig.from_settings` does. This is the only module of
 `cudice.server` that imports the model runtime (and thus torch) — and only in the child.
+Not covered: several jobs at once (one engine, one stream); a stuck `generate` that never checks
+`should_stop` is ended by the server killing this process.
 """
 
 from __future__ import annotations

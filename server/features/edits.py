@@ -9,6 +9,8 @@
 - `extract_middle(...)`: the infill's middle; the prefix and suffix stay byte-identical.
 - `infill_edit(...)`: a `WorkspaceEdit` whose one `TextDocumentEdit` names the document version
   the middle was generated for, so a client rejects it if the buffer changed.
+Not covered: creating the generated file through a `CreateFile` edit (the server writes it on
+disk and opens it with `window/showDocument`, which every client supports).
 """
 
 from __future__ import annotations

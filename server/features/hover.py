@@ -2,6 +2,7 @@
 
 `hover_target` decides whether the cursor is on one of those; the card itself comes from
 `display.hover_markdown`. Hover elsewhere returns None (other language servers answer there).
+Not covered: hover inside the CUDA code beyond kernel names (types, CUDA API docs: clangd's job).
 """
 
 from __future__ import annotations

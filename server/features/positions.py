@@ -4,6 +4,7 @@ Plain functions over a text, so features can convert without a pygls `TextDocume
 that are not open, tests). Lines end at "\\n", "\\r\\n" or "\\r", as in the LSP spec. The
 character unit is the position encoding pygls negotiated at `initialize`: UTF-16 code units (the
 LSP default, VS Code), UTF-8 bytes (Neovim 0.11 offers it first) or UTF-32 code points.
+Not covered: grapheme clusters (a combining accent counts as its own code point, as in LSP).
 """
 
 from __future__ import annotations
