@@ -57,7 +57,7 @@ def test_raw_cu_errors_map_one_to_one(tmp_path: Path) -> None:
     result = build_raw_cu(doc, config)
     (err,) = [d for d in result.diagnostics if d.severity is Severity.ERROR]
     # the tab is expanded in nvcc's echo; the column must still be the `y` in the real line
-    assert err.location is not None and (err.location.line, err.location.column) == (2, 8)
+    assert err.location is not None and (err.location.line, err.location.column) == (2, 9)
     assert re.search(r'"y"', err.message)
     cu.write_text('extern "C" __global__ void k(float* x) { x[0] = 1.0f; }\n')
     assert build_raw_cu(read_document(cu), config).ok

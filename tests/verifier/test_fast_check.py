@@ -56,11 +56,11 @@ def test_relu_broken_fast_error_on_line_14_and_fast_after_an_edit(checker: FastC
     assert fixed.verdict is Verdict.CHECKED and not error_lines(fixed.diagnostics)
 
 
-def test_correct_examples_have_no_fast_errors(checker: FastChecker, examples_dir: Path) -> None:
-    for name in ("relu_cuda.py", "softmax_cuda.py"):
-        path = examples_dir / name
-        result = quick_check(path, path.read_text(), checker)
-        assert result.verdict is Verdict.CHECKED, [d.message for d in result.diagnostics]
+def test_correct_example_has_no_fast_errors(checker: FastChecker, examples_dir: Path) -> None:
+    # one correct file (each new include block costs a preamble build: keep CI time down)
+    path = examples_dir / "relu_cuda.py"
+    result = quick_check(path, path.read_text(), checker)
+    assert result.verdict is Verdict.CHECKED, [d.message for d in result.diagnostics]
 
 
 @needs_nvcc
