@@ -76,6 +76,7 @@ class _Run:
         self.diags: list[Diagnostic] = list(doc.problems)
         self.walls: dict[str, float] = {}
         self.stage = Stage.PARSE
+        self.versions: dict[str, str] = {}
         self.t = time.perf_counter()
 
     def lap(self, name: str) -> None:
@@ -86,7 +87,8 @@ class _Run:
     def result(self, verdict: Verdict, **kw: Any) -> VerifyResult:
         return VerifyResult(verdict, kw.pop("stage", self.stage), self.doc.path, tuple(self.diags),
                             source_sha256=self.doc.sha256, compile_only=kw.pop("compile_only", self.config.compile_only),
-                            stage_wall_s=dict(self.walls), measured_at=_now(), **kw)
+                            versions=kw.pop("versions", dict(self.versions)), stage_wall_s=dict(self.walls),
+                            measured_at=_now(), **kw)
 
     def report(self, verdict: Verdict) -> None:
         if self.on_stage is not None:
@@ -95,6 +97,17 @@ class _Run:
 
 def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def _toolchain_versions(config: VerifyConfig) -> dict[str, str]:
+    """torch and nvcc as the build sees them (cached probe; empty when the toolchain is missing)."""
+    from cudice.verifier.toolchain import ToolchainError, probe_toolchain
+
+    try:
+        tc = probe_toolchain(config.cache_dir, config.arch_list_env)
+    except ToolchainError:
+        return {}
+    return {"torch": tc.torch_version, "nvcc": tc.nvcc, "arch_list": tc.arch_list}
 
 
 def _has_error(diags: list[Diagnostic]) -> bool:
@@ -134,6 +147,7 @@ def verify(path: str | Path, *, source: str | None = None, reference: str | Path
     # 3. compile
     run.stage = Stage.COMPILE
     will_run = not config.compile_only and gpu_available() and doc.kind == "python"
+    run.versions = _toolchain_versions(config)
     if doc.kind == "cu":
         build = build_raw_cu(doc, config, cancel=cancel)
         run.diags += build.diagnostics
@@ -195,6 +209,7 @@ def _run_stage(run: _Run, ref: Document, config: VerifyConfig, cancel: CancelTok
     walls = res.pop("stage_wall_s", {})
     run.walls.update({f"run.{k}": v for k, v in walls.items()})
     verdict, stage = Verdict(res.pop("verdict")), Stage(res.pop("stage", Stage.LOAD.value))
+    res["versions"] = {**run.versions, **res.get("versions", {})}
     base = run.result(verdict, stage=stage, compile_only=False)
     return VerifyResult.from_dict({**base.to_dict(), **res, "verdict": verdict.value, "stage": stage.value,
                                    "diagnostics": [d.to_dict() for d in base.diagnostics]})
