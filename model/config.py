@@ -82,7 +82,8 @@ class SamplerConfig:
         if not is_int(self.max_new_tokens) or self.max_new_tokens < 1:
             raise bad("max_new_tokens", self.max_new_tokens, "it must be an integer >= 1",
                       "DICE generates up to 4096 tokens")
-        if isinstance(self.stop_strings, str) or not isinstance(self.stop_strings, tuple):
+        stop_strings: Any = self.stop_strings  # checked at run time: callers may pass a str or a list
+        if isinstance(stop_strings, str) or not isinstance(stop_strings, tuple):
             raise bad("stop_strings", self.stop_strings, "it must be a tuple of strings",
                       "write stop_strings=('```',) rather than a bare string or list")
         for s in self.stop_strings:
