@@ -53,6 +53,14 @@ def load_client_settings() -> dict[str, Any]:
     return props
 
 
+def _js(value: Any) -> Any:
+    """Numbers as JavaScript writes them (1.0 -> 1), so `npm install` rewriting package.json
+    leaves it byte-identical to what this script writes."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
 def vscode_configuration(schema: dict[str, Any], client: dict[str, Any]) -> dict[str, Any]:
     """The `contributes.configuration` object: server keys in schema order, then client-only keys."""
     clash = set(schema["properties"]) & set(client)
@@ -60,7 +68,7 @@ def vscode_configuration(schema: dict[str, Any], client: dict[str, Any]) -> dict
         raise SystemExit(f"client-only settings {sorted(clash)} also exist in the server schema; rename them")
     props: dict[str, Any] = {}
     for key, prop in schema["properties"].items():
-        entry = {f: prop[f] for f in SCHEMA_FIELDS if f in prop}
+        entry = {f: _js(prop[f]) for f in SCHEMA_FIELDS if f in prop}
         entry["description"] = prop["description"]
         if key == "cudice.model.path":
             entry["scope"] = "machine-overridable"  # a path on this machine, not a team setting
