@@ -239,8 +239,8 @@ def create_server(*, worker_env: dict[str, str] | None = None, results_dir: Path
         for w in (ls.ref_watcher, ls.ckpt_watcher):
             if w is not None:
                 w.stop()
-        await ls.model.shutdown()
-        await ls.quick.shutdown()
+        # Both workers at once: clients give `shutdown` about 2 s before they log a time-out.
+        await asyncio.gather(ls.model.shutdown(), ls.quick.shutdown())
 
     return server
 

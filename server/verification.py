@@ -65,7 +65,9 @@ def _key(ls: CudiceServer, path: str, source: str, o: Outline) -> str:
                 ref_text = f.read()
         except OSError:
             ref_text = None
-    return result_key(source, ref_text, verify_config(ls))
+    # The path is part of the key: a verdict's diagnostics carry the file they were computed
+    # for, so a copy of the file (same content, other path) must not show the original's.
+    return result_key(source, ref_text, {**verify_config(ls), "path": os.path.realpath(path)})
 
 
 def publish(ls: CudiceServer, uri: str, path: str, source: str, version: int | None, result: VerifyResult) -> None:

@@ -91,3 +91,22 @@ def test_the_reload_marker_is_the_one_the_trainer_writes() -> None:
     from cudice.server.watch import CHECKPOINT_MARKER
 
     assert CHECKPOINT_MARKER == MARKER
+
+
+def test_a_copied_file_does_not_reuse_the_originals_verdict(tmp_path: Path) -> None:
+    """Diagnostics in a cached verdict name their file: the cache key must include the path."""
+    from cudice.server.app import create_server
+    from cudice.server.features.outline import outline
+    from cudice.server.verification import _key
+
+    ls = create_server()
+    source = (Path(__file__).resolve().parents[2] / "examples" / "relu_broken.py").read_text()
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    for d in ("a", "b"):
+        (tmp_path / d / "relu.py").write_text("# same reference\n")
+    o = outline(source)
+    key_a = _key(ls, str(tmp_path / "a" / "relu_broken.py"), source, o)
+    key_b = _key(ls, str(tmp_path / "b" / "relu_broken.py"), source, o)
+    assert key_a != key_b
+    assert key_a == _key(ls, str(tmp_path / "a" / "relu_broken.py"), source, o)  # reopening still hits
