@@ -235,14 +235,27 @@ def create_server(*, worker_env: dict[str, str] | None = None, results_dir: Path
 
     @server.feature(lsp.SHUTDOWN)
     async def shutdown(ls: CudiceServer, params: None) -> None:
-        ls.jobs.cancel_all()
-        for w in (ls.ref_watcher, ls.ckpt_watcher):
-            if w is not None:
-                w.stop()
-        # Both workers at once: clients give `shutdown` about 2 s before they log a time-out.
-        await asyncio.gather(ls.model.shutdown(), ls.quick.shutdown())
+        await release(ls)
 
     return server
+
+
+async def release(ls: CudiceServer) -> None:
+    """Stop everything a client's session started: runs, watchers, background tasks, workers.
+    Called on `shutdown`, and in TCP mode when a connection ends without it."""
+    ls.jobs.cancel_all()
+    for event in ls.generation_cancels.values():
+        event.set()
+    for w in (ls.ref_watcher, ls.ckpt_watcher):
+        if w is not None:
+            w.stop()
+    ls.ref_watcher = ls.ckpt_watcher = None
+    current = asyncio.current_task()
+    for task in list(ls.tasks):
+        if task is not current:
+            task.cancel()
+    # Both workers at once: clients give `shutdown` about 2 s before they log a time-out.
+    await asyncio.gather(ls.model.shutdown(), ls.quick.shutdown())
 
 
 def run(*, transport: str = "stdio", host: str = "127.0.0.1", port: int = 2087, log_level: str | None = None) -> None:
@@ -251,9 +264,16 @@ def run(*, transport: str = "stdio", host: str = "127.0.0.1", port: int = 2087, 
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if (log_level or "info") != "debug":  # pygls logs every message at INFO
         logging.getLogger("pygls").setLevel(logging.WARNING)
-    server = create_server(cli_log_level=log_level)
     if transport == "tcp":
-        log.info("cudice language server listening on %s:%d", host, port)
-        server.start_tcp(host, port)
-    else:
-        server.start_io()
+        # Not pygls' start_tcp: it closes the listener when its first connection ends (cudice.server.tcp).
+        from cudice.server.tcp import serve_tcp
+
+        try:
+            code = asyncio.run(serve_tcp(host, port, lambda: create_server(cli_log_level=log_level), release))
+        except KeyboardInterrupt:
+            code = 130
+        except OSError as exc:  # port taken, address not on this machine
+            log.error("cannot listen on %s:%d: %s (pick another --port or --host)", host, port, exc)
+            code = 1
+        sys.exit(code)
+    create_server(cli_log_level=log_level).start_io()

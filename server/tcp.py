@@ -1,0 +1,133 @@
+"""`cudice-lsp --tcp`: one client at a time, one connection after another, until `exit`.
+
+pygls 2.1's `start_tcp` calls `shutdown()` when its first connection ends, and that closes the
+listening socket: a port probe or health check (connect, close) made the process exit and refuse
+every later editor. Here the listener stays open until a client sends `exit`:
+
+- each connection gets a fresh server from `make_server()` (its own workspace, settings and
+  workers), so nothing of an earlier client leaks into the next;
+- a connection that ends without `shutdown` (probe, crashed editor, dropped ssh tunnel) has its
+  workers closed by `release(server)`, and the next connection is served;
+- a second client while one is connected (for over 2 s) gets a JSON-RPC error for its first
+  request, saying why, and is disconnected; the connected client is not disturbed;
+- `exit` ends the process (exit code 0 after `shutdown`, else 1), as the LSP specification says.
+
+Not covered: several editors sharing one server at once, TLS or authentication (bind to
+127.0.0.1 and forward the port over ssh, docs/server.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from threading import Event
+from typing import Any
+
+from pygls.io_ import run_async
+from pygls.lsp.server import LanguageServer
+
+log = logging.getLogger(__name__)
+
+BUSY_ERROR_CODE = -32803  # LSP RequestFailed
+FIRST_MESSAGE_TIMEOUT_S = 10.0
+BUSY_GRACE_S = 2.0  # how long a new client waits for the slot before it is refused
+
+
+async def _read_message(reader: asyncio.StreamReader) -> dict[str, Any] | None:
+    """One LSP message (headers + JSON body), or None at end of stream or on garbage."""
+    length = 0
+    while True:
+        line = await reader.readline()
+        if not line:
+            return None
+        if not line.strip():
+            break
+        name, _, value = line.decode("ascii", "replace").partition(":")
+        if name.strip().lower() == "content-length" and value.strip().isdigit():
+            length = int(value.strip())
+    if length <= 0:
+        return None
+    try:
+        message = json.loads(await reader.readexactly(length))
+    except (asyncio.IncompleteReadError, ValueError):
+        return None
+    return message if isinstance(message, dict) else None
+
+
+def _frame(message: dict[str, Any]) -> bytes:
+    body = json.dumps(message).encode()
+    return b"Content-Length: %d\r\n\r\n" % len(body) + body
+
+
+async def refuse_busy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: str) -> None:
+    """Answer a second client's first request with an error that says why, then disconnect it."""
+    try:
+        message = await asyncio.wait_for(_read_message(reader), FIRST_MESSAGE_TIMEOUT_S)
+        if message is not None and "id" in message:
+            writer.write(_frame({"jsonrpc": "2.0", "id": message["id"], "error": {
+                "code": BUSY_ERROR_CODE,
+                "message": (f"cudice-lsp already serves another client ({peer}); it serves one client at a "
+                            "time over TCP. Close the other editor's connection, or start a second "
+                            "`cudice-lsp --tcp` on another port."),
+            }}))
+            await writer.drain()
+    except (asyncio.TimeoutError, ConnectionError):
+        pass
+    finally:
+        writer.close()
+        with contextlib.suppress(ConnectionError):
+            await writer.wait_closed()
+
+
+async def serve_tcp(host: str, port: int, make_server: Callable[[], LanguageServer],
+                    release: Callable[[Any], Awaitable[None]]) -> int:
+    """Listen on host:port and serve clients one after another; returns the exit code from `exit`."""
+    exit_code: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+    slot = asyncio.Lock()  # held while a client is served and while its session is cleaned up
+    current: list[str] = []  # the connected client's address, while there is one
+
+    async def connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = str(writer.get_extra_info("peername"))
+        try:  # an editor reconnecting right after a drop waits for the old session's clean-up
+            await asyncio.wait_for(slot.acquire(), BUSY_GRACE_S)
+        except asyncio.TimeoutError:
+            log.warning("refusing %s: already serving %s", peer, current[0] if current else "another client")
+            await refuse_busy(reader, writer, current[0] if current else "another client")
+            return
+        if exit_code.done():
+            slot.release()
+            writer.close()
+            return
+        current.append(peer)
+        log.info("client %s connected", peer)
+        server = make_server()
+        server._stop_event = stop = Event()
+        server.protocol.set_writer(writer)  # a StreamWriter, as in pygls' own TCP server
+        try:
+            await run_async(stop_event=stop, reader=reader, protocol=server.protocol, logger=log,
+                            error_handler=server.report_server_error)
+            log.info("client %s disconnected without `exit`; waiting for the next one", peer)
+        except SystemExit as exc:  # the `exit` notification
+            code = exc.code if isinstance(exc.code, int) else 1
+            if not exit_code.done():
+                exit_code.set_result(code)
+        except (ConnectionError, asyncio.IncompleteReadError) as exc:
+            log.info("client %s: connection lost (%s); waiting for the next one", peer, exc)
+        finally:
+            try:
+                await release(server)
+            finally:
+                server.shutdown()  # type: ignore[no-untyped-call]  # its thread pool; it has no listener
+                writer.close()
+                current.clear()
+                slot.release()
+
+    listener = await asyncio.start_server(connection, host, port)
+    addrs = ", ".join(str(s.getsockname()) for s in listener.sockets)
+    log.info("cudice language server listening on %s (one client at a time)", addrs)
+    async with listener:
+        code = await exit_code
+    return code
