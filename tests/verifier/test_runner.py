@@ -6,7 +6,6 @@ import os
 from pathlib import Path
 
 import pytest
-
 from cudice.verifier.runner import PersistentRunner
 
 FAKE_SERVE = '''
@@ -62,3 +61,22 @@ def test_crash_and_hang_end_only_that_job(runner: PersistentRunner) -> None:
     ok = runner({"mode": "ok"}, timeout_s=30, memory_limit_mib=4096)
     assert ok.result is not None and ok.result["verdict"] == "correct"
     assert "noise from the candidate" in ok.stdout_tail and runner.num_started == 3
+
+
+def test_real_worker_serves_two_jobs_in_one_process(tmp_path: Path) -> None:
+    """The real `cudice.verifier.worker --serve` loop (without a GPU each job ends at `verify.no_gpu`)."""
+    pytest.importorskip("torch")
+    job = {"candidate_path": "c.py", "candidate_source": "class ModelNew: pass\n", "reference_path": "r.py",
+           "reference_source": "", "config": {"cache_dir": str(tmp_path), "arch_list": ["9.0"]}}
+    runner = PersistentRunner()
+    try:
+        first = runner(job, timeout_s=120, memory_limit_mib=32768)
+        second = runner(job, timeout_s=120, memory_limit_mib=32768)
+    finally:
+        runner.close()
+    for out in (first, second):
+        assert out.result is not None, out.stderr_tail
+        if out.result["verdict"] != "compiled":
+            pytest.skip("this machine has a GPU: the job ran further")
+        assert out.result["diagnostics"][0]["code"] == "verify.no_gpu"
+    assert runner.num_started == 1 and second.wall_s < first.wall_s
