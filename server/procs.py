@@ -34,6 +34,37 @@ def lower_priority() -> None:
         os.nice(int(os.environ.get("CUDICE_WORKER_NICE", "5")))
 
 
+def group_cpu_seconds(main_thread_clock: int | None = None) -> float:
+    """CPU seconds used so far by this process's group, for a worker to prove it is making progress:
+    the other live members (clangd, nvcc: `/proc/<pid>/stat` utime + stime + reaped children), this
+    process's reaped children, and — instead of this whole process, whose heartbeat thread would
+    count too — the thread whose clock is `main_thread_clock` (`time.pthread_getcpuclockid`).
+    Linux only; elsewhere this process's CPU time (`time.process_time`)."""
+    import time
+
+    if not os.path.isdir("/proc/self/task"):
+        return time.process_time()
+    tick = float(os.sysconf("SC_CLK_TCK"))
+    me, group = os.getpid(), os.getpgrp()
+    total = time.clock_gettime(main_thread_clock) if main_thread_clock is not None else time.process_time()
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # exited meanwhile
+        # fields[0] is stat field 3 (state): pgrp = 5, utime/stime = 14/15, cutime/cstime = 16/17
+        if len(fields) < 15 or int(fields[2]) != group:
+            continue
+        if int(entry.name) == me:
+            total += (int(fields[13]) + int(fields[14])) / tick
+        else:
+            total += (int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])) / tick
+    return total
+
+
 class ChildProcess:
     """One child `python -m <module>`; `events()` yields its JSON lines until it exits."""
 

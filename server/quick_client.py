@@ -1,8 +1,16 @@
 """The server's handle on the quick-check worker (quick_worker.py): one request at a time, restarts on death.
 
-`QuickChecks.check(path, source)` returns the quick `VerifyResult`, or None when the worker died
-or did not answer within `timeout_s` (the full verification still runs, so nothing is lost: the
-user only waits longer for the first diagnostics). A dead worker is restarted on the next call.
+`QuickChecks.check(path, source)` returns the quick `VerifyResult`, or None when the worker died,
+is stuck, or did not answer in time. None loses nothing: the full verification runs beside it and
+publishes the build's diagnostics either way; the user only waits longer for the first ones.
+
+How long a check may take adapts to what the worker is doing (it reports its CPU use every 2 s):
+- the first check after the worker (re)starts may take `first_timeout_s` (10 min): clangd builds
+  its torch-header preamble first, 10-25 s on an idle box and minutes on a loaded 2-core one;
+- later checks get `timeout_s` (`cudice.verify.quickCheckTimeoutSeconds`, 60 s);
+- past that bound the server stops waiting, but kills the worker only if it made no progress
+  (no CPU used) for `stall_s` (60 s): a worker still building its preamble is kept, and the next
+  check profits from it. A worker stalled that long is killed at once, bound or not.
 Not covered: cancelling a check in flight (they take ~0.3 s once warm; a stale answer is dropped
 by the caller, which compares document versions).
 """
@@ -12,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import time
 from typing import Any
 
 from cudice.server.procs import ChildProcess
@@ -20,26 +29,49 @@ from cudice.verifier.result import VerifyResult
 log = logging.getLogger(__name__)
 
 
+MIN_PROGRESS_CPU_S = 0.05  # CPU seconds between heartbeats that count as progress
+
+
 class QuickChecks:
-    def __init__(self, *, env: dict[str, str] | None = None, timeout_s: float = 60.0) -> None:
+    def __init__(self, *, env: dict[str, str] | None = None, timeout_s: float = 60.0,
+                 first_timeout_s: float = 600.0, stall_s: float = 60.0) -> None:
+        if min(timeout_s, first_timeout_s, stall_s) <= 0:
+            raise ValueError("quick-check timeouts must be positive")
         self.env = env
         self.timeout_s = timeout_s
+        self.first_timeout_s = first_timeout_s
+        self.stall_s = stall_s
         self._proc: ChildProcess | None = None
         self._waiters: dict[str, asyncio.Future[dict[str, Any]]] = {}
         self._ids = itertools.count(1)
         self._lock = asyncio.Lock()
         self._reader: asyncio.Task[None] | None = None
+        self._warm = False  # the current worker has answered a check (its preamble is built)
+        self._cpu_s: float | None = None  # its last reported CPU use ...
+        self._progress_at = 0.0  # ... and when that last grew
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None and self._proc.is_alive else None
 
     async def start(self) -> None:
         """Start (and warm) the worker if it is not running."""
         if self._proc is not None and self._proc.is_alive:
             return
         self._proc = ChildProcess("cudice.server.quick_worker", env=self.env)
+        self._warm, self._cpu_s = False, None
         await self._proc.start()
         self._reader = asyncio.create_task(self._read(self._proc))
 
     async def _read(self, proc: ChildProcess) -> None:
         async for event in proc.events():
+            if event.get("event") == "progress":
+                cpu = event.get("cpu_s")
+                if isinstance(cpu, (int, float)) and (self._cpu_s is None or cpu >= self._cpu_s + MIN_PROGRESS_CPU_S):
+                    self._cpu_s, self._progress_at = float(cpu), time.monotonic()
+                continue
+            if event.get("event") == "result" and proc is self._proc:
+                self._warm = True
             fut = self._waiters.get(str(event.get("id")))
             if fut is not None and not fut.done():
                 fut.set_result(event)
@@ -49,7 +81,8 @@ class QuickChecks:
             if not fut.done():
                 fut.set_result({"event": "error", "message": "quick-check worker exited"})
 
-    async def check(self, path: str, source: str) -> VerifyResult | None:
+    async def check(self, path: str, source: str, *, timeout_s: float | None = None) -> VerifyResult | None:
+        """The quick result, or None (see the module docstring). `timeout_s` overrides the warm bound."""
         async with self._lock:
             try:
                 await self.start()
@@ -63,13 +96,11 @@ class QuickChecks:
             try:
                 if not await self._proc.send({"id": job_id, "path": path, "source": source}):
                     return None
-                event = await asyncio.wait_for(fut, self.timeout_s)
-            except asyncio.TimeoutError:
-                log.warning("quick check of %s took over %.0f s; restarting its worker", path, self.timeout_s)
-                self._proc.kill()
-                return None
+                event = await self._wait(fut, path, timeout_s if timeout_s is not None else self.timeout_s)
             finally:
                 del self._waiters[job_id]
+        if event is None:
+            return None
         if event.get("event") != "result":
             log.warning("quick check of %s failed: %s", path, event.get("message"))
             return None
@@ -78,6 +109,28 @@ class QuickChecks:
         except (KeyError, ValueError, TypeError) as exc:
             log.error("unreadable quick-check result: %s", exc)
             return None
+
+    async def _wait(self, fut: asyncio.Future[dict[str, Any]], path: str, warm_bound_s: float) -> dict[str, Any] | None:
+        assert self._proc is not None
+        proc = self._proc
+        bound = warm_bound_s if self._warm else max(warm_bound_s, self.first_timeout_s)
+        start = self._progress_at = time.monotonic()
+        poll_s = min(1.0, self.stall_s / 4, bound / 4)
+        while True:
+            try:
+                return await asyncio.wait_for(asyncio.shield(fut), poll_s)
+            except asyncio.TimeoutError:
+                pass
+            now = time.monotonic()
+            if now - self._progress_at > self.stall_s:
+                log.warning("quick check of %s: its worker used no CPU for %.0f s; restarting it", path, self.stall_s)
+                proc.kill()
+                await proc.wait()  # reaped: the next check starts a fresh worker
+                return None
+            if now - start > bound:
+                log.warning("quick check of %s took over %.0f s; not waiting for it (the full build's diagnostics "
+                            "follow); its worker is still working, so it is kept", path, bound)
+                return None
 
     async def shutdown(self) -> None:
         if self._proc is not None:

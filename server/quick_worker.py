@@ -6,7 +6,10 @@
 server's lifetime: it warms it at start, then answers requests one at a time.
 
 Requests (stdin, JSON lines): {"id", "path", "source"}. Events (stdout): {"event": "started"},
-{"event": "result", "id", "result": VerifyResult} | {"event": "error", "id", "message"}.
+{"event": "result", "id", "result": VerifyResult} | {"event": "error", "id", "message"}, and
+while a check runs, every `CUDICE_QUICK_HEARTBEAT_S` (2 s) {"event": "progress", "id", "cpu_s"}:
+the CPU seconds used so far by this worker's checks and its process group (clangd building its
+preamble), so the server can tell a slow check from a stuck one (quick_client.py).
 `CUDICE_VERIFY_MODULE` swaps the verifier module for tests (no FastChecker there: None is passed).
 Not covered: running checks in parallel (clangd serialises them anyway).
 """
@@ -18,16 +21,28 @@ import json
 import os
 import sys
 import threading
+import time
 import traceback
 from typing import Any, TextIO
 
-from cudice.server.procs import lower_priority
+from cudice.server.procs import group_cpu_seconds, lower_priority
 
 
 def _emit(out: TextIO, lock: threading.Lock, **event: Any) -> None:
     with lock:
         out.write(json.dumps(event) + "\n")
         out.flush()
+
+
+def _heartbeat(out: TextIO, lock: threading.Lock, busy: list[Any], interval_s: float) -> None:
+    """While a check runs (`busy[0]` is its id), say how much CPU the worker has used."""
+    clock = time.pthread_getcpuclockid(threading.main_thread().ident or 0) if hasattr(
+        time, "pthread_getcpuclockid") else None
+    while True:
+        time.sleep(interval_s)
+        job_id = busy[0]
+        if job_id is not None:
+            _emit(out, lock, event="progress", id=job_id, cpu_s=round(group_cpu_seconds(clock), 3))
 
 
 def main() -> None:
@@ -47,14 +62,21 @@ def main() -> None:
         except Exception:
             traceback.print_exc(file=sys.stderr)
             checker = None
+    busy: list[Any] = [None]
+    threading.Thread(target=_heartbeat, daemon=True,
+                     args=(out, lock, busy, float(os.environ.get("CUDICE_QUICK_HEARTBEAT_S", "2")))).start()
     _emit(out, lock, event="started", pid=os.getpid())
     try:
         for line in sys.stdin:
+            req: Any = None
             try:
                 req = json.loads(line)
+                busy[0] = req.get("id")
                 result = api.quick_check(str(req["path"]), str(req["source"]), checker)
+                busy[0] = None
                 _emit(out, lock, event="result", id=req.get("id"), result=result.to_dict())
             except Exception as exc:
+                busy[0] = None
                 traceback.print_exc(file=sys.stderr)
                 _emit(out, lock, event="error", id=(req.get("id") if isinstance(req, dict) else None),
                       message=f"{type(exc).__name__}: {exc}")

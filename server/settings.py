@@ -88,6 +88,10 @@ SCHEMA: tuple[Setting, ...] = (
     Setting("cudice.verify.rtol", "number", 1e-2, "Relative tolerance of the correctness check.", minimum=0.0),
     Setting("cudice.verify.timeoutSeconds", "number", 300.0,
             "Wall-clock limit of one verification (compile included).", minimum=1.0),
+    Setting("cudice.verify.quickCheckTimeoutSeconds", "number", 60.0,
+            "Longest wait for the fast (clangd) diagnostics of a check once clangd is warm; the first check "
+            "after start may take 10 minutes (torch-header preamble), a worker still using CPU is never "
+            "killed, and the full build's diagnostics follow either way.", minimum=1.0),
     Setting("cudice.verify.requiredSpeedup", "number", 1.0,
             "Speedup over PyTorch a kernel must clear to be shown as fast.", minimum=0.0),
     Setting("cudice.logLevel", "string", "info", "Server log level (the log goes to the LSP output).",
@@ -127,6 +131,7 @@ class Settings:
     verify_atol: float = 1e-2
     verify_rtol: float = 1e-2
     verify_timeout_seconds: float = 300.0
+    verify_quick_check_timeout_seconds: float = 60.0
     verify_required_speedup: float = 1.0
     log_level: str = "info"
 

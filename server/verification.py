@@ -152,7 +152,7 @@ async def verify_document(ls: CudiceServer, uri: str, *, force: bool = False) ->
         progress.report(f"{partial.stage.value}: {partial.verdict.value}", force=True)
 
     async def quick() -> None:
-        found = await ls.quick.check(path, source)
+        found = await ls.quick.check(path, source, timeout_s=ls.settings.verify_quick_check_timeout_seconds)
         if found is not None and not (shown["final"] or shown["authoritative"]):
             shown["quick"] = True
             publish(ls, uri, path, source, version, found)

@@ -93,6 +93,20 @@ async def test_without_gpu_verification_is_compile_only_and_says_why(workspace: 
         await stop_editor(editor)
 
 
+async def test_a_stuck_fast_check_never_hides_the_builds_diagnostics(workspace: Path) -> None:
+    editor = await start_editor("neovim@v0.11", workspace, env={"CUDICE_GPU": "0"})
+    try:
+        uri = editor.open(workspace / "relu_broken.py")
+        editor.change(uri, editor.buffers[uri][0] + "\n# QUICK_STALL=60\n")  # clangd never answers
+        editor.save(uri)
+        diags = await editor.wait_diagnostics(uri, lambda d: any(x.code == "compile.error" for x in d), timeout=30)
+        line = _line_of(editor.buffers[uri][0], "vv >")
+        assert [d.range.start.line for d in diags if d.code == "compile.error"] == [line]
+        await editor.wait_status(lambda s: s["uri"] == uri and s["lastVerdict"] == "compile_error", timeout=30)
+    finally:
+        await stop_editor(editor)
+
+
 async def test_newer_save_supersedes_the_older_run(workspace: Path) -> None:
     editor = await start_editor("neovim@v0.11", workspace, env={"CUDICE_GPU": "1"})
     try:

@@ -2,6 +2,8 @@
 
 - a line containing `vv >` -> compile error on that line (like examples/relu_broken.py)
 - `SLOW_VERIFY` in the source -> the full verification sleeps 30 s (to be superseded/cancelled)
+- `QUICK_BUSY=<s>` -> the quick check computes for s seconds of wall time (a preamble being built)
+- `QUICK_STALL=<s>` -> the quick check sleeps s seconds, using no CPU (a stuck clangd)
 - otherwise correct, 2.31x on an "NVIDIA H200" (or compile-only when the config says so)
 `verify` reports partial results after its static and compile stages, as the real one does.
 """
@@ -9,6 +11,7 @@
 from __future__ import annotations
 
 import datetime
+import re
 import time
 from typing import Any
 
@@ -32,7 +35,16 @@ def _compile_errors(path: str, source: str) -> tuple[Diagnostic, ...]:
     return ()
 
 
+def _seconds(marker: str, source: str) -> float:
+    found = re.search(marker + r"=([0-9.]+)", source)
+    return float(found.group(1)) if found else 0.0
+
+
 def quick_check(path: str, source: str, checker: Any = None) -> VerifyResult:
+    busy_until = time.monotonic() + _seconds("QUICK_BUSY", source)
+    while time.monotonic() < busy_until:
+        sum(i * i for i in range(10_000))
+    time.sleep(_seconds("QUICK_STALL", source))
     errors = _compile_errors(path, source)
     if errors:
         return VerifyResult(Verdict.COMPILE_ERROR, Stage.COMPILE, path, errors)
