@@ -115,3 +115,18 @@ def test_run_stage_maps_a_crashed_child(tmp_path: Path, examples_dir: Path) -> N
     ok = api._run_stage(run, ref, VerifyConfig(cache_dir=tmp_path), None, worked)
     assert isinstance(ok, VerifyResult) and ok.verdict is Verdict.CORRECT and ok.runtime_ms == 1.0
     assert ok.stage_wall_s["run.timing"] == 1.5 and ok.is_fast(1.5)
+
+
+@needs_nvcc
+def test_raw_cu_file_is_compiled_only_with_located_errors(tmp_path: Path) -> None:
+    cu = tmp_path / "k.cu"
+    cu.write_text('extern "C" __global__ void scale(float* x, int n) {\n  x[0] = 2.0f * missing;\n}\n')
+    config = VerifyConfig(cache_dir=tmp_path / "cache")
+    bad = api.verify(cu, config=config)
+    assert bad.verdict is Verdict.COMPILE_ERROR
+    (err,) = [d for d in bad.diagnostics if d.severity is Severity.ERROR]
+    assert err.location is not None and (err.location.line, err.location.column) == (2, 17)
+    cu.write_text('extern "C" __global__ void scale(float* x, int n) {\n  x[0] = 2.0f * x[0];\n}\n')
+    ok = api.verify(cu, config=config)
+    assert ok.verdict is Verdict.COMPILED and ok.compile_only
+    assert any(d.code == "verify.raw_cu_compile_only" for d in ok.diagnostics)
