@@ -5,6 +5,9 @@
 #   3. run each benchmark listed in bench/gpu_benches.txt,
 #   4. print a short table (also written to $OUT/gpu_summary.md when $OUT is set).
 # Usage on the GPU box:  bash bench/run_gpu.sh [--quick]
+# Knobs (environment): GPU_TEST_PATHS (default: tests/verifier tests/model — the server tests
+# need pygls, which the GPU image lacks), GPU_PYTEST_ARGS (extra pytest arguments, e.g. -n 4),
+# GPU_BENCHES (list file, default bench/gpu_benches.txt), STEP_TIMEOUT (seconds per step).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-bench/out}"; mkdir -p "$out"
@@ -29,18 +32,21 @@ echo "|---|---|---|---|" >>"$summary"
 run_step() {  # name, command...
   local name=$1; shift
   local t0=$(date +%s.%N)
-  "$@" >"$out/$name.log" 2>&1; local rc=$?
+  timeout "${STEP_TIMEOUT:-1800}" "$@" >"$out/$name.log" 2>&1; local rc=$?
   local dt=$(python3 -c "print(f'{$(date +%s.%N)-$t0:.1f}')")
   local note=$(grep -E "passed|failed|error|RESULT" "$out/$name.log" | tail -1 | cut -c1-100)
   echo "| $name | $([ $rc -eq 0 ] && echo ok || echo "FAIL($rc)") | $dt | ${note//|//} |" >>"$summary"
 }
 
-run_step gpu_tests python3 -m pytest -m gpu -q -p no:cacheprovider --timeout=900 tests
-if [ -f bench/gpu_benches.txt ]; then
+# shellcheck disable=SC2086  # word splitting of the knobs is intended
+run_step gpu_tests python3 -m pytest -m gpu -q -p no:cacheprovider --timeout=900 ${GPU_PYTEST_ARGS:-} \
+  ${GPU_TEST_PATHS:-tests/verifier tests/model}
+benches="${GPU_BENCHES:-bench/gpu_benches.txt}"
+if [ -f "$benches" ]; then
   while read -r script args; do
     [ -z "$script" ] || [[ "$script" == \#* ]] && continue
     run_step "$(basename "$script" .py)" python3 "$script" $args $quick
-  done <bench/gpu_benches.txt
+  done <"$benches"
 fi
 cat "$summary"
 for f in "$out"/*.log; do echo "=== $f"; tail -40 "$f"; done
