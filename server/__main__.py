@@ -1,7 +1,9 @@
-"""`cudice-lsp` / `python -m cudice.server` / `cudice lsp`: start the language server.
+"""`cudice-lsp` / `python -m cudice.server`: start the language server.
 
-stdio by default (what editors launch). `--tcp --host H --port P` serves one client over TCP,
-for a server next to a remote GPU while the editor runs elsewhere (docs/editors.md).
+stdio by default (what editors launch). `--tcp --host H --port P` listens on TCP, for a server next
+to a remote GPU while the editor runs elsewhere (docs/server.md). With no arguments (or only
+`--stdio`, which VS Code's client adds) the server starts at once, without importing click (the
+options live in `lsp_cli.py`): `initialize` should be answered within 0.5 s of the process start.
 Nothing here writes to stdout except the protocol itself (and `--print-schema`).
 """
 
@@ -10,31 +12,19 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-import click
-
-
-@click.command("lsp", context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--stdio", "transport", flag_value="stdio", default=True, help="Speak LSP over stdin/stdout (default).")
-@click.option("--tcp", "transport", flag_value="tcp", help="Listen for one client over TCP instead of stdio.")
-@click.option("--host", default="127.0.0.1", show_default=True, help="TCP address to bind (with --tcp).")
-@click.option("--port", default=2087, show_default=True, type=click.IntRange(0, 65535), help="TCP port (with --tcp).")
-@click.option("--log-level", type=click.Choice(["error", "warning", "info", "debug"]), default=None,
-              help="Override the cudice.logLevel setting.")
-@click.option("--print-schema", is_flag=True, help="Print the settings JSON Schema and exit.")
-def lsp_command(transport: str, host: str, port: int, log_level: str | None, print_schema: bool) -> None:
-    """Run the cudice language server."""
-    if print_schema:
-        from cudice.server.settings import schema_text
-
-        click.echo(schema_text(), nl=False)
-        return
-    from cudice.server.app import run
-
-    run(transport=transport, host=host, port=port, log_level=log_level)
+FAST_ARGV: tuple[list[str], ...] = ([], ["--stdio"])  # argument lists that mean "stdio, defaults": no parsing needed
 
 
 def main(argv: list[str] | None = None) -> Any:
-    return lsp_command.main(args=argv if argv is not None else sys.argv[1:], prog_name="cudice-lsp")
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args in FAST_ARGV:
+        from cudice.server.app import run
+
+        run()
+        return None
+    from cudice.server.lsp_cli import lsp_command
+
+    return lsp_command.main(args=args, prog_name="cudice-lsp")
 
 
 if __name__ == "__main__":

@@ -13,20 +13,14 @@ Not covered: pull diagnostics, inlay hints, completion inside the CUDA string.
 from __future__ import annotations
 
 import asyncio
+import importlib
 import logging
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cudice.server.core import CudiceServer
-from cudice.server.features.code_actions import ModelAvailability, code_actions
-from cudice.server.features.code_lens import code_lenses
-from cudice.server.features.display import hover_markdown
-from cudice.server.features.hover import hover_target
-from cudice.server.features.positions import LineIndex
-from cudice.server.generation import generate_kernel, infill_kernel
-from cudice.server.progress import WorkProgress
 from cudice.server.protocol import (
     CMD_CANCEL,
     CMD_GENERATE,
@@ -36,9 +30,19 @@ from cudice.server.protocol import (
     KIND_GENERATE,
     KIND_INFILL,
 )
-from cudice.server.verification import compile_only_reason, reference_changed, show_cached, verify_document
-from cudice.server.watch import PathWatcher, checkpoint_signature
 from lsprotocol import types as lsp
+
+if TYPE_CHECKING:
+    from cudice.server.features.positions import LineIndex
+
+# Only what answering `initialize` needs is imported above (pygls and lsprotocol are most of the
+# start-up; issue 6 wants `initialize` within 0.5 s). Features, flows, workers and watchdog are
+# imported where they are first used, and preloaded in a thread once `initialized` arrives.
+PRELOAD = (
+    "cudice.server.features.code_actions", "cudice.server.features.code_lens", "cudice.server.features.display",
+    "cudice.server.features.hover", "cudice.server.generation", "cudice.server.verification",
+    "cudice.server.watch", "cudice.server.progress",
+)
 
 log = logging.getLogger("cudice.server")
 
@@ -65,6 +69,9 @@ def _merge_settings(ls: CudiceServer, pulled: Any) -> None:
 
 
 async def load_model(ls: CudiceServer) -> None:
+    from cudice.server.progress import WorkProgress
+    from cudice.server.watch import checkpoint_signature
+
     request = ls.load_request()
     if request is None:
         await ls.model.load(None)
@@ -80,6 +87,8 @@ async def load_model(ls: CudiceServer) -> None:
 
 
 def _watch_checkpoint(ls: CudiceServer, path: str) -> None:
+    from cudice.server.watch import PathWatcher
+
     if not os.path.isdir(path):
         return
     if ls.ckpt_watcher is None:
@@ -90,6 +99,8 @@ def _watch_checkpoint(ls: CudiceServer, path: str) -> None:
 
 
 async def _checkpoint_changed(ls: CudiceServer, path: str) -> None:
+    from cudice.server.watch import checkpoint_signature
+
     if os.path.abspath(ls.settings.model_path or "") != path:
         return
     signature = checkpoint_signature(path)
@@ -98,6 +109,12 @@ async def _checkpoint_changed(ls: CudiceServer, path: str) -> None:
         return  # half-written, or nothing new
     ls.notice(f"cudice: new checkpoint in {path}; reloading the model", lsp.MessageType.Info)
     await load_model(ls)
+
+
+def _preload() -> None:
+    """Import what the handlers use, off the event loop, so the first hover or code action is fast."""
+    for name in PRELOAD:
+        importlib.import_module(name)
 
 
 def _offsets(index: LineIndex, rng: lsp.Range) -> tuple[int, int]:
@@ -117,9 +134,13 @@ def create_server(*, worker_env: dict[str, str] | None = None, results_dir: Path
 
     @server.feature(lsp.INITIALIZED)
     async def initialized(ls: CudiceServer, params: lsp.InitializedParams) -> None:
+        from cudice.server.verification import reference_changed
+        from cudice.server.watch import PathWatcher
+
         ls.ref_watcher = PathWatcher(asyncio.get_running_loop(), lambda ref: reference_changed(ls, ref), 0.5)
 
         async def startup() -> None:
+            await asyncio.get_running_loop().run_in_executor(None, _preload)
             _merge_settings(ls, await _pull_configuration(ls))
             ls.send_status()
             await ls.quick.start()  # warms clangd's torch-header preamble in the background
@@ -139,10 +160,14 @@ def create_server(*, worker_env: dict[str, str] | None = None, results_dir: Path
 
     @server.feature(lsp.TEXT_DOCUMENT_DID_OPEN)
     def did_open(ls: CudiceServer, params: lsp.DidOpenTextDocumentParams) -> None:
+        from cudice.server.verification import show_cached
+
         show_cached(ls, params.text_document.uri)
 
     @server.feature(lsp.TEXT_DOCUMENT_DID_SAVE, lsp.SaveOptions(include_text=False))
     def did_save(ls: CudiceServer, params: lsp.DidSaveTextDocumentParams) -> None:
+        from cudice.server.verification import verify_document
+
         if ls.settings.verify_on_save:
             ls.spawn(verify_document(ls, params.text_document.uri))
 
@@ -150,6 +175,8 @@ def create_server(*, worker_env: dict[str, str] | None = None, results_dir: Path
                     lsp.CodeActionOptions(code_action_kinds=[lsp.CodeActionKind.RefactorRewrite,
                                                              KIND_GENERATE, KIND_INFILL]))
     def code_action(ls: CudiceServer, params: lsp.CodeActionParams) -> list[lsp.CodeAction] | None:
+        from cudice.server.features.code_actions import ModelAvailability, code_actions
+
         doc = ls.read_document(params.text_document.uri)
         if doc is None:
             return None
@@ -164,6 +191,10 @@ def create_server(*, worker_env: dict[str, str] | None = None, results_dir: Path
 
     @server.feature(lsp.TEXT_DOCUMENT_HOVER)
     def hover(ls: CudiceServer, params: lsp.HoverParams) -> lsp.Hover | None:
+        from cudice.server.features.display import hover_markdown
+        from cudice.server.features.hover import hover_target
+        from cudice.server.verification import compile_only_reason
+
         uri = params.text_document.uri
         doc = ls.read_document(uri)
         if doc is None:
@@ -188,6 +219,8 @@ def create_server(*, worker_env: dict[str, str] | None = None, results_dir: Path
 
     @server.feature(lsp.TEXT_DOCUMENT_CODE_LENS)
     def code_lens(ls: CudiceServer, params: lsp.CodeLensParams) -> list[lsp.CodeLens] | None:
+        from cudice.server.features.code_lens import code_lenses
+
         uri = params.text_document.uri
         doc = ls.read_document(uri)
         if doc is None:
@@ -199,15 +232,21 @@ def create_server(*, worker_env: dict[str, str] | None = None, results_dir: Path
 
     @server.command(CMD_GENERATE)
     async def cmd_generate(ls: CudiceServer, *args: Any) -> dict[str, Any]:
+        from cudice.server.generation import generate_kernel
+
         return await generate_kernel(ls, args[0] if args else None, args[1] if len(args) > 1 else None)
 
     @server.command(CMD_INFILL)
     async def cmd_infill(ls: CudiceServer, *args: Any) -> dict[str, Any]:
+        from cudice.server.generation import infill_kernel
+
         return await infill_kernel(ls, args[0] if args else None, args[1] if len(args) > 1 else None,
                                    args[2] if len(args) > 2 else None)
 
     @server.command(CMD_VERIFY)
     async def cmd_verify(ls: CudiceServer, *args: Any) -> dict[str, Any] | None:
+        from cudice.server.verification import verify_document
+
         uri = args[0] if args else None
         if not isinstance(uri, str):
             ls.notice(f"cudice.verify needs the document URI as its argument, got {uri!r}")

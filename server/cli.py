@@ -21,7 +21,7 @@ SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     "model": ("cudice.model.cli", "model_group", "Model utilities (make-tiny test checkpoints, info)."),
     "eval": ("cudice.verifier.eval_cli", "eval_command", "Evaluate a set of problems (correctness, fast_1, fast_2)."),
     "train": ("cudice.model.train.cli", "train_group", "Offline fine-tuning: SFT and BiC-RL."),
-    "lsp": ("cudice.server.__main__", "lsp_command", "Run the language server (same as `cudice-lsp`)."),
+    "lsp": ("cudice.server.lsp_cli", "lsp_command", "Run the language server (same as `cudice-lsp`)."),
 }
 
 

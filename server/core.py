@@ -15,23 +15,26 @@ import logging
 import os
 import shutil
 from dataclasses import asdict, dataclass
+from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cudice.server import __version__
-from cudice.server.features.outline import Outline, outline
-from cudice.server.features.positions import ENCODINGS, LineIndex
-from cudice.server.model_client import LoadRequest, ModelWorker
 from cudice.server.protocol import STATUS_NOTIFICATION
-from cudice.server.quick_client import QuickChecks
-from cudice.server.results import ResultCache
 from cudice.server.settings import Settings, parse_settings
-from cudice.server.verify_jobs import VerifyJobs
-from cudice.server.watch import PathWatcher
-from cudice.verifier.result import VerifyResult
 from lsprotocol import types as lsp
 from pygls.lsp.server import LanguageServer
 from pygls.uris import to_fs_path
+
+if TYPE_CHECKING:  # imported when first used: `initialize` is answered before any of them loads
+    from cudice.server.features.outline import Outline
+    from cudice.server.features.positions import LineIndex
+    from cudice.server.model_client import LoadRequest, ModelWorker
+    from cudice.server.quick_client import QuickChecks
+    from cudice.server.results import ResultCache
+    from cudice.server.verify_jobs import VerifyJobs
+    from cudice.server.watch import PathWatcher
+    from cudice.verifier.result import VerifyResult
 
 log = logging.getLogger("cudice.server")
 
@@ -64,10 +67,8 @@ class CudiceServer(LanguageServer):
         self.init_options: Any = None
         self.cli_log_level: str | None = None
         self._reported: set[str] = set()
-        self.model = ModelWorker(on_state=self._on_model_state, on_notice=self.notice, env=worker_env)
-        self.jobs = VerifyJobs(env=worker_env)
-        self.quick = QuickChecks(env=worker_env)
-        self.cache = ResultCache(results_dir)
+        self.worker_env = worker_env
+        self.results_dir = results_dir
         self.latest: dict[str, Latest] = {}
         self.dependents: dict[str, set[str]] = {}  # reference path -> candidate uris
         self.last_verdict: str | None = None
@@ -78,6 +79,31 @@ class CudiceServer(LanguageServer):
         self.tasks: set[asyncio.Task[Any]] = set()
         self.generation_cancels: dict[str, asyncio.Event] = {}  # uri -> cancel of its running generation
         self._outlines: dict[str, tuple[str, Outline, LineIndex]] = {}
+
+    # -- workers and caches: built (and their modules imported) on first use, after `initialize` --
+    @cached_property
+    def model(self) -> ModelWorker:
+        from cudice.server.model_client import ModelWorker
+
+        return ModelWorker(on_state=self._on_model_state, on_notice=self.notice, env=self.worker_env)
+
+    @cached_property
+    def jobs(self) -> VerifyJobs:
+        from cudice.server.verify_jobs import VerifyJobs
+
+        return VerifyJobs(env=self.worker_env)
+
+    @cached_property
+    def quick(self) -> QuickChecks:
+        from cudice.server.quick_client import QuickChecks
+
+        return QuickChecks(env=self.worker_env)
+
+    @cached_property
+    def cache(self) -> ResultCache:
+        from cudice.server.results import ResultCache
+
+        return ResultCache(self.results_dir)
 
     # -- background tasks ----------------------------------------------------------------------
     def spawn(self, coro: Any) -> asyncio.Task[Any]:
@@ -127,6 +153,8 @@ class CudiceServer(LanguageServer):
         return settings
 
     def load_request(self) -> LoadRequest | None:
+        from cudice.server.model_client import LoadRequest
+
         s = self.settings
         return LoadRequest(s.model_path, s.model_device, s.model_dtype) if s.model_path else None
 
@@ -148,6 +176,9 @@ class CudiceServer(LanguageServer):
     def analyse(self, uri: str, source: str) -> tuple[Outline, LineIndex]:
         """Outline and line index of a document's text, computed once per text (hover and code
         actions ask many times between edits)."""
+        from cudice.server.features.outline import outline
+        from cudice.server.features.positions import LineIndex
+
         hit = self._outlines.get(uri)
         if hit is not None and hit[0] == source and hit[2].encoding == self.position_encoding:
             return hit[1], hit[2]
@@ -162,6 +193,8 @@ class CudiceServer(LanguageServer):
         """The position unit negotiated at `initialize` ("utf-16" until then)."""
         caps = self.protocol.server_capabilities if hasattr(self.protocol, "server_capabilities") else None
         value = str(caps.position_encoding) if caps is not None and caps.position_encoding else "utf-16"
+        from cudice.server.features.positions import ENCODINGS
+
         return value if value in ENCODINGS else "utf-16"
 
     def client_supports_lens_refresh(self) -> bool:

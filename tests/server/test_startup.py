@@ -1,0 +1,77 @@
+"""What starting the server costs: `initialize` is answered with only pygls, lsprotocol and cudice's
+settings loaded (issue 6: within 0.5 s of the process start), and the no-argument fast path of
+`cudice-lsp` starts the same server as the click command line does."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+# Loaded later (first use, or the preload after `initialized`), never before `initialize` is answered.
+NOT_BEFORE_INITIALIZE = (
+    "click", "rich", "watchdog", "torch", "cudice.verifier.result", "cudice.server.watch",
+    "cudice.server.generation", "cudice.server.verification", "cudice.server.model_client",
+    "cudice.server.quick_client", "cudice.server.verify_jobs", "cudice.server.results",
+    "cudice.server.features.outline", "cudice.server.features.code_actions", "cudice.server.features.display",
+    "cudice.server.lsp_cli",
+)
+
+_DRIVER = r"""
+import io, json, sys
+import cudice.server.__main__
+from cudice.server.app import create_server
+
+body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                   "params": {"capabilities": {}, "initializationOptions": {"cudice": {"verify": {"trials": 7}}}}})
+stdin = io.BytesIO(b"Content-Length: %d\r\n\r\n" % len(body) + body.encode())
+out = io.BytesIO()
+out.close = lambda: None
+server = create_server()
+server.start_io(stdin, out)
+answer = json.loads(out.getvalue().split(b"\r\n\r\n", 1)[1])
+print(json.dumps({"answer": answer, "trials": server.settings.verify_trials,
+                  "loaded": [m for m in json.loads(sys.argv[1]) if m in sys.modules]}))
+"""
+
+
+def test_initialize_is_answered_before_features_workers_and_click_load() -> None:
+    out = subprocess.run([sys.executable, "-c", _DRIVER, json.dumps(NOT_BEFORE_INITIALIZE)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    assert report["answer"]["result"]["serverInfo"]["name"] == "cudice"
+    assert "cudice.verify" in report["answer"]["result"]["capabilities"]["executeCommandProvider"]["commands"]
+    assert report["trials"] == 7  # initializationOptions were applied
+    assert report["loaded"] == []
+
+
+@pytest.mark.parametrize("argv", [[], ["--stdio"]])
+def test_fast_path_starts_the_same_server_as_the_command_line(monkeypatch: pytest.MonkeyPatch,
+                                                             argv: list[str]) -> None:
+    import cudice.server.app as app
+    from cudice.server.__main__ import main
+    from cudice.server.lsp_cli import lsp_command
+
+    calls: list[dict[str, Any]] = []
+    monkeypatch.setattr(app, "run", lambda **kw: calls.append(kw))
+    main(argv)  # the fast path
+    with pytest.raises(SystemExit) as done:
+        lsp_command.main(args=argv, prog_name="cudice-lsp")  # click, as for any other arguments
+    assert done.value.code == 0
+    defaults = {"transport": "stdio", "host": "127.0.0.1", "port": 2087, "log_level": None}
+    assert len(calls) == 2 and {**defaults, **calls[0]} == calls[1]
+
+
+def test_other_arguments_still_go_through_click(monkeypatch: pytest.MonkeyPatch) -> None:
+    import cudice.server.app as app
+    from cudice.server.__main__ import main
+
+    calls: list[dict[str, Any]] = []
+    monkeypatch.setattr(app, "run", lambda **kw: calls.append(kw))
+    with pytest.raises(SystemExit):
+        main(["--tcp", "--port", "3001", "--log-level", "debug"])
+    assert calls == [{"transport": "tcp", "host": "127.0.0.1", "port": 3001, "log_level": "debug"}]
