@@ -281,7 +281,9 @@ async def test_bad_checkpoint_is_an_error_state_and_a_config_change_reloads(work
     try:
         status = await editor.wait_model("error")
         assert "broken_ckpt" in status["message"] and "not a checkpoint" in status["message"]
-        assert any(m.type == lsp.MessageType.Error for m in editor.client.messages)
+        # The error message follows the status notification: wait for it, do not race it.
+        await editor.wait_for("window/showMessage",
+                              lambda: any(m.type == lsp.MessageType.Error for m in editor.client.messages), 10)
         ref = editor.open(workspace / "relu.py")
         (action,) = await editor.code_actions(ref, 10, 8)
         assert action.disabled is not None and "failed to load" in action.disabled.reason
