@@ -43,9 +43,11 @@ run_step gpu_tests python3 -m pytest -m gpu -q -p no:cacheprovider --timeout=900
   ${GPU_TEST_PATHS:-tests/verifier tests/model}
 benches="${GPU_BENCHES:-bench/gpu_benches.txt}"
 if [ -f "$benches" ]; then
+  n=0
   while read -r script args; do
     [ -z "$script" ] || [[ "$script" == \#* ]] && continue
-    run_step "$(basename "$script" .py)" python3 "$script" $args $quick
+    n=$((n + 1))  # numbered: one script may appear twice with other arguments
+    run_step "$n-$(basename "$script" .py)" python3 "$script" $args $quick
   done <"$benches"
 fi
 cat "$summary"
