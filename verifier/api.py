@@ -28,21 +28,17 @@ import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from cudice.verifier.compile import build_module, build_raw_cu
 from cudice.verifier.config import VerifyConfig
 from cudice.verifier.document import Document, parse_document, read_document
 from cudice.verifier.fast_check import FastChecker
 from cudice.verifier.generated import from_call
+from cudice.verifier.process import CancelToken
 from cudice.verifier.reference import resolve_reference
 from cudice.verifier.result import Diagnostic, Location, Severity, Stage, Verdict, VerifyResult
 from cudice.verifier.sandbox import ChildOutcome, run_in_child
-
-
-class CancelToken(Protocol):
-    def is_set(self) -> bool: ...
-
 
 OnStage = Callable[[VerifyResult], None]
 RunChild = Callable[..., ChildOutcome]

@@ -21,18 +21,13 @@ import json
 import os
 import shlex
 import shutil
-import signal
 import subprocess
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
-
-class CancelToken(Protocol):
-    def is_set(self) -> bool: ...
+from cudice.verifier.process import CancelToken, wait_or_kill
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,19 +57,7 @@ def run_process(cmd: list[str], timeout_s: float, cancel: CancelToken | None, cw
 
     reader = threading.Thread(target=pump, daemon=True)
     reader.start()
-    deadline = time.monotonic() + timeout_s
-    cancelled = timed_out = False
-    while proc.poll() is None:
-        cancelled = cancel is not None and cancel.is_set()
-        timed_out = time.monotonic() > deadline
-        if cancelled or timed_out:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            break
-        time.sleep(0.05)
-    proc.wait()
+    cancelled, timed_out = wait_or_kill(proc, timeout_s, cancel, poll_s=0.05)
     reader.join(timeout=5)
     return proc.returncode, "".join(chunks), cancelled, timed_out
 

@@ -24,21 +24,17 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 from cudice.verifier.buildsteps import StepResult, compile_object, link_library, run_process
 from cudice.verifier.compiler_messages import CompilerMessage, caret_column, parse_messages
 from cudice.verifier.config import VerifyConfig
 from cudice.verifier.document import Document
 from cudice.verifier.generated import CUDA_CU, MAIN_CPP, GeneratedModule
+from cudice.verifier.process import CancelToken
 from cudice.verifier.result import Diagnostic, Location, Severity, Stage
 from cudice.verifier.toolchain import ToolchainError, probe_toolchain
 
 OUTCOME = "cudice_outcome.json"
-
-
-class CancelToken(Protocol):
-    def is_set(self) -> bool: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,6 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any, Protocol
 
+from cudice.verifier.process import kill_group
 from cudice.verifier.sandbox import ChildOutcome, scrubbed_env
 
 KEEP_AFTER = ("correct", "compiled")
@@ -84,10 +85,7 @@ class PersistentRunner:
 
     def _stop(self) -> None:
         if self._proc is not None:
-            try:
-                os.killpg(self._proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+            kill_group(self._proc.pid)
             self._proc.wait()
             self._proc = None
             self._stdout.close()

@@ -27,15 +27,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
+
+from cudice.verifier.process import CancelToken, kill_group, wait_or_kill
 
 KEEP_ENV = ("PATH", "LANG", "LC_ALL", "CUDA_HOME", "CUDA_PATH", "CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH",
             "TORCH_CUDA_ARCH_LIST", "PYTHONPATH", "CUDICE_CACHE_DIR", "NVIDIA_VISIBLE_DEVICES", "TMPDIR",
             "VIRTUAL_ENV", "CUDA_DEVICE_ORDER")
-
-
-class CancelToken(Protocol):
-    def is_set(self) -> bool: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,25 +94,8 @@ def run_in_child(job: dict[str, Any], *, timeout_s: float, memory_limit_mib: int
                                     cwd=work, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
                                     env=scrubbed_env(env, home=str(work)), start_new_session=True,
                                     preexec_fn=_limits(memory_limit_mib, max_file_mib))
-            timed_out = cancelled = False
-            deadline = time.monotonic() + timeout_s
-            while proc.poll() is None:
-                if cancel is not None and cancel.is_set():
-                    cancelled = True
-                elif time.monotonic() > deadline:
-                    timed_out = True
-                if cancelled or timed_out:
-                    try:
-                        os.killpg(proc.pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
-                    break
-                time.sleep(0.02)
-            proc.wait()
-            try:  # also after a normal exit: a forked grandchild in the group must not outlive the job
-                os.killpg(proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+            cancelled, timed_out = wait_or_kill(proc, timeout_s, cancel)
+            kill_group(proc.pid)  # also after a normal exit: a forked grandchild must not outlive the job
         result = None
         if res_path.is_file():
             try:

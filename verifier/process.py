@@ -1,0 +1,46 @@
+"""Child-process plumbing shared by the build steps, the sandbox and the persistent runner.
+
+Every child cudice starts for untrusted or heavy work runs in its own session (process group),
+so killing the group also ends the compilers, forks and grandchildren it started.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from typing import Any, Protocol
+
+
+class CancelToken(Protocol):
+    """Anything with `is_set()`, e.g. a `threading.Event`: set means "stop this job"."""
+
+    def is_set(self) -> bool: ...
+
+
+def kill_group(pid: int) -> None:
+    """SIGKILL the process group led by `pid`; a group that is already gone is fine."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def wait_or_kill(proc: subprocess.Popen[Any], timeout_s: float, cancel: CancelToken | None,
+                 poll_s: float = 0.02) -> tuple[bool, bool]:
+    """Wait for `proc` (started with `start_new_session=True`); kill its group on cancel or timeout.
+
+    Returns (cancelled, timed_out); at most one is true (a cancel seen first wins).
+    """
+    deadline = time.monotonic() + timeout_s
+    cancelled = timed_out = False
+    while proc.poll() is None:
+        cancelled = cancel is not None and cancel.is_set()
+        timed_out = not cancelled and time.monotonic() > deadline
+        if cancelled or timed_out:
+            kill_group(proc.pid)
+            break
+        time.sleep(poll_s)
+    proc.wait()
+    return cancelled, timed_out
