@@ -260,7 +260,7 @@ class _Parser:
         get_inputs = self.function_info(top.get("get_inputs"))
         get_init_inputs = self.function_info(top.get("get_init_inputs"))
         calls = tuple(self.load_inline(c) for c in ast.walk(self.tree)
-                      if isinstance(c, ast.Call) and _callee_name(c.func) == "load_inline")
+                      if isinstance(c, ast.Call) and callee_name(c.func) == "load_inline")
 
         if reference is not None:
             ref = ReferenceSpec("argument", reference)
@@ -394,7 +394,7 @@ def _dynamic_reason(expr: ast.expr) -> str:
     if isinstance(expr, ast.JoinedStr):
         return "an f-string with replacement fields"
     if isinstance(expr, ast.Call):
-        func = _callee_name(expr.func)
+        func = callee_name(expr.func)
         return "a `.format(...)` call" if func == "format" else f"the result of calling `{func or '...'}`"
     if isinstance(expr, ast.BinOp):
         return "an expression combining non-literal parts"
@@ -403,7 +403,8 @@ def _dynamic_reason(expr: ast.expr) -> str:
     return f"a `{type(expr).__name__}` expression"
 
 
-def _callee_name(func: ast.expr) -> str | None:
+def callee_name(func: ast.expr) -> str | None:
+    """`f` for `f(...)` and `m.f(...)`: the called name without its receiver, else None."""
     if isinstance(func, ast.Name):
         return func.id
     if isinstance(func, ast.Attribute):

@@ -31,7 +31,7 @@ import re
 from collections.abc import Iterable
 
 from cudice.verifier.config import VerifyConfig
-from cudice.verifier.document import Document, LoadInlineCall, parse_document
+from cudice.verifier.document import Document, LoadInlineCall, callee_name, parse_document
 from cudice.verifier.reference import reference_path
 from cudice.verifier.result import Diagnostic, Location, Severity, Stage
 from cudice.verifier.static_cuda import CppSource, check_cpp_sources, pybind_python_names
@@ -258,7 +258,7 @@ class _ModuleChecker:
             self.add("static.harness_tampering", node,
                      f"`{d or name}(...)` controls the process that runs the verification: ending it or installing "
                      "handlers lets a candidate skip the checks or forge their result. A kernel file needs neither.")
-        elif (_callee(func) == "open" and _opens_for_writing(node)) or d in _FILE_OPS or (
+        elif (callee_name(func) == "open" and _opens_for_writing(node)) or d in _FILE_OPS or (
                 isinstance(func, ast.Attribute) and func.attr in _WRITE_METHODS and not d.startswith("torch")):
             self.add("static.harness_tampering", node,
                      f"`{ast.unparse(node.func)}(...)` writes or removes files: the verifier's job and result files "
@@ -297,7 +297,7 @@ class _ModuleChecker:
         for node in ast.walk(self.tree):
             if not isinstance(node, ast.Try):
                 continue
-            builds = any(isinstance(n, ast.Call) and _callee(n.func) == "load_inline"
+            builds = any(isinstance(n, ast.Call) and callee_name(n.func) == "load_inline"
                          for s in node.body for n in ast.walk(s))
             swallowed = any(not any(isinstance(n, ast.Raise) for s in h.body for n in ast.walk(s))
                             for h in node.handlers)
@@ -330,7 +330,7 @@ class _ModuleChecker:
                      + (f" (exposed: {', '.join(sorted(exposed))})" if exposed else "")
                      + ": the custom kernel does none of the work. Call it from forward.")
             return
-        used = {n.func.attr if isinstance(n.func, ast.Attribute) else _callee(n.func)
+        used = {n.func.attr if isinstance(n.func, ast.Attribute) else callee_name(n.func)
                 for n in ast.walk(self.tree) if isinstance(n, ast.Call)} | {
                     n.attr for n in ast.walk(self.tree) if isinstance(n, ast.Attribute)}
         sev = Severity.ERROR if self.level is Strictness.STRICT else Severity.WARNING
@@ -346,14 +346,6 @@ class _ModuleChecker:
 def _opens_for_writing(call: ast.Call) -> bool:
     mode = call.args[1] if len(call.args) > 1 else next((k.value for k in call.keywords if k.arg == "mode"), None)
     return isinstance(mode, ast.Constant) and isinstance(mode.value, str) and any(c in mode.value for c in "wax+")
-
-
-def _callee(func: ast.expr) -> str | None:
-    if isinstance(func, ast.Name):
-        return func.id
-    if isinstance(func, ast.Attribute):
-        return func.attr
-    return None
 
 
 def _base_name(b: ast.expr) -> str:
@@ -387,6 +379,6 @@ def _extension_names(tree: ast.Module) -> set[str]:
     """Names bound to the module `load_inline` returns (`relu = load_inline(...)`)."""
     names: set[str] = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and _callee(node.value.func) == "load_inline":
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and callee_name(node.value.func) == "load_inline":
             names.update(t.id for t in node.targets if isinstance(t, ast.Name))
     return names

@@ -25,6 +25,7 @@ import ast
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from cudice.verifier.document import callee_name
 from cudice.verifier.static_policy import (
     COMPUTE_METHODS,
     IDENTITY_FUNCS,
@@ -119,7 +120,7 @@ class _Analyzer:
     def _kind_of_init_value(self, value: ast.expr) -> str:
         if isinstance(value, ast.Name) and value.id in self.extensions:
             return "ext"
-        if isinstance(value, ast.Call) and _callee(value.func) == "load_inline":
+        if isinstance(value, ast.Call) and callee_name(value.func) == "load_inline":
             return "ext"
         if isinstance(value, ast.Attribute) and value.attr in self.exposed:
             return "kernel"
@@ -177,7 +178,7 @@ class _Analyzer:
                           f"`@{d}` on `{fn.name}` returns stored results for repeated inputs instead of computing.")
         for default in [*fn.args.defaults, *fn.args.kw_defaults]:
             if isinstance(default, (ast.Dict, ast.List, ast.Set)) or (
-                    isinstance(default, ast.Call) and _callee(default.func) in _CONTAINER_FACTORIES):
+                    isinstance(default, ast.Call) and callee_name(default.func) in _CONTAINER_FACTORIES):
                 self._add("static.output_cache", default,
                           f"mutable default argument of `{fn.name}`: it survives between calls and can cache outputs.")
         nodes = list(ast.walk(fn))
@@ -307,7 +308,7 @@ class _Analyzer:
                                                 or self._is_tensor(node.value, tensors)):
             self._torch_op(node, f"in-place tensor arithmetic `{_short(node)}`")
         value = node.value
-        is_lazy_build = isinstance(value, ast.Call) and _callee(value.func) == "load_inline"
+        is_lazy_build = isinstance(value, ast.Call) and callee_name(value.func) == "load_inline"
         for t in targets:
             base = t.value if isinstance(t, ast.Subscript) else t
             attr = _self_attr(base)
@@ -335,9 +336,9 @@ class _Analyzer:
     def _call(self, node: ast.Call, tensors: set[str]) -> None:
         func = node.func
         if self._is_kernel_call(node):
-            self.report.kernel_calls.add(_callee(func) or "")
+            self.report.kernel_calls.add(callee_name(func) or "")
             return
-        name = _callee(func)
+        name = callee_name(func)
         if name in IDENTITY_FUNCS and isinstance(func, ast.Name):
             self._add("static.output_cache", node, f"`{name}(...)` in forward code: an input's identity is the "
                       "key of an output cache (results returned without computing).")
@@ -425,18 +426,10 @@ def _is_compute_ref(d: str) -> bool:
     return d.startswith(_TORCH_SUBMODULES_COMPUTE) or d.rsplit(".", 1)[-1] in COMPUTE_METHODS
 
 
-def _callee(func: ast.expr) -> str | None:
-    if isinstance(func, ast.Name):
-        return func.id
-    if isinstance(func, ast.Attribute):
-        return func.attr
-    return None
-
-
 def _uses_identity(e: ast.AST) -> bool:
     for n in ast.walk(e):
         if isinstance(n, ast.Call):
-            name = _callee(n.func)
+            name = callee_name(n.func)
             if (isinstance(n.func, ast.Name) and name in IDENTITY_FUNCS) or \
                     (isinstance(n.func, ast.Attribute) and name in IDENTITY_METHODS):
                 return True
