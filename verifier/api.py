@@ -133,11 +133,7 @@ def verify(path: str | Path, *, source: str | None = None, reference: str | Path
     run.lap("parse")
     run.report(Verdict.CHECKED)
     # 2. static
-    run.stage = Stage.STATIC
-    found = run_static_checks(doc, config)
-    run.diags += found
-    run.lap("static")
-    if _has_error(found):
+    if not _static_stage(run, doc, config):
         return run.result(Verdict.STATIC_VIOLATION)
     run.report(Verdict.CHECKED)
     # 3. compile
@@ -177,6 +173,15 @@ def verify(path: str | Path, *, source: str | None = None, reference: str | Path
     # 4. run in a sandboxed child
     assert ref is not None and ref.document is not None
     return _run_stage(run, ref.document, config, cancel, run_child or run_in_child)
+
+
+def _static_stage(run: _Run, doc: Document, config: VerifyConfig) -> bool:
+    """Run the static checks into `run`; False when one of them is an error (a violation)."""
+    run.stage = Stage.STATIC
+    found = run_static_checks(doc, config)
+    run.diags += found
+    run.lap("static")
+    return not _has_error(found)
 
 
 def _run_stage(run: _Run, ref: Document, config: VerifyConfig, cancel: CancelToken | None,
@@ -225,11 +230,7 @@ def quick_check(path: str | Path, source: str, checker: FastChecker | None = Non
     if (bad := doc.invalid_result()) is not None:
         return bad
     run.lap("parse")
-    run.stage = Stage.STATIC
-    found = run_static_checks(doc, config)
-    run.diags += found
-    run.lap("static")
-    if _has_error(found):
+    if not _static_stage(run, doc, config):
         return run.result(Verdict.STATIC_VIOLATION)
     run.stage = Stage.COMPILE
     if doc.kind == "cu":  # device-only code: NVRTC is the fast path (no torch headers to parse)
