@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 
 BUSY_ERROR_CODE = -32803  # LSP RequestFailed
 FIRST_MESSAGE_TIMEOUT_S = 10.0
+RELEASE_TIMEOUT_S = 10.0  # bound on closing a vanished client's workers
 BUSY_GRACE_S = 2.0  # how long a new client waits for the slot before it is refused
 
 
@@ -82,6 +83,22 @@ async def refuse_busy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter
             await writer.wait_closed()
 
 
+async def _take(slot: asyncio.Lock, cleaning_up: Callable[[], bool]) -> bool:
+    """Take the one client slot: wait `BUSY_GRACE_S` (the previous client may have just closed its
+    socket), and as long as the previous session's clean-up takes while it is cleaning up."""
+    try:
+        await asyncio.wait_for(slot.acquire(), BUSY_GRACE_S)
+        return True
+    except asyncio.TimeoutError:
+        if not cleaning_up():
+            return False
+    try:
+        await asyncio.wait_for(slot.acquire(), RELEASE_TIMEOUT_S + BUSY_GRACE_S)
+        return True
+    except asyncio.TimeoutError:
+        return False
+
+
 async def serve_tcp(host: str, port: int, make_server: Callable[[], LanguageServer],
                     release: Callable[[Any], Awaitable[None]]) -> int:
     """Listen on host:port and serve clients one after another; returns the exit code from `exit`."""
@@ -91,9 +108,7 @@ async def serve_tcp(host: str, port: int, make_server: Callable[[], LanguageServ
 
     async def connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = str(writer.get_extra_info("peername"))
-        try:  # an editor reconnecting right after a drop waits for the old session's clean-up
-            await asyncio.wait_for(slot.acquire(), BUSY_GRACE_S)
-        except asyncio.TimeoutError:
+        if not await _take(slot, lambda: not current):
             log.warning("refusing %s: already serving %s", peer, current[0] if current else "another client")
             await refuse_busy(reader, writer, current[0] if current else "another client")
             return
@@ -102,6 +117,7 @@ async def serve_tcp(host: str, port: int, make_server: Callable[[], LanguageServ
             writer.close()
             return
         current.append(peer)
+        exiting: list[int] = []
         log.info("client %s connected", peer)
         server = make_server()
         server._stop_event = stop = Event()
@@ -110,20 +126,23 @@ async def serve_tcp(host: str, port: int, make_server: Callable[[], LanguageServ
             await run_async(stop_event=stop, reader=reader, protocol=server.protocol, logger=log,
                             error_handler=server.report_server_error)
             log.info("client %s disconnected without `exit`; waiting for the next one", peer)
-        except SystemExit as exc:  # the `exit` notification
-            code = exc.code if isinstance(exc.code, int) else 1
-            if not exit_code.done():
-                exit_code.set_result(code)
+        except SystemExit as exc:  # the `exit` notification: serve_tcp returns once this is cleaned up
+            exiting.append(exc.code if isinstance(exc.code, int) else 1)
         except (ConnectionError, asyncio.IncompleteReadError) as exc:
             log.info("client %s: connection lost (%s); waiting for the next one", peer, exc)
         finally:
+            current.clear()  # gone: a newcomer now waits for the clean-up instead of being refused
             try:
-                await release(server)
+                await asyncio.wait_for(release(server), RELEASE_TIMEOUT_S)
+            except asyncio.TimeoutError:
+                log.error("closing the workers of %s's session took over %.0f s; serving the next client anyway",
+                          peer, RELEASE_TIMEOUT_S)
             finally:
                 server.shutdown()  # type: ignore[no-untyped-call]  # its thread pool; it has no listener
                 writer.close()
-                current.clear()
                 slot.release()
+                if exiting and not exit_code.done():
+                    exit_code.set_result(exiting[0])
 
     listener = await asyncio.start_server(connection, host, port)
     addrs = ", ".join(str(s.getsockname()) for s in listener.sockets)
