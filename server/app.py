@@ -111,6 +111,10 @@ async def _checkpoint_changed(ls: CudiceServer, path: str) -> None:
     await load_model(ls)
 
 
+def _released(ls: CudiceServer) -> bool:
+    return ls.released  # a call, so that mypy does not narrow the flag across awaits
+
+
 def _preload() -> None:
     """Import what the handlers use, off the event loop, so the first hover or code action is fast."""
     for name in PRELOAD:
@@ -142,8 +146,13 @@ def create_server(*, worker_env: dict[str, str] | None = None, results_dir: Path
         async def startup() -> None:
             await asyncio.get_running_loop().run_in_executor(None, _preload)
             _merge_settings(ls, await _pull_configuration(ls))
+            if _released(ls):  # the client left (TCP) or shut down meanwhile: start no workers
+                return
             ls.send_status()
             await ls.quick.start()  # warms clangd's torch-header preamble in the background
+            if _released(ls):  # released while the worker was starting: close it too
+                await ls.quick.shutdown()
+                return
             await load_model(ls)
 
         ls.spawn(startup())
@@ -280,8 +289,10 @@ def create_server(*, worker_env: dict[str, str] | None = None, results_dir: Path
 
 
 async def release(ls: CudiceServer) -> None:
-    """Stop everything a client's session started: runs, watchers, background tasks, workers.
-    Called on `shutdown`, and in TCP mode when a connection ends without it."""
+    """Stop what a client's session started: runs, generations, watchers, workers. Called on
+    `shutdown`, and in TCP mode when a connection ends without it. (Background tasks are left to
+    end on their own: cancelling a verification flow mid-run here stalled the workers' shutdown.)"""
+    ls.released = True
     ls.jobs.cancel_all()
     for event in ls.generation_cancels.values():
         event.set()
@@ -289,10 +300,6 @@ async def release(ls: CudiceServer) -> None:
         if w is not None:
             w.stop()
     ls.ref_watcher = ls.ckpt_watcher = None
-    current = asyncio.current_task()
-    for task in list(ls.tasks):
-        if task is not current:
-            task.cancel()
     # Both workers at once: clients give `shutdown` about 2 s before they log a time-out.
     await asyncio.gather(ls.model.shutdown(), ls.quick.shutdown())
 

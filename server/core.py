@@ -60,14 +60,25 @@ def gpu_absent_reason() -> str | None:
     return None
 
 
+class _SnapshotItems(dict[Any, Any]):
+    """pygls 2.1.1's `shutdown` cancels the requests in flight while iterating this dict, and a
+    running command's future removes itself from it as it is cancelled ("dictionary changed size
+    during iteration": `shutdown` fails while a generation runs). Iterate over a snapshot."""
+
+    def items(self) -> Any:
+        return list(super().items())
+
+
 class CudiceServer(LanguageServer):
     def __init__(self, *, worker_env: dict[str, str] | None = None, results_dir: Path | None = None) -> None:
         super().__init__("cudice", __version__, max_workers=4)
+        self.protocol._request_futures = _SnapshotItems()
         self.settings = Settings()
         self.init_options: Any = None
         self.cli_log_level: str | None = None
         self._reported: set[str] = set()
         self.worker_env = worker_env
+        self.released = False  # set by app.release(): the session is over, start no more workers
         self.results_dir = results_dir
         self.latest: dict[str, Latest] = {}
         self.dependents: dict[str, set[str]] = {}  # reference path -> candidate uris

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -294,3 +295,29 @@ async def test_bad_checkpoint_is_an_error_state_and_a_config_change_reloads(work
         assert action.disabled is None
     finally:
         await stop_editor(editor)
+
+
+async def test_shutdown_answers_within_the_clients_two_seconds_while_both_workers_are_busy(workspace: Path) -> None:
+    """Clients wait about 2 s for `shutdown`. Both long-lived workers here ignore the cue to exit
+    (a generation that ignores stop, a clangd check that is stuck), so each needs its 1 s grace and a
+    kill: closed one after the other that is over 2 s, closed together about 1 s."""
+    editor = await start_editor("visual-studio-code", workspace, init_options=_model_opts(workspace),
+                                env={"CUDICE_FAKE_TOKEN_DELAY_S": "0.2", "CUDICE_FAKE_NUM_TOKENS": "500"})
+    try:
+        await editor.wait_model("ready")
+        hung = workspace / "hung.py"
+        hung.write_text((workspace / "relu.py").read_text() + "\n# CUDICE_TEST_HANG\n")
+        generation = asyncio.ensure_future(editor.command("cudice.generateKernel", editor.open(hung), "Model"))
+        await _wait_progress(editor, "generating", lsp.WorkDoneProgressReport)
+        stuck = workspace / "stuck_cuda.py"
+        stuck.write_text((workspace / "relu_cuda.py").read_text() + "\n# QUICK_STALL=60 SLOW_VERIFY\n")
+        editor.save(editor.open(stuck))
+        await _wait_progress(editor, "verifying", lsp.WorkDoneProgressBegin)
+        t0 = time.monotonic()
+        await asyncio.wait_for(editor.client.shutdown_async(None), 10)
+        took = time.monotonic() - t0
+        generation.cancel()
+        assert took < 1.9, f"shutdown took {took:.2f} s; clients give it about 2 s"
+    finally:
+        editor.client.exit(None)  # also after a failed assertion: the server must go
+        await asyncio.wait_for(editor.client.stop(), 20)
