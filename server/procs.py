@@ -158,6 +158,10 @@ class ChildProcess:
         except asyncio.TimeoutError:
             self.kill()
             await self.proc.wait()
+        # The child's own children (clangd, compilers) share its process group: end them too,
+        # also after a clean exit, so none outlives the worker.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
 
     def error_tail(self, num_lines: int = 8) -> str:
         return "\n".join(list(self.stderr_tail)[-num_lines:])
