@@ -28,8 +28,14 @@ _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt")
 _SKIP = {MARKER, "model.safetensors.index.json"}
 
 
+def _tmp_name(name: str) -> str:
+    """Hidden and ending in `.tmp`: the server's checkpoint watcher treats the directory as
+    incomplete while such a file exists (`cudice.server.watch.checkpoint_signature`)."""
+    return f".{name}.{os.getpid()}.tmp"
+
+
 def _atomic_write_bytes(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp = path.with_name(_tmp_name(path.name))
     tmp.write_bytes(data)
     os.replace(tmp, path)
 
@@ -49,7 +55,7 @@ def save_checkpoint(model: torch.nn.Module, source_dir: str | Path, out_dir: str
     if source.resolve() != out.resolve():
         for item in source.iterdir():
             if item.is_file() and item.name not in _SKIP and not item.name.endswith(_WEIGHT_SUFFIXES):
-                tmp = out / f".{item.name}.tmp-{os.getpid()}"
+                tmp = out / _tmp_name(item.name)
                 shutil.copyfile(item, tmp)
                 os.replace(tmp, out / item.name)
     # 2. weights: contiguous CPU tensors with the native names; tied weights stored once
@@ -61,7 +67,7 @@ def save_checkpoint(model: torch.nn.Module, source_dir: str | Path, out_dir: str
             continue
         seen[ptr] = name
         state[name] = tensor.detach().to("cpu").contiguous()
-    tmp_weights = out / f".{WEIGHTS}.tmp-{os.getpid()}"
+    tmp_weights = out / _tmp_name(WEIGHTS)
     save_file(state, str(tmp_weights), metadata={"format": "pt"})
     digest = hashlib.sha256(tmp_weights.read_bytes()).hexdigest()
     os.replace(tmp_weights, out / WEIGHTS)

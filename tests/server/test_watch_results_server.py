@@ -110,3 +110,15 @@ def test_a_copied_file_does_not_reuse_the_originals_verdict(tmp_path: Path) -> N
     key_b = _key(ls, str(tmp_path / "b" / "relu_broken.py"), source, o)
     assert key_a != key_b
     assert key_a == _key(ls, str(tmp_path / "a" / "relu_broken.py"), source, o)  # reopening still hits
+
+
+def test_a_checkpoint_being_saved_by_the_trainer_reads_as_incomplete(tmp_path: Path) -> None:
+    """The trainer's temporary names are ones the watcher recognises."""
+    from cudice.model.train.checkpoint import _tmp_name
+    from cudice.server.watch import checkpoint_signature
+
+    (tmp_path / "config.json").write_text("{}")
+    (tmp_path / "model.safetensors").write_bytes(b"0")
+    assert checkpoint_signature(tmp_path) is not None
+    (tmp_path / _tmp_name("model.safetensors")).write_bytes(b"half")
+    assert checkpoint_signature(tmp_path) is None
