@@ -249,8 +249,11 @@ async def test_new_checkpoint_is_hot_reloaded_and_half_written_ones_ignored(work
         num = len(editor.statuses)
         (ckpt / "model.safetensors.tmp").write_bytes(b"half")  # a trainer mid-write
         (ckpt / "cudice_checkpoint.json").write_text(json.dumps({"step": 1}))
-        await asyncio.sleep(0)  # let the watcher thread see the burst
-        assert all(s["model"] == "ready" for s in editor.statuses[num:])
+        # A negative check needs a bounded wait: five debounce periods, long enough that a reload
+        # of the incomplete checkpoint would have started (the watcher fires 0.3 s after quiet).
+        await asyncio.sleep(1.5)
+        assert [s["model"] for s in editor.statuses[num:]] in ([], ["ready"] * len(editor.statuses[num:]))
+        assert not any("new checkpoint" in m.message for m in editor.client.messages)
         (ckpt / "model.safetensors.tmp").unlink()
         await editor.wait_for("cudice/status",
                               lambda: [s["model"] for s in editor.statuses[num:]][-2:] == ["loading", "ready"])
