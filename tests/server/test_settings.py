@@ -47,3 +47,11 @@ def test_json_schema_lists_every_key() -> None:
     props = settings_json_schema()["properties"]
     assert set(props) == {s.key for s in SCHEMA}
     assert props["cudice.sampler.strategy"]["enum"][0] == "low_confidence_dynamic"
+
+
+def test_dataclass_defaults_equal_the_schema_defaults() -> None:
+    """The editors show SCHEMA's defaults; the server runs on Settings()'s. They must not drift."""
+    from cudice.server.settings import _attr
+
+    defaults = Settings()
+    assert {s.key: getattr(defaults, _attr(s.key)) for s in SCHEMA} == {s.key: s.default for s in SCHEMA}
