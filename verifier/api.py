@@ -112,11 +112,14 @@ def _has_error(diags: list[Diagnostic]) -> bool:
 
 def verify(path: str | Path, *, source: str | None = None, reference: str | Path | None = None,
            config: VerifyConfig | None = None, on_stage: OnStage | None = None,
-           cancel: CancelToken | None = None, run_child: RunChild | None = None) -> VerifyResult:
+           cancel: CancelToken | None = None, run_child: RunChild | None = None,
+           gpu: bool | None = None) -> VerifyResult:
     """Verify the candidate at `path` (or its unsaved text `source`). Never raises for bad input.
 
     `run_child` replaces `sandbox.run_in_child` for the run stage (VerifyPool uses it to place the
     child on a leased GPU); it receives the job dict and run_in_child's keyword arguments.
+    `gpu` says whether the run stage has a GPU (default: one is visible in this process); a
+    backend whose `run_child` runs on another machine's GPU (distributed.py) passes True.
     """
     config = config or VerifyConfig()
     ref_arg = str(reference) if reference is not None else None
@@ -138,7 +141,8 @@ def verify(path: str | Path, *, source: str | None = None, reference: str | Path
     run.report(Verdict.CHECKED)
     # 3. compile
     run.stage = Stage.COMPILE
-    will_run = not config.compile_only and gpu_available() and doc.kind == "python"
+    has_gpu = gpu_available() if gpu is None else gpu
+    will_run = not config.compile_only and has_gpu and doc.kind == "python"
     run.versions = _toolchain_versions(config)
     if doc.kind == "cu":
         build = build_raw_cu(doc, config, cancel=cancel)

@@ -7,20 +7,30 @@ is divided by the number of **problems** (not of candidates):
 - `correct`  = correct candidates / problems (fast_0),
 - `fast_1`   = correct and speedup > 1 beyond the measured spread (VerifyResult.is_fast) / problems,
 - `fast_2`   = the same with 2.
-Candidates run through `VerifyPool` (compiles in parallel, one runner per GPU). On a machine
-without a GPU nothing can be correct: the scores are 0 and the JSON says `gpu: false`.
+Candidates run through a `VerifyBackend` (backends.py): the local `VerifyPool` (compiles in
+parallel, one runner per GPU), or with `--ray [ADDRESS]` the Ray backend (distributed.py: a
+local Ray instance, or the cluster at ADDRESS). Both give the same verdicts. A progress bar on
+stderr covers the whole run; `--out DIR` writes per-problem JSON, scores, a Markdown summary and
+the fast_p curve (eval_report.py). Without a GPU (here, or in the Ray cluster) nothing can be
+correct: the scores are 0 and the JSON says `gpu: false`.
 """
 
 from __future__ import annotations
 
 import json
+from concurrent.futures import Future, as_completed
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from cudice.verifier.config import VerifyConfig
 from cudice.verifier.result import Verdict, VerifyResult
+
+if TYPE_CHECKING:
+    from cudice.verifier.backends import VerifyBackend
+
+LOCAL_RAY = "local"  # `--ray` without an address: start a local Ray instance
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,8 +43,14 @@ class EvalScores:
     per_problem: tuple[dict[str, Any], ...]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"num_problems": self.num_problems, "num_candidates": self.num_candidates, "correct": self.correct,
-                "fast_1": self.fast_1, "fast_2": self.fast_2, "per_problem": list(self.per_problem)}
+        return {
+            "num_problems": self.num_problems,
+            "num_candidates": self.num_candidates,
+            "correct": self.correct,
+            "fast_1": self.fast_1,
+            "fast_2": self.fast_2,
+            "per_problem": list(self.per_problem),
+        }
 
 
 def score(problems: list[str], results: dict[str, VerifyResult]) -> EvalScores:
@@ -43,15 +59,28 @@ def score(problems: list[str], results: dict[str, VerifyResult]) -> EvalScores:
     rows = []
     for p in problems:
         r = results.get(p)
-        rows.append({"problem": p, "verdict": r.verdict.value if r else "missing",
-                     "speedup": r.speedup if r else None, "speedup_min": r.speedup_min if r else None,
-                     "runtime_ms": r.runtime_ms if r else None, "reference_runtime_ms": r.reference_runtime_ms if r else None})
+        rows.append(
+            {
+                "problem": p,
+                "verdict": r.verdict.value if r else "missing",
+                "speedup": r.speedup if r else None,
+                "speedup_min": r.speedup_min if r else None,
+                "runtime_ms": r.runtime_ms if r else None,
+                "reference_runtime_ms": r.reference_runtime_ms if r else None,
+            }
+        )
 
     def rate(pred: Any) -> float:
         return sum(1 for p in problems if (r := results.get(p)) is not None and pred(r)) / n if n else 0.0
 
-    return EvalScores(n, len(results), rate(lambda r: r.verdict is Verdict.CORRECT), rate(lambda r: r.is_fast(1.0)),
-                      rate(lambda r: r.is_fast(2.0)), tuple(rows))
+    return EvalScores(
+        n,
+        len(results),
+        rate(lambda r: r.verdict is Verdict.CORRECT),
+        rate(lambda r: r.is_fast(1.0)),
+        rate(lambda r: r.is_fast(2.0)),
+        tuple(rows),
+    )
 
 
 @click.command("eval")
@@ -59,29 +88,68 @@ def score(problems: list[str], results: dict[str, VerifyResult]) -> EvalScores:
 @click.argument("candidates", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--compile-only", is_flag=True, help="Only compile the candidates (all scores are then 0).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-@click.option("--workers", type=click.IntRange(min=1), default=2, help="Concurrent compile workers.")
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=2,
+    help="Concurrent compile workers (with a bare --ray: the CPUs of the local Ray instance).",
+)
 @click.option("--trials", type=click.IntRange(min=1), default=None, help="Correctness trials per candidate.")
-def eval_command(problems: Path, candidates: Path, compile_only: bool, as_json: bool, workers: int,
-                 trials: int | None) -> None:
+@click.option(
+    "--ray",
+    "ray_address",
+    is_flag=False,
+    flag_value=LOCAL_RAY,
+    default=None,
+    metavar="[ADDRESS]",
+    help="Run on Ray (put it after the folders): alone, start a local instance; with ADDRESS (auto, "
+    'HOST:6379, ray://HOST:10001) join that cluster. Needs `pip install "cudice[dist]"`.',
+)
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Write problems/*.json, scores.json, summary.md and the fast_p plot into this folder.",
+)
+def eval_command(
+    problems: Path,
+    candidates: Path,
+    compile_only: bool,
+    as_json: bool,
+    workers: int,
+    trials: int | None,
+    ray_address: str | None,
+    out_dir: Path | None,
+) -> None:
     """Evaluate a folder of KernelBench problems against candidates: correctness, fast_1, fast_2."""
-    from cudice.verifier.api import gpu_available
-    from cudice.verifier.pool import VerifyPool
-
     config = VerifyConfig(compile_only=compile_only)
     if trials is not None:
         config = config.with_(num_trials=trials)
     names = sorted(p.name for p in problems.glob("*.py"))
     if not names:
         raise click.UsageError(f"No *.py problem files in {problems}.")
-    results: dict[str, VerifyResult] = {}
-    with VerifyPool(config, num_compile_workers=workers) as pool:
-        futures = {n: pool.submit(candidates / n, reference=problems / n, key=n)
-                   for n in names if (candidates / n).is_file()}
-        for name, fut in futures.items():
-            results[name] = fut.result()
+    backend, has_gpu = _open_backend(config, workers, ray_address)
+    with backend:
+        futures = {
+            n: backend.submit(candidates / n, reference=problems / n, key=n)
+            for n in names
+            if (candidates / n).is_file()
+        }
+        results = _collect(futures, len(names))
     scores = score(names, results)
+    payload = {
+        **scores.to_dict(),
+        "gpu": has_gpu,
+        "compile_only": compile_only,
+        "backend": "local" if ray_address is None else f"ray:{ray_address}",
+    }
+    if out_dir is not None:
+        from cudice.verifier.eval_report import write_report
+
+        write_report(out_dir, names, results, payload, title=f"cudice eval of {problems.name}")
     if as_json:
-        click.echo(json.dumps({**scores.to_dict(), "gpu": gpu_available(), "compile_only": compile_only}))
+        click.echo(json.dumps(payload))
         return
     from rich.console import Console
     from rich.table import Table
@@ -96,7 +164,57 @@ def eval_command(problems: Path, candidates: Path, compile_only: bool, as_json: 
         table.add_row(row["problem"], row["verdict"], sp, ms, ref)
     console = Console()
     console.print(table)
-    console.print(f"correct {scores.correct:.1%}  fast_1 {scores.fast_1:.1%}  fast_2 {scores.fast_2:.1%}  "
-                  f"(over all {scores.num_problems} problems)")
-    if not gpu_available() and not compile_only:
+    console.print(
+        f"correct {scores.correct:.1%}  fast_1 {scores.fast_1:.1%}  fast_2 {scores.fast_2:.1%}  "
+        f"(over all {scores.num_problems} problems)"
+    )
+    if not has_gpu and not compile_only:
         console.print("[yellow]No CUDA GPU: candidates were compiled only, so nothing counts as correct.[/]")
+    if out_dir is not None:
+        console.print(f"report: {out_dir / 'summary.md'}")
+
+
+def _open_backend(config: VerifyConfig, workers: int, ray_address: str | None) -> tuple[VerifyBackend, bool]:
+    """(backend, whether its run stage has a GPU): the local pool, or Ray (local instance or a cluster)."""
+    from cudice.verifier.backends import make_backend
+
+    if ray_address is None:
+        from cudice.verifier.api import gpu_available
+
+        return make_backend("local", config, num_compile_workers=workers), gpu_available()
+    from cudice.verifier.distributed import RayUnavailable
+
+    local = ray_address == LOCAL_RAY
+    try:
+        backend = make_backend(
+            "ray",
+            config,
+            num_compile_workers=workers if local else None,
+            address=None if local else ray_address,
+        )
+    except RayUnavailable as exc:
+        raise click.ClickException(str(exc)) from exc
+    return backend, getattr(backend, "num_gpus", 0) > 0
+
+
+def _collect(futures: dict[str, Future[VerifyResult]], num_problems: int) -> dict[str, VerifyResult]:
+    """Wait for every future behind one progress bar on stderr (stdout stays the report or the JSON)."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    by_future = {f: n for n, f in futures.items()}
+    results: dict[str, VerifyResult] = {}
+    columns = (
+        TextColumn("verifying"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.description}"),
+    )
+    with Progress(*columns, console=Console(stderr=True)) as progress:
+        missing = num_problems - len(futures)
+        task = progress.add_task(f"({missing} without a candidate)" if missing else "", total=len(futures))
+        for fut in as_completed(by_future):
+            results[by_future[fut]] = fut.result()
+            progress.advance(task)
+    return {n: results[n] for n in futures}

@@ -1,0 +1,118 @@
+"""`VerifyBackend`: the one interface for "verify many candidates", local or on a Ray cluster.
+
+A backend takes jobs with `submit(path, *, source, reference, config, key)` and hands back a
+`concurrent.futures.Future[VerifyResult]` — the same record `verify()` returns, so the RL
+reward, `cudice eval` and the editor read one truth. `shutdown()` (or leaving the `with` block)
+releases its workers. Two backends satisfy it:
+
+- `local` — `cudice.verifier.pool.VerifyPool` (threads + sandboxed children on this machine);
+- `ray`   — `cudice.verifier.distributed.RayBackend` (compile tasks on CPU workers, run and
+  timing tasks on GPU workers, re-queued when a worker or node dies; needs `pip install
+  "cudice[dist]"`).
+
+`make_backend(name, config, ...)` picks one from the registry; `verify_all(backend, jobs)`
+submits a batch and returns the results in job order (what a reward function needs).
+Ray is imported only when the `ray` backend is made, so this module is cheap to import.
+
+Not covered: fairness or priorities between callers sharing one backend.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from cudice.verifier.config import VerifyConfig
+from cudice.verifier.result import VerifyResult
+
+
+@runtime_checkable
+class VerifyBackend(Protocol):
+    """Anything that verifies candidates asynchronously and returns `VerifyResult`s."""
+
+    def submit(
+        self,
+        path: str | Path,
+        *,
+        source: str | None = None,
+        reference: str | Path | None = None,
+        config: VerifyConfig | None = None,
+        key: str | None = None,
+    ) -> Future[VerifyResult]:
+        """Queue one verification; a pending job with the same `key` is cancelled."""
+        ...
+
+    def shutdown(self, *, cancel_pending: bool = True) -> None:
+        """Stop the workers (cancelling what has not finished unless `cancel_pending` is False)."""
+        ...
+
+    def __enter__(self) -> Any: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyJob:
+    """One candidate to verify: a path (used for locations), its text if unsaved, its reference."""
+
+    path: str | Path
+    source: str | None = None
+    reference: str | Path | None = None
+    key: str | None = None
+
+
+def verify_all(
+    backend: VerifyBackend,
+    jobs: Sequence[VerifyJob],
+    *,
+    config: VerifyConfig | None = None,
+    timeout_s: float | None = None,
+) -> list[VerifyResult]:
+    """Submit every job and wait; results in the order of `jobs` (keys default to the job index)."""
+    futures = [
+        backend.submit(
+            j.path,
+            source=j.source,
+            reference=j.reference,
+            config=config,
+            key=j.key if j.key is not None else f"job-{i}",
+        )
+        for i, j in enumerate(jobs)
+    ]
+    return [f.result(timeout=timeout_s) for f in futures]
+
+
+BackendFactory = Callable[..., VerifyBackend]
+
+
+def _local(config: VerifyConfig, *, num_compile_workers: int = 2, **kwargs: Any) -> VerifyBackend:
+    from cudice.verifier.pool import VerifyPool
+
+    return VerifyPool(config, num_compile_workers=num_compile_workers, **kwargs)
+
+
+def _ray(config: VerifyConfig, *, num_compile_workers: int | None = None, **kwargs: Any) -> VerifyBackend:
+    from cudice.verifier.distributed import RayBackend
+
+    return RayBackend(config, num_cpus=num_compile_workers, **kwargs)
+
+
+BACKENDS: dict[str, BackendFactory] = {"local": _local, "ray": _ray}
+
+
+def make_backend(name: str, config: VerifyConfig | None = None, **kwargs: Any) -> VerifyBackend:
+    """A backend from the registry: `local` (VerifyPool) or `ray` (RayBackend); kwargs go to it.
+
+    Raises ValueError for an unknown name and `RayUnavailable` (distributed.py) for `ray`
+    without Ray installed.
+    """
+    if name not in BACKENDS:
+        raise ValueError(f"Unknown verify backend {name!r}; use one of {sorted(BACKENDS)}.")
+    return BACKENDS[name](config or VerifyConfig(), **kwargs)
+
+
+def backend_names() -> Iterable[str]:
+    return tuple(BACKENDS)
