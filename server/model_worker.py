@@ -36,7 +36,7 @@ import time
 import traceback
 from typing import Any, TextIO
 
-from cudice.server.procs import lower_priority
+from cudice.server.procs import die_with_parent, lower_priority
 from cudice.server.settings import Settings
 
 
@@ -170,6 +170,7 @@ def _generation_fields(gen: Any, seconds: float) -> dict[str, Any]:
 
 def main() -> None:
     lower_priority()
+    die_with_parent()  # a killed server takes this worker (and its children) down within a second
     out = os.fdopen(os.dup(1), "w", encoding="utf-8")
     os.dup2(2, 1)  # stray prints from libraries must not corrupt the protocol
     sys.stdout = sys.stderr

@@ -3,9 +3,15 @@
 The server's worker processes (model, verification) are built on this: it never blocks the
 event loop or pygls' thread pool (asyncio subprocess pipes), keeps the tail of the child's
 stderr for error messages (and forwards it to the server's stderr), and kills the child's
-whole process group (the child may have spawned compilers or its own sandbox workers).
+whole *family*: its process group, every descendant (compilers run in sessions of their own,
+see `verifier/buildsteps.py`, so a group kill alone misses them), and every process that still
+carries the child's family tag in its environment (`FAMILY_ENV`), which finds descendants that
+were already re-parented to init after their parent died. Workers call `die_with_parent()`, so
+a killed server takes its workers (and theirs: clangd, nvcc) down within about a second.
 
-Not covered: resource limits — the verifier's sandbox applies those to untrusted code.
+Not covered: resource limits — the verifier's sandbox applies those to untrusted code; a
+descendant that both scrubs its environment and outlives its parent is found only while the
+parent chain is intact.
 """
 
 from __future__ import annotations
@@ -18,12 +24,102 @@ import logging
 import os
 import signal
 import sys
+import threading
+import time
+import uuid
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 log = logging.getLogger(__name__)
 
 STREAM_LIMIT = 64 * 1024 * 1024  # one event line may carry a whole generated file
+FAMILY_ENV = "CUDICE_WORKER_FAMILY"  # a tag every worker's descendants inherit through the environment
+PARENT_POLL_S = 0.5
+
+
+def _proc_table() -> dict[int, tuple[int, int]]:
+    """pid -> (ppid, pgrp) of every process (Linux `/proc`; empty elsewhere)."""
+    table: dict[int, tuple[int, int]] = {}
+    with contextlib.suppress(OSError):
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry.name}/stat", "rb") as f:
+                    fields = f.read().rsplit(b")", 1)[1].split()
+                table[int(entry.name)] = (int(fields[1]), int(fields[2]))
+            except (OSError, IndexError, ValueError):
+                continue  # exited meanwhile
+    return table
+
+
+def _carries(pid: int, marker: bytes) -> bool:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return marker in f.read().split(b"\0")
+    except OSError:  # gone, or another user's process
+        return False
+
+
+def family_pids(root: int | None, tag: str | None = None) -> set[int]:
+    """`root`, its live descendants, and the processes whose environment holds `FAMILY_ENV=tag`
+    (pass `root=None` once the root is reaped: its pid may belong to someone else by then)."""
+    table = _proc_table()
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    found: set[int] = set()
+    todo = [] if root is None else [root]
+    while todo:
+        pid = todo.pop()
+        if pid in found:
+            continue
+        found.add(pid)
+        todo += children.get(pid, [])
+    if tag:
+        marker = f"{FAMILY_ENV}={tag}".encode()
+        found |= {pid for pid in table if pid not in found and _carries(pid, marker)}
+    found.discard(os.getpid())
+    return {pid for pid in found if pid in table}
+
+
+def kill_family(root: int | None, tag: str | None = None, *, rounds: int = 4) -> int:
+    """SIGKILL `root`'s process group, its descendants' groups and the tagged processes; repeated
+    while new ones show up (a compiler forking while we kill). Returns how many were signalled."""
+    num = 0
+    me = os.getpgrp()
+    for _ in range(rounds):
+        pids = family_pids(root, tag)
+        if not pids:
+            break
+        table = _proc_table()
+        for pid in pids:  # stop them first: a stopped process forks no more
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGSTOP)
+        for pgrp in {table[p][1] for p in pids if p in table} - {me}:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pgrp, signal.SIGKILL)
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        num += len(pids)
+    return num
+
+
+def die_with_parent(poll_s: float = PARENT_POLL_S) -> None:
+    """In a worker: when the server that started us is gone (re-parented), kill our whole family
+    (clangd, compilers, sandbox) and ourselves. A daemon thread polls `getppid` (PR_SET_PDEATHSIG
+    would kill this process before it could clean up its children)."""
+    parent = os.getppid()
+    tag = os.environ.get(FAMILY_ENV)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(poll_s)
+        kill_family(os.getpid(), tag)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="die-with-parent", daemon=True).start()
 
 
 def lower_priority() -> None:
@@ -73,6 +169,7 @@ class ChildProcess:
         self.env = env
         self.proc: asyncio.subprocess.Process | None = None
         self.stderr_tail: collections.deque[str] = collections.deque(maxlen=stderr_lines)
+        self.tag = uuid.uuid4().hex
         self._stderr_task: asyncio.Task[None] | None = None
 
     @property
@@ -86,6 +183,7 @@ class ChildProcess:
     async def start(self, args: Sequence[str] = ()) -> None:
         env = dict(os.environ if self.env is None else self.env)
         env.setdefault("PYTHONUNBUFFERED", "1")
+        env[FAMILY_ENV] = self.tag
         self.proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", self.module, *args,
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
@@ -139,13 +237,14 @@ class ChildProcess:
         return code
 
     def kill(self) -> None:
-        """SIGKILL the child's process group (compilers and sandbox children included)."""
-        if self.proc is None or self.proc.returncode is not None:
+        """SIGKILL the child's family: its group, its descendants (compilers in their own sessions,
+        sandbox children) and whatever still carries its tag."""
+        if self.proc is None:
             return
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        with contextlib.suppress(ProcessLookupError):
-            self.proc.kill()
+        kill_family(self.proc.pid if self.proc.returncode is None else None, self.tag)
+        if self.proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.kill()
 
     async def close(self, grace_s: float = 2.0) -> None:
         """Close stdin (the child's cue to exit), then kill it if it has not exited after `grace_s`."""
@@ -158,10 +257,8 @@ class ChildProcess:
         except asyncio.TimeoutError:
             self.kill()
             await self.proc.wait()
-        # The child's own children (clangd, compilers) share its process group: end them too,
-        # also after a clean exit, so none outlives the worker.
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
+        # The child's own children (clangd, compilers) end with it, also after a clean exit.
+        kill_family(None, self.tag)
 
     def error_tail(self, num_lines: int = 8) -> str:
         return "\n".join(list(self.stderr_tail)[-num_lines:])

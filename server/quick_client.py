@@ -45,6 +45,7 @@ class QuickChecks:
         self._waiters: dict[str, asyncio.Future[dict[str, Any]]] = {}
         self._ids = itertools.count(1)
         self._lock = asyncio.Lock()
+        self._start_lock = asyncio.Lock()  # a save right after `initialize` must not start a second worker
         self._reader: asyncio.Task[None] | None = None
         self._warm = False  # the current worker has answered a check (its preamble is built)
         self._cpu_s: float | None = None  # its last reported CPU use ...
@@ -55,13 +56,14 @@ class QuickChecks:
         return self._proc.pid if self._proc is not None and self._proc.is_alive else None
 
     async def start(self) -> None:
-        """Start (and warm) the worker if it is not running."""
-        if self._proc is not None and self._proc.is_alive:
-            return
-        self._proc = ChildProcess("cudice.server.quick_worker", env=self.env)
-        self._warm, self._cpu_s = False, None
-        await self._proc.start()
-        self._reader = asyncio.create_task(self._read(self._proc))
+        """Start (and warm) the worker if it is not running; concurrent callers share one start."""
+        async with self._start_lock:
+            if self._proc is not None and self._proc.is_alive:
+                return
+            self._proc = ChildProcess("cudice.server.quick_worker", env=self.env)
+            self._warm, self._cpu_s = False, None
+            await self._proc.start()
+            self._reader = asyncio.create_task(self._read(self._proc))
 
     async def _read(self, proc: ChildProcess) -> None:
         async for event in proc.events():

@@ -25,7 +25,7 @@ import time
 import traceback
 from typing import Any, TextIO
 
-from cudice.server.procs import group_cpu_seconds, lower_priority
+from cudice.server.procs import die_with_parent, group_cpu_seconds, lower_priority
 
 
 def _emit(out: TextIO, lock: threading.Lock, **event: Any) -> None:
@@ -47,6 +47,7 @@ def _heartbeat(out: TextIO, lock: threading.Lock, busy: list[Any], interval_s: f
 
 def main() -> None:
     lower_priority()
+    die_with_parent()  # a killed server takes this worker (and its children) down within a second
     out = os.fdopen(os.dup(1), "w", encoding="utf-8")
     os.dup2(2, 1)
     sys.stdout = sys.stderr

@@ -5,8 +5,10 @@ lines on stdout:
   {"event": "partial", "result": VerifyResult}  after each finished stage (static, compile, ...)
   {"event": "final", "result": VerifyResult}
 The fast clangd diagnostics come from the long-lived quick worker instead (quick_worker.py).
-The server kills this process (and its process group: compilers, the verifier's sandbox) when a
-newer save supersedes the run or the timeout passes. Library prints go to stderr.
+The server kills this process and its family (its group, the compilers in their own sessions,
+the verifier's sandbox: `procs.kill_family`) when a newer save supersedes the run, on a cancel
+or at the timeout; if the server itself dies, this worker kills that family and exits (stdin
+EOF or re-parenting, `procs.die_with_parent`). Library prints go to stderr.
 
 `CUDICE_VERIFY_MODULE` (default `cudice.verifier.api`) names the module with `verify`; tests point it at a scripted verifier. Nothing here judges a kernel: the
 verifier does, in its own sandbox.
@@ -25,7 +27,7 @@ import threading
 import traceback
 from typing import Any, TextIO
 
-from cudice.server.procs import lower_priority
+from cudice.server.procs import FAMILY_ENV, die_with_parent, kill_family, lower_priority
 from cudice.verifier.result import Stage, Verdict, VerifyResult
 
 
@@ -59,12 +61,14 @@ def run(request: dict[str, Any], out: TextIO) -> None:
 def _die_with_server() -> None:
     """The server keeps our stdin open while it waits; EOF means it is gone: take the build down too."""
     sys.stdin.read()
+    kill_family(os.getpid(), os.environ.get(FAMILY_ENV))
     with contextlib.suppress(OSError):
         os.killpg(os.getpgid(0), signal.SIGKILL)
 
 
 def main() -> None:
     lower_priority()
+    die_with_parent()
     out = os.fdopen(os.dup(1), "w", encoding="utf-8")
     os.dup2(2, 1)
     sys.stdout = sys.stderr

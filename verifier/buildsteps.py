@@ -7,7 +7,10 @@ compiler's output and exit status, so
 - candidates that share a module name and C++ declarations (common in KernelBench batches)
   share `main.o`.
 Failures are cached too (same text and flags, same errors). The two objects compile in
-parallel as child processes in their own session; a cancel or timeout kills both.
+parallel as child processes in their own session; a cancel or timeout kills both, and each
+compiler gets SIGKILL when the thread that started it dies (`PR_SET_PDEATHSIG`, Linux), so a
+killed worker leaves no compiler behind (the language server also kills the worker's whole
+family: `server/procs.py`).
 The commands are torch's own (toolchain.py), as `load_inline`'s ninja file would run them.
 
 Not covered: eviction of the cache (delete `cache_dir` to reclaim space), ccache.
@@ -15,13 +18,16 @@ Not covered: eviction of the cache (delete `cache_dir` to reclaim space), ccache
 
 from __future__ import annotations
 
+import ctypes
 import fcntl
 import hashlib
 import json
 import os
 import shlex
 import shutil
+import signal
 import subprocess
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -40,12 +46,23 @@ class StepResult:
     timed_out: bool = False
 
 
+_LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform == "linux" else None  # loaded before any fork
+
+
+def _die_with_parent() -> None:
+    """preexec (runs between fork and exec, so nothing is imported here): SIGKILL this compiler
+    when the thread that started it dies (prctl(2) PR_SET_PDEATHSIG = 1; Linux only)."""
+    if _LIBC is not None:
+        _LIBC.prctl(1, signal.SIGKILL, 0, 0, 0)
+
+
 def run_process(cmd: list[str], timeout_s: float, cancel: CancelToken | None, cwd: Path | None = None,
                 on_output: Callable[[str], None] | None = None) -> tuple[int, str, bool, bool]:
     """(returncode, merged output, cancelled, timed_out); the process group dies on cancel/timeout."""
     env = {**os.environ, "LC_ALL": "C", "LANG": "C"}
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=cwd,
-                            start_new_session=True, errors="replace")
+                            start_new_session=True, errors="replace",
+                            preexec_fn=_die_with_parent)
     chunks: list[str] = []
 
     def pump() -> None:

@@ -4,6 +4,9 @@
 - `SLOW_VERIFY` in the source -> the full verification sleeps 30 s (to be superseded/cancelled)
 - `QUICK_BUSY=<s>` -> the quick check computes for s seconds of wall time (a preamble being built)
 - `QUICK_STALL=<s>` -> the quick check sleeps s seconds, using no CPU (a stuck clangd)
+- `SPAWN_COMPILER` -> the full verification runs a "compiler" through the real
+  `cudice.verifier.buildsteps.run_process` (own session, a forked grandchild: `sleep 301`,
+  `sleep 302`) and the quick check starts a "clangd" child (`sleep 303`) and waits on it
 - otherwise correct, 2.31x on an "NVIDIA H200" (or compile-only when the config says so)
 `verify` reports partial results after its static and compile stages, as the real one does.
 """
@@ -12,6 +15,7 @@ from __future__ import annotations
 
 import datetime
 import re
+import subprocess
 import time
 from typing import Any
 
@@ -41,6 +45,8 @@ def _seconds(marker: str, source: str) -> float:
 
 
 def quick_check(path: str, source: str, checker: Any = None) -> VerifyResult:
+    if "SPAWN_COMPILER" in source:
+        subprocess.Popen(["sleep", "303"]).wait()
     busy_until = time.monotonic() + _seconds("QUICK_BUSY", source)
     while time.monotonic() < busy_until:
         sum(i * i for i in range(10_000))
@@ -58,6 +64,10 @@ def verify(path: str, *, source: str | None = None, reference: Any = None, confi
         on_stage(VerifyResult(Verdict.CHECKED, Stage.STATIC, path))
     if "SLOW_VERIFY" in source:
         time.sleep(30)
+    if "SPAWN_COMPILER" in source:
+        from cudice.verifier.buildsteps import run_process
+
+        run_process(["sh", "-c", "sleep 301 & sleep 302; wait"], 600.0, None)
     errors = _compile_errors(path, source)
     if errors:
         return VerifyResult(Verdict.COMPILE_ERROR, Stage.COMPILE, path, errors)

@@ -1,0 +1,109 @@
+"""No orphans: after a cancel, a superseding save and a SIGKILL of the server, the process table
+holds none of the server's descendants (compilers in their own sessions included).
+
+The scripted verifier (`lsp_fakes/fake_verifier.py`, marker `SPAWN_COMPILER`) starts a "compiler"
+through the real `verifier.buildsteps.run_process` (a new session with a forked grandchild) and a
+"clangd" child of the quick worker. Every process the server starts inherits the environment
+variable `CUDICE_TEST_FAMILY=<tag>`, which is how the test finds them after they were re-parented.
+Waits poll the process table against generous deadlines (a loaded 2-core box).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from lsp_support import REPO, start_editor, stop_editor
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+DEADLINE_S = 120.0
+
+
+def _tagged(tag: str) -> dict[int, str]:
+    """pid -> command line of every process whose environment holds CUDICE_TEST_FAMILY=tag."""
+    marker = f"CUDICE_TEST_FAMILY={tag}".encode()
+    found: dict[int, str] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/environ", "rb") as f:
+                if marker not in f.read().split(b"\0"):
+                    continue
+            with open(f"/proc/{entry.name}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+            with open(f"/proc/{entry.name}/stat", "rb") as f:
+                if f.read().rsplit(b")", 1)[1].split()[0] == b"Z":
+                    continue  # a zombie is dead already; its parent reaps it
+        except OSError:
+            continue
+        found[int(entry.name)] = cmd
+    return found
+
+
+async def _until(what: str, done: Callable[[], bool], timeout_s: float = DEADLINE_S) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout_s:.0f} s: {what}")
+        await asyncio.sleep(0.1)
+
+
+def _running(tag: str, *names: str) -> list[str]:
+    """Tagged processes whose command line is one of `names` or ends with one of them."""
+    return [cmd for cmd in _tagged(tag).values() if any(cmd == n or cmd.endswith(" " + n) for n in names)]
+
+
+@pytest.fixture
+def candidate(tmp_path: Path) -> Path:
+    for name in ("relu.py", "relu_cuda.py"):
+        shutil.copy(REPO / "examples" / name, tmp_path / name)
+    path = tmp_path / "relu_cuda.py"
+    path.write_text(path.read_text() + "\n# SPAWN_COMPILER\n")
+    return path
+
+
+async def test_cancel_and_a_killed_server_leave_no_descendants(candidate: Path) -> None:
+    tag = uuid.uuid4().hex
+    editor = await start_editor("neovim@v0.11", candidate.parent, env={"CUDICE_TEST_FAMILY": tag, "CUDICE_GPU": "0"})
+    killed = False
+    try:
+        uri = editor.open(candidate)
+        editor.save(uri)  # right after initialize: races the quick worker's start-up
+        await _until("the compiler, its grandchild and the quick check's child run",
+                     lambda: len(_running(tag, "sleep 301", "sleep 302", "sleep 303")) == 3)
+        assert len(_running(tag, "-m cudice.server.quick_worker")) == 1, _tagged(tag)
+
+        # 1. a cancel kills the build's whole family, compilers in their own session included
+        assert (await editor.command("cudice.cancel", uri))["cancelled"] >= 1
+        await _until("the cancelled build's compilers are gone",
+                     lambda: not _running(tag, "sleep 301", "sleep 302", "-m cudice.server.verify_worker"))
+
+        # 2. a newer save supersedes the running build: the old compilers go too
+        editor.save(uri)
+        await _until("the second build's compilers run", lambda: len(_running(tag, "sleep 301", "sleep 302")) == 2)
+        first = {p for p, c in _tagged(tag).items() if c in ("sleep 301", "sleep 302") or "verify_worker" in c}
+        editor.change(uri, editor.buffers[uri][0] + "\n# edited\n")
+        editor.save(uri)
+        await _until("the superseded build is gone and the newer one runs",
+                     lambda: len(_running(tag, "sleep 301", "sleep 302")) == 2 and not first & set(_tagged(tag)))
+
+        # 3. SIGKILL of the server: workers, clangd stand-in and compilers all die on their own
+        server = editor.client._server
+        assert server is not None
+        os.kill(server.pid, signal.SIGKILL)
+        killed = True
+        await _until("every descendant of the killed server is gone", lambda: not _tagged(tag))
+    finally:
+        if killed:
+            await editor.client.stop()
+        else:
+            await stop_editor(editor)
+    assert not _tagged(tag)
