@@ -1,0 +1,144 @@
+"""The operator tables of the corpus: each op's PyTorch spelling and its fp32 CUDA statement.
+
+An elementwise op is a `PointOp`: the Python expression a reference `forward` writes (with `{x}`
+for its operand) and the CUDA statement that applies it to the float register `v`. Constants are
+baked into both spellings when the op is instantiated (`leaky_relu(0.1)` → `F.leaky_relu(x,
+negative_slope=0.1)` and `v = v > 0.0f ? v : v * 0.1f;`), so a kernel never reads a parameter
+the reference does not state. The CUDA formulas follow PyTorch's definitions
+(https://pytorch.org/docs/stable/nn.functional.html): GELU is the erf form unless
+`approximate="tanh"`, softplus uses PyTorch's default threshold of 20, ELU uses alpha 1.
+
+Losses are `LossOp`s: the per-element term as a CUDA statement on `d = p - t` (or on `p`, `t`)
+and the reference spelling for `reduction="mean"` or `"sum"`.
+
+Not covered: ops whose CUDA needs more than one statement on `v` (e.g. a hardswish with a
+lookup), broadcasting binary ops, integer dtypes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+def cuda_float(value: float) -> str:
+    """A float literal CUDA reads as fp32: 0.1 → '0.1f', 2 → '2.0f'."""
+    text = repr(float(value))
+    return f"{text}f"
+
+
+@dataclass(frozen=True, slots=True)
+class PointOp:
+    name: str          # C/Python identifier part, e.g. "leaky_relu"
+    title: str         # words for docstrings, e.g. "LeakyReLU (slope 0.1)"
+    python: str        # reference expression, `{x}` is the operand
+    cuda: str          # CUDA statement on the float `v`
+    needs_f: bool = False  # the reference uses `torch.nn.functional as F`
+
+
+def _scaled(name: str, value: float) -> str:
+    return f"{name}{str(value).replace('.', 'p').replace('-', 'm')}"
+
+
+def unary_op(kind: str, value: float | None = None) -> PointOp:
+    """An instantiated unary op; `value` is the constant of parametrised ops."""
+    c = cuda_float(value) if value is not None else ""
+    table: dict[str, PointOp] = {
+        "relu": PointOp("relu", "ReLU", "torch.relu({x})", "v = fmaxf(v, 0.0f);"),
+        "sigmoid": PointOp("sigmoid", "sigmoid", "torch.sigmoid({x})", "v = 1.0f / (1.0f + expf(-v));"),
+        "tanh": PointOp("tanh", "tanh", "torch.tanh({x})", "v = tanhf(v);"),
+        "gelu": PointOp("gelu", "GELU", "F.gelu({x})", "v = 0.5f * v * (1.0f + erff(v * 0.70710678f));", True),
+        "gelu_tanh": PointOp("gelu_tanh", "GELU (tanh approximation)", 'F.gelu({x}, approximate="tanh")',
+                             "v = 0.5f * v * (1.0f + tanhf(0.79788456f * (v + 0.044715f * v * v * v)));", True),
+        "silu": PointOp("silu", "SiLU", "F.silu({x})", "v = v / (1.0f + expf(-v));", True),
+        "elu": PointOp("elu", "ELU", "F.elu({x})", "v = v > 0.0f ? v : expm1f(v);", True),
+        "softplus": PointOp("softplus", "softplus", "F.softplus({x})", "v = v > 20.0f ? v : log1pf(expf(v));", True),
+        "softsign": PointOp("softsign", "softsign", "F.softsign({x})", "v = v / (1.0f + fabsf(v));", True),
+        "hardsigmoid": PointOp("hardsigmoid", "hard sigmoid", "F.hardsigmoid({x})",
+                               "v = fminf(fmaxf(v / 6.0f + 0.5f, 0.0f), 1.0f);", True),
+        "abs": PointOp("abs", "absolute value", "torch.abs({x})", "v = fabsf(v);"),
+        "square": PointOp("square", "square", "{x} * {x}", "v = v * v;"),
+    }
+    if kind in table:
+        if value is not None:
+            raise ValueError(f"unary op {kind!r} takes no constant (got {value}); drop the value")
+        return table[kind]
+    if value is None:
+        raise ValueError(f"unary op {kind!r} needs a constant; pass value=")
+    if kind == "leaky_relu":
+        return PointOp(_scaled("leaky_relu", value), f"LeakyReLU (slope {value})",
+                       f"F.leaky_relu({{x}}, negative_slope={value})", f"v = v > 0.0f ? v : v * {c};", True)
+    if kind == "scale":
+        return PointOp(_scaled("scale", value), f"scaling by {value}", f"{{x}} * {value}", f"v = v * {c};")
+    if kind == "shift":
+        sign, mag = ("-", -value) if value < 0 else ("+", value)
+        return PointOp(_scaled("shift", value), f"adding {value}", f"{{x}} {sign} {mag}",
+                       f"v = v {sign} {cuda_float(mag)};")
+    if kind == "clamp":
+        return PointOp(_scaled("clamp", value), f"clamping to [-{value}, {value}]",
+                       f"torch.clamp({{x}}, min=-{value}, max={value})", f"v = fminf(fmaxf(v, -{c}), {c});")
+    raise ValueError(f"unknown unary op {kind!r}; known: {', '.join([*table, 'leaky_relu', 'scale', 'shift', 'clamp'])}")
+
+
+UNARY_PLAIN = ("relu", "sigmoid", "tanh", "gelu", "gelu_tanh", "silu", "elu", "softplus", "softsign",
+               "hardsigmoid", "abs", "square")
+UNARY_VALUED = {"leaky_relu": (0.01, 0.1, 0.2), "scale": (0.5, 2.0, 3.0), "shift": (1.0, -0.5),
+                "clamp": (0.5, 1.0)}
+# Ops a chain may append (bounded outputs, so chains never overflow fp32).
+CHAIN_OPS = ("relu", "sigmoid", "tanh", "gelu", "silu", "softsign", "hardsigmoid", "abs", "elu")
+
+
+def all_unary_ops() -> list[PointOp]:
+    ops = [unary_op(k) for k in UNARY_PLAIN]
+    ops += [unary_op(k, v) for k, vals in UNARY_VALUED.items() for v in vals]
+    return ops
+
+
+@dataclass(frozen=True, slots=True)
+class BinaryOp:
+    name: str
+    title: str
+    python: str   # `{a}`, `{b}` operands
+    cuda: str     # float expression of `x` and `y`
+
+
+BINARY_OPS = {
+    "add": BinaryOp("add", "sum", "{a} + {b}", "x + y"),
+    "sub": BinaryOp("sub", "difference", "{a} - {b}", "x - y"),
+    "mul": BinaryOp("mul", "product", "{a} * {b}", "x * y"),
+    "maximum": BinaryOp("maximum", "elementwise maximum", "torch.maximum({a}, {b})", "fmaxf(x, y)"),
+    "minimum": BinaryOp("minimum", "elementwise minimum", "torch.minimum({a}, {b})", "fminf(x, y)"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class LossOp:
+    name: str
+    title: str
+    python: str   # reference return expression with `{r}` for the reduction ("mean" | "sum")
+    cuda: str     # CUDA statements ending with the element's loss in `v` (inputs `x` = p[i], `y` = t[i])
+    hinge_targets: bool = False
+
+
+def loss_op(kind: str, value: float | None = None) -> LossOp:
+    if kind == "mse":
+        return LossOp("mse_loss", "mean squared error", 'F.mse_loss(predictions, targets, reduction="{r}")',
+                      "float d = x - y;\n        float v = d * d;")
+    if kind == "l1":
+        return LossOp("l1_loss", "L1 loss", 'F.l1_loss(predictions, targets, reduction="{r}")',
+                      "float v = fabsf(x - y);")
+    if kind == "huber":
+        delta = 1.0 if value is None else value
+        c = cuda_float(delta)
+        return LossOp(_scaled("huber_loss", delta), f"Huber loss (delta {delta})",
+                      f'F.huber_loss(predictions, targets, reduction="{{r}}", delta={delta})',
+                      f"float d = fabsf(x - y);\n        float v = d < {c} ? 0.5f * d * d : {c} * (d - 0.5f * {c});")
+    if kind == "smooth_l1":
+        beta = 1.0 if value is None else value
+        c = cuda_float(beta)
+        return LossOp(_scaled("smooth_l1_loss", beta), f"smooth L1 loss (beta {beta})",
+                      f'F.smooth_l1_loss(predictions, targets, reduction="{{r}}", beta={beta})',
+                      f"float d = fabsf(x - y);\n        float v = d < {c} ? 0.5f * d * d / {c} : d - 0.5f * {c};")
+    if kind == "hinge":
+        return LossOp("hinge_loss", "hinge loss", "torch.{r}(torch.clamp(1 - predictions * targets, min=0))",
+                      "float v = fmaxf(1.0f - x * y, 0.0f);", hinge_targets=True)
+    raise ValueError(f"unknown loss {kind!r}; known: mse, l1, huber, smooth_l1, hinge")
