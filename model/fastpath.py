@@ -1,31 +1,45 @@
-"""Fast `Runner`: a static KV cache and CUDA-graph-captured block forwards (Qwen3 only).
+"""Fast `Runner`: static KV cache, fused layer math (torch.compile) and CUDA-graph block forwards.
 
-Why: eager HF is bound by Python and kernel launches (DESIGN §3: 30.8 ms per 1-token forward at
-1.7B on an H200 while reading the weights takes ~1 ms). This runner keeps the K/V in
-preallocated buffers (B, H_kv, M, D) per layer and runs its own forward over the HF modules'
-weights, so every block forward has fixed shapes and can be captured once as a CUDA graph and
-replayed:
+Why: eager HF is bound by Python and kernel launches (docs/benchmarks.md: one 4-token forward at
+1.7B launches ~3,300 kernels and keeps an H200 busy 10.5 of its 63 ms, while reading the weights
+takes ~1 ms). This runner runs its own Qwen3 forward (`cudice.model.layers`) over the HF
+modules' weights, read live, so in-place weight updates (a trainer's optimiser) are seen:
 
-- a forward writes its K/V at slots [length, length + L) with `index_copy_`; a denoise step's
-  K/V is simply overwritten by the next step or by the commit (JetEngine does the same), so
-  "crop" only moves the length back — no copies, no allocation;
-- attention runs over all M slots with an additive mask that blocks unused slots; GQA is done by
-  folding each KV head's query group into the query axis, so SDPA needs no K/V repeat;
-- rows that finish stay in the captured batch as idle slots (`select_rows` only remaps), so one
-  graph per (batch, L, logits?) serves the whole generation.
+- the K/V live in preallocated buffers (B, H_kv, M, D) per layer; a block forward writes its K/V
+  at slots [length, length + L) with `index_copy_`, and a denoise step's K/V is overwritten by the
+  next step or by the commit (JetEngine does the same), so "crop" only moves the length back;
+- a block forward attends over all M slots with an additive mask that blocks unused slots; GQA
+  folds each KV head's query group into the query axis, so SDPA needs no K/V repeat;
+- `compile=True` runs the per-token layer math through torch.compile (Inductor fuses RMSNorm,
+  q/k norm, RoPE, residual adds and the SwiGLU gate: ~18 kernels per layer instead of ~50);
+  the token axis is dynamic, so one compilation serves every batch and block size;
+- `use_graphs=True` (CUDA) captures each block forward (batch, L <= 16, logits?) once as a CUDA
+  graph and replays it; rows that finish stay in the captured batch as idle slots
+  (`select_rows` only remaps), so one graph serves a whole generation;
+- the prefill (the first forward into an empty cache) computes no padding: rows are grouped by
+  their left padding, read off the positions (`pos[r, -1] = L - 1 - pad[r]`), and each group runs
+  unpadded self-attention, its K/V written into its rows' slots. Mixed prompt lengths therefore
+  cost only their real tokens in the prefill; the decode reads the static M slots either way.
 
-Equal to `HFRunner` up to float rounding (test: same tokens at temperature 0 on the tiny model;
-`gpu` test: graphs on == graphs off). Not covered: sliding-window layers, tensor parallelism,
-paged caches, prompts longer than the cache allocated for the call.
+Equal to `HFRunner` up to float rounding (tests: same tokens at temperature 0 on the tiny model,
+eager and compiled; `gpu` test: graphs on == graphs off). Not covered: sliding-window layers,
+tensor parallelism, a paged cache (every row holds M slots), prompts longer than the cache
+allocated for the call.
 """
 
 from __future__ import annotations
 
+import sys
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 import torch.nn.functional as F
+from cudice.model import layers
+
+GRAPH_MAX_TOKENS = 16  # block forwards up to this many tokens per row are captured (AR 1, block 4, fused 8)
 
 
 @dataclass
@@ -37,21 +51,41 @@ class StaticCache:
     graphs: dict[tuple[int, bool], Any] = field(default_factory=dict)
 
 
-class StaticRunner:
-    """`Runner` with a static KV cache; `use_graphs` captures block forwards (CUDA only)."""
+@dataclass(frozen=True)
+class _LayerWeights:
+    attn: tuple[Any, ...]   # attn_in's weights: ln, q, q bias, k, k bias, v, v bias, q norm, k norm
+    mlp: tuple[Any, ...]    # mlp_block's weights: o, o bias, post ln, gate, up, down
 
-    def __init__(self, model: Any, use_graphs: bool = True) -> None:
+
+class StaticRunner:
+    """`Runner` with a static KV cache; `compile` fuses the layer math, `use_graphs` captures (CUDA)."""
+
+    def __init__(self, model: Any, use_graphs: bool = True, compile: bool = False,
+                 compile_mode: str | None = None) -> None:
         self.model = model
         param = next(model.parameters())
         self.dtype, self.device = param.dtype, param.device
         cfg = model.config
+        if getattr(cfg, "use_sliding_window", False) and getattr(cfg, "sliding_window", None):
+            raise ValueError("StaticRunner does not support sliding-window attention; use HFRunner")
+        if getattr(cfg, "hidden_act", "silu") != "silu":
+            raise ValueError(f"StaticRunner implements the SiLU MLP of Qwen3, not hidden_act={cfg.hidden_act!r}; "
+                             "use HFRunner (fast=False) for this checkpoint")
         self.num_kv = cfg.num_key_value_heads
         self.group = cfg.num_attention_heads // cfg.num_key_value_heads
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        self.eps = float(cfg.rms_norm_eps)
         self.use_graphs = use_graphs and self.device.type == "cuda"
-        if getattr(cfg, "use_sliding_window", False) and getattr(cfg, "sliding_window", None):
-            raise ValueError("StaticRunner does not support sliding-window attention; use HFRunner")
+        self.compile_mode = compile_mode
+        self.fns = layers.compiled(compile_mode) if compile else layers.EAGER
+        self.compile_error: str | None = None
+        self.warmup_seconds: dict[tuple[int, int], float] = {}  # (batch, L) -> first forward incl. compile/capture
+        self._layers = [_weights(layer) for layer in model.model.layers]
         self._pool: dict[tuple[int, int], StaticCache] = {}
+
+    @property
+    def compiled(self) -> bool:
+        return self.fns is not layers.EAGER
 
     # --- Runner protocol ------------------------------------------------------------------
     def new_cache(self, batch: int, max_length: int) -> StaticCache:
@@ -85,77 +119,155 @@ class StaticRunner:
         """ids (b, L), mask (b, 1, L, K) additive over the first K slots, pos (b, L) -> logits (b, L, V)."""
         b, n = ids.shape
         big_b, m = cache.keys[0].shape[0], cache.keys[0].shape[2]
-        k = mask.shape[-1]
-        if cache.length + n > m or k > m:
+        if cache.length + n > m or mask.shape[-1] > m:
             raise ValueError(f"static cache of {m} slots is too small for {cache.length + n} tokens")
         slots = cache.slots
         assert slots is not None
-        # 1. scatter the active rows into full-batch inputs (idle rows repeat their last inputs);
-        #    rows only ever leave, in order, so b == B means every row is active in place
-        key = (n, logits)
-        state = cache.graphs.get(key)
-        if state is None:
-            state = _Inputs.allocate(big_b, n, m, self.dtype, self.device)
-        state.load(ids, mask, pos, cache.length, slots, full=b == big_b)
-        # 2. run; block forwards (not the prefill, which starts at slot 0) replay a captured graph
-        if self.use_graphs and n <= 16 and cache.length > 0:
-            if "graph" not in state.extra:
-                self._capture(state, cache, logits)
-            state.extra["graph"].replay()
-            out = state.extra["out"]
+        start = time.perf_counter()
+        if cache.length == 0:
+            if b != big_b:
+                raise ValueError(f"the first forward into a cache of {big_b} rows got {b} rows; "
+                                 "prefill every row before selecting rows")
+            out = self._guarded(lambda: self._prefill(ids, mask, pos, cache, logits))
         else:
-            out = self._forward(state, cache, logits)
-        if n <= 16:  # keep block-sized input buffers (and graphs); a prefill's are dropped
-            cache.graphs[key] = state
+            out = self._guarded(lambda: self._block(ids, mask, pos, cache, logits, full=b == big_b))
+            out = out[slots] if logits else out
         cache.length += n
-        return out[slots] if logits else out
+        if (big_b, n) not in self.warmup_seconds and n <= GRAPH_MAX_TOKENS:
+            if self.device.type == "cuda":
+                torch.cuda.synchronize()
+            self.warmup_seconds[(big_b, n)] = time.perf_counter() - start
+        return out
 
-    # --- the model -------------------------------------------------------------------------
-    def _forward(self, s: _Inputs, cache: StaticCache, logits: bool) -> torch.Tensor:
-        model = self.model
-        h = model.model.embed_tokens(s.ids)                                    # (B, L, hidden)
-        cos, sin = model.model.rotary_emb(h, s.pos)                             # (B, L, D)
-        cos, sin = cos[:, None], sin[:, None]
-        bias = s.mask.repeat(1, 1, self.group, 1)                               # (B, 1, G*L, M)
+    def _guarded(self, run: Callable[[], torch.Tensor]) -> torch.Tensor:
+        """Run with the compiled functions; if compiling fails, say so once and continue eager."""
+        if not self.compiled:
+            return run()
+        try:
+            return run()
+        except Exception as exc:  # a compiler bug must cost speed, not the generation
+            self.compile_error = f"{type(exc).__name__}: {exc}"
+            print(f"cudice.model: torch.compile failed ({self.compile_error.splitlines()[0][:300]}); the fast "
+                  "path continues without it (same tokens, slower)", file=sys.stderr, flush=True)
+            self.fns = layers.EAGER
+            for cache in self._pool.values():
+                cache.graphs.clear()
+            return run()
+
+    # --- forwards --------------------------------------------------------------------------
+    def _block(self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, cache: StaticCache,
+               logits: bool, full: bool) -> torch.Tensor:
+        """A forward against the cache: scatter the active rows into full-batch static inputs (idle
+        rows repeat their last inputs), then replay (or capture) the graph of this shape."""
+        big_b, n, m = cache.keys[0].shape[0], ids.shape[1], cache.keys[0].shape[2]
+        key = (n, logits)
+        state = cache.graphs.get(key) or _Inputs.allocate(big_b, n, m, self.dtype, self.device)
+        assert cache.slots is not None
+        state.load(ids, mask, pos, cache.length, cache.slots, full=full)
+        if n > GRAPH_MAX_TOKENS:  # a long continuation: run once, keep no buffers
+            return self._forward_cached(state, cache, logits)
+        cache.graphs[key] = state
+        if not self.use_graphs:
+            return self._forward_cached(state, cache, logits)
+        if "graph" not in state.extra:
+            self._capture(state, cache, logits)
+        state.extra["graph"].replay()
+        return state.extra["out"]
+
+    def _forward_cached(self, s: _Inputs, cache: StaticCache, logits: bool) -> torch.Tensor:
         big_b, n = s.ids.shape
-        for i, layer in enumerate(model.model.layers):
-            attn = layer.self_attn
-            x = layer.input_layernorm(h)
-            q = attn.q_norm(attn.q_proj(x).view(big_b, n, -1, self.head_dim)).transpose(1, 2)  # (B, H, L, D)
-            k = attn.k_norm(attn.k_proj(x).view(big_b, n, -1, self.head_dim)).transpose(1, 2)  # (B, Hkv, L, D)
-            v = attn.v_proj(x).view(big_b, n, -1, self.head_dim).transpose(1, 2)
-            q, k = _rope(q, cos, sin), _rope(k, cos, sin)
-            cache.keys[i].index_copy_(2, s.write, k)
-            cache.values[i].index_copy_(2, s.write, v)
-            q = q.reshape(big_b, self.num_kv, self.group * n, self.head_dim)   # fold each KV head's group
-            o = F.scaled_dot_product_attention(q, cache.keys[i], cache.values[i], attn_mask=bias,
-                                               scale=attn.scaling)              # (B, Hkv, G*L, D)
-            o = o.reshape(big_b, -1, n, self.head_dim).transpose(1, 2).reshape(big_b, n, -1)
-            h = h + attn.o_proj(o)
-            h = h + layer.mlp(layer.post_attention_layernorm(h))
+        bias = s.mask.repeat(1, 1, self.group, 1)                              # (B, 1, G*L, M)
+
+        def attend(i: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+            # q (B, L, H, D), k/v (B, L, Hkv, D) -> (B*L, H*D)
+            cache.keys[i].index_copy_(2, s.write, k.transpose(1, 2))
+            cache.values[i].index_copy_(2, s.write, v.transpose(1, 2))
+            qf = q.view(big_b, n, self.num_kv, self.group, self.head_dim).permute(0, 2, 3, 1, 4)
+            qf = qf.reshape(big_b, self.num_kv, self.group * n, self.head_dim)  # fold each KV head's group
+            o = F.scaled_dot_product_attention(qf, cache.keys[i], cache.values[i], attn_mask=bias,
+                                               scale=self.head_dim ** -0.5)      # (B, Hkv, G*L, D)
+            o = o.view(big_b, self.num_kv, self.group, n, self.head_dim).permute(0, 3, 1, 2, 4)
+            return o.reshape(big_b * n, -1)
+
+        return self._run(s.ids, s.pos, attend, logits)
+
+    def _prefill(self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, cache: StaticCache,
+                 logits: bool) -> torch.Tensor:
+        """First forward into an empty cache: per group of rows with equal left padding, unpadded
+        self-attention under that group's part of the mask; K/V written at the real tokens' slots."""
+        b, n = ids.shape
+        pad = (n - 1) - pos[:, -1]                                              # (b,) left padding
+        expected = (torch.arange(n, device=pos.device)[None, :] - pad[:, None]).clamp(min=0)
+        pads = pad.tolist() if bool((pos == expected).all()) else [0] * b       # sync point; else run padded
+        out = torch.zeros(b, n, self.model.config.vocab_size, dtype=self.dtype, device=self.device) if logits \
+            else ids.new_empty(b, 0, 0, dtype=self.dtype)
+        for p in sorted(set(pads)):
+            rows = torch.tensor([r for r in range(b) if pads[r] == p], device=self.device)
+            g_ids, g_pos, g_mask = ids[rows, p:], pos[rows, p:], mask[rows][..., p:, p:]
+            nb, nn = g_ids.shape
+
+            def attend(i: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                       rows: torch.Tensor = rows, p: int = p, g_mask: torch.Tensor = g_mask,
+                       nb: int = nb, nn: int = nn) -> torch.Tensor:
+                k, v = k.transpose(1, 2), v.transpose(1, 2)                     # (nb, Hkv, nn, D)
+                cache.keys[i][rows, :, p:n] = k
+                cache.values[i][rows, :, p:n] = v
+                o = F.scaled_dot_product_attention(
+                    q.transpose(1, 2), k.repeat_interleave(self.group, 1), v.repeat_interleave(self.group, 1),
+                    attn_mask=g_mask, scale=self.head_dim ** -0.5)              # (nb, H, nn, D)
+                return o.transpose(1, 2).reshape(nb * nn, -1)
+
+            result = self._run(g_ids, g_pos, attend, logits)
+            if logits:
+                out[rows, p:] = result
+        return out
+
+    def _run(self, ids: torch.Tensor, pos: torch.Tensor,
+             attend: Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor],
+             logits: bool) -> torch.Tensor:
+        """The decoder over ids (B, L) at positions pos (B, L); `attend` writes K/V and attends."""
+        attn_in, mlp_block, lm_head = self.fns
+        model, (big_b, n) = self.model, ids.shape
+        h = model.model.embed_tokens(ids)                                       # (B, L, hidden)
+        cos, sin = model.model.rotary_emb(h, pos)                               # (B, L, D)
+        h = h.reshape(big_b * n, -1)                                            # (T, hidden) tokens as rows
+        cos, sin = cos.reshape(big_b * n, -1), sin.reshape(big_b * n, -1)
+        delta = torch.zeros_like(h)
+        if self.compiled:
+            layers.mark_tokens_dynamic(h, delta, cos, sin)
+        for i, w in enumerate(self._layers):
+            h, q, k, v = attn_in(h, delta, *w.attn, cos, sin, self.eps, self.head_dim)  # (T, H|Hkv, D)
+            o = attend(i, q.view(big_b, n, -1, self.head_dim), k.view(big_b, n, -1, self.head_dim),
+                       v.view(big_b, n, -1, self.head_dim))                     # (T, H*D)
+            if self.compiled:
+                layers.mark_tokens_dynamic(o)
+            h, delta = mlp_block(h, o, *w.mlp, self.eps)
         if not logits:
-            return h[:, :0, :0]
-        return model.lm_head(model.model.norm(h))                               # (B, L, V)
+            return h[:0, :0].view(big_b, 0, 0)
+        return lm_head(h, delta, model.model.norm.weight, model.lm_head.weight, self.eps).view(big_b, n, -1)
 
     def _capture(self, s: _Inputs, cache: StaticCache, logits: bool) -> None:
-        # Warm-up on a side stream (allocator, cuBLAS handles), then capture. Both write K/V at the
-        # current slots, which the real step overwrites anyway.
+        # Warm-up on a side stream (compilation, autotuning, allocator, cuBLAS handles), then capture.
+        # Both write K/V at the current slots, which the real step overwrites anyway.
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
             for _ in range(2):
-                self._forward(s, cache, logits)
+                self._forward_cached(s, cache, logits)
         torch.cuda.current_stream().wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            s.extra["out"] = self._forward(s, cache, logits)
+            s.extra["out"] = self._forward_cached(s, cache, logits)
         s.extra["graph"] = graph
 
 
-def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    return x * cos + rotated * sin
+def _weights(layer: Any) -> _LayerWeights:
+    a, mlp = layer.self_attn, layer.mlp
+    return _LayerWeights(
+        attn=(layer.input_layernorm.weight, a.q_proj.weight, a.q_proj.bias, a.k_proj.weight, a.k_proj.bias,
+              a.v_proj.weight, a.v_proj.bias, a.q_norm.weight, a.k_norm.weight),
+        mlp=(a.o_proj.weight, a.o_proj.bias, layer.post_attention_layernorm.weight, mlp.gate_proj.weight,
+             mlp.up_proj.weight, mlp.down_proj.weight))
 
 
 @dataclass
