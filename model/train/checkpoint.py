@@ -7,7 +7,12 @@ parameter names. Every file is first written under a temporary name in the same 
 and moved into place with `os.replace`; the marker `cudice_checkpoint.json` is written last.
 A watcher should act on the marker only: when it changes, the directory is complete.
 
-Not covered: sharded weights (one file, fine up to a few GB) or optimizer state.
+Weights are stored in the dtype the source's `config.json` declares (`torch_dtype`/`dtype`;
+DICE checkpoints say bfloat16), whatever precision the fp32 master copy trained in.
+Resume state (optimizer, scheduler, RNG, data position) lives apart, in `train_state/`
+(`cudice.model.train.state`); the watcher ignores it.
+
+Not covered: sharded weights (one file, fine up to a few GB).
 """
 
 from __future__ import annotations
@@ -40,10 +45,23 @@ def _atomic_write_bytes(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
+def source_dtype(source_dir: str | Path) -> torch.dtype | None:
+    """The weight dtype `source_dir/config.json` declares, or None when it names none."""
+    try:
+        config = json.loads((Path(source_dir) / "config.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    name = config.get("torch_dtype") or config.get("dtype")
+    dtype = getattr(torch, name, None) if isinstance(name, str) else None
+    return dtype if isinstance(dtype, torch.dtype) and dtype.is_floating_point else None
+
+
 def save_checkpoint(model: torch.nn.Module, source_dir: str | Path, out_dir: str | Path,
-                    *, step: int, metrics: dict[str, Any] | None = None) -> Path:
+                    *, step: int, metrics: dict[str, Any] | None = None,
+                    state_dict: dict[str, torch.Tensor] | None = None) -> Path:
     """Write `model`'s weights plus `source_dir`'s config/tokenizer files to `out_dir`.
 
+    `state_dict` replaces `model.state_dict()` (merged LoRA weights, an FSDP-gathered dict).
     Returns the path of the marker file. `out_dir` may equal a directory the server is
     watching; it may also be `source_dir` itself (weights are replaced in place, atomically).
     """
@@ -61,12 +79,16 @@ def save_checkpoint(model: torch.nn.Module, source_dir: str | Path, out_dir: str
     # 2. weights: contiguous CPU tensors with the native names; tied weights stored once
     state: dict[str, torch.Tensor] = {}
     seen: dict[int, str] = {}
-    for name, tensor in model.state_dict().items():
+    dtype = source_dtype(source)
+    for name, tensor in (state_dict if state_dict is not None else model.state_dict()).items():
         ptr = tensor.data_ptr()
         if ptr in seen and getattr(getattr(model, "config", None), "tie_word_embeddings", False):
             continue
         seen[ptr] = name
-        state[name] = tensor.detach().to("cpu").contiguous()
+        tensor = tensor.detach().to("cpu")
+        if dtype is not None and tensor.is_floating_point():
+            tensor = tensor.to(dtype)
+        state[name] = tensor.contiguous()
     tmp_weights = out / _tmp_name(WEIGHTS)
     save_file(state, str(tmp_weights), metadata={"format": "pt"})
     digest = hashlib.sha256(tmp_weights.read_bytes()).hexdigest()

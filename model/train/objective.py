@@ -59,6 +59,8 @@ def forward_doubled(model: torch.nn.Module, noisy: torch.Tensor, clean: torch.Te
         attention_mask=mask.expand(batch, -1, -1, -1),
         position_ids=doubled_position_ids(length, batch, clean.device),
         use_cache=False,
+        # the LM head runs on the noisy half only: half the head's FLOPs and logits memory
+        logits_to_keep=torch.arange(length, device=clean.device),
     )
     return out.logits[:, :length]  # (B, L, V): no shift
 
@@ -99,23 +101,45 @@ def add_noise(input_ids: torch.Tensor, loss_mask: torch.Tensor, mask_token_id: i
     return NoisedBatch(noisy=noisy, is_masked=is_masked, noise_rate=t)
 
 
+def seeded_noise(input_ids: torch.Tensor, loss_mask: torch.Tensor, lengths: list[int], seeds: list[int],
+                 mask_token_id: int, min_rate: float = 1e-3) -> NoisedBatch:
+    """`add_noise` with one CPU generator per sample, seeded by `seeds[i]`, over its own `lengths[i]`.
+
+    A sample's noise then depends only on its seed, not on which batch, rank or accumulation
+    step it lands in: a 2-process run sees the noise of a 1-process run with twice the batch,
+    and a resumed run the noise of an uninterrupted one. Runs on the CPU (collate time).
+    """
+    batch, length = input_ids.shape
+    noisy = input_ids.clone()
+    is_masked = torch.zeros(batch, length, dtype=torch.bool)
+    rates = torch.ones(batch)
+    for i, (n, seed) in enumerate(zip(lengths, seeds, strict=True)):
+        one = add_noise(input_ids[i:i + 1, :n], loss_mask[i:i + 1, :n], mask_token_id,
+                        torch.Generator().manual_seed(seed), min_rate)
+        noisy[i, :n], is_masked[i, :n], rates[i] = one.noisy[0], one.is_masked[0], one.noise_rate[0]
+    return NoisedBatch(noisy=noisy, is_masked=is_masked, noise_rate=rates)
+
+
 def sft_loss(model: torch.nn.Module, input_ids: torch.Tensor, loss_mask: torch.Tensor, *,
              block_size: int, mask_token_id: int, generator: torch.Generator | None = None,
-             min_rate: float = 1e-3) -> tuple[torch.Tensor, dict[str, float]]:
+             min_rate: float = 1e-3, noised: NoisedBatch | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """SDAR's SFT loss: CE at masked positions × 1/t, summed, / number of answer tokens.
 
-    input_ids, loss_mask: (B, L) with L a multiple of `block_size`. Returns (loss, stats).
+    input_ids, loss_mask: (B, L) with L a multiple of `block_size`; `noised` (on the same
+    device) replaces drawing the noise here. Returns (loss, stats); the stats are detached
+    0-d tensors, so reading them (a device sync) is the caller's choice.
     """
-    noised = add_noise(input_ids, loss_mask, mask_token_id, generator, min_rate)
+    if noised is None:
+        noised = add_noise(input_ids, loss_mask, mask_token_id, generator, min_rate)
     logits = forward_doubled(model, noised.noisy, input_ids, block_size)  # (B, L, V)
     ce = F.cross_entropy(logits.float().transpose(1, 2), input_ids, reduction="none")  # (B, L)
     weighted = ce * noised.is_masked / noised.noise_rate[:, None]
     per_sample = weighted.sum(dim=1) / loss_mask.sum(dim=1).clamp(min=1)  # (B,)
     loss = per_sample.mean()
     stats = {
-        "loss": float(loss.detach()),
-        "masked_fraction": float(noised.is_masked.sum() / loss_mask.sum().clamp(min=1)),
-        "masked_ce": float((ce.detach() * noised.is_masked).sum() / noised.is_masked.sum().clamp(min=1)),
+        "loss": loss.detach(),
+        "masked_fraction": noised.is_masked.sum() / loss_mask.sum().clamp(min=1),
+        "masked_ce": (ce.detach() * noised.is_masked).sum() / noised.is_masked.sum().clamp(min=1),
     }
     return loss, stats
 
