@@ -1,0 +1,126 @@
+"""The Ray backend's task bodies and the backend registry, without Ray (also on the GPU box).
+
+`compile_task` / `run_on_gpu` are what Ray workers run; here they run in this process, so the
+GPU path of the Ray backend is tested where Ray is not installed (`gpu` test).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cudice.verifier.api import verify
+from cudice.verifier.backends import VerifyBackend, VerifyJob, make_backend, verify_all
+from cudice.verifier.config import VerifyConfig
+from cudice.verifier.distributed import RayOptions, RayUnavailable, require_ray
+from cudice.verifier.distributed_tasks import compile_task, place_reference, run_on_gpu, ship_job
+from cudice.verifier.pool import VerifyPool
+from cudice.verifier.result import Verdict, VerifyResult
+from cudice.verifier.sandbox import ChildOutcome
+
+CORPUS = Path(__file__).resolve().parent / "corpus"
+
+
+def comparable(result: VerifyResult) -> dict[str, Any]:
+    d = result.to_dict()
+    d.pop("stage_wall_s")
+    d.pop("measured_at")
+    return d
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> VerifyConfig:
+    return VerifyConfig(cache_dir=tmp_path / "cache", compile_only=True)
+
+
+def test_a_reference_the_worker_cannot_see_is_shipped_and_its_paths_mapped_back(
+    tmp_path: Path, config: VerifyConfig
+) -> None:
+    ref = tmp_path / "caller" / "problem.py"
+    ref.parent.mkdir()
+    ref.write_text("import torch\ndef get_inputs():\n    return []\n")  # no class Model: a located error
+    cand = CORPUS / "try_except_fallback.py"
+    local = verify(cand, reference=ref, config=config)
+    assert local.verdict is Verdict.INVALID_INPUT
+    assert any(d.location and d.location.path == str(ref.resolve()) for d in local.diagnostics)
+
+    job = ship_job(cand, None, ref)
+    assert job is not None and job.reference_text == ref.read_text()
+    ref.unlink()  # as on another node: the caller's file is not there
+    report = compile_task(job, config, False, None)
+    assert comparable(report.result) == comparable(local)  # same locations and messages, caller's paths
+
+
+def test_a_reference_visible_with_the_same_text_is_used_in_place(tmp_path: Path) -> None:
+    job = ship_job(CORPUS / "python_thread.py", None, None)  # reference from its `# cudice:` comment
+    assert job is not None and job.reference_path == str((CORPUS / "references" / "relu.py").resolve())
+    assert place_reference(job, tmp_path) == (None, {})
+
+
+def test_an_unreadable_candidate_is_not_shipped(tmp_path: Path) -> None:
+    assert ship_job(tmp_path / "missing.py", None, None) is None
+
+
+def test_compile_task_runs_the_stage_through_the_gpu_submitter_it_is_given(tmp_path: Path) -> None:
+    calls: list[dict[str, Any]] = []
+
+    def fake_verify(path: str, **kwargs: Any) -> VerifyResult:  # calls run_child as verify's run stage would
+        outcome = kwargs["run_child"]({"job": 1}, timeout_s=5.0, memory_limit_mib=1024, max_output_bytes=100)
+        assert kwargs["gpu"] is True and outcome.returncode == 0
+        return verify(path, config=kwargs["config"])
+
+    def gpu_submit(job: dict[str, Any], kw: dict[str, Any], cancel: Any) -> ChildOutcome:
+        calls.append({"job": job, **kw})
+        return ChildOutcome({"verdict": "correct"}, 0, "", "", 0.1)
+
+    job = ship_job(CORPUS / "python_thread.py", None, None)
+    assert job is not None
+    config = VerifyConfig(cache_dir=tmp_path, compile_only=True)
+    report = compile_task(job, config, True, gpu_submit, fake_verify)
+    assert calls == [{"job": {"job": 1}, "timeout_s": 5.0, "memory_limit_mib": 1024, "max_output_bytes": 100}]
+    assert report.result.verdict is Verdict.STATIC_VIOLATION
+
+
+def test_registry_and_errors(config: VerifyConfig, monkeypatch: pytest.MonkeyPatch) -> None:
+    with make_backend("local", config, num_compile_workers=1, gpus=[]) as local:
+        assert isinstance(local, VerifyPool) and isinstance(local, VerifyBackend)
+        results = verify_all(
+            local, [VerifyJob(CORPUS / "python_thread.py"), VerifyJob(CORPUS / "matmul_operator.py")]
+        )
+    assert [Path(r.path).name for r in results] == ["python_thread.py", "matmul_operator.py"]
+    with pytest.raises(ValueError, match=r"Unknown verify backend 'nope'.*'local', 'ray'"):
+        make_backend("nope", config)
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if Ray were not installed
+    with pytest.raises(RayUnavailable, match=r'pip install "cudice\[dist\]"'):
+        require_ray()
+    with pytest.raises(RayUnavailable):
+        make_backend("ray", config)
+
+
+def test_ray_options_say_what_is_wrong() -> None:
+    with pytest.raises(ValueError, match="only size a local instance"):
+        RayOptions(address="auto", num_cpus=4)
+    with pytest.raises(ValueError, match="max_retries=-1 must be ≥ 0"):
+        RayOptions(max_retries=-1)
+
+
+@pytest.mark.gpu
+def test_gpu_path_of_the_ray_backend_equals_the_pool(examples_dir: Path, tmp_path: Path) -> None:
+    """The bodies Ray runs (compile task + GPU task), chained in-process: the pool's verdict."""
+    config = VerifyConfig(cache_dir=tmp_path / "cache")
+    cand = examples_dir / "relu_cuda.py"
+    with VerifyPool(config, num_compile_workers=1, persistent=False) as pool:
+        local = pool.submit(cand).result(timeout=900)
+
+    def gpu_submit(job: dict[str, Any], kw: dict[str, Any], cancel: Any) -> ChildOutcome:
+        return run_on_gpu(job, {**kw, "cancel": cancel})
+
+    job = ship_job(cand, None, None)
+    assert job is not None
+    remote = compile_task(job, config, True, gpu_submit).result
+    assert local.verdict is Verdict.CORRECT, local.diagnostics
+    assert remote.verdict is local.verdict and remote.stage is local.stage
+    assert sorted(d.code for d in remote.diagnostics) == sorted(d.code for d in local.diagnostics)
+    assert remote.num_correct_trials == local.num_correct_trials and remote.speedup is not None
