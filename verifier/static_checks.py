@@ -46,6 +46,7 @@ from cudice.verifier.static_policy import (
     Strictness,
     parse_strictness,
 )
+from cudice.verifier.static_sources import ResolvedCall, load_inline_nodes, resolve_call_sources
 
 _STREAM_APIS = frozenset({"Stream", "stream", "ExternalStream", "set_stream", "graph", "CUDAGraph", "StreamContext"})
 _PROCESS_APIS = re.compile(r"^(?:os|posix)\.(?:fork\w*|system|popen|spawn\w*|exec\w*|posix_spawn\w*)$")
@@ -56,9 +57,25 @@ _DYNAMIC_DOTTED = frozenset({"sys.modules", "sys._getframe", "inspect.currentfra
 _PROCESS_CONTROL = frozenset({"os._exit", "os.abort", "os.kill", "os.killpg", "sys.exit", "signal.signal",
                               "signal.alarm", "atexit.register", "faulthandler.enable", "os.chdir"})
 _HARNESS_ATTRS = frozenset({"sys.argv", "sys.stdin", "sys.stdout", "sys.stderr", "os.environ.clear"})
-_WRITE_METHODS = frozenset({"write_text", "write_bytes", "unlink", "rmdir", "symlink_to", "hardlink_to"})
-_FILE_OPS = frozenset({"os.remove", "os.unlink", "os.rename", "os.replace", "os.rmdir", "os.symlink", "os.link",
-                       "shutil.rmtree", "shutil.move", "shutil.copy", "shutil.copyfile", "shutil.copy2"})
+_WRITE_METHODS = frozenset({"write_text", "write_bytes", "unlink", "rmdir", "symlink_to", "hardlink_to", "touch",
+                            "mkdir", "chmod", "mkfifo"})
+_FILE_OPS = re.compile(r"^(?:os\.(?:remove|unlink|rename|renames|replace|rmdir|removedirs|symlink|link|open|fdopen|"
+                       r"write|pwrite|mkdir|makedirs|mkfifo|mknod|truncate|ftruncate|chmod|chown|dup2|setsid|setpgrp|"
+                       r"setpgid|getppid)|shutil\.\w+|tempfile\.\w+|io\.open)$")
+# `os.environ` writes are allowed: LLM-written kernels set `TORCH_CUDA_ARCH_LIST` before building.
+# Imports whose only use in a kernel file is finding or changing where the interpreter loads code
+# from (a `.pth` file in site-packages runs in every later Python process).
+_HARNESS_MODULES = frozenset({"site", "sysconfig", "tempfile", "pty"})
+# Python's doors to the dispatcher: an `aten` implementation registered here replaces the op for the
+# whole process, including the comparison the verifier runs (`aten::allclose`).
+_DISPATCH_PREFIXES = ("torch.library", "torch._library", "torch._C._dispatch", "torch._C._set_dispatch",
+                      "torch.utils._python_dispatch", "torch.overrides.TorchFunctionMode", "torch._ops",
+                      "torch.ops.load_library", "torch.classes.load_library", "torch._C._jit_set")
+_DISPATCH_ATTRS = frozenset({"py_impl", "_register_impl", "_register_fake", "register_kernel", "register_fake",
+                             "register_autograd", "_set_dispatch_mode", "_push_mode"})
+# Builders that compile code the static checks cannot read (files, NVRTC strings, loaded libraries).
+_OPAQUE_BUILDERS = re.compile(r"^torch\.utils\.cpp_extension\.(?:load|_jit_compile|_write_ninja_file\w*|"
+                              r"_run_ninja_build|build_extension|BuildExtension)$|^torch\.cuda\._compile_kernel$")
 _LOW_PRECISION_REF = re.compile(r"float16|bfloat16|\.half\(|torch\.half\b")
 
 
@@ -78,8 +95,8 @@ def check_document(doc: Document, config: VerifyConfig | None = None) -> list[Di
         return []
     checker = _ModuleChecker(doc, cls, level)
     diags = checker.run()
-    for call in doc.load_inline_calls:
-        diags += _cpp_findings(doc, call, level, low_ref)
+    for call, node in zip(doc.load_inline_calls, load_inline_nodes(doc.tree), strict=True):
+        diags += _cpp_findings(doc, call, resolve_call_sources(doc.tree, node), level, low_ref)
     return _dedupe(diags)
 
 
@@ -114,22 +131,47 @@ def _reference_is_low_precision(doc: Document) -> bool:
         return False
 
 
-def _cpp_findings(doc: Document, call: LoadInlineCall, level: Strictness, low_ref: bool) -> list[Diagnostic]:
+def _cpp_findings(doc: Document, call: LoadInlineCall, resolved: ResolvedCall, level: Strictness,
+                  low_ref: bool) -> list[Diagnostic]:
+    """The C++ checks over every source of one call: mapped literals through their source map,
+    sources computed from constants located on their expression, and `static.dynamic_source`
+    for what the file does not fix."""
+    mapped = {(s.kind, s.index): s.span for s in call.sources if s.span is not None}
     sources: list[CppSource] = []
-    for src in call.sources:
-        if src.span is None:
-            continue
-        span = src.span
+    diags: list[Diagnostic] = []
+    dynamic_sev = Severity.WARNING if level is Strictness.LENIENT else Severity.ERROR
+    for r in resolved.sources:
+        span = mapped.get((r.kind, r.index))
+        if span is not None:
+            def locate(line: int, col: int, span: object = span) -> Location:
+                fl, fc = span.to_file(line, col)  # type: ignore[attr-defined]
+                return Location(doc.path, fl, fc)
 
-        def locate(line: int, col: int, span: object = span) -> Location:
-            fl, fc = span.to_file(line, col)  # type: ignore[attr-defined]
-            return Location(doc.path, fl, fc)
+            sources.append(CppSource(span.text, locate, r.kind == "cuda"))
+        elif r.text is not None:
+            where = _node_location(doc.path, r.node)
+            sources.append(CppSource(r.text, lambda _l, _c, where=where: where, r.kind == "cuda"))
+        else:
+            diags.append(_dynamic_source(doc.path, r.node, f"this {r.kind} source", dynamic_sev))
+    for node in resolved.dynamic_args:
+        diags.append(_dynamic_source(doc.path, node, "these `load_inline` sources", dynamic_sev))
+    if sources:
+        diags += check_cpp_sources(sources, call.functions, level, reference_low_precision=low_ref,
+                                   check_launches=resolved.is_complete)
+    return diags
 
-        sources.append(CppSource(span.text, locate, src.kind == "cuda"))
-    if not sources:
-        return []
-    return check_cpp_sources(sources, call.functions, level, reference_low_precision=low_ref,
-                             check_launches=call.is_mappable)
+
+def _node_location(path: str, node: ast.AST) -> Location:
+    return Location(path, getattr(node, "lineno", 1), getattr(node, "col_offset", 0) + 1)
+
+
+def _dynamic_source(path: str, node: ast.AST, what: str, severity: Severity) -> Diagnostic:
+    tail = (" In `lenient` only the run-time checks judge it." if severity is Severity.WARNING else
+            " Write the source as a string literal (module-level constants in f-strings are fine).")
+    return Diagnostic(severity, f"{what} is built at run time (a call, a file, a variable the file does not fix): "
+                      "the static checks cannot read the C++/CUDA it compiles, so ATen calls, streams, "
+                      "dispatcher overrides or file access could hide in it." + tail,
+                      "static.dynamic_source", Stage.STATIC, _node_location(path, node))
 
 
 class _ModuleChecker:
@@ -143,6 +185,7 @@ class _ModuleChecker:
             a.asname or a.name for n in ast.walk(self.tree) if isinstance(n, ast.ImportFrom)
             for a in n.names if a.name == "Model"}
         self.diags: list[Diagnostic] = []
+        self.exposed = self._exposed_names()
 
     def loc(self, node: ast.AST) -> Location:
         line = getattr(node, "lineno", 1)
@@ -160,7 +203,7 @@ class _ModuleChecker:
         for node in ast.walk(self.tree):
             self._module_node(node)
         self._load_inline_fallback()
-        exposed = self._exposed_names()
+        exposed = self.exposed
         extensions = _extension_names(self.tree)
         report = analyze_forward(self.tree, self.cls, self.aliases, exposed, extensions,
                                  self.reference_names, self.level)
@@ -204,6 +247,7 @@ class _ModuleChecker:
                 d = dotted(t, self.aliases) if isinstance(t, ast.Attribute) else None
                 if d:
                     self._patch(t, d)
+
         elif isinstance(node, ast.ClassDef):
             for b in node.bases:
                 if dotted(b, self.aliases) in ("torch.Tensor", "torch._C.TensorBase", "torch._C._TensorBase"):
@@ -217,6 +261,11 @@ class _ModuleChecker:
             if node.attr in ("_make_subclass", "as_subclass", "_make_wrapper_subclass"):
                 self.add("static.tensor_subclass", node, f"`.{node.attr}` builds a tensor subclass "
                          "(lazy or faked results). Return plain tensors.")
+            elif _is_dispatch_api(dotted(node, self.aliases), node.attr):
+                self.add("static.dispatcher_override", node,
+                         f"`{ast.unparse(node)}` reaches PyTorch's dispatcher: an implementation registered for an "
+                         "`aten` op replaces it in the whole process, including the ops the verifier uses to "
+                         "compare outputs (e.g. `aten::allclose`). Call the compiled extension's functions instead.")
             elif dotted(node, self.aliases) in _HARNESS_ATTRS:
                 self.add("static.harness_tampering", node,
                          f"`{ast.unparse(node)}` belongs to the verifier's process (its arguments name the result file).")
@@ -230,9 +279,20 @@ class _ModuleChecker:
                          "does not see. Launch on the current stream.")
         elif isinstance(node, ast.Name) and node.id == "__builtins__":
             self.add("static.dynamic_code", node, "`__builtins__` gives access to code the checks cannot follow.")
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and "/proc/" in node.value \
+                and "\n" not in node.value:  # multi-line strings are C++ sources, checked there
+            self.add("static.harness_tampering", node,
+                     f"`{node.value[:40]}` is a `/proc` path: the verifier's arguments and its parent's environment "
+                     "are there, and a kernel file has no use for them.")
 
     def _import(self, node: ast.Import | ast.ImportFrom) -> None:
         mods = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+        full = mods if isinstance(node, ast.Import) else [f"{node.module}.{a.name}" for a in node.names]
+        for m in full:
+            if _is_dispatch_api(m, m.rsplit(".", 1)[-1]):
+                self.add("static.dispatcher_override", node,
+                         f"imports `{m}`: registering operator implementations replaces `aten` ops for the whole "
+                         "process, including the comparison the verifier runs. A kernel file calls its extension.")
         if isinstance(node, ast.ImportFrom) and node.module == "time" and any(a.name == "sleep" for a in node.names):
             self.add("static.sleep", node, "imports `time.sleep`: a kernel file has no reason to sleep; it skews timing.")
         for m in mods:
@@ -247,6 +307,10 @@ class _ModuleChecker:
             elif root in DYNAMIC_CODE_MODULES:
                 self.add("static.dynamic_code", node,
                          f"imports `{m}`, which can run or rewrite code the static checks cannot see.")
+            elif root in _HARNESS_MODULES:
+                self.add("static.harness_tampering", node,
+                         f"imports `{m}`: a kernel file has no use for it; it finds or writes the places later "
+                         "processes load code from (a `.pth` file in site-packages runs in every later Python).")
 
     def _module_call(self, node: ast.Call) -> None:
         func = node.func
@@ -258,11 +322,18 @@ class _ModuleChecker:
             self.add("static.harness_tampering", node,
                      f"`{d or name}(...)` controls the process that runs the verification: ending it or installing "
                      "handlers lets a candidate skip the checks or forge their result. A kernel file needs neither.")
-        elif (callee_name(func) == "open" and _opens_for_writing(node)) or d in _FILE_OPS or (
-                isinstance(func, ast.Attribute) and func.attr in _WRITE_METHODS and not d.startswith("torch")):
+        elif (callee_name(func) == "open" and _opens_for_writing(node)) or _FILE_OPS.match(d) or (
+                isinstance(func, ast.Attribute) and func.attr in _WRITE_METHODS and not d.startswith("torch")
+                and func.attr not in self.exposed):
             self.add("static.harness_tampering", node,
-                     f"`{ast.unparse(node.func)}(...)` writes or removes files: the verifier's job and result files "
-                     "live next to the candidate, so a kernel file must not write files.")
+                     f"`{ast.unparse(node.func)}(...)` writes files or changes the process or its environment: "
+                     "the verifier's files live next to the candidate and later jobs run after it, so a kernel "
+                     "file must not write files or detach processes.")
+        elif _OPAQUE_BUILDERS.match(d):
+            self.add("static.dynamic_source", node,
+                     f"`{d}(...)` compiles or loads code that is not in this file's string literals, so the static "
+                     "checks cannot read it. Put the C++/CUDA in `load_inline(cpp_sources=..., cuda_sources=...)` "
+                     "literals.", Severity.WARNING if self.level is Strictness.LENIENT else Severity.ERROR)
         elif name in ("setattr", "delattr") and node.args:
             target = dotted(node.args[0], self.aliases)
             attr_node = node.args[1] if len(node.args) > 1 else None
@@ -344,8 +415,20 @@ class _ModuleChecker:
 
 
 def _opens_for_writing(call: ast.Call) -> bool:
-    mode = call.args[1] if len(call.args) > 1 else next((k.value for k in call.keywords if k.arg == "mode"), None)
-    return isinstance(mode, ast.Constant) and isinstance(mode.value, str) and any(c in mode.value for c in "wax+")
+    """`open(p, "w")`, `io.open(p, "a")`, `Path(p).open("w")`: the mode is the first argument of a
+    method `.open` and the second of a function `open`; a mode the file does not fix counts as writing."""
+    pos = 0 if isinstance(call.func, ast.Attribute) and callee_name(call.func.value) not in ("io", "os", "builtins") \
+        else 1
+    mode = call.args[pos] if len(call.args) > pos else next((k.value for k in call.keywords if k.arg == "mode"), None)
+    if mode is None:
+        return False
+    if not (isinstance(mode, ast.Constant) and isinstance(mode.value, str)):
+        return True
+    return any(c in mode.value for c in "wax+")
+
+
+def _is_dispatch_api(d: str | None, attr: str) -> bool:
+    return attr in _DISPATCH_ATTRS or (d is not None and d.startswith(_DISPATCH_PREFIXES))
 
 
 def _base_name(b: ast.expr) -> str:
@@ -359,7 +442,30 @@ def _base_name(b: ast.expr) -> str:
 
 
 def _import_aliases(tree: ast.Module) -> dict[str, str]:
-    """Local name → dotted module path, for every import in the file (`F` → torch.nn.functional)."""
+    """Local name → dotted module path, for every import in the file (`F` → torch.nn.functional)
+    and every module-level alias of one (`_aten = torch.ops.aten`, `F = torch.nn.functional`,
+    `mm = partial(torch.mm)`)."""
+    aliases = _plain_imports(tree)
+    for _ in range(3):  # chains settle in a few passes: `T = torch; F = T.nn.functional`
+        for stmt in tree.body:
+            if not isinstance(stmt, ast.Assign):
+                continue
+            value = stmt.value
+            if isinstance(value, ast.Call) and callee_name(value.func) == "partial" and value.args:
+                value = value.args[0]
+            d = dotted(value, aliases) if isinstance(value, (ast.Name, ast.Attribute)) else None
+            for t in stmt.targets:
+                if d and isinstance(t, ast.Name):
+                    aliases[t.id] = d
+                elif isinstance(t, ast.Tuple) and isinstance(stmt.value, ast.Tuple):
+                    for name, v in zip(t.elts, stmt.value.elts, strict=False):
+                        vd = dotted(v, aliases) if isinstance(v, (ast.Name, ast.Attribute)) else None
+                        if vd and isinstance(name, ast.Name):
+                            aliases[name.id] = vd
+    return aliases
+
+
+def _plain_imports(tree: ast.Module) -> dict[str, str]:
     aliases: dict[str, str] = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):

@@ -35,6 +35,7 @@ from cudice.verifier.static_policy import (
     tensor_method_is_compute,
     torch_function_allowed,
 )
+from cudice.verifier.static_sources import ModuleConstants
 
 _NON_TENSOR_METHODS = frozenset({
     "size", "dim", "numel", "stride", "storage_offset", "data_ptr", "element_size", "nelement",
@@ -45,6 +46,7 @@ _LOW_PRECISION = frozenset({"float16", "half", "bfloat16"})
 _SCALAR_ANNOTATIONS = frozenset({"int", "float", "bool", "str", "tuple", "list"})
 _MUTATORS = frozenset({"append", "extend", "insert", "update", "setdefault", "add", "__setitem__", "appendleft"})
 _CONTAINER_FACTORIES = frozenset({"dict", "list", "set", "defaultdict", "OrderedDict", "deque"})
+_HOST_METHODS = frozenset({"cpu", "numpy", "tolist", "__array__", "pin_memory"})
 _TORCH_SUBMODULES_COMPUTE = ("torch.nn.functional.", "torch.ops.", "torch.special.", "torch.linalg.", "torch.fft.")
 
 
@@ -89,18 +91,63 @@ class _Analyzer:
         self.level, self.reference_names = level, reference_names
         self.methods = {n.name: n for n in cls.body if isinstance(n, ast.FunctionDef)}
         self.module_funcs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+        self.module_funcs.update(_module_lambdas(tree))
         self.module_vars = {t.id for n in tree.body if isinstance(n, (ast.Assign, ast.AnnAssign))
                             for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
                             if isinstance(t, ast.Name)}
         self.extensions = set(extension_names)  # names/self-attrs holding a load_inline module
-        self.self_kinds: dict[str, str] = {}  # self attr -> "ext" | "torch" | "tensor" | "reference"
+        self.kernel_names: set[str] = set()  # module-level names bound to an extension function
+        self.self_kinds: dict[str, str] = {}  # self attr -> "ext" | "kernel" | "torch" | "tensor" | "reference"
         self.report = ForwardReport()
         self._called: set[int] = set()
         self._inner: set[int] = set()
+        self._local_kernels: set[str] = set()
+        self.constants = ModuleConstants(tree)
+        self._module_bindings()
         self._init_attrs()
+
+    # -- phase 0: module-level names bound to the extension or one of its functions -------------
+    def _module_bindings(self) -> None:
+        for _ in range(2):  # `ext2 = ext; relu = ext2.relu_out`
+            for stmt in self.tree.body:
+                if isinstance(stmt, ast.Assign):
+                    for t in stmt.targets:
+                        if isinstance(t, ast.Name):
+                            if isinstance(stmt.value, ast.Name) and stmt.value.id in self.extensions:
+                                self.extensions.add(t.id)
+                            elif self._is_kernel_ref(stmt.value):
+                                self.kernel_names.add(t.id)
+
+    def _is_kernel_ref(self, e: ast.expr) -> bool:
+        """`ext.relu_out`, `self.ext.relu_out`, a name or `self.<attr>` bound to one, `partial(...)` of one,
+        `getattr(ext, "relu_out")`: a reference to a compiled extension function (not a call)."""
+        if isinstance(e, ast.Call) and callee_name(e.func) == "partial" and e.args:
+            return self._is_kernel_ref(e.args[0])
+        if isinstance(e, ast.Call) and callee_name(e.func) == "getattr" and len(e.args) >= 2:
+            recv, key = e.args[0], e.args[1]
+            return isinstance(key, ast.Constant) and key.value in self.exposed and self._is_extension(recv)
+        if isinstance(e, ast.Name):
+            return e.id in self.kernel_names or e.id in self._local_kernels or (
+                e.id in self.exposed and e.id not in self.module_funcs)
+        if (attr := _self_attr(e)) is not None:
+            return self.self_kinds.get(attr) == "kernel" or (attr in self.exposed and attr not in self.methods)
+        if isinstance(e, ast.Attribute):
+            return e.attr in self.exposed or self._is_extension(e.value)
+        return False
+
+    def _is_extension(self, e: ast.expr) -> bool:
+        if isinstance(e, ast.Name):
+            return e.id in self.extensions
+        attr = _self_attr(e)
+        return attr is not None and self.self_kinds.get(attr) == "ext"
 
     # -- phase 1: what __init__ stores on self ------------------------------------------------
     def _init_attrs(self) -> None:
+        for stmt in self.cls.body:  # class attributes read as `self.<name>`: `mm = torch.mm`
+            if isinstance(stmt, ast.Assign):
+                for t in stmt.targets:
+                    if isinstance(t, ast.Name) and t.id not in ("forward", "__call__"):
+                        self.self_kinds[t.id] = self._kind_of_init_value(stmt.value)
         init = self.methods.get("__init__")
         for node in ast.walk(init) if init else ():
             targets: list[ast.expr] = []
@@ -122,8 +169,12 @@ class _Analyzer:
             return "ext"
         if isinstance(value, ast.Call) and callee_name(value.func) == "load_inline":
             return "ext"
-        if isinstance(value, ast.Attribute) and value.attr in self.exposed:
+        if (attr := _self_attr(value)) is not None and self.self_kinds.get(attr) in ("ext", "kernel"):
+            return self.self_kinds[attr]  # self.ext2 = self.ext
+        if self._is_kernel_ref(value):
             return "kernel"
+        if isinstance(value, ast.Call) and callee_name(value.func) in ("staticmethod", "partial") and value.args:
+            return self._kind_of_init_value(value.args[0])
         func = value.func if isinstance(value, ast.Call) else value
         if isinstance(func, ast.Name) and func.id in self.reference_names:
             return "reference"
@@ -182,6 +233,10 @@ class _Analyzer:
                 self._add("static.output_cache", default,
                           f"mutable default argument of `{fn.name}`: it survives between calls and can cache outputs.")
         nodes = list(ast.walk(fn))
+        self._local_kernels = set()
+        for _ in range(2):  # `fn = self.ext.relu_out; g = fn` inside the function
+            self._local_kernels |= {t.id for n in nodes if isinstance(n, ast.Assign) and self._is_kernel_ref(n.value)
+                                    for t in n.targets if isinstance(t, ast.Name)}
         self._called = {id(n.func) for n in nodes if isinstance(n, ast.Call)}
         self._inner = {id(n.value) for n in nodes if isinstance(n, ast.Attribute)}
         for node in nodes:
@@ -235,15 +290,10 @@ class _Analyzer:
 
     def _is_kernel_call(self, call: ast.Call) -> bool:
         f = call.func
-        if isinstance(f, ast.Attribute):
-            recv = f.value
-            recv_name = recv.id if isinstance(recv, ast.Name) else None
-            return f.attr in self.exposed or recv_name in self.extensions or \
-                self.self_kinds.get(_self_attr(recv) or "") == "ext"
-        if isinstance(f, ast.Name):
-            return f.id in self.exposed
-        attr = _self_attr(f)
-        return attr is not None and self.self_kinds.get(attr) == "kernel"
+        if self._is_kernel_ref(f):
+            return True
+        # `ext.anything(...)`: the extension module's own attribute, exposed or not
+        return isinstance(f, ast.Attribute) and self._is_extension(f.value)
 
     def _add(self, code: str, node: ast.AST, message: str, warning: bool = False) -> None:
         self.report.findings.append(Finding(code, node, message, warning))
@@ -338,6 +388,12 @@ class _Analyzer:
         if self._is_kernel_call(node):
             self.report.kernel_calls.add(callee_name(func) or "")
             return
+        if (host := self._host_transfer(node, tensors)) is not None:
+            self._add("static.host_compute", node,
+                      f"{host} in ModelNew.forward: whatever computes on the host copy (NumPy, Python) is not your "
+                      "CUDA kernel, and the round trip is not what the speedup should measure. Keep the data on "
+                      "the GPU and compute in the kernel.", warning=self.level is Strictness.LENIENT)
+            return
         name = callee_name(func)
         if name in IDENTITY_FUNCS and isinstance(func, ast.Name):
             self._add("static.output_cache", node, f"`{name}(...)` in forward code: an input's identity is the "
@@ -371,6 +427,28 @@ class _Analyzer:
                           "for a float32 reference it passes the tolerance with less work.", warning=True)
             if tensor_method_is_compute(func.attr, self.level):
                 self._torch_op(node, f"`.{func.attr}(...)`")
+
+    def _host_transfer(self, node: ast.Call, tensors: set[str]) -> str | None:
+        """What moves data to the host in this call (`.cpu()`, `.to("cpu")`, `device="cpu"`, NumPy on a
+        tensor), or None."""
+        func = node.func
+        if isinstance(func, ast.Attribute) and func.attr in _HOST_METHODS:
+            return f"`.{func.attr}()` copies the tensor to the host"
+        devices = [k.value for k in node.keywords if k.arg == "device"]
+        if isinstance(func, ast.Attribute) and func.attr == "to" and node.args:
+            devices.append(node.args[0])
+        if any(self._is_cpu_device(e) for e in devices):
+            return f"`{_short(node)}` puts data on the host"
+        d = dotted(func, self.aliases) or ""
+        if d.startswith(("numpy.", "scipy.")) and any(self._is_tensor(a, tensors) for a in node.args):
+            return f"`{d}(...)` on a tensor runs NumPy on the host"
+        return None
+
+    def _is_cpu_device(self, e: ast.expr) -> bool:
+        if isinstance(e, ast.Call) and (dotted(e.func, self.aliases) or "").endswith("device") and e.args:
+            e = e.args[0]
+        value = self.constants.value(e)
+        return isinstance(value, str) and value.split(":")[0] == "cpu"
 
     def _torch_call(self, node: ast.Call, d: str) -> None:
         last = d.rsplit(".", 1)[-1]
@@ -417,6 +495,21 @@ class _Analyzer:
 
     def _calls_kernel(self, stmts: Iterable[ast.AST]) -> bool:
         return any(isinstance(n, ast.Call) and self._is_kernel_call(n) for s in stmts for n in ast.walk(s))
+
+
+def _module_lambdas(tree: ast.Module) -> dict[str, ast.FunctionDef]:
+    """Module-level `name = lambda ...: body`, as functions forward can reach by name."""
+    out: dict[str, ast.FunctionDef] = {}
+    for stmt in tree.body:
+        if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Lambda):
+            lam = stmt.value
+            for t in stmt.targets:
+                if isinstance(t, ast.Name):
+                    fn = ast.FunctionDef(name=t.id, args=lam.args, body=[ast.Return(lam.body)], decorator_list=[],
+                                         returns=None, type_comment=None)
+                    out[t.id] = ast.copy_location(fn, lam)
+                    ast.fix_missing_locations(out[t.id])
+    return out
 
 
 def _is_compute_ref(d: str) -> bool:
