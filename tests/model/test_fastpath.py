@@ -1,9 +1,14 @@
-"""The fast path (static KV cache, CUDA graphs) equals the slow path (HF + DynamicCache)."""
+"""The fast path (static KV cache, fused layer math, CUDA graphs) equals the slow path (HF + DynamicCache).
+
+The compiled runner runs Inductor's CPU backend here (a C++ compiler is needed; ~30 s to compile
+on a loaded 2-core box), so the torch.compile path is proven equal on every machine.
+"""
 
 from __future__ import annotations
 
 import pytest
 import torch
+from cudice.model import layers
 from cudice.model.ar import ar_generate, static_ar_generate
 from cudice.model.config import SamplerConfig
 from cudice.model.fastpath import StaticRunner
@@ -70,6 +75,99 @@ def test_static_cache_too_small_is_an_error(tiny_engine) -> None:
     mask = torch.zeros(1, 1, 300, 300)
     with pytest.raises(ValueError, match="too small"):
         runner.forward(ids, mask, torch.arange(300)[None], cache)
+
+
+@pytest.fixture(scope="module")
+def compiled_runner(tiny_engine):
+    return StaticRunner(tiny_engine.loaded.model, use_graphs=False, compile=True)
+
+
+@pytest.mark.parametrize("fuse", [False, True])
+def test_compiled_runner_equals_hf_runner(tiny_engine, compiled_runner, fuse: bool) -> None:
+    lm = tiny_engine.loaded
+    cfg = SamplerConfig(strategy="low_confidence_dynamic", threshold=0.3, max_new_tokens=24, fuse_commit=fuse)
+    slow = samplers(lm, HFRunner(lm.model)).generate(prompts(lm), cfg, 4)
+    fast = samplers(lm, compiled_runner).generate(prompts(lm), cfg, 4)
+    assert compiled_runner.compiled and compiled_runner.compile_error is None
+    assert_same_rows(slow, fast)
+
+
+def test_compiled_runner_reuses_its_code_for_new_shapes(tiny_engine, compiled_runner) -> None:
+    """The token axis is dynamic: other batch sizes and block sizes run without compiling again."""
+    from torch._dynamo.utils import counters
+
+    lm = tiny_engine.loaded
+    cfg = SamplerConfig(strategy="low_confidence_dynamic", threshold=0.3, max_new_tokens=12)
+    samplers(lm, compiled_runner).generate(prompts(lm)[:3], cfg, 4)     # T >= 2 shapes compiled by now
+    graphs_before = counters["stats"]["unique_graphs"]
+    assert graphs_before > 0
+    for batch, block in ((2, 4), (4, 8), (3, 2)):
+        fast = samplers(lm, compiled_runner).generate(prompts(lm)[:batch], cfg, block)
+        slow = samplers(lm, HFRunner(lm.model)).generate(prompts(lm)[:batch], cfg, block)
+        assert_same_rows(slow, fast)
+    assert counters["stats"]["unique_graphs"] == graphs_before
+
+
+def test_compiled_ar_equals_hf_generate(tiny_engine, compiled_runner) -> None:
+    lm = tiny_engine.loaded
+    p = prompts(lm)[:4]
+    hf = ar_generate(lm.model, p, 12, lm.ids.pad, [], ignore_eos=True)
+    assert static_ar_generate(compiled_runner, p, 12, lm.ids.pad).tokens == hf.tokens
+
+
+def test_prefill_computes_no_padding_tokens(tiny_engine) -> None:
+    """Rows of different lengths are prefilled in groups of equal padding, each without its padding."""
+    lm = tiny_engine.loaded
+    runner = StaticRunner(lm.model, use_graphs=False)
+    seen: list[tuple[int, int]] = []
+    run = runner._run
+
+    def spy(ids, pos, attend, logits):
+        seen.append(tuple(ids.shape))
+        return run(ids, pos, attend, logits)
+
+    runner._run = spy
+    cfg = SamplerConfig(strategy="low_confidence_dynamic", threshold=0.3, max_new_tokens=8)
+    result = samplers(lm, runner).generate(prompts(lm), cfg, 4)
+    whole = [n // 4 * 4 for n in LENGTHS]                       # the prefill holds whole prompt blocks
+    prefill = seen[0: len({w for w in whole if w})]
+    assert sorted(b * n for b, n in prefill) == sorted(
+        w * whole.count(w) for w in set(whole) if w)            # one forward per length, real tokens only
+    assert sum(b * n for b, n in prefill) == sum(whole) < len(LENGTHS) * max(whole)
+    slow = samplers(lm, HFRunner(lm.model)).generate(prompts(lm), cfg, 4)
+    assert_same_rows(slow, result)
+
+
+def test_a_failing_compiler_falls_back_to_the_same_tokens(tiny_engine, monkeypatch, capsys) -> None:
+    lm = tiny_engine.loaded
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("inductor exploded")
+
+    monkeypatch.setattr(layers, "compiled", lambda mode: (broken, broken, broken))
+    runner = StaticRunner(lm.model, use_graphs=False, compile=True)
+    cfg = SamplerConfig(strategy="low_confidence_dynamic", threshold=0.3, max_new_tokens=12)
+    fast = samplers(lm, runner).generate(prompts(lm), cfg, 4)
+    slow = samplers(lm, HFRunner(lm.model)).generate(prompts(lm), cfg, 4)
+    assert_same_rows(slow, fast)
+    assert not runner.compiled and "inductor exploded" in (runner.compile_error or "")
+    assert "torch.compile failed" in capsys.readouterr().err
+
+
+@pytest.mark.gpu
+def test_compiled_cuda_graphs_equal_eager_on_gpu(tiny_sdar_dir) -> None:
+    from cudice.model.loader import load_checkpoint
+
+    lm = load_checkpoint(str(tiny_sdar_dir), device="cuda", dtype="float32")
+    cfg = SamplerConfig(strategy="low_confidence_dynamic", threshold=0.3, max_new_tokens=40)
+    eager = samplers(lm, StaticRunner(lm.model, use_graphs=False)).generate(prompts(lm), cfg, 4)
+    runner = StaticRunner(lm.model, use_graphs=True, compile=True)
+    for fuse in (False, True):
+        fast = samplers(lm, runner).generate(prompts(lm), cfg.replace(fuse_commit=fuse), 4)
+        assert runner.compiled, runner.compile_error
+        assert [r.tokens for r in fast.rows] == [r.tokens for r in eager.rows]
+    assert static_ar_generate(runner, prompts(lm), 16, lm.ids.pad).tokens == \
+        ar_generate(lm.model, prompts(lm), 16, lm.ids.pad, [], ignore_eos=True).tokens
 
 
 @pytest.mark.gpu
