@@ -49,7 +49,8 @@ def _reference_source(file: Path, reference: str | None) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON object instead of the candidate text.")
 @click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N.")
 @click.option("--dtype", default="auto", show_default=True, help="auto, bfloat16, float16 or float32.")
-@click.option("--fast", is_flag=True, help="Static KV cache + CUDA graphs (same output, much faster on a GPU).")
+@click.option("--fast/--no-fast", default=None,
+              help="Static KV cache, compiled layers, CUDA graphs (same output; default: on with a GPU).")
 @click.option("--block-length", "block_length", type=int, default=None, help="Default: the checkpoint's block_size.")
 @click.option("--steps", "denoising_steps", type=int, default=None, help="Denoising steps per block [4].")
 @click.option("--strategy", type=click.Choice(STRATEGY_NAMES), default=None, help="Reveal strategy [dynamic].")
@@ -61,7 +62,7 @@ def _reference_source(file: Path, reference: str | None) -> str:
 @click.option("--seed", type=int, default=None, help="Seed for sampling (temperature > 0).")
 @click.option("--stop", multiple=True, help="Stop string (repeatable).")
 def generate_command(file: Path, model_path: str | None, mode: str, reference: str | None, as_json: bool,
-                     device: str, dtype: str, fast: bool, **sampler_options: Any) -> None:
+                     device: str, dtype: str, fast: bool | None, **sampler_options: Any) -> None:
     """Generate a ModelNew for a KernelBench reference FILE, or infill a candidate's CUDA source."""
     config = _sampler_config(sampler_options)
     if not model_path:

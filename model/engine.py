@@ -69,16 +69,18 @@ class Generation:
 class Engine:
     """A loaded block-diffusion checkpoint plus its sampler."""
 
-    def __init__(self, loaded: LoadedModel, runner: Runner | None = None, fast: bool = False) -> None:
-        """`runner` replaces the model forwards (tests pass a stub with scripted logits); `fast` uses the
-        static-cache runner with CUDA-graph-captured block forwards (`cudice.model.fastpath`)."""
+    def __init__(self, loaded: LoadedModel, runner: Runner | None = None, fast: bool | None = None) -> None:
+        """`runner` replaces the model forwards (tests pass a stub with scripted logits). `fast` uses the
+        static-cache runner (`cudice.model.fastpath`: on CUDA, torch.compile'd layers under CUDA-graph
+        block forwards; same tokens); None (the default) means fast where the model sits on a GPU."""
         self.loaded = loaded
         self.tokenizer = loaded.tokenizer
         if runner is None:
-            if fast:
+            on_gpu = str(loaded.device).startswith("cuda")
+            if fast or (fast is None and on_gpu):
                 from cudice.model.fastpath import StaticRunner
 
-                runner = StaticRunner(loaded.model, use_graphs=True)
+                runner = StaticRunner(loaded.model, use_graphs=True, compile=on_gpu)
             else:
                 runner = HFRunner(loaded.model)
         self.runner = runner
@@ -170,10 +172,11 @@ def _generation(result: BatchResult, seconds: float, text: str, middle: str | No
                       finish_reason=row.finish_reason, raw_text=row.text)
 
 
-def load_engine(path: str, device: str = "auto", dtype: str = "auto", fast: bool = False) -> Engine:
+def load_engine(path: str, device: str = "auto", dtype: str = "auto", fast: bool | None = None) -> Engine:
     """Load a checkpoint directory (or a locally cached hub id) into an `Engine`.
 
-    fast: static KV cache + CUDA graphs (same tokens as the default HF path; see fastpath.py).
+    fast: static KV cache, compiled layers and CUDA graphs (same tokens as the HF path; see
+    fastpath.py); None = on where the model sits on a GPU, False forces the eager HF path.
     Raises `cudice.model.loader.ModelLoadError` with what/why/how-to-fix on a bad path or checkpoint.
     """
     return Engine(load_checkpoint(path, device=device, dtype=dtype), fast=fast)

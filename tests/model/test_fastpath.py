@@ -192,3 +192,13 @@ def test_cuda_graphs_equal_eager_and_hf_on_gpu(tiny_sdar_dir) -> None:
     ar_hf = ar_generate(lm.model, prompts(lm), 16, lm.ids.pad, [], ignore_eos=True)
     ar_fast = static_ar_generate(graphs_runner, prompts(lm), 16, lm.ids.pad)
     assert ar_hf.tokens == ar_fast.tokens
+
+
+def test_engine_takes_the_fast_path_where_a_gpu_is_or_when_asked(tiny_engine) -> None:
+    from cudice.model.engine import Engine
+
+    lm = tiny_engine.loaded
+    assert isinstance(Engine(lm).runner, HFRunner)                      # CPU, default: the reference path
+    forced = Engine(lm, fast=True).runner
+    assert isinstance(forced, StaticRunner) and not forced.compiled    # compiling on a CPU costs more than it saves
+    assert isinstance(Engine(lm, fast=False).runner, HFRunner)
