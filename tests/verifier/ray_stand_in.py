@@ -4,7 +4,7 @@ Static-check verdicts take milliseconds, too short to kill a worker "mid-run" or
 that two workers are busy at once. `Gate` makes each task announce itself with a file
 `started-<pid>-<job>` in a folder and wait until `quorum` tasks have started (or, with
 `hold`, until the test creates the file `go`), then it verifies for real — so the verdicts
-the tests compare are the verifier's own. A set cancel token ends the wait, as a cancel would.
+the tests compare are the verifier's own. A set cancel token ends the wait and leaves a file `cancelled-<job>`.
 
 Ray workers import this module by name (the tests put this folder on PYTHONPATH).
 """
@@ -32,7 +32,10 @@ class Gate:
         cancel = kwargs.get("cancel")
         deadline = time.monotonic() + WAIT_S
         while time.monotonic() < deadline:
-            if (folder / "go").exists() or (cancel is not None and cancel.is_set()):
+            if cancel is not None and cancel.is_set():
+                (folder / f"cancelled-{Path(path).stem}").touch()
+                break
+            if (folder / "go").exists():
                 break
             if not self.hold and len(list(folder.glob("started-*"))) >= self.quorum:
                 break

@@ -151,6 +151,8 @@ def test_resubmitting_a_key_cancels_the_running_task(
         wait_for(lambda: len(started(gate)) >= 1, "the first task at the gate")
         second = backend.submit(tmp_path / "syntax.py", key="doc")
         r1 = first.result(timeout=WAIT_S)
+        # the running task itself was interrupted: verify()'s cancel token was set in the worker
+        wait_for(lambda: (gate / f"cancelled-{Path(job.path).stem}").exists(), "the task to see its cancel")
         (gate / "go").touch()
         r2 = second.result(timeout=WAIT_S)
     assert (r1.verdict, r1.error) == (Verdict.TIMEOUT, "cancelled")  # what VerifyPool gives a cancelled job
