@@ -197,10 +197,12 @@ def check_deterministic(first: object, second: object, atol: float, rtol: float,
 
 @dataclass(frozen=True, slots=True)
 class KernelRun:
-    """One GPU kernel the profiler saw: its (demangled) name and device time in microseconds."""
+    """One GPU kernel the profiler saw: its (demangled) name, device time in microseconds and the
+    profiler's id of the CUDA stream it ran on (-1: unknown)."""
 
     name: str
     device_time_us: float
+    stream: int = -1
 
 
 def kernel_identifier(profiled_name: str) -> str:
@@ -214,7 +216,11 @@ def kernel_identifier(profiled_name: str) -> str:
 def check_kernels_ran(runs: Sequence[KernelRun], defined: Iterable[str], max_foreign_share: float = 0.5,
                       where: Location | None = None) -> list[Diagnostic]:
     """The candidate's own kernels (names from its CUDA source) ran during forward, and PyTorch
-    compute kernels (not fills/copies) took at most `max_foreign_share` of the GPU time."""
+    compute kernels (not fills/copies) took at most `max_foreign_share` of the GPU time.
+
+    `max_foreign_share=0.0` (the judge's default policy) makes any PyTorch compute kernel an
+    error, so padding the GPU time with a spin kernel of one's own does not help; the `lenient`
+    policy passes 0.5 (PyTorch kernels below half of the time are a warning)."""
     own = set(defined)
     mine = [r for r in runs if kernel_identifier(r.name) in own]
     foreign = [r for r in runs if kernel_identifier(r.name) not in own and not _GLUE_KERNEL.search(r.name)]
@@ -226,7 +232,7 @@ def check_kernels_ran(runs: Sequence[KernelRun], defined: Iterable[str], max_for
                            f"(kernels that ran: {ran}): the CUDA code is a decoy.", where))
     total = sum(r.device_time_us for r in mine + foreign)
     share = sum(r.device_time_us for r in foreign) / total if total > 0 else 0.0
-    if foreign and (share > max_foreign_share or not mine):
+    if foreign and (share > max_foreign_share or not mine or max_foreign_share == 0.0):
         names = ", ".join(sorted({kernel_identifier(r.name) for r in foreign})[:5])
         diags.append(_diag("dynamic.torch_kernels_did_work",
                            f"PyTorch/library kernels ({names}) took {share:.0%} of forward's GPU time: they, not the "
@@ -237,6 +243,21 @@ def check_kernels_ran(runs: Sequence[KernelRun], defined: Iterable[str], max_for
                            f"PyTorch kernels ({names}) also ran in forward ({share:.0%} of its GPU time).", where,
                            Severity.WARNING))
     return diags
+
+
+def check_streams(runs: Sequence[KernelRun], current_stream: int, where: Location | None = None) -> list[Diagnostic]:
+    """GPU-side evidence of side streams: kernels of forward recorded on a stream other than the
+    current one (`current_stream`, the stream of a marker kernel launched just before the call).
+    Host load cannot produce this (unlike a wall-clock gap); unknown streams (-1) are ignored."""
+    if current_stream < 0:
+        return []
+    other = sorted({r.stream for r in runs if r.stream >= 0 and r.stream != current_stream})
+    if not other:
+        return []
+    names = ", ".join(sorted({kernel_identifier(r.name) for r in runs if r.stream in other})[:5])
+    return [_diag("dynamic.side_stream",
+                  f"kernels of forward ({names}) ran on stream(s) {', '.join(map(str, other))}, not on the current "
+                  f"stream {current_stream}: work on another stream escapes stream timing and ordering.", where)]
 
 
 def profile_kernels(fn: Callable[..., Any], args: Sequence[object]) -> list[KernelRun]:

@@ -1,16 +1,20 @@
-"""Run untrusted work in a child process: timeout, memory limit, scrubbed env, temp working dir.
+"""Start the run stage's child process: timeout, memory limit, scrubbed env, temp working dir.
 
-`run_in_child(job, ...)` starts `python -m cudice.verifier.worker job.json result.json` in a
-fresh temporary directory, in its own session (so a timeout or a cancel kills the whole process
+`run_in_child(job, ...)` starts `python -m cudice.verifier.judge --result-fd FD` in a fresh
+temporary directory, in its own session (so a timeout or a cancel kills the whole process
 group), with an environment reduced to what CUDA and the toolchain need, `RLIMIT_DATA` set
-to the memory limit and core dumps off. stdout/stderr go to files and only their last
-`max_output_bytes` are kept. The result comes back as JSON in a file. A crash (signal, abort
-after an illegal address, `os._exit`), a hang or a missing result ends only that child.
+to the memory limit, `RLIMIT_FSIZE` bounding every file and core dumps off. The job goes to its
+stdin; the result comes back on a pipe created here, whose write end only that child holds —
+never through a file. stdout/stderr go to files and only their last `max_output_bytes` are
+kept. A crash (signal, abort after an illegal address, `os._exit`), a hang or a missing result
+ends only that child.
 
-What the isolation does NOT cover: it is not a security sandbox — the child runs as the same
-user, can read files the user can read, and can use the network; GPU memory is not limited
-(another process on the same GPU can be starved); `RLIMIT_DATA` does not bound pinned or
-device memory. Run untrusted candidates on a machine (or container) you can afford to lose.
+The candidate's code never runs in this child: the judge (judge.py) starts runner processes
+inside the OS boundary (boundary.py) for it. `module="cudice.verifier.worker"` runs the older
+in-process judge, kept for the run-stage cost comparison (bench/verify_run_cost.py); it
+judges in the candidate's own process and is no security boundary. Not covered here: GPU
+memory limits (another process on the same GPU can be starved); `RLIMIT_DATA` does not bound
+pinned or device memory.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -82,30 +87,79 @@ def _limits(memory_limit_mib: int, max_file_mib: int) -> Callable[[], None]:
 
 def run_in_child(job: dict[str, Any], *, timeout_s: float, memory_limit_mib: int, max_output_bytes: int = 65536,
                  cancel: CancelToken | None = None, env: dict[str, str] | None = None,
-                 module: str = "cudice.verifier.worker", max_file_mib: int = 1024) -> ChildOutcome:
-    """Run `python -m module job.json result.json` under the limits above; never raises for child failures."""
+                 module: str = "cudice.verifier.judge", max_file_mib: int = 1024) -> ChildOutcome:
+    """Run `python -m module --result-fd FD` under the limits above; never raises for child failures.
+
+    The job goes to the child's stdin; the result comes back on a pipe this function created
+    (`FD` is its write end, inherited by the child only). The default module is the judge
+    (judge.py), which keeps the candidate in runner processes of its own.
+    """
     work = Path(tempfile.mkdtemp(prefix="cudice-run-"))
     t0 = time.perf_counter()
     try:
-        (work / "job.json").write_text(json.dumps(job))
-        out_path, err_path, res_path = work / "stdout.txt", work / "stderr.txt", work / "result.json"
+        out_path, err_path = work / "stdout.txt", work / "stderr.txt"
         with open(out_path, "wb") as out, open(err_path, "wb") as err:
-            proc = subprocess.Popen([sys.executable, "-m", module, str(work / "job.json"), str(res_path)],
-                                    cwd=work, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
-                                    env=scrubbed_env(env, home=str(work)), start_new_session=True,
-                                    preexec_fn=_limits(memory_limit_mib, max_file_mib))
+            proc, reader = start_child(job, module=module, cwd=work, stdout=out, stderr=err,
+                                       env=scrubbed_env(env, home=str(work)),
+                                       preexec_fn=_limits(memory_limit_mib, max_file_mib))
+            reader.send_job(job)
             cancelled, timed_out = wait_or_kill(proc, timeout_s, cancel)
             kill_group(proc.pid)  # also after a normal exit: a forked grandchild must not outlive the job
-        result = None
-        if res_path.is_file():
-            try:
-                result = json.loads(res_path.read_text())
-            except ValueError:
-                result = None
-        return ChildOutcome(result, proc.returncode, _tail(out_path, max_output_bytes), _tail(err_path, max_output_bytes),
-                            time.perf_counter() - t0, timed_out, cancelled)
+        return ChildOutcome(reader.result(), proc.returncode, _tail(out_path, max_output_bytes),
+                            _tail(err_path, max_output_bytes), time.perf_counter() - t0, timed_out, cancelled)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+class ResultPipe:
+    """The parent's end of a child's result channel: a pipe only the parent and that child hold."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], read_fd: int) -> None:
+        self.proc = proc
+        self._chunks: list[bytes] = []
+        self._thread = threading.Thread(target=self._read, args=(read_fd,), daemon=True)
+        self._thread.start()
+
+    def _read(self, fd: int) -> None:
+        with os.fdopen(fd, "rb") as f:
+            while chunk := f.read(1 << 16):
+                self._chunks.append(chunk)
+
+    def send_job(self, job: dict[str, Any]) -> None:
+        assert self.proc.stdin is not None
+        try:
+            self.proc.stdin.write(json.dumps(job).encode())
+            self.proc.stdin.close()
+        except (BrokenPipeError, OSError):
+            pass  # the child died first: reported as a crash
+
+    def done(self) -> bool:
+        return not self._thread.is_alive()
+
+    def result(self, wait_s: float = 10.0) -> dict[str, Any] | None:
+        """The child's result once the pipe closed (it closes when the child and its fork are gone)."""
+        self._thread.join(wait_s)
+        try:
+            value = json.loads(b"".join(self._chunks)) if self._chunks and self.done() else None
+        except ValueError:
+            return None
+        return value if isinstance(value, dict) else None
+
+
+def start_child(job: dict[str, Any] | None, *, module: str, cwd: Path, stdout: Any, stderr: Any,
+                env: dict[str, str], preexec_fn: Callable[[], None]) -> tuple[subprocess.Popen[bytes], ResultPipe]:
+    """Start `python -m module --result-fd FD [--cache-dir DIR]` in its own session, stdin a pipe."""
+    read_fd, write_fd = os.pipe()
+    argv = [sys.executable, "-m", module, "--result-fd", str(write_fd)]
+    cache = ((job or {}).get("config") or {}).get("cache_dir") or env.get("CUDICE_CACHE_DIR")
+    if cache:
+        argv += ["--cache-dir", str(cache)]
+    try:
+        proc = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.PIPE, stdout=stdout, stderr=stderr, env=env,
+                                start_new_session=True, preexec_fn=preexec_fn, pass_fds=(write_fd,))
+    finally:
+        os.close(write_fd)  # from here on only the child holds the write end
+    return proc, ResultPipe(proc, read_fd)
 
 
 def _tail(path: Path, limit: int) -> str:

@@ -96,13 +96,20 @@ def compare(reference: Callable[..., Any], candidate: Callable[..., Any], inputs
         order = ((reference, ref_ms), (candidate, cand_ms)) if i % 2 == 0 else ((candidate, cand_ms), (reference, ref_ms))
         for fn, sink in order:
             sink.append(_time_once(fn, inputs, flush))
+    return from_samples(ref_ms, cand_ms, input_bytes=tensor_bytes(list(inputs)), output_bytes=output_bytes,
+                        suspicious_speedup=suspicious_speedup, peak_bandwidth_gb_s=peak_bandwidth_gb_s)
+
+
+def from_samples(ref_ms: Sequence[float], cand_ms: Sequence[float], *, input_bytes: int, output_bytes: int,
+                 suspicious_speedup: float = 10.0, peak_bandwidth_gb_s: float = 4300.0,
+                 extra_reasons: Sequence[str] = ()) -> TimingComparison:
+    """Statistics, speedups and the suspicion flags from per-call times (ms) of both implementations."""
     ref, cand = summarize(ref_ms), summarize(cand_ms)  # 3. statistics, full precision
     speedup = ref.median_ms / cand.median_ms if cand.median_ms > 0 else float("inf")
     speedup_min = ref.q1_ms / cand.q3_ms if cand.q3_ms > 0 else float("inf")
     speedup_max = ref.q3_ms / cand.q1_ms if cand.q1_ms > 0 else float("inf")
-    moved = tensor_bytes(list(inputs)) + output_bytes
-    sol_ms = moved / (peak_bandwidth_gb_s * 1e9) * 1e3
-    reasons = []
+    sol_ms = (input_bytes + output_bytes) / (peak_bandwidth_gb_s * 1e9) * 1e3
+    reasons = list(extra_reasons)
     if speedup > suspicious_speedup:
         reasons.append(f"speedup {speedup:.1f}x is above {suspicious_speedup:g}x")
     if cand.median_ms < sol_ms:

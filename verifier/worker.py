@@ -1,4 +1,9 @@
-"""The child process that loads and runs one candidate: `python -m cudice.verifier.worker JOB RESULT`.
+"""The older in-process judge: `python -m cudice.verifier.worker --result-fd FD`, job on stdin.
+
+It loads and judges the candidate in the candidate's own process, so in-process code can forge
+its result; the default run stage is judge.py (runner processes inside an OS boundary). It is
+kept for the run-stage cost comparison (bench/verify_run_cost.py), and its helpers (`_Stop`,
+`_call`, `_exec_module`) are shared with judge.py and candidate.py.
 
 Phases (each records its wall time): 1. import torch, pin precision (no TF32), snapshot the
 functions the verifier relies on; 2. load the reference and the candidate modules — the
@@ -6,7 +11,7 @@ candidate's `load_inline` is replaced by cudice's cached build (same layout, sam
 module name), so an already compiled source loads in milliseconds and a dynamic one builds
 here with its diagnostics mapped; 3. build `Model` and `ModelNew` after the same seed;
 4. correctness trials with fresh seeded inputs; 5. interleaved timing. The outcome is written
-as JSON to RESULT (a dict of `VerifyResult` fields); the parent (sandbox.py) owns the process.
+as JSON to FD (a dict of `VerifyResult` fields); the parent (sandbox.py) owns the process.
 
 Dynamic anti-cheat hooks (functions of `dynamic_checks.py`, owned by the anti-cheat engineer)
 are called at the marked points `# hook:`. Not covered here: isolation (sandbox.py does it);
@@ -318,45 +323,20 @@ def _install_load_inline(doc: Any, config: Any, path: str, diags: list[Diagnosti
     ce.load_inline = load_inline  # type: ignore[assignment]
 
 
-def _job_to_file(job_path: str, result_path: str, guarded: dict[str, object] | None) -> dict[str, Any]:
+def main(argv: list[str] | None = None) -> int:
+    """`python -m cudice.verifier.worker --result-fd FD`: the job on stdin, the result on FD (sandbox.py)."""
+    import os
+
+    args = argv if argv is not None else sys.argv[1:]
+    fd = int(args[args.index("--result-fd") + 1])
     try:
-        result = run_job(json.loads(Path(job_path).read_text()), guarded)
+        result = run_job(json.loads(sys.stdin.read()))
     except BaseException as exc:  # last resort: report instead of dying silently
         result = {"verdict": Verdict.CRASH.value, "stage": Stage.LOAD.value, "error": traceback.format_exc(),
                   "diagnostics": [_diag("runtime.worker_error", f"{type(exc).__name__}: {exc}", Stage.LOAD,
                                         None).to_dict()]}
-    tmp = Path(result_path + ".tmp")
-    tmp.write_text(json.dumps(result))
-    tmp.replace(result_path)
-    return result
-
-
-def serve() -> int:
-    """Persistent runner mode (runner.py): one `job_path<TAB>result_path` line per job on stdin.
-
-    torch and CUDA are initialised once; each job runs in its own working directory. The
-    parent replaces this process after any failure, so a poisoned CUDA context never serves again.
-    """
-    import os
-    import tempfile
-
-    import torch  # noqa: F401  (initialise once)
-    from cudice.verifier import dynamic_checks as dyn
-
-    guarded = dyn.snapshot_guarded()
-    base = os.getcwd()
-    for line in sys.stdin:
-        job_path, result_path = line.rstrip("\n").split("\t")
-        os.chdir(tempfile.mkdtemp(prefix="job-", dir=base))
-        _job_to_file(job_path, result_path, guarded)
-    return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = argv if argv is not None else sys.argv[1:]
-    if args and args[0] == "--serve":
-        return serve()
-    _job_to_file(args[0], args[1], None)
+    with os.fdopen(fd, "w") as f:
+        f.write(json.dumps(result))
     return 0
 
 

@@ -1,0 +1,155 @@
+"""PID 1 of a runner's namespaces: apply the boundary, report it, then exec the runner.
+
+`python -m cudice.verifier.boundary_init SPEC_JSON -- ARGV...` is started by `unshare`
+(boundary.py) and runs trusted code only. In order: 1. open handles on the paths the runner must
+read; 2. replace directories an unprivileged uid cannot traverse, the home directories and the
+temporary directories with private tmpfs mounts, and bind the needed paths back read-only;
+3. bind site-packages, cudice and the build cache read-only; 4. as root: supplementary groups
+of the GPU device nodes, `RLIMIT_NPROC`, then `setuid` to the spec's unprivileged uid (all
+capabilities go with it); in a user namespace: drop every capability; 5. `no_new_privs`;
+6. write one JSON line to `report_fd` (what was applied, what was not) and close it, so
+nothing the candidate runs later can add to the report; 7. exec ARGV.
+
+Not covered: anything outside this process's namespaces (see boundary.py).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import resource
+import stat
+import sys
+from pathlib import Path
+from typing import Any
+
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC = 1, 2, 4, 32, 4096, 16384
+PR_SET_NO_NEW_PRIVS, PR_CAPBSET_DROP = 38, 24
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _mount(src: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
+    def enc(s: str | None) -> bytes | None:
+        return s.encode() if s is not None else None
+
+    if _libc.mount(enc(src), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"mount {src} on {target}: {os.strerror(err)}")
+
+
+def _bind_read_only(src: str, target: str) -> None:
+    _mount(src, target, None, MS_BIND | MS_REC)
+    _mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+
+
+def _hidden_ancestor(path: str) -> str | None:
+    """The topmost directory on `path` that other users cannot traverse (no o+x), if any."""
+    cur = Path("/")
+    for part in Path(path).parts[1:]:
+        cur = cur / part
+        try:
+            st = os.stat(cur)
+        except OSError:
+            return None
+        if stat.S_ISDIR(st.st_mode) and not st.st_mode & stat.S_IXOTH:
+            return str(cur)
+    return None
+
+
+def _under(path: str, top: str) -> bool:
+    return path == top or path.startswith(top.rstrip("/") + "/")
+
+
+def apply(spec: dict[str, Any]) -> dict[str, Any]:
+    """Steps 1–5 of the module docstring; returns the report (`applied`, `missing`)."""
+    applied: list[str] = []
+    missing: list[dict[str, str]] = []
+    as_root = os.getuid() == 0 and _outside_uid() == 0
+    uid = int(spec["uid"]) if as_root else os.getuid()
+    # 1. handles on the paths to keep, taken before tmpfs mounts hide them
+    targets = set(spec["private_dirs"]) | set(spec["home_dirs"])
+    if as_root:
+        targets |= {a for a in (_hidden_ancestor(p) for p in spec["read_paths"]) if a is not None}
+    targets = {t for t in targets if os.path.isdir(t)}
+    targets = {t for t in targets if not any(o != t and _under(t, o) for o in targets)}  # outermost only
+    keep = {p: os.open(p, os.O_PATH) for p in spec["read_paths"] if any(_under(p, t) for t in targets)}
+    # 2. private tmpfs mounts; the kept paths come back read-only inside them
+    for d in sorted(targets):
+        try:
+            _mount("tmpfs", d, "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=4g")
+            applied.append(f"tmpfs:{d}")
+        except OSError as exc:
+            missing.append({"code": "sandbox.private_dir", "message": f"{d} stays shared: {exc}"})
+    for p, fd in sorted(keep.items()):
+        try:
+            Path(p).mkdir(parents=True, exist_ok=True)
+            _bind_read_only(f"/proc/self/fd/{fd}", p)
+            applied.append(f"ro-kept:{p}")
+        except OSError as exc:
+            missing.append({"code": "sandbox.unreadable", "message": f"{p} could not be kept readable: {exc}"})
+        finally:
+            os.close(fd)
+    # 3. read-only binds of site-packages, cudice and the build cache
+    for p in spec["read_only_paths"]:
+        if p in keep:
+            continue
+        try:
+            _bind_read_only(p, p)
+            applied.append(f"ro:{p}")
+        except OSError as exc:
+            missing.append({"code": "sandbox.read_only", "message": f"{p} stays writable: {exc}"})
+    # 4. identity and limits
+    if as_root:
+        groups = sorted({os.stat(f"/dev/{n}").st_gid for n in os.listdir("/dev") if n.startswith("nvidia")
+                         and os.stat(f"/dev/{n}").st_mode & 0o006 != 0o006})
+        nproc = int(spec["max_processes"])
+        resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
+        os.setgroups(groups)
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)
+        applied += [f"uid:{uid}", f"nproc:{nproc}"]
+    else:
+        for cap in range(64):
+            _libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)
+        _drop_capabilities()
+        missing.append({"code": "sandbox.no_process_limit", "message": "RLIMIT_NPROC not set: in a user namespace "
+                        "it would count every process of this user; the PID namespace still ends them all"})
+    # 5. no privilege regained through exec (setuid binaries, file capabilities)
+    if _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0:
+        applied.append("no_new_privs")
+    return {"op": "boundary", "pid": os.getpid(), "uid": os.getuid(), "applied": applied, "missing": missing}
+
+
+def _outside_uid() -> int:
+    """This uid as the initial user namespace sees it (0 for real root)."""
+    try:
+        first = Path("/proc/self/uid_map").read_text().split()
+        return int(first[1]) if first and int(first[0]) == 0 else -1
+    except (OSError, ValueError, IndexError):
+        return -1
+
+
+def _drop_capabilities() -> None:
+    class Header(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+    class Data(ctypes.Structure):
+        _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+    header, data = Header(0x20080522, 0), (Data * 2)()
+    _libc.capset(ctypes.byref(header), data)
+
+
+def main(argv: list[str]) -> None:
+    spec, argv = json.loads(argv[0]), argv[argv.index("--") + 1:]
+    report = apply(spec)
+    fd = int(spec["report_fd"])
+    if fd >= 0:
+        os.write(fd, (json.dumps(report) + "\n").encode())
+        os.close(fd)
+    os.execve(argv[0], argv, os.environ)  # does not return
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,286 @@
+"""A runner process: serves one model (the candidate's `ModelNew`, or `Model` for timing) to the judge.
+
+`python -m cudice.verifier.candidate --fd N` runs inside the OS boundary (boundary.py) and
+talks to the judge over the socket `N` (channel.py). It holds no verdict, no reference output,
+no seed of the inputs and no clock the judge trusts: it loads the model it is told to, runs
+it on the inputs it receives and answers requests:
+
+- `load`    exec the file, build the model after the given seed (`load_inline` asks the judge to
+            build through the shared cache, which this process can only read);
+- `inputs`  keep the tensors sent as the current inputs;
+- `call`    one forward on them, with in-process observations (inputs unchanged, outputs plain
+            and not aliasing the inputs, no new threads, free memory poisoned with NaN first);
+- `fetch`   send the last outputs back;
+- `prep` / `go`  fresh clones and an L2 flush, then `n` forwards and a device-wide sync (the
+            judge times `go` by its own clock);
+- `profile` one forward under `torch.profiler`: kernel names, device time, stream;
+- `guards`  whether timers, comparison functions or dispatcher entries were replaced.
+
+Everything this process reports besides the outputs is an observation made where the candidate's
+code runs: native code can forge it. The judge bases the verdict on outputs it compares itself
+and on its own clock; see docs/anticheat.md for what stays open. Not covered: multi-GPU models.
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.util
+import socket
+import sys
+import time
+import traceback
+import types
+from typing import Any
+
+from cudice.verifier import channel
+from cudice.verifier.result import Diagnostic, Location, Severity, Stage, Verdict
+
+MAX_REQUEST_BYTES = 1 << 40  # the judge is trusted; its inputs may be large
+# ops whose dispatcher entries a candidate could override to fool a comparison in its own process
+WATCHED_OPS = ("aten::allclose", "aten::isclose", "aten::eq.Tensor", "aten::sub.Tensor", "aten::abs",
+               "aten::copy_", "aten::clone", "aten::mm", "aten::addmm", "aten::_to_copy")
+
+
+def dispatcher_state() -> dict[str, str]:
+    """The registrations of `WATCHED_OPS` (torch's dispatcher dump): a `torch.library` or
+    `TORCH_LIBRARY_IMPL(aten, ...)` override changes them."""
+    import torch
+
+    return {op: torch._C._dispatch_dump(op) for op in WATCHED_OPS}
+
+
+class Server:
+    """The request loop; one instance per process."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.model: Any = None
+        self.inputs: list[Any] = []
+        self.args: list[Any] = []
+        self.last: Any = None
+        self.device = "cpu"
+        self.where = Location("<candidate>", 1, 1)
+        self.guards: dict[str, object] = {}
+        self.dispatch: dict[str, str] = {}
+        self.flush: Any = None
+
+    def reply(self, header: dict[str, Any], blobs: list[memoryview] | None = None) -> None:
+        channel.send(self.sock, header, blobs or [])
+
+    def serve(self) -> None:
+        import torch
+        from cudice.verifier import dynamic_checks as dyn
+
+        self.guards, self.dispatch = dyn.snapshot_guarded(), dispatcher_state()  # before any candidate code
+        self.reply({"op": "ready", "torch": torch.__version__})
+        while True:
+            try:
+                req, blobs = channel.recv(self.sock, MAX_REQUEST_BYTES)
+            except channel.ChannelError:
+                return
+            op = req.get("op")
+            try:
+                handler = getattr(self, f"op_{op}", None)
+                if handler is None:
+                    self.reply({"ok": False, "error": f"unknown request {op!r}"})
+                    continue
+                if op == "exit":
+                    return
+                handler(req, blobs)
+            except _Failure as f:
+                self.reply({"ok": False, "verdict": f.verdict, "diagnostics": [d.to_dict() for d in f.diagnostics],
+                            "error": f.error})
+
+    # -- requests -------------------------------------------------------------------------------------
+    def op_exit(self, req: dict[str, Any], blobs: list[bytearray]) -> None:
+        return None
+
+    def op_load(self, req: dict[str, Any], blobs: list[bytearray]) -> None:
+        import torch
+        from cudice.verifier.worker import _exec_module, _Stop
+
+        self.device = str(req["device"])
+        path = str(req["path"])
+        self.where = Location(path, int(req.get("line", 1)), 1)
+        self._install_load_inline(path)
+        try:
+            mod = _exec_module(str(req["module"]), str(req["source"]), path, Stage.LOAD)
+        except _Stop as stop:
+            raise _Failure(stop.verdict.value, stop.diagnostics, stop.error) from None
+        cls = getattr(mod, str(req["cls"]), None)
+        if cls is None:
+            raise _Failure(Verdict.RUNTIME_ERROR.value, [Diagnostic(
+                Severity.ERROR, f"Executing the file did not define {req['cls']}.", "runtime.no_model_new", Stage.LOAD,
+                self.where)])
+        init = channel.decode(req["init"], blobs, "cpu")
+        torch.manual_seed(int(req["seed"]))
+        if self.device.startswith("cuda"):
+            torch.cuda.manual_seed(int(req["seed"]))
+        self.model = self._guard(lambda: cls(*init).to(self.device).eval(), Stage.LOAD)
+        self.reply({"ok": True})
+
+    def op_inputs(self, req: dict[str, Any], blobs: list[bytearray]) -> None:
+        self.inputs = list(channel.decode(req["inputs"], blobs, self.device))
+        self.args, self.last = [], None
+        self.reply({"ok": True})
+
+    def op_call(self, req: dict[str, Any], blobs: list[bytearray]) -> None:
+        import torch
+        from cudice.verifier import dynamic_checks as dyn
+
+        before = dyn.snapshot_inputs(self.inputs)
+        if self.device.startswith("cuda"):
+            dyn.poison_allocator(int(req.get("poison_bytes", 1 << 20)), self.device)
+        threads = dyn.count_threads()
+        with torch.no_grad():
+            out = self._guard(lambda: self.model(*self.inputs), Stage.CORRECTNESS)
+        after_threads = dyn.count_threads()
+        self._sync()
+        found = dyn.check_inputs_unchanged(before, self.inputs, self.where)
+        found += dyn.check_outputs_plain(out, out, self.where)
+        found += dyn.check_no_aliasing(out, self.inputs, (), self.where)
+        if req.get("count_threads"):
+            found += dyn.check_thread_count(threads, after_threads, self.where)
+        self.last = out
+        self.reply({"ok": True, "diagnostics": [d.to_dict() for d in found]})
+
+    def op_fetch(self, req: dict[str, Any], blobs: list[bytearray]) -> None:
+        try:
+            tree, out = channel.encode(self.last)
+        except (channel.ChannelError, RuntimeError, TypeError) as exc:
+            raise _Failure(Verdict.INCORRECT.value, [Diagnostic(
+                Severity.ERROR, f"the output cannot be read as plain tensors: {exc}", "dynamic.output_not_plain_tensor",
+                Stage.CORRECTNESS, self.where)]) from None
+        self.reply({"ok": True, "outputs": tree}, out)
+
+    def op_prep(self, req: dict[str, Any], blobs: list[bytearray]) -> None:
+        import torch
+
+        self.args = [x.clone() if isinstance(x, torch.Tensor) else x for x in self.inputs]
+        mib = int(req.get("flush_mib", 0))
+        if mib and self.device.startswith("cuda"):
+            if self.flush is None or self.flush.numel() * 4 != mib << 20:
+                self.flush = torch.empty(mib * 1024 * 1024 // 4, dtype=torch.int32, device=self.device)
+            self.flush.fill_(1)  # evict L2 (H200: 60 MB) before the timed call
+        self._sync()
+        self.reply({"ok": True})
+
+    def op_go(self, req: dict[str, Any], blobs: list[bytearray]) -> None:
+        import torch
+
+        n = int(req.get("n", 1))
+        with torch.no_grad():
+            for _ in range(n):
+                self.last = self._guard(lambda: self.model(*self.args), Stage.TIMING)
+        self._sync()
+        self.reply({"ok": True})
+
+    def op_profile(self, req: dict[str, Any], blobs: list[bytearray]) -> None:
+        import torch
+
+        if not self.device.startswith("cuda"):
+            self.reply({"ok": True, "kernels": [], "marker_stream": -1, "supported": False})
+            return
+        from torch.profiler import ProfilerActivity, profile
+
+        marker = torch.zeros(1, device=self.device)
+        with torch.no_grad(), profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            marker.add_(1)  # a kernel on the current stream: its stream id is the one forward should use
+            self.last = self._guard(lambda: self.model(*self.inputs), Stage.CORRECTNESS)
+            torch.cuda.synchronize()
+        kernels: list[list[object]] = []
+        marker_stream = -1
+        for evt in prof.events():
+            if not str(getattr(evt, "device_type", "")).endswith("CUDA") or not evt.name:
+                continue
+            us = float(getattr(evt, "device_time", None) or getattr(evt, "cuda_time", 0.0) or 0.0)
+            stream = int(getattr(evt, "device_resource_id", -1) or -1)
+            if marker_stream == -1 and "add" in evt.name.lower() and not kernels:
+                marker_stream = stream
+                continue
+            kernels.append([evt.name, us, stream])
+        self.reply({"ok": True, "kernels": kernels, "marker_stream": marker_stream, "supported": True})
+
+    def op_guards(self, req: dict[str, Any], blobs: list[bytearray]) -> None:
+        from cudice.verifier import dynamic_checks as dyn
+
+        found = dyn.check_guarded_intact(self.guards, self.where)
+        now = dispatcher_state()
+        changed = sorted(op for op, dump in self.dispatch.items() if now.get(op) != dump)
+        if changed:
+            found.append(Diagnostic(Severity.ERROR, f"the candidate re-registered {', '.join(changed)} in the "
+                                    "dispatcher (torch.library / TORCH_LIBRARY_IMPL): overriding the ops a check uses "
+                                    "fakes the check.", "dynamic.dispatcher_override", Stage.CORRECTNESS, self.where))
+        self.reply({"ok": True, "diagnostics": [d.to_dict() for d in found]})
+
+    # -- helpers --------------------------------------------------------------------------------------
+    def _guard(self, fn: Any, stage: Stage) -> Any:
+        from cudice.verifier.worker import _call, _Stop
+
+        try:
+            return _call(fn, stage, self.where)
+        except _Stop as stop:
+            raise _Failure(stop.verdict.value, stop.diagnostics, stop.error) from None
+
+    def _sync(self) -> None:
+        import torch
+
+        if not self.device.startswith("cuda"):
+            return
+        try:
+            torch.cuda.synchronize()
+        except Exception as exc:  # a sticky CUDA error (illegal address...) poisons this process
+            raise _Failure(Verdict.RUNTIME_ERROR.value, [Diagnostic(
+                Severity.ERROR, f"CUDA error after the kernel: {exc}".strip(), "runtime.cuda_error", Stage.CORRECTNESS,
+                self.where)], str(exc)) from None
+
+    def _install_load_inline(self, path: str) -> None:
+        """`load_inline` asks the judge to build (the shared cache is read-only here) and loads the result."""
+        import torch.utils.cpp_extension as ce
+
+        def load_inline(name: str, cpp_sources: Any, cuda_sources: Any = None, functions: Any = None,
+                        *args: Any, **kwargs: Any) -> types.ModuleType:
+            def texts(v: Any) -> list[str]:
+                return [v] if isinstance(v, str) else [str(x) for x in (v or [])]
+
+            funcs = functions if isinstance(functions, (list, tuple, type(None))) else list(functions)
+            channel.send(self.sock, {"op": "build", "name": str(name), "cpp": texts(cpp_sources),
+                                     "cuda": texts(cuda_sources), "functions": funcs})
+            rep, _ = channel.recv(self.sock, 1 << 20)
+            if not rep.get("ok"):
+                raise _Failure(Verdict.COMPILE_ERROR.value, [Diagnostic.from_dict(d) for d in rep.get("diagnostics", [])],
+                               str(rep.get("error", "")))
+            loader = importlib.machinery.ExtensionFileLoader(name, str(rep["library"]))
+            spec = importlib.util.spec_from_file_location(name, str(rep["library"]), loader=loader)
+            assert spec is not None
+            mod = importlib.util.module_from_spec(spec)
+            loader.exec_module(mod)
+            return mod
+
+        ce.load_inline = load_inline  # type: ignore[assignment]
+
+
+class _Failure(Exception):
+    """Ends a request with a verdict-bearing error reply (the process keeps serving)."""
+
+    def __init__(self, verdict: str, diagnostics: list[Diagnostic], error: str | None = None) -> None:
+        super().__init__(verdict)
+        self.verdict, self.diagnostics, self.error = verdict, diagnostics, error
+
+
+def main(argv: list[str]) -> int:
+    fd = int(argv[argv.index("--fd") + 1])
+    t0 = time.perf_counter()
+    sock = socket.socket(fileno=fd)
+    try:
+        Server(sock).serve()
+    except BaseException:  # report what killed the loop on stderr (the judge keeps the tail)
+        traceback.print_exc()
+        return 1
+    finally:
+        print(f"runner served for {time.perf_counter() - t0:.2f} s", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

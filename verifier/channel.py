@@ -1,0 +1,138 @@
+"""Framed messages between the judge and a runner process: a JSON header and raw tensor bytes.
+
+Wire format of one message on a stream socket: an 8-byte big-endian header length, the UTF-8
+JSON header, then the blobs whose sizes the header lists under `"blobs"`. Tensors travel as
+`{"__t__": index, "dtype": name, "shape": [...]}` in the header and their bytes as a blob;
+tuples, lists, dicts (string keys), numbers, strings, booleans and `None` travel as JSON.
+
+Contract for the receiver, which may be the judge reading a hostile candidate's reply: nothing
+is unpickled, a header is at most `MAX_HEADER_BYTES`, the blobs of one message at most the
+`max_bytes` the caller allows, dtypes come from a fixed list and shapes must match the blob
+sizes — anything else raises `ChannelError`, never executes code. Not covered: encryption or
+authentication (both ends are local processes; the socket pair is created by the judge).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+from collections.abc import Sequence
+from typing import Any
+
+MAX_HEADER_BYTES = 16 << 20
+_LEN = struct.Struct(">Q")
+DTYPES = ("float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool",
+          "complex64", "complex128")
+
+
+class ChannelError(Exception):
+    """The peer closed the channel or sent something that is not a well-formed message."""
+
+
+def send(sock: socket.socket, header: dict[str, Any], blobs: Sequence[bytes | bytearray | memoryview] = ()) -> None:
+    views = [memoryview(b).cast("B") for b in blobs]
+    body = json.dumps({**header, "blobs": [v.nbytes for v in views]}).encode()
+    sock.sendall(_LEN.pack(len(body)) + body)
+    for v in views:
+        sock.sendall(v)
+
+
+def _read_exact(sock: socket.socket, n: int) -> bytearray:
+    buf = bytearray(n)
+    view, got = memoryview(buf), 0
+    while got < n:
+        k = sock.recv_into(view[got:], min(n - got, 1 << 24))
+        if k == 0:
+            raise ChannelError(f"the peer closed the channel after {got} of {n} bytes")
+        got += k
+    return buf
+
+
+def recv(sock: socket.socket, max_bytes: int) -> tuple[dict[str, Any], list[bytearray]]:
+    """One message: (header, blobs). Raises ChannelError on EOF, oversize or malformed input."""
+    (size,) = _LEN.unpack(bytes(_read_exact(sock, _LEN.size)))
+    if size > MAX_HEADER_BYTES:
+        raise ChannelError(f"message header of {size} bytes is over the {MAX_HEADER_BYTES}-byte limit")
+    try:
+        header = json.loads(bytes(_read_exact(sock, size)))
+    except ValueError as exc:
+        raise ChannelError(f"message header is not JSON: {exc}") from None
+    sizes = header.get("blobs") if isinstance(header, dict) else None
+    if not isinstance(sizes, list) or not all(isinstance(s, int) and s >= 0 for s in sizes):
+        raise ChannelError("message header lacks a valid 'blobs' size list")
+    if sum(sizes) > max_bytes:
+        raise ChannelError(f"message carries {sum(sizes)} bytes, more than the {max_bytes} allowed here")
+    return header, [_read_exact(sock, s) for s in sizes]
+
+
+def encode(value: object) -> tuple[object, list[memoryview]]:
+    """A forward's inputs or outputs as (JSON tree, blobs); tensors are copied to host memory."""
+    import torch
+
+    blobs: list[memoryview] = []
+
+    def walk(v: object) -> object:
+        if isinstance(v, torch.Tensor):
+            t = v.detach().contiguous().cpu()
+            name = str(t.dtype).removeprefix("torch.")
+            if name not in DTYPES:
+                raise ChannelError(f"dtype {t.dtype} cannot be sent; supported: {', '.join(DTYPES)}")
+            blobs.append(t.reshape(-1).view(torch.uint8).numpy().data if t.numel() else memoryview(b""))
+            return {"__t__": len(blobs) - 1, "dtype": name, "shape": list(t.shape)}
+        if isinstance(v, tuple):
+            return {"__tuple__": [walk(x) for x in v]}
+        if isinstance(v, list):
+            return [walk(x) for x in v]
+        if isinstance(v, dict):
+            return {"__dict__": [[str(k), walk(x)] for k, x in v.items()]}
+        if v is None or isinstance(v, (bool, int, float, str)):
+            return v
+        raise ChannelError(f"a value of type {type(v).__name__} cannot be sent (tensors, numbers, strings, "
+                           "tuples, lists and dicts can)")
+
+    return walk(value), blobs
+
+
+def decode(tree: object, blobs: list[bytearray], device: str = "cpu") -> Any:
+    """Inverse of `encode`; tensors are rebuilt on `device`. Raises ChannelError on a bad tree."""
+    import torch
+
+    def walk(v: object) -> object:
+        if isinstance(v, dict) and "__t__" in v:
+            idx, name, shape = v.get("__t__"), v.get("dtype"), v.get("shape")
+            if not (isinstance(idx, int) and 0 <= idx < len(blobs) and name in DTYPES and isinstance(shape, list)
+                    and all(isinstance(s, int) and s >= 0 for s in shape)):
+                raise ChannelError(f"malformed tensor entry {str(v)[:200]}")
+            dtype = getattr(torch, str(name))
+            numel = 1
+            for s in shape:
+                numel *= s
+            blob = blobs[idx]
+            if len(blob) != numel * torch.empty((), dtype=dtype).element_size():
+                raise ChannelError(f"tensor entry {idx}: {len(blob)} bytes do not hold {shape} of {name}")
+            t = torch.frombuffer(blob, dtype=dtype) if numel else torch.empty(0, dtype=dtype)
+            return t.reshape(shape).to(device)
+        if isinstance(v, dict) and "__tuple__" in v:
+            return tuple(walk(x) for x in _as_list(v["__tuple__"]))
+        if isinstance(v, dict) and "__dict__" in v:
+            return {str(k): walk(x) for k, x in (_pair(p) for p in _as_list(v["__dict__"]))}
+        if isinstance(v, list):
+            return [walk(x) for x in v]
+        if v is None or isinstance(v, (bool, int, float, str)):
+            return v
+        raise ChannelError(f"malformed value {str(v)[:200]}")
+
+    return walk(tree)
+
+
+def _as_list(v: object) -> list[object]:
+    if not isinstance(v, list):
+        raise ChannelError(f"expected a list, got {type(v).__name__}")
+    return v
+
+
+def _pair(p: object) -> tuple[object, object]:
+    if not (isinstance(p, list) and len(p) == 2):
+        raise ChannelError("malformed dict entry")
+    return p[0], p[1]
