@@ -71,16 +71,17 @@ def resolve_call_sources(tree: ast.Module, call: ast.Call) -> ResolvedCall:
         elements = env.elements(expr)
         if elements is None:
             value = env.value(expr)
+            where = env.definition(expr)
             if isinstance(value, list) and all(isinstance(v, str) for v in value):
-                sources += [ResolvedSource(kind, i, expr, str(v)) for i, v in enumerate(value)]
+                sources += [ResolvedSource(kind, i, where, str(v)) for i, v in enumerate(value)]
             elif isinstance(value, str):
-                sources.append(ResolvedSource(kind, 0, expr, value))
+                sources.append(ResolvedSource(kind, 0, where, value))
             else:
-                dynamic.append(expr)
+                dynamic.append(env.definition(expr))
             continue
         for i, e in enumerate(elements):
             v = env.value(e)
-            sources.append(ResolvedSource(kind, i, e, v if isinstance(v, str) else None))
+            sources.append(ResolvedSource(kind, i, env.definition(e), v if isinstance(v, str) else None))
     return ResolvedCall(call, tuple(sources), tuple(dynamic))
 
 
@@ -112,6 +113,14 @@ class ModuleConstants:
         self._single = {k: v[0] for k, v in bound.items() if len(v) == 1 and v[0] is not None}
         for name in _mutable_uses(tree, {k for k, v in self._single.items() if isinstance(v, (ast.List, ast.Tuple))}):
             del self._single[name]  # `SRC.append(open(p).read())` changes what the call receives
+
+    def definition(self, expr: ast.expr) -> ast.expr:
+        """The expression a name stands for (followed through single bindings), for locating findings."""
+        for _ in range(_MAX_DEPTH):
+            if not (isinstance(expr, ast.Name) and expr.id in self._single):
+                break
+            expr = self._single[expr.id]
+        return expr
 
     def elements(self, expr: ast.expr, depth: int = 0) -> list[ast.expr] | None:
         """The element expressions of a literal list/tuple (through single-bound names), else None."""

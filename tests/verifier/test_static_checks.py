@@ -28,6 +28,7 @@ def _codes(diags: list[Diagnostic], severity: Severity) -> set[str]:
 
 # -- the corpus ------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("case", load_corpus("static"), ids=lambda c: c.name)
 def test_static_exploit_is_rejected_with_its_codes(case: Case) -> None:
     diags = _check(case.path)
@@ -78,8 +79,10 @@ def test_detection_and_false_positive_rates() -> None:
     """The figures docs/anticheat.md reports: every static exploit caught, no honest kernel flagged."""
     exploits = load_corpus("static")
     honest = load_corpus("honest") + [c for c in load_corpus("warning")]
-    caught = sum(has_violation(_check(c.path)) and set(c.codes) <= _codes(_check(c.path), Severity.ERROR)
-                 for c in exploits)
+    caught = sum(
+        has_violation(_check(c.path)) and set(c.codes) <= _codes(_check(c.path), Severity.ERROR)
+        for c in exploits
+    )
     flagged = sum(has_violation(_check(c.path)) for c in honest)
     print(f"static detection {caught}/{len(exploits)}, false positives {flagged}/{len(honest)}")
     assert len(exploits) >= 25 and len(load_corpus("honest")) >= 3
@@ -98,27 +101,32 @@ def test_static_checks_are_fast() -> None:
 
 # -- locations ---------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("case_name", "code", "needle"), [
-    ("cpp_stream_create", "static.cpp_stream_create", "cudaStreamCreateWithFlags"),
-    ("cpp_pointer_cache", "static.cpp_pointer_cache", "static std::unordered_map"),
-    ("cpp_std_thread", "static.cpp_std_thread", "std::thread"),
-    ("cpp_timer_interpose", "static.timer_patch", "cudaEventElapsedTime"),
-    ("wrapper_calls_aten", "static.cpp_torch_op", "torch::relu"),
-    ("wrapper_calls_aten", "static.kernel_never_launched", "__global__ void relu_kernel"),
-    ("torch_op_decoy_kernel", "static.torch_op_in_forward", "return torch.relu(x)"),
-    ("try_except_fallback", "static.fallback_to_reference", "try:"),
-    ("timer_patch_event", "static.timer_patch", "elapsed_time ="),
-    ("python_thread", "static.stream_or_thread", "import threading"),
-    ("inherits_model", "static.inherits_model", "class ModelNew(Model)"),
-    ("output_cache_self", "static.output_cache", "self.last = relu_ext"),
-])
+
+@pytest.mark.parametrize(
+    ("case_name", "code", "needle"),
+    [
+        ("cpp_stream_create", "static.cpp_stream_create", "cudaStreamCreateWithFlags"),
+        ("cpp_pointer_cache", "static.cpp_pointer_cache", "static std::unordered_map"),
+        ("cpp_std_thread", "static.cpp_std_thread", "std::thread"),
+        ("cpp_timer_interpose", "static.timer_patch", "cudaEventElapsedTime"),
+        ("wrapper_calls_aten", "static.cpp_torch_op", "torch::relu"),
+        ("wrapper_calls_aten", "static.kernel_never_launched", "__global__ void relu_kernel"),
+        ("torch_op_decoy_kernel", "static.torch_op_in_forward", "return torch.relu(x)"),
+        ("try_except_fallback", "static.fallback_to_reference", "try:"),
+        ("timer_patch_event", "static.timer_patch", "elapsed_time ="),
+        ("python_thread", "static.stream_or_thread", "import threading"),
+        ("inherits_model", "static.inherits_model", "class ModelNew(Model)"),
+        ("output_cache_self", "static.output_cache", "self.last = relu_ext"),
+    ],
+)
 def test_finding_is_located_on_the_offending_line(case_name: str, code: str, needle: str) -> None:
     path = next(c.path for c in load_corpus() if c.name == case_name)
     lines = path.read_text().splitlines()
     hits = [d for d in _check(path) if d.code == code]
     assert hits, f"{case_name}: no {code}"
-    assert any(d.location and needle in lines[d.location.line - 1] for d in hits), \
-        [(d.location.line, lines[d.location.line - 1]) for d in hits if d.location]
+    assert any(d.location and needle in lines[d.location.line - 1] for d in hits), [
+        (d.location.line, lines[d.location.line - 1]) for d in hits if d.location
+    ]
 
 
 # -- policy details: no false alarms on glue, and the strictness levels ---------------------------
@@ -149,7 +157,9 @@ def get_inputs():
 
 
 def _glue(forward_body: str, init_body: str = "pass", policy: str = "default") -> list[Diagnostic]:
-    text = _GLUE_HEADER + f'''
+    text = (
+        _GLUE_HEADER
+        + f"""
 
 class ModelNew(nn.Module):
     def __init__(self, features: int = 4):
@@ -158,7 +168,8 @@ class ModelNew(nn.Module):
 
     def forward(self, x: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
 {forward_body}
-'''
+"""
+    )
     return check_source(text, "cand.py", VerifyConfig(static_policy=policy))
 
 
@@ -190,32 +201,56 @@ GLUE_FORWARDS = {
 @pytest.mark.parametrize("body", GLUE_FORWARDS.values(), ids=list(GLUE_FORWARDS))
 @pytest.mark.parametrize("policy", ["strict", "default", "lenient"])
 def test_glue_is_never_flagged(body: str, policy: str) -> None:
-    init = "self.weight = nn.Parameter(torch.randn(features, features) * 0.02)\n        " \
-           "self.register_buffer('bias', torch.zeros(features))"
+    init = (
+        "self.weight = nn.Parameter(torch.randn(features, features) * 0.02)\n        "
+        "self.register_buffer('bias', torch.zeros(features))"
+    )
     diags = _glue(body, init, policy)
     assert diags == [], [(d.code, d.location.line if d.location else None, d.message) for d in diags]
 
 
-@pytest.mark.parametrize(("body", "what"), [
-    ("        y = torch.empty_like(x)\n        ext.run(x, y, x)\n        return y * scale", "y * scale"),
-    ("        y = torch.empty_like(x)\n        ext.run(x, y, x)\n        y += 1\n        return y", "y += 1"),
-    ("        y = torch.empty_like(x)\n        ext.run(x, y, x)\n        return y.sum(dim=1)", ".sum"),
-    ("        y = torch.empty_like(x)\n        ext.run(x, y, x)\n        return torch.softmax(y, 1)", "softmax"),
-    ("        y = torch.empty_like(x)\n        ext.run(x, y, x)\n        return nn.functional.gelu(y)", "gelu"),
-    ("        y = torch.empty_like(x)\n        ext.run(x @ x, y, x)\n        return y", "@"),
-    ("        y = torch.empty_like(x)\n        ext.run(x, y, x)\n        return -y", "-y"),
-    ("        y = torch.empty_like(x)\n        ext.run(x, y, x)\n        return torch.where(y > 0, y, x)", "where"),
-    ("        f = torch.relu\n        y = torch.empty_like(x)\n        ext.run(x, y, x)\n        return f(y)", "f = torch.relu"),
-    ("        import operator\n        y = torch.empty_like(x)\n        ext.run(x, y, x)\n        return operator.mul(y, 2)",
-     "operator.mul"),
-])
+@pytest.mark.parametrize(
+    ("body", "what"),
+    [
+        ("        y = torch.empty_like(x)\n        ext.run(x, y, x)\n        return y * scale", "y * scale"),
+        (
+            "        y = torch.empty_like(x)\n        ext.run(x, y, x)\n        y += 1\n        return y",
+            "y += 1",
+        ),
+        ("        y = torch.empty_like(x)\n        ext.run(x, y, x)\n        return y.sum(dim=1)", ".sum"),
+        (
+            "        y = torch.empty_like(x)\n        ext.run(x, y, x)\n        return torch.softmax(y, 1)",
+            "softmax",
+        ),
+        (
+            "        y = torch.empty_like(x)\n        ext.run(x, y, x)\n        return nn.functional.gelu(y)",
+            "gelu",
+        ),
+        ("        y = torch.empty_like(x)\n        ext.run(x @ x, y, x)\n        return y", "@"),
+        ("        y = torch.empty_like(x)\n        ext.run(x, y, x)\n        return -y", "-y"),
+        (
+            "        y = torch.empty_like(x)\n        ext.run(x, y, x)\n        return torch.where(y > 0, y, x)",
+            "where",
+        ),
+        (
+            "        f = torch.relu\n        y = torch.empty_like(x)\n        ext.run(x, y, x)\n        return f(y)",
+            "f = torch.relu",
+        ),
+        (
+            "        import operator\n        y = torch.empty_like(x)\n        ext.run(x, y, x)\n        return operator.mul(y, 2)",
+            "operator.mul",
+        ),
+    ],
+)
 def test_compute_in_forward_is_an_error(body: str, what: str) -> None:
     diags = _glue(body)
     assert "static.torch_op_in_forward" in _codes(diags, Severity.ERROR), what
 
 
 def test_torch_ops_in_a_helper_called_by_forward_are_found() -> None:
-    text = _GLUE_HEADER + '''
+    text = (
+        _GLUE_HEADER
+        + """
 
 def _post(y):
     return torch.tanh(y)
@@ -229,7 +264,8 @@ class ModelNew(nn.Module):
 
     def _finish(self, y):
         return _post(y)
-'''
+"""
+    )
     diags = check_source(text, "c.py")
     hits = [d for d in diags if d.code == "static.torch_op_in_forward"]
     assert hits and hits[0].location is not None
@@ -253,7 +289,7 @@ def test_strictness_levels() -> None:
 def test_precision_warning_is_silent_for_a_half_precision_reference() -> None:
     text = (REPO / "tests/verifier/corpus/precision_half.py").read_text()
     text = text.replace("# cudice: reference=references/relu.py\n", "")
-    text += '''
+    text += """
 
 class Model(nn.Module):
     def forward(self, x):
@@ -262,28 +298,30 @@ class Model(nn.Module):
 
 def get_inputs():
     return [torch.randn(4, 4).half()]
-'''
+"""
     assert "static.precision_downgrade" not in {d.code for d in check_source(text, "h.py")}
 
 
 def test_a_launch_inside_a_comment_does_not_count() -> None:
     text = _GLUE_HEADER.replace(
-        "k<<<(x.numel() + 255) / 256, 256>>>", "// k<<<1, 1>>>(...) is what we would do\n    (void)").replace(
-        "(x.data_ptr<float>(), y.data_ptr<float>(), w.data_ptr<float>(), x.numel());", "0;")
-    text += '''
+        "k<<<(x.numel() + 255) / 256, 256>>>", "// k<<<1, 1>>>(...) is what we would do\n    (void)"
+    ).replace("(x.data_ptr<float>(), y.data_ptr<float>(), w.data_ptr<float>(), x.numel());", "0;")
+    text += """
 
 class ModelNew(nn.Module):
     def forward(self, x):
         y = torch.empty_like(x)
         ext.run(x, y, x)
         return y
-'''
+"""
     diags = check_source(text, "c.py")
     assert "static.kernel_never_launched" in _codes(diags, Severity.ERROR)
 
 
 def test_raw_cu_documents_get_the_cpp_checks() -> None:
-    text = 'extern "C" __global__ void k(float* x) { }\n#include <thread>\nvoid h() { std::thread t([]{}); }\n'
+    text = (
+        'extern "C" __global__ void k(float* x) { }\n#include <thread>\nvoid h() { std::thread t([]{}); }\n'
+    )
     diags = check_document(parse_document(text, "k.cu"))
     assert "static.cpp_std_thread" in _codes(diags, Severity.ERROR)
     assert all(d.location is not None and d.location.path == "k.cu" for d in diags)
@@ -295,6 +333,7 @@ def test_document_without_model_new_has_nothing_to_check() -> None:
 
 # -- C++ scanning helpers -------------------------------------------------------------------------
 
+
 def test_blanking_keeps_offsets_and_hides_comments() -> None:
     text = 'a /* cudaStreamCreate */ b // std::thread\n"str" c'
     out = blank_comments_and_strings(text)
@@ -303,7 +342,7 @@ def test_blanking_keeps_offsets_and_hides_comments() -> None:
 
 
 def test_function_and_kernel_finder() -> None:
-    code = blank_comments_and_strings('''
+    code = blank_comments_and_strings("""
 namespace x {
 template <int T>
 __global__ void __launch_bounds__(256) kern(float* p) { if (p) { p[0] = 1; } }
@@ -315,7 +354,7 @@ torch::Tensor wrap(torch::Tensor t) const {
     auto l = [&]() { kern<4><<<1, 1>>>(nullptr); };
     return t;
 }
-''')
+""")
     fns = {f.name: f for f in find_functions(code)}
     assert set(fns) == {"kern", "helper", "wrap"}
     assert fns["kern"].is_device and fns["helper"].is_device and not fns["wrap"].is_device
@@ -324,6 +363,7 @@ torch::Tensor wrap(torch::Tensor t) const {
 
 # -- through the CLI (what the editor and scripts see) -----------------------------------------------
 
+
 @pytest.mark.parametrize("case_name", ["torch_op_decoy_kernel", "cpp_stream_create", "inherits_model"])
 def test_cli_reports_static_violation_with_located_codes(case_name: str) -> None:
     import json
@@ -331,14 +371,20 @@ def test_cli_reports_static_violation_with_located_codes(case_name: str) -> None
     import sys
 
     case = next(c for c in load_corpus("static") if c.name == case_name)
-    proc = subprocess.run([sys.executable, "-m", "cudice.server.cli", "verify", "--json", "--compile-only",
-                           str(case.path)], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "cudice.server.cli", "verify", "--json", "--compile-only", str(case.path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["verdict"] == "static_violation" and out["speedup"] is None
     found = {d["code"] for d in out["diagnostics"] if d["severity"] == "error"}
     assert set(case.codes) <= found
-    assert all(d["line"] >= 1 and d["column"] >= 1 for d in out["diagnostics"] if d["code"].startswith("static."))
+    assert all(
+        d["line"] >= 1 and d["column"] >= 1 for d in out["diagnostics"] if d["code"].startswith("static.")
+    )
 
 
 def test_every_anticheat_code_is_documented() -> None:
@@ -349,3 +395,292 @@ def test_every_anticheat_code_is_documented() -> None:
     docs = (REPO / "docs" / "diagnostics.md").read_text()
     assert len(codes) >= 25
     assert not [c for c in sorted(codes) if f'<a id="{c}"></a>' not in docs]
+
+
+# -- class 6: PyTorch or the host doing the work, unseen ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("body", "what"),
+    [
+        (
+            "        y = torch.empty_like(x)\n        ext.run(x, y, x)\n        return torch.from_numpy(y.cpu().numpy())",
+            ".cpu()",
+        ),
+        (
+            "        h = x.to('cpu')\n        y = torch.empty_like(x)\n        ext.run(x, y, x)\n        return y",
+            ".to('cpu')",
+        ),
+        (
+            "        h = x.to(device=torch.device('cpu:0'))\n        ext.run(x, x, x)\n        return x",
+            "torch.device",
+        ),
+        (
+            "        h = torch.empty(4, device='cpu')\n        ext.run(x, h, x)\n        return h",
+            "device='cpu'",
+        ),
+        (
+            "        y = torch.empty_like(x)\n        ext.run(x, y, x)\n        return torch.tensor(y.tolist())",
+            ".tolist()",
+        ),
+        (
+            "        import numpy as np\n        y = torch.empty_like(x)\n        ext.run(x, y, x)\n        return np.exp(y)",
+            "np.exp",
+        ),
+    ],
+)
+def test_host_round_trips_are_errors_and_lenient_warns(body: str, what: str) -> None:
+    assert "static.host_compute" in _codes(_glue(body), Severity.ERROR), what
+    lenient = _glue(body, policy="lenient")
+    assert not has_violation(lenient) and "static.host_compute" in _codes(lenient, Severity.WARNING), what
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "        y = torch.empty_like(x)\n        ext.run(x.to(x.device), y.to('cuda'), x.to(torch.float32))\n        return y",
+        "        n = math.sqrt(x.size(-1))\n        y = torch.empty(x.shape, device='cuda:0')\n        ext.run(x, y, x)\n"
+        "        return y",
+    ],
+)
+def test_device_moves_to_the_gpu_are_glue(body: str) -> None:
+    assert _glue("        import math\n" + body) == []
+
+
+def test_module_level_aliases_reach_forward() -> None:
+    aliases = "import functools\n_aten = torch.ops.aten\nT = torch\nF = T.nn.functional\nmm = functools.partial(torch.mm)\n"
+    for call in ("_aten._softmax(y, 1, False)", "F.softmin(y, 1)", "mm(y, y)"):
+        text = (
+            _GLUE_HEADER
+            + aliases
+            + f"""
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        y = torch.empty_like(x)
+        ext.run(x, y, x)
+        return {call}
+"""
+        )
+        assert "static.torch_op_in_forward" in _codes(check_source(text, "c.py"), Severity.ERROR), call
+
+
+@pytest.mark.parametrize(
+    "binding",
+    [
+        ("self.fn = ext.run", "self.fn(x, y, x)"),
+        ("self.fn = getattr(ext, 'run')", "self.fn(x, y, x)"),
+        ("self.fn = functools.partial(ext.run)", "self.fn(x, y, x)"),
+        ("self.ext = ext", "launch = self.ext.run\n        launch(x, y, x)"),
+        ("pass", "run_kernel(x, y, x)"),
+    ],
+)
+def test_extension_functions_under_other_names_count_as_launches(binding: tuple[str, str]) -> None:
+    init, call = binding
+    text = (
+        _GLUE_HEADER
+        + f"""
+import functools
+run_kernel = ext.run
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        {init}
+
+    def forward(self, x):
+        y = torch.empty_like(x)
+        {call}
+        return y
+"""
+    )
+    diags = check_source(text, "c.py")
+    assert diags == [], [(d.code, d.message) for d in diags]
+
+
+def _cpp(body: str, policy: str = "default") -> list[Diagnostic]:
+    text = f'''
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+src = r"""
+#include <torch/extension.h>
+__global__ void k(float* y) {{ }}
+{body}
+torch::Tensor run(torch::Tensor x) {{
+    k<<<1, 1>>>(x.data_ptr<float>());
+    return helper(x);
+}}
+"""
+ext = load_inline(name="g", cpp_sources="torch::Tensor run(torch::Tensor x);", cuda_sources=src, functions=["run"])
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return ext.run(x)
+'''
+    return check_source(text, "c.py", VerifyConfig(static_policy=policy))
+
+
+@pytest.mark.parametrize(
+    ("body", "code"),
+    [
+        ("torch::Tensor helper(torch::Tensor x) { return mm(x, x); }", "static.cpp_torch_op"),
+        (
+            "torch::Tensor helper(const torch::Tensor& x) { auto y = x.contiguous(); return exp(y); }",
+            "static.cpp_torch_op",
+        ),
+        ("using namespace at;\nTensor helper(Tensor x) { return log_softmax(x, 1); }", "static.cpp_torch_op"),
+        (
+            "static torch::Tensor cached;\ntorch::Tensor helper(torch::Tensor x) { return x; }",
+            "static.cpp_pointer_cache",
+        ),
+        (
+            "std::vector<int> sizes(10);\ntorch::Tensor helper(torch::Tensor x) { return x; }",
+            "static.cpp_pointer_cache",
+        ),
+        (
+            'int open(const char* p) { return 0; }\ntorch::Tensor helper(torch::Tensor x) { ::open("/tmp/x", 0); return x; }',
+            "static.cpp_file_or_process",
+        ),
+        (
+            '#include <dlfcn.h>\ntorch::Tensor helper(torch::Tensor x) { dlopen("libx.so", 1); return x; }',
+            "static.cpp_file_or_process",
+        ),
+        (
+            "TORCH_LIBRARY(mine, m) { }\ntorch::Tensor helper(torch::Tensor x) { return x; }",
+            "static.dispatcher_override",
+        ),
+    ],
+)
+def test_cpp_cheats_are_found(body: str, code: str) -> None:
+    assert code in _codes(_cpp(body), Severity.ERROR)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "torch::Tensor helper(torch::Tensor x) { int n = max(1, (int)x.numel()); float s = sqrt(2.0f) + exp(0.5f);\n"
+        "  (void)n; (void)s; return x; }",
+        "#include <algorithm>\n#include <vector>\ntorch::Tensor helper(torch::Tensor x) { std::vector<int> v{3, 1};\n"
+        "  v.erase(std::remove(v.begin(), v.end(), 1), v.end()); std::sort(v.begin(), v.end()); return x; }",
+        "__host__ __device__ float relu(float v) { return v > 0.f ? v : 0.f; }\n"
+        "torch::Tensor helper(torch::Tensor x) { float r = relu(1.0f); (void)r; return x; }",
+        "struct Cfg { std::vector<int64_t> dims; };\nstatic at::Tensor helper(const at::Tensor& x) { Cfg c{x.sizes().vec()};\n"
+        "  (void)c; return x; }",
+        "std::vector<torch::Tensor> pair(torch::Tensor x);\ntorch::Tensor helper(torch::Tensor x) {\n"
+        '  if (x.numel() < 0) { fprintf(stderr, "bad\\n"); exit(1); } return x; }',
+    ],
+)
+def test_cpp_glue_is_not_flagged(body: str) -> None:
+    diags = _cpp(body)
+    assert diags == [], [(d.code, d.message) for d in diags]
+
+
+def test_unqualified_aten_call_warns_in_lenient() -> None:
+    diags = _cpp("torch::Tensor helper(torch::Tensor x) { return matmul(x, x); }", policy="lenient")
+    assert not has_violation(diags) and "static.cpp_torch_op" in _codes(diags, Severity.WARNING)
+
+
+def test_a_source_built_at_run_time_is_rejected_on_its_expression() -> None:
+    text = (
+        _GLUE_HEADER.replace("cuda_sources=src", 'cuda_sources=open("k.cu").read()')
+        + """
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        y = torch.empty_like(x)
+        ext.run(x, y, x)
+        return y
+"""
+    )
+    diags = [d for d in check_source(text, "c.py") if d.code == "static.dynamic_source"]
+    assert diags and diags[0].severity is Severity.ERROR and diags[0].location is not None
+    assert 'open("k.cu")' in text.splitlines()[diags[0].location.line - 1]
+    lenient = check_source(text, "c.py", VerifyConfig(static_policy="lenient"))
+    assert not has_violation(lenient) and "static.dynamic_source" in _codes(lenient, Severity.WARNING)
+
+
+@pytest.mark.parametrize(
+    ("line", "code"),
+    [
+        ("from torch import library", "static.dispatcher_override"),
+        ("torch.ops.load_library('libcheat.so')", "static.dispatcher_override"),
+        ("torch.utils.cpp_extension.load(name='x', sources=['x.cu'])", "static.dynamic_source"),
+        ("import pathlib\npathlib.Path('x.pth').open('w')", "static.harness_tampering"),
+        ("import os\nos.setsid()", "static.harness_tampering"),
+        ("import sysconfig", "static.harness_tampering"),
+        ("CMD = '/proc/self/cmdline'", "static.harness_tampering"),
+    ],
+)
+def test_python_side_dispatcher_file_and_process_apis(line: str, code: str) -> None:
+    text = (
+        _GLUE_HEADER
+        + line
+        + """
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        y = torch.empty_like(x)
+        ext.run(x, y, x)
+        return y
+"""
+    )
+    assert code in _codes(check_source(text, "c.py"), Severity.ERROR)
+
+
+def test_a_source_built_from_constants_gets_the_cpp_checks_on_its_expression() -> None:
+    text = '''
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+N = 256
+src = f"""
+__global__ void k(float* y) {{ }}
+void run(torch::Tensor x) {{
+    cudaStream_t s;
+    cudaStreamCreate(&s);
+    k<<<{N}, 1, 0, s>>>(x.data_ptr<float>());
+}}
+"""
+ext = load_inline(name="g", cpp_sources="void run(torch::Tensor x);", cuda_sources=src, functions=["run"])
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        ext.run(x)
+        return x
+'''
+    diags = check_source(text, "c.py")
+    hits = [d for d in diags if d.code == "static.cpp_stream_create"]
+    assert (
+        hits and hits[0].location is not None and "static.dynamic_source" not in _codes(diags, Severity.ERROR)
+    )
+    assert text.splitlines()[hits[0].location.line - 1].startswith("src = f")
+
+
+def test_reading_files_and_setting_build_variables_are_allowed() -> None:
+    text = (
+        _GLUE_HEADER
+        + """
+import os
+import pathlib
+os.environ["TORCH_CUDA_ARCH_LIST"] = "9.0"
+os.environ.setdefault("MAX_JOBS", "4")
+NOTES = pathlib.Path(__file__).with_suffix(".md")
+_text = open(NOTES).read() if NOTES.exists() else ""
+_again = NOTES.open().read() if NOTES.exists() else ""
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        y = torch.empty_like(x)
+        ext.run(x, y, x)
+        return y
+"""
+    )
+    diags = check_source(text, "c.py")
+    assert diags == [], [(d.code, d.message) for d in diags]

@@ -1,10 +1,10 @@
 # cudice: reference=references/relu.py
 # corpus: kind=honest verdict=correct
 # exploit: none - fused ReLU, output allocated in Python with torch.empty_like
+
 import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
-import math
 
 cuda_source = r"""
 #include <torch/extension.h>
