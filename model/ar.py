@@ -21,6 +21,7 @@ class ARResult:
     tokens: tuple[tuple[int, ...], ...]   # new tokens per prompt (after the first stop token: cut)
     num_forwards: int                     # prefill + one decode step per further token
     seconds: float
+    prefill_seconds: float = 0.0          # of `seconds` (static_ar_generate only; 0 for HF generate)
 
 
 def ar_generate(model: Any, prompts: Sequence[Sequence[int]], max_new_tokens: int, pad_id: int,
@@ -90,6 +91,9 @@ def static_ar_generate(runner: Any, prompts: Sequence[Sequence[int]], max_new_to
         causal = torch.tril(torch.ones(w, w, dtype=torch.bool, device=device))[None] & valid[:, None, :w]
         causal |= torch.eye(w, dtype=torch.bool, device=device)[None]
         runner.forward(ids[:, :w], _additive(causal[:, None], dtype), pos_all[:, :w], cache, logits=False)
+    if device.type == "cuda":
+        torch.cuda.synchronize()  # only to time the prefill apart from the decode
+    prefill_seconds = time.perf_counter() - start
     token = ids[:, w:]                                                          # (B, 1)
     out = []
     for k in range(max_new_tokens):
@@ -101,4 +105,4 @@ def static_ar_generate(runner: Any, prompts: Sequence[Sequence[int]], max_new_to
     new = torch.cat(out, dim=1).tolist()                                        # sync point
     seconds = time.perf_counter() - start
     return ARResult(tokens=tuple(tuple(r) for r in new), num_forwards=max_new_tokens + (1 if w > 0 else 0),
-                    seconds=seconds)
+                    seconds=seconds, prefill_seconds=prefill_seconds)

@@ -3,7 +3,8 @@
 Why: eager HF is bound by Python and kernel launches (docs/benchmarks.md: one 4-token forward at
 1.7B launches ~3,300 kernels and keeps an H200 busy 10.5 of its 63 ms, while reading the weights
 takes ~1 ms). This runner runs its own Qwen3 forward (`cudice.model.layers`) over the HF
-modules' weights, read live, so in-place weight updates (a trainer's optimiser) are seen:
+modules' weights, read live, so in-place weight updates (a trainer's optimiser) are seen; when the
+weights move (`model.to(...)`), the captured graphs are dropped and captured again:
 
 - the K/V live in preallocated buffers (B, H_kv, M, D) per layer; a block forward writes its K/V
   at slots [length, length + L) with `index_copy_`, and a denoise step's K/V is overwritten by the
@@ -82,6 +83,7 @@ class StaticRunner:
         self.warmup_seconds: dict[tuple[int, int], float] = {}  # (batch, L) -> first forward incl. compile/capture
         self._layers = [_weights(layer) for layer in model.model.layers]
         self._pool: dict[tuple[int, int], StaticCache] = {}
+        self._weight_ptr = self._layers[0].attn[1].data_ptr()
 
     @property
     def compiled(self) -> bool:
@@ -123,6 +125,9 @@ class StaticRunner:
             raise ValueError(f"static cache of {m} slots is too small for {cache.length + n} tokens")
         slots = cache.slots
         assert slots is not None
+        if self._weights_moved():  # e.g. model.to(...): captured graphs would read freed memory
+            for c in self._pool.values():
+                c.graphs.clear()
         start = time.perf_counter()
         if cache.length == 0:
             if b != big_b:
@@ -138,6 +143,11 @@ class StaticRunner:
                 torch.cuda.synchronize()
             self.warmup_seconds[(big_b, n)] = time.perf_counter() - start
         return out
+
+    def _weights_moved(self) -> bool:
+        ptr = self._layers[0].attn[1].data_ptr()
+        moved, self._weight_ptr = ptr != self._weight_ptr, ptr
+        return moved
 
     def _guarded(self, run: Callable[[], torch.Tensor]) -> torch.Tensor:
         """Run with the compiled functions; if compiling fails, say so once and continue eager."""

@@ -44,6 +44,7 @@ class BatchResult:
     rows: tuple[RowResult, ...]
     num_forwards: int           # model forwards (prefill + denoise + commit), whole batch
     seconds: float
+    prefill_seconds: float = 0.0  # of `seconds`: the prompt prefill (device synchronised on CUDA)
 
     @property
     def num_tokens(self) -> int:
@@ -115,6 +116,9 @@ class BlockDiffusionSampler:
                 ids[r.index, r.pad:] = torch.tensor(list(p[:w]), dtype=torch.long, device=device)
             pos = (col[None, :] - pad[:, None]).clamp(min=0)                # (B, C)
             forward(ids, block_causal_mask(valid, bl, dtype), pos, logits=False)
+        if device.type == "cuda":
+            torch.cuda.synchronize()  # sync point: only to time the prefill apart from the decode
+        prefill_seconds = time.perf_counter() - start
 
         # 3. one block at a time until every row has finished
         active = list(rows)
@@ -200,6 +204,7 @@ class BlockDiffusionSampler:
             rows=tuple(RowResult(tuple(r.tokens), tuple(r.step_map), r.text, r.finish or "length") for r in rows),
             num_forwards=num_forwards,
             seconds=time.perf_counter() - start,
+            prefill_seconds=prefill_seconds,
         )
 
     def _open_block(self, active: Sequence[_Row], bl: int) -> torch.Tensor:
