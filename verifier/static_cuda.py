@@ -298,6 +298,10 @@ _TENSOR_DECL = re.compile(
     r"\bauto\s*[&*]*\s*([A-Za-z_]\w*)\s*=\s*(?:torch|at)::"
 )
 _AUTO_FROM = re.compile(r"\bauto\s*[&*]*\s*([A-Za-z_]\w*)\s*=\s*([A-Za-z_]\w*)\s*[.;\[]")
+_TENSOR_ARG = re.compile(r"[&*(\s]*([A-Za-z_]\w*)\s*(?:\[[^\]]*\])?((?:\s*\.\s*\w+\s*\([^()]*\))*)\s*\)*")
+_TENSOR_METHODS = frozenset({"contiguous", "view", "reshape", "t", "transpose", "permute", "clone", "to", "expand",
+                             "narrow", "select", "slice", "flatten", "squeeze", "unsqueeze", "detach", "float",
+                             "half", "double", "view_as", "expand_as", "type_as", "cuda"})
 _LOCAL_NAME = re.compile(r"\bauto\s*[&*]*\s*([A-Za-z_]\w*)\s*=")
 _LIB_CALL = re.compile(r"\b(?:cublas|cudnn|cusparse|cufft)\w*\s*\(")
 _LOW_PRECISION = re.compile(
@@ -471,7 +475,7 @@ def _unqualified_aten_calls(text: str, body_offset: int, defined: set[str]) -> l
         name = m.group(1)
         if name in defined or name in locals_ or (name not in _ATEN_UNQUALIFIED and name not in _ATEN_AMBIGUOUS):
             continue
-        if name in _ATEN_AMBIGUOUS and name not in _ATEN_UNQUALIFIED and not (_argument_roots(text, m.end()) & tensors):
+        if name in _ATEN_AMBIGUOUS and name not in _ATEN_UNQUALIFIED and not _tensor_arguments(text, m.end(), tensors):
             continue
         if re.search(r"(?:\b(?:auto|void|int|float|double|bool|long|size_t|int64_t|Tensor)|[>&*])\s*$",
                      text[max(0, m.start() - 40):m.start()]):
@@ -480,9 +484,11 @@ def _unqualified_aten_calls(text: str, body_offset: int, defined: set[str]) -> l
     return out
 
 
-def _argument_roots(text: str, open_paren_end: int) -> set[str]:
-    """The leading identifier of each top-level argument of the call whose `(` ends at `open_paren_end`."""
-    depth, arg_start, roots = 0, open_paren_end, set()
+def _tensor_arguments(text: str, open_paren_end: int, tensors: set[str]) -> bool:
+    """Whether a top-level argument of the call whose `(` ends at `open_paren_end` is a tensor: a tensor
+    variable (`x`, `ts[0]`) or one through tensor-returning methods (`x.contiguous()`), not a scalar
+    read from one (`x.size(0)`, `x.numel()`)."""
+    depth, arg_start = 0, open_paren_end
     for i in range(open_paren_end, min(len(text), open_paren_end + 2000)):
         ch = text[i]
         if ch in "([{":
@@ -490,13 +496,14 @@ def _argument_roots(text: str, open_paren_end: int) -> set[str]:
         elif ch in ")]}" and depth > 0:
             depth -= 1
         elif ch in ",)" and depth == 0:
-            m = re.match(r"\s*[&*(\s]*\s*(?:static_cast\s*<[^>]*>\s*\()?\s*([A-Za-z_]\w*)", text[arg_start:i])
-            if m:
-                roots.add(m.group(1))
+            m = _TENSOR_ARG.fullmatch(text[arg_start:i].strip())
+            if m and m.group(1) in tensors and all(
+                    name in _TENSOR_METHODS for name in re.findall(r"\.\s*(\w+)", m.group(2) or "")):
+                return True
             if ch == ")":
-                break
+                return False
             arg_start = i + 1
-    return roots
+    return False
 
 
 def _launch_findings(units: Sequence[_Unit], exposed: Sequence[str] | None, level: Strictness) -> list[Diagnostic]:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from cudice.verifier.document import LOAD_INLINE_PARAMS, callee_name
 
-_MAX_DEPTH = 8
+_MAX_DEPTH = 64
 _MAX_CHARS = 4_000_000  # a "source" built by repetition beyond this is not a kernel file
 Value = str | int | float | bool | list["Value"]
 
@@ -97,6 +97,11 @@ class ModuleConstants:
                         bound.setdefault(name, []).append(stmt.value if isinstance(t, ast.Name) else None)
             elif isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
                 bound.setdefault(stmt.target.id, []).append(stmt.value)
+            elif isinstance(stmt, ast.AugAssign) and isinstance(stmt.op, ast.Add) and isinstance(stmt.target, ast.Name) \
+                    and len(prev := bound.get(stmt.target.id, [])) == 1 and prev[0] is not None:
+                # `SRC = "..."` then `SRC += "..."` at module level: statements run in order, so the value
+                # is the sum (a later `+=` than the call only adds text the checks also read)
+                prev[0] = ast.copy_location(ast.BinOp(left=prev[0], op=ast.Add(), right=stmt.value), prev[0])
             elif isinstance(stmt, (ast.AugAssign, ast.For, ast.With, ast.If, ast.Try, ast.While)):
                 for n in ast.walk(stmt):  # anything bound inside these is not a constant
                     if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):

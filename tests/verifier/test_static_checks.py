@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
-from corpus.manifest import Case, load_corpus
+from corpus.manifest import KINDS, Case, load_corpus
 from cudice.verifier.config import VerifyConfig
 from cudice.verifier.document import parse_document
 from cudice.verifier.result import Diagnostic, Severity, Stage
@@ -66,7 +66,7 @@ def test_dynamic_exploit_gets_past_the_static_checks(case: Case) -> None:
 
 def test_corpus_covers_every_kind() -> None:
     kinds = {c.kind for c in load_corpus()}
-    assert kinds == {"honest", "static", "warning", "dynamic", "hostile"}
+    assert kinds >= {"honest", "static", "warning", "dynamic", "hostile"} and kinds <= set(KINDS)
     assert len(load_corpus("dynamic")) >= 6 and len(load_corpus("hostile")) >= 10
 
 

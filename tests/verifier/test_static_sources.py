@@ -44,7 +44,8 @@ def test_sources_fixed_by_the_file_are_recovered_exactly(setup: str, arg: str, e
         ("import os\nOP = os.environ.get('OP', 'x')", 'f"{OP}"'),  # a field chosen at run time
         ("def make():\n    return 'x'", "make()"),  # a function's result
         ("S = 'a'\nS = 'b'", "S"),  # bound twice: which one depends on the order of execution
-        ("S = 'a'\nS += 'b'", "S"),
+        ("S = 'a'\nS += open('k.cu').read()", "S"),
+    ("S = 'a'\nS *= 2", "S"),
         ("SRCS = ['a']\nSRCS.append(open('k.cu').read())", "SRCS"),  # the literal list is changed later
         ("S = 'a'\ndef f():\n    global S\n    S = 'b'", "S"),
         ("if True:\n    S = 'a'", "S"),
@@ -53,6 +54,12 @@ def test_sources_fixed_by_the_file_are_recovered_exactly(setup: str, arg: str, e
 )
 def test_sources_the_file_does_not_fix_are_dynamic(setup: str, arg: str) -> None:
     assert None in _resolve(f"{setup}\next = load_inline('m', cpp_sources='', cuda_sources={arg})")
+
+
+def test_module_level_concatenation_in_order_is_followed() -> None:
+    text = "S = 'a'\nS += 'b'\nT = S\nS += 'c'\next = load_inline('m', cpp_sources=S, cuda_sources=T)"
+    # T holds "ab" at run time; reading the later `+=` too gives the checks a superset of the compiled text
+    assert _resolve(text) == ["abc", "abc"]
 
 
 def test_a_list_of_sources_keeps_its_elements_and_kwargs_splat_is_dynamic() -> None:

@@ -2,7 +2,7 @@
 
 Each candidate's header holds one machine-readable line and one line of prose:
 
-    # corpus: kind=<honest|static|warning|dynamic|hostile> verdict=<verdict> [codes=a,b]
+    # corpus: kind=<honest|static|warning|dynamic|hostile|runtime> verdict=<verdict> [codes=a,b]
     # exploit: <what it does and where the exploit was reported>
 
 - `honest`  — must pass clean (no static error, no static warning); on a GPU: `correct`.
@@ -11,6 +11,9 @@ Each candidate's header holds one machine-readable line and one line of prose:
 - `dynamic` — passes the static checks; on a GPU the verdict is `verdict` (or at least not
   `correct`) and every code in `codes` is among its diagnostics.
 - `hostile` — must end in `verdict` within its timeout, and the pool must keep serving.
+- `runtime` — an attack on the judge's process, result channel or dispatcher, run past the static
+  stage by the judge's tests: the run must end in `verdict` with `codes`. The static stage may
+  reject it as well (it is not required to).
 
 Files under `references/` are KernelBench references, not candidates.
 
@@ -31,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 CORPUS_DIR = Path(__file__).resolve().parent
-KINDS = ("honest", "static", "warning", "dynamic", "hostile")
+KINDS = ("honest", "static", "warning", "dynamic", "hostile", "runtime")
 _HEADER = re.compile(r"^# corpus: (?P<fields>.+)$", re.MULTILINE)
 _EXPLOIT = re.compile(r"^# exploit: (?P<text>.+)$", re.MULTILINE)
 
