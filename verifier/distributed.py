@@ -247,7 +247,7 @@ class RayGpuSubmit:
                 outcome: ChildOutcome = ray.get(ref)
                 return outcome
             if cancel is not None and cancel.is_set():
-                ray.cancel(ref, force=True)  # the GPU worker dies; its sandboxed child dies with its group
+                ray.cancel(ref)  # run_on_gpu kills the sandboxed child's group, then the task ends
                 return cancelled_outcome()
 
 

@@ -12,9 +12,10 @@ A cancel of the Ray task (KeyboardInterrupt in the worker) sets the cancel token
 polls, so its compilers and sandboxed child are killed before the task ends.
 
 Not covered: the build cache is per node — a run task that lands on another node than its
-compile builds the module again inside the run child (docs/ray.md: share `CUDICE_CACHE_DIR`);
-when the worker is killed outright (SIGKILL, node loss), compiler processes it started in
-their own session are not reaped by it.
+compile builds the module again inside the run child (docs/ray.md: share `CUDICE_CACHE_DIR`).
+When a worker is killed outright (SIGKILL, node loss), its compilers die with it
+(buildsteps.py sets their parent-death signal) but a sandboxed run child does not: sandbox.py
+starts it in its own session without one, so it runs until its kernel ends.
 """
 
 from __future__ import annotations
@@ -27,12 +28,13 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from cudice.verifier.config import VerifyConfig
 from cudice.verifier.result import VerifyResult
 from cudice.verifier.sandbox import ChildOutcome, run_in_child
 
+T = TypeVar("T")
 VerifyFn = Callable[..., VerifyResult]
 # (job dict, run_in_child keyword arguments, cancel token) -> the child's outcome, from a GPU worker
 GpuSubmit = Callable[[dict[str, Any], dict[str, Any], Any], ChildOutcome]
@@ -141,43 +143,62 @@ def compile_task(
 
     with tempfile.TemporaryDirectory(prefix="cudice-ray-") as scratch:
         ref_arg, mapping = place_reference(job, Path(scratch))
-        outcome: Future[VerifyResult] = Future()
-
-        def body() -> None:
-            try:
-                outcome.set_result(
-                    fn(
-                        job.path,
-                        source=job.source,
-                        reference=ref_arg,
-                        config=config,
-                        cancel=cancel,
-                        run_child=run_child,
-                        gpu=has_gpu,
-                    )
-                )
-            except BaseException as exc:  # re-raised by the task's own thread below
-                outcome.set_exception(exc)
-
-        worker = threading.Thread(target=body, name="cudice-ray-verify", daemon=True)
-        worker.start()
-        try:
-            while worker.is_alive():  # short waits, so a cancel (KeyboardInterrupt) gets in between
-                worker.join(0.2)
-        except BaseException:
-            cancel.set()  # ray.cancel: stop the build or the child, then let the task end
-            worker.join(60)
-            raise
-        result = outcome.result(timeout=0)
+        result = interruptible(
+            lambda: fn(
+                job.path,
+                source=job.source,
+                reference=ref_arg,
+                config=config,
+                cancel=cancel,
+                run_child=run_child,
+                gpu=has_gpu,
+            ),
+            cancel,
+        )
     return TaskReport(remap_paths(result, mapping), _node_id(), os.getpid())
 
 
 def run_on_gpu(child_job: dict[str, Any], kwargs: dict[str, Any]) -> ChildOutcome:
-    """The run stage on a GPU worker: the sandboxed child sees only the GPU(s) given to this task."""
+    """The run stage on a GPU worker: the sandboxed child sees only the GPU(s) given to this task.
+
+    A cancel of this task (KeyboardInterrupt) kills the child's process group before the task
+    ends, so a hung kernel never outlives its task on the GPU.
+    """
     env = dict(kwargs.pop("env", None) or {})
     if "CUDA_VISIBLE_DEVICES" in os.environ:  # Ray sets it to the task's `num_gpus` share
         env.setdefault("CUDA_VISIBLE_DEVICES", os.environ["CUDA_VISIBLE_DEVICES"])
-    return run_in_child(child_job, env=env, **kwargs)
+    given = kwargs.pop("cancel", None)
+    cancel = threading.Event()
+    if given is not None and given.is_set():
+        cancel.set()
+    return interruptible(lambda: run_in_child(child_job, env=env, cancel=cancel, **kwargs), cancel)
+
+
+def interruptible(work: Callable[[], T], cancel: threading.Event) -> T:
+    """`work()` on a helper thread; an exception in the calling thread (a Ray cancel) sets `cancel`.
+
+    Ray cancels a running task by raising KeyboardInterrupt in the thread that runs it; the
+    cudice stages stop their compilers and children when their cancel token is set, so the
+    task waits for that (up to 60 s) before it ends.
+    """
+    outcome: Future[T] = Future()
+
+    def body() -> None:
+        try:
+            outcome.set_result(work())
+        except BaseException as exc:  # re-raised in the calling thread below
+            outcome.set_exception(exc)
+
+    helper = threading.Thread(target=body, name="cudice-ray-work", daemon=True)
+    helper.start()
+    try:
+        while helper.is_alive():  # short waits, so a cancel gets in between
+            helper.join(0.2)
+    except BaseException:
+        cancel.set()
+        helper.join(60)
+        raise
+    return outcome.result(timeout=0)
 
 
 def cancelled_outcome() -> ChildOutcome:

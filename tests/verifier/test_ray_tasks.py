@@ -6,21 +6,31 @@ GPU path of the Ray backend is tested where Ray is not installed (`gpu` test).
 
 from __future__ import annotations
 
+import _thread
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
+from cudice.verifier import distributed_tasks
 from cudice.verifier.api import verify
 from cudice.verifier.backends import VerifyBackend, VerifyJob, make_backend, verify_all
 from cudice.verifier.config import VerifyConfig
 from cudice.verifier.distributed import RayOptions, RayUnavailable, require_ray
-from cudice.verifier.distributed_tasks import compile_task, place_reference, run_on_gpu, ship_job
+from cudice.verifier.distributed_tasks import (
+    compile_task,
+    interruptible,
+    place_reference,
+    run_on_gpu,
+    ship_job,
+)
 from cudice.verifier.pool import VerifyPool
 from cudice.verifier.result import Verdict, VerifyResult
 from cudice.verifier.sandbox import ChildOutcome
 
 CORPUS = Path(__file__).resolve().parent / "corpus"
+WAIT_S = 120.0
 
 
 def comparable(result: VerifyResult) -> dict[str, Any]:
@@ -43,7 +53,6 @@ def test_a_reference_the_worker_cannot_see_is_shipped_and_its_paths_mapped_back(
     ref.write_text("import torch\ndef get_inputs():\n    return []\n")  # no class Model: a located error
     cand = CORPUS / "try_except_fallback.py"
     local = verify(cand, reference=ref, config=config)
-    assert local.verdict is Verdict.INVALID_INPUT
     assert any(d.location and d.location.path == str(ref.resolve()) for d in local.diagnostics)
 
     job = ship_job(cand, None, ref)
@@ -124,3 +133,35 @@ def test_gpu_path_of_the_ray_backend_equals_the_pool(examples_dir: Path, tmp_pat
     assert remote.verdict is local.verdict and remote.stage is local.stage
     assert sorted(d.code for d in remote.diagnostics) == sorted(d.code for d in local.diagnostics)
     assert remote.num_correct_trials == local.num_correct_trials and remote.speedup is not None
+
+
+def test_a_cancel_in_the_task_thread_stops_the_work_before_the_task_ends() -> None:
+    cancel, started = threading.Event(), threading.Event()
+
+    def work() -> str:
+        started.set()
+        return "stopped" if cancel.wait(WAIT_S) else "ran out"
+
+    def interrupt() -> None:  # what ray.cancel does to a running task: KeyboardInterrupt in its thread
+        started.wait(WAIT_S)
+        _thread.interrupt_main()
+
+    threading.Thread(target=interrupt, daemon=True).start()
+    with pytest.raises(KeyboardInterrupt):
+        interruptible(work, cancel)
+    assert cancel.is_set()
+
+
+def test_run_on_gpu_gives_the_child_this_tasks_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: dict[str, Any] = {}
+
+    def fake_run_in_child(job: dict[str, Any], **kwargs: Any) -> ChildOutcome:
+        seen.update(kwargs)
+        return ChildOutcome({"verdict": "correct"}, 0, "", "", 0.0)
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")  # as Ray sets it for a num_gpus=1 task
+    monkeypatch.setattr(distributed_tasks, "run_in_child", fake_run_in_child)
+    outcome = run_on_gpu({"job": 1}, {"timeout_s": 9.0, "memory_limit_mib": 1024, "cancel": None})
+    assert outcome.result == {"verdict": "correct"}
+    assert seen["env"] == {"CUDA_VISIBLE_DEVICES": "3"} and seen["timeout_s"] == 9.0
+    assert not seen["cancel"].is_set()
