@@ -39,43 +39,27 @@ from cudice.verifier.static_forward import ForwardReport, analyze_forward, dotte
 from cudice.verifier.static_policy import (
     COMPUTE_METHODS,
     CONCURRENCY_MODULES,
+    DISPATCH_ATTRS,
+    DISPATCH_PREFIXES,
+    DYNAMIC_ATTRS,
     DYNAMIC_CODE_BUILTINS,
     DYNAMIC_CODE_MODULES,
+    DYNAMIC_DOTTED,
+    FILE_OPS,
     FOREIGN_COMPUTE_MODULES,
+    HARNESS_ATTRS,
+    HARNESS_MODULES,
+    OPAQUE_BUILDERS,
+    PROCESS_APIS,
+    PROCESS_CONTROL,
+    STREAM_APIS,
     TIMER_NAMES,
+    WRITE_METHODS,
     Strictness,
     parse_strictness,
 )
 from cudice.verifier.static_sources import ResolvedCall, load_inline_nodes, resolve_call_sources
 
-_STREAM_APIS = frozenset({"Stream", "stream", "ExternalStream", "set_stream", "graph", "CUDAGraph", "StreamContext"})
-_PROCESS_APIS = re.compile(r"^(?:os|posix)\.(?:fork\w*|system|popen|spawn\w*|exec\w*|posix_spawn\w*)$")
-_DYNAMIC_ATTRS = frozenset({"__builtins__", "__globals__", "__code__", "__subclasses__"})
-_DYNAMIC_DOTTED = frozenset({"sys.modules", "sys._getframe", "inspect.currentframe"})
-# Process control and harness files: a candidate that ends its own process or writes files can
-# forge the worker's result (write `{"verdict": "correct"}` where the worker would, then exit).
-_PROCESS_CONTROL = frozenset({"os._exit", "os.abort", "os.kill", "os.killpg", "sys.exit", "signal.signal",
-                              "signal.alarm", "atexit.register", "faulthandler.enable", "os.chdir"})
-_HARNESS_ATTRS = frozenset({"sys.argv", "sys.stdin", "sys.stdout", "sys.stderr", "os.environ.clear"})
-_WRITE_METHODS = frozenset({"write_text", "write_bytes", "unlink", "rmdir", "symlink_to", "hardlink_to", "touch",
-                            "mkdir", "chmod", "mkfifo"})
-_FILE_OPS = re.compile(r"^(?:os\.(?:remove|unlink|rename|renames|replace|rmdir|removedirs|symlink|link|open|fdopen|"
-                       r"write|pwrite|mkdir|makedirs|mkfifo|mknod|truncate|ftruncate|chmod|chown|dup2|setsid|setpgrp|"
-                       r"setpgid|getppid)|shutil\.\w+|tempfile\.\w+|io\.open)$")
-# `os.environ` writes are allowed: LLM-written kernels set `TORCH_CUDA_ARCH_LIST` before building.
-# Imports whose only use in a kernel file is finding or changing where the interpreter loads code
-# from (a `.pth` file in site-packages runs in every later Python process).
-_HARNESS_MODULES = frozenset({"site", "sysconfig", "tempfile", "pty"})
-# Python's doors to the dispatcher: an `aten` implementation registered here replaces the op for the
-# whole process, including the comparison the verifier runs (`aten::allclose`).
-_DISPATCH_PREFIXES = ("torch.library", "torch._library", "torch._C._dispatch", "torch._C._set_dispatch",
-                      "torch.utils._python_dispatch", "torch.overrides.TorchFunctionMode", "torch._ops",
-                      "torch.ops.load_library", "torch.classes.load_library", "torch._C._jit_set")
-_DISPATCH_ATTRS = frozenset({"py_impl", "_register_impl", "_register_fake", "register_kernel", "register_fake",
-                             "register_autograd", "_set_dispatch_mode", "_push_mode"})
-# Builders that compile code the static checks cannot read (files, NVRTC strings, loaded libraries).
-_OPAQUE_BUILDERS = re.compile(r"^torch\.utils\.cpp_extension\.(?:load|_jit_compile|_write_ninja_file\w*|"
-                              r"_run_ninja_build|build_extension|BuildExtension)$|^torch\.cuda\._compile_kernel$")
 _LOW_PRECISION_REF = re.compile(r"float16|bfloat16|\.half\(|torch\.half\b")
 
 
@@ -266,10 +250,10 @@ class _ModuleChecker:
                          f"`{ast.unparse(node)}` reaches PyTorch's dispatcher: an implementation registered for an "
                          "`aten` op replaces it in the whole process, including the ops the verifier uses to "
                          "compare outputs (e.g. `aten::allclose`). Call the compiled extension's functions instead.")
-            elif dotted(node, self.aliases) in _HARNESS_ATTRS:
+            elif dotted(node, self.aliases) in HARNESS_ATTRS:
                 self.add("static.harness_tampering", node,
                          f"`{ast.unparse(node)}` belongs to the verifier's process (its arguments name the result file).")
-            elif node.attr in _DYNAMIC_ATTRS or dotted(node, self.aliases) in _DYNAMIC_DOTTED or (
+            elif node.attr in DYNAMIC_ATTRS or dotted(node, self.aliases) in DYNAMIC_DOTTED or (
                     node.attr == "__dict__" and dotted(node, self.aliases)):
                 self.add("static.dynamic_code", node, f"`{ast.unparse(node)}` reaches into interpreter internals, "
                          "which the static checks cannot follow.")
@@ -307,7 +291,7 @@ class _ModuleChecker:
             elif root in DYNAMIC_CODE_MODULES:
                 self.add("static.dynamic_code", node,
                          f"imports `{m}`, which can run or rewrite code the static checks cannot see.")
-            elif root in _HARNESS_MODULES:
+            elif root in HARNESS_MODULES:
                 self.add("static.harness_tampering", node,
                          f"imports `{m}`: a kernel file has no use for it; it finds or writes the places later "
                          "processes load code from (a `.pth` file in site-packages runs in every later Python).")
@@ -318,18 +302,18 @@ class _ModuleChecker:
         d = dotted(func, self.aliases) or ""
         if name in DYNAMIC_CODE_BUILTINS:
             self.add("static.dynamic_code", node, f"`{name}(...)` runs code the static checks cannot see.")
-        elif d in _PROCESS_CONTROL or name in ("exit", "quit"):
+        elif d in PROCESS_CONTROL or name in ("exit", "quit"):
             self.add("static.harness_tampering", node,
                      f"`{d or name}(...)` controls the process that runs the verification: ending it or installing "
                      "handlers lets a candidate skip the checks or forge their result. A kernel file needs neither.")
-        elif (callee_name(func) == "open" and _opens_for_writing(node)) or _FILE_OPS.match(d) or (
-                isinstance(func, ast.Attribute) and func.attr in _WRITE_METHODS and not d.startswith("torch")
+        elif (callee_name(func) == "open" and _opens_for_writing(node)) or FILE_OPS.match(d) or (
+                isinstance(func, ast.Attribute) and func.attr in WRITE_METHODS and not d.startswith("torch")
                 and func.attr not in self.exposed):
             self.add("static.harness_tampering", node,
                      f"`{ast.unparse(node.func)}(...)` writes files or changes the process or its environment: "
                      "the verifier's files live next to the candidate and later jobs run after it, so a kernel "
                      "file must not write files or detach processes.")
-        elif _OPAQUE_BUILDERS.match(d):
+        elif OPAQUE_BUILDERS.match(d):
             self.add("static.dynamic_source", node,
                      f"`{d}(...)` compiles or loads code that is not in this file's string literals, so the static "
                      "checks cannot read it. Put the C++/CUDA in `load_inline(cpp_sources=..., cuda_sources=...)` "
@@ -348,9 +332,9 @@ class _ModuleChecker:
                          f"`{ast.unparse(node)}` looks up a torch function by name, hiding which op runs.")
         elif d in ("time.sleep", "asyncio.sleep") or (name == "sleep" and self.aliases.get("sleep") == "time.sleep"):
             self.add("static.sleep", node, "`time.sleep(...)`: a kernel file has no reason to sleep; it skews timing.")
-        elif _PROCESS_APIS.match(d):
+        elif PROCESS_APIS.match(d):
             self.add("static.stream_or_thread", node, f"`{d}(...)` starts another process.")
-        elif d.startswith("torch.cuda.") and d.rsplit(".", 1)[-1] in _STREAM_APIS:
+        elif d.startswith("torch.cuda.") and d.rsplit(".", 1)[-1] in STREAM_APIS:
             self.add("static.stream_or_thread", node,
                      f"`{d}(...)`: work on another stream or a captured graph escapes the timed stream. "
                      "Launch on the current stream.")
@@ -428,7 +412,7 @@ def _opens_for_writing(call: ast.Call) -> bool:
 
 
 def _is_dispatch_api(d: str | None, attr: str) -> bool:
-    return attr in _DISPATCH_ATTRS or (d is not None and d.startswith(_DISPATCH_PREFIXES))
+    return attr in DISPATCH_ATTRS or (d is not None and d.startswith(DISPATCH_PREFIXES))
 
 
 def _base_name(b: ast.expr) -> str:

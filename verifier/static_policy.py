@@ -14,6 +14,9 @@ Three levels (`VerifyConfig.static_policy`):
 - `lenient` — the "forward-wrapper" style (KernelBench issue #57): compute ops are *warnings*,
   as long as forward launches at least one custom kernel; `cat`/`stack` count as glue.
 
+The module-wide tables below the glue lists (threads, processes, files, the dispatcher, builders
+of code the checks cannot read) are the Python side of docs/anticheat.md's attack classes.
+
 This module holds tables only; `static_checks.py` applies them. It does not decide what a
 call's receiver is (that needs the AST walk) and it knows nothing about C++ (`static_cuda.py`).
 """
@@ -21,6 +24,7 @@ call's receiver is (that needs the AST walk) and it knows nothing about C++ (`st
 from __future__ import annotations
 
 import enum
+import re
 
 
 class Strictness(str, enum.Enum):
@@ -152,3 +156,35 @@ def tensor_method_is_compute(name: str, level: Strictness) -> bool:
     if name in TENSOR_GLUE_DEFAULT:
         return level is Strictness.STRICT
     return name in COMPUTE_METHODS or name in COMPUTE_DUNDERS
+
+
+# -- module-wide rules (static_checks.py) ------------------------------------------------------
+
+STREAM_APIS = frozenset({"Stream", "stream", "ExternalStream", "set_stream", "graph", "CUDAGraph", "StreamContext"})
+PROCESS_APIS = re.compile(r"^(?:os|posix)\.(?:fork\w*|system|popen|spawn\w*|exec\w*|posix_spawn\w*)$")
+DYNAMIC_ATTRS = frozenset({"__builtins__", "__globals__", "__code__", "__subclasses__"})
+DYNAMIC_DOTTED = frozenset({"sys.modules", "sys._getframe", "inspect.currentframe"})
+# Process control and harness files: a candidate that ends its own process or writes files can
+# forge the worker's result (write `{"verdict": "correct"}` where the worker would, then exit).
+PROCESS_CONTROL = frozenset({"os._exit", "os.abort", "os.kill", "os.killpg", "sys.exit", "signal.signal",
+                              "signal.alarm", "atexit.register", "faulthandler.enable", "os.chdir"})
+HARNESS_ATTRS = frozenset({"sys.argv", "sys.stdin", "sys.stdout", "sys.stderr", "os.environ.clear"})
+WRITE_METHODS = frozenset({"write_text", "write_bytes", "unlink", "rmdir", "symlink_to", "hardlink_to", "touch",
+                            "mkdir", "chmod", "mkfifo"})
+FILE_OPS = re.compile(r"^(?:os\.(?:remove|unlink|rename|renames|replace|rmdir|removedirs|symlink|link|open|fdopen|"
+                       r"write|pwrite|mkdir|makedirs|mkfifo|mknod|truncate|ftruncate|chmod|chown|dup2|setsid|setpgrp|"
+                       r"setpgid|getppid)|shutil\.\w+|tempfile\.\w+|io\.open)$")
+# `os.environ` writes are allowed: LLM-written kernels set `TORCH_CUDA_ARCH_LIST` before building.
+# Imports whose only use in a kernel file is finding or changing where the interpreter loads code
+# from (a `.pth` file in site-packages runs in every later Python process).
+HARNESS_MODULES = frozenset({"site", "sysconfig", "tempfile", "pty"})
+# Python's doors to the dispatcher: an `aten` implementation registered here replaces the op for the
+# whole process, including the comparison the verifier runs (`aten::allclose`).
+DISPATCH_PREFIXES = ("torch.library", "torch._library", "torch._C._dispatch", "torch._C._set_dispatch",
+                      "torch.utils._python_dispatch", "torch.overrides.TorchFunctionMode", "torch._ops",
+                      "torch.ops.load_library", "torch.classes.load_library", "torch._C._jit_set")
+DISPATCH_ATTRS = frozenset({"py_impl", "_register_impl", "_register_fake", "register_kernel", "register_fake",
+                             "register_autograd", "_set_dispatch_mode", "_push_mode"})
+# Builders that compile code the static checks cannot read (files, NVRTC strings, loaded libraries).
+OPAQUE_BUILDERS = re.compile(r"^torch\.utils\.cpp_extension\.(?:load|_jit_compile|_write_ninja_file\w*|"
+                              r"_run_ninja_build|build_extension|BuildExtension)$|^torch\.cuda\._compile_kernel$")

@@ -1,0 +1,155 @@
+"""Reading C++/CUDA source text without a compiler: comments and strings blanked with every
+offset kept, namespace-scope function definitions and other brace blocks, `__global__` kernels,
+and diagnostics located back in the user's file through each source's locator.
+
+Used by the static C++ rules (`static_cpp_rules.py`), the launch check (`static_cuda.py`) and the
+dynamic profiler check (`defined_kernel_names`). No preprocessing: a macro's expansion, a
+template instantiation or an overload is not resolved.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from cudice.verifier.result import Diagnostic, Location, Severity, Stage
+
+# (1-based line, 1-based column) in the C++ text → a location in the user's file, or None.
+Locator = Callable[[int, int], "Location | None"]
+
+
+@dataclass(frozen=True, slots=True)
+class CppSource:
+    """One C++ or CUDA source string of a `load_inline` call, with a way back to the .py file."""
+
+    text: str
+    locate: Locator
+    is_cuda: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class CppFunction:
+    name: str
+    header: str
+    body_start: int  # offset of the opening brace in the stripped text
+    body_end: int  # offset just past the closing brace
+    is_device: bool  # __global__ or __device__ without __host__
+
+
+@dataclass(slots=True)
+class Unit:
+    """One source, comments/strings blanked (offsets preserved), and its functions."""
+
+    src: CppSource
+    code: str
+    functions: list[CppFunction] = field(default_factory=list)
+    blocks: list[tuple[int, int]] = field(default_factory=list)  # struct/class/initialiser bodies
+
+
+_COMMENT_OR_STRING = re.compile(
+    r"//[^\n]*|/\*.*?\*/|\"(?:\\.|[^\"\\\n])*\"|'(?:\\.|[^'\\\n])*'", re.DOTALL
+)
+
+
+def blank_comments_and_strings(text: str) -> str:
+    """Replace comments and string/char literals by spaces, keeping every offset and newline."""
+
+    def blank(m: re.Match[str]) -> str:
+        s = m.group(0)
+        if s.startswith('"'):  # keep the quotes so `m.def("name", ...)` stays parseable below
+            return '"' + re.sub(r"[^\n]", " ", s[1:-1]) + '"'
+        return re.sub(r"[^\n]", " ", s)
+
+    return _COMMENT_OR_STRING.sub(blank, text)
+
+
+_PREPROCESSOR_LINE = re.compile(r"^[ \t]*#(?:[^\n]*\\\n)*[^\n]*$", re.MULTILINE)
+_HEADER_FN = re.compile(r"\)\s*(?:const|noexcept|override|mutable|->\s*[\w:<>,\s*&]+|\s)*$")
+_NS_OR_EXTERN = re.compile(r"(?:namespace\s*[\w:]*|extern\s*\"[^\"]*\")\s*$")
+
+
+def find_functions(code: str) -> list[CppFunction]:
+    """Function definitions at namespace scope (bodies of namespaces/`extern "C"` are scanned)."""
+    return scan_blocks(code)[0]
+
+
+def scan_blocks(code: str) -> tuple[list[CppFunction], list[tuple[int, int]]]:
+    """Function definitions, and the spans of the other top-level brace blocks (struct/class/enum
+    bodies, initialisers): what is declared inside those is not a namespace-scope variable."""
+    out: list[CppFunction] = []
+    others: list[tuple[int, int]] = []
+    stack: list[str] = []  # 'ns', 'fn', 'other'
+    start_of_decl = 0
+    fn_start = 0
+    other_start = 0
+    fn_header = ""
+    for i, ch in enumerate(code):
+        if ch == "{":
+            if "fn" in stack or "other" in stack:
+                stack.append("inner")
+                continue
+            header = _PREPROCESSOR_LINE.sub("", code[start_of_decl:i])
+            if _NS_OR_EXTERN.search(header):
+                stack.append("ns")
+                start_of_decl = i + 1
+            elif _HEADER_FN.search(header) and "(" in header and "=" not in header.split("(")[0]:
+                stack.append("fn")
+                fn_start, fn_header = i, header.strip()
+            else:
+                stack.append("other")
+                other_start = i
+        elif ch == "}":
+            kind = stack.pop() if stack else "ns"
+            if kind == "fn":
+                name = _function_name(fn_header)
+                if name:
+                    dev = ("__global__" in fn_header or "__device__" in fn_header) and "__host__" not in fn_header
+                    out.append(CppFunction(name, fn_header, fn_start, i + 1, dev))
+            elif kind == "other":
+                others.append((other_start, i + 1))
+            if not stack or stack[-1] == "ns":
+                start_of_decl = i + 1
+        elif ch == ";" and (not stack or stack[-1] == "ns"):
+            start_of_decl = i + 1
+    return out, others
+
+
+def _function_name(header: str) -> str | None:
+    head = re.sub(r"__launch_bounds__\s*\([^)]*\)", " ", header)
+    m = re.search(r"([A-Za-z_]\w*)\s*(?:<[^()]*>)?\s*\(", head)
+    return m.group(1) if m else None
+
+
+_GLOBAL_KERNEL = re.compile(r"__global__")
+
+
+def find_kernels(code: str) -> list[tuple[str, int]]:
+    """`(name, offset)` of every `__global__` function (declarations and definitions)."""
+    out: list[tuple[str, int]] = []
+    for m in _GLOBAL_KERNEL.finditer(code):
+        head = code[m.end(): m.end() + 400]
+        head = re.sub(r"__launch_bounds__\s*\([^)]*\)", lambda x: " " * len(x.group(0)), head)
+        nm = re.search(r"([A-Za-z_]\w*)\s*\(", head)
+        if nm and nm.group(1) not in {name for name, _ in out}:
+            out.append((nm.group(1), m.start()))
+    return out
+
+
+def defined_kernel_names(cuda_texts: Iterable[str]) -> list[str]:
+    """Names of the `__global__` kernels in CUDA source texts, first occurrence order, comments ignored
+    (the dynamic profiler check compares them with the kernels that actually ran)."""
+    names: list[str] = []
+    for text in cuda_texts:
+        names += [n for n, _ in find_kernels(blank_comments_and_strings(text)) if n not in names]
+    return names
+
+
+def locate(unit: Unit, offset: int) -> Location | None:
+    line = unit.code.count("\n", 0, offset) + 1
+    col = offset - (unit.code.rfind("\n", 0, offset) + 1) + 1
+    return unit.src.locate(line, col)
+
+
+def diag(unit: Unit, offset: int, code: str, message: str, severity: Severity = Severity.ERROR) -> Diagnostic:
+    return Diagnostic(severity, message, code, Stage.STATIC, locate(unit, offset))
