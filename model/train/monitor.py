@@ -41,7 +41,13 @@ class Monitor:
         if enabled and progress:
             try:
                 from rich.console import Console
-                from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+                from rich.progress import (
+                    BarColumn,
+                    MofNCompleteColumn,
+                    Progress,
+                    TextColumn,
+                    TimeRemainingColumn,
+                )
             except ImportError:
                 log.warning("rich is not installed: pip install rich (no progress bar)")
             else:

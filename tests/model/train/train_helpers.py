@@ -17,3 +17,15 @@ def tiny_model(seed: int = 0) -> torch.nn.Module:
     cfg._attn_implementation = "sdpa"
     torch.manual_seed(seed)
     return transformers.Qwen3ForCausalLM(cfg)
+
+
+def toy_samples(count: int, length: int = 12, num_prompt: int = 4, seed: int = 0) -> list:
+    """`count` EncodedSamples of random ids (lengths vary by one block), the first `num_prompt` prompt."""
+    from cudice.model.train.sft import EncodedSample
+
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for i in range(count):
+        n = length + 4 * (i % 2)
+        out.append(EncodedSample(torch.randint(0, 90, (n,), generator=g).tolist(), num_prompt))
+    return out

@@ -1,0 +1,253 @@
+"""The demo model's training recipe, in phases that each fit one GPU call (`bench/train_demo.sh`).
+
+    python3 -m cudice.model.train.corpus.recipe a --work W --out $OUT [--minutes 8] [--smoke]
+    python3 -m cudice.model.train.corpus.recipe b --work W --out $OUT --start .ckpt/demo_sft.tar
+
+Phase A: 1. build the corpus and the initial checkpoint (tokenizer trained on the corpus);
+2. verify a sample of every template family with the verifier (`VerifyPool`; on a machine
+without a GPU only the static anti-cheat stage runs) and print a per-family table;
+3. `cudice train sft` until the phase's deadline (the run is stopped there; the last complete
+checkpoint, saved every `--save-every` steps, is kept); 4. export it as ONE bf16 tar file.
+Phase B: 1. rebuild the corpus (deterministic) and unpack the carried tar; 2. continue SFT;
+3. evaluate the held-out split (`eval.evaluate`: generate, then `cudice eval`); 4. `cudice train
+rl` (infilling stage, then end-to-end, verifier rewards) until its deadline; 5. evaluate the RL
+checkpoint; 6. export both checkpoints and `results_b.json`.
+
+Every run's stdout/stderr goes to `<phase>.log` in the output folder; deadlines are wall-clock
+from the phase's start. Subprocesses run in their own process group and are killed with it.
+Not covered: multi-GPU (pass `accelerate launch` yourself), resuming optimizer state across
+calls (the carried file holds weights only, to stay under the 16 MiB a returned file may have).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+TAR_SFT, TAR_RL = "demo_sft.tar", "demo_rl.tar"
+MAX_FILE_BYTES = 16 * 2**20
+
+
+class Phase:
+    """Clock and log of one phase: `left()` seconds to the deadline, `say()` to stderr and the log."""
+
+    def __init__(self, name: str, out: Path, minutes: float) -> None:
+        self.name, self.out, self.start = name, out, time.monotonic()
+        self.deadline = self.start + 60 * minutes
+        out.mkdir(parents=True, exist_ok=True)
+        self.log_path = out / f"{name}.log"
+        self.log_path.write_text("")
+
+    def left(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def say(self, text: str) -> None:
+        line = f"[{self.name} {time.monotonic() - self.start:6.1f}s] {text}"
+        print(line, file=sys.stderr, flush=True)
+        with self.log_path.open("a") as f:
+            f.write(line + "\n")
+
+    def run(self, args: list[str], seconds: float) -> tuple[int, bool]:
+        """Run `args` for at most `seconds` (its group killed after); (exit code, stopped by deadline)."""
+        self.say("$ " + " ".join(args) + f"   (budget {seconds:.0f} s)")
+        with self.log_path.open("a") as log:
+            proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            try:
+                return proc.wait(timeout=max(1.0, seconds)), False
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGTERM)
+                try:
+                    proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+                return proc.returncode, True
+            except BaseException:
+                os.killpg(proc.pid, signal.SIGKILL)
+                raise
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", *args]
+
+
+def _options(module: str, command: str) -> str:
+    """The --help text of a training command (optional flags are passed only where it has them)."""
+    return subprocess.run(_cli(module, command, "--help"), capture_output=True, text=True).stdout
+
+
+def prepare(work: Path, seed: int, smoke: bool, phase: Phase) -> tuple[Path, Path]:
+    """Corpus and initial checkpoint under `work` (reused when already complete); (corpus, init)."""
+    from cudice.model.train.corpus.build import build_corpus
+    from cudice.model.train.corpus.init_model import DEMO_DIMS, SMOKE_DIMS, init_checkpoint
+
+    corpus, init = work / "corpus", work / "init"
+    if not (corpus / "manifest.json").is_file():
+        sizes = {"train_per_family": 6, "heldout_per_family": 1} if smoke else {}
+        manifest = build_corpus(corpus, seed=seed, **sizes)
+        phase.say(f"corpus: {manifest['num_problems']} problems, {manifest['num_sft_pairs']} SFT pairs")
+    if not (init / "model.safetensors").is_file():
+        info = init_checkpoint(init, corpus / "sft.jsonl", SMOKE_DIMS if smoke else DEMO_DIMS, seed=seed)
+        phase.say(f"init: {json.dumps(info)}")
+    return corpus, init
+
+
+def newest_checkpoint(*dirs: Path) -> Path | None:
+    """The most recently completed cudice checkpoint among `dirs` (by its marker), or None."""
+    from cudice.model.train.checkpoint import MARKER
+
+    done = [d for d in dirs if (d / MARKER).is_file()]
+    return max(done, key=lambda d: (d / MARKER).stat().st_mtime) if done else None
+
+
+def sft(start: Path, corpus: Path, out_dir: Path, seconds: float, phase: Phase, smoke: bool) -> Path | None:
+    """`cudice train sft` from `start` until `seconds` pass; the newest complete checkpoint."""
+    help_text = _options("cudice.model.train.cli", "sft")
+    args = _cli("cudice.model.train.cli", "sft", "--model", str(start), "--data", str(corpus / "sft.jsonl"),
+                "--out", str(out_dir), "--epochs", "100", "--lr", "1e-3" if not smoke else "3e-3",
+                "--batch-size", "2" if smoke else "16", "--max-length", "2048",
+                "--save-every", "2" if smoke else "100")
+    if "--precision" in help_text and not smoke:
+        args += ["--precision", "bf16-autocast"]
+    if "--max-steps" in help_text and smoke:
+        args += ["--max-steps", "4"]
+    rc, stopped = phase.run(args, seconds)
+    phase.say(f"sft exit {rc}{' (stopped at the deadline)' if stopped else ''}")
+    return newest_checkpoint(out_dir)
+
+
+def rl(start: Path, corpus: Path, out_dir: Path, seconds: float, phase: Phase, smoke: bool) -> Path | None:
+    """`cudice train rl` (infill stage, then e2e) from `start`; the newest complete checkpoint."""
+    help_text = _options("cudice.model.train.cli", "rl")
+    args = _cli("cudice.model.train.cli", "rl", "--model", str(start), "--infill-data",
+                str(corpus / "rl_infill.jsonl"), "--e2e-data", str(corpus / "rl_e2e.jsonl"), "--out", str(out_dir),
+                "--infill-steps", "1" if smoke else "3", "--e2e-steps", "1" if smoke else "6",
+                "--tasks-per-step", "2" if smoke else "8", "--samples-per-task", "2" if smoke else "8",
+                "--lr", "1e-5", "--max-new-tokens", "16" if smoke else "768", "--required-speedup", "0")
+    if "--save-every" in help_text:
+        args += ["--save-every", "1"]
+    rc, stopped = phase.run(args, seconds)
+    phase.say(f"rl exit {rc}{' (stopped at the deadline)' if stopped else ''}")
+    return newest_checkpoint(out_dir / "stage-infill", out_dir / "stage-e2e", out_dir)
+
+
+def export_tar(checkpoint: Path, tar_path: Path) -> Path:
+    """`checkpoint` with bf16 weights (re-saved through the loader and `save_checkpoint`) as one tar."""
+    import torch
+    from cudice.model.loader import load_checkpoint
+    from cudice.model.train.checkpoint import read_marker, save_checkpoint
+
+    staging = tar_path.with_suffix(".staging")
+    shutil.rmtree(staging, ignore_errors=True)
+    loaded = load_checkpoint(str(checkpoint), device="cpu", dtype="bfloat16")
+    marker = read_marker(checkpoint) or {}
+    save_checkpoint(loaded.model, checkpoint, staging, step=int(marker.get("step", 0)),
+                    metrics=marker.get("metrics", {}))
+    config = json.loads((staging / "config.json").read_text())
+    config["torch_dtype"] = str(torch.bfloat16).removeprefix("torch.")
+    (staging / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    with tarfile.open(tar_path, "w") as tar:
+        for item in sorted(staging.iterdir()):
+            if item.is_file() and not item.name.endswith(".tmp"):
+                tar.add(item, arcname=item.name)
+    shutil.rmtree(staging)
+    size = tar_path.stat().st_size
+    if size > MAX_FILE_BYTES:
+        raise RuntimeError(f"{tar_path} is {size / 2**20:.1f} MiB, over the 16 MiB a returned file may have; "
+                           "shrink DEMO_DIMS in init_model.py")
+    return tar_path
+
+
+def unpack_tar(tar_path: Path, into: Path) -> Path:
+    if not tar_path.is_file():
+        raise click.ClickException(f"{tar_path} does not exist: copy phase A's {TAR_SFT} there (the lead's carried "
+                                   "folder, e.g. .ckpt/) or pass --start")
+    shutil.rmtree(into, ignore_errors=True)
+    into.mkdir(parents=True)
+    with tarfile.open(tar_path) as tar:
+        tar.extractall(into, filter="data")
+    return into
+
+
+@click.group()
+def recipe() -> None:
+    """Train the demo model in phases (bench/train_demo.sh)."""
+
+
+_common = [
+    click.option("--work", type=click.Path(file_okay=False, path_type=Path), required=True,
+                 help="Scratch folder (corpus, checkpoints); kept between phases on one machine."),
+    click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True,
+                 help="What comes back: tar checkpoints, JSON results, logs (each file <= 16 MiB)."),
+    click.option("--minutes", type=float, default=8.0, show_default=True, help="Wall-clock budget of the phase."),
+    click.option("--seed", type=int, default=0, show_default=True),
+    click.option("--smoke", is_flag=True, help="Toy sizes, a few steps (CPU test of the whole recipe)."),
+]
+
+
+def common(fn: Any) -> Any:
+    for option in reversed(_common):
+        fn = option(fn)
+    return fn
+
+
+@recipe.command("a")
+@common
+@click.option("--verify-per-family", type=int, default=2, show_default=True)
+def phase_a(work: Path, out: Path, minutes: float, seed: int, smoke: bool, verify_per_family: int) -> None:
+    """Corpus, tokenizer, init; verify the templates; SFT until the deadline; export."""
+    from cudice.model.train.corpus.verify_templates import verify_templates
+
+    phase = Phase("phase_a", out, minutes)
+    corpus, init = prepare(work, seed, smoke, phase)
+    table = verify_templates(corpus, verify_per_family, phase.say)
+    (out / "templates.json").write_text(json.dumps(table, indent=1) + "\n")
+    reserve = 45.0 if not smoke else 5.0  # export + slack
+    ckpt = sft(init, corpus, work / "sft", phase.left() - reserve, phase, smoke)
+    if ckpt is None:
+        raise click.ClickException(f"SFT wrote no checkpoint; see {phase.log_path}")
+    export_tar(ckpt, out / TAR_SFT)
+    phase.say(f"exported {ckpt} -> {out / TAR_SFT}; carry it to phase B (e.g. .ckpt/{TAR_SFT})")
+
+
+@recipe.command("b")
+@common
+@click.option("--start", type=click.Path(dir_okay=False, path_type=Path), default=Path(".ckpt") / TAR_SFT,
+              show_default=True, help="Phase A's checkpoint tar.")
+@click.option("--sft-minutes", type=float, default=1.5, show_default=True, help="More SFT before the evaluations.")
+def phase_b(work: Path, out: Path, minutes: float, seed: int, smoke: bool, start: Path, sft_minutes: float) -> None:
+    """More SFT, held-out eval, BiC-RL until the deadline, held-out eval again; export both."""
+    from cudice.model.train.corpus.evaluate import evaluate
+
+    phase = Phase("phase_b", out, minutes)
+    corpus, _ = prepare(work, seed, smoke, phase)
+    begin = unpack_tar(start, work / "start")
+    ckpt = sft(begin, corpus, work / "sft_b", 60 * sft_minutes, phase, smoke) or begin
+    export_tar(ckpt, out / TAR_SFT)
+    eval_seconds = 20.0 if smoke else 100.0
+    results: dict[str, Any] = {"sft": evaluate(ckpt, corpus, "sft", phase.say, smoke=smoke)}
+    (out / "results_b.json").write_text(json.dumps(results, indent=1) + "\n")
+    rl_ckpt = rl(ckpt, corpus, work / "rl", phase.left() - eval_seconds - 30, phase, smoke)
+    if rl_ckpt is not None and rl_ckpt != ckpt:
+        export_tar(rl_ckpt, out / TAR_RL)
+        results["rl"] = evaluate(rl_ckpt, corpus, "rl", phase.say, smoke=smoke)
+    else:
+        phase.say("RL wrote no checkpoint before the deadline: no RL evaluation")
+    (out / "results_b.json").write_text(json.dumps(results, indent=1) + "\n")
+    from cudice.model.train.corpus.evaluate import comparison_table
+
+    phase.say("\n" + comparison_table(results))
+
+
+if __name__ == "__main__":
+    recipe()

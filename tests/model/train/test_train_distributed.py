@@ -1,0 +1,82 @@
+"""Two CPU processes (gloo, the torchrun environment that `accelerate launch` also sets up) train
+exactly like one process with twice the batch, each rank on its own shard of the data."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import socket
+from pathlib import Path
+
+import pytest
+import torch
+from cudice.model.train import sft
+from cudice.model.train.config import SFTConfig
+from train_helpers import MASK_ID, PAD_ID, tiny_model, toy_samples
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _launch(out: Path, num_processes: int, batch_size: int) -> None:
+    """Fork `num_processes` ranks (gloo) of sft_ddp_worker.run_rank and wait for all of them."""
+    from sft_ddp_worker import run_rank
+
+    ctx = multiprocessing.get_context("fork")  # the children inherit the imported torch/transformers
+    port = _free_port()
+    procs = [ctx.Process(target=run_rank, args=(r, num_processes, port, out, batch_size), daemon=True)
+             for r in range(num_processes)]
+    for p in procs:
+        p.start()
+    try:
+        for p in procs:
+            p.join(timeout=600)  # generous: a loaded 2-core CPU
+        assert all(p.exitcode == 0 for p in procs), [p.exitcode for p in procs]
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+
+
+def _reference(batch_size: int, monkeypatch: pytest.MonkeyPatch) -> tuple[list[int], list[dict], dict]:
+    seen: list[int] = []
+    real = sft.Collate.__call__
+
+    def recording(self: sft.Collate, indices: list[int]) -> sft.Batch:
+        seen.extend(indices)
+        return real(self, indices)
+
+    monkeypatch.setattr(sft.Collate, "__call__", recording)
+    model = tiny_model()
+    config = SFTConfig(learning_rate=1e-3, num_epochs=2, batch_size=batch_size, warmup_ratio=0.0, seed=3)
+    history = sft.train_sft(model, toy_samples(8), config, block_size=4, mask_token_id=MASK_ID,
+                            pad_token_id=PAD_ID, cpu=True)
+    return seen, history, model.state_dict()
+
+
+def test_two_ranks_see_disjoint_shards_and_match_one_rank_with_double_batch(tmp_path, monkeypatch) -> None:
+    seen, history, weights = _reference(4, monkeypatch)  # first: the forked ranks inherit its imports
+    monkeypatch.undo()
+    _launch(tmp_path, num_processes=2, batch_size=2)
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+
+    per_epoch = 4  # 8 samples over 2 ranks
+    for epoch in range(2):
+        shards = [set(r["seen"][epoch * per_epoch:(epoch + 1) * per_epoch]) for r in ranks]
+        assert not shards[0] & shards[1]  # disjoint
+        assert shards[0] | shards[1] == set(range(8))  # together: the whole data set
+        assert shards[0] | shards[1] == set(seen[epoch * 8:(epoch + 1) * 8])
+    for step in range(4):  # each step: rank batches = the halves of the single-process batch
+        single = set(seen[4 * step:4 * step + 4])
+        assert set(ranks[0]["seen"][2 * step:2 * step + 2]) | set(ranks[1]["seen"][2 * step:2 * step + 2]) == single
+
+    # the logged loss is the mean over both ranks: the same numbers as the single process
+    assert ranks[0]["loss"] == pytest.approx([h["loss"] for h in history], rel=1e-5)
+    assert ranks[0]["grad_norm"] == pytest.approx([h["grad_norm"] for h in history], rel=1e-4)
+    assert ranks[0]["loss"] == ranks[1]["loss"]
+    ddp = torch.load(tmp_path / "weights.pt")
+    close = [torch.allclose(ddp[k], v, atol=1e-5) for k, v in weights.items()]
+    assert sum(close) >= 0.9 * len(close)  # Adam turns ~1e-9 gradient rounding into lr-sized steps
