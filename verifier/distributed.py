@@ -253,7 +253,9 @@ class RayGpuSubmit:
 
 @functools.cache
 def _gpu_task(max_retries: int) -> Any:
-    return require_ray().remote(num_gpus=1, num_cpus=0, max_retries=max_retries)(run_on_gpu)
+    # max_calls=0: keep the worker between runs (Ray's default of 1 for GPU tasks restarts it per
+    # task to free CUDA memory, but CUDA is used only by the sandboxed child, which always exits)
+    return require_ray().remote(num_gpus=1, num_cpus=0, max_retries=max_retries, max_calls=0)(run_on_gpu)
 
 
 def _settle(future: Future[VerifyResult], result: VerifyResult) -> None:

@@ -56,3 +56,27 @@ def started(folder: str | Path) -> list[tuple[int, str]]:
 def raising_verify(path: str, **kwargs: Any) -> VerifyResult:
     """A verify_fn with a bug: the backend must hand the exception to the caller."""
     raise ValueError("verify exploded")
+
+
+class GpuProbe:
+    """A verify_fn whose run stage is `ray_gpu_stand_in` (a child that notes its GPU and any overlap).
+
+    It sends one run through the `run_child` the backend gives it, as `verify()` does after a
+    build, then returns the real (compile-only) verdict.
+    """
+
+    def __init__(self, folder: str | Path) -> None:
+        self.folder = str(folder)
+
+    def __call__(self, path: str, **kwargs: Any) -> VerifyResult:
+        outcome = kwargs["run_child"](
+            {"folder": self.folder, "name": Path(path).stem},
+            timeout_s=WAIT_S,
+            memory_limit_mib=4096,
+            max_output_bytes=4096,
+            module="ray_gpu_stand_in",
+        )
+        if outcome.result != {"ran": True}:
+            raise RuntimeError(f"the GPU stand-in child failed: {outcome}")
+        rest = {k: v for k, v in kwargs.items() if k in ("source", "reference", "config")}
+        return verify(path, **rest)
