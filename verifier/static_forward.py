@@ -312,7 +312,7 @@ class _Analyzer:
                       "the kernel fails, so a broken kernel would still pass. Let errors propagate.")
         elif isinstance(node, (ast.If, ast.IfExp)):
             self._branch_fallback(node, fn)
-        elif isinstance(node, (ast.Global, ast.Nonlocal)):
+        elif isinstance(node, (ast.Global, ast.Nonlocal)) and not _only_builds_extension(fn, node.names):
             self._add("static.output_cache", node,
                       f"`{type(node).__name__.lower()} {', '.join(node.names)}` in forward code keeps state across "
                       "calls (an output cache would pass timing without computing).")
@@ -495,6 +495,19 @@ class _Analyzer:
 
     def _calls_kernel(self, stmts: Iterable[ast.AST]) -> bool:
         return any(isinstance(n, ast.Call) and self._is_kernel_call(n) for s in stmts for n in ast.walk(s))
+
+
+def _only_builds_extension(fn: ast.FunctionDef, names: list[str]) -> bool:
+    """`global _ext` in a lazy loader whose every store to `_ext` is `load_inline(...)` (or None): the
+    extension module is kept, not an output."""
+    stores = [n for n in ast.walk(fn) if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign))
+              and any(isinstance(t, ast.Name) and t.id in names
+                      for t in (n.targets if isinstance(n, ast.Assign) else [n.target]))]
+    return bool(stores) and all(
+        isinstance(n, ast.Assign) and (
+            (isinstance(n.value, ast.Call) and callee_name(n.value.func) == "load_inline")
+            or (isinstance(n.value, ast.Constant) and n.value.value is None))
+        for n in stores)
 
 
 def _module_lambdas(tree: ast.Module) -> dict[str, ast.FunctionDef]:

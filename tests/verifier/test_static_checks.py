@@ -684,3 +684,34 @@ class ModelNew(nn.Module):
     )
     diags = check_source(text, "c.py")
     assert diags == [], [(d.code, d.message) for d in diags]
+
+
+@pytest.mark.parametrize(
+    ("store", "flagged"),
+    [
+        ("_state = load_inline(name='g2', cpp_sources='', cuda_sources='')", False),  # a lazy loader
+        ("_state = y", True),  # the output kept across calls
+    ],
+)
+def test_global_in_forward_code_is_a_cache_unless_it_only_builds_the_extension(store: str, flagged: bool) -> None:
+    text = (
+        _GLUE_HEADER
+        + f"""
+_state = None
+
+
+def _keep(y):
+    global _state
+    if _state is None:
+        {store}
+    return y
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        y = torch.empty_like(x)
+        ext.run(x, y, x)
+        return _keep(y)
+"""
+    )
+    assert ("static.output_cache" in _codes(check_source(text, "c.py"), Severity.ERROR)) is flagged
