@@ -6,9 +6,18 @@ Every figure is printed next to a baseline measured in the same run:
 2. time to a full verdict (compile-only without a GPU) for `examples/relu_cuda.py`, cold cache
    and unchanged source, vs plain `load_inline` building the same extension;
 3. (GPU) verified kernels per minute for N ≥ 32 distinct candidates through `VerifyPool`;
-4. (GPU) repeatability: the same kernel verified 5 times — spread of the reported speedup.
+4. (GPU) repeatability: the same kernel verified 5 times — spread of the reported speedup;
+5. `--phase candidates`: ≥ 32 distinct KernelBench-style candidates (bench/kb_candidates.py:
+   elementwise, reductions, softmax, norms, matmul, fused epilogues), each verified as a
+   never-seen source (`--compile-only` on a CPU box), then built by plain `load_inline` and its
+   kernels alone by a plain `nvcc -c` without torch headers, one after the other in the same
+   run. Per stage (host parse = main.cpp, device compile = cuda.cu, link, load, run =
+   correctness, time), p50/p95 time to verdict, verdicts/min, CPU seconds and ratios. With a
+   GPU and `--pool`, the same candidates go through `VerifyPool` and the baseline runs as
+   many `load_inline` processes at once (distinct candidates per minute).
 Prints one `RESULT {...}` JSON line per measurement. `--quick` shrinks 3 (8 candidates).
-Run: `python bench/verify_speed.py [--quick] [--skip-load-inline]`.
+Run: `python bench/verify_speed.py [--quick] [--skip-load-inline]`;
+`python bench/verify_speed.py --phase candidates --compile-only --limit 4` on a 2-core box.
 """
 
 from __future__ import annotations
@@ -16,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -34,6 +44,8 @@ from cudice.verifier.result import Verdict
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import kb_candidates  # noqa: E402  (next to this file)
 
 
 def result(name: str, **fields: object) -> None:
@@ -158,20 +170,158 @@ def bench_repeatability(config: VerifyConfig, repeats: int = 5) -> None:
            half_spread_pct=(max(speedups) - min(speedups)) / 2 / med * 100)
 
 
+def _child_cpu_s() -> float:
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+def _pct(values: list[float], q: float) -> float:
+    """The q-quantile (0..1) of `values`, nearest-rank; NaN when empty."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+def plain_nvcc_s(kernel_cu: str, arch: str) -> tuple[float, float, bool]:
+    """(wall s, CPU s, ok) of `nvcc -c` of the kernels alone (no torch headers): the floor."""
+    d = Path(tempfile.mkdtemp(prefix="cudice-bench-nvcc-"))
+    try:
+        (d / "k.cu").write_text(kernel_cu)
+        sm = arch.replace(".", "")
+        cpu0, t0 = _child_cpu_s(), time.perf_counter()
+        rc = subprocess.run(["nvcc", f"-gencode=arch=compute_{sm},code=sm_{sm}", "-std=c++20", "-c", "k.cu", "-o",
+                             "k.o"], cwd=d, capture_output=True).returncode
+        return time.perf_counter() - t0, _child_cpu_s() - cpu0, rc == 0
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def _stages(walls: dict[str, float]) -> dict[str, float]:
+    """The benchmark's stage names from a VerifyResult's stage_wall_s (s; absent stages are 0)."""
+    host = walls.get("compile.slim.main.cpp", 0.0) + walls.get("compile.main.cpp", 0.0)
+    device = walls.get("compile.slim.cuda.cu", 0.0) + walls.get("compile.cuda.cu", 0.0)
+    return {"parse_static": walls.get("parse", 0.0) + walls.get("static", 0.0), "host_parse": host,
+            "device_compile": device, "link": walls.get("compile.link", 0.0),
+            "load": walls.get("run.init", 0.0) + walls.get("run.load", 0.0),
+            "run_compare": walls.get("run.correctness", 0.0), "time": walls.get("run.timing", 0.0),
+            "verdict": sum(v for k, v in walls.items() if k in ("parse", "static", "compile", "run"))}
+
+
+def bench_candidates(config: VerifyConfig, n: int, skip_load_inline: bool, skip_nvcc: bool) -> None:
+    """Phase 5, one candidate at a time: cudice, then plain load_inline, then plain nvcc (same run)."""
+    folder = Path(tempfile.mkdtemp(prefix="cudice-bench-kb-"))
+    rows: list[dict[str, object]] = []
+    try:
+        for cand in kb_candidates.generate(n):
+            path = folder / f"{cand.name}.py"
+            path.write_text(cand.source)
+            cpu0, t0 = _child_cpu_s(), time.perf_counter()
+            r = verify(path, config=config)
+            row: dict[str, object] = {"name": cand.name, "category": cand.category, "verdict": r.verdict.value,
+                                      "cudice_s": time.perf_counter() - t0, "cudice_cpu_s": _child_cpu_s() - cpu0,
+                                      "fallback": "compile.slim.cuda.cu" in r.stage_wall_s and (
+                                          "compile.cuda.cu" in r.stage_wall_s or "compile.main.cpp" in r.stage_wall_s),
+                                      **{f"stage_{k}_s": v for k, v in _stages(r.stage_wall_s).items()}}
+            if not skip_load_inline:
+                cpu0 = _child_cpu_s()
+                li_s, li_ok = PlainLoadInline(path).wait()
+                row.update(load_inline_s=li_s, load_inline_ok=li_ok, load_inline_cpu_s=_child_cpu_s() - cpu0)
+            if not skip_nvcc:
+                nv_s, nv_cpu, nv_ok = plain_nvcc_s(cand.kernel_cu, config.arch_list[0])
+                row.update(nvcc_s=nv_s, nvcc_cpu_s=nv_cpu, nvcc_ok=nv_ok)
+            result("candidate", **row)
+            rows.append(row)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    result("candidates_summary", **summarize(rows, compile_only=config.compile_only or not gpu_available()))
+
+
+def summarize(rows: list[dict[str, object]], compile_only: bool) -> dict[str, object]:
+    """p50/p95 time to verdict, verdicts/min (one at a time), stage medians and ratios over `rows`."""
+    def col(key: str) -> list[float]:
+        return [float(r[key]) for r in rows if isinstance(r.get(key), (int, float))]  # type: ignore[arg-type]
+
+    out: dict[str, object] = {"num_candidates": len(rows), "compile_only": compile_only,
+                              "verdicts": {v: sum(1 for r in rows if r["verdict"] == v)
+                                           for v in sorted({str(r["verdict"]) for r in rows})},
+                              "num_fallback": sum(1 for r in rows if r.get("fallback"))}
+    for who in ("cudice", "load_inline", "nvcc"):
+        walls = col(f"{who}_s")
+        if walls:
+            out.update({f"{who}_p50_s": _pct(walls, 0.5), f"{who}_p95_s": _pct(walls, 0.95),
+                        f"{who}_per_min": 60 * len(walls) / sum(walls),
+                        f"{who}_cpu_p50_s": _pct(col(f"{who}_cpu_s"), 0.5)})
+    out["stage_p50_s"] = {k[6:-2]: _pct(col(k), 0.5) for k in rows[0] if k.startswith("stage_")} if rows else {}
+    if "load_inline_p50_s" in out:
+        out["ratio_load_inline_over_cudice_p50"] = float(out["load_inline_p50_s"]) / float(out["cudice_p50_s"])  # type: ignore[arg-type]
+    if "nvcc_p50_s" in out:
+        out["ratio_cudice_over_nvcc_p50"] = float(out["cudice_p50_s"]) / float(out["nvcc_p50_s"])  # type: ignore[arg-type]
+        out["ratio_cudice_over_nvcc_cpu_p50"] = float(out["cudice_cpu_p50_s"]) / float(out["nvcc_cpu_p50_s"])  # type: ignore[arg-type]
+    return out
+
+
+def bench_candidates_pool(config: VerifyConfig, n: int, skip_load_inline: bool) -> None:
+    """(GPU) the same candidates through VerifyPool vs as many plain load_inline builds at once."""
+    folder = Path(tempfile.mkdtemp(prefix="cudice-bench-kbpool-"))
+    cands = kb_candidates.generate(n)
+    paths = []
+    for c in cands:
+        paths.append(folder / f"{c.name}.py")
+        paths[-1].write_text(c.source)
+    workers = max(2, (os.cpu_count() or 2) - 2)
+    try:
+        t0 = time.perf_counter()
+        with VerifyPool(config, num_compile_workers=workers) as pool:
+            futs = [pool.submit(p, key=str(p)) for p in paths]
+            results = [f.result() for f in futs]
+        wall = time.perf_counter() - t0
+        verdicts: dict[str, int] = {}
+        for r in results:
+            verdicts[r.verdict.value] = verdicts.get(r.verdict.value, 0) + 1
+        fields: dict[str, object] = {"num_candidates": n, "wall_s": wall, "cudice_per_min": n / wall * 60,
+                                     "verdicts": verdicts, "compile_workers": workers}
+        if not skip_load_inline:
+            t0 = time.perf_counter()
+            done = []
+            for i in range(0, n, workers):  # as many builds at once as cudice had compile workers
+                batch = [PlainLoadInline(p) for p in paths[i:i + workers]]
+                done += [b.wait()[1] for b in batch]
+            li_wall = time.perf_counter() - t0
+            fields.update(load_inline_wall_s=li_wall, load_inline_per_min=n / li_wall * 60,
+                          load_inline_ok=sum(done), ratio_per_min=(n / wall) / (n / li_wall))
+        result("candidates_pool", **fields)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--skip-load-inline", action="store_true")
-    ap.add_argument("--phase", choices=("all", "compile", "gpu", "throughput", "repeat"), default="all",
-                    help="compile: 1-2; throughput: 3; repeat: 4; gpu: 3-4 (phases can run side by side)")
+    ap.add_argument("--phase", choices=("all", "compile", "gpu", "throughput", "repeat", "candidates"),
+                    default="all", help="compile: 1-2; throughput: 3; repeat: 4; gpu: 3-4; candidates: 5 "
+                    "(phases can run side by side)")
+    ap.add_argument("--compile-only", action="store_true", help="phase 5: stop each verdict after compiling")
+    ap.add_argument("--limit", type=int, default=32, help="phase 5: number of distinct candidates")
+    ap.add_argument("--pool", action="store_true", help="phase 5 (GPU): also the pool throughput step")
+    ap.add_argument("--skip-nvcc", action="store_true", help="phase 5: no plain nvcc baseline")
     args = ap.parse_args()
+    if args.limit < 1:
+        ap.error(f"--limit {args.limit} must be >= 1")
     cache = Path(tempfile.mkdtemp(prefix="cudice-bench-cache-"))
-    config = VerifyConfig(cache_dir=cache, max_jobs=os.cpu_count() or 2)
+    config = VerifyConfig(cache_dir=cache, max_jobs=os.cpu_count() or 2, compile_only=args.compile_only)
     result("machine", cpus=os.cpu_count(), gpu=gpu_available(), date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
     steps: list[tuple[str, Callable[[], None]]] = []
     if args.phase in ("all", "compile"):
         steps += [("first_diagnostic", lambda: bench_first_diagnostic(config, args.skip_load_inline)),
                   ("full_verdict", lambda: bench_full_verdict(config, args.skip_load_inline))]
+    if args.phase == "candidates":
+        steps.append(("candidates", lambda: bench_candidates(config, args.limit, args.skip_load_inline,
+                                                             args.skip_nvcc)))
+        if args.pool and gpu_available() and not args.compile_only:
+            steps.append(("candidates_pool", lambda: bench_candidates_pool(config, args.limit,
+                                                                           args.skip_load_inline)))
     gpu_phase = args.phase in ("all", "gpu", "throughput", "repeat")
     if gpu_phase and not gpu_available():
         result("throughput", skipped="no GPU")

@@ -18,18 +18,27 @@ still 10 s per check here), `extra_cflags` given in the call (not read from the 
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import shlex
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from cudice.verifier.buildsteps import StepResult, compile_object, link_library, run_process
 from cudice.verifier.compiler_messages import CompilerMessage, caret_column, parse_messages
 from cudice.verifier.config import VerifyConfig
 from cudice.verifier.document import Document
-from cudice.verifier.generated import CUDA_CU, MAIN_CPP, GeneratedModule
+from cudice.verifier.generated import CUDA_CU, MAIN_CPP, GeneratedModule, Piece
+from cudice.verifier.header_overlay import (
+    aten_op_names,
+    ensure_overlay,
+    include_dirs,
+    slim_blocker,
+    undecidable_reason,
+)
 from cudice.verifier.process import CancelToken
 from cudice.verifier.result import Diagnostic, Location, Severity, Stage
 from cudice.verifier.toolchain import ToolchainError, probe_toolchain
@@ -50,64 +59,132 @@ class BuildResult:
     cached: bool
     cancelled: bool = False
     timed_out: bool = False
+    # "fast": slim headers for every object; "fallback": a slim object failed and was rebuilt with
+    # the full headers; "full": no slim attempt (mode="full" or `slim_blocker` said why)
+    build_path: str = "full"
+    step_wall_s: dict[str, float] = field(default_factory=dict)  # "main.cpp", "cuda.cu", "slim.<file>", "link"
+    undecided: bool = False  # failed only for want of CUDA headers this machine lacks (header_overlay.py)
+    slim_blocker: str | None = None
+
+
+BUILD_MODES = ("auto", "full", "fast")
 
 
 def build_module(module: GeneratedModule, path: str, config: VerifyConfig, *, link: bool,
-                 cancel: CancelToken | None = None, on_output: Callable[[str], None] | None = None) -> BuildResult:
+                 cancel: CancelToken | None = None, on_output: Callable[[str], None] | None = None,
+                 mode: str = "auto") -> BuildResult:
     """Compile (and with `link`, link) `module`; diagnostics are located in the document at `path`.
 
-    `main.cpp` and `cuda.cu` compile in parallel, each through the object cache (buildsteps.py).
-    Blocks until done; `cancel.is_set()` is polled and kills the compilers.
+    `mode="auto"` compiles each object with the slim headers first (header_overlay.py) and
+    rebuilds an object whose slim compile failed with torch's full headers, so every error and
+    its location come from the full build; `"full"` skips the slim attempt; `"fast"` reports the
+    slim outcome without falling back (tests compare the two). `main.cpp` and `cuda.cu` compile
+    in parallel, each through the object cache (buildsteps.py). Blocks until done;
+    `cancel.is_set()` is polled and kills the compilers.
     """
+    if mode not in BUILD_MODES:
+        raise ValueError(f"build_module(mode={mode!r}) must be one of {BUILD_MODES}; use 'auto'.")
     t0 = time.perf_counter()
     try:
         tc = probe_toolchain(config.cache_dir, config.arch_list_env)
     except ToolchainError as exc:
         diag = Diagnostic(Severity.ERROR, str(exc), "compile.toolchain", Stage.COMPILE, _call_location(module, path))
         return BuildResult(False, config.cache_dir, None, (diag,), str(exc), time.perf_counter() - t0, False)
+    overlay = ensure_overlay(config.cache_dir, tc.cflags)
     cflags, cuda_cflags = tc.flags_for(module.name)
-    jobs = [(tc.cxx, cflags, MAIN_CPP)]
-    if module.has_cuda:
-        jobs.append((tc.nvcc, cuda_cflags, CUDA_CU))
-    results: dict[str, StepResult] = {}
-
-    def one(compiler: str, flags: str, name: str) -> None:
-        f = module.file(name)
-        assert f is not None
-        results[name] = compile_object(config.cache_dir, compiler, flags, name, f.text, config.compile_timeout_s,
-                                       cancel, on_output)
-
-    threads = [threading.Thread(target=one, args=j, daemon=True) for j in jobs]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
-    steps = [results[name] for _, _, name in jobs]
-    output = "".join(s.output for s in steps)
-    ok = all(s.ok for s in steps)
+    standins = shlex.quote(str(overlay.standins))  # nvcc passes it to gcc, whose preprocessor resolves includes
+    full = {MAIN_CPP: (tc.cxx, f"{cflags} -idirafter {standins}"),
+            CUDA_CU: (tc.nvcc, f"{cuda_cflags} -Xcompiler -idirafter,{standins}")}
+    names = [MAIN_CPP, CUDA_CU] if module.has_cuda else [MAIN_CPP]
+    walls: dict[str, float] = {}
+    blocker = _slim_blocker(module, tc.cflags) if mode != "full" else "mode='full'"
+    steps: dict[str, StepResult] = {}
+    build_path = "full"
+    if blocker is None:
+        slim = {MAIN_CPP: (tc.cxx, f"-I{shlex.quote(str(overlay.host))} {full[MAIN_CPP][1]}"),
+                CUDA_CU: (tc.nvcc, f"-I{shlex.quote(str(overlay.device))} {full[CUDA_CU][1]}")}
+        steps = _compile_all(module, config, {n: slim[n] for n in names}, cancel, on_output, walls, "slim.")
+        build_path = "fast"
+        if mode == "auto" and not any(s.cancelled or s.timed_out for s in steps.values()):
+            redo = [n for n in names if not steps[n].ok]
+            # a gap of the CUDA-library stand-ins fails the full build the same way: no rebuild for it
+            if redo and undecidable_reason(overlay, "".join(steps[n].output for n in redo)) is None:
+                build_path = "fallback"
+                steps.update(_compile_all(module, config, {n: full[n] for n in redo}, cancel, on_output, walls, ""))
+    else:
+        steps = _compile_all(module, config, {n: full[n] for n in names}, cancel, on_output, walls, "")
+    ordered = [steps[n] for n in names]
+    output = "".join(s.output for s in ordered)
+    ok = all(s.ok for s in ordered)
     lib: Path | None = None
     build_dir = config.cache_dir / "objects"
     if ok and link:
-        linked = link_library(config.cache_dir, tc.cxx, tc.ldflags, [s.path for s in steps if s.path], module.name,
+        t_link = time.perf_counter()
+        linked = link_library(config.cache_dir, tc.cxx, tc.ldflags, [s.path for s in ordered if s.path], module.name,
                               config.compile_timeout_s, cancel)
-        steps.append(linked)
+        walls["link"] = time.perf_counter() - t_link
+        ordered.append(linked)
         output += linked.output
         ok, lib = linked.ok, linked.path
         build_dir = lib.parent if lib else build_dir
     wall = time.perf_counter() - t0
-    cancelled = any(s.cancelled for s in steps)
-    timed_out = any(s.timed_out for s in steps)
+    cancelled = any(s.cancelled for s in ordered)
+    timed_out = any(s.timed_out for s in ordered)
+
+    def done(res: BuildResult) -> BuildResult:
+        return dataclasses.replace(res, build_path=build_path, step_wall_s=walls, slim_blocker=blocker)
+
     if cancelled or timed_out:
         what = "cancelled" if cancelled else f"timed out after {config.compile_timeout_s:.0f} s"
         diag = Diagnostic(Severity.ERROR, f"The build {what}.", "compile.timeout" if timed_out else "compile.cancelled",
                           Stage.COMPILE, _call_location(module, path))
-        return BuildResult(False, build_dir, None, (diag,), output, wall, False, cancelled, timed_out)
+        return done(BuildResult(False, build_dir, None, (diag,), output, wall, False, cancelled, timed_out))
+    cached = all(s.cached for s in ordered)
+    if not ok and (why := undecidable_reason(overlay, output)) is not None:
+        diag = Diagnostic(Severity.WARNING, why, "compile.headers_unavailable", Stage.COMPILE,
+                          _call_location(module, path))
+        return done(BuildResult(False, build_dir, None, (diag,), output, wall, cached, undecided=True))
     diags = map_messages(module, path, parse_messages(output))
     if not ok and not any(d.severity is Severity.ERROR for d in diags):
         tail = "\n".join(output.strip().splitlines()[-15:])
         diags += (Diagnostic(Severity.ERROR, f"The build failed without a compiler message cudice understands:\n{tail}",
                              "compile.failed", Stage.COMPILE, _call_location(module, path)),)
-    return BuildResult(ok, build_dir, lib, diags, output, wall, all(s.cached for s in steps))
+    return done(BuildResult(ok, build_dir, lib, diags, output, wall, cached))
+
+
+def _slim_blocker(module: GeneratedModule, cflags: str) -> str | None:
+    """Why `module` skips the slim headers (header_overlay.slim_blocker), or None."""
+    torch_include = next((d for d in include_dirs(cflags) if (d / "ATen" / "ops").is_dir()), None)
+    ops = aten_op_names(str(torch_include)) if torch_include else frozenset()
+    texts = [p_text for f in module.files for p_text in _user_texts(f.text, f.pieces)]
+    return slim_blocker(texts, ops)
+
+
+def _user_texts(text: str, pieces: tuple[Piece, ...]) -> list[str]:
+    lines = text.split("\n")
+    return ["\n".join(lines[p.first_line - 1:p.first_line - 1 + p.num_lines]) for p in pieces]
+
+
+def _compile_all(module: GeneratedModule, config: VerifyConfig, jobs: dict[str, tuple[str, str]],
+                 cancel: CancelToken | None, on_output: Callable[[str], None] | None, walls: dict[str, float],
+                 prefix: str) -> dict[str, StepResult]:
+    """Compile the named files of `module` in parallel (compiler, flags per file); walls[prefix+name] in s."""
+    results: dict[str, StepResult] = {}
+
+    def one(name: str, compiler: str, flags: str) -> None:
+        f = module.file(name)
+        assert f is not None
+        t = time.perf_counter()
+        results[name] = compile_object(config.cache_dir, compiler, flags, name, f.text, config.compile_timeout_s,
+                                       cancel, on_output)
+        walls[prefix + name] = time.perf_counter() - t
+
+    threads = [threading.Thread(target=one, args=(n, *cj), daemon=True) for n, cj in jobs.items()]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    return results
 
 
 def map_messages(module: GeneratedModule, path: str, messages: list[CompilerMessage]) -> tuple[Diagnostic, ...]:

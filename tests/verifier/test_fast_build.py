@@ -1,0 +1,198 @@
+"""The slim-header fast build equals the full build; CUDA-header stand-ins on a CPU-only torch.
+
+Pure-Python tests cover the overlay (atomic, content-addressed, stand-ins only for missing
+headers), the slim-path guard and the "cannot be decided here" rule. The compiler tests
+(`slow`, real nvcc and g++) check on candidates that compile and that fail to compile that
+the default build (slim first, full fallback) gives the full build's verdict and the same
+diagnostics on the same lines, that a candidate needing a name the slim headers lack falls
+back and compiles, and that `ATen/cuda/*` / `c10/cuda/*` includes never give a false
+`compile_error` on a machine whose torch or CUDA toolkit lacks those headers.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+from cudice.verifier.api import verify
+from cudice.verifier.compile import BuildResult, build_module
+from cudice.verifier.config import VerifyConfig
+from cudice.verifier.document import parse_document, read_document
+from cudice.verifier.generated import from_call
+from cudice.verifier.header_overlay import (
+    STANDINS,
+    Overlay,
+    ensure_overlay,
+    missing_standins,
+    slim_blocker,
+    undecidable_reason,
+)
+from cudice.verifier.result import Severity, Verdict
+from verifier_marks import needs_nvcc
+
+ROOT = Path(__file__).resolve().parents[2]
+OPS = frozenset({"relu", "add", "empty", "softmax"})
+
+
+def test_overlay_is_content_addressed_atomic_and_writes_only_missing_standins(tmp_path: Path) -> None:
+    real = tmp_path / "cuda_include"
+    (real / "cublas_v2.h").parent.mkdir(parents=True)
+    (real / "cublas_v2.h").write_text("// the real one\n")
+    flags = f"-isystem {real} -std=c++20"
+    roots: list[Overlay] = []
+    threads = [threading.Thread(target=lambda: roots.append(ensure_overlay(tmp_path / "cache", flags)))
+               for _ in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert len({o.root for o in roots}) == 1  # concurrent writers agree on one folder
+    overlay = roots[0]
+    assert (overlay.root / "complete").is_file()
+    assert [p.name for p in overlay.root.parent.iterdir() if p.name.startswith(".tmp-")] == []
+    assert "cublas_v2.h" not in overlay.standins_used and not (overlay.standins / "cublas_v2.h").exists()
+    assert "cusparse.h" in overlay.standins_used and (overlay.standins / "cusparse.h").is_file()
+    assert (overlay.device / "torch" / "extension.h").is_file() and (overlay.host / "torch" / "types.h").is_file()
+    # a machine that has every header gets no stand-in at all, in another folder
+    for h in STANDINS:
+        (real / h).parent.mkdir(parents=True, exist_ok=True)
+        (real / h).write_text("// real\n")
+    full = ensure_overlay(tmp_path / "cache", flags)
+    assert full.standins_used == () and full.root != overlay.root
+    assert missing_standins([real]) == ()
+
+
+def test_slim_blocker_sends_risky_lookups_to_the_full_build() -> None:
+    plain = "torch::Tensor relu_forward(torch::Tensor x) { return torch::empty_like(x); }"
+    assert slim_blocker([plain], OPS) is None
+    assert "using namespace" in (slim_blocker(["using namespace torch;\n" + plain], OPS) or "")
+    # a user function named like an ATen op and called unqualified: ADL would also find at::relu
+    adl = ("torch::Tensor relu(torch::Tensor x) { return x; }\n"
+           "torch::Tensor twice(torch::Tensor x) { return relu(relu(x)); }")
+    assert "relu" in (slim_blocker([adl], OPS) or "")
+    # defined but only called qualified, or not an ATen name: no hazard
+    assert slim_blocker(["torch::Tensor relu(torch::Tensor x) { return x; }\nauto y = ::relu;"], OPS) is None
+    assert slim_blocker(["__device__ float mish(float v) { return v; }\n__global__ void k(float* x) "
+                         "{ x[0] = mish(mish(x[0])); }"], OPS) is None
+
+
+def test_undecidable_only_when_a_standin_gap_is_named(tmp_path: Path) -> None:
+    with_standins = Overlay(tmp_path, ("cublas_v2.h", "cublas_api.h"))
+    gap = 'cuda.cu(12): error: identifier "cublasSgemm" is undefined\n'
+    reason = undecidable_reason(with_standins, gap)
+    assert reason is not None and "cublasSgemm" in reason and "cublas_v2.h" in reason
+    assert undecidable_reason(with_standins, 'cuda.cu(3): error: identifier "vv" is undefined\n') is None
+    assert undecidable_reason(Overlay(tmp_path, ()), gap) is None  # real headers: a real error
+
+
+def test_unknown_build_mode_is_refused(tmp_path: Path) -> None:
+    doc = read_document(ROOT / "examples" / "relu_cuda.py")
+    module = from_call(doc, doc.load_inline_calls[0])
+    assert module is not None
+    with pytest.raises(ValueError, match=r"mode='slimmest'.*auto"):
+        build_module(module, doc.path, VerifyConfig(cache_dir=tmp_path), link=False, mode="slimmest")
+
+
+def _key(build: BuildResult) -> tuple[bool, set[tuple[object, ...]]]:
+    return build.ok, {(d.severity, d.code, d.message, d.location.line if d.location else None,
+                       d.location.column if d.location else None) for d in build.diagnostics}
+
+
+def _build(text: str, name: str, config: VerifyConfig, mode: str) -> BuildResult:
+    doc = parse_document(text, f"/virtual/{name}.py")
+    module = from_call(doc, doc.load_inline_calls[0])
+    assert module is not None
+    return build_module(module, doc.path, config, link=False, mode=mode)
+
+
+@needs_nvcc
+@pytest.mark.slow
+@pytest.mark.parametrize("example", ["relu_broken.py", "relu_cuda.py"])
+def test_default_build_equals_full_build(example: str, session_config: VerifyConfig) -> None:
+    """One candidate that fails and one that compiles (the corpus subset CI can afford)."""
+    text = (ROOT / "examples" / example).read_text()
+    auto = _build(text, example, session_config, "auto")
+    full = _build(text, example, session_config, "full")
+    assert _key(auto) == _key(full)
+    assert full.build_path == "full"
+    if full.ok:
+        assert auto.build_path == "fast"  # compiled by the slim headers alone
+    else:
+        assert auto.build_path == "fallback"  # errors come from the full build
+        assert any(d.severity is Severity.ERROR and d.location and d.location.line == 14 for d in auto.diagnostics)
+
+
+FALLBACK = '''
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+src = """
+#include <torch/extension.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+
+__global__ void twice_kernel(const float* x, float* y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = 2.0f * x[i];
+}
+
+torch::Tensor twice_then_mm(torch::Tensor x) {
+    const at::cuda::OptionalCUDAGuard guard(device_of(x));
+    auto y = torch::empty_like(x);
+    int n = x.numel();
+    twice_kernel<<<(n + 255) / 256, 256, 0, at::cuda::getCurrentCUDAStream()>>>(x.data_ptr<float>(), y.data_ptr<float>(), n);
+    return torch::matmul(y, y);
+}
+"""
+ext = load_inline(name="fallback_ext", cpp_sources="torch::Tensor twice_then_mm(torch::Tensor x);",
+                  cuda_sources=src, functions=["twice_then_mm"])
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return ext.twice_then_mm(x)
+'''
+
+
+@needs_nvcc
+@pytest.mark.slow
+def test_a_name_the_slim_headers_lack_falls_back_and_compiles(session_config: VerifyConfig) -> None:
+    """torch::matmul is not in the slim set; ATen/cuda and c10/cuda headers are (stand-ins if needed)."""
+    fast_only = _build(FALLBACK, "fallback", session_config, "fast")
+    assert not fast_only.ok and "matmul" in fast_only.output  # the slim set really lacks it
+    auto = _build(FALLBACK, "fallback", session_config, "auto")
+    assert auto.ok and auto.build_path == "fallback", auto.output[-2000:]
+    assert not any(d.severity is Severity.ERROR for d in auto.diagnostics)
+
+
+CUBLAS = FALLBACK.replace("return torch::matmul(y, y);", """float one = 1.0f, zero = 0.0f;
+    auto out = torch::empty_like(y);
+    cublasSgemm(at::cuda::getCurrentCUDABlasHandle(), CUBLAS_OP_N, CUBLAS_OP_N, n, 1, 1, &one,
+                y.data_ptr<float>(), n, y.data_ptr<float>(), 1, &zero, out.data_ptr<float>(), n);
+    return out;""").replace("fallback_ext", "cublas_ext").replace("#include <c10/cuda/CUDAGuard.h>",
+                                                                 "#include <c10/cuda/CUDAGuard.h>\n#include <cublas_v2.h>")
+
+
+@needs_nvcc
+@pytest.mark.slow
+def test_cpu_only_cuda_headers_never_give_a_false_compile_error(tmp_path: Path, session_config: VerifyConfig) -> None:
+    """ATen/cuda + c10/cuda includes compile; a cuBLAS call the stand-ins lack is `checked`, not an error."""
+    overlay = ensure_overlay(session_config.cache_dir, _torch_flags(session_config))
+    path = tmp_path / "uses_cublas.py"
+    path.write_text(CUBLAS)
+    r = verify(path, config=session_config)
+    assert r.verdict is not Verdict.COMPILE_ERROR, [d.message for d in r.diagnostics]
+    if "cublas_v2.h" in overlay.standins_used:  # this machine's toolkit has no cuBLAS headers
+        assert r.verdict is Verdict.CHECKED
+        (diag,) = [d for d in r.diagnostics if d.code == "compile.headers_unavailable"]
+        assert diag.severity is Severity.WARNING and "cublasSgemm" in diag.message
+    else:
+        assert r.verdict is Verdict.COMPILED
+
+
+def _torch_flags(config: VerifyConfig) -> str:
+    from cudice.verifier.toolchain import probe_toolchain
+
+    return probe_toolchain(config.cache_dir, config.arch_list_env).cflags
