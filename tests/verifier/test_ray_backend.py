@@ -1,4 +1,5 @@
-"""RayBackend on a local 2-CPU Ray instance: spread, a killed worker's task, equality with VerifyPool.
+"""RayBackend on a local Ray instance (2 CPUs, 1 GPU declared): spread, a killed worker's task, GPU
+placement, equality with VerifyPool.
 
 Compile-only and cheap: the candidates are static violations and parse failures from the
 corpus (milliseconds each), so the tests measure Ray's scheduling and retries, not nvcc. The
@@ -8,6 +9,7 @@ Skipped when Ray is not installed (`pip install "cudice[dist]"`).
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -24,7 +26,7 @@ from cudice.verifier.config import VerifyConfig  # noqa: E402
 from cudice.verifier.distributed import RayBackend  # noqa: E402
 from cudice.verifier.pool import VerifyPool  # noqa: E402
 from cudice.verifier.result import Verdict, VerifyResult  # noqa: E402
-from ray_stand_in import Gate, raising_verify, started  # noqa: E402
+from ray_stand_in import Gate, GpuProbe, raising_verify, started  # noqa: E402
 from verifier_marks import needs_nvcc  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -34,11 +36,13 @@ WAIT_S = 120.0
 
 @pytest.fixture(scope="module")
 def ray_cluster() -> Iterator[None]:
-    """One local Ray instance (2 CPUs, no GPU) for the module; workers can import ray_stand_in."""
+    """One local Ray instance for the module: 2 CPUs and one *declared* GPU (Ray schedules by the
+    resource and sets `CUDA_VISIBLE_DEVICES` whether or not the device exists). The tests run
+    compile-only, so the GPU only matters where a stand-in run stage asks for it."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")])))
         mp.setenv("RAY_AUTH_MODE", "disabled")  # a local test instance needs no token file in $HOME
-        ray.init(num_cpus=2, num_gpus=0, include_dashboard=False, log_to_driver=False)
+        ray.init(num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False)
         try:
             yield
         finally:
@@ -88,7 +92,7 @@ def wait_for(predicate: Any, what: str) -> None:
 def test_both_backends_satisfy_the_protocol(ray_cluster: None, config: VerifyConfig) -> None:
     with RayBackend(config) as backend, VerifyPool(config, gpus=[]) as pool:
         assert isinstance(backend, VerifyBackend) and isinstance(pool, VerifyBackend)
-        assert backend.num_gpus == 0
+        assert backend.num_gpus == 1
 
 
 def test_results_equal_the_single_process_pool(
@@ -166,6 +170,22 @@ def test_an_exception_inside_verify_is_raised_like_the_pool_raises_it(
         fut = backend.submit(tmp_path / "any.py", source="x = 1\n")
         with pytest.raises(ValueError, match="verify exploded"):
             fut.result(timeout=WAIT_S)
+
+
+def test_run_stages_go_to_the_gpu_task_one_at_a_time(
+    ray_cluster: None, config: VerifyConfig, tmp_path: Path
+) -> None:
+    """Each job's run stage is a stand-in child (ray_gpu_stand_in) that notes its GPU and overlaps."""
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    jobs = cheap_jobs(tmp_path)[:4]
+    with RayBackend(config, verify_fn=GpuProbe(probe)) as backend:
+        results = verify_all(backend, jobs, timeout_s=WAIT_S)
+    assert all(r.verdict is Verdict.STATIC_VIOLATION for r in results)
+    runs = {p.stem: json.loads(p.read_text()) for p in probe.glob("ran-*.json")}
+    assert sorted(runs) == sorted(f"ran-{Path(j.path).stem}" for j in jobs)  # every run went to a GPU task
+    assert {r["gpu"] for r in runs.values()} == {"0"}  # the child saw the task's GPU
+    assert all(r["overlap"] == [] for r in runs.values()), runs  # never two on the one GPU at once
 
 
 @needs_nvcc
