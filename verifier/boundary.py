@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import pwd
 import shutil
 import subprocess
 import sys
@@ -74,14 +75,14 @@ def default_spec(cache_dir: Path, *, uid: int, report_fd: int) -> BoundarySpec:
     if cuda:
         reads.add(cuda)
     ro = {purelib, platlib, cudice_src, str(cache_dir)} | {p for p in sys.path if "site-packages" in p}
-    homes = {str(Path.home())}
+    homes = {str(Path.home()), pwd.getpwuid(os.getuid()).pw_dir}  # $HOME may point elsewhere (sandbox.py sets it)
     if os.environ.get("HOME"):
         homes.add(os.environ["HOME"])
     tmp_dirs = BoundarySpec.__dataclass_fields__["private_dirs"].default
     homes = {h for h in homes if not any(h == t or h.startswith(t + "/") for t in tmp_dirs)}  # type: ignore[union-attr]
     private = set(tmp_dirs) | homes  # type: ignore[arg-type]
-    def shared(p: str) -> bool:  # a private dir is never shared whole; below one only the build cache is
-        inside = any(p == d or p.startswith(d.rstrip("/") + "/") for d in private)
+    def shared(p: str) -> bool:  # a private dir is never shared whole; below a temporary one only the cache is
+        inside = any(p == d or p.startswith(d.rstrip("/") + "/") for d in tmp_dirs)  # type: ignore[union-attr]
         return Path(p).exists() and (not inside or p == str(cache_dir)) and p not in private
 
     reads = {p for p in reads if shared(p)}

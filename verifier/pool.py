@@ -3,9 +3,9 @@
 Each submitted job runs `verify()` on a thread of the pool (the heavy work happens in child
 processes: nvcc/g++ for the build, the sandboxed worker for the run, so threads suffice).
 Compiles run concurrently up to `num_compile_workers`; the run stage takes a GPU lease — one
-job per GPU at a time, placed with `CUDA_VISIBLE_DEVICES`, in that GPU's persistent runner
-(runner.py: torch and CUDA start once; the process is replaced after any failure) or, with
-`persistent=False`, in a fresh child per candidate. `submit(..., key=)` cancels the
+job per GPU at a time, placed with `CUDA_VISIBLE_DEVICES`, in that GPU's warm runner
+(runner.py: a fresh judge and runner processes per job, started ahead of it, so no process that
+ran a candidate serves another) or, with `persistent=False`, in a child started for the job. `submit(..., key=)` cancels the
 previous job with the same key (the editor's document changed): its build or child process is
 killed and its future resolves to a result with verdict `timeout` and error "cancelled" (or is
 cancelled outright if it had not started). A crashed or hung child only fails its own job.
@@ -58,6 +58,8 @@ class VerifyPool:
         # one long-lived runner per GPU (runner.py) unless each candidate must get a fresh process
         self._runners = {g: PersistentRunner(env={"CUDA_VISIBLE_DEVICES": str(g)}) for g in self.gpus} \
             if persistent else {}
+        for runner in self._runners.values():  # a judge and its runner processes warm up while the first builds run
+            runner.warm_up(self.config.memory_limit_mib, {"cache_dir": str(self.config.cache_dir)})
         self._leases: queue.Queue[int] = queue.Queue()
         for g in self.gpus:
             self._leases.put(g)

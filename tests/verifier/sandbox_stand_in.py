@@ -1,18 +1,18 @@
-"""Child module for the CPU hostile-code tests: `python -m sandbox_stand_in JOB RESULT`.
+"""Child module for the CPU hostile-code tests: `python -m sandbox_stand_in --result-fd FD`, job on stdin.
 
 The real worker (`cudice.verifier.worker`) stops before running candidate code when there is
 no GPU, so the sandbox tests run this stand-in instead: it loads the candidate through the real
 worker's `_exec_module` (the same exec, the same error handling) and writes a result the way
-`worker.main` does. `torch` is replaced by a stub module, because the attacks under test run at
+`worker.main` does (to the result pipe). `torch` is replaced by a stub module, because the attacks under test run at
 import, before `load_inline`, and importing the real torch per case would cost seconds on CI.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import types
-from pathlib import Path
 
 
 def _stub_torch() -> None:
@@ -31,7 +31,8 @@ def main() -> None:
     from cudice.verifier.result import Stage, Verdict
     from cudice.verifier.worker import _exec_module, _Stop
 
-    job = json.loads(Path(sys.argv[1]).read_text())
+    job = json.loads(sys.stdin.read())
+    fd = int(sys.argv[sys.argv.index("--result-fd") + 1])
     _stub_torch()
     try:
         _exec_module("cudice_candidate", job["candidate_source"], job["candidate_path"], Stage.LOAD)
@@ -41,9 +42,8 @@ def main() -> None:
                   "diagnostics": [d.to_dict() for d in stop.diagnostics]}
     except BaseException as exc:  # as worker.main: SystemExit and friends become a crash report
         result = {"verdict": Verdict.CRASH.value, "stage": Stage.LOAD.value, "error": repr(exc)}
-    tmp = Path(sys.argv[2] + ".tmp")
-    tmp.write_text(json.dumps(result))
-    tmp.replace(sys.argv[2])
+    with os.fdopen(fd, "w") as f:
+        f.write(json.dumps(result))
 
 
 if __name__ == "__main__":

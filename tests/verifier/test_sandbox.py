@@ -13,12 +13,23 @@ from cudice.verifier.sandbox import run_in_child
 
 FAKE_WORKER = '''
 import json, os, sys, time
-job = json.loads(open(sys.argv[1]).read())
+job = json.loads(sys.stdin.read())
+fd = int(sys.argv[sys.argv.index("--result-fd") + 1])
 mode = job["mode"]
 if mode == "ok":
     out = {"verdict": "correct", "stage": "timing", "cwd": os.getcwd(), "secret": os.environ.get("CUDICE_TEST_SECRET"),
-           "home": os.environ.get("HOME")}
-    open(sys.argv[2], "w").write(json.dumps(out))
+           "home": os.environ.get("HOME"), "argv": sys.argv, "files": sorted(os.listdir("."))}
+    os.write(fd, json.dumps(out).encode())
+elif mode == "grandchild":  # a forked child writes a forged record after the real one: the parent reads the first close
+    os.write(fd, json.dumps({"verdict": "incorrect", "stage": "correctness"}).encode())
+    os.close(fd)
+    if os.fork() == 0:
+        for other in range(3, 64):
+            try:
+                os.write(other, b'{"verdict": "correct"}')
+            except OSError:
+                pass
+        os._exit(0)
 elif mode == "abort":
     os.abort()
 elif mode == "hang":
@@ -45,6 +56,13 @@ def test_result_comes_back_from_a_scrubbed_temp_dir(fake_module: str) -> None:
     assert out.result["secret"] is None  # environment scrubbed
     assert "cudice-run-" in out.result["cwd"] and out.result["home"] == out.result["cwd"]
     assert not Path(out.result["cwd"]).exists()  # temp dir removed afterwards
+    # the result channel is a pipe: no result path in argv, no result file in the work directory
+    assert not [a for a in out.result["argv"] if a.endswith(".json")] and "result.json" not in out.result["files"]
+
+
+def test_the_record_is_the_one_written_before_the_pipe_closed(fake_module: str) -> None:
+    out = run_in_child({"mode": "grandchild"}, timeout_s=60, memory_limit_mib=4096, module=fake_module)
+    assert out.result == {"verdict": "incorrect", "stage": "correctness"}
 
 
 def test_abort_is_a_crash_of_the_child_only(fake_module: str) -> None:

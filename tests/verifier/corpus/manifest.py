@@ -13,7 +13,8 @@ Each candidate's header holds one machine-readable line and one line of prose:
 - `hostile` — must end in `verdict` within its timeout, and the pool must keep serving.
 - `runtime` — an attack on the judge's process, result channel or dispatcher, run past the static
   stage by the judge's tests: the run must end in `verdict` with `codes`. The static stage may
-  reject it as well (it is not required to).
+  reject it as well (it is not required to). Most are plain-PyTorch stand-ins for a kernel, so the
+  CPU tests run them through the judge on the CPU; `# runtime-device: gpu` marks those needing a GPU.
 
 Files under `references/` are KernelBench references, not candidates.
 

@@ -1,0 +1,13 @@
+# cudice: reference=references/relu.py
+# corpus: kind=runtime verdict=runtime_error
+# exploit: class 1 - raises the verifier's internal stop exception carrying verdict `correct` from forward (it once ended the job as correct inside the judging process)
+import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        from cudice.verifier.result import Stage, Verdict
+        from cudice.verifier.worker import _Stop
+
+        raise _Stop(Verdict.CORRECT, Stage.TIMING, [])

@@ -1,0 +1,131 @@
+"""The OS boundary (boundary.py + boundary_init.py) around a runner, probed from inside on the CPU.
+
+A small probe script runs inside the boundary exactly as a runner would and reports what it
+could do; the assertions are on the host: site-packages, the cudice sources, the build cache
+and the real home stay unwritten, /tmp is private, the parent's processes are invisible, no
+descriptor but the ones handed over is open, a `setsid` child dies with the runner, the network
+is unreachable, and the uid is an unprivileged one with a process limit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import sysconfig
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from cudice.verifier import boundary
+
+pytestmark = pytest.mark.skipif(boundary.probe() is not None, reason=f"no OS boundary here: {boundary.probe()}")
+
+PROBE = r'''
+import json, os, resource, socket, sys, time
+mark, targets, parent, keep = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+out = {"uid": os.getuid(), "pid": os.getpid(), "nproc": resource.getrlimit(resource.RLIMIT_NPROC)[0],
+       "wrote": [], "pids": sorted(int(p) for p in os.listdir("/proc") if p.isdigit())}
+for d in targets:
+    try:
+        with open(os.path.join(d, mark), "w") as f:
+            f.write("x")
+        out["wrote"].append(d)
+    except OSError:
+        pass
+out["parent_visible"] = os.path.exists(f"/proc/{parent}")
+out["tmp_listing"] = sorted(os.listdir("/tmp"))
+out["open_fds"] = sorted(int(fd) for fd in os.listdir("/proc/self/fd") if int(fd) > 2)
+try:
+    socket.create_connection(("1.1.1.1", 53), timeout=2)
+    out["network"] = True
+except OSError:
+    out["network"] = False
+if os.fork() == 0:  # a setsid grandchild that would outlive a process-group kill
+    os.setsid()
+    os.environ["CUDICE_BOUNDARY_SURVIVOR"] = mark
+    os.execvp("sleep", ["sleep", "600"])
+os.write(keep, json.dumps(out).encode())
+os.close(keep)
+time.sleep(0.5)
+'''
+
+
+def _survivors(mark: str) -> list[int]:
+    found = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                if f"CUDICE_BOUNDARY_SURVIVOR={mark}".encode() in Path(f"/proc/{pid}/environ").read_bytes():
+                    found.append(int(pid))
+            except OSError:
+                continue
+    return found
+
+
+def test_the_boundary_holds(tmp_path: Path) -> None:
+    mark = f"cudice_boundary_{uuid.uuid4().hex}"
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    import cudice.verifier as pkg
+
+    cudice_src = Path(pkg.__path__[0]).resolve()
+    site = sysconfig.get_paths()["purelib"]
+    targets = [site, str(cudice_src), str(cache), str(Path.home()), "/tmp", "/var/tmp"]
+    host_tmp = Path("/tmp") / f"{mark}.host"
+    host_tmp.write_text("visible only outside")
+    mine, theirs = socket.socketpair()  # an extra descriptor the runner must not get
+    r, w = os.pipe()
+    report_r, report_w = os.pipe()
+    spec = boundary.default_spec(cache, uid=boundary.UID_BASE + 99, report_fd=report_w)
+    argv, missing = boundary.wrap([sys.executable, "-c", PROBE, mark, json.dumps(targets), str(os.getpid()), str(w)],
+                                  spec)
+    try:
+        proc = subprocess.Popen(argv, pass_fds=(w, report_w), env={"PATH": os.environ["PATH"], "HOME": "/tmp"})
+        os.close(w)
+        os.close(report_w)
+        report = json.loads(os.fdopen(report_r).readline())
+        with os.fdopen(r) as f:
+            out = json.loads(f.read())
+        proc.wait(timeout=120)
+        deadline = time.monotonic() + 30
+        while _survivors(mark) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        survivors = _survivors(mark)
+        fds = (mine.fileno(), theirs.fileno())
+    finally:
+        host_tmp.unlink()
+        mine.close()
+        theirs.close()
+    leaked = [t for t in targets if (Path(t) / mark).exists()]
+    for t in leaked:
+        (Path(t) / mark).unlink()
+    assert leaked == [], "the runner wrote outside its private directories"
+    assert survivors == [], "a setsid child outlived the runner's namespace"
+    assert report["missing"] == [] and report["pid"] == 1, report
+    assert out["pid"] == 1 and not out["parent_visible"] and max(out["pids"]) < 100, out["pids"]  # own PID namespace
+    assert f"{mark}.host" not in out["tmp_listing"]  # private /tmp
+    # nothing but what was handed over: the report pipe is closed before the probe runs
+    assert w in out["open_fds"] and not {*fds, report_w} & set(out["open_fds"])
+    assert out["network"] is False
+    if os.geteuid() == 0:
+        assert missing == []
+        assert out["uid"] == boundary.UID_BASE + 99 and out["nproc"] == spec.max_processes
+        assert set(out["wrote"]) <= {"/tmp", "/var/tmp", str(Path.home())}  # only private tmpfs mounts
+    else:
+        assert [m.code for m in missing] == ["sandbox.same_user"]
+
+
+def test_a_missing_unshare_is_reported_not_hidden(monkeypatch: pytest.MonkeyPatch) -> None:
+    boundary.probe.cache_clear()
+    monkeypatch.setattr(boundary.shutil, "which", lambda name: None)
+    try:
+        argv, missing = boundary.wrap(["python", "-c", "pass"], boundary.default_spec(Path("/nonexistent"), uid=1,
+                                                                                        report_fd=-1))
+        assert argv == ["python", "-c", "pass"]
+        assert [m.code for m in missing] == ["sandbox.unavailable"] and "unshare" in missing[0].message
+    finally:
+        boundary.probe.cache_clear()

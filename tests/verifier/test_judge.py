@@ -1,0 +1,147 @@
+"""The judge (judge.py) against the `runtime` corpus, on the CPU: the real judge process, the real
+runner processes inside the real OS boundary, PyTorch stand-ins for the kernels.
+
+Each case runs through `api._run_stage` (the verdict mapping `cudice verify` uses) with the job
+sent to the judge with `device=cpu`. Afterwards nothing a case wrote may be left in
+site-packages, the build cache, the home directory or the temporary directories, and no process
+it started may be alive. Cases marked `# runtime-device: gpu` run in the `gpu` test.
+"""
+
+from __future__ import annotations
+
+import os
+import site
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+from corpus.manifest import Case, load_corpus
+from cudice.verifier import api
+from cudice.verifier.config import VerifyConfig
+from cudice.verifier.document import read_document
+from cudice.verifier.reference import resolve_reference
+from cudice.verifier.result import Severity, Verdict, VerifyResult
+from cudice.verifier.sandbox import ChildOutcome, run_in_child
+
+pytest.importorskip("torch")
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the OS boundary is Linux's")
+
+RUNTIME = load_corpus("runtime")
+CPU_CASES = [c for c in RUNTIME if "# runtime-device: gpu" not in c.path.read_text()]
+TIMED = {"adv_rt_honest_first_calls", "adv_rt_patch_timer_late"}  # caught only in (or after) timing
+DAMAGE_MARK = "cudice_damage_mark"
+SURVIVOR = b"CUDICE_SURVIVOR="
+
+
+def judge_case(case: Case, cache_dir: Path, *, device: str = "cpu") -> tuple[VerifyResult, ChildOutcome]:
+    doc = read_document(case.path)
+    ref = resolve_reference(doc).document
+    assert ref is not None
+    config = VerifyConfig(cache_dir=cache_dir, timeout_s=600, num_trials=5, timing_num_trials=6,
+                          timing_warmup_ms=5.0, l2_flush_mib=0 if device == "cpu" else 256)
+    outcomes: list[ChildOutcome] = []
+
+    def child(job: dict[str, Any], **kw: Any) -> ChildOutcome:
+        job = {**job, "device": device, "skip_timing": case.name not in TIMED and device == "cpu"}
+        outcomes.append(run_in_child(job, **kw))
+        return outcomes[0]
+
+    return api._run_stage(api._Run(doc, config, None), ref, config, None, child), outcomes[0]
+
+
+@pytest.fixture(scope="module")
+def corpus_results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[VerifyResult, ChildOutcome]]:
+    cache = tmp_path_factory.mktemp("judge-cache")
+    os.environ["CUDICE_TEST_SECRET_TOKEN"] = "s3cr3t"  # adv_rt_read_parent_environ looks for it
+    try:
+        with ThreadPoolExecutor(max_workers=3) as pool:
+            futures = {c.name: pool.submit(judge_case, c, cache) for c in CPU_CASES}
+            results = {name: f.result(timeout=1800) for name, f in futures.items()}
+    finally:
+        del os.environ["CUDICE_TEST_SECRET_TOKEN"]
+    results["__cache__"] = (cache, None)  # type: ignore[assignment]
+    return results
+
+
+def test_the_runtime_corpus_is_big_enough_and_covers_every_class() -> None:
+    assert len(RUNTIME) >= 15
+    classes = {e.split(" - ")[0] for e in (c.exploit for c in RUNTIME)}
+    assert {f"class {k}" for k in (1, 2, 3, 4, 5, 6, 7)} <= classes, classes
+
+
+@pytest.mark.parametrize("case", CPU_CASES, ids=lambda c: c.name)
+def test_runtime_case_gets_its_verdict(case: Case, corpus_results: dict[str, Any]) -> None:
+    result, outcome = corpus_results[case.name]
+    found = {d.code for d in result.diagnostics}
+    detail = (result.verdict, sorted(found), (result.error or "")[-1500:], outcome.stderr_tail[-1500:])
+    assert result.verdict.value == case.verdict, detail
+    assert set(case.codes) <= found, detail
+    # the boundary was complete: no sandbox.* warning (this machine runs the tests as root with unshare)
+    if os.geteuid() == 0:
+        assert not [d for d in result.diagnostics if d.code.startswith("sandbox.")], detail
+
+
+def test_no_claimed_verdict_and_no_forged_record_reaches_the_parent(corpus_results: dict[str, Any]) -> None:
+    forged = [name for name in ("adv_rt_forge_cmdline", "adv_rt_atexit_forge", "adv_rt_raise_stop_correct",
+                                "adv_rt_patch_compare") if corpus_results[name][0].verdict is Verdict.CORRECT]
+    assert forged == []
+    result, _ = corpus_results["adv_rt_forge_cmdline"]
+    assert result.speedup is None  # the forged record carried speedup 3.0
+
+
+def test_nothing_is_left_behind(corpus_results: dict[str, Any]) -> None:
+    cache, _ = corpus_results["__cache__"]
+    dirs = [Path(p) for p in {*site.getsitepackages(), *(p for p in sys.path if p.endswith("site-packages"))}]
+    dirs += [cache, cache / "objects", Path.home(), Path("/tmp"), Path("/var/tmp"), Path("/dev/shm")]
+    left = [str(d / name) for d in dirs for name in (f"{DAMAGE_MARK}.pth", f"objects/{DAMAGE_MARK}.o")
+            if (d / name).exists()]
+    assert left == []
+    deadline = time.monotonic() + 30
+    while _survivors() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _survivors() == []
+
+
+def _survivors() -> list[int]:
+    found = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                if SURVIVOR in Path(f"/proc/{pid}/environ").read_bytes():
+                    found.append(int(pid))
+            except OSError:
+                continue
+    return found
+
+
+def test_honest_stand_in_is_timed_by_the_judge(corpus_results: dict[str, Any]) -> None:
+    """The persistent-damage case computes honestly: it is `correct`, with the judge's figures."""
+    result, _ = corpus_results["adv_rt_persistent_damage"]
+    assert result.verdict is Verdict.CORRECT and result.num_correct_trials >= 4
+    assert not [d for d in result.diagnostics if d.severity is Severity.ERROR]
+
+
+# -- GPU: the same corpus with real kernels, twelve judges at once on the GPU ------------------------------
+
+@pytest.fixture(scope="module")
+def gpu_results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[VerifyResult, ChildOutcome]]:
+    cache = tmp_path_factory.mktemp("judge-gpu-cache")
+    with ThreadPoolExecutor(max_workers=12) as pool:
+        futures = {c.name: pool.submit(judge_case, c, cache, device="cuda") for c in RUNTIME}
+        return {name: f.result(timeout=1800) for name, f in futures.items()}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", RUNTIME, ids=lambda c: c.name)
+def test_runtime_case_on_the_gpu(case: Case, gpu_results: dict[str, Any]) -> None:
+    from corpus.manifest import record
+
+    result, outcome = gpu_results[case.name]
+    found = {d.code for d in result.diagnostics}
+    record("runtime", case.name, result, {case.verdict}, set(case.codes))
+    detail = (result.verdict, sorted(found), (result.error or "")[-1500:], outcome.stderr_tail[-1500:])
+    assert result.verdict.value == case.verdict, detail
+    assert set(case.codes) <= found, detail
