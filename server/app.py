@@ -214,7 +214,7 @@ def create_server(*, worker_env: dict[str, str] | None = None, results_dir: Path
         if span is None:
             return None
         latest = ls.latest.get(uri)
-        if ls.jobs.is_running(uri):
+        if ls.is_building(uri):
             text = "**cudice: verifying…**\n"
             if latest is not None:
                 text += "\nprevious result:\n\n" + hover_markdown(latest.result)
@@ -223,6 +223,8 @@ def create_server(*, worker_env: dict[str, str] | None = None, results_dir: Path
         else:
             text = hover_markdown(latest.result, compile_only_reason=compile_only_reason(ls),
                                   version=latest.version, required_speedup=ls.settings.verify_required_speedup)
+            if latest.source is not None and latest.source != source:
+                text = "**edited since this result** — save to verify the new text.\n\n" + text
         rng = lsp.Range(lsp.Position(*index.position(span.start)), lsp.Position(*index.position(span.end)))
         return lsp.Hover(contents=lsp.MarkupContent(kind=lsp.MarkupKind.Markdown, value=text), range=rng)
 
@@ -236,7 +238,7 @@ def create_server(*, worker_env: dict[str, str] | None = None, results_dir: Path
             return None
         latest = ls.latest.get(uri)
         return code_lenses(uri=uri, source=doc[0], outline=ls.analyse(uri, doc[0])[0],
-                           result=latest.result if latest else None, is_running=ls.jobs.is_running(uri),
+                           result=latest.result if latest else None, is_running=ls.is_building(uri),
                            required_speedup=ls.settings.verify_required_speedup, encoding=ls.position_encoding)
 
     @server.command(CMD_GENERATE)

@@ -41,11 +41,12 @@ log = logging.getLogger("cudice.server")
 
 @dataclass(frozen=True, slots=True)
 class Latest:
-    """The newest result shown for a document, and the version and key it was computed for."""
+    """The newest result shown for a document, and the version, key and text it was computed for."""
 
     version: int | None
     key: str
     result: VerifyResult
+    source: str | None = None
 
 
 def gpu_absent_reason() -> str | None:
@@ -84,6 +85,7 @@ class CudiceServer(LanguageServer):
         self.dependents: dict[str, set[str]] = {}  # reference path -> candidate uris
         self.last_verdict: str | None = None
         self.last_uri: str | None = None
+        self.building: dict[str, int] = {}  # uri -> how many verifications of it are starting or running
         self.ref_watcher: PathWatcher | None = None
         self.ckpt_watcher: PathWatcher | None = None
         self.ckpt_signature: str | None = None
@@ -142,12 +144,27 @@ class CudiceServer(LanguageServer):
             self.notice(message, kind)
 
     def send_status(self, message: str | None = None, uri: str | None = None) -> None:
+        """`cudice/status`; `lastVerdict` is always the verdict of `uri` (null while it has none),
+        never another file's, and `verifying` says whether `uri` is being verified now."""
+        uri = uri if uri is not None else self.last_uri
+        latest = self.latest.get(uri) if uri is not None else None
         self.protocol.notify(STATUS_NOTIFICATION, {
             "model": self.model.state,
             "message": message or self.model.message,
-            "lastVerdict": self.last_verdict,
-            "uri": uri if uri is not None else self.last_uri,
+            "lastVerdict": latest.result.verdict.value if latest is not None else None,
+            "uri": uri,
+            "verifying": uri is not None and self.is_building(uri),
         })
+
+    def is_building(self, uri: str) -> bool:
+        """A verification of `uri` is starting or running (set before its progress token exists,
+        so a lens asked for meanwhile never shows the previous verdict as current)."""
+        return self.building.get(uri, 0) > 0 or ("jobs" in self.__dict__ and self.jobs.is_running(uri))
+
+    def open_text(self, uri: str) -> str | None:
+        """The editor's current text of `uri` when it is open, else None."""
+        doc = self.workspace.text_documents.get(uri)
+        return doc.source if doc is not None else None
 
     def _on_model_state(self, state: str, message: str) -> None:
         log.info("model %s: %s", state, message)

@@ -7,6 +7,9 @@
    static and fast compile findings are published first, then the build's, then the final
    result; a newer save of the same document supersedes (kills) this run.
 5. Publish versioned diagnostics, store the result, refresh code lenses, send `cudice/status`.
+   A result computed for text the editor no longer has is never published or shown (its lines
+   would have moved): it is only cached. Results for the current text go out with the current
+   document version, so Neovim, which ignores the version field, never gets a stale one either.
 
 Without a GPU (or with `cudice.verify.compileOnly`) the run is compile-only and the user is
 told why no speedup is shown. Not covered: verifying unsaved buffer text of the *reference*
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from typing import Any
 
 from cudice.server.core import CudiceServer, Latest, gpu_absent_reason
@@ -70,15 +74,31 @@ def _key(ls: CudiceServer, path: str, source: str, o: Outline) -> str:
     return result_key(source, ref_text, {**verify_config(ls), "path": os.path.realpath(path)})
 
 
+def current_version(ls: CudiceServer, uri: str, source: str, version: int | None) -> tuple[bool, int | None]:
+    """(is the result for `source` still current, the version to publish it with). A closed
+    document is current; an open one only while the editor's text equals `source`."""
+    doc = ls.workspace.text_documents.get(uri)
+    if doc is None:
+        return True, version
+    return doc.source == source, doc.version
+
+
 def publish(ls: CudiceServer, uri: str, path: str, source: str, version: int | None, result: VerifyResult) -> None:
+    is_current, version = current_version(ls, uri, source, version)
+    if not is_current:
+        log.debug("dropping %s diagnostics of %s: computed for an older text", result.stage.value, uri)
+        return
     diags = result_diagnostics(result, path=path, source=source, outline=outline(source),
                                support=ClientSupport.of(ls.client_capabilities),
                                compile_only_reason=compile_only_reason(ls), encoding=ls.position_encoding)
     ls.text_document_publish_diagnostics(lsp.PublishDiagnosticsParams(uri=uri, diagnostics=diags, version=version))
 
 
-def _record(ls: CudiceServer, uri: str, version: int | None, key: str, result: VerifyResult) -> None:
-    ls.latest[uri] = Latest(version, key, result)
+def _record(ls: CudiceServer, uri: str, version: int | None, key: str, result: VerifyResult, source: str) -> None:
+    is_current, version = current_version(ls, uri, source, version)
+    if not is_current:  # an older text's verdict must not replace what hover, lens and status show
+        return
+    ls.latest[uri] = Latest(version, key, result, source)
     ls.last_verdict, ls.last_uri = result.verdict.value, uri
     ls.send_status(f"{os.path.basename(result.path) or uri}: {result.verdict.value}", uri)
     ls.refresh_lenses()
@@ -100,7 +120,7 @@ def show_cached(ls: CudiceServer, uri: str) -> bool:
     if cached is None:
         return False
     publish(ls, uri, path, source, version, cached)
-    _record(ls, uri, version, key, cached)
+    _record(ls, uri, version, key, cached, source)
     return True
 
 
@@ -129,10 +149,30 @@ async def verify_document(ls: CudiceServer, uri: str, *, force: bool = False) ->
     key = _key(ls, path, source, o)
     cached = None if force else ls.cache.get(key)
     if cached is not None:
+        ls.jobs.cancel(uri)  # a build of older text still running would only be dropped
         publish(ls, uri, path, source, version, cached)
-        _record(ls, uri, version, key, cached)
+        _record(ls, uri, version, key, cached, source)
         return cached
 
+    ls.building[uri] = ls.building.get(uri, 0) + 1
+    building = [True]
+
+    def done_building() -> None:  # before the verdict's status goes out, and at the latest on exit
+        if building[0]:
+            building[0] = False
+            ls.building[uri] -= 1
+            if not ls.building[uri]:
+                del ls.building[uri]
+
+    try:
+        return await _verify_fresh(ls, uri, path, source, version, key, done_building)
+    finally:
+        done_building()
+        ls.refresh_lenses()
+
+
+async def _verify_fresh(ls: CudiceServer, uri: str, path: str, source: str, version: int | None,
+                        key: str, done_building: Callable[[], None]) -> VerifyResult | None:
     name = os.path.basename(path)
     ls.send_status(f"verifying {name}", uri)
     ls.refresh_lenses()
@@ -168,13 +208,13 @@ async def verify_document(ls: CudiceServer, uri: str, *, force: bool = False) ->
         quick_task.cancel()
     if result is None:
         progress.end("superseded by a newer run" if ls.jobs.is_running(uri) else "cancelled")
-        ls.refresh_lenses()
         return None
     progress.end(result.verdict.value)
+    done_building()
     if result.verdict.value not in ("crash", "timeout"):  # transient failures are not cached
         ls.cache.put(key, result)
     publish(ls, uri, path, source, version, result)
-    _record(ls, uri, version, key, result)
+    _record(ls, uri, version, key, result, source)
     return result
 
 

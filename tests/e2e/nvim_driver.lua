@@ -95,6 +95,9 @@ local function main()
       message = d.message, severity = d.severity, code = d.code })
   end
   table.insert(out.steps, { name = 'diagnostic', ok = got })
+  -- The fast (clangd) diagnostic comes first; the verdict (and its cudice/status) only when the
+  -- full nvcc build is done, which takes minutes on a loaded 2-core box: same generous bound.
+  vim.wait(timeout, function() return cudice.statusline():find('compile_error', 1, true) ~= nil end, 50)
   out.statusline_broken = cudice.statusline()
 
   -- The server asks for a lens refresh (workspace/codeLens/refresh) when a result lands; the
@@ -107,7 +110,7 @@ local function main()
     end
     return titles
   end
-  vim.wait(20000, function()
+  vim.wait(timeout, function()
     local t = lens_titles()
     return #t > 0 and not t[1]:find('verifying') and not t[1]:find('not verified')
   end, 100)

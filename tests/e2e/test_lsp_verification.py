@@ -145,18 +145,44 @@ async def test_cancelling_the_verification_progress_kills_the_run(workspace: Pat
         await stop_editor(editor)
 
 
-async def test_edits_racing_a_verification_get_the_verified_version(workspace: Path) -> None:
-    editor = await start_editor("visual-studio-code", workspace)
+async def test_results_for_an_older_text_are_never_shown(workspace: Path) -> None:
+    editor = await start_editor("neovim@v0.11", workspace)
     try:
         uri = editor.open(workspace / "relu_broken.py")
+        editor.change(uri, editor.buffers[uri][0] + "\n# VERIFY_DELAY=3 QUICK_STALL=3\n")
         editor.save(uri)
-        for i in range(5):  # typing while it verifies
-            editor.change(uri, editor.buffers[uri][0] + f"\n# edit {i}\n")
+        # the lens says so from the start, before the progress token exists
+        assert await _lens_titles(editor, uri) == ["⏳ cudice: verifying…"]
+        await editor.wait_for("$/progress", lambda: bool(_verify_progress(editor)))
+        editor.change(uri, "# two new lines\n#\n" + editor.buffers[uri][0])  # line 14 is now line 16
+        await editor.wait_for("$/progress", lambda: isinstance(_verify_progress(editor)[0][-1],
+                                                               lsp.WorkDoneProgressEnd), timeout=60)
+        assert _verify_progress(editor)[0][-1].message == "compile_error"
+        # computed for the old text: neither published (it would sit on line 14) nor shown
+        assert not any(editor.client.diagnostics.get(uri, []))
+        assert await _lens_titles(editor, uri) == ["cudice: not verified yet · verify"]
+        assert not any(s["uri"] == uri and s["lastVerdict"] for s in editor.statuses)
+        editor.save(uri)  # the current text: its verdict lands on its own lines, with its version
+        diags = await editor.wait_diagnostics(uri, lambda d: any(x.code == "compile.error" for x in d))
+        assert [d.range.start.line for d in diags if d.code == "compile.error"] == [15]
         await editor.wait_status(lambda s: s["uri"] == uri and s["lastVerdict"] == "compile_error")
-        diags = await editor.wait_diagnostics(uri, lambda d: bool(d))
-        assert diags[0].range.start.line == 13
-        # the server is still responsive and consistent
         assert await _lens_titles(editor, uri) == ["✗ compile error (1) · re-verify"]
+    finally:
+        await stop_editor(editor)
+
+
+async def test_status_carries_each_files_own_verdict(workspace: Path) -> None:
+    editor = await start_editor("neovim@v0.11", workspace, env={"CUDICE_GPU": "1"})
+    try:
+        broken = editor.open(workspace / "relu_broken.py")
+        editor.save(broken)
+        await editor.wait_status(lambda s: s["uri"] == broken and s["lastVerdict"] == "compile_error")
+        good = editor.open(workspace / "relu_cuda.py")
+        editor.save(good)
+        await editor.wait_status(lambda s: s["uri"] == good and s["lastVerdict"] == "correct")
+        for_good = [s for s in editor.statuses if s["uri"] == good]
+        assert for_good[0]["verifying"] is True and for_good[0]["lastVerdict"] is None  # not broken's verdict
+        assert for_good[-1]["verifying"] is False
     finally:
         await stop_editor(editor)
 

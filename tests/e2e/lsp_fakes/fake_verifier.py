@@ -4,6 +4,7 @@
 - `SLOW_VERIFY` in the source -> the full verification sleeps 30 s (to be superseded/cancelled)
 - `QUICK_BUSY=<s>` -> the quick check computes for s seconds of wall time (a preamble being built)
 - `QUICK_STALL=<s>` -> the quick check sleeps s seconds, using no CPU (a stuck clangd)
+- `VERIFY_DELAY=<s>` -> the full verification sleeps s seconds after its static stage
 - `SPAWN_COMPILER` -> the full verification runs a "compiler" through the real
   `cudice.verifier.buildsteps.run_process` (own session, a forked grandchild: `sleep 301`,
   `sleep 302`) and the quick check starts a "clangd" child (`sleep 303`) and waits on it
@@ -64,6 +65,7 @@ def verify(path: str, *, source: str | None = None, reference: Any = None, confi
         on_stage(VerifyResult(Verdict.CHECKED, Stage.STATIC, path))
     if "SLOW_VERIFY" in source:
         time.sleep(30)
+    time.sleep(_seconds("VERIFY_DELAY", source))
     if "SPAWN_COMPILER" in source:
         from cudice.verifier.buildsteps import run_process
 

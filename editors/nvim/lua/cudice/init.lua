@@ -86,9 +86,11 @@ function M.line_range(line1, line2)
   return { start = { line = line1 - 1, character = 0 }, ['end'] = { line = line2 - 1, character = #last } }
 end
 
---- Statusline text for the current buffer: '' when cudice is not attached.
+--- Statusline text for the current buffer: '' when cudice is not attached. The verdict shown is
+--- this buffer's own (or "verifying…"), never that of the file verified last.
 function M.statusline()
-  local client = client_for(vim.api.nvim_get_current_buf())
+  local bufnr = vim.api.nvim_get_current_buf()
+  local client = client_for(bufnr)
   if not client then
     return ''
   end
@@ -98,8 +100,11 @@ function M.statusline()
   end
   local labels = { missing = 'no model', loading = 'loading model', ready = 'ready', error = 'model error' }
   local text = 'cudice: ' .. (labels[s.model] or s.model)
-  if type(s.lastVerdict) == 'string' and s.lastVerdict ~= '' then
-    text = text .. ' · ' .. s.lastVerdict
+  local file = (lsp.files[client.id] or {})[vim.uri_from_bufnr(bufnr)]
+  if file and file.verifying then
+    text = text .. ' · verifying…'
+  elseif file and file.verdict and file.verdict ~= '' then
+    text = text .. ' · ' .. file.verdict
   end
   return text
 end

@@ -10,6 +10,9 @@ local M = {}
 
 --- Latest `cudice/status` payload per client id.
 M.status = {}
+--- Per client id, per document URI: { verdict = string|nil, verifying = bool } from the statuses
+--- that named that URI (the statusline shows the current buffer's own verdict, never another file's).
+M.files = {}
 --- How many `workspace/codeLens/refresh` requests the server sent (for :CudiceStatus and tests).
 M.lens_refreshes = 0
 
@@ -33,6 +36,11 @@ M.handlers = {
       return
     end
     M.status[ctx.client_id] = result
+    if type(result.uri) == 'string' then
+      M.files[ctx.client_id] = M.files[ctx.client_id] or {}
+      local verdict = type(result.lastVerdict) == 'string' and result.lastVerdict or nil
+      M.files[ctx.client_id][result.uri] = { verdict = verdict, verifying = result.verifying == true }
+    end
     vim.api.nvim_exec_autocmds('User', { pattern = 'CudiceStatus', data = result, modeline = false })
   end,
   ['workspace/codeLens/refresh'] = function(_, _, ctx)
