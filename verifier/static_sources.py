@@ -58,7 +58,7 @@ def load_inline_nodes(tree: ast.Module) -> list[ast.Call]:
 
 def resolve_call_sources(tree: ast.Module, call: ast.Call) -> ResolvedCall:
     """Evaluate the `cpp_sources`/`cuda_sources` arguments of `call` (see the module docstring)."""
-    env = ModuleConstants(tree)
+    env = ModuleConstants(tree, _enclosing_function(tree, call))
     args: dict[str, ast.expr] = dict(zip(LOAD_INLINE_PARAMS, call.args, strict=False))
     dynamic: list[ast.AST] = [k for k in call.keywords if k.arg is None]
     dynamic += [a for a in call.args if isinstance(a, ast.Starred)]
@@ -88,7 +88,7 @@ def resolve_call_sources(tree: ast.Module, call: ast.Call) -> ResolvedCall:
 class ModuleConstants:
     """Evaluates expressions over the file's module-level constants (nothing is executed)."""
 
-    def __init__(self, tree: ast.Module) -> None:
+    def __init__(self, tree: ast.Module, scope: ast.FunctionDef | ast.AsyncFunctionDef | None = None) -> None:
         bound: dict[str, list[ast.expr | None]] = {}
         for stmt in tree.body:
             if isinstance(stmt, ast.Assign):
@@ -116,8 +116,38 @@ class ModuleConstants:
                 for name in n.names:
                     bound.setdefault(name, []).extend([None, None])
         self._single = {k: v[0] for k, v in bound.items() if len(v) == 1 and v[0] is not None}
+        if scope is not None:
+            self._bind_locals(scope)
         for name in _mutable_uses(tree, {k for k, v in self._single.items() if isinstance(v, (ast.List, ast.Tuple))}):
             del self._single[name]  # `SRC.append(open(p).read())` changes what the call receives
+
+    def _bind_locals(self, fn: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+        """Names a function binds shadow the module's: one plain assignment is a constant, a parameter or
+        any other store is not (`def __init__(self): src = \"\"\"...\"\"\"; load_inline(..., cuda_sources=src)`)."""
+        declared_global = {name for n in ast.walk(fn) if isinstance(n, (ast.Global, ast.Nonlocal)) for name in n.names}
+        local: dict[str, list[ast.expr | None]] = {}
+        args = fn.args
+        for a in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg]:
+            if a is not None:
+                local.setdefault(a.arg, []).extend([None, None])
+        plain: set[int] = set()  # targets of `name = value`, counted as bindings with a value
+        for n in ast.walk(fn):
+            if isinstance(n, (ast.Assign, ast.AnnAssign)) and n.value is not None:
+                targets = n.targets if isinstance(n, ast.Assign) else [n.target]
+                names = [t for t in targets if isinstance(t, ast.Name)]
+                if len(names) == len(targets):
+                    for t in names:
+                        plain.add(id(t))
+                        local.setdefault(t.id, []).append(n.value)
+        for n in ast.walk(fn):
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store) and id(n) not in plain:
+                local.setdefault(n.id, []).extend([None, None])
+        for name, values in local.items():
+            if name in declared_global:
+                continue
+            self._single.pop(name, None)
+            if len(values) == 1 and values[0] is not None:
+                self._single[name] = values[0]
 
     def definition(self, expr: ast.expr) -> ast.expr:
         """The expression a name stands for (followed through single bindings), for locating findings."""
@@ -210,6 +240,16 @@ class ModuleConstants:
         if func.attr in ("strip", "lstrip", "rstrip") and not args:
             return str(getattr(recv, func.attr)())
         return None
+
+
+def _enclosing_function(tree: ast.Module, node: ast.AST) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    """The innermost function whose body contains `node`, or None at module level."""
+    found: ast.FunctionDef | ast.AsyncFunctionDef | None = None
+    for fn in ast.walk(tree):
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(n is node for n in ast.walk(fn)):
+            if found is None or any(n is fn for n in ast.walk(found)):
+                found = fn
+    return found
 
 
 def _mutable_uses(tree: ast.Module, list_names: set[str]) -> set[str]:

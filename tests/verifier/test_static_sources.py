@@ -68,3 +68,16 @@ def test_a_list_of_sources_keeps_its_elements_and_kwargs_splat_is_dynamic() -> N
         "ba",
     ]
     assert _resolve("kw = {}\next = load_inline('m', cpp_sources='a', **kw)") == ["a", None]
+
+
+def test_a_function_local_source_is_read_and_parameters_are_not() -> None:
+    text = '''
+SRC = "module"
+
+
+class ModelNew:
+    def __init__(self, op="x"):
+        src = """local"""
+        self.ext = load_inline("m", cpp_sources=src, cuda_sources=[SRC, op])
+'''
+    assert _resolve(text) == ["local", "module", None]
