@@ -1,24 +1,36 @@
 """Model runtime speed: block diffusion vs autoregressive decoding through the same weights.
 
-Random weights at DICE-1.7B / DICE-8B shapes (Qwen3 dims, bf16, SDPA). Every ratio is against
-the AR baseline measured in the same run. Sections:
+Random weights at DICE/SDAR shapes (Qwen3 dims, bf16, SDPA): 1.7B, 4B (Qwen3-4B dims, tied
+embeddings), 8B. Every ratio is against baselines measured in the same run. Three runners:
 
-1. forward latency against a prompt_len-token cache, batch 1 and 16: one AR decode step
-   (1 token), one block-denoise forward (block tokens, K/V cropped) and one commit forward
-   (block tokens, K/V kept) — eager HF (`HFRunner`) and the fast path (`StaticRunner`, static
-   cache + CUDA graphs);
-2. end-to-end tokens/s for `new_tokens` new tokens: HF `generate` (greedy, dynamic cache) and a
-   greedy AR loop through the fast path, vs the block-diffusion sampler (eager and fast) with
-   `low_confidence_dynamic` at threshold 0.9 (random weights are never confident: ~0.8 tokens
-   per forward, static-like) and at threshold 0 (every slot revealed in one step: what a
-   confident trained model approaches, 2 tokens per forward with block 4), each also with
-   `fuse_commit` (fast path only; up to 4 tokens per forward with block 4);
-3. a profile of one eager HF forward (GPU busy time vs wall time);
-4. tokens per forward of the sampler on the tiny checkpoint (unchanged on real weights:
-   `--model DIR` measures a real checkpoint instead of random weights).
+- `hf`: eager transformers forward with a `DynamicCache` (`HFRunner`) - the reference tokens;
+- `fast`: static KV cache + CUDA graphs over eager layer math (`StaticRunner(compile=False)`);
+- `compiled`: the same with the layer math through torch.compile (`StaticRunner(compile=True)`),
+  the engine's default on a GPU.
 
-Usage: python bench/model_speed.py [--shapes 1.7b,8b] [--batches 1,16] [--new-tokens 128]
-       [--prompt-len 512] [--model DIR] [--quick]
+Sections per shape and batch:
+1. forward latency against a prompt_len-token cache: one AR step (1 token), one denoise
+   forward (block tokens, K/V dropped), one commit (block tokens, K/V kept), one fused
+   commit+denoise (2 blocks); plus a teacher-forced check: top-1 agreement and max |logit
+   difference| of one denoise forward of each runner against `hf` on identical inputs;
+2. end to end, tokens/s (prefill included; decode-only beside it): HF `generate` (greedy,
+   dynamic cache), the greedy AR loop through `fast` and `compiled`, and the block-diffusion
+   sampler with `low_confidence_dynamic` at threshold 0.9 (random weights are never confident:
+   ~0.8 tokens per forward) and 0 (a whole block per step: what a confident model approaches),
+   each also with `fuse_commit` (up to 4 tokens per forward with block 4). Every variant's
+   tokens are compared with the eager reference of the same run: MATCH or MISMATCH (bf16
+   rounding differs between fused and unfused kernels and random weights have near-tied
+   logits, so read a bf16 MISMATCH with the teacher-forced agreement; the float32 check is exact);
+3. mixed prompt lengths (largest batch): lengths drawn from [prompt_len/4, prompt_len]; the
+   prefill computes only real tokens (`prefill tokens` vs the padded count);
+4. float32 exactness (first shape): the compiled runner's tokens == `hf`'s, AR and fused BD;
+5. `--profile`: torch.profiler tables of one denoise forward and one AR step per runner
+   (kernel count, GPU busy time vs wall); a one-line summary is printed without the flag.
+
+Compile and capture seconds are reported apart (`warm-up`); timed runs follow a warm-up run.
+Usage: python bench/model_speed.py [--shapes 1.7b,4b,8b] [--batches 1,16,64] [--batches-4b 1,128]
+       [--new-tokens 128] [--prompt-len 512] [--quick] [--profile] [--compile-mode MODE]
+`--quick` (one H200, ~5 min): 1.7B at batch 1 and 4B at batch 128, 64 new tokens.
 """
 
 from __future__ import annotations
@@ -36,16 +48,25 @@ from typing import Any
 import torch
 
 SHAPES: dict[str, dict[str, Any]] = {
-    # SDAR-1.7B-Chat config.json (notes/model.md §2.2)
+    # SDAR-1.7B-Chat config.json (untied lm_head)
     "1.7b": dict(hidden_size=2048, intermediate_size=6144, num_hidden_layers=28, num_attention_heads=16,
-                 num_key_value_heads=8, head_dim=128),
+                 num_key_value_heads=8, head_dim=128, tie_word_embeddings=False),
+    # Qwen3-4B config.json (SDAR-4B is a Qwen3-4B fine-tune; Qwen3-4B ties its embeddings)
+    "4b": dict(hidden_size=2560, intermediate_size=9728, num_hidden_layers=36, num_attention_heads=32,
+               num_key_value_heads=8, head_dim=128, tie_word_embeddings=True),
     # Qwen3-8B dimensions (SDAR-8B / DICE-8B are Qwen3-8B fine-tunes)
     "8b": dict(hidden_size=4096, intermediate_size=12288, num_hidden_layers=36, num_attention_heads=32,
-               num_key_value_heads=8, head_dim=128),
+               num_key_value_heads=8, head_dim=128, tie_word_embeddings=False),
     "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                 num_key_value_heads=2, head_dim=16),
+                 num_key_value_heads=2, head_dim=16, tie_word_embeddings=False),
 }
 VOCAB, MASK_ID, EOS_ID = 151936, 151669, 151643  # Qwen/SDAR vocabulary and ids
+LABELS = (("thr0.9", 0.9, False), ("thr0", 0.0, False), ("thr0.9-fused", 0.9, True), ("thr0-fused", 0.0, True))
+FAST = ("fast", "compiled")
+
+
+def log(*args: Any) -> None:
+    print(*args, flush=True)
 
 
 def special_ids(model: Any) -> tuple[int, int, int]:
@@ -54,16 +75,11 @@ def special_ids(model: Any) -> tuple[int, int, int]:
     return min(MASK_ID, v - 1), min(EOS_ID, v - 2), min(150000, v - 3)
 
 
-def log(*args: Any) -> None:
-    print(*args, flush=True)
-
-
 def random_model(shape: str, device: torch.device, dtype: torch.dtype) -> Any:
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     cfg = Qwen3Config(vocab_size=VOCAB if shape != "tiny" else 1024, max_position_embeddings=32768,
-                      rope_parameters={"rope_type": "default", "rope_theta": 1e6}, tie_word_embeddings=False,
-                      **SHAPES[shape])
+                      rope_parameters={"rope_type": "default", "rope_theta": 1e6}, **SHAPES[shape])
     cfg._attn_implementation = "sdpa"
     with torch.device(device):
         torch.set_default_dtype(dtype)
@@ -77,6 +93,14 @@ def random_model(shape: str, device: torch.device, dtype: torch.dtype) -> Any:
             if p.dim() == 2:
                 p.normal_(0.0, 0.02)
     return model.eval()
+
+
+def make_runners(model: Any, compile_mode: str | None) -> dict[str, Any]:
+    from cudice.model.fastpath import StaticRunner
+    from cudice.model.runner import HFRunner
+
+    return {"hf": HFRunner(model), "fast": StaticRunner(model, use_graphs=True),
+            "compiled": StaticRunner(model, use_graphs=True, compile=True, compile_mode=compile_mode)}
 
 
 def sync(device: torch.device) -> None:
@@ -98,116 +122,118 @@ def timed_ms(fn: Any, device: torch.device, repeat: int) -> float:
     return statistics.median(times)
 
 
-def forward_latency(model: Any, batch: int, prompt_len: int, block: int, repeat: int) -> dict[str, float]:
-    """ms per AR step / denoise / commit, eager HF and fast path, against a prompt_len cache."""
-    from cudice.model.fastpath import StaticRunner
-    from cudice.model.runner import HFRunner, block_causal_mask
+def warmup_seconds(runner: Any) -> float:
+    return sum(getattr(runner, "warmup_seconds", {}).values())
+
+
+def compare(tokens: Any, reference: Any) -> str:
+    """MATCH, or MISMATCH with how many rows agree and where the first difference is."""
+    tokens, reference = [list(r) for r in tokens], [list(r) for r in reference]
+    if tokens == reference:
+        return "MATCH"
+    same = sum(a == b for a, b in zip(tokens, reference, strict=True))
+    first = min(next((k for k, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+                for a, b in zip(tokens, reference, strict=True) if a != b)
+    return f"MISMATCH ({same}/{len(tokens)} rows equal; first difference at token {first})"
+
+
+# --- 1. forward latency --------------------------------------------------------------------
+def forward_latency(model: Any, runners: dict[str, Any], batch: int, prompt_len: int, block: int,
+                    repeat: int) -> dict[str, Any]:
+    """ms per AR step / denoise / commit / fused forward per runner, and the teacher-forced check."""
+    from cudice.model.runner import block_causal_mask
 
     device = next(model.parameters()).device
     dtype = next(model.parameters()).dtype
-    ids = torch.randint(0, special_ids(model)[2], (batch, prompt_len + block), device=device)
-    valid = torch.ones(batch, prompt_len + block, dtype=torch.bool, device=device)
-    pos = torch.arange(prompt_len + block, device=device)[None].expand(batch, -1)
+    gen = torch.Generator().manual_seed(1)
+    ids = torch.randint(0, special_ids(model)[2], (batch, prompt_len + 2 * block), generator=gen).to(device)
+    valid = torch.ones(batch, prompt_len + 2 * block, dtype=torch.bool, device=device)
+    pos = torch.arange(prompt_len + 2 * block, device=device)[None].expand(batch, -1)
     prefill_mask = block_causal_mask(valid[:, :prompt_len], block, dtype)
-    out: dict[str, float] = {}
-    for name, make in (("hf", HFRunner), ("fast", StaticRunner)):
+    out: dict[str, Any] = {}
+    reference: torch.Tensor | None = None
+    for name, runner in runners.items():
         try:
-            _latency_one(name, make(model), out, ids, valid, pos, prefill_mask, prompt_len, block, repeat, dtype)
-        except Exception as exc:  # a failing path must not hide the other's figures
+            before = warmup_seconds(runner)
+            logits = _latency_one(name, runner, out, ids, valid, pos, prefill_mask, prompt_len, block, repeat,
+                                  dtype)
+            out[f"{name}_warmup_s"] = warmup_seconds(runner) - before
+            if reference is None:
+                reference = logits
+            else:
+                top1 = (logits.argmax(-1) == reference.argmax(-1)).float().mean().item()
+                out[f"{name}_teacher_top1_agreement"] = top1
+                out[f"{name}_teacher_max_abs_logit_diff"] = (logits - reference).abs().max().item()
+                out["logit_std"] = reference.std().item()
+        except Exception as exc:  # a failing path must not hide the others' figures
             log(f"{name} forward latency failed: {exc!r}")
     return out
 
 
-def _latency_one(name: str, runner: Any, out: dict[str, float], ids: torch.Tensor, valid: torch.Tensor,
+def _latency_one(name: str, runner: Any, out: dict[str, Any], ids: torch.Tensor, valid: torch.Tensor,
                  pos: torch.Tensor, prefill_mask: torch.Tensor, prompt_len: int, block: int, repeat: int,
-                 dtype: torch.dtype) -> None:
+                 dtype: torch.dtype) -> torch.Tensor:
     from cudice.model.runner import _additive
 
     cache = runner.new_cache(ids.shape[0], prompt_len + 2 * block)
     runner.forward(ids[:, :prompt_len], prefill_mask, pos[:, :prompt_len], cache, logits=False)
 
-    def step(n: int, logits: bool) -> None:
+    def step(n: int, logits: bool) -> torch.Tensor:
         mask = _additive(valid[:, None, None, : prompt_len + n].expand(-1, 1, n, -1), dtype)
-        runner.forward(ids[:, prompt_len: prompt_len + n], mask, pos[:, prompt_len: prompt_len + n], cache,
-                       logits=logits)
-        runner.crop(cache, prompt_len)  # a commit's K/V is dropped too: every repeat sees the same cache
+        result = runner.forward(ids[:, prompt_len: prompt_len + n], mask, pos[:, prompt_len: prompt_len + n],
+                                cache, logits=logits)
+        runner.crop(cache, prompt_len)  # every repeat sees the same cache
+        return result
 
-    # AR step: 1 token + logits; denoise: a block + logits (K/V dropped); commit: a block, K/V kept, no logits
+    first = step(block, True).float().clone()                               # (B, block, V) for the check
     out[f"{name}_ar_step_ms"] = timed_ms(lambda: step(1, True), ids.device, repeat)
     out[f"{name}_denoise_ms"] = timed_ms(lambda: step(block, True), ids.device, repeat)
     out[f"{name}_commit_ms"] = timed_ms(lambda: step(block, False), ids.device, repeat)
+    out[f"{name}_fused_ms"] = timed_ms(lambda: step(2 * block, True), ids.device, repeat)
+    return first
 
 
-def profile_one_forward(model: Any, prompt_len: int) -> dict[str, float]:
-    """GPU-busy vs wall time of one eager HF 4-token forward at batch 1 (is it launch/Python bound?)."""
-    from cudice.model.runner import HFRunner, _additive
-    from torch.profiler import ProfilerActivity, profile
-
-    device = next(model.parameters()).device
-    dtype = next(model.parameters()).dtype
-    runner = HFRunner(model)
-    cache = runner.new_cache(1, prompt_len + 4)
-    ids = torch.randint(0, special_ids(model)[2], (1, prompt_len + 4), device=device)
-    pos = torch.arange(prompt_len + 4, device=device)[None]
-    causal = torch.tril(torch.ones(prompt_len, prompt_len, dtype=torch.bool, device=device))[None, None]
-    runner.forward(ids[:, :prompt_len], _additive(causal, dtype), pos[:, :prompt_len], cache, logits=False)
-    mask = torch.zeros(1, 1, 4, prompt_len + 4, dtype=dtype, device=device)
-
-    def fwd() -> None:
-        runner.forward(ids[:, prompt_len:], mask, pos[:, prompt_len:], cache)
-        runner.crop(cache, prompt_len)
-
-    for _ in range(3):
-        fwd()
-    sync(device)
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        t = time.perf_counter()
-        fwd()
-        sync(device)
-        wall = (time.perf_counter() - t) * 1e3
-    events = prof.key_averages()
-    gpu_us = sum(getattr(e, "self_device_time_total", 0) or getattr(e, "self_cuda_time_total", 0) for e in events)
-    kernels = sum(e.count for e in events if (getattr(e, "self_device_time_total", 0) or 0) > 0)
-    return {"wall_ms": wall, "gpu_busy_ms": gpu_us / 1e3, "kernels": float(kernels)}
-
-
-def end_to_end(model: Any, batch: int, prompt_len: int, new_tokens: int, block: int) -> dict[str, float]:
-    """tokens/s of AR baselines and of the block-diffusion sampler for `new_tokens` tokens per row."""
+# --- 2./3. end to end ----------------------------------------------------------------------
+def end_to_end(model: Any, runners: dict[str, Any], prompts: list[list[int]], new_tokens: int, block: int,
+               labels: tuple[tuple[str, float, bool], ...] = LABELS, with_ar: bool = True) -> dict[str, Any]:
+    """tokens/s and token checks of the AR baselines and of the block-diffusion sampler."""
     from cudice.model.ar import ar_generate, static_ar_generate
     from cudice.model.config import SamplerConfig
-    from cudice.model.fastpath import StaticRunner
-    from cudice.model.runner import HFRunner
     from cudice.model.sampler import BlockDiffusionSampler
 
     device = next(model.parameters()).device
-    mask_id, eos_id, high = special_ids(model)
-    gen = torch.Generator().manual_seed(0)
-    prompts = [torch.randint(0, high, (prompt_len,), generator=gen).tolist() for _ in range(batch)]
-    out: dict[str, float] = {}
-
-    ar_generate(model, prompts, 4, pad_id=eos_id, stop_ids=[eos_id], ignore_eos=True)  # warm-up
-    ar = ar_generate(model, prompts, new_tokens, pad_id=eos_id, stop_ids=[eos_id], ignore_eos=True)
-    out["hf_generate_tok_s"] = batch * new_tokens / ar.seconds
-    fast_runner = StaticRunner(model, use_graphs=True)
-    try:
-        static_ar_generate(fast_runner, prompts, new_tokens, eos_id)  # captures the graph (same cache size)
-        sar = static_ar_generate(fast_runner, prompts, new_tokens, eos_id)
-        out["fast_ar_tok_s"] = batch * new_tokens / sar.seconds
-    except Exception as exc:
-        log(f"fast AR failed: {exc!r}")
-        out["fast_ar_tok_s"] = float("nan")
+    mask_id, eos_id, _ = special_ids(model)
+    batch = len(prompts)
+    out: dict[str, Any] = {}
+    if with_ar:
+        ar_generate(model, prompts, 4, pad_id=eos_id, stop_ids=[eos_id], ignore_eos=True)  # warm-up
+        ar = ar_generate(model, prompts, new_tokens, pad_id=eos_id, stop_ids=[eos_id], ignore_eos=True)
+        out["hf_generate_tok_s"] = batch * new_tokens / ar.seconds
+        for name in FAST:
+            try:
+                static_ar_generate(runners[name], prompts, new_tokens, eos_id)  # compiles, captures
+                sar = static_ar_generate(runners[name], prompts, new_tokens, eos_id)
+                out[f"{name}_ar_tok_s"] = batch * new_tokens / sar.seconds
+                out[f"{name}_ar_decode_tok_s"] = batch * (new_tokens - 1) / max(sar.seconds - sar.prefill_seconds,
+                                                                                1e-9)
+                out[f"{name}_ar_check"] = compare(sar.tokens, ar.tokens)
+            except Exception as exc:
+                log(f"{name} AR failed: {exc!r}")
+                out[f"{name}_ar_tok_s"] = float("nan")
 
     no_stop: list[int] = []  # random weights: decode exactly new_tokens (no EOS trimming)
-    variants = (("thr0.9", 0.9, False), ("thr0", 0.0, False), ("thr0.9-fused", 0.9, True), ("thr0-fused", 0.0, True))
-    for label, threshold, fuse in variants:
+    reference: dict[float, Any] = {}
+    warmed: set[tuple[str, bool]] = set()  # graphs are kept per cache size: one warm-up per runner and L
+    for label, threshold, fuse in labels:
         cfg = SamplerConfig(strategy="low_confidence_dynamic", threshold=threshold, denoising_steps=block,
                             max_new_tokens=new_tokens, fuse_commit=fuse)
-        runners = (("fast", fast_runner),) if fuse else (("hf", HFRunner(model)), ("fast", fast_runner))
-        for name, runner in runners:
-            sampler = BlockDiffusionSampler(runner, mask_id, eos_id, no_stop, lambda t: "")
+        names = (("hf",) if not fuse and threshold not in reference else ()) + FAST
+        for name in names:
+            sampler = BlockDiffusionSampler(runners[name], mask_id, eos_id, no_stop, lambda t: "")
             try:
-                if name == "fast":
-                    sampler.generate(prompts, cfg, block)  # captures the graphs (same cache size)
+                if name != "hf" and (name, fuse) not in warmed:
+                    sampler.generate(prompts, cfg, block)  # compiles, captures the graphs (same cache size)
+                    warmed.add((name, fuse))
                 sync(device)
                 res = sampler.generate(prompts, cfg, block)
                 sync(device)
@@ -215,8 +241,119 @@ def end_to_end(model: Any, batch: int, prompt_len: int, new_tokens: int, block: 
                 log(f"block diffusion {name} {label} failed: {exc!r}")
                 out[f"bd_{name}_{label}_tok_s"] = float("nan")
                 continue
+            tokens = [r.tokens for r in res.rows]
+            if name == "hf":
+                reference[threshold] = tokens
+            elif threshold in reference:
+                out[f"bd_{name}_{label}_check"] = compare(tokens, reference[threshold])
             out[f"bd_{name}_{label}_tok_s"] = res.num_tokens / res.seconds
+            out[f"bd_{name}_{label}_decode_tok_s"] = res.num_tokens / max(res.seconds - res.prefill_seconds, 1e-9)
+            out[f"bd_{name}_{label}_prefill_s"] = res.prefill_seconds
             out[f"bd_{label}_tokens_per_forward"] = len(res.rows[0].tokens) / res.num_forwards
+    return out
+
+
+def random_prompts(model: Any, lengths: list[int], seed: int = 0) -> list[list[int]]:
+    gen = torch.Generator().manual_seed(seed)
+    high = special_ids(model)[2]
+    return [torch.randint(0, high, (n,), generator=gen).tolist() for n in lengths]
+
+
+def print_e2e(shape: str, batch: int, e2e: dict[str, Any], with_ar: bool = True) -> None:
+    base = e2e.get("hf_generate_tok_s", float("nan"))
+    if with_ar:
+        log(f"{shape} b={batch} tok/s: HF generate {base:.0f} | "
+            + " | ".join(f"{n} AR {e2e.get(f'{n}_ar_tok_s', float('nan')):.0f} "
+                         f"(decode {e2e.get(f'{n}_ar_decode_tok_s', float('nan')):.0f}; "
+                         f"{e2e.get(f'{n}_ar_check', '-')})" for n in FAST))
+    for label, _, _ in LABELS:
+        tpf = e2e.get(f"bd_{label}_tokens_per_forward", float("nan"))
+        for name in ("hf", *FAST):
+            v = e2e.get(f"bd_{name}_{label}_tok_s")
+            if v is None:
+                continue
+            ratios = "".join(f" = {v / base:.2f}x HF generate, {v / e2e[f'{n}_ar_tok_s']:.2f}x {n} AR"
+                             for n in ("compiled",) if with_ar and f"{n}_ar_tok_s" in e2e)
+            log(f"  block diffusion {name:8s} {label:12s} ({tpf:.2f} tok/fwd): {v:.0f} tok/s "
+                f"(decode {e2e.get(f'bd_{name}_{label}_decode_tok_s', float('nan')):.0f}, prefill "
+                f"{e2e.get(f'bd_{name}_{label}_prefill_s', float('nan')):.2f} s){ratios}; "
+                f"{e2e.get(f'bd_{name}_{label}_check', 'reference')}")
+
+
+# --- 4. float32 exactness --------------------------------------------------------------------
+def exact_check(model: Any, prompt_len: int, block: int, compile_mode: str | None) -> dict[str, str]:
+    """In float32 the compiled runner must give the eager reference's tokens exactly (AR and fused BD)."""
+    from cudice.model.ar import ar_generate, static_ar_generate
+    from cudice.model.config import SamplerConfig
+    from cudice.model.fastpath import StaticRunner
+    from cudice.model.runner import HFRunner
+    from cudice.model.sampler import BlockDiffusionSampler
+
+    dtype = next(model.parameters()).dtype
+    model.float()
+    try:
+        mask_id, eos_id, _ = special_ids(model)
+        prompts = random_prompts(model, [prompt_len, prompt_len // 2 + 3], seed=7)
+        runner = StaticRunner(model, use_graphs=True, compile=True, compile_mode=compile_mode)
+        out = {"ar": compare(static_ar_generate(runner, prompts, 16, eos_id).tokens,
+                             ar_generate(model, prompts, 16, eos_id, [eos_id], ignore_eos=True).tokens)}
+        cfg = SamplerConfig(strategy="low_confidence_dynamic", threshold=0.0, max_new_tokens=16, denoising_steps=block)
+        ref = BlockDiffusionSampler(HFRunner(model), mask_id, eos_id, [], lambda t: "").generate(prompts, cfg, block)
+        fused = BlockDiffusionSampler(runner, mask_id, eos_id, [], lambda t: "").generate(
+            prompts, cfg.replace(fuse_commit=True), block)
+        out["bd_thr0_fused"] = compare([r.tokens for r in fused.rows], [r.tokens for r in ref.rows])
+        out["compiled"] = "yes" if runner.compiled else f"no ({runner.compile_error})"
+        return out
+    finally:
+        model.to(dtype)
+
+
+# --- 5. profile ------------------------------------------------------------------------------
+def profile_forwards(model: Any, prompt_len: int, batch: int, block: int, compile_mode: str | None,
+                     table: bool) -> dict[str, Any]:
+    """Kernels, GPU-busy and wall time of one denoise forward and one AR step per runner."""
+    from cudice.model.fastpath import StaticRunner
+    from cudice.model.runner import HFRunner, _additive, block_causal_mask
+    from torch.profiler import ProfilerActivity, profile
+
+    device = next(model.parameters()).device
+    dtype = next(model.parameters()).dtype
+    runners = {"hf": HFRunner(model), "fast-nograph": StaticRunner(model, use_graphs=False),
+               "compiled-nograph": StaticRunner(model, use_graphs=False, compile=True, compile_mode=compile_mode),
+               "fast": StaticRunner(model, use_graphs=True),
+               "compiled": StaticRunner(model, use_graphs=True, compile=True, compile_mode=compile_mode)}
+    ids = torch.randint(0, special_ids(model)[2], (batch, prompt_len + block), device=device)
+    pos = torch.arange(prompt_len + block, device=device)[None].expand(batch, -1)
+    valid = torch.ones(batch, prompt_len + block, dtype=torch.bool, device=device)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    out: dict[str, Any] = {}
+    for name, runner in runners.items():
+        cache = runner.new_cache(batch, prompt_len + 2 * block)
+        runner.forward(ids[:, :prompt_len], block_causal_mask(valid[:, :prompt_len], block, dtype),
+                       pos[:, :prompt_len], cache, logits=False)
+        for n, what in ((block, "denoise"), (1, "ar_step")):
+            mask = _additive(valid[:, None, None, : prompt_len + n].expand(-1, 1, n, -1), dtype)
+
+            def fwd(n: int = n, mask: torch.Tensor = mask, runner: Any = runner, cache: Any = cache) -> None:
+                runner.forward(ids[:, prompt_len: prompt_len + n], mask, pos[:, prompt_len: prompt_len + n], cache)
+                runner.crop(cache, prompt_len)
+
+            for _ in range(3):
+                fwd()
+            sync(device)
+            with profile(activities=activities) as prof:
+                t = time.perf_counter()
+                fwd()
+                sync(device)
+                wall = (time.perf_counter() - t) * 1e3
+            kernels = [e for e in prof.events() if str(getattr(e, "device_type", "")).endswith("CUDA")]
+            busy_us = sum(e.time_range.elapsed_us() for e in kernels)
+            out[f"{name}_{what}"] = {"wall_ms": wall, "gpu_busy_ms": busy_us / 1e3, "kernels": len(kernels)}
+            log(f"profile {name:16s} {what:8s} b={batch}: wall {wall:.2f} ms (profiled), GPU busy "
+                f"{busy_us / 1e3:.2f} ms over {len(kernels)} kernels")
+            if table:
+                sort = "self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total"
+                log(prof.key_averages().table(sort_by=sort, row_limit=15, max_name_column_width=60))
     return out
 
 
@@ -236,80 +373,129 @@ def tiny_tokens_per_forward() -> dict[str, float]:
     return out
 
 
+def run_shape(shape: str, batches: list[int], args: argparse.Namespace, device: torch.device, dtype: torch.dtype,
+              results: dict[str, Any], first: bool) -> None:
+    t0 = time.perf_counter()
+    model = random_model(shape, device, dtype)
+    log(f"\n## {shape}: {sum(p.numel() for p in model.parameters()) / 1e9:.2f} B parameters "
+        f"({time.perf_counter() - t0:.0f} s to build)")
+    try:
+        prof = profile_forwards(model, args.prompt_len, 1, args.block, args.compile_mode, args.profile)
+        results["runs"].append({"shape": shape, "profile": prof})
+    except Exception as exc:  # the profiler is optional; keep measuring
+        log(f"profile failed: {exc!r}")
+    runners = make_runners(model, args.compile_mode)
+    for batch in batches:
+        row: dict[str, Any] = {"shape": shape, "batch": batch}
+        try:
+            lat = forward_latency(model, runners, batch, args.prompt_len, args.block, args.repeat)
+            row.update(lat)
+            for name in [n for n in runners if f"{n}_commit_ms" in lat]:
+                log(f"{shape} b={batch} {name:8s}: AR step {lat[f'{name}_ar_step_ms']:.2f} ms, denoise "
+                    f"{lat[f'{name}_denoise_ms']:.2f} ms ({lat[f'{name}_denoise_ms'] / lat[f'{name}_ar_step_ms']:.2f}x "
+                    f"AR), commit {lat[f'{name}_commit_ms']:.2f} ms, fused {lat[f'{name}_fused_ms']:.2f} ms; warm-up "
+                    f"(compile+capture) {lat.get(f'{name}_warmup_s', 0):.1f} s"
+                    + (f"; teacher-forced top-1 vs hf {100 * lat[f'{name}_teacher_top1_agreement']:.2f}%, "
+                       f"max |dlogit| {lat[f'{name}_teacher_max_abs_logit_diff']:.3f} (logit std "
+                       f"{lat['logit_std']:.3f})" if f"{name}_teacher_top1_agreement" in lat else ""))
+            e2e = end_to_end(model, runners, random_prompts(model, [args.prompt_len] * batch), args.new_tokens,
+                             args.block)
+            row.update(e2e)
+            print_e2e(shape, batch, e2e)
+            comp = runners["compiled"]
+            row["compile_error"] = comp.compile_error
+            if comp.compile_error:
+                log(f"  compiled runner fell back to eager: {comp.compile_error[:300]}")
+        except Exception as exc:
+            log(f"{shape} b={batch} failed: {exc!r}")
+            row["error"] = repr(exc)
+        results["runs"].append(row)
+        write(results)
+    batch = max(batches)
+    try:  # 3. mixed prompt lengths
+        gen = torch.Generator().manual_seed(3)
+        lengths = torch.randint(args.prompt_len // 4, args.prompt_len + 1, (batch,), generator=gen).tolist()
+        mixed = end_to_end(model, runners, random_prompts(model, lengths, seed=4), args.new_tokens, args.block,
+                           labels=(("thr0", 0.0, False), ("thr0-fused", 0.0, True)), with_ar=False)
+        whole = [n // args.block * args.block for n in lengths]
+        mixed.update({"prefill_tokens": sum(whole), "padded_prefill_tokens": batch * max(whole)})
+        log(f"{shape} b={batch} mixed prompt lengths {min(lengths)}..{max(lengths)} (mean "
+            f"{sum(lengths) / batch:.0f}): prefill computes {sum(whole)} tokens (padded to the longest: "
+            f"{batch * max(whole)})")
+        print_e2e(shape, batch, mixed, with_ar=False)
+        results["runs"].append({"shape": shape, "batch": batch, "mixed_lengths": lengths, **mixed})
+    except Exception as exc:
+        log(f"{shape} mixed lengths failed: {exc!r}")
+    del runners
+    if first:
+        try:
+            exact = exact_check(model, min(args.prompt_len, 128), args.block, args.compile_mode)
+            log(f"{shape} float32 exactness, compiled vs eager reference: " + ", ".join(f"{k} {v}" for k, v in
+                                                                                      exact.items()))
+            results["runs"].append({"shape": shape, "float32_check": exact})
+        except Exception as exc:
+            log(f"{shape} float32 check failed: {exc!r}")
+    write(results)
+    del model
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def write(results: dict[str, Any]) -> Path:
+    out_dir = Path(os.environ.get("OUT", "bench/out"))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "model_speed.json"
+    path.write_text(json.dumps(results, indent=2, default=str))
+    return path
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--shapes", default="1.7b,8b")
+    ap.add_argument("--shapes", default="1.7b,4b,8b")
     ap.add_argument("--batches", default="1,16,64", help="batch sizes for the 1.7b (and tiny) shape")
+    ap.add_argument("--batches-4b", default="1,128", help="batch sizes for the 4b shape")
     ap.add_argument("--batches-8b", default="1,16", help="batch sizes for the 8b shape")
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--prompt-len", type=int, default=512)
     ap.add_argument("--block", type=int, default=4)
     ap.add_argument("--repeat", type=int, default=20)
-    ap.add_argument("--quick", action="store_true", help="1.7b only, fewer tokens and repeats")
+    ap.add_argument("--compile-mode", default=None, help="torch.compile mode (default: Inductor's default)")
+    ap.add_argument("--profile", action="store_true", help="print torch.profiler tables of the profiled forwards")
+    ap.add_argument("--quick", action="store_true", help="1.7b at batch 1 and 4b at batch 128, 64 new tokens")
     args = ap.parse_args()
     if args.quick:
-        args.shapes, args.new_tokens, args.repeat = "1.7b", 64, 10
+        args.shapes, args.batches, args.batches_4b, args.new_tokens, args.repeat = "1.7b,4b", "1", "128", 64, 10
+    # three shapes x (bf16 + float32) x (T >= 2, T = 1) compilations of each layer function: above
+    # torch.compile's default of 8 per function, after which it would silently run eager
+    for knob in ("recompile_limit", "cache_size_limit"):
+        if hasattr(torch._dynamo.config, knob):
+            setattr(torch._dynamo.config, knob, max(getattr(torch._dynamo.config, knob), 32))
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     if device.type == "cpu":
         log("no GPU: running the tiny shape only (figures are not meaningful)")
-        args.shapes, args.batches, args.prompt_len, args.new_tokens, args.repeat = "tiny", "1,2", 16, 16, 3
+        args.shapes, args.batches, args.prompt_len, args.new_tokens, args.repeat = "tiny", "1,3", 16, 16, 3
     import transformers
 
     results: dict[str, Any] = {"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
                                "torch": torch.__version__, "transformers": transformers.__version__,
-                               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "runs": []}
+                               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "args": vars(args),
+                               "runs": []}
     log(f"# model_speed on {results['device']}, torch {torch.__version__}, transformers {transformers.__version__}")
-    for shape in args.shapes.split(","):
-        t0 = time.perf_counter()
-        model = random_model(shape, device, dtype)
-        n_params = sum(p.numel() for p in model.parameters())
-        log(f"\n## {shape}: {n_params / 1e9:.2f} B parameters ({time.perf_counter() - t0:.0f} s to build)")
-        try:
-            prof = profile_one_forward(model, args.prompt_len)
-            log(f"profile, eager HF 4-token forward at batch 1: wall {prof['wall_ms']:.1f} ms, GPU busy "
-                f"{prof['gpu_busy_ms']:.1f} ms over {prof['kernels']:.0f} kernels")
-            results["runs"].append({"shape": shape, "profile": prof})
-        except Exception as exc:  # the profiler is optional; keep measuring
-            log(f"profile failed: {exc!r}")
-        for batch in [int(b) for b in (args.batches_8b if shape == "8b" else args.batches).split(",")]:
-            row: dict[str, Any] = {"shape": shape, "batch": batch}
-            try:
-                lat = forward_latency(model, batch, args.prompt_len, args.block, args.repeat)
-                row.update(lat)
-                for name in [n for n in ("hf", "fast") if f"{n}_commit_ms" in lat]:
-                    log(f"{shape} b={batch} {name:4s}: AR step {lat[f'{name}_ar_step_ms']:.2f} ms, denoise "
-                        f"{lat[f'{name}_denoise_ms']:.2f} ms ({lat[f'{name}_denoise_ms'] / lat[f'{name}_ar_step_ms']:.2f}x AR), "
-                        f"commit {lat[f'{name}_commit_ms']:.2f} ms")
-                e2e = end_to_end(model, batch, args.prompt_len, args.new_tokens, args.block)
-                row.update(e2e)
-                base = e2e["hf_generate_tok_s"]
-                log(f"{shape} b={batch} tok/s: HF generate {base:.0f} | fast AR {e2e['fast_ar_tok_s']:.0f} "
-                    f"({e2e['fast_ar_tok_s'] / base:.1f}x)")
-                for label in ("thr0.9", "thr0", "thr0.9-fused", "thr0-fused"):
-                    tpf = e2e.get(f"bd_{label}_tokens_per_forward", float("nan"))
-                    for name in [n for n in ("hf", "fast") if f"bd_{n}_{label}_tok_s" in e2e]:
-                        v = e2e[f"bd_{name}_{label}_tok_s"]
-                        log(f"  block diffusion {name:4s} {label:6s} ({tpf:.2f} tok/fwd): {v:.0f} tok/s = "
-                            f"{v / base:.2f}x HF generate, {v / e2e['fast_ar_tok_s']:.2f}x fast AR")
-            except Exception as exc:
-                log(f"{shape} b={batch} failed: {exc!r}")
-                row["error"] = repr(exc)
-            results["runs"].append(row)
-        del model
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
+    start = time.perf_counter()
+    for i, shape in enumerate(args.shapes.split(",")):
+        spec = {"8b": args.batches_8b, "4b": args.batches_4b}.get(shape, args.batches)
+        run_shape(shape, [int(b) for b in spec.split(",")], args, device, dtype, results, first=i == 0)
     try:
         tiny = tiny_tokens_per_forward()
         results["tiny"] = tiny
         log("\n" + ", ".join(f"{k} {v:.2f}" for k, v in tiny.items()))
     except Exception as exc:
         log(f"tiny tokens/forward failed: {exc!r}")
-    out_dir = Path(os.environ.get("OUT", "bench/out"))
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "model_speed.json").write_text(json.dumps(results, indent=2))
+    path = write(results)
     ok = all("error" not in r for r in results["runs"])
-    log(f"RESULT model_speed: {'ok' if ok else 'some runs failed'}; json in {out_dir / 'model_speed.json'}")
+    log(f"RESULT model_speed: {'ok' if ok else 'some runs failed'} in {time.perf_counter() - start:.0f} s; "
+        f"json in {path}")
     return 0 if ok else 1
 
 
