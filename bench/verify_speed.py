@@ -39,7 +39,7 @@ from pathlib import Path
 from cudice.verifier.api import gpu_available, quick_check, verify
 from cudice.verifier.config import VerifyConfig
 from cudice.verifier.fast_check import FastChecker
-from cudice.verifier.pool import VerifyPool
+from cudice.verifier.pool import VerifyPool, default_compile_workers
 from cudice.verifier.result import Verdict
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -269,7 +269,7 @@ def bench_candidates_pool(config: VerifyConfig, n: int, skip_load_inline: bool) 
     for c in cands:
         paths.append(folder / f"{c.name}.py")
         paths[-1].write_text(c.source)
-    workers = max(2, (os.cpu_count() or 2) - 2)
+    workers = default_compile_workers()
     try:
         t0 = time.perf_counter()
         with VerifyPool(config, num_compile_workers=workers) as pool:

@@ -1,19 +1,31 @@
 """The full build: what `load_inline` does, with torch's own flags, but faster and cancellable.
 
-Levers (DESIGN §4): an explicit arch list (`-gencode arch=compute_90,code=sm_90` via
+Levers: an explicit arch list (`-gencode arch=compute_90,code=sm_90` via
 TORCH_CUDA_ARCH_LIST); one directory per content hash (no shared build directory to race on,
-pytorch #155344); an object-level cache (buildsteps.py) so an unchanged source never rebuilds,
+https://github.com/pytorch/pytorch/issues/155344); an object-level cache (buildsteps.py) so an unchanged source never rebuilds,
 an edit of the CUDA string recompiles only `cuda.cu`, and candidates sharing a module name and
 C++ declarations share `main.o` (errors are cached too: same text, same errors); the C++ and
 CUDA objects compile in parallel and both report their errors; compile-only mode stops before
 linking (machines without a CUDA torch).
+
+Fast path (header_overlay.py): each object is first compiled against a slim set of torch's
+own headers (the torch/extension.h of the full build parses the whole C++ frontend, autograd
+and pybind11; the slim set keeps `at::Tensor`, the factories, the checks and dispatch macros).
+An object whose slim compile fails is compiled again with the full headers, and only that
+outcome counts, so an error and its location are always the full build's; a slim object that
+compiled is kept (the slim headers are a subset of the full ones: what compiles against them
+compiles against the full set, `slim_blocker` sends the lookups where that could fail to the
+full build). CUDA-library headers missing on this machine (a CPU-only torch, a minimal CUDA
+toolkit) are replaced by stand-ins searched last; when a failure comes from what they lack,
+the result is `undecided` (compile.headers_unavailable), never a compile error.
 
 Compiler messages are parsed (compiler_messages.py) and mapped through the generated files'
 line map (generated.py) into the `.py` document; messages on lines cudice wrote (implicit
 headers, pybind glue) or in unmappable sources point at the `load_inline` call.
 
 Not covered: ccache/sccache, precompiled headers (gcc's PCH of torch/extension.h is 755 MB and
-still 10 s per check here), `extra_cflags` given in the call (not read from the document).
+still 10 s per check here; nvcc has none), `extra_cflags` given in the call (not read from the
+document).
 """
 
 from __future__ import annotations

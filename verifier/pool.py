@@ -2,7 +2,7 @@
 
 Each submitted job runs `verify()` on a thread of the pool (the heavy work happens in child
 processes: nvcc/g++ for the build, the sandboxed worker for the run, so threads suffice).
-Compiles run concurrently up to `num_compile_workers`; the run stage takes a GPU lease — one
+Compiles run concurrently up to `num_compile_workers` (default: one per two cores); the run stage takes a GPU lease — one
 job per GPU at a time, placed with `CUDA_VISIBLE_DEVICES`, in that GPU's warm runner
 (runner.py: a fresh judge and runner processes per job, started ahead of it, so no process that
 ran a candidate serves another) or, with `persistent=False`, in a child started for the job. `submit(..., key=)` cancels the
@@ -16,6 +16,7 @@ Not covered: several machines (Ray would sit on top of this), fairness between k
 from __future__ import annotations
 
 import functools
+import os
 import queue
 import subprocess
 import threading
@@ -41,6 +42,12 @@ def count_gpus() -> int:
     return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
 
 
+def default_compile_workers() -> int:
+    """Builds at once that keep every core busy: one per two cores (each build runs two compilers)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 2)
+    return max(1, cores // 2)
+
+
 @dataclass
 class _Job:
     key: str
@@ -51,9 +58,11 @@ class _Job:
 class VerifyPool:
     """A pool of verifications. Use as a context manager or call `shutdown()`."""
 
-    def __init__(self, config: VerifyConfig | None = None, *, num_compile_workers: int = 2,
+    def __init__(self, config: VerifyConfig | None = None, *, num_compile_workers: int | None = None,
                  gpus: list[int] | None = None, persistent: bool = True) -> None:
         self.config = config or VerifyConfig()
+        if num_compile_workers is None:  # a build runs two compilers (main.cpp, cuda.cu) side by side
+            num_compile_workers = default_compile_workers()
         self.gpus = gpus if gpus is not None else list(range(count_gpus()))
         # one long-lived runner per GPU (runner.py) unless each candidate must get a fresh process
         self._runners = {g: PersistentRunner(env={"CUDA_VISIBLE_DEVICES": str(g)}) for g in self.gpus} \
