@@ -196,3 +196,49 @@ def _torch_flags(config: VerifyConfig) -> str:
     from cudice.verifier.toolchain import probe_toolchain
 
     return probe_toolchain(config.cache_dir, config.arch_list_env).cflags
+
+
+GPU_FALLBACK = FALLBACK.replace("import torch.nn as nn\n", '''import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.matmul(2 * x, 2 * x)
+
+
+def get_inputs():
+    return [torch.randn(256, 256)]
+
+
+def get_init_inputs():
+    return []
+''', 1)
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_gpu_slim_and_fallback_builds_give_correct_verdicts(tmp_path: Path) -> None:
+    """Every benchmark template (slim build) and the fallback candidate (full cuda.cu) run `correct`."""
+    import sys
+
+    from cudice.verifier.pool import VerifyPool
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    import kb_candidates
+
+    config = VerifyConfig(cache_dir=tmp_path / "cache", timeout_s=180, timing_num_trials=10)
+    paths = []
+    for cand in kb_candidates.generate(kb_candidates.NUM_TEMPLATES):
+        paths.append(tmp_path / f"{cand.name}.py")
+        paths[-1].write_text(cand.source)
+    paths.append(tmp_path / "fallback.py")
+    paths[-1].write_text(GPU_FALLBACK)
+    with VerifyPool(config) as pool:
+        results = [f.result() for f in [pool.submit(p, key=str(p)) for p in paths]]
+    wrong = {p.name: (r.verdict.value, [d.message[:200] for d in r.diagnostics if d.severity is Severity.ERROR])
+             for p, r in zip(paths, results, strict=True) if r.verdict is not Verdict.CORRECT}
+    assert not wrong
+    slim_only = [r for r in results[:-1] if "compile.slim.cuda.cu" in r.stage_wall_s
+                 and "compile.cuda.cu" not in r.stage_wall_s]
+    assert len(slim_only) == len(results) - 1  # the templates need nothing the slim set lacks
+    assert "compile.cuda.cu" in results[-1].stage_wall_s  # the fallback rebuilt cuda.cu with full headers
