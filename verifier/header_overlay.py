@@ -222,7 +222,9 @@ def aten_op_names(torch_include: str) -> frozenset[str]:
         return frozenset()
 
 
-_DEFINED_FUNC = re.compile(r"\b(\w+)\s*\([^;{}()]*(?:\([^;{}()]*\)[^;{}()]*)*\)\s*(?:const\s*)?\{")
+_DEFINED_FUNC = re.compile(r"\b(\w+)\s*\(([^;{}()]*(?:\([^;{}()]*\)[^;{}()]*)*)\)\s*(?:const\s*)?\{")
+# a parameter of one of these types makes `at::` an associated namespace of the call's arguments
+_TORCH_PARAM = re.compile(r"\b(?:Tensor|TensorBase|Scalar|IntArrayRef|TensorOptions|at|torch|c10)\b")
 _UNQUALIFIED_CALL = r"(?<![\w.:>])\s*{name}\s*\("
 _CONTROL = frozenset({"if", "for", "while", "switch", "catch", "return", "sizeof"})
 
@@ -232,16 +234,17 @@ def slim_blocker(texts: Iterable[str], op_names: frozenset[str]) -> str | None:
 
     The slim set declares fewer names than the full one, so the only way it could accept what
     the full build rejects is name lookup finding a full-only declaration: a `using namespace`
-    directive, or a function the user defines with an ATen op's name and calls unqualified
-    (argument-dependent lookup on a Tensor argument also finds `at::<name>`).
+    directive, or a function the user defines with an ATen op's name and a torch-typed
+    parameter and calls unqualified (argument-dependent lookup on a Tensor argument also finds
+    `at::<name>`; a `__device__ float gelu(float)` called on floats cannot meet it).
     """
     text = "\n".join(texts)
     if re.search(r"\busing\s+namespace\b", text):
         return "a `using namespace` directive"
     for m in _DEFINED_FUNC.finditer(text):
-        name = m.group(1)
-        if name in _CONTROL or name not in op_names:
-            continue
+        name, params = m.group(1), m.group(2)
+        if name in _CONTROL or name not in op_names or not _TORCH_PARAM.search(params):
+            continue  # a call with only scalar arguments has no associated namespace: ADL adds nothing
         calls = re.findall(_UNQUALIFIED_CALL.format(name=re.escape(name)), text)
         if len(calls) > 1:  # the definition itself counts once
             return f"a function named like the ATen op `{name}` called unqualified"

@@ -75,6 +75,9 @@ def test_slim_blocker_sends_risky_lookups_to_the_full_build() -> None:
     assert slim_blocker(["torch::Tensor relu(torch::Tensor x) { return x; }\nauto y = ::relu;"], OPS) is None
     assert slim_blocker(["__device__ float mish(float v) { return v; }\n__global__ void k(float* x) "
                          "{ x[0] = mish(mish(x[0])); }"], OPS) is None
+    # the common device helper named like an op, on scalars: argument-dependent lookup adds nothing
+    assert slim_blocker(["__device__ float relu(float v) { return v > 0 ? v : 0; }\n"
+                         "__global__ void k(float* x) { x[0] = relu(x[0]); }"], OPS) is None
 
 
 def test_undecidable_only_when_a_standin_gap_is_named(tmp_path: Path) -> None:
