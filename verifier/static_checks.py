@@ -49,6 +49,7 @@ from cudice.verifier.static_policy import (
     FOREIGN_COMPUTE_MODULES,
     HARNESS_ATTRS,
     HARNESS_MODULES,
+    JIT_COMPILERS,
     OPAQUE_BUILDERS,
     PROCESS_APIS,
     PROCESS_CONTROL,
@@ -245,6 +246,10 @@ class _ModuleChecker:
             if node.attr in ("_make_subclass", "as_subclass", "_make_wrapper_subclass"):
                 self.add("static.tensor_subclass", node, f"`.{node.attr}` builds a tensor subclass "
                          "(lazy or faked results). Return plain tensors.")
+            elif (dotted(node, self.aliases) or "").startswith(JIT_COMPILERS):
+                self.add("static.foreign_compute", node,
+                         f"`{ast.unparse(node)}` compiles PyTorch code into its own GPU kernels (Triton, fusers): "
+                         "they, not this file's CUDA, would do the work.")
             elif _is_dispatch_api(dotted(node, self.aliases), node.attr):
                 self.add("static.dispatcher_override", node,
                          f"`{ast.unparse(node)}` reaches PyTorch's dispatcher: an implementation registered for an "

@@ -73,12 +73,14 @@ _CPP_GLUE = frozenset({
     "empty", "empty_like", "empty_strided", "from_blob", "TensorOptions", "dtype", "device",
     "Device", "Scalar", "IntArrayRef", "elementSize", "toString", "typeMetaToScalarType",
     "zeros", "zeros_like", "ones", "ones_like", "full", "full_like", "DeviceGuard", "NoGradGuard",
-    "globalContext", "device_of", "numel", "get_default_dtype",
+    "globalContext", "device_of", "numel", "get_default_dtype", "irange", "nullopt",
 })
 _CPP_GLUE_STRICT = frozenset({"empty", "empty_like", "empty_strided", "from_blob", "TensorOptions",
                               "dtype", "device", "Device", "Scalar", "IntArrayRef", "elementSize",
                               "toString", "typeMetaToScalarType", "DeviceGuard", "NoGradGuard"})
 _ATEN_CALL = re.compile(r"\b(?:torch|at|c10)::((?:[A-Za-z_]\w*::)*)([A-Za-z_]\w*)\s*\(")
+# A qualified ATen function taken by address or passed on (`auto op = &at::mm; op(a, b)`).
+_ATEN_REF = re.compile(r"(?<=[&=,(])\s*(?:torch|at)::((?:[A-Za-z_]\w*::)*)([a-z_]\w*)\s*(?=[;,)])")
 _METHOD_CALL = re.compile(r"(?:\.|->)\s*([A-Za-z_]\w*)\s*\(")
 # ATen functions a host function can reach *unqualified*: argument-dependent lookup finds
 # `at::mm` for `mm(a, b)` when `a` is a tensor (`at::Tensor` lives in namespace `at`), and
@@ -164,6 +166,15 @@ def pattern_findings(u: Unit, level: Strictness, defined: set[str]) -> list[Diag
             diags.append(diag(u, f.body_start + m.start(), "static.cpp_torch_op",
                                f"`{m.group(0).rstrip('( ')}` in host function `{f.name}` runs an ATen op: "
                                "PyTorch does this work, not the candidate's kernel.", lib_sev))
+        for m in _ATEN_REF.finditer(body):
+            ns, name = m.group(1), m.group(2)
+            if "cuda::" in ns or name in glue or re.match(r"k[A-Z]", name) or name in ("nullopt",):
+                continue
+            start = m.start() + len(m.group(0)) - len(m.group(0).lstrip())
+            diags.append(diag(u, f.body_start + start, "static.cpp_torch_op",
+                              f"`{m.group(0).strip()}` in host function `{f.name}` takes an ATen op as a value "
+                              "(a function pointer called later): PyTorch does this work, not the candidate's "
+                              "kernel.", lib_sev))
         for m in _METHOD_CALL.finditer(body):
             if m.group(1) in COMPUTE_METHODS:
                 diags.append(diag(u, f.body_start + m.start(), "static.cpp_torch_op",

@@ -97,6 +97,8 @@ class _Analyzer:
                             if isinstance(t, ast.Name)}
         self.extensions = set(extension_names)  # names/self-attrs holding a load_inline module
         self.kernel_names: set[str] = set()  # module-level names bound to an extension function
+        self.torch_names: set[str] = set()  # module-level containers of torch compute functions
+        self._local_torch: set[str] = set()  # names in the current function bound to torch callables
         self.self_kinds: dict[str, str] = {}  # self attr -> "ext" | "kernel" | "torch" | "tensor" | "reference"
         self.report = ForwardReport()
         self._called: set[int] = set()
@@ -117,6 +119,8 @@ class _Analyzer:
                                 self.extensions.add(t.id)
                             elif self._is_kernel_ref(stmt.value):
                                 self.kernel_names.add(t.id)
+                            elif self._holds_torch_callable(stmt.value):
+                                self.torch_names.add(t.id)  # OPS = {"mm": torch.mm}; OPS["mm"](a, b)
 
     def _is_kernel_ref(self, e: ast.expr) -> bool:
         """`ext.relu_out`, `self.ext.relu_out`, a name or `self.<attr>` bound to one, `partial(...)` of one,
@@ -134,6 +138,26 @@ class _Analyzer:
         if isinstance(e, ast.Attribute):
             return e.attr in self.exposed or self._is_extension(e.value)
         return False
+
+    def _holds_torch_callable(self, e: ast.expr) -> bool:
+        """A container literal holding torch compute functions or `nn` layers (`[torch.relu, nn.GELU()]`)."""
+        if not isinstance(e, (ast.Dict, ast.List, ast.Tuple, ast.Set)):
+            return False
+        for n in ast.walk(e):
+            d = dotted(n.func if isinstance(n, ast.Call) else n, self.aliases) if isinstance(n, (ast.Attribute, ast.Name, ast.Call)) else None
+            if d and (_is_compute_ref(d) or (d.startswith("torch.nn.") and d.rsplit(".", 1)[-1][:1].isupper()
+                                              and d.rsplit(".", 1)[-1] not in NN_NON_COMPUTE)):
+                return True
+        return False
+
+    def _is_torch_callable(self, e: ast.expr) -> bool:
+        """`layer` from `for layer in self.layers`, `OPS["mm"]`, `self.layers[0]`: calling it runs PyTorch."""
+        if isinstance(e, ast.Subscript):
+            e = e.value
+        if isinstance(e, ast.Name):
+            return e.id in self._local_torch or e.id in self.torch_names
+        attr = _self_attr(e)
+        return attr is not None and self.self_kinds.get(attr) == "torch"
 
     def _is_extension(self, e: ast.expr) -> bool:
         if isinstance(e, ast.Name):
@@ -175,6 +199,8 @@ class _Analyzer:
             return "kernel"
         if isinstance(value, ast.Call) and callee_name(value.func) in ("staticmethod", "partial") and value.args:
             return self._kind_of_init_value(value.args[0])
+        if isinstance(value, (ast.Dict, ast.List, ast.Tuple, ast.Set)) and self._holds_torch_callable(value):
+            return "torch"  # self.ops = [torch.relu, F.gelu]
         func = value.func if isinstance(value, ast.Call) else value
         if isinstance(func, ast.Name) and func.id in self.reference_names:
             return "reference"
@@ -237,6 +263,14 @@ class _Analyzer:
         for _ in range(2):  # `fn = self.ext.relu_out; g = fn` inside the function
             self._local_kernels |= {t.id for n in nodes if isinstance(n, ast.Assign) and self._is_kernel_ref(n.value)
                                     for t in n.targets if isinstance(t, ast.Name)}
+        self._local_torch = set()
+        for _ in range(2):
+            for n in nodes:
+                if isinstance(n, (ast.For, ast.comprehension)) and any(
+                        self._is_torch_callable(i) for i in ast.walk(n.iter) if isinstance(i, ast.expr)):
+                    self._local_torch |= {t.id for t in ast.walk(n.target) if isinstance(t, ast.Name)}
+                elif isinstance(n, ast.Assign) and (self._is_torch_callable(n.value) or self._holds_torch_callable(n.value)):
+                    self._local_torch |= {t.id for t in n.targets if isinstance(t, ast.Name)}
         self._called = {id(n.func) for n in nodes if isinstance(n, ast.Call)}
         self._inner = {id(n.value) for n in nodes if isinstance(n, ast.Attribute)}
         for node in nodes:
@@ -411,6 +445,9 @@ class _Analyzer:
                 self._torch_call(node, d)
             elif d.startswith("operator.") and any(self._is_tensor(a, tensors) for a in node.args):
                 self._torch_op(node, f"`{d}(...)` on a tensor")
+            return
+        if not isinstance(func, ast.Attribute) and self._is_torch_callable(func):
+            self._torch_op(node, f"`{_short(func)}(...)` (a torch.nn layer or torch function taken from a container)")
             return
         attr = _self_attr(func)
         if attr is not None:

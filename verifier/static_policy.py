@@ -188,3 +188,7 @@ DISPATCH_ATTRS = frozenset({"py_impl", "_register_impl", "_register_fake", "regi
 # Builders that compile code the static checks cannot read (files, NVRTC strings, loaded libraries).
 OPAQUE_BUILDERS = re.compile(r"^torch\.utils\.cpp_extension\.(?:load|_jit_compile|_write_ninja_file\w*|"
                               r"_run_ninja_build|build_extension|BuildExtension)$|^torch\.cuda\._compile_kernel$")
+# Compilers that generate their own GPU kernels (Triton through Inductor, TorchScript fusers): the
+# work would be theirs, not this file's CUDA.
+JIT_COMPILERS = ("torch.compile", "torch._dynamo", "torch._inductor", "torch.jit.script", "torch.jit.trace",
+                 "torch.jit.freeze", "torch.export", "torch.fx", "torch._higher_order_ops")

@@ -700,7 +700,9 @@ class ModelNew(nn.Module):
         ("_state = y", True),  # the output kept across calls
     ],
 )
-def test_global_in_forward_code_is_a_cache_unless_it_only_builds_the_extension(store: str, flagged: bool) -> None:
+def test_global_in_forward_code_is_a_cache_unless_it_only_builds_the_extension(
+    store: str, flagged: bool
+) -> None:
     text = (
         _GLUE_HEADER
         + f"""
@@ -722,3 +724,14 @@ class ModelNew(nn.Module):
 """
     )
     assert ("static.output_cache" in _codes(check_source(text, "c.py"), Severity.ERROR)) is flagged
+
+
+def test_layers_held_for_their_weights_are_glue_and_calling_them_is_not() -> None:
+    init = "self.layers = nn.ModuleList([nn.Linear(features, features)])"
+    weights = (
+        "        y = torch.empty_like(x)\n        ext.run(x, y, self.layers[0].weight)\n        return y"
+    )
+    assert _glue(weights, init) == []
+    for call in ("self.layers[0](y)", "[f(y) for f in self.layers][0]"):
+        body = f"        y = torch.empty_like(x)\n        ext.run(x, y, x)\n        return {call}"
+        assert "static.torch_op_in_forward" in _codes(_glue(body, init), Severity.ERROR), call
