@@ -130,9 +130,12 @@ def verify(path: str | Path, *, source: str | None = None, reference: str | Path
     if (bad := doc.invalid_result()) is not None:
         return bad
     ref = resolve_reference(doc) if doc.kind == "python" else None
-    if ref is not None and ref.document is None:
-        run.diags += ref.diagnostics
-        return run.result(Verdict.INVALID_INPUT)
+    has_reference = ref is None or ref.document is not None
+    if not has_reference:
+        # Compiling needs no reference: the candidate is still checked and compiled, and the
+        # missing reference is a warning (correctness and timing are what need it).
+        assert ref is not None
+        run.diags += [dataclasses.replace(d, severity=Severity.WARNING) for d in ref.diagnostics]
     run.lap("parse")
     run.report(Verdict.CHECKED)
     # 2. static
@@ -142,7 +145,7 @@ def verify(path: str | Path, *, source: str | None = None, reference: str | Path
     # 3. compile
     run.stage = Stage.COMPILE
     has_gpu = gpu_available() if gpu is None else gpu
-    will_run = not config.compile_only and has_gpu and doc.kind == "python"
+    will_run = not config.compile_only and has_reference and has_gpu and doc.kind == "python"
     run.versions = _toolchain_versions(config)
     if doc.kind == "cu":
         build = build_raw_cu(doc, config, cancel=cancel)
@@ -154,9 +157,11 @@ def verify(path: str | Path, *, source: str | None = None, reference: str | Path
                                     "launcher, which cudice does not generate.", "verify.raw_cu_compile_only",
                                     Stage.COMPILE, Location(doc.path, 1, 1)))
         return run.result(Verdict.COMPILED, compile_only=True)
+    unbuilt = []  # calls whose sources are only known at run time: nvcc sees them only in the run stage
     for call in doc.load_inline_calls:
         module = from_call(doc, call)
         if module is None:
+            unbuilt.append(call)
             continue  # built at run time in the worker, with the same cache and mapping
         build = build_module(module, doc.path, config, link=will_run, cancel=cancel)
         run.diags += build.diagnostics
@@ -170,8 +175,19 @@ def verify(path: str | Path, *, source: str | None = None, reference: str | Path
             run.lap("compile")
             return run.result(Verdict.TIMEOUT if build.timed_out else Verdict.COMPILE_ERROR)
     run.lap("compile")
+    if not will_run and unbuilt:
+        # Nothing compiled these sources, so the candidate is never `compiled`: say why, where.
+        for call in unbuilt:
+            run.diags.append(Diagnostic(
+                Severity.WARNING, f"Not compiled: the sources of `load_inline(name={call.name or '?'!r})` are "
+                "built at run time (an f-string, a variable or a call), and without a GPU run nvcc never "
+                "sees them. Write them as plain string literals to get compile diagnostics here, or verify on "
+                "a machine with a GPU.", "verify.not_compiled", Stage.COMPILE, call.span.location(doc.path)))
+        return run.result(Verdict.CHECKED, compile_only=True)
     if not will_run:
-        if not config.compile_only:
+        if not has_reference:
+            pass  # the reference warning says why nothing ran
+        elif not config.compile_only:
             run.diags.append(Diagnostic(
                 Severity.INFORMATION, "No CUDA GPU here: compiled only; correctness and timing did not run. Run "
                 "`cudice verify` on a machine with a GPU for a verdict.", "verify.no_gpu", Stage.COMPILE,

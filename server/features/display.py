@@ -41,6 +41,8 @@ def lens_title(result: VerifyResult, required_speedup: float = 1.0) -> str:
         return "✓ correct (not timed)"
     if result.verdict is Verdict.COMPILED:
         return "✓ compiles · no speedup measured (compile-only)"
+    if result.verdict is Verdict.CHECKED and any(d.code == "verify.not_compiled" for d in result.diagnostics):
+        return "⚠ not compiled: its CUDA sources are built at run time"
     if result.verdict is Verdict.CHECKED:
         return "✓ static checks and fast compile passed · building…"
     label = _FAIL_LABEL.get(result.verdict, result.verdict.value)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from cudice.verifier import api
+from cudice.verifier.compile import BuildResult
 from cudice.verifier.config import VerifyConfig
 from cudice.verifier.result import Diagnostic, Location, Severity, Stage, Verdict, VerifyResult
 from verifier_marks import needs_nvcc
@@ -23,12 +24,45 @@ def test_invalid_input_never_raises(tmp_path: Path) -> None:
     assert missing.verdict is Verdict.INVALID_INPUT and missing.diagnostics[0].code == "parse.unreadable"
 
 
-def test_missing_reference_file_is_invalid_input(tmp_path: Path, examples_dir: Path) -> None:
+def test_missing_reference_is_a_warning_and_the_candidate_still_compiles(
+        tmp_path: Path, examples_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     cand = tmp_path / "cand.py"
     cand.write_text((examples_dir / "relu_cuda.py").read_text())  # its reference=relu.py is not next to it
+    built: list[str] = []
+
+    def fake_build(module: object, path: str, config: object, **kw: object) -> object:
+        built.append(path)
+        error = Diagnostic(Severity.ERROR, "boom", "compile.error", Stage.COMPILE, Location(path, 14, 5))
+        return BuildResult(ok=False, build_dir=tmp_path, library=None, diagnostics=(error,), output="", wall_s=0.1,
+                           cached=False)
+
+    monkeypatch.setattr(api, "build_module", fake_build)
+    monkeypatch.setattr(api, "gpu_available", lambda: True)  # a GPU does not help without a reference
     result = api.verify(cand, config=VerifyConfig(cache_dir=tmp_path))
-    assert result.verdict is Verdict.INVALID_INPUT
-    assert result.diagnostics[0].code == "parse.reference_missing"
+    assert built == [str(cand)]
+    assert result.verdict is Verdict.COMPILE_ERROR
+    first, second = result.diagnostics[:2]
+    assert first.code == "parse.reference_missing" and first.severity is Severity.WARNING
+    assert second.code == "compile.error" and second.location is not None and second.location.line == 14
+    monkeypatch.setattr(api, "build_module", lambda *a, **k: BuildResult(
+        ok=True, build_dir=tmp_path, library=None, diagnostics=(), output="", wall_s=0.1, cached=False))
+    clean = api.verify(cand, config=VerifyConfig(cache_dir=tmp_path))
+    assert clean.verdict is Verdict.COMPILED and clean.compile_only  # compiled, not run: no reference
+
+
+def test_runtime_built_sources_are_never_compiled_without_a_run(tmp_path: Path, examples_dir: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    text = (examples_dir / "relu_cuda.py").read_text().replace('relu_source = """', 'relu_source = f"""')
+    text = text.replace("{\n", "{{\n").replace("}\n", "}}\n").replace("threads = 256", "threads = {256}")
+    cand = tmp_path / "relu_cuda.py"
+    cand.write_text(text)
+    (tmp_path / "relu.py").write_text((examples_dir / "relu.py").read_text())
+    monkeypatch.setattr(api, "gpu_available", lambda: False)
+    result = api.verify(cand, config=VerifyConfig(cache_dir=tmp_path))
+    assert result.verdict is Verdict.CHECKED, result.verdict  # nvcc never saw the f-string's text
+    (warning,) = [d for d in result.diagnostics if d.code == "verify.not_compiled"]
+    assert warning.severity is Severity.WARNING and warning.location is not None
+    assert "load_inline(" in text.splitlines()[warning.location.line - 1]
 
 
 def test_static_error_stops_before_compiling(tmp_path: Path, examples_dir: Path,
