@@ -14,12 +14,14 @@ authentication (both ends are local processes; the socket pair is created by the
 
 from __future__ import annotations
 
-import json
 import socket
 import struct
 from collections.abc import Sequence
+from json import dumps as _dumps
+from json import loads as _loads
 from typing import Any
 
+# json's functions are bound at import, before candidate code: `json.dumps = ...` does not reach the protocol
 MAX_HEADER_BYTES = 16 << 20
 _LEN = struct.Struct(">Q")
 DTYPES = ("float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool",
@@ -32,7 +34,7 @@ class ChannelError(Exception):
 
 def send(sock: socket.socket, header: dict[str, Any], blobs: Sequence[bytes | bytearray | memoryview] = ()) -> None:
     views = [memoryview(b).cast("B") for b in blobs]
-    body = json.dumps({**header, "blobs": [v.nbytes for v in views]}).encode()
+    body = _dumps({**header, "blobs": [v.nbytes for v in views]}).encode()
     sock.sendall(_LEN.pack(len(body)) + body)
     for v in views:
         sock.sendall(v)
@@ -55,7 +57,7 @@ def recv(sock: socket.socket, max_bytes: int) -> tuple[dict[str, Any], list[byte
     if size > MAX_HEADER_BYTES:
         raise ChannelError(f"message header of {size} bytes is over the {MAX_HEADER_BYTES}-byte limit")
     try:
-        header = json.loads(bytes(_read_exact(sock, size)))
+        header = _loads(bytes(_read_exact(sock, size)))
     except ValueError as exc:
         raise ChannelError(f"message header is not JSON: {exc}") from None
     sizes = header.get("blobs") if isinstance(header, dict) else None

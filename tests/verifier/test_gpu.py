@@ -66,3 +66,75 @@ def test_illegal_address_and_trap_end_only_the_child(tmp_path: Path, gpu_config:
 def test_hang_is_a_timeout(tmp_path: Path, gpu_config: VerifyConfig, examples_dir: Path) -> None:
     r = verify(candidate(tmp_path, 4, examples_dir / "relu.py"), config=gpu_config.with_(timeout_s=20))
     assert r.verdict is Verdict.TIMEOUT, (r.verdict, [d.message for d in r.diagnostics])
+
+
+# -- twelve verifications at once over the corpus: the whole pipeline, the split judge, the boundary ------
+
+def _listing(d: Path) -> set[str]:
+    try:
+        return {p.name for p in d.iterdir()}
+    except OSError:
+        return set()
+
+
+def _verifier_processes() -> list[str]:
+    import os
+
+    found = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit() and int(pid) != os.getpid():
+            try:
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+                env = Path(f"/proc/{pid}/environ").read_bytes()
+            except OSError:
+                continue
+            if b"cudice.verifier.judge" in cmd or b"cudice.verifier.candidate" in cmd or b"CUDICE_SURVIVOR=" in env:
+                found.append(cmd.replace(b"\0", b" ").decode(errors="replace")[:200])
+    return found
+
+
+@pytest.mark.slow
+def test_twelve_at_once_no_cheat_passes_no_honest_kernel_fails_nothing_left(tmp_path: Path) -> None:
+    import site
+    import sys
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from corpus.manifest import load_corpus, record
+
+    cases = load_corpus("honest", "runtime", "dynamic", "hostile")
+    cache = tmp_path / "cache"
+    watched = [Path(p) for p in {*site.getsitepackages(), *(p for p in sys.path if p.endswith("site-packages"))}]
+    watched += [Path.home(), Path("/tmp"), Path("/var/tmp"), Path("/dev/shm")]
+    before = {d: _listing(d) for d in watched}
+    normal = VerifyConfig(cache_dir=cache, timeout_s=300, timing_num_trials=10, timing_warmup_ms=20.0)
+    hostile = normal.with_(timeout_s=60, num_trials=2)
+    t0 = time.monotonic()
+    with ThreadPoolExecutor(max_workers=12) as pool:
+        futures = {c.name: pool.submit(verify, c.path, config=hostile if c.kind == "hostile" else normal) for c in cases}
+        results = {name: f.result(timeout=1800) for name, f in futures.items()}
+    wall = time.monotonic() - t0
+    cheats, honest, untyped = [], [], []
+    for c in cases:
+        r = results[c.name]
+        expected = set(c.verdict.split("|"))
+        record(c.kind, c.name, r, expected if c.kind != "honest" else {"correct"}, set(c.codes))
+        must_pass = c.kind == "honest" or (c.kind == "runtime" and c.verdict == "correct")
+        if must_pass and r.verdict is not Verdict.CORRECT:
+            honest.append((c.name, r.verdict.value, [d.code for d in r.diagnostics][:6], (r.error or "")[-300:]))
+        if not must_pass and r.verdict is Verdict.CORRECT:
+            cheats.append(c.name)
+        if c.kind == "hostile" and r.verdict.value not in expected:
+            untyped.append((c.name, r.verdict.value))
+    deadline = time.monotonic() + 30
+    while _verifier_processes() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    new_files = {str(d): sorted(_listing(d) - before[d]) for d in watched}
+    leftovers = {d: [n for n in names if "cudice" in n or "damage" in n or n.endswith(".pth")]
+                 for d, names in new_files.items()}
+    print(f"{len(cases)} verifications, 12 at once: {wall:.0f} s; cheats correct {cheats}; honest rejected "
+          f"{honest}; hostile untyped {untyped}")
+    assert cheats == [] and honest == [] and untyped == []
+    assert {d: n for d, n in leftovers.items() if n} == {}
+    assert not [p for p in cache.rglob("*damage*")]
+    assert _verifier_processes() == []
