@@ -110,11 +110,16 @@ def newest_checkpoint(*dirs: Path) -> Path | None:
     return max(done, key=lambda d: (d / MARKER).stat().st_mtime) if done else None
 
 
-def sft(start: Path, corpus: Path, out_dir: Path, seconds: float, phase: Phase, smoke: bool) -> Path | None:
-    """`cudice train sft` from `start` until `seconds` pass; the newest complete checkpoint."""
+def sft(start: Path, corpus: Path, out_dir: Path, seconds: float, phase: Phase, smoke: bool,
+        epochs: int) -> Path | None:
+    """`cudice train sft` from `start` for `epochs` or until `seconds` pass; the newest complete checkpoint.
+
+    lr 1e-3 (a 7M model from scratch, not DICE's 1e-5 fine-tuning of 1.7B); the schedule's 3 %
+    warm-up is taken of `epochs`, so `epochs` should be about what the budget allows.
+    """
     help_text = _options("cudice.model.train.cli", "sft")
     args = _cli("cudice.model.train.cli", "sft", "--model", str(start), "--data", str(corpus / "sft.jsonl"),
-                "--out", str(out_dir), "--epochs", "100", "--lr", "1e-3" if not smoke else "3e-3",
+                "--out", str(out_dir), "--epochs", str(epochs), "--lr", "1e-3" if not smoke else "3e-3",
                 "--batch-size", "2" if smoke else "16", "--max-length", "2048",
                 "--save-every", "2" if smoke else "100")
     if "--precision" in help_text and not smoke:
@@ -213,7 +218,7 @@ def phase_a(work: Path, out: Path, minutes: float, seed: int, smoke: bool, verif
     table = verify_templates(corpus, verify_per_family, phase.say)
     (out / "templates.json").write_text(json.dumps(table, indent=1) + "\n")
     reserve = 45.0 if not smoke else 5.0  # export + slack
-    ckpt = sft(init, corpus, work / "sft", phase.left() - reserve, phase, smoke)
+    ckpt = sft(init, corpus, work / "sft", phase.left() - reserve, phase, smoke, epochs=4)
     if ckpt is None:
         raise click.ClickException(f"SFT wrote no checkpoint; see {phase.log_path}")
     export_tar(ckpt, out / TAR_SFT)
@@ -232,7 +237,8 @@ def phase_b(work: Path, out: Path, minutes: float, seed: int, smoke: bool, start
     phase = Phase("phase_b", out, minutes)
     corpus, _ = prepare(work, seed, smoke, phase)
     begin = unpack_tar(start, work / "start")
-    ckpt = sft(begin, corpus, work / "sft_b", 60 * sft_minutes, phase, smoke) or begin
+    ckpt = (sft(begin, corpus, work / "sft_b", 60 * sft_minutes, phase, smoke, epochs=1) if sft_minutes > 0
+            else None) or begin
     export_tar(ckpt, out / TAR_SFT)
     eval_seconds = 20.0 if smoke else 100.0
     results: dict[str, Any] = {"sft": evaluate(ckpt, corpus, "sft", phase.say, smoke=smoke)}

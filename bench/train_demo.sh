@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# The demo model's training recipe on the GPU box, one phase per call (each about 8 minutes):
+#   phase a: corpus + tokenizer + init, template verification per family, SFT, export
+#   phase b: more SFT, held-out eval, BiC-RL (infilling, then end-to-end), held-out eval, export
+# Usage:  OUT=... bash bench/train_demo.sh a [--smoke]
+#         OUT=... bash bench/train_demo.sh b [--smoke]      # needs phase a's demo_sft.tar in .ckpt/
+# What comes back in $OUT (each file <= 16 MiB): demo_sft.tar (and demo_rl.tar) — a whole
+# checkpoint with bf16 weights, one file —, templates.json / results_b.json, phase_*.log.
+# Between calls carry phase a's tar as .ckpt/demo_sft.tar (DEMO_START overrides the path).
+# Knobs: DEMO_MINUTES (phase budget, default 8), DEMO_WORK (scratch, default /tmp/cudice-demo),
+# PYTHON (default python3), DEMO_SFT_MINUTES (phase b's extra SFT, default 1.5).
+# Driver: model/train/corpus/recipe.py (docs/model.md, "The demo model").
+set -euo pipefail
+cd "$(dirname "$0")/.."
+phase="${1:?usage: bash bench/train_demo.sh a|b [--smoke]}"; shift
+out="${OUT:-bench/out}"; mkdir -p "$out"
+work="${DEMO_WORK:-/tmp/cudice-demo}"
+py="${PYTHON:-python3}"
+export PYTHONUNBUFFERED=1 TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-9.0}"
+
+if ! "$py" -c "import cudice.model.train.corpus.recipe" 2>/dev/null; then
+  if [ -d .whl ]; then
+    "$py" -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
+  fi
+  if ! "$py" -m pip install -q --no-deps --no-build-isolation -e . >"$out/install.log" 2>&1; then
+    tree=/tmp/cudice_tree; rm -rf "$tree"; mkdir -p "$tree/cudice"
+    for pkg in server model verifier; do ln -s "$PWD/$pkg" "$tree/cudice/$pkg"; done
+    export PYTHONPATH="$tree${PYTHONPATH:+:$PYTHONPATH}"
+  fi
+fi
+
+case "$phase" in
+  a) exec "$py" -m cudice.model.train.corpus.recipe a --work "$work" --out "$out" \
+       --minutes "${DEMO_MINUTES:-8}" "$@" ;;
+  b) exec "$py" -m cudice.model.train.corpus.recipe b --work "$work" --out "$out" \
+       --minutes "${DEMO_MINUTES:-8}" --start "${DEMO_START:-.ckpt/demo_sft.tar}" \
+       --sft-minutes "${DEMO_SFT_MINUTES:-1.5}" "$@" ;;
+  *) echo "unknown phase '$phase' (a or b)" >&2; exit 2 ;;
+esac
