@@ -13,15 +13,22 @@ The checks (policy and codes: docs/anticheat.md, docs/diagnostics.md):
   (`static.tensor_subclass`), code the checks cannot see (`static.dynamic_code`), other GPU
   libraries (`static.foreign_compute`), a `try` around `load_inline` that swallows the failure
   (`static.fallback_to_reference`), forward never calling the extension
-  (`static.kernel_never_launched`);
-- forward and what it calls: `static_forward.py` (torch ops, fallbacks, output caches);
-- C++/CUDA text: `static_cuda.py`.
+  (`static.kernel_never_launched`), `torch.library` and other dispatcher doors
+  (`static.dispatcher_override`), file/process APIs (`static.harness_tampering`),
+  `torch.compile`/TorchScript (`static.foreign_compute`), builders of code the checks cannot
+  read (`static.dynamic_source`);
+- forward and what it calls: `static_forward.py` (torch ops, host round trips, fallbacks, output
+  caches) over `static_bindings.py` (what each name holds);
+- C++/CUDA text: `static_cuda.py` (+ `static_cpp_rules.py`, `static_cpp_scan.py`).
+
+C++ sources: literals are checked through their source map; sources the file fixes by other
+means (f-strings over constants, `"".join` of literals, `+=` …: `static_sources.py`) are checked
+with findings on the expression that builds them; any other source is `static.dynamic_source`
+(an error; a warning in `lenient`, where only the run-time checks judge it).
 
 Not covered: anything decided at run time (a kernel launched with zero blocks, a cache in a
-C++ `static` hidden behind a macro, work in a library the candidate `dlopen`s); the dynamic
-checks (`dynamic_checks.py`) and the sandbox exist for those. A source built at run time
-(f-string, `.format`) cannot be read here: its C++ checks are skipped and an information
-diagnostic says so.
+C++ `static` hidden behind a macro, work in a library the candidate loads); the dynamic
+checks (`dynamic_checks.py`) and the sandbox exist for those.
 """
 
 from __future__ import annotations
@@ -34,8 +41,9 @@ from cudice.verifier.config import VerifyConfig
 from cudice.verifier.document import Document, LoadInlineCall, callee_name, parse_document
 from cudice.verifier.reference import reference_path
 from cudice.verifier.result import Diagnostic, Location, Severity, Stage
-from cudice.verifier.static_cuda import CppSource, check_cpp_sources, pybind_python_names
-from cudice.verifier.static_forward import ForwardReport, analyze_forward, dotted
+from cudice.verifier.static_bindings import dotted
+from cudice.verifier.static_cuda import CppSource, Locator, check_cpp_sources, pybind_python_names
+from cudice.verifier.static_forward import ForwardReport, analyze_forward
 from cudice.verifier.static_policy import (
     COMPUTE_METHODS,
     CONCURRENCY_MODULES,
@@ -134,8 +142,7 @@ def _cpp_findings(doc: Document, call: LoadInlineCall, resolved: ResolvedCall, l
 
             sources.append(CppSource(span.text, locate, r.kind == "cuda"))
         elif r.text is not None:
-            where = _node_location(doc.path, r.node)
-            sources.append(CppSource(r.text, lambda _l, _c, where=where: where, r.kind == "cuda"))
+            sources.append(CppSource(r.text, _fixed_locator(_node_location(doc.path, r.node)), r.kind == "cuda"))
         else:
             diags.append(_dynamic_source(doc.path, r.node, f"this {r.kind} source", dynamic_sev))
     for node in resolved.dynamic_args:
@@ -144,6 +151,15 @@ def _cpp_findings(doc: Document, call: LoadInlineCall, resolved: ResolvedCall, l
         diags += check_cpp_sources(sources, call.functions, level, reference_low_precision=low_ref,
                                    check_launches=resolved.is_complete)
     return diags
+
+
+def _fixed_locator(where: Location) -> Locator:
+    """Every finding in a source without a character map lands on the expression that builds it."""
+
+    def locate(_line: int, _col: int) -> Location:
+        return where
+
+    return locate
 
 
 def _node_location(path: str, node: ast.AST) -> Location:

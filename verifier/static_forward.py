@@ -1,22 +1,27 @@
 """What `ModelNew.forward` (and everything it calls) does, judged by the glue policy — AST only.
 
 `analyze_forward()` walks `ModelNew.forward`, `ModelNew.__call__`, every `ModelNew` method they
-call through `self.m(...)` and every module-level function they call by name, and reports:
+call through `self.m(...)` and every module-level function (or lambda) they call by name, and
+reports:
 
-- `static.torch_op_in_forward` — PyTorch compute (`torch.*`, `F.*`, `nn` layers, tensor compute
-  methods, operators on tensors such as `x + y` and `x @ w`) outside the glue allow-list;
+- `static.torch_op_in_forward` — PyTorch compute (`torch.*`, `F.*`, also through module-level
+  aliases, `nn` layers, also from containers and loop variables, tensor compute methods,
+  operators on tensors such as `x + y` and `x @ w`) outside the glue allow-list;
+- `static.host_compute` — data moved to the host (`.cpu()`, `.numpy()`, `.tolist()`,
+  `.to("cpu")`, `device="cpu"`, NumPy on a tensor);
 - `static.fallback_to_reference` — `try` in forward code, or a branch that computes with PyTorch
   while another path calls the kernel;
-- `static.output_cache` — state kept across calls (`global`, writes to `self.*`/module
-  containers, `id(x)`/`data_ptr()` lookups, `lru_cache`);
+- `static.output_cache` — state kept across calls (`global` other than a lazy `load_inline`,
+  writes to `self.*`/module containers, `id(x)`/`data_ptr()` lookups, `lru_cache`);
 - `static.precision_downgrade` (warning) — `.half()`, `.bfloat16()`, `torch.float16` …;
-- which exposed extension functions forward calls (for `static.kernel_never_launched`).
+- which exposed extension functions forward calls (for `static.kernel_never_launched`), under any
+  name `static_bindings.py` can follow.
 
 Tensor-ness is inferred, not known: forward's unannotated parameters, `self.<parameter>`s and
 names assigned from tensor expressions are tensors; `x.size(0)`, `x.shape[0]`, `x.numel()` are
-not. Arithmetic between non-tensors (grid sizes) is never flagged. Not covered: aliasing through
-containers, calls through `getattr`/higher-order functions (flagged separately as dynamic code),
-methods of other classes.
+not. Arithmetic between non-tensors (grid sizes) is never flagged. Not covered: containers
+filled at run time, calls through `getattr`/higher-order functions (flagged separately as
+dynamic code), methods of other classes.
 """
 
 from __future__ import annotations
@@ -26,6 +31,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from cudice.verifier.document import callee_name
+from cudice.verifier.static_bindings import (
+    TORCH_SUBMODULES_COMPUTE,
+    Bindings,
+    dotted,
+    is_compute_ref,
+    self_attr,
+)
 from cudice.verifier.static_policy import (
     COMPUTE_METHODS,
     IDENTITY_FUNCS,
@@ -35,7 +47,6 @@ from cudice.verifier.static_policy import (
     tensor_method_is_compute,
     torch_function_allowed,
 )
-from cudice.verifier.static_sources import ModuleConstants
 
 _NON_TENSOR_METHODS = frozenset({
     "size", "dim", "numel", "stride", "storage_offset", "data_ptr", "element_size", "nelement",
@@ -47,7 +58,6 @@ _SCALAR_ANNOTATIONS = frozenset({"int", "float", "bool", "str", "tuple", "list"}
 _MUTATORS = frozenset({"append", "extend", "insert", "update", "setdefault", "add", "__setitem__", "appendleft"})
 _CONTAINER_FACTORIES = frozenset({"dict", "list", "set", "defaultdict", "OrderedDict", "deque"})
 _HOST_METHODS = frozenset({"cpu", "numpy", "tolist", "__array__", "pin_memory"})
-_TORCH_SUBMODULES_COMPUTE = ("torch.nn.functional.", "torch.ops.", "torch.special.", "torch.linalg.", "torch.fft.")
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,153 +77,17 @@ class ForwardReport:
     reachable: list[ast.FunctionDef] = field(default_factory=list)
 
 
-def dotted(node: ast.AST, aliases: dict[str, str]) -> str | None:
-    """`F.relu` → "torch.nn.functional.relu" through import aliases; None for non-module roots."""
-    parts: list[str] = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if isinstance(node, ast.Name) and node.id in aliases:
-        return ".".join([aliases[node.id], *reversed(parts)])
-    return None
-
-
-def _self_attr(node: ast.AST) -> str | None:
-    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
-        return node.attr
-    return None
-
-
-class _Analyzer:
+class _Analyzer(Bindings):
     def __init__(self, tree: ast.Module, cls: ast.ClassDef, aliases: dict[str, str], exposed: set[str],
                  extension_names: set[str], reference_names: set[str], level: Strictness) -> None:
-        self.tree, self.cls, self.aliases, self.exposed = tree, cls, aliases, exposed
-        self.level, self.reference_names = level, reference_names
-        self.methods = {n.name: n for n in cls.body if isinstance(n, ast.FunctionDef)}
-        self.module_funcs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
-        self.module_funcs.update(_module_lambdas(tree))
+        super().__init__(tree, cls, aliases, exposed, extension_names, reference_names)
+        self.level = level
         self.module_vars = {t.id for n in tree.body if isinstance(n, (ast.Assign, ast.AnnAssign))
                             for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
                             if isinstance(t, ast.Name)}
-        self.extensions = set(extension_names)  # names/self-attrs holding a load_inline module
-        self.kernel_names: set[str] = set()  # module-level names bound to an extension function
-        self.torch_names: set[str] = set()  # module-level containers of torch compute functions
-        self._local_torch: set[str] = set()  # names in the current function bound to torch callables
-        self.self_kinds: dict[str, str] = {}  # self attr -> "ext" | "kernel" | "torch" | "tensor" | "reference"
         self.report = ForwardReport()
         self._called: set[int] = set()
         self._inner: set[int] = set()
-        self._local_kernels: set[str] = set()
-        self.constants = ModuleConstants(tree)
-        self._module_bindings()
-        self._init_attrs()
-
-    # -- phase 0: module-level names bound to the extension or one of its functions -------------
-    def _module_bindings(self) -> None:
-        for _ in range(2):  # `ext2 = ext; relu = ext2.relu_out`
-            for stmt in self.tree.body:
-                if isinstance(stmt, ast.Assign):
-                    for t in stmt.targets:
-                        if isinstance(t, ast.Name):
-                            if isinstance(stmt.value, ast.Name) and stmt.value.id in self.extensions:
-                                self.extensions.add(t.id)
-                            elif self._is_kernel_ref(stmt.value):
-                                self.kernel_names.add(t.id)
-                            elif self._holds_torch_callable(stmt.value):
-                                self.torch_names.add(t.id)  # OPS = {"mm": torch.mm}; OPS["mm"](a, b)
-
-    def _is_kernel_ref(self, e: ast.expr) -> bool:
-        """`ext.relu_out`, `self.ext.relu_out`, a name or `self.<attr>` bound to one, `partial(...)` of one,
-        `getattr(ext, "relu_out")`: a reference to a compiled extension function (not a call)."""
-        if isinstance(e, ast.Call) and callee_name(e.func) == "partial" and e.args:
-            return self._is_kernel_ref(e.args[0])
-        if isinstance(e, ast.Call) and callee_name(e.func) == "getattr" and len(e.args) >= 2:
-            recv, key = e.args[0], e.args[1]
-            return isinstance(key, ast.Constant) and key.value in self.exposed and self._is_extension(recv)
-        if isinstance(e, ast.Name):
-            return e.id in self.kernel_names or e.id in self._local_kernels or (
-                e.id in self.exposed and e.id not in self.module_funcs)
-        if (attr := _self_attr(e)) is not None:
-            return self.self_kinds.get(attr) == "kernel" or (attr in self.exposed and attr not in self.methods)
-        if isinstance(e, ast.Attribute):
-            return e.attr in self.exposed or self._is_extension(e.value)
-        return False
-
-    def _holds_torch_callable(self, e: ast.expr) -> bool:
-        """A container literal holding torch compute functions or `nn` layers (`[torch.relu, nn.GELU()]`)."""
-        if not isinstance(e, (ast.Dict, ast.List, ast.Tuple, ast.Set)):
-            return False
-        for n in ast.walk(e):
-            d = dotted(n.func if isinstance(n, ast.Call) else n, self.aliases) if isinstance(n, (ast.Attribute, ast.Name, ast.Call)) else None
-            if d and (_is_compute_ref(d) or (d.startswith("torch.nn.") and d.rsplit(".", 1)[-1][:1].isupper()
-                                              and d.rsplit(".", 1)[-1] not in NN_NON_COMPUTE)):
-                return True
-        return False
-
-    def _is_torch_callable(self, e: ast.expr) -> bool:
-        """`layer` from `for layer in self.layers`, `OPS["mm"]`, `self.layers[0]`: calling it runs PyTorch."""
-        if isinstance(e, ast.Subscript):
-            e = e.value
-        if isinstance(e, ast.Name):
-            return e.id in self._local_torch or e.id in self.torch_names
-        attr = _self_attr(e)
-        return attr is not None and self.self_kinds.get(attr) == "torch"
-
-    def _is_extension(self, e: ast.expr) -> bool:
-        if isinstance(e, ast.Name):
-            return e.id in self.extensions
-        attr = _self_attr(e)
-        return attr is not None and self.self_kinds.get(attr) == "ext"
-
-    # -- phase 1: what __init__ stores on self ------------------------------------------------
-    def _init_attrs(self) -> None:
-        for stmt in self.cls.body:  # class attributes read as `self.<name>`: `mm = torch.mm`
-            if isinstance(stmt, ast.Assign):
-                for t in stmt.targets:
-                    if isinstance(t, ast.Name) and t.id not in ("forward", "__call__"):
-                        self.self_kinds[t.id] = self._kind_of_init_value(stmt.value)
-        init = self.methods.get("__init__")
-        for node in ast.walk(init) if init else ():
-            targets: list[ast.expr] = []
-            value: ast.expr | None = None
-            if isinstance(node, ast.Assign):
-                targets, value = node.targets, node.value
-            elif isinstance(node, ast.AnnAssign):
-                targets, value = [node.target], node.value
-            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "register_buffer":
-                if node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
-                    self.self_kinds[node.args[0].value] = "tensor"
-            for t in targets:
-                name = _self_attr(t)
-                if name and value is not None:
-                    self.self_kinds[name] = self._kind_of_init_value(value)
-
-    def _kind_of_init_value(self, value: ast.expr) -> str:
-        if isinstance(value, ast.Name) and value.id in self.extensions:
-            return "ext"
-        if isinstance(value, ast.Call) and callee_name(value.func) == "load_inline":
-            return "ext"
-        if (attr := _self_attr(value)) is not None and self.self_kinds.get(attr) in ("ext", "kernel"):
-            return self.self_kinds[attr]  # self.ext2 = self.ext
-        if self._is_kernel_ref(value):
-            return "kernel"
-        if isinstance(value, ast.Call) and callee_name(value.func) in ("staticmethod", "partial") and value.args:
-            return self._kind_of_init_value(value.args[0])
-        if isinstance(value, (ast.Dict, ast.List, ast.Tuple, ast.Set)) and self._holds_torch_callable(value):
-            return "torch"  # self.ops = [torch.relu, F.gelu]
-        func = value.func if isinstance(value, ast.Call) else value
-        if isinstance(func, ast.Name) and func.id in self.reference_names:
-            return "reference"
-        d = dotted(func, self.aliases)
-        if d is None or not d.startswith("torch."):
-            return "other"
-        if not isinstance(value, ast.Call):
-            return "torch"  # self.fn = torch.relu
-        last = d.rsplit(".", 1)[-1]
-        if d.startswith("torch.nn.") and not d.startswith(("torch.nn.functional.", "torch.nn.init.")) \
-                and last not in NN_NON_COMPUTE:
-            return "torch"  # self.conv = nn.Conv2d(...): calling it in forward is PyTorch compute
-        return "tensor"  # nn.Parameter(...), torch.randn(...)
 
     # -- phase 2: reachability -----------------------------------------------------------------
     def reachable(self) -> list[ast.FunctionDef]:
@@ -225,7 +99,7 @@ class _Analyzer:
                 continue
             seen[id(fn)] = fn
             for node in ast.walk(fn):
-                name = _self_attr(node)
+                name = self_attr(node)
                 if name in self.methods and name != "__init__":
                     todo.append(self.methods[name])
                 if isinstance(node, ast.Name) and node.id in self.module_funcs:
@@ -301,7 +175,7 @@ class _Analyzer:
     def _is_tensor(self, e: ast.expr, tensors: set[str]) -> bool:
         if isinstance(e, ast.Name):
             return e.id in tensors
-        if (attr := _self_attr(e)) is not None:
+        if (attr := self_attr(e)) is not None:
             return self.self_kinds.get(attr) == "tensor"
         if isinstance(e, ast.Attribute):
             return e.attr not in _NON_TENSOR_ATTRS and e.attr in ("T", "mT", "data", "real", "imag") \
@@ -382,7 +256,7 @@ class _Analyzer:
                 self._add("static.precision_downgrade", node,
                           f"`{d}` in forward: computing in reduced precision for a float32 reference passes the "
                           "tolerance while doing less work than asked.", warning=True)
-            elif d and id(node) not in self._called and id(node) not in self._inner and _is_compute_ref(d):
+            elif d and id(node) not in self._called and id(node) not in self._inner and is_compute_ref(d):
                 self._torch_op(node, f"`{d}` passed around as a function (`f = torch.relu; f(x)`)")
 
     def _assignment(self, node: ast.Assign | ast.AugAssign | ast.AnnAssign, fn: ast.FunctionDef,
@@ -395,7 +269,7 @@ class _Analyzer:
         is_lazy_build = isinstance(value, ast.Call) and callee_name(value.func) == "load_inline"
         for t in targets:
             base = t.value if isinstance(t, ast.Subscript) else t
-            attr = _self_attr(base)
+            attr = self_attr(base)
             if attr is not None and fn.name != "__init__" and not is_lazy_build:
                 self._add("static.output_cache", t,
                           f"forward code stores `self.{attr}`: state kept across calls lets a later call return a "
@@ -410,7 +284,7 @@ class _Analyzer:
         if not isinstance(func, ast.Attribute) or func.attr not in _MUTATORS:
             return
         recv = func.value
-        owner = f"self.{_self_attr(recv)}" if _self_attr(recv) and fn.name != "__init__" else (
+        owner = f"self.{self_attr(recv)}" if self_attr(recv) and fn.name != "__init__" else (
             recv.id if isinstance(recv, ast.Name) and recv.id in self.module_vars else None)
         if owner is not None:
             self._add("static.output_cache", node,
@@ -449,7 +323,7 @@ class _Analyzer:
         if not isinstance(func, ast.Attribute) and self._is_torch_callable(func):
             self._torch_op(node, f"`{_short(func)}(...)` (a torch.nn layer or torch function taken from a container)")
             return
-        attr = _self_attr(func)
+        attr = self_attr(func)
         if attr is not None:
             kind = self.self_kinds.get(attr)
             if kind == "torch":
@@ -491,11 +365,11 @@ class _Analyzer:
         last = d.rsplit(".", 1)[-1]
         if d.startswith("torch.cuda."):
             return  # device/stream plumbing, no compute; streams are `static.stream_or_thread`
-        if d.startswith("torch.nn.") and not d.startswith(_TORCH_SUBMODULES_COMPUTE):
+        if d.startswith("torch.nn.") and not d.startswith(TORCH_SUBMODULES_COMPUTE):
             if last not in NN_NON_COMPUTE:
                 self._torch_op(node, f"`{d}` (a torch.nn layer built in forward)")
             return
-        if d.startswith(_TORCH_SUBMODULES_COMPUTE) or not torch_function_allowed(last, self.level):
+        if d.startswith(TORCH_SUBMODULES_COMPUTE) or not torch_function_allowed(last, self.level):
             self._torch_op(node, f"`{d}(...)`")
 
     def _branch_fallback(self, node: ast.If | ast.IfExp, fn: ast.FunctionDef) -> None:
@@ -526,7 +400,7 @@ class _Analyzer:
                         return True
                     if isinstance(n.func, ast.Attribute) and d is None and n.func.attr in COMPUTE_METHODS:
                         return True
-                    if self.self_kinds.get(_self_attr(n.func) or "") in ("torch", "reference"):
+                    if self.self_kinds.get(self_attr(n.func) or "") in ("torch", "reference"):
                         return True
         return False
 
@@ -545,28 +419,6 @@ def _only_builds_extension(fn: ast.FunctionDef, names: list[str]) -> bool:
             (isinstance(n.value, ast.Call) and callee_name(n.value.func) == "load_inline")
             or (isinstance(n.value, ast.Constant) and n.value.value is None))
         for n in stores)
-
-
-def _module_lambdas(tree: ast.Module) -> dict[str, ast.FunctionDef]:
-    """Module-level `name = lambda ...: body`, as functions forward can reach by name."""
-    out: dict[str, ast.FunctionDef] = {}
-    for stmt in tree.body:
-        if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Lambda):
-            lam = stmt.value
-            for t in stmt.targets:
-                if isinstance(t, ast.Name):
-                    fn = ast.FunctionDef(name=t.id, args=lam.args, body=[ast.Return(lam.body)], decorator_list=[],
-                                         returns=None, type_comment=None)
-                    out[t.id] = ast.copy_location(fn, lam)
-                    ast.fix_missing_locations(out[t.id])
-    return out
-
-
-def _is_compute_ref(d: str) -> bool:
-    """A reference (not a call) to a torch compute function, e.g. `torch.relu`, `F.gelu`."""
-    if not d.startswith("torch.") or d.startswith("torch.cuda."):
-        return False
-    return d.startswith(_TORCH_SUBMODULES_COMPUTE) or d.rsplit(".", 1)[-1] in COMPUTE_METHODS
 
 
 def _uses_identity(e: ast.AST) -> bool:
