@@ -185,7 +185,7 @@ class Server:
 
         marker = torch.zeros(1, device=self.device)
         with torch.no_grad(), profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-            marker.add_(1)  # a kernel on the current stream: its stream id is the one forward should use
+            marker.fill_(1.0)  # a (glue) kernel on the current stream: its stream id is the one forward should use
             self.last = self._guard(lambda: self.model(*self.inputs), Stage.CORRECTNESS)
             torch.cuda.synchronize()
         kernels: list[list[object]] = []
@@ -194,8 +194,9 @@ class Server:
             if not str(getattr(evt, "device_type", "")).endswith("CUDA") or not evt.name:
                 continue
             us = float(getattr(evt, "device_time", None) or getattr(evt, "cuda_time", 0.0) or 0.0)
-            stream = int(getattr(evt, "device_resource_id", -1) or -1)
-            if marker_stream == -1 and "add" in evt.name.lower() and not kernels:
+            rid = getattr(evt, "device_resource_id", None)
+            stream = int(rid) if isinstance(rid, int) else -1  # CUPTI's stream id (0 is a valid one)
+            if marker_stream == -1 and "fill" in evt.name.lower() and not kernels:
                 marker_stream = stream
                 continue
             kernels.append([evt.name, us, stream])

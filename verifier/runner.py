@@ -27,6 +27,8 @@ from typing import IO, Any
 from cudice.verifier.process import CancelToken, kill_group, wait_or_kill
 from cudice.verifier.sandbox import ChildOutcome, ResultPipe, _limits, _tail, scrubbed_env, start_child
 
+STARTUP_ALLOWANCE_S = 30.0  # a judge and its two runners import torch and create CUDA contexts in this time
+
 
 @dataclass
 class _Spare:
@@ -36,6 +38,7 @@ class _Spare:
     stdout: IO[bytes]
     stderr: IO[bytes]
     memory_limit_mib: int
+    started: float = 0.0  # time.monotonic() at start
 
     def discard(self) -> None:
         kill_group(self.proc.pid)
@@ -63,7 +66,7 @@ class PersistentRunner:
                                  stderr=err, env=scrubbed_env(self.env, home=str(work)),
                                  preexec_fn=_limits(memory_limit_mib, self.max_file_mib))
         self.num_started += 1
-        return _Spare(proc, pipe, work, out, err, memory_limit_mib)
+        return _Spare(proc, pipe, work, out, err, memory_limit_mib, time.monotonic())
 
     def warm_up(self, memory_limit_mib: int, config: dict[str, Any] | None = None) -> None:
         """Start the spare now (the pool calls this when it starts)."""
@@ -91,7 +94,10 @@ class PersistentRunner:
                 spare = self._spawn(memory_limit_mib, job.get("config"))
             try:
                 spare.pipe.send_job(job)
-                cancelled, timed_out = wait_or_kill(spare.proc, timeout_s, cancel)
+                # a spare still starting up does not eat the job's time: the one-shot path includes the
+                # start-up in `timeout_s` only because it has nothing to warm up ahead
+                allowance = max(0.0, STARTUP_ALLOWANCE_S - (time.monotonic() - spare.started))
+                cancelled, timed_out = wait_or_kill(spare.proc, timeout_s + allowance, cancel)
                 kill_group(spare.proc.pid)  # the judge's runners and anything they started end with the job
                 result = spare.pipe.result()
                 spare.stdout.flush()
