@@ -138,7 +138,7 @@ def create_server(*, worker_env: dict[str, str] | None = None, results_dir: Path
 
     @server.feature(lsp.INITIALIZED)
     async def initialized(ls: CudiceServer, params: lsp.InitializedParams) -> None:
-        from cudice.server.verification import reference_changed
+        from cudice.server.verification import reference_changed, verify_open_documents
         from cudice.server.watch import PathWatcher
 
         ls.ref_watcher = PathWatcher(asyncio.get_running_loop(), lambda ref: reference_changed(ls, ref), 0.5)
@@ -153,6 +153,8 @@ def create_server(*, worker_env: dict[str, str] | None = None, results_dir: Path
             if _released(ls):  # released while the worker was starting: close it too
                 await ls.quick.shutdown()
                 return
+            if ls.settings.verify_on_save:
+                verify_open_documents(ls)  # saved before the server was ready: not lost
             await load_model(ls)
 
         ls.spawn(startup())
@@ -169,14 +171,17 @@ def create_server(*, worker_env: dict[str, str] | None = None, results_dir: Path
 
     @server.feature(lsp.TEXT_DOCUMENT_DID_OPEN)
     def did_open(ls: CudiceServer, params: lsp.DidOpenTextDocumentParams) -> None:
-        from cudice.server.verification import show_cached
+        from cudice.server.verification import show_cached, verify_open_documents
 
-        show_cached(ls, params.text_document.uri)
+        uri = params.text_document.uri
+        if not show_cached(ls, uri) and ls.settings.verify_on_save:
+            verify_open_documents(ls, [uri])  # saved while the editor was attaching: verify it now
 
     @server.feature(lsp.TEXT_DOCUMENT_DID_SAVE, lsp.SaveOptions(include_text=False))
     def did_save(ls: CudiceServer, params: lsp.DidSaveTextDocumentParams) -> None:
         from cudice.server.verification import verify_document
 
+        ls.saved.add(params.text_document.uri)
         if ls.settings.verify_on_save:
             ls.spawn(verify_document(ls, params.text_document.uri))
 

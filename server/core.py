@@ -11,9 +11,11 @@ Not covered: multi-root workspaces get one settings object (the first folder's),
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import shutil
+import time
 from dataclasses import asdict, dataclass
 from functools import cached_property
 from pathlib import Path
@@ -37,6 +39,9 @@ if TYPE_CHECKING:  # imported when first used: `initialize` is answered before a
     from cudice.verifier.result import VerifyResult
 
 log = logging.getLogger("cudice.server")
+# The largest document text cudice parses (an `ast` parse per edit costs ~1.5 s per MB on a
+# small CPU, and hover, code actions and lenses each need one after every edit).
+MAX_DOCUMENT_CHARS = 512 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +90,8 @@ class CudiceServer(LanguageServer):
         self.dependents: dict[str, set[str]] = {}  # reference path -> candidate uris
         self.last_verdict: str | None = None
         self.last_uri: str | None = None
+        self.started_at = time.time()  # wall clock, compared with file modification times
+        self.saved: set[str] = set()  # documents a `didSave` arrived for
         self.building: dict[str, int] = {}  # uri -> how many verifications of it are starting or running
         self.ref_watcher: PathWatcher | None = None
         self.ckpt_watcher: PathWatcher | None = None
@@ -118,6 +125,36 @@ class CudiceServer(LanguageServer):
 
         return ResultCache(self.results_dir)
 
+    # -- transport -----------------------------------------------------------------------------
+    def start_io(self, stdin: Any = None, stdout: Any = None) -> None:
+        """pygls' stdio server with cudice's read loop (`rpc_reader.py`: bad frames never deafen
+        the server, unreadable requests are answered, nothing pops up)."""
+        import sys
+        import threading
+
+        from cudice.server.rpc_reader import read_messages
+        from pygls.io_ import StdinAsyncReader, StdoutWriter
+
+        self._stop_event = threading.Event()
+        reader = StdinAsyncReader(stdin or sys.stdin.buffer, self.thread_pool)
+        self.protocol.set_writer(StdoutWriter(stdout or sys.stdout.buffer))
+        try:
+            asyncio.run(read_messages(self._stop_event, reader, self.protocol))  # type: ignore[arg-type]
+        except BrokenPipeError:
+            log.error("the connection to the client is lost; shutting down")
+        except (KeyboardInterrupt, SystemExit):
+            pass
+        finally:
+            self.shutdown()  # type: ignore[no-untyped-call]
+
+    def report_server_error(self, error: Exception, source: Any) -> None:
+        """pygls shows every internal error in a popup ("Error in server: ..."); cudice logs it
+        (stderr and `window/logMessage`) and tells the user about its own failures itself."""
+        text = f"{type(error).__name__}: {str(error)[:500]}"
+        log.error("server error (%s): %s", getattr(source, "__name__", source), text)
+        with contextlib.suppress(Exception):
+            self.window_log_message(lsp.LogMessageParams(type=lsp.MessageType.Error, message=f"cudice: {text}"))
+
     # -- background tasks ----------------------------------------------------------------------
     def spawn(self, coro: Any) -> asyncio.Task[Any]:
         """Run `coro` in the background, keep a reference, log (never raise) its failure."""
@@ -127,8 +164,10 @@ class CudiceServer(LanguageServer):
         def done(t: asyncio.Task[Any]) -> None:
             self.tasks.discard(t)
             if not t.cancelled() and t.exception() is not None:
-                log.error("background task failed", exc_info=t.exception())
-                self.notice(f"cudice: internal error: {t.exception()!r} (see the server log)")
+                exc = t.exception()
+                log.error("background task failed", exc_info=exc)
+                # the type and a bounded message: never a whole file (a UnicodeDecodeError's repr holds its input)
+                self.notice(f"cudice: internal error: {type(exc).__name__}: {str(exc)[:300]} (see the server log)")
 
         task.add_done_callback(done)
         return task
@@ -210,11 +249,23 @@ class CudiceServer(LanguageServer):
         hit = self._outlines.get(uri)
         if hit is not None and hit[0] == source and hit[2].encoding == self.position_encoding:
             return hit[1], hit[2]
+        if self.too_large(uri, source):  # bounded work per request: an empty outline offers nothing
+            return outline(""), LineIndex.of("", self.position_encoding)
         found = (outline(source), LineIndex.of(source, self.position_encoding))
         if len(self._outlines) > 256:
             self._outlines.clear()
         self._outlines[uri] = (source, *found)
         return found
+
+    def too_large(self, uri: str, source: str) -> bool:
+        """Whether `source` is over `MAX_DOCUMENT_CHARS`: cudice then leaves the file alone (says so once)."""
+        if len(source) <= MAX_DOCUMENT_CHARS:
+            return False
+        name = os.path.basename(to_fs_path(uri) or uri)
+        self.report_once(f"cudice: {name} has {len(source) // 1024} KiB of text, over the "
+                         f"{MAX_DOCUMENT_CHARS // 1024} KiB cudice reads; its actions, hover, lens and "
+                         "verification are off for this file (KernelBench files are a few KiB)", lsp.MessageType.Info)
+        return True
 
     @property
     def position_encoding(self) -> str:

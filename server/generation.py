@@ -140,7 +140,7 @@ def _pytorch_code(path: str, source: str) -> str:
     if ref is not None:
         try:
             return Path(ref).read_text(encoding="utf-8")
-        except OSError:
+        except (OSError, UnicodeDecodeError):  # the verifier reports an unreadable reference
             pass
     return ""
 

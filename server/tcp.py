@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable
 from threading import Event
 from typing import Any
 
-from pygls.io_ import run_async
+from cudice.server.rpc_reader import read_messages
 from pygls.lsp.server import LanguageServer
 
 log = logging.getLogger(__name__)
@@ -123,8 +123,7 @@ async def serve_tcp(host: str, port: int, make_server: Callable[[], LanguageServ
         server._stop_event = stop = Event()
         server.protocol.set_writer(writer)  # a StreamWriter, as in pygls' own TCP server
         try:
-            await run_async(stop_event=stop, reader=reader, protocol=server.protocol, logger=log,
-                            error_handler=server.report_server_error)
+            await read_messages(stop, reader, server.protocol)
             log.info("client %s disconnected without `exit`; waiting for the next one", peer)
         except SystemExit as exc:  # the `exit` notification: serve_tcp returns once this is cleaned up
             exiting.append(exc.code if isinstance(exc.code, int) else 1)

@@ -18,6 +18,7 @@ told why no speedup is shown. Not covered: verifying unsaved buffer text of the 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from collections.abc import Callable
@@ -65,7 +66,7 @@ def _key(ls: CudiceServer, path: str, source: str, o: Outline) -> str:
     ref_text = None
     if ref is not None:
         try:
-            with open(ref, encoding="utf-8") as f:
+            with open(ref, encoding="utf-8", errors="surrogateescape") as f:  # any bytes: this is only a hash
                 ref_text = f.read()
         except OSError:
             ref_text = None
@@ -110,7 +111,7 @@ def show_cached(ls: CudiceServer, uri: str) -> bool:
     if doc is None:
         return False
     source, version, path = doc
-    if path is None:
+    if path is None or ls.too_large(uri, source):
         return False
     o = outline(source)
     if not is_candidate(o):
@@ -138,6 +139,8 @@ async def verify_document(ls: CudiceServer, uri: str, *, force: bool = False) ->
     if doc is None or path is None:
         if force:
             ls.notice(f"cudice: cannot verify {uri}: it is not a readable file on disk")
+        return None
+    if ls.too_large(uri, source):
         return None
     o = outline(source)
     if not is_candidate(o):
@@ -183,11 +186,15 @@ async def _verify_fresh(ls: CudiceServer, uri: str, path: str, source: str, vers
     # (nvcc) in tens of seconds. Once the full run has compile results they are the authority.
     shown = {"quick": False, "authoritative": False, "final": False}
 
+    quick_found: list[VerifyResult] = []
+
     def on_partial(partial: VerifyResult) -> None:
         if shown["final"] or (shown["quick"] and partial.stage in (Stage.PARSE, Stage.STATIC)
                               and not partial.diagnostics):
             return
         shown["authoritative"] = partial.stage not in (Stage.PARSE, Stage.STATIC)
+        if not shown["authoritative"] and quick_found:  # keep the fast compile findings beside the static ones
+            partial = dataclasses.replace(partial, diagnostics=partial.diagnostics + quick_found[0].diagnostics)
         publish(ls, uri, path, source, version, partial)
         progress.report(f"{partial.stage.value}: {partial.verdict.value}", force=True)
 
@@ -195,6 +202,7 @@ async def _verify_fresh(ls: CudiceServer, uri: str, path: str, source: str, vers
         found = await ls.quick.check(path, source, timeout_s=ls.settings.verify_quick_check_timeout_seconds)
         if found is not None and not (shown["final"] or shown["authoritative"]):
             shown["quick"] = True
+            quick_found.append(found)
             publish(ls, uri, path, source, version, found)
             progress.report(f"fast check: {found.verdict.value}", force=True)
 
@@ -229,3 +237,25 @@ async def reference_changed(ls: CudiceServer, ref: str) -> None:
         if uri in ls.workspace.text_documents:
             log.info("reference %s changed: re-verifying %s", ref, uri)
             ls.spawn(verify_document(ls, uri, force=True))
+
+
+def verify_open_documents(ls: CudiceServer, uris: list[str] | None = None) -> int:
+    """Verify the open candidates (all, or `uris`) that were saved since this server started but
+    without a `didSave` reaching it (the client was not attached yet), show no result, and whose
+    buffer is what is on disk. Called after start-up and on open. Returns how many."""
+    num = 0
+    for uri in list(ls.workspace.text_documents) if uris is None else uris:
+        doc = ls.read_document(uri)
+        if doc is None or doc[2] is None or uri in ls.latest or uri in ls.saved or ls.is_building(uri):
+            continue
+        try:
+            if os.path.getmtime(doc[2]) < ls.started_at:
+                continue  # not saved while the server started: verified on its next save
+            with open(doc[2], encoding="utf-8", errors="surrogateescape") as f:
+                on_disk = f.read()
+        except OSError:
+            continue
+        if on_disk == doc[0] and not ls.too_large(uri, doc[0]) and is_candidate(outline(doc[0])):
+            ls.spawn(verify_document(ls, uri))
+            num += 1
+    return num

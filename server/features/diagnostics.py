@@ -130,8 +130,15 @@ def result_diagnostics(result: VerifyResult, *, path: str, source: str, outline:
     """All diagnostics of `result` for the document `path` whose text is `source`."""
     base = base or docs_base()
     index = LineIndex.of(source, encoding)
-    out = [to_lsp(d, path=path, index=index, outline=outline, support=support, base=base)
-           for d in result.diagnostics]
+    out: list[lsp.Diagnostic] = []
+    seen: set[tuple[int, int, int, int, str, str]] = set()
+    for d in result.diagnostics:  # one diagnostic per problem: a finding reported twice (fast check and
+        found = to_lsp(d, path=path, index=index, outline=outline, support=support, base=base)  # build) once
+        r = found.range
+        key = (r.start.line, r.start.character, r.end.line, r.end.character, str(found.code), found.message)
+        if key not in seen:
+            seen.add(key)
+            out.append(found)
     if result.verdict in _FAILURES and not any(d.severity == lsp.DiagnosticSeverity.Error for d in out):
         # A failure with no located finding (a crashed or timed-out worker): never fail silently.
         detail = (result.error or "").strip().splitlines()[-1:] or ["no details were reported"]

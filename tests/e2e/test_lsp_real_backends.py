@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 from lsp_support import REPO, start_editor, stop_editor
+from lsprotocol import types as lsp
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(600)]
 
 REAL = {"CUDICE_ENGINE_MODULE": "cudice.model.engine", "CUDICE_VERIFY_MODULE": "cudice.verifier.api"}
 
@@ -39,6 +40,44 @@ async def test_compile_error_of_relu_broken_is_on_line_14(tmp_path: Path) -> Non
         errors = [d for d in diags if d.severity == 1]
         assert errors[0].range.start.line == 13, errors
         assert "vv" in errors[0].message and errors[0].source == "cudice"
+    finally:
+        await stop_editor(editor)
+
+
+async def test_runtime_built_cuda_string_is_never_compiled(tmp_path: Path) -> None:
+    shutil.copy(REPO / "examples" / "relu.py", tmp_path / "relu.py")
+    text = (REPO / "examples" / "relu_cuda.py").read_text().replace('relu_source = """', 'relu_source = f"""')
+    text = text.replace("{\n", "{{\n").replace("}\n", "}}\n").replace("threads = 256", "threads = {256}")
+    (tmp_path / "relu_cuda.py").write_text(text)
+    call_line = next(i for i, t in enumerate(text.splitlines()) if "load_inline(" in t)
+    editor = await start_editor("neovim@v0.11", tmp_path, env={**REAL, "CUDICE_GPU": "0"})
+    try:
+        uri = editor.open(tmp_path / "relu_cuda.py")
+        editor.save(uri)
+        await editor.wait_status(lambda s: s["uri"] == uri and s["lastVerdict"] is not None, timeout=240)
+        assert editor.statuses[-1]["lastVerdict"] == "checked"  # never `compiled`: nvcc never saw the text
+        diags = await editor.wait_diagnostics(uri, lambda d: any(x.code == "verify.not_compiled" for x in d))
+        warning = next(d for d in diags if d.code == "verify.not_compiled")
+        assert warning.severity == 2 and warning.range.start.line == call_line
+        lenses = await editor.client.text_document_code_lens_async(
+            lsp.CodeLensParams(lsp.TextDocumentIdentifier(uri)))
+        assert [x.command.title for x in lenses or [] if x.command] == [
+            "⚠ not compiled: its CUDA sources are built at run time · re-verify"]
+    finally:
+        await stop_editor(editor)
+
+
+async def test_without_a_reference_compile_errors_still_show(tmp_path: Path) -> None:
+    shutil.copy(REPO / "examples" / "relu_broken.py", tmp_path / "relu_broken.py")  # its relu.py is not there
+    editor = await start_editor("visual-studio-code", tmp_path, env={**REAL, "CUDICE_GPU": "0"})
+    try:
+        uri = editor.open(tmp_path / "relu_broken.py")
+        editor.save(uri)
+        diags = await editor.wait_diagnostics(
+            uri, lambda d: {x.code for x in d} >= {"parse.reference_missing", "compile.error"}, timeout=540)
+        missing = next(d for d in diags if d.code == "parse.reference_missing")
+        assert missing.severity == 2  # a warning: compiling needs no reference
+        assert next(d.range.start.line for d in diags if d.code == "compile.error") == 13
     finally:
         await stop_editor(editor)
 

@@ -65,6 +65,14 @@ def test_findings_in_other_files_or_without_location_are_anchored_at_model_new()
     assert a.message == "ref.py:7: bad shape" and b.severity == lsp.DiagnosticSeverity.Warning
 
 
+def test_one_problem_gives_one_diagnostic() -> None:
+    err = Diagnostic(Severity.ERROR, 'undeclared "vv"', "compile.error", Stage.COMPILE, Location(PATH, 14, 18, 14, 20))
+    other = Diagnostic(Severity.ERROR, 'undeclared "ww"', "compile.error", Stage.COMPILE, Location(PATH, 14, 18, 14, 20))
+    found = result_diagnostics(_result(err, err, other), path=PATH, source=SOURCE, outline=outline(SOURCE),
+                               support=ClientSupport())
+    assert [d.message for d in found] == ['undeclared "vv"', 'undeclared "ww"']
+
+
 def test_compile_only_says_why_once() -> None:
     compiled = _result(verdict=Verdict.COMPILED, compile_only=True)
     (info,) = result_diagnostics(compiled, path=PATH, source=SOURCE, outline=outline(SOURCE),
