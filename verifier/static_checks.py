@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from cudice.verifier.config import VerifyConfig
 from cudice.verifier.document import Document, LoadInlineCall, callee_name, parse_document
@@ -96,6 +96,20 @@ def check_document(doc: Document, config: VerifyConfig | None = None) -> list[Di
 def check_source(source: str, path: str, config: VerifyConfig | None = None) -> list[Diagnostic]:
     """Parse `source` and run `check_document` (parse problems are not repeated here)."""
     return check_document(parse_document(source, path), config)
+
+
+def check_built_sources(cpp_sources: str | Sequence[str], cuda_sources: str | Sequence[str] | None,
+                        functions: Sequence[str] | None, where: Location,
+                        config: VerifyConfig | None = None) -> list[Diagnostic]:
+    """The C++ checks over the sources a `load_inline` call actually received at run time (the
+    route for a source `static.dynamic_source` could not read): every finding lands on `where`,
+    the call in the candidate's file. Kernel launches are checked too, since the text is complete."""
+    level = parse_strictness(config.static_policy if config is not None else "default")
+    texts = [("cpp", t) for t in ([cpp_sources] if isinstance(cpp_sources, str) else cpp_sources)]
+    if cuda_sources is not None:
+        texts += [("cuda", t) for t in ([cuda_sources] if isinstance(cuda_sources, str) else cuda_sources)]
+    sources = [CppSource(t, _fixed_locator(where), kind == "cuda") for kind, t in texts]
+    return _dedupe(check_cpp_sources(sources, functions, level))
 
 
 def has_violation(diags: Iterable[Diagnostic]) -> bool:

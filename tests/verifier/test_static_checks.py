@@ -735,3 +735,20 @@ def test_layers_held_for_their_weights_are_glue_and_calling_them_is_not() -> Non
     for call in ("self.layers[0](y)", "[f(y) for f in self.layers][0]"):
         body = f"        y = torch.empty_like(x)\n        ext.run(x, y, x)\n        return {call}"
         assert "static.torch_op_in_forward" in _codes(_glue(body, init), Severity.ERROR), call
+
+
+def test_sources_received_at_run_time_get_the_cpp_checks_on_the_call() -> None:
+    from cudice.verifier.result import Location
+    from cudice.verifier.static_checks import check_built_sources
+
+    where = Location("cand.py", 12, 7)
+    honest = (
+        "__global__ void k(float* y) { }\nvoid run(torch::Tensor x) { k<<<1, 1>>>(x.data_ptr<float>()); }"
+    )
+    assert check_built_sources("void run(torch::Tensor x);", [honest], ["run"], where) == []
+    cheat = (
+        "torch::Tensor run(torch::Tensor x) { return at::relu(x); }\nTORCH_LIBRARY_IMPL(aten, CUDA, m) { }"
+    )
+    diags = check_built_sources([cheat], None, ["run"], where)
+    assert {"static.cpp_torch_op", "static.dispatcher_override"} <= _codes(diags, Severity.ERROR)
+    assert all(d.location == where for d in diags)
