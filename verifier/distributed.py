@@ -153,6 +153,7 @@ class RayBackend:
     ) -> Future[VerifyResult]:
         """Queue a verification as a Ray task; a pending job with the same `key` (default: the path) is cancelled."""
         key = key or str(path)
+        self.cancel(key)
         fut: Future[VerifyResult] = Future()
         shipped = ship_job(path, source, reference)
         if shipped is None:  # unreadable here: a parse-stage verdict, computed locally
@@ -160,7 +161,6 @@ class RayBackend:
 
             fut.set_result(verify(path, source=source, reference=reference, config=config or self.config))
             return fut
-        self.cancel(key)
         ref = self._compile.remote(
             shipped, config or self.config, self.num_gpus > 0, self._gpu_submit, self._verify_fn
         )
