@@ -70,7 +70,9 @@ def default_spec(cache_dir: Path, *, uid: int, report_fd: int) -> BoundarySpec:
     cudice_src = str(Path(pkg.__path__[0]).resolve().parent)  # the tree holding verifier/, model/, server/
     exe = str(Path(sys.executable).resolve())
     reads = {sys.prefix, sys.base_prefix, str(Path(exe).parent.parent), purelib, platlib, cudice_src, str(cache_dir)}
-    reads |= {p for p in sys.path if p and Path(p).is_dir()}
+    cwd = os.getcwd()  # the judge's work directory (its runners' logs): not the runner's business
+    imports = {p for p in sys.path if p and p != cwd and Path(p).is_dir()}  # PYTHONPATH may point under /tmp
+    reads |= imports
     cuda = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
     if cuda:
         reads.add(cuda)
@@ -83,7 +85,7 @@ def default_spec(cache_dir: Path, *, uid: int, report_fd: int) -> BoundarySpec:
     private = set(tmp_dirs) | homes  # type: ignore[arg-type]
     def shared(p: str) -> bool:  # a private dir is never shared whole; below a temporary one only the cache is
         inside = any(p == d or p.startswith(d.rstrip("/") + "/") for d in tmp_dirs)  # type: ignore[union-attr]
-        return Path(p).exists() and (not inside or p == str(cache_dir)) and p not in private
+        return Path(p).exists() and (not inside or p == str(cache_dir) or p in imports) and p not in private
 
     reads = {p for p in reads if shared(p)}
     return BoundarySpec(tuple(sorted(reads)), tuple(sorted(p for p in ro if shared(p))),

@@ -90,6 +90,12 @@ class Server:
             except _Failure as f:
                 self.reply({"ok": False, "verdict": f.verdict, "diagnostics": [d.to_dict() for d in f.diagnostics],
                             "error": f.error})
+            except channel.ChannelError:
+                return
+            except Exception as exc:  # this runner's own code failed on what the candidate left: not a crash
+                self.reply({"ok": False, "verdict": Verdict.RUNTIME_ERROR.value, "diagnostics": [Diagnostic(
+                    Severity.ERROR, f"the runner could not serve {op!r}: {type(exc).__name__}: {exc}",
+                    "runtime.exception", Stage.CORRECTNESS, self.where).to_dict()], "error": traceback.format_exc()})
 
     # -- requests -------------------------------------------------------------------------------------
     def op_exit(self, req: dict[str, Any], blobs: list[bytearray]) -> None:
@@ -184,13 +190,21 @@ class Server:
         from torch.profiler import ProfilerActivity, profile
 
         marker = torch.zeros(1, device=self.device)
-        with torch.no_grad(), profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-            marker.fill_(1.0)  # a (glue) kernel on the current stream: its stream id is the one forward should use
-            self.last = self._guard(lambda: self.model(*self.inputs), Stage.CORRECTNESS)
-            torch.cuda.synchronize()
+        try:
+            with torch.no_grad(), profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+                marker.fill_(1.0)  # a (glue) kernel on the current stream: its stream id is the one forward uses
+                self.last = self._guard(lambda: self.model(*self.inputs), Stage.CORRECTNESS)
+                torch.cuda.synchronize()
+            events = list(prof.events())
+        except _Failure:
+            raise
+        except Exception as exc:  # no CUPTI here (permissions, driver): say so, the verdict goes on
+            self.reply({"ok": True, "kernels": [], "marker_stream": -1, "supported": False,
+                        "error": f"{type(exc).__name__}: {exc}"})
+            return
         kernels: list[list[object]] = []
         marker_stream = -1
-        for evt in prof.events():
+        for evt in events:
             if not str(getattr(evt, "device_type", "")).endswith("CUDA") or not evt.name:
                 continue
             us = float(getattr(evt, "device_time", None) or getattr(evt, "cuda_time", 0.0) or 0.0)

@@ -15,14 +15,18 @@ codes `dynamic.*`, docs/diagnostics.md); an ERROR among them means the candidate
   launch, or stale memory, differs between calls);
 - `check_kernels_ran`        — the candidate's own kernels ran, and PyTorch kernels did not do
   the work (a decoy kernel defined but not launched); `profile_kernels` collects the names;
+- `check_streams`            — GPU-side evidence of side streams: a profiled forward's kernels ran
+  on a stream other than the current one (the judge's check; host load cannot trigger it);
 - `check_side_stream`        — host wall time with a device-wide sync is not far above the
-  event time on the current stream (work hidden on another stream);
+  event time on the current stream (the older in-process worker's check);
 - `check_thread_count`, `check_guarded_intact` — no new OS threads, timers/comparison
   functions not replaced.
 
-Not covered: an exploit that behaves honestly while observed (e.g. only cheats after N calls
-beyond what the worker runs) or that corrupts the worker process itself — the sandbox bounds
-the damage, these checks do not detect it. This module imports torch; only the worker imports it.
+The judge (judge.py) calls the output checks on what it fetched and the others inside the
+runner process (candidate.py), where they are observations native code could forge. Not
+covered: an exploit that behaves honestly while observed by an in-process profiler — its
+outputs are still checked on unprofiled calls. This module imports torch; only the worker
+processes import it.
 """
 
 from __future__ import annotations

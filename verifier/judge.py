@@ -373,6 +373,10 @@ class _Judge:
 
         rep, _ = self._ask(self.session.cand, {"op": "profile"}, Stage.CORRECTNESS)
         if not rep.get("supported"):
+            if rep.get("error") and not any(d.code == "dynamic.profiler_unavailable" for d in self.diags):
+                self.diags.append(_diag("dynamic.profiler_unavailable", f"The profiler could not run in the runner "
+                                        f"({rep['error']}): which kernels ran, ATen's share and streams were not "
+                                        "checked.", Stage.CORRECTNESS, self.where, Severity.WARNING))
             return []
         runs = [dyn.KernelRun(str(k[0]), float(k[1]), int(k[2])) for k in rep.get("kernels", [])
                 if isinstance(k, list) and len(k) == 3]

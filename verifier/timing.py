@@ -10,7 +10,9 @@ side streams), `elapsed_time`. Report median, quartiles, min and max in millisec
 threshold (10×) or a candidate faster than moving its inputs and outputs once at peak bandwidth
 is *suspicious*, never celebrated.
 
-Not covered: clock locking (never on a shared machine), CUDA-graph timing of launch-bound
+`compare()` is the older in-process worker's method; the judge (judge.py) times calls by its own
+clock in runner processes and turns the samples into the same `TimingComparison` with
+`from_samples()`. Not covered: clock locking (never on a shared machine), CUDA-graph timing of launch-bound
 ops, kernels that cheat only when unobserved. Imports torch: only the worker imports this.
 """
 

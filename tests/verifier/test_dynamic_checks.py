@@ -280,3 +280,24 @@ def test_dynamic_corpus_is_caught_and_honest_kernels_are_correct() -> None:
           f"honest false positives {len(false_alarms)}/{len(honest)}")
     assert not missed, missed
     assert not false_alarms, false_alarms
+
+
+def test_side_streams_from_gpu_side_records() -> None:
+    """Per-stream kernel records are the evidence: other streams flag, host load cannot."""
+    mine = dc.KernelRun("void relu_kernel(float const*)", 50.0, stream=7)
+    hidden = dc.KernelRun("void relu_kernel(float const*)", 50.0, stream=13)
+    assert dc.check_streams([mine, mine], current_stream=7) == []
+    assert codes(dc.check_streams([mine, hidden], current_stream=7)) == {"dynamic.side_stream"}
+    assert dc.check_streams([mine, dc.KernelRun("k", 1.0)], current_stream=7) == []  # unknown stream: no evidence
+    assert dc.check_streams([hidden], current_stream=-1) == []  # no marker: no verdict either way
+
+
+def test_any_torch_compute_is_an_error_under_the_default_policy() -> None:
+    """A spin kernel of one's own padding the GPU time keeps ATen under 50 %: only `lenient` allows that."""
+    gemm = dc.KernelRun("ampere_sgemm_128x64_nn", 10.0)
+    spin = dc.KernelRun("void pad_spin_kernel(float*, long long)", 90.0)
+    fill = dc.KernelRun("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>", 5.0)
+    assert codes(dc.check_kernels_ran([spin, gemm], ["pad_spin_kernel"], 0.0)) == {"dynamic.torch_kernels_did_work"}
+    lenient = dc.check_kernels_ran([spin, gemm], ["pad_spin_kernel"], 0.5)
+    assert codes(lenient) == set() and {d.code for d in lenient} == {"dynamic.torch_kernels_did_work"}  # a warning
+    assert dc.check_kernels_ran([spin, fill], ["pad_spin_kernel"], 0.0) == []  # fills are glue
