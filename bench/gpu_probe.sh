@@ -19,7 +19,7 @@ log="$out/probe.log"
   echo "== cudice verify (bundled examples)"
   for f in examples/relu_cuda.py examples/softmax_cuda.py; do
     t0=$(date +%s.%N)
-    timeout 300 cudice verify "$f" --json > "$out/verify_$(basename "$f" .py).json" 2>&1
+    timeout 300 python3 -m cudice.server.cli verify "$f" --json > "$out/verify_$(basename "$f" .py).json" 2>&1
     rc=$?
     python3 - "$out/verify_$(basename "$f" .py).json" "$rc" "$t0" <<'PY'
 import json, sys, time
