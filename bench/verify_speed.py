@@ -306,11 +306,13 @@ def main() -> int:
     ap.add_argument("--limit", type=int, default=32, help="phase 5: number of distinct candidates")
     ap.add_argument("--pool", action="store_true", help="phase 5 (GPU): also the pool throughput step")
     ap.add_argument("--skip-nvcc", action="store_true", help="phase 5: no plain nvcc baseline")
+    ap.add_argument("--pch", action="store_true", help="build main.cpp with the slim headers' gcc PCH")
     args = ap.parse_args()
     if args.limit < 1:
         ap.error(f"--limit {args.limit} must be >= 1")
     cache = Path(tempfile.mkdtemp(prefix="cudice-bench-cache-"))
-    config = VerifyConfig(cache_dir=cache, max_jobs=os.cpu_count() or 2, compile_only=args.compile_only)
+    config = VerifyConfig(cache_dir=cache, max_jobs=os.cpu_count() or 2, compile_only=args.compile_only,
+                          host_pch=args.pch)
     result("machine", cpus=os.cpu_count(), gpu=gpu_available(), date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
     steps: list[tuple[str, Callable[[], None]]] = []
     if args.phase in ("all", "compile"):

@@ -46,6 +46,7 @@ from cudice.verifier.document import Document
 from cudice.verifier.generated import CUDA_CU, MAIN_CPP, GeneratedModule, Piece
 from cudice.verifier.header_overlay import (
     aten_op_names,
+    ensure_host_pch,
     ensure_overlay,
     include_dirs,
     slim_blocker,
@@ -53,7 +54,7 @@ from cudice.verifier.header_overlay import (
 )
 from cudice.verifier.process import CancelToken
 from cudice.verifier.result import Diagnostic, Location, Severity, Stage
-from cudice.verifier.toolchain import ToolchainError, probe_toolchain
+from cudice.verifier.toolchain import PROBE_NAME, ToolchainError, probe_toolchain
 
 OUTCOME = "cudice_outcome.json"
 
@@ -113,7 +114,11 @@ def build_module(module: GeneratedModule, path: str, config: VerifyConfig, *, li
     steps: dict[str, StepResult] = {}
     build_path = "full"
     if blocker is None:
-        slim = {MAIN_CPP: (tc.cxx, f"-I{shlex.quote(str(overlay.host))} {full[MAIN_CPP][1]}"),
+        host = overlay.host
+        if config.host_pch:
+            probe_flags = tc.cflags.replace(f"-DTORCH_EXTENSION_NAME={PROBE_NAME}", "")
+            host = ensure_host_pch(overlay, tc.cxx, f"{probe_flags} -idirafter {standins}") or host
+        slim = {MAIN_CPP: (tc.cxx, f"-I{shlex.quote(str(host))} {full[MAIN_CPP][1]}"),
                 CUDA_CU: (tc.nvcc, f"-I{shlex.quote(str(overlay.device))} {full[CUDA_CU][1]}")}
         steps = _compile_all(module, config, {n: slim[n] for n in names}, cancel, on_output, walls, "slim.")
         build_path = "fast"

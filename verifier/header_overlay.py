@@ -212,6 +212,51 @@ def ensure_overlay(cache_dir: Path, flags: str) -> Overlay:
     return Overlay(root, missing)
 
 
+def ensure_host_pch(overlay: Overlay, cxx: str, flags: str, timeout_s: float = 900.0) -> Path | None:
+    """A folder like `overlay.host` plus a gcc precompiled `torch/extension.h.gch`, or None.
+
+    Built once per compiler and flags (`flags` without `-DTORCH_EXTENSION_NAME`, which the
+    header never reads), under a lock; while another process builds it, or if it fails, the
+    caller compiles without it (same result, slower). gcc uses the `.gch` only when it was made
+    with compatible options and silently reads the header otherwise (gcc manual, "Using
+    Precompiled Headers"), so it cannot change what compiles.
+    """
+    import fcntl
+    import shlex
+    import subprocess
+
+    key = hashlib.sha256(f"{cxx}\0{flags}".encode()).hexdigest()[:16]
+    folder = overlay.root / f"pch-{key}"
+    gch = folder / "torch" / "extension.h.gch"
+    if gch.is_file():
+        return folder
+    (folder / "torch").mkdir(parents=True, exist_ok=True)
+    for name, text in (("extension.h", HOST_EXTENSION_H), ("types.h", SLIM_TYPES_H)):
+        if not (folder / "torch" / name).is_file():
+            tmp = folder / "torch" / f".{name}.{os.getpid()}.tmp"
+            tmp.write_text(text)
+            tmp.replace(folder / "torch" / name)
+    with open(folder / "lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return None  # someone else is building it: do not wait
+        if gch.is_file():
+            return folder
+        tmp_gch = gch.with_name(f".extension.h.gch.{os.getpid()}.tmp")
+        cmd = [*shlex.split(cxx), f"-I{folder}", *shlex.split(flags), "-x", "c++-header",
+               str(folder / "torch" / "extension.h"), "-o", str(tmp_gch)]
+        try:
+            ok = subprocess.run(cmd, capture_output=True, timeout=timeout_s, start_new_session=True).returncode == 0
+        except (OSError, subprocess.TimeoutExpired):
+            ok = False
+        if not ok:
+            tmp_gch.unlink(missing_ok=True)
+            return None
+        tmp_gch.replace(gch)
+    return folder
+
+
 @functools.cache
 def aten_op_names(torch_include: str) -> frozenset[str]:
     """Names of ATen's operators (`ATen/ops/<name>_ops.h`) under a torch include folder."""
