@@ -37,6 +37,11 @@ class RowResult:
     step_map: tuple[int, ...]   # per token: index of this row's denoising step that revealed it (0-based)
     text: str
     finish_reason: str          # "eos" | "stop_string" | "length" | "cancelled"
+    # Every token of every decoded block, untrimmed (the stop token and what the block holds after
+    # it), with its step index: the exact states the sampler saw, which RL replays
+    # (`cudice.model.train.objective.replay_rows`).
+    block_tokens: tuple[int, ...] = ()
+    block_step_map: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +65,8 @@ class _Row:
     tail: list[int]             # prompt tokens that share the first generated block
     tokens: list[int] = field(default_factory=list)
     step_map: list[int] = field(default_factory=list)
+    block_tokens: list[int] = field(default_factory=list)
+    block_step_map: list[int] = field(default_factory=list)
     steps_done: int = 0
     finish: str | None = None
     text: str = ""
@@ -201,7 +208,8 @@ class BlockDiffusionSampler:
             if not r.text:
                 r.text = self.decode(r.tokens)
         return BatchResult(
-            rows=tuple(RowResult(tuple(r.tokens), tuple(r.step_map), r.text, r.finish or "length") for r in rows),
+            rows=tuple(RowResult(tuple(r.tokens), tuple(r.step_map), r.text, r.finish or "length",
+                                 tuple(r.block_tokens), tuple(r.block_step_map)) for r in rows),
             num_forwards=num_forwards,
             seconds=time.perf_counter() - start,
             prefill_seconds=prefill_seconds,
@@ -224,6 +232,8 @@ class BlockDiffusionSampler:
             first_new = len(r.tail)
             r.tokens.extend(x_cpu[i][first_new:])
             r.step_map.extend(at_cpu[i][first_new:])
+            r.block_tokens.extend(x_cpu[i][first_new:])
+            r.block_step_map.extend(at_cpu[i][first_new:])
             r.steps_done += int(steps_cpu[i])
             r.tail = []
             self._check_stop(r, config, bl - first_new)
