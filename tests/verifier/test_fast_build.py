@@ -23,6 +23,7 @@ from cudice.verifier.generated import from_call
 from cudice.verifier.header_overlay import (
     STANDINS,
     Overlay,
+    ensure_host_pch,
     ensure_overlay,
     missing_standins,
     slim_blocker,
@@ -61,6 +62,26 @@ def test_overlay_is_content_addressed_atomic_and_writes_only_missing_standins(tm
     full = ensure_overlay(tmp_path / "cache", flags)
     assert full.standins_used == () and full.root != overlay.root
     assert missing_standins([real]) == ()
+
+
+def test_host_pch_never_waits_and_never_leaves_a_broken_gch(tmp_path: Path) -> None:
+    import fcntl
+
+    overlay = ensure_overlay(tmp_path / "cache", "-std=c++20")
+    assert ensure_host_pch(overlay, "false", "-std=c++20") is None  # the compiler failed: no .gch, no error
+    assert not list(overlay.root.glob("pch-*/torch/*.gch*"))
+    (folder,) = overlay.root.glob("pch-*")
+    with open(folder / "lock", "w") as held:  # another process is building it: do not wait for it
+        fcntl.flock(held, fcntl.LOCK_EX)
+        assert ensure_host_pch(overlay, "false", "-std=c++20") is None
+    # a compiler that writes the output: the .gch appears under its final name, atomically
+    fake = tmp_path / "fake-cxx"
+    fake.write_text('#!/bin/sh\nwhile [ "$1" != "-o" ]; do shift; done; echo pch > "$2"\n')
+    fake.chmod(0o755)
+    built = ensure_host_pch(overlay, str(fake), "-std=c++20")
+    assert built is not None and built != folder  # one folder per compiler and flags
+    assert (built / "torch" / "extension.h.gch").read_text() == "pch\n"
+    assert (built / "torch" / "extension.h").is_file() and not list(built.glob("torch/.*tmp"))
 
 
 def test_slim_blocker_sends_risky_lookups_to_the_full_build() -> None:
