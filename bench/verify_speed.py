@@ -216,6 +216,8 @@ def bench_candidates(config: VerifyConfig, n: int, skip_load_inline: bool, skip_
         for cand in kb_candidates.generate(n):
             path = folder / f"{cand.name}.py"
             path.write_text(cand.source)
+            # with ≥ 8 cores the baseline builds beside cudice (each uses ≤ 2 cores): same run, half the time
+            beside = None if skip_load_inline or (os.cpu_count() or 2) < 8 else PlainLoadInline(path)
             cpu0, t0 = _child_cpu_s(), time.perf_counter()
             r = verify(path, config=config)
             row: dict[str, object] = {"name": cand.name, "category": cand.category, "verdict": r.verdict.value,
@@ -223,7 +225,10 @@ def bench_candidates(config: VerifyConfig, n: int, skip_load_inline: bool, skip_
                                       "fallback": "compile.slim.cuda.cu" in r.stage_wall_s and (
                                           "compile.cuda.cu" in r.stage_wall_s or "compile.main.cpp" in r.stage_wall_s),
                                       **{f"stage_{k}_s": v for k, v in _stages(r.stage_wall_s).items()}}
-            if not skip_load_inline:
+            if beside is not None:  # CPU seconds of concurrent children cannot be told apart: wall only
+                li_s, li_ok = beside.wait()
+                row.update(load_inline_s=li_s, load_inline_ok=li_ok, side_by_side=True)
+            elif not skip_load_inline:
                 cpu0 = _child_cpu_s()
                 li_s, li_ok = PlainLoadInline(path).wait()
                 row.update(load_inline_s=li_s, load_inline_ok=li_ok, load_inline_cpu_s=_child_cpu_s() - cpu0)
@@ -305,6 +310,8 @@ def main() -> int:
     ap.add_argument("--compile-only", action="store_true", help="phase 5: stop each verdict after compiling")
     ap.add_argument("--limit", type=int, default=32, help="phase 5: number of distinct candidates")
     ap.add_argument("--pool", action="store_true", help="phase 5 (GPU): also the pool throughput step")
+    ap.add_argument("--pool-limit", type=int, default=32, help="phase 5: candidates of the pool step")
+    ap.add_argument("--pool-only", action="store_true", help="phase 5: only the pool step")
     ap.add_argument("--skip-nvcc", action="store_true", help="phase 5: no plain nvcc baseline")
     ap.add_argument("--pch", action="store_true", help="build main.cpp with the slim headers' gcc PCH")
     args = ap.parse_args()
@@ -319,11 +326,14 @@ def main() -> int:
         steps += [("first_diagnostic", lambda: bench_first_diagnostic(config, args.skip_load_inline)),
                   ("full_verdict", lambda: bench_full_verdict(config, args.skip_load_inline))]
     if args.phase == "candidates":
-        steps.append(("candidates", lambda: bench_candidates(config, args.limit, args.skip_load_inline,
-                                                             args.skip_nvcc)))
-        if args.pool and gpu_available() and not args.compile_only:
-            steps.append(("candidates_pool", lambda: bench_candidates_pool(config, args.limit,
+        if not args.pool_only:
+            steps.append(("candidates", lambda: bench_candidates(config, args.limit, args.skip_load_inline,
+                                                                 args.skip_nvcc)))
+        if (args.pool or args.pool_only) and gpu_available() and not args.compile_only:
+            steps.append(("candidates_pool", lambda: bench_candidates_pool(config, args.pool_limit,
                                                                            args.skip_load_inline)))
+        elif args.pool or args.pool_only:
+            result("candidates_pool", skipped="needs a GPU and no --compile-only")
     gpu_phase = args.phase in ("all", "gpu", "throughput", "repeat")
     if gpu_phase and not gpu_available():
         result("throughput", skipped="no GPU")
