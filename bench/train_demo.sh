@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # The demo model's training recipe on the GPU box, one phase per call (each about 8 minutes):
-#   phase a: corpus + tokenizer + init, template verification per family, SFT, export
-#   phase b: more SFT, held-out eval, BiC-RL (infilling, then end-to-end), held-out eval, export
+#   phase a: corpus + tokenizer + init, SFT; template verification per family alongside; export
+#   phase b: more SFT, then BiC-RL (infilling, then end-to-end, verifier rewards); export both
+#   phase c: held-out evaluation of both checkpoints with `cudice eval`, side by side
 # Usage:  OUT=... bash bench/train_demo.sh a [--smoke]
-#         OUT=... bash bench/train_demo.sh b [--smoke]      # needs phase a's demo_sft.tar in .ckpt/
-# What comes back in $OUT (each file <= 16 MiB): demo_sft.tar (and demo_rl.tar) — a whole
-# checkpoint with bf16 weights, one file —, templates.json / results_b.json, phase_*.log.
-# Between calls carry phase a's tar as .ckpt/demo_sft.tar (DEMO_START overrides the path).
+#         OUT=... bash bench/train_demo.sh b [--smoke]      # needs .ckpt/demo_sft.tar (phase a's)
+#         OUT=... bash bench/train_demo.sh c [--smoke]      # needs .ckpt/demo_sft.tar + demo_rl.tar (b's)
+# What comes back in $OUT (each file <= 16 MiB): demo_sft.tar / demo_rl.tar — a whole checkpoint
+# with bf16 weights, one file —, templates.json (a), results.json (c), phase_*.log.
+# Between calls carry the returned tars in .ckpt/ (DEMO_START, DEMO_SFT, DEMO_RL override paths).
 # Knobs: DEMO_MINUTES (phase budget, default 8), DEMO_WORK (scratch, default /tmp/cudice-demo),
-# PYTHON (default python3), DEMO_SFT_MINUTES (phase b's extra SFT, default 1.5).
+# PYTHON (default python3), DEMO_SFT_MINUTES (phase b's extra SFT, default 2).
 # Driver: model/train/corpus/recipe.py (docs/model.md, "The demo model").
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,6 +36,8 @@ case "$phase" in
        --minutes "${DEMO_MINUTES:-8}" "$@" ;;
   b) exec "$py" -m cudice.model.train.corpus.recipe b --work "$work" --out "$out" \
        --minutes "${DEMO_MINUTES:-8}" --start "${DEMO_START:-.ckpt/demo_sft.tar}" \
-       --sft-minutes "${DEMO_SFT_MINUTES:-1.5}" "$@" ;;
-  *) echo "unknown phase '$phase' (a or b)" >&2; exit 2 ;;
+       --sft-minutes "${DEMO_SFT_MINUTES:-2}" "$@" ;;
+  c) exec "$py" -m cudice.model.train.corpus.recipe c --work "$work" --out "$out" \
+       --minutes "${DEMO_MINUTES:-8}" --sft "${DEMO_SFT:-.ckpt/demo_sft.tar}" --rl "${DEMO_RL:-.ckpt/demo_rl.tar}" "$@" ;;
+  *) echo "unknown phase '$phase' (a, b or c)" >&2; exit 2 ;;
 esac

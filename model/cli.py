@@ -1,7 +1,9 @@
 """`cudice generate` and `cudice model ...` (registered lazily in `cudice.server.cli.SUBCOMMANDS`).
 
-Errors (missing model, bad checkpoint, bad sampler options, a file without a CUDA string to
-fill) end with a one-paragraph message and exit code 1, never a traceback.
+Without --model / CUDICE_MODEL both `generate` and `model info` use the bundled demo model
+(`cudice.model.bundled`); `generate` says so on stderr. Errors (missing model, bad checkpoint,
+bad sampler options, a file without a CUDA string to fill) end with a one-paragraph message
+and exit code 1, never a traceback.
 Not covered: batch generation from the command line and sampling several candidates.
 """
 
@@ -64,13 +66,22 @@ def _reference_source(file: Path, reference: str | None) -> str:
 def generate_command(file: Path, model_path: str | None, mode: str, reference: str | None, as_json: bool,
                      device: str, dtype: str, fast: bool | None, **sampler_options: Any) -> None:
     """Generate a ModelNew for a KernelBench reference FILE, or infill a candidate's CUDA source."""
+    from cudice.model.bundled import DEMO_MAX_NEW_TOKENS, resolve_model_path
+
+    model_path, bundled = resolve_model_path(model_path)
+    if bundled and sampler_options.get("max_new_tokens") is None:
+        sampler_options["max_new_tokens"] = DEMO_MAX_NEW_TOKENS
     config = _sampler_config(sampler_options)
     if not model_path:
         raise click.ClickException(
             "no model: pass --model PATH (a DICE/SDAR checkpoint directory, e.g. DICE-1.7B downloaded elsewhere "
             "with `huggingface-cli download DeadlyKitt3n/DICE-1.7B --local-dir DIR`) or set CUDICE_MODEL. "
+            "The bundled demo model is missing or disabled (CUDICE_NO_BUNDLED_MODEL). "
             "To try the workflow offline: `cudice model make-tiny /tmp/tiny --sdar-layout` and --model /tmp/tiny "
             "(random weights: the output is gibberish)")
+    if bundled:
+        click.echo("using the bundled demo model (only the families of cudice's corpus; `cudice model info` says "
+                   "what it can do; --model DIR for a DICE checkpoint)", err=True)
     from cudice.model.engine import GenerationError, load_engine
     from cudice.model.loader import ModelLoadError
     from cudice.model.scaffold import ScaffoldError, split_scaffold
@@ -115,17 +126,26 @@ def make_tiny_command(directory: Path, sdar_layout: bool, seed: int) -> None:
 
 
 @model_group.command("info")
-@click.argument("path")
+@click.argument("path", required=False)
 @click.option("--device", default="auto", show_default=True)
 @click.option("--dtype", default="auto", show_default=True)
-def info_command(path: str, device: str, dtype: str) -> None:
-    """Load a checkpoint and print what cudice read from it (JSON)."""
+def info_command(path: str | None, device: str, dtype: str) -> None:
+    """Load a checkpoint (default: the bundled demo model) and print what cudice read from it (JSON)."""
+    from cudice.model.bundled import CARD, demo_card, is_bundled, resolve_model_path
     from cudice.model.engine import engine_info, load_engine
     from cudice.model.loader import ModelLoadError
 
+    resolved, _ = resolve_model_path(path)
+    if resolved is None:
+        raise click.ClickException("no PATH given and no bundled demo model (missing, or CUDICE_NO_BUNDLED_MODEL "
+                                   "is set): pass a checkpoint directory")
     try:
-        engine = load_engine(path, device=device, dtype=dtype)
+        engine = load_engine(resolved, device=device, dtype=dtype)
     except ModelLoadError as exc:
         raise click.ClickException(str(exc)) from exc
-    json.dump(engine_info(engine), sys.stdout, indent=2)
+    info = engine_info(engine)
+    if is_bundled(resolved) or (Path(resolved) / CARD).is_file():
+        info["bundled"] = is_bundled(resolved)
+        info["card"] = demo_card(resolved)
+    json.dump(info, sys.stdout, indent=2)
     click.echo()

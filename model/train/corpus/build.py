@@ -89,7 +89,7 @@ def _jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
 
 
 def build_corpus(out_dir: str | Path, seed: int = 0, train_per_family: int = 400,
-                 heldout_per_family: int = 4) -> dict[str, Any]:
+                 heldout_per_family: int = 2) -> dict[str, Any]:
     """Write the corpus to `out_dir` (created; existing corpus files are overwritten); return the manifest."""
     if train_per_family < 1 or heldout_per_family < 0:
         raise ValueError(f"train_per_family={train_per_family} must be >= 1 and heldout_per_family="

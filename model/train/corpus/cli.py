@@ -2,7 +2,9 @@
 
 - `build OUT_DIR [--seed N]`: the corpus folder (`cudice.model.train.corpus.build`);
 - `init OUT_DIR --corpus DIR [--smoke]`: tokenizer trained on the corpus + a random SDAR-layout
-  checkpoint of the demo size (`cudice.model.train.corpus.init_model`).
+  checkpoint of the demo size (`cudice.model.train.corpus.init_model`);
+- `verify-templates DIR [--out JSON]`: a sample of every family through the verifier;
+- `install-demo TAR [--results JSON]`: make a recipe checkpoint the bundled default model.
 Errors end with a one-paragraph message and exit code 1.
 """
 
@@ -23,7 +25,8 @@ def corpus_group() -> None:
 @click.argument("out_dir", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed of the instances (shapes, dtypes).")
 @click.option("--train-per-family", default=400, show_default=True, type=int)
-@click.option("--heldout-per-family", default=4, show_default=True, type=int)
+@click.option("--heldout-per-family", default=2, show_default=True, type=int,
+              help="Held-out problems per family (each one costs a verifier build per evaluated checkpoint).")
 def build_command(out_dir: Path, seed: int, train_per_family: int, heldout_per_family: int) -> None:
     """Write problems, solutions, SFT pairs and RL task files to OUT_DIR."""
     from cudice.model.train.corpus.build import build_corpus
@@ -53,3 +56,46 @@ def init_command(out_dir: Path, corpus_dir: Path, smoke: bool, seed: int) -> Non
     except (ValueError, OSError) as exc:
         raise click.ClickException(str(exc)) from exc
     click.echo(json.dumps(info))
+
+
+@corpus_group.command("verify-templates")
+@click.argument("corpus_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--out", "out_json", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Also write the table as JSON here.")
+@click.option("--per-family", default=1, show_default=True, type=int,
+              help="Training problems per family (plus one held-out problem each).")
+def verify_templates_command(corpus_dir: Path, out_json: Path | None, per_family: int) -> None:
+    """Verify a sample of every family's template solutions (static stage only without a GPU)."""
+    import sys
+
+    from cudice.model.train.corpus.verify_templates import verify_templates
+
+    table = verify_templates(corpus_dir, per_family, lambda line: print(line, file=sys.stderr, flush=True))
+    if out_json is not None:
+        out_json.write_text(json.dumps(table, indent=1) + "\n")
+    click.echo(json.dumps({k: table[k] for k in ("gpu", "all_correct", "all_static_ok")}))
+    if not table["all_static_ok"]:
+        raise SystemExit(1)
+
+
+@corpus_group.command("install-demo")
+@click.argument("tar_path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--results", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="Phase c's results.json (held-out scores go into the card).")
+@click.option("--templates", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="Phase a's templates.json.")
+@click.option("--untrained", is_flag=True, help="Mark the weights as a random stand-in.")
+@click.option("--into", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Target folder (default: the package's model/assets/demo).")
+def install_demo_command(tar_path: Path, results: Path | None, templates: Path | None, untrained: bool,
+                         into: Path | None) -> None:
+    """Install a recipe checkpoint tar as the bundled default model, with its card."""
+    from cudice.model.bundled import DEMO_DIR
+    from cudice.model.train.corpus.install import install_demo
+
+    try:
+        card = install_demo(tar_path, into=into or DEMO_DIR, trained=not untrained, results=results,
+                            templates=templates)
+    except (ValueError, OSError, KeyError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo(json.dumps({k: card[k] for k in ("name", "trained", "architecture")}))

@@ -1,6 +1,6 @@
 """Held-out evaluation of a demo checkpoint: generate a ModelNew per problem, then `cudice eval`.
 
-`evaluate(checkpoint, corpus_dir, label, say)`:
+`evaluate_all({"sft": dir, "rl": dir}, corpus_dir, say)`, for each checkpoint:
   1. load the checkpoint (`load_engine`; GPU → bf16) and write ONE greedy end-to-end answer per
      held-out problem (the runtime's prompt, `Engine.generate_texts` in one batch, dynamic
      strategy at threshold 0.9 — the editor's defaults), extracting the first code block;
@@ -38,50 +38,26 @@ def _speeds(engine: Any, references: list[str], config: Any) -> dict[str, float]
             "tokens_per_s": tokens / seconds if seconds > 0 else 0.0}
 
 
-def evaluate(checkpoint: str | Path, corpus_dir: str | Path, label: str, say: Callable[[str], None], *,
-             smoke: bool = False, workers: int = 14) -> dict[str, Any]:
-    """Generate, verify and score the held-out split (module docstring); returns the figures."""
+def generate_candidates(checkpoint: Path, corpus: Path, candidates: Path, smoke: bool) -> dict[str, Any]:
+    """Step 1: one greedy answer per held-out problem, one batch; the answers' code into `candidates`."""
     import torch
     from cudice.model.config import SamplerConfig
     from cudice.model.engine import load_engine
     from cudice.model.prompts import chat_prompt, e2e_prompt, extract_first_code_block
 
-    corpus = Path(corpus_dir)
     manifest = json.loads((corpus / "manifest.json").read_text())
     held = [p for p in manifest["problems"] if p["split"] == "heldout"]
-    problems_dir = corpus / "problems" / "heldout"
-    candidates = Path(checkpoint).parent / f"candidates_{label}"
     candidates.mkdir(parents=True, exist_ok=True)
     for stale in candidates.glob("*.py"):
         stale.unlink()
-    # 1. one greedy answer per problem, one batch
     engine = load_engine(str(checkpoint))
     config = SamplerConfig(max_new_tokens=16 if smoke else EVAL_MAX_NEW_TOKENS, temperature=0.0)
-    references = [(problems_dir / p["file"]).read_text() for p in held]
+    references = [(corpus / "problems" / "heldout" / p["file"]).read_text() for p in held]
     batch = engine.generate_texts([chat_prompt(e2e_prompt(r)) for r in references], config)
     for p, row in zip(held, batch.rows, strict=True):
         code = extract_first_code_block(row.text)
         (candidates / p["file"]).write_text(code if code is not None else row.text)
-    say(f"eval {label}: {len(held)} answers, {batch.num_tokens} tokens in {batch.seconds:.1f} s "
-        f"({batch.num_tokens / max(batch.seconds, 1e-9):.0f} tok/s batched)")
-    # 2. the user's command scores them
-    args = [sys.executable, "-m", "cudice.server.cli", "eval", str(problems_dir), str(candidates), "--json",
-            "--workers", str(workers)]
-    proc = subprocess.run(args, capture_output=True, text=True)
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
-    if proc.returncode != 0 or not lines:
-        raise RuntimeError(f"cudice eval failed (exit {proc.returncode}): {proc.stderr[-2000:]}")
-    scores = json.loads(lines[-1])
-    family_of = {p["file"]: p["family"] for p in held}
-    per_family: dict[str, dict[str, float]] = {}
-    for row in scores["per_problem"]:
-        fam = per_family.setdefault(family_of[row["problem"]], {"problems": 0, "correct": 0, "fast_1": 0})
-        fam["problems"] += 1
-        fam["correct"] += row["verdict"] == "correct"
-        sp, sp_min = row.get("speedup"), row.get("speedup_min")
-        # VerifyResult.is_fast(1.0)'s test on the eval row: the pessimistic speedup clears 1
-        fam["fast_1"] += row["verdict"] == "correct" and sp is not None and (sp_min if sp_min is not None else sp) > 1
-    # 3. decoding speed at batch 1
+    # Step 3 (here, while the model is loaded): decoding alone at batch 1.
     refs = references[:SPEED_PROMPTS]
     speed = {"default": _speeds(engine, refs, config)}
     if torch.cuda.is_available() and not smoke:
@@ -89,17 +65,68 @@ def evaluate(checkpoint: str | Path, corpus_dir: str | Path, label: str, say: Ca
             speed["fast"] = _speeds(load_engine(str(checkpoint), fast=True), refs, config)
         except Exception as exc:  # the figure is optional; the error is reported, not hidden
             speed["fast"] = {"error": f"{type(exc).__name__}: {exc}"}
-    result = {"label": label, "checkpoint": str(checkpoint), "num_problems": scores["num_problems"],
-              "samples_per_problem": 1, "gpu": scores.get("gpu"), "correct": scores["correct"],
-              "fast_1": scores["fast_1"], "fast_2": scores["fast_2"], "per_family": per_family,
-              "verdicts": dict(Counter(r["verdict"] for r in scores["per_problem"])),
-              "finish_reasons": dict(Counter(r.finish_reason for r in batch.rows)),
-              "batched_tokens_per_s": batch.num_tokens / max(batch.seconds, 1e-9), "speed_batch1": speed,
-              "per_problem": scores["per_problem"]}
-    say(f"eval {label}: correct {result['correct']:.1%}, fast_1 {result['fast_1']:.1%} over "
-        f"{result['num_problems']} problems x 1 sample; verdicts {result['verdicts']}; batch-1 "
-        f"{speed['default']['tokens_per_forward']:.2f} tokens/forward, {speed['default']['tokens_per_s']:.0f} tok/s")
-    return result
+    return {"family_of": {p["file"]: p["family"] for p in held},
+            "finish_reasons": dict(Counter(r.finish_reason for r in batch.rows)),
+            "batched_tokens": batch.num_tokens, "batched_seconds": batch.seconds, "speed_batch1": speed}
+
+
+def _eval_process(corpus: Path, candidates: Path, workers: int) -> subprocess.Popen[str]:
+    """Step 2: the user's command, `cudice eval PROBLEMS CANDIDATES --json`."""
+    args = [sys.executable, "-m", "cudice.server.cli", "eval", str(corpus / "problems" / "heldout"),
+            str(candidates), "--json", "--workers", str(workers)]
+    return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def _scores(proc: subprocess.Popen[str], label: str) -> dict[str, Any]:
+    stdout, stderr = proc.communicate()
+    lines = [ln for ln in stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(f"cudice eval of {label} failed (exit {proc.returncode}): {stderr[-2000:]}")
+    return dict(json.loads(lines[-1]))
+
+
+def _summary(label: str, checkpoint: Path, gen: dict[str, Any], scores: dict[str, Any]) -> dict[str, Any]:
+    per_family: dict[str, dict[str, float]] = {}
+    for row in scores["per_problem"]:
+        fam = per_family.setdefault(gen["family_of"][row["problem"]], {"problems": 0, "correct": 0, "fast_1": 0})
+        fam["problems"] += 1
+        fam["correct"] += row["verdict"] == "correct"
+        sp, sp_min = row.get("speedup"), row.get("speedup_min")
+        # VerifyResult.is_fast(1.0)'s test on the eval row: the pessimistic speedup clears 1
+        fam["fast_1"] += row["verdict"] == "correct" and sp is not None and (sp_min if sp_min is not None else sp) > 1
+    return {"label": label, "checkpoint": str(checkpoint), "num_problems": scores["num_problems"],
+            "samples_per_problem": 1, "gpu": scores.get("gpu"), "correct": scores["correct"],
+            "fast_1": scores["fast_1"], "fast_2": scores["fast_2"], "per_family": per_family,
+            "verdicts": dict(Counter(r["verdict"] for r in scores["per_problem"])),
+            "finish_reasons": gen["finish_reasons"],
+            "batched_tokens_per_s": gen["batched_tokens"] / max(gen["batched_seconds"], 1e-9),
+            "speed_batch1": gen["speed_batch1"], "per_problem": scores["per_problem"]}
+
+
+def evaluate_all(stages: dict[str, Path], corpus_dir: str | Path, say: Callable[[str], None], *,
+                 smoke: bool = False, workers: int = 14) -> dict[str, dict[str, Any]]:
+    """Generate with every checkpoint of `stages` ({"sft": dir, "rl": dir}), then score them all at once.
+
+    The `cudice eval` runs of the stages overlap (their builds share the CPU cores, `workers`
+    split between them); generation runs first, one checkpoint at a time, on the GPU.
+    """
+    corpus = Path(corpus_dir)
+    generated: dict[str, dict[str, Any]] = {}
+    for label, checkpoint in stages.items():
+        generated[label] = generate_candidates(checkpoint, corpus, checkpoint.parent / "candidates", smoke)
+        g = generated[label]
+        say(f"eval {label}: {len(g['family_of'])} answers, {g['batched_tokens']} tokens in "
+            f"{g['batched_seconds']:.1f} s; finish {g['finish_reasons']}")
+    per_run = max(1, workers // max(1, len(stages)))
+    procs = {label: _eval_process(corpus, ckpt.parent / "candidates", per_run) for label, ckpt in stages.items()}
+    results = {label: _summary(label, stages[label], generated[label], _scores(proc, label))
+               for label, proc in procs.items()}
+    for label, r in results.items():
+        s = r["speed_batch1"]["default"]
+        say(f"eval {label}: correct {r['correct']:.1%}, fast_1 {r['fast_1']:.1%} over {r['num_problems']} "
+            f"problems x 1 sample; verdicts {r['verdicts']}; batch 1: {s['tokens_per_forward']:.2f} tokens/forward, "
+            f"{s['tokens_per_s']:.0f} tok/s")
+    return results
 
 
 def comparison_table(results: dict[str, dict[str, Any]]) -> str:

@@ -2,16 +2,20 @@
 
     python3 -m cudice.model.train.corpus.recipe a --work W --out $OUT [--minutes 8] [--smoke]
     python3 -m cudice.model.train.corpus.recipe b --work W --out $OUT --start .ckpt/demo_sft.tar
+    python3 -m cudice.model.train.corpus.recipe c --work W --out $OUT --sft .ckpt/demo_sft.tar --rl .ckpt/demo_rl.tar
 
-Phase A: 1. build the corpus and the initial checkpoint (tokenizer trained on the corpus);
-2. verify a sample of every template family with the verifier (`VerifyPool`; on a machine
-without a GPU only the static anti-cheat stage runs) and print a per-family table;
-3. `cudice train sft` until the phase's deadline (the run is stopped there; the last complete
-checkpoint, saved every `--save-every` steps, is kept); 4. export it as ONE bf16 tar file.
-Phase B: 1. rebuild the corpus (deterministic) and unpack the carried tar; 2. continue SFT;
-3. evaluate the held-out split (`eval.evaluate`: generate, then `cudice eval`); 4. `cudice train
-rl` (infilling stage, then end-to-end, verifier rewards) until its deadline; 5. evaluate the RL
-checkpoint; 6. export both checkpoints and `results_b.json`.
+Phase a: 1. build the corpus and the initial checkpoint (tokenizer trained on the corpus);
+2. in the background, verify a sample of every template family with the verifier (`VerifyPool`;
+without a GPU only the static anti-cheat stage runs; a per-family table goes to the log and
+`templates.json`) — compiles are CPU-bound, so they overlap SFT on the GPU; 3. `cudice train
+sft` until the phase's deadline (stopped there; the last complete checkpoint, saved every
+`--save-every` steps, is kept); 4. export it as ONE bf16 tar file.
+Phase b: 1. rebuild the corpus (deterministic) and unpack the carried tar; 2. continue SFT;
+3. `cudice train rl` (infilling stage, then end-to-end, verifier rewards) until the deadline;
+4. export both checkpoints. Phase c: generate for the held-out split with both checkpoints and
+score them with `cudice eval` side by side (`evaluate.evaluate_all`), `results.json` + a table.
+A verifier build costs about a minute of CPU per distinct kernel (docs/benchmarks.md), which is
+why the evaluations get a call of their own.
 
 Every run's stdout/stderr goes to `<phase>.log` in the output folder; deadlines are wall-clock
 from the phase's start. Subprocesses run in their own process group and are killed with it.
@@ -208,50 +212,71 @@ def common(fn: Any) -> Any:
 
 @recipe.command("a")
 @common
-@click.option("--verify-per-family", type=int, default=2, show_default=True)
+@click.option("--verify-per-family", type=int, default=1, show_default=True,
+              help="Training problems verified per family (plus one held-out each), while SFT runs.")
 def phase_a(work: Path, out: Path, minutes: float, seed: int, smoke: bool, verify_per_family: int) -> None:
-    """Corpus, tokenizer, init; verify the templates; SFT until the deadline; export."""
-    from cudice.model.train.corpus.verify_templates import verify_templates
-
+    """Corpus, tokenizer, init; SFT until the deadline while the templates are verified; export."""
     phase = Phase("phase_a", out, minutes)
     corpus, init = prepare(work, seed, smoke, phase)
-    table = verify_templates(corpus, verify_per_family, phase.say)
-    (out / "templates.json").write_text(json.dumps(table, indent=1) + "\n")
+    # The template check compiles on the CPU cores while SFT keeps the GPU busy.
+    checker = subprocess.Popen(_cli("cudice.model.train.corpus", "verify-templates", str(corpus), "--out",
+                                    str(out / "templates.json"), "--per-family", str(verify_per_family)),
+                               stdout=subprocess.DEVNULL, stderr=phase.log_path.open("a"), start_new_session=True)
     reserve = 45.0 if not smoke else 5.0  # export + slack
-    ckpt = sft(init, corpus, work / "sft", phase.left() - reserve, phase, smoke, epochs=4)
-    if ckpt is None:
-        raise click.ClickException(f"SFT wrote no checkpoint; see {phase.log_path}")
-    export_tar(ckpt, out / TAR_SFT)
-    phase.say(f"exported {ckpt} -> {out / TAR_SFT}; carry it to phase B (e.g. .ckpt/{TAR_SFT})")
+    try:
+        ckpt = sft(init, corpus, work / "sft", phase.left() - reserve, phase, smoke, epochs=4)
+        if ckpt is None:
+            raise click.ClickException(f"SFT wrote no checkpoint; see {phase.log_path}")
+        export_tar(ckpt, out / TAR_SFT)
+        phase.say(f"exported {ckpt} -> {out / TAR_SFT}; carry it to phase b as .ckpt/{TAR_SFT}")
+        checker.wait(timeout=max(1.0, phase.left()))
+    except subprocess.TimeoutExpired:
+        phase.say("template verification did not finish inside the phase; templates.json has what it had")
+    finally:
+        if checker.poll() is None:
+            os.killpg(checker.pid, signal.SIGTERM)
 
 
 @recipe.command("b")
 @common
 @click.option("--start", type=click.Path(dir_okay=False, path_type=Path), default=Path(".ckpt") / TAR_SFT,
-              show_default=True, help="Phase A's checkpoint tar.")
-@click.option("--sft-minutes", type=float, default=1.5, show_default=True, help="More SFT before the evaluations.")
+              show_default=True, help="Phase a's checkpoint tar.")
+@click.option("--sft-minutes", type=float, default=2.0, show_default=True, help="More SFT before RL.")
 def phase_b(work: Path, out: Path, minutes: float, seed: int, smoke: bool, start: Path, sft_minutes: float) -> None:
-    """More SFT, held-out eval, BiC-RL until the deadline, held-out eval again; export both."""
-    from cudice.model.train.corpus.evaluate import evaluate
-
+    """More SFT, then BiC-RL (infilling, then end-to-end) until the deadline; export both."""
     phase = Phase("phase_b", out, minutes)
     corpus, _ = prepare(work, seed, smoke, phase)
     begin = unpack_tar(start, work / "start")
     ckpt = (sft(begin, corpus, work / "sft_b", 60 * sft_minutes, phase, smoke, epochs=1) if sft_minutes > 0
             else None) or begin
     export_tar(ckpt, out / TAR_SFT)
-    eval_seconds = 20.0 if smoke else 100.0
-    results: dict[str, Any] = {"sft": evaluate(ckpt, corpus, "sft", phase.say, smoke=smoke)}
-    (out / "results_b.json").write_text(json.dumps(results, indent=1) + "\n")
-    rl_ckpt = rl(ckpt, corpus, work / "rl", phase.left() - eval_seconds - 30, phase, smoke)
-    if rl_ckpt is not None and rl_ckpt != ckpt:
-        export_tar(rl_ckpt, out / TAR_RL)
-        results["rl"] = evaluate(rl_ckpt, corpus, "rl", phase.say, smoke=smoke)
-    else:
-        phase.say("RL wrote no checkpoint before the deadline: no RL evaluation")
-    (out / "results_b.json").write_text(json.dumps(results, indent=1) + "\n")
-    from cudice.model.train.corpus.evaluate import comparison_table
+    reserve = 40.0 if not smoke else 5.0
+    rl_ckpt = rl(ckpt, corpus, work / "rl", phase.left() - reserve, phase, smoke)
+    if rl_ckpt is None:
+        raise click.ClickException(f"RL wrote no checkpoint before the deadline; see {phase.log_path}")
+    export_tar(rl_ckpt, out / TAR_RL)
+    phase.say(f"exported {ckpt} -> {TAR_SFT} and {rl_ckpt} -> {TAR_RL}; carry both to phase c in .ckpt/")
 
+
+@recipe.command("c")
+@common
+@click.option("--sft", "sft_tar", type=click.Path(dir_okay=False, path_type=Path),
+              default=Path(".ckpt") / TAR_SFT, show_default=True)
+@click.option("--rl", "rl_tar", type=click.Path(dir_okay=False, path_type=Path),
+              default=Path(".ckpt") / TAR_RL, show_default=True)
+def phase_c(work: Path, out: Path, minutes: float, seed: int, smoke: bool, sft_tar: Path, rl_tar: Path) -> None:
+    """Held-out evaluation of the SFT and the RL checkpoint (`cudice eval`), side by side."""
+    from cudice.model.train.corpus.evaluate import comparison_table, evaluate_all
+
+    phase = Phase("phase_c", out, minutes)
+    corpus, _ = prepare(work, seed, smoke, phase)
+    stages = {"sft": unpack_tar(sft_tar, work / "eval_sft" / "ckpt")}
+    if rl_tar.is_file():
+        stages["rl"] = unpack_tar(rl_tar, work / "eval_rl" / "ckpt")
+    else:
+        phase.say(f"{rl_tar} missing: evaluating the SFT checkpoint only")
+    results = evaluate_all(stages, corpus, phase.say, smoke=smoke)
+    (out / "results.json").write_text(json.dumps(results, indent=1) + "\n")
     phase.say("\n" + comparison_table(results))
 
 
