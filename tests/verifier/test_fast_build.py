@@ -266,3 +266,34 @@ def test_gpu_slim_and_fallback_builds_give_correct_verdicts(tmp_path: Path) -> N
                  and "compile.cuda.cu" not in r.stage_wall_s]
     assert len(slim_only) == len(results) - 1  # the templates need nothing the slim set lacks
     assert "compile.cuda.cu" in results[-1].stage_wall_s  # the fallback rebuilt cuda.cu with full headers
+
+
+def _corpus_modules() -> list[tuple[str, str]]:
+    """(name, text) of every statically known candidate: the benchmark templates and tests/verifier/corpus."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    import kb_candidates
+
+    out = [(c.name, c.source) for c in kb_candidates.generate(kb_candidates.NUM_TEMPLATES)]
+    for path in sorted((ROOT / "tests" / "verifier" / "corpus").glob("*.py")):
+        doc = read_document(path)
+        if doc.load_inline_calls and from_call(doc, doc.load_inline_calls[0]) is not None:
+            out.append((path.stem, path.read_text()))
+    return out
+
+
+
+MANY_CORES = (__import__("os").cpu_count() or 1) >= 8
+
+
+@needs_nvcc
+@pytest.mark.slow
+@pytest.mark.skipif(not MANY_CORES, reason="two builds per corpus candidate (112): needs >= 8 cores, e.g. with "
+                    "pytest -n 8 on the GPU box; the two-candidate subset above runs everywhere")
+@pytest.mark.parametrize("item", _corpus_modules() if MANY_CORES else [], ids=lambda item: item[0])
+def test_every_corpus_candidate_builds_the_same_fast_and_full(item: tuple[str, str],
+                                                              session_config: VerifyConfig) -> None:
+    name, text = item
+    full, auto = _build(text, name, session_config, "full"), _build(text, name, session_config, "auto")
+    assert _key(auto) == _key(full), (auto.build_path, auto.output[-1500:], full.output[-1500:])
