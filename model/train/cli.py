@@ -1,19 +1,25 @@
 """`cudice train`: offline fine-tuning commands for maintainers (SFT, BiC-RL).
 
 Both write checkpoints with `cudice.model.train.checkpoint.save_checkpoint`, in the layout of
-the checkpoint they started from, so the language server hot-reloads them.
-Multi-GPU: `accelerate launch -m cudice.model.train.cli sft ...` (the same options).
+the checkpoint they started from, so the language server hot-reloads them. Several GPUs:
+`accelerate launch [--config_file fsdp.yaml] -m cudice.model.train.cli sft ...` (the same
+options; docs/training.md). Figures: one JSON object per logged step on stdout, a progress bar
+on stderr (when it is a terminal), TensorBoard with `--tensorboard DIR`.
+
+Not covered: multi-node launch files (accelerate's own `--num_machines` options apply).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
+
+PRECISION_CHOICES = ("auto", "fp32", "bf16-autocast", "accelerate-bf16", "accelerate-fp16")
 
 
 @click.group("train", context_settings={"help_option_names": ["-h", "--help"]})
@@ -21,11 +27,21 @@ def train_group() -> None:
     """Fine-tune a DICE/SDAR checkpoint: `sft` on CuKe pairs, then `rl` (BiC-RL)."""
 
 
-def _load(model: str, device: str, dtype: str):  # type: ignore[no-untyped-def]
+def _device(device: str) -> str:
+    """Where this process trains: `--device cpu`, else accelerate's device for this rank."""
+    if device == "cpu":
+        return "cpu"
+    from accelerate import PartialState
+
+    return str(PartialState().device) if device == "auto" else device
+
+
+def _load(model: str, device: str):  # type: ignore[no-untyped-def]
+    """Load in float32 (the master weights) straight onto this rank's device."""
     from cudice.model.loader import ModelLoadError, load_checkpoint
 
     try:
-        loaded = load_checkpoint(model, device=device, dtype=dtype)
+        loaded = load_checkpoint(model, device=_device(device), dtype="float32")
     except ModelLoadError as exc:
         raise click.ClickException(str(exc)) from exc
     if loaded.block_size is None or loaded.ids.mask is None:
@@ -36,23 +52,72 @@ def _load(model: str, device: str, dtype: str):  # type: ignore[no-untyped-def]
     return loaded
 
 
+def _setup(precision: str, device: str, gradient_checkpointing: bool, lora_rank: int, lora_alpha: float) -> Any:
+    import torch
+    from cudice.model.train.config import ModelSetup
+
+    if precision == "auto":  # bf16 matmuls over fp32 master weights where the GPU has bf16
+        on_gpu = device != "cpu" and torch.cuda.is_available()
+        precision = "bf16-autocast" if on_gpu and torch.cuda.is_bf16_supported() else "fp32"
+    return ModelSetup(precision=precision, gradient_checkpointing=gradient_checkpointing, lora_rank=lora_rank,
+                      lora_alpha=lora_alpha)
+
+
+def _monitor(total: int, tensorboard: str | None, progress: bool | None, description: str) -> Any:
+    from accelerate import PartialState
+    from cudice.model.train.monitor import Monitor
+
+    show = sys.stderr.isatty() if progress is None else progress
+    return Monitor(total, emit=lambda record: click.echo(json.dumps(record)), tensorboard_dir=tensorboard,
+                   progress=show, enabled=PartialState().is_main_process, description=description)
+
+
+def _common(fn: Any) -> Any:
+    """Options both commands share: device, precision, memory, LoRA, logging."""
+    options = [
+        click.option("--device", default="auto", show_default=True,
+                     help="auto: accelerate's device for this rank; cpu: train on the CPU."),
+        click.option("--dtype", default="auto", show_default=True, hidden=True,
+                     help="Ignored: weights always train in float32 (master copy); see --precision."),
+        click.option("--precision", type=click.Choice(PRECISION_CHOICES), default="auto", show_default=True,
+                     help="auto = bf16-autocast on a bf16 GPU, else fp32. Weights stay float32 in every mode."),
+        click.option("--gradient-checkpointing/--no-gradient-checkpointing", default=False, show_default=True,
+                     help="Recompute activations in the backward (less memory, ~30% more compute)."),
+        click.option("--lora-rank", default=0, show_default=True, type=int,
+                     help="> 0: train LoRA adapters of this rank (peft); the checkpoint holds merged weights."),
+        click.option("--lora-alpha", default=16.0, show_default=True, type=float),
+        click.option("--save-every", default=0, show_default=True, type=int,
+                     help="Also save every N steps (SFT: with the --resume state)."),
+        click.option("--tensorboard", "tensorboard", default=None, type=click.Path(file_okay=False),
+                     help="Write TensorBoard scalars here (needs tensorboard installed)."),
+        click.option("--progress/--no-progress", default=None, help="Progress bar on stderr (default: if a tty)."),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
 @train_group.command("sft")
 @click.option("--model", "model_path", required=True, help="Checkpoint to start from (SDAR/DICE layout).")
 @click.option("--data", "data_path", required=True, type=click.Path(dir_okay=False),
               help="CuKe-format JSONL/JSON of {prompt, response}.")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
-              help="Where to write the fine-tuned checkpoint.")
+              help="Where to write the fine-tuned checkpoint (and train_state/ for --resume).")
 @click.option("--epochs", default=3, show_default=True, type=int)
 @click.option("--lr", default=1e-5, show_default=True, type=float)
-@click.option("--batch-size", default=1, show_default=True, type=int)
+@click.option("--batch-size", default=1, show_default=True, type=int, help="Per process.")
 @click.option("--grad-accum", default=1, show_default=True, type=int)
 @click.option("--max-length", default=6144, show_default=True, type=int, help="Drop longer samples (tokens).")
-@click.option("--save-every", default=0, show_default=True, type=int, help="Also save every N steps.")
-@click.option("--device", default="auto", show_default=True)
-@click.option("--dtype", default="auto", show_default=True)
+@click.option("--max-steps", default=0, show_default=True, type=int, help="Stop after N optimizer steps (0: all).")
+@click.option("--log-every", default=1, show_default=True, type=int,
+              help="Read the loss back from the GPU every N steps (fewer syncs).")
+@click.option("--resume", is_flag=True, help="Continue the run saved in --out (model, optimizer, RNG, data).")
 @click.option("--seed", default=0, show_default=True, type=int)
+@_common
 def sft_command(model_path: str, data_path: str, out_dir: str, epochs: int, lr: float, batch_size: int,
-                grad_accum: int, max_length: int, save_every: int, device: str, dtype: str, seed: int) -> None:
+                grad_accum: int, max_length: int, max_steps: int, log_every: int, resume: bool, seed: int,
+                device: str, dtype: str, precision: str, gradient_checkpointing: bool, lora_rank: int,
+                lora_alpha: float, save_every: int, tensorboard: str | None, progress: bool | None) -> None:
     """Supervised fine-tuning with the block-diffusion objective; prints one JSON line per step."""
     from cudice.model.train.config import SFTConfig
     from cudice.model.train.data import load_sft
@@ -60,24 +125,26 @@ def sft_command(model_path: str, data_path: str, out_dir: str, epochs: int, lr: 
 
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     try:
+        setup = _setup(precision, device, gradient_checkpointing, lora_rank, lora_alpha)
         config = SFTConfig(learning_rate=lr, num_epochs=epochs, batch_size=batch_size,
                            grad_accum_steps=grad_accum, max_length=max_length, save_every_steps=save_every,
-                           seed=seed)
+                           max_steps=max_steps, log_every_steps=log_every, seed=seed, setup=setup)
         records = load_sft(data_path)
     except ValueError as exc:
         raise click.ClickException(str(exc)) from exc
-    loaded = _load(model_path, device, dtype)
+    loaded = _load(model_path, device)
     samples = [encode_pair(loaded.tokenizer, r["prompt"], r["response"], block_size=loaded.block_size,
                            pad_token_id=loaded.ids.pad) for r in records]
-    loaded.model.train()
+    kept = sum(len(s.input_ids) <= max_length for s in samples)
+    total = -(-kept // batch_size // grad_accum) * epochs
     try:
         history = train_sft(loaded.model, samples, config, block_size=loaded.block_size,
                             mask_token_id=loaded.ids.mask, pad_token_id=loaded.ids.pad,
-                            source_dir=loaded.path, out_dir=out_dir,
-                            on_step=lambda step, s: click.echo(json.dumps({"step": step, **s})))
+                            source_dir=loaded.path, out_dir=out_dir, resume=resume, cpu=device == "cpu",
+                            monitor=_monitor(max_steps or total, tensorboard, progress, "sft"))
     except ValueError as exc:
         raise click.ClickException(str(exc)) from exc
-    click.echo(f"wrote {Path(out_dir)} after {len(history)} steps", err=True)
+    click.echo(f"wrote {Path(out_dir)} after {len(history)} logged steps", err=True)
 
 
 @train_group.command("rl")
@@ -88,41 +155,99 @@ def sft_command(model_path: str, data_path: str, out_dir: str, epochs: int, lr: 
               help="Writes stage-infill/ and stage-e2e/ checkpoints here.")
 @click.option("--infill-steps", default=20, show_default=True, type=int)
 @click.option("--e2e-steps", default=100, show_default=True, type=int)
-@click.option("--tasks-per-step", default=64, show_default=True, type=int)
+@click.option("--tasks-per-step", default=64, show_default=True, type=int, help="All processes together.")
 @click.option("--samples-per-task", default=16, show_default=True, type=int)
 @click.option("--lr", default=1e-6, show_default=True, type=float)
 @click.option("--max-new-tokens", default=4096, show_default=True, type=int)
+@click.option("--infill-max-prompt-tokens", default=2000, show_default=True, type=int,
+              help="Drop stage-1 tasks with longer prompts (DICE: 2000).")
+@click.option("--e2e-max-prompt-tokens", default=1500, show_default=True, type=int,
+              help="Drop stage-2 tasks with longer prompts (DICE: 1500).")
+@click.option("--ppo-epochs", default=1, show_default=True, type=int, help="Passes over each rollout batch.")
+@click.option("--num-minibatches", default=4, show_default=True, type=int,
+              help="Optimizer steps per pass over a rollout batch.")
+@click.option("--rollout-memory-gib", default=16.0, show_default=True, type=float,
+              help="KV-cache budget of one rollout micro-batch.")
+@click.option("--fast/--no-fast", default=True, show_default=True,
+              help="Rollouts on the static-cache CUDA-graph sampler (GPU, no LoRA).")
 @click.option("--required-speedup", default=1.0, show_default=True, type=float,
               help="Reward needs this verified speedup; 0 = correctness only (DICE's released reward).")
-@click.option("--device", default="auto", show_default=True)
-@click.option("--dtype", default="auto", show_default=True)
-def rl_command(model_path: str, infill_data: str, e2e_data: str, out_dir: str, infill_steps: int,
-               e2e_steps: int, tasks_per_step: int, samples_per_task: int, lr: float, max_new_tokens: int,
-               required_speedup: float, device: str, dtype: str) -> None:
+@click.option("--verify-gpus", default="auto", show_default=True,
+              help="GPUs for the reward runs, e.g. 4,5,6,7; auto: the GPUs no training process uses.")
+@click.option("--compile-workers", default=4, show_default=True, type=int, help="Parallel candidate builds.")
+@click.option("--static-policy", type=click.Choice(("default", "strict")), default="default", show_default=True,
+              help="The verifier's static anti-cheat policy for rewards.")
+@click.option("--seed", default=0, show_default=True, type=int)
+@_common
+def rl_command(model_path: str, infill_data: str, e2e_data: str, out_dir: str, infill_steps: int, e2e_steps: int,
+               tasks_per_step: int, samples_per_task: int, lr: float, max_new_tokens: int,
+               infill_max_prompt_tokens: int, e2e_max_prompt_tokens: int, ppo_epochs: int, num_minibatches: int,
+               rollout_memory_gib: float, fast: bool, required_speedup: float, verify_gpus: str,
+               compile_workers: int, static_policy: str, seed: int, device: str, dtype: str, precision: str,
+               gradient_checkpointing: bool, lora_rank: int, lora_alpha: float, save_every: int,
+               tensorboard: str | None, progress: bool | None) -> None:
     """BiC-RL: kernel-infilling stage, then end-to-end stage; prints one JSON line per step."""
     from cudice.model.engine import Engine
     from cudice.model.train.config import RLConfig
     from cudice.model.train.data import load_rl_tasks
+    from cudice.model.train.reward import PoolBackend, verifier_reward_fn
     from cudice.model.train.rl import run_bic_rl
-    from cudice.model.train.rollout import engine_rollout_fn, verifier_reward_fn
+    from cudice.model.train.rollout import engine_rollout_fn, prompt_token_counter
 
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     speed = required_speedup if required_speedup > 0 else None
-    common = {"tasks_per_step": tasks_per_step, "samples_per_task": samples_per_task, "learning_rate": lr,
-              "max_new_tokens": max_new_tokens, "required_speedup": speed}
     try:
-        infill_cfg = RLConfig(stage="infill", num_steps=infill_steps, **common)  # type: ignore[arg-type]
-        e2e_cfg = RLConfig(stage="e2e", num_steps=e2e_steps, **common)  # type: ignore[arg-type]
+        setup = _setup(precision, device, gradient_checkpointing, lora_rank, lora_alpha)
+        common = {"tasks_per_step": tasks_per_step, "samples_per_task": samples_per_task, "learning_rate": lr,
+                  "max_new_tokens": max_new_tokens, "required_speedup": speed, "ppo_epochs": ppo_epochs,
+                  "num_minibatches": num_minibatches, "rollout_memory_gib": rollout_memory_gib, "seed": seed,
+                  "save_every_steps": save_every, "setup": setup}
+        infill_cfg = RLConfig(stage="infill", num_steps=infill_steps, max_prompt_tokens=infill_max_prompt_tokens,
+                              **common)  # type: ignore[arg-type]
+        e2e_cfg = RLConfig(stage="e2e", num_steps=e2e_steps, max_prompt_tokens=e2e_max_prompt_tokens,
+                           **common)  # type: ignore[arg-type]
         infill_tasks, e2e_tasks = load_rl_tasks(infill_data, "infill"), load_rl_tasks(e2e_data, "e2e")
+        gpus = _verify_gpus(verify_gpus)
     except ValueError as exc:
         raise click.ClickException(str(exc)) from exc
-    loaded = _load(model_path, device, dtype)
-    loaded.model.train()
-    run_bic_rl(loaded.model, infill_tasks, e2e_tasks, infill_cfg, e2e_cfg,
-               rollout_fn=engine_rollout_fn(Engine(loaded)), reward_fn=verifier_reward_fn(),
-               block_size=loaded.block_size, mask_token_id=loaded.ids.mask, pad_token_id=loaded.ids.pad,
-               source_dir=loaded.path, out_dir=out_dir,
-               on_step=lambda s: click.echo(json.dumps(dataclasses.asdict(s))))
+    loaded = _load(model_path, device)
+    engine = Engine(loaded, fast=fast and lora_rank == 0 and loaded.model.device.type == "cuda")
+    from cudice.verifier.config import VerifyConfig
+
+    backend = PoolBackend(VerifyConfig(static_policy=static_policy, required_speedup=required_speedup or 1.0),
+                          gpus=gpus, num_compile_workers=compile_workers)
+    with backend:
+        run_bic_rl(loaded.model, infill_tasks, e2e_tasks, infill_cfg, e2e_cfg,
+                   rollout_fn=engine_rollout_fn(engine), reward_fn=verifier_reward_fn(backend),
+                   block_size=loaded.block_size, mask_token_id=loaded.ids.mask, pad_token_id=loaded.ids.pad,
+                   source_dir=loaded.path, out_dir=out_dir, cpu=device == "cpu",
+                   count_prompt_tokens=prompt_token_counter(engine),
+                   monitor=_monitor(infill_steps + e2e_steps, tensorboard, progress, "bic-rl"))
+
+
+def _verify_gpus(spec: str) -> list[int]:
+    """This rank's reward GPUs: the listed ones (or, for auto, those past the training ranks), split by rank."""
+    from accelerate import PartialState
+    from cudice.verifier.pool import count_gpus
+
+    state = PartialState()
+    world, rank = state.num_processes, state.process_index
+    if spec == "auto":
+        available = count_gpus()
+        if available == 0:
+            raise ValueError("RL rewards need a GPU for the correctness runs and none was found; run on a GPU box "
+                             "(or pass --verify-gpus with the GPUs to use)")
+        gpus = list(range(world, available)) or [state.local_process_index]
+        if gpus == [state.local_process_index]:
+            logging.getLogger(__name__).warning(
+                "no GPU is free of training processes: rewards are timed on the policy's GPU, under contention; "
+                "launch fewer training processes than GPUs or pass --verify-gpus")
+    else:
+        try:
+            gpus = [int(g) for g in spec.split(",") if g.strip()]
+        except ValueError:
+            raise ValueError(f"--verify-gpus {spec!r} must be 'auto' or a comma-separated list like 4,5,6,7") from None
+    return gpus[rank::world] if len(gpus) >= world else gpus
 
 
 if __name__ == "__main__":

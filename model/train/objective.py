@@ -220,12 +220,13 @@ def token_logprobs(model: torch.nn.Module, rows: ReplayRows, block_size: int) ->
 
 def clipped_policy_loss(logp_new: torch.Tensor, logp_old: torch.Tensor, advantage: torch.Tensor,
                         targets: torch.Tensor, response_length: int, clip_eps: float,
-                        kl_beta: float) -> tuple[torch.Tensor, dict[str, float]]:
+                        kl_beta: float) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """PPO-clip surrogate over target tokens + β·KL(new‖old) with the k3 estimator.
 
     logp_*: (R, L); advantage: (R,) (the rollout's group-normalised reward, one per row);
     targets: (R, L) bool. Each row's sum is divided by the response length (TraceRL), then
-    averaged over rows.
+    averaged over rows. The stats (`kl`, `clip_fraction`, over target tokens) are detached
+    0-d tensors: reading them is a device sync, left to the caller.
     """
     ratio = torch.exp(logp_new - logp_old)  # (R, L)
     adv = advantage[:, None]
@@ -236,8 +237,8 @@ def clipped_policy_loss(logp_new: torch.Tensor, logp_old: torch.Tensor, advantag
     loss = (per_token * targets).sum(dim=1) / max(response_length, 1)  # (R,)
     clipped = ((ratio - 1).abs() > clip_eps) & targets
     stats = {
-        "kl": float((k3.detach() * targets).sum() / targets.sum().clamp(min=1)),
-        "clip_fraction": float(clipped.sum() / targets.sum().clamp(min=1)),
+        "kl": (k3.detach() * targets).sum() / targets.sum().clamp(min=1),
+        "clip_fraction": clipped.sum() / targets.sum().clamp(min=1),
     }
     return loss.mean(), stats
 

@@ -10,7 +10,8 @@
   "bf16-autocast" is plain `torch.autocast`; "accelerate-*" lets accelerate wrap the forward
   (and, for fp16, scale the loss). The backward and the optimizer always see fp32 weights.
 - `export_state_dict(model)`: the weights to save under their native Qwen3 names; LoRA adapters
-  are merged (W + B·A·alpha/r) without touching the training copy.
+  are merged (W + B·A·alpha/r) without touching the training copy. `save_trained` is the
+  collective save every rank calls (FSDP gathers the full state dict from all of them).
 
 Not covered: pure-bf16 weights (deliberately: see above), QLoRA, LoRA under FSDP.
 """
@@ -20,9 +21,11 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import torch
+from cudice.model.train.checkpoint import save_checkpoint
 from cudice.model.train.config import ModelSetup
 
 log = logging.getLogger(__name__)
@@ -112,3 +115,14 @@ def export_state_dict(model: torch.nn.Module, state: dict[str, torch.Tensor] | N
         weight = layer.get_base_layer().weight
         out[f"{name}.weight"] = (weight + layer.get_delta_weight(adapter).to(weight.dtype)).detach()
     return out
+
+
+def save_trained(accelerator: Any, model: torch.nn.Module, source_dir: str | Path, out_dir: str | Path, *,
+                 step: int, metrics: dict[str, Any]) -> None:
+    """Collective: every rank gathers its part (`get_state_dict`); rank 0 writes the checkpoint."""
+    state = accelerator.get_state_dict(model)
+    if accelerator.is_main_process:
+        unwrapped = accelerator.unwrap_model(model)
+        save_checkpoint(unwrapped, source_dir, out_dir, step=step, metrics=metrics,
+                        state_dict=export_state_dict(unwrapped, state))
+    accelerator.wait_for_everyone()

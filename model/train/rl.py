@@ -1,50 +1,60 @@
 """BiC-RL: bi-phase curated RL — kernel infilling first, then end-to-end generation.
 
-One RL step (DESIGN §7, DICE's configs):
-  1. take the next `tasks_per_step` tasks of the easy→hard ordered list (data scheduling);
+One RL step (DICE's configs; TraceRL's objective, arXiv 2509.06949):
+  1. take the next `tasks_per_step` tasks of the easy→hard ordered list (data scheduling); with
+     several processes each rank takes every world-size-th of them;
   2. roll out `samples_per_task` answers per task with the block-diffusion sampler, keeping
-     each answer's step map (which denoising step revealed each token);
+     each answer's blocks and step map exactly as decoded (`cudice.model.train.rollout`);
   3. reward each answer by executing it: `reward_from_result` reads the same `VerifyResult`
      the editor and the benchmark read (compiles ∧ correct, and — cudice, not DICE's release —
      the verified speedup must clear `required_speedup`);
-  4. z-score rewards within each task's group; drop groups with zero spread;
-  5. replay each kept answer's reveal order as training rows; `logp_old` from a no-grad pass
-     with the pre-update weights; PPO-clip surrogate + β·KL(k3) to that pre-update policy;
-  6. one optimizer step (gradients accumulated over all rows of the step).
-Stage 2 (end-to-end) continues from the stage-1 weights.
+  4.–6. the PPO update (`cudice.model.train.ppo`): group advantages, replay, `ppo_epochs` ×
+     `num_minibatches` clipped updates with the k3 KL to the pre-update policy.
+Stage 2 (end-to-end) continues from the stage-1 weights, with a fresh optimizer.
 
 Rollout and reward are injected callables (`RolloutFn`, `RewardFn`), so the loop is tested with
 scripted rollouts and rewards; `cudice.model.train.cli` wires the real sampler and verifier.
-Not covered: multi-node rollout serving (the verifier pool fans out over local workers; use
-Ray for several machines), value models, the `shrink` option of TraceRL.
+The config a `RolloutFn` receives carries this step's sampling seed (`seed + step·world + rank`).
+Not covered: resuming an RL run (each stage saves its checkpoint; restart a stage from it),
+rollouts served by another process while the policy trains (they alternate here).
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
-from cudice.model.train.checkpoint import save_checkpoint
 from cudice.model.train.config import RLConfig
 from cudice.model.train.data import RLTask, schedule
-from cudice.model.train.objective import clipped_policy_loss, group_advantages, replay_rows, token_logprobs
+from cudice.model.train.monitor import Monitor
+from cudice.model.train.ppo import ppo_update
+from cudice.model.train.prepare import make_accelerator, prepare_model, save_trained
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
 class Rollout:
-    """One sampled answer: token ids, its step map, and the text the reward is computed on."""
+    """One sampled answer: the replayed token ids and step map, and the text the reward reads.
+
+    `response_ids`/`step_map` are every decoded block as the sampler saw it (the stop token and
+    what its block holds after it included: RL learns to stop); `text` is the answer cut at the
+    stop, as the editor would get it.
+    """
 
     task: RLTask
     prompt_ids: list[int]
     response_ids: list[int]
     step_map: list[int]
     text: str
+    finish_reason: str = ""
 
 
 RolloutFn = Callable[[Sequence[RLTask], int, RLConfig], list[Rollout]]
@@ -71,94 +81,131 @@ def reward_from_result(result: Any, required_speedup: float | None) -> float:
 class StepStats:
     stage: str
     step: int
-    mean_reward: float
+    mean_reward: float  # over every rank's rollouts
     num_kept_groups: int
     num_rows: int
     loss: float
     kl: float
     clip_fraction: float
+    num_updates: int = 0  # optimizer steps taken on this rollout batch
+    grad_norm: float = 0.0  # mean pre-clip norm over those steps
+    rollout_tokens: int = 0  # replayed tokens, this rank
+    tokens_per_s: float = 0.0  # rollout tokens / rollout seconds, this rank
+    seconds: float = 0.0  # the whole step
 
 
-def rl_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, rollouts: Sequence[Rollout],
-            rewards: Sequence[float], config: RLConfig, *, block_size: int, mask_token_id: int,
-            pad_token_id: int, step: int) -> StepStats:
-    """Phases 4–6 of one RL step on already rewarded rollouts."""
-    # 4. group-normalised advantages; flat groups carry no signal
-    advantages, keep = group_advantages(list(rewards), config.samples_per_task)
-    kept = [(r, a) for r, a, k in zip(rollouts, advantages, keep, strict=True) if k and r.response_ids]
-    num_groups = sum(keep[g] for g in range(0, len(keep), config.samples_per_task))
-    mean_reward = sum(rewards) / max(len(rewards), 1)
-    if not kept:
-        return StepStats(config.stage, step, mean_reward, 0, 0, 0.0, 0.0, 0.0)
-    device = next(model.parameters()).device
-    # 5. replay rows and the pre-update log-probs (no grad): the KL anchor and the ratio's base
-    rows = [replay_rows(r.prompt_ids, r.response_ids, r.step_map, block_size=block_size,
-                        mask_token_id=mask_token_id, pad_token_id=pad_token_id) for r, _ in kept]
-    rows = [type(x)(x.clean.to(device), x.noisy.to(device), x.targets.to(device)) for x in rows]
-    model.eval()
-    with torch.no_grad():
-        old = [token_logprobs(model, x, block_size) for x in rows]
-    model.train()
-    # 6. one optimizer step over every row of this step (gradients accumulated per rollout)
-    optimizer.zero_grad(set_to_none=True)
-    total_rows = sum(x.clean.shape[0] for x in rows)
-    loss_sum = kl_sum = clip_sum = 0.0
-    for (rollout, adv), x, logp_old in zip(kept, rows, old, strict=True):
-        logp_new = token_logprobs(model, x, block_size)  # (R, L)
-        advantage = torch.full((x.clean.shape[0],), adv, device=device)
-        loss, stats = clipped_policy_loss(logp_new, logp_old, advantage, x.targets,
-                                          len(rollout.response_ids), config.clip_eps, config.kl_beta)
-        weight = x.clean.shape[0] / total_rows  # mean over all rows of the step
-        (loss * weight).backward()
-        loss_sum += float(loss.detach()) * weight
-        kl_sum += stats["kl"] * weight
-        clip_sum += stats["clip_fraction"] * weight
-    torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
-    optimizer.step()
-    return StepStats(config.stage, step, mean_reward, num_groups, total_rows, loss_sum, kl_sum, clip_sum)
+def _full_params(accelerator: Any, model: torch.nn.Module) -> contextlib.AbstractContextManager[Any]:
+    """Rollouts need whole weights: under FSDP they are gathered for the sampler (no write-back)."""
+    from accelerate.utils import DistributedType
+
+    if accelerator.distributed_type == DistributedType.FSDP:
+        from torch.distributed.fsdp import FullyShardedDataParallel
+
+        return FullyShardedDataParallel.summon_full_params(model, writeback=False)
+    return contextlib.nullcontext()
 
 
 def run_stage(model: torch.nn.Module, tasks: Sequence[RLTask], config: RLConfig, *, rollout_fn: RolloutFn,
               reward_fn: RewardFn, block_size: int, mask_token_id: int, pad_token_id: int,
-              on_step: Callable[[StepStats], None] | None = None) -> list[StepStats]:
-    """Run `config.num_steps` RL steps of one stage over `tasks` (already ordered easy→hard)."""
+              on_step: Callable[[StepStats], None] | None = None, accelerator: Any = None, cpu: bool = False,
+              count_prompt_tokens: Callable[[RLTask], int] | None = None, monitor: Monitor | None = None,
+              source_dir: str | Path | None = None, out_dir: str | Path | None = None,
+              step_offset: int = 0) -> list[StepStats]:
+    """Run `config.num_steps` RL steps of one stage over `tasks` (already ordered easy→hard).
+
+    `accelerator` (with `model` already prepared by it) is passed by `run_bic_rl`; without one,
+    the stage makes and prepares its own. `count_prompt_tokens` enables the `max_prompt_tokens`
+    filter. `out_dir` + `config.save_every_steps` write periodic checkpoints (needs `source_dir`).
+    `step_offset` numbers this stage's steps after an earlier stage's in the monitor.
+    """
+    if accelerator is None:
+        accelerator = make_accelerator(config.setup, seed=config.seed, cpu=cpu)
+        model = accelerator.prepare(prepare_model(model, config.setup))
+    rank, world = accelerator.process_index, accelerator.num_processes
+    if count_prompt_tokens is not None:  # DICE drops prompts over 2000 (infill) / 1500 (e2e) tokens
+        kept_tasks = [t for t in tasks if count_prompt_tokens(t) <= config.max_prompt_tokens]
+        if len(kept_tasks) < len(tasks):
+            log.warning("rl %s: dropped %d of %d tasks whose prompt exceeds max_prompt_tokens=%d", config.stage,
+                        len(tasks) - len(kept_tasks), len(tasks), config.max_prompt_tokens)
+        tasks = kept_tasks
     if not tasks:
-        raise ValueError(f"stage {config.stage!r} has no tasks")
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate, weight_decay=0.0)
+        raise ValueError(f"stage {config.stage!r} has no tasks (after dropping prompts over "
+                         f"max_prompt_tokens={config.max_prompt_tokens}); raise max_prompt_tokens or add tasks")
+    torch.manual_seed(config.seed + rank)
+    optimizer = accelerator.prepare(torch.optim.AdamW([p for p in model.parameters() if p.requires_grad],
+                                                      lr=config.learning_rate, weight_decay=0.0))
+    monitor = monitor or Monitor(config.num_steps, enabled=False)
     history = []
     for step in range(config.num_steps):
-        batch = schedule(tasks, step, config.tasks_per_step)  # 1. curriculum order
+        start = time.perf_counter()
+        batch = schedule(tasks, step, config.tasks_per_step)[rank::world]  # 1. curriculum order, this rank's share
+        step_config = dataclasses.replace(config, seed=config.seed + step * world + rank)
         model.eval()
-        rollouts = rollout_fn(batch, config.samples_per_task, config)  # 2. sample
+        with _full_params(accelerator, model), torch.no_grad():
+            rollouts = rollout_fn(batch, config.samples_per_task, step_config)  # 2. sample
+        model.train()
+        rollout_seconds = time.perf_counter() - start
         expected = len(batch) * config.samples_per_task
         if len(rollouts) != expected:
             raise RuntimeError(f"rollout_fn returned {len(rollouts)} rollouts, expected {expected}")
         rewards = reward_fn(rollouts, config)  # 3. execute and reward
-        stats = rl_step(model, optimizer, rollouts, rewards, config, block_size=block_size,
-                        mask_token_id=mask_token_id, pad_token_id=pad_token_id, step=step)
+        figures = ppo_update(model, optimizer, accelerator, rollouts, rewards, config, block_size=block_size,
+                             mask_token_id=mask_token_id, pad_token_id=pad_token_id, step=step)  # 4.-6.
+        reward_sum = torch.tensor([float(sum(rewards)), float(len(rewards))], device=accelerator.device)
+        total_reward, total_count = (accelerator.reduce(reward_sum, "sum") if world > 1 else reward_sum).tolist()
+        tokens = sum(len(r.response_ids) for r in rollouts)
+        stats = StepStats(config.stage, step, total_reward / max(total_count, 1.0), int(figures["num_kept_groups"]),
+                          int(figures["num_rows"]), figures["loss"], figures["kl"], figures["clip_fraction"],
+                          int(figures["num_updates"]), figures["grad_norm"], tokens,
+                          tokens / rollout_seconds if rollout_seconds > 0 else 0.0, time.perf_counter() - start)
         history.append(stats)
-        log.info("rl %s step %d reward %.3f groups %d loss %.4f", config.stage, step,
-                 stats.mean_reward, stats.num_kept_groups, stats.loss)
-        if on_step:
+        log.info("rl %s step %d reward %.3f groups %d loss %.4f clip %.3f kl %.2e", config.stage, step,
+                 stats.mean_reward, stats.num_kept_groups, stats.loss, stats.clip_fraction, stats.kl)
+        monitor.log(step_offset + step + 1, dataclasses.asdict(stats))
+        if on_step and accelerator.is_main_process:
             on_step(stats)
+        if out_dir is not None and config.save_every_steps and (step + 1) % config.save_every_steps == 0:
+            _require_source(source_dir)
+            save_trained(accelerator, model, source_dir, out_dir, step=step + 1,  # type: ignore[arg-type]
+                         metrics={"mean_reward": stats.mean_reward, "stage": config.stage})
     return history
+
+
+def _require_source(source_dir: str | Path | None) -> None:
+    if source_dir is None:
+        raise ValueError("saving a checkpoint needs source_dir (the checkpoint training started from)")
 
 
 def run_bic_rl(model: torch.nn.Module, infill_tasks: Sequence[RLTask], e2e_tasks: Sequence[RLTask],
                infill_config: RLConfig, e2e_config: RLConfig, *, rollout_fn: RolloutFn, reward_fn: RewardFn,
                block_size: int, mask_token_id: int, pad_token_id: int, source_dir: str | Path | None = None,
-               out_dir: str | Path | None = None,
-               on_step: Callable[[StepStats], None] | None = None) -> dict[str, list[StepStats]]:
-    """Stage 1 (infilling) then stage 2 (end-to-end) from the stage-1 weights; saves after each."""
+               out_dir: str | Path | None = None, on_step: Callable[[StepStats], None] | None = None,
+               cpu: bool = False, count_prompt_tokens: Callable[[RLTask], int] | None = None,
+               monitor: Monitor | None = None) -> dict[str, list[StepStats]]:
+    """Stage 1 (infilling) then stage 2 (end-to-end) from the stage-1 weights; saves after each.
+
+    Both stages share one accelerator and one prepared model (the stage-1 config's precision,
+    checkpointing and LoRA setup); each stage gets a fresh optimizer, as DICE's second run does.
+    """
     if infill_config.stage != "infill" or e2e_config.stage != "e2e":
         raise ValueError("run_bic_rl needs an RLConfig with stage='infill' then one with stage='e2e'")
+    if infill_config.setup != e2e_config.setup:
+        raise ValueError("both BiC-RL stages must share one ModelSetup (precision, checkpointing, LoRA)")
+    accelerator = make_accelerator(infill_config.setup, seed=infill_config.seed, cpu=cpu)
+    model = accelerator.prepare(prepare_model(model, infill_config.setup))
     common = {"rollout_fn": rollout_fn, "reward_fn": reward_fn, "block_size": block_size,
-              "mask_token_id": mask_token_id, "pad_token_id": pad_token_id, "on_step": on_step}
+              "mask_token_id": mask_token_id, "pad_token_id": pad_token_id, "on_step": on_step,
+              "accelerator": accelerator, "count_prompt_tokens": count_prompt_tokens, "monitor": monitor,
+              "source_dir": source_dir}
     out: dict[str, list[StepStats]] = {}
+    offset = 0
     for name, tasks, cfg in (("infill", infill_tasks, infill_config), ("e2e", e2e_tasks, e2e_config)):
-        out[name] = run_stage(model, tasks, cfg, **common)  # type: ignore[arg-type]
-        if out_dir is not None and source_dir is not None:
+        stage_dir = Path(out_dir) / f"stage-{name}" if out_dir is not None else None
+        out[name] = run_stage(model, tasks, cfg, out_dir=stage_dir, step_offset=offset, **common)  # type: ignore[arg-type]
+        offset += cfg.num_steps
+        if stage_dir is not None:
+            _require_source(source_dir)
             last = out[name][-1]
-            save_checkpoint(model, source_dir, Path(out_dir) / f"stage-{name}", step=last.step + 1,
-                            metrics={"mean_reward": last.mean_reward, "stage": name})
+            save_trained(accelerator, model, source_dir, stage_dir, step=last.step + 1,  # type: ignore[arg-type]
+                         metrics={"mean_reward": last.mean_reward, "stage": name})
     return out

@@ -1,30 +1,35 @@
-"""The real rollout and reward functions of BiC-RL: the cudice sampler and the cudice verifier.
+"""BiC-RL rollouts through the cudice block-diffusion sampler, in micro-batches under a memory budget.
 
-`engine_rollout_fn(engine, sampler_config)` samples answers with the block-diffusion sampler
-(DICE's RL settings: dynamic strategy, threshold 0.9, temperature 1) and keeps each answer's
-step map; `verifier_reward_fn(...)` writes each answer's code next to its task's reference and
-asks `cudice.verifier.api.verify` for the one `VerifyResult` that the editor and the benchmark
-also use, then `reward_from_result` turns it into 0/1.
+`engine_rollout_fn(engine)` samples answers with DICE's RL settings (dynamic strategy,
+threshold 0.9, temperature 1; `Engine(loaded, fast=True)` runs the static-cache CUDA-graph
+path). The prompts of one RL step are sorted by length and cut into micro-batches whose KV
+cache fits `RLConfig.rollout_memory_gib` (`rows_per_microbatch`): DICE's 64 × 16 rollouts of
+up to 2000 + 4096 tokens would need hundreds of GB of cache at 1.7B in one batch. Each
+micro-batch samples with its own seed (the step's seed + its index), so repeated prompts of one
+task get distinct answers wherever they land.
+
+A rollout keeps every decoded block untrimmed (`RowResult.block_tokens`/`block_step_map`):
+the replay then sees the last block exactly as the sampler did, with the stop token as a
+target, so RL can learn to stop. The reward reads `text`, the answer cut at the stop.
 
 Prompts follow DICE's RL: stage 1 gets the infilling prompt and writes the whole file in a code
 block (no prefix forcing — that is the editor's variant); stage 2 gets the end-to-end prompt.
-Not covered: stop-token targets (the stop token ends a rollout but is not replayed as a target).
+Not covered: continuous batching across micro-batches (each runs to its longest answer).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import tempfile
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 from cudice.model.config import SamplerConfig
-from cudice.model.prompts import chat_prompt, e2e_prompt, extract_first_code_block, infill_prompt
+from cudice.model.prompts import chat_prompt, e2e_prompt, infill_prompt
 from cudice.model.train.config import RLConfig
 from cudice.model.train.data import RLTask
-from cudice.model.train.rl import RewardFn, Rollout, RolloutFn, reward_from_result
+from cudice.model.train.rl import Rollout, RolloutFn
+
+_GIB = 1024**3
 
 
 def task_prompt(task: RLTask) -> str:
@@ -34,49 +39,64 @@ def task_prompt(task: RLTask) -> str:
     return chat_prompt(e2e_prompt(task.pytorch_code))
 
 
+def kv_bytes_per_token(model_config: Any, dtype_bytes: int) -> int:
+    """K and V of every layer for one token: 2 · layers · kv_heads · head_dim · bytes."""
+    heads = getattr(model_config, "num_key_value_heads", None) or model_config.num_attention_heads
+    head_dim = getattr(model_config, "head_dim", None) or model_config.hidden_size // model_config.num_attention_heads
+    return 2 * model_config.num_hidden_layers * heads * head_dim * dtype_bytes
+
+
+def rows_per_microbatch(model_config: Any, prompt_tokens: int, max_new_tokens: int, block_size: int,
+                        budget_gib: float, dtype_bytes: int) -> int:
+    """How many rollouts of this prompt length fit the KV budget at once (at least 1)."""
+    per_row = kv_bytes_per_token(model_config, dtype_bytes) * (prompt_tokens + max_new_tokens + 2 * block_size)
+    return max(1, int(budget_gib * _GIB // per_row))
+
+
+def microbatches(lengths: Sequence[int], model_config: Any, config: RLConfig, block_size: int,
+                 dtype_bytes: int) -> list[list[int]]:
+    """Indices of `lengths` (prompt tokens), shortest first, cut so that each group fits the budget."""
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    groups: list[list[int]] = []
+    for i in order:  # ascending: the newest member is the group's longest prompt
+        limit = rows_per_microbatch(model_config, lengths[i], config.max_new_tokens, block_size,
+                                    config.rollout_memory_gib, dtype_bytes)
+        if groups and len(groups[-1]) < limit:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    return groups
+
+
 def engine_rollout_fn(engine: Any, base: SamplerConfig | None = None) -> RolloutFn:
-    """A `RolloutFn` over a `cudice.model.engine.Engine`: one batch per RL step."""
+    """A `RolloutFn` over a `cudice.model.engine.Engine`, micro-batched under the KV budget."""
 
     def rollout(tasks: Sequence[RLTask], samples_per_task: int, config: RLConfig) -> list[Rollout]:
         sampler_config = dataclasses.replace(
             base or SamplerConfig(), strategy="low_confidence_dynamic", threshold=config.threshold,
             temperature=config.temperature, max_new_tokens=config.max_new_tokens,
         )
-        prompts = [task_prompt(t) for t in tasks for _ in range(samples_per_task)]
-        result = engine.generate_texts(prompts, sampler_config)
         owners = [t for t in tasks for _ in range(samples_per_task)]
+        prompts = [task_prompt(t) for t in owners]
+        encoded = [engine.encode(p) for p in prompts]
+        block = engine.block_length(sampler_config)
+        dtype_bytes = engine.runner.dtype.itemsize
+        rows: list[Any] = [None] * len(prompts)
+        groups = microbatches([len(e) for e in encoded], engine.loaded.model.config, config, block, dtype_bytes)
+        for k, group in enumerate(groups):
+            result = engine.generate_texts([prompts[i] for i in group],
+                                           sampler_config.replace(seed=config.seed * 100_003 + k))
+            for i, row in zip(group, result.rows, strict=True):
+                rows[i] = row
         return [
-            Rollout(task=t, prompt_ids=engine.encode(p), response_ids=list(row.tokens),
-                    step_map=list(row.step_map), text=row.text)
-            for t, p, row in zip(owners, prompts, result.rows, strict=True)
+            Rollout(task=t, prompt_ids=e, response_ids=list(row.block_tokens), step_map=list(row.block_step_map),
+                    text=row.text, finish_reason=row.finish_reason)
+            for t, e, row in zip(owners, encoded, rows, strict=True)
         ]
 
     return rollout
 
 
-def candidate_code(rollout: Rollout) -> str:
-    """The file a rollout proposes: its first fenced code block, else its whole text."""
-    code = extract_first_code_block(rollout.text)
-    return code if code is not None else rollout.text
-
-
-def verifier_reward_fn(verify_config: Any = None, max_workers: int = 4) -> RewardFn:
-    """A `RewardFn` that verifies each rollout's code against its task's reference."""
-
-    def reward(rollouts: Sequence[Rollout], config: RLConfig) -> list[float]:
-        from cudice.verifier.api import verify
-
-        with tempfile.TemporaryDirectory(prefix="cudice-rl-") as tmp:
-            def one(i: int) -> float:
-                r = rollouts[i]
-                ref = Path(tmp) / f"ref_{i}.py"
-                cand = Path(tmp) / f"cand_{i}.py"
-                ref.write_text(r.task.pytorch_code)
-                cand.write_text(candidate_code(r))
-                result = verify(cand, reference=ref, config=verify_config)
-                return reward_from_result(result, config.required_speedup)
-
-            with ThreadPoolExecutor(max_workers=max_workers) as pool:
-                return list(pool.map(one, range(len(rollouts))))
-
-    return reward
+def prompt_token_counter(engine: Any) -> Any:
+    """`count_prompt_tokens` for `run_stage`: the length of a task's chat prompt in tokens."""
+    return lambda task: len(engine.encode(task_prompt(task)))

@@ -32,11 +32,10 @@ from typing import Any
 
 import torch
 from cudice.model.prompts import chat_prompt
-from cudice.model.train.checkpoint import save_checkpoint
 from cudice.model.train.config import SFTConfig
 from cudice.model.train.monitor import Monitor
 from cudice.model.train.objective import NoisedBatch, seeded_noise, sft_loss
-from cudice.model.train.prepare import autocast, export_state_dict, make_accelerator, prepare_model
+from cudice.model.train.prepare import autocast, make_accelerator, prepare_model, save_trained
 from cudice.model.train.state import load_train_state, save_train_state
 
 log = logging.getLogger(__name__)
@@ -220,12 +219,6 @@ def _position_after(step: int, steps_per_epoch: int, grad_accum: int) -> dict[st
 
 def _save(model: torch.nn.Module, accelerator: Any, source_dir: str | Path | None, out_dir: str | Path,
           step: int, stats: dict[str, float]) -> None:
-    """Collective: every rank gathers (FSDP needs all of them); rank 0 writes the checkpoint."""
     if source_dir is None:
         raise ValueError("saving a checkpoint needs source_dir (the checkpoint training started from)")
-    state = accelerator.get_state_dict(model)
-    if accelerator.is_main_process:
-        unwrapped = accelerator.unwrap_model(model)
-        save_checkpoint(unwrapped, source_dir, out_dir, step=step, metrics=stats,
-                        state_dict=export_state_dict(unwrapped, state))
-    accelerator.wait_for_everyone()
+    save_trained(accelerator, model, source_dir, out_dir, step=step, metrics=stats)

@@ -11,8 +11,9 @@ from cudice.model.tiny import make_tiny
 from cudice.model.train.config import RLConfig
 from cudice.model.train.data import RLTask
 from cudice.model.train.objective import replay_rows
+from cudice.model.train.reward import candidate_code
 from cudice.model.train.rl import run_stage
-from cudice.model.train.rollout import candidate_code, engine_rollout_fn, task_prompt
+from cudice.model.train.rollout import engine_rollout_fn, task_prompt
 
 
 def test_real_rollouts_replay_and_train(tmp_path) -> None:
