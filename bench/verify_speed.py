@@ -179,6 +179,8 @@ def _pct(values: list[float], q: float) -> float:
     """The q-quantile (0..1) of `values`, nearest-rank; NaN when empty."""
     if not values:
         return float("nan")
+    if q == 0.5:
+        return statistics.median(values)
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
 
@@ -220,7 +222,7 @@ def bench_candidates(config: VerifyConfig, n: int, skip_load_inline: bool, skip_
             beside = None if skip_load_inline or (os.cpu_count() or 2) < 8 else PlainLoadInline(path)
             cpu0, t0 = _child_cpu_s(), time.perf_counter()
             r = verify(path, config=config)
-            row: dict[str, object] = {"name": cand.name, "category": cand.category, "verdict": r.verdict.value,
+            row: dict[str, object] = {"candidate": cand.name, "category": cand.category, "verdict": r.verdict.value,
                                       "cudice_s": time.perf_counter() - t0, "cudice_cpu_s": _child_cpu_s() - cpu0,
                                       "fallback": "compile.slim.cuda.cu" in r.stage_wall_s and (
                                           "compile.cuda.cu" in r.stage_wall_s or "compile.main.cpp" in r.stage_wall_s),

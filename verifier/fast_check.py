@@ -31,6 +31,7 @@ from pathlib import Path
 from cudice.verifier.clangd import ClangdClient, LspDiagnostic
 from cudice.verifier.config import VerifyConfig
 from cudice.verifier.generated import CUDA_CU, CUDA_HEADERS, MAIN_CPP, GeneratedModule
+from cudice.verifier.header_overlay import ensure_overlay
 from cudice.verifier.result import Diagnostic, Location, Severity, Stage
 from cudice.verifier.toolchain import Toolchain, probe_toolchain
 
@@ -121,9 +122,12 @@ class FastChecker:
         tc = probe_toolchain(self.config.cache_dir, self.config.arch_list_env)
         self._workdir = Path(tempfile.mkdtemp(prefix="cudice-clangd-"))
         arch = "sm_" + self.config.arch_list[0].split("+")[0].replace(".", "").rstrip("a")
+        # the full build's stand-ins for CUDA-library headers missing here (header_overlay.py), searched last
+        standins = ["-idirafter", str(ensure_overlay(self.config.cache_dir, tc.cflags).standins)]
         for sub, cuda in (("cu", True), ("cpp", False)):
             (self._workdir / sub).mkdir()
-            (self._workdir / sub / "compile_flags.txt").write_text("\n".join(clang_flags(tc, cuda, arch)) + "\n")
+            (self._workdir / sub / "compile_flags.txt").write_text("\n".join([*clang_flags(tc, cuda, arch),
+                                                                             *standins]) + "\n")
         argv = [self._clangd_path, "--log=error", "--background-index=false", "--pch-storage=memory",
                 "--header-insertion=never", "-j=2"]
         self._client = ClangdClient(argv, self._workdir.as_uri())
