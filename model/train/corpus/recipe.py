@@ -224,7 +224,7 @@ def phase_a(work: Path, out: Path, minutes: float, seed: int, smoke: bool, verif
                                stdout=subprocess.DEVNULL, stderr=phase.log_path.open("a"), start_new_session=True)
     reserve = 45.0 if not smoke else 5.0  # export + slack
     try:
-        ckpt = sft(init, corpus, work / "sft", phase.left() - reserve, phase, smoke, epochs=4)
+        ckpt = sft(init, corpus, work / "sft", phase.left() - reserve, phase, smoke, epochs=8)
         if ckpt is None:
             raise click.ClickException(f"SFT wrote no checkpoint; see {phase.log_path}")
         export_tar(ckpt, out / TAR_SFT)
@@ -247,7 +247,7 @@ def phase_b(work: Path, out: Path, minutes: float, seed: int, smoke: bool, start
     phase = Phase("phase_b", out, minutes)
     corpus, _ = prepare(work, seed, smoke, phase)
     begin = unpack_tar(start, work / "start")
-    ckpt = (sft(begin, corpus, work / "sft_b", 60 * sft_minutes, phase, smoke, epochs=1) if sft_minutes > 0
+    ckpt = (sft(begin, corpus, work / "sft_b", 60 * sft_minutes, phase, smoke, epochs=2) if sft_minutes > 0
             else None) or begin
     export_tar(ckpt, out / TAR_SFT)
     reserve = 40.0 if not smoke else 5.0
