@@ -10,7 +10,8 @@ previous job with the same key (the editor's document changed): its build or chi
 killed and its future resolves to a result with verdict `timeout` and error "cancelled" (or is
 cancelled outright if it had not started). A crashed or hung child only fails its own job.
 
-Not covered: several machines (Ray would sit on top of this), fairness between keys.
+Not covered: several machines (distributed.py's RayBackend, the same `VerifyBackend` interface, see
+backends.py), fairness between keys.
 """
 
 from __future__ import annotations
