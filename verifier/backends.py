@@ -19,7 +19,7 @@ Not covered: fairness or priorities between callers sharing one backend.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
@@ -113,6 +113,3 @@ def make_backend(name: str, config: VerifyConfig | None = None, **kwargs: Any) -
         raise ValueError(f"Unknown verify backend {name!r}; use one of {sorted(BACKENDS)}.")
     return BACKENDS[name](config or VerifyConfig(), **kwargs)
 
-
-def backend_names() -> Iterable[str]:
-    return tuple(BACKENDS)
