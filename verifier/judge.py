@@ -1,4 +1,4 @@
-"""The judge: `python -m cudice.verifier.judge --result-fd FD [--cache-dir DIR]`, job JSON on stdin.
+"""The judge: `python -m cudice.verifier.judge --result-fd FD [--cache-dir DIR] [--no-timing]`, job on stdin.
 
 The process that holds the verdict. It never executes the candidate's code: two runner
 processes (link.py → candidate.py, inside the OS boundary of boundary.py) serve `ModelNew`
@@ -50,7 +50,7 @@ _rng = secrets.SystemRandom()
 
 
 class Session:
-    """The runners of one job: started at once, closed with the judge."""
+    """The runners of one job: started at once (the reference's lazily without timing), closed with the judge."""
 
     def __init__(self, cache_dir: Path, work: Path, *, sandboxed: bool = True, with_reference: bool = True) -> None:
         self.cache_dir, self.work, self.sandboxed = cache_dir, work, sandboxed
@@ -409,7 +409,8 @@ def main(argv: list[str] | None = None) -> int:
     cache = Path(args[args.index("--cache-dir") + 1]) if "--cache-dir" in args else None
     sandboxed = "--no-boundary" not in args
     work = Path.cwd()
-    session = Session(cache, work, sandboxed=sandboxed) if cache is not None else None
+    timed = "--no-timing" not in args
+    session = Session(cache, work, sandboxed=sandboxed, with_reference=timed) if cache is not None else None
     try:
         job = json.loads(sys.stdin.read())
         wanted = Path(job["config"]["cache_dir"])

@@ -154,6 +154,8 @@ def start_child(job: dict[str, Any] | None, *, module: str, cwd: Path, stdout: A
     cache = ((job or {}).get("config") or {}).get("cache_dir") or env.get("CUDICE_CACHE_DIR")
     if cache:
         argv += ["--cache-dir", str(cache)]
+    if (job or {}).get("skip_timing"):
+        argv.append("--no-timing")  # the judge need not start the reference's runner
     try:
         proc = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.PIPE, stdout=stdout, stderr=stderr, env=env,
                                 start_new_session=True, preexec_fn=preexec_fn, pass_fds=(write_fd,))
