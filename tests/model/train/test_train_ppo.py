@@ -1,0 +1,214 @@
+"""BiC-RL as TraceRL describes it: PPO minibatch updates, the sampler's exact last block, budgets,
+seeds, prompt limits and the reward backend — on a tiny real Qwen3 or a scripted-logit runner."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import torch
+from cudice.model.train.config import RLConfig
+from cudice.model.train.data import RLTask
+from cudice.model.train.objective import replay_rows
+from cudice.model.train.rl import Rollout, run_stage
+from train_helpers import MASK_ID, PAD_ID, tiny_model
+
+sys.path.insert(0, str(Path(__file__).parents[1]))  # tests/model: the scripted-logit runner
+from model_stub import StubRunner
+
+GOOD, BAD = [20, 21, 22, 23, 24, 25], [60, 61, 62, 63, 64, 65]
+STEPS = [0, 1, 0, 1, 2, 0]
+COMMON = {"block_size": 4, "mask_token_id": MASK_ID, "pad_token_id": PAD_ID}
+
+
+def _tasks(n: int, kind: str = "e2e") -> list[RLTask]:
+    return [RLTask(kind=kind, level=1, pytorch_code=f"# task {i}", task_id=str(i)) for i in range(n)]
+
+
+def _scripted(seen_seeds: list[int] | None = None):
+    def rollout(tasks: Sequence[RLTask], n: int, cfg: RLConfig) -> list[Rollout]:
+        if seen_seeds is not None:
+            seen_seeds.append(cfg.seed)
+        return [Rollout(t, [1, 2, 3], GOOD if k % 2 == 0 else BAD, STEPS, "good" if k % 2 == 0 else "bad")
+                for t in tasks for k in range(n)]
+    return rollout
+
+
+def _reward(rollouts: Sequence[Rollout], cfg: RLConfig) -> list[float]:
+    return [1.0 if r.text == "good" else 0.0 for r in rollouts]
+
+
+def test_ppo_minibatch_epochs_make_the_clip_and_kl_act() -> None:
+    """One update per batch is REINFORCE (ratio 1: clip and KL exactly 0); several are PPO."""
+    single = RLConfig(stage="e2e", num_steps=1, tasks_per_step=2, samples_per_task=4, learning_rate=1e-2,
+                      ppo_epochs=1, num_minibatches=1)
+    h1 = run_stage(tiny_model(), _tasks(2), single, rollout_fn=_scripted(), reward_fn=_reward, **COMMON)[0]
+    assert (h1.num_updates, h1.clip_fraction, h1.kl) == (1, 0.0, 0.0)
+
+    ppo = RLConfig(stage="e2e", num_steps=1, tasks_per_step=2, samples_per_task=4, learning_rate=1e-2,
+                   ppo_epochs=2, num_minibatches=2)
+    h2 = run_stage(tiny_model(), _tasks(2), ppo, rollout_fn=_scripted(), reward_fn=_reward, **COMMON)[0]
+    assert h2.num_updates == 4
+    assert h2.clip_fraction > 0.0 and h2.kl > 0.0
+    assert h2.num_rows == h1.num_rows  # rows of the batch, counted once per pass
+
+
+def test_the_step_seed_reaches_the_rollouts_and_long_prompts_are_dropped() -> None:
+    seeds: list[int] = []
+    tasks = _tasks(3)
+    cfg = RLConfig(stage="e2e", num_steps=3, tasks_per_step=2, samples_per_task=2, seed=11, max_prompt_tokens=5)
+    seen: list[str] = []
+
+    def rollout(batch: Sequence[RLTask], n: int, c: RLConfig) -> list[Rollout]:
+        seen.extend(t.task_id for t in batch)
+        return _scripted(seeds)(batch, n, c)
+
+    run_stage(tiny_model(), tasks, cfg, rollout_fn=rollout, reward_fn=_reward,
+              count_prompt_tokens=lambda t: 9 if t.task_id == "1" else 3, **COMMON)
+    assert seeds == [11, 12, 13]
+    assert "1" not in seen and set(seen) == {"0", "2"}
+    with pytest.raises(ValueError, match="max_prompt_tokens=5"):
+        run_stage(tiny_model(), tasks, cfg, rollout_fn=rollout, reward_fn=_reward,
+                  count_prompt_tokens=lambda t: 9, **COMMON)
+
+
+def _stub_engine(tmp_path: Path):
+    """An Engine over the tiny checkpoint whose forwards are a scripted-logit runner.
+
+    The runner writes `script["answer"]` after a prompt of `script["prompt"]` tokens (both set
+    by the test once it can tokenise).
+    """
+    from cudice.model.engine import Engine
+    from cudice.model.loader import load_checkpoint
+    from cudice.model.tiny import make_tiny
+
+    loaded = load_checkpoint(str(make_tiny(tmp_path / "tiny", sdar_layout=True)), device="cpu")
+    script: dict[str, Any] = {}
+
+    def target(p: int) -> int:
+        answer, k = script["answer"], p - script["prompt"]
+        return answer[k] if 0 <= k < len(answer) else answer[-1]
+
+    # varied confidence: some tokens clear the 0.9 threshold together, the others come one per step
+    runner = StubRunner(vocab_size=len(loaded.tokenizer), target=target,
+                        confidence=lambda p: 0.97 if p % 3 == 0 else 0.5 + 0.01 * (p % 7))
+    return Engine(loaded, runner=runner), script, runner
+
+
+def test_the_replayed_last_block_is_the_one_the_sampler_saw_eos_included(tmp_path) -> None:
+    from cudice.model.train.rollout import engine_rollout_fn, task_prompt
+
+    engine, script, runner = _stub_engine(tmp_path)
+    ids = engine.loaded.ids
+    eos = ids.stop[0]
+    word = engine.encode("abc")
+    task = _tasks(1)[0]
+    script["prompt"] = len(engine.encode(task_prompt(task)))
+    n = 9 if (script["prompt"] + 9) % 4 != 3 else 10  # the stop token inside a block that goes on past it
+    script["answer"] = (word * 4)[:n] + [eos] + word * 4
+    states: list[tuple[int, list[int]]] = []
+    real_forward = runner.forward
+
+    def recording(x: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, cache: Any, logits: bool = True):
+        if logits:  # a denoise step: the block as the sampler saw it (the last 4 columns when fused)
+            states.append((int(pos[0, -4]), x[0, -4:].tolist()))
+        return real_forward(x, mask, pos, cache, logits=logits)
+
+    runner.forward = recording  # type: ignore[method-assign]
+    cfg = RLConfig(stage="e2e", samples_per_task=2, temperature=0.0, max_new_tokens=64)
+    rollout = engine_rollout_fn(engine)([task], 1, cfg)[0]
+
+    answer = script["answer"]
+    assert rollout.finish_reason == "eos"
+    assert eos in rollout.response_ids and rollout.response_ids.index(eos) < len(rollout.response_ids) - 1
+    assert (len(rollout.prompt_ids) + len(rollout.response_ids)) % 4 == 0  # whole blocks
+    assert engine.encode(rollout.text) == answer[:answer.index(eos)]  # the reward reads the cut text
+    rows = replay_rows(rollout.prompt_ids, rollout.response_ids, rollout.step_map, block_size=4,
+                       mask_token_id=ids.mask, pad_token_id=ids.pad)
+    last = len(rollout.prompt_ids) + len(rollout.response_ids) - 4
+    sampler_states = [x for start, x in states if start == last]
+    final = rows.clean[0, last:last + 4].tolist()
+    replayed = [row[last:last + 4] for row in rows.noisy.tolist() if row[last:last + 4] != final]
+    assert len(sampler_states) >= 2  # the last block took several denoising steps
+    assert replayed == sampler_states
+    eos_at = len(rollout.prompt_ids) + rollout.response_ids.index(eos)
+    assert bool(rows.targets[:, eos_at].any())  # the stop token is trained on
+
+
+def test_rollouts_run_in_microbatches_that_fit_the_budget_and_match_one_batch(tmp_path) -> None:
+    from cudice.model.engine import load_engine
+    from cudice.model.tiny import make_tiny
+    from cudice.model.train.rollout import engine_rollout_fn, kv_bytes_per_token, microbatches
+
+    engine = load_engine(str(make_tiny(tmp_path / "tiny", sdar_layout=True)), device="cpu")
+    model_config = engine.loaded.model.config
+    per_token = kv_bytes_per_token(model_config, 4)
+    assert per_token == 2 * 2 * 2 * 16 * 4  # K+V · layers · kv heads · head_dim · fp32
+    tasks = [RLTask("e2e", 1, "class Model: pass" + " # pad" * k, task_id=str(k)) for k in range(3)]
+    base = RLConfig(stage="e2e", samples_per_task=2, temperature=0.0, max_new_tokens=8)
+    budget = per_token * 700 / 1024**3  # about one row of ~700 tokens
+    tight = RLConfig(stage="e2e", samples_per_task=2, temperature=0.0, max_new_tokens=8, rollout_memory_gib=budget)
+    groups = microbatches([100, 300, 50, 600], model_config, tight, 4, 4)
+    assert sorted(i for g in groups for i in g) == [0, 1, 2, 3] and max(len(g) for g in groups) < 4
+
+    calls: list[int] = []
+    real = engine.generate_texts
+
+    def spy(prompts, config, **kw):
+        calls.append(len(prompts))
+        return real(prompts, config, **kw)
+
+    engine.generate_texts = spy  # type: ignore[method-assign]
+    one = engine_rollout_fn(engine)(tasks, 2, base)
+    assert calls == [6]
+    calls.clear()
+    many = engine_rollout_fn(engine)(tasks, 2, tight)
+    assert len(calls) > 1 and sum(calls) == 6
+    assert [r.response_ids for r in many] == [r.response_ids for r in one]  # greedy: batching changes nothing
+    assert [r.task.task_id for r in many] == ["0", "0", "1", "1", "2", "2"]
+
+
+def test_rewards_come_from_the_backend_and_anti_cheat_cannot_be_switched_off() -> None:
+    from cudice.model.train.reward import VerifyJob, check_reward_config, verifier_reward_fn
+    from cudice.verifier.config import VerifyConfig
+    from cudice.verifier.result import Stage, Verdict, VerifyResult
+
+    class Backend:
+        def __init__(self) -> None:
+            self.jobs: list[VerifyJob] = []
+
+        def verify_many(self, jobs: Sequence[VerifyJob]) -> list[VerifyResult]:
+            self.jobs.extend(jobs)
+            return [VerifyResult(Verdict.CORRECT if "fast" in j.candidate else Verdict.INCORRECT,
+                                 Stage.TIMING, "c.py", speedup=2.0, speedup_min=1.9) for j in jobs]
+
+    backend = Backend()
+    task = RLTask("e2e", 1, "class Model: ...", task_id="t")
+    rollouts = [Rollout(task, [], [], [], "```python\nfast kernel\n```"), Rollout(task, [], [], [], "slow")]
+    rewards = verifier_reward_fn(backend)(rollouts, RLConfig(stage="e2e"))
+    assert rewards == [1.0, 0.0]
+    assert backend.jobs[0].candidate == "fast kernel\n" and backend.jobs[0].reference == "class Model: ..."
+    with pytest.raises(ValueError, match="anti-cheat"):
+        check_reward_config(VerifyConfig(static_policy="lenient"))
+    with pytest.raises(ValueError, match="compile_only"):
+        check_reward_config(SimpleNamespace(static_policy="default", compile_only=True))
+
+
+@pytest.mark.gpu
+def test_pool_backend_rewards_the_bundled_relu_kernel() -> None:
+    from cudice.model.train.reward import PoolBackend, VerifyJob
+    from cudice.verifier.api import gpu_available
+
+    if not gpu_available():
+        pytest.skip("needs a GPU")
+    root = Path(__file__).parents[3] / "examples"
+    candidate = (root / "relu_cuda.py").read_text()
+    reference = (root / "relu.py").read_text()
+    with PoolBackend(gpus=[0]) as backend:
+        results = backend.verify_many([VerifyJob("relu", candidate, reference),
+                                       VerifyJob("junk", "class ModelNew: pass\n", reference)])
+    assert results[0].is_correct and not results[1].is_correct
