@@ -112,4 +112,3 @@ def make_backend(name: str, config: VerifyConfig | None = None, **kwargs: Any) -
     if name not in BACKENDS:
         raise ValueError(f"Unknown verify backend {name!r}; use one of {sorted(BACKENDS)}.")
     return BACKENDS[name](config or VerifyConfig(), **kwargs)
-

@@ -190,8 +190,8 @@ def interruptible(work: Callable[[], T], cancel: threading.Event) -> T:
             outcome.set_exception(exc)
 
     helper = threading.Thread(target=body, name="cudice-ray-work", daemon=True)
-    helper.start()
     try:
+        helper.start()  # inside the try: a cancel that comes right after the start still stops the work
         while helper.is_alive():  # short waits, so a cancel gets in between
             helper.join(0.2)
     except BaseException:
