@@ -41,6 +41,7 @@ from cudice.verifier.config import VerifyConfig
 from cudice.verifier.fast_check import FastChecker
 from cudice.verifier.pool import VerifyPool, default_compile_workers
 from cudice.verifier.result import Verdict
+from cudice.verifier.toolchain import cuda_home
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -63,8 +64,9 @@ class PlainLoadInline:
         self.dir = Path(tempfile.mkdtemp(prefix="cudice-bench-li-"))
         src_path = self.dir / path.name
         src_path.write_text(source if source is not None else path.read_text())
+        # CUDA_HOME as cudice's build sets it: a CPU-only torch finds no CUDA home of its own
         env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(self.dir / "ext"), "TORCH_CUDA_ARCH_LIST": "9.0",
-               "MAX_JOBS": "2"}
+               "MAX_JOBS": "2", "CUDA_HOME": cuda_home()}
         code = f"src=open({str(src_path)!r}).read(); exec(compile(src, {str(src_path)!r}, 'exec'), {{'__name__': 'c'}})"
         self.t0 = time.perf_counter()
         self.t1 = 0.0

@@ -130,8 +130,13 @@ def _build(text: str, name: str, config: VerifyConfig, mode: str) -> BuildResult
     return build_module(module, doc.path, config, link=False, mode=mode)
 
 
+# one full torch-extension build takes 100-150 s on an idle 2-core box and ~4x that at load 6
+BUILD_TIMEOUT = pytest.mark.timeout(2400)
+
+
 @needs_nvcc
 @pytest.mark.slow
+@BUILD_TIMEOUT
 @pytest.mark.parametrize("example", ["relu_broken.py", "relu_cuda.py"])
 def test_default_build_equals_full_build(example: str, session_config: VerifyConfig) -> None:
     """One candidate that fails and one that compiles (the corpus subset CI can afford)."""
@@ -182,6 +187,7 @@ class ModelNew(nn.Module):
 
 @needs_nvcc
 @pytest.mark.slow
+@BUILD_TIMEOUT
 def test_a_name_the_slim_headers_lack_falls_back_and_compiles(session_config: VerifyConfig) -> None:
     """torch::matmul is not in the slim set; ATen/cuda and c10/cuda headers are (stand-ins if needed)."""
     fast_only = _build(FALLBACK, "fallback", session_config, "fast")
@@ -201,6 +207,7 @@ CUBLAS = FALLBACK.replace("return torch::matmul(y, y);", """float one = 1.0f, ze
 
 @needs_nvcc
 @pytest.mark.slow
+@BUILD_TIMEOUT
 def test_cpu_only_cuda_headers_never_give_a_false_compile_error(tmp_path: Path, session_config: VerifyConfig) -> None:
     """ATen/cuda + c10/cuda includes compile; a cuBLAS call the stand-ins lack is `checked`, not an error."""
     overlay = ensure_overlay(session_config.cache_dir, _torch_flags(session_config))
