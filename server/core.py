@@ -220,10 +220,12 @@ class CudiceServer(LanguageServer):
         return settings
 
     def load_request(self) -> LoadRequest | None:
+        from cudice.model.bundled import resolve_model_path
         from cudice.server.model_client import LoadRequest
 
         s = self.settings
-        return LoadRequest(s.model_path, s.model_device, s.model_dtype) if s.model_path else None
+        path, _ = resolve_model_path(s.model_path)  # no cudice.model.path: the bundled demo model
+        return LoadRequest(path, s.model_device, s.model_dtype) if path else None
 
     def settings_dict(self) -> dict[str, Any]:
         return asdict(self.settings)

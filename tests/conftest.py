@@ -1,8 +1,14 @@
-"""Shared pytest configuration: `gpu` tests skip cleanly on machines without CUDA."""
+"""Shared pytest configuration: `gpu` tests skip cleanly on machines without CUDA; no bundled model.
+
+Tests (and the servers and CLIs they start, which inherit the environment) see no bundled demo
+model unless they ask for it (`cudice.model.bundled`; tests/model/test_bundled.py unsets the
+variable), so "no model configured" stays testable and no test depends on the shipped weights.
+"""
 
 from __future__ import annotations
 
 import functools
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -11,6 +17,7 @@ import pytest
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO_ROOT / "examples"
+os.environ.setdefault("CUDICE_NO_BUNDLED_MODEL", "1")
 
 
 @functools.cache

@@ -13,6 +13,12 @@ from cudice.model.bundled import DEMO_DIR, DISABLE_ENV, default_model_dir, demo_
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.fixture(autouse=True)
+def bundled_model_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """tests/conftest.py hides the bundled model from every other test; these are about it."""
+    monkeypatch.delenv(DISABLE_ENV, raising=False)
+
+
 def test_the_package_ships_a_complete_checkpoint_and_the_rule_prefers_an_explicit_path(
         monkeypatch: pytest.MonkeyPatch) -> None:
     assert default_model_dir() == DEMO_DIR

@@ -125,10 +125,8 @@ def sft(start: Path, corpus: Path, out_dir: Path, seconds: float, phase: Phase, 
     args = _cli("cudice.model.train.cli", "sft", "--model", str(start), "--data", str(corpus / "sft.jsonl"),
                 "--out", str(out_dir), "--epochs", str(epochs), "--lr", "1e-3" if not smoke else "3e-3",
                 "--batch-size", "2" if smoke else "16", "--max-length", "2048",
-                "--save-every", "2" if smoke else "100")
-    if "--precision" in help_text and not smoke:
-        args += ["--precision", "bf16-autocast"]
-    if "--max-steps" in help_text and smoke:
+                "--save-every", "2" if smoke else "100", "--log-every", "1" if smoke else "10")
+    if smoke and "--max-steps" in help_text:
         args += ["--max-steps", "4"]
     rc, stopped = phase.run(args, seconds)
     phase.say(f"sft exit {rc}{' (stopped at the deadline)' if stopped else ''}")
@@ -142,9 +140,10 @@ def rl(start: Path, corpus: Path, out_dir: Path, seconds: float, phase: Phase, s
                 str(corpus / "rl_infill.jsonl"), "--e2e-data", str(corpus / "rl_e2e.jsonl"), "--out", str(out_dir),
                 "--infill-steps", "1" if smoke else "3", "--e2e-steps", "1" if smoke else "6",
                 "--tasks-per-step", "2" if smoke else "8", "--samples-per-task", "2" if smoke else "8",
-                "--lr", "1e-5", "--max-new-tokens", "16" if smoke else "768", "--required-speedup", "0")
-    if "--save-every" in help_text:
-        args += ["--save-every", "1"]
+                "--lr", "1e-5", "--max-new-tokens", "16" if smoke else "768", "--required-speedup", "0",
+                "--save-every", "1", "--compile-workers", "2" if smoke else "14")
+    if smoke and "--verify-gpus" in help_text:
+        args += ["--verify-gpus", "0"]  # no GPU: the pool still runs the parse/static/compile stages
     rc, stopped = phase.run(args, seconds)
     phase.say(f"rl exit {rc}{' (stopped at the deadline)' if stopped else ''}")
     return newest_checkpoint(out_dir / "stage-infill", out_dir / "stage-e2e", out_dir)
