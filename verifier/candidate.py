@@ -41,12 +41,23 @@ WATCHED_OPS = ("aten::allclose", "aten::isclose", "aten::eq.Tensor", "aten::sub.
                "aten::copy_", "aten::clone", "aten::mm", "aten::addmm", "aten::_to_copy")
 
 
+# dispatch keys a dense CPU/CUDA tensor's call goes through; Meta, functorch and tracing keys are left
+# out: PyTorch registers some of those lazily (fake tensors, torch.compile), which is no override
+DISPATCH_KEYS = ("CPU", "CUDA", "Autograd", "AutogradCPU", "AutogradCUDA", "AutogradOther", "BackendSelect",
+                 "ADInplaceOrView", "AutocastCPU", "AutocastCUDA", "Python", "CompositeExplicitAutograd",
+                 "CompositeImplicitAutograd", "CompositeExplicitAutogradNonFunctional")
+
+
 def dispatcher_state() -> dict[str, str]:
-    """The registrations of `WATCHED_OPS` (torch's dispatcher dump): a `torch.library` or
-    `TORCH_LIBRARY_IMPL(aten, ...)` override changes them."""
+    """The registrations of `WATCHED_OPS` for `DISPATCH_KEYS` (torch's dispatcher dump): a
+    `torch.library` or `TORCH_LIBRARY_IMPL(aten, ...)` override changes them."""
     import torch
 
-    return {op: torch._C._dispatch_dump(op) for op in WATCHED_OPS}
+    def keyed(dump: str) -> str:
+        return "\n".join(line for line in dump.splitlines()
+                         if line.split(":", 1)[0].removesuffix("[alias]") in DISPATCH_KEYS)
+
+    return {op: keyed(torch._C._dispatch_dump(op)) for op in WATCHED_OPS}
 
 
 class Server:
@@ -71,7 +82,7 @@ class Server:
         import torch
         from cudice.verifier import dynamic_checks as dyn
 
-        self.guards, self.dispatch = dyn.snapshot_guarded(), dispatcher_state()  # before any candidate code
+        self.guards = dyn.snapshot_guarded()  # before any candidate code
         self.reply({"op": "ready", "torch": torch.__version__})
         while True:
             try:
@@ -109,6 +120,7 @@ class Server:
         path = str(req["path"])
         self.where = Location(path, int(req.get("line", 1)), 1)
         self._install_load_inline(path)
+        self.dispatch = dispatcher_state()  # after cudice's own imports, before the candidate's code
         try:
             mod = _exec_module(str(req["module"]), str(req["source"]), path, Stage.LOAD)
         except _Stop as stop:
