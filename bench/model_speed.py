@@ -23,9 +23,11 @@ Sections per shape and batch:
    logits, so read a bf16 MISMATCH with the teacher-forced agreement; the float32 check is exact);
 3. mixed prompt lengths (largest batch): lengths drawn from [prompt_len/4, prompt_len]; the
    prefill computes only real tokens (`prefill tokens` vs the padded count);
-4. float32 exactness (first shape): the compiled runner's tokens == `hf`'s, AR and fused BD;
-5. `--profile`: torch.profiler tables of one denoise forward and one AR step per runner
-   (kernel count, GPU busy time vs wall); a one-line summary is printed without the flag.
+4. float32 exactness (first shape; not with --quick/--no-exact): the compiled runner's tokens
+   == `hf`'s, AR and fused BD;
+5. profile at the smallest and largest batch: kernels, GPU busy time and wall of one denoise
+   forward and one AR step per runner ("-nograph" variants count the kernels a graph replays);
+   `--profile` also prints the torch.profiler tables.
 
 Compile and capture seconds are reported apart (`warm-up`); timed runs follow a warm-up run.
 Usage: python bench/model_speed.py [--shapes 1.7b,4b,8b] [--batches 1,16,64] [--batches-4b 1,128]
@@ -327,7 +329,8 @@ def profile_forwards(model: Any, prompt_len: int, batch: int, block: int, compil
     valid = torch.ones(batch, prompt_len + block, dtype=torch.bool, device=device)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     out: dict[str, Any] = {}
-    for name, runner in runners.items():
+    for name in list(runners):
+        runner = runners.pop(name)  # one runner's cache (and graphs) alive at a time
         cache = runner.new_cache(batch, prompt_len + 2 * block)
         runner.forward(ids[:, :prompt_len], block_causal_mask(valid[:, :prompt_len], block, dtype),
                        pos[:, :prompt_len], cache, logits=False)
@@ -379,11 +382,12 @@ def run_shape(shape: str, batches: list[int], args: argparse.Namespace, device: 
     model = random_model(shape, device, dtype)
     log(f"\n## {shape}: {sum(p.numel() for p in model.parameters()) / 1e9:.2f} B parameters "
         f"({time.perf_counter() - t0:.0f} s to build)")
-    try:
-        prof = profile_forwards(model, args.prompt_len, 1, args.block, args.compile_mode, args.profile)
-        results["runs"].append({"shape": shape, "profile": prof})
-    except Exception as exc:  # the profiler is optional; keep measuring
-        log(f"profile failed: {exc!r}")
+    for batch in sorted({min(batches), max(batches)}):
+        try:
+            prof = profile_forwards(model, args.prompt_len, batch, args.block, args.compile_mode, args.profile)
+            results["runs"].append({"shape": shape, "batch": batch, "profile": prof})
+        except Exception as exc:  # the profiler is optional; keep measuring
+            log(f"profile failed: {exc!r}")
     runners = make_runners(model, args.compile_mode)
     for batch in batches:
         row: dict[str, Any] = {"shape": shape, "batch": batch}
@@ -427,7 +431,7 @@ def run_shape(shape: str, batches: list[int], args: argparse.Namespace, device: 
     except Exception as exc:
         log(f"{shape} mixed lengths failed: {exc!r}")
     del runners
-    if first:
+    if first and args.exact:
         try:
             exact = exact_check(model, min(args.prompt_len, 128), args.block, args.compile_mode)
             log(f"{shape} float32 exactness, compiled vs eager reference: " + ", ".join(f"{k} {v}" for k, v in
@@ -461,10 +465,14 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--compile-mode", default=None, help="torch.compile mode (default: Inductor's default)")
     ap.add_argument("--profile", action="store_true", help="print torch.profiler tables of the profiled forwards")
-    ap.add_argument("--quick", action="store_true", help="1.7b at batch 1 and 4b at batch 128, 64 new tokens")
+    ap.add_argument("--no-exact", dest="exact", action="store_false",
+                    help="skip the float32 exactness check (a second compilation of the first shape)")
+    ap.add_argument("--quick", action="store_true", help="1.7b at batch 1 and 4b at batch 128, 64 new tokens, "
+                    "no float32 check (tests/model/test_fastpath.py's gpu test checks float32 on CUDA)")
     args = ap.parse_args()
     if args.quick:
         args.shapes, args.batches, args.batches_4b, args.new_tokens, args.repeat = "1.7b,4b", "1", "128", 64, 10
+        args.exact = False
     # three shapes x (bf16 + float32) x (T >= 2, T = 1) compilations of each layer function: above
     # torch.compile's default of 8 per function, after which it would silently run eager
     for knob in ("recompile_limit", "cache_size_limit"):

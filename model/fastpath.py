@@ -118,7 +118,9 @@ class StaticRunner:
     @torch.no_grad()
     def forward(self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, cache: StaticCache,
                 logits: bool = True) -> torch.Tensor:
-        """ids (b, L), mask (b, 1, L, K) additive over the first K slots, pos (b, L) -> logits (b, L, V)."""
+        """ids (b, L), mask (b, 1, L, K) additive over the first K slots, pos (b, L) -> logits (b, L, V).
+
+        The logits may be a captured graph's output buffer: read them before the next forward."""
         b, n = ids.shape
         big_b, m = cache.keys[0].shape[0], cache.keys[0].shape[2]
         if cache.length + n > m or mask.shape[-1] > m:
@@ -136,7 +138,7 @@ class StaticRunner:
             out = self._guarded(lambda: self._prefill(ids, mask, pos, cache, logits))
         else:
             out = self._guarded(lambda: self._block(ids, mask, pos, cache, logits, full=b == big_b))
-            out = out[slots] if logits else out
+            out = out[slots] if logits and b < big_b else out  # rows only leave: b == B means in place
         cache.length += n
         if (big_b, n) not in self.warmup_seconds and n <= GRAPH_MAX_TOKENS:
             if self.device.type == "cuda":
@@ -192,11 +194,11 @@ class StaticRunner:
             # q (B, L, H, D), k/v (B, L, Hkv, D) -> (B*L, H*D)
             cache.keys[i].index_copy_(2, s.write, k.transpose(1, 2))
             cache.values[i].index_copy_(2, s.write, v.transpose(1, 2))
-            qf = q.view(big_b, n, self.num_kv, self.group, self.head_dim).permute(0, 2, 3, 1, 4)
+            qf = q.reshape(big_b, n, self.num_kv, self.group, self.head_dim).permute(0, 2, 3, 1, 4)
             qf = qf.reshape(big_b, self.num_kv, self.group * n, self.head_dim)  # fold each KV head's group
             o = F.scaled_dot_product_attention(qf, cache.keys[i], cache.values[i], attn_mask=bias,
                                                scale=self.head_dim ** -0.5)      # (B, Hkv, G*L, D)
-            o = o.view(big_b, self.num_kv, self.group, n, self.head_dim).permute(0, 3, 1, 2, 4)
+            o = o.reshape(big_b, self.num_kv, self.group, n, self.head_dim).permute(0, 3, 1, 2, 4)
             return o.reshape(big_b * n, -1)
 
         return self._run(s.ids, s.pos, attend, logits)
@@ -247,8 +249,8 @@ class StaticRunner:
             layers.mark_tokens_dynamic(h, delta, cos, sin)
         for i, w in enumerate(self._layers):
             h, q, k, v = attn_in(h, delta, *w.attn, cos, sin, self.eps, self.head_dim)  # (T, H|Hkv, D)
-            o = attend(i, q.view(big_b, n, -1, self.head_dim), k.view(big_b, n, -1, self.head_dim),
-                       v.view(big_b, n, -1, self.head_dim))                     # (T, H*D)
+            o = attend(i, q.reshape(big_b, n, -1, self.head_dim), k.reshape(big_b, n, -1, self.head_dim),
+                       v.reshape(big_b, n, -1, self.head_dim))                  # (T, H*D)
             if self.compiled:
                 layers.mark_tokens_dynamic(o)
             h, delta = mlp_block(h, o, *w.mlp, self.eps)
