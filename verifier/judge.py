@@ -11,7 +11,7 @@ Phases: 1. torch, precision pinned (no TF32), the reference built after a secret
 2. the runners load their models after the same seed (their `load_inline` builds here, through
 the cache); 3. correctness: per trial a fresh secret seed and one input distribution
 (inputs.py), the reference run here, the candidate's outputs fetched and compared (tolerance.py),
-in-runner observations, two randomly chosen trials profiled (kernels that ran, ATen's share,
+in-runner observations, one randomly chosen trial profiled (kernels that ran, ATen's share,
 streams); then a repeated call (determinism), constancy across trials, guards; 4. timing by
 the judge's own clock around a synchronising round trip: fresh clones and an L2 flush in an
 untimed `prep`, then a timed `go` (one call and a device-wide sync in the runner); reference
@@ -44,7 +44,7 @@ from cudice.verifier.result import Diagnostic, Location, Severity, Stage, Verdic
 from cudice.verifier.worker import _call, _diag, _exec_module, _kernel_names, _Stop
 
 RUNNER_VERDICTS = {"runtime_error", "compile_error", "incorrect"}  # anything else a runner claims is ignored
-NUM_PROFILED_TRIALS = 2
+NUM_PROFILED_TRIALS = 1  # plus one random timed round: each profiled call costs a profiler session
 NUM_CHECKED_TIMED_CALLS = 3
 _rng = secrets.SystemRandom()
 
