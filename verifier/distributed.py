@@ -124,7 +124,8 @@ class RayBackend:
         self._owns_ray = not ray.is_initialized()
         if self._owns_ray:
             init: dict[str, Any] = {
-                "address": address,
+                # "local": always a new instance, even where `ray start` left one running (that is "auto")
+                "address": address or "local",
                 "log_to_driver": False,
                 "logging_level": logging.WARNING,
                 "runtime_env": runtime_env,

@@ -42,7 +42,7 @@ def ray_cluster() -> Iterator[None]:
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")])))
         mp.setenv("RAY_AUTH_MODE", "disabled")  # a local test instance needs no token file in $HOME
-        ray.init(num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False)
+        ray.init(address="local", num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False)
         try:
             yield
         finally:
