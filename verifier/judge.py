@@ -215,12 +215,16 @@ class _Judge:
                 continue
             self._send_inputs(self.session.cand, inputs)
             cand_out = self._call_and_fetch(ref_out, count_threads=bool(ref_trials))
+            self._stop_on_errors(dyn.check_outputs_plain(cand_out, ref_out, self.where), Stage.CORRECTNESS)
             cmp = compare_outputs(ref_out, cand_out, self.config.atol, self.config.rtol)
             max_abs, max_rel = max(max_abs, cmp.max_abs_err), max(max_rel, cmp.max_rel_err)
             if not cmp.ok:
                 self.out.update(max_abs_err=max_abs, max_rel_err=max_rel, num_correct_trials=len(ref_trials),
                                 num_trials=n)
-                raise _Stop(Verdict.INCORRECT, Stage.CORRECTNESS, [_diag(
+                # the more specific finding first (all zeros, one value), when there is one
+                specific = [d for d in dyn.check_not_constant([cand_out], [ref_out], self.where)
+                            if d.severity is Severity.ERROR]
+                raise _Stop(Verdict.INCORRECT, Stage.CORRECTNESS, [*specific, _diag(
                     "correctness.mismatch", f"Trial {trial + 1}/{n} ({dist} inputs): {cmp.why}", Stage.CORRECTNESS,
                     self.where)])
             ref_trials.append(ref_out)
