@@ -131,9 +131,10 @@ def train_sft(model: torch.nn.Module, samples: Sequence[EncodedSample], config: 
     collate = Collate(samples, pad_token_id, mask_token_id, config.seed, config.min_noise_rate)
     loader = torch.utils.data.DataLoader(
         list(range(len(samples))), batch_size=config.batch_size, shuffle=True, collate_fn=collate)
+    model = accelerator.prepare(model)  # first: FSDP's optimizer must see the sharded parameters
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=config.learning_rate,
                                   weight_decay=0.0)
-    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    optimizer, loader = accelerator.prepare(optimizer, loader)
     micro_per_epoch = len(loader)  # this rank's micro-batches per epoch
     steps_per_epoch = math.ceil(micro_per_epoch / config.grad_accum_steps)
     total_steps = steps_per_epoch * config.num_epochs

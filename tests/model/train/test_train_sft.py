@@ -55,3 +55,38 @@ def test_sft_cli_reports_bad_data_clearly(tiny_dir, tmp_path) -> None:
                                               "--out", str(tmp_path / "o")])
     assert result.exit_code != 0
     assert "line 1" in result.output and "response" in result.output
+
+
+def test_sft_cli_resumes_and_logs_to_tensorboard(tiny_dir, tmp_path) -> None:
+    pytest.importorskip("torch.utils.tensorboard")
+    data = tmp_path / "cuke.jsonl"
+    data.write_text("\n".join(json.dumps({"prompt": f"task {i}", "response": "__global__ void k() {}"})
+                              for i in range(4)))
+    out, tb = tmp_path / "out", tmp_path / "tb"
+    args = ["sft", "--model", str(tiny_dir), "--data", str(data), "--out", str(out), "--epochs", "2", "--lr", "1e-3",
+            "--batch-size", "2", "--device", "cpu", "--precision", "bf16-autocast", "--save-every", "1"]
+    first = CliRunner().invoke(train_group, [*args, "--max-steps", "2", "--tensorboard", str(tb)])
+    assert first.exit_code == 0, first.output
+    assert [json.loads(x)["step"] for x in first.output.splitlines() if x.startswith("{")] == [1, 2]
+    assert (out / "train_state" / "position.json").is_file() and read_marker(out)["step"] == 2
+    assert list(tb.glob("events.out.tfevents.*"))
+    rest = CliRunner().invoke(train_group, [*args, "--resume"])
+    assert rest.exit_code == 0, rest.output
+    assert [json.loads(x)["step"] for x in rest.output.splitlines() if x.startswith("{")] == [3, 4]
+    assert read_marker(out)["step"] == 4
+
+
+def test_monitor_draws_a_progress_bar_with_loss_and_tokens_per_second(capsys) -> None:
+    from cudice.model.train.monitor import Monitor
+
+    lines: list[dict] = []
+    monitor = Monitor(2, emit=lines.append, progress=True, description="sft")
+    monitor.log(1, {"loss": 2.5, "tokens_per_s": 1234.0})
+    monitor.log(2, {"loss": 1.25, "tokens_per_s": 2000.0})
+    monitor.close()
+    assert lines == [{"step": 1, "loss": 2.5, "tokens_per_s": 1234.0}, {"step": 2, "loss": 1.25, "tokens_per_s": 2000.0}]
+    err = capsys.readouterr().err
+    assert "loss 1.25" in err and "tokens_per_s 2000" in err and "2/2" in err
+    silent = Monitor(1, emit=lines.append, enabled=False)
+    silent.log(1, {"loss": 0.0})
+    assert len(lines) == 2  # other ranks log nothing
