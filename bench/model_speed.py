@@ -32,7 +32,7 @@ Sections per shape and batch:
 Compile and capture seconds are reported apart (`warm-up`); timed runs follow a warm-up run.
 Usage: python bench/model_speed.py [--shapes 1.7b,4b,8b] [--batches 1,16,64] [--batches-4b 1,128]
        [--new-tokens 128] [--prompt-len 512] [--quick] [--profile] [--compile-mode MODE]
-`--quick` (one H200, ~5 min): 1.7B at batch 1 and 4B at batch 128, 64 new tokens.
+`--quick` (one H200, ~5 min): 1.7B at batch 1 and 4B at batch 128 (the targets' rows), 10 repeats.
 """
 
 from __future__ import annotations
@@ -101,8 +101,10 @@ def make_runners(model: Any, compile_mode: str | None) -> dict[str, Any]:
     from cudice.model.fastpath import StaticRunner
     from cudice.model.runner import HFRunner
 
-    return {"hf": HFRunner(model), "fast": StaticRunner(model, use_graphs=True),
-            "compiled": StaticRunner(model, use_graphs=True, compile=True, compile_mode=compile_mode)}
+    keep = float("inf")  # the timed run reuses the warm-up run's cache and graphs at every batch size
+    return {"hf": HFRunner(model), "fast": StaticRunner(model, use_graphs=True, keep_cache_bytes=keep),
+            "compiled": StaticRunner(model, use_graphs=True, compile=True, compile_mode=compile_mode,
+                                     keep_cache_bytes=keep)}
 
 
 def sync(device: torch.device) -> None:
@@ -445,6 +447,29 @@ def run_shape(shape: str, batches: list[int], args: argparse.Namespace, device: 
         torch.cuda.empty_cache()
 
 
+TARGETS = (  # (shape, batch, key, comparison, bound, what)
+    ("4b", 128, "bd_compiled_thr0-fused_tok_s", ">=", 10_000, "SDAR-4B b=128 tok/s, fused commit, threshold 0"),
+    ("4b", 128, "compiled_denoise_over_ar", "<=", 1.1, "SDAR-4B b=128 denoise forward / AR step"),
+    ("1.7b", 1, "compiled_denoise_ms", "<=", 2.0, "DICE-1.7B b=1 4-token denoise forward, ms"),
+    ("1.7b", 1, "bd_compiled_thr0-fused_tok_s", ">=", 720, "DICE-1.7B b=1 tok/s, fused commit, threshold 0"),
+)
+
+
+def print_targets(results: dict[str, Any]) -> None:
+    """One line per target of the runtime's speed goals: measured, bound, met or not."""
+    for shape, batch, key, op, bound, what in TARGETS:
+        row = next((r for r in results["runs"] if r.get("shape") == shape and r.get("batch") == batch
+                    and "mixed_lengths" not in r and "profile" not in r), None)
+        if row is None:
+            continue
+        if key == "compiled_denoise_over_ar":
+            value = row.get("compiled_denoise_ms", float("nan")) / row.get("compiled_ar_step_ms", float("nan"))
+        else:
+            value = row.get(key, float("nan"))
+        met = value >= bound if op == ">=" else value <= bound
+        log(f"TARGET {what}: {value:.2f} (target {op} {bound}) {'MET' if met else 'NOT MET'}")
+
+
 def write(results: dict[str, Any]) -> Path:
     out_dir = Path(os.environ.get("OUT", "bench/out"))
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -467,11 +492,11 @@ def main() -> int:
     ap.add_argument("--profile", action="store_true", help="print torch.profiler tables of the profiled forwards")
     ap.add_argument("--no-exact", dest="exact", action="store_false",
                     help="skip the float32 exactness check (a second compilation of the first shape)")
-    ap.add_argument("--quick", action="store_true", help="1.7b at batch 1 and 4b at batch 128, 64 new tokens, "
+    ap.add_argument("--quick", action="store_true", help="1.7b at batch 1 and 4b at batch 128, 10 repeats, "
                     "no float32 check (tests/model/test_fastpath.py's gpu test checks float32 on CUDA)")
     args = ap.parse_args()
     if args.quick:
-        args.shapes, args.batches, args.batches_4b, args.new_tokens, args.repeat = "1.7b,4b", "1", "128", 64, 10
+        args.shapes, args.batches, args.batches_4b, args.repeat = "1.7b,4b", "1", "128", 10
         args.exact = False
     # three shapes x (bf16 + float32) x (T >= 2, T = 1) compilations of each layer function: above
     # torch.compile's default of 8 per function, after which it would silently run eager
@@ -500,6 +525,8 @@ def main() -> int:
         log("\n" + ", ".join(f"{k} {v:.2f}" for k, v in tiny.items()))
     except Exception as exc:
         log(f"tiny tokens/forward failed: {exc!r}")
+    log("")
+    print_targets(results)
     path = write(results)
     ok = all("error" not in r for r in results["runs"])
     log(f"RESULT model_speed: {'ok' if ok else 'some runs failed'} in {time.perf_counter() - start:.0f} s; "

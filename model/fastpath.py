@@ -62,7 +62,10 @@ class StaticRunner:
     """`Runner` with a static KV cache; `compile` fuses the layer math, `use_graphs` captures (CUDA)."""
 
     def __init__(self, model: Any, use_graphs: bool = True, compile: bool = False,
-                 compile_mode: str | None = None) -> None:
+                 compile_mode: str | None = None, keep_cache_bytes: float = 4 * 2**30) -> None:
+        """keep_cache_bytes: a cache (with its graphs) up to this size stays allocated for the next call
+        of the same shape; a larger one (e.g. a trainer's rollout batch) is freed when the caller drops
+        it, so it does not hold GPU memory through a training step."""
         self.model = model
         param = next(model.parameters())
         self.dtype, self.device = param.dtype, param.device
@@ -82,6 +85,7 @@ class StaticRunner:
         self.compile_error: str | None = None
         self.warmup_seconds: dict[tuple[int, int], float] = {}  # (batch, L) -> first forward incl. compile/capture
         self._layers = [_weights(layer) for layer in model.model.layers]
+        self.keep_cache_bytes = keep_cache_bytes
         self._pool: dict[tuple[int, int], StaticCache] = {}
         self._weight_ptr = self._layers[0].attn[1].data_ptr()
 
@@ -100,7 +104,8 @@ class StaticRunner:
             n = self.model.config.num_hidden_layers
             cache = StaticCache(keys=[torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in range(n)],
                                 values=[torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in range(n)])
-            self._pool[(batch, m)] = cache
+            if 2 * n * cache.keys[0].numel() * cache.keys[0].element_size() <= self.keep_cache_bytes:
+                self._pool[(batch, m)] = cache
         cache.length = 0
         cache.slots = torch.arange(batch, device=self.device)
         return cache
@@ -128,7 +133,7 @@ class StaticRunner:
         slots = cache.slots
         assert slots is not None
         if self._weights_moved():  # e.g. model.to(...): captured graphs would read freed memory
-            for c in self._pool.values():
+            for c in (*self._pool.values(), cache):
                 c.graphs.clear()
         start = time.perf_counter()
         if cache.length == 0:

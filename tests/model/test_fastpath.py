@@ -59,6 +59,18 @@ def test_fused_commit_gives_the_same_tokens_with_fewer_forwards(tiny_engine, thr
         assert fused.num_forwards < plain.num_forwards
 
 
+def test_a_cache_over_the_memory_budget_is_not_kept(tiny_engine) -> None:
+    lm = tiny_engine.loaded
+    cfg = SamplerConfig(strategy="low_confidence_dynamic", threshold=0.3, max_new_tokens=12)
+    runner = StaticRunner(lm.model, use_graphs=False, keep_cache_bytes=0)
+    fast = samplers(lm, runner).generate(prompts(lm), cfg, 4)
+    assert runner._pool == {}                                      # freed once the sampler drops it
+    assert_same_rows(samplers(lm, HFRunner(lm.model)).generate(prompts(lm), cfg, 4), fast)
+    kept = StaticRunner(lm.model, use_graphs=False)
+    samplers(lm, kept).generate(prompts(lm), cfg, 4)
+    assert len(kept._pool) == 1
+
+
 def test_static_ar_equals_hf_generate(tiny_engine) -> None:
     lm = tiny_engine.loaded
     p = prompts(lm)[:4]
