@@ -68,3 +68,30 @@ def test_a_changed_memory_limit_replaces_the_spare(runner: PersistentRunner) -> 
     runner.warm_up(4096)
     first = runner({"mode": "ok"}, timeout_s=60, memory_limit_mib=8192)
     assert first.result is not None and runner.num_started == 3  # warm spare discarded, one for the job, one spare
+
+
+def test_the_real_judge_from_a_warm_spare(tmp_path: Path) -> None:
+    """The real judge and runner processes (device `cpu`, a PyTorch stand-in): the second job runs in the
+    spare that warmed up after the first, and a candidate's dispatcher override does not reach it."""
+    pytest.importorskip("torch")
+    ref = (Path(__file__).parent / "corpus" / "references" / "relu.py").read_text()
+    cheat = (Path(__file__).parent / "corpus" / "adv_rt_library_override_kept.py").read_text()
+    honest = "import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return torch.relu(x)\n"
+    config = {"cache_dir": str(tmp_path), "arch_list": ["9.0"], "num_trials": 2}
+
+    def job(source: str) -> dict[str, object]:
+        return {"candidate_path": "c.py", "candidate_source": source, "reference_path": "r.py", "reference_source": ref,
+                "skip_timing": True, "device": "cpu", "config": config}
+
+    runner = PersistentRunner()
+    try:
+        runner.warm_up(32768, config)
+        first = runner(job(cheat), timeout_s=600, memory_limit_mib=32768)
+        second = runner(job(honest), timeout_s=600, memory_limit_mib=32768)
+    finally:
+        runner.close()
+    assert first.result is not None and second.result is not None, (first.stderr_tail, second.stderr_tail)
+    assert first.result["verdict"] == "incorrect"
+    assert "dynamic.dispatcher_override" in {d["code"] for d in first.result["diagnostics"]}
+    assert second.result["verdict"] == "correct", second.result
+    assert runner.num_started == 3  # warm spare, its successor, and the spare after the second job
