@@ -214,3 +214,13 @@ def test_engine_takes_the_fast_path_where_a_gpu_is_or_when_asked(tiny_engine) ->
     forced = Engine(lm, fast=True).runner
     assert isinstance(forced, StaticRunner) and not forced.compiled    # compiling on a CPU costs more than it saves
     assert isinstance(Engine(lm, fast=False).runner, HFRunner)
+
+
+def test_engine_warm_up_compiles_the_request_shapes_ahead(tiny_engine, compiled_runner) -> None:
+    from cudice.model.engine import Engine
+
+    Engine(tiny_engine.loaded, runner=compiled_runner).warm_up()
+    assert {(1, 4), (1, 8)} <= set(compiled_runner.warmup_seconds)   # denoise and fused forwards of one row
+    eager = StaticRunner(tiny_engine.loaded.model, use_graphs=False)
+    Engine(tiny_engine.loaded, runner=eager).warm_up()
+    assert eager.warmup_seconds == {}                                  # nothing to compile: no forward
