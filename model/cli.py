@@ -82,6 +82,12 @@ def generate_command(file: Path, model_path: str | None, mode: str, reference: s
     if bundled:
         click.echo("using the bundled demo model (only the families of cudice's corpus; `cudice model info` says "
                    "what it can do; --model DIR for a DICE checkpoint)", err=True)
+    import os
+
+    from cudice.server.cli_progress import ProgressLine
+    from cudice.server.procs import apply_torch_threads, cpu_thread_env
+
+    os.environ.update(cpu_thread_env())  # before torch loads: one CPU thread per physical core, passive waits
     from cudice.model.engine import GenerationError, load_engine
     from cudice.model.loader import ModelLoadError
     from cudice.model.scaffold import ScaffoldError, split_scaffold
@@ -90,19 +96,28 @@ def generate_command(file: Path, model_path: str | None, mode: str, reference: s
         source = file.read_text()
         reference_source = _reference_source(file, reference)
         scaffold = split_scaffold(source, str(file)) if mode == "infill" else None
-        engine = load_engine(model_path, device=device, dtype=dtype, fast=fast)
-        if scaffold is not None:
-            gen = engine.infill(scaffold.prefix, scaffold.suffix, reference_source, config)
-        else:
-            gen = engine.generate_kernel(reference_source, config)
+        with ProgressLine(f"loading {model_path}") as line:
+            engine = load_engine(model_path, device=device, dtype=dtype, fast=fast)
+            apply_torch_threads()
+            line.update("generating")
+
+            def on_progress(p: Any) -> None:
+                num, secs = getattr(p, "num_tokens", 0), getattr(p, "seconds", 0.0)
+                line.update(f"generating: {num} tokens · {num / secs if secs else 0.0:.1f} tok/s")
+
+            if scaffold is not None:
+                gen = engine.infill(scaffold.prefix, scaffold.suffix, reference_source, config, on_progress=on_progress)
+            else:
+                gen = engine.generate_kernel(reference_source, config, on_progress=on_progress)
     except (ModelLoadError, ScaffoldError, GenerationError, OSError, UnicodeDecodeError) as exc:
         raise click.ClickException(str(exc)) from exc
     if as_json:
         click.echo(json.dumps(dataclasses.asdict(gen), indent=2))
     else:
         click.echo(gen.text, nl=not gen.text.endswith("\n"))
+    tps = gen.num_tokens / gen.seconds if gen.seconds > 0 else 0.0
     click.echo(f"{gen.num_tokens} tokens, {gen.num_forwards} forwards ({gen.tokens_per_forward:.2f} tokens/forward), "
-               f"{gen.seconds:.1f} s, finished by {gen.finish_reason}", err=True)
+               f"{gen.seconds:.1f} s ({tps:.1f} tok/s), finished by {gen.finish_reason}", err=True)
 
 
 @click.group("model")

@@ -80,6 +80,8 @@ async def load_model(ls: CudiceServer) -> None:
     ls.ckpt_signature = checkpoint_signature(request.path)
     _watch_checkpoint(ls, request.path)
     progress = await WorkProgress.start(ls, "cudice: loading model", request.path, cancellable=False)
+    progress.report(f"loading {os.path.basename(request.path.rstrip('/')) or request.path}", force=True)
+    progress.tick()
     ok = await ls.model.load(request)
     progress.end(ls.model.message)
     if not ok:

@@ -11,7 +11,6 @@ Not covered: multi-root workspaces get one settings object (the first folder's),
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import shutil
@@ -148,12 +147,12 @@ class CudiceServer(LanguageServer):
             self.shutdown()  # type: ignore[no-untyped-call]
 
     def report_server_error(self, error: Exception, source: Any) -> None:
-        """pygls shows every internal error in a popup ("Error in server: ..."); cudice logs it
-        (stderr and `window/logMessage`) and tells the user about its own failures itself."""
-        text = f"{type(error).__name__}: {str(error)[:500]}"
-        log.error("server error (%s): %s", getattr(source, "__name__", source), text)
-        with contextlib.suppress(Exception):
-            self.window_log_message(lsp.LogMessageParams(type=lsp.MessageType.Error, message=f"cudice: {text}"))
+        """pygls shows every internal error in a popup ("Error in server: ..."); cudice logs it to
+        stderr (the editor's server log) and tells the user about its own failures itself. Nothing
+        is sent to the client: a failed send reports itself here, and answering it with another
+        send would loop once the connection is gone."""
+        log.error("server error (%s): %s: %s", getattr(source, "__name__", source), type(error).__name__,
+                  str(error)[:500])
 
     # -- background tasks ----------------------------------------------------------------------
     def spawn(self, coro: Any) -> asyncio.Task[Any]:

@@ -47,11 +47,13 @@ def _fail(ls: CudiceServer, reason: str, **extra: Any) -> dict[str, Any]:
 async def _run_model(ls: CudiceServer, uri: str, op: str, payload: dict[str, Any],
                      title: str) -> GenerationResult | str:
     """Run one model job with progress; the result, or why it did not produce one."""
-    progress = await WorkProgress.start(ls, title, "starting")
+    progress = await WorkProgress.start(ls, title, "starting", percentage=0)
     ls.generation_cancels[uri] = progress.cancelled
+    max_tokens = max(1, ls.settings.sampler_max_new_tokens)
     try:
         result = await ls.model.run(op, {**payload, "settings": ls.settings_dict()}, cancel=progress.cancelled,
-                                    on_progress=lambda p: progress.report(_progress_message(p)))
+                                    on_progress=lambda p: progress.report(  # of the token budget: an upper bound
+                                        _progress_message(p), min(99, 100 * p.num_tokens // max_tokens)))
     except ModelUnavailable as exc:
         progress.end("model unavailable")
         return f"the model is not ready: {exc}"
@@ -66,6 +68,7 @@ async def _run_model(ls: CudiceServer, uri: str, op: str, payload: dict[str, Any
             del ls.generation_cancels[uri]
     if result.cancelled:
         progress.end("cancelled")
+        ls.notice(f"cudice: {title.removeprefix('cudice: ')} was cancelled", lsp.MessageType.Info)
         return "cancelled"
     tps = result.num_tokens / result.seconds if result.seconds > 0 else 0.0
     progress.end(f"{result.num_tokens} tokens in {result.seconds:.1f} s ({tps:.1f} tok/s, "

@@ -36,7 +36,7 @@ import time
 import traceback
 from typing import Any, TextIO
 
-from cudice.server.procs import die_with_parent, lower_priority
+from cudice.server.procs import apply_torch_threads, cpu_thread_env, die_with_parent, lower_priority
 from cudice.server.settings import Settings
 
 
@@ -78,6 +78,8 @@ class Worker:
         t0 = time.perf_counter()
         try:
             self.module = importlib.import_module(os.environ.get("CUDICE_ENGINE_MODULE", "cudice.model.engine"))
+            if "torch" in sys.modules:
+                apply_torch_threads()  # the thread defaults main() put in the environment
             self.engine = self.module.load_engine(msg["path"], msg.get("device", "auto"), msg.get("dtype", "auto"))
         except Exception as exc:
             traceback.print_exc(file=sys.stderr)
@@ -170,6 +172,7 @@ def _generation_fields(gen: Any, seconds: float) -> dict[str, Any]:
 
 def main() -> None:
     lower_priority()
+    os.environ.update(cpu_thread_env())  # before torch loads: one thread per physical core, no spinning
     die_with_parent()  # a killed server takes this worker (and its children) down within a second
     out = os.fdopen(os.dup(1), "w", encoding="utf-8")
     os.dup2(2, 1)  # stray prints from libraries must not corrupt the protocol

@@ -7,8 +7,8 @@ pygls 2.1.1's loop (`pygls/io_.py::run_async`) has three failure modes with a mi
   answered: the client waits forever;
 - every unreadable message becomes an "Error in server" popup (`report_server_error`).
 Here a header is found anywhere at the end of a line (garbage before it is dropped, logged),
-a request that cannot be read is answered with the JSON-RPC error for it (-32700 parse error,
--32602 invalid params, -32600 invalid request), and nothing is shown to the user: the log has it.
+a request that cannot be read is answered with the JSON-RPC error for it (-32602 invalid
+params, -32600 invalid request; a body that is not JSON has no id to answer: it is logged), and nothing is shown to the user: the log has it.
 
 Not covered: the `Content-Type` header (ignored, as pygls does); bodies over `MAX_BODY_BYTES`
 are skipped and answered only by the log.
@@ -23,7 +23,7 @@ import threading
 from typing import Any, Protocol
 
 from lsprotocol.types import ResponseError
-from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams, JsonRpcInvalidRequest, JsonRpcParseError
+from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams, JsonRpcInvalidRequest
 from pygls.protocol import JsonRPCProtocol
 
 log = logging.getLogger(__name__)
@@ -54,9 +54,9 @@ def _answer_unreadable(protocol: JsonRPCProtocol, body: bytes, exc: Exception) -
     try:
         raw: Any = json.loads(body)
     except ValueError:
+        # JSON-RPC would answer with `"id": null`, but clients (pygls' among them) then fail to
+        # read that answer: the log is the only place for it.
         log.warning("ignoring a message that is not JSON (%s): %r", exc, body[:200])
-        error: JsonRpcException = JsonRpcParseError()
-        protocol._send_response(None, error=error.to_response_error())  # type: ignore[arg-type]
         return
     if not isinstance(raw, dict) or "method" not in raw:
         log.warning("ignoring a malformed message (%s): %r", exc, body[:200])

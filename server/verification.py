@@ -180,6 +180,8 @@ async def _verify_fresh(ls: CudiceServer, uri: str, path: str, source: str, vers
     ls.send_status(f"verifying {name}", uri)
     ls.refresh_lenses()
     progress = await WorkProgress.start(ls, f"cudice: verifying {name}", "static checks and compile")
+    progress.report("static checks and compile", force=True)
+    progress.tick()  # a build takes minutes on a small CPU: the elapsed time shows it is alive
     cancel_watch = ls.spawn(_cancel_on(progress, ls, uri))
     request = VerifyRequest(uri, path, source, version, verify_config(ls), ls.settings.verify_timeout_seconds)
     # Fast findings first: the warm clangd (quick worker) answers in ~0.3 s, the full build
@@ -215,7 +217,10 @@ async def _verify_fresh(ls: CudiceServer, uri: str, path: str, source: str, vers
         cancel_watch.cancel()
         quick_task.cancel()
     if result is None:
-        progress.end("superseded by a newer run" if ls.jobs.is_running(uri) else "cancelled")
+        superseded = ls.jobs.is_running(uri)
+        progress.end("superseded by a newer run" if superseded else "cancelled")
+        if not superseded and not ls.released:
+            ls.notice(f"cudice: verification of {name} was cancelled", lsp.MessageType.Info)
         return None
     progress.end(result.verdict.value)
     done_building()

@@ -68,6 +68,7 @@ def _die_with_server() -> None:
 
 def main() -> None:
     lower_priority()
+    os.environ.setdefault("OMP_NUM_THREADS", "1")  # nvcc and the sandbox run beside the model: no thread pools
     die_with_parent()
     out = os.fdopen(os.dup(1), "w", encoding="utf-8")
     os.dup2(2, 1)
