@@ -333,6 +333,7 @@ def profile_forwards(model: Any, prompt_len: int, batch: int, block: int, compil
     out: dict[str, Any] = {}
     for name in list(runners):
         runner = runners.pop(name)  # one runner's cache (and graphs) alive at a time
+        setup = time.perf_counter()  # the first compiled runner of a shape compiles here: reported apart
         cache = runner.new_cache(batch, prompt_len + 2 * block)
         runner.forward(ids[:, :prompt_len], block_causal_mask(valid[:, :prompt_len], block, dtype),
                        pos[:, :prompt_len], cache, logits=False)
@@ -346,6 +347,10 @@ def profile_forwards(model: Any, prompt_len: int, batch: int, block: int, compil
             for _ in range(3):
                 fwd()
             sync(device)
+            if what == "denoise":
+                out[f"{name}_setup_s"] = time.perf_counter() - setup
+                log(f"profile {name:16s} b={batch}: prefill + first forwards (compile, capture) "
+                    f"{out[f'{name}_setup_s']:.1f} s")
             with profile(activities=activities) as prof:
                 t = time.perf_counter()
                 fwd()
