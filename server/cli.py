@@ -84,7 +84,19 @@ def version_command() -> None:
             click.echo(f"{mod} (version unknown)")
     fallback = "/usr/local/cuda/bin/nvcc"
     nvcc = shutil.which("nvcc") or (fallback if os.path.exists(fallback) else None)
-    click.echo(f"nvcc {nvcc or 'not found'}")
+    click.echo(f"nvcc {nvcc_version(nvcc) + ' (' + nvcc + ')' if nvcc else 'not found (compiling needs the CUDA toolkit)'}")
+
+
+def nvcc_version(nvcc: str) -> str:
+    """nvcc's release line ("release 13.0, V13.0.48"), or why it could not be read."""
+    import subprocess
+
+    try:
+        out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=20).stdout
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"(version unknown: {exc})"
+    line = next((t for t in out.splitlines() if "release" in t), "")
+    return line.split("release", 1)[1].strip(" ,") if line else "(version unknown)"
 
 
 def main(argv: list[str] | None = None) -> Any:

@@ -19,6 +19,7 @@ STRATEGIES = ("low_confidence_dynamic", "low_confidence_static", "sequential")
 DEVICES = ("auto", "cuda", "cpu")
 DTYPES = ("auto", "bfloat16", "float16", "float32")
 LOG_LEVELS = ("error", "warning", "info", "debug")
+STRICTNESS = ("strict", "default", "lenient")  # the verifier's static policies (docs/anticheat.md)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +95,8 @@ SCHEMA: tuple[Setting, ...] = (
             "killed, and the full build's diagnostics follow either way.", minimum=1.0),
     Setting("cudice.verify.requiredSpeedup", "number", 1.0,
             "Speedup over PyTorch a kernel must clear to be shown as fast.", minimum=0.0),
+    Setting("cudice.verify.strictness", "string", "default",
+            "Static anti-cheat policy, as `cudice verify --strictness` (docs/anticheat.md).", choices=STRICTNESS),
     Setting("cudice.logLevel", "string", "info", "Server log level (the log goes to the LSP output).",
             choices=LOG_LEVELS),
 )
@@ -133,6 +136,7 @@ class Settings:
     verify_timeout_seconds: float = 300.0
     verify_quick_check_timeout_seconds: float = 60.0
     verify_required_speedup: float = 1.0
+    verify_strictness: str = "default"
     log_level: str = "info"
 
 

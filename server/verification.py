@@ -57,7 +57,7 @@ def verify_config(ls: CudiceServer) -> dict[str, Any]:
     return {
         "num_trials": s.verify_trials, "atol": s.verify_atol, "rtol": s.verify_rtol,
         "timeout_s": s.verify_timeout_seconds, "required_speedup": max(s.verify_required_speedup, 1e-9),
-        "compile_only": compile_only_reason(ls) is not None,
+        "compile_only": compile_only_reason(ls) is not None, "static_policy": s.verify_strictness,
     }
 
 

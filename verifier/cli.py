@@ -2,9 +2,11 @@
 
 `--json` prints exactly one JSON object (VerifyResult.to_dict(): `verdict`, `diagnostics` with
 1-based `line`/`column`, `severity`, `message`, `code`; `speedup`, `runtime_ms`,
-`reference_runtime_ms`, …) and nothing else on stdout. Without it, a readable report with a
-progress line while compiling. The exit status is 0 whenever a verdict was reached (whatever
-it is) and non-zero only for usage errors (click's 2).
+`reference_runtime_ms`, …) and nothing else on stdout. Without it, a readable report on stdout
+(never wrapped: `file:line:col` stays on one line when piped) and a progress line with the
+elapsed time on stderr (also when stderr is not a terminal: `server/cli_progress.py`). The exit
+status is 0 whenever a verdict was reached (whatever it is), unless `--exit-code` asks for 1
+when the verdict is not `correct` (`compiled` with `--compile-only`); usage errors give click's 2.
 """
 
 from __future__ import annotations
@@ -40,49 +42,76 @@ STAGES = [s.value for s in Stage]
 @click.option("--timeout", "timeout_s", type=click.FloatRange(min=1), default=None,
               help="Seconds allowed for loading, checking and timing the kernel (default 300).")
 @click.option("--trials", type=click.IntRange(min=1), default=None, help="Correctness trials (default 5).")
+@click.option("--strictness", type=click.Choice(["strict", "default", "lenient"]), default="default",
+              show_default=True, help="Static anti-cheat policy (docs/anticheat.md).")
+@click.option("--exit-code", "exit_code", is_flag=True,
+              help="Exit 1 unless the verdict is `correct` (with --compile-only: `compiled`), for scripts and CI.")
 def verify_command(candidate: Path, reference: Path | None, compile_only: bool, as_json: bool,
-                   timeout_s: float | None, trials: int | None) -> None:
+                   timeout_s: float | None, trials: int | None, strictness: str, exit_code: bool) -> None:
     """Verify a CUDA candidate against its PyTorch reference: static checks, compile, correctness, timing."""
+    result = _verify(candidate, reference, compile_only, as_json, timeout_s, trials, strictness)
+    if exit_code and not passed(result, compile_only):
+        sys.exit(1)
+
+
+def passed(result: VerifyResult, compile_only: bool) -> bool:
+    """What `--exit-code` accepts: `correct`, or `compiled` for a compile-only run."""
+    return result.verdict is (Verdict.COMPILED if compile_only else Verdict.CORRECT)
+
+
+def _verify(candidate: Path, reference: Path | None, compile_only: bool, as_json: bool, timeout_s: float | None,
+            trials: int | None, strictness: str) -> VerifyResult:
+    from cudice.server.cli_progress import ProgressLine
     from cudice.verifier.api import gpu_available, verify
 
-    changes: dict[str, object] = {"compile_only": compile_only}
+    changes: dict[str, object] = {"compile_only": compile_only, "static_policy": strictness}
     if timeout_s is not None:
         changes["timeout_s"] = timeout_s
     if trials is not None:
         changes["num_trials"] = trials
     config = VerifyConfig().with_(**changes)
     if as_json:
-        result = verify(candidate, reference=reference, config=config)
+        with ProgressLine("verifying"):
+            result = verify(candidate, reference=reference, config=config)
         click.echo(result.to_json())
-        return
-    console = Console(highlight=False)
+        return result
+    console = Console(highlight=False, soft_wrap=True)  # soft_wrap: no line breaks inside file:line:col
     console.print(f"[bold]cudice verify[/] {candidate}")
     if not compile_only and not gpu_available():
         console.print("[yellow]No CUDA GPU found: static checks and compile only (correctness and timing skipped).[/]")
     done = threading.Event()
     seen: list[str] = []
 
-    def on_stage(partial: VerifyResult) -> None:
-        seen.append(partial.stage.value)
-        wall = partial.stage_wall_s.get(partial.stage.value)
-        extra = f" ({wall:.1f} s)" if wall is not None else ""
-        n_err = sum(d.severity is Severity.ERROR for d in partial.diagnostics)
-        console.print(f"  [green]✓[/] {partial.stage.value}{extra}" + (f", {n_err} error(s)" if n_err else ""))
+    following = {"parse": "static checks", "static": "compiling (nvcc: about a minute cold, cached after)",
+                 "compile": "loading the kernel", "load": "checking correctness", "correctness": "timing"}
 
-    with console.status("parsing, static checks, compiling (nvcc parses the torch headers: about a minute "
-                        "cold; unchanged sources come from the build cache)…", spinner="dots"):
+    with ProgressLine("parsing") as line:
+        def on_stage(partial: VerifyResult) -> None:
+            seen.append(partial.stage.value)
+            wall = partial.stage_wall_s.get(partial.stage.value)
+            extra = f" ({wall:.1f} s)" if wall is not None else ""
+            n_err = sum(d.severity is Severity.ERROR for d in partial.diagnostics)
+            console.print(f"  [green]✓[/] {partial.stage.value}{extra}" + (f", {n_err} error(s)" if n_err else ""))
+            line.update(following.get(partial.stage.value, partial.stage.value))
+
         t0 = time.perf_counter()
         result = verify(candidate, reference=reference, config=config, on_stage=on_stage)
         done.set()
     print_report(console, result, time.perf_counter() - t0)
+    return result
 
 
 def print_report(console: Console, result: VerifyResult, wall_s: float) -> None:
     """The human-readable report (also used by `cudice eval --verbose`)."""
     style = VERDICT_STYLE.get(result.verdict, "bold")
     console.print(f"verdict: [{style}]{result.verdict.value}[/] (stage {result.stage.value}, {wall_s:.1f} s)")
+    shown: set[tuple[object, ...]] = set()
     for d in result.diagnostics:
         loc = d.location
+        key = (loc, d.severity, d.code, d.message)
+        if key in shown:  # one line per problem, also when two stages reported it
+            continue
+        shown.add(key)
         where = f"{loc.path}:{loc.line}:{loc.column}" if loc else "-"
         sev = SEVERITY_STYLE.get(d.severity, "")
         console.print(f"  {where}: [{sev}]{d.severity.value}[/]: {d.message} [dim]\\[{d.code}][/]")

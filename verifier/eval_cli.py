@@ -27,6 +27,11 @@ import click
 from cudice.verifier.config import VerifyConfig
 from cudice.verifier.result import Verdict, VerifyResult
 
+LAYOUT_HELP = """Expected layout (KernelBench):
+  PROBLEMS/19_ReLU.py     a reference: class Model, get_inputs(), get_init_inputs()
+  CANDIDATES/19_ReLU.py   its candidate (same file name): class ModelNew + load_inline(...)
+A problem without a candidate counts as a failure."""
+
 if TYPE_CHECKING:
     from cudice.verifier.backends import VerifyBackend
 
@@ -128,7 +133,12 @@ def eval_command(
         config = config.with_(num_trials=trials)
     names = sorted(p.name for p in problems.glob("*.py"))
     if not names:
-        raise click.UsageError(f"No *.py problem files in {problems}.")
+        raise click.UsageError(f"No *.py problem files in {problems}.\n{LAYOUT_HELP}")
+    if not any((candidates / n).is_file() for n in names):
+        found = sorted(p.name for p in candidates.glob("*.py"))[:3]
+        raise click.UsageError(
+            f"None of the {len(names)} problems in {problems} has a candidate of the same file name in "
+            f"{candidates} (it holds {', '.join(found) + ', …' if found else 'no *.py files'}).\n{LAYOUT_HELP}")
     backend, has_gpu = _open_backend(config, workers, ray_address)
     with backend:
         futures = {

@@ -50,6 +50,53 @@ def test_usage_error_exits_non_zero(tmp_path: Path) -> None:
     assert proc.returncode == 2 and "does not exist" in proc.stderr
 
 
+def _runtime_built(tmp_path: Path, examples_dir: Path) -> Path:
+    text = (examples_dir / "relu_cuda.py").read_text().replace('relu_source = """', 'relu_source = f"""')
+    text = text.replace("{\n", "{{\n").replace("}\n", "}}\n").replace("threads = 256", "threads = {256}")
+    (tmp_path / "relu.py").write_text((examples_dir / "relu.py").read_text())
+    cand = tmp_path / ("relu_cuda_" + "x" * 60 + ".py")
+    cand.write_text(text)
+    return cand
+
+
+def test_exit_code_strictness_and_unwrapped_locations(tmp_path: Path, examples_dir: Path) -> None:
+    cand = _runtime_built(tmp_path, examples_dir)  # verdict `checked`: nvcc never sees an f-string's text
+    plain = cudice("verify", "--compile-only", str(cand), cache=tmp_path)
+    assert plain.returncode == 0, plain.stderr
+    strict = cudice("verify", "--compile-only", "--exit-code", "--strictness", "strict", str(cand), cache=tmp_path)
+    assert strict.returncode == 1 and "verdict: checked" in strict.stdout, strict.stdout + strict.stderr
+    # piped: a finding stays on one line, location to code (the path alone is over 80 columns)
+    (line,) = [t for t in strict.stdout.splitlines() if "[verify.not_compiled]" in t]
+    assert line.strip().startswith(f"{cand}:") and ": warning: " in line
+    assert strict.stdout.count("[verify.not_compiled]") == 1  # one line per problem
+    bad = cudice("verify", "--strictness", "paranoid", str(cand), cache=tmp_path)
+    assert bad.returncode == 2 and "paranoid" in bad.stderr
+
+
+def test_eval_explains_the_folder_layout(tmp_path: Path, examples_dir: Path) -> None:
+    probs, cands = tmp_path / "problems", tmp_path / "candidates"
+    probs.mkdir()
+    cands.mkdir()
+    empty = cudice("eval", str(probs), str(cands), cache=tmp_path)
+    assert empty.returncode == 2 and "Expected layout" in empty.stderr and "CANDIDATES/19_ReLU.py" in empty.stderr
+    (probs / "19_ReLU.py").write_text((examples_dir / "relu.py").read_text())
+    (cands / "relu_cuda.py").write_text((examples_dir / "relu_cuda.py").read_text())
+    mismatch = cudice("eval", str(probs), str(cands), cache=tmp_path)
+    assert mismatch.returncode == 2 and "same file name" in mismatch.stderr and "relu_cuda.py" in mismatch.stderr
+
+
+def test_version_shows_the_nvcc_release(tmp_path: Path) -> None:
+    import shutil
+
+    out = cudice("version", cache=tmp_path)
+    assert out.returncode == 0, out.stderr
+    (line,) = [t for t in out.stdout.splitlines() if t.startswith("nvcc ")]
+    if shutil.which("nvcc") is None:
+        assert "not found" in line
+    else:
+        assert line.split()[1][0].isdigit() and "V" in line, line  # e.g. "nvcc 13.0, V13.0.48 (/usr/...)"
+
+
 def test_fast_p_is_over_all_problems() -> None:
     def res(verdict: Verdict, speedup: float | None) -> VerifyResult:
         return VerifyResult(verdict, Stage.TIMING, "c.py", speedup=speedup, speedup_min=speedup)

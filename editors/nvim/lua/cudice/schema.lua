@@ -39,6 +39,8 @@ return {
   { key = "cudice.verify.quickCheckTimeoutSeconds", type = "number", default = 60.0, minimum = 1.0 },
   -- Speedup over PyTorch a kernel must clear to be shown as fast.
   { key = "cudice.verify.requiredSpeedup", type = "number", default = 1.0, minimum = 0.0 },
+  -- Static anti-cheat policy, as `cudice verify --strictness` (docs/anticheat.md).
+  { key = "cudice.verify.strictness", type = "string", default = "default", enum = { "strict", "default", "lenient" } },
   -- Server log level (the log goes to the LSP output).
   { key = "cudice.logLevel", type = "string", default = "info", enum = { "error", "warning", "info", "debug" } },
 }
