@@ -28,6 +28,7 @@ from typing import Any
 
 EVAL_MAX_NEW_TOKENS = 768
 SPEED_PROMPTS = 3
+EXAMPLES = ("relu.py", "softmax.py")  # the repository's bundled examples (in-distribution, not held out)
 
 
 def _speeds(engine: Any, references: list[str], config: Any) -> dict[str, float]:
@@ -58,6 +59,13 @@ def generate_candidates(checkpoint: Path, corpus: Path, candidates: Path, smoke:
     for p, row in zip(held, batch.rows, strict=True):
         code = extract_first_code_block(row.text)
         (candidates / p["file"]).write_text(code if code is not None else row.text)
+    # The bundled examples, answered the way `cudice generate examples/relu.py` answers them.
+    examples_dir = Path(__file__).resolve().parents[3] / "examples"
+    example_out = candidates.parent / "example_candidates"
+    example_out.mkdir(exist_ok=True)
+    for name in EXAMPLES if (examples_dir / EXAMPLES[0]).is_file() else ():
+        gen = engine.generate_kernel((examples_dir / name).read_text(), config)
+        (example_out / name).write_text(gen.text)
     # Step 3 (here, while the model is loaded): decoding alone at batch 1.
     refs = references[:SPEED_PROMPTS]
     speed = {"default": _speeds(engine, refs, config)}  # on a GPU: the compiled fast path
@@ -71,10 +79,10 @@ def generate_candidates(checkpoint: Path, corpus: Path, candidates: Path, smoke:
             "batched_tokens": batch.num_tokens, "batched_seconds": batch.seconds, "speed_batch1": speed}
 
 
-def _eval_process(corpus: Path, candidates: Path, workers: int) -> subprocess.Popen[str]:
+def _eval_process(problems: Path, candidates: Path, workers: int) -> subprocess.Popen[str]:
     """Step 2: the user's command, `cudice eval PROBLEMS CANDIDATES --json`."""
-    args = [sys.executable, "-m", "cudice.server.cli", "eval", str(corpus / "problems" / "heldout"),
-            str(candidates), "--json", "--workers", str(workers)]
+    args = [sys.executable, "-m", "cudice.server.cli", "eval", str(problems), str(candidates), "--json",
+            "--workers", str(workers)]
     return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
 
 
@@ -119,9 +127,18 @@ def evaluate_all(stages: dict[str, Path], corpus_dir: str | Path, say: Callable[
         say(f"eval {label}: {len(g['family_of'])} answers, {g['batched_tokens']} tokens in "
             f"{g['batched_seconds']:.1f} s; finish {g['finish_reasons']}")
     per_run = max(1, workers // max(1, len(stages)))
-    procs = {label: _eval_process(corpus, ckpt.parent / "candidates", per_run) for label, ckpt in stages.items()}
+    procs = {label: _eval_process(corpus / "problems" / "heldout", ckpt.parent / "candidates", per_run)
+             for label, ckpt in stages.items()}
+    examples = Path(__file__).resolve().parents[3] / "examples"
+    example_procs = {label: _eval_process(examples, ckpt.parent / "example_candidates", 1)
+                     for label, ckpt in stages.items() if any((ckpt.parent / "example_candidates").glob("*.py"))}
     results = {label: _summary(label, stages[label], generated[label], _scores(proc, label))
                for label, proc in procs.items()}
+    for label, proc in example_procs.items():
+        # `cudice eval` over examples/ scores every reference there; only the answered ones count
+        rows = [r for r in _scores(proc, f"{label} examples")["per_problem"] if r["problem"] in EXAMPLES]
+        results[label]["examples"] = {r["problem"]: {"verdict": r["verdict"], "speedup": r["speedup"]} for r in rows}
+        say(f"eval {label}: bundled examples {results[label]['examples']}")
     for label, r in results.items():
         s = r["speed_batch1"]["default"]
         say(f"eval {label}: correct {r['correct']:.1%}, fast_1 {r['fast_1']:.1%} over {r['num_problems']} "

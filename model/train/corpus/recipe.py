@@ -90,8 +90,8 @@ def _options(module: str, command: str) -> str:
     return subprocess.run(_cli(module, command, "--help"), capture_output=True, text=True).stdout
 
 
-def prepare(work: Path, seed: int, smoke: bool, phase: Phase) -> tuple[Path, Path]:
-    """Corpus and initial checkpoint under `work` (reused when already complete); (corpus, init)."""
+def prepare(work: Path, seed: int, smoke: bool, phase: Phase, with_init: bool = True) -> tuple[Path, Path]:
+    """Corpus (and, `with_init`, the initial checkpoint) under `work`, reused when complete; (corpus, init)."""
     from cudice.model.train.corpus.build import build_corpus
     from cudice.model.train.corpus.init_model import DEMO_DIMS, SMOKE_DIMS, init_checkpoint
 
@@ -100,7 +100,7 @@ def prepare(work: Path, seed: int, smoke: bool, phase: Phase) -> tuple[Path, Pat
         sizes = {"train_per_family": 6, "heldout_per_family": 1} if smoke else {}
         manifest = build_corpus(corpus, seed=seed, **sizes)
         phase.say(f"corpus: {manifest['num_problems']} problems, {manifest['num_sft_pairs']} SFT pairs")
-    if not (init / "model.safetensors").is_file():
+    if with_init and not (init / "model.safetensors").is_file():
         info = init_checkpoint(init, corpus / "sft.jsonl", SMOKE_DIMS if smoke else DEMO_DIMS, seed=seed)
         phase.say(f"init: {json.dumps(info)}")
     return corpus, init
@@ -249,7 +249,7 @@ def phase_a(work: Path, out: Path, minutes: float, seed: int, smoke: bool, verif
 def phase_b(work: Path, out: Path, minutes: float, seed: int, smoke: bool, start: Path, sft_minutes: float) -> None:
     """More SFT, then BiC-RL (infilling, then end-to-end) until the deadline; export both."""
     phase = Phase("phase_b", out, minutes)
-    corpus, _ = prepare(work, seed, smoke, phase)
+    corpus, _ = prepare(work, seed, smoke, phase, with_init=False)
     begin = unpack_tar(start, work / "start")
     ckpt = (sft(begin, corpus, work / "sft_b", 60 * sft_minutes, phase, smoke, epochs=2) if sft_minutes > 0
             else None) or begin
@@ -273,7 +273,7 @@ def phase_c(work: Path, out: Path, minutes: float, seed: int, smoke: bool, sft_t
     from cudice.model.train.corpus.evaluate import comparison_table, evaluate_all
 
     phase = Phase("phase_c", out, minutes)
-    corpus, _ = prepare(work, seed, smoke, phase)
+    corpus, _ = prepare(work, seed, smoke, phase, with_init=False)
     stages = {"sft": unpack_tar(sft_tar, work / "eval_sft" / "ckpt")}
     if rl_tar.is_file():
         stages["rl"] = unpack_tar(rl_tar, work / "eval_rl" / "ckpt")
