@@ -29,6 +29,28 @@ FAKES_ENV = {
 }
 
 
+_BUILD_CACHE: list[Path] = []
+
+
+def shared_build_cache() -> Path:
+    """One verifier build cache for every real-backend e2e test of this pytest run (the pybind
+    `main.o` of the examples, ~40 s of g++ cold and minutes on a loaded box, is built once), or the
+    folder in `CUDICE_TEST_BUILD_CACHE` to keep it across runs. Objects are keyed by content and
+    flags and results by file path, so no test sees another's verdict."""
+    if not _BUILD_CACHE:
+        import atexit
+        import shutil
+        import tempfile
+
+        given = os.environ.get("CUDICE_TEST_BUILD_CACHE")
+        if given:
+            _BUILD_CACHE.append(Path(given))
+        else:
+            _BUILD_CACHE.append(Path(tempfile.mkdtemp(prefix="cudice-e2e-build-")))
+            atexit.register(shutil.rmtree, _BUILD_CACHE[0], True)
+    return _BUILD_CACHE[0]
+
+
 class Editor:
     def __init__(self, client: LanguageClient) -> None:
         self.client = client

@@ -10,14 +10,14 @@ local ok, err = pcall(function()
   vim.cmd.edit(vim.fs.joinpath(assert(os.getenv('CUDICE_WORK')), 'relu.py'))
   local buf = vim.api.nvim_get_current_buf()
   local client
-  out.attached = vim.wait(20000, function()
+  out.attached = vim.wait(60000, function()  -- bounded: a loaded box starts slowly
     client = vim.lsp.get_clients({ bufnr = buf, name = 'cudice' })[1]
     return client ~= nil and client.initialized == true
   end, 50)
   if not out.attached then
     error('no initialized cudice client over TCP after 20 s')
   end
-  vim.wait(10000, function() return cudice.statusline() ~= 'cudice: starting' end, 50)
+  vim.wait(60000, function() return cudice.statusline() ~= 'cudice: starting' end, 50)
   out.statusline = cudice.statusline()
   local resp = client:request_sync('textDocument/codeAction', {
     textDocument = { uri = vim.uri_from_bufnr(buf) },

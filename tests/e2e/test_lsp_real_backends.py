@@ -12,12 +12,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from lsp_support import REPO, start_editor, stop_editor
+from lsp_support import REPO, shared_build_cache, start_editor, stop_editor
 from lsprotocol import types as lsp
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(600)]
 
-REAL = {"CUDICE_ENGINE_MODULE": "cudice.model.engine", "CUDICE_VERIFY_MODULE": "cudice.verifier.api"}
+REAL = {"CUDICE_ENGINE_MODULE": "cudice.model.engine", "CUDICE_VERIFY_MODULE": "cudice.verifier.api",
+        "CUDICE_CACHE_DIR": str(shared_build_cache())}  # the examples' objects are built once per run
 
 
 @pytest.fixture(scope="module")

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from lsp_support import shared_build_cache
 from nvim_tools import PLUGIN, ROOT, run_lua
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(900)]
@@ -38,8 +39,9 @@ def session(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         "CUDICE_PYTHON": sys.executable,
         "CUDICE_DIAG_TIMEOUT_MS": str(DIAG_TIMEOUT_S * 1000),
         "XDG_STATE_HOME": str(base / "state"),  # Neovim's lsp.log goes here, not to ~
-        # A fresh result cache: the diagnostic must come from a real compile check of this copy.
-        "CUDICE_CACHE_DIR": str(base / "cache"),
+        # No result of another run: results are keyed by path (this copy is new); compiled objects
+        # are shared with the other real-backend tests of this run (keyed by content).
+        "CUDICE_CACHE_DIR": str(shared_build_cache()),
     }
     # three bounded waits (fast diagnostic, verdict, lens) plus start-up
     proc = run_lua(HERE / "nvim_driver.lua", env, timeout=3 * DIAG_TIMEOUT_S + 90)

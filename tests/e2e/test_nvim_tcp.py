@@ -67,7 +67,7 @@ def test_neovim_connects_to_a_tcp_server(tcp_server: int, tmp_path: Path) -> Non
     out = tmp_path / "out.json"
     env = {"CUDICE_PLUGIN": str(PLUGIN), "CUDICE_WORK": str(work), "CUDICE_OUT": str(out),
            "CUDICE_TCP": f"127.0.0.1:{tcp_server}", "XDG_STATE_HOME": str(tmp_path / "state")}
-    proc = run_lua(HERE / "nvim_tcp_driver.lua", env, timeout=90)
+    proc = run_lua(HERE / "nvim_tcp_driver.lua", env, timeout=200)
     assert out.exists(), f"driver wrote nothing; stderr: {proc.stderr[-2000:]}"
     data = json.loads(out.read_text())
     assert not data["errors"], data
