@@ -9,6 +9,8 @@
 # What comes back in $OUT (each file <= 16 MiB): demo_sft.tar / demo_rl.tar — a whole checkpoint
 # with bf16 weights, one file —, templates.json (a), results.json (c), phase_*.log.
 # Between calls carry the returned tars in .ckpt/ (DEMO_START, DEMO_SFT, DEMO_RL override paths).
+# `bc` runs b then c in ONE call (DEMO_MINUTES_B, default 4, DEMO_MINUTES_C, default 4.5; extra
+# SFT DEMO_SFT_MINUTES, default 1): two calls in all (a, bc) when machine start-ups are costly.
 # Knobs: DEMO_MINUTES (phase budget, default 8), DEMO_WORK (scratch, default /tmp/cudice-demo),
 # PYTHON (default python3), DEMO_SFT_MINUTES (phase b's extra SFT, default 2).
 # Driver: model/train/corpus/recipe.py (docs/model.md, "The demo model").
@@ -39,5 +41,10 @@ case "$phase" in
        --sft-minutes "${DEMO_SFT_MINUTES:-2}" "$@" ;;
   c) exec "$py" -m cudice.model.train.corpus.recipe c --work "$work" --out "$out" \
        --minutes "${DEMO_MINUTES:-8}" --sft "${DEMO_SFT:-.ckpt/demo_sft.tar}" --rl "${DEMO_RL:-.ckpt/demo_rl.tar}" "$@" ;;
-  *) echo "unknown phase '$phase' (a, b or c)" >&2; exit 2 ;;
+  bc) # b then c in one call on one machine: c reads b's tars straight from $OUT
+     "$py" -m cudice.model.train.corpus.recipe b --work "$work" --out "$out" --minutes "${DEMO_MINUTES_B:-4}" \
+       --start "${DEMO_START:-.ckpt/demo_sft.tar}" --sft-minutes "${DEMO_SFT_MINUTES:-1}" "$@"
+     exec "$py" -m cudice.model.train.corpus.recipe c --work "$work" --out "$out" --minutes "${DEMO_MINUTES_C:-4.5}" \
+       --sft "$out/demo_sft.tar" --rl "$out/demo_rl.tar" "$@" ;;
+  *) echo "unknown phase '$phase' (a, b, c or bc)" >&2; exit 2 ;;
 esac

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 EVAL_MAX_NEW_TOKENS = 768
-SPEED_PROMPTS = 3
+SPEED_PROMPTS = 2
 EXAMPLES = ("relu.py", "softmax.py")  # the repository's bundled examples (in-distribution, not held out)
 
 
