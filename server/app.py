@@ -113,6 +113,14 @@ async def _checkpoint_changed(ls: CudiceServer, path: str) -> None:
     await load_model(ls)
 
 
+async def _warm_quick(ls: CudiceServer) -> None:
+    """Start the quick worker (it warms clangd's torch-header preamble); close it again if the
+    session ended while it started."""
+    await ls.quick.start()
+    if _released(ls):
+        await ls.quick.shutdown()
+
+
 def _released(ls: CudiceServer) -> bool:
     return ls.released  # a call, so that mypy does not narrow the flag across awaits
 
@@ -151,10 +159,6 @@ def create_server(*, worker_env: dict[str, str] | None = None, results_dir: Path
             if _released(ls):  # the client left (TCP) or shut down meanwhile: start no workers
                 return
             ls.send_status()
-            await ls.quick.start()  # warms clangd's torch-header preamble in the background
-            if _released(ls):  # released while the worker was starting: close it too
-                await ls.quick.shutdown()
-                return
             if ls.settings.verify_on_save:
                 verify_open_documents(ls)  # saved before the server was ready: not lost
             await load_model(ls)
@@ -173,11 +177,13 @@ def create_server(*, worker_env: dict[str, str] | None = None, results_dir: Path
 
     @server.feature(lsp.TEXT_DOCUMENT_DID_OPEN)
     def did_open(ls: CudiceServer, params: lsp.DidOpenTextDocumentParams) -> None:
-        from cudice.server.verification import show_cached, verify_open_documents
+        from cudice.server.verification import is_candidate, show_cached, verify_open_documents
 
         uri = params.text_document.uri
         if not show_cached(ls, uri) and ls.settings.verify_on_save:
             verify_open_documents(ls, [uri])  # saved while the editor was attaching: verify it now
+        if not ls.released and is_candidate(ls.analyse(uri, params.text_document.text)[0]):
+            ls.spawn(_warm_quick(ls))  # clangd's minutes-long preamble only once a candidate is open
 
     @server.feature(lsp.TEXT_DOCUMENT_DID_SAVE, lsp.SaveOptions(include_text=False))
     def did_save(ls: CudiceServer, params: lsp.DidSaveTextDocumentParams) -> None:

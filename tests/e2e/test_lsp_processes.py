@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 from lsp_support import REPO, start_editor, stop_editor
+from lsprotocol import types as lsp
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 DEADLINE_S = 120.0
@@ -107,3 +108,20 @@ async def test_cancel_and_a_killed_server_leave_no_descendants(candidate: Path) 
         else:
             await stop_editor(editor)
     assert not _tagged(tag)
+
+
+async def test_clangd_warms_only_once_a_candidate_is_open(candidate: Path) -> None:
+    tag = uuid.uuid4().hex
+    editor = await start_editor("visual-studio-code", candidate.parent, env={"CUDICE_TEST_FAMILY": tag})
+    try:
+        editor.open(candidate.parent / "relu.py")  # a reference, not a candidate
+        await editor.wait_status(lambda s: s["model"] == "missing")  # start-up is done
+        hover = await editor.client.text_document_hover_async(lsp.HoverParams(
+            lsp.TextDocumentIdentifier((candidate.parent / "relu.py").as_uri()), lsp.Position(0, 0)))
+        assert hover is None  # the server answered: had it started clangd, it would be running by now
+        assert not _running(tag, "-m cudice.server.quick_worker")
+        editor.open(candidate)
+        await _until("the quick worker starts for the open candidate",
+                     lambda: len(_running(tag, "-m cudice.server.quick_worker")) == 1)
+    finally:
+        await stop_editor(editor)
