@@ -67,7 +67,10 @@ class PlainLoadInline:
         # CUDA_HOME as cudice's build sets it: a CPU-only torch finds no CUDA home of its own
         env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(self.dir / "ext"), "TORCH_CUDA_ARCH_LIST": "9.0",
                "MAX_JOBS": "2", "CUDA_HOME": cuda_home()}
-        code = f"src=open({str(src_path)!r}).read(); exec(compile(src, {str(src_path)!r}, 'exec'), {{'__name__': 'c'}})"
+        # a CPU-only torch sets cpp_extension.CUDA_HOME to None whatever the environment says; pointing it
+        # at the toolkit (as cudice's toolchain probe does) lets load_inline compile, then fail to link
+        code = ("import os, torch.utils.cpp_extension as ce; ce.CUDA_HOME = ce.CUDA_HOME or os.environ['CUDA_HOME']; "
+                f"src=open({str(src_path)!r}).read(); exec(compile(src, {str(src_path)!r}, 'exec'), {{'__name__': 'c'}})")
         self.t0 = time.perf_counter()
         self.t1 = 0.0
         self.proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL,
