@@ -186,6 +186,23 @@ class ModelNew(nn.Module):
 '''
 
 
+GPU_FALLBACK = FALLBACK.replace("import torch.nn as nn\n", '''import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return 2 * x
+
+
+def get_inputs():
+    return [torch.randn(256, 4096)]
+
+
+def get_init_inputs():
+    return []
+''', 1)
+
+
 @needs_nvcc
 @pytest.mark.slow
 @BUILD_TIMEOUT
@@ -198,7 +215,7 @@ def test_a_name_the_slim_headers_lack_falls_back_and_compiles(session_config: Ve
     assert not any(d.severity is Severity.ERROR for d in auto.diagnostics)
 
 
-CUBLAS = FALLBACK.replace("""TORCH_CHECK(torch::cuda::device_count() > 0, "no CUDA device");
+CUBLAS = GPU_FALLBACK.replace("""TORCH_CHECK(torch::cuda::device_count() > 0, "no CUDA device");
     return y;""", """float one = 1.0f, zero = 0.0f;
     auto out = torch::empty_like(y);
     cublasSgemm(at::cuda::getCurrentCUDABlasHandle(), CUBLAS_OP_N, CUBLAS_OP_N, n, 1, 1, &one,
@@ -229,23 +246,6 @@ def _torch_flags(config: VerifyConfig) -> str:
     from cudice.verifier.toolchain import probe_toolchain
 
     return probe_toolchain(config.cache_dir, config.arch_list_env).cflags
-
-
-GPU_FALLBACK = FALLBACK.replace("import torch.nn as nn\n", '''import torch.nn as nn
-
-
-class Model(nn.Module):
-    def forward(self, x):
-        return 2 * x
-
-
-def get_inputs():
-    return [torch.randn(256, 4096)]
-
-
-def get_init_inputs():
-    return []
-''', 1)
 
 
 @pytest.mark.gpu
