@@ -259,7 +259,7 @@ class _Judge:
         links = (self.session.ref, self.session.cand)
         for link in links:
             self._send_inputs(link, inputs)
-        for link in links:  # warm-up by time, each on its own (short warm-ups under-report: triton #2306)
+        for link in links:  # warm-up by time, each on its own (short ones under-report: https://github.com/triton-lang/triton/issues/2306)
             deadline = time.perf_counter() + cfg.timing_warmup_ms / 1000.0
             while True:
                 self._round(link, 0)
