@@ -1,6 +1,6 @@
 """Language-server latency: `initialize` after process start, and code action / hover under load.
 
-Targets (issue #6): `initialize` answered <= 0.5 s after the server process starts (it imports no
+Targets (docs/server.md): `initialize` answered <= 0.5 s after the server process starts (it imports no
 torch); while a generation and a verification are running, code-action p95 <= 50 ms and hover
 p95 <= 20 ms over 200 requests each.
 

@@ -22,7 +22,7 @@ STRATEGY_NAMES = ("low_confidence_static", "low_confidence_dynamic", "sequential
 
 @dataclass(frozen=True, slots=True)
 class SamplerConfig:
-    """Decoding policy for the block-diffusion sampler (DESIGN §3).
+    """Decoding policy for the block-diffusion sampler (docs/model.md).
 
     block_length: tokens per block; None means the checkpoint's `block_size` (DICE: 4).
     denoising_steps: most denoise forwards per block (a block's masks are revealed in at most

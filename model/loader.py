@@ -1,6 +1,6 @@
 """Load DICE/SDAR (or plain Qwen3) checkpoints into transformers' native `Qwen3ForCausalLM`.
 
-DICE checkpoints are SDAR checkpoints and SDAR is Qwen3 (DESIGN §3): their shipped remote code
+DICE checkpoints are SDAR checkpoints and SDAR is Qwen3 (docs/model.md, https://github.com/JetAstra/SDAR): their shipped remote code
 does not run on transformers >= 4.56, so cudice builds a `Qwen3Config` from config.json itself
 and loads the safetensors key for key — never `trust_remote_code`. The mask token, the stop
 tokens, the pad token and the block size come from the checkpoint and its tokenizer.
@@ -118,7 +118,7 @@ def qwen3_config(raw: dict[str, Any]) -> Any:
         if raw.get(extra) is not None:
             kwargs[extra] = raw[extra]
     config = Qwen3Config(**kwargs)
-    config._attn_implementation = "sdpa"  # custom 4-D float masks need sdpa or eager (DESIGN §3)
+    config._attn_implementation = "sdpa"  # custom 4-D float masks need sdpa or eager (docs/model.md)
     return config
 
 

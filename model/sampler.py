@@ -1,4 +1,4 @@
-"""Block-diffusion decoding (SDAR / DICE inference, DESIGN §3), batched.
+"""Block-diffusion decoding (SDAR / DICE inference, docs/model.md), batched.
 
 Blocks are aligned to absolute position 0 of each prompt. The whole prompt blocks are prefilled
 into the KV cache; the prompt's tail shares the first generated block. For each block: forward

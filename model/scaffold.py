@@ -1,6 +1,6 @@
 """Split a KernelBench candidate into the infilling scaffold: prefix | CUDA source | suffix.
 
-The split is DICE's stage-1 split (DESIGN §2): the middle is the *contents* of the CUDA source
+The split is DICE's stage-1 split (docs/model.md): the middle is the *contents* of the CUDA source
 string passed to `load_inline(cuda_sources=...)`; the prefix ends with its opening quotes, the
 suffix starts with its closing quotes. String offsets come from the verifier's document model
 (`cudice.verifier.document.parse_document`), the one parser of KernelBench files in cudice.

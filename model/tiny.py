@@ -97,7 +97,7 @@ def _config_dict(vocab_size: int, ids: dict[str, int], sdar_layout: bool) -> dic
         "mask_token_id": ids["<|MASK|>"],
     }
     if sdar_layout:
-        # Field for field what SDAR-1.7B-Chat's config.json holds (notes/model.md §2.2).
+        # Field for field what SDAR-1.7B-Chat's config.json holds (https://huggingface.co/JetLM/SDAR-1.7B-Chat/blob/main/config.json).
         return {
             "architectures": ["SDARForCausalLM"],
             "auto_map": {

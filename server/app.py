@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from cudice.server.features.positions import LineIndex
 
 # Only what answering `initialize` needs is imported above (pygls and lsprotocol are most of the
-# start-up; issue 6 wants `initialize` within 0.5 s). Features, flows, workers and watchdog are
+# start-up; docs/server.md: `initialize` within 0.5 s). Features, flows, workers and watchdog are
 # imported where they are first used, and preloaded in a thread once `initialized` arrives.
 PRELOAD = (
     "cudice.server.features.code_actions", "cudice.server.features.code_lens", "cudice.server.features.display",

@@ -2,7 +2,7 @@
 
 `cudice.verifier.api.quick_check` (parse + static checks + clangd compile diagnostics) answers in
 ~0.3 s when its `FastChecker` keeps the torch-header preamble parsed between checks, and in
-10-25 s when it starts a fresh clangd (DESIGN §4). This process owns that checker for the
+10-25 s when it starts a fresh clangd (docs/verifier.md). This process owns that checker for the
 server's lifetime: it warms it at start, then answers requests one at a time.
 
 Requests (stdin, JSON lines): {"id", "path", "source"}. Events (stdout): {"event": "started"},

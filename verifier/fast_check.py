@@ -1,7 +1,7 @@
 """Fast first diagnostics: a persistent clangd that keeps the torch headers parsed between edits.
 
 nvcc needs 16–26 s just to report a syntax error because it re-parses the torch headers on
-every run (DESIGN §4). clangd 22 parses a torch-extension `.cu` with the CUDA 13 headers
+every run (docs/verifier.md). clangd 22 parses a torch-extension `.cu` with the CUDA 13 headers
 (`-x cuda --cuda-gpu-arch=sm_90 -nocudalib`), builds the header *preamble* once (~11 s on a
 2-core box) and re-diagnoses the file in ~0.25 s after each edit while the preamble is kept.
 `FastChecker` owns one clangd for its lifetime (the language server keeps one), feeds it the

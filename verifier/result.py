@@ -29,7 +29,7 @@ class Stage(str, enum.Enum):
 
 
 class Verdict(str, enum.Enum):
-    """The CLI's `verdict` values (issue #3 §5)."""
+    """The CLI's `verdict` values (docs/verifier.md, docs/diagnostics.md)."""
 
     CORRECT = "correct"
     INCORRECT = "incorrect"

@@ -1,6 +1,6 @@
 """Interleaved GPU timing of the reference and the candidate, in one process (runs in the worker).
 
-Method (DESIGN §4, notes/verifier.md §4): warm both up *by time* (short warm-ups under-report
+Method (docs/verifier.md; KernelBench's timing, https://github.com/ScalingIntelligence/KernelBench): warm both up *by time* (short warm-ups under-report
 by ~30%, triton #2306); then for each of `num_trials` rounds, in alternating order, for each
 implementation: fresh clones of the inputs, an L2 flush (write ≥ 256 MB), device-wide sync,
 start event, call, end event, device-wide sync (the sync inside the interval catches work on

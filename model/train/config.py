@@ -1,6 +1,6 @@
 """Run-wide configuration of the training jobs: `SFTConfig` and `RLConfig` (frozen, validated).
 
-Defaults follow the DICE release (DESIGN §7): SFT lr 1e-5, 3 epochs, cutoff 6144 tokens;
+Defaults follow the DICE release (docs/training.md): SFT lr 1e-5, 3 epochs, cutoff 6144 tokens;
 BiC-RL 64 tasks × 16 samples per step, clip 0.2, KL 0.01 (k3), lr 1e-6, stage 1 infilling
 for 20 steps then stage 2 end-to-end for 100 steps. `ModelSetup` is what both jobs share: the
 precision mode (`cudice.model.train.precision`), gradient checkpointing and LoRA.

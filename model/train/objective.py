@@ -1,7 +1,7 @@
 """The block-diffusion training objective (SDAR / BD3-LM) and the replay rows of BiC-RL.
 
 Both SFT and RL run the model on a doubled sequence `[x_t ; x_0]`: a noisy copy, then the
-clean copy, with identical position ids (DESIGN §3). Blocks are aligned to absolute position
+clean copy, with identical position ids (docs/training.md). Blocks are aligned to absolute position
 0, as at inference, so the prompt's tail shares the first answer block. Attention:
 
 - a noisy token of block b sees the noisy tokens of block b (bidirectional) and the clean
@@ -145,7 +145,7 @@ def sft_loss(model: torch.nn.Module, input_ids: torch.Tensor, loss_mask: torch.T
 
 
 # ---------------------------------------------------------------------------------------------
-# BiC-RL: replaying a rollout's reveal order (TraceRL), DESIGN §7
+# BiC-RL: replaying a rollout's reveal order (TraceRL), docs/training.md
 # ---------------------------------------------------------------------------------------------
 
 

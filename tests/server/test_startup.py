@@ -1,5 +1,5 @@
 """What starting the server costs: `initialize` is answered with only pygls, lsprotocol and cudice's
-settings loaded (issue 6: within 0.5 s of the process start), and the no-argument fast path of
+settings loaded (docs/server.md: within 0.5 s of the process start), and the no-argument fast path of
 `cudice-lsp` starts the same server as the click command line does."""
 
 from __future__ import annotations

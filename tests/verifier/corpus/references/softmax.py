@@ -1,4 +1,4 @@
-"""Reference: row softmax over a wide row, so every output is tiny (KernelBench issue #165)."""
+"""Reference: row softmax over a wide row, so every output is tiny (https://github.com/ScalingIntelligence/KernelBench/issues/165)."""
 import torch
 import torch.nn as nn
 
