@@ -14,7 +14,8 @@ it on the inputs it receives and answers requests:
 - `prep` / `go`  fresh clones and an L2 flush, then `n` forwards and a device-wide sync (the
             judge times `go` by its own clock);
 - `profile` one forward under `torch.profiler`: kernel names, device time, stream;
-- `guards`  whether timers, comparison functions or dispatcher entries were replaced.
+- `guards`  whether timers, comparison functions or dispatcher entries were replaced, or global
+            module hooks or torch function/dispatch modes installed.
 
 Everything this process reports besides the outputs is an observation made where the candidate's
 code runs: native code can forge it. The judge bases the verdict on outputs it compares itself
@@ -48,6 +49,18 @@ DISPATCH_KEYS = ("CPU", "CUDA", "Autograd", "AutogradCPU", "AutogradCUDA", "Auto
                  "CompositeImplicitAutograd", "CompositeExplicitAutogradNonFunctional")
 
 
+def hook_state() -> dict[str, int]:
+    """How many global module hooks and torch function/dispatch modes are installed in this process."""
+    import torch
+    import torch.nn.modules.module as nn_module
+
+    state = {name: len(getattr(nn_module, name)) for name in dir(nn_module)
+             if name.startswith("_global_") and name.endswith("_hooks") and isinstance(getattr(nn_module, name), dict)}
+    state["torch_function_modes"] = int(torch._C._len_torch_function_stack())
+    state["torch_dispatch_modes"] = int(torch._C._len_torch_dispatch_stack())
+    return state
+
+
 def dispatcher_state() -> dict[str, str]:
     """The registrations of `WATCHED_OPS` for `DISPATCH_KEYS` (torch's dispatcher dump): a
     `torch.library` or `TORCH_LIBRARY_IMPL(aten, ...)` override changes them."""
@@ -73,6 +86,7 @@ class Server:
         self.where = Location("<candidate>", 1, 1)
         self.guards: dict[str, object] = {}
         self.dispatch: dict[str, str] = {}
+        self.hooks: dict[str, int] = {}
         self.flush: Any = None
 
     def reply(self, header: dict[str, Any], blobs: list[memoryview] | None = None) -> None:
@@ -121,6 +135,7 @@ class Server:
         self.where = Location(path, int(req.get("line", 1)), 1)
         self._install_load_inline(path)
         self.dispatch = dispatcher_state()  # after cudice's own imports, before the candidate's code
+        self.hooks = hook_state()
         try:
             mod = _exec_module(str(req["module"]), str(req["source"]), path, Stage.LOAD)
         except _Stop as stop:
@@ -238,6 +253,12 @@ class Server:
             found.append(Diagnostic(Severity.ERROR, f"the candidate re-registered {', '.join(changed)} in the "
                                     "dispatcher (torch.library / TORCH_LIBRARY_IMPL): overriding the ops a check uses "
                                     "fakes the check.", "dynamic.dispatcher_override", Stage.CORRECTNESS, self.where))
+        hooks = hook_state()
+        added = sorted(k for k, n in hooks.items() if n > self.hooks.get(k, 0))
+        if added:
+            found.append(Diagnostic(Severity.ERROR, f"the candidate installed process-wide hooks ({', '.join(added)}): "
+                                    "a global forward hook or a torch function/dispatch mode can rewrite any model's "
+                                    "output.", "dynamic.global_hook", Stage.CORRECTNESS, self.where))
         self.reply({"ok": True, "diagnostics": [d.to_dict() for d in found]})
 
     # -- helpers --------------------------------------------------------------------------------------
