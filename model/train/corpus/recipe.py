@@ -115,7 +115,7 @@ def newest_checkpoint(*dirs: Path) -> Path | None:
 
 
 def sft(start: Path, corpus: Path, out_dir: Path, seconds: float, phase: Phase, smoke: bool,
-        epochs: int) -> Path | None:
+        epochs: int, save_every: int = 100) -> Path | None:
     """`cudice train sft` from `start` for `epochs` or until `seconds` pass; the newest complete checkpoint.
 
     lr 1e-3 (a 7M model from scratch, not DICE's 1e-5 fine-tuning of 1.7B); the schedule's 3 %
@@ -125,7 +125,7 @@ def sft(start: Path, corpus: Path, out_dir: Path, seconds: float, phase: Phase, 
     args = _cli("cudice.model.train.cli", "sft", "--model", str(start), "--data", str(corpus / "sft.jsonl"),
                 "--out", str(out_dir), "--epochs", str(epochs), "--lr", "1e-3" if not smoke else "3e-3",
                 "--batch-size", "2" if smoke else "16", "--max-length", "2048",
-                "--save-every", "2" if smoke else "100", "--log-every", "1" if smoke else "10")
+                "--save-every", "2" if smoke else str(save_every), "--log-every", "1" if smoke else "10")
     if smoke and "--max-steps" in help_text:
         args += ["--max-steps", "4"]
     rc, stopped = phase.run(args, seconds)
@@ -251,8 +251,10 @@ def phase_b(work: Path, out: Path, minutes: float, seed: int, smoke: bool, start
     phase = Phase("phase_b", out, minutes)
     corpus, _ = prepare(work, seed, smoke, phase, with_init=False)
     begin = unpack_tar(start, work / "start")
-    ckpt = (sft(begin, corpus, work / "sft_b", 60 * sft_minutes, phase, smoke, epochs=2) if sft_minutes > 0
-            else None) or begin
+    # saved every 25 steps: a minute of SFT must leave a checkpoint behind when it is stopped
+    more = sft(begin, corpus, work / "sft_b", 60 * sft_minutes, phase, smoke, epochs=2, save_every=25) \
+        if sft_minutes > 0 else None
+    ckpt = more or begin
     export_tar(ckpt, out / TAR_SFT)
     reserve = 40.0 if not smoke else 5.0
     rl_ckpt = rl(ckpt, corpus, work / "rl", phase.left() - reserve, phase, smoke)
