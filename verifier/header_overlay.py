@@ -27,8 +27,11 @@ ATen op through argument-dependent lookup, or a `using namespace` that the extra
 full headers could make ambiguous). The overlay is written once per content into the build
 cache (`cache_dir/headers/<hash>/`), atomically (a temporary folder renamed into place).
 
-Not covered: macros the full headers define and a candidate redefines (the full build warns on
-the redefinition, the slim one does not); candidates that include `torch/torch.h` or
+Not covered: a `torch::X` that the full headers declare in namespace `torch` itself resolves,
+in the slim set, to `at::X` through the using-directive when that exists (`torch::empty` is
+the factory above; `torch::cuda::device_count()` becomes `at::cuda::device_count()`, the same
+count in another integer type); macros the full headers define and a candidate redefines (the
+full build warns on the redefinition, the slim one does not); candidates that include `torch/torch.h` or
 `torch/all.h` (they reach the slim `torch/types.h` first and fall back to the full build).
 """
 
