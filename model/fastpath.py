@@ -136,10 +136,7 @@ class StaticRunner:
             for c in (*self._pool.values(), cache):
                 c.graphs.clear()
         start = time.perf_counter()
-        if cache.length == 0:
-            if b != big_b:
-                raise ValueError(f"the first forward into a cache of {big_b} rows got {b} rows; "
-                                 "prefill every row before selecting rows")
+        if cache.length == 0 and b == big_b:  # (rows that left before any commit: the cached path below)
             out = self._guarded(lambda: self._prefill(ids, mask, pos, cache, logits))
         else:
             out = self._guarded(lambda: self._block(ids, mask, pos, cache, logits, full=b == big_b))

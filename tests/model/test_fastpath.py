@@ -71,6 +71,21 @@ def test_a_cache_over_the_memory_budget_is_not_kept(tiny_engine) -> None:
     assert len(kept._pool) == 1
 
 
+def test_rows_that_leave_before_any_commit_keep_decoding(tiny_engine) -> None:
+    """Prompts shorter than a block have no prefill: rows may leave while the cache is still empty."""
+    lm = tiny_engine.loaded
+    runner = StaticRunner(lm.model, use_graphs=False)
+    cache = runner.new_cache(3, 8)
+    runner.select_rows(cache, torch.tensor([0, 2]))
+    ids = torch.tensor([[5, 6, 7, 8], [9, 10, 11, 12]])
+    mask = torch.zeros(2, 1, 4, 4)
+    pos = torch.arange(4).expand(2, -1)
+    fast = runner.forward(ids, mask, pos, cache)
+    hf = HFRunner(lm.model)
+    slow = hf.forward(ids, mask, pos, hf.new_cache(2, 8))
+    assert torch.allclose(fast, slow, atol=1e-5)
+
+
 def test_static_ar_equals_hf_generate(tiny_engine) -> None:
     lm = tiny_engine.loaded
     p = prompts(lm)[:4]
