@@ -12,7 +12,8 @@ Phases (they continue `cudice.model.train.rl`'s 1–3):
 Several processes (DDP): every rank updates on its own rollouts; a minibatch's loss is weighted
 by rows / (rows of that minibatch on all ranks), so the all-reduced gradient is the mean over
 every row of the minibatch. A rank whose share of a minibatch is empty still runs one
-zero-weighted forward/backward, so that every rank joins each all-reduce. Only the row counts
+zero-weighted forward/backward, so that every rank joins each all-reduce (the forwards
+themselves are collective-free: DDP runs with `broadcast_buffers=False`). Only the row counts
 (one collective per RL step) and the final figures (one read) cross to the host.
 
 Not covered: a value model, TraceRL's `shrink`, packing rows of several rollouts together.
@@ -58,8 +59,8 @@ def ppo_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, acceler
     # 5. replay rows and the pre-update log-probs
     rows = [_to(replay_rows(r.prompt_ids, r.response_ids, r.step_map, block_size=block_size,
                             mask_token_id=mask_token_id, pad_token_id=pad_token_id), device) for r, _ in kept]
-    with torch.no_grad(), autocast(accelerator, config.setup):
-        old = [token_logprobs(model, x, block_size) for x in rows]  # (R, L) each
+    with torch.no_grad(), autocast(accelerator, config.setup):  # the bare module: no DDP hooks, no collective
+        old = [token_logprobs(accelerator.unwrap_model(model), x, block_size) for x in rows]  # (R, L) each
     # the minibatch plan and its global row counts: one collective per RL step
     rng = random.Random(config.seed * 1_000_003 + step)
     plan = [mb for _ in range(config.ppo_epochs) for mb in _minibatches(len(kept), config.num_minibatches, rng)]

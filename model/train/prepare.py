@@ -42,12 +42,15 @@ def make_accelerator(setup: ModelSetup, *, seed: int = 0, cpu: bool = False) -> 
     """
     from accelerate import Accelerator
     from accelerate.state import AcceleratorState, GradientState
-    from accelerate.utils import DataLoaderConfiguration
+    from accelerate.utils import DataLoaderConfiguration, DistributedDataParallelKwargs
 
     AcceleratorState._reset_state()
     GradientState._reset_state()
+    # broadcast_buffers=False: DDP would otherwise broadcast the (constant) rotary buffers at every
+    # forward, a collective that deadlocks when RL ranks run different numbers of forwards
     return Accelerator(mixed_precision=_ACCELERATE_PRECISION[setup.precision], cpu=cpu,
-                       dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True, data_seed=seed))
+                       dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True, data_seed=seed),
+                       kwargs_handlers=[DistributedDataParallelKwargs(broadcast_buffers=False)])
 
 
 def prepare_model(model: torch.nn.Module, setup: ModelSetup) -> torch.nn.Module:

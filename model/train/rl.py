@@ -16,12 +16,12 @@ Rollout and reward are injected callables (`RolloutFn`, `RewardFn`), so the loop
 scripted rollouts and rewards; `cudice.model.train.cli` wires the real sampler and verifier.
 The config a `RolloutFn` receives carries this step's sampling seed (`seed + step·world + rank`).
 Not covered: resuming an RL run (each stage saves its checkpoint; restart a stage from it),
-rollouts served by another process while the policy trains (they alternate here).
+rollouts served by another process while the policy trains (they alternate here), FSDP or
+DeepSpeed (refused: see `_check_backend`; DDP with LoRA fits 8B).
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 import time
@@ -94,15 +94,15 @@ class StepStats:
     seconds: float = 0.0  # the whole step
 
 
-def _full_params(accelerator: Any, model: torch.nn.Module) -> contextlib.AbstractContextManager[Any]:
-    """Rollouts need whole weights: under FSDP they are gathered for the sampler (no write-back)."""
+def _check_backend(accelerator: Any) -> None:
+    """RL ranks run different numbers of forwards (their rollouts differ); FSDP's forwards are
+    collectives (all-gathers) and would deadlock on that."""
     from accelerate.utils import DistributedType
 
-    if accelerator.distributed_type == DistributedType.FSDP:
-        from torch.distributed.fsdp import FullyShardedDataParallel
-
-        return FullyShardedDataParallel.summon_full_params(model, writeback=False)
-    return contextlib.nullcontext()
+    if accelerator.distributed_type in (DistributedType.FSDP, DistributedType.DEEPSPEED):
+        raise ValueError(f"BiC-RL runs under DDP or on one device, not {accelerator.distributed_type.value}: its "
+                         "ranks run different numbers of forwards. For 8B use DDP with --lora-rank (fp32 base "
+                         "weights, 32 GB per GPU) and keep FSDP for SFT (docs/training.md)")
 
 
 def run_stage(model: torch.nn.Module, tasks: Sequence[RLTask], config: RLConfig, *, rollout_fn: RolloutFn,
@@ -121,6 +121,7 @@ def run_stage(model: torch.nn.Module, tasks: Sequence[RLTask], config: RLConfig,
     if accelerator is None:
         accelerator = make_accelerator(config.setup, seed=config.seed, cpu=cpu)
         model = accelerator.prepare(prepare_model(model, config.setup))
+    _check_backend(accelerator)
     rank, world = accelerator.process_index, accelerator.num_processes
     if count_prompt_tokens is not None:  # DICE drops prompts over 2000 (infill) / 1500 (e2e) tokens
         kept_tasks = [t for t in tasks if count_prompt_tokens(t) <= config.max_prompt_tokens]
@@ -141,7 +142,7 @@ def run_stage(model: torch.nn.Module, tasks: Sequence[RLTask], config: RLConfig,
         batch = schedule(tasks, step, config.tasks_per_step)[rank::world]  # 1. curriculum order, this rank's share
         step_config = dataclasses.replace(config, seed=config.seed + step * world + rank)
         model.eval()
-        with _full_params(accelerator, model), torch.no_grad():
+        with torch.no_grad():
             rollouts = rollout_fn(batch, config.samples_per_task, step_config)  # 2. sample
         model.train()
         rollout_seconds = time.perf_counter() - start

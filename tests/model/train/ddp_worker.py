@@ -1,10 +1,11 @@
-"""One rank of the multi-process SFT test.
+"""One rank of the multi-process training tests (SFT and RL).
 
-Runs `train_sft` on a tiny model and fixed samples; writes, per rank, the sample indices this
-rank trained on, the logged losses and grad norms, and (rank 0) the final weights.
+`main` runs `train_sft` on a tiny model and fixed samples; it writes, per rank, the sample
+indices this rank trained on, the logged losses and grad norms, and (rank 0) the final weights.
+`rl_main` runs one BiC-RL step with scripted rollouts and writes the step's figures and weights.
 test_train_distributed.py forks the ranks (`run_rank`: no fresh interpreter to import torch
 and transformers into); by hand: python -m torch.distributed.run --nproc_per_node N
-sft_ddp_worker.py OUT_DIR BATCH_SIZE.
+ddp_worker.py OUT_DIR BATCH_SIZE.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from cudice.model.train.config import SFTConfig
 from train_helpers import MASK_ID, PAD_ID, tiny_model, toy_samples
 
 
-def run_rank(rank: int, world_size: int, port: int, out: Path, batch_size: int) -> None:
+def run_rank(rank: int, world_size: int, port: int, out: Path, batch_size: int, job: str = "sft") -> None:
     """Entry point of a forked rank: the torchrun environment, then `main`; dies with its parent."""
     import ctypes
     import os
@@ -33,7 +34,7 @@ def run_rank(rank: int, world_size: int, port: int, out: Path, batch_size: int) 
     from accelerate.state import PartialState
 
     PartialState._reset_state()  # a forked child inherits the parent's single-process state
-    main(out, batch_size)
+    (main if job == "sft" else rl_main)(out, batch_size)
 
 
 def main(out: Path, batch_size: int) -> None:
@@ -55,6 +56,37 @@ def main(out: Path, batch_size: int) -> None:
     (out / f"rank{rank}.json").write_text(json.dumps(record))
     if rank == 0:
         torch.save({k: v.detach().clone() for k, v in model.state_dict().items()}, out / "weights.pt")
+
+
+def rl_step(flat_task: str, tasks_per_step: int) -> tuple[dict, torch.nn.Module]:
+    """One RL step on tasks "a" and "b" (scripted answers); `flat_task`'s group gets equal rewards."""
+    from cudice.model.train.config import RLConfig
+    from cudice.model.train.data import RLTask
+    from cudice.model.train.rl import Rollout, run_stage
+
+    def rollout(tasks, n, cfg):  # type: ignore[no-untyped-def]
+        return [Rollout(t, [1, 2, 3], [20 + k, 21, 22, 23, 24, 25 + k], [0, 1, 0, 1, 2, 0], f"{t.task_id}{k}")
+                for t in tasks for k in range(n)]
+
+    def reward(rollouts, cfg):  # type: ignore[no-untyped-def]
+        return [1.0 if r.text.startswith(flat_task) else float(r.text.endswith(("0", "2"))) for r in rollouts]
+
+    model = tiny_model()
+    config = RLConfig(stage="e2e", num_steps=1, tasks_per_step=tasks_per_step, samples_per_task=4,
+                      learning_rate=1e-3, ppo_epochs=1, num_minibatches=1)
+    tasks = [RLTask("e2e", 1, "# a", task_id="a"), RLTask("e2e", 1, "# b", task_id="b")]
+    stats = run_stage(model, tasks, config, rollout_fn=rollout, reward_fn=reward, block_size=4,
+                      mask_token_id=MASK_ID, pad_token_id=PAD_ID, cpu=True)[0]
+    return {"loss": stats.loss, "kl": stats.kl, "grad_norm": stats.grad_norm, "groups": stats.num_kept_groups,
+            "rows": stats.num_rows, "reward": stats.mean_reward, "updates": stats.num_updates}, model
+
+
+def rl_main(out: Path, flat: int) -> None:
+    torch.set_num_threads(1)
+    record, model = rl_step("b" if flat else "-", tasks_per_step=2)
+    rank = torch.distributed.get_rank()
+    (out / f"rl{rank}.json").write_text(json.dumps(record))
+    torch.save({k: v.detach().clone() for k, v in model.state_dict().items()}, out / f"rl_weights{rank}.pt")
 
 
 if __name__ == "__main__":

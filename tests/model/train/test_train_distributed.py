@@ -21,13 +21,13 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _launch(out: Path, num_processes: int, batch_size: int) -> None:
-    """Fork `num_processes` ranks (gloo) of sft_ddp_worker.run_rank and wait for all of them."""
-    from sft_ddp_worker import run_rank
+def _launch(out: Path, num_processes: int, batch_size: int, job: str = "sft") -> None:
+    """Fork `num_processes` ranks (gloo) of ddp_worker.run_rank and wait for all of them."""
+    from ddp_worker import run_rank
 
     ctx = multiprocessing.get_context("fork")  # the children inherit the imported torch/transformers
     port = _free_port()
-    procs = [ctx.Process(target=run_rank, args=(r, num_processes, port, out, batch_size), daemon=True)
+    procs = [ctx.Process(target=run_rank, args=(r, num_processes, port, out, batch_size, job), daemon=True)
              for r in range(num_processes)]
     for p in procs:
         p.start()
@@ -80,3 +80,25 @@ def test_two_ranks_see_disjoint_shards_and_match_one_rank_with_double_batch(tmp_
     ddp = torch.load(tmp_path / "weights.pt")
     close = [torch.allclose(ddp[k], v, atol=1e-5) for k, v in weights.items()]
     assert sum(close) >= 0.9 * len(close)  # Adam turns ~1e-9 gradient rounding into lr-sized steps
+
+
+@pytest.mark.parametrize("flat", [0, 1])
+def test_two_rl_ranks_take_the_update_of_one_rank_on_both_tasks(tmp_path, flat: int) -> None:
+    """Rank 0 rolls out task a, rank 1 task b; one minibatch: the all-reduced update is the
+    single-process update over both. flat=1: rank 1's group is flat, so it has no rows and joins
+    the all-reduce with an idle backward."""
+    from ddp_worker import rl_step
+
+    single, model = rl_step("b" if flat else "-", tasks_per_step=2)
+    reference = model.state_dict()
+    _launch(tmp_path, num_processes=2, batch_size=flat, job="rl")
+    ranks = [json.loads((tmp_path / f"rl{r}.json").read_text()) for r in (0, 1)]
+    assert ranks[0] == ranks[1]  # figures are reduced over ranks
+    assert ranks[0]["groups"] == single["groups"] == 2 - flat and ranks[0]["rows"] == single["rows"]
+    assert ranks[0]["reward"] == pytest.approx(single["reward"])
+    assert ranks[0]["loss"] == pytest.approx(single["loss"], rel=1e-5, abs=1e-7)
+    assert ranks[0]["grad_norm"] == pytest.approx(single["grad_norm"], rel=1e-4)
+    w0, w1 = (torch.load(tmp_path / f"rl_weights{r}.pt") for r in (0, 1))
+    assert all(torch.equal(w0[k], w1[k]) for k in w0)  # DDP keeps the replicas identical
+    close = [torch.allclose(w0[k], v, atol=1e-5) for k, v in reference.items()]
+    assert sum(close) >= 0.9 * len(close)
