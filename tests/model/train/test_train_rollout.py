@@ -63,3 +63,21 @@ def test_rl_cli_rejects_bad_task_files(tmp_path) -> None:
                                               "--e2e-data", str(good), "--out", str(tmp_path / "o")])
     assert result.exit_code != 0
     assert "line 1" in result.output and "prefix" in result.output
+
+
+def test_rl_cli_without_a_gpu_says_rewards_need_one(tmp_path) -> None:
+    from cudice.model.train.cli import train_group
+    from cudice.verifier.pool import count_gpus
+
+    if count_gpus():
+        import pytest
+
+        pytest.skip("this machine has a GPU")
+    infill = tmp_path / "infill.jsonl"
+    infill.write_text(json.dumps({"pytorch_code": "x", "prefix": "a", "middle": "b", "suffix": "c"}) + "\n")
+    e2e = tmp_path / "e2e.jsonl"
+    e2e.write_text(json.dumps({"idx": 1, "level": 1, "pytorch_code": "x"}) + "\n")
+    result = CliRunner().invoke(train_group, ["rl", "--model", str(tmp_path), "--infill-data", str(infill),
+                                              "--e2e-data", str(e2e), "--out", str(tmp_path / "o")])
+    assert result.exit_code != 0
+    assert "RL rewards need a GPU" in result.output and "--verify-gpus" in result.output
