@@ -7,8 +7,9 @@ parameter names. Every file is first written under a temporary name in the same 
 and moved into place with `os.replace`; the marker `cudice_checkpoint.json` is written last.
 A watcher should act on the marker only: when it changes, the directory is complete.
 
-Weights are stored in the dtype the source's `config.json` declares (`torch_dtype`/`dtype`;
-DICE checkpoints say bfloat16), whatever precision the fp32 master copy trained in.
+Weights wider than the dtype the source's `config.json` declares (`torch_dtype`/`dtype`; DICE
+checkpoints say bfloat16) are stored in that dtype: the fp32 master copy of a bf16 checkpoint
+is saved as bf16. Nothing is ever widened.
 Resume state (optimizer, scheduler, RNG, data position) lives apart, in `train_state/`
 (`cudice.model.train.state`); the watcher ignores it.
 
@@ -86,7 +87,7 @@ def save_checkpoint(model: torch.nn.Module, source_dir: str | Path, out_dir: str
             continue
         seen[ptr] = name
         tensor = tensor.detach().to("cpu")
-        if dtype is not None and tensor.is_floating_point():
+        if dtype is not None and tensor.is_floating_point() and dtype.itemsize < tensor.dtype.itemsize:
             tensor = tensor.to(dtype)
         state[name] = tensor.contiguous()
     tmp_weights = out / _tmp_name(WEIGHTS)

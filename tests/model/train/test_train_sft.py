@@ -90,3 +90,21 @@ def test_monitor_draws_a_progress_bar_with_loss_and_tokens_per_second(capsys) ->
     silent = Monitor(1, emit=lines.append, enabled=False)
     silent.log(1, {"loss": 0.0})
     assert len(lines) == 2  # other ranks log nothing
+
+
+def test_fp32_master_weights_are_saved_in_the_sources_bf16(tiny_dir, tmp_path) -> None:
+    from cudice.model.train.checkpoint import save_checkpoint
+    from safetensors.torch import load_file
+
+    config = json.loads((tiny_dir / "config.json").read_text())
+    source = tmp_path / "bf16src"
+    source.mkdir()
+    for item in tiny_dir.iterdir():
+        (source / item.name).write_bytes(item.read_bytes())
+    (source / "config.json").write_text(json.dumps({**config, "torch_dtype": "bfloat16"}))
+    model = load_checkpoint(str(tiny_dir), device="cpu", dtype="float32").model
+    save_checkpoint(model, source, tmp_path / "a", step=1)
+    assert {t.dtype for t in load_file(tmp_path / "a" / "model.safetensors").values()} == {torch.bfloat16}
+    half = load_checkpoint(str(tiny_dir), device="cpu", dtype="bfloat16").model
+    save_checkpoint(half, tiny_dir, tmp_path / "b", step=1)  # a float32 source never widens bf16 weights
+    assert {t.dtype for t in load_file(tmp_path / "b" / "model.safetensors").values()} == {torch.bfloat16}
