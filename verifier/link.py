@@ -41,7 +41,10 @@ def runner_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     from cudice.verifier.sandbox import scrubbed_env
 
     env = scrubbed_env(extra)
-    env.update(HOME="/tmp", TMPDIR="/tmp", TORCH_EXTENSIONS_DIR="/tmp/torch_extensions", OMP_NUM_THREADS="2")
+    # The runner's uid has no passwd entry; getpass.getuser() (torch's cache-dir defaults, the
+    # profiler) reads these first instead of failing in pwd.getpwuid.
+    env.update(HOME="/tmp", TMPDIR="/tmp", TORCH_EXTENSIONS_DIR="/tmp/torch_extensions", OMP_NUM_THREADS="2",
+               USER="cudice-runner", LOGNAME="cudice-runner")
     return env
 
 
