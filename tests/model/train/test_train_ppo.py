@@ -22,7 +22,7 @@ from model_stub import StubRunner
 
 GOOD, BAD = [20, 21, 22, 23, 24, 25], [60, 61, 62, 63, 64, 65]
 STEPS = [0, 1, 0, 1, 2, 0]
-COMMON = {"block_size": 4, "mask_token_id": MASK_ID, "pad_token_id": PAD_ID}
+COMMON = {"block_size": 4, "mask_token_id": MASK_ID, "pad_token_id": PAD_ID, "cpu": True}
 
 
 def _tasks(n: int, kind: str = "e2e") -> list[RLTask]:

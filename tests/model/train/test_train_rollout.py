@@ -36,7 +36,7 @@ def test_real_rollouts_replay_and_train(tmp_path) -> None:
 
     before = {n: p.detach().clone() for n, p in loaded.model.named_parameters()}
     # Scripted reward: the first sample of each task wins, so every group has spread.
-    history = run_stage(loaded.model, tasks, cfg, rollout_fn=engine_rollout_fn(engine),
+    history = run_stage(loaded.model, tasks, cfg, rollout_fn=engine_rollout_fn(engine), cpu=True,
                         reward_fn=lambda rs, c: [1.0, 0.0] * (len(rs) // 2), block_size=loaded.block_size,
                         mask_token_id=loaded.ids.mask, pad_token_id=loaded.ids.pad)
     assert history[0].num_kept_groups == 2 and history[0].num_rows > 0
