@@ -63,13 +63,14 @@ def _setup(precision: str, device: str, gradient_checkpointing: bool, lora_rank:
                       lora_alpha=lora_alpha)
 
 
-def _monitor(total: int, tensorboard: str | None, progress: bool | None, description: str) -> Any:
+def _monitor(total: int, tensorboard: str | None, progress: bool | None, description: str, device: str) -> Any:
     from accelerate import PartialState
     from cudice.model.train.monitor import Monitor
 
     show = sys.stderr.isatty() if progress is None else progress
+    main = PartialState(cpu=device == "cpu").is_main_process  # the first PartialState fixes the device
     return Monitor(total, emit=lambda record: click.echo(json.dumps(record)), tensorboard_dir=tensorboard,
-                   progress=show, enabled=PartialState().is_main_process, description=description)
+                   progress=show, enabled=main, description=description)
 
 
 def _common(fn: Any) -> Any:
@@ -141,7 +142,7 @@ def sft_command(model_path: str, data_path: str, out_dir: str, epochs: int, lr: 
         history = train_sft(loaded.model, samples, config, block_size=loaded.block_size,
                             mask_token_id=loaded.ids.mask, pad_token_id=loaded.ids.pad,
                             source_dir=loaded.path, out_dir=out_dir, resume=resume, cpu=device == "cpu",
-                            monitor=_monitor(max_steps or total, tensorboard, progress, "sft"))
+                            monitor=_monitor(max_steps or total, tensorboard, progress, "sft", device))
     except ValueError as exc:
         raise click.ClickException(str(exc)) from exc
     click.echo(f"wrote {Path(out_dir)} after {len(history)} logged steps", err=True)
@@ -222,7 +223,7 @@ def rl_command(model_path: str, infill_data: str, e2e_data: str, out_dir: str, i
                    block_size=loaded.block_size, mask_token_id=loaded.ids.mask, pad_token_id=loaded.ids.pad,
                    source_dir=loaded.path, out_dir=out_dir, cpu=device == "cpu",
                    count_prompt_tokens=prompt_token_counter(engine),
-                   monitor=_monitor(infill_steps + e2e_steps, tensorboard, progress, "bic-rl"))
+                   monitor=_monitor(infill_steps + e2e_steps, tensorboard, progress, "bic-rl", device))
 
 
 def _verify_gpus(spec: str) -> list[int]:
