@@ -26,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-EVAL_MAX_NEW_TOKENS = 768
+EVAL_MAX_NEW_TOKENS = 1536
 SPEED_PROMPTS = 2
 EXAMPLES = ("relu.py", "softmax.py")  # the repository's bundled examples (in-distribution, not held out)
 

@@ -145,7 +145,7 @@ def rl(start: Path, corpus: Path, out_dir: Path, seconds: float, phase: Phase, s
                 str(corpus / "rl_infill.jsonl"), "--e2e-data", str(corpus / "rl_e2e.jsonl"), "--out", str(out_dir),
                 "--infill-steps", "1", "--e2e-steps", "1" if smoke else "2",
                 "--tasks-per-step", "2" if smoke else "4", "--samples-per-task", "2" if smoke else "4",
-                "--lr", "1e-5", "--max-new-tokens", "16" if smoke else "768", "--required-speedup", "0",
+                "--lr", "1e-5", "--max-new-tokens", "16" if smoke else "1536", "--required-speedup", "0",
                 "--save-every", "1", "--compile-workers", "2" if smoke else "14")
     if smoke and "--verify-gpus" in help_text:
         args += ["--verify-gpus", "0"]  # no GPU: the pool still runs the parse/static/compile stages
