@@ -70,10 +70,18 @@ def test_sft_cli_resumes_and_logs_to_tensorboard(tiny_dir, tmp_path) -> None:
     assert [json.loads(x)["step"] for x in first.output.splitlines() if x.startswith("{")] == [1, 2]
     assert (out / "train_state" / "position.json").is_file() and read_marker(out)["step"] == 2
     assert list(tb.glob("events.out.tfevents.*"))
+    signature = _watch_signature(out)
     rest = CliRunner().invoke(train_group, [*args, "--resume"])
     assert rest.exit_code == 0, rest.output
     assert [json.loads(x)["step"] for x in rest.output.splitlines() if x.startswith("{")] == [3, 4]
     assert read_marker(out)["step"] == 4
+    # the server's hot-reload sees each periodic checkpoint as complete and new (train_state/ aside)
+    assert signature is not None and _watch_signature(out) not in (None, signature)
+
+
+def _watch_signature(directory):  # type: ignore[no-untyped-def]
+    watch = pytest.importorskip("cudice.server.watch")
+    return watch.checkpoint_signature(directory)
 
 
 def test_monitor_draws_a_progress_bar_with_loss_and_tokens_per_second(capsys) -> None:
