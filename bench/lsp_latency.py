@@ -99,7 +99,7 @@ async def run(args: argparse.Namespace, workdir: Path, checkpoint: Path) -> dict
     statuses: list[dict[str, Any]] = []
     client = _client(statuses)
     t0 = time.perf_counter()
-    await client.start_io(sys.executable, "-m", "cudice.server", "--log-level", "warning", env=env)
+    await client.start_io(sys.executable, "-m", "cudice.server", "--log-level", "warning", env=env)  # what editors run
     server = client._server
     assert server is not None and server.stderr is not None
     stderr = server.stderr
@@ -170,7 +170,7 @@ async def _initialize_once(env: dict[str, str]) -> float:
     """Milliseconds from spawning a server to its `initialize` answer (no model configured)."""
     client = LanguageClient("cudice-bench", "0")
     t0 = time.perf_counter()
-    await client.start_io(sys.executable, "-m", "cudice.server", "--log-level", "warning", env=env)
+    await client.start_io(sys.executable, "-m", "cudice.server", "--log-level", "warning", env=env)  # what editors run
     await client.initialize_async(lsp.InitializeParams(capabilities=lsp.ClientCapabilities()))
     ms = (time.perf_counter() - t0) * 1000
     await client.shutdown_async(None)

@@ -33,6 +33,7 @@ from cudice.server.protocol import (
 from lsprotocol import types as lsp
 
 if TYPE_CHECKING:
+    from cudice.server.fast_init import EarlyFrame
     from cudice.server.features.positions import LineIndex
 
 # Only what answering `initialize` needs is imported above (pygls and lsprotocol are most of the
@@ -319,7 +320,8 @@ async def release(ls: CudiceServer) -> None:
     await asyncio.gather(ls.model.shutdown(), ls.quick.shutdown())
 
 
-def run(*, transport: str = "stdio", host: str = "127.0.0.1", port: int = 2087, log_level: str | None = None) -> None:
+def run(*, transport: str = "stdio", host: str = "127.0.0.1", port: int = 2087, log_level: str | None = None,
+        early: EarlyFrame | None = None) -> None:
     """Start the server (blocks). Logs go to stderr, never stdout (stdout is the protocol in stdio mode)."""
     logging.basicConfig(stream=sys.stderr, level=(log_level or "info").upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -337,4 +339,4 @@ def run(*, transport: str = "stdio", host: str = "127.0.0.1", port: int = 2087, 
             log.error("cannot listen on %s:%d: %s (pick another --port or --host)", host, port, exc)
             code = 1
         sys.exit(code)
-    create_server(cli_log_level=log_level).start_io()
+    create_server(cli_log_level=log_level).start_io(early=early)

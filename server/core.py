@@ -28,6 +28,7 @@ from pygls.lsp.server import LanguageServer
 from pygls.uris import to_fs_path
 
 if TYPE_CHECKING:  # imported when first used: `initialize` is answered before any of them loads
+    from cudice.server.fast_init import EarlyFrame
     from cudice.server.features.outline import Outline
     from cudice.server.features.positions import LineIndex
     from cudice.server.model_client import LoadRequest, ModelWorker
@@ -65,6 +66,19 @@ def gpu_absent_reason() -> str | None:
     return None
 
 
+def process_started_at() -> float:
+    """Wall-clock time this process started (Linux: /proc; else now). `initialize` may be answered
+    before the server object exists (fast_init.py), so the object's creation time is too late."""
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            ticks = int(f.read().rsplit(b")", 1)[1].split()[19])  # field 22: starttime since boot
+        with open("/proc/uptime", "rb") as f:  # 10 ms resolution (/proc/stat's btime has whole seconds)
+            uptime = float(f.read().split()[0])
+        return time.time() - (uptime - ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return time.time()
+
+
 class _SnapshotItems(dict[Any, Any]):
     """pygls 2.1.1's `shutdown` cancels the requests in flight while iterating this dict, and a
     running command's future removes itself from it as it is cancelled ("dictionary changed size
@@ -89,7 +103,7 @@ class CudiceServer(LanguageServer):
         self.dependents: dict[str, set[str]] = {}  # reference path -> candidate uris
         self.last_verdict: str | None = None
         self.last_uri: str | None = None
-        self.started_at = time.time()  # wall clock, compared with file modification times
+        self.started_at = process_started_at()  # wall clock, compared with file modification times
         self.saved: set[str] = set()  # documents a `didSave` arrived for
         self.building: dict[str, int] = {}  # uri -> how many verifications of it are starting or running
         self.ref_watcher: PathWatcher | None = None
@@ -125,9 +139,10 @@ class CudiceServer(LanguageServer):
         return ResultCache(self.results_dir)
 
     # -- transport -----------------------------------------------------------------------------
-    def start_io(self, stdin: Any = None, stdout: Any = None) -> None:
+    def start_io(self, stdin: Any = None, stdout: Any = None, *, early: EarlyFrame | None = None) -> None:
         """pygls' stdio server with cudice's read loop (`rpc_reader.py`: bad frames never deafen
-        the server, unreadable requests are answered, nothing pops up)."""
+        the server, unreadable requests are answered, nothing pops up). `early` is a first frame
+        `fast_init` already read (and maybe answered: pygls' own reply to it is then dropped)."""
         import sys
         import threading
 
@@ -136,9 +151,15 @@ class CudiceServer(LanguageServer):
 
         self._stop_event = threading.Event()
         reader = StdinAsyncReader(stdin or sys.stdin.buffer, self.thread_pool)
-        self.protocol.set_writer(StdoutWriter(stdout or sys.stdout.buffer))
+        writer: Any = StdoutWriter(stdout or sys.stdout.buffer)
+        if early is not None and early.answered_id is not None:
+            from cudice.server.fast_init import DropReply
+
+            writer = DropReply(writer, early.answered_id)
+        self.protocol.set_writer(writer)
+        first = [early.body] if early is not None else []
         try:
-            asyncio.run(read_messages(self._stop_event, reader, self.protocol))  # type: ignore[arg-type]
+            asyncio.run(read_messages(self._stop_event, reader, self.protocol, first))  # type: ignore[arg-type]
         except BrokenPipeError:
             log.error("the connection to the client is lost; shutting down")
         except (KeyboardInterrupt, SystemExit):

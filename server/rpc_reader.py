@@ -72,8 +72,24 @@ def _answer_unreadable(protocol: JsonRPCProtocol, body: bytes, exc: Exception) -
             code=error.code, message=f"cudice cannot read the {method} request: {detail}"))
 
 
-async def read_messages(stop_event: threading.Event, reader: AsyncReader, protocol: JsonRPCProtocol) -> None:
-    """Read framed messages from `reader` and hand them to `protocol` until EOF or `stop_event`."""
+def _handle(protocol: JsonRPCProtocol, body: bytes) -> None:
+    try:
+        message = json.loads(body, object_hook=protocol.structure_message)
+    except Exception as exc:  # unreadable: answer it if it is a request; never a popup
+        _answer_unreadable(protocol, body, exc)
+        return
+    try:
+        protocol.handle_message(message)
+    except Exception:
+        log.exception("failed to handle %s", getattr(message, "method", "a message"))
+
+
+async def read_messages(stop_event: threading.Event, reader: AsyncReader, protocol: JsonRPCProtocol,
+                        first: list[bytes] | None = None) -> None:
+    """Hand `first` (bodies read already, fast_init.py) and then the framed messages from
+    `reader` to `protocol`, until EOF or `stop_event`."""
+    for body in first or ():
+        _handle(protocol, body)
     content_length: int | None = None
     while not stop_event.is_set():
         line = await reader.readline()
@@ -97,12 +113,4 @@ async def read_messages(stop_event: threading.Event, reader: AsyncReader, protoc
         body = await reader.readexactly(length)
         if not body:
             return
-        try:
-            message = json.loads(body, object_hook=protocol.structure_message)
-        except Exception as exc:  # unreadable: answer it if it is a request; never a popup
-            _answer_unreadable(protocol, body, exc)
-            continue
-        try:
-            protocol.handle_message(message)
-        except Exception:
-            log.exception("failed to handle %s", getattr(message, "method", "a message"))
+        _handle(protocol, body)

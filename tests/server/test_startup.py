@@ -4,6 +4,7 @@ settings loaded (docs/server.md: within 0.5 s of the process start), and the no-
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
@@ -49,7 +50,16 @@ def test_initialize_is_answered_before_features_workers_and_click_load() -> None
     assert report["loaded"] == []
 
 
-@pytest.mark.parametrize("argv", [[], ["--stdio"]])
+INIT = json.dumps({"jsonrpc": "2.0", "id": 7, "method": "initialize", "params": {
+    "processId": None, "capabilities": {"general": {"positionEncodings": ["utf-32", "utf-8"]}}}}).encode()
+
+
+class _Std:
+    def __init__(self, data: bytes = b"") -> None:
+        self.buffer = io.BytesIO(data)
+
+
+@pytest.mark.parametrize("argv", [[], ["--stdio"], ["--log-level", "debug"]])
 def test_fast_path_starts_the_same_server_as_the_command_line(monkeypatch: pytest.MonkeyPatch,
                                                              argv: list[str]) -> None:
     import cudice.server.app as app
@@ -58,12 +68,43 @@ def test_fast_path_starts_the_same_server_as_the_command_line(monkeypatch: pytes
 
     calls: list[dict[str, Any]] = []
     monkeypatch.setattr(app, "run", lambda **kw: calls.append(kw))
-    main(argv)  # the fast path
+    stdout = _Std()
+    monkeypatch.setattr(sys, "stdin", _Std(b"Content-Length: %d\r\n\r\n" % len(INIT) + INIT))
+    monkeypatch.setattr(sys, "stdout", stdout)
+    main(argv)  # the fast path: answers initialize itself, then hands the frame to the server
+    early = calls[0].pop("early")
+    assert early.body == INIT and early.answered_id == 7
+    reply = json.loads(stdout.buffer.getvalue().split(b"\r\n\r\n", 1)[1])
+    assert reply["id"] == 7 and reply["result"]["capabilities"]["positionEncoding"] == "utf-32"
     with pytest.raises(SystemExit) as done:
         lsp_command.main(args=argv, prog_name="cudice-lsp")  # click, as for any other arguments
     assert done.value.code == 0
     defaults = {"transport": "stdio", "host": "127.0.0.1", "port": 2087, "log_level": None}
     assert len(calls) == 2 and {**defaults, **calls[0]} == calls[1]
+
+
+def test_the_prebuilt_initialize_reply_is_what_pygls_computes() -> None:
+    from cudice.server.fast_init import computed_result
+    from cudice.server.init_reply import RESULT
+
+    assert computed_result() == RESULT, "run `python -m cudice.server.fast_init --write`"
+
+
+_FAST_DRIVER = r"""
+import io, json, sys
+from cudice.server.fast_init import answer_initialize
+body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"capabilities": {}}}).encode()
+out = io.BytesIO()
+answer_initialize(io.BytesIO(b"Content-Length: %d\r\n\r\n" % len(body) + body), out)
+print(json.dumps({"answered": b'"id": 1' in out.getvalue(), "loaded": [m for m in ("pygls", "lsprotocol", "cattrs")
+                                                                     if m in sys.modules]}))
+"""
+
+
+def test_the_fast_reply_needs_neither_pygls_nor_lsprotocol() -> None:
+    out = subprocess.run([sys.executable, "-c", _FAST_DRIVER], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == {"answered": True, "loaded": []}
 
 
 def test_other_arguments_still_go_through_click(monkeypatch: pytest.MonkeyPatch) -> None:
