@@ -164,3 +164,17 @@ def test_raw_cu_file_is_compiled_only_with_located_errors(tmp_path: Path) -> Non
     ok = api.verify(cu, config=config)
     assert ok.verdict is Verdict.COMPILED and ok.compile_only
     assert any(d.code == "verify.raw_cu_compile_only" for d in ok.diagnostics)
+
+
+@pytest.mark.gpu
+def test_runtime_built_sources_are_built_and_judged_on_a_gpu(tmp_path: Path, examples_dir: Path) -> None:
+    """The counterpart of the compile-only case: with a GPU the run stage compiles the f-string's
+    text, so the candidate gets a real verdict (and no `verify.not_compiled`)."""
+    text = (examples_dir / "relu_cuda.py").read_text().replace('relu_source = """', 'relu_source = f"""')
+    text = text.replace("{\n", "{{\n").replace("}\n", "}}\n").replace("threads = 256", "threads = {256}")
+    cand = tmp_path / "relu_cuda.py"
+    cand.write_text(text)
+    (tmp_path / "relu.py").write_text((examples_dir / "relu.py").read_text())
+    result = api.verify(cand, config=VerifyConfig(cache_dir=tmp_path, timeout_s=300))
+    assert result.verdict is Verdict.CORRECT, [d.message for d in result.diagnostics]
+    assert not [d for d in result.diagnostics if d.code == "verify.not_compiled"]
