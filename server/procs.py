@@ -96,8 +96,10 @@ def kill_family(root: int | None, tag: str | None = None, *, rounds: int = 4) ->
         for pid in pids:  # stop them first: a stopped process forks no more
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGSTOP)
-        for pgrp in {table[p][1] for p in pids if p in table} - {me}:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
+        # A group id of 0 (a process whose group lies outside our PID namespace, or one that is
+        # exiting) would make killpg signal our own group: only real, foreign groups are killed.
+        for pgrp in {table[p][1] for p in pids if p in table and table[p][1] > 1} - {me}:
+            with contextlib.suppress(OSError):  # gone, not ours, or invalid by now
                 os.killpg(pgrp, signal.SIGKILL)
         for pid in pids:
             with contextlib.suppress(ProcessLookupError, PermissionError):
