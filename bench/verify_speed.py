@@ -40,7 +40,7 @@ from cudice.verifier.api import gpu_available, quick_check, verify
 from cudice.verifier.config import VerifyConfig
 from cudice.verifier.fast_check import FastChecker
 from cudice.verifier.pool import VerifyPool, default_compile_workers
-from cudice.verifier.result import Verdict
+from cudice.verifier.result import Severity, Verdict, VerifyResult
 from cudice.verifier.toolchain import cuda_home
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -215,6 +215,19 @@ def _stages(walls: dict[str, float]) -> dict[str, float]:
             "verdict": sum(v for k, v in walls.items() if k in ("parse", "static", "compile", "run"))}
 
 
+def why_not(r: VerifyResult, *, compile_only: bool) -> dict[str, object]:
+    """For a verdict that is not the expected one (`correct`, or `compiled` without a run): its first
+    error diagnostics and the tail of its error text, printed on stderr too (a bench run shows why)."""
+    if r.verdict is Verdict.CORRECT or (compile_only and r.verdict is Verdict.COMPILED):
+        return {}
+    diags = [f"{d.code} (line {d.location.line if d.location else '?'}): {d.message}" for d in r.diagnostics
+             if d.severity is Severity.ERROR][:3]
+    error = (r.error or "").strip()[-1500:]
+    print(f"[{Path(r.path).name}] verdict {r.verdict.value} at {r.stage.value}:\n  " + "\n  ".join(diags or ["(no error diagnostic)"])
+          + (f"\n  error text:\n{error}" if error else ""), file=sys.stderr, flush=True)
+    return {"diagnostics": [d[:500] for d in diags], "error_tail": error[-600:] or None}
+
+
 def bench_candidates(config: VerifyConfig, n: int, skip_load_inline: bool, skip_nvcc: bool) -> None:
     """Phase 5, one candidate at a time: cudice, then plain load_inline, then plain nvcc (same run)."""
     folder = Path(tempfile.mkdtemp(prefix="cudice-bench-kb-"))
@@ -232,6 +245,7 @@ def bench_candidates(config: VerifyConfig, n: int, skip_load_inline: bool, skip_
                                       "fallback": "compile.slim.cuda.cu" in r.stage_wall_s and (
                                           "compile.cuda.cu" in r.stage_wall_s or "compile.main.cpp" in r.stage_wall_s),
                                       **{f"stage_{k}_s": v for k, v in _stages(r.stage_wall_s).items()}}
+            row.update(why_not(r, compile_only=config.compile_only or not gpu_available()))
             if beside is not None:  # CPU seconds of concurrent children cannot be told apart: wall only
                 li_s, li_ok = beside.wait()
                 row.update(load_inline_s=li_s, load_inline_ok=li_ok, side_by_side=True)
@@ -293,6 +307,10 @@ def bench_candidates_pool(config: VerifyConfig, n: int, skip_load_inline: bool) 
             verdicts[r.verdict.value] = verdicts.get(r.verdict.value, 0) + 1
         fields: dict[str, object] = {"num_candidates": n, "wall_s": wall, "cudice_per_min": n / wall * 60,
                                      "verdicts": verdicts, "compile_workers": workers}
+        failures = [{"candidate": Path(r.path).stem, "verdict": r.verdict.value, **why_not(r, compile_only=False)}
+                    for r in results if r.verdict is not Verdict.CORRECT]
+        if failures:
+            fields["failures"] = failures[:5]
         if not skip_load_inline:
             t0 = time.perf_counter()
             done = []

@@ -291,7 +291,8 @@ class Server:
             def texts(v: Any) -> list[str]:
                 return [v] if isinstance(v, str) else [str(x) for x in (v or [])]
 
-            funcs = functions if isinstance(functions, (list, tuple, type(None))) else list(functions)
+            funcs = [functions] if isinstance(functions, str) else (  # one name, as torch accepts it
+                functions if isinstance(functions, (list, tuple, type(None))) else list(functions))
             channel.send(self.sock, {"op": "build", "name": str(name), "cpp": texts(cpp_sources),
                                      "cuda": texts(cuda_sources), "functions": funcs})
             rep, _ = channel.recv(self.sock, 1 << 20)

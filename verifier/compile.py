@@ -137,7 +137,8 @@ def build_module(module: GeneratedModule, path: str, config: VerifyConfig, *, li
     build_dir = config.cache_dir / "objects"
     if ok and link:
         t_link = time.perf_counter()
-        linked = link_library(config.cache_dir, tc.cxx, tc.ldflags, [s.path for s in ordered if s.path], module.name,
+        ldflags = tc.ldflags if module.has_cuda else host_only_ldflags(tc.ldflags)
+        linked = link_library(config.cache_dir, tc.cxx, ldflags, [s.path for s in ordered if s.path], module.name,
                               config.compile_timeout_s, cancel)
         walls["link"] = time.perf_counter() - t_link
         ordered.append(linked)
@@ -167,6 +168,25 @@ def build_module(module: GeneratedModule, path: str, config: VerifyConfig, *, li
         diags += (Diagnostic(Severity.ERROR, f"The build failed without a compiler message cudice understands:\n{tail}",
                              "compile.failed", Stage.COMPILE, _call_location(module, path)),)
     return done(BuildResult(ok, build_dir, lib, diags, output, wall, cached))
+
+
+_CUDA_LIBS = ("-lc10_cuda", "-ltorch_cuda", "-lcudart")
+
+
+def host_only_ldflags(ldflags: str) -> str:
+    """Link flags for a module without CUDA sources when torch has no CUDA libraries (a CPU-only torch).
+
+    torch's `load_inline` links such a module without its CUDA libraries (`with_cuda` is false);
+    the probed flags name them, and a CPU-only torch lacks them, so linking would fail. With a CUDA
+    torch the flags are kept as they are (same link, same cache key as before).
+    """
+    args = shlex.split(ldflags)
+    torch_lib = next((a[2:] for a in args if a.startswith("-L") and Path(a[2:], "libtorch_cpu.so").exists()), None)
+    if torch_lib is None or Path(torch_lib, "libc10_cuda.so").exists():
+        return ldflags
+    kept = [a for a in args if a not in _CUDA_LIBS and not (a.startswith("-L") and "cuda" in Path(a[2:]).as_posix()
+                                                            and a[2:] != torch_lib)]
+    return shlex.join(kept)
 
 
 def _slim_blocker(module: GeneratedModule, cflags: str) -> str | None:

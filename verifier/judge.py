@@ -103,6 +103,13 @@ class _Judge:
         self.config = VerifyConfig(**cfg)
         self.device = str(job.get("device", "cuda"))
         self.cand_path, self.ref_path = str(job["candidate_path"]), str(job["reference_path"])
+        self.ref_source = str(job["reference_source"])
+        if self.ref_path == self.cand_path and self.ref_source == job["candidate_source"]:
+            # a self-contained candidate is its own reference: only its reference part runs here (and in
+            # the reference's runner); its load_inline and ModelNew run in the candidate's runner alone
+            from cudice.verifier.reference import reference_only_source
+
+            self.ref_source = reference_only_source(self.ref_source)
         self.doc = parse_document(job["candidate_source"], self.cand_path)
         self.ref_doc = parse_document(job["reference_source"], self.ref_path)
         self.where = (self.doc.model_new.span.location(self.cand_path) if self.doc.model_new
@@ -125,7 +132,7 @@ class _Judge:
         self.out["versions"] = {"torch": torch.__version__, "cuda": str(torch.version.cuda),
                                 "python": sys.version.split()[0]}
         self._boundary_diagnostics()
-        ref_mod = _exec_module("cudice_reference", self.job["reference_source"], self.ref_path, Stage.LOAD)
+        ref_mod = _exec_module("cudice_reference", self.ref_source, self.ref_path, Stage.LOAD)
         ref_where = Location(self.ref_path, 1, 1)
         init = _call(ref_mod.get_init_inputs, Stage.LOAD, ref_where) if hasattr(ref_mod, "get_init_inputs") else []
         seed = secrets.randbits(63)
@@ -138,7 +145,7 @@ class _Judge:
         self._load(self.session.cand, "cudice_candidate", self.job["candidate_source"], self.cand_path, "ModelNew",
                    init, seed, self.doc)
         if timed:
-            self._load(self.session.ref, "cudice_reference", self.job["reference_source"], self.ref_path, "Model",
+            self._load(self.session.ref, "cudice_reference", self.ref_source, self.ref_path, "Model",
                        init, seed, self.ref_doc)
         self.walls["load"] = time.perf_counter() - t
         # 3. correctness
@@ -185,6 +192,8 @@ class _Judge:
         self.diags.extend(d for d in result.diagnostics if d.severity is not Severity.ERROR)
         if not result.ok or result.library is None:
             return {"ok": False, "diagnostics": [d.to_dict() for d in result.diagnostics], "error": result.output[-4000:]}
+        if self.session.sandboxed:
+            readable_by_runners(self.config.cache_dir, result.library)
         return {"ok": True, "library": str(result.library)}
 
     def _correctness(self, ref_mod: Any, model: Any) -> Any:
@@ -397,6 +406,36 @@ class _Judge:
         self.diags.extend(d for d in found if d.severity is not Severity.ERROR)
         if errors:
             raise _Stop(Verdict.INCORRECT, stage, errors)
+
+
+def readable_by_runners(cache_dir: Path, library: Path) -> None:
+    """Let a runner's unprivileged uid open `library`: search permission (o+x) on every directory from
+    `cache_dir` down to it, read permission (o+r) on the file.
+
+    The boundary binds the cache read-only at its own path, with its own modes; as root the runner
+    runs as a uid that owns nothing, so a cache made by `tempfile.mkdtemp` (0700), or under a umask
+    of 077, would make every `load_inline` fail with EACCES. Nothing is made writable and no
+    directory listable by others. Outside root the runner keeps this uid: nothing to change.
+    """
+    import stat
+
+    if os.geteuid() != 0:
+        return
+    try:
+        rel = library.resolve().relative_to(cache_dir.resolve())
+    except (OSError, ValueError):
+        return  # not in the cache: nothing of ours to open up
+    chain = [cache_dir.resolve()]
+    for part in rel.parts:
+        chain.append(chain[-1] / part)
+    for p in chain:
+        want = stat.S_IROTH if p == chain[-1] else stat.S_IXOTH
+        try:
+            mode = p.stat().st_mode
+            if not mode & want:
+                os.chmod(p, stat.S_IMODE(mode) | want)
+        except OSError:
+            return  # the runner's import then fails with the OS's message
 
 
 def _finite(out: Any) -> bool:
