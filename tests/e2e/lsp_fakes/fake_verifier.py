@@ -1,7 +1,7 @@
 """A scripted verifier with the API of `cudice.verifier.api` (quick_check, verify).
 
 - a line containing `vv >` -> compile error on that line (like examples/relu_broken.py)
-- `SLOW_VERIFY` in the source -> the full verification sleeps 30 s (to be superseded/cancelled)
+- `SLOW_VERIFY` in the source -> the full verification sleeps 300 s (to be superseded/cancelled)
 - `QUICK_BUSY=<s>` -> the quick check computes for s seconds of wall time (a preamble being built)
 - `QUICK_STALL=<s>` -> the quick check sleeps s seconds, using no CPU (a stuck clangd)
 - `VERIFY_DELAY=<s>` -> the full verification sleeps s seconds after its static stage
@@ -64,7 +64,7 @@ def verify(path: str, *, source: str | None = None, reference: Any = None, confi
     if on_stage:
         on_stage(VerifyResult(Verdict.CHECKED, Stage.STATIC, path))
     if "SLOW_VERIFY" in source:
-        time.sleep(30)
+        time.sleep(300)
     time.sleep(_seconds("VERIFY_DELAY", source))
     if "SPAWN_COMPILER" in source:
         from cudice.verifier.buildsteps import run_process
