@@ -31,11 +31,11 @@ if TYPE_CHECKING:  # imported when first used: `initialize` is answered before a
     from cudice.server.fast_init import EarlyFrame
     from cudice.server.features.outline import Outline
     from cudice.server.features.positions import LineIndex
-    from cudice.server.model_client import LoadRequest, ModelWorker
-    from cudice.server.quick_client import QuickChecks
     from cudice.server.results import ResultCache
-    from cudice.server.verify_jobs import VerifyJobs
     from cudice.server.watch import PathWatcher
+    from cudice.server.workers.model import LoadRequest, ModelWorker
+    from cudice.server.workers.quick import QuickChecks
+    from cudice.server.workers.verify import VerifyJobs
     from cudice.verifier.result import VerifyResult
 
 log = logging.getLogger("cudice.server")
@@ -116,19 +116,19 @@ class CudiceServer(LanguageServer):
     # -- workers and caches: built (and their modules imported) on first use, after `initialize` --
     @cached_property
     def model(self) -> ModelWorker:
-        from cudice.server.model_client import ModelWorker
+        from cudice.server.workers.model import ModelWorker
 
         return ModelWorker(on_state=self._on_model_state, on_notice=self.notice, env=self.worker_env)
 
     @cached_property
     def jobs(self) -> VerifyJobs:
-        from cudice.server.verify_jobs import VerifyJobs
+        from cudice.server.workers.verify import VerifyJobs
 
         return VerifyJobs(env=self.worker_env)
 
     @cached_property
     def quick(self) -> QuickChecks:
-        from cudice.server.quick_client import QuickChecks
+        from cudice.server.workers.quick import QuickChecks
 
         return QuickChecks(env=self.worker_env)
 
@@ -241,7 +241,7 @@ class CudiceServer(LanguageServer):
 
     def load_request(self) -> LoadRequest | None:
         from cudice.model.bundled import resolve_model_path
-        from cudice.server.model_client import LoadRequest
+        from cudice.server.workers.model import LoadRequest
 
         s = self.settings
         path, _ = resolve_model_path(s.model_path)  # no cudice.model.path: the bundled demo model

@@ -27,9 +27,9 @@ from cudice.server.features.edits import (
 )
 from cudice.server.features.outline import outline
 from cudice.server.features.positions import LineIndex
-from cudice.server.model_client import GenerationResult, ModelUnavailable, Progress, WorkerDied
 from cudice.server.progress import WorkProgress
 from cudice.server.verification import reference_path, verify_document
+from cudice.server.workers.model import GenerationResult, ModelUnavailable, Progress, WorkerDied
 from lsprotocol import types as lsp
 from pygls.uris import from_fs_path
 

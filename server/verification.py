@@ -29,7 +29,7 @@ from cudice.server.features.diagnostics import ClientSupport, result_diagnostics
 from cudice.server.features.outline import Outline, outline
 from cudice.server.progress import WorkProgress
 from cudice.server.results import result_key
-from cudice.server.verify_jobs import VerifyRequest
+from cudice.server.workers.verify import VerifyRequest
 from cudice.verifier.result import Stage, VerifyResult
 from lsprotocol import types as lsp
 

@@ -19,11 +19,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from cudice.server.procs import ChildProcess
+from cudice.server.workers.procs import ChildProcess
 
 log = logging.getLogger(__name__)
 
-WORKER_MODULE = "cudice.server.model_worker"
+WORKER_MODULE = "cudice.server.workers.model_child"
 
 
 @dataclass(frozen=True, slots=True)

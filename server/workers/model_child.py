@@ -1,4 +1,4 @@
-"""The model worker process: `python -m cudice.server.model_worker`. Loads the engine, runs one job at a time.
+"""The model worker process: `python -m cudice.server.workers.model_child`. Loads the engine, runs one job at a time.
 
 Protocol (JSON lines). Requests on stdin:
   {"op": "load", "path", "device", "dtype"}
@@ -36,8 +36,8 @@ import time
 import traceback
 from typing import Any, TextIO
 
-from cudice.server.procs import apply_torch_threads, cpu_thread_env, die_with_parent, lower_priority
 from cudice.server.settings import Settings
+from cudice.server.workers.procs import apply_torch_threads, cpu_thread_env, die_with_parent, lower_priority
 
 
 class Worker:

@@ -23,7 +23,7 @@ import logging
 import time
 from typing import Any
 
-from cudice.server.procs import ChildProcess
+from cudice.server.workers.procs import ChildProcess
 from cudice.verifier.result import VerifyResult
 
 log = logging.getLogger(__name__)
@@ -60,7 +60,7 @@ class QuickChecks:
         async with self._start_lock:
             if self._proc is not None and self._proc.is_alive:
                 return
-            self._proc = ChildProcess("cudice.server.quick_worker", env=self.env)
+            self._proc = ChildProcess("cudice.server.workers.quick_child", env=self.env)
             self._warm, self._cpu_s = False, None
             await self._proc.start()
             self._reader = asyncio.create_task(self._read(self._proc))

@@ -1,4 +1,4 @@
-"""The quick-check worker: `python -m cudice.server.quick_worker`, long-lived, one clangd kept warm.
+"""The quick-check worker: `python -m cudice.server.workers.quick_child`, long-lived, one clangd kept warm.
 
 `cudice.verifier.api.quick_check` (parse + static checks + clangd compile diagnostics) answers in
 ~0.3 s when its `FastChecker` keeps the torch-header preamble parsed between checks, and in
@@ -25,7 +25,7 @@ import time
 import traceback
 from typing import Any, TextIO
 
-from cudice.server.procs import die_with_parent, group_cpu_seconds, lower_priority
+from cudice.server.workers.procs import die_with_parent, group_cpu_seconds, lower_priority
 
 
 def _emit(out: TextIO, lock: threading.Lock, **event: Any) -> None:

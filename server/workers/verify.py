@@ -1,6 +1,6 @@
 """Verification runs, one worker process each, at most one per document.
 
-`VerifyJobs.run` starts `cudice.server.verify_worker` for a document, streams each finished
+`VerifyJobs.run` starts `cudice.server.workers.verify_child` for a document, streams each finished
 stage's partial result (static, then compile findings) to a callback, and returns the final `VerifyResult`. A newer
 run of the same document kills the older one's process group (its compiler and sandbox too), and
 the older call returns None. A run past its timeout is killed and reported as `timeout`; a worker
@@ -19,12 +19,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from cudice.server.procs import ChildProcess
+from cudice.server.workers.procs import ChildProcess
 from cudice.verifier.result import Stage, Verdict, VerifyResult
 
 log = logging.getLogger(__name__)
 
-WORKER_MODULE = "cudice.server.verify_worker"
+WORKER_MODULE = "cudice.server.workers.verify_child"
 
 
 @dataclass(frozen=True, slots=True)

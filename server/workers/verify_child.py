@@ -1,4 +1,4 @@
-"""The verification worker: `python -m cudice.server.verify_worker`, one verification per process.
+"""The verification worker: `python -m cudice.server.workers.verify_child`, one verification per process.
 
 Reads one JSON request on stdin: {"path", "source", "config": {VerifyConfig fields}}. Writes JSON
 lines on stdout:
@@ -27,7 +27,7 @@ import threading
 import traceback
 from typing import Any, TextIO
 
-from cudice.server.procs import FAMILY_ENV, die_with_parent, kill_family, lower_priority
+from cudice.server.workers.procs import FAMILY_ENV, die_with_parent, kill_family, lower_priority
 from cudice.verifier.result import Stage, Verdict, VerifyResult
 
 

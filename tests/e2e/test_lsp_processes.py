@@ -80,12 +80,12 @@ async def test_cancel_and_a_killed_server_leave_no_descendants(candidate: Path) 
         editor.save(uri)  # right after initialize: races the quick worker's start-up
         await _until("the compiler, its grandchild and the quick check's child run",
                      lambda: len(_running(tag, "sleep 301", "sleep 302", "sleep 303")) == 3)
-        assert len(_running(tag, "-m cudice.server.quick_worker")) == 1, _tagged(tag)
+        assert len(_running(tag, "-m cudice.server.workers.quick_child")) == 1, _tagged(tag)
 
         # 1. a cancel kills the build's whole family, compilers in their own session included
         assert (await editor.command("cudice.cancel", uri))["cancelled"] >= 1
         await _until("the cancelled build's compilers are gone",
-                     lambda: not _running(tag, "sleep 301", "sleep 302", "-m cudice.server.verify_worker"))
+                     lambda: not _running(tag, "sleep 301", "sleep 302", "-m cudice.server.workers.verify_child"))
 
         # 2. a newer save supersedes the running build: the old compilers go too
         editor.save(uri)
@@ -119,9 +119,9 @@ async def test_clangd_warms_only_once_a_candidate_is_open(candidate: Path) -> No
         hover = await editor.client.text_document_hover_async(lsp.HoverParams(
             lsp.TextDocumentIdentifier((candidate.parent / "relu.py").as_uri()), lsp.Position(0, 0)))
         assert hover is None  # the server answered: had it started clangd, it would be running by now
-        assert not _running(tag, "-m cudice.server.quick_worker")
+        assert not _running(tag, "-m cudice.server.workers.quick_child")
         editor.open(candidate)
         await _until("the quick worker starts for the open candidate",
-                     lambda: len(_running(tag, "-m cudice.server.quick_worker")) == 1)
+                     lambda: len(_running(tag, "-m cudice.server.workers.quick_child")) == 1)
     finally:
         await stop_editor(editor)

@@ -7,7 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from cudice.server.procs import ChildProcess
+from cudice.server.workers.procs import ChildProcess
 
 
 def _alive(pid: int) -> bool:

@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
-from cudice.server.procs import group_cpu_seconds
-from cudice.server.quick_client import QuickChecks
+from cudice.server.workers.procs import group_cpu_seconds
+from cudice.server.workers.quick import QuickChecks
 from cudice.verifier.result import Verdict
 
 FAKES = Path(__file__).resolve().parents[1] / "e2e"

@@ -15,8 +15,8 @@ import pytest
 # Loaded later (first use, or the preload after `initialized`), never before `initialize` is answered.
 NOT_BEFORE_INITIALIZE = (
     "click", "rich", "watchdog", "torch", "cudice.verifier.result", "cudice.server.watch",
-    "cudice.server.generation", "cudice.server.verification", "cudice.server.model_client",
-    "cudice.server.quick_client", "cudice.server.verify_jobs", "cudice.server.results",
+    "cudice.server.generation", "cudice.server.verification", "cudice.server.workers.model",
+    "cudice.server.workers.quick", "cudice.server.workers.verify", "cudice.server.results",
     "cudice.server.features.outline", "cudice.server.features.code_actions", "cudice.server.features.display",
     "cudice.server.lsp_cli",
 )

@@ -8,8 +8,8 @@ import dataclasses
 import os
 from pathlib import Path
 
-from cudice.server.model_client import LoadRequest, ModelUnavailable, ModelWorker, WorkerDied
-from cudice.server.model_worker import _generation_fields, _progress_fields
+from cudice.server.workers.model import LoadRequest, ModelUnavailable, ModelWorker, WorkerDied
+from cudice.server.workers.model_child import _generation_fields, _progress_fields
 
 FAKES = Path(__file__).resolve().parents[1] / "e2e"
 
