@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import shutil
 import time
 from dataclasses import asdict, dataclass
 from functools import cached_property
@@ -23,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from cudice.server import __version__
 from cudice.server.protocol import STATUS_NOTIFICATION
 from cudice.server.settings import Settings, parse_settings
+from cudice.verifier import gpu_probe
 from lsprotocol import types as lsp
 from pygls.lsp.server import LanguageServer
 from pygls.uris import to_fs_path
@@ -52,18 +52,6 @@ class Latest:
     key: str
     result: VerifyResult
     source: str | None = None
-
-
-def gpu_absent_reason() -> str | None:
-    """Why this machine cannot time kernels, or None when an NVIDIA GPU seems present (no torch import)."""
-    override = os.environ.get("CUDICE_GPU", "")
-    if override == "1":  # detection can be wrong (containers without nvidia-smi): the user knows best
-        return None
-    if override == "0":
-        return "CUDICE_GPU=0 is set, so kernels are compiled but not run"
-    if shutil.which("nvidia-smi") is None and not os.path.exists("/dev/nvidiactl"):
-        return "no NVIDIA GPU on this machine (no nvidia-smi, no /dev/nvidiactl), so kernels are compiled but not run"
-    return None
 
 
 def process_started_at() -> float:
@@ -112,6 +100,7 @@ class CudiceServer(LanguageServer):
         self.tasks: set[asyncio.Task[Any]] = set()
         self.generation_cancels: dict[str, asyncio.Event] = {}  # uri -> cancel of its running generation
         self._outlines: dict[str, tuple[str, Outline, LineIndex]] = {}
+        gpu_probe.start_hardware_probe()  # done before the first verification asks, off the event loop
 
     # -- workers and caches: built (and their modules imported) on first use, after `initialize` --
     @cached_property

@@ -24,12 +24,13 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from cudice.server.core import CudiceServer, Latest, gpu_absent_reason
+from cudice.server.core import CudiceServer, Latest
 from cudice.server.features.diagnostics import ClientSupport, result_diagnostics
 from cudice.server.features.outline import Outline, outline
 from cudice.server.progress import WorkProgress
 from cudice.server.results import result_key
 from cudice.server.workers.verify import VerifyRequest
+from cudice.verifier.gpu_probe import gpu_absent_reason
 from cudice.verifier.result import Stage, VerifyResult
 from lsprotocol import types as lsp
 

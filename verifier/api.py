@@ -15,6 +15,7 @@ findings before the kernel has run; `cancel.is_set()` aborts the build or kills 
 
 `quick_check(path, source, checker)` is the fast editor path: parse + static + clangd
 diagnostics (fast_check.py), no nvcc, no GPU. This module imports neither torch nor the worker.
+Whether a GPU is here is gpu_probe.py's answer (`gpu_available`, re-exported for the CLIs).
 Not covered: multi-GPU placement (pool.py picks the device through CUDA_VISIBLE_DEVICES).
 """
 
@@ -22,9 +23,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
-import functools
-import shutil
-import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -35,6 +33,8 @@ from cudice.verifier.config import VerifyConfig
 from cudice.verifier.document import Document, parse_document, read_document
 from cudice.verifier.fast_check import FastChecker
 from cudice.verifier.generated import from_call
+from cudice.verifier.gpu_probe import gpu_absent_reason
+from cudice.verifier.gpu_probe import gpu_available as gpu_available
 from cudice.verifier.process import CancelToken
 from cudice.verifier.reference import resolve_reference
 from cudice.verifier.result import Diagnostic, Location, Severity, Stage, Verdict, VerifyResult
@@ -44,17 +44,10 @@ OnStage = Callable[[VerifyResult], None]
 RunChild = Callable[..., ChildOutcome]
 
 
-@functools.cache
-def gpu_available() -> bool:
-    """A CUDA GPU is visible (nvidia-smi lists one); checked once per process, without torch."""
-    smi = shutil.which("nvidia-smi")
-    if smi is None:
-        return False
-    try:
-        out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return out.returncode == 0 and "GPU" in out.stdout
+def _why_no_gpu(gpu: bool | None) -> str:
+    """` (the probe's reason)` when the probe decided, empty when the caller passed `gpu=False`."""
+    reason = gpu_absent_reason() if gpu is None else None
+    return f" ({reason})" if reason else ""
 
 
 def run_static_checks(doc: Document, config: VerifyConfig) -> list[Diagnostic]:
@@ -182,16 +175,17 @@ def verify(path: str | Path, *, source: str | None = None, reference: str | Path
                 Severity.WARNING, f"Not compiled: the sources of `load_inline(name={call.name or '?'!r})` are "
                 "built at run time (an f-string, a variable or a call), and without a GPU run nvcc never "
                 "sees them. Write them as plain string literals to get compile diagnostics here, or verify on "
-                "a machine with a GPU.", "verify.not_compiled", Stage.COMPILE, call.span.location(doc.path)))
+                "a machine with a GPU.", "verify.not_compiled", Stage.COMPILE, doc.location(call.span)))
         return run.result(Verdict.CHECKED, compile_only=True)
     if not will_run:
         if not has_reference:
             pass  # the reference warning says why nothing ran
         elif not config.compile_only:
             run.diags.append(Diagnostic(
-                Severity.INFORMATION, "No CUDA GPU here: compiled only; correctness and timing did not run. Run "
-                "`cudice verify` on a machine with a GPU for a verdict.", "verify.no_gpu", Stage.COMPILE,
-                doc.model_new.span.location(doc.path) if doc.model_new else Location(doc.path, 1, 1)))
+                Severity.INFORMATION, "No CUDA GPU here: compiled only; correctness and timing did not run"
+                f"{_why_no_gpu(gpu)}. Run `cudice verify` on a machine with a GPU for a verdict.", "verify.no_gpu",
+                Stage.COMPILE,
+                doc.location(doc.model_new.span) if doc.model_new else Location(doc.path, 1, 1)))
         return run.result(Verdict.COMPILED, compile_only=True)
     run.report(Verdict.COMPILED)
     # 4. run in a sandboxed child
@@ -219,7 +213,7 @@ def _run_stage(run: _Run, ref: Document, config: VerifyConfig, cancel: CancelTok
     child = run_child(job, timeout_s=config.timeout_s, memory_limit_mib=config.memory_limit_mib,
                          max_output_bytes=config.max_output_bytes, cancel=cancel)
     run.lap("run")
-    where = run.doc.model_new.span.location(run.doc.path) if run.doc.model_new else Location(run.doc.path, 1, 1)
+    where = run.doc.location(run.doc.model_new.span) if run.doc.model_new else Location(run.doc.path, 1, 1)
     if child.timed_out or child.cancelled:
         what = "was cancelled" if child.cancelled else f"ran past the {config.timeout_s:g} s limit and was killed"
         run.diags.append(Diagnostic(Severity.ERROR, f"The kernel run {what}.", "runtime.timeout", Stage.LOAD, where))

@@ -19,28 +19,18 @@ from __future__ import annotations
 import functools
 import os
 import queue
-import subprocess
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cudice.verifier.api import gpu_available, verify
+from cudice.verifier.api import verify
 from cudice.verifier.config import VerifyConfig
+from cudice.verifier.gpu_probe import count_gpus as count_gpus  # the pool's default size; re-exported
 from cudice.verifier.result import VerifyResult
 from cudice.verifier.runner import PersistentRunner
 from cudice.verifier.sandbox import ChildOutcome, run_in_child
-
-
-def count_gpus() -> int:
-    if not gpu_available():
-        return 0
-    try:
-        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.TimeoutExpired):
-        return 0
-    return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
 
 
 def default_compile_workers() -> int:

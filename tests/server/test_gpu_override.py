@@ -1,0 +1,87 @@
+"""`CUDICE_GPU` and the hardware probe reach every caller alike: the verifier API (whether the run
+stage starts), the pool's size and the server's compile-only notice (verifier/gpu_probe.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cudice.verifier import api, gpu_probe
+from cudice.verifier.compile import BuildResult
+from cudice.verifier.config import VerifyConfig
+from cudice.verifier.gpu_probe import GpuProbe, probe_hardware
+from cudice.verifier.pool import VerifyPool
+from cudice.verifier.result import Verdict
+from cudice.verifier.sandbox import ChildOutcome
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+NO_GPU = probe_hardware(lambda name: None, dev_dir="/nonexistent")  # the real answer of a bare machine
+TWO_GPUS = GpuProbe(2, None, "nvidia-smi")
+
+
+@pytest.fixture
+def machine(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[GpuProbe]]:
+    """The hardware probe answers `machine[0]`; nvcc and the toolchain probe are stood in for."""
+    found = [NO_GPU]
+    gpu_probe.forget()
+    monkeypatch.setattr(gpu_probe, "probe_hardware", lambda: found[0])
+    monkeypatch.delenv("CUDICE_GPU", raising=False)
+
+    def built(module: Any, path: Any, config: VerifyConfig, *, link: bool, cancel: Any = None) -> BuildResult:
+        return BuildResult(True, config.cache_dir, None, (), "", 0.0, True)
+
+    monkeypatch.setattr(api, "build_module", built)
+    monkeypatch.setattr(api, "_toolchain_versions", lambda config: {})
+    yield found
+    gpu_probe.forget()
+
+
+def verifier_runs_kernels(tmp_path: Path) -> tuple[bool, str]:
+    """(whether `verify()` started the run stage, the text of its `verify.no_gpu` note or '')."""
+    runs: list[dict[str, Any]] = []
+
+    def run_child(job: dict[str, Any], **kwargs: Any) -> ChildOutcome:
+        runs.append(job)
+        return ChildOutcome({"verdict": "correct", "stage": "timing"}, 0, "", "", 0.0)
+
+    result = api.verify(EXAMPLES / "relu_cuda.py", config=VerifyConfig(cache_dir=tmp_path), run_child=run_child)
+    notes = [d.message for d in result.diagnostics if d.code == "verify.no_gpu"]
+    assert (result.verdict is Verdict.CORRECT) == bool(runs) and (result.verdict is Verdict.COMPILED) == bool(notes)
+    return bool(runs), notes[0] if notes else ""
+
+
+def pool_size(tmp_path: Path) -> int:
+    with VerifyPool(VerifyConfig(cache_dir=tmp_path), num_compile_workers=1, persistent=False) as pool:
+        return len(pool.gpus)
+
+
+def server_reason() -> tuple[str | None, bool]:
+    """(the server's compile-only reason, the compile_only flag it sends with each verification)."""
+    from cudice.server.app import create_server
+    from cudice.server.verification import compile_only_reason, verify_config
+
+    ls = create_server()
+    return compile_only_reason(ls), bool(verify_config(ls)["compile_only"])
+
+
+@pytest.mark.parametrize(("env", "hardware", "gpus"), [
+    (None, NO_GPU, 0), (None, TWO_GPUS, 2), ("0", TWO_GPUS, 0), ("0", NO_GPU, 0), ("1", NO_GPU, 1), ("1", TWO_GPUS, 2),
+])
+def test_every_caller_gets_the_same_answer(machine: list[GpuProbe], monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                           env: str | None, hardware: GpuProbe, gpus: int) -> None:
+    machine[0] = hardware
+    if env is not None:
+        monkeypatch.setenv("CUDICE_GPU", env)
+    ran, note = verifier_runs_kernels(tmp_path)
+    reason, compile_only = server_reason()
+    assert ran is (gpus > 0) and compile_only is (gpus == 0)
+    assert pool_size(tmp_path) == gpus
+    if gpus:
+        assert reason is None and note == ""
+        return
+    assert reason is not None and "compiled but not run" in reason
+    assert reason in note  # the editor's notice and the verifier's own note give the same cause
+    expected = "CUDICE_GPU=0 is set" if env == "0" else "no NVIDIA GPU on this machine"
+    assert reason.startswith(expected), reason
