@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -22,9 +21,13 @@ os.environ.setdefault("CUDICE_NO_BUNDLED_MODEL", "1")
 
 @functools.cache
 def cuda_available() -> tuple[bool, str]:
-    """Whether a CUDA GPU is usable from torch (checked once, only if a gpu test was collected)."""
-    if shutil.which("nvidia-smi") is None:
-        return False, "no nvidia-smi on PATH"
+    """Whether a CUDA GPU is usable from torch (checked once, only if a gpu test was collected):
+    cudice's own probe first (verifier/gpu_probe.py: CUDICE_GPU=0 skips them), then torch itself."""
+    from cudice.verifier.gpu_probe import probe
+
+    found = probe()
+    if found.reason is not None:
+        return False, found.reason
     try:
         out = subprocess.run(
             ["python3", "-c", "import torch,sys; sys.exit(0 if torch.cuda.is_available() else 1)"],
