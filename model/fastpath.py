@@ -87,7 +87,7 @@ class StaticRunner:
         self._layers = [_weights(layer) for layer in model.model.layers]
         self.keep_cache_bytes = keep_cache_bytes
         self._pool: dict[tuple[int, int], StaticCache] = {}
-        self._weight_ptr = self._layers[0].attn[1].data_ptr()
+        self._weight_ptr: int = self._layers[0].attn[1].data_ptr()
 
     @property
     def compiled(self) -> bool:
@@ -149,7 +149,7 @@ class StaticRunner:
         return out
 
     def _weights_moved(self) -> bool:
-        ptr = self._layers[0].attn[1].data_ptr()
+        ptr: int = self._layers[0].attn[1].data_ptr()
         moved, self._weight_ptr = ptr != self._weight_ptr, ptr
         return moved
 
@@ -186,7 +186,8 @@ class StaticRunner:
         if "graph" not in state.extra:
             self._capture(state, cache, logits)
         state.extra["graph"].replay()
-        return state.extra["out"]
+        out: torch.Tensor = state.extra["out"]
+        return out
 
     def _forward_cached(self, s: _Inputs, cache: StaticCache, logits: bool) -> torch.Tensor:
         big_b, n = s.ids.shape
@@ -242,7 +243,7 @@ class StaticRunner:
         """The decoder over ids (B, L) at positions pos (B, L); `attend` writes K/V and attends."""
         attn_in, mlp_block, lm_head = self.fns
         model, (big_b, n) = self.model, ids.shape
-        h = model.model.embed_tokens(ids)                                       # (B, L, hidden)
+        h: torch.Tensor = model.model.embed_tokens(ids)                         # (B, L, hidden)
         cos, sin = model.model.rotary_emb(h, pos)                               # (B, L, D)
         h = h.reshape(big_b * n, -1)                                            # (T, hidden) tokens as rows
         cos, sin = cos.reshape(big_b * n, -1), sin.reshape(big_b * n, -1)
@@ -258,12 +259,13 @@ class StaticRunner:
             h, delta = mlp_block(h, o, *w.mlp, self.eps)
         if not logits:
             return h[:0, :0].view(big_b, 0, 0)
-        return lm_head(h, delta, model.model.norm.weight, model.lm_head.weight, self.eps).view(big_b, n, -1)
+        head: torch.Tensor = lm_head(h, delta, model.model.norm.weight, model.lm_head.weight, self.eps)
+        return head.view(big_b, n, -1)                                          # (B, L, V)
 
     def _capture(self, s: _Inputs, cache: StaticCache, logits: bool) -> None:
         # Warm-up on a side stream (compilation, autotuning, allocator, cuBLAS handles), then capture.
         # Both write K/V at the current slots, which the real step overwrites anyway.
-        stream = torch.cuda.Stream()
+        stream = torch.cuda.Stream()  # type: ignore[no-untyped-call]  # Stream.__new__ is unannotated
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
             for _ in range(2):

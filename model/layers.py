@@ -25,7 +25,7 @@ attention, MoE layers, activations other than SiLU.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -86,7 +86,8 @@ def compiled(mode: str | None) -> Fns:
     (seconds to a minute); the caller times that as compile time."""
     fns = _COMPILED.get(mode)
     if fns is None:
-        fns = tuple(torch.compile(f, mode=mode, fullgraph=True) for f in EAGER)  # type: ignore[assignment]
+        # torch.compile's return type also covers its decorator form (called without a function)
+        fns = cast(Fns, tuple(torch.compile(f, mode=mode, fullgraph=True) for f in EAGER))
         _COMPILED[mode] = fns
     return fns
 

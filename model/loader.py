@@ -217,7 +217,7 @@ def load_tokenizer(directory: Path) -> Any:
 
     # AutoTokenizer peeks at config.json and warns about `model_type: sdar`: expected, it is not used.
     level = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()
+    hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call]  # transformers leaves it unannotated
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

@@ -66,7 +66,8 @@ class HFRunner:
         # logits_to_keep=1 spares the (B, L, V) logits of a long prefill
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True,
                          logits_to_keep=0 if logits else 1, **{self._cache_kw: cache})
-        return out.logits                                                    # (B, L, V)
+        result: torch.Tensor = out.logits                                    # (B, L, V)
+        return result
 
     def cache_length(self, cache: Any) -> int:
         return int(cache.get_seq_length())

@@ -73,7 +73,8 @@ def build_tokenizer(vocab_size: int = 512) -> Any:
         show_progress=False,
     )
     tok.train_from_iterator(_CORPUS * 4, trainer=trainer)
-    fast = PreTrainedTokenizerFast(
+    # transformers' TokenizersBackend.__init__ (*args, **kwargs) carries no annotations
+    fast = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
         tokenizer_object=tok,
         eos_token="<|im_end|>",
         pad_token="<|endoftext|>",

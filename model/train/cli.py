@@ -199,14 +199,15 @@ def rl_command(model_path: str, infill_data: str, e2e_data: str, out_dir: str, i
     speed = required_speedup if required_speedup > 0 else None
     try:
         setup = _setup(precision, device, gradient_checkpointing, lora_rank, lora_alpha)
-        common = {"tasks_per_step": tasks_per_step, "samples_per_task": samples_per_task, "learning_rate": lr,
-                  "max_new_tokens": max_new_tokens, "required_speedup": speed, "ppo_epochs": ppo_epochs,
-                  "num_minibatches": num_minibatches, "rollout_memory_gib": rollout_memory_gib, "seed": seed,
-                  "save_every_steps": save_every, "setup": setup}
+        common: dict[str, Any] = {
+            "tasks_per_step": tasks_per_step, "samples_per_task": samples_per_task, "learning_rate": lr,
+            "max_new_tokens": max_new_tokens, "required_speedup": speed, "ppo_epochs": ppo_epochs,
+            "num_minibatches": num_minibatches, "rollout_memory_gib": rollout_memory_gib, "seed": seed,
+            "save_every_steps": save_every, "setup": setup}
         infill_cfg = RLConfig(stage="infill", num_steps=infill_steps, max_prompt_tokens=infill_max_prompt_tokens,
-                              **common)  # type: ignore[arg-type]
+                              **common)
         e2e_cfg = RLConfig(stage="e2e", num_steps=e2e_steps, max_prompt_tokens=e2e_max_prompt_tokens,
-                           **common)  # type: ignore[arg-type]
+                           **common)
         infill_tasks, e2e_tasks = load_rl_tasks(infill_data, "infill"), load_rl_tasks(e2e_data, "e2e")
         gpus = _verify_gpus(verify_gpus)
     except ValueError as exc:

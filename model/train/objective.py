@@ -62,7 +62,8 @@ def forward_doubled(model: torch.nn.Module, noisy: torch.Tensor, clean: torch.Te
         # the LM head runs on the noisy half only: half the head's FLOPs and logits memory
         logits_to_keep=torch.arange(length, device=clean.device),
     )
-    return out.logits[:, :length]  # (B, L, V): no shift
+    logits: torch.Tensor = out.logits[:, :length]  # (B, L, V): no shift
+    return logits
 
 
 def _float_dtype(model: torch.nn.Module) -> torch.dtype:

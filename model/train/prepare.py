@@ -62,15 +62,21 @@ def prepare_model(model: torch.nn.Module, setup: ModelSetup) -> torch.nn.Module:
         model.float()
     # 2. activation memory: recompute each layer in the backward (non-reentrant works with LoRA and DDP)
     if setup.gradient_checkpointing:
-        model.config.use_cache = False
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        # a transformers model: torch types `Module` attributes as `Tensor | Module`, and transformers
+        # leaves gradient_checkpointing_enable unannotated
+        hf_model: Any = model
+        hf_model.config.use_cache = False
+        hf_model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     # 3. LoRA: only the adapters train; the saved checkpoint holds merged full weights
     if setup.lora_rank > 0:
         try:
             from peft import LoraConfig, get_peft_model
         except ImportError as exc:
             raise ValueError("lora_rank > 0 needs peft: pip install 'cudice[train]' (or pip install peft)") from exc
-        config = LoraConfig(r=setup.lora_rank, lora_alpha=setup.lora_alpha, lora_dropout=setup.lora_dropout,
+        # peft annotates lora_alpha as int but only divides it by r (github.com/huggingface/peft,
+        # src/peft/tuners/lora/layer.py, `update_layer`), so a float alpha scales as written
+        config = LoraConfig(r=setup.lora_rank, lora_alpha=setup.lora_alpha,  # type: ignore[arg-type]
+                            lora_dropout=setup.lora_dropout,
                             target_modules=list(setup.lora_target_modules), bias="none")
         model = get_peft_model(model, config)
     return model
@@ -80,7 +86,8 @@ def autocast(accelerator: Any, setup: ModelSetup) -> contextlib.AbstractContextM
     """The context a forward runs in: bf16 autocast for "bf16-autocast", else accelerate's own."""
     if setup.precision == "bf16-autocast":
         return torch.autocast(device_type=accelerator.device.type, dtype=torch.bfloat16)
-    return accelerator.autocast()
+    context: contextlib.AbstractContextManager[Any] = accelerator.autocast()
+    return context
 
 
 def base_model(model: torch.nn.Module) -> torch.nn.Module:

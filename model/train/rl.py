@@ -166,15 +166,15 @@ def run_stage(model: torch.nn.Module, tasks: Sequence[RLTask], config: RLConfig,
         if on_step and accelerator.is_main_process:
             on_step(stats)
         if out_dir is not None and config.save_every_steps and (step + 1) % config.save_every_steps == 0:
-            _require_source(source_dir)
-            save_trained(accelerator, model, source_dir, out_dir, step=step + 1,  # type: ignore[arg-type]
+            save_trained(accelerator, model, _require_source(source_dir), out_dir, step=step + 1,
                          metrics={"mean_reward": stats.mean_reward, "stage": config.stage})
     return history
 
 
-def _require_source(source_dir: str | Path | None) -> None:
+def _require_source(source_dir: str | Path | None) -> str | Path:
     if source_dir is None:
         raise ValueError("saving a checkpoint needs source_dir (the checkpoint training started from)")
+    return source_dir
 
 
 def run_bic_rl(model: torch.nn.Module, infill_tasks: Sequence[RLTask], e2e_tasks: Sequence[RLTask],
@@ -194,19 +194,19 @@ def run_bic_rl(model: torch.nn.Module, infill_tasks: Sequence[RLTask], e2e_tasks
         raise ValueError("both BiC-RL stages must share one ModelSetup (precision, checkpointing, LoRA)")
     accelerator = make_accelerator(infill_config.setup, seed=infill_config.seed, cpu=cpu)
     model = accelerator.prepare(prepare_model(model, infill_config.setup))
-    common = {"rollout_fn": rollout_fn, "reward_fn": reward_fn, "block_size": block_size,
-              "mask_token_id": mask_token_id, "pad_token_id": pad_token_id, "on_step": on_step,
-              "accelerator": accelerator, "count_prompt_tokens": count_prompt_tokens, "monitor": monitor,
-              "source_dir": source_dir}
+    common: dict[str, Any] = {
+        "rollout_fn": rollout_fn, "reward_fn": reward_fn, "block_size": block_size,
+        "mask_token_id": mask_token_id, "pad_token_id": pad_token_id, "on_step": on_step,
+        "accelerator": accelerator, "count_prompt_tokens": count_prompt_tokens, "monitor": monitor,
+        "source_dir": source_dir}
     out: dict[str, list[StepStats]] = {}
     offset = 0
     for name, tasks, cfg in (("infill", infill_tasks, infill_config), ("e2e", e2e_tasks, e2e_config)):
         stage_dir = Path(out_dir) / f"stage-{name}" if out_dir is not None else None
-        out[name] = run_stage(model, tasks, cfg, out_dir=stage_dir, step_offset=offset, **common)  # type: ignore[arg-type]
+        out[name] = run_stage(model, tasks, cfg, out_dir=stage_dir, step_offset=offset, **common)
         offset += cfg.num_steps
         if stage_dir is not None:
-            _require_source(source_dir)
             last = out[name][-1]
-            save_trained(accelerator, model, source_dir, stage_dir, step=last.step + 1,  # type: ignore[arg-type]
+            save_trained(accelerator, model, _require_source(source_dir), stage_dir, step=last.step + 1,
                          metrics={"mean_reward": last.mean_reward, "stage": name})
     return out

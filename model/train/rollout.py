@@ -43,7 +43,7 @@ def kv_bytes_per_token(model_config: Any, dtype_bytes: int) -> int:
     """K and V of every layer for one token: 2 · layers · kv_heads · head_dim · bytes."""
     heads = getattr(model_config, "num_key_value_heads", None) or model_config.num_attention_heads
     head_dim = getattr(model_config, "head_dim", None) or model_config.hidden_size // model_config.num_attention_heads
-    return 2 * model_config.num_hidden_layers * heads * head_dim * dtype_bytes
+    return int(2 * model_config.num_hidden_layers * heads * head_dim * dtype_bytes)
 
 
 def rows_per_microbatch(model_config: Any, prompt_tokens: int, max_new_tokens: int, block_size: int,

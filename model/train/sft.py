@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from cudice.model.prompts import chat_prompt
@@ -129,8 +129,9 @@ def train_sft(model: torch.nn.Module, samples: Sequence[EncodedSample], config: 
     accelerator = make_accelerator(setup, seed=config.seed, cpu=cpu)
     model = prepare_model(model, setup)
     collate = Collate(samples, pad_token_id, mask_token_id, config.seed, config.min_noise_rate)
-    loader = torch.utils.data.DataLoader(
-        list(range(len(samples))), batch_size=config.batch_size, shuffle=True, collate_fn=collate)
+    # the sample indices: a list is a map-style dataset (__getitem__ + __len__), not a Dataset subclass
+    indices = cast("torch.utils.data.Dataset[int]", list(range(len(samples))))
+    loader = torch.utils.data.DataLoader(indices, batch_size=config.batch_size, shuffle=True, collate_fn=collate)
     model = accelerator.prepare(model)  # first: FSDP's optimizer must see the sharded parameters
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=config.learning_rate,
                                   weight_decay=0.0)

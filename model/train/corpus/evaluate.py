@@ -22,7 +22,7 @@ import json
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -68,7 +68,8 @@ def generate_candidates(checkpoint: Path, corpus: Path, candidates: Path, smoke:
         (example_out / name).write_text(gen.text)
     # Step 3 (here, while the model is loaded): decoding alone at batch 1.
     refs = references[:SPEED_PROMPTS]
-    speed = {"default": _speeds(engine, refs, config)}  # on a GPU: the compiled fast path
+    # on a GPU the default is the compiled fast path
+    speed: dict[str, Mapping[str, float | str]] = {"default": _speeds(engine, refs, config)}
     if torch.cuda.is_available() and not smoke:
         try:
             speed["eager"] = _speeds(load_engine(str(checkpoint), fast=False), refs, config)

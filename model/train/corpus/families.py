@@ -63,6 +63,8 @@ class Family:
 
 # --- shapes and inputs ------------------------------------------------------------------------
 def _shape(rng: random.Random, rank: int) -> tuple[tuple[str, int], ...]:
+    dims: tuple[int, ...]
+    names: tuple[str, ...]
     while True:
         if rank == 2:
             dims = (rng.choice(BATCHES), rng.choice(DIMS_2D))

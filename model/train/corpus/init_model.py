@@ -62,8 +62,10 @@ def train_tokenizer(sft_path: str | Path, vocab_size: int, seed: int = 0) -> Any
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS),
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
     tok.train_from_iterator(_texts(Path(sft_path), seed), trainer=trainer)
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
-                                   mask_token="<|MASK|>", additional_special_tokens=["<|im_start|>"])
+    # transformers' TokenizersBackend.__init__ (*args, **kwargs) carries no annotations
+    fast = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
+        tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>", mask_token="<|MASK|>",
+        additional_special_tokens=["<|im_start|>"])
     fast.chat_template = CHATML_TEMPLATE
     return fast
 
@@ -74,7 +76,7 @@ def num_parameters(dims: dict[str, Any]) -> int:
     q, kv = dims["num_attention_heads"] * dims["head_dim"], dims["num_key_value_heads"] * dims["head_dim"]
     layer = h * q + 2 * h * kv + q * h + 3 * h * i + 2 * h + 2 * dims["head_dim"]
     embed = dims["vocab_size"] * h * (1 if dims["tie_word_embeddings"] else 2)
-    return n * layer + embed + h
+    return int(n * layer + embed + h)
 
 
 def init_checkpoint(out_dir: str | Path, sft_path: str | Path, dims: dict[str, Any], seed: int = 0,

@@ -80,6 +80,7 @@ def _ops_lines(ops: tuple[PointOp, ...], indent: str) -> str:
 def pointwise(name: str, ops: tuple[PointOp, ...], binary: BinaryOp | None = None) -> Kernel:
     """Elementwise kernel: `ops` applied in order to x (unary) or to `binary(a, b)`."""
     body = _ops_lines(ops, "        ")
+    args: tuple[str, ...]
     if binary is None:
         params, load, args = "const scalar_t* __restrict__ x", "float v = static_cast<float>(x[i]);", ("x",)
         host_in = "    auto xc = x.contiguous();\n"
@@ -114,6 +115,29 @@ def pointwise(name: str, ops: tuple[PointOp, ...], binary: BinaryOp | None = Non
     return Kernel(source, f"torch::Tensor {name}_cuda({sig});", f"{name}_cuda", args)
 
 
+def _dim_kernel(name: str, helpers: str, out_type: str, body: str, alloc: str) -> Kernel:
+    """A kernel over the (outer, R, inner) view of `x` around `dim`, one block per (outer, inner) pair,
+    and its wrapper `{name}_cuda(x, dim)`.
+
+    `helpers` (device functions) follow the include; `body` is the kernel's body, with `x`,
+    `out` (of `out_type`), `R` and `inner` in scope; `alloc` is the wrapper's line creating `out`.
+    """
+    launch = (f"{name}_kernel<scalar_t><<<(unsigned int)(outer * inner), {THREADS}>>>("
+              f"xc.data_ptr<scalar_t>(), out.data_ptr<{out_type}>(), R, inner);")
+    source = (
+        f"\n#include <torch/extension.h>\n\n{helpers}"
+        "template <typename scalar_t>\n"
+        f"__global__ void {name}_kernel(const scalar_t* __restrict__ x, {out_type}* __restrict__ out, "
+        f"int64_t R, int64_t inner) {{\n{body}"
+        "}\n\n"
+        f"torch::Tensor {name}_cuda(torch::Tensor x, int64_t dim) {{\n{_DIM_VIEW}{alloc}"
+        "    if (out.numel() == 0) return out;\n"
+        f"{_dispatch(name + '_cuda', launch)}"
+        "    return out;\n}\n"
+    )
+    return Kernel(source, f"torch::Tensor {name}_cuda(torch::Tensor x, int64_t dim);", f"{name}_cuda", ("x",))
+
+
 _REDUCE = {  # kind: (helper, init, combine(acc, v), final(acc))
     "sum": (_BLOCK_SUM, "0.0f", "acc += v;", "acc"),
     "mean": (_BLOCK_SUM, "0.0f", "acc += v;", "acc / R"),
@@ -126,13 +150,7 @@ def reduce_dim(name: str, kind: str) -> Kernel:
     """sum / mean / amax / amin over one dim (keepdim=False); one block per output element."""
     helper, init, combine, final = _REDUCE[kind]
     block_fn = helper.split("(", 1)[0].split()[-1]
-    launch = (f"{name}_kernel<scalar_t><<<(unsigned int)(outer * inner), {THREADS}>>>(xc.data_ptr<scalar_t>(), "
-              "out.data_ptr<scalar_t>(), R, inner);")
-    source = (
-        f"\n#include <torch/extension.h>\n\n{helper}\n"
-        "template <typename scalar_t>\n"
-        f"__global__ void {name}_kernel(const scalar_t* __restrict__ x, scalar_t* __restrict__ out, int64_t R, "
-        "int64_t inner) {\n"
+    body = (
         f"    __shared__ float sh[{THREADS}];\n"
         "    const scalar_t* row = x + (blockIdx.x / inner) * R * inner + blockIdx.x % inner;\n"
         f"    float acc = {init};\n"
@@ -142,27 +160,16 @@ def reduce_dim(name: str, kind: str) -> Kernel:
         "    }\n"
         f"    acc = {block_fn}(acc, sh);\n"
         f"    if (threadIdx.x == 0) out[blockIdx.x] = static_cast<scalar_t>({final});\n"
-        "}\n\n"
-        f"torch::Tensor {name}_cuda(torch::Tensor x, int64_t dim) {{\n{_DIM_VIEW}"
-        "    auto out = torch::empty(sizes, xc.options());\n"
-        "    if (out.numel() == 0) return out;\n"
-        f"{_dispatch(name + '_cuda', launch)}"
-        "    return out;\n}\n"
     )
-    return Kernel(source, f"torch::Tensor {name}_cuda(torch::Tensor x, int64_t dim);", f"{name}_cuda", ("x",))
+    alloc = "    auto out = torch::empty(sizes, xc.options());\n"
+    return _dim_kernel(name, f"{helper}\n", "scalar_t", body, alloc)
 
 
 def arg_reduce_dim(name: str, kind: str) -> Kernel:
     """argmax / argmin over one dim; ties go to the smallest index, as in PyTorch."""
     better = ">" if kind == "argmax" else "<"
     init = "-INFINITY" if kind == "argmax" else "INFINITY"
-    launch = (f"{name}_kernel<scalar_t><<<(unsigned int)(outer * inner), {THREADS}>>>(xc.data_ptr<scalar_t>(), "
-              "out.data_ptr<int64_t>(), R, inner);")
-    source = (
-        "\n#include <torch/extension.h>\n\n"
-        "template <typename scalar_t>\n"
-        f"__global__ void {name}_kernel(const scalar_t* __restrict__ x, int64_t* __restrict__ out, int64_t R, "
-        "int64_t inner) {\n"
+    body = (
         f"    __shared__ float sv[{THREADS}];\n"
         f"    __shared__ int64_t si[{THREADS}];\n"
         "    const scalar_t* row = x + (blockIdx.x / inner) * R * inner + blockIdx.x % inner;\n"
@@ -187,26 +194,15 @@ def arg_reduce_dim(name: str, kind: str) -> Kernel:
         "        __syncthreads();\n"
         "    }\n"
         "    if (threadIdx.x == 0) out[blockIdx.x] = si[0] < R ? si[0] : 0;\n"
-        "}\n\n"
-        f"torch::Tensor {name}_cuda(torch::Tensor x, int64_t dim) {{\n{_DIM_VIEW}"
-        "    auto out = torch::empty(sizes, xc.options().dtype(torch::kLong));\n"
-        "    if (out.numel() == 0) return out;\n"
-        f"{_dispatch(name + '_cuda', launch)}"
-        "    return out;\n}\n"
     )
-    return Kernel(source, f"torch::Tensor {name}_cuda(torch::Tensor x, int64_t dim);", f"{name}_cuda", ("x",))
+    return _dim_kernel(name, "", "int64_t", body,
+                       "    auto out = torch::empty(sizes, xc.options().dtype(torch::kLong));\n")
 
 
 def softmax_dim(name: str, log: bool) -> Kernel:
     """Softmax or log-softmax over one dim: max, sum of exp, write — three passes per row."""
     write = "v - logf(s)" if log else "expf(v) / s"
-    launch = (f"{name}_kernel<scalar_t><<<(unsigned int)(outer * inner), {THREADS}>>>(xc.data_ptr<scalar_t>(), "
-              "out.data_ptr<scalar_t>(), R, inner);")
-    source = (
-        f"\n#include <torch/extension.h>\n\n{_BLOCK_SUM}\n{_BLOCK_MAX}\n"
-        "template <typename scalar_t>\n"
-        f"__global__ void {name}_kernel(const scalar_t* __restrict__ x, scalar_t* __restrict__ out, int64_t R, "
-        "int64_t inner) {\n"
+    body = (
         f"    __shared__ float sh[{THREADS}];\n"
         "    int64_t base = (blockIdx.x / inner) * R * inner + blockIdx.x % inner;\n"
         "    float m = -INFINITY;\n"
@@ -219,14 +215,9 @@ def softmax_dim(name: str, log: bool) -> Kernel:
         "        float v = static_cast<float>(x[base + r * inner]) - m;\n"
         f"        out[base + r * inner] = static_cast<scalar_t>({write});\n"
         "    }\n"
-        "}\n\n"
-        f"torch::Tensor {name}_cuda(torch::Tensor x, int64_t dim) {{\n{_DIM_VIEW}"
-        "    auto out = torch::empty_like(xc);\n"
-        "    if (out.numel() == 0) return out;\n"
-        f"{_dispatch(name + '_cuda', launch)}"
-        "    return out;\n}\n"
     )
-    return Kernel(source, f"torch::Tensor {name}_cuda(torch::Tensor x, int64_t dim);", f"{name}_cuda", ("x",))
+    alloc = "    auto out = torch::empty_like(xc);\n"
+    return _dim_kernel(name, f"{_BLOCK_SUM}\n{_BLOCK_MAX}\n", "scalar_t", body, alloc)
 
 
 def norm_last_dim(name: str, kind: str) -> Kernel:

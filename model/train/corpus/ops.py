@@ -119,6 +119,14 @@ class LossOp:
     hinge_targets: bool = False
 
 
+# Losses of d = |x - y| with one float parameter c (default 1.0): name, title, keyword and the
+# CUDA branches `small : large` of `v = d < c ? small : large`.
+_PARAM_LOSSES = {
+    "huber": ("huber_loss", "Huber loss", "delta", "0.5f * d * d : {c} * (d - 0.5f * {c})"),
+    "smooth_l1": ("smooth_l1_loss", "smooth L1 loss", "beta", "0.5f * d * d / {c} : d - 0.5f * {c}"),
+}
+
+
 def loss_op(kind: str, value: float | None = None) -> LossOp:
     if kind == "mse":
         return LossOp("mse_loss", "mean squared error", 'F.mse_loss(predictions, targets, reduction="{r}")',
@@ -126,18 +134,13 @@ def loss_op(kind: str, value: float | None = None) -> LossOp:
     if kind == "l1":
         return LossOp("l1_loss", "L1 loss", 'F.l1_loss(predictions, targets, reduction="{r}")',
                       "float v = fabsf(x - y);")
-    if kind == "huber":
-        delta = 1.0 if value is None else value
-        c = cuda_float(delta)
-        return LossOp(_scaled("huber_loss", delta), f"Huber loss (delta {delta})",
-                      f'F.huber_loss(predictions, targets, reduction="{{r}}", delta={delta})',
-                      f"float d = fabsf(x - y);\n        float v = d < {c} ? 0.5f * d * d : {c} * (d - 0.5f * {c});")
-    if kind == "smooth_l1":
-        beta = 1.0 if value is None else value
-        c = cuda_float(beta)
-        return LossOp(_scaled("smooth_l1_loss", beta), f"smooth L1 loss (beta {beta})",
-                      f'F.smooth_l1_loss(predictions, targets, reduction="{{r}}", beta={beta})',
-                      f"float d = fabsf(x - y);\n        float v = d < {c} ? 0.5f * d * d / {c} : d - 0.5f * {c};")
+    if kind in _PARAM_LOSSES:
+        name, title, keyword, branches = _PARAM_LOSSES[kind]
+        param = 1.0 if value is None else value
+        c = cuda_float(param)
+        return LossOp(_scaled(name, param), f"{title} ({keyword} {param})",
+                      f'F.{name}(predictions, targets, reduction="{{r}}", {keyword}={param})',
+                      f"float d = fabsf(x - y);\n        float v = d < {c} ? {branches.format(c=c)};")
     if kind == "hinge":
         return LossOp("hinge_loss", "hinge loss", "torch.{r}(torch.clamp(1 - predictions * targets, min=0))",
                       "float v = fmaxf(1.0f - x * y, 0.0f);", hinge_targets=True)

@@ -68,10 +68,10 @@ def verify_templates(corpus_dir: str | Path, per_family: int, say: Callable[[str
         with VerifyPool(num_compile_workers=num_compile_workers) as pool:
             futures = [(p, pool.submit(sol, reference=ref, key=p["file"])) for p, sol, ref in paths]
             for p, fut in futures:
-                r = fut.result()
-                rows.append({**p, "verdict": r.verdict.value, "speedup": r.speedup,
-                             "error": r.error or "",
-                             "diagnostics": [d.message for d in r.diagnostics if d.severity.value == "error"][:3]})
+                result = fut.result()
+                errors = [d.message for d in result.diagnostics if d.severity.value == "error"]
+                rows.append({**p, "verdict": result.verdict.value, "speedup": result.speedup,
+                             "error": result.error or "", "diagnostics": errors[:3]})
     else:
         rows = [{**p, **_static_verdict(sol, ref)} for p, sol, ref in paths]
     good = "correct" if gpu else "static_ok"
