@@ -15,9 +15,11 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-# The names of `cudice.model.strategies.STRATEGIES` (kept here so this module stays torch-free;
-# a test checks that both agree).
-STRATEGY_NAMES = ("low_confidence_static", "low_confidence_dynamic", "sequential")
+# The reveal strategies' names, the one list of them: the registry `cudice.model.strategies.STRATEGIES`
+# (torch) holds one function per name, in this order (an assertion there and tests/model/test_strategies.py
+# check it); the settings schema (`cudice.sampler.strategy`), `cudice generate --strategy` and this
+# module's validation read the names here, without importing torch. The first is the default.
+STRATEGY_NAMES = ("low_confidence_dynamic", "low_confidence_static", "sequential")
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +44,7 @@ class SamplerConfig:
 
     block_length: int | None = None
     denoising_steps: int = 4
-    strategy: str = "low_confidence_dynamic"
+    strategy: str = STRATEGY_NAMES[0]
     threshold: float = 0.9
     temperature: float = 0.0
     top_k: int = 0

@@ -64,9 +64,11 @@ def sequential(confidence: torch.Tensor, is_masked: torch.Tensor, quota: torch.T
     return _top_by_score(-position.expand(is_masked.shape), is_masked, quota)
 
 
+# The registry: each strategy under its function's name, in the order of `STRATEGY_NAMES`
+# (model/config.py, the torch-free list the settings schema and the CLI offer).
 STRATEGIES: dict[str, Strategy] = {
-    "low_confidence_static": low_confidence_static,
-    "low_confidence_dynamic": low_confidence_dynamic,
-    "sequential": sequential,
+    f.__name__: f for f in (low_confidence_dynamic, low_confidence_static, sequential)
 }
-assert tuple(STRATEGIES) == STRATEGY_NAMES, "cudice.model.config.STRATEGY_NAMES drifted from the registry"
+assert tuple(STRATEGIES) == STRATEGY_NAMES, (
+    f"the registry's strategies {tuple(STRATEGIES)} differ from cudice.model.config.STRATEGY_NAMES "
+    f"{STRATEGY_NAMES}: add the new name there (or the new function here)")

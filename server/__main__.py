@@ -13,7 +13,8 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-LOG_LEVELS = ("error", "warning", "info", "debug")  # as lsp_cli.py's --log-level
+# the levels of `--log-level` and of the `cudice.logLevel` setting (lsp_cli.py and settings.py import them)
+LOG_LEVELS = ("error", "warning", "info", "debug")
 
 
 def fast_log_level(args: list[str]) -> tuple[bool, str | None]:

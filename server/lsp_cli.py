@@ -8,6 +8,7 @@ the protocol itself (and `--print-schema`).
 from __future__ import annotations
 
 import click
+from cudice.server.__main__ import LOG_LEVELS
 
 
 @click.command("lsp", context_settings={"help_option_names": ["-h", "--help"]})
@@ -16,7 +17,7 @@ import click
               help="Listen on TCP instead of stdio: one client at a time, until a client sends `exit`.")
 @click.option("--host", default="127.0.0.1", show_default=True, help="TCP address to bind (with --tcp).")
 @click.option("--port", default=2087, show_default=True, type=click.IntRange(0, 65535), help="TCP port (with --tcp).")
-@click.option("--log-level", type=click.Choice(["error", "warning", "info", "debug"]), default=None,
+@click.option("--log-level", type=click.Choice(LOG_LEVELS), default=None,
               help="Override the cudice.logLevel setting.")
 @click.option("--print-schema", is_flag=True, help="Print the settings JSON Schema and exit.")
 def lsp_command(transport: str, host: str, port: int, log_level: str | None, print_schema: bool) -> None:

@@ -6,6 +6,14 @@ Keys are dotted (`cudice.model.path`) as VS Code shows them; the server reads th
 
 Bad values never crash the server: `parse_settings` keeps the default for each bad key and
 returns a warning that names the key, the bad value, the rule and the default used.
+
+Each default is written once. The sampler's and the verifier's come from the run-time configs
+they feed (`SamplerConfig`, `VerifyConfig`: what `cudice generate` / `cudice verify` use without
+an editor), the strategy names from `cudice.model.config.STRATEGY_NAMES`, the strictness levels
+from `cudice.verifier.static_policy.Strictness`; the rest are written in `SCHEMA` below.
+`Settings` takes every field's default from `SCHEMA` and validates its values against it.
+Not covered: `cudice.sampler.blockLength`, whose editor default (4, DICE's) is deliberately not
+`SamplerConfig`'s (None: the checkpoint's block size).
 """
 
 from __future__ import annotations
@@ -15,11 +23,15 @@ import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
-STRATEGIES = ("low_confidence_dynamic", "low_confidence_static", "sequential")
+from cudice.model.config import STRATEGY_NAMES, SamplerConfig
+from cudice.server.__main__ import LOG_LEVELS
+from cudice.verifier.config import VerifyConfig
+from cudice.verifier.static_policy import Strictness
+
 DEVICES = ("auto", "cuda", "cpu")
 DTYPES = ("auto", "bfloat16", "float16", "float32")
-LOG_LEVELS = ("error", "warning", "info", "debug")
-STRICTNESS = ("strict", "default", "lenient")  # the verifier's static policies (docs/anticheat.md)
+STRICTNESS = tuple(s.value for s in Strictness)  # the verifier's static policies (docs/anticheat.md)
+# LOG_LEVELS live in __main__.py: a bare `cudice-lsp --log-level` checks them before this module loads
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,10 +48,11 @@ class Setting:
 
     def check(self, value: Any) -> str | None:
         """Return why `value` is invalid for this key, or None when it is fine."""
+        article = "an" if self.type == "integer" else "a"
         if isinstance(value, bool) and self.type in ("integer", "number"):
-            return f"expected a {self.type}, got a boolean"
+            return f"expected {article} {self.type}, got a boolean"
         if not _has_json_type(value, self.type):
-            return f"expected a {self.type}, got {type(value).__name__}"
+            return f"expected {article} {self.type}, got {type(value).__name__}"
         if self.choices and value not in self.choices:
             return f"must be one of {', '.join(self.choices)}"
         if self.minimum is not None and value < self.minimum:
@@ -58,6 +71,13 @@ def _has_json_type(value: Any, json_type: str) -> bool:
     return isinstance(value, _PY_TYPES[json_type])
 
 
+def _defaults(config: type) -> dict[str, Any]:
+    """The field defaults of a config dataclass (the sampler's and the verifier's, for SCHEMA)."""
+    return {f.name: f.default for f in dataclasses.fields(config) if f.default is not dataclasses.MISSING}
+
+
+_SAMPLER, _VERIFY = _defaults(SamplerConfig), _defaults(VerifyConfig)
+
 SCHEMA: tuple[Setting, ...] = (
     Setting("cudice.model.path", "string", "",
             "DICE/SDAR checkpoint directory or a hub id already in the local cache. Empty: no model "
@@ -68,34 +88,37 @@ SCHEMA: tuple[Setting, ...] = (
             choices=DTYPES),
     Setting("cudice.sampler.blockLength", "integer", 4, "Block-diffusion block length (DICE uses 4).",
             minimum=1, maximum=64),
-    Setting("cudice.sampler.denoisingSteps", "integer", 4, "Denoising steps per block.", minimum=1, maximum=64),
-    Setting("cudice.sampler.strategy", "string", "low_confidence_dynamic",
-            "Which masked tokens to reveal at each denoising step.", choices=STRATEGIES),
-    Setting("cudice.sampler.threshold", "number", 0.9,
+    Setting("cudice.sampler.denoisingSteps", "integer", _SAMPLER["denoising_steps"],
+            "Denoising steps per block.", minimum=1, maximum=64),
+    Setting("cudice.sampler.strategy", "string", _SAMPLER["strategy"],
+            "Which masked tokens to reveal at each denoising step.", choices=STRATEGY_NAMES),
+    Setting("cudice.sampler.threshold", "number", _SAMPLER["threshold"],
             "Confidence above which the dynamic strategy reveals a token.", minimum=0.0, maximum=1.0),
-    Setting("cudice.sampler.temperature", "number", 0.0, "Sampling temperature; 0 is greedy.",
-            minimum=0.0, maximum=2.0),
-    Setting("cudice.sampler.topK", "integer", 0, "Top-k filter; 0 disables it.", minimum=0),
-    Setting("cudice.sampler.topP", "number", 1.0, "Nucleus (top-p) filter; 1 disables it.",
+    Setting("cudice.sampler.temperature", "number", _SAMPLER["temperature"],
+            "Sampling temperature; 0 is greedy.", minimum=0.0, maximum=2.0),
+    Setting("cudice.sampler.topK", "integer", _SAMPLER["top_k"], "Top-k filter; 0 disables it.", minimum=0),
+    Setting("cudice.sampler.topP", "number", _SAMPLER["top_p"], "Nucleus (top-p) filter; 1 disables it.",
             minimum=0.0, maximum=1.0),
-    Setting("cudice.sampler.maxNewTokens", "integer", 2048, "Most tokens one generation may produce.",
-            minimum=1, maximum=32768),
+    Setting("cudice.sampler.maxNewTokens", "integer", _SAMPLER["max_new_tokens"],
+            "Most tokens one generation may produce.", minimum=1, maximum=32768),
     Setting("cudice.verify.onSave", "boolean", True, "Verify a KernelBench candidate each time it is saved."),
-    Setting("cudice.verify.compileOnly", "boolean", False,
+    Setting("cudice.verify.compileOnly", "boolean", _VERIFY["compile_only"],
             "Only run static checks and compile, never the kernel (automatic on machines without a GPU)."),
-    Setting("cudice.verify.trials", "integer", 5, "Correctness trials with fresh seeded inputs.",
-            minimum=1, maximum=100),
-    Setting("cudice.verify.atol", "number", 1e-2, "Absolute tolerance of the correctness check.", minimum=0.0),
-    Setting("cudice.verify.rtol", "number", 1e-2, "Relative tolerance of the correctness check.", minimum=0.0),
-    Setting("cudice.verify.timeoutSeconds", "number", 300.0,
+    Setting("cudice.verify.trials", "integer", _VERIFY["num_trials"],
+            "Correctness trials with fresh seeded inputs.", minimum=1, maximum=100),
+    Setting("cudice.verify.atol", "number", _VERIFY["atol"], "Absolute tolerance of the correctness check.",
+            minimum=0.0),
+    Setting("cudice.verify.rtol", "number", _VERIFY["rtol"], "Relative tolerance of the correctness check.",
+            minimum=0.0),
+    Setting("cudice.verify.timeoutSeconds", "number", _VERIFY["timeout_s"],
             "Wall-clock limit of one verification (compile included).", minimum=1.0),
     Setting("cudice.verify.quickCheckTimeoutSeconds", "number", 60.0,
             "Longest wait for the fast (clangd) diagnostics of a check once clangd is warm; the first check "
             "after start may take 10 minutes (torch-header preamble), a worker still using CPU is never "
             "killed, and the full build's diagnostics follow either way.", minimum=1.0),
-    Setting("cudice.verify.requiredSpeedup", "number", 1.0,
+    Setting("cudice.verify.requiredSpeedup", "number", _VERIFY["required_speedup"],
             "Speedup over PyTorch a kernel must clear to be shown as fast.", minimum=0.0),
-    Setting("cudice.verify.strictness", "string", "default",
+    Setting("cudice.verify.strictness", "string", _VERIFY["static_policy"],
             "Static anti-cheat policy, as `cudice verify --strictness` (docs/anticheat.md).", choices=STRICTNESS),
     Setting("cudice.logLevel", "string", "info", "Server log level (the log goes to the LSP output).",
             choices=LOG_LEVELS),
@@ -113,31 +136,48 @@ def _attr(key: str) -> str:
     return "_".join(snake)
 
 
+_BY_ATTR = {_attr(s.key): s for s in SCHEMA}
+
+
+def _default(attr: str) -> Any:
+    return _BY_ATTR[attr].default
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
-    """Validated settings. Field names are the keys in snake case without the `cudice.` prefix."""
+    """Validated settings. Field names are the keys in snake case without the `cudice.` prefix;
+    every default is the schema's, and a value the schema rejects raises `ValueError`
+    (`parse_settings` is the lenient way in: it keeps the default and warns)."""
 
-    model_path: str = ""
-    model_device: str = "auto"
-    model_dtype: str = "auto"
-    sampler_block_length: int = 4
-    sampler_denoising_steps: int = 4
-    sampler_strategy: str = "low_confidence_dynamic"
-    sampler_threshold: float = 0.9
-    sampler_temperature: float = 0.0
-    sampler_top_k: int = 0
-    sampler_top_p: float = 1.0
-    sampler_max_new_tokens: int = 2048
-    verify_on_save: bool = True
-    verify_compile_only: bool = False
-    verify_trials: int = 5
-    verify_atol: float = 1e-2
-    verify_rtol: float = 1e-2
-    verify_timeout_seconds: float = 300.0
-    verify_quick_check_timeout_seconds: float = 60.0
-    verify_required_speedup: float = 1.0
-    verify_strictness: str = "default"
-    log_level: str = "info"
+    model_path: str = _default("model_path")
+    model_device: str = _default("model_device")
+    model_dtype: str = _default("model_dtype")
+    sampler_block_length: int = _default("sampler_block_length")
+    sampler_denoising_steps: int = _default("sampler_denoising_steps")
+    sampler_strategy: str = _default("sampler_strategy")
+    sampler_threshold: float = _default("sampler_threshold")
+    sampler_temperature: float = _default("sampler_temperature")
+    sampler_top_k: int = _default("sampler_top_k")
+    sampler_top_p: float = _default("sampler_top_p")
+    sampler_max_new_tokens: int = _default("sampler_max_new_tokens")
+    verify_on_save: bool = _default("verify_on_save")
+    verify_compile_only: bool = _default("verify_compile_only")
+    verify_trials: int = _default("verify_trials")
+    verify_atol: float = _default("verify_atol")
+    verify_rtol: float = _default("verify_rtol")
+    verify_timeout_seconds: float = _default("verify_timeout_seconds")
+    verify_quick_check_timeout_seconds: float = _default("verify_quick_check_timeout_seconds")
+    verify_required_speedup: float = _default("verify_required_speedup")
+    verify_strictness: str = _default("verify_strictness")
+    log_level: str = _default("log_level")
+
+    def __post_init__(self) -> None:
+        for attr, setting in _BY_ATTR.items():
+            value = getattr(self, attr)
+            problem = setting.check(value)
+            if problem:
+                raise ValueError(f"Settings.{attr}={value!r} is invalid: {setting.key} {problem}; "
+                                 f"pass a valid value or leave it out for the default {setting.default!r}")
 
 
 def _flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
@@ -204,4 +244,7 @@ def schema_text() -> str:
     return json.dumps(settings_json_schema(), indent=2) + "\n"
 
 
-assert {_attr(s.key) for s in SCHEMA} == {f.name for f in dataclasses.fields(Settings)}, "schema/fields drift"
+_fields = {f.name for f in dataclasses.fields(Settings)}
+assert set(_BY_ATTR) == _fields, (
+    f"SCHEMA's keys and Settings' fields differ: {sorted(set(_BY_ATTR) ^ _fields)}; "
+    "add the field or the key (`cudice.a.bKey` is the field `a_b_key`)")

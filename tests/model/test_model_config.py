@@ -47,10 +47,13 @@ def test_from_settings_copies_every_sampler_field() -> None:
     assert SamplerConfig.from_settings(Settings(), max_new_tokens=7).max_new_tokens == 7
 
 
-def test_settings_strategies_are_sampler_strategies() -> None:
-    from cudice.server.settings import STRATEGIES
+def test_the_settings_offer_exactly_the_sampler_strategies_with_its_default() -> None:
+    from cudice.server.settings import settings_json_schema
 
-    assert set(STRATEGIES) == set(STRATEGY_NAMES)
+    prop = settings_json_schema()["properties"]["cudice.sampler.strategy"]
+    assert tuple(prop["enum"]) == STRATEGY_NAMES and prop["default"] == SamplerConfig().strategy
+    with pytest.raises(ValueError, match="must be one of low_confidence_dynamic, low_confidence_static"):
+        SamplerConfig(strategy="entropy_bounded")
 
 
 def test_importing_model_config_does_not_import_torch() -> None:

@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import re
+
+import pytest
 from cudice.server.settings import SCHEMA, Settings, parse_settings, settings_json_schema
 
 
@@ -55,3 +58,46 @@ def test_dataclass_defaults_equal_the_schema_defaults() -> None:
 
     defaults = Settings()
     assert {s.key: getattr(defaults, _attr(s.key)) for s in SCHEMA} == {s.key: s.default for s in SCHEMA}
+
+
+def test_every_schema_key_is_a_settings_field_with_its_default_and_type_and_back() -> None:
+    import dataclasses
+    import typing
+
+    from cudice.server import settings as module
+
+    json_type = {"str": "string", "int": "integer", "float": "number", "bool": "boolean"}
+    hints = typing.get_type_hints(Settings, vars(module))
+    fields = {f.name: f for f in dataclasses.fields(Settings)}
+    by_field = {module._attr(s.key): s for s in SCHEMA}
+    assert set(by_field) == set(fields) and len(by_field) == len(SCHEMA)
+    for name, field in fields.items():
+        setting = by_field[name]
+        assert field.default == setting.default and type(field.default) is type(setting.default), name
+        assert json_type[hints[name].__name__] == setting.type, name
+
+
+def test_sampler_and_verifier_defaults_are_the_run_time_configs_defaults() -> None:
+    """An editor user and `cudice generate` / `cudice verify` without one decode and judge alike."""
+    from cudice.model.config import SamplerConfig
+    from cudice.verifier.config import VerifyConfig
+
+    s, sampler, verify = Settings(), SamplerConfig(), VerifyConfig()
+    assert (s.sampler_denoising_steps, s.sampler_strategy, s.sampler_threshold, s.sampler_temperature,
+            s.sampler_top_k, s.sampler_top_p, s.sampler_max_new_tokens) == (
+        sampler.denoising_steps, sampler.strategy, sampler.threshold, sampler.temperature,
+        sampler.top_k, sampler.top_p, sampler.max_new_tokens)
+    assert (s.verify_trials, s.verify_atol, s.verify_rtol, s.verify_timeout_seconds, s.verify_required_speedup,
+            s.verify_strictness, s.verify_compile_only) == (
+        verify.num_trials, verify.atol, verify.rtol, verify.timeout_s, verify.required_speedup,
+        verify.static_policy, verify.compile_only)
+
+
+def test_settings_built_in_code_are_validated_against_the_schema() -> None:
+    with pytest.raises(ValueError, match=re.escape("Settings.sampler_top_p=1.5 is invalid: cudice.sampler.topP "
+                                                   "must be <= 1.0; pass a valid value or leave it out")):
+        Settings(sampler_top_p=1.5)
+    with pytest.raises(ValueError, match=r"cudice\.verify\.strictness must be one of strict, default, lenient"):
+        Settings(verify_strictness="paranoid")
+    with pytest.raises(ValueError, match="expected an integer, got str"):
+        Settings(verify_trials="5")  # type: ignore[arg-type]
