@@ -14,7 +14,8 @@ exactly like the local `VerifyPool`, and get the same `VerifyResult`s.
   future raises it, as the local pool's does. A job whose retries ran out ends as verdict
   `crash` with diagnostic `dist.task_failed`.
 - `address=None` starts a local instance (stopped again by `shutdown()`; Ray's reaper stops it
-  if this process dies); `address="auto"`, `"HOST:6379"` or `"ray://HOST:10001"` joins a cluster
+  if this process dies) with the GPUs Ray detects, or as many as `CUDICE_GPU` says when it is set
+  (verifier/gpu_probe.py); `address="auto"`, `"HOST:6379"` or `"ray://HOST:10001"` joins a cluster
   that `ray start` made. A process where Ray is already initialised (the RL trainer) shares it.
 - Ray is imported when a backend is made; without it `RayUnavailable` says how to install it.
 
@@ -45,6 +46,7 @@ from cudice.verifier.distributed_tasks import (
     run_on_gpu,
     ship_job,
 )
+from cudice.verifier.gpu_probe import probe
 from cudice.verifier.result import Diagnostic, Location, Severity, Stage, Verdict, VerifyResult
 from cudice.verifier.sandbox import ChildOutcome
 
@@ -131,6 +133,9 @@ class RayBackend:
                 "runtime_env": runtime_env,
             }
             if address is None:
+                found = probe()
+                if num_gpus is None and found.source == "CUDICE_GPU":  # the override decides, as everywhere
+                    num_gpus = found.num_gpus
                 init.update(num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False)
             ray.init(**init)
         self.num_gpus = int(ray.cluster_resources().get("GPU", 0))

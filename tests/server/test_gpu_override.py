@@ -1,10 +1,12 @@
 """`CUDICE_GPU` and the hardware probe reach every caller alike: the verifier API (whether the run
-stage starts), the pool's size and the server's compile-only notice (verifier/gpu_probe.py)."""
+stage starts), the pool's size, a local Ray instance's GPUs and the server's compile-only notice
+(verifier/gpu_probe.py). Ray itself is stood in for: no instance is started."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -57,6 +59,37 @@ def pool_size(tmp_path: Path) -> int:
         return len(pool.gpus)
 
 
+class StubRay:
+    """Just enough of `ray` for `RayBackend.__init__` to start a local instance (none is started)."""
+
+    def __init__(self) -> None:
+        self.init_kwargs: dict[str, Any] = {}
+
+    def is_initialized(self) -> bool:
+        return False
+
+    def init(self, **kwargs: Any) -> None:
+        self.init_kwargs = kwargs
+
+    def cluster_resources(self) -> dict[str, float]:
+        detected = 0  # Ray's own detection: this test machine has no GPU it would find
+        gpus = self.init_kwargs.get("num_gpus")
+        return {"CPU": 1.0, "GPU": float(detected if gpus is None else gpus)}
+
+    def remote(self, *args: Any, **kwargs: Any) -> Any:
+        return SimpleNamespace(options=lambda **options: None) if args else (lambda fn: fn)
+
+
+def ray_local_gpus(monkeypatch: pytest.MonkeyPatch) -> tuple[int | None, int]:
+    """(the num_gpus a local Ray instance is started with, the GPUs RayBackend then schedules on)."""
+    from cudice.verifier import distributed
+
+    ray = StubRay()
+    monkeypatch.setattr(distributed, "require_ray", lambda: ray)
+    backend = distributed.RayBackend(VerifyConfig(), num_cpus=1)
+    return ray.init_kwargs["num_gpus"], backend.num_gpus
+
+
 def server_reason() -> tuple[str | None, bool]:
     """(the server's compile-only reason, the compile_only flag it sends with each verification)."""
     from cudice.server.app import create_server
@@ -78,6 +111,9 @@ def test_every_caller_gets_the_same_answer(machine: list[GpuProbe], monkeypatch:
     reason, compile_only = server_reason()
     assert ran is (gpus > 0) and compile_only is (gpus == 0)
     assert pool_size(tmp_path) == gpus
+    asked, scheduled = ray_local_gpus(monkeypatch)
+    assert asked == (None if env is None else gpus)  # unset: Ray detects the GPUs itself
+    assert scheduled == (0 if env is None else gpus)
     if gpus:
         assert reason is None and note == ""
         return
