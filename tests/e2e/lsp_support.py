@@ -5,13 +5,26 @@
 `workspace/applyEdit` the way an editor does (refusing a stale version), answers
 `window/showMessageRequest` with a scripted choice, and collects `cudice/status`.
 Waits are on named notifications with a deadline, never sleeps.
+
+`Editors` (the `editors` fixture of conftest.py) starts editors and stops every one at teardown,
+also after a failed test: `shutdown` unless the test sent it (`Editor.shutdown`), `exit`, then a
+kill when the server does not go within its bound. Every server runs with `CUDICE_TEST_FAMILY=<tag>`
+in its environment, inherited by all it starts (workers, clangd, compilers in their own sessions),
+so teardown also finds re-parented descendants: it waits for them to end and kills and reports any
+that outlive the server. A teardown problem (no answer to `shutdown`, a server that crashed or had
+to be killed, a leftover process) fails the test at teardown. Not covered: processes that drop the
+variable from their environment (the verifier's sandboxed runners on a GPU box start with a clean one).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import signal
 import sys
+import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Union
@@ -27,6 +40,11 @@ FAKES_ENV = {
     "CUDICE_ENGINE_MODULE": "lsp_fakes.fake_engine",
     "CUDICE_VERIFY_MODULE": "lsp_fakes.fake_verifier",
 }
+FAMILY_VAR = "CUDICE_TEST_FAMILY"
+# Teardown bounds (a loaded 2-core box; a healthy server takes well under a second for each step).
+SHUTDOWN_S = 10.0  # `shutdown` answered
+EXIT_S = 20.0  # the process gone after `exit` (and again after a kill)
+FAMILY_S = 60.0  # its descendants gone after the server
 
 
 _BUILD_CACHE: list[Path] = []
@@ -61,6 +79,13 @@ class Editor:
         self.applied_edits: list[lsp.WorkspaceEdit] = []
         self.lens_refreshes = 0
         self.position_encoding = "utf-16"  # what the server chose at initialize
+        self.family = ""  # the CUDICE_TEST_FAMILY tag of the server and everything it starts
+        self.is_shut_down = False  # `shutdown` was sent: teardown sends only `exit`
+
+    async def shutdown(self) -> None:
+        """Send `shutdown` from the test (to time it, say); the teardown then skips it."""
+        self.is_shut_down = True
+        await self.client.shutdown_async(None)
 
     # -- editor behaviour ----------------------------------------------------------------------
     def _apply(self, params: lsp.ApplyWorkspaceEditParams) -> lsp.ApplyWorkspaceEditResult:
@@ -145,8 +170,8 @@ def lsp_path(uri: str) -> str:
     return path
 
 
-async def start_editor(client_name: str, root: Path, *, init_options: Any = None,
-                       env: dict[str, str] | None = None, configuration: Any = None) -> Editor:
+async def _launch(root: Path, env: dict[str, str]) -> Editor:
+    """Start `python -m cudice.server` with a client; not initialized yet."""
     holder: list[Editor] = []
 
     def factory() -> LanguageClient:
@@ -175,7 +200,7 @@ async def start_editor(client_name: str, root: Path, *, init_options: Any = None
 
         return client
 
-    full_env = {**os.environ, **FAKES_ENV, **(env or {})}
+    full_env = {**os.environ, **FAKES_ENV, **env}
     full_env["PYTHONPATH"] = os.pathsep.join([str(HERE), full_env.get("PYTHONPATH", "")])
     full_env.setdefault("CUDICE_CACHE_DIR", str(root / ".cudice-cache"))
     config = ClientServerConfig(server_command=[sys.executable, "-m", "cudice.server"], server_env=full_env,
@@ -183,13 +208,19 @@ async def start_editor(client_name: str, root: Path, *, init_options: Any = None
     client = await config.start()
     editor = holder[0]
     assert editor.client is client
+    editor.family = full_env[FAMILY_VAR]
+    return editor
+
+
+async def _initialize(editor: Editor, client_name: str, root: Path, init_options: Any,
+                      configuration: Any) -> None:
+    client = editor.client
     if configuration is not None:
         client.set_configuration(configuration, section="cudice")
     result = await client.initialize_session(lsp.InitializeParams(
         capabilities=client_capabilities(client_name), initialization_options=init_options,
         root_uri=root.as_uri(), workspace_folders=[lsp.WorkspaceFolder(uri=root.as_uri(), name="ws")]))
     editor.position_encoding = str(result.capabilities.position_encoding or "utf-16")
-    return editor
 
 
 def _fix_code_action_union(client: LanguageClient) -> None:
@@ -210,8 +241,109 @@ def _to_dict(obj: Any) -> dict[str, Any]:
     return dict(obj) if isinstance(obj, dict) else dict(obj._asdict())
 
 
-async def stop_editor(editor: Editor) -> None:
+class Editors:
+    """The editors of one test: `start` them; `stop` one early, or let teardown (`stop_all`) stop
+    the rest, whatever the test did to them."""
+
+    def __init__(self) -> None:
+        self._running: list[Editor] = []
+        self._problems: list[str] = []
+
+    async def start(self, client_name: str, root: Path, *, init_options: Any = None,
+                    env: dict[str, str] | None = None, configuration: Any = None) -> Editor:
+        """An initialized editor of `client_name` (a recorded client, see CLIENTS) on the workspace
+        `root`; `env` is added to the server's environment (the scripted stand-ins by default),
+        `init_options` are its initializationOptions, `configuration` answers its
+        `workspace/configuration` requests for the `cudice` section."""
+        env = {FAMILY_VAR: uuid.uuid4().hex, **(env or {})}
+        editor = await _launch(root, env)
+        self._running.append(editor)  # before initialize: a server that never answers is stopped too
+        await _initialize(editor, client_name, root, init_options, configuration)
+        return editor
+
+    async def stop(self, editor: Editor) -> None:
+        """Stop `editor`'s server and wait for its descendants; raises AssertionError if it did not
+        end cleanly (its processes are gone either way)."""
+        if editor in self._running:
+            self._running.remove(editor)
+            self._problems += await _stop(editor)
+        self._raise()
+
+    async def stop_all(self) -> None:
+        while self._running:
+            self._problems += await _stop(self._running.pop())
+        self._raise()
+
+    def _raise(self) -> None:
+        if self._problems:
+            problems, self._problems = self._problems, []
+            raise AssertionError("editor teardown: " + "; ".join(problems))
+
+
+async def _stop(editor: Editor) -> list[str]:
+    """shutdown -> exit -> wait; SIGKILL past a bound; then the same for the server's descendants.
+    Returns what went wrong, in words."""
+    client, problems = editor.client, []
+    proc = client._server
+    assert proc is not None, "the client never started its server"
+    if proc.returncode is None and not editor.is_shut_down:
+        try:
+            await asyncio.wait_for(client.shutdown_async(None), SHUTDOWN_S)
+        except Exception as exc:  # a time-out, an error answer, the server dying meanwhile
+            if proc.returncode is None:
+                problems.append(f"`shutdown` failed after the test ({type(exc).__name__}: {exc})")
+    if proc.returncode is None:
+        with contextlib.suppress(Exception):  # the pipe may be closed already
+            client.exit(None)
+        try:
+            if await asyncio.wait_for(proc.wait(), EXIT_S) != 0:
+                problems.append(f"the server exited with {proc.returncode} after `shutdown` and `exit`")
+        except asyncio.TimeoutError:
+            problems.append(f"the server (pid {proc.pid}) was still running {EXIT_S:.0f} s after `exit`: "
+                            "killed")
+            proc.kill()
+            await asyncio.wait_for(proc.wait(), EXIT_S)
+    elif proc.returncode not in (0, -signal.SIGKILL):  # the tests themselves only SIGKILL it
+        problems.append(f"the server exited with {proc.returncode} before teardown (see its stderr above)")
     try:
-        await asyncio.wait_for(editor.client.shutdown_session(), 10)
-    finally:
-        await editor.client.stop()
+        await asyncio.wait_for(client.stop(), EXIT_S)
+    except asyncio.TimeoutError:
+        problems.append(f"the client's reader tasks did not end within {EXIT_S:.0f} s")
+    leftover = await _wait_family_gone(editor.family, FAMILY_S)
+    if leftover:
+        for pid in leftover:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        problems.append(f"{len(leftover)} process(es) outlived the server by {FAMILY_S:.0f} s and were "
+                        "killed: " + ", ".join(f"{pid} {cmd!r}" for pid, cmd in leftover.items()))
+    return problems
+
+
+async def _wait_family_gone(tag: str, timeout_s: float) -> dict[int, str]:
+    deadline = time.monotonic() + timeout_s
+    while (found := family_processes(tag)) and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+    return found
+
+
+def family_processes(tag: str) -> dict[int, str]:
+    """pid -> command line of every live process whose environment holds CUDICE_TEST_FAMILY=tag
+    (zombies are left out: they are dead, their parent reaps them)."""
+    marker = f"{FAMILY_VAR}={tag}".encode()
+    found: dict[int, str] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/environ", "rb") as f:
+                if marker not in f.read().split(b"\0"):
+                    continue
+            with open(f"/proc/{entry.name}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+            with open(f"/proc/{entry.name}/stat", "rb") as f:
+                if f.read().rsplit(b")", 1)[1].split()[0] == b"Z":
+                    continue
+        except OSError:
+            continue
+        found[int(entry.name)] = cmd
+    return found

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from lsp_support import FAKES_ENV, HERE, REPO, start_editor, stop_editor
+from lsp_support import FAKES_ENV, HERE, REPO, Editors
 from lsprotocol import types as lsp
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
@@ -101,50 +101,42 @@ def workspace(tmp_path: Path) -> Path:
     return tmp_path
 
 
-async def test_a_reference_that_is_not_utf8_gives_no_internal_error(workspace: Path) -> None:
+async def test_a_reference_that_is_not_utf8_gives_no_internal_error(
+        workspace: Path, editors: Editors) -> None:
     ref = workspace / "relu.py"
     ref.write_bytes(ref.read_bytes() + b"\n# \xff\xfe broken bytes " + b"x" * 5000 + b"\n")
-    editor = await start_editor("neovim@v0.11", workspace)
-    try:
-        uri = editor.open(workspace / "relu_cuda.py")
-        editor.save(uri)
-        await editor.wait_status(lambda s: s["uri"] == uri and s["lastVerdict"] is not None, timeout=WAIT_S)
-        assert not [m for m in editor.client.messages if "internal error" in m.message]
-        assert all(len(m.message) < 1000 for m in editor.client.messages)
-    finally:
-        await stop_editor(editor)
+    editor = await editors.start("neovim@v0.11", workspace)
+    uri = editor.open(workspace / "relu_cuda.py")
+    editor.save(uri)
+    await editor.wait_status(lambda s: s["uri"] == uri and s["lastVerdict"] is not None, timeout=WAIT_S)
+    assert not [m for m in editor.client.messages if "internal error" in m.message]
+    assert all(len(m.message) < 1000 for m in editor.client.messages)
 
 
-async def test_a_huge_file_is_left_alone_and_said_so_once(workspace: Path) -> None:
+async def test_a_huge_file_is_left_alone_and_said_so_once(workspace: Path, editors: Editors) -> None:
     big = workspace / "big_cuda.py"
     big.write_text((workspace / "relu_cuda.py").read_text() + "\n" + "x = 1  # padding\n" * 120_000)  # ~2 MB
-    editor = await start_editor("visual-studio-code", workspace)
-    try:
-        uri = editor.open(big)
-        line = next(i for i, t in enumerate(editor.buffers[uri][0].splitlines()) if "class ModelNew" in t)
-        for _ in range(3):  # each request after an edit would parse 2 MB again
-            editor.change(uri, editor.buffers[uri][0] + "# edit\n")
-            hover = await editor.client.text_document_hover_async(lsp.HoverParams(
-                lsp.TextDocumentIdentifier(uri), lsp.Position(line, 8)))
-            assert hover is None
-            assert await editor.code_actions(uri, line, 8) == []
-        notes = [m for m in editor.client.messages if "big_cuda.py" in m.message and "KiB" in m.message]
-        assert len(notes) == 1, editor.client.messages
-        small = editor.open(workspace / "relu_cuda.py")  # other files are served as usual
-        lenses = await editor.client.text_document_code_lens_async(lsp.CodeLensParams(lsp.TextDocumentIdentifier(small)))
-        assert lenses
-    finally:
-        await stop_editor(editor)
+    editor = await editors.start("visual-studio-code", workspace)
+    uri = editor.open(big)
+    line = next(i for i, t in enumerate(editor.buffers[uri][0].splitlines()) if "class ModelNew" in t)
+    for _ in range(3):  # each request after an edit would parse 2 MB again
+        editor.change(uri, editor.buffers[uri][0] + "# edit\n")
+        hover = await editor.client.text_document_hover_async(lsp.HoverParams(
+            lsp.TextDocumentIdentifier(uri), lsp.Position(line, 8)))
+        assert hover is None
+        assert await editor.code_actions(uri, line, 8) == []
+    notes = [m for m in editor.client.messages if "big_cuda.py" in m.message and "KiB" in m.message]
+    assert len(notes) == 1, editor.client.messages
+    small = editor.open(workspace / "relu_cuda.py")  # other files are served as usual
+    lenses = await editor.client.text_document_code_lens_async(lsp.CodeLensParams(lsp.TextDocumentIdentifier(small)))
+    assert lenses
 
 
-async def test_a_save_made_before_the_editor_attached_is_verified(workspace: Path) -> None:
-    editor = await start_editor("neovim@v0.11", workspace)
-    try:
-        path = workspace / "relu_cuda.py"
-        path.write_text(path.read_text() + "\n# saved while the client was attaching\n")  # no didSave follows
-        uri = editor.open(path)
-        await editor.wait_status(lambda s: s["uri"] == uri and s["lastVerdict"] is not None, timeout=WAIT_S)
-        other = editor.open(workspace / "relu.py")  # not saved since the server started: not verified
-        assert not [s for s in editor.statuses if s["uri"] == other]
-    finally:
-        await stop_editor(editor)
+async def test_a_save_made_before_the_editor_attached_is_verified(workspace: Path, editors: Editors) -> None:
+    editor = await editors.start("neovim@v0.11", workspace)
+    path = workspace / "relu_cuda.py"
+    path.write_text(path.read_text() + "\n# saved while the client was attaching\n")  # no didSave follows
+    uri = editor.open(path)
+    await editor.wait_status(lambda s: s["uri"] == uri and s["lastVerdict"] is not None, timeout=WAIT_S)
+    other = editor.open(workspace / "relu.py")  # not saved since the server started: not verified
+    assert not [s for s in editor.statuses if s["uri"] == other]

@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from lsp_support import REPO, shared_build_cache, start_editor, stop_editor
+from lsp_support import REPO, Editors, shared_build_cache
 from lsprotocol import types as lsp
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(600)]
@@ -30,101 +30,87 @@ def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-async def test_compile_error_of_relu_broken_is_on_line_14(tmp_path: Path) -> None:
+async def test_compile_error_of_relu_broken_is_on_line_14(tmp_path: Path, editors: Editors) -> None:
     for name in ("relu.py", "relu_broken.py"):
         shutil.copy(REPO / "examples" / name, tmp_path / name)
-    editor = await start_editor("neovim@v0.11", tmp_path, env=REAL)
-    try:
-        uri = editor.open(tmp_path / "relu_broken.py")
-        editor.save(uri)
-        diags = await editor.wait_diagnostics(uri, lambda d: any(x.severity == 1 for x in d), timeout=240)
-        errors = [d for d in diags if d.severity == 1]
-        assert errors[0].range.start.line == 13, errors
-        assert "vv" in errors[0].message and errors[0].source == "cudice"
-    finally:
-        await stop_editor(editor)
+    editor = await editors.start("neovim@v0.11", tmp_path, env=REAL)
+    uri = editor.open(tmp_path / "relu_broken.py")
+    editor.save(uri)
+    diags = await editor.wait_diagnostics(uri, lambda d: any(x.severity == 1 for x in d), timeout=240)
+    errors = [d for d in diags if d.severity == 1]
+    assert errors[0].range.start.line == 13, errors
+    assert "vv" in errors[0].message and errors[0].source == "cudice"
 
 
-async def test_runtime_built_cuda_string_is_never_compiled(tmp_path: Path) -> None:
+async def test_runtime_built_cuda_string_is_never_compiled(tmp_path: Path, editors: Editors) -> None:
     shutil.copy(REPO / "examples" / "relu.py", tmp_path / "relu.py")
     text = (REPO / "examples" / "relu_cuda.py").read_text().replace('relu_source = """', 'relu_source = f"""')
     text = text.replace("{\n", "{{\n").replace("}\n", "}}\n").replace("threads = 256", "threads = {256}")
     (tmp_path / "relu_cuda.py").write_text(text)
     call_line = next(i for i, t in enumerate(text.splitlines()) if "load_inline(" in t)
-    editor = await start_editor("neovim@v0.11", tmp_path, env={**REAL, "CUDICE_GPU": "0"})
-    try:
-        uri = editor.open(tmp_path / "relu_cuda.py")
-        editor.save(uri)
-        await editor.wait_status(lambda s: s["uri"] == uri and s["lastVerdict"] is not None, timeout=240)
-        assert editor.statuses[-1]["lastVerdict"] == "checked"  # never `compiled`: nvcc never saw the text
-        diags = await editor.wait_diagnostics(uri, lambda d: any(x.code == "verify.not_compiled" for x in d))
-        warning = next(d for d in diags if d.code == "verify.not_compiled")
-        assert warning.severity == 2 and warning.range.start.line == call_line
-        lenses = await editor.client.text_document_code_lens_async(
-            lsp.CodeLensParams(lsp.TextDocumentIdentifier(uri)))
-        assert [x.command.title for x in lenses or [] if x.command] == [
-            "⚠ not compiled: its CUDA sources are built at run time · re-verify"]
-    finally:
-        await stop_editor(editor)
+    editor = await editors.start("neovim@v0.11", tmp_path, env={**REAL, "CUDICE_GPU": "0"})
+    uri = editor.open(tmp_path / "relu_cuda.py")
+    editor.save(uri)
+    await editor.wait_status(lambda s: s["uri"] == uri and s["lastVerdict"] is not None, timeout=240)
+    assert editor.statuses[-1]["lastVerdict"] == "checked"  # never `compiled`: nvcc never saw the text
+    diags = await editor.wait_diagnostics(uri, lambda d: any(x.code == "verify.not_compiled" for x in d))
+    warning = next(d for d in diags if d.code == "verify.not_compiled")
+    assert warning.severity == 2 and warning.range.start.line == call_line
+    lenses = await editor.client.text_document_code_lens_async(
+        lsp.CodeLensParams(lsp.TextDocumentIdentifier(uri)))
+    assert [x.command.title for x in lenses or [] if x.command] == [
+        "⚠ not compiled: its CUDA sources are built at run time · re-verify"]
 
 
-async def test_without_a_reference_compile_errors_still_show(tmp_path: Path) -> None:
+async def test_without_a_reference_compile_errors_still_show(tmp_path: Path, editors: Editors) -> None:
     shutil.copy(REPO / "examples" / "relu_broken.py", tmp_path / "relu_broken.py")  # its relu.py is not there
-    editor = await start_editor("visual-studio-code", tmp_path, env={**REAL, "CUDICE_GPU": "0"})
-    try:
-        uri = editor.open(tmp_path / "relu_broken.py")
-        editor.save(uri)
-        diags = await editor.wait_diagnostics(
-            uri, lambda d: {x.code for x in d} >= {"parse.reference_missing", "compile.error"}, timeout=540)
-        missing = next(d for d in diags if d.code == "parse.reference_missing")
-        assert missing.severity == 2  # a warning: compiling needs no reference
-        assert next(d.range.start.line for d in diags if d.code == "compile.error") == 13
-    finally:
-        await stop_editor(editor)
+    editor = await editors.start("visual-studio-code", tmp_path, env={**REAL, "CUDICE_GPU": "0"})
+    uri = editor.open(tmp_path / "relu_broken.py")
+    editor.save(uri)
+    diags = await editor.wait_diagnostics(
+        uri, lambda d: {x.code for x in d} >= {"parse.reference_missing", "compile.error"}, timeout=540)
+    missing = next(d for d in diags if d.code == "parse.reference_missing")
+    assert missing.severity == 2  # a warning: compiling needs no reference
+    assert next(d.range.start.line for d in diags if d.code == "compile.error") == 13
 
 
-async def test_static_violation_is_shown_on_the_forward_line(tmp_path: Path) -> None:
+async def test_static_violation_is_shown_on_the_forward_line(tmp_path: Path, editors: Editors) -> None:
     shutil.copy(REPO / "examples" / "relu.py", tmp_path / "relu.py")
     cheat = (REPO / "examples" / "relu_cuda.py").read_text().replace(
         "return self.relu.relu_cuda(x)", "return torch.relu(x) + 0 * self.relu.relu_cuda(x)")
     (tmp_path / "cheat_cuda.py").write_text(cheat)
     line = next(i for i, t in enumerate(cheat.splitlines()) if "torch.relu(x)" in t)
-    editor = await start_editor("visual-studio-code", tmp_path, env=REAL)
-    try:
-        uri = editor.open(tmp_path / "cheat_cuda.py")
-        editor.save(uri)
-        diags = await editor.wait_diagnostics(uri, lambda d: any(x.code == "static.torch_op_in_forward" for x in d),
-                                              timeout=120)
-        found = next(d for d in diags if d.code == "static.torch_op_in_forward")
-        assert found.range.start.line == line and found.severity == 1
-        assert found.code_description is not None and "#static.torch_op_in_forward" in found.code_description.href
-        await editor.wait_status(lambda s: s["uri"] == uri and s["lastVerdict"] == "static_violation", timeout=120)
-    finally:
-        await stop_editor(editor)
+    editor = await editors.start("visual-studio-code", tmp_path, env=REAL)
+    uri = editor.open(tmp_path / "cheat_cuda.py")
+    editor.save(uri)
+    diags = await editor.wait_diagnostics(uri, lambda d: any(x.code == "static.torch_op_in_forward" for x in d),
+                                          timeout=120)
+    found = next(d for d in diags if d.code == "static.torch_op_in_forward")
+    assert found.range.start.line == line and found.severity == 1
+    assert found.code_description is not None and "#static.torch_op_in_forward" in found.code_description.href
+    await editor.wait_status(lambda s: s["uri"] == uri and s["lastVerdict"] == "static_violation", timeout=120)
 
 
-async def test_generate_and_infill_with_a_tiny_checkpoint(tmp_path: Path, tiny_checkpoint: Path) -> None:
+async def test_generate_and_infill_with_a_tiny_checkpoint(
+        tmp_path: Path, tiny_checkpoint: Path, editors: Editors) -> None:
     shutil.copy(REPO / "examples" / "relu.py", tmp_path / "relu.py")
     shutil.copy(REPO / "examples" / "relu_cuda.py", tmp_path / "scaffold_cuda.py")
     opts = {"cudice": {"model": {"path": str(tiny_checkpoint), "device": "cpu"},
                        "sampler": {"maxNewTokens": 16}, "verify": {"onSave": False}}}
-    editor = await start_editor("visual-studio-code", tmp_path, env=REAL, init_options=opts)
-    try:
-        await editor.wait_model("ready", timeout=180)
-        ref = editor.open(tmp_path / "relu.py")
-        result = await editor.command("cudice.generateKernel", ref, "Model")
-        assert result["ok"] is True, result
-        assert (tmp_path / "relu_cuda.py").exists() and result["num_tokens"] > 0
-        uri = editor.open(tmp_path / "scaffold_cuda.py")
-        before = editor.buffers[uri][0]
-        line = next(i for i, t in enumerate(before.splitlines()) if "__global__" in t)
-        actions = await editor.code_actions(uri, line, 2)
-        infill = next(a for a in actions if a.command and a.command.command == "cudice.infillKernel")
-        span = infill.command.arguments[1]
-        result = await editor.command("cudice.infillKernel", *infill.command.arguments)
-        assert result["ok"] is True, result
-        after = editor.buffers[uri][0]
-        assert after[:span["start"]] == before[:span["start"]]
-        assert after.endswith(before[span["end"]:])
-    finally:
-        await stop_editor(editor)
+    editor = await editors.start("visual-studio-code", tmp_path, env=REAL, init_options=opts)
+    await editor.wait_model("ready", timeout=180)
+    ref = editor.open(tmp_path / "relu.py")
+    result = await editor.command("cudice.generateKernel", ref, "Model")
+    assert result["ok"] is True, result
+    assert (tmp_path / "relu_cuda.py").exists() and result["num_tokens"] > 0
+    uri = editor.open(tmp_path / "scaffold_cuda.py")
+    before = editor.buffers[uri][0]
+    line = next(i for i, t in enumerate(before.splitlines()) if "__global__" in t)
+    actions = await editor.code_actions(uri, line, 2)
+    infill = next(a for a in actions if a.command and a.command.command == "cudice.infillKernel")
+    span = infill.command.arguments[1]
+    result = await editor.command("cudice.infillKernel", *infill.command.arguments)
+    assert result["ok"] is True, result
+    after = editor.buffers[uri][0]
+    assert after[:span["start"]] == before[:span["start"]]
+    assert after.endswith(before[span["end"]:])
