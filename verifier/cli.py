@@ -11,6 +11,7 @@ when the verdict is not `correct` (`compiled` with `--compile-only`); usage erro
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import threading
 import time
@@ -19,6 +20,7 @@ from pathlib import Path
 import click
 from cudice.verifier.config import VerifyConfig
 from cudice.verifier.result import Severity, Stage, Verdict, VerifyResult
+from cudice.verifier.static_policy import Strictness
 from rich.console import Console
 from rich.table import Table
 
@@ -30,6 +32,7 @@ VERDICT_STYLE = {
 }
 SEVERITY_STYLE = {Severity.ERROR: "red", Severity.WARNING: "yellow", Severity.INFORMATION: "cyan", Severity.HINT: "dim"}
 STAGES = [s.value for s in Stage]
+_DEFAULT = {f.name: f.default for f in dataclasses.fields(VerifyConfig)}  # the help texts' defaults
 
 
 @click.command("verify")
@@ -40,9 +43,12 @@ STAGES = [s.value for s in Stage]
 @click.option("--compile-only", is_flag=True, help="Stop after compiling (no correctness, no timing).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object and nothing else.")
 @click.option("--timeout", "timeout_s", type=click.FloatRange(min=1), default=None,
-              help="Seconds allowed for loading, checking and timing the kernel (default 300).")
-@click.option("--trials", type=click.IntRange(min=1), default=None, help="Correctness trials (default 5).")
-@click.option("--strictness", type=click.Choice(["strict", "default", "lenient"]), default="default",
+              help=f"Seconds allowed for loading, checking and timing the kernel "
+                   f"(default {_DEFAULT['timeout_s']:g}).")
+@click.option("--trials", type=click.IntRange(min=1), default=None,
+              help=f"Correctness trials (default {_DEFAULT['num_trials']}).")
+@click.option("--strictness", type=click.Choice([s.value for s in Strictness]),
+              default=_DEFAULT["static_policy"],
               show_default=True, help="Static anti-cheat policy (docs/anticheat.md).")
 @click.option("--exit-code", "exit_code", is_flag=True,
               help="Exit 1 unless the verdict is `correct` (with --compile-only: `compiled`), for scripts and CI.")
@@ -62,7 +68,9 @@ def passed(result: VerifyResult, compile_only: bool) -> bool:
 def _verify(candidate: Path, reference: Path | None, compile_only: bool, as_json: bool, timeout_s: float | None,
             trials: int | None, strictness: str) -> VerifyResult:
     from cudice.server.cli_progress import ProgressLine
-    from cudice.verifier.api import gpu_available, verify
+    from cudice.verifier.api import verify
+    from cudice.verifier.gpu_probe import gpu_absent_reason
+    from rich.markup import escape
 
     changes: dict[str, object] = {"compile_only": compile_only, "static_policy": strictness}
     if timeout_s is not None:
@@ -77,8 +85,9 @@ def _verify(candidate: Path, reference: Path | None, compile_only: bool, as_json
         return result
     console = Console(highlight=False, soft_wrap=True)  # soft_wrap: no line breaks inside file:line:col
     console.print(f"[bold]cudice verify[/] {candidate}")
-    if not compile_only and not gpu_available():
-        console.print("[yellow]No CUDA GPU found: static checks and compile only (correctness and timing skipped).[/]")
+    no_gpu = None if compile_only else gpu_absent_reason()
+    if no_gpu is not None:
+        console.print(f"[yellow]Static checks and compile only (correctness and timing skipped): {escape(no_gpu)}.[/]")
     done = threading.Event()
     seen: list[str] = []
 
