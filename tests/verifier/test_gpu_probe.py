@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -132,3 +134,14 @@ def test_the_hardware_probe_runs_once_per_process_even_from_many_threads(monkeyp
     finally:
         release.set()
         gpu_probe.forget()
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_machine_the_probe_counts_what_torch_counts() -> None:
+    if os.environ.get("CUDA_VISIBLE_DEVICES") is not None:
+        pytest.skip("CUDA_VISIBLE_DEVICES hides GPUs from torch that nvidia-smi still lists")
+    found = probe_hardware()
+    out = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.device_count())"],
+                         capture_output=True, text=True, timeout=300, check=True)
+    assert found.source == "nvidia-smi" and found.reason is None
+    assert found.num_gpus == int(out.stdout.strip()) >= 1
