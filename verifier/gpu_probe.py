@@ -12,8 +12,9 @@ the CLIs and benchmarks. The answer, a `GpuProbe`, is decided in this order:
 
 Any other value of `CUDICE_GPU` is reported (a warning in the log, once) and the probe decides.
 The variable is read on every call (cheap); the hardware probe runs once per process, at most
-`SMI_TIMEOUT_S` seconds, and `start_hardware_probe()` runs it on a thread so that a server never
-waits for it on its event loop. This module imports neither torch nor anything of cudice.
+`SMI_TIMEOUT_S` seconds (about 0.1 s on a healthy driver). The language server starts it on a
+thread when it is created (`start_hardware_probe()`), so its event loop waits only when a first
+verification comes before a slow probe has finished. This module imports nothing of torch or cudice.
 
 Not covered: whether torch's CUDA works with the driver found (the judge reports that as
 `verify.no_gpu` when a run finds no device); `CUDA_VISIBLE_DEVICES` (the count is of the GPUs
@@ -30,9 +31,9 @@ import subprocess
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Final, Literal
 
-ENV_VAR = "CUDICE_GPU"
+ENV_VAR: Final = "CUDICE_GPU"
 SMI_TIMEOUT_S = 20.0  # nvidia-smi waits for a driver that is initialising (seconds, observed on cloud VMs)
 _NOT_RUN = "so kernels are compiled but not run"
 _DEVICE_NODE = re.compile(r"nvidia[0-9]+")
