@@ -12,7 +12,7 @@ the CLIs and benchmarks. The answer, a `GpuProbe`, is decided in this order:
 
 Any other value of `CUDICE_GPU` is reported (a warning in the log, once) and the probe decides.
 The variable is read on every call (cheap); the hardware probe runs once per process, at most
-`SMI_TIMEOUT_S` seconds (about 0.1 s on a healthy driver). The language server starts it on a
+`SMI_TIMEOUT_S` seconds. The language server starts it on a
 thread when it is created (`start_hardware_probe()`), so its event loop waits only when a first
 verification comes before a slow probe has finished. This module imports nothing of torch or cudice.
 
