@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 ENV_VAR: Final = "CUDICE_GPU"
-SMI_TIMEOUT_S = 20.0  # nvidia-smi waits for a driver that is initialising (seconds, observed on cloud VMs)
+SMI_TIMEOUT_S = 20.0  # seconds; `nvidia-smi` may wait for a driver that is still initialising
 _NOT_RUN = "so kernels are compiled but not run"
 _DEVICE_NODE = re.compile(r"nvidia[0-9]+")
 
