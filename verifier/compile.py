@@ -19,6 +19,10 @@ full build). CUDA-library headers missing on this machine (a CPU-only torch, a m
 toolkit) are replaced by stand-ins searched last; when a failure comes from what they lack,
 the result is `undecided` (compile.headers_unavailable), never a compile error.
 
+Binding (cabi.py): a module whose `cpp_sources` only declare the bound functions is built as
+`cuda.cu` plus a CPython C-API binding, without `main.cpp` and pybind11 (build_path
+"cabi-fast" / "cabi-fallback"); a shim that fails to compile sends it to the pybind11 build.
+
 Compiler messages are parsed (compiler_messages.py) and mapped through the generated files'
 line map (generated.py) into the `.py` document; messages on lines cudice wrote (implicit
 headers, pybind glue) or in unmappable sources point at the `load_inline` call.
@@ -40,6 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cudice.verifier.buildsteps import StepResult, compile_object, link_library, run_process
+from cudice.verifier.cabi import Signature, shim
 from cudice.verifier.compiler_messages import CompilerMessage, caret_column, parse_messages
 from cudice.verifier.config import VerifyConfig
 from cudice.verifier.document import Document
@@ -78,6 +83,7 @@ class BuildResult:
     step_wall_s: dict[str, float] = field(default_factory=dict)  # "main.cpp", "cuda.cu", "slim.<file>", "link"
     undecided: bool = False  # failed only for want of CUDA headers this machine lacks (header_overlay.py)
     slim_blocker: str | None = None
+    binding: tuple[Signature, ...] | None = None  # set: the library has no PyInit; load it with cabi.bind
 
 
 BUILD_MODES = ("auto", "full", "fast")
@@ -88,6 +94,64 @@ def build_module(module: GeneratedModule, path: str, config: VerifyConfig, *, li
                  mode: str = "auto") -> BuildResult:
     """Compile (and with `link`, link) `module`; diagnostics are located in the document at `path`.
 
+    A module whose `main.cpp` only declares the bound functions (`module.binding`, cabi.py) is
+    first built as `cuda.cu` plus the C-ABI shim, without `main.cpp`; its `BuildResult.binding`
+    then tells the loader to use `cabi.bind`. When that build fails on a line of the shim (or
+    without a located error in the user's lines), the module is built the pybind11 way, so the
+    shim can cost time but never a verdict. `config.cabi_binding=False` skips it.
+    """
+    if mode not in BUILD_MODES:
+        raise ValueError(f"build_module(mode={mode!r}) must be one of {BUILD_MODES}; use 'auto'.")
+    if module.binding is not None and mode != "full" and config.cabi_binding:
+        shimmed = cabi_module(module)
+        res = _build_module(shimmed, path, config, link=link, cancel=cancel, on_output=on_output, mode=mode)
+        if res.ok:
+            return dataclasses.replace(res, binding=module.binding, build_path=f"cabi-{res.build_path}")
+        if res.cancelled or res.timed_out or res.undecided or _fails_in_user_lines(shimmed, res):
+            return dataclasses.replace(res, build_path=f"cabi-{res.build_path}")
+    return _build_module(module, path, config, link=link, cancel=cancel, on_output=on_output, mode=mode)
+
+
+def cabi_module(module: GeneratedModule) -> GeneratedModule:
+    """`module` as the C-ABI build compiles it: `cuda.cu` with the shim appended, no `main.cpp`."""
+    assert module.binding is not None
+    cu = module.file(CUDA_CU)
+    assert cu is not None
+    shimmed = dataclasses.replace(cu, text=cu.text + "\n" + shim(module.binding))
+    return dataclasses.replace(module, files=(shimmed,))
+
+
+def _fails_in_user_lines(shimmed: GeneratedModule, res: BuildResult) -> bool:
+    """Every compiler error of a failed shim build lies in the user's own lines of `cuda.cu`.
+
+    Then the plain build fails the same way (the shim comes after them and cannot change how
+    they parse), and the result stands; an error in the shim's lines, in a header reached only
+    from them, or with no position sends the module to the pybind11 build.
+    """
+    cu = shimmed.file(CUDA_CU)
+    assert cu is not None
+
+    def users(line: int) -> bool:
+        return any(p.first_line <= line < p.first_line + p.num_lines for p in cu.pieces)
+
+    errors = [m for m in parse_messages(res.output) if m.severity == "error"]
+    if not errors:
+        return False
+    for m in errors:
+        if m.file is None or m.line is None or Path(m.file).name != CUDA_CU:
+            chain = [ln for f, ln in m.include_chain if Path(f).name == CUDA_CU]
+            if not chain or not users(chain[-1]):
+                return False
+        elif not users(m.line):
+            return False
+    return True
+
+
+def _build_module(module: GeneratedModule, path: str, config: VerifyConfig, *, link: bool,
+                  cancel: CancelToken | None = None, on_output: Callable[[str], None] | None = None,
+                  mode: str = "auto") -> BuildResult:
+    """The build of `module` as given (see build_module).
+
     `mode="auto"` compiles each object with the slim headers first (header_overlay.py) and
     rebuilds an object whose slim compile failed with torch's full headers, so every error and
     its location come from the full build; `"full"` skips the slim attempt; `"fast"` reports the
@@ -95,8 +159,6 @@ def build_module(module: GeneratedModule, path: str, config: VerifyConfig, *, li
     in parallel, each through the object cache (buildsteps.py). Blocks until done;
     `cancel.is_set()` is polled and kills the compilers.
     """
-    if mode not in BUILD_MODES:
-        raise ValueError(f"build_module(mode={mode!r}) must be one of {BUILD_MODES}; use 'auto'.")
     t0 = time.perf_counter()
     try:
         tc = probe_toolchain(config.cache_dir, config.arch_list_env)
@@ -108,7 +170,7 @@ def build_module(module: GeneratedModule, path: str, config: VerifyConfig, *, li
     standins = shlex.quote(str(overlay.standins))  # nvcc passes it to gcc, whose preprocessor resolves includes
     full = {MAIN_CPP: (tc.cxx, f"{cflags} -idirafter {standins}"),
             CUDA_CU: (tc.nvcc, f"{cuda_cflags} -Xcompiler -idirafter,{standins}")}
-    names = [MAIN_CPP, CUDA_CU] if module.has_cuda else [MAIN_CPP]
+    names = [f.name for f in module.files]  # main.cpp, then cuda.cu; the C-ABI build has only cuda.cu
     walls: dict[str, float] = {}
     blocker = _slim_blocker(module, tc.cflags) if mode != "full" else "mode='full'"
     steps: dict[str, StepResult] = {}
@@ -275,8 +337,7 @@ def _locate(module: GeneratedModule, path: str, msg: CompilerMessage) -> tuple[L
 
 
 def _call_location(module: GeneratedModule, path: str) -> Location:
-    span = module.call_span
-    return span.location(path) if span else Location(path, 1, 1)
+    return module.call_location or Location(path, 1, 1)
 
 
 def _read_outcome(build_dir: Path, link: bool) -> tuple[bool, str] | None:

@@ -53,6 +53,9 @@ class VerifyConfig:
     # gcc precompiled header of the slim main.cpp headers, built once per cache (~345 MB, ~23 CPU-s);
     # saves ~8 CPU-s per new candidate's main.cpp (header_overlay.ensure_host_pch)
     host_pch: bool = False
+    # build `cuda.cu` plus a C-ABI shim instead of a pybind11 `main.cpp` where the module allows it
+    # (verifier/cabi.py): ~8 CPU-s less per new candidate; False always builds the pybind11 way
+    cabi_binding: bool = True
     static_policy: str = "default"  # "strict" | "default" | "lenient" (static_policy.py, docs/anticheat.md)
 
     def __post_init__(self) -> None:

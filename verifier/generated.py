@@ -17,7 +17,9 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from cudice.verifier.document import Document, LoadInlineCall, Span
+from cudice.verifier.cabi import Signature, signatures
+from cudice.verifier.document import Document, LoadInlineCall
+from cudice.verifier.result import Location
 from cudice.verifier.sourcemap import SourceSpan
 
 CPP_HEADERS = ("#include <torch/extension.h>",)
@@ -48,7 +50,9 @@ class GeneratedModule:
 
     name: str
     files: tuple[GeneratedFile, ...]
-    call_span: Span | None = None  # the load_inline call in the document (fallback location)
+    call_location: Location | None = None  # the load_inline call in the document (fallback location)
+    # the bound functions when `main.cpp` only declares them (verifier/cabi.py); None: pybind11 only
+    binding: tuple[Signature, ...] | None = None
 
     @property
     def has_cuda(self) -> bool:
@@ -83,7 +87,7 @@ class GeneratedModule:
 
 
 def layout(name: str, cpp: list[tuple[str, SourceSpan | None]], cuda: list[tuple[str, SourceSpan | None]],
-           functions: tuple[str, ...] | None, call_span: Span | None = None) -> GeneratedModule:
+           functions: tuple[str, ...] | None, call_location: Location | None = None) -> GeneratedModule:
     """Lay out sources exactly as `load_inline` does (see the module docstring)."""
     module_def: list[str] = []
     if functions is not None:
@@ -93,7 +97,8 @@ def layout(name: str, cpp: list[tuple[str, SourceSpan | None]], cuda: list[tuple
     files = [_join(MAIN_CPP, CPP_HEADERS, cpp, module_def)]
     if cuda:
         files.append(_join(CUDA_CU, CUDA_HEADERS, cuda, []))
-    return GeneratedModule(name, tuple(files), call_span)
+    binding = signatures([t for t, _ in cpp], functions, [t for t, _ in cuda]) if cuda else None
+    return GeneratedModule(name, tuple(files), call_location, binding)
 
 
 def _join(name: str, headers: tuple[str, ...], sources: list[tuple[str, SourceSpan | None]],
@@ -116,7 +121,7 @@ def from_call(doc: Document, call: LoadInlineCall) -> GeneratedModule | None:
         return None
     cpp = [(s.text or "", s.span) for s in call.cpp_sources]
     cuda = [(s.text or "", s.span) for s in call.cuda_sources]
-    return layout(call.name, cpp, cuda, call.functions, call.span)
+    return layout(call.name, cpp, cuda, call.functions, doc.location(call.span))
 
 
 def from_values(name: str, cpp_sources: str | list[str], cuda_sources: str | list[str] | None,
@@ -127,11 +132,11 @@ def from_values(name: str, cpp_sources: str | list[str], cuda_sources: str | lis
     evaluated at run time still reports into the right lines.
     """
     known: dict[str, SourceSpan] = {}
-    call_span = None
+    call_location = None
     if doc is not None:
         for call in doc.load_inline_calls:
             if call.name == name:
-                call_span = call.span
+                call_location = doc.location(call.span)
             for s in call.sources:
                 if s.span is not None:
                     known.setdefault(s.span.text, s.span)
@@ -144,4 +149,4 @@ def from_values(name: str, cpp_sources: str | list[str], cuda_sources: str | lis
         funcs = (functions,)
     else:
         funcs = tuple(functions)
-    return layout(name, [(t, known.get(t)) for t in cpp], [(t, known.get(t)) for t in cuda], funcs, call_span)
+    return layout(name, [(t, known.get(t)) for t in cpp], [(t, known.get(t)) for t in cuda], funcs, call_location)
