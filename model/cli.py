@@ -84,8 +84,8 @@ def generate_command(file: Path, model_path: str | None, mode: str, reference: s
                    "what it can do; --model DIR for a DICE checkpoint)", err=True)
     import os
 
+    from cudice.model.threads import apply_torch_threads, cpu_thread_env
     from cudice.server.cli_progress import ProgressLine
-    from cudice.server.workers.procs import apply_torch_threads, cpu_thread_env
 
     os.environ.update(cpu_thread_env())  # before torch loads: one CPU thread per physical core, passive waits
     from cudice.model.engine import GenerationError, load_engine

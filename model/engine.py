@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from cudice.model.config import SamplerConfig
+from cudice.model.generation import Generation, Progress
 from cudice.model.loader import LoadedModel, load_checkpoint
 from cudice.model.prompts import (
     chat_prompt,
@@ -40,30 +40,6 @@ from cudice.model.sampler import BatchResult, BlockDiffusionSampler
 
 class GenerationError(ValueError):
     """A generation request that cannot run (e.g. no mask token, no block length); says how to fix."""
-
-
-@dataclass(frozen=True, slots=True)
-class Progress:
-    num_tokens: int
-    num_forwards: int
-    seconds: float
-    tokens_per_second: float
-    tokens_per_forward: float
-    text_so_far: str            # the model's answer so far (for infill: what follows the forced prefix)
-
-
-@dataclass(frozen=True, slots=True)
-class Generation:
-    text: str                   # e2e: the extracted code; infill: prefix + middle + suffix
-    middle: str | None          # infill only: the new CUDA source
-    num_tokens: int             # generated tokens (prompt and forced prefix not counted)
-    num_forwards: int           # prefill + denoise + commit forwards
-    tokens_per_forward: float
-    seconds: float
-    cancelled: bool
-    step_map: tuple[int, ...]   # per generated token: the denoising step that revealed it
-    finish_reason: str = "length"  # "eos" | "stop_string" | "length" | "cancelled"
-    raw_text: str = ""          # the model's answer as decoded, before extraction / splicing
 
 
 class Engine:
@@ -146,8 +122,7 @@ class Engine:
                 return
             seconds = time.perf_counter() - start
             n = len(tokens[0])
-            on_progress(Progress(n, num_forwards, seconds, n / seconds if seconds > 0 else 0.0,
-                                 n / num_forwards if num_forwards else 0.0, self.decode(tokens[0])))
+            on_progress(Progress(n, num_forwards, seconds, self.decode(tokens[0])))
 
         result = self.generate_texts([prompt], config, on_block=on_block, should_stop=should_stop)
         return result, time.perf_counter() - start

@@ -16,6 +16,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from cudice.model.generation import Generation, Progress
 from cudice.server.core import CudiceServer
 from cudice.server.features.edits import (
     candidate_path,
@@ -29,7 +30,7 @@ from cudice.server.features.outline import outline
 from cudice.server.features.positions import LineIndex
 from cudice.server.progress import WorkProgress
 from cudice.server.verification import reference_path, verify_document
-from cudice.server.workers.model import GenerationResult, ModelUnavailable, Progress, WorkerDied
+from cudice.server.workers.model import ModelUnavailable, WorkerDied
 from lsprotocol import types as lsp
 from pygls.uris import from_fs_path
 
@@ -45,7 +46,7 @@ def _fail(ls: CudiceServer, reason: str, **extra: Any) -> dict[str, Any]:
 
 
 async def _run_model(ls: CudiceServer, uri: str, op: str, payload: dict[str, Any],
-                     title: str) -> GenerationResult | str:
+                     title: str) -> Generation | str:
     """Run one model job with progress; the result, or why it did not produce one."""
     progress = await WorkProgress.start(ls, title, "starting", percentage=0)
     ls.generation_cancels[uri] = progress.cancelled
@@ -76,7 +77,7 @@ async def _run_model(ls: CudiceServer, uri: str, op: str, payload: dict[str, Any
     return result
 
 
-def _stats(r: GenerationResult) -> dict[str, Any]:
+def _stats(r: Generation) -> dict[str, Any]:
     return {"num_tokens": r.num_tokens, "num_forwards": r.num_forwards, "seconds": r.seconds,
             "tokens_per_forward": r.tokens_per_forward}
 

@@ -4,7 +4,9 @@ State is one of `missing` (no checkpoint configured), `loading`, `ready`, `error
 is reported through `on_state`. One job runs at a time (the engine is single-stream); later
 jobs wait. Cancel = a `cancel` message, then SIGKILL of the worker if it has not stopped after
 `cancel_grace_s` (the worker is then restarted and the model reloaded). A worker that dies on
-its own is restarted up to `max_restarts` times in a row, and `on_notice` tells the user.
+its own is restarted up to `max_restarts` times in a row, and `on_notice` tells the user. A job
+returns the engine's own record, `cudice.model.generation.Generation`, and reports its
+`Progress`, both rebuilt from the events of the child (`model_child.py`).
 
 Not covered: batching several users' requests; running several models at once.
 """
@@ -19,37 +21,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from cudice.server.workers.procs import ChildProcess
+from cudice.model.generation import Generation, Progress
+from cudice.server.workers.protocol import ChildProcess
 
 log = logging.getLogger(__name__)
 
 WORKER_MODULE = "cudice.server.workers.model_child"
-
-
-@dataclass(frozen=True, slots=True)
-class GenerationResult:
-    text: str
-    middle: str | None
-    num_tokens: int
-    num_forwards: int
-    tokens_per_forward: float
-    seconds: float
-    cancelled: bool
-
-
-@dataclass(frozen=True, slots=True)
-class Progress:
-    num_tokens: int
-    num_forwards: int
-    seconds: float
-
-    @property
-    def tokens_per_second(self) -> float:
-        return self.num_tokens / self.seconds if self.seconds > 0 else 0.0
-
-    @property
-    def tokens_per_forward(self) -> float:
-        return self.num_tokens / self.num_forwards if self.num_forwards else 0.0
 
 
 class ModelUnavailable(RuntimeError):
@@ -170,7 +147,7 @@ class ModelWorker:
             return False
 
     async def run(self, op: str, payload: dict[str, Any], *, cancel: asyncio.Event,
-                  on_progress: Callable[[Progress], None] | None = None) -> GenerationResult:
+                  on_progress: Callable[[Progress], None] | None = None) -> Generation:
         """Run `generate` or `infill` in the worker. Raises ModelUnavailable / WorkerDied / RuntimeError."""
         if self.state != "ready":
             raise ModelUnavailable(self.message)
@@ -188,7 +165,7 @@ class ModelWorker:
                 del self._queues[job_id]
 
     async def _follow(self, proc: ChildProcess, job_id: str, q: asyncio.Queue[dict[str, Any]],
-                      cancel: asyncio.Event, on_progress: Callable[[Progress], None] | None) -> GenerationResult:
+                      cancel: asyncio.Event, on_progress: Callable[[Progress], None] | None) -> Generation:
         cancel_wait = asyncio.ensure_future(cancel.wait())
         deadline: float | None = None
         try:
@@ -209,7 +186,7 @@ class ModelWorker:
                     self._expected_exit = True
                     proc.kill()
                     asyncio.get_running_loop().create_task(self._reload_after_kill())
-                    return GenerationResult("", None, 0, 0, 0.0, 0.0, cancelled=True)
+                    return Generation("", None, 0, 0, 0.0, 0.0, cancelled=True, finish_reason="cancelled")
                 event = get.result()
                 kind = event.get("event")
                 if kind == "progress" and on_progress is not None:
@@ -217,13 +194,7 @@ class ModelWorker:
                                          float(event.get("seconds", 0.0))))
                 elif kind == "done":
                     self.num_restarts = 0  # a job went through: restarts count "in a row"
-                    return GenerationResult(
-                        text=str(event.get("text", "")), middle=event.get("middle"),
-                        num_tokens=int(event.get("num_tokens", 0)), num_forwards=int(event.get("num_forwards", 0)),
-                        tokens_per_forward=float(event.get("tokens_per_forward", 0.0)),
-                        seconds=float(event.get("seconds", 0.0)),
-                        cancelled=bool(event.get("cancelled")) or deadline is not None,
-                    )
+                    return _generation(event, was_cancelled=deadline is not None)
                 elif kind == "error":
                     raise RuntimeError(str(event.get("message")))
                 elif kind == "died":
@@ -243,3 +214,16 @@ class ModelWorker:
             self._reader.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._reader
+
+
+def _generation(event: dict[str, Any], *, was_cancelled: bool) -> Generation:
+    """The `done` event (`model_child._generation_fields`) as the engine's record."""
+    cancelled = bool(event.get("cancelled")) or was_cancelled
+    return Generation(
+        text=str(event.get("text", "")), middle=event.get("middle"),
+        num_tokens=int(event.get("num_tokens", 0)), num_forwards=int(event.get("num_forwards", 0)),
+        tokens_per_forward=float(event.get("tokens_per_forward", 0.0)), seconds=float(event.get("seconds", 0.0)),
+        cancelled=cancelled, step_map=tuple(int(step) for step in event.get("step_map") or ()),
+        finish_reason=str(event.get("finish_reason") or ("cancelled" if cancelled else "length")),
+        raw_text=str(event.get("raw_text", "")),
+    )

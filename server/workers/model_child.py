@@ -1,6 +1,6 @@
-"""The model worker process: `python -m cudice.server.workers.model_child`. Loads the engine, runs one job at a time.
+"""The model worker: `python -m cudice.server.workers.model_child`. Loads the engine, runs one job at a time.
 
-Protocol (JSON lines). Requests on stdin:
+Requests on stdin (framing and the child's promises: `protocol.py`):
   {"op": "load", "path", "device", "dtype"}
   {"op": "generate", "id", "reference_source", "settings": {...Settings fields}}
   {"op": "infill", "id", "prefix", "suffix", "pytorch_code", "settings": {...}}
@@ -8,17 +8,17 @@ Protocol (JSON lines). Requests on stdin:
 Events on stdout:
   {"event": "started", "pid"}
   {"event": "loaded", "path", "seconds"} | {"event": "load_error", "message"}
-  {"event": "progress", "id", "num_tokens", "num_forwards", "seconds"}
-  {"event": "done", "id", "text", "middle", "num_tokens", "num_forwards", "tokens_per_forward", "seconds", "cancelled"}
+  {"event": "progress", "id", "num_tokens", "num_forwards", "seconds"}   (`cudice.model.generation.Progress`)
+  {"event": "done", "id", ...every `cudice.model.generation.Generation` field}
   {"event": "error", "id", "message"}
-Closing stdin ends the process. The real stdout is kept for the protocol only: anything a
-library prints goes to stderr (fd 1 is re-pointed there).
+Closing stdin stops the running job and ends the process within `STOP_GRACE_S`.
 
 `CUDICE_ENGINE_MODULE` (default `cudice.model.engine`) names the module providing
 `load_engine(path, device, dtype)`; tests point it at a scripted engine. If that module has a
 `sampler_config(settings)` function it builds the sampler config, else
 `cudice.model.config.SamplerConfig.from_settings` does. This is the only module of
-`cudice.server` that imports the model runtime (and thus torch) — and only in the child.
+`cudice.server` that imports the model runtime's heavy parts (and thus torch) — and only in the
+child; the server's side reads the torch-free records of `cudice.model.generation`.
 Not covered: several jobs at once (one engine, one stream); a stuck `generate` that never checks
 `should_stop` is ended by the server killing this process.
 """
@@ -27,52 +27,44 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import json
 import os
 import queue
 import sys
 import threading
 import time
 import traceback
-from typing import Any, TextIO
+from typing import Any
 
+from cudice.model.threads import apply_torch_threads, cpu_thread_env
 from cudice.server.settings import Settings
-from cudice.server.workers.procs import apply_torch_threads, cpu_thread_env, die_with_parent, lower_priority
+from cudice.server.workers import child
+from cudice.server.workers.protocol import EventStream, requests
+
+STOP_GRACE_S = 5.0  # after stdin closes: how long the running job may take to stop before the exit
 
 
-class Worker:
-    def __init__(self, out: TextIO) -> None:
-        self.out = out
-        self.lock = threading.Lock()
+class ModelChild:
+    def __init__(self, stream: EventStream) -> None:
+        self.stream = stream
+        self.emit = stream.emit
         self.jobs: queue.Queue[dict[str, Any] | None] = queue.Queue()
         self.cancelled: set[str] = set()
         self.stop_all = False
         self.engine: Any = None
         self.module: Any = None
 
-    def emit(self, **event: Any) -> None:
-        with self.lock:
-            self.out.write(json.dumps(event) + "\n")
-            self.out.flush()
-
     def read_stdin(self) -> None:
-        for line in sys.stdin:
-            try:
-                msg = json.loads(line)
-            except json.JSONDecodeError:
-                print(f"model worker: ignoring non-JSON line {line[:80]!r}", file=sys.stderr)
-                continue
-            if not isinstance(msg, dict):
-                continue
+        for msg in requests(sys.stdin, "model worker"):
             if msg.get("op") == "cancel":
                 self.cancelled.add(str(msg.get("id")))
             else:
                 self.jobs.put(msg)
         # stdin closed: the server is gone or shutting down. Stop the running job and make sure
-        # this process does not outlive the server by more than a few seconds.
+        # this process (and what it started: torch.compile's workers) does not outlive the server
+        # by more than a few seconds.
         self.stop_all = True
         self.jobs.put(None)
-        threading.Timer(5.0, os._exit, args=(0,)).start()
+        threading.Timer(STOP_GRACE_S, child.exit_with_family, args=(0,)).start()
 
     def load(self, msg: dict[str, Any]) -> None:
         t0 = time.perf_counter()
@@ -84,9 +76,9 @@ class Worker:
         except Exception as exc:
             traceback.print_exc(file=sys.stderr)
             self.engine = None
-            self.emit(event="load_error", message=f"{type(exc).__name__}: {exc}")
+            self.emit("load_error", message=f"{type(exc).__name__}: {exc}")
             return
-        self.emit(event="loaded", path=msg["path"], seconds=time.perf_counter() - t0)
+        self.emit("loaded", path=msg["path"], seconds=time.perf_counter() - t0)
 
     def sampler_config(self, raw: dict[str, Any]) -> Any:
         names = {f.name for f in dataclasses.fields(Settings)}
@@ -101,14 +93,14 @@ class Worker:
     def run_job(self, msg: dict[str, Any]) -> None:
         job_id = str(msg.get("id"))
         if self.engine is None:
-            self.emit(event="error", id=job_id, message="no model is loaded")
+            self.emit("error", id=job_id, message="no model is loaded")
             return
         t0 = time.perf_counter()
 
         def on_progress(*args: Any, **kwargs: Any) -> None:
             info = _progress_fields(args[0] if args else kwargs)
             info.setdefault("seconds", time.perf_counter() - t0)
-            self.emit(event="progress", id=job_id, **info)
+            self.emit("progress", id=job_id, **info)
 
         def should_stop() -> bool:
             return self.stop_all or job_id in self.cancelled
@@ -123,13 +115,12 @@ class Worker:
                                          on_progress=on_progress, should_stop=should_stop)
         except Exception as exc:
             traceback.print_exc(file=sys.stderr)
-            self.emit(event="error", id=job_id, message=f"{type(exc).__name__}: {exc}")
+            self.emit("error", id=job_id, message=f"{type(exc).__name__}: {exc}")
             return
-        self.emit(event="done", id=job_id, **_generation_fields(gen, time.perf_counter() - t0))
+        self.emit("done", id=job_id, **_generation_fields(gen, time.perf_counter() - t0))
 
     def serve(self) -> None:
         threading.Thread(target=self.read_stdin, daemon=True).start()
-        self.emit(event="started", pid=os.getpid())
         while (msg := self.jobs.get()) is not None:
             op = msg.get("op")
             if op == "load":
@@ -137,7 +128,7 @@ class Worker:
             elif op in ("generate", "infill"):
                 self.run_job(msg)
             else:
-                self.emit(event="error", id=str(msg.get("id")), message=f"unknown op {op!r}")
+                self.emit("error", id=str(msg.get("id")), message=f"unknown op {op!r}")
 
 
 def _number(value: Any) -> bool:
@@ -167,17 +158,15 @@ def _generation_fields(gen: Any, seconds: float) -> dict[str, Any]:
         "tokens_per_forward": float(tpf) if _number(tpf) else (num_tokens / num_forwards if num_forwards else 0.0),
         "seconds": float(gen.seconds) if _number(getattr(gen, "seconds", None)) else seconds,
         "cancelled": bool(getattr(gen, "cancelled", False)),
+        "step_map": [int(step) for step in getattr(gen, "step_map", ()) or ()],
+        "finish_reason": str(getattr(gen, "finish_reason", "") or "length"),
+        "raw_text": str(getattr(gen, "raw_text", "") or ""),
     }
 
 
 def main() -> None:
-    lower_priority()
-    os.environ.update(cpu_thread_env())  # before torch loads: one thread per physical core, no spinning
-    die_with_parent()  # a killed server takes this worker (and its children) down within a second
-    out = os.fdopen(os.dup(1), "w", encoding="utf-8")
-    os.dup2(2, 1)  # stray prints from libraries must not corrupt the protocol
-    sys.stdout = sys.stderr
-    Worker(out).serve()
+    # Thread defaults before torch loads: one thread per physical core, no spinning.
+    ModelChild(child.start(cpu_thread_env())).serve()
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ import logging
 import time
 from typing import Any
 
-from cudice.server.workers.procs import ChildProcess
+from cudice.server.workers.protocol import ChildProcess
 from cudice.verifier.result import VerifyResult
 
 log = logging.getLogger(__name__)

@@ -1,4 +1,4 @@
-"""The quick-check worker: `python -m cudice.server.workers.quick_child`, long-lived, one clangd kept warm.
+"""The quick-check worker: `python -m cudice.server.workers.quick_child`, long-lived, a warm clangd.
 
 `cudice.verifier.api.quick_check` (parse + static checks + clangd compile diagnostics) answers in
 ~0.3 s when its `FastChecker` keeps the torch-header preamble parsed between checks, and in
@@ -9,7 +9,8 @@ Requests (stdin, JSON lines): {"id", "path", "source"}. Events (stdout): {"event
 {"event": "result", "id", "result": VerifyResult} | {"event": "error", "id", "message"}, and
 while a check runs, every `CUDICE_QUICK_HEARTBEAT_S` (2 s) {"event": "progress", "id", "cpu_s"}:
 the CPU seconds used so far by this worker's checks and its process group (clangd building its
-preamble), so the server can tell a slow check from a stuck one (quick_client.py).
+preamble), so the server can tell a slow check from a stuck one (quick.py). Stdin closing ends it
+(clangd is shut down first); the set-up and the framing are `child.py` and `protocol.py`'s.
 `CUDICE_VERIFY_MODULE` swaps the verifier module for tests (no FastChecker there: None is passed).
 Not covered: running checks in parallel (clangd serialises them anyway).
 """
@@ -17,24 +18,19 @@ Not covered: running checks in parallel (clangd serialises them anyway).
 from __future__ import annotations
 
 import importlib
-import json
 import os
 import sys
 import threading
 import time
 import traceback
-from typing import Any, TextIO
+from typing import Any
 
-from cudice.server.workers.procs import die_with_parent, group_cpu_seconds, lower_priority
-
-
-def _emit(out: TextIO, lock: threading.Lock, **event: Any) -> None:
-    with lock:
-        out.write(json.dumps(event) + "\n")
-        out.flush()
+from cudice.server.workers import child
+from cudice.server.workers.procs import group_cpu_seconds
+from cudice.server.workers.protocol import EventStream, requests
 
 
-def _heartbeat(out: TextIO, lock: threading.Lock, busy: list[Any], interval_s: float) -> None:
+def _heartbeat(stream: EventStream, busy: list[Any], interval_s: float) -> None:
     """While a check runs (`busy[0]` is its id), say how much CPU the worker has used."""
     clock = time.pthread_getcpuclockid(threading.main_thread().ident or 0) if hasattr(
         time, "pthread_getcpuclockid") else None
@@ -42,16 +38,11 @@ def _heartbeat(out: TextIO, lock: threading.Lock, busy: list[Any], interval_s: f
         time.sleep(interval_s)
         job_id = busy[0]
         if job_id is not None:
-            _emit(out, lock, event="progress", id=job_id, cpu_s=round(group_cpu_seconds(clock), 3))
+            stream.emit("progress", id=job_id, cpu_s=round(group_cpu_seconds(clock), 3))
 
 
 def main() -> None:
-    lower_priority()
-    die_with_parent()  # a killed server takes this worker (and its children) down within a second
-    out = os.fdopen(os.dup(1), "w", encoding="utf-8")
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
-    lock = threading.Lock()
+    stream = child.start()
     api = importlib.import_module(os.environ.get("CUDICE_VERIFY_MODULE", "cudice.verifier.api"))
     checker: Any = None
     factory = getattr(api, "FastChecker", None)
@@ -65,22 +56,18 @@ def main() -> None:
             checker = None
     busy: list[Any] = [None]
     threading.Thread(target=_heartbeat, daemon=True,
-                     args=(out, lock, busy, float(os.environ.get("CUDICE_QUICK_HEARTBEAT_S", "2")))).start()
-    _emit(out, lock, event="started", pid=os.getpid())
+                     args=(stream, busy, float(os.environ.get("CUDICE_QUICK_HEARTBEAT_S", "2")))).start()
     try:
-        for line in sys.stdin:
-            req: Any = None
+        for req in requests(sys.stdin, "quick-check worker"):  # until the server closes stdin
             try:
-                req = json.loads(line)
                 busy[0] = req.get("id")
                 result = api.quick_check(str(req["path"]), str(req["source"]), checker)
                 busy[0] = None
-                _emit(out, lock, event="result", id=req.get("id"), result=result.to_dict())
+                stream.emit("result", id=req.get("id"), result=result.to_dict())
             except Exception as exc:
                 busy[0] = None
                 traceback.print_exc(file=sys.stderr)
-                _emit(out, lock, event="error", id=(req.get("id") if isinstance(req, dict) else None),
-                      message=f"{type(exc).__name__}: {exc}")
+                stream.emit("error", id=req.get("id"), message=f"{type(exc).__name__}: {exc}")
     finally:
         if checker is not None:
             checker.close()

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from cudice.server.workers.procs import ChildProcess
+from cudice.server.workers.protocol import ChildProcess
 from cudice.verifier.result import Stage, Verdict, VerifyResult
 
 log = logging.getLogger(__name__)

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 from cudice.model.config import SamplerConfig
-from cudice.model.engine import Engine, GenerationError, Progress
+from cudice.model.engine import Engine, GenerationError
+from cudice.model.generation import Progress
 from cudice.model.prompts import chat_prompt, e2e_prompt, infill_answer_start, infill_prompt
 from cudice.model.scaffold import split_scaffold
 from model_stub import StubRunner

@@ -29,11 +29,11 @@ def _env() -> dict[str, str]:
 
 def test_group_cpu_seconds_grows_with_work_and_not_with_sleep() -> None:
     before = group_cpu_seconds()
-    until = time.monotonic() + 0.3
-    while time.monotonic() < until:
+    start = time.process_time()  # burn 0.3 s of CPU, however long that takes on a loaded box
+    while time.process_time() - start < 0.3:
         sum(i * i for i in range(1000))
     busy = group_cpu_seconds()
-    assert busy - before >= 0.1
+    assert busy - before >= 0.25
     time.sleep(0.3)
     assert group_cpu_seconds() - busy < 0.05
 

@@ -16,7 +16,8 @@ import pytest
 NOT_BEFORE_INITIALIZE = (
     "click", "rich", "watchdog", "torch", "cudice.verifier.result", "cudice.server.watch",
     "cudice.server.generation", "cudice.server.verification", "cudice.server.workers.model",
-    "cudice.server.workers.quick", "cudice.server.workers.verify", "cudice.server.results",
+    "cudice.server.workers.quick", "cudice.server.workers.verify", "cudice.server.workers.protocol",
+    "cudice.model.generation", "cudice.server.results",
     "cudice.server.features.outline", "cudice.server.features.code_actions", "cudice.server.features.display",
     "cudice.server.lsp_cli",
 )

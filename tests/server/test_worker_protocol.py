@@ -4,33 +4,35 @@ through a real worker process with the scripted engine (no LSP)."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
+import json
 import os
 from pathlib import Path
 
-from cudice.server.workers.model import LoadRequest, ModelUnavailable, ModelWorker, WorkerDied
+from cudice.model.generation import Generation, Progress
+from cudice.server.workers.model import LoadRequest, ModelUnavailable, ModelWorker, WorkerDied, _generation
 from cudice.server.workers.model_child import _generation_fields, _progress_fields
 
 FAKES = Path(__file__).resolve().parents[1] / "e2e"
 
 
-@dataclasses.dataclass
-class _Progress:
-    num_tokens: int
-    num_forwards: int
-    seconds: float
-    tokens_per_second: float
-    text_so_far: str
-
-
-def test_progress_and_generation_fields_are_plain_numbers() -> None:
-    assert _progress_fields(_Progress(8, 4, 0.5, 16.0, "abc")) == {
-        "num_tokens": 8, "num_forwards": 4, "seconds": 0.5, "tokens_per_second": 16.0}
+def test_the_engines_records_cross_the_protocol_unchanged() -> None:
+    progress = Progress(8, 4, 0.5, "abc")
+    fields = _progress_fields(progress)
+    assert fields == {"num_tokens": 8, "num_forwards": 4, "seconds": 0.5}  # the text stays in the child
+    assert Progress(**fields).tokens_per_second == 16.0 and Progress(**fields).tokens_per_forward == 2.0
     assert _progress_fields(7) == {"num_tokens": 7}
+    gen = Generation("t", "m", 3, 2, 1.5, 2.0, False, step_map=(0, 1, 1), finish_reason="eos", raw_text="r")
+    event = json.loads(json.dumps({"event": "done", "id": "1", **_generation_fields(gen, seconds=9.0)}))
+    assert _generation(event, was_cancelled=False) == gen
+    assert _generation(event, was_cancelled=True).cancelled  # the server stopped waiting for it
+
+
+def test_an_engine_with_fewer_fields_gets_derived_numbers_and_defaults() -> None:
     gen = type("G", (), {"text": "t", "middle": None, "num_tokens": 10, "num_forwards": 4, "seconds": 2.0,
                          "cancelled": False})()
     fields = _generation_fields(gen, seconds=9.0)
     assert fields["tokens_per_forward"] == 2.5 and fields["seconds"] == 2.0 and fields["middle"] is None
+    assert _generation(fields, was_cancelled=False) == Generation("t", None, 10, 4, 2.5, 2.0, False)
 
 
 def _env() -> dict[str, str]:

@@ -2,15 +2,16 @@
 
 Trigger words in the reference / prefix: CUDICE_TEST_CRASH (the process exits mid-job),
 CUDICE_TEST_HANG (ignores should_stop: the server must kill it). A checkpoint path containing
-"broken" fails to load.
+"broken" fails to load. It reports with the engine's own records (`cudice.model.generation`).
 """
 
 from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
 from typing import Any
+
+from cudice.model.generation import Generation, Progress
 
 FAKE_KERNEL = '''import torch
 import torch.nn as nn
@@ -25,25 +26,6 @@ class ModelNew(nn.Module):
         return x
 '''
 FAKE_MIDDLE = "\n// written by the fake engine\n__global__ void fake_kernel(float* x) { x[0] = 1.0f; }\n"
-
-
-@dataclass
-class Generation:
-    text: str
-    middle: str | None
-    num_tokens: int
-    num_forwards: int
-    tokens_per_forward: float
-    seconds: float
-    cancelled: bool
-
-
-@dataclass
-class Progress:
-    num_tokens: int
-    num_forwards: int
-    seconds: float
-    text_so_far: str
 
 
 class FakeEngine:
