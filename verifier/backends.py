@@ -10,6 +10,9 @@ releases its workers. Two backends satisfy it:
   timing tasks on GPU workers, re-queued when a worker or node dies; needs `pip install
   "cudice[dist]"`).
 
+`VerifyBackend` is an abstract base class: it owns the `submit` signature (the key defaults to
+the path) and the context manager, and `JobTable` the jobs by key that both backends keep to
+cancel a key's pending job; a backend implements `_submit(job, config)`, `cancel` and `shutdown`.
 `make_backend(name, config, ...)` picks one from the registry; `verify_all(backend, jobs)`
 submits a batch and returns the results in job order (what a reward function needs).
 Ray is imported only when the `ray` backend is made, so this module is cheap to import.
@@ -19,39 +22,16 @@ Not covered: fairness or priorities between callers sharing one backend.
 
 from __future__ import annotations
 
+import threading
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Generic, TypeVar
 
 from cudice.verifier.config import VerifyConfig
 from cudice.verifier.result import VerifyResult
-
-
-@runtime_checkable
-class VerifyBackend(Protocol):
-    """Anything that verifies candidates asynchronously and returns `VerifyResult`s."""
-
-    def submit(
-        self,
-        path: str | Path,
-        *,
-        source: str | None = None,
-        reference: str | Path | None = None,
-        config: VerifyConfig | None = None,
-        key: str | None = None,
-    ) -> Future[VerifyResult]:
-        """Queue one verification; a pending job with the same `key` is cancelled."""
-        ...
-
-    def shutdown(self, *, cancel_pending: bool = True) -> None:
-        """Stop the workers (cancelling what has not finished unless `cancel_pending` is False)."""
-        ...
-
-    def __enter__(self) -> Any: ...
-
-    def __exit__(self, *exc: object) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +42,82 @@ class VerifyJob:
     source: str | None = None
     reference: str | Path | None = None
     key: str | None = None
+
+
+BackendT = TypeVar("BackendT", bound="VerifyBackend")
+EntryT = TypeVar("EntryT")
+
+
+class VerifyBackend(ABC):
+    """Verifies candidates asynchronously and returns `VerifyResult`s; use `with` or `shutdown()`."""
+
+    config: VerifyConfig  # what a job submitted without a config runs with
+
+    def submit(
+        self,
+        path: str | Path,
+        *,
+        source: str | None = None,
+        reference: str | Path | None = None,
+        config: VerifyConfig | None = None,
+        key: str | None = None,
+    ) -> Future[VerifyResult]:
+        """Queue one verification; a pending job with the same `key` (default: the path) is cancelled."""
+        job = VerifyJob(path, source, reference, key or str(path))
+        return self._submit(job, config or self.config)
+
+    @abstractmethod
+    def _submit(self, job: VerifyJob, config: VerifyConfig) -> Future[VerifyResult]:
+        """Queue `job` (its `key` is set) with `config`, cancelling a pending job of that key."""
+
+    @abstractmethod
+    def cancel(self, key: str) -> bool:
+        """Cancel the job with this key (its build or run is stopped); True if there was one."""
+
+    @abstractmethod
+    def shutdown(self, *, cancel_pending: bool = True) -> None:
+        """Stop the workers (cancelling what has not finished unless `cancel_pending` is False)."""
+
+    def __enter__(self: BackendT) -> BackendT:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+
+class JobTable(Generic[EntryT]):
+    """A backend's pending jobs by key, under one lock (submit, cancel and completion race)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._entries: dict[str, EntryT] = {}
+
+    def put(self, key: str, entry: EntryT) -> EntryT | None:
+        """Make `entry` the job of `key`; returns the job it replaces (for the caller to cancel)."""
+        with self._lock:
+            old = self._entries.get(key)
+            self._entries[key] = entry
+            return old
+
+    def cancel(self, key: str, stop: Callable[[EntryT], None]) -> bool:
+        """Remove the job of `key` and `stop` it; False if there was none."""
+        with self._lock:
+            entry = self._entries.pop(key, None)
+        if entry is None:
+            return False
+        stop(entry)
+        return True
+
+    def discard(self, key: str, entry: EntryT) -> None:
+        """Forget a finished job, unless a newer job of the same key replaced it."""
+        with self._lock:
+            if self._entries.get(key) is entry:
+                del self._entries[key]
+
+    def items(self) -> list[tuple[str, EntryT]]:
+        """A snapshot of the pending jobs."""
+        with self._lock:
+            return list(self._entries.items())
 
 
 def verify_all(

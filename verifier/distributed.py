@@ -33,9 +33,9 @@ import logging
 import threading
 from concurrent.futures import Future
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
+from cudice.verifier.backends import JobTable, VerifyBackend, VerifyJob
 from cudice.verifier.config import VerifyConfig
 from cudice.verifier.distributed_tasks import (
     ShippedJob,
@@ -105,7 +105,7 @@ class _Entry:
     future: Future[VerifyResult]
 
 
-class RayBackend:
+class RayBackend(VerifyBackend):
     """Verify candidates as Ray tasks. Use as a context manager or call `shutdown()`."""
 
     def __init__(
@@ -144,73 +144,46 @@ class RayBackend:
         self._compile = ray.remote(compile_task).options(
             num_cpus=compile_num_cpus, max_retries=max_retries, retry_exceptions=False
         )
-        self._lock = threading.Lock()
-        self._jobs: dict[str, _Entry] = {}
+        self._lock = threading.Lock()  # guards `placements`
+        self._jobs: JobTable[_Entry] = JobTable()
         self.placements: dict[str, tuple[str, int]] = {}  # key -> (node id, worker pid) of the finished task
-
-    def submit(
-        self,
-        path: str | Path,
-        *,
-        source: str | None = None,
-        reference: str | Path | None = None,
-        config: VerifyConfig | None = None,
-        key: str | None = None,
-    ) -> Future[VerifyResult]:
-        """Queue a verification as a Ray task; a pending job with the same `key` (default: the path) is cancelled."""
-        key = key or str(path)
-        self.cancel(key)
-        fut: Future[VerifyResult] = Future()
-        shipped = ship_job(path, source, reference)
-        if shipped is None:  # unreadable here: a parse-stage verdict, computed locally
-            from cudice.verifier.api import verify
-
-            fut.set_result(verify(path, source=source, reference=reference, config=config or self.config))
-            return fut
-        ref = self._compile.remote(
-            shipped, config or self.config, self.num_gpus > 0, self._gpu_submit, self._verify_fn
-        )
-        entry = _Entry(key, shipped.path, ref, fut)
-        with self._lock:
-            self._jobs[key] = entry
-        ref.future().add_done_callback(functools.partial(self._finish, entry))
-        return fut
 
     def cancel(self, key: str) -> bool:
         """Cancel the job with this key (its build or run is stopped); True if there was one."""
-        with self._lock:
-            entry = self._jobs.pop(key, None)
-        if entry is None:
-            return False
-        require_ray().cancel(entry.ref, recursive=True)
-        _settle(entry.future, _cancelled(entry.path))
-        return True
+        return self._jobs.cancel(key, _stop)
 
     def shutdown(self, *, cancel_pending: bool = True) -> None:
-        with self._lock:
-            keys = list(self._jobs)
-            pending = [e.future for e in self._jobs.values()]
+        pending = self._jobs.items()
         if cancel_pending:
-            for key in keys:
+            for key, _ in pending:
                 self.cancel(key)
         else:
-            for f in pending:
-                f.exception()  # wait; failures are already results
+            for _, entry in pending:
+                entry.future.exception()  # wait; failures are already results
         if self._owns_ray:
             require_ray().shutdown()
             self._owns_ray = False
 
-    def __enter__(self) -> RayBackend:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.shutdown()
-
     # -- internals --------------------------------------------------------------------------------
+    def _submit(self, job: VerifyJob, config: VerifyConfig) -> Future[VerifyResult]:
+        """The job as a Ray task (a pending job with the same key is cancelled first)."""
+        assert job.key is not None  # VerifyBackend.submit sets it
+        self.cancel(job.key)
+        fut: Future[VerifyResult] = Future()
+        shipped = ship_job(job.path, job.source, job.reference)
+        if shipped is None:  # unreadable here: a parse-stage verdict, computed locally
+            from cudice.verifier.api import verify
+
+            fut.set_result(verify(job.path, source=job.source, reference=job.reference, config=config))
+            return fut
+        ref = self._compile.remote(shipped, config, self.num_gpus > 0, self._gpu_submit, self._verify_fn)
+        entry = _Entry(job.key, shipped.path, ref, fut)
+        self._jobs.put(job.key, entry)
+        ref.future().add_done_callback(functools.partial(self._finish, entry))
+        return fut
+
     def _finish(self, entry: _Entry, done: Future[TaskReport]) -> None:
-        with self._lock:
-            if self._jobs.get(entry.key) is entry:
-                del self._jobs[entry.key]
+        self._jobs.discard(entry.key, entry)
         ray = require_ray()
         try:
             report = done.result()
@@ -229,6 +202,11 @@ class RayBackend:
         with self._lock:
             self.placements[entry.key] = (report.node_id, report.worker_pid)
         _settle(entry.future, report.result)
+
+
+def _stop(entry: _Entry) -> None:
+    require_ray().cancel(entry.ref, recursive=True)
+    _settle(entry.future, _cancelled(entry.path))
 
 
 class RayGpuSubmit:

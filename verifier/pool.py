@@ -22,10 +22,10 @@ import queue
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from cudice.verifier.api import verify
+from cudice.verifier.backends import JobTable, VerifyBackend, VerifyJob
 from cudice.verifier.config import VerifyConfig
 from cudice.verifier.gpu_probe import count_gpus as count_gpus  # the pool's default size; re-exported
 from cudice.verifier.result import VerifyResult
@@ -46,7 +46,7 @@ class _Job:
     future: Future[VerifyResult] | None = None
 
 
-class VerifyPool:
+class VerifyPool(VerifyBackend):
     """A pool of verifications. Use as a context manager or call `shutdown()`."""
 
     def __init__(self, config: VerifyConfig | None = None, *, num_compile_workers: int | None = None,
@@ -65,49 +65,32 @@ class VerifyPool:
             self._leases.put(g)
         self._executor = ThreadPoolExecutor(max_workers=max(1, num_compile_workers) + len(self.gpus),
                                             thread_name_prefix="cudice-verify")
-        self._lock = threading.Lock()
-        self._jobs: dict[str, _Job] = {}
-
-    def submit(self, path: str | Path, *, source: str | None = None, reference: str | Path | None = None,
-               config: VerifyConfig | None = None, key: str | None = None) -> Future[VerifyResult]:
-        """Queue a verification; a pending job with the same `key` (default: the path) is cancelled."""
-        job = _Job(key or str(path))
-        with self._lock:
-            old = self._jobs.get(job.key)
-            if old is not None:
-                self._cancel_job(old)
-            self._jobs[job.key] = job
-        fut = self._executor.submit(self._work, job, path, source, reference, config or self.config)
-        job.future = fut
-        fut.add_done_callback(functools.partial(self._forget, job))
-        return fut
+        self._jobs: JobTable[_Job] = JobTable()
 
     def cancel(self, key: str) -> bool:
         """Cancel the job with this key; True if there was one."""
-        with self._lock:
-            job = self._jobs.pop(key, None)
-        if job is None:
-            return False
-        self._cancel_job(job)
-        return True
+        return self._jobs.cancel(key, self._cancel_job)
 
     def shutdown(self, *, cancel_pending: bool = True) -> None:
-        with self._lock:
-            jobs = list(self._jobs.values())
         if cancel_pending:
-            for job in jobs:
+            for _, job in self._jobs.items():
                 self._cancel_job(job)
         self._executor.shutdown(wait=True)
         for runner in self._runners.values():
             runner.close()
 
-    def __enter__(self) -> VerifyPool:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.shutdown()
-
     # -- internals --------------------------------------------------------------------------------
+    def _submit(self, request: VerifyJob, config: VerifyConfig) -> Future[VerifyResult]:
+        assert request.key is not None  # VerifyBackend.submit sets it
+        job = _Job(request.key)
+        old = self._jobs.put(job.key, job)
+        if old is not None:
+            self._cancel_job(old)
+        fut = self._executor.submit(self._work, job, request, config)
+        job.future = fut
+        fut.add_done_callback(functools.partial(self._forget, job))
+        return fut
+
     @staticmethod
     def _cancel_job(job: _Job) -> None:
         job.cancel.set()
@@ -115,14 +98,11 @@ class VerifyPool:
             job.future.cancel()  # only succeeds if it has not started; otherwise the event stops it
 
     def _forget(self, job: _Job, _future: object = None) -> None:
-        with self._lock:
-            if self._jobs.get(job.key) is job:
-                del self._jobs[job.key]
+        self._jobs.discard(job.key, job)
 
-    def _work(self, job: _Job, path: str | Path, source: str | None, reference: str | Path | None,
-              config: VerifyConfig) -> VerifyResult:
-        return verify(path, source=source, reference=reference, config=config, cancel=job.cancel,
-                      run_child=self._run_on_gpu)
+    def _work(self, job: _Job, request: VerifyJob, config: VerifyConfig) -> VerifyResult:
+        return verify(request.path, source=request.source, reference=request.reference, config=config,
+                      cancel=job.cancel, run_child=self._run_on_gpu)
 
     def _run_on_gpu(self, job: dict[str, Any], **kwargs: Any) -> ChildOutcome:
         gpu = self._leases.get()  # one child per GPU at a time
