@@ -10,7 +10,7 @@ Failures are cached too (same text and flags, same errors). The two objects comp
 parallel as child processes in their own session; a cancel or timeout kills both, and each
 compiler gets SIGKILL when the thread that started it dies (`PR_SET_PDEATHSIG`, Linux), so a
 killed worker leaves no compiler behind (the language server also kills the worker's whole
-family: `server/procs.py`).
+family: `server/workers/procs.py`).
 The commands are torch's own (toolchain.py), as `load_inline`'s ninja file would run them.
 
 Not covered: eviction of the cache (delete `cache_dir` to reclaim space), ccache.

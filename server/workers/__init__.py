@@ -7,9 +7,10 @@ One pair of modules per worker, the server's handle beside the child's entry poi
     model.py   ModelWorker  ↔  model_child.py   long-lived, the loaded model (generate, infill, cancel)
 
 Shared by all three: `protocol.py` (the worker protocol: JSON lines over the child's stdin and
-stdout, and the process contract every child keeps), `child.py` (the one child-side set-up:
-priority, thread defaults, dying with the server, the protocol stream) and `procs.py` (starting a
-child, finding and killing its whole process family, CPU accounting from `/proc`).
+stdout, the promises every child keeps, and both ends: the server's `ChildProcess` and the
+child's `EventStream`), `child.py` (the one child-side set-up: priority, thread defaults, dying
+with the server, the protocol stream) and `procs.py` (finding and killing a worker's whole
+process family, its CPU use, from `/proc`).
 
 Importing this package imports nothing: the server loads each worker module on first use, after
 `initialize` has been answered, and no module here imports torch in the server's process.

@@ -1,4 +1,4 @@
-"""The server's handle on the quick-check worker (quick_worker.py): one request at a time, restarts on death.
+"""The server's handle on the quick-check worker (quick_child.py): one request at a time, restarts on death.
 
 `QuickChecks.check(path, source)` returns the quick `VerifyResult`, or None when the worker died,
 is stuck, or did not answer in time. None loses nothing: the full verification runs beside it and
