@@ -233,8 +233,7 @@ class FastChecker:
                 continue
             pos = module.locate(name, d.line + 1, d.character + 1)
             if pos is None:
-                span = module.call_span
-                loc = span.location(path) if span else Location(path, 1, 1)
+                loc = module.call_location or Location(path, 1, 1)
                 message = f"{d.message} (generated {name} line {d.line + 1})"
             else:
                 loc = Location(path, pos[0], pos[1], pos[0], pos[1] + 1)

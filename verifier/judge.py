@@ -33,7 +33,6 @@ import os
 import secrets
 import sys
 import time
-import traceback
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -41,7 +40,15 @@ from typing import Any
 from cudice.verifier import channel
 from cudice.verifier.link import RunnerLink, runner_env
 from cudice.verifier.result import Diagnostic, Location, Severity, Stage, Verdict
-from cudice.verifier.worker import _call, _diag, _exec_module, _kernel_names, _Stop
+from cudice.verifier.worker import (
+    _call,
+    _diag,
+    _exec_module,
+    _kernel_names,
+    _Stop,
+    crash_result,
+    write_result,
+)
 
 RUNNER_VERDICTS = {"runtime_error", "compile_error", "incorrect"}  # anything else a runner claims is ignored
 NUM_PROFILED_TRIALS = 1  # plus one random timed round: each profiled call costs a profiler session
@@ -463,11 +470,8 @@ def main(argv: list[str] | None = None) -> int:
             session = Session(wanted, work, sandboxed=sandboxed, with_reference=not job.get("skip_timing"))
         result = judge(job, session)
     except BaseException as exc:  # last resort: report instead of dying silently
-        result = {"verdict": Verdict.CRASH.value, "stage": Stage.LOAD.value, "error": traceback.format_exc(),
-                  "diagnostics": [_diag("runtime.worker_error", f"judge: {type(exc).__name__}: {exc}", Stage.LOAD,
-                                        None).to_dict()]}
-    with os.fdopen(result_fd, "w") as f:
-        f.write(json.dumps(result))
+        result = crash_result(exc, "judge: ")
+    write_result(result_fd, result)
     if session is not None:
         session.close()
     return 0

@@ -40,7 +40,7 @@ def resolve_reference(doc: Document) -> ResolvedReference:
     if spec.origin == "same_file":
         return ResolvedReference(doc, ())
     path = reference_path(doc)
-    where = spec.span.location(doc.path) if spec.span else Location(doc.path, 1, 1)
+    where = doc.location(spec.span) if spec.span else Location(doc.path, 1, 1)
     if path is None:
         return ResolvedReference(None, (Diagnostic(
             Severity.ERROR, "No reference: add `Model` + `get_inputs()` to this file, a comment "

@@ -130,7 +130,7 @@ def _dedupe(diags: list[Diagnostic]) -> list[Diagnostic]:
 
 def _reference_is_low_precision(doc: Document) -> bool:
     if doc.reference.origin == "same_file":
-        return doc.model is not None and bool(_LOW_PRECISION_REF.search(doc.text[doc.model.span.start_offset:]))
+        return doc.model is not None and bool(_LOW_PRECISION_REF.search(doc.text[doc.model.span.start:]))
     path = reference_path(doc)
     try:
         return path is not None and bool(_LOW_PRECISION_REF.search(path.read_text(encoding="utf-8")))

@@ -323,20 +323,31 @@ def _install_load_inline(doc: Any, config: Any, path: str, diags: list[Diagnosti
     ce.load_inline = load_inline  # type: ignore[assignment]
 
 
-def main(argv: list[str] | None = None) -> int:
-    """`python -m cudice.verifier.worker --result-fd FD`: the job on stdin, the result on FD (sandbox.py)."""
+def crash_result(exc: BaseException, who: str = "") -> dict[str, Any]:
+    """A judge process's last-resort outcome when its job raised (call it inside the `except`):
+    verdict `crash` with the traceback, so the parent gets a report instead of a silent death."""
+    message = f"{who}{type(exc).__name__}: {exc}"
+    return {"verdict": Verdict.CRASH.value, "stage": Stage.LOAD.value, "error": traceback.format_exc(),
+            "diagnostics": [_diag("runtime.worker_error", message, Stage.LOAD, None).to_dict()]}
+
+
+def write_result(fd: int, result: dict[str, Any]) -> None:
+    """The outcome as JSON on the pipe the parent (sandbox.py) reads; closes `fd`."""
     import os
 
+    with os.fdopen(fd, "w") as f:
+        f.write(json.dumps(result))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m cudice.verifier.worker --result-fd FD`: the job on stdin, the result on FD (sandbox.py)."""
     args = argv if argv is not None else sys.argv[1:]
     fd = int(args[args.index("--result-fd") + 1])
     try:
         result = run_job(json.loads(sys.stdin.read()))
     except BaseException as exc:  # last resort: report instead of dying silently
-        result = {"verdict": Verdict.CRASH.value, "stage": Stage.LOAD.value, "error": traceback.format_exc(),
-                  "diagnostics": [_diag("runtime.worker_error", f"{type(exc).__name__}: {exc}", Stage.LOAD,
-                                        None).to_dict()]}
-    with os.fdopen(fd, "w") as f:
-        f.write(json.dumps(result))
+        result = crash_result(exc)
+    write_result(fd, result)
     return 0
 
 

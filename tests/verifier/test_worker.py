@@ -111,3 +111,24 @@ def test_exception_in_forward_is_a_located_runtime_error(cpu_as_cuda: None, tmp_
     assert out["verdict"] == "runtime_error"
     (d,) = [d for d in out["diagnostics"] if d["code"] == "runtime.exception"]
     assert "undefined_name" in d["message"] and d["line"] == 9  # the `return` line of forward
+
+
+@pytest.mark.parametrize(("module", "who"), [("cudice.verifier.worker", ""), ("cudice.verifier.judge", "judge: ")])
+def test_a_job_that_raises_is_reported_as_a_crash_on_the_result_pipe(
+    module: str, who: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib
+    import io
+    import json
+    import os
+
+    main = importlib.import_module(module).main
+    monkeypatch.setattr("sys.stdin", io.StringIO("this is not a JSON job"))
+    read_fd, write_fd = os.pipe()
+    assert main(["--result-fd", str(write_fd)]) == 0
+    with os.fdopen(read_fd) as pipe:
+        out = json.loads(pipe.read())
+    assert (out["verdict"], out["stage"]) == ("crash", "load")
+    assert "JSONDecodeError" in out["error"] and "Traceback" in out["error"]
+    (d,) = out["diagnostics"]
+    assert d["code"] == "runtime.worker_error" and d["message"].startswith(f"{who}JSONDecodeError: ")
