@@ -45,30 +45,19 @@ def split_scaffold(source: str, path: str = "candidate.py", offset: int | None =
                             "write the scaffold (imports, `xxx_source = \"\"\"\"\"\"`, load_inline, ModelNew) first, "
                             "or use end-to-end generation")
     if offset is not None:
-        chosen = document.cuda_source_at(offset)
-        if chosen is None or chosen.kind != "cuda":
+        chosen = document.cuda_string_at(offset)
+        if chosen is None or chosen.index < 0:  # index -1: CUDA text that no load_inline call receives
             raise ScaffoldError(f"{path}: the position {offset} is not inside a CUDA source string of load_inline")
     else:
         candidates = [s for call in document.load_inline_calls for s in call.cuda_sources]
         if not candidates:
             raise ScaffoldError(f"{path}: load_inline(...) has no cuda_sources argument to fill")
         chosen = candidates[0]
-    if not chosen.mappable:
+    if chosen.content is None:
         raise ScaffoldError(f"{path}: the CUDA source cannot be infilled because it is built dynamically "
                             f"({chosen.reason}); write it as one plain string literal")
-    start, end = chosen.start_offset, chosen.end_offset
-    if chosen.text == "":
-        start, end = _empty_literal_contents(source, chosen.expr.start_offset, chosen.expr.end_offset, path)
+    if chosen.text == "" and not chosen.is_single_literal:
+        raise ScaffoldError(f"{path}: the empty CUDA source {source[chosen.expr.start:chosen.expr.end]!r} is not "
+                            'a single string literal; write it as `name = """"""`')
+    start, end = chosen.content.start, chosen.content.end
     return Scaffold(source[:start], source[start:end], source[end:])
-
-
-def _empty_literal_contents(source: str, start: int, end: int, path: str) -> tuple[int, int]:
-    """Offsets inside the quotes of an empty literal such as `\"\"\"\"\"\"` (the usual blank scaffold)."""
-    literal = source[start:end]
-    letters = len(literal) - len(literal.lstrip("rRbBuUfF"))
-    body = literal[letters:]
-    quote = body[:3] if body[:3] in ('"""', "'''") else body[:1]
-    if body != quote + quote:
-        raise ScaffoldError(f"{path}: the empty CUDA source {literal!r} is not a single string literal; "
-                            'write it as `name = """"""`')
-    return start + letters + len(quote), start + letters + len(quote)

@@ -34,7 +34,7 @@ from lsprotocol import types as lsp
 
 if TYPE_CHECKING:
     from cudice.server.fast_init import EarlyFrame
-    from cudice.server.features.positions import LineIndex
+    from cudice.verifier.positions import LineIndex
 
 # Only what answering `initialize` needs is imported above (pygls and lsprotocol are most of the
 # start-up; docs/server.md: `initialize` within 0.5 s). Features, flows, workers and watchdog are
@@ -178,12 +178,12 @@ def create_server(*, worker_env: dict[str, str] | None = None, results_dir: Path
 
     @server.feature(lsp.TEXT_DOCUMENT_DID_OPEN)
     def did_open(ls: CudiceServer, params: lsp.DidOpenTextDocumentParams) -> None:
-        from cudice.server.verification import is_candidate, show_cached, verify_open_documents
+        from cudice.server.verification import show_cached, verify_open_documents
 
         uri = params.text_document.uri
         if not show_cached(ls, uri) and ls.settings.verify_on_save:
             verify_open_documents(ls, [uri])  # saved while the editor was attaching: verify it now
-        if not ls.released and is_candidate(ls.analyse(uri, params.text_document.text)[0]):
+        if not ls.released and ls.analyse(uri, params.text_document.text)[0].is_candidate:
             ls.spawn(_warm_quick(ls))  # clangd's minutes-long preamble only once a candidate is open
 
     @server.feature(lsp.TEXT_DOCUMENT_DID_SAVE, lsp.SaveOptions(include_text=False))
@@ -204,13 +204,13 @@ def create_server(*, worker_env: dict[str, str] | None = None, results_dir: Path
         if doc is None:
             return None
         source, version, _ = doc
-        o, index = ls.analyse(params.text_document.uri, source)
+        doc_model, index = ls.analyse(params.text_document.uri, source)
         start, end = _offsets(index, params.range)
         caps = ls.client_capabilities.text_document
         disabled_support = bool(caps and caps.code_action and caps.code_action.disabled_support)
         model = ModelAvailability(ls.model.state == "ready", ls.model.message)
-        return code_actions(uri=params.text_document.uri, source=source, outline=o, start=start,
-                            end=end, version=version, model=model, disabled_support=disabled_support) or None
+        return code_actions(uri=params.text_document.uri, doc=doc_model, start=start, end=end, version=version,
+                            model=model, disabled_support=disabled_support) or None
 
     @server.feature(lsp.TEXT_DOCUMENT_HOVER)
     def hover(ls: CudiceServer, params: lsp.HoverParams) -> lsp.Hover | None:
@@ -223,8 +223,8 @@ def create_server(*, worker_env: dict[str, str] | None = None, results_dir: Path
         if doc is None:
             return None
         source = doc[0]
-        o, index = ls.analyse(uri, source)
-        span = hover_target(source, o, index.offset(params.position.line, params.position.character))
+        doc_model, index = ls.analyse(uri, source)
+        span = hover_target(doc_model, index.offset(params.position.line, params.position.character))
         if span is None:
             return None
         latest = ls.latest.get(uri)
@@ -251,9 +251,9 @@ def create_server(*, worker_env: dict[str, str] | None = None, results_dir: Path
         if doc is None:
             return None
         latest = ls.latest.get(uri)
-        return code_lenses(uri=uri, source=doc[0], outline=ls.analyse(uri, doc[0])[0],
-                           result=latest.result if latest else None, is_running=ls.is_building(uri),
-                           required_speedup=ls.settings.verify_required_speedup, encoding=ls.position_encoding)
+        doc_model, index = ls.analyse(uri, doc[0])
+        return code_lenses(uri=uri, doc=doc_model, index=index, result=latest.result if latest else None,
+                           is_running=ls.is_building(uri), required_speedup=ls.settings.verify_required_speedup)
 
     @server.command(CMD_GENERATE)
     async def cmd_generate(ls: CudiceServer, *args: Any) -> dict[str, Any]:

@@ -29,13 +29,13 @@ from pygls.uris import to_fs_path
 
 if TYPE_CHECKING:  # imported when first used: `initialize` is answered before any of them loads
     from cudice.server.fast_init import EarlyFrame
-    from cudice.server.features.outline import Outline
-    from cudice.server.features.positions import LineIndex
     from cudice.server.results import ResultCache
     from cudice.server.watch import PathWatcher
     from cudice.server.workers.model import LoadRequest, ModelWorker
     from cudice.server.workers.quick import QuickChecks
     from cudice.server.workers.verify import VerifyJobs
+    from cudice.verifier.document import Document
+    from cudice.verifier.positions import LineIndex
     from cudice.verifier.result import VerifyResult
 
 log = logging.getLogger("cudice.server")
@@ -99,7 +99,7 @@ class CudiceServer(LanguageServer):
         self.ckpt_signature: str | None = None
         self.tasks: set[asyncio.Task[Any]] = set()
         self.generation_cancels: dict[str, asyncio.Event] = {}  # uri -> cancel of its running generation
-        self._outlines: dict[str, tuple[str, Outline, LineIndex]] = {}
+        self._documents: dict[str, tuple[str, Document, LineIndex]] = {}
         gpu_probe.start_hardware_probe()  # done before the first verification asks, off the event loop
 
     # -- workers and caches: built (and their modules imported) on first use, after `initialize` --
@@ -251,21 +251,24 @@ class CudiceServer(LanguageServer):
             log.info("cannot read %s: %s", uri, exc)
             return None
 
-    def analyse(self, uri: str, source: str) -> tuple[Outline, LineIndex]:
-        """Outline and line index of a document's text, computed once per text (hover and code
-        actions ask many times between edits)."""
-        from cudice.server.features.outline import outline
-        from cudice.server.features.positions import LineIndex
+    def analyse(self, uri: str, source: str) -> tuple[Document, LineIndex]:
+        """The verifier's document model of a document's text and its line index in the client's
+        position encoding, computed once per text (hover and code actions ask many times between
+        edits, and a save verifies the text the editor last showed)."""
+        from cudice.verifier.document import parse_document
+        from cudice.verifier.positions import LineIndex
 
-        hit = self._outlines.get(uri)
+        hit = self._documents.get(uri)
         if hit is not None and hit[0] == source and hit[2].encoding == self.position_encoding:
             return hit[1], hit[2]
-        if self.too_large(uri, source):  # bounded work per request: an empty outline offers nothing
-            return outline(""), LineIndex.of("", self.position_encoding)
-        found = (outline(source), LineIndex.of(source, self.position_encoding))
-        if len(self._outlines) > 256:
-            self._outlines.clear()
-        self._outlines[uri] = (source, *found)
+        path = to_fs_path(uri) or uri
+        if self.too_large(uri, source):  # bounded work per request: an empty document offers nothing
+            return parse_document("", path, require_candidate=False), LineIndex.of("", self.position_encoding)
+        doc = parse_document(source, path, require_candidate=False)
+        found = (doc, LineIndex.of(source, self.position_encoding))
+        if len(self._documents) > 256:
+            self._documents.clear()
+        self._documents[uri] = (source, *found)
         return found
 
     def too_large(self, uri: str, source: str) -> bool:
@@ -283,7 +286,7 @@ class CudiceServer(LanguageServer):
         """The position unit negotiated at `initialize` ("utf-16" until then)."""
         caps = self.protocol.server_capabilities if hasattr(self.protocol, "server_capabilities") else None
         value = str(caps.position_encoding) if caps is not None and caps.position_encoding else "utf-16"
-        from cudice.server.features.positions import ENCODINGS
+        from cudice.verifier.positions import ENCODINGS
 
         return value if value in ENCODINGS else "utf-16"
 

@@ -26,11 +26,11 @@ from cudice.server.features.edits import (
     infill_edit,
     resolve_span,
 )
-from cudice.server.features.outline import outline
-from cudice.server.features.positions import LineIndex
 from cudice.server.progress import WorkProgress
 from cudice.server.verification import reference_path, verify_document
 from cudice.server.workers.model import ModelUnavailable, WorkerDied
+from cudice.verifier.document import Document
+from cudice.verifier.positions import LineIndex
 from lsprotocol import types as lsp
 from pygls.uris import from_fs_path
 
@@ -82,15 +82,13 @@ def _stats(r: Generation) -> dict[str, Any]:
             "tokens_per_forward": r.tokens_per_forward}
 
 
-def _class_name(source: str, target: Any, encoding: str) -> str | None:
-    o = outline(source)
+def _class_name(doc: Document, index: LineIndex, target: Any) -> str | None:
     if isinstance(target, str):
-        return target if any(c.name == target and c.is_module for c in o.classes) else None
+        return target if any(c.name == target and c.is_module for c in doc.classes) else None
     if isinstance(target, dict) and isinstance(target.get("line"), int):
-        index = LineIndex.of(source, encoding)
-        cls = o.module_class_at(index.offset(int(target["line"]), int(target.get("character", 0))))
+        cls = doc.module_class_at(index.offset(int(target["line"]), int(target.get("character", 0))))
         return cls.name if cls else None
-    found = [c for c in o.classes if c.is_module and c.name != "ModelNew"]
+    found = [c for c in doc.classes if c.is_module and c.name != "ModelNew"]
     return found[0].name if len(found) == 1 else None
 
 
@@ -117,7 +115,7 @@ async def generate_kernel(ls: CudiceServer, uri: Any, target: Any = None) -> dic
         return _fail(ls, f"cannot generate for {uri!r}: not a readable file (save it to disk first)")
     if ls.model.state != "ready":
         return _fail(ls, f"cannot generate yet: {ls.model.message}")
-    name = _class_name(source, target, ls.position_encoding)
+    name = _class_name(*ls.analyse(uri, source), target)
     if name is None:
         return _fail(ls, f"no nn.Module class found for {target!r} in {os.path.basename(path)}; "
                          "put the cursor inside the reference `class Model(nn.Module)`")
@@ -139,8 +137,8 @@ async def generate_kernel(ls: CudiceServer, uri: Any, target: Any = None) -> dic
     return {"ok": True, "uri": out_uri, **_stats(result)}
 
 
-def _pytorch_code(path: str, source: str) -> str:
-    ref = reference_path(path, outline(source))
+def _pytorch_code(doc: Document) -> str:
+    ref = reference_path(doc)
     if ref is not None:
         try:
             return Path(ref).read_text(encoding="utf-8")
@@ -153,7 +151,7 @@ async def infill_kernel(ls: CudiceServer, uri: Any, span_arg: Any = None, versio
     doc = ls.read_document(uri) if isinstance(uri, str) else None
     if doc is None:
         return _fail(ls, f"cannot infill {uri!r}: unknown document")
-    source, version, path = doc
+    source, version, _ = doc
     if isinstance(version_arg, int) and version is not None and version_arg != version:
         return _fail(ls, "the document changed since the action was offered; ask for the code action again",
                      stale=True)
@@ -161,12 +159,12 @@ async def infill_kernel(ls: CudiceServer, uri: Any, span_arg: Any = None, versio
         return _fail(ls, f"cannot infill yet: {ls.model.message}")
     span = resolve_span(span_arg, source, ls.position_encoding)
     if not isinstance(span, str):
-        span = cursor_to_middle(span, source, outline(source))
+        span = cursor_to_middle(span, ls.analyse(uri, source)[0])
     if isinstance(span, str):
         return _fail(ls, f"cannot infill: {span}")
     prefix, suffix = source[:span.start], source[span.end:]
     result = await _run_model(ls, uri, "infill",
-                              {"prefix": prefix, "suffix": suffix, "pytorch_code": _pytorch_code(path or "", source)},
+                              {"prefix": prefix, "suffix": suffix, "pytorch_code": _pytorch_code(ls.analyse(uri, source)[0])},
                               "cudice: infilling the kernel body")
     if isinstance(result, str):
         return {"ok": False, "reason": result} if result == "cancelled" else _fail(ls, result)

@@ -1,8 +1,9 @@
 """Verification results cached by content hash, in memory and on disk.
 
-The key hashes the candidate text, the reference text and the verification settings, so an
-unchanged file (and an unchanged reference) shows its last result at once when reopened, even
-after a server restart. The disk cache lives in `$CUDICE_CACHE_DIR/results` (else
+The key hashes the candidate text, the reference (its resolved path and its text) and the
+verification settings, so an unchanged file with an unchanged reference shows its last result at
+once when reopened, even after a server restart, while an edited reference, or a comment that
+names another one, is verified again. The disk cache lives in `$CUDICE_CACHE_DIR/results` (else
 `$XDG_CACHE_HOME/cudice/results`, else `~/.cache/cudice/results`), one JSON file per key.
 
 Not covered: eviction (files are small; delete the folder to clear it); sharing between machines
@@ -33,9 +34,12 @@ def default_results_dir() -> Path:
     return (Path(xdg) if xdg else Path.home() / ".cache") / "cudice" / "results"
 
 
-def result_key(source: str, reference: str | None, config: dict[str, Any]) -> str:
+def result_key(source: str, reference_path: str | None, reference_text: str | None, config: dict[str, Any]) -> str:
+    """The cache key of verifying `source` against the reference file at `reference_path` whose text
+    is `reference_text` (None: no reference file, or an unreadable one) with the settings `config`."""
     h = hashlib.sha256()
-    for part in (source, reference or "", json.dumps(config, sort_keys=True, default=str)):
+    reference = json.dumps([reference_path, reference_text])  # None stays apart from an empty file
+    for part in (source, reference, json.dumps(config, sort_keys=True, default=str)):
         h.update(part.encode("utf-8", "surrogatepass"))
         h.update(b"\0")
     return h.hexdigest()

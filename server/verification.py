@@ -1,7 +1,10 @@
 """The verification flow: on save or by command, verify a candidate and show the result everywhere.
 
-1. Read the document; skip files that are not candidates (no `ModelNew`, no `load_inline`).
-2. Resolve its reference (`# cudice: reference=`), watch it, and key the result by content hash.
+1. Read the document into the verifier's document model; skip files that are not candidates (no
+   `ModelNew`, no `load_inline`).
+2. Resolve its reference as the verifier does (a `# cudice: reference=` comment anywhere in the
+   file, unless the file holds its own `Model` + `get_inputs`), watch it, and key the result by
+   the candidate's text, the reference's resolved path and text, and the settings.
 3. A cached result for the same key is shown at once (unless the user asked to re-verify).
 4. Otherwise run the full verification in a worker, and the quick check (warm clangd) beside it:
    static and fast compile findings are published first, then the build's, then the final
@@ -26,25 +29,25 @@ from typing import Any
 
 from cudice.server.core import CudiceServer, Latest
 from cudice.server.features.diagnostics import ClientSupport, result_diagnostics
-from cudice.server.features.outline import Outline, outline
 from cudice.server.progress import WorkProgress
 from cudice.server.results import result_key
 from cudice.server.workers.verify import VerifyRequest
 from cudice.verifier.gpu_probe import gpu_absent_reason
+from cudice.verifier.document import Document
+from cudice.verifier.reference import reference_path as resolved_reference_path
 from cudice.verifier.result import Stage, VerifyResult
 from lsprotocol import types as lsp
 
 log = logging.getLogger(__name__)
 
 
-def is_candidate(o: Outline) -> bool:
-    return o.model_new is not None or bool(o.load_inline_calls)
-
-
-def reference_path(path: str, o: Outline) -> str | None:
-    if o.reference is None:
+def reference_path(doc: Document) -> str | None:
+    """The reference file a candidate names in its `# cudice: reference=` comment, resolved as the
+    verifier resolves it; None when the file is its own reference or names none."""
+    if doc.reference.origin != "comment":
         return None
-    return os.path.normpath(os.path.join(os.path.dirname(path), o.reference))
+    found = resolved_reference_path(doc)
+    return str(found) if found is not None else None
 
 
 def compile_only_reason(ls: CudiceServer) -> str | None:
@@ -62,8 +65,8 @@ def verify_config(ls: CudiceServer) -> dict[str, Any]:
     }
 
 
-def _key(ls: CudiceServer, path: str, source: str, o: Outline) -> str:
-    ref = reference_path(path, o)
+def _key(ls: CudiceServer, doc: Document) -> str:
+    ref = reference_path(doc)
     ref_text = None
     if ref is not None:
         try:
@@ -73,7 +76,7 @@ def _key(ls: CudiceServer, path: str, source: str, o: Outline) -> str:
             ref_text = None
     # The path is part of the key: a verdict's diagnostics carry the file they were computed
     # for, so a copy of the file (same content, other path) must not show the original's.
-    return result_key(source, ref_text, {**verify_config(ls), "path": os.path.realpath(path)})
+    return result_key(doc.text, ref, ref_text, {**verify_config(ls), "path": os.path.realpath(doc.path)})
 
 
 def current_version(ls: CudiceServer, uri: str, source: str, version: int | None) -> tuple[bool, int | None]:
@@ -90,9 +93,10 @@ def publish(ls: CudiceServer, uri: str, path: str, source: str, version: int | N
     if not is_current:
         log.debug("dropping %s diagnostics of %s: computed for an older text", result.stage.value, uri)
         return
-    diags = result_diagnostics(result, path=path, source=source, outline=outline(source),
+    doc, index = ls.analyse(uri, source)
+    diags = result_diagnostics(result, path=path, doc=doc, index=index,
                                support=ClientSupport.of(ls.client_capabilities),
-                               compile_only_reason=compile_only_reason(ls), encoding=ls.position_encoding)
+                               compile_only_reason=compile_only_reason(ls))
     ls.text_document_publish_diagnostics(lsp.PublishDiagnosticsParams(uri=uri, diagnostics=diags, version=version))
 
 
@@ -114,10 +118,10 @@ def show_cached(ls: CudiceServer, uri: str) -> bool:
     source, version, path = doc
     if path is None or ls.too_large(uri, source):
         return False
-    o = outline(source)
-    if not is_candidate(o):
+    doc_model = ls.analyse(uri, source)[0]
+    if not doc_model.is_candidate:
         return False
-    key = _key(ls, path, source, o)
+    key = _key(ls, doc_model)
     cached = ls.cache.get(key)
     if cached is None:
         return False
@@ -127,6 +131,9 @@ def show_cached(ls: CudiceServer, uri: str) -> bool:
 
 
 def _watch_reference(ls: CudiceServer, uri: str, ref: str | None) -> None:
+    for watched, uris in ls.dependents.items():  # a reference the comment no longer names
+        if watched != ref:
+            uris.discard(uri)
     if ref is None or ls.ref_watcher is None:
         return
     ls.dependents.setdefault(ref, set()).add(uri)
@@ -143,14 +150,14 @@ async def verify_document(ls: CudiceServer, uri: str, *, force: bool = False) ->
         return None
     if ls.too_large(uri, source):
         return None
-    o = outline(source)
-    if not is_candidate(o):
+    doc_model = ls.analyse(uri, source)[0]
+    if not doc_model.is_candidate:
         if force:
             ls.notice(f"cudice: {os.path.basename(path)} has no `class ModelNew` or `load_inline` call, "
                       "so there is nothing to verify", lsp.MessageType.Info)
         return None
-    _watch_reference(ls, uri, reference_path(path, o))
-    key = _key(ls, path, source, o)
+    _watch_reference(ls, uri, reference_path(doc_model))
+    key = _key(ls, doc_model)
     cached = None if force else ls.cache.get(key)
     if cached is not None:
         ls.jobs.cancel(uri)  # a build of older text still running would only be dropped
@@ -261,7 +268,7 @@ def verify_open_documents(ls: CudiceServer, uris: list[str] | None = None) -> in
                 on_disk = f.read()
         except OSError:
             continue
-        if on_disk == doc[0] and not ls.too_large(uri, doc[0]) and is_candidate(outline(doc[0])):
+        if on_disk == doc[0] and not ls.too_large(uri, doc[0]) and ls.analyse(uri, doc[0])[0].is_candidate:
             ls.spawn(verify_document(ls, uri))
             num += 1
     return num

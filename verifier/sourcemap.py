@@ -6,17 +6,23 @@ triple quotes, escapes, line continuations, implicit concatenation of adjacent l
 records, for every character of the value, the file offset it came from. `SourceSpan` answers
 "generated line/column → file line/column".
 
+A line break written in a literal is "\\n" in its value whether the file has "\\n", "\\r\\n" or
+"\\r" (as Python reads it), mapped to the break's first character. `SourceSpan.pieces` holds the
+contents of each literal (inside its quotes), so a caller knows a single literal from a
+concatenation and where an empty literal's contents would go.
+
 Not covered: bytes literals (load_inline wants `str`), f-strings with `{expr}` fields (their
 value is only known at run time; the caller marks such sources unmappable). Columns are counted
-in characters (code points), not UTF-8 bytes or UTF-16 units; the LSP layer converts.
+in characters (code points), not UTF-8 bytes or UTF-16 units; `positions.LineIndex` converts.
 """
 
 from __future__ import annotations
 
-import bisect
 import re
 import unicodedata
 from dataclasses import dataclass
+
+from cudice.verifier.positions import LineIndex, Span
 
 _PREFIX = re.compile(r"[rRbBuUfF]{0,2}")
 _SIMPLE_ESCAPES = {
@@ -31,39 +37,18 @@ class LiteralScanError(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
-class LineIndex:
-    """Offsets of line starts in a text, for offset ↔ (1-based line, 1-based column) conversion."""
-
-    starts: tuple[int, ...]
-
-    @classmethod
-    def of(cls, text: str) -> LineIndex:
-        starts = [0]
-        starts.extend(m.end() for m in re.finditer("\n", text))
-        return cls(tuple(starts))
-
-    def position(self, offset: int) -> tuple[int, int]:
-        """1-based (line, column) of a character offset."""
-        line = bisect.bisect_right(self.starts, offset) - 1
-        return line + 1, offset - self.starts[line] + 1
-
-    def offset(self, line: int, column: int) -> int:
-        """Character offset of a 1-based (line, column); clamps to the text."""
-        line = min(max(line, 1), len(self.starts))
-        return self.starts[line - 1] + max(column, 1) - 1
-
-
-@dataclass(frozen=True, slots=True)
 class SourceSpan:
     """A generated source text whose characters each know their offset in the `.py` file.
 
     `offsets[i]` is the file offset of `text[i]`; `offsets[len(text)]` is the offset just past
-    the last character (so an "end of text" position maps too).
+    the last literal's contents (so an "end of text" position maps too). `pieces` are the
+    contents of each literal, inside its quotes, in file order.
     """
 
     text: str
     offsets: tuple[int, ...]
     file_index: LineIndex
+    pieces: tuple[Span, ...] = ()
 
     def __post_init__(self) -> None:
         assert len(self.offsets) == len(self.text) + 1, "one offset per character plus the end"
@@ -72,21 +57,29 @@ class SourceSpan:
     def num_lines(self) -> int:
         return self.text.count("\n") + 1
 
+    @property
+    def content(self) -> Span:
+        """From the first literal's contents to the end of the last one's (the infill middle)."""
+        if not self.pieces:
+            return Span(self.offsets[0], self.offsets[-1])
+        return Span(self.pieces[0].start, self.pieces[-1].end)
+
+    def file_span(self, start: int, end: int) -> Span:
+        """The file span of the generated text `text[start:end]` (end exclusive, `start < end`)."""
+        return Span(self.offsets[start], self.offsets[end - 1] + 1)
+
     def to_file(self, line: int, column: int = 1) -> tuple[int, int]:
         """Map a 1-based (line, column) in `text` to a 1-based (line, column) in the file.
 
-        Out-of-range columns clamp to the end of that generated line.
+        Out-of-range lines and columns clamp to the text and to the end of that generated line.
         """
-        gen = LineIndex.of(self.text)
-        line = min(max(line, 1), len(gen.starts))
-        start = gen.starts[line - 1]
-        end = gen.starts[line] - 1 if line < len(gen.starts) else len(self.text)
-        pos = min(start + max(column, 1) - 1, end)
-        return self.file_index.position(self.offsets[pos])
+        pos = LineIndex.of(self.text).offset_at(line, column)
+        return self.file_index.line_column(self.offsets[pos])
 
     def concat(self, other: SourceSpan) -> SourceSpan:
         """`self + other` (the `+` operator on two mappable literals)."""
-        return SourceSpan(self.text + other.text, self.offsets[:-1] + other.offsets, self.file_index)
+        return SourceSpan(self.text + other.text, self.offsets[:-1] + other.offsets, self.file_index,
+                          self.pieces + other.pieces)
 
 
 def scan_literal(source: str, start: int, end: int, index: LineIndex | None = None) -> SourceSpan:
@@ -98,28 +91,17 @@ def scan_literal(source: str, start: int, end: int, index: LineIndex | None = No
     index = index or LineIndex.of(source)
     chars: list[str] = []
     offsets: list[int] = []
+    pieces: list[Span] = []
     pos = start
-    found = False
     while True:
         pos = _skip_trivia(source, pos, end)
         if pos >= end:
             break
-        pos = _scan_one(source, pos, end, chars, offsets)
-        found = True
-    if not found:
+        pos = _scan_one(source, pos, end, chars, offsets, pieces)
+    if not pieces:
         raise LiteralScanError(f"no string literal at offset {start}")
-    offsets.append(_end_of_last_content(source, start, end, offsets))
-    return SourceSpan("".join(chars), tuple(offsets), index)
-
-
-def _end_of_last_content(source: str, start: int, end: int, offsets: list[int]) -> int:
-    # Offset just after the value's last character: the closing quote(s) of the last literal.
-    if offsets:
-        return offsets[-1] + 1
-    q = end - 1
-    while q > start and source[q] in "\"'":
-        q -= 1
-    return q + 1
+    offsets.append(pieces[-1].end)
+    return SourceSpan("".join(chars), tuple(offsets), index, tuple(pieces))
 
 
 def _skip_trivia(source: str, pos: int, end: int) -> int:
@@ -127,11 +109,10 @@ def _skip_trivia(source: str, pos: int, end: int) -> int:
         ch = source[pos]
         if ch in " \t\r\n\f":
             pos += 1
-        elif ch == "\\" and source.startswith("\n", pos + 1):
-            pos += 2
+        elif ch == "\\" and source.startswith(("\n", "\r"), pos + 1):
+            pos += 3 if source.startswith("\r\n", pos + 1) else 2
         elif ch == "#":
-            nl = source.find("\n", pos, end)
-            pos = end if nl < 0 else nl + 1
+            pos = _line_end(source, pos, end)
         elif ch in "()":  # a parenthesised literal
             pos += 1
         else:
@@ -139,7 +120,21 @@ def _skip_trivia(source: str, pos: int, end: int) -> int:
     return pos
 
 
-def _scan_one(source: str, pos: int, end: int, chars: list[str], offsets: list[int]) -> int:
+def _line_end(source: str, pos: int, end: int) -> int:
+    """Offset just past the line break that ends the line holding `pos` (or `end`)."""
+    while pos < end and source[pos] not in "\r\n":
+        pos += 1
+    return min(pos + _newline_len(source, pos), end)
+
+
+def _newline_len(source: str, i: int) -> int:
+    """Length of the line break at `i` ("\\r\\n": 2, "\\n" or "\\r": 1), 0 when there is none."""
+    if source.startswith("\r\n", i):
+        return 2
+    return 1 if source.startswith(("\n", "\r"), i) else 0
+
+
+def _scan_one(source: str, pos: int, end: int, chars: list[str], offsets: list[int], pieces: list[Span]) -> int:
     m = _PREFIX.match(source, pos)
     prefix = m.group(0).lower() if m else ""
     q = pos + len(prefix)
@@ -154,9 +149,14 @@ def _scan_one(source: str, pos: int, end: int, chars: list[str], offsets: list[i
         if i >= end:
             raise LiteralScanError(f"unterminated string literal starting at offset {pos}")
         if source.startswith(quote, i):
+            pieces.append(Span(q + len(quote), i))
             return i + len(quote)
         ch = source[i]
-        if ch == "\\":
+        if ch in "\r\n":  # a line break in a triple-quoted literal: "\\n" in the value, as Python reads it
+            chars.append("\n")
+            offsets.append(i)
+            i += _newline_len(source, i)
+        elif ch == "\\":
             i = _scan_escape(source, i, is_raw, chars, offsets)
         elif is_f and ch in "{}":
             if source.startswith(ch * 2, i):
@@ -173,6 +173,11 @@ def _scan_one(source: str, pos: int, end: int, chars: list[str], offsets: list[i
 
 def _scan_escape(source: str, i: int, is_raw: bool, chars: list[str], offsets: list[int]) -> int:
     nxt = source[i + 1] if i + 1 < len(source) else ""
+    if nxt == "\r":  # backslash + line break: a continuation, or (raw) a backslash and a "\\n"
+        if is_raw:
+            chars.extend(("\\", "\n"))
+            offsets.extend((i, i + 1))
+        return i + 1 + _newline_len(source, i + 1)
     if is_raw:  # raw strings keep the backslash and the next character (even a quote)
         chars.extend(("\\", nxt))
         offsets.extend((i, i + 1))

@@ -6,19 +6,19 @@ Not covered: lenses on files without `class ModelNew` (references get the genera
 from __future__ import annotations
 
 from cudice.server.features.display import lens_title
-from cudice.server.features.outline import Outline
-from cudice.server.features.positions import LineIndex
 from cudice.server.protocol import CMD_VERIFY
+from cudice.verifier.document import Document
+from cudice.verifier.positions import LineIndex
 from cudice.verifier.result import VerifyResult
 from lsprotocol import types as lsp
 
 
-def code_lenses(*, uri: str, source: str, outline: Outline, result: VerifyResult | None, is_running: bool,
-                required_speedup: float = 1.0, encoding: str = "utf-16") -> list[lsp.CodeLens]:
-    cls = outline.model_new
+def code_lenses(*, uri: str, doc: Document, index: LineIndex, result: VerifyResult | None, is_running: bool,
+                required_speedup: float = 1.0) -> list[lsp.CodeLens]:
+    """`index` is the document's line index in the client's position encoding."""
+    cls = doc.model_new
     if cls is None:
         return []
-    index = LineIndex.of(source, encoding)
     line = index.line_of(cls.span.start)
     rng = lsp.Range(lsp.Position(line, 0), lsp.Position(line, 0))
     if is_running:

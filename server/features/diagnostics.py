@@ -17,9 +17,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from cudice.server.features.outline import Outline
-from cudice.server.features.positions import LineIndex
 from cudice.server.protocol import DIAGNOSTIC_SOURCE
+from cudice.verifier.document import Document
+from cudice.verifier.positions import LineIndex
 from cudice.verifier.result import Diagnostic, Location, Verdict, VerifyResult
 from lsprotocol import types as lsp
 
@@ -67,20 +67,18 @@ def _same_file(a: str, b: str) -> bool:
 
 def location_range(index: LineIndex, loc: Location) -> lsp.Range:
     """1-based verifier location -> LSP range; no end means "to the end of that line"."""
-    line = min(max(loc.line - 1, 0), index.num_lines - 1)
-    start = index.position(index.starts[line] + max(loc.column - 1, 0))
+    start = index.position(index.offset_at(loc.line, loc.column))
     if loc.end_line is not None and loc.end_column is not None:
-        end_line = min(max(loc.end_line - 1, line), index.num_lines - 1)
-        end = index.position(index.starts[end_line] + max(loc.end_column - 1, 0))
+        end = index.position(index.offset_at(max(loc.end_line, loc.line), loc.end_column))
     else:
-        end = (line, index.units(index.line_text(line)))
+        end = (start[0], index.units(index.line_text(start[0])))
     if end < start:
         end = start
     return lsp.Range(lsp.Position(*start), lsp.Position(*end))
 
 
-def _anchor(index: LineIndex, outline: Outline) -> lsp.Range:
-    cls = outline.model_new
+def _anchor(index: LineIndex, doc: Document) -> lsp.Range:
+    cls = doc.model_new
     if cls is not None:
         s, e = index.position(cls.name_span.start), index.position(cls.name_span.end)
         return lsp.Range(lsp.Position(*s), lsp.Position(*e))
@@ -92,7 +90,7 @@ def _related_range(path: str, loc: Location) -> lsp.Range:
     return lsp.Range(lsp.Position(line, col), lsp.Position(line, col))
 
 
-def to_lsp(diag: Diagnostic, *, path: str, index: LineIndex, outline: Outline,
+def to_lsp(diag: Diagnostic, *, path: str, index: LineIndex, doc: Document,
            support: ClientSupport, base: str) -> lsp.Diagnostic:
     """One verifier diagnostic -> one LSP diagnostic in the document at `path`."""
     message = diag.message
@@ -100,7 +98,7 @@ def to_lsp(diag: Diagnostic, *, path: str, index: LineIndex, outline: Outline,
     if loc is not None and _same_file(loc.path, path):
         rng = location_range(index, loc)
     else:
-        rng = _anchor(index, outline)
+        rng = _anchor(index, doc)
         if loc is not None:
             message = f"{os.path.basename(loc.path)}:{loc.line}: {message}"
     related: list[lsp.DiagnosticRelatedInformation] | None = None
@@ -124,16 +122,16 @@ def to_lsp(diag: Diagnostic, *, path: str, index: LineIndex, outline: Outline,
     )
 
 
-def result_diagnostics(result: VerifyResult, *, path: str, source: str, outline: Outline,
+def result_diagnostics(result: VerifyResult, *, path: str, doc: Document, index: LineIndex,
                        support: ClientSupport, compile_only_reason: str | None = None,
-                       base: str | None = None, encoding: str = "utf-16") -> list[lsp.Diagnostic]:
-    """All diagnostics of `result` for the document `path` whose text is `source`."""
+                       base: str | None = None) -> list[lsp.Diagnostic]:
+    """All diagnostics of `result` for the document `doc` at `path`; `index` is its line index in
+    the client's position encoding."""
     base = base or docs_base()
-    index = LineIndex.of(source, encoding)
     out: list[lsp.Diagnostic] = []
     seen: set[tuple[int, int, int, int, str, str]] = set()
     for d in result.diagnostics:  # one diagnostic per problem: a finding reported twice (fast check and
-        found = to_lsp(d, path=path, index=index, outline=outline, support=support, base=base)  # build) once
+        found = to_lsp(d, path=path, index=index, doc=doc, support=support, base=base)  # build) once
         r = found.range
         key = (r.start.line, r.start.character, r.end.line, r.end.character, str(found.code), found.message)
         if key not in seen:
@@ -143,7 +141,7 @@ def result_diagnostics(result: VerifyResult, *, path: str, source: str, outline:
         # A failure with no located finding (a crashed or timed-out worker): never fail silently.
         detail = (result.error or "").strip().splitlines()[-1:] or ["no details were reported"]
         out.append(lsp.Diagnostic(
-            range=_anchor(index, outline),
+            range=_anchor(index, doc),
             message=f"Verification ended with `{result.verdict.value}` at the {result.stage.value} stage: {detail[0]}",
             severity=lsp.DiagnosticSeverity.Error, code=FAILED_CODE, source=DIAGNOSTIC_SOURCE,
             code_description=lsp.CodeDescription(href=f"{docs_base('server.md')}#{FAILED_CODE}")
@@ -153,7 +151,7 @@ def result_diagnostics(result: VerifyResult, *, path: str, source: str, outline:
     if result.compile_only and result.verdict is Verdict.COMPILED and not verifier_said_why:
         why = compile_only_reason or "compile-only mode is on (cudice.verify.compileOnly)"
         out.append(lsp.Diagnostic(
-            range=_anchor(index, outline),
+            range=_anchor(index, doc),
             message=f"Compiles. No correctness or speedup measured: {why}.",
             severity=lsp.DiagnosticSeverity.Information,
             code=COMPILE_ONLY_CODE,

@@ -2,7 +2,8 @@
 
 - `candidate_path(reference)`: `relu.py` -> `relu_cuda.py` beside it.
 - `candidate_text(text, reference_name)`: the generated file, with a `# cudice: reference=` line
-  when the model's file has no `Model` of its own (the verifier's reference convention).
+  when the model's file names no reference of its own (no `Model` + `get_inputs`, no reference
+  comment: the verifier's reference convention, read by the document model).
 - `resolve_span(arg, source)`: the infill command's range argument (offsets or an LSP range)
   -> code-point offsets, or the reason it is unusable.
 - `cursor_to_middle(...)`: a cursor or one-line range -> the middle the code action would use.
@@ -20,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from cudice.server.features.code_actions import infill_target
-from cudice.server.features.outline import REFERENCE_RE, Outline, Span
-from cudice.server.features.positions import LineIndex
+from cudice.verifier.document import Document, parse_document
+from cudice.verifier.positions import LineIndex, Span
 from lsprotocol import types as lsp
 
 _FENCE = re.compile(r"```(?:python|py)?\n(.*?)```", re.DOTALL)
@@ -37,8 +38,7 @@ def candidate_text(text: str, reference_name: str) -> str:
     m = _FENCE.search(text)
     code = m.group(1) if m else text
     code = code.strip("\n") + "\n"
-    has_model = re.search(r"^class\s+Model\s*\(", code, re.MULTILINE) is not None
-    if not has_model and REFERENCE_RE.search(code) is None:
+    if parse_document(code, "generated.py", require_candidate=False).reference.origin == "none":
         code = f"# cudice: reference={reference_name}\n{code}"
     return code
 
@@ -62,12 +62,12 @@ def resolve_span(arg: Any, source: str, encoding: str = "utf-16") -> Span | str:
     return Span(start, end)
 
 
-def cursor_to_middle(span: Span, source: str, outline: Outline) -> Span | str:
+def cursor_to_middle(span: Span, doc: Document) -> Span | str:
     """A cursor (an empty or one-line range, as palette commands send) -> the middle the code action
     would infill; a multi-line selection is taken as the middle itself."""
-    if "\n" in source[span.start:span.end].rstrip("\n"):
+    if "\n" in doc.text[span.start:span.end].rstrip("\n"):
         return span
-    target = infill_target(source, outline, span.start)
+    target = infill_target(doc, span.start)
     if target is None:
         return "put the cursor inside the CUDA source string (or select the lines to rewrite)"
     return target

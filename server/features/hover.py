@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import re
 
-from cudice.server.features.outline import Outline, Span
+from cudice.verifier.document import Document
+from cudice.verifier.positions import Span
 
 _IDENT = re.compile(r"\w+")
 
@@ -24,23 +25,21 @@ def _word_at(source: str, offset: int) -> Span | None:
     return Span(m.start(), m.end())
 
 
-def hover_target(source: str, outline: Outline, offset: int) -> Span | None:
+def hover_target(doc: Document, offset: int) -> Span | None:
     """The span the hover is about, or None when `offset` is not on a cudice element."""
-    cls = outline.model_new
-    if cls is not None:
-        header_end = source.find(":", cls.name_span.end)
-        header = Span(cls.span.start, header_end if header_end >= 0 else cls.name_span.end)
-        if header.contains(offset):
-            return cls.name_span
-    for k in outline.kernels:
+    source = doc.text
+    cls = doc.model_new
+    if cls is not None and cls.header.contains(offset):
+        return cls.name_span
+    for k in doc.kernels:
         if k.span.contains(offset):
             return k.span
     word = _word_at(source, offset)
-    names = {k.name for k in outline.kernels}
-    names.update(f for c in outline.load_inline_calls for f in c.functions)
+    names = {k.name for k in doc.kernels}
+    names.update(f for c in doc.load_inline_calls for f in c.functions or ())
     if word is not None and source[word.start:word.end] in names:
         return word
-    for call in outline.load_inline_calls:
+    for call in doc.load_inline_calls:
         if call.span.contains(offset):
             return call.span
     return None

@@ -89,7 +89,7 @@ class Editor:
 
     # -- editor behaviour ----------------------------------------------------------------------
     def _apply(self, params: lsp.ApplyWorkspaceEditParams) -> lsp.ApplyWorkspaceEditResult:
-        from cudice.server.features.positions import LineIndex
+        from cudice.verifier.positions import LineIndex
 
         changes: list[tuple[str, int | None, list[lsp.TextEdit]]] = []
         for change in params.edit.document_changes or []:

@@ -9,7 +9,8 @@ from cudice.server.features.code_actions import ModelAvailability, code_actions,
 from cudice.server.features.code_lens import code_lenses
 from cudice.server.features.display import hover_markdown, lens_title
 from cudice.server.features.hover import hover_target
-from cudice.server.features.outline import outline
+from cudice.verifier.document import Document, parse_document
+from cudice.verifier.positions import LineIndex
 from cudice.verifier.result import (
     Diagnostic,
     Location,
@@ -23,6 +24,10 @@ from cudice.verifier.result import (
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 READY = ModelAvailability(True)
 LOADING = ModelAvailability(False, "the model is loading")
+
+
+def _doc(source: str) -> Document:
+    return parse_document(source, "x.py", require_candidate=False)
 CORRECT = VerifyResult(Verdict.CORRECT, Stage.TIMING, "c.py", candidate=Timing(0.1, 0.09, 0.12, 0.095, 0.105, 30),
                        reference=Timing(0.231, 0.22, 0.25, 0.225, 0.235, 30), speedup=2.3149, speedup_min=2.1,
                        speedup_max=2.5, num_correct_trials=5, num_trials=5, gpu_name="NVIDIA H200",
@@ -31,8 +36,8 @@ CORRECT = VerifyResult(Verdict.CORRECT, Stage.TIMING, "c.py", candidate=Timing(0
 
 def _actions(source: str, needle: str, model: ModelAvailability = READY, disabled_support: bool = True) -> list:
     at = source.index(needle)
-    return code_actions(uri="file:///x.py", source=source, outline=outline(source), start=at, end=at, version=3,
-                        model=model, disabled_support=disabled_support)
+    return code_actions(uri="file:///x.py", doc=_doc(source), start=at, end=at, version=3, model=model,
+                        disabled_support=disabled_support)
 
 
 def test_generate_is_offered_inside_a_module_class_only() -> None:
@@ -55,33 +60,38 @@ def test_actions_are_disabled_with_the_reason_or_say_it_in_the_title() -> None:
 
 def test_infill_targets_the_empty_body_else_the_whole_string() -> None:
     cand = (EXAMPLES / "relu_cuda.py").read_text()
-    o = outline(cand)
+    o = _doc(cand)
     content = o.cuda_strings[0].content
-    assert infill_target(cand, o, cand.index("int64_t i = (int64_t)blockIdx")) == content  # a full body: whole string
+    assert content is not None
+    assert infill_target(o, cand.index("int64_t i = (int64_t)blockIdx")) == content  # a full body: whole string
     empty = cand.replace(cand[cand.index("{", cand.index("__global__")) + 1:cand.index("}\n\ntorch::")], "\n")
-    o2 = outline(empty)
     body = empty.index("{", empty.index("__global__")) + 1
-    span = infill_target(empty, o2, body)
+    span = infill_target(_doc(empty), body)
     assert span is not None and (span.start, span.end) == (body, body + 1)
+    commented = empty.replace("{\n}", "{\n    // TODO\n}", 1)  # a body holding only a comment is empty too
+    span = infill_target(_doc(commented), commented.index("TODO"))
+    assert span is not None and commented[span.start - 1] == "{" and commented[span.end] == "}"
     marked = cand.replace("int64_t i = (int64_t)blockIdx", "// cudice: infill\n    int64_t i = (int64_t)blockIdx")
-    span = infill_target(marked, outline(marked), marked.index("cudice: infill"))
+    span = infill_target(_doc(marked), marked.index("cudice: infill"))
     assert span is not None and marked[span.start - 1] == "{" and marked[span.end] == "}"
-    assert infill_target(cand, o, cand.index("class ModelNew")) is None
+    assert infill_target(o, cand.index("class ModelNew")) is None
     (action,) = _actions(cand, "int64_t i = (int64_t)blockIdx")
     assert action.command.arguments == ["file:///x.py", {"start": content.start, "end": content.end}, 3]
 
 
 def test_hover_targets() -> None:
     cand = (EXAMPLES / "relu_cuda.py").read_text()
-    o = outline(cand)
-    assert hover_target(cand, o, cand.index("class ModelNew") + 2) == o.model_new.name_span
+    o = _doc(cand)
+    assert o.model_new is not None
+    assert hover_target(o, cand.index("class ModelNew") + 2) == o.model_new.name_span
+    assert hover_target(o, cand.index("nn.Module):", cand.index("class ModelNew")) + 3) == o.model_new.name_span
     k = cand.index("relu_kernel")
-    assert hover_target(cand, o, k + 3) == o.kernels[0].span
+    assert hover_target(o, k + 3) == o.kernels[0].span
     use = cand.rindex("relu_cuda(x)")
-    span = hover_target(cand, o, use + 2)
+    span = hover_target(o, use + 2)
     assert span is not None and cand[span.start:span.end] == "relu_cuda"
-    assert hover_target(cand, o, cand.index("load_inline(") + 1) is not None
-    assert hover_target(cand, o, cand.index("import torch")) is None
+    assert hover_target(o, cand.index("load_inline(") + 1) is not None
+    assert hover_target(o, cand.index("import torch")) is None
 
 
 def test_lens_titles_and_hover_card() -> None:
@@ -102,14 +112,14 @@ def test_lens_titles_and_hover_card() -> None:
 
 def test_code_lens_states() -> None:
     cand = (EXAMPLES / "relu_cuda.py").read_text()
-    o = outline(cand)
+    o, index = _doc(cand), LineIndex.of(cand)
     line = cand[:cand.index("class ModelNew")].count("\n")
-    (lens,) = code_lenses(uri="u", source=cand, outline=o, result=None, is_running=False)
+    (lens,) = code_lenses(uri="u", doc=o, index=index, result=None, is_running=False)
     assert lens.range.start.line == line and lens.command.command == "cudice.verify"
     assert lens.command.title == "cudice: not verified yet · verify"
-    (lens,) = code_lenses(uri="u", source=cand, outline=o, result=CORRECT, is_running=True)
+    (lens,) = code_lenses(uri="u", doc=o, index=index, result=CORRECT, is_running=True)
     assert "verifying" in lens.command.title
-    (lens,) = code_lenses(uri="u", source=cand, outline=o, result=CORRECT, is_running=False)
+    (lens,) = code_lenses(uri="u", doc=o, index=index, result=CORRECT, is_running=False)
     assert lens.command.title == "✓ 2.31× vs PyTorch · H200 · re-verify"
     ref = (EXAMPLES / "relu.py").read_text()
-    assert code_lenses(uri="u", source=ref, outline=outline(ref), result=None, is_running=False) == []
+    assert code_lenses(uri="u", doc=_doc(ref), index=LineIndex.of(ref), result=None, is_running=False) == []

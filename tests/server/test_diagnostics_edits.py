@@ -13,14 +13,16 @@ from cudice.server.features.edits import (
     infill_edit,
     resolve_span,
 )
-from cudice.server.features.outline import Span, outline
-from cudice.server.features.positions import LineIndex
+from cudice.verifier.document import parse_document
+from cudice.verifier.positions import LineIndex, Span
 from cudice.verifier.result import Diagnostic, Location, Severity, Stage, Verdict, VerifyResult
 from lsprotocol import types as lsp
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 PATH = str(EXAMPLES / "relu_broken.py")
 SOURCE = (EXAMPLES / "relu_broken.py").read_text()
+DOC = parse_document(SOURCE, PATH, require_candidate=False)
+INDEX = LineIndex.of(SOURCE)
 
 
 def _result(*diags: Diagnostic, **kw: object) -> VerifyResult:
@@ -41,7 +43,7 @@ def test_diagnostic_fields_related_information_and_fallback() -> None:
     ref = str(EXAMPLES / "relu.py")
     d = Diagnostic(Severity.ERROR, 'undeclared "vv"', "compile.error", Stage.COMPILE, Location(PATH, 14, 18, 14, 20),
                    related=((Location(ref, 13, 9), "the reference computes this"),))
-    full = result_diagnostics(_result(d), path=PATH, source=SOURCE, outline=outline(SOURCE),
+    full = result_diagnostics(_result(d), path=PATH, doc=DOC, index=INDEX,
                               support=ClientSupport(True, True), base="file:///docs/diagnostics.md")
     (x,) = full
     assert x.source == "cudice" and x.code == "compile.error" and x.severity == lsp.DiagnosticSeverity.Error
@@ -49,7 +51,7 @@ def test_diagnostic_fields_related_information_and_fallback() -> None:
     assert x.related_information is not None
     assert x.related_information[0].location.uri == Path(ref).as_uri()
     assert x.related_information[0].location.range.start.line == 12
-    (y,) = result_diagnostics(_result(d), path=PATH, source=SOURCE, outline=outline(SOURCE),
+    (y,) = result_diagnostics(_result(d), path=PATH, doc=DOC, index=INDEX,
                               support=ClientSupport(False, False))
     assert y.related_information is None and y.code_description is None
     assert "relu.py:13: the reference computes this" in y.message
@@ -58,7 +60,7 @@ def test_diagnostic_fields_related_information_and_fallback() -> None:
 def test_findings_in_other_files_or_without_location_are_anchored_at_model_new() -> None:
     other = Diagnostic(Severity.ERROR, "bad shape", "correctness.shape", Stage.CORRECTNESS, Location("/x/ref.py", 7))
     nowhere = Diagnostic(Severity.WARNING, "slow", "timing.slow", Stage.TIMING, None)
-    a, b = result_diagnostics(_result(other, nowhere), path=PATH, source=SOURCE, outline=outline(SOURCE),
+    a, b = result_diagnostics(_result(other, nowhere), path=PATH, doc=DOC, index=INDEX,
                               support=ClientSupport())
     line = SOURCE[:SOURCE.index("class ModelNew")].count("\n")
     assert a.range.start.line == b.range.start.line == line
@@ -68,38 +70,42 @@ def test_findings_in_other_files_or_without_location_are_anchored_at_model_new()
 def test_one_problem_gives_one_diagnostic() -> None:
     err = Diagnostic(Severity.ERROR, 'undeclared "vv"', "compile.error", Stage.COMPILE, Location(PATH, 14, 18, 14, 20))
     other = Diagnostic(Severity.ERROR, 'undeclared "ww"', "compile.error", Stage.COMPILE, Location(PATH, 14, 18, 14, 20))
-    found = result_diagnostics(_result(err, err, other), path=PATH, source=SOURCE, outline=outline(SOURCE),
+    found = result_diagnostics(_result(err, err, other), path=PATH, doc=DOC, index=INDEX,
                                support=ClientSupport())
     assert [d.message for d in found] == ['undeclared "vv"', 'undeclared "ww"']
 
 
 def test_compile_only_says_why_once() -> None:
     compiled = _result(verdict=Verdict.COMPILED, compile_only=True)
-    (info,) = result_diagnostics(compiled, path=PATH, source=SOURCE, outline=outline(SOURCE),
+    (info,) = result_diagnostics(compiled, path=PATH, doc=DOC, index=INDEX,
                                  support=ClientSupport(), compile_only_reason="no GPU here")
     assert info.code == "server.compile_only" and "no GPU here" in info.message
     verifier_says = Diagnostic(Severity.INFORMATION, "No CUDA GPU here", "verify.no_gpu", Stage.COMPILE, None)
     diags = result_diagnostics(_result(verifier_says, verdict=Verdict.COMPILED, compile_only=True), path=PATH,
-                               source=SOURCE, outline=outline(SOURCE), support=ClientSupport())
+                               doc=DOC, index=INDEX, support=ClientSupport())
     assert [d.code for d in diags] == ["verify.no_gpu"]
 
 
 def test_a_failure_without_findings_is_never_silent() -> None:
     crash = _result(verdict=Verdict.CRASH, error="Traceback ...\nRuntimeError: CUDA error: illegal memory access")
-    (d,) = result_diagnostics(crash, path=PATH, source=SOURCE, outline=outline(SOURCE), support=ClientSupport())
+    (d,) = result_diagnostics(crash, path=PATH, doc=DOC, index=INDEX, support=ClientSupport())
     assert d.code == "server.verify_failed" and d.severity == lsp.DiagnosticSeverity.Error
     assert "`crash`" in d.message and "illegal memory access" in d.message
     located = Diagnostic(Severity.ERROR, "bad", "runtime.exception", Stage.LOAD, Location(PATH, 3))
     assert [x.code for x in result_diagnostics(_result(located, verdict=Verdict.RUNTIME_ERROR), path=PATH,
-            source=SOURCE, outline=outline(SOURCE), support=ClientSupport())] == ["runtime.exception"]
+            doc=DOC, index=INDEX, support=ClientSupport())] == ["runtime.exception"]
 
 
 def test_candidate_file_name_and_text() -> None:
     assert candidate_path("/w/relu.py") == Path("/w/relu_cuda.py")
     text = candidate_text("Here it is:\n```python\nclass ModelNew(nn.Module):\n    pass\n```\nbye", "relu.py")
     assert text == "# cudice: reference=relu.py\nclass ModelNew(nn.Module):\n    pass\n"
-    own = candidate_text("class Model(nn.Module):\n    pass\nclass ModelNew(Model):\n    pass\n", "relu.py")
-    assert not own.startswith("# cudice")
+    own = "class Model(nn.Module):\n    pass\nclass ModelNew(nn.Module):\n    pass\ndef get_inputs():\n    return []\n"
+    assert candidate_text(own, "relu.py") == own  # its own reference: no comment
+    named = "import torch\n\nclass ModelNew(nn.Module):  # cudice: reference=other.py\n    pass\n"
+    assert candidate_text(named, "relu.py") == named  # it names one already, in a trailing comment
+    half = "class Model(nn.Module):\n    pass\nclass ModelNew(nn.Module):\n    pass\n"  # no get_inputs: not a reference
+    assert candidate_text(half, "relu.py") == "# cudice: reference=relu.py\n" + half
 
 
 def test_resolve_span_accepts_offsets_and_ranges_and_explains_bad_ones() -> None:
@@ -113,15 +119,14 @@ def test_resolve_span_accepts_offsets_and_ranges_and_explains_bad_ones() -> None
 
 
 def test_a_cursor_becomes_the_code_actions_middle_and_a_selection_stays() -> None:
-    o = outline(SOURCE)
-    content = o.cuda_strings[0].content
+    content = DOC.cuda_strings[0].content
     at = SOURCE.index("int i = blockIdx")
-    assert cursor_to_middle(Span(at, at), SOURCE, o) == content
+    assert content is not None and cursor_to_middle(Span(at, at), DOC) == content
     line_end = SOURCE.index("\n", at)
-    assert cursor_to_middle(Span(at - 4, line_end), SOURCE, o) == content  # Neovim's one-line range
+    assert cursor_to_middle(Span(at - 4, line_end), DOC) == content  # Neovim's one-line range
     many = Span(at, SOURCE.index("}", at))
-    assert cursor_to_middle(many, SOURCE, o) == many
-    assert "cursor inside the CUDA" in str(cursor_to_middle(Span(0, 0), SOURCE, o))
+    assert cursor_to_middle(many, DOC) == many
+    assert "cursor inside the CUDA" in str(cursor_to_middle(Span(0, 0), DOC))
 
 
 def test_extract_middle_keeps_prefix_and_suffix() -> None:
@@ -132,7 +137,8 @@ def test_extract_middle_keeps_prefix_and_suffix() -> None:
 
 def test_infill_edit_applied_equals_splicing_the_text() -> None:
     text = SOURCE
-    span = outline(text).cuda_strings[0].content
+    span = DOC.cuda_strings[0].content
+    assert span is not None
     middle = "\n__global__ void k() {}\n😀\n"
     for versioned in (True, False):
         edit = infill_edit("file:///r.py", 7, text, span, middle, document_changes=versioned)

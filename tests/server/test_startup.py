@@ -18,7 +18,7 @@ NOT_BEFORE_INITIALIZE = (
     "cudice.server.generation", "cudice.server.verification", "cudice.server.workers.model",
     "cudice.server.workers.quick", "cudice.server.workers.verify", "cudice.server.workers.protocol",
     "cudice.model.generation", "cudice.server.results",
-    "cudice.server.features.outline", "cudice.server.features.code_actions", "cudice.server.features.display",
+    "cudice.verifier.document", "cudice.server.features.code_actions", "cudice.server.features.display",
     "cudice.server.lsp_cli",
 )
 

@@ -61,11 +61,17 @@ def test_path_watcher_debounces_a_burst_into_one_call(tmp_path: Path) -> None:
 
 def test_result_cache_round_trips_through_disk_and_keys_on_everything(tmp_path: Path) -> None:
     result = VerifyResult(Verdict.CORRECT, Stage.TIMING, "c.py", speedup=2.0, gpu_name="NVIDIA H200")
-    key = result_key("src", "ref", {"num_trials": 5})
+    key = result_key("src", "/w/ref.py", "ref", {"num_trials": 5})
     ResultCache(tmp_path).put(key, result)
     assert ResultCache(tmp_path).get(key) == result  # a fresh cache reads it from disk
-    assert len({key, result_key("src2", "ref", {"num_trials": 5}), result_key("src", "ref2", {"num_trials": 5}),
-                result_key("src", "ref", {"num_trials": 6})}) == 4
+    others = {result_key("src2", "/w/ref.py", "ref", {"num_trials": 5}),
+              result_key("src", "/w/ref.py", "ref2", {"num_trials": 5}),
+              result_key("src", "/v/ref.py", "ref", {"num_trials": 5}),  # same text, another reference file
+              result_key("src", "/w/ref.py", "", {"num_trials": 5}),  # an empty reference is not a missing one
+              result_key("src", "/w/ref.py", None, {"num_trials": 5}),
+              result_key("src", None, None, {"num_trials": 5}),
+              result_key("src", "/w/ref.py", "ref", {"num_trials": 6})}
+    assert len({key, *others}) == 8 and key == result_key("src", "/w/ref.py", "ref", {"num_trials": 5})
     (tmp_path / f"{key}.json").write_text("{not json")
     assert ResultCache(tmp_path).get(key) is None
 
@@ -96,8 +102,8 @@ def test_the_reload_marker_is_the_one_the_trainer_writes() -> None:
 def test_a_copied_file_does_not_reuse_the_originals_verdict(tmp_path: Path) -> None:
     """Diagnostics in a cached verdict name their file: the cache key must include the path."""
     from cudice.server.app import create_server
-    from cudice.server.features.outline import outline
     from cudice.server.verification import _key
+    from cudice.verifier.document import parse_document
 
     ls = create_server()
     source = (Path(__file__).resolve().parents[2] / "examples" / "relu_broken.py").read_text()
@@ -105,11 +111,11 @@ def test_a_copied_file_does_not_reuse_the_originals_verdict(tmp_path: Path) -> N
     (tmp_path / "b").mkdir()
     for d in ("a", "b"):
         (tmp_path / d / "relu.py").write_text("# same reference\n")
-    o = outline(source)
-    key_a = _key(ls, str(tmp_path / "a" / "relu_broken.py"), source, o)
-    key_b = _key(ls, str(tmp_path / "b" / "relu_broken.py"), source, o)
-    assert key_a != key_b
-    assert key_a == _key(ls, str(tmp_path / "a" / "relu_broken.py"), source, o)  # reopening still hits
+    def key(folder: str) -> str:
+        return _key(ls, parse_document(source, str(tmp_path / folder / "relu_broken.py"), require_candidate=False))
+
+    assert key("a") != key("b")
+    assert key("a") == key("a")  # reopening still hits
 
 
 def test_a_checkpoint_being_saved_by_the_trainer_reads_as_incomplete(tmp_path: Path) -> None:

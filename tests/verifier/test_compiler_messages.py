@@ -62,7 +62,7 @@ def test_messages_parse_and_map_into_the_py_file() -> None:
     assert first.location is not None and (first.location.line, first.location.column) == (4, 9)
     # header warning dropped; header error and cudice-written main.cpp line point at the call
     assert all(d.severity is Severity.ERROR for d in diags)
-    call_line = doc.load_inline_calls[0].span.line
+    call_line = doc.location(doc.load_inline_calls[0].span).line
     assert [d.location.line for d in diags[1:] if d.location] == [call_line, call_line]
     assert "foo.h:3" in diags[1].message
 

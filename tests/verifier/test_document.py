@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 from cudice.verifier.document import parse_document, read_document
+from cudice.verifier.positions import LineIndex
 from cudice.verifier.reference import resolve_reference
 from cudice.verifier.result import Severity, Verdict
-from cudice.verifier.sourcemap import LineIndex, LiteralScanError, scan_literal
+from cudice.verifier.sourcemap import LiteralScanError, scan_literal
 
 
 def _span_of(text: str, literal: str):
@@ -29,6 +30,8 @@ def _span_of(text: str, literal: str):
         '"\\x41\\101\\u00e9\\N{BULLET}"',
         '"line\\\ncontinued"',
         'f"{{braces}}"',
+        '"""crlf\r\nline\rend"""',
+        '"a\\\r\nb"',
     ],
 )
 def test_scan_literal_value_equals_python_value(literal: str) -> None:
@@ -76,8 +79,8 @@ def test_examples_relu_broken_line_14_maps(examples_dir: Path) -> None:
     line, column = cuda.span.to_file(gen_line, col)
     assert (line, column) == (14, doc.text.splitlines()[13].index("vv") + 1)
     # the contents offsets delimit exactly the text between the quotes
-    assert doc.text[cuda.start_offset:cuda.end_offset] == cuda.text
-    assert doc.cuda_source_at(cuda.start_offset + 5) == cuda
+    assert cuda.content is not None and cuda.content.text(doc.text) == cuda.text and cuda.is_single_literal
+    assert doc.cuda_string_at(cuda.content.start + 5) == cuda
     assert doc.model_new is not None and doc.model_new.bases == ("nn.Module",)
     assert doc.model_new.forward_params == ("x",)
     assert doc.reference.origin == "comment" and doc.reference.path == "relu.py"
@@ -141,6 +144,75 @@ def test_explicit_reference_wins(examples_dir: Path) -> None:
 def test_raw_cu_kernels() -> None:
     doc = parse_document('// cudice: reference=relu.py\nextern "C" __global__ void relu(float* x) {}\n', "k.cu")
     assert doc.kind == "cu" and [k.name for k in doc.raw_kernels] == ["relu"]
-    assert doc.raw_kernels[0].span.line == 2 and doc.reference.path == "relu.py"
+    assert doc.location(doc.raw_kernels[0].span).line == 2 and doc.reference.path == "relu.py"
+    assert doc.raw_kernels[0].span.text(doc.text) == "relu"
     bad = parse_document("__global__ void k() {}\n", "k.cu")
     assert [d.code for d in bad.problems] == ["parse.no_kernel"]
+
+
+def test_document_lists_classes_cuda_strings_and_kernels(examples_dir: Path) -> None:
+    source = (examples_dir / "relu_broken.py").read_text()
+    doc = parse_document(source, str(examples_dir / "relu_broken.py"), require_candidate=False)
+    assert doc.reference.origin == "comment" and doc.reference.path == "relu.py"
+    assert doc.model_new is not None and doc.model_new.name_span.text(source) == "ModelNew"
+    assert doc.model_new.header.text(source) == "class ModelNew(nn.Module)"
+    assert [(c.name, c.is_module) for c in doc.classes] == [("ModelNew", True)]
+    (cuda,) = doc.cuda_strings
+    assert cuda.variable == "relu_source" and cuda.is_single_literal and cuda.content is not None
+    value = next(n.value.value for n in ast.parse(source).body
+                 if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "relu_source")
+    assert cuda.content.text(source) == value  # exactly the string's contents
+    (kernel,) = doc.kernels
+    assert kernel.name == "relu_kernel" and kernel.span.text(source) == "relu_kernel"
+    assert kernel.body is not None and source[kernel.body.start - 1] == "{" and source[kernel.body.end] == "}"
+    assert doc.load_inline_calls[0].functions == ("relu_cuda",)
+    assert doc.is_candidate and doc.cuda_string_at(kernel.span.start) == cuda
+
+
+def test_a_reference_and_broken_code(examples_dir: Path) -> None:
+    ref = parse_document((examples_dir / "relu.py").read_text(), "relu.py", require_candidate=False)
+    assert [(c.name, c.is_module) for c in ref.classes] == [("Model", True)]
+    assert ref.cuda_strings == () and ref.model_new is None and not ref.is_candidate
+    broken = parse_document("# cudice: reference=relu.py\nclass ModelNew(:\n", "b.py", require_candidate=False)
+    assert [d.code for d in broken.problems] == ["parse.syntax_error"] and broken.classes == ()
+    assert broken.reference.path == "relu.py"  # still known: the server watches it while the file is fixed
+
+
+def test_only_plain_literals_are_offered_as_replaceable() -> None:
+    src = ('k = "__global__ void a() {}" "\\n"\nm = f"__global__ void {x}() {{}}"\n'
+           'n = r"""__global__ void b() {}"""\nempty = """"""\n')
+    doc = parse_document(src, "s.py", require_candidate=False)
+    by_var = {s.variable: s for s in doc.cuda_strings}
+    assert by_var["k"].mappable and not by_var["k"].is_single_literal  # implicit concatenation
+    assert "m" not in by_var  # an f-string is not a constant: not CUDA text that can be placed
+    n = by_var["n"]
+    assert n.is_single_literal and n.content is not None and n.content.text(src) == "__global__ void b() {}"
+    assert [k.name for k in doc.kernels] == ["a", "b"]
+    assert all(s.index == -1 for s in doc.cuda_strings)  # no load_inline call receives them
+
+
+def test_kernels_in_comments_are_not_kernels_and_templates_are() -> None:
+    src = ('cuda = """\n// __global__ void ghost(float* x) {}\n'
+           'template <typename T>\n__global__ void __launch_bounds__(256) tk(T* x) { x[0] = T(); }\n"""\n')
+    doc = parse_document(src, "t.py", require_candidate=False)
+    (k,) = doc.kernels
+    assert k.name == "tk" and k.span.text(src) == "tk" and k.body is not None
+    assert k.body.text(src).strip() == "x[0] = T();"
+
+
+@pytest.mark.parametrize("comment", [
+    "# cudice: reference=relu.py\n",
+    "import torch\n\nclass ModelNew:\n    # cudice: reference=relu.py\n    pass\n",  # indented
+    "import torch  # cudice: reference=relu.py\nclass ModelNew:\n    pass\n",  # trailing
+])
+def test_reference_comments_are_found_indented_and_trailing(comment: str) -> None:
+    doc = parse_document(comment, "/w/cand.py", require_candidate=False)
+    assert doc.reference.origin == "comment" and doc.reference.path == "relu.py"
+    assert doc.reference.span is not None and doc.reference.span.text(comment).startswith("# cudice:")
+
+
+def test_a_reference_comment_inside_a_string_is_not_one() -> None:
+    src = 'doc = """\n# cudice: reference=wrong.py\n"""\n# cudice: reference=right.py\n'
+    assert parse_document(src, "c.py", require_candidate=False).reference.path == "right.py"
+    only_string = 's = "# cudice: reference=wrong.py"\n'
+    assert parse_document(only_string, "c.py", require_candidate=False).reference.origin == "none"
