@@ -32,8 +32,8 @@ from cudice.server.features.diagnostics import ClientSupport, result_diagnostics
 from cudice.server.progress import WorkProgress
 from cudice.server.results import result_key
 from cudice.server.workers.verify import VerifyRequest
-from cudice.verifier.gpu_probe import gpu_absent_reason
 from cudice.verifier.document import Document
+from cudice.verifier.gpu_probe import gpu_absent_reason
 from cudice.verifier.reference import reference_path as resolved_reference_path
 from cudice.verifier.result import Stage, VerifyResult
 from lsprotocol import types as lsp

@@ -119,7 +119,7 @@ class _Judge:
             self.ref_source = reference_only_source(self.ref_source)
         self.doc = parse_document(job["candidate_source"], self.cand_path)
         self.ref_doc = parse_document(job["reference_source"], self.ref_path)
-        self.where = (self.doc.model_new.span.location(self.cand_path) if self.doc.model_new
+        self.where = (self.doc.index.location(self.doc.model_new.span, self.cand_path) if self.doc.model_new
                       else Location(self.cand_path, 1, 1))
         self.lenient = self.config.static_policy == "lenient"
 

@@ -78,7 +78,7 @@ def _run(job: dict[str, Any], out: dict[str, Any], diags: list[Diagnostic], wall
     config = VerifyConfig(**cfg_dict)
     cand_path, ref_path = job["candidate_path"], job["reference_path"]
     doc = parse_document(job["candidate_source"], cand_path)
-    forward_loc = (doc.model_new.span.location(cand_path) if doc.model_new else Location(cand_path, 1, 1))
+    forward_loc = (doc.index.location(doc.model_new.span, cand_path) if doc.model_new else Location(cand_path, 1, 1))
     # 1. precision pinned for the reference: TF32 changes fp32 results beyond tight tolerances
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
