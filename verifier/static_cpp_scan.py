@@ -13,6 +13,7 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from cudice.verifier.positions import LineIndex
 from cudice.verifier.result import Diagnostic, Location, Severity, Stage
 
 # (1-based line, 1-based column) in the C++ text → a location in the user's file, or None.
@@ -146,9 +147,7 @@ def defined_kernel_names(cuda_texts: Iterable[str]) -> list[str]:
 
 
 def locate(unit: Unit, offset: int) -> Location | None:
-    line = unit.code.count("\n", 0, offset) + 1
-    col = offset - (unit.code.rfind("\n", 0, offset) + 1) + 1
-    return unit.src.locate(line, col)
+    return unit.src.locate(*LineIndex.of(unit.code).line_column(offset))
 
 
 def diag(unit: Unit, offset: int, code: str, message: str, severity: Severity = Severity.ERROR) -> Diagnostic:
