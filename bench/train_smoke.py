@@ -7,7 +7,7 @@
    and the peak GPU memory.
 2. BiC-RL: one end-to-end step of `run_stage` at the same shape (vocab cut to the tiny test
    tokenizer's, so sampled ids decode): rollouts through the fast sampler in KV-budgeted
-   micro-batches, rewards from the real verifier (`PoolBackend`, anti-cheat on) against the
+   micro-batches, rewards from the real verifier (`reward_pool`, anti-cheat on) against the
    bundled examples/relu.py and examples/softmax.py, PPO with 2 epochs × 2 minibatches.
    A random model never writes a correct kernel, so the first sample of each task gets its
    text replaced by the bundled correct candidate before verification ("planted"): the group
@@ -83,7 +83,7 @@ def rl_phase(tmp: Path) -> dict[str, float]:
     from cudice.model.tiny import make_tiny
     from cudice.model.train.config import ModelSetup, RLConfig
     from cudice.model.train.data import RLTask
-    from cudice.model.train.reward import PoolBackend, verifier_reward_fn
+    from cudice.model.train.reward import reward_pool, verifier_reward_fn
     from cudice.model.train.rl import run_stage
     from cudice.model.train.rollout import engine_rollout_fn, prompt_token_counter
 
@@ -98,7 +98,7 @@ def rl_phase(tmp: Path) -> dict[str, float]:
                       learning_rate=1e-6, ppo_epochs=2, num_minibatches=2, required_speedup=None,
                       rollout_memory_gib=0.5, setup=ModelSetup(precision="bf16-autocast", gradient_checkpointing=True))
     verify_seconds: list[float] = []
-    with PoolBackend(gpus=[0]) as backend:
+    with reward_pool(gpus=[0]) as backend:
         verified = verifier_reward_fn(backend)
 
         def reward(rollouts, cfg):  # type: ignore[no-untyped-def]

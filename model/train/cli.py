@@ -191,7 +191,7 @@ def rl_command(model_path: str, infill_data: str, e2e_data: str, out_dir: str, i
     from cudice.model.engine import Engine
     from cudice.model.train.config import RLConfig
     from cudice.model.train.data import load_rl_tasks
-    from cudice.model.train.reward import PoolBackend, verifier_reward_fn
+    from cudice.model.train.reward import reward_pool, verifier_reward_fn
     from cudice.model.train.rl import run_bic_rl
     from cudice.model.train.rollout import engine_rollout_fn, prompt_token_counter
 
@@ -216,7 +216,7 @@ def rl_command(model_path: str, infill_data: str, e2e_data: str, out_dir: str, i
     engine = Engine(loaded, fast=fast and lora_rank == 0 and loaded.model.device.type == "cuda")
     from cudice.verifier.config import VerifyConfig
 
-    backend = PoolBackend(VerifyConfig(static_policy=static_policy, required_speedup=required_speedup or 1.0),
+    backend = reward_pool(VerifyConfig(static_policy=static_policy, required_speedup=required_speedup or 1.0),
                           gpus=gpus, num_compile_workers=compile_workers)
     with backend:
         run_bic_rl(loaded.model, infill_tasks, e2e_tasks, infill_cfg, e2e_cfg,

@@ -173,25 +173,43 @@ def test_rollouts_run_in_microbatches_that_fit_the_budget_and_match_one_batch(tm
 
 
 def test_rewards_come_from_the_backend_and_anti_cheat_cannot_be_switched_off() -> None:
-    from cudice.model.train.reward import VerifyJob, check_reward_config, verifier_reward_fn
+    from concurrent.futures import Future
+
+    from cudice.model.train.reward import check_reward_config, verifier_reward_fn
+    from cudice.verifier.backends import VerifyBackend, VerifyJob
     from cudice.verifier.config import VerifyConfig
     from cudice.verifier.result import Stage, Verdict, VerifyResult
 
-    class Backend:
-        def __init__(self) -> None:
-            self.jobs: list[VerifyJob] = []
+    class Backend(VerifyBackend):
+        """Scripted verdicts; records the candidate and reference files as the verifier would read them."""
 
-        def verify_many(self, jobs: Sequence[VerifyJob]) -> list[VerifyResult]:
-            self.jobs.extend(jobs)
-            return [VerifyResult(Verdict.CORRECT if "fast" in j.candidate else Verdict.INCORRECT,
-                                 Stage.TIMING, "c.py", speedup=2.0, speedup_min=1.9) for j in jobs]
+        def __init__(self, config: VerifyConfig) -> None:
+            self.config = config
+            self.files: list[tuple[str, str, str | None]] = []  # (candidate text, reference text, key)
 
-    backend = Backend()
+        def _submit(self, job: VerifyJob, config: VerifyConfig) -> Future[VerifyResult]:
+            assert job.reference is not None and config is self.config
+            candidate = Path(job.path).read_text()
+            self.files.append((candidate, Path(job.reference).read_text(), job.key))
+            fut: Future[VerifyResult] = Future()
+            fut.set_result(VerifyResult(Verdict.CORRECT if "fast" in candidate else Verdict.INCORRECT,
+                                        Stage.TIMING, str(job.path), speedup=2.0, speedup_min=1.9))
+            return fut
+
+        def cancel(self, key: str) -> bool:
+            return False
+
+        def shutdown(self, *, cancel_pending: bool = True) -> None:
+            pass
+
+    backend = Backend(VerifyConfig())
     task = RLTask("e2e", 1, "class Model: ...", task_id="t")
     rollouts = [Rollout(task, [], [], [], "```python\nfast kernel\n```"), Rollout(task, [], [], [], "slow")]
     rewards = verifier_reward_fn(backend)(rollouts, RLConfig(stage="e2e"))
     assert rewards == [1.0, 0.0]
-    assert backend.jobs[0].candidate == "fast kernel\n" and backend.jobs[0].reference == "class Model: ..."
+    assert backend.files == [("fast kernel\n", "class Model: ...", "t-0#0"), ("slow", "class Model: ...", "t-1#1")]
+    with pytest.raises(ValueError, match="anti-cheat"):
+        verifier_reward_fn(Backend(VerifyConfig(static_policy="lenient")))
     with pytest.raises(ValueError, match="anti-cheat"):
         check_reward_config(VerifyConfig(static_policy="lenient"))
     with pytest.raises(ValueError, match="compile_only"):
@@ -199,8 +217,8 @@ def test_rewards_come_from_the_backend_and_anti_cheat_cannot_be_switched_off() -
 
 
 @pytest.mark.gpu
-def test_pool_backend_rewards_the_bundled_relu_kernel() -> None:
-    from cudice.model.train.reward import PoolBackend, VerifyJob
+def test_reward_pool_rewards_the_bundled_relu_kernel() -> None:
+    from cudice.model.train.reward import RewardJob, reward_pool, verify_texts
     from cudice.verifier.api import gpu_available
 
     if not gpu_available():
@@ -208,7 +226,7 @@ def test_pool_backend_rewards_the_bundled_relu_kernel() -> None:
     root = Path(__file__).parents[3] / "examples"
     candidate = (root / "relu_cuda.py").read_text()
     reference = (root / "relu.py").read_text()
-    with PoolBackend(gpus=[0]) as backend:
-        results = backend.verify_many([VerifyJob("relu", candidate, reference),
-                                       VerifyJob("junk", "class ModelNew: pass\n", reference)])
+    with reward_pool(gpus=[0]) as pool:
+        results = verify_texts(pool, [RewardJob("relu", candidate, reference),
+                                      RewardJob("junk", "class ModelNew: pass\n", reference)])
     assert results[0].is_correct and not results[1].is_correct
