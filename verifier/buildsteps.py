@@ -57,9 +57,11 @@ def _die_with_parent() -> None:
 
 
 def run_process(cmd: list[str], timeout_s: float, cancel: CancelToken | None, cwd: Path | None = None,
-                on_output: Callable[[str], None] | None = None) -> tuple[int, str, bool, bool]:
+                on_output: Callable[[str], None] | None = None,
+                env: dict[str, str] | None = None) -> tuple[int, str, bool, bool]:
     """(returncode, merged output, cancelled, timed_out); the process group dies on cancel/timeout."""
-    env = {**os.environ, "LC_ALL": "C", "LANG": "C"}
+    if env is None:
+        env = {**os.environ, "LC_ALL": "C", "LANG": "C"}
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=cwd,
                             start_new_session=True, errors="replace",
                             preexec_fn=_die_with_parent)
@@ -87,9 +89,15 @@ def _key(*parts: str) -> str:
 
 
 def compile_object(cache_dir: Path, compiler: str, flags: str, file_name: str, text: str, timeout_s: float,
-                   cancel: CancelToken | None = None, on_output: Callable[[str], None] | None = None) -> StepResult:
-    """Compile `text` saved as `file_name` with `compiler flags -c`; cached by content."""
-    d = cache_dir / "objects" / _key(compiler, flags, file_name, text)[:32]
+                   cancel: CancelToken | None = None, on_output: Callable[[str], None] | None = None,
+                   split_nvcc: bool = False) -> StepResult:
+    """Compile `text` saved as `file_name` with `compiler flags -c`; cached by content.
+
+    `split_nvcc`: an nvcc compile runs nvcc's own steps with the two front ends side by side
+    (nvcc_split.py), or plain nvcc when its dry run has another shape.
+    """
+    key = _key(compiler, flags, file_name, text)
+    d = cache_dir / "objects" / key[:32]
     d.mkdir(parents=True, exist_ok=True)
     obj = d / (Path(file_name).stem + ".o")
     with open(d / "lock", "w") as lock:
@@ -100,7 +108,17 @@ def compile_object(cache_dir: Path, compiler: str, flags: str, file_name: str, t
         src = d / file_name
         src.write_text(text)
         cmd = [*shlex.split(compiler), *shlex.split(flags), "-c", str(src), "-o", str(obj)]
-        rc, output, cancelled, timed_out = run_process(cmd, timeout_s, cancel, d, on_output)
+        steps = None
+        if split_nvcc and Path(cmd[0]).name == "nvcc":
+            from cudice.verifier import nvcc_split
+
+            steps = nvcc_split.plan(cmd, d / "steps", key, nvcc_split.environment())
+            if steps is None:
+                shutil.rmtree(d / "steps", ignore_errors=True)
+        if steps is not None:
+            rc, output, cancelled, timed_out = nvcc_split.run(steps, timeout_s, cancel, d, on_output)
+        else:
+            rc, output, cancelled, timed_out = run_process(cmd, timeout_s, cancel, d, on_output)
         if cancelled or timed_out:
             return StepResult(False, output, None, False, cancelled, timed_out)
         _write(d, rc == 0, output)

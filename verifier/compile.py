@@ -275,7 +275,7 @@ def _compile_all(module: GeneratedModule, config: VerifyConfig, jobs: dict[str, 
         assert f is not None
         t = time.perf_counter()
         results[name] = compile_object(config.cache_dir, compiler, flags, name, f.text, config.compile_timeout_s,
-                                       cancel, on_output)
+                                       cancel, on_output, split_nvcc=config.split_nvcc)
         walls[prefix + name] = time.perf_counter() - t
 
     threads = [threading.Thread(target=one, args=(n, *cj), daemon=True) for n, cj in jobs.items()]

@@ -56,6 +56,8 @@ class VerifyConfig:
     # build `cuda.cu` plus a C-ABI shim instead of a pybind11 `main.cpp` where the module allows it
     # (verifier/cabi.py): ~8 CPU-s less per new candidate; False always builds the pybind11 way
     cabi_binding: bool = True
+    # run nvcc's host front end (cudafe++) and device compiler (cicc) side by side (nvcc_split.py)
+    split_nvcc: bool = True
     static_policy: str = "default"  # "strict" | "default" | "lenient" (static_policy.py, docs/anticheat.md)
 
     def __post_init__(self) -> None:

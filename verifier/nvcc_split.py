@@ -1,0 +1,162 @@
+"""nvcc's own compile steps, with the host front end and the device compiler side by side.
+
+Role: `nvcc -c x.cu` runs, one after the other, the host preprocessor and `cudafe++` (the host
+front end, which parses the whole translation unit, torch's headers included), the device
+preprocessor, `cicc` (which parses it all again, then compiles the device code), `ptxas`,
+`fatbinary`, and the host compiler. The two front ends take most of the time and depend on each
+other only through the module-id file that `cudafe++` writes and `cicc` reads. `plan()` reads
+the steps from `nvcc --dryrun` and writes that file first (an id of the same form, from the
+object's content hash), so `run()` can start both chains at once and the host compile after
+them: about 30 % less wall time on a 2-core box for a `cuda.cu` that includes torch. With the
+same module id the object is byte-identical to nvcc's (tests/verifier/test_nvcc_split.py).
+
+Contract: `plan()` returns None whenever the dry run is not the single-architecture shape
+described above (several `-gencode` targets, `-rdc`, `-E`, another nvcc), and the caller runs
+nvcc itself. `run()` reports what nvcc would: the output of every step that ran, in nvcc's
+order, and a non-zero status when a step failed; when the host front end fails, the device
+chain is stopped and its output dropped (nvcc would not have started it). Every step is a
+child in its own session that dies with the thread that started it (buildsteps.run_process).
+
+Not covered: parallel steps across several architectures (nvcc `--threads` does that), and
+keeping the intermediate files (they are deleted after the step).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from cudice.verifier.process import CancelToken
+
+_ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
+_GEN_ID = "--gen_module_id_file"
+_ID_FILE = re.compile(r'--module_id_file_name\s+"?([^"\s]+)"?')
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """nvcc's steps for one object: two chains that may run side by side, then the host compile."""
+
+    env: dict[str, str]
+    host_front: tuple[str, ...]  # host preprocessor, cudafe++ (reads the module id)
+    device: tuple[str, ...]  # device preprocessor, cicc, ptxas, fatbinary
+    host_compile: str
+    module_id_file: Path
+    module_id: str
+    keep_dir: Path
+
+
+def plan(nvcc_cmd: list[str], keep_dir: Path, seed: str, env: dict[str, str]) -> Plan | None:
+    """The steps of `nvcc_cmd` (a `... -c src -o obj` command) with intermediates in `keep_dir`, or None."""
+    if "-c" not in nvcc_cmd or "-o" not in nvcc_cmd or any(a in nvcc_cmd for a in ("-rdc=true", "-dc", "-E")):
+        return None
+    keep_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        dry = subprocess.run([nvcc_cmd[0], "--dryrun", "--keep", "--keep-dir", str(keep_dir), *nvcc_cmd[1:]],
+                             capture_output=True, text=True, timeout=120, env=env, start_new_session=True)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if dry.returncode != 0:
+        return None
+    step_env = dict(env)
+    steps: list[str] = []
+    for raw in dry.stderr.splitlines():
+        if not raw.startswith("#$ "):
+            continue
+        line = raw[3:].strip()
+        m = _ASSIGN.match(line)
+        if m is not None:  # nvcc's own variables (PATH, CICC_PATH, LD_LIBRARY_PATH...): taken as values
+            value = m.group(2).strip()
+            try:
+                words = shlex.split(value)
+            except ValueError:
+                return None
+            step_env[m.group(1)] = words[0] if len(words) == 1 else value
+            continue
+        steps.append(line)
+    fronts = [i for i, s in enumerate(steps) if s.split(" ", 1)[0] == "cudafe++"]
+    if len(fronts) != 1 or fronts[0] != 1 or len(steps) < 5:
+        return None
+    front, device, last = steps[:2], steps[2:-1], steps[-1]
+    ids = _ID_FILE.findall(front[1])
+    cicc = [s for s in device if "cicc" in s.split(" ", 1)[0]]
+    if (_GEN_ID not in front[1] or len(ids) != 1 or len(cicc) != 1 or _ID_FILE.findall(cicc[0]) != ids
+            or not any(s.startswith("fatbinary") for s in device) or " -c " not in f" {last} "
+            or any(s.startswith(("nvlink", "cudafe++")) for s in device)):
+        return None
+    name = Path(nvcc_cmd[nvcc_cmd.index("-c") + 1]).name
+    mangled = re.sub(r"\W", "_", name)
+    module_id = f"_{seed[:8]}_{len(name)}_{mangled}_{seed[8:16]}"
+    front[1] = front[1].replace(_GEN_ID, "", 1)
+    return Plan(step_env, tuple(front), tuple(device), last, Path(ids[0]), module_id, keep_dir)
+
+
+def run(p: Plan, timeout_s: float, cancel: CancelToken | None, cwd: Path | None,
+        on_output: Callable[[str], None] | None = None) -> tuple[int, str, bool, bool]:
+    """(returncode, output, cancelled, timed_out), as buildsteps.run_process reports a plain nvcc."""
+    from cudice.verifier.buildsteps import run_process
+
+    deadline = time.monotonic() + timeout_s
+    p.module_id_file.write_text(p.module_id)
+    stop_device = threading.Event()
+
+    class _Either:  # the caller's cancel, or the host front end's failure
+        def is_set(self) -> bool:
+            return stop_device.is_set() or (cancel is not None and cancel.is_set())
+
+    def chain(steps: tuple[str, ...], token: object, out: list[tuple[int, str, bool, bool]],
+              live: Callable[[str], None] | None = None) -> None:
+        for step in steps:
+            left = deadline - time.monotonic()
+            res = run_process(["sh", "-c", step], max(left, 0.1), token, cwd, live, env=p.env)  # type: ignore[arg-type]
+            out.append(res)
+            if res[0] != 0 or res[2] or res[3]:
+                return
+
+    front: list[tuple[int, str, bool, bool]] = []
+    device: list[tuple[int, str, bool, bool]] = []
+    worker = threading.Thread(target=chain, args=(p.device, _Either(), device), daemon=True)
+    worker.start()
+    try:
+        chain(p.host_front, cancel, front, on_output)  # its errors stream as nvcc's would, first
+        if front[-1][0] != 0 or front[-1][2] or front[-1][3]:
+            stop_device.set()
+        worker.join()
+    finally:
+        stop_device.set()
+        worker.join(timeout=30)
+    front_out = "".join(r[1] for r in front)
+    f_rc, _, f_cancel, f_timeout = front[-1]
+    if f_rc != 0 or f_cancel or f_timeout:
+        return _emit(f_rc or 1, front_out, "", f_cancel, f_timeout, None, p)
+    output = "".join(r[1] for r in device)
+    d_rc, _, d_cancel, d_timeout = device[-1]
+    if d_rc != 0 or d_cancel or d_timeout:
+        return _emit(d_rc or 1, front_out, output, d_cancel and cancel is not None and cancel.is_set(), d_timeout,
+                     on_output, p)
+    res = run_process(["sh", "-c", p.host_compile], max(deadline - time.monotonic(), 0.1), cancel, cwd, None,
+                      env=p.env)
+    return _emit(res[0], front_out, output + res[1], res[2], res[3], on_output, p)
+
+
+def _emit(rc: int, streamed: str, rest: str, cancelled: bool, timed_out: bool,
+          on_output: Callable[[str], None] | None, p: Plan) -> tuple[int, str, bool, bool]:
+    """The result; `rest` (what the device chain and the host compile printed) goes to `on_output` now."""
+    shutil.rmtree(p.keep_dir, ignore_errors=True)
+    if on_output is not None:
+        for line in rest.splitlines(keepends=True):
+            on_output(line)
+    return rc, streamed + rest, cancelled, timed_out
+
+
+def environment() -> dict[str, str]:
+    """The environment nvcc and its steps run in (buildsteps.run_process's: the C locale)."""
+    return {**os.environ, "LC_ALL": "C", "LANG": "C"}
