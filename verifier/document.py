@@ -1,14 +1,21 @@
 """The document model: what a KernelBench-format file contains, found without executing it.
 
 `parse_document(source, path)` reads a candidate or reference `.py` file with `ast` and finds
-`Model` / `ModelNew`, `get_inputs` / `get_init_inputs`, every `load_inline(...)` call and, for
-its `cpp_sources` / `cuda_sources`, the string literals (directly, or through module-level
-variables, lists of strings, implicit concatenation or `+` of literals) with a `SourceSpan`
-mapping every generated character back to the file. A `.cu` file is a raw-kernel document
-(`extern "C" __global__` kernels).
+`Model` / `ModelNew`, `get_inputs` / `get_init_inputs`, every class (nested ones too, with its
+name and header), every `load_inline(...)` call and, for its `cpp_sources` / `cuda_sources`,
+the string literals (directly, or through module-level variables, lists of strings, implicit
+concatenation or `+` of literals) with a `SourceSpan` mapping every generated character back to
+the file (`document_sources.py`); the CUDA strings no call receives yet; and the `__global__`
+kernels in the CUDA strings with their bodies. A `.cu` file is a raw-kernel document
+(`extern "C" __global__` kernels). Places are `positions.Span`s (code-point offsets); the
+document's `LineIndex` turns them into `Location`s.
+
+This is the one parser of KernelBench files: the verifier's stages, the model's infill scaffold
+and the language server's hover, lens, code actions, reference watch and cache key all read it.
 
 Reference convention (README): an explicit `--reference PATH`; else `Model` + `get_inputs` in
-the candidate itself; else a `# cudice: reference=PATH` comment (PATH relative to the file).
+the candidate itself; else the first `# cudice: reference=PATH` comment (PATH relative to the
+file), on its own line, indented or after code; only real comments count.
 
 Problems (syntax errors, missing pieces) are `Diagnostic`s on the document, located precisely;
 `Document.invalid_result()` turns them into a `VerifyResult` with verdict `invalid_input`.
@@ -186,13 +193,12 @@ def _parse_cu(source: str, path: str, index: LineIndex, reference: str | None) -
     return Document(path, source, "cu", index, raw_kernels=kernels, reference=ref, problems=tuple(problems))
 
 
-def _comments(text: str) -> list[tuple[int, str]]:
-    """(offset, text) of every Python comment, in order; a file that stops tokenizing (an
-    unclosed bracket or string) gives the comments before that point."""
-    index = LineIndex.of(text)
+def _comments(index: LineIndex) -> list[tuple[int, str]]:
+    """(offset, text) of every Python comment of `index.text`, in order; a file that stops
+    tokenizing (an unclosed bracket or string) gives the comments before that point."""
     out: list[tuple[int, str]] = []
-    try:
-        for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+    try:  # newline=None: "\r" and "\r\n" end a line, as they do for `index` and for Python
+        for tok in tokenize.generate_tokens(io.StringIO(index.text, newline=None).readline):
             if tok.type == tokenize.COMMENT:
                 out.append((index.offset_at(tok.start[0], tok.start[1] + 1), tok.string))
     except (tokenize.TokenError, SyntaxError):
@@ -207,7 +213,7 @@ def _reference_comment(index: LineIndex, cu: bool = False) -> ReferenceSpec:
     if cu:
         found = [(m.start(), m.group(0)) for m in REFERENCE_COMMENT.finditer(index.text)]
     else:
-        found = [(at, text) for at, text in _comments(index.text) if REFERENCE_COMMENT.match(text)]
+        found = [(at, text) for at, text in _comments(index) if REFERENCE_COMMENT.match(text)]
     if not found:
         return ReferenceSpec("none", None)
     at, text = found[0]

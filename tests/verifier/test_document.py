@@ -204,6 +204,7 @@ def test_kernels_in_comments_are_not_kernels_and_templates_are() -> None:
     "# cudice: reference=relu.py\n",
     "import torch\n\nclass ModelNew:\n    # cudice: reference=relu.py\n    pass\n",  # indented
     "import torch  # cudice: reference=relu.py\nclass ModelNew:\n    pass\n",  # trailing
+    "import torch\rclass ModelNew:\r    pass  # cudice: reference=relu.py\r",  # old Mac line ends
 ])
 def test_reference_comments_are_found_indented_and_trailing(comment: str) -> None:
     doc = parse_document(comment, "/w/cand.py", require_candidate=False)
