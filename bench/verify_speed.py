@@ -14,7 +14,9 @@ Every figure is printed next to a baseline measured in the same run:
    run. Per stage (host parse = main.cpp, device compile = cuda.cu, link, load, run =
    correctness, time), p50/p95 time to verdict, verdicts/min, CPU seconds and ratios. With a
    GPU and `--pool`, the same candidates go through `VerifyPool` and the baseline runs as
-   many `load_inline` processes at once (distinct candidates per minute).
+   many `load_inline` processes at once (distinct candidates per minute). `--variants
+   default,no-split,pybind` also verifies each candidate with nvcc's steps in sequence and
+   with the pybind11 `main.cpp` (each variant with a cache of its own) in the same run.
 Prints one `RESULT {...}` JSON line per measurement. `--quick` shrinks 3 (8 candidates).
 Run: `python bench/verify_speed.py [--quick] [--skip-load-inline]`;
 `python bench/verify_speed.py --phase candidates --compile-only --limit 4` on a 2-core box.
@@ -228,39 +230,63 @@ def why_not(r: VerifyResult, *, compile_only: bool) -> dict[str, object]:
     return {"diagnostics": [d[:500] for d in diags], "error_tail": error[-600:] or None}
 
 
-def bench_candidates(config: VerifyConfig, n: int, skip_load_inline: bool, skip_nvcc: bool) -> None:
-    """Phase 5, one candidate at a time: cudice, then plain load_inline, then plain nvcc (same run)."""
+# build levers to compare in one run (`--variants`): each runs every candidate with a cache of its own
+VARIANTS: dict[str, dict[str, object]] = {
+    "default": {},  # lean headers, the binding without pybind11, nvcc's front ends side by side
+    "no-split": {"split_nvcc": False},  # nvcc's steps one after the other
+    "pybind": {"split_nvcc": False, "cabi_binding": False},  # lean headers, pybind11 main.cpp
+}
+
+
+def bench_candidates(config: VerifyConfig, n: int, skip_load_inline: bool, skip_nvcc: bool,
+                     variants: tuple[str, ...] = ("default",)) -> None:
+    """Phase 5, one candidate at a time: cudice (each variant), then plain load_inline, then plain nvcc."""
     folder = Path(tempfile.mkdtemp(prefix="cudice-bench-kb-"))
-    rows: list[dict[str, object]] = []
+    rows: dict[str, list[dict[str, object]]] = {v: [] for v in variants}
     try:
         for cand in kb_candidates.generate(n):
             path = folder / f"{cand.name}.py"
             path.write_text(cand.source)
-            # with ≥ 8 cores the baseline builds beside cudice (each uses ≤ 2 cores): same run, half the time
-            beside = None if skip_load_inline or (os.cpu_count() or 2) < 8 else PlainLoadInline(path)
-            cpu0, t0 = _child_cpu_s(), time.perf_counter()
-            r = verify(path, config=config)
-            row: dict[str, object] = {"candidate": cand.name, "category": cand.category, "verdict": r.verdict.value,
-                                      "cudice_s": time.perf_counter() - t0, "cudice_cpu_s": _child_cpu_s() - cpu0,
-                                      "fallback": "compile.slim.cuda.cu" in r.stage_wall_s and (
-                                          "compile.cuda.cu" in r.stage_wall_s or "compile.main.cpp" in r.stage_wall_s),
-                                      **{f"stage_{k}_s": v for k, v in _stages(r.stage_wall_s).items()}}
-            row.update(why_not(r, compile_only=config.compile_only or not gpu_available()))
-            if beside is not None:  # CPU seconds of concurrent children cannot be told apart: wall only
-                li_s, li_ok = beside.wait()
-                row.update(load_inline_s=li_s, load_inline_ok=li_ok, side_by_side=True)
-            elif not skip_load_inline:
-                cpu0 = _child_cpu_s()
-                li_s, li_ok = PlainLoadInline(path).wait()
-                row.update(load_inline_s=li_s, load_inline_ok=li_ok, load_inline_cpu_s=_child_cpu_s() - cpu0)
-            if not skip_nvcc:
-                nv_s, nv_cpu, nv_ok = plain_nvcc_s(cand.kernel_cu, config.arch_list[0])
-                row.update(nvcc_s=nv_s, nvcc_cpu_s=nv_cpu, nvcc_ok=nv_ok)
-            result("candidate", **row)
-            rows.append(row)
+            for i, variant in enumerate(variants):
+                # the first variant keeps the given cache (a warm overlay is not what a new candidate costs)
+                vconfig = config.with_(**VARIANTS[variant], **({} if i == 0 else {
+                    "cache_dir": config.cache_dir / f"variant-{variant}"}))
+                # the baselines run once, with the first variant
+                rows[variant].append(_one_candidate(vconfig, cand, path, variant, skip_load_inline or i > 0,
+                                                    skip_nvcc or i > 0))
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-    result("candidates_summary", **summarize(rows, compile_only=config.compile_only or not gpu_available()))
+    for variant in variants:
+        result("candidates_summary", variant=variant,
+               **summarize(rows[variant], compile_only=config.compile_only or not gpu_available()))
+
+
+def _one_candidate(config: VerifyConfig, cand: kb_candidates.Candidate, path: Path, variant: str,
+                   skip_load_inline: bool, skip_nvcc: bool) -> dict[str, object]:
+    """One verify of `path` with `config`, and the baselines asked for; the row is printed and returned."""
+    # with ≥ 8 cores the baseline builds beside cudice (each uses ≤ 2 cores): same run, half the time
+    beside = None if skip_load_inline or (os.cpu_count() or 2) < 8 else PlainLoadInline(path)
+    cpu0, t0 = _child_cpu_s(), time.perf_counter()
+    r = verify(path, config=config)
+    row: dict[str, object] = {"candidate": cand.name, "category": cand.category, "variant": variant,
+                              "verdict": r.verdict.value,
+                              "cudice_s": time.perf_counter() - t0, "cudice_cpu_s": _child_cpu_s() - cpu0,
+                              "fallback": "compile.slim.cuda.cu" in r.stage_wall_s and (
+                                  "compile.cuda.cu" in r.stage_wall_s or "compile.main.cpp" in r.stage_wall_s),
+                              **{f"stage_{k}_s": v for k, v in _stages(r.stage_wall_s).items()}}
+    row.update(why_not(r, compile_only=config.compile_only or not gpu_available()))
+    if beside is not None:  # CPU seconds of concurrent children cannot be told apart: wall only
+        li_s, li_ok = beside.wait()
+        row.update(load_inline_s=li_s, load_inline_ok=li_ok, side_by_side=True)
+    elif not skip_load_inline:
+        cpu0 = _child_cpu_s()
+        li_s, li_ok = PlainLoadInline(path).wait()
+        row.update(load_inline_s=li_s, load_inline_ok=li_ok, load_inline_cpu_s=_child_cpu_s() - cpu0)
+    if not skip_nvcc:
+        nv_s, nv_cpu, nv_ok = plain_nvcc_s(cand.kernel_cu, config.arch_list[0])
+        row.update(nvcc_s=nv_s, nvcc_cpu_s=nv_cpu, nvcc_ok=nv_ok)
+    result("candidate", **row)
+    return row
 
 
 def summarize(rows: list[dict[str, object]], compile_only: bool) -> dict[str, object]:
@@ -339,6 +365,8 @@ def main() -> int:
     ap.add_argument("--pool-only", action="store_true", help="phase 5: only the pool step")
     ap.add_argument("--skip-nvcc", action="store_true", help="phase 5: no plain nvcc baseline")
     ap.add_argument("--pch", action="store_true", help="build main.cpp with the slim headers' gcc PCH")
+    ap.add_argument("--variants", default="default",
+                    help=f"phase 5: comma-separated build variants to compare in the run ({', '.join(VARIANTS)})")
     args = ap.parse_args()
     if args.limit < 1:
         ap.error(f"--limit {args.limit} must be >= 1")
@@ -352,8 +380,12 @@ def main() -> int:
                   ("full_verdict", lambda: bench_full_verdict(config, args.skip_load_inline))]
     if args.phase == "candidates":
         if not args.pool_only:
+            variants = tuple(v.strip() for v in args.variants.split(",") if v.strip())
+            unknown = [v for v in variants if v not in VARIANTS]
+            if unknown:
+                ap.error(f"--variants: unknown {', '.join(unknown)}; choose from {', '.join(VARIANTS)}")
             steps.append(("candidates", lambda: bench_candidates(config, args.limit, args.skip_load_inline,
-                                                                 args.skip_nvcc)))
+                                                                 args.skip_nvcc, variants)))
         if (args.pool or args.pool_only) and gpu_available() and not args.compile_only:
             steps.append(("candidates_pool", lambda: bench_candidates_pool(config, args.pool_limit,
                                                                            args.skip_load_inline)))
