@@ -72,6 +72,17 @@ class SourceStrings:
 
     def __init__(self, source: str, index: LineIndex, tree: ast.Module) -> None:
         self.source, self.index, self.tree = source, index, tree
+        self._assigned: dict[str, list[ast.expr]] = {}  # module-level name -> the values assigned to it
+        self._augmented: set[str] = set()  # names changed by `+=` and the like: values unknown
+        for stmt in tree.body:
+            if isinstance(stmt, ast.Assign):
+                for t in stmt.targets:
+                    if isinstance(t, ast.Name):
+                        self._assigned.setdefault(t.id, []).append(stmt.value)
+            elif isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.value is not None:
+                self._assigned.setdefault(stmt.target.id, []).append(stmt.value)
+            elif isinstance(stmt, ast.AugAssign) and isinstance(stmt.target, ast.Name):
+                self._augmented.add(stmt.target.id)
 
     def span(self, node: ast.expr) -> Span:
         return self.index.node_span(node)
@@ -95,7 +106,7 @@ class SourceStrings:
         variable = None
         if isinstance(expr, ast.Name):
             variable = expr.id
-            value = self.module_assignment(expr.id, expr.lineno)
+            value = self.module_assignment(expr.id)
             if value is None:
                 reasons.append(f"`{expr.id}` is not a single module-level assignment")
                 return ()
@@ -104,22 +115,15 @@ class SourceStrings:
             return tuple(self.one_source(kind, i, e, variable) for i, e in enumerate(expr.elts))
         return (self.one_source(kind, 0, expr, variable),)
 
-    def module_assignment(self, name: str, before_line: int) -> ast.expr | None:
-        found: list[ast.expr] = []
-        for stmt in self.tree.body:
-            if isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in stmt.targets):
-                found.append(stmt.value)
-            elif isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.target.id == name:
-                if stmt.value is not None:
-                    found.append(stmt.value)
-            elif isinstance(stmt, ast.AugAssign) and isinstance(stmt.target, ast.Name) and stmt.target.id == name:
-                return None
-        return found[0] if len(found) == 1 else None
+    def module_assignment(self, name: str) -> ast.expr | None:
+        """The value of `name` when the module assigns it exactly once (and never augments it)."""
+        found = self._assigned.get(name, [])
+        return found[0] if len(found) == 1 and name not in self._augmented else None
 
     def one_source(self, kind: str, i: int, expr: ast.expr, variable: str | None, depth: int = 0) -> CudaSource:
         where = self.span(expr)
         if isinstance(expr, ast.Name) and depth < 4:
-            value = self.module_assignment(expr.id, expr.lineno)
+            value = self.module_assignment(expr.id)
             if value is not None:
                 return self.one_source(kind, i, value, expr.id, depth + 1)
         try:
@@ -134,7 +138,7 @@ class SourceStrings:
     def literal_span(self, expr: ast.expr, depth: int = 0) -> SourceSpan | None:
         """The mapped value of a literal expression, or None when it is computed."""
         if isinstance(expr, ast.Name) and depth < 4:
-            value = self.module_assignment(expr.id, expr.lineno)
+            value = self.module_assignment(expr.id)
             return self.literal_span(value, depth + 1) if value is not None else None
         if isinstance(expr, ast.Constant) and isinstance(expr.value, str):
             pass
