@@ -293,18 +293,26 @@ class Server:
 
             funcs = [functions] if isinstance(functions, str) else (  # one name, as torch accepts it
                 functions if isinstance(functions, (list, tuple, type(None))) else list(functions))
-            channel.send(self.sock, {"op": "build", "name": str(name), "cpp": texts(cpp_sources),
-                                     "cuda": texts(cuda_sources), "functions": funcs})
-            rep, _ = channel.recv(self.sock, 1 << 20)
-            if not rep.get("ok"):
-                raise _Failure(Verdict.COMPILE_ERROR.value, [Diagnostic.from_dict(d) for d in rep.get("diagnostics", [])],
-                               str(rep.get("error", "")))
-            loader = importlib.machinery.ExtensionFileLoader(name, str(rep["library"]))
-            spec = importlib.util.spec_from_file_location(name, str(rep["library"]), loader=loader)
-            assert spec is not None
-            mod = importlib.util.module_from_spec(spec)
-            loader.exec_module(mod)
-            return mod
+            request = {"op": "build", "name": str(name), "cpp": texts(cpp_sources), "cuda": texts(cuda_sources),
+                       "functions": funcs}
+            while True:
+                channel.send(self.sock, request)
+                rep, _ = channel.recv(self.sock, 1 << 20)
+                if not rep.get("ok"):
+                    raise _Failure(Verdict.COMPILE_ERROR.value,
+                                   [Diagnostic.from_dict(d) for d in rep.get("diagnostics", [])], str(rep.get("error", "")))
+                loader = importlib.machinery.ExtensionFileLoader(name, str(rep["library"]))
+                spec = importlib.util.spec_from_file_location(name, str(rep["library"]), loader=loader)
+                assert spec is not None
+                try:  # module_from_spec opens the library and runs its PyInit
+                    mod = importlib.util.module_from_spec(spec)
+                    loader.exec_module(mod)
+                except ImportError:
+                    if not rep.get("cabi") or request.get("pybind"):
+                        raise
+                    request["pybind"] = True  # the binding without pybind11 did not load: pybind11's, as torch builds it
+                    continue
+                return mod
 
         ce.load_inline = load_inline  # type: ignore[assignment]
 

@@ -195,13 +195,15 @@ class _Judge:
         funcs = req.get("functions")
         module = from_values(str(req["name"]), list(req["cpp"]), list(req["cuda"]) or None,
                              list(funcs) if funcs is not None else None, doc)
-        result = build_module(module, path, self.config, link=True)
+        # a runner that could not import the binding without pybind11 (cabi.py) asks again for pybind11's
+        config = self.config.with_(cabi_binding=False) if req.get("pybind") else self.config
+        result = build_module(module, path, config, link=True)
         self.diags.extend(d for d in result.diagnostics if d.severity is not Severity.ERROR)
         if not result.ok or result.library is None:
             return {"ok": False, "diagnostics": [d.to_dict() for d in result.diagnostics], "error": result.output[-4000:]}
         if self.session.sandboxed:
             readable_by_runners(self.config.cache_dir, result.library)
-        return {"ok": True, "library": str(result.library)}
+        return {"ok": True, "library": str(result.library), "cabi": result.binding is not None}
 
     def _correctness(self, ref_mod: Any, model: Any) -> Any:
         import torch
