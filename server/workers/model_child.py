@@ -45,7 +45,6 @@ STOP_GRACE_S = 5.0  # after stdin closes: how long the running job may take to s
 
 class ModelChild:
     def __init__(self, stream: EventStream) -> None:
-        self.stream = stream
         self.emit = stream.emit
         self.jobs: queue.Queue[dict[str, Any] | None] = queue.Queue()
         self.cancelled: set[str] = set()
