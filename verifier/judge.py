@@ -47,6 +47,7 @@ from cudice.verifier.worker import (
     _kernel_names,
     _Stop,
     crash_result,
+    record_timing,
     write_result,
 )
 
@@ -263,8 +264,6 @@ class _Judge:
         return ref_trials[-1]
 
     def _timing(self, ref_mod: Any, model: Any, last_ref: Any) -> None:
-        import dataclasses
-
         import torch
         from cudice.verifier.inputs import make_inputs, secret_seed
         from cudice.verifier.timing import from_samples, tensor_bytes
@@ -320,16 +319,8 @@ class _Judge:
         cmp_t = from_samples(samples["reference"], samples["candidate"], input_bytes=tensor_bytes(inputs),
                              output_bytes=tensor_bytes(last_ref), suspicious_speedup=cfg.suspicious_speedup,
                              peak_bandwidth_gb_s=cfg.peak_bandwidth_gb_s, extra_reasons=reasons)
-        self.out.update(candidate=dataclasses.asdict(cmp_t.candidate), reference=dataclasses.asdict(cmp_t.reference),
-                        speedup=cmp_t.speedup, speedup_min=cmp_t.speedup_min, speedup_max=cmp_t.speedup_max,
-                        is_suspicious=cmp_t.is_suspicious)
-        if cmp_t.is_suspicious:
-            self.diags.append(_diag("timing.suspicious", f"Suspicious speedup, not counted: {cmp_t.reason}. Check for "
-                                    "work skipped or cached.", Stage.TIMING, self.where, Severity.WARNING))
-        self.diags.append(_diag("timing.speedup", f"{cmp_t.speedup:.2f}x faster than the reference "
-                                f"({cmp_t.candidate.median_ms:.4f} ms vs {cmp_t.reference.median_ms:.4f} ms; pessimistic "
-                                f"{cmp_t.speedup_min:.2f}x; timed by the judge around a synchronising round trip).",
-                                Stage.TIMING, self.where, Severity.INFORMATION))
+        record_timing(cmp_t, self.where, self.out, self.diags,
+                      "; timed by the judge around a synchronising round trip")
 
     # -- requests ----------------------------------------------------------------------------------------
     @contextlib.contextmanager

@@ -190,6 +190,13 @@ def _run(job: dict[str, Any], out: dict[str, Any], diags: list[Diagnostic], wall
                       suspicious_speedup=config.suspicious_speedup, peak_bandwidth_gb_s=config.peak_bandwidth_gb_s,
                       output_bytes=tensor_bytes(ref_trials[-1]))
     walls["timing"] = time.perf_counter() - t
+    record_timing(cmp, forward_loc, out, diags)
+    out.update(verdict=Verdict.CORRECT.value, stage=Stage.TIMING.value)
+
+
+def record_timing(cmp: Any, where: Location, out: dict[str, Any], diags: list[Diagnostic], how: str = "") -> None:
+    """A `timing.TimingComparison` into the result fields and its two diagnostics (the speed-up, and
+    `timing.suspicious` when it is not counted); `how` ends the speed-up message (how it was timed)."""
     import dataclasses
 
     out.update(candidate=dataclasses.asdict(cmp.candidate), reference=dataclasses.asdict(cmp.reference),
@@ -197,11 +204,10 @@ def _run(job: dict[str, Any], out: dict[str, Any], diags: list[Diagnostic], wall
                is_suspicious=cmp.is_suspicious)
     if cmp.is_suspicious:
         diags.append(_diag("timing.suspicious", f"Suspicious speedup, not counted: {cmp.reason}. Check for work "
-                           "skipped or cached.", Stage.TIMING, forward_loc, Severity.WARNING))
+                           "skipped or cached.", Stage.TIMING, where, Severity.WARNING))
     diags.append(_diag("timing.speedup", f"{cmp.speedup:.2f}x faster than the reference ({cmp.candidate.median_ms:.4f} "
-                       f"ms vs {cmp.reference.median_ms:.4f} ms; pessimistic {cmp.speedup_min:.2f}x).", Stage.TIMING,
-                       forward_loc, Severity.INFORMATION))
-    out.update(verdict=Verdict.CORRECT.value, stage=Stage.TIMING.value)
+                       f"ms vs {cmp.reference.median_ms:.4f} ms; pessimistic {cmp.speedup_min:.2f}x{how}).",
+                       Stage.TIMING, where, Severity.INFORMATION))
 
 
 def _nbytes(values: Any) -> int:

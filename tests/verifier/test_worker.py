@@ -132,3 +132,22 @@ def test_a_job_that_raises_is_reported_as_a_crash_on_the_result_pipe(
     assert "JSONDecodeError" in out["error"] and "Traceback" in out["error"]
     (d,) = out["diagnostics"]
     assert d["code"] == "runtime.worker_error" and d["message"].startswith(f"{who}JSONDecodeError: ")
+
+
+@pytest.mark.parametrize(("cand_ms", "suspicious"), [([1.0, 1.0, 1.0], False), ([0.01, 0.01, 0.01], True)])
+def test_record_timing_fills_the_figures_and_flags_a_suspicious_speedup(cand_ms: list[float], suspicious: bool) -> None:
+    from cudice.verifier.result import Location
+    from cudice.verifier.timing import from_samples
+    from cudice.verifier.worker import record_timing
+
+    cmp = from_samples([2.0, 2.0, 2.0], cand_ms, input_bytes=0, output_bytes=0)
+    out: dict[str, object] = {}
+    diags: list = []
+    where = Location("c.py", 7)
+    record_timing(cmp, where, out, diags, "; timed here")
+    assert out["speedup"] == pytest.approx(2.0 / cand_ms[0]) and out["is_suspicious"] is suspicious
+    assert out["candidate"] == {"median_ms": cand_ms[0], "min_ms": cand_ms[0], "max_ms": cand_ms[0],
+                                "q1_ms": cand_ms[0], "q3_ms": cand_ms[0], "num_trials": 3}
+    codes = [d.code for d in diags]
+    assert codes == (["timing.suspicious", "timing.speedup"] if suspicious else ["timing.speedup"])
+    assert all(d.location == where for d in diags) and diags[-1].message.endswith("; timed here).")
