@@ -11,9 +11,11 @@ Not covered: multi-node launch files (accelerate's own `--num_machines` options 
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import sys
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -52,29 +54,52 @@ def _load(model: str, device: str):  # type: ignore[no-untyped-def]
     return loaded
 
 
-def _setup(precision: str, device: str, gradient_checkpointing: bool, lora_rank: int, lora_alpha: float) -> Any:
+@dataclass(frozen=True, slots=True)
+class RunOptions:
+    """The options both commands share (`_common`), passed to a command as `run`."""
+
+    device: str
+    dtype: str  # ignored: weights always train in float32
+    precision: str
+    gradient_checkpointing: bool
+    lora_rank: int
+    lora_alpha: float
+    save_every: int
+    tensorboard: str | None
+    progress: bool | None
+
+
+def _setup(run: RunOptions) -> Any:
     import torch
     from cudice.model.train.config import ModelSetup
 
+    precision = run.precision
     if precision == "auto":  # bf16 matmuls over fp32 master weights where the GPU has bf16
-        on_gpu = device != "cpu" and torch.cuda.is_available()
+        on_gpu = run.device != "cpu" and torch.cuda.is_available()
         precision = "bf16-autocast" if on_gpu and torch.cuda.is_bf16_supported() else "fp32"
-    return ModelSetup(precision=precision, gradient_checkpointing=gradient_checkpointing, lora_rank=lora_rank,
-                      lora_alpha=lora_alpha)
+    return ModelSetup(precision=precision, gradient_checkpointing=run.gradient_checkpointing,
+                      lora_rank=run.lora_rank, lora_alpha=run.lora_alpha)
 
 
-def _monitor(total: int, tensorboard: str | None, progress: bool | None, description: str, device: str) -> Any:
+def _monitor(total: int, run: RunOptions, description: str) -> Any:
     from accelerate import PartialState
     from cudice.model.train.monitor import Monitor
 
-    show = sys.stderr.isatty() if progress is None else progress
-    main = PartialState(cpu=device == "cpu").is_main_process  # the first PartialState fixes the device
-    return Monitor(total, emit=lambda record: click.echo(json.dumps(record)), tensorboard_dir=tensorboard,
+    show = sys.stderr.isatty() if run.progress is None else run.progress
+    main = PartialState(cpu=run.device == "cpu").is_main_process  # the first PartialState fixes the device
+    return Monitor(total, emit=lambda record: click.echo(json.dumps(record)), tensorboard_dir=run.tensorboard,
                    progress=show, enabled=main, description=description)
 
 
 def _common(fn: Any) -> Any:
-    """Options both commands share: device, precision, memory, LoRA, logging."""
+    """Options both commands share (device, precision, memory, LoRA, logging), given to `fn` as one
+    `RunOptions` keyword argument `run`."""
+
+    @functools.wraps(fn)
+    def command(**kwargs: Any) -> Any:
+        run = RunOptions(**{f.name: kwargs.pop(f.name) for f in fields(RunOptions)})
+        return fn(run=run, **kwargs)
+
     options = [
         click.option("--device", default="auto", show_default=True,
                      help="auto: accelerate's device for this rank; cpu: train on the CPU."),
@@ -94,8 +119,8 @@ def _common(fn: Any) -> Any:
         click.option("--progress/--no-progress", default=None, help="Progress bar on stderr (default: if a tty)."),
     ]
     for option in reversed(options):
-        fn = option(fn)
-    return fn
+        command = option(command)
+    return command
 
 
 @train_group.command("sft")
@@ -117,8 +142,7 @@ def _common(fn: Any) -> Any:
 @_common
 def sft_command(model_path: str, data_path: str, out_dir: str, epochs: int, lr: float, batch_size: int,
                 grad_accum: int, max_length: int, max_steps: int, log_every: int, resume: bool, seed: int,
-                device: str, dtype: str, precision: str, gradient_checkpointing: bool, lora_rank: int,
-                lora_alpha: float, save_every: int, tensorboard: str | None, progress: bool | None) -> None:
+                run: RunOptions) -> None:
     """Supervised fine-tuning with the block-diffusion objective; prints one JSON line per step."""
     from cudice.model.train.config import SFTConfig
     from cudice.model.train.data import load_sft
@@ -126,14 +150,13 @@ def sft_command(model_path: str, data_path: str, out_dir: str, epochs: int, lr: 
 
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     try:
-        setup = _setup(precision, device, gradient_checkpointing, lora_rank, lora_alpha)
         config = SFTConfig(learning_rate=lr, num_epochs=epochs, batch_size=batch_size,
-                           grad_accum_steps=grad_accum, max_length=max_length, save_every_steps=save_every,
-                           max_steps=max_steps, log_every_steps=log_every, seed=seed, setup=setup)
+                           grad_accum_steps=grad_accum, max_length=max_length, save_every_steps=run.save_every,
+                           max_steps=max_steps, log_every_steps=log_every, seed=seed, setup=_setup(run))
         records = load_sft(data_path)
     except ValueError as exc:
         raise click.ClickException(str(exc)) from exc
-    loaded = _load(model_path, device)
+    loaded = _load(model_path, run.device)
     samples = [encode_pair(loaded.tokenizer, r["prompt"], r["response"], block_size=loaded.block_size,
                            pad_token_id=loaded.ids.pad) for r in records]
     kept = sum(len(s.input_ids) <= max_length for s in samples)
@@ -141,8 +164,8 @@ def sft_command(model_path: str, data_path: str, out_dir: str, epochs: int, lr: 
     try:
         history = train_sft(loaded.model, samples, config, block_size=loaded.block_size,
                             mask_token_id=loaded.ids.mask, pad_token_id=loaded.ids.pad,
-                            source_dir=loaded.path, out_dir=out_dir, resume=resume, cpu=device == "cpu",
-                            monitor=_monitor(max_steps or total, tensorboard, progress, "sft", device))
+                            source_dir=loaded.path, out_dir=out_dir, resume=resume, cpu=run.device == "cpu",
+                            monitor=_monitor(max_steps or total, run, "sft"))
     except ValueError as exc:
         raise click.ClickException(str(exc)) from exc
     click.echo(f"wrote {Path(out_dir)} after {len(history)} logged steps", err=True)
@@ -184,9 +207,7 @@ def rl_command(model_path: str, infill_data: str, e2e_data: str, out_dir: str, i
                tasks_per_step: int, samples_per_task: int, lr: float, max_new_tokens: int,
                infill_max_prompt_tokens: int, e2e_max_prompt_tokens: int, ppo_epochs: int, num_minibatches: int,
                rollout_memory_gib: float, fast: bool, required_speedup: float, verify_gpus: str,
-               compile_workers: int, static_policy: str, seed: int, device: str, dtype: str, precision: str,
-               gradient_checkpointing: bool, lora_rank: int, lora_alpha: float, save_every: int,
-               tensorboard: str | None, progress: bool | None) -> None:
+               compile_workers: int, static_policy: str, seed: int, run: RunOptions) -> None:
     """BiC-RL: kernel-infilling stage, then end-to-end stage; prints one JSON line per step."""
     from cudice.model.engine import Engine
     from cudice.model.train.config import RLConfig
@@ -198,12 +219,11 @@ def rl_command(model_path: str, infill_data: str, e2e_data: str, out_dir: str, i
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     speed = required_speedup if required_speedup > 0 else None
     try:
-        setup = _setup(precision, device, gradient_checkpointing, lora_rank, lora_alpha)
         common: dict[str, Any] = {
             "tasks_per_step": tasks_per_step, "samples_per_task": samples_per_task, "learning_rate": lr,
             "max_new_tokens": max_new_tokens, "required_speedup": speed, "ppo_epochs": ppo_epochs,
             "num_minibatches": num_minibatches, "rollout_memory_gib": rollout_memory_gib, "seed": seed,
-            "save_every_steps": save_every, "setup": setup}
+            "save_every_steps": run.save_every, "setup": _setup(run)}
         infill_cfg = RLConfig(stage="infill", num_steps=infill_steps, max_prompt_tokens=infill_max_prompt_tokens,
                               **common)
         e2e_cfg = RLConfig(stage="e2e", num_steps=e2e_steps, max_prompt_tokens=e2e_max_prompt_tokens,
@@ -212,8 +232,8 @@ def rl_command(model_path: str, infill_data: str, e2e_data: str, out_dir: str, i
         gpus = _verify_gpus(verify_gpus)
     except ValueError as exc:
         raise click.ClickException(str(exc)) from exc
-    loaded = _load(model_path, device)
-    engine = Engine(loaded, fast=fast and lora_rank == 0 and loaded.model.device.type == "cuda")
+    loaded = _load(model_path, run.device)
+    engine = Engine(loaded, fast=fast and run.lora_rank == 0 and loaded.model.device.type == "cuda")
     from cudice.verifier.config import VerifyConfig
 
     backend = reward_pool(VerifyConfig(static_policy=static_policy, required_speedup=required_speedup or 1.0),
@@ -222,9 +242,9 @@ def rl_command(model_path: str, infill_data: str, e2e_data: str, out_dir: str, i
         run_bic_rl(loaded.model, infill_tasks, e2e_tasks, infill_cfg, e2e_cfg,
                    rollout_fn=engine_rollout_fn(engine), reward_fn=verifier_reward_fn(backend),
                    block_size=loaded.block_size, mask_token_id=loaded.ids.mask, pad_token_id=loaded.ids.pad,
-                   source_dir=loaded.path, out_dir=out_dir, cpu=device == "cpu",
+                   source_dir=loaded.path, out_dir=out_dir, cpu=run.device == "cpu",
                    count_prompt_tokens=prompt_token_counter(engine),
-                   monitor=_monitor(infill_steps + e2e_steps, tensorboard, progress, "bic-rl", device))
+                   monitor=_monitor(infill_steps + e2e_steps, run, "bic-rl"))
 
 
 def _verify_gpus(spec: str) -> list[int]:
