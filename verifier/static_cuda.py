@@ -62,7 +62,7 @@ def check_cpp_sources(
     for u in units:
         diags += pattern_findings(u, level, known)
         if not reference_low_precision:
-            m = LOW_PRECISION.search(u.code)
+            m = _low_precision(u.code)
             if m:
                 diags.append(diag(
                     u, m.start(), "static.precision_downgrade",
@@ -72,6 +72,28 @@ def check_cpp_sources(
     if check_launches:
         diags += _launch_findings(units, exposed, level)
     return diags
+
+
+_DISPATCH_CALL = re.compile(r"\bAT_DISPATCH_\w*\s*\(")
+
+
+def _low_precision(code: str) -> re.Match[str] | None:
+    """The first half-precision use, leaving out `at::kHalf`-style dtype names given to an
+    `AT_DISPATCH_*` macro: they add the types the kernel is instantiated for (it still computes
+    in the input's dtype), so an honest `AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, ...)` is no
+    downgrade."""
+    spans = []
+    for d in _DISPATCH_CALL.finditer(code):
+        depth, i = 1, d.end()
+        while i < len(code) and depth:
+            depth += {"(": 1, ")": -1}.get(code[i], 0)
+            i += 1
+        spans.append((d.end(), i))
+    for m in LOW_PRECISION.finditer(code):
+        if "::k" in m.group(0) and any(a <= m.start() < b for a, b in spans):
+            continue
+        return m
+    return None
 
 
 def _launches(body: str, kernel: str) -> bool:

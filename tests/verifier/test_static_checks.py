@@ -750,3 +750,51 @@ def test_sources_received_at_run_time_get_the_cpp_checks_on_the_call() -> None:
     diags = check_built_sources([cheat], None, ["run"], where)
     assert {"static.cpp_torch_op", "static.dispatcher_override"} <= _codes(diags, Severity.ERROR)
     assert all(d.location == where for d in diags)
+
+
+DISPATCH_HALF = '''
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+src = """
+#include <torch/extension.h>
+template <typename scalar_t>
+__global__ void twice_kernel(const scalar_t* x, scalar_t* y, int64_t n) {
+    int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (i < n) y[i] = x[i] + x[i];
+}
+torch::Tensor twice(torch::Tensor x) {
+    auto y = torch::empty_like(x);
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "twice", [&] {
+        twice_kernel<scalar_t><<<(x.numel() + 255) / 256, 256>>>(x.data_ptr<scalar_t>(), y.data_ptr<scalar_t>(), x.numel());
+    });
+    return y;
+}
+"""
+ext = load_inline(name="twice_ext", cpp_sources="torch::Tensor twice(torch::Tensor x);", cuda_sources=src,
+                  functions=["twice"])
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return x + x
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return ext.twice(x)
+
+
+def get_inputs():
+    return [torch.randn(64, 64)]
+'''
+
+
+def test_half_types_added_to_a_dispatch_are_no_precision_downgrade() -> None:
+    """`AT_DISPATCH_*_AND2(at::kHalf, ...)` instantiates the kernel for more dtypes; a float32 input still
+    computes in float32. A real half conversion in the same source is still named."""
+    assert "static.precision_downgrade" not in {d.code for d in check_source(DISPATCH_HALF, "d.py")}
+    downgraded = DISPATCH_HALF.replace("auto y = torch::empty_like(x);",
+                                       "auto y = torch::empty_like(x, x.options().dtype(at::kHalf));")
+    assert "static.precision_downgrade" in {d.code for d in check_source(downgraded, "d.py")}
