@@ -293,7 +293,7 @@ class Server:
 
             funcs = [functions] if isinstance(functions, str) else (  # one name, as torch accepts it
                 functions if isinstance(functions, (list, tuple, type(None))) else list(functions))
-            request = {"op": "build", "name": str(name), "cpp": texts(cpp_sources), "cuda": texts(cuda_sources),
+            request: dict[str, Any] = {"op": "build", "name": str(name), "cpp": texts(cpp_sources), "cuda": texts(cuda_sources),
                        "functions": funcs}
             while True:
                 channel.send(self.sock, request)
