@@ -29,16 +29,25 @@ def static_figures() -> dict[str, float]:
     t0 = time.perf_counter()
     diags = {c.name: check_source(texts[c.name], str(c.path)) for c in exploits + clean}
     ms = (time.perf_counter() - t0) * 1000 / len(texts)
-    caught = sum(has_violation(diags[c.name]) and set(c.codes) <= {d.code for d in diags[c.name]
-                                                                   if d.severity is Severity.ERROR} for c in exploits)
+    caught = sum(
+        has_violation(diags[c.name])
+        and set(c.codes) <= {d.code for d in diags[c.name] if d.severity is Severity.ERROR}
+        for c in exploits
+    )
     flagged = sum(has_violation(diags[c.name]) for c in clean)
-    return {"static_caught": caught, "static_total": len(exploits), "static_fp": flagged,
-            "static_clean_total": len(clean), "static_ms_per_file": ms}
+    return {
+        "static_caught": caught,
+        "static_total": len(exploits),
+        "static_fp": flagged,
+        "static_clean_total": len(clean),
+        "static_ms_per_file": ms,
+    }
 
 
 def gpu_rows() -> list[dict[str, object]]:
     path = os.environ.get("CUDICE_ANTICHEAT_REPORT") or (
-        str(Path(os.environ["OUT"]) / "anticheat.jsonl") if os.environ.get("OUT") else "")
+        str(Path(os.environ["OUT"]) / "anticheat.jsonl") if os.environ.get("OUT") else ""
+    )
     if not path or not Path(path).is_file():
         return []
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
@@ -47,9 +56,11 @@ def gpu_rows() -> list[dict[str, object]]:
 def main() -> None:
     s = static_figures()
     print("| layer | figure |\n|---|---|")
-    print(f"| static | detection {s['static_caught']}/{s['static_total']}, false positives "
-          f"{s['static_fp']}/{s['static_clean_total']} (honest + warning + dynamic cases), "
-          f"{s['static_ms_per_file']:.1f} ms per file |")
+    print(
+        f"| static | detection {s['static_caught']}/{s['static_total']}, false positives "
+        f"{s['static_fp']}/{s['static_clean_total']} (honest + warning + dynamic cases), "
+        f"{s['static_ms_per_file']:.1f} ms per file |"
+    )
     rows = gpu_rows()
     if not rows:
         print("| gpu | no recorded corpus run (run `pytest -m gpu tests/verifier` with $OUT set first) |")
@@ -63,12 +74,18 @@ def main() -> None:
     typed = sum(r["verdict"] in r["expected"] for r in hostile)
     print(f"| dynamic (GPU) | detection {dyn_ok}/{len(dyn)} |")
     print(f"| honest (GPU) | false positives {fp}/{len(honest)} |")
-    print(f"| hostile (GPU pool) | expected typed verdicts {typed}/{len(hostile)} (incl. the good kernel afterwards) |")
+    print(
+        f"| hostile (GPU pool) | expected typed verdicts {typed}/{len(hostile)} (incl. the good kernel afterwards) |"
+    )
     for r in rows:
-        print(f"|  {r['kind']}/{r['case']} | {r['verdict']} (expected {'/'.join(r['expected'])}); "
-              f"{', '.join(c for c in r['codes'] if c.startswith(('dynamic.', 'runtime.')))} |")
-    print(f"RESULT static {s['static_caught']}/{s['static_total']} fp {s['static_fp']}; dynamic {dyn_ok}/{len(dyn)}; "
-          f"honest fp {fp}/{len(honest)}; hostile {typed}/{len(hostile)}")
+        print(
+            f"|  {r['kind']}/{r['case']} | {r['verdict']} (expected {'/'.join(r['expected'])}); "
+            f"{', '.join(c for c in r['codes'] if c.startswith(('dynamic.', 'runtime.')))} |"
+        )
+    print(
+        f"RESULT static {s['static_caught']}/{s['static_total']} fp {s['static_fp']}; dynamic {dyn_ok}/{len(dyn)}; "
+        f"honest fp {fp}/{len(honest)}; hostile {typed}/{len(hostile)}"
+    )
 
 
 if __name__ == "__main__":

@@ -34,22 +34,32 @@ def markdown(results: dict[str, Any]) -> str:
     for s in stages:
         r = results[s]
         n = r["num_problems"]
-        total += [f"**{r['correct'] * n:.0f}/{n}** ({r['correct']:.1%})", f"{r['fast_1'] * n:.0f}/{n} ({r['fast_1']:.1%})"]
+        total += [
+            f"**{r['correct'] * n:.0f}/{n}** ({r['correct']:.1%})",
+            f"{r['fast_1'] * n:.0f}/{n} ({r['fast_1']:.1%})",
+        ]
     rows.append("| all | " + " | ".join(total) + " |")
     lines = ["\n".join(rows), ""]
     n = results[stages[0]]["num_problems"]
     if len(stages) == 2:
         delta = (results["rl"]["correct"] - results["sft"]["correct"]) * n
-        lines.append(f"RL changed the held-out correct count by {delta:+.0f} of {n} problems "
-                     f"({delta / n * 100:+.1f} points); one greedy sample per problem and stage.")
+        lines.append(
+            f"RL changed the held-out correct count by {delta:+.0f} of {n} problems "
+            f"({delta / n * 100:+.1f} points); one greedy sample per problem and stage."
+        )
     for s in stages:
         r = results[s]
         speed = r["speed_batch1"]
-        figures = "; ".join(f"{runner}: {v['tokens_per_forward']:.2f} tokens/forward, {v['tokens_per_s']:.0f} tok/s"
-                            for runner, v in speed.items() if "tokens_per_forward" in v)
+        figures = "; ".join(
+            f"{runner}: {v['tokens_per_forward']:.2f} tokens/forward, {v['tokens_per_s']:.0f} tok/s"
+            for runner, v in speed.items()
+            if "tokens_per_forward" in v
+        )
         examples = ", ".join(f"{k}: {v['verdict']}" for k, v in r.get("examples", {}).items()) or "not run"
-        lines.append(f"- {s.upper()}: batch 1 ({figures}); batched {r['batched_tokens_per_s']:.0f} tok/s; "
-                     f"verdicts {r['verdicts']}; bundled examples: {examples}")
+        lines.append(
+            f"- {s.upper()}: batch 1 ({figures}); batched {r['batched_tokens_per_s']:.0f} tok/s; "
+            f"verdicts {r['verdicts']}; bundled examples: {examples}"
+        )
     return "\n".join(lines)
 
 
@@ -65,7 +75,10 @@ def plot(results: dict[str, Any], path: Path) -> None:
     fig, ax = plt.subplots(figsize=(8, 3.5))
     for i, s in enumerate(stages):
         fam = results[s]["per_family"]
-        rates = [fam[f]["correct"] / fam[f]["problems"] if f in fam and fam[f]["problems"] else 0.0 for f in families]
+        rates = [
+            fam[f]["correct"] / fam[f]["problems"] if f in fam and fam[f]["problems"] else 0.0
+            for f in families
+        ]
         ax.bar([k + i * width for k in range(len(families))], rates, width, label=s.upper())
     ax.set_xticks([k + width * (len(stages) - 1) / 2 for k in range(len(families))], families, rotation=20)
     ax.set_ylim(0, 1)

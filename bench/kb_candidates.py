@@ -15,12 +15,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-_HEAD = '''import torch
+_HEAD = """import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.cpp_extension import load_inline
 
-'''
+"""
 
 _ELEMENTWISE = {  # name: (CUDA expression of v, reference expression of x)
     "relu": ("fmaxf(v, 0.0f)", "torch.relu(x)"),
@@ -35,7 +35,7 @@ _ELEMENTWISE = {  # name: (CUDA expression of v, reference expression of x)
     "hardsigmoid": ("fminf(fmaxf(v / 6.0f + 0.5f, 0.0f), 1.0f)", "F.hardsigmoid(x)"),
 }
 
-_EW_CUDA = '''
+_EW_CUDA = """
 #include <torch/extension.h>
 #include <cuda_runtime.h>
 
@@ -58,9 +58,9 @@ torch::Tensor {f}(torch::Tensor x) {{
     {k}<<<blocks, threads>>>(xc.data_ptr<float>(), y.data_ptr<float>(), n);
     return y;
 }}
-'''
+"""
 
-_DISPATCH_CUDA = '''
+_DISPATCH_CUDA = """
 #include <torch/extension.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -89,7 +89,7 @@ torch::Tensor {f}(torch::Tensor x, double lo, double hi) {{
     }});
     return y;
 }}
-'''
+"""
 
 _ROW_REDUCE = {  # name: (init, combine(a, b), finish(acc, D), reference)
     "sum": ("0.0f", "a + b", "acc", "torch.sum(x, dim=1)"),
@@ -98,7 +98,7 @@ _ROW_REDUCE = {  # name: (init, combine(a, b), finish(acc, D), reference)
     "min": ("INFINITY", "fminf(a, b)", "acc", "torch.amin(x, dim=1)"),
 }
 
-_REDUCE_CUDA = '''
+_REDUCE_CUDA = """
 #include <torch/extension.h>
 #include <cuda_runtime.h>
 
@@ -127,9 +127,9 @@ torch::Tensor {f}(torch::Tensor x) {{
     {k}<<<B, threads, threads * sizeof(float)>>>(xc.data_ptr<float>(), out.data_ptr<float>(), D);
     return out;
 }}
-'''
+"""
 
-_SOFTMAX_CUDA = '''
+_SOFTMAX_CUDA = """
 #include <torch/extension.h>
 #include <cuda_runtime.h>
 
@@ -169,13 +169,13 @@ torch::Tensor {f}(torch::Tensor x) {{
     {k}<<<xc.size(0), threads, threads * sizeof(float)>>>(xc.data_ptr<float>(), y.data_ptr<float>(), xc.size(1));
     return y;
 }}
-'''
+"""
 _SOFTMAX = {
     "softmax": ("expf(row[j] - m) / s", "torch.softmax(x, dim=1)"),
     "log_softmax": ("row[j] - m - logf(s)", "torch.log_softmax(x, dim=1)"),
 }
 
-_NORM_CUDA = '''
+_NORM_CUDA = """
 #include <torch/extension.h>
 #include <cuda_runtime.h>
 
@@ -209,18 +209,30 @@ torch::Tensor {f}(torch::Tensor x, double eps) {{
         xc.size(1), (float)eps);
     return y;
 }}
-'''
+"""
 _NORMS = {  # name: (statistics, write, reference, eps)
-    "layer_norm": ("const float mean = sum / D; const float var = fmaxf(sumsq / D - mean * mean, 0.0f);"
-                   " const float inv = rsqrtf(var + eps);", "(row[j] - mean) * inv",
-                   "F.layer_norm(x, (x.shape[1],), eps=1e-5)", "1e-5"),
-    "rms_norm": ("const float inv = rsqrtf(sumsq / D + eps);", "row[j] * inv",
-                 "x / torch.sqrt(torch.mean(x * x, dim=1, keepdim=True) + 1e-6)", "1e-6"),
-    "l2_norm": ("const float inv = 1.0f / fmaxf(sqrtf(sumsq), eps);", "row[j] * inv",
-                "F.normalize(x, dim=1, eps=1e-12)", "1e-12"),
+    "layer_norm": (
+        "const float mean = sum / D; const float var = fmaxf(sumsq / D - mean * mean, 0.0f);"
+        " const float inv = rsqrtf(var + eps);",
+        "(row[j] - mean) * inv",
+        "F.layer_norm(x, (x.shape[1],), eps=1e-5)",
+        "1e-5",
+    ),
+    "rms_norm": (
+        "const float inv = rsqrtf(sumsq / D + eps);",
+        "row[j] * inv",
+        "x / torch.sqrt(torch.mean(x * x, dim=1, keepdim=True) + 1e-6)",
+        "1e-6",
+    ),
+    "l2_norm": (
+        "const float inv = 1.0f / fmaxf(sqrtf(sumsq), eps);",
+        "row[j] * inv",
+        "F.normalize(x, dim=1, eps=1e-12)",
+        "1e-12",
+    ),
 }
 
-_MATMUL_CUDA = '''
+_MATMUL_CUDA = """
 #include <torch/extension.h>
 #include <cuda_runtime.h>
 
@@ -260,17 +272,21 @@ torch::Tensor {f}(torch::Tensor a, torch::Tensor b, torch::Tensor bias, double a
                          M, N, K, (float)alpha);
     return c;
 }}
-'''
+"""
 _MATMULS = {  # name: (epilogue on v, reference of (a, b, bias, alpha))
     "matmul": ("(void)bias; (void)alpha;", "a @ b"),
     "gemm_bias_relu": ("v = fmaxf(v + bias[col], 0.0f); (void)alpha;", "torch.relu(a @ b + bias)"),
-    "gemm_scale_sigmoid": ("v = 1.0f / (1.0f + expf(-(alpha * v + bias[col])));",
-                           "torch.sigmoid(alpha * (a @ b) + bias)"),
-    "gemm_bias_gelu": ("v += bias[col]; v = 0.5f * v * (1.0f + erff(v * 0.70710678118f)); (void)alpha;",
-                       "F.gelu(a @ b + bias)"),
+    "gemm_scale_sigmoid": (
+        "v = 1.0f / (1.0f + expf(-(alpha * v + bias[col])));",
+        "torch.sigmoid(alpha * (a @ b) + bias)",
+    ),
+    "gemm_bias_gelu": (
+        "v += bias[col]; v = 0.5f * v * (1.0f + erff(v * 0.70710678118f)); (void)alpha;",
+        "F.gelu(a @ b + bias)",
+    ),
 }
 
-_FUSED_CUDA = '''
+_FUSED_CUDA = """
 #include <torch/extension.h>
 #include <cuda_runtime.h>
 
@@ -293,12 +309,14 @@ torch::Tensor {f}(torch::Tensor x, torch::Tensor r, double scale, double shift) 
                                                  (float)scale, (float)shift, n);
     return y;
 }}
-'''
+"""
 _FUSED = {  # name: (CUDA of v and r[i], reference of (x, r, scale, shift))
     "scale_shift_add_relu": ("fmaxf(v + r[i], 0.0f)", "torch.relu(x * scale + shift + r)"),
     "scale_shift_mul_tanh": ("tanhf(v) * r[i]", "torch.tanh(x * scale + shift) * r"),
-    "scale_shift_residual_gelu": ("0.5f * v * (1.0f + erff(v * 0.70710678118f)) + r[i]",
-                                  "F.gelu(x * scale + shift) + r"),
+    "scale_shift_residual_gelu": (
+        "0.5f * v * (1.0f + erff(v * 0.70710678118f)) + r[i]",
+        "F.gelu(x * scale + shift) + r",
+    ),
 }
 
 
@@ -311,17 +329,21 @@ class Candidate:
 
 
 def _file(name: str, cuda: str, fn: str, cpp_decl: str, model: str, inputs: str, call: str) -> str:
-    return (_HEAD + f"{model}\n\n" + f"def get_inputs():\n    return [{inputs}]\n\n\n"
-            "def get_init_inputs():\n    return []\n\n\n"
-            f"cuda_src = r'''{cuda}'''\n\n"
-            f"ext = load_inline(name={name!r}, cpp_sources={cpp_decl!r}, cuda_sources=cuda_src, functions=[{fn!r}])\n\n\n"
-            "class ModelNew(nn.Module):\n    def __init__(self):\n        super().__init__()\n\n"
-            f"    def forward(self, *args):\n        return ext.{fn}({call})\n")
+    return (
+        _HEAD + f"{model}\n\n" + f"def get_inputs():\n    return [{inputs}]\n\n\n"
+        "def get_init_inputs():\n    return []\n\n\n"
+        f"cuda_src = r'''{cuda}'''\n\n"
+        f"ext = load_inline(name={name!r}, cpp_sources={cpp_decl!r}, cuda_sources=cuda_src, functions=[{fn!r}])\n\n\n"
+        "class ModelNew(nn.Module):\n    def __init__(self):\n        super().__init__()\n\n"
+        f"    def forward(self, *args):\n        return ext.{fn}({call})\n"
+    )
 
 
 def _model(forward_args: str, body: str, extra: str = "") -> str:
-    return ("class Model(nn.Module):\n    def __init__(self):\n        super().__init__()\n\n"
-            f"    def forward(self, {forward_args}):\n        {extra}return {body}\n")
+    return (
+        "class Model(nn.Module):\n    def __init__(self):\n        super().__init__()\n\n"
+        f"    def forward(self, {forward_args}):\n        {extra}return {body}\n"
+    )
 
 
 def _templates() -> list[tuple[str, str, object]]:
@@ -374,14 +396,28 @@ def candidate(i: int) -> Candidate:
         tile = [16, 32, 8, 16, 32][rnd % 5]
         cuda = _MATMUL_CUDA.format(k=k, f=f, tile=tile, epilogue=epilogue)
         decl = f"torch::Tensor {f}(torch::Tensor a, torch::Tensor b, torch::Tensor bias, double alpha);"
-        src = _file(name, cuda, f, decl, _model("a, b, bias", ref, "alpha = 0.5\n        "),
-                    "torch.randn(512, 256), torch.randn(256, 384), torch.randn(384)", "*args, 0.5")
+        src = _file(
+            name,
+            cuda,
+            f,
+            decl,
+            _model("a, b, bias", ref, "alpha = 0.5\n        "),
+            "torch.randn(512, 256), torch.randn(256, 384), torch.randn(384)",
+            "*args, 0.5",
+        )
     else:
         expr, ref = spec  # type: ignore[misc]
         cuda = _FUSED_CUDA.format(k=k, f=f, t=t, expr=expr)
         decl = f"torch::Tensor {f}(torch::Tensor x, torch::Tensor r, double scale, double shift);"
-        src = _file(name, cuda, f, decl, _model("x, r", ref, "scale, shift = 1.5, -0.25\n        "),
-                    f"{big}, {big}", "args[0], args[1], 1.5, -0.25")
+        src = _file(
+            name,
+            cuda,
+            f,
+            decl,
+            _model("x, r", ref, "scale, shift = 1.5, -0.25\n        "),
+            f"{big}, {big}",
+            "args[0], args[1], 1.5, -0.25",
+        )
     return Candidate(name, cat, src, _kernels_only(cuda, f))
 
 
@@ -389,11 +425,15 @@ def _kernels_only(cuda: str, fn: str) -> str:
     """The device part of a CUDA source (everything before the host wrapper), with no torch header."""
     device = cuda[: cuda.index(f"torch::Tensor {fn}(")]
     device = device.replace("#include <torch/extension.h>", "#include <cstdint>\n#include <cmath>")
-    device = device.replace("#include <ATen/cuda/CUDAContext.h>\n", "").replace("#include <c10/cuda/CUDAGuard.h>\n", "")
+    device = device.replace("#include <ATen/cuda/CUDAContext.h>\n", "").replace(
+        "#include <c10/cuda/CUDAGuard.h>\n", ""
+    )
     if "template <typename scalar_t>" in device:  # instantiate what AT_DISPATCH_FLOATING_TYPES would
         kernel = device.split("__global__ void ")[1].split("(")[0]
-        device += "".join(f"template __global__ void {kernel}<{t}>(const {t}*, {t}*, {t}, {t}, int64_t);\n"
-                          for t in ("float", "double"))
+        device += "".join(
+            f"template __global__ void {kernel}<{t}>(const {t}*, {t}*, {t}, {t}, int64_t);\n"
+            for t in ("float", "double")
+        )
     return device
 
 

@@ -51,19 +51,52 @@ import torch
 
 SHAPES: dict[str, dict[str, Any]] = {
     # SDAR-1.7B-Chat config.json (untied lm_head)
-    "1.7b": dict(hidden_size=2048, intermediate_size=6144, num_hidden_layers=28, num_attention_heads=16,
-                 num_key_value_heads=8, head_dim=128, tie_word_embeddings=False),
+    "1.7b": dict(
+        hidden_size=2048,
+        intermediate_size=6144,
+        num_hidden_layers=28,
+        num_attention_heads=16,
+        num_key_value_heads=8,
+        head_dim=128,
+        tie_word_embeddings=False,
+    ),
     # Qwen3-4B config.json (SDAR-4B is a Qwen3-4B fine-tune; Qwen3-4B ties its embeddings)
-    "4b": dict(hidden_size=2560, intermediate_size=9728, num_hidden_layers=36, num_attention_heads=32,
-               num_key_value_heads=8, head_dim=128, tie_word_embeddings=True),
+    "4b": dict(
+        hidden_size=2560,
+        intermediate_size=9728,
+        num_hidden_layers=36,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        head_dim=128,
+        tie_word_embeddings=True,
+    ),
     # Qwen3-8B dimensions (SDAR-8B / DICE-8B are Qwen3-8B fine-tunes)
-    "8b": dict(hidden_size=4096, intermediate_size=12288, num_hidden_layers=36, num_attention_heads=32,
-               num_key_value_heads=8, head_dim=128, tie_word_embeddings=False),
-    "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                 num_key_value_heads=2, head_dim=16, tie_word_embeddings=False),
+    "8b": dict(
+        hidden_size=4096,
+        intermediate_size=12288,
+        num_hidden_layers=36,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        head_dim=128,
+        tie_word_embeddings=False,
+    ),
+    "tiny": dict(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        tie_word_embeddings=False,
+    ),
 }
 VOCAB, MASK_ID, EOS_ID = 151936, 151669, 151643  # Qwen/SDAR vocabulary and ids
-LABELS = (("thr0.9", 0.9, False), ("thr0", 0.0, False), ("thr0.9-fused", 0.9, True), ("thr0-fused", 0.0, True))
+LABELS = (
+    ("thr0.9", 0.9, False),
+    ("thr0", 0.0, False),
+    ("thr0.9-fused", 0.9, True),
+    ("thr0-fused", 0.0, True),
+)
 FAST = ("fast", "compiled")
 
 
@@ -80,8 +113,12 @@ def special_ids(model: Any) -> tuple[int, int, int]:
 def random_model(shape: str, device: torch.device, dtype: torch.dtype) -> Any:
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    cfg = Qwen3Config(vocab_size=VOCAB if shape != "tiny" else 1024, max_position_embeddings=32768,
-                      rope_parameters={"rope_type": "default", "rope_theta": 1e6}, **SHAPES[shape])
+    cfg = Qwen3Config(
+        vocab_size=VOCAB if shape != "tiny" else 1024,
+        max_position_embeddings=32768,
+        rope_parameters={"rope_type": "default", "rope_theta": 1e6},
+        **SHAPES[shape],
+    )
     cfg._attn_implementation = "sdpa"
     with torch.device(device):
         torch.set_default_dtype(dtype)
@@ -102,9 +139,13 @@ def make_runners(model: Any, compile_mode: str | None) -> dict[str, Any]:
     from cudice.model.runner import HFRunner
 
     keep = float("inf")  # the timed run reuses the warm-up run's cache and graphs at every batch size
-    return {"hf": HFRunner(model), "fast": StaticRunner(model, use_graphs=True, keep_cache_bytes=keep),
-            "compiled": StaticRunner(model, use_graphs=True, compile=True, compile_mode=compile_mode,
-                                     keep_cache_bytes=keep)}
+    return {
+        "hf": HFRunner(model),
+        "fast": StaticRunner(model, use_graphs=True, keep_cache_bytes=keep),
+        "compiled": StaticRunner(
+            model, use_graphs=True, compile=True, compile_mode=compile_mode, keep_cache_bytes=keep
+        ),
+    }
 
 
 def sync(device: torch.device) -> None:
@@ -136,14 +177,18 @@ def compare(tokens: Any, reference: Any) -> str:
     if tokens == reference:
         return "MATCH"
     same = sum(a == b for a, b in zip(tokens, reference, strict=True))
-    first = min(next((k for k, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
-                for a, b in zip(tokens, reference, strict=True) if a != b)
+    first = min(
+        next((k for k, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+        for a, b in zip(tokens, reference, strict=True)
+        if a != b
+    )
     return f"MISMATCH ({same}/{len(tokens)} rows equal; first difference at token {first})"
 
 
 # --- 1. forward latency --------------------------------------------------------------------
-def forward_latency(model: Any, runners: dict[str, Any], batch: int, prompt_len: int, block: int,
-                    repeat: int) -> dict[str, Any]:
+def forward_latency(
+    model: Any, runners: dict[str, Any], batch: int, prompt_len: int, block: int, repeat: int
+) -> dict[str, Any]:
     """ms per AR step / denoise / commit / fused forward per runner, and the teacher-forced check."""
     from cudice.model.runner import block_causal_mask
 
@@ -159,8 +204,9 @@ def forward_latency(model: Any, runners: dict[str, Any], batch: int, prompt_len:
     for name, runner in runners.items():
         try:
             before = warmup_seconds(runner)
-            logits = _latency_one(name, runner, out, ids, valid, pos, prefill_mask, prompt_len, block, repeat,
-                                  dtype)
+            logits = _latency_one(
+                name, runner, out, ids, valid, pos, prefill_mask, prompt_len, block, repeat, dtype
+            )
             out[f"{name}_warmup_s"] = warmup_seconds(runner) - before
             if reference is None:
                 reference = logits
@@ -174,9 +220,19 @@ def forward_latency(model: Any, runners: dict[str, Any], batch: int, prompt_len:
     return out
 
 
-def _latency_one(name: str, runner: Any, out: dict[str, Any], ids: torch.Tensor, valid: torch.Tensor,
-                 pos: torch.Tensor, prefill_mask: torch.Tensor, prompt_len: int, block: int, repeat: int,
-                 dtype: torch.dtype) -> torch.Tensor:
+def _latency_one(
+    name: str,
+    runner: Any,
+    out: dict[str, Any],
+    ids: torch.Tensor,
+    valid: torch.Tensor,
+    pos: torch.Tensor,
+    prefill_mask: torch.Tensor,
+    prompt_len: int,
+    block: int,
+    repeat: int,
+    dtype: torch.dtype,
+) -> torch.Tensor:
     from cudice.model.runner import _additive
 
     cache = runner.new_cache(ids.shape[0], prompt_len + 2 * block)
@@ -184,12 +240,17 @@ def _latency_one(name: str, runner: Any, out: dict[str, Any], ids: torch.Tensor,
 
     def step(n: int, logits: bool) -> torch.Tensor:
         mask = _additive(valid[:, None, None, : prompt_len + n].expand(-1, 1, n, -1), dtype)
-        result = runner.forward(ids[:, prompt_len: prompt_len + n], mask, pos[:, prompt_len: prompt_len + n],
-                                cache, logits=logits)
+        result = runner.forward(
+            ids[:, prompt_len : prompt_len + n],
+            mask,
+            pos[:, prompt_len : prompt_len + n],
+            cache,
+            logits=logits,
+        )
         runner.crop(cache, prompt_len)  # every repeat sees the same cache
         return result
 
-    first = step(block, True).float().clone()                               # (B, block, V) for the check
+    first = step(block, True).float().clone()  # (B, block, V) for the check
     out[f"{name}_ar_step_ms"] = timed_ms(lambda: step(1, True), ids.device, repeat)
     out[f"{name}_denoise_ms"] = timed_ms(lambda: step(block, True), ids.device, repeat)
     out[f"{name}_commit_ms"] = timed_ms(lambda: step(block, False), ids.device, repeat)
@@ -198,8 +259,15 @@ def _latency_one(name: str, runner: Any, out: dict[str, Any], ids: torch.Tensor,
 
 
 # --- 2./3. end to end ----------------------------------------------------------------------
-def end_to_end(model: Any, runners: dict[str, Any], prompts: list[list[int]], new_tokens: int, block: int,
-               labels: tuple[tuple[str, float, bool], ...] = LABELS, with_ar: bool = True) -> dict[str, Any]:
+def end_to_end(
+    model: Any,
+    runners: dict[str, Any],
+    prompts: list[list[int]],
+    new_tokens: int,
+    block: int,
+    labels: tuple[tuple[str, float, bool], ...] = LABELS,
+    with_ar: bool = True,
+) -> dict[str, Any]:
     """tokens/s and token checks of the AR baselines and of the block-diffusion sampler."""
     from cudice.model.ar import ar_generate, static_ar_generate
     from cudice.model.config import SamplerConfig
@@ -218,8 +286,9 @@ def end_to_end(model: Any, runners: dict[str, Any], prompts: list[list[int]], ne
                 static_ar_generate(runners[name], prompts, new_tokens, eos_id)  # compiles, captures
                 sar = static_ar_generate(runners[name], prompts, new_tokens, eos_id)
                 out[f"{name}_ar_tok_s"] = batch * new_tokens / sar.seconds
-                out[f"{name}_ar_decode_tok_s"] = batch * (new_tokens - 1) / max(sar.seconds - sar.prefill_seconds,
-                                                                                1e-9)
+                out[f"{name}_ar_decode_tok_s"] = (
+                    batch * (new_tokens - 1) / max(sar.seconds - sar.prefill_seconds, 1e-9)
+                )
                 out[f"{name}_ar_check"] = compare(sar.tokens, ar.tokens)
             except Exception as exc:
                 log(f"{name} AR failed: {exc!r}")
@@ -229,8 +298,13 @@ def end_to_end(model: Any, runners: dict[str, Any], prompts: list[list[int]], ne
     reference: dict[float, Any] = {}
     warmed: set[tuple[str, bool]] = set()  # graphs are kept per cache size: one warm-up per runner and L
     for label, threshold, fuse in labels:
-        cfg = SamplerConfig(strategy="low_confidence_dynamic", threshold=threshold, denoising_steps=block,
-                            max_new_tokens=new_tokens, fuse_commit=fuse)
+        cfg = SamplerConfig(
+            strategy="low_confidence_dynamic",
+            threshold=threshold,
+            denoising_steps=block,
+            max_new_tokens=new_tokens,
+            fuse_commit=fuse,
+        )
         names = (("hf",) if not fuse and threshold not in reference else ()) + FAST
         for name in names:
             sampler = BlockDiffusionSampler(runners[name], mask_id, eos_id, no_stop, lambda t: "")
@@ -251,7 +325,9 @@ def end_to_end(model: Any, runners: dict[str, Any], prompts: list[list[int]], ne
             elif threshold in reference:
                 out[f"bd_{name}_{label}_check"] = compare(tokens, reference[threshold])
             out[f"bd_{name}_{label}_tok_s"] = res.num_tokens / res.seconds
-            out[f"bd_{name}_{label}_decode_tok_s"] = res.num_tokens / max(res.seconds - res.prefill_seconds, 1e-9)
+            out[f"bd_{name}_{label}_decode_tok_s"] = res.num_tokens / max(
+                res.seconds - res.prefill_seconds, 1e-9
+            )
             out[f"bd_{name}_{label}_prefill_s"] = res.prefill_seconds
             out[f"bd_{label}_tokens_per_forward"] = len(res.rows[0].tokens) / res.num_forwards
     return out
@@ -266,22 +342,32 @@ def random_prompts(model: Any, lengths: list[int], seed: int = 0) -> list[list[i
 def print_e2e(shape: str, batch: int, e2e: dict[str, Any], with_ar: bool = True) -> None:
     base = e2e.get("hf_generate_tok_s", float("nan"))
     if with_ar:
-        log(f"{shape} b={batch} tok/s: HF generate {base:.0f} | "
-            + " | ".join(f"{n} AR {e2e.get(f'{n}_ar_tok_s', float('nan')):.0f} "
-                         f"(decode {e2e.get(f'{n}_ar_decode_tok_s', float('nan')):.0f}; "
-                         f"{e2e.get(f'{n}_ar_check', '-')})" for n in FAST))
+        log(
+            f"{shape} b={batch} tok/s: HF generate {base:.0f} | "
+            + " | ".join(
+                f"{n} AR {e2e.get(f'{n}_ar_tok_s', float('nan')):.0f} "
+                f"(decode {e2e.get(f'{n}_ar_decode_tok_s', float('nan')):.0f}; "
+                f"{e2e.get(f'{n}_ar_check', '-')})"
+                for n in FAST
+            )
+        )
     for label, _, _ in LABELS:
         tpf = e2e.get(f"bd_{label}_tokens_per_forward", float("nan"))
         for name in ("hf", *FAST):
             v = e2e.get(f"bd_{name}_{label}_tok_s")
             if v is None:
                 continue
-            ratios = "".join(f" = {v / base:.2f}x HF generate, {v / e2e[f'{n}_ar_tok_s']:.2f}x {n} AR"
-                             for n in ("compiled",) if with_ar and f"{n}_ar_tok_s" in e2e)
-            log(f"  block diffusion {name:8s} {label:12s} ({tpf:.2f} tok/fwd): {v:.0f} tok/s "
+            ratios = "".join(
+                f" = {v / base:.2f}x HF generate, {v / e2e[f'{n}_ar_tok_s']:.2f}x {n} AR"
+                for n in ("compiled",)
+                if with_ar and f"{n}_ar_tok_s" in e2e
+            )
+            log(
+                f"  block diffusion {name:8s} {label:12s} ({tpf:.2f} tok/fwd): {v:.0f} tok/s "
                 f"(decode {e2e.get(f'bd_{name}_{label}_decode_tok_s', float('nan')):.0f}, prefill "
                 f"{e2e.get(f'bd_{name}_{label}_prefill_s', float('nan')):.2f} s){ratios}; "
-                f"{e2e.get(f'bd_{name}_{label}_check', 'reference')}")
+                f"{e2e.get(f'bd_{name}_{label}_check', 'reference')}"
+            )
 
 
 # --- 4. float32 exactness --------------------------------------------------------------------
@@ -299,12 +385,21 @@ def exact_check(model: Any, prompt_len: int, block: int, compile_mode: str | Non
         mask_id, eos_id, _ = special_ids(model)
         prompts = random_prompts(model, [prompt_len, prompt_len // 2 + 3], seed=7)
         runner = StaticRunner(model, use_graphs=True, compile=True, compile_mode=compile_mode)
-        out = {"ar": compare(static_ar_generate(runner, prompts, 16, eos_id).tokens,
-                             ar_generate(model, prompts, 16, eos_id, [eos_id], ignore_eos=True).tokens)}
-        cfg = SamplerConfig(strategy="low_confidence_dynamic", threshold=0.0, max_new_tokens=16, denoising_steps=block)
-        ref = BlockDiffusionSampler(HFRunner(model), mask_id, eos_id, [], lambda t: "").generate(prompts, cfg, block)
+        out = {
+            "ar": compare(
+                static_ar_generate(runner, prompts, 16, eos_id).tokens,
+                ar_generate(model, prompts, 16, eos_id, [eos_id], ignore_eos=True).tokens,
+            )
+        }
+        cfg = SamplerConfig(
+            strategy="low_confidence_dynamic", threshold=0.0, max_new_tokens=16, denoising_steps=block
+        )
+        ref = BlockDiffusionSampler(HFRunner(model), mask_id, eos_id, [], lambda t: "").generate(
+            prompts, cfg, block
+        )
         fused = BlockDiffusionSampler(runner, mask_id, eos_id, [], lambda t: "").generate(
-            prompts, cfg.replace(fuse_commit=True), block)
+            prompts, cfg.replace(fuse_commit=True), block
+        )
         out["bd_thr0_fused"] = compare([r.tokens for r in fused.rows], [r.tokens for r in ref.rows])
         out["compiled"] = "yes" if runner.compiled else f"no ({runner.compile_error})"
         return out
@@ -313,8 +408,9 @@ def exact_check(model: Any, prompt_len: int, block: int, compile_mode: str | Non
 
 
 # --- 5. profile ------------------------------------------------------------------------------
-def profile_forwards(model: Any, prompt_len: int, batch: int, block: int, compile_mode: str | None,
-                     table: bool) -> dict[str, Any]:
+def profile_forwards(
+    model: Any, prompt_len: int, batch: int, block: int, compile_mode: str | None, table: bool
+) -> dict[str, Any]:
     """Kernels, GPU-busy and wall time of one denoise forward and one AR step per runner."""
     from cudice.model.fastpath import StaticRunner
     from cudice.model.runner import HFRunner, _additive, block_causal_mask
@@ -322,10 +418,13 @@ def profile_forwards(model: Any, prompt_len: int, batch: int, block: int, compil
 
     device = next(model.parameters()).device
     dtype = next(model.parameters()).dtype
-    runners = {"hf": HFRunner(model), "fast-nograph": StaticRunner(model, use_graphs=False),
-               "compiled-nograph": StaticRunner(model, use_graphs=False, compile=True, compile_mode=compile_mode),
-               "fast": StaticRunner(model, use_graphs=True),
-               "compiled": StaticRunner(model, use_graphs=True, compile=True, compile_mode=compile_mode)}
+    runners = {
+        "hf": HFRunner(model),
+        "fast-nograph": StaticRunner(model, use_graphs=False),
+        "compiled-nograph": StaticRunner(model, use_graphs=False, compile=True, compile_mode=compile_mode),
+        "fast": StaticRunner(model, use_graphs=True),
+        "compiled": StaticRunner(model, use_graphs=True, compile=True, compile_mode=compile_mode),
+    }
     ids = torch.randint(0, special_ids(model)[2], (batch, prompt_len + block), device=device)
     pos = torch.arange(prompt_len + block, device=device)[None].expand(batch, -1)
     valid = torch.ones(batch, prompt_len + block, dtype=torch.bool, device=device)
@@ -335,13 +434,20 @@ def profile_forwards(model: Any, prompt_len: int, batch: int, block: int, compil
         runner = runners.pop(name)  # one runner's cache (and graphs) alive at a time
         setup = time.perf_counter()  # the first compiled runner of a shape compiles here: reported apart
         cache = runner.new_cache(batch, prompt_len + 2 * block)
-        runner.forward(ids[:, :prompt_len], block_causal_mask(valid[:, :prompt_len], block, dtype),
-                       pos[:, :prompt_len], cache, logits=False)
+        runner.forward(
+            ids[:, :prompt_len],
+            block_causal_mask(valid[:, :prompt_len], block, dtype),
+            pos[:, :prompt_len],
+            cache,
+            logits=False,
+        )
         for n, what in ((block, "denoise"), (1, "ar_step")):
             mask = _additive(valid[:, None, None, : prompt_len + n].expand(-1, 1, n, -1), dtype)
 
             def fwd(n: int = n, mask: torch.Tensor = mask, runner: Any = runner, cache: Any = cache) -> None:
-                runner.forward(ids[:, prompt_len: prompt_len + n], mask, pos[:, prompt_len: prompt_len + n], cache)
+                runner.forward(
+                    ids[:, prompt_len : prompt_len + n], mask, pos[:, prompt_len : prompt_len + n], cache
+                )
                 runner.crop(cache, prompt_len)
 
             for _ in range(3):
@@ -349,8 +455,10 @@ def profile_forwards(model: Any, prompt_len: int, batch: int, block: int, compil
             sync(device)
             if what == "denoise":
                 out[f"{name}_setup_s"] = time.perf_counter() - setup
-                log(f"profile {name:16s} b={batch}: prefill + first forwards (compile, capture) "
-                    f"{out[f'{name}_setup_s']:.1f} s")
+                log(
+                    f"profile {name:16s} b={batch}: prefill + first forwards (compile, capture) "
+                    f"{out[f'{name}_setup_s']:.1f} s"
+                )
             with profile(activities=activities) as prof:
                 t = time.perf_counter()
                 fwd()
@@ -359,8 +467,10 @@ def profile_forwards(model: Any, prompt_len: int, batch: int, block: int, compil
             kernels = [e for e in prof.events() if str(getattr(e, "device_type", "")).endswith("CUDA")]
             busy_us = sum(e.time_range.elapsed_us() for e in kernels)
             out[f"{name}_{what}"] = {"wall_ms": wall, "gpu_busy_ms": busy_us / 1e3, "kernels": len(kernels)}
-            log(f"profile {name:16s} {what:8s} b={batch}: wall {wall:.2f} ms (profiled), GPU busy "
-                f"{busy_us / 1e3:.2f} ms over {len(kernels)} kernels")
+            log(
+                f"profile {name:16s} {what:8s} b={batch}: wall {wall:.2f} ms (profiled), GPU busy "
+                f"{busy_us / 1e3:.2f} ms over {len(kernels)} kernels"
+            )
             if table:
                 sort = "self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total"
                 log(prof.key_averages().table(sort_by=sort, row_limit=15, max_name_column_width=60))
@@ -383,15 +493,26 @@ def tiny_tokens_per_forward() -> dict[str, float]:
     return out
 
 
-def run_shape(shape: str, batches: list[int], args: argparse.Namespace, device: torch.device, dtype: torch.dtype,
-              results: dict[str, Any], first: bool) -> None:
+def run_shape(
+    shape: str,
+    batches: list[int],
+    args: argparse.Namespace,
+    device: torch.device,
+    dtype: torch.dtype,
+    results: dict[str, Any],
+    first: bool,
+) -> None:
     t0 = time.perf_counter()
     model = random_model(shape, device, dtype)
-    log(f"\n## {shape}: {sum(p.numel() for p in model.parameters()) / 1e9:.2f} B parameters "
-        f"({time.perf_counter() - t0:.0f} s to build)")
+    log(
+        f"\n## {shape}: {sum(p.numel() for p in model.parameters()) / 1e9:.2f} B parameters "
+        f"({time.perf_counter() - t0:.0f} s to build)"
+    )
     for batch in sorted({min(batches), max(batches)}):
         try:
-            prof = profile_forwards(model, args.prompt_len, batch, args.block, args.compile_mode, args.profile)
+            prof = profile_forwards(
+                model, args.prompt_len, batch, args.block, args.compile_mode, args.profile
+            )
             results["runs"].append({"shape": shape, "batch": batch, "profile": prof})
         except Exception as exc:  # the profiler is optional; keep measuring
             log(f"profile failed: {exc!r}")
@@ -402,15 +523,22 @@ def run_shape(shape: str, batches: list[int], args: argparse.Namespace, device: 
             lat = forward_latency(model, runners, batch, args.prompt_len, args.block, args.repeat)
             row.update(lat)
             for name in [n for n in runners if f"{n}_commit_ms" in lat]:
-                log(f"{shape} b={batch} {name:8s}: AR step {lat[f'{name}_ar_step_ms']:.2f} ms, denoise "
+                log(
+                    f"{shape} b={batch} {name:8s}: AR step {lat[f'{name}_ar_step_ms']:.2f} ms, denoise "
                     f"{lat[f'{name}_denoise_ms']:.2f} ms ({lat[f'{name}_denoise_ms'] / lat[f'{name}_ar_step_ms']:.2f}x "
                     f"AR), commit {lat[f'{name}_commit_ms']:.2f} ms, fused {lat[f'{name}_fused_ms']:.2f} ms; warm-up "
                     f"(compile+capture) {lat.get(f'{name}_warmup_s', 0):.1f} s"
-                    + (f"; teacher-forced top-1 vs hf {100 * lat[f'{name}_teacher_top1_agreement']:.2f}%, "
-                       f"max |dlogit| {lat[f'{name}_teacher_max_abs_logit_diff']:.3f} (logit std "
-                       f"{lat['logit_std']:.3f})" if f"{name}_teacher_top1_agreement" in lat else ""))
-            e2e = end_to_end(model, runners, random_prompts(model, [args.prompt_len] * batch), args.new_tokens,
-                             args.block)
+                    + (
+                        f"; teacher-forced top-1 vs hf {100 * lat[f'{name}_teacher_top1_agreement']:.2f}%, "
+                        f"max |dlogit| {lat[f'{name}_teacher_max_abs_logit_diff']:.3f} (logit std "
+                        f"{lat['logit_std']:.3f})"
+                        if f"{name}_teacher_top1_agreement" in lat
+                        else ""
+                    )
+                )
+            e2e = end_to_end(
+                model, runners, random_prompts(model, [args.prompt_len] * batch), args.new_tokens, args.block
+            )
             row.update(e2e)
             print_e2e(shape, batch, e2e)
             comp = runners["compiled"]
@@ -426,13 +554,22 @@ def run_shape(shape: str, batches: list[int], args: argparse.Namespace, device: 
     try:  # 3. mixed prompt lengths
         gen = torch.Generator().manual_seed(3)
         lengths = torch.randint(args.prompt_len // 4, args.prompt_len + 1, (batch,), generator=gen).tolist()
-        mixed = end_to_end(model, runners, random_prompts(model, lengths, seed=4), args.new_tokens, args.block,
-                           labels=(("thr0", 0.0, False), ("thr0-fused", 0.0, True)), with_ar=False)
+        mixed = end_to_end(
+            model,
+            runners,
+            random_prompts(model, lengths, seed=4),
+            args.new_tokens,
+            args.block,
+            labels=(("thr0", 0.0, False), ("thr0-fused", 0.0, True)),
+            with_ar=False,
+        )
         whole = [n // args.block * args.block for n in lengths]
         mixed.update({"prefill_tokens": sum(whole), "padded_prefill_tokens": batch * max(whole)})
-        log(f"{shape} b={batch} mixed prompt lengths {min(lengths)}..{max(lengths)} (mean "
+        log(
+            f"{shape} b={batch} mixed prompt lengths {min(lengths)}..{max(lengths)} (mean "
             f"{sum(lengths) / batch:.0f}): prefill computes {sum(whole)} tokens (padded to the longest: "
-            f"{batch * max(whole)})")
+            f"{batch * max(whole)})"
+        )
         print_e2e(shape, batch, mixed, with_ar=False)
         results["runs"].append({"shape": shape, "batch": batch, "mixed_lengths": lengths, **mixed})
     except Exception as exc:
@@ -441,8 +578,10 @@ def run_shape(shape: str, batches: list[int], args: argparse.Namespace, device: 
     if first and args.exact:
         try:
             exact = exact_check(model, min(args.prompt_len, 128), args.block, args.compile_mode)
-            log(f"{shape} float32 exactness, compiled vs eager reference: " + ", ".join(f"{k} {v}" for k, v in
-                                                                                      exact.items()))
+            log(
+                f"{shape} float32 exactness, compiled vs eager reference: "
+                + ", ".join(f"{k} {v}" for k, v in exact.items())
+            )
             results["runs"].append({"shape": shape, "float32_check": exact})
         except Exception as exc:
             log(f"{shape} float32 check failed: {exc!r}")
@@ -453,7 +592,14 @@ def run_shape(shape: str, batches: list[int], args: argparse.Namespace, device: 
 
 
 TARGETS = (  # (shape, batch, key, comparison, bound, what)
-    ("4b", 128, "bd_compiled_thr0-fused_tok_s", ">=", 10_000, "SDAR-4B b=128 tok/s, fused commit, threshold 0"),
+    (
+        "4b",
+        128,
+        "bd_compiled_thr0-fused_tok_s",
+        ">=",
+        10_000,
+        "SDAR-4B b=128 tok/s, fused commit, threshold 0",
+    ),
     ("4b", 128, "compiled_denoise_over_ar", "<=", 1.1, "SDAR-4B b=128 denoise forward / AR step"),
     ("1.7b", 1, "compiled_denoise_ms", "<=", 2.0, "DICE-1.7B b=1 4-token denoise forward, ms"),
     ("1.7b", 1, "bd_compiled_thr0-fused_tok_s", ">=", 720, "DICE-1.7B b=1 tok/s, fused commit, threshold 0"),
@@ -463,12 +609,23 @@ TARGETS = (  # (shape, batch, key, comparison, bound, what)
 def print_targets(results: dict[str, Any]) -> None:
     """One line per target of the runtime's speed goals: measured, bound, met or not."""
     for shape, batch, key, op, bound, what in TARGETS:
-        row = next((r for r in results["runs"] if r.get("shape") == shape and r.get("batch") == batch
-                    and "mixed_lengths" not in r and "profile" not in r), None)
+        row = next(
+            (
+                r
+                for r in results["runs"]
+                if r.get("shape") == shape
+                and r.get("batch") == batch
+                and "mixed_lengths" not in r
+                and "profile" not in r
+            ),
+            None,
+        )
         if row is None:
             continue
         if key == "compiled_denoise_over_ar":
-            value = row.get("compiled_denoise_ms", float("nan")) / row.get("compiled_ar_step_ms", float("nan"))
+            value = row.get("compiled_denoise_ms", float("nan")) / row.get(
+                "compiled_ar_step_ms", float("nan")
+            )
         else:
             value = row.get(key, float("nan"))
         met = value >= bound if op == ">=" else value <= bound
@@ -494,11 +651,21 @@ def main() -> int:
     ap.add_argument("--block", type=int, default=4)
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--compile-mode", default=None, help="torch.compile mode (default: Inductor's default)")
-    ap.add_argument("--profile", action="store_true", help="print torch.profiler tables of the profiled forwards")
-    ap.add_argument("--no-exact", dest="exact", action="store_false",
-                    help="skip the float32 exactness check (a second compilation of the first shape)")
-    ap.add_argument("--quick", action="store_true", help="1.7b at batch 1 and 4b at batch 128, 10 repeats, "
-                    "no float32 check (tests/model/test_fastpath.py's gpu test checks float32 on CUDA)")
+    ap.add_argument(
+        "--profile", action="store_true", help="print torch.profiler tables of the profiled forwards"
+    )
+    ap.add_argument(
+        "--no-exact",
+        dest="exact",
+        action="store_false",
+        help="skip the float32 exactness check (a second compilation of the first shape)",
+    )
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="1.7b at batch 1 and 4b at batch 128, 10 repeats, "
+        "no float32 check (tests/model/test_fastpath.py's gpu test checks float32 on CUDA)",
+    )
     args = ap.parse_args()
     if args.quick:
         args.shapes, args.batches, args.batches_4b, args.repeat = "1.7b,4b", "1", "128", 10
@@ -515,11 +682,17 @@ def main() -> int:
         args.shapes, args.batches, args.prompt_len, args.new_tokens, args.repeat = "tiny", "1,3", 16, 16, 3
     import transformers
 
-    results: dict[str, Any] = {"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
-                               "torch": torch.__version__, "transformers": transformers.__version__,
-                               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "args": vars(args),
-                               "runs": []}
-    log(f"# model_speed on {results['device']}, torch {torch.__version__}, transformers {transformers.__version__}")
+    results: dict[str, Any] = {
+        "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "args": vars(args),
+        "runs": [],
+    }
+    log(
+        f"# model_speed on {results['device']}, torch {torch.__version__}, transformers {transformers.__version__}"
+    )
     start = time.perf_counter()
     for i, shape in enumerate(args.shapes.split(",")):
         spec = {"8b": args.batches_8b, "4b": args.batches_4b}.get(shape, args.batches)
@@ -534,8 +707,10 @@ def main() -> int:
     print_targets(results)
     path = write(results)
     ok = all("error" not in r for r in results["runs"])
-    log(f"RESULT model_speed: {'ok' if ok else 'some runs failed'} in {time.perf_counter() - start:.0f} s; "
-        f"json in {path}")
+    log(
+        f"RESULT model_speed: {'ok' if ok else 'some runs failed'} in {time.perf_counter() - start:.0f} s; "
+        f"json in {path}"
+    )
     return 0 if ok else 1
 
 

@@ -42,8 +42,9 @@ class OldWarm:
     """The former persistent runner: one process, jobs as JSON lines, results as JSON lines."""
 
     def __init__(self) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-c", OLD_SERVE], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     text=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", OLD_SERVE], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
 
     def __call__(self, job: dict[str, Any], **kw: Any) -> Any:
         from cudice.verifier.sandbox import ChildOutcome
@@ -64,8 +65,11 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--run-stage", action="store_true", help="measure the run stage (the only mode)")
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--cases", default="honest_relu_empty_like,honest_softmax_rows,honest_matmul_tiled",
-                    help="comma-separated honest corpus case names ('' for every honest case)")
+    ap.add_argument(
+        "--cases",
+        default="honest_relu_empty_like,honest_softmax_rows,honest_matmul_tiled",
+        help="comma-separated honest corpus case names ('' for every honest case)",
+    )
     ap.add_argument("--quick", action="store_true", help="one round, two cases")
     args = ap.parse_args()
     from functools import partial
@@ -90,8 +94,12 @@ def main() -> int:
         print(f"built {c.name}: {r.verdict.value}", flush=True)
     old_warm, new_warm = OldWarm(), PersistentRunner()
     new_warm.warm_up(config.memory_limit_mib, {"cache_dir": str(config.cache_dir)})
-    modes = {"old": partial(run_in_child, module="cudice.verifier.worker"), "new": run_in_child,
-             "old-warm": old_warm, "new-warm": new_warm}
+    modes = {
+        "old": partial(run_in_child, module="cudice.verifier.worker"),
+        "new": run_in_child,
+        "old-warm": old_warm,
+        "new-warm": new_warm,
+    }
     walls: dict[tuple[str, str], list[float]] = {}
     verdicts: dict[tuple[str, str], set[str]] = {}
     try:
@@ -115,12 +123,20 @@ def main() -> int:
     print("| case | mode | run stage s (median) | verdicts |")
     print("|---|---|---|---|")
     for (name, mode), xs in sorted(walls.items()):
-        print(f"| {name} | {mode} | {statistics.median(xs):.2f} | {','.join(sorted(verdicts[(name, mode)]))} |")
-    ratio = [statistics.median(walls[(c.name, "new")]) / statistics.median(walls[(c.name, "old")]) for c in cases]
-    warm = [statistics.median(walls[(c.name, "new-warm")]) / statistics.median(walls[(c.name, "old-warm")])
-            for c in cases]
-    print(f"RESULT ratio new/old={statistics.median(ratio):.2f} warm={statistics.median(warm):.2f} "
-          f"(target <= 1.3; per case {', '.join(f'{x:.2f}' for x in ratio)} / {', '.join(f'{x:.2f}' for x in warm)})")
+        print(
+            f"| {name} | {mode} | {statistics.median(xs):.2f} | {','.join(sorted(verdicts[(name, mode)]))} |"
+        )
+    ratio = [
+        statistics.median(walls[(c.name, "new")]) / statistics.median(walls[(c.name, "old")]) for c in cases
+    ]
+    warm = [
+        statistics.median(walls[(c.name, "new-warm")]) / statistics.median(walls[(c.name, "old-warm")])
+        for c in cases
+    ]
+    print(
+        f"RESULT ratio new/old={statistics.median(ratio):.2f} warm={statistics.median(warm):.2f} "
+        f"(target <= 1.3; per case {', '.join(f'{x:.2f}' for x in ratio)} / {', '.join(f'{x:.2f}' for x in warm)})"
+    )
     return 0
 
 

@@ -67,16 +67,24 @@ class PlainLoadInline:
         src_path = self.dir / path.name
         src_path.write_text(source if source is not None else path.read_text())
         # CUDA_HOME as cudice's build sets it: a CPU-only torch finds no CUDA home of its own
-        env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(self.dir / "ext"), "TORCH_CUDA_ARCH_LIST": "9.0",
-               "MAX_JOBS": "2", "CUDA_HOME": cuda_home()}
+        env = {
+            **os.environ,
+            "TORCH_EXTENSIONS_DIR": str(self.dir / "ext"),
+            "TORCH_CUDA_ARCH_LIST": "9.0",
+            "MAX_JOBS": "2",
+            "CUDA_HOME": cuda_home(),
+        }
         # a CPU-only torch sets cpp_extension.CUDA_HOME to None whatever the environment says; pointing it
         # at the toolkit (as cudice's toolchain probe does) lets load_inline compile, then fail to link
-        code = ("import os, torch.utils.cpp_extension as ce; ce.CUDA_HOME = ce.CUDA_HOME or os.environ['CUDA_HOME']; "
-                f"src=open({str(src_path)!r}).read(); exec(compile(src, {str(src_path)!r}, 'exec'), {{'__name__': 'c'}})")
+        code = (
+            "import os, torch.utils.cpp_extension as ce; ce.CUDA_HOME = ce.CUDA_HOME or os.environ['CUDA_HOME']; "
+            f"src=open({str(src_path)!r}).read(); exec(compile(src, {str(src_path)!r}, 'exec'), {{'__name__': 'c'}})"
+        )
         self.t0 = time.perf_counter()
         self.t1 = 0.0
-        self.proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL, env=env)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env
+        )
         # the exit time is taken by a watcher thread, not when wait() is called (that could be later)
         self.watcher = threading.Thread(target=self._watch, daemon=True)
         self.watcher.start()
@@ -105,8 +113,13 @@ def bench_first_diagnostic(config: VerifyConfig, skip_load_inline: bool) -> None
                 r = quick_check(path, text.replace("vv >", f"v{i}v >"), fc)
                 walls.append(time.perf_counter() - t0)
                 assert r.verdict is Verdict.COMPILE_ERROR
-        result("first_diagnostic_fast", median_s=statistics.median(walls), max_s=max(walls), warm_s=warm_s,
-               samples_s=walls)
+        result(
+            "first_diagnostic_fast",
+            median_s=statistics.median(walls),
+            max_s=max(walls),
+            warm_s=warm_s,
+            samples_s=walls,
+        )
     else:
         result("first_diagnostic_fast", skipped="clangd not installed on this machine")
     baseline = None if skip_load_inline else PlainLoadInline(path)
@@ -124,18 +137,29 @@ def bench_first_diagnostic(config: VerifyConfig, skip_load_inline: bool) -> None
 def bench_full_verdict(config: VerifyConfig, skip_load_inline: bool) -> None:
     path = EXAMPLES / "relu_cuda.py"
     src = path.read_text().replace("relu_kernel", "relu_kernel_bench")  # a fresh cache entry
-    baseline = None if skip_load_inline else PlainLoadInline(path, src.replace("relu_kernel_bench", "relu_kernel_li"))
+    baseline = (
+        None
+        if skip_load_inline
+        else PlainLoadInline(path, src.replace("relu_kernel_bench", "relu_kernel_li"))
+    )
     t0 = time.perf_counter()
     cold = verify(path, source=src, config=config)
     cold_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     warm = verify(path, source=src, config=config)
     cached_s = time.perf_counter() - t0
-    fields: dict[str, object] = {"verdict": cold.verdict.value, "cold_s": cold_s, "cached_s": cached_s,
-                                 "cached_verdict": warm.verdict.value, "gpu": gpu_available()}
+    fields: dict[str, object] = {
+        "verdict": cold.verdict.value,
+        "cold_s": cold_s,
+        "cached_s": cached_s,
+        "cached_verdict": warm.verdict.value,
+        "gpu": gpu_available(),
+    }
     if baseline is not None:
         li_s, ok = baseline.wait()
-        fields.update(load_inline_s=li_s, load_inline_ok=ok, ratio_cold=li_s / cold_s, ratio_cached=li_s / cached_s)
+        fields.update(
+            load_inline_s=li_s, load_inline_ok=ok, ratio_cold=li_s / cold_s, ratio_cached=li_s / cached_s
+        )
     result("full_verdict", **fields)
 
 
@@ -158,8 +182,16 @@ def bench_throughput(config: VerifyConfig, n: int) -> None:
     for r in results:
         verdicts[r.verdict.value] = verdicts.get(r.verdict.value, 0) + 1
     per_min = n / wall * 60
-    result("throughput", num_candidates=n, wall_s=wall, kernels_per_min=per_min, verdicts=verdicts,
-           compile_workers=workers, baseline_load_inline_per_min=13.0, ratio_vs_baseline=per_min / 13.0)
+    result(
+        "throughput",
+        num_candidates=n,
+        wall_s=wall,
+        kernels_per_min=per_min,
+        verdicts=verdicts,
+        compile_workers=workers,
+        baseline_load_inline_per_min=13.0,
+        ratio_vs_baseline=per_min / 13.0,
+    )
 
 
 def bench_repeatability(config: VerifyConfig, repeats: int = 5) -> None:
@@ -173,8 +205,13 @@ def bench_repeatability(config: VerifyConfig, repeats: int = 5) -> None:
         result("repeatability", skipped="no speedups measured", count=len(speedups))
         return
     med = statistics.median(speedups)
-    result("repeatability", speedups=speedups, median=med, spread_pct=(max(speedups) - min(speedups)) / med * 100,
-           half_spread_pct=(max(speedups) - min(speedups)) / 2 / med * 100)
+    result(
+        "repeatability",
+        speedups=speedups,
+        median=med,
+        spread_pct=(max(speedups) - min(speedups)) / med * 100,
+        half_spread_pct=(max(speedups) - min(speedups)) / 2 / med * 100,
+    )
 
 
 def _child_cpu_s() -> float:
@@ -199,8 +236,11 @@ def plain_nvcc_s(kernel_cu: str, arch: str) -> tuple[float, float, bool]:
         (d / "k.cu").write_text(kernel_cu)
         sm = arch.replace(".", "")
         cpu0, t0 = _child_cpu_s(), time.perf_counter()
-        rc = subprocess.run(["nvcc", f"-gencode=arch=compute_{sm},code=sm_{sm}", "-std=c++20", "-c", "k.cu", "-o",
-                             "k.o"], cwd=d, capture_output=True).returncode
+        rc = subprocess.run(
+            ["nvcc", f"-gencode=arch=compute_{sm},code=sm_{sm}", "-std=c++20", "-c", "k.cu", "-o", "k.o"],
+            cwd=d,
+            capture_output=True,
+        ).returncode
         return time.perf_counter() - t0, _child_cpu_s() - cpu0, rc == 0
     finally:
         shutil.rmtree(d, ignore_errors=True)
@@ -210,11 +250,16 @@ def _stages(walls: dict[str, float]) -> dict[str, float]:
     """The benchmark's stage names from a VerifyResult's stage_wall_s (s; absent stages are 0)."""
     host = walls.get("compile.slim.main.cpp", 0.0) + walls.get("compile.main.cpp", 0.0)
     device = walls.get("compile.slim.cuda.cu", 0.0) + walls.get("compile.cuda.cu", 0.0)
-    return {"parse_static": walls.get("parse", 0.0) + walls.get("static", 0.0), "host_parse": host,
-            "device_compile": device, "link": walls.get("compile.link", 0.0),
-            "load": walls.get("run.init", 0.0) + walls.get("run.load", 0.0),
-            "run_compare": walls.get("run.correctness", 0.0), "time": walls.get("run.timing", 0.0),
-            "verdict": sum(v for k, v in walls.items() if k in ("parse", "static", "compile", "run"))}
+    return {
+        "parse_static": walls.get("parse", 0.0) + walls.get("static", 0.0),
+        "host_parse": host,
+        "device_compile": device,
+        "link": walls.get("compile.link", 0.0),
+        "load": walls.get("run.init", 0.0) + walls.get("run.load", 0.0),
+        "run_compare": walls.get("run.correctness", 0.0),
+        "time": walls.get("run.timing", 0.0),
+        "verdict": sum(v for k, v in walls.items() if k in ("parse", "static", "compile", "run")),
+    }
 
 
 def why_not(r: VerifyResult, *, compile_only: bool) -> dict[str, object]:
@@ -222,11 +267,19 @@ def why_not(r: VerifyResult, *, compile_only: bool) -> dict[str, object]:
     error diagnostics and the tail of its error text, printed on stderr too (a bench run shows why)."""
     if r.verdict is Verdict.CORRECT or (compile_only and r.verdict is Verdict.COMPILED):
         return {}
-    diags = [f"{d.code} (line {d.location.line if d.location else '?'}): {d.message}" for d in r.diagnostics
-             if d.severity is Severity.ERROR][:3]
+    diags = [
+        f"{d.code} (line {d.location.line if d.location else '?'}): {d.message}"
+        for d in r.diagnostics
+        if d.severity is Severity.ERROR
+    ][:3]
     error = (r.error or "").strip()[-1500:]
-    print(f"[{Path(r.path).name}] verdict {r.verdict.value} at {r.stage.value}:\n  " + "\n  ".join(diags or ["(no error diagnostic)"])
-          + (f"\n  error text:\n{error}" if error else ""), file=sys.stderr, flush=True)
+    print(
+        f"[{Path(r.path).name}] verdict {r.verdict.value} at {r.stage.value}:\n  "
+        + "\n  ".join(diags or ["(no error diagnostic)"])
+        + (f"\n  error text:\n{error}" if error else ""),
+        file=sys.stderr,
+        flush=True,
+    )
     return {"diagnostics": [d[:500] for d in diags], "error_tail": error[-600:] or None}
 
 
@@ -238,8 +291,13 @@ VARIANTS: dict[str, dict[str, object]] = {
 }
 
 
-def bench_candidates(config: VerifyConfig, n: int, skip_load_inline: bool, skip_nvcc: bool,
-                     variants: tuple[str, ...] = ("default",)) -> None:
+def bench_candidates(
+    config: VerifyConfig,
+    n: int,
+    skip_load_inline: bool,
+    skip_nvcc: bool,
+    variants: tuple[str, ...] = ("default",),
+) -> None:
     """Phase 5, one candidate at a time: cudice (each variant), then plain load_inline, then plain nvcc."""
     folder = Path(tempfile.mkdtemp(prefix="cudice-bench-kb-"))
     rows: dict[str, list[dict[str, object]]] = {v: [] for v in variants}
@@ -249,31 +307,50 @@ def bench_candidates(config: VerifyConfig, n: int, skip_load_inline: bool, skip_
             path.write_text(cand.source)
             for i, variant in enumerate(variants):
                 # the first variant keeps the given cache (a warm overlay is not what a new candidate costs)
-                vconfig = config.with_(**VARIANTS[variant], **({} if i == 0 else {
-                    "cache_dir": config.cache_dir / f"variant-{variant}"}))
+                vconfig = config.with_(
+                    **VARIANTS[variant],
+                    **({} if i == 0 else {"cache_dir": config.cache_dir / f"variant-{variant}"}),
+                )
                 # the baselines run once, with the first variant
-                rows[variant].append(_one_candidate(vconfig, cand, path, variant, skip_load_inline or i > 0,
-                                                    skip_nvcc or i > 0))
+                rows[variant].append(
+                    _one_candidate(
+                        vconfig, cand, path, variant, skip_load_inline or i > 0, skip_nvcc or i > 0
+                    )
+                )
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     for variant in variants:
-        result("candidates_summary", variant=variant,
-               **summarize(rows[variant], compile_only=config.compile_only or not gpu_available()))
+        result(
+            "candidates_summary",
+            variant=variant,
+            **summarize(rows[variant], compile_only=config.compile_only or not gpu_available()),
+        )
 
 
-def _one_candidate(config: VerifyConfig, cand: kb_candidates.Candidate, path: Path, variant: str,
-                   skip_load_inline: bool, skip_nvcc: bool) -> dict[str, object]:
+def _one_candidate(
+    config: VerifyConfig,
+    cand: kb_candidates.Candidate,
+    path: Path,
+    variant: str,
+    skip_load_inline: bool,
+    skip_nvcc: bool,
+) -> dict[str, object]:
     """One verify of `path` with `config`, and the baselines asked for; the row is printed and returned."""
     # with ≥ 8 cores the baseline builds beside cudice (each uses ≤ 2 cores): same run, half the time
     beside = None if skip_load_inline or (os.cpu_count() or 2) < 8 else PlainLoadInline(path)
     cpu0, t0 = _child_cpu_s(), time.perf_counter()
     r = verify(path, config=config)
-    row: dict[str, object] = {"candidate": cand.name, "category": cand.category, "variant": variant,
-                              "verdict": r.verdict.value,
-                              "cudice_s": time.perf_counter() - t0, "cudice_cpu_s": _child_cpu_s() - cpu0,
-                              "fallback": "compile.slim.cuda.cu" in r.stage_wall_s and (
-                                  "compile.cuda.cu" in r.stage_wall_s or "compile.main.cpp" in r.stage_wall_s),
-                              **{f"stage_{k}_s": v for k, v in _stages(r.stage_wall_s).items()}}
+    row: dict[str, object] = {
+        "candidate": cand.name,
+        "category": cand.category,
+        "variant": variant,
+        "verdict": r.verdict.value,
+        "cudice_s": time.perf_counter() - t0,
+        "cudice_cpu_s": _child_cpu_s() - cpu0,
+        "fallback": "compile.slim.cuda.cu" in r.stage_wall_s
+        and ("compile.cuda.cu" in r.stage_wall_s or "compile.main.cpp" in r.stage_wall_s),
+        **{f"stage_{k}_s": v for k, v in _stages(r.stage_wall_s).items()},
+    }
     row.update(why_not(r, compile_only=config.compile_only or not gpu_available()))
     if beside is not None:  # CPU seconds of concurrent children cannot be told apart: wall only
         li_s, li_ok = beside.wait()
@@ -291,22 +368,36 @@ def _one_candidate(config: VerifyConfig, cand: kb_candidates.Candidate, path: Pa
 
 def summarize(rows: list[dict[str, object]], compile_only: bool) -> dict[str, object]:
     """p50/p95 time to verdict, verdicts/min (one at a time), stage medians and ratios over `rows`."""
+
     def col(key: str) -> list[float]:
         return [float(r[key]) for r in rows if isinstance(r.get(key), (int, float))]  # type: ignore[arg-type]
 
-    out: dict[str, object] = {"num_candidates": len(rows), "compile_only": compile_only,
-                              "verdicts": {v: sum(1 for r in rows if r["verdict"] == v)
-                                           for v in sorted({str(r["verdict"]) for r in rows})},
-                              "num_fallback": sum(1 for r in rows if r.get("fallback"))}
+    out: dict[str, object] = {
+        "num_candidates": len(rows),
+        "compile_only": compile_only,
+        "verdicts": {
+            v: sum(1 for r in rows if r["verdict"] == v) for v in sorted({str(r["verdict"]) for r in rows})
+        },
+        "num_fallback": sum(1 for r in rows if r.get("fallback")),
+    }
     for who in ("cudice", "load_inline", "nvcc"):
         walls = col(f"{who}_s")
         if walls:
-            out.update({f"{who}_p50_s": _pct(walls, 0.5), f"{who}_p95_s": _pct(walls, 0.95),
-                        f"{who}_per_min": 60 * len(walls) / sum(walls),
-                        f"{who}_cpu_p50_s": _pct(col(f"{who}_cpu_s"), 0.5)})
-    out["stage_p50_s"] = {k[6:-2]: _pct(col(k), 0.5) for k in rows[0] if k.startswith("stage_")} if rows else {}
+            out.update(
+                {
+                    f"{who}_p50_s": _pct(walls, 0.5),
+                    f"{who}_p95_s": _pct(walls, 0.95),
+                    f"{who}_per_min": 60 * len(walls) / sum(walls),
+                    f"{who}_cpu_p50_s": _pct(col(f"{who}_cpu_s"), 0.5),
+                }
+            )
+    out["stage_p50_s"] = (
+        {k[6:-2]: _pct(col(k), 0.5) for k in rows[0] if k.startswith("stage_")} if rows else {}
+    )
     if "load_inline_p50_s" in out:
-        out["ratio_load_inline_over_cudice_p50"] = float(out["load_inline_p50_s"]) / float(out["cudice_p50_s"])  # type: ignore[arg-type]
+        out["ratio_load_inline_over_cudice_p50"] = float(out["load_inline_p50_s"]) / float(
+            out["cudice_p50_s"]
+        )  # type: ignore[arg-type]
     if "nvcc_p50_s" in out:
         out["ratio_cudice_over_nvcc_p50"] = float(out["cudice_p50_s"]) / float(out["nvcc_p50_s"])  # type: ignore[arg-type]
         out["ratio_cudice_over_nvcc_cpu_p50"] = float(out["cudice_cpu_p50_s"]) / float(out["nvcc_cpu_p50_s"])  # type: ignore[arg-type]
@@ -331,21 +422,33 @@ def bench_candidates_pool(config: VerifyConfig, n: int, skip_load_inline: bool) 
         verdicts: dict[str, int] = {}
         for r in results:
             verdicts[r.verdict.value] = verdicts.get(r.verdict.value, 0) + 1
-        fields: dict[str, object] = {"num_candidates": n, "wall_s": wall, "cudice_per_min": n / wall * 60,
-                                     "verdicts": verdicts, "compile_workers": workers}
-        failures = [{"candidate": Path(r.path).stem, "verdict": r.verdict.value, **why_not(r, compile_only=False)}
-                    for r in results if r.verdict is not Verdict.CORRECT]
+        fields: dict[str, object] = {
+            "num_candidates": n,
+            "wall_s": wall,
+            "cudice_per_min": n / wall * 60,
+            "verdicts": verdicts,
+            "compile_workers": workers,
+        }
+        failures = [
+            {"candidate": Path(r.path).stem, "verdict": r.verdict.value, **why_not(r, compile_only=False)}
+            for r in results
+            if r.verdict is not Verdict.CORRECT
+        ]
         if failures:
             fields["failures"] = failures[:5]
         if not skip_load_inline:
             t0 = time.perf_counter()
             done = []
             for i in range(0, n, workers):  # as many builds at once as cudice had compile workers
-                batch = [PlainLoadInline(p) for p in paths[i:i + workers]]
+                batch = [PlainLoadInline(p) for p in paths[i : i + workers]]
                 done += [b.wait()[1] for b in batch]
             li_wall = time.perf_counter() - t0
-            fields.update(load_inline_wall_s=li_wall, load_inline_per_min=n / li_wall * 60,
-                          load_inline_ok=sum(done), ratio_per_min=(n / wall) / (n / li_wall))
+            fields.update(
+                load_inline_wall_s=li_wall,
+                load_inline_per_min=n / li_wall * 60,
+                load_inline_ok=sum(done),
+                ratio_per_min=(n / wall) / (n / li_wall),
+            )
         result("candidates_pool", **fields)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
@@ -355,9 +458,12 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--skip-load-inline", action="store_true")
-    ap.add_argument("--phase", choices=("all", "compile", "gpu", "throughput", "repeat", "candidates"),
-                    default="all", help="compile: 1-2; throughput: 3; repeat: 4; gpu: 3-4; candidates: 5 "
-                    "(phases can run side by side)")
+    ap.add_argument(
+        "--phase",
+        choices=("all", "compile", "gpu", "throughput", "repeat", "candidates"),
+        default="all",
+        help="compile: 1-2; throughput: 3; repeat: 4; gpu: 3-4; candidates: 5 (phases can run side by side)",
+    )
     ap.add_argument("--compile-only", action="store_true", help="phase 5: stop each verdict after compiling")
     ap.add_argument("--limit", type=int, default=32, help="phase 5: number of distinct candidates")
     ap.add_argument("--pool", action="store_true", help="phase 5 (GPU): also the pool throughput step")
@@ -365,30 +471,51 @@ def main() -> int:
     ap.add_argument("--pool-only", action="store_true", help="phase 5: only the pool step")
     ap.add_argument("--skip-nvcc", action="store_true", help="phase 5: no plain nvcc baseline")
     ap.add_argument("--pch", action="store_true", help="build main.cpp with the slim headers' gcc PCH")
-    ap.add_argument("--variants", default="default",
-                    help=f"phase 5: comma-separated build variants to compare in the run ({', '.join(VARIANTS)})")
+    ap.add_argument(
+        "--variants",
+        default="default",
+        help=f"phase 5: comma-separated build variants to compare in the run ({', '.join(VARIANTS)})",
+    )
     args = ap.parse_args()
     if args.limit < 1:
         ap.error(f"--limit {args.limit} must be >= 1")
     cache = Path(tempfile.mkdtemp(prefix="cudice-bench-cache-"))
-    config = VerifyConfig(cache_dir=cache, max_jobs=os.cpu_count() or 2, compile_only=args.compile_only,
-                          host_pch=args.pch)
-    result("machine", cpus=os.cpu_count(), gpu=gpu_available(), date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
+    config = VerifyConfig(
+        cache_dir=cache, max_jobs=os.cpu_count() or 2, compile_only=args.compile_only, host_pch=args.pch
+    )
+    result(
+        "machine",
+        cpus=os.cpu_count(),
+        gpu=gpu_available(),
+        date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    )
     steps: list[tuple[str, Callable[[], None]]] = []
     if args.phase in ("all", "compile"):
-        steps += [("first_diagnostic", lambda: bench_first_diagnostic(config, args.skip_load_inline)),
-                  ("full_verdict", lambda: bench_full_verdict(config, args.skip_load_inline))]
+        steps += [
+            ("first_diagnostic", lambda: bench_first_diagnostic(config, args.skip_load_inline)),
+            ("full_verdict", lambda: bench_full_verdict(config, args.skip_load_inline)),
+        ]
     if args.phase == "candidates":
         if not args.pool_only:
             variants = tuple(v.strip() for v in args.variants.split(",") if v.strip())
             unknown = [v for v in variants if v not in VARIANTS]
             if unknown:
                 ap.error(f"--variants: unknown {', '.join(unknown)}; choose from {', '.join(VARIANTS)}")
-            steps.append(("candidates", lambda: bench_candidates(config, args.limit, args.skip_load_inline,
-                                                                 args.skip_nvcc, variants)))
+            steps.append(
+                (
+                    "candidates",
+                    lambda: bench_candidates(
+                        config, args.limit, args.skip_load_inline, args.skip_nvcc, variants
+                    ),
+                )
+            )
         if (args.pool or args.pool_only) and gpu_available() and not args.compile_only:
-            steps.append(("candidates_pool", lambda: bench_candidates_pool(config, args.pool_limit,
-                                                                           args.skip_load_inline)))
+            steps.append(
+                (
+                    "candidates_pool",
+                    lambda: bench_candidates_pool(config, args.pool_limit, args.skip_load_inline),
+                )
+            )
         elif args.pool or args.pool_only:
             result("candidates_pool", skipped="needs a GPU and no --compile-only")
     gpu_phase = args.phase in ("all", "gpu", "throughput", "repeat")

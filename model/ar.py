@@ -18,15 +18,21 @@ import torch
 
 @dataclass(frozen=True, slots=True)
 class ARResult:
-    tokens: tuple[tuple[int, ...], ...]   # new tokens per prompt (after the first stop token: cut)
-    num_forwards: int                     # prefill + one decode step per further token
+    tokens: tuple[tuple[int, ...], ...]  # new tokens per prompt (after the first stop token: cut)
+    num_forwards: int  # prefill + one decode step per further token
     seconds: float
-    prefill_seconds: float = 0.0          # of `seconds` (static_ar_generate only; 0 for HF generate)
+    prefill_seconds: float = 0.0  # of `seconds` (static_ar_generate only; 0 for HF generate)
 
 
-def ar_generate(model: Any, prompts: Sequence[Sequence[int]], max_new_tokens: int, pad_id: int,
-                stop_ids: Sequence[int], ignore_eos: bool = False,
-                cache_implementation: str | None = None) -> ARResult:
+def ar_generate(
+    model: Any,
+    prompts: Sequence[Sequence[int]],
+    max_new_tokens: int,
+    pad_id: int,
+    stop_ids: Sequence[int],
+    ignore_eos: bool = False,
+    cache_implementation: str | None = None,
+) -> ARResult:
     """Greedy-decode left-padded `prompts` with `model.generate`.
 
     ignore_eos: force exactly `max_new_tokens` (benchmarks). cache_implementation: e.g. "static"
@@ -37,11 +43,16 @@ def ar_generate(model: Any, prompts: Sequence[Sequence[int]], max_new_tokens: in
     ids = torch.full((len(prompts), width), pad_id, dtype=torch.long, device=device)
     attention = torch.zeros_like(ids)
     for i, p in enumerate(prompts):
-        ids[i, width - len(p):] = torch.tensor(list(p), dtype=torch.long, device=device)
-        attention[i, width - len(p):] = 1
+        ids[i, width - len(p) :] = torch.tensor(list(p), dtype=torch.long, device=device)
+        attention[i, width - len(p) :] = 1
     kwargs: dict[str, Any] = {
-        "do_sample": False, "max_new_tokens": max_new_tokens, "pad_token_id": pad_id,
-        "eos_token_id": list(stop_ids), "temperature": None, "top_p": None, "top_k": None,
+        "do_sample": False,
+        "max_new_tokens": max_new_tokens,
+        "pad_token_id": pad_id,
+        "eos_token_id": list(stop_ids),
+        "temperature": None,
+        "top_p": None,
+        "top_k": None,
     }
     if ignore_eos:
         kwargs["min_new_tokens"] = max_new_tokens
@@ -64,7 +75,9 @@ def ar_generate(model: Any, prompts: Sequence[Sequence[int]], max_new_tokens: in
     return ARResult(tokens=tuple(rows), num_forwards=out.shape[1] - width, seconds=seconds)
 
 
-def static_ar_generate(runner: Any, prompts: Sequence[Sequence[int]], max_new_tokens: int, pad_id: int) -> ARResult:
+def static_ar_generate(
+    runner: Any, prompts: Sequence[Sequence[int]], max_new_tokens: int, pad_id: int
+) -> ARResult:
     """Greedy AR decoding through a `Runner` (e.g. the static-cache, CUDA-graph `StaticRunner`).
 
     The fair baseline for the fast sampler: the same forward machinery, one token per forward.
@@ -76,10 +89,10 @@ def static_ar_generate(runner: Any, prompts: Sequence[Sequence[int]], max_new_to
     b, width = len(prompts), max(len(p) for p in prompts)
     ids = torch.full((b, width), pad_id, dtype=torch.long, device=device)
     for i, p in enumerate(prompts):
-        ids[i, width - len(p):] = torch.tensor(list(p), dtype=torch.long, device=device)
+        ids[i, width - len(p) :] = torch.tensor(list(p), dtype=torch.long, device=device)
     pad = torch.tensor([width - len(p) for p in prompts], device=device)
     col = torch.arange(width + max_new_tokens, device=device)
-    valid = col[None, :] >= pad[:, None]                                        # (B, W + N)
+    valid = col[None, :] >= pad[:, None]  # (B, W + N)
     pos_all = (col[None, :] - pad[:, None]).clamp(min=0)
     cache = runner.new_cache(b, width + max_new_tokens)
     if device.type == "cuda":
@@ -94,15 +107,19 @@ def static_ar_generate(runner: Any, prompts: Sequence[Sequence[int]], max_new_to
     if device.type == "cuda":
         torch.cuda.synchronize()  # only to time the prefill apart from the decode
     prefill_seconds = time.perf_counter() - start
-    token = ids[:, w:]                                                          # (B, 1)
+    token = ids[:, w:]  # (B, 1)
     out = []
     for k in range(max_new_tokens):
         n = w + k + 1
-        mask = _additive(valid[:, None, None, :n], dtype)                       # (B, 1, 1, n)
-        logits = runner.forward(token, mask, pos_all[:, n - 1:n], cache, logits=True)
-        token = logits[:, -1:].argmax(dim=-1)                                   # (B, 1)
+        mask = _additive(valid[:, None, None, :n], dtype)  # (B, 1, 1, n)
+        logits = runner.forward(token, mask, pos_all[:, n - 1 : n], cache, logits=True)
+        token = logits[:, -1:].argmax(dim=-1)  # (B, 1)
         out.append(token)
-    new = torch.cat(out, dim=1).tolist()                                        # sync point
+    new = torch.cat(out, dim=1).tolist()  # sync point
     seconds = time.perf_counter() - start
-    return ARResult(tokens=tuple(tuple(r) for r in new), num_forwards=max_new_tokens + (1 if w > 0 else 0),
-                    seconds=seconds, prefill_seconds=prefill_seconds)
+    return ARResult(
+        tokens=tuple(tuple(r) for r in new),
+        num_forwards=max_new_tokens + (1 if w > 0 else 0),
+        seconds=seconds,
+        prefill_seconds=prefill_seconds,
+    )

@@ -71,8 +71,11 @@ def demo_card(directory: str | Path | None = None) -> dict[str, Any]:
     try:
         card = json.loads((folder / CARD).read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError):
-        card = {"name": "cudice-demo", "trained": False,
-                "what": "no demo_card.json next to the weights: treat them as untrained"}
+        card = {
+            "name": "cudice-demo",
+            "trained": False,
+            "what": "no demo_card.json next to the weights: treat them as untrained",
+        }
     if not isinstance(card, dict):
         card = {"name": "cudice-demo", "trained": False}
     card.setdefault("limitations", LIMITATIONS)

@@ -36,26 +36,47 @@ def _reference_source(file: Path, reference: str | None) -> str:
     resolved = resolve_reference(doc)
     if resolved.document is None:
         why = "; ".join(d.message for d in resolved.diagnostics) or "no reference found"
-        raise click.ClickException(f"{file}: cannot find the PyTorch reference ({why}). Pass --reference REF.py, "
-                                   "or add a `# cudice: reference=REF.py` comment to the file")
+        raise click.ClickException(
+            f"{file}: cannot find the PyTorch reference ({why}). Pass --reference REF.py, "
+            "or add a `# cudice: reference=REF.py` comment to the file"
+        )
     return resolved.document.text
 
 
 @click.command("generate")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--model", "model_path", envvar="CUDICE_MODEL", default=None,
-              help="DICE/SDAR checkpoint directory or a locally cached hub id (env CUDICE_MODEL).")
-@click.option("--mode", type=click.Choice(["e2e", "infill"]), default="e2e", show_default=True,
-              help="e2e: write a whole ModelNew for the reference FILE; infill: fill FILE's CUDA source string.")
-@click.option("--reference", default=None, help="Reference file (default: FILE's Model or its reference comment).")
+@click.option(
+    "--model",
+    "model_path",
+    envvar="CUDICE_MODEL",
+    default=None,
+    help="DICE/SDAR checkpoint directory or a locally cached hub id (env CUDICE_MODEL).",
+)
+@click.option(
+    "--mode",
+    type=click.Choice(["e2e", "infill"]),
+    default="e2e",
+    show_default=True,
+    help="e2e: write a whole ModelNew for the reference FILE; infill: fill FILE's CUDA source string.",
+)
+@click.option(
+    "--reference", default=None, help="Reference file (default: FILE's Model or its reference comment)."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON object instead of the candidate text.")
 @click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N.")
 @click.option("--dtype", default="auto", show_default=True, help="auto, bfloat16, float16 or float32.")
-@click.option("--fast/--no-fast", default=None,
-              help="Static KV cache, compiled layers, CUDA graphs (same output; default: on with a GPU).")
-@click.option("--block-length", "block_length", type=int, default=None, help="Default: the checkpoint's block_size.")
+@click.option(
+    "--fast/--no-fast",
+    default=None,
+    help="Static KV cache, compiled layers, CUDA graphs (same output; default: on with a GPU).",
+)
+@click.option(
+    "--block-length", "block_length", type=int, default=None, help="Default: the checkpoint's block_size."
+)
 @click.option("--steps", "denoising_steps", type=int, default=None, help="Denoising steps per block [4].")
-@click.option("--strategy", type=click.Choice(STRATEGY_NAMES), default=None, help="Reveal strategy [dynamic].")
+@click.option(
+    "--strategy", type=click.Choice(STRATEGY_NAMES), default=None, help="Reveal strategy [dynamic]."
+)
 @click.option("--threshold", type=float, default=None, help="Dynamic strategy confidence threshold [0.9].")
 @click.option("--temperature", type=float, default=None, help="0 is greedy [0].")
 @click.option("--top-k", "top_k", type=int, default=None, help="0 disables [0].")
@@ -63,8 +84,17 @@ def _reference_source(file: Path, reference: str | None) -> str:
 @click.option("--max-new-tokens", "max_new_tokens", type=int, default=None, help="[2048]")
 @click.option("--seed", type=int, default=None, help="Seed for sampling (temperature > 0).")
 @click.option("--stop", multiple=True, help="Stop string (repeatable).")
-def generate_command(file: Path, model_path: str | None, mode: str, reference: str | None, as_json: bool,
-                     device: str, dtype: str, fast: bool | None, **sampler_options: Any) -> None:
+def generate_command(
+    file: Path,
+    model_path: str | None,
+    mode: str,
+    reference: str | None,
+    as_json: bool,
+    device: str,
+    dtype: str,
+    fast: bool | None,
+    **sampler_options: Any,
+) -> None:
     """Generate a ModelNew for a KernelBench reference FILE, or infill a candidate's CUDA source."""
     from cudice.model.bundled import DEMO_MAX_NEW_TOKENS, resolve_model_path
 
@@ -78,10 +108,14 @@ def generate_command(file: Path, model_path: str | None, mode: str, reference: s
             "with `huggingface-cli download DeadlyKitt3n/DICE-1.7B --local-dir DIR`) or set CUDICE_MODEL. "
             "The bundled demo model is missing or disabled (CUDICE_NO_BUNDLED_MODEL). "
             "To try the workflow offline: `cudice model make-tiny /tmp/tiny --sdar-layout` and --model /tmp/tiny "
-            "(random weights: the output is gibberish)")
+            "(random weights: the output is gibberish)"
+        )
     if bundled:
-        click.echo("using the bundled demo model (only the families of cudice's corpus; `cudice model info` says "
-                   "what it can do; --model DIR for a DICE checkpoint)", err=True)
+        click.echo(
+            "using the bundled demo model (only the families of cudice's corpus; `cudice model info` says "
+            "what it can do; --model DIR for a DICE checkpoint)",
+            err=True,
+        )
     import os
 
     from cudice.model.threads import apply_torch_threads, cpu_thread_env
@@ -106,7 +140,9 @@ def generate_command(file: Path, model_path: str | None, mode: str, reference: s
                 line.update(f"generating: {num} tokens · {num / secs if secs else 0.0:.1f} tok/s")
 
             if scaffold is not None:
-                gen = engine.infill(scaffold.prefix, scaffold.suffix, reference_source, config, on_progress=on_progress)
+                gen = engine.infill(
+                    scaffold.prefix, scaffold.suffix, reference_source, config, on_progress=on_progress
+                )
             else:
                 gen = engine.generate_kernel(reference_source, config, on_progress=on_progress)
     except (ModelLoadError, ScaffoldError, GenerationError, OSError, UnicodeDecodeError) as exc:
@@ -116,8 +152,11 @@ def generate_command(file: Path, model_path: str | None, mode: str, reference: s
     else:
         click.echo(gen.text, nl=not gen.text.endswith("\n"))
     tps = gen.num_tokens / gen.seconds if gen.seconds > 0 else 0.0
-    click.echo(f"{gen.num_tokens} tokens, {gen.num_forwards} forwards ({gen.tokens_per_forward:.2f} tokens/forward), "
-               f"{gen.seconds:.1f} s ({tps:.1f} tok/s), finished by {gen.finish_reason}", err=True)
+    click.echo(
+        f"{gen.num_tokens} tokens, {gen.num_forwards} forwards ({gen.tokens_per_forward:.2f} tokens/forward), "
+        f"{gen.seconds:.1f} s ({tps:.1f} tok/s), finished by {gen.finish_reason}",
+        err=True,
+    )
 
 
 @click.group("model")
@@ -127,7 +166,9 @@ def model_group() -> None:
 
 @model_group.command("make-tiny")
 @click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
-@click.option("--sdar-layout", is_flag=True, help="Write config.json as a DICE/SDAR checkpoint (model_type sdar).")
+@click.option(
+    "--sdar-layout", is_flag=True, help="Write config.json as a DICE/SDAR checkpoint (model_type sdar)."
+)
 @click.option("--seed", type=int, default=0, show_default=True)
 def make_tiny_command(directory: Path, sdar_layout: bool, seed: int) -> None:
     """Write a tiny random Qwen3 checkpoint and an offline tokenizer to DIRECTORY."""
@@ -137,7 +178,9 @@ def make_tiny_command(directory: Path, sdar_layout: bool, seed: int) -> None:
         raise click.ClickException(f"{directory} exists and is not empty; pick a new or empty directory")
     out = make_tiny(directory, sdar_layout=sdar_layout, seed=seed)
     size = sum(f.stat().st_size for f in out.iterdir())
-    click.echo(f"wrote {'SDAR' if sdar_layout else 'Qwen3'}-layout tiny checkpoint to {out} ({size / 1e6:.2f} MB)")
+    click.echo(
+        f"wrote {'SDAR' if sdar_layout else 'Qwen3'}-layout tiny checkpoint to {out} ({size / 1e6:.2f} MB)"
+    )
 
 
 @model_group.command("info")
@@ -152,8 +195,10 @@ def info_command(path: str | None, device: str, dtype: str) -> None:
 
     resolved, _ = resolve_model_path(path)
     if resolved is None:
-        raise click.ClickException("no PATH given and no bundled demo model (missing, or CUDICE_NO_BUNDLED_MODEL "
-                                   "is set): pass a checkpoint directory")
+        raise click.ClickException(
+            "no PATH given and no bundled demo model (missing, or CUDICE_NO_BUNDLED_MODEL "
+            "is set): pass a checkpoint directory"
+        )
     try:
         engine = load_engine(resolved, device=device, dtype=dtype)
     except ModelLoadError as exc:

@@ -64,34 +64,66 @@ class SamplerConfig:
         def is_num(value: Any) -> bool:
             return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
-        if self.block_length is not None and (not is_int(self.block_length) or not 1 <= self.block_length <= 256):
-            raise bad("block_length", self.block_length, "it must be an integer in 1..256 or None",
-                      "use None to take the checkpoint's block_size (DICE checkpoints: 4)")
+        if self.block_length is not None and (
+            not is_int(self.block_length) or not 1 <= self.block_length <= 256
+        ):
+            raise bad(
+                "block_length",
+                self.block_length,
+                "it must be an integer in 1..256 or None",
+                "use None to take the checkpoint's block_size (DICE checkpoints: 4)",
+            )
         if not is_int(self.denoising_steps) or not 1 <= self.denoising_steps <= 256:
-            raise bad("denoising_steps", self.denoising_steps, "it must be an integer in 1..256",
-                      "use the block length (one token per step) or fewer")
+            raise bad(
+                "denoising_steps",
+                self.denoising_steps,
+                "it must be an integer in 1..256",
+                "use the block length (one token per step) or fewer",
+            )
         if self.strategy not in STRATEGY_NAMES:
-            raise bad("strategy", self.strategy, f"it must be one of {', '.join(STRATEGY_NAMES)}",
-                      "pick one of those names")
+            raise bad(
+                "strategy",
+                self.strategy,
+                f"it must be one of {', '.join(STRATEGY_NAMES)}",
+                "pick one of those names",
+            )
         if not is_num(self.threshold) or not 0.0 <= self.threshold <= 1.0:
-            raise bad("threshold", self.threshold, "it must be a number in [0, 1]", "DICE's RL rollouts use 0.9")
+            raise bad(
+                "threshold", self.threshold, "it must be a number in [0, 1]", "DICE's RL rollouts use 0.9"
+            )
         if not is_num(self.temperature) or self.temperature < 0:
-            raise bad("temperature", self.temperature, "it must be a number >= 0", "use 0 for greedy decoding")
+            raise bad(
+                "temperature", self.temperature, "it must be a number >= 0", "use 0 for greedy decoding"
+            )
         if not is_int(self.top_k) or self.top_k < 0:
             raise bad("top_k", self.top_k, "it must be an integer >= 0", "use 0 to disable the top-k filter")
         if not is_num(self.top_p) or not 0.0 < self.top_p <= 1.0:
-            raise bad("top_p", self.top_p, "it must be a number in (0, 1]", "use 1.0 to disable the top-p filter")
+            raise bad(
+                "top_p", self.top_p, "it must be a number in (0, 1]", "use 1.0 to disable the top-p filter"
+            )
         if not is_int(self.max_new_tokens) or self.max_new_tokens < 1:
-            raise bad("max_new_tokens", self.max_new_tokens, "it must be an integer >= 1",
-                      "DICE generates up to 4096 tokens")
+            raise bad(
+                "max_new_tokens",
+                self.max_new_tokens,
+                "it must be an integer >= 1",
+                "DICE generates up to 4096 tokens",
+            )
         stop_strings: Any = self.stop_strings  # checked at run time: callers may pass a str or a list
         if isinstance(stop_strings, str) or not isinstance(stop_strings, tuple):
-            raise bad("stop_strings", self.stop_strings, "it must be a tuple of strings",
-                      "write stop_strings=('```',) rather than a bare string or list")
+            raise bad(
+                "stop_strings",
+                self.stop_strings,
+                "it must be a tuple of strings",
+                "write stop_strings=('```',) rather than a bare string or list",
+            )
         for s in self.stop_strings:
             if not isinstance(s, str) or not s:
-                raise bad("stop_strings", self.stop_strings, "every stop string must be a non-empty string",
-                          "remove the empty or non-string entries")
+                raise bad(
+                    "stop_strings",
+                    self.stop_strings,
+                    "every stop string must be a non-empty string",
+                    "remove the empty or non-string entries",
+                )
         if not isinstance(self.fuse_commit, bool):
             raise bad("fuse_commit", self.fuse_commit, "it must be True or False", "pass a boolean")
         if self.seed is not None and not is_int(self.seed):

@@ -62,8 +62,9 @@ class Engine:
         self.runner = runner
         self._sampler: BlockDiffusionSampler | None = None
         if loaded.ids.mask is not None:
-            self._sampler = BlockDiffusionSampler(runner, loaded.ids.mask, loaded.ids.pad, loaded.ids.stop,
-                                                  self.decode)
+            self._sampler = BlockDiffusionSampler(
+                runner, loaded.ids.mask, loaded.ids.pad, loaded.ids.stop, self.decode
+            )
 
     # --- helpers -------------------------------------------------------------------------
     def encode(self, text: str) -> list[int]:
@@ -75,16 +76,20 @@ class Engine:
     def block_length(self, config: SamplerConfig) -> int:
         block = config.block_length or self.loaded.block_size
         if block is None:
-            raise GenerationError(f"{self.loaded.path}: config.json has no block_size and the sampler config sets "
-                                  "no block_length; set cudice.sampler.blockLength (DICE checkpoints use 4)")
+            raise GenerationError(
+                f"{self.loaded.path}: config.json has no block_size and the sampler config sets "
+                "no block_length; set cudice.sampler.blockLength (DICE checkpoints use 4)"
+            )
         return block
 
     @property
     def sampler(self) -> BlockDiffusionSampler:
         if self._sampler is None:
-            raise GenerationError(f"{self.loaded.path} has no mask token (no mask_token_id in config.json, no "
-                                  "<|MASK|> in the tokenizer): it is not a block-diffusion checkpoint. Use a "
-                                  "DICE/SDAR checkpoint; plain Qwen3 weights only run the AR baseline")
+            raise GenerationError(
+                f"{self.loaded.path} has no mask token (no mask_token_id in config.json, no "
+                "<|MASK|> in the tokenizer): it is not a block-diffusion checkpoint. Use a "
+                "DICE/SDAR checkpoint; plain Qwen3 weights only run the AR baseline"
+            )
         return self._sampler
 
     def warm_up(self) -> None:
@@ -99,22 +104,33 @@ class Engine:
             self._sampler.generate([prompt * (block + 1)], config, block)
 
     # --- generation ----------------------------------------------------------------------
-    def generate_texts(self, prompts: Sequence[str], config: SamplerConfig,
-                       on_block: Callable[[Sequence[Sequence[int]], int], None] | None = None,
-                       should_stop: Callable[[], bool] | None = None) -> BatchResult:
+    def generate_texts(
+        self,
+        prompts: Sequence[str],
+        config: SamplerConfig,
+        on_block: Callable[[Sequence[Sequence[int]], int], None] | None = None,
+        should_stop: Callable[[], bool] | None = None,
+    ) -> BatchResult:
         """Decode raw prompt strings (already chat-formatted) as one batch."""
         encoded = [self.encode(p) for p in prompts]
         block = self.block_length(config)
         limit = int(getattr(self.loaded.model.config, "max_position_embeddings", 0) or 0)
         longest = max(len(e) for e in encoded) + config.max_new_tokens + block
         if limit and longest > limit:
-            raise GenerationError(f"the prompt ({max(len(e) for e in encoded)} tokens) plus max_new_tokens "
-                                  f"({config.max_new_tokens}) exceeds the model's {limit} positions; lower "
-                                  "max_new_tokens (cudice.sampler.maxNewTokens) or shorten the file")
+            raise GenerationError(
+                f"the prompt ({max(len(e) for e in encoded)} tokens) plus max_new_tokens "
+                f"({config.max_new_tokens}) exceeds the model's {limit} positions; lower "
+                "max_new_tokens (cudice.sampler.maxNewTokens) or shorten the file"
+            )
         return self.sampler.generate(encoded, config, block, on_block=on_block, should_stop=should_stop)
 
-    def _generate_one(self, prompt: str, config: SamplerConfig, on_progress: Callable[[Progress], None] | None,
-                      should_stop: Callable[[], bool] | None) -> tuple[BatchResult, float]:
+    def _generate_one(
+        self,
+        prompt: str,
+        config: SamplerConfig,
+        on_progress: Callable[[Progress], None] | None,
+        should_stop: Callable[[], bool] | None,
+    ) -> tuple[BatchResult, float]:
         start = time.perf_counter()
 
         def on_block(tokens: Sequence[Sequence[int]], num_forwards: int) -> None:
@@ -127,19 +143,30 @@ class Engine:
         result = self.generate_texts([prompt], config, on_block=on_block, should_stop=should_stop)
         return result, time.perf_counter() - start
 
-    def generate_kernel(self, reference_source: str, config: SamplerConfig,
-                        on_progress: Callable[[Progress], None] | None = None,
-                        should_stop: Callable[[], bool] | None = None) -> Generation:
+    def generate_kernel(
+        self,
+        reference_source: str,
+        config: SamplerConfig,
+        on_progress: Callable[[Progress], None] | None = None,
+        should_stop: Callable[[], bool] | None = None,
+    ) -> Generation:
         """End-to-end: a full candidate file (`class ModelNew`) for the KernelBench reference."""
-        result, seconds = self._generate_one(chat_prompt(e2e_prompt(reference_source)), config, on_progress,
-                                             should_stop)
+        result, seconds = self._generate_one(
+            chat_prompt(e2e_prompt(reference_source)), config, on_progress, should_stop
+        )
         row = result.rows[0]
         code = extract_first_code_block(row.text)
         return _generation(result, seconds, text=code if code is not None else row.text, middle=None)
 
-    def infill(self, prefix: str, suffix: str, pytorch_code: str, config: SamplerConfig,
-               on_progress: Callable[[Progress], None] | None = None,
-               should_stop: Callable[[], bool] | None = None) -> Generation:
+    def infill(
+        self,
+        prefix: str,
+        suffix: str,
+        pytorch_code: str,
+        config: SamplerConfig,
+        on_progress: Callable[[Progress], None] | None = None,
+        should_stop: Callable[[], bool] | None = None,
+    ) -> Generation:
         """Write the CUDA source between `prefix` and `suffix` (prefix-forced DICE stage-1 prompt)."""
         marker = infill_stop_marker(suffix)
         prompt = chat_prompt(infill_prompt(pytorch_code, prefix, suffix)) + infill_answer_start(prefix)
@@ -152,10 +179,18 @@ class Engine:
 def _generation(result: BatchResult, seconds: float, text: str, middle: str | None) -> Generation:
     row = result.rows[0]
     n = len(row.tokens)
-    return Generation(text=text, middle=middle, num_tokens=n, num_forwards=result.num_forwards,
-                      tokens_per_forward=n / result.num_forwards if result.num_forwards else 0.0,
-                      seconds=seconds, cancelled=row.finish_reason == "cancelled", step_map=row.step_map,
-                      finish_reason=row.finish_reason, raw_text=row.text)
+    return Generation(
+        text=text,
+        middle=middle,
+        num_tokens=n,
+        num_forwards=result.num_forwards,
+        tokens_per_forward=n / result.num_forwards if result.num_forwards else 0.0,
+        seconds=seconds,
+        cancelled=row.finish_reason == "cancelled",
+        step_map=row.step_map,
+        finish_reason=row.finish_reason,
+        raw_text=row.text,
+    )
 
 
 def load_engine(path: str, device: str = "auto", dtype: str = "auto", fast: bool | None = None) -> Engine:
@@ -173,7 +208,14 @@ def load_engine(path: str, device: str = "auto", dtype: str = "auto", fast: bool
 def engine_info(engine: Engine) -> dict[str, Any]:
     """A JSON-able description (for `cudice model info` and the server's status)."""
     lm = engine.loaded
-    return {"path": str(lm.path), "model_type": lm.model_type, "device": str(lm.device), "dtype": str(lm.dtype),
-            "block_size": lm.block_size, "mask_token_id": lm.ids.mask, "stop_token_ids": list(lm.ids.stop),
-            "pad_token_id": lm.ids.pad,
-            "num_parameters": sum(p.numel() for p in lm.model.parameters())}
+    return {
+        "path": str(lm.path),
+        "model_type": lm.model_type,
+        "device": str(lm.device),
+        "dtype": str(lm.dtype),
+        "block_size": lm.block_size,
+        "mask_token_id": lm.ids.mask,
+        "stop_token_ids": list(lm.ids.stop),
+        "pad_token_id": lm.ids.pad,
+        "num_parameters": sum(p.numel() for p in lm.model.parameters()),
+    }

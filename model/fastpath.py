@@ -45,24 +45,30 @@ GRAPH_MAX_TOKENS = 16  # block forwards up to this many tokens per row are captu
 
 @dataclass
 class StaticCache:
-    keys: list[torch.Tensor]            # per layer (B, H_kv, M, D)
+    keys: list[torch.Tensor]  # per layer (B, H_kv, M, D)
     values: list[torch.Tensor]
     length: int = 0
-    slots: torch.Tensor | None = None   # physical row of each active row (b,)
+    slots: torch.Tensor | None = None  # physical row of each active row (b,)
     graphs: dict[tuple[int, bool], Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class _LayerWeights:
-    attn: tuple[Any, ...]   # attn_in's weights: ln, q, q bias, k, k bias, v, v bias, q norm, k norm
-    mlp: tuple[Any, ...]    # mlp_block's weights: o, o bias, post ln, gate, up, down
+    attn: tuple[Any, ...]  # attn_in's weights: ln, q, q bias, k, k bias, v, v bias, q norm, k norm
+    mlp: tuple[Any, ...]  # mlp_block's weights: o, o bias, post ln, gate, up, down
 
 
 class StaticRunner:
     """`Runner` with a static KV cache; `compile` fuses the layer math, `use_graphs` captures (CUDA)."""
 
-    def __init__(self, model: Any, use_graphs: bool = True, compile: bool = False,
-                 compile_mode: str | None = None, keep_cache_bytes: float = 4 * 2**30) -> None:
+    def __init__(
+        self,
+        model: Any,
+        use_graphs: bool = True,
+        compile: bool = False,
+        compile_mode: str | None = None,
+        keep_cache_bytes: float = 4 * 2**30,
+    ) -> None:
         """keep_cache_bytes: a cache (with its graphs) up to this size stays allocated for the next call
         of the same shape; a larger one (e.g. a trainer's rollout batch) is freed when the caller drops
         it, so it does not hold GPU memory through a training step."""
@@ -73,8 +79,10 @@ class StaticRunner:
         if getattr(cfg, "use_sliding_window", False) and getattr(cfg, "sliding_window", None):
             raise ValueError("StaticRunner does not support sliding-window attention; use HFRunner")
         if getattr(cfg, "hidden_act", "silu") != "silu":
-            raise ValueError(f"StaticRunner implements the SiLU MLP of Qwen3, not hidden_act={cfg.hidden_act!r}; "
-                             "use HFRunner (fast=False) for this checkpoint")
+            raise ValueError(
+                f"StaticRunner implements the SiLU MLP of Qwen3, not hidden_act={cfg.hidden_act!r}; "
+                "use HFRunner (fast=False) for this checkpoint"
+            )
         self.num_kv = cfg.num_key_value_heads
         self.group = cfg.num_attention_heads // cfg.num_key_value_heads
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
@@ -83,7 +91,9 @@ class StaticRunner:
         self.compile_mode = compile_mode
         self.fns = layers.compiled(compile_mode) if compile else layers.EAGER
         self.compile_error: str | None = None
-        self.warmup_seconds: dict[tuple[int, int], float] = {}  # (batch, L) -> first forward incl. compile/capture
+        self.warmup_seconds: dict[
+            tuple[int, int], float
+        ] = {}  # (batch, L) -> first forward incl. compile/capture
         self._layers = [_weights(layer) for layer in model.model.layers]
         self.keep_cache_bytes = keep_cache_bytes
         self._pool: dict[tuple[int, int], StaticCache] = {}
@@ -102,8 +112,10 @@ class StaticRunner:
             self._pool.clear()  # one live cache at a time: free the old buffers and graphs
             shape = (batch, self.num_kv, m, self.head_dim)
             n = self.model.config.num_hidden_layers
-            cache = StaticCache(keys=[torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in range(n)],
-                                values=[torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in range(n)])
+            cache = StaticCache(
+                keys=[torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in range(n)],
+                values=[torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in range(n)],
+            )
             if 2 * n * cache.keys[0].numel() * cache.keys[0].element_size() <= self.keep_cache_bytes:
                 self._pool[(batch, m)] = cache
         cache.length = 0
@@ -114,15 +126,21 @@ class StaticRunner:
         return cache.length
 
     def crop(self, cache: StaticCache, length: int) -> None:
-        cache.length = min(cache.length, length)   # later writes overwrite the dropped slots
+        cache.length = min(cache.length, length)  # later writes overwrite the dropped slots
 
     def select_rows(self, cache: StaticCache, rows: torch.Tensor) -> None:
         assert cache.slots is not None
         cache.slots = cache.slots[rows]
 
     @torch.no_grad()
-    def forward(self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, cache: StaticCache,
-                logits: bool = True) -> torch.Tensor:
+    def forward(
+        self,
+        ids: torch.Tensor,
+        mask: torch.Tensor,
+        pos: torch.Tensor,
+        cache: StaticCache,
+        logits: bool = True,
+    ) -> torch.Tensor:
         """ids (b, L), mask (b, 1, L, K) additive over the first K slots, pos (b, L) -> logits (b, L, V).
 
         The logits may be a captured graph's output buffer: read them before the next forward."""
@@ -161,16 +179,27 @@ class StaticRunner:
             return run()
         except Exception as exc:  # a compiler bug must cost speed, not the generation
             self.compile_error = f"{type(exc).__name__}: {exc}"
-            print(f"cudice.model: torch.compile failed ({self.compile_error.splitlines()[0][:300]}); the fast "
-                  "path continues without it (same tokens, slower)", file=sys.stderr, flush=True)
+            print(
+                f"cudice.model: torch.compile failed ({self.compile_error.splitlines()[0][:300]}); the fast "
+                "path continues without it (same tokens, slower)",
+                file=sys.stderr,
+                flush=True,
+            )
             self.fns = layers.EAGER
             for cache in self._pool.values():
                 cache.graphs.clear()
             return run()
 
     # --- forwards --------------------------------------------------------------------------
-    def _block(self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, cache: StaticCache,
-               logits: bool, full: bool) -> torch.Tensor:
+    def _block(
+        self,
+        ids: torch.Tensor,
+        mask: torch.Tensor,
+        pos: torch.Tensor,
+        cache: StaticCache,
+        logits: bool,
+        full: bool,
+    ) -> torch.Tensor:
         """A forward against the cache: scatter the active rows into full-batch static inputs (idle
         rows repeat their last inputs), then replay (or capture) the graph of this shape."""
         big_b, n, m = cache.keys[0].shape[0], ids.shape[1], cache.keys[0].shape[2]
@@ -191,7 +220,7 @@ class StaticRunner:
 
     def _forward_cached(self, s: _Inputs, cache: StaticCache, logits: bool) -> torch.Tensor:
         big_b, n = s.ids.shape
-        bias = s.mask.repeat(1, 1, self.group, 1)                              # (B, 1, G*L, M)
+        bias = s.mask.repeat(1, 1, self.group, 1)  # (B, 1, G*L, M)
 
         def attend(i: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
             # q (B, L, H, D), k/v (B, L, Hkv, D) -> (B*L, H*D)
@@ -199,37 +228,54 @@ class StaticRunner:
             cache.values[i].index_copy_(2, s.write, v.transpose(1, 2))
             qf = q.reshape(big_b, n, self.num_kv, self.group, self.head_dim).permute(0, 2, 3, 1, 4)
             qf = qf.reshape(big_b, self.num_kv, self.group * n, self.head_dim)  # fold each KV head's group
-            o = F.scaled_dot_product_attention(qf, cache.keys[i], cache.values[i], attn_mask=bias,
-                                               scale=self.head_dim ** -0.5)      # (B, Hkv, G*L, D)
+            o = F.scaled_dot_product_attention(
+                qf, cache.keys[i], cache.values[i], attn_mask=bias, scale=self.head_dim**-0.5
+            )  # (B, Hkv, G*L, D)
             o = o.reshape(big_b, self.num_kv, self.group, n, self.head_dim).permute(0, 3, 1, 2, 4)
             return o.reshape(big_b * n, -1)
 
         return self._run(s.ids, s.pos, attend, logits)
 
-    def _prefill(self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, cache: StaticCache,
-                 logits: bool) -> torch.Tensor:
+    def _prefill(
+        self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, cache: StaticCache, logits: bool
+    ) -> torch.Tensor:
         """First forward into an empty cache: per group of rows with equal left padding, unpadded
         self-attention under that group's part of the mask; K/V written at the real tokens' slots."""
         b, n = ids.shape
-        pad = (n - 1) - pos[:, -1]                                              # (b,) left padding
+        pad = (n - 1) - pos[:, -1]  # (b,) left padding
         expected = (torch.arange(n, device=pos.device)[None, :] - pad[:, None]).clamp(min=0)
-        pads = pad.tolist() if bool((pos == expected).all()) else [0] * b       # sync point; else run padded
-        out = torch.zeros(b, n, self.model.config.vocab_size, dtype=self.dtype, device=self.device) if logits \
+        pads = pad.tolist() if bool((pos == expected).all()) else [0] * b  # sync point; else run padded
+        out = (
+            torch.zeros(b, n, self.model.config.vocab_size, dtype=self.dtype, device=self.device)
+            if logits
             else ids.new_empty(b, 0, 0, dtype=self.dtype)
+        )
         for p in sorted(set(pads)):
             rows = torch.tensor([r for r in range(b) if pads[r] == p], device=self.device)
             g_ids, g_pos, g_mask = ids[rows, p:], pos[rows, p:], mask[rows][..., p:, p:]
             nb, nn = g_ids.shape
 
-            def attend(i: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                       rows: torch.Tensor = rows, p: int = p, g_mask: torch.Tensor = g_mask,
-                       nb: int = nb, nn: int = nn) -> torch.Tensor:
-                k, v = k.transpose(1, 2), v.transpose(1, 2)                     # (nb, Hkv, nn, D)
+            def attend(
+                i: int,
+                q: torch.Tensor,
+                k: torch.Tensor,
+                v: torch.Tensor,
+                rows: torch.Tensor = rows,
+                p: int = p,
+                g_mask: torch.Tensor = g_mask,
+                nb: int = nb,
+                nn: int = nn,
+            ) -> torch.Tensor:
+                k, v = k.transpose(1, 2), v.transpose(1, 2)  # (nb, Hkv, nn, D)
                 cache.keys[i][rows, :, p:n] = k
                 cache.values[i][rows, :, p:n] = v
                 o = F.scaled_dot_product_attention(
-                    q.transpose(1, 2), k.repeat_interleave(self.group, 1), v.repeat_interleave(self.group, 1),
-                    attn_mask=g_mask, scale=self.head_dim ** -0.5)              # (nb, H, nn, D)
+                    q.transpose(1, 2),
+                    k.repeat_interleave(self.group, 1),
+                    v.repeat_interleave(self.group, 1),
+                    attn_mask=g_mask,
+                    scale=self.head_dim**-0.5,
+                )  # (nb, H, nn, D)
                 return o.transpose(1, 2).reshape(nb * nn, -1)
 
             result = self._run(g_ids, g_pos, attend, logits)
@@ -237,30 +283,38 @@ class StaticRunner:
                 out[rows, p:] = result
         return out
 
-    def _run(self, ids: torch.Tensor, pos: torch.Tensor,
-             attend: Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor],
-             logits: bool) -> torch.Tensor:
+    def _run(
+        self,
+        ids: torch.Tensor,
+        pos: torch.Tensor,
+        attend: Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor],
+        logits: bool,
+    ) -> torch.Tensor:
         """The decoder over ids (B, L) at positions pos (B, L); `attend` writes K/V and attends."""
         attn_in, mlp_block, lm_head = self.fns
         model, (big_b, n) = self.model, ids.shape
-        h: torch.Tensor = model.model.embed_tokens(ids)                         # (B, L, hidden)
-        cos, sin = model.model.rotary_emb(h, pos)                               # (B, L, D)
-        h = h.reshape(big_b * n, -1)                                            # (T, hidden) tokens as rows
+        h: torch.Tensor = model.model.embed_tokens(ids)  # (B, L, hidden)
+        cos, sin = model.model.rotary_emb(h, pos)  # (B, L, D)
+        h = h.reshape(big_b * n, -1)  # (T, hidden) tokens as rows
         cos, sin = cos.reshape(big_b * n, -1), sin.reshape(big_b * n, -1)
         delta = torch.zeros_like(h)
         if self.compiled:
             layers.mark_tokens_dynamic(h, delta, cos, sin)
         for i, w in enumerate(self._layers):
             h, q, k, v = attn_in(h, delta, *w.attn, cos, sin, self.eps, self.head_dim)  # (T, H|Hkv, D)
-            o = attend(i, q.reshape(big_b, n, -1, self.head_dim), k.reshape(big_b, n, -1, self.head_dim),
-                       v.reshape(big_b, n, -1, self.head_dim))                  # (T, H*D)
+            o = attend(
+                i,
+                q.reshape(big_b, n, -1, self.head_dim),
+                k.reshape(big_b, n, -1, self.head_dim),
+                v.reshape(big_b, n, -1, self.head_dim),
+            )  # (T, H*D)
             if self.compiled:
                 layers.mark_tokens_dynamic(o)
             h, delta = mlp_block(h, o, *w.mlp, self.eps)
         if not logits:
             return h[:0, :0].view(big_b, 0, 0)
         head: torch.Tensor = lm_head(h, delta, model.model.norm.weight, model.lm_head.weight, self.eps)
-        return head.view(big_b, n, -1)                                          # (B, L, V)
+        return head.view(big_b, n, -1)  # (B, L, V)
 
     def _capture(self, s: _Inputs, cache: StaticCache, logits: bool) -> None:
         # Warm-up on a side stream (compilation, autotuning, allocator, cuBLAS handles), then capture.
@@ -280,32 +334,58 @@ class StaticRunner:
 def _weights(layer: Any) -> _LayerWeights:
     a, mlp = layer.self_attn, layer.mlp
     return _LayerWeights(
-        attn=(layer.input_layernorm.weight, a.q_proj.weight, a.q_proj.bias, a.k_proj.weight, a.k_proj.bias,
-              a.v_proj.weight, a.v_proj.bias, a.q_norm.weight, a.k_norm.weight),
-        mlp=(a.o_proj.weight, a.o_proj.bias, layer.post_attention_layernorm.weight, mlp.gate_proj.weight,
-             mlp.up_proj.weight, mlp.down_proj.weight))
+        attn=(
+            layer.input_layernorm.weight,
+            a.q_proj.weight,
+            a.q_proj.bias,
+            a.k_proj.weight,
+            a.k_proj.bias,
+            a.v_proj.weight,
+            a.v_proj.bias,
+            a.q_norm.weight,
+            a.k_norm.weight,
+        ),
+        mlp=(
+            a.o_proj.weight,
+            a.o_proj.bias,
+            layer.post_attention_layernorm.weight,
+            mlp.gate_proj.weight,
+            mlp.up_proj.weight,
+            mlp.down_proj.weight,
+        ),
+    )
 
 
 @dataclass
 class _Inputs:
     """Static input buffers of one captured shape (full batch B)."""
 
-    ids: torch.Tensor     # (B, L) long
-    pos: torch.Tensor     # (B, L) long
-    mask: torch.Tensor    # (B, 1, L, M) additive
-    write: torch.Tensor   # (L,) long: cache slots this forward writes
+    ids: torch.Tensor  # (B, L) long
+    pos: torch.Tensor  # (B, L) long
+    mask: torch.Tensor  # (B, 1, L, M) additive
+    write: torch.Tensor  # (L,) long: cache slots this forward writes
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def allocate(cls, big_b: int, n: int, m: int, dtype: torch.dtype, device: torch.device) -> _Inputs:
         mask = torch.full((big_b, 1, n, m), torch.finfo(dtype).min, dtype=dtype, device=device)
         mask[..., 0] = 0  # idle rows attend to slot 0 until they are loaded: no all-blocked rows (NaN)
-        return cls(ids=torch.zeros(big_b, n, dtype=torch.long, device=device),
-                   pos=torch.zeros(big_b, n, dtype=torch.long, device=device), mask=mask,
-                   write=torch.zeros(n, dtype=torch.long, device=device))
+        return cls(
+            ids=torch.zeros(big_b, n, dtype=torch.long, device=device),
+            pos=torch.zeros(big_b, n, dtype=torch.long, device=device),
+            mask=mask,
+            write=torch.zeros(n, dtype=torch.long, device=device),
+        )
 
-    def load(self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, length: int, slots: torch.Tensor,
-             full: bool) -> None:
+    def load(
+        self,
+        ids: torch.Tensor,
+        mask: torch.Tensor,
+        pos: torch.Tensor,
+        length: int,
+        slots: torch.Tensor,
+        full: bool,
+    ) -> None:
         k = mask.shape[-1]
         self.write.copy_(torch.arange(length, length + ids.shape[1], device=self.write.device))
         if full:

@@ -19,10 +19,10 @@ from dataclasses import dataclass
 class Progress:
     """After each committed block: counts so far and the seconds since the generation started."""
 
-    num_tokens: int             # generated tokens so far (prompt and forced prefix not counted)
-    num_forwards: int           # prefill + denoise + commit forwards so far
+    num_tokens: int  # generated tokens so far (prompt and forced prefix not counted)
+    num_forwards: int  # prefill + denoise + commit forwards so far
     seconds: float
-    text_so_far: str = ""       # the model's answer so far (for infill: what follows the forced prefix)
+    text_so_far: str = ""  # the model's answer so far (for infill: what follows the forced prefix)
 
     @property
     def tokens_per_second(self) -> float:
@@ -37,13 +37,13 @@ class Progress:
 class Generation:
     """A finished (or cancelled) generation."""
 
-    text: str                   # e2e: the extracted code; infill: prefix + middle + suffix
-    middle: str | None          # infill only: the new CUDA source
-    num_tokens: int             # generated tokens (prompt and forced prefix not counted)
-    num_forwards: int           # prefill + denoise + commit forwards
+    text: str  # e2e: the extracted code; infill: prefix + middle + suffix
+    middle: str | None  # infill only: the new CUDA source
+    num_tokens: int  # generated tokens (prompt and forced prefix not counted)
+    num_forwards: int  # prefill + denoise + commit forwards
     tokens_per_forward: float
     seconds: float
     cancelled: bool
     step_map: tuple[int, ...] = ()  # per generated token: the denoising step that revealed it
     finish_reason: str = "length"  # "eos" | "stop_string" | "length" | "cancelled"
-    raw_text: str = ""          # the model's answer as decoded, before extraction / splicing
+    raw_text: str = ""  # the model's answer as decoded, before extraction / splicing

@@ -45,10 +45,23 @@ def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     return x * cos + rotated * sin
 
 
-def attn_in(h: torch.Tensor, delta: torch.Tensor, ln_w: torch.Tensor, wq: torch.Tensor, bq: torch.Tensor | None,
-            wk: torch.Tensor, bk: torch.Tensor | None, wv: torch.Tensor, bv: torch.Tensor | None,
-            qn_w: torch.Tensor, kn_w: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, eps: float,
-            head_dim: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+def attn_in(
+    h: torch.Tensor,
+    delta: torch.Tensor,
+    ln_w: torch.Tensor,
+    wq: torch.Tensor,
+    bq: torch.Tensor | None,
+    wk: torch.Tensor,
+    bk: torch.Tensor | None,
+    wv: torch.Tensor,
+    bv: torch.Tensor | None,
+    qn_w: torch.Tensor,
+    kn_w: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    eps: float,
+    head_dim: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """h, delta (T, hidden), cos/sin (T, D) -> residual h (T, hidden), q (T, H, D), k and v (T, Hkv, D)."""
     h = h + delta
     x = rms_norm(h, ln_w, eps)
@@ -60,16 +73,26 @@ def attn_in(h: torch.Tensor, delta: torch.Tensor, ln_w: torch.Tensor, wq: torch.
     return h, q, k, v
 
 
-def mlp_block(h: torch.Tensor, o: torch.Tensor, wo: torch.Tensor, bo: torch.Tensor | None, ln_w: torch.Tensor,
-              wg: torch.Tensor, wu: torch.Tensor, wd: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+def mlp_block(
+    h: torch.Tensor,
+    o: torch.Tensor,
+    wo: torch.Tensor,
+    bo: torch.Tensor | None,
+    ln_w: torch.Tensor,
+    wg: torch.Tensor,
+    wu: torch.Tensor,
+    wd: torch.Tensor,
+    eps: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """h (T, hidden), attention output o (T, H*D) -> residual h (T, hidden), MLP output delta (T, hidden)."""
     h = h + F.linear(o, wo, bo)
     x = rms_norm(h, ln_w, eps)
     return h, F.linear(F.silu(F.linear(x, wg)) * F.linear(x, wu), wd)
 
 
-def lm_head(h: torch.Tensor, delta: torch.Tensor, norm_w: torch.Tensor, head_w: torch.Tensor,
-            eps: float) -> torch.Tensor:
+def lm_head(
+    h: torch.Tensor, delta: torch.Tensor, norm_w: torch.Tensor, head_w: torch.Tensor, eps: float
+) -> torch.Tensor:
     """h, delta (T, hidden) -> logits (T, V)."""
     return F.linear(rms_norm(h + delta, norm_w, eps), head_w)
 
@@ -96,4 +119,3 @@ def mark_tokens_dynamic(*tensors: torch.Tensor) -> None:
     """Tell torch.compile that axis 0 (tokens) varies, so a new batch or block size reuses the code."""
     for t in tensors:
         torch._dynamo.maybe_mark_dynamic(t, 0)
-

@@ -21,14 +21,36 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 SUPPORTED_MODEL_TYPES = ("sdar", "qwen3")
-_DTYPES = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "fp16": "float16",
-           "float32": "float32", "fp32": "float32"}
+_DTYPES = {
+    "bfloat16": "bfloat16",
+    "bf16": "bfloat16",
+    "float16": "float16",
+    "fp16": "float16",
+    "float32": "float32",
+    "fp32": "float32",
+}
 # Qwen3Config fields copied from the checkpoint's config.json when present.
 _QWEN3_FIELDS = (
-    "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-    "num_key_value_heads", "head_dim", "max_position_embeddings", "rms_norm_eps", "tie_word_embeddings",
-    "attention_bias", "attention_dropout", "hidden_act", "initializer_range", "use_sliding_window",
-    "sliding_window", "max_window_layers", "bos_token_id", "eos_token_id", "pad_token_id",
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "max_position_embeddings",
+    "rms_norm_eps",
+    "tie_word_embeddings",
+    "attention_bias",
+    "attention_dropout",
+    "hidden_act",
+    "initializer_range",
+    "use_sliding_window",
+    "sliding_window",
+    "max_window_layers",
+    "bos_token_id",
+    "eos_token_id",
+    "pad_token_id",
 )
 
 
@@ -40,33 +62,37 @@ class ModelLoadError(RuntimeError):
 class TokenIds:
     """Token ids the sampler needs, all read from the checkpoint and its tokenizer."""
 
-    mask: int | None   # None: not a block-diffusion checkpoint (AR baseline only)
+    mask: int | None  # None: not a block-diffusion checkpoint (AR baseline only)
     pad: int
     stop: tuple[int, ...]  # generation ends at the first of these
 
 
 @dataclass(frozen=True, slots=True)
 class LoadedModel:
-    model: Any          # transformers Qwen3ForCausalLM, eval mode
-    tokenizer: Any      # transformers tokenizer
+    model: Any  # transformers Qwen3ForCausalLM, eval mode
+    tokenizer: Any  # transformers tokenizer
     path: Path
-    model_type: str     # "sdar" or "qwen3" as written in config.json
+    model_type: str  # "sdar" or "qwen3" as written in config.json
     block_size: int | None
     ids: TokenIds
-    device: Any         # torch.device
-    dtype: Any          # torch.dtype
+    device: Any  # torch.device
+    dtype: Any  # torch.dtype
 
 
 def resolve_checkpoint(path_or_id: str) -> Path:
     """A local directory, or a hub id found in the local HF cache (never downloaded)."""
     if not path_or_id:
-        raise ModelLoadError("no model given: pass a checkpoint directory (or set cudice.model.path); "
-                             "`cudice model make-tiny DIR` writes a tiny random one for trying things out")
+        raise ModelLoadError(
+            "no model given: pass a checkpoint directory (or set cudice.model.path); "
+            "`cudice model make-tiny DIR` writes a tiny random one for trying things out"
+        )
     local = Path(path_or_id).expanduser()
     if local.is_dir():
         if not (local / "config.json").is_file():
-            raise ModelLoadError(f"{local} is a directory but holds no config.json: it is not a Hugging Face "
-                                 "checkpoint directory (expected config.json, *.safetensors and tokenizer files)")
+            raise ModelLoadError(
+                f"{local} is a directory but holds no config.json: it is not a Hugging Face "
+                "checkpoint directory (expected config.json, *.safetensors and tokenizer files)"
+            )
         return local
     looked = [str(local.resolve())]
     hub_like = path_or_id.count("/") == 1 and not path_or_id.startswith((".", "/", "~"))
@@ -129,8 +155,10 @@ def pick_device_dtype(device: str = "auto", dtype: str = "auto") -> tuple[Any, A
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if device.startswith("cuda") and not torch.cuda.is_available():
-        raise ModelLoadError(f"device {device!r} requested but torch sees no CUDA GPU "
-                             f"(torch {torch.__version__}); use device 'cpu' or 'auto'")
+        raise ModelLoadError(
+            f"device {device!r} requested but torch sees no CUDA GPU "
+            f"(torch {torch.__version__}); use device 'cpu' or 'auto'"
+        )
     if device != "cpu" and not device.startswith("cuda"):
         raise ModelLoadError(f"device {device!r} is not supported; use 'auto', 'cpu', 'cuda' or 'cuda:N'")
     if dtype == "auto":
@@ -162,6 +190,7 @@ def check_keys(expected: set[str], found: set[str], tied: bool, where: Path) -> 
         missing.discard("lm_head.weight")
     unused = found - expected
     if missing or unused:
+
         def show(keys: set[str]) -> str:
             items = sorted(keys)
             return ", ".join(items[:12]) + (f" … (+{len(items) - 12} more)" if len(items) > 12 else "")
@@ -198,7 +227,9 @@ def _stop_ids(directory: Path, raw: dict[str, Any], tokenizer: Any) -> tuple[int
     if im_end is not None and im_end != tokenizer.unk_token_id:
         add(im_end)  # chat models end their turn with it
     if not ids:
-        raise ModelLoadError(f"{directory}: no EOS token in config.json, generation_config.json or the tokenizer")
+        raise ModelLoadError(
+            f"{directory}: no EOS token in config.json, generation_config.json or the tokenizer"
+        )
     return tuple(ids)
 
 
@@ -221,10 +252,14 @@ def load_tokenizer(directory: Path) -> Any:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return AutoTokenizer.from_pretrained(str(directory), trust_remote_code=False, local_files_only=True)
+            return AutoTokenizer.from_pretrained(
+                str(directory), trust_remote_code=False, local_files_only=True
+            )
     except Exception as exc:
-        raise ModelLoadError(f"cannot load the tokenizer from {directory}: {exc}; the directory needs "
-                             "tokenizer.json (or vocab/merges files) and tokenizer_config.json") from exc
+        raise ModelLoadError(
+            f"cannot load the tokenizer from {directory}: {exc}; the directory needs "
+            "tokenizer.json (or vocab/merges files) and tokenizer_config.json"
+        ) from exc
     finally:
         hf_logging.set_verbosity(level)
 
@@ -241,14 +276,20 @@ def load_checkpoint(path_or_id: str, device: str = "auto", dtype: str = "auto") 
     torch_device, torch_dtype = pick_device_dtype(device, dtype)
     tokenizer = load_tokenizer(directory)
     if len(tokenizer) > config.vocab_size:
-        raise ModelLoadError(f"{directory}: the tokenizer has {len(tokenizer)} tokens but the model's vocab_size is "
-                             f"{config.vocab_size}; the tokenizer does not belong to these weights")
+        raise ModelLoadError(
+            f"{directory}: the tokenizer has {len(tokenizer)} tokens but the model's vocab_size is "
+            f"{config.vocab_size}; the tokenizer does not belong to these weights"
+        )
 
     # 1. build on the meta device (no memory), compare names before touching any weights
     with torch.device("meta"):
         model = Qwen3ForCausalLM(config)
-    check_keys(set(model.state_dict().keys()), _checkpoint_keys(directory), bool(config.tie_word_embeddings),
-               directory)
+    check_keys(
+        set(model.state_dict().keys()),
+        _checkpoint_keys(directory),
+        bool(config.tie_word_embeddings),
+        directory,
+    )
     # 2. materialise on the target device and copy the tensors in, key for key
     model = model.to(torch_dtype).to_empty(device=torch_device)
     state: dict[str, Any] = {}
@@ -270,9 +311,24 @@ def load_checkpoint(path_or_id: str, device: str = "auto", dtype: str = "auto") 
     if pad is None:
         pad = stop[0]
     block = raw.get("block_size") if isinstance(raw.get("block_size"), int) else None
-    log.info("loaded %s (%s layout) on %s/%s: %d parameters, mask=%s, stop=%s, block=%s", directory,
-             raw["model_type"], torch_device, torch_dtype, sum(p.numel() for p in model.parameters()), mask, stop,
-             block)
-    return LoadedModel(model=model, tokenizer=tokenizer, path=directory, model_type=str(raw["model_type"]),
-                       block_size=block, ids=TokenIds(mask=mask, pad=int(pad), stop=stop),
-                       device=torch_device, dtype=torch_dtype)
+    log.info(
+        "loaded %s (%s layout) on %s/%s: %d parameters, mask=%s, stop=%s, block=%s",
+        directory,
+        raw["model_type"],
+        torch_device,
+        torch_dtype,
+        sum(p.numel() for p in model.parameters()),
+        mask,
+        stop,
+        block,
+    )
+    return LoadedModel(
+        model=model,
+        tokenizer=tokenizer,
+        path=directory,
+        model_type=str(raw["model_type"]),
+        block_size=block,
+        ids=TokenIds(mask=mask, pad=int(pad), stop=stop),
+        device=torch_device,
+        dtype=torch_dtype,
+    )

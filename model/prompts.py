@@ -49,7 +49,7 @@ from torch.utils.cpp_extension import load_inline
 
 add_source = """'''
 
-EXAMPLE_MIDDLE = '''
+EXAMPLE_MIDDLE = """
 #include <torch/extension.h>
 #include <cuda_runtime.h>
 
@@ -68,7 +68,7 @@ torch::Tensor add_cuda(torch::Tensor a, torch::Tensor b) {
     add_kernel<<<blocks, threads>>>(a.data_ptr<float>(), b.data_ptr<float>(), out.data_ptr<float>(), n);
     return out;
 }
-'''
+"""
 
 EXAMPLE_SUFFIX = '''"""
 
@@ -168,7 +168,9 @@ def infill_stop_marker(suffix: str) -> str:
     for line in suffix.splitlines():
         if line.strip():
             return line.strip()
-    raise ValueError("the suffix is blank: infilling needs a suffix whose first line marks the end of the middle")
+    raise ValueError(
+        "the suffix is blank: infilling needs a suffix whose first line marks the end of the middle"
+    )
 
 
 def splice_middle(generated: str, suffix: str) -> str:

@@ -27,16 +27,20 @@ class Runner(Protocol):
     def new_cache(self, batch: int, max_length: int) -> Any:
         """An empty cache for `batch` rows that will hold at most `max_length` tokens."""
         ...
-    def forward(self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, cache: Any,
-                logits: bool = True) -> torch.Tensor:
+
+    def forward(
+        self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, cache: Any, logits: bool = True
+    ) -> torch.Tensor:
         """ids (B, L), mask (B, 1, L, K) additive, pos (B, L) -> logits (B, L, V); appends K/V to cache.
 
         With logits=False (prefill, commit) the caller ignores the result, which may be empty."""
         ...
+
     def cache_length(self, cache: Any) -> int: ...
     def crop(self, cache: Any, length: int) -> None:
         """Drop cached K/V beyond `length` tokens."""
         ...
+
     def select_rows(self, cache: Any, rows: torch.Tensor) -> None:
         """Keep only batch rows `rows` (long tensor of indices) in the cache."""
         ...
@@ -61,12 +65,19 @@ class HFRunner:
         return DynamicCache(config=self.model.config)
 
     @torch.no_grad()
-    def forward(self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, cache: Any,
-                logits: bool = True) -> torch.Tensor:
+    def forward(
+        self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, cache: Any, logits: bool = True
+    ) -> torch.Tensor:
         # logits_to_keep=1 spares the (B, L, V) logits of a long prefill
-        out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True,
-                         logits_to_keep=0 if logits else 1, **{self._cache_kw: cache})
-        result: torch.Tensor = out.logits                                    # (B, L, V)
+        out = self.model(
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=pos,
+            use_cache=True,
+            logits_to_keep=0 if logits else 1,
+            **{self._cache_kw: cache},
+        )
+        result: torch.Tensor = out.logits  # (B, L, V)
         return result
 
     def cache_length(self, cache: Any) -> int:
@@ -88,8 +99,8 @@ def block_causal_mask(valid: torch.Tensor, block_length: int, dtype: torch.dtype
     all-blocked rows, whose output would be NaN; their outputs are never read).
     """
     k = valid.shape[1]
-    block = torch.arange(k, device=valid.device) // block_length                  # (K,)
-    allowed = (block[None, :] <= block[:, None])[None] & valid[:, None, :]         # (B, K, K)
+    block = torch.arange(k, device=valid.device) // block_length  # (K,)
+    allowed = (block[None, :] <= block[:, None])[None] & valid[:, None, :]  # (B, K, K)
     allowed |= torch.eye(k, dtype=torch.bool, device=valid.device)[None]
     return _additive(allowed[:, None], dtype)
 

@@ -34,9 +34,9 @@ class RowResult:
     """One prompt's generation. `tokens` excludes the stop token and anything after it."""
 
     tokens: tuple[int, ...]
-    step_map: tuple[int, ...]   # per token: index of this row's denoising step that revealed it (0-based)
+    step_map: tuple[int, ...]  # per token: index of this row's denoising step that revealed it (0-based)
     text: str
-    finish_reason: str          # "eos" | "stop_string" | "length" | "cancelled"
+    finish_reason: str  # "eos" | "stop_string" | "length" | "cancelled"
     # Every token of every decoded block, untrimmed (the stop token and what the block holds after
     # it), with its step index: the exact states the sampler saw, which RL replays
     # (`cudice.model.train.objective.replay_rows`).
@@ -47,7 +47,7 @@ class RowResult:
 @dataclass(frozen=True, slots=True)
 class BatchResult:
     rows: tuple[RowResult, ...]
-    num_forwards: int           # model forwards (prefill + denoise + commit), whole batch
+    num_forwards: int  # model forwards (prefill + denoise + commit), whole batch
     seconds: float
     prefill_seconds: float = 0.0  # of `seconds`: the prompt prefill (device synchronised on CUDA)
 
@@ -60,9 +60,9 @@ class BatchResult:
 class _Row:
     """Mutable per-row state while decoding."""
 
-    index: int                  # position in the caller's list
-    pad: int                    # left padding (a multiple of the block length)
-    tail: list[int]             # prompt tokens that share the first generated block
+    index: int  # position in the caller's list
+    pad: int  # left padding (a multiple of the block length)
+    tail: list[int]  # prompt tokens that share the first generated block
     tokens: list[int] = field(default_factory=list)
     step_map: list[int] = field(default_factory=list)
     block_tokens: list[int] = field(default_factory=list)
@@ -78,17 +78,28 @@ BlockCallback = Callable[[Sequence[Sequence[int]], int], None]  # (committed tok
 class BlockDiffusionSampler:
     """Decode prompts (token ids) with a `Runner`. `stop_ids` end a row; `decode` turns ids into text."""
 
-    def __init__(self, runner: Runner, mask_id: int, pad_id: int, stop_ids: Sequence[int],
-                 decode: Callable[[Sequence[int]], str]) -> None:
+    def __init__(
+        self,
+        runner: Runner,
+        mask_id: int,
+        pad_id: int,
+        stop_ids: Sequence[int],
+        decode: Callable[[Sequence[int]], str],
+    ) -> None:
         self.runner = runner
         self.mask_id = mask_id
         self.pad_id = pad_id
         self.stop_ids = frozenset(stop_ids)
         self.decode = decode
 
-    def generate(self, prompts: Sequence[Sequence[int]], config: SamplerConfig, block_length: int,
-                 on_block: BlockCallback | None = None,
-                 should_stop: Callable[[], bool] | None = None) -> BatchResult:
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        config: SamplerConfig,
+        block_length: int,
+        on_block: BlockCallback | None = None,
+        should_stop: Callable[[], bool] | None = None,
+    ) -> BatchResult:
         """Decode every prompt; see the module docstring. Returns rows in the order of `prompts`."""
         if not prompts or any(len(p) == 0 for p in prompts):
             raise ValueError("every prompt needs at least one token (got an empty prompt)")
@@ -107,21 +118,23 @@ class BlockDiffusionSampler:
 
         # 1. layout: whole prompt blocks go to the prefill, left-padded to a common multiple of bl
         whole = [len(p) // bl * bl for p in prompts]
-        prefix_len = max(whole)                                              # C, a multiple of bl
-        rows = [_Row(index=i, pad=prefix_len - w, tail=list(p[w:]))
-                for i, (p, w) in enumerate(zip(prompts, whole, strict=True))]
-        pad = torch.tensor([r.pad for r in rows], device=device)             # (B,)
+        prefix_len = max(whole)  # C, a multiple of bl
+        rows = [
+            _Row(index=i, pad=prefix_len - w, tail=list(p[w:]))
+            for i, (p, w) in enumerate(zip(prompts, whole, strict=True))
+        ]
+        pad = torch.tensor([r.pad for r in rows], device=device)  # (B,)
         longest = max(len(r.tail) for r in rows) + config.max_new_tokens
         cache = self.runner.new_cache(len(rows), prefix_len + (-(-longest // bl) + 1) * bl)
 
         # 2. prefill: (B, C) tokens, block-causal mask, K/V kept
         col = torch.arange(prefix_len, device=device)
-        valid = col[None, :] >= pad[:, None]                                 # (B, C) bool
+        valid = col[None, :] >= pad[:, None]  # (B, C) bool
         if prefix_len > 0:
             ids = torch.full((len(rows), prefix_len), self.pad_id, dtype=torch.long, device=device)
             for r, p, w in zip(rows, prompts, whole, strict=True):
-                ids[r.index, r.pad:] = torch.tensor(list(p[:w]), dtype=torch.long, device=device)
-            pos = (col[None, :] - pad[:, None]).clamp(min=0)                # (B, C)
+                ids[r.index, r.pad :] = torch.tensor(list(p[:w]), dtype=torch.long, device=device)
+            pos = (col[None, :] - pad[:, None]).clamp(min=0)  # (B, C)
             forward(ids, block_causal_mask(valid, bl, dtype), pos, logits=False)
         if device.type == "cuda":
             torch.cuda.synchronize()  # sync point: only to time the prefill apart from the decode
@@ -129,29 +142,29 @@ class BlockDiffusionSampler:
 
         # 3. one block at a time until every row has finished
         active = list(rows)
-        block_start = prefix_len                                             # column of the current block
-        pending: tuple[torch.Tensor, torch.Tensor] | None = None             # fuse_commit: (tokens, pos) to commit
+        block_start = prefix_len  # column of the current block
+        pending: tuple[torch.Tensor, torch.Tensor] | None = None  # fuse_commit: (tokens, pos) to commit
         while active:
             if should_stop is not None and should_stop():
                 for r in active:
                     r.finish = "cancelled"
                 break
             b = len(active)
-            x = self._open_block(active, bl)                                 # (b, bl): tail, then masks
-            is_masked = x == self.mask_id                                    # (b, bl); prompt tail is fixed
+            x = self._open_block(active, bl)  # (b, bl): tail, then masks
+            is_masked = x == self.mask_id  # (b, bl); prompt tail is fixed
             quotas = quota_schedule(is_masked.sum(dim=1), config.denoising_steps)  # (b, S)
             revealed_at = torch.full((b, bl), -1, dtype=torch.long, device=device)
             valid = torch.cat([valid, torch.ones(b, bl, dtype=torch.bool, device=device)], dim=1)  # (b, K)
-            mask = block_query_mask(valid, bl, dtype)                        # (b, 1, bl, K)
-            pad = torch.tensor([r.pad for r in active], device=device)       # (b,)
-            pos = (block_start + torch.arange(bl, device=device))[None, :] - pad[:, None]   # (b, bl)
+            mask = block_query_mask(valid, bl, dtype)  # (b, 1, bl, K)
+            pad = torch.tensor([r.pad for r in active], device=device)  # (b,)
+            pos = (block_start + torch.arange(bl, device=device))[None, :] - pad[:, None]  # (b, bl)
 
             # 3a. denoise: at most `denoising_steps` forwards; each step's K/V is cropped away
             step = 0
-            row_steps = torch.zeros(b, dtype=torch.long, device=device)     # steps each row spent denoising
+            row_steps = torch.zeros(b, dtype=torch.long, device=device)  # steps each row spent denoising
             steps_before = torch.tensor([r.steps_done for r in active], device=device)  # (b,)
             cancelled = False
-            while bool(is_masked.any()):                                     # sync point (GPU -> CPU)
+            while bool(is_masked.any()):  # sync point (GPU -> CPU)
                 if should_stop is not None and should_stop():
                     cancelled = True
                     break
@@ -159,16 +172,18 @@ class BlockDiffusionSampler:
                     # fused commit: the previous block's final tokens ride along with this block's first
                     # step; the previous block cannot see this one (blocks are causal), so its K/V equal
                     # a separate commit's, and the crop below keeps exactly them
-                    fused = block_query_mask(valid, 2 * bl, dtype)           # (b, 1, 2bl, K)
+                    fused = block_query_mask(valid, 2 * bl, dtype)  # (b, 1, 2bl, K)
                     fused[:, :, :bl, -bl:] = torch.finfo(dtype).min
-                    logits = forward(torch.cat([pending[0], x], 1), fused, torch.cat([pending[1], pos], 1),
-                                     logits=True)[:, bl:]                   # (b, bl, V)
+                    logits = forward(
+                        torch.cat([pending[0], x], 1), fused, torch.cat([pending[1], pos], 1), logits=True
+                    )[:, bl:]  # (b, bl, V)
                     pending = None
                 else:
-                    logits = forward(x, mask, pos, logits=True)             # (b, bl, V)
+                    logits = forward(x, mask, pos, logits=True)  # (b, bl, V)
                 self.runner.crop(cache, block_start)
-                tokens, confidence = sample_tokens(logits, config.temperature, config.top_k, config.top_p,
-                                                   generator)                # (b, bl), (b, bl)
+                tokens, confidence = sample_tokens(
+                    logits, config.temperature, config.top_k, config.top_p, generator
+                )  # (b, bl), (b, bl)
                 quota = quotas[:, min(step, quotas.shape[1] - 1)].clamp(min=1)  # (b,)
                 reveal = strategy(confidence, is_masked, quota, config.threshold)  # (b, bl) bool
                 x = torch.where(reveal, tokens, x)
@@ -208,8 +223,17 @@ class BlockDiffusionSampler:
             if not r.text:
                 r.text = self.decode(r.tokens)
         return BatchResult(
-            rows=tuple(RowResult(tuple(r.tokens), tuple(r.step_map), r.text, r.finish or "length",
-                                 tuple(r.block_tokens), tuple(r.block_step_map)) for r in rows),
+            rows=tuple(
+                RowResult(
+                    tuple(r.tokens),
+                    tuple(r.step_map),
+                    r.text,
+                    r.finish or "length",
+                    tuple(r.block_tokens),
+                    tuple(r.block_step_map),
+                )
+                for r in rows
+            ),
             num_forwards=num_forwards,
             seconds=time.perf_counter() - start,
             prefill_seconds=prefill_seconds,
@@ -223,8 +247,14 @@ class BlockDiffusionSampler:
                 x[i, : len(r.tail)] = torch.tensor(r.tail, dtype=torch.long)
         return x.to(self.runner.device)
 
-    def _close_block(self, active: Sequence[_Row], x: torch.Tensor, revealed_at: torch.Tensor,
-                     row_steps: torch.Tensor, config: SamplerConfig) -> None:
+    def _close_block(
+        self,
+        active: Sequence[_Row],
+        x: torch.Tensor,
+        revealed_at: torch.Tensor,
+        row_steps: torch.Tensor,
+        config: SamplerConfig,
+    ) -> None:
         """Append the block's generated tokens and step indices to each row; apply stop rules."""
         x_cpu, at_cpu, steps_cpu = x.tolist(), revealed_at.tolist(), row_steps.tolist()  # sync point
         bl = x.shape[1]
@@ -253,18 +283,19 @@ class BlockDiffusionSampler:
                 del r.tokens[keep:], r.step_map[keep:]
                 r.finish, r.text = "stop_string", text
         if len(r.tokens) >= config.max_new_tokens and r.finish is None:
-            del r.tokens[config.max_new_tokens:], r.step_map[config.max_new_tokens:]
+            del r.tokens[config.max_new_tokens :], r.step_map[config.max_new_tokens :]
             r.finish = "length"
 
-    def _stop_string_cut(self, tokens: list[int], new_from: int,
-                         stop_strings: Sequence[str]) -> tuple[int, str] | None:
+    def _stop_string_cut(
+        self, tokens: list[int], new_from: int, stop_strings: Sequence[str]
+    ) -> tuple[int, str] | None:
         """If a stop string appears in the text: (tokens to keep, text cut before the stop string)."""
         # Only the new tokens plus a look-back window can complete a stop string (a token is >= 1 byte).
         window = max(len(s.encode()) for s in stop_strings) + 8
         lo = max(0, new_from - window)
         if not any(s in self.decode(tokens[lo:]) for s in stop_strings):
             return None
-        for k in range(max(new_from, 1), len(tokens) + 1):   # shortest prefix that holds a stop string
+        for k in range(max(new_from, 1), len(tokens) + 1):  # shortest prefix that holds a stop string
             if any(s in self.decode(tokens[lo:k]) for s in stop_strings):
                 text = self.decode(tokens[:k])
                 at = min(i for i in (text.find(s) for s in stop_strings) if i >= 0)

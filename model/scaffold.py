@@ -39,25 +39,35 @@ def split_scaffold(source: str, path: str = "candidate.py", offset: int | None =
     """
     document = parse_document(source, path, require_candidate=False)
     if document.kind != "python":
-        raise ScaffoldError(f"{path}: infilling works on Python KernelBench candidates, not {document.kind} files")
+        raise ScaffoldError(
+            f"{path}: infilling works on Python KernelBench candidates, not {document.kind} files"
+        )
     if not document.load_inline_calls:
-        raise ScaffoldError(f"{path}: no `load_inline(...)` call, so there is no CUDA source string to fill; "
-                            "write the scaffold (imports, `xxx_source = \"\"\"\"\"\"`, load_inline, ModelNew) first, "
-                            "or use end-to-end generation")
+        raise ScaffoldError(
+            f"{path}: no `load_inline(...)` call, so there is no CUDA source string to fill; "
+            'write the scaffold (imports, `xxx_source = """"""`, load_inline, ModelNew) first, '
+            "or use end-to-end generation"
+        )
     if offset is not None:
         chosen = document.cuda_string_at(offset)
         if chosen is None or chosen.index < 0:  # index -1: CUDA text that no load_inline call receives
-            raise ScaffoldError(f"{path}: the position {offset} is not inside a CUDA source string of load_inline")
+            raise ScaffoldError(
+                f"{path}: the position {offset} is not inside a CUDA source string of load_inline"
+            )
     else:
         candidates = [s for call in document.load_inline_calls for s in call.cuda_sources]
         if not candidates:
             raise ScaffoldError(f"{path}: load_inline(...) has no cuda_sources argument to fill")
         chosen = candidates[0]
     if chosen.content is None:
-        raise ScaffoldError(f"{path}: the CUDA source cannot be infilled because it is built dynamically "
-                            f"({chosen.reason}); write it as one plain string literal")
+        raise ScaffoldError(
+            f"{path}: the CUDA source cannot be infilled because it is built dynamically "
+            f"({chosen.reason}); write it as one plain string literal"
+        )
     if chosen.text == "" and not chosen.is_single_literal:
-        raise ScaffoldError(f"{path}: the empty CUDA source {source[chosen.expr.start:chosen.expr.end]!r} is not "
-                            'a single string literal; write it as `name = """"""`')
+        raise ScaffoldError(
+            f"{path}: the empty CUDA source {source[chosen.expr.start : chosen.expr.end]!r} is not "
+            'a single string literal; write it as `name = """"""`'
+        )
     start, end = chosen.content.start, chosen.content.end
     return Scaffold(source[:start], source[start:end], source[end:])

@@ -28,37 +28,40 @@ def quota_schedule(num_masked: torch.Tensor, steps: int) -> torch.Tensor:
 
     num_masked (B,) long -> (B, steps) long; each row sums to num_masked (SDAR generate.py).
     """
-    base = num_masked // steps                                        # (B,)
-    rem = num_masked % steps                                          # (B,)
-    step = torch.arange(steps, device=num_masked.device)              # (S,)
-    return base[:, None] + (step[None, :] < rem[:, None]).long()      # (B, S)
+    base = num_masked // steps  # (B,)
+    rem = num_masked % steps  # (B,)
+    step = torch.arange(steps, device=num_masked.device)  # (S,)
+    return base[:, None] + (step[None, :] < rem[:, None]).long()  # (B, S)
 
 
 def _top_by_score(score: torch.Tensor, is_masked: torch.Tensor, quota: torch.Tensor) -> torch.Tensor:
     """The `quota[b]` masked slots of row b with the highest score (stable: left-most wins ties)."""
-    score = score.masked_fill(~is_masked, float("-inf"))              # (B, L)
+    score = score.masked_fill(~is_masked, float("-inf"))  # (B, L)
     order = torch.sort(score, dim=1, descending=True, stable=True).indices
     rank = torch.empty_like(order)
     rank.scatter_(1, order, torch.arange(score.shape[1], device=score.device).expand_as(order))
-    return (rank < quota[:, None]) & is_masked                        # (B, L)
+    return (rank < quota[:, None]) & is_masked  # (B, L)
 
 
-def low_confidence_static(confidence: torch.Tensor, is_masked: torch.Tensor, quota: torch.Tensor,
-                          threshold: float) -> torch.Tensor:
+def low_confidence_static(
+    confidence: torch.Tensor, is_masked: torch.Tensor, quota: torch.Tensor, threshold: float
+) -> torch.Tensor:
     """Exactly the quota's worth of the most confident masked slots."""
     return _top_by_score(confidence, is_masked, quota)
 
 
-def low_confidence_dynamic(confidence: torch.Tensor, is_masked: torch.Tensor, quota: torch.Tensor,
-                           threshold: float) -> torch.Tensor:
+def low_confidence_dynamic(
+    confidence: torch.Tensor, is_masked: torch.Tensor, quota: torch.Tensor, threshold: float
+) -> torch.Tensor:
     """Every masked slot above `threshold`; if fewer than the quota pass, the quota's most confident."""
-    above = is_masked & (confidence > threshold)                      # (B, L)
-    enough = above.sum(dim=1) >= quota                                # (B,)
+    above = is_masked & (confidence > threshold)  # (B, L)
+    enough = above.sum(dim=1) >= quota  # (B,)
     return torch.where(enough[:, None], above, _top_by_score(confidence, is_masked, quota))
 
 
-def sequential(confidence: torch.Tensor, is_masked: torch.Tensor, quota: torch.Tensor,
-               threshold: float) -> torch.Tensor:
+def sequential(
+    confidence: torch.Tensor, is_masked: torch.Tensor, quota: torch.Tensor, threshold: float
+) -> torch.Tensor:
     """The quota's worth of left-most masked slots (autoregressive order inside the block)."""
     position = torch.arange(is_masked.shape[1], device=is_masked.device, dtype=torch.float32)
     return _top_by_score(-position.expand(is_masked.shape), is_masked, quota)
@@ -71,4 +74,5 @@ STRATEGIES: dict[str, Strategy] = {
 }
 assert tuple(STRATEGIES) == STRATEGY_NAMES, (
     f"the registry's strategies {tuple(STRATEGIES)} differ from cudice.model.config.STRATEGY_NAMES "
-    f"{STRATEGY_NAMES}: add the new name there (or the new function here)")
+    f"{STRATEGY_NAMES}: add the new name there (or the new function here)"
+)

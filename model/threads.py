@@ -53,4 +53,3 @@ def apply_torch_threads() -> int:
     with contextlib.suppress(RuntimeError):  # only settable before the first parallel op
         torch.set_num_interop_threads(1)
     return max(1, n)
-

@@ -137,7 +137,9 @@ def make_tiny(directory: str | Path, sdar_layout: bool = False, seed: int = 0) -
     config_dict = _config_dict(len(tokenizer), ids, sdar_layout)
 
     torch.manual_seed(seed)
-    qwen_kwargs = {k: v for k, v in config_dict.items() if k not in ("architectures", "auto_map", "model_type")}
+    qwen_kwargs = {
+        k: v for k, v in config_dict.items() if k not in ("architectures", "auto_map", "model_type")
+    }
     model = Qwen3ForCausalLM(Qwen3Config(**qwen_kwargs))
     # Larger-than-default init so a random model has peaked, tie-free logits (tests use greedy).
     with torch.no_grad():

@@ -40,9 +40,14 @@ if TYPE_CHECKING:
 # start-up; docs/server.md: `initialize` within 0.5 s). Features, flows, workers and watchdog are
 # imported where they are first used, and preloaded in a thread once `initialized` arrives.
 PRELOAD = (
-    "cudice.server.features.code_actions", "cudice.server.features.code_lens", "cudice.server.features.display",
-    "cudice.server.features.hover", "cudice.server.generation", "cudice.server.verification",
-    "cudice.server.watch", "cudice.server.progress",
+    "cudice.server.features.code_actions",
+    "cudice.server.features.code_lens",
+    "cudice.server.features.display",
+    "cudice.server.features.hover",
+    "cudice.server.generation",
+    "cudice.server.verification",
+    "cudice.server.watch",
+    "cudice.server.progress",
 )
 
 log = logging.getLogger("cudice.server")
@@ -53,8 +58,12 @@ async def _pull_configuration(ls: CudiceServer) -> Any:
     if not (ws and ws.configuration):
         return None
     try:
-        items = await asyncio.wait_for(ls.workspace_configuration_async(
-            lsp.ConfigurationParams(items=[lsp.ConfigurationItem(section="cudice")])), 5.0)
+        items = await asyncio.wait_for(
+            ls.workspace_configuration_async(
+                lsp.ConfigurationParams(items=[lsp.ConfigurationItem(section="cudice")])
+            ),
+            5.0,
+        )
     except Exception as exc:  # a client that cannot answer: keep initializationOptions
         log.info("workspace/configuration failed: %s", exc)
         return None
@@ -95,8 +104,11 @@ def _watch_checkpoint(ls: CudiceServer, path: str) -> None:
     if not os.path.isdir(path):
         return
     if ls.ckpt_watcher is None:
-        ls.ckpt_watcher = PathWatcher(asyncio.get_running_loop(), lambda key: _checkpoint_changed(ls, key),
-                                      debounce_s=float(os.environ.get("CUDICE_RELOAD_DEBOUNCE_S", "2.0")))
+        ls.ckpt_watcher = PathWatcher(
+            asyncio.get_running_loop(),
+            lambda key: _checkpoint_changed(ls, key),
+            debounce_s=float(os.environ.get("CUDICE_RELOAD_DEBOUNCE_S", "2.0")),
+        )
     ls.ckpt_watcher.unwatch_all()
     ls.ckpt_watcher.watch(path)
 
@@ -136,8 +148,12 @@ def _offsets(index: LineIndex, rng: lsp.Range) -> tuple[int, int]:
     return (index.offset(rng.start.line, rng.start.character), index.offset(rng.end.line, rng.end.character))
 
 
-def create_server(*, worker_env: dict[str, str] | None = None, results_dir: Path | None = None,
-                  cli_log_level: str | None = None) -> CudiceServer:
+def create_server(
+    *,
+    worker_env: dict[str, str] | None = None,
+    results_dir: Path | None = None,
+    cli_log_level: str | None = None,
+) -> CudiceServer:
     """A fresh cudice language server with every feature registered."""
     server = CudiceServer(worker_env=worker_env, results_dir=results_dir)
     server.cli_log_level = cli_log_level
@@ -194,9 +210,12 @@ def create_server(*, worker_env: dict[str, str] | None = None, results_dir: Path
         if ls.settings.verify_on_save:
             ls.spawn(verify_document(ls, params.text_document.uri))
 
-    @server.feature(lsp.TEXT_DOCUMENT_CODE_ACTION,
-                    lsp.CodeActionOptions(code_action_kinds=[lsp.CodeActionKind.RefactorRewrite,
-                                                             KIND_GENERATE, KIND_INFILL]))
+    @server.feature(
+        lsp.TEXT_DOCUMENT_CODE_ACTION,
+        lsp.CodeActionOptions(
+            code_action_kinds=[lsp.CodeActionKind.RefactorRewrite, KIND_GENERATE, KIND_INFILL]
+        ),
+    )
     def code_action(ls: CudiceServer, params: lsp.CodeActionParams) -> list[lsp.CodeAction] | None:
         from cudice.server.features.code_actions import ModelAvailability, code_actions
 
@@ -209,8 +228,18 @@ def create_server(*, worker_env: dict[str, str] | None = None, results_dir: Path
         caps = ls.client_capabilities.text_document
         disabled_support = bool(caps and caps.code_action and caps.code_action.disabled_support)
         model = ModelAvailability(ls.model.state == "ready", ls.model.message)
-        return code_actions(uri=params.text_document.uri, doc=doc_model, start=start, end=end, version=version,
-                            model=model, disabled_support=disabled_support) or None
+        return (
+            code_actions(
+                uri=params.text_document.uri,
+                doc=doc_model,
+                start=start,
+                end=end,
+                version=version,
+                model=model,
+                disabled_support=disabled_support,
+            )
+            or None
+        )
 
     @server.feature(lsp.TEXT_DOCUMENT_HOVER)
     def hover(ls: CudiceServer, params: lsp.HoverParams) -> lsp.Hover | None:
@@ -235,8 +264,12 @@ def create_server(*, worker_env: dict[str, str] | None = None, results_dir: Path
         elif latest is None:
             text = "**cudice: not verified yet** — save the file or run *cudice: verify*.\n"
         else:
-            text = hover_markdown(latest.result, compile_only_reason=compile_only_reason(ls),
-                                  version=latest.version, required_speedup=ls.settings.verify_required_speedup)
+            text = hover_markdown(
+                latest.result,
+                compile_only_reason=compile_only_reason(ls),
+                version=latest.version,
+                required_speedup=ls.settings.verify_required_speedup,
+            )
             if latest.source is not None and latest.source != source:
                 text = "**edited since this result** — save to verify the new text.\n\n" + text
         rng = lsp.Range(lsp.Position(*index.position(span.start)), lsp.Position(*index.position(span.end)))
@@ -252,8 +285,14 @@ def create_server(*, worker_env: dict[str, str] | None = None, results_dir: Path
             return None
         latest = ls.latest.get(uri)
         doc_model, index = ls.analyse(uri, doc[0])
-        return code_lenses(uri=uri, doc=doc_model, index=index, result=latest.result if latest else None,
-                           is_running=ls.is_building(uri), required_speedup=ls.settings.verify_required_speedup)
+        return code_lenses(
+            uri=uri,
+            doc=doc_model,
+            index=index,
+            result=latest.result if latest else None,
+            is_running=ls.is_building(uri),
+            required_speedup=ls.settings.verify_required_speedup,
+        )
 
     @server.command(CMD_GENERATE)
     async def cmd_generate(ls: CudiceServer, *args: Any) -> dict[str, Any]:
@@ -265,8 +304,12 @@ def create_server(*, worker_env: dict[str, str] | None = None, results_dir: Path
     async def cmd_infill(ls: CudiceServer, *args: Any) -> dict[str, Any]:
         from cudice.server.generation import infill_kernel
 
-        return await infill_kernel(ls, args[0] if args else None, args[1] if len(args) > 1 else None,
-                                   args[2] if len(args) > 2 else None)
+        return await infill_kernel(
+            ls,
+            args[0] if args else None,
+            args[1] if len(args) > 1 else None,
+            args[2] if len(args) > 2 else None,
+        )
 
     @server.command(CMD_VERIFY)
     async def cmd_verify(ls: CudiceServer, *args: Any) -> dict[str, Any] | None:
@@ -287,7 +330,11 @@ def create_server(*, worker_env: dict[str, str] | None = None, results_dir: Path
 
     @server.command(CMD_CANCEL)
     def cmd_cancel(ls: CudiceServer, *args: Any) -> dict[str, Any]:
-        uris = [args[0]] if args and isinstance(args[0], str) else [*ls.generation_cancels, *ls.jobs.running_uris()]
+        uris = (
+            [args[0]]
+            if args and isinstance(args[0], str)
+            else [*ls.generation_cancels, *ls.jobs.running_uris()]
+        )
         num = 0
         for uri in uris:
             num += ls.jobs.cancel(uri)
@@ -320,11 +367,20 @@ async def release(ls: CudiceServer) -> None:
     await asyncio.gather(ls.model.shutdown(), ls.quick.shutdown())
 
 
-def run(*, transport: str = "stdio", host: str = "127.0.0.1", port: int = 2087, log_level: str | None = None,
-        early: EarlyFrame | None = None) -> None:
+def run(
+    *,
+    transport: str = "stdio",
+    host: str = "127.0.0.1",
+    port: int = 2087,
+    log_level: str | None = None,
+    early: EarlyFrame | None = None,
+) -> None:
     """Start the server (blocks). Logs go to stderr, never stdout (stdout is the protocol in stdio mode)."""
-    logging.basicConfig(stream=sys.stderr, level=(log_level or "info").upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=(log_level or "info").upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     if (log_level or "info") != "debug":  # pygls logs every message at INFO
         logging.getLogger("pygls").setLevel(logging.WARNING)
     if transport == "tcp":

@@ -16,10 +16,18 @@ from cudice.server import __version__
 
 # name -> (module, attribute, one-line help shown by `cudice --help`)
 SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
-    "verify": ("cudice.verifier.cli", "verify_command", "Verify a CUDA candidate against its PyTorch reference."),
+    "verify": (
+        "cudice.verifier.cli",
+        "verify_command",
+        "Verify a CUDA candidate against its PyTorch reference.",
+    ),
     "generate": ("cudice.model.cli", "generate_command", "Generate or infill a kernel with a DICE model."),
     "model": ("cudice.model.cli", "model_group", "Model utilities (make-tiny test checkpoints, info)."),
-    "eval": ("cudice.verifier.eval_cli", "eval_command", "Evaluate a set of problems (correctness, fast_1, fast_2)."),
+    "eval": (
+        "cudice.verifier.eval_cli",
+        "eval_command",
+        "Evaluate a set of problems (correctness, fast_1, fast_2).",
+    ),
     "train": ("cudice.model.train.cli", "train_group", "Offline fine-tuning: SFT and BiC-RL."),
     "lsp": ("cudice.server.lsp_cli", "lsp_command", "Run the language server (same as `cudice-lsp`)."),
 }
@@ -84,7 +92,9 @@ def version_command() -> None:
             click.echo(f"{mod} (version unknown)")
     fallback = "/usr/local/cuda/bin/nvcc"
     nvcc = shutil.which("nvcc") or (fallback if os.path.exists(fallback) else None)
-    click.echo(f"nvcc {nvcc_version(nvcc) + ' (' + nvcc + ')' if nvcc else 'not found (compiling needs the CUDA toolkit)'}")
+    click.echo(
+        f"nvcc {nvcc_version(nvcc) + ' (' + nvcc + ')' if nvcc else 'not found (compiling needs the CUDA toolkit)'}"
+    )
 
 
 def nvcc_version(nvcc: str) -> str:

@@ -18,10 +18,19 @@ from typing import TextIO
 
 
 class ProgressLine:
-    def __init__(self, label: str, *, stream: TextIO | None = None, tty_interval_s: float = 0.5,
-                 log_interval_s: float = 15.0, prefix: str = "cudice") -> None:
+    def __init__(
+        self,
+        label: str,
+        *,
+        stream: TextIO | None = None,
+        tty_interval_s: float = 0.5,
+        log_interval_s: float = 15.0,
+        prefix: str = "cudice",
+    ) -> None:
         if tty_interval_s <= 0 or log_interval_s <= 0:
-            raise ValueError(f"progress intervals must be positive, got {tty_interval_s} and {log_interval_s}")
+            raise ValueError(
+                f"progress intervals must be positive, got {tty_interval_s} and {log_interval_s}"
+            )
         self.stream = stream if stream is not None else sys.stderr
         self.is_tty = bool(getattr(self.stream, "isatty", lambda: False)())
         self.interval_s = tty_interval_s if self.is_tty else log_interval_s
@@ -67,8 +76,9 @@ class ProgressLine:
         self._thread.start()
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self._stop.set()
         self._thread.join(timeout=5)
         if self.is_tty:  # leave the terminal line empty for the report

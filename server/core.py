@@ -161,8 +161,12 @@ class CudiceServer(LanguageServer):
         stderr (the editor's server log) and tells the user about its own failures itself. Nothing
         is sent to the client: a failed send reports itself here, and answering it with another
         send would loop once the connection is gone."""
-        log.error("server error (%s): %s: %s", getattr(source, "__name__", source), type(error).__name__,
-                  str(error)[:500])
+        log.error(
+            "server error (%s): %s: %s",
+            getattr(source, "__name__", source),
+            type(error).__name__,
+            str(error)[:500],
+        )
 
     # -- background tasks ----------------------------------------------------------------------
     def spawn(self, coro: Any) -> asyncio.Task[Any]:
@@ -176,7 +180,9 @@ class CudiceServer(LanguageServer):
                 exc = t.exception()
                 log.error("background task failed", exc_info=exc)
                 # the type and a bounded message: never a whole file (a UnicodeDecodeError's repr holds its input)
-                self.notice(f"cudice: internal error: {type(exc).__name__}: {str(exc)[:300]} (see the server log)")
+                self.notice(
+                    f"cudice: internal error: {type(exc).__name__}: {str(exc)[:300]} (see the server log)"
+                )
 
         task.add_done_callback(done)
         return task
@@ -196,13 +202,16 @@ class CudiceServer(LanguageServer):
         never another file's, and `verifying` says whether `uri` is being verified now."""
         uri = uri if uri is not None else self.last_uri
         latest = self.latest.get(uri) if uri is not None else None
-        self.protocol.notify(STATUS_NOTIFICATION, {
-            "model": self.model.state,
-            "message": message or self.model.message,
-            "lastVerdict": latest.result.verdict.value if latest is not None else None,
-            "uri": uri,
-            "verifying": uri is not None and self.is_building(uri),
-        })
+        self.protocol.notify(
+            STATUS_NOTIFICATION,
+            {
+                "model": self.model.state,
+                "message": message or self.model.message,
+                "lastVerdict": latest.result.verdict.value if latest is not None else None,
+                "uri": uri,
+                "verifying": uri is not None and self.is_building(uri),
+            },
+        )
 
     def is_building(self, uri: str) -> bool:
         """A verification of `uri` is starting or running (set before its progress token exists,
@@ -276,9 +285,12 @@ class CudiceServer(LanguageServer):
         if len(source) <= MAX_DOCUMENT_CHARS:
             return False
         name = os.path.basename(to_fs_path(uri) or uri)
-        self.report_once(f"cudice: {name} has {len(source) // 1024} KiB of text, over the "
-                         f"{MAX_DOCUMENT_CHARS // 1024} KiB cudice reads; its actions, hover, lens and "
-                         "verification are off for this file (KernelBench files are a few KiB)", lsp.MessageType.Info)
+        self.report_once(
+            f"cudice: {name} has {len(source) // 1024} KiB of text, over the "
+            f"{MAX_DOCUMENT_CHARS // 1024} KiB cudice reads; its actions, hover, lens and "
+            "verification are off for this file (KernelBench files are a few KiB)",
+            lsp.MessageType.Info,
+        )
         return True
 
     @property

@@ -36,8 +36,9 @@ from pygls.uris import from_fs_path
 
 
 def _progress_message(p: Progress) -> str:
-    return (f"{p.num_tokens} tokens · {p.tokens_per_second:.1f} tok/s · "
-            f"{p.tokens_per_forward:.2f} tokens/forward")
+    return (
+        f"{p.num_tokens} tokens · {p.tokens_per_second:.1f} tok/s · {p.tokens_per_forward:.2f} tokens/forward"
+    )
 
 
 def _fail(ls: CudiceServer, reason: str, **extra: Any) -> dict[str, Any]:
@@ -45,16 +46,22 @@ def _fail(ls: CudiceServer, reason: str, **extra: Any) -> dict[str, Any]:
     return {"ok": False, "reason": reason, **extra}
 
 
-async def _run_model(ls: CudiceServer, uri: str, op: str, payload: dict[str, Any],
-                     title: str) -> Generation | str:
+async def _run_model(
+    ls: CudiceServer, uri: str, op: str, payload: dict[str, Any], title: str
+) -> Generation | str:
     """Run one model job with progress; the result, or why it did not produce one."""
     progress = await WorkProgress.start(ls, title, "starting", percentage=0)
     ls.generation_cancels[uri] = progress.cancelled
     max_tokens = max(1, ls.settings.sampler_max_new_tokens)
     try:
-        result = await ls.model.run(op, {**payload, "settings": ls.settings_dict()}, cancel=progress.cancelled,
-                                    on_progress=lambda p: progress.report(  # of the token budget: an upper bound
-                                        _progress_message(p), min(99, 100 * p.num_tokens // max_tokens)))
+        result = await ls.model.run(
+            op,
+            {**payload, "settings": ls.settings_dict()},
+            cancel=progress.cancelled,
+            on_progress=lambda p: progress.report(  # of the token budget: an upper bound
+                _progress_message(p), min(99, 100 * p.num_tokens // max_tokens)
+            ),
+        )
     except ModelUnavailable as exc:
         progress.end("model unavailable")
         return f"the model is not ready: {exc}"
@@ -72,14 +79,20 @@ async def _run_model(ls: CudiceServer, uri: str, op: str, payload: dict[str, Any
         ls.notice(f"cudice: {title.removeprefix('cudice: ')} was cancelled", lsp.MessageType.Info)
         return "cancelled"
     tps = result.num_tokens / result.seconds if result.seconds > 0 else 0.0
-    progress.end(f"{result.num_tokens} tokens in {result.seconds:.1f} s ({tps:.1f} tok/s, "
-                 f"{result.tokens_per_forward:.2f} tokens/forward)")
+    progress.end(
+        f"{result.num_tokens} tokens in {result.seconds:.1f} s ({tps:.1f} tok/s, "
+        f"{result.tokens_per_forward:.2f} tokens/forward)"
+    )
     return result
 
 
 def _stats(r: Generation) -> dict[str, Any]:
-    return {"num_tokens": r.num_tokens, "num_forwards": r.num_forwards, "seconds": r.seconds,
-            "tokens_per_forward": r.tokens_per_forward}
+    return {
+        "num_tokens": r.num_tokens,
+        "num_forwards": r.num_forwards,
+        "seconds": r.seconds,
+        "tokens_per_forward": r.tokens_per_forward,
+    }
 
 
 def _class_name(doc: Document, index: LineIndex, target: Any) -> str | None:
@@ -95,9 +108,13 @@ def _class_name(doc: Document, index: LineIndex, target: Any) -> str | None:
 async def _confirm_overwrite(ls: CudiceServer, path: Path) -> bool:
     if not path.exists():
         return True
-    answer = await ls.window_show_message_request_async(lsp.ShowMessageRequestParams(
-        type=lsp.MessageType.Warning, message=f"{path.name} already exists. Overwrite it with a new kernel?",
-        actions=[lsp.MessageActionItem(title="Overwrite"), lsp.MessageActionItem(title="Keep it")]))
+    answer = await ls.window_show_message_request_async(
+        lsp.ShowMessageRequestParams(
+            type=lsp.MessageType.Warning,
+            message=f"{path.name} already exists. Overwrite it with a new kernel?",
+            actions=[lsp.MessageActionItem(title="Overwrite"), lsp.MessageActionItem(title="Keep it")],
+        )
+    )
     return answer is not None and answer.title == "Overwrite"
 
 
@@ -117,13 +134,17 @@ async def generate_kernel(ls: CudiceServer, uri: Any, target: Any = None) -> dic
         return _fail(ls, f"cannot generate yet: {ls.model.message}")
     name = _class_name(*ls.analyse(uri, source), target)
     if name is None:
-        return _fail(ls, f"no nn.Module class found for {target!r} in {os.path.basename(path)}; "
-                         "put the cursor inside the reference `class Model(nn.Module)`")
+        return _fail(
+            ls,
+            f"no nn.Module class found for {target!r} in {os.path.basename(path)}; "
+            "put the cursor inside the reference `class Model(nn.Module)`",
+        )
     out = candidate_path(path)
     if not await _confirm_overwrite(ls, out):
         return {"ok": False, "reason": f"kept the existing {out.name}"}
-    result = await _run_model(ls, uri, "generate", {"reference_source": source},
-                              f"cudice: generating a CUDA kernel for {name}")
+    result = await _run_model(
+        ls, uri, "generate", {"reference_source": source}, f"cudice: generating a CUDA kernel for {name}"
+    )
     if isinstance(result, str):
         return {"ok": False, "reason": result} if result == "cancelled" else _fail(ls, result)
     _write_atomic(out, candidate_text(result.text, os.path.basename(path)))
@@ -147,14 +168,17 @@ def _pytorch_code(doc: Document) -> str:
     return ""
 
 
-async def infill_kernel(ls: CudiceServer, uri: Any, span_arg: Any = None, version_arg: Any = None) -> dict[str, Any]:
+async def infill_kernel(
+    ls: CudiceServer, uri: Any, span_arg: Any = None, version_arg: Any = None
+) -> dict[str, Any]:
     doc = ls.read_document(uri) if isinstance(uri, str) else None
     if doc is None:
         return _fail(ls, f"cannot infill {uri!r}: unknown document")
     source, version, _ = doc
     if isinstance(version_arg, int) and version is not None and version_arg != version:
-        return _fail(ls, "the document changed since the action was offered; ask for the code action again",
-                     stale=True)
+        return _fail(
+            ls, "the document changed since the action was offered; ask for the code action again", stale=True
+        )
     if ls.model.state != "ready":
         return _fail(ls, f"cannot infill yet: {ls.model.message}")
     span = resolve_span(span_arg, source, ls.position_encoding)
@@ -162,24 +186,39 @@ async def infill_kernel(ls: CudiceServer, uri: Any, span_arg: Any = None, versio
         span = cursor_to_middle(span, ls.analyse(uri, source)[0])
     if isinstance(span, str):
         return _fail(ls, f"cannot infill: {span}")
-    prefix, suffix = source[:span.start], source[span.end:]
-    result = await _run_model(ls, uri, "infill",
-                              {"prefix": prefix, "suffix": suffix, "pytorch_code": _pytorch_code(ls.analyse(uri, source)[0])},
-                              "cudice: infilling the kernel body")
+    prefix, suffix = source[: span.start], source[span.end :]
+    result = await _run_model(
+        ls,
+        uri,
+        "infill",
+        {"prefix": prefix, "suffix": suffix, "pytorch_code": _pytorch_code(ls.analyse(uri, source)[0])},
+        "cudice: infilling the kernel body",
+    )
     if isinstance(result, str):
         return {"ok": False, "reason": result} if result == "cancelled" else _fail(ls, result)
     middle = extract_middle(result.text, result.middle, prefix, suffix)
     if middle is None:
-        return _fail(ls, "the model's output did not keep the code around the CUDA string; nothing was changed")
+        return _fail(
+            ls, "the model's output did not keep the code around the CUDA string; nothing was changed"
+        )
     now = ls.read_document(uri)
     if now is None or now[1] != version or now[0] != source:
-        return _fail(ls, "the document changed while the kernel was generated, so the infill was not applied "
-                         "(run the action again)", stale=True)
-    edit = infill_edit(uri, version, source, span, middle, ls.client_supports_document_changes(),
-                       ls.position_encoding)
-    applied = await ls.workspace_apply_edit_async(lsp.ApplyWorkspaceEditParams(
-        edit=edit, label="cudice: infill kernel body"))
+        return _fail(
+            ls,
+            "the document changed while the kernel was generated, so the infill was not applied "
+            "(run the action again)",
+            stale=True,
+        )
+    edit = infill_edit(
+        uri, version, source, span, middle, ls.client_supports_document_changes(), ls.position_encoding
+    )
+    applied = await ls.workspace_apply_edit_async(
+        lsp.ApplyWorkspaceEditParams(edit=edit, label="cudice: infill kernel body")
+    )
     if not applied.applied:
-        return _fail(ls, f"the editor refused the infill edit: {applied.failure_reason or 'no reason given'}",
-                     stale=True)
+        return _fail(
+            ls,
+            f"the editor refused the infill edit: {applied.failure_reason or 'no reason given'}",
+            stale=True,
+        )
     return {"ok": True, "middle": middle, **_stats(result)}

@@ -12,13 +12,22 @@ from cudice.server.__main__ import LOG_LEVELS
 
 
 @click.command("lsp", context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--stdio", "transport", flag_value="stdio", default=True, help="Speak LSP over stdin/stdout (default).")
-@click.option("--tcp", "transport", flag_value="tcp",
-              help="Listen on TCP instead of stdio: one client at a time, until a client sends `exit`.")
+@click.option(
+    "--stdio", "transport", flag_value="stdio", default=True, help="Speak LSP over stdin/stdout (default)."
+)
+@click.option(
+    "--tcp",
+    "transport",
+    flag_value="tcp",
+    help="Listen on TCP instead of stdio: one client at a time, until a client sends `exit`.",
+)
 @click.option("--host", default="127.0.0.1", show_default=True, help="TCP address to bind (with --tcp).")
-@click.option("--port", default=2087, show_default=True, type=click.IntRange(0, 65535), help="TCP port (with --tcp).")
-@click.option("--log-level", type=click.Choice(LOG_LEVELS), default=None,
-              help="Override the cudice.logLevel setting.")
+@click.option(
+    "--port", default=2087, show_default=True, type=click.IntRange(0, 65535), help="TCP port (with --tcp)."
+)
+@click.option(
+    "--log-level", type=click.Choice(LOG_LEVELS), default=None, help="Override the cudice.logLevel setting."
+)
 @click.option("--print-schema", is_flag=True, help="Print the settings JSON Schema and exit.")
 def lsp_command(transport: str, host: str, port: int, log_level: str | None, print_schema: bool) -> None:
     """Run the cudice language server."""

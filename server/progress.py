@@ -38,8 +38,14 @@ class WorkProgress:
         self._ticker: asyncio.Task[None] | None = None
 
     @classmethod
-    async def start(cls, ls: LanguageServer, title: str, message: str = "", cancellable: bool = True,
-                    percentage: int | None = None) -> WorkProgress:
+    async def start(
+        cls,
+        ls: LanguageServer,
+        title: str,
+        message: str = "",
+        cancellable: bool = True,
+        percentage: int | None = None,
+    ) -> WorkProgress:
         caps = ls.client_capabilities
         supported = bool(caps.window and caps.window.work_done_progress)
         if not supported:
@@ -54,8 +60,12 @@ class WorkProgress:
         fut = ls.work_done_progress.tokens.get(token)
         if fut is not None:
             fut.add_done_callback(lambda _f: loop.call_soon_threadsafe(self.cancelled.set))
-        ls.work_done_progress.begin(token, lsp.WorkDoneProgressBegin(
-            title=title, message=message or None, cancellable=cancellable, percentage=percentage))
+        ls.work_done_progress.begin(
+            token,
+            lsp.WorkDoneProgressBegin(
+                title=title, message=message or None, cancellable=cancellable, percentage=percentage
+            ),
+        )
         return self
 
     def cancel(self) -> None:
@@ -69,8 +79,12 @@ class WorkProgress:
         async def run() -> None:
             while not self._ended and not getattr(self.ls, "released", False):  # no ticks after shutdown
                 await asyncio.sleep(interval_s)
-                self._send(f"{self.label} · {time.monotonic() - self.started:.0f} s" if self.label
-                           else f"{time.monotonic() - self.started:.0f} s", self.percentage)
+                self._send(
+                    f"{self.label} · {time.monotonic() - self.started:.0f} s"
+                    if self.label
+                    else f"{time.monotonic() - self.started:.0f} s",
+                    self.percentage,
+                )
 
         self._ticker = asyncio.get_running_loop().create_task(run())
 
@@ -87,8 +101,9 @@ class WorkProgress:
         if self.ls is None or self.token is None or self._ended:
             return
         self._last = time.monotonic()
-        self.ls.work_done_progress.report(self.token, lsp.WorkDoneProgressReport(
-            message=message, percentage=percentage))
+        self.ls.work_done_progress.report(
+            self.token, lsp.WorkDoneProgressReport(message=message, percentage=percentage)
+        )
 
     def end(self, message: str = "") -> None:
         if self.ls is None or self.token is None or self._ended:

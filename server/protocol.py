@@ -10,7 +10,9 @@ from typing import Final, Literal
 
 # workspace/executeCommand names.
 CMD_GENERATE: Final = "cudice.generateKernel"  # args: uri, position {line, character} or class name
-CMD_INFILL: Final = "cudice.infillKernel"  # args: uri, {"start": offset, "end": offset} or an LSP range[, version]
+CMD_INFILL: Final = (
+    "cudice.infillKernel"  # args: uri, {"start": offset, "end": offset} or an LSP range[, version]
+)
 CMD_VERIFY: Final = "cudice.verify"  # args: uri
 CMD_RELOAD_MODEL: Final = "cudice.reloadModel"  # no args
 CMD_CANCEL: Final = "cudice.cancel"  # optional args: uri (cancels that document's jobs; none: all jobs)

@@ -34,7 +34,9 @@ def default_results_dir() -> Path:
     return (Path(xdg) if xdg else Path.home() / ".cache") / "cudice" / "results"
 
 
-def result_key(source: str, reference_path: str | None, reference_text: str | None, config: dict[str, Any]) -> str:
+def result_key(
+    source: str, reference_path: str | None, reference_text: str | None, config: dict[str, Any]
+) -> str:
     """The cache key of verifying `source` against the reference file at `reference_path` whose text
     is `reference_text` (None: no reference file, or an unreadable one) with the settings `config`."""
     h = hashlib.sha256()

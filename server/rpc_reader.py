@@ -44,8 +44,11 @@ def parse_header(line: bytes) -> int | None:
     if found is None:
         return None
     if found.start() > 0:
-        log.warning("dropped %d stray bytes before a Content-Length header: %r", found.start(),
-                    line[:found.start()][:200])
+        log.warning(
+            "dropped %d stray bytes before a Content-Length header: %r",
+            found.start(),
+            line[: found.start()][:200],
+        )
     return int(found.group(1))
 
 
@@ -68,8 +71,12 @@ def _answer_unreadable(protocol: JsonRPCProtocol, body: bytes, exc: Exception) -
     if "id" in raw:  # a request: the client waits for an answer
         error = exc if isinstance(exc, JsonRpcException) else JsonRpcInvalidParams()
         detail = str(exc.__cause__ or error.message or "invalid params").strip().splitlines()[0][:300]
-        protocol._send_response(raw["id"], error=ResponseError(
-            code=error.code, message=f"cudice cannot read the {method} request: {detail}"))
+        protocol._send_response(
+            raw["id"],
+            error=ResponseError(
+                code=error.code, message=f"cudice cannot read the {method} request: {detail}"
+            ),
+        )
 
 
 def _handle(protocol: JsonRPCProtocol, body: bytes) -> None:
@@ -84,8 +91,12 @@ def _handle(protocol: JsonRPCProtocol, body: bytes) -> None:
         log.exception("failed to handle %s", getattr(message, "method", "a message"))
 
 
-async def read_messages(stop_event: threading.Event, reader: AsyncReader, protocol: JsonRPCProtocol,
-                        first: list[bytes] | None = None) -> None:
+async def read_messages(
+    stop_event: threading.Event,
+    reader: AsyncReader,
+    protocol: JsonRPCProtocol,
+    first: list[bytes] | None = None,
+) -> None:
     """Hand `first` (bodies read already, fast_init.py) and then the framed messages from
     `reader` to `protocol`, until EOF or `stop_event`."""
     for body in first or ():

@@ -63,7 +63,10 @@ class Setting:
 
 
 _PY_TYPES: dict[str, tuple[type, ...]] = {
-    "string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,)
+    "string": (str,),
+    "integer": (int,),
+    "number": (int, float),
+    "boolean": (bool,),
 }
 
 
@@ -79,49 +82,149 @@ def _defaults(config: type) -> dict[str, Any]:
 _SAMPLER, _VERIFY = _defaults(SamplerConfig), _defaults(VerifyConfig)
 
 SCHEMA: tuple[Setting, ...] = (
-    Setting("cudice.model.path", "string", "",
-            "DICE/SDAR checkpoint directory or a hub id already in the local cache. Empty: no model "
-            "(generation actions are offered disabled)."),
-    Setting("cudice.model.device", "string", "auto", "Device for the model: auto picks CUDA when present.",
-            choices=DEVICES),
-    Setting("cudice.model.dtype", "string", "auto", "Model dtype: auto is bfloat16 on CUDA, float32 on CPU.",
-            choices=DTYPES),
-    Setting("cudice.sampler.blockLength", "integer", 4, "Block-diffusion block length (DICE uses 4).",
-            minimum=1, maximum=64),
-    Setting("cudice.sampler.denoisingSteps", "integer", _SAMPLER["denoising_steps"],
-            "Denoising steps per block.", minimum=1, maximum=64),
-    Setting("cudice.sampler.strategy", "string", _SAMPLER["strategy"],
-            "Which masked tokens to reveal at each denoising step.", choices=STRATEGY_NAMES),
-    Setting("cudice.sampler.threshold", "number", _SAMPLER["threshold"],
-            "Confidence above which the dynamic strategy reveals a token.", minimum=0.0, maximum=1.0),
-    Setting("cudice.sampler.temperature", "number", _SAMPLER["temperature"],
-            "Sampling temperature; 0 is greedy.", minimum=0.0, maximum=2.0),
+    Setting(
+        "cudice.model.path",
+        "string",
+        "",
+        "DICE/SDAR checkpoint directory or a hub id already in the local cache. Empty: no model "
+        "(generation actions are offered disabled).",
+    ),
+    Setting(
+        "cudice.model.device",
+        "string",
+        "auto",
+        "Device for the model: auto picks CUDA when present.",
+        choices=DEVICES,
+    ),
+    Setting(
+        "cudice.model.dtype",
+        "string",
+        "auto",
+        "Model dtype: auto is bfloat16 on CUDA, float32 on CPU.",
+        choices=DTYPES,
+    ),
+    Setting(
+        "cudice.sampler.blockLength",
+        "integer",
+        4,
+        "Block-diffusion block length (DICE uses 4).",
+        minimum=1,
+        maximum=64,
+    ),
+    Setting(
+        "cudice.sampler.denoisingSteps",
+        "integer",
+        _SAMPLER["denoising_steps"],
+        "Denoising steps per block.",
+        minimum=1,
+        maximum=64,
+    ),
+    Setting(
+        "cudice.sampler.strategy",
+        "string",
+        _SAMPLER["strategy"],
+        "Which masked tokens to reveal at each denoising step.",
+        choices=STRATEGY_NAMES,
+    ),
+    Setting(
+        "cudice.sampler.threshold",
+        "number",
+        _SAMPLER["threshold"],
+        "Confidence above which the dynamic strategy reveals a token.",
+        minimum=0.0,
+        maximum=1.0,
+    ),
+    Setting(
+        "cudice.sampler.temperature",
+        "number",
+        _SAMPLER["temperature"],
+        "Sampling temperature; 0 is greedy.",
+        minimum=0.0,
+        maximum=2.0,
+    ),
     Setting("cudice.sampler.topK", "integer", _SAMPLER["top_k"], "Top-k filter; 0 disables it.", minimum=0),
-    Setting("cudice.sampler.topP", "number", _SAMPLER["top_p"], "Nucleus (top-p) filter; 1 disables it.",
-            minimum=0.0, maximum=1.0),
-    Setting("cudice.sampler.maxNewTokens", "integer", _SAMPLER["max_new_tokens"],
-            "Most tokens one generation may produce.", minimum=1, maximum=32768),
+    Setting(
+        "cudice.sampler.topP",
+        "number",
+        _SAMPLER["top_p"],
+        "Nucleus (top-p) filter; 1 disables it.",
+        minimum=0.0,
+        maximum=1.0,
+    ),
+    Setting(
+        "cudice.sampler.maxNewTokens",
+        "integer",
+        _SAMPLER["max_new_tokens"],
+        "Most tokens one generation may produce.",
+        minimum=1,
+        maximum=32768,
+    ),
     Setting("cudice.verify.onSave", "boolean", True, "Verify a KernelBench candidate each time it is saved."),
-    Setting("cudice.verify.compileOnly", "boolean", _VERIFY["compile_only"],
-            "Only run static checks and compile, never the kernel (automatic on machines without a GPU)."),
-    Setting("cudice.verify.trials", "integer", _VERIFY["num_trials"],
-            "Correctness trials with fresh seeded inputs.", minimum=1, maximum=100),
-    Setting("cudice.verify.atol", "number", _VERIFY["atol"], "Absolute tolerance of the correctness check.",
-            minimum=0.0),
-    Setting("cudice.verify.rtol", "number", _VERIFY["rtol"], "Relative tolerance of the correctness check.",
-            minimum=0.0),
-    Setting("cudice.verify.timeoutSeconds", "number", _VERIFY["timeout_s"],
-            "Wall-clock limit of one verification (compile included).", minimum=1.0),
-    Setting("cudice.verify.quickCheckTimeoutSeconds", "number", 60.0,
-            "Longest wait for the fast (clangd) diagnostics of a check once clangd is warm; the first check "
-            "after start may take 10 minutes (torch-header preamble), a worker still using CPU is never "
-            "killed, and the full build's diagnostics follow either way.", minimum=1.0),
-    Setting("cudice.verify.requiredSpeedup", "number", _VERIFY["required_speedup"],
-            "Speedup over PyTorch a kernel must clear to be shown as fast.", minimum=0.0),
-    Setting("cudice.verify.strictness", "string", _VERIFY["static_policy"],
-            "Static anti-cheat policy, as `cudice verify --strictness` (docs/anticheat.md).", choices=STRICTNESS),
-    Setting("cudice.logLevel", "string", "info", "Server log level (the log goes to the LSP output).",
-            choices=LOG_LEVELS),
+    Setting(
+        "cudice.verify.compileOnly",
+        "boolean",
+        _VERIFY["compile_only"],
+        "Only run static checks and compile, never the kernel (automatic on machines without a GPU).",
+    ),
+    Setting(
+        "cudice.verify.trials",
+        "integer",
+        _VERIFY["num_trials"],
+        "Correctness trials with fresh seeded inputs.",
+        minimum=1,
+        maximum=100,
+    ),
+    Setting(
+        "cudice.verify.atol",
+        "number",
+        _VERIFY["atol"],
+        "Absolute tolerance of the correctness check.",
+        minimum=0.0,
+    ),
+    Setting(
+        "cudice.verify.rtol",
+        "number",
+        _VERIFY["rtol"],
+        "Relative tolerance of the correctness check.",
+        minimum=0.0,
+    ),
+    Setting(
+        "cudice.verify.timeoutSeconds",
+        "number",
+        _VERIFY["timeout_s"],
+        "Wall-clock limit of one verification (compile included).",
+        minimum=1.0,
+    ),
+    Setting(
+        "cudice.verify.quickCheckTimeoutSeconds",
+        "number",
+        60.0,
+        "Longest wait for the fast (clangd) diagnostics of a check once clangd is warm; the first check "
+        "after start may take 10 minutes (torch-header preamble), a worker still using CPU is never "
+        "killed, and the full build's diagnostics follow either way.",
+        minimum=1.0,
+    ),
+    Setting(
+        "cudice.verify.requiredSpeedup",
+        "number",
+        _VERIFY["required_speedup"],
+        "Speedup over PyTorch a kernel must clear to be shown as fast.",
+        minimum=0.0,
+    ),
+    Setting(
+        "cudice.verify.strictness",
+        "string",
+        _VERIFY["static_policy"],
+        "Static anti-cheat policy, as `cudice verify --strictness` (docs/anticheat.md).",
+        choices=STRICTNESS,
+    ),
+    Setting(
+        "cudice.logLevel",
+        "string",
+        "info",
+        "Server log level (the log goes to the LSP output).",
+        choices=LOG_LEVELS,
+    ),
 )
 
 _BY_KEY = {s.key: s for s in SCHEMA}
@@ -176,8 +279,10 @@ class Settings:
             value = getattr(self, attr)
             problem = setting.check(value)
             if problem:
-                raise ValueError(f"Settings.{attr}={value!r} is invalid: {setting.key} {problem}; "
-                                 f"pass a valid value or leave it out for the default {setting.default!r}")
+                raise ValueError(
+                    f"Settings.{attr}={value!r} is invalid: {setting.key} {problem}; "
+                    f"pass a valid value or leave it out for the default {setting.default!r}"
+                )
 
 
 def _flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
@@ -247,4 +352,5 @@ def schema_text() -> str:
 _fields = {f.name for f in dataclasses.fields(Settings)}
 assert set(_BY_ATTR) == _fields, (
     f"SCHEMA's keys and Settings' fields differ: {sorted(set(_BY_ATTR) ^ _fields)}; "
-    "add the field or the key (`cudice.a.bKey` is the field `a_b_key`)")
+    "add the field or the key (`cudice.a.bKey` is the field `a_b_key`)"
+)

@@ -68,12 +68,22 @@ async def refuse_busy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     try:
         message = await asyncio.wait_for(_read_message(reader), FIRST_MESSAGE_TIMEOUT_S)
         if message is not None and "id" in message:
-            writer.write(_frame({"jsonrpc": "2.0", "id": message["id"], "error": {
-                "code": BUSY_ERROR_CODE,
-                "message": (f"cudice-lsp already serves another client ({peer}); it serves one client at a "
-                            "time over TCP. Close the other editor's connection, or start a second "
-                            "`cudice-lsp --tcp` on another port."),
-            }}))
+            writer.write(
+                _frame(
+                    {
+                        "jsonrpc": "2.0",
+                        "id": message["id"],
+                        "error": {
+                            "code": BUSY_ERROR_CODE,
+                            "message": (
+                                f"cudice-lsp already serves another client ({peer}); it serves one client at a "
+                                "time over TCP. Close the other editor's connection, or start a second "
+                                "`cudice-lsp --tcp` on another port."
+                            ),
+                        },
+                    }
+                )
+            )
             await writer.drain()
     except (asyncio.TimeoutError, ConnectionError):
         pass
@@ -99,8 +109,9 @@ async def _take(slot: asyncio.Lock, cleaning_up: Callable[[], bool]) -> bool:
         return False
 
 
-async def serve_tcp(host: str, port: int, make_server: Callable[[], LanguageServer],
-                    release: Callable[[Any], Awaitable[None]]) -> int:
+async def serve_tcp(
+    host: str, port: int, make_server: Callable[[], LanguageServer], release: Callable[[Any], Awaitable[None]]
+) -> int:
     """Listen on host:port and serve clients one after another; returns the exit code from `exit`."""
     exit_code: asyncio.Future[int] = asyncio.get_running_loop().create_future()
     slot = asyncio.Lock()  # held while a client is served and while its session is cleaned up
@@ -134,8 +145,11 @@ async def serve_tcp(host: str, port: int, make_server: Callable[[], LanguageServ
             try:
                 await asyncio.wait_for(release(server), RELEASE_TIMEOUT_S)
             except asyncio.TimeoutError:
-                log.error("closing the workers of %s's session took over %.0f s; serving the next client anyway",
-                          peer, RELEASE_TIMEOUT_S)
+                log.error(
+                    "closing the workers of %s's session took over %.0f s; serving the next client anyway",
+                    peer,
+                    RELEASE_TIMEOUT_S,
+                )
             finally:
                 server.shutdown()  # type: ignore[no-untyped-call]  # its thread pool; it has no listener
                 writer.close()

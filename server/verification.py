@@ -59,9 +59,13 @@ def compile_only_reason(ls: CudiceServer) -> str | None:
 def verify_config(ls: CudiceServer) -> dict[str, Any]:
     s = ls.settings
     return {
-        "num_trials": s.verify_trials, "atol": s.verify_atol, "rtol": s.verify_rtol,
-        "timeout_s": s.verify_timeout_seconds, "required_speedup": max(s.verify_required_speedup, 1e-9),
-        "compile_only": compile_only_reason(ls) is not None, "static_policy": s.verify_strictness,
+        "num_trials": s.verify_trials,
+        "atol": s.verify_atol,
+        "rtol": s.verify_rtol,
+        "timeout_s": s.verify_timeout_seconds,
+        "required_speedup": max(s.verify_required_speedup, 1e-9),
+        "compile_only": compile_only_reason(ls) is not None,
+        "static_policy": s.verify_strictness,
     }
 
 
@@ -88,19 +92,30 @@ def current_version(ls: CudiceServer, uri: str, source: str, version: int | None
     return doc.source == source, doc.version
 
 
-def publish(ls: CudiceServer, uri: str, path: str, source: str, version: int | None, result: VerifyResult) -> None:
+def publish(
+    ls: CudiceServer, uri: str, path: str, source: str, version: int | None, result: VerifyResult
+) -> None:
     is_current, version = current_version(ls, uri, source, version)
     if not is_current:
         log.debug("dropping %s diagnostics of %s: computed for an older text", result.stage.value, uri)
         return
     doc, index = ls.analyse(uri, source)
-    diags = result_diagnostics(result, path=path, doc=doc, index=index,
-                               support=ClientSupport.of(ls.client_capabilities),
-                               compile_only_reason=compile_only_reason(ls))
-    ls.text_document_publish_diagnostics(lsp.PublishDiagnosticsParams(uri=uri, diagnostics=diags, version=version))
+    diags = result_diagnostics(
+        result,
+        path=path,
+        doc=doc,
+        index=index,
+        support=ClientSupport.of(ls.client_capabilities),
+        compile_only_reason=compile_only_reason(ls),
+    )
+    ls.text_document_publish_diagnostics(
+        lsp.PublishDiagnosticsParams(uri=uri, diagnostics=diags, version=version)
+    )
 
 
-def _record(ls: CudiceServer, uri: str, version: int | None, key: str, result: VerifyResult, source: str) -> None:
+def _record(
+    ls: CudiceServer, uri: str, version: int | None, key: str, result: VerifyResult, source: str
+) -> None:
     is_current, version = current_version(ls, uri, source, version)
     if not is_current:  # an older text's verdict must not replace what hover, lens and status show
         return
@@ -153,8 +168,11 @@ async def verify_document(ls: CudiceServer, uri: str, *, force: bool = False) ->
     doc_model = ls.analyse(uri, source)[0]
     if not doc_model.is_candidate:
         if force:
-            ls.notice(f"cudice: {os.path.basename(path)} has no `class ModelNew` or `load_inline` call, "
-                      "so there is nothing to verify", lsp.MessageType.Info)
+            ls.notice(
+                f"cudice: {os.path.basename(path)} has no `class ModelNew` or `load_inline` call, "
+                "so there is nothing to verify",
+                lsp.MessageType.Info,
+            )
         return None
     _watch_reference(ls, uri, reference_path(doc_model))
     key = _key(ls, doc_model)
@@ -182,8 +200,15 @@ async def verify_document(ls: CudiceServer, uri: str, *, force: bool = False) ->
         ls.refresh_lenses()
 
 
-async def _verify_fresh(ls: CudiceServer, uri: str, path: str, source: str, version: int | None,
-                        key: str, done_building: Callable[[], None]) -> VerifyResult | None:
+async def _verify_fresh(
+    ls: CudiceServer,
+    uri: str,
+    path: str,
+    source: str,
+    version: int | None,
+    key: str,
+    done_building: Callable[[], None],
+) -> VerifyResult | None:
     name = os.path.basename(path)
     ls.send_status(f"verifying {name}", uri)
     ls.refresh_lenses()
@@ -199,12 +224,17 @@ async def _verify_fresh(ls: CudiceServer, uri: str, path: str, source: str, vers
     quick_found: list[VerifyResult] = []
 
     def on_partial(partial: VerifyResult) -> None:
-        if shown["final"] or (shown["quick"] and partial.stage in (Stage.PARSE, Stage.STATIC)
-                              and not partial.diagnostics):
+        if shown["final"] or (
+            shown["quick"] and partial.stage in (Stage.PARSE, Stage.STATIC) and not partial.diagnostics
+        ):
             return
         shown["authoritative"] = partial.stage not in (Stage.PARSE, Stage.STATIC)
-        if not shown["authoritative"] and quick_found:  # keep the fast compile findings beside the static ones
-            partial = dataclasses.replace(partial, diagnostics=partial.diagnostics + quick_found[0].diagnostics)
+        if (
+            not shown["authoritative"] and quick_found
+        ):  # keep the fast compile findings beside the static ones
+            partial = dataclasses.replace(
+                partial, diagnostics=partial.diagnostics + quick_found[0].diagnostics
+            )
         publish(ls, uri, path, source, version, partial)
         progress.report(f"{partial.stage.value}: {partial.verdict.value}", force=True)
 
@@ -218,8 +248,9 @@ async def _verify_fresh(ls: CudiceServer, uri: str, path: str, source: str, vers
 
     quick_task = ls.spawn(quick())
     try:
-        result = await ls.jobs.run(request, on_partial=on_partial,
-                                   on_stage=lambda st: progress.report(st, force=True))
+        result = await ls.jobs.run(
+            request, on_partial=on_partial, on_stage=lambda st: progress.report(st, force=True)
+        )
     finally:
         shown["final"] = True
         cancel_watch.cancel()

@@ -81,8 +81,9 @@ class _Handler(FileSystemEventHandler):
 class PathWatcher:
     """Watch files or folders; `on_change(key)` runs on `loop` after `debounce_s` of quiet per key."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, on_change: Callable[[str], Any],
-                 debounce_s: float = 1.0) -> None:
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, on_change: Callable[[str], Any], debounce_s: float = 1.0
+    ) -> None:
         self.loop = loop
         self.on_change = on_change
         self.debounce_s = debounce_s

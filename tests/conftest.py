@@ -31,7 +31,8 @@ def cuda_available() -> tuple[bool, str]:
     try:
         out = subprocess.run(
             ["python3", "-c", "import torch,sys; sys.exit(0 if torch.cuda.is_available() else 1)"],
-            capture_output=True, timeout=120,
+            capture_output=True,
+            timeout=120,
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return False, f"torch CUDA probe failed: {exc}"

@@ -81,22 +81,52 @@ def test_the_wheel_holds_only_namespaced_packages_and_runs(tmp_path: Path) -> No
     """A non-editable install: build the wheel, unpack it, run the server's --help from it."""
     import zipfile
 
-    build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-                            "-w", str(tmp_path), str(ROOT)], capture_output=True, text=True, timeout=300)
+    build = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(tmp_path),
+            str(ROOT),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert build.returncode == 0, build.stderr[-2000:]
     (wheel,) = tmp_path.glob("cudice-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     tops = {n.split("/")[0] for n in names if not n.startswith("cudice-")}
     assert tops == {"cudice"}, tops
-    for must in ("cudice/server/py.typed", "cudice/verifier/py.typed", "cudice/model/train/sft.py",
-                 "cudice/server/features/__init__.py"):
+    for must in (
+        "cudice/server/py.typed",
+        "cudice/verifier/py.typed",
+        "cudice/model/train/sft.py",
+        "cudice/server/features/__init__.py",
+    ):
         assert must in names, must
     site = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(site)
     env = {**os.environ, "PYTHONPATH": str(site)}
-    where = subprocess.run([sys.executable, "-c", "import cudice.server as s; print(s.__file__)"],
-                           capture_output=True, text=True, timeout=60, cwd=tmp_path, env=env)
+    where = subprocess.run(
+        [sys.executable, "-c", "import cudice.server as s; print(s.__file__)"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        env=env,
+    )
     assert where.stdout.strip().startswith(str(site)), where.stdout + where.stderr  # not the editable copy
-    out = subprocess.run([sys.executable, "-m", "cudice.server", "--help"], capture_output=True, text=True,
-                         timeout=60, cwd=tmp_path, env=env)
+    out = subprocess.run(
+        [sys.executable, "-m", "cudice.server", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        env=env,
+    )
     assert out.returncode == 0 and "Usage:" in out.stdout, out.stderr

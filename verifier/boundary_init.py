@@ -87,7 +87,9 @@ def apply(spec: dict[str, Any]) -> dict[str, Any]:
             _bind_read_only(f"/proc/self/fd/{fd}", p)
             applied.append(f"ro-kept:{p}")
         except OSError as exc:
-            missing.append({"code": "sandbox.unreadable", "message": f"{p} could not be kept readable: {exc}"})
+            missing.append(
+                {"code": "sandbox.unreadable", "message": f"{p} could not be kept readable: {exc}"}
+            )
         finally:
             os.close(fd)
     # 3. read-only binds of site-packages, cudice and the build cache
@@ -101,8 +103,13 @@ def apply(spec: dict[str, Any]) -> dict[str, Any]:
             missing.append({"code": "sandbox.read_only", "message": f"{p} stays writable: {exc}"})
     # 4. identity and limits
     if as_root:
-        groups = sorted({os.stat(f"/dev/{n}").st_gid for n in os.listdir("/dev") if n.startswith("nvidia")
-                         and os.stat(f"/dev/{n}").st_mode & 0o006 != 0o006})
+        groups = sorted(
+            {
+                os.stat(f"/dev/{n}").st_gid
+                for n in os.listdir("/dev")
+                if n.startswith("nvidia") and os.stat(f"/dev/{n}").st_mode & 0o006 != 0o006
+            }
+        )
         nproc = int(spec["max_processes"])
         resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
         os.setgroups(groups)
@@ -113,8 +120,13 @@ def apply(spec: dict[str, Any]) -> dict[str, Any]:
         for cap in range(64):
             _libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)
         _drop_capabilities()
-        missing.append({"code": "sandbox.no_process_limit", "message": "RLIMIT_NPROC not set: in a user namespace "
-                        "it would count every process of this user; the PID namespace still ends them all"})
+        missing.append(
+            {
+                "code": "sandbox.no_process_limit",
+                "message": "RLIMIT_NPROC not set: in a user namespace "
+                "it would count every process of this user; the PID namespace still ends them all",
+            }
+        )
     # 5. no privilege regained through exec (setuid binaries, file capabilities)
     if _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0:
         applied.append("no_new_privs")
@@ -135,14 +147,18 @@ def _drop_capabilities() -> None:
         _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
 
     class Data(ctypes.Structure):
-        _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+        _fields_ = [
+            ("effective", ctypes.c_uint32),
+            ("permitted", ctypes.c_uint32),
+            ("inheritable", ctypes.c_uint32),
+        ]
 
     header, data = Header(0x20080522, 0), (Data * 2)()
     _libc.capset(ctypes.byref(header), data)
 
 
 def main(argv: list[str]) -> None:
-    spec, argv = json.loads(argv[0]), argv[argv.index("--") + 1:]
+    spec, argv = json.loads(argv[0]), argv[argv.index("--") + 1 :]
     report = apply(spec)
     fd = int(spec["report_fd"])
     if fd >= 0:

@@ -56,15 +56,28 @@ def _die_with_parent() -> None:
         _LIBC.prctl(1, signal.SIGKILL, 0, 0, 0)
 
 
-def run_process(cmd: list[str], timeout_s: float, cancel: CancelToken | None, cwd: Path | None = None,
-                on_output: Callable[[str], None] | None = None,
-                env: dict[str, str] | None = None) -> tuple[int, str, bool, bool]:
+def run_process(
+    cmd: list[str],
+    timeout_s: float,
+    cancel: CancelToken | None,
+    cwd: Path | None = None,
+    on_output: Callable[[str], None] | None = None,
+    env: dict[str, str] | None = None,
+) -> tuple[int, str, bool, bool]:
     """(returncode, merged output, cancelled, timed_out); the process group dies on cancel/timeout."""
     if env is None:
         env = {**os.environ, "LC_ALL": "C", "LANG": "C"}
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=cwd,
-                            start_new_session=True, errors="replace",
-                            preexec_fn=_die_with_parent)
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        cwd=cwd,
+        start_new_session=True,
+        errors="replace",
+        preexec_fn=_die_with_parent,
+    )
     chunks: list[str] = []
 
     def pump() -> None:
@@ -88,9 +101,17 @@ def _key(*parts: str) -> str:
     return h.hexdigest()
 
 
-def compile_object(cache_dir: Path, compiler: str, flags: str, file_name: str, text: str, timeout_s: float,
-                   cancel: CancelToken | None = None, on_output: Callable[[str], None] | None = None,
-                   split_nvcc: bool = False) -> StepResult:
+def compile_object(
+    cache_dir: Path,
+    compiler: str,
+    flags: str,
+    file_name: str,
+    text: str,
+    timeout_s: float,
+    cancel: CancelToken | None = None,
+    on_output: Callable[[str], None] | None = None,
+    split_nvcc: bool = False,
+) -> StepResult:
     """Compile `text` saved as `file_name` with `compiler flags -c`; cached by content.
 
     `split_nvcc`: an nvcc compile runs nvcc's own steps with the two front ends side by side
@@ -125,8 +146,15 @@ def compile_object(cache_dir: Path, compiler: str, flags: str, file_name: str, t
     return StepResult(rc == 0, output, obj if rc == 0 else None, False)
 
 
-def link_library(cache_dir: Path, cxx: str, ldflags: str, objects: list[Path], name: str, timeout_s: float,
-                 cancel: CancelToken | None = None) -> StepResult:
+def link_library(
+    cache_dir: Path,
+    cxx: str,
+    ldflags: str,
+    objects: list[Path],
+    name: str,
+    timeout_s: float,
+    cancel: CancelToken | None = None,
+) -> StepResult:
     """Link objects into `<name>.so` (cached by the objects' identities and flags)."""
     d = cache_dir / "libs" / _key(cxx, ldflags, name, *(str(o) for o in objects))[:32]
     d.mkdir(parents=True, exist_ok=True)

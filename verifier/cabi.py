@@ -44,15 +44,23 @@ from typing import Any
 _TENSOR = r"(?:torch|at)::Tensor"
 # declared type text -> kind; `const` and references are stripped first (see _kind)
 _PARAM_KINDS: dict[str, str] = {
-    "torch::Tensor": "tensor", "at::Tensor": "tensor",
-    "double": "double", "float": "float",
-    "int64_t": "int64", "long": "int64", "long int": "int64", "std::int64_t": "int64", "int": "int32",
+    "torch::Tensor": "tensor",
+    "at::Tensor": "tensor",
+    "double": "double",
+    "float": "float",
+    "int64_t": "int64",
+    "long": "int64",
+    "long int": "int64",
+    "std::int64_t": "int64",
+    "int": "int32",
     "bool": "bool",
 }
 _OPTIONAL = re.compile(rf"^(?:c10|std)::optional<\s*{_TENSOR}\s*>$")
 _VECTOR = re.compile(rf"^std::vector<\s*{_TENSOR}\s*>$")
 _TUPLE = re.compile(rf"^std::tuple<\s*({_TENSOR}\s*(?:,\s*{_TENSOR}\s*)*)>$")
-_DECL = re.compile(r"^\s*(?P<ret>[\w:<>,\s]+?[\s&*>])\s*(?P<name>[A-Za-z_]\w*)\s*\((?P<params>[^()]*)\)\s*;\s*$")
+_DECL = re.compile(
+    r"^\s*(?P<ret>[\w:<>,\s]+?[\s&*>])\s*(?P<name>[A-Za-z_]\w*)\s*\((?P<params>[^()]*)\)\s*;\s*$"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,19 +68,33 @@ class Signature:
     """One bound function: its name, declared result kind and parameter kinds, and the declaration text."""
 
     name: str
-    result: str  # "tensor", "void", "double", "float", "int64", "int32", "bool", "tensor_list", "tensor_tuple:N"
-    params: tuple[str, ...]  # kinds: "tensor", "tensor_ref" (non-const &), "opt_tensor", "tensor_list", scalars
+    result: (
+        str  # "tensor", "void", "double", "float", "int64", "int32", "bool", "tensor_list", "tensor_tuple:N"
+    )
+    params: tuple[
+        str, ...
+    ]  # kinds: "tensor", "tensor_ref" (non-const &), "opt_tensor", "tensor_list", scalars
     cpp_result: str
     cpp_params: tuple[str, ...]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "result": self.result, "params": list(self.params),
-                "cpp_result": self.cpp_result, "cpp_params": list(self.cpp_params)}
+        return {
+            "name": self.name,
+            "result": self.result,
+            "params": list(self.params),
+            "cpp_result": self.cpp_result,
+            "cpp_params": list(self.cpp_params),
+        }
 
     @staticmethod
     def from_dict(d: dict[str, Any]) -> Signature:
-        return Signature(str(d["name"]), str(d["result"]), tuple(str(p) for p in d["params"]),
-                         str(d["cpp_result"]), tuple(str(p) for p in d["cpp_params"]))
+        return Signature(
+            str(d["name"]),
+            str(d["result"]),
+            tuple(str(p) for p in d["params"]),
+            str(d["cpp_result"]),
+            tuple(str(p) for p in d["cpp_params"]),
+        )
 
 
 def _strip_comments(text: str) -> str:
@@ -88,8 +110,11 @@ def _param_type(param: str) -> str | None:
     """The type of one declared parameter (its name, if any, and a default value dropped)."""
     p = param.split("=")[0].strip()
     m = re.match(r"^(.*?[\w>&*\s])\s*\b([A-Za-z_]\w*)$", p)
-    if m and m.group(2) not in _PARAM_KINDS and m.group(2) not in ("Tensor", "int", "long", "double", "float",
-                                                                     "bool", "int64_t"):
+    if (
+        m
+        and m.group(2) not in _PARAM_KINDS
+        and m.group(2) not in ("Tensor", "int", "long", "double", "float", "bool", "int64_t")
+    ):
         p = m.group(1)
     return _norm(p) if p else None
 
@@ -126,8 +151,9 @@ def _result_kind(t: str) -> str | None:
     return None
 
 
-def signatures(cpp_sources: Sequence[str], functions: Sequence[str] | None,
-               cuda_sources: Sequence[str] = ()) -> tuple[Signature, ...] | None:
+def signatures(
+    cpp_sources: Sequence[str], functions: Sequence[str] | None, cuda_sources: Sequence[str] = ()
+) -> tuple[Signature, ...] | None:
     """The bound functions' signatures when `cpp_sources` only declares them in types this module converts.
 
     None means "use the pybind11 build": a definition, a macro, a namespace, an overload, an
@@ -151,7 +177,9 @@ def signatures(cpp_sources: Sequence[str], functions: Sequence[str] | None,
             continue
         m = _DECL.match(s)
         if m is None:
-            return None  # a definition, a macro, a namespace, a using-declaration, a multi-line declaration...
+            return (
+                None  # a definition, a macro, a namespace, a using-declaration, a multi-line declaration...
+            )
         name, ret = m.group("name"), _norm(m.group("ret").strip())
         params = [p for p in (x.strip() for x in m.group("params").split(",")) if p and p != "void"]
         ptypes = [_param_type(p) for p in params]
@@ -323,8 +351,17 @@ inline bool init() {
 #define CUDICE_CABI_STR(a) CUDICE_CABI_STR2(a)
 """
 
-_IN = {"tensor": "in", "tensor_ref": "in", "opt_tensor": "in_opt", "tensor_list": "in_list", "double": "in_double",
-       "float": "in_double", "int64": "in_long", "int32": "in_int", "bool": "in_bool"}
+_IN = {
+    "tensor": "in",
+    "tensor_ref": "in",
+    "opt_tensor": "in_opt",
+    "tensor_list": "in_list",
+    "double": "in_double",
+    "float": "in_double",
+    "int64": "in_long",
+    "int32": "in_int",
+    "bool": "in_bool",
+}
 
 
 def _c_string(text: str) -> str:
@@ -365,7 +402,9 @@ def shim(sigs: Sequence[Signature]) -> str:
         elif r == "tensor_list":
             body.append(f"return cudice_cabi::py_list({call});")
         else:
-            body.append(f"return cudice_cabi::py_tuple({call}, std::make_index_sequence<{int(r.split(':')[1])}>{{}});")
+            body.append(
+                f"return cudice_cabi::py_tuple({call}, std::make_index_sequence<{int(r.split(':')[1])}>{{}});"
+            )
         n = len(sig.params)
         out.append(
             f"static PyObject* cudice_cabi_{sig.name}(PyObject*, PyObject* const* args, Py_ssize_t nargs) noexcept {{\n"
@@ -373,13 +412,24 @@ def shim(sigs: Sequence[Signature]) -> str:
             f"  if (nargs != {n}) return cudice_cabi::bad_args({_c_string(sig.name)}, shown, args, nargs);\n"
             "  try {\n    " + "\n    ".join(body) + "\n"
             f"  }} catch (const cudice_cabi::Bad&) {{ return cudice_cabi::bad_args({_c_string(sig.name)}, shown, args, "
-            "nargs); }\n  catch (...) { return cudice_cabi::fail(); }\n}")
+            "nargs); }\n  catch (...) { return cudice_cabi::fail(); }\n}"
+        )
         doc = _c_string(f"{sig.name}{shown}")
-        table.append(f"  {{{_c_string(sig.name)}, reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>("
-                     f"cudice_cabi_{sig.name})), METH_FASTCALL, {doc}}},")
-    out.append("static PyMethodDef cudice_cabi_methods[] = {\n" + "\n".join(table) + "\n  {nullptr, nullptr, 0, nullptr}\n};")
-    out.append("static PyModuleDef cudice_cabi_module = {PyModuleDef_HEAD_INIT, CUDICE_CABI_STR(TORCH_EXTENSION_NAME), "
-               "nullptr, -1, cudice_cabi_methods, nullptr, nullptr, nullptr, nullptr};")
-    out.append("PyMODINIT_FUNC CUDICE_CABI_CAT(PyInit_, TORCH_EXTENSION_NAME)(void) {\n"
-               "  if (!cudice_cabi::init()) return nullptr;\n  return PyModule_Create(&cudice_cabi_module);\n}")
+        table.append(
+            f"  {{{_c_string(sig.name)}, reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>("
+            f"cudice_cabi_{sig.name})), METH_FASTCALL, {doc}}},"
+        )
+    out.append(
+        "static PyMethodDef cudice_cabi_methods[] = {\n"
+        + "\n".join(table)
+        + "\n  {nullptr, nullptr, 0, nullptr}\n};"
+    )
+    out.append(
+        "static PyModuleDef cudice_cabi_module = {PyModuleDef_HEAD_INIT, CUDICE_CABI_STR(TORCH_EXTENSION_NAME), "
+        "nullptr, -1, cudice_cabi_methods, nullptr, nullptr, nullptr, nullptr};"
+    )
+    out.append(
+        "PyMODINIT_FUNC CUDICE_CABI_CAT(PyInit_, TORCH_EXTENSION_NAME)(void) {\n"
+        "  if (!cudice_cabi::init()) return nullptr;\n  return PyModule_Create(&cudice_cabi_module);\n}"
+    )
     return "\n".join(out) + "\n"

@@ -38,15 +38,38 @@ from cudice.verifier.result import Diagnostic, Location, Severity, Stage, Verdic
 
 MAX_REQUEST_BYTES = 1 << 40  # the judge is trusted; its inputs may be large
 # ops whose dispatcher entries a candidate could override to fool a comparison in its own process
-WATCHED_OPS = ("aten::allclose", "aten::isclose", "aten::eq.Tensor", "aten::sub.Tensor", "aten::abs",
-               "aten::copy_", "aten::clone", "aten::mm", "aten::addmm", "aten::_to_copy")
+WATCHED_OPS = (
+    "aten::allclose",
+    "aten::isclose",
+    "aten::eq.Tensor",
+    "aten::sub.Tensor",
+    "aten::abs",
+    "aten::copy_",
+    "aten::clone",
+    "aten::mm",
+    "aten::addmm",
+    "aten::_to_copy",
+)
 
 
 # dispatch keys a dense CPU/CUDA tensor's call goes through; Meta, functorch and tracing keys are left
 # out: PyTorch registers some of those lazily (fake tensors, torch.compile), which is no override
-DISPATCH_KEYS = ("CPU", "CUDA", "Autograd", "AutogradCPU", "AutogradCUDA", "AutogradOther", "BackendSelect",
-                 "ADInplaceOrView", "AutocastCPU", "AutocastCUDA", "Python", "CompositeExplicitAutograd",
-                 "CompositeImplicitAutograd", "CompositeExplicitAutogradNonFunctional")
+DISPATCH_KEYS = (
+    "CPU",
+    "CUDA",
+    "Autograd",
+    "AutogradCPU",
+    "AutogradCUDA",
+    "AutogradOther",
+    "BackendSelect",
+    "ADInplaceOrView",
+    "AutocastCPU",
+    "AutocastCUDA",
+    "Python",
+    "CompositeExplicitAutograd",
+    "CompositeImplicitAutograd",
+    "CompositeExplicitAutogradNonFunctional",
+)
 
 
 def hook_state() -> dict[str, int]:
@@ -54,8 +77,13 @@ def hook_state() -> dict[str, int]:
     import torch
     import torch.nn.modules.module as nn_module
 
-    state = {name: len(getattr(nn_module, name)) for name in dir(nn_module)
-             if name.startswith("_global_") and name.endswith("_hooks") and isinstance(getattr(nn_module, name), dict)}
+    state = {
+        name: len(getattr(nn_module, name))
+        for name in dir(nn_module)
+        if name.startswith("_global_")
+        and name.endswith("_hooks")
+        and isinstance(getattr(nn_module, name), dict)
+    }
     state["torch_function_modes"] = int(torch._C._len_torch_function_stack())
     state["torch_dispatch_modes"] = int(torch._C._len_torch_dispatch_stack())
     return state
@@ -67,8 +95,11 @@ def dispatcher_state() -> dict[str, str]:
     import torch
 
     def keyed(dump: str) -> str:
-        return "\n".join(line for line in dump.splitlines()
-                         if line.split(":", 1)[0].removesuffix("[alias]") in DISPATCH_KEYS)
+        return "\n".join(
+            line
+            for line in dump.splitlines()
+            if line.split(":", 1)[0].removesuffix("[alias]") in DISPATCH_KEYS
+        )
 
     return {op: keyed(torch._C._dispatch_dump(op)) for op in WATCHED_OPS}
 
@@ -113,14 +144,33 @@ class Server:
                     return
                 handler(req, blobs)
             except _Failure as f:
-                self.reply({"ok": False, "verdict": f.verdict, "diagnostics": [d.to_dict() for d in f.diagnostics],
-                            "error": f.error})
+                self.reply(
+                    {
+                        "ok": False,
+                        "verdict": f.verdict,
+                        "diagnostics": [d.to_dict() for d in f.diagnostics],
+                        "error": f.error,
+                    }
+                )
             except channel.ChannelError:
                 return
             except Exception as exc:  # this runner's own code failed on what the candidate left: not a crash
-                self.reply({"ok": False, "verdict": Verdict.RUNTIME_ERROR.value, "diagnostics": [Diagnostic(
-                    Severity.ERROR, f"the runner could not serve {op!r}: {type(exc).__name__}: {exc}",
-                    "runtime.exception", Stage.CORRECTNESS, self.where).to_dict()], "error": traceback.format_exc()})
+                self.reply(
+                    {
+                        "ok": False,
+                        "verdict": Verdict.RUNTIME_ERROR.value,
+                        "diagnostics": [
+                            Diagnostic(
+                                Severity.ERROR,
+                                f"the runner could not serve {op!r}: {type(exc).__name__}: {exc}",
+                                "runtime.exception",
+                                Stage.CORRECTNESS,
+                                self.where,
+                            ).to_dict()
+                        ],
+                        "error": traceback.format_exc(),
+                    }
+                )
 
     # -- requests -------------------------------------------------------------------------------------
     def op_exit(self, req: dict[str, Any], blobs: list[bytearray]) -> None:
@@ -142,9 +192,18 @@ class Server:
             raise _Failure(stop.verdict.value, stop.diagnostics, stop.error) from None
         cls = getattr(mod, str(req["cls"]), None)
         if cls is None:
-            raise _Failure(Verdict.RUNTIME_ERROR.value, [Diagnostic(
-                Severity.ERROR, f"Executing the file did not define {req['cls']}.", "runtime.no_model_new", Stage.LOAD,
-                self.where)])
+            raise _Failure(
+                Verdict.RUNTIME_ERROR.value,
+                [
+                    Diagnostic(
+                        Severity.ERROR,
+                        f"Executing the file did not define {req['cls']}.",
+                        "runtime.no_model_new",
+                        Stage.LOAD,
+                        self.where,
+                    )
+                ],
+            )
         init = channel.decode(req["init"], blobs, "cpu")
         torch.manual_seed(int(req["seed"]))
         if self.device.startswith("cuda"):
@@ -181,9 +240,18 @@ class Server:
         try:
             tree, out = channel.encode(self.last)
         except (channel.ChannelError, RuntimeError, TypeError) as exc:
-            raise _Failure(Verdict.INCORRECT.value, [Diagnostic(
-                Severity.ERROR, f"the output cannot be read as plain tensors: {exc}", "dynamic.output_not_plain_tensor",
-                Stage.CORRECTNESS, self.where)]) from None
+            raise _Failure(
+                Verdict.INCORRECT.value,
+                [
+                    Diagnostic(
+                        Severity.ERROR,
+                        f"the output cannot be read as plain tensors: {exc}",
+                        "dynamic.output_not_plain_tensor",
+                        Stage.CORRECTNESS,
+                        self.where,
+                    )
+                ],
+            ) from None
         self.reply({"ok": True, "outputs": tree}, out)
 
     def op_prep(self, req: dict[str, Any], blobs: list[bytearray]) -> None:
@@ -219,15 +287,24 @@ class Server:
         marker = torch.zeros(1, device=self.device)
         try:
             with torch.no_grad(), profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-                marker.fill_(1.0)  # a (glue) kernel on the current stream: its stream id is the one forward uses
+                marker.fill_(
+                    1.0
+                )  # a (glue) kernel on the current stream: its stream id is the one forward uses
                 self.last = self._guard(lambda: self.model(*self.inputs), Stage.CORRECTNESS)
                 torch.cuda.synchronize()
             events = list(prof.events())
         except _Failure:
             raise
         except Exception as exc:  # no CUPTI here (permissions, driver): say so, the verdict goes on
-            self.reply({"ok": True, "kernels": [], "marker_stream": -1, "supported": False,
-                        "error": f"{type(exc).__name__}: {exc}"})
+            self.reply(
+                {
+                    "ok": True,
+                    "kernels": [],
+                    "marker_stream": -1,
+                    "supported": False,
+                    "error": f"{type(exc).__name__}: {exc}",
+                }
+            )
             return
         kernels: list[list[object]] = []
         marker_stream = -1
@@ -250,15 +327,31 @@ class Server:
         now = dispatcher_state()
         changed = sorted(op for op, dump in self.dispatch.items() if now.get(op) != dump)
         if changed:
-            found.append(Diagnostic(Severity.ERROR, f"the candidate re-registered {', '.join(changed)} in the "
-                                    "dispatcher (torch.library / TORCH_LIBRARY_IMPL): overriding the ops a check uses "
-                                    "fakes the check.", "dynamic.dispatcher_override", Stage.CORRECTNESS, self.where))
+            found.append(
+                Diagnostic(
+                    Severity.ERROR,
+                    f"the candidate re-registered {', '.join(changed)} in the "
+                    "dispatcher (torch.library / TORCH_LIBRARY_IMPL): overriding the ops a check uses "
+                    "fakes the check.",
+                    "dynamic.dispatcher_override",
+                    Stage.CORRECTNESS,
+                    self.where,
+                )
+            )
         hooks = hook_state()
         added = sorted(k for k, n in hooks.items() if n > self.hooks.get(k, 0))
         if added:
-            found.append(Diagnostic(Severity.ERROR, f"the candidate installed process-wide hooks ({', '.join(added)}): "
-                                    "a global forward hook or a torch function/dispatch mode can rewrite any model's "
-                                    "output.", "dynamic.global_hook", Stage.CORRECTNESS, self.where))
+            found.append(
+                Diagnostic(
+                    Severity.ERROR,
+                    f"the candidate installed process-wide hooks ({', '.join(added)}): "
+                    "a global forward hook or a torch function/dispatch mode can rewrite any model's "
+                    "output.",
+                    "dynamic.global_hook",
+                    Stage.CORRECTNESS,
+                    self.where,
+                )
+            )
         self.reply({"ok": True, "diagnostics": [d.to_dict() for d in found]})
 
     # -- helpers --------------------------------------------------------------------------------------
@@ -278,29 +371,57 @@ class Server:
         try:
             torch.cuda.synchronize()
         except Exception as exc:  # a sticky CUDA error (illegal address...) poisons this process
-            raise _Failure(Verdict.RUNTIME_ERROR.value, [Diagnostic(
-                Severity.ERROR, f"CUDA error after the kernel: {exc}".strip(), "runtime.cuda_error", Stage.CORRECTNESS,
-                self.where)], str(exc)) from None
+            raise _Failure(
+                Verdict.RUNTIME_ERROR.value,
+                [
+                    Diagnostic(
+                        Severity.ERROR,
+                        f"CUDA error after the kernel: {exc}".strip(),
+                        "runtime.cuda_error",
+                        Stage.CORRECTNESS,
+                        self.where,
+                    )
+                ],
+                str(exc),
+            ) from None
 
     def _install_load_inline(self, path: str) -> None:
         """`load_inline` asks the judge to build (the shared cache is read-only here) and loads the result."""
         import torch.utils.cpp_extension as ce
 
-        def load_inline(name: str, cpp_sources: Any, cuda_sources: Any = None, functions: Any = None,
-                        *args: Any, **kwargs: Any) -> types.ModuleType:
+        def load_inline(
+            name: str,
+            cpp_sources: Any,
+            cuda_sources: Any = None,
+            functions: Any = None,
+            *args: Any,
+            **kwargs: Any,
+        ) -> types.ModuleType:
             def texts(v: Any) -> list[str]:
                 return [v] if isinstance(v, str) else [str(x) for x in (v or [])]
 
-            funcs = [functions] if isinstance(functions, str) else (  # one name, as torch accepts it
-                functions if isinstance(functions, (list, tuple, type(None))) else list(functions))
-            request: dict[str, Any] = {"op": "build", "name": str(name), "cpp": texts(cpp_sources), "cuda": texts(cuda_sources),
-                       "functions": funcs}
+            funcs = (
+                [functions]
+                if isinstance(functions, str)
+                # one name, as torch accepts it
+                else (functions if isinstance(functions, (list, tuple, type(None))) else list(functions))
+            )
+            request: dict[str, Any] = {
+                "op": "build",
+                "name": str(name),
+                "cpp": texts(cpp_sources),
+                "cuda": texts(cuda_sources),
+                "functions": funcs,
+            }
             while True:
                 channel.send(self.sock, request)
                 rep, _ = channel.recv(self.sock, 1 << 20)
                 if not rep.get("ok"):
-                    raise _Failure(Verdict.COMPILE_ERROR.value,
-                                   [Diagnostic.from_dict(d) for d in rep.get("diagnostics", [])], str(rep.get("error", "")))
+                    raise _Failure(
+                        Verdict.COMPILE_ERROR.value,
+                        [Diagnostic.from_dict(d) for d in rep.get("diagnostics", [])],
+                        str(rep.get("error", "")),
+                    )
                 loader = importlib.machinery.ExtensionFileLoader(name, str(rep["library"]))
                 spec = importlib.util.spec_from_file_location(name, str(rep["library"]), loader=loader)
                 assert spec is not None
@@ -310,7 +431,9 @@ class Server:
                 except ImportError:
                     if not rep.get("cabi") or request.get("pybind"):
                         raise
-                    request["pybind"] = True  # the binding without pybind11 did not load: pybind11's, as torch builds it
+                    request["pybind"] = (
+                        True  # the binding without pybind11 did not load: pybind11's, as torch builds it
+                    )
                     continue
                 return mod
 

@@ -24,15 +24,29 @@ from typing import Any
 # json's functions are bound at import, before candidate code: `json.dumps = ...` does not reach the protocol
 MAX_HEADER_BYTES = 16 << 20
 _LEN = struct.Struct(">Q")
-DTYPES = ("float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool",
-          "complex64", "complex128")
+DTYPES = (
+    "float16",
+    "bfloat16",
+    "float32",
+    "float64",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "bool",
+    "complex64",
+    "complex128",
+)
 
 
 class ChannelError(Exception):
     """The peer closed the channel or sent something that is not a well-formed message."""
 
 
-def send(sock: socket.socket, header: dict[str, Any], blobs: Sequence[bytes | bytearray | memoryview] = ()) -> None:
+def send(
+    sock: socket.socket, header: dict[str, Any], blobs: Sequence[bytes | bytearray | memoryview] = ()
+) -> None:
     views = [memoryview(b).cast("B") for b in blobs]
     body = _dumps({**header, "blobs": [v.nbytes for v in views]}).encode()
     sock.sendall(_LEN.pack(len(body)) + body)
@@ -90,8 +104,10 @@ def encode(value: object) -> tuple[object, list[memoryview]]:
             return {"__dict__": [[str(k), walk(x)] for k, x in v.items()]}
         if v is None or isinstance(v, (bool, int, float, str)):
             return v
-        raise ChannelError(f"a value of type {type(v).__name__} cannot be sent (tensors, numbers, strings, "
-                           "tuples, lists and dicts can)")
+        raise ChannelError(
+            f"a value of type {type(v).__name__} cannot be sent (tensors, numbers, strings, "
+            "tuples, lists and dicts can)"
+        )
 
     return walk(value), blobs
 
@@ -103,8 +119,13 @@ def decode(tree: object, blobs: list[bytearray], device: str = "cpu") -> Any:
     def walk(v: object) -> object:
         if isinstance(v, dict) and "__t__" in v:
             idx, name, shape = v.get("__t__"), v.get("dtype"), v.get("shape")
-            if not (isinstance(idx, int) and 0 <= idx < len(blobs) and name in DTYPES and isinstance(shape, list)
-                    and all(isinstance(s, int) and s >= 0 for s in shape)):
+            if not (
+                isinstance(idx, int)
+                and 0 <= idx < len(blobs)
+                and name in DTYPES
+                and isinstance(shape, list)
+                and all(isinstance(s, int) and s >= 0 for s in shape)
+            ):
                 raise ChannelError(f"malformed tensor entry {str(v)[:200]}")
             dtype = getattr(torch, str(name))
             numel = 1

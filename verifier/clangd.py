@@ -33,7 +33,9 @@ class ClangdClient:
     """One clangd process. Thread-safe; all calls block with a timeout."""
 
     def __init__(self, argv: list[str], root_uri: str) -> None:
-        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+        )
         self._write_lock = threading.Lock()
         self._cond = threading.Condition()
         self._next_id = 0
@@ -41,9 +43,13 @@ class ClangdClient:
         self._diagnostics: dict[str, tuple[int | None, list[LspDiagnostic]]] = {}
         self._reader = threading.Thread(target=self._read_loop, name="clangd-reader", daemon=True)
         self._reader.start()
-        caps = {"general": {"positionEncodings": ["utf-32", "utf-16"]},
-                "textDocument": {"publishDiagnostics": {"versionSupport": True}}}
-        self.request("initialize", {"processId": None, "rootUri": root_uri, "capabilities": caps}, timeout_s=30)
+        caps = {
+            "general": {"positionEncodings": ["utf-32", "utf-16"]},
+            "textDocument": {"publishDiagnostics": {"versionSupport": True}},
+        }
+        self.request(
+            "initialize", {"processId": None, "rootUri": root_uri, "capabilities": caps}, timeout_s=30
+        )
         self.notify("initialized", {})
 
     @property
@@ -103,20 +109,35 @@ class ClangdClient:
                 self._responses[msg["id"]] = msg.get("result", msg.get("error"))
             elif msg.get("method") == "textDocument/publishDiagnostics":
                 p = msg["params"]
-                diags = [LspDiagnostic(d["range"]["start"]["line"], d["range"]["start"]["character"],
-                                       d.get("severity", 1), d["message"], str(d.get("code", "")))
-                         for d in p["diagnostics"]]
+                diags = [
+                    LspDiagnostic(
+                        d["range"]["start"]["line"],
+                        d["range"]["start"]["character"],
+                        d.get("severity", 1),
+                        d["message"],
+                        str(d.get("code", "")),
+                    )
+                    for d in p["diagnostics"]
+                ]
                 self._diagnostics[p["uri"]] = (p.get("version"), diags)
             self._cond.notify_all()
 
     # -- documents ------------------------------------------------------------------------------
     def open(self, uri: str, text: str, version: int, language: str = "cuda") -> None:
-        self.notify("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": language,
-                                                               "version": version, "text": text}})
+        self.notify(
+            "textDocument/didOpen",
+            {"textDocument": {"uri": uri, "languageId": language, "version": version, "text": text}},
+        )
 
     def change(self, uri: str, text: str, version: int) -> None:
-        self.notify("textDocument/didChange", {"textDocument": {"uri": uri, "version": version},
-                                               "contentChanges": [{"text": text}], "wantDiagnostics": True})
+        self.notify(
+            "textDocument/didChange",
+            {
+                "textDocument": {"uri": uri, "version": version},
+                "contentChanges": [{"text": text}],
+                "wantDiagnostics": True,
+            },
+        )
 
     def close(self, uri: str) -> None:
         self.notify("textDocument/didClose", {"textDocument": {"uri": uri}})
@@ -124,8 +145,10 @@ class ClangdClient:
     def wait_diagnostics(self, uri: str, version: int, timeout_s: float) -> list[LspDiagnostic]:
         """The diagnostics clangd published for `uri` at `version` (raises TimeoutError)."""
         with self._cond:
-            ok = self._cond.wait_for(lambda: self._diagnostics.get(uri, (None, []))[0] == version or not self.alive,
-                                     timeout=timeout_s)
+            ok = self._cond.wait_for(
+                lambda: self._diagnostics.get(uri, (None, []))[0] == version or not self.alive,
+                timeout=timeout_s,
+            )
             if not ok:
                 raise TimeoutError(f"clangd gave no diagnostics for version {version} within {timeout_s} s")
             if not self.alive:

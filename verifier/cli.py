@@ -25,35 +25,75 @@ from rich.console import Console
 from rich.table import Table
 
 VERDICT_STYLE = {
-    Verdict.CORRECT: "bold green", Verdict.COMPILED: "green", Verdict.CHECKED: "green",
-    Verdict.INCORRECT: "bold red", Verdict.COMPILE_ERROR: "bold red", Verdict.STATIC_VIOLATION: "bold red",
-    Verdict.RUNTIME_ERROR: "bold red", Verdict.TIMEOUT: "bold yellow", Verdict.CRASH: "bold red",
+    Verdict.CORRECT: "bold green",
+    Verdict.COMPILED: "green",
+    Verdict.CHECKED: "green",
+    Verdict.INCORRECT: "bold red",
+    Verdict.COMPILE_ERROR: "bold red",
+    Verdict.STATIC_VIOLATION: "bold red",
+    Verdict.RUNTIME_ERROR: "bold red",
+    Verdict.TIMEOUT: "bold yellow",
+    Verdict.CRASH: "bold red",
     Verdict.INVALID_INPUT: "bold red",
 }
-SEVERITY_STYLE = {Severity.ERROR: "red", Severity.WARNING: "yellow", Severity.INFORMATION: "cyan", Severity.HINT: "dim"}
+SEVERITY_STYLE = {
+    Severity.ERROR: "red",
+    Severity.WARNING: "yellow",
+    Severity.INFORMATION: "cyan",
+    Severity.HINT: "dim",
+}
 STAGES = [s.value for s in Stage]
 _DEFAULT = {f.name: f.default for f in dataclasses.fields(VerifyConfig)}  # the help texts' defaults
 
 
 @click.command("verify")
 @click.argument("candidate", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--reference", "-r", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
-              help="Reference file with Model/get_inputs (else the candidate's own Model, else its "
-                   "`# cudice: reference=PATH` comment).")
+@click.option(
+    "--reference",
+    "-r",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="Reference file with Model/get_inputs (else the candidate's own Model, else its "
+    "`# cudice: reference=PATH` comment).",
+)
 @click.option("--compile-only", is_flag=True, help="Stop after compiling (no correctness, no timing).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object and nothing else.")
-@click.option("--timeout", "timeout_s", type=click.FloatRange(min=1), default=None,
-              help=f"Seconds allowed for loading, checking and timing the kernel "
-                   f"(default {_DEFAULT['timeout_s']:g}).")
-@click.option("--trials", type=click.IntRange(min=1), default=None,
-              help=f"Correctness trials (default {_DEFAULT['num_trials']}).")
-@click.option("--strictness", type=click.Choice([s.value for s in Strictness]),
-              default=_DEFAULT["static_policy"],
-              show_default=True, help="Static anti-cheat policy (docs/anticheat.md).")
-@click.option("--exit-code", "exit_code", is_flag=True,
-              help="Exit 1 unless the verdict is `correct` (with --compile-only: `compiled`), for scripts and CI.")
-def verify_command(candidate: Path, reference: Path | None, compile_only: bool, as_json: bool,
-                   timeout_s: float | None, trials: int | None, strictness: str, exit_code: bool) -> None:
+@click.option(
+    "--timeout",
+    "timeout_s",
+    type=click.FloatRange(min=1),
+    default=None,
+    help=f"Seconds allowed for loading, checking and timing the kernel (default {_DEFAULT['timeout_s']:g}).",
+)
+@click.option(
+    "--trials",
+    type=click.IntRange(min=1),
+    default=None,
+    help=f"Correctness trials (default {_DEFAULT['num_trials']}).",
+)
+@click.option(
+    "--strictness",
+    type=click.Choice([s.value for s in Strictness]),
+    default=_DEFAULT["static_policy"],
+    show_default=True,
+    help="Static anti-cheat policy (docs/anticheat.md).",
+)
+@click.option(
+    "--exit-code",
+    "exit_code",
+    is_flag=True,
+    help="Exit 1 unless the verdict is `correct` (with --compile-only: `compiled`), for scripts and CI.",
+)
+def verify_command(
+    candidate: Path,
+    reference: Path | None,
+    compile_only: bool,
+    as_json: bool,
+    timeout_s: float | None,
+    trials: int | None,
+    strictness: str,
+    exit_code: bool,
+) -> None:
     """Verify a CUDA candidate against its PyTorch reference: static checks, compile, correctness, timing."""
     result = _verify(candidate, reference, compile_only, as_json, timeout_s, trials, strictness)
     if exit_code and not passed(result, compile_only):
@@ -65,8 +105,15 @@ def passed(result: VerifyResult, compile_only: bool) -> bool:
     return result.verdict is (Verdict.COMPILED if compile_only else Verdict.CORRECT)
 
 
-def _verify(candidate: Path, reference: Path | None, compile_only: bool, as_json: bool, timeout_s: float | None,
-            trials: int | None, strictness: str) -> VerifyResult:
+def _verify(
+    candidate: Path,
+    reference: Path | None,
+    compile_only: bool,
+    as_json: bool,
+    timeout_s: float | None,
+    trials: int | None,
+    strictness: str,
+) -> VerifyResult:
     from cudice.server.cli_progress import ProgressLine
     from cudice.verifier.api import verify
     from cudice.verifier.gpu_probe import gpu_absent_reason
@@ -87,20 +134,30 @@ def _verify(candidate: Path, reference: Path | None, compile_only: bool, as_json
     console.print(f"[bold]cudice verify[/] {candidate}")
     no_gpu = None if compile_only else gpu_absent_reason()
     if no_gpu is not None:
-        console.print(f"[yellow]Static checks and compile only (correctness and timing skipped): {escape(no_gpu)}.[/]")
+        console.print(
+            f"[yellow]Static checks and compile only (correctness and timing skipped): {escape(no_gpu)}.[/]"
+        )
     done = threading.Event()
     seen: list[str] = []
 
-    following = {"parse": "static checks", "static": "compiling (nvcc: about a minute cold, cached after)",
-                 "compile": "loading the kernel", "load": "checking correctness", "correctness": "timing"}
+    following = {
+        "parse": "static checks",
+        "static": "compiling (nvcc: about a minute cold, cached after)",
+        "compile": "loading the kernel",
+        "load": "checking correctness",
+        "correctness": "timing",
+    }
 
     with ProgressLine("parsing") as line:
+
         def on_stage(partial: VerifyResult) -> None:
             seen.append(partial.stage.value)
             wall = partial.stage_wall_s.get(partial.stage.value)
             extra = f" ({wall:.1f} s)" if wall is not None else ""
             n_err = sum(d.severity is Severity.ERROR for d in partial.diagnostics)
-            console.print(f"  [green]✓[/] {partial.stage.value}{extra}" + (f", {n_err} error(s)" if n_err else ""))
+            console.print(
+                f"  [green]✓[/] {partial.stage.value}{extra}" + (f", {n_err} error(s)" if n_err else "")
+            )
             line.update(following.get(partial.stage.value, partial.stage.value))
 
         t0 = time.perf_counter()
@@ -129,16 +186,24 @@ def print_report(console: Console, result: VerifyResult, wall_s: float) -> None:
         for col in ("", "median ms", "q1 ms", "q3 ms", "min ms", "max ms"):
             table.add_column(col)
         for name, t in (("reference", result.reference), ("candidate", result.candidate)):
-            table.add_row(name, f"{t.median_ms:.4f}", f"{t.q1_ms:.4f}", f"{t.q3_ms:.4f}", f"{t.min_ms:.4f}",
-                          f"{t.max_ms:.4f}")
+            table.add_row(
+                name,
+                f"{t.median_ms:.4f}",
+                f"{t.q1_ms:.4f}",
+                f"{t.q3_ms:.4f}",
+                f"{t.min_ms:.4f}",
+                f"{t.max_ms:.4f}",
+            )
         console.print(table)
         flag = " [yellow](suspicious: not counted)[/]" if result.is_suspicious else ""
         console.print(f"speedup {result.speedup:.2f}x (pessimistic {result.speedup_min or 0:.2f}x){flag}")
     reached = STAGES.index(result.stage.value)
-    skipped = [s for s in STAGES[reached + 1:]]
+    skipped = [s for s in STAGES[reached + 1 :]]
     if result.verdict is Verdict.COMPILED:
-        console.print(f"skipped: {', '.join(s for s in skipped if s != 'load') or '-'} "
-                      f"({'--compile-only' if result.compile_only and not _no_gpu(result) else 'no CUDA GPU'})")
+        console.print(
+            f"skipped: {', '.join(s for s in skipped if s != 'load') or '-'} "
+            f"({'--compile-only' if result.compile_only and not _no_gpu(result) else 'no CUDA GPU'})"
+        )
     elif skipped and result.verdict is not Verdict.CORRECT:
         console.print(f"[dim]not reached: {', '.join(skipped)}[/]")
     if result.error and result.verdict in (Verdict.CRASH, Verdict.RUNTIME_ERROR, Verdict.TIMEOUT):

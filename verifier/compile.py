@@ -80,7 +80,9 @@ class BuildResult:
     # "fast": slim headers for every object; "fallback": a slim object failed and was rebuilt with
     # the full headers; "full": no slim attempt (mode="full" or `slim_blocker` said why)
     build_path: str = "full"
-    step_wall_s: dict[str, float] = field(default_factory=dict)  # "main.cpp", "cuda.cu", "slim.<file>", "link"
+    step_wall_s: dict[str, float] = field(
+        default_factory=dict
+    )  # "main.cpp", "cuda.cu", "slim.<file>", "link"
     undecided: bool = False  # failed only for want of CUDA headers this machine lacks (header_overlay.py)
     slim_blocker: str | None = None
     binding: tuple[Signature, ...] | None = None  # set: the library has no PyInit; load it with cabi.bind
@@ -89,9 +91,16 @@ class BuildResult:
 BUILD_MODES = ("auto", "full", "fast")
 
 
-def build_module(module: GeneratedModule, path: str, config: VerifyConfig, *, link: bool,
-                 cancel: CancelToken | None = None, on_output: Callable[[str], None] | None = None,
-                 mode: str = "auto") -> BuildResult:
+def build_module(
+    module: GeneratedModule,
+    path: str,
+    config: VerifyConfig,
+    *,
+    link: bool,
+    cancel: CancelToken | None = None,
+    on_output: Callable[[str], None] | None = None,
+    mode: str = "auto",
+) -> BuildResult:
     """Compile (and with `link`, link) `module`; diagnostics are located in the document at `path`.
 
     A module whose `main.cpp` only declares the bound functions (`module.binding`, cabi.py) is
@@ -147,9 +156,16 @@ def _fails_in_user_lines(shimmed: GeneratedModule, res: BuildResult) -> bool:
     return True
 
 
-def _build_module(module: GeneratedModule, path: str, config: VerifyConfig, *, link: bool,
-                  cancel: CancelToken | None = None, on_output: Callable[[str], None] | None = None,
-                  mode: str = "auto") -> BuildResult:
+def _build_module(
+    module: GeneratedModule,
+    path: str,
+    config: VerifyConfig,
+    *,
+    link: bool,
+    cancel: CancelToken | None = None,
+    on_output: Callable[[str], None] | None = None,
+    mode: str = "auto",
+) -> BuildResult:
     """The build of `module` as given (see build_module).
 
     `mode="auto"` compiles each object with the slim headers first (header_overlay.py) and
@@ -163,13 +179,19 @@ def _build_module(module: GeneratedModule, path: str, config: VerifyConfig, *, l
     try:
         tc = probe_toolchain(config.cache_dir, config.arch_list_env)
     except ToolchainError as exc:
-        diag = Diagnostic(Severity.ERROR, str(exc), "compile.toolchain", Stage.COMPILE, _call_location(module, path))
+        diag = Diagnostic(
+            Severity.ERROR, str(exc), "compile.toolchain", Stage.COMPILE, _call_location(module, path)
+        )
         return BuildResult(False, config.cache_dir, None, (diag,), str(exc), time.perf_counter() - t0, False)
     overlay = ensure_overlay(config.cache_dir, tc.cflags)
     cflags, cuda_cflags = tc.flags_for(module.name)
-    standins = shlex.quote(str(overlay.standins))  # nvcc passes it to gcc, whose preprocessor resolves includes
-    full = {MAIN_CPP: (tc.cxx, f"{cflags} -idirafter {standins}"),
-            CUDA_CU: (tc.nvcc, f"{cuda_cflags} -Xcompiler -idirafter,{standins}")}
+    standins = shlex.quote(
+        str(overlay.standins)
+    )  # nvcc passes it to gcc, whose preprocessor resolves includes
+    full = {
+        MAIN_CPP: (tc.cxx, f"{cflags} -idirafter {standins}"),
+        CUDA_CU: (tc.nvcc, f"{cuda_cflags} -Xcompiler -idirafter,{standins}"),
+    }
     names = [f.name for f in module.files]  # main.cpp, then cuda.cu; the C-ABI build has only cuda.cu
     walls: dict[str, float] = {}
     blocker = _slim_blocker(module, tc.cflags) if mode != "full" else "mode='full'"
@@ -180,8 +202,10 @@ def _build_module(module: GeneratedModule, path: str, config: VerifyConfig, *, l
         if config.host_pch:
             probe_flags = tc.cflags.replace(f"-DTORCH_EXTENSION_NAME={PROBE_NAME}", "")
             host = ensure_host_pch(overlay, tc.cxx, f"{probe_flags} -idirafter {standins}") or host
-        slim = {MAIN_CPP: (tc.cxx, f"-I{shlex.quote(str(host))} {full[MAIN_CPP][1]}"),
-                CUDA_CU: (tc.nvcc, f"-I{shlex.quote(str(overlay.device))} {full[CUDA_CU][1]}")}
+        slim = {
+            MAIN_CPP: (tc.cxx, f"-I{shlex.quote(str(host))} {full[MAIN_CPP][1]}"),
+            CUDA_CU: (tc.nvcc, f"-I{shlex.quote(str(overlay.device))} {full[CUDA_CU][1]}"),
+        }
         steps = _compile_all(module, config, {n: slim[n] for n in names}, cancel, on_output, walls, "slim.")
         build_path = "fast"
         if mode == "auto" and not any(s.cancelled or s.timed_out for s in steps.values()):
@@ -189,7 +213,9 @@ def _build_module(module: GeneratedModule, path: str, config: VerifyConfig, *, l
             # a gap of the CUDA-library stand-ins fails the full build the same way: no rebuild for it
             if redo and undecidable_reason(overlay, "".join(steps[n].output for n in redo)) is None:
                 build_path = "fallback"
-                steps.update(_compile_all(module, config, {n: full[n] for n in redo}, cancel, on_output, walls, ""))
+                steps.update(
+                    _compile_all(module, config, {n: full[n] for n in redo}, cancel, on_output, walls, "")
+                )
     else:
         steps = _compile_all(module, config, {n: full[n] for n in names}, cancel, on_output, walls, "")
     ordered = [steps[n] for n in names]
@@ -200,8 +226,15 @@ def _build_module(module: GeneratedModule, path: str, config: VerifyConfig, *, l
     if ok and link:
         t_link = time.perf_counter()
         ldflags = tc.ldflags if module.has_cuda else host_only_ldflags(tc.ldflags)
-        linked = link_library(config.cache_dir, tc.cxx, ldflags, [s.path for s in ordered if s.path], module.name,
-                              config.compile_timeout_s, cancel)
+        linked = link_library(
+            config.cache_dir,
+            tc.cxx,
+            ldflags,
+            [s.path for s in ordered if s.path],
+            module.name,
+            config.compile_timeout_s,
+            cancel,
+        )
         walls["link"] = time.perf_counter() - t_link
         ordered.append(linked)
         output += linked.output
@@ -216,19 +249,32 @@ def _build_module(module: GeneratedModule, path: str, config: VerifyConfig, *, l
 
     if cancelled or timed_out:
         what = "cancelled" if cancelled else f"timed out after {config.compile_timeout_s:.0f} s"
-        diag = Diagnostic(Severity.ERROR, f"The build {what}.", "compile.timeout" if timed_out else "compile.cancelled",
-                          Stage.COMPILE, _call_location(module, path))
+        diag = Diagnostic(
+            Severity.ERROR,
+            f"The build {what}.",
+            "compile.timeout" if timed_out else "compile.cancelled",
+            Stage.COMPILE,
+            _call_location(module, path),
+        )
         return done(BuildResult(False, build_dir, None, (diag,), output, wall, False, cancelled, timed_out))
     cached = all(s.cached for s in ordered)
     if not ok and (why := undecidable_reason(overlay, output)) is not None:
-        diag = Diagnostic(Severity.WARNING, why, "compile.headers_unavailable", Stage.COMPILE,
-                          _call_location(module, path))
+        diag = Diagnostic(
+            Severity.WARNING, why, "compile.headers_unavailable", Stage.COMPILE, _call_location(module, path)
+        )
         return done(BuildResult(False, build_dir, None, (diag,), output, wall, cached, undecided=True))
     diags = map_messages(module, path, parse_messages(output))
     if not ok and not any(d.severity is Severity.ERROR for d in diags):
         tail = "\n".join(output.strip().splitlines()[-15:])
-        diags += (Diagnostic(Severity.ERROR, f"The build failed without a compiler message cudice understands:\n{tail}",
-                             "compile.failed", Stage.COMPILE, _call_location(module, path)),)
+        diags += (
+            Diagnostic(
+                Severity.ERROR,
+                f"The build failed without a compiler message cudice understands:\n{tail}",
+                "compile.failed",
+                Stage.COMPILE,
+                _call_location(module, path),
+            ),
+        )
     return done(BuildResult(ok, build_dir, lib, diags, output, wall, cached))
 
 
@@ -243,11 +289,17 @@ def host_only_ldflags(ldflags: str) -> str:
     torch the flags are kept as they are (same link, same cache key as before).
     """
     args = shlex.split(ldflags)
-    torch_lib = next((a[2:] for a in args if a.startswith("-L") and Path(a[2:], "libtorch_cpu.so").exists()), None)
+    torch_lib = next(
+        (a[2:] for a in args if a.startswith("-L") and Path(a[2:], "libtorch_cpu.so").exists()), None
+    )
     if torch_lib is None or Path(torch_lib, "libc10_cuda.so").exists():
         return ldflags
-    kept = [a for a in args if a not in _CUDA_LIBS and not (a.startswith("-L") and "cuda" in Path(a[2:]).as_posix()
-                                                            and a[2:] != torch_lib)]
+    kept = [
+        a
+        for a in args
+        if a not in _CUDA_LIBS
+        and not (a.startswith("-L") and "cuda" in Path(a[2:]).as_posix() and a[2:] != torch_lib)
+    ]
     return shlex.join(kept)
 
 
@@ -261,12 +313,18 @@ def _slim_blocker(module: GeneratedModule, cflags: str) -> str | None:
 
 def _user_texts(text: str, pieces: tuple[Piece, ...]) -> list[str]:
     lines = text.split("\n")
-    return ["\n".join(lines[p.first_line - 1:p.first_line - 1 + p.num_lines]) for p in pieces]
+    return ["\n".join(lines[p.first_line - 1 : p.first_line - 1 + p.num_lines]) for p in pieces]
 
 
-def _compile_all(module: GeneratedModule, config: VerifyConfig, jobs: dict[str, tuple[str, str]],
-                 cancel: CancelToken | None, on_output: Callable[[str], None] | None, walls: dict[str, float],
-                 prefix: str) -> dict[str, StepResult]:
+def _compile_all(
+    module: GeneratedModule,
+    config: VerifyConfig,
+    jobs: dict[str, tuple[str, str]],
+    cancel: CancelToken | None,
+    on_output: Callable[[str], None] | None,
+    walls: dict[str, float],
+    prefix: str,
+) -> dict[str, StepResult]:
     """Compile the named files of `module` in parallel (compiler, flags per file); walls[prefix+name] in s."""
     results: dict[str, StepResult] = {}
 
@@ -274,8 +332,17 @@ def _compile_all(module: GeneratedModule, config: VerifyConfig, jobs: dict[str, 
         f = module.file(name)
         assert f is not None
         t = time.perf_counter()
-        results[name] = compile_object(config.cache_dir, compiler, flags, name, f.text, config.compile_timeout_s,
-                                       cancel, on_output, split_nvcc=config.split_nvcc)
+        results[name] = compile_object(
+            config.cache_dir,
+            compiler,
+            flags,
+            name,
+            f.text,
+            config.compile_timeout_s,
+            cancel,
+            on_output,
+            split_nvcc=config.split_nvcc,
+        )
         walls[prefix + name] = time.perf_counter() - t
 
     threads = [threading.Thread(target=one, args=(n, *cj), daemon=True) for n, cj in jobs.items()]
@@ -286,7 +353,9 @@ def _compile_all(module: GeneratedModule, config: VerifyConfig, jobs: dict[str, 
     return results
 
 
-def map_messages(module: GeneratedModule, path: str, messages: list[CompilerMessage]) -> tuple[Diagnostic, ...]:
+def map_messages(
+    module: GeneratedModule, path: str, messages: list[CompilerMessage]
+) -> tuple[Diagnostic, ...]:
     """Turn compiler messages into document diagnostics (errors and warnings; notes become related info)."""
     out: list[Diagnostic] = []
     seen: set[tuple[object, ...]] = set()
@@ -304,7 +373,9 @@ def map_messages(module: GeneratedModule, path: str, messages: list[CompilerMess
         text = msg.message if where == "" else f"{msg.message} ({where})"
         code = f"compile.{msg.severity}"
         if msg.tool == "other":
-            code = "compile.link_error" if "undefined" in msg.message or "ld returned" in msg.message else code
+            code = (
+                "compile.link_error" if "undefined" in msg.message or "ld returned" in msg.message else code
+            )
         final = loc or _call_location(module, path)
         key = (final.line, final.column, text)
         if key in seen:
@@ -348,7 +419,9 @@ def _read_outcome(build_dir: Path, link: bool) -> tuple[bool, str] | None:
         return None
     ok, was_link = bool(data.get("ok")), bool(data.get("link"))
     if link:
-        usable = (was_link and (not ok or (build_dir / str(data.get("library", ""))).is_file())) or (not was_link and not ok)
+        usable = (was_link and (not ok or (build_dir / str(data.get("library", ""))).is_file())) or (
+            not was_link and not ok
+        )
     else:
         usable = not was_link or ok
     return (ok, str(data.get("output", ""))) if usable else None
@@ -383,14 +456,26 @@ def build_raw_cu(doc: Document, config: VerifyConfig, *, cancel: CancelToken | N
     else:
         src = build_dir / "kernel.cu"
         src.write_text(doc.text)
-        cmd = [nvcc, f"-gencode=arch=compute_{arch},code=sm_{arch}", "-cubin", "-o", str(build_dir / "kernel.cubin"),
-               str(src)]
+        cmd = [
+            nvcc,
+            f"-gencode=arch=compute_{arch},code=sm_{arch}",
+            "-cubin",
+            "-o",
+            str(build_dir / "kernel.cubin"),
+            str(src),
+        ]
         rc, output, cancelled, timed_out = run_process(cmd, config.compile_timeout_s, cancel)
         if cancelled or timed_out:
-            diag = Diagnostic(Severity.ERROR, "The build was cancelled or timed out.", "compile.timeout",
-                              Stage.COMPILE, Location(doc.path, 1, 1))
-            return BuildResult(False, build_dir, None, (diag,), output, time.perf_counter() - t0, False, cancelled,
-                               timed_out)
+            diag = Diagnostic(
+                Severity.ERROR,
+                "The build was cancelled or timed out.",
+                "compile.timeout",
+                Stage.COMPILE,
+                Location(doc.path, 1, 1),
+            )
+            return BuildResult(
+                False, build_dir, None, (diag,), output, time.perf_counter() - t0, False, cancelled, timed_out
+            )
         ok, cached_hit = rc == 0, False
         _write_outcome(build_dir, ok, output, False)
     diags: list[Diagnostic] = []
@@ -406,6 +491,13 @@ def build_raw_cu(doc: Document, config: VerifyConfig, *, cancel: CancelToken | N
         sev = Severity.ERROR if msg.severity == "error" else Severity.WARNING
         diags.append(Diagnostic(sev, msg.message, f"compile.{msg.severity}", Stage.COMPILE, loc))
     if not ok and not any(d.severity is Severity.ERROR for d in diags):
-        diags.append(Diagnostic(Severity.ERROR, f"nvcc failed:\n{output.strip()[-1500:]}", "compile.failed",
-                                Stage.COMPILE, Location(doc.path, 1, 1)))
+        diags.append(
+            Diagnostic(
+                Severity.ERROR,
+                f"nvcc failed:\n{output.strip()[-1500:]}",
+                "compile.failed",
+                Stage.COMPILE,
+                Location(doc.path, 1, 1),
+            )
+        )
     return BuildResult(ok, build_dir, None, tuple(diags), output, time.perf_counter() - t0, cached_hit)

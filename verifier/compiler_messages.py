@@ -17,10 +17,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-NVCC = re.compile(r"^(?P<file>[^\s(][^(]*)\((?P<line>\d+)\): (?P<sev>catastrophic error|error|warning|remark)"
-                  r"(?: #(?P<num>[\w-]+))?: (?P<msg>.*)$")
-GCC = re.compile(r"^(?P<file>[^\s:][^:]*):(?P<line>\d+):(?:(?P<col>\d+):)? (?P<sev>fatal error|error|warning|note)"
-                 r": (?P<msg>.*)$")
+NVCC = re.compile(
+    r"^(?P<file>[^\s(][^(]*)\((?P<line>\d+)\): (?P<sev>catastrophic error|error|warning|remark)"
+    r"(?: #(?P<num>[\w-]+))?: (?P<msg>.*)$"
+)
+GCC = re.compile(
+    r"^(?P<file>[^\s:][^:]*):(?P<line>\d+):(?:(?P<col>\d+):)? (?P<sev>fatal error|error|warning|note)"
+    r": (?P<msg>.*)$"
+)
 INCLUDED = re.compile(r"^(?:In file included|\s+) from (?P<file>[^:]+):(?P<line>\d+)")
 INSTANTIATION = re.compile(r"detected during.*? at line (?P<line>\d+) of (?P<file>\S+)")
 UNLOCATED_ERROR = re.compile(r"(?i)\b(error|undefined reference|ld returned)\b")
@@ -60,14 +64,25 @@ def parse_messages(output: str) -> list[CompilerMessage]:
             column = None
             if caret is not None:
                 column = caret[1].index("^") + 1
-            msg = CompilerMessage(m.group("file").strip(), int(m.group("line")), column, _sev(m.group("sev")),
-                                  m.group("msg").strip(), "nvcc", m.group("num") or "", caret_text=caret)
+            msg = CompilerMessage(
+                m.group("file").strip(),
+                int(m.group("line")),
+                column,
+                _sev(m.group("sev")),
+                m.group("msg").strip(),
+                "nvcc",
+                m.group("num") or "",
+                caret_text=caret,
+            )
             j = i + (3 if caret else 1)
             notes = []
             while j < len(lines) and lines[j].startswith("          "):
                 if n := INSTANTIATION.search(lines[j]):
-                    notes.append(CompilerMessage(n.group("file"), int(n.group("line")), None, "note",
-                                                 lines[j].strip(), "nvcc"))
+                    notes.append(
+                        CompilerMessage(
+                            n.group("file"), int(n.group("line")), None, "note", lines[j].strip(), "nvcc"
+                        )
+                    )
                 j += 1
             out.append(_with(msg, notes=tuple(notes)))
             chain = []
@@ -75,8 +90,15 @@ def parse_messages(output: str) -> list[CompilerMessage]:
             continue
         if m := GCC.match(text):
             col = int(m.group("col")) if m.group("col") else None
-            msg = CompilerMessage(m.group("file").strip(), int(m.group("line")), col, _sev(m.group("sev")),
-                                  m.group("msg").strip(), "gcc", include_chain=tuple(chain))
+            msg = CompilerMessage(
+                m.group("file").strip(),
+                int(m.group("line")),
+                col,
+                _sev(m.group("sev")),
+                m.group("msg").strip(),
+                "gcc",
+                include_chain=tuple(chain),
+            )
             chain = []
             if msg.severity == "note" and out:
                 out[-1] = _with(out[-1], notes=(*out[-1].notes, msg))
@@ -84,8 +106,12 @@ def parse_messages(output: str) -> list[CompilerMessage]:
                 out.append(msg)
             i += 1
             continue
-        if UNLOCATED_ERROR.search(text) and not text.lstrip().startswith(("FAILED:", "ninja:", "[")) \
-                and "error detected in the compilation" not in text and "errors detected" not in text:
+        if (
+            UNLOCATED_ERROR.search(text)
+            and not text.lstrip().startswith(("FAILED:", "ninja:", "["))
+            and "error detected in the compilation" not in text
+            and "errors detected" not in text
+        ):
             out.append(CompilerMessage(None, None, None, "error", text.strip(), "other"))
         i += 1
     return out
@@ -97,7 +123,10 @@ def _sev(word: str) -> str:
 
 def _caret_after(lines: list[str], i: int) -> tuple[str, str] | None:
     if (i + 2 < len(lines) and lines[i + 2].strip() == "^") or (
-            i + 2 < len(lines) and lines[i + 2].strip().startswith("^") and set(lines[i + 2].strip()) <= {"^", "~"}):
+        i + 2 < len(lines)
+        and lines[i + 2].strip().startswith("^")
+        and set(lines[i + 2].strip()) <= {"^", "~"}
+    ):
         return lines[i + 1], lines[i + 2]
     return None
 

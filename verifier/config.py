@@ -61,22 +61,62 @@ class VerifyConfig:
     static_policy: str = "default"  # "strict" | "default" | "lenient" (static_policy.py, docs/anticheat.md)
 
     def __post_init__(self) -> None:
-        _require(self.num_trials >= 1, "num_trials", self.num_trials, "must be ≥ 1", "use 5 (KernelBench's default)")
-        _require(self.atol >= 0 and self.rtol >= 0, "atol/rtol", (self.atol, self.rtol), "must be ≥ 0", "use 1e-2")
+        _require(
+            self.num_trials >= 1,
+            "num_trials",
+            self.num_trials,
+            "must be ≥ 1",
+            "use 5 (KernelBench's default)",
+        )
+        _require(
+            self.atol >= 0 and self.rtol >= 0, "atol/rtol", (self.atol, self.rtol), "must be ≥ 0", "use 1e-2"
+        )
         _require(self.timeout_s > 0, "timeout_s", self.timeout_s, "must be > 0", "use e.g. 300")
-        _require(self.compile_timeout_s > 0, "compile_timeout_s", self.compile_timeout_s, "must be > 0", "use 600")
-        _require(self.memory_limit_mib >= 512, "memory_limit_mib", self.memory_limit_mib, "must be ≥ 512",
-                 "give the child at least 512 MiB")
-        _require(self.required_speedup > 0, "required_speedup", self.required_speedup, "must be > 0", "use 1.0")
-        _require(bool(self.arch_list) and all(_ARCH.match(a) for a in self.arch_list), "arch_list",
-                 self.arch_list, "must be non-empty entries like '9.0' or '9.0+PTX'", "use ('9.0',) for H100/H200")
-        _require(self.timing_num_trials >= 3, "timing_num_trials", self.timing_num_trials, "must be ≥ 3",
-                 "use 30 or more for a stable median")
-        _require(self.timing_warmup_ms >= 0, "timing_warmup_ms", self.timing_warmup_ms, "must be ≥ 0", "use 100")
+        _require(
+            self.compile_timeout_s > 0, "compile_timeout_s", self.compile_timeout_s, "must be > 0", "use 600"
+        )
+        _require(
+            self.memory_limit_mib >= 512,
+            "memory_limit_mib",
+            self.memory_limit_mib,
+            "must be ≥ 512",
+            "give the child at least 512 MiB",
+        )
+        _require(
+            self.required_speedup > 0, "required_speedup", self.required_speedup, "must be > 0", "use 1.0"
+        )
+        _require(
+            bool(self.arch_list) and all(_ARCH.match(a) for a in self.arch_list),
+            "arch_list",
+            self.arch_list,
+            "must be non-empty entries like '9.0' or '9.0+PTX'",
+            "use ('9.0',) for H100/H200",
+        )
+        _require(
+            self.timing_num_trials >= 3,
+            "timing_num_trials",
+            self.timing_num_trials,
+            "must be ≥ 3",
+            "use 30 or more for a stable median",
+        )
+        _require(
+            self.timing_warmup_ms >= 0, "timing_warmup_ms", self.timing_warmup_ms, "must be ≥ 0", "use 100"
+        )
         _require(self.l2_flush_mib >= 0, "l2_flush_mib", self.l2_flush_mib, "must be ≥ 0", "use 256")
-        _require(self.suspicious_speedup > 1, "suspicious_speedup", self.suspicious_speedup, "must be > 1", "use 10")
-        _require(self.static_policy in ("strict", "default", "lenient"), "static_policy", self.static_policy,
-                 "must be 'strict', 'default' or 'lenient'", "see docs/anticheat.md")
+        _require(
+            self.suspicious_speedup > 1,
+            "suspicious_speedup",
+            self.suspicious_speedup,
+            "must be > 1",
+            "use 10",
+        )
+        _require(
+            self.static_policy in ("strict", "default", "lenient"),
+            "static_policy",
+            self.static_policy,
+            "must be 'strict', 'default' or 'lenient'",
+            "see docs/anticheat.md",
+        )
         _require(self.max_jobs >= 1, "max_jobs", self.max_jobs, "must be ≥ 1", "use the number of cores")
 
     @property

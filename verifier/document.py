@@ -44,7 +44,9 @@ from cudice.verifier.positions import LineIndex, Span
 from cudice.verifier.result import Diagnostic, Location, Severity, Stage, Verdict, VerifyResult
 
 REFERENCE_COMMENT = re.compile(r"(?:#|//)\s*cudice:\s*reference\s*=\s*(?P<path>\S+)")
-RAW_KERNEL = re.compile(r'extern\s+"C"\s+__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?void\s+(?P<name>\w+)')
+RAW_KERNEL = re.compile(
+    r'extern\s+"C"\s+__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?void\s+(?P<name>\w+)'
+)
 LOAD_INLINE_PARAMS = ("name", "cpp_sources", "cuda_sources", "functions")
 MODULE_BASES = ("nn.Module", "Module", "torch.nn.Module")
 
@@ -142,8 +144,9 @@ class Document:
         """The `invalid_input` verdict when the document cannot be verified, else None."""
         if not self.has_errors:
             return None
-        return VerifyResult(Verdict.INVALID_INPUT, Stage.PARSE, self.path, self.problems,
-                            source_sha256=self.sha256)
+        return VerifyResult(
+            Verdict.INVALID_INPUT, Stage.PARSE, self.path, self.problems, source_sha256=self.sha256
+        )
 
     def cuda_string_at(self, offset: int) -> CudaSource | None:
         """The CUDA string whose literal (quotes included) contains file offset `offset`."""
@@ -155,8 +158,9 @@ class Document:
         return min(hits, key=lambda c: c.span.end - c.span.start) if hits else None
 
 
-def parse_document(source: str, path: str, *, reference: str | None = None,
-                   require_candidate: bool = True) -> Document:
+def parse_document(
+    source: str, path: str, *, reference: str | None = None, require_candidate: bool = True
+) -> Document:
     """Parse `source` (the text of the file at `path`) into a `Document`, without executing it.
 
     `reference` is an explicit reference path (the CLI's `--reference`), which wins over the
@@ -172,24 +176,42 @@ def parse_document(source: str, path: str, *, reference: str | None = None,
         tree = ast.parse(source, filename=path)
     except (SyntaxError, ValueError) as exc:  # ValueError: a NUL byte in the text
         line, col = getattr(exc, "lineno", None) or 1, getattr(exc, "offset", None) or 1
-        end_line, end_col = getattr(exc, "end_lineno", None) or line, getattr(exc, "end_offset", None) or col + 1
+        end_line, end_col = (
+            getattr(exc, "end_lineno", None) or line,
+            getattr(exc, "end_offset", None) or col + 1,
+        )
         msg = exc.msg if isinstance(exc, SyntaxError) else str(exc)
-        diag = Diagnostic(Severity.ERROR, f"Python syntax error: {msg}. Fix the syntax so the file can be read.",
-                          "parse.syntax_error", Stage.PARSE, Location(path, line, col, end_line, end_col))
+        diag = Diagnostic(
+            Severity.ERROR,
+            f"Python syntax error: {msg}. Fix the syntax so the file can be read.",
+            "parse.syntax_error",
+            Stage.PARSE,
+            Location(path, line, col, end_line, end_col),
+        )
         ref = ReferenceSpec("argument", reference) if reference is not None else _reference_comment(index)
         return Document(path, source, "python", index, reference=ref, problems=(diag,))
     return _Parser(source, path, index, tree).build(reference, require_candidate)
 
 
 def _parse_cu(source: str, path: str, index: LineIndex, reference: str | None) -> Document:
-    kernels = tuple(Kernel(m.group("name"), Span(m.start("name"), m.end("name"))) for m in RAW_KERNEL.finditer(source))
-    ref = ReferenceSpec("argument", reference) if reference is not None else _reference_comment(index, cu=True)
+    kernels = tuple(
+        Kernel(m.group("name"), Span(m.start("name"), m.end("name"))) for m in RAW_KERNEL.finditer(source)
+    )
+    ref = (
+        ReferenceSpec("argument", reference) if reference is not None else _reference_comment(index, cu=True)
+    )
     problems: list[Diagnostic] = []
     if not kernels:
-        problems.append(Diagnostic(
-            Severity.ERROR, 'No `extern "C" __global__ void name(...)` kernel found: a raw .cu file must '
-            "declare its kernels extern \"C\" so they can be launched by name.",
-            "parse.no_kernel", Stage.PARSE, Location(path, 1, 1)))
+        problems.append(
+            Diagnostic(
+                Severity.ERROR,
+                'No `extern "C" __global__ void name(...)` kernel found: a raw .cu file must '
+                'declare its kernels extern "C" so they can be launched by name.',
+                "parse.no_kernel",
+                Stage.PARSE,
+                Location(path, 1, 1),
+            )
+        )
     return Document(path, source, "cu", index, raw_kernels=kernels, reference=ref, problems=tuple(problems))
 
 
@@ -231,8 +253,13 @@ class _Parser:
     def span(self, node: ast.expr | ast.stmt | ast.keyword) -> Span:
         return self.index.node_span(node)
 
-    def problem(self, message: str, code: str, node: ast.expr | ast.stmt | Span | None,
-                severity: Severity = Severity.ERROR) -> None:
+    def problem(
+        self,
+        message: str,
+        code: str,
+        node: ast.expr | ast.stmt | Span | None,
+        severity: Severity = Severity.ERROR,
+    ) -> None:
         if node is None:
             loc = Location(self.path, 1, 1)
         else:
@@ -242,13 +269,23 @@ class _Parser:
     # -- document --------------------------------------------------------------------------
     def build(self, reference: str | None, require_candidate: bool) -> Document:
         top = {n.name: n for n in self.tree.body if isinstance(n, (ast.ClassDef, ast.FunctionDef))}
-        classes = tuple(sorted((self.class_info(n) for n in ast.walk(self.tree) if isinstance(n, ast.ClassDef)),
-                               key=lambda c: c.span.start))
-        model, model_new = self.top_class(top.get("Model"), classes), self.top_class(top.get("ModelNew"), classes)
+        classes = tuple(
+            sorted(
+                (self.class_info(n) for n in ast.walk(self.tree) if isinstance(n, ast.ClassDef)),
+                key=lambda c: c.span.start,
+            )
+        )
+        model, model_new = (
+            self.top_class(top.get("Model"), classes),
+            self.top_class(top.get("ModelNew"), classes),
+        )
         get_inputs = self.function_info(top.get("get_inputs"))
         get_init_inputs = self.function_info(top.get("get_init_inputs"))
-        calls = tuple(self.load_inline(c) for c in ast.walk(self.tree)
-                      if isinstance(c, ast.Call) and callee_name(c.func) == "load_inline")
+        calls = tuple(
+            self.load_inline(c)
+            for c in ast.walk(self.tree)
+            if isinstance(c, ast.Call) and callee_name(c.func) == "load_inline"
+        )
         cuda_strings = self.cuda_strings(calls)
 
         if reference is not None:
@@ -260,24 +297,49 @@ class _Parser:
 
         if require_candidate and model_new is None:
             what = "a reference file (it has `Model`)" if model is not None else "not a KernelBench candidate"
-            self.problem(f"No `class ModelNew` at module level: this file is {what}. A candidate defines "
-                         "`class ModelNew(nn.Module)` with the same constructor and forward as `Model`.",
-                         "parse.no_model_new", None)
+            self.problem(
+                f"No `class ModelNew` at module level: this file is {what}. A candidate defines "
+                "`class ModelNew(nn.Module)` with the same constructor and forward as `Model`.",
+                "parse.no_model_new",
+                None,
+            )
         if require_candidate and ref.origin == "none":
-            self.problem("No reference found: add `Model` and `get_inputs()` to this file, a comment "
-                         "`# cudice: reference=path/to/problem.py`, or pass `--reference PATH`.",
-                         "parse.no_reference", None)
+            self.problem(
+                "No reference found: add `Model` and `get_inputs()` to this file, a comment "
+                "`# cudice: reference=path/to/problem.py`, or pass `--reference PATH`.",
+                "parse.no_reference",
+                None,
+            )
         if model_new is not None and model_new.forward is None:
             self.problem("`ModelNew` has no `forward` method.", "parse.no_forward", model_new.span)
         if model is not None and get_inputs is None:
-            self.problem("`Model` is defined but `get_inputs()` is missing: a reference needs `get_inputs()` "
-                         "returning the forward inputs.", "parse.no_get_inputs", model.span,
-                         Severity.ERROR if not require_candidate else Severity.WARNING)
+            self.problem(
+                "`Model` is defined but `get_inputs()` is missing: a reference needs `get_inputs()` "
+                "returning the forward inputs.",
+                "parse.no_get_inputs",
+                model.span,
+                Severity.ERROR if not require_candidate else Severity.WARNING,
+            )
         for call in calls:
             self.check_call(call)
-        return Document(self.path, self.source, "python", self.index, model, model_new, get_inputs,
-                        get_init_inputs, calls, (), ref, tuple(self.problems), self.tree, classes,
-                        cuda_strings, tuple(k for s in cuda_strings for k in kernels(s)))
+        return Document(
+            self.path,
+            self.source,
+            "python",
+            self.index,
+            model,
+            model_new,
+            get_inputs,
+            get_init_inputs,
+            calls,
+            (),
+            ref,
+            tuple(self.problems),
+            self.tree,
+            classes,
+            cuda_strings,
+            tuple(k for s in cuda_strings for k in kernels(s)),
+        )
 
     def class_info(self, node: ast.ClassDef) -> ClassInfo:
         methods = {n.name: n for n in node.body if isinstance(n, ast.FunctionDef)}
@@ -288,9 +350,16 @@ class _Parser:
         parts: list[ast.expr | ast.keyword] = [*node.bases, *node.keywords]
         after = max([name_at + len(node.name), *(self.span(e).end for e in parts)])
         colon = self.source.find(":", after, span.end)
-        return ClassInfo(node.name, span, Span(name_at, name_at + len(node.name)),
-                         Span(span.start, colon if colon >= 0 else after), tuple(ast.unparse(b) for b in node.bases),
-                         forward, _param_names(init), _param_names(forward))
+        return ClassInfo(
+            node.name,
+            span,
+            Span(name_at, name_at + len(node.name)),
+            Span(span.start, colon if colon >= 0 else after),
+            tuple(ast.unparse(b) for b in node.bases),
+            forward,
+            _param_names(init),
+            _param_names(forward),
+        )
 
     def top_class(self, node: ast.stmt | None, classes: tuple[ClassInfo, ...]) -> ClassInfo | None:
         """The `ClassInfo` of a module-level statement when it is a class."""
@@ -320,17 +389,30 @@ class _Parser:
 
     def check_call(self, call: LoadInlineCall) -> None:
         if call.name is None:
-            self.problem("`load_inline(name=...)` is not a string literal: cudice needs the module name to build it.",
-                         "parse.dynamic_name", call.span, Severity.WARNING)
+            self.problem(
+                "`load_inline(name=...)` is not a string literal: cudice needs the module name to build it.",
+                "parse.dynamic_name",
+                call.span,
+                Severity.WARNING,
+            )
         for src in call.sources:
             if not src.mappable:
-                self.problem(f"The {src.kind} source passed to `load_inline` is built at run time ({src.reason}); "
-                             "compiler messages for it will point at this call.", "parse.unmappable_source",
-                             src.expr, Severity.INFORMATION)
+                self.problem(
+                    f"The {src.kind} source passed to `load_inline` is built at run time ({src.reason}); "
+                    "compiler messages for it will point at this call.",
+                    "parse.unmappable_source",
+                    src.expr,
+                    Severity.INFORMATION,
+                )
         if call.unmappable_reason:
-            self.problem(f"`load_inline` sources are built at run time ({call.unmappable_reason}); compiler "
-                         "messages will point at this call.", "parse.unmappable_source", call.span,
-                         Severity.INFORMATION)
+            self.problem(
+                f"`load_inline` sources are built at run time ({call.unmappable_reason}); compiler "
+                "messages will point at this call.",
+                "parse.unmappable_source",
+                call.span,
+                Severity.INFORMATION,
+            )
+
 
 def _const_str(expr: ast.expr | None) -> str | None:
     return expr.value if isinstance(expr, ast.Constant) and isinstance(expr.value, str) else None
@@ -358,13 +440,20 @@ def _param_names(fn: ast.FunctionDef | None) -> tuple[str, ...]:
     return tuple(a.arg for a in fn.args.args[1:])
 
 
-def read_document(path: str | Path, *, reference: str | None = None, require_candidate: bool = True) -> Document:
+def read_document(
+    path: str | Path, *, reference: str | None = None, require_candidate: bool = True
+) -> Document:
     """Read and parse a file; an unreadable file becomes a document with one located problem."""
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        diag = Diagnostic(Severity.ERROR, f"Cannot read {p}: {exc}. Check the path and that the file is UTF-8 text.",
-                          "parse.unreadable", Stage.PARSE, Location(str(p), 1, 1))
+        diag = Diagnostic(
+            Severity.ERROR,
+            f"Cannot read {p}: {exc}. Check the path and that the file is UTF-8 text.",
+            "parse.unreadable",
+            Stage.PARSE,
+            Location(str(p), 1, 1),
+        )
         return Document(str(p), "", "python", LineIndex.of(""), problems=(diag,))
     return parse_document(text, str(p), reference=reference, require_candidate=require_candidate)

@@ -79,7 +79,11 @@ class SourceStrings:
                 for t in stmt.targets:
                     if isinstance(t, ast.Name):
                         self._assigned.setdefault(t.id, []).append(stmt.value)
-            elif isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.value is not None:
+            elif (
+                isinstance(stmt, ast.AnnAssign)
+                and isinstance(stmt.target, ast.Name)
+                and stmt.value is not None
+            ):
                 self._assigned.setdefault(stmt.target.id, []).append(stmt.value)
             elif isinstance(stmt, ast.AugAssign) and isinstance(stmt.target, ast.Name):
                 self._augmented.add(stmt.target.id)
@@ -92,11 +96,19 @@ class SourceStrings:
         an offset in `seen` (the starts of the sources the calls receive)."""
         loose: list[CudaSource] = []
         for stmt in self.tree.body:
-            target = stmt.targets[0] if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 else (
-                stmt.target if isinstance(stmt, ast.AnnAssign) else None)
+            target = (
+                stmt.targets[0]
+                if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
+                else (stmt.target if isinstance(stmt, ast.AnnAssign) else None)
+            )
             value = stmt.value if isinstance(stmt, (ast.Assign, ast.AnnAssign)) else None
-            if (isinstance(target, ast.Name) and isinstance(value, ast.Constant) and isinstance(value.value, str)
-                    and _CUDA_TEXT.search(value.value) and self.span(value).start not in seen):
+            if (
+                isinstance(target, ast.Name)
+                and isinstance(value, ast.Constant)
+                and isinstance(value.value, str)
+                and _CUDA_TEXT.search(value.value)
+                and self.span(value).start not in seen
+            ):
                 loose.append(self.one_source("cuda", -1, value, target.id))
         return tuple(loose)
 
@@ -120,7 +132,9 @@ class SourceStrings:
         found = self._assigned.get(name, [])
         return found[0] if len(found) == 1 and name not in self._augmented else None
 
-    def one_source(self, kind: str, i: int, expr: ast.expr, variable: str | None, depth: int = 0) -> CudaSource:
+    def one_source(
+        self, kind: str, i: int, expr: ast.expr, variable: str | None, depth: int = 0
+    ) -> CudaSource:
         where = self.span(expr)
         if isinstance(expr, ast.Name) and depth < 4:
             value = self.module_assignment(expr.id)
@@ -151,8 +165,11 @@ class SourceStrings:
             return None
         sp = self.span(expr)
         span = scan_literal(self.source, sp.start, sp.end, self.index)
-        expected = expr.value if isinstance(expr, ast.Constant) else "".join(
-            str(v.value) for v in expr.values if isinstance(v, ast.Constant))
+        expected = (
+            expr.value
+            if isinstance(expr, ast.Constant)
+            else "".join(str(v.value) for v in expr.values if isinstance(v, ast.Constant))
+        )
         if span.text != expected:  # internal invariant; fall back to "unmappable" rather than mislead
             raise LiteralScanError("the literal's text could not be mapped character by character")
         return span
@@ -168,7 +185,7 @@ def kernels(src: CudaSource) -> list[Kernel]:
     for fn in find_functions(code):
         if "__global__" not in fn.header:
             continue
-        names = list(re.finditer(rf"\b{re.escape(fn.name)}\s*(?:<[^()]*>)?\s*\(", code[:fn.body_start]))
+        names = list(re.finditer(rf"\b{re.escape(fn.name)}\s*(?:<[^()]*>)?\s*\(", code[: fn.body_start]))
         if not names:
             continue
         at = names[-1].start()

@@ -63,45 +63,82 @@ def snapshot_inputs(inputs: Sequence[object]) -> list[object]:
     return [x.detach().clone() if isinstance(x, torch.Tensor) else x for x in inputs]
 
 
-def check_inputs_unchanged(before: Sequence[object], after: Sequence[object], where: Location | None = None) -> list[Diagnostic]:
+def check_inputs_unchanged(
+    before: Sequence[object], after: Sequence[object], where: Location | None = None
+) -> list[Diagnostic]:
     """Inputs must be bit-identical after the call (NaNs compare equal to NaNs in the same place)."""
     diags: list[Diagnostic] = []
     for i, (b, a) in enumerate(zip(before, after, strict=True)):
         if not isinstance(b, torch.Tensor) or not isinstance(a, torch.Tensor):
             continue
-        same = b.shape == a.shape and b.dtype == a.dtype and bool(
-            torch.equal(b, a) or (b.is_floating_point() and torch.equal(b.isnan(), a.isnan())
-                                  and torch.equal(b.nan_to_num(0.0), a.nan_to_num(0.0))))
+        same = (
+            b.shape == a.shape
+            and b.dtype == a.dtype
+            and bool(
+                torch.equal(b, a)
+                or (
+                    b.is_floating_point()
+                    and torch.equal(b.isnan(), a.isnan())
+                    and torch.equal(b.nan_to_num(0.0), a.nan_to_num(0.0))
+                )
+            )
+        )
         if not same:
-            diags.append(_diag("dynamic.input_mutated",
-                               f"ModelNew.forward changed input #{i} in place: the reference would then run on "
-                               "altered data (zeroed inputs make any output match). Write only to outputs.", where))
+            diags.append(
+                _diag(
+                    "dynamic.input_mutated",
+                    f"ModelNew.forward changed input #{i} in place: the reference would then run on "
+                    "altered data (zeroed inputs make any output match). Write only to outputs.",
+                    where,
+                )
+            )
     return diags
 
 
-def check_outputs_plain(outputs: object, reference: object, where: Location | None = None) -> list[Diagnostic]:
+def check_outputs_plain(
+    outputs: object, reference: object, where: Location | None = None
+) -> list[Diagnostic]:
     """Outputs are plain, dense, materialised tensors like the reference's (type, layout, device, dtype)."""
     diags: list[Diagnostic] = []
     outs, refs = flatten_outputs(outputs), flatten_outputs(reference)
     for i, o in enumerate(outs):
         r = refs[i] if i < len(refs) else None
         if type(o) is not torch.Tensor:
-            diags.append(_diag("dynamic.output_not_plain_tensor",
-                               f"output #{i} is a `{type(o).__module__}.{type(o).__qualname__}`, not a plain "
-                               "`torch.Tensor`: a subclass or lazy object can compute when the checker reads it, "
-                               "outside the timed call. Return the tensor the kernel wrote.", where))
+            diags.append(
+                _diag(
+                    "dynamic.output_not_plain_tensor",
+                    f"output #{i} is a `{type(o).__module__}.{type(o).__qualname__}`, not a plain "
+                    "`torch.Tensor`: a subclass or lazy object can compute when the checker reads it, "
+                    "outside the timed call. Return the tensor the kernel wrote.",
+                    where,
+                )
+            )
             continue
         if o.layout is not torch.strided or o.is_meta or (o.numel() > 0 and o.data_ptr() == 0):
-            diags.append(_diag("dynamic.output_not_plain_tensor",
-                               f"output #{i} is not a dense tensor with storage (layout {o.layout}, "
-                               f"device {o.device}).", where))
+            diags.append(
+                _diag(
+                    "dynamic.output_not_plain_tensor",
+                    f"output #{i} is not a dense tensor with storage (layout {o.layout}, device {o.device}).",
+                    where,
+                )
+            )
         elif isinstance(r, torch.Tensor) and o.device != r.device:
-            diags.append(_diag("dynamic.output_not_plain_tensor",
-                               f"output #{i} is on {o.device}, the reference's on {r.device}.", where))
+            diags.append(
+                _diag(
+                    "dynamic.output_not_plain_tensor",
+                    f"output #{i} is on {o.device}, the reference's on {r.device}.",
+                    where,
+                )
+            )
         if isinstance(r, torch.Tensor) and o.dtype != r.dtype:
-            diags.append(_diag("dynamic.output_dtype_mismatch",
-                               f"output #{i} has dtype {o.dtype}, the reference's {r.dtype}: a lower precision "
-                               "can pass the tolerance while computing less.", where))
+            diags.append(
+                _diag(
+                    "dynamic.output_dtype_mismatch",
+                    f"output #{i} has dtype {o.dtype}, the reference's {r.dtype}: a lower precision "
+                    "can pass the tolerance while computing less.",
+                    where,
+                )
+            )
     return diags
 
 
@@ -116,8 +153,9 @@ def _overlaps(a: tuple[int, int] | None, b: tuple[int, int] | None) -> bool:
     return a is not None and b is not None and a[0] < b[1] and b[0] < a[1]
 
 
-def check_no_aliasing(outputs: object, inputs: Sequence[object], reference_outputs: object = (),
-                      where: Location | None = None) -> list[Diagnostic]:
+def check_no_aliasing(
+    outputs: object, inputs: Sequence[object], reference_outputs: object = (), where: Location | None = None
+) -> list[Diagnostic]:
     """No output's storage overlaps an input's or a (still alive) reference output's storage.
 
     The worker must keep the reference outputs alive while the candidate runs: then an
@@ -131,14 +169,24 @@ def check_no_aliasing(outputs: object, inputs: Sequence[object], reference_outpu
             continue
         s = _span(o)
         if any(_overlaps(s, x) for x in ins):
-            diags.append(_diag("dynamic.output_aliases_input",
-                               f"output #{i} shares memory with an input: the kernel wrote into (or returned) its "
-                               "input, so the reference's own result or the next trial is corrupted. Allocate a "
-                               "fresh output (`torch::empty_like`).", where))
+            diags.append(
+                _diag(
+                    "dynamic.output_aliases_input",
+                    f"output #{i} shares memory with an input: the kernel wrote into (or returned) its "
+                    "input, so the reference's own result or the next trial is corrupted. Allocate a "
+                    "fresh output (`torch::empty_like`).",
+                    where,
+                )
+            )
         if any(_overlaps(s, x) for x in refs):
-            diags.append(_diag("dynamic.output_aliases_reference",
-                               f"output #{i} shares memory with the reference's output: the candidate returns the "
-                               "reference's result instead of computing its own.", where))
+            diags.append(
+                _diag(
+                    "dynamic.output_aliases_reference",
+                    f"output #{i} shares memory with the reference's output: the candidate returns the "
+                    "reference's result instead of computing its own.",
+                    where,
+                )
+            )
     return diags
 
 
@@ -154,8 +202,9 @@ def _is_constant(t: torch.Tensor) -> bool:
     return bool(torch.equal(flat, flat[:1].expand_as(flat)))
 
 
-def check_not_constant(candidate_trials: Sequence[object], reference_trials: Sequence[object],
-                       where: Location | None = None) -> list[Diagnostic]:
+def check_not_constant(
+    candidate_trials: Sequence[object], reference_trials: Sequence[object], where: Location | None = None
+) -> list[Diagnostic]:
     """Per trial: all-zero or single-valued outputs where the reference's are not; across trials:
     identical outputs for different inputs where the reference's differ."""
     diags: list[Diagnostic] = []
@@ -166,36 +215,61 @@ def check_not_constant(candidate_trials: Sequence[object], reference_trials: Seq
             if k >= len(r) or c[k].shape != r[k].shape or c[k].numel() == 0:
                 continue
             if not bool(c[k].any()) and bool(r[k].any()):
-                diags.append(_diag("dynamic.zero_output",
-                                   f"output #{k} is all zeros in trial {t} while the reference's is not (max |ref| = "
-                                   f"{float(r[k].abs().max()):.3g}): with tiny reference values an all-zero output "
-                                   "passes `allclose` (KernelBench #165).", where))
+                diags.append(
+                    _diag(
+                        "dynamic.zero_output",
+                        f"output #{k} is all zeros in trial {t} while the reference's is not (max |ref| = "
+                        f"{float(r[k].abs().max()):.3g}): with tiny reference values an all-zero output "
+                        "passes `allclose` (KernelBench #165).",
+                        where,
+                    )
+                )
                 break
             if _is_constant(c[k]) and not _is_constant(r[k]):
-                diags.append(_diag("dynamic.constant_output",
-                                   f"output #{k} holds a single value in trial {t} while the reference's varies.", where))
+                diags.append(
+                    _diag(
+                        "dynamic.constant_output",
+                        f"output #{k} holds a single value in trial {t} while the reference's varies.",
+                        where,
+                    )
+                )
                 break
         pairs = [(c[k], r[k]) for c, r in zip(cands, refs, strict=False) if k < len(c) and k < len(r)]
         if len(pairs) >= 2:
-            cand_same = all(p[0].shape == pairs[0][0].shape and torch.equal(p[0], pairs[0][0]) for p in pairs[1:])
-            ref_same = all(p[1].shape == pairs[0][1].shape and torch.equal(p[1], pairs[0][1]) for p in pairs[1:])
+            cand_same = all(
+                p[0].shape == pairs[0][0].shape and torch.equal(p[0], pairs[0][0]) for p in pairs[1:]
+            )
+            ref_same = all(
+                p[1].shape == pairs[0][1].shape and torch.equal(p[1], pairs[0][1]) for p in pairs[1:]
+            )
             if cand_same and not ref_same:
-                diags.append(_diag("dynamic.constant_output",
-                                   f"output #{k} is identical for all {len(pairs)} trials although the inputs (and the "
-                                   "reference's outputs) differ: the result does not depend on the input.", where))
+                diags.append(
+                    _diag(
+                        "dynamic.constant_output",
+                        f"output #{k} is identical for all {len(pairs)} trials although the inputs (and the "
+                        "reference's outputs) differ: the result does not depend on the input.",
+                        where,
+                    )
+                )
     return diags
 
 
-def check_deterministic(first: object, second: object, atol: float, rtol: float,
-                        where: Location | None = None) -> list[Diagnostic]:
+def check_deterministic(
+    first: object, second: object, atol: float, rtol: float, where: Location | None = None
+) -> list[Diagnostic]:
     """Two calls on the same inputs agree within the tolerance (NaN only where the other has NaN)."""
     for i, (a, b) in enumerate(zip(flatten_outputs(first), flatten_outputs(second), strict=False)):
         if not (_dense(a) and _dense(b)):
             continue
         if a.shape != b.shape or not bool(torch.allclose(a, b, atol=atol, rtol=rtol, equal_nan=True)):
-            return [_diag("dynamic.nondeterministic",
-                          f"output #{i} differs between two calls on the same inputs: the kernel reads memory it "
-                          "did not write (e.g. after a failed launch) or races. Initialise and synchronise.", where)]
+            return [
+                _diag(
+                    "dynamic.nondeterministic",
+                    f"output #{i} differs between two calls on the same inputs: the kernel reads memory it "
+                    "did not write (e.g. after a failed launch) or races. Initialise and synchronise.",
+                    where,
+                )
+            ]
     return []
 
 
@@ -217,8 +291,12 @@ def kernel_identifier(profiled_name: str) -> str:
     return name.rsplit("::", 1)[-1].strip()
 
 
-def check_kernels_ran(runs: Sequence[KernelRun], defined: Iterable[str], max_foreign_share: float = 0.5,
-                      where: Location | None = None) -> list[Diagnostic]:
+def check_kernels_ran(
+    runs: Sequence[KernelRun],
+    defined: Iterable[str],
+    max_foreign_share: float = 0.5,
+    where: Location | None = None,
+) -> list[Diagnostic]:
     """The candidate's own kernels (names from its CUDA source) ran during forward, and PyTorch
     compute kernels (not fills/copies) took at most `max_foreign_share` of the GPU time.
 
@@ -231,25 +309,42 @@ def check_kernels_ran(runs: Sequence[KernelRun], defined: Iterable[str], max_for
     diags: list[Diagnostic] = []
     if own and not mine:
         ran = ", ".join(sorted({kernel_identifier(r.name) for r in runs})[:5]) or "none"
-        diags.append(_diag("dynamic.kernel_not_launched",
-                           f"none of this file's kernels ({', '.join(sorted(own))}) ran during ModelNew.forward "
-                           f"(kernels that ran: {ran}): the CUDA code is a decoy.", where))
+        diags.append(
+            _diag(
+                "dynamic.kernel_not_launched",
+                f"none of this file's kernels ({', '.join(sorted(own))}) ran during ModelNew.forward "
+                f"(kernels that ran: {ran}): the CUDA code is a decoy.",
+                where,
+            )
+        )
     total = sum(r.device_time_us for r in mine + foreign)
     share = sum(r.device_time_us for r in foreign) / total if total > 0 else 0.0
     if foreign and (share > max_foreign_share or not mine or max_foreign_share == 0.0):
         names = ", ".join(sorted({kernel_identifier(r.name) for r in foreign})[:5])
-        diags.append(_diag("dynamic.torch_kernels_did_work",
-                           f"PyTorch/library kernels ({names}) took {share:.0%} of forward's GPU time: they, not the "
-                           "candidate's kernel, did the work.", where))
+        diags.append(
+            _diag(
+                "dynamic.torch_kernels_did_work",
+                f"PyTorch/library kernels ({names}) took {share:.0%} of forward's GPU time: they, not the "
+                "candidate's kernel, did the work.",
+                where,
+            )
+        )
     elif foreign:
         names = ", ".join(sorted({kernel_identifier(r.name) for r in foreign})[:5])
-        diags.append(_diag("dynamic.torch_kernels_did_work",
-                           f"PyTorch kernels ({names}) also ran in forward ({share:.0%} of its GPU time).", where,
-                           Severity.WARNING))
+        diags.append(
+            _diag(
+                "dynamic.torch_kernels_did_work",
+                f"PyTorch kernels ({names}) also ran in forward ({share:.0%} of its GPU time).",
+                where,
+                Severity.WARNING,
+            )
+        )
     return diags
 
 
-def check_streams(runs: Sequence[KernelRun], current_stream: int, where: Location | None = None) -> list[Diagnostic]:
+def check_streams(
+    runs: Sequence[KernelRun], current_stream: int, where: Location | None = None
+) -> list[Diagnostic]:
     """GPU-side evidence of side streams: kernels of forward recorded on a stream other than the
     current one (`current_stream`, the stream of a marker kernel launched just before the call).
     Host load cannot produce this (unlike a wall-clock gap); unknown streams (-1) are ignored."""
@@ -259,9 +354,14 @@ def check_streams(runs: Sequence[KernelRun], current_stream: int, where: Locatio
     if not other:
         return []
     names = ", ".join(sorted({kernel_identifier(r.name) for r in runs if r.stream in other})[:5])
-    return [_diag("dynamic.side_stream",
-                  f"kernels of forward ({names}) ran on stream(s) {', '.join(map(str, other))}, not on the current "
-                  f"stream {current_stream}: work on another stream escapes stream timing and ordering.", where)]
+    return [
+        _diag(
+            "dynamic.side_stream",
+            f"kernels of forward ({names}) ran on stream(s) {', '.join(map(str, other))}, not on the current "
+            f"stream {current_stream}: work on another stream escapes stream timing and ordering.",
+            where,
+        )
+    ]
 
 
 def profile_kernels(fn: Callable[..., Any], args: Sequence[object]) -> list[KernelRun]:
@@ -279,7 +379,9 @@ def profile_kernels(fn: Callable[..., Any], args: Sequence[object]) -> list[Kern
     return runs
 
 
-def measure_stream_escape(fn: Callable[..., Any], args: Sequence[object], repeats: int = 3) -> tuple[float, float]:
+def measure_stream_escape(
+    fn: Callable[..., Any], args: Sequence[object], repeats: int = 3
+) -> tuple[float, float]:
     """(event_ms, synced_wall_ms), minima over `repeats` calls (GPU only).
 
     `event_ms` spans the call on the current stream, waited for with the end event alone;
@@ -302,8 +404,13 @@ def measure_stream_escape(fn: Callable[..., Any], args: Sequence[object], repeat
     return best_event, best_wall
 
 
-def check_side_stream(event_ms: float, synced_wall_ms: float, min_gap_ms: float = 0.5,
-                      where: Location | None = None, baseline_gap_ms: float = 0.0) -> list[Diagnostic]:
+def check_side_stream(
+    event_ms: float,
+    synced_wall_ms: float,
+    min_gap_ms: float = 0.5,
+    where: Location | None = None,
+    baseline_gap_ms: float = 0.0,
+) -> list[Diagnostic]:
     """Work that only a device-wide sync waits for ran on another stream (or thread).
 
     `baseline_gap_ms` is the same wall-minus-event gap measured for the PyTorch reference in
@@ -312,10 +419,15 @@ def check_side_stream(event_ms: float, synced_wall_ms: float, min_gap_ms: float 
     """
     own_wall = synced_wall_ms - max(baseline_gap_ms, 0.0)
     if own_wall - event_ms > min_gap_ms and event_ms < 0.5 * own_wall:
-        return [_diag("dynamic.side_stream",
-                      f"the call took {synced_wall_ms:.3f} ms until the device was idle but only {event_ms:.3f} ms on "
-                      f"the current stream (the PyTorch reference's gap: {baseline_gap_ms:.3f} ms): work ran on "
-                      "another stream or thread, hidden from stream timing.", where)]
+        return [
+            _diag(
+                "dynamic.side_stream",
+                f"the call took {synced_wall_ms:.3f} ms until the device was idle but only {event_ms:.3f} ms on "
+                f"the current stream (the PyTorch reference's gap: {baseline_gap_ms:.3f} ms): work ran on "
+                "another stream or thread, hidden from stream timing.",
+                where,
+            )
+        ]
     return []
 
 
@@ -332,17 +444,27 @@ def count_threads() -> int:
 def check_thread_count(before: int, after: int, where: Location | None = None) -> list[Diagnostic]:
     """Compare `count_threads()` before and after the candidate's (warmed-up) calls."""
     if after > before:
-        return [_diag("dynamic.thread_spawned",
-                      f"the process had {after - before} more thread(s) after ModelNew ran: work deferred to a "
-                      "background thread escapes the timed call.", where)]
+        return [
+            _diag(
+                "dynamic.thread_spawned",
+                f"the process had {after - before} more thread(s) after ModelNew ran: work deferred to a "
+                "background thread escapes the timed call.",
+                where,
+            )
+        ]
     return []
 
 
 def _guarded() -> dict[str, object]:
     objs: dict[str, object] = {
-        "time.perf_counter": time.perf_counter, "time.time": time.time, "time.monotonic": time.monotonic,
-        "torch.allclose": torch.allclose, "torch.isclose": torch.isclose, "torch.equal": torch.equal,
-        "torch.testing.assert_close": torch.testing.assert_close, "torch.cuda.synchronize": torch.cuda.synchronize,
+        "time.perf_counter": time.perf_counter,
+        "time.time": time.time,
+        "time.monotonic": time.monotonic,
+        "torch.allclose": torch.allclose,
+        "torch.isclose": torch.isclose,
+        "torch.equal": torch.equal,
+        "torch.testing.assert_close": torch.testing.assert_close,
+        "torch.cuda.synchronize": torch.cuda.synchronize,
         "torch.cuda.Event": torch.cuda.Event,
     }
     for attr in ("elapsed_time", "record", "synchronize", "query", "wait"):
@@ -360,9 +482,14 @@ def check_guarded_intact(before: Mapping[str, object], where: Location | None = 
     now = _guarded()
     changed = sorted(k for k, v in before.items() if now.get(k) is not v)
     if changed:
-        return [_diag("dynamic.timer_patched",
-                      f"the candidate replaced {', '.join(changed)}: patched timers or comparisons fake the "
-                      "measurement or the correctness check.", where)]
+        return [
+            _diag(
+                "dynamic.timer_patched",
+                f"the candidate replaced {', '.join(changed)}: patched timers or comparisons fake the "
+                "measurement or the correctness check.",
+                where,
+            )
+        ]
     return []
 
 

@@ -45,9 +45,20 @@ CLANG_CUDA_SDK = "12.8"
 # definitions in different modules" that a preamble-less parse and nvcc do not give. So from
 # cuda.cu only these error families are trusted (they name the user's own tokens); every
 # clangd error in main.cpp (plain C++, no such artefact) is kept.
-TRUSTED_CUDA_CODES = ("expected_", "undeclared_var_use", "unknown_typename", "undeclared_use", "unterminated_",
-                      "typecheck_", "redefinition", "no_member", "bad_receiver", "init_conversion_failed",
-                      "typename_nested_not_found", "undeclared_use_of_undeclared")
+TRUSTED_CUDA_CODES = (
+    "expected_",
+    "undeclared_var_use",
+    "unknown_typename",
+    "undeclared_use",
+    "unterminated_",
+    "typecheck_",
+    "redefinition",
+    "no_member",
+    "bad_receiver",
+    "init_conversion_failed",
+    "typename_nested_not_found",
+    "undeclared_use_of_undeclared",
+)
 NVCC_ONLY_FLAGS = ("--expt-relaxed-constexpr", "--expt-extended-lambda", "--use_fast_math")
 
 
@@ -84,8 +95,16 @@ def clang_flags(tc: Toolchain, cuda: bool, arch: str = "sm_90") -> list[str]:
         # clang 22 cannot read CUDA 13's version from a pip-style toolkit (no version.json) and then
         # lowers `<<<...>>>` with the pre-9.2 launch API ("undeclared cudaConfigureCall").
         extra += ["-Xclang", f"-target-sdk-version={CLANG_CUDA_SDK}"]
-        return ["-x", "cuda", f"--cuda-path={tc.cuda_home}", f"--cuda-gpu-arch={arch}", "-nocudalib",
-                "-Wno-unknown-cuda-version", *out, *extra]
+        return [
+            "-x",
+            "cuda",
+            f"--cuda-path={tc.cuda_home}",
+            f"--cuda-gpu-arch={arch}",
+            "-nocudalib",
+            "-Wno-unknown-cuda-version",
+            *out,
+            *extra,
+        ]
     return ["-x", "c++", *out]
 
 
@@ -96,7 +115,9 @@ class FastChecker:
     its preamble). A dead clangd is restarted on the next call.
     """
 
-    def __init__(self, config: VerifyConfig | None = None, *, max_slots: int = 4, clangd: str | None = None) -> None:
+    def __init__(
+        self, config: VerifyConfig | None = None, *, max_slots: int = 4, clangd: str | None = None
+    ) -> None:
         self.config = config or VerifyConfig()
         self.max_slots = max_slots
         self._clangd_path = clangd or shutil.which("clangd")
@@ -126,10 +147,17 @@ class FastChecker:
         standins = ["-idirafter", str(ensure_overlay(self.config.cache_dir, tc.cflags).standins)]
         for sub, cuda in (("cu", True), ("cpp", False)):
             (self._workdir / sub).mkdir()
-            (self._workdir / sub / "compile_flags.txt").write_text("\n".join([*clang_flags(tc, cuda, arch),
-                                                                             *standins]) + "\n")
-        argv = [self._clangd_path, "--log=error", "--background-index=false", "--pch-storage=memory",
-                "--header-insertion=never", "-j=2"]
+            (self._workdir / sub / "compile_flags.txt").write_text(
+                "\n".join([*clang_flags(tc, cuda, arch), *standins]) + "\n"
+            )
+        argv = [
+            self._clangd_path,
+            "--log=error",
+            "--background-index=false",
+            "--pch-storage=memory",
+            "--header-insertion=never",
+            "-j=2",
+        ]
         self._client = ClangdClient(argv, self._workdir.as_uri())
         self._slots.clear()
         self._opened.clear()
@@ -225,7 +253,9 @@ class FastChecker:
         return out
 
     @staticmethod
-    def _map(module: GeneratedModule, path: str, found: list[tuple[str, LspDiagnostic]]) -> tuple[Diagnostic, ...]:
+    def _map(
+        module: GeneratedModule, path: str, found: list[tuple[str, LspDiagnostic]]
+    ) -> tuple[Diagnostic, ...]:
         out: list[Diagnostic] = []
         seen: set[tuple[int, int, str]] = set()
         for name, d in found:

@@ -86,8 +86,13 @@ class GeneratedModule:
         return lines[line - 1] if 0 < line <= len(lines) else ""
 
 
-def layout(name: str, cpp: list[tuple[str, SourceSpan | None]], cuda: list[tuple[str, SourceSpan | None]],
-           functions: tuple[str, ...] | None, call_location: Location | None = None) -> GeneratedModule:
+def layout(
+    name: str,
+    cpp: list[tuple[str, SourceSpan | None]],
+    cuda: list[tuple[str, SourceSpan | None]],
+    functions: tuple[str, ...] | None,
+    call_location: Location | None = None,
+) -> GeneratedModule:
     """Lay out sources exactly as `load_inline` does (see the module docstring)."""
     module_def: list[str] = []
     if functions is not None:
@@ -101,8 +106,9 @@ def layout(name: str, cpp: list[tuple[str, SourceSpan | None]], cuda: list[tuple
     return GeneratedModule(name, tuple(files), call_location, binding)
 
 
-def _join(name: str, headers: tuple[str, ...], sources: list[tuple[str, SourceSpan | None]],
-          trailer: list[str]) -> GeneratedFile:
+def _join(
+    name: str, headers: tuple[str, ...], sources: list[tuple[str, SourceSpan | None]], trailer: list[str]
+) -> GeneratedFile:
     parts = [*headers]
     pieces = []
     line = len(headers) + 1
@@ -124,8 +130,13 @@ def from_call(doc: Document, call: LoadInlineCall) -> GeneratedModule | None:
     return layout(call.name, cpp, cuda, call.functions, doc.location(call.span))
 
 
-def from_values(name: str, cpp_sources: str | list[str], cuda_sources: str | list[str] | None,
-                functions: str | list[str] | dict[str, str] | None, doc: Document | None = None) -> GeneratedModule:
+def from_values(
+    name: str,
+    cpp_sources: str | list[str],
+    cuda_sources: str | list[str] | None,
+    functions: str | list[str] | dict[str, str] | None,
+    doc: Document | None = None,
+) -> GeneratedModule:
     """The module for a `load_inline` call seen at run time (dynamic sources included).
 
     Where a value equals a statically mapped source of `doc`, its mapping is reused, so a call
@@ -149,4 +160,6 @@ def from_values(name: str, cpp_sources: str | list[str], cuda_sources: str | lis
         funcs = (functions,)
     else:
         funcs = tuple(functions)
-    return layout(name, [(t, known.get(t)) for t in cpp], [(t, known.get(t)) for t in cuda], funcs, call_location)
+    return layout(
+        name, [(t, known.get(t)) for t in cpp], [(t, known.get(t)) for t in cuda], funcs, call_location
+    )

@@ -62,8 +62,9 @@ class GpuProbe:
 Run = Callable[..., "subprocess.CompletedProcess[str]"]
 
 
-def probe_hardware(which: Callable[[str], str | None] = shutil.which, run: Run = subprocess.run,
-                   dev_dir: str = "/dev") -> GpuProbe:
+def probe_hardware(
+    which: Callable[[str], str | None] = shutil.which, run: Run = subprocess.run, dev_dir: str = "/dev"
+) -> GpuProbe:
     """The hardware probe alone (no `CUDICE_GPU`, no cache): `nvidia-smi -L`, else device nodes."""
     smi = which("nvidia-smi")
     if smi is None:
@@ -73,25 +74,42 @@ def probe_hardware(which: Callable[[str], str | None] = shutil.which, run: Run =
             nodes = []
         if nodes:
             return GpuProbe(len(nodes), None, "device nodes")
-        return GpuProbe(0, f"no NVIDIA GPU on this machine (no nvidia-smi on PATH, no {dev_dir}/nvidia0), "
-                           f"{_NOT_RUN}; set {ENV_VAR}=1 if a GPU is there but hidden from detection", "none")
+        return GpuProbe(
+            0,
+            f"no NVIDIA GPU on this machine (no nvidia-smi on PATH, no {dev_dir}/nvidia0), "
+            f"{_NOT_RUN}; set {ENV_VAR}=1 if a GPU is there but hidden from detection",
+            "none",
+        )
     try:
         out = run([smi, "-L"], capture_output=True, text=True, timeout=SMI_TIMEOUT_S)
     except subprocess.TimeoutExpired:
-        return GpuProbe(0, f"`nvidia-smi -L` did not answer within {SMI_TIMEOUT_S:g} s (the NVIDIA driver "
-                           f"hangs), {_NOT_RUN}; check the driver (`nvidia-smi`), or set {ENV_VAR}=1", "nvidia-smi")
+        return GpuProbe(
+            0,
+            f"`nvidia-smi -L` did not answer within {SMI_TIMEOUT_S:g} s (the NVIDIA driver "
+            f"hangs), {_NOT_RUN}; check the driver (`nvidia-smi`), or set {ENV_VAR}=1",
+            "nvidia-smi",
+        )
     except OSError as exc:
-        return GpuProbe(0, f"`{smi} -L` could not start ({exc}), {_NOT_RUN}; reinstall the NVIDIA driver "
-                           f"utilities, or set {ENV_VAR}=1", "nvidia-smi")
+        return GpuProbe(
+            0,
+            f"`{smi} -L` could not start ({exc}), {_NOT_RUN}; reinstall the NVIDIA driver "
+            f"utilities, or set {ENV_VAR}=1",
+            "nvidia-smi",
+        )
     count = sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
     if out.returncode != 0:
         said = (out.stderr or out.stdout).strip().splitlines()
-        return GpuProbe(0, f"`nvidia-smi -L` failed (exit {out.returncode}: {said[0] if said else 'no output'}), "
-                           f"so the NVIDIA driver is not usable and kernels are compiled but not run; "
-                           f"fix the driver (run `nvidia-smi`), or set {ENV_VAR}=1", "nvidia-smi")
+        return GpuProbe(
+            0,
+            f"`nvidia-smi -L` failed (exit {out.returncode}: {said[0] if said else 'no output'}), "
+            f"so the NVIDIA driver is not usable and kernels are compiled but not run; "
+            f"fix the driver (run `nvidia-smi`), or set {ENV_VAR}=1",
+            "nvidia-smi",
+        )
     if count == 0:
-        return GpuProbe(0, f"`nvidia-smi -L` lists no GPU, {_NOT_RUN}; set {ENV_VAR}=1 if one is there",
-                        "nvidia-smi")
+        return GpuProbe(
+            0, f"`nvidia-smi -L` lists no GPU, {_NOT_RUN}; set {ENV_VAR}=1 if one is there", "nvidia-smi"
+        )
     return GpuProbe(count, None, "nvidia-smi")
 
 
@@ -139,8 +157,14 @@ def probe(environ: Mapping[str, str] | None = None) -> GpuProbe:
         return GpuProbe(max(1, found.num_gpus), None, ENV_VAR)
     if override and override not in _warned:
         _warned.add(override)
-        log.warning("%s=%r is neither 0 nor 1 and is ignored: the GPU is detected; set %s=0 to never run "
-                    "kernels or %s=1 to assume a GPU", ENV_VAR, override, ENV_VAR, ENV_VAR)
+        log.warning(
+            "%s=%r is neither 0 nor 1 and is ignored: the GPU is detected; set %s=0 to never run "
+            "kernels or %s=1 to assume a GPU",
+            ENV_VAR,
+            override,
+            ENV_VAR,
+            ENV_VAR,
+        )
     return hardware()
 
 
@@ -157,4 +181,3 @@ def count_gpus() -> int:
 def gpu_absent_reason() -> str | None:
     """Why kernels are not run here, or None when they are (`probe().reason`)."""
     return probe().reason
-

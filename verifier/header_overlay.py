@@ -82,24 +82,41 @@ constexpr auto kF64 = kFloat64;
 } // namespace torch
 """
 
-SLIM_OPS = ("empty", "empty_like", "empty_strided", "zeros", "zeros_like", "ones", "ones_like", "full",
-            "full_like")
+SLIM_OPS = (
+    "empty",
+    "empty_like",
+    "empty_strided",
+    "zeros",
+    "zeros_like",
+    "ones",
+    "ones_like",
+    "full",
+    "full_like",
+)
 
 # The headers the slim `torch/types.h` used before the lean set: each pulls in ATen/Context.h,
 # IValue and the tracer (ATen/ops/<op>.h, ATen/DeviceGuard.h through ATen/core/IListRef.h).
 # Still the fall-back when the installed torch's headers do not have the layout lean_texts() reads.
-SLIM_TYPES_H = "\n".join([
-    "// cudice slim torch/types.h (verifier/header_overlay.py): torch's own declarations, fewer of them.",
+SLIM_TYPES_H = "\n".join(
+    [
+        "// cudice slim torch/types.h (verifier/header_overlay.py): torch's own declarations, fewer of them.",
+        "#pragma once",
+        "#include <optional>",
+        "#include <ATen/core/Tensor.h>",
+        "#include <ATen/DeviceGuard.h>",
+        "#include <ATen/Dispatch.h>",
+        *(f"#include <ATen/ops/{op}.h>" for op in SLIM_OPS),
+        _TORCH_NAMESPACE,
+    ]
+)
+_LEAN_OP_INCLUDES = (
     "#pragma once",
     "#include <optional>",
     "#include <ATen/core/Tensor.h>",
-    "#include <ATen/DeviceGuard.h>",
-    "#include <ATen/Dispatch.h>",
-    *(f"#include <ATen/ops/{op}.h>" for op in SLIM_OPS),
-    _TORCH_NAMESPACE,
-])
-_LEAN_OP_INCLUDES = ("#pragma once", "#include <optional>", "#include <ATen/core/Tensor.h>", "#include <c10/core/Scalar.h>",
-                     "#include <c10/core/TensorOptions.h>", "#include <c10/core/SymIntArrayRef.h>")
+    "#include <c10/core/Scalar.h>",
+    "#include <c10/core/TensorOptions.h>",
+    "#include <c10/core/SymIntArrayRef.h>",
+)
 _GUARD_ELSE = "#else\n#error"  # torch's headers end in `#else #error ... TORCH_STABLE_ONLY`
 _LIST_OVERLOAD = re.compile(r"inline std::optional<Device> device_of\(ITensorListRef t\) \{.*?\n\}\n", re.S)
 # torch's CUDA context headers, shadowed with `#include <ATen/Context.h>` dropped
@@ -110,7 +127,7 @@ _LEAN_NOTE = "// cudice lean {} (verifier/header_overlay.py): torch's own text, 
 def _body(text: str, after: str) -> str:
     """What a torch header declares after its line `after`, up to its `#else #error` guard."""
     start = text.index(after) + len(after)
-    return text[start:text.rindex(_GUARD_ELSE)]
+    return text[start : text.rindex(_GUARD_ELSE)]
 
 
 def lean_texts(torch_include: Path) -> dict[str, str] | None:
@@ -135,31 +152,52 @@ def lean_texts(torch_include: Path) -> dict[str, str] | None:
         body, n = _LIST_OVERLOAD.subn("", _body(guard, after))
         if n != 1:
             return None
-        out["ATen/DeviceGuard.h"] = "\n".join([
-            _LEAN_NOTE.format("ATen/DeviceGuard.h", "without the tensor-list device_of"), "#pragma once",
-            "#include <ATen/core/Tensor.h>", "#include <c10/core/DeviceGuard.h>", after + body])
+        out["ATen/DeviceGuard.h"] = "\n".join(
+            [
+                _LEAN_NOTE.format("ATen/DeviceGuard.h", "without the tensor-list device_of"),
+                "#pragma once",
+                "#include <ATen/core/Tensor.h>",
+                "#include <c10/core/DeviceGuard.h>",
+                after + body,
+            ]
+        )
         for op in SLIM_OPS:
             include = f"#include <ATen/ops/{op}_ops.h>"
             text = _body((torch_include / "ATen" / "ops" / f"{op}.h").read_text(), include + "\n")
-            out[f"ATen/ops/{op}.h"] = "\n".join([_LEAN_NOTE.format(f"ATen/ops/{op}.h", "fewer includes"),
-                                                 *_LEAN_OP_INCLUDES, include, text])
+            out[f"ATen/ops/{op}.h"] = "\n".join(
+                [_LEAN_NOTE.format(f"ATen/ops/{op}.h", "fewer includes"), *_LEAN_OP_INCLUDES, include, text]
+            )
         for name in _CONTEXT_FREE:
             text = (torch_include / name).read_text()
             if "#include <ATen/Context.h>\n" not in text:
                 return None
-            out[name] = _LEAN_NOTE.format(name, "without ATen/Context.h") + text.replace("#include <ATen/Context.h>\n", "")
-        out["torch/types.h"] = "\n".join([
-            _LEAN_NOTE.format("torch/types.h", "fewer of its declarations"), "#pragma once", "#include <optional>",
-            "#include <ATen/core/Tensor.h>", "#include <ATen/DeviceGuard.h>", "#include <ATen/Dispatch.h>",
-            *(f"#include <ATen/ops/{op}.h>" for op in SLIM_OPS), _TORCH_NAMESPACE])
+            out[name] = _LEAN_NOTE.format(name, "without ATen/Context.h") + text.replace(
+                "#include <ATen/Context.h>\n", ""
+            )
+        out["torch/types.h"] = "\n".join(
+            [
+                _LEAN_NOTE.format("torch/types.h", "fewer of its declarations"),
+                "#pragma once",
+                "#include <optional>",
+                "#include <ATen/core/Tensor.h>",
+                "#include <ATen/DeviceGuard.h>",
+                "#include <ATen/Dispatch.h>",
+                *(f"#include <ATen/ops/{op}.h>" for op in SLIM_OPS),
+                _TORCH_NAMESPACE,
+            ]
+        )
         return out
     except (OSError, ValueError):
         return None
 
 
-DEVICE_EXTENSION_H = "// cudice slim torch/extension.h for cuda.cu (no Python)\n#pragma once\n#include <torch/types.h>\n"
-HOST_EXTENSION_H = ("// cudice slim torch/extension.h for main.cpp: the binding's pybind11 and tensor casters\n"
-                    "#include <torch/types.h>\n#include <torch/csrc/utils/pybind.h>\n#include <torch/csrc/Exceptions.h>\n")
+DEVICE_EXTENSION_H = (
+    "// cudice slim torch/extension.h for cuda.cu (no Python)\n#pragma once\n#include <torch/types.h>\n"
+)
+HOST_EXTENSION_H = (
+    "// cudice slim torch/extension.h for main.cpp: the binding's pybind11 and tensor casters\n"
+    "#include <torch/types.h>\n#include <torch/csrc/utils/pybind.h>\n#include <torch/csrc/Exceptions.h>\n"
+)
 
 _CUBLAS_API = """#pragma once
 typedef enum {
@@ -197,7 +235,9 @@ typedef enum {
   CUSOLVER_STATUS_MATRIX_TYPE_NOT_SUPPORTED = 8, CUSOLVER_STATUS_NOT_SUPPORTED = 9
 } cusolverStatus_t;
 """
-_STANDIN_NOTE = "// cudice stand-in (verifier/header_overlay.py): used only because the real header is missing here.\n"
+_STANDIN_NOTE = (
+    "// cudice stand-in (verifier/header_overlay.py): used only because the real header is missing here.\n"
+)
 # header path -> text; the names they declare are what `ATen/cuda/CUDAContext.h` and
 # `ATen/cuda/Exceptions.h` need (torch/include/ATen/cuda/CUDAContextLight.h).
 STANDINS: dict[str, str] = {
@@ -206,11 +246,11 @@ STANDINS: dict[str, str] = {
     "cublas_v2.h": "#pragma once\n#include <cublas_api.h>\n",
     "cublas.h": "#pragma once\n#include <cublas_api.h>\n",
     "cublasLt.h": "#pragma once\n#include <cublas_api.h>\nstruct cublasLtContext;\n"
-                  "typedef struct cublasLtContext* cublasLtHandle_t;\n",
+    "typedef struct cublasLtContext* cublasLtHandle_t;\n",
     "cusparse.h": _CUSPARSE,
     "cusolver_common.h": _CUSOLVER_COMMON,
     "cusolverDn.h": "#pragma once\n#include <cusolver_common.h>\nstruct cusolverDnContext;\n"
-                    "typedef struct cusolverDnContext* cusolverDnHandle_t;\n",
+    "typedef struct cusolverDnContext* cusolverDnHandle_t;\n",
 }
 # a compiler error naming one of these, while a stand-in is in use, may be the stand-in's gap
 _STANDIN_NAMES = re.compile(r"\b(cublas|cusparse|cusolver|CUBLAS|CUSPARSE|CUSOLVER)\w*")
@@ -263,9 +303,13 @@ def ensure_overlay(cache_dir: Path, flags: str) -> Overlay:
     torch_include = next((d for d in dirs if (d / "ATen" / "ops").is_dir()), None)
     lean = lean_texts(torch_include) if torch_include is not None else None
     slim = {"torch/types.h": SLIM_TYPES_H} if lean is None else lean
-    files = {**{f"device/{k}": v for k, v in slim.items()}, "device/torch/extension.h": DEVICE_EXTENSION_H,
-             **{f"host/{k}": v for k, v in slim.items()}, "host/torch/extension.h": HOST_EXTENSION_H,
-             **{f"standins/{h}": _STANDIN_NOTE + STANDINS[h] for h in missing}}
+    files = {
+        **{f"device/{k}": v for k, v in slim.items()},
+        "device/torch/extension.h": DEVICE_EXTENSION_H,
+        **{f"host/{k}": v for k, v in slim.items()},
+        "host/torch/extension.h": HOST_EXTENSION_H,
+        **{f"standins/{h}": _STANDIN_NOTE + STANDINS[h] for h in missing},
+    }
     h = hashlib.sha256()
     for name in sorted(files):
         h.update(name.encode() + b"\0" + files[name].encode() + b"\0")
@@ -319,10 +363,21 @@ def ensure_host_pch(overlay: Overlay, cxx: str, flags: str, timeout_s: float = 9
         if gch.is_file():
             return folder
         tmp_gch = gch.with_name(f".extension.h.gch.{os.getpid()}.tmp")
-        cmd = [*shlex.split(cxx), f"-I{folder}", *shlex.split(flags), "-x", "c++-header",
-               str(folder / "torch" / "extension.h"), "-o", str(tmp_gch)]
+        cmd = [
+            *shlex.split(cxx),
+            f"-I{folder}",
+            *shlex.split(flags),
+            "-x",
+            "c++-header",
+            str(folder / "torch" / "extension.h"),
+            "-o",
+            str(tmp_gch),
+        ]
         try:
-            ok = subprocess.run(cmd, capture_output=True, timeout=timeout_s, start_new_session=True).returncode == 0
+            ok = (
+                subprocess.run(cmd, capture_output=True, timeout=timeout_s, start_new_session=True).returncode
+                == 0
+            )
         except (OSError, subprocess.TimeoutExpired):
             ok = False
         if not ok:
@@ -382,7 +437,9 @@ def undecidable_reason(overlay: Overlay, output: str) -> str | None:
         return None
     missing = ", ".join(h for h in overlay.standins_used if not h.startswith("c10/"))
     what = f" ({', '.join(named[:4])})" if named else ""
-    return (f"This machine lacks {missing or 'some CUDA library headers'}: cudice compiled against minimal "
-            f"stand-ins, and the source uses more of those libraries than they declare{what}, so whether it "
-            "compiles cannot be decided here. Verify it on a machine with the full CUDA toolkit "
-            "(cuBLAS, cuSPARSE and cuSOLVER headers) or a CUDA build of torch.")
+    return (
+        f"This machine lacks {missing or 'some CUDA library headers'}: cudice compiled against minimal "
+        f"stand-ins, and the source uses more of those libraries than they declare{what}, so whether it "
+        "compiles cannot be decided here. Verify it on a machine with the full CUDA toolkit "
+        "(cuBLAS, cuSPARSE and cuSOLVER headers) or a CUDA build of torch."
+    )

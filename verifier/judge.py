@@ -60,15 +60,25 @@ _rng = secrets.SystemRandom()
 class Session:
     """The runners of one job: started at once (the reference's lazily without timing), closed with the judge."""
 
-    def __init__(self, cache_dir: Path, work: Path, *, sandboxed: bool = True, with_reference: bool = True) -> None:
+    def __init__(
+        self, cache_dir: Path, work: Path, *, sandboxed: bool = True, with_reference: bool = True
+    ) -> None:
         self.cache_dir, self.work, self.sandboxed = cache_dir, work, sandboxed
-        self._uid = 2_000_000_000 + (os.getpid() % 10_000_000) * 2  # two uids per judge, unique among live judges
+        self._uid = (
+            2_000_000_000 + (os.getpid() % 10_000_000) * 2
+        )  # two uids per judge, unique among live judges
         self.cand = self._start("candidate", self._uid)
         self._ref = self._start("reference", self._uid + 1) if with_reference else None
 
     def _start(self, role: str, uid: int) -> RunnerLink:
-        return RunnerLink(role, cache_dir=self.cache_dir, log_dir=self.work, uid=uid, env=runner_env(),
-                          sandboxed=self.sandboxed)
+        return RunnerLink(
+            role,
+            cache_dir=self.cache_dir,
+            log_dir=self.work,
+            uid=uid,
+            env=runner_env(),
+            sandboxed=self.sandboxed,
+        )
 
     @property
     def ref(self) -> RunnerLink:
@@ -100,8 +110,14 @@ def judge(job: dict[str, Any], session: Session) -> dict[str, Any]:
 
 
 class _Judge:
-    def __init__(self, job: dict[str, Any], session: Session, out: dict[str, Any], diags: list[Diagnostic],
-                 walls: dict[str, float]) -> None:
+    def __init__(
+        self,
+        job: dict[str, Any],
+        session: Session,
+        out: dict[str, Any],
+        diags: list[Diagnostic],
+        walls: dict[str, float],
+    ) -> None:
         from cudice.verifier.config import VerifyConfig
         from cudice.verifier.document import parse_document
 
@@ -120,8 +136,11 @@ class _Judge:
             self.ref_source = reference_only_source(self.ref_source)
         self.doc = parse_document(job["candidate_source"], self.cand_path)
         self.ref_doc = parse_document(job["reference_source"], self.ref_path)
-        self.where = (self.doc.index.location(self.doc.model_new.span, self.cand_path) if self.doc.model_new
-                      else Location(self.cand_path, 1, 1))
+        self.where = (
+            self.doc.index.location(self.doc.model_new.span, self.cand_path)
+            if self.doc.model_new
+            else Location(self.cand_path, 1, 1)
+        )
         self.lenient = self.config.static_policy == "lenient"
 
     # -- the phases ------------------------------------------------------------------------------------
@@ -133,16 +152,26 @@ class _Judge:
         torch.backends.cudnn.allow_tf32 = False
         torch.set_float32_matmul_precision("highest")
         if self.device.startswith("cuda") and not torch.cuda.is_available():
-            raise _Stop(Verdict.COMPILED, Stage.LOAD, [_diag("verify.no_gpu", "No CUDA GPU in the judge.", Stage.LOAD,
-                                                             None, Severity.INFORMATION)])
+            raise _Stop(
+                Verdict.COMPILED,
+                Stage.LOAD,
+                [_diag("verify.no_gpu", "No CUDA GPU in the judge.", Stage.LOAD, None, Severity.INFORMATION)],
+            )
         if self.device.startswith("cuda"):
             self.out["gpu_name"] = torch.cuda.get_device_name()
-        self.out["versions"] = {"torch": torch.__version__, "cuda": str(torch.version.cuda),
-                                "python": sys.version.split()[0]}
+        self.out["versions"] = {
+            "torch": torch.__version__,
+            "cuda": str(torch.version.cuda),
+            "python": sys.version.split()[0],
+        }
         self._boundary_diagnostics()
         ref_mod = _exec_module("cudice_reference", self.ref_source, self.ref_path, Stage.LOAD)
         ref_where = Location(self.ref_path, 1, 1)
-        init = _call(ref_mod.get_init_inputs, Stage.LOAD, ref_where) if hasattr(ref_mod, "get_init_inputs") else []
+        init = (
+            _call(ref_mod.get_init_inputs, Stage.LOAD, ref_where)
+            if hasattr(ref_mod, "get_init_inputs")
+            else []
+        )
         seed = secrets.randbits(63)
         torch.manual_seed(seed)
         model = _call(lambda: ref_mod.Model(*init).to(self.device).eval(), Stage.LOAD, ref_where)
@@ -150,11 +179,27 @@ class _Judge:
         # 2. the runners load their models after the same seed (same parameters as the reference)
         t = time.perf_counter()
         timed = not self.job.get("skip_timing")
-        self._load(self.session.cand, "cudice_candidate", self.job["candidate_source"], self.cand_path, "ModelNew",
-                   init, seed, self.doc)
+        self._load(
+            self.session.cand,
+            "cudice_candidate",
+            self.job["candidate_source"],
+            self.cand_path,
+            "ModelNew",
+            init,
+            seed,
+            self.doc,
+        )
         if timed:
-            self._load(self.session.ref, "cudice_reference", self.ref_source, self.ref_path, "Model",
-                       init, seed, self.ref_doc)
+            self._load(
+                self.session.ref,
+                "cudice_reference",
+                self.ref_source,
+                self.ref_path,
+                "Model",
+                init,
+                seed,
+                self.ref_doc,
+            )
         self.walls["load"] = time.perf_counter() - t
         # 3. correctness
         t = time.perf_counter()
@@ -176,17 +221,34 @@ class _Judge:
             for m in link.missing:
                 if (m.code, m.message) not in seen:
                     seen.add((m.code, m.message))
-                    self.diags.append(_diag(m.code, f"Sandbox: {m.message}.", Stage.LOAD, None, Severity.WARNING))
+                    self.diags.append(
+                        _diag(m.code, f"Sandbox: {m.message}.", Stage.LOAD, None, Severity.WARNING)
+                    )
 
-    def _load(self, link: RunnerLink, module: str, source: str, path: str, cls: str, init: Any, seed: int,
-              doc: Any) -> None:
+    def _load(
+        self, link: RunnerLink, module: str, source: str, path: str, cls: str, init: Any, seed: int, doc: Any
+    ) -> None:
         with self._talking(link, Stage.LOAD):
             if not link.ready:
                 link.wait_ready()
         tree, blobs = channel.encode(list(init))
-        self._ask(link, {"op": "load", "module": module, "source": source, "path": path, "cls": cls, "init": tree,
-                         "seed": seed, "device": self.device, "line": self.where.line if cls == "ModelNew" else 1},
-                  Stage.LOAD, blobs, on_build=lambda req: self._build(req, doc, path))
+        self._ask(
+            link,
+            {
+                "op": "load",
+                "module": module,
+                "source": source,
+                "path": path,
+                "cls": cls,
+                "init": tree,
+                "seed": seed,
+                "device": self.device,
+                "line": self.where.line if cls == "ModelNew" else 1,
+            },
+            Stage.LOAD,
+            blobs,
+            on_build=lambda req: self._build(req, doc, path),
+        )
 
     def _build(self, req: dict[str, Any], doc: Any, path: str) -> dict[str, Any]:
         """A runner's `load_inline`: built here, so only the judge writes the cache."""
@@ -194,14 +256,23 @@ class _Judge:
         from cudice.verifier.generated import from_values
 
         funcs = req.get("functions")
-        module = from_values(str(req["name"]), list(req["cpp"]), list(req["cuda"]) or None,
-                             list(funcs) if funcs is not None else None, doc)
+        module = from_values(
+            str(req["name"]),
+            list(req["cpp"]),
+            list(req["cuda"]) or None,
+            list(funcs) if funcs is not None else None,
+            doc,
+        )
         # a runner that could not import the binding without pybind11 (cabi.py) asks again for pybind11's
         config = self.config.with_(cabi_binding=False) if req.get("pybind") else self.config
         result = build_module(module, path, config, link=True)
         self.diags.extend(d for d in result.diagnostics if d.severity is not Severity.ERROR)
         if not result.ok or result.library is None:
-            return {"ok": False, "diagnostics": [d.to_dict() for d in result.diagnostics], "error": result.output[-4000:]}
+            return {
+                "ok": False,
+                "diagnostics": [d.to_dict() for d in result.diagnostics],
+                "error": result.output[-4000:],
+            }
         if self.session.sandboxed:
             readable_by_runners(self.config.cache_dir, result.library)
         return {"ok": True, "library": str(result.library), "cabi": result.binding is not None}
@@ -221,12 +292,25 @@ class _Judge:
         skipped: list[str] = []
         get_inputs = getattr(ref_mod, "get_inputs", None)
         if get_inputs is None:
-            raise _Stop(Verdict.RUNTIME_ERROR, Stage.LOAD, [_diag("runtime.exception", "The reference defines no "
-                        "get_inputs().", Stage.LOAD, Location(self.ref_path, 1, 1))])
+            raise _Stop(
+                Verdict.RUNTIME_ERROR,
+                Stage.LOAD,
+                [
+                    _diag(
+                        "runtime.exception",
+                        "The reference defines no get_inputs().",
+                        Stage.LOAD,
+                        Location(self.ref_path, 1, 1),
+                    )
+                ],
+            )
         for trial in range(n):
             dist = DISTRIBUTIONS[trial % len(DISTRIBUTIONS)]
-            inputs = _call(lambda d=dist: make_inputs(get_inputs, secret_seed(), d, self.device), Stage.CORRECTNESS,
-                           Location(self.ref_path, 1, 1))
+            inputs = _call(
+                lambda d=dist: make_inputs(get_inputs, secret_seed(), d, self.device),
+                Stage.CORRECTNESS,
+                Location(self.ref_path, 1, 1),
+            )
             with torch.no_grad():
                 ref_out = model(*[x.clone() if isinstance(x, torch.Tensor) else x for x in inputs])
             if dist != "as_given" and not _finite(ref_out):
@@ -238,28 +322,55 @@ class _Judge:
             cmp = compare_outputs(ref_out, cand_out, self.config.atol, self.config.rtol)
             max_abs, max_rel = max(max_abs, cmp.max_abs_err), max(max_rel, cmp.max_rel_err)
             if not cmp.ok:
-                self.out.update(max_abs_err=max_abs, max_rel_err=max_rel, num_correct_trials=len(ref_trials),
-                                num_trials=n)
+                self.out.update(
+                    max_abs_err=max_abs, max_rel_err=max_rel, num_correct_trials=len(ref_trials), num_trials=n
+                )
                 # the more specific finding first (all zeros, one value), when there is one
-                specific = [d for d in dyn.check_not_constant([cand_out], [ref_out], self.where)
-                            if d.severity is Severity.ERROR]
-                raise _Stop(Verdict.INCORRECT, Stage.CORRECTNESS, [*specific, _diag(
-                    "correctness.mismatch", f"Trial {trial + 1}/{n} ({dist} inputs): {cmp.why}", Stage.CORRECTNESS,
-                    self.where)])
+                specific = [
+                    d
+                    for d in dyn.check_not_constant([cand_out], [ref_out], self.where)
+                    if d.severity is Severity.ERROR
+                ]
+                raise _Stop(
+                    Verdict.INCORRECT,
+                    Stage.CORRECTNESS,
+                    [
+                        *specific,
+                        _diag(
+                            "correctness.mismatch",
+                            f"Trial {trial + 1}/{n} ({dist} inputs): {cmp.why}",
+                            Stage.CORRECTNESS,
+                            self.where,
+                        ),
+                    ],
+                )
             ref_trials.append(ref_out)
             cand_trials.append(cand_out)
             if trial in profiled:
                 found += self._profile()
         again = self._call_and_fetch(ref_trials[-1], count_threads=True)  # the last inputs, once more
-        found += dyn.check_deterministic(cand_trials[-1], again, self.config.atol, self.config.rtol, self.where)
+        found += dyn.check_deterministic(
+            cand_trials[-1], again, self.config.atol, self.config.rtol, self.where
+        )
         found += dyn.check_not_constant(cand_trials, ref_trials, self.where)
         found += self._guards()
         if skipped:
-            self.diags.append(_diag("correctness.distribution_skipped", f"Input distribution(s) {', '.join(skipped)} "
-                                    "skipped: the reference's own output is not finite on them.", Stage.CORRECTNESS,
-                                    self.where, Severity.INFORMATION))
-        self.out.update(max_abs_err=max_abs, max_rel_err=max_rel, num_correct_trials=len(ref_trials),
-                        num_trials=len(ref_trials))
+            self.diags.append(
+                _diag(
+                    "correctness.distribution_skipped",
+                    f"Input distribution(s) {', '.join(skipped)} "
+                    "skipped: the reference's own output is not finite on them.",
+                    Stage.CORRECTNESS,
+                    self.where,
+                    Severity.INFORMATION,
+                )
+            )
+        self.out.update(
+            max_abs_err=max_abs,
+            max_rel_err=max_rel,
+            num_correct_trials=len(ref_trials),
+            num_trials=len(ref_trials),
+        )
         self._stop_on_errors(found, Stage.CORRECTNESS)
         return ref_trials[-1]
 
@@ -283,26 +394,42 @@ class _Judge:
                 if time.perf_counter() >= deadline:
                     break
         latency = min(self._timed(self.session.ref, {"op": "go", "n": 0}) for _ in range(5))
-        checked = set(_rng.sample(range(cfg.timing_num_trials), k=min(NUM_CHECKED_TIMED_CALLS, cfg.timing_num_trials)))
+        checked = set(
+            _rng.sample(range(cfg.timing_num_trials), k=min(NUM_CHECKED_TIMED_CALLS, cfg.timing_num_trials))
+        )
         profiled = _rng.randrange(cfg.timing_num_trials)
         samples: dict[str, list[float]] = {"reference": [], "candidate": []}
         preps: dict[str, list[float]] = {"reference": [], "candidate": []}
         found: list[Diagnostic] = []
         for i in range(cfg.timing_num_trials):
-            for link in (links if i % 2 == 0 else links[::-1]):
+            for link in links if i % 2 == 0 else links[::-1]:
                 prep_s, go_s = self._round(link, cfg.l2_flush_mib)
                 preps[link.role].append(prep_s * 1e3)
                 samples[link.role].append(max(go_s - latency, 1e-9) * 1e3)
             if i in checked:  # the runner cannot tell which timed calls are checked: it is asked afterwards
-                rep, blobs = self._ask(self.session.cand, {"op": "fetch"}, Stage.TIMING,
-                                       max_bytes=2 * tensor_bytes(expected) + (1 << 20))
+                rep, blobs = self._ask(
+                    self.session.cand,
+                    {"op": "fetch"},
+                    Stage.TIMING,
+                    max_bytes=2 * tensor_bytes(expected) + (1 << 20),
+                )
                 got = self._decode(rep, blobs)
                 cmp = compare_outputs(expected, got, cfg.atol, cfg.rtol)
                 if not cmp.ok:
-                    raise _Stop(Verdict.INCORRECT, Stage.TIMING, [_diag(
-                        "correctness.timed_call_mismatch", f"Timed call {i + 1}/{cfg.timing_num_trials} (checked "
-                        f"afterwards, chosen at random): {cmp.why}. The kernel must be correct on every call, not only "
-                        "while it is checked.", Stage.TIMING, self.where)])
+                    raise _Stop(
+                        Verdict.INCORRECT,
+                        Stage.TIMING,
+                        [
+                            _diag(
+                                "correctness.timed_call_mismatch",
+                                f"Timed call {i + 1}/{cfg.timing_num_trials} (checked "
+                                f"afterwards, chosen at random): {cmp.why}. The kernel must be correct on every call, not only "
+                                "while it is checked.",
+                                Stage.TIMING,
+                                self.where,
+                            )
+                        ],
+                    )
             if i == profiled:
                 found += self._profile()
         found += self._guards()
@@ -311,16 +438,32 @@ class _Judge:
         ref_prep, cand_prep = sorted(preps["reference"]), sorted(preps["candidate"])
         mid = len(ref_prep) // 2
         if cand_prep[mid] > 2.0 * ref_prep[mid] + 0.5:
-            reasons.append(f"its untimed preparation took {cand_prep[mid]:.3f} ms against the reference's "
-                           f"{ref_prep[mid]:.3f} ms: work deferred past the timed call")
-            self.diags.append(_diag("timing.deferred_work", f"Work seems to run after the timed call returned "
-                                    f"({reasons[-1]}); the speedup is not counted.", Stage.TIMING, self.where,
-                                    Severity.WARNING))
-        cmp_t = from_samples(samples["reference"], samples["candidate"], input_bytes=tensor_bytes(inputs),
-                             output_bytes=tensor_bytes(last_ref), suspicious_speedup=cfg.suspicious_speedup,
-                             peak_bandwidth_gb_s=cfg.peak_bandwidth_gb_s, extra_reasons=reasons)
-        record_timing(cmp_t, self.where, self.out, self.diags,
-                      "; timed by the judge around a synchronising round trip")
+            reasons.append(
+                f"its untimed preparation took {cand_prep[mid]:.3f} ms against the reference's "
+                f"{ref_prep[mid]:.3f} ms: work deferred past the timed call"
+            )
+            self.diags.append(
+                _diag(
+                    "timing.deferred_work",
+                    f"Work seems to run after the timed call returned "
+                    f"({reasons[-1]}); the speedup is not counted.",
+                    Stage.TIMING,
+                    self.where,
+                    Severity.WARNING,
+                )
+            )
+        cmp_t = from_samples(
+            samples["reference"],
+            samples["candidate"],
+            input_bytes=tensor_bytes(inputs),
+            output_bytes=tensor_bytes(last_ref),
+            suspicious_speedup=cfg.suspicious_speedup,
+            peak_bandwidth_gb_s=cfg.peak_bandwidth_gb_s,
+            extra_reasons=reasons,
+        )
+        record_timing(
+            cmp_t, self.where, self.out, self.diags, "; timed by the judge around a synchronising round trip"
+        )
 
     # -- requests ----------------------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -331,12 +474,31 @@ class _Judge:
         except (channel.ChannelError, OSError) as exc:
             rc = link.proc.poll()
             why = f"exit status {rc}" if rc is not None else "it stopped answering"
-            raise _Stop(Verdict.CRASH, stage, [_diag(
-                "runtime.crash", f"The {link.role} process ended or broke the protocol ({why}: {exc}); see the error "
-                "text for its last output.", stage, self.where)], link.log_tail()) from None
+            raise _Stop(
+                Verdict.CRASH,
+                stage,
+                [
+                    _diag(
+                        "runtime.crash",
+                        f"The {link.role} process ended or broke the protocol ({why}: {exc}); see the error "
+                        "text for its last output.",
+                        stage,
+                        self.where,
+                    )
+                ],
+                link.log_tail(),
+            ) from None
 
-    def _ask(self, link: RunnerLink, header: dict[str, Any], stage: Stage, blobs: Any = (), *, max_bytes: int = 0,
-             on_build: Any = None) -> tuple[dict[str, Any], list[bytearray]]:
+    def _ask(
+        self,
+        link: RunnerLink,
+        header: dict[str, Any],
+        stage: Stage,
+        blobs: Any = (),
+        *,
+        max_bytes: int = 0,
+        on_build: Any = None,
+    ) -> tuple[dict[str, Any], list[bytearray]]:
         with self._talking(link, stage):
             rep, got = link.request(header, blobs, max_bytes=max_bytes, on_build=on_build)
         if not rep.get("ok"):
@@ -344,8 +506,14 @@ class _Judge:
             verdict = Verdict(claimed) if claimed in RUNNER_VERDICTS else Verdict.RUNTIME_ERROR
             got_diags = [Diagnostic.from_dict(d) for d in rep.get("diagnostics", []) if isinstance(d, dict)]
             if not got_diags:
-                got_diags = [_diag("runtime.exception", f"The {link.role} process reported: {rep.get('error')}", stage,
-                                   self.where)]
+                got_diags = [
+                    _diag(
+                        "runtime.exception",
+                        f"The {link.role} process reported: {rep.get('error')}",
+                        stage,
+                        self.where,
+                    )
+                ]
             raise _Stop(verdict, stage, got_diags, str(rep.get("error") or "")[-4000:] or None)
         return rep, got
 
@@ -357,20 +525,34 @@ class _Judge:
         from cudice.verifier.timing import tensor_bytes
 
         size = tensor_bytes(ref_out)
-        rep, _ = self._ask(self.session.cand, {"op": "call", "poison_bytes": 4 * size + (1 << 20),
-                                               "count_threads": count_threads}, Stage.CORRECTNESS)
+        rep, _ = self._ask(
+            self.session.cand,
+            {"op": "call", "poison_bytes": 4 * size + (1 << 20), "count_threads": count_threads},
+            Stage.CORRECTNESS,
+        )
         found = [Diagnostic.from_dict(d) for d in rep.get("diagnostics", []) if isinstance(d, dict)]
         self._stop_on_errors(found, Stage.CORRECTNESS)
-        rep, blobs = self._ask(self.session.cand, {"op": "fetch"}, Stage.CORRECTNESS, max_bytes=2 * size + (1 << 20))
+        rep, blobs = self._ask(
+            self.session.cand, {"op": "fetch"}, Stage.CORRECTNESS, max_bytes=2 * size + (1 << 20)
+        )
         return self._decode(rep, blobs)
 
     def _decode(self, rep: dict[str, Any], blobs: list[bytearray]) -> Any:
         try:
             return channel.decode(rep.get("outputs"), blobs, self.device)
         except channel.ChannelError as exc:
-            raise _Stop(Verdict.INCORRECT, Stage.CORRECTNESS, [_diag(
-                "dynamic.output_not_plain_tensor", f"The candidate's outputs could not be read: {exc}",
-                Stage.CORRECTNESS, self.where)]) from None
+            raise _Stop(
+                Verdict.INCORRECT,
+                Stage.CORRECTNESS,
+                [
+                    _diag(
+                        "dynamic.output_not_plain_tensor",
+                        f"The candidate's outputs could not be read: {exc}",
+                        Stage.CORRECTNESS,
+                        self.where,
+                    )
+                ],
+            ) from None
 
     def _round(self, link: RunnerLink, flush_mib: int) -> tuple[float, float]:
         prep = self._timed(link, {"op": "prep", "flush_mib": flush_mib})
@@ -387,14 +569,27 @@ class _Judge:
         rep, _ = self._ask(self.session.cand, {"op": "profile"}, Stage.CORRECTNESS)
         if not rep.get("supported"):
             if rep.get("error") and not any(d.code == "dynamic.profiler_unavailable" for d in self.diags):
-                self.diags.append(_diag("dynamic.profiler_unavailable", f"The profiler could not run in the runner "
-                                        f"({rep['error']}): which kernels ran, ATen's share and streams were not "
-                                        "checked.", Stage.CORRECTNESS, self.where, Severity.WARNING))
+                self.diags.append(
+                    _diag(
+                        "dynamic.profiler_unavailable",
+                        f"The profiler could not run in the runner "
+                        f"({rep['error']}): which kernels ran, ATen's share and streams were not "
+                        "checked.",
+                        Stage.CORRECTNESS,
+                        self.where,
+                        Severity.WARNING,
+                    )
+                )
             return []
-        runs = [dyn.KernelRun(str(k[0]), float(k[1]), int(k[2])) for k in rep.get("kernels", [])
-                if isinstance(k, list) and len(k) == 3]
+        runs = [
+            dyn.KernelRun(str(k[0]), float(k[1]), int(k[2]))
+            for k in rep.get("kernels", [])
+            if isinstance(k, list) and len(k) == 3
+        ]
         defined = _kernel_names(self.doc)
-        found = dyn.check_kernels_ran(runs, defined, 0.5 if self.lenient else 0.0, self.where) if defined else []
+        found = (
+            dyn.check_kernels_ran(runs, defined, 0.5 if self.lenient else 0.0, self.where) if defined else []
+        )
         return found + dyn.check_streams(runs, int(rep.get("marker_stream", -1)), self.where)
 
     def _guards(self) -> list[Diagnostic]:
@@ -442,8 +637,11 @@ def _finite(out: Any) -> bool:
     import torch
     from cudice.verifier.dynamic_checks import flatten_outputs
 
-    return all(bool(torch.isfinite(t).all()) for t in flatten_outputs(out)
-               if isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex()))
+    return all(
+        bool(torch.isfinite(t).all())
+        for t in flatten_outputs(out)
+        if isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex())
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

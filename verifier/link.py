@@ -43,16 +43,31 @@ def runner_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env = scrubbed_env(extra)
     # The runner's uid has no passwd entry; getpass.getuser() (torch's cache-dir defaults, the
     # profiler) reads these first instead of failing in pwd.getpwuid.
-    env.update(HOME="/tmp", TMPDIR="/tmp", TORCH_EXTENSIONS_DIR="/tmp/torch_extensions", OMP_NUM_THREADS="2",
-               USER="cudice-runner", LOGNAME="cudice-runner")
+    env.update(
+        HOME="/tmp",
+        TMPDIR="/tmp",
+        TORCH_EXTENSIONS_DIR="/tmp/torch_extensions",
+        OMP_NUM_THREADS="2",
+        USER="cudice-runner",
+        LOGNAME="cudice-runner",
+    )
     return env
 
 
 class RunnerLink:
     """One runner process and the judge's socket to it."""
 
-    def __init__(self, role: str, *, cache_dir: Path, log_dir: Path, uid: int, env: dict[str, str],
-                 sandboxed: bool = True, module: str = "cudice.verifier.candidate") -> None:
+    def __init__(
+        self,
+        role: str,
+        *,
+        cache_dir: Path,
+        log_dir: Path,
+        uid: int,
+        env: dict[str, str],
+        sandboxed: bool = True,
+        module: str = "cudice.verifier.candidate",
+    ) -> None:
         self.role = role
         mine, theirs = socket.socketpair()
         report_r, report_w = os.pipe()
@@ -61,12 +76,23 @@ class RunnerLink:
         if sandboxed:
             argv, self.missing = wrap(argv, default_spec(cache_dir, uid=uid, report_fd=report_w))
         else:
-            self.missing = [Missing("sandbox.disabled", "the runner was started without the OS boundary (test "
-                                    "setting `sandboxed=False`)")]
+            self.missing = [
+                Missing(
+                    "sandbox.disabled",
+                    "the runner was started without the OS boundary (test setting `sandboxed=False`)",
+                )
+            ]
         self.log_path = log_dir / f"{role}.log"
         self._log: IO[bytes] = open(self.log_path, "wb")
-        self.proc = subprocess.Popen(argv, pass_fds=(theirs.fileno(), report_w) if boxed else (theirs.fileno(),), stdin=subprocess.DEVNULL,
-                                     stdout=self._log, stderr=self._log, env=env, preexec_fn=_die_with_parent)
+        self.proc = subprocess.Popen(
+            argv,
+            pass_fds=(theirs.fileno(), report_w) if boxed else (theirs.fileno(),),
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=self._log,
+            env=env,
+            preexec_fn=_die_with_parent,
+        )
         theirs.close()
         os.close(report_w)
         self.sock = mine
@@ -78,20 +104,34 @@ class RunnerLink:
             try:
                 self.report = json.loads(line)
             except ValueError:
-                self.report = {"missing": [{"code": "sandbox.report", "message": "unreadable boundary report"}]}
+                self.report = {
+                    "missing": [{"code": "sandbox.report", "message": "unreadable boundary report"}]
+                }
         if boxed and not line:
-            self.missing = [Missing("sandbox.unavailable", "the boundary did not report before the runner started; "
-                                    f"see {self.log_path.name}")]
-        self.missing += [Missing(str(m.get("code", "sandbox.partial")), str(m.get("message", "")))
-                         for m in self.report.get("missing", [])]
+            self.missing = [
+                Missing(
+                    "sandbox.unavailable",
+                    f"the boundary did not report before the runner started; see {self.log_path.name}",
+                )
+            ]
+        self.missing += [
+            Missing(str(m.get("code", "sandbox.partial")), str(m.get("message", "")))
+            for m in self.report.get("missing", [])
+        ]
 
     def wait_ready(self) -> dict[str, Any]:
         rep, _ = channel.recv(self.sock, 0)
         self.ready = True
         return rep
 
-    def request(self, header: dict[str, Any], blobs: Sequence[memoryview] = (), *, max_bytes: int = 0,
-                on_build: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> Reply:
+    def request(
+        self,
+        header: dict[str, Any],
+        blobs: Sequence[memoryview] = (),
+        *,
+        max_bytes: int = 0,
+        on_build: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    ) -> Reply:
         """Send one request and return its reply, answering `build` messages in between."""
         channel.send(self.sock, header, blobs)
         while True:

@@ -60,8 +60,14 @@ def plan(nvcc_cmd: list[str], keep_dir: Path, seed: str, env: dict[str, str]) ->
         return None
     keep_dir.mkdir(parents=True, exist_ok=True)
     try:
-        dry = subprocess.run([nvcc_cmd[0], "--dryrun", "--keep", "--keep-dir", str(keep_dir), *nvcc_cmd[1:]],
-                             capture_output=True, text=True, timeout=120, env=env, start_new_session=True)
+        dry = subprocess.run(
+            [nvcc_cmd[0], "--dryrun", "--keep", "--keep-dir", str(keep_dir), *nvcc_cmd[1:]],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+            start_new_session=True,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     if dry.returncode != 0:
@@ -88,9 +94,15 @@ def plan(nvcc_cmd: list[str], keep_dir: Path, seed: str, env: dict[str, str]) ->
     front, device, last = steps[:2], steps[2:-1], steps[-1]
     ids = _ID_FILE.findall(front[1])
     cicc = [s for s in device if "cicc" in s.split(" ", 1)[0]]
-    if (_GEN_ID not in front[1] or len(ids) != 1 or len(cicc) != 1 or _ID_FILE.findall(cicc[0]) != ids
-            or not any(s.startswith("fatbinary") for s in device) or " -c " not in f" {last} "
-            or any(s.startswith(("nvlink", "cudafe++")) for s in device)):
+    if (
+        _GEN_ID not in front[1]
+        or len(ids) != 1
+        or len(cicc) != 1
+        or _ID_FILE.findall(cicc[0]) != ids
+        or not any(s.startswith("fatbinary") for s in device)
+        or " -c " not in f" {last} "
+        or any(s.startswith(("nvlink", "cudafe++")) for s in device)
+    ):
         return None
     name = Path(nvcc_cmd[nvcc_cmd.index("-c") + 1]).name
     mangled = re.sub(r"\W", "_", name)
@@ -99,8 +111,13 @@ def plan(nvcc_cmd: list[str], keep_dir: Path, seed: str, env: dict[str, str]) ->
     return Plan(step_env, tuple(front), tuple(device), last, Path(ids[0]), module_id, keep_dir)
 
 
-def run(p: Plan, timeout_s: float, cancel: CancelToken | None, cwd: Path | None,
-        on_output: Callable[[str], None] | None = None) -> tuple[int, str, bool, bool]:
+def run(
+    p: Plan,
+    timeout_s: float,
+    cancel: CancelToken | None,
+    cwd: Path | None,
+    on_output: Callable[[str], None] | None = None,
+) -> tuple[int, str, bool, bool]:
     """(returncode, output, cancelled, timed_out), as buildsteps.run_process reports a plain nvcc."""
     from cudice.verifier.buildsteps import run_process
 
@@ -112,8 +129,12 @@ def run(p: Plan, timeout_s: float, cancel: CancelToken | None, cwd: Path | None,
         def is_set(self) -> bool:
             return stop_device.is_set() or (cancel is not None and cancel.is_set())
 
-    def chain(steps: tuple[str, ...], token: object, out: list[tuple[int, str, bool, bool]],
-              live: Callable[[str], None] | None = None) -> None:
+    def chain(
+        steps: tuple[str, ...],
+        token: object,
+        out: list[tuple[int, str, bool, bool]],
+        live: Callable[[str], None] | None = None,
+    ) -> None:
         for step in steps:
             left = deadline - time.monotonic()
             res = run_process(["sh", "-c", step], max(left, 0.1), token, cwd, live, env=p.env)  # type: ignore[arg-type]
@@ -140,15 +161,30 @@ def run(p: Plan, timeout_s: float, cancel: CancelToken | None, cwd: Path | None,
     output = "".join(r[1] for r in device)
     d_rc, _, d_cancel, d_timeout = device[-1]
     if d_rc != 0 or d_cancel or d_timeout:
-        return _emit(d_rc or 1, front_out, output, d_cancel and cancel is not None and cancel.is_set(), d_timeout,
-                     on_output, p)
-    res = run_process(["sh", "-c", p.host_compile], max(deadline - time.monotonic(), 0.1), cancel, cwd, None,
-                      env=p.env)
+        return _emit(
+            d_rc or 1,
+            front_out,
+            output,
+            d_cancel and cancel is not None and cancel.is_set(),
+            d_timeout,
+            on_output,
+            p,
+        )
+    res = run_process(
+        ["sh", "-c", p.host_compile], max(deadline - time.monotonic(), 0.1), cancel, cwd, None, env=p.env
+    )
     return _emit(res[0], front_out, output + res[1], res[2], res[3], on_output, p)
 
 
-def _emit(rc: int, streamed: str, rest: str, cancelled: bool, timed_out: bool,
-          on_output: Callable[[str], None] | None, p: Plan) -> tuple[int, str, bool, bool]:
+def _emit(
+    rc: int,
+    streamed: str,
+    rest: str,
+    cancelled: bool,
+    timed_out: bool,
+    on_output: Callable[[str], None] | None,
+    p: Plan,
+) -> tuple[int, str, bool, bool]:
     """The result; `rest` (what the device chain and the host compile printed) goes to `on_output` now."""
     shutil.rmtree(p.keep_dir, ignore_errors=True)
     if on_output is not None:

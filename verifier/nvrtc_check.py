@@ -55,12 +55,18 @@ def nvrtc_check(doc: Document, arch: str = "9.0") -> NvrtcResult:
     try:
         err, prog = nvrtc.nvrtcCreateProgram(doc.text.encode(), name.encode(), 0, [], [])
     except Exception as exc:  # cuda.pathfinder raises its own DynamicLibNotFoundError
-        raise NvrtcUnavailable(f"libnvrtc not found ({type(exc).__name__}): install the CUDA toolkit's NVRTC "
-                               "or `pip install nvidia-cuda-nvrtc`.") from exc
+        raise NvrtcUnavailable(
+            f"libnvrtc not found ({type(exc).__name__}): install the CUDA toolkit's NVRTC "
+            "or `pip install nvidia-cuda-nvrtc`."
+        ) from exc
     if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
         raise NvrtcUnavailable(f"nvrtcCreateProgram failed: {err}")
     sm = arch.split("+")[0].replace(".", "")
-    opts = [f"--gpu-architecture=sm_{sm}".encode(), f"-I{Path(cuda_home()) / 'include'}".encode(), b"-std=c++17"]
+    opts = [
+        f"--gpu-architecture=sm_{sm}".encode(),
+        f"-I{Path(cuda_home()) / 'include'}".encode(),
+        b"-std=c++17",
+    ]
     try:
         (status,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
         _, size = nvrtc.nvrtcGetProgramLogSize(prog)
@@ -78,7 +84,14 @@ def nvrtc_check(doc: Document, arch: str = "9.0") -> NvrtcResult:
         if msg.caret_text is not None and msg.line <= len(lines):
             column = caret_column(*msg.caret_text, lines[msg.line - 1])
         sev = Severity.ERROR if msg.severity == "error" else Severity.WARNING
-        diags.append(Diagnostic(sev, msg.message, f"fast.{msg.severity}", Stage.COMPILE,
-                                Location(doc.path, msg.line, column, msg.line, column + 1)))
+        diags.append(
+            Diagnostic(
+                sev,
+                msg.message,
+                f"fast.{msg.severity}",
+                Stage.COMPILE,
+                Location(doc.path, msg.line, column, msg.line, column + 1),
+            )
+        )
     ok = status == nvrtc.nvrtcResult.NVRTC_SUCCESS
     return NvrtcResult(ok, tuple(diags), log, time.perf_counter() - t0)

@@ -49,22 +49,34 @@ class _Job:
 class VerifyPool(VerifyBackend):
     """A pool of verifications. Use as a context manager or call `shutdown()`."""
 
-    def __init__(self, config: VerifyConfig | None = None, *, num_compile_workers: int | None = None,
-                 gpus: list[int] | None = None, persistent: bool = True) -> None:
+    def __init__(
+        self,
+        config: VerifyConfig | None = None,
+        *,
+        num_compile_workers: int | None = None,
+        gpus: list[int] | None = None,
+        persistent: bool = True,
+    ) -> None:
         self.config = config or VerifyConfig()
         if num_compile_workers is None:  # a build runs two compilers (main.cpp, cuda.cu) side by side
             num_compile_workers = default_compile_workers()
         self.gpus = gpus if gpus is not None else list(range(count_gpus()))
         # one long-lived runner per GPU (runner.py) unless each candidate must get a fresh process
-        self._runners = {g: PersistentRunner(env={"CUDA_VISIBLE_DEVICES": str(g)}) for g in self.gpus} \
-            if persistent else {}
-        for runner in self._runners.values():  # a judge and its runner processes warm up while the first builds run
+        self._runners = (
+            {g: PersistentRunner(env={"CUDA_VISIBLE_DEVICES": str(g)}) for g in self.gpus}
+            if persistent
+            else {}
+        )
+        for (
+            runner
+        ) in self._runners.values():  # a judge and its runner processes warm up while the first builds run
             runner.warm_up(self.config.memory_limit_mib, {"cache_dir": str(self.config.cache_dir)})
         self._leases: queue.Queue[int] = queue.Queue()
         for g in self.gpus:
             self._leases.put(g)
-        self._executor = ThreadPoolExecutor(max_workers=max(1, num_compile_workers) + len(self.gpus),
-                                            thread_name_prefix="cudice-verify")
+        self._executor = ThreadPoolExecutor(
+            max_workers=max(1, num_compile_workers) + len(self.gpus), thread_name_prefix="cudice-verify"
+        )
         self._jobs: JobTable[_Job] = JobTable()
 
     def cancel(self, key: str) -> bool:
@@ -101,8 +113,14 @@ class VerifyPool(VerifyBackend):
         self._jobs.discard(job.key, job)
 
     def _work(self, job: _Job, request: VerifyJob, config: VerifyConfig) -> VerifyResult:
-        return verify(request.path, source=request.source, reference=request.reference, config=config,
-                      cancel=job.cancel, run_child=self._run_on_gpu)
+        return verify(
+            request.path,
+            source=request.source,
+            reference=request.reference,
+            config=config,
+            cancel=job.cancel,
+            run_child=self._run_on_gpu,
+        )
 
     def _run_on_gpu(self, job: dict[str, Any], **kwargs: Any) -> ChildOutcome:
         gpu = self._leases.get()  # one child per GPU at a time

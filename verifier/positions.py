@@ -45,7 +45,7 @@ class Span:
         return self.start <= offset <= self.end
 
     def text(self, source: str) -> str:
-        return source[self.start:self.end]
+        return source[self.start : self.end]
 
 
 def _unit_len(c: str, encoding: str) -> int:
@@ -67,8 +67,10 @@ class LineIndex:
     @classmethod
     def of(cls, text: str, encoding: str = "utf-16") -> LineIndex:
         if encoding not in ENCODINGS:
-            raise ValueError(f"position encoding {encoding!r} is not one of {', '.join(ENCODINGS)}; "
-                             "pass the encoding the client negotiated at initialize")
+            raise ValueError(
+                f"position encoding {encoding!r} is not one of {', '.join(ENCODINGS)}; "
+                "pass the encoding the client negotiated at initialize"
+            )
         starts = [0]
         i, n = 0, len(text)
         while i < n:
@@ -106,7 +108,7 @@ class LineIndex:
         """(line, character) of a code-point offset."""
         offset = max(0, min(offset, len(self.text)))
         line = self.line_of(offset)
-        return line, self.units(self.text[self.starts[line]:offset])
+        return line, self.units(self.text[self.starts[line] : offset])
 
     def offset(self, line: int, character: int) -> int:
         """Code-point offset of an LSP position; positions past a line's end clamp to its end."""

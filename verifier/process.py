@@ -27,8 +27,9 @@ def kill_group(pid: int) -> None:
         pass
 
 
-def wait_or_kill(proc: subprocess.Popen[Any], timeout_s: float, cancel: CancelToken | None,
-                 poll_s: float = 0.02) -> tuple[bool, bool]:
+def wait_or_kill(
+    proc: subprocess.Popen[Any], timeout_s: float, cancel: CancelToken | None, poll_s: float = 0.02
+) -> tuple[bool, bool]:
     """Wait for `proc` (started with `start_new_session=True`); kill its group on cancel or timeout.
 
     Returns (cancelled, timed_out); at most one is true (a cancel seen first wins).

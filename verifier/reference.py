@@ -42,28 +42,70 @@ def resolve_reference(doc: Document) -> ResolvedReference:
     path = reference_path(doc)
     where = doc.location(spec.span) if spec.span else Location(doc.path, 1, 1)
     if path is None:
-        return ResolvedReference(None, (Diagnostic(
-            Severity.ERROR, "No reference: add `Model` + `get_inputs()` to this file, a comment "
-            "`# cudice: reference=path/to/problem.py`, or pass `--reference PATH`.",
-            "parse.no_reference", Stage.PARSE, where),))
+        return ResolvedReference(
+            None,
+            (
+                Diagnostic(
+                    Severity.ERROR,
+                    "No reference: add `Model` + `get_inputs()` to this file, a comment "
+                    "`# cudice: reference=path/to/problem.py`, or pass `--reference PATH`.",
+                    "parse.no_reference",
+                    Stage.PARSE,
+                    where,
+                ),
+            ),
+        )
     if not path.is_file():
-        how = "fix the path in the `# cudice: reference=` comment" if spec.origin == "comment" else "check --reference"
-        return ResolvedReference(None, (Diagnostic(
-            Severity.ERROR, f"Reference file {path} does not exist ({how}; comment paths are relative to "
-            "the candidate's folder).", "parse.reference_missing", Stage.PARSE, where),))
+        how = (
+            "fix the path in the `# cudice: reference=` comment"
+            if spec.origin == "comment"
+            else "check --reference"
+        )
+        return ResolvedReference(
+            None,
+            (
+                Diagnostic(
+                    Severity.ERROR,
+                    f"Reference file {path} does not exist ({how}; comment paths are relative to "
+                    "the candidate's folder).",
+                    "parse.reference_missing",
+                    Stage.PARSE,
+                    where,
+                ),
+            ),
+        )
     ref = read_document(path, require_candidate=False)
     problems = list(ref.problems)
     if ref.model is None:
-        problems.append(Diagnostic(Severity.ERROR, f"The reference {path} has no `class Model`.",
-                                   "parse.reference_no_model", Stage.PARSE, Location(str(path), 1, 1)))
+        problems.append(
+            Diagnostic(
+                Severity.ERROR,
+                f"The reference {path} has no `class Model`.",
+                "parse.reference_no_model",
+                Stage.PARSE,
+                Location(str(path), 1, 1),
+            )
+        )
     if ref.get_inputs is None:
-        problems.append(Diagnostic(Severity.ERROR, f"The reference {path} has no `get_inputs()`.",
-                                   "parse.no_get_inputs", Stage.PARSE, Location(str(path), 1, 1)))
+        problems.append(
+            Diagnostic(
+                Severity.ERROR,
+                f"The reference {path} has no `get_inputs()`.",
+                "parse.no_get_inputs",
+                Stage.PARSE,
+                Location(str(path), 1, 1),
+            )
+        )
     errors = tuple(d for d in problems if d.severity is Severity.ERROR)
     if errors:
         # Repeat the reason at the candidate's own reference comment so the editor shows it there.
-        head = Diagnostic(Severity.ERROR, f"The reference {path} is not usable: {errors[0].message}",
-                          "parse.reference_invalid", Stage.PARSE, where)
+        head = Diagnostic(
+            Severity.ERROR,
+            f"The reference {path} is not usable: {errors[0].message}",
+            "parse.reference_invalid",
+            Stage.PARSE,
+            where,
+        )
         return ResolvedReference(None, (head, *errors))
     return ResolvedReference(ref, ())
 
@@ -105,7 +147,9 @@ def reference_only_source(text: str) -> str:
     for stmt in dropped:
         first = min([stmt.lineno, *(d.lineno for d in getattr(stmt, "decorator_list", []))])
         blank.update(range(first, (stmt.end_lineno or stmt.lineno) + 1))
-    if any(k.lineno in blank or (k.end_lineno or k.lineno) in blank for k in kept):  # `a = 1; ext = load_inline(...)`
+    if any(
+        k.lineno in blank or (k.end_lineno or k.lineno) in blank for k in kept
+    ):  # `a = 1; ext = load_inline(...)`
         return ast.unparse(ast.Module(body=kept, type_ignores=[]))
     return "\n".join("" if i + 1 in blank else line for i, line in enumerate(lines))
 
@@ -119,7 +163,8 @@ def _builds_or_defines_candidate(stmt: object) -> bool:
         if isinstance(node, ast.Call):
             f = node.func
             if (isinstance(f, ast.Name) and f.id == "load_inline") or (
-                    isinstance(f, ast.Attribute) and f.attr in _BUILD_CALLS):
+                isinstance(f, ast.Attribute) and f.attr in _BUILD_CALLS
+            ):
                 if isinstance(f, ast.Attribute) and f.attr == "load" and not _is_cpp_extension(f.value):
                     continue  # torch.load, json.load, ...: not a builder
                 return True
@@ -130,7 +175,8 @@ def _is_cpp_extension(node: object) -> bool:
     import ast
 
     return (isinstance(node, ast.Name) and node.id in ("cpp_extension", "ce")) or (
-        isinstance(node, ast.Attribute) and node.attr == "cpp_extension")
+        isinstance(node, ast.Attribute) and node.attr == "cpp_extension"
+    )
 
 
 def _uses(stmt: object, names: set[str]) -> bool:

@@ -51,8 +51,13 @@ class _Spare:
 class PersistentRunner:
     """Runs jobs one at a time, each in a fresh judge started ahead of time. Thread-safe."""
 
-    def __init__(self, *, env: dict[str, str] | None = None, module: str = "cudice.verifier.judge",
-                 max_file_mib: int = 1024) -> None:
+    def __init__(
+        self,
+        *,
+        env: dict[str, str] | None = None,
+        module: str = "cudice.verifier.judge",
+        max_file_mib: int = 1024,
+    ) -> None:
         self.env, self.module, self.max_file_mib = env or {}, module, max_file_mib
         self._lock = threading.Lock()
         self._spare: _Spare | None = None
@@ -62,9 +67,15 @@ class PersistentRunner:
     def _spawn(self, memory_limit_mib: int, config: dict[str, Any] | None) -> _Spare:
         work = Path(tempfile.mkdtemp(prefix="cudice-runner-"))
         out, err = open(work / "stdout.txt", "wb"), open(work / "stderr.txt", "wb")
-        proc, pipe = start_child({"config": config} if config else None, module=self.module, cwd=work, stdout=out,
-                                 stderr=err, env=scrubbed_env(self.env, home=str(work)),
-                                 preexec_fn=_limits(memory_limit_mib, self.max_file_mib))
+        proc, pipe = start_child(
+            {"config": config} if config else None,
+            module=self.module,
+            cwd=work,
+            stdout=out,
+            stderr=err,
+            env=scrubbed_env(self.env, home=str(work)),
+            preexec_fn=_limits(memory_limit_mib, self.max_file_mib),
+        )
         self.num_started += 1
         return _Spare(proc, pipe, work, out, err, memory_limit_mib, time.monotonic())
 
@@ -80,9 +91,16 @@ class PersistentRunner:
                 self._spare.discard()
                 self._spare = None
 
-    def __call__(self, job: dict[str, Any], *, timeout_s: float, memory_limit_mib: int,
-                 max_output_bytes: int = 65536, cancel: CancelToken | None = None,
-                 env: dict[str, str] | None = None) -> ChildOutcome:
+    def __call__(
+        self,
+        job: dict[str, Any],
+        *,
+        timeout_s: float,
+        memory_limit_mib: int,
+        max_output_bytes: int = 65536,
+        cancel: CancelToken | None = None,
+        env: dict[str, str] | None = None,
+    ) -> ChildOutcome:
         """Same contract as `sandbox.run_in_child`."""
         with self._lock:
             t0 = time.perf_counter()
@@ -102,9 +120,15 @@ class PersistentRunner:
                 result = spare.pipe.result()
                 spare.stdout.flush()
                 spare.stderr.flush()
-                outcome = ChildOutcome(result, spare.proc.returncode, _tail(spare.work / "stdout.txt", max_output_bytes),
-                                       _tail(spare.work / "stderr.txt", max_output_bytes), time.perf_counter() - t0,
-                                       timed_out, cancelled)
+                outcome = ChildOutcome(
+                    result,
+                    spare.proc.returncode,
+                    _tail(spare.work / "stdout.txt", max_output_bytes),
+                    _tail(spare.work / "stderr.txt", max_output_bytes),
+                    time.perf_counter() - t0,
+                    timed_out,
+                    cancelled,
+                )
             finally:
                 spare.discard()
             self._spare = self._spawn(memory_limit_mib, job.get("config"))  # warms up while the pool compiles

@@ -36,9 +36,22 @@ from typing import Any
 
 from cudice.verifier.process import CancelToken, kill_group, wait_or_kill
 
-KEEP_ENV = ("PATH", "LANG", "LC_ALL", "CUDA_HOME", "CUDA_PATH", "CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH",
-            "TORCH_CUDA_ARCH_LIST", "PYTHONPATH", "CUDICE_CACHE_DIR", "NVIDIA_VISIBLE_DEVICES", "TMPDIR",
-            "VIRTUAL_ENV", "CUDA_DEVICE_ORDER")
+KEEP_ENV = (
+    "PATH",
+    "LANG",
+    "LC_ALL",
+    "CUDA_HOME",
+    "CUDA_PATH",
+    "CUDA_VISIBLE_DEVICES",
+    "LD_LIBRARY_PATH",
+    "TORCH_CUDA_ARCH_LIST",
+    "PYTHONPATH",
+    "CUDICE_CACHE_DIR",
+    "NVIDIA_VISIBLE_DEVICES",
+    "TMPDIR",
+    "VIRTUAL_ENV",
+    "CUDA_DEVICE_ORDER",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,9 +98,17 @@ def _limits(memory_limit_mib: int, max_file_mib: int) -> Callable[[], None]:
     return apply
 
 
-def run_in_child(job: dict[str, Any], *, timeout_s: float, memory_limit_mib: int, max_output_bytes: int = 65536,
-                 cancel: CancelToken | None = None, env: dict[str, str] | None = None,
-                 module: str = "cudice.verifier.judge", max_file_mib: int = 1024) -> ChildOutcome:
+def run_in_child(
+    job: dict[str, Any],
+    *,
+    timeout_s: float,
+    memory_limit_mib: int,
+    max_output_bytes: int = 65536,
+    cancel: CancelToken | None = None,
+    env: dict[str, str] | None = None,
+    module: str = "cudice.verifier.judge",
+    max_file_mib: int = 1024,
+) -> ChildOutcome:
     """Run `python -m module --result-fd FD` under the limits above; never raises for child failures.
 
     The job goes to the child's stdin; the result comes back on a pipe this function created
@@ -99,14 +120,27 @@ def run_in_child(job: dict[str, Any], *, timeout_s: float, memory_limit_mib: int
     try:
         out_path, err_path = work / "stdout.txt", work / "stderr.txt"
         with open(out_path, "wb") as out, open(err_path, "wb") as err:
-            proc, reader = start_child(job, module=module, cwd=work, stdout=out, stderr=err,
-                                       env=scrubbed_env(env, home=str(work)),
-                                       preexec_fn=_limits(memory_limit_mib, max_file_mib))
+            proc, reader = start_child(
+                job,
+                module=module,
+                cwd=work,
+                stdout=out,
+                stderr=err,
+                env=scrubbed_env(env, home=str(work)),
+                preexec_fn=_limits(memory_limit_mib, max_file_mib),
+            )
             reader.send_job(job)
             cancelled, timed_out = wait_or_kill(proc, timeout_s, cancel)
             kill_group(proc.pid)  # also after a normal exit: a forked grandchild must not outlive the job
-        return ChildOutcome(reader.result(), proc.returncode, _tail(out_path, max_output_bytes),
-                            _tail(err_path, max_output_bytes), time.perf_counter() - t0, timed_out, cancelled)
+        return ChildOutcome(
+            reader.result(),
+            proc.returncode,
+            _tail(out_path, max_output_bytes),
+            _tail(err_path, max_output_bytes),
+            time.perf_counter() - t0,
+            timed_out,
+            cancelled,
+        )
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -146,8 +180,16 @@ class ResultPipe:
         return value if isinstance(value, dict) else None
 
 
-def start_child(job: dict[str, Any] | None, *, module: str, cwd: Path, stdout: Any, stderr: Any,
-                env: dict[str, str], preexec_fn: Callable[[], None]) -> tuple[subprocess.Popen[bytes], ResultPipe]:
+def start_child(
+    job: dict[str, Any] | None,
+    *,
+    module: str,
+    cwd: Path,
+    stdout: Any,
+    stderr: Any,
+    env: dict[str, str],
+    preexec_fn: Callable[[], None],
+) -> tuple[subprocess.Popen[bytes], ResultPipe]:
     """Start `python -m module --result-fd FD [--cache-dir DIR]` in its own session, stdin a pipe."""
     read_fd, write_fd = os.pipe()
     argv = [sys.executable, "-m", module, "--result-fd", str(write_fd)]
@@ -157,8 +199,17 @@ def start_child(job: dict[str, Any] | None, *, module: str, cwd: Path, stdout: A
     if (job or {}).get("skip_timing"):
         argv.append("--no-timing")  # the judge need not start the reference's runner
     try:
-        proc = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.PIPE, stdout=stdout, stderr=stderr, env=env,
-                                start_new_session=True, preexec_fn=preexec_fn, pass_fds=(write_fd,))
+        proc = subprocess.Popen(
+            argv,
+            cwd=cwd,
+            stdin=subprocess.PIPE,
+            stdout=stdout,
+            stderr=stderr,
+            env=env,
+            start_new_session=True,
+            preexec_fn=preexec_fn,
+            pass_fds=(write_fd,),
+        )
     finally:
         os.close(write_fd)  # from here on only the child holds the write end
     return proc, ResultPipe(proc, read_fd)

@@ -27,8 +27,16 @@ from cudice.verifier.positions import LineIndex, Span
 _PREFIX = re.compile(r"[rRbBuUfF]{0,2}")
 _SIMPLE_ESCAPES = {
     "\n": "",  # backslash-newline: line continuation, contributes nothing
-    "\\": "\\", "'": "'", '"': '"', "a": "\a", "b": "\b", "f": "\f",
-    "n": "\n", "r": "\r", "t": "\t", "v": "\v",
+    "\\": "\\",
+    "'": "'",
+    '"': '"',
+    "a": "\a",
+    "b": "\b",
+    "f": "\f",
+    "n": "\n",
+    "r": "\r",
+    "t": "\t",
+    "v": "\v",
 }
 
 
@@ -78,8 +86,12 @@ class SourceSpan:
 
     def concat(self, other: SourceSpan) -> SourceSpan:
         """`self + other` (the `+` operator on two mappable literals)."""
-        return SourceSpan(self.text + other.text, self.offsets[:-1] + other.offsets, self.file_index,
-                          self.pieces + other.pieces)
+        return SourceSpan(
+            self.text + other.text,
+            self.offsets[:-1] + other.offsets,
+            self.file_index,
+            self.pieces + other.pieces,
+        )
 
 
 def scan_literal(source: str, start: int, end: int, index: LineIndex | None = None) -> SourceSpan:
@@ -134,12 +146,14 @@ def _newline_len(source: str, i: int) -> int:
     return 1 if source.startswith(("\n", "\r"), i) else 0
 
 
-def _scan_one(source: str, pos: int, end: int, chars: list[str], offsets: list[int], pieces: list[Span]) -> int:
+def _scan_one(
+    source: str, pos: int, end: int, chars: list[str], offsets: list[int], pieces: list[Span]
+) -> int:
     m = _PREFIX.match(source, pos)
     prefix = m.group(0).lower() if m else ""
     q = pos + len(prefix)
     if q >= end or source[q] not in "\"'":
-        raise LiteralScanError(f"expected a string literal at offset {pos}, found {source[pos:pos + 10]!r}")
+        raise LiteralScanError(f"expected a string literal at offset {pos}, found {source[pos : pos + 10]!r}")
     if "b" in prefix:
         raise LiteralScanError("bytes literal: load_inline sources must be str")
     quote = source[q] * 3 if source.startswith(source[q] * 3, q) else source[q]
@@ -164,7 +178,9 @@ def _scan_one(source: str, pos: int, end: int, chars: list[str], offsets: list[i
                 offsets.append(i)
                 i += 2
             else:
-                raise LiteralScanError("f-string with a replacement field: its value is only known at run time")
+                raise LiteralScanError(
+                    "f-string with a replacement field: its value is only known at run time"
+                )
         else:
             chars.append(ch)
             offsets.append(i)
@@ -189,20 +205,20 @@ def _scan_escape(source: str, i: int, is_raw: bool, chars: list[str], offsets: l
             offsets.append(i)
         return i + 2
     if nxt in "01234567":
-        m = re.match(r"[0-7]{1,3}", source[i + 1:i + 4])
+        m = re.match(r"[0-7]{1,3}", source[i + 1 : i + 4])
         assert m is not None
         chars.append(chr(int(m.group(0), 8)))
         offsets.append(i)
         return i + 1 + len(m.group(0))
     widths = {"x": 2, "u": 4, "U": 8}
     if nxt in widths:
-        digits = source[i + 2:i + 2 + widths[nxt]]
+        digits = source[i + 2 : i + 2 + widths[nxt]]
         chars.append(chr(int(digits, 16)))
         offsets.append(i)
         return i + 2 + widths[nxt]
     if nxt == "N" and source.startswith("{", i + 2):
         close = source.index("}", i + 3)
-        chars.append(unicodedata.lookup(source[i + 3:close]))
+        chars.append(unicodedata.lookup(source[i + 3 : close]))
         offsets.append(i)
         return close + 1
     # Unknown escape: Python keeps the backslash and the character.

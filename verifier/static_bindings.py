@@ -19,7 +19,13 @@ from cudice.verifier.document import callee_name
 from cudice.verifier.static_policy import COMPUTE_METHODS, NN_NON_COMPUTE
 from cudice.verifier.static_sources import ModuleConstants
 
-TORCH_SUBMODULES_COMPUTE = ("torch.nn.functional.", "torch.ops.", "torch.special.", "torch.linalg.", "torch.fft.")
+TORCH_SUBMODULES_COMPUTE = (
+    "torch.nn.functional.",
+    "torch.ops.",
+    "torch.special.",
+    "torch.linalg.",
+    "torch.fft.",
+)
 
 
 def dotted(node: ast.AST, aliases: dict[str, str]) -> str | None:
@@ -54,8 +60,14 @@ def module_lambdas(tree: ast.Module) -> dict[str, ast.FunctionDef]:
             lam = stmt.value
             for t in stmt.targets:
                 if isinstance(t, ast.Name):
-                    fn = ast.FunctionDef(name=t.id, args=lam.args, body=[ast.Return(lam.body)], decorator_list=[],
-                                         returns=None, type_comment=None)
+                    fn = ast.FunctionDef(
+                        name=t.id,
+                        args=lam.args,
+                        body=[ast.Return(lam.body)],
+                        decorator_list=[],
+                        returns=None,
+                        type_comment=None,
+                    )
                     out[t.id] = ast.copy_location(fn, lam)
                     ast.fix_missing_locations(out[t.id])
     return out
@@ -64,8 +76,15 @@ def module_lambdas(tree: ast.Module) -> dict[str, ast.FunctionDef]:
 class Bindings:
     """What the names of one candidate hold, decided before forward is judged (phases 0 and 1)."""
 
-    def __init__(self, tree: ast.Module, cls: ast.ClassDef, aliases: dict[str, str], exposed: set[str],
-                 extension_names: set[str], reference_names: set[str]) -> None:
+    def __init__(
+        self,
+        tree: ast.Module,
+        cls: ast.ClassDef,
+        aliases: dict[str, str],
+        exposed: set[str],
+        extension_names: set[str],
+        reference_names: set[str],
+    ) -> None:
         self.tree, self.cls, self.aliases, self.exposed = tree, cls, aliases, exposed
         self.reference_names = reference_names
         self.methods = {n.name: n for n in cls.body if isinstance(n, ast.FunctionDef)}
@@ -75,7 +94,9 @@ class Bindings:
         self.kernel_names: set[str] = set()  # module-level names bound to an extension function
         self.torch_names: set[str] = set()  # module-level containers of torch compute functions
         self._local_torch: set[str] = set()  # names in the current function bound to torch callables
-        self.self_kinds: dict[str, str] = {}  # self attr -> "ext" | "kernel" | "torch" | "tensor" | "reference"
+        self.self_kinds: dict[
+            str, str
+        ] = {}  # self attr -> "ext" | "kernel" | "torch" | "tensor" | "reference"
         self._local_kernels: set[str] = set()  # names in the current function bound to kernel functions
         self.constants = ModuleConstants(tree)
         self._module_bindings()
@@ -104,10 +125,15 @@ class Bindings:
             recv, key = e.args[0], e.args[1]
             return isinstance(key, ast.Constant) and key.value in self.exposed and self._is_extension(recv)
         if isinstance(e, ast.Name):
-            return e.id in self.kernel_names or e.id in self._local_kernels or (
-                e.id in self.exposed and e.id not in self.module_funcs)
+            return (
+                e.id in self.kernel_names
+                or e.id in self._local_kernels
+                or (e.id in self.exposed and e.id not in self.module_funcs)
+            )
         if (attr := self_attr(e)) is not None:
-            return self.self_kinds.get(attr) == "kernel" or (attr in self.exposed and attr not in self.methods)
+            return self.self_kinds.get(attr) == "kernel" or (
+                attr in self.exposed and attr not in self.methods
+            )
         if isinstance(e, ast.Attribute):
             return e.attr in self.exposed or self._is_extension(e.value)
         return False
@@ -117,9 +143,19 @@ class Bindings:
         if not isinstance(e, (ast.Dict, ast.List, ast.Tuple, ast.Set)):
             return False
         for n in ast.walk(e):
-            d = dotted(n.func if isinstance(n, ast.Call) else n, self.aliases) if isinstance(n, (ast.Attribute, ast.Name, ast.Call)) else None
-            if d and (is_compute_ref(d) or (d.startswith("torch.nn.") and d.rsplit(".", 1)[-1][:1].isupper()
-                                              and d.rsplit(".", 1)[-1] not in NN_NON_COMPUTE)):
+            d = (
+                dotted(n.func if isinstance(n, ast.Call) else n, self.aliases)
+                if isinstance(n, (ast.Attribute, ast.Name, ast.Call))
+                else None
+            )
+            if d and (
+                is_compute_ref(d)
+                or (
+                    d.startswith("torch.nn.")
+                    and d.rsplit(".", 1)[-1][:1].isupper()
+                    and d.rsplit(".", 1)[-1] not in NN_NON_COMPUTE
+                )
+            ):
                 return True
         return False
 
@@ -153,8 +189,16 @@ class Bindings:
                 targets, value = node.targets, node.value
             elif isinstance(node, ast.AnnAssign):
                 targets, value = [node.target], node.value
-            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "register_buffer":
-                if node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
+            elif (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "register_buffer"
+            ):
+                if (
+                    node.args
+                    and isinstance(node.args[0], ast.Constant)
+                    and isinstance(node.args[0].value, str)
+                ):
                     self.self_kinds[node.args[0].value] = "tensor"
             for t in targets:
                 name = self_attr(t)
@@ -170,7 +214,11 @@ class Bindings:
             return self.self_kinds[attr]  # self.ext2 = self.ext
         if self._is_kernel_ref(value):
             return "kernel"
-        if isinstance(value, ast.Call) and callee_name(value.func) in ("staticmethod", "partial") and value.args:
+        if (
+            isinstance(value, ast.Call)
+            and callee_name(value.func) in ("staticmethod", "partial")
+            and value.args
+        ):
             return self._kind_of_init_value(value.args[0])
         if isinstance(value, (ast.Dict, ast.List, ast.Tuple, ast.Set)) and self._holds_torch_callable(value):
             return "torch"  # self.ops = [torch.relu, F.gelu]
@@ -183,7 +231,10 @@ class Bindings:
         if not isinstance(value, ast.Call):
             return "torch"  # self.fn = torch.relu
         last = d.rsplit(".", 1)[-1]
-        if d.startswith("torch.nn.") and not d.startswith(("torch.nn.functional.", "torch.nn.init.")) \
-                and last not in NN_NON_COMPUTE:
+        if (
+            d.startswith("torch.nn.")
+            and not d.startswith(("torch.nn.functional.", "torch.nn.init."))
+            and last not in NN_NON_COMPUTE
+        ):
             return "torch"  # self.conv = nn.Conv2d(...): calling it in forward is PyTorch compute
         return "tensor"  # nn.Parameter(...), torch.randn(...)

@@ -78,8 +78,13 @@ def check_document(doc: Document, config: VerifyConfig | None = None) -> list[Di
     low_ref = _reference_is_low_precision(doc)
     if doc.kind == "cu":
         src = CppSource(doc.text, lambda line, col: Location(doc.path, line, col))
-        diags = check_cpp_sources([src], [k.name for k in doc.raw_kernels], level,
-                                  reference_low_precision=low_ref, check_launches=False)
+        diags = check_cpp_sources(
+            [src],
+            [k.name for k in doc.raw_kernels],
+            level,
+            reference_low_precision=low_ref,
+            check_launches=False,
+        )
         return _dedupe(diags)
     if doc.tree is None or doc.model_new is None:
         return []
@@ -98,9 +103,13 @@ def check_source(source: str, path: str, config: VerifyConfig | None = None) -> 
     return check_document(parse_document(source, path), config)
 
 
-def check_built_sources(cpp_sources: str | Sequence[str], cuda_sources: str | Sequence[str] | None,
-                        functions: Sequence[str] | None, where: Location,
-                        config: VerifyConfig | None = None) -> list[Diagnostic]:
+def check_built_sources(
+    cpp_sources: str | Sequence[str],
+    cuda_sources: str | Sequence[str] | None,
+    functions: Sequence[str] | None,
+    where: Location,
+    config: VerifyConfig | None = None,
+) -> list[Diagnostic]:
     """The C++ checks over the sources a `load_inline` call actually received at run time (the
     route for a source `static.dynamic_source` could not read): every finding lands on `where`,
     the call in the candidate's file. Kernel launches are checked too, since the text is complete."""
@@ -130,7 +139,7 @@ def _dedupe(diags: list[Diagnostic]) -> list[Diagnostic]:
 
 def _reference_is_low_precision(doc: Document) -> bool:
     if doc.reference.origin == "same_file":
-        return doc.model is not None and bool(_LOW_PRECISION_REF.search(doc.text[doc.model.span.start:]))
+        return doc.model is not None and bool(_LOW_PRECISION_REF.search(doc.text[doc.model.span.start :]))
     path = reference_path(doc)
     try:
         return path is not None and bool(_LOW_PRECISION_REF.search(path.read_text(encoding="utf-8")))
@@ -138,8 +147,9 @@ def _reference_is_low_precision(doc: Document) -> bool:
         return False
 
 
-def _cpp_findings(doc: Document, call: LoadInlineCall, resolved: ResolvedCall, level: Strictness,
-                  low_ref: bool) -> list[Diagnostic]:
+def _cpp_findings(
+    doc: Document, call: LoadInlineCall, resolved: ResolvedCall, level: Strictness, low_ref: bool
+) -> list[Diagnostic]:
     """The C++ checks over every source of one call: mapped literals through their source map,
     sources computed from constants located on their expression, and `static.dynamic_source`
     for what the file does not fix."""
@@ -150,20 +160,28 @@ def _cpp_findings(doc: Document, call: LoadInlineCall, resolved: ResolvedCall, l
     for r in resolved.sources:
         span = mapped.get((r.kind, r.index))
         if span is not None:
+
             def locate(line: int, col: int, span: object = span) -> Location:
                 fl, fc = span.to_file(line, col)  # type: ignore[attr-defined]
                 return Location(doc.path, fl, fc)
 
             sources.append(CppSource(span.text, locate, r.kind == "cuda"))
         elif r.text is not None:
-            sources.append(CppSource(r.text, _fixed_locator(_node_location(doc.path, r.node)), r.kind == "cuda"))
+            sources.append(
+                CppSource(r.text, _fixed_locator(_node_location(doc.path, r.node)), r.kind == "cuda")
+            )
         else:
             diags.append(_dynamic_source(doc.path, r.node, f"this {r.kind} source", dynamic_sev))
     for node in resolved.dynamic_args:
         diags.append(_dynamic_source(doc.path, node, "these `load_inline` sources", dynamic_sev))
     if sources:
-        diags += check_cpp_sources(sources, call.functions, level, reference_low_precision=low_ref,
-                                   check_launches=resolved.is_complete)
+        diags += check_cpp_sources(
+            sources,
+            call.functions,
+            level,
+            reference_low_precision=low_ref,
+            check_launches=resolved.is_complete,
+        )
     return diags
 
 
@@ -181,12 +199,20 @@ def _node_location(path: str, node: ast.AST) -> Location:
 
 
 def _dynamic_source(path: str, node: ast.AST, what: str, severity: Severity) -> Diagnostic:
-    tail = (" In `lenient` only the run-time checks judge it." if severity is Severity.WARNING else
-            " Write the source as a string literal (module-level constants in f-strings are fine).")
-    return Diagnostic(severity, f"{what} is built at run time (a call, a file, a variable the file does not fix): "
-                      "the static checks cannot read the C++/CUDA it compiles, so ATen calls, streams, "
-                      "dispatcher overrides or file access could hide in it." + tail,
-                      "static.dynamic_source", Stage.STATIC, _node_location(path, node))
+    tail = (
+        " In `lenient` only the run-time checks judge it."
+        if severity is Severity.WARNING
+        else " Write the source as a string literal (module-level constants in f-strings are fine)."
+    )
+    return Diagnostic(
+        severity,
+        f"{what} is built at run time (a call, a file, a variable the file does not fix): "
+        "the static checks cannot read the C++/CUDA it compiles, so ATen calls, streams, "
+        "dispatcher overrides or file access could hide in it." + tail,
+        "static.dynamic_source",
+        Stage.STATIC,
+        _node_location(path, node),
+    )
 
 
 class _ModuleChecker:
@@ -197,8 +223,12 @@ class _ModuleChecker:
         self.doc, self.tree, self.cls, self.level = doc, doc.tree, cls, level
         self.aliases = _import_aliases(self.tree)
         self.reference_names = {"Model"} | {
-            a.asname or a.name for n in ast.walk(self.tree) if isinstance(n, ast.ImportFrom)
-            for a in n.names if a.name == "Model"}
+            a.asname or a.name
+            for n in ast.walk(self.tree)
+            if isinstance(n, ast.ImportFrom)
+            for a in n.names
+            if a.name == "Model"
+        }
         self.diags: list[Diagnostic] = []
         self.exposed = self._exposed_names()
 
@@ -220,8 +250,9 @@ class _ModuleChecker:
         self._load_inline_fallback()
         exposed = self.exposed
         extensions = _extension_names(self.tree)
-        report = analyze_forward(self.tree, self.cls, self.aliases, exposed, extensions,
-                                 self.reference_names, self.level)
+        report = analyze_forward(
+            self.tree, self.cls, self.aliases, exposed, extensions, self.reference_names, self.level
+        )
         for f in report.findings:
             self.add(f.code, f.node, f.message, Severity.WARNING if f.warning else Severity.ERROR)
         self._launches(report, exposed)
@@ -237,18 +268,27 @@ class _ModuleChecker:
                     tainted.add(c.name)
         for b in self.cls.bases:
             if _base_name(b) in tainted:
-                self.add("static.inherits_model", b,
-                         f"`ModelNew` inherits from `{ast.unparse(b)}`, which is (or derives from) the reference "
-                         "`Model`: its inherited forward runs the reference. Inherit from `nn.Module` only.")
+                self.add(
+                    "static.inherits_model",
+                    b,
+                    f"`ModelNew` inherits from `{ast.unparse(b)}`, which is (or derives from) the reference "
+                    "`Model`: its inherited forward runs the reference. Inherit from `nn.Module` only.",
+                )
 
     def _reference_use(self) -> None:
         for node in ast.walk(self.cls):
-            hit = (isinstance(node, ast.Name) and node.id in self.reference_names and isinstance(node.ctx, ast.Load)) \
-                or (isinstance(node, ast.Attribute) and node.attr == "Model" and dotted(node, self.aliases))
+            hit = (
+                isinstance(node, ast.Name)
+                and node.id in self.reference_names
+                and isinstance(node.ctx, ast.Load)
+            ) or (isinstance(node, ast.Attribute) and node.attr == "Model" and dotted(node, self.aliases))
             if hit and not any(node is b or node in ast.walk(b) for b in self.cls.bases):
-                self.add("static.holds_reference_model", node,
-                         "`ModelNew` uses the reference `Model` (holds an instance or calls it): the reference, "
-                         "not the kernel, would produce the output. Build `ModelNew` from `nn.Module` and kernels.")
+                self.add(
+                    "static.holds_reference_model",
+                    node,
+                    "`ModelNew` uses the reference `Model` (holds an instance or calls it): the reference, "
+                    "not the kernel, would produce the output. Build `ModelNew` from `nn.Module` and kernels.",
+                )
 
     # -- module-wide rules ---------------------------------------------------------------------
     def _module_node(self, node: ast.AST) -> None:
@@ -266,70 +306,130 @@ class _ModuleChecker:
         elif isinstance(node, ast.ClassDef):
             for b in node.bases:
                 if dotted(b, self.aliases) in ("torch.Tensor", "torch._C.TensorBase", "torch._C._TensorBase"):
-                    self.add("static.tensor_subclass", node,
-                             f"class `{node.name}` subclasses `torch.Tensor`: a lazy tensor can defer the work to "
-                             "when the checker reads it. Return plain tensors written by the kernel.")
+                    self.add(
+                        "static.tensor_subclass",
+                        node,
+                        f"class `{node.name}` subclasses `torch.Tensor`: a lazy tensor can defer the work to "
+                        "when the checker reads it. Return plain tensors written by the kernel.",
+                    )
         elif isinstance(node, ast.FunctionDef) and node.name in ("__torch_function__", "__torch_dispatch__"):
-            self.add("static.tensor_subclass", node,
-                     f"`{node.name}` intercepts torch operations (lazy or faked results).")
+            self.add(
+                "static.tensor_subclass",
+                node,
+                f"`{node.name}` intercepts torch operations (lazy or faked results).",
+            )
         elif isinstance(node, ast.Attribute):
             if node.attr in ("_make_subclass", "as_subclass", "_make_wrapper_subclass"):
-                self.add("static.tensor_subclass", node, f"`.{node.attr}` builds a tensor subclass "
-                         "(lazy or faked results). Return plain tensors.")
+                self.add(
+                    "static.tensor_subclass",
+                    node,
+                    f"`.{node.attr}` builds a tensor subclass (lazy or faked results). Return plain tensors.",
+                )
             elif (dotted(node, self.aliases) or "").startswith(JIT_COMPILERS):
-                self.add("static.foreign_compute", node,
-                         f"`{ast.unparse(node)}` compiles PyTorch code into its own GPU kernels (Triton, fusers): "
-                         "they, not this file's CUDA, would do the work.")
+                self.add(
+                    "static.foreign_compute",
+                    node,
+                    f"`{ast.unparse(node)}` compiles PyTorch code into its own GPU kernels (Triton, fusers): "
+                    "they, not this file's CUDA, would do the work.",
+                )
             elif _is_dispatch_api(dotted(node, self.aliases), node.attr):
-                self.add("static.dispatcher_override", node,
-                         f"`{ast.unparse(node)}` reaches PyTorch's dispatcher: an implementation registered for an "
-                         "`aten` op replaces it in the whole process, including the ops the verifier uses to "
-                         "compare outputs (e.g. `aten::allclose`). Call the compiled extension's functions instead.")
+                self.add(
+                    "static.dispatcher_override",
+                    node,
+                    f"`{ast.unparse(node)}` reaches PyTorch's dispatcher: an implementation registered for an "
+                    "`aten` op replaces it in the whole process, including the ops the verifier uses to "
+                    "compare outputs (e.g. `aten::allclose`). Call the compiled extension's functions instead.",
+                )
             elif dotted(node, self.aliases) in HARNESS_ATTRS:
-                self.add("static.harness_tampering", node,
-                         f"`{ast.unparse(node)}` belongs to the verifier's process (its arguments name the result file).")
-            elif node.attr in DYNAMIC_ATTRS or dotted(node, self.aliases) in DYNAMIC_DOTTED or (
-                    node.attr == "__dict__" and dotted(node, self.aliases)):
-                self.add("static.dynamic_code", node, f"`{ast.unparse(node)}` reaches into interpreter internals, "
-                         "which the static checks cannot follow.")
+                self.add(
+                    "static.harness_tampering",
+                    node,
+                    f"`{ast.unparse(node)}` belongs to the verifier's process (its arguments name the result file).",
+                )
+            elif (
+                node.attr in DYNAMIC_ATTRS
+                or dotted(node, self.aliases) in DYNAMIC_DOTTED
+                or (node.attr == "__dict__" and dotted(node, self.aliases))
+            ):
+                self.add(
+                    "static.dynamic_code",
+                    node,
+                    f"`{ast.unparse(node)}` reaches into interpreter internals, "
+                    "which the static checks cannot follow.",
+                )
             elif node.attr in ("wait_stream", "record_stream"):
-                self.add("static.stream_or_thread", node,
-                         f"`.{node.attr}` means work on a second stream, which the timing on the current stream "
-                         "does not see. Launch on the current stream.")
+                self.add(
+                    "static.stream_or_thread",
+                    node,
+                    f"`.{node.attr}` means work on a second stream, which the timing on the current stream "
+                    "does not see. Launch on the current stream.",
+                )
         elif isinstance(node, ast.Name) and node.id == "__builtins__":
-            self.add("static.dynamic_code", node, "`__builtins__` gives access to code the checks cannot follow.")
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and "/proc/" in node.value \
-                and "\n" not in node.value:  # multi-line strings are C++ sources, checked there
-            self.add("static.harness_tampering", node,
-                     f"`{node.value[:40]}` is a `/proc` path: the verifier's arguments and its parent's environment "
-                     "are there, and a kernel file has no use for them.")
+            self.add(
+                "static.dynamic_code", node, "`__builtins__` gives access to code the checks cannot follow."
+            )
+        elif (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and "/proc/" in node.value
+            and "\n" not in node.value
+        ):  # multi-line strings are C++ sources, checked there
+            self.add(
+                "static.harness_tampering",
+                node,
+                f"`{node.value[:40]}` is a `/proc` path: the verifier's arguments and its parent's environment "
+                "are there, and a kernel file has no use for them.",
+            )
 
     def _import(self, node: ast.Import | ast.ImportFrom) -> None:
         mods = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
         full = mods if isinstance(node, ast.Import) else [f"{node.module}.{a.name}" for a in node.names]
         for m in full:
             if _is_dispatch_api(m, m.rsplit(".", 1)[-1]):
-                self.add("static.dispatcher_override", node,
-                         f"imports `{m}`: registering operator implementations replaces `aten` ops for the whole "
-                         "process, including the comparison the verifier runs. A kernel file calls its extension.")
-        if isinstance(node, ast.ImportFrom) and node.module == "time" and any(a.name == "sleep" for a in node.names):
-            self.add("static.sleep", node, "imports `time.sleep`: a kernel file has no reason to sleep; it skews timing.")
+                self.add(
+                    "static.dispatcher_override",
+                    node,
+                    f"imports `{m}`: registering operator implementations replaces `aten` ops for the whole "
+                    "process, including the comparison the verifier runs. A kernel file calls its extension.",
+                )
+        if (
+            isinstance(node, ast.ImportFrom)
+            and node.module == "time"
+            and any(a.name == "sleep" for a in node.names)
+        ):
+            self.add(
+                "static.sleep",
+                node,
+                "imports `time.sleep`: a kernel file has no reason to sleep; it skews timing.",
+            )
         for m in mods:
             root = m.split(".")[0]
             if m in CONCURRENCY_MODULES or root in CONCURRENCY_MODULES:
-                self.add("static.stream_or_thread", node,
-                         f"imports `{m}`: threads or processes can do the work outside the timed call. "
-                         "Do the work in CUDA kernels launched from forward.")
+                self.add(
+                    "static.stream_or_thread",
+                    node,
+                    f"imports `{m}`: threads or processes can do the work outside the timed call. "
+                    "Do the work in CUDA kernels launched from forward.",
+                )
             elif root in FOREIGN_COMPUTE_MODULES:
-                self.add("static.foreign_compute", node,
-                         f"imports `{m}`: another GPU library would do the work instead of this file's CUDA kernels.")
+                self.add(
+                    "static.foreign_compute",
+                    node,
+                    f"imports `{m}`: another GPU library would do the work instead of this file's CUDA kernels.",
+                )
             elif root in DYNAMIC_CODE_MODULES:
-                self.add("static.dynamic_code", node,
-                         f"imports `{m}`, which can run or rewrite code the static checks cannot see.")
+                self.add(
+                    "static.dynamic_code",
+                    node,
+                    f"imports `{m}`, which can run or rewrite code the static checks cannot see.",
+                )
             elif root in HARNESS_MODULES:
-                self.add("static.harness_tampering", node,
-                         f"imports `{m}`: a kernel file has no use for it; it finds or writes the places later "
-                         "processes load code from (a `.pth` file in site-packages runs in every later Python).")
+                self.add(
+                    "static.harness_tampering",
+                    node,
+                    f"imports `{m}`: a kernel file has no use for it; it finds or writes the places later "
+                    "processes load code from (a `.pth` file in site-packages runs in every later Python).",
+                )
 
     def _module_call(self, node: ast.Call) -> None:
         func = node.func
@@ -338,21 +438,38 @@ class _ModuleChecker:
         if name in DYNAMIC_CODE_BUILTINS:
             self.add("static.dynamic_code", node, f"`{name}(...)` runs code the static checks cannot see.")
         elif d in PROCESS_CONTROL or name in ("exit", "quit"):
-            self.add("static.harness_tampering", node,
-                     f"`{d or name}(...)` controls the process that runs the verification: ending it or installing "
-                     "handlers lets a candidate skip the checks or forge their result. A kernel file needs neither.")
-        elif (callee_name(func) == "open" and _opens_for_writing(node)) or FILE_OPS.match(d) or (
-                isinstance(func, ast.Attribute) and func.attr in WRITE_METHODS and not d.startswith("torch")
-                and func.attr not in self.exposed):
-            self.add("static.harness_tampering", node,
-                     f"`{ast.unparse(node.func)}(...)` writes files or changes the process or its environment: "
-                     "the verifier's files live next to the candidate and later jobs run after it, so a kernel "
-                     "file must not write files or detach processes.")
+            self.add(
+                "static.harness_tampering",
+                node,
+                f"`{d or name}(...)` controls the process that runs the verification: ending it or installing "
+                "handlers lets a candidate skip the checks or forge their result. A kernel file needs neither.",
+            )
+        elif (
+            (callee_name(func) == "open" and _opens_for_writing(node))
+            or FILE_OPS.match(d)
+            or (
+                isinstance(func, ast.Attribute)
+                and func.attr in WRITE_METHODS
+                and not d.startswith("torch")
+                and func.attr not in self.exposed
+            )
+        ):
+            self.add(
+                "static.harness_tampering",
+                node,
+                f"`{ast.unparse(node.func)}(...)` writes files or changes the process or its environment: "
+                "the verifier's files live next to the candidate and later jobs run after it, so a kernel "
+                "file must not write files or detach processes.",
+            )
         elif OPAQUE_BUILDERS.match(d):
-            self.add("static.dynamic_source", node,
-                     f"`{d}(...)` compiles or loads code that is not in this file's string literals, so the static "
-                     "checks cannot read it. Put the C++/CUDA in `load_inline(cpp_sources=..., cuda_sources=...)` "
-                     "literals.", Severity.WARNING if self.level is Strictness.LENIENT else Severity.ERROR)
+            self.add(
+                "static.dynamic_source",
+                node,
+                f"`{d}(...)` compiles or loads code that is not in this file's string literals, so the static "
+                "checks cannot read it. Put the C++/CUDA in `load_inline(cpp_sources=..., cuda_sources=...)` "
+                "literals.",
+                Severity.WARNING if self.level is Strictness.LENIENT else Severity.ERROR,
+            )
         elif name in ("setattr", "delattr") and node.args:
             target = dotted(node.args[0], self.aliases)
             attr_node = node.args[1] if len(node.args) > 1 else None
@@ -363,38 +480,65 @@ class _ModuleChecker:
             target = dotted(node.args[0], self.aliases) or ""
             key = node.args[1] if len(node.args) > 1 else None
             if target.startswith("torch") or (isinstance(key, ast.Constant) and key.value in COMPUTE_METHODS):
-                self.add("static.dynamic_code", node,
-                         f"`{ast.unparse(node)}` looks up a torch function by name, hiding which op runs.")
-        elif d in ("time.sleep", "asyncio.sleep") or (name == "sleep" and self.aliases.get("sleep") == "time.sleep"):
-            self.add("static.sleep", node, "`time.sleep(...)`: a kernel file has no reason to sleep; it skews timing.")
+                self.add(
+                    "static.dynamic_code",
+                    node,
+                    f"`{ast.unparse(node)}` looks up a torch function by name, hiding which op runs.",
+                )
+        elif d in ("time.sleep", "asyncio.sleep") or (
+            name == "sleep" and self.aliases.get("sleep") == "time.sleep"
+        ):
+            self.add(
+                "static.sleep",
+                node,
+                "`time.sleep(...)`: a kernel file has no reason to sleep; it skews timing.",
+            )
         elif PROCESS_APIS.match(d):
             self.add("static.stream_or_thread", node, f"`{d}(...)` starts another process.")
         elif d.startswith("torch.cuda.") and d.rsplit(".", 1)[-1] in STREAM_APIS:
-            self.add("static.stream_or_thread", node,
-                     f"`{d}(...)`: work on another stream or a captured graph escapes the timed stream. "
-                     "Launch on the current stream.")
+            self.add(
+                "static.stream_or_thread",
+                node,
+                f"`{d}(...)`: work on another stream or a captured graph escapes the timed stream. "
+                "Launch on the current stream.",
+            )
 
     def _patch(self, node: ast.AST, d: str) -> None:
         parts = set(d.split("."))
         if d.split(".")[0] == "time" or parts & TIMER_NAMES:
-            self.add("static.timer_patch", node, f"assigns `{d}`: replacing timing, synchronisation or comparison "
-                     "functions fakes the measurement or the correctness check.")
+            self.add(
+                "static.timer_patch",
+                node,
+                f"assigns `{d}`: replacing timing, synchronisation or comparison "
+                "functions fakes the measurement or the correctness check.",
+            )
         else:
-            self.add("static.monkey_patch", node, f"assigns `{d}`: changing a library's global state also changes "
-                     "the reference run (e.g. TF32 flags) or the harness. Leave library settings alone.")
+            self.add(
+                "static.monkey_patch",
+                node,
+                f"assigns `{d}`: changing a library's global state also changes "
+                "the reference run (e.g. TF32 flags) or the harness. Leave library settings alone.",
+            )
 
     def _load_inline_fallback(self) -> None:
         for node in ast.walk(self.tree):
             if not isinstance(node, ast.Try):
                 continue
-            builds = any(isinstance(n, ast.Call) and callee_name(n.func) == "load_inline"
-                         for s in node.body for n in ast.walk(s))
-            swallowed = any(not any(isinstance(n, ast.Raise) for s in h.body for n in ast.walk(s))
-                            for h in node.handlers)
+            builds = any(
+                isinstance(n, ast.Call) and callee_name(n.func) == "load_inline"
+                for s in node.body
+                for n in ast.walk(s)
+            )
+            swallowed = any(
+                not any(isinstance(n, ast.Raise) for s in h.body for n in ast.walk(s)) for h in node.handlers
+            )
             if builds and swallowed:
-                self.add("static.fallback_to_reference", node,
-                         "`load_inline` inside `try` whose `except` does not re-raise: when the kernel fails to "
-                         "build, the file falls back to something else. Let the build error propagate.")
+                self.add(
+                    "static.fallback_to_reference",
+                    node,
+                    "`load_inline` inside `try` whose `except` does not re-raise: when the kernel fails to "
+                    "build, the file falls back to something else. Let the build error propagate.",
+                )
 
     # -- kernel launches -------------------------------------------------------------------------
     def _exposed_names(self) -> set[str]:
@@ -408,37 +552,61 @@ class _ModuleChecker:
         return names
 
     def _launches(self, report: ForwardReport, exposed: set[str]) -> None:
-        forward = next((n for n in self.cls.body if isinstance(n, ast.FunctionDef) and n.name == "forward"), self.cls)
+        forward = next(
+            (n for n in self.cls.body if isinstance(n, ast.FunctionDef) and n.name == "forward"), self.cls
+        )
         if not self.doc.load_inline_calls:
-            self.add("static.kernel_never_launched", self.cls,
-                     "this file compiles no CUDA (`load_inline` is never called): `ModelNew` cannot be running a "
-                     "custom kernel. Write the kernel in `cuda_sources` and call it from forward.")
+            self.add(
+                "static.kernel_never_launched",
+                self.cls,
+                "this file compiles no CUDA (`load_inline` is never called): `ModelNew` cannot be running a "
+                "custom kernel. Write the kernel in `cuda_sources` and call it from forward.",
+            )
             return
         if not report.kernel_calls:
-            self.add("static.kernel_never_launched", forward,
-                     "`forward` never calls a function of the compiled extension"
-                     + (f" (exposed: {', '.join(sorted(exposed))})" if exposed else "")
-                     + ": the custom kernel does none of the work. Call it from forward.")
+            self.add(
+                "static.kernel_never_launched",
+                forward,
+                "`forward` never calls a function of the compiled extension"
+                + (f" (exposed: {', '.join(sorted(exposed))})" if exposed else "")
+                + ": the custom kernel does none of the work. Call it from forward.",
+            )
             return
-        used = {n.func.attr if isinstance(n.func, ast.Attribute) else callee_name(n.func)
-                for n in ast.walk(self.tree) if isinstance(n, ast.Call)} | {
-                    n.attr for n in ast.walk(self.tree) if isinstance(n, ast.Attribute)}
+        used = {
+            n.func.attr if isinstance(n.func, ast.Attribute) else callee_name(n.func)
+            for n in ast.walk(self.tree)
+            if isinstance(n, ast.Call)
+        } | {n.attr for n in ast.walk(self.tree) if isinstance(n, ast.Attribute)}
         sev = Severity.ERROR if self.level is Strictness.STRICT else Severity.WARNING
         for call in self.doc.load_inline_calls:
             for fname in call.functions or ():
                 if fname not in used:
-                    self.diags.append(Diagnostic(
-                        sev, f"`{fname}` is listed in `functions=` but nothing calls it: dead kernels make the "
-                        "file look like it does more than it does.", "static.kernel_never_launched", Stage.STATIC,
-                        self.doc.location(call.span)))
+                    self.diags.append(
+                        Diagnostic(
+                            sev,
+                            f"`{fname}` is listed in `functions=` but nothing calls it: dead kernels make the "
+                            "file look like it does more than it does.",
+                            "static.kernel_never_launched",
+                            Stage.STATIC,
+                            self.doc.location(call.span),
+                        )
+                    )
 
 
 def _opens_for_writing(call: ast.Call) -> bool:
     """`open(p, "w")`, `io.open(p, "a")`, `Path(p).open("w")`: the mode is the first argument of a
     method `.open` and the second of a function `open`; a mode the file does not fix counts as writing."""
-    pos = 0 if isinstance(call.func, ast.Attribute) and callee_name(call.func.value) not in ("io", "os", "builtins") \
+    pos = (
+        0
+        if isinstance(call.func, ast.Attribute)
+        and callee_name(call.func.value) not in ("io", "os", "builtins")
         else 1
-    mode = call.args[pos] if len(call.args) > pos else next((k.value for k in call.keywords if k.arg == "mode"), None)
+    )
+    mode = (
+        call.args[pos]
+        if len(call.args) > pos
+        else next((k.value for k in call.keywords if k.arg == "mode"), None)
+    )
     if mode is None:
         return False
     if not (isinstance(mode, ast.Constant) and isinstance(mode.value, str)):
@@ -504,6 +672,10 @@ def _extension_names(tree: ast.Module) -> set[str]:
     """Names bound to the module `load_inline` returns (`relu = load_inline(...)`)."""
     names: set[str] = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and callee_name(node.value.func) == "load_inline":
+        if (
+            isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Call)
+            and callee_name(node.value.func) == "load_inline"
+        ):
             names.update(t.id for t in node.targets if isinstance(t, ast.Name))
     return names

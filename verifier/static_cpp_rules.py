@@ -22,26 +22,40 @@ from cudice.verifier.static_cpp_scan import CppFunction, Unit, diag
 from cudice.verifier.static_policy import COMPUTE_METHODS, Strictness
 
 _HOST_RULES: tuple[tuple[str, re.Pattern[str], str], ...] = (
-    ("static.cpp_stream_create",
-     re.compile(r"\b(?:cudaStreamCreate\w*|cuStreamCreate\w*|getStreamFromPool|cudaStreamBeginCapture)\b"),
-     "`{m}` creates or takes a separate CUDA stream; work on it escapes the timed stream "
-     "(timing events on the current stream see ~0 ms). Launch on `at::cuda::getCurrentCUDAStream()`."),
-    ("static.cpp_std_thread",
-     re.compile(r"\bstd::(?:j?thread|async)\b|\bpthread_create\b|\bfork\s*\(|#\s*pragma\s+omp\b|\bstd::launch::async\b"),
-     "`{m}` starts host threads or processes; work deferred to them is not measured. "
-     "Do the work in CUDA kernels launched from the calling thread."),
-    ("static.sleep",
-     re.compile(r"\b(?:usleep|nanosleep|sleep|Sleep)\s*\(|\bsleep_(?:for|until)\b"),
-     "`{m}` sleeps on the host; a kernel file has no reason to, and it skews timing."),
-    ("static.timer_patch",
-     re.compile(r"\bdlsym\b|\bRTLD_NEXT\b"),
-     "`{m}` looks up or replaces symbols at run time (how CUDA timing/sync calls are interposed)."),
-    ("static.dispatcher_override",
-     re.compile(r"\b_?TORCH_LIBRARY(?:_IMPL|_FRAGMENT)?\w*\s*\(|\b(?:c10|torch)::(?:RegisterOperators|Dispatcher|Library)\b|"
-                r"\bRegisterOperators\s*\("),
-     "`{m}` registers operators with PyTorch's dispatcher: an implementation registered for `aten` "
-     "replaces the op everywhere in the process, including the ops the verifier uses to compare "
-     "outputs (e.g. `aten::allclose`). Expose kernels through `functions=` or `PYBIND11_MODULE` only."),
+    (
+        "static.cpp_stream_create",
+        re.compile(r"\b(?:cudaStreamCreate\w*|cuStreamCreate\w*|getStreamFromPool|cudaStreamBeginCapture)\b"),
+        "`{m}` creates or takes a separate CUDA stream; work on it escapes the timed stream "
+        "(timing events on the current stream see ~0 ms). Launch on `at::cuda::getCurrentCUDAStream()`.",
+    ),
+    (
+        "static.cpp_std_thread",
+        re.compile(
+            r"\bstd::(?:j?thread|async)\b|\bpthread_create\b|\bfork\s*\(|#\s*pragma\s+omp\b|\bstd::launch::async\b"
+        ),
+        "`{m}` starts host threads or processes; work deferred to them is not measured. "
+        "Do the work in CUDA kernels launched from the calling thread.",
+    ),
+    (
+        "static.sleep",
+        re.compile(r"\b(?:usleep|nanosleep|sleep|Sleep)\s*\(|\bsleep_(?:for|until)\b"),
+        "`{m}` sleeps on the host; a kernel file has no reason to, and it skews timing.",
+    ),
+    (
+        "static.timer_patch",
+        re.compile(r"\bdlsym\b|\bRTLD_NEXT\b"),
+        "`{m}` looks up or replaces symbols at run time (how CUDA timing/sync calls are interposed).",
+    ),
+    (
+        "static.dispatcher_override",
+        re.compile(
+            r"\b_?TORCH_LIBRARY(?:_IMPL|_FRAGMENT)?\w*\s*\(|\b(?:c10|torch)::(?:RegisterOperators|Dispatcher|Library)\b|"
+            r"\bRegisterOperators\s*\("
+        ),
+        "`{m}` registers operators with PyTorch's dispatcher: an implementation registered for `aten` "
+        "replaces the op everywhere in the process, including the ops the verifier uses to compare "
+        "outputs (e.g. `aten::allclose`). Expose kernels through `functions=` or `PYBIND11_MODULE` only.",
+    ),
 )
 # File and process APIs: a candidate that opens files, starts programs or ends its process can
 # forge a result, leave files behind (a `.pth` in site-packages runs in every later Python) or
@@ -62,22 +76,73 @@ _CACHE_DECL = re.compile(
 )
 _GLOBAL_CACHE = re.compile(
     r"^[ \t]*(?:static\s+)?(?:std::(?:unordered_map|map|unordered_set|set|vector)\s*<|"
-    r"(?:torch|at)::Tensor\s+\w+\s*[;={])", re.MULTILINE
+    r"(?:torch|at)::Tensor\s+\w+\s*[;={])",
+    re.MULTILINE,
 )
 _PTR_KEY = re.compile(r"(?:\[|\.(?:find|count|emplace|insert|at|contains)\s*\()\s*[\w.>-]*data_ptr\b")
-_TIMER_FUNCS = frozenset({
-    "cudaEventElapsedTime", "cudaEventRecord", "cudaEventSynchronize", "cudaDeviceSynchronize",
-    "cudaStreamSynchronize", "cuEventElapsedTime", "cuCtxSynchronize", "clock_gettime", "gettimeofday",
-})
-_CPP_GLUE = frozenset({
-    "empty", "empty_like", "empty_strided", "from_blob", "TensorOptions", "dtype", "device",
-    "Device", "Scalar", "IntArrayRef", "elementSize", "toString", "typeMetaToScalarType",
-    "zeros", "zeros_like", "ones", "ones_like", "full", "full_like", "DeviceGuard", "NoGradGuard",
-    "globalContext", "device_of", "numel", "get_default_dtype", "irange", "nullopt",
-})
-_CPP_GLUE_STRICT = frozenset({"empty", "empty_like", "empty_strided", "from_blob", "TensorOptions",
-                              "dtype", "device", "Device", "Scalar", "IntArrayRef", "elementSize",
-                              "toString", "typeMetaToScalarType", "DeviceGuard", "NoGradGuard"})
+_TIMER_FUNCS = frozenset(
+    {
+        "cudaEventElapsedTime",
+        "cudaEventRecord",
+        "cudaEventSynchronize",
+        "cudaDeviceSynchronize",
+        "cudaStreamSynchronize",
+        "cuEventElapsedTime",
+        "cuCtxSynchronize",
+        "clock_gettime",
+        "gettimeofday",
+    }
+)
+_CPP_GLUE = frozenset(
+    {
+        "empty",
+        "empty_like",
+        "empty_strided",
+        "from_blob",
+        "TensorOptions",
+        "dtype",
+        "device",
+        "Device",
+        "Scalar",
+        "IntArrayRef",
+        "elementSize",
+        "toString",
+        "typeMetaToScalarType",
+        "zeros",
+        "zeros_like",
+        "ones",
+        "ones_like",
+        "full",
+        "full_like",
+        "DeviceGuard",
+        "NoGradGuard",
+        "globalContext",
+        "device_of",
+        "numel",
+        "get_default_dtype",
+        "irange",
+        "nullopt",
+    }
+)
+_CPP_GLUE_STRICT = frozenset(
+    {
+        "empty",
+        "empty_like",
+        "empty_strided",
+        "from_blob",
+        "TensorOptions",
+        "dtype",
+        "device",
+        "Device",
+        "Scalar",
+        "IntArrayRef",
+        "elementSize",
+        "toString",
+        "typeMetaToScalarType",
+        "DeviceGuard",
+        "NoGradGuard",
+    }
+)
 _ATEN_CALL = re.compile(r"\b(?:torch|at|c10)::((?:[A-Za-z_]\w*::)*)([A-Za-z_]\w*)\s*\(")
 # A qualified ATen function taken by address or passed on (`auto op = &at::mm; op(a, b)`).
 _ATEN_REF = re.compile(r"(?<=[&=,(])\s*(?:torch|at)::((?:[A-Za-z_]\w*::)*)([a-z_]\w*)\s*(?=[;,)])")
@@ -86,31 +151,191 @@ _METHOD_CALL = re.compile(r"(?:\.|->)\s*([A-Za-z_]\w*)\s*\(")
 # `at::mm` for `mm(a, b)` when `a` is a tensor (`at::Tensor` lives in namespace `at`), and
 # `using namespace torch;` does the same for any argument. Names that are also C/C++ scalar or
 # standard-library functions (`max`, `exp`, `sort` …) count only when an argument is a tensor.
-_ATEN_UNQUALIFIED = frozenset({
-    "mm", "bmm", "matmul", "addmm", "addbmm", "baddbmm", "addmv", "mv", "einsum", "linear", "bilinear",
-    "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "convolution",
-    "_convolution", "softmax", "log_softmax", "_softmax", "_log_softmax", "layer_norm", "native_layer_norm",
-    "batch_norm", "native_batch_norm", "group_norm", "native_group_norm", "instance_norm", "rms_norm",
-    "relu", "relu_", "gelu", "silu", "sigmoid", "softplus", "hardtanh", "leaky_relu", "elu", "selu", "mish",
-    "hardswish", "hardsigmoid", "threshold", "glu", "logit", "max_pool1d", "max_pool2d", "max_pool3d",
-    "avg_pool1d", "avg_pool2d", "avg_pool3d", "adaptive_avg_pool1d", "adaptive_avg_pool2d",
-    "adaptive_avg_pool3d", "adaptive_max_pool2d", "scaled_dot_product_attention", "embedding", "dropout",
-    "cumsum", "cumprod", "argmax", "argmin", "topk", "logsumexp", "mean", "sum", "prod", "var", "amax", "amin",
-    "masked_fill", "index_select", "gather", "scatter", "scatter_add", "tril", "triu", "diag", "flip",
-    "repeat_interleave", "cosine_similarity", "pairwise_distance", "cdist", "mse_loss", "l1_loss",
-    "cross_entropy", "nll_loss", "binary_cross_entropy", "kl_div", "smooth_l1_loss", "huber_loss",
-    "triplet_margin_loss", "hinge_embedding_loss", "margin_ranking_loss", "cosine_embedding_loss",
-    "pixel_shuffle", "upsample_bilinear2d", "upsample_nearest2d", "grid_sampler", "constant_pad_nd",
-    "clamp_min", "clamp_max", "reciprocal", "rsqrt", "square", "addcmul", "addcdiv", "cat", "stack",
-    "allclose", "isclose", "equal", "nan_to_num", "frobenius_norm", "nuclear_norm", "_fused_sdp_choice",
-})
-_ATEN_AMBIGUOUS = frozenset({
-    "abs", "min", "max", "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "pow", "floor",
-    "ceil", "round", "trunc", "sin", "cos", "tan", "asin", "acos", "atan", "atan2", "sinh", "cosh", "tanh",
-    "erf", "erfc", "fmod", "hypot", "sign", "remainder", "sort", "fill", "all", "any", "minimum", "maximum",
-    "clamp", "clip", "div", "mul", "add", "sub", "neg", "where", "dot", "norm", "lerp", "cross", "outer",
-    "roll", "kron", "median", "mode", "std", "nonzero", "unique", "copysign",
-})
+_ATEN_UNQUALIFIED = frozenset(
+    {
+        "mm",
+        "bmm",
+        "matmul",
+        "addmm",
+        "addbmm",
+        "baddbmm",
+        "addmv",
+        "mv",
+        "einsum",
+        "linear",
+        "bilinear",
+        "conv1d",
+        "conv2d",
+        "conv3d",
+        "conv_transpose1d",
+        "conv_transpose2d",
+        "conv_transpose3d",
+        "convolution",
+        "_convolution",
+        "softmax",
+        "log_softmax",
+        "_softmax",
+        "_log_softmax",
+        "layer_norm",
+        "native_layer_norm",
+        "batch_norm",
+        "native_batch_norm",
+        "group_norm",
+        "native_group_norm",
+        "instance_norm",
+        "rms_norm",
+        "relu",
+        "relu_",
+        "gelu",
+        "silu",
+        "sigmoid",
+        "softplus",
+        "hardtanh",
+        "leaky_relu",
+        "elu",
+        "selu",
+        "mish",
+        "hardswish",
+        "hardsigmoid",
+        "threshold",
+        "glu",
+        "logit",
+        "max_pool1d",
+        "max_pool2d",
+        "max_pool3d",
+        "avg_pool1d",
+        "avg_pool2d",
+        "avg_pool3d",
+        "adaptive_avg_pool1d",
+        "adaptive_avg_pool2d",
+        "adaptive_avg_pool3d",
+        "adaptive_max_pool2d",
+        "scaled_dot_product_attention",
+        "embedding",
+        "dropout",
+        "cumsum",
+        "cumprod",
+        "argmax",
+        "argmin",
+        "topk",
+        "logsumexp",
+        "mean",
+        "sum",
+        "prod",
+        "var",
+        "amax",
+        "amin",
+        "masked_fill",
+        "index_select",
+        "gather",
+        "scatter",
+        "scatter_add",
+        "tril",
+        "triu",
+        "diag",
+        "flip",
+        "repeat_interleave",
+        "cosine_similarity",
+        "pairwise_distance",
+        "cdist",
+        "mse_loss",
+        "l1_loss",
+        "cross_entropy",
+        "nll_loss",
+        "binary_cross_entropy",
+        "kl_div",
+        "smooth_l1_loss",
+        "huber_loss",
+        "triplet_margin_loss",
+        "hinge_embedding_loss",
+        "margin_ranking_loss",
+        "cosine_embedding_loss",
+        "pixel_shuffle",
+        "upsample_bilinear2d",
+        "upsample_nearest2d",
+        "grid_sampler",
+        "constant_pad_nd",
+        "clamp_min",
+        "clamp_max",
+        "reciprocal",
+        "rsqrt",
+        "square",
+        "addcmul",
+        "addcdiv",
+        "cat",
+        "stack",
+        "allclose",
+        "isclose",
+        "equal",
+        "nan_to_num",
+        "frobenius_norm",
+        "nuclear_norm",
+        "_fused_sdp_choice",
+    }
+)
+_ATEN_AMBIGUOUS = frozenset(
+    {
+        "abs",
+        "min",
+        "max",
+        "exp",
+        "exp2",
+        "expm1",
+        "log",
+        "log2",
+        "log10",
+        "log1p",
+        "sqrt",
+        "pow",
+        "floor",
+        "ceil",
+        "round",
+        "trunc",
+        "sin",
+        "cos",
+        "tan",
+        "asin",
+        "acos",
+        "atan",
+        "atan2",
+        "sinh",
+        "cosh",
+        "tanh",
+        "erf",
+        "erfc",
+        "fmod",
+        "hypot",
+        "sign",
+        "remainder",
+        "sort",
+        "fill",
+        "all",
+        "any",
+        "minimum",
+        "maximum",
+        "clamp",
+        "clip",
+        "div",
+        "mul",
+        "add",
+        "sub",
+        "neg",
+        "where",
+        "dot",
+        "norm",
+        "lerp",
+        "cross",
+        "outer",
+        "roll",
+        "kron",
+        "median",
+        "mode",
+        "std",
+        "nonzero",
+        "unique",
+        "copysign",
+    }
+)
 _UNQUALIFIED_CALL = re.compile(r"(?<![\w.>:])([A-Za-z_]\w*)\s*\(")
 _TENSOR_DECL = re.compile(
     r"\b(?:torch|at)::Tensor\s*(?:const\s*)?[&*]*\s*([A-Za-z_]\w*)|"
@@ -120,9 +345,33 @@ _TENSOR_DECL = re.compile(
 )
 _AUTO_FROM = re.compile(r"\bauto\s*[&*]*\s*([A-Za-z_]\w*)\s*=\s*([A-Za-z_]\w*)\s*[.;\[]")
 _TENSOR_ARG = re.compile(r"[&*(\s]*([A-Za-z_]\w*)\s*(?:\[[^\]]*\])?((?:\s*\.\s*\w+\s*\([^()]*\))*)\s*\)*")
-_TENSOR_METHODS = frozenset({"contiguous", "view", "reshape", "t", "transpose", "permute", "clone", "to", "expand",
-                             "narrow", "select", "slice", "flatten", "squeeze", "unsqueeze", "detach", "float",
-                             "half", "double", "view_as", "expand_as", "type_as", "cuda"})
+_TENSOR_METHODS = frozenset(
+    {
+        "contiguous",
+        "view",
+        "reshape",
+        "t",
+        "transpose",
+        "permute",
+        "clone",
+        "to",
+        "expand",
+        "narrow",
+        "select",
+        "slice",
+        "flatten",
+        "squeeze",
+        "unsqueeze",
+        "detach",
+        "float",
+        "half",
+        "double",
+        "view_as",
+        "expand_as",
+        "type_as",
+        "cuda",
+    }
+)
 _LOCAL_NAME = re.compile(r"\bauto\s*[&*]*\s*([A-Za-z_]\w*)\s*=")
 _LIB_CALL = re.compile(r"\b(?:cublas|cudnn|cusparse|cufft)\w*\s*\(")
 LOW_PRECISION = re.compile(
@@ -134,7 +383,7 @@ LOW_PRECISION = re.compile(
 def host_bodies(u: Unit) -> Iterable[tuple[CppFunction, str]]:
     for f in u.functions:
         if not f.is_device:
-            yield f, u.code[f.body_start: f.body_end]
+            yield f, u.code[f.body_start : f.body_end]
 
 
 def defined_names(units: Sequence[Unit]) -> set[str]:
@@ -151,44 +400,87 @@ def pattern_findings(u: Unit, level: Strictness, defined: set[str]) -> list[Diag
     diags += _cache_findings(u)
     for f in u.functions:
         if f.name in _TIMER_FUNCS:
-            diags.append(diag(u, f.body_start, "static.timer_patch",
-                               f"defines `{f.name}`, a CUDA timing/synchronisation API name: this interposes "
-                               "the real function and can fake the measurement."))
+            diags.append(
+                diag(
+                    u,
+                    f.body_start,
+                    "static.timer_patch",
+                    f"defines `{f.name}`, a CUDA timing/synchronisation API name: this interposes "
+                    "the real function and can fake the measurement.",
+                )
+            )
     lib_sev = Severity.WARNING if level is Strictness.LENIENT else Severity.ERROR
     glue = _CPP_GLUE_STRICT if level is Strictness.STRICT else _CPP_GLUE
-    macros = [(CppFunction("#define", "", m.start(), m.end(), False), m.group(0))
-              for m in re.finditer(r"^[ \t]*#[ \t]*define\b(?:[^\n]*\\\n)*[^\n]*", u.code, re.MULTILINE)]
+    macros = [
+        (CppFunction("#define", "", m.start(), m.end(), False), m.group(0))
+        for m in re.finditer(r"^[ \t]*#[ \t]*define\b(?:[^\n]*\\\n)*[^\n]*", u.code, re.MULTILINE)
+    ]
     for f, body in [*host_bodies(u), *macros]:
         for m in _ATEN_CALL.finditer(body):
             ns, name = m.group(1), m.group(2)
             if "cuda::" in ns or name in glue or name[:1].isupper():
                 continue
-            diags.append(diag(u, f.body_start + m.start(), "static.cpp_torch_op",
-                               f"`{m.group(0).rstrip('( ')}` in host function `{f.name}` runs an ATen op: "
-                               "PyTorch does this work, not the candidate's kernel.", lib_sev))
+            diags.append(
+                diag(
+                    u,
+                    f.body_start + m.start(),
+                    "static.cpp_torch_op",
+                    f"`{m.group(0).rstrip('( ')}` in host function `{f.name}` runs an ATen op: "
+                    "PyTorch does this work, not the candidate's kernel.",
+                    lib_sev,
+                )
+            )
         for m in _ATEN_REF.finditer(body):
             ns, name = m.group(1), m.group(2)
             if "cuda::" in ns or name in glue or re.match(r"k[A-Z]", name) or name in ("nullopt",):
                 continue
             start = m.start() + len(m.group(0)) - len(m.group(0).lstrip())
-            diags.append(diag(u, f.body_start + start, "static.cpp_torch_op",
-                              f"`{m.group(0).strip()}` in host function `{f.name}` takes an ATen op as a value "
-                              "(a function pointer called later): PyTorch does this work, not the candidate's "
-                              "kernel.", lib_sev))
+            diags.append(
+                diag(
+                    u,
+                    f.body_start + start,
+                    "static.cpp_torch_op",
+                    f"`{m.group(0).strip()}` in host function `{f.name}` takes an ATen op as a value "
+                    "(a function pointer called later): PyTorch does this work, not the candidate's "
+                    "kernel.",
+                    lib_sev,
+                )
+            )
         for m in _METHOD_CALL.finditer(body):
             if m.group(1) in COMPUTE_METHODS:
-                diags.append(diag(u, f.body_start + m.start(), "static.cpp_torch_op",
-                                   f"`.{m.group(1)}(...)` in host function `{f.name}` runs an ATen op: "
-                                   "PyTorch does this work, not the candidate's kernel.", lib_sev))
+                diags.append(
+                    diag(
+                        u,
+                        f.body_start + m.start(),
+                        "static.cpp_torch_op",
+                        f"`.{m.group(1)}(...)` in host function `{f.name}` runs an ATen op: "
+                        "PyTorch does this work, not the candidate's kernel.",
+                        lib_sev,
+                    )
+                )
         for off, name in _unqualified_aten_calls(f.header + " " + body, len(f.header) + 1, defined):
-            diags.append(diag(u, f.body_start + off, "static.cpp_torch_op",
-                               f"`{name}(...)` in host function `{f.name}` is an unqualified call that C++ resolves "
-                               f"to the ATen op `at::{name}` (argument-dependent lookup on a tensor argument, or a "
-                               "`using namespace`): PyTorch does this work, not the candidate's kernel.", lib_sev))
+            diags.append(
+                diag(
+                    u,
+                    f.body_start + off,
+                    "static.cpp_torch_op",
+                    f"`{name}(...)` in host function `{f.name}` is an unqualified call that C++ resolves "
+                    f"to the ATen op `at::{name}` (argument-dependent lookup on a tensor argument, or a "
+                    "`using namespace`): PyTorch does this work, not the candidate's kernel.",
+                    lib_sev,
+                )
+            )
         for m in _LIB_CALL.finditer(body):
-            diags.append(diag(u, f.body_start + m.start(), "static.cpp_torch_op",
-                               f"`{m.group(0).rstrip('( ')}` in `{f.name}` hands the work to a vendor library "
-                               "(cuBLAS/cuDNN/…), not the candidate's kernel.", lib_sev))
+            diags.append(
+                diag(
+                    u,
+                    f.body_start + m.start(),
+                    "static.cpp_torch_op",
+                    f"`{m.group(0).rstrip('( ')}` in `{f.name}` hands the work to a vendor library "
+                    "(cuBLAS/cuDNN/…), not the candidate's kernel.",
+                    lib_sev,
+                )
+            )
     return diags
 
 
@@ -200,31 +492,51 @@ def _file_process_findings(u: Unit, defined: set[str]) -> list[Diagnostic]:
         if m.group("fn") and not m.group("qual") and m.group("fn") in defined:
             continue
         what = m.group(0).rstrip("( ").strip()
-        diags.append(diag(u, m.start(), "static.cpp_file_or_process",
-                           f"`{what}` uses files, programs or process control from the extension: a kernel file "
-                           "needs none of them, and they can forge the verifier's result, leave files behind "
-                           "(a `.pth` in site-packages runs in every later Python) or outlive the job. "
-                           "Report errors with `TORCH_CHECK`."))
+        diags.append(
+            diag(
+                u,
+                m.start(),
+                "static.cpp_file_or_process",
+                f"`{what}` uses files, programs or process control from the extension: a kernel file "
+                "needs none of them, and they can forge the verifier's result, leave files behind "
+                "(a `.pth` in site-packages runs in every later Python) or outlive the job. "
+                "Report errors with `TORCH_CHECK`.",
+            )
+        )
     for m in _PROC_PATH.finditer(u.src.text):
-        diags.append(diag(u, m.start(), "static.cpp_file_or_process",
-                           "a `/proc/...` path: reading the verifier's process information (its arguments, its "
-                           "parent's environment) has no place in a kernel file."))
+        diags.append(
+            diag(
+                u,
+                m.start(),
+                "static.cpp_file_or_process",
+                "a `/proc/...` path: reading the verifier's process information (its arguments, its "
+                "parent's environment) has no place in a kernel file.",
+            )
+        )
     return diags
 
 
 def _cache_findings(u: Unit) -> list[Diagnostic]:
     fn_spans = [(f.body_start, f.body_end) for f in u.functions]
     hits = [m.start() for m in _CACHE_DECL.finditer(u.code)]
-    hits += [m.start() + len(m.group(0)) - len(m.group(0).lstrip())
-             for m in _GLOBAL_CACHE.finditer(u.code)
-             if not any(a <= m.start() < b for a, b in [*fn_spans, *u.blocks])]
+    hits += [
+        m.start() + len(m.group(0)) - len(m.group(0).lstrip())
+        for m in _GLOBAL_CACHE.finditer(u.code)
+        if not any(a <= m.start() < b for a, b in [*fn_spans, *u.blocks])
+    ]
     hits = [off for off in hits if not _declares_function(u.code, off)]
     hits += [m.start() for m in _PTR_KEY.finditer(u.code)]
-    return [diag(u, off, "static.cpp_pointer_cache",
-                  "state that outlives a call (a `static`/global container, tensor or pointer, or a lookup "
-                  "keyed by `data_ptr()`): results can be cached by input address and returned without "
-                  "computing. Keep per-call data local; constants belong in `__constant__` memory.")
-            for off in sorted(set(hits))]
+    return [
+        diag(
+            u,
+            off,
+            "static.cpp_pointer_cache",
+            "state that outlives a call (a `static`/global container, tensor or pointer, or a lookup "
+            "keyed by `data_ptr()`): results can be cached by input address and returned without "
+            "computing. Keep per-call data local; constants belong in `__constant__` memory.",
+        )
+        for off in sorted(set(hits))
+    ]
 
 
 # `<return type> name(<params>)`: the parameters are empty, `void`, or start with a type and a name
@@ -268,12 +580,22 @@ def _unqualified_aten_calls(text: str, body_offset: int, defined: set[str]) -> l
     out: list[tuple[int, str]] = []
     for m in _UNQUALIFIED_CALL.finditer(text, body_offset):
         name = m.group(1)
-        if name in defined or name in locals_ or (name not in _ATEN_UNQUALIFIED and name not in _ATEN_AMBIGUOUS):
+        if (
+            name in defined
+            or name in locals_
+            or (name not in _ATEN_UNQUALIFIED and name not in _ATEN_AMBIGUOUS)
+        ):
             continue
-        if name in _ATEN_AMBIGUOUS and name not in _ATEN_UNQUALIFIED and not _tensor_arguments(text, m.end(), tensors):
+        if (
+            name in _ATEN_AMBIGUOUS
+            and name not in _ATEN_UNQUALIFIED
+            and not _tensor_arguments(text, m.end(), tensors)
+        ):
             continue
-        if re.search(r"(?:\b(?:auto|void|int|float|double|bool|long|size_t|int64_t|Tensor)|[>&*])\s*$",
-                     text[max(0, m.start() - 40):m.start()]):
+        if re.search(
+            r"(?:\b(?:auto|void|int|float|double|bool|long|size_t|int64_t|Tensor)|[>&*])\s*$",
+            text[max(0, m.start() - 40) : m.start()],
+        ):
             continue  # a declaration (`Tensor relu(Tensor x);`, `auto sum(...)`), not a call
         out.append((m.start() - body_offset, name))
     return out
@@ -292,8 +614,11 @@ def _tensor_arguments(text: str, open_paren_end: int, tensors: set[str]) -> bool
             depth -= 1
         elif ch in ",)" and depth == 0:
             m = _TENSOR_ARG.fullmatch(text[arg_start:i].strip())
-            if m and m.group(1) in tensors and all(
-                    name in _TENSOR_METHODS for name in re.findall(r"\.\s*(\w+)", m.group(2) or "")):
+            if (
+                m
+                and m.group(1) in tensors
+                and all(name in _TENSOR_METHODS for name in re.findall(r"\.\s*(\w+)", m.group(2) or ""))
+            ):
                 return True
             if ch == ")":
                 return False

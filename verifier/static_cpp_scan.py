@@ -48,9 +48,7 @@ class Unit:
     blocks: list[tuple[int, int]] = field(default_factory=list)  # struct/class/initialiser bodies
 
 
-_COMMENT_OR_STRING = re.compile(
-    r"//[^\n]*|/\*.*?\*/|\"(?:\\.|[^\"\\\n])*\"|'(?:\\.|[^'\\\n])*'", re.DOTALL
-)
+_COMMENT_OR_STRING = re.compile(r"//[^\n]*|/\*.*?\*/|\"(?:\\.|[^\"\\\n])*\"|'(?:\\.|[^'\\\n])*'", re.DOTALL)
 
 
 def blank_comments_and_strings(text: str) -> str:
@@ -105,7 +103,9 @@ def scan_blocks(code: str) -> tuple[list[CppFunction], list[tuple[int, int]]]:
             if kind == "fn":
                 name = _function_name(fn_header)
                 if name:
-                    dev = ("__global__" in fn_header or "__device__" in fn_header) and "__host__" not in fn_header
+                    dev = (
+                        "__global__" in fn_header or "__device__" in fn_header
+                    ) and "__host__" not in fn_header
                     out.append(CppFunction(name, fn_header, fn_start, i + 1, dev))
             elif kind == "other":
                 others.append((other_start, i + 1))
@@ -129,7 +129,7 @@ def find_kernels(code: str) -> list[tuple[str, int]]:
     """`(name, offset)` of every `__global__` function (declarations and definitions)."""
     out: list[tuple[str, int]] = []
     for m in _GLOBAL_KERNEL.finditer(code):
-        head = code[m.end(): m.end() + 400]
+        head = code[m.end() : m.end() + 400]
         head = re.sub(r"__launch_bounds__\s*\([^)]*\)", lambda x: " " * len(x.group(0)), head)
         nm = re.search(r"([A-Za-z_]\w*)\s*\(", head)
         if nm and nm.group(1) not in {name for name, _ in out}:

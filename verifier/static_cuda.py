@@ -35,8 +35,18 @@ from cudice.verifier.static_cpp_scan import (
 )
 from cudice.verifier.static_policy import Strictness
 
-__all__ = ["CppFunction", "CppSource", "Locator", "blank_comments_and_strings", "check_cpp_sources",
-           "defined_kernel_names", "exposed_cpp_names", "find_functions", "find_kernels", "pybind_python_names"]
+__all__ = [
+    "CppFunction",
+    "CppSource",
+    "Locator",
+    "blank_comments_and_strings",
+    "check_cpp_sources",
+    "defined_kernel_names",
+    "exposed_cpp_names",
+    "find_functions",
+    "find_kernels",
+    "pybind_python_names",
+]
 
 
 def check_cpp_sources(
@@ -64,11 +74,16 @@ def check_cpp_sources(
         if not reference_low_precision:
             m = _low_precision(u.code)
             if m:
-                diags.append(diag(
-                    u, m.start(), "static.precision_downgrade",
-                    f"`{m.group(0)}`: half-precision arithmetic in a kernel for a float32 reference; the "
-                    "result may pass the tolerance while computing less precisely (and faster) than asked.",
-                    Severity.WARNING))
+                diags.append(
+                    diag(
+                        u,
+                        m.start(),
+                        "static.precision_downgrade",
+                        f"`{m.group(0)}`: half-precision arithmetic in a kernel for a float32 reference; the "
+                        "result may pass the tolerance while computing less precisely (and faster) than asked.",
+                        Severity.WARNING,
+                    )
+                )
     if check_launches:
         diags += _launch_findings(units, exposed, level)
     return diags
@@ -127,7 +142,9 @@ def pybind_python_names(sources: Sequence[CppSource]) -> set[str]:
     return names
 
 
-def _launch_findings(units: Sequence[Unit], exposed: Sequence[str] | None, level: Strictness) -> list[Diagnostic]:
+def _launch_findings(
+    units: Sequence[Unit], exposed: Sequence[str] | None, level: Strictness
+) -> list[Diagnostic]:
     host = {f.name: (u, f) for u in units for f in u.functions if not f.is_device}
     roots = exposed_cpp_names(units, exposed) & set(host)
     reachable: set[str] = set()
@@ -138,16 +155,19 @@ def _launch_findings(units: Sequence[Unit], exposed: Sequence[str] | None, level
             continue
         reachable.add(name)
         u, f = host[name]
-        body = u.code[f.body_start: f.body_end]
+        body = u.code[f.body_start : f.body_end]
         todo += [g for g in host if g not in reachable and re.search(rf"\b{re.escape(g)}\s*\(", body)]
     kernels = [(u, name, off) for u in units for name, off in find_kernels(u.code)]
     # A launch hidden in a macro (`#define LAUNCH(k) k<<<g, b>>>(...)`) cannot be seen without a
     # preprocessor: then a kernel named in a reachable host body counts as launched (no false alarm).
-    macro_launch = any(re.search(r"^\s*#\s*define\b.*(?:<<<|cudaLaunch)", u.code, re.MULTILINE) for u in units)
+    macro_launch = any(
+        re.search(r"^\s*#\s*define\b.*(?:<<<|cudaLaunch)", u.code, re.MULTILINE) for u in units
+    )
     launched = {
-        name for _, name, _ in kernels
+        name
+        for _, name, _ in kernels
         for h in reachable
-        if _launches(body := host[h][0].code[host[h][1].body_start: host[h][1].body_end], name)
+        if _launches(body := host[h][0].code[host[h][1].body_start : host[h][1].body_end], name)
         or (macro_launch and re.search(rf"\b{re.escape(name)}\b", body))
     }
     diags: list[Diagnostic] = []
@@ -156,10 +176,16 @@ def _launch_findings(units: Sequence[Unit], exposed: Sequence[str] | None, level
     for u, name, off in kernels:
         if name in launched:
             continue
-        diags.append(diag(
-            u, off, "static.kernel_never_launched",
-            f"kernel `{name}` is defined but no host function that Python can call launches it"
-            + ("" if any_launched else " (no kernel of this file is launched at all)")
-            + ": a decoy kernel does none of the work. Launch it with `<<<...>>>` from a function listed "
-            "in `functions=`.", sev))
+        diags.append(
+            diag(
+                u,
+                off,
+                "static.kernel_never_launched",
+                f"kernel `{name}` is defined but no host function that Python can call launches it"
+                + ("" if any_launched else " (no kernel of this file is launched at all)")
+                + ": a decoy kernel does none of the work. Launch it with `<<<...>>>` from a function listed "
+                "in `functions=`.",
+                sev,
+            )
+        )
     return diags

@@ -48,14 +48,29 @@ from cudice.verifier.static_policy import (
     torch_function_allowed,
 )
 
-_NON_TENSOR_METHODS = frozenset({
-    "size", "dim", "numel", "stride", "storage_offset", "data_ptr", "element_size", "nelement",
-    "is_contiguous", "get_device", "is_floating_point", "item", "tolist",
-})
+_NON_TENSOR_METHODS = frozenset(
+    {
+        "size",
+        "dim",
+        "numel",
+        "stride",
+        "storage_offset",
+        "data_ptr",
+        "element_size",
+        "nelement",
+        "is_contiguous",
+        "get_device",
+        "is_floating_point",
+        "item",
+        "tolist",
+    }
+)
 _NON_TENSOR_ATTRS = frozenset({"shape", "dtype", "device", "ndim", "is_cuda", "layout", "requires_grad"})
 _LOW_PRECISION = frozenset({"float16", "half", "bfloat16"})
 _SCALAR_ANNOTATIONS = frozenset({"int", "float", "bool", "str", "tuple", "list"})
-_MUTATORS = frozenset({"append", "extend", "insert", "update", "setdefault", "add", "__setitem__", "appendleft"})
+_MUTATORS = frozenset(
+    {"append", "extend", "insert", "update", "setdefault", "add", "__setitem__", "appendleft"}
+)
 _CONTAINER_FACTORIES = frozenset({"dict", "list", "set", "defaultdict", "OrderedDict", "deque"})
 _HOST_METHODS = frozenset({"cpu", "numpy", "tolist", "__array__", "pin_memory"})
 
@@ -78,13 +93,25 @@ class ForwardReport:
 
 
 class _Analyzer(Bindings):
-    def __init__(self, tree: ast.Module, cls: ast.ClassDef, aliases: dict[str, str], exposed: set[str],
-                 extension_names: set[str], reference_names: set[str], level: Strictness) -> None:
+    def __init__(
+        self,
+        tree: ast.Module,
+        cls: ast.ClassDef,
+        aliases: dict[str, str],
+        exposed: set[str],
+        extension_names: set[str],
+        reference_names: set[str],
+        level: Strictness,
+    ) -> None:
         super().__init__(tree, cls, aliases, exposed, extension_names, reference_names)
         self.level = level
-        self.module_vars = {t.id for n in tree.body if isinstance(n, (ast.Assign, ast.AnnAssign))
-                            for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
-                            if isinstance(t, ast.Name)}
+        self.module_vars = {
+            t.id
+            for n in tree.body
+            if isinstance(n, (ast.Assign, ast.AnnAssign))
+            for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
+            if isinstance(t, ast.Name)
+        }
         self.report = ForwardReport()
         self._called: set[int] = set()
         self._inner: set[int] = set()
@@ -112,12 +139,17 @@ class _Analyzer(Bindings):
         for fn in self.report.reachable:
             self._function(fn)
         for stmt in self.cls.body:  # `forward = torch.relu` and friends at class level
-            if isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id in ("forward", "__call__")
-                                                     for t in stmt.targets):
-                self.report.findings.append(Finding(
-                    "static.torch_op_in_forward", stmt,
-                    "`forward` is assigned instead of defined: the callable it names is not the candidate's "
-                    "kernel code. Define `def forward(self, ...)` that launches the kernel."))
+            if isinstance(stmt, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id in ("forward", "__call__") for t in stmt.targets
+            ):
+                self.report.findings.append(
+                    Finding(
+                        "static.torch_op_in_forward",
+                        stmt,
+                        "`forward` is assigned instead of defined: the callable it names is not the candidate's "
+                        "kernel code. Define `def forward(self, ...)` that launches the kernel.",
+                    )
+                )
         return self.report
 
     def _function(self, fn: ast.FunctionDef) -> None:
@@ -125,25 +157,40 @@ class _Analyzer(Bindings):
         for deco in fn.decorator_list:
             d = dotted(deco.func if isinstance(deco, ast.Call) else deco, self.aliases) or ""
             if d.rsplit(".", 1)[-1] in ("lru_cache", "cache", "cached_property"):
-                self._add("static.output_cache", deco,
-                          f"`@{d}` on `{fn.name}` returns stored results for repeated inputs instead of computing.")
+                self._add(
+                    "static.output_cache",
+                    deco,
+                    f"`@{d}` on `{fn.name}` returns stored results for repeated inputs instead of computing.",
+                )
         for default in [*fn.args.defaults, *fn.args.kw_defaults]:
             if isinstance(default, (ast.Dict, ast.List, ast.Set)) or (
-                    isinstance(default, ast.Call) and callee_name(default.func) in _CONTAINER_FACTORIES):
-                self._add("static.output_cache", default,
-                          f"mutable default argument of `{fn.name}`: it survives between calls and can cache outputs.")
+                isinstance(default, ast.Call) and callee_name(default.func) in _CONTAINER_FACTORIES
+            ):
+                self._add(
+                    "static.output_cache",
+                    default,
+                    f"mutable default argument of `{fn.name}`: it survives between calls and can cache outputs.",
+                )
         nodes = list(ast.walk(fn))
         self._local_kernels = set()
         for _ in range(2):  # `fn = self.ext.relu_out; g = fn` inside the function
-            self._local_kernels |= {t.id for n in nodes if isinstance(n, ast.Assign) and self._is_kernel_ref(n.value)
-                                    for t in n.targets if isinstance(t, ast.Name)}
+            self._local_kernels |= {
+                t.id
+                for n in nodes
+                if isinstance(n, ast.Assign) and self._is_kernel_ref(n.value)
+                for t in n.targets
+                if isinstance(t, ast.Name)
+            }
         self._local_torch = set()
         for _ in range(2):
             for n in nodes:
                 if isinstance(n, (ast.For, ast.comprehension)) and any(
-                        self._is_torch_callable(i) for i in ast.walk(n.iter) if isinstance(i, ast.expr)):
+                    self._is_torch_callable(i) for i in ast.walk(n.iter) if isinstance(i, ast.expr)
+                ):
                     self._local_torch |= {t.id for t in ast.walk(n.target) if isinstance(t, ast.Name)}
-                elif isinstance(n, ast.Assign) and (self._is_torch_callable(n.value) or self._holds_torch_callable(n.value)):
+                elif isinstance(n, ast.Assign) and (
+                    self._is_torch_callable(n.value) or self._holds_torch_callable(n.value)
+                ):
                     self._local_torch |= {t.id for t in n.targets if isinstance(t, ast.Name)}
         self._called = {id(n.func) for n in nodes if isinstance(n, ast.Call)}
         self._inner = {id(n.value) for n in nodes if isinstance(n, ast.Attribute)}
@@ -163,8 +210,10 @@ class _Analyzer(Bindings):
             for a in fn.args.args + fn.args.kwonlyargs:
                 if a.annotation is not None and "Tensor" in ast.unparse(a.annotation):
                     names.add(a.arg)
-        assigns = sorted((n for n in ast.walk(fn) if isinstance(n, (ast.Assign, ast.AnnAssign))),
-                         key=lambda n: (n.lineno, n.col_offset))
+        assigns = sorted(
+            (n for n in ast.walk(fn) if isinstance(n, (ast.Assign, ast.AnnAssign))),
+            key=lambda n: (n.lineno, n.col_offset),
+        )
         for _ in range(2):  # two passes settle simple chains like `a = x; b = a`
             for n in assigns:
                 targets = n.targets if isinstance(n, ast.Assign) else [n.target]
@@ -178,8 +227,11 @@ class _Analyzer(Bindings):
         if (attr := self_attr(e)) is not None:
             return self.self_kinds.get(attr) == "tensor"
         if isinstance(e, ast.Attribute):
-            return e.attr not in _NON_TENSOR_ATTRS and e.attr in ("T", "mT", "data", "real", "imag") \
+            return (
+                e.attr not in _NON_TENSOR_ATTRS
+                and e.attr in ("T", "mT", "data", "real", "imag")
                 and self._is_tensor(e.value, tensors)
+            )
         if isinstance(e, ast.Subscript):
             return self._is_tensor(e.value, tensors)
         if isinstance(e, ast.BinOp):
@@ -191,7 +243,13 @@ class _Analyzer(Bindings):
                 return True
             d = dotted(e.func, self.aliases)
             if d and d.startswith("torch."):
-                return d.rsplit(".", 1)[-1] not in ("numel", "is_tensor", "is_floating_point", "Size", "device")
+                return d.rsplit(".", 1)[-1] not in (
+                    "numel",
+                    "is_tensor",
+                    "is_floating_point",
+                    "Size",
+                    "device",
+                )
             if isinstance(e.func, ast.Attribute):
                 return e.func.attr not in _NON_TENSOR_METHODS and self._is_tensor(e.func.value, tensors)
         return False
@@ -208,22 +266,32 @@ class _Analyzer(Bindings):
 
     def _torch_op(self, node: ast.AST, what: str) -> None:
         lenient = self.level is Strictness.LENIENT
-        self._add("static.torch_op_in_forward", node,
-                  f"{what} runs a PyTorch kernel inside ModelNew.forward: the speedup would measure PyTorch, not "
-                  "your CUDA kernel. Do this computation in the kernel (glue such as `torch.empty_like`, "
-                  "`.view`, `.contiguous` is allowed; see docs/anticheat.md).", warning=lenient)
+        self._add(
+            "static.torch_op_in_forward",
+            node,
+            f"{what} runs a PyTorch kernel inside ModelNew.forward: the speedup would measure PyTorch, not "
+            "your CUDA kernel. Do this computation in the kernel (glue such as `torch.empty_like`, "
+            "`.view`, `.contiguous` is allowed; see docs/anticheat.md).",
+            warning=lenient,
+        )
 
     def _node(self, node: ast.AST, fn: ast.FunctionDef, tensors: set[str]) -> None:
         if isinstance(node, ast.Try):
-            self._add("static.fallback_to_reference", node,
-                      "`try` in forward code: an `except` branch can fall back to PyTorch or the reference when "
-                      "the kernel fails, so a broken kernel would still pass. Let errors propagate.")
+            self._add(
+                "static.fallback_to_reference",
+                node,
+                "`try` in forward code: an `except` branch can fall back to PyTorch or the reference when "
+                "the kernel fails, so a broken kernel would still pass. Let errors propagate.",
+            )
         elif isinstance(node, (ast.If, ast.IfExp)):
             self._branch_fallback(node, fn)
         elif isinstance(node, (ast.Global, ast.Nonlocal)) and not _only_builds_extension(fn, node.names):
-            self._add("static.output_cache", node,
-                      f"`{type(node).__name__.lower()} {', '.join(node.names)}` in forward code keeps state across "
-                      "calls (an output cache would pass timing without computing).")
+            self._add(
+                "static.output_cache",
+                node,
+                f"`{type(node).__name__.lower()} {', '.join(node.names)}` in forward code keeps state across "
+                "calls (an output cache would pass timing without computing).",
+            )
         elif isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
             self._assignment(node, fn, tensors)
         elif isinstance(node, ast.Call):
@@ -242,28 +310,47 @@ class _Analyzer(Bindings):
             if ops_compute and any(self._is_tensor(e, tensors) for e in [node.left, *node.comparators]):
                 self._torch_op(node, f"tensor comparison `{_short(node)}`")
             if not ops_compute and any(_uses_identity(e) for e in [node.left, *node.comparators]):
-                self._add("static.output_cache", node, "membership test keyed by an input's identity/address: "
-                          "results cached per input would be returned without computing.")
+                self._add(
+                    "static.output_cache",
+                    node,
+                    "membership test keyed by an input's identity/address: "
+                    "results cached per input would be returned without computing.",
+                )
         elif isinstance(node, ast.Subscript) and _uses_identity(node.slice):
-            self._add("static.output_cache", node, "lookup keyed by `id(...)`/`data_ptr()`: results cached per "
-                      "input address would be returned without computing.")
-        elif isinstance(node, ast.Name) and node.id in self.reference_names and isinstance(node.ctx, ast.Load):
-            self._add("static.holds_reference_model", node,
-                      f"forward code uses `{node.id}`, the reference: the candidate would run the reference.")
+            self._add(
+                "static.output_cache",
+                node,
+                "lookup keyed by `id(...)`/`data_ptr()`: results cached per "
+                "input address would be returned without computing.",
+            )
+        elif (
+            isinstance(node, ast.Name) and node.id in self.reference_names and isinstance(node.ctx, ast.Load)
+        ):
+            self._add(
+                "static.holds_reference_model",
+                node,
+                f"forward code uses `{node.id}`, the reference: the candidate would run the reference.",
+            )
         elif isinstance(node, ast.Attribute):
             d = dotted(node, self.aliases)
             if d and d.rsplit(".", 1)[-1] in _LOW_PRECISION and d.startswith("torch."):
-                self._add("static.precision_downgrade", node,
-                          f"`{d}` in forward: computing in reduced precision for a float32 reference passes the "
-                          "tolerance while doing less work than asked.", warning=True)
+                self._add(
+                    "static.precision_downgrade",
+                    node,
+                    f"`{d}` in forward: computing in reduced precision for a float32 reference passes the "
+                    "tolerance while doing less work than asked.",
+                    warning=True,
+                )
             elif d and id(node) not in self._called and id(node) not in self._inner and is_compute_ref(d):
                 self._torch_op(node, f"`{d}` passed around as a function (`f = torch.relu; f(x)`)")
 
-    def _assignment(self, node: ast.Assign | ast.AugAssign | ast.AnnAssign, fn: ast.FunctionDef,
-                    tensors: set[str]) -> None:
+    def _assignment(
+        self, node: ast.Assign | ast.AugAssign | ast.AnnAssign, fn: ast.FunctionDef, tensors: set[str]
+    ) -> None:
         targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-        if isinstance(node, ast.AugAssign) and (self._is_tensor(node.target, tensors)
-                                                or self._is_tensor(node.value, tensors)):
+        if isinstance(node, ast.AugAssign) and (
+            self._is_tensor(node.target, tensors) or self._is_tensor(node.value, tensors)
+        ):
             self._torch_op(node, f"in-place tensor arithmetic `{_short(node)}`")
         value = node.value
         is_lazy_build = isinstance(value, ast.Call) and callee_name(value.func) == "load_inline"
@@ -271,25 +358,37 @@ class _Analyzer(Bindings):
             base = t.value if isinstance(t, ast.Subscript) else t
             attr = self_attr(base)
             if attr is not None and fn.name != "__init__" and not is_lazy_build:
-                self._add("static.output_cache", t,
-                          f"forward code stores `self.{attr}`: state kept across calls lets a later call return a "
-                          "stored result. Allocate buffers in `__init__`; compute every output in the call.")
+                self._add(
+                    "static.output_cache",
+                    t,
+                    f"forward code stores `self.{attr}`: state kept across calls lets a later call return a "
+                    "stored result. Allocate buffers in `__init__`; compute every output in the call.",
+                )
             elif isinstance(base, ast.Name) and isinstance(t, ast.Subscript) and base.id in self.module_vars:
-                self._add("static.output_cache", t,
-                          f"forward code writes into module-level `{base.id}`: a module-level cache returns stored "
-                          "outputs instead of computing.")
+                self._add(
+                    "static.output_cache",
+                    t,
+                    f"forward code writes into module-level `{base.id}`: a module-level cache returns stored "
+                    "outputs instead of computing.",
+                )
 
     def _container_write(self, node: ast.Call, fn: ast.FunctionDef) -> None:
         func = node.func
         if not isinstance(func, ast.Attribute) or func.attr not in _MUTATORS:
             return
         recv = func.value
-        owner = f"self.{self_attr(recv)}" if self_attr(recv) and fn.name != "__init__" else (
-            recv.id if isinstance(recv, ast.Name) and recv.id in self.module_vars else None)
+        owner = (
+            f"self.{self_attr(recv)}"
+            if self_attr(recv) and fn.name != "__init__"
+            else (recv.id if isinstance(recv, ast.Name) and recv.id in self.module_vars else None)
+        )
         if owner is not None:
-            self._add("static.output_cache", node,
-                      f"forward code calls `{owner}.{func.attr}(...)`: a container kept across calls can hold outputs "
-                      "that later calls return without computing.")
+            self._add(
+                "static.output_cache",
+                node,
+                f"forward code calls `{owner}.{func.attr}(...)`: a container kept across calls can hold outputs "
+                "that later calls return without computing.",
+            )
 
     def _call(self, node: ast.Call, tensors: set[str]) -> None:
         func = node.func
@@ -297,18 +396,29 @@ class _Analyzer(Bindings):
             self.report.kernel_calls.add(callee_name(func) or "")
             return
         if (host := self._host_transfer(node, tensors)) is not None:
-            self._add("static.host_compute", node,
-                      f"{host} in ModelNew.forward: whatever computes on the host copy (NumPy, Python) is not your "
-                      "CUDA kernel, and the round trip is not what the speedup should measure. Keep the data on "
-                      "the GPU and compute in the kernel.", warning=self.level is Strictness.LENIENT)
+            self._add(
+                "static.host_compute",
+                node,
+                f"{host} in ModelNew.forward: whatever computes on the host copy (NumPy, Python) is not your "
+                "CUDA kernel, and the round trip is not what the speedup should measure. Keep the data on "
+                "the GPU and compute in the kernel.",
+                warning=self.level is Strictness.LENIENT,
+            )
             return
         name = callee_name(func)
         if name in IDENTITY_FUNCS and isinstance(func, ast.Name):
-            self._add("static.output_cache", node, f"`{name}(...)` in forward code: an input's identity is the "
-                      "key of an output cache (results returned without computing).")
+            self._add(
+                "static.output_cache",
+                node,
+                f"`{name}(...)` in forward code: an input's identity is the "
+                "key of an output cache (results returned without computing).",
+            )
             return
-        if isinstance(func, ast.Name) and func.id in ("abs", "sum", "pow", "max", "min", "round", "divmod") \
-                and any(self._is_tensor(a, tensors) for a in node.args):
+        if (
+            isinstance(func, ast.Name)
+            and func.id in ("abs", "sum", "pow", "max", "min", "round", "divmod")
+            and any(self._is_tensor(a, tensors) for a in node.args)
+        ):
             self._torch_op(node, f"`{func.id}(...)` on a tensor")
             return
         if isinstance(func, ast.Name) and func.id in self.reference_names:
@@ -321,7 +431,9 @@ class _Analyzer(Bindings):
                 self._torch_op(node, f"`{d}(...)` on a tensor")
             return
         if not isinstance(func, ast.Attribute) and self._is_torch_callable(func):
-            self._torch_op(node, f"`{_short(func)}(...)` (a torch.nn layer or torch function taken from a container)")
+            self._torch_op(
+                node, f"`{_short(func)}(...)` (a torch.nn layer or torch function taken from a container)"
+            )
             return
         attr = self_attr(func)
         if attr is not None:
@@ -329,13 +441,21 @@ class _Analyzer(Bindings):
             if kind == "torch":
                 self._torch_op(node, f"`self.{attr}(...)` (a torch.nn layer or torch function)")
             elif kind == "reference":
-                self._add("static.holds_reference_model", node,
-                          f"`self.{attr}` is an instance of the reference `Model`; calling it runs the reference.")
+                self._add(
+                    "static.holds_reference_model",
+                    node,
+                    f"`self.{attr}` is an instance of the reference `Model`; calling it runs the reference.",
+                )
             return
         if isinstance(func, ast.Attribute):
             if func.attr in ("half", "bfloat16"):
-                self._add("static.precision_downgrade", node, f"`.{func.attr}()` converts to reduced precision: "
-                          "for a float32 reference it passes the tolerance with less work.", warning=True)
+                self._add(
+                    "static.precision_downgrade",
+                    node,
+                    f"`.{func.attr}()` converts to reduced precision: "
+                    "for a float32 reference it passes the tolerance with less work.",
+                    warning=True,
+                )
             if tensor_method_is_compute(func.attr, self.level):
                 self._torch_op(node, f"`.{func.attr}(...)`")
 
@@ -382,11 +502,15 @@ class _Analyzer(Bindings):
             kernel_here = self._calls_kernel(branch)
             torch_elsewhere = self._computes_with_torch(other) or self._computes_with_torch(rest)
             kernel_elsewhere = self._calls_kernel(other) or self._calls_kernel(rest)
-            if (torch_here and not kernel_here and kernel_elsewhere) or \
-                    (kernel_here and not torch_here and torch_elsewhere):
-                self._add("static.fallback_to_reference", node,
-                          "a branch computes with PyTorch (or the reference) while another path calls the kernel: "
-                          "the measured path may not be the kernel. Remove the fallback branch.")
+            if (torch_here and not kernel_here and kernel_elsewhere) or (
+                kernel_here and not torch_here and torch_elsewhere
+            ):
+                self._add(
+                    "static.fallback_to_reference",
+                    node,
+                    "a branch computes with PyTorch (or the reference) while another path calls the kernel: "
+                    "the measured path may not be the kernel. Remove the fallback branch.",
+                )
                 return
 
     def _computes_with_torch(self, stmts: Iterable[ast.AST]) -> bool:
@@ -396,7 +520,11 @@ class _Analyzer(Bindings):
                     return True
                 if isinstance(n, ast.Call) and not self._is_kernel_call(n):
                     d = dotted(n.func, self.aliases)
-                    if d and d.startswith("torch.") and not torch_function_allowed(d.rsplit(".", 1)[-1], self.level):
+                    if (
+                        d
+                        and d.startswith("torch.")
+                        and not torch_function_allowed(d.rsplit(".", 1)[-1], self.level)
+                    ):
                         return True
                     if isinstance(n.func, ast.Attribute) and d is None and n.func.attr in COMPUTE_METHODS:
                         return True
@@ -411,22 +539,32 @@ class _Analyzer(Bindings):
 def _only_builds_extension(fn: ast.FunctionDef, names: list[str]) -> bool:
     """`global _ext` in a lazy loader whose every store to `_ext` is `load_inline(...)` (or None): the
     extension module is kept, not an output."""
-    stores = [n for n in ast.walk(fn) if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign))
-              and any(isinstance(t, ast.Name) and t.id in names
-                      for t in (n.targets if isinstance(n, ast.Assign) else [n.target]))]
+    stores = [
+        n
+        for n in ast.walk(fn)
+        if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign))
+        and any(
+            isinstance(t, ast.Name) and t.id in names
+            for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
+        )
+    ]
     return bool(stores) and all(
-        isinstance(n, ast.Assign) and (
+        isinstance(n, ast.Assign)
+        and (
             (isinstance(n.value, ast.Call) and callee_name(n.value.func) == "load_inline")
-            or (isinstance(n.value, ast.Constant) and n.value.value is None))
-        for n in stores)
+            or (isinstance(n.value, ast.Constant) and n.value.value is None)
+        )
+        for n in stores
+    )
 
 
 def _uses_identity(e: ast.AST) -> bool:
     for n in ast.walk(e):
         if isinstance(n, ast.Call):
             name = callee_name(n.func)
-            if (isinstance(n.func, ast.Name) and name in IDENTITY_FUNCS) or \
-                    (isinstance(n.func, ast.Attribute) and name in IDENTITY_METHODS):
+            if (isinstance(n.func, ast.Name) and name in IDENTITY_FUNCS) or (
+                isinstance(n.func, ast.Attribute) and name in IDENTITY_METHODS
+            ):
                 return True
     return False
 
@@ -436,7 +574,14 @@ def _short(node: ast.AST) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def analyze_forward(tree: ast.Module, cls: ast.ClassDef, aliases: dict[str, str], exposed: set[str],
-                    extension_names: set[str], reference_names: set[str], level: Strictness) -> ForwardReport:
+def analyze_forward(
+    tree: ast.Module,
+    cls: ast.ClassDef,
+    aliases: dict[str, str],
+    exposed: set[str],
+    extension_names: set[str],
+    reference_names: set[str],
+    level: Strictness,
+) -> ForwardReport:
     """Findings for `cls` (ModelNew) under `level`; `exposed` are the extension's Python function names."""
     return _Analyzer(tree, cls, aliases, exposed, extension_names, reference_names, level).run()

@@ -50,70 +50,348 @@ def parse_strictness(value: object) -> Strictness:
 # -- torch.<fn>(...) functions -------------------------------------------------------------------
 
 # Allocation without initialisation, metadata, views, device/stream queries, context managers.
-TORCH_GLUE_ALWAYS = frozenset({
-    "empty", "empty_like", "empty_strided", "is_tensor", "is_floating_point", "is_complex",
-    "numel", "device", "Size", "finfo", "iinfo", "get_default_dtype", "broadcast_shapes",
-    "reshape", "flatten", "unflatten", "squeeze", "unsqueeze", "transpose", "permute", "narrow",
-    "split", "chunk", "unbind", "as_strided", "movedim", "swapaxes", "no_grad", "inference_mode",
-    "set_grad_enabled", "enable_grad", "load_inline", "broadcast_to", "broadcast_tensors", "atleast_1d",
-    "atleast_2d", "atleast_3d", "t", "detach", "contiguous_format", "channels_last",
-    # torch.cuda.* / torch.backends queries (attribute chains are matched on their last name)
-    "current_stream", "default_stream", "current_device", "get_device_properties", "is_available",
-    "device_count", "get_device_name", "get_device_capability", "synchronize", "set_device",
-})
+TORCH_GLUE_ALWAYS = frozenset(
+    {
+        "empty",
+        "empty_like",
+        "empty_strided",
+        "is_tensor",
+        "is_floating_point",
+        "is_complex",
+        "numel",
+        "device",
+        "Size",
+        "finfo",
+        "iinfo",
+        "get_default_dtype",
+        "broadcast_shapes",
+        "reshape",
+        "flatten",
+        "unflatten",
+        "squeeze",
+        "unsqueeze",
+        "transpose",
+        "permute",
+        "narrow",
+        "split",
+        "chunk",
+        "unbind",
+        "as_strided",
+        "movedim",
+        "swapaxes",
+        "no_grad",
+        "inference_mode",
+        "set_grad_enabled",
+        "enable_grad",
+        "load_inline",
+        "broadcast_to",
+        "broadcast_tensors",
+        "atleast_1d",
+        "atleast_2d",
+        "atleast_3d",
+        "t",
+        "detach",
+        "contiguous_format",
+        "channels_last",
+        # torch.cuda.* / torch.backends queries (attribute chains are matched on their last name)
+        "current_stream",
+        "default_stream",
+        "current_device",
+        "get_device_properties",
+        "is_available",
+        "device_count",
+        "get_device_name",
+        "get_device_capability",
+        "synchronize",
+        "set_device",
+    }
+)
 # Initialising allocations, copies and casts: fine in default, errors in strict.
-TORCH_GLUE_DEFAULT = frozenset({
-    "zeros", "zeros_like", "ones", "ones_like", "full", "full_like", "tensor", "as_tensor",
-    "from_numpy", "arange", "clone",
-})
+TORCH_GLUE_DEFAULT = frozenset(
+    {
+        "zeros",
+        "zeros_like",
+        "ones",
+        "ones_like",
+        "full",
+        "full_like",
+        "tensor",
+        "as_tensor",
+        "from_numpy",
+        "arange",
+        "clone",
+    }
+)
 TORCH_GLUE_LENIENT = frozenset({"cat", "concat", "concatenate", "stack", "hstack", "vstack"})
 
 # -- tensor.<method>(...) ------------------------------------------------------------------------
 
 # Methods are judged by name only: the receiver's type is unknown statically, so a method name
 # is flagged only when it is a known *compute* method (below), never merely for being unknown.
-TENSOR_GLUE_ALWAYS = frozenset({
-    "size", "dim", "numel", "stride", "storage_offset", "data_ptr", "element_size", "nelement",
-    "is_contiguous", "contiguous", "view", "view_as", "reshape", "reshape_as", "flatten",
-    "unflatten", "squeeze", "unsqueeze", "permute", "transpose", "t", "expand", "expand_as",
-    "narrow", "select", "unbind", "split", "chunk", "as_strided", "new_empty", "new_empty_strided",
-    "get_device", "is_floating_point", "detach", "requires_grad_", "to", "cuda", "item",
-    "untyped_storage", "movedim", "swapaxes", "broadcast_to", "is_cuda", "sizes",
-})
-TENSOR_GLUE_DEFAULT = frozenset({
-    "new_zeros", "new_ones", "new_full", "new_tensor", "fill_", "zero_", "clone", "copy_",
-    "float", "double", "half", "bfloat16", "int", "long", "short", "type_as",
-})
+TENSOR_GLUE_ALWAYS = frozenset(
+    {
+        "size",
+        "dim",
+        "numel",
+        "stride",
+        "storage_offset",
+        "data_ptr",
+        "element_size",
+        "nelement",
+        "is_contiguous",
+        "contiguous",
+        "view",
+        "view_as",
+        "reshape",
+        "reshape_as",
+        "flatten",
+        "unflatten",
+        "squeeze",
+        "unsqueeze",
+        "permute",
+        "transpose",
+        "t",
+        "expand",
+        "expand_as",
+        "narrow",
+        "select",
+        "unbind",
+        "split",
+        "chunk",
+        "as_strided",
+        "new_empty",
+        "new_empty_strided",
+        "get_device",
+        "is_floating_point",
+        "detach",
+        "requires_grad_",
+        "to",
+        "cuda",
+        "item",
+        "untyped_storage",
+        "movedim",
+        "swapaxes",
+        "broadcast_to",
+        "is_cuda",
+        "sizes",
+    }
+)
+TENSOR_GLUE_DEFAULT = frozenset(
+    {
+        "new_zeros",
+        "new_ones",
+        "new_full",
+        "new_tensor",
+        "fill_",
+        "zero_",
+        "clone",
+        "copy_",
+        "float",
+        "double",
+        "half",
+        "bfloat16",
+        "int",
+        "long",
+        "short",
+        "type_as",
+    }
+)
 
 # Known tensor compute methods (and their in-place `_` forms, added below).
-_COMPUTE_METHOD_BASE = frozenset({
-    "abs", "acos", "add", "addbmm", "addcdiv", "addcmul", "addmm", "addmv", "all", "amax", "amin",
-    "any", "argmax", "argmin", "argsort", "asin", "atan", "atan2", "baddbmm", "bmm", "ceil",
-    "clamp", "clamp_min", "clamp_max", "clip", "conv1d", "conv2d", "conv3d", "cos", "cosh",
-    "cummax", "cummin", "cumprod", "cumsum", "diag", "div", "divide", "dot", "einsum", "eq", "erf",
-    "erfc", "exp", "exp2", "expm1", "flip", "floor", "floor_divide", "fmod", "gather", "ge",
-    "gelu", "gt", "hardtanh", "index_add", "index_select", "inner", "kron", "le", "lerp", "log",
-    "log10", "log1p", "log2", "log_softmax", "logical_and", "logical_not", "logical_or",
-    "logsumexp", "lt", "masked_fill", "masked_scatter", "matmul", "max", "maximum", "mean",
-    "median", "min", "minimum", "mm", "mode", "mul", "multiply", "mv", "nan_to_num", "ne", "neg",
-    "negative", "norm", "outer", "pow", "prod", "reciprocal", "relu", "remainder", "renorm",
-    "repeat", "repeat_interleave", "roll", "round", "rsqrt", "scatter", "scatter_add", "sigmoid",
-    "sign", "silu", "sin", "sinh", "softmax", "sort", "sqrt", "square", "std", "sub", "subtract",
-    "sum", "tan", "tanh", "tile", "topk", "tril", "triu", "true_divide", "trunc", "var", "where",
-    "xlogy", "softplus", "cross", "cumulative_trapezoid", "histc", "kthvalue", "nansum",
-    "nanmean", "logaddexp", "hypot", "heaviside", "leaky_relu", "elu", "selu", "mish", "hardswish",
-    "hardsigmoid", "normalize", "layer_norm", "group_norm", "batch_norm", "instance_norm",
-    "linear", "dropout", "sgn", "frac", "exp_", "abs_",
-    "cpu", "numpy",  # a round trip to the host: the work then happens outside the kernel
-})
+_COMPUTE_METHOD_BASE = frozenset(
+    {
+        "abs",
+        "acos",
+        "add",
+        "addbmm",
+        "addcdiv",
+        "addcmul",
+        "addmm",
+        "addmv",
+        "all",
+        "amax",
+        "amin",
+        "any",
+        "argmax",
+        "argmin",
+        "argsort",
+        "asin",
+        "atan",
+        "atan2",
+        "baddbmm",
+        "bmm",
+        "ceil",
+        "clamp",
+        "clamp_min",
+        "clamp_max",
+        "clip",
+        "conv1d",
+        "conv2d",
+        "conv3d",
+        "cos",
+        "cosh",
+        "cummax",
+        "cummin",
+        "cumprod",
+        "cumsum",
+        "diag",
+        "div",
+        "divide",
+        "dot",
+        "einsum",
+        "eq",
+        "erf",
+        "erfc",
+        "exp",
+        "exp2",
+        "expm1",
+        "flip",
+        "floor",
+        "floor_divide",
+        "fmod",
+        "gather",
+        "ge",
+        "gelu",
+        "gt",
+        "hardtanh",
+        "index_add",
+        "index_select",
+        "inner",
+        "kron",
+        "le",
+        "lerp",
+        "log",
+        "log10",
+        "log1p",
+        "log2",
+        "log_softmax",
+        "logical_and",
+        "logical_not",
+        "logical_or",
+        "logsumexp",
+        "lt",
+        "masked_fill",
+        "masked_scatter",
+        "matmul",
+        "max",
+        "maximum",
+        "mean",
+        "median",
+        "min",
+        "minimum",
+        "mm",
+        "mode",
+        "mul",
+        "multiply",
+        "mv",
+        "nan_to_num",
+        "ne",
+        "neg",
+        "negative",
+        "norm",
+        "outer",
+        "pow",
+        "prod",
+        "reciprocal",
+        "relu",
+        "remainder",
+        "renorm",
+        "repeat",
+        "repeat_interleave",
+        "roll",
+        "round",
+        "rsqrt",
+        "scatter",
+        "scatter_add",
+        "sigmoid",
+        "sign",
+        "silu",
+        "sin",
+        "sinh",
+        "softmax",
+        "sort",
+        "sqrt",
+        "square",
+        "std",
+        "sub",
+        "subtract",
+        "sum",
+        "tan",
+        "tanh",
+        "tile",
+        "topk",
+        "tril",
+        "triu",
+        "true_divide",
+        "trunc",
+        "var",
+        "where",
+        "xlogy",
+        "softplus",
+        "cross",
+        "cumulative_trapezoid",
+        "histc",
+        "kthvalue",
+        "nansum",
+        "nanmean",
+        "logaddexp",
+        "hypot",
+        "heaviside",
+        "leaky_relu",
+        "elu",
+        "selu",
+        "mish",
+        "hardswish",
+        "hardsigmoid",
+        "normalize",
+        "layer_norm",
+        "group_norm",
+        "batch_norm",
+        "instance_norm",
+        "linear",
+        "dropout",
+        "sgn",
+        "frac",
+        "exp_",
+        "abs_",
+        "cpu",
+        "numpy",  # a round trip to the host: the work then happens outside the kernel
+    }
+)
 COMPUTE_METHODS = _COMPUTE_METHOD_BASE | frozenset(n + "_" for n in _COMPUTE_METHOD_BASE)
 # Operator dunders called by name (`x.__matmul__(w)`) are compute too.
-COMPUTE_DUNDERS = frozenset({
-    "__add__", "__radd__", "__iadd__", "__sub__", "__rsub__", "__isub__", "__mul__", "__rmul__",
-    "__imul__", "__truediv__", "__rtruediv__", "__itruediv__", "__matmul__", "__rmatmul__",
-    "__pow__", "__neg__", "__abs__", "__floordiv__", "__mod__", "__lt__", "__le__", "__gt__",
-    "__ge__", "__eq__", "__ne__", "__and__", "__or__", "__xor__",
-})
+COMPUTE_DUNDERS = frozenset(
+    {
+        "__add__",
+        "__radd__",
+        "__iadd__",
+        "__sub__",
+        "__rsub__",
+        "__isub__",
+        "__mul__",
+        "__rmul__",
+        "__imul__",
+        "__truediv__",
+        "__rtruediv__",
+        "__itruediv__",
+        "__matmul__",
+        "__rmatmul__",
+        "__pow__",
+        "__neg__",
+        "__abs__",
+        "__floordiv__",
+        "__mod__",
+        "__lt__",
+        "__le__",
+        "__gt__",
+        "__ge__",
+        "__eq__",
+        "__ne__",
+        "__and__",
+        "__or__",
+        "__xor__",
+    }
+)
 
 # `torch.nn` classes that hold no computation when called (or are only containers of params).
 NN_NON_COMPUTE = frozenset({"Parameter", "ParameterList", "ParameterDict", "Buffer", "Identity"})
@@ -121,20 +399,46 @@ NN_NON_COMPUTE = frozenset({"Parameter", "ParameterList", "ParameterDict", "Buff
 # Libraries that compute on the GPU without being the candidate's CUDA (`import cupy` …).
 FOREIGN_COMPUTE_MODULES = frozenset({"cupy", "triton", "jax", "jaxlib", "numba", "tensorflow", "pycuda"})
 # Imports that start threads or processes.
-CONCURRENCY_MODULES = frozenset({
-    "threading", "_thread", "multiprocessing", "concurrent", "subprocess", "asyncio", "sched",
-    "torch.multiprocessing",
-})
+CONCURRENCY_MODULES = frozenset(
+    {
+        "threading",
+        "_thread",
+        "multiprocessing",
+        "concurrent",
+        "subprocess",
+        "asyncio",
+        "sched",
+        "torch.multiprocessing",
+    }
+)
 # Imports whose only use in a kernel file is to get around the Python-level checks.
 DYNAMIC_CODE_MODULES = frozenset({"ctypes", "importlib", "builtins", "inspect", "gc", "marshal", "pickle"})
 # Calls that run code the static checks cannot see.
 DYNAMIC_CODE_BUILTINS = frozenset({"exec", "eval", "compile", "__import__", "globals", "vars"})
 # Attribute names whose patching games the measurement (timers, sync, comparison).
-TIMER_NAMES = frozenset({
-    "Event", "elapsed_time", "record", "synchronize", "perf_counter", "perf_counter_ns", "time",
-    "time_ns", "monotonic", "monotonic_ns", "process_time", "do_bench", "allclose", "isclose",
-    "equal", "testing", "assert_close", "median", "mean",
-})
+TIMER_NAMES = frozenset(
+    {
+        "Event",
+        "elapsed_time",
+        "record",
+        "synchronize",
+        "perf_counter",
+        "perf_counter_ns",
+        "time",
+        "time_ns",
+        "monotonic",
+        "monotonic_ns",
+        "process_time",
+        "do_bench",
+        "allclose",
+        "isclose",
+        "equal",
+        "testing",
+        "assert_close",
+        "median",
+        "mean",
+    }
+)
 # Functions that reveal an input's identity, the key of an output cache.
 IDENTITY_FUNCS = frozenset({"id", "hash"})
 IDENTITY_METHODS = frozenset({"data_ptr", "_cdata", "untyped_storage", "storage"})
@@ -160,35 +464,93 @@ def tensor_method_is_compute(name: str, level: Strictness) -> bool:
 
 # -- module-wide rules (static_checks.py) ------------------------------------------------------
 
-STREAM_APIS = frozenset({"Stream", "stream", "ExternalStream", "set_stream", "graph", "CUDAGraph", "StreamContext"})
+STREAM_APIS = frozenset(
+    {"Stream", "stream", "ExternalStream", "set_stream", "graph", "CUDAGraph", "StreamContext"}
+)
 PROCESS_APIS = re.compile(r"^(?:os|posix)\.(?:fork\w*|system|popen|spawn\w*|exec\w*|posix_spawn\w*)$")
 DYNAMIC_ATTRS = frozenset({"__builtins__", "__globals__", "__code__", "__subclasses__"})
 DYNAMIC_DOTTED = frozenset({"sys.modules", "sys._getframe", "inspect.currentframe"})
 # Process control and harness files: a candidate that ends its own process or writes files can
 # forge the worker's result (write `{"verdict": "correct"}` where the worker would, then exit).
-PROCESS_CONTROL = frozenset({"os._exit", "os.abort", "os.kill", "os.killpg", "sys.exit", "signal.signal",
-                              "signal.alarm", "atexit.register", "faulthandler.enable", "os.chdir"})
+PROCESS_CONTROL = frozenset(
+    {
+        "os._exit",
+        "os.abort",
+        "os.kill",
+        "os.killpg",
+        "sys.exit",
+        "signal.signal",
+        "signal.alarm",
+        "atexit.register",
+        "faulthandler.enable",
+        "os.chdir",
+    }
+)
 HARNESS_ATTRS = frozenset({"sys.argv", "sys.stdin", "sys.stdout", "sys.stderr", "os.environ.clear"})
-WRITE_METHODS = frozenset({"write_text", "write_bytes", "unlink", "rmdir", "symlink_to", "hardlink_to", "touch",
-                            "mkdir", "chmod", "mkfifo"})
-FILE_OPS = re.compile(r"^(?:os\.(?:remove|unlink|rename|renames|replace|rmdir|removedirs|symlink|link|open|fdopen|"
-                       r"write|pwrite|mkdir|makedirs|mkfifo|mknod|truncate|ftruncate|chmod|chown|dup2|setsid|setpgrp|"
-                       r"setpgid|getppid)|shutil\.\w+|tempfile\.\w+|io\.open)$")
+WRITE_METHODS = frozenset(
+    {
+        "write_text",
+        "write_bytes",
+        "unlink",
+        "rmdir",
+        "symlink_to",
+        "hardlink_to",
+        "touch",
+        "mkdir",
+        "chmod",
+        "mkfifo",
+    }
+)
+FILE_OPS = re.compile(
+    r"^(?:os\.(?:remove|unlink|rename|renames|replace|rmdir|removedirs|symlink|link|open|fdopen|"
+    r"write|pwrite|mkdir|makedirs|mkfifo|mknod|truncate|ftruncate|chmod|chown|dup2|setsid|setpgrp|"
+    r"setpgid|getppid)|shutil\.\w+|tempfile\.\w+|io\.open)$"
+)
 # `os.environ` writes are allowed: LLM-written kernels set `TORCH_CUDA_ARCH_LIST` before building.
 # Imports whose only use in a kernel file is finding or changing where the interpreter loads code
 # from (a `.pth` file in site-packages runs in every later Python process).
 HARNESS_MODULES = frozenset({"site", "sysconfig", "tempfile", "pty"})
 # Python's doors to the dispatcher: an `aten` implementation registered here replaces the op for the
 # whole process, including the comparison the verifier runs (`aten::allclose`).
-DISPATCH_PREFIXES = ("torch.library", "torch._library", "torch._C._dispatch", "torch._C._set_dispatch",
-                      "torch.utils._python_dispatch", "torch.overrides.TorchFunctionMode", "torch._ops",
-                      "torch.ops.load_library", "torch.classes.load_library", "torch._C._jit_set")
-DISPATCH_ATTRS = frozenset({"py_impl", "_register_impl", "_register_fake", "register_kernel", "register_fake",
-                             "register_autograd", "_set_dispatch_mode", "_push_mode"})
+DISPATCH_PREFIXES = (
+    "torch.library",
+    "torch._library",
+    "torch._C._dispatch",
+    "torch._C._set_dispatch",
+    "torch.utils._python_dispatch",
+    "torch.overrides.TorchFunctionMode",
+    "torch._ops",
+    "torch.ops.load_library",
+    "torch.classes.load_library",
+    "torch._C._jit_set",
+)
+DISPATCH_ATTRS = frozenset(
+    {
+        "py_impl",
+        "_register_impl",
+        "_register_fake",
+        "register_kernel",
+        "register_fake",
+        "register_autograd",
+        "_set_dispatch_mode",
+        "_push_mode",
+    }
+)
 # Builders that compile code the static checks cannot read (files, NVRTC strings, loaded libraries).
-OPAQUE_BUILDERS = re.compile(r"^torch\.utils\.cpp_extension\.(?:load|_jit_compile|_write_ninja_file\w*|"
-                              r"_run_ninja_build|build_extension|BuildExtension)$|^torch\.cuda\._compile_kernel$")
+OPAQUE_BUILDERS = re.compile(
+    r"^torch\.utils\.cpp_extension\.(?:load|_jit_compile|_write_ninja_file\w*|"
+    r"_run_ninja_build|build_extension|BuildExtension)$|^torch\.cuda\._compile_kernel$"
+)
 # Compilers that generate their own GPU kernels (Triton through Inductor, TorchScript fusers): the
 # work would be theirs, not this file's CUDA.
-JIT_COMPILERS = ("torch.compile", "torch._dynamo", "torch._inductor", "torch.jit.script", "torch.jit.trace",
-                 "torch.jit.freeze", "torch.export", "torch.fx", "torch._higher_order_ops")
+JIT_COMPILERS = (
+    "torch.compile",
+    "torch._dynamo",
+    "torch._inductor",
+    "torch.jit.script",
+    "torch.jit.trace",
+    "torch.jit.freeze",
+    "torch.export",
+    "torch.fx",
+    "torch._higher_order_ops",
+)

@@ -97,8 +97,13 @@ class ModuleConstants:
                         bound.setdefault(name, []).append(stmt.value if isinstance(t, ast.Name) else None)
             elif isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
                 bound.setdefault(stmt.target.id, []).append(stmt.value)
-            elif isinstance(stmt, ast.AugAssign) and isinstance(stmt.op, ast.Add) and isinstance(stmt.target, ast.Name) \
-                    and len(prev := bound.get(stmt.target.id, [])) == 1 and prev[0] is not None:
+            elif (
+                isinstance(stmt, ast.AugAssign)
+                and isinstance(stmt.op, ast.Add)
+                and isinstance(stmt.target, ast.Name)
+                and len(prev := bound.get(stmt.target.id, [])) == 1
+                and prev[0] is not None
+            ):
                 # `SRC = "..."` then `SRC += "..."` at module level: statements run in order, so the value
                 # is the sum (a later `+=` than the call only adds text the checks also read)
                 prev[0] = ast.copy_location(ast.BinOp(left=prev[0], op=ast.Add(), right=stmt.value), prev[0])
@@ -107,8 +112,11 @@ class ModuleConstants:
                     if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
                         bound.setdefault(n.id, []).extend([None, None])
             elif isinstance(stmt, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.ClassDef)):
-                names = [a.asname or a.name for a in stmt.names] if isinstance(stmt, (ast.Import, ast.ImportFrom)) \
+                names = (
+                    [a.asname or a.name for a in stmt.names]
+                    if isinstance(stmt, (ast.Import, ast.ImportFrom))
                     else [stmt.name]
+                )
                 for name in names:
                     bound.setdefault(name.split(".")[0], []).extend([None, None])
         for n in ast.walk(tree):  # `global X` in a function makes X assignable at run time
@@ -118,13 +126,17 @@ class ModuleConstants:
         self._single = {k: v[0] for k, v in bound.items() if len(v) == 1 and v[0] is not None}
         if scope is not None:
             self._bind_locals(scope)
-        for name in _mutable_uses(tree, {k for k, v in self._single.items() if isinstance(v, (ast.List, ast.Tuple))}):
+        for name in _mutable_uses(
+            tree, {k for k, v in self._single.items() if isinstance(v, (ast.List, ast.Tuple))}
+        ):
             del self._single[name]  # `SRC.append(open(p).read())` changes what the call receives
 
     def _bind_locals(self, fn: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         """Names a function binds shadow the module's: one plain assignment is a constant, a parameter or
         any other store is not (`def __init__(self): src = \"\"\"...\"\"\"; load_inline(..., cuda_sources=src)`)."""
-        declared_global = {name for n in ast.walk(fn) if isinstance(n, (ast.Global, ast.Nonlocal)) for name in n.names}
+        declared_global = {
+            name for n in ast.walk(fn) if isinstance(n, (ast.Global, ast.Nonlocal)) for name in n.names
+        }
         local: dict[str, list[ast.expr | None]] = {}
         args = fn.args
         for a in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg]:
@@ -215,7 +227,12 @@ class ModuleConstants:
         args = [self.value(a, depth) for a in call.args]
         if any(a is None for a in args) or any(isinstance(a, ast.Starred) for a in call.args):
             return None
-        if isinstance(func, ast.Name) and func.id == "str" and len(args) == 1 and not isinstance(args[0], list):
+        if (
+            isinstance(func, ast.Name)
+            and func.id == "str"
+            and len(args) == 1
+            and not isinstance(args[0], list)
+        ):
             return str(args[0])
         if callee_name(func) == "dedent" and len(args) == 1 and isinstance(args[0], str):
             return textwrap.dedent(args[0])
@@ -224,8 +241,12 @@ class ModuleConstants:
         recv = self.value(func.value, depth)
         if not isinstance(recv, str):
             return None
-        if func.attr == "join" and len(args) == 1 and isinstance(args[0], list) \
-                and all(isinstance(a, str) for a in args[0]):
+        if (
+            func.attr == "join"
+            and len(args) == 1
+            and isinstance(args[0], list)
+            and all(isinstance(a, str) for a in args[0])
+        ):
             return recv.join(str(a) for a in args[0])
         if func.attr == "format":
             kwargs = {k.arg: self.value(k.value, depth) for k in call.keywords if k.arg}
@@ -267,8 +288,10 @@ def _mutable_uses(tree: ast.Module, list_names: set[str]) -> set[str]:
         if isinstance(parent, ast.keyword):
             parent = parents.get(id(parent))
         reads_only = isinstance(parent, (ast.List, ast.Tuple, ast.BinOp)) or (
-            isinstance(parent, ast.Call) and n in [*parent.args, *(k.value for k in parent.keywords)]
-            and callee_name(parent.func) in ("load_inline", "join"))
+            isinstance(parent, ast.Call)
+            and n in [*parent.args, *(k.value for k in parent.keywords)]
+            and callee_name(parent.func) in ("load_inline", "join")
+        )
         if not reads_only:
             found.add(n.id)
     return found
@@ -287,8 +310,12 @@ def _binop(op: ast.operator, left: Value | None, right: Value | None) -> Value |
         return None
     if isinstance(op, ast.Add) and isinstance(left, str) and isinstance(right, str):
         return left + right
-    if isinstance(op, ast.Mult) and isinstance(left, str) and isinstance(right, int) \
-            and len(left) * max(right, 0) <= _MAX_CHARS:
+    if (
+        isinstance(op, ast.Mult)
+        and isinstance(left, str)
+        and isinstance(right, int)
+        and len(left) * max(right, 0) <= _MAX_CHARS
+    ):
         return left * right
     if isinstance(op, ast.Mod) and isinstance(left, str):
         try:
@@ -296,7 +323,11 @@ def _binop(op: ast.operator, left: Value | None, right: Value | None) -> Value |
         except (TypeError, ValueError, KeyError):
             return None
     nums = (int, float)
-    if not (isinstance(left, nums) and isinstance(right, nums)) or isinstance(left, bool) or isinstance(right, bool):
+    if (
+        not (isinstance(left, nums) and isinstance(right, nums))
+        or isinstance(left, bool)
+        or isinstance(right, bool)
+    ):
         return None
     try:
         if isinstance(op, ast.Add):
@@ -309,7 +340,12 @@ def _binop(op: ast.operator, left: Value | None, right: Value | None) -> Value |
             return left // right
         if isinstance(op, ast.Mod):
             return left % right
-        if isinstance(op, ast.LShift) and isinstance(left, int) and isinstance(right, int) and 0 <= right < 64:
+        if (
+            isinstance(op, ast.LShift)
+            and isinstance(left, int)
+            and isinstance(right, int)
+            and 0 <= right < 64
+        ):
             return left << right
     except ZeroDivisionError:
         return None

@@ -47,8 +47,9 @@ def summarize(samples_ms: Sequence[float]) -> Timing:
         q1, _, q3 = statistics.quantiles(xs, n=4, method="inclusive")
     else:
         q1 = q3 = xs[0]
-    return Timing(median_ms=statistics.median(xs), min_ms=xs[0], max_ms=xs[-1], q1_ms=q1, q3_ms=q3,
-                  num_trials=len(xs))
+    return Timing(
+        median_ms=statistics.median(xs), min_ms=xs[0], max_ms=xs[-1], q1_ms=q1, q3_ms=q3, num_trials=len(xs)
+    )
 
 
 def tensor_bytes(values: Any) -> int:
@@ -80,12 +81,24 @@ def _time_once(fn: Callable[..., Any], inputs: Sequence[Any], flush: torch.Tenso
     return float(start.elapsed_time(end))
 
 
-def compare(reference: Callable[..., Any], candidate: Callable[..., Any], inputs: Sequence[Any], *,
-            num_trials: int = 30, warmup_ms: float = 100.0, l2_flush_mib: int = 256,
-            suspicious_speedup: float = 10.0, peak_bandwidth_gb_s: float = 4300.0,
-            output_bytes: int = 0) -> TimingComparison:
+def compare(
+    reference: Callable[..., Any],
+    candidate: Callable[..., Any],
+    inputs: Sequence[Any],
+    *,
+    num_trials: int = 30,
+    warmup_ms: float = 100.0,
+    l2_flush_mib: int = 256,
+    suspicious_speedup: float = 10.0,
+    peak_bandwidth_gb_s: float = 4300.0,
+    output_bytes: int = 0,
+) -> TimingComparison:
     """Time `reference(*inputs)` and `candidate(*inputs)` interleaved (see module docstring)."""
-    flush = torch.empty(l2_flush_mib * 1024 * 1024 // 4, dtype=torch.int32, device="cuda") if l2_flush_mib else None
+    flush = (
+        torch.empty(l2_flush_mib * 1024 * 1024 // 4, dtype=torch.int32, device="cuda")
+        if l2_flush_mib
+        else None
+    )
     for fn in (reference, candidate):  # 1. warm-up by time, each implementation on its own
         deadline = time.perf_counter() + warmup_ms / 1000.0
         while True:
@@ -95,16 +108,33 @@ def compare(reference: Callable[..., Any], candidate: Callable[..., Any], inputs
     ref_ms: list[float] = []
     cand_ms: list[float] = []
     for i in range(num_trials):  # 2. interleave, alternating which goes first
-        order = ((reference, ref_ms), (candidate, cand_ms)) if i % 2 == 0 else ((candidate, cand_ms), (reference, ref_ms))
+        order = (
+            ((reference, ref_ms), (candidate, cand_ms))
+            if i % 2 == 0
+            else ((candidate, cand_ms), (reference, ref_ms))
+        )
         for fn, sink in order:
             sink.append(_time_once(fn, inputs, flush))
-    return from_samples(ref_ms, cand_ms, input_bytes=tensor_bytes(list(inputs)), output_bytes=output_bytes,
-                        suspicious_speedup=suspicious_speedup, peak_bandwidth_gb_s=peak_bandwidth_gb_s)
+    return from_samples(
+        ref_ms,
+        cand_ms,
+        input_bytes=tensor_bytes(list(inputs)),
+        output_bytes=output_bytes,
+        suspicious_speedup=suspicious_speedup,
+        peak_bandwidth_gb_s=peak_bandwidth_gb_s,
+    )
 
 
-def from_samples(ref_ms: Sequence[float], cand_ms: Sequence[float], *, input_bytes: int, output_bytes: int,
-                 suspicious_speedup: float = 10.0, peak_bandwidth_gb_s: float = 4300.0,
-                 extra_reasons: Sequence[str] = ()) -> TimingComparison:
+def from_samples(
+    ref_ms: Sequence[float],
+    cand_ms: Sequence[float],
+    *,
+    input_bytes: int,
+    output_bytes: int,
+    suspicious_speedup: float = 10.0,
+    peak_bandwidth_gb_s: float = 4300.0,
+    extra_reasons: Sequence[str] = (),
+) -> TimingComparison:
     """Statistics, speedups and the suspicion flags from per-call times (ms) of both implementations."""
     ref, cand = summarize(ref_ms), summarize(cand_ms)  # 3. statistics, full precision
     speedup = ref.median_ms / cand.median_ms if cand.median_ms > 0 else float("inf")
@@ -115,6 +145,10 @@ def from_samples(ref_ms: Sequence[float], cand_ms: Sequence[float], *, input_byt
     if speedup > suspicious_speedup:
         reasons.append(f"speedup {speedup:.1f}x is above {suspicious_speedup:g}x")
     if cand.median_ms < sol_ms:
-        reasons.append(f"candidate {cand.median_ms:.4f} ms is faster than moving its data once "
-                       f"({sol_ms:.4f} ms at {peak_bandwidth_gb_s:g} GB/s)")
-    return TimingComparison(cand, ref, speedup, speedup_min, speedup_max, sol_ms, bool(reasons), "; ".join(reasons))
+        reasons.append(
+            f"candidate {cand.median_ms:.4f} ms is faster than moving its data once "
+            f"({sol_ms:.4f} ms at {peak_bandwidth_gb_s:g} GB/s)"
+        )
+    return TimingComparison(
+        cand, ref, speedup, speedup_min, speedup_max, sol_ms, bool(reasons), "; ".join(reasons)
+    )

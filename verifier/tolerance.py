@@ -54,17 +54,30 @@ def compare_outputs(ref: Any, cand: Any, atol: float, rtol: float) -> Comparison
                 return Comparison(False, f"output {i} is {c!r}, expected {r!r}", max_abs, max_rel, max_norm)
             continue
         if tuple(c.shape) != tuple(r.shape):
-            return Comparison(False, f"output {i} has shape {tuple(c.shape)}, expected {tuple(r.shape)}",
-                              max_abs, max_rel, max_norm)
+            return Comparison(
+                False,
+                f"output {i} has shape {tuple(c.shape)}, expected {tuple(r.shape)}",
+                max_abs,
+                max_rel,
+                max_norm,
+            )
         if c.dtype != r.dtype:
-            return Comparison(False, f"output {i} has dtype {c.dtype}, expected {r.dtype}", max_abs, max_rel, max_norm)
+            return Comparison(
+                False, f"output {i} has dtype {c.dtype}, expected {r.dtype}", max_abs, max_rel, max_norm
+            )
         if c.device != r.device:
             c = c.to(r.device)
         if not (r.is_floating_point() or r.is_complex()):
             if not torch.equal(c, r):
                 bad = int((c != r).sum())
-                return Comparison(False, f"output {i} differs from the reference in {bad} of {r.numel()} elements "
-                                  "(integer outputs must be equal)", max_abs, max_rel, max_norm)
+                return Comparison(
+                    False,
+                    f"output {i} differs from the reference in {bad} of {r.numel()} elements "
+                    "(integer outputs must be equal)",
+                    max_abs,
+                    max_rel,
+                    max_norm,
+                )
             continue
         cf, rf = c.double(), r.double()
         if not bool(torch.isfinite(cf).all()):
@@ -78,18 +91,35 @@ def compare_outputs(ref: Any, cand: Any, atol: float, rtol: float) -> Comparison
         atol_eff, rtol_eff = atol * scale, max(rtol, _RTOL_FLOOR.get(name, 0.0))
         diff = (cf - rf).abs()
         a = float(diff.max())
-        rel = float((diff / rf.abs().clamp_min(max(tiny, 1e-3 * scale))).max())  # relative to 0.1% of rms at least
+        rel = float(
+            (diff / rf.abs().clamp_min(max(tiny, 1e-3 * scale))).max()
+        )  # relative to 0.1% of rms at least
         ref_norm = float(torch.linalg.vector_norm(rf))
         norm = float(torch.linalg.vector_norm(cf - rf))
         rel_norm = norm / ref_norm if ref_norm > 0 else (0.0 if norm == 0 else float("inf"))
         max_abs, max_rel, max_norm = max(max_abs, a), max(max_rel, rel), max(max_norm, rel_norm)
         bad = int((diff > atol_eff + rtol_eff * rf.abs()).sum())
         if bad:
-            return Comparison(False, (f"output {i} differs from the reference: max |err| {a:.3g}, {bad} of {diff.numel()} "
-                                      f"elements beyond atol={atol_eff:.3g} (= {atol:g} x rms {scale:.3g}), "
-                                      f"rtol={rtol_eff:g}"), max_abs, max_rel, max_norm)
+            return Comparison(
+                False,
+                (
+                    f"output {i} differs from the reference: max |err| {a:.3g}, {bad} of {diff.numel()} "
+                    f"elements beyond atol={atol_eff:.3g} (= {atol:g} x rms {scale:.3g}), "
+                    f"rtol={rtol_eff:g}"
+                ),
+                max_abs,
+                max_rel,
+                max_norm,
+            )
         if norm > NORM_SHARE * (rtol_eff * ref_norm + atol_eff * diff.numel() ** 0.5):
-            return Comparison(False, (f"output {i} differs from the reference: relative norm error {rel_norm:.3g} is "
-                                      f"above rtol={rtol_eff:g} (every element is off by a little)"),
-                              max_abs, max_rel, max_norm)
+            return Comparison(
+                False,
+                (
+                    f"output {i} differs from the reference: relative norm error {rel_norm:.3g} is "
+                    f"above rtol={rtol_eff:g} (every element is off by a little)"
+                ),
+                max_abs,
+                max_rel,
+                max_norm,
+            )
     return Comparison(True, "", max_abs, max_rel, max_norm)

@@ -67,13 +67,26 @@ class Toolchain:
     def flags_for(self, name: str) -> tuple[str, str]:
         """(cflags, cuda_cflags) for an extension called `name`."""
         probe = f"-DTORCH_EXTENSION_NAME={PROBE_NAME}"
-        return (self.cflags.replace(probe, f"-DTORCH_EXTENSION_NAME={name}"),
-                self.cuda_cflags.replace(probe, f"-DTORCH_EXTENSION_NAME={name}"))
+        return (
+            self.cflags.replace(probe, f"-DTORCH_EXTENSION_NAME={name}"),
+            self.cuda_cflags.replace(probe, f"-DTORCH_EXTENSION_NAME={name}"),
+        )
 
     @property
     def fingerprint(self) -> str:
-        return hashlib.sha256(json.dumps([self.torch_version, self.nvcc, self.cxx, self.cflags, self.cuda_cflags,
-                                          self.ldflags, self.arch_list]).encode()).hexdigest()[:16]
+        return hashlib.sha256(
+            json.dumps(
+                [
+                    self.torch_version,
+                    self.nvcc,
+                    self.cxx,
+                    self.cflags,
+                    self.cuda_cflags,
+                    self.ldflags,
+                    self.arch_list,
+                ]
+            ).encode()
+        ).hexdigest()[:16]
 
 
 def cuda_home() -> str:
@@ -88,7 +101,9 @@ def cuda_home() -> str:
     return "/usr/local/cuda"
 
 
-def probe_toolchain(cache_dir: Path, arch_list: str, python: str | None = None, timeout_s: float = 180.0) -> Toolchain:
+def probe_toolchain(
+    cache_dir: Path, arch_list: str, python: str | None = None, timeout_s: float = 180.0
+) -> Toolchain:
     """torch's extension flags for this machine (cached in `cache_dir` per python + arch list)."""
     python = python or sys.executable
     home = cuda_home()
@@ -104,17 +119,33 @@ def probe_toolchain(cache_dir: Path, arch_list: str, python: str | None = None, 
         raise ToolchainError(f"nvcc not found at {nvcc}: install the CUDA toolkit or set CUDA_HOME.")
     env = {**os.environ, "TORCH_CUDA_ARCH_LIST": arch_list, "CUDA_HOME": home}
     try:
-        proc = subprocess.run([python, "-c", _PROBE, home, PROBE_NAME], capture_output=True, text=True,
-                              timeout=timeout_s, env=env)
+        proc = subprocess.run(
+            [python, "-c", _PROBE, home, PROBE_NAME],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            env=env,
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise ToolchainError(f"Probing torch's extension flags failed: {exc}") from exc
     if proc.returncode != 0:
         tail = proc.stderr.strip().splitlines()[-1:] or ["(no output)"]
-        raise ToolchainError(f"Probing torch's extension flags failed ({tail[0]}); is torch installed for {python}?")
+        raise ToolchainError(
+            f"Probing torch's extension flags failed ({tail[0]}); is torch installed for {python}?"
+        )
     info = json.loads(proc.stdout.strip().splitlines()[-1])
     v = info["vars"]
-    tc = Toolchain(python, info["torch"], home, v.get("nvcc", nvcc), v.get("cxx", "c++"), v.get("cflags", ""),
-                   v.get("cuda_cflags", ""), v.get("ldflags", ""), arch_list)
+    tc = Toolchain(
+        python,
+        info["torch"],
+        home,
+        v.get("nvcc", nvcc),
+        v.get("cxx", "c++"),
+        v.get("cflags", ""),
+        v.get("cuda_cflags", ""),
+        v.get("ldflags", ""),
+        arch_list,
+    )
     cache_dir.mkdir(parents=True, exist_ok=True)
     # unique per process *and* thread: a pool's threads probe concurrently on a cold cache
     tmp = cache.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")

@@ -36,12 +36,16 @@ from cudice.verifier.result import Diagnostic, Location, Severity, Stage, Verdic
 class _Stop(Exception):
     """Ends the job early with a verdict."""
 
-    def __init__(self, verdict: Verdict, stage: Stage, diagnostics: list[Diagnostic], error: str | None = None) -> None:
+    def __init__(
+        self, verdict: Verdict, stage: Stage, diagnostics: list[Diagnostic], error: str | None = None
+    ) -> None:
         super().__init__(error or verdict.value)
         self.verdict, self.stage, self.diagnostics, self.error = verdict, stage, diagnostics, error
 
 
-def _diag(code: str, message: str, stage: Stage, where: Location | None, sev: Severity = Severity.ERROR) -> Diagnostic:
+def _diag(
+    code: str, message: str, stage: Stage, where: Location | None, sev: Severity = Severity.ERROR
+) -> Diagnostic:
     return Diagnostic(sev, message, code, stage, where)
 
 
@@ -63,8 +67,13 @@ def run_job(job: dict[str, Any], guarded: dict[str, object] | None = None) -> di
     return out
 
 
-def _run(job: dict[str, Any], out: dict[str, Any], diags: list[Diagnostic], walls: dict[str, float],
-         guarded: dict[str, object] | None) -> None:
+def _run(
+    job: dict[str, Any],
+    out: dict[str, Any],
+    diags: list[Diagnostic],
+    walls: dict[str, float],
+    guarded: dict[str, object] | None,
+) -> None:
     from cudice.verifier.config import VerifyConfig
     from cudice.verifier.document import parse_document
 
@@ -78,16 +87,25 @@ def _run(job: dict[str, Any], out: dict[str, Any], diags: list[Diagnostic], wall
     config = VerifyConfig(**cfg_dict)
     cand_path, ref_path = job["candidate_path"], job["reference_path"]
     doc = parse_document(job["candidate_source"], cand_path)
-    forward_loc = (doc.index.location(doc.model_new.span, cand_path) if doc.model_new else Location(cand_path, 1, 1))
+    forward_loc = (
+        doc.index.location(doc.model_new.span, cand_path) if doc.model_new else Location(cand_path, 1, 1)
+    )
     # 1. precision pinned for the reference: TF32 changes fp32 results beyond tight tolerances
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     torch.set_float32_matmul_precision("highest")
     if not torch.cuda.is_available():
-        raise _Stop(Verdict.COMPILED, Stage.LOAD, [_diag("verify.no_gpu", "No CUDA GPU in the worker.", Stage.LOAD,
-                                                         None, Severity.INFORMATION)])
+        raise _Stop(
+            Verdict.COMPILED,
+            Stage.LOAD,
+            [_diag("verify.no_gpu", "No CUDA GPU in the worker.", Stage.LOAD, None, Severity.INFORMATION)],
+        )
     out["gpu_name"] = torch.cuda.get_device_name()
-    out["versions"] = {"torch": torch.__version__, "cuda": str(torch.version.cuda), "python": sys.version.split()[0]}
+    out["versions"] = {
+        "torch": torch.__version__,
+        "cuda": str(torch.version.cuda),
+        "python": sys.version.split()[0],
+    }
     if guarded is None:
         guarded = dyn.snapshot_guarded()  # hook: before any candidate code runs
     walls["init"] = time.perf_counter() - t
@@ -98,10 +116,23 @@ def _run(job: dict[str, Any], out: dict[str, Any], diags: list[Diagnostic], wall
     ref_mod = _exec_module("cudice_reference", job["reference_source"], ref_path, Stage.LOAD)
     cand_mod = _exec_module("cudice_candidate", job["candidate_source"], cand_path, Stage.LOAD)
     if not hasattr(cand_mod, "ModelNew"):
-        raise _Stop(Verdict.RUNTIME_ERROR, Stage.LOAD, [_diag("runtime.no_model_new", "Executing the file did not "
-                                                              "define ModelNew.", Stage.LOAD, forward_loc)])
-    init_inputs = _call(ref_mod.get_init_inputs, Stage.LOAD, Location(ref_path, 1, 1)) \
-        if hasattr(ref_mod, "get_init_inputs") else []
+        raise _Stop(
+            Verdict.RUNTIME_ERROR,
+            Stage.LOAD,
+            [
+                _diag(
+                    "runtime.no_model_new",
+                    "Executing the file did not define ModelNew.",
+                    Stage.LOAD,
+                    forward_loc,
+                )
+            ],
+        )
+    init_inputs = (
+        _call(ref_mod.get_init_inputs, Stage.LOAD, Location(ref_path, 1, 1))
+        if hasattr(ref_mod, "get_init_inputs")
+        else []
+    )
     # 3. same seed before each constructor: a ModelNew that creates the same parameters gets the same values
     torch.manual_seed(config.seed)
     torch.cuda.manual_seed(config.seed)
@@ -141,11 +172,24 @@ def _run(job: dict[str, Any], out: dict[str, Any], diags: list[Diagnostic], wall
             ok, why, a, r = _compare(ref_out, cand_out, config.atol, config.rtol)
             max_abs, max_rel = max(max_abs, a), max(max_rel, r)
             if not ok:
-                out.update(max_abs_err=max_abs, max_rel_err=max_rel, num_correct_trials=num_ok,
-                           num_trials=config.num_trials)
-                raise _Stop(Verdict.INCORRECT, Stage.CORRECTNESS, [_diag(
-                    "correctness.mismatch", f"Trial {trial + 1}/{config.num_trials}: {why}", Stage.CORRECTNESS,
-                    forward_loc)])
+                out.update(
+                    max_abs_err=max_abs,
+                    max_rel_err=max_rel,
+                    num_correct_trials=num_ok,
+                    num_trials=config.num_trials,
+                )
+                raise _Stop(
+                    Verdict.INCORRECT,
+                    Stage.CORRECTNESS,
+                    [
+                        _diag(
+                            "correctness.mismatch",
+                            f"Trial {trial + 1}/{config.num_trials}: {why}",
+                            Stage.CORRECTNESS,
+                            forward_loc,
+                        )
+                    ],
+                )
             num_ok += 1
             ref_trials.append(ref_out)
             cand_trials.append(cand_out)
@@ -154,7 +198,9 @@ def _run(job: dict[str, Any], out: dict[str, Any], diags: list[Diagnostic], wall
         # workers, which are not the candidate's; a thread the call leaves running is
         threads_before = dyn.count_threads()
         again = model_new(*inputs)
-        threads_after = dyn.count_threads()  # before the sync and the profiler, which starts threads of its own
+        threads_after = (
+            dyn.count_threads()
+        )  # before the sync and the profiler, which starts threads of its own
         _sync_or_stop(forward_loc)
         found = dyn.check_not_constant(cand_trials, ref_trials, forward_loc)
         found += dyn.check_deterministic(cand_trials[-1], again, config.atol, config.rtol, forward_loc)
@@ -163,7 +209,9 @@ def _run(job: dict[str, Any], out: dict[str, Any], diags: list[Diagnostic], wall
             found += dyn.check_kernels_ran(dyn.profile_kernels(model_new, inputs), defined, where=forward_loc)
         found += dyn.check_thread_count(threads_before, threads_after, forward_loc)
         found += dyn.check_guarded_intact(guarded, forward_loc)
-    out.update(max_abs_err=max_abs, max_rel_err=max_rel, num_correct_trials=num_ok, num_trials=config.num_trials)
+    out.update(
+        max_abs_err=max_abs, max_rel_err=max_rel, num_correct_trials=num_ok, num_trials=config.num_trials
+    )
     walls["correctness"] = time.perf_counter() - t
     diags += [d for d in found if d.severity is not Severity.ERROR]
     if any(d.severity is Severity.ERROR for d in found):
@@ -180,34 +228,63 @@ def _run(job: dict[str, Any], out: dict[str, Any], diags: list[Diagnostic], wall
         # hook: side-stream work; the reference's own gap calibrates host noise (same process, same inputs)
         ref_event_ms, ref_wall_ms = dyn.measure_stream_escape(model, inputs, repeats=5)
         event_ms, wall_ms = dyn.measure_stream_escape(model_new, inputs, repeats=5)
-        found = dyn.check_side_stream(event_ms, wall_ms, where=forward_loc,
-                                      baseline_gap_ms=ref_wall_ms - ref_event_ms)
+        found = dyn.check_side_stream(
+            event_ms, wall_ms, where=forward_loc, baseline_gap_ms=ref_wall_ms - ref_event_ms
+        )
         if any(d.severity is Severity.ERROR for d in found):
             raise _Stop(Verdict.INCORRECT, Stage.TIMING, found)
         diags += found
-        cmp = compare(model, model_new, inputs, num_trials=config.timing_num_trials,
-                      warmup_ms=config.timing_warmup_ms, l2_flush_mib=config.l2_flush_mib,
-                      suspicious_speedup=config.suspicious_speedup, peak_bandwidth_gb_s=config.peak_bandwidth_gb_s,
-                      output_bytes=tensor_bytes(ref_trials[-1]))
+        cmp = compare(
+            model,
+            model_new,
+            inputs,
+            num_trials=config.timing_num_trials,
+            warmup_ms=config.timing_warmup_ms,
+            l2_flush_mib=config.l2_flush_mib,
+            suspicious_speedup=config.suspicious_speedup,
+            peak_bandwidth_gb_s=config.peak_bandwidth_gb_s,
+            output_bytes=tensor_bytes(ref_trials[-1]),
+        )
     walls["timing"] = time.perf_counter() - t
     record_timing(cmp, forward_loc, out, diags)
     out.update(verdict=Verdict.CORRECT.value, stage=Stage.TIMING.value)
 
 
-def record_timing(cmp: Any, where: Location, out: dict[str, Any], diags: list[Diagnostic], how: str = "") -> None:
+def record_timing(
+    cmp: Any, where: Location, out: dict[str, Any], diags: list[Diagnostic], how: str = ""
+) -> None:
     """A `timing.TimingComparison` into the result fields and its two diagnostics (the speed-up, and
     `timing.suspicious` when it is not counted); `how` ends the speed-up message (how it was timed)."""
     import dataclasses
 
-    out.update(candidate=dataclasses.asdict(cmp.candidate), reference=dataclasses.asdict(cmp.reference),
-               speedup=cmp.speedup, speedup_min=cmp.speedup_min, speedup_max=cmp.speedup_max,
-               is_suspicious=cmp.is_suspicious)
+    out.update(
+        candidate=dataclasses.asdict(cmp.candidate),
+        reference=dataclasses.asdict(cmp.reference),
+        speedup=cmp.speedup,
+        speedup_min=cmp.speedup_min,
+        speedup_max=cmp.speedup_max,
+        is_suspicious=cmp.is_suspicious,
+    )
     if cmp.is_suspicious:
-        diags.append(_diag("timing.suspicious", f"Suspicious speedup, not counted: {cmp.reason}. Check for work "
-                           "skipped or cached.", Stage.TIMING, where, Severity.WARNING))
-    diags.append(_diag("timing.speedup", f"{cmp.speedup:.2f}x faster than the reference ({cmp.candidate.median_ms:.4f} "
-                       f"ms vs {cmp.reference.median_ms:.4f} ms; pessimistic {cmp.speedup_min:.2f}x{how}).",
-                       Stage.TIMING, where, Severity.INFORMATION))
+        diags.append(
+            _diag(
+                "timing.suspicious",
+                f"Suspicious speedup, not counted: {cmp.reason}. Check for work skipped or cached.",
+                Stage.TIMING,
+                where,
+                Severity.WARNING,
+            )
+        )
+    diags.append(
+        _diag(
+            "timing.speedup",
+            f"{cmp.speedup:.2f}x faster than the reference ({cmp.candidate.median_ms:.4f} "
+            f"ms vs {cmp.reference.median_ms:.4f} ms; pessimistic {cmp.speedup_min:.2f}x{how}).",
+            Stage.TIMING,
+            where,
+            Severity.INFORMATION,
+        )
+    )
 
 
 def _nbytes(values: Any) -> int:
@@ -220,7 +297,9 @@ def _kernel_names(doc: Any) -> list[str]:
     # comment-aware, handles `__global__ void __launch_bounds__(N) name` and templates
     from cudice.verifier.static_cuda import defined_kernel_names
 
-    return defined_kernel_names(src.text for call in doc.load_inline_calls for src in call.cuda_sources if src.text)
+    return defined_kernel_names(
+        src.text for call in doc.load_inline_calls for src in call.cuda_sources if src.text
+    )
 
 
 def _compare(ref: Any, cand: Any, atol: float, rtol: float) -> tuple[bool, str, float, float]:
@@ -237,7 +316,12 @@ def _compare(ref: Any, cand: Any, atol: float, rtol: float) -> tuple[bool, str, 
                 return False, f"output {i} is {c!r}, expected {r!r}", max_abs, max_rel
             continue
         if tuple(c.shape) != tuple(r.shape):
-            return False, f"output {i} has shape {tuple(c.shape)}, expected {tuple(r.shape)}", max_abs, max_rel
+            return (
+                False,
+                f"output {i} has shape {tuple(c.shape)}, expected {tuple(r.shape)}",
+                max_abs,
+                max_rel,
+            )
         if c.dtype != r.dtype:
             return False, f"output {i} has dtype {c.dtype}, expected {r.dtype}", max_abs, max_rel
         cf, rf = c.double(), r.double()
@@ -251,8 +335,15 @@ def _compare(ref: Any, cand: Any, atol: float, rtol: float) -> tuple[bool, str, 
         max_abs, max_rel = max(max_abs, a), max(max_rel, rel)
         if not torch.allclose(cf, rf, atol=atol, rtol=rtol):
             bad = int((diff > atol + rtol * rf.abs()).sum())
-            return False, (f"output {i} differs from the reference: max |err| {a:.3g}, {bad} of {diff.numel()} "
-                           f"elements beyond atol={atol:g}, rtol={rtol:g}"), max_abs, max_rel
+            return (
+                False,
+                (
+                    f"output {i} differs from the reference: max |err| {a:.3g}, {bad} of {diff.numel()} "
+                    f"elements beyond atol={atol:g}, rtol={rtol:g}"
+                ),
+                max_abs,
+                max_rel,
+            )
     return True, "", max_abs, max_rel
 
 
@@ -262,9 +353,19 @@ def _sync_or_stop(where: Location) -> None:
     try:
         torch.cuda.synchronize()
     except Exception as exc:  # a sticky CUDA error (illegal address...) poisons this process
-        raise _Stop(Verdict.RUNTIME_ERROR, Stage.CORRECTNESS, [_diag(
-            "runtime.cuda_error", f"CUDA error after the kernel: {exc}".strip(), Stage.CORRECTNESS, where)],
-            str(exc)) from None
+        raise _Stop(
+            Verdict.RUNTIME_ERROR,
+            Stage.CORRECTNESS,
+            [
+                _diag(
+                    "runtime.cuda_error",
+                    f"CUDA error after the kernel: {exc}".strip(),
+                    Stage.CORRECTNESS,
+                    where,
+                )
+            ],
+            str(exc),
+        ) from None
 
 
 def _call(fn: Any, stage: Stage, where: Location) -> Any:
@@ -276,8 +377,12 @@ def _call(fn: Any, stage: Stage, where: Location) -> Any:
         tb = traceback.format_exc(limit=-3)
         line = _user_line(exc, where.path)  # the deepest line of the user's file in the traceback
         at = Location(where.path, line, 1) if line > 1 else where
-        raise _Stop(Verdict.RUNTIME_ERROR, stage, [_diag("runtime.exception", f"{type(exc).__name__}: {exc}",
-                                                         stage, at)], tb) from None
+        raise _Stop(
+            Verdict.RUNTIME_ERROR,
+            stage,
+            [_diag("runtime.exception", f"{type(exc).__name__}: {exc}", stage, at)],
+            tb,
+        ) from None
 
 
 def _exec_module(name: str, source: str, path: str, stage: Stage) -> types.ModuleType:
@@ -290,9 +395,19 @@ def _exec_module(name: str, source: str, path: str, stage: Stage) -> types.Modul
         raise
     except Exception as exc:
         line = _user_line(exc, path)
-        raise _Stop(Verdict.RUNTIME_ERROR, stage, [_diag("runtime.import_error", f"Running {Path(path).name} "
-                                                         f"failed: {type(exc).__name__}: {exc}", stage,
-                                                         Location(path, line, 1))], traceback.format_exc()) from None
+        raise _Stop(
+            Verdict.RUNTIME_ERROR,
+            stage,
+            [
+                _diag(
+                    "runtime.import_error",
+                    f"Running {Path(path).name} failed: {type(exc).__name__}: {exc}",
+                    stage,
+                    Location(path, line, 1),
+                )
+            ],
+            traceback.format_exc(),
+        ) from None
     return mod
 
 
@@ -312,8 +427,14 @@ def _install_load_inline(doc: Any, config: Any, path: str, diags: list[Diagnosti
     from cudice.verifier.compile import build_module
     from cudice.verifier.generated import from_values
 
-    def load_inline(name: str, cpp_sources: Any, cuda_sources: Any = None, functions: Any = None,
-                    *args: Any, **kwargs: Any) -> types.ModuleType:
+    def load_inline(
+        name: str,
+        cpp_sources: Any,
+        cuda_sources: Any = None,
+        functions: Any = None,
+        *args: Any,
+        **kwargs: Any,
+    ) -> types.ModuleType:
         module = from_values(name, cpp_sources, cuda_sources, functions, doc)
         result = build_module(module, path, config, link=True)
         diags.extend(d for d in result.diagnostics if d.severity is not Severity.ERROR)
@@ -333,8 +454,12 @@ def crash_result(exc: BaseException, who: str = "") -> dict[str, Any]:
     """A judge process's last-resort outcome when its job raised (call it inside the `except`):
     verdict `crash` with the traceback, so the parent gets a report instead of a silent death."""
     message = f"{who}{type(exc).__name__}: {exc}"
-    return {"verdict": Verdict.CRASH.value, "stage": Stage.LOAD.value, "error": traceback.format_exc(),
-            "diagnostics": [_diag("runtime.worker_error", message, Stage.LOAD, None).to_dict()]}
+    return {
+        "verdict": Verdict.CRASH.value,
+        "stage": Stage.LOAD.value,
+        "error": traceback.format_exc(),
+        "diagnostics": [_diag("runtime.worker_error", message, Stage.LOAD, None).to_dict()],
+    }
 
 
 def write_result(fd: int, result: dict[str, Any]) -> None:

@@ -57,9 +57,15 @@ def source_dtype(source_dir: str | Path) -> torch.dtype | None:
     return dtype if isinstance(dtype, torch.dtype) and dtype.is_floating_point else None
 
 
-def save_checkpoint(model: torch.nn.Module, source_dir: str | Path, out_dir: str | Path,
-                    *, step: int, metrics: dict[str, Any] | None = None,
-                    state_dict: dict[str, torch.Tensor] | None = None) -> Path:
+def save_checkpoint(
+    model: torch.nn.Module,
+    source_dir: str | Path,
+    out_dir: str | Path,
+    *,
+    step: int,
+    metrics: dict[str, Any] | None = None,
+    state_dict: dict[str, torch.Tensor] | None = None,
+) -> Path:
     """Write `model`'s weights plus `source_dir`'s config/tokenizer files to `out_dir`.
 
     `state_dict` replaces `model.state_dict()` (merged LoRA weights, an FSDP-gathered dict).

@@ -77,8 +77,12 @@ def _setup(run: RunOptions) -> Any:
     if precision == "auto":  # bf16 matmuls over fp32 master weights where the GPU has bf16
         on_gpu = run.device != "cpu" and torch.cuda.is_available()
         precision = "bf16-autocast" if on_gpu and torch.cuda.is_bf16_supported() else "fp32"
-    return ModelSetup(precision=precision, gradient_checkpointing=run.gradient_checkpointing,
-                      lora_rank=run.lora_rank, lora_alpha=run.lora_alpha)
+    return ModelSetup(
+        precision=precision,
+        gradient_checkpointing=run.gradient_checkpointing,
+        lora_rank=run.lora_rank,
+        lora_alpha=run.lora_alpha,
+    )
 
 
 def _monitor(total: int, run: RunOptions, description: str) -> Any:
@@ -87,8 +91,14 @@ def _monitor(total: int, run: RunOptions, description: str) -> Any:
 
     show = sys.stderr.isatty() if run.progress is None else run.progress
     main = PartialState(cpu=run.device == "cpu").is_main_process  # the first PartialState fixes the device
-    return Monitor(total, emit=lambda record: click.echo(json.dumps(record)), tensorboard_dir=run.tensorboard,
-                   progress=show, enabled=main, description=description)
+    return Monitor(
+        total,
+        emit=lambda record: click.echo(json.dumps(record)),
+        tensorboard_dir=run.tensorboard,
+        progress=show,
+        enabled=main,
+        description=description,
+    )
 
 
 def _common(fn: Any) -> Any:
@@ -101,22 +111,57 @@ def _common(fn: Any) -> Any:
         return fn(run=run, **kwargs)
 
     options = [
-        click.option("--device", default="auto", show_default=True,
-                     help="auto: accelerate's device for this rank; cpu: train on the CPU."),
-        click.option("--dtype", default="auto", show_default=True, hidden=True,
-                     help="Ignored: weights always train in float32 (master copy); see --precision."),
-        click.option("--precision", type=click.Choice(PRECISION_CHOICES), default="auto", show_default=True,
-                     help="auto = bf16-autocast on a bf16 GPU, else fp32. Weights stay float32 in every mode."),
-        click.option("--gradient-checkpointing/--no-gradient-checkpointing", default=False, show_default=True,
-                     help="Recompute activations in the backward (less memory, ~30% more compute)."),
-        click.option("--lora-rank", default=0, show_default=True, type=int,
-                     help="> 0: train LoRA adapters of this rank (peft); the checkpoint holds merged weights."),
+        click.option(
+            "--device",
+            default="auto",
+            show_default=True,
+            help="auto: accelerate's device for this rank; cpu: train on the CPU.",
+        ),
+        click.option(
+            "--dtype",
+            default="auto",
+            show_default=True,
+            hidden=True,
+            help="Ignored: weights always train in float32 (master copy); see --precision.",
+        ),
+        click.option(
+            "--precision",
+            type=click.Choice(PRECISION_CHOICES),
+            default="auto",
+            show_default=True,
+            help="auto = bf16-autocast on a bf16 GPU, else fp32. Weights stay float32 in every mode.",
+        ),
+        click.option(
+            "--gradient-checkpointing/--no-gradient-checkpointing",
+            default=False,
+            show_default=True,
+            help="Recompute activations in the backward (less memory, ~30% more compute).",
+        ),
+        click.option(
+            "--lora-rank",
+            default=0,
+            show_default=True,
+            type=int,
+            help="> 0: train LoRA adapters of this rank (peft); the checkpoint holds merged weights.",
+        ),
         click.option("--lora-alpha", default=16.0, show_default=True, type=float),
-        click.option("--save-every", default=0, show_default=True, type=int,
-                     help="Also save every N steps (SFT: with the --resume state)."),
-        click.option("--tensorboard", "tensorboard", default=None, type=click.Path(file_okay=False),
-                     help="Write TensorBoard scalars here (needs tensorboard installed)."),
-        click.option("--progress/--no-progress", default=None, help="Progress bar on stderr (default: if a tty)."),
+        click.option(
+            "--save-every",
+            default=0,
+            show_default=True,
+            type=int,
+            help="Also save every N steps (SFT: with the --resume state).",
+        ),
+        click.option(
+            "--tensorboard",
+            "tensorboard",
+            default=None,
+            type=click.Path(file_okay=False),
+            help="Write TensorBoard scalars here (needs tensorboard installed).",
+        ),
+        click.option(
+            "--progress/--no-progress", default=None, help="Progress bar on stderr (default: if a tty)."
+        ),
     ]
     for option in reversed(options):
         command = option(command)
@@ -125,24 +170,53 @@ def _common(fn: Any) -> Any:
 
 @train_group.command("sft")
 @click.option("--model", "model_path", required=True, help="Checkpoint to start from (SDAR/DICE layout).")
-@click.option("--data", "data_path", required=True, type=click.Path(dir_okay=False),
-              help="CuKe-format JSONL/JSON of {prompt, response}.")
-@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
-              help="Where to write the fine-tuned checkpoint (and train_state/ for --resume).")
+@click.option(
+    "--data",
+    "data_path",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="CuKe-format JSONL/JSON of {prompt, response}.",
+)
+@click.option(
+    "--out",
+    "out_dir",
+    required=True,
+    type=click.Path(file_okay=False),
+    help="Where to write the fine-tuned checkpoint (and train_state/ for --resume).",
+)
 @click.option("--epochs", default=3, show_default=True, type=int)
 @click.option("--lr", default=1e-5, show_default=True, type=float)
 @click.option("--batch-size", default=1, show_default=True, type=int, help="Per process.")
 @click.option("--grad-accum", default=1, show_default=True, type=int)
 @click.option("--max-length", default=6144, show_default=True, type=int, help="Drop longer samples (tokens).")
-@click.option("--max-steps", default=0, show_default=True, type=int, help="Stop after N optimizer steps (0: all).")
-@click.option("--log-every", default=1, show_default=True, type=int,
-              help="Read the loss back from the GPU every N steps (fewer syncs).")
+@click.option(
+    "--max-steps", default=0, show_default=True, type=int, help="Stop after N optimizer steps (0: all)."
+)
+@click.option(
+    "--log-every",
+    default=1,
+    show_default=True,
+    type=int,
+    help="Read the loss back from the GPU every N steps (fewer syncs).",
+)
 @click.option("--resume", is_flag=True, help="Continue the run saved in --out (model, optimizer, RNG, data).")
 @click.option("--seed", default=0, show_default=True, type=int)
 @_common
-def sft_command(model_path: str, data_path: str, out_dir: str, epochs: int, lr: float, batch_size: int,
-                grad_accum: int, max_length: int, max_steps: int, log_every: int, resume: bool, seed: int,
-                run: RunOptions) -> None:
+def sft_command(
+    model_path: str,
+    data_path: str,
+    out_dir: str,
+    epochs: int,
+    lr: float,
+    batch_size: int,
+    grad_accum: int,
+    max_length: int,
+    max_steps: int,
+    log_every: int,
+    resume: bool,
+    seed: int,
+    run: RunOptions,
+) -> None:
     """Supervised fine-tuning with the block-diffusion objective; prints one JSON line per step."""
     from cudice.model.train.config import SFTConfig
     from cudice.model.train.data import load_sft
@@ -150,64 +224,156 @@ def sft_command(model_path: str, data_path: str, out_dir: str, epochs: int, lr: 
 
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     try:
-        config = SFTConfig(learning_rate=lr, num_epochs=epochs, batch_size=batch_size,
-                           grad_accum_steps=grad_accum, max_length=max_length, save_every_steps=run.save_every,
-                           max_steps=max_steps, log_every_steps=log_every, seed=seed, setup=_setup(run))
+        config = SFTConfig(
+            learning_rate=lr,
+            num_epochs=epochs,
+            batch_size=batch_size,
+            grad_accum_steps=grad_accum,
+            max_length=max_length,
+            save_every_steps=run.save_every,
+            max_steps=max_steps,
+            log_every_steps=log_every,
+            seed=seed,
+            setup=_setup(run),
+        )
         records = load_sft(data_path)
     except ValueError as exc:
         raise click.ClickException(str(exc)) from exc
     loaded = _load(model_path, run.device)
-    samples = [encode_pair(loaded.tokenizer, r["prompt"], r["response"], block_size=loaded.block_size,
-                           pad_token_id=loaded.ids.pad) for r in records]
+    samples = [
+        encode_pair(
+            loaded.tokenizer,
+            r["prompt"],
+            r["response"],
+            block_size=loaded.block_size,
+            pad_token_id=loaded.ids.pad,
+        )
+        for r in records
+    ]
     kept = sum(len(s.input_ids) <= max_length for s in samples)
     total = -(-kept // batch_size // grad_accum) * epochs
     try:
-        history = train_sft(loaded.model, samples, config, block_size=loaded.block_size,
-                            mask_token_id=loaded.ids.mask, pad_token_id=loaded.ids.pad,
-                            source_dir=loaded.path, out_dir=out_dir, resume=resume, cpu=run.device == "cpu",
-                            monitor=_monitor(max_steps or total, run, "sft"))
+        history = train_sft(
+            loaded.model,
+            samples,
+            config,
+            block_size=loaded.block_size,
+            mask_token_id=loaded.ids.mask,
+            pad_token_id=loaded.ids.pad,
+            source_dir=loaded.path,
+            out_dir=out_dir,
+            resume=resume,
+            cpu=run.device == "cpu",
+            monitor=_monitor(max_steps or total, run, "sft"),
+        )
     except ValueError as exc:
         raise click.ClickException(str(exc)) from exc
     click.echo(f"wrote {Path(out_dir)} after {len(history)} logged steps", err=True)
 
 
 @train_group.command("rl")
-@click.option("--model", "model_path", required=True, help="Checkpoint to start from (usually the SFT output).")
-@click.option("--infill-data", required=True, type=click.Path(dir_okay=False), help="Stage-1 infilling tasks.")
+@click.option(
+    "--model", "model_path", required=True, help="Checkpoint to start from (usually the SFT output)."
+)
+@click.option(
+    "--infill-data", required=True, type=click.Path(dir_okay=False), help="Stage-1 infilling tasks."
+)
 @click.option("--e2e-data", required=True, type=click.Path(dir_okay=False), help="Stage-2 end-to-end tasks.")
-@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
-              help="Writes stage-infill/ and stage-e2e/ checkpoints here.")
+@click.option(
+    "--out",
+    "out_dir",
+    required=True,
+    type=click.Path(file_okay=False),
+    help="Writes stage-infill/ and stage-e2e/ checkpoints here.",
+)
 @click.option("--infill-steps", default=20, show_default=True, type=int)
 @click.option("--e2e-steps", default=100, show_default=True, type=int)
 @click.option("--tasks-per-step", default=64, show_default=True, type=int, help="All processes together.")
 @click.option("--samples-per-task", default=16, show_default=True, type=int)
 @click.option("--lr", default=1e-6, show_default=True, type=float)
 @click.option("--max-new-tokens", default=4096, show_default=True, type=int)
-@click.option("--infill-max-prompt-tokens", default=2000, show_default=True, type=int,
-              help="Drop stage-1 tasks with longer prompts (DICE: 2000).")
-@click.option("--e2e-max-prompt-tokens", default=1500, show_default=True, type=int,
-              help="Drop stage-2 tasks with longer prompts (DICE: 1500).")
+@click.option(
+    "--infill-max-prompt-tokens",
+    default=2000,
+    show_default=True,
+    type=int,
+    help="Drop stage-1 tasks with longer prompts (DICE: 2000).",
+)
+@click.option(
+    "--e2e-max-prompt-tokens",
+    default=1500,
+    show_default=True,
+    type=int,
+    help="Drop stage-2 tasks with longer prompts (DICE: 1500).",
+)
 @click.option("--ppo-epochs", default=1, show_default=True, type=int, help="Passes over each rollout batch.")
-@click.option("--num-minibatches", default=4, show_default=True, type=int,
-              help="Optimizer steps per pass over a rollout batch.")
-@click.option("--rollout-memory-gib", default=16.0, show_default=True, type=float,
-              help="KV-cache budget of one rollout micro-batch.")
-@click.option("--fast/--no-fast", default=True, show_default=True,
-              help="Rollouts on the static-cache CUDA-graph sampler (GPU, no LoRA).")
-@click.option("--required-speedup", default=1.0, show_default=True, type=float,
-              help="Reward needs this verified speedup; 0 = correctness only (DICE's released reward).")
-@click.option("--verify-gpus", default="auto", show_default=True,
-              help="GPUs for the reward runs, e.g. 4,5,6,7; auto: the GPUs no training process uses.")
+@click.option(
+    "--num-minibatches",
+    default=4,
+    show_default=True,
+    type=int,
+    help="Optimizer steps per pass over a rollout batch.",
+)
+@click.option(
+    "--rollout-memory-gib",
+    default=16.0,
+    show_default=True,
+    type=float,
+    help="KV-cache budget of one rollout micro-batch.",
+)
+@click.option(
+    "--fast/--no-fast",
+    default=True,
+    show_default=True,
+    help="Rollouts on the static-cache CUDA-graph sampler (GPU, no LoRA).",
+)
+@click.option(
+    "--required-speedup",
+    default=1.0,
+    show_default=True,
+    type=float,
+    help="Reward needs this verified speedup; 0 = correctness only (DICE's released reward).",
+)
+@click.option(
+    "--verify-gpus",
+    default="auto",
+    show_default=True,
+    help="GPUs for the reward runs, e.g. 4,5,6,7; auto: the GPUs no training process uses.",
+)
 @click.option("--compile-workers", default=4, show_default=True, type=int, help="Parallel candidate builds.")
-@click.option("--static-policy", type=click.Choice(("default", "strict")), default="default", show_default=True,
-              help="The verifier's static anti-cheat policy for rewards.")
+@click.option(
+    "--static-policy",
+    type=click.Choice(("default", "strict")),
+    default="default",
+    show_default=True,
+    help="The verifier's static anti-cheat policy for rewards.",
+)
 @click.option("--seed", default=0, show_default=True, type=int)
 @_common
-def rl_command(model_path: str, infill_data: str, e2e_data: str, out_dir: str, infill_steps: int, e2e_steps: int,
-               tasks_per_step: int, samples_per_task: int, lr: float, max_new_tokens: int,
-               infill_max_prompt_tokens: int, e2e_max_prompt_tokens: int, ppo_epochs: int, num_minibatches: int,
-               rollout_memory_gib: float, fast: bool, required_speedup: float, verify_gpus: str,
-               compile_workers: int, static_policy: str, seed: int, run: RunOptions) -> None:
+def rl_command(
+    model_path: str,
+    infill_data: str,
+    e2e_data: str,
+    out_dir: str,
+    infill_steps: int,
+    e2e_steps: int,
+    tasks_per_step: int,
+    samples_per_task: int,
+    lr: float,
+    max_new_tokens: int,
+    infill_max_prompt_tokens: int,
+    e2e_max_prompt_tokens: int,
+    ppo_epochs: int,
+    num_minibatches: int,
+    rollout_memory_gib: float,
+    fast: bool,
+    required_speedup: float,
+    verify_gpus: str,
+    compile_workers: int,
+    static_policy: str,
+    seed: int,
+    run: RunOptions,
+) -> None:
     """BiC-RL: kernel-infilling stage, then end-to-end stage; prints one JSON line per step."""
     from cudice.model.engine import Engine
     from cudice.model.train.config import RLConfig
@@ -220,14 +386,24 @@ def rl_command(model_path: str, infill_data: str, e2e_data: str, out_dir: str, i
     speed = required_speedup if required_speedup > 0 else None
     try:
         common: dict[str, Any] = {
-            "tasks_per_step": tasks_per_step, "samples_per_task": samples_per_task, "learning_rate": lr,
-            "max_new_tokens": max_new_tokens, "required_speedup": speed, "ppo_epochs": ppo_epochs,
-            "num_minibatches": num_minibatches, "rollout_memory_gib": rollout_memory_gib, "seed": seed,
-            "save_every_steps": run.save_every, "setup": _setup(run)}
-        infill_cfg = RLConfig(stage="infill", num_steps=infill_steps, max_prompt_tokens=infill_max_prompt_tokens,
-                              **common)
-        e2e_cfg = RLConfig(stage="e2e", num_steps=e2e_steps, max_prompt_tokens=e2e_max_prompt_tokens,
-                           **common)
+            "tasks_per_step": tasks_per_step,
+            "samples_per_task": samples_per_task,
+            "learning_rate": lr,
+            "max_new_tokens": max_new_tokens,
+            "required_speedup": speed,
+            "ppo_epochs": ppo_epochs,
+            "num_minibatches": num_minibatches,
+            "rollout_memory_gib": rollout_memory_gib,
+            "seed": seed,
+            "save_every_steps": run.save_every,
+            "setup": _setup(run),
+        }
+        infill_cfg = RLConfig(
+            stage="infill", num_steps=infill_steps, max_prompt_tokens=infill_max_prompt_tokens, **common
+        )
+        e2e_cfg = RLConfig(
+            stage="e2e", num_steps=e2e_steps, max_prompt_tokens=e2e_max_prompt_tokens, **common
+        )
         infill_tasks, e2e_tasks = load_rl_tasks(infill_data, "infill"), load_rl_tasks(e2e_data, "e2e")
         gpus = _verify_gpus(verify_gpus)
     except ValueError as exc:
@@ -236,15 +412,29 @@ def rl_command(model_path: str, infill_data: str, e2e_data: str, out_dir: str, i
     engine = Engine(loaded, fast=fast and run.lora_rank == 0 and loaded.model.device.type == "cuda")
     from cudice.verifier.config import VerifyConfig
 
-    backend = reward_pool(VerifyConfig(static_policy=static_policy, required_speedup=required_speedup or 1.0),
-                          gpus=gpus, num_compile_workers=compile_workers)
+    backend = reward_pool(
+        VerifyConfig(static_policy=static_policy, required_speedup=required_speedup or 1.0),
+        gpus=gpus,
+        num_compile_workers=compile_workers,
+    )
     with backend:
-        run_bic_rl(loaded.model, infill_tasks, e2e_tasks, infill_cfg, e2e_cfg,
-                   rollout_fn=engine_rollout_fn(engine), reward_fn=verifier_reward_fn(backend),
-                   block_size=loaded.block_size, mask_token_id=loaded.ids.mask, pad_token_id=loaded.ids.pad,
-                   source_dir=loaded.path, out_dir=out_dir, cpu=run.device == "cpu",
-                   count_prompt_tokens=prompt_token_counter(engine),
-                   monitor=_monitor(infill_steps + e2e_steps, run, "bic-rl"))
+        run_bic_rl(
+            loaded.model,
+            infill_tasks,
+            e2e_tasks,
+            infill_cfg,
+            e2e_cfg,
+            rollout_fn=engine_rollout_fn(engine),
+            reward_fn=verifier_reward_fn(backend),
+            block_size=loaded.block_size,
+            mask_token_id=loaded.ids.mask,
+            pad_token_id=loaded.ids.pad,
+            source_dir=loaded.path,
+            out_dir=out_dir,
+            cpu=run.device == "cpu",
+            count_prompt_tokens=prompt_token_counter(engine),
+            monitor=_monitor(infill_steps + e2e_steps, run, "bic-rl"),
+        )
 
 
 def _verify_gpus(spec: str) -> list[int]:
@@ -257,18 +447,23 @@ def _verify_gpus(spec: str) -> list[int]:
     if spec == "auto":
         available = count_gpus()
         if available == 0:
-            raise ValueError("RL rewards need a GPU for the correctness runs and none was found; run on a GPU box "
-                             "(or pass --verify-gpus with the GPUs to use)")
+            raise ValueError(
+                "RL rewards need a GPU for the correctness runs and none was found; run on a GPU box "
+                "(or pass --verify-gpus with the GPUs to use)"
+            )
         gpus = list(range(world, available)) or [state.local_process_index]
         if gpus == [state.local_process_index]:
             logging.getLogger(__name__).warning(
                 "no GPU is free of training processes: rewards are timed on the policy's GPU, under contention; "
-                "launch fewer training processes than GPUs or pass --verify-gpus")
+                "launch fewer training processes than GPUs or pass --verify-gpus"
+            )
     else:
         try:
             gpus = [int(g) for g in spec.split(",") if g.strip()]
         except ValueError:
-            raise ValueError(f"--verify-gpus {spec!r} must be 'auto' or a comma-separated list like 4,5,6,7") from None
+            raise ValueError(
+                f"--verify-gpus {spec!r} must be 'auto' or a comma-separated list like 4,5,6,7"
+            ) from None
     return gpus[rank::world] if len(gpus) >= world else gpus
 
 

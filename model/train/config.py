@@ -35,17 +35,28 @@ class ModelSetup:
     lora_rank: int = 0
     lora_alpha: float = 16.0
     lora_dropout: float = 0.0
-    lora_target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
-                                            "down_proj")
+    lora_target_modules: tuple[str, ...] = (
+        "q_proj",
+        "k_proj",
+        "v_proj",
+        "o_proj",
+        "gate_proj",
+        "up_proj",
+        "down_proj",
+    )
 
     def __post_init__(self) -> None:
-        _check(self.precision in PRECISIONS,
-               f"precision={self.precision!r} must be one of {', '.join(PRECISIONS)}; bf16-autocast keeps fp32 "
-               "master weights and runs the matmuls in bf16")
+        _check(
+            self.precision in PRECISIONS,
+            f"precision={self.precision!r} must be one of {', '.join(PRECISIONS)}; bf16-autocast keeps fp32 "
+            "master weights and runs the matmuls in bf16",
+        )
         _check(self.lora_rank >= 0, f"lora_rank={self.lora_rank} must be >= 0 (0 = full fine-tuning)")
         _check(self.lora_alpha > 0, f"lora_alpha={self.lora_alpha} must be > 0")
         _check(0 <= self.lora_dropout < 1, f"lora_dropout={self.lora_dropout} must be in [0, 1)")
-        _check(bool(self.lora_target_modules), "lora_target_modules must name at least one module (e.g. q_proj)")
+        _check(
+            bool(self.lora_target_modules), "lora_target_modules must name at least one module (e.g. q_proj)"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,9 +121,11 @@ class RLConfig:
         _check(self.stage in ("infill", "e2e"), f"stage={self.stage!r} must be 'infill' or 'e2e'")
         _check(self.num_steps >= 1, f"num_steps={self.num_steps} must be >= 1")
         _check(self.tasks_per_step >= 1, f"tasks_per_step={self.tasks_per_step} must be >= 1")
-        _check(self.samples_per_task >= 2,
-               f"samples_per_task={self.samples_per_task} must be >= 2: rewards are normalised within "
-               "each task's group, and a group of one has no spread")
+        _check(
+            self.samples_per_task >= 2,
+            f"samples_per_task={self.samples_per_task} must be >= 2: rewards are normalised within "
+            "each task's group, and a group of one has no spread",
+        )
         _check(self.learning_rate > 0, f"learning_rate={self.learning_rate} must be > 0")
         _check(0 < self.clip_eps < 1, f"clip_eps={self.clip_eps} must be in (0, 1)")
         _check(self.kl_beta >= 0, f"kl_beta={self.kl_beta} must be >= 0")
@@ -124,5 +137,7 @@ class RLConfig:
         _check(self.rollout_memory_gib > 0, f"rollout_memory_gib={self.rollout_memory_gib} must be > 0")
         _check(self.max_prompt_tokens >= 1, f"max_prompt_tokens={self.max_prompt_tokens} must be >= 1")
         _check(self.save_every_steps >= 0, f"save_every_steps={self.save_every_steps} must be >= 0")
-        _check(self.required_speedup is None or self.required_speedup > 0,
-               f"required_speedup={self.required_speedup} must be > 0 or None (correctness only)")
+        _check(
+            self.required_speedup is None or self.required_speedup > 0,
+            f"required_speedup={self.required_speedup} must be > 0 or None (correctness only)",
+        )

@@ -24,9 +24,16 @@ _BAR_FIELDS = ("loss", "mean_reward", "tokens_per_s")
 class Monitor:
     """Sinks for one run. `enabled=False` (ranks other than 0) turns every sink off."""
 
-    def __init__(self, total_steps: int, *, emit: Callable[[dict[str, Any]], None] | None = None,
-                 tensorboard_dir: str | None = None, progress: bool = False, enabled: bool = True,
-                 description: str = "train") -> None:
+    def __init__(
+        self,
+        total_steps: int,
+        *,
+        emit: Callable[[dict[str, Any]], None] | None = None,
+        tensorboard_dir: str | None = None,
+        progress: bool = False,
+        enabled: bool = True,
+        description: str = "train",
+    ) -> None:
         self.emit = emit if enabled else None
         self._writer: Any = None
         self._progress: Any = None
@@ -51,9 +58,14 @@ class Monitor:
             except ImportError:
                 log.warning("rich is not installed: pip install rich (no progress bar)")
             else:
-                self._progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                          TextColumn("{task.fields[figures]}"), TimeRemainingColumn(),
-                                          console=Console(file=sys.stderr))
+                self._progress = Progress(
+                    TextColumn("{task.description}"),
+                    BarColumn(),
+                    MofNCompleteColumn(),
+                    TextColumn("{task.fields[figures]}"),
+                    TimeRemainingColumn(),
+                    console=Console(file=sys.stderr),
+                )
                 self._progress.start()
                 self._task = self._progress.add_task(description, total=total_steps, figures="")
 
@@ -67,7 +79,9 @@ class Monitor:
                 if isinstance(value, (int, float)) and not isinstance(value, bool):
                     self._writer.add_scalar(f"{prefix}/{key}", value, step)
         if self._progress is not None:
-            figures = "  ".join(f"{k} {stats[k]:.4g}" for k in _BAR_FIELDS if isinstance(stats.get(k), (int, float)))
+            figures = "  ".join(
+                f"{k} {stats[k]:.4g}" for k in _BAR_FIELDS if isinstance(stats.get(k), (int, float))
+            )
             self._progress.update(self._task, completed=step, figures=figures)
 
     def close(self) -> None:

@@ -23,8 +23,9 @@ import torch
 import torch.nn.functional as F
 
 
-def block_diffusion_mask(length: int, block_size: int, dtype: torch.dtype = torch.float32,
-                         device: torch.device | str = "cpu") -> torch.Tensor:
+def block_diffusion_mask(
+    length: int, block_size: int, dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu"
+) -> torch.Tensor:
     """Additive attention mask for `[x_t ; x_0]` of a `length`-token sequence.
 
     Returns a (1, 1, 2L, 2L) tensor: 0 where attention is allowed, dtype-min where blocked.
@@ -49,8 +50,9 @@ def doubled_position_ids(length: int, batch: int, device: torch.device | str = "
     return torch.cat([pos, pos])[None].expand(batch, -1)
 
 
-def forward_doubled(model: torch.nn.Module, noisy: torch.Tensor, clean: torch.Tensor,
-                    block_size: int) -> torch.Tensor:
+def forward_doubled(
+    model: torch.nn.Module, noisy: torch.Tensor, clean: torch.Tensor, block_size: int
+) -> torch.Tensor:
     """Run `[noisy ; clean]` through the model; return the logits of the noisy half, (B, L, V)."""
     batch, length = clean.shape
     mask = block_diffusion_mask(length, block_size, dtype=_float_dtype(model), device=clean.device)
@@ -80,8 +82,13 @@ class NoisedBatch:
     noise_rate: torch.Tensor  # (B,) t per sample
 
 
-def add_noise(input_ids: torch.Tensor, loss_mask: torch.Tensor, mask_token_id: int,
-              generator: torch.Generator | None = None, min_rate: float = 1e-3) -> NoisedBatch:
+def add_noise(
+    input_ids: torch.Tensor,
+    loss_mask: torch.Tensor,
+    mask_token_id: int,
+    generator: torch.Generator | None = None,
+    min_rate: float = 1e-3,
+) -> NoisedBatch:
     """Mask each answer token independently with one rate t ~ U(min_rate, 1) per sample.
 
     `loss_mask` (B, L) marks the trainable (answer + block padding) tokens; prompt tokens are
@@ -102,8 +109,14 @@ def add_noise(input_ids: torch.Tensor, loss_mask: torch.Tensor, mask_token_id: i
     return NoisedBatch(noisy=noisy, is_masked=is_masked, noise_rate=t)
 
 
-def seeded_noise(input_ids: torch.Tensor, loss_mask: torch.Tensor, lengths: list[int], seeds: list[int],
-                 mask_token_id: int, min_rate: float = 1e-3) -> NoisedBatch:
+def seeded_noise(
+    input_ids: torch.Tensor,
+    loss_mask: torch.Tensor,
+    lengths: list[int],
+    seeds: list[int],
+    mask_token_id: int,
+    min_rate: float = 1e-3,
+) -> NoisedBatch:
     """`add_noise` with one CPU generator per sample, seeded by `seeds[i]`, over its own `lengths[i]`.
 
     A sample's noise then depends only on its seed, not on which batch, rank or accumulation
@@ -115,15 +128,28 @@ def seeded_noise(input_ids: torch.Tensor, loss_mask: torch.Tensor, lengths: list
     is_masked = torch.zeros(batch, length, dtype=torch.bool)
     rates = torch.ones(batch)
     for i, (n, seed) in enumerate(zip(lengths, seeds, strict=True)):
-        one = add_noise(input_ids[i:i + 1, :n], loss_mask[i:i + 1, :n], mask_token_id,
-                        torch.Generator().manual_seed(seed), min_rate)
+        one = add_noise(
+            input_ids[i : i + 1, :n],
+            loss_mask[i : i + 1, :n],
+            mask_token_id,
+            torch.Generator().manual_seed(seed),
+            min_rate,
+        )
         noisy[i, :n], is_masked[i, :n], rates[i] = one.noisy[0], one.is_masked[0], one.noise_rate[0]
     return NoisedBatch(noisy=noisy, is_masked=is_masked, noise_rate=rates)
 
 
-def sft_loss(model: torch.nn.Module, input_ids: torch.Tensor, loss_mask: torch.Tensor, *,
-             block_size: int, mask_token_id: int, generator: torch.Generator | None = None,
-             min_rate: float = 1e-3, noised: NoisedBatch | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+def sft_loss(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    loss_mask: torch.Tensor,
+    *,
+    block_size: int,
+    mask_token_id: int,
+    generator: torch.Generator | None = None,
+    min_rate: float = 1e-3,
+    noised: NoisedBatch | None = None,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """SDAR's SFT loss: CE at masked positions × 1/t, summed, / number of answer tokens.
 
     input_ids, loss_mask: (B, L) with L a multiple of `block_size`; `noised` (on the same
@@ -163,8 +189,15 @@ class ReplayRows:
     targets: torch.Tensor
 
 
-def replay_rows(prompt_ids: list[int], response_ids: list[int], step_map: list[int], *,
-                block_size: int, mask_token_id: int, pad_token_id: int) -> ReplayRows:
+def replay_rows(
+    prompt_ids: list[int],
+    response_ids: list[int],
+    step_map: list[int],
+    *,
+    block_size: int,
+    mask_token_id: int,
+    pad_token_id: int,
+) -> ReplayRows:
     """Rebuild the denoising trajectory of one rollout as training rows.
 
     `step_map[i]` orders the reveals of response token i (any monotone step counter: only the
@@ -219,9 +252,15 @@ def token_logprobs(model: torch.nn.Module, rows: ReplayRows, block_size: int) ->
     return logp.gather(-1, rows.clean[..., None]).squeeze(-1)  # (R, L)
 
 
-def clipped_policy_loss(logp_new: torch.Tensor, logp_old: torch.Tensor, advantage: torch.Tensor,
-                        targets: torch.Tensor, response_length: int, clip_eps: float,
-                        kl_beta: float) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+def clipped_policy_loss(
+    logp_new: torch.Tensor,
+    logp_old: torch.Tensor,
+    advantage: torch.Tensor,
+    targets: torch.Tensor,
+    response_length: int,
+    clip_eps: float,
+    kl_beta: float,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """PPO-clip surrogate over target tokens + β·KL(new‖old) with the k3 estimator.
 
     logp_*: (R, L); advantage: (R,) (the rollout's group-normalised reward, one per row);
@@ -258,7 +297,7 @@ def group_advantages(rewards: list[float], group_size: int) -> tuple[list[float]
     advantages: list[float] = []
     keep: list[bool] = []
     for g in range(0, len(rewards), group_size):
-        group = torch.tensor(rewards[g:g + group_size], dtype=torch.float64)
+        group = torch.tensor(rewards[g : g + group_size], dtype=torch.float64)
         std = float(group.std(unbiased=False))
         if std == 0.0:
             advantages += [0.0] * group_size

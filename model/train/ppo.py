@@ -44,12 +44,25 @@ if TYPE_CHECKING:
 def _minibatches(count: int, num_minibatches: int, rng: random.Random) -> list[list[int]]:
     order = list(range(count))
     rng.shuffle(order)
-    return [order[k * count // num_minibatches:(k + 1) * count // num_minibatches] for k in range(num_minibatches)]
+    return [
+        order[k * count // num_minibatches : (k + 1) * count // num_minibatches]
+        for k in range(num_minibatches)
+    ]
 
 
-def ppo_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, accelerator: Any,
-               rollouts: Sequence[Rollout], rewards: Sequence[float], config: RLConfig, *, block_size: int,
-               mask_token_id: int, pad_token_id: int, step: int) -> dict[str, float]:
+def ppo_update(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    accelerator: Any,
+    rollouts: Sequence[Rollout],
+    rewards: Sequence[float],
+    config: RLConfig,
+    *,
+    block_size: int,
+    mask_token_id: int,
+    pad_token_id: int,
+    step: int,
+) -> dict[str, float]:
     """Phases 4–6 on this rank's rewarded rollouts. Returns figures summed/averaged over all ranks."""
     device, world = accelerator.device, accelerator.num_processes
     # 4. group-normalised advantages; flat groups carry no signal
@@ -57,14 +70,30 @@ def ppo_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, acceler
     kept = [(r, a) for r, a, k in zip(rollouts, advantages, keep, strict=True) if k and r.response_ids]
     num_groups = sum(keep[g] for g in range(0, len(keep), config.samples_per_task))
     # 5. replay rows and the pre-update log-probs
-    rows = [_to(replay_rows(r.prompt_ids, r.response_ids, r.step_map, block_size=block_size,
-                            mask_token_id=mask_token_id, pad_token_id=pad_token_id), device) for r, _ in kept]
+    rows = [
+        _to(
+            replay_rows(
+                r.prompt_ids,
+                r.response_ids,
+                r.step_map,
+                block_size=block_size,
+                mask_token_id=mask_token_id,
+                pad_token_id=pad_token_id,
+            ),
+            device,
+        )
+        for r, _ in kept
+    ]
     with torch.no_grad(), autocast(accelerator, config.setup):  # the bare module: no DDP hooks, no collective
         old = [token_logprobs(accelerator.unwrap_model(model), x, block_size) for x in rows]  # (R, L) each
     # the minibatch plan and its global row counts: one collective per RL step
     rng = random.Random(config.seed * 1_000_003 + step)
-    plan = [mb for _ in range(config.ppo_epochs) for mb in _minibatches(len(kept), config.num_minibatches, rng)]
-    local = torch.tensor([[sum(rows[i].clean.shape[0] for i in mb) for mb in plan] + [num_groups]], dtype=torch.float)
+    plan = [
+        mb for _ in range(config.ppo_epochs) for mb in _minibatches(len(kept), config.num_minibatches, rng)
+    ]
+    local = torch.tensor(
+        [[sum(rows[i].clean.shape[0] for i in mb) for mb in plan] + [num_groups]], dtype=torch.float
+    )
     counts = (accelerator.reduce(local.to(device), "sum") if world > 1 else local)[0].tolist()  # sync point
     total_groups, counts = int(counts[-1]), counts[:-1]
     figures = torch.zeros(4, device=device)  # loss, kl, clip fraction (row-weighted), grad norm
@@ -77,15 +106,29 @@ def ppo_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, acceler
         for j, i in enumerate(items):
             with contextlib.nullcontext() if j == len(items) - 1 else accelerator.no_sync(model):
                 if i is None:
-                    loss = _idle_loss(model, rows[0] if rows else None, block_size, pad_token_id, device,
-                                      accelerator, config)
+                    loss = _idle_loss(
+                        model,
+                        rows[0] if rows else None,
+                        block_size,
+                        pad_token_id,
+                        device,
+                        accelerator,
+                        config,
+                    )
                 else:
                     (rollout, adv), x = kept[i], rows[i]
                     with autocast(accelerator, config.setup):
                         logp_new = token_logprobs(model, x, block_size)  # (R, L)
                     advantage = torch.full((x.clean.shape[0],), adv, device=device)
-                    loss, stats = clipped_policy_loss(logp_new, old[i], advantage, x.targets,
-                                                      len(rollout.response_ids), config.clip_eps, config.kl_beta)
+                    loss, stats = clipped_policy_loss(
+                        logp_new,
+                        old[i],
+                        advantage,
+                        x.targets,
+                        len(rollout.response_ids),
+                        config.clip_eps,
+                        config.kl_beta,
+                    )
                     weight = x.clean.shape[0] / global_rows
                     figures[:3] += torch.stack([loss.detach(), stats["kl"], stats["clip_fraction"]]) * weight
                     loss = loss * weight * world  # DDP averages over ranks
@@ -98,17 +141,30 @@ def ppo_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, acceler
         figures[:3] = accelerator.reduce(figures[:3], "sum")
     loss_sum, kl_sum, clip_sum, norm_sum = figures.tolist()  # sync point
     n = max(num_updates, 1)
-    return {"num_kept_groups": float(total_groups), "num_rows": float(sum(counts) / config.ppo_epochs),
-            "loss": loss_sum / n, "kl": kl_sum / n, "clip_fraction": clip_sum / n, "grad_norm": norm_sum / n,
-            "num_updates": float(num_updates)}
+    return {
+        "num_kept_groups": float(total_groups),
+        "num_rows": float(sum(counts) / config.ppo_epochs),
+        "loss": loss_sum / n,
+        "kl": kl_sum / n,
+        "clip_fraction": clip_sum / n,
+        "grad_norm": norm_sum / n,
+        "num_updates": float(num_updates),
+    }
 
 
 def _to(rows: ReplayRows, device: torch.device) -> ReplayRows:
     return ReplayRows(rows.clean.to(device), rows.noisy.to(device), rows.targets.to(device))
 
 
-def _idle_loss(model: torch.nn.Module, rows: ReplayRows | None, block_size: int, pad_token_id: int,
-               device: torch.device, accelerator: Any, config: RLConfig) -> torch.Tensor:
+def _idle_loss(
+    model: torch.nn.Module,
+    rows: ReplayRows | None,
+    block_size: int,
+    pad_token_id: int,
+    device: torch.device,
+    accelerator: Any,
+    config: RLConfig,
+) -> torch.Tensor:
     """A zero loss through every parameter: lets a rank with no rows join the minibatch's all-reduce."""
     if rows is None:
         clean = torch.full((1, block_size), pad_token_id, dtype=torch.long, device=device)

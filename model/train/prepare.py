@@ -30,7 +30,12 @@ from cudice.model.train.config import ModelSetup
 
 log = logging.getLogger(__name__)
 
-_ACCELERATE_PRECISION = {"fp32": "no", "bf16-autocast": "no", "accelerate-bf16": "bf16", "accelerate-fp16": "fp16"}
+_ACCELERATE_PRECISION = {
+    "fp32": "no",
+    "bf16-autocast": "no",
+    "accelerate-bf16": "bf16",
+    "accelerate-fp16": "fp16",
+}
 
 
 def make_accelerator(setup: ModelSetup, *, seed: int = 0, cpu: bool = False) -> Any:
@@ -48,15 +53,20 @@ def make_accelerator(setup: ModelSetup, *, seed: int = 0, cpu: bool = False) -> 
     GradientState._reset_state()
     # broadcast_buffers=False: DDP would otherwise broadcast the (constant) rotary buffers at every
     # forward, a collective that deadlocks when RL ranks run different numbers of forwards
-    return Accelerator(mixed_precision=_ACCELERATE_PRECISION[setup.precision], cpu=cpu,
-                       dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True, data_seed=seed),
-                       kwargs_handlers=[DistributedDataParallelKwargs(broadcast_buffers=False)])
+    return Accelerator(
+        mixed_precision=_ACCELERATE_PRECISION[setup.precision],
+        cpu=cpu,
+        dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True, data_seed=seed),
+        kwargs_handlers=[DistributedDataParallelKwargs(broadcast_buffers=False)],
+    )
 
 
 def prepare_model(model: torch.nn.Module, setup: ModelSetup) -> torch.nn.Module:
     """fp32 master weights, optional gradient checkpointing, optional LoRA. Returns the model to train."""
     # 1. master weights in fp32: the optimizer updates these; autocast only lowers the matmuls
-    low = sorted({str(p.dtype) for p in model.parameters() if p.is_floating_point() and p.dtype != torch.float32})
+    low = sorted(
+        {str(p.dtype) for p in model.parameters() if p.is_floating_point() and p.dtype != torch.float32}
+    )
     if low:
         log.info("casting %s weights to float32 master weights for training", ", ".join(low))
         model.float()
@@ -72,12 +82,18 @@ def prepare_model(model: torch.nn.Module, setup: ModelSetup) -> torch.nn.Module:
         try:
             from peft import LoraConfig, get_peft_model
         except ImportError as exc:
-            raise ValueError("lora_rank > 0 needs peft: pip install 'cudice[train]' (or pip install peft)") from exc
+            raise ValueError(
+                "lora_rank > 0 needs peft: pip install 'cudice[train]' (or pip install peft)"
+            ) from exc
         # peft annotates lora_alpha as int but only divides it by r (github.com/huggingface/peft,
         # src/peft/tuners/lora/layer.py, `update_layer`), so a float alpha scales as written
-        config = LoraConfig(r=setup.lora_rank, lora_alpha=setup.lora_alpha,  # type: ignore[arg-type]
-                            lora_dropout=setup.lora_dropout,
-                            target_modules=list(setup.lora_target_modules), bias="none")
+        config = LoraConfig(
+            r=setup.lora_rank,
+            lora_alpha=setup.lora_alpha,  # type: ignore[arg-type]
+            lora_dropout=setup.lora_dropout,
+            target_modules=list(setup.lora_target_modules),
+            bias="none",
+        )
         model = get_peft_model(model, config)
     return model
 
@@ -107,7 +123,9 @@ def _lora_layers(model: torch.nn.Module) -> Iterator[tuple[str, Any]]:
 
 
 @torch.no_grad()
-def export_state_dict(model: torch.nn.Module, state: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+def export_state_dict(
+    model: torch.nn.Module, state: dict[str, torch.Tensor] | None = None
+) -> dict[str, torch.Tensor]:
     """Native-name weights of `model` (an unwrapped model; `state` = an already gathered state dict).
 
     For a peft model the adapters are merged: `x.weight = base_layer.weight + delta`.
@@ -115,7 +133,7 @@ def export_state_dict(model: torch.nn.Module, state: dict[str, torch.Tensor] | N
     base = base_model(model)
     state = dict(state if state is not None else base.state_dict())
     prefix = "base_model.model."
-    state = {k[len(prefix):] if k.startswith(prefix) else k: v for k, v in state.items()}
+    state = {k[len(prefix) :] if k.startswith(prefix) else k: v for k, v in state.items()}
     layers = dict(_lora_layers(base))
     if not layers:
         return state
@@ -127,12 +145,25 @@ def export_state_dict(model: torch.nn.Module, state: dict[str, torch.Tensor] | N
     return out
 
 
-def save_trained(accelerator: Any, model: torch.nn.Module, source_dir: str | Path, out_dir: str | Path, *,
-                 step: int, metrics: dict[str, Any]) -> None:
+def save_trained(
+    accelerator: Any,
+    model: torch.nn.Module,
+    source_dir: str | Path,
+    out_dir: str | Path,
+    *,
+    step: int,
+    metrics: dict[str, Any],
+) -> None:
     """Collective: every rank gathers its part (`get_state_dict`); rank 0 writes the checkpoint."""
     state = accelerator.get_state_dict(model)
     if accelerator.is_main_process:
         unwrapped = accelerator.unwrap_model(model)
-        save_checkpoint(unwrapped, source_dir, out_dir, step=step, metrics=metrics,
-                        state_dict=export_state_dict(unwrapped, state))
+        save_checkpoint(
+            unwrapped,
+            source_dir,
+            out_dir,
+            step=step,
+            metrics=metrics,
+            state_dict=export_state_dict(unwrapped, state),
+        )
     accelerator.wait_for_everyone()

@@ -43,13 +43,19 @@ class RewardJob:
 def check_reward_config(config: Any) -> None:
     """Refuse verifier settings under which a reward could be earned by cheating."""
     if config.static_policy == "lenient":
-        raise ValueError("RL rewards need the verifier's anti-cheat: static_policy='lenient' lets PyTorch "
-                         "fallbacks pass; use 'default' or 'strict' (docs/anticheat.md)")
+        raise ValueError(
+            "RL rewards need the verifier's anti-cheat: static_policy='lenient' lets PyTorch "
+            "fallbacks pass; use 'default' or 'strict' (docs/anticheat.md)"
+        )
     if config.compile_only:
-        raise ValueError("RL rewards need correctness runs: compile_only=True rewards nothing; run on a GPU box")
+        raise ValueError(
+            "RL rewards need correctness runs: compile_only=True rewards nothing; run on a GPU box"
+        )
 
 
-def reward_pool(config: Any = None, *, gpus: list[int] | None = None, num_compile_workers: int = 4) -> VerifyPool:
+def reward_pool(
+    config: Any = None, *, gpus: list[int] | None = None, num_compile_workers: int = 4
+) -> VerifyPool:
     """A local `VerifyPool` for rewards (one runner per GPU in `gpus`); close it, or use `with`."""
     from cudice.verifier.config import VerifyConfig
     from cudice.verifier.pool import VerifyPool
@@ -85,8 +91,10 @@ def verifier_reward_fn(backend: VerifyBackend) -> RewardFn:
     check_reward_config(backend.config)
 
     def reward(rollouts: Sequence[Rollout], config: RLConfig) -> list[float]:
-        jobs = [RewardJob(f"{r.task.task_id or 'task'}-{i}", candidate_code(r), r.task.pytorch_code)
-                for i, r in enumerate(rollouts)]
+        jobs = [
+            RewardJob(f"{r.task.task_id or 'task'}-{i}", candidate_code(r), r.task.pytorch_code)
+            for i, r in enumerate(rollouts)
+        ]
         results = verify_texts(backend, jobs)
         if len(results) != len(jobs):
             raise RuntimeError(f"verify backend returned {len(results)} results for {len(jobs)} jobs")

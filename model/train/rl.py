@@ -100,17 +100,32 @@ def _check_backend(accelerator: Any) -> None:
     from accelerate.utils import DistributedType
 
     if accelerator.distributed_type in (DistributedType.FSDP, DistributedType.DEEPSPEED):
-        raise ValueError(f"BiC-RL runs under DDP or on one device, not {accelerator.distributed_type.value}: its "
-                         "ranks run different numbers of forwards. For 8B use DDP with --lora-rank (fp32 base "
-                         "weights, 32 GB per GPU) and keep FSDP for SFT (docs/training.md)")
+        raise ValueError(
+            f"BiC-RL runs under DDP or on one device, not {accelerator.distributed_type.value}: its "
+            "ranks run different numbers of forwards. For 8B use DDP with --lora-rank (fp32 base "
+            "weights, 32 GB per GPU) and keep FSDP for SFT (docs/training.md)"
+        )
 
 
-def run_stage(model: torch.nn.Module, tasks: Sequence[RLTask], config: RLConfig, *, rollout_fn: RolloutFn,
-              reward_fn: RewardFn, block_size: int, mask_token_id: int, pad_token_id: int,
-              on_step: Callable[[StepStats], None] | None = None, accelerator: Any = None, cpu: bool = False,
-              count_prompt_tokens: Callable[[RLTask], int] | None = None, monitor: Monitor | None = None,
-              source_dir: str | Path | None = None, out_dir: str | Path | None = None,
-              step_offset: int = 0) -> list[StepStats]:
+def run_stage(
+    model: torch.nn.Module,
+    tasks: Sequence[RLTask],
+    config: RLConfig,
+    *,
+    rollout_fn: RolloutFn,
+    reward_fn: RewardFn,
+    block_size: int,
+    mask_token_id: int,
+    pad_token_id: int,
+    on_step: Callable[[StepStats], None] | None = None,
+    accelerator: Any = None,
+    cpu: bool = False,
+    count_prompt_tokens: Callable[[RLTask], int] | None = None,
+    monitor: Monitor | None = None,
+    source_dir: str | Path | None = None,
+    out_dir: str | Path | None = None,
+    step_offset: int = 0,
+) -> list[StepStats]:
     """Run `config.num_steps` RL steps of one stage over `tasks` (already ordered easy→hard).
 
     `accelerator` (with `model` already prepared by it) is passed by `run_bic_rl`; without one,
@@ -126,20 +141,32 @@ def run_stage(model: torch.nn.Module, tasks: Sequence[RLTask], config: RLConfig,
     if count_prompt_tokens is not None:  # DICE drops prompts over 2000 (infill) / 1500 (e2e) tokens
         kept_tasks = [t for t in tasks if count_prompt_tokens(t) <= config.max_prompt_tokens]
         if len(kept_tasks) < len(tasks):
-            log.warning("rl %s: dropped %d of %d tasks whose prompt exceeds max_prompt_tokens=%d", config.stage,
-                        len(tasks) - len(kept_tasks), len(tasks), config.max_prompt_tokens)
+            log.warning(
+                "rl %s: dropped %d of %d tasks whose prompt exceeds max_prompt_tokens=%d",
+                config.stage,
+                len(tasks) - len(kept_tasks),
+                len(tasks),
+                config.max_prompt_tokens,
+            )
         tasks = kept_tasks
     if not tasks:
-        raise ValueError(f"stage {config.stage!r} has no tasks (after dropping prompts over "
-                         f"max_prompt_tokens={config.max_prompt_tokens}); raise max_prompt_tokens or add tasks")
+        raise ValueError(
+            f"stage {config.stage!r} has no tasks (after dropping prompts over "
+            f"max_prompt_tokens={config.max_prompt_tokens}); raise max_prompt_tokens or add tasks"
+        )
     torch.manual_seed(config.seed + rank)
-    optimizer = accelerator.prepare(torch.optim.AdamW([p for p in model.parameters() if p.requires_grad],
-                                                      lr=config.learning_rate, weight_decay=0.0))
+    optimizer = accelerator.prepare(
+        torch.optim.AdamW(
+            [p for p in model.parameters() if p.requires_grad], lr=config.learning_rate, weight_decay=0.0
+        )
+    )
     monitor = monitor or Monitor(config.num_steps, enabled=False)
     history = []
     for step in range(config.num_steps):
         start = time.perf_counter()
-        batch = schedule(tasks, step, config.tasks_per_step)[rank::world]  # 1. curriculum order, this rank's share
+        batch = schedule(tasks, step, config.tasks_per_step)[
+            rank::world
+        ]  # 1. curriculum order, this rank's share
         step_config = dataclasses.replace(config, seed=config.seed + step * world + rank)
         model.eval()
         with torch.no_grad():
@@ -150,24 +177,61 @@ def run_stage(model: torch.nn.Module, tasks: Sequence[RLTask], config: RLConfig,
         if len(rollouts) != expected:
             raise RuntimeError(f"rollout_fn returned {len(rollouts)} rollouts, expected {expected}")
         rewards = reward_fn(rollouts, config)  # 3. execute and reward
-        figures = ppo_update(model, optimizer, accelerator, rollouts, rewards, config, block_size=block_size,
-                             mask_token_id=mask_token_id, pad_token_id=pad_token_id, step=step)  # 4.-6.
+        figures = ppo_update(
+            model,
+            optimizer,
+            accelerator,
+            rollouts,
+            rewards,
+            config,
+            block_size=block_size,
+            mask_token_id=mask_token_id,
+            pad_token_id=pad_token_id,
+            step=step,
+        )  # 4.-6.
         reward_sum = torch.tensor([float(sum(rewards)), float(len(rewards))], device=accelerator.device)
-        total_reward, total_count = (accelerator.reduce(reward_sum, "sum") if world > 1 else reward_sum).tolist()
+        total_reward, total_count = (
+            accelerator.reduce(reward_sum, "sum") if world > 1 else reward_sum
+        ).tolist()
         tokens = sum(len(r.response_ids) for r in rollouts)
-        stats = StepStats(config.stage, step, total_reward / max(total_count, 1.0), int(figures["num_kept_groups"]),
-                          int(figures["num_rows"]), figures["loss"], figures["kl"], figures["clip_fraction"],
-                          int(figures["num_updates"]), figures["grad_norm"], tokens,
-                          tokens / rollout_seconds if rollout_seconds > 0 else 0.0, time.perf_counter() - start)
+        stats = StepStats(
+            config.stage,
+            step,
+            total_reward / max(total_count, 1.0),
+            int(figures["num_kept_groups"]),
+            int(figures["num_rows"]),
+            figures["loss"],
+            figures["kl"],
+            figures["clip_fraction"],
+            int(figures["num_updates"]),
+            figures["grad_norm"],
+            tokens,
+            tokens / rollout_seconds if rollout_seconds > 0 else 0.0,
+            time.perf_counter() - start,
+        )
         history.append(stats)
-        log.info("rl %s step %d reward %.3f groups %d loss %.4f clip %.3f kl %.2e", config.stage, step,
-                 stats.mean_reward, stats.num_kept_groups, stats.loss, stats.clip_fraction, stats.kl)
+        log.info(
+            "rl %s step %d reward %.3f groups %d loss %.4f clip %.3f kl %.2e",
+            config.stage,
+            step,
+            stats.mean_reward,
+            stats.num_kept_groups,
+            stats.loss,
+            stats.clip_fraction,
+            stats.kl,
+        )
         monitor.log(step_offset + step + 1, dataclasses.asdict(stats))
         if on_step and accelerator.is_main_process:
             on_step(stats)
         if out_dir is not None and config.save_every_steps and (step + 1) % config.save_every_steps == 0:
-            save_trained(accelerator, model, _require_source(source_dir), out_dir, step=step + 1,
-                         metrics={"mean_reward": stats.mean_reward, "stage": config.stage})
+            save_trained(
+                accelerator,
+                model,
+                _require_source(source_dir),
+                out_dir,
+                step=step + 1,
+                metrics={"mean_reward": stats.mean_reward, "stage": config.stage},
+            )
     return history
 
 
@@ -177,12 +241,25 @@ def _require_source(source_dir: str | Path | None) -> str | Path:
     return source_dir
 
 
-def run_bic_rl(model: torch.nn.Module, infill_tasks: Sequence[RLTask], e2e_tasks: Sequence[RLTask],
-               infill_config: RLConfig, e2e_config: RLConfig, *, rollout_fn: RolloutFn, reward_fn: RewardFn,
-               block_size: int, mask_token_id: int, pad_token_id: int, source_dir: str | Path | None = None,
-               out_dir: str | Path | None = None, on_step: Callable[[StepStats], None] | None = None,
-               cpu: bool = False, count_prompt_tokens: Callable[[RLTask], int] | None = None,
-               monitor: Monitor | None = None) -> dict[str, list[StepStats]]:
+def run_bic_rl(
+    model: torch.nn.Module,
+    infill_tasks: Sequence[RLTask],
+    e2e_tasks: Sequence[RLTask],
+    infill_config: RLConfig,
+    e2e_config: RLConfig,
+    *,
+    rollout_fn: RolloutFn,
+    reward_fn: RewardFn,
+    block_size: int,
+    mask_token_id: int,
+    pad_token_id: int,
+    source_dir: str | Path | None = None,
+    out_dir: str | Path | None = None,
+    on_step: Callable[[StepStats], None] | None = None,
+    cpu: bool = False,
+    count_prompt_tokens: Callable[[RLTask], int] | None = None,
+    monitor: Monitor | None = None,
+) -> dict[str, list[StepStats]]:
     """Stage 1 (infilling) then stage 2 (end-to-end) from the stage-1 weights; saves after each.
 
     Both stages share one accelerator and one prepared model (the stage-1 config's precision,
@@ -195,10 +272,17 @@ def run_bic_rl(model: torch.nn.Module, infill_tasks: Sequence[RLTask], e2e_tasks
     accelerator = make_accelerator(infill_config.setup, seed=infill_config.seed, cpu=cpu)
     model = accelerator.prepare(prepare_model(model, infill_config.setup))
     common: dict[str, Any] = {
-        "rollout_fn": rollout_fn, "reward_fn": reward_fn, "block_size": block_size,
-        "mask_token_id": mask_token_id, "pad_token_id": pad_token_id, "on_step": on_step,
-        "accelerator": accelerator, "count_prompt_tokens": count_prompt_tokens, "monitor": monitor,
-        "source_dir": source_dir}
+        "rollout_fn": rollout_fn,
+        "reward_fn": reward_fn,
+        "block_size": block_size,
+        "mask_token_id": mask_token_id,
+        "pad_token_id": pad_token_id,
+        "on_step": on_step,
+        "accelerator": accelerator,
+        "count_prompt_tokens": count_prompt_tokens,
+        "monitor": monitor,
+        "source_dir": source_dir,
+    }
     out: dict[str, list[StepStats]] = {}
     offset = 0
     for name, tasks, cfg in (("infill", infill_tasks, infill_config), ("e2e", e2e_tasks, e2e_config)):
@@ -207,6 +291,12 @@ def run_bic_rl(model: torch.nn.Module, infill_tasks: Sequence[RLTask], e2e_tasks
         offset += cfg.num_steps
         if stage_dir is not None:
             last = out[name][-1]
-            save_trained(accelerator, model, _require_source(source_dir), stage_dir, step=last.step + 1,
-                         metrics={"mean_reward": last.mean_reward, "stage": name})
+            save_trained(
+                accelerator,
+                model,
+                _require_source(source_dir),
+                stage_dir,
+                step=last.step + 1,
+                metrics={"mean_reward": last.mean_reward, "stage": name},
+            )
     return out

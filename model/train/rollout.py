@@ -42,25 +42,43 @@ def task_prompt(task: RLTask) -> str:
 def kv_bytes_per_token(model_config: Any, dtype_bytes: int) -> int:
     """K and V of every layer for one token: 2 · layers · kv_heads · head_dim · bytes."""
     heads = getattr(model_config, "num_key_value_heads", None) or model_config.num_attention_heads
-    head_dim = getattr(model_config, "head_dim", None) or model_config.hidden_size // model_config.num_attention_heads
+    head_dim = (
+        getattr(model_config, "head_dim", None)
+        or model_config.hidden_size // model_config.num_attention_heads
+    )
     return int(2 * model_config.num_hidden_layers * heads * head_dim * dtype_bytes)
 
 
-def rows_per_microbatch(model_config: Any, prompt_tokens: int, max_new_tokens: int, block_size: int,
-                        budget_gib: float, dtype_bytes: int) -> int:
+def rows_per_microbatch(
+    model_config: Any,
+    prompt_tokens: int,
+    max_new_tokens: int,
+    block_size: int,
+    budget_gib: float,
+    dtype_bytes: int,
+) -> int:
     """How many rollouts of this prompt length fit the KV budget at once (at least 1)."""
-    per_row = kv_bytes_per_token(model_config, dtype_bytes) * (prompt_tokens + max_new_tokens + 2 * block_size)
+    per_row = kv_bytes_per_token(model_config, dtype_bytes) * (
+        prompt_tokens + max_new_tokens + 2 * block_size
+    )
     return max(1, int(budget_gib * _GIB // per_row))
 
 
-def microbatches(lengths: Sequence[int], model_config: Any, config: RLConfig, block_size: int,
-                 dtype_bytes: int) -> list[list[int]]:
+def microbatches(
+    lengths: Sequence[int], model_config: Any, config: RLConfig, block_size: int, dtype_bytes: int
+) -> list[list[int]]:
     """Indices of `lengths` (prompt tokens), shortest first, cut so that each group fits the budget."""
     order = sorted(range(len(lengths)), key=lambda i: lengths[i])
     groups: list[list[int]] = []
     for i in order:  # ascending: the newest member is the group's longest prompt
-        limit = rows_per_microbatch(model_config, lengths[i], config.max_new_tokens, block_size,
-                                    config.rollout_memory_gib, dtype_bytes)
+        limit = rows_per_microbatch(
+            model_config,
+            lengths[i],
+            config.max_new_tokens,
+            block_size,
+            config.rollout_memory_gib,
+            dtype_bytes,
+        )
         if groups and len(groups[-1]) < limit:
             groups[-1].append(i)
         else:
@@ -73,8 +91,11 @@ def engine_rollout_fn(engine: Any, base: SamplerConfig | None = None) -> Rollout
 
     def rollout(tasks: Sequence[RLTask], samples_per_task: int, config: RLConfig) -> list[Rollout]:
         sampler_config = dataclasses.replace(
-            base or SamplerConfig(), strategy="low_confidence_dynamic", threshold=config.threshold,
-            temperature=config.temperature, max_new_tokens=config.max_new_tokens,
+            base or SamplerConfig(),
+            strategy="low_confidence_dynamic",
+            threshold=config.threshold,
+            temperature=config.temperature,
+            max_new_tokens=config.max_new_tokens,
         )
         owners = [t for t in tasks for _ in range(samples_per_task)]
         prompts = [task_prompt(t) for t in owners]
@@ -82,15 +103,24 @@ def engine_rollout_fn(engine: Any, base: SamplerConfig | None = None) -> Rollout
         block = engine.block_length(sampler_config)
         dtype_bytes = engine.runner.dtype.itemsize
         rows: list[Any] = [None] * len(prompts)
-        groups = microbatches([len(e) for e in encoded], engine.loaded.model.config, config, block, dtype_bytes)
+        groups = microbatches(
+            [len(e) for e in encoded], engine.loaded.model.config, config, block, dtype_bytes
+        )
         for k, group in enumerate(groups):
-            result = engine.generate_texts([prompts[i] for i in group],
-                                           sampler_config.replace(seed=config.seed * 100_003 + k))
+            result = engine.generate_texts(
+                [prompts[i] for i in group], sampler_config.replace(seed=config.seed * 100_003 + k)
+            )
             for i, row in zip(group, result.rows, strict=True):
                 rows[i] = row
         return [
-            Rollout(task=t, prompt_ids=e, response_ids=list(row.block_tokens), step_map=list(row.block_step_map),
-                    text=row.text, finish_reason=row.finish_reason)
+            Rollout(
+                task=t,
+                prompt_ids=e,
+                response_ids=list(row.block_tokens),
+                step_map=list(row.block_step_map),
+                text=row.text,
+                finish_reason=row.finish_reason,
+            )
             for t, e, row in zip(owners, encoded, rows, strict=True)
         ]
 

@@ -47,8 +47,15 @@ class EncodedSample:
     num_prompt: int  # tokens before the answer (never masked, not trained)
 
 
-def encode_pair(tokenizer: Any, prompt: str, response: str, *, block_size: int, pad_token_id: int,
-                end_token: str = "<|im_end|>") -> EncodedSample:
+def encode_pair(
+    tokenizer: Any,
+    prompt: str,
+    response: str,
+    *,
+    block_size: int,
+    pad_token_id: int,
+    end_token: str = "<|im_end|>",
+) -> EncodedSample:
     """Tokenise one CuKe pair as the sampler will see it: one ChatML user turn (`chat_prompt`)."""
     prompt_ids = list(tokenizer.encode(chat_prompt(prompt), add_special_tokens=False))
     answer_ids = tokenizer.encode(response + end_token, add_special_tokens=False)
@@ -76,9 +83,21 @@ class Collate:
     so a sample gets fresh noise every epoch: seed = (seed · 1_000_003 + epoch) · N + index.
     """
 
-    def __init__(self, samples: Sequence[EncodedSample], pad_token_id: int, mask_token_id: int,
-                 seed: int, min_rate: float) -> None:
-        self.samples, self.pad, self.mask, self.seed, self.min_rate = samples, pad_token_id, mask_token_id, seed, min_rate
+    def __init__(
+        self,
+        samples: Sequence[EncodedSample],
+        pad_token_id: int,
+        mask_token_id: int,
+        seed: int,
+        min_rate: float,
+    ) -> None:
+        self.samples, self.pad, self.mask, self.seed, self.min_rate = (
+            samples,
+            pad_token_id,
+            mask_token_id,
+            seed,
+            min_rate,
+        )
         self.epoch = 0
 
     def __call__(self, indices: list[int]) -> Batch:
@@ -87,8 +106,8 @@ class Collate:
         ids = torch.full((len(chunk), max(lengths)), self.pad, dtype=torch.long)
         loss_mask = torch.zeros(ids.shape, dtype=torch.bool)
         for row, s in enumerate(chunk):
-            ids[row, :len(s.input_ids)] = torch.tensor(s.input_ids)
-            loss_mask[row, s.num_prompt:len(s.input_ids)] = True
+            ids[row, : len(s.input_ids)] = torch.tensor(s.input_ids)
+            loss_mask[row, s.num_prompt : len(s.input_ids)] = True
         base = (self.seed * 1_000_003 + self.epoch) * len(self.samples)
         noised = seeded_noise(ids, loss_mask, lengths, [base + i for i in indices], self.mask, self.min_rate)
         return Batch(ids, loss_mask, noised, torch.tensor(indices), sum(lengths))
@@ -96,9 +115,13 @@ class Collate:
 
 def _to(batch: Batch, device: torch.device) -> Batch:
     n = batch.noised
-    return Batch(batch.input_ids.to(device), batch.loss_mask.to(device),
-                 NoisedBatch(n.noisy.to(device), n.is_masked.to(device), n.noise_rate.to(device)),
-                 batch.index, batch.num_tokens)
+    return Batch(
+        batch.input_ids.to(device),
+        batch.loss_mask.to(device),
+        NoisedBatch(n.noisy.to(device), n.is_masked.to(device), n.noise_rate.to(device)),
+        batch.index,
+        batch.num_tokens,
+    )
 
 
 def _lr_lambda(total_steps: int, warmup_ratio: float) -> Callable[[int], float]:
@@ -110,11 +133,21 @@ def _lr_lambda(total_steps: int, warmup_ratio: float) -> Callable[[int], float]:
     return factor
 
 
-def train_sft(model: torch.nn.Module, samples: Sequence[EncodedSample], config: SFTConfig, *,
-              block_size: int, mask_token_id: int, pad_token_id: int, source_dir: str | Path | None = None,
-              out_dir: str | Path | None = None,
-              on_step: Callable[[int, dict[str, float]], None] | None = None, resume: bool = False,
-              cpu: bool = False, monitor: Monitor | None = None) -> list[dict[str, float]]:
+def train_sft(
+    model: torch.nn.Module,
+    samples: Sequence[EncodedSample],
+    config: SFTConfig,
+    *,
+    block_size: int,
+    mask_token_id: int,
+    pad_token_id: int,
+    source_dir: str | Path | None = None,
+    out_dir: str | Path | None = None,
+    on_step: Callable[[int, dict[str, float]], None] | None = None,
+    resume: bool = False,
+    cpu: bool = False,
+    monitor: Monitor | None = None,
+) -> list[dict[str, float]]:
     """Run SFT (module docstring); returns the stats of each logged optimizer step of this process.
 
     Saves to `out_dir` (needs `source_dir`). `resume` continues the run saved in `out_dir`.
@@ -131,10 +164,13 @@ def train_sft(model: torch.nn.Module, samples: Sequence[EncodedSample], config: 
     collate = Collate(samples, pad_token_id, mask_token_id, config.seed, config.min_noise_rate)
     # the sample indices: a list is a map-style dataset (__getitem__ + __len__), not a Dataset subclass
     indices = cast("torch.utils.data.Dataset[int]", list(range(len(samples))))
-    loader = torch.utils.data.DataLoader(indices, batch_size=config.batch_size, shuffle=True, collate_fn=collate)
+    loader = torch.utils.data.DataLoader(
+        indices, batch_size=config.batch_size, shuffle=True, collate_fn=collate
+    )
     model = accelerator.prepare(model)  # first: FSDP's optimizer must see the sharded parameters
-    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=config.learning_rate,
-                                  weight_decay=0.0)
+    optimizer = torch.optim.AdamW(
+        [p for p in model.parameters() if p.requires_grad], lr=config.learning_rate, weight_decay=0.0
+    )
     optimizer, loader = accelerator.prepare(optimizer, loader)
     micro_per_epoch = len(loader)  # this rank's micro-batches per epoch
     steps_per_epoch = math.ceil(micro_per_epoch / config.grad_accum_steps)
@@ -168,8 +204,14 @@ def train_sft(model: torch.nn.Module, samples: Sequence[EncodedSample], config: 
             batch = _to(batch, device)
             with contextlib.nullcontext() if is_last else accelerator.no_sync(model):
                 with autocast(accelerator, setup):
-                    loss, _ = sft_loss(model, batch.input_ids, batch.loss_mask, block_size=block_size,
-                                       mask_token_id=mask_token_id, noised=batch.noised)
+                    loss, _ = sft_loss(
+                        model,
+                        batch.input_ids,
+                        batch.loss_mask,
+                        block_size=block_size,
+                        mask_token_id=mask_token_id,
+                        noised=batch.noised,
+                    )
                 accelerator.backward(loss / group_size)
             loss_sum += loss.detach() / group_size
             tokens += batch.num_tokens
@@ -184,12 +226,17 @@ def train_sft(model: torch.nn.Module, samples: Sequence[EncodedSample], config: 
             done = step >= last_step
             # 4. logging steps: one collective, one host read
             if step % config.log_every_steps == 0 or done:
-                figures = accelerator.reduce(torch.stack([loss_sum, torch.tensor(float(tokens), device=device)]),
-                                             "sum").tolist()  # sync point
+                figures = accelerator.reduce(
+                    torch.stack([loss_sum, torch.tensor(float(tokens), device=device)]), "sum"
+                ).tolist()  # sync point
                 seconds = time.perf_counter() - clock
-                stats = {"loss": figures[0] / accelerator.num_processes / (step - logged_at),
-                         "grad_norm": float(norm), "lr": scheduler.get_last_lr()[0], "epoch": float(epoch),
-                         "tokens_per_s": figures[1] / seconds if seconds > 0 else 0.0}
+                stats = {
+                    "loss": figures[0] / accelerator.num_processes / (step - logged_at),
+                    "grad_norm": float(norm),
+                    "lr": scheduler.get_last_lr()[0],
+                    "epoch": float(epoch),
+                    "tokens_per_s": figures[1] / seconds if seconds > 0 else 0.0,
+                }
                 history.append(stats)
                 monitor.log(step, stats)
                 if on_step and accelerator.is_main_process:
@@ -201,14 +248,26 @@ def train_sft(model: torch.nn.Module, samples: Sequence[EncodedSample], config: 
             if out_dir and config.save_every_steps and step % config.save_every_steps == 0 and not done:
                 _save(model, accelerator, source_dir, out_dir, step, history[-1] if history else {})
                 at_end = micro + 1 == micro_per_epoch
-                save_train_state(accelerator, out_dir, {"epoch": epoch + 1 if at_end else epoch,
-                                                        "micro": 0 if at_end else micro + 1, "step": step})
+                save_train_state(
+                    accelerator,
+                    out_dir,
+                    {
+                        "epoch": epoch + 1 if at_end else epoch,
+                        "micro": 0 if at_end else micro + 1,
+                        "step": step,
+                    },
+                )
             if done:
                 break
     if out_dir and step > int(position["step"]):
         _save(model, accelerator, source_dir, out_dir, step, history[-1] if history else {})
-        save_train_state(accelerator, out_dir, {"epoch": config.num_epochs, "micro": 0, "step": step}
-                         if step >= total_steps else _position_after(step, steps_per_epoch, config.grad_accum_steps))
+        save_train_state(
+            accelerator,
+            out_dir,
+            {"epoch": config.num_epochs, "micro": 0, "step": step}
+            if step >= total_steps
+            else _position_after(step, steps_per_epoch, config.grad_accum_steps),
+        )
     monitor.close()
     return history
 
@@ -219,8 +278,14 @@ def _position_after(step: int, steps_per_epoch: int, grad_accum: int) -> dict[st
     return {"epoch": epoch, "micro": within * grad_accum, "step": step}
 
 
-def _save(model: torch.nn.Module, accelerator: Any, source_dir: str | Path | None, out_dir: str | Path,
-          step: int, stats: dict[str, float]) -> None:
+def _save(
+    model: torch.nn.Module,
+    accelerator: Any,
+    source_dir: str | Path | None,
+    out_dir: str | Path,
+    step: int,
+    stats: dict[str, float],
+) -> None:
     if source_dir is None:
         raise ValueError("saving a checkpoint needs source_dir (the checkpoint training started from)")
     save_trained(accelerator, model, source_dir, out_dir, step=step, metrics=stats)

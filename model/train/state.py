@@ -53,12 +53,16 @@ def load_train_state(accelerator: Any, out_dir: str | Path) -> dict[str, Any]:
     """Restore the state saved under `out_dir/train_state`; returns its position record."""
     path = state_dir(out_dir)
     if not (path / POSITION).is_file():
-        raise ValueError(f"--resume: {path} holds no saved training state ({POSITION} missing); run without "
-                         "--resume, or point --out at the directory of the run to continue")
+        raise ValueError(
+            f"--resume: {path} holds no saved training state ({POSITION} missing); run without "
+            "--resume, or point --out at the directory of the run to continue"
+        )
     position: dict[str, Any] = json.loads((path / POSITION).read_text())
     saved = int(position.get("num_processes", 1))
     if saved != accelerator.num_processes:
-        raise ValueError(f"--resume: {path} was written by {saved} process(es), this run has "
-                         f"{accelerator.num_processes}; resume with the same number of processes")
+        raise ValueError(
+            f"--resume: {path} was written by {saved} process(es), this run has "
+            f"{accelerator.num_processes}; resume with the same number of processes"
+        )
     accelerator.load_state(str(path))
     return position

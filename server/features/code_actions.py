@@ -52,8 +52,16 @@ def infill_target(doc: Document, offset: int) -> Span | None:
     return content
 
 
-def code_actions(*, uri: str, doc: Document, start: int, end: int, version: int | None,
-                 model: ModelAvailability, disabled_support: bool) -> list[lsp.CodeAction]:
+def code_actions(
+    *,
+    uri: str,
+    doc: Document,
+    start: int,
+    end: int,
+    version: int | None,
+    model: ModelAvailability,
+    disabled_support: bool,
+) -> list[lsp.CodeAction]:
     """The actions for the selection [start, end] (code-point offsets)."""
     actions: list[lsp.CodeAction] = []
 
@@ -64,16 +72,24 @@ def code_actions(*, uri: str, doc: Document, start: int, end: int, version: int 
                 disabled = lsp.CodeActionDisabled(reason=model.reason)
             else:
                 title = f"{title} (unavailable: {model.reason})"
-        actions.append(lsp.CodeAction(
-            title=title, kind=kind, disabled=disabled,
-            command=lsp.Command(title=title, command=command, arguments=args),
-        ))
+        actions.append(
+            lsp.CodeAction(
+                title=title,
+                kind=kind,
+                disabled=disabled,
+                command=lsp.Command(title=title, command=command, arguments=args),
+            )
+        )
 
     cls = doc.module_class_at(start)
     if cls is not None and cls.name != "ModelNew" and cls.span.contains(end):
         add(f"Generate CUDA kernel for `{cls.name}`", KIND_GENERATE, CMD_GENERATE, [uri, cls.name])
     target = infill_target(doc, start)
     if target is not None:
-        add("Infill kernel body", KIND_INFILL, CMD_INFILL,
-            [uri, {"start": target.start, "end": target.end}, version])
+        add(
+            "Infill kernel body",
+            KIND_INFILL,
+            CMD_INFILL,
+            [uri, {"start": target.start, "end": target.end}, version],
+        )
     return actions

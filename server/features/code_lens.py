@@ -13,8 +13,15 @@ from cudice.verifier.result import VerifyResult
 from lsprotocol import types as lsp
 
 
-def code_lenses(*, uri: str, doc: Document, index: LineIndex, result: VerifyResult | None, is_running: bool,
-                required_speedup: float = 1.0) -> list[lsp.CodeLens]:
+def code_lenses(
+    *,
+    uri: str,
+    doc: Document,
+    index: LineIndex,
+    result: VerifyResult | None,
+    is_running: bool,
+    required_speedup: float = 1.0,
+) -> list[lsp.CodeLens]:
     """`index` is the document's line index in the client's position encoding."""
     cls = doc.model_new
     if cls is None:

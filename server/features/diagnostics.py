@@ -26,8 +26,15 @@ from lsprotocol import types as lsp
 WEB_DOCS = "https://github.com/cudice/cudice/blob/main/docs/diagnostics.md"
 COMPILE_ONLY_CODE = "server.compile_only"  # the server's own codes: documented in docs/server.md
 FAILED_CODE = "server.verify_failed"
-_FAILURES = (Verdict.CRASH, Verdict.TIMEOUT, Verdict.RUNTIME_ERROR, Verdict.INCORRECT, Verdict.COMPILE_ERROR,
-             Verdict.STATIC_VIOLATION, Verdict.INVALID_INPUT)
+_FAILURES = (
+    Verdict.CRASH,
+    Verdict.TIMEOUT,
+    Verdict.RUNTIME_ERROR,
+    Verdict.INCORRECT,
+    Verdict.COMPILE_ERROR,
+    Verdict.STATIC_VIOLATION,
+    Verdict.INVALID_INPUT,
+)
 
 _SEVERITY = {
     "error": lsp.DiagnosticSeverity.Error,
@@ -90,8 +97,9 @@ def _related_range(path: str, loc: Location) -> lsp.Range:
     return lsp.Range(lsp.Position(line, col), lsp.Position(line, col))
 
 
-def to_lsp(diag: Diagnostic, *, path: str, index: LineIndex, doc: Document,
-           support: ClientSupport, base: str) -> lsp.Diagnostic:
+def to_lsp(
+    diag: Diagnostic, *, path: str, index: LineIndex, doc: Document, support: ClientSupport, base: str
+) -> lsp.Diagnostic:
     """One verifier diagnostic -> one LSP diagnostic in the document at `path`."""
     message = diag.message
     loc = diag.location
@@ -106,7 +114,8 @@ def to_lsp(diag: Diagnostic, *, path: str, index: LineIndex, doc: Document,
         if support.related_information:
             related = [
                 lsp.DiagnosticRelatedInformation(
-                    lsp.Location(Path(os.path.abspath(r.path)).as_uri(), _related_range(r.path, r)), text)
+                    lsp.Location(Path(os.path.abspath(r.path)).as_uri(), _related_range(r.path, r)), text
+                )
                 for r, text in diag.related
             ]
         else:
@@ -116,15 +125,24 @@ def to_lsp(diag: Diagnostic, *, path: str, index: LineIndex, doc: Document,
         message=message,
         severity=_SEVERITY.get(diag.severity.value, lsp.DiagnosticSeverity.Error),
         code=diag.code,
-        code_description=lsp.CodeDescription(href=f"{base}#{diag.code}") if support.code_description else None,
+        code_description=lsp.CodeDescription(href=f"{base}#{diag.code}")
+        if support.code_description
+        else None,
         source=DIAGNOSTIC_SOURCE,
         related_information=related,
     )
 
 
-def result_diagnostics(result: VerifyResult, *, path: str, doc: Document, index: LineIndex,
-                       support: ClientSupport, compile_only_reason: str | None = None,
-                       base: str | None = None) -> list[lsp.Diagnostic]:
+def result_diagnostics(
+    result: VerifyResult,
+    *,
+    path: str,
+    doc: Document,
+    index: LineIndex,
+    support: ClientSupport,
+    compile_only_reason: str | None = None,
+    base: str | None = None,
+) -> list[lsp.Diagnostic]:
     """All diagnostics of `result` for the document `doc` at `path`; `index` is its line index in
     the client's position encoding."""
     base = base or docs_base()
@@ -140,23 +158,31 @@ def result_diagnostics(result: VerifyResult, *, path: str, doc: Document, index:
     if result.verdict in _FAILURES and not any(d.severity == lsp.DiagnosticSeverity.Error for d in out):
         # A failure with no located finding (a crashed or timed-out worker): never fail silently.
         detail = (result.error or "").strip().splitlines()[-1:] or ["no details were reported"]
-        out.append(lsp.Diagnostic(
-            range=_anchor(index, doc),
-            message=f"Verification ended with `{result.verdict.value}` at the {result.stage.value} stage: {detail[0]}",
-            severity=lsp.DiagnosticSeverity.Error, code=FAILED_CODE, source=DIAGNOSTIC_SOURCE,
-            code_description=lsp.CodeDescription(href=f"{docs_base('server.md')}#{FAILED_CODE}")
-            if support.code_description else None,
-        ))
+        out.append(
+            lsp.Diagnostic(
+                range=_anchor(index, doc),
+                message=f"Verification ended with `{result.verdict.value}` at the {result.stage.value} stage: {detail[0]}",
+                severity=lsp.DiagnosticSeverity.Error,
+                code=FAILED_CODE,
+                source=DIAGNOSTIC_SOURCE,
+                code_description=lsp.CodeDescription(href=f"{docs_base('server.md')}#{FAILED_CODE}")
+                if support.code_description
+                else None,
+            )
+        )
     verifier_said_why = any(d.code == "verify.no_gpu" for d in result.diagnostics)
     if result.compile_only and result.verdict is Verdict.COMPILED and not verifier_said_why:
         why = compile_only_reason or "compile-only mode is on (cudice.verify.compileOnly)"
-        out.append(lsp.Diagnostic(
-            range=_anchor(index, doc),
-            message=f"Compiles. No correctness or speedup measured: {why}.",
-            severity=lsp.DiagnosticSeverity.Information,
-            code=COMPILE_ONLY_CODE,
-            code_description=lsp.CodeDescription(href=f"{docs_base('server.md')}#{COMPILE_ONLY_CODE}")
-            if support.code_description else None,
-            source=DIAGNOSTIC_SOURCE,
-        ))
+        out.append(
+            lsp.Diagnostic(
+                range=_anchor(index, doc),
+                message=f"Compiles. No correctness or speedup measured: {why}.",
+                severity=lsp.DiagnosticSeverity.Information,
+                code=COMPILE_ONLY_CODE,
+                code_description=lsp.CodeDescription(href=f"{docs_base('server.md')}#{COMPILE_ONLY_CODE}")
+                if support.code_description
+                else None,
+                source=DIAGNOSTIC_SOURCE,
+            )
+        )
     return out

@@ -59,8 +59,13 @@ def _ms(value: float | None) -> str:
     return f"{value:.4g} ms" if value is not None else "—"
 
 
-def hover_markdown(result: VerifyResult, *, compile_only_reason: str | None = None,
-                   version: int | None = None, required_speedup: float = 1.0) -> str:
+def hover_markdown(
+    result: VerifyResult,
+    *,
+    compile_only_reason: str | None = None,
+    version: int | None = None,
+    required_speedup: float = 1.0,
+) -> str:
     """The hover card: verdict, speedup with spread, runtimes, GPU, trials, when measured."""
     lines = [f"**cudice: {lens_title(result, required_speedup)}**", ""]
     if result.speedup is not None:
@@ -71,7 +76,9 @@ def hover_markdown(result: VerifyResult, *, compile_only_reason: str | None = No
         if result.is_suspicious:
             lines.append("- ⚠ suspiciously fast: check that the kernel really does the work")
     if result.reference is not None or result.candidate is not None:
-        lines.append(f"- PyTorch: {_ms(result.reference_runtime_ms)} · kernel: {_ms(result.runtime_ms)} (median)")
+        lines.append(
+            f"- PyTorch: {_ms(result.reference_runtime_ms)} · kernel: {_ms(result.runtime_ms)} (median)"
+        )
     if result.num_trials:
         lines.append(f"- correctness: {result.num_correct_trials}/{result.num_trials} trials passed")
         if result.max_abs_err is not None:
@@ -85,7 +92,9 @@ def hover_markdown(result: VerifyResult, *, compile_only_reason: str | None = No
         lines.append(f"- no speedup shown: {why}")
     if result.measured_at:
         when = result.measured_at.replace("T", " ")[:19] + " UTC"
-        lines.append(f"- measured: {when}" + (f" (document version {version})" if version is not None else ""))
+        lines.append(
+            f"- measured: {when}" + (f" (document version {version})" if version is not None else "")
+        )
     if result.error and result.verdict is not Verdict.CORRECT:
         tail = result.error.strip().splitlines()[-1:] if result.error.strip() else []
         if tail:

@@ -55,17 +55,21 @@ def resolve_span(arg: Any, source: str, encoding: str = "utf-16") -> Span | str:
         except (KeyError, TypeError, ValueError):
             return f"range {arg!r} needs start/end with line and character"
     else:
-        return (f"expected the CUDA string's range as {{'start': offset, 'end': offset}} or an LSP range, "
-                f"got {arg!r}")
+        return (
+            f"expected the CUDA string's range as {{'start': offset, 'end': offset}} or an LSP range, "
+            f"got {arg!r}"
+        )
     if not 0 <= start <= end <= len(source):
-        return f"range {start}..{end} is outside the document (length {len(source)}); ask for the action again"
+        return (
+            f"range {start}..{end} is outside the document (length {len(source)}); ask for the action again"
+        )
     return Span(start, end)
 
 
 def cursor_to_middle(span: Span, doc: Document) -> Span | str:
     """A cursor (an empty or one-line range, as palette commands send) -> the middle the code action
     would infill; a multi-line selection is taken as the middle itself."""
-    if "\n" in doc.text[span.start:span.end].rstrip("\n"):
+    if "\n" in doc.text[span.start : span.end].rstrip("\n"):
         return span
     target = infill_target(doc, span.start)
     if target is None:
@@ -78,12 +82,19 @@ def extract_middle(text: str, middle: str | None, prefix: str, suffix: str) -> s
     if middle is not None:
         return middle
     if text.startswith(prefix) and text.endswith(suffix) and len(text) >= len(prefix) + len(suffix):
-        return text[len(prefix):len(text) - len(suffix)]
+        return text[len(prefix) : len(text) - len(suffix)]
     return None
 
 
-def infill_edit(uri: str, version: int | None, source: str, span: Span, middle: str,
-                document_changes: bool = True, encoding: str = "utf-16") -> lsp.WorkspaceEdit:
+def infill_edit(
+    uri: str,
+    version: int | None,
+    source: str,
+    span: Span,
+    middle: str,
+    document_changes: bool = True,
+    encoding: str = "utf-16",
+) -> lsp.WorkspaceEdit:
     index = LineIndex.of(source, encoding)
     rng = lsp.Range(lsp.Position(*index.position(span.start)), lsp.Position(*index.position(span.end)))
     edit = lsp.TextEdit(range=rng, new_text=middle)

@@ -37,7 +37,7 @@ def hover_target(doc: Document, offset: int) -> Span | None:
     word = _word_at(source, offset)
     names = {k.name for k in doc.kernels}
     names.update(f for c in doc.load_inline_calls for f in c.functions or ())
-    if word is not None and source[word.start:word.end] in names:
+    if word is not None and source[word.start : word.end] in names:
         return word
     for call in doc.load_inline_calls:
         if call.span.contains(offset):

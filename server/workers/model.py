@@ -45,8 +45,15 @@ class LoadRequest:
 
 
 class ModelWorker:
-    def __init__(self, *, on_state: Callable[[str, str], None], on_notice: Callable[[str], None],
-                 env: dict[str, str] | None = None, cancel_grace_s: float = 3.0, max_restarts: int = 3) -> None:
+    def __init__(
+        self,
+        *,
+        on_state: Callable[[str, str], None],
+        on_notice: Callable[[str], None],
+        env: dict[str, str] | None = None,
+        cancel_grace_s: float = 3.0,
+        max_restarts: int = 3,
+    ) -> None:
         self.on_state = on_state
         self.on_notice = on_notice
         self.env = env
@@ -109,8 +116,10 @@ class ModelWorker:
             self._set_state("missing", self.message)
             return
         if self.num_restarts > self.max_restarts:
-            self._set_state("error", f"{why}; gave up after {self.max_restarts} restarts "
-                                     "(run cudice.reloadModel to try again)")
+            self._set_state(
+                "error",
+                f"{why}; gave up after {self.max_restarts} restarts (run cudice.reloadModel to try again)",
+            )
             self.on_notice(self.message)
             return
         self.on_notice(f"cudice: {why}. Restarting the model worker (restart {self.num_restarts}).")
@@ -137,17 +146,26 @@ class ModelWorker:
                 await self._spawn()
                 assert self._proc is not None
                 self._load_waiter = asyncio.get_running_loop().create_future()
-                await self._proc.send({"op": "load", "path": request.path, "device": request.device,
-                                       "dtype": request.dtype})
+                await self._proc.send(
+                    {"op": "load", "path": request.path, "device": request.device, "dtype": request.dtype}
+                )
                 event = await self._load_waiter
             if event.get("event") == "loaded":
-                self._set_state("ready", f"model ready: {request.path} (loaded in {event.get('seconds', 0):.1f} s)")
+                self._set_state(
+                    "ready", f"model ready: {request.path} (loaded in {event.get('seconds', 0):.1f} s)"
+                )
                 return True
             self._set_state("error", f"model failed to load from {request.path}: {event.get('message')}")
             return False
 
-    async def run(self, op: str, payload: dict[str, Any], *, cancel: asyncio.Event,
-                  on_progress: Callable[[Progress], None] | None = None) -> Generation:
+    async def run(
+        self,
+        op: str,
+        payload: dict[str, Any],
+        *,
+        cancel: asyncio.Event,
+        on_progress: Callable[[Progress], None] | None = None,
+    ) -> Generation:
         """Run `generate` or `infill` in the worker. Raises ModelUnavailable / WorkerDied / RuntimeError."""
         if self.state != "ready":
             raise ModelUnavailable(self.message)
@@ -164,16 +182,23 @@ class ModelWorker:
             finally:
                 del self._queues[job_id]
 
-    async def _follow(self, proc: ChildProcess, job_id: str, q: asyncio.Queue[dict[str, Any]],
-                      cancel: asyncio.Event, on_progress: Callable[[Progress], None] | None) -> Generation:
+    async def _follow(
+        self,
+        proc: ChildProcess,
+        job_id: str,
+        q: asyncio.Queue[dict[str, Any]],
+        cancel: asyncio.Event,
+        on_progress: Callable[[Progress], None] | None,
+    ) -> Generation:
         cancel_wait = asyncio.ensure_future(cancel.wait())
         deadline: float | None = None
         try:
             while True:
                 get = asyncio.ensure_future(q.get())
                 timeout = None if deadline is None else max(deadline - asyncio.get_running_loop().time(), 0)
-                done, _ = await asyncio.wait({get, cancel_wait}, timeout=timeout,
-                                             return_when=asyncio.FIRST_COMPLETED)
+                done, _ = await asyncio.wait(
+                    {get, cancel_wait}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+                )
                 if get not in done:
                     get.cancel()
                     if cancel_wait in done and deadline is None:
@@ -190,8 +215,13 @@ class ModelWorker:
                 event = get.result()
                 kind = event.get("event")
                 if kind == "progress" and on_progress is not None:
-                    on_progress(Progress(int(event.get("num_tokens", 0)), int(event.get("num_forwards", 0)),
-                                         float(event.get("seconds", 0.0))))
+                    on_progress(
+                        Progress(
+                            int(event.get("num_tokens", 0)),
+                            int(event.get("num_forwards", 0)),
+                            float(event.get("seconds", 0.0)),
+                        )
+                    )
                 elif kind == "done":
                     self.num_restarts = 0  # a job went through: restarts count "in a row"
                     return _generation(event, was_cancelled=deadline is not None)
@@ -220,10 +250,14 @@ def _generation(event: dict[str, Any], *, was_cancelled: bool) -> Generation:
     """The `done` event (`model_child._generation_fields`) as the engine's record."""
     cancelled = bool(event.get("cancelled")) or was_cancelled
     return Generation(
-        text=str(event.get("text", "")), middle=event.get("middle"),
-        num_tokens=int(event.get("num_tokens", 0)), num_forwards=int(event.get("num_forwards", 0)),
-        tokens_per_forward=float(event.get("tokens_per_forward", 0.0)), seconds=float(event.get("seconds", 0.0)),
-        cancelled=cancelled, step_map=tuple(int(step) for step in event.get("step_map") or ()),
+        text=str(event.get("text", "")),
+        middle=event.get("middle"),
+        num_tokens=int(event.get("num_tokens", 0)),
+        num_forwards=int(event.get("num_forwards", 0)),
+        tokens_per_forward=float(event.get("tokens_per_forward", 0.0)),
+        seconds=float(event.get("seconds", 0.0)),
+        cancelled=cancelled,
+        step_map=tuple(int(step) for step in event.get("step_map") or ()),
         finish_reason=str(event.get("finish_reason") or ("cancelled" if cancelled else "length")),
         raw_text=str(event.get("raw_text", "")),
     )

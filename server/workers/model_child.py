@@ -68,10 +68,14 @@ class ModelChild:
     def load(self, msg: dict[str, Any]) -> None:
         t0 = time.perf_counter()
         try:
-            self.module = importlib.import_module(os.environ.get("CUDICE_ENGINE_MODULE", "cudice.model.engine"))
+            self.module = importlib.import_module(
+                os.environ.get("CUDICE_ENGINE_MODULE", "cudice.model.engine")
+            )
             if "torch" in sys.modules:
                 apply_torch_threads()  # the thread defaults main() put in the environment
-            self.engine = self.module.load_engine(msg["path"], msg.get("device", "auto"), msg.get("dtype", "auto"))
+            self.engine = self.module.load_engine(
+                msg["path"], msg.get("device", "auto"), msg.get("dtype", "auto")
+            )
         except Exception as exc:
             traceback.print_exc(file=sys.stderr)
             self.engine = None
@@ -107,11 +111,18 @@ class ModelChild:
         try:
             config = self.sampler_config(msg.get("settings") or {})
             if msg["op"] == "generate":
-                gen = self.engine.generate_kernel(msg["reference_source"], config,
-                                                  on_progress=on_progress, should_stop=should_stop)
+                gen = self.engine.generate_kernel(
+                    msg["reference_source"], config, on_progress=on_progress, should_stop=should_stop
+                )
             else:
-                gen = self.engine.infill(msg["prefix"], msg["suffix"], msg.get("pytorch_code", ""), config,
-                                         on_progress=on_progress, should_stop=should_stop)
+                gen = self.engine.infill(
+                    msg["prefix"],
+                    msg["suffix"],
+                    msg.get("pytorch_code", ""),
+                    config,
+                    on_progress=on_progress,
+                    should_stop=should_stop,
+                )
         except Exception as exc:
             traceback.print_exc(file=sys.stderr)
             self.emit("error", id=job_id, message=f"{type(exc).__name__}: {exc}")
@@ -142,7 +153,11 @@ def _progress_fields(obj: Any) -> dict[str, Any]:
         obj = dataclasses.asdict(obj)
     if isinstance(obj, dict):
         return {k: v for k, v in obj.items() if _number(v) and k != "id"}
-    return {k: getattr(obj, k) for k in ("num_tokens", "num_forwards", "seconds") if _number(getattr(obj, k, None))}
+    return {
+        k: getattr(obj, k)
+        for k in ("num_tokens", "num_forwards", "seconds")
+        if _number(getattr(obj, k, None))
+    }
 
 
 def _generation_fields(gen: Any, seconds: float) -> dict[str, Any]:
@@ -154,7 +169,9 @@ def _generation_fields(gen: Any, seconds: float) -> dict[str, Any]:
         "middle": getattr(gen, "middle", None),
         "num_tokens": num_tokens,
         "num_forwards": num_forwards,
-        "tokens_per_forward": float(tpf) if _number(tpf) else (num_tokens / num_forwards if num_forwards else 0.0),
+        "tokens_per_forward": float(tpf)
+        if _number(tpf)
+        else (num_tokens / num_forwards if num_forwards else 0.0),
         "seconds": float(gen.seconds) if _number(getattr(gen, "seconds", None)) else seconds,
         "cancelled": bool(getattr(gen, "cancelled", False)),
         "step_map": [int(step) for step in getattr(gen, "step_map", ()) or ()],

@@ -107,9 +107,16 @@ class ChildProcess:
         env.setdefault("PYTHONUNBUFFERED", "1")
         env[FAMILY_ENV] = self.tag
         self.proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", self.module, *args,
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-            env=env, start_new_session=True, limit=STREAM_LIMIT,
+            sys.executable,
+            "-m",
+            self.module,
+            *args,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=env,
+            start_new_session=True,
+            limit=STREAM_LIMIT,
         )
         self._stderr_task = asyncio.create_task(self._drain_stderr())
 

@@ -33,8 +33,14 @@ MIN_PROGRESS_CPU_S = 0.05  # CPU seconds between heartbeats that count as progre
 
 
 class QuickChecks:
-    def __init__(self, *, env: dict[str, str] | None = None, timeout_s: float = 60.0,
-                 first_timeout_s: float = 600.0, stall_s: float = 60.0) -> None:
+    def __init__(
+        self,
+        *,
+        env: dict[str, str] | None = None,
+        timeout_s: float = 60.0,
+        first_timeout_s: float = 600.0,
+        stall_s: float = 60.0,
+    ) -> None:
         if min(timeout_s, first_timeout_s, stall_s) <= 0:
             raise ValueError("quick-check timeouts must be positive")
         self.env = env
@@ -69,7 +75,9 @@ class QuickChecks:
         async for event in proc.events():
             if event.get("event") == "progress":
                 cpu = event.get("cpu_s")
-                if isinstance(cpu, (int, float)) and (self._cpu_s is None or cpu >= self._cpu_s + MIN_PROGRESS_CPU_S):
+                if isinstance(cpu, (int, float)) and (
+                    self._cpu_s is None or cpu >= self._cpu_s + MIN_PROGRESS_CPU_S
+                ):
                     self._cpu_s, self._progress_at = float(cpu), time.monotonic()
                 continue
             if event.get("event") == "result" and proc is self._proc:
@@ -112,7 +120,9 @@ class QuickChecks:
             log.error("unreadable quick-check result: %s", exc)
             return None
 
-    async def _wait(self, fut: asyncio.Future[dict[str, Any]], path: str, warm_bound_s: float) -> dict[str, Any] | None:
+    async def _wait(
+        self, fut: asyncio.Future[dict[str, Any]], path: str, warm_bound_s: float
+    ) -> dict[str, Any] | None:
         assert self._proc is not None
         proc = self._proc
         bound = warm_bound_s if self._warm else max(warm_bound_s, self.first_timeout_s)
@@ -125,13 +135,19 @@ class QuickChecks:
                 pass
             now = time.monotonic()
             if now - self._progress_at > self.stall_s:
-                log.warning("quick check of %s: its worker used no CPU for %.0f s; restarting it", path, self.stall_s)
+                log.warning(
+                    "quick check of %s: its worker used no CPU for %.0f s; restarting it", path, self.stall_s
+                )
                 proc.kill()
                 await proc.wait()  # reaped: the next check starts a fresh worker
                 return None
             if now - start > bound:
-                log.warning("quick check of %s took over %.0f s; not waiting for it (the full build's diagnostics "
-                            "follow); its worker is still working, so it is kept", path, bound)
+                log.warning(
+                    "quick check of %s took over %.0f s; not waiting for it (the full build's diagnostics "
+                    "follow); its worker is still working, so it is kept",
+                    path,
+                    bound,
+                )
                 return None
 
     async def shutdown(self) -> None:

@@ -32,8 +32,11 @@ from cudice.server.workers.protocol import EventStream, requests
 
 def _heartbeat(stream: EventStream, busy: list[Any], interval_s: float) -> None:
     """While a check runs (`busy[0]` is its id), say how much CPU the worker has used."""
-    clock = time.pthread_getcpuclockid(threading.main_thread().ident or 0) if hasattr(
-        time, "pthread_getcpuclockid") else None
+    clock = (
+        time.pthread_getcpuclockid(threading.main_thread().ident or 0)
+        if hasattr(time, "pthread_getcpuclockid")
+        else None
+    )
     while True:
         time.sleep(interval_s)
         job_id = busy[0]
@@ -55,8 +58,11 @@ def main() -> None:
             traceback.print_exc(file=sys.stderr)
             checker = None
     busy: list[Any] = [None]
-    threading.Thread(target=_heartbeat, daemon=True,
-                     args=(stream, busy, float(os.environ.get("CUDICE_QUICK_HEARTBEAT_S", "2")))).start()
+    threading.Thread(
+        target=_heartbeat,
+        daemon=True,
+        args=(stream, busy, float(os.environ.get("CUDICE_QUICK_HEARTBEAT_S", "2"))),
+    ).start()
     try:
         for req in requests(sys.stdin, "quick-check worker"):  # until the server closes stdin
             try:

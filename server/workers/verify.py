@@ -73,8 +73,13 @@ class VerifyJobs:
         for uri in list(self._jobs):
             self.cancel(uri)
 
-    async def run(self, request: VerifyRequest, *, on_partial: Callable[[VerifyResult], None] | None = None,
-                  on_stage: Callable[[str], None] | None = None) -> VerifyResult | None:
+    async def run(
+        self,
+        request: VerifyRequest,
+        *,
+        on_partial: Callable[[VerifyResult], None] | None = None,
+        on_stage: Callable[[str], None] | None = None,
+    ) -> VerifyResult | None:
         """Verify; None when a newer run (or a cancel) superseded this one."""
         self.cancel(request.uri)
         proc = ChildProcess(WORKER_MODULE, env=self.env)
@@ -88,16 +93,24 @@ class VerifyJobs:
                 final = await asyncio.wait_for(self._follow(proc, on_partial, on_stage), limit)
             except asyncio.TimeoutError:
                 proc.kill()
-                return VerifyResult(verdict=Verdict.TIMEOUT, stage=Stage.COMPILE, path=request.path,
-                                    error=f"verification took longer than {limit:.0f} s and was stopped "
-                                          "(raise cudice.verify.timeoutSeconds if this kernel needs longer)")
+                return VerifyResult(
+                    verdict=Verdict.TIMEOUT,
+                    stage=Stage.COMPILE,
+                    path=request.path,
+                    error=f"verification took longer than {limit:.0f} s and was stopped "
+                    "(raise cudice.verify.timeoutSeconds if this kernel needs longer)",
+                )
             if job.is_cancelled:
                 return None
             if final is None:
                 code = await proc.wait()
-                return VerifyResult(verdict=Verdict.CRASH, stage=Stage.PARSE, path=request.path,
-                                    error=f"verification worker exited with code {code} without a result:\n"
-                                          f"{proc.error_tail()}")
+                return VerifyResult(
+                    verdict=Verdict.CRASH,
+                    stage=Stage.PARSE,
+                    path=request.path,
+                    error=f"verification worker exited with code {code} without a result:\n"
+                    f"{proc.error_tail()}",
+                )
             return final
         finally:
             if self._jobs.get(request.uri) is job:
@@ -106,8 +119,12 @@ class VerifyJobs:
             with contextlib.suppress(Exception):
                 await proc.close(grace_s=0.5)
 
-    async def _follow(self, proc: ChildProcess, on_partial: Callable[[VerifyResult], None] | None,
-                      on_stage: Callable[[str], None] | None) -> VerifyResult | None:
+    async def _follow(
+        self,
+        proc: ChildProcess,
+        on_partial: Callable[[VerifyResult], None] | None,
+        on_stage: Callable[[str], None] | None,
+    ) -> VerifyResult | None:
         async for event in proc.events():
             kind = event.get("event")
             try:

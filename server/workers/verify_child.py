@@ -71,8 +71,12 @@ def main() -> None:
         run(request, stream)
     except Exception as exc:  # the verifier's own failures become a CRASH record, never a hang
         traceback.print_exc(file=sys.stderr)
-        crash = VerifyResult(verdict=Verdict.CRASH, stage=Stage.PARSE, path=str(request.get("path", "")),
-                             error=f"verifier failed: {type(exc).__name__}: {exc}")
+        crash = VerifyResult(
+            verdict=Verdict.CRASH,
+            stage=Stage.PARSE,
+            path=str(request.get("path", "")),
+            error=f"verifier failed: {type(exc).__name__}: {exc}",
+        )
         stream.emit("final", result=crash.to_dict())
 
 

@@ -115,16 +115,22 @@ class Editor:
         uri = path.as_uri()
         text = path.read_text()
         self.buffers[uri] = [text, 1]
-        self.client.text_document_did_open(lsp.DidOpenTextDocumentParams(
-            lsp.TextDocumentItem(uri=uri, language_id="python", version=1, text=text)))
+        self.client.text_document_did_open(
+            lsp.DidOpenTextDocumentParams(
+                lsp.TextDocumentItem(uri=uri, language_id="python", version=1, text=text)
+            )
+        )
         return uri
 
     def change(self, uri: str, text: str) -> None:
         buf = self.buffers[uri]
         buf[0], buf[1] = text, buf[1] + 1
-        self.client.text_document_did_change(lsp.DidChangeTextDocumentParams(
-            lsp.VersionedTextDocumentIdentifier(uri=uri, version=buf[1]),
-            [lsp.TextDocumentContentChangeWholeDocument(text=text)]))
+        self.client.text_document_did_change(
+            lsp.DidChangeTextDocumentParams(
+                lsp.VersionedTextDocumentIdentifier(uri=uri, version=buf[1]),
+                [lsp.TextDocumentContentChangeWholeDocument(text=text)],
+            )
+        )
 
     def save(self, uri: str) -> None:
         Path(lsp_path(uri)).write_text(self.buffers[uri][0])
@@ -135,31 +141,43 @@ class Editor:
         async def loop() -> None:
             while not done():
                 await self.client.wait_for_notification(method)
+
         await asyncio.wait_for(loop(), timeout)
 
-    async def wait_status(self, pred: Callable[[dict[str, Any]], bool], timeout: float = 60.0) -> dict[str, Any]:
+    async def wait_status(
+        self, pred: Callable[[dict[str, Any]], bool], timeout: float = 60.0
+    ) -> dict[str, Any]:
         await self.wait_for("cudice/status", lambda: any(pred(s) for s in self.statuses), timeout)
         return next(s for s in reversed(self.statuses) if pred(s))
 
     async def wait_model(self, state: str, timeout: float = 60.0) -> dict[str, Any]:
         return await self.wait_status(lambda s: s["model"] == state, timeout)
 
-    async def wait_diagnostics(self, uri: str, pred: Callable[[list[lsp.Diagnostic]], bool],
-                               timeout: float = 60.0) -> list[lsp.Diagnostic]:
-        await self.wait_for("textDocument/publishDiagnostics",
-                            lambda: uri in self.client.diagnostics and pred(list(self.client.diagnostics[uri])),
-                            timeout)
+    async def wait_diagnostics(
+        self, uri: str, pred: Callable[[list[lsp.Diagnostic]], bool], timeout: float = 60.0
+    ) -> list[lsp.Diagnostic]:
+        await self.wait_for(
+            "textDocument/publishDiagnostics",
+            lambda: uri in self.client.diagnostics and pred(list(self.client.diagnostics[uri])),
+            timeout,
+        )
         return list(self.client.diagnostics[uri])
 
     async def code_actions(self, uri: str, line: int, character: int) -> list[lsp.CodeAction]:
         pos = lsp.Position(line, character)
-        got = await self.client.text_document_code_action_async(lsp.CodeActionParams(
-            lsp.TextDocumentIdentifier(uri=uri), lsp.Range(pos, pos), lsp.CodeActionContext(diagnostics=[])))
+        got = await self.client.text_document_code_action_async(
+            lsp.CodeActionParams(
+                lsp.TextDocumentIdentifier(uri=uri),
+                lsp.Range(pos, pos),
+                lsp.CodeActionContext(diagnostics=[]),
+            )
+        )
         return list(got or [])
 
     async def command(self, name: str, *args: Any) -> Any:
         return await self.client.workspace_execute_command_async(
-            lsp.ExecuteCommandParams(command=name, arguments=list(args)))
+            lsp.ExecuteCommandParams(command=name, arguments=list(args))
+        )
 
 
 def lsp_path(uri: str) -> str:
@@ -203,8 +221,9 @@ async def _launch(root: Path, env: dict[str, str]) -> Editor:
     full_env = {**os.environ, **FAKES_ENV, **env}
     full_env["PYTHONPATH"] = os.pathsep.join([str(HERE), full_env.get("PYTHONPATH", "")])
     full_env.setdefault("CUDICE_CACHE_DIR", str(root / ".cudice-cache"))
-    config = ClientServerConfig(server_command=[sys.executable, "-m", "cudice.server"], server_env=full_env,
-                                client_factory=factory)
+    config = ClientServerConfig(
+        server_command=[sys.executable, "-m", "cudice.server"], server_env=full_env, client_factory=factory
+    )
     client = await config.start()
     editor = holder[0]
     assert editor.client is client
@@ -212,14 +231,20 @@ async def _launch(root: Path, env: dict[str, str]) -> Editor:
     return editor
 
 
-async def _initialize(editor: Editor, client_name: str, root: Path, init_options: Any,
-                      configuration: Any) -> None:
+async def _initialize(
+    editor: Editor, client_name: str, root: Path, init_options: Any, configuration: Any
+) -> None:
     client = editor.client
     if configuration is not None:
         client.set_configuration(configuration, section="cudice")
-    result = await client.initialize_session(lsp.InitializeParams(
-        capabilities=client_capabilities(client_name), initialization_options=init_options,
-        root_uri=root.as_uri(), workspace_folders=[lsp.WorkspaceFolder(uri=root.as_uri(), name="ws")]))
+    result = await client.initialize_session(
+        lsp.InitializeParams(
+            capabilities=client_capabilities(client_name),
+            initialization_options=init_options,
+            root_uri=root.as_uri(),
+            workspace_folders=[lsp.WorkspaceFolder(uri=root.as_uri(), name="ws")],
+        )
+    )
     editor.position_encoding = str(result.capabilities.position_encoding or "utf-16")
 
 
@@ -249,8 +274,15 @@ class Editors:
         self._running: list[Editor] = []
         self._problems: list[str] = []
 
-    async def start(self, client_name: str, root: Path, *, init_options: Any = None,
-                    env: dict[str, str] | None = None, configuration: Any = None) -> Editor:
+    async def start(
+        self,
+        client_name: str,
+        root: Path,
+        *,
+        init_options: Any = None,
+        env: dict[str, str] | None = None,
+        configuration: Any = None,
+    ) -> Editor:
         """An initialized editor of `client_name` (a recorded client, see CLIENTS) on the workspace
         `root`; `env` is added to the server's environment (the scripted stand-ins by default),
         `init_options` are its initializationOptions, `configuration` answers its
@@ -299,8 +331,9 @@ async def _stop(editor: Editor) -> list[str]:
             if await asyncio.wait_for(proc.wait(), EXIT_S) != 0:
                 problems.append(f"the server exited with {proc.returncode} after `shutdown` and `exit`")
         except asyncio.TimeoutError:
-            problems.append(f"the server (pid {proc.pid}) was still running {EXIT_S:.0f} s after `exit`: "
-                            "killed")
+            problems.append(
+                f"the server (pid {proc.pid}) was still running {EXIT_S:.0f} s after `exit`: killed"
+            )
             proc.kill()
             await asyncio.wait_for(proc.wait(), EXIT_S)
     elif proc.returncode not in (0, -signal.SIGKILL):  # the tests themselves only SIGKILL it
@@ -314,8 +347,10 @@ async def _stop(editor: Editor) -> list[str]:
         for pid in leftover:
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
-        problems.append(f"{len(leftover)} process(es) outlived the server by {FAMILY_S:.0f} s and were "
-                        "killed: " + ", ".join(f"{pid} {cmd!r}" for pid, cmd in leftover.items()))
+        problems.append(
+            f"{len(leftover)} process(es) outlived the server by {FAMILY_S:.0f} s and were "
+            "killed: " + ", ".join(f"{pid} {cmd!r}" for pid, cmd in leftover.items())
+        )
     return problems
 
 

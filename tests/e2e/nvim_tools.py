@@ -45,8 +45,13 @@ def run_lua(script: Path, env: dict[str, str], timeout: float) -> subprocess.Com
     """Run `script` in a clean headless Neovim; the outer timeout backs up the script's own waits."""
     argv = [nvim_or_skip(), "--headless", "--clean", "-u", "NONE", "-c", f"luafile {script}"]
     try:
-        return subprocess.run(argv, env={**os.environ, **env}, capture_output=True, text=True,
-                              timeout=timeout, stdin=subprocess.DEVNULL)
+        return subprocess.run(
+            argv,
+            env={**os.environ, **env},
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+        )
     except subprocess.TimeoutExpired as exc:
-        pytest.fail(f"Neovim did not exit within {timeout} s running {script.name}; "
-                    f"stderr: {exc.stderr!r}")
+        pytest.fail(f"Neovim did not exit within {timeout} s running {script.name}; stderr: {exc.stderr!r}")

@@ -56,35 +56,72 @@ class RawClient:
                 msg = await self.read_one()
                 if msg.get("id") == msg_id and "method" not in msg:
                     return msg
+
         return await asyncio.wait_for(find(), WAIT_S)
 
 
 async def test_broken_frames_and_unreadable_requests_are_answered_or_ignored(tmp_path: Path) -> None:
-    env = {**os.environ, **FAKES_ENV, "CUDICE_CACHE_DIR": str(tmp_path / "cache"),
-           "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
-    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "cudice.server", stdin=asyncio.subprocess.PIPE,
-                                                stdout=asyncio.subprocess.PIPE, env=env)
+    env = {
+        **os.environ,
+        **FAKES_ENV,
+        "CUDICE_CACHE_DIR": str(tmp_path / "cache"),
+        "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
+    }
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "cudice.server",
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        env=env,
+    )
     client = RawClient(proc)
     try:
-        client.send(_frame({"jsonrpc": "2.0", "id": 1, "method": "initialize",
-                            "params": {"processId": None, "rootUri": tmp_path.as_uri(), "capabilities": {}}}))
+        client.send(
+            _frame(
+                {
+                    "jsonrpc": "2.0",
+                    "id": 1,
+                    "method": "initialize",
+                    "params": {"processId": None, "rootUri": tmp_path.as_uri(), "capabilities": {}},
+                }
+            )
+        )
         assert "capabilities" in (await client.response(1))["result"]
         client.send(_frame({"jsonrpc": "2.0", "method": "initialized", "params": {}}))
         # a frame without Content-Length (its body has no newline: it glues onto the next header)
-        client.send(b"Content-Type: application/vscode-jsonrpc\r\n\r\n{\"jsonrpc\": \"2.0\", \"method\": \"x\"}")
-        client.send(_frame({"jsonrpc": "2.0", "id": 2, "method": "cudice/nothing", "params": {}}))  # unknown: an error
+        client.send(b'Content-Type: application/vscode-jsonrpc\r\n\r\n{"jsonrpc": "2.0", "method": "x"}')
+        client.send(
+            _frame({"jsonrpc": "2.0", "id": 2, "method": "cudice/nothing", "params": {}})
+        )  # unknown: an error
         assert (await client.response(2))["error"]["code"] == -32601
         client.send(_frame(b"{not json"))  # not JSON at all
-        client.send(_frame({"jsonrpc": "2.0", "id": 3, "method": "textDocument/hover", "params": {"nope": 1}}))
+        client.send(
+            _frame({"jsonrpc": "2.0", "id": 3, "method": "textDocument/hover", "params": {"nope": 1}})
+        )
         bad = await client.response(3)
         assert bad["error"]["code"] == -32602 and "textDocument/hover" in bad["error"]["message"]
-        client.send(_frame({"jsonrpc": "2.0", "id": 4, "method": "textDocument/hover", "params": {
-            "textDocument": {"uri": (tmp_path / "x.py").as_uri()}, "position": {"line": 0, "character": 0}}}))
+        client.send(
+            _frame(
+                {
+                    "jsonrpc": "2.0",
+                    "id": 4,
+                    "method": "textDocument/hover",
+                    "params": {
+                        "textDocument": {"uri": (tmp_path / "x.py").as_uri()},
+                        "position": {"line": 0, "character": 0},
+                    },
+                }
+            )
+        )
         assert (await client.response(4))["result"] is None  # still serving
         client.send(_frame({"jsonrpc": "2.0", "id": 5, "method": "shutdown"}))
         assert "error" not in await client.response(5)
-        popups = [m for m in client.received if m.get("method") == "window/showMessage"
-                  and "Error in server" in m["params"]["message"]]
+        popups = [
+            m
+            for m in client.received
+            if m.get("method") == "window/showMessage" and "Error in server" in m["params"]["message"]
+        ]
         assert popups == []
         client.send(_frame({"jsonrpc": "2.0", "method": "exit"}))
         assert await asyncio.wait_for(proc.wait(), WAIT_S) == 0
@@ -102,7 +139,8 @@ def workspace(tmp_path: Path) -> Path:
 
 
 async def test_a_reference_that_is_not_utf8_gives_no_internal_error(
-        workspace: Path, editors: Editors) -> None:
+    workspace: Path, editors: Editors
+) -> None:
     ref = workspace / "relu.py"
     ref.write_bytes(ref.read_bytes() + b"\n# \xff\xfe broken bytes " + b"x" * 5000 + b"\n")
     editor = await editors.start("neovim@v0.11", workspace)
@@ -121,14 +159,17 @@ async def test_a_huge_file_is_left_alone_and_said_so_once(workspace: Path, edito
     line = next(i for i, t in enumerate(editor.buffers[uri][0].splitlines()) if "class ModelNew" in t)
     for _ in range(3):  # each request after an edit would parse 2 MB again
         editor.change(uri, editor.buffers[uri][0] + "# edit\n")
-        hover = await editor.client.text_document_hover_async(lsp.HoverParams(
-            lsp.TextDocumentIdentifier(uri), lsp.Position(line, 8)))
+        hover = await editor.client.text_document_hover_async(
+            lsp.HoverParams(lsp.TextDocumentIdentifier(uri), lsp.Position(line, 8))
+        )
         assert hover is None
         assert await editor.code_actions(uri, line, 8) == []
     notes = [m for m in editor.client.messages if "big_cuda.py" in m.message and "KiB" in m.message]
     assert len(notes) == 1, editor.client.messages
     small = editor.open(workspace / "relu_cuda.py")  # other files are served as usual
-    lenses = await editor.client.text_document_code_lens_async(lsp.CodeLensParams(lsp.TextDocumentIdentifier(small)))
+    lenses = await editor.client.text_document_code_lens_async(
+        lsp.CodeLensParams(lsp.TextDocumentIdentifier(small))
+    )
     assert lenses
 
 

@@ -23,7 +23,7 @@ from lsp_support import HERE, REPO, family_processes
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(600)]
 
-INNER = '''
+INNER = """
 import asyncio
 import json
 import os
@@ -86,7 +86,7 @@ async def test_passes_but_leaks_a_process(editors, tmp_path):
     _record("leak", editor)
     subprocess.Popen(["sleep", "307"], env={**os.environ, lsp_support.FAMILY_VAR: editor.family},
                      start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
-'''
+"""
 
 INI = """[pytest]
 asyncio_mode = auto
@@ -102,10 +102,20 @@ def test_failed_tests_leave_no_server_process_and_a_leak_is_reported(tmp_path: P
     (inner / "conftest.py").write_text((HERE / "conftest.py").read_text())
     (inner / "test_inner.py").write_text(INNER)
     record = tmp_path / "record.jsonl"
-    env = {**os.environ, "CUDICE_TEARDOWN_RECORD": str(record), "CUDICE_TEARDOWN_EXAMPLES": str(REPO / "examples"),
-           "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rfE", "-p", "no:cacheprovider", str(inner)],
-                          cwd=inner, env=env, capture_output=True, text=True, timeout=540)
+    env = {
+        **os.environ,
+        "CUDICE_TEARDOWN_RECORD": str(record),
+        "CUDICE_TEARDOWN_EXAMPLES": str(REPO / "examples"),
+        "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-rfE", "-p", "no:cacheprovider", str(inner)],
+        cwd=inner,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=540,
+    )
     out = done.stdout + done.stderr
     assert done.returncode == 1, out  # tests failed (not an internal or usage error)
     summary = out.strip().splitlines()[-1]
@@ -117,6 +127,12 @@ def test_failed_tests_leave_no_server_process_and_a_leak_is_reported(tmp_path: P
     assert "outlived the server" in leak and "'sleep 307'" in leak, leak
 
     records = [json.loads(line) for line in record.read_text().splitlines()]
-    assert sorted(r["test"] for r in records) == ["compilers", "killed", "leak", "mid_session", "own_shutdown"]
+    assert sorted(r["test"] for r in records) == [
+        "compilers",
+        "killed",
+        "leak",
+        "mid_session",
+        "own_shutdown",
+    ]
     for r in records:  # the server itself carries the tag too
         assert family_processes(r["family"]) == {}, (r, out)

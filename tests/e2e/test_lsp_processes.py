@@ -37,8 +37,9 @@ async def _until(what: str, done: Callable[[], bool], timeout_s: float = DEADLIN
 
 def _running(tag: str, *names: str) -> list[str]:
     """Tagged processes whose command line is one of `names` or ends with one of them."""
-    return [cmd for cmd in family_processes(tag).values()
-            if any(cmd == n or cmd.endswith(" " + n) for n in names)]
+    return [
+        cmd for cmd in family_processes(tag).values() if any(cmd == n or cmd.endswith(" " + n) for n in names)
+    ]
 
 
 @pytest.fixture
@@ -52,28 +53,40 @@ def candidate(tmp_path: Path) -> Path:
 
 async def test_cancel_and_a_killed_server_leave_no_descendants(candidate: Path, editors: Editors) -> None:
     tag = uuid.uuid4().hex
-    editor = await editors.start("neovim@v0.11", candidate.parent,
-                                 env={"CUDICE_TEST_FAMILY": tag, "CUDICE_GPU": "0"})
+    editor = await editors.start(
+        "neovim@v0.11", candidate.parent, env={"CUDICE_TEST_FAMILY": tag, "CUDICE_GPU": "0"}
+    )
     uri = editor.open(candidate)
     editor.save(uri)  # right after initialize: races the quick worker's start-up
-    await _until("the compiler, its grandchild and the quick check's child run",
-                 lambda: len(_running(tag, "sleep 301", "sleep 302", "sleep 303")) == 3)
+    await _until(
+        "the compiler, its grandchild and the quick check's child run",
+        lambda: len(_running(tag, "sleep 301", "sleep 302", "sleep 303")) == 3,
+    )
     assert len(_running(tag, "-m cudice.server.workers.quick_child")) == 1, family_processes(tag)
 
     # 1. a cancel kills the build's whole family, compilers in their own session included
     assert (await editor.command("cudice.cancel", uri))["cancelled"] >= 1
-    await _until("the cancelled build's compilers are gone",
-                 lambda: not _running(tag, "sleep 301", "sleep 302", "-m cudice.server.workers.verify_child"))
+    await _until(
+        "the cancelled build's compilers are gone",
+        lambda: not _running(tag, "sleep 301", "sleep 302", "-m cudice.server.workers.verify_child"),
+    )
 
     # 2. a newer save supersedes the running build: the old compilers go too
     editor.save(uri)
-    await _until("the second build's compilers run", lambda: len(_running(tag, "sleep 301", "sleep 302")) == 2)
-    first = {p for p, c in family_processes(tag).items()
-             if c in ("sleep 301", "sleep 302") or "workers.verify_child" in c}
+    await _until(
+        "the second build's compilers run", lambda: len(_running(tag, "sleep 301", "sleep 302")) == 2
+    )
+    first = {
+        p
+        for p, c in family_processes(tag).items()
+        if c in ("sleep 301", "sleep 302") or "workers.verify_child" in c
+    }
     editor.change(uri, editor.buffers[uri][0] + "\n# edited\n")
     editor.save(uri)
-    await _until("the superseded build is gone and the newer one runs",
-                 lambda: len(_running(tag, "sleep 301", "sleep 302")) == 2 and not first & set(family_processes(tag)))
+    await _until(
+        "the superseded build is gone and the newer one runs",
+        lambda: len(_running(tag, "sleep 301", "sleep 302")) == 2 and not first & set(family_processes(tag)),
+    )
 
     # 3. SIGKILL of the server: workers, clangd stand-in and compilers all die on their own
     server = editor.client._server
@@ -89,10 +102,15 @@ async def test_clangd_warms_only_once_a_candidate_is_open(candidate: Path, edito
     editor = await editors.start("visual-studio-code", candidate.parent, env={"CUDICE_TEST_FAMILY": tag})
     editor.open(candidate.parent / "relu.py")  # a reference, not a candidate
     await editor.wait_status(lambda s: s["model"] == "missing")  # start-up is done
-    hover = await editor.client.text_document_hover_async(lsp.HoverParams(
-        lsp.TextDocumentIdentifier((candidate.parent / "relu.py").as_uri()), lsp.Position(0, 0)))
+    hover = await editor.client.text_document_hover_async(
+        lsp.HoverParams(
+            lsp.TextDocumentIdentifier((candidate.parent / "relu.py").as_uri()), lsp.Position(0, 0)
+        )
+    )
     assert hover is None  # the server answered: had it started clangd, it would be running by now
     assert not _running(tag, "-m cudice.server.workers.quick_child")
     editor.open(candidate)
-    await _until("the quick worker starts for the open candidate",
-                 lambda: len(_running(tag, "-m cudice.server.workers.quick_child")) == 1)
+    await _until(
+        "the quick worker starts for the open candidate",
+        lambda: len(_running(tag, "-m cudice.server.workers.quick_child")) == 1,
+    )

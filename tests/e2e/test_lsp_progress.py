@@ -35,17 +35,25 @@ def _reports(editor: Editor, title_part: str) -> list[object]:
 
 
 async def _ended(editor: Editor, title_part: str, timeout: float = 60.0) -> list[object]:
-    await editor.wait_for("$/progress", lambda: any(isinstance(r, lsp.WorkDoneProgressEnd)
-                                                    for r in _reports(editor, title_part)), timeout)
+    await editor.wait_for(
+        "$/progress",
+        lambda: any(isinstance(r, lsp.WorkDoneProgressEnd) for r in _reports(editor, title_part)),
+        timeout,
+    )
     return _reports(editor, title_part)
 
 
 async def test_model_load_and_generation_report_tokens_rate_and_percentage(
-        workspace: Path, editors: Editors) -> None:
+    workspace: Path, editors: Editors
+) -> None:
     (workspace / "relu_cuda.py").unlink()
     opts = {"cudice": {"model": {"path": str(workspace / "ckpt")}, "sampler": {"maxNewTokens": 40}}}
-    editor = await editors.start("visual-studio-code", workspace, init_options=opts,
-                                 env={"CUDICE_FAKE_NUM_TOKENS": "40", "CUDICE_FAKE_TOKEN_DELAY_S": "0.02"})
+    editor = await editors.start(
+        "visual-studio-code",
+        workspace,
+        init_options=opts,
+        env={"CUDICE_FAKE_NUM_TOKENS": "40", "CUDICE_FAKE_TOKEN_DELAY_S": "0.02"},
+    )
     load = await _ended(editor, "loading model")
     assert isinstance(load[0], lsp.WorkDoneProgressBegin) and load[-1].message  # says how it ended
     await editor.wait_model("ready")
@@ -54,7 +62,9 @@ async def test_model_load_and_generation_report_tokens_rate_and_percentage(
     runs = await _ended(editor, "generating")
     begin, *reports, end = runs
     assert isinstance(begin, lsp.WorkDoneProgressBegin) and begin.percentage == 0
-    steps = [r for r in reports if isinstance(r, lsp.WorkDoneProgressReport) and "tokens" in (r.message or "")]
+    steps = [
+        r for r in reports if isinstance(r, lsp.WorkDoneProgressReport) and "tokens" in (r.message or "")
+    ]
     assert steps and all("tok/s" in (r.message or "") for r in steps)
     percents = [r.percentage for r in steps if r.percentage is not None]
     assert percents == sorted(percents) and 0 <= percents[0] and percents[-1] <= 99
@@ -63,17 +73,28 @@ async def test_model_load_and_generation_report_tokens_rate_and_percentage(
 
 
 async def test_a_build_reports_its_elapsed_time_and_a_cancel_is_announced(
-        workspace: Path, editors: Editors) -> None:
+    workspace: Path, editors: Editors
+) -> None:
     editor = await editors.start("neovim@v0.11", workspace, env={"CUDICE_GPU": "0"})
     uri = editor.open(workspace / "relu_cuda.py")
     editor.change(uri, editor.buffers[uri][0] + "\n# VERIFY_DELAY=60\n")
     task = asyncio.ensure_future(editor.command("cudice.verify", uri))
     # nothing new happens for a minute: the elapsed time is re-sent meanwhile
-    await editor.wait_for("$/progress", lambda: any(
-        isinstance(r, lsp.WorkDoneProgressReport) and re.search(r" · [1-9]\d* s$", r.message or "")
-        for r in _reports(editor, "verifying")), timeout=60)
+    await editor.wait_for(
+        "$/progress",
+        lambda: any(
+            isinstance(r, lsp.WorkDoneProgressReport) and re.search(r" · [1-9]\d* s$", r.message or "")
+            for r in _reports(editor, "verifying")
+        ),
+        timeout=60,
+    )
     assert (await editor.command("cudice.cancel", uri))["cancelled"] >= 1
     assert await asyncio.wait_for(task, 30) is None
-    await editor.wait_for("window/showMessage", lambda: any(
-        "verification of relu_cuda.py was cancelled" in m.message for m in editor.client.messages), timeout=30)
+    await editor.wait_for(
+        "window/showMessage",
+        lambda: any(
+            "verification of relu_cuda.py was cancelled" in m.message for m in editor.client.messages
+        ),
+        timeout=30,
+    )
     assert _reports(editor, "verifying")[-1].message == "cancelled"

@@ -17,15 +17,22 @@ from lsprotocol import types as lsp
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(600)]
 
-REAL = {"CUDICE_ENGINE_MODULE": "cudice.model.engine", "CUDICE_VERIFY_MODULE": "cudice.verifier.api",
-        "CUDICE_CACHE_DIR": str(shared_build_cache())}  # the examples' objects are built once per run
+REAL = {
+    "CUDICE_ENGINE_MODULE": "cudice.model.engine",
+    "CUDICE_VERIFY_MODULE": "cudice.verifier.api",
+    "CUDICE_CACHE_DIR": str(shared_build_cache()),
+}  # the examples' objects are built once per run
 
 
 @pytest.fixture(scope="module")
 def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("tiny") / "ckpt"
-    done = subprocess.run(["cudice", "model", "make-tiny", str(out), "--sdar-layout"], capture_output=True,
-                          text=True, timeout=240)
+    done = subprocess.run(
+        ["cudice", "model", "make-tiny", str(out), "--sdar-layout"],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert done.returncode == 0, done.stderr
     return out
 
@@ -57,9 +64,11 @@ async def test_runtime_built_cuda_string_is_never_compiled(tmp_path: Path, edito
     warning = next(d for d in diags if d.code == "verify.not_compiled")
     assert warning.severity == 2 and warning.range.start.line == call_line
     lenses = await editor.client.text_document_code_lens_async(
-        lsp.CodeLensParams(lsp.TextDocumentIdentifier(uri)))
+        lsp.CodeLensParams(lsp.TextDocumentIdentifier(uri))
+    )
     assert [x.command.title for x in lenses or [] if x.command] == [
-        "⚠ not compiled: its CUDA sources are built at run time · re-verify"]
+        "⚠ not compiled: its CUDA sources are built at run time · re-verify"
+    ]
 
 
 async def test_without_a_reference_compile_errors_still_show(tmp_path: Path, editors: Editors) -> None:
@@ -68,7 +77,8 @@ async def test_without_a_reference_compile_errors_still_show(tmp_path: Path, edi
     uri = editor.open(tmp_path / "relu_broken.py")
     editor.save(uri)
     diags = await editor.wait_diagnostics(
-        uri, lambda d: {x.code for x in d} >= {"parse.reference_missing", "compile.error"}, timeout=540)
+        uri, lambda d: {x.code for x in d} >= {"parse.reference_missing", "compile.error"}, timeout=540
+    )
     missing = next(d for d in diags if d.code == "parse.reference_missing")
     assert missing.severity == 2  # a warning: compiling needs no reference
     assert next(d.range.start.line for d in diags if d.code == "compile.error") == 13
@@ -76,27 +86,39 @@ async def test_without_a_reference_compile_errors_still_show(tmp_path: Path, edi
 
 async def test_static_violation_is_shown_on_the_forward_line(tmp_path: Path, editors: Editors) -> None:
     shutil.copy(REPO / "examples" / "relu.py", tmp_path / "relu.py")
-    cheat = (REPO / "examples" / "relu_cuda.py").read_text().replace(
-        "return self.relu.relu_cuda(x)", "return torch.relu(x) + 0 * self.relu.relu_cuda(x)")
+    cheat = (
+        (REPO / "examples" / "relu_cuda.py")
+        .read_text()
+        .replace("return self.relu.relu_cuda(x)", "return torch.relu(x) + 0 * self.relu.relu_cuda(x)")
+    )
     (tmp_path / "cheat_cuda.py").write_text(cheat)
     line = next(i for i, t in enumerate(cheat.splitlines()) if "torch.relu(x)" in t)
     editor = await editors.start("visual-studio-code", tmp_path, env=REAL)
     uri = editor.open(tmp_path / "cheat_cuda.py")
     editor.save(uri)
-    diags = await editor.wait_diagnostics(uri, lambda d: any(x.code == "static.torch_op_in_forward" for x in d),
-                                          timeout=120)
+    diags = await editor.wait_diagnostics(
+        uri, lambda d: any(x.code == "static.torch_op_in_forward" for x in d), timeout=120
+    )
     found = next(d for d in diags if d.code == "static.torch_op_in_forward")
     assert found.range.start.line == line and found.severity == 1
     assert found.code_description is not None and "#static.torch_op_in_forward" in found.code_description.href
-    await editor.wait_status(lambda s: s["uri"] == uri and s["lastVerdict"] == "static_violation", timeout=120)
+    await editor.wait_status(
+        lambda s: s["uri"] == uri and s["lastVerdict"] == "static_violation", timeout=120
+    )
 
 
 async def test_generate_and_infill_with_a_tiny_checkpoint(
-        tmp_path: Path, tiny_checkpoint: Path, editors: Editors) -> None:
+    tmp_path: Path, tiny_checkpoint: Path, editors: Editors
+) -> None:
     shutil.copy(REPO / "examples" / "relu.py", tmp_path / "relu.py")
     shutil.copy(REPO / "examples" / "relu_cuda.py", tmp_path / "scaffold_cuda.py")
-    opts = {"cudice": {"model": {"path": str(tiny_checkpoint), "device": "cpu"},
-                       "sampler": {"maxNewTokens": 16}, "verify": {"onSave": False}}}
+    opts = {
+        "cudice": {
+            "model": {"path": str(tiny_checkpoint), "device": "cpu"},
+            "sampler": {"maxNewTokens": 16},
+            "verify": {"onSave": False},
+        }
+    }
     editor = await editors.start("visual-studio-code", tmp_path, env=REAL, init_options=opts)
     await editor.wait_model("ready", timeout=180)
     ref = editor.open(tmp_path / "relu.py")
@@ -112,5 +134,5 @@ async def test_generate_and_infill_with_a_tiny_checkpoint(
     result = await editor.command("cudice.infillKernel", *infill.command.arguments)
     assert result["ok"] is True, result
     after = editor.buffers[uri][0]
-    assert after[:span["start"]] == before[:span["start"]]
-    assert after.endswith(before[span["end"]:])
+    assert after[: span["start"]] == before[: span["start"]]
+    assert after.endswith(before[span["end"] :])

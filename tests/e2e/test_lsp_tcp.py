@@ -31,8 +31,19 @@ def _free_port() -> int:
 async def test_tcp_server_answers_and_shuts_down() -> None:
     port = _free_port()
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "cudice.server", "--tcp", "--host", "127.0.0.1", "--port", str(port),
-        "--log-level", "warning", env=dict(os.environ), stdout=asyncio.subprocess.PIPE)
+        sys.executable,
+        "-m",
+        "cudice.server",
+        "--tcp",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--log-level",
+        "warning",
+        env=dict(os.environ),
+        stdout=asyncio.subprocess.PIPE,
+    )
     client = LanguageClient("tcp-test", "0")
     try:
         for _ in range(200):  # the server binds after its imports
@@ -41,8 +52,9 @@ async def test_tcp_server_answers_and_shuts_down() -> None:
                 break
             except OSError:
                 await asyncio.sleep(0.05)
-        result = await asyncio.wait_for(client.initialize_async(lsp.InitializeParams(
-            capabilities=lsp.ClientCapabilities())), 30)
+        result = await asyncio.wait_for(
+            client.initialize_async(lsp.InitializeParams(capabilities=lsp.ClientCapabilities())), 30
+        )
         assert result.server_info is not None and result.server_info.name == "cudice"
         assert result.capabilities.execute_command_provider is not None
         assert "cudice.verify" in result.capabilities.execute_command_provider.commands
@@ -58,11 +70,26 @@ async def test_tcp_server_answers_and_shuts_down() -> None:
 
 async def _start_server(port: int, tmp: str) -> asyncio.subprocess.Process:
     """The server with its log on stderr; returns once it says it is listening (no probe)."""
-    env = {**os.environ, **FAKES_ENV, "CUDICE_CACHE_DIR": os.path.join(tmp, "cache"),
-           "PYTHONPATH": os.pathsep.join([os.path.dirname(__file__), os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        **FAKES_ENV,
+        "CUDICE_CACHE_DIR": os.path.join(tmp, "cache"),
+        "PYTHONPATH": os.pathsep.join([os.path.dirname(__file__), os.environ.get("PYTHONPATH", "")]),
+    }
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "cudice.server", "--tcp", "--host", "127.0.0.1", "--port", str(port),
-        "--log-level", "info", env=env, stderr=asyncio.subprocess.PIPE)
+        sys.executable,
+        "-m",
+        "cudice.server",
+        "--tcp",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--log-level",
+        "info",
+        env=env,
+        stderr=asyncio.subprocess.PIPE,
+    )
     assert proc.stderr is not None
     while b"listening on" not in (line := await asyncio.wait_for(proc.stderr.readline(), 30)):
         assert line, "the server exited before listening"
@@ -90,8 +117,9 @@ async def server_port(tmp_path: object) -> AsyncIterator[tuple[int, asyncio.subp
 async def _initialized_client(port: int) -> LanguageClient:
     client = LanguageClient("tcp-test", "0")
     await client.start_tcp("127.0.0.1", port)
-    result = await asyncio.wait_for(client.initialize_async(lsp.InitializeParams(
-        capabilities=lsp.ClientCapabilities())), 30)
+    result = await asyncio.wait_for(
+        client.initialize_async(lsp.InitializeParams(capabilities=lsp.ClientCapabilities())), 30
+    )
     assert result.server_info is not None and result.server_info.name == "cudice"
     client.initialized(lsp.InitializedParams())
     return client
@@ -112,9 +140,15 @@ async def _raw_request(port: int, method: str, params: object) -> dict[str, obje
     return answer
 
 
-async def test_port_probes_leave_the_server_serving(server_port: tuple[int, asyncio.subprocess.Process]) -> None:
+async def test_port_probes_leave_the_server_serving(
+    server_port: tuple[int, asyncio.subprocess.Process],
+) -> None:
     port, proc = server_port
-    for payload in (b"", b"GET / HTTP/1.0\r\n\r\n", b"Content-Length: 5\r\n\r\n{"):  # probe, health check, torn
+    for payload in (
+        b"",
+        b"GET / HTTP/1.0\r\n\r\n",
+        b"Content-Length: 5\r\n\r\n{",
+    ):  # probe, health check, torn
         _, writer = await asyncio.open_connection("127.0.0.1", port)
         writer.write(payload)
         await writer.drain()
@@ -132,7 +166,8 @@ async def test_port_probes_leave_the_server_serving(server_port: tuple[int, asyn
 
 
 async def test_second_client_is_refused_and_the_next_one_served(
-        server_port: tuple[int, asyncio.subprocess.Process]) -> None:
+    server_port: tuple[int, asyncio.subprocess.Process],
+) -> None:
     port, proc = server_port
     first = await _initialized_client(port)
     try:
@@ -140,8 +175,12 @@ async def test_second_client_is_refused_and_the_next_one_served(
         error = refused.get("error")
         assert isinstance(error, dict) and "one client at a time" in str(error["message"]), refused
         # The connected client is not disturbed.
-        got = await asyncio.wait_for(first.workspace_execute_command_async(
-            lsp.ExecuteCommandParams(command="cudice.cancel", arguments=[])), 10)
+        got = await asyncio.wait_for(
+            first.workspace_execute_command_async(
+                lsp.ExecuteCommandParams(command="cudice.cancel", arguments=[])
+            ),
+            10,
+        )
         assert got == {"cancelled": 0}
     finally:  # vanishes without shutdown/exit (a crashed editor, a dropped tunnel)
         writer = first.protocol.writer

@@ -22,13 +22,17 @@ def workspace(tmp_path: Path) -> Path:
 
 
 def _verify_progress(editor: Editor) -> list[list[object]]:
-    return [r for r in editor.client.progress_reports.values()
-            if r and isinstance(r[0], lsp.WorkDoneProgressBegin) and "verifying" in r[0].title]
+    return [
+        r
+        for r in editor.client.progress_reports.values()
+        if r and isinstance(r[0], lsp.WorkDoneProgressBegin) and "verifying" in r[0].title
+    ]
 
 
 async def _hover(editor: Editor, uri: str, line: int, character: int) -> str | None:
-    h = await editor.client.text_document_hover_async(lsp.HoverParams(
-        lsp.TextDocumentIdentifier(uri=uri), lsp.Position(line, character)))
+    h = await editor.client.text_document_hover_async(
+        lsp.HoverParams(lsp.TextDocumentIdentifier(uri=uri), lsp.Position(line, character))
+    )
     if h is None:
         return None
     assert isinstance(h.contents, lsp.MarkupContent)
@@ -36,7 +40,9 @@ async def _hover(editor: Editor, uri: str, line: int, character: int) -> str | N
 
 
 async def _lens_titles(editor: Editor, uri: str) -> list[str]:
-    lenses = await editor.client.text_document_code_lens_async(lsp.CodeLensParams(lsp.TextDocumentIdentifier(uri)))
+    lenses = await editor.client.text_document_code_lens_async(
+        lsp.CodeLensParams(lsp.TextDocumentIdentifier(uri))
+    )
     return [lens.command.title for lens in lenses or [] if lens.command]
 
 
@@ -45,9 +51,14 @@ def _line_of(text: str, needle: str) -> int:
 
 
 async def test_result_shows_in_hover_and_lens_and_is_cached_for_reopen(
-        workspace: Path, editors: Editors) -> None:
-    editor = await editors.start("visual-studio-code", workspace, env={"CUDICE_GPU": "1"},
-                                 init_options={"cudice": {"verify": {"compileOnly": False}}})
+    workspace: Path, editors: Editors
+) -> None:
+    editor = await editors.start(
+        "visual-studio-code",
+        workspace,
+        env={"CUDICE_GPU": "1"},
+        init_options={"cudice": {"verify": {"compileOnly": False}}},
+    )
     uri = editor.open(workspace / "relu_cuda.py")
     text = editor.buffers[uri][0]
     assert await _lens_titles(editor, uri) == ["cudice: not verified yet · verify"]
@@ -61,7 +72,9 @@ async def test_result_shows_in_hover_and_lens_and_is_cached_for_reopen(
     for part in ("2.31×", "spread 2.14–2.47×", "NVIDIA H200", "5/5 trials", "ms", "measured:"):
         assert part in card, (part, card)
     kernel_line = _line_of(text, "__global__ void relu_kernel")
-    assert "2.31×" in (await _hover(editor, uri, kernel_line, text.splitlines()[kernel_line].index("relu_kernel")) or "")
+    assert "2.31×" in (
+        await _hover(editor, uri, kernel_line, text.splitlines()[kernel_line].index("relu_kernel")) or ""
+    )
     call_line = _line_of(text, "load_inline(")
     assert "2.31×" in (await _hover(editor, uri, call_line + 1, 6) or "")
     assert await _hover(editor, uri, 0, 0) is None  # elsewhere: nothing
@@ -75,7 +88,8 @@ async def test_result_shows_in_hover_and_lens_and_is_cached_for_reopen(
 
 
 async def test_without_gpu_verification_is_compile_only_and_says_why(
-        workspace: Path, editors: Editors) -> None:
+    workspace: Path, editors: Editors
+) -> None:
     editor = await editors.start("visual-studio-code", workspace, env={"CUDICE_GPU": "0"})
     uri = editor.open(workspace / "relu_cuda.py")
     editor.save(uri)
@@ -88,12 +102,15 @@ async def test_without_gpu_verification_is_compile_only_and_says_why(
 
 
 async def test_a_stuck_fast_check_never_hides_the_builds_diagnostics(
-        workspace: Path, editors: Editors) -> None:
+    workspace: Path, editors: Editors
+) -> None:
     editor = await editors.start("neovim@v0.11", workspace, env={"CUDICE_GPU": "0"})
     uri = editor.open(workspace / "relu_broken.py")
     editor.change(uri, editor.buffers[uri][0] + "\n# QUICK_STALL=60\n")  # clangd never answers
     editor.save(uri)
-    diags = await editor.wait_diagnostics(uri, lambda d: any(x.code == "compile.error" for x in d), timeout=60)
+    diags = await editor.wait_diagnostics(
+        uri, lambda d: any(x.code == "compile.error" for x in d), timeout=60
+    )
     line = _line_of(editor.buffers[uri][0], "vv >")
     assert [d.range.start.line for d in diags if d.code == "compile.error"] == [line]
     await editor.wait_status(lambda s: s["uri"] == uri and s["lastVerdict"] == "compile_error", timeout=60)
@@ -111,8 +128,10 @@ async def test_newer_save_supersedes_the_older_run(workspace: Path, editors: Edi
     editor.save(uri)
     await editor.wait_status(lambda s: s["uri"] == uri and s["lastVerdict"] == "correct", timeout=20)
     runs = _verify_progress(editor)
-    await editor.wait_for("$/progress", lambda: all(isinstance(r[-1], lsp.WorkDoneProgressEnd)
-                                                    for r in _verify_progress(editor)))
+    await editor.wait_for(
+        "$/progress",
+        lambda: all(isinstance(r[-1], lsp.WorkDoneProgressEnd) for r in _verify_progress(editor)),
+    )
     ends = sorted(r[-1].message or "" for r in runs)
     assert ends == ["correct", "superseded by a newer run"]
 
@@ -140,8 +159,9 @@ async def test_results_for_an_older_text_are_never_shown(workspace: Path, editor
     assert await _lens_titles(editor, uri) == ["⏳ cudice: verifying…"]
     await editor.wait_for("$/progress", lambda: bool(_verify_progress(editor)))
     editor.change(uri, "# two new lines\n#\n" + editor.buffers[uri][0])  # line 14 is now line 16
-    await editor.wait_for("$/progress", lambda: isinstance(_verify_progress(editor)[0][-1],
-                                                           lsp.WorkDoneProgressEnd), timeout=60)
+    await editor.wait_for(
+        "$/progress", lambda: isinstance(_verify_progress(editor)[0][-1], lsp.WorkDoneProgressEnd), timeout=60
+    )
     assert _verify_progress(editor)[0][-1].message == "compile_error"
     # computed for the old text: neither published (it would sit on line 14) nor shown
     assert not any(editor.client.diagnostics.get(uri, []))
@@ -174,18 +194,27 @@ async def test_reference_change_reverifies_the_candidate(workspace: Path, editor
     editor.client.progress_reports.clear()
     ref = workspace / "relu.py"
     ref.write_text(ref.read_text().replace("dim = 16384", "dim = 4096"))
-    await editor.wait_for("$/progress", lambda: any(isinstance(r[-1], lsp.WorkDoneProgressEnd)
-                                                    for r in _verify_progress(editor)), timeout=60)
+    await editor.wait_for(
+        "$/progress",
+        lambda: any(isinstance(r[-1], lsp.WorkDoneProgressEnd) for r in _verify_progress(editor)),
+        timeout=60,
+    )
 
 
 async def test_malformed_requests_and_unknown_uris_never_crash(workspace: Path, editors: Editors) -> None:
     editor = await editors.start("visual-studio-code", workspace)
     ghost = (workspace / "ghost.py").as_uri()
     c = editor.client
-    assert await c.text_document_hover_async(lsp.HoverParams(lsp.TextDocumentIdentifier(ghost),
-                                                             lsp.Position(3, 3))) is None
+    assert (
+        await c.text_document_hover_async(
+            lsp.HoverParams(lsp.TextDocumentIdentifier(ghost), lsp.Position(3, 3))
+        )
+        is None
+    )
     assert await editor.code_actions(ghost, 0, 0) == []
-    assert await c.text_document_code_lens_async(lsp.CodeLensParams(lsp.TextDocumentIdentifier(ghost))) is None
+    assert (
+        await c.text_document_code_lens_async(lsp.CodeLensParams(lsp.TextDocumentIdentifier(ghost))) is None
+    )
     c.text_document_did_save(lsp.DidSaveTextDocumentParams(lsp.TextDocumentIdentifier(ghost)))
     c.text_document_did_save(lsp.DidSaveTextDocumentParams(lsp.TextDocumentIdentifier("untitled:Untitled-1")))
     assert await editor.command("cudice.verify") is None
@@ -196,8 +225,12 @@ async def test_malformed_requests_and_unknown_uris_never_crash(workspace: Path, 
     bad = await editor.command("cudice.infillKernel", uri, {"start": 10**9, "end": 10**9 + 1})
     assert bad["ok"] is False
     # a position far past the end of the file
-    assert await c.text_document_hover_async(lsp.HoverParams(lsp.TextDocumentIdentifier(uri),
-                                                             lsp.Position(9999, 9999))) is None
+    assert (
+        await c.text_document_hover_async(
+            lsp.HoverParams(lsp.TextDocumentIdentifier(uri), lsp.Position(9999, 9999))
+        )
+        is None
+    )
     editor.change(uri, "class ModelNew(:\n  broken")  # a file that does not parse
     assert await _lens_titles(editor, uri) == []
     assert await editor.code_actions(uri, 0, 3) == []
@@ -205,7 +238,12 @@ async def test_malformed_requests_and_unknown_uris_never_crash(workspace: Path, 
     raw = [
         {"jsonrpc": "2.0", "id": "m1", "method": "textDocument/hover", "params": {"bogus": 1}},
         {"jsonrpc": "2.0", "id": "m2", "method": "textDocument/codeAction", "params": [1, 2]},
-        {"jsonrpc": "2.0", "id": "m3", "method": "workspace/executeCommand", "params": {"command": "cudice.nope"}},
+        {
+            "jsonrpc": "2.0",
+            "id": "m3",
+            "method": "workspace/executeCommand",
+            "params": {"command": "cudice.nope"},
+        },
         {"jsonrpc": "2.0", "id": "m4", "method": "cudice/unknown", "params": {}},
     ]
     server = c._server
@@ -220,9 +258,11 @@ async def test_malformed_requests_and_unknown_uris_never_crash(workspace: Path, 
 
 async def test_bad_settings_are_reported_once_and_defaults_used(workspace: Path, editors: Editors) -> None:
     editor = await editors.start(
-         "visual-studio-code", workspace,
-         init_options={"cudice": {"sampler": {"threshold": 7}}},
-         configuration={"sampler": {"threshold": 7}, "verify": {"onSave": False}})
+        "visual-studio-code",
+        workspace,
+        init_options={"cudice": {"sampler": {"threshold": 7}}},
+        configuration={"sampler": {"threshold": 7}, "verify": {"onSave": False}},
+    )
     await editor.wait_model("missing")
     uri = editor.open(workspace / "relu_broken.py")
     editor.save(uri)  # onSave is off (from workspace/configuration): nothing runs
@@ -235,13 +275,18 @@ async def test_bad_settings_are_reported_once_and_defaults_used(workspace: Path,
 
 
 async def test_new_checkpoint_is_hot_reloaded_and_half_written_ones_ignored(
-        workspace: Path, editors: Editors) -> None:
+    workspace: Path, editors: Editors
+) -> None:
     ckpt = workspace / "ckpt"
     ckpt.mkdir()
     (ckpt / "config.json").write_text("{}")
     (ckpt / "model.safetensors").write_bytes(b"0")
-    editor = await editors.start("neovim@v0.11", workspace, env={"CUDICE_RELOAD_DEBOUNCE_S": "0.3"},
-                                 init_options={"cudice": {"model": {"path": str(ckpt)}}})
+    editor = await editors.start(
+        "neovim@v0.11",
+        workspace,
+        env={"CUDICE_RELOAD_DEBOUNCE_S": "0.3"},
+        init_options={"cudice": {"model": {"path": str(ckpt)}}},
+    )
     await editor.wait_model("ready")
     num = len(editor.statuses)
     (ckpt / "model.safetensors.tmp").write_bytes(b"half")  # a trainer mid-write
@@ -252,6 +297,7 @@ async def test_new_checkpoint_is_hot_reloaded_and_half_written_ones_ignored(
     assert [s["model"] for s in editor.statuses[num:]] in ([], ["ready"] * len(editor.statuses[num:]))
     assert not any("new checkpoint" in m.message for m in editor.client.messages)
     (ckpt / "model.safetensors.tmp").unlink()
-    await editor.wait_for("cudice/status",
-                          lambda: [s["model"] for s in editor.statuses[num:]][-2:] == ["loading", "ready"])
+    await editor.wait_for(
+        "cudice/status", lambda: [s["model"] for s in editor.statuses[num:]][-2:] == ["loading", "ready"]
+    )
     assert any("new checkpoint" in m.message for m in editor.client.messages)

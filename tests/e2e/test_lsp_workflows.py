@@ -62,8 +62,9 @@ def _progress(editor: Editor, title_part: str) -> list[object]:
 
 
 async def _wait_progress(editor: Editor, title_part: str, kind: type, timeout: float = 30.0) -> list[object]:
-    await editor.wait_for("$/progress", lambda: any(isinstance(r, kind) for r in _progress(editor, title_part)),
-                          timeout)
+    await editor.wait_for(
+        "$/progress", lambda: any(isinstance(r, kind) for r in _progress(editor, title_part)), timeout
+    )
     return _progress(editor, title_part)
 
 
@@ -76,7 +77,8 @@ def _token(editor: Editor, title_part: str) -> str:
 
 @pytest.mark.parametrize("client", CLIENTS)
 async def test_actions_are_disabled_with_a_reason_while_no_model(
-        workspace: Path, client: str, editors: Editors) -> None:
+    workspace: Path, client: str, editors: Editors
+) -> None:
     editor = await editors.start(client, workspace)
     status = await editor.wait_model("missing")
     assert "cudice.model.path" in status["message"]
@@ -95,7 +97,8 @@ async def test_actions_are_disabled_with_a_reason_while_no_model(
 
 @pytest.mark.parametrize("client", CLIENTS)
 async def test_compile_error_lands_on_line_14_with_code_and_version(
-        workspace: Path, client: str, editors: Editors) -> None:
+    workspace: Path, client: str, editors: Editors
+) -> None:
     editor = await editors.start(client, workspace)
     uri = editor.open(workspace / "relu_broken.py")
     editor.save(uri)
@@ -110,7 +113,8 @@ async def test_compile_error_lands_on_line_14_with_code_and_version(
 
 @pytest.mark.parametrize("client", CLIENTS)
 async def test_columns_follow_the_negotiated_position_encoding(
-        workspace: Path, client: str, editors: Editors) -> None:
+    workspace: Path, client: str, editors: Editors
+) -> None:
     path = workspace / "relu_broken.py"
     prefix = "        out[i] = /* ä😀 */ "
     path.write_text(path.read_text().replace("        out[i] = ", prefix))
@@ -127,7 +131,8 @@ async def test_columns_follow_the_negotiated_position_encoding(
 
 @pytest.mark.parametrize("client", CLIENTS)
 async def test_generate_writes_shows_and_verifies_the_candidate(
-        workspace: Path, client: str, editors: Editors) -> None:
+    workspace: Path, client: str, editors: Editors
+) -> None:
     (workspace / "relu_cuda.py").unlink()
     editor = await editors.start(client, workspace, init_options=_model_opts(workspace))
     await editor.wait_model("ready")
@@ -178,9 +183,9 @@ async def test_infill_replaces_only_the_middle(workspace: Path, client: str, edi
     result = await editor.command("cudice.infillKernel", *args)
     assert result["ok"] is True, result
     after = editor.buffers[uri][0]
-    assert after[:span["start"]] == before[:span["start"]]  # prefix byte-identical
-    assert after.endswith(before[span["end"]:])  # suffix byte-identical
-    assert after[span["start"]:len(after) - (len(before) - span["end"])] == result["middle"]
+    assert after[: span["start"]] == before[: span["start"]]  # prefix byte-identical
+    assert after.endswith(before[span["end"] :])  # suffix byte-identical
+    assert after[span["start"] : len(after) - (len(before) - span["end"])] == result["middle"]
     assert editor.buffers[uri][1] == 2
     assert isinstance(_progress(editor, "infilling")[-1], lsp.WorkDoneProgressEnd)
 
@@ -191,7 +196,9 @@ async def test_stale_version_edit_is_refused(workspace: Path, editors: Editors) 
     await editor.wait_model("ready")
     uri = editor.open(workspace / "scaffold_cuda.py")
     start = editor.buffers[uri][0].index("{\n}") + 1
-    task = asyncio.ensure_future(editor.command("cudice.infillKernel", uri, {"start": start, "end": start + 1}, 1))
+    task = asyncio.ensure_future(
+        editor.command("cudice.infillKernel", uri, {"start": start, "end": start + 1}, 1)
+    )
     await _wait_progress(editor, "infilling", lsp.WorkDoneProgressReport)
     edited = editor.buffers[uri][0] + "\n# typed while the model worked\n"
     editor.change(uri, edited)
@@ -207,13 +214,16 @@ async def test_stale_version_edit_is_refused(workspace: Path, editors: Editors) 
 async def test_cancel_stops_generation_and_a_hung_worker_is_killed(workspace: Path, editors: Editors) -> None:
     env = {"CUDICE_FAKE_TOKEN_DELAY_S": "0.05", "CUDICE_FAKE_NUM_TOKENS": "2000"}
     (workspace / "relu_cuda.py").unlink()
-    editor = await editors.start("visual-studio-code", workspace, init_options=_model_opts(workspace),
-                                 env=env)
+    editor = await editors.start(
+        "visual-studio-code", workspace, init_options=_model_opts(workspace), env=env
+    )
     await editor.wait_model("ready")
     ref = editor.open(workspace / "relu.py")
     task = asyncio.ensure_future(editor.command("cudice.generateKernel", ref, "Model"))
     await _wait_progress(editor, "generating", lsp.WorkDoneProgressReport)
-    editor.client.window_work_done_progress_cancel(lsp.WorkDoneProgressCancelParams(_token(editor, "generating")))
+    editor.client.window_work_done_progress_cancel(
+        lsp.WorkDoneProgressCancelParams(_token(editor, "generating"))
+    )
     result = await asyncio.wait_for(task, 10)
     assert result["ok"] is False and result["reason"] == "cancelled"
     assert not (workspace / "relu_cuda.py").exists()
@@ -229,8 +239,10 @@ async def test_cancel_stops_generation_and_a_hung_worker_is_killed(workspace: Pa
     assert (await editor.command("cudice.cancel", uri))["cancelled"] == 1
     result = await asyncio.wait_for(task, 15)
     assert result["ok"] is False and result["reason"] == "cancelled"
-    await editor.wait_for("cudice/status", lambda: [s["model"] for s in editor.statuses[num_before:]][-2:]
-                          == ["loading", "ready"])
+    await editor.wait_for(
+        "cudice/status",
+        lambda: [s["model"] for s in editor.statuses[num_before:]][-2:] == ["loading", "ready"],
+    )
 
 
 async def test_worker_crash_is_survived_and_the_user_told(workspace: Path, editors: Editors) -> None:
@@ -242,27 +254,36 @@ async def test_worker_crash_is_survived_and_the_user_told(workspace: Path, edito
     num_before = len(editor.statuses)
     result = await editor.command("cudice.generateKernel", uri, "Model")
     assert result["ok"] is False and "died" in result["reason"]
-    await editor.wait_for("window/showMessage",
-                          lambda: any("Restarting the model worker" in m.message for m in editor.client.messages))
-    await editor.wait_for("cudice/status", lambda: [s["model"] for s in editor.statuses[num_before:]][-2:]
-                          == ["loading", "ready"])
+    await editor.wait_for(
+        "window/showMessage",
+        lambda: any("Restarting the model worker" in m.message for m in editor.client.messages),
+    )
+    await editor.wait_for(
+        "cudice/status",
+        lambda: [s["model"] for s in editor.statuses[num_before:]][-2:] == ["loading", "ready"],
+    )
     ref = editor.open(workspace / "relu.py")
     editor.message_request_answer = "Overwrite"
     assert (await editor.command("cudice.generateKernel", ref, "Model"))["ok"] is True
 
 
 async def test_bad_checkpoint_is_an_error_state_and_a_config_change_reloads(
-        workspace: Path, editors: Editors) -> None:
+    workspace: Path, editors: Editors
+) -> None:
     broken = workspace / "broken_ckpt"
     broken.mkdir()
-    editor = await editors.start("visual-studio-code", workspace,
-                                 init_options={"cudice": {"model": {"path": str(broken)}}},
-                                 configuration={"model": {"path": str(broken)}})
+    editor = await editors.start(
+        "visual-studio-code",
+        workspace,
+        init_options={"cudice": {"model": {"path": str(broken)}}},
+        configuration={"model": {"path": str(broken)}},
+    )
     status = await editor.wait_model("error")
     assert "broken_ckpt" in status["message"] and "not a checkpoint" in status["message"]
     # The error message follows the status notification: wait for it, do not race it.
-    await editor.wait_for("window/showMessage",
-                          lambda: any(m.type == lsp.MessageType.Error for m in editor.client.messages), 10)
+    await editor.wait_for(
+        "window/showMessage", lambda: any(m.type == lsp.MessageType.Error for m in editor.client.messages), 10
+    )
     ref = editor.open(workspace / "relu.py")
     (action,) = await editor.code_actions(ref, 10, 8)
     assert action.disabled is not None and "failed to load" in action.disabled.reason
@@ -274,12 +295,17 @@ async def test_bad_checkpoint_is_an_error_state_and_a_config_change_reloads(
 
 
 async def test_shutdown_answers_within_the_clients_two_seconds_while_both_workers_are_busy(
-        workspace: Path, editors: Editors) -> None:
+    workspace: Path, editors: Editors
+) -> None:
     """Clients wait about 2 s for `shutdown`. Both long-lived workers here ignore the cue to exit
     (a generation that ignores stop, a clangd check that is stuck), so each needs its 1 s grace and a
     kill: closed one after the other that is over 2 s, closed together about 1 s."""
-    editor = await editors.start("visual-studio-code", workspace, init_options=_model_opts(workspace),
-                                 env={"CUDICE_FAKE_TOKEN_DELAY_S": "0.2", "CUDICE_FAKE_NUM_TOKENS": "500"})
+    editor = await editors.start(
+        "visual-studio-code",
+        workspace,
+        init_options=_model_opts(workspace),
+        env={"CUDICE_FAKE_TOKEN_DELAY_S": "0.2", "CUDICE_FAKE_NUM_TOKENS": "500"},
+    )
     await editor.wait_model("ready")
     hung = workspace / "hung.py"
     hung.write_text((workspace / "relu.py").read_text() + "\n# CUDICE_TEST_HANG\n")

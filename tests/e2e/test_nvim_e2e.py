@@ -62,7 +62,8 @@ def _why(data: dict[str, Any]) -> str:
 def test_client_attaches_with_user_commands(session: dict[str, Any]) -> None:
     assert session.get("attached") is True, _why(session)
     assert session["user_commands"] == dict.fromkeys(
-        ["CudiceGenerate", "CudiceInfill", "CudiceVerify", "CudiceReloadModel"], True)
+        ["CudiceGenerate", "CudiceInfill", "CudiceVerify", "CudiceReloadModel"], True
+    )
     assert session["keymap_verify"] is True
 
 
@@ -73,7 +74,9 @@ def test_save_publishes_compile_diagnostic_on_line_14(session: dict[str, Any]) -
     on_14 = [d for d in ours if d["lnum"] == 13]
     assert on_14, f"no cudice diagnostic on line 14: {ours}"
     assert any("vv" in d["message"] and d["severity"] == 1 for d in on_14), on_14
-    assert not [d for d in ours if d["lnum"] < 8 or d["lnum"] > 23], f"diagnostics outside the CUDA string: {ours}"
+    assert not [d for d in ours if d["lnum"] < 8 or d["lnum"] > 23], (
+        f"diagnostics outside the CUDA string: {ours}"
+    )
 
 
 def test_code_actions_on_model_offer_generation_unavailable_without_model(session: dict[str, Any]) -> None:

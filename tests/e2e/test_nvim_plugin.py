@@ -22,7 +22,9 @@ HERE = Path(__file__).resolve().parent
 @pytest.fixture(scope="module")
 def checks(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     out = tmp_path_factory.mktemp("nvim") / "out.json"
-    proc = run_lua(HERE / "nvim_plugin_checks.lua", {"CUDICE_PLUGIN": str(PLUGIN), "CUDICE_OUT": str(out)}, 60)
+    proc = run_lua(
+        HERE / "nvim_plugin_checks.lua", {"CUDICE_PLUGIN": str(PLUGIN), "CUDICE_OUT": str(out)}, 60
+    )
     assert out.exists(), f"the Lua checks wrote nothing; nvim stderr: {proc.stderr}"
     data: dict[str, Any] = json.loads(out.read_text())
     assert data["ok"], f"Lua error: {data['error']}"
@@ -35,14 +37,22 @@ def test_lsp_dir_config_is_found_without_setup(checks: dict[str, Any]) -> None:
 
 def test_settings_are_validated_against_the_schema(checks: dict[str, Any]) -> None:
     v = checks["validated"]
-    assert v["values"] == {"cudice.model.path": "/ckpt", "cudice.sampler.topK": 5, "cudice.verify.onSave": False}
+    assert v["values"] == {
+        "cudice.model.path": "/ckpt",
+        "cudice.sampler.topK": 5,
+        "cudice.verify.onSave": False,
+    }
     warnings = "\n".join(v["warnings"])
-    assert "unknown setting \"cudice.modle.path\"" in warnings
-    assert "cudice.sampler.strategy=\"bogus\" must be one of low_confidence_dynamic" in warnings
-    assert "cudice.sampler.temperature=\"hot\" must be a number" in warnings
+    assert 'unknown setting "cudice.modle.path"' in warnings
+    assert 'cudice.sampler.strategy="bogus" must be one of low_confidence_dynamic' in warnings
+    assert 'cudice.sampler.temperature="hot" must be a number' in warnings
     assert "cudice.sampler.maxNewTokens=1.5 must be a integer" in warnings
     assert len(v["warnings"]) == 4
-    assert checks["nested"] == {"model": {"path": "/ckpt"}, "sampler": {"topK": 5}, "verify": {"onSave": False}}
+    assert checks["nested"] == {
+        "model": {"path": "/ckpt"},
+        "sampler": {"topK": 5},
+        "verify": {"onSave": False},
+    }
 
 
 def test_lua_defaults_equal_server_defaults(checks: dict[str, Any]) -> None:
@@ -83,7 +93,12 @@ def test_setup_configures_vim_lsp(checks: dict[str, Any]) -> None:
 
 def test_user_commands(checks: dict[str, Any]) -> None:
     assert set(checks["commands"]) == {
-        "CudiceGenerate", "CudiceInfill", "CudiceVerify", "CudiceReloadModel", "CudiceCancel", "CudiceStatus"
+        "CudiceGenerate",
+        "CudiceInfill",
+        "CudiceVerify",
+        "CudiceReloadModel",
+        "CudiceCancel",
+        "CudiceStatus",
     }
     assert checks["commands"]["CudiceInfill"]["range"] == "."
 

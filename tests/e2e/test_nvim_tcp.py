@@ -37,7 +37,9 @@ def tcp_server(tmp_path: Path) -> Iterator[int]:
     log = (tmp_path / "server.log").open("w")
     proc = subprocess.Popen(
         [sys.executable, "-m", "cudice.server", "--tcp", "--host", "127.0.0.1", "--port", str(port)],
-        stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=subprocess.STDOUT,
         env={**os.environ, "CUDICE_CACHE_DIR": str(tmp_path / "cache")},
     )
     try:
@@ -46,7 +48,9 @@ def tcp_server(tmp_path: Path) -> Iterator[int]:
         deadline = time.monotonic() + 30
         while "listening on" not in (tmp_path / "server.log").read_text():
             if proc.poll() is not None:
-                pytest.fail(f"cudice-lsp --tcp exited with {proc.returncode}: {(tmp_path / 'server.log').read_text()}")
+                pytest.fail(
+                    f"cudice-lsp --tcp exited with {proc.returncode}: {(tmp_path / 'server.log').read_text()}"
+                )
             if time.monotonic() > deadline:
                 pytest.fail("cudice-lsp --tcp did not report listening within 30 s")
             time.sleep(0.2)
@@ -65,8 +69,13 @@ def test_neovim_connects_to_a_tcp_server(tcp_server: int, tmp_path: Path) -> Non
     work = tmp_path / "examples"
     shutil.copytree(ROOT / "examples", work)
     out = tmp_path / "out.json"
-    env = {"CUDICE_PLUGIN": str(PLUGIN), "CUDICE_WORK": str(work), "CUDICE_OUT": str(out),
-           "CUDICE_TCP": f"127.0.0.1:{tcp_server}", "XDG_STATE_HOME": str(tmp_path / "state")}
+    env = {
+        "CUDICE_PLUGIN": str(PLUGIN),
+        "CUDICE_WORK": str(work),
+        "CUDICE_OUT": str(out),
+        "CUDICE_TCP": f"127.0.0.1:{tcp_server}",
+        "XDG_STATE_HOME": str(tmp_path / "state"),
+    }
     proc = run_lua(HERE / "nvim_tcp_driver.lua", env, timeout=200)
     assert out.exists(), f"driver wrote nothing; stderr: {proc.stderr[-2000:]}"
     data = json.loads(out.read_text())

@@ -13,8 +13,9 @@ from cudice.model.strategies import STRATEGIES, quota_schedule
 
 
 @torch.no_grad()
-def reference_generate(model, prompt: Sequence[int], cfg: SamplerConfig, block_length: int, mask_id: int,
-                       stop_ids: Sequence[int]) -> tuple[list[int], list[int], int]:
+def reference_generate(
+    model, prompt: Sequence[int], cfg: SamplerConfig, block_length: int, mask_id: int, stop_ids: Sequence[int]
+) -> tuple[list[int], list[int], int]:
     """-> (tokens, step_map, forwards), trimmed at the first stop id / max_new_tokens."""
     bl, n = block_length, len(prompt)
     seq = list(prompt)
@@ -35,7 +36,9 @@ def reference_generate(model, prompt: Sequence[int], cfg: SamplerConfig, block_l
             blk = torch.arange(length) // bl
             allowed = blk[None, :] <= blk[:, None]
             mask = torch.where(allowed, 0.0, torch.finfo(torch.float32).min)[None, None]
-            logits = model(input_ids=full, attention_mask=mask, position_ids=torch.arange(length)[None]).logits
+            logits = model(
+                input_ids=full, attention_mask=mask, position_ids=torch.arange(length)[None]
+            ).logits
             forwards += 1
             x0, conf = sample_tokens(logits[:, block_start:].float(), 0.0, 0, 1.0)
             quota = quotas[:, min(step, cfg.denoising_steps - 1)].clamp(min=1)

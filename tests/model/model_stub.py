@@ -23,7 +23,7 @@ class StubCache:
 @dataclass
 class StubRunner:
     vocab_size: int
-    target: Callable[[int], int]                 # absolute position -> token the stub writes there
+    target: Callable[[int], int]  # absolute position -> token the stub writes there
     confidence: Callable[[int], float] = lambda p: 0.99
     events: list[tuple] = field(default_factory=list)
     dtype: torch.dtype = torch.float32
@@ -33,8 +33,9 @@ class StubRunner:
         self.events.append(("new_cache", batch, max_length))
         return StubCache()
 
-    def forward(self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, cache: StubCache,
-                logits: bool = True) -> torch.Tensor:
+    def forward(
+        self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, cache: StubCache, logits: bool = True
+    ) -> torch.Tensor:
         b, n = ids.shape
         assert mask.shape == (b, 1, n, cache.length + n), (mask.shape, cache.length)
         self.events.append(("forward", n, cache.length) if logits else ("forward-no-logits", n, cache.length))
@@ -68,7 +69,9 @@ def char_decode(ids: Sequence[int]) -> str:
 
 def text_target(prompt_len: int, text: str, filler: int = ord("_")) -> Callable[[int], int]:
     """Target that writes `text` right after a prompt of `prompt_len` tokens (prompt positions: filler)."""
+
     def target(p: int) -> int:
         k = p - prompt_len
         return ord(text[k]) if 0 <= k < len(text) else filler
+
     return target

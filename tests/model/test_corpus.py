@@ -53,15 +53,20 @@ def test_at_least_eight_families_each_with_held_out_compositions() -> None:
             assert key_parts(c.key) <= known, f"{c.key} uses a part never trained on"
 
 
-def test_split_ignores_the_seed_and_held_out_never_reaches_training_files(corpus: Path, tmp_path: Path) -> None:
+def test_split_ignores_the_seed_and_held_out_never_reaches_training_files(
+    corpus: Path, tmp_path: Path
+) -> None:
     manifest = json.loads((corpus / "manifest.json").read_text())
     other = build_corpus(tmp_path / "o", seed=11, train_per_family=2, heldout_per_family=1)
     assert other["compositions"] == manifest["compositions"]
     held_keys = {p["composition"] for p in manifest["problems"] if p["split"] == "heldout"}
     train_keys = {p["composition"] for p in manifest["problems"] if p["split"] == "train"}
     assert held_keys and held_keys.isdisjoint(train_keys)
-    held_refs = [(corpus / "problems" / "heldout" / p["file"]).read_text()
-                 for p in manifest["problems"] if p["split"] == "heldout"]
+    held_refs = [
+        (corpus / "problems" / "heldout" / p["file"]).read_text()
+        for p in manifest["problems"]
+        if p["split"] == "heldout"
+    ]
     sft = (corpus / "sft.jsonl").read_text()
     rl = (corpus / "rl_e2e.jsonl").read_text() + (corpus / "rl_infill.jsonl").read_text()
     for ref in held_refs:
@@ -80,7 +85,9 @@ def test_training_files_load_with_the_trainers_readers_and_use_the_runtime_promp
     assert (scaffold.prefix, scaffold.middle) == (first["prefix"], first["middle"])
     by_prompt = {p["prompt"]: p["response"] for p in pairs}
     assert by_prompt[e2e_prompt(first["pytorch_code"])] == fenced(first["cuda_code"])
-    assert by_prompt[infill_prompt(first["pytorch_code"], first["prefix"], first["suffix"])] == fenced(first["cuda_code"])
+    assert by_prompt[infill_prompt(first["pytorch_code"], first["prefix"], first["suffix"])] == fenced(
+        first["cuda_code"]
+    )
 
 
 def _one_per_kernel(corpus: Path) -> list[dict[str, str]]:
@@ -112,7 +119,9 @@ def test_template_solutions_pass_the_static_anti_cheat_stage(corpus: Path) -> No
     rows = _one_per_kernel(corpus)
     assert {r["family"] for r in rows} == set(FAMILIES)
     for p in rows:
-        v = _static_verdict(corpus / "solutions" / p["split"] / p["file"], corpus / "problems" / p["split"] / p["file"])
+        v = _static_verdict(
+            corpus / "solutions" / p["split"] / p["file"], corpus / "problems" / p["split"] / p["file"]
+        )
         assert v["verdict"] == "static_ok", (p["file"], v)
 
 
@@ -125,7 +134,9 @@ def test_a_pytorch_fallback_in_a_template_would_be_caught(corpus: Path, tmp_path
     body = text.rsplit("        return ", 1)
     cheat = tmp_path / p["file"]
     cheat.write_text(body[0] + "        return torch.relu(x)\n")
-    assert _static_verdict(cheat, corpus / "problems" / p["split"] / p["file"])["verdict"] == "static_violation"
+    assert (
+        _static_verdict(cheat, corpus / "problems" / p["split"] / p["file"])["verdict"] == "static_violation"
+    )
 
 
 def _find_instance(family: str, key: str, sizes: tuple[tuple[str, int], ...]) -> str:
@@ -137,8 +148,10 @@ def _find_instance(family: str, key: str, sizes: tuple[tuple[str, int], ...]) ->
     raise AssertionError(f"no instance of {key} with {sizes}")
 
 
-@pytest.mark.parametrize("example,family,key", [("relu.py", "unary", "unary:relu"),
-                                                ("softmax.py", "softmax", "softmax:softmax:r2d1")])
+@pytest.mark.parametrize(
+    "example,family,key",
+    [("relu.py", "unary", "unary:relu"), ("softmax.py", "softmax", "softmax:softmax:r2d1")],
+)
 def test_bundled_examples_are_in_the_training_distribution(example: str, family: str, key: str) -> None:
     train, _ = split_compositions(FAMILIES[family].compositions())
     assert key in {c.key for c in train}

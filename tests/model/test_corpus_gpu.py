@@ -18,6 +18,9 @@ def test_a_sample_of_every_template_family_verifies_correct(tmp_path: Path) -> N
     table = verify_templates(tmp_path, per_family=2, say=lines.append)
     assert table["gpu"] is True
     assert {r["family"] for r in table["rows"]} == set(FAMILIES)
-    bad = [(r["file"], r["verdict"], r.get("error"), r.get("diagnostics")) for r in table["rows"]
-           if r["verdict"] != "correct"]
+    bad = [
+        (r["file"], r["verdict"], r.get("error"), r.get("diagnostics"))
+        for r in table["rows"]
+        if r["verdict"] != "correct"
+    ]
     assert not bad, "\n".join(lines)

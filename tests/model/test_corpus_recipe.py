@@ -34,13 +34,15 @@ def test_initial_checkpoint_loads_as_sdar_with_the_corpus_tokenizer(init_dir: Pa
     assert loaded.model_type == "sdar" and loaded.block_size == 4
     assert loaded.ids.mask == loaded.tokenizer.convert_tokens_to_ids("<|MASK|>") == config["mask_token_id"]
     assert sum(p.numel() for p in loaded.model.parameters()) == num_parameters(
-        {**SMOKE_DIMS, "vocab_size": config["vocab_size"]})
+        {**SMOKE_DIMS, "vocab_size": config["vocab_size"]}
+    )
     ids = loaded.tokenizer("__global__ void relu_kernel", add_special_tokens=False)["input_ids"]
     assert loaded.tokenizer.decode(ids) == "__global__ void relu_kernel"
 
 
-def test_export_is_one_bf16_file_that_unpacks_into_a_loadable_checkpoint(init_dir: Path, tmp_path: Path,
-                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_export_is_one_bf16_file_that_unpacks_into_a_loadable_checkpoint(
+    init_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from cudice.model.loader import load_checkpoint
     from safetensors import safe_open
 

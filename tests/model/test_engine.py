@@ -19,7 +19,9 @@ from model_stub import StubRunner
 CFG = SamplerConfig(strategy="low_confidence_dynamic", threshold=0.9, max_new_tokens=400)
 
 
-def scripted_engine(tiny_engine: Engine, prompt: str, answer: str, confidence: float = 0.99) -> tuple[Engine, int]:
+def scripted_engine(
+    tiny_engine: Engine, prompt: str, answer: str, confidence: float = 0.99
+) -> tuple[Engine, int]:
     """An engine over the tiny checkpoint whose model writes `answer` after `prompt` (then EOS)."""
     prompt_len = len(tiny_engine.encode(prompt))
     ids = [*tiny_engine.encode(answer), tiny_engine.loaded.ids.stop[0]]
@@ -51,8 +53,9 @@ def test_generate_kernel_returns_the_first_code_block(tiny_engine: Engine, examp
     assert all(p.tokens_per_forward > 0 and p.seconds >= 0 for p in progress)
 
 
-def test_infill_splices_the_middle_between_the_original_prefix_and_suffix(tiny_engine: Engine,
-                                                                         examples_dir: Path) -> None:
+def test_infill_splices_the_middle_between_the_original_prefix_and_suffix(
+    tiny_engine: Engine, examples_dir: Path
+) -> None:
     source = (examples_dir / "relu_cuda.py").read_text()
     reference = (examples_dir / "relu.py").read_text()
     sc = split_scaffold(source)
@@ -73,8 +76,9 @@ def test_cancellation_returns_committed_work(tiny_engine: Engine, examples_dir: 
     answer = "```python\n" + "x = 1\n" * 40 + "```"
     engine, _ = scripted_engine(tiny_engine, chat_prompt(e2e_prompt(reference)), answer)
     progress: list[Progress] = []
-    gen = engine.generate_kernel(reference, CFG, on_progress=progress.append,
-                                 should_stop=lambda: len(progress) >= 3)
+    gen = engine.generate_kernel(
+        reference, CFG, on_progress=progress.append, should_stop=lambda: len(progress) >= 3
+    )
     assert gen.cancelled and gen.finish_reason == "cancelled"
     assert gen.num_tokens == progress[-1].num_tokens
     assert gen.num_forwards == progress[-1].num_forwards
@@ -83,8 +87,9 @@ def test_cancellation_returns_committed_work(tiny_engine: Engine, examples_dir: 
 def test_real_tiny_model_end_to_end(tiny_engine: Engine, examples_dir: Path) -> None:
     source = (examples_dir / "relu_cuda.py").read_text()
     sc = split_scaffold(source)
-    gen = tiny_engine.infill(sc.prefix, sc.suffix, (examples_dir / "relu.py").read_text(),
-                             SamplerConfig(max_new_tokens=16))
+    gen = tiny_engine.infill(
+        sc.prefix, sc.suffix, (examples_dir / "relu.py").read_text(), SamplerConfig(max_new_tokens=16)
+    )
     assert gen.text.startswith(sc.prefix) and gen.text.endswith(sc.suffix)
     assert gen.num_tokens <= 16 and gen.num_forwards >= gen.num_tokens / 4
     assert 0 < gen.tokens_per_forward <= 4

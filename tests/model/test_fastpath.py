@@ -64,7 +64,7 @@ def test_a_cache_over_the_memory_budget_is_not_kept(tiny_engine) -> None:
     cfg = SamplerConfig(strategy="low_confidence_dynamic", threshold=0.3, max_new_tokens=12)
     runner = StaticRunner(lm.model, use_graphs=False, keep_cache_bytes=0)
     fast = samplers(lm, runner).generate(prompts(lm), cfg, 4)
-    assert runner._pool == {}                                      # freed once the sampler drops it
+    assert runner._pool == {}  # freed once the sampler drops it
     assert_same_rows(samplers(lm, HFRunner(lm.model)).generate(prompts(lm), cfg, 4), fast)
     kept = StaticRunner(lm.model, use_graphs=False)
     samplers(lm, kept).generate(prompts(lm), cfg, 4)
@@ -125,7 +125,7 @@ def test_compiled_runner_reuses_its_code_for_new_shapes(tiny_engine, compiled_ru
 
     lm = tiny_engine.loaded
     cfg = SamplerConfig(strategy="low_confidence_dynamic", threshold=0.3, max_new_tokens=12)
-    samplers(lm, compiled_runner).generate(prompts(lm)[:3], cfg, 4)     # T >= 2 shapes compiled by now
+    samplers(lm, compiled_runner).generate(prompts(lm)[:3], cfg, 4)  # T >= 2 shapes compiled by now
     graphs_before = counters["stats"]["unique_graphs"]
     assert graphs_before > 0
     for batch, block in ((2, 4), (4, 8), (3, 2)):
@@ -156,10 +156,11 @@ def test_prefill_computes_no_padding_tokens(tiny_engine) -> None:
     runner._run = spy
     cfg = SamplerConfig(strategy="low_confidence_dynamic", threshold=0.3, max_new_tokens=8)
     result = samplers(lm, runner).generate(prompts(lm), cfg, 4)
-    whole = [n // 4 * 4 for n in LENGTHS]                       # the prefill holds whole prompt blocks
-    prefill = seen[0: len({w for w in whole if w})]
+    whole = [n // 4 * 4 for n in LENGTHS]  # the prefill holds whole prompt blocks
+    prefill = seen[0 : len({w for w in whole if w})]
     assert sorted(b * n for b, n in prefill) == sorted(
-        w * whole.count(w) for w in set(whole) if w)            # one forward per length, real tokens only
+        w * whole.count(w) for w in set(whole) if w
+    )  # one forward per length, real tokens only
     assert sum(b * n for b, n in prefill) == sum(whole) < len(LENGTHS) * max(whole)
     slow = samplers(lm, HFRunner(lm.model)).generate(prompts(lm), cfg, 4)
     assert_same_rows(slow, result)
@@ -193,8 +194,10 @@ def test_compiled_cuda_graphs_equal_eager_on_gpu(tiny_sdar_dir) -> None:
         fast = samplers(lm, runner).generate(prompts(lm), cfg.replace(fuse_commit=fuse), 4)
         assert runner.compiled, runner.compile_error
         assert [r.tokens for r in fast.rows] == [r.tokens for r in eager.rows]
-    assert static_ar_generate(runner, prompts(lm), 16, lm.ids.pad).tokens == \
-        ar_generate(lm.model, prompts(lm), 16, lm.ids.pad, [], ignore_eos=True).tokens
+    assert (
+        static_ar_generate(runner, prompts(lm), 16, lm.ids.pad).tokens
+        == ar_generate(lm.model, prompts(lm), 16, lm.ids.pad, [], ignore_eos=True).tokens
+    )
 
 
 @pytest.mark.gpu
@@ -209,8 +212,9 @@ def test_cuda_graphs_equal_eager_and_hf_on_gpu(tiny_sdar_dir) -> None:
     graphs = samplers(lm, graphs_runner).generate(prompts(lm), cfg, 4)
     assert_same_rows(eager, graphs)
     assert_same_rows(slow, graphs)
-    assert graphs_runner._pool and any("graph" in s.extra for c in graphs_runner._pool.values()
-                                        for s in c.graphs.values())
+    assert graphs_runner._pool and any(
+        "graph" in s.extra for c in graphs_runner._pool.values() for s in c.graphs.values()
+    )
     single = [samplers(lm, graphs_runner).generate([p], cfg, 4).rows[0].tokens for p in prompts(lm)]
     assert single == [r.tokens for r in slow.rows]
     fused = samplers(lm, graphs_runner).generate(prompts(lm), cfg.replace(fuse_commit=True), 4)
@@ -225,9 +229,11 @@ def test_engine_takes_the_fast_path_where_a_gpu_is_or_when_asked(tiny_engine) ->
     from cudice.model.engine import Engine
 
     lm = tiny_engine.loaded
-    assert isinstance(Engine(lm).runner, HFRunner)                      # CPU, default: the reference path
+    assert isinstance(Engine(lm).runner, HFRunner)  # CPU, default: the reference path
     forced = Engine(lm, fast=True).runner
-    assert isinstance(forced, StaticRunner) and not forced.compiled    # compiling on a CPU costs more than it saves
+    assert (
+        isinstance(forced, StaticRunner) and not forced.compiled
+    )  # compiling on a CPU costs more than it saves
     assert isinstance(Engine(lm, fast=False).runner, HFRunner)
 
 
@@ -235,7 +241,7 @@ def test_engine_warm_up_compiles_the_request_shapes_ahead(tiny_engine, compiled_
     from cudice.model.engine import Engine
 
     Engine(tiny_engine.loaded, runner=compiled_runner).warm_up()
-    assert {(1, 4), (1, 8)} <= set(compiled_runner.warmup_seconds)   # denoise and fused forwards of one row
+    assert {(1, 4), (1, 8)} <= set(compiled_runner.warmup_seconds)  # denoise and fused forwards of one row
     eager = StaticRunner(tiny_engine.loaded.model, use_graphs=False)
     Engine(tiny_engine.loaded, runner=eager).warm_up()
-    assert eager.warmup_seconds == {}                                  # nothing to compile: no forward
+    assert eager.warmup_seconds == {}  # nothing to compile: no forward

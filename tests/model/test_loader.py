@@ -62,7 +62,9 @@ def test_missing_and_unused_weights_are_listed(tiny_sdar_dir: Path, tmp_path: Pa
 
     ckpt = copy_checkpoint(tiny_sdar_dir, tmp_path / "ck")
     state = load_file(str(ckpt / "model.safetensors"))
-    state["model.layers.0.self_attn.q_proj.weight_renamed"] = state.pop("model.layers.0.self_attn.q_proj.weight")
+    state["model.layers.0.self_attn.q_proj.weight_renamed"] = state.pop(
+        "model.layers.0.self_attn.q_proj.weight"
+    )
     save_file(state, str(ckpt / "model.safetensors"))
     with pytest.raises(ModelLoadError) as err:
         load_checkpoint(str(ckpt), device="cpu")

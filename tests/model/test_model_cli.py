@@ -17,8 +17,19 @@ def test_generate_without_model_is_a_clear_error(examples_dir: Path, monkeypatch
 
 
 def test_generate_json_has_the_documented_fields(examples_dir: Path, tiny_sdar_dir: Path) -> None:
-    out = CliRunner().invoke(generate_command, [str(examples_dir / "relu.py"), "--model", str(tiny_sdar_dir),
-                                                "--json", "--max-new-tokens", "8", "--device", "cpu"])
+    out = CliRunner().invoke(
+        generate_command,
+        [
+            str(examples_dir / "relu.py"),
+            "--model",
+            str(tiny_sdar_dir),
+            "--json",
+            "--max-new-tokens",
+            "8",
+            "--device",
+            "cpu",
+        ],
+    )
     assert out.exit_code == 0, out.output
     data = json.loads(out.stdout)
     for key in ("text", "num_tokens", "num_forwards", "tokens_per_forward", "seconds", "step_map"):
@@ -28,8 +39,19 @@ def test_generate_json_has_the_documented_fields(examples_dir: Path, tiny_sdar_d
 
 def test_generate_infill_keeps_the_scaffold(examples_dir: Path, tiny_sdar_dir: Path) -> None:
     source = (examples_dir / "relu_cuda.py").read_text()
-    out = CliRunner().invoke(generate_command, [str(examples_dir / "relu_cuda.py"), "--model", str(tiny_sdar_dir),
-                                                "--mode", "infill", "--json", "--max-new-tokens", "8"])
+    out = CliRunner().invoke(
+        generate_command,
+        [
+            str(examples_dir / "relu_cuda.py"),
+            "--model",
+            str(tiny_sdar_dir),
+            "--mode",
+            "infill",
+            "--json",
+            "--max-new-tokens",
+            "8",
+        ],
+    )
     assert out.exit_code == 0, out.output
     data = json.loads(out.stdout)
     head, tail = source.split('relu_source = """', 1)[0], source.split('"""\n\nrelu_cpp_source', 1)[1]
@@ -37,16 +59,21 @@ def test_generate_infill_keeps_the_scaffold(examples_dir: Path, tiny_sdar_dir: P
     assert data["text"].endswith('"""\n\nrelu_cpp_source' + tail)
 
 
-def test_generate_errors_are_messages_not_tracebacks(examples_dir: Path, tiny_sdar_dir: Path,
-                                                     tmp_path: Path) -> None:
+def test_generate_errors_are_messages_not_tracebacks(
+    examples_dir: Path, tiny_sdar_dir: Path, tmp_path: Path
+) -> None:
     runner = CliRunner()
-    bad_steps = runner.invoke(generate_command, [str(examples_dir / "relu.py"), "--model", str(tiny_sdar_dir),
-                                                 "--steps", "0"])
+    bad_steps = runner.invoke(
+        generate_command, [str(examples_dir / "relu.py"), "--model", str(tiny_sdar_dir), "--steps", "0"]
+    )
     assert bad_steps.exit_code == 1 and "SamplerConfig.denoising_steps=0" in bad_steps.output
-    no_scaffold = runner.invoke(generate_command, [str(examples_dir / "relu.py"), "--model", str(tiny_sdar_dir),
-                                                   "--mode", "infill"])
+    no_scaffold = runner.invoke(
+        generate_command, [str(examples_dir / "relu.py"), "--model", str(tiny_sdar_dir), "--mode", "infill"]
+    )
     assert no_scaffold.exit_code == 1 and "no `load_inline" in no_scaffold.output
-    missing = runner.invoke(generate_command, [str(examples_dir / "relu.py"), "--model", str(tmp_path / "nope")])
+    missing = runner.invoke(
+        generate_command, [str(examples_dir / "relu.py"), "--model", str(tmp_path / "nope")]
+    )
     assert missing.exit_code == 1 and "looked in" in missing.output
     for out in (bad_steps, no_scaffold, missing):
         assert "Traceback" not in out.output

@@ -37,13 +37,34 @@ def test_bad_values_name_field_value_rule_and_fix(field: str, value: object, fra
 
 
 def test_from_settings_copies_every_sampler_field() -> None:
-    settings, warnings = parse_settings({"cudice": {"sampler": {
-        "blockLength": 8, "denoisingSteps": 2, "strategy": "sequential", "threshold": 0.5,
-        "temperature": 0.7, "topK": 20, "topP": 0.9, "maxNewTokens": 100}}})
+    settings, warnings = parse_settings(
+        {
+            "cudice": {
+                "sampler": {
+                    "blockLength": 8,
+                    "denoisingSteps": 2,
+                    "strategy": "sequential",
+                    "threshold": 0.5,
+                    "temperature": 0.7,
+                    "topK": 20,
+                    "topP": 0.9,
+                    "maxNewTokens": 100,
+                }
+            }
+        }
+    )
     assert warnings == []
     cfg = SamplerConfig.from_settings(settings)
-    assert cfg == SamplerConfig(block_length=8, denoising_steps=2, strategy="sequential", threshold=0.5,
-                                temperature=0.7, top_k=20, top_p=0.9, max_new_tokens=100)
+    assert cfg == SamplerConfig(
+        block_length=8,
+        denoising_steps=2,
+        strategy="sequential",
+        threshold=0.5,
+        temperature=0.7,
+        top_k=20,
+        top_p=0.9,
+        max_new_tokens=100,
+    )
     assert SamplerConfig.from_settings(Settings(), max_new_tokens=7).max_new_tokens == 7
 
 
@@ -57,6 +78,8 @@ def test_the_settings_offer_exactly_the_sampler_strategies_with_its_default() ->
 
 
 def test_importing_model_config_does_not_import_torch() -> None:
-    code = ("import sys, cudice.model, cudice.model.config;"
-            "sys.exit(1 if {'torch', 'transformers'} & set(sys.modules) else 0)")
+    code = (
+        "import sys, cudice.model, cudice.model.config;"
+        "sys.exit(1 if {'torch', 'transformers'} & set(sys.modules) else 0)"
+    )
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0

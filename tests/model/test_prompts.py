@@ -25,8 +25,9 @@ def test_chatml_single_user_turn_with_generation_prompt() -> None:
 
 
 def test_chatml_matches_the_tiny_tokenizer_template(tiny_engine) -> None:
-    rendered = tiny_engine.tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False,
-                                                         add_generation_prompt=True)
+    rendered = tiny_engine.tokenizer.apply_chat_template(
+        [{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True
+    )
     assert rendered == chat_prompt("hi")
 
 
@@ -75,8 +76,10 @@ def test_scaffold_split_is_at_the_cuda_string_and_rejoins_exactly(examples_dir: 
 
 
 def test_scaffold_with_empty_cuda_string() -> None:
-    source = ('from torch.utils.cpp_extension import load_inline\nsrc = """"""\n'
-              'ext = load_inline(name="e", cpp_sources="", cuda_sources=src, functions=[])\n')
+    source = (
+        'from torch.utils.cpp_extension import load_inline\nsrc = """"""\n'
+        'ext = load_inline(name="e", cpp_sources="", cuda_sources=src, functions=[])\n'
+    )
     sc = split_scaffold(source)
     assert sc.prefix.endswith('src = """') and sc.middle == "" and sc.suffix.startswith('"""\next')
 
@@ -84,8 +87,10 @@ def test_scaffold_with_empty_cuda_string() -> None:
 def test_scaffold_errors_say_why(examples_dir: Path) -> None:
     with pytest.raises(ScaffoldError, match="no `load_inline"):
         split_scaffold((examples_dir / "relu.py").read_text(), "relu.py")
-    dynamic = ('from torch.utils.cpp_extension import load_inline\nK = "k"\nsrc = f"{K}"\n'
-               'ext = load_inline(name="e", cpp_sources="", cuda_sources=src, functions=[])\n')
+    dynamic = (
+        'from torch.utils.cpp_extension import load_inline\nK = "k"\nsrc = f"{K}"\n'
+        'ext = load_inline(name="e", cpp_sources="", cuda_sources=src, functions=[])\n'
+    )
     with pytest.raises(ScaffoldError, match="built dynamically"):
         split_scaffold(dynamic)
 

@@ -129,8 +129,9 @@ def test_streaming_callback_after_each_committed_block() -> None:
     runner = StubRunner(VOCAB, text_target(4, "abcdefghij\x04"))
     seen: list[tuple[str, int]] = []
     cfg = SamplerConfig(strategy="sequential", max_new_tokens=100)
-    sampler(runner).generate([prompt(4)], cfg, block_length=4,
-                             on_block=lambda rows, n: seen.append((char_decode(rows[0]), n)))
+    sampler(runner).generate(
+        [prompt(4)], cfg, block_length=4, on_block=lambda rows, n: seen.append((char_decode(rows[0]), n))
+    )
     assert seen == [("abcd", 6), ("abcdefgh", 11), ("abcdefghij", 16)]
 
 
@@ -142,7 +143,9 @@ def test_batch_rows_equal_single_runs_and_finished_rows_leave_the_batch() -> Non
     prompts = [prompt(9), prompt(2), prompt(5)]
     conf = block_confidence([0.6, 0.95, 0.7, 0.92])
     cfg = SamplerConfig(strategy="low_confidence_dynamic", threshold=0.9, max_new_tokens=30)
-    singles = [sampler(StubRunner(VOCAB, position_target, conf)).generate([p], cfg, 4).rows[0] for p in prompts]
+    singles = [
+        sampler(StubRunner(VOCAB, position_target, conf)).generate([p], cfg, 4).rows[0] for p in prompts
+    ]
     runner = StubRunner(VOCAB, position_target, conf)
     batch = sampler(runner).generate(prompts, cfg, 4)
     assert batch.rows == tuple(singles)
@@ -155,7 +158,7 @@ def test_batch_rows_equal_single_runs_and_finished_rows_leave_the_batch() -> Non
 
 def test_prefill_mask_is_block_causal_and_hides_padding() -> None:
     valid = torch.tensor([[True] * 8, [False] * 4 + [True] * 4])
-    m = block_causal_mask(valid, 4, torch.float32)                     # (2, 1, 8, 8)
+    m = block_causal_mask(valid, 4, torch.float32)  # (2, 1, 8, 8)
     allowed = m == 0
     assert allowed[0, 0, 1, 3] and not allowed[0, 0, 1, 4] and allowed[0, 0, 5, 0]
     assert not allowed[1, 0, 5, 0] and allowed[1, 0, 5, 7]
@@ -170,13 +173,18 @@ def test_fused_commit_rides_along_with_the_next_blocks_first_step() -> None:
     cfg = SamplerConfig(strategy="low_confidence_dynamic", threshold=0.9, max_new_tokens=10, fuse_commit=True)
     out = sampler(runner).generate([prompt(6)], cfg, block_length=4)
     assert runner.events == [
-        ("new_cache", 1, 20), ("forward-no-logits", 4, 0),
-        ("forward", 4, 4), ("crop", 4),          # block 1 (prompt tail + 2 masks), one step
-        ("forward", 8, 4), ("crop", 8),          # commit block 1 + block 2's step; keep block 1's K/V
-        ("forward", 8, 8), ("crop", 12),         # commit block 2 + block 3's step
-    ]                                            # block 3 is never committed: generation ended
+        ("new_cache", 1, 20),
+        ("forward-no-logits", 4, 0),
+        ("forward", 4, 4),
+        ("crop", 4),  # block 1 (prompt tail + 2 masks), one step
+        ("forward", 8, 4),
+        ("crop", 8),  # commit block 1 + block 2's step; keep block 1's K/V
+        ("forward", 8, 8),
+        ("crop", 12),  # commit block 2 + block 3's step
+    ]  # block 3 is never committed: generation ended
     assert out.rows[0].text == "0123456789"
     assert out.num_forwards == 4
     unfused = sampler(StubRunner(VOCAB, text_target(6, "0123456789"), lambda p: 0.99)).generate(
-        [prompt(6)], cfg.replace(fuse_commit=False), block_length=4)
+        [prompt(6)], cfg.replace(fuse_commit=False), block_length=4
+    )
     assert unfused.rows == out.rows and unfused.num_forwards == 7

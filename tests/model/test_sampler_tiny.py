@@ -23,7 +23,9 @@ def test_cached_sampler_equals_uncached_reference(tiny_engine, encoded, strategy
     lm = tiny_engine.loaded
     for prompt in encoded:
         out = tiny_engine.sampler.generate([prompt], cfg, block_length=4)
-        ref_tokens, ref_steps, ref_forwards = reference_generate(lm.model, prompt, cfg, 4, lm.ids.mask, lm.ids.stop)
+        ref_tokens, ref_steps, ref_forwards = reference_generate(
+            lm.model, prompt, cfg, 4, lm.ids.mask, lm.ids.stop
+        )
         row = out.rows[0]
         assert list(row.tokens) == ref_tokens
         assert list(row.step_map) == ref_steps

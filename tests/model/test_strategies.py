@@ -33,9 +33,9 @@ def test_dynamic_uses_threshold_when_enough_pass_else_quota() -> None:
     masked = torch.ones(3, 4, dtype=torch.bool)
     out = STRATEGIES["low_confidence_dynamic"](conf, masked, torch.tensor([1, 2, 1]), 0.9)
     assert out.tolist() == [
-        [True, False, True, False],    # two above 0.9 >= quota 1: both
-        [False, False, True, True],    # none above: the 2 most confident
-        [True, False, False, False],   # 0.9 is not above 0.9: quota 1, left-most of the tie
+        [True, False, True, False],  # two above 0.9 >= quota 1: both
+        [False, False, True, True],  # none above: the 2 most confident
+        [True, False, False, False],  # 0.9 is not above 0.9: quota 1, left-most of the tie
     ]
 
 

@@ -41,59 +41,99 @@ def test_one_based_locations_become_lsp_ranges() -> None:
 
 def test_diagnostic_fields_related_information_and_fallback() -> None:
     ref = str(EXAMPLES / "relu.py")
-    d = Diagnostic(Severity.ERROR, 'undeclared "vv"', "compile.error", Stage.COMPILE, Location(PATH, 14, 18, 14, 20),
-                   related=((Location(ref, 13, 9), "the reference computes this"),))
-    full = result_diagnostics(_result(d), path=PATH, doc=DOC, index=INDEX,
-                              support=ClientSupport(True, True), base="file:///docs/diagnostics.md")
+    d = Diagnostic(
+        Severity.ERROR,
+        'undeclared "vv"',
+        "compile.error",
+        Stage.COMPILE,
+        Location(PATH, 14, 18, 14, 20),
+        related=((Location(ref, 13, 9), "the reference computes this"),),
+    )
+    full = result_diagnostics(
+        _result(d),
+        path=PATH,
+        doc=DOC,
+        index=INDEX,
+        support=ClientSupport(True, True),
+        base="file:///docs/diagnostics.md",
+    )
     (x,) = full
     assert x.source == "cudice" and x.code == "compile.error" and x.severity == lsp.DiagnosticSeverity.Error
-    assert x.code_description is not None and x.code_description.href == "file:///docs/diagnostics.md#compile.error"
+    assert (
+        x.code_description is not None
+        and x.code_description.href == "file:///docs/diagnostics.md#compile.error"
+    )
     assert x.related_information is not None
     assert x.related_information[0].location.uri == Path(ref).as_uri()
     assert x.related_information[0].location.range.start.line == 12
-    (y,) = result_diagnostics(_result(d), path=PATH, doc=DOC, index=INDEX,
-                              support=ClientSupport(False, False))
+    (y,) = result_diagnostics(
+        _result(d), path=PATH, doc=DOC, index=INDEX, support=ClientSupport(False, False)
+    )
     assert y.related_information is None and y.code_description is None
     assert "relu.py:13: the reference computes this" in y.message
 
 
 def test_findings_in_other_files_or_without_location_are_anchored_at_model_new() -> None:
-    other = Diagnostic(Severity.ERROR, "bad shape", "correctness.shape", Stage.CORRECTNESS, Location("/x/ref.py", 7))
+    other = Diagnostic(
+        Severity.ERROR, "bad shape", "correctness.shape", Stage.CORRECTNESS, Location("/x/ref.py", 7)
+    )
     nowhere = Diagnostic(Severity.WARNING, "slow", "timing.slow", Stage.TIMING, None)
-    a, b = result_diagnostics(_result(other, nowhere), path=PATH, doc=DOC, index=INDEX,
-                              support=ClientSupport())
-    line = SOURCE[:SOURCE.index("class ModelNew")].count("\n")
+    a, b = result_diagnostics(
+        _result(other, nowhere), path=PATH, doc=DOC, index=INDEX, support=ClientSupport()
+    )
+    line = SOURCE[: SOURCE.index("class ModelNew")].count("\n")
     assert a.range.start.line == b.range.start.line == line
     assert a.message == "ref.py:7: bad shape" and b.severity == lsp.DiagnosticSeverity.Warning
 
 
 def test_one_problem_gives_one_diagnostic() -> None:
-    err = Diagnostic(Severity.ERROR, 'undeclared "vv"', "compile.error", Stage.COMPILE, Location(PATH, 14, 18, 14, 20))
-    other = Diagnostic(Severity.ERROR, 'undeclared "ww"', "compile.error", Stage.COMPILE, Location(PATH, 14, 18, 14, 20))
-    found = result_diagnostics(_result(err, err, other), path=PATH, doc=DOC, index=INDEX,
-                               support=ClientSupport())
+    err = Diagnostic(
+        Severity.ERROR, 'undeclared "vv"', "compile.error", Stage.COMPILE, Location(PATH, 14, 18, 14, 20)
+    )
+    other = Diagnostic(
+        Severity.ERROR, 'undeclared "ww"', "compile.error", Stage.COMPILE, Location(PATH, 14, 18, 14, 20)
+    )
+    found = result_diagnostics(
+        _result(err, err, other), path=PATH, doc=DOC, index=INDEX, support=ClientSupport()
+    )
     assert [d.message for d in found] == ['undeclared "vv"', 'undeclared "ww"']
 
 
 def test_compile_only_says_why_once() -> None:
     compiled = _result(verdict=Verdict.COMPILED, compile_only=True)
-    (info,) = result_diagnostics(compiled, path=PATH, doc=DOC, index=INDEX,
-                                 support=ClientSupport(), compile_only_reason="no GPU here")
+    (info,) = result_diagnostics(
+        compiled, path=PATH, doc=DOC, index=INDEX, support=ClientSupport(), compile_only_reason="no GPU here"
+    )
     assert info.code == "server.compile_only" and "no GPU here" in info.message
     verifier_says = Diagnostic(Severity.INFORMATION, "No CUDA GPU here", "verify.no_gpu", Stage.COMPILE, None)
-    diags = result_diagnostics(_result(verifier_says, verdict=Verdict.COMPILED, compile_only=True), path=PATH,
-                               doc=DOC, index=INDEX, support=ClientSupport())
+    diags = result_diagnostics(
+        _result(verifier_says, verdict=Verdict.COMPILED, compile_only=True),
+        path=PATH,
+        doc=DOC,
+        index=INDEX,
+        support=ClientSupport(),
+    )
     assert [d.code for d in diags] == ["verify.no_gpu"]
 
 
 def test_a_failure_without_findings_is_never_silent() -> None:
-    crash = _result(verdict=Verdict.CRASH, error="Traceback ...\nRuntimeError: CUDA error: illegal memory access")
+    crash = _result(
+        verdict=Verdict.CRASH, error="Traceback ...\nRuntimeError: CUDA error: illegal memory access"
+    )
     (d,) = result_diagnostics(crash, path=PATH, doc=DOC, index=INDEX, support=ClientSupport())
     assert d.code == "server.verify_failed" and d.severity == lsp.DiagnosticSeverity.Error
     assert "`crash`" in d.message and "illegal memory access" in d.message
     located = Diagnostic(Severity.ERROR, "bad", "runtime.exception", Stage.LOAD, Location(PATH, 3))
-    assert [x.code for x in result_diagnostics(_result(located, verdict=Verdict.RUNTIME_ERROR), path=PATH,
-            doc=DOC, index=INDEX, support=ClientSupport())] == ["runtime.exception"]
+    assert [
+        x.code
+        for x in result_diagnostics(
+            _result(located, verdict=Verdict.RUNTIME_ERROR),
+            path=PATH,
+            doc=DOC,
+            index=INDEX,
+            support=ClientSupport(),
+        )
+    ] == ["runtime.exception"]
 
 
 def test_candidate_file_name_and_text() -> None:
@@ -152,4 +192,4 @@ def test_infill_edit_applied_equals_splicing_the_text() -> None:
         index = LineIndex.of(text)
         start = index.offset(e.range.start.line, e.range.start.character)
         end = index.offset(e.range.end.line, e.range.end.character)
-        assert text[:start] + e.new_text + text[end:] == text[:span.start] + middle + text[span.end:]
+        assert text[:start] + e.new_text + text[end:] == text[: span.start] + middle + text[span.end :]

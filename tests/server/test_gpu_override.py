@@ -48,9 +48,13 @@ def verifier_runs_kernels(tmp_path: Path) -> tuple[bool, str]:
         runs.append(job)
         return ChildOutcome({"verdict": "correct", "stage": "timing"}, 0, "", "", 0.0)
 
-    result = api.verify(EXAMPLES / "relu_cuda.py", config=VerifyConfig(cache_dir=tmp_path), run_child=run_child)
+    result = api.verify(
+        EXAMPLES / "relu_cuda.py", config=VerifyConfig(cache_dir=tmp_path), run_child=run_child
+    )
     notes = [d.message for d in result.diagnostics if d.code == "verify.no_gpu"]
-    assert (result.verdict is Verdict.CORRECT) == bool(runs) and (result.verdict is Verdict.COMPILED) == bool(notes)
+    assert (result.verdict is Verdict.CORRECT) == bool(runs) and (result.verdict is Verdict.COMPILED) == bool(
+        notes
+    )
     return bool(runs), notes[0] if notes else ""
 
 
@@ -99,11 +103,25 @@ def server_reason() -> tuple[str | None, bool]:
     return compile_only_reason(ls), bool(verify_config(ls)["compile_only"])
 
 
-@pytest.mark.parametrize(("env", "hardware", "gpus"), [
-    (None, NO_GPU, 0), (None, TWO_GPUS, 2), ("0", TWO_GPUS, 0), ("0", NO_GPU, 0), ("1", NO_GPU, 1), ("1", TWO_GPUS, 2),
-])
-def test_every_caller_gets_the_same_answer(machine: list[GpuProbe], monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
-                                           env: str | None, hardware: GpuProbe, gpus: int) -> None:
+@pytest.mark.parametrize(
+    ("env", "hardware", "gpus"),
+    [
+        (None, NO_GPU, 0),
+        (None, TWO_GPUS, 2),
+        ("0", TWO_GPUS, 0),
+        ("0", NO_GPU, 0),
+        ("1", NO_GPU, 1),
+        ("1", TWO_GPUS, 2),
+    ],
+)
+def test_every_caller_gets_the_same_answer(
+    machine: list[GpuProbe],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    env: str | None,
+    hardware: GpuProbe,
+    gpus: int,
+) -> None:
     machine[0] = hardware
     if env is not None:
         monkeypatch.setenv("CUDICE_GPU", env)

@@ -132,8 +132,13 @@ def test_an_orphaned_child_ends_its_family_although_its_stdin_stays_open() -> No
 
     async def scenario() -> None:
         middle = await asyncio.create_subprocess_exec(
-            sys.executable, str(FIXTURES / "on_child_setup.py"), "spawn", env=_env(),
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
+            sys.executable,
+            str(FIXTURES / "on_child_setup.py"),
+            "spawn",
+            env=_env(),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+        )
         assert middle.stdout is not None
         pids: list[int] = []
         try:

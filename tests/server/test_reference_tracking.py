@@ -27,9 +27,11 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 PLACES = {
     "first line": lambda text: text,
     "indented": lambda text: text.replace("# cudice: reference=relu.py\n", "").replace(
-        "class ModelNew(nn.Module):\n", "class ModelNew(nn.Module):\n    # cudice: reference=relu.py\n"),
+        "class ModelNew(nn.Module):\n", "class ModelNew(nn.Module):\n    # cudice: reference=relu.py\n"
+    ),
     "trailing": lambda text: text.replace("# cudice: reference=relu.py\n", "").replace(
-        "import torch\n", "import torch  # cudice: reference=relu.py\n", 1),
+        "import torch\n", "import torch  # cudice: reference=relu.py\n", 1
+    ),
 }
 
 
@@ -67,8 +69,9 @@ class _Watcher:
 
 def _server(tmp_path: Path) -> tuple[CudiceServer, _Jobs]:
     ls = create_server(results_dir=tmp_path / "results")
-    answer = ls.protocol.lsp_initialize(lsp.InitializeParams(capabilities=lsp.ClientCapabilities(),
-                                                             root_uri=tmp_path.as_uri()))
+    answer = ls.protocol.lsp_initialize(
+        lsp.InitializeParams(capabilities=lsp.ClientCapabilities(), root_uri=tmp_path.as_uri())
+    )
     for _ in answer:  # a generator in pygls 2: run it to its end
         pass
     jobs = _Jobs()
@@ -88,8 +91,9 @@ def _candidate(folder: Path, place: str) -> Path:
 
 def _open(ls: CudiceServer, path: Path) -> str:
     uri = path.as_uri()
-    ls.workspace.put_text_document(lsp.TextDocumentItem(uri=uri, language_id="python", version=1,
-                                                        text=path.read_text()))
+    ls.workspace.put_text_document(
+        lsp.TextDocumentItem(uri=uri, language_id="python", version=1, text=path.read_text())
+    )
     return uri
 
 
@@ -132,7 +136,9 @@ async def test_saving_verifies_again_after_the_reference_changed(tmp_path: Path,
     assert first is not None and len(jobs.requests) == 1
     ref_path = str((tmp_path / "relu.py").resolve())
     assert ls.dependents == {ref_path: {uri}} and ls.ref_watcher.paths == {ref_path}  # type: ignore[union-attr]
-    assert await verify_document(ls, uri) == first and len(jobs.requests) == 1  # unchanged: the cached verdict
+    assert (
+        await verify_document(ls, uri) == first and len(jobs.requests) == 1
+    )  # unchanged: the cached verdict
     ref = tmp_path / "relu.py"
     ref.write_text(ref.read_text().replace("dim = 16384", "dim = 4096"))
     assert await verify_document(ls, uri) is not None and len(jobs.requests) == 2  # the reference changed

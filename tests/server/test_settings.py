@@ -83,21 +83,54 @@ def test_sampler_and_verifier_defaults_are_the_run_time_configs_defaults() -> No
     from cudice.verifier.config import VerifyConfig
 
     s, sampler, verify = Settings(), SamplerConfig(), VerifyConfig()
-    assert (s.sampler_denoising_steps, s.sampler_strategy, s.sampler_threshold, s.sampler_temperature,
-            s.sampler_top_k, s.sampler_top_p, s.sampler_max_new_tokens) == (
-        sampler.denoising_steps, sampler.strategy, sampler.threshold, sampler.temperature,
-        sampler.top_k, sampler.top_p, sampler.max_new_tokens)
-    assert (s.verify_trials, s.verify_atol, s.verify_rtol, s.verify_timeout_seconds, s.verify_required_speedup,
-            s.verify_strictness, s.verify_compile_only) == (
-        verify.num_trials, verify.atol, verify.rtol, verify.timeout_s, verify.required_speedup,
-        verify.static_policy, verify.compile_only)
+    assert (
+        s.sampler_denoising_steps,
+        s.sampler_strategy,
+        s.sampler_threshold,
+        s.sampler_temperature,
+        s.sampler_top_k,
+        s.sampler_top_p,
+        s.sampler_max_new_tokens,
+    ) == (
+        sampler.denoising_steps,
+        sampler.strategy,
+        sampler.threshold,
+        sampler.temperature,
+        sampler.top_k,
+        sampler.top_p,
+        sampler.max_new_tokens,
+    )
+    assert (
+        s.verify_trials,
+        s.verify_atol,
+        s.verify_rtol,
+        s.verify_timeout_seconds,
+        s.verify_required_speedup,
+        s.verify_strictness,
+        s.verify_compile_only,
+    ) == (
+        verify.num_trials,
+        verify.atol,
+        verify.rtol,
+        verify.timeout_s,
+        verify.required_speedup,
+        verify.static_policy,
+        verify.compile_only,
+    )
 
 
 def test_settings_built_in_code_are_validated_against_the_schema() -> None:
-    with pytest.raises(ValueError, match=re.escape("Settings.sampler_top_p=1.5 is invalid: cudice.sampler.topP "
-                                                   "must be <= 1.0; pass a valid value or leave it out")):
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            "Settings.sampler_top_p=1.5 is invalid: cudice.sampler.topP "
+            "must be <= 1.0; pass a valid value or leave it out"
+        ),
+    ):
         Settings(sampler_top_p=1.5)
-    with pytest.raises(ValueError, match=r"cudice\.verify\.strictness must be one of strict, default, lenient"):
+    with pytest.raises(
+        ValueError, match=r"cudice\.verify\.strictness must be one of strict, default, lenient"
+    ):
         Settings(verify_strictness="paranoid")
     with pytest.raises(ValueError, match="expected an integer, got str"):
         Settings(verify_trials="5")  # type: ignore[arg-type]

@@ -14,11 +14,23 @@ import pytest
 
 # Loaded later (first use, or the preload after `initialized`), never before `initialize` is answered.
 NOT_BEFORE_INITIALIZE = (
-    "click", "rich", "watchdog", "torch", "cudice.verifier.result", "cudice.server.watch",
-    "cudice.server.generation", "cudice.server.verification", "cudice.server.workers.model",
-    "cudice.server.workers.quick", "cudice.server.workers.verify", "cudice.server.workers.protocol",
-    "cudice.model.generation", "cudice.server.results",
-    "cudice.verifier.document", "cudice.server.features.code_actions", "cudice.server.features.display",
+    "click",
+    "rich",
+    "watchdog",
+    "torch",
+    "cudice.verifier.result",
+    "cudice.server.watch",
+    "cudice.server.generation",
+    "cudice.server.verification",
+    "cudice.server.workers.model",
+    "cudice.server.workers.quick",
+    "cudice.server.workers.verify",
+    "cudice.server.workers.protocol",
+    "cudice.model.generation",
+    "cudice.server.results",
+    "cudice.verifier.document",
+    "cudice.server.features.code_actions",
+    "cudice.server.features.display",
     "cudice.server.lsp_cli",
 )
 
@@ -41,8 +53,12 @@ print(json.dumps({"answer": answer, "trials": server.settings.verify_trials,
 
 
 def test_initialize_is_answered_before_features_workers_and_click_load() -> None:
-    out = subprocess.run([sys.executable, "-c", _DRIVER, json.dumps(NOT_BEFORE_INITIALIZE)],
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", _DRIVER, json.dumps(NOT_BEFORE_INITIALIZE)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout.strip().splitlines()[-1])
     assert report["answer"]["result"]["serverInfo"]["name"] == "cudice"
@@ -51,8 +67,17 @@ def test_initialize_is_answered_before_features_workers_and_click_load() -> None
     assert report["loaded"] == []
 
 
-INIT = json.dumps({"jsonrpc": "2.0", "id": 7, "method": "initialize", "params": {
-    "processId": None, "capabilities": {"general": {"positionEncodings": ["utf-32", "utf-8"]}}}}).encode()
+INIT = json.dumps(
+    {
+        "jsonrpc": "2.0",
+        "id": 7,
+        "method": "initialize",
+        "params": {
+            "processId": None,
+            "capabilities": {"general": {"positionEncodings": ["utf-32", "utf-8"]}},
+        },
+    }
+).encode()
 
 
 class _Std:
@@ -61,8 +86,9 @@ class _Std:
 
 
 @pytest.mark.parametrize("argv", [[], ["--stdio"], ["--log-level", "debug"]])
-def test_fast_path_starts_the_same_server_as_the_command_line(monkeypatch: pytest.MonkeyPatch,
-                                                             argv: list[str]) -> None:
+def test_fast_path_starts_the_same_server_as_the_command_line(
+    monkeypatch: pytest.MonkeyPatch, argv: list[str]
+) -> None:
     import cudice.server.app as app
     from cudice.server.__main__ import main
     from cudice.server.lsp_cli import lsp_command

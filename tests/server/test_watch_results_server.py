@@ -18,8 +18,9 @@ def test_checkpoint_signature_only_for_complete_checkpoints(tmp_path: Path) -> N
     assert checkpoint_signature(tmp_path) is None  # empty
     (tmp_path / "config.json").write_text("{}")
     assert checkpoint_signature(tmp_path) is None  # no weights yet
-    (tmp_path / "model.safetensors.index.json").write_text(json.dumps(
-        {"weight_map": {"a": "model-00001.safetensors", "b": "model-00002.safetensors"}}))
+    (tmp_path / "model.safetensors.index.json").write_text(
+        json.dumps({"weight_map": {"a": "model-00001.safetensors", "b": "model-00002.safetensors"}})
+    )
     (tmp_path / "model-00001.safetensors").write_bytes(b"1")
     assert checkpoint_signature(tmp_path) is None  # a shard is missing
     (tmp_path / "model-00002.safetensors").write_bytes(b"2")
@@ -64,13 +65,15 @@ def test_result_cache_round_trips_through_disk_and_keys_on_everything(tmp_path: 
     key = result_key("src", "/w/ref.py", "ref", {"num_trials": 5})
     ResultCache(tmp_path).put(key, result)
     assert ResultCache(tmp_path).get(key) == result  # a fresh cache reads it from disk
-    others = {result_key("src2", "/w/ref.py", "ref", {"num_trials": 5}),
-              result_key("src", "/w/ref.py", "ref2", {"num_trials": 5}),
-              result_key("src", "/v/ref.py", "ref", {"num_trials": 5}),  # same text, another reference file
-              result_key("src", "/w/ref.py", "", {"num_trials": 5}),  # an empty reference is not a missing one
-              result_key("src", "/w/ref.py", None, {"num_trials": 5}),
-              result_key("src", None, None, {"num_trials": 5}),
-              result_key("src", "/w/ref.py", "ref", {"num_trials": 6})}
+    others = {
+        result_key("src2", "/w/ref.py", "ref", {"num_trials": 5}),
+        result_key("src", "/w/ref.py", "ref2", {"num_trials": 5}),
+        result_key("src", "/v/ref.py", "ref", {"num_trials": 5}),  # same text, another reference file
+        result_key("src", "/w/ref.py", "", {"num_trials": 5}),  # an empty reference is not a missing one
+        result_key("src", "/w/ref.py", None, {"num_trials": 5}),
+        result_key("src", None, None, {"num_trials": 5}),
+        result_key("src", "/w/ref.py", "ref", {"num_trials": 6}),
+    }
     assert len({key, *others}) == 8 and key == result_key("src", "/w/ref.py", "ref", {"num_trials": 5})
     (tmp_path / f"{key}.json").write_text("{not json")
     assert ResultCache(tmp_path).get(key) is None
@@ -86,8 +89,10 @@ def test_server_factory_gives_independent_servers() -> None:
 
 
 def test_server_modules_do_not_import_torch() -> None:
-    code = ("import sys, cudice.server.app, cudice.server.workers.model_child, cudice.server.workers.verify_child;"
-            "bad = [m for m in ('torch', 'transformers') if m in sys.modules]; print(bad); sys.exit(bool(bad))")
+    code = (
+        "import sys, cudice.server.app, cudice.server.workers.model_child, cudice.server.workers.verify_child;"
+        "bad = [m for m in ('torch', 'transformers') if m in sys.modules]; print(bad); sys.exit(bool(bad))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stdout + out.stderr
 
@@ -111,8 +116,11 @@ def test_a_copied_file_does_not_reuse_the_originals_verdict(tmp_path: Path) -> N
     (tmp_path / "b").mkdir()
     for d in ("a", "b"):
         (tmp_path / d / "relu.py").write_text("# same reference\n")
+
     def key(folder: str) -> str:
-        return _key(ls, parse_document(source, str(tmp_path / folder / "relu_broken.py"), require_candidate=False))
+        return _key(
+            ls, parse_document(source, str(tmp_path / folder / "relu_broken.py"), require_candidate=False)
+        )
 
     assert key("a") != key("b")
     assert key("a") == key("a")  # reopening still hits

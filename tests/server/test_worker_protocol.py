@@ -28,8 +28,18 @@ def test_the_engines_records_cross_the_protocol_unchanged() -> None:
 
 
 def test_an_engine_with_fewer_fields_gets_derived_numbers_and_defaults() -> None:
-    gen = type("G", (), {"text": "t", "middle": None, "num_tokens": 10, "num_forwards": 4, "seconds": 2.0,
-                         "cancelled": False})()
+    gen = type(
+        "G",
+        (),
+        {
+            "text": "t",
+            "middle": None,
+            "num_tokens": 10,
+            "num_forwards": 4,
+            "seconds": 2.0,
+            "cancelled": False,
+        },
+    )()
     fields = _generation_fields(gen, seconds=9.0)
     assert fields["tokens_per_forward"] == 2.5 and fields["seconds"] == 2.0 and fields["middle"] is None
     assert _generation(fields, was_cancelled=False) == Generation("t", None, 10, 4, 2.5, 2.0, False)
@@ -47,8 +57,9 @@ def test_model_worker_loads_runs_restarts_and_gives_up(tmp_path: Path) -> None:
     notices: list[str] = []
 
     async def main() -> None:
-        worker = ModelWorker(on_state=lambda s, m: states.append(s), on_notice=notices.append, env=_env(),
-                             max_restarts=1)
+        worker = ModelWorker(
+            on_state=lambda s, m: states.append(s), on_notice=notices.append, env=_env(), max_restarts=1
+        )
         try:
             try:
                 await worker.run("generate", {}, cancel=asyncio.Event())
@@ -57,9 +68,16 @@ def test_model_worker_loads_runs_restarts_and_gives_up(tmp_path: Path) -> None:
                 assert "cudice.model.path" in str(exc)
             assert await worker.load(LoadRequest(str(tmp_path), "cpu", "auto")) is True
             seen: list[int] = []
-            result = await worker.run("generate", {"reference_source": "class Model: pass", "settings": {}},
-                                      cancel=asyncio.Event(), on_progress=lambda p: seen.append(p.num_tokens))
-            assert result.num_tokens == 20 and seen == sorted(seen) and seen[-1] == 20 and not result.cancelled
+            result = await worker.run(
+                "generate",
+                {"reference_source": "class Model: pass", "settings": {}},
+                cancel=asyncio.Event(),
+                on_progress=lambda p: seen.append(p.num_tokens),
+            )
+            assert (
+                result.num_tokens == 20 and seen == sorted(seen) and seen[-1] == 20 and not result.cancelled
+            )
+
             async def until(pred: object) -> None:
                 for _ in range(800):
                     if pred():  # type: ignore[operator]
@@ -87,4 +105,3 @@ def test_model_worker_loads_runs_restarts_and_gives_up(tmp_path: Path) -> None:
 
     asyncio.run(asyncio.wait_for(main(), 60))
     assert states[:2] == ["loading", "ready"]
-

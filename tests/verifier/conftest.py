@@ -14,7 +14,6 @@ from cudice.verifier.config import VerifyConfig
 DATA = Path(__file__).parent / "data"
 
 
-
 @pytest.fixture(scope="session")
 def build_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("cudice-build-cache")

@@ -24,7 +24,9 @@ def _stub_torch() -> None:
     torch.Tensor = object  # type: ignore[attr-defined]
     ext.load_inline = lambda *a, **k: types.SimpleNamespace()  # type: ignore[attr-defined]
     torch.nn, torch.utils, utils.cpp_extension = nn, utils, ext  # type: ignore[attr-defined]
-    sys.modules.update({"torch": torch, "torch.nn": nn, "torch.utils": utils, "torch.utils.cpp_extension": ext})
+    sys.modules.update(
+        {"torch": torch, "torch.nn": nn, "torch.utils": utils, "torch.utils.cpp_extension": ext}
+    )
 
 
 def main() -> None:
@@ -38,8 +40,12 @@ def main() -> None:
         _exec_module("cudice_candidate", job["candidate_source"], job["candidate_path"], Stage.LOAD)
         result = {"verdict": Verdict.COMPILED.value, "stage": Stage.LOAD.value}
     except _Stop as stop:
-        result = {"verdict": stop.verdict.value, "stage": stop.stage.value, "error": stop.error,
-                  "diagnostics": [d.to_dict() for d in stop.diagnostics]}
+        result = {
+            "verdict": stop.verdict.value,
+            "stage": stop.stage.value,
+            "error": stop.error,
+            "diagnostics": [d.to_dict() for d in stop.diagnostics],
+        }
     except BaseException as exc:  # as worker.main: SystemExit and friends become a crash report
         result = {"verdict": Verdict.CRASH.value, "stage": Stage.LOAD.value, "error": repr(exc)}
     with os.fdopen(fd, "w") as f:

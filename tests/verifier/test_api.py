@@ -25,7 +25,8 @@ def test_invalid_input_never_raises(tmp_path: Path) -> None:
 
 
 def test_missing_reference_is_a_warning_and_the_candidate_still_compiles(
-        tmp_path: Path, examples_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, examples_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     cand = tmp_path / "cand.py"
     cand.write_text((examples_dir / "relu_cuda.py").read_text())  # its reference=relu.py is not next to it
     built: list[str] = []
@@ -33,8 +34,15 @@ def test_missing_reference_is_a_warning_and_the_candidate_still_compiles(
     def fake_build(module: object, path: str, config: object, **kw: object) -> object:
         built.append(path)
         error = Diagnostic(Severity.ERROR, "boom", "compile.error", Stage.COMPILE, Location(path, 14, 5))
-        return BuildResult(ok=False, build_dir=tmp_path, library=None, diagnostics=(error,), output="", wall_s=0.1,
-                           cached=False)
+        return BuildResult(
+            ok=False,
+            build_dir=tmp_path,
+            library=None,
+            diagnostics=(error,),
+            output="",
+            wall_s=0.1,
+            cached=False,
+        )
 
     monkeypatch.setattr(api, "build_module", fake_build)
     monkeypatch.setattr(api, "gpu_available", lambda: True)  # a GPU does not help without a reference
@@ -44,14 +52,20 @@ def test_missing_reference_is_a_warning_and_the_candidate_still_compiles(
     first, second = result.diagnostics[:2]
     assert first.code == "parse.reference_missing" and first.severity is Severity.WARNING
     assert second.code == "compile.error" and second.location is not None and second.location.line == 14
-    monkeypatch.setattr(api, "build_module", lambda *a, **k: BuildResult(
-        ok=True, build_dir=tmp_path, library=None, diagnostics=(), output="", wall_s=0.1, cached=False))
+    monkeypatch.setattr(
+        api,
+        "build_module",
+        lambda *a, **k: BuildResult(
+            ok=True, build_dir=tmp_path, library=None, diagnostics=(), output="", wall_s=0.1, cached=False
+        ),
+    )
     clean = api.verify(cand, config=VerifyConfig(cache_dir=tmp_path))
     assert clean.verdict is Verdict.COMPILED and clean.compile_only  # compiled, not run: no reference
 
 
-def test_runtime_built_sources_are_never_compiled_without_a_run(tmp_path: Path, examples_dir: Path,
-                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_runtime_built_sources_are_never_compiled_without_a_run(
+    tmp_path: Path, examples_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     text = (examples_dir / "relu_cuda.py").read_text().replace('relu_source = """', 'relu_source = f"""')
     text = text.replace("{\n", "{{\n").replace("}\n", "}}\n").replace("threads = 256", "threads = {256}")
     cand = tmp_path / "relu_cuda.py"
@@ -65,8 +79,9 @@ def test_runtime_built_sources_are_never_compiled_without_a_run(tmp_path: Path, 
     assert "load_inline(" in text.splitlines()[warning.location.line - 1]
 
 
-def test_static_error_stops_before_compiling(tmp_path: Path, examples_dir: Path,
-                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_static_error_stops_before_compiling(
+    tmp_path: Path, examples_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     calls: list[str] = []
 
     def fake_static(doc: object, config: object) -> list[Diagnostic]:
@@ -79,8 +94,11 @@ def test_static_error_stops_before_compiling(tmp_path: Path, examples_dir: Path,
     monkeypatch.setattr("cudice.verifier.static_checks.check_document", fake_static)
     monkeypatch.setattr(api, "build_module", no_build)
     stages: list[str] = []
-    result = api.verify(examples_dir / "relu_cuda.py", config=VerifyConfig(cache_dir=tmp_path),
-                        on_stage=lambda r: stages.append(r.stage.value))
+    result = api.verify(
+        examples_dir / "relu_cuda.py",
+        config=VerifyConfig(cache_dir=tmp_path),
+        on_stage=lambda r: stages.append(r.stage.value),
+    )
     assert calls == ["static"] and result.verdict is Verdict.STATIC_VIOLATION
     assert stages == ["parse"] and result.stage is Stage.STATIC
     quick = api.quick_check(examples_dir / "relu_cuda.py", (examples_dir / "relu_cuda.py").read_text())
@@ -94,12 +112,16 @@ def test_real_static_checks_run_on_the_example(examples_dir: Path) -> None:
 
 @needs_nvcc
 @pytest.mark.slow
-def test_no_gpu_compiles_and_says_what_was_skipped(examples_dir: Path, build_cache: Path,
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_no_gpu_compiles_and_says_what_was_skipped(
+    examples_dir: Path, build_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(api, "gpu_available", lambda: False)
     stages: list[tuple[str, str]] = []
-    result = api.verify(examples_dir / "relu_cuda.py", config=VerifyConfig(cache_dir=build_cache),
-                        on_stage=lambda r: stages.append((r.stage.value, r.verdict.value)))
+    result = api.verify(
+        examples_dir / "relu_cuda.py",
+        config=VerifyConfig(cache_dir=build_cache),
+        on_stage=lambda r: stages.append((r.stage.value, r.verdict.value)),
+    )
     assert result.verdict is Verdict.COMPILED and result.compile_only
     assert [s for s, _ in stages] == ["parse", "static"]
     (note,) = [d for d in result.diagnostics if d.code == "verify.no_gpu"]
@@ -113,8 +135,12 @@ def test_cancel_kills_the_build_quickly(tmp_path: Path, examples_dir: Path) -> N
     cancel = threading.Event()
     threading.Timer(1.0, cancel.set).start()
     t0 = time.perf_counter()
-    result = api.verify(examples_dir / "relu_cuda.py", source=source, cancel=cancel,
-                        config=VerifyConfig(cache_dir=tmp_path, compile_only=True))
+    result = api.verify(
+        examples_dir / "relu_cuda.py",
+        source=source,
+        cancel=cancel,
+        config=VerifyConfig(cache_dir=tmp_path, compile_only=True),
+    )
     assert time.perf_counter() - t0 < 20
     assert result.verdict is Verdict.TIMEOUT and result.error == "cancelled"
 
@@ -140,10 +166,23 @@ def test_run_stage_maps_a_crashed_child(tmp_path: Path, examples_dir: Path) -> N
     assert api._run_stage(run, ref, VerifyConfig(cache_dir=tmp_path), None, hung).verdict is Verdict.TIMEOUT
 
     def worked(job: dict[str, object], **kw: object) -> ChildOutcome:
-        res = {"verdict": "correct", "stage": "timing", "speedup": 2.0, "speedup_min": 1.8, "gpu_name": "H200",
-               "candidate": {"median_ms": 1.0, "min_ms": 0.9, "max_ms": 1.2, "q1_ms": 0.95, "q3_ms": 1.05,
-                             "num_trials": 30},
-               "diagnostics": [], "stage_wall_s": {"timing": 1.5}}
+        res = {
+            "verdict": "correct",
+            "stage": "timing",
+            "speedup": 2.0,
+            "speedup_min": 1.8,
+            "gpu_name": "H200",
+            "candidate": {
+                "median_ms": 1.0,
+                "min_ms": 0.9,
+                "max_ms": 1.2,
+                "q1_ms": 0.95,
+                "q3_ms": 1.05,
+                "num_trials": 30,
+            },
+            "diagnostics": [],
+            "stage_wall_s": {"timing": 1.5},
+        }
         return ChildOutcome(res, 0, "", "", 3.0)
 
     ok = api._run_stage(run, ref, VerifyConfig(cache_dir=tmp_path), None, worked)

@@ -22,9 +22,11 @@ from pathlib import Path
 import pytest
 from cudice.verifier import boundary
 
-pytestmark = pytest.mark.skipif(boundary.probe() is not None, reason=f"no OS boundary here: {boundary.probe()}")
+pytestmark = pytest.mark.skipif(
+    boundary.probe() is not None, reason=f"no OS boundary here: {boundary.probe()}"
+)
 
-PROBE = r'''
+PROBE = r"""
 import json, os, resource, socket, sys, time
 mark, targets, parent, keep = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 out = {"uid": os.getuid(), "pid": os.getpid(), "nproc": resource.getrlimit(resource.RLIMIT_NPROC)[0],
@@ -51,7 +53,7 @@ if os.fork() == 0:  # a setsid grandchild that would outlive a process-group kil
 os.write(keep, json.dumps(out).encode())
 os.close(keep)
 time.sleep(0.5)
-'''
+"""
 
 
 def _survivors(mark: str) -> list[int]:
@@ -81,10 +83,13 @@ def test_the_boundary_holds(tmp_path: Path) -> None:
     r, w = os.pipe()
     report_r, report_w = os.pipe()
     spec = boundary.default_spec(cache, uid=boundary.UID_BASE + 99, report_fd=report_w)
-    argv, missing = boundary.wrap([sys.executable, "-c", PROBE, mark, json.dumps(targets), str(os.getpid()), str(w)],
-                                  spec)
+    argv, missing = boundary.wrap(
+        [sys.executable, "-c", PROBE, mark, json.dumps(targets), str(os.getpid()), str(w)], spec
+    )
     try:
-        proc = subprocess.Popen(argv, pass_fds=(w, report_w), env={"PATH": os.environ["PATH"], "HOME": "/tmp"})
+        proc = subprocess.Popen(
+            argv, pass_fds=(w, report_w), env={"PATH": os.environ["PATH"], "HOME": "/tmp"}
+        )
         os.close(w)
         os.close(report_w)
         report = json.loads(os.fdopen(report_r).readline())
@@ -106,7 +111,9 @@ def test_the_boundary_holds(tmp_path: Path) -> None:
     assert leaked == [], "the runner wrote outside its private directories"
     assert survivors == [], "a setsid child outlived the runner's namespace"
     assert report["missing"] == [] and report["pid"] == 1, report
-    assert out["pid"] == 1 and not out["parent_visible"] and max(out["pids"]) < 100, out["pids"]  # own PID namespace
+    assert out["pid"] == 1 and not out["parent_visible"] and max(out["pids"]) < 100, out[
+        "pids"
+    ]  # own PID namespace
     assert f"{mark}.host" not in out["tmp_listing"]  # private /tmp
     # nothing but what was handed over: the report pipe is closed before the probe runs
     assert w in out["open_fds"] and not {*fds, report_w} & set(out["open_fds"])
@@ -123,8 +130,9 @@ def test_a_missing_unshare_is_reported_not_hidden(monkeypatch: pytest.MonkeyPatc
     boundary.probe.cache_clear()
     monkeypatch.setattr(boundary.shutil, "which", lambda name: None)
     try:
-        argv, missing = boundary.wrap(["python", "-c", "pass"], boundary.default_spec(Path("/nonexistent"), uid=1,
-                                                                                        report_fd=-1))
+        argv, missing = boundary.wrap(
+            ["python", "-c", "pass"], boundary.default_spec(Path("/nonexistent"), uid=1, report_fd=-1)
+        )
         assert argv == ["python", "-c", "pass"]
         assert [m.code for m in missing] == ["sandbox.unavailable"] and "unshare" in missing[0].message
     finally:

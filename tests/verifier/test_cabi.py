@@ -89,32 +89,43 @@ def test_signatures_accept_declarations_in_known_types() -> None:
     assert by["add_scaled"].cpp_params == ("torch::Tensor", "const torch::Tensor&", "double")
 
 
-@pytest.mark.parametrize(("cpp", "functions", "cuda"), [
-    ("torch::Tensor f(torch::Tensor x) { return x; }", ["f"], ""),  # a definition
-    ("torch::Tensor f(torch::Tensor x);\ntorch::Tensor f(torch::Tensor x, double a);", ["f"], ""),  # overloaded
-    ("torch::Tensor f(torch::Tensor x);", ["g"], ""),  # the bound name is not declared
-    ("torch::Tensor f(torch::Tensor x);\ntorch::Tensor g(torch::Tensor x);", ["f"], ""),  # an unbound one
-    ("torch::Tensor f(at::Scalar s);", ["f"], ""),  # a type the binding does not convert
-    ("torch::Tensor f(std::vector<int64_t> shape);", ["f"], ""),
-    ("torch::Tensor& f(torch::Tensor& x);", ["f"], ""),  # a reference result
-    ("torch::Tensor f(double& x);", ["f"], ""),  # a non-const scalar reference
-    ("#define N 4\ntorch::Tensor f(torch::Tensor x);", ["f"], ""),  # a macro
-    ("namespace k { torch::Tensor f(torch::Tensor x); }", ["f"], ""),
-    ("torch::Tensor f(torch::Tensor x);", None, ""),  # the candidate writes its own PYBIND11_MODULE
-    ("torch::Tensor f(torch::Tensor x);", ["f"], "static torch::Tensor f(torch::Tensor x) { return x; }"),
-    ("torch::Tensor f(torch::Tensor x);", ["f"], "inline torch::Tensor f(torch::Tensor x) { return x; }"),
-    ("torch::Tensor f(torch::Tensor x);", ["f"], 'extern "C" int g();'),
-    ("torch::Tensor f(torch::Tensor x);", ["f"], "namespace { int k; }"),
-])
-def test_signatures_refuse_what_only_the_pybind11_build_decides(cpp: str, functions: list[str] | None,
-                                                                cuda: str) -> None:
+@pytest.mark.parametrize(
+    ("cpp", "functions", "cuda"),
+    [
+        ("torch::Tensor f(torch::Tensor x) { return x; }", ["f"], ""),  # a definition
+        (
+            "torch::Tensor f(torch::Tensor x);\ntorch::Tensor f(torch::Tensor x, double a);",
+            ["f"],
+            "",
+        ),  # overloaded
+        ("torch::Tensor f(torch::Tensor x);", ["g"], ""),  # the bound name is not declared
+        ("torch::Tensor f(torch::Tensor x);\ntorch::Tensor g(torch::Tensor x);", ["f"], ""),  # an unbound one
+        ("torch::Tensor f(at::Scalar s);", ["f"], ""),  # a type the binding does not convert
+        ("torch::Tensor f(std::vector<int64_t> shape);", ["f"], ""),
+        ("torch::Tensor& f(torch::Tensor& x);", ["f"], ""),  # a reference result
+        ("torch::Tensor f(double& x);", ["f"], ""),  # a non-const scalar reference
+        ("#define N 4\ntorch::Tensor f(torch::Tensor x);", ["f"], ""),  # a macro
+        ("namespace k { torch::Tensor f(torch::Tensor x); }", ["f"], ""),
+        ("torch::Tensor f(torch::Tensor x);", None, ""),  # the candidate writes its own PYBIND11_MODULE
+        ("torch::Tensor f(torch::Tensor x);", ["f"], "static torch::Tensor f(torch::Tensor x) { return x; }"),
+        ("torch::Tensor f(torch::Tensor x);", ["f"], "inline torch::Tensor f(torch::Tensor x) { return x; }"),
+        ("torch::Tensor f(torch::Tensor x);", ["f"], 'extern "C" int g();'),
+        ("torch::Tensor f(torch::Tensor x);", ["f"], "namespace { int k; }"),
+    ],
+)
+def test_signatures_refuse_what_only_the_pybind11_build_decides(
+    cpp: str, functions: list[str] | None, cuda: str
+) -> None:
     assert signatures([cpp], functions, [cuda]) is None
 
 
 def test_generated_modules_carry_the_binding_only_with_cuda_sources() -> None:
     decl = "torch::Tensor f(torch::Tensor x);"
     assert from_values("m", decl, "torch::Tensor f(torch::Tensor x) { return x; }", ["f"]).binding is not None
-    assert from_values("m", [decl, "torch::Tensor f(torch::Tensor x) { return x; }"], None, ["f"]).binding is None
+    assert (
+        from_values("m", [decl, "torch::Tensor f(torch::Tensor x) { return x; }"], None, ["f"]).binding
+        is None
+    )
 
 
 def _result(output: str) -> BuildResult:
@@ -122,20 +133,30 @@ def _result(output: str) -> BuildResult:
 
 
 def test_a_failed_shim_build_stands_only_when_every_error_is_in_the_users_lines() -> None:
-    module = cabi_module(from_values("m", "torch::Tensor f(torch::Tensor x);",
-                                     "torch::Tensor f(torch::Tensor x) {\n  return x\n}", ["f"]))
+    module = cabi_module(
+        from_values(
+            "m",
+            "torch::Tensor f(torch::Tensor x);",
+            "torch::Tensor f(torch::Tensor x) {\n  return x\n}",
+            ["f"],
+        )
+    )
     cu = module.file("cuda.cu")
     assert cu is not None
     user = cu.pieces[0].first_line + 1  # "  return x": the user's line
     shim_line = cu.text.count("\n")  # the shim's last line
-    assert _fails_in_user_lines(module, _result(f"/b/cuda.cu({user}): error: expected a \";\"\n"))
+    assert _fails_in_user_lines(module, _result(f'/b/cuda.cu({user}): error: expected a ";"\n'))
     assert not _fails_in_user_lines(module, _result(f"/b/cuda.cu({shim_line}): error: no instance\n"))
-    assert not _fails_in_user_lines(module, _result(
-        f"/b/cuda.cu({user}): error: expected a \";\"\n/b/cuda.cu({shim_line}): error: no instance\n"))
+    assert not _fails_in_user_lines(
+        module,
+        _result(f'/b/cuda.cu({user}): error: expected a ";"\n/b/cuda.cu({shim_line}): error: no instance\n'),
+    )
     assert not _fails_in_user_lines(module, _result("nvcc fatal: something went wrong\n"))  # no position
 
 
-def _compile_extension(tmp_path: Path, name: str, source: str, decls: str, functions: list[str]) -> types.ModuleType:
+def _compile_extension(
+    tmp_path: Path, name: str, source: str, decls: str, functions: list[str]
+) -> types.ModuleType:
     """g++ the host `source` + shim into an extension named `name` (lean headers, as the fast build uses)."""
     from cudice.verifier.toolchain import probe_toolchain
 
@@ -147,9 +168,20 @@ def _compile_extension(tmp_path: Path, name: str, source: str, decls: str, funct
     src, lib = tmp_path / f"{name}.cpp", tmp_path / f"{name}.so"
     src.write_text(source + "\n" + shim(sigs))
     flags = tc.cflags.replace("-DTORCH_EXTENSION_NAME=", "-DCUDICE_UNUSED_NAME=")
-    cmd = [*shlex.split(tc.cxx), f"-I{overlay.device}", *shlex.split(flags), f"-DTORCH_EXTENSION_NAME={name}",
-           "-idirafter", str(overlay.standins), "-shared", "-fPIC", str(src), "-o", str(lib),
-           *shlex.split(host_only_ldflags(tc.ldflags))]
+    cmd = [
+        *shlex.split(tc.cxx),
+        f"-I{overlay.device}",
+        *shlex.split(flags),
+        f"-DTORCH_EXTENSION_NAME={name}",
+        "-idirafter",
+        str(overlay.standins),
+        "-shared",
+        "-fPIC",
+        str(src),
+        "-o",
+        str(lib),
+        *shlex.split(host_only_ldflags(tc.ldflags)),
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0, done.stderr[-3000:]
     loader = importlib.machinery.ExtensionFileLoader(name, str(lib))
@@ -160,7 +192,9 @@ def _compile_extension(tmp_path: Path, name: str, source: str, decls: str, funct
     return mod
 
 
-needs_gxx = pytest.mark.skipif(shutil.which("c++") is None and shutil.which("g++") is None, reason="needs g++")
+needs_gxx = pytest.mark.skipif(
+    shutil.which("c++") is None and shutil.which("g++") is None, reason="needs g++"
+)
 
 
 @pytest.fixture(scope="module")
@@ -207,20 +241,24 @@ def test_exceptions_are_translated_as_torch_translates_them(ext: types.ModuleTyp
 
 @needs_gxx
 @pytest.mark.timeout(1500)
-@pytest.mark.parametrize(("fn", "args"), [
-    ("fill", (torch.zeros(2), 1.5)),  # a float for an int64_t
-    ("add_scaled", (torch.ones(1), torch.ones(1), "2")),  # a string for a double
-    ("same", (None,)),  # None for a tensor
-    ("same", ([1.0],)),  # a list for a tensor
-    ("same", ()),  # too few
-    ("same", (torch.ones(1), torch.ones(1))),  # too many
-    ("count", ("ab", True)),  # a string for a tensor list
-    ("count", ([torch.ones(1), 3], True)),  # a list holding a non-tensor
-    ("count", ([torch.ones(1)], "yes")),  # a string has no __bool__: pybind11 refuses it
-    ("maybe", (None, 2**31)),  # out of `int`'s range
-])
-def test_arguments_no_pybind11_caster_takes_are_a_type_error(ext: types.ModuleType, fn: str,
-                                                             args: tuple[object, ...]) -> None:
+@pytest.mark.parametrize(
+    ("fn", "args"),
+    [
+        ("fill", (torch.zeros(2), 1.5)),  # a float for an int64_t
+        ("add_scaled", (torch.ones(1), torch.ones(1), "2")),  # a string for a double
+        ("same", (None,)),  # None for a tensor
+        ("same", ([1.0],)),  # a list for a tensor
+        ("same", ()),  # too few
+        ("same", (torch.ones(1), torch.ones(1))),  # too many
+        ("count", ("ab", True)),  # a string for a tensor list
+        ("count", ([torch.ones(1), 3], True)),  # a list holding a non-tensor
+        ("count", ([torch.ones(1)], "yes")),  # a string has no __bool__: pybind11 refuses it
+        ("maybe", (None, 2**31)),  # out of `int`'s range
+    ],
+)
+def test_arguments_no_pybind11_caster_takes_are_a_type_error(
+    ext: types.ModuleType, fn: str, args: tuple[object, ...]
+) -> None:
     with pytest.raises(TypeError, match=rf"{fn}\(\): incompatible function arguments"):
         getattr(ext, fn)(*args)
 

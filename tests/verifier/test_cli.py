@@ -16,8 +16,13 @@ from verifier_marks import needs_nvcc
 
 def cudice(*args: str, cache: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "CUDICE_CACHE_DIR": str(cache)}
-    return subprocess.run([sys.executable, "-m", "cudice.server.cli", *args], capture_output=True, text=True,
-                          env=env, timeout=900)
+    return subprocess.run(
+        [sys.executable, "-m", "cudice.server.cli", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+    )
 
 
 @needs_nvcc
@@ -36,7 +41,9 @@ def test_verify_json_relu_broken_line_14(examples_dir: Path, build_cache: Path) 
 @needs_nvcc
 @pytest.mark.slow
 @pytest.mark.e2e
-def test_verify_relu_cuda_readable_report_says_what_was_skipped(examples_dir: Path, build_cache: Path) -> None:
+def test_verify_relu_cuda_readable_report_says_what_was_skipped(
+    examples_dir: Path, build_cache: Path
+) -> None:
     proc = cudice("verify", str(examples_dir / "relu_cuda.py"), cache=build_cache)
     assert proc.returncode == 0, proc.stderr
     text = proc.stdout
@@ -63,7 +70,9 @@ def test_exit_code_strictness_and_unwrapped_locations(tmp_path: Path, examples_d
     cand = _runtime_built(tmp_path, examples_dir)  # verdict `checked`: nvcc never sees an f-string's text
     plain = cudice("verify", "--compile-only", str(cand), cache=tmp_path)
     assert plain.returncode == 0, plain.stderr
-    strict = cudice("verify", "--compile-only", "--exit-code", "--strictness", "strict", str(cand), cache=tmp_path)
+    strict = cudice(
+        "verify", "--compile-only", "--exit-code", "--strictness", "strict", str(cand), cache=tmp_path
+    )
     assert strict.returncode == 1 and "verdict: checked" in strict.stdout, strict.stdout + strict.stderr
     # piped: a finding stays on one line, location to code (the path alone is over 80 columns)
     (line,) = [t for t in strict.stdout.splitlines() if "[verify.not_compiled]" in t]
@@ -78,11 +87,17 @@ def test_eval_explains_the_folder_layout(tmp_path: Path, examples_dir: Path) -> 
     probs.mkdir()
     cands.mkdir()
     empty = cudice("eval", str(probs), str(cands), cache=tmp_path)
-    assert empty.returncode == 2 and "Expected layout" in empty.stderr and "CANDIDATES/19_ReLU.py" in empty.stderr
+    assert (
+        empty.returncode == 2
+        and "Expected layout" in empty.stderr
+        and "CANDIDATES/19_ReLU.py" in empty.stderr
+    )
     (probs / "19_ReLU.py").write_text((examples_dir / "relu.py").read_text())
     (cands / "relu_cuda.py").write_text((examples_dir / "relu_cuda.py").read_text())
     mismatch = cudice("eval", str(probs), str(cands), cache=tmp_path)
-    assert mismatch.returncode == 2 and "same file name" in mismatch.stderr and "relu_cuda.py" in mismatch.stderr
+    assert (
+        mismatch.returncode == 2 and "same file name" in mismatch.stderr and "relu_cuda.py" in mismatch.stderr
+    )
 
 
 def test_version_shows_the_nvcc_release(tmp_path: Path) -> None:
@@ -101,7 +116,11 @@ def test_fast_p_is_over_all_problems() -> None:
     def res(verdict: Verdict, speedup: float | None) -> VerifyResult:
         return VerifyResult(verdict, Stage.TIMING, "c.py", speedup=speedup, speedup_min=speedup)
 
-    results = {"a.py": res(Verdict.CORRECT, 2.5), "b.py": res(Verdict.CORRECT, 1.5), "c.py": res(Verdict.INCORRECT, 9.0)}
+    results = {
+        "a.py": res(Verdict.CORRECT, 2.5),
+        "b.py": res(Verdict.CORRECT, 1.5),
+        "c.py": res(Verdict.INCORRECT, 9.0),
+    }
     s = score(["a.py", "b.py", "c.py", "d.py"], results)  # d.py has no candidate
     assert (s.correct, s.fast_1, s.fast_2) == (0.5, 0.5, 0.25)
     assert s.num_problems == 4 and s.num_candidates == 3
@@ -117,7 +136,9 @@ def test_eval_folder_json(tmp_path: Path, examples_dir: Path, build_cache: Path)
     cands.mkdir()
     for name in ("relu.py", "softmax.py"):
         (probs / name).write_text((examples_dir / name).read_text())
-    (cands / "relu.py").write_text((examples_dir / "relu_cuda.py").read_text())  # same build as relu_cuda: cached
+    (cands / "relu.py").write_text(
+        (examples_dir / "relu_cuda.py").read_text()
+    )  # same build as relu_cuda: cached
     proc = cudice("eval", "--json", str(probs), str(cands), cache=build_cache)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)

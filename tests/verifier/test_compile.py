@@ -18,8 +18,11 @@ pytestmark = [needs_nvcc, pytest.mark.slow]
 
 
 def err_lines(path: Path) -> set[int]:
-    return {i for i, line in enumerate(path.read_text().splitlines(), 1)
-            if "// ERR" in line and not line.startswith("#")}
+    return {
+        i
+        for i, line in enumerate(path.read_text().splitlines(), 1)
+        if "// ERR" in line and not line.startswith("#")
+    }
 
 
 def test_relu_broken_error_lands_on_line_14(examples_dir: Path, session_config: VerifyConfig) -> None:

@@ -52,7 +52,11 @@ def test_generated_layout_matches_load_inline() -> None:
 def test_messages_parse_and_map_into_the_py_file() -> None:
     msgs = parse_messages(NVCC_OUT)
     assert [(m.tool, m.severity, m.line) for m in msgs] == [
-        ("nvcc", "error", 6), ("nvcc", "warning", 1), ("nvcc", "error", 3), ("gcc", "error", 2)]
+        ("nvcc", "error", 6),
+        ("nvcc", "warning", 1),
+        ("nvcc", "error", 3),
+        ("gcc", "error", 2),
+    ]
     assert msgs[0].caret_text is not None and msgs[3].notes[0].message.startswith("suggested")
     doc = parse_document(SOURCE, "c.py")
     module = from_call(doc, doc.load_inline_calls[0])

@@ -54,7 +54,7 @@ def test_escapes_shift_columns_exactly() -> None:
 
 def test_implicit_concatenation_maps_each_piece() -> None:
     text = 'src = ("__global__ void k() {\\n"\n       "  int bad = ;\\n"\n       "}\\n")\n'
-    span = _span_of(text, text[text.index('"'):text.rindex(")")])
+    span = _span_of(text, text[text.index('"') : text.rindex(")")])
     # generated line 2 is the second literal, on file line 2; column 9 is the ';'
     assert span.text.splitlines()[1] == "  int bad = ;"
     assert span.to_file(2, 13) == (2, text.splitlines()[1].index(";") + 1)
@@ -142,7 +142,9 @@ def test_explicit_reference_wins(examples_dir: Path) -> None:
 
 
 def test_raw_cu_kernels() -> None:
-    doc = parse_document('// cudice: reference=relu.py\nextern "C" __global__ void relu(float* x) {}\n', "k.cu")
+    doc = parse_document(
+        '// cudice: reference=relu.py\nextern "C" __global__ void relu(float* x) {}\n', "k.cu"
+    )
     assert doc.kind == "cu" and [k.name for k in doc.raw_kernels] == ["relu"]
     assert doc.location(doc.raw_kernels[0].span).line == 2 and doc.reference.path == "relu.py"
     assert doc.raw_kernels[0].span.text(doc.text) == "relu"
@@ -159,8 +161,11 @@ def test_document_lists_classes_cuda_strings_and_kernels(examples_dir: Path) -> 
     assert [(c.name, c.is_module) for c in doc.classes] == [("ModelNew", True)]
     (cuda,) = doc.cuda_strings
     assert cuda.variable == "relu_source" and cuda.is_single_literal and cuda.content is not None
-    value = next(n.value.value for n in ast.parse(source).body
-                 if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "relu_source")
+    value = next(
+        n.value.value
+        for n in ast.parse(source).body
+        if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "relu_source"
+    )
     assert cuda.content.text(source) == value  # exactly the string's contents
     (kernel,) = doc.kernels
     assert kernel.name == "relu_kernel" and kernel.span.text(source) == "relu_kernel"
@@ -173,14 +178,18 @@ def test_a_reference_and_broken_code(examples_dir: Path) -> None:
     ref = parse_document((examples_dir / "relu.py").read_text(), "relu.py", require_candidate=False)
     assert [(c.name, c.is_module) for c in ref.classes] == [("Model", True)]
     assert ref.cuda_strings == () and ref.model_new is None and not ref.is_candidate
-    broken = parse_document("# cudice: reference=relu.py\nclass ModelNew(:\n", "b.py", require_candidate=False)
+    broken = parse_document(
+        "# cudice: reference=relu.py\nclass ModelNew(:\n", "b.py", require_candidate=False
+    )
     assert [d.code for d in broken.problems] == ["parse.syntax_error"] and broken.classes == ()
     assert broken.reference.path == "relu.py"  # still known: the server watches it while the file is fixed
 
 
 def test_only_plain_literals_are_offered_as_replaceable() -> None:
-    src = ('k = "__global__ void a() {}" "\\n"\nm = f"__global__ void {x}() {{}}"\n'
-           'n = r"""__global__ void b() {}"""\nempty = """"""\n')
+    src = (
+        'k = "__global__ void a() {}" "\\n"\nm = f"__global__ void {x}() {{}}"\n'
+        'n = r"""__global__ void b() {}"""\nempty = """"""\n'
+    )
     doc = parse_document(src, "s.py", require_candidate=False)
     by_var = {s.variable: s for s in doc.cuda_strings}
     assert by_var["k"].mappable and not by_var["k"].is_single_literal  # implicit concatenation
@@ -192,20 +201,25 @@ def test_only_plain_literals_are_offered_as_replaceable() -> None:
 
 
 def test_kernels_in_comments_are_not_kernels_and_templates_are() -> None:
-    src = ('cuda = """\n// __global__ void ghost(float* x) {}\n'
-           'template <typename T>\n__global__ void __launch_bounds__(256) tk(T* x) { x[0] = T(); }\n"""\n')
+    src = (
+        'cuda = """\n// __global__ void ghost(float* x) {}\n'
+        'template <typename T>\n__global__ void __launch_bounds__(256) tk(T* x) { x[0] = T(); }\n"""\n'
+    )
     doc = parse_document(src, "t.py", require_candidate=False)
     (k,) = doc.kernels
     assert k.name == "tk" and k.span.text(src) == "tk" and k.body is not None
     assert k.body.text(src).strip() == "x[0] = T();"
 
 
-@pytest.mark.parametrize("comment", [
-    "# cudice: reference=relu.py\n",
-    "import torch\n\nclass ModelNew:\n    # cudice: reference=relu.py\n    pass\n",  # indented
-    "import torch  # cudice: reference=relu.py\nclass ModelNew:\n    pass\n",  # trailing
-    "import torch\rclass ModelNew:\r    pass  # cudice: reference=relu.py\r",  # old Mac line ends
-])
+@pytest.mark.parametrize(
+    "comment",
+    [
+        "# cudice: reference=relu.py\n",
+        "import torch\n\nclass ModelNew:\n    # cudice: reference=relu.py\n    pass\n",  # indented
+        "import torch  # cudice: reference=relu.py\nclass ModelNew:\n    pass\n",  # trailing
+        "import torch\rclass ModelNew:\r    pass  # cudice: reference=relu.py\r",  # old Mac line ends
+    ],
+)
 def test_reference_comments_are_found_indented_and_trailing(comment: str) -> None:
     doc = parse_document(comment, "/w/cand.py", require_candidate=False)
     assert doc.reference.origin == "comment" and doc.reference.path == "relu.py"

@@ -41,11 +41,17 @@ def test_outputs_must_be_plain_dense_tensors_of_the_reference_dtype() -> None:
         pass
 
     assert dc.check_outputs_plain(torch.randn(8), ref) == []
-    assert codes(dc.check_outputs_plain(torch.randn(8).as_subclass(Lazy), ref)) == {"dynamic.output_not_plain_tensor"}
+    assert codes(dc.check_outputs_plain(torch.randn(8).as_subclass(Lazy), ref)) == {
+        "dynamic.output_not_plain_tensor"
+    }
     assert codes(dc.check_outputs_plain([1.0, 2.0], [ref, ref])) == {"dynamic.output_not_plain_tensor"}
-    assert codes(dc.check_outputs_plain(torch.randn(8).to_sparse(), ref)) == {"dynamic.output_not_plain_tensor"}
+    assert codes(dc.check_outputs_plain(torch.randn(8).to_sparse(), ref)) == {
+        "dynamic.output_not_plain_tensor"
+    }
     assert codes(dc.check_outputs_plain(torch.randn(8).half(), ref)) == {"dynamic.output_dtype_mismatch"}
-    assert codes(dc.check_outputs_plain(torch.empty(8, device="meta"), ref)) == {"dynamic.output_not_plain_tensor"}
+    assert codes(dc.check_outputs_plain(torch.empty(8, device="meta"), ref)) == {
+        "dynamic.output_not_plain_tensor"
+    }
 
 
 def test_aliasing_inputs_or_reference_outputs() -> None:
@@ -55,7 +61,9 @@ def test_aliasing_inputs_or_reference_outputs() -> None:
     assert dc.check_no_aliasing(fresh, [x], ref_out) == []
     assert codes(dc.check_no_aliasing(x, [x], ref_out)) == {"dynamic.output_aliases_input"}
     assert codes(dc.check_no_aliasing(x.view(4, 4)[1:], [x])) == {"dynamic.output_aliases_input"}
-    assert codes(dc.check_no_aliasing((fresh, ref_out[2:]), [x], ref_out)) == {"dynamic.output_aliases_reference"}
+    assert codes(dc.check_no_aliasing((fresh, ref_out[2:]), [x], ref_out)) == {
+        "dynamic.output_aliases_reference"
+    }
 
 
 def test_zero_and_constant_outputs_when_the_reference_varies() -> None:
@@ -84,28 +92,36 @@ def test_determinism() -> None:
     assert codes(dc.check_deterministic(a, b, atol=1e-2, rtol=1e-2)) == {"dynamic.nondeterministic"}
 
 
-@pytest.mark.parametrize(("name", "ident"), [
-    ("relu_kernel(float const*, float*, long)", "relu_kernel"),
-    ("void softmax_kernel<512>(float const*, float*, int)", "softmax_kernel"),
-    ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>(int, ...)",
-     "vectorized_elementwise_kernel"),
-    ("ns::inner::k2(int)", "k2"),
-])
+@pytest.mark.parametrize(
+    ("name", "ident"),
+    [
+        ("relu_kernel(float const*, float*, long)", "relu_kernel"),
+        ("void softmax_kernel<512>(float const*, float*, int)", "softmax_kernel"),
+        (
+            "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>(int, ...)",
+            "vectorized_elementwise_kernel",
+        ),
+        ("ns::inner::k2(int)", "k2"),
+    ],
+)
 def test_kernel_identifier(name: str, ident: str) -> None:
     assert dc.kernel_identifier(name) == ident
 
 
 def test_kernels_ran_decoy_and_torch_work() -> None:
     mine = dc.KernelRun("relu_kernel(float const*, float*, long)", 10.0)
-    fill = dc.KernelRun("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>()", 3.0)
+    fill = dc.KernelRun(
+        "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>()", 3.0
+    )
     gemm = dc.KernelRun("sm90_xmma_gemm_f32f32_tf32f32_f32_nn_n_tilesize128x128x32", 80.0)
     assert dc.check_kernels_ran([mine, fill], ["relu_kernel"]) == []
     decoy = dc.check_kernels_ran([gemm], ["relu_kernel"])
     assert codes(decoy) == {"dynamic.kernel_not_launched", "dynamic.torch_kernels_did_work"}
     mostly_torch = dc.check_kernels_ran([mine, gemm], ["relu_kernel"])
     assert codes(mostly_torch) == {"dynamic.torch_kernels_did_work"}
-    small_extra = dc.check_kernels_ran([dc.KernelRun("relu_kernel(x)", 90.0), dc.KernelRun("reduce_kernel<>", 5.0)],
-                                       ["relu_kernel"])
+    small_extra = dc.check_kernels_ran(
+        [dc.KernelRun("relu_kernel(x)", 90.0), dc.KernelRun("reduce_kernel<>", 5.0)], ["relu_kernel"]
+    )
     assert codes(small_extra) == set() and small_extra[0].severity is Severity.WARNING
 
 
@@ -117,7 +133,8 @@ def test_side_stream_arithmetic() -> None:
     # an honest kernel showed 0.009 ms on its stream and 0.665 ms until idle while nvcc filled the CPUs).
     assert dc.check_side_stream(event_ms=0.009, synced_wall_ms=0.665, baseline_gap_ms=0.6) == []
     assert codes(dc.check_side_stream(event_ms=0.02, synced_wall_ms=7.0, baseline_gap_ms=0.6)) == {
-        "dynamic.side_stream"}
+        "dynamic.side_stream"
+    }
 
 
 def test_thread_count_sees_a_new_thread() -> None:
@@ -147,6 +164,7 @@ def test_patched_timers_and_comparisons_are_detected(monkeypatch: pytest.MonkeyP
 
 
 # -- GPU ---------------------------------------------------------------------------------------------
+
 
 @pytest.mark.gpu
 def test_profiler_sees_torch_kernels_and_not_a_decoy() -> None:
@@ -179,6 +197,7 @@ def test_side_stream_work_is_measured() -> None:
 
 
 # -- the checks in the order the worker calls them, on CPU stand-ins for cheating candidates --------
+
 
 def _worker_sequence(candidate, reference=torch.relu, num_trials: int = 3) -> set[str]:
     """Mirror of worker.py's hooks: per-trial checks with the reference output alive, then the
@@ -251,12 +270,15 @@ def test_worker_sequence_sees_a_patched_timer(monkeypatch: pytest.MonkeyPatch) -
 def test_defined_kernel_names_skip_comments_and_launch_bounds() -> None:
     from cudice.verifier.static_cuda import defined_kernel_names
 
-    src = "// __global__ void fake(int) {}\n__global__ void relu_kernel(float* x) {}\ntemplate <int N>\n" \
-          "__global__ void __launch_bounds__(256) tiled(float* y) {}\n"
+    src = (
+        "// __global__ void fake(int) {}\n__global__ void relu_kernel(float* x) {}\ntemplate <int N>\n"
+        "__global__ void __launch_bounds__(256) tiled(float* y) {}\n"
+    )
     assert defined_kernel_names([src, src]) == ["relu_kernel", "tiled"]
 
 
 # -- GPU: the dynamic corpus is caught, the honest kernels pass (the real pool and worker) ---------------
+
 
 @pytest.mark.gpu
 @pytest.mark.slow
@@ -274,10 +296,18 @@ def test_dynamic_corpus_is_caught_and_honest_kernels_are_correct() -> None:
     for c in honest:
         r = results[c.name]
         if r.verdict.value != "correct":
-            false_alarms.append((c.name, r.verdict.value, [(d.code, d.message) for d in r.diagnostics],
-                                 (r.error or "")[-500:]))
-    print(f"dynamic detection {len(dynamic) - len(missed)}/{len(dynamic)}, "
-          f"honest false positives {len(false_alarms)}/{len(honest)}")
+            false_alarms.append(
+                (
+                    c.name,
+                    r.verdict.value,
+                    [(d.code, d.message) for d in r.diagnostics],
+                    (r.error or "")[-500:],
+                )
+            )
+    print(
+        f"dynamic detection {len(dynamic) - len(missed)}/{len(dynamic)}, "
+        f"honest false positives {len(false_alarms)}/{len(honest)}"
+    )
     assert not missed, missed
     assert not false_alarms, false_alarms
 
@@ -288,7 +318,9 @@ def test_side_streams_from_gpu_side_records() -> None:
     hidden = dc.KernelRun("void relu_kernel(float const*)", 50.0, stream=13)
     assert dc.check_streams([mine, mine], current_stream=7) == []
     assert codes(dc.check_streams([mine, hidden], current_stream=7)) == {"dynamic.side_stream"}
-    assert dc.check_streams([mine, dc.KernelRun("k", 1.0)], current_stream=7) == []  # unknown stream: no evidence
+    assert (
+        dc.check_streams([mine, dc.KernelRun("k", 1.0)], current_stream=7) == []
+    )  # unknown stream: no evidence
     assert dc.check_streams([hidden], current_stream=-1) == []  # no marker: no verdict either way
 
 
@@ -296,8 +328,14 @@ def test_any_torch_compute_is_an_error_under_the_default_policy() -> None:
     """A spin kernel of one's own padding the GPU time keeps ATen under 50 %: only `lenient` allows that."""
     gemm = dc.KernelRun("ampere_sgemm_128x64_nn", 10.0)
     spin = dc.KernelRun("void pad_spin_kernel(float*, long long)", 90.0)
-    fill = dc.KernelRun("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>", 5.0)
-    assert codes(dc.check_kernels_ran([spin, gemm], ["pad_spin_kernel"], 0.0)) == {"dynamic.torch_kernels_did_work"}
+    fill = dc.KernelRun(
+        "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>", 5.0
+    )
+    assert codes(dc.check_kernels_ran([spin, gemm], ["pad_spin_kernel"], 0.0)) == {
+        "dynamic.torch_kernels_did_work"
+    }
     lenient = dc.check_kernels_ran([spin, gemm], ["pad_spin_kernel"], 0.5)
-    assert codes(lenient) == set() and {d.code for d in lenient} == {"dynamic.torch_kernels_did_work"}  # a warning
+    assert codes(lenient) == set() and {d.code for d in lenient} == {
+        "dynamic.torch_kernels_did_work"
+    }  # a warning
     assert dc.check_kernels_ran([spin, fill], ["pad_spin_kernel"], 0.0) == []  # fills are glue

@@ -42,8 +42,10 @@ def test_overlay_is_content_addressed_atomic_and_writes_only_missing_standins(tm
     (real / "cublas_v2.h").write_text("// the real one\n")
     flags = f"-isystem {real} -std=c++20"
     roots: list[Overlay] = []
-    threads = [threading.Thread(target=lambda: roots.append(ensure_overlay(tmp_path / "cache", flags)))
-               for _ in range(4)]
+    threads = [
+        threading.Thread(target=lambda: roots.append(ensure_overlay(tmp_path / "cache", flags)))
+        for _ in range(4)
+    ]
     for th in threads:
         th.start()
     for th in threads:
@@ -54,7 +56,9 @@ def test_overlay_is_content_addressed_atomic_and_writes_only_missing_standins(tm
     assert [p.name for p in overlay.root.parent.iterdir() if p.name.startswith(".tmp-")] == []
     assert "cublas_v2.h" not in overlay.standins_used and not (overlay.standins / "cublas_v2.h").exists()
     assert "cusparse.h" in overlay.standins_used and (overlay.standins / "cusparse.h").is_file()
-    assert (overlay.device / "torch" / "extension.h").is_file() and (overlay.host / "torch" / "types.h").is_file()
+    assert (overlay.device / "torch" / "extension.h").is_file() and (
+        overlay.host / "torch" / "types.h"
+    ).is_file()
     # a machine that has every header gets no stand-in at all, in another folder
     for h in STANDINS:
         (real / h).parent.mkdir(parents=True, exist_ok=True)
@@ -89,16 +93,34 @@ def test_slim_blocker_sends_risky_lookups_to_the_full_build() -> None:
     assert slim_blocker([plain], OPS) is None
     assert "using namespace" in (slim_blocker(["using namespace torch;\n" + plain], OPS) or "")
     # a user function named like an ATen op and called unqualified: ADL would also find at::relu
-    adl = ("torch::Tensor relu(torch::Tensor x) { return x; }\n"
-           "torch::Tensor twice(torch::Tensor x) { return relu(relu(x)); }")
+    adl = (
+        "torch::Tensor relu(torch::Tensor x) { return x; }\n"
+        "torch::Tensor twice(torch::Tensor x) { return relu(relu(x)); }"
+    )
     assert "relu" in (slim_blocker([adl], OPS) or "")
     # defined but only called qualified, or not an ATen name: no hazard
     assert slim_blocker(["torch::Tensor relu(torch::Tensor x) { return x; }\nauto y = ::relu;"], OPS) is None
-    assert slim_blocker(["__device__ float mish(float v) { return v; }\n__global__ void k(float* x) "
-                         "{ x[0] = mish(mish(x[0])); }"], OPS) is None
+    assert (
+        slim_blocker(
+            [
+                "__device__ float mish(float v) { return v; }\n__global__ void k(float* x) "
+                "{ x[0] = mish(mish(x[0])); }"
+            ],
+            OPS,
+        )
+        is None
+    )
     # the common device helper named like an op, on scalars: argument-dependent lookup adds nothing
-    assert slim_blocker(["__device__ float relu(float v) { return v > 0 ? v : 0; }\n"
-                         "__global__ void k(float* x) { x[0] = relu(x[0]); }"], OPS) is None
+    assert (
+        slim_blocker(
+            [
+                "__device__ float relu(float v) { return v > 0 ? v : 0; }\n"
+                "__global__ void k(float* x) { x[0] = relu(x[0]); }"
+            ],
+            OPS,
+        )
+        is None
+    )
 
 
 def test_undecidable_only_when_a_standin_gap_is_named(tmp_path: Path) -> None:
@@ -119,8 +141,16 @@ def test_unknown_build_mode_is_refused(tmp_path: Path) -> None:
 
 
 def _key(build: BuildResult) -> tuple[bool, set[tuple[object, ...]]]:
-    return build.ok, {(d.severity, d.code, d.message, d.location.line if d.location else None,
-                       d.location.column if d.location else None) for d in build.diagnostics}
+    return build.ok, {
+        (
+            d.severity,
+            d.code,
+            d.message,
+            d.location.line if d.location else None,
+            d.location.column if d.location else None,
+        )
+        for d in build.diagnostics
+    }
 
 
 def _build(text: str, name: str, config: VerifyConfig, mode: str) -> BuildResult:
@@ -150,7 +180,9 @@ def test_default_build_equals_full_build(example: str, session_config: VerifyCon
         assert auto.build_path == "cabi-fast"  # compiled by the slim headers alone
     else:
         assert auto.build_path == "cabi-fallback"  # errors come from the full build
-        assert any(d.severity is Severity.ERROR and d.location and d.location.line == 14 for d in auto.diagnostics)
+        assert any(
+            d.severity is Severity.ERROR and d.location and d.location.line == 14 for d in auto.diagnostics
+        )
 
 
 FALLBACK = '''
@@ -187,7 +219,9 @@ class ModelNew(nn.Module):
 '''
 
 
-GPU_FALLBACK = FALLBACK.replace("import torch.nn as nn\n", '''import torch.nn as nn
+GPU_FALLBACK = FALLBACK.replace(
+    "import torch.nn as nn\n",
+    """import torch.nn as nn
 
 
 class Model(nn.Module):
@@ -201,7 +235,9 @@ def get_inputs():
 
 def get_init_inputs():
     return []
-''', 1)
+""",
+    1,
+)
 
 
 @needs_nvcc
@@ -216,19 +252,27 @@ def test_a_name_the_slim_headers_lack_falls_back_and_compiles(session_config: Ve
     assert not any(d.severity is Severity.ERROR for d in auto.diagnostics)
 
 
-CUBLAS = GPU_FALLBACK.replace("""TORCH_CHECK(at::get_num_threads() > 0, "no intra-op threads");
-    return y;""", """float one = 1.0f, zero = 0.0f;
+CUBLAS = (
+    GPU_FALLBACK.replace(
+        """TORCH_CHECK(at::get_num_threads() > 0, "no intra-op threads");
+    return y;""",
+        """float one = 1.0f, zero = 0.0f;
     auto out = torch::empty_like(y);
     cublasSgemm(at::cuda::getCurrentCUDABlasHandle(), CUBLAS_OP_N, CUBLAS_OP_N, n, 1, 1, &one,
                 y.data_ptr<float>(), n, y.data_ptr<float>(), 1, &zero, out.data_ptr<float>(), n);
-    return out;""").replace("fallback_ext", "cublas_ext").replace("#include <c10/cuda/CUDAGuard.h>",
-                                                                 "#include <c10/cuda/CUDAGuard.h>\n#include <cublas_v2.h>")
+    return out;""",
+    )
+    .replace("fallback_ext", "cublas_ext")
+    .replace("#include <c10/cuda/CUDAGuard.h>", "#include <c10/cuda/CUDAGuard.h>\n#include <cublas_v2.h>")
+)
 
 
 @needs_nvcc
 @pytest.mark.slow
 @BUILD_TIMEOUT
-def test_cpu_only_cuda_headers_never_give_a_false_compile_error(tmp_path: Path, session_config: VerifyConfig) -> None:
+def test_cpu_only_cuda_headers_never_give_a_false_compile_error(
+    tmp_path: Path, session_config: VerifyConfig
+) -> None:
     """ATen/cuda + c10/cuda includes compile; a cuBLAS call the stand-ins lack is `checked`, not an error."""
     overlay = ensure_overlay(session_config.cache_dir, _torch_flags(session_config))
     path = tmp_path / "uses_cublas.py"
@@ -269,13 +313,26 @@ def test_gpu_slim_and_fallback_builds_give_correct_verdicts(tmp_path: Path) -> N
     paths[-1].write_text(GPU_FALLBACK)
     with VerifyPool(config) as pool:
         # the fallback's at::get_num_threads() is host glue the default policy rejects as an ATen call
-        futures = [pool.submit(p, key=str(p), config=config.with_(static_policy="lenient") if p.name == "fallback.py" else None) for p in paths]
+        futures = [
+            pool.submit(
+                p,
+                key=str(p),
+                config=config.with_(static_policy="lenient") if p.name == "fallback.py" else None,
+            )
+            for p in paths
+        ]
         results = [f.result() for f in futures]
-    wrong = {p.name: (r.verdict.value, [d.message[:200] for d in r.diagnostics if d.severity is Severity.ERROR])
-             for p, r in zip(paths, results, strict=True) if r.verdict is not Verdict.CORRECT}
+    wrong = {
+        p.name: (r.verdict.value, [d.message[:200] for d in r.diagnostics if d.severity is Severity.ERROR])
+        for p, r in zip(paths, results, strict=True)
+        if r.verdict is not Verdict.CORRECT
+    }
     assert not wrong
-    slim_only = [r for r in results[:-1] if "compile.slim.cuda.cu" in r.stage_wall_s
-                 and "compile.cuda.cu" not in r.stage_wall_s]
+    slim_only = [
+        r
+        for r in results[:-1]
+        if "compile.slim.cuda.cu" in r.stage_wall_s and "compile.cuda.cu" not in r.stage_wall_s
+    ]
     assert len(slim_only) == len(results) - 1  # the templates need nothing the slim set lacks
     assert "compile.cuda.cu" in results[-1].stage_wall_s  # the fallback rebuilt cuda.cu with full headers
 
@@ -295,17 +352,20 @@ def _corpus_modules() -> list[tuple[str, str]]:
     return out
 
 
-
 MANY_CORES = (__import__("os").cpu_count() or 1) >= 8
 
 
 @needs_nvcc
 @pytest.mark.slow
-@pytest.mark.skipif(not MANY_CORES, reason="two builds per corpus candidate (112): needs >= 8 cores, e.g. with "
-                    "pytest -n 8 on the GPU box; the two-candidate subset above runs everywhere")
+@pytest.mark.skipif(
+    not MANY_CORES,
+    reason="two builds per corpus candidate (112): needs >= 8 cores, e.g. with "
+    "pytest -n 8 on the GPU box; the two-candidate subset above runs everywhere",
+)
 @pytest.mark.parametrize("item", _corpus_modules() if MANY_CORES else [], ids=lambda item: item[0])
-def test_every_corpus_candidate_builds_the_same_fast_and_full(item: tuple[str, str],
-                                                              session_config: VerifyConfig) -> None:
+def test_every_corpus_candidate_builds_the_same_fast_and_full(
+    item: tuple[str, str], session_config: VerifyConfig
+) -> None:
     name, text = item
     full, auto = _build(text, name, session_config, "full"), _build(text, name, session_config, "auto")
     assert _key(auto) == _key(full), (auto.build_path, auto.output[-1500:], full.output[-1500:])

@@ -36,20 +36,27 @@ def error_lines(diags: object) -> set[int]:
     return {d.location.line for d in diags if d.severity is Severity.ERROR and d.location}  # type: ignore[attr-defined]
 
 
-def test_relu_broken_fast_error_on_line_14_and_fast_after_an_edit(checker: FastChecker, examples_dir: Path) -> None:
+def test_relu_broken_fast_error_on_line_14_and_fast_after_an_edit(
+    checker: FastChecker, examples_dir: Path
+) -> None:
     path = examples_dir / "relu_broken.py"
     text = path.read_text()
     first = quick_check(path, text, checker)
     assert first.verdict is Verdict.COMPILE_ERROR
     (err,) = [d for d in first.diagnostics if d.severity is Severity.ERROR]
-    assert err.code == "fast.error" and err.location is not None and (err.location.line, err.location.column) == (14, 18)
+    assert (
+        err.code == "fast.error"
+        and err.location is not None
+        and (err.location.line, err.location.column) == (14, 18)
+    )
     walls = []
     for name in ("ww", "www"):  # edits inside the kernel keep the preamble
         t0 = time.perf_counter()
         again = quick_check(path, text.replace("vv >", f"{name} >"), checker)
         walls.append(time.perf_counter() - t0)
         assert [d.message for d in again.diagnostics if d.severity is Severity.ERROR] == [
-            f"Use of undeclared identifier '{name}'"]
+            f"Use of undeclared identifier '{name}'"
+        ]
     print(f"fast re-check after edit: {[round(w, 3) for w in walls]} s")
     assert min(walls) < 5.0  # ≈0.2–0.6 s on an idle 2-core box; generous for a loaded CI machine
     fixed = quick_check(path, text.replace("vv >", "x[i] >"), checker)
@@ -64,8 +71,9 @@ def test_correct_example_has_no_fast_errors(checker: FastChecker, examples_dir: 
 
 
 @needs_nvcc
-def test_every_fast_error_is_a_full_build_error(checker: FastChecker, data_dir: Path, examples_dir: Path,
-                                                session_config: VerifyConfig) -> None:
+def test_every_fast_error_is_a_full_build_error(
+    checker: FastChecker, data_dir: Path, examples_dir: Path, session_config: VerifyConfig
+) -> None:
     missed_total = full_total = 0
     for path in (data_dir / "broken_multi.py", examples_dir / "relu_broken.py"):
         doc = read_document(path)
@@ -76,15 +84,19 @@ def test_every_fast_error_is_a_full_build_error(checker: FastChecker, data_dir: 
         assert fast <= full, f"{path.name}: fast-only error lines {sorted(fast - full)}"
         missed_total += len(full - fast)
         full_total += len(full)
-        print(f"{path.name}: full-build error lines {sorted(full)}, fast {sorted(fast)}, missed {sorted(full - fast)}")
+        print(
+            f"{path.name}: full-build error lines {sorted(full)}, fast {sorted(fast)}, missed {sorted(full - fast)}"
+        )
     print(f"fast path missed {missed_total} of {full_total} full-build error lines")
 
 
 def test_unmappable_source_points_at_the_call(checker: FastChecker) -> None:
-    text = ("from torch.utils.cpp_extension import load_inline\n"
-            "body = 'int y = undefined_thing;'\n"
-            "m = load_inline(name='dyn', cpp_sources=f'int f() {{ {body} return 0; }}', functions=['f'])\n"
-            "class ModelNew: pass\nclass Model: pass\ndef get_inputs(): return []\n")
+    text = (
+        "from torch.utils.cpp_extension import load_inline\n"
+        "body = 'int y = undefined_thing;'\n"
+        "m = load_inline(name='dyn', cpp_sources=f'int f() {{ {body} return 0; }}', functions=['f'])\n"
+        "class ModelNew: pass\nclass Model: pass\ndef get_inputs(): return []\n"
+    )
     doc = parse_document(text, "dyn.py")
     assert from_call(doc, doc.load_inline_calls[0]) is None  # dynamic: not built before run time
     infos = [d for d in doc.problems if d.code == "parse.unmappable_source"]

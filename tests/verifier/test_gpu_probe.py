@@ -31,14 +31,22 @@ TWO = "GPU 0: NVIDIA H200 (UUID: GPU-a)\nGPU 1: NVIDIA H200 (UUID: GPU-b)\n"
 
 def test_nvidia_smi_counts_the_gpus_it_lists(tmp_path: Path) -> None:
     calls: list[list[str]] = []
-    found = probe_hardware(ON_PATH, smi(TWO + "  MIG 1g.18gb Device 0: (UUID: MIG-c)\n", calls=calls), str(tmp_path))
+    found = probe_hardware(
+        ON_PATH, smi(TWO + "  MIG 1g.18gb Device 0: (UUID: MIG-c)\n", calls=calls), str(tmp_path)
+    )
     assert found == GpuProbe(2, None, "nvidia-smi") and found.is_usable
     assert calls == [["/usr/bin/nvidia-smi", "-L"]]
 
 
 def test_a_failing_driver_says_exit_status_and_message(tmp_path: Path) -> None:
-    found = probe_hardware(ON_PATH, smi(returncode=9, stderr="NVIDIA-SMI has failed because it couldn't "
-                                        "communicate with the NVIDIA driver.\nmore\n"), str(tmp_path))
+    found = probe_hardware(
+        ON_PATH,
+        smi(
+            returncode=9,
+            stderr="NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\nmore\n",
+        ),
+        str(tmp_path),
+    )
     assert found.num_gpus == 0 and not found.is_usable and found.reason is not None
     assert "exit 9: NVIDIA-SMI has failed because it couldn't communicate" in found.reason
     assert "compiled but not run" in found.reason and "CUDICE_GPU=1" in found.reason
@@ -82,12 +90,23 @@ def hardware(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[GpuProbe]]:
     gpu_probe.forget()
 
 
-@pytest.mark.parametrize(("env", "hw", "expected"), [
-    (None, 3, 3), (None, 0, 0), ("1", 0, 1), ("1", 3, 3), ("0", 3, 0), ("0", 0, 0),
-])
-def test_cudice_gpu_overrides_the_hardware(hardware: list[GpuProbe], monkeypatch: pytest.MonkeyPatch,
-                                           env: str | None, hw: int, expected: int) -> None:
-    hardware[0] = GpuProbe(hw, None if hw else "no NVIDIA GPU on this machine", "nvidia-smi" if hw else "none")
+@pytest.mark.parametrize(
+    ("env", "hw", "expected"),
+    [
+        (None, 3, 3),
+        (None, 0, 0),
+        ("1", 0, 1),
+        ("1", 3, 3),
+        ("0", 3, 0),
+        ("0", 0, 0),
+    ],
+)
+def test_cudice_gpu_overrides_the_hardware(
+    hardware: list[GpuProbe], monkeypatch: pytest.MonkeyPatch, env: str | None, hw: int, expected: int
+) -> None:
+    hardware[0] = GpuProbe(
+        hw, None if hw else "no NVIDIA GPU on this machine", "nvidia-smi" if hw else "none"
+    )
     if env is not None:
         monkeypatch.setenv("CUDICE_GPU", env)
     found = gpu_probe.probe()
@@ -100,7 +119,8 @@ def test_cudice_gpu_overrides_the_hardware(hardware: list[GpuProbe], monkeypatch
 
 
 def test_an_unknown_value_is_warned_about_once_and_the_hardware_decides(
-        hardware: list[GpuProbe], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    hardware: list[GpuProbe], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     monkeypatch.setenv("CUDICE_GPU", "no-thanks")
     with caplog.at_level(logging.WARNING, logger="cudice.verifier.gpu_probe"):
         assert gpu_probe.count_gpus() == 3 and gpu_probe.count_gpus() == 3
@@ -108,7 +128,9 @@ def test_an_unknown_value_is_warned_about_once_and_the_hardware_decides(
     assert len(warned) == 1 and "neither 0 nor 1" in warned[0] and "CUDICE_GPU=0" in warned[0]
 
 
-def test_the_hardware_probe_runs_once_per_process_even_from_many_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_hardware_probe_runs_once_per_process_even_from_many_threads(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     runs: list[int] = []
     release = threading.Event()
 
@@ -141,7 +163,12 @@ def test_on_a_gpu_machine_the_probe_counts_what_torch_counts() -> None:
     if os.environ.get("CUDA_VISIBLE_DEVICES") is not None:
         pytest.skip("CUDA_VISIBLE_DEVICES hides GPUs from torch that nvidia-smi still lists")
     found = probe_hardware()
-    out = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.device_count())"],
-                         capture_output=True, text=True, timeout=300, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", "import torch; print(torch.cuda.device_count())"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
     assert found.source == "nvidia-smi" and found.reason is None
     assert found.num_gpus == int(out.stdout.strip()) >= 1

@@ -33,8 +33,9 @@ def _child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return {"PYTHONPATH": path, **(extra or {})}
 
 
-def _through_sandbox(case: Case, *, timeout_s: float = 60.0, env: dict[str, str] | None = None,
-                     max_file_mib: int = 1024) -> tuple[VerifyResult, ChildOutcome]:
+def _through_sandbox(
+    case: Case, *, timeout_s: float = 60.0, env: dict[str, str] | None = None, max_file_mib: int = 1024
+) -> tuple[VerifyResult, ChildOutcome]:
     doc = read_document(case.path)
     ref = resolve_reference(doc).document
     assert ref is not None
@@ -42,8 +43,9 @@ def _through_sandbox(case: Case, *, timeout_s: float = 60.0, env: dict[str, str]
     outcomes: list[ChildOutcome] = []
 
     def child(job: dict, **kw: object) -> ChildOutcome:
-        outcome = run_in_child(job, module="sandbox_stand_in", env=_child_env(env), max_file_mib=max_file_mib,
-                               **kw)  # type: ignore[arg-type]
+        outcome = run_in_child(
+            job, module="sandbox_stand_in", env=_child_env(env), max_file_mib=max_file_mib, **kw
+        )  # type: ignore[arg-type]
         outcomes.append(outcome)
         return outcome
 
@@ -62,12 +64,16 @@ def test_hostile_candidate_gets_its_verdict_in_time(case: Case) -> None:
     result, _ = _through_sandbox(case, timeout_s=timeout_s)
     assert result.verdict.value in _expected(case), (result.verdict, result.error)
     assert time.monotonic() - t0 < timeout_s + 15
-    assert result.diagnostics and all(d.location is not None for d in result.diagnostics if d.code.startswith("runtime"))
+    assert result.diagnostics and all(
+        d.location is not None for d in result.diagnostics if d.code.startswith("runtime")
+    )
 
 
 def test_sandbox_serves_a_good_candidate_after_the_hostile_corpus() -> None:
-    verdicts = {c.name: _through_sandbox(c, timeout_s=3.0 if "timeout" in c.verdict else 60.0)[0].verdict
-                for c in AT_IMPORT}
+    verdicts = {
+        c.name: _through_sandbox(c, timeout_s=3.0 if "timeout" in c.verdict else 60.0)[0].verdict
+        for c in AT_IMPORT
+    }
     assert all(v.value in _expected(c) for c, v in zip(AT_IMPORT, verdicts.values(), strict=True)), verdicts
     result, outcome = _through_sandbox(HONEST)
     assert result.verdict is Verdict.COMPILED and outcome.returncode == 0, result.error
@@ -131,12 +137,15 @@ def test_home_is_the_sandbox_and_secrets_are_not_inherited(monkeypatch: pytest.M
     finally:
         outside.unlink(missing_ok=True)  # `../` escapes the work dir: a documented gap (docs/anticheat.md §4)
     job = {"candidate_source": "import os\nprint(sorted(os.environ))\n", "candidate_path": "env.py"}
-    outcome = run_in_child(job, timeout_s=60, memory_limit_mib=2048, module="sandbox_stand_in", env=_child_env())
+    outcome = run_in_child(
+        job, timeout_s=60, memory_limit_mib=2048, module="sandbox_stand_in", env=_child_env()
+    )
     assert outcome.returncode == 0 and "PATH" in outcome.stdout_tail
     assert "CUDICE_TEST_SECRET_TOKEN" not in outcome.stdout_tail
 
 
 # -- GPU: the real pool through the whole hostile corpus, then a good kernel ----------------------------
+
 
 @pytest.mark.gpu
 @pytest.mark.slow
@@ -145,11 +154,16 @@ def test_pool_survives_the_hostile_corpus_and_then_verifies_a_good_kernel() -> N
 
     results = gpu_corpus_results()  # one pool for the dynamic, honest and hostile corpus
     cases = load_corpus("hostile")
-    bad = {c.name: (results[c.name].verdict.value, (results[c.name].error or "")[-200:]) for c in cases
-           if results[c.name].verdict.value not in c.verdict.split("|")}
+    bad = {
+        c.name: (results[c.name].verdict.value, (results[c.name].error or "")[-200:])
+        for c in cases
+        if results[c.name].verdict.value not in c.verdict.split("|")
+    }
     good = results["good_after_hostile"]
-    print(f"hostile corpus: {len(cases) - len(bad)}/{len(cases)} expected typed verdicts "
-          f"(whole corpus {results['wall_s']:.0f} s); good kernel afterwards: {good.verdict.value}")
+    print(
+        f"hostile corpus: {len(cases) - len(bad)}/{len(cases)} expected typed verdicts "
+        f"(whole corpus {results['wall_s']:.0f} s); good kernel afterwards: {good.verdict.value}"
+    )
     assert not bad, bad
     assert good.verdict is Verdict.CORRECT, (good.verdict, good.error, [d.message for d in good.diagnostics])
 
@@ -179,7 +193,9 @@ def test_gpu_corpus_plumbing_with_a_fake_pool(monkeypatch: pytest.MonkeyPatch, t
             order.append(key)
             fut: Future[VerifyResult] = Future()
             cfg = config or self.config
-            fut.set_result(VerifyResult(Verdict.CORRECT, api.Stage.TIMING, str(path), error=f"timeout={cfg.timeout_s}"))
+            fut.set_result(
+                VerifyResult(Verdict.CORRECT, api.Stage.TIMING, str(path), error=f"timeout={cfg.timeout_s}")
+            )
             return fut
 
     monkeypatch.setattr(pool_mod, "VerifyPool", FakePool)
@@ -188,6 +204,8 @@ def test_gpu_corpus_plumbing_with_a_fake_pool(monkeypatch: pytest.MonkeyPatch, t
     results = manifest.gpu_corpus_results.__wrapped__()
     cases = load_corpus("dynamic", "honest", "hostile")
     assert order == [c.name for c in cases] + ["good_after_hostile"]
-    assert all(results[c.name].error == ("timeout=15.0" if c.kind == "hostile" else "timeout=120.0") for c in cases)
+    assert all(
+        results[c.name].error == ("timeout=15.0" if c.kind == "hostile" else "timeout=120.0") for c in cases
+    )
     rows = [json.loads(line) for line in report.read_text().splitlines()]
     assert len(rows) == len(cases) + 1 and rows[-1]["case"] == "good_after_hostile"

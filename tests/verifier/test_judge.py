@@ -40,8 +40,14 @@ def judge_case(case: Case, cache_dir: Path, *, device: str = "cpu") -> tuple[Ver
     doc = read_document(case.path)
     ref = resolve_reference(doc).document
     assert ref is not None
-    config = VerifyConfig(cache_dir=cache_dir, timeout_s=600, num_trials=5, timing_num_trials=6,
-                          timing_warmup_ms=5.0, l2_flush_mib=0 if device == "cpu" else 256)
+    config = VerifyConfig(
+        cache_dir=cache_dir,
+        timeout_s=600,
+        num_trials=5,
+        timing_num_trials=6,
+        timing_warmup_ms=5.0,
+        l2_flush_mib=0 if device == "cpu" else 256,
+    )
     outcomes: list[ChildOutcome] = []
 
     def child(job: dict[str, Any], **kw: Any) -> ChildOutcome:
@@ -85,8 +91,16 @@ def test_runtime_case_gets_its_verdict(case: Case, corpus_results: dict[str, Any
 
 
 def test_no_claimed_verdict_and_no_forged_record_reaches_the_parent(corpus_results: dict[str, Any]) -> None:
-    forged = [name for name in ("adv_rt_forge_cmdline", "adv_rt_atexit_forge", "adv_rt_raise_stop_correct",
-                                "adv_rt_patch_compare") if corpus_results[name][0].verdict is Verdict.CORRECT]
+    forged = [
+        name
+        for name in (
+            "adv_rt_forge_cmdline",
+            "adv_rt_atexit_forge",
+            "adv_rt_raise_stop_correct",
+            "adv_rt_patch_compare",
+        )
+        if corpus_results[name][0].verdict is Verdict.CORRECT
+    ]
     assert forged == []
     result, _ = corpus_results["adv_rt_forge_cmdline"]
     assert result.speedup is None  # the forged record carried speedup 3.0
@@ -96,8 +110,12 @@ def test_nothing_is_left_behind(corpus_results: dict[str, Any]) -> None:
     cache, _ = corpus_results["__cache__"]
     dirs = [Path(p) for p in {*site.getsitepackages(), *(p for p in sys.path if p.endswith("site-packages"))}]
     dirs += [cache, cache / "objects", Path.home(), Path("/tmp"), Path("/var/tmp"), Path("/dev/shm")]
-    left = [str(d / name) for d in dirs for name in (f"{DAMAGE_MARK}.pth", f"objects/{DAMAGE_MARK}.o")
-            if (d / name).exists()]
+    left = [
+        str(d / name)
+        for d in dirs
+        for name in (f"{DAMAGE_MARK}.pth", f"objects/{DAMAGE_MARK}.o")
+        if (d / name).exists()
+    ]
     assert left == []
     deadline = time.monotonic() + 30
     while _survivors() and time.monotonic() < deadline:
@@ -125,6 +143,7 @@ def test_honest_stand_in_is_timed_by_the_judge(corpus_results: dict[str, Any]) -
 
 
 # -- GPU: the same corpus with real kernels, twelve judges at once on the GPU ------------------------------
+
 
 @pytest.fixture(scope="module")
 def gpu_results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[VerifyResult, ChildOutcome]]:

@@ -31,8 +31,9 @@ __global__ void twice(const float* x, float* y, int n) {
 void launch(const float* x, float* y, int n) { twice<<<(n + 255) / 256, 256>>>(x, y, n); }
 """
 HOST_ERROR = GOOD.replace("void launch(", "void launch(int unused\n")  # broken declaration
-DEVICE_ERROR = GOOD.replace("y[i] = 2.0f * x[i];", "y[i] = 2.0f * x[i]; printf(\"%d\", host_only());") \
-    .replace("#include <cstdio>", "#include <cstdio>\nint host_only() { return 1; }")
+DEVICE_ERROR = GOOD.replace("y[i] = 2.0f * x[i];", 'y[i] = 2.0f * x[i]; printf("%d", host_only());').replace(
+    "#include <cstdio>", "#include <cstdio>\nint host_only() { return 1; }"
+)
 WARNING = GOOD.replace("int i =", "int unused_but_set = 3; int i =")
 
 
@@ -42,18 +43,35 @@ def _nvcc() -> str:
 
 
 def _cmd(src: Path, obj: Path, *extra: str) -> list[str]:
-    return [_nvcc(), "-gencode=arch=compute_90,code=sm_90", "--compiler-options", "-fPIC", *extra,
-            "-c", str(src), "-o", str(obj)]
+    return [
+        _nvcc(),
+        "-gencode=arch=compute_90,code=sm_90",
+        "--compiler-options",
+        "-fPIC",
+        *extra,
+        "-c",
+        str(src),
+        "-o",
+        str(obj),
+    ]
 
 
 def _both(tmp_path: Path, text: str, *extra: str) -> tuple[tuple[int, str], tuple[int, str], nvcc_split.Plan]:
     src = tmp_path / "k.cu"
     src.write_text(text)
     (tmp_path / "kept").mkdir()
-    plain = run_process(_cmd(src, tmp_path / "plain.o", "--keep", "--keep-dir", str(tmp_path / "kept"), *extra), 600,
-                        None, tmp_path)
-    p = nvcc_split.plan(_cmd(src, tmp_path / "split.o", *extra), tmp_path / "steps", "0123456789abcdef",
-                        nvcc_split.environment())
+    plain = run_process(
+        _cmd(src, tmp_path / "plain.o", "--keep", "--keep-dir", str(tmp_path / "kept"), *extra),
+        600,
+        None,
+        tmp_path,
+    )
+    p = nvcc_split.plan(
+        _cmd(src, tmp_path / "split.o", *extra),
+        tmp_path / "steps",
+        "0123456789abcdef",
+        nvcc_split.environment(),
+    )
     assert p is not None
     split = nvcc_split.run(p, 600, None, tmp_path)
     return (plain[0], plain[1]), (split[0], split[1]), p
@@ -63,11 +81,15 @@ def test_the_object_is_nvccs(tmp_path: Path) -> None:
     (rc_plain, out_plain), (rc_split, out_split), p = _both(tmp_path, GOOD)
     assert rc_plain == 0 and rc_split == 0 and out_plain == out_split == ""
     assert (tmp_path / "plain.o").read_bytes() == (tmp_path / "split.o").read_bytes()
-    assert (tmp_path / "kept" / "k.module_id").read_text() != p.module_id  # nvcc drew its own id; it is not kept
+    assert (
+        tmp_path / "kept" / "k.module_id"
+    ).read_text() != p.module_id  # nvcc drew its own id; it is not kept
     assert not p.keep_dir.exists()  # the intermediates are gone
 
 
-@pytest.mark.parametrize("text", [HOST_ERROR, DEVICE_ERROR, WARNING], ids=["host_error", "device_error", "warning"])
+@pytest.mark.parametrize(
+    "text", [HOST_ERROR, DEVICE_ERROR, WARNING], ids=["host_error", "device_error", "warning"]
+)
 def test_messages_and_failure_are_nvccs(tmp_path: Path, text: str) -> None:
     (rc_plain, out_plain), (rc_split, out_split), _ = _both(tmp_path, text)
     assert (rc_plain == 0) == (rc_split == 0)
@@ -81,8 +103,12 @@ def test_messages_and_failure_are_nvccs(tmp_path: Path, text: str) -> None:
 def test_shapes_it_does_not_know_are_left_to_nvcc(tmp_path: Path, extra: tuple[str, ...]) -> None:
     src = tmp_path / "k.cu"
     src.write_text(GOOD)
-    assert nvcc_split.plan(_cmd(src, tmp_path / "k.o", *extra), tmp_path / "steps", "0" * 16,
-                           nvcc_split.environment()) is None
+    assert (
+        nvcc_split.plan(
+            _cmd(src, tmp_path / "k.o", *extra), tmp_path / "steps", "0" * 16, nvcc_split.environment()
+        )
+        is None
+    )
 
 
 def test_a_cancel_stops_the_steps(tmp_path: Path) -> None:

@@ -24,8 +24,13 @@ def test_nvrtc_errors_equal_nvcc_errors(tmp_path: Path) -> None:
     doc = read_document(cu)
     fast = quick_check(cu, BROKEN)
     full = build_raw_cu(doc, VerifyConfig(cache_dir=tmp_path / "c"))
+
     def key(diags: object) -> set[tuple[int, int]]:
         return {(d.location.line, d.location.column) for d in diags if d.severity is Severity.ERROR}  # type: ignore[attr-defined]
+
     assert fast.verdict is Verdict.COMPILE_ERROR
     assert key(fast.diagnostics) == key(full.diagnostics) == {(2, 9), (3, 10)}
-    assert quick_check(cu, 'extern "C" __global__ void k(float* x) { x[0] = 1.0f; }\n').verdict is Verdict.CHECKED
+    assert (
+        quick_check(cu, 'extern "C" __global__ void k(float* x) { x[0] = 1.0f; }\n').verdict
+        is Verdict.CHECKED
+    )

@@ -25,7 +25,9 @@ def test_pool_serves_many_jobs_and_survives_bad_ones(tmp_path: Path) -> None:
 @needs_nvcc
 def test_resubmitting_a_key_cancels_the_running_build(tmp_path: Path, examples_dir: Path) -> None:
     src = (examples_dir / "relu_cuda.py").read_text().replace("relu_kernel", "relu_kernel_pool_test")
-    with VerifyPool(VerifyConfig(cache_dir=tmp_path, compile_only=True), num_compile_workers=2, gpus=[]) as pool:
+    with VerifyPool(
+        VerifyConfig(cache_dir=tmp_path, compile_only=True), num_compile_workers=2, gpus=[]
+    ) as pool:
         first = pool.submit(examples_dir / "relu_cuda.py", source=src, key="doc")
         import time
 

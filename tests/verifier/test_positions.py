@@ -17,7 +17,7 @@ def test_positions_count_utf16_units_and_all_line_endings() -> None:
     assert index.offset(0, 3) == text.index("b")
     assert index.position(text.index("z")) == (2, 0)
     for offset in range(len(text) + 1):
-        if text[offset - 1:offset + 1] == "\r\n":
+        if text[offset - 1 : offset + 1] == "\r\n":
             continue  # between \r and \n is not a position
         assert index.offset(*index.position(offset)) == offset
     assert index.offset(99, 0) == len(text) and index.offset(0, 99) == text.index("\r")
@@ -50,7 +50,7 @@ def test_one_based_locations_round_trip_and_clamp() -> None:
     assert index.line_column(text.index("é")) == (2, 3)
     assert index.line_column(text.index("f")) == (3, 1)
     for offset in range(len(text) + 1):
-        if text[offset - 1:offset + 1] == "\r\n":
+        if text[offset - 1 : offset + 1] == "\r\n":
             continue
         assert index.offset_at(*index.line_column(offset)) == offset
     assert index.offset_at(2, 99) == text.index("\r", 4)  # past the line's end: its end, not the next line

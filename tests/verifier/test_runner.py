@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from cudice.verifier.runner import PersistentRunner
 
-FAKE_JUDGE = '''
+FAKE_JUDGE = """
 import json, os, sys, time
 fd = int(sys.argv[sys.argv.index("--result-fd") + 1])
 started = time.time()
@@ -26,7 +26,7 @@ verdict = "correct" if mode in ("ok", "leak") else "incorrect"
 out = {"verdict": verdict, "stage": "timing", "pid": os.getpid(), "diagnostics": [], "started": started,
        "got_job": time.time(), "leftover": os.environ.get("CUDICE_LEFTOVER"), "argv": sys.argv}
 os.write(fd, json.dumps(out).encode())
-'''
+"""
 
 
 @pytest.fixture
@@ -39,8 +39,11 @@ def runner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Persiste
 
 
 def run(r: PersistentRunner, mode: str, timeout_s: float = 60) -> dict[str, object] | None:
-    return r({"mode": mode, "config": {"cache_dir": "/nonexistent/cache"}}, timeout_s=timeout_s,
-             memory_limit_mib=4096).result
+    return r(
+        {"mode": mode, "config": {"cache_dir": "/nonexistent/cache"}},
+        timeout_s=timeout_s,
+        memory_limit_mib=4096,
+    ).result
 
 
 def test_every_job_gets_a_fresh_process_that_was_started_ahead(runner: PersistentRunner) -> None:
@@ -67,7 +70,9 @@ def test_crash_and_hang_end_only_that_job(runner: PersistentRunner) -> None:
 def test_a_changed_memory_limit_replaces_the_spare(runner: PersistentRunner) -> None:
     runner.warm_up(4096)
     first = runner({"mode": "ok"}, timeout_s=60, memory_limit_mib=8192)
-    assert first.result is not None and runner.num_started == 3  # warm spare discarded, one for the job, one spare
+    assert (
+        first.result is not None and runner.num_started == 3
+    )  # warm spare discarded, one for the job, one spare
 
 
 def test_the_real_judge_from_a_warm_spare(tmp_path: Path) -> None:
@@ -80,8 +85,15 @@ def test_the_real_judge_from_a_warm_spare(tmp_path: Path) -> None:
     config = {"cache_dir": str(tmp_path), "arch_list": ["9.0"], "num_trials": 2}
 
     def job(source: str) -> dict[str, object]:
-        return {"candidate_path": "c.py", "candidate_source": source, "reference_path": "r.py", "reference_source": ref,
-                "skip_timing": True, "device": "cpu", "config": config}
+        return {
+            "candidate_path": "c.py",
+            "candidate_source": source,
+            "reference_path": "r.py",
+            "reference_source": ref,
+            "skip_timing": True,
+            "device": "cpu",
+            "config": config,
+        }
 
     runner = PersistentRunner()
     try:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from cudice.verifier.sandbox import run_in_child
 
-FAKE_WORKER = '''
+FAKE_WORKER = """
 import json, os, sys, time
 job = json.loads(sys.stdin.read())
 fd = int(sys.argv[sys.argv.index("--result-fd") + 1])
@@ -39,7 +39,7 @@ elif mode == "noisy":
     sys.stdout.flush()
 elif mode == "memory":
     block = bytearray(2 * 1024 ** 3)  # 2 GiB > the 1 GiB limit
-'''
+"""
 
 
 @pytest.fixture
@@ -57,7 +57,10 @@ def test_result_comes_back_from_a_scrubbed_temp_dir(fake_module: str) -> None:
     assert "cudice-run-" in out.result["cwd"] and out.result["home"] == out.result["cwd"]
     assert not Path(out.result["cwd"]).exists()  # temp dir removed afterwards
     # the result channel is a pipe: no result path in argv, no result file in the work directory
-    assert not [a for a in out.result["argv"] if a.endswith(".json")] and "result.json" not in out.result["files"]
+    assert (
+        not [a for a in out.result["argv"] if a.endswith(".json")]
+        and "result.json" not in out.result["files"]
+    )
 
 
 def test_the_record_is_the_one_written_before_the_pipe_closed(fake_module: str) -> None:
@@ -79,13 +82,16 @@ def test_hang_is_killed_at_the_timeout(fake_module: str) -> None:
 def test_cancel_kills_the_child(fake_module: str) -> None:
     cancel = threading.Event()
     threading.Timer(0.5, cancel.set).start()
-    out = run_in_child({"mode": "hang"}, timeout_s=60, memory_limit_mib=4096, module=fake_module, cancel=cancel)
+    out = run_in_child(
+        {"mode": "hang"}, timeout_s=60, memory_limit_mib=4096, module=fake_module, cancel=cancel
+    )
     assert out.cancelled and out.wall_s < 15
 
 
 def test_output_is_capped(fake_module: str) -> None:
-    out = run_in_child({"mode": "noisy"}, timeout_s=60, memory_limit_mib=4096, max_output_bytes=1000,
-                       module=fake_module)
+    out = run_in_child(
+        {"mode": "noisy"}, timeout_s=60, memory_limit_mib=4096, max_output_bytes=1000, module=fake_module
+    )
     assert out.stdout_tail.endswith("END") and len(out.stdout_tail) < 1100 and "truncated" in out.stdout_tail
 
 

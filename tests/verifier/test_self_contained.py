@@ -26,7 +26,7 @@ from cudice.verifier.sandbox import ChildOutcome, run_in_child
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 
-CANDIDATE = '''import os
+CANDIDATE = """import os
 
 import torch
 import torch.nn as nn
@@ -73,7 +73,7 @@ class ModelNew(nn.Module):
 
     def forward(self, x):
         return forward_fn(x)
-'''
+"""
 
 
 def test_reference_part_drops_the_build_and_model_new_and_keeps_lines() -> None:
@@ -85,7 +85,10 @@ def test_reference_part_drops_the_build_and_model_new_and_keeps_lines() -> None:
     ns: dict[str, Any] = {"__name__": "ref"}
     exec(compile(ref, "ref", "exec"), ns)  # no build, no ModelNew: what the judge runs
     assert "Model" in ns and "get_inputs" in ns and "ext" not in ns and "ModelNew" not in ns
-    assert reference_only_source("import torch\nx = torch.load('w.pt')\n") == "import torch\nx = torch.load('w.pt')\n"
+    assert (
+        reference_only_source("import torch\nx = torch.load('w.pt')\n")
+        == "import torch\nx = torch.load('w.pt')\n"
+    )
     assert reference_only_source("def (:\n") == "def (:\n"  # unparsable text is left to fail as before
 
 
@@ -103,7 +106,9 @@ def test_benchmark_candidates_reference_part() -> None:
         compile(ref, cand.name, "exec")
 
 
-needs_boundary = pytest.mark.skipif(boundary.probe() is not None, reason=f"no OS boundary here: {boundary.probe()}")
+needs_boundary = pytest.mark.skipif(
+    boundary.probe() is not None, reason=f"no OS boundary here: {boundary.probe()}"
+)
 
 
 @needs_boundary
@@ -122,15 +127,24 @@ def test_a_library_in_a_mkdtemp_cache_is_readable_by_the_runner() -> None:
 
         def read_inside() -> str:
             spec = boundary.default_spec(cache, uid=boundary.UID_BASE + 97, report_fd=-1)
-            code = f"import sys\ntry:\n    print(open({str(lib)!r}).read())\nexcept OSError as e:\n    print(e)"
+            code = (
+                f"import sys\ntry:\n    print(open({str(lib)!r}).read())\nexcept OSError as e:\n    print(e)"
+            )
             argv, _ = boundary.wrap([sys.executable, "-c", code], spec)
-            return subprocess.run(argv, capture_output=True, text=True, timeout=120,
-                                  env={"PATH": os.environ["PATH"], "HOME": "/tmp"}).stdout.strip()
+            return subprocess.run(
+                argv,
+                capture_output=True,
+                text=True,
+                timeout=120,
+                env={"PATH": os.environ["PATH"], "HOME": "/tmp"},
+            ).stdout.strip()
 
         assert "Permission denied" in read_inside()
         readable_by_runners(cache, lib)
         assert read_inside() == "elf"
-        assert (cache.stat().st_mode & 0o777) == 0o701 and (lib.stat().st_mode & 0o777) == 0o604  # nothing more
+        assert (cache.stat().st_mode & 0o777) == 0o701 and (
+            lib.stat().st_mode & 0o777
+        ) == 0o604  # nothing more
     finally:
         subprocess.run(["rm", "-rf", str(cache)], check=False)
 
@@ -145,8 +159,14 @@ def test_self_contained_candidate_with_a_tmp_cache_is_correct() -> None:
     try:
         path = folder / "selfc_relu.py"
         path.write_text(CANDIDATE)
-        config = VerifyConfig(cache_dir=cache, timeout_s=600, num_trials=3, timing_num_trials=3,
-                              timing_warmup_ms=5.0, l2_flush_mib=0)
+        config = VerifyConfig(
+            cache_dir=cache,
+            timeout_s=600,
+            num_trials=3,
+            timing_num_trials=3,
+            timing_warmup_ms=5.0,
+            l2_flush_mib=0,
+        )
 
         def child(job: dict[str, Any], **kw: Any) -> ChildOutcome:
             return run_in_child({**job, "device": "cpu"}, **kw)
@@ -172,9 +192,16 @@ def test_the_benchmark_says_why_a_candidate_was_not_correct(capsys: pytest.Captu
         import verify_speed
     finally:
         sys.path.remove(str(BENCH))
-    diag = Diagnostic(Severity.ERROR, "Running kb0_relu.py failed: ImportError: Permission denied",
-                      "runtime.import_error", Stage.LOAD, Location("/tmp/kb0_relu.py", 48, 1))
-    bad = VerifyResult(Verdict.RUNTIME_ERROR, Stage.LOAD, "/tmp/kb0_relu.py", (diag,), error="Traceback ...\nEACCES")
+    diag = Diagnostic(
+        Severity.ERROR,
+        "Running kb0_relu.py failed: ImportError: Permission denied",
+        "runtime.import_error",
+        Stage.LOAD,
+        Location("/tmp/kb0_relu.py", 48, 1),
+    )
+    bad = VerifyResult(
+        Verdict.RUNTIME_ERROR, Stage.LOAD, "/tmp/kb0_relu.py", (diag,), error="Traceback ...\nEACCES"
+    )
     got = verify_speed.why_not(bad, compile_only=False)
     assert got["diagnostics"] == ["runtime.import_error (line 48): " + diag.message]
     assert got["error_tail"] == "Traceback ...\nEACCES"

@@ -795,6 +795,7 @@ def test_half_types_added_to_a_dispatch_are_no_precision_downgrade() -> None:
     """`AT_DISPATCH_*_AND2(at::kHalf, ...)` instantiates the kernel for more dtypes; a float32 input still
     computes in float32. A real half conversion in the same source is still named."""
     assert "static.precision_downgrade" not in {d.code for d in check_source(DISPATCH_HALF, "d.py")}
-    downgraded = DISPATCH_HALF.replace("auto y = torch::empty_like(x);",
-                                       "auto y = torch::empty_like(x, x.options().dtype(at::kHalf));")
+    downgraded = DISPATCH_HALF.replace(
+        "auto y = torch::empty_like(x);", "auto y = torch::empty_like(x, x.options().dtype(at::kHalf));"
+    )
     assert "static.precision_downgrade" in {d.code for d in check_source(downgraded, "d.py")}

@@ -45,7 +45,7 @@ def test_sources_fixed_by_the_file_are_recovered_exactly(setup: str, arg: str, e
         ("def make():\n    return 'x'", "make()"),  # a function's result
         ("S = 'a'\nS = 'b'", "S"),  # bound twice: which one depends on the order of execution
         ("S = 'a'\nS += open('k.cu').read()", "S"),
-    ("S = 'a'\nS *= 2", "S"),
+        ("S = 'a'\nS *= 2", "S"),
         ("SRCS = ['a']\nSRCS.append(open('k.cu').read())", "SRCS"),  # the literal list is changed later
         ("S = 'a'\ndef f():\n    global S\n    S = 'b'", "S"),
         ("if True:\n    S = 'a'", "S"),

@@ -27,7 +27,9 @@ def test_honest_rounding_passes_in_every_dtype() -> None:
     exact = a @ b
     fp32 = (a.float() @ b.float()).double()  # another summation order and precision
     assert compare_outputs(exact.float(), fp32.float(), 1e-2, 1e-2).ok
-    assert compare_outputs(exact.bfloat16(), (a.bfloat16().float() @ b.bfloat16().float()).bfloat16(), 1e-2, 1e-2).ok
+    assert compare_outputs(
+        exact.bfloat16(), (a.bfloat16().float() @ b.bfloat16().float()).bfloat16(), 1e-2, 1e-2
+    ).ok
 
 
 def test_a_small_bias_on_every_element_fails_the_norm_check() -> None:
@@ -38,10 +40,16 @@ def test_a_small_bias_on_every_element_fails_the_norm_check() -> None:
     assert compare_outputs(ref, ref * (1 + 1e-4), 1e-2, 1e-2).ok
 
 
-@pytest.mark.parametrize(("cand", "needle"), [
-    (lambda r: r[:-1], "shape"), (lambda r: r.double(), "dtype"), (lambda r: r + 1.0, "differs"),
-    (lambda r: torch.where(r > 0, torch.full_like(r, float("inf")), r), "NaN/Inf"), (lambda r: (r, r), "outputs"),
-])
+@pytest.mark.parametrize(
+    ("cand", "needle"),
+    [
+        (lambda r: r[:-1], "shape"),
+        (lambda r: r.double(), "dtype"),
+        (lambda r: r + 1.0, "differs"),
+        (lambda r: torch.where(r > 0, torch.full_like(r, float("inf")), r), "NaN/Inf"),
+        (lambda r: (r, r), "outputs"),
+    ],
+)
 def test_mismatches_are_named(cand: object, needle: str) -> None:
     ref = torch.randn(16, 8)
     cmp = compare_outputs(ref, cand(ref), 1e-2, 1e-2)  # type: ignore[operator]
@@ -68,12 +76,16 @@ def test_distributions_keep_shapes_dtypes_and_non_float_inputs(dist: str) -> Non
 
 def test_distributions_differ_as_described() -> None:
     seed = secret_seed()
-    shifted, positive = make_inputs(get_inputs, seed, "shifted", "cpu")[0], make_inputs(get_inputs, seed, "positive",
-                                                                                       "cpu")[0]
+    shifted, positive = (
+        make_inputs(get_inputs, seed, "shifted", "cpu")[0],
+        make_inputs(get_inputs, seed, "positive", "cpu")[0],
+    )
     wide = make_inputs(get_inputs, seed, "wide", "cpu")[0]
     rows = make_inputs(get_inputs, seed, "structured", "cpu")[0]
     assert shifted.mean() > 3 and bool((positive > 0).all()) and wide.abs().max() > 20
-    assert torch.equal(rows[0], rows[1]) and rows[0, 32:].mean() - rows[0, :32].mean() > 1.5  # repeated rows, a ramp
+    assert (
+        torch.equal(rows[0], rows[1]) and rows[0, 32:].mean() - rows[0, :32].mean() > 1.5
+    )  # repeated rows, a ramp
     assert secret_seed() != seed
 
 

@@ -45,8 +45,13 @@ def test_summarize_quartiles_and_median() -> None:
 def test_worker_without_gpu_reports_instead_of_crashing(tmp_path: object) -> None:
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
-    job = {"candidate_path": "c.py", "candidate_source": "class ModelNew: pass\n", "reference_path": "r.py",
-           "reference_source": "", "config": {"cache_dir": str(tmp_path), "arch_list": ["9.0"]}}
+    job = {
+        "candidate_path": "c.py",
+        "candidate_source": "class ModelNew: pass\n",
+        "reference_path": "r.py",
+        "reference_source": "",
+        "config": {"cache_dir": str(tmp_path), "arch_list": ["9.0"]},
+    }
     out = run_job(job)
     assert out["verdict"] == "compiled" and out["diagnostics"][0]["code"] == "verify.no_gpu"
 
@@ -89,11 +94,18 @@ def cpu_as_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(torch.nn.Module, "cuda", lambda self, *a, **k: self)
 
 
-@pytest.mark.parametrize(("offset", "verdict"), [("", "correct"), ("+ 0.5", "incorrect"), ("[:-1]", "incorrect")])
+@pytest.mark.parametrize(
+    ("offset", "verdict"), [("", "correct"), ("+ 0.5", "incorrect"), ("[:-1]", "incorrect")]
+)
 def test_correctness_loop_on_cpu(cpu_as_cuda: None, tmp_path: object, offset: str, verdict: str) -> None:
-    job = {"candidate_path": "c.py", "candidate_source": CAND.replace("OFFSET", offset), "reference_path": "r.py",
-           "reference_source": REF, "skip_timing": True,
-           "config": {"cache_dir": str(tmp_path), "arch_list": ["9.0"], "num_trials": 3}}
+    job = {
+        "candidate_path": "c.py",
+        "candidate_source": CAND.replace("OFFSET", offset),
+        "reference_path": "r.py",
+        "reference_source": REF,
+        "skip_timing": True,
+        "config": {"cache_dir": str(tmp_path), "arch_list": ["9.0"], "num_trials": 3},
+    }
     out = run_job(job)
     assert out["verdict"] == verdict, out
     if verdict == "correct":
@@ -104,16 +116,23 @@ def test_correctness_loop_on_cpu(cpu_as_cuda: None, tmp_path: object, offset: st
 
 
 def test_exception_in_forward_is_a_located_runtime_error(cpu_as_cuda: None, tmp_path: object) -> None:
-    job = {"candidate_path": "c.py", "candidate_source": CAND.replace("OFFSET", "+ undefined_name"),
-           "reference_path": "r.py", "reference_source": REF, "skip_timing": True,
-           "config": {"cache_dir": str(tmp_path), "arch_list": ["9.0"]}}
+    job = {
+        "candidate_path": "c.py",
+        "candidate_source": CAND.replace("OFFSET", "+ undefined_name"),
+        "reference_path": "r.py",
+        "reference_source": REF,
+        "skip_timing": True,
+        "config": {"cache_dir": str(tmp_path), "arch_list": ["9.0"]},
+    }
     out = run_job(job)
     assert out["verdict"] == "runtime_error"
     (d,) = [d for d in out["diagnostics"] if d["code"] == "runtime.exception"]
     assert "undefined_name" in d["message"] and d["line"] == 9  # the `return` line of forward
 
 
-@pytest.mark.parametrize(("module", "who"), [("cudice.verifier.worker", ""), ("cudice.verifier.judge", "judge: ")])
+@pytest.mark.parametrize(
+    ("module", "who"), [("cudice.verifier.worker", ""), ("cudice.verifier.judge", "judge: ")]
+)
 def test_a_job_that_raises_is_reported_as_a_crash_on_the_result_pipe(
     module: str, who: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -135,7 +154,9 @@ def test_a_job_that_raises_is_reported_as_a_crash_on_the_result_pipe(
 
 
 @pytest.mark.parametrize(("cand_ms", "suspicious"), [([1.0, 1.0, 1.0], False), ([0.01, 0.01, 0.01], True)])
-def test_record_timing_fills_the_figures_and_flags_a_suspicious_speedup(cand_ms: list[float], suspicious: bool) -> None:
+def test_record_timing_fills_the_figures_and_flags_a_suspicious_speedup(
+    cand_ms: list[float], suspicious: bool
+) -> None:
     from cudice.verifier.result import Location
     from cudice.verifier.timing import from_samples
     from cudice.verifier.worker import record_timing
@@ -146,8 +167,14 @@ def test_record_timing_fills_the_figures_and_flags_a_suspicious_speedup(cand_ms:
     where = Location("c.py", 7)
     record_timing(cmp, where, out, diags, "; timed here")
     assert out["speedup"] == pytest.approx(2.0 / cand_ms[0]) and out["is_suspicious"] is suspicious
-    assert out["candidate"] == {"median_ms": cand_ms[0], "min_ms": cand_ms[0], "max_ms": cand_ms[0],
-                                "q1_ms": cand_ms[0], "q3_ms": cand_ms[0], "num_trials": 3}
+    assert out["candidate"] == {
+        "median_ms": cand_ms[0],
+        "min_ms": cand_ms[0],
+        "max_ms": cand_ms[0],
+        "q1_ms": cand_ms[0],
+        "q3_ms": cand_ms[0],
+        "num_trials": 3,
+    }
     codes = [d.code for d in diags]
     assert codes == (["timing.suspicious", "timing.speedup"] if suspicious else ["timing.speedup"])
     assert all(d.location == where for d in diags) and diags[-1].message.endswith("; timed here).")

@@ -35,8 +35,8 @@ from cudice.model.train.corpus.split import split_compositions
 
 @dataclass(frozen=True, slots=True)
 class Problem:
-    file_name: str       # "0042_relu_sigmoid.py"
-    split: str           # "train" | "heldout"
+    file_name: str  # "0042_relu_sigmoid.py"
+    split: str  # "train" | "heldout"
     spec: ProblemSpec
     reference: str
     solution: str
@@ -49,7 +49,9 @@ def fenced(code: str) -> str:
 
 def make_problem(comp: Composition, rng: random.Random, index: int, split: str) -> Problem:
     spec, kernel = FAMILIES[comp.family].build(comp, rng)
-    return Problem(f"{index:04d}_{spec.name}.py", split, spec, reference_file(spec), solution_file(spec, kernel))
+    return Problem(
+        f"{index:04d}_{spec.name}.py", split, spec, reference_file(spec), solution_file(spec, kernel)
+    )
 
 
 def draw_problems(seed: int, train_per_family: int, heldout_per_family: int) -> list[Problem]:
@@ -71,16 +73,24 @@ def draw_problems(seed: int, train_per_family: int, heldout_per_family: int) -> 
 def sft_pairs(problem: Problem) -> list[dict[str, str]]:
     scaffold = split_scaffold(problem.solution, problem.file_name)
     answer = fenced(problem.solution)
-    return [{"prompt": e2e_prompt(problem.reference), "response": answer},
-            {"prompt": infill_prompt(problem.reference, scaffold.prefix, scaffold.suffix), "response": answer}]
+    return [
+        {"prompt": e2e_prompt(problem.reference), "response": answer},
+        {"prompt": infill_prompt(problem.reference, scaffold.prefix, scaffold.suffix), "response": answer},
+    ]
 
 
 def rl_records(problem: Problem, idx: int) -> tuple[dict[str, Any], dict[str, Any]]:
     scaffold = split_scaffold(problem.solution, problem.file_name)
     e2e = {"idx": idx, "level": problem.spec.level, "pytorch_code": problem.reference}
-    infill = {"idx": idx, "level": problem.spec.level, "pytorch_code": problem.reference,
-              "cuda_code": problem.solution, "prefix": scaffold.prefix, "middle": scaffold.middle,
-              "suffix": scaffold.suffix}
+    infill = {
+        "idx": idx,
+        "level": problem.spec.level,
+        "pytorch_code": problem.reference,
+        "cuda_code": problem.solution,
+        "prefix": scaffold.prefix,
+        "middle": scaffold.middle,
+        "suffix": scaffold.suffix,
+    }
     return e2e, infill
 
 
@@ -88,12 +98,15 @@ def _jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
     path.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows), encoding="utf-8")
 
 
-def build_corpus(out_dir: str | Path, seed: int = 0, train_per_family: int = 400,
-                 heldout_per_family: int = 2) -> dict[str, Any]:
+def build_corpus(
+    out_dir: str | Path, seed: int = 0, train_per_family: int = 400, heldout_per_family: int = 2
+) -> dict[str, Any]:
     """Write the corpus to `out_dir` (created; existing corpus files are overwritten); return the manifest."""
     if train_per_family < 1 or heldout_per_family < 0:
-        raise ValueError(f"train_per_family={train_per_family} must be >= 1 and heldout_per_family="
-                         f"{heldout_per_family} >= 0")
+        raise ValueError(
+            f"train_per_family={train_per_family} must be >= 1 and heldout_per_family="
+            f"{heldout_per_family} >= 0"
+        )
     out = Path(out_dir)
     problems = draw_problems(seed, train_per_family, heldout_per_family)
     for split in ("train", "heldout"):
@@ -116,16 +129,28 @@ def build_corpus(out_dir: str | Path, seed: int = 0, train_per_family: int = 400
     _jsonl(out / "sft.jsonl", sft)
     _jsonl(out / "rl_e2e.jsonl", rl_e2e)
     _jsonl(out / "rl_infill.jsonl", rl_infill)
-    splits = {name: [sorted(c.key for c in part) for part in split_compositions(f.compositions())]
-              for name, f in FAMILIES.items()}
+    splits = {
+        name: [sorted(c.key for c in part) for part in split_compositions(f.compositions())]
+        for name, f in FAMILIES.items()
+    }
     manifest = {
-        "seed": seed, "train_per_family": train_per_family, "heldout_per_family": heldout_per_family,
+        "seed": seed,
+        "train_per_family": train_per_family,
+        "heldout_per_family": heldout_per_family,
         "num_problems": {s: sum(p.split == s for p in problems) for s in ("train", "heldout")},
         "num_sft_pairs": len(sft),
         "compositions": {name: {"train": tr, "heldout": he} for name, (tr, he) in splits.items()},
-        "problems": [{"file": p.file_name, "split": p.split, "family": p.spec.family,
-                      "composition": p.spec.composition, "level": p.spec.level, "dtype": p.spec.dtype}
-                     for p in problems],
+        "problems": [
+            {
+                "file": p.file_name,
+                "split": p.split,
+                "family": p.spec.family,
+                "composition": p.spec.composition,
+                "level": p.spec.level,
+                "dtype": p.spec.dtype,
+            }
+            for p in problems
+        ],
     }
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
     return manifest

@@ -23,17 +23,25 @@ def corpus_group() -> None:
 
 @corpus_group.command("build")
 @click.argument("out_dir", type=click.Path(file_okay=False, path_type=Path))
-@click.option("--seed", default=0, show_default=True, type=int, help="Seed of the instances (shapes, dtypes).")
+@click.option(
+    "--seed", default=0, show_default=True, type=int, help="Seed of the instances (shapes, dtypes)."
+)
 @click.option("--train-per-family", default=400, show_default=True, type=int)
-@click.option("--heldout-per-family", default=2, show_default=True, type=int,
-              help="Held-out problems per family (each one costs a verifier build per evaluated checkpoint).")
+@click.option(
+    "--heldout-per-family",
+    default=2,
+    show_default=True,
+    type=int,
+    help="Held-out problems per family (each one costs a verifier build per evaluated checkpoint).",
+)
 def build_command(out_dir: Path, seed: int, train_per_family: int, heldout_per_family: int) -> None:
     """Write problems, solutions, SFT pairs and RL task files to OUT_DIR."""
     from cudice.model.train.corpus.build import build_corpus
 
     try:
-        manifest = build_corpus(out_dir, seed=seed, train_per_family=train_per_family,
-                                heldout_per_family=heldout_per_family)
+        manifest = build_corpus(
+            out_dir, seed=seed, train_per_family=train_per_family, heldout_per_family=heldout_per_family
+        )
     except (ValueError, OSError) as exc:
         raise click.ClickException(str(exc)) from exc
     summary = {k: manifest[k] for k in ("seed", "num_problems", "num_sft_pairs")}
@@ -43,8 +51,13 @@ def build_command(out_dir: Path, seed: int, train_per_family: int, heldout_per_f
 
 @corpus_group.command("init")
 @click.argument("out_dir", type=click.Path(file_okay=False, path_type=Path))
-@click.option("--corpus", "corpus_dir", required=True, type=click.Path(exists=True, file_okay=False, path_type=Path),
-              help="A folder written by `build` (its sft.jsonl trains the tokenizer).")
+@click.option(
+    "--corpus",
+    "corpus_dir",
+    required=True,
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="A folder written by `build` (its sft.jsonl trains the tokenizer).",
+)
 @click.option("--smoke", is_flag=True, help="A tiny model (CPU tests of the recipe), not the demo size.")
 @click.option("--seed", default=0, show_default=True, type=int)
 def init_command(out_dir: Path, corpus_dir: Path, smoke: bool, seed: int) -> None:
@@ -52,7 +65,9 @@ def init_command(out_dir: Path, corpus_dir: Path, smoke: bool, seed: int) -> Non
     from cudice.model.train.corpus.init_model import DEMO_DIMS, SMOKE_DIMS, init_checkpoint
 
     try:
-        info = init_checkpoint(out_dir, corpus_dir / "sft.jsonl", SMOKE_DIMS if smoke else DEMO_DIMS, seed=seed)
+        info = init_checkpoint(
+            out_dir, corpus_dir / "sft.jsonl", SMOKE_DIMS if smoke else DEMO_DIMS, seed=seed
+        )
     except (ValueError, OSError) as exc:
         raise click.ClickException(str(exc)) from exc
     click.echo(json.dumps(info))
@@ -60,10 +75,20 @@ def init_command(out_dir: Path, corpus_dir: Path, smoke: bool, seed: int) -> Non
 
 @corpus_group.command("verify-templates")
 @click.argument("corpus_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
-@click.option("--out", "out_json", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Also write the table as JSON here.")
-@click.option("--per-family", default=1, show_default=True, type=int,
-              help="Training problems per family (plus one held-out problem each).")
+@click.option(
+    "--out",
+    "out_json",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Also write the table as JSON here.",
+)
+@click.option(
+    "--per-family",
+    default=1,
+    show_default=True,
+    type=int,
+    help="Training problems per family (plus one held-out problem each).",
+)
 def verify_templates_command(corpus_dir: Path, out_json: Path | None, per_family: int) -> None:
     """Verify a sample of every family's template solutions (static stage only without a GPU)."""
     import sys
@@ -80,22 +105,36 @@ def verify_templates_command(corpus_dir: Path, out_json: Path | None, per_family
 
 @corpus_group.command("install-demo")
 @click.argument("tar_path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--results", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
-              help="Phase c's results.json (held-out scores go into the card).")
-@click.option("--templates", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
-              help="Phase a's templates.json.")
+@click.option(
+    "--results",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="Phase c's results.json (held-out scores go into the card).",
+)
+@click.option(
+    "--templates",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="Phase a's templates.json.",
+)
 @click.option("--untrained", is_flag=True, help="Mark the weights as a random stand-in.")
-@click.option("--into", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Target folder (default: the package's model/assets/demo).")
-def install_demo_command(tar_path: Path, results: Path | None, templates: Path | None, untrained: bool,
-                         into: Path | None) -> None:
+@click.option(
+    "--into",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Target folder (default: the package's model/assets/demo).",
+)
+def install_demo_command(
+    tar_path: Path, results: Path | None, templates: Path | None, untrained: bool, into: Path | None
+) -> None:
     """Install a recipe checkpoint tar as the bundled default model, with its card."""
     from cudice.model.bundled import DEMO_DIR
     from cudice.model.train.corpus.install import install_demo
 
     try:
-        card = install_demo(tar_path, into=into or DEMO_DIR, trained=not untrained, results=results,
-                            templates=templates)
+        card = install_demo(
+            tar_path, into=into or DEMO_DIR, trained=not untrained, results=results, templates=templates
+        )
     except (ValueError, OSError, KeyError) as exc:
         raise click.ClickException(str(exc)) from exc
     click.echo(json.dumps({k: card[k] for k in ("name", "trained", "architecture")}))

@@ -36,8 +36,11 @@ def _speeds(engine: Any, references: list[str], config: Any) -> dict[str, float]
     tokens = sum(g.num_tokens for g in gens)
     forwards = sum(g.num_forwards for g in gens)
     seconds = sum(g.seconds for g in gens)
-    return {"tokens": tokens, "tokens_per_forward": tokens / forwards if forwards else 0.0,
-            "tokens_per_s": tokens / seconds if seconds > 0 else 0.0}
+    return {
+        "tokens": tokens,
+        "tokens_per_forward": tokens / forwards if forwards else 0.0,
+        "tokens_per_s": tokens / seconds if seconds > 0 else 0.0,
+    }
 
 
 def generate_candidates(checkpoint: Path, corpus: Path, candidates: Path, smoke: bool) -> dict[str, Any]:
@@ -75,16 +78,31 @@ def generate_candidates(checkpoint: Path, corpus: Path, candidates: Path, smoke:
             speed["eager"] = _speeds(load_engine(str(checkpoint), fast=False), refs, config)
         except Exception as exc:  # the figure is optional; the error is reported, not hidden
             speed["eager"] = {"error": f"{type(exc).__name__}: {exc}"}
-    return {"family_of": {p["file"]: p["family"] for p in held},
-            "finish_reasons": dict(Counter(r.finish_reason for r in batch.rows)),
-            "batched_tokens": batch.num_tokens, "batched_seconds": batch.seconds, "speed_batch1": speed}
+    return {
+        "family_of": {p["file"]: p["family"] for p in held},
+        "finish_reasons": dict(Counter(r.finish_reason for r in batch.rows)),
+        "batched_tokens": batch.num_tokens,
+        "batched_seconds": batch.seconds,
+        "speed_batch1": speed,
+    }
 
 
 def _eval_process(problems: Path, candidates: Path, workers: int) -> subprocess.Popen[str]:
     """Step 2: the user's command, `cudice eval PROBLEMS CANDIDATES --json`."""
-    args = [sys.executable, "-m", "cudice.server.cli", "eval", str(problems), str(candidates), "--json",
-            "--workers", str(workers)]
-    return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    args = [
+        sys.executable,
+        "-m",
+        "cudice.server.cli",
+        "eval",
+        str(problems),
+        str(candidates),
+        "--json",
+        "--workers",
+        str(workers),
+    ]
+    return subprocess.Popen(
+        args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
 
 
 def _scores(proc: subprocess.Popen[str], label: str) -> dict[str, Any]:
@@ -98,23 +116,42 @@ def _scores(proc: subprocess.Popen[str], label: str) -> dict[str, Any]:
 def _summary(label: str, checkpoint: Path, gen: dict[str, Any], scores: dict[str, Any]) -> dict[str, Any]:
     per_family: dict[str, dict[str, float]] = {}
     for row in scores["per_problem"]:
-        fam = per_family.setdefault(gen["family_of"][row["problem"]], {"problems": 0, "correct": 0, "fast_1": 0})
+        fam = per_family.setdefault(
+            gen["family_of"][row["problem"]], {"problems": 0, "correct": 0, "fast_1": 0}
+        )
         fam["problems"] += 1
         fam["correct"] += row["verdict"] == "correct"
         sp, sp_min = row.get("speedup"), row.get("speedup_min")
         # VerifyResult.is_fast(1.0)'s test on the eval row: the pessimistic speedup clears 1
-        fam["fast_1"] += row["verdict"] == "correct" and sp is not None and (sp_min if sp_min is not None else sp) > 1
-    return {"label": label, "checkpoint": str(checkpoint), "num_problems": scores["num_problems"],
-            "samples_per_problem": 1, "gpu": scores.get("gpu"), "correct": scores["correct"],
-            "fast_1": scores["fast_1"], "fast_2": scores["fast_2"], "per_family": per_family,
-            "verdicts": dict(Counter(r["verdict"] for r in scores["per_problem"])),
-            "finish_reasons": gen["finish_reasons"],
-            "batched_tokens_per_s": gen["batched_tokens"] / max(gen["batched_seconds"], 1e-9),
-            "speed_batch1": gen["speed_batch1"], "per_problem": scores["per_problem"]}
+        fam["fast_1"] += (
+            row["verdict"] == "correct" and sp is not None and (sp_min if sp_min is not None else sp) > 1
+        )
+    return {
+        "label": label,
+        "checkpoint": str(checkpoint),
+        "num_problems": scores["num_problems"],
+        "samples_per_problem": 1,
+        "gpu": scores.get("gpu"),
+        "correct": scores["correct"],
+        "fast_1": scores["fast_1"],
+        "fast_2": scores["fast_2"],
+        "per_family": per_family,
+        "verdicts": dict(Counter(r["verdict"] for r in scores["per_problem"])),
+        "finish_reasons": gen["finish_reasons"],
+        "batched_tokens_per_s": gen["batched_tokens"] / max(gen["batched_seconds"], 1e-9),
+        "speed_batch1": gen["speed_batch1"],
+        "per_problem": scores["per_problem"],
+    }
 
 
-def evaluate_all(stages: dict[str, Path], corpus_dir: str | Path, say: Callable[[str], None], *,
-                 smoke: bool = False, workers: int = 14) -> dict[str, dict[str, Any]]:
+def evaluate_all(
+    stages: dict[str, Path],
+    corpus_dir: str | Path,
+    say: Callable[[str], None],
+    *,
+    smoke: bool = False,
+    workers: int = 14,
+) -> dict[str, dict[str, Any]]:
     """Generate with every checkpoint of `stages` ({"sft": dir, "rl": dir}), then score them all at once.
 
     The `cudice eval` runs of the stages overlap (their builds share the CPU cores, `workers`
@@ -125,26 +162,39 @@ def evaluate_all(stages: dict[str, Path], corpus_dir: str | Path, say: Callable[
     for label, checkpoint in stages.items():
         generated[label] = generate_candidates(checkpoint, corpus, checkpoint.parent / "candidates", smoke)
         g = generated[label]
-        say(f"eval {label}: {len(g['family_of'])} answers, {g['batched_tokens']} tokens in "
-            f"{g['batched_seconds']:.1f} s; finish {g['finish_reasons']}")
+        say(
+            f"eval {label}: {len(g['family_of'])} answers, {g['batched_tokens']} tokens in "
+            f"{g['batched_seconds']:.1f} s; finish {g['finish_reasons']}"
+        )
     per_run = max(1, workers // max(1, len(stages)))
-    procs = {label: _eval_process(corpus / "problems" / "heldout", ckpt.parent / "candidates", per_run)
-             for label, ckpt in stages.items()}
+    procs = {
+        label: _eval_process(corpus / "problems" / "heldout", ckpt.parent / "candidates", per_run)
+        for label, ckpt in stages.items()
+    }
     examples = Path(__file__).resolve().parents[3] / "examples"
-    example_procs = {label: _eval_process(examples, ckpt.parent / "example_candidates", 1)
-                     for label, ckpt in stages.items() if any((ckpt.parent / "example_candidates").glob("*.py"))}
-    results = {label: _summary(label, stages[label], generated[label], _scores(proc, label))
-               for label, proc in procs.items()}
+    example_procs = {
+        label: _eval_process(examples, ckpt.parent / "example_candidates", 1)
+        for label, ckpt in stages.items()
+        if any((ckpt.parent / "example_candidates").glob("*.py"))
+    }
+    results = {
+        label: _summary(label, stages[label], generated[label], _scores(proc, label))
+        for label, proc in procs.items()
+    }
     for label, proc in example_procs.items():
         # `cudice eval` over examples/ scores every reference there; only the answered ones count
         rows = [r for r in _scores(proc, f"{label} examples")["per_problem"] if r["problem"] in EXAMPLES]
-        results[label]["examples"] = {r["problem"]: {"verdict": r["verdict"], "speedup": r["speedup"]} for r in rows}
+        results[label]["examples"] = {
+            r["problem"]: {"verdict": r["verdict"], "speedup": r["speedup"]} for r in rows
+        }
         say(f"eval {label}: bundled examples {results[label]['examples']}")
     for label, r in results.items():
         s = r["speed_batch1"]["default"]
-        say(f"eval {label}: correct {r['correct']:.1%}, fast_1 {r['fast_1']:.1%} over {r['num_problems']} "
+        say(
+            f"eval {label}: correct {r['correct']:.1%}, fast_1 {r['fast_1']:.1%} over {r['num_problems']} "
             f"problems x 1 sample; verdicts {r['verdicts']}; batch 1: {s['tokens_per_forward']:.2f} tokens/forward, "
-            f"{s['tokens_per_s']:.0f} tok/s")
+            f"{s['tokens_per_s']:.0f} tok/s"
+        )
     return results
 
 
@@ -158,13 +208,18 @@ def comparison_table(results: dict[str, dict[str, Any]]) -> str:
         cells = ""
         for s in stages:
             f = results[s]["per_family"].get(fam, {"problems": 0, "correct": 0, "fast_1": 0})
-            correct, fast = f"{f['correct']:.0f}/{f['problems']:.0f}", f"{f['fast_1']:.0f}/{f['problems']:.0f}"
+            correct, fast = (
+                f"{f['correct']:.0f}/{f['problems']:.0f}",
+                f"{f['fast_1']:.0f}/{f['problems']:.0f}",
+            )
             cells += f" {correct:>12} {fast:>10}"
         lines.append(f"{fam:<10}{cells}")
     total = "".join(f" {results[s]['correct']:>12.1%} {results[s]['fast_1']:>10.1%}" for s in stages)
     lines.append(f"{'all':<10}{total}")
     if len(stages) == 2:
         delta = results["rl"]["correct"] - results["sft"]["correct"]
-        lines.append(f"RL changed the correct rate by {delta * 100:+.1f} points "
-                     f"({results['sft']['num_problems']} problems x 1 greedy sample each stage)")
+        lines.append(
+            f"RL changed the correct rate by {delta * 100:+.1f} points "
+            f"({results['sft']['num_problems']} problems x 1 greedy sample each stage)"
+        )
     return "\n".join(lines)

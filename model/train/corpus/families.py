@@ -48,9 +48,9 @@ LOW_PRECISION = ("float16", "bfloat16")
 @dataclass(frozen=True, slots=True)
 class Composition:
     family: str
-    key: str            # "unary:relu>sigmoid" — the split key
-    level: int          # 1 = one op, 2 = a composition
-    protected: bool     # always in training (primitives, the bundled examples)
+    key: str  # "unary:relu>sigmoid" — the split key
+    level: int  # 1 = one op, 2 = a composition
+    protected: bool  # always in training (primitives, the bundled examples)
     parts: tuple[Any, ...]  # what `build` needs
 
 
@@ -111,8 +111,11 @@ def _unary_compositions() -> list[Composition]:
         out += [Composition("unary", f"unary:{a.name}>{b.name}", 2, False, (a, b)) for b in chain if b != a]
     for head in _CHAIN_HEADS:
         for b in chain:
-            out += [Composition("unary", f"unary:{head}>{b.name}>{c.name}", 2, False, (ops[head], b, c))
-                    for c in chain if c != b and b != ops[head]]
+            out += [
+                Composition("unary", f"unary:{head}>{b.name}>{c.name}", 2, False, (ops[head], b, c))
+                for c in chain
+                if c != b and b != ops[head]
+            ]
     return out
 
 
@@ -122,9 +125,20 @@ def _unary_build(comp: Composition, rng: random.Random) -> tuple[ProblemSpec, Ke
     sizes = _shape(rng, rng.choice((2, 2, 2, 3)))
     name = "_".join(op.name for op in ops)
     titles = ", then ".join(op.title for op in ops)
-    spec = ProblemSpec("unary", name, comp.key, comp.level, f"elementwise {titles}", f"Applies {titles} to the input.",
-                       ("x",), _chain_body(ops, "x"), sizes, (("x", _randn(sizes, dtype)),),
-                       uses_f=any(op.needs_f for op in ops), dtype=dtype)
+    spec = ProblemSpec(
+        "unary",
+        name,
+        comp.key,
+        comp.level,
+        f"elementwise {titles}",
+        f"Applies {titles} to the input.",
+        ("x",),
+        _chain_body(ops, "x"),
+        sizes,
+        (("x", _randn(sizes, dtype)),),
+        uses_f=any(op.needs_f for op in ops),
+        dtype=dtype,
+    )
     return spec, kernels.pointwise(name, ops)
 
 
@@ -146,31 +160,64 @@ def _binary_build(comp: Composition, rng: random.Random) -> tuple[ProblemSpec, K
     expr = op.python.format(a="a", b="b")
     body = _chain_body(epi, expr) if epi else (f"return {expr}",)
     title = f"elementwise {op.title} of two tensors" + "".join(f", then {e.title}" for e in epi)
-    spec = ProblemSpec("binary", name, comp.key, comp.level, title, f"Computes the {title}.",
-                       ("a", "b"), body, sizes, (("a", _randn(sizes, dtype)), ("b", _randn(sizes, dtype))),
-                       uses_f=any(e.needs_f for e in epi), dtype=dtype)
+    spec = ProblemSpec(
+        "binary",
+        name,
+        comp.key,
+        comp.level,
+        title,
+        f"Computes the {title}.",
+        ("a", "b"),
+        body,
+        sizes,
+        (("a", _randn(sizes, dtype)), ("b", _randn(sizes, dtype))),
+        uses_f=any(e.needs_f for e in epi),
+        dtype=dtype,
+    )
     return spec, kernels.pointwise(name, epi, binary=op)
 
 
 # --- reductions over a dim ---------------------------------------------------------------------
-_REDUCE_PY = {"sum": ("sum", "torch.sum(x, dim={d})"), "mean": ("mean", "torch.mean(x, dim={d})"),
-              "amax": ("amax", "torch.amax(x, dim={d})"), "amin": ("amin", "torch.amin(x, dim={d})"),
-              "max": ("amax", "torch.max(x, dim={d}).values"),
-              "argmax": ("argmax", "torch.argmax(x, dim={d})"), "argmin": ("argmin", "torch.argmin(x, dim={d})")}
-_REDUCE_TITLE = {"sum": "sum", "mean": "mean", "amax": "maximum", "amin": "minimum", "max": "maximum",
-                 "argmax": "argmax", "argmin": "argmin"}
+_REDUCE_PY = {
+    "sum": ("sum", "torch.sum(x, dim={d})"),
+    "mean": ("mean", "torch.mean(x, dim={d})"),
+    "amax": ("amax", "torch.amax(x, dim={d})"),
+    "amin": ("amin", "torch.amin(x, dim={d})"),
+    "max": ("amax", "torch.max(x, dim={d}).values"),
+    "argmax": ("argmax", "torch.argmax(x, dim={d})"),
+    "argmin": ("argmin", "torch.argmin(x, dim={d})"),
+}
+_REDUCE_TITLE = {
+    "sum": "sum",
+    "mean": "mean",
+    "amax": "maximum",
+    "amin": "minimum",
+    "max": "maximum",
+    "argmax": "argmax",
+    "argmin": "argmin",
+}
 
 
-def _dim_compositions(family: str, kinds: tuple[str, ...], protected: tuple[str, ...] = ()) -> Callable[[], list[Composition]]:
+def _dim_compositions(
+    family: str, kinds: tuple[str, ...], protected: tuple[str, ...] = ()
+) -> Callable[[], list[Composition]]:
     def compositions() -> list[Composition]:
         out = []
         for kind in kinds:
             for rank, d in POSITIONS:
                 key = f"{family}:{kind}:r{rank}d{d}"
                 level = 1 if d in (-1, rank - 1) else 2
-                out.append(Composition(family, key, level, key in protected or (rank, d) in ((2, 1), (2, -1)),
-                                       (kind, rank, d)))
+                out.append(
+                    Composition(
+                        family,
+                        key,
+                        level,
+                        key in protected or (rank, d) in ((2, 1), (2, -1)),
+                        (kind, rank, d),
+                    )
+                )
         return out
+
     return compositions
 
 
@@ -181,11 +228,25 @@ def _reduce_build(comp: Composition, rng: random.Random) -> tuple[ProblemSpec, K
     kernel_kind, python = _REDUCE_PY[kind]
     name = f"{kernel_kind}_reduce"
     title = f"{_REDUCE_TITLE[kind]} over dimension {d}"
-    kernel = (kernels.arg_reduce_dim(name, kernel_kind) if kernel_kind.startswith("arg")
-              else kernels.reduce_dim(name, kernel_kind))
-    spec = ProblemSpec(comp.family, name, comp.key, comp.level, title, f"Takes the {title}.", ("x",),
-                       (f"return {python.format(d=d)}",), sizes, (("x", _randn(sizes, dtype)),),
-                       extra_args=(str(d),), dtype=dtype)
+    kernel = (
+        kernels.arg_reduce_dim(name, kernel_kind)
+        if kernel_kind.startswith("arg")
+        else kernels.reduce_dim(name, kernel_kind)
+    )
+    spec = ProblemSpec(
+        comp.family,
+        name,
+        comp.key,
+        comp.level,
+        title,
+        f"Takes the {title}.",
+        ("x",),
+        (f"return {python.format(d=d)}",),
+        sizes,
+        (("x", _randn(sizes, dtype)),),
+        extra_args=(str(d),),
+        dtype=dtype,
+    )
     return spec, kernel
 
 
@@ -198,17 +259,37 @@ def _softmax_build(comp: Composition, rng: random.Random) -> tuple[ProblemSpec, 
         title, summary = f"row-wise {word}", f"{word[0].upper()}{word[1:]} over the last dimension."
     else:
         title, summary = f"{word} over dimension {d}", f"{word[0].upper()}{word[1:]} over dimension {d}."
-    spec = ProblemSpec("softmax", kind, comp.key, comp.level, title, summary, ("x",),
-                       (f"return torch.{kind}(x, dim={d})",), sizes, (("x", _randn(sizes, dtype)),),
-                       extra_args=(str(d),), dtype=dtype)
+    spec = ProblemSpec(
+        "softmax",
+        kind,
+        comp.key,
+        comp.level,
+        title,
+        summary,
+        ("x",),
+        (f"return torch.{kind}(x, dim={d})",),
+        sizes,
+        (("x", _randn(sizes, dtype)),),
+        extra_args=(str(d),),
+        dtype=dtype,
+    )
     return spec, kernels.softmax_dim(kind, log=kind == "log_softmax")
 
 
 # --- norms --------------------------------------------------------------------------------------
 def _norm_compositions() -> list[Composition]:
-    return [Composition("norm", f"norm:{kind}:r{rank}:eps{eps}", 1 if rank == 2 else 2, rank == 2 and eps == 1e-5,
-                        (kind, rank, eps))
-            for kind in ("layer_norm", "rms_norm") for rank in (2, 3) for eps in (1e-5, 1e-6)]
+    return [
+        Composition(
+            "norm",
+            f"norm:{kind}:r{rank}:eps{eps}",
+            1 if rank == 2 else 2,
+            rank == 2 and eps == 1e-5,
+            (kind, rank, eps),
+        )
+        for kind in ("layer_norm", "rms_norm")
+        for rank in (2, 3)
+        for eps in (1e-5, 1e-6)
+    ]
 
 
 def _norm_build(comp: Composition, rng: random.Random) -> tuple[ProblemSpec, Kernel]:
@@ -222,9 +303,21 @@ def _norm_build(comp: Composition, rng: random.Random) -> tuple[ProblemSpec, Ker
         dtype = "float32"
         body = (f"return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + {eps})",)
         title = "RMSNorm over the last dimension (no weight)"
-    spec = ProblemSpec("norm", kind, comp.key, comp.level, title, f"Applies {title}.", ("x",), body, sizes,
-                       (("x", _randn(sizes, dtype)),), extra_args=(repr(eps),), uses_f=kind == "layer_norm",
-                       dtype=dtype)
+    spec = ProblemSpec(
+        "norm",
+        kind,
+        comp.key,
+        comp.level,
+        title,
+        f"Applies {title}.",
+        ("x",),
+        body,
+        sizes,
+        (("x", _randn(sizes, dtype)),),
+        extra_args=(repr(eps),),
+        uses_f=kind == "layer_norm",
+        dtype=dtype,
+    )
     return spec, kernels.norm_last_dim(kind, kind)
 
 
@@ -236,16 +329,22 @@ _MM_N = (16, 33, 64, 128, 200, 256, 511, 1024)
 
 
 def _matmul_compositions() -> list[Composition]:
-    singles = [unary_op(n) for n in _MM_ACTS] + [unary_op("scale", 2.0), unary_op("scale", 0.5),
-                                                  unary_op("leaky_relu", 0.1)]
+    singles = [unary_op(n) for n in _MM_ACTS] + [
+        unary_op("scale", 2.0),
+        unary_op("scale", 0.5),
+        unary_op("leaky_relu", 0.1),
+    ]
     epilogues: list[tuple[PointOp, ...]] = [()] + [(e,) for e in singles]
     epilogues += [(unary_op("scale", s), unary_op(a)) for s in (2.0, 0.5) for a in _MM_ACTS]
     out = []
     for bias in (False, True):
         for epi in epilogues:
             key = "matmul:" + ">".join((["bias"] if bias else []) + [e.name for e in epi] or ["plain"])
-            out.append(Composition("matmul", key, 1 if not epi else 2, not epi or (not bias and len(epi) == 1),
-                                   (bias, epi)))
+            out.append(
+                Composition(
+                    "matmul", key, 1 if not epi else 2, not epi or (not bias and len(epi) == 1), (bias, epi)
+                )
+            )
     return out
 
 
@@ -255,17 +354,39 @@ def _matmul_build(comp: Composition, rng: random.Random) -> tuple[ProblemSpec, K
     name = "_".join(["matmul", *(["bias"] if bias else []), *(e.name for e in epi)])
     start = "torch.matmul(a, b)" + (" + bias" if bias else "")
     body = _chain_body(epi, start) if epi else (f"return {start}",)
-    title = "matrix multiplication" + (" plus a bias" if bias else "") + "".join(f", then {e.title}" for e in epi)
-    inputs = [("a", "torch.randn(M, K)"), ("b", "torch.randn(K, N)")] + ([("bias", "torch.randn(N)")] if bias else [])
-    spec = ProblemSpec("matmul", name, comp.key, comp.level, title, f"Computes a {title}.",
-                       tuple(v for v, _ in inputs), body, sizes, tuple(inputs),
-                       uses_f=any(e.needs_f for e in epi))
+    title = (
+        "matrix multiplication" + (" plus a bias" if bias else "") + "".join(f", then {e.title}" for e in epi)
+    )
+    inputs = [("a", "torch.randn(M, K)"), ("b", "torch.randn(K, N)")] + (
+        [("bias", "torch.randn(N)")] if bias else []
+    )
+    spec = ProblemSpec(
+        "matmul",
+        name,
+        comp.key,
+        comp.level,
+        title,
+        f"Computes a {title}.",
+        tuple(v for v, _ in inputs),
+        body,
+        sizes,
+        tuple(inputs),
+        uses_f=any(e.needs_f for e in epi),
+    )
     return spec, kernels.matmul_epilogue(name, bias, epi)
 
 
 # --- losses --------------------------------------------------------------------------------------------
-_LOSSES = (("mse", None), ("l1", None), ("huber", 1.0), ("huber", 0.5), ("huber", 2.0), ("smooth_l1", 1.0),
-           ("smooth_l1", 0.5), ("hinge", None))
+_LOSSES = (
+    ("mse", None),
+    ("l1", None),
+    ("huber", 1.0),
+    ("huber", 0.5),
+    ("huber", 2.0),
+    ("smooth_l1", 1.0),
+    ("smooth_l1", 0.5),
+    ("hinge", None),
+)
 
 
 def _loss_compositions() -> list[Composition]:
@@ -274,7 +395,9 @@ def _loss_compositions() -> list[Composition]:
         loss = loss_op(kind, value)
         for r in ("mean", "sum"):
             protected = r == "mean" and value in (None, 1.0)
-            out.append(Composition("loss", f"loss:{loss.name}:{r}", 1 if r == "mean" else 2, protected, (loss, r)))
+            out.append(
+                Composition("loss", f"loss:{loss.name}:{r}", 1 if r == "mean" else 2, protected, (loss, r))
+            )
     return out
 
 
@@ -282,23 +405,39 @@ def _loss_build(comp: Composition, rng: random.Random) -> tuple[ProblemSpec, Ker
     loss, r = comp.parts
     sizes = _shape(rng, 2)
     args = ", ".join(k for k, _ in sizes)
-    targets = (f"torch.randint(0, 2, ({args},)).float() * 2 - 1" if loss.hinge_targets else f"torch.randn({args})")
+    targets = (
+        f"torch.randint(0, 2, ({args},)).float() * 2 - 1" if loss.hinge_targets else f"torch.randn({args})"
+    )
     name = f"{loss.name}_{r}"
     title = f"{loss.title} ({r} over all elements)"
-    spec = ProblemSpec("loss", name, comp.key, comp.level, title, f"Computes the {title}.",
-                       ("predictions", "targets"), (f"return {loss.python.format(r=r)}",), sizes,
-                       (("predictions", f"torch.randn({args})"), ("targets", targets)),
-                       uses_f=not loss.hinge_targets)
+    spec = ProblemSpec(
+        "loss",
+        name,
+        comp.key,
+        comp.level,
+        title,
+        f"Computes the {title}.",
+        ("predictions", "targets"),
+        (f"return {loss.python.format(r=r)}",),
+        sizes,
+        (("predictions", f"torch.randn({args})"), ("targets", targets)),
+        uses_f=not loss.hinge_targets,
+    )
     return spec, kernels.loss_reduce(name, loss, r)
 
 
 FAMILIES: dict[str, Family] = {
     "unary": Family("unary", _unary_compositions, _unary_build),
     "binary": Family("binary", _binary_compositions, _binary_build),
-    "reduce": Family("reduce", _dim_compositions("reduce", ("sum", "mean", "amax", "amin", "max")), _reduce_build),
+    "reduce": Family(
+        "reduce", _dim_compositions("reduce", ("sum", "mean", "amax", "amin", "max")), _reduce_build
+    ),
     "argreduce": Family("argreduce", _dim_compositions("argreduce", ("argmax", "argmin")), _reduce_build),
-    "softmax": Family("softmax", _dim_compositions("softmax", ("softmax", "log_softmax"), ("softmax:softmax:r2d1",)),
-                      _softmax_build),
+    "softmax": Family(
+        "softmax",
+        _dim_compositions("softmax", ("softmax", "log_softmax"), ("softmax:softmax:r2d1",)),
+        _softmax_build,
+    ),
     "norm": Family("norm", _norm_compositions, _norm_build),
     "matmul": Family("matmul", _matmul_compositions, _matmul_build),
     "loss": Family("loss", _loss_compositions, _loss_build),

@@ -23,22 +23,24 @@ class ProblemSpec:
     """Everything both files need; built by a family in `cudice.model.train.corpus.families`."""
 
     family: str
-    name: str                      # identifier of the kernel/extension, e.g. "relu_sigmoid"
-    composition: str               # the split key, e.g. "unary:relu>sigmoid"
-    level: int                     # 1 = one op, 2 = a composition (RL curriculum order)
-    title: str                     # module docstring words, e.g. "elementwise ReLU"
-    summary: str                   # class docstring, e.g. "Applies ReLU to the input."
-    params: tuple[str, ...]        # forward's tensor arguments
-    body: tuple[str, ...]          # forward's statements (the last one returns)
+    name: str  # identifier of the kernel/extension, e.g. "relu_sigmoid"
+    composition: str  # the split key, e.g. "unary:relu>sigmoid"
+    level: int  # 1 = one op, 2 = a composition (RL curriculum order)
+    title: str  # module docstring words, e.g. "elementwise ReLU"
+    summary: str  # class docstring, e.g. "Applies ReLU to the input."
+    params: tuple[str, ...]  # forward's tensor arguments
+    body: tuple[str, ...]  # forward's statements (the last one returns)
     sizes: tuple[tuple[str, int], ...]  # module-level size constants, in order
     inputs: tuple[tuple[str, str], ...]  # get_inputs: (variable, expression)
-    extra_args: tuple[str, ...] = ()     # literals passed to the wrapper after the tensors
-    uses_f: bool = False           # the reference imports torch.nn.functional as F
+    extra_args: tuple[str, ...] = ()  # literals passed to the wrapper after the tensors
+    uses_f: bool = False  # the reference imports torch.nn.functional as F
     dtype: str = "float32"
 
 
 def reference_file(spec: ProblemSpec) -> str:
-    imports = "import torch\nimport torch.nn as nn\n" + ("import torch.nn.functional as F\n" if spec.uses_f else "")
+    imports = "import torch\nimport torch.nn as nn\n" + (
+        "import torch.nn.functional as F\n" if spec.uses_f else ""
+    )
     params = ", ".join(f"{p}: torch.Tensor" for p in spec.params)
     body = "".join(f"        {line}\n" for line in spec.body)
     sizes = "".join(f"{k} = {v}\n" for k, v in spec.sizes)

@@ -31,13 +31,25 @@ from cudice.model.prompts import chat_prompt
 from cudice.model.tiny import CHATML_TEMPLATE, SPECIAL_TOKENS, _config_dict
 
 DEMO_DIMS: dict[str, Any] = {
-    "vocab_size": 4096, "hidden_size": 256, "intermediate_size": 768, "num_hidden_layers": 8,
-    "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64, "max_position_embeddings": 4096,
+    "vocab_size": 4096,
+    "hidden_size": 256,
+    "intermediate_size": 768,
+    "num_hidden_layers": 8,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 64,
+    "max_position_embeddings": 4096,
     "tie_word_embeddings": True,
 }
 SMOKE_DIMS: dict[str, Any] = {
-    "vocab_size": 1024, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
-    "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "max_position_embeddings": 4096,
+    "vocab_size": 1024,
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "max_position_embeddings": 4096,
     "tie_word_embeddings": True,
 }
 TOKENIZER_SAMPLE_PAIRS = 1200  # pairs the BPE is trained on (all pairs share their fixed prompt text)
@@ -59,13 +71,21 @@ def train_tokenizer(sft_path: str | Path, vocab_size: int, seed: int = 0) -> Any
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS),
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     tok.train_from_iterator(_texts(Path(sft_path), seed), trainer=trainer)
     # transformers' TokenizersBackend.__init__ (*args, **kwargs) carries no annotations
     fast = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
-        tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>", mask_token="<|MASK|>",
-        additional_special_tokens=["<|im_start|>"])
+        tokenizer_object=tok,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        mask_token="<|MASK|>",
+        additional_special_tokens=["<|im_start|>"],
+    )
     fast.chat_template = CHATML_TEMPLATE
     return fast
 
@@ -79,8 +99,9 @@ def num_parameters(dims: dict[str, Any]) -> int:
     return int(n * layer + embed + h)
 
 
-def init_checkpoint(out_dir: str | Path, sft_path: str | Path, dims: dict[str, Any], seed: int = 0,
-                    dtype: str = "bfloat16") -> dict[str, Any]:
+def init_checkpoint(
+    out_dir: str | Path, sft_path: str | Path, dims: dict[str, Any], seed: int = 0, dtype: str = "bfloat16"
+) -> dict[str, Any]:
     """Write tokenizer + random SDAR-layout checkpoint to `out_dir`; return a summary (sizes, ids)."""
     import torch
     from safetensors.torch import save_file
@@ -88,8 +109,10 @@ def init_checkpoint(out_dir: str | Path, sft_path: str | Path, dims: dict[str, A
 
     sft_path = Path(sft_path)
     if not sft_path.is_file():
-        raise ValueError(f"{sft_path} does not exist: build the corpus first "
-                         "(`python -m cudice.model.train.corpus build DIR`)")
+        raise ValueError(
+            f"{sft_path} does not exist: build the corpus first "
+            "(`python -m cudice.model.train.corpus build DIR`)"
+        )
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tokenizer = train_tokenizer(sft_path, dims["vocab_size"], seed)
@@ -97,9 +120,12 @@ def init_checkpoint(out_dir: str | Path, sft_path: str | Path, dims: dict[str, A
     ids = {t: tokenizer.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS}
     # SDAR layout as cudice.model.tiny writes it, with the demo dims (the vocabulary is the
     # tokenizer's real size, which BPE may leave below the requested one).
-    config = {**_config_dict(len(tokenizer), ids, sdar_layout=True),
-              **{k: v for k, v in dims.items() if k != "vocab_size"},
-              "max_window_layers": dims["num_hidden_layers"], "torch_dtype": dtype}
+    config = {
+        **_config_dict(len(tokenizer), ids, sdar_layout=True),
+        **{k: v for k, v in dims.items() if k != "vocab_size"},
+        "max_window_layers": dims["num_hidden_layers"],
+        "torch_dtype": dtype,
+    }
     torch.manual_seed(seed)
     qwen_kwargs = {k: v for k, v in config.items() if k not in ("architectures", "auto_map", "model_type")}
     model = Qwen3ForCausalLM(Qwen3Config(**qwen_kwargs)).to(getattr(torch, dtype))
@@ -110,6 +136,12 @@ def init_checkpoint(out_dir: str | Path, sft_path: str | Path, dims: dict[str, A
     (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     stop_ids = [ids["<|im_end|>"], ids["<|endoftext|>"]]
     (out / "generation_config.json").write_text(
-        json.dumps({"bos_token_id": ids["<|endoftext|>"], "eos_token_id": stop_ids}, indent=2) + "\n")
-    return {"dir": str(out), "vocab_size": len(tokenizer), "num_parameters": sum(t.numel() for t in tensors.values()),
-            "weights_mib": (out / "model.safetensors").stat().st_size / 2**20, "mask_token_id": ids["<|MASK|>"]}
+        json.dumps({"bos_token_id": ids["<|endoftext|>"], "eos_token_id": stop_ids}, indent=2) + "\n"
+    )
+    return {
+        "dir": str(out),
+        "vocab_size": len(tokenizer),
+        "num_parameters": sum(t.numel() for t in tensors.values()),
+        "weights_mib": (out / "model.safetensors").stat().st_size / 2**20,
+        "mask_token_id": ids["<|MASK|>"],
+    }

@@ -31,9 +31,15 @@ def _stage_scores(results: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def install_demo(tar_path: str | Path, *, into: str | Path = DEMO_DIR, trained: bool = True,
-                 results: str | Path | None = None, templates: str | Path | None = None,
-                 note: str = "") -> dict[str, Any]:
+def install_demo(
+    tar_path: str | Path,
+    *,
+    into: str | Path = DEMO_DIR,
+    trained: bool = True,
+    results: str | Path | None = None,
+    templates: str | Path | None = None,
+    note: str = "",
+) -> dict[str, Any]:
     """Unpack `tar_path` into `into` (emptied first) and write its card; returns the card."""
     tar_path, into = Path(tar_path), Path(into)
     if not tar_path.is_file():
@@ -49,16 +55,33 @@ def install_demo(tar_path: str | Path, *, into: str | Path = DEMO_DIR, trained: 
     marker_path = into / "cudice_checkpoint.json"
     marker = json.loads(marker_path.read_text()) if marker_path.is_file() else {}
     card: dict[str, Any] = {
-        "name": "cudice-demo", "trained": trained,
-        "what": ("a Qwen3-architecture block-diffusion model in SDAR layout (block size 4, <|MASK|>), "
-                 "trained from scratch by bench/train_demo.sh: SFT on cudice's generated corpus, then BiC-RL "
-                 "with verifier rewards" if trained else
-                 "a stand-in with RANDOM weights (it writes gibberish) until trained weights are installed"),
-        "architecture": {k: config.get(k) for k in ("hidden_size", "num_hidden_layers", "num_attention_heads",
-                                                    "num_key_value_heads", "intermediate_size", "vocab_size",
-                                                    "block_size", "torch_dtype")},
-        "source": tar_path.name, "installed_unix": time.time(), "training_step": marker.get("step"),
-        "training_metrics": marker.get("metrics", {}), "limitations": LIMITATIONS,
+        "name": "cudice-demo",
+        "trained": trained,
+        "what": (
+            "a Qwen3-architecture block-diffusion model in SDAR layout (block size 4, <|MASK|>), "
+            "trained from scratch by bench/train_demo.sh: SFT on cudice's generated corpus, then BiC-RL "
+            "with verifier rewards"
+            if trained
+            else "a stand-in with RANDOM weights (it writes gibberish) until trained weights are installed"
+        ),
+        "architecture": {
+            k: config.get(k)
+            for k in (
+                "hidden_size",
+                "num_hidden_layers",
+                "num_attention_heads",
+                "num_key_value_heads",
+                "intermediate_size",
+                "vocab_size",
+                "block_size",
+                "torch_dtype",
+            )
+        },
+        "source": tar_path.name,
+        "installed_unix": time.time(),
+        "training_step": marker.get("step"),
+        "training_metrics": marker.get("metrics", {}),
+        "limitations": LIMITATIONS,
     }
     if note:
         card["note"] = note
@@ -66,7 +89,10 @@ def install_demo(tar_path: str | Path, *, into: str | Path = DEMO_DIR, trained: 
         card["heldout"] = _stage_scores(json.loads(Path(results).read_text()))
     if templates is not None:
         table = json.loads(Path(templates).read_text())
-        card["templates_verified"] = {"gpu": table.get("gpu"), "all_correct": table.get("all_correct"),
-                                      "num": len(table.get("rows", []))}
+        card["templates_verified"] = {
+            "gpu": table.get("gpu"),
+            "all_correct": table.get("all_correct"),
+            "num": len(table.get("rows", [])),
+        }
     (into / CARD).write_text(json.dumps(card, indent=1) + "\n")
     return card

@@ -30,16 +30,18 @@ THREADS = 256
 
 @dataclass(frozen=True, slots=True)
 class Kernel:
-    source: str        # CUDA source (kernels + host wrapper)
-    cpp_decl: str      # the wrapper's declaration, for cpp_sources
-    function: str      # the wrapper's name
+    source: str  # CUDA source (kernels + host wrapper)
+    cpp_decl: str  # the wrapper's declaration, for cpp_sources
+    function: str  # the wrapper's name
     args: tuple[str, ...]  # forward's arguments passed to the wrapper, in order
 
 
 def _dispatch(name: str, launch: str) -> str:
-    return (f'    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, xc.scalar_type(), "{name}", [&] {{\n'
-            f"        {launch}\n"
-            "    });\n")
+    return (
+        f'    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, xc.scalar_type(), "{name}", [&] {{\n'
+        f"        {launch}\n"
+        "    });\n"
+    )
 
 
 _BLOCK_SUM = """__device__ float block_sum(float v, float* sh) {
@@ -56,9 +58,13 @@ _BLOCK_SUM = """__device__ float block_sum(float v, float* sh) {
 """
 
 _BLOCK_MAX = _BLOCK_SUM.replace("block_sum", "block_max").replace(
-    "sh[threadIdx.x] += sh[threadIdx.x + s];", "sh[threadIdx.x] = fmaxf(sh[threadIdx.x], sh[threadIdx.x + s]);")
+    "sh[threadIdx.x] += sh[threadIdx.x + s];",
+    "sh[threadIdx.x] = fmaxf(sh[threadIdx.x], sh[threadIdx.x + s]);",
+)
 _BLOCK_MIN = _BLOCK_SUM.replace("block_sum", "block_min").replace(
-    "sh[threadIdx.x] += sh[threadIdx.x + s];", "sh[threadIdx.x] = fminf(sh[threadIdx.x], sh[threadIdx.x + s]);")
+    "sh[threadIdx.x] += sh[threadIdx.x + s];",
+    "sh[threadIdx.x] = fminf(sh[threadIdx.x], sh[threadIdx.x + s]);",
+)
 
 # The (outer, R, inner) view of `xc` around `dim`, and the output sizes without `dim`.
 _DIM_VIEW = """    auto xc = x.contiguous();
@@ -88,14 +94,18 @@ def pointwise(name: str, ops: tuple[PointOp, ...], binary: BinaryOp | None = Non
         sig = "torch::Tensor x"
     else:
         params = "const scalar_t* __restrict__ a, const scalar_t* __restrict__ b"
-        load = ("float x = static_cast<float>(a[i]);\n        float y = static_cast<float>(b[i]);\n"
-                f"        float v = {binary.cuda};")
+        load = (
+            "float x = static_cast<float>(a[i]);\n        float y = static_cast<float>(b[i]);\n"
+            f"        float v = {binary.cuda};"
+        )
         args = ("a", "b")
-        host_in = ("    TORCH_CHECK(a.sizes() == b.sizes(), \"a and b must have the same shape\");\n"
-                   "    auto xc = a.contiguous();\n    auto bc = b.contiguous();\n")
+        host_in = (
+            '    TORCH_CHECK(a.sizes() == b.sizes(), "a and b must have the same shape");\n'
+            "    auto xc = a.contiguous();\n    auto bc = b.contiguous();\n"
+        )
         ptrs = "xc.data_ptr<scalar_t>(), bc.data_ptr<scalar_t>()"
         sig = "torch::Tensor a, torch::Tensor b"
-    launch = (f"{name}_kernel<scalar_t><<<blocks, {THREADS}>>>({ptrs}, out.data_ptr<scalar_t>(), n);")
+    launch = f"{name}_kernel<scalar_t><<<blocks, {THREADS}>>>({ptrs}, out.data_ptr<scalar_t>(), n);"
     source = (
         "\n#include <torch/extension.h>\n\n"
         "template <typename scalar_t>\n"
@@ -122,8 +132,10 @@ def _dim_kernel(name: str, helpers: str, out_type: str, body: str, alloc: str) -
     `helpers` (device functions) follow the include; `body` is the kernel's body, with `x`,
     `out` (of `out_type`), `R` and `inner` in scope; `alloc` is the wrapper's line creating `out`.
     """
-    launch = (f"{name}_kernel<scalar_t><<<(unsigned int)(outer * inner), {THREADS}>>>("
-              f"xc.data_ptr<scalar_t>(), out.data_ptr<{out_type}>(), R, inner);")
+    launch = (
+        f"{name}_kernel<scalar_t><<<(unsigned int)(outer * inner), {THREADS}>>>("
+        f"xc.data_ptr<scalar_t>(), out.data_ptr<{out_type}>(), R, inner);"
+    )
     source = (
         f"\n#include <torch/extension.h>\n\n{helpers}"
         "template <typename scalar_t>\n"
@@ -195,8 +207,9 @@ def arg_reduce_dim(name: str, kind: str) -> Kernel:
         "    }\n"
         "    if (threadIdx.x == 0) out[blockIdx.x] = si[0] < R ? si[0] : 0;\n"
     )
-    return _dim_kernel(name, "", "int64_t", body,
-                       "    auto out = torch::empty(sizes, xc.options().dtype(torch::kLong));\n")
+    return _dim_kernel(
+        name, "", "int64_t", body, "    auto out = torch::empty(sizes, xc.options().dtype(torch::kLong));\n"
+    )
 
 
 def softmax_dim(name: str, log: bool) -> Kernel:
@@ -223,21 +236,25 @@ def softmax_dim(name: str, log: bool) -> Kernel:
 def norm_last_dim(name: str, kind: str) -> Kernel:
     """LayerNorm (no affine) or RMSNorm over the last dim; one block per row, two passes."""
     if kind == "layer_norm":
-        stats = ("    float mean = block_sum(s, sh) / D;\n"
-                 "    float q = 0.0f;\n"
-                 "    for (int64_t i = threadIdx.x; i < D; i += blockDim.x) {\n"
-                 "        float d = static_cast<float>(row[i]) - mean;\n"
-                 "        q += d * d;\n"
-                 "    }\n"
-                 "    float inv = rsqrtf(block_sum(q, sh) / D + eps);\n")
+        stats = (
+            "    float mean = block_sum(s, sh) / D;\n"
+            "    float q = 0.0f;\n"
+            "    for (int64_t i = threadIdx.x; i < D; i += blockDim.x) {\n"
+            "        float d = static_cast<float>(row[i]) - mean;\n"
+            "        q += d * d;\n"
+            "    }\n"
+            "    float inv = rsqrtf(block_sum(q, sh) / D + eps);\n"
+        )
         first = "s += static_cast<float>(row[i]);"
         write = "(static_cast<float>(row[i]) - mean) * inv"
     else:
         stats = "    float inv = rsqrtf(block_sum(s, sh) / D + eps);\n"
         first = "{ float v = static_cast<float>(row[i]); s += v * v; }"
         write = "static_cast<float>(row[i]) * inv"
-    launch = (f"{name}_kernel<scalar_t><<<(unsigned int)rows, {THREADS}>>>(xc.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(), "
-              "D, (float)eps);")
+    launch = (
+        f"{name}_kernel<scalar_t><<<(unsigned int)rows, {THREADS}>>>(xc.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(), "
+        "D, (float)eps);"
+    )
     source = (
         f"\n#include <torch/extension.h>\n\n{_BLOCK_SUM}\n"
         "template <typename scalar_t>\n"
@@ -290,7 +307,7 @@ def matmul_epilogue(name: str, bias: bool, ops: tuple[PointOp, ...]) -> Kernel:
         "        out[(int64_t)row * N + col] = v;\n"
         "    }\n}\n\n"
         f"torch::Tensor {name}_cuda({sig}) {{\n"
-        "    TORCH_CHECK(a.scalar_type() == torch::kFloat32 && b.scalar_type() == torch::kFloat32, \"float32 only\");\n"
+        '    TORCH_CHECK(a.scalar_type() == torch::kFloat32 && b.scalar_type() == torch::kFloat32, "float32 only");\n'
         "    auto ac = a.contiguous();\n"
         "    auto bc = b.contiguous();\n"
         + ("    auto biasc = bias.contiguous();\n" if bias else "")
@@ -333,7 +350,7 @@ def loss_reduce(name: str, loss: LossOp, reduction: str) -> Kernel:
         "    if (threadIdx.x == 0) out[0] = acc * scale;\n"
         "}\n\n"
         f"torch::Tensor {name}_cuda(torch::Tensor predictions, torch::Tensor targets) {{\n"
-        "    TORCH_CHECK(predictions.sizes() == targets.sizes(), \"predictions and targets must have the same shape\");\n"
+        '    TORCH_CHECK(predictions.sizes() == targets.sizes(), "predictions and targets must have the same shape");\n'
         "    auto pc = predictions.contiguous();\n"
         "    auto tc = targets.contiguous();\n"
         "    int64_t n = pc.numel();\n"
@@ -345,5 +362,9 @@ def loss_reduce(name: str, loss: LossOp, reduction: str) -> Kernel:
         f"    {name}_final<<<1, {THREADS}>>>(partial.data_ptr<float>(), out.data_ptr<float>(), blocks, {scale});\n"
         "    return out;\n}\n"
     )
-    return Kernel(source, f"torch::Tensor {name}_cuda(torch::Tensor predictions, torch::Tensor targets);",
-                  f"{name}_cuda", ("predictions", "targets"))
+    return Kernel(
+        source,
+        f"torch::Tensor {name}_cuda(torch::Tensor predictions, torch::Tensor targets);",
+        f"{name}_cuda",
+        ("predictions", "targets"),
+    )

@@ -28,10 +28,10 @@ def cuda_float(value: float) -> str:
 
 @dataclass(frozen=True, slots=True)
 class PointOp:
-    name: str          # C/Python identifier part, e.g. "leaky_relu"
-    title: str         # words for docstrings, e.g. "LeakyReLU (slope 0.1)"
-    python: str        # reference expression, `{x}` is the operand
-    cuda: str          # CUDA statement on the float `v`
+    name: str  # C/Python identifier part, e.g. "leaky_relu"
+    title: str  # words for docstrings, e.g. "LeakyReLU (slope 0.1)"
+    python: str  # reference expression, `{x}` is the operand
+    cuda: str  # CUDA statement on the float `v`
     needs_f: bool = False  # the reference uses `torch.nn.functional as F`
 
 
@@ -46,15 +46,29 @@ def unary_op(kind: str, value: float | None = None) -> PointOp:
         "relu": PointOp("relu", "ReLU", "torch.relu({x})", "v = fmaxf(v, 0.0f);"),
         "sigmoid": PointOp("sigmoid", "sigmoid", "torch.sigmoid({x})", "v = 1.0f / (1.0f + expf(-v));"),
         "tanh": PointOp("tanh", "tanh", "torch.tanh({x})", "v = tanhf(v);"),
-        "gelu": PointOp("gelu", "GELU", "F.gelu({x})", "v = 0.5f * v * (1.0f + erff(v * 0.70710678f));", True),
-        "gelu_tanh": PointOp("gelu_tanh", "GELU (tanh approximation)", 'F.gelu({x}, approximate="tanh")',
-                             "v = 0.5f * v * (1.0f + tanhf(0.79788456f * (v + 0.044715f * v * v * v)));", True),
+        "gelu": PointOp(
+            "gelu", "GELU", "F.gelu({x})", "v = 0.5f * v * (1.0f + erff(v * 0.70710678f));", True
+        ),
+        "gelu_tanh": PointOp(
+            "gelu_tanh",
+            "GELU (tanh approximation)",
+            'F.gelu({x}, approximate="tanh")',
+            "v = 0.5f * v * (1.0f + tanhf(0.79788456f * (v + 0.044715f * v * v * v)));",
+            True,
+        ),
         "silu": PointOp("silu", "SiLU", "F.silu({x})", "v = v / (1.0f + expf(-v));", True),
         "elu": PointOp("elu", "ELU", "F.elu({x})", "v = v > 0.0f ? v : expm1f(v);", True),
-        "softplus": PointOp("softplus", "softplus", "F.softplus({x})", "v = v > 20.0f ? v : log1pf(expf(v));", True),
+        "softplus": PointOp(
+            "softplus", "softplus", "F.softplus({x})", "v = v > 20.0f ? v : log1pf(expf(v));", True
+        ),
         "softsign": PointOp("softsign", "softsign", "F.softsign({x})", "v = v / (1.0f + fabsf(v));", True),
-        "hardsigmoid": PointOp("hardsigmoid", "hard sigmoid", "F.hardsigmoid({x})",
-                               "v = fminf(fmaxf(v / 6.0f + 0.5f, 0.0f), 1.0f);", True),
+        "hardsigmoid": PointOp(
+            "hardsigmoid",
+            "hard sigmoid",
+            "F.hardsigmoid({x})",
+            "v = fminf(fmaxf(v / 6.0f + 0.5f, 0.0f), 1.0f);",
+            True,
+        ),
         "abs": PointOp("abs", "absolute value", "torch.abs({x})", "v = fabsf(v);"),
         "square": PointOp("square", "square", "{x} * {x}", "v = v * v;"),
     }
@@ -65,24 +79,55 @@ def unary_op(kind: str, value: float | None = None) -> PointOp:
     if value is None:
         raise ValueError(f"unary op {kind!r} needs a constant; pass value=")
     if kind == "leaky_relu":
-        return PointOp(_scaled("leaky_relu", value), f"LeakyReLU (slope {value})",
-                       f"F.leaky_relu({{x}}, negative_slope={value})", f"v = v > 0.0f ? v : v * {c};", True)
+        return PointOp(
+            _scaled("leaky_relu", value),
+            f"LeakyReLU (slope {value})",
+            f"F.leaky_relu({{x}}, negative_slope={value})",
+            f"v = v > 0.0f ? v : v * {c};",
+            True,
+        )
     if kind == "scale":
         return PointOp(_scaled("scale", value), f"scaling by {value}", f"{{x}} * {value}", f"v = v * {c};")
     if kind == "shift":
         sign, mag = ("-", -value) if value < 0 else ("+", value)
-        return PointOp(_scaled("shift", value), f"adding {value}", f"{{x}} {sign} {mag}",
-                       f"v = v {sign} {cuda_float(mag)};")
+        return PointOp(
+            _scaled("shift", value),
+            f"adding {value}",
+            f"{{x}} {sign} {mag}",
+            f"v = v {sign} {cuda_float(mag)};",
+        )
     if kind == "clamp":
-        return PointOp(_scaled("clamp", value), f"clamping to [-{value}, {value}]",
-                       f"torch.clamp({{x}}, min=-{value}, max={value})", f"v = fminf(fmaxf(v, -{c}), {c});")
-    raise ValueError(f"unknown unary op {kind!r}; known: {', '.join([*table, 'leaky_relu', 'scale', 'shift', 'clamp'])}")
+        return PointOp(
+            _scaled("clamp", value),
+            f"clamping to [-{value}, {value}]",
+            f"torch.clamp({{x}}, min=-{value}, max={value})",
+            f"v = fminf(fmaxf(v, -{c}), {c});",
+        )
+    raise ValueError(
+        f"unknown unary op {kind!r}; known: {', '.join([*table, 'leaky_relu', 'scale', 'shift', 'clamp'])}"
+    )
 
 
-UNARY_PLAIN = ("relu", "sigmoid", "tanh", "gelu", "gelu_tanh", "silu", "elu", "softplus", "softsign",
-               "hardsigmoid", "abs", "square")
-UNARY_VALUED = {"leaky_relu": (0.01, 0.1, 0.2), "scale": (0.5, 2.0, 3.0), "shift": (1.0, -0.5),
-                "clamp": (0.5, 1.0)}
+UNARY_PLAIN = (
+    "relu",
+    "sigmoid",
+    "tanh",
+    "gelu",
+    "gelu_tanh",
+    "silu",
+    "elu",
+    "softplus",
+    "softsign",
+    "hardsigmoid",
+    "abs",
+    "square",
+)
+UNARY_VALUED = {
+    "leaky_relu": (0.01, 0.1, 0.2),
+    "scale": (0.5, 2.0, 3.0),
+    "shift": (1.0, -0.5),
+    "clamp": (0.5, 1.0),
+}
 # Ops a chain may append (bounded outputs, so chains never overflow fp32).
 CHAIN_OPS = ("relu", "sigmoid", "tanh", "gelu", "silu", "softsign", "hardsigmoid", "abs", "elu")
 
@@ -97,8 +142,8 @@ def all_unary_ops() -> list[PointOp]:
 class BinaryOp:
     name: str
     title: str
-    python: str   # `{a}`, `{b}` operands
-    cuda: str     # float expression of `x` and `y`
+    python: str  # `{a}`, `{b}` operands
+    cuda: str  # float expression of `x` and `y`
 
 
 BINARY_OPS = {
@@ -114,8 +159,8 @@ BINARY_OPS = {
 class LossOp:
     name: str
     title: str
-    python: str   # reference return expression with `{r}` for the reduction ("mean" | "sum")
-    cuda: str     # CUDA statements ending with the element's loss in `v` (inputs `x` = p[i], `y` = t[i])
+    python: str  # reference return expression with `{r}` for the reduction ("mean" | "sum")
+    cuda: str  # CUDA statements ending with the element's loss in `v` (inputs `x` = p[i], `y` = t[i])
     hinge_targets: bool = False
 
 
@@ -129,19 +174,35 @@ _PARAM_LOSSES = {
 
 def loss_op(kind: str, value: float | None = None) -> LossOp:
     if kind == "mse":
-        return LossOp("mse_loss", "mean squared error", 'F.mse_loss(predictions, targets, reduction="{r}")',
-                      "float d = x - y;\n        float v = d * d;")
+        return LossOp(
+            "mse_loss",
+            "mean squared error",
+            'F.mse_loss(predictions, targets, reduction="{r}")',
+            "float d = x - y;\n        float v = d * d;",
+        )
     if kind == "l1":
-        return LossOp("l1_loss", "L1 loss", 'F.l1_loss(predictions, targets, reduction="{r}")',
-                      "float v = fabsf(x - y);")
+        return LossOp(
+            "l1_loss",
+            "L1 loss",
+            'F.l1_loss(predictions, targets, reduction="{r}")',
+            "float v = fabsf(x - y);",
+        )
     if kind in _PARAM_LOSSES:
         name, title, keyword, branches = _PARAM_LOSSES[kind]
         param = 1.0 if value is None else value
         c = cuda_float(param)
-        return LossOp(_scaled(name, param), f"{title} ({keyword} {param})",
-                      f'F.{name}(predictions, targets, reduction="{{r}}", {keyword}={param})',
-                      f"float d = fabsf(x - y);\n        float v = d < {c} ? {branches.format(c=c)};")
+        return LossOp(
+            _scaled(name, param),
+            f"{title} ({keyword} {param})",
+            f'F.{name}(predictions, targets, reduction="{{r}}", {keyword}={param})',
+            f"float d = fabsf(x - y);\n        float v = d < {c} ? {branches.format(c=c)};",
+        )
     if kind == "hinge":
-        return LossOp("hinge_loss", "hinge loss", "torch.{r}(torch.clamp(1 - predictions * targets, min=0))",
-                      "float v = fmaxf(1.0f - x * y, 0.0f);", hinge_targets=True)
+        return LossOp(
+            "hinge_loss",
+            "hinge loss",
+            "torch.{r}(torch.clamp(1 - predictions * targets, min=0))",
+            "float v = fmaxf(1.0f - x * y, 0.0f);",
+            hinge_targets=True,
+        )
     raise ValueError(f"unknown loss {kind!r}; known: mse, l1, huber, smooth_l1, hinge")

@@ -114,18 +114,44 @@ def newest_checkpoint(*dirs: Path) -> Path | None:
     return max(done, key=lambda d: (d / MARKER).stat().st_mtime) if done else None
 
 
-def sft(start: Path, corpus: Path, out_dir: Path, seconds: float, phase: Phase, smoke: bool,
-        epochs: int, save_every: int = 100) -> Path | None:
+def sft(
+    start: Path,
+    corpus: Path,
+    out_dir: Path,
+    seconds: float,
+    phase: Phase,
+    smoke: bool,
+    epochs: int,
+    save_every: int = 100,
+) -> Path | None:
     """`cudice train sft` from `start` for `epochs` or until `seconds` pass; the newest complete checkpoint.
 
     lr 1e-3 (a 7M model from scratch, not DICE's 1e-5 fine-tuning of 1.7B); the schedule's 3 %
     warm-up is taken of `epochs`, so `epochs` should be about what the budget allows.
     """
     help_text = _options("cudice.model.train.cli", "sft")
-    args = _cli("cudice.model.train.cli", "sft", "--model", str(start), "--data", str(corpus / "sft.jsonl"),
-                "--out", str(out_dir), "--epochs", str(epochs), "--lr", "1e-3" if not smoke else "3e-3",
-                "--batch-size", "2" if smoke else "16", "--max-length", "2048",
-                "--save-every", "2" if smoke else str(save_every), "--log-every", "1" if smoke else "10")
+    args = _cli(
+        "cudice.model.train.cli",
+        "sft",
+        "--model",
+        str(start),
+        "--data",
+        str(corpus / "sft.jsonl"),
+        "--out",
+        str(out_dir),
+        "--epochs",
+        str(epochs),
+        "--lr",
+        "1e-3" if not smoke else "3e-3",
+        "--batch-size",
+        "2" if smoke else "16",
+        "--max-length",
+        "2048",
+        "--save-every",
+        "2" if smoke else str(save_every),
+        "--log-every",
+        "1" if smoke else "10",
+    )
     if smoke and "--max-steps" in help_text:
         args += ["--max-steps", "4"]
     rc, stopped = phase.run(args, seconds)
@@ -141,12 +167,36 @@ def rl(start: Path, corpus: Path, out_dir: Path, seconds: float, phase: Phase, s
     a 16-core box. lr 1e-5 (DICE: 1e-6 on 1.7B); correctness-only reward.
     """
     help_text = _options("cudice.model.train.cli", "rl")
-    args = _cli("cudice.model.train.cli", "rl", "--model", str(start), "--infill-data",
-                str(corpus / "rl_infill.jsonl"), "--e2e-data", str(corpus / "rl_e2e.jsonl"), "--out", str(out_dir),
-                "--infill-steps", "1", "--e2e-steps", "1" if smoke else "2",
-                "--tasks-per-step", "2" if smoke else "4", "--samples-per-task", "2" if smoke else "4",
-                "--lr", "1e-5", "--max-new-tokens", "16" if smoke else "1536", "--required-speedup", "0",
-                "--save-every", "1", "--compile-workers", "2" if smoke else "14")
+    args = _cli(
+        "cudice.model.train.cli",
+        "rl",
+        "--model",
+        str(start),
+        "--infill-data",
+        str(corpus / "rl_infill.jsonl"),
+        "--e2e-data",
+        str(corpus / "rl_e2e.jsonl"),
+        "--out",
+        str(out_dir),
+        "--infill-steps",
+        "1",
+        "--e2e-steps",
+        "1" if smoke else "2",
+        "--tasks-per-step",
+        "2" if smoke else "4",
+        "--samples-per-task",
+        "2" if smoke else "4",
+        "--lr",
+        "1e-5",
+        "--max-new-tokens",
+        "16" if smoke else "1536",
+        "--required-speedup",
+        "0",
+        "--save-every",
+        "1",
+        "--compile-workers",
+        "2" if smoke else "14",
+    )
     if smoke and "--verify-gpus" in help_text:
         args += ["--verify-gpus", "0"]  # no GPU: the pool still runs the parse/static/compile stages
     rc, stopped = phase.run(args, seconds)
@@ -164,8 +214,9 @@ def export_tar(checkpoint: Path, tar_path: Path) -> Path:
     shutil.rmtree(staging, ignore_errors=True)
     loaded = load_checkpoint(str(checkpoint), device="cpu", dtype="bfloat16")
     marker = read_marker(checkpoint) or {}
-    save_checkpoint(loaded.model, checkpoint, staging, step=int(marker.get("step", 0)),
-                    metrics=marker.get("metrics", {}))
+    save_checkpoint(
+        loaded.model, checkpoint, staging, step=int(marker.get("step", 0)), metrics=marker.get("metrics", {})
+    )
     config = json.loads((staging / "config.json").read_text())
     config["torch_dtype"] = str(torch.bfloat16).removeprefix("torch.")
     (staging / "config.json").write_text(json.dumps(config, indent=2) + "\n")
@@ -176,15 +227,19 @@ def export_tar(checkpoint: Path, tar_path: Path) -> Path:
     shutil.rmtree(staging)
     size = tar_path.stat().st_size
     if size > MAX_FILE_BYTES:
-        raise RuntimeError(f"{tar_path} is {size / 2**20:.1f} MiB, over the 16 MiB a returned file may have; "
-                           "shrink DEMO_DIMS in init_model.py")
+        raise RuntimeError(
+            f"{tar_path} is {size / 2**20:.1f} MiB, over the 16 MiB a returned file may have; "
+            "shrink DEMO_DIMS in init_model.py"
+        )
     return tar_path
 
 
 def unpack_tar(tar_path: Path, into: Path) -> Path:
     if not tar_path.is_file():
-        raise click.ClickException(f"{tar_path} does not exist: copy phase A's {TAR_SFT} there (the lead's carried "
-                                   "folder, e.g. .ckpt/) or pass --start")
+        raise click.ClickException(
+            f"{tar_path} does not exist: copy phase A's {TAR_SFT} there (the lead's carried "
+            "folder, e.g. .ckpt/) or pass --start"
+        )
     shutil.rmtree(into, ignore_errors=True)
     into.mkdir(parents=True)
     with tarfile.open(tar_path) as tar:
@@ -198,11 +253,21 @@ def recipe() -> None:
 
 
 _common = [
-    click.option("--work", type=click.Path(file_okay=False, path_type=Path), required=True,
-                 help="Scratch folder (corpus, checkpoints); kept between phases on one machine."),
-    click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True,
-                 help="What comes back: tar checkpoints, JSON results, logs (each file <= 16 MiB)."),
-    click.option("--minutes", type=float, default=8.0, show_default=True, help="Wall-clock budget of the phase."),
+    click.option(
+        "--work",
+        type=click.Path(file_okay=False, path_type=Path),
+        required=True,
+        help="Scratch folder (corpus, checkpoints); kept between phases on one machine.",
+    ),
+    click.option(
+        "--out",
+        type=click.Path(file_okay=False, path_type=Path),
+        required=True,
+        help="What comes back: tar checkpoints, JSON results, logs (each file <= 16 MiB).",
+    ),
+    click.option(
+        "--minutes", type=float, default=8.0, show_default=True, help="Wall-clock budget of the phase."
+    ),
     click.option("--seed", type=int, default=0, show_default=True),
     click.option("--smoke", is_flag=True, help="Toy sizes, a few steps (CPU test of the whole recipe)."),
 ]
@@ -216,16 +281,32 @@ def common(fn: Any) -> Any:
 
 @recipe.command("a")
 @common
-@click.option("--verify-per-family", type=int, default=1, show_default=True,
-              help="Training problems verified per family (plus one held-out each), while SFT runs.")
+@click.option(
+    "--verify-per-family",
+    type=int,
+    default=1,
+    show_default=True,
+    help="Training problems verified per family (plus one held-out each), while SFT runs.",
+)
 def phase_a(work: Path, out: Path, minutes: float, seed: int, smoke: bool, verify_per_family: int) -> None:
     """Corpus, tokenizer, init; SFT until the deadline while the templates are verified; export."""
     phase = Phase("phase_a", out, minutes)
     corpus, init = prepare(work, seed, smoke, phase)
     # The template check compiles on the CPU cores while SFT keeps the GPU busy.
-    checker = subprocess.Popen(_cli("cudice.model.train.corpus", "verify-templates", str(corpus), "--out",
-                                    str(out / "templates.json"), "--per-family", str(verify_per_family)),
-                               stdout=subprocess.DEVNULL, stderr=phase.log_path.open("a"), start_new_session=True)
+    checker = subprocess.Popen(
+        _cli(
+            "cudice.model.train.corpus",
+            "verify-templates",
+            str(corpus),
+            "--out",
+            str(out / "templates.json"),
+            "--per-family",
+            str(verify_per_family),
+        ),
+        stdout=subprocess.DEVNULL,
+        stderr=phase.log_path.open("a"),
+        start_new_session=True,
+    )
     reserve = 45.0 if not smoke else 5.0  # export + slack
     try:
         ckpt = sft(init, corpus, work / "sft", phase.left() - reserve, phase, smoke, epochs=8)
@@ -243,17 +324,27 @@ def phase_a(work: Path, out: Path, minutes: float, seed: int, smoke: bool, verif
 
 @recipe.command("b")
 @common
-@click.option("--start", type=click.Path(dir_okay=False, path_type=Path), default=Path(".ckpt") / TAR_SFT,
-              show_default=True, help="Phase a's checkpoint tar.")
+@click.option(
+    "--start",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=Path(".ckpt") / TAR_SFT,
+    show_default=True,
+    help="Phase a's checkpoint tar.",
+)
 @click.option("--sft-minutes", type=float, default=2.0, show_default=True, help="More SFT before RL.")
-def phase_b(work: Path, out: Path, minutes: float, seed: int, smoke: bool, start: Path, sft_minutes: float) -> None:
+def phase_b(
+    work: Path, out: Path, minutes: float, seed: int, smoke: bool, start: Path, sft_minutes: float
+) -> None:
     """More SFT, then BiC-RL (infilling, then end-to-end) until the deadline; export both."""
     phase = Phase("phase_b", out, minutes)
     corpus, _ = prepare(work, seed, smoke, phase, with_init=False)
     begin = unpack_tar(start, work / "start")
     # saved every 25 steps: a minute of SFT must leave a checkpoint behind when it is stopped
-    more = sft(begin, corpus, work / "sft_b", 60 * sft_minutes, phase, smoke, epochs=2, save_every=25) \
-        if sft_minutes > 0 else None
+    more = (
+        sft(begin, corpus, work / "sft_b", 60 * sft_minutes, phase, smoke, epochs=2, save_every=25)
+        if sft_minutes > 0
+        else None
+    )
     ckpt = more or begin
     export_tar(ckpt, out / TAR_SFT)
     reserve = 40.0 if not smoke else 5.0
@@ -266,11 +357,23 @@ def phase_b(work: Path, out: Path, minutes: float, seed: int, smoke: bool, start
 
 @recipe.command("c")
 @common
-@click.option("--sft", "sft_tar", type=click.Path(dir_okay=False, path_type=Path),
-              default=Path(".ckpt") / TAR_SFT, show_default=True)
-@click.option("--rl", "rl_tar", type=click.Path(dir_okay=False, path_type=Path),
-              default=Path(".ckpt") / TAR_RL, show_default=True)
-def phase_c(work: Path, out: Path, minutes: float, seed: int, smoke: bool, sft_tar: Path, rl_tar: Path) -> None:
+@click.option(
+    "--sft",
+    "sft_tar",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=Path(".ckpt") / TAR_SFT,
+    show_default=True,
+)
+@click.option(
+    "--rl",
+    "rl_tar",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=Path(".ckpt") / TAR_RL,
+    show_default=True,
+)
+def phase_c(
+    work: Path, out: Path, minutes: float, seed: int, smoke: bool, sft_tar: Path, rl_tar: Path
+) -> None:
     """Held-out evaluation of the SFT and the RL checkpoint (`cudice eval`), side by side."""
     from cudice.model.train.corpus.evaluate import comparison_table, evaluate_all
 

@@ -50,8 +50,9 @@ def _static_verdict(solution: Path, reference: Path) -> dict[str, Any]:
     return {"verdict": "static_violation" if errors else "static_ok", "error": "; ".join(errors)}
 
 
-def verify_templates(corpus_dir: str | Path, per_family: int, say: Callable[[str], None],
-                     num_compile_workers: int = 8) -> dict[str, Any]:
+def verify_templates(
+    corpus_dir: str | Path, per_family: int, say: Callable[[str], None], num_compile_workers: int = 8
+) -> dict[str, Any]:
     """Verify a sample of every family; returns {"gpu", "rows", "all_correct"} and prints a table."""
     from cudice.verifier.api import gpu_available
 
@@ -60,8 +61,10 @@ def verify_templates(corpus_dir: str | Path, per_family: int, say: Callable[[str
     sample = pick_sample(manifest, per_family)
     gpu = gpu_available()
     rows: list[dict[str, Any]] = []
-    paths = [(p, corpus / "solutions" / p["split"] / p["file"], corpus / "problems" / p["split"] / p["file"])
-             for p in sample]
+    paths = [
+        (p, corpus / "solutions" / p["split"] / p["file"], corpus / "problems" / p["split"] / p["file"])
+        for p in sample
+    ]
     if gpu:
         from cudice.verifier.pool import VerifyPool
 
@@ -70,8 +73,15 @@ def verify_templates(corpus_dir: str | Path, per_family: int, say: Callable[[str
             for p, fut in futures:
                 result = fut.result()
                 errors = [d.message for d in result.diagnostics if d.severity.value == "error"]
-                rows.append({**p, "verdict": result.verdict.value, "speedup": result.speedup,
-                             "error": result.error or "", "diagnostics": errors[:3]})
+                rows.append(
+                    {
+                        **p,
+                        "verdict": result.verdict.value,
+                        "speedup": result.speedup,
+                        "error": result.error or "",
+                        "diagnostics": errors[:3],
+                    }
+                )
     else:
         rows = [{**p, **_static_verdict(sol, ref)} for p, sol, ref in paths]
     good = "correct" if gpu else "static_ok"
@@ -84,5 +94,9 @@ def verify_templates(corpus_dir: str | Path, per_family: int, say: Callable[[str
             say(f"    !! {r.get('error') or r.get('diagnostics')}")
     all_good = all(r["verdict"] == good for r in rows)
     say(f"templates: {sum(r['verdict'] == good for r in rows)}/{len(rows)} {good}")
-    return {"gpu": gpu, "rows": rows, "all_correct": all_good if gpu else False, "all_static_ok": all(
-        r["verdict"] in (good, "correct") for r in rows)}
+    return {
+        "gpu": gpu,
+        "rows": rows,
+        "all_correct": all_good if gpu else False,
+        "all_static_ok": all(r["verdict"] in (good, "correct") for r in rows),
+    }

@@ -47,13 +47,21 @@ class FakeEngine:
                 on_progress(Progress(i, (i + 1) // 2, time.perf_counter() - t0, "x" * i))
         return num, time.perf_counter() - t0, False
 
-    def generate_kernel(self, reference_source: str, config: Any, on_progress: Any = None,
-                        should_stop: Any = None) -> Generation:
+    def generate_kernel(
+        self, reference_source: str, config: Any, on_progress: Any = None, should_stop: Any = None
+    ) -> Generation:
         n, s, stopped = self._run(reference_source, on_progress, should_stop)
         return Generation(FAKE_KERNEL, None, n, (n + 1) // 2, 2.0, s, stopped)
 
-    def infill(self, prefix: str, suffix: str, pytorch_code: str, config: Any, on_progress: Any = None,
-               should_stop: Any = None) -> Generation:
+    def infill(
+        self,
+        prefix: str,
+        suffix: str,
+        pytorch_code: str,
+        config: Any,
+        on_progress: Any = None,
+        should_stop: Any = None,
+    ) -> Generation:
         n, s, stopped = self._run(prefix, on_progress, should_stop)
         return Generation(prefix + FAKE_MIDDLE + suffix, FAKE_MIDDLE, n, (n + 1) // 2, 2.0, s, stopped)
 

@@ -35,8 +35,15 @@ def _compile_errors(path: str, source: str) -> tuple[Diagnostic, ...]:
     for i, line in enumerate(source.splitlines(), start=1):
         if "vv >" in line:
             col = line.index("vv") + 1
-            return (Diagnostic(Severity.ERROR, 'identifier "vv" is undefined', "compile.error", Stage.COMPILE,
-                               Location(path, i, col, i, col + 2)),)
+            return (
+                Diagnostic(
+                    Severity.ERROR,
+                    'identifier "vv" is undefined',
+                    "compile.error",
+                    Stage.COMPILE,
+                    Location(path, i, col, i, col + 2),
+                ),
+            )
     return ()
 
 
@@ -58,8 +65,15 @@ def quick_check(path: str, source: str, checker: Any = None) -> VerifyResult:
     return VerifyResult(Verdict.CHECKED, Stage.COMPILE, path)
 
 
-def verify(path: str, *, source: str | None = None, reference: Any = None, config: Any = None,
-           on_stage: Any = None, cancel: Any = None) -> VerifyResult:
+def verify(
+    path: str,
+    *,
+    source: str | None = None,
+    reference: Any = None,
+    config: Any = None,
+    on_stage: Any = None,
+    cancel: Any = None,
+) -> VerifyResult:
     source = source or ""
     if on_stage:
         on_stage(VerifyResult(Verdict.CHECKED, Stage.STATIC, path))
@@ -79,7 +93,16 @@ def verify(path: str, *, source: str | None = None, reference: Any = None, confi
         on_stage(VerifyResult(Verdict.COMPILED, Stage.COMPILE, path))
     now = datetime.datetime.now(datetime.timezone.utc).isoformat()
     return VerifyResult(
-        Verdict.CORRECT, Stage.TIMING, path, candidate=Timing(0.1, 0.09, 0.12, 0.095, 0.105, 30),
-        reference=Timing(0.231, 0.22, 0.25, 0.225, 0.235, 30), speedup=2.31, speedup_min=2.14, speedup_max=2.47,
-        num_correct_trials=5, num_trials=5, gpu_name="NVIDIA H200", measured_at=now,
+        Verdict.CORRECT,
+        Stage.TIMING,
+        path,
+        candidate=Timing(0.1, 0.09, 0.12, 0.095, 0.105, 30),
+        reference=Timing(0.231, 0.22, 0.25, 0.225, 0.235, 30),
+        speedup=2.31,
+        speedup_min=2.14,
+        speedup_max=2.47,
+        num_correct_trials=5,
+        num_trials=5,
+        gpu_name="NVIDIA H200",
+        measured_at=now,
     )

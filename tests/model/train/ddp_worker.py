@@ -29,8 +29,16 @@ def run_rank(rank: int, world_size: int, port: int, out: Path, batch_size: int, 
     import signal
 
     ctypes.CDLL("libc.so.6").prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: die with the test process
-    os.environ.update({"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world_size),
-                       "LOCAL_WORLD_SIZE": str(world_size), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
+    os.environ.update(
+        {
+            "RANK": str(rank),
+            "LOCAL_RANK": str(rank),
+            "WORLD_SIZE": str(world_size),
+            "LOCAL_WORLD_SIZE": str(world_size),
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+        }
+    )
     from accelerate.state import PartialState
 
     PartialState._reset_state()  # a forked child inherits the parent's single-process state
@@ -49,10 +57,15 @@ def main(out: Path, batch_size: int) -> None:
     torch.set_num_threads(1)
     model = tiny_model()
     config = SFTConfig(learning_rate=1e-3, num_epochs=2, batch_size=batch_size, warmup_ratio=0.0, seed=3)
-    history = sft.train_sft(model, toy_samples(8), config, block_size=4, mask_token_id=MASK_ID,
-                            pad_token_id=PAD_ID, cpu=True)
+    history = sft.train_sft(
+        model, toy_samples(8), config, block_size=4, mask_token_id=MASK_ID, pad_token_id=PAD_ID, cpu=True
+    )
     rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
-    record = {"seen": seen, "loss": [h["loss"] for h in history], "grad_norm": [h["grad_norm"] for h in history]}
+    record = {
+        "seen": seen,
+        "loss": [h["loss"] for h in history],
+        "grad_norm": [h["grad_norm"] for h in history],
+    }
     (out / f"rank{rank}.json").write_text(json.dumps(record))
     if rank == 0:
         torch.save({k: v.detach().clone() for k, v in model.state_dict().items()}, out / "weights.pt")
@@ -65,20 +78,46 @@ def rl_step(flat_task: str, tasks_per_step: int) -> tuple[dict, torch.nn.Module]
     from cudice.model.train.rl import Rollout, run_stage
 
     def rollout(tasks, n, cfg):  # type: ignore[no-untyped-def]
-        return [Rollout(t, [1, 2, 3], [20 + k, 21, 22, 23, 24, 25 + k], [0, 1, 0, 1, 2, 0], f"{t.task_id}{k}")
-                for t in tasks for k in range(n)]
+        return [
+            Rollout(t, [1, 2, 3], [20 + k, 21, 22, 23, 24, 25 + k], [0, 1, 0, 1, 2, 0], f"{t.task_id}{k}")
+            for t in tasks
+            for k in range(n)
+        ]
 
     def reward(rollouts, cfg):  # type: ignore[no-untyped-def]
         return [1.0 if r.text.startswith(flat_task) else float(r.text.endswith(("0", "2"))) for r in rollouts]
 
     model = tiny_model()
-    config = RLConfig(stage="e2e", num_steps=1, tasks_per_step=tasks_per_step, samples_per_task=4,
-                      learning_rate=1e-3, ppo_epochs=1, num_minibatches=1)
+    config = RLConfig(
+        stage="e2e",
+        num_steps=1,
+        tasks_per_step=tasks_per_step,
+        samples_per_task=4,
+        learning_rate=1e-3,
+        ppo_epochs=1,
+        num_minibatches=1,
+    )
     tasks = [RLTask("e2e", 1, "# a", task_id="a"), RLTask("e2e", 1, "# b", task_id="b")]
-    stats = run_stage(model, tasks, config, rollout_fn=rollout, reward_fn=reward, block_size=4,
-                      mask_token_id=MASK_ID, pad_token_id=PAD_ID, cpu=True)[0]
-    return {"loss": stats.loss, "kl": stats.kl, "grad_norm": stats.grad_norm, "groups": stats.num_kept_groups,
-            "rows": stats.num_rows, "reward": stats.mean_reward, "updates": stats.num_updates}, model
+    stats = run_stage(
+        model,
+        tasks,
+        config,
+        rollout_fn=rollout,
+        reward_fn=reward,
+        block_size=4,
+        mask_token_id=MASK_ID,
+        pad_token_id=PAD_ID,
+        cpu=True,
+    )[0]
+    return {
+        "loss": stats.loss,
+        "kl": stats.kl,
+        "grad_norm": stats.grad_norm,
+        "groups": stats.num_kept_groups,
+        "rows": stats.num_rows,
+        "reward": stats.mean_reward,
+        "updates": stats.num_updates,
+    }, model
 
 
 def rl_main(out: Path, flat: int) -> None:

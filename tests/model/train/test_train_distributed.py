@@ -27,8 +27,10 @@ def _launch(out: Path, num_processes: int, batch_size: int, job: str = "sft") ->
 
     ctx = multiprocessing.get_context("fork")  # the children inherit the imported torch/transformers
     port = _free_port()
-    procs = [ctx.Process(target=run_rank, args=(r, num_processes, port, out, batch_size, job), daemon=True)
-             for r in range(num_processes)]
+    procs = [
+        ctx.Process(target=run_rank, args=(r, num_processes, port, out, batch_size, job), daemon=True)
+        for r in range(num_processes)
+    ]
     for p in procs:
         p.start()
     try:
@@ -52,8 +54,9 @@ def _reference(batch_size: int, monkeypatch: pytest.MonkeyPatch) -> tuple[list[i
     monkeypatch.setattr(sft.Collate, "__call__", recording)
     model = tiny_model()
     config = SFTConfig(learning_rate=1e-3, num_epochs=2, batch_size=batch_size, warmup_ratio=0.0, seed=3)
-    history = sft.train_sft(model, toy_samples(8), config, block_size=4, mask_token_id=MASK_ID,
-                            pad_token_id=PAD_ID, cpu=True)
+    history = sft.train_sft(
+        model, toy_samples(8), config, block_size=4, mask_token_id=MASK_ID, pad_token_id=PAD_ID, cpu=True
+    )
     return seen, history, model.state_dict()
 
 
@@ -65,13 +68,16 @@ def test_two_ranks_see_disjoint_shards_and_match_one_rank_with_double_batch(tmp_
 
     per_epoch = 4  # 8 samples over 2 ranks
     for epoch in range(2):
-        shards = [set(r["seen"][epoch * per_epoch:(epoch + 1) * per_epoch]) for r in ranks]
+        shards = [set(r["seen"][epoch * per_epoch : (epoch + 1) * per_epoch]) for r in ranks]
         assert not shards[0] & shards[1]  # disjoint
         assert shards[0] | shards[1] == set(range(8))  # together: the whole data set
-        assert shards[0] | shards[1] == set(seen[epoch * 8:(epoch + 1) * 8])
+        assert shards[0] | shards[1] == set(seen[epoch * 8 : (epoch + 1) * 8])
     for step in range(4):  # each step: rank batches = the halves of the single-process batch
-        single = set(seen[4 * step:4 * step + 4])
-        assert set(ranks[0]["seen"][2 * step:2 * step + 2]) | set(ranks[1]["seen"][2 * step:2 * step + 2]) == single
+        single = set(seen[4 * step : 4 * step + 4])
+        assert (
+            set(ranks[0]["seen"][2 * step : 2 * step + 2]) | set(ranks[1]["seen"][2 * step : 2 * step + 2])
+            == single
+        )
 
     # the logged loss is the mean over both ranks: the same numbers as the single process
     assert ranks[0]["loss"] == pytest.approx([h["loss"] for h in history], rel=1e-5)

@@ -71,8 +71,9 @@ def test_noisy_half_matches_a_plain_block_forward() -> None:
     noisy = clean.clone()
     noisy[0, 4:7] = MASK_ID
     logits = forward_doubled(model, noisy, clean, block_size=4)
-    direct = model(torch.cat([clean[:, :4], noisy[:, 4:]], 1)[:, :8],
-                   attention_mask=_block_causal(8, 4)).logits
+    direct = model(
+        torch.cat([clean[:, :4], noisy[:, 4:]], 1)[:, :8], attention_mask=_block_causal(8, 4)
+    ).logits
     assert torch.allclose(logits[:, 4:], direct[:, 4:], atol=1e-5)
 
 
@@ -93,8 +94,14 @@ def test_sft_steps_lower_the_loss_and_train_every_parameter() -> None:
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     losses = []
     for step in range(30):
-        loss, _ = sft_loss(model, ids, loss_mask, block_size=4, mask_token_id=MASK_ID,
-                           generator=torch.Generator().manual_seed(step))
+        loss, _ = sft_loss(
+            model,
+            ids,
+            loss_mask,
+            block_size=4,
+            mask_token_id=MASK_ID,
+            generator=torch.Generator().manual_seed(step),
+        )
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -141,8 +148,14 @@ def test_policy_loss_is_ppo_clip_with_k3() -> None:
 
 def test_rl_logprobs_train_toward_positive_advantage() -> None:
     model = tiny_model()
-    rows = replay_rows([1, 2, 3], [20, 21, 22, 23, 24], [0, 1, 0, 1, 2], block_size=4,
-                       mask_token_id=MASK_ID, pad_token_id=PAD_ID)
+    rows = replay_rows(
+        [1, 2, 3],
+        [20, 21, 22, 23, 24],
+        [0, 1, 0, 1, 2],
+        block_size=4,
+        mask_token_id=MASK_ID,
+        pad_token_id=PAD_ID,
+    )
     with torch.no_grad():
         old = token_logprobs(model, rows, 4)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)

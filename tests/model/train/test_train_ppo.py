@@ -33,8 +33,12 @@ def _scripted(seen_seeds: list[int] | None = None):
     def rollout(tasks: Sequence[RLTask], n: int, cfg: RLConfig) -> list[Rollout]:
         if seen_seeds is not None:
             seen_seeds.append(cfg.seed)
-        return [Rollout(t, [1, 2, 3], GOOD if k % 2 == 0 else BAD, STEPS, "good" if k % 2 == 0 else "bad")
-                for t in tasks for k in range(n)]
+        return [
+            Rollout(t, [1, 2, 3], GOOD if k % 2 == 0 else BAD, STEPS, "good" if k % 2 == 0 else "bad")
+            for t in tasks
+            for k in range(n)
+        ]
+
     return rollout
 
 
@@ -44,13 +48,27 @@ def _reward(rollouts: Sequence[Rollout], cfg: RLConfig) -> list[float]:
 
 def test_ppo_minibatch_epochs_make_the_clip_and_kl_act() -> None:
     """One update per batch is REINFORCE (ratio 1: clip and KL exactly 0); several are PPO."""
-    single = RLConfig(stage="e2e", num_steps=1, tasks_per_step=2, samples_per_task=4, learning_rate=1e-2,
-                      ppo_epochs=1, num_minibatches=1)
+    single = RLConfig(
+        stage="e2e",
+        num_steps=1,
+        tasks_per_step=2,
+        samples_per_task=4,
+        learning_rate=1e-2,
+        ppo_epochs=1,
+        num_minibatches=1,
+    )
     h1 = run_stage(tiny_model(), _tasks(2), single, rollout_fn=_scripted(), reward_fn=_reward, **COMMON)[0]
     assert (h1.num_updates, h1.clip_fraction, h1.kl) == (1, 0.0, 0.0)
 
-    ppo = RLConfig(stage="e2e", num_steps=1, tasks_per_step=2, samples_per_task=4, learning_rate=1e-2,
-                   ppo_epochs=2, num_minibatches=2)
+    ppo = RLConfig(
+        stage="e2e",
+        num_steps=1,
+        tasks_per_step=2,
+        samples_per_task=4,
+        learning_rate=1e-2,
+        ppo_epochs=2,
+        num_minibatches=2,
+    )
     h2 = run_stage(tiny_model(), _tasks(2), ppo, rollout_fn=_scripted(), reward_fn=_reward, **COMMON)[0]
     assert h2.num_updates == 4
     assert h2.clip_fraction > 0.0 and h2.kl > 0.0
@@ -60,20 +78,36 @@ def test_ppo_minibatch_epochs_make_the_clip_and_kl_act() -> None:
 def test_the_step_seed_reaches_the_rollouts_and_long_prompts_are_dropped() -> None:
     seeds: list[int] = []
     tasks = _tasks(3)
-    cfg = RLConfig(stage="e2e", num_steps=3, tasks_per_step=2, samples_per_task=2, seed=11, max_prompt_tokens=5)
+    cfg = RLConfig(
+        stage="e2e", num_steps=3, tasks_per_step=2, samples_per_task=2, seed=11, max_prompt_tokens=5
+    )
     seen: list[str] = []
 
     def rollout(batch: Sequence[RLTask], n: int, c: RLConfig) -> list[Rollout]:
         seen.extend(t.task_id for t in batch)
         return _scripted(seeds)(batch, n, c)
 
-    run_stage(tiny_model(), tasks, cfg, rollout_fn=rollout, reward_fn=_reward,
-              count_prompt_tokens=lambda t: 9 if t.task_id == "1" else 3, **COMMON)
+    run_stage(
+        tiny_model(),
+        tasks,
+        cfg,
+        rollout_fn=rollout,
+        reward_fn=_reward,
+        count_prompt_tokens=lambda t: 9 if t.task_id == "1" else 3,
+        **COMMON,
+    )
     assert seeds == [11, 12, 13]
     assert "1" not in seen and set(seen) == {"0", "2"}
     with pytest.raises(ValueError, match="max_prompt_tokens=5"):
-        run_stage(tiny_model(), tasks, cfg, rollout_fn=rollout, reward_fn=_reward,
-                  count_prompt_tokens=lambda t: 9, **COMMON)
+        run_stage(
+            tiny_model(),
+            tasks,
+            cfg,
+            rollout_fn=rollout,
+            reward_fn=_reward,
+            count_prompt_tokens=lambda t: 9,
+            **COMMON,
+        )
 
 
 def _stub_engine(tmp_path: Path):
@@ -94,8 +128,11 @@ def _stub_engine(tmp_path: Path):
         return answer[k] if 0 <= k < len(answer) else answer[-1]
 
     # varied confidence: some tokens clear the 0.9 threshold together, the others come one per step
-    runner = StubRunner(vocab_size=len(loaded.tokenizer), target=target,
-                        confidence=lambda p: 0.97 if p % 3 == 0 else 0.5 + 0.01 * (p % 7))
+    runner = StubRunner(
+        vocab_size=len(loaded.tokenizer),
+        target=target,
+        confidence=lambda p: 0.97 if p % 3 == 0 else 0.5 + 0.01 * (p % 7),
+    )
     return Engine(loaded, runner=runner), script, runner
 
 
@@ -126,13 +163,19 @@ def test_the_replayed_last_block_is_the_one_the_sampler_saw_eos_included(tmp_pat
     assert rollout.finish_reason == "eos"
     assert eos in rollout.response_ids and rollout.response_ids.index(eos) < len(rollout.response_ids) - 1
     assert (len(rollout.prompt_ids) + len(rollout.response_ids)) % 4 == 0  # whole blocks
-    assert engine.encode(rollout.text) == answer[:answer.index(eos)]  # the reward reads the cut text
-    rows = replay_rows(rollout.prompt_ids, rollout.response_ids, rollout.step_map, block_size=4,
-                       mask_token_id=ids.mask, pad_token_id=ids.pad)
+    assert engine.encode(rollout.text) == answer[: answer.index(eos)]  # the reward reads the cut text
+    rows = replay_rows(
+        rollout.prompt_ids,
+        rollout.response_ids,
+        rollout.step_map,
+        block_size=4,
+        mask_token_id=ids.mask,
+        pad_token_id=ids.pad,
+    )
     last = len(rollout.prompt_ids) + len(rollout.response_ids) - 4
     sampler_states = [x for start, x in states if start == last]
-    final = rows.clean[0, last:last + 4].tolist()
-    replayed = [row[last:last + 4] for row in rows.noisy.tolist() if row[last:last + 4] != final]
+    final = rows.clean[0, last : last + 4].tolist()
+    replayed = [row[last : last + 4] for row in rows.noisy.tolist() if row[last : last + 4] != final]
     assert len(sampler_states) >= 2  # the last block took several denoising steps
     assert replayed == sampler_states
     eos_at = len(rollout.prompt_ids) + rollout.response_ids.index(eos)
@@ -151,7 +194,9 @@ def test_rollouts_run_in_microbatches_that_fit_the_budget_and_match_one_batch(tm
     tasks = [RLTask("e2e", 1, "class Model: pass" + " # pad" * k, task_id=str(k)) for k in range(3)]
     base = RLConfig(stage="e2e", samples_per_task=2, temperature=0.0, max_new_tokens=8)
     budget = per_token * 700 / 1024**3  # about one row of ~700 tokens
-    tight = RLConfig(stage="e2e", samples_per_task=2, temperature=0.0, max_new_tokens=8, rollout_memory_gib=budget)
+    tight = RLConfig(
+        stage="e2e", samples_per_task=2, temperature=0.0, max_new_tokens=8, rollout_memory_gib=budget
+    )
     groups = microbatches([100, 300, 50, 600], model_config, tight, 4, 4)
     assert sorted(i for g in groups for i in g) == [0, 1, 2, 3] and max(len(g) for g in groups) < 4
 
@@ -192,8 +237,15 @@ def test_rewards_come_from_the_backend_and_anti_cheat_cannot_be_switched_off() -
             candidate = Path(job.path).read_text()
             self.files.append((candidate, Path(job.reference).read_text(), job.key))
             fut: Future[VerifyResult] = Future()
-            fut.set_result(VerifyResult(Verdict.CORRECT if "fast" in candidate else Verdict.INCORRECT,
-                                        Stage.TIMING, str(job.path), speedup=2.0, speedup_min=1.9))
+            fut.set_result(
+                VerifyResult(
+                    Verdict.CORRECT if "fast" in candidate else Verdict.INCORRECT,
+                    Stage.TIMING,
+                    str(job.path),
+                    speedup=2.0,
+                    speedup_min=1.9,
+                )
+            )
             return fut
 
         def cancel(self, key: str) -> bool:
@@ -207,7 +259,10 @@ def test_rewards_come_from_the_backend_and_anti_cheat_cannot_be_switched_off() -
     rollouts = [Rollout(task, [], [], [], "```python\nfast kernel\n```"), Rollout(task, [], [], [], "slow")]
     rewards = verifier_reward_fn(backend)(rollouts, RLConfig(stage="e2e"))
     assert rewards == [1.0, 0.0]
-    assert backend.files == [("fast kernel\n", "class Model: ...", "t-0#0"), ("slow", "class Model: ...", "t-1#1")]
+    assert backend.files == [
+        ("fast kernel\n", "class Model: ...", "t-0#0"),
+        ("slow", "class Model: ...", "t-1#1"),
+    ]
     with pytest.raises(ValueError, match="anti-cheat"):
         verifier_reward_fn(Backend(VerifyConfig(static_policy="lenient")))
     with pytest.raises(ValueError, match="anti-cheat"):
@@ -227,6 +282,8 @@ def test_reward_pool_rewards_the_bundled_relu_kernel() -> None:
     candidate = (root / "relu_cuda.py").read_text()
     reference = (root / "relu.py").read_text()
     with reward_pool(gpus=[0]) as pool:
-        results = verify_texts(pool, [RewardJob("relu", candidate, reference),
-                                      RewardJob("junk", "class ModelNew: pass\n", reference)])
+        results = verify_texts(
+            pool,
+            [RewardJob("relu", candidate, reference), RewardJob("junk", "class ModelNew: pass\n", reference)],
+        )
     assert results[0].is_correct and not results[1].is_correct

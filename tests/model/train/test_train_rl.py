@@ -18,7 +18,9 @@ STEPS = [0, 1, 0, 1, 2, 0]
 
 
 def _tasks(levels: Sequence[int], kind: str = "e2e") -> list[RLTask]:
-    return [RLTask(kind=kind, level=lv, pytorch_code=f"# task {i}", task_id=str(i)) for i, lv in enumerate(levels)]
+    return [
+        RLTask(kind=kind, level=lv, pytorch_code=f"# task {i}", task_id=str(i)) for i, lv in enumerate(levels)
+    ]
 
 
 def _rollouts(seen: list[str]):
@@ -30,6 +32,7 @@ def _rollouts(seen: list[str]):
                 resp = GOOD if k % 2 == 0 else BAD
                 out.append(Rollout(task, [1, 2, 3], resp, STEPS, "good" if resp is GOOD else "bad"))
         return out
+
     return rollout
 
 
@@ -49,8 +52,17 @@ def test_rl_raises_rewarded_answers_and_lowers_the_others() -> None:
     good0, bad0 = _logp(model, GOOD), _logp(model, BAD)
     cfg = RLConfig(stage="e2e", num_steps=4, tasks_per_step=2, samples_per_task=4, learning_rate=3e-3)
     seen: list[str] = []
-    history = run_stage(model, _tasks([1, 1, 2]), cfg, rollout_fn=_rollouts(seen), reward_fn=_reward, cpu=True,
-                        block_size=4, mask_token_id=MASK_ID, pad_token_id=PAD_ID)
+    history = run_stage(
+        model,
+        _tasks([1, 1, 2]),
+        cfg,
+        rollout_fn=_rollouts(seen),
+        reward_fn=_reward,
+        cpu=True,
+        block_size=4,
+        mask_token_id=MASK_ID,
+        pad_token_id=PAD_ID,
+    )
     assert [h.num_kept_groups for h in history] == [2, 2, 2, 2]
     assert all(h.mean_reward == 0.5 for h in history)
     assert _logp(model, GOOD) > good0 and _logp(model, BAD) < bad0
@@ -62,9 +74,17 @@ def test_flat_groups_are_dropped_and_change_nothing() -> None:
     model = tiny_model()
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     cfg = RLConfig(stage="e2e", num_steps=1, tasks_per_step=1, samples_per_task=2)
-    history = run_stage(model, _tasks([1]), cfg, rollout_fn=_rollouts([]), cpu=True,
-                        reward_fn=lambda rs, c: [1.0] * len(rs), block_size=4,
-                        mask_token_id=MASK_ID, pad_token_id=PAD_ID)
+    history = run_stage(
+        model,
+        _tasks([1]),
+        cfg,
+        rollout_fn=_rollouts([]),
+        cpu=True,
+        reward_fn=lambda rs, c: [1.0] * len(rs),
+        block_size=4,
+        mask_token_id=MASK_ID,
+        pad_token_id=PAD_ID,
+    )
     assert history[0].num_kept_groups == 0 and history[0].num_rows == 0
     assert all(torch.equal(p, before[n]) for n, p in model.named_parameters())
 
@@ -88,17 +108,41 @@ def test_bic_rl_runs_infill_then_e2e_and_saves_both(tmp_path) -> None:
     seen: list[str] = []
     infill = RLConfig(stage="infill", num_steps=1, tasks_per_step=1, samples_per_task=2)
     e2e = RLConfig(stage="e2e", num_steps=2, tasks_per_step=1, samples_per_task=2)
-    out = run_bic_rl(model, _tasks([1], "infill"), _tasks([1, 2], "e2e"), infill, e2e,
-                     rollout_fn=_rollouts(seen), reward_fn=_reward, cpu=True, block_size=4, mask_token_id=MASK_ID,
-                     pad_token_id=PAD_ID, source_dir=src, out_dir=tmp_path / "out")
+    out = run_bic_rl(
+        model,
+        _tasks([1], "infill"),
+        _tasks([1, 2], "e2e"),
+        infill,
+        e2e,
+        rollout_fn=_rollouts(seen),
+        reward_fn=_reward,
+        cpu=True,
+        block_size=4,
+        mask_token_id=MASK_ID,
+        pad_token_id=PAD_ID,
+        source_dir=src,
+        out_dir=tmp_path / "out",
+    )
     assert [len(out["infill"]), len(out["e2e"])] == [1, 2]
     for stage in ("infill", "e2e"):
         marker = read_marker(tmp_path / "out" / f"stage-{stage}")
         assert marker is not None and marker["metrics"]["stage"] == stage
-        assert (tmp_path / "out" / f"stage-{stage}" / "config.json").read_text() == (src / "config.json").read_text()
+        assert (tmp_path / "out" / f"stage-{stage}" / "config.json").read_text() == (
+            src / "config.json"
+        ).read_text()
     with pytest.raises(ValueError, match="stage='infill' then one with stage='e2e'"):
-        run_bic_rl(model, [], [], e2e, infill, rollout_fn=_rollouts([]), reward_fn=_reward, block_size=4,
-                   mask_token_id=MASK_ID, pad_token_id=PAD_ID)
+        run_bic_rl(
+            model,
+            [],
+            [],
+            e2e,
+            infill,
+            rollout_fn=_rollouts([]),
+            reward_fn=_reward,
+            block_size=4,
+            mask_token_id=MASK_ID,
+            pad_token_id=PAD_ID,
+        )
 
 
 def test_reward_reads_the_verifier_record() -> None:

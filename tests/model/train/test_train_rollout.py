@@ -19,26 +19,49 @@ from cudice.model.train.rollout import engine_rollout_fn, task_prompt
 def test_real_rollouts_replay_and_train(tmp_path) -> None:
     engine = load_engine(str(make_tiny(tmp_path / "tiny", sdar_layout=True)), device="cpu")
     loaded = engine.loaded
-    tasks = [RLTask("e2e", 1, "class Model: pass", task_id="a"),
-             RLTask("infill", 1, "class Model: pass", prefix="import torch\n", suffix="class ModelNew: pass\n",
-                    task_id="b")]
-    cfg = RLConfig(stage="e2e", num_steps=1, tasks_per_step=2, samples_per_task=2, max_new_tokens=12,
-                   learning_rate=1e-3)
+    tasks = [
+        RLTask("e2e", 1, "class Model: pass", task_id="a"),
+        RLTask(
+            "infill",
+            1,
+            "class Model: pass",
+            prefix="import torch\n",
+            suffix="class ModelNew: pass\n",
+            task_id="b",
+        ),
+    ]
+    cfg = RLConfig(
+        stage="e2e", num_steps=1, tasks_per_step=2, samples_per_task=2, max_new_tokens=12, learning_rate=1e-3
+    )
     rollouts = engine_rollout_fn(engine)(tasks, 2, cfg)
     assert [r.task.task_id for r in rollouts] == ["a", "a", "b", "b"]
     assert "Prefix:" in task_prompt(tasks[1]) and "ModelNew" in task_prompt(tasks[0])
     for r in rollouts:
         assert r.prompt_ids == engine.encode(task_prompt(r.task))
         assert len(r.step_map) == len(r.response_ids) > 0
-        rows = replay_rows(r.prompt_ids, r.response_ids, r.step_map, block_size=loaded.block_size,
-                           mask_token_id=loaded.ids.mask, pad_token_id=loaded.ids.pad)
+        rows = replay_rows(
+            r.prompt_ids,
+            r.response_ids,
+            r.step_map,
+            block_size=loaded.block_size,
+            mask_token_id=loaded.ids.mask,
+            pad_token_id=loaded.ids.pad,
+        )
         assert int(rows.targets.sum()) == len(r.response_ids)  # every sampled token replayed once
 
     before = {n: p.detach().clone() for n, p in loaded.model.named_parameters()}
     # Scripted reward: the first sample of each task wins, so every group has spread.
-    history = run_stage(loaded.model, tasks, cfg, rollout_fn=engine_rollout_fn(engine), cpu=True,
-                        reward_fn=lambda rs, c: [1.0, 0.0] * (len(rs) // 2), block_size=loaded.block_size,
-                        mask_token_id=loaded.ids.mask, pad_token_id=loaded.ids.pad)
+    history = run_stage(
+        loaded.model,
+        tasks,
+        cfg,
+        rollout_fn=engine_rollout_fn(engine),
+        cpu=True,
+        reward_fn=lambda rs, c: [1.0, 0.0] * (len(rs) // 2),
+        block_size=loaded.block_size,
+        mask_token_id=loaded.ids.mask,
+        pad_token_id=loaded.ids.pad,
+    )
     assert history[0].num_kept_groups == 2 and history[0].num_rows > 0
     assert any(not torch.equal(p, before[n]) for n, p in loaded.model.named_parameters())
 
@@ -59,8 +82,20 @@ def test_rl_cli_rejects_bad_task_files(tmp_path) -> None:
     bad.write_text(json.dumps({"pytorch_code": "x"}) + "\n")
     good = tmp_path / "e2e.jsonl"
     good.write_text(json.dumps({"idx": 1, "level": 1, "pytorch_code": "x"}) + "\n")
-    result = CliRunner().invoke(train_group, ["rl", "--model", str(tmp_path), "--infill-data", str(bad),
-                                              "--e2e-data", str(good), "--out", str(tmp_path / "o")])
+    result = CliRunner().invoke(
+        train_group,
+        [
+            "rl",
+            "--model",
+            str(tmp_path),
+            "--infill-data",
+            str(bad),
+            "--e2e-data",
+            str(good),
+            "--out",
+            str(tmp_path / "o"),
+        ],
+    )
     assert result.exit_code != 0
     assert "line 1" in result.output and "prefix" in result.output
 
@@ -77,7 +112,19 @@ def test_rl_cli_without_a_gpu_says_rewards_need_one(tmp_path) -> None:
     infill.write_text(json.dumps({"pytorch_code": "x", "prefix": "a", "middle": "b", "suffix": "c"}) + "\n")
     e2e = tmp_path / "e2e.jsonl"
     e2e.write_text(json.dumps({"idx": 1, "level": 1, "pytorch_code": "x"}) + "\n")
-    result = CliRunner().invoke(train_group, ["rl", "--model", str(tmp_path), "--infill-data", str(infill),
-                                              "--e2e-data", str(e2e), "--out", str(tmp_path / "o")])
+    result = CliRunner().invoke(
+        train_group,
+        [
+            "rl",
+            "--model",
+            str(tmp_path),
+            "--infill-data",
+            str(infill),
+            "--e2e-data",
+            str(e2e),
+            "--out",
+            str(tmp_path / "o"),
+        ],
+    )
     assert result.exit_code != 0
     assert "RL rewards need a GPU" in result.output and "--verify-gpus" in result.output

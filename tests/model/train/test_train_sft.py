@@ -21,38 +21,62 @@ def tiny_dir(tmp_path):
 
 def test_encode_pair_pads_to_blocks_and_starts_the_answer_after_the_chat_header(tiny_dir) -> None:
     loaded = load_checkpoint(str(tiny_dir), device="cpu")
-    s = encode_pair(loaded.tokenizer, "write relu", "out = max(x, 0)", block_size=4, pad_token_id=loaded.ids.pad)
+    s = encode_pair(
+        loaded.tokenizer, "write relu", "out = max(x, 0)", block_size=4, pad_token_id=loaded.ids.pad
+    )
     assert len(s.input_ids) % 4 == 0
-    prompt_text = loaded.tokenizer.decode(s.input_ids[:s.num_prompt])
+    prompt_text = loaded.tokenizer.decode(s.input_ids[: s.num_prompt])
     assert prompt_text.endswith("<|im_start|>assistant\n") and "write relu" in prompt_text
-    answer = loaded.tokenizer.decode(s.input_ids[s.num_prompt:])
+    answer = loaded.tokenizer.decode(s.input_ids[s.num_prompt :])
     assert answer.startswith("out = max(x, 0)<|im_end|>")
 
 
 def test_sft_cli_trains_and_writes_a_loadable_checkpoint(tiny_dir, tmp_path) -> None:
     data = tmp_path / "cuke.jsonl"
-    data.write_text("\n".join(json.dumps({"prompt": f"task {i}", "response": "__global__ void k() {}"})
-                              for i in range(4)))
+    data.write_text(
+        "\n".join(json.dumps({"prompt": f"task {i}", "response": "__global__ void k() {}"}) for i in range(4))
+    )
     out = tmp_path / "out"
-    result = CliRunner().invoke(train_group, ["sft", "--model", str(tiny_dir), "--data", str(data),
-                                              "--out", str(out), "--epochs", "2", "--lr", "1e-3",
-                                              "--batch-size", "2", "--device", "cpu"])
+    result = CliRunner().invoke(
+        train_group,
+        [
+            "sft",
+            "--model",
+            str(tiny_dir),
+            "--data",
+            str(data),
+            "--out",
+            str(out),
+            "--epochs",
+            "2",
+            "--lr",
+            "1e-3",
+            "--batch-size",
+            "2",
+            "--device",
+            "cpu",
+        ],
+    )
     assert result.exit_code == 0, result.output
     steps = [json.loads(line) for line in result.output.splitlines() if line.startswith("{")]
     assert len(steps) == 4 and all(s["loss"] > 0 for s in steps)
     assert read_marker(out)["step"] == 4
     before, after = load_checkpoint(str(tiny_dir), device="cpu"), load_checkpoint(str(out), device="cpu")
     assert after.model_type == "sdar" and after.block_size == 4  # layout kept
-    changed = [n for n, p in after.model.named_parameters()
-               if not torch.equal(p, dict(before.model.named_parameters())[n])]
+    changed = [
+        n
+        for n, p in after.model.named_parameters()
+        if not torch.equal(p, dict(before.model.named_parameters())[n])
+    ]
     assert len(changed) == len(list(after.model.parameters()))
 
 
 def test_sft_cli_reports_bad_data_clearly(tiny_dir, tmp_path) -> None:
     data = tmp_path / "bad.jsonl"
     data.write_text('{"prompt": "x"}\n')
-    result = CliRunner().invoke(train_group, ["sft", "--model", str(tiny_dir), "--data", str(data),
-                                              "--out", str(tmp_path / "o")])
+    result = CliRunner().invoke(
+        train_group, ["sft", "--model", str(tiny_dir), "--data", str(data), "--out", str(tmp_path / "o")]
+    )
     assert result.exit_code != 0
     assert "line 1" in result.output and "response" in result.output
 
@@ -60,11 +84,31 @@ def test_sft_cli_reports_bad_data_clearly(tiny_dir, tmp_path) -> None:
 def test_sft_cli_resumes_and_logs_to_tensorboard(tiny_dir, tmp_path) -> None:
     pytest.importorskip("torch.utils.tensorboard")
     data = tmp_path / "cuke.jsonl"
-    data.write_text("\n".join(json.dumps({"prompt": f"task {i}", "response": "__global__ void k() {}"})
-                              for i in range(4)))
+    data.write_text(
+        "\n".join(json.dumps({"prompt": f"task {i}", "response": "__global__ void k() {}"}) for i in range(4))
+    )
     out, tb = tmp_path / "out", tmp_path / "tb"
-    args = ["sft", "--model", str(tiny_dir), "--data", str(data), "--out", str(out), "--epochs", "2", "--lr", "1e-3",
-            "--batch-size", "2", "--device", "cpu", "--precision", "bf16-autocast", "--save-every", "1"]
+    args = [
+        "sft",
+        "--model",
+        str(tiny_dir),
+        "--data",
+        str(data),
+        "--out",
+        str(out),
+        "--epochs",
+        "2",
+        "--lr",
+        "1e-3",
+        "--batch-size",
+        "2",
+        "--device",
+        "cpu",
+        "--precision",
+        "bf16-autocast",
+        "--save-every",
+        "1",
+    ]
     first = CliRunner().invoke(train_group, [*args, "--max-steps", "2", "--tensorboard", str(tb)])
     assert first.exit_code == 0, first.output
     assert [json.loads(x)["step"] for x in first.output.splitlines() if x.startswith("{")] == [1, 2]
@@ -92,7 +136,10 @@ def test_monitor_draws_a_progress_bar_with_loss_and_tokens_per_second(capsys) ->
     monitor.log(1, {"loss": 2.5, "tokens_per_s": 1234.0})
     monitor.log(2, {"loss": 1.25, "tokens_per_s": 2000.0})
     monitor.close()
-    assert lines == [{"step": 1, "loss": 2.5, "tokens_per_s": 1234.0}, {"step": 2, "loss": 1.25, "tokens_per_s": 2000.0}]
+    assert lines == [
+        {"step": 1, "loss": 2.5, "tokens_per_s": 1234.0},
+        {"step": 2, "loss": 1.25, "tokens_per_s": 2000.0},
+    ]
     err = capsys.readouterr().err
     assert "loss 1.25" in err and "tokens_per_s 2000" in err and "2/2" in err
     silent = Monitor(1, emit=lines.append, enabled=False)

@@ -26,8 +26,13 @@ def test_small_updates_land_on_fp32_master_weights_under_bf16(precision: str) ->
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     seen: list[torch.dtype] = []
     hook = model.model.layers[0].mlp.down_proj.register_forward_hook(lambda m, i, o: seen.append(o.dtype))
-    config = SFTConfig(learning_rate=1e-5, num_epochs=1, batch_size=2, warmup_ratio=0.0,
-                       setup=ModelSetup(precision=precision))
+    config = SFTConfig(
+        learning_rate=1e-5,
+        num_epochs=1,
+        batch_size=2,
+        warmup_ratio=0.0,
+        setup=ModelSetup(precision=precision),
+    )
     train_sft(model, toy_samples(6), config, **COMMON)
     hook.remove()
     assert {p.dtype for p in model.parameters()} == {torch.float32}  # master copy
@@ -52,8 +57,14 @@ def test_accumulating_two_micro_batches_equals_one_batch_of_two() -> None:
     runs = []
     for batch_size, accum in ((2, 1), (1, 2)):
         model = tiny_model()
-        config = SFTConfig(learning_rate=1e-3, num_epochs=1, batch_size=batch_size, grad_accum_steps=accum,
-                           warmup_ratio=0.0, max_grad_norm=1e6)
+        config = SFTConfig(
+            learning_rate=1e-3,
+            num_epochs=1,
+            batch_size=batch_size,
+            grad_accum_steps=accum,
+            warmup_ratio=0.0,
+            max_grad_norm=1e6,
+        )
         runs.append((train_sft(model, toy_samples(6), config, **COMMON), model))
     (h_full, _), (h_acc, _) = runs
     assert len(h_full) == len(h_acc) == 3
@@ -65,8 +76,14 @@ def test_accumulating_two_micro_batches_equals_one_batch_of_two() -> None:
 def test_clipping_uses_the_norm_of_the_whole_accumulated_gradient() -> None:
     """With a tight clip, the reported norm is the unclipped total and the update is scaled by it."""
     model = tiny_model()
-    config = SFTConfig(learning_rate=1e-3, num_epochs=1, batch_size=1, grad_accum_steps=3, warmup_ratio=0.0,
-                       max_grad_norm=1e-3)
+    config = SFTConfig(
+        learning_rate=1e-3,
+        num_epochs=1,
+        batch_size=1,
+        grad_accum_steps=3,
+        warmup_ratio=0.0,
+        max_grad_norm=1e-3,
+    )
     history = train_sft(model, toy_samples(3), config, **COMMON)
     assert len(history) == 1 and history[0]["grad_norm"] > 1.0  # far above the clip: it is the raw norm
 
@@ -75,8 +92,13 @@ def test_gradient_checkpointing_trains_exactly_like_the_plain_model() -> None:
     results = []
     for checkpointing in (False, True):
         model = tiny_model()
-        config = SFTConfig(learning_rate=1e-3, num_epochs=1, batch_size=2, warmup_ratio=0.0,
-                           setup=ModelSetup(gradient_checkpointing=checkpointing))
+        config = SFTConfig(
+            learning_rate=1e-3,
+            num_epochs=1,
+            batch_size=2,
+            warmup_ratio=0.0,
+            setup=ModelSetup(gradient_checkpointing=checkpointing),
+        )
         results.append((train_sft(model, toy_samples(4), config, **COMMON), model))
     assert results[1][1].model.gradient_checkpointing
     assert [h["loss"] for h in results[0][0]] == pytest.approx([h["loss"] for h in results[1][0]], rel=1e-6)
@@ -93,13 +115,29 @@ def test_lora_trains_adapters_only_and_saves_merged_native_weights(tmp_path) -> 
     base_before = {n: p.detach().clone() for n, p in loaded.model.named_parameters()}
     ids = loaded.ids
     samples = toy_samples(4, seed=1)
-    config = SFTConfig(learning_rate=1e-2, num_epochs=2, batch_size=2, warmup_ratio=0.0,
-                       setup=ModelSetup(lora_rank=4, lora_alpha=8))
-    history = train_sft(loaded.model, samples, config, block_size=loaded.block_size, mask_token_id=ids.mask,
-                        pad_token_id=ids.pad, cpu=True, source_dir=src, out_dir=tmp_path / "out")
+    config = SFTConfig(
+        learning_rate=1e-2,
+        num_epochs=2,
+        batch_size=2,
+        warmup_ratio=0.0,
+        setup=ModelSetup(lora_rank=4, lora_alpha=8),
+    )
+    history = train_sft(
+        loaded.model,
+        samples,
+        config,
+        block_size=loaded.block_size,
+        mask_token_id=ids.mask,
+        pad_token_id=ids.pad,
+        cpu=True,
+        source_dir=src,
+        out_dir=tmp_path / "out",
+    )
     assert len(history) == 4
     # base weights untouched by training: only the adapters moved
-    after = {n.replace(".base_layer.", "."): p for n, p in loaded.model.named_parameters() if "lora_" not in n}
+    after = {
+        n.replace(".base_layer.", "."): p for n, p in loaded.model.named_parameters() if "lora_" not in n
+    }
     assert after.keys() == base_before.keys()
     assert all(torch.equal(p, base_before[n]) for n, p in after.items())
     saved = load_checkpoint(str(tmp_path / "out"), device="cpu")
@@ -133,8 +171,13 @@ def test_a_resumed_run_reproduces_the_uninterrupted_losses(tmp_path) -> None:
     whole = tiny_model()
     full = train_sft(whole, toy_samples(5), config, out_dir=tmp_path / "full", **common)
     assert len(full) == 6
-    first = train_sft(tiny_model(), toy_samples(5), SFTConfig(**{**_fields(config), "max_steps": 4}),
-                      out_dir=tmp_path / "cut", **common)
+    first = train_sft(
+        tiny_model(),
+        toy_samples(5),
+        SFTConfig(**{**_fields(config), "max_steps": 4}),
+        out_dir=tmp_path / "cut",
+        **common,
+    )
     assert read_marker(tmp_path / "cut")["step"] == 4
     resumed_model = tiny_model(seed=7)  # other weights: everything must come from the saved state
     rest = train_sft(resumed_model, toy_samples(5), config, out_dir=tmp_path / "cut", resume=True, **common)
@@ -150,4 +193,6 @@ def _fields(config: SFTConfig) -> dict:
 
 def test_resume_without_saved_state_says_how_to_fix(tmp_path) -> None:
     with pytest.raises(ValueError, match="holds no saved training state"):
-        train_sft(tiny_model(), toy_samples(2), SFTConfig(num_epochs=1), out_dir=tmp_path, resume=True, **COMMON)
+        train_sft(
+            tiny_model(), toy_samples(2), SFTConfig(num_epochs=1), out_dir=tmp_path, resume=True, **COMMON
+        )

@@ -10,8 +10,14 @@ MASK_ID, PAD_ID = 98, 99
 
 def tiny_model(seed: int = 0) -> torch.nn.Module:
     cfg = transformers.Qwen3Config(
-        vocab_size=100, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=256,
+        vocab_size=100,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=256,
         tie_word_embeddings=False,
     )
     cfg._attn_implementation = "sdpa"

@@ -21,8 +21,13 @@ if sys.argv[1:] == ["spawn"]:
 stream = child.start({"OMP_NUM_THREADS": "1", "CUDICE_TEST_DEFAULT": "from-child"})
 print("a library printing on stdout")
 compiler = subprocess.Popen(["sleep", "300"], start_new_session=True)
-stream.emit("ready", compiler=compiler.pid, omp=os.environ.get("OMP_NUM_THREADS"),
-            default=os.environ.get("CUDICE_TEST_DEFAULT"), nice=os.nice(0))
+stream.emit(
+    "ready",
+    compiler=compiler.pid,
+    omp=os.environ.get("OMP_NUM_THREADS"),
+    default=os.environ.get("CUDICE_TEST_DEFAULT"),
+    nice=os.nice(0),
+)
 for request in requests(sys.stdin, "fixture"):
     stream.emit("echo", request=request)
 child.exit_with_family(0)
