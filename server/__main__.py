@@ -2,9 +2,10 @@
 
 stdio by default (what editors launch). `--tcp --host H --port P` listens on TCP, for a server next
 to a remote GPU while the editor runs elsewhere (docs/server.md). With no arguments (or only
-`--stdio`, which VS Code's client adds, and `--log-level LEVEL`) the server starts at once, without importing click (the
-options live in `lsp_cli.py`), and `initialize` is answered from a prebuilt reply before pygls and
-lsprotocol are even imported (`fast_init.py`): within 0.5 s of the process start.
+`--stdio`, which VS Code's client adds, and `--log-level LEVEL`) the server starts at once,
+without importing click (the options live in `lsp_cli.py`), and `initialize` is answered from a
+prebuilt reply before pygls and lsprotocol are even imported (`fast_init.py`): within 0.5 s of
+the process start.
 Nothing here writes to stdout except the protocol itself (and `--print-schema`).
 """
 

@@ -92,9 +92,8 @@ def version_command() -> None:
             click.echo(f"{mod} (version unknown)")
     fallback = "/usr/local/cuda/bin/nvcc"
     nvcc = shutil.which("nvcc") or (fallback if os.path.exists(fallback) else None)
-    click.echo(
-        f"nvcc {nvcc_version(nvcc) + ' (' + nvcc + ')' if nvcc else 'not found (compiling needs the CUDA toolkit)'}"
-    )
+    found = f"{nvcc_version(nvcc)} ({nvcc})" if nvcc else "not found (compiling needs the CUDA toolkit)"
+    click.echo(f"nvcc {found}")
 
 
 def nvcc_version(nvcc: str) -> str:

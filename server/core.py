@@ -179,7 +179,8 @@ class CudiceServer(LanguageServer):
             if not t.cancelled() and t.exception() is not None:
                 exc = t.exception()
                 log.error("background task failed", exc_info=exc)
-                # the type and a bounded message: never a whole file (a UnicodeDecodeError's repr holds its input)
+                # the type and a bounded message: never a whole file (a UnicodeDecodeError's repr
+                # holds its input)
                 self.notice(
                     f"cudice: internal error: {type(exc).__name__}: {str(exc)[:300]} (see the server log)"
                 )

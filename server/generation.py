@@ -18,14 +18,7 @@ from typing import Any
 
 from cudice.model.generation import Generation, Progress
 from cudice.server.core import CudiceServer
-from cudice.server.features.edits import (
-    candidate_path,
-    candidate_text,
-    cursor_to_middle,
-    extract_middle,
-    infill_edit,
-    resolve_span,
-)
+from cudice.server.features import edits
 from cudice.server.progress import WorkProgress
 from cudice.server.verification import reference_path, verify_document
 from cudice.server.workers.model import ModelUnavailable, WorkerDied
@@ -139,7 +132,7 @@ async def generate_kernel(ls: CudiceServer, uri: Any, target: Any = None) -> dic
             f"no nn.Module class found for {target!r} in {os.path.basename(path)}; "
             "put the cursor inside the reference `class Model(nn.Module)`",
         )
-    out = candidate_path(path)
+    out = edits.candidate_path(path)
     if not await _confirm_overwrite(ls, out):
         return {"ok": False, "reason": f"kept the existing {out.name}"}
     result = await _run_model(
@@ -147,7 +140,7 @@ async def generate_kernel(ls: CudiceServer, uri: Any, target: Any = None) -> dic
     )
     if isinstance(result, str):
         return {"ok": False, "reason": result} if result == "cancelled" else _fail(ls, result)
-    _write_atomic(out, candidate_text(result.text, os.path.basename(path)))
+    _write_atomic(out, edits.candidate_text(result.text, os.path.basename(path)))
     out_uri = from_fs_path(str(out)) or out.as_uri()
     caps = ls.client_capabilities.window
     if caps is not None and caps.show_document is not None and caps.show_document.support:
@@ -181,9 +174,9 @@ async def infill_kernel(
         )
     if ls.model.state != "ready":
         return _fail(ls, f"cannot infill yet: {ls.model.message}")
-    span = resolve_span(span_arg, source, ls.position_encoding)
+    span = edits.resolve_span(span_arg, source, ls.position_encoding)
     if not isinstance(span, str):
-        span = cursor_to_middle(span, ls.analyse(uri, source)[0])
+        span = edits.cursor_to_middle(span, ls.analyse(uri, source)[0])
     if isinstance(span, str):
         return _fail(ls, f"cannot infill: {span}")
     prefix, suffix = source[: span.start], source[span.end :]
@@ -196,7 +189,7 @@ async def infill_kernel(
     )
     if isinstance(result, str):
         return {"ok": False, "reason": result} if result == "cancelled" else _fail(ls, result)
-    middle = extract_middle(result.text, result.middle, prefix, suffix)
+    middle = edits.extract_middle(result.text, result.middle, prefix, suffix)
     if middle is None:
         return _fail(
             ls, "the model's output did not keep the code around the CUDA string; nothing was changed"
@@ -209,7 +202,7 @@ async def infill_kernel(
             "(run the action again)",
             stale=True,
         )
-    edit = infill_edit(
+    edit = edits.infill_edit(
         uri, version, source, span, middle, ls.client_supports_document_changes(), ls.position_encoding
     )
     applied = await ls.workspace_apply_edit_async(

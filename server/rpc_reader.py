@@ -8,7 +8,8 @@ pygls 2.1.1's loop (`pygls/io_.py::run_async`) has three failure modes with a mi
 - every unreadable message becomes an "Error in server" popup (`report_server_error`).
 Here a header is found anywhere at the end of a line (garbage before it is dropped, logged),
 a request that cannot be read is answered with the JSON-RPC error for it (-32602 invalid
-params, -32600 invalid request; a body that is not JSON has no id to answer: it is logged), and nothing is shown to the user: the log has it.
+params, -32600 invalid request; a body that is not JSON has no id to answer: it is logged), and
+nothing is shown to the user: the log has it.
 
 Not covered: the `Content-Type` header (ignored, as pygls does); bodies over `MAX_BODY_BYTES`
 are skipped and answered only by the log.

@@ -76,9 +76,9 @@ async def refuse_busy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter
                         "error": {
                             "code": BUSY_ERROR_CODE,
                             "message": (
-                                f"cudice-lsp already serves another client ({peer}); it serves one client at a "
-                                "time over TCP. Close the other editor's connection, or start a second "
-                                "`cudice-lsp --tcp` on another port."
+                                f"cudice-lsp already serves another client ({peer}); it serves one "
+                                "client at a time over TCP. Close the other editor's connection, or "
+                                "start a second `cudice-lsp --tcp` on another port."
                             ),
                         },
                     }

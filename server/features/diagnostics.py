@@ -158,31 +158,38 @@ def result_diagnostics(
     if result.verdict in _FAILURES and not any(d.severity == lsp.DiagnosticSeverity.Error for d in out):
         # A failure with no located finding (a crashed or timed-out worker): never fail silently.
         detail = (result.error or "").strip().splitlines()[-1:] or ["no details were reported"]
+        message = f"Verification ended with `{result.verdict.value}` at the {result.stage.value} stage: "
         out.append(
-            lsp.Diagnostic(
-                range=_anchor(index, doc),
-                message=f"Verification ended with `{result.verdict.value}` at the {result.stage.value} stage: {detail[0]}",
-                severity=lsp.DiagnosticSeverity.Error,
-                code=FAILED_CODE,
-                source=DIAGNOSTIC_SOURCE,
-                code_description=lsp.CodeDescription(href=f"{docs_base('server.md')}#{FAILED_CODE}")
-                if support.code_description
-                else None,
+            _server_diagnostic(
+                FAILED_CODE, message + detail[0], lsp.DiagnosticSeverity.Error, _anchor(index, doc), support
             )
         )
     verifier_said_why = any(d.code == "verify.no_gpu" for d in result.diagnostics)
     if result.compile_only and result.verdict is Verdict.COMPILED and not verifier_said_why:
         why = compile_only_reason or "compile-only mode is on (cudice.verify.compileOnly)"
         out.append(
-            lsp.Diagnostic(
-                range=_anchor(index, doc),
-                message=f"Compiles. No correctness or speedup measured: {why}.",
-                severity=lsp.DiagnosticSeverity.Information,
-                code=COMPILE_ONLY_CODE,
-                code_description=lsp.CodeDescription(href=f"{docs_base('server.md')}#{COMPILE_ONLY_CODE}")
-                if support.code_description
-                else None,
-                source=DIAGNOSTIC_SOURCE,
+            _server_diagnostic(
+                COMPILE_ONLY_CODE,
+                f"Compiles. No correctness or speedup measured: {why}.",
+                lsp.DiagnosticSeverity.Information,
+                _anchor(index, doc),
+                support,
             )
         )
     return out
+
+
+def _server_diagnostic(
+    code: str, message: str, severity: lsp.DiagnosticSeverity, rng: lsp.Range, support: ClientSupport
+) -> lsp.Diagnostic:
+    """A diagnostic of the server's own (`code` documented in docs/server.md), not the verifier's."""
+    return lsp.Diagnostic(
+        range=rng,
+        message=message,
+        severity=severity,
+        code=code,
+        code_description=lsp.CodeDescription(href=f"{docs_base('server.md')}#{code}")
+        if support.code_description
+        else None,
+        source=DIAGNOSTIC_SOURCE,
+    )

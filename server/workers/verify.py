@@ -1,10 +1,12 @@
 """Verification runs, one worker process each, at most one per document.
 
 `VerifyJobs.run` starts `cudice.server.workers.verify_child` for a document, streams each finished
-stage's partial result (static, then compile findings) to a callback, and returns the final `VerifyResult`. A newer
-run of the same document kills the older one's process group (its compiler and sandbox too), and
-the older call returns None. A run past its timeout is killed and reported as `timeout`; a worker
-that dies without a result is reported as `crash` with the tail of its stderr.
+stage's partial result (static, then compile findings) to a callback, and returns the final
+`VerifyResult`. A newer run of the same document kills the older one's whole process family
+(`procs.kill_family`: its compilers, which run in sessions of their own, and its sandbox too),
+and the older call returns None. A run past its timeout is killed the same way and reported as
+`timeout`; a worker that dies without a result is reported as `crash` with the tail of its
+stderr.
 
 Not covered: queueing across documents (runs of different documents proceed in parallel; the
 verifier's pool limits GPU use).

@@ -140,11 +140,15 @@ def test_candidate_file_name_and_text() -> None:
     assert candidate_path("/w/relu.py") == Path("/w/relu_cuda.py")
     text = candidate_text("Here it is:\n```python\nclass ModelNew(nn.Module):\n    pass\n```\nbye", "relu.py")
     assert text == "# cudice: reference=relu.py\nclass ModelNew(nn.Module):\n    pass\n"
-    own = "class Model(nn.Module):\n    pass\nclass ModelNew(nn.Module):\n    pass\ndef get_inputs():\n    return []\n"
+    own = (
+        "class Model(nn.Module):\n    pass\nclass ModelNew(nn.Module):\n    pass\n"
+        "def get_inputs():\n    return []\n"
+    )
     assert candidate_text(own, "relu.py") == own  # its own reference: no comment
     named = "import torch\n\nclass ModelNew(nn.Module):  # cudice: reference=other.py\n    pass\n"
     assert candidate_text(named, "relu.py") == named  # it names one already, in a trailing comment
-    half = "class Model(nn.Module):\n    pass\nclass ModelNew(nn.Module):\n    pass\n"  # no get_inputs: not a reference
+    # no get_inputs: not a reference
+    half = "class Model(nn.Module):\n    pass\nclass ModelNew(nn.Module):\n    pass\n"
     assert candidate_text(half, "relu.py") == "# cudice: reference=relu.py\n" + half
 
 

@@ -39,8 +39,9 @@ import io, json, sys
 import cudice.server.__main__
 from cudice.server.app import create_server
 
+options = {"cudice": {"verify": {"trials": 7}}}
 body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize",
-                   "params": {"capabilities": {}, "initializationOptions": {"cudice": {"verify": {"trials": 7}}}}})
+                   "params": {"capabilities": {}, "initializationOptions": options}})
 stdin = io.BytesIO(b"Content-Length: %d\r\n\r\n" % len(body) + body.encode())
 out = io.BytesIO()
 out.close = lambda: None
@@ -120,11 +121,12 @@ def test_the_prebuilt_initialize_reply_is_what_pygls_computes() -> None:
 _FAST_DRIVER = r"""
 import io, json, sys
 from cudice.server.fast_init import answer_initialize
-body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"capabilities": {}}}).encode()
+body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                   "params": {"capabilities": {}}}).encode()
 out = io.BytesIO()
 answer_initialize(io.BytesIO(b"Content-Length: %d\r\n\r\n" % len(body) + body), out)
-print(json.dumps({"answered": b'"id": 1' in out.getvalue(), "loaded": [m for m in ("pygls", "lsprotocol", "cattrs")
-                                                                     if m in sys.modules]}))
+loaded = [m for m in ("pygls", "lsprotocol", "cattrs") if m in sys.modules]
+print(json.dumps({"answered": b'"id": 1' in out.getvalue(), "loaded": loaded}))
 """
 
 

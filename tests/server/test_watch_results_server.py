@@ -90,7 +90,8 @@ def test_server_factory_gives_independent_servers() -> None:
 
 def test_server_modules_do_not_import_torch() -> None:
     code = (
-        "import sys, cudice.server.app, cudice.server.workers.model_child, cudice.server.workers.verify_child;"
+        "import sys, cudice.server.app, cudice.server.workers.model_child;"
+        "import cudice.server.workers.verify_child;"
         "bad = [m for m in ('torch', 'transformers') if m in sys.modules]; print(bad); sys.exit(bool(bad))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
