@@ -1,5 +1,6 @@
-"""No orphans: after a cancel, a superseding save and a SIGKILL of the server, the process table
-holds none of the server's descendants (compilers in their own sessions included).
+"""No orphans: after a cancel, a superseding save, a timeout, a quit (`shutdown` + `exit`), an
+editor that vanishes (the server's stdin closes, nothing else) and a SIGKILL of the server, the
+process table holds none of the server's descendants (compilers in their own sessions included).
 
 The scripted verifier (`lsp_fakes/fake_verifier.py`, marker `SPAWN_COMPILER`) starts a "compiler"
 through the real `verifier.buildsteps.run_process` (a new session with a forked grandchild) and a
@@ -20,11 +21,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from lsp_support import REPO, Editors, family_processes
+from lsp_support import REPO, Editor, Editors, family_processes
 from lsprotocol import types as lsp
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 DEADLINE_S = 120.0
+ORPHAN_S = 30.0  # a dead server's descendants go within this: workers poll their parent every 0.5 s
+COMPILERS = ("sleep 301", "sleep 302")  # the scripted build's compiler and its forked grandchild
 
 
 async def _until(what: str, done: Callable[[], bool], timeout_s: float = DEADLINE_S) -> None:
@@ -88,11 +91,11 @@ async def test_cancel_and_a_killed_server_leave_no_descendants(candidate: Path, 
         lambda: len(_running(tag, "sleep 301", "sleep 302")) == 2 and not first & set(family_processes(tag)),
     )
 
-    # 3. SIGKILL of the server: workers, clangd stand-in and compilers all die on their own
+    # 3. SIGKILL of the server: workers, clangd stand-in and compilers all die on their own, promptly
     server = editor.client._server
     assert server is not None
     os.kill(server.pid, signal.SIGKILL)
-    await _until("every descendant of the killed server is gone", lambda: not family_processes(tag))
+    await _until("every descendant of the killed server is gone", lambda: not family_processes(tag), ORPHAN_S)
     await editors.stop(editor)
     assert not family_processes(tag)
 
@@ -114,3 +117,50 @@ async def test_clangd_warms_only_once_a_candidate_is_open(candidate: Path, edito
         "the quick worker starts for the open candidate",
         lambda: len(_running(tag, "-m cudice.server.workers.quick_child")) == 1,
     )
+
+
+async def _compilers_run(tag: str, editor: Editor, uri: str) -> None:
+    editor.save(uri)
+    await _until("the build's compilers run", lambda: len(_running(tag, *COMPILERS)) == 2)
+
+
+@pytest.mark.slow  # the timeout alone is 31 s
+async def test_a_timeout_a_quit_and_a_vanished_editor_leave_no_descendants(
+    candidate: Path, editors: Editors
+) -> None:
+    # 1. a build past its time limit (1 s of verification + the server's 30 s margin) is killed
+    #    with its compilers, and the user gets the `timeout` verdict
+    tag = uuid.uuid4().hex
+    editor = await editors.start(
+        "neovim@v0.11",
+        candidate.parent,
+        env={"CUDICE_TEST_FAMILY": tag, "CUDICE_GPU": "0"},
+        init_options={"cudice": {"verify": {"timeoutSeconds": 1}}},
+    )
+    uri = editor.open(candidate)
+    await _compilers_run(tag, editor, uri)
+    await editor.wait_status(lambda s: s["uri"] == uri and s["lastVerdict"] == "timeout", timeout=DEADLINE_S)
+    assert not _running(tag, *COMPILERS, "-m cudice.server.workers.verify_child"), family_processes(tag)
+    diags = await editor.wait_diagnostics(uri, lambda d: any(x.code == "server.verify_failed" for x in d))
+    assert any("timeout" in d.message and "cudice.verify.timeoutSeconds" in d.message for d in diags), diags
+
+    # 2. quitting while a build runs: `shutdown` + `exit` take the whole family down
+    await _compilers_run(tag, editor, uri)
+    await editors.stop(editor)  # raises when the server or any descendant outlives it
+    assert not family_processes(tag)
+
+    # 3. the editor vanishes (its end of the server's stdin closes, no `shutdown`, no `exit`)
+    tag = uuid.uuid4().hex
+    editor = await editors.start(
+        "visual-studio-code", candidate.parent, env={"CUDICE_TEST_FAMILY": tag, "CUDICE_GPU": "0"}
+    )
+    uri = editor.open(candidate)
+    await _compilers_run(tag, editor, uri)
+    server = editor.client._server
+    assert server is not None and server.stdin is not None
+    server.stdin.close()
+    await asyncio.wait_for(server.wait(), DEADLINE_S)
+    await _until(
+        "every descendant of the abandoned server is gone", lambda: not family_processes(tag), ORPHAN_S
+    )
+    await editors.stop(editor)
