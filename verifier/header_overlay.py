@@ -51,6 +51,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from cudice.verifier.static_policy import EMPTY_FACTORIES, FILLING_FACTORIES
+
 _TORCH_NAMESPACE = """
 namespace torch {
 using namespace at; // NOLINT
@@ -82,32 +84,31 @@ constexpr auto kF64 = kFloat64;
 } // namespace torch
 """
 
-SLIM_OPS = (
-    "empty",
-    "empty_like",
-    "empty_strided",
-    "zeros",
-    "zeros_like",
-    "ones",
-    "ones_like",
-    "full",
-    "full_like",
-)
+# The factories a candidate's glue may call (static_policy.py): each one's ATen/ops header.
+SLIM_OPS = EMPTY_FACTORIES + FILLING_FACTORIES
+
+
+def _types_h(note: str) -> str:
+    """The slim `torch/types.h` under the comment line `note` (both sets include the same headers)."""
+    return "\n".join(
+        [
+            note,
+            "#pragma once",
+            "#include <optional>",
+            "#include <ATen/core/Tensor.h>",
+            "#include <ATen/DeviceGuard.h>",
+            "#include <ATen/Dispatch.h>",
+            *(f"#include <ATen/ops/{op}.h>" for op in SLIM_OPS),
+            _TORCH_NAMESPACE,
+        ]
+    )
+
 
 # The headers the slim `torch/types.h` used before the lean set: each pulls in ATen/Context.h,
 # IValue and the tracer (ATen/ops/<op>.h, ATen/DeviceGuard.h through ATen/core/IListRef.h).
 # Still the fall-back when the installed torch's headers do not have the layout lean_texts() reads.
-SLIM_TYPES_H = "\n".join(
-    [
-        "// cudice slim torch/types.h (verifier/header_overlay.py): torch's own declarations, fewer of them.",
-        "#pragma once",
-        "#include <optional>",
-        "#include <ATen/core/Tensor.h>",
-        "#include <ATen/DeviceGuard.h>",
-        "#include <ATen/Dispatch.h>",
-        *(f"#include <ATen/ops/{op}.h>" for op in SLIM_OPS),
-        _TORCH_NAMESPACE,
-    ]
+SLIM_TYPES_H = _types_h(
+    "// cudice slim torch/types.h (verifier/header_overlay.py): torch's own declarations, fewer of them."
 )
 _LEAN_OP_INCLUDES = (
     "#pragma once",
@@ -174,18 +175,7 @@ def lean_texts(torch_include: Path) -> dict[str, str] | None:
             out[name] = _LEAN_NOTE.format(name, "without ATen/Context.h") + text.replace(
                 "#include <ATen/Context.h>\n", ""
             )
-        out["torch/types.h"] = "\n".join(
-            [
-                _LEAN_NOTE.format("torch/types.h", "fewer of its declarations"),
-                "#pragma once",
-                "#include <optional>",
-                "#include <ATen/core/Tensor.h>",
-                "#include <ATen/DeviceGuard.h>",
-                "#include <ATen/Dispatch.h>",
-                *(f"#include <ATen/ops/{op}.h>" for op in SLIM_OPS),
-                _TORCH_NAMESPACE,
-            ]
-        )
+        out["torch/types.h"] = _types_h(_LEAN_NOTE.format("torch/types.h", "fewer of its declarations"))
         return out
     except (OSError, ValueError):
         return None

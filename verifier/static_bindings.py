@@ -14,6 +14,7 @@ other objects than `self`; those read as "other", i.e. neither kernel nor torch.
 from __future__ import annotations
 
 import ast
+from dataclasses import dataclass
 
 from cudice.verifier.document import callee_name
 from cudice.verifier.static_policy import COMPUTE_METHODS, NN_NON_COMPUTE
@@ -73,32 +74,36 @@ def module_lambdas(tree: ast.Module) -> dict[str, ast.FunctionDef]:
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class CandidateModule:
+    """A parsed candidate and the names static_checks.py found in it before forward is judged."""
+
+    tree: ast.Module
+    cls: ast.ClassDef  # ModelNew
+    aliases: dict[str, str]  # import and module-level aliases: `F` -> "torch.nn.functional"
+    exposed: set[str]  # the extension's Python function names
+    extension_names: set[str]  # module-level names bound to a `load_inline` module
+    reference_names: set[str]  # names of the reference `Model`
+
+
 class Bindings:
     """What the names of one candidate hold, decided before forward is judged (phases 0 and 1)."""
 
-    def __init__(
-        self,
-        tree: ast.Module,
-        cls: ast.ClassDef,
-        aliases: dict[str, str],
-        exposed: set[str],
-        extension_names: set[str],
-        reference_names: set[str],
-    ) -> None:
-        self.tree, self.cls, self.aliases, self.exposed = tree, cls, aliases, exposed
-        self.reference_names = reference_names
-        self.methods = {n.name: n for n in cls.body if isinstance(n, ast.FunctionDef)}
-        self.module_funcs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
-        self.module_funcs.update(module_lambdas(tree))
-        self.extensions = set(extension_names)  # names/self-attrs holding a load_inline module
+    def __init__(self, module: CandidateModule) -> None:
+        self.tree, self.cls = module.tree, module.cls
+        self.aliases, self.exposed = module.aliases, module.exposed
+        self.reference_names = module.reference_names
+        self.methods = {n.name: n for n in self.cls.body if isinstance(n, ast.FunctionDef)}
+        self.module_funcs = {n.name: n for n in self.tree.body if isinstance(n, ast.FunctionDef)}
+        self.module_funcs.update(module_lambdas(self.tree))
+        self.extensions = set(module.extension_names)  # names/self-attrs holding a load_inline module
         self.kernel_names: set[str] = set()  # module-level names bound to an extension function
         self.torch_names: set[str] = set()  # module-level containers of torch compute functions
         self._local_torch: set[str] = set()  # names in the current function bound to torch callables
-        self.self_kinds: dict[
-            str, str
-        ] = {}  # self attr -> "ext" | "kernel" | "torch" | "tensor" | "reference"
+        # self attr -> "ext" | "kernel" | "torch" | "tensor" | "reference"
+        self.self_kinds: dict[str, str] = {}
         self._local_kernels: set[str] = set()  # names in the current function bound to kernel functions
-        self.constants = ModuleConstants(tree)
+        self.constants = ModuleConstants(self.tree)
         self._module_bindings()
         self._init_attrs()
 

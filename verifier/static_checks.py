@@ -41,7 +41,7 @@ from cudice.verifier.config import VerifyConfig
 from cudice.verifier.document import Document, LoadInlineCall, callee_name, parse_document
 from cudice.verifier.reference import reference_path
 from cudice.verifier.result import Diagnostic, Location, Severity, Stage
-from cudice.verifier.static_bindings import dotted
+from cudice.verifier.static_bindings import CandidateModule, dotted
 from cudice.verifier.static_cuda import CppSource, Locator, check_cpp_sources, pybind_python_names
 from cudice.verifier.static_forward import ForwardReport, analyze_forward
 from cudice.verifier.static_policy import (
@@ -250,9 +250,8 @@ class _ModuleChecker:
         self._load_inline_fallback()
         exposed = self.exposed
         extensions = _extension_names(self.tree)
-        report = analyze_forward(
-            self.tree, self.cls, self.aliases, exposed, extensions, self.reference_names, self.level
-        )
+        module = CandidateModule(self.tree, self.cls, self.aliases, exposed, extensions, self.reference_names)
+        report = analyze_forward(module, self.level)
         for f in report.findings:
             self.add(f.code, f.node, f.message, Severity.WARNING if f.warning else Severity.ERROR)
         self._launches(report, exposed)

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Sequence
 
 from cudice.verifier.result import Diagnostic, Severity
 from cudice.verifier.static_cpp_scan import CppFunction, Unit, diag
-from cudice.verifier.static_policy import COMPUTE_METHODS, Strictness
+from cudice.verifier.static_policy import COMPUTE_METHODS, EMPTY_FACTORIES, FILLING_FACTORIES, Strictness
 
 _HOST_RULES: tuple[tuple[str, re.Pattern[str], str], ...] = (
     (
@@ -93,42 +93,11 @@ _TIMER_FUNCS = frozenset(
         "gettimeofday",
     }
 )
-_CPP_GLUE = frozenset(
-    {
-        "empty",
-        "empty_like",
-        "empty_strided",
-        "from_blob",
-        "TensorOptions",
-        "dtype",
-        "device",
-        "Device",
-        "Scalar",
-        "IntArrayRef",
-        "elementSize",
-        "toString",
-        "typeMetaToScalarType",
-        "zeros",
-        "zeros_like",
-        "ones",
-        "ones_like",
-        "full",
-        "full_like",
-        "DeviceGuard",
-        "NoGradGuard",
-        "globalContext",
-        "device_of",
-        "numel",
-        "get_default_dtype",
-        "irange",
-        "nullopt",
-    }
-)
+# ATen glue a host function may call. Strict: allocation without initialisation, options,
+# metadata and guards; the other levels also initialising allocations and a few helpers.
 _CPP_GLUE_STRICT = frozenset(
     {
-        "empty",
-        "empty_like",
-        "empty_strided",
+        *EMPTY_FACTORIES,
         "from_blob",
         "TensorOptions",
         "dtype",
@@ -143,6 +112,15 @@ _CPP_GLUE_STRICT = frozenset(
         "NoGradGuard",
     }
 )
+_CPP_GLUE = _CPP_GLUE_STRICT | {
+    *FILLING_FACTORIES,
+    "globalContext",
+    "device_of",
+    "numel",
+    "get_default_dtype",
+    "irange",
+    "nullopt",
+}
 _ATEN_CALL = re.compile(r"\b(?:torch|at|c10)::((?:[A-Za-z_]\w*::)*)([A-Za-z_]\w*)\s*\(")
 # A qualified ATen function taken by address or passed on (`auto op = &at::mm; op(a, b)`).
 _ATEN_REF = re.compile(r"(?<=[&=,(])\s*(?:torch|at)::((?:[A-Za-z_]\w*::)*)([a-z_]\w*)\s*(?=[;,)])")

@@ -34,6 +34,7 @@ from cudice.verifier.document import callee_name
 from cudice.verifier.static_bindings import (
     TORCH_SUBMODULES_COMPUTE,
     Bindings,
+    CandidateModule,
     dotted,
     is_compute_ref,
     self_attr,
@@ -43,28 +44,13 @@ from cudice.verifier.static_policy import (
     IDENTITY_FUNCS,
     IDENTITY_METHODS,
     NN_NON_COMPUTE,
+    TENSOR_METADATA_METHODS,
     Strictness,
     tensor_method_is_compute,
     torch_function_allowed,
 )
 
-_NON_TENSOR_METHODS = frozenset(
-    {
-        "size",
-        "dim",
-        "numel",
-        "stride",
-        "storage_offset",
-        "data_ptr",
-        "element_size",
-        "nelement",
-        "is_contiguous",
-        "get_device",
-        "is_floating_point",
-        "item",
-        "tolist",
-    }
-)
+_NON_TENSOR_METHODS = TENSOR_METADATA_METHODS | {"tolist"}
 _NON_TENSOR_ATTRS = frozenset({"shape", "dtype", "device", "ndim", "is_cuda", "layout", "requires_grad"})
 _LOW_PRECISION = frozenset({"float16", "half", "bfloat16"})
 _SCALAR_ANNOTATIONS = frozenset({"int", "float", "bool", "str", "tuple", "list"})
@@ -93,21 +79,12 @@ class ForwardReport:
 
 
 class _Analyzer(Bindings):
-    def __init__(
-        self,
-        tree: ast.Module,
-        cls: ast.ClassDef,
-        aliases: dict[str, str],
-        exposed: set[str],
-        extension_names: set[str],
-        reference_names: set[str],
-        level: Strictness,
-    ) -> None:
-        super().__init__(tree, cls, aliases, exposed, extension_names, reference_names)
+    def __init__(self, module: CandidateModule, level: Strictness) -> None:
+        super().__init__(module)
         self.level = level
         self.module_vars = {
             t.id
-            for n in tree.body
+            for n in module.tree.body
             if isinstance(n, (ast.Assign, ast.AnnAssign))
             for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
             if isinstance(t, ast.Name)
@@ -574,14 +551,6 @@ def _short(node: ast.AST) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def analyze_forward(
-    tree: ast.Module,
-    cls: ast.ClassDef,
-    aliases: dict[str, str],
-    exposed: set[str],
-    extension_names: set[str],
-    reference_names: set[str],
-    level: Strictness,
-) -> ForwardReport:
-    """Findings for `cls` (ModelNew) under `level`; `exposed` are the extension's Python function names."""
-    return _Analyzer(tree, cls, aliases, exposed, extension_names, reference_names, level).run()
+def analyze_forward(module: CandidateModule, level: Strictness) -> ForwardReport:
+    """Findings for `module.cls` (ModelNew) under `level`."""
+    return _Analyzer(module, level).run()

@@ -47,14 +47,20 @@ def parse_strictness(value: object) -> Strictness:
         ) from None
 
 
+# -- tensor factories, in Python (`torch.empty`) and C++ (`at::empty`) ---------------------------
+
+# Allocation without initialisation: glue at every level. With FILLING_FACTORIES, also the
+# factories the slim headers declare (header_overlay.py).
+EMPTY_FACTORIES = ("empty", "empty_like", "empty_strided")
+# Allocations that initialise what they allocate: glue except in strict.
+FILLING_FACTORIES = ("zeros", "zeros_like", "ones", "ones_like", "full", "full_like")
+
 # -- torch.<fn>(...) functions -------------------------------------------------------------------
 
 # Allocation without initialisation, metadata, views, device/stream queries, context managers.
 TORCH_GLUE_ALWAYS = frozenset(
     {
-        "empty",
-        "empty_like",
-        "empty_strided",
+        *EMPTY_FACTORIES,
         "is_tensor",
         "is_floating_point",
         "is_complex",
@@ -107,28 +113,14 @@ TORCH_GLUE_ALWAYS = frozenset(
     }
 )
 # Initialising allocations, copies and casts: fine in default, errors in strict.
-TORCH_GLUE_DEFAULT = frozenset(
-    {
-        "zeros",
-        "zeros_like",
-        "ones",
-        "ones_like",
-        "full",
-        "full_like",
-        "tensor",
-        "as_tensor",
-        "from_numpy",
-        "arange",
-        "clone",
-    }
-)
+TORCH_GLUE_DEFAULT = frozenset({*FILLING_FACTORIES, "tensor", "as_tensor", "from_numpy", "arange", "clone"})
 TORCH_GLUE_LENIENT = frozenset({"cat", "concat", "concatenate", "stack", "hstack", "vstack"})
 
 # -- tensor.<method>(...) ------------------------------------------------------------------------
 
-# Methods are judged by name only: the receiver's type is unknown statically, so a method name
-# is flagged only when it is a known *compute* method (below), never merely for being unknown.
-TENSOR_GLUE_ALWAYS = frozenset(
+# Methods that answer with metadata (numbers, flags), not a tensor; static_forward.py also reads
+# them as "the result is no tensor".
+TENSOR_METADATA_METHODS = frozenset(
     {
         "size",
         "dim",
@@ -139,6 +131,16 @@ TENSOR_GLUE_ALWAYS = frozenset(
         "element_size",
         "nelement",
         "is_contiguous",
+        "get_device",
+        "is_floating_point",
+        "item",
+    }
+)
+# Methods are judged by name only: the receiver's type is unknown statically, so a method name
+# is flagged only when it is a known *compute* method (below), never merely for being unknown.
+TENSOR_GLUE_ALWAYS = frozenset(
+    {
+        *TENSOR_METADATA_METHODS,
         "contiguous",
         "view",
         "view_as",
@@ -161,13 +163,10 @@ TENSOR_GLUE_ALWAYS = frozenset(
         "as_strided",
         "new_empty",
         "new_empty_strided",
-        "get_device",
-        "is_floating_point",
         "detach",
         "requires_grad_",
         "to",
         "cuda",
-        "item",
         "untyped_storage",
         "movedim",
         "swapaxes",
