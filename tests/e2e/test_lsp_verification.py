@@ -126,7 +126,8 @@ async def test_newer_save_supersedes_the_older_run(workspace: Path, editors: Edi
     fast = slow.replace("# SLOW_VERIFY", "# fast now")
     editor.change(uri, fast)
     editor.save(uri)
-    await editor.wait_status(lambda s: s["uri"] == uri and s["lastVerdict"] == "correct", timeout=20)
+    # well before the superseded run (300 s scripted) would end
+    await editor.wait_status(lambda s: s["uri"] == uri and s["lastVerdict"] == "correct", timeout=120)
     runs = _verify_progress(editor)
     await editor.wait_for(
         "$/progress",
@@ -172,6 +173,12 @@ async def test_results_for_an_older_text_are_never_shown(workspace: Path, editor
     assert [d.range.start.line for d in diags if d.code == "compile.error"] == [15]
     await editor.wait_status(lambda s: s["uri"] == uri and s["lastVerdict"] == "compile_error")
     assert await _lens_titles(editor, uri) == ["✗ compile error (1) · re-verify"]
+    # newer text builds: the lens and hover say so, never the previous verdict as if it were current
+    editor.change(uri, editor.buffers[uri][0].replace("VERIFY_DELAY=3", "VERIFY_DELAY=30"))
+    editor.save(uri)
+    assert await _lens_titles(editor, uri) == ["⏳ cudice: verifying…"]
+    card = await _hover(editor, uri, _line_of(editor.buffers[uri][0], "class ModelNew"), 8)
+    assert card is not None and card.startswith("**cudice: verifying…**") and "previous result" in card
 
 
 async def test_status_carries_each_files_own_verdict(workspace: Path, editors: Editors) -> None:
