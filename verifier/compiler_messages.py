@@ -64,16 +64,7 @@ def parse_messages(output: str) -> list[CompilerMessage]:
             column = None
             if caret is not None:
                 column = caret[1].index("^") + 1
-            msg = CompilerMessage(
-                m.group("file").strip(),
-                int(m.group("line")),
-                column,
-                _sev(m.group("sev")),
-                m.group("msg").strip(),
-                "nvcc",
-                m.group("num") or "",
-                caret_text=caret,
-            )
+            msg = _with(_matched(m, column, "nvcc"), code=m.group("num") or "", caret_text=caret)
             j = i + (3 if caret else 1)
             notes = []
             while j < len(lines) and lines[j].startswith("          "):
@@ -90,15 +81,7 @@ def parse_messages(output: str) -> list[CompilerMessage]:
             continue
         if m := GCC.match(text):
             col = int(m.group("col")) if m.group("col") else None
-            msg = CompilerMessage(
-                m.group("file").strip(),
-                int(m.group("line")),
-                col,
-                _sev(m.group("sev")),
-                m.group("msg").strip(),
-                "gcc",
-                include_chain=tuple(chain),
-            )
+            msg = _with(_matched(m, col, "gcc"), include_chain=tuple(chain))
             chain = []
             if msg.severity == "note" and out:
                 out[-1] = _with(out[-1], notes=(*out[-1].notes, msg))
@@ -115,6 +98,12 @@ def parse_messages(output: str) -> list[CompilerMessage]:
             out.append(CompilerMessage(None, None, None, "error", text.strip(), "other"))
         i += 1
     return out
+
+
+def _matched(m: re.Match[str], column: int | None, tool: str) -> CompilerMessage:
+    """The message on a line that NVCC or GCC matched (both name the groups file, line, sev, msg)."""
+    file, message = m.group("file").strip(), m.group("msg").strip()
+    return CompilerMessage(file, int(m.group("line")), column, _sev(m.group("sev")), message, tool)
 
 
 def _sev(word: str) -> str:
