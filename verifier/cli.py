@@ -95,7 +95,12 @@ def verify_command(
     exit_code: bool,
 ) -> None:
     """Verify a CUDA candidate against its PyTorch reference: static checks, compile, correctness, timing."""
-    result = _verify(candidate, reference, compile_only, as_json, timeout_s, trials, strictness)
+    changes: dict[str, object] = {"compile_only": compile_only, "static_policy": strictness}
+    if timeout_s is not None:
+        changes["timeout_s"] = timeout_s
+    if trials is not None:
+        changes["num_trials"] = trials
+    result = _verify(candidate, reference, VerifyConfig().with_(**changes), as_json)
     if exit_code and not passed(result, compile_only):
         sys.exit(1)
 
@@ -105,26 +110,12 @@ def passed(result: VerifyResult, compile_only: bool) -> bool:
     return result.verdict is (Verdict.COMPILED if compile_only else Verdict.CORRECT)
 
 
-def _verify(
-    candidate: Path,
-    reference: Path | None,
-    compile_only: bool,
-    as_json: bool,
-    timeout_s: float | None,
-    trials: int | None,
-    strictness: str,
-) -> VerifyResult:
+def _verify(candidate: Path, reference: Path | None, config: VerifyConfig, as_json: bool) -> VerifyResult:
     from cudice.server.cli_progress import ProgressLine
     from cudice.verifier.api import verify
     from cudice.verifier.gpu_probe import gpu_absent_reason
     from rich.markup import escape
 
-    changes: dict[str, object] = {"compile_only": compile_only, "static_policy": strictness}
-    if timeout_s is not None:
-        changes["timeout_s"] = timeout_s
-    if trials is not None:
-        changes["num_trials"] = trials
-    config = VerifyConfig().with_(**changes)
     if as_json:
         with ProgressLine("verifying"):
             result = verify(candidate, reference=reference, config=config)
@@ -132,7 +123,7 @@ def _verify(
         return result
     console = Console(highlight=False, soft_wrap=True)  # soft_wrap: no line breaks inside file:line:col
     console.print(f"[bold]cudice verify[/] {candidate}")
-    no_gpu = None if compile_only else gpu_absent_reason()
+    no_gpu = None if config.compile_only else gpu_absent_reason()
     if no_gpu is not None:
         console.print(
             f"[yellow]Static checks and compile only (correctness and timing skipped): {escape(no_gpu)}.[/]"
