@@ -24,8 +24,6 @@ and on its own clock; see docs/anticheat.md for what stays open. Not covered: mu
 
 from __future__ import annotations
 
-import importlib.machinery
-import importlib.util
 import socket
 import sys
 import time
@@ -387,16 +385,9 @@ class Server:
 
     def _install_load_inline(self, path: str) -> None:
         """`load_inline` asks the judge to build (the shared cache is read-only here) and loads the result."""
-        import torch.utils.cpp_extension as ce
+        from cudice.verifier.worker import install_load_inline, load_extension
 
-        def load_inline(
-            name: str,
-            cpp_sources: Any,
-            cuda_sources: Any = None,
-            functions: Any = None,
-            *args: Any,
-            **kwargs: Any,
-        ) -> types.ModuleType:
+        def build(name: str, cpp_sources: Any, cuda_sources: Any, functions: Any) -> types.ModuleType:
             def texts(v: Any) -> list[str]:
                 return [v] if isinstance(v, str) else [str(x) for x in (v or [])]
 
@@ -422,12 +413,8 @@ class Server:
                         [Diagnostic.from_dict(d) for d in rep.get("diagnostics", [])],
                         str(rep.get("error", "")),
                     )
-                loader = importlib.machinery.ExtensionFileLoader(name, str(rep["library"]))
-                spec = importlib.util.spec_from_file_location(name, str(rep["library"]), loader=loader)
-                assert spec is not None
-                try:  # module_from_spec opens the library and runs its PyInit
-                    mod = importlib.util.module_from_spec(spec)
-                    loader.exec_module(mod)
+                try:  # opens the library and runs its PyInit
+                    mod = load_extension(name, str(rep["library"]))
                 except ImportError:
                     if not rep.get("cabi") or request.get("pybind"):
                         raise
@@ -437,7 +424,7 @@ class Server:
                     continue
                 return mod
 
-        ce.load_inline = load_inline  # type: ignore[assignment]
+        install_load_inline(build)
 
 
 class _Failure(Exception):

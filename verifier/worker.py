@@ -3,7 +3,8 @@
 It loads and judges the candidate in the candidate's own process, so in-process code can forge
 its result; the default run stage is judge.py (runner processes inside an OS boundary). It is
 kept for the run-stage cost comparison (bench/verify_run_cost.py), and its helpers (`_Stop`,
-`_call`, `_exec_module`) are shared with judge.py and candidate.py.
+`_call`, `_exec_module`, `install_load_inline`, `load_extension`) are shared with judge.py
+and candidate.py.
 
 Phases (each records its wall time): 1. import torch, pin precision (no TF32), snapshot the
 functions the verifier relies on; 2. load the reference and the candidate modules — the
@@ -27,6 +28,7 @@ import sys
 import time
 import traceback
 import types
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -423,9 +425,27 @@ def _user_line(exc: BaseException, path: str) -> int:
 
 def _install_load_inline(doc: Any, config: Any, path: str, diags: list[Diagnostic]) -> None:
     """Replace torch's load_inline by a build through cudice's cache (same layout and flags)."""
-    import torch.utils.cpp_extension as ce
     from cudice.verifier.compile import build_module
     from cudice.verifier.generated import from_values
+
+    def build(name: str, cpp_sources: Any, cuda_sources: Any, functions: Any) -> types.ModuleType:
+        module = from_values(name, cpp_sources, cuda_sources, functions, doc)
+        result = build_module(module, path, config, link=True)
+        diags.extend(d for d in result.diagnostics if d.severity is not Severity.ERROR)
+        if not result.ok or result.library is None:
+            raise _Stop(Verdict.COMPILE_ERROR, Stage.COMPILE, list(result.diagnostics), result.output[-4000:])
+        return load_extension(name, str(result.library))
+
+    install_load_inline(build)
+
+
+def install_load_inline(build: Callable[[str, Any, Any, Any], types.ModuleType]) -> None:
+    """Replace torch's `load_inline` by `build(name, cpp_sources, cuda_sources, functions)`.
+
+    torch's other arguments (flags, build folder, verbosity) are accepted and not used: the
+    build takes torch's own flags (toolchain.py). Shared with candidate.py's runner.
+    """
+    import torch.utils.cpp_extension as ce
 
     def load_inline(
         name: str,
@@ -435,19 +455,19 @@ def _install_load_inline(doc: Any, config: Any, path: str, diags: list[Diagnosti
         *args: Any,
         **kwargs: Any,
     ) -> types.ModuleType:
-        module = from_values(name, cpp_sources, cuda_sources, functions, doc)
-        result = build_module(module, path, config, link=True)
-        diags.extend(d for d in result.diagnostics if d.severity is not Severity.ERROR)
-        if not result.ok or result.library is None:
-            raise _Stop(Verdict.COMPILE_ERROR, Stage.COMPILE, list(result.diagnostics), result.output[-4000:])
-        loader = importlib.machinery.ExtensionFileLoader(name, str(result.library))
-        spec = importlib.util.spec_from_file_location(name, str(result.library), loader=loader)
-        assert spec is not None
-        mod = importlib.util.module_from_spec(spec)
-        loader.exec_module(mod)
-        return mod
+        return build(name, cpp_sources, cuda_sources, functions)
 
     ce.load_inline = load_inline  # type: ignore[assignment]
+
+
+def load_extension(name: str, library: str) -> types.ModuleType:
+    """Import the extension module `name` from the shared library `library` (runs its PyInit)."""
+    loader = importlib.machinery.ExtensionFileLoader(name, library)
+    spec = importlib.util.spec_from_file_location(name, library, loader=loader)
+    assert spec is not None
+    mod = importlib.util.module_from_spec(spec)
+    loader.exec_module(mod)
+    return mod
 
 
 def crash_result(exc: BaseException, who: str = "") -> dict[str, Any]:
