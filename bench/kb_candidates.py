@@ -368,56 +368,46 @@ def candidate(i: int) -> Candidate:
     t = [256, 128, 512, 64, 1024][rnd % 5]
     name = f"kb{i}_{base}"
     k, f = f"{name}_kernel", f"{name}_forward"
+    # defaults (one tensor in, forward passes its args on); a category overrides what differs
     decl = f"torch::Tensor {f}(torch::Tensor x);"
     big = "torch.randn(256, 4096)"
+    inputs, call = big, "*args"
     if cat == "elementwise":
         expr, ref = spec  # type: ignore[misc]
         cuda = _EW_CUDA.format(k=k, f=f, t=t, expr=expr)
-        src = _file(name, cuda, f, decl, _model("x", ref), big, "*args")
+        model = _model("x", ref)
     elif cat == "dispatch":
         cuda = _DISPATCH_CUDA.format(k=k, f=f, t=t)
         decl = f"torch::Tensor {f}(torch::Tensor x, double lo, double hi);"
-        src = _file(name, cuda, f, decl, _model("x", "torch.clamp(x, -0.5, 0.5)"), big, "args[0], -0.5, 0.5")
+        model, call = _model("x", "torch.clamp(x, -0.5, 0.5)"), "args[0], -0.5, 0.5"
     elif cat == "reduction":
         init, combine, finish, ref = spec  # type: ignore[misc]
         cuda = _REDUCE_CUDA.format(k=k, f=f, t=t, init=init, combine=combine, finish=finish)
-        src = _file(name, cuda, f, decl, _model("x", ref), big, "*args")
+        model = _model("x", ref)
     elif cat == "softmax":
         write, ref = spec  # type: ignore[misc]
         cuda = _SOFTMAX_CUDA.format(k=k, f=f, t=t, write=write)
-        src = _file(name, cuda, f, decl, _model("x", ref), big, "*args")
+        model = _model("x", ref)
     elif cat == "norm":
         stats, write, ref, eps = spec  # type: ignore[misc]
         cuda = _NORM_CUDA.format(k=k, f=f, t=t, stats=stats, write=write)
         decl = f"torch::Tensor {f}(torch::Tensor x, double eps);"
-        src = _file(name, cuda, f, decl, _model("x", ref), big, f"args[0], {eps}")
+        model, call = _model("x", ref), f"args[0], {eps}"
     elif cat == "matmul":
         epilogue, ref = spec  # type: ignore[misc]
         tile = [16, 32, 8, 16, 32][rnd % 5]
         cuda = _MATMUL_CUDA.format(k=k, f=f, tile=tile, epilogue=epilogue)
         decl = f"torch::Tensor {f}(torch::Tensor a, torch::Tensor b, torch::Tensor bias, double alpha);"
-        src = _file(
-            name,
-            cuda,
-            f,
-            decl,
-            _model("a, b, bias", ref, "alpha = 0.5\n        "),
-            "torch.randn(512, 256), torch.randn(256, 384), torch.randn(384)",
-            "*args, 0.5",
-        )
+        model = _model("a, b, bias", ref, "alpha = 0.5\n        ")
+        inputs = "torch.randn(512, 256), torch.randn(256, 384), torch.randn(384)"
+        call = "*args, 0.5"
     else:
         expr, ref = spec  # type: ignore[misc]
         cuda = _FUSED_CUDA.format(k=k, f=f, t=t, expr=expr)
         decl = f"torch::Tensor {f}(torch::Tensor x, torch::Tensor r, double scale, double shift);"
-        src = _file(
-            name,
-            cuda,
-            f,
-            decl,
-            _model("x, r", ref, "scale, shift = 1.5, -0.25\n        "),
-            f"{big}, {big}",
-            "args[0], args[1], 1.5, -0.25",
-        )
+        model = _model("x, r", ref, "scale, shift = 1.5, -0.25\n        ")
+        inputs, call = f"{big}, {big}", "args[0], args[1], 1.5, -0.25"
+    src = _file(name, cuda, f, decl, model, inputs, call)
     return Candidate(name, cat, src, _kernels_only(cuda, f))
 
 

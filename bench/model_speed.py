@@ -48,47 +48,29 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from cudice.model.tiny import TINY_DIMS
 
-SHAPES: dict[str, dict[str, Any]] = {
+_SHAPE_KEYS = (
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "tie_word_embeddings",
+)
+_SHAPE_DIMS = {  # the values of _SHAPE_KEYS, in that order
     # SDAR-1.7B-Chat config.json (untied lm_head)
-    "1.7b": dict(
-        hidden_size=2048,
-        intermediate_size=6144,
-        num_hidden_layers=28,
-        num_attention_heads=16,
-        num_key_value_heads=8,
-        head_dim=128,
-        tie_word_embeddings=False,
-    ),
+    "1.7b": (2048, 6144, 28, 16, 8, 128, False),
     # Qwen3-4B config.json (SDAR-4B is a Qwen3-4B fine-tune; Qwen3-4B ties its embeddings)
-    "4b": dict(
-        hidden_size=2560,
-        intermediate_size=9728,
-        num_hidden_layers=36,
-        num_attention_heads=32,
-        num_key_value_heads=8,
-        head_dim=128,
-        tie_word_embeddings=True,
-    ),
+    "4b": (2560, 9728, 36, 32, 8, 128, True),
     # Qwen3-8B dimensions (SDAR-8B / DICE-8B are Qwen3-8B fine-tunes)
-    "8b": dict(
-        hidden_size=4096,
-        intermediate_size=12288,
-        num_hidden_layers=36,
-        num_attention_heads=32,
-        num_key_value_heads=8,
-        head_dim=128,
-        tie_word_embeddings=False,
-    ),
-    "tiny": dict(
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=16,
-        tie_word_embeddings=False,
-    ),
+    "8b": (4096, 12288, 36, 32, 8, 128, False),
+    # the tiny test checkpoint's (cudice.model.tiny)
+    "tiny": tuple(TINY_DIMS[k] for k in _SHAPE_KEYS),
+}
+SHAPES: dict[str, dict[str, Any]] = {
+    name: dict(zip(_SHAPE_KEYS, dims, strict=True)) for name, dims in _SHAPE_DIMS.items()
 }
 VOCAB, MASK_ID, EOS_ID = 151936, 151669, 151643  # Qwen/SDAR vocabulary and ids
 LABELS = (
