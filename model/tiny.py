@@ -15,6 +15,7 @@ Not covered: the weights are random, so the model writes gibberish; nothing here
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +61,12 @@ _CORPUS = [
 
 def build_tokenizer(vocab_size: int = 512) -> Any:
     """A byte-level BPE `PreTrainedTokenizerFast` with ChatML specials, `<|MASK|>` and a chat template."""
+    return bpe_tokenizer(_CORPUS * 4, vocab_size)
+
+
+def bpe_tokenizer(texts: Iterable[str], vocab_size: int) -> Any:
+    """A byte-level BPE `PreTrainedTokenizerFast` trained on `texts`, with ChatML specials, `<|MASK|>`
+    and the ChatML chat template (also the demo checkpoint's tokenizer, trained on its corpus)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -72,7 +79,7 @@ def build_tokenizer(vocab_size: int = 512) -> Any:
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tok.train_from_iterator(_CORPUS * 4, trainer=trainer)
+    tok.train_from_iterator(texts, trainer=trainer)
     # transformers' TokenizersBackend.__init__ (*args, **kwargs) carries no annotations
     fast = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
         tokenizer_object=tok,
@@ -123,11 +130,36 @@ def _config_dict(vocab_size: int, ids: dict[str, int], sdar_layout: bool) -> dic
     return {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", **base}
 
 
+def random_qwen3(config: dict[str, Any], seed: int) -> Any:
+    """A `Qwen3ForCausalLM` with seeded random weights for a `config.json` dict (Qwen3 or SDAR layout)."""
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(seed)
+    qwen_kwargs = {k: v for k, v in config.items() if k not in ("architectures", "auto_map", "model_type")}
+    return Qwen3ForCausalLM(Qwen3Config(**qwen_kwargs))
+
+
+def save_checkpoint(out: Path, config: dict[str, Any], model: Any, ids: dict[str, int]) -> dict[str, Any]:
+    """Write `model.safetensors` (a tied `lm_head` stored once, as the embedding), `config.json` and
+    `generation_config.json` (EOS `<|im_end|>` and `<|endoftext|>`) to `out`; return the saved tensors."""
+    from safetensors.torch import save_file
+
+    tensors = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
+    if config.get("tie_word_embeddings"):
+        tensors.pop("lm_head.weight", None)
+    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
+    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    stop_ids = [ids["<|im_end|>"], ids["<|endoftext|>"]]
+    (out / "generation_config.json").write_text(
+        json.dumps({"bos_token_id": ids["<|endoftext|>"], "eos_token_id": stop_ids}, indent=2) + "\n"
+    )
+    return tensors
+
+
 def make_tiny(directory: str | Path, sdar_layout: bool = False, seed: int = 0) -> Path:
     """Write a tiny random checkpoint + tokenizer to `directory` (created); return its path."""
     import torch
-    from safetensors.torch import save_file
-    from transformers import Qwen3Config, Qwen3ForCausalLM
 
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
@@ -135,22 +167,11 @@ def make_tiny(directory: str | Path, sdar_layout: bool = False, seed: int = 0) -
     tokenizer.save_pretrained(out)
     ids = {t: tokenizer.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS}
     config_dict = _config_dict(len(tokenizer), ids, sdar_layout)
-
-    torch.manual_seed(seed)
-    qwen_kwargs = {
-        k: v for k, v in config_dict.items() if k not in ("architectures", "auto_map", "model_type")
-    }
-    model = Qwen3ForCausalLM(Qwen3Config(**qwen_kwargs))
+    model = random_qwen3(config_dict, seed)
     # Larger-than-default init so a random model has peaked, tie-free logits (tests use greedy).
     with torch.no_grad():
         for name, param in model.named_parameters():
             if param.dim() == 2:
                 param.normal_(0.0, 0.2 if name.endswith(("embed_tokens.weight", "lm_head.weight")) else 0.08)
-    tensors = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
-    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
-    (out / "config.json").write_text(json.dumps(config_dict, indent=2) + "\n")
-    stop_ids = [ids["<|im_end|>"], ids["<|endoftext|>"]]
-    (out / "generation_config.json").write_text(
-        json.dumps({"bos_token_id": ids["<|endoftext|>"], "eos_token_id": stop_ids}, indent=2) + "\n"
-    )
+    save_checkpoint(out, config_dict, model, ids)
     return out
