@@ -268,7 +268,12 @@ def sft_command(
         )
     except ValueError as exc:
         raise click.ClickException(str(exc)) from exc
-    click.echo(f"wrote {Path(out_dir)} after {len(history)} logged steps", err=True)
+    if resume and not history:
+        click.echo(
+            f"the run saved in {Path(out_dir)} has already reached its last step: nothing to train", err=True
+        )
+    else:
+        click.echo(f"wrote {Path(out_dir)} after {len(history)} logged steps", err=True)
 
 
 @train_group.command("rl")

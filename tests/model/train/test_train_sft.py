@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -31,34 +34,34 @@ def test_encode_pair_pads_to_blocks_and_starts_the_answer_after_the_chat_header(
     assert answer.startswith("out = max(x, 0)<|im_end|>")
 
 
-def test_sft_cli_trains_and_writes_a_loadable_checkpoint(tiny_dir, tmp_path) -> None:
+def _cuke(tmp_path: Path) -> Path:
+    """Four CuKe pairs as a JSONL file."""
     data = tmp_path / "cuke.jsonl"
     data.write_text(
         "\n".join(json.dumps({"prompt": f"task {i}", "response": "__global__ void k() {}"}) for i in range(4))
     )
+    return data
+
+
+def _sft_args(model: Path, data: Path, out: Path, *extra: str) -> list[str]:
+    """`cudice train sft` on CPU: 2 epochs of batch 2 at lr 1e-3, plus `extra`."""
+    return [
+        "sft",
+        *("--model", str(model), "--data", str(data), "--out", str(out)),
+        *("--epochs", "2", "--lr", "1e-3", "--batch-size", "2", "--device", "cpu"),
+        *extra,
+    ]
+
+
+def _steps(output: str) -> list[dict]:
+    return [json.loads(line) for line in output.splitlines() if line.startswith("{")]
+
+
+def test_sft_cli_trains_and_writes_a_loadable_checkpoint(tiny_dir, tmp_path) -> None:
     out = tmp_path / "out"
-    result = CliRunner().invoke(
-        train_group,
-        [
-            "sft",
-            "--model",
-            str(tiny_dir),
-            "--data",
-            str(data),
-            "--out",
-            str(out),
-            "--epochs",
-            "2",
-            "--lr",
-            "1e-3",
-            "--batch-size",
-            "2",
-            "--device",
-            "cpu",
-        ],
-    )
+    result = CliRunner().invoke(train_group, _sft_args(tiny_dir, _cuke(tmp_path), out))
     assert result.exit_code == 0, result.output
-    steps = [json.loads(line) for line in result.output.splitlines() if line.startswith("{")]
+    steps = _steps(result.output)
     assert len(steps) == 4 and all(s["loss"] > 0 for s in steps)
     assert read_marker(out)["step"] == 4
     before, after = load_checkpoint(str(tiny_dir), device="cpu"), load_checkpoint(str(out), device="cpu")
@@ -81,46 +84,52 @@ def test_sft_cli_reports_bad_data_clearly(tiny_dir, tmp_path) -> None:
     assert "line 1" in result.output and "response" in result.output
 
 
-def test_sft_cli_resumes_and_logs_to_tensorboard(tiny_dir, tmp_path) -> None:
-    pytest.importorskip("torch.utils.tensorboard")
-    data = tmp_path / "cuke.jsonl"
-    data.write_text(
-        "\n".join(json.dumps({"prompt": f"task {i}", "response": "__global__ void k() {}"}) for i in range(4))
-    )
-    out, tb = tmp_path / "out", tmp_path / "tb"
-    args = [
-        "sft",
-        "--model",
-        str(tiny_dir),
-        "--data",
-        str(data),
-        "--out",
-        str(out),
-        "--epochs",
-        "2",
-        "--lr",
-        "1e-3",
-        "--batch-size",
-        "2",
-        "--device",
-        "cpu",
-        "--precision",
-        "bf16-autocast",
-        "--save-every",
-        "1",
-    ]
+class _Writer:
+    """Stands in for `torch.utils.tensorboard.SummaryWriter` (tensorboard is optional): records scalars."""
+
+    scalars: list[tuple[str, str, float, int]] = []  # (log_dir, tag, value, step)
+
+    def __init__(self, log_dir: str) -> None:
+        self.log_dir = log_dir
+
+    def add_scalar(self, tag: str, value: float, step: int) -> None:
+        self.scalars.append((self.log_dir, tag, value, step))
+
+    def close(self) -> None:
+        pass
+
+
+def test_sft_cli_resumes_where_it_stopped_and_logs_to_tensorboard(tiny_dir, tmp_path, monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", SimpleNamespace(SummaryWriter=_Writer))
+    monkeypatch.setattr(_Writer, "scalars", [])
+    data, out, tb = _cuke(tmp_path), tmp_path / "out", tmp_path / "tb"
+    args = _sft_args(tiny_dir, data, out, "--precision", "bf16-autocast", "--save-every", "1")
     first = CliRunner().invoke(train_group, [*args, "--max-steps", "2", "--tensorboard", str(tb)])
     assert first.exit_code == 0, first.output
-    assert [json.loads(x)["step"] for x in first.output.splitlines() if x.startswith("{")] == [1, 2]
+    assert [s["step"] for s in _steps(first.output)] == [1, 2]
     assert (out / "train_state" / "position.json").is_file() and read_marker(out)["step"] == 2
-    assert list(tb.glob("events.out.tfevents.*"))
+    losses = {
+        (step, value) for d, tag, value, step in _Writer.scalars if tag == "train/loss" and d == str(tb)
+    }
+    assert losses == {(s["step"], s["loss"]) for s in _steps(first.output)}
     signature = _watch_signature(out)
     rest = CliRunner().invoke(train_group, [*args, "--resume"])
     assert rest.exit_code == 0, rest.output
-    assert [json.loads(x)["step"] for x in rest.output.splitlines() if x.startswith("{")] == [3, 4]
+    assert [s["step"] for s in _steps(rest.output)] == [3, 4]
     assert read_marker(out)["step"] == 4
     # the server's hot-reload sees each periodic checkpoint as complete and new (train_state/ aside)
     assert signature is not None and _watch_signature(out) not in (None, signature)
+    # the uninterrupted run logs the same losses
+    whole = CliRunner().invoke(
+        train_group, _sft_args(tiny_dir, data, tmp_path / "whole", "--precision", "bf16-autocast")
+    )
+    assert whole.exit_code == 0, whole.output
+    assert [s["loss"] for s in _steps(first.output + rest.output)] == pytest.approx(
+        [s["loss"] for s in _steps(whole.output)], rel=1e-6
+    )
+    again = CliRunner().invoke(train_group, [*args, "--resume"])
+    assert again.exit_code == 0 and _steps(again.output) == []
+    assert "already" in again.output and read_marker(out)["step"] == 4
 
 
 def _watch_signature(directory):  # type: ignore[no-untyped-def]

@@ -187,6 +187,50 @@ def test_a_resumed_run_reproduces_the_uninterrupted_losses(tmp_path) -> None:
         assert torch.allclose(p, q, atol=1e-6)
 
 
+class _Crash(Exception):
+    pass
+
+
+@pytest.mark.parametrize("save_every", [2, 3])
+def test_a_run_killed_after_a_periodic_save_resumes_from_it(tmp_path, save_every: int) -> None:
+    """The state written inside the loop (not the one at the end) carries the run on.
+
+    5 samples, batch 1, 2 micro-batches per step: steps of 2, 2 and 1 micro-batches per epoch.
+    save_every=2 resumes inside epoch 1 (after its first step); save_every=3 at the epoch end.
+    """
+    from cudice.model.tiny import make_tiny
+
+    src = make_tiny(tmp_path / "src", sdar_layout=True)
+    common = {**COMMON, "source_dir": src}
+    config = SFTConfig(
+        learning_rate=3e-3,
+        num_epochs=2,
+        batch_size=1,
+        grad_accum_steps=2,
+        warmup_ratio=0.5,
+        save_every_steps=save_every,
+    )
+    full = train_sft(tiny_model(), toy_samples(5), config, out_dir=tmp_path / "full", **common)
+    assert len(full) == 6
+    logged: list[float] = []
+
+    def crash_at_five(step: int, stats: dict[str, float]) -> None:
+        logged.append(stats["loss"])
+        if step == 5:  # after the step-4 (or step-3) save, before any later one
+            raise _Crash
+
+    with pytest.raises(_Crash):
+        train_sft(
+            tiny_model(), toy_samples(5), config, out_dir=tmp_path / "cut", on_step=crash_at_five, **common
+        )
+    saved = (4 // save_every) * save_every
+    rest = train_sft(
+        tiny_model(seed=7), toy_samples(5), config, out_dir=tmp_path / "cut", resume=True, **common
+    )
+    assert len(rest) == 6 - saved
+    assert logged[:saved] + [h["loss"] for h in rest] == pytest.approx([h["loss"] for h in full], rel=1e-6)
+
+
 def _fields(config: SFTConfig) -> dict:
     return {f: getattr(config, f) for f in config.__slots__}  # type: ignore[attr-defined]
 
