@@ -75,7 +75,8 @@ def main() -> None:
     print(f"| dynamic (GPU) | detection {dyn_ok}/{len(dyn)} |")
     print(f"| honest (GPU) | false positives {fp}/{len(honest)} |")
     print(
-        f"| hostile (GPU pool) | expected typed verdicts {typed}/{len(hostile)} (incl. the good kernel afterwards) |"
+        f"| hostile (GPU pool) | expected typed verdicts {typed}/{len(hostile)} "
+        "(incl. the good kernel afterwards) |"
     )
     for r in rows:
         print(
@@ -83,8 +84,8 @@ def main() -> None:
             f"{', '.join(c for c in r['codes'] if c.startswith(('dynamic.', 'runtime.')))} |"
         )
     print(
-        f"RESULT static {s['static_caught']}/{s['static_total']} fp {s['static_fp']}; dynamic {dyn_ok}/{len(dyn)}; "
-        f"honest fp {fp}/{len(honest)}; hostile {typed}/{len(hostile)}"
+        f"RESULT static {s['static_caught']}/{s['static_total']} fp {s['static_fp']}; "
+        f"dynamic {dyn_ok}/{len(dyn)}; honest fp {fp}/{len(honest)}; hostile {typed}/{len(hostile)}"
     )
 
 

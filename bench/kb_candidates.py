@@ -66,7 +66,8 @@ _DISPATCH_CUDA = """
 #include <c10/cuda/CUDAGuard.h>
 
 template <typename scalar_t>
-__global__ void {k}(const scalar_t* __restrict__ x, scalar_t* __restrict__ y, scalar_t lo, scalar_t hi, int64_t n) {{
+__global__ void {k}(const scalar_t* __restrict__ x, scalar_t* __restrict__ y, scalar_t lo, scalar_t hi,
+                    int64_t n) {{
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     for (; i < n; i += (int64_t)gridDim.x * blockDim.x) {{
         scalar_t v = x[i];
@@ -166,7 +167,8 @@ torch::Tensor {f}(torch::Tensor x) {{
     auto xc = x.contiguous();
     auto y = torch::empty_like(xc);
     const int threads = {t};
-    {k}<<<xc.size(0), threads, threads * sizeof(float)>>>(xc.data_ptr<float>(), y.data_ptr<float>(), xc.size(1));
+    {k}<<<xc.size(0), threads, threads * sizeof(float)>>>(xc.data_ptr<float>(), y.data_ptr<float>(),
+                                                         xc.size(1));
     return y;
 }}
 """
@@ -268,8 +270,8 @@ torch::Tensor {f}(torch::Tensor a, torch::Tensor b, torch::Tensor bias, double a
     auto c = torch::zeros({{M, N}}, ac.options());
     dim3 block(TILE, TILE);
     dim3 grid((N + TILE - 1) / TILE, (M + TILE - 1) / TILE);
-    {k}<<<grid, block>>>(ac.data_ptr<float>(), bc.data_ptr<float>(), biasc.data_ptr<float>(), c.data_ptr<float>(),
-                         M, N, K, (float)alpha);
+    {k}<<<grid, block>>>(ac.data_ptr<float>(), bc.data_ptr<float>(), biasc.data_ptr<float>(),
+                         c.data_ptr<float>(), M, N, K, (float)alpha);
     return c;
 }}
 """
@@ -305,8 +307,8 @@ torch::Tensor {f}(torch::Tensor x, torch::Tensor r, double scale, double shift) 
     auto y = torch::empty_like(xc);
     int64_t n = xc.numel();
     const int threads = {t};
-    {k}<<<(n + threads - 1) / threads, threads>>>(xc.data_ptr<float>(), rc.data_ptr<float>(), y.data_ptr<float>(),
-                                                 (float)scale, (float)shift, n);
+    {k}<<<(n + threads - 1) / threads, threads>>>(xc.data_ptr<float>(), rc.data_ptr<float>(),
+                                                 y.data_ptr<float>(), (float)scale, (float)shift, n);
     return y;
 }}
 """
@@ -333,7 +335,8 @@ def _file(name: str, cuda: str, fn: str, cpp_decl: str, model: str, inputs: str,
         _HEAD + f"{model}\n\n" + f"def get_inputs():\n    return [{inputs}]\n\n\n"
         "def get_init_inputs():\n    return []\n\n\n"
         f"cuda_src = r'''{cuda}'''\n\n"
-        f"ext = load_inline(name={name!r}, cpp_sources={cpp_decl!r}, cuda_sources=cuda_src, functions=[{fn!r}])\n\n\n"
+        f"ext = load_inline(name={name!r}, cpp_sources={cpp_decl!r}, cuda_sources=cuda_src, "
+        f"functions=[{fn!r}])\n\n\n"
         "class ModelNew(nn.Module):\n    def __init__(self):\n        super().__init__()\n\n"
         f"    def forward(self, *args):\n        return ext.{fn}({call})\n"
     )

@@ -507,9 +507,10 @@ def run_shape(
             for name in [n for n in runners if f"{n}_commit_ms" in lat]:
                 log(
                     f"{shape} b={batch} {name:8s}: AR step {lat[f'{name}_ar_step_ms']:.2f} ms, denoise "
-                    f"{lat[f'{name}_denoise_ms']:.2f} ms ({lat[f'{name}_denoise_ms'] / lat[f'{name}_ar_step_ms']:.2f}x "
-                    f"AR), commit {lat[f'{name}_commit_ms']:.2f} ms, fused {lat[f'{name}_fused_ms']:.2f} ms; warm-up "
-                    f"(compile+capture) {lat.get(f'{name}_warmup_s', 0):.1f} s"
+                    f"{lat[f'{name}_denoise_ms']:.2f} ms "
+                    f"({lat[f'{name}_denoise_ms'] / lat[f'{name}_ar_step_ms']:.2f}x AR), "
+                    f"commit {lat[f'{name}_commit_ms']:.2f} ms, fused {lat[f'{name}_fused_ms']:.2f} ms; "
+                    f"warm-up (compile+capture) {lat.get(f'{name}_warmup_s', 0):.1f} s"
                     + (
                         f"; teacher-forced top-1 vs hf {100 * lat[f'{name}_teacher_top1_agreement']:.2f}%, "
                         f"max |dlogit| {lat[f'{name}_teacher_max_abs_logit_diff']:.3f} (logit std "
@@ -673,7 +674,8 @@ def main() -> int:
         "runs": [],
     }
     log(
-        f"# model_speed on {results['device']}, torch {torch.__version__}, transformers {transformers.__version__}"
+        f"# model_speed on {results['device']}, torch {torch.__version__}, "
+        f"transformers {transformers.__version__}"
     )
     start = time.perf_counter()
     for i, shape in enumerate(args.shapes.split(",")):

@@ -205,12 +205,14 @@ def main() -> None:
         "rl skipped"
         if rl is None
         else f"rl 1 step reward {rl['mean_reward']:.3f} groups {rl['kept_groups']} updates {rl['updates']} "
-        f"clip {rl['clip_fraction']:.3f} kl {rl['kl']:.2e} verify {rl['verify_s']:.0f}s step {rl['step_s']:.0f}s"
+        f"clip {rl['clip_fraction']:.3f} kl {rl['kl']:.2e} verify {rl['verify_s']:.0f}s "
+        f"step {rl['step_s']:.0f}s"
     )
     print(
         f"RESULT train_smoke: {'ok' if ok else 'FAILED'} in {time.perf_counter() - start:.0f} s; "
-        f"sft 1.7B-shape bf16-autocast+ckpt B={args.batch} L={args.seq_len}: {ckpt['tokens_per_s']:.0f} tok/s "
-        f"peak {ckpt['peak_gib']:.1f} GiB; no ckpt B={max(1, args.batch // 2)}: {plain['tokens_per_s']:.0f} tok/s "
+        f"sft 1.7B-shape bf16-autocast+ckpt B={args.batch} L={args.seq_len}: "
+        f"{ckpt['tokens_per_s']:.0f} tok/s peak {ckpt['peak_gib']:.1f} GiB; "
+        f"no ckpt B={max(1, args.batch // 2)}: {plain['tokens_per_s']:.0f} tok/s "
         f"peak {plain['peak_gib']:.1f} GiB; {rl_text}"
     )
 

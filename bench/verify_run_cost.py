@@ -135,7 +135,8 @@ def main() -> int:
     ]
     print(
         f"RESULT ratio new/old={statistics.median(ratio):.2f} warm={statistics.median(warm):.2f} "
-        f"(target <= 1.3; per case {', '.join(f'{x:.2f}' for x in ratio)} / {', '.join(f'{x:.2f}' for x in warm)})"
+        f"(target <= 1.3; per case {', '.join(f'{x:.2f}' for x in ratio)} / "
+        f"{', '.join(f'{x:.2f}' for x in warm)})"
     )
     return 0
 

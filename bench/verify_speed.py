@@ -77,8 +77,10 @@ class PlainLoadInline:
         # a CPU-only torch sets cpp_extension.CUDA_HOME to None whatever the environment says; pointing it
         # at the toolkit (as cudice's toolchain probe does) lets load_inline compile, then fail to link
         code = (
-            "import os, torch.utils.cpp_extension as ce; ce.CUDA_HOME = ce.CUDA_HOME or os.environ['CUDA_HOME']; "
-            f"src=open({str(src_path)!r}).read(); exec(compile(src, {str(src_path)!r}, 'exec'), {{'__name__': 'c'}})"
+            "import os, torch.utils.cpp_extension as ce; "
+            "ce.CUDA_HOME = ce.CUDA_HOME or os.environ['CUDA_HOME']; "
+            f"src=open({str(src_path)!r}).read(); "
+            f"exec(compile(src, {str(src_path)!r}, 'exec'), {{'__name__': 'c'}})"
         )
         self.t0 = time.perf_counter()
         self.t1 = 0.0
