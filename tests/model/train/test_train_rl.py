@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from types import SimpleNamespace
 
@@ -15,6 +16,7 @@ from train_helpers import MASK_ID, PAD_ID, tiny_model
 
 GOOD, BAD = [20, 21, 22, 23, 24, 25], [60, 61, 62, 63, 64, 65]
 STEPS = [0, 1, 0, 1, 2, 0]
+COMMON = {"block_size": 4, "mask_token_id": MASK_ID, "pad_token_id": PAD_ID, "cpu": True}
 
 
 def _tasks(levels: Sequence[int], kind: str = "e2e") -> list[RLTask]:
@@ -24,10 +26,12 @@ def _tasks(levels: Sequence[int], kind: str = "e2e") -> list[RLTask]:
 
 
 def _rollouts(seen: list[str]):
+    """Scripted rollouts (GOOD, BAD, GOOD, ...) per task; records each task as "kind:id" in `seen`."""
+
     def rollout(tasks: Sequence[RLTask], n: int, cfg: RLConfig) -> list[Rollout]:
         out = []
         for task in tasks:
-            seen.append(task.task_id)
+            seen.append(f"{task.kind}:{task.task_id}")
             for k in range(n):
                 resp = GOOD if k % 2 == 0 else BAD
                 out.append(Rollout(task, [1, 2, 3], resp, STEPS, "good" if resp is GOOD else "bad"))
@@ -58,10 +62,7 @@ def test_rl_raises_rewarded_answers_and_lowers_the_others() -> None:
         cfg,
         rollout_fn=_rollouts(seen),
         reward_fn=_reward,
-        cpu=True,
-        block_size=4,
-        mask_token_id=MASK_ID,
-        pad_token_id=PAD_ID,
+        **COMMON,
     )
     assert [h.num_kept_groups for h in history] == [2, 2, 2, 2]
     assert all(h.mean_reward == 0.5 for h in history)
@@ -79,24 +80,27 @@ def test_flat_groups_are_dropped_and_change_nothing() -> None:
         _tasks([1]),
         cfg,
         rollout_fn=_rollouts([]),
-        cpu=True,
         reward_fn=lambda rs, c: [1.0] * len(rs),
-        block_size=4,
-        mask_token_id=MASK_ID,
-        pad_token_id=PAD_ID,
+        **COMMON,
     )
     assert history[0].num_kept_groups == 0 and history[0].num_rows == 0
     assert all(torch.equal(p, before[n]) for n, p in model.named_parameters())
 
 
-def test_curriculum_runs_easy_to_hard_and_wraps() -> None:
+def test_task_files_load_easy_to_hard_and_the_schedule_wraps(tmp_path) -> None:
     from cudice.model.train.data import load_rl_tasks
 
-    tasks = sorted(_tasks([3, 1, 2, 1]), key=lambda t: t.level)
-    assert [t.level for t in tasks] == [1, 1, 2, 3]
+    path = tmp_path / "e2e.jsonl"
+    path.write_text(
+        "".join(
+            json.dumps({"idx": i, "level": lv, "pytorch_code": f"# {i}"}) + "\n"
+            for i, lv in enumerate([3, 1, 2, 1])
+        )
+    )
+    tasks = load_rl_tasks(path, "e2e")
+    assert [(t.task_id, t.level) for t in tasks] == [("1", 1), ("3", 1), ("2", 2), ("0", 3)]  # stable
     assert [t.task_id for t in schedule(tasks, 0, 3)] == ["1", "3", "2"]
     assert [t.task_id for t in schedule(tasks, 1, 3)] == ["0", "1", "3"]
-    assert callable(load_rl_tasks)
 
 
 def test_bic_rl_runs_infill_then_e2e_and_saves_both(tmp_path) -> None:
@@ -106,8 +110,9 @@ def test_bic_rl_runs_infill_then_e2e_and_saves_both(tmp_path) -> None:
     src = make_tiny(tmp_path / "src", sdar_layout=True)
     model = tiny_model()
     seen: list[str] = []
+    markers: list[dict | None] = []
     infill = RLConfig(stage="infill", num_steps=1, tasks_per_step=1, samples_per_task=2)
-    e2e = RLConfig(stage="e2e", num_steps=2, tasks_per_step=1, samples_per_task=2)
+    e2e = RLConfig(stage="e2e", num_steps=3, tasks_per_step=1, samples_per_task=2, save_every_steps=2)
     out = run_bic_rl(
         model,
         _tasks([1], "infill"),
@@ -116,14 +121,17 @@ def test_bic_rl_runs_infill_then_e2e_and_saves_both(tmp_path) -> None:
         e2e,
         rollout_fn=_rollouts(seen),
         reward_fn=_reward,
-        cpu=True,
-        block_size=4,
-        mask_token_id=MASK_ID,
-        pad_token_id=PAD_ID,
+        **COMMON,
         source_dir=src,
         out_dir=tmp_path / "out",
+        on_step=lambda stats: markers.append(read_marker(tmp_path / "out" / "stage-e2e")),
     )
-    assert [len(out["infill"]), len(out["e2e"])] == [1, 2]
+    # stage 2's periodic checkpoint (every 2 steps) is there before step 3 runs; the final one after
+    assert [m and m["step"] for m in markers] == [None, None, None, 2]
+    assert read_marker(tmp_path / "out" / "stage-e2e")["step"] == 3
+    assert [len(out["infill"]), len(out["e2e"])] == [1, 3]
+    assert seen == ["infill:0", "e2e:0", "e2e:1", "e2e:0"]  # stage 1 first; stage 2 easy -> hard, wrapping
+    assert [h.step for h in out["e2e"]] == [0, 1, 2]
     for stage in ("infill", "e2e"):
         marker = read_marker(tmp_path / "out" / f"stage-{stage}")
         assert marker is not None and marker["metrics"]["stage"] == stage
@@ -139,9 +147,7 @@ def test_bic_rl_runs_infill_then_e2e_and_saves_both(tmp_path) -> None:
             infill,
             rollout_fn=_rollouts([]),
             reward_fn=_reward,
-            block_size=4,
-            mask_token_id=MASK_ID,
-            pad_token_id=PAD_ID,
+            **COMMON,
         )
 
 
