@@ -104,11 +104,11 @@ def generate_command(
     config = _sampler_config(sampler_options)
     if not model_path:
         raise click.ClickException(
-            "no model: pass --model PATH (a DICE/SDAR checkpoint directory, e.g. DICE-1.7B downloaded elsewhere "
-            "with `huggingface-cli download DeadlyKitt3n/DICE-1.7B --local-dir DIR`) or set CUDICE_MODEL. "
-            "The bundled demo model is missing or disabled (CUDICE_NO_BUNDLED_MODEL). "
-            "To try the workflow offline: `cudice model make-tiny /tmp/tiny --sdar-layout` and --model /tmp/tiny "
-            "(random weights: the output is gibberish)"
+            "no model: pass --model PATH (a DICE/SDAR checkpoint directory, e.g. DICE-1.7B downloaded "
+            "elsewhere with `huggingface-cli download DeadlyKitt3n/DICE-1.7B --local-dir DIR`) or set "
+            "CUDICE_MODEL. The bundled demo model is missing or disabled (CUDICE_NO_BUNDLED_MODEL). "
+            "To try the workflow offline: `cudice model make-tiny /tmp/tiny --sdar-layout` and "
+            "--model /tmp/tiny (random weights: the output is gibberish)"
         )
     if bundled:
         click.echo(
@@ -153,7 +153,8 @@ def generate_command(
         click.echo(gen.text, nl=not gen.text.endswith("\n"))
     tps = gen.num_tokens / gen.seconds if gen.seconds > 0 else 0.0
     click.echo(
-        f"{gen.num_tokens} tokens, {gen.num_forwards} forwards ({gen.tokens_per_forward:.2f} tokens/forward), "
+        f"{gen.num_tokens} tokens, {gen.num_forwards} forwards "
+        f"({gen.tokens_per_forward:.2f} tokens/forward), "
         f"{gen.seconds:.1f} s ({tps:.1f} tok/s), finished by {gen.finish_reason}",
         err=True,
     )

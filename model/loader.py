@@ -1,9 +1,10 @@
 """Load DICE/SDAR (or plain Qwen3) checkpoints into transformers' native `Qwen3ForCausalLM`.
 
-DICE checkpoints are SDAR checkpoints and SDAR is Qwen3 (docs/model.md, https://github.com/JetAstra/SDAR): their shipped remote code
-does not run on transformers >= 4.56, so cudice builds a `Qwen3Config` from config.json itself
-and loads the safetensors key for key — never `trust_remote_code`. The mask token, the stop
-tokens, the pad token and the block size come from the checkpoint and its tokenizer.
+DICE checkpoints are SDAR checkpoints and SDAR is Qwen3 (docs/model.md,
+https://github.com/JetAstra/SDAR): their shipped remote code does not run on transformers >= 4.56,
+so cudice builds a `Qwen3Config` from config.json itself and loads the safetensors key for key —
+never `trust_remote_code`. The mask token, the stop tokens, the pad token and the block size come
+from the checkpoint and its tokenizer.
 
 Not covered: downloads (a hub id is resolved from the local Hugging Face cache only),
 quantised or sharded-across-GPUs loading, and model types other than `qwen3`/`sdar`.
@@ -122,8 +123,8 @@ def read_config(directory: Path) -> dict[str, Any]:
     model_type = data.get("model_type")
     if model_type not in SUPPORTED_MODEL_TYPES:
         raise ModelLoadError(
-            f"{path}: model_type {model_type!r} is not supported; cudice loads Qwen3-architecture checkpoints "
-            f"(model_type one of {', '.join(SUPPORTED_MODEL_TYPES)}: DICE, SDAR, TraDo, Qwen3)"
+            f"{path}: model_type {model_type!r} is not supported; cudice loads Qwen3-architecture "
+            f"checkpoints (model_type one of {', '.join(SUPPORTED_MODEL_TYPES)}: DICE, SDAR, TraDo, Qwen3)"
         )
     return data
 
@@ -201,8 +202,9 @@ def check_keys(expected: set[str], found: set[str], tied: bool, where: Path) -> 
         if unused:
             parts.append(f"{len(unused)} unused: {show(unused)}")
         raise ModelLoadError(
-            f"weights in {where} do not match Qwen3ForCausalLM ({'; '.join(parts)}). The config.json dimensions "
-            "or parameter names differ from the weights: check that config.json belongs to these weights"
+            f"weights in {where} do not match Qwen3ForCausalLM ({'; '.join(parts)}). "
+            "The config.json dimensions or parameter names differ from the weights: "
+            "check that config.json belongs to these weights"
         )
 
 

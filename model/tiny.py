@@ -48,7 +48,8 @@ _CORPUS = [
     "        return self.op.relu_cuda(x)\n",
     'source = """\n#include <torch/extension.h>\n#include <cuda_runtime.h>\n\n'
     "__global__ void add_kernel(const float* a, const float* b, float* out, int size) {\n"
-    "    int idx = blockIdx.x * blockDim.x + threadIdx.x;\n    if (idx < size) { out[idx] = a[idx] + b[idx]; }\n}\n"
+    "    int idx = blockIdx.x * blockDim.x + threadIdx.x;\n"
+    "    if (idx < size) { out[idx] = a[idx] + b[idx]; }\n}\n"
     "torch::Tensor add_cuda(torch::Tensor a, torch::Tensor b) {\n    auto out = torch::zeros_like(a);\n"
     "    const int block_size = 256;\n    add_kernel<<<num_blocks, block_size>>>(a.data_ptr<float>());\n"
     '    return out;\n}\n"""\n',
