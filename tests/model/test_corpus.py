@@ -53,6 +53,33 @@ def test_at_least_eight_families_each_with_held_out_compositions() -> None:
             assert key_parts(c.key) <= known, f"{c.key} uses a part never trained on"
 
 
+# What the corpus must cover: family -> parts at least one of its compositions combines
+REQUIRED_PARTS = {
+    "unary": {"relu", "sigmoid", "tanh", "gelu", "silu"},
+    "binary": {"add", "mul", "sub"},
+    "reduce": {"sum", "mean", "max"},
+    "argreduce": {"argmax"},
+    "softmax": {"softmax", "log_softmax"},
+    "norm": {"layer_norm", "rms_norm"},
+    "matmul": {"plain", "bias", "relu"},
+    "loss": {"mse_loss", "huber_loss1p0", "hinge_loss"},
+}
+
+
+def test_families_cover_the_named_operators_with_varied_shapes_and_dtypes() -> None:
+    from cudice.model.train.corpus.build import draw_problems
+
+    for family, parts in REQUIRED_PARTS.items():
+        have = set().union(*(key_parts(c.key) for c in FAMILIES[family].compositions()))
+        assert parts <= have, f"{family} lacks {sorted(parts - have)}"
+    problems = draw_problems(seed=0, train_per_family=40, heldout_per_family=0)
+    for family in FAMILIES:
+        shapes = {p.spec.sizes for p in problems if p.spec.family == family}
+        assert len(shapes) > 1, f"{family}: one shape only"
+    dtypes = {p.spec.dtype for p in problems}
+    assert {"float32", "float16", "bfloat16"} <= dtypes
+
+
 def test_split_ignores_the_seed_and_held_out_never_reaches_training_files(
     corpus: Path, tmp_path: Path
 ) -> None:
