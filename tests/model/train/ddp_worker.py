@@ -1,11 +1,12 @@
 """One rank of the multi-process training tests (SFT and RL).
 
-`main` runs `train_sft` on a tiny model and fixed samples; it writes, per rank, the sample
-indices this rank trained on, the logged losses and grad norms, and (rank 0) the final weights.
+`main` runs `train_sft` on a tiny model and fixed samples (whole, or cut after 2 steps and then
+resumed); it writes, per rank, the sample indices this rank trained on, the logged losses and
+grad norms, and (rank 0) the final weights.
 `rl_main` runs one BiC-RL step with scripted rollouts and writes the step's figures and weights.
 test_train_distributed.py forks the ranks (`run_rank`: no fresh interpreter to import torch
 and transformers into); by hand: python -m torch.distributed.run --nproc_per_node N
-ddp_worker.py OUT_DIR BATCH_SIZE.
+ddp_worker.py OUT_DIR BATCH_SIZE [sft|sft-cut|sft-resume].
 """
 
 from __future__ import annotations
@@ -42,10 +43,14 @@ def run_rank(rank: int, world_size: int, port: int, out: Path, batch_size: int, 
     from accelerate.state import PartialState
 
     PartialState._reset_state()  # a forked child inherits the parent's single-process state
-    (main if job == "sft" else rl_main)(out, batch_size)
+    if job == "rl":
+        rl_main(out, batch_size)
+    else:
+        main(out, batch_size, job)
 
 
-def main(out: Path, batch_size: int) -> None:
+def main(out: Path, batch_size: int, job: str = "sft") -> None:
+    """job "sft": the whole run; "sft-cut": its first 2 steps, saved to out/ckpt; "sft-resume": the rest."""
     seen: list[int] = []
     real_call = sft.Collate.__call__
 
@@ -55,10 +60,27 @@ def main(out: Path, batch_size: int) -> None:
 
     sft.Collate.__call__ = recording  # type: ignore[method-assign]
     torch.set_num_threads(1)
-    model = tiny_model()
-    config = SFTConfig(learning_rate=1e-3, num_epochs=2, batch_size=batch_size, warmup_ratio=0.0, seed=3)
+    model = tiny_model(seed=7 if job == "sft-resume" else 0)  # resumed: the weights come from the state
+    config = SFTConfig(
+        learning_rate=1e-3,
+        num_epochs=2,
+        batch_size=batch_size,
+        warmup_ratio=0.0,
+        seed=3,
+        max_steps=2 if job == "sft-cut" else 0,
+        save_every_steps=1 if job != "sft" else 0,
+    )
+    saving = {"source_dir": out / "src", "out_dir": out / "ckpt"} if job != "sft" else {}
     history = sft.train_sft(
-        model, toy_samples(8), config, block_size=4, mask_token_id=MASK_ID, pad_token_id=PAD_ID, cpu=True
+        model,
+        toy_samples(8),
+        config,
+        block_size=4,
+        mask_token_id=MASK_ID,
+        pad_token_id=PAD_ID,
+        cpu=True,
+        resume=job == "sft-resume",
+        **saving,
     )
     rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
     record = {
@@ -66,9 +88,9 @@ def main(out: Path, batch_size: int) -> None:
         "loss": [h["loss"] for h in history],
         "grad_norm": [h["grad_norm"] for h in history],
     }
-    (out / f"rank{rank}.json").write_text(json.dumps(record))
+    (out / f"{job}-rank{rank}.json").write_text(json.dumps(record))
     if rank == 0:
-        torch.save({k: v.detach().clone() for k, v in model.state_dict().items()}, out / "weights.pt")
+        torch.save({k: v.detach().clone() for k, v in model.state_dict().items()}, out / f"{job}-weights.pt")
 
 
 def rl_step(flat_task: str, tasks_per_step: int) -> tuple[dict, torch.nn.Module]:
@@ -129,4 +151,4 @@ def rl_main(out: Path, flat: int) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]), int(sys.argv[2]))
+    main(Path(sys.argv[1]), int(sys.argv[2]), *sys.argv[3:4])

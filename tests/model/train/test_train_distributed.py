@@ -64,7 +64,7 @@ def test_two_ranks_see_disjoint_shards_and_match_one_rank_with_double_batch(tmp_
     seen, history, weights = _reference(4, monkeypatch)  # first: the forked ranks inherit its imports
     monkeypatch.undo()
     _launch(tmp_path, num_processes=2, batch_size=2)
-    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    ranks = [json.loads((tmp_path / f"sft-rank{r}.json").read_text()) for r in (0, 1)]
 
     per_epoch = 4  # 8 samples over 2 ranks
     for epoch in range(2):
@@ -83,9 +83,47 @@ def test_two_ranks_see_disjoint_shards_and_match_one_rank_with_double_batch(tmp_
     assert ranks[0]["loss"] == pytest.approx([h["loss"] for h in history], rel=1e-5)
     assert ranks[0]["grad_norm"] == pytest.approx([h["grad_norm"] for h in history], rel=1e-4)
     assert ranks[0]["loss"] == ranks[1]["loss"]
-    ddp = torch.load(tmp_path / "weights.pt")
+    ddp = torch.load(tmp_path / "sft-weights.pt")
     close = [torch.allclose(ddp[k], v, atol=1e-5) for k, v in weights.items()]
     assert sum(close) >= 0.9 * len(close)  # Adam turns ~1e-9 gradient rounding into lr-sized steps
+
+
+def test_two_ranks_save_their_state_and_resume_like_the_uninterrupted_run(tmp_path, monkeypatch) -> None:
+    """Every rank writes its part of train_state/ (rank 0 the weights, each rank its RNG); a
+    2-process run cut after 2 steps and resumed logs the losses of one process with twice the batch."""
+    from cudice.model.tiny import make_tiny
+
+    _, history, weights = _reference(4, monkeypatch)
+    monkeypatch.undo()
+    make_tiny(tmp_path / "src", sdar_layout=True)
+    _launch(tmp_path, num_processes=2, batch_size=2, job="sft-cut")
+    state = tmp_path / "ckpt" / "train_state"
+    assert {"random_states_0.pkl", "random_states_1.pkl", "optimizer.bin"} <= {
+        p.name for p in state.iterdir()
+    }
+    assert json.loads((state / "position.json").read_text())["num_processes"] == 2
+    _launch(tmp_path, num_processes=2, batch_size=2, job="sft-resume")
+    cut, rest = (
+        [json.loads((tmp_path / f"{job}-rank{r}.json").read_text()) for r in (0, 1)]
+        for job in ("sft-cut", "sft-resume")
+    )
+    assert len(cut[0]["loss"]) == 2 and cut[0]["loss"] + rest[0]["loss"] == cut[1]["loss"] + rest[1]["loss"]
+    assert cut[0]["loss"] + rest[0]["loss"] == pytest.approx([h["loss"] for h in history], rel=1e-5)
+    resumed = torch.load(tmp_path / "sft-resume-weights.pt")
+    close = [torch.allclose(resumed[k], v, atol=1e-5) for k, v in weights.items()]
+    assert sum(close) >= 0.9 * len(close)
+    with pytest.raises(ValueError, match="written by 2 process"):  # the shards and RNG files are per rank
+        sft.train_sft(
+            tiny_model(),
+            toy_samples(8),
+            SFTConfig(num_epochs=2),
+            block_size=4,
+            mask_token_id=MASK_ID,
+            pad_token_id=PAD_ID,
+            cpu=True,
+            out_dir=tmp_path / "ckpt",
+            resume=True,
+        )
 
 
 @pytest.mark.parametrize("flat", [0, 1])

@@ -6,6 +6,7 @@ import json
 import sys
 from pathlib import Path
 from types import SimpleNamespace
+from typing import ClassVar
 
 import pytest
 import torch
@@ -87,7 +88,7 @@ def test_sft_cli_reports_bad_data_clearly(tiny_dir, tmp_path) -> None:
 class _Writer:
     """Stands in for `torch.utils.tensorboard.SummaryWriter` (tensorboard is optional): records scalars."""
 
-    scalars: list[tuple[str, str, float, int]] = []  # (log_dir, tag, value, step)
+    scalars: ClassVar[list[tuple[str, str, float, int]]] = []  # (log_dir, tag, value, step)
 
     def __init__(self, log_dir: str) -> None:
         self.log_dir = log_dir
