@@ -287,3 +287,22 @@ def test_reward_pool_rewards_the_bundled_relu_kernel() -> None:
             [RewardJob("relu", candidate, reference), RewardJob("junk", "class ModelNew: pass\n", reference)],
         )
     assert results[0].is_correct and not results[1].is_correct
+
+
+def test_reward_gpus_default_to_those_no_training_process_uses(monkeypatch, caplog) -> None:
+    """One process here: auto takes GPUs 1.. (the policy trains on 0); a lone GPU is shared, with a warning."""
+    from cudice.model.train.cli import _verify_gpus
+    from cudice.verifier import pool
+
+    monkeypatch.setattr(pool, "count_gpus", lambda: 4)
+    assert _verify_gpus("auto") == [1, 2, 3]
+    assert _verify_gpus("5,6") == [5, 6]
+    monkeypatch.setattr(pool, "count_gpus", lambda: 1)
+    with caplog.at_level("WARNING"):
+        assert _verify_gpus("auto") == [0]
+    assert "under contention" in caplog.text
+    monkeypatch.setattr(pool, "count_gpus", lambda: 0)
+    with pytest.raises(ValueError, match="need a GPU"):
+        _verify_gpus("auto")
+    with pytest.raises(ValueError, match="comma-separated"):
+        _verify_gpus("gpu4")
