@@ -19,7 +19,13 @@ from collections.abc import Iterable, Sequence
 
 from cudice.verifier.result import Diagnostic, Severity
 from cudice.verifier.static_cpp_scan import CppFunction, Unit, diag
-from cudice.verifier.static_policy import COMPUTE_METHODS, EMPTY_FACTORIES, FILLING_FACTORIES, Strictness
+from cudice.verifier.static_policy import (
+    ACTIVATIONS,
+    COMPUTE_METHODS,
+    EMPTY_FACTORIES,
+    FILLING_FACTORIES,
+    Strictness,
+)
 
 _HOST_RULES: tuple[tuple[str, re.Pattern[str], str], ...] = (
     (
@@ -162,19 +168,8 @@ _ATEN_UNQUALIFIED = frozenset(
         "native_group_norm",
         "instance_norm",
         "rms_norm",
-        "relu",
+        *ACTIVATIONS,
         "relu_",
-        "gelu",
-        "silu",
-        "sigmoid",
-        "softplus",
-        "hardtanh",
-        "leaky_relu",
-        "elu",
-        "selu",
-        "mish",
-        "hardswish",
-        "hardsigmoid",
         "threshold",
         "glu",
         "logit",

@@ -196,9 +196,28 @@ TENSOR_GLUE_DEFAULT = frozenset(
     }
 )
 
+# Activation functions: tensor compute methods and ATen functions that a C++ host function
+# reaches unqualified (static_cpp_rules.py).
+ACTIVATIONS = frozenset(
+    {
+        "relu",
+        "gelu",
+        "silu",
+        "sigmoid",
+        "softplus",
+        "hardtanh",
+        "leaky_relu",
+        "elu",
+        "selu",
+        "mish",
+        "hardswish",
+        "hardsigmoid",
+    }
+)
 # Known tensor compute methods (and their in-place `_` forms, added below).
 _COMPUTE_METHOD_BASE = frozenset(
     {
+        *ACTIVATIONS,
         "abs",
         "acos",
         "add",
@@ -250,9 +269,7 @@ _COMPUTE_METHOD_BASE = frozenset(
         "fmod",
         "gather",
         "ge",
-        "gelu",
         "gt",
-        "hardtanh",
         "index_add",
         "index_select",
         "inner",
@@ -292,7 +309,6 @@ _COMPUTE_METHOD_BASE = frozenset(
         "pow",
         "prod",
         "reciprocal",
-        "relu",
         "remainder",
         "renorm",
         "repeat",
@@ -302,9 +318,7 @@ _COMPUTE_METHOD_BASE = frozenset(
         "rsqrt",
         "scatter",
         "scatter_add",
-        "sigmoid",
         "sign",
-        "silu",
         "sin",
         "sinh",
         "softmax",
@@ -326,7 +340,6 @@ _COMPUTE_METHOD_BASE = frozenset(
         "var",
         "where",
         "xlogy",
-        "softplus",
         "cross",
         "cumulative_trapezoid",
         "histc",
@@ -336,12 +349,6 @@ _COMPUTE_METHOD_BASE = frozenset(
         "logaddexp",
         "hypot",
         "heaviside",
-        "leaky_relu",
-        "elu",
-        "selu",
-        "mish",
-        "hardswish",
-        "hardsigmoid",
         "normalize",
         "layer_norm",
         "group_norm",
