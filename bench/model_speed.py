@@ -50,14 +50,10 @@ from typing import Any
 import torch
 from cudice.model.tiny import TINY_DIMS
 
-_SHAPE_KEYS = (
-    "hidden_size",
-    "intermediate_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "num_key_value_heads",
-    "head_dim",
-    "tie_word_embeddings",
+# The fields of TINY_DIMS that shape a model (random_model sets context length and RoPE itself):
+# hidden, intermediate, layers, attention heads, KV heads, head_dim, tied embeddings.
+_SHAPE_KEYS = tuple(
+    k for k in TINY_DIMS if k not in ("max_position_embeddings", "rope_theta", "rms_norm_eps")
 )
 _SHAPE_DIMS = {  # the values of _SHAPE_KEYS, in that order
     # SDAR-1.7B-Chat config.json (untied lm_head)
