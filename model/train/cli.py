@@ -20,13 +20,17 @@ from pathlib import Path
 from typing import Any
 
 import click
+from cudice.model.train.corpus.cli import corpus_group
 
 PRECISION_CHOICES = ("auto", "fp32", "bf16-autocast", "accelerate-bf16", "accelerate-fp16")
 
 
 @click.group("train", context_settings={"help_option_names": ["-h", "--help"]})
 def train_group() -> None:
-    """Fine-tune a DICE/SDAR checkpoint: `sft` on CuKe pairs, then `rl` (BiC-RL)."""
+    """Fine-tune a DICE/SDAR checkpoint: `sft` on CuKe pairs, then `rl` (BiC-RL); `corpus` builds data."""
+
+
+train_group.add_command(corpus_group)
 
 
 def _device(device: str) -> str:

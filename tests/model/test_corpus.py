@@ -184,3 +184,16 @@ def test_bundled_examples_are_in_the_training_distribution(example: str, family:
     assert key in {c.key for c in train}
     text = _find_instance(family, key, (("batch_size", 16), ("dim", 16384)))
     assert text == (ROOT / "examples" / example).read_text()
+
+
+def test_cudice_train_corpus_build_writes_the_files_sft_reads(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+    from cudice.model.train.cli import train_group
+
+    result = CliRunner().invoke(
+        train_group,
+        ["corpus", "build", str(tmp_path), "--train-per-family", "1", "--heldout-per-family", "0"],
+    )
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["num_sft_pairs"] == 2 * len(FAMILIES)
+    assert len(load_sft(tmp_path / "sft.jsonl")) == 2 * len(FAMILIES)
