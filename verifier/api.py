@@ -200,9 +200,9 @@ def verify(
                 Diagnostic(
                     Severity.WARNING,
                     f"Not compiled: the sources of `load_inline(name={call.name or '?'!r})` are "
-                    "built at run time (an f-string, a variable or a call), and without a GPU run nvcc never "
-                    "sees them. Write them as plain string literals to get compile diagnostics here, or verify on "
-                    "a machine with a GPU.",
+                    "built at run time (an f-string, a variable or a call), and without a GPU run nvcc "
+                    "never sees them. Write them as plain string literals to get compile diagnostics here, "
+                    "or verify on a machine with a GPU.",
                     "verify.not_compiled",
                     Stage.COMPILE,
                     doc.location(call.span),

@@ -160,8 +160,8 @@ def wrap(argv: list[str], spec: BoundarySpec) -> tuple[list[str], list[Missing]]
             Missing(
                 "sandbox.same_user",
                 "not running as root: the runner keeps this user's uid (in a user namespace), so files "
-                "of this user outside the read-only and private paths stay writable; run the verifier as root (it then "
-                "drops to an unprivileged uid) or in a container",
+                "of this user outside the read-only and private paths stay writable; run the verifier "
+                "as root (it then drops to an unprivileged uid) or in a container",
             )
         ]
     )

@@ -422,9 +422,10 @@ def check_side_stream(
         return [
             _diag(
                 "dynamic.side_stream",
-                f"the call took {synced_wall_ms:.3f} ms until the device was idle but only {event_ms:.3f} ms on "
-                f"the current stream (the PyTorch reference's gap: {baseline_gap_ms:.3f} ms): work ran on "
-                "another stream or thread, hidden from stream timing.",
+                f"the call took {synced_wall_ms:.3f} ms until the device was idle but only "
+                f"{event_ms:.3f} ms on the current stream (the PyTorch reference's gap: "
+                f"{baseline_gap_ms:.3f} ms): work ran on another stream or thread, hidden from stream "
+                "timing.",
                 where,
             )
         ]

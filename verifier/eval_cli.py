@@ -138,7 +138,8 @@ def eval_command(
         found = sorted(p.name for p in candidates.glob("*.py"))[:3]
         raise click.UsageError(
             f"None of the {len(names)} problems in {problems} has a candidate of the same file name in "
-            f"{candidates} (it holds {', '.join(found) + ', …' if found else 'no *.py files'}).\n{LAYOUT_HELP}"
+            f"{candidates} (it holds {', '.join(found) + ', …' if found else 'no *.py files'})."
+            f"\n{LAYOUT_HELP}"
         )
     backend, has_gpu = _open_backend(config, workers, ray_address)
     with backend:

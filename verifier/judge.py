@@ -58,7 +58,8 @@ _rng = secrets.SystemRandom()
 
 
 class Session:
-    """The runners of one job: started at once (the reference's lazily without timing), closed with the judge."""
+    """The runners of one job: started at once (the reference's lazily without timing), closed with
+    the judge."""
 
     def __init__(
         self, cache_dir: Path, work: Path, *, sandboxed: bool = True, with_reference: bool = True
@@ -423,8 +424,8 @@ class _Judge:
                             _diag(
                                 "correctness.timed_call_mismatch",
                                 f"Timed call {i + 1}/{cfg.timing_num_trials} (checked "
-                                f"afterwards, chosen at random): {cmp.why}. The kernel must be correct on every call, not only "
-                                "while it is checked.",
+                                f"afterwards, chosen at random): {cmp.why}. The kernel must be correct "
+                                "on every call, not only while it is checked.",
                                 Stage.TIMING,
                                 self.where,
                             )

@@ -1,14 +1,15 @@
 """`VerifyPool`: many verifications at once — CPU compile workers, one runner per GPU, cancellation.
 
 Each submitted job runs `verify()` on a thread of the pool (the heavy work happens in child
-processes: nvcc/g++ for the build, the sandboxed worker for the run, so threads suffice).
-Compiles run concurrently up to `num_compile_workers` (default: one per two cores); the run stage takes a GPU lease — one
-job per GPU at a time, placed with `CUDA_VISIBLE_DEVICES`, in that GPU's warm runner
-(runner.py: a fresh judge and runner processes per job, started ahead of it, so no process that
-ran a candidate serves another) or, with `persistent=False`, in a child started for the job. `submit(..., key=)` cancels the
-previous job with the same key (the editor's document changed): its build or child process is
-killed and its future resolves to a result with verdict `timeout` and error "cancelled" (or is
-cancelled outright if it had not started). A crashed or hung child only fails its own job.
+processes: nvcc/g++ for the build, the sandboxed worker for the run, so threads suffice). Compiles
+run concurrently up to `num_compile_workers` (default: one per two cores); the run stage takes a
+GPU lease — one job per GPU at a time, placed with `CUDA_VISIBLE_DEVICES`, in that GPU's warm
+runner (runner.py: a fresh judge and runner processes per job, started ahead of it, so no process
+that ran a candidate serves another) or, with `persistent=False`, in a child started for the job.
+`submit(..., key=)` cancels the previous job with the same key (the editor's document changed):
+its build or child process is killed and its future resolves to a result with verdict `timeout`
+and error "cancelled" (or is cancelled outright if it had not started). A crashed or hung child
+only fails its own job.
 
 Not covered: several machines (distributed.py's RayBackend, the same `VerifyBackend` interface, see
 backends.py), fairness between keys.

@@ -285,8 +285,9 @@ class _ModuleChecker:
                 self.add(
                     "static.holds_reference_model",
                     node,
-                    "`ModelNew` uses the reference `Model` (holds an instance or calls it): the reference, "
-                    "not the kernel, would produce the output. Build `ModelNew` from `nn.Module` and kernels.",
+                    "`ModelNew` uses the reference `Model` (holds an instance or calls it): the "
+                    "reference, not the kernel, would produce the output. Build `ModelNew` from "
+                    "`nn.Module` and kernels.",
                 )
 
     # -- module-wide rules ---------------------------------------------------------------------
@@ -335,15 +336,17 @@ class _ModuleChecker:
                 self.add(
                     "static.dispatcher_override",
                     node,
-                    f"`{ast.unparse(node)}` reaches PyTorch's dispatcher: an implementation registered for an "
-                    "`aten` op replaces it in the whole process, including the ops the verifier uses to "
-                    "compare outputs (e.g. `aten::allclose`). Call the compiled extension's functions instead.",
+                    f"`{ast.unparse(node)}` reaches PyTorch's dispatcher: an implementation registered "
+                    "for an `aten` op replaces it in the whole process, including the ops the verifier uses "
+                    "to compare outputs (e.g. `aten::allclose`). Call the compiled extension's functions "
+                    "instead.",
                 )
             elif dotted(node, self.aliases) in HARNESS_ATTRS:
                 self.add(
                     "static.harness_tampering",
                     node,
-                    f"`{ast.unparse(node)}` belongs to the verifier's process (its arguments name the result file).",
+                    f"`{ast.unparse(node)}` belongs to the verifier's process "
+                    "(its arguments name the result file).",
                 )
             elif (
                 node.attr in DYNAMIC_ATTRS
@@ -376,8 +379,8 @@ class _ModuleChecker:
             self.add(
                 "static.harness_tampering",
                 node,
-                f"`{node.value[:40]}` is a `/proc` path: the verifier's arguments and its parent's environment "
-                "are there, and a kernel file has no use for them.",
+                f"`{node.value[:40]}` is a `/proc` path: the verifier's arguments and its parent's "
+                "environment are there, and a kernel file has no use for them.",
             )
 
     def _import(self, node: ast.Import | ast.ImportFrom) -> None:
@@ -414,7 +417,8 @@ class _ModuleChecker:
                 self.add(
                     "static.foreign_compute",
                     node,
-                    f"imports `{m}`: another GPU library would do the work instead of this file's CUDA kernels.",
+                    f"imports `{m}`: another GPU library would do the work instead of this file's "
+                    "CUDA kernels.",
                 )
             elif root in DYNAMIC_CODE_MODULES:
                 self.add(
@@ -440,8 +444,9 @@ class _ModuleChecker:
             self.add(
                 "static.harness_tampering",
                 node,
-                f"`{d or name}(...)` controls the process that runs the verification: ending it or installing "
-                "handlers lets a candidate skip the checks or forge their result. A kernel file needs neither.",
+                f"`{d or name}(...)` controls the process that runs the verification: ending it or "
+                "installing handlers lets a candidate skip the checks or forge their result. "
+                "A kernel file needs neither.",
             )
         elif (
             (callee_name(func) == "open" and _opens_for_writing(node))
@@ -464,9 +469,9 @@ class _ModuleChecker:
             self.add(
                 "static.dynamic_source",
                 node,
-                f"`{d}(...)` compiles or loads code that is not in this file's string literals, so the static "
-                "checks cannot read it. Put the C++/CUDA in `load_inline(cpp_sources=..., cuda_sources=...)` "
-                "literals.",
+                f"`{d}(...)` compiles or loads code that is not in this file's string literals, so the "
+                "static checks cannot read it. Put the C++/CUDA in "
+                "`load_inline(cpp_sources=..., cuda_sources=...)` literals.",
                 Severity.WARNING if self.level is Strictness.LENIENT else Severity.ERROR,
             )
         elif name in ("setattr", "delattr") and node.args:
@@ -583,8 +588,8 @@ class _ModuleChecker:
                     self.diags.append(
                         Diagnostic(
                             sev,
-                            f"`{fname}` is listed in `functions=` but nothing calls it: dead kernels make the "
-                            "file look like it does more than it does.",
+                            f"`{fname}` is listed in `functions=` but nothing calls it: dead kernels "
+                            "make the file look like it does more than it does.",
                             "static.kernel_never_launched",
                             Stage.STATIC,
                             self.doc.location(call.span),

@@ -79,8 +79,9 @@ def check_cpp_sources(
                         u,
                         m.start(),
                         "static.precision_downgrade",
-                        f"`{m.group(0)}`: half-precision arithmetic in a kernel for a float32 reference; the "
-                        "result may pass the tolerance while computing less precisely (and faster) than asked.",
+                        f"`{m.group(0)}`: half-precision arithmetic in a kernel for a float32 reference; "
+                        "the result may pass the tolerance while computing less precisely (and faster) "
+                        "than asked.",
                         Severity.WARNING,
                     )
                 )

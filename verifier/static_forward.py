@@ -123,8 +123,8 @@ class _Analyzer(Bindings):
                     Finding(
                         "static.torch_op_in_forward",
                         stmt,
-                        "`forward` is assigned instead of defined: the callable it names is not the candidate's "
-                        "kernel code. Define `def forward(self, ...)` that launches the kernel.",
+                        "`forward` is assigned instead of defined: the callable it names is not the "
+                        "candidate's kernel code. Define `def forward(self, ...)` that launches the kernel.",
                     )
                 )
         return self.report
@@ -146,7 +146,8 @@ class _Analyzer(Bindings):
                 self._add(
                     "static.output_cache",
                     default,
-                    f"mutable default argument of `{fn.name}`: it survives between calls and can cache outputs.",
+                    f"mutable default argument of `{fn.name}`: it survives between calls and can cache "
+                    "outputs.",
                 )
         nodes = list(ast.walk(fn))
         self._local_kernels = set()
@@ -363,8 +364,8 @@ class _Analyzer(Bindings):
             self._add(
                 "static.output_cache",
                 node,
-                f"forward code calls `{owner}.{func.attr}(...)`: a container kept across calls can hold outputs "
-                "that later calls return without computing.",
+                f"forward code calls `{owner}.{func.attr}(...)`: a container kept across calls can hold "
+                "outputs that later calls return without computing.",
             )
 
     def _call(self, node: ast.Call, tensors: set[str]) -> None:

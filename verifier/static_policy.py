@@ -11,8 +11,9 @@ Three levels (`VerifyConfig.static_policy`):
   `zeros`/`fill_`/`clone`/dtype casts are errors: every byte the output holds comes from the kernel.
 - `default` — also initialising allocations (`zeros`, `ones`, `full`, `new_zeros`, `fill_`,
   `zero_`; an atomicAdd reduction needs a zeroed output), `clone`/`copy_` and dtype casts.
-- `lenient` — the "forward-wrapper" style (https://github.com/ScalingIntelligence/KernelBench/issues/57): compute ops are *warnings*,
-  as long as forward launches at least one custom kernel; `cat`/`stack` count as glue.
+- `lenient` — the "forward-wrapper" style
+  (https://github.com/ScalingIntelligence/KernelBench/issues/57): compute ops are *warnings*, as
+  long as forward launches at least one custom kernel; `cat`/`stack` count as glue.
 
 The module-wide tables below the glue lists (threads, processes, files, the dispatcher, builders
 of code the checks cannot read) are the Python side of docs/anticheat.md's attack classes.

@@ -132,8 +132,9 @@ class ModuleConstants:
             del self._single[name]  # `SRC.append(open(p).read())` changes what the call receives
 
     def _bind_locals(self, fn: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
-        """Names a function binds shadow the module's: one plain assignment is a constant, a parameter or
-        any other store is not (`def __init__(self): src = \"\"\"...\"\"\"; load_inline(..., cuda_sources=src)`)."""
+        """Names a function binds shadow the module's: one plain assignment is a constant, a parameter
+        or any other store is not
+        (`def __init__(self): src = \"\"\"...\"\"\"; load_inline(..., cuda_sources=src)`)."""
         declared_global = {
             name for n in ast.walk(fn) if isinstance(n, (ast.Global, ast.Nonlocal)) for name in n.names
         }

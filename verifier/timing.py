@@ -1,9 +1,10 @@
 """Interleaved GPU timing of the reference and the candidate, in one process (runs in the worker).
 
-Method (docs/verifier.md; KernelBench's timing, https://github.com/ScalingIntelligence/KernelBench): warm both up *by time* (short warm-ups under-report
-by ~30%, triton #2306); then for each of `num_trials` rounds, in alternating order, for each
-implementation: fresh clones of the inputs, an L2 flush (write ≥ 256 MB), device-wide sync,
-start event, call, end event, device-wide sync (the sync inside the interval catches work on
+Method (docs/verifier.md; KernelBench's timing,
+https://github.com/ScalingIntelligence/KernelBench): warm both up *by time* (short warm-ups
+under-report by ~30%, triton #2306); then for each of `num_trials` rounds, in alternating order,
+for each implementation: fresh clones of the inputs, an L2 flush (write ≥ 256 MB), device-wide
+sync, start event, call, end event, device-wide sync (the sync inside the interval catches work on
 side streams), `elapsed_time`. Report median, quartiles, min and max in milliseconds.
 `speedup = reference median / candidate median`; `speedup_min` = reference q1 / candidate q3
 (pessimistic), `speedup_max` = reference q3 / candidate q1. A speedup above the configured

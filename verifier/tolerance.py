@@ -1,14 +1,14 @@
 """Output comparison with a tolerance that follows the dtype and the output's magnitude.
 
 An element passes when `|c - r| <= atol_eff + rtol_eff * |r|` (as `torch.testing.assert_close`),
-where `rtol_eff = max(rtol, floor of the dtype)` and `atol_eff = atol * scale`, `scale` being
-the root mean square of the reference output (at least the dtype's smallest normal number):
-an absolute 1e-2 would accept `1e-6 * x` wherever every true value is below 1e-2 (a softmax over
-65536 columns is ~1.5e-5: https://github.com/ScalingIntelligence/KernelBench/issues/165). On top, the whole output must pass a relative-norm
-check at a quarter of what the element bound allows, `||c - r||_2 <= (rtol_eff * ||r||_2 +
-atol_eff * sqrt(n)) / 4`, so an error spread evenly over all elements just under the element
-tolerance (a systematic bias, a lower-precision computation) does not pass either; honest fp32
-kernels sit orders of magnitude below it.
+where `rtol_eff = max(rtol, floor of the dtype)` and `atol_eff = atol * scale`, `scale` being the
+root mean square of the reference output (at least the dtype's smallest normal number): an
+absolute 1e-2 would accept `1e-6 * x` wherever every true value is below 1e-2 (a softmax over
+65536 columns is ~1.5e-5: https://github.com/ScalingIntelligence/KernelBench/issues/165). On top,
+the whole output must pass a relative-norm check at a quarter of what the element bound allows,
+`||c - r||_2 <= (rtol_eff * ||r||_2 + atol_eff * sqrt(n)) / 4`, so an error spread evenly over all
+elements just under the element tolerance (a systematic bias, a lower-precision computation) does
+not pass either; honest fp32 kernels sit orders of magnitude below it.
 Integer and boolean outputs must be equal. NaN or Inf in a candidate output never passes.
 
 Not covered: ULP-level comparison, outputs whose reference is itself non-finite (the judge
