@@ -115,14 +115,16 @@ def publish(
 
 def _record(
     ls: CudiceServer, uri: str, version: int | None, key: str, result: VerifyResult, source: str
-) -> None:
+) -> bool:
+    """Show `result` in hover, lens and status; False (nothing shown) when the editor's text moved on."""
     is_current, version = current_version(ls, uri, source, version)
     if not is_current:  # an older text's verdict must not replace what hover, lens and status show
-        return
+        return False
     ls.latest[uri] = Latest(version, key, result, source)
     ls.last_verdict, ls.last_uri = result.verdict.value, uri
     ls.send_status(f"{os.path.basename(result.path) or uri}: {result.verdict.value}", uri)
     ls.refresh_lenses()
+    return True
 
 
 def show_cached(ls: CudiceServer, uri: str) -> bool:
@@ -196,7 +198,9 @@ async def verify_document(ls: CudiceServer, uri: str, *, force: bool = False) ->
     try:
         return await _verify_fresh(ls, uri, path, source, version, key, done_building)
     finally:
-        done_building()
+        if building[0]:  # ended without a verdict (cancelled, superseded, failed): the status says so
+            done_building()
+            ls.send_status(f"verification of {os.path.basename(path)} stopped", uri)
         ls.refresh_lenses()
 
 
@@ -266,7 +270,8 @@ async def _verify_fresh(
     if result.verdict.value not in ("crash", "timeout"):  # transient failures are not cached
         ls.cache.put(key, result)
     publish(ls, uri, path, source, version, result)
-    _record(ls, uri, version, key, result, source)
+    if not _record(ls, uri, version, key, result, source):  # the statusline must stop saying "verifying"
+        ls.send_status(f"{name}: {result.verdict.value} for an older text, not shown (save to verify)", uri)
     return result
 
 

@@ -149,6 +149,8 @@ async def test_cancelling_the_verification_progress_kills_the_run(workspace: Pat
     (run,) = _verify_progress(editor)
     assert isinstance(run[-1], lsp.WorkDoneProgressEnd) and run[-1].message == "cancelled"
     assert await _lens_titles(editor, uri) == ["cudice: not verified yet · verify"]
+    stopped = await editor.wait_status(lambda s: s["uri"] == uri and not s["verifying"])
+    assert stopped["lastVerdict"] is None and "stopped" in stopped["message"]
 
 
 async def test_results_for_an_older_text_are_never_shown(workspace: Path, editors: Editors) -> None:
@@ -167,6 +169,8 @@ async def test_results_for_an_older_text_are_never_shown(workspace: Path, editor
     # computed for the old text: neither published (it would sit on line 14) nor shown
     assert not any(editor.client.diagnostics.get(uri, []))
     assert await _lens_titles(editor, uri) == ["cudice: not verified yet · verify"]
+    ended = await editor.wait_status(lambda s: s["uri"] == uri and not s["verifying"])  # a statusline stops
+    assert "older text" in ended["message"]  # saying "verifying", and says why no verdict shows
     assert not any(s["uri"] == uri and s["lastVerdict"] for s in editor.statuses)
     editor.save(uri)  # the current text: its verdict lands on its own lines, with its version
     diags = await editor.wait_diagnostics(uri, lambda d: any(x.code == "compile.error" for x in d))
