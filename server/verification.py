@@ -35,10 +35,19 @@ from cudice.server.workers.verify import VerifyRequest
 from cudice.verifier.document import Document
 from cudice.verifier.gpu_probe import gpu_absent_reason
 from cudice.verifier.reference import reference_path as resolved_reference_path
-from cudice.verifier.result import Stage, VerifyResult
+from cudice.verifier.result import Stage, Verdict, VerifyResult
 from lsprotocol import types as lsp
 
 log = logging.getLogger(__name__)
+# What runs after each stage, for the progress message: a build takes minutes on a small CPU, and
+# "static: checked · 184 s" would read as if the static checks took that long.
+_NEXT_STEP = {
+    Stage.PARSE: "static checks",
+    Stage.STATIC: "compiling",
+    Stage.COMPILE: "loading the kernel",
+    Stage.LOAD: "checking correctness",
+    Stage.CORRECTNESS: "timing",
+}
 
 
 def reference_path(doc: Document) -> str | None:
@@ -240,7 +249,12 @@ async def _verify_fresh(
                 partial, diagnostics=partial.diagnostics + quick_found[0].diagnostics
             )
         publish(ls, uri, path, source, version, partial)
-        progress.report(f"{partial.stage.value}: {partial.verdict.value}", force=True)
+        is_last = partial.stage is Stage.COMPILE and request.config["compile_only"]
+        is_ok = partial.verdict in (Verdict.CHECKED, Verdict.COMPILED)
+        then = _NEXT_STEP.get(partial.stage) if is_ok and not is_last else None
+        progress.report(
+            f"{partial.stage.value}: {partial.verdict.value}" + (f" · {then}…" if then else ""), force=True
+        )
 
     async def quick() -> None:
         found = await ls.quick.check(path, source, timeout_s=ls.settings.verify_quick_check_timeout_seconds)
@@ -248,7 +262,7 @@ async def _verify_fresh(
             shown["quick"] = True
             quick_found.append(found)
             publish(ls, uri, path, source, version, found)
-            progress.report(f"fast check: {found.verdict.value}", force=True)
+            progress.report(f"fast check: {found.verdict.value} · full build running…", force=True)
 
     quick_task = ls.spawn(quick())
     try:

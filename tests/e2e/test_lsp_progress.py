@@ -1,6 +1,6 @@
 """Feedback on long work: work-done progress for model loads, generations (token count, tok/s,
-a percentage of the token budget) and builds (the elapsed time, re-sent while nothing else
-changes), and a `window/showMessage` when something is cancelled.
+a percentage of the token budget) and builds (the stage that runs now and the elapsed time,
+re-sent while nothing else changes), and a `window/showMessage` when something is cancelled.
 
 Scripted model and verifier (`lsp_fakes/`); waits are on notifications, bounded.
 """
@@ -88,6 +88,8 @@ async def test_a_build_reports_its_elapsed_time_and_a_cancel_is_announced(
         ),
         timeout=60,
     )
+    messages = [r.message or "" for r in _reports(editor, "verifying")]
+    assert any(m.startswith("static: checked · compiling…") for m in messages), messages  # what runs now
     assert (await editor.command("cudice.cancel", uri))["cancelled"] >= 1
     assert await asyncio.wait_for(task, 30) is None
     await editor.wait_for(
