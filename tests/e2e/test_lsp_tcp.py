@@ -12,6 +12,7 @@ import json
 import os
 import socket
 import sys
+import time
 from collections.abc import AsyncIterator
 
 import pytest
@@ -28,29 +29,26 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _server_argv(port: int, log_level: str) -> list[str]:
+    """`cudice-lsp --tcp` on 127.0.0.1:`port`, run from this interpreter."""
+    tcp = ["--tcp", "--host", "127.0.0.1", "--port", str(port), "--log-level", log_level]
+    return [sys.executable, "-m", "cudice.server", *tcp]
+
+
 async def test_tcp_server_answers_and_shuts_down() -> None:
     port = _free_port()
     proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "cudice.server",
-        "--tcp",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--log-level",
-        "warning",
-        env=dict(os.environ),
-        stdout=asyncio.subprocess.PIPE,
+        *_server_argv(port, "warning"), env=dict(os.environ), stdout=asyncio.subprocess.PIPE
     )
     client = LanguageClient("tcp-test", "0")
     try:
-        for _ in range(200):  # the server binds after its imports
+        deadline = time.monotonic() + 60  # the server binds after its imports: slow on a loaded box
+        while True:
             try:
                 await client.start_tcp("127.0.0.1", port)
                 break
             except OSError:
+                assert time.monotonic() < deadline, "the server did not listen within 60 s"
                 await asyncio.sleep(0.05)
         result = await asyncio.wait_for(
             client.initialize_async(lsp.InitializeParams(capabilities=lsp.ClientCapabilities())), 30
@@ -77,18 +75,7 @@ async def _start_server(port: int, tmp: str) -> asyncio.subprocess.Process:
         "PYTHONPATH": os.pathsep.join([os.path.dirname(__file__), os.environ.get("PYTHONPATH", "")]),
     }
     proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "cudice.server",
-        "--tcp",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--log-level",
-        "info",
-        env=env,
-        stderr=asyncio.subprocess.PIPE,
+        *_server_argv(port, "info"), env=env, stderr=asyncio.subprocess.PIPE
     )
     assert proc.stderr is not None
     while b"listening on" not in (line := await asyncio.wait_for(proc.stderr.readline(), 30)):
