@@ -154,7 +154,7 @@ def _common(fn: Any) -> Any:
             default=0,
             show_default=True,
             type=int,
-            help="Also save every N steps (SFT: with the --resume state).",
+            help="Also save a checkpoint and the --resume state every N steps.",
         ),
         click.option(
             "--tensorboard",
@@ -357,6 +357,9 @@ def sft_command(
     show_default=True,
     help="The verifier's static anti-cheat policy for rewards.",
 )
+@click.option(
+    "--resume", is_flag=True, help="Continue the run saved in --out (stage, step, model, optimizer, RNG)."
+)
 @click.option("--seed", default=0, show_default=True, type=int)
 @_common
 def rl_command(
@@ -380,6 +383,7 @@ def rl_command(
     verify_gpus: str,
     compile_workers: int,
     static_policy: str,
+    resume: bool,
     seed: int,
     run: RunOptions,
 ) -> None:
@@ -427,23 +431,27 @@ def rl_command(
         num_compile_workers=compile_workers,
     )
     with backend:
-        run_bic_rl(
-            loaded.model,
-            infill_tasks,
-            e2e_tasks,
-            infill_cfg,
-            e2e_cfg,
-            rollout_fn=engine_rollout_fn(engine),
-            reward_fn=verifier_reward_fn(backend),
-            block_size=loaded.block_size,
-            mask_token_id=loaded.ids.mask,
-            pad_token_id=loaded.ids.pad,
-            source_dir=loaded.path,
-            out_dir=out_dir,
-            cpu=run.device == "cpu",
-            count_prompt_tokens=prompt_token_counter(engine),
-            monitor=_monitor(infill_steps + e2e_steps, run, "bic-rl"),
-        )
+        try:
+            run_bic_rl(
+                loaded.model,
+                infill_tasks,
+                e2e_tasks,
+                infill_cfg,
+                e2e_cfg,
+                rollout_fn=engine_rollout_fn(engine),
+                reward_fn=verifier_reward_fn(backend),
+                block_size=loaded.block_size,
+                mask_token_id=loaded.ids.mask,
+                pad_token_id=loaded.ids.pad,
+                source_dir=loaded.path,
+                out_dir=out_dir,
+                cpu=run.device == "cpu",
+                count_prompt_tokens=prompt_token_counter(engine),
+                monitor=_monitor(infill_steps + e2e_steps, run, "bic-rl"),
+                resume=resume,
+            )
+        except ValueError as exc:
+            raise click.ClickException(str(exc)) from exc
 
 
 def _verify_gpus(spec: str) -> list[int]:

@@ -10,13 +10,19 @@ One RL step (DICE's configs; TraceRL's objective, arXiv 2509.06949):
      the verified speedup must clear `required_speedup`);
   4.–6. the PPO update (`cudice.model.train.ppo`): group advantages, replay, `ppo_epochs` ×
      `num_minibatches` clipped updates with the k3 KL to the pre-update policy.
-Stage 2 (end-to-end) continues from the stage-1 weights, with a fresh optimizer.
+Stage 2 (end-to-end) continues from the stage-1 weights, with a fresh optimizer (the stage-1
+optimizer's state is released when its stage ends).
+
+Resume: each stage writes its resume state (model, optimizer, RNG, the stage's step) to
+`<stage dir>/train_state` every `save_every_steps` steps and at its end (`cudice.model.train.state`);
+`run_bic_rl(..., resume=True)` continues the latest stage that has one, so the steps after the
+save repeat those of an uninterrupted run (rollout seeds and minibatch orders derive from the
+step). A fresh run into the same `out_dir` removes the previous run's resume states first.
 
 Rollout and reward are injected callables (`RolloutFn`, `RewardFn`), so the loop is tested with
 scripted rollouts and rewards; `cudice.model.train.cli` wires the real sampler and verifier.
 The config a `RolloutFn` receives carries this step's sampling seed (`seed + step·world + rank`).
-Not covered: resuming an RL run (each stage saves its checkpoint; restart a stage from it),
-rollouts served by another process while the policy trains (they alternate here), FSDP or
+Not covered: rollouts served by another process while the policy trains (they alternate here), FSDP or
 DeepSpeed (refused: see `_check_backend`; DDP with LoRA fits 8B).
 """
 
@@ -24,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import shutil
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -36,6 +43,7 @@ from cudice.model.train.data import RLTask, schedule
 from cudice.model.train.monitor import Monitor
 from cudice.model.train.ppo import ppo_update
 from cudice.model.train.prepare import make_accelerator, prepare_model, save_trained
+from cudice.model.train.state import POSITION, load_train_state, save_train_state, state_dir
 
 log = logging.getLogger(__name__)
 
@@ -125,13 +133,16 @@ def run_stage(
     source_dir: str | Path | None = None,
     out_dir: str | Path | None = None,
     step_offset: int = 0,
+    resume: bool = False,
 ) -> list[StepStats]:
     """Run `config.num_steps` RL steps of one stage over `tasks` (already ordered easy→hard).
 
     `accelerator` (with `model` already prepared by it) is passed by `run_bic_rl`; without one,
     the stage makes and prepares its own. `count_prompt_tokens` enables the `max_prompt_tokens`
-    filter. `out_dir` + `config.save_every_steps` write periodic checkpoints (needs `source_dir`).
-    `step_offset` numbers this stage's steps after an earlier stage's in the monitor.
+    filter. `out_dir` + `config.save_every_steps` write periodic checkpoints (needs `source_dir`);
+    with `out_dir`, the resume state is saved with them and at the end; `resume` continues from
+    it. `step_offset` numbers this stage's steps after an earlier stage's in the monitor.
+    Returns the stats of the steps this call ran.
     """
     if accelerator is None:
         accelerator = make_accelerator(config.setup, seed=config.seed, cpu=cpu)
@@ -160,9 +171,10 @@ def run_stage(
             [p for p in model.parameters() if p.requires_grad], lr=config.learning_rate, weight_decay=0.0
         )
     )
+    first = _resume_step(accelerator, out_dir, config) if resume else 0  # restores the RNG too
     monitor = monitor or Monitor(config.num_steps, enabled=False)
     history = []
-    for step in range(config.num_steps):
+    for step in range(first, config.num_steps):
         start = time.perf_counter()
         batch = schedule(tasks, step, config.tasks_per_step)[
             rank::world
@@ -232,7 +244,27 @@ def run_stage(
                 step=step + 1,
                 metrics={"mean_reward": stats.mean_reward, "stage": config.stage},
             )
+            if step + 1 < config.num_steps:
+                save_train_state(accelerator, out_dir, {"stage": config.stage, "step": step + 1})
+    if out_dir is not None and first < config.num_steps:
+        save_train_state(accelerator, out_dir, {"stage": config.stage, "step": config.num_steps})
+    # the stage's optimizer is done: drop the accelerator's reference so its state can be freed
+    # (the next stage, and any later save_state/load_state, see only the next stage's optimizer)
+    accelerator._optimizers.remove(optimizer)
     return history
+
+
+def _resume_step(accelerator: Any, out_dir: str | Path | None, config: RLConfig) -> int:
+    """Load the resume state saved in `out_dir` (model, this stage's optimizer, RNG); its step."""
+    if out_dir is None:
+        raise ValueError("resume needs out_dir (the stage directory holding train_state/)")
+    position = load_train_state(accelerator, out_dir)
+    if position.get("stage") != config.stage:
+        raise ValueError(
+            f"--resume: {state_dir(out_dir)} belongs to stage {position.get('stage')!r}, not "
+            f"{config.stage!r}; point --out at the RL run's directory"
+        )
+    return int(position["step"])
 
 
 def _require_source(source_dir: str | Path | None) -> str | Path:
@@ -259,11 +291,14 @@ def run_bic_rl(
     cpu: bool = False,
     count_prompt_tokens: Callable[[RLTask], int] | None = None,
     monitor: Monitor | None = None,
+    resume: bool = False,
 ) -> dict[str, list[StepStats]]:
     """Stage 1 (infilling) then stage 2 (end-to-end) from the stage-1 weights; saves after each.
 
     Both stages share one accelerator and one prepared model (the stage-1 config's precision,
     checkpointing and LoRA setup); each stage gets a fresh optimizer, as DICE's second run does.
+    `resume` continues the run saved in `out_dir` (module docstring); the stats returned are
+    those of the steps this call ran.
     """
     if infill_config.stage != "infill" or e2e_config.stage != "e2e":
         raise ValueError("run_bic_rl needs an RLConfig with stage='infill' then one with stage='e2e'")
@@ -283,13 +318,19 @@ def run_bic_rl(
         "monitor": monitor,
         "source_dir": source_dir,
     }
-    out: dict[str, list[StepStats]] = {}
+    resume_at = _resume_stage(accelerator, out_dir, resume)
+    out: dict[str, list[StepStats]] = {"infill": [], "e2e": []}
     offset = 0
     for name, tasks, cfg in (("infill", infill_tasks, infill_config), ("e2e", e2e_tasks, e2e_config)):
-        stage_dir = Path(out_dir) / f"stage-{name}" if out_dir is not None else None
-        out[name] = run_stage(model, tasks, cfg, out_dir=stage_dir, step_offset=offset, **common)
+        stage_dir = _stage_dir(out_dir, name)
+        if resume_at == "e2e" and name == "infill":  # done: its weights come with the stage-2 state
+            offset += cfg.num_steps
+            continue
+        out[name] = run_stage(
+            model, tasks, cfg, out_dir=stage_dir, step_offset=offset, resume=name == resume_at, **common
+        )
         offset += cfg.num_steps
-        if stage_dir is not None:
+        if stage_dir is not None and out[name]:
             last = out[name][-1]
             save_trained(
                 accelerator,
@@ -300,3 +341,24 @@ def run_bic_rl(
                 metrics={"mean_reward": last.mean_reward, "stage": name},
             )
     return out
+
+
+def _stage_dir(out_dir: str | Path | None, stage: str) -> Path | None:
+    return Path(out_dir) / f"stage-{stage}" if out_dir is not None else None
+
+
+def _resume_stage(accelerator: Any, out_dir: str | Path | None, resume: bool) -> str:
+    """The stage a resumed run continues ("infill" or "e2e"), or "" for a fresh run, whose
+    out_dir then loses an earlier run's resume states (so they cannot be resumed into this one)."""
+    if out_dir is None:
+        if resume:
+            raise ValueError("resume needs out_dir (the directory of the RL run to continue)")
+        return ""
+    infill, e2e = Path(out_dir) / "stage-infill", Path(out_dir) / "stage-e2e"
+    if resume:  # stage 1 without a state: load_train_state says how to fix it
+        return "e2e" if (state_dir(e2e) / POSITION).is_file() else "infill"
+    if accelerator.is_main_process:
+        for stage in (infill, e2e):
+            shutil.rmtree(state_dir(stage), ignore_errors=True)
+    accelerator.wait_for_everyone()
+    return ""

@@ -5,8 +5,9 @@ rank (under FSDP each rank writes its own shards; under DDP rank 0 writes the we
 rank its RNG state), into `out_dir/.train_state.next`, then rank 0 adds `position.json` and
 swaps the directory into `out_dir/train_state` (the previous one is removed only after the new
 one is complete). `load_train_state` restores everything `accelerator.prepare` registered and
-returns the position; the loops skip the batches already consumed
-(`accelerator.skip_first_batches`), so a resumed run sees the same batches in the same order.
+returns the position. SFT's position is (epoch, micro-batch, step): the loop skips the batches
+already consumed (`accelerator.skip_first_batches`), so a resumed run sees the same batches in
+the same order. BiC-RL's is (stage, step), one state per stage directory (`rl.py`).
 
 The hot-reload checkpoint (`checkpoint.py`, the marker file) is separate: the server reads that
 one; this directory only serves `--resume`. Not covered: resuming with a different number of

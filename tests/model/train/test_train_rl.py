@@ -167,3 +167,60 @@ def test_config_errors_name_the_value_and_the_rule() -> None:
         RLConfig(samples_per_task=1)
     with pytest.raises(ValueError, match="stage='sft'"):
         RLConfig(stage="sft")  # type: ignore[arg-type]
+
+
+class _Crash(Exception):
+    pass
+
+
+@pytest.mark.parametrize("crash_at", [("infill", 1), ("e2e", 0), ("e2e", 2)])
+def test_a_resumed_bic_rl_run_repeats_the_uninterrupted_steps(tmp_path, crash_at) -> None:
+    """Killed during a step, resumed from the last state (every step here, and each stage's end):
+    the remaining steps log the figures of an uninterrupted run and end on its weights. ("e2e", 0)
+    resumes from stage 1's final state and starts stage 2 with a fresh optimizer."""
+    from cudice.model.tiny import make_tiny
+
+    src = make_tiny(tmp_path / "src", sdar_layout=True)
+    ppo = {"tasks_per_step": 1, "samples_per_task": 4, "learning_rate": 3e-3, "ppo_epochs": 2}
+    infill = RLConfig(stage="infill", num_steps=2, save_every_steps=1, num_minibatches=2, **ppo)
+    e2e = RLConfig(stage="e2e", num_steps=3, save_every_steps=1, num_minibatches=2, **ppo)
+
+    def run(model, out, on_step=None, resume=False):  # type: ignore[no-untyped-def]
+        stats = run_bic_rl(
+            model,
+            _tasks([1, 2], "infill"),
+            _tasks([1, 2, 3]),
+            infill,
+            e2e,
+            rollout_fn=_rollouts([]),
+            reward_fn=_reward,
+            source_dir=src,
+            out_dir=out,
+            on_step=on_step,
+            resume=resume,
+            **COMMON,
+        )
+        return [(s.stage, s.step, s.loss, s.kl, s.clip_fraction) for s in stats["infill"] + stats["e2e"]]
+
+    whole_model = tiny_model()
+    whole = run(whole_model, tmp_path / "whole")
+    logged: list[tuple] = []
+
+    def crash(s):  # type: ignore[no-untyped-def]
+        logged.append((s.stage, s.step, s.loss, s.kl, s.clip_fraction))
+        if (s.stage, s.step) == crash_at:
+            raise _Crash
+
+    with pytest.raises(_Crash):
+        run(tiny_model(), tmp_path / "cut", crash)
+    resumed_model = tiny_model(seed=7)  # other weights: everything must come from the saved state
+    rest = run(resumed_model, tmp_path / "cut", resume=True)
+    assert [s[:2] for s in logged[:-1] + rest] == [s[:2] for s in whole]
+    figures = [x for s in logged[:-1] + rest for x in s[2:]]  # loss, kl, clip fraction per step
+    assert figures == pytest.approx([x for s in whole for x in s[2:]], rel=1e-5, abs=1e-9)
+    for p, q in zip(whole_model.parameters(), resumed_model.parameters(), strict=True):
+        assert torch.allclose(p, q, atol=1e-6)
+    # a fresh run into the same folder drops the old states: a resume continues the new run
+    with pytest.raises(_Crash):
+        run(tiny_model(), tmp_path / "whole", lambda s: (_ for _ in ()).throw(_Crash()))
+    assert not (tmp_path / "whole" / "stage-e2e" / "train_state").exists()
