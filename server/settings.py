@@ -294,9 +294,17 @@ def _flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
         key = f"{prefix}.{k}" if prefix else str(k)
         if isinstance(v, dict):
             out.update(_flatten(v, key))
+        elif v == [] and _is_section(key):  # a Lua client's empty table arrives as a JSON array
+            continue
         else:
             out[key] = v
     return out
+
+
+def _is_section(key: str) -> bool:
+    """Whether `key` ("cudice", "model", "cudice.verify") names a group of settings, not one setting."""
+    full = key if key == "cudice" or key.startswith("cudice.") else f"cudice.{key}"
+    return any(k.startswith(full + ".") for k in _BY_KEY)
 
 
 def parse_settings(raw: Any, base: Settings | None = None) -> tuple[Settings, list[str]]:
@@ -308,7 +316,7 @@ def parse_settings(raw: Any, base: Settings | None = None) -> tuple[Settings, li
     base = base or Settings()
     values: dict[str, Any] = {}
     warnings: list[str] = []
-    if raw is None:
+    if raw is None or raw == []:  # [] is how a Lua client encodes an empty table
         return base, warnings
     if not isinstance(raw, dict):
         return base, [f"cudice settings must be an object, got {type(raw).__name__}; using defaults"]

@@ -71,6 +71,13 @@ local ok, err = pcall(function()
   vim.api.nvim_buf_set_lines(0, 0, -1, false, { 'a', 'bcd', 'efghi' })
   out.line_range = cudice.line_range(2, 3)
   out.statusline_detached = cudice.statusline()
+
+  -- No settings: the server must get an empty object, not the `[]` Lua's `{}` encodes to
+  -- (the config is reset first: vim.lsp.config merges into what the setup() above left).
+  vim.lsp.config.cudice = {}
+  cudice.setup({ cmd = { 'sh', '-c', 'exit 0' } })
+  out.empty_settings_json = vim.json.encode({ init_options = vim.lsp.config.cudice.init_options,
+    settings = vim.lsp.config.cudice.settings })
 end)
 out.ok = ok
 out.error = ok and vim.NIL or tostring(err)

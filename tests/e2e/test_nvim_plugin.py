@@ -91,6 +91,11 @@ def test_setup_configures_vim_lsp(checks: dict[str, Any]) -> None:
     ]
 
 
+def test_setup_without_settings_sends_empty_objects(checks: dict[str, Any]) -> None:
+    sent = json.loads(checks["empty_settings_json"])
+    assert sent == {"init_options": {"cudice": {}}, "settings": {"cudice": {}}}
+
+
 def test_user_commands(checks: dict[str, Any]) -> None:
     assert set(checks["commands"]) == {
         "CudiceGenerate",

@@ -40,6 +40,14 @@ def test_non_object_is_rejected_without_crashing() -> None:
     assert warnings and "must be an object" in warnings[0]
 
 
+def test_an_empty_lua_table_is_an_empty_object_not_an_unknown_setting() -> None:
+    # Neovim encodes `{}` as `[]`: `init_options = { cudice = {} }` arrives as {"cudice": []}
+    for raw in ([], {"cudice": []}, {"cudice": {"model": []}}, {"verify": []}):
+        assert parse_settings(raw) == (Settings(), []), raw
+    _, warnings = parse_settings({"cudice": {"model": {"path": []}}})  # a setting, not a group
+    assert len(warnings) == 1 and "cudice.model.path" in warnings[0]
+
+
 def test_integer_for_number_is_accepted_as_float() -> None:
     settings, warnings = parse_settings({"verify": {"atol": 1}})
     assert warnings == []

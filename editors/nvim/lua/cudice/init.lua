@@ -161,7 +161,8 @@ function M.setup(opts)
   for _, w in ipairs(warnings) do
     notify(w, vim.log.levels.WARN)
   end
-  local section = settings.nest(flat)
+  -- An empty Lua table is encoded as a JSON array; the server expects an object.
+  local section = next(flat) and settings.nest(flat) or vim.empty_dict()
   local config = { cmd = cmd, init_options = { cudice = section }, settings = { cudice = section } }
   if opts.filetypes then
     config.filetypes = opts.filetypes
