@@ -291,6 +291,7 @@ def create_server(
             index=index,
             result=latest.result if latest else None,
             is_running=ls.is_building(uri),
+            is_stale=latest is not None and latest.source is not None and latest.source != doc[0],
             required_speedup=ls.settings.verify_required_speedup,
         )
 

@@ -1,4 +1,5 @@
 """The code lens over `class ModelNew`: the latest verdict (or its state) plus a re-verify command.
+A verdict of an earlier text says so, as the hover does ("edited since: ✓ 2.31× … · re-verify").
 
 Not covered: lenses on files without `class ModelNew` (references get the generate action).
 """
@@ -20,9 +21,11 @@ def code_lenses(
     index: LineIndex,
     result: VerifyResult | None,
     is_running: bool,
+    is_stale: bool = False,
     required_speedup: float = 1.0,
 ) -> list[lsp.CodeLens]:
-    """`index` is the document's line index in the client's position encoding."""
+    """`index` is the document's line index in the client's position encoding; `is_stale`: `result`
+    was computed for another text than the editor's (edited since, or its newer run was cancelled)."""
     cls = doc.model_new
     if cls is None:
         return []
@@ -33,5 +36,5 @@ def code_lenses(
     elif result is None:
         title = "cudice: not verified yet · verify"
     else:
-        title = f"{lens_title(result, required_speedup)} · re-verify"
+        title = f"{'edited since: ' if is_stale else ''}{lens_title(result, required_speedup)} · re-verify"
     return [lsp.CodeLens(range=rng, command=lsp.Command(title=title, command=CMD_VERIFY, arguments=[uri]))]

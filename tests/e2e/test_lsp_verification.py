@@ -183,6 +183,13 @@ async def test_results_for_an_older_text_are_never_shown(workspace: Path, editor
     assert await _lens_titles(editor, uri) == ["⏳ cudice: verifying…"]
     card = await _hover(editor, uri, _line_of(editor.buffers[uri][0], "class ModelNew"), 8)
     assert card is not None and card.startswith("**cudice: verifying…**") and "previous result" in card
+    # cancelled: the previous verdict is back, marked as one of an earlier text
+    num = len(editor.statuses)
+    assert (await editor.command("cudice.cancel", uri))["cancelled"] == 1
+    await editor.wait_for(
+        "cudice/status", lambda: any(s["uri"] == uri and not s["verifying"] for s in editor.statuses[num:])
+    )
+    assert await _lens_titles(editor, uri) == ["edited since: ✗ compile error (1) · re-verify"]
 
 
 async def test_status_carries_each_files_own_verdict(workspace: Path, editors: Editors) -> None:

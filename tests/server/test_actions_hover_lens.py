@@ -167,5 +167,7 @@ def test_code_lens_states() -> None:
     assert "verifying" in lens.command.title
     (lens,) = code_lenses(uri="u", doc=o, index=index, result=CORRECT, is_running=False)
     assert lens.command.title == "✓ 2.31× vs PyTorch · H200 · re-verify"
+    (lens,) = code_lenses(uri="u", doc=o, index=index, result=CORRECT, is_running=False, is_stale=True)
+    assert lens.command.title == "edited since: ✓ 2.31× vs PyTorch · H200 · re-verify"
     ref = (EXAMPLES / "relu.py").read_text()
     assert code_lenses(uri="u", doc=_doc(ref), index=LineIndex.of(ref), result=None, is_running=False) == []
