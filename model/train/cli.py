@@ -172,20 +172,19 @@ def _common(fn: Any) -> Any:
     return command
 
 
+def _required_path(*names: str, folder: bool = False, help: str) -> Any:
+    """A required path option: a folder (`folder`) or a file."""
+    kind = click.Path(file_okay=False) if folder else click.Path(dir_okay=False)
+    return click.option(*names, required=True, type=kind, help=help)
+
+
 @train_group.command("sft")
 @click.option("--model", "model_path", required=True, help="Checkpoint to start from (SDAR/DICE layout).")
-@click.option(
-    "--data",
-    "data_path",
-    required=True,
-    type=click.Path(dir_okay=False),
-    help="CuKe-format JSONL/JSON of {prompt, response}.",
-)
-@click.option(
+@_required_path("--data", "data_path", help="CuKe-format JSONL/JSON of {prompt, response}.")
+@_required_path(
     "--out",
     "out_dir",
-    required=True,
-    type=click.Path(file_okay=False),
+    folder=True,
     help="Where to write the fine-tuned checkpoint (and train_state/ for --resume).",
 )
 @click.option("--epochs", default=3, show_default=True, type=int)
@@ -284,17 +283,9 @@ def sft_command(
 @click.option(
     "--model", "model_path", required=True, help="Checkpoint to start from (usually the SFT output)."
 )
-@click.option(
-    "--infill-data", required=True, type=click.Path(dir_okay=False), help="Stage-1 infilling tasks."
-)
-@click.option("--e2e-data", required=True, type=click.Path(dir_okay=False), help="Stage-2 end-to-end tasks.")
-@click.option(
-    "--out",
-    "out_dir",
-    required=True,
-    type=click.Path(file_okay=False),
-    help="Writes stage-infill/ and stage-e2e/ checkpoints here.",
-)
+@_required_path("--infill-data", help="Stage-1 infilling tasks.")
+@_required_path("--e2e-data", help="Stage-2 end-to-end tasks.")
+@_required_path("--out", "out_dir", folder=True, help="Writes stage-infill/ and stage-e2e/ checkpoints here.")
 @click.option("--infill-steps", default=20, show_default=True, type=int)
 @click.option("--e2e-steps", default=100, show_default=True, type=int)
 @click.option("--tasks-per-step", default=64, show_default=True, type=int, help="All processes together.")
@@ -455,7 +446,7 @@ def rl_command(
 
 
 def _verify_gpus(spec: str) -> list[int]:
-    """This rank's reward GPUs: the listed ones (or, for auto, those past the training ranks), split by rank."""
+    """This rank's reward GPUs: the listed ones (auto: those past the training ranks), split by rank."""
     from accelerate import PartialState
     from cudice.verifier.pool import count_gpus
 
@@ -471,7 +462,8 @@ def _verify_gpus(spec: str) -> list[int]:
         gpus = list(range(world, available)) or [state.local_process_index]
         if gpus == [state.local_process_index]:
             logging.getLogger(__name__).warning(
-                "no GPU is free of training processes: rewards are timed on the policy's GPU, under contention; "
+                "no GPU is free of training processes: rewards are timed on the policy's GPU, under "
+                "contention; "
                 "launch fewer training processes than GPUs or pass --verify-gpus"
             )
     else:

@@ -192,7 +192,8 @@ def evaluate_all(
         s = r["speed_batch1"]["default"]
         say(
             f"eval {label}: correct {r['correct']:.1%}, fast_1 {r['fast_1']:.1%} over {r['num_problems']} "
-            f"problems x 1 sample; verdicts {r['verdicts']}; batch 1: {s['tokens_per_forward']:.2f} tokens/forward, "
+            f"problems x 1 sample; verdicts {r['verdicts']}; "
+            f"batch 1: {s['tokens_per_forward']:.2f} tokens/forward, "
             f"{s['tokens_per_s']:.0f} tok/s"
         )
     return results

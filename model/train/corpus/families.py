@@ -233,21 +233,7 @@ def _reduce_build(comp: Composition, rng: random.Random) -> tuple[ProblemSpec, K
         if kernel_kind.startswith("arg")
         else kernels.reduce_dim(name, kernel_kind)
     )
-    spec = ProblemSpec(
-        comp.family,
-        name,
-        comp.key,
-        comp.level,
-        title,
-        f"Takes the {title}.",
-        ("x",),
-        (f"return {python.format(d=d)}",),
-        sizes,
-        (("x", _randn(sizes, dtype)),),
-        extra_args=(str(d),),
-        dtype=dtype,
-    )
-    return spec, kernel
+    return _over_dim_spec(comp, name, title, f"Takes the {title}.", python.format(d=d), sizes, dtype), kernel
 
 
 def _softmax_build(comp: Composition, rng: random.Random) -> tuple[ProblemSpec, Kernel]:
@@ -259,21 +245,35 @@ def _softmax_build(comp: Composition, rng: random.Random) -> tuple[ProblemSpec, 
         title, summary = f"row-wise {word}", f"{word[0].upper()}{word[1:]} over the last dimension."
     else:
         title, summary = f"{word} over dimension {d}", f"{word[0].upper()}{word[1:]} over dimension {d}."
-    spec = ProblemSpec(
-        "softmax",
-        kind,
+    spec = _over_dim_spec(comp, kind, title, summary, f"torch.{kind}(x, dim={d})", sizes, dtype)
+    return spec, kernels.softmax_dim(kind, log=kind == "log_softmax")
+
+
+def _over_dim_spec(
+    comp: Composition,
+    name: str,
+    title: str,
+    summary: str,
+    expression: str,
+    sizes: tuple[tuple[str, int], ...],
+    dtype: str,
+) -> ProblemSpec:
+    """A problem on one input `x` over the dim of `comp` (given to `Model.__init__`): returns `expression`."""
+    _, _, d = comp.parts
+    return ProblemSpec(
+        comp.family,
+        name,
         comp.key,
         comp.level,
         title,
         summary,
         ("x",),
-        (f"return torch.{kind}(x, dim={d})",),
+        (f"return {expression}",),
         sizes,
         (("x", _randn(sizes, dtype)),),
         extra_args=(str(d),),
         dtype=dtype,
     )
-    return spec, kernels.softmax_dim(kind, log=kind == "log_softmax")
 
 
 # --- norms --------------------------------------------------------------------------------------

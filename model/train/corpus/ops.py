@@ -41,7 +41,6 @@ def _scaled(name: str, value: float) -> str:
 
 def unary_op(kind: str, value: float | None = None) -> PointOp:
     """An instantiated unary op; `value` is the constant of parametrised ops."""
-    c = cuda_float(value) if value is not None else ""
     table: dict[str, PointOp] = {
         "relu": PointOp("relu", "ReLU", "torch.relu({x})", "v = fmaxf(v, 0.0f);"),
         "sigmoid": PointOp("sigmoid", "sigmoid", "torch.sigmoid({x})", "v = 1.0f / (1.0f + expf(-v));"),
@@ -78,34 +77,41 @@ def unary_op(kind: str, value: float | None = None) -> PointOp:
         return table[kind]
     if value is None:
         raise ValueError(f"unary op {kind!r} needs a constant; pass value=")
-    if kind == "leaky_relu":
-        return PointOp(
-            _scaled("leaky_relu", value),
-            f"LeakyReLU (slope {value})",
-            f"F.leaky_relu({{x}}, negative_slope={value})",
-            f"v = v > 0.0f ? v : v * {c};",
-            True,
-        )
-    if kind == "scale":
-        return PointOp(_scaled("scale", value), f"scaling by {value}", f"{{x}} * {value}", f"v = v * {c};")
-    if kind == "shift":
-        sign, mag = ("-", -value) if value < 0 else ("+", value)
-        return PointOp(
-            _scaled("shift", value),
-            f"adding {value}",
-            f"{{x}} {sign} {mag}",
-            f"v = v {sign} {cuda_float(mag)};",
-        )
-    if kind == "clamp":
-        return PointOp(
-            _scaled("clamp", value),
-            f"clamping to [-{value}, {value}]",
-            f"torch.clamp({{x}}, min=-{value}, max={value})",
-            f"v = fminf(fmaxf(v, -{c}), {c});",
-        )
-    raise ValueError(
-        f"unknown unary op {kind!r}; known: {', '.join([*table, 'leaky_relu', 'scale', 'shift', 'clamp'])}"
+    if kind not in _VALUED_UNARY:
+        raise ValueError(f"unknown unary op {kind!r}; known: {', '.join([*table, *_VALUED_UNARY])}")
+    sign, magnitude = ("-", -value) if value < 0 else ("+", value)
+    fields = {
+        "v": value,
+        "c": cuda_float(value),
+        "sign": sign,
+        "mag": magnitude,
+        "cmag": cuda_float(magnitude),
+    }
+    title, python, cuda, needs_f = _VALUED_UNARY[kind]
+    return PointOp(
+        _scaled(kind, value), title.format(**fields), python.format(**fields), cuda.format(**fields), needs_f
     )
+
+
+# Unary ops with a constant: title, reference expression (`{{x}}` stays the operand), CUDA
+# statement and whether the reference uses F. `{v}` is the constant, `{c}` its fp32 literal,
+# `{sign}`, `{mag}` and `{cmag}` its sign, magnitude and the magnitude's literal.
+_VALUED_UNARY: dict[str, tuple[str, str, str, bool]] = {
+    "leaky_relu": (
+        "LeakyReLU (slope {v})",
+        "F.leaky_relu({{x}}, negative_slope={v})",
+        "v = v > 0.0f ? v : v * {c};",
+        True,
+    ),
+    "scale": ("scaling by {v}", "{{x}} * {v}", "v = v * {c};", False),
+    "shift": ("adding {v}", "{{x}} {sign} {mag}", "v = v {sign} {cmag};", False),
+    "clamp": (
+        "clamping to [-{v}, {v}]",
+        "torch.clamp({{x}}, min=-{v}, max={v})",
+        "v = fminf(fmaxf(v, -{c}), {c});",
+        False,
+    ),
+}
 
 
 UNARY_PLAIN = (

@@ -2,7 +2,8 @@
 
     python3 -m cudice.model.train.corpus.recipe a --work W --out $OUT [--minutes 8] [--smoke]
     python3 -m cudice.model.train.corpus.recipe b --work W --out $OUT --start .ckpt/demo_sft.tar
-    python3 -m cudice.model.train.corpus.recipe c --work W --out $OUT --sft .ckpt/demo_sft.tar --rl .ckpt/demo_rl.tar
+    python3 -m cudice.model.train.corpus.recipe c --work W --out $OUT \\
+        --sft .ckpt/demo_sft.tar --rl .ckpt/demo_rl.tar
 
 Phase a: 1. build the corpus and the initial checkpoint (tokenizer trained on the corpus);
 2. in the background, verify a sample of every template family with the verifier (`VerifyPool`;
@@ -91,7 +92,9 @@ def _options(module: str, command: str) -> str:
 
 
 def prepare(work: Path, seed: int, smoke: bool, phase: Phase, with_init: bool = True) -> tuple[Path, Path]:
-    """Corpus (and, `with_init`, the initial checkpoint) under `work`, reused when complete; (corpus, init)."""
+    """Corpus (and, `with_init`, the initial checkpoint) under `work`, reused when complete.
+
+    Returns (corpus dir, initial checkpoint dir)."""
     from cudice.model.train.corpus.build import build_corpus
     from cudice.model.train.corpus.init_model import DEMO_DIMS, SMOKE_DIMS, init_checkpoint
 
@@ -279,6 +282,17 @@ def common(fn: Any) -> Any:
     return fn
 
 
+def _tar_option(*names: str, tar_name: str, help: str | None = None) -> Any:
+    """A checkpoint tar an earlier phase wrote (default: .ckpt/`tar_name`, as bench/train_demo.sh has it)."""
+    return click.option(
+        *names,
+        type=click.Path(dir_okay=False, path_type=Path),
+        default=Path(".ckpt") / tar_name,
+        show_default=True,
+        help=help,
+    )
+
+
 @recipe.command("a")
 @common
 @click.option(
@@ -324,13 +338,7 @@ def phase_a(work: Path, out: Path, minutes: float, seed: int, smoke: bool, verif
 
 @recipe.command("b")
 @common
-@click.option(
-    "--start",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=Path(".ckpt") / TAR_SFT,
-    show_default=True,
-    help="Phase a's checkpoint tar.",
-)
+@_tar_option("--start", tar_name=TAR_SFT, help="Phase a's checkpoint tar.")
 @click.option("--sft-minutes", type=float, default=2.0, show_default=True, help="More SFT before RL.")
 def phase_b(
     work: Path, out: Path, minutes: float, seed: int, smoke: bool, start: Path, sft_minutes: float
@@ -357,20 +365,8 @@ def phase_b(
 
 @recipe.command("c")
 @common
-@click.option(
-    "--sft",
-    "sft_tar",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=Path(".ckpt") / TAR_SFT,
-    show_default=True,
-)
-@click.option(
-    "--rl",
-    "rl_tar",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=Path(".ckpt") / TAR_RL,
-    show_default=True,
-)
+@_tar_option("--sft", "sft_tar", tar_name=TAR_SFT)
+@_tar_option("--rl", "rl_tar", tar_name=TAR_RL)
 def phase_c(
     work: Path, out: Path, minutes: float, seed: int, smoke: bool, sft_tar: Path, rl_tar: Path
 ) -> None:

@@ -290,7 +290,7 @@ def test_reward_pool_rewards_the_bundled_relu_kernel() -> None:
 
 
 def test_reward_gpus_default_to_those_no_training_process_uses(monkeypatch, caplog) -> None:
-    """One process here: auto takes GPUs 1.. (the policy trains on 0); a lone GPU is shared, with a warning."""
+    """One process: auto takes GPUs 1.. (the policy trains on 0); a lone GPU is shared, with a warning."""
     from cudice.model.train.cli import _verify_gpus
     from cudice.verifier import pool
 
