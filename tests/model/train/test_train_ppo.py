@@ -48,28 +48,24 @@ def _reward(rollouts: Sequence[Rollout], cfg: RLConfig) -> list[float]:
 
 def test_ppo_minibatch_epochs_make_the_clip_and_kl_act() -> None:
     """One update per batch is REINFORCE (ratio 1: clip and KL exactly 0); several are PPO."""
-    single = RLConfig(
-        stage="e2e",
-        num_steps=1,
-        tasks_per_step=2,
-        samples_per_task=4,
-        learning_rate=1e-2,
-        ppo_epochs=1,
-        num_minibatches=1,
-    )
-    h1 = run_stage(tiny_model(), _tasks(2), single, rollout_fn=_scripted(), reward_fn=_reward, **COMMON)[0]
-    assert (h1.num_updates, h1.clip_fraction, h1.kl) == (1, 0.0, 0.0)
 
-    ppo = RLConfig(
-        stage="e2e",
-        num_steps=1,
-        tasks_per_step=2,
-        samples_per_task=4,
-        learning_rate=1e-2,
-        ppo_epochs=2,
-        num_minibatches=2,
-    )
-    h2 = run_stage(tiny_model(), _tasks(2), ppo, rollout_fn=_scripted(), reward_fn=_reward, **COMMON)[0]
+    def one_step(ppo_epochs: int, num_minibatches: int):  # type: ignore[no-untyped-def]
+        config = RLConfig(
+            stage="e2e",
+            num_steps=1,
+            tasks_per_step=2,
+            samples_per_task=4,
+            learning_rate=1e-2,
+            ppo_epochs=ppo_epochs,
+            num_minibatches=num_minibatches,
+        )
+        return run_stage(
+            tiny_model(), _tasks(2), config, rollout_fn=_scripted(), reward_fn=_reward, **COMMON
+        )[0]
+
+    h1 = one_step(ppo_epochs=1, num_minibatches=1)
+    assert (h1.num_updates, h1.clip_fraction, h1.kl) == (1, 0.0, 0.0)
+    h2 = one_step(ppo_epochs=2, num_minibatches=2)
     assert h2.num_updates == 4
     assert h2.clip_fraction > 0.0 and h2.kl > 0.0
     assert h2.num_rows == h1.num_rows  # rows of the batch, counted once per pass

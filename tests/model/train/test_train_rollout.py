@@ -75,33 +75,25 @@ def test_candidate_code_takes_the_first_fenced_block() -> None:
     assert candidate_code(Rollout(task, [], [], [], "no fence")) == "no fence"
 
 
-def test_rl_cli_rejects_bad_task_files(tmp_path) -> None:
+def _rl_cli(tmp_path, infill, e2e):  # type: ignore[no-untyped-def]
+    """`cudice train rl` with these task files (the model folder is never reached by these tests)."""
     from cudice.model.train.cli import train_group
 
+    args = ["--model", str(tmp_path), "--infill-data", str(infill), "--e2e-data", str(e2e)]
+    return CliRunner().invoke(train_group, ["rl", *args, "--out", str(tmp_path / "o")])
+
+
+def test_rl_cli_rejects_bad_task_files(tmp_path) -> None:
     bad = tmp_path / "infill.jsonl"
     bad.write_text(json.dumps({"pytorch_code": "x"}) + "\n")
     good = tmp_path / "e2e.jsonl"
     good.write_text(json.dumps({"idx": 1, "level": 1, "pytorch_code": "x"}) + "\n")
-    result = CliRunner().invoke(
-        train_group,
-        [
-            "rl",
-            "--model",
-            str(tmp_path),
-            "--infill-data",
-            str(bad),
-            "--e2e-data",
-            str(good),
-            "--out",
-            str(tmp_path / "o"),
-        ],
-    )
+    result = _rl_cli(tmp_path, bad, good)
     assert result.exit_code != 0
     assert "line 1" in result.output and "prefix" in result.output
 
 
 def test_rl_cli_without_a_gpu_says_rewards_need_one(tmp_path) -> None:
-    from cudice.model.train.cli import train_group
     from cudice.verifier.pool import count_gpus
 
     if count_gpus():
@@ -112,19 +104,6 @@ def test_rl_cli_without_a_gpu_says_rewards_need_one(tmp_path) -> None:
     infill.write_text(json.dumps({"pytorch_code": "x", "prefix": "a", "middle": "b", "suffix": "c"}) + "\n")
     e2e = tmp_path / "e2e.jsonl"
     e2e.write_text(json.dumps({"idx": 1, "level": 1, "pytorch_code": "x"}) + "\n")
-    result = CliRunner().invoke(
-        train_group,
-        [
-            "rl",
-            "--model",
-            str(tmp_path),
-            "--infill-data",
-            str(infill),
-            "--e2e-data",
-            str(e2e),
-            "--out",
-            str(tmp_path / "o"),
-        ],
-    )
+    result = _rl_cli(tmp_path, infill, e2e)
     assert result.exit_code != 0
     assert "RL rewards need a GPU" in result.output and "--verify-gpus" in result.output

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from cudice.model.train.config import ModelSetup, SFTConfig
@@ -9,6 +11,13 @@ from cudice.model.train.sft import train_sft
 from train_helpers import MASK_ID, PAD_ID, tiny_model, toy_samples
 
 COMMON = {"block_size": 4, "mask_token_id": MASK_ID, "pad_token_id": PAD_ID, "cpu": True}
+
+
+def _config(**changes: object) -> SFTConfig:
+    """One epoch of batch 2 at lr 1e-3, no warm-up, with `changes`."""
+    return dataclasses.replace(
+        SFTConfig(learning_rate=1e-3, num_epochs=1, batch_size=2, warmup_ratio=0.0), **changes
+    )
 
 
 def _changed_fraction(model: torch.nn.Module, before: dict[str, torch.Tensor]) -> float:
@@ -26,13 +35,7 @@ def test_small_updates_land_on_fp32_master_weights_under_bf16(precision: str) ->
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     seen: list[torch.dtype] = []
     hook = model.model.layers[0].mlp.down_proj.register_forward_hook(lambda m, i, o: seen.append(o.dtype))
-    config = SFTConfig(
-        learning_rate=1e-5,
-        num_epochs=1,
-        batch_size=2,
-        warmup_ratio=0.0,
-        setup=ModelSetup(precision=precision),
-    )
+    config = _config(learning_rate=1e-5, setup=ModelSetup(precision=precision))
     train_sft(model, toy_samples(6), config, **COMMON)
     hook.remove()
     assert {p.dtype for p in model.parameters()} == {torch.float32}  # master copy
@@ -57,14 +60,7 @@ def test_accumulating_two_micro_batches_equals_one_batch_of_two() -> None:
     runs = []
     for batch_size, accum in ((2, 1), (1, 2)):
         model = tiny_model()
-        config = SFTConfig(
-            learning_rate=1e-3,
-            num_epochs=1,
-            batch_size=batch_size,
-            grad_accum_steps=accum,
-            warmup_ratio=0.0,
-            max_grad_norm=1e6,
-        )
+        config = _config(batch_size=batch_size, grad_accum_steps=accum, max_grad_norm=1e6)
         runs.append((train_sft(model, toy_samples(6), config, **COMMON), model))
     (h_full, _), (h_acc, _) = runs
     assert len(h_full) == len(h_acc) == 3
@@ -76,14 +72,7 @@ def test_accumulating_two_micro_batches_equals_one_batch_of_two() -> None:
 def test_clipping_uses_the_norm_of_the_whole_accumulated_gradient() -> None:
     """With a tight clip, the reported norm is the unclipped total and the update is scaled by it."""
     model = tiny_model()
-    config = SFTConfig(
-        learning_rate=1e-3,
-        num_epochs=1,
-        batch_size=1,
-        grad_accum_steps=3,
-        warmup_ratio=0.0,
-        max_grad_norm=1e-3,
-    )
+    config = _config(batch_size=1, grad_accum_steps=3, max_grad_norm=1e-3)
     history = train_sft(model, toy_samples(3), config, **COMMON)
     assert len(history) == 1 and history[0]["grad_norm"] > 1.0  # far above the clip: it is the raw norm
 
@@ -92,13 +81,7 @@ def test_gradient_checkpointing_trains_exactly_like_the_plain_model() -> None:
     results = []
     for checkpointing in (False, True):
         model = tiny_model()
-        config = SFTConfig(
-            learning_rate=1e-3,
-            num_epochs=1,
-            batch_size=2,
-            warmup_ratio=0.0,
-            setup=ModelSetup(gradient_checkpointing=checkpointing),
-        )
+        config = _config(setup=ModelSetup(gradient_checkpointing=checkpointing))
         results.append((train_sft(model, toy_samples(4), config, **COMMON), model))
     assert results[1][1].model.gradient_checkpointing
     assert [h["loss"] for h in results[0][0]] == pytest.approx([h["loss"] for h in results[1][0]], rel=1e-6)
@@ -115,13 +98,7 @@ def test_lora_trains_adapters_only_and_saves_merged_native_weights(tmp_path) -> 
     base_before = {n: p.detach().clone() for n, p in loaded.model.named_parameters()}
     ids = loaded.ids
     samples = toy_samples(4, seed=1)
-    config = SFTConfig(
-        learning_rate=1e-2,
-        num_epochs=2,
-        batch_size=2,
-        warmup_ratio=0.0,
-        setup=ModelSetup(lora_rank=4, lora_alpha=8),
-    )
+    config = _config(learning_rate=1e-2, num_epochs=2, setup=ModelSetup(lora_rank=4, lora_alpha=8))
     history = train_sft(
         loaded.model,
         samples,
@@ -174,7 +151,7 @@ def test_a_resumed_run_reproduces_the_uninterrupted_losses(tmp_path) -> None:
     first = train_sft(
         tiny_model(),
         toy_samples(5),
-        SFTConfig(**{**_fields(config), "max_steps": 4}),
+        dataclasses.replace(config, max_steps=4),
         out_dir=tmp_path / "cut",
         **common,
     )
@@ -229,10 +206,6 @@ def test_a_run_killed_after_a_periodic_save_resumes_from_it(tmp_path, save_every
     )
     assert len(rest) == 6 - saved
     assert logged[:saved] + [h["loss"] for h in rest] == pytest.approx([h["loss"] for h in full], rel=1e-6)
-
-
-def _fields(config: SFTConfig) -> dict:
-    return {f: getattr(config, f) for f in config.__slots__}  # type: ignore[attr-defined]
 
 
 def test_resume_without_saved_state_says_how_to_fix(tmp_path) -> None:
