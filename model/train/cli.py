@@ -15,13 +15,15 @@ import functools
 import json
 import logging
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 from cudice.model.train.corpus.cli import corpus_group
 
+_F = TypeVar("_F", bound=Callable[..., Any])
 PRECISION_CHOICES = ("auto", "fp32", "bf16-autocast", "accelerate-bf16", "accelerate-fp16")
 
 
@@ -172,7 +174,7 @@ def _common(fn: Any) -> Any:
     return command
 
 
-def _required_path(*names: str, folder: bool = False, help: str) -> Any:
+def _required_path(*names: str, folder: bool = False, help: str) -> Callable[[_F], _F]:
     """A required path option: a folder (`folder`) or a file."""
     kind = click.Path(file_okay=False) if folder else click.Path(dir_okay=False)
     return click.option(*names, required=True, type=kind, help=help)

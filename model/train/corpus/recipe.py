@@ -34,8 +34,9 @@ import subprocess
 import sys
 import tarfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
@@ -282,7 +283,10 @@ def common(fn: Any) -> Any:
     return fn
 
 
-def _tar_option(*names: str, tar_name: str, help: str | None = None) -> Any:
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _tar_option(*names: str, tar_name: str, help: str | None = None) -> Callable[[_F], _F]:
     """A checkpoint tar an earlier phase wrote (default: .ckpt/`tar_name`, as bench/train_demo.sh has it)."""
     return click.option(
         *names,
