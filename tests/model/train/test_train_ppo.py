@@ -4,7 +4,7 @@ seeds, prompt limits and the reward backend — on a tiny real Qwen3 or a script
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -83,27 +83,22 @@ def test_the_step_seed_reaches_the_rollouts_and_long_prompts_are_dropped() -> No
         seen.extend(t.task_id for t in batch)
         return _scripted(seeds)(batch, n, c)
 
-    run_stage(
-        tiny_model(),
-        tasks,
-        cfg,
-        rollout_fn=rollout,
-        reward_fn=_reward,
-        count_prompt_tokens=lambda t: 9 if t.task_id == "1" else 3,
-        **COMMON,
-    )
-    assert seeds == [11, 12, 13]
-    assert "1" not in seen and set(seen) == {"0", "2"}
-    with pytest.raises(ValueError, match="max_prompt_tokens=5"):
+    def run(prompt_tokens: Callable[[RLTask], int]) -> None:
         run_stage(
             tiny_model(),
             tasks,
             cfg,
             rollout_fn=rollout,
             reward_fn=_reward,
-            count_prompt_tokens=lambda t: 9,
+            count_prompt_tokens=prompt_tokens,
             **COMMON,
         )
+
+    run(lambda t: 9 if t.task_id == "1" else 3)
+    assert seeds == [11, 12, 13]
+    assert "1" not in seen and set(seen) == {"0", "2"}
+    with pytest.raises(ValueError, match="max_prompt_tokens=5"):
+        run(lambda t: 9)  # every prompt too long
 
 
 def _stub_engine(tmp_path: Path):
