@@ -103,78 +103,24 @@ def build_module(
 ) -> BuildResult:
     """Compile (and with `link`, link) `module`; diagnostics are located in the document at `path`.
 
-    A module whose `main.cpp` only declares the bound functions (`module.binding`, cabi.py) is
-    first built as `cuda.cu` plus the C-ABI shim, without `main.cpp`; its `BuildResult.binding`
-    then tells the loader to use `cabi.bind`. When that build fails on a line of the shim (or
-    without a located error in the user's lines), the module is built the pybind11 way, so the
-    shim can cost time but never a verdict. `config.cabi_binding=False` skips it.
-    """
-    if mode not in BUILD_MODES:
-        raise ValueError(f"build_module(mode={mode!r}) must be one of {BUILD_MODES}; use 'auto'.")
-    if module.binding is not None and mode != "full" and config.cabi_binding:
-        shimmed = cabi_module(module)
-        res = _build_module(shimmed, path, config, link=link, cancel=cancel, on_output=on_output, mode=mode)
-        if res.ok:
-            return dataclasses.replace(res, binding=module.binding, build_path=f"cabi-{res.build_path}")
-        if res.cancelled or res.timed_out or res.undecided or _fails_in_user_lines(shimmed, res):
-            return dataclasses.replace(res, build_path=f"cabi-{res.build_path}")
-    return _build_module(module, path, config, link=link, cancel=cancel, on_output=on_output, mode=mode)
-
-
-def cabi_module(module: GeneratedModule) -> GeneratedModule:
-    """`module` as the C-ABI build compiles it: `cuda.cu` with the shim appended, no `main.cpp`."""
-    assert module.binding is not None
-    cu = module.file(CUDA_CU)
-    assert cu is not None
-    shimmed = dataclasses.replace(cu, text=cu.text + "\n" + shim(module.binding))
-    return dataclasses.replace(module, files=(shimmed,))
-
-
-def _fails_in_user_lines(shimmed: GeneratedModule, res: BuildResult) -> bool:
-    """Every compiler error of a failed shim build lies in the user's own lines of `cuda.cu`.
-
-    Then the plain build fails the same way (the shim comes after them and cannot change how
-    they parse), and the result stands; an error in the shim's lines, in a header reached only
-    from them, or with no position sends the module to the pybind11 build.
-    """
-    cu = shimmed.file(CUDA_CU)
-    assert cu is not None
-
-    def users(line: int) -> bool:
-        return any(p.first_line <= line < p.first_line + p.num_lines for p in cu.pieces)
-
-    errors = [m for m in parse_messages(res.output) if m.severity == "error"]
-    if not errors:
-        return False
-    for m in errors:
-        if m.file is None or m.line is None or Path(m.file).name != CUDA_CU:
-            chain = [ln for f, ln in m.include_chain if Path(f).name == CUDA_CU]
-            if not chain or not users(chain[-1]):
-                return False
-        elif not users(m.line):
-            return False
-    return True
-
-
-def _build_module(
-    module: GeneratedModule,
-    path: str,
-    config: VerifyConfig,
-    *,
-    link: bool,
-    cancel: CancelToken | None = None,
-    on_output: Callable[[str], None] | None = None,
-    mode: str = "auto",
-) -> BuildResult:
-    """The build of `module` as given (see build_module).
-
     `mode="auto"` compiles each object with the slim headers first (header_overlay.py) and
     rebuilds an object whose slim compile failed with torch's full headers, so every error and
     its location come from the full build; `"full"` skips the slim attempt; `"fast"` reports the
     slim outcome without falling back (tests compare the two). `main.cpp` and `cuda.cu` compile
     in parallel, each through the object cache (buildsteps.py). Blocks until done;
     `cancel.is_set()` is polled and kills the compilers.
+
+    A module whose `main.cpp` only declares the bound functions (`module.binding`, cabi.py) is
+    first built as `cuda.cu` plus the C-ABI shim, without `main.cpp` (`_cabi_first`).
+    `config.cabi_binding=False` skips it.
     """
+    if mode not in BUILD_MODES:
+        raise ValueError(f"build_module(mode={mode!r}) must be one of {BUILD_MODES}; use 'auto'.")
+    if module.binding is not None and mode != "full" and config.cabi_binding:
+        return _cabi_first(
+            module,
+            lambda m: build_module(m, path, config, link=link, cancel=cancel, on_output=on_output, mode=mode),
+        )
     t0 = time.perf_counter()
     try:
         tc = probe_toolchain(config.cache_dir, config.arch_list_env)
@@ -276,6 +222,56 @@ def _build_module(
             ),
         )
     return done(BuildResult(ok, build_dir, lib, diags, output, wall, cached))
+
+
+def _cabi_first(module: GeneratedModule, build: Callable[[GeneratedModule], BuildResult]) -> BuildResult:
+    """`module` built as `cuda.cu` plus the C-ABI shim; its `BuildResult.binding` then tells the
+    loader to use `cabi.bind`. When that build fails on a line of the shim (or without a located
+    error in the user's lines), the module is built the pybind11 way, so the shim can cost time
+    but never a verdict. `build` builds a module as given (its `binding` is None).
+    """
+    shimmed = cabi_module(module)
+    res = build(dataclasses.replace(shimmed, binding=None))
+    if res.ok:
+        return dataclasses.replace(res, binding=module.binding, build_path=f"cabi-{res.build_path}")
+    if res.cancelled or res.timed_out or res.undecided or _fails_in_user_lines(shimmed, res):
+        return dataclasses.replace(res, build_path=f"cabi-{res.build_path}")
+    return build(dataclasses.replace(module, binding=None))
+
+
+def cabi_module(module: GeneratedModule) -> GeneratedModule:
+    """`module` as the C-ABI build compiles it: `cuda.cu` with the shim appended, no `main.cpp`."""
+    assert module.binding is not None
+    cu = module.file(CUDA_CU)
+    assert cu is not None
+    shimmed = dataclasses.replace(cu, text=cu.text + "\n" + shim(module.binding))
+    return dataclasses.replace(module, files=(shimmed,))
+
+
+def _fails_in_user_lines(shimmed: GeneratedModule, res: BuildResult) -> bool:
+    """Every compiler error of a failed shim build lies in the user's own lines of `cuda.cu`.
+
+    Then the plain build fails the same way (the shim comes after them and cannot change how
+    they parse), and the result stands; an error in the shim's lines, in a header reached only
+    from them, or with no position sends the module to the pybind11 build.
+    """
+    cu = shimmed.file(CUDA_CU)
+    assert cu is not None
+
+    def users(line: int) -> bool:
+        return any(p.first_line <= line < p.first_line + p.num_lines for p in cu.pieces)
+
+    errors = [m for m in parse_messages(res.output) if m.severity == "error"]
+    if not errors:
+        return False
+    for m in errors:
+        if m.file is None or m.line is None or Path(m.file).name != CUDA_CU:
+            chain = [ln for f, ln in m.include_chain if Path(f).name == CUDA_CU]
+            if not chain or not users(chain[-1]):
+                return False
+        elif not users(m.line):
+            return False
+    return True
 
 
 _CUDA_LIBS = ("-lc10_cuda", "-ltorch_cuda", "-lcudart")
