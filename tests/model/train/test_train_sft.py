@@ -157,6 +157,23 @@ def test_monitor_draws_a_progress_bar_with_loss_and_tokens_per_second(capsys) ->
     assert len(lines) == 2  # other ranks log nothing
 
 
+def test_monitor_shows_rl_reward_and_files_scalars_under_the_stage(capsys, monkeypatch) -> None:
+    from cudice.model.train.monitor import Monitor
+
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", SimpleNamespace(SummaryWriter=_Writer))
+    monkeypatch.setattr(_Writer, "scalars", [])
+    monitor = Monitor(3, emit=lambda r: None, tensorboard_dir="tb", progress=True, description="bic-rl")
+    monitor.log(3, {"stage": "e2e", "step": 0, "mean_reward": 0.25, "loss": 0.5, "tokens_per_s": 80.0})
+    monitor.close()
+    assert "mean_reward 0.25" in capsys.readouterr().err
+    assert sorted(_Writer.scalars) == [
+        ("tb", "e2e/loss", 0.5, 3),
+        ("tb", "e2e/mean_reward", 0.25, 3),
+        ("tb", "e2e/step", 0, 3),
+        ("tb", "e2e/tokens_per_s", 80.0, 3),
+    ]
+
+
 def test_fp32_master_weights_are_saved_in_the_sources_bf16(tiny_dir, tmp_path) -> None:
     from cudice.model.train.checkpoint import save_checkpoint
     from safetensors.torch import load_file
