@@ -273,6 +273,10 @@ def sft_command(
         )
     except ValueError as exc:
         raise click.ClickException(str(exc)) from exc
+    from accelerate import PartialState
+
+    if not PartialState().is_main_process:  # one closing line per run, not one per rank
+        return
     if resume and not history:
         click.echo(
             f"the run saved in {Path(out_dir)} has already reached its last step: nothing to train", err=True
