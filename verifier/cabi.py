@@ -276,7 +276,8 @@ inline PyObject* py(at::Tensor t) {  // a new reference to the Python tensor (No
   if (!t.defined()) Py_RETURN_NONE;
   c10::TensorImpl* p = t.unsafeReleaseTensorImpl();
   PyObject* cap = PyCapsule_New(p, nullptr, nullptr);
-  PyObject* obj = cap ? PyObject_CallOneArg(wrap, cap) : nullptr;  // the Python tensor takes its own reference
+  // the Python tensor takes its own reference
+  PyObject* obj = cap ? PyObject_CallOneArg(wrap, cap) : nullptr;
   Py_XDECREF(cap);
   Impl::reclaim(p);  // and ours goes
   return obj;
@@ -316,8 +317,12 @@ inline PyObject* fail() noexcept {  // the exception torch's and pybind11's tran
   catch (const c10::IndexError& e) { type = PyExc_IndexError; m = e.what_without_backtrace(); }
   catch (const c10::ValueError& e) { type = PyExc_ValueError; m = e.what_without_backtrace(); }
   catch (const c10::TypeError& e) { type = PyExc_TypeError; m = e.what_without_backtrace(); }
-  catch (const c10::NotImplementedError& e) { type = PyExc_NotImplementedError; m = e.what_without_backtrace(); }
-  catch (const c10::OutOfMemoryError& e) { type = oom ? oom : PyExc_MemoryError; m = e.what_without_backtrace(); }
+  catch (const c10::NotImplementedError& e) {
+    type = PyExc_NotImplementedError; m = e.what_without_backtrace();
+  }
+  catch (const c10::OutOfMemoryError& e) {
+    type = oom ? oom : PyExc_MemoryError; m = e.what_without_backtrace();
+  }
   catch (const c10::Error& e) { m = e.what_without_backtrace(); }
   catch (const std::bad_alloc& e) { type = PyExc_MemoryError; m = e.what(); }
   catch (const std::out_of_range& e) { type = PyExc_IndexError; m = e.what(); }
@@ -407,12 +412,14 @@ def shim(sigs: Sequence[Signature]) -> str:
             )
         n = len(sig.params)
         out.append(
-            f"static PyObject* cudice_cabi_{sig.name}(PyObject*, PyObject* const* args, Py_ssize_t nargs) noexcept {{\n"
+            f"static PyObject* cudice_cabi_{sig.name}(PyObject*, PyObject* const* args, Py_ssize_t nargs) "
+            "noexcept {\n"
             f"  static const char* shown = {_c_string(shown)};\n"
             f"  if (nargs != {n}) return cudice_cabi::bad_args({_c_string(sig.name)}, shown, args, nargs);\n"
             "  try {\n    " + "\n    ".join(body) + "\n"
-            f"  }} catch (const cudice_cabi::Bad&) {{ return cudice_cabi::bad_args({_c_string(sig.name)}, shown, args, "
-            "nargs); }\n  catch (...) { return cudice_cabi::fail(); }\n}"
+            "  } catch (const cudice_cabi::Bad&) { "
+            f"return cudice_cabi::bad_args({_c_string(sig.name)}, shown, args, nargs); }}\n"
+            "  catch (...) { return cudice_cabi::fail(); }\n}"
         )
         doc = _c_string(f"{sig.name}{shown}")
         table.append(
@@ -425,8 +432,9 @@ def shim(sigs: Sequence[Signature]) -> str:
         + "\n  {nullptr, nullptr, 0, nullptr}\n};"
     )
     out.append(
-        "static PyModuleDef cudice_cabi_module = {PyModuleDef_HEAD_INIT, CUDICE_CABI_STR(TORCH_EXTENSION_NAME), "
-        "nullptr, -1, cudice_cabi_methods, nullptr, nullptr, nullptr, nullptr};"
+        "static PyModuleDef cudice_cabi_module = {PyModuleDef_HEAD_INIT, "
+        "CUDICE_CABI_STR(TORCH_EXTENSION_NAME), nullptr, -1, cudice_cabi_methods, nullptr, nullptr, "
+        "nullptr, nullptr};"
     )
     out.append(
         "PyMODINIT_FUNC CUDICE_CABI_CAT(PyInit_, TORCH_EXTENSION_NAME)(void) {\n"

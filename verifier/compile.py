@@ -1,12 +1,12 @@
 """The full build: what `load_inline` does, with torch's own flags, but faster and cancellable.
 
-Levers: an explicit arch list (`-gencode arch=compute_90,code=sm_90` via
-TORCH_CUDA_ARCH_LIST); one directory per content hash (no shared build directory to race on,
-https://github.com/pytorch/pytorch/issues/155344); an object-level cache (buildsteps.py) so an unchanged source never rebuilds,
-an edit of the CUDA string recompiles only `cuda.cu`, and candidates sharing a module name and
-C++ declarations share `main.o` (errors are cached too: same text, same errors); the C++ and
-CUDA objects compile in parallel and both report their errors; compile-only mode stops before
-linking (machines without a CUDA torch).
+Levers: an explicit arch list (`-gencode arch=compute_90,code=sm_90` via TORCH_CUDA_ARCH_LIST);
+one directory per content hash (no shared build directory to race on,
+https://github.com/pytorch/pytorch/issues/155344); an object-level cache (buildsteps.py) so an
+unchanged source never rebuilds, an edit of the CUDA string recompiles only `cuda.cu`, and
+candidates sharing a module name and C++ declarations share `main.o` (errors are cached too:
+same text, same errors); the C++ and CUDA objects compile in parallel and both report their
+errors; compile-only mode stops before linking (machines without a CUDA torch).
 
 Fast path (header_overlay.py): each object is first compiled against a slim set of torch's
 own headers (the torch/extension.h of the full build parses the whole C++ frontend, autograd
