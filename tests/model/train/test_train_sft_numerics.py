@@ -69,12 +69,22 @@ def test_accumulating_two_micro_batches_equals_one_batch_of_two() -> None:
         assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-4)
 
 
-def test_clipping_uses_the_norm_of_the_whole_accumulated_gradient() -> None:
-    """With a tight clip, the reported norm is the unclipped total and the update is scaled by it."""
-    model = tiny_model()
+def test_clipping_uses_the_norm_of_the_whole_accumulated_gradient(monkeypatch) -> None:
+    """With a tight clip, the reported norm is the raw norm, and the optimizer steps on a gradient
+    of exactly the clip's norm: the three micro-batches were summed first, then clipped once."""
+    stepped: list[float] = []
+    real_step = torch.optim.AdamW.step
+
+    def step(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        grads = [p.grad for group in self.param_groups for p in group["params"] if p.grad is not None]
+        stepped.append(float(torch.linalg.vector_norm(torch.stack([g.norm() for g in grads]))))
+        return real_step(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.optim.AdamW, "step", step)
     config = _config(batch_size=1, grad_accum_steps=3, max_grad_norm=1e-3)
-    history = train_sft(model, toy_samples(3), config, **COMMON)
+    history = train_sft(tiny_model(), toy_samples(3), config, **COMMON)
     assert len(history) == 1 and history[0]["grad_norm"] > 1.0  # far above the clip: it is the raw norm
+    assert stepped == [pytest.approx(1e-3, rel=1e-3)]
 
 
 def test_gradient_checkpointing_trains_exactly_like_the_plain_model() -> None:
