@@ -224,3 +224,14 @@ def test_a_resumed_bic_rl_run_repeats_the_uninterrupted_steps(tmp_path, crash_at
     with pytest.raises(_Crash):
         run(tiny_model(), tmp_path / "whole", lambda s: (_ for _ in ()).throw(_Crash()))
     assert not (tmp_path / "whole" / "stage-e2e" / "train_state").exists()
+
+
+def test_rl_refuses_fsdp_and_deepspeed_and_says_what_to_use() -> None:
+    """RL ranks run different numbers of forwards; FSDP's forwards are collectives and would hang."""
+    from accelerate.utils import DistributedType
+    from cudice.model.train.rl import _check_backend
+
+    for backend in (DistributedType.FSDP, DistributedType.DEEPSPEED):
+        with pytest.raises(ValueError, match="DDP with --lora-rank"):
+            _check_backend(SimpleNamespace(distributed_type=backend))
+    _check_backend(SimpleNamespace(distributed_type=DistributedType.MULTI_GPU))  # DDP runs
