@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from cudice.model.prompts import chat_prompt
-from cudice.model.tiny import CHATML_TEMPLATE, SPECIAL_TOKENS, _config_dict
+from cudice.model.tiny import SPECIAL_TOKENS, _config_dict, bpe_tokenizer, random_qwen3, save_checkpoint
 
 DEMO_DIMS: dict[str, Any] = {
     "vocab_size": 4096,
@@ -65,29 +65,7 @@ def _texts(sft_path: Path, seed: int) -> Iterator[str]:
 
 def train_tokenizer(sft_path: str | Path, vocab_size: int, seed: int = 0) -> Any:
     """A byte-level BPE `PreTrainedTokenizerFast` trained on the corpus's chat-formatted pairs."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        special_tokens=list(SPECIAL_TOKENS),
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator(_texts(Path(sft_path), seed), trainer=trainer)
-    # transformers' TokenizersBackend.__init__ (*args, **kwargs) carries no annotations
-    fast = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
-        tokenizer_object=tok,
-        eos_token="<|im_end|>",
-        pad_token="<|endoftext|>",
-        mask_token="<|MASK|>",
-        additional_special_tokens=["<|im_start|>"],
-    )
-    fast.chat_template = CHATML_TEMPLATE
-    return fast
+    return bpe_tokenizer(_texts(Path(sft_path), seed), vocab_size)
 
 
 def num_parameters(dims: dict[str, Any]) -> int:
@@ -104,8 +82,6 @@ def init_checkpoint(
 ) -> dict[str, Any]:
     """Write tokenizer + random SDAR-layout checkpoint to `out_dir`; return a summary (sizes, ids)."""
     import torch
-    from safetensors.torch import save_file
-    from transformers import Qwen3Config, Qwen3ForCausalLM
 
     sft_path = Path(sft_path)
     if not sft_path.is_file():
@@ -126,18 +102,8 @@ def init_checkpoint(
         "max_window_layers": dims["num_hidden_layers"],
         "torch_dtype": dtype,
     }
-    torch.manual_seed(seed)
-    qwen_kwargs = {k: v for k, v in config.items() if k not in ("architectures", "auto_map", "model_type")}
-    model = Qwen3ForCausalLM(Qwen3Config(**qwen_kwargs)).to(getattr(torch, dtype))
-    tensors = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
-    if config["tie_word_embeddings"]:
-        tensors.pop("lm_head.weight", None)
-    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
-    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-    stop_ids = [ids["<|im_end|>"], ids["<|endoftext|>"]]
-    (out / "generation_config.json").write_text(
-        json.dumps({"bos_token_id": ids["<|endoftext|>"], "eos_token_id": stop_ids}, indent=2) + "\n"
-    )
+    model = random_qwen3(config, seed).to(getattr(torch, dtype))
+    tensors = save_checkpoint(out, config, model, ids)
     return {
         "dir": str(out),
         "vocab_size": len(tokenizer),
