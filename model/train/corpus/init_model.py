@@ -28,7 +28,14 @@ from pathlib import Path
 from typing import Any
 
 from cudice.model.prompts import chat_prompt
-from cudice.model.tiny import SPECIAL_TOKENS, _config_dict, bpe_tokenizer, random_qwen3, save_checkpoint
+from cudice.model.tiny import (
+    SPECIAL_TOKENS,
+    TINY_DIMS,
+    _config_dict,
+    bpe_tokenizer,
+    random_qwen3,
+    save_checkpoint,
+)
 
 DEMO_DIMS: dict[str, Any] = {
     "vocab_size": 4096,
@@ -41,14 +48,10 @@ DEMO_DIMS: dict[str, Any] = {
     "max_position_embeddings": 4096,
     "tie_word_embeddings": True,
 }
+# the tiny test model's shape (cudice.model.tiny) with a corpus vocabulary and tied embeddings
 SMOKE_DIMS: dict[str, Any] = {
+    **TINY_DIMS,
     "vocab_size": 1024,
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "head_dim": 16,
     "max_position_embeddings": 4096,
     "tie_word_embeddings": True,
 }
