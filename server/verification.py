@@ -237,10 +237,16 @@ async def _verify_fresh(
     quick_found: list[VerifyResult] = []
 
     def on_partial(partial: VerifyResult) -> None:
-        if shown["final"] or (
-            shown["quick"] and partial.stage in (Stage.PARSE, Stage.STATIC) and not partial.diagnostics
-        ):
+        if shown["final"]:
             return
+        is_last = partial.stage is Stage.COMPILE and request.config["compile_only"]
+        is_ok = partial.verdict in (Verdict.CHECKED, Verdict.COMPILED)
+        then = _NEXT_STEP.get(partial.stage) if is_ok and not is_last else None
+        progress.report(
+            f"{partial.stage.value}: {partial.verdict.value}" + (f" · {then}…" if then else ""), force=True
+        )
+        if shown["quick"] and partial.stage in (Stage.PARSE, Stage.STATIC) and not partial.diagnostics:
+            return  # nothing to add to the fast check's findings on screen
         shown["authoritative"] = partial.stage not in (Stage.PARSE, Stage.STATIC)
         if (
             not shown["authoritative"] and quick_found
@@ -249,12 +255,6 @@ async def _verify_fresh(
                 partial, diagnostics=partial.diagnostics + quick_found[0].diagnostics
             )
         publish(ls, uri, path, source, version, partial)
-        is_last = partial.stage is Stage.COMPILE and request.config["compile_only"]
-        is_ok = partial.verdict in (Verdict.CHECKED, Verdict.COMPILED)
-        then = _NEXT_STEP.get(partial.stage) if is_ok and not is_last else None
-        progress.report(
-            f"{partial.stage.value}: {partial.verdict.value}" + (f" · {then}…" if then else ""), force=True
-        )
 
     async def quick() -> None:
         found = await ls.quick.check(path, source, timeout_s=ls.settings.verify_quick_check_timeout_seconds)
