@@ -35,6 +35,10 @@ def test_generate_json_has_the_documented_fields(examples_dir: Path, tiny_sdar_d
     for key in ("text", "num_tokens", "num_forwards", "tokens_per_forward", "seconds", "step_map"):
         assert key in data
     assert 0 < data["num_tokens"] <= 8 and data["middle"] is None
+    # The summary line goes to stderr (stdout is the JSON): tokens, forwards and the rate.
+    summary = out.stderr.strip().splitlines()[-1]
+    assert summary.startswith(f"{data['num_tokens']} tokens, {data['num_forwards']} forwards")
+    assert "tok/s)" in summary and "finished by" in summary
 
 
 def test_generate_infill_keeps_the_scaffold(examples_dir: Path, tiny_sdar_dir: Path) -> None:
