@@ -232,7 +232,11 @@ def run_stage(
             stats.clip_fraction,
             stats.kl,
         )
-        monitor.log(step_offset + step + 1, dataclasses.asdict(stats))
+        # The record's "step" is the run's (1-based, over both stages), as in SFT's records and
+        # TensorBoard; the stage's own 0-based index travels as "stage_step".
+        record = dataclasses.asdict(stats)
+        record["stage_step"] = record.pop("step")
+        monitor.log(step_offset + step + 1, record)
         if on_step and accelerator.is_main_process:
             on_step(stats)
         if out_dir is not None and config.save_every_steps and (step + 1) % config.save_every_steps == 0:

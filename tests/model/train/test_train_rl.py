@@ -106,11 +106,13 @@ def test_task_files_load_easy_to_hard_and_the_schedule_wraps(tmp_path) -> None:
 def test_bic_rl_runs_infill_then_e2e_and_saves_both(tmp_path) -> None:
     from cudice.model.tiny import make_tiny
     from cudice.model.train.checkpoint import read_marker
+    from cudice.model.train.monitor import Monitor
 
     src = make_tiny(tmp_path / "src", sdar_layout=True)
     model = tiny_model()
     seen: list[str] = []
     markers: list[dict | None] = []
+    records: list[dict] = []
     infill = RLConfig(stage="infill", num_steps=1, tasks_per_step=1, samples_per_task=2)
     e2e = RLConfig(stage="e2e", num_steps=3, tasks_per_step=1, samples_per_task=2, save_every_steps=2)
     out = run_bic_rl(
@@ -125,7 +127,15 @@ def test_bic_rl_runs_infill_then_e2e_and_saves_both(tmp_path) -> None:
         source_dir=src,
         out_dir=tmp_path / "out",
         on_step=lambda stats: markers.append(read_marker(tmp_path / "out" / "stage-e2e")),
+        monitor=Monitor(4, emit=records.append),
     )
+    # the JSON lines count the run's steps over both stages, as SFT's do; each stage's own index apart
+    assert [(r["step"], r["stage"], r["stage_step"]) for r in records] == [
+        (1, "infill", 0),
+        (2, "e2e", 0),
+        (3, "e2e", 1),
+        (4, "e2e", 2),
+    ]
     # stage 2's periodic checkpoint (every 2 steps) is there before step 3 runs; the final one after
     assert [m and m["step"] for m in markers] == [None, None, None, 2]
     assert read_marker(tmp_path / "out" / "stage-e2e")["step"] == 3
