@@ -60,7 +60,8 @@ class ModelWorker:
         self.cancel_grace_s = cancel_grace_s
         self.max_restarts = max_restarts
         self.state = "missing"
-        self.message = "no model configured: set cudice.model.path"
+        # Until the first `load` (after the editor's settings arrive) nothing is known to be missing.
+        self.message = "the model is not loaded yet: the server is starting"
         self.request: LoadRequest | None = None
         self.num_restarts = 0
         self._proc: ChildProcess | None = None

@@ -64,6 +64,12 @@ def test_model_worker_loads_runs_restarts_and_gives_up(tmp_path: Path) -> None:
             try:
                 await worker.run("generate", {}, cancel=asyncio.Event())
                 raise AssertionError("ran without a model")
+            except ModelUnavailable as exc:  # before the first load: starting, not "no model configured"
+                assert "not loaded yet" in str(exc) and "no model configured" not in str(exc)
+            assert await worker.load(None) is False
+            try:
+                await worker.run("generate", {}, cancel=asyncio.Event())
+                raise AssertionError("ran without a model")
             except ModelUnavailable as exc:
                 assert "cudice.model.path" in str(exc)
             assert await worker.load(LoadRequest(str(tmp_path), "cpu", "auto")) is True
@@ -104,4 +110,4 @@ def test_model_worker_loads_runs_restarts_and_gives_up(tmp_path: Path) -> None:
             await worker.shutdown()
 
     asyncio.run(asyncio.wait_for(main(), 60))
-    assert states[:2] == ["loading", "ready"]
+    assert states[:3] == ["missing", "loading", "ready"]  # load(None) first: "no model configured"
