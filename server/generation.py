@@ -123,7 +123,7 @@ async def generate_kernel(ls: CudiceServer, uri: Any, target: Any = None) -> dic
     source, _, path = doc if doc is not None else ("", None, None)
     if path is None:
         return _fail(ls, f"cannot generate for {uri!r}: not a readable file (save it to disk first)")
-    if ls.model.state != "ready":
+    if await ls.model.wait_until_loaded() != "ready":  # a request made while it loads waits
         return _fail(ls, f"cannot generate yet: {ls.model.message}")
     name = _class_name(*ls.analyse(uri, source), target)
     if name is None:
@@ -172,7 +172,7 @@ async def infill_kernel(
         return _fail(
             ls, "the document changed since the action was offered; ask for the code action again", stale=True
         )
-    if ls.model.state != "ready":
+    if await ls.model.wait_until_loaded() != "ready":  # a request made while it loads waits
         return _fail(ls, f"cannot infill yet: {ls.model.message}")
     span = edits.resolve_span(span_arg, source, ls.position_encoding)
     if not isinstance(span, str):

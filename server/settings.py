@@ -86,8 +86,8 @@ SCHEMA: tuple[Setting, ...] = (
         "cudice.model.path",
         "string",
         "",
-        "DICE/SDAR checkpoint directory or a hub id already in the local cache. Empty: no model "
-        "(generation actions are offered disabled).",
+        "DICE/SDAR checkpoint directory or a hub id already in the local cache. Empty: cudice's "
+        "bundled demo model (small; only the problem families of its corpus, see `cudice model info`).",
     ),
     Setting(
         "cudice.model.device",

@@ -11,8 +11,10 @@
 What a file contains (classes, CUDA strings, kernels and their bodies) comes from the verifier's
 document model (`cudice.verifier.document`); this module only decides what to offer.
 
-While the model is not ready both are returned disabled with the reason (clients with
-`disabledSupport`), or with the reason in the title (others; running it then shows the reason).
+While the model loads both are offered with "(once the model has loaded)" in the title: running
+one waits for the load. Otherwise, while the model is not ready, both are returned disabled with
+the reason (clients with `disabledSupport`), or with the reason in the title (others; running it
+then shows the reason).
 Not covered: actions on raw `.cu` files.
 """
 
@@ -35,6 +37,7 @@ class ModelAvailability:
 
     is_ready: bool
     reason: str = ""
+    is_loading: bool = False  # offered anyway: running it waits for the load
 
 
 def infill_target(doc: Document, offset: int) -> Span | None:
@@ -67,7 +70,9 @@ def code_actions(
 
     def add(title: str, kind: str, command: str, args: list[object]) -> None:
         disabled = None
-        if not model.is_ready:
+        if model.is_loading:
+            title = f"{title} (once the model has loaded)"
+        elif not model.is_ready:
             if disabled_support:
                 disabled = lsp.CodeActionDisabled(reason=model.reason)
             else:

@@ -59,9 +59,11 @@ class ModelWorker:
         self.env = env
         self.cancel_grace_s = cancel_grace_s
         self.max_restarts = max_restarts
-        self.state = "missing"
-        # Until the first `load` (after the editor's settings arrive) nothing is known to be missing.
+        # Until the first `load` (once the editor's settings arrive, usually the bundled model) the
+        # model counts as loading: nothing is known to be missing yet.
+        self.state = "loading"
         self.message = "the model is not loaded yet: the server is starting"
+        self._settled = asyncio.Event()  # set while the state is anything but "loading"
         self.request: LoadRequest | None = None
         self.num_restarts = 0
         self._proc: ChildProcess | None = None
@@ -77,7 +79,16 @@ class ModelWorker:
     # -- state ---------------------------------------------------------------------------------
     def _set_state(self, state: str, message: str) -> None:
         self.state, self.message = state, message
+        if state == "loading":
+            self._settled.clear()
+        else:
+            self._settled.set()
         self.on_state(state, message)
+
+    async def wait_until_loaded(self) -> str:
+        """Wait while the model is loading (also before the first load); returns the state then."""
+        await self._settled.wait()
+        return self.state
 
     @property
     def pid(self) -> int | None:

@@ -154,6 +154,23 @@ async def test_generate_writes_shows_and_verifies_the_candidate(
     await editor.wait_status(lambda s: s["uri"] == out.as_uri() and s["lastVerdict"] is not None)
 
 
+async def test_a_generate_asked_for_while_the_model_loads_waits_for_it(
+    workspace: Path, editors: Editors
+) -> None:
+    (workspace / "relu_cuda.py").unlink()
+    editor = await editors.start(
+        "neovim@v0.11", workspace, init_options=_model_opts(workspace), env={"CUDICE_FAKE_LOAD_S": "10"}
+    )
+    await editor.wait_model("loading")
+    ref = editor.open(workspace / "relu.py")
+    (action,) = await editor.code_actions(ref, 10, 8)
+    assert action.disabled is None and action.title.endswith("(once the model has loaded)")
+    assert action.command is not None
+    result = await editor.command(action.command.command, *action.command.arguments)
+    assert result["ok"] is True, result  # not "cannot generate yet: loading …"
+    assert "class ModelNew" in (workspace / "relu_cuda.py").read_text()
+
+
 async def test_generate_asks_before_overwriting(workspace: Path, editors: Editors) -> None:
     editor = await editors.start("visual-studio-code", workspace, init_options=_model_opts(workspace))
     await editor.wait_model("ready")

@@ -23,7 +23,8 @@ from cudice.verifier.result import (
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 READY = ModelAvailability(True)
-LOADING = ModelAvailability(False, "the model is loading")
+UNAVAILABLE = ModelAvailability(False, "no model configured: set cudice.model.path")
+LOADING = ModelAvailability(False, "loading /models/dice", is_loading=True)
 
 
 def _doc(source: str) -> Document:
@@ -78,10 +79,18 @@ def test_generate_is_offered_inside_a_module_class_only() -> None:
 
 def test_actions_are_disabled_with_the_reason_or_say_it_in_the_title() -> None:
     ref = (EXAMPLES / "relu.py").read_text()
-    (a,) = _actions(ref, "return torch.relu", LOADING)
-    assert a.disabled is not None and a.disabled.reason == "the model is loading"
-    (b,) = _actions(ref, "return torch.relu", LOADING, disabled_support=False)
-    assert b.disabled is None and b.title.endswith("(unavailable: the model is loading)")
+    (a,) = _actions(ref, "return torch.relu", UNAVAILABLE)
+    assert a.disabled is not None and a.disabled.reason == UNAVAILABLE.reason
+    (b,) = _actions(ref, "return torch.relu", UNAVAILABLE, disabled_support=False)
+    assert b.disabled is None and b.title.endswith(f"(unavailable: {UNAVAILABLE.reason})")
+
+
+def test_while_the_model_loads_actions_are_offered_and_say_they_wait() -> None:
+    ref = (EXAMPLES / "relu.py").read_text()
+    for disabled_support in (True, False):
+        (a,) = _actions(ref, "return torch.relu", LOADING, disabled_support=disabled_support)
+        assert a.disabled is None and a.title.endswith("(once the model has loaded)")
+        assert a.command is not None and a.command.command == "cudice.generateKernel"
 
 
 def test_infill_targets_the_empty_body_else_the_whole_string() -> None:
