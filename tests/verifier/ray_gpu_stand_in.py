@@ -2,8 +2,9 @@
 
 Started by the sandbox in place of the real worker (which needs a CUDA GPU). It records which
 GPU it was given (`CUDA_VISIBLE_DEVICES`) and whether another run was active at the same time
-(marker files `active-*`, held for a short window), then writes `{"ran": true}`. It speaks the sandbox's protocol: the job on stdin and the result
-on `--result-fd FD` (or, with two plain arguments, job and result files).
+(marker files `active-*`, held for a short window), then writes `{"ran": true}`. It speaks the
+sandbox's protocol: the job on stdin and the result on `--result-fd FD` (or, with two plain
+arguments, job and result files).
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@ Static-check verdicts take milliseconds, too short to kill a worker "mid-run" or
 that two workers are busy at once. `Gate` makes each task announce itself with a file
 `started-<pid>-<job>` in a folder and wait until `quorum` tasks have started (or, with
 `hold`, until the test creates the file `go`), then it verifies for real — so the verdicts
-the tests compare are the verifier's own. A set cancel token ends the wait and leaves a file `cancelled-<job>`.
+the tests compare are the verifier's own. A set cancel token ends the wait and leaves a file
+`cancelled-<job>`.
 
 Ray workers import this module by name (the tests put this folder on PYTHONPATH).
 """

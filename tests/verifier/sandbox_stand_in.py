@@ -1,10 +1,12 @@
-"""Child module for the CPU hostile-code tests: `python -m sandbox_stand_in --result-fd FD`, job on stdin.
+"""Child module for the CPU hostile-code tests: `python -m sandbox_stand_in --result-fd FD`, job on
+stdin.
 
 The real worker (`cudice.verifier.worker`) stops before running candidate code when there is
 no GPU, so the sandbox tests run this stand-in instead: it loads the candidate through the real
 worker's `_exec_module` (the same exec, the same error handling) and writes a result the way
-`worker.main` does (to the result pipe). `torch` is replaced by a stub module, because the attacks under test run at
-import, before `load_inline`, and importing the real torch per case would cost seconds on CI.
+`worker.main` does (to the result pipe). `torch` is replaced by a stub module, because the
+attacks under test run at import, before `load_inline`, and importing the real torch per case
+would cost seconds on CI.
 """
 
 from __future__ import annotations

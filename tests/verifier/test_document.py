@@ -91,7 +91,8 @@ def test_lists_of_strings_and_dynamic_sources() -> None:
         "from torch.utils.cpp_extension import load_inline\n"
         "a = '__global__ void k() {}'\n"
         "b = f'// {a}'\n"
-        "m = load_inline('m', cpp_sources=['int f();', 'int g();'], cuda_sources=[a, b, 'x' + a, a.upper()],\n"
+        "m = load_inline('m', cpp_sources=['int f();', 'int g();'], "
+        "cuda_sources=[a, b, 'x' + a, a.upper()],\n"
         "                functions=['f'])\n"
         "class Model: pass\nclass ModelNew: pass\ndef get_inputs(): return []\n"
     )

@@ -185,7 +185,8 @@ def test_default_build_equals_full_build(example: str, session_config: VerifyCon
         )
 
 
-FALLBACK = '''
+FALLBACK = (
+    '''
 import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
@@ -204,7 +205,8 @@ torch::Tensor twice(torch::Tensor x) {
     const at::cuda::OptionalCUDAGuard guard(device_of(x));
     auto y = torch::empty_like(x);
     int n = x.numel();
-    twice_kernel<<<(n + 255) / 256, 256, 0, at::cuda::getCurrentCUDAStream()>>>(x.data_ptr<float>(), y.data_ptr<float>(), n);
+    twice_kernel<<<(n + 255) / 256, 256, 0, at::cuda::getCurrentCUDAStream()>>>('''
+    '''x.data_ptr<float>(), y.data_ptr<float>(), n);
     TORCH_CHECK(at::get_num_threads() > 0, "no intra-op threads");
     return y;
 }
@@ -217,6 +219,7 @@ class ModelNew(nn.Module):
     def forward(self, x):
         return ext.twice(x)
 '''
+)
 
 
 GPU_FALLBACK = FALLBACK.replace(

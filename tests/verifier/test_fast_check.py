@@ -85,7 +85,8 @@ def test_every_fast_error_is_a_full_build_error(
         missed_total += len(full - fast)
         full_total += len(full)
         print(
-            f"{path.name}: full-build error lines {sorted(full)}, fast {sorted(fast)}, missed {sorted(full - fast)}"
+            f"{path.name}: full-build error lines {sorted(full)}, fast {sorted(fast)}, "
+            f"missed {sorted(full - fast)}"
         )
     print(f"fast path missed {missed_total} of {full_total} full-build error lines")
 

@@ -76,12 +76,16 @@ def test_a_changed_memory_limit_replaces_the_spare(runner: PersistentRunner) -> 
 
 
 def test_the_real_judge_from_a_warm_spare(tmp_path: Path) -> None:
-    """The real judge and runner processes (device `cpu`, a PyTorch stand-in): the second job runs in the
-    spare that warmed up after the first, and a candidate's dispatcher override does not reach it."""
+    """The real judge and runner processes (device `cpu`, a PyTorch stand-in): the second job runs in
+    the spare that warmed up after the first, and a candidate's dispatcher override does not reach
+    it."""
     pytest.importorskip("torch")
     ref = (Path(__file__).parent / "corpus" / "references" / "relu.py").read_text()
     cheat = (Path(__file__).parent / "corpus" / "adv_rt_library_override_kept.py").read_text()
-    honest = "import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return torch.relu(x)\n"
+    honest = (
+        "import torch\nclass ModelNew(torch.nn.Module):\n"
+        "    def forward(self, x):\n        return torch.relu(x)\n"
+    )
     config = {"cache_dir": str(tmp_path), "arch_list": ["9.0"], "num_trials": 2}
 
     def job(source: str) -> dict[str, object]:

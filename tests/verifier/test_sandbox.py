@@ -11,16 +11,19 @@ from pathlib import Path
 import pytest
 from cudice.verifier.sandbox import run_in_child
 
-FAKE_WORKER = """
+FAKE_WORKER = (
+    """
 import json, os, sys, time
 job = json.loads(sys.stdin.read())
 fd = int(sys.argv[sys.argv.index("--result-fd") + 1])
 mode = job["mode"]
 if mode == "ok":
-    out = {"verdict": "correct", "stage": "timing", "cwd": os.getcwd(), "secret": os.environ.get("CUDICE_TEST_SECRET"),
+    out = {"verdict": "correct", "stage": "timing", "cwd": os.getcwd(), "secret": """
+    """os.environ.get("CUDICE_TEST_SECRET"),
            "home": os.environ.get("HOME"), "argv": sys.argv, "files": sorted(os.listdir("."))}
     os.write(fd, json.dumps(out).encode())
-elif mode == "grandchild":  # a forked child writes a forged record after the real one: the parent reads the first close
+elif mode == "grandchild":  # a forked child writes a forged record after the real one: """
+    """the parent reads the first close
     os.write(fd, json.dumps({"verdict": "incorrect", "stage": "correctness"}).encode())
     os.close(fd)
     if os.fork() == 0:
@@ -40,6 +43,7 @@ elif mode == "noisy":
 elif mode == "memory":
     block = bytearray(2 * 1024 ** 3)  # 2 GiB > the 1 GiB limit
 """
+)
 
 
 @pytest.fixture

@@ -136,7 +136,8 @@ def test_finding_is_located_on_the_offending_line(case_name: str, code: str, nee
 
 # -- policy details: no false alarms on glue, and the strictness levels ---------------------------
 
-_GLUE_HEADER = '''
+_GLUE_HEADER = (
+    '''
 import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
@@ -144,7 +145,8 @@ from torch.utils.cpp_extension import load_inline
 src = r"""
 __global__ void k(const float* x, float* y, const float* w, int n) { }
 void run(torch::Tensor x, torch::Tensor y, torch::Tensor w) {
-    k<<<(x.numel() + 255) / 256, 256>>>(x.data_ptr<float>(), y.data_ptr<float>(), w.data_ptr<float>(), x.numel());
+    k<<<(x.numel() + 255) / 256, 256>>>(x.data_ptr<float>(), y.data_ptr<float>(), '''
+    '''w.data_ptr<float>(), x.numel());
 }
 """
 ext = load_inline(name="g", cpp_sources="void run(torch::Tensor x, torch::Tensor y, torch::Tensor w);",
@@ -159,6 +161,7 @@ class Model(nn.Module):
 def get_inputs():
     return [torch.randn(4, 4)]
 '''
+)
 
 
 def _glue(forward_body: str, init_body: str = "pass", policy: str = "default") -> list[Diagnostic]:
@@ -234,15 +237,18 @@ def test_glue_is_never_flagged(body: str, policy: str) -> None:
         ("        y = torch.empty_like(x)\n        ext.run(x @ x, y, x)\n        return y", "@"),
         ("        y = torch.empty_like(x)\n        ext.run(x, y, x)\n        return -y", "-y"),
         (
-            "        y = torch.empty_like(x)\n        ext.run(x, y, x)\n        return torch.where(y > 0, y, x)",
+            "        y = torch.empty_like(x)\n        ext.run(x, y, x)\n"
+            "        return torch.where(y > 0, y, x)",
             "where",
         ),
         (
-            "        f = torch.relu\n        y = torch.empty_like(x)\n        ext.run(x, y, x)\n        return f(y)",
+            "        f = torch.relu\n        y = torch.empty_like(x)\n"
+            "        ext.run(x, y, x)\n        return f(y)",
             "f = torch.relu",
         ),
         (
-            "        import operator\n        y = torch.empty_like(x)\n        ext.run(x, y, x)\n        return operator.mul(y, 2)",
+            "        import operator\n        y = torch.empty_like(x)\n"
+            "        ext.run(x, y, x)\n        return operator.mul(y, 2)",
             "operator.mul",
         ),
     ],
@@ -409,11 +415,13 @@ def test_every_anticheat_code_is_documented() -> None:
     ("body", "what"),
     [
         (
-            "        y = torch.empty_like(x)\n        ext.run(x, y, x)\n        return torch.from_numpy(y.cpu().numpy())",
+            "        y = torch.empty_like(x)\n        ext.run(x, y, x)\n"
+            "        return torch.from_numpy(y.cpu().numpy())",
             ".cpu()",
         ),
         (
-            "        h = x.to('cpu')\n        y = torch.empty_like(x)\n        ext.run(x, y, x)\n        return y",
+            "        h = x.to('cpu')\n        y = torch.empty_like(x)\n"
+            "        ext.run(x, y, x)\n        return y",
             ".to('cpu')",
         ),
         (
@@ -425,11 +433,13 @@ def test_every_anticheat_code_is_documented() -> None:
             "device='cpu'",
         ),
         (
-            "        y = torch.empty_like(x)\n        ext.run(x, y, x)\n        return torch.tensor(y.tolist())",
+            "        y = torch.empty_like(x)\n        ext.run(x, y, x)\n"
+            "        return torch.tensor(y.tolist())",
             ".tolist()",
         ),
         (
-            "        import numpy as np\n        y = torch.empty_like(x)\n        ext.run(x, y, x)\n        return np.exp(y)",
+            "        import numpy as np\n        y = torch.empty_like(x)\n"
+            "        ext.run(x, y, x)\n        return np.exp(y)",
             "np.exp",
         ),
     ],
@@ -443,9 +453,10 @@ def test_host_round_trips_are_errors_and_lenient_warns(body: str, what: str) -> 
 @pytest.mark.parametrize(
     "body",
     [
-        "        y = torch.empty_like(x)\n        ext.run(x.to(x.device), y.to('cuda'), x.to(torch.float32))\n        return y",
-        "        n = math.sqrt(x.size(-1))\n        y = torch.empty(x.shape, device='cuda:0')\n        ext.run(x, y, x)\n"
-        "        return y",
+        "        y = torch.empty_like(x)\n"
+        "        ext.run(x.to(x.device), y.to('cuda'), x.to(torch.float32))\n        return y",
+        "        n = math.sqrt(x.size(-1))\n        y = torch.empty(x.shape, device='cuda:0')\n"
+        "        ext.run(x, y, x)\n        return y",
     ],
 )
 def test_device_moves_to_the_gpu_are_glue(body: str) -> None:
@@ -453,7 +464,10 @@ def test_device_moves_to_the_gpu_are_glue(body: str) -> None:
 
 
 def test_module_level_aliases_reach_forward() -> None:
-    aliases = "import functools\n_aten = torch.ops.aten\nT = torch\nF = T.nn.functional\nmm = functools.partial(torch.mm)\n"
+    aliases = (
+        "import functools\n_aten = torch.ops.aten\nT = torch\nF = T.nn.functional\n"
+        "mm = functools.partial(torch.mm)\n"
+    )
     for call in ("_aten._softmax(y, 1, False)", "F.softmin(y, 1)", "mm(y, y)"):
         text = (
             _GLUE_HEADER
@@ -505,7 +519,8 @@ class ModelNew(nn.Module):
 
 
 def _cpp(body: str, policy: str = "default") -> list[Diagnostic]:
-    text = f'''
+    text = (
+        f'''
 import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
@@ -519,13 +534,15 @@ torch::Tensor run(torch::Tensor x) {{
     return helper(x);
 }}
 """
-ext = load_inline(name="g", cpp_sources="torch::Tensor run(torch::Tensor x);", cuda_sources=src, functions=["run"])
+ext = load_inline(name="g", cpp_sources="torch::Tensor run(torch::Tensor x);", '''
+        """cuda_sources=src, functions=["run"])
 
 
 class ModelNew(nn.Module):
     def forward(self, x):
         return ext.run(x)
-'''
+"""
+    )
     return check_source(text, "c.py", VerifyConfig(static_policy=policy))
 
 
@@ -547,7 +564,8 @@ class ModelNew(nn.Module):
             "static.cpp_pointer_cache",
         ),
         (
-            'int open(const char* p) { return 0; }\ntorch::Tensor helper(torch::Tensor x) { ::open("/tmp/x", 0); return x; }',
+            "int open(const char* p) { return 0; }\n"
+            'torch::Tensor helper(torch::Tensor x) { ::open("/tmp/x", 0); return x; }',
             "static.cpp_file_or_process",
         ),
         (
@@ -567,13 +585,16 @@ def test_cpp_cheats_are_found(body: str, code: str) -> None:
 @pytest.mark.parametrize(
     "body",
     [
-        "torch::Tensor helper(torch::Tensor x) { int n = max(1, (int)x.numel()); float s = sqrt(2.0f) + exp(0.5f);\n"
+        "torch::Tensor helper(torch::Tensor x) { int n = max(1, (int)x.numel()); "
+        "float s = sqrt(2.0f) + exp(0.5f);\n"
         "  (void)n; (void)s; return x; }",
-        "#include <algorithm>\n#include <vector>\ntorch::Tensor helper(torch::Tensor x) { std::vector<int> v{3, 1};\n"
+        "#include <algorithm>\n#include <vector>\n"
+        "torch::Tensor helper(torch::Tensor x) { std::vector<int> v{3, 1};\n"
         "  v.erase(std::remove(v.begin(), v.end(), 1), v.end()); std::sort(v.begin(), v.end()); return x; }",
         "__host__ __device__ float relu(float v) { return v > 0.f ? v : 0.f; }\n"
         "torch::Tensor helper(torch::Tensor x) { float r = relu(1.0f); (void)r; return x; }",
-        "struct Cfg { std::vector<int64_t> dims; };\nstatic at::Tensor helper(const at::Tensor& x) { Cfg c{x.sizes().vec()};\n"
+        "struct Cfg { std::vector<int64_t> dims; };\n"
+        "static at::Tensor helper(const at::Tensor& x) { Cfg c{x.sizes().vec()};\n"
         "  (void)c; return x; }",
         "std::vector<torch::Tensor> pair(torch::Tensor x);\ntorch::Tensor helper(torch::Tensor x) {\n"
         '  if (x.numel() < 0) { fprintf(stderr, "bad\\n"); exit(1); } return x; }',
@@ -752,7 +773,8 @@ def test_sources_received_at_run_time_get_the_cpp_checks_on_the_call() -> None:
     assert all(d.location == where for d in diags)
 
 
-DISPATCH_HALF = '''
+DISPATCH_HALF = (
+    '''
 import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
@@ -767,7 +789,8 @@ __global__ void twice_kernel(const scalar_t* x, scalar_t* y, int64_t n) {
 torch::Tensor twice(torch::Tensor x) {
     auto y = torch::empty_like(x);
     AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "twice", [&] {
-        twice_kernel<scalar_t><<<(x.numel() + 255) / 256, 256>>>(x.data_ptr<scalar_t>(), y.data_ptr<scalar_t>(), x.numel());
+        twice_kernel<scalar_t><<<(x.numel() + 255) / 256, 256>>>('''
+    '''x.data_ptr<scalar_t>(), y.data_ptr<scalar_t>(), x.numel());
     });
     return y;
 }
@@ -789,6 +812,7 @@ class ModelNew(nn.Module):
 def get_inputs():
     return [torch.randn(64, 64)]
 '''
+)
 
 
 def test_half_types_added_to_a_dispatch_are_no_precision_downgrade() -> None:
