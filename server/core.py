@@ -244,7 +244,7 @@ class CudiceServer(LanguageServer):
 
         s = self.settings
         path, _ = resolve_model_path(s.model_path)  # no cudice.model.path: the bundled demo model
-        return LoadRequest(path, s.model_device, s.model_dtype) if path else None
+        return LoadRequest(path, s.model_device, s.model_dtype, s.model_fast) if path else None
 
     def settings_dict(self) -> dict[str, Any]:
         return asdict(self.settings)

@@ -30,6 +30,7 @@ from cudice.verifier.static_policy import Strictness
 
 DEVICES = ("auto", "cuda", "cpu")
 DTYPES = ("auto", "bfloat16", "float16", "float32")
+FAST_MODES = ("auto", "on", "off")
 STRICTNESS = tuple(s.value for s in Strictness)  # the verifier's static policies (docs/anticheat.md)
 # LOG_LEVELS live in __main__.py: a bare `cudice-lsp --log-level` checks them before this module loads
 
@@ -102,6 +103,14 @@ SCHEMA: tuple[Setting, ...] = (
         "auto",
         "Model dtype: auto is bfloat16 on CUDA, float32 on CPU.",
         choices=DTYPES,
+    ),
+    Setting(
+        "cudice.model.fast",
+        "string",
+        "auto",
+        "Decoding fast path (static KV cache, compiled layers, CUDA graphs; the same tokens as the "
+        "eager path): auto uses it where the model sits on a GPU, off forces the eager path.",
+        choices=FAST_MODES,
     ),
     Setting(
         "cudice.sampler.blockLength",
@@ -255,6 +264,7 @@ class Settings:
     model_path: str = _default("model_path")
     model_device: str = _default("model_device")
     model_dtype: str = _default("model_dtype")
+    model_fast: str = _default("model_fast")
     sampler_block_length: int = _default("sampler_block_length")
     sampler_denoising_steps: int = _default("sampler_denoising_steps")
     sampler_strategy: str = _default("sampler_strategy")

@@ -42,6 +42,7 @@ class LoadRequest:
     path: str
     device: str
     dtype: str
+    fast: str = "auto"  # cudice.model.fast: auto | on | off
 
 
 class ModelWorker:
@@ -159,7 +160,13 @@ class ModelWorker:
                 assert self._proc is not None
                 self._load_waiter = asyncio.get_running_loop().create_future()
                 await self._proc.send(
-                    {"op": "load", "path": request.path, "device": request.device, "dtype": request.dtype}
+                    {
+                        "op": "load",
+                        "path": request.path,
+                        "device": request.device,
+                        "dtype": request.dtype,
+                        "fast": request.fast,
+                    }
                 )
                 event = await self._load_waiter
             if event.get("event") == "loaded":

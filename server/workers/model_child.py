@@ -40,6 +40,7 @@ from cudice.server.settings import Settings
 from cudice.server.workers import child
 from cudice.server.workers.protocol import EventStream, requests
 
+FAST_FLAGS: dict[str, bool | None] = {"auto": None, "on": True, "off": False}  # cudice.model.fast
 STOP_GRACE_S = 5.0  # after stdin closes: how long the running job may take to stop before the exit
 
 
@@ -74,7 +75,10 @@ class ModelChild:
             if "torch" in sys.modules:
                 apply_torch_threads()  # the thread defaults main() put in the environment
             self.engine = self.module.load_engine(
-                msg["path"], msg.get("device", "auto"), msg.get("dtype", "auto")
+                msg["path"],
+                msg.get("device", "auto"),
+                msg.get("dtype", "auto"),
+                fast=FAST_FLAGS.get(str(msg.get("fast", "auto"))),  # None: on where the model is on a GPU
             )
         except Exception as exc:
             traceback.print_exc(file=sys.stderr)

@@ -111,3 +111,23 @@ def test_model_worker_loads_runs_restarts_and_gives_up(tmp_path: Path) -> None:
 
     asyncio.run(asyncio.wait_for(main(), 60))
     assert states[:3] == ["missing", "loading", "ready"]  # load(None) first: "no model configured"
+
+
+def test_the_fast_setting_reaches_load_engine(monkeypatch, tmp_path: Path) -> None:
+    import sys
+
+    from cudice.server.settings import parse_settings
+    from cudice.server.workers.model_child import ModelChild
+
+    monkeypatch.syspath_prepend(str(FAKES))
+    monkeypatch.setenv("CUDICE_ENGINE_MODULE", "lsp_fakes.fake_engine")
+    monkeypatch.setenv("CUDICE_FAKE_LOAD_S", "0")
+    events: list[tuple[str, dict]] = []
+    child = ModelChild(type("Stream", (), {"emit": lambda self, e, **kw: events.append((e, kw))})())
+    for mode, flag in (("auto", None), ("on", True), ("off", False)):
+        settings, warnings = parse_settings({"cudice": {"model": {"fast": mode}}})
+        assert not warnings and settings.model_fast == mode
+        child.load({"op": "load", "path": str(tmp_path), "fast": settings.model_fast})
+        assert sys.modules["lsp_fakes.fake_engine"].LOADS[-1]["fast"] is flag
+        assert events[-1][0] == "loaded"
+    assert parse_settings({"cudice": {"model": {"fast": "always"}}})[0].model_fast == "auto"

@@ -66,7 +66,11 @@ class FakeEngine:
         return Generation(prefix + FAKE_MIDDLE + suffix, FAKE_MIDDLE, n, (n + 1) // 2, 2.0, s, stopped)
 
 
-def load_engine(path: str, device: str = "auto", dtype: str = "auto") -> FakeEngine:
+LOADS: list[dict[str, Any]] = []  # what load_engine was asked for, for in-process tests
+
+
+def load_engine(path: str, device: str = "auto", dtype: str = "auto", fast: bool | None = None) -> FakeEngine:
+    LOADS.append({"path": path, "device": device, "dtype": dtype, "fast": fast})
     if "broken" in path:
         raise ValueError(f"{path} is not a checkpoint (fake engine)")
     time.sleep(float(os.environ.get("CUDICE_FAKE_LOAD_S", "0.05")))
