@@ -14,6 +14,9 @@ const { activate } = require('../../out/extension');
 const pkg = require('../../package.json');
 
 const python = process.env.CUDICE_TEST_PYTHON || 'python3';
+// The servers started here (they inherit this environment) load no bundled demo model, so the
+// status settles at "no model" whatever the order of start-up notifications.
+process.env.CUDICE_NO_BUNDLED_MODEL = '1';
 const hasCudice = spawnSync(python, ['-c', 'import cudice.server, pygls']).status === 0;
 
 async function waitFor(what, predicate, ms) {
