@@ -17,6 +17,10 @@ The boundary is util-linux `unshare` (no bubblewrap: the GPU box has none) plus
   `RLIMIT_NPROC`, `no_new_privs`; as another user: a user namespace (the same uid outside, so
   the user's other files stay writable: reported as `sandbox.same_user`).
 
+Paths the runner needs below a private directory (a checkout or venv under /tmp) are bound back
+read-only; as root, such a path must be traversable by other users itself (a 0700 folder holding
+the interpreter below /tmp stays closed to the runner's uid: the run fails visibly).
+
 Not covered: GPU memory of other processes (driver-level isolation only), CPU and memory
 cgroups (RLIMIT_DATA from the caller bounds host memory), side channels, kernel exploits.
 """
@@ -95,11 +99,10 @@ def default_spec(cache_dir: Path, *, uid: int, report_fd: int) -> BoundarySpec:
     homes = {h for h in homes if not any(h == t or h.startswith(t + "/") for t in tmp_dirs)}  # type: ignore[union-attr]
     private = set(tmp_dirs) | homes  # type: ignore[arg-type]
 
-    def shared(
-        p: str,
-    ) -> bool:  # a private dir is never shared whole; below a temporary one only the cache is
-        inside = any(p == d or p.startswith(d.rstrip("/") + "/") for d in tmp_dirs)  # type: ignore[union-attr]
-        return Path(p).exists() and (not inside or p == str(cache_dir) or p in imports) and p not in private
+    def shared(p: str) -> bool:
+        # A private dir (/tmp, a home) is never shared whole; the paths the runner needs below one
+        # are (read-only where listed in `ro`): a checkout or a venv under /tmp must stay importable.
+        return Path(p).exists() and p not in private and p != "/"
 
     reads = {p for p in reads if shared(p)}
     return BoundarySpec(

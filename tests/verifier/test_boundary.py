@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import sysconfig
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -137,3 +138,36 @@ def test_a_missing_unshare_is_reported_not_hidden(monkeypatch: pytest.MonkeyPatc
         assert [m.code for m in missing] == ["sandbox.unavailable"] and "unshare" in missing[0].message
     finally:
         boundary.probe.cache_clear()
+
+
+VENV_PROBE = r"""
+import subprocess, sys, tempfile
+from pathlib import Path
+from cudice.verifier import boundary
+spec = boundary.default_spec(Path(tempfile.mkdtemp()), uid=boundary.UID_BASE + 98, report_fd=-1)
+argv, _ = boundary.wrap([sys.executable, "-c", "import cudice.verifier, sys; print(sys.prefix)"], spec)
+env = {"PATH": sys.argv[1], "HOME": "/tmp"}
+run = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env)
+print(run.stdout.strip() or run.stderr.strip()[-400:])
+"""
+
+
+def test_an_interpreter_in_a_venv_under_tmp_still_runs_inside(tmp_path: Path) -> None:
+    """The runner's /tmp is a private tmpfs; a venv (or checkout) below the real /tmp, as a CI job's
+    clone often is, must still be visible to it, read-only, or no runner could start."""
+    venv = Path(tempfile.mkdtemp(prefix="cudice-test-venv-"))  # below /tmp, not below tmp_path's root
+    os.chmod(venv, 0o755)  # as `python -m venv` or `git clone` leave their folders (mkdtemp's is 0700)
+    try:
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+        (site_dir,) = venv.glob("lib/python*/site-packages")
+        outer = sysconfig.get_paths()["purelib"]  # this interpreter's packages (cudice, torch, ...)
+        (site_dir / "outer.pth").write_text(f"import site; site.addsitedir({outer!r})\n")
+        out = subprocess.run(
+            [str(venv / "bin" / "python"), "-c", VENV_PROBE, os.environ["PATH"]],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert out.stdout.strip() == str(venv), out.stdout + out.stderr
+    finally:
+        subprocess.run(["rm", "-rf", str(venv)], check=False)
