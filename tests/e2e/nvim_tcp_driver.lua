@@ -17,7 +17,12 @@ local ok, err = pcall(function()
   if not out.attached then
     error('no initialized cudice client over TCP after 20 s')
   end
-  vim.wait(60000, function() return cudice.statusline() ~= 'cudice: starting' end, 50)
+  -- the model state settles once the server has read the settings: loading, then (no model here)
+  -- missing; wait past both transient states
+  vim.wait(60000, function()
+    local s = cudice.statusline()
+    return s ~= 'cudice: starting' and not s:find('loading model', 1, true)
+  end, 50)
   out.statusline = cudice.statusline()
   local resp = client:request_sync('textDocument/codeAction', {
     textDocument = { uri = vim.uri_from_bufnr(buf) },
