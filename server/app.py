@@ -227,9 +227,7 @@ def create_server(
         start, end = _offsets(index, params.range)
         caps = ls.client_capabilities.text_document
         disabled_support = bool(caps and caps.code_action and caps.code_action.disabled_support)
-        model = ModelAvailability(
-            ls.model.state == "ready", ls.model.message, is_loading=ls.model.state == "loading"
-        )
+        model = ModelAvailability(ls.model.state, ls.model.message)
         return (
             code_actions(
                 uri=params.text_document.uri,

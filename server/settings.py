@@ -30,7 +30,8 @@ from cudice.verifier.static_policy import Strictness
 
 DEVICES = ("auto", "cuda", "cpu")
 DTYPES = ("auto", "bfloat16", "float16", "float32")
-FAST_MODES = ("auto", "on", "off")
+# cudice.model.fast -> load_engine(fast=...): None is the fast path where the model sits on a GPU
+FAST_MODES: dict[str, bool | None] = {"auto": None, "on": True, "off": False}
 STRICTNESS = tuple(s.value for s in Strictness)  # the verifier's static policies (docs/anticheat.md)
 # LOG_LEVELS live in __main__.py: a bare `cudice-lsp --log-level` checks them before this module loads
 
@@ -110,7 +111,7 @@ SCHEMA: tuple[Setting, ...] = (
         "auto",
         "Decoding fast path (static KV cache, compiled layers, CUDA graphs; the same tokens as the "
         "eager path): auto uses it where the model sits on a GPU, off forces the eager path.",
-        choices=FAST_MODES,
+        choices=tuple(FAST_MODES),
     ),
     Setting(
         "cudice.sampler.blockLength",

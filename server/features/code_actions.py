@@ -33,11 +33,19 @@ INFILL_MARKER = "cudice: infill"
 
 @dataclass(frozen=True, slots=True)
 class ModelAvailability:
-    """Whether generation can run now and, if not, why (shown to the user)."""
+    """The model worker's state ("ready", "loading", "missing", "error") and its message, the
+    reason shown to the user when generation cannot run."""
 
-    is_ready: bool
+    state: str
     reason: str = ""
-    is_loading: bool = False  # offered anyway: running it waits for the load
+
+    @property
+    def is_ready(self) -> bool:
+        return self.state == "ready"
+
+    @property
+    def is_loading(self) -> bool:  # offered anyway: running it waits for the load
+        return self.state == "loading"
 
 
 def infill_target(doc: Document, offset: int) -> Span | None:

@@ -36,11 +36,10 @@ import traceback
 from typing import Any
 
 from cudice.model.threads import apply_torch_threads, cpu_thread_env
-from cudice.server.settings import Settings
+from cudice.server.settings import FAST_MODES, Settings
 from cudice.server.workers import child
 from cudice.server.workers.protocol import EventStream, requests
 
-FAST_FLAGS: dict[str, bool | None] = {"auto": None, "on": True, "off": False}  # cudice.model.fast
 STOP_GRACE_S = 5.0  # after stdin closes: how long the running job may take to stop before the exit
 
 
@@ -78,7 +77,7 @@ class ModelChild:
                 msg["path"],
                 msg.get("device", "auto"),
                 msg.get("dtype", "auto"),
-                fast=FAST_FLAGS.get(str(msg.get("fast", "auto"))),  # None: on where the model is on a GPU
+                fast=FAST_MODES.get(str(msg.get("fast", "auto"))),
             )
         except Exception as exc:
             traceback.print_exc(file=sys.stderr)

@@ -22,9 +22,9 @@ from cudice.verifier.result import (
 )
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-READY = ModelAvailability(True)
-UNAVAILABLE = ModelAvailability(False, "no model configured: set cudice.model.path")
-LOADING = ModelAvailability(False, "loading /models/dice", is_loading=True)
+READY = ModelAvailability("ready")
+UNAVAILABLE = ModelAvailability("missing", "no model configured: set cudice.model.path")
+LOADING = ModelAvailability("loading", "loading /models/dice")
 
 
 def _doc(source: str) -> Document:
