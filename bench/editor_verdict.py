@@ -35,8 +35,8 @@ from lsprotocol import types as lsp
 from pygls.lsp.client import LanguageClient
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import kb_candidates  # noqa: E402
-from verify_speed import PlainLoadInline  # noqa: E402
+import kb_candidates
+from verify_speed import PlainLoadInline
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -104,7 +104,7 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     client.initialized(lsp.InitializedParams())
     rows: list[dict[str, Any]] = []
     try:
-        for i, (cand, path) in enumerate(zip(cands, paths)):
+        for i, (cand, path) in enumerate(zip(cands, paths, strict=True)):
             uri = path.as_uri()
             client.text_document_did_open(
                 lsp.DidOpenTextDocumentParams(

@@ -7,7 +7,8 @@
 # Usage on the GPU box:  bash bench/run_gpu.sh [--quick]
 # Knobs (environment): GPU_TEST_PATHS (default: tests/verifier tests/model — the server tests
 # need pygls, which the GPU image lacks), GPU_PYTEST_ARGS (extra pytest arguments, e.g. -n 4),
-# GPU_BENCHES (list file, default bench/gpu_benches.txt), STEP_TIMEOUT (seconds per step).
+# GPU_BENCHES (list file, default bench/gpu_benches.txt), STEP_TIMEOUT (seconds per step),
+# GPU_SKIP_TESTS=1 (benchmarks only).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-bench/out}"; mkdir -p "$out"
@@ -39,7 +40,7 @@ run_step() {  # name, command...
 }
 
 # shellcheck disable=SC2086  # word splitting of the knobs is intended
-run_step gpu_tests python3 -m pytest -m gpu -q -p no:cacheprovider --timeout=900 ${GPU_PYTEST_ARGS:-} \
+[ -n "${GPU_SKIP_TESTS:-}" ] || run_step gpu_tests python3 -m pytest -m gpu -q -p no:cacheprovider --timeout=900 ${GPU_PYTEST_ARGS:-} \
   ${GPU_TEST_PATHS:-tests/verifier tests/model}
 benches="${GPU_BENCHES:-bench/gpu_benches.txt}"
 if [ -f "$benches" ]; then

@@ -406,10 +406,15 @@ def summarize(rows: list[dict[str, object]], compile_only: bool) -> dict[str, ob
     return out
 
 
-def bench_candidates_pool(config: VerifyConfig, n: int, skip_load_inline: bool) -> None:
-    """(GPU) the same candidates through VerifyPool vs as many plain load_inline builds at once."""
+def bench_candidates_pool(
+    config: VerifyConfig, n: int, skip_load_inline: bool, offset: int = 0, baseline_limit: int = 0
+) -> None:
+    """(GPU) `n` candidates (from index `offset`: none the per-candidate phase built) through
+    VerifyPool, then plain load_inline builds of the first `baseline_limit` of them (all when 0),
+    as many at once as the pool had compile workers; each side's rate is its own count over its
+    own wall time."""
     folder = Path(tempfile.mkdtemp(prefix="cudice-bench-kbpool-"))
-    cands = kb_candidates.generate(n)
+    cands = kb_candidates.generate(offset + n)[offset:]
     paths = []
     for c in cands:
         paths.append(folder / f"{c.name}.py")
@@ -439,17 +444,19 @@ def bench_candidates_pool(config: VerifyConfig, n: int, skip_load_inline: bool) 
         if failures:
             fields["failures"] = failures[:5]
         if not skip_load_inline:
+            base = paths[: baseline_limit or n]
             t0 = time.perf_counter()
             done = []
-            for i in range(0, n, workers):  # as many builds at once as cudice had compile workers
-                batch = [PlainLoadInline(p) for p in paths[i : i + workers]]
+            for i in range(0, len(base), workers):  # as many builds at once as cudice had compile workers
+                batch = [PlainLoadInline(p) for p in base[i : i + workers]]
                 done += [b.wait()[1] for b in batch]
             li_wall = time.perf_counter() - t0
             fields.update(
+                load_inline_candidates=len(base),
                 load_inline_wall_s=li_wall,
-                load_inline_per_min=n / li_wall * 60,
+                load_inline_per_min=len(base) / li_wall * 60,
                 load_inline_ok=sum(done),
-                ratio_per_min=(n / wall) / (n / li_wall),
+                ratio_per_min=(n / wall) / (len(base) / li_wall),
             )
         result("candidates_pool", **fields)
     finally:
@@ -471,6 +478,12 @@ def main() -> int:
     ap.add_argument("--pool", action="store_true", help="phase 5 (GPU): also the pool throughput step")
     ap.add_argument("--pool-limit", type=int, default=32, help="phase 5: candidates of the pool step")
     ap.add_argument("--pool-only", action="store_true", help="phase 5: only the pool step")
+    ap.add_argument(
+        "--pool-baseline-limit",
+        type=int,
+        default=0,
+        help="phase 5: plain load_inline builds of only the first N pool candidates (0: all)",
+    )
     ap.add_argument("--skip-nvcc", action="store_true", help="phase 5: no plain nvcc baseline")
     ap.add_argument("--pch", action="store_true", help="build main.cpp with the slim headers' gcc PCH")
     ap.add_argument(
@@ -515,7 +528,13 @@ def main() -> int:
             steps.append(
                 (
                     "candidates_pool",
-                    lambda: bench_candidates_pool(config, args.pool_limit, args.skip_load_inline),
+                    lambda: bench_candidates_pool(
+                        config,
+                        args.pool_limit,
+                        args.skip_load_inline,
+                        offset=0 if args.pool_only else args.limit,
+                        baseline_limit=args.pool_baseline_limit,
+                    ),
                 )
             )
         elif args.pool or args.pool_only:
