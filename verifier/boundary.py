@@ -170,3 +170,35 @@ def wrap(argv: list[str], spec: BoundarySpec) -> tuple[list[str], list[Missing]]
     )
     init = [sys.executable, "-m", "cudice.verifier.boundary_init", spec.to_json(), "--"]
     return [exe, *_unshare_flags(os.geteuid() == 0), *init, *argv], notes
+
+
+def readable_by_runners(cache_dir: Path, library: Path) -> None:
+    """Let a runner's unprivileged uid open `library`: search permission (o+x) on every directory from
+    `cache_dir` down to it, read permission (o+r) on the file.
+
+    The boundary binds the cache read-only at its own path, with its own modes; as root the runner
+    runs as a uid that owns nothing, so a cache made by `tempfile.mkdtemp` (0700), or under a umask
+    of 077, would make every `load_inline` fail with EACCES. Nothing is made writable and no
+    directory listable by others. Outside root the runner keeps this uid: nothing to change.
+    Called by the process that built the library (the compile stage in `api.verify`, the judge for
+    a runner's own `load_inline`), which owns it.
+    """
+    import stat
+
+    if os.geteuid() != 0:
+        return
+    try:
+        rel = library.resolve().relative_to(cache_dir.resolve())
+    except (OSError, ValueError):
+        return  # not in the cache: nothing of ours to open up
+    chain = [cache_dir.resolve()]
+    for part in rel.parts:
+        chain.append(chain[-1] / part)
+    for p in chain:
+        want = stat.S_IROTH if p == chain[-1] else stat.S_IXOTH
+        try:
+            mode = p.stat().st_mode
+            if not mode & want:
+                os.chmod(p, stat.S_IMODE(mode) | want)
+        except OSError:
+            return  # the runner's import then fails with the OS's message

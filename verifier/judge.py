@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from cudice.verifier import channel
+from cudice.verifier.boundary import readable_by_runners
 from cudice.verifier.link import RunnerLink, runner_env
 from cudice.verifier.result import Diagnostic, Location, Severity, Stage, Verdict
 from cudice.verifier.worker import (
@@ -602,36 +603,6 @@ class _Judge:
         self.diags.extend(d for d in found if d.severity is not Severity.ERROR)
         if errors:
             raise _Stop(Verdict.INCORRECT, stage, errors)
-
-
-def readable_by_runners(cache_dir: Path, library: Path) -> None:
-    """Let a runner's unprivileged uid open `library`: search permission (o+x) on every directory from
-    `cache_dir` down to it, read permission (o+r) on the file.
-
-    The boundary binds the cache read-only at its own path, with its own modes; as root the runner
-    runs as a uid that owns nothing, so a cache made by `tempfile.mkdtemp` (0700), or under a umask
-    of 077, would make every `load_inline` fail with EACCES. Nothing is made writable and no
-    directory listable by others. Outside root the runner keeps this uid: nothing to change.
-    """
-    import stat
-
-    if os.geteuid() != 0:
-        return
-    try:
-        rel = library.resolve().relative_to(cache_dir.resolve())
-    except (OSError, ValueError):
-        return  # not in the cache: nothing of ours to open up
-    chain = [cache_dir.resolve()]
-    for part in rel.parts:
-        chain.append(chain[-1] / part)
-    for p in chain:
-        want = stat.S_IROTH if p == chain[-1] else stat.S_IXOTH
-        try:
-            mode = p.stat().st_mode
-            if not mode & want:
-                os.chmod(p, stat.S_IMODE(mode) | want)
-        except OSError:
-            return  # the runner's import then fails with the OS's message
 
 
 def _finite(out: Any) -> bool:

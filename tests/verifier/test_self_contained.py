@@ -114,7 +114,7 @@ needs_boundary = pytest.mark.skipif(
 @needs_boundary
 @pytest.mark.skipif(os.geteuid() != 0, reason="as another user the runner keeps this uid")
 def test_a_library_in_a_mkdtemp_cache_is_readable_by_the_runner() -> None:
-    from cudice.verifier.judge import readable_by_runners
+    from cudice.verifier.boundary import readable_by_runners
 
     cache = Path(tempfile.mkdtemp(prefix="cudice-test-cache-"))  # 0700, as the benchmark's
     try:
