@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import signal
 import tempfile
 import threading
 from collections.abc import Callable
@@ -181,6 +182,7 @@ def interruptible(work: Callable[[], T], cancel: threading.Event) -> T:
     cudice stages stop their compilers and children when their cancel token is set, so the
     task waits for that (up to 60 s) before it ends.
     """
+    _take_sigint()
     outcome: Future[T] = Future()
 
     def body() -> None:
@@ -199,6 +201,21 @@ def interruptible(work: Callable[[], T], cancel: threading.Event) -> T:
         helper.join(60)
         raise
     return outcome.result(timeout=0)
+
+
+def _take_sigint() -> None:
+    """Make SIGINT raise KeyboardInterrupt in this (main) thread again if it was ignored.
+
+    Ray delivers a cancel the way Ctrl-C arrives (`_thread.interrupt_main`), which does nothing while
+    SIGINT is ignored, and a process started in the background by a shell without job control
+    (`cmd &` in a script, nohup) inherits SIGINT ignored: its Ray workers then could never be
+    cancelled. Only the main thread can set a handler; elsewhere this changes nothing.
+    """
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) in (
+        signal.SIG_IGN,
+        signal.SIG_DFL,
+    ):
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def cancelled_outcome() -> ChildOutcome:

@@ -7,7 +7,9 @@ GPU path of the Ray backend is tested where Ray is not installed (`gpu` test).
 from __future__ import annotations
 
 import _thread
+import subprocess
 import sys
+import textwrap
 import threading
 from pathlib import Path
 from typing import Any
@@ -150,6 +152,32 @@ def test_a_cancel_in_the_task_thread_stops_the_work_before_the_task_ends() -> No
     with pytest.raises(KeyboardInterrupt):
         interruptible(work, cancel)
     assert cancel.is_set()
+
+
+def test_a_cancel_reaches_a_task_in_a_process_that_ignored_sigint() -> None:
+    """A driver started in the background by a shell (`cudice eval ... &`) ignores SIGINT, and so
+    do the Ray workers it starts; Ray's cancel arrives like Ctrl-C and must still stop the work."""
+    code = textwrap.dedent(
+        """
+        import _thread, signal, threading
+        from cudice.verifier.distributed_tasks import interruptible
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        cancel, started = threading.Event(), threading.Event()
+        def work():
+            started.set()
+            return "stopped" if cancel.wait(60) else "ran out"
+        def interrupt():
+            started.wait(60)
+            _thread.interrupt_main()
+        threading.Thread(target=interrupt, daemon=True).start()
+        try:
+            print(interruptible(work, cancel))
+        except KeyboardInterrupt:
+            print("interrupted", cancel.is_set())
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.stdout.strip() == "interrupted True", done.stdout + done.stderr
 
 
 def test_run_on_gpu_gives_the_child_this_tasks_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
