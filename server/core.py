@@ -89,6 +89,8 @@ class CudiceServer(LanguageServer):
         self.results_dir = results_dir
         self.latest: dict[str, Latest] = {}
         self.dependents: dict[str, set[str]] = {}  # reference path -> candidate uris
+        # (reference path, candidate uri) -> digest of the reference text that uri was last verified with
+        self.ref_digests: dict[tuple[str, str], str | None] = {}
         self.last_verdict: str | None = None
         self.last_uri: str | None = None
         self.started_at = process_started_at()  # wall clock, compared with file modification times

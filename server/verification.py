@@ -22,6 +22,7 @@ told why no speedup is shown. Not covered: verifying unsaved buffer text of the 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import logging
 import os
 from collections.abc import Callable
@@ -37,6 +38,7 @@ from cudice.verifier.gpu_probe import gpu_absent_reason
 from cudice.verifier.reference import reference_path as resolved_reference_path
 from cudice.verifier.result import Stage, Verdict, VerifyResult
 from lsprotocol import types as lsp
+from pygls.uris import to_fs_path
 
 log = logging.getLogger(__name__)
 # What runs after each stage, for the progress message: a build takes minutes on a small CPU, and
@@ -163,7 +165,16 @@ def _watch_reference(ls: CudiceServer, uri: str, ref: str | None) -> None:
     if ref is None or ls.ref_watcher is None:
         return
     ls.dependents.setdefault(ref, set()).add(uri)
+    ls.ref_digests[(ref, uri)] = _file_digest(ref)
     ls.ref_watcher.watch(ref)
+
+
+def _file_digest(path: str) -> str | None:
+    try:
+        with open(path, "rb") as f:
+            return hashlib.sha256(f.read()).hexdigest()
+    except OSError:
+        return None
 
 
 async def verify_document(ls: CudiceServer, uri: str, *, force: bool = False) -> VerifyResult | None:
@@ -295,11 +306,24 @@ async def _cancel_on(progress: WorkProgress, ls: CudiceServer, uri: str) -> None
 
 
 async def reference_changed(ls: CudiceServer, ref: str) -> None:
-    """A reference file changed on disk: re-verify the open candidates that use it."""
+    """A reference file changed on disk: re-verify the open candidates that use it, those whose last
+    verification read another text of it (a touch, a chmod or a save of the same text changes no
+    verdict, and re-verifying would supersede a build already running on the same inputs)."""
+    digest = _file_digest(ref)
     for uri in sorted(ls.dependents.get(ref, ())):
-        if uri in ls.workspace.text_documents:
-            log.info("reference %s changed: re-verifying %s", ref, uri)
-            ls.spawn(verify_document(ls, uri, force=True))
+        if uri not in ls.workspace.text_documents:
+            continue
+        if digest is not None and ls.ref_digests.get((ref, uri)) == digest:
+            ls.window_log_message(
+                lsp.LogMessageParams(
+                    lsp.MessageType.Log,
+                    f"cudice: {os.path.basename(ref)} changed on disk, but not its text: "
+                    f"{os.path.basename(to_fs_path(uri) or uri)} is not re-verified",
+                )
+            )
+            continue
+        log.info("reference %s changed: re-verifying %s", ref, uri)
+        ls.spawn(verify_document(ls, uri, force=True))
 
 
 def verify_open_documents(ls: CudiceServer, uris: list[str] | None = None) -> int:

@@ -143,7 +143,11 @@ async def test_cancelling_the_verification_progress_kills_the_run(workspace: Pat
     editor.change(uri, editor.buffers[uri][0] + "\n# SLOW_VERIFY\n")
     task = asyncio.ensure_future(editor.command("cudice.verify", uri))
     await editor.wait_for("$/progress", lambda: bool(_verify_progress(editor)))
-    token = next(t for t, r in editor.client.progress_reports.items() if r in _verify_progress(editor))
+    token = next(
+        t
+        for t, r in editor.client.progress_reports.items()
+        if r in _verify_progress(editor) and not isinstance(r[-1], lsp.WorkDoneProgressEnd)
+    )
     editor.client.window_work_done_progress_cancel(lsp.WorkDoneProgressCancelParams(token))
     assert await asyncio.wait_for(task, 120) is None  # well before the scripted 300 s run would end
     (run,) = _verify_progress(editor)
@@ -211,12 +215,20 @@ async def test_reference_change_reverifies_the_candidate(workspace: Path, editor
     await editor.command("cudice.verify", uri)
     editor.client.progress_reports.clear()
     ref = workspace / "relu.py"
+    ref.write_text(ref.read_text())  # saved again with the same text: nothing to re-verify
+    await editor.wait_for(
+        "window/logMessage",
+        lambda: any("not its text" in m.message for m in editor.client.log_messages),
+        timeout=60,
+    )
+    assert _verify_progress(editor) == []
     ref.write_text(ref.read_text().replace("dim = 16384", "dim = 4096"))
     await editor.wait_for(
         "$/progress",
         lambda: any(isinstance(r[-1], lsp.WorkDoneProgressEnd) for r in _verify_progress(editor)),
         timeout=60,
     )
+    assert len(_verify_progress(editor)) == 1
 
 
 async def test_malformed_requests_and_unknown_uris_never_crash(workspace: Path, editors: Editors) -> None:
