@@ -36,6 +36,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import as_completed
 from pathlib import Path
 
 from cudice.verifier.api import gpu_available, quick_check, verify
@@ -424,6 +425,13 @@ def bench_candidates_pool(
         t0 = time.perf_counter()
         with VerifyPool(config, num_compile_workers=workers) as pool:
             futs = [pool.submit(p, key=str(p)) for p in paths]
+            for k, fut in enumerate(as_completed(futs), 1):  # progress: a killed run still shows its rate
+                r = fut.result()
+                print(
+                    f"pool {k}/{n} {Path(r.path).stem}: {r.verdict.value} "
+                    f"at {time.perf_counter() - t0:.1f} s",
+                    flush=True,
+                )
             results = [f.result() for f in futs]
         wall = time.perf_counter() - t0
         verdicts: dict[str, int] = {}

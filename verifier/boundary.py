@@ -195,7 +195,7 @@ def readable_by_runners(cache_dir: Path, library: Path) -> None:
     for part in rel.parts:
         chain.append(chain[-1] / part)
     for p in chain:
-        want = stat.S_IROTH if p == chain[-1] else stat.S_IXOTH
+        want = stat.S_IRGRP | stat.S_IROTH if p == chain[-1] else stat.S_IXGRP | stat.S_IXOTH
         try:
             mode = p.stat().st_mode
             if not mode & want:

@@ -57,6 +57,25 @@ def _hidden_ancestor(path: str) -> str | None:
     return None
 
 
+def _device_groups(dev: str = "/dev") -> list[int]:
+    """The groups that open the NVIDIA device nodes this uid could not open as `other`.
+
+    Character devices only (`/dev/nvidia-caps` is a directory), and never group 0: a runner in the
+    root group would pass every root-owned file's group bits (and could not read a 0701 build
+    cache, whose group bits are closed, on a box whose devices are group root)."""
+    out = set()
+    for n in os.listdir(dev):
+        if not n.startswith("nvidia"):
+            continue
+        try:
+            st = os.stat(os.path.join(dev, n))
+        except OSError:
+            continue
+        if stat.S_ISCHR(st.st_mode) and st.st_mode & 0o006 != 0o006 and st.st_gid != 0:
+            out.add(st.st_gid)
+    return sorted(out)
+
+
 def _under(path: str, top: str) -> bool:
     return path == top or path.startswith(top.rstrip("/") + "/")
 
@@ -103,13 +122,7 @@ def apply(spec: dict[str, Any]) -> dict[str, Any]:
             missing.append({"code": "sandbox.read_only", "message": f"{p} stays writable: {exc}"})
     # 4. identity and limits
     if as_root:
-        groups = sorted(
-            {
-                os.stat(f"/dev/{n}").st_gid
-                for n in os.listdir("/dev")
-                if n.startswith("nvidia") and os.stat(f"/dev/{n}").st_mode & 0o006 != 0o006
-            }
-        )
+        groups = _device_groups()
         nproc = int(spec["max_processes"])
         resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
         os.setgroups(groups)

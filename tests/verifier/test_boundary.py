@@ -171,3 +171,30 @@ def test_an_interpreter_in_a_venv_under_tmp_still_runs_inside(tmp_path: Path) ->
         assert out.stdout.strip() == str(venv), out.stdout + out.stderr
     finally:
         subprocess.run(["rm", "-rf", str(venv)], check=False)
+
+
+def test_the_runner_gets_no_root_group_and_no_group_of_a_folder(tmp_path: Path) -> None:
+    """On the H200 box `/dev/nvidia-caps` (a directory, group root) once put the runner in group 0,
+    whose closed group bits then hid every 0701 build cache from it. Only character devices the
+    runner could not open as `other` give their group, and group 0 never."""
+    import stat as st
+
+    from cudice.verifier.boundary_init import _device_groups
+
+    (tmp_path / "nvidia-caps").mkdir(mode=0o755)
+    (tmp_path / "nvidia0.txt").write_text("not a device")
+    (tmp_path / "null").write_text("")
+    assert _device_groups(str(tmp_path)) == []
+    try:  # device nodes need root (CAP_MKNOD); creating one never opens it
+        os.mknod(tmp_path / "nvidia0", 0o660 | st.S_IFCHR, os.makedev(1, 3))
+        os.mknod(tmp_path / "nvidia1", 0o660 | st.S_IFCHR, os.makedev(1, 3))
+        os.mknod(tmp_path / "nvidiactl", 0o666 | st.S_IFCHR, os.makedev(1, 3))
+        os.chown(tmp_path / "nvidia0", 0, 0)
+        os.chown(tmp_path / "nvidia1", 0, 44)
+        os.chown(tmp_path / "nvidiactl", 0, 45)
+        for name, mode in (("nvidia0", 0o660), ("nvidia1", 0o660), ("nvidiactl", 0o666)):
+            os.chmod(tmp_path / name, mode)  # mknod's mode passes through the umask
+    except PermissionError:
+        pytest.skip("creating device nodes needs root")
+    # nvidia0: group root -> never; nvidia1: group 44; nvidiactl: world-writable, no group needed
+    assert _device_groups(str(tmp_path)) == [44]
