@@ -63,6 +63,11 @@ def _device_groups(dev: str = "/dev") -> list[int]:
     Character devices only (`/dev/nvidia-caps` is a directory), and never group 0: a runner in the
     root group would pass every root-owned file's group bits (and could not read a 0701 build
     cache, whose group bits are closed, on a box whose devices are group root)."""
+    return sorted({gid for gid in _closed_device_gids(dev) if gid != 0})
+
+
+def _closed_device_gids(dev: str) -> set[int]:
+    """The groups of the NVIDIA character devices that `other` cannot read and write."""
     out = set()
     for n in os.listdir(dev):
         if not n.startswith("nvidia"):
@@ -71,9 +76,9 @@ def _device_groups(dev: str = "/dev") -> list[int]:
             st = os.stat(os.path.join(dev, n))
         except OSError:
             continue
-        if stat.S_ISCHR(st.st_mode) and st.st_mode & 0o006 != 0o006 and st.st_gid != 0:
+        if stat.S_ISCHR(st.st_mode) and st.st_mode & 0o006 != 0o006:
             out.add(st.st_gid)
-    return sorted(out)
+    return out
 
 
 def _under(path: str, top: str) -> bool:
@@ -123,6 +128,15 @@ def apply(spec: dict[str, Any]) -> dict[str, Any]:
     # 4. identity and limits
     if as_root:
         groups = _device_groups()
+        if 0 in _closed_device_gids("/dev"):
+            missing.append(
+                {
+                    "code": "sandbox.gpu_group_root",
+                    "message": "an NVIDIA device here opens only to group root, which the runner is "
+                    "never given, so the kernel cannot reach the GPU; give the devices their own group "
+                    "(or mode 0666, as the driver's default udev rules do)",
+                }
+            )
         nproc = int(spec["max_processes"])
         resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
         os.setgroups(groups)

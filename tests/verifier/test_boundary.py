@@ -179,7 +179,7 @@ def test_the_runner_gets_no_root_group_and_no_group_of_a_folder(tmp_path: Path) 
     runner could not open as `other` give their group, and group 0 never."""
     import stat as st
 
-    from cudice.verifier.boundary_init import _device_groups
+    from cudice.verifier.boundary_init import _closed_device_gids, _device_groups
 
     (tmp_path / "nvidia-caps").mkdir(mode=0o755)
     (tmp_path / "nvidia0.txt").write_text("not a device")
@@ -198,3 +198,4 @@ def test_the_runner_gets_no_root_group_and_no_group_of_a_folder(tmp_path: Path) 
         pytest.skip("creating device nodes needs root")
     # nvidia0: group root -> never; nvidia1: group 44; nvidiactl: world-writable, no group needed
     assert _device_groups(str(tmp_path)) == [44]
+    assert _closed_device_gids(str(tmp_path)) == {0, 44}  # group root: reported, never given
