@@ -80,15 +80,27 @@ def verify_config(ls: CudiceServer) -> dict[str, Any]:
     }
 
 
+def _reference_text(ref: str | None) -> str | None:
+    """The reference file's text (any bytes: it is only hashed), None when absent or unreadable."""
+    if ref is None:
+        return None
+    try:
+        with open(ref, encoding="utf-8", errors="surrogateescape") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def _digest(text: str | None) -> str | None:
+    return None if text is None else hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()
+
+
 def _key(ls: CudiceServer, doc: Document) -> str:
     ref = reference_path(doc)
-    ref_text = None
-    if ref is not None:
-        try:
-            with open(ref, encoding="utf-8", errors="surrogateescape") as f:  # any bytes: this is only a hash
-                ref_text = f.read()
-        except OSError:
-            ref_text = None
+    return _key_for(ls, doc, ref, _reference_text(ref))
+
+
+def _key_for(ls: CudiceServer, doc: Document, ref: str | None, ref_text: str | None) -> str:
     # The path is part of the key: a verdict's diagnostics carry the file they were computed
     # for, so a copy of the file (same content, other path) must not show the original's.
     return result_key(doc.text, ref, ref_text, {**verify_config(ls), "path": os.path.realpath(doc.path)})
@@ -158,23 +170,15 @@ def show_cached(ls: CudiceServer, uri: str) -> bool:
     return True
 
 
-def _watch_reference(ls: CudiceServer, uri: str, ref: str | None) -> None:
+def _watch_reference(ls: CudiceServer, uri: str, ref: str | None, ref_text: str | None) -> None:
     for watched, uris in ls.dependents.items():  # a reference the comment no longer names
         if watched != ref:
             uris.discard(uri)
     if ref is None or ls.ref_watcher is None:
         return
     ls.dependents.setdefault(ref, set()).add(uri)
-    ls.ref_digests[(ref, uri)] = _file_digest(ref)
+    ls.ref_digests[(ref, uri)] = _digest(ref_text)
     ls.ref_watcher.watch(ref)
-
-
-def _file_digest(path: str) -> str | None:
-    try:
-        with open(path, "rb") as f:
-            return hashlib.sha256(f.read()).hexdigest()
-    except OSError:
-        return None
 
 
 async def verify_document(ls: CudiceServer, uri: str, *, force: bool = False) -> VerifyResult | None:
@@ -196,8 +200,10 @@ async def verify_document(ls: CudiceServer, uri: str, *, force: bool = False) ->
                 lsp.MessageType.Info,
             )
         return None
-    _watch_reference(ls, uri, reference_path(doc_model))
-    key = _key(ls, doc_model)
+    ref = reference_path(doc_model)
+    ref_text = _reference_text(ref)  # read once: the result's key and the watcher's digest
+    _watch_reference(ls, uri, ref, ref_text)
+    key = _key_for(ls, doc_model, ref, ref_text)
     cached = None if force else ls.cache.get(key)
     if cached is not None:
         ls.jobs.cancel(uri)  # a build of older text still running would only be dropped
@@ -309,7 +315,7 @@ async def reference_changed(ls: CudiceServer, ref: str) -> None:
     """A reference file changed on disk: re-verify the open candidates that use it, those whose last
     verification read another text of it (a touch, a chmod or a save of the same text changes no
     verdict, and re-verifying would supersede a build already running on the same inputs)."""
-    digest = _file_digest(ref)
+    digest = _digest(_reference_text(ref))
     for uri in sorted(ls.dependents.get(ref, ())):
         if uri not in ls.workspace.text_documents:
             continue
