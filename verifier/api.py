@@ -28,7 +28,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from cudice.verifier.boundary import readable_by_runners
 from cudice.verifier.compile import build_module, build_raw_cu
 from cudice.verifier.config import VerifyConfig
 from cudice.verifier.document import Document, parse_document, read_document
@@ -177,7 +176,6 @@ def verify(
         )
         return run.result(Verdict.COMPILED, compile_only=True)
     unbuilt = []  # calls whose sources are only known at run time: nvcc sees them only in the run stage
-    linked: list[Path] = []  # libraries the run stage's runners will load
     for call in doc.load_inline_calls:
         module = from_call(doc, call)
         if module is None:
@@ -194,8 +192,6 @@ def verify(
         if not build.ok:
             run.lap("compile")
             return run.result(Verdict.TIMEOUT if build.timed_out else Verdict.COMPILE_ERROR)
-        if build.library is not None:
-            linked.append(build.library)
     run.lap("compile")
     if not will_run and unbuilt:
         # Nothing compiled these sources, so the candidate is never `compiled`: say why, where.
@@ -229,10 +225,7 @@ def verify(
             )
         return run.result(Verdict.COMPILED, compile_only=True)
     run.report(Verdict.COMPILED)
-    # 4. run in a sandboxed child; as root its runners drop to a uid that owns nothing in the cache,
-    # so this process (which built the libraries and owns them) lets that uid read them
-    for lib in linked:
-        readable_by_runners(config.cache_dir, lib)
+    # 4. run in a sandboxed child
     assert ref is not None and ref.document is not None
     return _run_stage(run, ref.document, config, cancel, run_child or run_in_child)
 

@@ -173,15 +173,14 @@ def wrap(argv: list[str], spec: BoundarySpec) -> tuple[list[str], list[Missing]]
 
 
 def readable_by_runners(cache_dir: Path, library: Path) -> None:
-    """Let a runner's unprivileged uid open `library`: search permission (o+x) on every directory from
-    `cache_dir` down to it, read permission (o+r) on the file.
+    """Let a runner's unprivileged uid open `library`: search permission (g+x, o+x) on every directory
+    from `cache_dir` down to it, read permission (g+r, o+r) on the file.
 
     The boundary binds the cache read-only at its own path, with its own modes; as root the runner
     runs as a uid that owns nothing, so a cache made by `tempfile.mkdtemp` (0700), or under a umask
     of 077, would make every `load_inline` fail with EACCES. Nothing is made writable and no
     directory listable by others. Outside root the runner keeps this uid: nothing to change.
-    Called by the process that built the library (the compile stage in `api.verify`, the judge for
-    a runner's own `load_inline`), which owns it.
+    Called by the judge, which answers every runner's `load_inline` with the library's path.
     """
     import stat
 
@@ -198,7 +197,7 @@ def readable_by_runners(cache_dir: Path, library: Path) -> None:
         want = stat.S_IRGRP | stat.S_IROTH if p == chain[-1] else stat.S_IXGRP | stat.S_IXOTH
         try:
             mode = p.stat().st_mode
-            if not mode & want:
+            if mode & want != want:
                 os.chmod(p, stat.S_IMODE(mode) | want)
         except OSError:
             return  # the runner's import then fails with the OS's message

@@ -57,17 +57,16 @@ def _hidden_ancestor(path: str) -> str | None:
     return None
 
 
-def _device_groups(dev: str = "/dev") -> list[int]:
-    """The groups that open the NVIDIA device nodes this uid could not open as `other`.
-
-    Character devices only (`/dev/nvidia-caps` is a directory), and never group 0: a runner in the
-    root group would pass every root-owned file's group bits (and could not read a 0701 build
-    cache, whose group bits are closed, on a box whose devices are group root)."""
-    return sorted({gid for gid in _closed_device_gids(dev) if gid != 0})
+def _device_groups(closed: set[int]) -> list[int]:
+    """The runner's groups, from the groups of the devices it could not open as `other` (`closed`):
+    never group 0, since a runner in the root group would pass every root-owned file's group bits
+    (and could not read a 0701 build cache, whose group bits are closed)."""
+    return sorted(closed - {0})
 
 
 def _closed_device_gids(dev: str) -> set[int]:
-    """The groups of the NVIDIA character devices that `other` cannot read and write."""
+    """The groups of the NVIDIA character devices that `other` cannot read and write (character
+    devices only: `/dev/nvidia-caps` is a directory)."""
     out = set()
     for n in os.listdir(dev):
         if not n.startswith("nvidia"):
@@ -127,8 +126,9 @@ def apply(spec: dict[str, Any]) -> dict[str, Any]:
             missing.append({"code": "sandbox.read_only", "message": f"{p} stays writable: {exc}"})
     # 4. identity and limits
     if as_root:
-        groups = _device_groups()
-        if 0 in _closed_device_gids("/dev"):
+        closed = _closed_device_gids("/dev")
+        groups = _device_groups(closed)
+        if 0 in closed:
             missing.append(
                 {
                     "code": "sandbox.gpu_group_root",

@@ -184,7 +184,7 @@ def test_the_runner_gets_no_root_group_and_no_group_of_a_folder(tmp_path: Path) 
     (tmp_path / "nvidia-caps").mkdir(mode=0o755)
     (tmp_path / "nvidia0.txt").write_text("not a device")
     (tmp_path / "null").write_text("")
-    assert _device_groups(str(tmp_path)) == []
+    assert _device_groups(_closed_device_gids(str(tmp_path))) == []
     try:  # device nodes need root (CAP_MKNOD); creating one never opens it
         os.mknod(tmp_path / "nvidia0", 0o660 | st.S_IFCHR, os.makedev(1, 3))
         os.mknod(tmp_path / "nvidia1", 0o660 | st.S_IFCHR, os.makedev(1, 3))
@@ -197,5 +197,5 @@ def test_the_runner_gets_no_root_group_and_no_group_of_a_folder(tmp_path: Path) 
     except PermissionError:
         pytest.skip("creating device nodes needs root")
     # nvidia0: group root -> never; nvidia1: group 44; nvidiactl: world-writable, no group needed
-    assert _device_groups(str(tmp_path)) == [44]
+    assert _device_groups(_closed_device_gids(str(tmp_path))) == [44]
     assert _closed_device_gids(str(tmp_path)) == {0, 44}  # group root: reported, never given

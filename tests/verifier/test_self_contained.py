@@ -145,6 +145,9 @@ def test_a_library_in_a_mkdtemp_cache_is_readable_by_the_runner() -> None:
         assert (cache.stat().st_mode & 0o777) == 0o711 and (
             lib.stat().st_mode & 0o777
         ) == 0o644  # group bits too (a runner may hold the group), nothing writable
+        os.chmod(cache, 0o701)  # opened earlier for `other` only: the group bit is still added
+        readable_by_runners(cache, lib)
+        assert (cache.stat().st_mode & 0o777) == 0o711
     finally:
         subprocess.run(["rm", "-rf", str(cache)], check=False)
 
