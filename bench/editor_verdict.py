@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import math
 import os
 import platform
 import statistics
@@ -32,43 +31,11 @@ from pathlib import Path
 from typing import Any
 
 from lsprotocol import types as lsp
-from pygls.lsp.client import LanguageClient
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import kb_candidates
+from lsp_latency import lsp_client, percentile
 from verify_speed import PlainLoadInline
-
-
-def _percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
-
-
-def _client(statuses: list[dict[str, Any]], arrived: asyncio.Event) -> LanguageClient:
-    client = LanguageClient("cudice-bench", "0")
-
-    @client.feature(lsp.WINDOW_WORK_DONE_PROGRESS_CREATE)
-    def create(params: lsp.WorkDoneProgressCreateParams) -> None:
-        return None
-
-    @client.feature(lsp.PROGRESS)
-    def progress(params: Any) -> None:
-        return None
-
-    @client.feature(lsp.WORKSPACE_CODE_LENS_REFRESH)
-    def refresh(params: None) -> None:
-        return None
-
-    @client.feature(lsp.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS)
-    def diagnostics(params: lsp.PublishDiagnosticsParams) -> None:
-        return None
-
-    @client.feature("cudice/status")
-    def status(params: Any) -> None:
-        statuses.append(dict(params._asdict()) if hasattr(params, "_asdict") else dict(params))
-        arrived.set()
-
-    return client
 
 
 async def _verdict_of(uri: str, statuses: list[dict[str, Any]], arrived: asyncio.Event, start: int) -> str:
@@ -94,7 +61,7 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     env = {**os.environ, "CUDICE_CACHE_DIR": str(workdir / "cache"), "CUDICE_NO_BUNDLED_MODEL": "1"}
     statuses: list[dict[str, Any]] = []
     arrived = asyncio.Event()
-    client = _client(statuses, arrived)
+    client = lsp_client(statuses, arrived.set)
     await client.start_io(sys.executable, "-m", "cudice.server", "--log-level", "warning", env=env)
     opts = {"cudice": {"verify": {"onSave": True, "compileOnly": args.compile_only}}}
     caps = lsp.ClientCapabilities(window=lsp.WindowClientCapabilities(work_done_progress=True))
@@ -134,7 +101,7 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         "num_timed": len(timed),
         "warm_up_s": rows[0]["save_to_verdict_s"],
         "save_to_verdict_p50_s": statistics.median(timed),
-        "save_to_verdict_p95_s": _percentile(timed, 0.95),
+        "save_to_verdict_p95_s": percentile(timed, 0.95),
         "verdicts": {v: sum(1 for r in rows if r["verdict"] == v) for v in {r["verdict"] for r in rows}},
         "compile_only": args.compile_only,
     }

@@ -29,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +40,9 @@ REPO = Path(__file__).resolve().parent.parent
 TARGETS_MS = {"initialize": 500.0, "code_action_p95": 50.0, "hover_p95": 20.0}
 
 
-def _client(statuses: list[dict[str, Any]]) -> LanguageClient:
+def lsp_client(statuses: list[dict[str, Any]], on_status: Callable[[], None] | None = None) -> LanguageClient:
+    """A client that answers what the server asks of an editor and appends each `cudice/status` to
+    `statuses` (then calls `on_status`)."""
     client = LanguageClient("cudice-bench", "0")
 
     @client.feature(lsp.WINDOW_WORK_DONE_PROGRESS_CREATE)
@@ -62,14 +65,20 @@ def _client(statuses: list[dict[str, Any]]) -> LanguageClient:
     def show(params: lsp.ShowDocumentParams) -> lsp.ShowDocumentResult:
         return lsp.ShowDocumentResult(success=True)
 
+    @client.feature(lsp.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS)
+    def diagnostics(params: lsp.PublishDiagnosticsParams) -> None:
+        return None
+
     @client.feature("cudice/status")
     def status(params: Any) -> None:
         statuses.append(dict(params._asdict()) if hasattr(params, "_asdict") else dict(params))
+        if on_status is not None:
+            on_status()
 
     return client
 
 
-def _percentile(values: list[float], q: float) -> float:
+def percentile(values: list[float], q: float) -> float:
     """Nearest-rank percentile: the smallest value with at least q of the samples at or below it."""
     ordered = sorted(values)
     return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
@@ -101,7 +110,7 @@ async def run(args: argparse.Namespace, workdir: Path, checkpoint: Path) -> dict
             PYTHONPATH=os.pathsep.join([str(REPO / "tests" / "e2e"), env.get("PYTHONPATH", "")]),
         )
     statuses: list[dict[str, Any]] = []
-    client = _client(statuses)
+    client = lsp_client(statuses)
     t0 = time.perf_counter()
     await client.start_io(
         sys.executable, "-m", "cudice.server", "--log-level", "warning", env=env
@@ -175,10 +184,10 @@ async def run(args: argparse.Namespace, workdir: Path, checkpoint: Path) -> dict
     return {
         "initialize_ms": init_ms,
         "code_action_p50_ms": statistics.median(action_ms),
-        "code_action_p95_ms": _percentile(action_ms, 0.95),
+        "code_action_p95_ms": percentile(action_ms, 0.95),
         "code_action_max_ms": max(action_ms),
         "hover_p50_ms": statistics.median(hover_ms),
-        "hover_p95_ms": _percentile(hover_ms, 0.95),
+        "hover_p95_ms": percentile(hover_ms, 0.95),
         "hover_max_ms": max(hover_ms),
         "requests": args.requests,
         "load_still_running": still_running,
