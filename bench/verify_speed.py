@@ -300,12 +300,17 @@ def bench_candidates(
     skip_load_inline: bool,
     skip_nvcc: bool,
     variants: tuple[str, ...] = ("default",),
+    baseline_limit: int = 0,
+    step: int = 1,
 ) -> None:
-    """Phase 5, one candidate at a time: cudice (each variant), then plain load_inline, then plain nvcc."""
+    """Phase 5, one candidate at a time: cudice (each variant), then plain load_inline (for the first
+    `baseline_limit` candidates; all when 0), then plain nvcc."""
     folder = Path(tempfile.mkdtemp(prefix="cudice-bench-kb-"))
     rows: dict[str, list[dict[str, object]]] = {v: [] for v in variants}
     try:
-        for cand in kb_candidates.generate(n):
+        # every `step`-th template: with step 3, nine candidates cover all seven categories
+        for k, cand in enumerate(kb_candidates.candidate(j * step) for j in range(n)):
+            no_baseline = skip_load_inline or (baseline_limit > 0 and k >= baseline_limit)
             path = folder / f"{cand.name}.py"
             path.write_text(cand.source)
             for i, variant in enumerate(variants):
@@ -317,7 +322,7 @@ def bench_candidates(
                 # the baselines run once, with the first variant
                 rows[variant].append(
                     _one_candidate(
-                        vconfig, cand, path, variant, skip_load_inline or i > 0, skip_nvcc or i > 0
+                        vconfig, cand, path, variant, no_baseline or i > 0, skip_nvcc or i > 0
                     )
                 )
     finally:
@@ -353,6 +358,8 @@ def _one_candidate(
         "fallback": "compile.slim.cuda.cu" in r.stage_wall_s
         and ("compile.cuda.cu" in r.stage_wall_s or "compile.main.cpp" in r.stage_wall_s),
         **{f"stage_{k}_s": v for k, v in _stages(r.stage_wall_s).items()},
+        # the run stage's own phases (judge.py): where a GPU verdict's seconds go past the build
+        "run_walls": {k[4:]: round(v, 3) for k, v in sorted(r.stage_wall_s.items()) if k.startswith("run.")},
     }
     row.update(why_not(r, compile_only=config.compile_only or not gpu_available()))
     if beside is not None:  # CPU seconds of concurrent children cannot be told apart: wall only
@@ -492,6 +499,15 @@ def main() -> int:
         default=0,
         help="phase 5: plain load_inline builds of only the first N pool candidates (0: all)",
     )
+    ap.add_argument(
+        "--baseline-limit",
+        type=int,
+        default=0,
+        help="phase 5: plain load_inline beside only the first N candidates, one at a time (0: all)",
+    )
+    ap.add_argument(
+        "--step", type=int, default=1, help="phase 5: candidates 0, step, 2*step, ... (3: every category)"
+    )
     ap.add_argument("--skip-nvcc", action="store_true", help="phase 5: no plain nvcc baseline")
     ap.add_argument("--pch", action="store_true", help="build main.cpp with the slim headers' gcc PCH")
     ap.add_argument(
@@ -528,7 +544,13 @@ def main() -> int:
                 (
                     "candidates",
                     lambda: bench_candidates(
-                        config, args.limit, args.skip_load_inline, args.skip_nvcc, variants
+                        config,
+                        args.limit,
+                        args.skip_load_inline,
+                        args.skip_nvcc,
+                        variants,
+                        baseline_limit=args.baseline_limit,
+                        step=args.step,
                     ),
                 )
             )
@@ -540,7 +562,7 @@ def main() -> int:
                         config,
                         args.pool_limit,
                         args.skip_load_inline,
-                        offset=0 if args.pool_only else args.limit,
+                        offset=0 if args.pool_only else args.limit * args.step,
                         baseline_limit=args.pool_baseline_limit,
                     ),
                 )

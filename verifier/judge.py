@@ -227,12 +227,18 @@ class _Judge:
                         _diag(m.code, f"Sandbox: {m.message}.", Stage.LOAD, None, Severity.WARNING)
                     )
 
+    def _add_wall(self, name: str, t0: float) -> None:
+        """Add the time since `t0` to the sub-phase `name` (summed over calls; stage_wall_s reports it)."""
+        self.walls[name] = self.walls.get(name, 0.0) + time.perf_counter() - t0
+
     def _load(
         self, link: RunnerLink, module: str, source: str, path: str, cls: str, init: Any, seed: int, doc: Any
     ) -> None:
+        t0 = time.perf_counter()
         with self._talking(link, Stage.LOAD):
             if not link.ready:
                 link.wait_ready()
+        self._add_wall("load.wait_runner", t0)
         tree, blobs = channel.encode(list(init))
         self._ask(
             link,
@@ -389,6 +395,7 @@ class _Judge:
         links = (self.session.ref, self.session.cand)
         for link in links:
             self._send_inputs(link, inputs)
+        t0 = time.perf_counter()
         for link in links:  # warm-up by time, each on its own (short ones under-report: https://github.com/triton-lang/triton/issues/2306)
             deadline = time.perf_counter() + cfg.timing_warmup_ms / 1000.0
             while True:
@@ -396,6 +403,8 @@ class _Judge:
                 if time.perf_counter() >= deadline:
                     break
         latency = min(self._timed(self.session.ref, {"op": "go", "n": 0}) for _ in range(5))
+        self._add_wall("timing.warmup", t0)
+        t_rounds = time.perf_counter()
         checked = set(
             _rng.sample(range(cfg.timing_num_trials), k=min(NUM_CHECKED_TIMED_CALLS, cfg.timing_num_trials))
         )
@@ -434,6 +443,7 @@ class _Judge:
                     )
             if i == profiled:
                 found += self._profile()
+        self._add_wall("timing.rounds", t_rounds)
         found += self._guards()
         self._stop_on_errors(found, Stage.TIMING)
         reasons = []
@@ -568,7 +578,9 @@ class _Judge:
     def _profile(self) -> list[Diagnostic]:
         from cudice.verifier import dynamic_checks as dyn
 
+        t0 = time.perf_counter()
         rep, _ = self._ask(self.session.cand, {"op": "profile"}, Stage.CORRECTNESS)
+        self._add_wall("profile", t0)
         if not rep.get("supported"):
             if rep.get("error") and not any(d.code == "dynamic.profiler_unavailable" for d in self.diags):
                 self.diags.append(
@@ -595,7 +607,9 @@ class _Judge:
         return found + dyn.check_streams(runs, int(rep.get("marker_stream", -1)), self.where)
 
     def _guards(self) -> list[Diagnostic]:
+        t0 = time.perf_counter()
         rep, _ = self._ask(self.session.cand, {"op": "guards"}, Stage.CORRECTNESS)
+        self._add_wall("guards", t0)
         return [Diagnostic.from_dict(d) for d in rep.get("diagnostics", []) if isinstance(d, dict)]
 
     def _stop_on_errors(self, found: list[Diagnostic], stage: Stage) -> None:
