@@ -198,9 +198,13 @@ def load_engine(path: str, device: str = "auto", dtype: str = "auto", fast: bool
 
     fast: static KV cache, compiled layers and CUDA graphs (same tokens as the HF path; see
     fastpath.py); None = on where the model sits on a GPU, False forces the eager HF path.
+    The weights are frozen (`requires_grad_(False)`): an engine loaded here only generates, and the
+    fast path packs frozen projections into single GEMMs (fastpath.StaticRunner's `pack`).
     Raises `cudice.model.loader.ModelLoadError` with what/why/how-to-fix on a bad path or checkpoint.
     """
-    engine = Engine(load_checkpoint(path, device=device, dtype=dtype), fast=fast)
+    loaded = load_checkpoint(path, device=device, dtype=dtype)
+    loaded.model.requires_grad_(False)
+    engine = Engine(loaded, fast=fast)
     engine.warm_up()
     return engine
 

@@ -11,6 +11,8 @@ weights move (`model.to(...)`), the captured graphs are dropped and captured aga
   next step or by the commit (JetEngine does the same), so "crop" only moves the length back;
 - a block forward attends over all M slots with an additive mask that blocks unused slots; GQA
   folds each KV head's query group into the query axis, so SDPA needs no K/V repeat;
+- each layer's q/k/v projections (and gate/up) are one GEMM over one packed weight (a frozen model's
+  parameters become views of it: `pack`), so a small batch reads the weights in fewer, wider GEMMs;
 - `compile=True` runs the per-token layer math through torch.compile (Inductor fuses RMSNorm,
   q/k norm, RoPE, residual adds and the SwiGLU gate: ~18 kernels per layer instead of ~50);
   the token axis is dynamic, so one compilation serves every batch and block size;
@@ -54,8 +56,10 @@ class StaticCache:
 
 @dataclass(frozen=True)
 class _LayerWeights:
-    attn: tuple[Any, ...]  # attn_in's weights: ln, q, q bias, k, k bias, v, v bias, q norm, k norm
-    mlp: tuple[Any, ...]  # mlp_block's weights: o, o bias, post ln, gate, up, down
+    attn: tuple[Any, ...]  # attn_in's weights: ln, (q, k, v) or (qkv,), their biases, q norm, k norm
+    mlp: tuple[Any, ...]  # mlp_block's weights: o, o bias, post ln, (gate, up) or (gate_up,), down
+    sizes: tuple[int, int, int]  # widths of the q, k and v projections
+    inter: int  # width of the gate and the up projection
 
 
 class StaticRunner:
@@ -68,10 +72,17 @@ class StaticRunner:
         compile: bool = False,
         compile_mode: str | None = None,
         keep_cache_bytes: float = 4 * 2**30,
+        pack: bool | None = None,
     ) -> None:
         """keep_cache_bytes: a cache (with its graphs) up to this size stays allocated for the next call
         of the same shape; a larger one (e.g. a trainer's rollout batch) is freed when the caller drops
-        it, so it does not hold GPU memory through a training step."""
+        it, so it does not hold GPU memory through a training step.
+
+        pack: store each layer's q/k/v weights (and gate/up) in one tensor and point the modules'
+        parameters at views of it (same Parameter objects, same values, no extra memory; in-place
+        updates are seen), so each is one GEMM. None: pack when no parameter requires grad (an
+        inference model; a trained one keeps its own storage, which its optimiser and checkpoint
+        writer may rely on: safetensors refuses tensors that share memory)."""
         self.model = model
         param = next(model.parameters())
         self.dtype, self.device = param.dtype, param.device
@@ -94,10 +105,11 @@ class StaticRunner:
         self.warmup_seconds: dict[
             tuple[int, int], float
         ] = {}  # (batch, L) -> first forward incl. compile/capture
-        self._layers = [_weights(layer) for layer in model.model.layers]
+        self.pack = (not any(p.requires_grad for p in model.parameters())) if pack is None else pack
+        self._layers = [_weights(layer, self.pack) for layer in model.model.layers]
         self.keep_cache_bytes = keep_cache_bytes
         self._pool: dict[tuple[int, int], StaticCache] = {}
-        self._weight_ptr: int = self._layers[0].attn[1].data_ptr()
+        self._weight_ptr: int = self._q_ptr()
 
     @property
     def compiled(self) -> bool:
@@ -166,9 +178,16 @@ class StaticRunner:
             self.warmup_seconds[(big_b, n)] = time.perf_counter() - start
         return out
 
+    def _q_ptr(self) -> int:
+        ptr: int = self.model.model.layers[0].self_attn.q_proj.weight.data_ptr()
+        return ptr
+
     def _weights_moved(self) -> bool:
-        ptr: int = self._layers[0].attn[1].data_ptr()
+        """Whether the weights got new storage (e.g. `model.to(...)`); packed weights are packed again."""
+        ptr = self._q_ptr()
         moved, self._weight_ptr = ptr != self._weight_ptr, ptr
+        if moved and self.pack:
+            self._layers = [_weights(layer, True) for layer in self.model.model.layers]
         return moved
 
     def _guarded(self, run: Callable[[], torch.Tensor]) -> torch.Tensor:
@@ -301,7 +320,8 @@ class StaticRunner:
         if self.compiled:
             layers.mark_tokens_dynamic(h, delta, cos, sin)
         for i, w in enumerate(self._layers):
-            h, q, k, v = attn_in(h, delta, *w.attn, cos, sin, self.eps, self.head_dim)  # (T, H|Hkv, D)
+            # q (T, H, D), k and v (T, Hkv, D)
+            h, q, k, v = attn_in(h, delta, *w.attn, cos, sin, self.eps, self.head_dim, w.sizes)
             o = attend(
                 i,
                 q.reshape(big_b, n, -1, self.head_dim),
@@ -310,7 +330,7 @@ class StaticRunner:
             )  # (T, H*D)
             if self.compiled:
                 layers.mark_tokens_dynamic(o)
-            h, delta = mlp_block(h, o, *w.mlp, self.eps)
+            h, delta = mlp_block(h, o, *w.mlp, self.eps, w.inter)
         if not logits:
             return h[:0, :0].view(big_b, 0, 0)
         head: torch.Tensor = lm_head(h, delta, model.model.norm.weight, model.lm_head.weight, self.eps)
@@ -331,28 +351,44 @@ class StaticRunner:
         s.extra["graph"] = graph
 
 
-def _weights(layer: Any) -> _LayerWeights:
+def _packed(linears: list[Any]) -> tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor | None, ...]]:
+    """One weight (and bias) tensor holding the rows of every module in `linears`, the modules'
+    parameters pointed at views of it; left as they are when their biases differ in presence."""
+    ws = [m.weight for m in linears]
+    bs = [m.bias for m in linears]
+    if any(b is None for b in bs) and any(b is not None for b in bs):
+        return tuple(ws), tuple(bs)
+
+    def pack(ts: list[torch.Tensor]) -> torch.Tensor:
+        whole = torch.cat([t.detach() for t in ts], dim=0)
+        start = 0
+        for t in ts:
+            t.data = whole[start : start + t.shape[0]]  # the same Parameter, now a view of `whole`
+            start += t.shape[0]
+        return whole
+
+    with torch.no_grad():
+        w = pack(ws)
+        b = pack([x for x in bs if x is not None]) if bs[0] is not None else None
+    return (w,), (b,)
+
+
+def _weights(layer: Any, pack: bool) -> _LayerWeights:
     a, mlp = layer.self_attn, layer.mlp
+    qkv = [a.q_proj, a.k_proj, a.v_proj]
+    wqkv, bqkv = _packed(qkv) if pack else (tuple(m.weight for m in qkv), tuple(m.bias for m in qkv))
+    wgu = _packed([mlp.gate_proj, mlp.up_proj])[0] if pack else (mlp.gate_proj.weight, mlp.up_proj.weight)
     return _LayerWeights(
-        attn=(
-            layer.input_layernorm.weight,
-            a.q_proj.weight,
-            a.q_proj.bias,
-            a.k_proj.weight,
-            a.k_proj.bias,
-            a.v_proj.weight,
-            a.v_proj.bias,
-            a.q_norm.weight,
-            a.k_norm.weight,
-        ),
+        attn=(layer.input_layernorm.weight, wqkv, bqkv, a.q_norm.weight, a.k_norm.weight),
         mlp=(
             a.o_proj.weight,
             a.o_proj.bias,
             layer.post_attention_layernorm.weight,
-            mlp.gate_proj.weight,
-            mlp.up_proj.weight,
+            wgu,
             mlp.down_proj.weight,
         ),
+        sizes=(a.q_proj.weight.shape[0], a.k_proj.weight.shape[0], a.v_proj.weight.shape[0]),
+        inter=mlp.gate_proj.weight.shape[0],
     )
 
 

@@ -8,6 +8,9 @@ still capture the whole forward, attention and cache writes included, as one CUD
 
 - `attn_in`: residual add + input RMSNorm + q/k/v projections + per-head q/k RMSNorm + RoPE;
 - `mlp_block`: o projection + residual add + post-attention RMSNorm + SwiGLU MLP;
+  (the q/k/v and the gate/up projections are one GEMM each when the runner packed their weights
+  into one tensor: fewer, wider GEMMs, which read the weights closer to the memory bandwidth at
+  small batches; split afterwards, the results are the three (two) projections);
 - `lm_head`: last residual add + final RMSNorm + the vocabulary projection.
 
 The residual add of each block is deferred into the next function (`delta`), so it fuses with
@@ -45,32 +48,42 @@ def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     return x * cos + rotated * sin
 
 
+def _project(
+    x: torch.Tensor, ws: tuple[torch.Tensor, ...], bs: tuple[torch.Tensor | None, ...], sizes: tuple[int, ...]
+) -> tuple[torch.Tensor, ...]:
+    """x @ each projection: one GEMM over a packed weight (`ws` of one tensor, rows split by `sizes`)
+    or one GEMM per weight (`ws` of len(sizes) tensors: the modules' own, unpacked)."""
+    if len(ws) == 1:
+        return tuple(F.linear(x, ws[0], bs[0]).split(list(sizes), dim=-1))
+    return tuple(F.linear(x, w, b) for w, b in zip(ws, bs, strict=True))
+
+
 def attn_in(
     h: torch.Tensor,
     delta: torch.Tensor,
     ln_w: torch.Tensor,
-    wq: torch.Tensor,
-    bq: torch.Tensor | None,
-    wk: torch.Tensor,
-    bk: torch.Tensor | None,
-    wv: torch.Tensor,
-    bv: torch.Tensor | None,
+    wqkv: tuple[torch.Tensor, ...],
+    bqkv: tuple[torch.Tensor | None, ...],
     qn_w: torch.Tensor,
     kn_w: torch.Tensor,
     cos: torch.Tensor,
     sin: torch.Tensor,
     eps: float,
     head_dim: int,
+    sizes: tuple[int, int, int],
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """h, delta (T, hidden), cos/sin (T, D) -> residual h (T, hidden), q (T, H, D), k and v (T, Hkv, D)."""
+    """h, delta (T, hidden), cos/sin (T, D) -> residual h (T, hidden), q (T, H, D), k and v (T, Hkv, D).
+
+    wqkv/bqkv: the q, k and v projections, packed into one weight (and bias) or as three; `sizes`
+    are their output widths (H*D, Hkv*D, Hkv*D)."""
     h = h + delta
     x = rms_norm(h, ln_w, eps)
     t = x.shape[0]
     cos, sin = cos[:, None], sin[:, None]
-    q = rope(rms_norm(F.linear(x, wq, bq).view(t, -1, head_dim), qn_w, eps), cos, sin)
-    k = rope(rms_norm(F.linear(x, wk, bk).view(t, -1, head_dim), kn_w, eps), cos, sin)
-    v = F.linear(x, wv, bv).view(t, -1, head_dim)
-    return h, q, k, v
+    q, k, v = _project(x, wqkv, bqkv, sizes)
+    q = rope(rms_norm(q.reshape(t, -1, head_dim), qn_w, eps), cos, sin)
+    k = rope(rms_norm(k.reshape(t, -1, head_dim), kn_w, eps), cos, sin)
+    return h, q, k, v.reshape(t, -1, head_dim)
 
 
 def mlp_block(
@@ -79,15 +92,18 @@ def mlp_block(
     wo: torch.Tensor,
     bo: torch.Tensor | None,
     ln_w: torch.Tensor,
-    wg: torch.Tensor,
-    wu: torch.Tensor,
+    wgu: tuple[torch.Tensor, ...],
     wd: torch.Tensor,
     eps: float,
+    inter: int,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """h (T, hidden), attention output o (T, H*D) -> residual h (T, hidden), MLP output delta (T, hidden)."""
+    """h (T, hidden), attention output o (T, H*D) -> residual h (T, hidden), MLP output delta (T, hidden).
+
+    wgu: the gate and up projections, packed into one weight or as two; `inter` is each one's width."""
     h = h + F.linear(o, wo, bo)
     x = rms_norm(h, ln_w, eps)
-    return h, F.linear(F.silu(F.linear(x, wg)) * F.linear(x, wu), wd)
+    gate, up = _project(x, wgu, (None,) * len(wgu), (inter, inter))
+    return h, F.linear(F.silu(gate) * up, wd)
 
 
 def lm_head(

@@ -104,6 +104,38 @@ def test_static_cache_too_small_is_an_error(tiny_engine) -> None:
         runner.forward(ids, mask, torch.arange(300)[None], cache)
 
 
+def test_packed_projections_are_views_that_see_weight_updates(tiny_sdar_dir) -> None:
+    """A frozen model's q/k/v (gate/up) become views of one tensor per layer: same tokens as the
+    unpacked runner and HF, an in-place update of a module's weight is seen, and new storage
+    (`model.to(...)`) is packed again."""
+    from cudice.model.loader import load_checkpoint
+
+    lm = load_checkpoint(str(tiny_sdar_dir), device="cpu")
+    cfg = SamplerConfig(strategy="low_confidence_dynamic", threshold=0.3, max_new_tokens=16)
+    unpacked = StaticRunner(lm.model, use_graphs=False)  # parameters require grad: left as they are
+    assert not unpacked.pack and len(unpacked._layers[0].attn[1]) == 3
+    lm.model.requires_grad_(False)
+    packed = StaticRunner(lm.model, use_graphs=False)
+    attn = lm.model.model.layers[0].self_attn
+    (qkv,) = packed._layers[0].attn[1]
+    assert packed.pack and attn.k_proj.weight.data_ptr() == qkv[attn.q_proj.weight.shape[0]].data_ptr()
+    slow = samplers(lm, HFRunner(lm.model)).generate(prompts(lm), cfg, 4)
+    assert_same_rows(slow, samplers(lm, packed).generate(prompts(lm), cfg, 4))
+    assert_same_rows(slow, samplers(lm, unpacked).generate(prompts(lm), cfg, 4))
+    with torch.no_grad():  # what an optimiser step or load_state_dict does: in place
+        for layer in lm.model.model.layers:
+            layer.self_attn.v_proj.weight.mul_(-3.0)
+            layer.mlp.up_proj.weight.mul_(2.0)
+    changed = samplers(lm, HFRunner(lm.model)).generate(prompts(lm), cfg, 4)
+    assert [r.tokens for r in changed.rows] != [r.tokens for r in slow.rows]
+    assert_same_rows(changed, samplers(lm, packed).generate(prompts(lm), cfg, 4))
+    lm.model.to(torch.float64).to(torch.float32)  # new storage for every parameter
+    assert attn.k_proj.weight.data_ptr() != qkv[attn.q_proj.weight.shape[0]].data_ptr()
+    assert_same_rows(changed, samplers(lm, packed).generate(prompts(lm), cfg, 4))
+    (qkv,) = packed._layers[0].attn[1]
+    assert attn.k_proj.weight.data_ptr() == qkv[attn.q_proj.weight.shape[0]].data_ptr()
+
+
 @pytest.fixture(scope="module")
 def compiled_runner(tiny_engine):
     return StaticRunner(tiny_engine.loaded.model, use_graphs=False, compile=True)
