@@ -1,12 +1,15 @@
 """Model runtime speed: block diffusion vs autoregressive decoding through the same weights.
 
 Random weights at DICE/SDAR shapes (Qwen3 dims, bf16, SDPA): 1.7B, 4B (Qwen3-4B dims, tied
-embeddings), 8B. Every ratio is against baselines measured in the same run. Three runners:
+embeddings), 8B. Every ratio is against baselines measured in the same run. The runners:
 
 - `hf`: eager transformers forward with a `DynamicCache` (`HFRunner`) - the reference tokens;
 - `fast`: static KV cache + CUDA graphs over eager layer math (`StaticRunner(compile=False)`);
 - `compiled`: the same with the layer math through torch.compile (`StaticRunner(compile=True)`),
-  the engine's default on a GPU.
+  the engine's default on a GPU; each layer's q/k/v and gate/up weights packed into one GEMM each
+  (the model is frozen, as `load_engine` leaves it);
+- `compiled-unpacked` (forward latency only): `compiled` with one GEMM per projection, the baseline
+  of the packing in the same run.
 
 Sections per shape and batch:
 1. forward latency against a prompt_len-token cache: one AR step (1 token), one denoise
@@ -109,7 +112,7 @@ def random_model(shape: str, device: torch.device, dtype: torch.dtype) -> Any:
         for p in model.parameters():
             if p.dim() == 2:
                 p.normal_(0.0, 0.02)
-    return model.eval()
+    return model.eval().requires_grad_(False)  # frozen, as load_engine leaves it: the fast path packs
 
 
 def make_runners(model: Any, compile_mode: str | None) -> dict[str, Any]:
@@ -122,6 +125,10 @@ def make_runners(model: Any, compile_mode: str | None) -> dict[str, Any]:
         "fast": StaticRunner(model, use_graphs=True, keep_cache_bytes=keep),
         "compiled": StaticRunner(
             model, use_graphs=True, compile=True, compile_mode=compile_mode, keep_cache_bytes=keep
+        ),
+        # forward latency only (not in FAST): the same without packed q/k/v and gate/up GEMMs
+        "compiled-unpacked": StaticRunner(
+            model, use_graphs=True, compile=True, compile_mode=compile_mode, keep_cache_bytes=keep, pack=False
         ),
     }
 

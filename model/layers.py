@@ -54,7 +54,7 @@ def _project(
     """x @ each projection: one GEMM over a packed weight (`ws` of one tensor, rows split by `sizes`)
     or one GEMM per weight (`ws` of len(sizes) tensors: the modules' own, unpacked)."""
     if len(ws) == 1:
-        return tuple(F.linear(x, ws[0], bs[0]).split(list(sizes), dim=-1))
+        return tuple(torch.split(F.linear(x, ws[0], bs[0]), list(sizes), dim=-1))
     return tuple(F.linear(x, w, b) for w, b in zip(ws, bs, strict=True))
 
 

@@ -201,6 +201,8 @@ def create_server(
             verify_open_documents(ls, [uri])  # saved while the editor was attaching: verify it now
         if not ls.released and ls.analyse(uri, params.text_document.text)[0].is_candidate:
             ls.spawn(_warm_quick(ls))  # clangd's minutes-long preamble only once a candidate is open
+            if ls.wants_warm_verifier():
+                ls.spawn(ls.jobs.prestart())  # on a GPU box, the first save's judge starts now
 
     @server.feature(lsp.TEXT_DOCUMENT_DID_SAVE, lsp.SaveOptions(include_text=False))
     def did_save(ls: CudiceServer, params: lsp.DidSaveTextDocumentParams) -> None:

@@ -115,7 +115,13 @@ class CudiceServer(LanguageServer):
     def jobs(self) -> VerifyJobs:
         from cudice.server.workers.verify import VerifyJobs
 
-        return VerifyJobs(env=self.worker_env)
+        return VerifyJobs(env=self.worker_env, spare=self.wants_warm_verifier)
+
+    def wants_warm_verifier(self) -> bool:
+        """Whether a verification worker should wait, warm, for the next save: runs reach a GPU here
+        (a judge's processes start ahead, verify_child.py) and saves are verified with a run stage."""
+        s = self.settings
+        return s.verify_on_save and not s.verify_compile_only and gpu_probe.gpu_available()
 
     @cached_property
     def quick(self) -> QuickChecks:

@@ -70,6 +70,27 @@ DISPATCH_KEYS = (
 )
 
 
+def warm_gpu(*, profiler: bool = False) -> None:
+    """Pay the first-use costs of a GPU process before any job: the CUDA context, cuBLAS (a small
+    matmul) and, with `profiler`, the profiler's first session (CUPTI). Nothing without a GPU;
+    a profiler that cannot start here is left to say so when a job profiles."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return
+    x = torch.ones(8, 8, device="cuda")
+    (x @ x).sum().item()
+    if profiler:
+        from torch.profiler import ProfilerActivity, profile
+
+        try:
+            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]):
+                x.add_(1.0)
+                torch.cuda.synchronize()
+        except Exception:  # op_profile reports the same failure with its reason
+            pass
+
+
 def hook_state() -> dict[str, int]:
     """How many global module hooks and torch function/dispatch modes are installed in this process."""
     import torch
@@ -125,6 +146,7 @@ class Server:
         import torch
         from cudice.verifier import dynamic_checks as dyn
 
+        warm_gpu(profiler=True)  # before the job: a warm spare's runner has its context ready
         self.guards = dyn.snapshot_guarded()  # before any candidate code
         self.reply({"op": "ready", "torch": torch.__version__})
         while True:

@@ -630,6 +630,15 @@ def _finite(out: Any) -> bool:
     )
 
 
+def _warm() -> None:
+    """Import what every job uses and create this process's CUDA context before the job arrives."""
+    import torch  # noqa: F401 - the import is the point
+    from cudice.verifier import compile, dynamic_checks, generated, inputs, timing, tolerance  # noqa: F401
+    from cudice.verifier.candidate import warm_gpu
+
+    warm_gpu()
+
+
 def main(argv: list[str] | None = None) -> int:
     args = argv if argv is not None else sys.argv[1:]
     result_fd = int(args[args.index("--result-fd") + 1])
@@ -639,6 +648,7 @@ def main(argv: list[str] | None = None) -> int:
     timed = "--no-timing" not in args
     session = Session(cache, work, sandboxed=sandboxed, with_reference=timed) if cache is not None else None
     try:
+        _warm()  # while the runners start and the job is on its way (a warm spare waits here)
         job = json.loads(sys.stdin.read())
         wanted = Path(job["config"]["cache_dir"])
         if session is None or session.cache_dir != wanted:

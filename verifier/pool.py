@@ -64,7 +64,7 @@ class VerifyPool(VerifyBackend):
         self.gpus = gpus if gpus is not None else list(range(count_gpus()))
         # one long-lived runner per GPU (runner.py) unless each candidate must get a fresh process
         self._runners = (
-            {g: PersistentRunner(env={"CUDA_VISIBLE_DEVICES": str(g)}) for g in self.gpus}
+            {g: PersistentRunner(env={"CUDA_VISIBLE_DEVICES": str(g)}, spares=2) for g in self.gpus}
             if persistent
             else {}
         )

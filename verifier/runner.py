@@ -9,9 +9,13 @@ is killed and a new spare starts, warming up while the pool compiles the next ca
 Same contract as `sandbox.run_in_child` (it can be `verify()`'s `run_child`); the result comes
 back on the spare's result pipe, never through a file.
 
+`spares` judges are kept warm (the pool keeps two per GPU, so a queue of compiled candidates
+never waits for a judge to start); new ones start after a job ends, never during its timing, but
+they warm up during the next job's run (CPU work and a CUDA context each, no kernels of note).
+
 Not covered: a job whose config names another build cache than the spare's gets its runners
-restarted inside the judge (correct, only slower); GPU memory of the spare's idle CUDA contexts
-(three per GPU while it waits) is not given back until it is used or closed.
+restarted inside the judge (correct, only slower); GPU memory of the spares' idle CUDA contexts
+(three per spare while it waits) is not given back until it is used or closed.
 """
 
 from __future__ import annotations
@@ -57,11 +61,16 @@ class PersistentRunner:
         env: dict[str, str] | None = None,
         module: str = "cudice.verifier.judge",
         max_file_mib: int = 1024,
+        spares: int = 1,
+        respawn: bool = True,
     ) -> None:
+        """spares: judges kept warm at once (a pool whose jobs queue up takes the next one while the
+        one it just replaced still warms up); respawn=False: none is started after a job (a process
+        that serves a single job, such as the editor's verification worker)."""
         self.env, self.module, self.max_file_mib = env or {}, module, max_file_mib
+        self.spares, self.respawn = max(1, spares), respawn
         self._lock = threading.Lock()
-        self._spare: _Spare | None = None
-        self._last_config: dict[str, Any] | None = None
+        self._spares: list[_Spare] = []  # oldest first
         self.num_started = 0  # judge processes started so far (tests and benchmarks read it)
 
     def _spawn(self, memory_limit_mib: int, config: dict[str, Any] | None) -> _Spare:
@@ -80,16 +89,27 @@ class PersistentRunner:
         return _Spare(proc, pipe, work, out, err, memory_limit_mib, time.monotonic())
 
     def warm_up(self, memory_limit_mib: int, config: dict[str, Any] | None = None) -> None:
-        """Start the spare now (the pool calls this when it starts)."""
+        """Start the spares now (the pool calls this when it starts)."""
         with self._lock:
-            if self._spare is None:
-                self._spare = self._spawn(memory_limit_mib, config)
+            self._top_up(memory_limit_mib, config)
+
+    def _top_up(self, memory_limit_mib: int, config: dict[str, Any] | None) -> None:
+        while len(self._spares) < self.spares:
+            self._spares.append(self._spawn(memory_limit_mib, config))
+
+    def _take(self, memory_limit_mib: int, config: dict[str, Any] | None) -> _Spare:
+        """The oldest live spare with this memory limit (others are discarded), or a new judge."""
+        while self._spares:
+            spare = self._spares.pop(0)
+            if spare.proc.poll() is None and spare.memory_limit_mib == memory_limit_mib:
+                return spare
+            spare.discard()
+        return self._spawn(memory_limit_mib, config)
 
     def close(self) -> None:
         with self._lock:
-            if self._spare is not None:
-                self._spare.discard()
-                self._spare = None
+            while self._spares:
+                self._spares.pop().discard()
 
     def __call__(
         self,
@@ -104,12 +124,7 @@ class PersistentRunner:
         """Same contract as `sandbox.run_in_child`."""
         with self._lock:
             t0 = time.perf_counter()
-            spare = self._spare
-            self._spare = None
-            if spare is None or spare.proc.poll() is not None or spare.memory_limit_mib != memory_limit_mib:
-                if spare is not None:
-                    spare.discard()
-                spare = self._spawn(memory_limit_mib, job.get("config"))
+            spare = self._take(memory_limit_mib, job.get("config"))
             try:
                 spare.pipe.send_job(job)
                 # a spare still starting up does not eat the job's time: the one-shot path includes the
@@ -131,5 +146,6 @@ class PersistentRunner:
                 )
             finally:
                 spare.discard()
-            self._spare = self._spawn(memory_limit_mib, job.get("config"))  # warms up while the pool compiles
+            if self.respawn:  # started after the job, not during its timing; warms up while the pool compiles
+                self._top_up(memory_limit_mib, job.get("config"))
             return outcome

@@ -8,8 +8,15 @@ and the older call returns None. A run past its timeout is killed the same way a
 `timeout`; a worker that dies without a result is reported as `crash` with the tail of its
 stderr.
 
+Warm spare (`spare()` true: the server passes "a GPU is here"): one worker is started ahead of
+the next run with `CUDICE_VERIFY_WARM=1`, so its judge and runner processes (torch, CUDA contexts:
+seconds) are up when the user saves (verify_child.py). A run takes it and starts the next; a
+spare is started when a candidate is opened (`prestart`), and killed with its family by
+`cancel_all` like a run.
+
 Not covered: queueing across documents (runs of different documents proceed in parallel; the
-verifier's pool limits GPU use).
+verifier's pool limits GPU use); a spare started before a settings change keeps the verifier
+defaults it was started with for its judge's cache and memory limit (the server changes neither).
 """
 
 from __future__ import annotations
@@ -17,11 +24,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from cudice.server.workers.protocol import ChildProcess
+from cudice.server.workers.verify_child import WARM_ENV
 from cudice.verifier.result import Stage, Verdict, VerifyResult
 
 log = logging.getLogger(__name__)
@@ -47,10 +56,54 @@ class _Job:
 
 
 class VerifyJobs:
-    def __init__(self, *, env: dict[str, str] | None = None, timeout_margin_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        *,
+        env: dict[str, str] | None = None,
+        timeout_margin_s: float = 30.0,
+        spare: Callable[[], bool] | None = None,
+    ) -> None:
         self.env = env
         self.timeout_margin_s = timeout_margin_s
+        self.spare = spare or (lambda: False)
         self._jobs: dict[str, _Job] = {}
+        self._spare: tuple[ChildProcess, asyncio.Future[None]] | None = None  # the worker, its start
+
+    def _new_proc(self, warm: bool) -> ChildProcess:
+        env = dict(os.environ if self.env is None else self.env)
+        if warm:
+            env[WARM_ENV] = "1"
+        else:
+            env.pop(WARM_ENV, None)
+        return ChildProcess(WORKER_MODULE, env=env)
+
+    async def prestart(self) -> None:
+        """Start the spare worker now if there should be one and there is none."""
+        if self._spare is None and self.spare():
+            proc = self._new_proc(warm=True)
+            started = asyncio.ensure_future(proc.start())
+            self._spare = (proc, started)
+            await started
+
+    async def _take_spare(self) -> ChildProcess | None:
+        """The spare worker (once started), or None when there is none or it died."""
+        if self._spare is None:
+            return None
+        (proc, started), self._spare = self._spare, None
+        try:
+            await started
+        except Exception as exc:  # could not start: the run starts its own worker
+            log.warning("the spare verification worker did not start: %s", exc)
+            return None
+        if not proc.is_alive:
+            proc.kill()
+            return None
+        return proc
+
+    @property
+    def spare_pid(self) -> int | None:
+        """The waiting spare worker's pid (tests)."""
+        return self._spare[0].pid if self._spare is not None else None
 
     def running_uris(self) -> list[str]:
         return list(self._jobs)
@@ -72,8 +125,16 @@ class VerifyJobs:
         return True
 
     def cancel_all(self) -> None:
+        """Kill every run and the spare worker (the server's session ends)."""
         for uri in list(self._jobs):
             self.cancel(uri)
+        spare, self._spare = self._spare, None
+        if spare is not None:
+            proc, started = spare
+            if started.done():
+                proc.kill()
+            else:  # killed as soon as its process exists
+                started.add_done_callback(lambda _: proc.kill())
 
     async def run(
         self,
@@ -84,11 +145,14 @@ class VerifyJobs:
     ) -> VerifyResult | None:
         """Verify; None when a newer run (or a cancel) superseded this one."""
         self.cancel(request.uri)
-        proc = ChildProcess(WORKER_MODULE, env=self.env)
+        spare = await self._take_spare()
+        proc = spare or self._new_proc(warm=False)
         job = _Job(request, proc)
         self._jobs[request.uri] = job
         try:
-            await proc.start()
+            if spare is None:
+                await proc.start()
+            await self.prestart()  # the next save's worker warms up while this one runs
             await proc.send({"path": request.path, "source": request.source, "config": request.config})
             limit = request.timeout_s + self.timeout_margin_s
             try:

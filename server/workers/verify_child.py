@@ -13,6 +13,12 @@ EOF, re-parenting or SIGTERM: `child.py`). Library prints go to stderr.
 
 `CUDICE_VERIFY_MODULE` (default `cudice.verifier.api`) names the module with `verify`; tests point
 it at a scripted verifier. Nothing here judges a kernel: the verifier does, in its own sandbox.
+
+Warm spare: with `CUDICE_VERIFY_WARM=1` in its environment and a GPU here, the worker starts the
+run stage's judge (judge.py, with its two runner processes: Python, torch and CUDA contexts, seconds
+each) *before* it reads its request, so the server can start this process ahead of the next save
+(server/workers/verify.py) and the run stage begins warm. The judge still serves this one request
+only and dies with this process's family.
 """
 
 from __future__ import annotations
@@ -38,7 +44,28 @@ def _config(raw: dict[str, Any]) -> Any:
     return VerifyConfig(**{k: v for k, v in raw.items() if k in names})
 
 
-def run(request: dict[str, Any], stream: EventStream) -> None:
+WARM_ENV = "CUDICE_VERIFY_WARM"
+
+
+def warm_runner() -> Any:
+    """A judge started now for the request still to come (`PersistentRunner`, no second spare after
+    it), or None: not asked for (`WARM_ENV`), or no GPU here (the run stage would not start)."""
+    if os.environ.get(WARM_ENV) != "1":
+        return None
+    from cudice.verifier.api import gpu_available
+
+    if not gpu_available():
+        return None
+    from cudice.verifier.config import VerifyConfig
+    from cudice.verifier.runner import PersistentRunner
+
+    defaults = VerifyConfig()  # the server's settings leave the cache and the memory limit at these
+    runner = PersistentRunner(respawn=False)
+    runner.warm_up(defaults.memory_limit_mib, {"cache_dir": str(defaults.cache_dir)})
+    return runner
+
+
+def run(request: dict[str, Any], stream: EventStream, runner: Any = None) -> None:
     path, source = str(request["path"]), request.get("source")
     api = importlib.import_module(os.environ.get("CUDICE_VERIFY_MODULE", "cudice.verifier.api"))
     config = _config(request.get("config") or {})
@@ -49,7 +76,8 @@ def run(request: dict[str, Any], stream: EventStream) -> None:
         else:
             stream.emit("stage", stage=str(getattr(partial, "value", partial)))
 
-    final = api.verify(path, source=source, config=config, on_stage=on_stage)
+    extra = {"run_child": runner} if runner is not None else {}
+    final = api.verify(path, source=source, config=config, on_stage=on_stage, **extra)
     stream.emit("final", result=final.to_dict())
 
 
@@ -65,10 +93,14 @@ def main() -> None:
     stream = child.start({"OMP_NUM_THREADS": "1"})
     incoming = requests(sys.stdin, "verification worker")
     request: dict[str, Any] = {}
+    runner = None
     try:
+        runner = warm_runner()
         request = next(incoming, {})
+        if not request:  # a spare the server let go (stdin closed before any request)
+            return
         threading.Thread(target=_die_with_server, args=(incoming,), daemon=True).start()
-        run(request, stream)
+        run(request, stream, runner)
     except Exception as exc:  # the verifier's own failures become a CRASH record, never a hang
         traceback.print_exc(file=sys.stderr)
         crash = VerifyResult(
@@ -78,6 +110,9 @@ def main() -> None:
             error=f"verifier failed: {type(exc).__name__}: {exc}",
         )
         stream.emit("final", result=crash.to_dict())
+    finally:
+        if runner is not None:
+            runner.close()
 
 
 if __name__ == "__main__":

@@ -75,6 +75,32 @@ def test_a_changed_memory_limit_replaces_the_spare(runner: PersistentRunner) -> 
     )  # warm spare discarded, one for the job, one spare
 
 
+def test_two_spares_serve_queued_jobs_each_started_before_its_job(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "cudice_fake_judge.py").write_text(FAKE_JUDGE)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    r = PersistentRunner(module="cudice_fake_judge", spares=2)
+    try:
+        r.warm_up(4096, {"cache_dir": "/nonexistent/cache"})
+        assert r.num_started == 2
+        results = [run(r, "ok") for _ in range(3)]
+        assert all(x is not None and float(x["got_job"]) >= float(x["started"]) for x in results)
+        assert len({x["pid"] for x in results if x is not None}) == 3  # never one process twice
+        assert r.num_started == 5  # two ahead, then one after each job: two wait again
+    finally:
+        r.close()
+
+
+def test_without_respawn_no_spare_follows_the_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "cudice_fake_judge.py").write_text(FAKE_JUDGE)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    r = PersistentRunner(module="cudice_fake_judge", respawn=False)
+    r.warm_up(4096, {"cache_dir": "/nonexistent/cache"})
+    assert run(r, "ok") is not None
+    assert r.num_started == 1 and r._spares == []
+
+
 def test_the_real_judge_from_a_warm_spare(tmp_path: Path) -> None:
     """The real judge and runner processes (device `cpu`, a PyTorch stand-in): the second job runs in
     the spare that warmed up after the first, and a candidate's dispatcher override does not reach
