@@ -204,6 +204,12 @@ def create_server(
             if ls.wants_warm_verifier():
                 ls.spawn(ls.jobs.prestart())  # on a GPU box, the first save's judge starts now
 
+    @server.feature(lsp.TEXT_DOCUMENT_DID_CHANGE)
+    def did_change(ls: CudiceServer, params: lsp.DidChangeTextDocumentParams) -> None:
+        from cudice.server import prebuild
+
+        prebuild.schedule(ls, params.text_document.uri)  # on a GPU box: build while the user types
+
     @server.feature(lsp.TEXT_DOCUMENT_DID_SAVE, lsp.SaveOptions(include_text=False))
     def did_save(ls: CudiceServer, params: lsp.DidSaveTextDocumentParams) -> None:
         from cudice.server.verification import verify_document
@@ -358,7 +364,10 @@ async def release(ls: CudiceServer) -> None:
     """Stop what a client's session started: runs, generations, watchers, workers. Called on
     `shutdown`, and in TCP mode when a connection ends without it. (Background tasks are left to
     end on their own: cancelling a verification flow mid-run here stalled the workers' shutdown.)"""
+    from cudice.server import prebuild
+
     ls.released = True
+    prebuild.cancel_all(ls)
     ls.jobs.cancel_all()
     for event in ls.generation_cancels.values():
         event.set()

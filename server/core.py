@@ -101,6 +101,7 @@ class CudiceServer(LanguageServer):
         self.ckpt_signature: str | None = None
         self.tasks: set[asyncio.Task[Any]] = set()
         self.generation_cancels: dict[str, asyncio.Event] = {}  # uri -> cancel of its running generation
+        self.prebuild_timers: dict[str, asyncio.TimerHandle] = {}  # uri -> its build-while-editing timer
         self._documents: dict[str, tuple[str, Document, LineIndex]] = {}
         gpu_probe.start_hardware_probe()  # done before the first verification asks, off the event loop
 

@@ -14,6 +14,11 @@ seconds) are up when the user saves (verify_child.py). A run takes it and starts
 spare is started when a candidate is opened (`prestart`), and killed with its family by
 `cancel_all` like a run.
 
+Building while editing (`prebuild`): the server sends a document's unsaved text, after a pause in
+typing, to a compile-only worker of its own (server/prebuild.py); the build cache is shared and
+locked per object (verifier/buildsteps.py), so the save's run reuses those objects, or waits for
+them while they are still being compiled.
+
 Not covered: queueing across documents (runs of different documents proceed in parallel; the
 verifier's pool limits GPU use); a spare started before a settings change keeps the verifier
 defaults it was started with for its judge's cache and memory limit (the server changes neither).
@@ -23,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 from collections.abc import Callable
@@ -67,6 +73,7 @@ class VerifyJobs:
         self.timeout_margin_s = timeout_margin_s
         self.spare = spare or (lambda: False)
         self._jobs: dict[str, _Job] = {}
+        self._prebuilds: dict[str, _Job] = {}  # uri -> the build of its unsaved text (`prebuild`)
         self._spare: tuple[ChildProcess, asyncio.Future[None]] | None = None  # the worker, its start
 
     def _new_proc(self, warm: bool) -> ChildProcess:
@@ -124,10 +131,43 @@ class VerifyJobs:
         job.proc.kill()
         return True
 
+    def cancel_prebuild(self, uri: str) -> bool:
+        """Kill the build of `uri`'s unsaved text; True if one was running."""
+        job = self._prebuilds.pop(uri, None)
+        if job is None:
+            return False
+        job.is_cancelled = True
+        job.proc.kill()
+        return True
+
+    def prebuilding(self, uri: str) -> str | None:
+        """The text whose build for `uri` is under way (`prebuild`), or None."""
+        job = self._prebuilds.get(uri)
+        return job.request.source if job else None
+
+    async def prebuild(self, request: VerifyRequest) -> VerifyResult | None:
+        """Build `request.source` compile-only while it is still being edited, so the objects of the
+        save that follows are in the build cache; a build of the same text already under way is
+        left alone, one of other text is replaced. The result is not a verdict to show (the text was
+        not saved): it is returned for the log; None when replaced or cancelled."""
+        if self.prebuilding(request.uri) == request.source:
+            return None
+        self.cancel_prebuild(request.uri)
+        request = dataclasses.replace(request, config={**request.config, "compile_only": True})
+        job = _Job(request, self._new_proc(warm=False))
+        self._prebuilds[request.uri] = job
+        try:
+            return await self._execute(job, None, None)
+        finally:
+            if self._prebuilds.get(request.uri) is job:
+                del self._prebuilds[request.uri]
+
     def cancel_all(self) -> None:
-        """Kill every run and the spare worker (the server's session ends)."""
+        """Kill every run, every build of unsaved text and the spare worker (the session ends)."""
         for uri in list(self._jobs):
             self.cancel(uri)
+        for uri in list(self._prebuilds):
+            self.cancel_prebuild(uri)
         spare, self._spare = self._spare, None
         if spare is not None:
             proc, started = spare
@@ -143,14 +183,33 @@ class VerifyJobs:
         on_partial: Callable[[VerifyResult], None] | None = None,
         on_stage: Callable[[str], None] | None = None,
     ) -> VerifyResult | None:
-        """Verify; None when a newer run (or a cancel) superseded this one."""
+        """Verify; None when a newer run (or a cancel) superseded this one. A build of this
+        document's unsaved text (`prebuild`) goes on if it is this text (the compile stage here waits
+        for its objects instead of compiling them again) and is stopped otherwise."""
         self.cancel(request.uri)
+        if self.prebuilding(request.uri) not in (None, request.source):
+            self.cancel_prebuild(request.uri)
         spare = await self._take_spare()
-        proc = spare or self._new_proc(warm=False)
-        job = _Job(request, proc)
+        job = _Job(request, spare or self._new_proc(warm=False))
         self._jobs[request.uri] = job
         try:
-            if spare is None:
+            return await self._execute(job, on_partial, on_stage, started=spare is not None)
+        finally:
+            if self._jobs.get(request.uri) is job:
+                del self._jobs[request.uri]
+
+    async def _execute(
+        self,
+        job: _Job,
+        on_partial: Callable[[VerifyResult], None] | None,
+        on_stage: Callable[[str], None] | None,
+        *,
+        started: bool = False,
+    ) -> VerifyResult | None:
+        """Send `job`'s request to its worker (started here unless `started`) and follow it to the end."""
+        request, proc = job.request, job.proc
+        try:
+            if not started:
                 await proc.start()
             await self.prestart()  # the next save's worker warms up while this one runs
             await proc.send({"path": request.path, "source": request.source, "config": request.config})
@@ -179,8 +238,6 @@ class VerifyJobs:
                 )
             return final
         finally:
-            if self._jobs.get(request.uri) is job:
-                del self._jobs[request.uri]
             proc.kill()
             with contextlib.suppress(Exception):
                 await proc.close(grace_s=0.5)

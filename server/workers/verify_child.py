@@ -45,13 +45,16 @@ def _config(raw: dict[str, Any]) -> Any:
 
 
 WARM_ENV = "CUDICE_VERIFY_WARM"
+DEFAULT_MODULE = "cudice.verifier.api"
 
 
 def warm_runner() -> Any:
     """A judge started now for the request still to come (`PersistentRunner`, no second spare after
-    it), or None: not asked for (`WARM_ENV`), or no GPU here (the run stage would not start)."""
-    if os.environ.get(WARM_ENV) != "1":
-        return None
+    it), or None: not asked for (`WARM_ENV`), a scripted verifier (`CUDICE_VERIFY_MODULE`), or no GPU
+    here (the run stage would not start)."""
+    scripted = os.environ.get("CUDICE_VERIFY_MODULE", DEFAULT_MODULE) != DEFAULT_MODULE
+    if os.environ.get(WARM_ENV) != "1" or scripted:
+        return None  # not asked for, or a scripted verifier (tests) that runs no judge
     from cudice.verifier.api import gpu_available
 
     if not gpu_available():
@@ -67,7 +70,7 @@ def warm_runner() -> Any:
 
 def run(request: dict[str, Any], stream: EventStream, runner: Any = None) -> None:
     path, source = str(request["path"]), request.get("source")
-    api = importlib.import_module(os.environ.get("CUDICE_VERIFY_MODULE", "cudice.verifier.api"))
+    api = importlib.import_module(os.environ.get("CUDICE_VERIFY_MODULE", DEFAULT_MODULE))
     config = _config(request.get("config") or {})
 
     def on_stage(partial: Any, *_: Any) -> None:

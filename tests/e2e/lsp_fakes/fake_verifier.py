@@ -9,12 +9,17 @@
   `cudice.verifier.buildsteps.run_process` (own session, a forked grandchild: `sleep 301`,
   `sleep 302`) and the quick check starts a "clangd" child (`sleep 303`) and waits on it
 - otherwise correct, 2.31x on an "NVIDIA H200" (or compile-only when the config says so)
+- `CUDICE_FAKE_VERIFY_LOG=<file>` in the environment -> each `verify` call appends a JSON line
+  {"sha": sha256 of the source, "compile_only": ..., "pid": ...} when it starts
 `verify` reports partial results after its static and compile stages, as the real one does.
 """
 
 from __future__ import annotations
 
 import datetime
+import hashlib
+import json
+import os
 import re
 import subprocess
 import time
@@ -75,6 +80,15 @@ def verify(
     cancel: Any = None,
 ) -> VerifyResult:
     source = source or ""
+    log = os.environ.get("CUDICE_FAKE_VERIFY_LOG")
+    if log:
+        entry = {
+            "sha": hashlib.sha256(source.encode()).hexdigest(),
+            "compile_only": bool(config is not None and config.compile_only),
+            "pid": os.getpid(),
+        }
+        with open(log, "a") as f:
+            f.write(json.dumps(entry) + "\n")
     if on_stage:
         on_stage(VerifyResult(Verdict.CHECKED, Stage.STATIC, path))
     if "SLOW_VERIFY" in source:

@@ -1,0 +1,81 @@
+"""Build a candidate while it is edited, so that its save finds the compiled objects waiting.
+
+On a GPU box a new kernel's verdict is mostly its build (nvcc's two front ends over torch's
+headers: seconds) and the run; the build needs nothing but the text. After each change of an open
+candidate, once typing has paused for `QUIET_S`, `schedule` sends the editor's current (unsaved)
+text to a compile-only worker (`VerifyJobs.prebuild`): parse, static checks, compile, no link, no
+run, nothing shown. A save of that same text then links and runs; its compile stage finds the
+objects in the content-addressed build cache, or waits on the object's lock while the prebuild is
+still compiling it (verifier/buildsteps.py). A change before the build ends replaces it; a save of
+other text stops it.
+
+Contract: only where the server wants a warm verifier (`CudiceServer.wants_warm_verifier`: a GPU,
+verification on save, not compile-only); nothing runs for text whose verdict is cached, for
+documents that are not candidates or are over the size limit. The build runs the candidate's
+compile only (trusted compilers in the verifier's worker), never its code.
+
+Not covered: the reference's unsaved text (read from disk, as verification does); compile errors of
+the unsaved text are not published (the quick check and the save's verification show them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+
+from cudice.server.core import CudiceServer
+from cudice.server.workers.verify import VerifyRequest
+
+log = logging.getLogger(__name__)
+
+QUIET_S = float(os.environ.get("CUDICE_PREBUILD_QUIET_S", "1.0"))
+
+
+def schedule(ls: CudiceServer, uri: str) -> None:
+    """(Re)start `uri`'s quiet timer; when it fires, its current text is built."""
+    timers = ls.prebuild_timers
+    old = timers.pop(uri, None)
+    if old is not None:
+        old.cancel()
+    if ls.released or not ls.wants_warm_verifier():
+        return
+    timers[uri] = asyncio.get_running_loop().call_later(QUIET_S, _fire, ls, uri)
+
+
+def cancel_all(ls: CudiceServer) -> None:
+    for timer in ls.prebuild_timers.values():
+        timer.cancel()
+    ls.prebuild_timers.clear()
+
+
+def _fire(ls: CudiceServer, uri: str) -> None:
+    ls.prebuild_timers.pop(uri, None)
+    if not ls.released:
+        ls.spawn(prebuild(ls, uri))
+
+
+async def prebuild(ls: CudiceServer, uri: str) -> None:
+    """Build `uri`'s current text compile-only (see the module docstring); logs what it did."""
+    from cudice.server.verification import _key, verify_config
+
+    doc = ls.workspace.text_documents.get(uri)
+    path = ls.read_document(uri)
+    if doc is None or path is None or path[2] is None or ls.too_large(uri, doc.source):
+        return
+    model = ls.analyse(uri, doc.source)[0]
+    if not model.is_candidate or ls.cache.get(_key(ls, model)) is not None:
+        return
+    request = VerifyRequest(
+        uri, path[2], doc.source, doc.version, verify_config(ls), ls.settings.verify_timeout_seconds
+    )
+    log.info("building %s (version %s) before its save", os.path.basename(path[2]), doc.version)
+    result = await ls.jobs.prebuild(request)
+    if result is not None:
+        log.info(
+            "built %s (version %s) before its save: %s after %s",
+            os.path.basename(path[2]),
+            doc.version,
+            result.verdict.value,
+            result.stage.value,
+        )

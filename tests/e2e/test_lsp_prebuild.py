@@ -1,0 +1,80 @@
+"""Building while editing (server/prebuild.py), through a real server and the scripted verifier:
+on a GPU box a pause in typing sends the unsaved text to a compile-only build, the save that
+follows verifies that same text in full, later edits replace the pending build, and without a GPU
+nothing is built before the save. A spare verification worker waits for the save."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+from lsp_support import REPO, Editors
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _calls(log: Path) -> list[dict[str, object]]:
+    if not log.exists():
+        return []
+    return [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+
+
+async def _until(log: Path, pred: object, timeout: float = 90.0) -> list[dict[str, object]]:
+    """Wait (bounded) until the verifier's call log satisfies `pred`: the calls are in other processes."""
+    deadline = time.monotonic() + timeout
+    while True:
+        calls = _calls(log)
+        if pred(calls):  # type: ignore[operator]
+            return calls
+        assert time.monotonic() < deadline, f"verifier calls so far: {calls}"
+        await asyncio.sleep(0.05)
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    for name in ("relu.py", "relu_cuda.py"):
+        shutil.copy(REPO / "examples" / name, tmp_path / name)
+    return tmp_path
+
+
+async def test_a_pause_in_typing_builds_the_text_the_save_then_verifies(
+    workspace: Path, editors: Editors, tmp_path: Path
+) -> None:
+    log = tmp_path / "calls.jsonl"
+    env = {"CUDICE_GPU": "1", "CUDICE_PREBUILD_QUIET_S": "1.0", "CUDICE_FAKE_VERIFY_LOG": str(log)}
+    editor = await editors.start("neovim@v0.11", workspace, env=env)
+    uri = editor.open(workspace / "relu_cuda.py")
+    base = editor.buffers[uri][0]
+    first, second = base + "\n# edit 1\n", base + "\n# edit 2\n"
+    editor.change(uri, first)
+    editor.change(uri, second)  # within the quiet time: only this text is built
+    calls = await _until(log, lambda c: any(x["sha"] == _sha(second) for x in c))
+    assert [x["compile_only"] for x in calls] == [True]  # nothing of `first`, nothing but a build
+    editor.save(uri)
+    status = await editor.wait_status(lambda s: s["uri"] == uri and s["lastVerdict"] == "correct")
+    assert status["lastVerdict"] == "correct"
+    calls = _calls(log)
+    assert [(x["sha"], x["compile_only"]) for x in calls] == [(_sha(second), True), (_sha(second), False)]
+
+
+async def test_without_a_gpu_nothing_is_built_before_the_save(
+    workspace: Path, editors: Editors, tmp_path: Path
+) -> None:
+    log = tmp_path / "calls.jsonl"
+    env = {"CUDICE_GPU": "0", "CUDICE_PREBUILD_QUIET_S": "0.2", "CUDICE_FAKE_VERIFY_LOG": str(log)}
+    editor = await editors.start("neovim@v0.11", workspace, env=env)
+    uri = editor.open(workspace / "relu_cuda.py")
+    edited = editor.buffers[uri][0] + "\n# edit\n"
+    editor.change(uri, edited)
+    editor.save(uri)
+    await editor.wait_status(lambda s: s["uri"] == uri and s["lastVerdict"] == "compiled")
+    assert [(x["sha"], x["compile_only"]) for x in _calls(log)] == [(_sha(edited), True)]  # the save's only
