@@ -8,7 +8,7 @@
 # Knobs (environment): GPU_TEST_PATHS (default: tests/verifier tests/model — the server tests
 # need pygls, which the GPU image lacks), GPU_PYTEST_ARGS (extra pytest arguments, e.g. -n 4),
 # GPU_BENCHES (list file, default bench/gpu_benches.txt), STEP_TIMEOUT (seconds per step),
-# GPU_SKIP_TESTS=1 (benchmarks only).
+# GPU_SKIP_TESTS=1 (benchmarks only), GPU_TESTS_TIMEOUT (seconds for the tests step; default STEP_TIMEOUT).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-bench/out}"; mkdir -p "$out"
@@ -30,17 +30,17 @@ summary="$out/gpu_summary.md"
 echo "| step | status | seconds | note |" >"$summary"
 echo "|---|---|---|---|" >>"$summary"
 
-run_step() {  # name, command...
+run_step() {  # name, command...  (STEP_LIMIT, when set, replaces STEP_TIMEOUT for this step)
   local name=$1; shift
   local t0=$(date +%s.%N)
-  timeout "${STEP_TIMEOUT:-1800}" "$@" >"$out/$name.log" 2>&1; local rc=$?
+  timeout "${STEP_LIMIT:-${STEP_TIMEOUT:-1800}}" "$@" >"$out/$name.log" 2>&1; local rc=$?
   local dt=$(python3 -c "print(f'{$(date +%s.%N)-$t0:.1f}')")
   local note=$(grep -E "passed|failed|error|RESULT" "$out/$name.log" | tail -1 | cut -c1-100)
   echo "| $name | $([ $rc -eq 0 ] && echo ok || echo "FAIL($rc)") | $dt | ${note//|//} |" >>"$summary"
 }
 
 # shellcheck disable=SC2086  # word splitting of the knobs is intended
-[ -n "${GPU_SKIP_TESTS:-}" ] || run_step gpu_tests python3 -m pytest -m gpu -q -p no:cacheprovider --timeout=900 ${GPU_PYTEST_ARGS:-} \
+[ -n "${GPU_SKIP_TESTS:-}" ] || STEP_LIMIT="${GPU_TESTS_TIMEOUT:-}" run_step gpu_tests python3 -m pytest -m gpu -q -p no:cacheprovider --timeout=900 ${GPU_PYTEST_ARGS:-} \
   ${GPU_TEST_PATHS:-tests/verifier tests/model}
 benches="${GPU_BENCHES:-bench/gpu_benches.txt}"
 if [ -f "$benches" ]; then

@@ -321,9 +321,7 @@ def bench_candidates(
                 )
                 # the baselines run once, with the first variant
                 rows[variant].append(
-                    _one_candidate(
-                        vconfig, cand, path, variant, no_baseline or i > 0, skip_nvcc or i > 0
-                    )
+                    _one_candidate(vconfig, cand, path, variant, no_baseline or i > 0, skip_nvcc or i > 0)
                 )
     finally:
         shutil.rmtree(folder, ignore_errors=True)

@@ -212,9 +212,11 @@ def create_server(
 
     @server.feature(lsp.TEXT_DOCUMENT_DID_SAVE, lsp.SaveOptions(include_text=False))
     def did_save(ls: CudiceServer, params: lsp.DidSaveTextDocumentParams) -> None:
+        from cudice.server import prebuild
         from cudice.server.verification import verify_document
 
         ls.saved.add(params.text_document.uri)
+        prebuild.cancel(ls, params.text_document.uri)  # the save's verification builds this text now
         if ls.settings.verify_on_save:
             ls.spawn(verify_document(ls, params.text_document.uri))
 

@@ -11,7 +11,8 @@ other text stops it.
 
 Contract: only where the server wants a warm verifier (`CudiceServer.wants_warm_verifier`: a GPU,
 verification on save, not compile-only); nothing runs for text whose verdict is cached, for
-documents that are not candidates or are over the size limit. The build runs the candidate's
+documents that are not candidates or are over the size limit, or while the save's verification of
+that text runs (a save also drops the document's pending timer). The build runs the candidate's
 compile only (trusted compilers in the verifier's worker), never its code.
 
 Not covered: the reference's unsaved text (read from disk, as verification does); compile errors of
@@ -43,6 +44,13 @@ def schedule(ls: CudiceServer, uri: str) -> None:
     timers[uri] = asyncio.get_running_loop().call_later(QUIET_S, _fire, ls, uri)
 
 
+def cancel(ls: CudiceServer, uri: str) -> None:
+    """Forget `uri`'s pending timer (it was saved: its verification builds it now)."""
+    timer = ls.prebuild_timers.pop(uri, None)
+    if timer is not None:
+        timer.cancel()
+
+
 def cancel_all(ls: CudiceServer) -> None:
     for timer in ls.prebuild_timers.values():
         timer.cancel()
@@ -62,6 +70,8 @@ async def prebuild(ls: CudiceServer, uri: str) -> None:
     doc = ls.workspace.text_documents.get(uri)
     path = ls.read_document(uri)
     if doc is None or path is None or path[2] is None or ls.too_large(uri, doc.source):
+        return
+    if ls.jobs.running_source(uri) == doc.source:  # saved meanwhile: its verification builds it
         return
     model = ls.analyse(uri, doc.source)[0]
     if not model.is_candidate or ls.cache.get(_key(ls, model)) is not None:

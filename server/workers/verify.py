@@ -118,6 +118,11 @@ class VerifyJobs:
     def is_running(self, uri: str) -> bool:
         return uri in self._jobs
 
+    def running_source(self, uri: str) -> str | None:
+        """The text the running verification of `uri` verifies, or None."""
+        job = self._jobs.get(uri)
+        return job.request.source if job else None
+
     def running_version(self, uri: str) -> int | None:
         job = self._jobs.get(uri)
         return job.request.version if job else None
