@@ -66,6 +66,7 @@ class Session:
         self, cache_dir: Path, work: Path, *, sandboxed: bool = True, with_reference: bool = True
     ) -> None:
         self.cache_dir, self.work, self.sandboxed = cache_dir, work, sandboxed
+        cache_dir.mkdir(parents=True, exist_ok=True)  # the boundary binds only paths that exist (boundary.py)
         self._uid = (
             2_000_000_000 + (os.getpid() % 10_000_000) * 2
         )  # two uids per judge, unique among live judges

@@ -74,6 +74,10 @@ class PersistentRunner:
         self.num_started = 0  # judge processes started so far (tests and benchmarks read it)
 
     def _spawn(self, memory_limit_mib: int, config: dict[str, Any] | None) -> _Spare:
+        if config and config.get("cache_dir"):
+            # its runners see the cache only if the folder exists when they start (boundary.py binds
+            # existing paths): a spare may start before the first build has made it
+            Path(config["cache_dir"]).mkdir(parents=True, exist_ok=True)
         work = Path(tempfile.mkdtemp(prefix="cudice-runner-"))
         out, err = open(work / "stdout.txt", "wb"), open(work / "stderr.txt", "wb")
         proc, pipe = start_child(

@@ -137,3 +137,37 @@ def test_the_real_judge_from_a_warm_spare(tmp_path: Path) -> None:
     assert "dynamic.dispatcher_override" in {d["code"] for d in first.result["diagnostics"]}
     assert second.result["verdict"] == "correct", second.result
     assert runner.num_started == 3  # warm spare, its successor, and the spare after the second job
+
+
+def test_a_spare_started_before_its_cache_exists_sees_the_cache(tmp_path: Path) -> None:
+    """A spare judge is started ahead (the editor's first save, the pool's start), possibly before
+    the build cache folder exists; its runners must still read what the build puts there (a folder
+    under /tmp is only visible inside the boundary if it existed when the runner started)."""
+    pytest.importorskip("torch")
+    cache = tmp_path / "not-yet" / "cache"
+    ref = (Path(__file__).parent / "corpus" / "references" / "relu.py").read_text()
+    reads_cache = (
+        "import torch\nclass ModelNew(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        f"        super().__init__()\n        assert open({str(cache / 'built.txt')!r}).read() == 'ok'\n"
+        "    def forward(self, x):\n        return torch.relu(x)\n"
+    )
+    config = {"cache_dir": str(cache), "arch_list": ["9.0"], "num_trials": 2}
+    runner = PersistentRunner(respawn=False)
+    try:
+        runner.warm_up(32768, config)
+        assert cache.is_dir()  # the judge makes the folder before its runners start
+        (cache / "built.txt").write_text("ok")  # what a build does while the spare waits
+        job = {
+            "candidate_path": "c.py",
+            "candidate_source": reads_cache,
+            "reference_path": "r.py",
+            "reference_source": ref,
+            "skip_timing": True,
+            "device": "cpu",
+            "config": config,
+        }
+        done = runner(job, timeout_s=600, memory_limit_mib=32768)
+    finally:
+        runner.close()
+    assert done.result is not None and done.result["verdict"] == "correct", (done.result, done.stderr_tail)
