@@ -3,11 +3,11 @@
 On a GPU box a new kernel's verdict is mostly its build (nvcc's two front ends over torch's
 headers: seconds) and the run; the build needs nothing but the text. After each change of an open
 candidate, once typing has paused for `QUIET_S`, `schedule` sends the editor's current (unsaved)
-text to a compile-only worker (`VerifyJobs.prebuild`): parse, static checks, compile, no link, no
-run, nothing shown. A save of that same text then links and runs; its compile stage finds the
-objects in the content-addressed build cache, or waits on the object's lock while the prebuild is
-still compiling it (verifier/buildsteps.py). A change before the build ends replaces it; a save of
-other text stops it.
+text to a build-only worker (`VerifyJobs.prebuild`, `VerifyConfig.build_only`): parse, static
+checks, compile and link, no run, nothing shown. A save of that same text then runs; its compile
+stage finds the objects and the library in the content-addressed build cache, or waits on an
+object's lock while the prebuild is still compiling it (verifier/buildsteps.py). A change before
+the build ends replaces it; a save of other text stops it.
 
 Contract: only where the server wants a warm verifier (`CudiceServer.wants_warm_verifier`: a GPU,
 verification on save, not compile-only); nothing runs for text whose verdict is cached, for
@@ -64,7 +64,7 @@ def _fire(ls: CudiceServer, uri: str) -> None:
 
 
 async def prebuild(ls: CudiceServer, uri: str) -> None:
-    """Build `uri`'s current text compile-only (see the module docstring); logs what it did."""
+    """Build `uri`'s current text, without running it (see the module docstring); logs what it did."""
     from cudice.server.verification import _key, verify_config
 
     doc = ls.workspace.text_documents.get(uri)

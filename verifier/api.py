@@ -224,6 +224,8 @@ def verify(
                 )
             )
         return run.result(Verdict.COMPILED, compile_only=True)
+    if config.build_only:  # built and linked as for the run, which the caller does not want now
+        return run.result(Verdict.COMPILED, compile_only=True)
     run.report(Verdict.COMPILED)
     # 4. run in a sandboxed child
     assert ref is not None and ref.document is not None

@@ -36,6 +36,9 @@ class VerifyConfig:
     rtol: float = 1e-2
     seed: int = 42
     compile_only: bool = False
+    # build and link what a run would load, then stop before running it (verdict `compiled`): the
+    # editor's build of unsaved text on a GPU box (server/prebuild.py)
+    build_only: bool = False
     timeout_s: float = 300.0  # whole run stage (load + correctness + timing) in the child
     compile_timeout_s: float = 600.0
     memory_limit_mib: int = 32768  # RLIMIT_AS of the child is not used with CUDA; see sandbox.py

@@ -15,7 +15,7 @@ spare is started when a candidate is opened (`prestart`), and killed with its fa
 `cancel_all` like a run.
 
 Building while editing (`prebuild`): the server sends a document's unsaved text, after a pause in
-typing, to a compile-only worker of its own (server/prebuild.py); the build cache is shared and
+typing, to a build-only worker of its own (server/prebuild.py); the build cache is shared and
 locked per object (verifier/buildsteps.py), so the save's run reuses those objects, or waits for
 them while they are still being compiled.
 
@@ -151,14 +151,14 @@ class VerifyJobs:
         return job.request.source if job else None
 
     async def prebuild(self, request: VerifyRequest) -> VerifyResult | None:
-        """Build `request.source` compile-only while it is still being edited, so the objects of the
+        """Build and link `request.source` (no run) while it is still edited, so the objects of the
         save that follows are in the build cache; a build of the same text already under way is
         left alone, one of other text is replaced. The result is not a verdict to show (the text was
         not saved): it is returned for the log; None when replaced or cancelled."""
         if self.prebuilding(request.uri) == request.source:
             return None
         self.cancel_prebuild(request.uri)
-        request = dataclasses.replace(request, config={**request.config, "compile_only": True})
+        request = dataclasses.replace(request, config={**request.config, "build_only": True})
         job = _Job(request, self._new_proc(warm=False))
         self._prebuilds[request.uri] = job
         try:

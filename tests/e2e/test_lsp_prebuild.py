@@ -58,12 +58,12 @@ async def test_a_pause_in_typing_builds_the_text_the_save_then_verifies(
     editor.change(uri, first)
     editor.change(uri, second)  # within the quiet time: only this text is built
     calls = await _until(log, lambda c: any(x["sha"] == _sha(second) for x in c))
-    assert [x["compile_only"] for x in calls] == [True]  # nothing of `first`, nothing but a build
+    assert [(x["compile_only"], x["build_only"]) for x in calls] == [(False, True)]  # `second` built only
     editor.save(uri)
     status = await editor.wait_status(lambda s: s["uri"] == uri and s["lastVerdict"] == "correct")
     assert status["lastVerdict"] == "correct"
     calls = _calls(log)
-    assert [(x["sha"], x["compile_only"]) for x in calls] == [(_sha(second), True), (_sha(second), False)]
+    assert [(x["sha"], x["build_only"]) for x in calls] == [(_sha(second), True), (_sha(second), False)]
 
 
 async def test_without_a_gpu_nothing_is_built_before_the_save(
@@ -77,4 +77,5 @@ async def test_without_a_gpu_nothing_is_built_before_the_save(
     editor.change(uri, edited)
     editor.save(uri)
     await editor.wait_status(lambda s: s["uri"] == uri and s["lastVerdict"] == "compiled")
-    assert [(x["sha"], x["compile_only"]) for x in _calls(log)] == [(_sha(edited), True)]  # the save's only
+    calls = [(x["sha"], x["compile_only"], x["build_only"]) for x in _calls(log)]
+    assert calls == [(_sha(edited), True, False)]  # the save's compile-only run, nothing before it

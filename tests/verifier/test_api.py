@@ -217,3 +217,29 @@ def test_runtime_built_sources_are_built_and_judged_on_a_gpu(tmp_path: Path, exa
     result = api.verify(cand, config=VerifyConfig(cache_dir=tmp_path, timeout_s=300))
     assert result.verdict is Verdict.CORRECT, [d.message for d in result.diagnostics]
     assert not [d for d in result.diagnostics if d.code == "verify.not_compiled"]
+
+
+def test_build_only_links_what_a_run_loads_and_runs_nothing(
+    tmp_path: Path, examples_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`build_only` (the editor's build of unsaved text): on a GPU box the module is built and linked
+    exactly as for a run, and the run stage is never entered."""
+    for name in ("relu.py", "relu_cuda.py"):
+        (tmp_path / name).write_text((examples_dir / name).read_text())
+    linked: list[bool] = []
+
+    def fake_build(module: object, path: str, config: object, *, link: bool = False, **kw: object) -> object:
+        linked.append(link)
+        return BuildResult(
+            ok=True, build_dir=tmp_path, library=None, diagnostics=(), output="", wall_s=0.1, cached=False
+        )
+
+    def no_run(*a: object, **k: object) -> object:
+        raise AssertionError("the run stage started")
+
+    monkeypatch.setattr(api, "build_module", fake_build)
+    monkeypatch.setattr(api, "gpu_available", lambda: True)
+    config = VerifyConfig(cache_dir=tmp_path / "cache", build_only=True)
+    result = api.verify(tmp_path / "relu_cuda.py", config=config, run_child=no_run)
+    assert linked == [True]  # linked as the run would load it
+    assert result.verdict is Verdict.COMPILED and result.compile_only

@@ -10,7 +10,7 @@
   `sleep 302`) and the quick check starts a "clangd" child (`sleep 303`) and waits on it
 - otherwise correct, 2.31x on an "NVIDIA H200" (or compile-only when the config says so)
 - `CUDICE_FAKE_VERIFY_LOG=<file>` in the environment -> each `verify` call appends a JSON line
-  {"sha": sha256 of the source, "compile_only": ..., "pid": ...} when it starts
+  {"sha": sha256 of the source, "compile_only": ..., "build_only": ..., "pid": ...} when it starts
 `verify` reports partial results after its static and compile stages, as the real one does.
 """
 
@@ -85,6 +85,7 @@ def verify(
         entry = {
             "sha": hashlib.sha256(source.encode()).hexdigest(),
             "compile_only": bool(config is not None and config.compile_only),
+            "build_only": bool(config is not None and config.build_only),
             "pid": os.getpid(),
         }
         with open(log, "a") as f:
@@ -101,7 +102,7 @@ def verify(
     errors = _compile_errors(path, source)
     if errors:
         return VerifyResult(Verdict.COMPILE_ERROR, Stage.COMPILE, path, errors)
-    if config is not None and config.compile_only:
+    if config is not None and (config.compile_only or config.build_only):
         return VerifyResult(Verdict.COMPILED, Stage.COMPILE, path, compile_only=True)
     if on_stage:
         on_stage(VerifyResult(Verdict.COMPILED, Stage.COMPILE, path))
