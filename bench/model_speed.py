@@ -493,7 +493,7 @@ def run_shape(
         f"\n## {shape}: {sum(p.numel() for p in model.parameters()) / 1e9:.2f} B parameters "
         f"({time.perf_counter() - t0:.0f} s to build)"
     )
-    for batch in sorted({min(batches), max(batches)}):
+    for batch in sorted({min(batches), max(batches)}) if not args.latency_only else ():
         try:
             prof = profile_forwards(
                 model, args.prompt_len, batch, args.block, args.compile_mode, args.profile
@@ -522,6 +522,10 @@ def run_shape(
                         else ""
                     )
                 )
+            if args.latency_only:
+                results["runs"].append(row)
+                write(results)
+                continue
             e2e = end_to_end(
                 model, runners, random_prompts(model, [args.prompt_len] * batch), args.new_tokens, args.block
             )
@@ -536,6 +540,8 @@ def run_shape(
             row["error"] = repr(exc)
         results["runs"].append(row)
         write(results)
+    if args.latency_only:
+        return
     batch = max(batches)
     try:  # 3. mixed prompt lengths
         gen = torch.Generator().manual_seed(3)
@@ -647,6 +653,12 @@ def main() -> int:
         help="skip the float32 exactness check (a second compilation of the first shape)",
     )
     ap.add_argument(
+        "--latency-only",
+        action="store_true",
+        help="only section 1 (forward latency per runner, packed and unpacked): no profile, end to end, "
+        "mixed lengths, float32 check",
+    )
+    ap.add_argument(
         "--quick",
         action="store_true",
         help="1.7b at batch 1 and 4b at batch 128, 10 repeats, "
@@ -655,6 +667,8 @@ def main() -> int:
     args = ap.parse_args()
     if args.quick:
         args.shapes, args.batches, args.batches_4b, args.repeat = "1.7b,4b", "1", "128", 10
+        args.exact = False
+    if args.latency_only:
         args.exact = False
     # three shapes x (bf16 + float32) x (T >= 2, T = 1) compilations of each layer function: above
     # torch.compile's default of 8 per function, after which it would silently run eager
@@ -685,6 +699,8 @@ def main() -> int:
         spec = {"8b": args.batches_8b, "4b": args.batches_4b}.get(shape, args.batches)
         run_shape(shape, [int(b) for b in spec.split(",")], args, device, dtype, results, first=i == 0)
     try:
+        if args.latency_only:
+            raise RuntimeError("skipped (--latency-only)")
         tiny = tiny_tokens_per_forward()
         results["tiny"] = tiny
         log("\n" + ", ".join(f"{k} {v:.2f}" for k, v in tiny.items()))

@@ -57,14 +57,22 @@ class VerifyPool(VerifyBackend):
         num_compile_workers: int | None = None,
         gpus: list[int] | None = None,
         persistent: bool = True,
+        spares_per_gpu: int = 4,
     ) -> None:
+        """spares_per_gpu: judges kept warm per GPU (runner.py). A judge and its runners take ~11 s
+        to warm up on the H200 box (Python, torch and a CUDA context in three processes, the
+        profiler's first session) and a warm job ~2.5 s, so two spares capped the pool near 10
+        verdicts a minute; each spare holds three idle CUDA contexts (~1.5 GiB of GPU memory)."""
         self.config = config or VerifyConfig()
         if num_compile_workers is None:  # a build runs two compilers (main.cpp, cuda.cu) side by side
             num_compile_workers = default_compile_workers()
         self.gpus = gpus if gpus is not None else list(range(count_gpus()))
         # one long-lived runner per GPU (runner.py) unless each candidate must get a fresh process
         self._runners = (
-            {g: PersistentRunner(env={"CUDA_VISIBLE_DEVICES": str(g)}, spares=2) for g in self.gpus}
+            {
+                g: PersistentRunner(env={"CUDA_VISIBLE_DEVICES": str(g)}, spares=spares_per_gpu)
+                for g in self.gpus
+            }
             if persistent
             else {}
         )
