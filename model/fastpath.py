@@ -360,6 +360,9 @@ def _packed(linears: list[Any]) -> tuple[tuple[torch.Tensor, ...], tuple[torch.T
         return tuple(ws), tuple(bs)
 
     def pack(ts: list[torch.Tensor]) -> torch.Tensor:
+        packed = _already_packed(ts)
+        if packed is not None:  # another runner over the same model packed them: share, never copy
+            return packed
         whole = torch.cat([t.detach() for t in ts], dim=0)
         start = 0
         for t in ts:
@@ -371,6 +374,26 @@ def _packed(linears: list[Any]) -> tuple[tuple[torch.Tensor, ...], tuple[torch.T
         w = pack(ws)
         b = pack([x for x in bs if x is not None]) if bs[0] is not None else None
     return (w,), (b,)
+
+
+def _already_packed(ts: list[torch.Tensor]) -> torch.Tensor | None:
+    """The one tensor `ts` are consecutive row blocks of (a view over their shared storage), or None."""
+    first = ts[0]
+    storage, offset = first.untyped_storage(), first.storage_offset()
+    for t in ts:
+        if (
+            not t.is_contiguous()
+            or t.untyped_storage().data_ptr() != storage.data_ptr()
+            or t.storage_offset() != offset
+            or t.shape[1:] != first.shape[1:]
+        ):
+            return None
+        offset += t.numel()
+    rows = sum(t.shape[0] for t in ts)
+    cols = first.shape[1:].numel()
+    return (
+        first.detach().new_empty(0).set_(storage, first.storage_offset(), (rows, *first.shape[1:]), (cols, 1))
+    )
 
 
 def _weights(layer: Any, pack: bool) -> _LayerWeights:

@@ -134,6 +134,14 @@ def test_packed_projections_are_views_that_see_weight_updates(tiny_sdar_dir) -> 
     assert_same_rows(changed, samplers(lm, packed).generate(prompts(lm), cfg, 4))
     (qkv,) = packed._layers[0].attn[1]
     assert attn.k_proj.weight.data_ptr() == qkv[attn.q_proj.weight.shape[0]].data_ptr()
+    # a second runner over the same model shares the packed storage: neither sees its weights move
+    # (they would re-pack and re-capture on every forward, each undoing the other's packing)
+    other = StaticRunner(lm.model, use_graphs=False)
+    assert other._layers[0].attn[1][0].data_ptr() == qkv.data_ptr()
+    assert not packed._weights_moved() and not other._weights_moved()
+    assert_same_rows(changed, samplers(lm, other).generate(prompts(lm), cfg, 4))
+    assert_same_rows(changed, samplers(lm, packed).generate(prompts(lm), cfg, 4))
+    assert other._layers[0].attn[1][0].data_ptr() == packed._layers[0].attn[1][0].data_ptr() == qkv.data_ptr()
 
 
 @pytest.fixture(scope="module")
