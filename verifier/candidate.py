@@ -126,8 +126,8 @@ def dispatcher_state() -> dict[str, str]:
 class Server:
     """The request loop; one instance per process."""
 
-    def __init__(self, sock: socket.socket) -> None:
-        self.sock = sock
+    def __init__(self, sock: socket.socket, role: str = "candidate") -> None:
+        self.sock, self.role = sock, role
         self.model: Any = None
         self.inputs: list[Any] = []
         self.args: list[Any] = []
@@ -146,7 +146,8 @@ class Server:
         import torch
         from cudice.verifier import dynamic_checks as dyn
 
-        warm_gpu(profiler=True)  # before the job: a warm spare's runner has its context ready
+        # before the job: a warm spare's runner has its context ready (only the candidate is profiled)
+        warm_gpu(profiler=self.role == "candidate")
         self.guards = dyn.snapshot_guarded()  # before any candidate code
         self.reply({"op": "ready", "torch": torch.__version__})
         while True:
@@ -459,10 +460,11 @@ class _Failure(Exception):
 
 def main(argv: list[str]) -> int:
     fd = int(argv[argv.index("--fd") + 1])
+    role = argv[argv.index("--role") + 1] if "--role" in argv else "candidate"
     t0 = time.perf_counter()
     sock = socket.socket(fileno=fd)
     try:
-        Server(sock).serve()
+        Server(sock, role).serve()
     except BaseException:  # report what killed the loop on stderr (the judge keeps the tail)
         traceback.print_exc()
         return 1

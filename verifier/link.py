@@ -71,7 +71,7 @@ class RunnerLink:
         self.role = role
         mine, theirs = socket.socketpair()
         report_r, report_w = os.pipe()
-        argv = [sys.executable, "-m", module, "--fd", str(theirs.fileno())]
+        argv = [sys.executable, "-m", module, "--fd", str(theirs.fileno()), "--role", role]
         boxed = sandboxed and probe() is None
         if sandboxed:
             argv, self.missing = wrap(argv, default_spec(cache_dir, uid=uid, report_fd=report_w))
