@@ -112,7 +112,7 @@ def random_model(shape: str, device: torch.device, dtype: torch.dtype) -> Any:
         for p in model.parameters():
             if p.dim() == 2:
                 p.normal_(0.0, 0.02)
-    return model.eval().requires_grad_(False)  # frozen, as load_engine leaves it: the fast path packs
+    return model.eval().requires_grad_(False)  # frozen, as the editor's load_engine(freeze=True): packed
 
 
 def make_runners(model: Any, compile_mode: str | None) -> dict[str, Any]:

@@ -131,7 +131,7 @@ def generate_command(
         reference_source = _reference_source(file, reference)
         scaffold = split_scaffold(source, str(file)) if mode == "infill" else None
         with ProgressLine(f"loading {model_path}") as line:
-            engine = load_engine(model_path, device=device, dtype=dtype, fast=fast)
+            engine = load_engine(model_path, device=device, dtype=dtype, fast=fast, freeze=True)
             apply_torch_threads()
             line.update("generating")
 
@@ -201,7 +201,7 @@ def info_command(path: str | None, device: str, dtype: str) -> None:
             "is set): pass a checkpoint directory"
         )
     try:
-        engine = load_engine(resolved, device=device, dtype=dtype)
+        engine = load_engine(resolved, device=device, dtype=dtype, freeze=True)
     except ModelLoadError as exc:
         raise click.ClickException(str(exc)) from exc
     info = engine_info(engine)

@@ -193,17 +193,21 @@ def _generation(result: BatchResult, seconds: float, text: str, middle: str | No
     )
 
 
-def load_engine(path: str, device: str = "auto", dtype: str = "auto", fast: bool | None = None) -> Engine:
+def load_engine(
+    path: str, device: str = "auto", dtype: str = "auto", fast: bool | None = None, freeze: bool = False
+) -> Engine:
     """Load a checkpoint directory (or a locally cached hub id) into an `Engine`.
 
     fast: static KV cache, compiled layers and CUDA graphs (same tokens as the HF path; see
     fastpath.py); None = on where the model sits on a GPU, False forces the eager HF path.
-    The weights are frozen (`requires_grad_(False)`): an engine loaded here only generates, and the
-    fast path packs frozen projections into single GEMMs (fastpath.StaticRunner's `pack`).
+    freeze: `requires_grad_(False)` before the engine is built, for callers that only generate (the
+    editor's model worker, `cudice generate`): the fast path then packs each layer's projections
+    into single GEMMs (fastpath.StaticRunner's `pack`); a model that will be trained stays as loaded.
     Raises `cudice.model.loader.ModelLoadError` with what/why/how-to-fix on a bad path or checkpoint.
     """
     loaded = load_checkpoint(path, device=device, dtype=dtype)
-    loaded.model.requires_grad_(False)
+    if freeze:
+        loaded.model.requires_grad_(False)
     engine = Engine(loaded, fast=fast)
     engine.warm_up()
     return engine

@@ -78,6 +78,7 @@ class ModelChild:
                 msg.get("device", "auto"),
                 msg.get("dtype", "auto"),
                 fast=FAST_MODES.get(str(msg.get("fast", "auto"))),
+                freeze=True,  # it only generates
             )
         except Exception as exc:
             traceback.print_exc(file=sys.stderr)

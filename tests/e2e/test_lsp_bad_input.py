@@ -11,13 +11,12 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from lsp_support import FAKES_ENV, HERE, REPO, Editors
+from lsp_support import FAKES_ENV, HERE, Editors, copy_example
 from lsprotocol import types as lsp
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
@@ -134,7 +133,7 @@ async def test_broken_frames_and_unreadable_requests_are_answered_or_ignored(tmp
 @pytest.fixture
 def workspace(tmp_path: Path) -> Path:
     for name in ("relu.py", "relu_cuda.py"):
-        shutil.copy(REPO / "examples" / name, tmp_path / name)
+        copy_example(name, tmp_path / name)
     return tmp_path
 
 

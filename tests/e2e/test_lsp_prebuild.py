@@ -8,12 +8,11 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import shutil
 import time
 from pathlib import Path
 
 import pytest
-from lsp_support import REPO, Editors
+from lsp_support import Editors, copy_example
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
@@ -42,7 +41,7 @@ async def _until(log: Path, pred: object, timeout: float = 90.0) -> list[dict[st
 @pytest.fixture
 def workspace(tmp_path: Path) -> Path:
     for name in ("relu.py", "relu_cuda.py"):
-        shutil.copy(REPO / "examples" / name, tmp_path / name)
+        copy_example(name, tmp_path / name)
     return tmp_path
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import signal
 import time
 import uuid
@@ -21,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from lsp_support import REPO, Editor, Editors, family_processes
+from lsp_support import Editor, Editors, copy_example, family_processes
 from lsprotocol import types as lsp
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
@@ -48,7 +47,7 @@ def _running(tag: str, *names: str) -> list[str]:
 @pytest.fixture
 def candidate(tmp_path: Path) -> Path:
     for name in ("relu.py", "relu_cuda.py"):
-        shutil.copy(REPO / "examples" / name, tmp_path / name)
+        copy_example(name, tmp_path / name)
     path = tmp_path / "relu_cuda.py"
     path.write_text(path.read_text() + "\n# SPAWN_COMPILER\n")
     return path

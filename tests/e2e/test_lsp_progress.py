@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import re
-import shutil
 from pathlib import Path
 
 import pytest
-from lsp_support import REPO, Editor, Editors
+from lsp_support import Editor, Editors, copy_example
 from lsprotocol import types as lsp
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
@@ -22,7 +21,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 @pytest.fixture
 def workspace(tmp_path: Path) -> Path:
     for name in ("relu.py", "relu_cuda.py"):
-        shutil.copy(REPO / "examples" / name, tmp_path / name)
+        copy_example(name, tmp_path / name)
     (tmp_path / "ckpt").mkdir()
     return tmp_path
 

@@ -7,12 +7,11 @@ quality is irrelevant (random weights); the workflow is what is checked.
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
-from lsp_support import REPO, Editors, shared_build_cache
+from lsp_support import REPO, Editors, copy_example, shared_build_cache
 from lsprotocol import types as lsp
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(600)]
@@ -39,7 +38,7 @@ def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 async def test_compile_error_of_relu_broken_is_on_line_14(tmp_path: Path, editors: Editors) -> None:
     for name in ("relu.py", "relu_broken.py"):
-        shutil.copy(REPO / "examples" / name, tmp_path / name)
+        copy_example(name, tmp_path / name)
     editor = await editors.start("neovim@v0.11", tmp_path, env=REAL)
     uri = editor.open(tmp_path / "relu_broken.py")
     editor.save(uri)
@@ -50,7 +49,7 @@ async def test_compile_error_of_relu_broken_is_on_line_14(tmp_path: Path, editor
 
 
 async def test_runtime_built_cuda_string_is_never_compiled(tmp_path: Path, editors: Editors) -> None:
-    shutil.copy(REPO / "examples" / "relu.py", tmp_path / "relu.py")
+    copy_example("relu.py", tmp_path / "relu.py")
     text = (REPO / "examples" / "relu_cuda.py").read_text().replace('relu_source = """', 'relu_source = f"""')
     text = text.replace("{\n", "{{\n").replace("}\n", "}}\n").replace("threads = 256", "threads = {256}")
     (tmp_path / "relu_cuda.py").write_text(text)
@@ -72,7 +71,7 @@ async def test_runtime_built_cuda_string_is_never_compiled(tmp_path: Path, edito
 
 
 async def test_without_a_reference_compile_errors_still_show(tmp_path: Path, editors: Editors) -> None:
-    shutil.copy(REPO / "examples" / "relu_broken.py", tmp_path / "relu_broken.py")  # its relu.py is not there
+    copy_example("relu_broken.py", tmp_path / "relu_broken.py")  # its relu.py is not there
     editor = await editors.start("visual-studio-code", tmp_path, env={**REAL, "CUDICE_GPU": "0"})
     uri = editor.open(tmp_path / "relu_broken.py")
     editor.save(uri)
@@ -85,7 +84,7 @@ async def test_without_a_reference_compile_errors_still_show(tmp_path: Path, edi
 
 
 async def test_static_violation_is_shown_on_the_forward_line(tmp_path: Path, editors: Editors) -> None:
-    shutil.copy(REPO / "examples" / "relu.py", tmp_path / "relu.py")
+    copy_example("relu.py", tmp_path / "relu.py")
     cheat = (
         (REPO / "examples" / "relu_cuda.py")
         .read_text()
@@ -110,8 +109,8 @@ async def test_static_violation_is_shown_on_the_forward_line(tmp_path: Path, edi
 async def test_generate_and_infill_with_a_tiny_checkpoint(
     tmp_path: Path, tiny_checkpoint: Path, editors: Editors
 ) -> None:
-    shutil.copy(REPO / "examples" / "relu.py", tmp_path / "relu.py")
-    shutil.copy(REPO / "examples" / "relu_cuda.py", tmp_path / "scaffold_cuda.py")
+    copy_example("relu.py", tmp_path / "relu.py")
+    copy_example("relu_cuda.py", tmp_path / "scaffold_cuda.py")
     opts = {
         "cudice": {
             "model": {"path": str(tiny_checkpoint), "device": "cpu"},

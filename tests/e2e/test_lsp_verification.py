@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
 from pathlib import Path
 
 import pytest
-from lsp_support import REPO, Editor, Editors
+from lsp_support import Editor, Editors, copy_example
 from lsprotocol import types as lsp
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
@@ -17,7 +16,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 @pytest.fixture
 def workspace(tmp_path: Path) -> Path:
     for name in ("relu.py", "relu_broken.py", "relu_cuda.py"):
-        shutil.copy(REPO / "examples" / name, tmp_path / name)
+        copy_example(name, tmp_path / name)
     return tmp_path
 
 

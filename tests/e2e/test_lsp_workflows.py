@@ -7,12 +7,11 @@ progress, cancellation, crashes and races are deterministic. Waits are on notifi
 from __future__ import annotations
 
 import asyncio
-import shutil
 import time
 from pathlib import Path
 
 import pytest
-from lsp_support import CLIENTS, REPO, Editor, Editors
+from lsp_support import CLIENTS, Editor, Editors, copy_example
 from lsprotocol import types as lsp
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
@@ -44,7 +43,7 @@ class ModelNew(nn.Module):
 @pytest.fixture
 def workspace(tmp_path: Path) -> Path:
     for name in ("relu.py", "relu_broken.py", "relu_cuda.py"):
-        shutil.copy(REPO / "examples" / name, tmp_path / name)
+        copy_example(name, tmp_path / name)
     (tmp_path / "scaffold_cuda.py").write_text(SCAFFOLD)
     (tmp_path / "ckpt").mkdir()
     return tmp_path

@@ -25,4 +25,4 @@ def tiny_qwen3_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def tiny_engine(tiny_sdar_dir: Path):
     from cudice.model.engine import load_engine
 
-    return load_engine(str(tiny_sdar_dir), device="cpu")
+    return load_engine(str(tiny_sdar_dir), device="cpu", freeze=True)  # generation only

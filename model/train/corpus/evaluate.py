@@ -55,7 +55,7 @@ def generate_candidates(checkpoint: Path, corpus: Path, candidates: Path, smoke:
     candidates.mkdir(parents=True, exist_ok=True)
     for stale in candidates.glob("*.py"):
         stale.unlink()
-    engine = load_engine(str(checkpoint))
+    engine = load_engine(str(checkpoint), freeze=True)
     config = SamplerConfig(max_new_tokens=16 if smoke else EVAL_MAX_NEW_TOKENS, temperature=0.0)
     references = [(corpus / "problems" / "heldout" / p["file"]).read_text() for p in held]
     batch = engine.generate_texts([chat_prompt(e2e_prompt(r)) for r in references], config)
@@ -75,7 +75,7 @@ def generate_candidates(checkpoint: Path, corpus: Path, candidates: Path, smoke:
     speed: dict[str, Mapping[str, float | str]] = {"default": _speeds(engine, refs, config)}
     if torch.cuda.is_available() and not smoke:
         try:
-            speed["eager"] = _speeds(load_engine(str(checkpoint), fast=False), refs, config)
+            speed["eager"] = _speeds(load_engine(str(checkpoint), fast=False, freeze=True), refs, config)
         except Exception as exc:  # the figure is optional; the error is reported, not hidden
             speed["eager"] = {"error": f"{type(exc).__name__}: {exc}"}
     return {

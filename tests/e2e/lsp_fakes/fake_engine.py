@@ -69,7 +69,9 @@ class FakeEngine:
 LOADS: list[dict[str, Any]] = []  # what load_engine was asked for, for in-process tests
 
 
-def load_engine(path: str, device: str = "auto", dtype: str = "auto", fast: bool | None = None) -> FakeEngine:
+def load_engine(
+    path: str, device: str = "auto", dtype: str = "auto", fast: bool | None = None, freeze: bool = False
+) -> FakeEngine:
     LOADS.append({"path": path, "device": device, "dtype": dtype, "fast": fast})
     if "broken" in path:
         raise ValueError(f"{path} is not a checkpoint (fake engine)")
