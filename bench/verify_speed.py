@@ -9,7 +9,7 @@ Every figure is printed next to a baseline measured in the same run:
 4. (GPU) repeatability: the same kernel verified 5 times — spread of the reported speedup;
 5. `--phase candidates`: ≥ 32 distinct KernelBench-style candidates (bench/kb_candidates.py:
    elementwise, reductions, softmax, norms, matmul, fused epilogues), each verified as a
-   never-seen source (`--compile-only` on a CPU box), then built by plain `load_inline` and its
+   never-seen source the way `cudice verify` does it (`warm_judge=True`: the judge starts with the build) (`--compile-only` on a CPU box), then built by plain `load_inline` and its
    kernels alone by a plain `nvcc -c` without torch headers, one after the other in the same
    run. Per stage (host parse = main.cpp, device compile = cuda.cu, link, load, run =
    correctness, time), p50/p95 time to verdict, verdicts/min, CPU seconds and ratios. With a
@@ -201,7 +201,7 @@ def bench_repeatability(config: VerifyConfig, repeats: int = 5) -> None:
     path = EXAMPLES / "softmax_cuda.py"
     speedups = []
     for _ in range(repeats):
-        r = verify(path, config=config)
+        r = verify(path, config=config, warm_judge=True)  # the CLI's path
         if r.speedup is not None:
             speedups.append(r.speedup)
     if len(speedups) < 2:
@@ -345,7 +345,7 @@ def _one_candidate(
     # with ≥ 8 cores the baseline builds beside cudice (each uses ≤ 2 cores): same run, half the time
     beside = None if skip_load_inline or (os.cpu_count() or 2) < 8 else PlainLoadInline(path)
     cpu0, t0 = _child_cpu_s(), time.perf_counter()
-    r = verify(path, config=config)
+    r = verify(path, config=config, warm_judge=True)  # the CLI's path
     row: dict[str, object] = {
         "candidate": cand.name,
         "category": cand.category,

@@ -26,7 +26,7 @@ import datetime as _dt
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from cudice.verifier.compile import build_module, build_raw_cu
 from cudice.verifier.config import VerifyConfig
@@ -111,6 +111,24 @@ def _has_error(diags: list[Diagnostic]) -> bool:
     return any(d.severity is Severity.ERROR for d in diags)
 
 
+class _EarlyJudge:
+    """The run stage's judge, started when the build begins, so their start-ups overlap."""
+
+    def __init__(self) -> None:
+        self.runner: Any = None
+
+    def start(self, config: VerifyConfig) -> RunChild:
+        from cudice.verifier.runner import PersistentRunner
+
+        self.runner = PersistentRunner(respawn=False)
+        self.runner.warm_up(config.memory_limit_mib, {"cache_dir": str(config.cache_dir)})
+        return cast(RunChild, self.runner)
+
+    def close(self) -> None:
+        if self.runner is not None:
+            self.runner.close()
+
+
 def verify(
     path: str | Path,
     *,
@@ -121,6 +139,7 @@ def verify(
     cancel: CancelToken | None = None,
     run_child: RunChild | None = None,
     gpu: bool | None = None,
+    warm_judge: bool = False,
 ) -> VerifyResult:
     """Verify the candidate at `path` (or its unsaved text `source`). Never raises for bad input.
 
@@ -128,7 +147,30 @@ def verify(
     child on a leased GPU); it receives the job dict and run_in_child's keyword arguments.
     `gpu` says whether the run stage has a GPU (default: one is visible in this process); a
     backend whose `run_child` runs on another machine's GPU (distributed.py) passes True.
+    `warm_judge` (without `run_child`): when the kernel will run, start its judge and runner
+    processes as the build starts, so their start-up (torch, CUDA contexts, the profiler: seconds
+    each) overlaps the build instead of following it (`cudice verify`; the pool and the editor
+    keep judges warm ahead of the job instead). It is killed when the verification ends early.
     """
+    early = _EarlyJudge() if warm_judge and run_child is None else None
+    try:
+        return _verify(path, source, reference, config, on_stage, cancel, run_child, gpu, early)
+    finally:
+        if early is not None:
+            early.close()
+
+
+def _verify(
+    path: str | Path,
+    source: str | None,
+    reference: str | Path | None,
+    config: VerifyConfig | None,
+    on_stage: OnStage | None,
+    cancel: CancelToken | None,
+    run_child: RunChild | None,
+    gpu: bool | None,
+    early: _EarlyJudge | None,
+) -> VerifyResult:
     config = config or VerifyConfig()
     ref_arg = str(reference) if reference is not None else None
     doc = (
@@ -157,6 +199,8 @@ def verify(
     run.stage = Stage.COMPILE
     has_gpu = gpu_available() if gpu is None else gpu
     will_run = not config.compile_only and has_reference and has_gpu and doc.kind == "python"
+    if early is not None and will_run and not config.build_only:
+        run_child = early.start(config)  # warms up while the compilers run
     run.versions = _toolchain_versions(config)
     if doc.kind == "cu":
         build = build_raw_cu(doc, config, cancel=cancel)

@@ -118,7 +118,7 @@ def _verify(candidate: Path, reference: Path | None, config: VerifyConfig, as_js
 
     if as_json:
         with ProgressLine("verifying"):
-            result = verify(candidate, reference=reference, config=config)
+            result = verify(candidate, reference=reference, config=config, warm_judge=True)
         click.echo(result.to_json())
         return result
     console = Console(highlight=False, soft_wrap=True)  # soft_wrap: no line breaks inside file:line:col
@@ -152,7 +152,7 @@ def _verify(candidate: Path, reference: Path | None, config: VerifyConfig, as_js
             line.update(following.get(partial.stage.value, partial.stage.value))
 
         t0 = time.perf_counter()
-        result = verify(candidate, reference=reference, config=config, on_stage=on_stage)
+        result = verify(candidate, reference=reference, config=config, on_stage=on_stage, warm_judge=True)
         done.set()
     print_report(console, result, time.perf_counter() - t0)
     return result

@@ -243,3 +243,61 @@ def test_build_only_links_what_a_run_loads_and_runs_nothing(
     result = api.verify(tmp_path / "relu_cuda.py", config=config, run_child=no_run)
     assert linked == [True]  # linked as the run would load it
     assert result.verdict is Verdict.COMPILED and result.compile_only
+
+
+@pytest.mark.parametrize("build_ok", [True, False])
+def test_a_warm_judge_starts_with_the_build_and_ends_with_the_verification(
+    tmp_path: Path, examples_dir: Path, monkeypatch: pytest.MonkeyPatch, build_ok: bool
+) -> None:
+    """`cudice verify` (`warm_judge=True`): the run stage's judge starts before the build, serves the
+    run, and is closed when the verification ends, also when it ends at a compile error."""
+    from cudice.verifier import runner as runner_module
+    from cudice.verifier.sandbox import ChildOutcome
+
+    for name in ("relu.py", "relu_cuda.py"):
+        (tmp_path / name).write_text((examples_dir / name).read_text())
+    events: list[str] = []
+
+    class FakeRunner:
+        def __init__(self, **kw: object) -> None:
+            events.append("judge started")
+
+        def warm_up(self, memory_limit_mib: int, config: dict[str, object]) -> None:
+            events.append(f"warm {config['cache_dir']}")
+
+        def __call__(self, job: dict[str, object], **kw: object) -> ChildOutcome:
+            events.append("run")
+            result = {"verdict": "correct", "stage": "timing", "diagnostics": [], "stage_wall_s": {}}
+            return ChildOutcome(result, 0, "", "", 0.1)
+
+        def close(self) -> None:
+            events.append("closed")
+
+    def fake_build(*a: object, **k: object) -> BuildResult:
+        events.append("build")
+        error = Diagnostic(Severity.ERROR, "boom", "compile.error", Stage.COMPILE, Location("x", 1, 1))
+        return BuildResult(
+            ok=build_ok,
+            build_dir=tmp_path,
+            library=None,
+            diagnostics=() if build_ok else (error,),
+            output="",
+            wall_s=0.1,
+            cached=False,
+        )
+
+    monkeypatch.setattr(runner_module, "PersistentRunner", FakeRunner)
+    monkeypatch.setattr(api, "build_module", fake_build)
+    monkeypatch.setattr(api, "gpu_available", lambda: True)
+    config = VerifyConfig(cache_dir=tmp_path / "cache")
+    result = api.verify(tmp_path / "relu_cuda.py", config=config, warm_judge=True)
+    warm = f"warm {tmp_path / 'cache'}"
+    if build_ok:
+        assert result.verdict is Verdict.CORRECT
+        assert events == ["judge started", warm, "build", "run", "closed"]
+    else:
+        assert result.verdict is Verdict.COMPILE_ERROR
+        assert events == ["judge started", warm, "build", "closed"]
+    events.clear()
+    api.verify(tmp_path / "relu_cuda.py", config=config)  # without it: no judge ahead of the build
+    assert "judge started" not in events
