@@ -8,15 +8,16 @@ Every figure is printed next to a baseline measured in the same run:
 3. (GPU) verified kernels per minute for N ≥ 32 distinct candidates through `VerifyPool`;
 4. (GPU) repeatability: the same kernel verified 5 times — spread of the reported speedup;
 5. `--phase candidates`: ≥ 32 distinct KernelBench-style candidates (bench/kb_candidates.py:
-   elementwise, reductions, softmax, norms, matmul, fused epilogues), each verified as a
-   never-seen source the way `cudice verify` does it (`warm_judge=True`: the judge starts with the build) (`--compile-only` on a CPU box), then built by plain `load_inline` and its
-   kernels alone by a plain `nvcc -c` without torch headers, one after the other in the same
-   run. Per stage (host parse = main.cpp, device compile = cuda.cu, link, load, run =
-   correctness, time), p50/p95 time to verdict, verdicts/min, CPU seconds and ratios. With a
-   GPU and `--pool`, the same candidates go through `VerifyPool` and the baseline runs as
-   many `load_inline` processes at once (distinct candidates per minute). `--variants
-   default,no-split,pybind` also verifies each candidate with nvcc's steps in sequence and
-   with the pybind11 `main.cpp` (each variant with a cache of its own) in the same run.
+   elementwise, reductions, softmax, norms, matmul, fused epilogues), each verified as a never-seen
+   source the way `cudice verify` does it (`warm_judge=True`: the judge starts with the build;
+   `--compile-only` on a CPU box), then built by plain `load_inline` and its kernels alone by a
+   plain `nvcc -c` without torch headers, one after the other in the same run. Per stage (host parse
+   = main.cpp, device compile = cuda.cu, link, load, run = correctness, time), p50/p95 time to
+   verdict, verdicts/min, CPU seconds and ratios. With a GPU and `--pool`, the same candidates go
+   through `VerifyPool` and the baseline runs as many `load_inline` processes at once (distinct
+   candidates per minute). `--variants default,no-split,pybind` also verifies each candidate with
+   nvcc's steps in sequence and with the pybind11 `main.cpp` (each variant with a cache of its own)
+   in the same run.
 Prints one `RESULT {...}` JSON line per measurement. `--quick` shrinks 3 (8 candidates).
 Run: `python bench/verify_speed.py [--quick] [--skip-load-inline]`;
 `python bench/verify_speed.py --phase candidates --compile-only --limit 4` on a 2-core box.
