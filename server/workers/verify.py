@@ -92,20 +92,18 @@ class VerifyJobs:
             self._spare = (proc, started)
             await started
 
-    async def _take_spare(self) -> ChildProcess | None:
-        """The spare worker (once started), or None when there is none or it died."""
-        if self._spare is None:
-            return None
-        (proc, started), self._spare = self._spare, None
+    @staticmethod
+    async def _spare_ready(proc: ChildProcess, started: asyncio.Future[None]) -> bool:
+        """Whether a spare worker taken for a run is up (its start may still be under way)."""
         try:
             await started
         except Exception as exc:  # could not start: the run starts its own worker
             log.warning("the spare verification worker did not start: %s", exc)
-            return None
+            return False
         if not proc.is_alive:
             proc.kill()
-            return None
-        return proc
+            return False
+        return True
 
     @property
     def spare_pid(self) -> int | None:
@@ -194,11 +192,16 @@ class VerifyJobs:
         self.cancel(request.uri)
         if self.prebuilding(request.uri) not in (None, request.source):
             self.cancel_prebuild(request.uri)
-        spare = await self._take_spare()
-        job = _Job(request, spare or self._new_proc(warm=False))
+        spare, self._spare = self._spare, None  # taken and registered before any await: a newer
+        job = _Job(request, spare[0] if spare is not None else self._new_proc(warm=False))  # run cancels it
         self._jobs[request.uri] = job
         try:
-            return await self._execute(job, on_partial, on_stage, started=spare is not None)
+            ready = spare is not None and await self._spare_ready(*spare)
+            if job.is_cancelled:
+                return None
+            if spare is not None and not ready:
+                job.proc = self._new_proc(warm=False)
+            return await self._execute(job, on_partial, on_stage, started=ready)
         finally:
             if self._jobs.get(request.uri) is job:
                 del self._jobs[request.uri]
