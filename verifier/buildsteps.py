@@ -18,22 +18,19 @@ Not covered: eviction of the cache (delete `cache_dir` to reclaim space), ccache
 
 from __future__ import annotations
 
-import ctypes
 import fcntl
 import hashlib
 import json
 import os
 import shlex
 import shutil
-import signal
 import subprocess
-import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from cudice.verifier.process import CancelToken, wait_or_kill
+from cudice.verifier.process import CancelToken, die_with_parent, wait_or_kill
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,16 +41,6 @@ class StepResult:
     cached: bool
     cancelled: bool = False
     timed_out: bool = False
-
-
-_LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform == "linux" else None  # loaded before any fork
-
-
-def _die_with_parent() -> None:
-    """preexec (runs between fork and exec, so nothing is imported here): SIGKILL this compiler
-    when the thread that started it dies (prctl(2) PR_SET_PDEATHSIG = 1; Linux only)."""
-    if _LIBC is not None:
-        _LIBC.prctl(1, signal.SIGKILL, 0, 0, 0)
 
 
 def run_process(
@@ -76,7 +63,7 @@ def run_process(
         cwd=cwd,
         start_new_session=True,
         errors="replace",
-        preexec_fn=_die_with_parent,
+        preexec_fn=die_with_parent,
     )
     chunks: list[str] = []
 

@@ -14,10 +14,8 @@ group, which ends the runners as above.
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -27,13 +25,9 @@ from typing import IO, Any
 
 from cudice.verifier import channel
 from cudice.verifier.boundary import Missing, default_spec, probe, wrap
+from cudice.verifier.process import die_with_parent
 
-PR_SET_PDEATHSIG = 1
 Reply = tuple[dict[str, Any], list[bytearray]]
-
-
-def _die_with_parent() -> None:
-    ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
 def runner_env(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -91,7 +85,7 @@ class RunnerLink:
             stdout=self._log,
             stderr=self._log,
             env=env,
-            preexec_fn=_die_with_parent,
+            preexec_fn=die_with_parent,
         )
         theirs.close()
         os.close(report_w)

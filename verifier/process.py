@@ -6,11 +6,22 @@ so killing the group also ends the compilers, forks and grandchildren it started
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import subprocess
+import sys
 import time
 from typing import Any, Protocol
+
+_LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform == "linux" else None  # loaded before any fork
+
+
+def die_with_parent() -> None:
+    """preexec (runs between fork and exec, so nothing is imported here): SIGKILL this child when
+    the thread that started it dies (prctl(2) PR_SET_PDEATHSIG = 1; Linux only)."""
+    if _LIBC is not None:
+        _LIBC.prctl(1, signal.SIGKILL, 0, 0, 0)
 
 
 class CancelToken(Protocol):

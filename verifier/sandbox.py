@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cudice.verifier.process import CancelToken, kill_group, wait_or_kill
+from cudice.verifier.process import CancelToken, die_with_parent, kill_group, wait_or_kill
 
 KEEP_ENV = (
     "PATH",
@@ -88,6 +88,9 @@ def scrubbed_env(extra: dict[str, str] | None = None, home: str | None = None) -
 
 def _limits(memory_limit_mib: int, max_file_mib: int) -> Callable[[], None]:
     def apply() -> None:
+        # a judge whose starter died (a killed CLI, worker or pool thread) must not live on: it has no
+        # clock of its own and would wait forever on a hung candidate
+        die_with_parent()
         limit = memory_limit_mib * 1024 * 1024
         resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))

@@ -171,3 +171,47 @@ def test_a_spare_started_before_its_cache_exists_sees_the_cache(tmp_path: Path) 
     finally:
         runner.close()
     assert done.result is not None and done.result["verdict"] == "correct", (done.result, done.stderr_tail)
+
+
+def test_a_judge_dies_with_the_process_that_started_it(tmp_path: Path) -> None:
+    """A judge has no clock of its own (its starter enforces the time-out): when the starter is
+    killed (SIGKILL: no clean-up runs), the judge must not live on, even one that never reads stdin."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    pid_file = tmp_path / "judge.pid"
+    (tmp_path / "cudice_sleepy_judge.py").write_text(
+        f"import os, time\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))\ntime.sleep(600)\n"
+    )
+    starter = (
+        "from cudice.verifier.runner import PersistentRunner\n"
+        "import sys, time\n"
+        "r = PersistentRunner(module='cudice_sleepy_judge')\n"
+        f"r.warm_up(4096, {{'cache_dir': {str(tmp_path / 'cache')!r}}})\n"
+        "print('started', flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(tmp_path) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    proc = subprocess.Popen([sys.executable, "-c", starter], env=env, stdout=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == b"started"
+        deadline = time.monotonic() + 120
+        while not pid_file.exists() or not pid_file.read_text():
+            assert time.monotonic() < deadline, "the judge never started"
+            time.sleep(0.05)
+        judge = int(pid_file.read_text())
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        while True:  # bounded wait for the kernel to deliver PDEATHSIG
+            try:
+                with open(f"/proc/{judge}/stat") as f:
+                    if f.read().split(") ", 1)[1][0] == "Z":
+                        break
+            except OSError:
+                break
+            assert time.monotonic() < deadline, f"judge {judge} outlived its starter"
+            time.sleep(0.05)
+    finally:
+        proc.kill()
