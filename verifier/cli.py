@@ -133,7 +133,7 @@ def _verify(candidate: Path, reference: Path | None, config: VerifyConfig, as_js
 
     following = {
         "parse": "static checks",
-        "static": "compiling (nvcc: about a minute cold, cached after)",
+        "static": "compiling (nvcc: seconds to a minute for a new kernel, cached after)",
         "compile": "loading the kernel",
         "load": "checking correctness",
         "correctness": "timing",
