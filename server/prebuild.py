@@ -27,6 +27,7 @@ import os
 
 from cudice.server.core import CudiceServer
 from cudice.server.workers.verify import VerifyRequest
+from pygls.uris import to_fs_path
 
 log = logging.getLogger(__name__)
 
@@ -35,13 +36,10 @@ QUIET_S = float(os.environ.get("CUDICE_PREBUILD_QUIET_S", "1.0"))
 
 def schedule(ls: CudiceServer, uri: str) -> None:
     """(Re)start `uri`'s quiet timer; when it fires, its current text is built."""
-    timers = ls.prebuild_timers
-    old = timers.pop(uri, None)
-    if old is not None:
-        old.cancel()
+    cancel(ls, uri)
     if ls.released or not ls.wants_warm_verifier():
         return
-    timers[uri] = asyncio.get_running_loop().call_later(QUIET_S, _fire, ls, uri)
+    ls.prebuild_timers[uri] = asyncio.get_running_loop().call_later(QUIET_S, _fire, ls, uri)
 
 
 def cancel(ls: CudiceServer, uri: str) -> None:
@@ -67,9 +65,9 @@ async def prebuild(ls: CudiceServer, uri: str) -> None:
     """Build `uri`'s current text, without running it (see the module docstring); logs what it did."""
     from cudice.server.verification import _key, verify_config
 
-    doc = ls.workspace.text_documents.get(uri)
-    path = ls.read_document(uri)
-    if doc is None or path is None or path[2] is None or ls.too_large(uri, doc.source):
+    doc = ls.workspace.text_documents.get(uri)  # open documents only: their text is the unsaved one
+    path = to_fs_path(uri) if doc is not None else None
+    if doc is None or path is None or ls.too_large(uri, doc.source):
         return
     if ls.jobs.running_source(uri) == doc.source:  # saved meanwhile: its verification builds it
         return
@@ -77,14 +75,14 @@ async def prebuild(ls: CudiceServer, uri: str) -> None:
     if not model.is_candidate or ls.cache.get(_key(ls, model)) is not None:
         return
     request = VerifyRequest(
-        uri, path[2], doc.source, doc.version, verify_config(ls), ls.settings.verify_timeout_seconds
+        uri, path, doc.source, doc.version, verify_config(ls), ls.settings.verify_timeout_seconds
     )
-    log.info("building %s (version %s) before its save", os.path.basename(path[2]), doc.version)
+    log.info("building %s (version %s) before its save", os.path.basename(path), doc.version)
     result = await ls.jobs.prebuild(request)
     if result is not None:
         log.info(
             "built %s (version %s) before its save: %s after %s",
-            os.path.basename(path[2]),
+            os.path.basename(path),
             doc.version,
             result.verdict.value,
             result.stage.value,

@@ -125,23 +125,23 @@ class VerifyJobs:
         job = self._jobs.get(uri)
         return job.request.version if job else None
 
-    def cancel(self, uri: str) -> bool:
-        """Kill the run of `uri`; True if one was running."""
-        job = self._jobs.pop(uri, None)
+    @staticmethod
+    def _kill(jobs: dict[str, _Job], uri: str) -> bool:
+        """Kill `uri`'s job in `jobs` (its worker's whole family); True if there was one."""
+        job = jobs.pop(uri, None)
         if job is None:
             return False
         job.is_cancelled = True
         job.proc.kill()
         return True
 
+    def cancel(self, uri: str) -> bool:
+        """Kill the run of `uri`; True if one was running."""
+        return self._kill(self._jobs, uri)
+
     def cancel_prebuild(self, uri: str) -> bool:
         """Kill the build of `uri`'s unsaved text; True if one was running."""
-        job = self._prebuilds.pop(uri, None)
-        if job is None:
-            return False
-        job.is_cancelled = True
-        job.proc.kill()
-        return True
+        return self._kill(self._prebuilds, uri)
 
     def prebuilding(self, uri: str) -> str | None:
         """The text whose build for `uri` is under way (`prebuild`), or None."""
