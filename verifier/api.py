@@ -118,10 +118,9 @@ class _EarlyJudge:
         self.runner: Any = None
 
     def start(self, config: VerifyConfig) -> RunChild:
-        from cudice.verifier.runner import PersistentRunner
+        from cudice.verifier.runner import judge_ahead
 
-        self.runner = PersistentRunner(respawn=False)
-        self.runner.warm_up(config.memory_limit_mib, {"cache_dir": str(config.cache_dir)})
+        self.runner = judge_ahead(config)
         return cast(RunChild, self.runner)
 
     def close(self) -> None:

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from cudice.verifier.config import VerifyConfig
 from cudice.verifier.process import CancelToken, kill_group, wait_or_kill
 from cudice.verifier.sandbox import ChildOutcome, ResultPipe, _limits, _tail, scrubbed_env, start_child
 
@@ -154,3 +155,12 @@ class PersistentRunner:
             if self.respawn:  # started after the job, not during its timing; warms up while the pool compiles
                 self._top_up(memory_limit_mib, job.get("config"))
             return outcome
+
+
+def judge_ahead(config: VerifyConfig) -> PersistentRunner:
+    """One judge started now, with `config`'s cache and memory limit, for the single job still to
+    come (no spare follows it): `cudice verify` starts it with the build, the editor's spare
+    verification worker before its request arrives."""
+    runner = PersistentRunner(respawn=False)
+    runner.warm_up(config.memory_limit_mib, {"cache_dir": str(config.cache_dir)})
+    return runner

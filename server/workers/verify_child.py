@@ -60,12 +60,9 @@ def warm_runner() -> Any:
     if not gpu_available():
         return None
     from cudice.verifier.config import VerifyConfig
-    from cudice.verifier.runner import PersistentRunner
+    from cudice.verifier.runner import judge_ahead
 
-    defaults = VerifyConfig()  # the server's settings leave the cache and the memory limit at these
-    runner = PersistentRunner(respawn=False)
-    runner.warm_up(defaults.memory_limit_mib, {"cache_dir": str(defaults.cache_dir)})
-    return runner
+    return judge_ahead(VerifyConfig())  # the server's settings leave the cache and memory limit as these
 
 
 def run(request: dict[str, Any], stream: EventStream, runner: Any = None) -> None:
