@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from lsp_support import Editors, copy_example
+from lsp_support import Editor, Editors, copy_example
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
@@ -45,13 +45,20 @@ def workspace(tmp_path: Path) -> Path:
     return tmp_path
 
 
+async def _open_candidate(
+    editors: Editors, workspace: Path, log: Path, *, gpu: str, quiet_s: str
+) -> tuple[Editor, str]:
+    """A server with the scripted verifier logging its calls to `log`, relu_cuda.py open in it."""
+    env = {"CUDICE_GPU": gpu, "CUDICE_PREBUILD_QUIET_S": quiet_s, "CUDICE_FAKE_VERIFY_LOG": str(log)}
+    editor = await editors.start("neovim@v0.11", workspace, env=env)
+    return editor, editor.open(workspace / "relu_cuda.py")
+
+
 async def test_a_pause_in_typing_builds_the_text_the_save_then_verifies(
     workspace: Path, editors: Editors, tmp_path: Path
 ) -> None:
     log = tmp_path / "calls.jsonl"
-    env = {"CUDICE_GPU": "1", "CUDICE_PREBUILD_QUIET_S": "1.0", "CUDICE_FAKE_VERIFY_LOG": str(log)}
-    editor = await editors.start("neovim@v0.11", workspace, env=env)
-    uri = editor.open(workspace / "relu_cuda.py")
+    editor, uri = await _open_candidate(editors, workspace, log, gpu="1", quiet_s="1.0")
     base = editor.buffers[uri][0]
     first, second = base + "\n# edit 1\n", base + "\n# edit 2\n"
     editor.change(uri, first)
@@ -69,9 +76,7 @@ async def test_without_a_gpu_nothing_is_built_before_the_save(
     workspace: Path, editors: Editors, tmp_path: Path
 ) -> None:
     log = tmp_path / "calls.jsonl"
-    env = {"CUDICE_GPU": "0", "CUDICE_PREBUILD_QUIET_S": "0.2", "CUDICE_FAKE_VERIFY_LOG": str(log)}
-    editor = await editors.start("neovim@v0.11", workspace, env=env)
-    uri = editor.open(workspace / "relu_cuda.py")
+    editor, uri = await _open_candidate(editors, workspace, log, gpu="0", quiet_s="0.2")
     edited = editor.buffers[uri][0] + "\n# edit\n"
     editor.change(uri, edited)
     editor.save(uri)
