@@ -7,7 +7,10 @@ embeddings), 8B. Every ratio is against baselines measured in the same run. The 
 - `fast`: static KV cache + CUDA graphs over eager layer math (`StaticRunner(compile=False)`);
 - `compiled`: the same with the layer math through torch.compile (`StaticRunner(compile=True)`),
   the engine's default on a GPU; each layer's q/k/v and gate/up weights packed into one GEMM each
-  (the model is frozen, as `load_engine` leaves it);
+  (the model is frozen, as `load_engine` leaves it); attention through the Triton block kernel
+  (`cudice.model.attention`) on CUDA, as `fast` too;
+- `compiled-sdpa`: `compiled` with SDPA attention over all static slots (the previous default): the
+  same-run baseline of the Triton attention, in the latency, end-to-end and profile sections;
 - `compiled-unpacked` (forward latency only): `compiled` with one GEMM per projection, the baseline
   of the packing in the same run.
 
@@ -35,7 +38,8 @@ Sections per shape and batch:
 Compile and capture seconds are reported apart (`warm-up`); timed runs follow a warm-up run.
 Usage: python bench/model_speed.py [--shapes 1.7b,4b,8b] [--batches 1,16,64] [--batches-4b 1,128]
        [--new-tokens 128] [--prompt-len 512] [--quick] [--profile] [--compile-mode MODE]
-`--quick` (one H200, ~5 min): 1.7B at batch 1 and 4B at batch 128 (the targets' rows), 10 repeats.
+`--quick` (one H200, ~6 min): 1.7B at batch 1 and 4B at batch 128 (the targets' rows), 10 repeats,
+end to end through the compiled runners only.
 """
 
 from __future__ import annotations
@@ -78,7 +82,7 @@ LABELS = (
     ("thr0.9-fused", 0.9, True),
     ("thr0-fused", 0.0, True),
 )
-FAST = ("fast", "compiled")
+FAST = ["fast", "compiled", "compiled-sdpa"]  # the static-cache runners of the end-to-end section
 
 
 def log(*args: Any) -> None:
@@ -125,6 +129,14 @@ def make_runners(model: Any, compile_mode: str | None) -> dict[str, Any]:
         "fast": StaticRunner(model, use_graphs=True, keep_cache_bytes=keep),
         "compiled": StaticRunner(
             model, use_graphs=True, compile=True, compile_mode=compile_mode, keep_cache_bytes=keep
+        ),
+        "compiled-sdpa": StaticRunner(
+            model,
+            use_graphs=True,
+            compile=True,
+            compile_mode=compile_mode,
+            keep_cache_bytes=keep,
+            attention="sdpa",
         ),
         # forward latency only (not in FAST): the same without packed q/k/v and gate/up GEMMs
         "compiled-unpacked": StaticRunner(
@@ -290,7 +302,7 @@ def end_to_end(
             max_new_tokens=new_tokens,
             fuse_commit=fuse,
         )
-        names = (("hf",) if not fuse and threshold not in reference else ()) + FAST
+        names = (("hf",) if not fuse and threshold not in reference else ()) + tuple(FAST)
         for name in names:
             sampler = BlockDiffusionSampler(runners[name], mask_id, eos_id, no_stop, lambda t: "")
             try:
@@ -409,6 +421,9 @@ def profile_forwards(
         "compiled-nograph": StaticRunner(model, use_graphs=False, compile=True, compile_mode=compile_mode),
         "fast": StaticRunner(model, use_graphs=True),
         "compiled": StaticRunner(model, use_graphs=True, compile=True, compile_mode=compile_mode),
+        "compiled-sdpa": StaticRunner(
+            model, use_graphs=True, compile=True, compile_mode=compile_mode, attention="sdpa"
+        ),
     }
     ids = torch.randint(0, special_ids(model)[2], (batch, prompt_len + block), device=device)
     pos = torch.arange(prompt_len + block, device=device)[None].expand(batch, -1)
@@ -533,8 +548,13 @@ def run_shape(
             print_e2e(shape, batch, e2e)
             comp = runners["compiled"]
             row["compile_error"] = comp.compile_error
+            row["attention"], row["attention_error"] = comp.attention, comp.attention_error
             if comp.compile_error:
                 log(f"  compiled runner fell back to eager: {comp.compile_error[:300]}")
+            log(
+                f"  compiled runner's attention: {comp.attention}"
+                + (f" (Triton failed: {comp.attention_error[:300]})" if comp.attention_error else "")
+            )
         except Exception as exc:
             log(f"{shape} b={batch} failed: {exc!r}")
             row["error"] = repr(exc)
@@ -668,6 +688,7 @@ def main() -> int:
     if args.quick:
         args.shapes, args.batches, args.batches_4b, args.repeat = "1.7b,4b", "1", "128", 10
         args.exact = False
+        FAST.remove("fast")  # end to end: the compiled runners only (the eager-math one is slower)
     if args.latency_only:
         args.exact = False
     # three shapes x (bf16 + float32) x (T >= 2, T = 1) compilations of each layer function: above

@@ -9,8 +9,10 @@ weights move (`model.to(...)`), the captured graphs are dropped and captured aga
 - the K/V live in preallocated buffers (B, H_kv, M, D) per layer; a block forward writes its K/V
   at slots [length, length + L) with `index_copy_`, and a denoise step's K/V is overwritten by the
   next step or by the commit (JetEngine does the same), so "crop" only moves the length back;
-- a block forward attends over all M slots with an additive mask that blocks unused slots; GQA
-  folds each KV head's query group into the query axis, so SDPA needs no K/V repeat;
+- a block forward attends under an additive mask that blocks unused slots; on CUDA through one
+  Triton kernel per layer (`cudice.model.attention`: split over the keys, each row reads only the
+  slots its mask allows, so left padding and unused slots cost nothing), elsewhere through SDPA
+  over all M slots; GQA folds each KV head's query group into the query axis (no K/V repeat);
 - each layer's q/k/v projections (and gate/up) are one GEMM over one packed weight (a frozen model's
   parameters become views of it: `pack`), so a small batch reads the weights in fewer, wider GEMMs;
 - `compile=True` runs the per-token layer math through torch.compile (Inductor fuses RMSNorm,
@@ -22,7 +24,8 @@ weights move (`model.to(...)`), the captured graphs are dropped and captured aga
 - the prefill (the first forward into an empty cache) computes no padding: rows are grouped by
   their left padding, read off the positions (`pos[r, -1] = L - 1 - pad[r]`), and each group runs
   unpadded self-attention, its K/V written into its rows' slots. Mixed prompt lengths therefore
-  cost only their real tokens in the prefill; the decode reads the static M slots either way.
+  cost only their real tokens in the prefill, and (Triton attention) only their real slots in the
+  decode; each row still owns M slots of memory (no paged cache).
 
 Equal to `HFRunner` up to float rounding (tests: same tokens at temperature 0 on the tiny model,
 eager and compiled; `gpu` test: graphs on == graphs off). Not covered: sliding-window layers,
@@ -40,7 +43,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from cudice.model import layers
+from cudice.model import attention, layers
 
 GRAPH_MAX_TOKENS = 16  # block forwards up to this many tokens per row are captured (AR 1, block 4, fused 8)
 
@@ -73,6 +76,7 @@ class StaticRunner:
         compile_mode: str | None = None,
         keep_cache_bytes: float = 4 * 2**30,
         pack: bool | None = None,
+        attention: str = "auto",
     ) -> None:
         """keep_cache_bytes: a cache (with its graphs) up to this size stays allocated for the next call
         of the same shape; a larger one (e.g. a trainer's rollout batch) is freed when the caller drops
@@ -82,7 +86,10 @@ class StaticRunner:
         parameters at views of it (same Parameter objects, same values, no extra memory; in-place
         updates are seen), so each is one GEMM. None: pack when no parameter requires grad (an
         inference model; a trained one keeps its own storage, which its optimiser and checkpoint
-        writer may rely on: safetensors refuses tensors that share memory)."""
+        writer may rely on: safetensors refuses tensors that share memory).
+
+        attention: "triton" (`cudice.model.attention`; CUDA), "sdpa", or "auto": Triton on CUDA where
+        it is importable, else SDPA. A Triton failure falls back to SDPA with a message."""
         self.model = model
         param = next(model.parameters())
         self.dtype, self.device = param.dtype, param.device
@@ -102,6 +109,12 @@ class StaticRunner:
         self.compile_mode = compile_mode
         self.fns = layers.compiled(compile_mode) if compile else layers.EAGER
         self.compile_error: str | None = None
+        if attention not in ("auto", "triton", "sdpa"):
+            raise ValueError(f"attention={attention!r}: expected 'auto', 'triton' or 'sdpa'")
+        if attention == "auto":
+            attention = "triton" if self.device.type == "cuda" and _triton_ok() else "sdpa"
+        self.attention = attention
+        self.attention_error: str | None = None
         self.warmup_seconds: dict[
             tuple[int, int], float
         ] = {}  # (batch, L) -> first forward incl. compile/capture
@@ -191,23 +204,27 @@ class StaticRunner:
         return moved
 
     def _guarded(self, run: Callable[[], torch.Tensor]) -> torch.Tensor:
-        """Run with the compiled functions; if compiling fails, say so once and continue eager."""
-        if not self.compiled:
-            return run()
-        try:
-            return run()
-        except Exception as exc:  # a compiler bug must cost speed, not the generation
-            self.compile_error = f"{type(exc).__name__}: {exc}"
-            print(
-                f"cudice.model: torch.compile failed ({self.compile_error.splitlines()[0][:300]}); the fast "
-                "path continues without it (same tokens, slower)",
-                file=sys.stderr,
-                flush=True,
-            )
-            self.fns = layers.EAGER
-            for cache in self._pool.values():
-                cache.graphs.clear()
-            return run()
+        """Run; if the Triton attention or torch.compile fails, say so once and continue without it
+        (the attention first: it is the likelier to fail on an unusual GPU or Triton version)."""
+        while True:
+            try:
+                return run()
+            except Exception as exc:  # a compiler bug must cost speed, not the generation
+                error = f"{type(exc).__name__}: {exc}"
+                if self.attention == "triton":
+                    self.attention, self.attention_error, what = "sdpa", error, "the Triton attention"
+                elif self.compiled:
+                    self.fns, self.compile_error, what = layers.EAGER, error, "torch.compile"
+                else:
+                    raise
+                print(
+                    f"cudice.model: {what} failed ({error.splitlines()[0][:300]}); the fast path "
+                    "continues without it (same tokens, slower)",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                for cache in self._pool.values():
+                    cache.graphs.clear()
 
     # --- forwards --------------------------------------------------------------------------
     def _block(
@@ -239,6 +256,18 @@ class StaticRunner:
 
     def _forward_cached(self, s: _Inputs, cache: StaticCache, logits: bool) -> torch.Tensor:
         big_b, n = s.ids.shape
+        scale = self.head_dim**-0.5
+        if self.attention == "triton":
+            lo, hi = attention.bounds(s.mask)  # in the graph: recomputed from each replay's mask
+            splits = attention.num_splits(big_b, self.num_kv, s.mask.shape[-1], self.device)
+
+            def kernel(i: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+                cache.keys[i].index_copy_(2, s.write, k.transpose(1, 2))
+                cache.values[i].index_copy_(2, s.write, v.transpose(1, 2))
+                o = attention.attend(q, cache.keys[i], cache.values[i], s.mask, lo, hi, scale, splits)
+                return o.reshape(big_b * n, -1)
+
+            return self._run(s.ids, s.pos, kernel, logits)
         bias = s.mask.repeat(1, 1, self.group, 1)  # (B, 1, G*L, M)
 
         def attend(i: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -248,7 +277,7 @@ class StaticRunner:
             qf = q.reshape(big_b, n, self.num_kv, self.group, self.head_dim).permute(0, 2, 3, 1, 4)
             qf = qf.reshape(big_b, self.num_kv, self.group * n, self.head_dim)  # fold each KV head's group
             o = F.scaled_dot_product_attention(
-                qf, cache.keys[i], cache.values[i], attn_mask=bias, scale=self.head_dim**-0.5
+                qf, cache.keys[i], cache.values[i], attn_mask=bias, scale=scale
             )  # (B, Hkv, G*L, D)
             o = o.reshape(big_b, self.num_kv, self.group, n, self.head_dim).permute(0, 3, 1, 2, 4)
             return o.reshape(big_b * n, -1)
@@ -349,6 +378,10 @@ class StaticRunner:
         with torch.cuda.graph(graph):
             s.extra["out"] = self._forward_cached(s, cache, logits)
         s.extra["graph"] = graph
+
+
+def _triton_ok() -> bool:
+    return attention.available()
 
 
 def _packed(linears: list[Any]) -> tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor | None, ...]]:

@@ -1,0 +1,261 @@
+"""Block attention against a static KV cache, as one Triton kernel per layer (split over the keys).
+
+Role: the fast path's (`cudice.model.fastpath.StaticRunner`) attention for a block forward - L new
+tokens per row (1 for an AR step, the block for a denoise step, two blocks for a fused commit)
+against every row's cached keys - where SDPA with an additive mask falls back to its generic
+memory-efficient kernel, which reads all M static slots of every row and parallelises over
+(batch x heads) only: one row at batch 1 keeps 8 of an H200's 132 SMs busy.
+
+What the kernel does, flash-decoding style:
+- one program per (row, KV head, split of the keys); GQA is folded: the G query heads that share a
+  KV head and the row's L tokens form the program's G*L query rows, so K/V are read once per KV head;
+- each row reads only the key slots [lo, hi) that its mask allows somewhere (`bounds`): left padding
+  and unused slots of the static cache cost no bandwidth, so prompts of mixed lengths batch together
+  without paying for the longest one in the decode;
+- inside [lo, hi) the additive mask is applied as given (block-causal, bidirectional within a block,
+  a fused commit's two blocks), so the result equals SDPA under the same mask up to float rounding;
+- with several splits (small batches), a second kernel combines the partial softmaxes.
+
+Contract: q (B, L, H, D) with H = G * H_kv; k, v (B, H_kv, M, D) with unit stride over D; mask
+(B, 1, L, M) additive (0 allowed, the dtype's minimum blocked); returns (B, L, H, D) in q's dtype.
+A query row whose mask blocks every slot returns zeros (SDPA returns the mean of V): the runner's
+masks always allow at least one slot. On CPU the kernels run in Triton's interpreter (tests only:
+far too slow to serve). Not covered: a paged cache (each row still owns M slots of memory),
+sliding windows, attention logit soft-capping, more than 16 tokens per row.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import threading
+from typing import Any
+
+import torch
+
+MAX_TOKENS = 16  # tokens per row the kernel is built for (the runner captures block forwards up to 16)
+BLOCK_N = 64  # keys per tile
+_BUILD_LOCK = threading.Lock()
+
+
+def available() -> bool:
+    """Whether Triton is importable (the kernels then compile on first use)."""
+    try:
+        import triton  # noqa: F401
+    except Exception:
+        return False
+    return True
+
+
+def bounds(mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per row, the first and one past the last key slot any query of the row may see: (B,) int32 each.
+
+    A row that allows nothing gets (0, M): every slot is read and masked."""
+    allowed = (mask[:, 0] > torch.finfo(mask.dtype).min / 2).any(1)  # (B, M)
+    m = allowed.shape[-1]
+    lo = allowed.to(torch.int32).argmax(-1)
+    hi = m - allowed.flip(-1).to(torch.int32).argmax(-1)
+    none = ~allowed.any(-1)
+    return torch.where(none, 0, lo).to(torch.int32), torch.where(none, m, hi).to(torch.int32)
+
+
+@functools.cache
+def _sm_count(device: torch.device) -> int:
+    return int(torch.cuda.get_device_properties(device).multi_processor_count)
+
+
+def num_splits(batch: int, kv_heads: int, slots: int, device: torch.device) -> int:
+    """Key splits per (row, KV head): enough programs for about two waves over the SMs, each split
+    at least one tile. A pure function of static shapes, so a captured graph keeps its value."""
+    sms = _sm_count(device) if device.type == "cuda" else 8
+    want = -(-2 * sms // max(1, batch * kv_heads))
+    return max(1, min(want, -(-slots // BLOCK_N), 64))
+
+
+def attend(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor,
+    lo: torch.Tensor,
+    hi: torch.Tensor,
+    scale: float,
+    splits: int | None = None,
+) -> torch.Tensor:
+    """softmax(q k^T * scale + mask) v per row, reading only slots [lo, hi) of each row. See the module."""
+    b, n, h, d = q.shape
+    hkv, m = k.shape[1], k.shape[2]
+    if h % hkv or n > MAX_TOKENS or k.stride(-1) != 1 or v.stride(-1) != 1 or v.stride() != k.stride():
+        raise ValueError(
+            f"attend: q {tuple(q.shape)}, k {tuple(k.shape)} (strides {k.stride()}), v strides {v.stride()}: "
+            f"needs heads divisible by KV heads, at most {MAX_TOKENS} tokens per row, K and V alike with "
+            "unit stride over the head dimension"
+        )
+    group = h // hkv
+    q = q if q.stride(-1) == 1 else q.contiguous()
+    bias = mask[:, 0]  # (B, L, M)
+    if bias.stride(-1) != 1:
+        bias = bias.contiguous()
+    splits = splits or num_splits(b, hkv, m, q.device)
+    block_q = max(16, _pow2(group * n))
+    block_d = max(16, _pow2(d))
+    if q.device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+        raise ValueError(
+            "attend: the Triton kernels run on CUDA tensors, or on CPU under Triton's interpreter "
+            "(TRITON_INTERPRET=1 set before triton is imported: tests only); use SDPA on CPU"
+        )
+    kernel, combine = _kernels()
+    out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    fp32 = q.dtype == torch.float32
+    if splits == 1:
+        parts = (out, out, out)  # unused: the kernel writes `out` itself
+    else:
+        parts = (
+            torch.empty(b * hkv, splits, block_q, device=q.device, dtype=torch.float32),
+            torch.empty(b * hkv, splits, block_q, device=q.device, dtype=torch.float32),
+            torch.empty(b * hkv, splits, block_q, block_d, device=q.device, dtype=torch.float32),
+        )
+    kernel[(b * hkv, splits)](
+        q, k, v, bias, lo, hi, out, *parts,
+        q.stride(0), q.stride(1), q.stride(2),
+        k.stride(0), k.stride(1), k.stride(2),
+        bias.stride(0), bias.stride(1),
+        out.stride(0), out.stride(1), out.stride(2),
+        float(scale),
+        N_TOK=n, GROUP=group, NUM_KV=hkv, HEAD_DIM=d, BLOCK_D=block_d, BLOCK_Q=block_q,
+        BLOCK_N=BLOCK_N, SPLITS=splits, IEEE=fp32,
+        num_warps=4, num_stages=2,
+    )  # fmt: skip
+    if splits > 1:
+        combine[(b * hkv,)](
+            *parts, out,
+            out.stride(0), out.stride(1), out.stride(2),
+            N_TOK=n, GROUP=group, NUM_KV=hkv, HEAD_DIM=d, BLOCK_D=block_d, BLOCK_Q=block_q,
+            SPLITS=splits,
+            num_warps=4,
+        )  # fmt: skip
+    return out
+
+
+def reference(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, scale: float
+) -> torch.Tensor:
+    """The same result through SDPA (every slot read): what `attend` is tested against."""
+    b, n, h, d = q.shape
+    hkv = k.shape[1]
+    group = h // hkv
+    qf = q.reshape(b, n, hkv, group, d).permute(0, 2, 3, 1, 4).reshape(b, hkv, group * n, d)
+    o = torch.nn.functional.scaled_dot_product_attention(
+        qf, k, v, attn_mask=mask.repeat(1, 1, group, 1), scale=scale
+    )
+    return o.reshape(b, hkv, group, n, d).permute(0, 3, 1, 2, 4).reshape(b, n, h, d)
+
+
+def _pow2(x: int) -> int:
+    return 1 << max(0, (x - 1).bit_length())
+
+
+def _kernels() -> tuple[Any, Any]:
+    """The two kernels, built once (compiled per shape on first launch, or interpreted on CPU)."""
+    with _BUILD_LOCK:
+        return _build()
+
+
+@functools.cache
+def _build() -> tuple[Any, Any]:
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def block_attention(
+        Q, K, V, Bias, Lo, Hi, Out, Mpart, Lpart, Apart,
+        sq_b, sq_t, sq_h, sk_b, sk_h, sk_m, sb_b, sb_t, so_b, so_t, so_h,
+        scale,
+        N_TOK: tl.constexpr, GROUP: tl.constexpr, NUM_KV: tl.constexpr, HEAD_DIM: tl.constexpr,
+        BLOCK_D: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_N: tl.constexpr, SPLITS: tl.constexpr,
+        IEEE: tl.constexpr,
+    ):  # fmt: skip
+        bh = tl.program_id(0)
+        split = tl.program_id(1)
+        row = bh // NUM_KV
+        head = bh % NUM_KV
+        r = tl.arange(0, BLOCK_Q)  # query row = g * N_TOK + t
+        g = r // N_TOK
+        t = r % N_TOK
+        r_ok = r < GROUP * N_TOK
+        d = tl.arange(0, BLOCK_D)
+        d_ok = d < HEAD_DIM
+        q_ptr = Q + row * sq_b + t[:, None] * sq_t + (head * GROUP + g)[:, None] * sq_h + d[None, :]
+        q = tl.load(q_ptr, mask=r_ok[:, None] & d_ok[None, :], other=0.0)
+        lo = tl.load(Lo + row)
+        hi = tl.load(Hi + row)
+        span = tl.cdiv(tl.cdiv(hi - lo, SPLITS), BLOCK_N) * BLOCK_N
+        start = lo + split * span
+        end = tl.minimum(start + span, hi)
+        m_i = tl.full([BLOCK_Q], -1.0e30, tl.float32)  # finite: a blocked score (-3e38) never wins
+        l_i = tl.zeros([BLOCK_Q], tl.float32)
+        acc = tl.zeros([BLOCK_Q, BLOCK_D], tl.float32)
+        k_base = K + row * sk_b + head * sk_h
+        v_base = V + row * sk_b + head * sk_h
+        b_base = Bias + row * sb_b + t[:, None] * sb_t
+        for n0 in range(start, end, BLOCK_N):
+            n = n0 + tl.arange(0, BLOCK_N)
+            n_ok = n < end
+            kv_mask = n_ok[:, None] & d_ok[None, :]
+            k = tl.load(k_base + n[:, None] * sk_m + d[None, :], mask=kv_mask, other=0.0)
+            if IEEE:
+                s = tl.dot(q, tl.trans(k), input_precision="ieee")
+            else:
+                s = tl.dot(q, tl.trans(k))
+            bias = tl.load(b_base + n[None, :], mask=r_ok[:, None] & n_ok[None, :], other=-3.0e38)
+            s = s * scale + bias.to(tl.float32)
+            m_new = tl.maximum(m_i, tl.max(s, 1))
+            alpha = tl.exp(m_i - m_new)
+            p = tl.exp(s - m_new[:, None])
+            l_i = l_i * alpha + tl.sum(p, 1)
+            v = tl.load(v_base + n[:, None] * sk_m + d[None, :], mask=kv_mask, other=0.0)
+            if IEEE:
+                pv = tl.dot(p.to(v.dtype), v, input_precision="ieee")
+            else:
+                pv = tl.dot(p.to(v.dtype), v)
+            acc = acc * alpha[:, None] + pv
+            m_i = m_new
+        if SPLITS == 1:
+            o = acc / tl.maximum(l_i, 1.0e-30)[:, None]
+            o_ptr = Out + row * so_b + t[:, None] * so_t + (head * GROUP + g)[:, None] * so_h + d[None, :]
+            tl.store(o_ptr, o.to(Out.dtype.element_ty), mask=r_ok[:, None] & d_ok[None, :])
+        else:
+            at = (bh * SPLITS + split) * BLOCK_Q + r
+            tl.store(Mpart + at, m_i)
+            tl.store(Lpart + at, l_i)
+            tl.store(Apart + at[:, None] * BLOCK_D + d[None, :], acc)
+
+    @triton.jit
+    def combine(
+        Mpart, Lpart, Apart, Out, so_b, so_t, so_h,
+        N_TOK: tl.constexpr, GROUP: tl.constexpr, NUM_KV: tl.constexpr, HEAD_DIM: tl.constexpr,
+        BLOCK_D: tl.constexpr, BLOCK_Q: tl.constexpr, SPLITS: tl.constexpr,
+    ):  # fmt: skip
+        bh = tl.program_id(0)
+        row = bh // NUM_KV
+        head = bh % NUM_KV
+        r = tl.arange(0, BLOCK_Q)
+        d = tl.arange(0, BLOCK_D)
+        top = tl.full([BLOCK_Q], -1.0e30, tl.float32)
+        for s in range(SPLITS):
+            top = tl.maximum(top, tl.load(Mpart + (bh * SPLITS + s) * BLOCK_Q + r))
+        num = tl.zeros([BLOCK_Q, BLOCK_D], tl.float32)
+        den = tl.zeros([BLOCK_Q], tl.float32)
+        for s in range(SPLITS):
+            at = (bh * SPLITS + s) * BLOCK_Q + r
+            w = tl.exp(tl.load(Mpart + at) - top)
+            den += w * tl.load(Lpart + at)
+            num += w[:, None] * tl.load(Apart + at[:, None] * BLOCK_D + d[None, :])
+        o = num / tl.maximum(den, 1.0e-30)[:, None]
+        g = r // N_TOK
+        t = r % N_TOK
+        ok = (r < GROUP * N_TOK)[:, None] & (d < HEAD_DIM)[None, :]
+        o_ptr = Out + row * so_b + t[:, None] * so_t + (head * GROUP + g)[:, None] * so_h + d[None, :]
+        tl.store(o_ptr, o.to(Out.dtype.element_ty), mask=ok)
+
+    return block_attention, combine
