@@ -455,6 +455,11 @@ def profile_forwards(
             sync(device)
             if what == "denoise":
                 out[f"{name}_setup_s"] = time.perf_counter() - setup
+                if name.startswith("compiled") and "nograph" not in name:
+                    out[f"{name}_prefill"] = _profile_prefill(
+                        runner, ids[:, :prompt_len], valid[:, :prompt_len], pos[:, :prompt_len], block, table
+                    )
+                    log(f"profile {name:16s} prefill  b={batch}: {out[f'{name}_prefill']}")
                 log(
                     f"profile {name:16s} b={batch}: prefill + first forwards (compile, capture) "
                     f"{out[f'{name}_setup_s']:.1f} s"
@@ -475,6 +480,30 @@ def profile_forwards(
                 sort = "self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total"
                 log(prof.key_averages().table(sort_by=sort, row_limit=15, max_name_column_width=60))
     return out
+
+
+def _profile_prefill(
+    runner: Any, ids: torch.Tensor, valid: torch.Tensor, pos: torch.Tensor, block: int, table: bool
+) -> dict[str, Any]:
+    """Wall and GPU busy time of one prefill (block-causal, no logits) into a fresh cache."""
+    from cudice.model.runner import block_causal_mask
+    from torch.profiler import ProfilerActivity, profile
+
+    mask = block_causal_mask(valid, block, runner.dtype)
+    cache = runner.new_cache(ids.shape[0], ids.shape[1] + 2 * block)
+    runner.forward(ids, mask, pos, cache, logits=False)  # warm (the shapes of this length compile once)
+    cache = runner.new_cache(ids.shape[0], ids.shape[1] + 2 * block)
+    sync(runner.device)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        t = time.perf_counter()
+        runner.forward(ids, mask, pos, cache, logits=False)
+        sync(runner.device)
+        wall = (time.perf_counter() - t) * 1e3
+    kernels = [e for e in prof.events() if str(getattr(e, "device_type", "")).endswith("CUDA")]
+    busy = sum(e.time_range.elapsed_us() for e in kernels) / 1e3
+    if table:
+        log(prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=15, max_name_column_width=60))
+    return {"wall_ms": round(wall, 2), "gpu_busy_ms": round(busy, 2), "kernels": len(kernels)}
 
 
 def tiny_tokens_per_forward() -> dict[str, float]:
@@ -516,6 +545,9 @@ def run_shape(
             results["runs"].append({"shape": shape, "batch": batch, "profile": prof})
         except Exception as exc:  # the profiler is optional; keep measuring
             log(f"profile failed: {exc!r}")
+    if args.profile_only:
+        write(results)
+        return
     runners = make_runners(model, args.compile_mode)
     for batch in batches:
         row: dict[str, Any] = {"shape": shape, "batch": batch}
@@ -679,6 +711,9 @@ def main() -> int:
         "mixed lengths, float32 check",
     )
     ap.add_argument(
+        "--profile-only", action="store_true", help="only section 5 (the profile) of each shape and batch"
+    )
+    ap.add_argument(
         "--quick",
         action="store_true",
         help="1.7b at batch 1 and 4b at batch 128, 10 repeats, "
@@ -689,7 +724,7 @@ def main() -> int:
         args.shapes, args.batches, args.batches_4b, args.repeat = "1.7b,4b", "1", "128", 10
         args.exact = False
         FAST.remove("fast")  # end to end: the compiled runners only (the eager-math one is slower)
-    if args.latency_only:
+    if args.latency_only or args.profile_only:
         args.exact = False
     # three shapes x (bf16 + float32) x (T >= 2, T = 1) compilations of each layer function: above
     # torch.compile's default of 8 per function, after which it would silently run eager
@@ -720,8 +755,8 @@ def main() -> int:
         spec = {"8b": args.batches_8b, "4b": args.batches_4b}.get(shape, args.batches)
         run_shape(shape, [int(b) for b in spec.split(",")], args, device, dtype, results, first=i == 0)
     try:
-        if args.latency_only:
-            raise RuntimeError("skipped (--latency-only)")
+        if args.latency_only or args.profile_only:
+            raise RuntimeError("skipped (--latency-only or --profile-only)")
         tiny = tiny_tokens_per_forward()
         results["tiny"] = tiny
         log("\n" + ", ".join(f"{k} {v:.2f}" for k, v in tiny.items()))

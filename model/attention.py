@@ -34,7 +34,8 @@ from typing import Any
 import torch
 
 MAX_TOKENS = 16  # tokens per row the kernel is built for (the runner captures block forwards up to 16)
-BLOCK_N = 64  # keys per tile
+BLOCK_N = 64  # keys per tile (default)
+NUM_WARPS, NUM_STAGES = 4, 2  # default launch configuration; `bench/attention_speed.py` sweeps others
 _BUILD_LOCK = threading.Lock()
 
 
@@ -81,8 +82,12 @@ def attend(
     hi: torch.Tensor,
     scale: float,
     splits: int | None = None,
+    config: tuple[int, int, int] | None = None,
 ) -> torch.Tensor:
-    """softmax(q k^T * scale + mask) v per row, reading only slots [lo, hi) of each row. See the module."""
+    """softmax(q k^T * scale + mask) v per row, reading only slots [lo, hi) of each row. See the module.
+
+    splits: key splits per (row, KV head) (default `num_splits`); config: (keys per tile, warps,
+    pipeline stages) of the main kernel (default BLOCK_N, NUM_WARPS, NUM_STAGES)."""
     b, n, h, d = q.shape
     hkv, m = k.shape[1], k.shape[2]
     if h % hkv or n > MAX_TOKENS or k.stride(-1) != 1 or v.stride(-1) != 1 or v.stride() != k.stride():
@@ -97,6 +102,7 @@ def attend(
     if bias.stride(-1) != 1:
         bias = bias.contiguous()
     splits = splits or num_splits(b, hkv, m, q.device)
+    block_n, warps, stages = config or (BLOCK_N, NUM_WARPS, NUM_STAGES)
     block_q = max(16, _pow2(group * n))
     block_d = max(16, _pow2(d))
     if q.device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
@@ -123,8 +129,8 @@ def attend(
         out.stride(0), out.stride(1), out.stride(2),
         float(scale),
         N_TOK=n, GROUP=group, NUM_KV=hkv, HEAD_DIM=d, BLOCK_D=block_d, BLOCK_Q=block_q,
-        BLOCK_N=BLOCK_N, SPLITS=splits, IEEE=fp32,
-        num_warps=4, num_stages=2,
+        BLOCK_N=block_n, SPLITS=splits, IEEE=fp32,
+        num_warps=warps, num_stages=stages,
     )  # fmt: skip
     if splits > 1:
         combine[(b * hkv,)](
