@@ -10,7 +10,9 @@
    causal flash call (a different mask: the speed bound of a kernel that skips blocked tiles).
 
 Shapes: SDAR-4B (32 heads over 8 KV heads, head dim 128) at batch 128, DICE-1.7B (16 over 8) at
-batch 1. Medians of CUDA-event timings after warm-up. Usage: python bench/attention_speed.py [--quick]
+batch 1. Block attention is timed as the fast path runs it: 20 calls captured in one CUDA graph and
+replayed (median of CUDA-event timings, per call); the prefill eagerly.
+Usage: python bench/attention_speed.py [--quick]
 """
 
 from __future__ import annotations
@@ -24,23 +26,41 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+GRAPH_CALLS = 20
+
 
 def log(*args: Any) -> None:
     print(*args, flush=True)
 
 
-def timed_us(fn: Any, repeat: int = 30) -> float:
+def timed_us(fn: Any, repeat: int = 30, graph: bool = True) -> float:
+    """Median microseconds per call. graph: `GRAPH_CALLS` calls captured as one CUDA graph and
+    replayed, as the fast path runs them (no Python or launch cost between kernels)."""
     for _ in range(3):
         fn()
     torch.cuda.synchronize()
+    calls = 1
+    run = fn
+    if graph:
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            fn()
+        torch.cuda.current_stream().wait_stream(stream)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            for _ in range(GRAPH_CALLS):
+                fn()
+        calls, run = GRAPH_CALLS, g.replay
+        run()
     times = []
     for _ in range(repeat):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         a.record()
-        fn()
+        run()
         b.record()
         b.synchronize()
-        times.append(a.elapsed_time(b) * 1e3)
+        times.append(a.elapsed_time(b) * 1e3 / calls)
     return statistics.median(times)
 
 
@@ -54,7 +74,8 @@ def block_section(
     k = torch.randn(batch, kv, slots, d, dtype=dtype, device=dev)
     v = torch.randn_like(k)
     rows = []
-    configs = [(64, 4, 2)] if quick else list(itertools.product((64, 128), (4, 8), (2, 3)))
+    sweep = list(itertools.product((64, 128), (4, 8), (2, 3)))
+    configs = [attention.CONFIG_WHOLE, attention.CONFIG_SPLIT] if quick else sweep
     base_splits = attention.num_splits(batch, kv, slots, k.device)
     split_options = sorted({base_splits, max(1, base_splits // 2), base_splits * 2})
     for n in (1, 4) if batch > 1 else (4,):
@@ -82,7 +103,7 @@ def block_section(
             row = {"batch": batch, "n": n, "config": cfg, "splits": splits, "us": us, "err": err}
             rows.append(row)
             best = min(best, (us, row), key=lambda x: x[0])
-        default_cfg = (attention.BLOCK_N, attention.NUM_WARPS, attention.NUM_STAGES)
+        default_cfg = attention.CONFIG_WHOLE if base_splits == 1 else attention.CONFIG_SPLIT
         default = next(
             (r for r in rows if r["n"] == n and r["config"] == default_cfg and r["splits"] == base_splits),
             None,
@@ -139,7 +160,7 @@ def prefill_section(batch: int, heads: int, kv: int, n: int, block: int) -> None
     for name, fn in variants.items():
         try:
             err = (fn().float() - ref.float()).abs().max().item() if "causal" not in name else float("nan")
-            us = timed_us(fn, repeat=10)
+            us = timed_us(fn, repeat=10, graph=False)
         except Exception as exc:
             log(f"prefill attention {name}: {type(exc).__name__}: {str(exc)[:160]}")
             continue

@@ -32,7 +32,8 @@ Sections per shape and batch:
 4. float32 exactness (first shape; not with --quick/--no-exact): the compiled runner's tokens
    == `hf`'s, AR and fused BD;
 5. profile at the smallest and largest batch: kernels, GPU busy time and wall of one denoise
-   forward and one AR step per runner ("-nograph" variants count the kernels a graph replays);
+   forward and one AR step per runner ("-nograph" variants count the kernels a graph replays),
+   and of one prefill through the compiled runners;
    `--profile` also prints the torch.profiler tables.
 
 Compile and capture seconds are reported apart (`warm-up`); timed runs follow a warm-up run.

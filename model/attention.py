@@ -34,8 +34,10 @@ from typing import Any
 import torch
 
 MAX_TOKENS = 16  # tokens per row the kernel is built for (the runner captures block forwards up to 16)
-BLOCK_N = 64  # keys per tile (default)
-NUM_WARPS, NUM_STAGES = 4, 2  # default launch configuration; `bench/attention_speed.py` sweeps others
+BLOCK_N = 64  # keys per tile of a split kernel (small batches)
+# (keys per tile, warps, stages) by whether the keys are split; measured by bench/attention_speed.py
+# on an H200 (docs/benchmarks.md): one split with 128-key tiles reads K/V at ~2.3 TB/s at batch 128
+CONFIG_WHOLE, CONFIG_SPLIT = (128, 4, 2), (64, 4, 2)
 _BUILD_LOCK = threading.Lock()
 
 
@@ -87,7 +89,7 @@ def attend(
     """softmax(q k^T * scale + mask) v per row, reading only slots [lo, hi) of each row. See the module.
 
     splits: key splits per (row, KV head) (default `num_splits`); config: (keys per tile, warps,
-    pipeline stages) of the main kernel (default BLOCK_N, NUM_WARPS, NUM_STAGES)."""
+    pipeline stages) of the main kernel (default CONFIG_WHOLE or CONFIG_SPLIT)."""
     b, n, h, d = q.shape
     hkv, m = k.shape[1], k.shape[2]
     if h % hkv or n > MAX_TOKENS or k.stride(-1) != 1 or v.stride(-1) != 1 or v.stride() != k.stride():
@@ -102,7 +104,7 @@ def attend(
     if bias.stride(-1) != 1:
         bias = bias.contiguous()
     splits = splits or num_splits(b, hkv, m, q.device)
-    block_n, warps, stages = config or (BLOCK_N, NUM_WARPS, NUM_STAGES)
+    block_n, warps, stages = config or (CONFIG_WHOLE if splits == 1 else CONFIG_SPLIT)
     block_q = max(16, _pow2(group * n))
     block_d = max(16, _pow2(d))
     if q.device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":

@@ -165,8 +165,10 @@ class StaticRunner:
         pos: torch.Tensor,
         cache: StaticCache,
         logits: bool = True,
+        last: int = 0,
     ) -> torch.Tensor:
-        """ids (b, L), mask (b, 1, L, K) additive over the first K slots, pos (b, L) -> logits (b, L, V).
+        """ids (b, L), mask (b, 1, L, K) additive over the first K slots, pos (b, L) -> logits (b, L, V),
+        or (b, last, V) with last > 0 (the vocabulary projection runs over those tokens only).
 
         The logits may be a captured graph's output buffer: read them before the next forward."""
         b, n = ids.shape
@@ -181,8 +183,10 @@ class StaticRunner:
         start = time.perf_counter()
         if cache.length == 0 and b == big_b:  # (rows that left before any commit: the cached path below)
             out = self._guarded(lambda: self._prefill(ids, mask, pos, cache, logits))
+            out = out[:, n - last :] if logits and last else out
         else:
-            out = self._guarded(lambda: self._block(ids, mask, pos, cache, logits, full=b == big_b))
+            last = last if 0 < last < n else 0
+            out = self._guarded(lambda: self._block(ids, mask, pos, cache, logits, b == big_b, last))
             out = out[slots] if logits and b < big_b else out  # rows only leave: b == B means in place
         cache.length += n
         if (big_b, n) not in self.warmup_seconds and n <= GRAPH_MAX_TOKENS:
@@ -235,26 +239,27 @@ class StaticRunner:
         cache: StaticCache,
         logits: bool,
         full: bool,
+        last: int = 0,
     ) -> torch.Tensor:
         """A forward against the cache: scatter the active rows into full-batch static inputs (idle
         rows repeat their last inputs), then replay (or capture) the graph of this shape."""
         big_b, n, m = cache.keys[0].shape[0], ids.shape[1], cache.keys[0].shape[2]
-        key = (n, logits)
+        key = (n, logits, last)
         state = cache.graphs.get(key) or _Inputs.allocate(big_b, n, m, self.dtype, self.device)
         assert cache.slots is not None
         state.load(ids, mask, pos, cache.length, cache.slots, full=full)
         if n > GRAPH_MAX_TOKENS:  # a long continuation: run once, keep no buffers
-            return self._forward_cached(state, cache, logits)
+            return self._forward_cached(state, cache, logits, last)
         cache.graphs[key] = state
         if not self.use_graphs:
-            return self._forward_cached(state, cache, logits)
+            return self._forward_cached(state, cache, logits, last)
         if "graph" not in state.extra:
-            self._capture(state, cache, logits)
+            self._capture(state, cache, logits, last)
         state.extra["graph"].replay()
         out: torch.Tensor = state.extra["out"]
         return out
 
-    def _forward_cached(self, s: _Inputs, cache: StaticCache, logits: bool) -> torch.Tensor:
+    def _forward_cached(self, s: _Inputs, cache: StaticCache, logits: bool, last: int = 0) -> torch.Tensor:
         big_b, n = s.ids.shape
         scale = self.head_dim**-0.5
         if self.attention == "triton":
@@ -267,7 +272,7 @@ class StaticRunner:
                 o = attention.attend(q, cache.keys[i], cache.values[i], s.mask, lo, hi, scale, splits)
                 return o.reshape(big_b * n, -1)
 
-            return self._run(s.ids, s.pos, kernel, logits)
+            return self._run(s.ids, s.pos, kernel, logits, last)
         bias = s.mask.repeat(1, 1, self.group, 1)  # (B, 1, G*L, M)
 
         def attend(i: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -282,7 +287,7 @@ class StaticRunner:
             o = o.reshape(big_b, self.num_kv, self.group, n, self.head_dim).permute(0, 3, 1, 2, 4)
             return o.reshape(big_b * n, -1)
 
-        return self._run(s.ids, s.pos, attend, logits)
+        return self._run(s.ids, s.pos, attend, logits, last)
 
     def _prefill(
         self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, cache: StaticCache, logits: bool
@@ -315,15 +320,15 @@ class StaticRunner:
                 nn: int = nn,
             ) -> torch.Tensor:
                 k, v = k.transpose(1, 2), v.transpose(1, 2)  # (nb, Hkv, nn, D)
-                cache.keys[i][rows, :, p:n] = k
-                cache.values[i][rows, :, p:n] = v
+                if nb == b:  # one group (equal padding): a slice copy, not an indexed scatter
+                    cache.keys[i][:, :, p:n].copy_(k)
+                    cache.values[i][:, :, p:n].copy_(v)
+                else:
+                    cache.keys[i][rows, :, p:n] = k
+                    cache.values[i][rows, :, p:n] = v
                 o = F.scaled_dot_product_attention(
-                    q.transpose(1, 2),
-                    k.repeat_interleave(self.group, 1),
-                    v.repeat_interleave(self.group, 1),
-                    attn_mask=g_mask,
-                    scale=self.head_dim**-0.5,
-                )  # (nb, H, nn, D)
+                    q.transpose(1, 2), k, v, attn_mask=g_mask, scale=self.head_dim**-0.5, enable_gqa=True
+                )  # (nb, H, nn, D): each KV head serves its query group without a repeated copy
                 return o.transpose(1, 2).reshape(nb * nn, -1)
 
             result = self._run(g_ids, g_pos, attend, logits)
@@ -337,6 +342,7 @@ class StaticRunner:
         pos: torch.Tensor,
         attend: Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor],
         logits: bool,
+        last: int = 0,
     ) -> torch.Tensor:
         """The decoder over ids (B, L) at positions pos (B, L); `attend` writes K/V and attends."""
         attn_in, mlp_block, lm_head = self.fns
@@ -362,21 +368,27 @@ class StaticRunner:
             h, delta = mlp_block(h, o, *w.mlp, self.eps, w.inter)
         if not logits:
             return h[:0, :0].view(big_b, 0, 0)
+        if last:  # only the last tokens of each row reach the vocabulary projection
+            h = h.view(big_b, n, -1)[:, n - last :].reshape(big_b * last, -1)
+            delta = delta.view(big_b, n, -1)[:, n - last :].reshape(big_b * last, -1)
+            n = last
+            if self.compiled:
+                layers.mark_tokens_dynamic(h, delta)
         head: torch.Tensor = lm_head(h, delta, model.model.norm.weight, model.lm_head.weight, self.eps)
         return head.view(big_b, n, -1)  # (B, L, V)
 
-    def _capture(self, s: _Inputs, cache: StaticCache, logits: bool) -> None:
+    def _capture(self, s: _Inputs, cache: StaticCache, logits: bool, last: int) -> None:
         # Warm-up on a side stream (compilation, autotuning, allocator, cuBLAS handles), then capture.
         # Both write K/V at the current slots, which the real step overwrites anyway.
         stream = torch.cuda.Stream()  # type: ignore[no-untyped-call]  # Stream.__new__ is unannotated
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
             for _ in range(2):
-                self._forward_cached(s, cache, logits)
+                self._forward_cached(s, cache, logits, last)
         torch.cuda.current_stream().wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            s.extra["out"] = self._forward_cached(s, cache, logits)
+            s.extra["out"] = self._forward_cached(s, cache, logits, last)
         s.extra["graph"] = graph
 
 

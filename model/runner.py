@@ -29,11 +29,19 @@ class Runner(Protocol):
         ...
 
     def forward(
-        self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, cache: Any, logits: bool = True
+        self,
+        ids: torch.Tensor,
+        mask: torch.Tensor,
+        pos: torch.Tensor,
+        cache: Any,
+        logits: bool = True,
+        last: int = 0,
     ) -> torch.Tensor:
         """ids (B, L), mask (B, 1, L, K) additive, pos (B, L) -> logits (B, L, V); appends K/V to cache.
 
-        With logits=False (prefill, commit) the caller ignores the result, which may be empty."""
+        With logits=False (prefill, commit) the caller ignores the result, which may be empty.
+        last > 0: the logits of the last `last` tokens only, (B, last, V) (a fused commit needs only its
+        new block's: the vocabulary projection of the committed tokens is skipped)."""
         ...
 
     def cache_length(self, cache: Any) -> int: ...
@@ -66,7 +74,13 @@ class HFRunner:
 
     @torch.no_grad()
     def forward(
-        self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, cache: Any, logits: bool = True
+        self,
+        ids: torch.Tensor,
+        mask: torch.Tensor,
+        pos: torch.Tensor,
+        cache: Any,
+        logits: bool = True,
+        last: int = 0,
     ) -> torch.Tensor:
         # logits_to_keep=1 spares the (B, L, V) logits of a long prefill
         out = self.model(
@@ -74,7 +88,7 @@ class HFRunner:
             attention_mask=mask,
             position_ids=pos,
             use_cache=True,
-            logits_to_keep=0 if logits else 1,
+            logits_to_keep=last if logits else 1,
             **{self._cache_kw: cache},
         )
         result: torch.Tensor = out.logits  # (B, L, V)

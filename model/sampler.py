@@ -111,10 +111,12 @@ class BlockDiffusionSampler:
             generator = torch.Generator(device=device).manual_seed(config.seed)
         num_forwards = 0
 
-        def forward(ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, logits: bool) -> torch.Tensor:
+        def forward(
+            ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, logits: bool, last: int = 0
+        ) -> torch.Tensor:
             nonlocal num_forwards
             num_forwards += 1
-            return self.runner.forward(ids, mask, pos, cache, logits=logits)
+            return self.runner.forward(ids, mask, pos, cache, logits=logits, last=last)
 
         # 1. layout: whole prompt blocks go to the prefill, left-padded to a common multiple of bl
         whole = [len(p) // bl * bl for p in prompts]
@@ -175,8 +177,8 @@ class BlockDiffusionSampler:
                     fused = block_query_mask(valid, 2 * bl, dtype)  # (b, 1, 2bl, K)
                     fused[:, :, :bl, -bl:] = torch.finfo(dtype).min
                     logits = forward(
-                        torch.cat([pending[0], x], 1), fused, torch.cat([pending[1], pos], 1), logits=True
-                    )[:, bl:]  # (b, bl, V)
+                        torch.cat([pending[0], x], 1), fused, torch.cat([pending[1], pos], 1), True, last=bl
+                    )  # (b, bl, V): the new block's logits only
                     pending = None
                 else:
                     logits = forward(x, mask, pos, logits=True)  # (b, bl, V)

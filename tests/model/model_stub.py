@@ -34,7 +34,13 @@ class StubRunner:
         return StubCache()
 
     def forward(
-        self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, cache: StubCache, logits: bool = True
+        self,
+        ids: torch.Tensor,
+        mask: torch.Tensor,
+        pos: torch.Tensor,
+        cache: StubCache,
+        logits: bool = True,
+        last: int = 0,
     ) -> torch.Tensor:
         b, n = ids.shape
         assert mask.shape == (b, 1, n, cache.length + n), (mask.shape, cache.length)
@@ -48,7 +54,7 @@ class StubRunner:
                 rest = (1.0 - c) / (self.vocab_size - 1)
                 logits[i, j].fill_(math.log(rest))
                 logits[i, j, self.target(p)] = math.log(c)
-        return logits
+        return logits[:, n - last :] if last else logits
 
     def cache_length(self, cache: StubCache) -> int:
         return cache.length

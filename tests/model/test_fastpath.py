@@ -86,6 +86,27 @@ def test_rows_that_leave_before_any_commit_keep_decoding(tiny_engine) -> None:
     assert torch.allclose(fast, slow, atol=1e-5)
 
 
+def test_last_gives_the_logits_of_the_last_tokens_only(tiny_engine) -> None:
+    from cudice.model.runner import block_causal_mask, block_query_mask
+
+    lm = tiny_engine.loaded
+    ids = torch.tensor([[5, 9, 11, 3, 8, 1, 2, 4], [7, 2, 6, 6, 1, 9, 3, 3]])
+    pos = torch.arange(8)[None].expand(2, -1)
+    valid = torch.ones(2, 8, dtype=torch.bool)
+    dtype = next(lm.model.parameters()).dtype
+    for runner in (HFRunner(lm.model), StaticRunner(lm.model, use_graphs=False)):
+        outs = []
+        for last in (0, 3):
+            cache = runner.new_cache(2, 32)
+            runner.forward(
+                ids[:, :4], block_causal_mask(valid[:, :4], 4, dtype), pos[:, :4], cache, logits=False
+            )
+            mask = block_query_mask(valid, 4, dtype)
+            outs.append(runner.forward(ids[:, 4:], mask, pos[:, 4:], cache, logits=True, last=last).clone())
+        assert outs[0].shape[:2] == (2, 4) and outs[1].shape[:2] == (2, 3), type(runner)
+        torch.testing.assert_close(outs[1], outs[0][:, 1:])
+
+
 def test_static_ar_equals_hf_generate(tiny_engine) -> None:
     lm = tiny_engine.loaded
     p = prompts(lm)[:4]
@@ -189,9 +210,9 @@ def test_prefill_computes_no_padding_tokens(tiny_engine) -> None:
     seen: list[tuple[int, int]] = []
     run = runner._run
 
-    def spy(ids, pos, attend, logits):
+    def spy(ids, pos, attend, logits, last=0):
         seen.append(tuple(ids.shape))
-        return run(ids, pos, attend, logits)
+        return run(ids, pos, attend, logits, last)
 
     runner._run = spy
     cfg = SamplerConfig(strategy="low_confidence_dynamic", threshold=0.3, max_new_tokens=8)

@@ -141,10 +141,12 @@ def test_the_replayed_last_block_is_the_one_the_sampler_saw_eos_included(tmp_pat
     states: list[tuple[int, list[int]]] = []
     real_forward = runner.forward
 
-    def recording(x: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, cache: Any, logits: bool = True):
+    def recording(
+        x: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, cache: Any, logits: bool = True, last: int = 0
+    ):
         if logits:  # a denoise step: the block as the sampler saw it (the last 4 columns when fused)
             states.append((int(pos[0, -4]), x[0, -4:].tolist()))
-        return real_forward(x, mask, pos, cache, logits=logits)
+        return real_forward(x, mask, pos, cache, logits=logits, last=last)
 
     runner.forward = recording  # type: ignore[method-assign]
     cfg = RLConfig(stage="e2e", samples_per_task=2, temperature=0.0, max_new_tokens=64)
