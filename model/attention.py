@@ -34,10 +34,10 @@ from typing import Any
 import torch
 
 MAX_TOKENS = 16  # tokens per row the kernel is built for (the runner captures block forwards up to 16)
-BLOCK_N = 64  # keys per tile of a split kernel (small batches)
-# (keys per tile, warps, stages) by whether the keys are split; measured by bench/attention_speed.py
-# on an H200 (docs/benchmarks.md): one split with 128-key tiles reads K/V at ~2.3 TB/s at batch 128
-CONFIG_WHOLE, CONFIG_SPLIT = (128, 4, 2), (64, 4, 2)
+BLOCK_N = 128  # keys per tile
+# (keys per tile, warps, stages), unsplit and split; the best of bench/attention_speed.py's sweep on an
+# H200 (docs/benchmarks.md): 128-key tiles read K/V at ~3.7 TB/s at batch 128 (2x SDPA's masked kernel)
+CONFIG_WHOLE, CONFIG_SPLIT = (128, 4, 2), (128, 4, 2)
 _BUILD_LOCK = threading.Lock()
 
 
@@ -85,11 +85,16 @@ def attend(
     scale: float,
     splits: int | None = None,
     config: tuple[int, int, int] | None = None,
+    new: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """softmax(q k^T * scale + mask) v per row, reading only slots [lo, hi) of each row. See the module.
 
     splits: key splits per (row, KV head) (default `num_splits`); config: (keys per tile, warps,
-    pipeline stages) of the main kernel (default CONFIG_WHOLE or CONFIG_SPLIT)."""
+    pipeline stages) of the main kernel (default CONFIG_WHOLE or CONFIG_SPLIT).
+    new: (k_new, v_new, at): the forward's own keys and values (B, L, H_kv, D), which belong at slots
+    [at[0], at[0] + L) of every row (`at` a device tensor, so a captured graph reads each replay's):
+    the kernel attends to them there and writes them into k and v itself (one program per row and
+    KV head does), which spares the two cache-write kernels per layer."""
     b, n, h, d = q.shape
     hkv, m = k.shape[1], k.shape[2]
     if h % hkv or n > MAX_TOKENS or k.stride(-1) != 1 or v.stride(-1) != 1 or v.stride() != k.stride():
@@ -114,6 +119,19 @@ def attend(
         )
     kernel, combine = _kernels()
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    if new is not None:
+        k_new, v_new, at = new
+        if (
+            k_new.shape != (b, n, hkv, d)
+            or v_new.shape != k_new.shape
+            or k_new.stride(-1) != 1
+            or v_new.stride(-1) != 1
+        ):
+            raise ValueError(
+                f"attend: new K/V {tuple(k_new.shape)} / {tuple(v_new.shape)}, expected {(b, n, hkv, d)}"
+            )
+    else:
+        k_new, v_new, at = k, v, lo  # unused (FUSED_WRITE off)
     fp32 = q.dtype == torch.float32
     if splits == 1:
         parts = (out, out, out)  # unused: the kernel writes `out` itself
@@ -124,14 +142,17 @@ def attend(
             torch.empty(b * hkv, splits, block_q, block_d, device=q.device, dtype=torch.float32),
         )
     kernel[(b * hkv, splits)](
-        q, k, v, bias, lo, hi, out, *parts,
+        q, k, v, bias, lo, hi, out, *parts, k_new, v_new, at,
         q.stride(0), q.stride(1), q.stride(2),
         k.stride(0), k.stride(1), k.stride(2),
+        k_new.stride(0), k_new.stride(1), k_new.stride(2),
+        v_new.stride(0), v_new.stride(1), v_new.stride(2),
         bias.stride(0), bias.stride(1),
         out.stride(0), out.stride(1), out.stride(2),
         float(scale),
         N_TOK=n, GROUP=group, NUM_KV=hkv, HEAD_DIM=d, BLOCK_D=block_d, BLOCK_Q=block_q,
-        BLOCK_N=block_n, SPLITS=splits, IEEE=fp32,
+        BLOCK_N=block_n, SPLITS=splits, IEEE=fp32, FUSED_WRITE=new is not None,
+        BLOCK_T=max(2, _pow2(n)),
         num_warps=warps, num_stages=stages,
     )  # fmt: skip
     if splits > 1:
@@ -146,10 +167,20 @@ def attend(
 
 
 def reference(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, scale: float
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor,
+    scale: float,
+    new: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
 ) -> torch.Tensor:
-    """The same result through SDPA (every slot read): what `attend` is tested against."""
+    """The same result through SDPA (every slot read; `new` written into k and v first): what `attend`
+    is tested against."""
     b, n, h, d = q.shape
+    if new is not None:
+        slots = int(new[2][0]) + torch.arange(n, device=k.device)
+        k.index_copy_(2, slots, new[0].transpose(1, 2))
+        v.index_copy_(2, slots, new[1].transpose(1, 2))
     hkv = k.shape[1]
     group = h // hkv
     qf = q.reshape(b, n, hkv, group, d).permute(0, 2, 3, 1, 4).reshape(b, hkv, group * n, d)
@@ -176,12 +207,13 @@ def _build() -> tuple[Any, Any]:
 
     @triton.jit
     def block_attention(
-        Q, K, V, Bias, Lo, Hi, Out, Mpart, Lpart, Apart,
-        sq_b, sq_t, sq_h, sk_b, sk_h, sk_m, sb_b, sb_t, so_b, so_t, so_h,
+        Q, K, V, Bias, Lo, Hi, Out, Mpart, Lpart, Apart, KN, VN, At,
+        sq_b, sq_t, sq_h, sk_b, sk_h, sk_m, skn_b, skn_t, skn_h, svn_b, svn_t, svn_h,
+        sb_b, sb_t, so_b, so_t, so_h,
         scale,
         N_TOK: tl.constexpr, GROUP: tl.constexpr, NUM_KV: tl.constexpr, HEAD_DIM: tl.constexpr,
         BLOCK_D: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_N: tl.constexpr, SPLITS: tl.constexpr,
-        IEEE: tl.constexpr,
+        IEEE: tl.constexpr, FUSED_WRITE: tl.constexpr, BLOCK_T: tl.constexpr,
     ):  # fmt: skip
         bh = tl.program_id(0)
         split = tl.program_id(1)
@@ -206,11 +238,22 @@ def _build() -> tuple[Any, Any]:
         k_base = K + row * sk_b + head * sk_h
         v_base = V + row * sk_b + head * sk_h
         b_base = Bias + row * sb_b + t[:, None] * sb_t
+        kn_base = KN + row * skn_b + head * skn_h
+        vn_base = VN + row * svn_b + head * svn_h
+        w0 = tl.load(At) if FUSED_WRITE else 0  # first slot of this forward's own tokens
         for n0 in range(start, end, BLOCK_N):
             n = n0 + tl.arange(0, BLOCK_N)
             n_ok = n < end
-            kv_mask = n_ok[:, None] & d_ok[None, :]
+            fresh = n_ok & (n >= w0) & (n < w0 + N_TOK)  # this forward's tokens: read from KN / VN
+            if FUSED_WRITE:
+                kv_mask = (n_ok & ~fresh)[:, None] & d_ok[None, :]
+                new_mask = fresh[:, None] & d_ok[None, :]
+            else:
+                kv_mask = n_ok[:, None] & d_ok[None, :]
+                new_mask = kv_mask  # unused
             k = tl.load(k_base + n[:, None] * sk_m + d[None, :], mask=kv_mask, other=0.0)
+            if FUSED_WRITE:
+                k += tl.load(kn_base + (n - w0)[:, None] * skn_t + d[None, :], mask=new_mask, other=0.0)
             if IEEE:
                 s = tl.dot(q, tl.trans(k), input_precision="ieee")
             else:
@@ -222,12 +265,22 @@ def _build() -> tuple[Any, Any]:
             p = tl.exp(s - m_new[:, None])
             l_i = l_i * alpha + tl.sum(p, 1)
             v = tl.load(v_base + n[:, None] * sk_m + d[None, :], mask=kv_mask, other=0.0)
+            if FUSED_WRITE:
+                v += tl.load(vn_base + (n - w0)[:, None] * svn_t + d[None, :], mask=new_mask, other=0.0)
             if IEEE:
                 pv = tl.dot(p.to(v.dtype), v, input_precision="ieee")
             else:
                 pv = tl.dot(p.to(v.dtype), v)
             acc = acc * alpha[:, None] + pv
             m_i = m_new
+        if FUSED_WRITE:
+            if split == 0:  # the cache write: no other program reads these slots from the cache
+                tt = tl.arange(0, BLOCK_T)
+                t_ok = (tt < N_TOK)[:, None] & d_ok[None, :]
+                kn = tl.load(kn_base + tt[:, None] * skn_t + d[None, :], mask=t_ok)
+                vn = tl.load(vn_base + tt[:, None] * svn_t + d[None, :], mask=t_ok)
+                tl.store(k_base + (w0 + tt)[:, None] * sk_m + d[None, :], kn, mask=t_ok)
+                tl.store(v_base + (w0 + tt)[:, None] * sk_m + d[None, :], vn, mask=t_ok)
         if SPLITS == 1:
             o = acc / tl.maximum(l_i, 1.0e-30)[:, None]
             o_ptr = Out + row * so_b + t[:, None] * so_t + (head * GROUP + g)[:, None] * so_h + d[None, :]

@@ -267,9 +267,10 @@ class StaticRunner:
             splits = attention.num_splits(big_b, self.num_kv, s.mask.shape[-1], self.device)
 
             def kernel(i: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-                cache.keys[i].index_copy_(2, s.write, k.transpose(1, 2))
-                cache.values[i].index_copy_(2, s.write, v.transpose(1, 2))
-                o = attention.attend(q, cache.keys[i], cache.values[i], s.mask, lo, hi, scale, splits)
+                # the kernel writes this forward's K/V into the cache itself (at s.write[0])
+                o = attention.attend(
+                    q, cache.keys[i], cache.values[i], s.mask, lo, hi, scale, splits, new=(k, v, s.write)
+                )
                 return o.reshape(big_b * n, -1)
 
             return self._run(s.ids, s.pos, kernel, logits, last)

@@ -61,7 +61,17 @@ CHILD = textwrap.dedent(
         lo, hi = attention.bounds(mask)
         got = attention.attend(q, k, v, mask, lo, hi, d ** -0.5, splits=splits)
         ref = attention.reference(q, k, v, mask, d ** -0.5)
+        # the fused cache write: this forward's K/V at slots [at, at + n), taken from new tensors
+        at = torch.tensor([spans[0][1] - n])
+        kn, vn = torch.randn(b, n, hkv, d), torch.randn(b, n, hkv, d)
+        k2, v2 = k.clone(), v.clone()
+        got2 = attention.attend(q, k2, v2, mask, lo, hi, d ** -0.5, splits=splits, new=(kn, vn, at))
+        k3, v3 = k.clone(), v.clone()
+        ref2 = attention.reference(q, k3, v3, mask, d ** -0.5, new=(kn, vn, at))
         out.append({{"case": case, "err": (got - ref).abs().max().item(), "scale": ref.abs().max().item(),
+                    "err_fused": (got2 - ref2).abs().max().item(),
+                    "cache_written": bool(torch.equal(k2, k3) and torch.equal(v2, v3)),
+                    "cache_changed": not torch.equal(k2, k),
                     "bounds": [lo.tolist(), hi.tolist()], "spans": spans}})
     print(json.dumps(out))
     """
@@ -78,6 +88,8 @@ def test_kernel_equals_sdpa_in_the_interpreter() -> None:
     assert len(results) == len(CASES)
     for r in results:
         assert r["err"] <= 1e-5 * max(1.0, r["scale"]), r
+        assert r["err_fused"] <= 1e-5 * max(1.0, r["scale"]), r
+        assert r["cache_written"] and r["cache_changed"], r  # exactly the new slots, nothing else
         lo, hi = r["bounds"]
         assert [list(s) for s in zip(lo, hi, strict=True)] == r["spans"], r  # reads only the allowed slots
 
@@ -168,6 +180,13 @@ def test_kernel_equals_sdpa_on_gpu(dtype: torch.dtype) -> None:
         ref = attention.reference(q.float(), k.float(), v.float(), mask.float(), d**-0.5)
         tol = 2e-2 if dtype == torch.bfloat16 else 1e-4
         assert (got - ref).abs().max().item() <= tol * max(1.0, ref.abs().max().item()), (b, n, h, d, m)
+        at = torch.tensor([m - 7 - n], device="cuda")  # row 0's last n allowed slots
+        kn, vn = (torch.randn(b, n, hkv, d, dtype=dtype, device="cuda") for _ in range(2))
+        k2, v2, k3, v3 = k.clone(), v.clone(), k.float(), v.float()
+        got = attention.attend(q, k2, v2, mask, lo, hi, d**-0.5, splits=splits or None, new=(kn, vn, at))
+        ref = attention.reference(q.float(), k3, v3, mask.float(), d**-0.5, new=(kn.float(), vn.float(), at))
+        assert (got.float() - ref).abs().max().item() <= tol * max(1.0, ref.abs().max().item()), (b, n, m)
+        assert torch.equal(k2.float(), k3) and torch.equal(v2.float(), v3)  # the kernel's cache write
 
 
 @pytest.mark.gpu
