@@ -28,7 +28,8 @@ Sections per shape and batch:
    rounding differs between fused and unfused kernels and random weights have near-tied
    logits, so read a bf16 MISMATCH with the teacher-forced agreement; the float32 check is exact);
 3. mixed prompt lengths (largest batch): lengths drawn from [prompt_len/4, prompt_len]; the
-   prefill computes only real tokens (`prefill tokens` vs the padded count);
+   prefill groups rows by padding (`prefill_groups`: tokens computed and passes vs the real and the
+   padded count);
 4. float32 exactness (first shape; not with --quick/--no-exact): the compiled runner's tokens
    == `hf`'s, AR and fused BD;
 5. profile at the smallest and largest batch: kernels, GPU busy time and wall of one denoise
@@ -608,12 +609,25 @@ def run_shape(
             labels=(("thr0", 0.0, False), ("thr0-fused", 0.0, True)),
             with_ar=False,
         )
+        from cudice.model.fastpath import prefill_groups
+
         whole = [n // args.block * args.block for n in lengths]
-        mixed.update({"prefill_tokens": sum(whole), "padded_prefill_tokens": batch * max(whole)})
+        groups = prefill_groups(
+            [max(whole) - w for w in whole], max(whole), runners["compiled"].prefill_pass_tokens
+        )
+        computed = sum(len(rows) * (max(whole) - p) for p, rows in groups)
+        mixed.update(
+            {
+                "prefill_tokens": sum(whole),
+                "prefill_computed_tokens": computed,
+                "prefill_passes": len(groups),
+                "padded_prefill_tokens": batch * max(whole),
+            }
+        )
         log(
             f"{shape} b={batch} mixed prompt lengths {min(lengths)}..{max(lengths)} (mean "
-            f"{sum(lengths) / batch:.0f}): prefill computes {sum(whole)} tokens (padded to the longest: "
-            f"{batch * max(whole)})"
+            f"{sum(lengths) / batch:.0f}): the static runners' prefill computes {computed} tokens in "
+            f"{len(groups)} passes ({sum(whole)} real; padded to the longest: {batch * max(whole)})"
         )
         print_e2e(shape, batch, mixed, with_ar=False)
         results["runs"].append({"shape": shape, "batch": batch, "mixed_lengths": lengths, **mixed})

@@ -21,11 +21,13 @@ weights move (`model.to(...)`), the captured graphs are dropped and captured aga
 - `use_graphs=True` (CUDA) captures each block forward (batch, L <= 16, logits?) once as a CUDA
   graph and replays it; rows that finish stay in the captured batch as idle slots
   (`select_rows` only remaps), so one graph serves a whole generation;
-- the prefill (the first forward into an empty cache) computes no padding: rows are grouped by
-  their left padding, read off the positions (`pos[r, -1] = L - 1 - pad[r]`), and each group runs
-  unpadded self-attention, its K/V written into its rows' slots. Mixed prompt lengths therefore
-  cost only their real tokens in the prefill, and (Triton attention) only their real slots in the
-  decode; each row still owns M slots of memory (no paged cache).
+- the prefill (the first forward into an empty cache) skips padding: rows are grouped by their
+  left padding, read off the positions (`pos[r, -1] = L - 1 - pad[r]`), into the runs that cost
+  the fewest padded tokens plus passes (`prefill_groups`: one pass per padding would cost a weight
+  read each, a single pass all the padding); each group runs from its least padded column, its
+  K/V written into its rows' slots. Mixed prompt lengths therefore cost about their real tokens in
+  the prefill, and (Triton attention) only their real slots in the decode; each row still owns M
+  slots of memory (no paged cache).
 
 Equal to `HFRunner` up to float rounding (tests: same tokens at temperature 0 on the tiny model,
 eager and compiled; `gpu` test: graphs on == graphs off). Not covered: sliding-window layers,
@@ -46,6 +48,7 @@ import torch.nn.functional as F
 from cudice.model import attention, layers
 
 GRAPH_MAX_TOKENS = 16  # block forwards up to this many tokens per row are captured (AR 1, block 4, fused 8)
+PREFILL_PASS_TOKENS = 1536  # default cost of one prefill pass in tokens (`prefill_groups`)
 
 
 @dataclass
@@ -121,6 +124,9 @@ class StaticRunner:
         self.pack = (not any(p.requires_grad for p in model.parameters())) if pack is None else pack
         self._layers = [_weights(layer, self.pack) for layer in model.model.layers]
         self.keep_cache_bytes = keep_cache_bytes
+        # what one more prefill pass costs, in tokens of work (its weight reads and launches); measured
+        # on an H200 at SDAR-4B, 128 rows: ~19 ms a pass against ~13 us a token (docs/benchmarks.md)
+        self.prefill_pass_tokens = PREFILL_PASS_TOKENS
         self._pool: dict[tuple[int, int], StaticCache] = {}
         self._weight_ptr: int = self._q_ptr()
 
@@ -293,8 +299,9 @@ class StaticRunner:
     def _prefill(
         self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, cache: StaticCache, logits: bool
     ) -> torch.Tensor:
-        """First forward into an empty cache: per group of rows with equal left padding, unpadded
-        self-attention under that group's part of the mask; K/V written at the real tokens' slots."""
+        """First forward into an empty cache: rows grouped by left padding (`prefill_groups`), each group
+        one pass from its least padded column on, under that group's part of the mask (a row's own
+        padding stays masked); K/V written at the group's slots."""
         b, n = ids.shape
         pad = (n - 1) - pos[:, -1]  # (b,) left padding
         expected = (torch.arange(n, device=pos.device)[None, :] - pad[:, None]).clamp(min=0)
@@ -304,8 +311,8 @@ class StaticRunner:
             if logits
             else ids.new_empty(b, 0, 0, dtype=self.dtype)
         )
-        for p in sorted(set(pads)):
-            rows = torch.tensor([r for r in range(b) if pads[r] == p], device=self.device)
+        for p, members in prefill_groups(pads, n, self.prefill_pass_tokens):
+            rows = torch.tensor(members, device=self.device)
             g_ids, g_pos, g_mask = ids[rows, p:], pos[rows, p:], mask[rows][..., p:, p:]
             nb, nn = g_ids.shape
 
@@ -391,6 +398,35 @@ class StaticRunner:
         with torch.cuda.graph(graph):
             s.extra["out"] = self._forward_cached(s, cache, logits, last)
         s.extra["graph"] = graph
+
+
+def prefill_groups(pads: list[int], n: int, pass_tokens: int) -> list[tuple[int, list[int]]]:
+    """Rows grouped for the prefill: [(first column, rows)], one forward pass each.
+
+    A group starts at its least padded row's first real column, so its other rows compute some of
+    their padding; every pass costs `pass_tokens` on top of its tokens. The grouping of the rows
+    sorted by padding into consecutive runs that minimises padded tokens + passes is found exactly
+    (dynamic programming over the distinct paddings): with pass_tokens 0, one group per padding (no
+    padding computed); with a large one, a single padded pass."""
+    distinct = sorted(set(pads))
+    count = [pads.count(p) for p in distinct]
+    best = [0.0] + [float("inf")] * len(distinct)  # best[j]: cost of the first j distinct paddings
+    cut = [0] * (len(distinct) + 1)
+    for j in range(1, len(distinct) + 1):
+        rows = 0
+        for i in range(j - 1, -1, -1):  # last group = distinct[i:j], starting at column distinct[i]
+            rows += count[i]
+            cost = best[i] + rows * (n - distinct[i]) + pass_tokens
+            if cost < best[j]:
+                best[j], cut[j] = cost, i
+    groups: list[tuple[int, list[int]]] = []
+    j = len(distinct)
+    while j > 0:
+        i = cut[j]
+        members = [r for r, p in enumerate(pads) if distinct[i] <= p <= distinct[j - 1]]
+        groups.append((distinct[i], members))
+        j = i
+    return groups[::-1]
 
 
 def _triton_ok() -> bool:

@@ -207,6 +207,7 @@ def test_prefill_computes_no_padding_tokens(tiny_engine) -> None:
     """Rows of different lengths are prefilled in groups of equal padding, each without its padding."""
     lm = tiny_engine.loaded
     runner = StaticRunner(lm.model, use_graphs=False)
+    runner.prefill_pass_tokens = 0  # passes cost nothing: one group per padding, no padding computed
     seen: list[tuple[int, int]] = []
     run = runner._run
 
@@ -225,6 +226,27 @@ def test_prefill_computes_no_padding_tokens(tiny_engine) -> None:
     assert sum(b * n for b, n in prefill) == sum(whole) < len(LENGTHS) * max(whole)
     slow = samplers(lm, HFRunner(lm.model)).generate(prompts(lm), cfg, 4)
     assert_same_rows(slow, result)
+
+
+def test_prefill_groups_trade_padding_for_passes() -> None:
+    from cudice.model.fastpath import prefill_groups
+
+    pads = [0, 5, 5, 6, 40, 41]  # left padding per row, 48 columns
+    assert prefill_groups(pads, 48, 0) == [(0, [0]), (5, [1, 2]), (6, [3]), (40, [4]), (41, [5])]
+    assert prefill_groups(pads, 48, 10_000) == [(0, [0, 1, 2, 3, 4, 5])]  # passes dear: one padded pass
+    # a middle price: the near paddings share a pass (6 padded tokens), the far rows one of their own
+    assert prefill_groups(pads, 48, 30) == [(0, [0, 1, 2, 3]), (40, [4, 5])]
+    assert prefill_groups([3, 3, 3], 8, 1536) == [(3, [0, 1, 2])]
+
+
+def test_a_padded_prefill_pass_gives_the_same_tokens(tiny_engine) -> None:
+    lm = tiny_engine.loaded
+    runner = StaticRunner(lm.model, use_graphs=False)
+    runner.prefill_pass_tokens = 10**6  # one pass over every row, padding included
+    cfg = SamplerConfig(strategy="low_confidence_dynamic", threshold=0.3, max_new_tokens=12)
+    fast = samplers(lm, runner).generate(prompts(lm), cfg, 4)
+    slow = samplers(lm, HFRunner(lm.model)).generate(prompts(lm), cfg, 4)
+    assert_same_rows(slow, fast)
 
 
 def test_a_failing_compiler_falls_back_to_the_same_tokens(tiny_engine, monkeypatch, capsys) -> None:
