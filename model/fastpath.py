@@ -57,7 +57,7 @@ class StaticCache:
     values: list[torch.Tensor]
     length: int = 0
     slots: torch.Tensor | None = None  # physical row of each active row (b,)
-    graphs: dict[tuple[int, bool], Any] = field(default_factory=dict)
+    graphs: dict[tuple[int, bool, int], Any] = field(default_factory=dict)  # (L, logits?, last) -> inputs
 
 
 @dataclass(frozen=True)
