@@ -539,7 +539,8 @@ def run_shape(
         f"\n## {shape}: {sum(p.numel() for p in model.parameters()) / 1e9:.2f} B parameters "
         f"({time.perf_counter() - t0:.0f} s to build)"
     )
-    for batch in sorted({min(batches), max(batches)}) if not args.latency_only else ():
+    profiled = not (args.latency_only or args.no_profile)
+    for batch in sorted({min(batches), max(batches)}) if profiled else ():
         try:
             prof = profile_forwards(
                 model, args.prompt_len, batch, args.block, args.compile_mode, args.profile
@@ -728,6 +729,7 @@ def main() -> int:
     ap.add_argument(
         "--profile-only", action="store_true", help="only section 5 (the profile) of each shape and batch"
     )
+    ap.add_argument("--no-profile", action="store_true", help="skip section 5 (the profile)")
     ap.add_argument(
         "--quick",
         action="store_true",
