@@ -157,7 +157,11 @@ def test_runner_with_the_kernel_gives_the_hf_tokens(tiny_sdar_dir) -> None:
                                 fuse_commit=fuse)
             return [r.tokens for r in s.generate([[5, 9, 11, 3, 8, 1, 2], [7, 2], [4] * 13], cfg, 4).rows]
         runner = StaticRunner(lm.model, use_graphs=False, attention="triton")
-        out = {{str(f): [gen(runner, f), gen(HFRunner(lm.model), f)] for f in (False, True)}}
+        out = {{}}
+        for fuse in (True, False):  # the kernel writes the cache itself, or two writes per layer do
+            runner.fuse_cache_write = fuse
+            for f in (False, True):
+                out[f"{{fuse}}-{{f}}"] = [gen(runner, f), gen(HFRunner(lm.model), f)]
         print(json.dumps({{"out": out, "attention": runner.attention, "error": runner.attention_error}}))
         """
     )
@@ -166,6 +170,7 @@ def test_runner_with_the_kernel_gives_the_hf_tokens(tiny_sdar_dir) -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["attention"] == "triton", result["error"]
+    assert len(result["out"]) == 4  # cache written by the kernel or apart x plain or fused commit
     for fast, slow in result["out"].values():
         assert fast == slow and len(fast[0]) > 0
 
@@ -180,6 +185,8 @@ def test_kernel_equals_sdpa_on_gpu(dtype: torch.dtype) -> None:
         ref = attention.reference(q.float(), k.float(), v.float(), mask.float(), d**-0.5)
         tol = 2e-2 if dtype == torch.bfloat16 else 1e-4
         assert (got - ref).abs().max().item() <= tol * max(1.0, ref.abs().max().item()), (b, n, h, d, m)
+        if dtype == torch.float32 and d >= 128:
+            continue  # the fused write's float32 tiles at head dim 128 exceed shared memory (docstring)
         at = torch.tensor([m - 7 - n], device="cuda")  # row 0's last n allowed slots
         kn, vn = (torch.randn(b, n, hkv, d, dtype=dtype, device="cuda") for _ in range(2))
         k2, v2, k3, v3 = k.clone(), v.clone(), k.float(), v.float()
