@@ -7,7 +7,8 @@ modules' weights, read live, so in-place weight updates (a trainer's optimiser) 
 weights move (`model.to(...)`), the captured graphs are dropped and captured again:
 
 - the K/V live in preallocated buffers (B, H_kv, M, D) per layer; a block forward writes its K/V
-  at slots [length, length + L) with `index_copy_`, and a denoise step's K/V is overwritten by the
+  at slots [length, length + L) with `index_copy_` (small batches on CUDA: the attention kernel
+  writes them itself, `fuse_cache_write`), and a denoise step's K/V is overwritten by the
   next step or by the commit (JetEngine does the same), so "crop" only moves the length back;
 - a block forward attends under an additive mask that blocks unused slots; on CUDA through one
   Triton kernel per layer (`cudice.model.attention`: split over the keys, each row reads only the
