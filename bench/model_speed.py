@@ -471,16 +471,12 @@ def profile_forwards(
                 fwd()
                 sync(device)
                 wall = (time.perf_counter() - t) * 1e3
-            kernels = [e for e in prof.events() if str(getattr(e, "device_type", "")).endswith("CUDA")]
-            busy_us = sum(e.time_range.elapsed_us() for e in kernels)
-            out[f"{name}_{what}"] = {"wall_ms": wall, "gpu_busy_ms": busy_us / 1e3, "kernels": len(kernels)}
+            busy_ms, kernels = _gpu_busy(prof, table, device)
+            out[f"{name}_{what}"] = {"wall_ms": wall, "gpu_busy_ms": busy_ms, "kernels": kernels}
             log(
                 f"profile {name:16s} {what:8s} b={batch}: wall {wall:.2f} ms (profiled), GPU busy "
-                f"{busy_us / 1e3:.2f} ms over {len(kernels)} kernels"
+                f"{busy_ms:.2f} ms over {kernels} kernels"
             )
-            if table:
-                sort = "self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total"
-                log(prof.key_averages().table(sort_by=sort, row_limit=15, max_name_column_width=60))
     return out
 
 
@@ -501,11 +497,17 @@ def _profile_prefill(
         runner.forward(ids, mask, pos, cache, logits=False)
         sync(runner.device)
         wall = (time.perf_counter() - t) * 1e3
+    busy, kernels = _gpu_busy(prof, table, runner.device)
+    return {"wall_ms": round(wall, 2), "gpu_busy_ms": round(busy, 2), "kernels": kernels}
+
+
+def _gpu_busy(prof: Any, table: bool, device: torch.device) -> tuple[float, int]:
+    """(GPU busy milliseconds, kernel count) of a profiled region; `table` logs its top operators."""
     kernels = [e for e in prof.events() if str(getattr(e, "device_type", "")).endswith("CUDA")]
-    busy = sum(e.time_range.elapsed_us() for e in kernels) / 1e3
     if table:
-        log(prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=15, max_name_column_width=60))
-    return {"wall_ms": round(wall, 2), "gpu_busy_ms": round(busy, 2), "kernels": len(kernels)}
+        sort = "self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total"
+        log(prof.key_averages().table(sort_by=sort, row_limit=15, max_name_column_width=60))
+    return sum(e.time_range.elapsed_us() for e in kernels) / 1e3, len(kernels)
 
 
 def tiny_tokens_per_forward() -> dict[str, float]:

@@ -169,6 +169,19 @@ def attend(
     return out
 
 
+def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor, scale: float) -> torch.Tensor:
+    """The same attention through SDPA over every slot, GQA folded like the kernel's (each KV head's
+    query heads and tokens on the query axis, so K/V are not repeated): q (B, L, H, D), k/v
+    (B, H_kv, M, D), bias (B, 1, G*L, M) = the mask repeated G times -> (B, L, H, D). The runner's
+    path where Triton is not used (it repeats the mask once for all layers)."""
+    b, n, h, d = q.shape
+    hkv = k.shape[1]
+    group = h // hkv
+    qf = q.reshape(b, n, hkv, group, d).permute(0, 2, 3, 1, 4).reshape(b, hkv, group * n, d)
+    o = torch.nn.functional.scaled_dot_product_attention(qf, k, v, attn_mask=bias, scale=scale)
+    return o.reshape(b, hkv, group, n, d).permute(0, 3, 1, 2, 4).reshape(b, n, h, d)
+
+
 def reference(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -177,20 +190,14 @@ def reference(
     scale: float,
     new: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
 ) -> torch.Tensor:
-    """The same result through SDPA (every slot read; `new` written into k and v first): what `attend`
-    is tested against."""
-    b, n, h, d = q.shape
+    """`attend`'s result through `sdpa` (every slot read; `new` written into k and v first): what
+    `attend` is tested against."""
+    n, h = q.shape[1], q.shape[2]
     if new is not None:
         slots = int(new[2][0]) + torch.arange(n, device=k.device)
         k.index_copy_(2, slots, new[0].transpose(1, 2))
         v.index_copy_(2, slots, new[1].transpose(1, 2))
-    hkv = k.shape[1]
-    group = h // hkv
-    qf = q.reshape(b, n, hkv, group, d).permute(0, 2, 3, 1, 4).reshape(b, hkv, group * n, d)
-    o = torch.nn.functional.scaled_dot_product_attention(
-        qf, k, v, attn_mask=mask.repeat(1, 1, group, 1), scale=scale
-    )
-    return o.reshape(b, hkv, group, n, d).permute(0, 3, 1, 2, 4).reshape(b, n, h, d)
+    return sdpa(q, k, v, mask.repeat(1, 1, h // k.shape[1], 1), scale)
 
 
 def _pow2(x: int) -> int:

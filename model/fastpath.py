@@ -270,6 +270,11 @@ class StaticRunner:
     def _forward_cached(self, s: _Inputs, cache: StaticCache, logits: bool, last: int = 0) -> torch.Tensor:
         big_b, n = s.ids.shape
         scale = self.head_dim**-0.5
+
+        def write(i: int, k: torch.Tensor, v: torch.Tensor) -> None:  # k/v (B, L, Hkv, D) at s.write
+            cache.keys[i].index_copy_(2, s.write, k.transpose(1, 2))
+            cache.values[i].index_copy_(2, s.write, v.transpose(1, 2))
+
         if self.attention == "triton":
             lo, hi = attention.bounds(s.mask)  # in the graph: recomputed from each replay's mask
             splits = attention.num_splits(big_b, self.num_kv, s.mask.shape[-1], self.device)
@@ -284,8 +289,7 @@ class StaticRunner:
 
             def kernel(i: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
                 if not fused:
-                    cache.keys[i].index_copy_(2, s.write, k.transpose(1, 2))
-                    cache.values[i].index_copy_(2, s.write, v.transpose(1, 2))
+                    write(i, k, v)
                 new = (k, v, s.write) if fused else None
                 o = attention.attend(
                     q, cache.keys[i], cache.values[i], s.mask, lo, hi, scale, splits, new=new
@@ -293,19 +297,12 @@ class StaticRunner:
                 return o.reshape(big_b * n, -1)
 
             return self._run(s.ids, s.pos, kernel, logits, last)
-        bias = s.mask.repeat(1, 1, self.group, 1)  # (B, 1, G*L, M)
+        bias = s.mask.repeat(1, 1, self.group, 1)  # (B, 1, G*L, M), once for every layer
 
         def attend(i: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
             # q (B, L, H, D), k/v (B, L, Hkv, D) -> (B*L, H*D)
-            cache.keys[i].index_copy_(2, s.write, k.transpose(1, 2))
-            cache.values[i].index_copy_(2, s.write, v.transpose(1, 2))
-            qf = q.reshape(big_b, n, self.num_kv, self.group, self.head_dim).permute(0, 2, 3, 1, 4)
-            qf = qf.reshape(big_b, self.num_kv, self.group * n, self.head_dim)  # fold each KV head's group
-            o = F.scaled_dot_product_attention(
-                qf, cache.keys[i], cache.values[i], attn_mask=bias, scale=scale
-            )  # (B, Hkv, G*L, D)
-            o = o.reshape(big_b, self.num_kv, self.group, n, self.head_dim).permute(0, 3, 1, 2, 4)
-            return o.reshape(big_b * n, -1)
+            write(i, k, v)
+            return attention.sdpa(q, cache.keys[i], cache.values[i], bias, scale).reshape(big_b * n, -1)
 
         return self._run(s.ids, s.pos, attend, logits, last)
 
