@@ -207,8 +207,19 @@ def create_server(
     @server.feature(lsp.TEXT_DOCUMENT_DID_CHANGE)
     def did_change(ls: CudiceServer, params: lsp.DidChangeTextDocumentParams) -> None:
         from cudice.server import prebuild
+        from cudice.server.verification import note_edit
 
         prebuild.schedule(ls, params.text_document.uri)  # on a GPU box: build while the user types
+        note_edit(ls, params.text_document.uri)
+
+    @server.feature(lsp.TEXT_DOCUMENT_DID_CLOSE)
+    def did_close(ls: CudiceServer, params: lsp.DidCloseTextDocumentParams) -> None:
+        from cudice.server import prebuild
+
+        uri = params.text_document.uri
+        prebuild.cancel(ls, uri)
+        if "jobs" in ls.__dict__ and ls.jobs.cancel(uri):  # nobody is looking at its verdict any more
+            log.info("%s closed: its verification is cancelled", uri)
 
     @server.feature(lsp.TEXT_DOCUMENT_DID_SAVE, lsp.SaveOptions(include_text=False))
     def did_save(ls: CudiceServer, params: lsp.DidSaveTextDocumentParams) -> None:

@@ -95,6 +95,8 @@ class CudiceServer(LanguageServer):
         self.last_uri: str | None = None
         self.started_at = process_started_at()  # wall clock, compared with file modification times
         self.saved: set[str] = set()  # documents a `didSave` arrived for
+        self.edited: set[str] = set()  # documents whose buffer differs from their shown verdict's text
+        self.flagged: set[str] = set()  # non-candidates showing their Python syntax errors
         self.building: dict[str, int] = {}  # uri -> how many verifications of it are starting or running
         self.ref_watcher: PathWatcher | None = None
         self.ckpt_watcher: PathWatcher | None = None
@@ -209,7 +211,8 @@ class CudiceServer(LanguageServer):
 
     def send_status(self, message: str | None = None, uri: str | None = None) -> None:
         """`cudice/status`; `lastVerdict` is always the verdict of `uri` (null while it has none),
-        never another file's, and `verifying` says whether `uri` is being verified now."""
+        never another file's, `verifying` says whether `uri` is being verified now, and `edited`
+        whether its buffer changed since the text of that verdict."""
         uri = uri if uri is not None else self.last_uri
         latest = self.latest.get(uri) if uri is not None else None
         self.protocol.notify(
@@ -220,6 +223,7 @@ class CudiceServer(LanguageServer):
                 "lastVerdict": latest.result.verdict.value if latest is not None else None,
                 "uri": uri,
                 "verifying": uri is not None and self.is_building(uri),
+                "edited": uri is not None and uri in self.edited,
             },
         )
 

@@ -19,6 +19,7 @@ from typing import Any
 from cudice.model.generation import Generation, Progress
 from cudice.server.core import CudiceServer
 from cudice.server.features import edits
+from cudice.server.features.code_actions import syntax_error_reason
 from cudice.server.progress import WorkProgress
 from cudice.server.verification import reference_path, verify_document
 from cudice.server.workers.model import ModelUnavailable, WorkerDied
@@ -98,6 +99,23 @@ def _class_name(doc: Document, index: LineIndex, target: Any) -> str | None:
     return found[0].name if len(found) == 1 else None
 
 
+def _no_class_reason(doc: Document, target: Any, file_name: str) -> str:
+    """Why no class to generate for was found, in words (never the raw argument)."""
+    syntax = syntax_error_reason(doc)
+    if syntax is not None:
+        return f"cannot generate for {file_name}: {syntax}"
+    if isinstance(target, dict) and isinstance(target.get("line"), int):
+        where = f"at line {int(target['line']) + 1}"
+    elif isinstance(target, str):
+        where = f"named `{target}`"
+    else:
+        where = "to generate for (there are several, or none)"
+    return (
+        f"cannot generate: no nn.Module class {where} in {file_name}; "
+        "put the cursor inside the reference `class Model(nn.Module)`"
+    )
+
+
 async def _confirm_overwrite(ls: CudiceServer, path: Path) -> bool:
     if not path.exists():
         return True
@@ -123,15 +141,12 @@ async def generate_kernel(ls: CudiceServer, uri: Any, target: Any = None) -> dic
     source, _, path = doc if doc is not None else ("", None, None)
     if path is None:
         return _fail(ls, f"cannot generate for {uri!r}: not a readable file (save it to disk first)")
+    doc_model, index = ls.analyse(uri, source)
+    name = _class_name(doc_model, index, target)
+    if name is None:
+        return _fail(ls, _no_class_reason(doc_model, target, os.path.basename(path)))
     if await ls.model.wait_until_loaded() != "ready":  # a request made while it loads waits
         return _fail(ls, f"cannot generate yet: {ls.model.message}")
-    name = _class_name(*ls.analyse(uri, source), target)
-    if name is None:
-        return _fail(
-            ls,
-            f"no nn.Module class found for {target!r} in {os.path.basename(path)}; "
-            "put the cursor inside the reference `class Model(nn.Module)`",
-        )
     out = edits.candidate_path(path)
     if not await _confirm_overwrite(ls, out):
         return {"ok": False, "reason": f"kept the existing {out.name}"}

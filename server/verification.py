@@ -43,6 +43,8 @@ from pygls.uris import to_fs_path
 log = logging.getLogger(__name__)
 # What runs after each stage, for the progress message: a build takes minutes on a small CPU, and
 # "static: checked · 184 s" would read as if the static checks took that long.
+# Words that make a file KernelBench material: its syntax errors are cudice's to report.
+KERNELBENCH_WORDS = ("class ModelNew", "load_inline", "class Model(", "def get_inputs", "nn.Module")
 _NEXT_STEP = {
     Stage.PARSE: "static checks",
     Stage.STATIC: "compiling",
@@ -144,6 +146,8 @@ def _record(
     if not is_current:  # an older text's verdict must not replace what hover, lens and status show
         return False
     ls.latest[uri] = Latest(version, key, result, source)
+    ls.edited.discard(uri)
+    ls.flagged.discard(uri)
     ls.last_verdict, ls.last_uri = result.verdict.value, uri
     ls.send_status(f"{os.path.basename(result.path) or uri}: {result.verdict.value}", uri)
     ls.refresh_lenses()
@@ -170,6 +174,60 @@ def show_cached(ls: CudiceServer, uri: str) -> bool:
     return True
 
 
+def looks_like_kernelbench(source: str) -> bool:
+    """Whether a file that cannot be parsed is meant as a KernelBench reference or candidate
+    (cudice reports its syntax errors; other Python files are left to the user's Python tools)."""
+    return any(word in source for word in KERNELBENCH_WORDS)
+
+
+def not_a_candidate(
+    ls: CudiceServer, uri: str, path: str, source: str, version: int | None, doc: Document
+) -> bool:
+    """A saved or verified file with nothing to verify: stop its run, drop the verdict, lens and
+    diagnostics it had as a candidate, and show a KernelBench file's syntax errors. True when the
+    syntax errors were shown."""
+    syntax = doc.invalid_result() if looks_like_kernelbench(source) else None
+    had = uri in ls.latest or uri in ls.flagged or ls.is_building(uri)
+    if not (had or syntax is not None):
+        return False
+    ls.jobs.cancel(uri)
+    ls.latest.pop(uri, None)
+    ls.edited.discard(uri)
+    _watch_reference(ls, uri, None, None)
+    name = os.path.basename(path)
+    if syntax is not None:
+        ls.flagged.add(uri)
+        publish(ls, uri, path, source, version, syntax)
+        ls.send_status(f"{name}: Python syntax error", uri)
+    else:
+        ls.flagged.discard(uri)
+        version = current_version(ls, uri, source, version)[1]
+        ls.text_document_publish_diagnostics(
+            lsp.PublishDiagnosticsParams(uri=uri, diagnostics=[], version=version)
+        )
+        ls.send_status(f"{name}: no `class ModelNew` or `load_inline` call: nothing to verify", uri)
+    ls.refresh_lenses()
+    return syntax is not None
+
+
+def note_edit(ls: CudiceServer, uri: str) -> None:
+    """After an unsaved edit: when the buffer's text stops (or starts again) being the text of the
+    verdict shown, tell the statusline (`edited`) and ask for fresh lenses ("edited since: …")."""
+    latest = ls.latest.get(uri)
+    text = ls.open_text(uri)
+    if latest is None or latest.source is None or text is None:
+        return
+    is_edited = text != latest.source
+    if is_edited == (uri in ls.edited):
+        return
+    if is_edited:
+        ls.edited.add(uri)
+    else:
+        ls.edited.discard(uri)
+    ls.send_status(None, uri)
+    ls.refresh_lenses()
+
+
 def _watch_reference(ls: CudiceServer, uri: str, ref: str | None, ref_text: str | None) -> None:
     for watched, uris in ls.dependents.items():  # a reference the comment no longer names
         if watched != ref:
@@ -193,7 +251,8 @@ async def verify_document(ls: CudiceServer, uri: str, *, force: bool = False) ->
         return None
     doc_model = ls.analyse(uri, source)[0]
     if not doc_model.is_candidate:
-        if force:
+        shown = not_a_candidate(ls, uri, path, source, version, doc_model)
+        if force and not shown:
             ls.notice(
                 f"cudice: {os.path.basename(path)} has no `class ModelNew` or `load_inline` call, "
                 "so there is nothing to verify",

@@ -11,6 +11,8 @@
 What a file contains (classes, CUDA strings, kernels and their bodies) comes from the verifier's
 document model (`cudice.verifier.document`); this module only decides what to offer.
 
+A file that mentions `nn.Module` but does not parse gets one disabled *Generate* action whose
+reason names the syntax error (clients without `disabledSupport` see it in the title).
 While the model loads both are offered with "(once the model has loaded)" in the title: running
 one waits for the load. Otherwise, while the model is not ready, both are returned disabled with
 the reason (clients with `disabledSupport`), or with the reason in the title (others; running it
@@ -63,6 +65,17 @@ def infill_target(doc: Document, offset: int) -> Span | None:
     return content
 
 
+def syntax_error_reason(doc: Document) -> str | None:
+    """Why nothing can be generated from a reference that does not parse, or None. Only for
+    files that mention `nn.Module` (other Python files are the user's Python tools' business)."""
+    found = next((d for d in doc.problems if d.code == "parse.syntax_error"), None)
+    if found is None or "nn.Module" not in doc.text:
+        return None
+    where = f" on line {found.location.line}" if found.location is not None else ""
+    message = found.message.removeprefix("Python syntax error: ").split(". Fix the syntax")[0]
+    return f"Python syntax error{where} ({message}): fix it, then generate"
+
+
 def code_actions(
     *,
     uri: str,
@@ -76,15 +89,16 @@ def code_actions(
     """The actions for the selection [start, end] (code-point offsets)."""
     actions: list[lsp.CodeAction] = []
 
-    def add(title: str, kind: str, command: str, args: list[object]) -> None:
+    def add(title: str, kind: str, command: str, args: list[object], blocked: str | None = None) -> None:
         disabled = None
-        if model.is_loading:
-            title = f"{title} (once the model has loaded)"
-        elif not model.is_ready:
+        reason = blocked or (None if model.is_ready or model.is_loading else model.reason)
+        if reason is not None:
             if disabled_support:
-                disabled = lsp.CodeActionDisabled(reason=model.reason)
+                disabled = lsp.CodeActionDisabled(reason=reason)
             else:
-                title = f"{title} (unavailable: {model.reason})"
+                title = f"{title} (unavailable: {reason})"
+        elif model.is_loading:
+            title = f"{title} (once the model has loaded)"
         actions.append(
             lsp.CodeAction(
                 title=title,
@@ -94,6 +108,10 @@ def code_actions(
             )
         )
 
+    syntax = syntax_error_reason(doc)
+    if syntax is not None:  # no classes to offer: say why instead of offering nothing
+        add("Generate CUDA kernel", KIND_GENERATE, CMD_GENERATE, [uri, "Model"], blocked=syntax)
+        return actions
     cls = doc.module_class_at(start)
     if cls is not None and cls.name != "ModelNew" and cls.span.contains(end):
         add(f"Generate CUDA kernel for `{cls.name}`", KIND_GENERATE, CMD_GENERATE, [uri, cls.name])
