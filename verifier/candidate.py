@@ -11,8 +11,13 @@ it on the inputs it receives and answers requests:
 - `call`    one forward on them, with in-process observations (inputs unchanged, outputs plain
             and not aliasing the inputs, no new threads, free memory poisoned with NaN first);
 - `fetch`   send the last outputs back;
-- `prep` / `go`  fresh clones and an L2 flush, then `n` forwards and a device-wide sync (the
-            judge times `go` by its own clock);
+- `stage`   keep the input sets of the next timed batches (sent by the judge before its clock starts);
+- `batch`   one forward per listed staged set, each followed by the keyed digest of its outputs
+            (witness.py), and the digests sent back at the end: the judge's clock runs from the
+            request to this reply, and a reply cannot be right before every output exists; the
+            outputs are kept (`kept` sends one back). `placeholder` digests the last outputs again
+            instead of calling the model (the reference's runner: the judge's measure of the
+            batch's own cost). `profile` runs the batch under the profiler instead (untimed);
 - `profile` one forward under `torch.profiler`: kernel names, device time, stream;
 - `guards`  whether timers, comparison functions or dispatcher entries were replaced, or global
             module hooks or torch function/dispatch modes installed.
@@ -78,8 +83,11 @@ def warm_gpu(*, profiler: bool = False) -> None:
 
     if not torch.cuda.is_available():
         return
+    from cudice.verifier import witness
+
     x = torch.ones(8, 8, device="cuda")
     (x @ x).sum().item()
+    witness.digest([x], 1, "cuda").cpu()  # builds the digest kernel before any candidate code exists
     if profiler:
         from torch.profiler import ProfilerActivity, profile
 
@@ -138,6 +146,8 @@ class Server:
         self.dispatch: dict[str, str] = {}
         self.hooks: dict[str, int] = {}
         self.flush: Any = None
+        self.sets: list[list[Any]] = []  # staged input sets of the timed batches
+        self.kept: list[Any] = []  # every output of the last batch
 
     def reply(self, header: dict[str, Any], blobs: list[memoryview] | None = None) -> None:
         channel.send(self.sock, header, blobs or [])
@@ -275,32 +285,106 @@ class Server:
             ) from None
         self.reply({"ok": True, "outputs": tree}, out)
 
-    def op_prep(self, req: dict[str, Any], blobs: list[bytearray]) -> None:
-        import torch
-
-        self.args = [x.clone() if isinstance(x, torch.Tensor) else x for x in self.inputs]
+    def op_stage(self, req: dict[str, Any], blobs: list[bytearray]) -> None:
+        self.sets = [list(x) for x in channel.decode(req["sets"], blobs, self.device)]
+        self.kept = []
         mib = int(req.get("flush_mib", 0))
-        if mib and self.device.startswith("cuda"):
-            if self.flush is None or self.flush.numel() * 4 != mib << 20:
-                self.flush = torch.empty(mib * 1024 * 1024 // 4, dtype=torch.int32, device=self.device)
-            self.flush.fill_(1)  # evict L2 (H200: 60 MB) before the timed call
+        if (
+            mib
+            and self.device.startswith("cuda")
+            and (self.flush is None or self.flush.numel() * 4 != mib << 20)
+        ):
+            import torch
+
+            self.flush = torch.empty(mib * 1024 * 1024 // 4, dtype=torch.int32, device=self.device)
         self._sync()
         self.reply({"ok": True})
 
-    def op_go(self, req: dict[str, Any], blobs: list[bytearray]) -> None:
+    def op_batch(self, req: dict[str, Any], blobs: list[bytearray]) -> None:
+        if req.get("profile"):
+            self._profiled(lambda: self._run_batch(req), str(req.get("stage", "timing")))
+            return
+        digests = self._run_batch(req)
+        self.reply({"ok": True, "digests": digests})
+
+    def _run_batch(self, req: dict[str, Any]) -> list[list[float]]:
         import torch
+        from cudice.verifier import seal, witness
+        from cudice.verifier.dynamic_checks import flatten_outputs
 
-        n = int(req.get("n", 1))
+        cuda = self.device.startswith("cuda")
+        flush = self.flush if cuda and int(req.get("flush_mib", 0)) else None
+        placeholder = bool(req.get("placeholder"))
+        sync_each = cuda and bool(req.get("sync_each", True))
+        kept: list[Any] = []
+        digests: list[Any] = []
         with torch.no_grad():
-            for _ in range(n):
-                self.last = self._guard(lambda: self.model(*self.args), Stage.TIMING)
-        self._sync()
-        self.reply({"ok": True})
+            seals = req.get("seals") or [None] * len(req["sets"])
+            for index, key, seal_key in zip(req["sets"], req["keys"], seals, strict=True):
+                args = self.sets[int(index)]
+                if seal_key is not None:
+                    seal.toggle(args, int(seal_key))  # the set becomes usable only now, inside the clock
+                if flush is not None:
+                    flush.fill_(1)  # evict L2 (cold policy)
+                if placeholder:
+                    out = self.kept[-1] if self.kept else self.last
+                else:
+                    out = self._guard(lambda a=args: self.model(*a), Stage.TIMING)
+                digests.append(witness.digest(flatten_outputs(out), int(key), self.device))
+                kept.append(out)
+                if sync_each:
+                    torch.cuda.synchronize()  # per call, as an in-process CUDA-event harness times
+        if not placeholder:
+            self.kept = self.kept + kept if req.get("keep") else kept[-1:]
+            self.last = kept[-1] if kept else self.last
+        try:
+            values = torch.stack(digests).cpu() if digests else torch.zeros(0, 1)
+        except Exception as exc:  # a sticky CUDA error from the kernel
+            raise _Failure(
+                Verdict.RUNTIME_ERROR.value,
+                [
+                    Diagnostic(
+                        Severity.ERROR,
+                        f"CUDA error in a timed call: {exc}".strip(),
+                        "runtime.cuda_error",
+                        Stage.TIMING,
+                        self.where,
+                    )
+                ],
+                str(exc),
+            ) from None
+        return [[float(v) for v in row] for row in values.tolist()]
+
+    def op_kept(self, req: dict[str, Any], blobs: list[bytearray]) -> None:
+        index = int(req["index"])
+        if not 0 <= index < len(self.kept):
+            raise _Failure(
+                Verdict.RUNTIME_ERROR.value,
+                [
+                    Diagnostic(
+                        Severity.ERROR,
+                        f"the output of timed call {index} was not kept",
+                        "runtime.exception",
+                        Stage.TIMING,
+                        self.where,
+                    )
+                ],
+            )
+        self.last = self.kept[index]
+        self.op_fetch(req, blobs)
 
     def op_profile(self, req: dict[str, Any], blobs: list[bytearray]) -> None:
+        def one_call() -> None:
+            self.last = self._guard(lambda: self.model(*self.inputs), Stage.CORRECTNESS)
+
+        self._profiled(one_call, "correctness")
+
+    def _profiled(self, body: Any, stage: str) -> None:
+        """Run `body` under the profiler and reply with the kernels that ran: name, device µs, stream."""
         import torch
 
         if not self.device.startswith("cuda"):
+            body()
             self.reply({"ok": True, "kernels": [], "marker_stream": -1, "supported": False})
             return
         from torch.profiler import ProfilerActivity, profile
@@ -311,12 +395,12 @@ class Server:
                 marker.fill_(
                     1.0
                 )  # a (glue) kernel on the current stream: its stream id is the one forward uses
-                self.last = self._guard(lambda: self.model(*self.inputs), Stage.CORRECTNESS)
+                body()
                 torch.cuda.synchronize()
             events = list(prof.events())
         except _Failure:
             raise
-        except Exception as exc:  # no CUPTI here (permissions, driver): say so, the verdict goes on
+        except Exception as exc:  # no CUPTI here (permissions, driver): the judge decides what that means
             self.reply(
                 {
                     "ok": True,
@@ -332,6 +416,8 @@ class Server:
         for evt in events:
             if not str(getattr(evt, "device_type", "")).endswith("CUDA") or not evt.name:
                 continue
+            if evt.name == "cudice_witness":  # the judge's digest, not the candidate's work
+                continue
             us = float(getattr(evt, "device_time", None) or getattr(evt, "cuda_time", 0.0) or 0.0)
             rid = getattr(evt, "device_resource_id", None)
             stream = int(rid) if isinstance(rid, int) else -1  # CUPTI's stream id (0 is a valid one)
@@ -339,7 +425,15 @@ class Server:
                 marker_stream = stream
                 continue
             kernels.append([evt.name, us, stream])
-        self.reply({"ok": True, "kernels": kernels, "marker_stream": marker_stream, "supported": True})
+        self.reply(
+            {
+                "ok": True,
+                "kernels": kernels,
+                "marker_stream": marker_stream,
+                "supported": True,
+                "stage": stage,
+            }
+        )
 
     def op_guards(self, req: dict[str, Any], blobs: list[bytearray]) -> None:
         from cudice.verifier import dynamic_checks as dyn

@@ -11,26 +11,28 @@ Phases: 1. torch, precision pinned (no TF32), the reference built after a secret
 2. the runners load their models after the same seed (their `load_inline` builds here, through
 the cache); 3. correctness: per trial a fresh secret seed and one input distribution
 (inputs.py), the reference run here, the candidate's outputs fetched and compared (tolerance.py),
-in-runner observations, one randomly chosen trial profiled (kernels that ran, ATen's share,
-streams); then a repeated call (determinism), constancy across trials, guards; 4. timing by
-the judge's own clock around a synchronising round trip: fresh clones and an L2 flush in an
-untimed `prep`, then a timed `go` (one call and a device-wide sync in the runner); reference
-and candidate alternate; the reference runner's empty round trip is subtracted from both;
-outputs of randomly chosen timed calls are fetched and checked, one random timed round is
-followed by a profiled call, and the guards are checked again afterwards.
+in-runner observations, one randomly chosen trial profiled; then a repeated call (determinism),
+constancy across trials, guards; 4. timing by the judge's own clock (`_timing`): per-call time
+as the slope of batch time over batch length (the round trip cancels), every call on a fresh
+input set staged sealed before the clock (seal.py) and unsealed inside it, the clock stopped by
+a reply that carries a keyed digest of every output (witness.py) checked against the reference's,
+two outputs of each repetition compared in full afterwards, the batch's own cost measured on the
+reference's runner and subtracted, timed batches alone on the GPU (gpu_lease.py); threads counted
+from /proc outside the runners.
 
-Residual (docs/anticheat.md): the device-wide sync that ends a timed call runs in the
-candidate's process; native code that skips it moves its work into the next untimed `prep`,
-which the judge also times and compares with the reference's (flagged `timing.deferred_work`,
-not proof). Profiler records and guard reports come from the candidate's process as well.
+What the judge still trusts from the candidate's process: nothing for a verdict of `correct` or
+for a time. Profiler records, guard reports and in-runner observations can add rejections only;
+they come from the candidate's process and can be forged there (docs/anticheat.md).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import secrets
+import statistics
 import sys
 import time
 from collections.abc import Iterator
@@ -39,7 +41,8 @@ from typing import Any
 
 from cudice.verifier import channel
 from cudice.verifier.boundary import readable_by_runners
-from cudice.verifier.link import RunnerLink, runner_env
+from cudice.verifier.gpu_lease import GpuLease, gpu_key
+from cudice.verifier.link import RunnerLink, RunnerTimeout, runner_env
 from cudice.verifier.result import Diagnostic, Location, Severity, Stage, Verdict
 from cudice.verifier.worker import (
     _call,
@@ -54,7 +57,8 @@ from cudice.verifier.worker import (
 
 RUNNER_VERDICTS = {"runtime_error", "compile_error", "incorrect"}  # anything else a runner claims is ignored
 NUM_PROFILED_TRIALS = 1  # plus one random timed round: each profiled call costs a profiler session
-NUM_CHECKED_TIMED_CALLS = 3
+# rtol floors per output dtype, as tolerance.py applies them to each element
+_RTOL_FLOOR = {"float16": 1e-3, "bfloat16": 1.6e-2}
 _rng = secrets.SystemRandom()
 
 
@@ -145,6 +149,10 @@ class _Judge:
             else Location(self.cand_path, 1, 1)
         )
         self.lenient = self.config.static_policy == "lenient"
+        self.lease: GpuLease | None = None
+        self._lease_depth = 0  # shared holds nest; an exclusive hold makes them no-ops
+        self.ref_call_s = 0.0  # the reference's time per call, measured by the judge in correctness
+        self.flush_mib = 0
 
     # -- the phases ------------------------------------------------------------------------------------
     def run(self) -> None:
@@ -162,6 +170,7 @@ class _Judge:
             )
         if self.device.startswith("cuda"):
             self.out["gpu_name"] = torch.cuda.get_device_name()
+            self.lease = GpuLease(gpu_key(self.device), timeout_s=self.config.timeout_s)
         self.out["versions"] = {
             "torch": torch.__version__,
             "cuda": str(torch.version.cuda),
@@ -320,8 +329,14 @@ class _Judge:
                 Stage.CORRECTNESS,
                 Location(self.ref_path, 1, 1),
             )
-            with torch.no_grad():
-                ref_out = model(*[x.clone() if isinstance(x, torch.Tensor) else x for x in inputs])
+            with torch.no_grad(), self._shared():
+                args = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+                t_ref = time.perf_counter()
+                ref_out = model(*args)
+                if self.device.startswith("cuda"):
+                    torch.cuda.synchronize()
+                took = time.perf_counter() - t_ref
+            self.ref_call_s = min(self.ref_call_s, took) if self.ref_call_s else took
             if dist != "as_given" and not _finite(ref_out):
                 skipped.append(dist)
                 continue
@@ -384,99 +399,363 @@ class _Judge:
         return ref_trials[-1]
 
     def _timing(self, ref_mod: Any, model: Any, last_ref: Any) -> None:
+        """Per-call times as the slope of batch time over batch length, by the judge's clock.
+
+        Each repetition stages fresh sealed input sets in both runners (seal.py), then, holding the
+        GPU's lease exclusively, times a short and a long batch per implementation, and the same
+        batches without the model on the reference's runner (the batch's own cost: unsealing, the
+        digest, the loop). A batch's reply carries every output's digest (witness.py), checked
+        against the reference's; two outputs chosen afterwards are compared in full.
+        """
         import torch
-        from cudice.verifier.inputs import make_inputs, secret_seed
         from cudice.verifier.timing import from_samples, tensor_bytes
-        from cudice.verifier.tolerance import compare_outputs
 
         cfg = self.config
-        inputs = make_inputs(ref_mod.get_inputs, secret_seed(), "as_given", self.device)
-        with torch.no_grad():
-            expected = model(*[x.clone() if isinstance(x, torch.Tensor) else x for x in inputs])
+        cuda = self.device.startswith("cuda")
+        self.flush_mib = cfg.l2_flush_mib if cfg.l2_policy == "cold" and cuda else 0
         links = (self.session.ref, self.session.cand)
-        for link in links:
-            self._send_inputs(link, inputs)
+        self.threads_at_timing = {link.role: link.threads() for link in links}
+        # 1. warm-up by time on one set, then a rough per-call time to size the batches
         t0 = time.perf_counter()
-        for link in links:  # warm-up by time, each on its own (short ones under-report: https://github.com/triton-lang/triton/issues/2306)
+        warm = self._draw_set(ref_mod)
+        for link in links:
+            self._stage(link, [warm], sealed=False)
+        for link in links:  # short warm-ups under-report: https://github.com/triton-lang/triton/issues/2306
             deadline = time.perf_counter() + cfg.timing_warmup_ms / 1000.0
             while True:
-                self._round(link, 0)
+                self._batch(link, [0], seals=None)
                 if time.perf_counter() >= deadline:
                     break
-        latency = min(self._timed(self.session.ref, {"op": "go", "n": 0}) for _ in range(5))
+        rough = max(self._rough_call_s(link) for link in links)
+        with torch.no_grad(), self._shared():
+            set_bytes = tensor_bytes(warm) + tensor_bytes(last_ref)
+        fit = max(1, (cfg.timing_stage_mib << 20) // (3 * max(set_bytes, 1)))
+        n_small = int(min(max(1, math.ceil(cfg.timing_batch_ms / 1000.0 / max(rough, 1e-7))), fit, 4096))
+        n_large = 2 * n_small
         self._add_wall("timing.warmup", t0)
+        # 2. repetitions
         t_rounds = time.perf_counter()
-        checked = set(
-            _rng.sample(range(cfg.timing_num_trials), k=min(NUM_CHECKED_TIMED_CALLS, cfg.timing_num_trials))
-        )
-        profiled = _rng.randrange(cfg.timing_num_trials)
-        samples: dict[str, list[float]] = {"reference": [], "candidate": []}
-        preps: dict[str, list[float]] = {"reference": [], "candidate": []}
+        slopes: dict[str, list[float]] = {"reference": [], "candidate": [], "overhead": []}
+        staging: dict[str, list[float]] = {"reference": [], "candidate": []}
         found: list[Diagnostic] = []
-        for i in range(cfg.timing_num_trials):
-            for link in links if i % 2 == 0 else links[::-1]:
-                prep_s, go_s = self._round(link, cfg.l2_flush_mib)
-                preps[link.role].append(prep_s * 1e3)
-                samples[link.role].append(max(go_s - latency, 1e-9) * 1e3)
-            if i in checked:  # the runner cannot tell which timed calls are checked: it is asked afterwards
-                rep, blobs = self._ask(
-                    self.session.cand,
-                    {"op": "fetch"},
-                    Stage.TIMING,
-                    max_bytes=2 * tensor_bytes(expected) + (1 << 20),
-                )
-                got = self._decode(rep, blobs)
-                cmp = compare_outputs(expected, got, cfg.atol, cfg.rtol)
-                if not cmp.ok:
-                    raise _Stop(
-                        Verdict.INCORRECT,
-                        Stage.TIMING,
-                        [
-                            _diag(
-                                "correctness.timed_call_mismatch",
-                                f"Timed call {i + 1}/{cfg.timing_num_trials} (checked "
-                                f"afterwards, chosen at random): {cmp.why}. The kernel must be correct "
-                                "on every call, not only while it is checked.",
-                                Stage.TIMING,
-                                self.where,
-                            )
-                        ],
-                    )
-            if i == profiled:
-                found += self._profile()
+        profiled = _rng.randrange(cfg.timing_num_trials)
+        for rep in range(cfg.timing_num_trials):
+            found += self._repetition(ref_mod, model, n_small, n_large, slopes, staging, rep == profiled)
         self._add_wall("timing.rounds", t_rounds)
         found += self._guards()
+        found += self._thread_growth()
         self._stop_on_errors(found, Stage.TIMING)
-        reasons = []
-        ref_prep, cand_prep = sorted(preps["reference"]), sorted(preps["candidate"])
-        mid = len(ref_prep) // 2
-        if cand_prep[mid] > 2.0 * ref_prep[mid] + 0.5:
-            reasons.append(
-                f"its untimed preparation took {cand_prep[mid]:.3f} ms against the reference's "
-                f"{ref_prep[mid]:.3f} ms: work deferred past the timed call"
+        excess = statistics.median(staging["candidate"]) - statistics.median(staging["reference"])
+        if excess > max(0.005, 0.5 * statistics.median(staging["reference"])):
+            self._stop_on_errors(
+                [
+                    _diag(
+                        "timing.work_outside_clock",
+                        f"Receiving its sealed input sets took the candidate {excess * 1e3:.1f} ms longer "
+                        "than the reference's runner (median over the repetitions): it works while "
+                        "inputs are staged, outside the clock. Do all the work in forward.",
+                        Stage.TIMING,
+                        self.where,
+                    )
+                ],
+                Stage.TIMING,
             )
-            self.diags.append(
-                _diag(
-                    "timing.deferred_work",
-                    f"Work seems to run after the timed call returned "
-                    f"({reasons[-1]}); the speedup is not counted.",
-                    Stage.TIMING,
-                    self.where,
-                    Severity.WARNING,
-                )
-            )
+        overhead = statistics.median(slopes["overhead"])
+        ref_ms = [max(x - overhead, 1e-9) * 1e3 for x in slopes["reference"]]
+        cand_ms = [max(x - overhead, 1e-9) * 1e3 for x in slopes["candidate"]]
+        self.out["l2_policy"] = cfg.l2_policy
+        self.out["timing_batch_calls"] = [n_small, n_large]
+        self.walls["timing.lease_wait"] = self.lease.waited_s if self.lease is not None else 0.0
         cmp_t = from_samples(
-            samples["reference"],
-            samples["candidate"],
-            input_bytes=tensor_bytes(inputs),
+            ref_ms,
+            cand_ms,
+            input_bytes=tensor_bytes(warm),
             output_bytes=tensor_bytes(last_ref),
             suspicious_speedup=cfg.suspicious_speedup,
             peak_bandwidth_gb_s=cfg.peak_bandwidth_gb_s,
-            extra_reasons=reasons,
         )
         record_timing(
-            cmp_t, self.where, self.out, self.diags, "; timed by the judge around a synchronising round trip"
+            cmp_t,
+            self.where,
+            self.out,
+            self.diags,
+            f"; L2 {cfg.l2_policy}; slope of {n_small}- and {n_large}-call batches of fresh inputs, "
+            f"{cfg.timing_num_trials} repetitions, timed by the judge",
         )
+
+    def _repetition(
+        self,
+        ref_mod: Any,
+        model: Any,
+        n_small: int,
+        n_large: int,
+        slopes: dict[str, list[float]],
+        staging: dict[str, list[float]],
+        profile: bool,
+    ) -> list[Diagnostic]:
+        """One repetition: fresh sealed sets, the timed batches, their digests and two full checks."""
+        import torch
+        from cudice.verifier import seal, witness
+        from cudice.verifier.dynamic_checks import flatten_outputs
+        from cudice.verifier.timing import tensor_bytes
+        from cudice.verifier.tolerance import compare_outputs
+
+        cfg = self.config
+        total = n_small + n_large
+        sets: list[list[Any]] = []
+        seals: list[int] = []
+        keys: list[int] = []
+        expected: list[list[float]] = []
+        bounds: list[list[float]] = []
+        with torch.no_grad(), self._shared():
+            for _ in range(total):  # 1. fresh inputs, the reference's digests, then sealed copies
+                inputs = self._draw_set(ref_mod)
+                key = secrets.randbits(64)
+                ref_out = flatten_outputs(
+                    model(*[x.clone() if isinstance(x, torch.Tensor) else x for x in inputs])
+                )
+                expected.append(witness.digest(ref_out, key, self.device).cpu().tolist())
+                bounds.append([self._digest_bound(r) for r in ref_out])
+                seal_key = secrets.randbits(62)
+                sealed = [x.contiguous().clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+                seal.toggle(sealed, seal_key)
+                sets.append(sealed)
+                seals.append(seal_key)
+                keys.append(key)
+            links = (self.session.ref, self.session.cand)
+        for link in links:  # 2. staging, timed only to compare the two runners
+            staging[link.role].append(self._stage(link, sets, sealed=True))
+        small, large = list(range(n_small)), list(range(n_small, total))
+        times: dict[str, list[float]] = {}
+        digests: dict[str, list[list[float]]] = {}
+        overhead_keys = [secrets.randbits(64) for _ in range(total)]
+        with self._exclusive():  # 3. the timed batches, alone on the GPU
+            for link in links if _rng.random() < 0.5 else links[::-1]:
+                for part in (small, large):
+                    t, batch_digests = self._timed_batch(
+                        link, part, [keys[i] for i in part], [seals[i] for i in part]
+                    )
+                    times.setdefault(link.role, []).append(t)
+                    digests.setdefault(link.role, []).extend(batch_digests)
+            for part in (small, large):
+                t, _ = self._timed_batch(
+                    self.session.ref,
+                    part,
+                    [overhead_keys[i] for i in part],
+                    [seals[i] for i in part],
+                    placeholder=True,
+                )
+                times.setdefault("overhead", []).append(t)
+        for role, (t_small, t_large) in times.items():
+            slopes[role].append((t_large - t_small) / (n_large - n_small))
+        # 4. every digest of the candidate's batches, then two outputs in full, chosen now
+        for i, (digest, exp, bd) in enumerate(zip(digests["candidate"], expected, bounds, strict=True)):
+            verdict = witness.check(digest, exp, bd)
+            if not verdict.ok:
+                return [
+                    _diag(
+                        "correctness.timed_call_digest",
+                        f"Timed call {i + 1} of {total} in one repetition: the digest of output "
+                        f"{verdict.index} is {verdict.excess:.3g}x beyond what the tolerance allows "
+                        "when the reply arrived: the outputs were not complete (work deferred past "
+                        "the call, a skipped synchronisation, lazy or cached outputs) or not correct.",
+                        Stage.TIMING,
+                        self.where,
+                    )
+                ]
+        found: list[Diagnostic] = []
+        for i in _rng.sample(range(total), k=min(2, total)):
+            with torch.no_grad(), self._shared():
+                seal.toggle(sets[i], seals[i])  # the judge's own copy, unsealed to recompute the reference
+                want = model(*[x.clone() if isinstance(x, torch.Tensor) else x for x in sets[i]])
+                rep, blobs = self._ask(
+                    self.session.cand,
+                    {"op": "kept", "index": i},
+                    Stage.TIMING,
+                    max_bytes=2 * tensor_bytes(want) + (1 << 20),
+                )
+                got = self._decode(rep, blobs)
+            cmp = compare_outputs(want, got, cfg.atol, cfg.rtol)
+            if not cmp.ok:
+                return [
+                    _diag(
+                        "correctness.timed_call_mismatch",
+                        f"Timed call {i + 1} (checked afterwards, chosen at random): {cmp.why}. The kernel "
+                        "must be correct on every call, not only while it is checked.",
+                        Stage.TIMING,
+                        self.where,
+                    )
+                ]
+        if profile:
+            found += self._profile_batch(small[:2], seals)
+        return found
+
+    def _draw_set(self, ref_mod: Any) -> list[Any]:
+        from cudice.verifier.inputs import make_inputs, secret_seed
+
+        return list(
+            _call(
+                lambda: make_inputs(ref_mod.get_inputs, secret_seed(), "as_given", self.device),
+                Stage.TIMING,
+                Location(self.ref_path, 1, 1),
+            )
+        )
+
+    def _digest_bound(self, ref: Any) -> float:
+        import torch
+        from cudice.verifier import witness
+
+        if not isinstance(ref, torch.Tensor):
+            return 0.0
+        if not (ref.is_floating_point() or ref.is_complex()):
+            return witness.bound(ref, 0.0, 0.0)
+        r = ref.detach().float()
+        rms = float(r.square().mean().sqrt()) if r.numel() else 0.0
+        floor = _RTOL_FLOOR.get(str(ref.dtype).removeprefix("torch."), 0.0)
+        return witness.bound(ref, self.config.atol * max(rms, 1e-30), max(self.config.rtol, floor))
+
+    def _stage(self, link: RunnerLink, sets: list[list[Any]], *, sealed: bool) -> float:
+        """Send the input sets of the next batches; returns how long the runner took (s)."""
+        tree, blobs = channel.encode(sets)
+        t0 = time.perf_counter()
+        with self._shared():
+            self._ask(
+                link,
+                {"op": "stage", "sets": tree, "flush_mib": self.flush_mib, "sealed": sealed},
+                Stage.TIMING,
+                blobs,
+                deadline_s=30.0 + sum(len(b) for b in blobs) / 100e6,  # moving the bytes, not the kernel
+            )
+        return time.perf_counter() - t0
+
+    def _batch(self, link: RunnerLink, indices: list[int], *, seals: list[int] | None) -> list[list[float]]:
+        header = {
+            "op": "batch",
+            "sets": indices,
+            "keys": [secrets.randbits(64) for _ in indices],
+            "seals": seals,
+            "flush_mib": self.flush_mib,
+        }
+        with self._shared():
+            rep, _ = self._ask(link, header, Stage.TIMING, deadline_s=self._limit_s(len(indices)))
+        return [list(map(float, d)) for d in rep.get("digests", [])]
+
+    def _timed_batch(
+        self,
+        link: RunnerLink,
+        indices: list[int],
+        keys: list[int],
+        seals: list[int],
+        *,
+        placeholder: bool = False,
+    ) -> tuple[float, list[list[float]]]:
+        header = {
+            "op": "batch",
+            "sets": indices,
+            "keys": keys,
+            "seals": seals,
+            "flush_mib": self.flush_mib,
+            "placeholder": placeholder,
+            "keep": not placeholder,  # every output since the staging stays, for the checks afterwards
+        }
+        t0 = time.perf_counter()
+        rep, _ = self._ask(link, header, Stage.TIMING, deadline_s=self._limit_s(len(indices)))
+        elapsed = time.perf_counter() - t0  # the clock stops when the digests of every output are here
+        digests = rep.get("digests")
+        if not isinstance(digests, list) or len(digests) != len(indices):
+            digests = [[math.nan]] * len(indices)
+        return elapsed, [[float(v) for v in d] if isinstance(d, list) else [math.nan] for d in digests]
+
+    def _rough_call_s(self, link: RunnerLink) -> float:
+        """A rough per-call time from batches of 1 and 5 calls on the warm-up set (best of 3 each)."""
+
+        def best(n: int) -> float:
+            runs = []
+            for _ in range(3):
+                t0 = time.perf_counter()
+                self._batch(link, [0] * n, seals=None)
+                runs.append(time.perf_counter() - t0)
+            return min(runs)
+
+        return max((best(5) - best(1)) / 4, 1e-7)
+
+    def _profile_batch(self, indices: list[int], seals: list[int]) -> list[Diagnostic]:
+        """The kernels of an untimed batch (the same request as a timed one, profiled)."""
+        header = {
+            "op": "batch",
+            "sets": indices,
+            "keys": [secrets.randbits(64) for _ in indices],
+            "seals": None,  # these sets were unsealed by the timed batch
+            "flush_mib": self.flush_mib,
+            "profile": True,
+        }
+        t0 = time.perf_counter()
+        with self._shared():
+            rep, _ = self._ask(
+                self.session.cand, header, Stage.TIMING, deadline_s=self._limit_s(len(indices))
+            )
+        self._add_wall("profile", t0)
+        return self._kernel_evidence(rep)
+
+    def _thread_growth(self) -> list[Diagnostic]:
+        """Threads the candidate's runner gained since it was ready, beyond what the reference's gained.
+
+        Counted from /proc, outside the runner, so the candidate cannot hide a thread it started at
+        import, in `__init__` or from native code."""
+        grown = {
+            link.role: link.threads() - link.threads_at_ready
+            for link in self.session.links()
+            if link.threads_at_ready
+        }
+        extra = grown.get("candidate", 0) - max(grown.get("reference", 0), 0)
+        if extra <= 0:
+            return []
+        return [
+            _diag(
+                "dynamic.thread_spawned",
+                f"The candidate's process runs {extra} more thread(s) than when it started (seen from "
+                "outside the process, beyond the reference's runner): work on another thread "
+                "escapes the timed call. "
+                "Launch all work from forward on the calling thread.",
+                Stage.TIMING,
+                self.where,
+            )
+        ]
+
+    def _limit_s(self, calls: int) -> float:
+        """How long a request of `calls` forward calls may take before the candidate is a timeout."""
+        return max(10.0, 100.0 * self.ref_call_s * calls) + 10.0 * calls * self.ref_call_s
+
+    @contextlib.contextmanager
+    def _shared(self) -> Iterator[None]:
+        """Hold the GPU's lease shared (GPU work that may overlap other verifications' correctness)."""
+        if self.lease is None or self._lease_depth:
+            self._lease_depth += 1
+            try:
+                yield
+            finally:
+                self._lease_depth -= 1
+            return
+        with self.lease.shared():
+            self._lease_depth += 1
+            try:
+                yield
+            finally:
+                self._lease_depth -= 1
+
+    @contextlib.contextmanager
+    def _exclusive(self) -> Iterator[None]:
+        """Hold the GPU's lease alone: nothing else of cudice's runs on this GPU meanwhile."""
+        if self.lease is None:
+            yield
+            return
+        assert self._lease_depth == 0, "an exclusive hold cannot nest in a shared one"
+        with self.lease.exclusive():
+            self._lease_depth += 1  # shared holds inside are no-ops
+            try:
+                yield
+            finally:
+                self._lease_depth -= 1
 
     # -- requests ----------------------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -484,6 +763,22 @@ class _Judge:
         """A runner that dies or breaks the protocol is a crash of the candidate, never of the judge."""
         try:
             yield
+        except RunnerTimeout as exc:
+            raise _Stop(
+                Verdict.TIMEOUT,
+                stage,
+                [
+                    _diag(
+                        "runtime.timeout",
+                        f"The {link.role} did not answer within {exc.limit_s:.1f} s (the limit is max(10 s, "
+                        f"100 x the reference's {self.ref_call_s * 1e3:.3f} ms) per call): a kernel or "
+                        "forward that hangs or loops. Check loop bounds and grid-stride conditions.",
+                        stage,
+                        self.where,
+                    )
+                ],
+                link.log_tail(),
+            ) from None
         except (channel.ChannelError, OSError) as exc:
             rc = link.proc.poll()
             why = f"exit status {rc}" if rc is not None else "it stopped answering"
@@ -511,9 +806,14 @@ class _Judge:
         *,
         max_bytes: int = 0,
         on_build: Any = None,
+        deadline_s: float | None = None,
     ) -> tuple[dict[str, Any], list[bytearray]]:
-        with self._talking(link, stage):
-            rep, got = link.request(header, blobs, max_bytes=max_bytes, on_build=on_build)
+        if deadline_s is None and on_build is None:
+            deadline_s = self._limit_s(1)
+        with self._talking(link, stage), self._shared():
+            rep, got = link.request(
+                header, blobs, max_bytes=max_bytes, on_build=on_build, deadline_s=deadline_s
+            )
         if not rep.get("ok"):
             claimed = str(rep.get("verdict", ""))
             verdict = Verdict(claimed) if claimed in RUNNER_VERDICTS else Verdict.RUNTIME_ERROR
@@ -567,35 +867,33 @@ class _Judge:
                 ],
             ) from None
 
-    def _round(self, link: RunnerLink, flush_mib: int) -> tuple[float, float]:
-        prep = self._timed(link, {"op": "prep", "flush_mib": flush_mib})
-        return prep, self._timed(link, {"op": "go", "n": 1})
-
-    def _timed(self, link: RunnerLink, header: dict[str, Any]) -> float:
-        t0 = time.perf_counter()
-        self._ask(link, header, Stage.TIMING)
-        return time.perf_counter() - t0
-
     def _profile(self) -> list[Diagnostic]:
-        from cudice.verifier import dynamic_checks as dyn
-
         t0 = time.perf_counter()
         rep, _ = self._ask(self.session.cand, {"op": "profile"}, Stage.CORRECTNESS)
         self._add_wall("profile", t0)
+        return self._kernel_evidence(rep)
+
+    def _kernel_evidence(self, rep: dict[str, Any]) -> list[Diagnostic]:
+        """What a profiled call or batch says about whose kernels did the work; it can only reject.
+
+        The records come from the candidate's process, so they never make a verdict `correct`: a
+        missing profile fails closed (the evidence is required), a present one may reject."""
+        from cudice.verifier import dynamic_checks as dyn
+
         if not rep.get("supported"):
-            if rep.get("error") and not any(d.code == "dynamic.profiler_unavailable" for d in self.diags):
-                self.diags.append(
-                    _diag(
-                        "dynamic.profiler_unavailable",
-                        f"The profiler could not run in the runner "
-                        f"({rep['error']}): which kernels ran, ATen's share and streams were not "
-                        "checked.",
-                        Stage.CORRECTNESS,
-                        self.where,
-                        Severity.WARNING,
-                    )
+            if not self.device.startswith("cuda"):
+                return []
+            why = rep.get("error") or "no reason given"
+            return [
+                _diag(
+                    "dynamic.profiler_unavailable",
+                    f"The profiler gave no kernel records in the candidate's process ({why}): which kernels "
+                    "did the work cannot be shown, so the kernel is not counted "
+                    "correct. Run where CUPTI is allowed (e.g. NVreg_RestrictProfilingToAdminUsers=0).",
+                    Stage.CORRECTNESS,
+                    self.where,
                 )
-            return []
+            ]
         runs = [
             dyn.KernelRun(str(k[0]), float(k[1]), int(k[2]))
             for k in rep.get("kernels", [])

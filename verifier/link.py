@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import socket
 import subprocess
 import sys
@@ -25,7 +26,7 @@ from typing import IO, Any
 
 from cudice.verifier import channel
 from cudice.verifier.boundary import Missing, default_spec, probe, wrap
-from cudice.verifier.process import die_with_parent
+from cudice.verifier.process import die_with_parent, tree_threads
 
 Reply = tuple[dict[str, Any], list[bytearray]]
 
@@ -41,11 +42,19 @@ def runner_env(extra: dict[str, str] | None = None) -> dict[str, str]:
         HOME="/tmp",
         TMPDIR="/tmp",
         TORCH_EXTENSIONS_DIR="/tmp/torch_extensions",
-        OMP_NUM_THREADS="2",
+        OMP_NUM_THREADS="1",
         USER="cudice-runner",
         LOGNAME="cudice-runner",
     )
     return env
+
+
+class RunnerTimeout(Exception):
+    """A runner did not answer within the request's deadline (a hung kernel or forward)."""
+
+    def __init__(self, limit_s: float) -> None:
+        super().__init__(f"no answer within {limit_s:.1f} s")
+        self.limit_s = limit_s
 
 
 class RunnerLink:
@@ -91,6 +100,7 @@ class RunnerLink:
         os.close(report_w)
         self.sock = mine
         self.ready = False  # set once its `ready` message was read
+        self.threads_at_ready = 0
         self.report: dict[str, Any] = {}
         with os.fdopen(report_r, "rb") as f:  # EOF at once where no boundary_init runs (plain child)
             line = f.readline()
@@ -116,7 +126,12 @@ class RunnerLink:
     def wait_ready(self) -> dict[str, Any]:
         rep, _ = channel.recv(self.sock, 0)
         self.ready = True
+        self.threads_at_ready = self.threads()  # before any candidate code ran in it
         return rep
+
+    def threads(self) -> int:
+        """Threads of the runner and everything it started, counted from /proc outside it."""
+        return tree_threads(self.proc.pid)
 
     def request(
         self,
@@ -125,10 +140,18 @@ class RunnerLink:
         *,
         max_bytes: int = 0,
         on_build: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+        deadline_s: float | None = None,
     ) -> Reply:
-        """Send one request and return its reply, answering `build` messages in between."""
+        """Send one request and return its reply, answering `build` messages in between.
+
+        `deadline_s`: the reply must begin within that many seconds, else `RunnerTimeout` (a build the
+        runner asks for in between restarts the wait: compiling has its own limit)."""
         channel.send(self.sock, header, blobs)
         while True:
+            if deadline_s is not None:
+                ready, _, _ = select.select([self.sock], [], [], deadline_s)
+                if not ready:
+                    raise RunnerTimeout(deadline_s)
             rep, got = channel.recv(self.sock, max_bytes)
             if rep.get("op") != "build":
                 return rep, got

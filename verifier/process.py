@@ -56,3 +56,31 @@ def wait_or_kill(
         time.sleep(poll_s)
     proc.wait()
     return cancelled, timed_out
+
+
+def tree_threads(pid: int) -> int:
+    """Threads of process `pid` and all its descendants, read from /proc (0 when it is gone).
+
+    Read from outside the process, so code inside it cannot forge the count; a thread that
+    started and ended between two readings is not seen.
+    """
+    total = 0
+    todo = [pid]
+    seen: set[int] = set()
+    while todo:
+        p = todo.pop()
+        if p in seen:
+            continue
+        seen.add(p)
+        try:
+            tids = os.listdir(f"/proc/{p}/task")
+        except OSError:
+            continue
+        total += len(tids)
+        for tid in tids:
+            try:
+                with open(f"/proc/{p}/task/{tid}/children") as f:
+                    todo += [int(c) for c in f.read().split()]
+            except (OSError, ValueError):
+                continue
+    return total

@@ -130,6 +130,7 @@ class VerifyResult:
     speedup_min: float | None = None  # pessimistic: reference q1 / candidate q3
     speedup_max: float | None = None
     is_suspicious: bool = False  # speedup above 10x or above a speed-of-light bound
+    l2_policy: str = ""  # how L2 was treated between timed calls: "warm" or "cold" ("" when not timed)
     max_abs_err: float | None = None
     max_rel_err: float | None = None
     num_correct_trials: int = 0

@@ -1,5 +1,5 @@
 # cudice: reference=references/relu.py
-# corpus: kind=runtime verdict=incorrect codes=correctness.timed_call_mismatch
+# corpus: kind=runtime verdict=incorrect codes=correctness.timed_call_digest
 # exploit: class 5 - honest for its first 8 calls (more than the correctness trials and the repeated call), then returns a cheap wrong answer: only checking timed calls catches it
 import torch
 import torch.nn as nn
