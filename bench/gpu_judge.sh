@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# The judge's GPU checks in one call: install cudice from this tree (as bench/run_gpu.sh does), the
+# timing-fidelity table (bench/timing_fidelity.py), then the runtime and adversarial corpora on the GPU.
+# Usage on the GPU box: bash bench/gpu_judge.sh [--quick]   (logs and JSON under $OUT)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out="${OUT:-bench/out}"; mkdir -p "$out"
+export PYTHONUNBUFFERED=1 TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-9.0}"
+if ! python3 -m pip install -q --no-deps --no-build-isolation -e . >"$out/install.log" 2>&1; then
+  tree=/tmp/cudice_tree; rm -rf "$tree"; mkdir -p "$tree/cudice"
+  for pkg in server model verifier; do ln -s "$PWD/$pkg" "$tree/cudice/$pkg"; done
+  export PYTHONPATH="$tree${PYTHONPATH:+:$PYTHONPATH}"
+fi
+nvidia-smi -L
+timeout "${FIDELITY_TIMEOUT:-300}" python3 bench/timing_fidelity.py ${1:-} --out /tmp/fid ${FIDELITY_ARGS:-} 2>&1 | tee "$out/fidelity.log"
+cp /tmp/fid/fidelity.json "$out/" 2>/dev/null
+timeout "${CORPUS_TIMEOUT:-240}" python3 -m pytest -m gpu -q -p no:cacheprovider -rA ${CORPUS_TESTS:-tests/verifier/test_judge.py} 2>&1 \
+  | grep -vE "^(PASSED|SKIPPED)" | tail -80 | tee "$out/corpus.log"

@@ -1,0 +1,266 @@
+"""Does cudice's speedup agree with a plain in-process CUDA-event harness? (GPU only)
+
+For a bench set of honest KernelBench-style kernels (bench/kb_candidates.py templates at sizes
+from a few microseconds to ~100 ms), this prints one table:
+
+- `harness`: the speedup an in-process CUDA-event harness measures, KernelBench style: the same
+  reference and `ModelNew` objects in one process, same inputs, 5 warm-up calls, 100 timed calls
+  each with a start and an end event, the median; with L2 left warm (KernelBench's fast_p tables)
+  and with a 256 MiB L2 flush before each call (cold). The extension is the library cudice built
+  (the same cache), loaded the way the runner loads it;
+- `alone`: `cudice verify` of each file, one at a time on an idle GPU, and `alone2` once more
+  (run-to-run spread);
+- `x12`: the same verifications, twelve at once (as `cudice eval` and RL rewards run them).
+
+`ratio` columns are cudice / harness (warm). The harness is the baseline measured in the same
+run. Usage: `python bench/timing_fidelity.py [--quick] [--out DIR] [--only NAME,...]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import kb_candidates as kb
+
+_2D = "torch.randn(256, 4096)"
+# (template name, 2-D size or matmul dims): ~5 µs to ~100 ms on an H200
+BENCH_SET: list[tuple[str, str]] = [
+    ("relu", "64, 1024"),
+    ("relu", "1024, 4096"),
+    ("relu", "8192, 8192"),
+    ("relu", "16384, 16384"),
+    ("gelu", "1024, 4096"),
+    ("gelu", "8192, 8192"),
+    ("clamp", "4096, 4096"),
+    ("sum", "256, 4096"),
+    ("sum", "8192, 8192"),
+    ("max", "4096, 16384"),
+    ("softmax", "128, 1024"),
+    ("softmax", "4096, 4096"),
+    ("softmax", "8192, 16384"),
+    ("layer_norm", "4096, 4096"),
+    ("rms_norm", "8192, 8192"),
+    ("matmul", "512, 256, 384"),
+    ("matmul", "2048, 2048, 2048"),
+    ("gemm_bias_relu", "4096, 4096, 4096"),
+    ("matmul", "8192, 4096, 8192"),
+    ("scale_shift_add_relu", "4096, 8192"),
+    ("scale_shift_residual_gelu", "8192, 8192"),
+]
+QUICK = [0, 2, 5, 11, 16, 17, 19]
+
+
+def bench_files(out: Path, only: set[str] | None, quick: bool) -> list[Path]:
+    """Write the bench set's self-contained candidate files; returns their paths."""
+    names = [name for _, name, _ in kb._templates()]
+    files = []
+    for j, (base, size) in enumerate(BENCH_SET):
+        if quick and j not in QUICK:
+            continue
+        i = names.index(base) + kb.NUM_TEMPLATES * (j + 1)  # a distinct extension name per entry
+        src = kb.candidate(i).source
+        if base in kb._MATMULS:
+            m, k, n = (s.strip() for s in size.split(","))
+            src = src.replace(
+                "torch.randn(512, 256), torch.randn(256, 384), torch.randn(384)",
+                f"torch.randn({m}, {k}), torch.randn({k}, {n}), torch.randn({n})",
+            )
+        else:
+            src = src.replace(_2D, f"torch.randn({size})")
+        name = f"{j:02d}_{base}_{size.replace(', ', 'x')}"
+        if only and name not in only and base not in only:
+            continue
+        path = out / f"{name}.py"
+        path.write_text(src)
+        files.append(path)
+    return files
+
+
+HARNESS = r"""
+import json, statistics, sys, torch
+from pathlib import Path
+from cudice.verifier.compile import build_module
+from cudice.verifier.config import VerifyConfig
+from cudice.verifier.document import read_document
+from cudice.verifier.generated import from_values
+from cudice.verifier.worker import install_load_inline, load_extension
+
+path, cache = sys.argv[1], sys.argv[2]
+config = VerifyConfig(cache_dir=Path(cache))
+doc = read_document(Path(path))
+
+def build(name, cpp, cuda, functions):
+    texts = lambda v: [v] if isinstance(v, str) else list(v or [])
+    module = from_values(name, texts(cpp), texts(cuda) or None, functions, doc)
+    for cfg in (config, config.with_(cabi_binding=False)):
+        result = build_module(module, path, cfg, link=True)
+        try:
+            return load_extension(name, str(result.library))
+        except ImportError:
+            continue
+    raise RuntimeError("could not load " + name)
+
+install_load_inline(build)
+torch.backends.cuda.matmul.allow_tf32 = False
+torch.backends.cudnn.allow_tf32 = False
+ns = {"__name__": "bench_candidate"}
+exec(compile(Path(path).read_text(), path, "exec"), ns)
+torch.manual_seed(0)
+inputs = [x.cuda() if isinstance(x, torch.Tensor) else x for x in ns["get_inputs"]()]
+ref = ns["Model"](*ns["get_init_inputs"]()).cuda().eval()
+new = ns["ModelNew"](*ns["get_init_inputs"]()).cuda().eval()
+flush = torch.empty(256 * 1024 * 1024 // 4, dtype=torch.int32, device="cuda")
+
+def time_ms(fn, cold):
+    with torch.no_grad():
+        for _ in range(5):
+            fn(*inputs)
+        torch.cuda.synchronize()
+        out = []
+        for _ in range(100):
+            if cold:
+                flush.fill_(1)
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            fn(*inputs)
+            e.record()
+            torch.cuda.synchronize()
+            out.append(s.elapsed_time(e))
+        return statistics.median(out)
+
+res = {}
+for policy, cold in (("warm", False), ("cold", True)):
+    r, c = time_ms(ref, cold), time_ms(new, cold)
+    res[policy] = {"ref_ms": r, "cand_ms": c, "speedup": r / c}
+print("HARNESS " + json.dumps(res))
+"""
+
+
+def harness(path: Path, cache: Path) -> dict[str, dict[str, float]]:
+    proc = subprocess.run(
+        [sys.executable, "-c", HARNESS, str(path), str(cache)], capture_output=True, text=True, timeout=600
+    )
+    for line in proc.stdout.splitlines():
+        if line.startswith("HARNESS "):
+            return dict(json.loads(line[8:]))
+    raise RuntimeError(f"harness failed on {path.name}: {proc.stderr[-2000:]}")
+
+
+def verify(path: Path, config: object) -> dict[str, object]:
+    from cudice.verifier import api
+
+    t0 = time.perf_counter()
+    r = api.verify(path, config=config)  # type: ignore[arg-type]
+    errors = [f"{d.code}: {d.message[:160]}" for d in r.diagnostics if d.severity.value == "error"]
+    return {
+        "verdict": r.verdict.value,
+        "speedup": r.speedup,
+        "speedup_min": r.speedup_min,
+        "speedup_max": r.speedup_max,
+        "ref_ms": r.reference_runtime_ms,
+        "cand_ms": r.runtime_ms,
+        "wall_s": time.perf_counter() - t0,
+        "errors": errors,
+        "walls": r.stage_wall_s,
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="7 of the 21 kernels")
+    ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp")) / "timing_fidelity")
+    ap.add_argument("--only", default="", help="comma-separated entry or template names")
+    ap.add_argument("--concurrency", type=int, default=12)
+    ap.add_argument("--l2", default="warm", choices=("warm", "cold"))
+    args = ap.parse_args()
+    import torch
+
+    if not torch.cuda.is_available():
+        print("timing_fidelity: needs a CUDA GPU", file=sys.stderr)
+        return 2
+    from cudice.verifier.config import VerifyConfig
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    files = bench_files(args.out, set(filter(None, args.only.split(","))) or None, args.quick)
+    cache = args.out / "cache"
+    config = VerifyConfig(cache_dir=cache, l2_policy=args.l2)
+    rows: dict[str, dict[str, object]] = {f.stem: {} for f in files}
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(8) as pool:  # 1. builds, side by side (no timing yet)
+        for f, r in zip(
+            files, pool.map(lambda f: verify(f, config.with_(build_only=True)), files), strict=True
+        ):
+            print(f"build {f.stem}: {r['verdict']} {r['wall_s']:.1f}s", flush=True)
+    print(f"builds: {time.perf_counter() - t0:.0f} s", flush=True)
+    for f in files:  # 2. the in-process CUDA-event harness, alone
+        try:
+            rows[f.stem]["harness"] = harness(f, cache)
+        except Exception as exc:
+            rows[f.stem]["harness"] = {"error": str(exc)[-300:]}  # type: ignore[dict-item]
+        print(f"harness {f.stem}: {rows[f.stem]['harness']}", flush=True)
+    for key in ("alone", "alone2"):  # 3. cudice, one at a time, twice
+        for f in files:
+            rows[f.stem][key] = verify(f, config)
+            r = rows[f.stem][key]
+            print(
+                f"{key} {f.stem}: {r['verdict']} {r['speedup']} {r['wall_s']:.1f}s {r['errors']}", flush=True
+            )
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(args.concurrency) as pool:  # 4. twelve at once
+        for f, r in zip(files, pool.map(lambda f: verify(f, config), files), strict=True):
+            rows[f.stem]["x12"] = r
+            print(f"x12 {f.stem}: {r['verdict']} {r['speedup']} {r['errors']}", flush=True)
+    print(f"x12 wall: {time.perf_counter() - t0:.0f} s", flush=True)
+    (args.out / "fidelity.json").write_text(json.dumps(rows, indent=1, default=str))
+    print_table(rows, args.l2)
+    return 0
+
+
+def print_table(rows: dict[str, dict[str, object]], l2: str) -> None:
+    print(
+        f"\n| kernel | ref ms (harness) | harness warm / cold | cudice alone / again / x12 (L2 {l2}) | ratio alone / x12 |"
+    )
+    print("|---|---|---|---|---|")
+    ratios: list[float] = []
+    for name, row in rows.items():
+        h = row.get("harness", {})
+        warm = h.get("warm", {}) if isinstance(h, dict) else {}
+        cold = h.get("cold", {}) if isinstance(h, dict) else {}
+        base = (warm if l2 == "warm" else cold).get("speedup")
+        cells = []
+        for key in ("alone", "alone2", "x12"):
+            r = row.get(key, {})
+            s = r.get("speedup") if isinstance(r, dict) else None
+            cells.append(
+                f"{s:.2f}" if isinstance(s, float) else str(r.get("verdict") if isinstance(r, dict) else "-")
+            )
+        rs = []
+        for key in ("alone", "x12"):
+            r = row.get(key, {})
+            s = r.get("speedup") if isinstance(r, dict) else None
+            if isinstance(s, float) and isinstance(base, float):
+                rs.append(f"{s / base:.2f}")
+                ratios.append(s / base)
+            else:
+                rs.append("-")
+        print(
+            f"| {name} | {warm.get('ref_ms', float('nan')):.4f} | {warm.get('speedup', float('nan')):.2f} / "
+            f"{cold.get('speedup', float('nan')):.2f} | {' / '.join(cells)} | {' / '.join(rs)} |"
+        )
+    if ratios:
+        print(
+            f"\nratio cudice/harness: median {statistics.median(ratios):.3f}, min {min(ratios):.3f}, max {max(ratios):.3f}"
+        )
+
+
+if __name__ == "__main__":
+    sys.exit(main())
