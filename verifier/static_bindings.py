@@ -17,7 +17,9 @@ import ast
 from dataclasses import dataclass
 
 from cudice.verifier.document import callee_name
+from cudice.verifier.static_names import dotted as dotted
 from cudice.verifier.static_policy import COMPUTE_METHODS, NN_NON_COMPUTE
+from cudice.verifier.static_reach import CodeIndex
 from cudice.verifier.static_sources import ModuleConstants
 
 TORCH_SUBMODULES_COMPUTE = (
@@ -27,17 +29,6 @@ TORCH_SUBMODULES_COMPUTE = (
     "torch.linalg.",
     "torch.fft.",
 )
-
-
-def dotted(node: ast.AST, aliases: dict[str, str]) -> str | None:
-    """`F.relu` → "torch.nn.functional.relu" through import aliases; None for non-module roots."""
-    parts: list[str] = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if isinstance(node, ast.Name) and node.id in aliases:
-        return ".".join([aliases[node.id], *reversed(parts)])
-    return None
 
 
 def self_attr(node: ast.AST) -> str | None:
@@ -93,9 +84,10 @@ class Bindings:
         self.tree, self.cls = module.tree, module.cls
         self.aliases, self.exposed = module.aliases, module.exposed
         self.reference_names = module.reference_names
-        self.methods = {n.name: n for n in self.cls.body if isinstance(n, ast.FunctionDef)}
         self.module_funcs = {n.name: n for n in self.tree.body if isinstance(n, ast.FunctionDef)}
         self.module_funcs.update(module_lambdas(self.tree))
+        self.index = CodeIndex(self.tree, self.module_funcs)
+        self.methods = self.index.methods(self.cls)  # over ModelNew's in-file bases too
         self.extensions = set(module.extension_names)  # names/self-attrs holding a load_inline module
         self.kernel_names: set[str] = set()  # module-level names bound to an extension function
         self.torch_names: set[str] = set()  # module-level containers of torch compute functions
@@ -105,7 +97,8 @@ class Bindings:
         self._local_kernels: set[str] = set()  # names in the current function bound to kernel functions
         self.constants = ModuleConstants(self.tree)
         self._module_bindings()
-        self._init_attrs()
+        self.self_kinds = self.attr_kinds(self.cls)
+        self._class_kinds: dict[int, dict[str, str]] = {id(self.cls): self.self_kinds}
 
     # -- phase 0: module-level names bound to the extension or one of its functions -------------
     def _module_bindings(self) -> None:
@@ -180,13 +173,30 @@ class Bindings:
         return attr is not None and self.self_kinds.get(attr) == "ext"
 
     # -- phase 1: what __init__ stores on self ------------------------------------------------
-    def _init_attrs(self) -> None:
-        for stmt in self.cls.body:  # class attributes read as `self.<name>`: `mm = torch.mm`
+    def kinds_for(self, cls: ast.ClassDef | None) -> dict[str, str]:
+        """`self.<attr>` kinds as seen by a method of `cls` (ModelNew's for plain functions)."""
+        if cls is None:
+            return self._class_kinds[id(self.cls)]
+        if id(cls) not in self._class_kinds:
+            self._class_kinds[id(cls)] = self.attr_kinds(cls)
+        return self._class_kinds[id(cls)]
+
+    def attr_kinds(self, cls: ast.ClassDef) -> dict[str, str]:
+        saved, self.self_kinds = self.self_kinds, {}  # `_kind_of_init_value` reads the class's own
+        try:
+            for c in reversed(self.index.chain(cls)):  # bases first: a subclass's store wins
+                self._init_attrs(c)
+            return self.self_kinds
+        finally:
+            self.self_kinds = saved
+
+    def _init_attrs(self, cls: ast.ClassDef) -> None:
+        for stmt in cls.body:  # class attributes read as `self.<name>`: `mm = torch.mm`
             if isinstance(stmt, ast.Assign):
                 for t in stmt.targets:
                     if isinstance(t, ast.Name) and t.id not in ("forward", "__call__"):
                         self.self_kinds[t.id] = self._kind_of_init_value(stmt.value)
-        init = self.methods.get("__init__")
+        init = next((n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"), None)
         for node in ast.walk(init) if init else ():
             targets: list[ast.expr] = []
             value: ast.expr | None = None

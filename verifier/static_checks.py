@@ -38,12 +38,14 @@ import re
 from collections.abc import Iterable, Sequence
 
 from cudice.verifier.config import VerifyConfig
-from cudice.verifier.document import Document, LoadInlineCall, callee_name, parse_document
+from cudice.verifier.document import Document, callee_name, parse_document
 from cudice.verifier.reference import reference_path
 from cudice.verifier.result import Diagnostic, Location, Severity, Stage
+from cudice.verifier.sourcemap import SourceSpan
 from cudice.verifier.static_bindings import CandidateModule, dotted
 from cudice.verifier.static_cuda import CppSource, Locator, check_cpp_sources, pybind_python_names
 from cudice.verifier.static_forward import ForwardReport, analyze_forward
+from cudice.verifier.static_names import LoadInlineUses, import_aliases, undefined_names
 from cudice.verifier.static_policy import (
     COMPUTE_METHODS,
     CONCURRENCY_MODULES,
@@ -67,7 +69,8 @@ from cudice.verifier.static_policy import (
     Strictness,
     parse_strictness,
 )
-from cudice.verifier.static_sources import ResolvedCall, load_inline_nodes, resolve_call_sources
+from cudice.verifier.static_reach import CALL_PROTOCOL_ATTRS
+from cudice.verifier.static_sources import ModuleConstants, ResolvedCall, call_functions, resolve_call_sources
 
 _LOW_PRECISION_REF = re.compile(r"float16|bfloat16|\.half\(|torch\.half\b")
 
@@ -93,8 +96,17 @@ def check_document(doc: Document, config: VerifyConfig | None = None) -> list[Di
         return []
     checker = _ModuleChecker(doc, cls, level)
     diags = checker.run()
-    for call, node in zip(doc.load_inline_calls, load_inline_nodes(doc.tree), strict=True):
-        diags += _cpp_findings(doc, call, resolve_call_sources(doc.tree, node), level, low_ref)
+    tree = checker.tree
+    recorded = dict(zip((id(n) for n in checker.uses.spelled), doc.load_inline_calls, strict=True))
+    for node in checker.uses.calls:
+        call = recorded.get(id(node))
+        if call is not None:
+            mapped = {(s.kind, s.index): s.span for s in call.sources if s.span is not None}
+            functions = call.functions
+        else:  # `li(...)` for `load_inline as li`: the document does not map it, its values are read here
+            mapped, functions = {}, call_functions(tree, node)
+        resolved = resolve_call_sources(tree, node)
+        diags += _cpp_findings(doc, functions, mapped, resolved, level, low_ref)
     return _dedupe(diags)
 
 
@@ -148,12 +160,16 @@ def _reference_is_low_precision(doc: Document) -> bool:
 
 
 def _cpp_findings(
-    doc: Document, call: LoadInlineCall, resolved: ResolvedCall, level: Strictness, low_ref: bool
+    doc: Document,
+    functions: Sequence[str] | None,
+    mapped: dict[tuple[str, int], SourceSpan],
+    resolved: ResolvedCall,
+    level: Strictness,
+    low_ref: bool,
 ) -> list[Diagnostic]:
     """The C++ checks over every source of one call: mapped literals through their source map,
     sources computed from constants located on their expression, and `static.dynamic_source`
-    for what the file does not fix."""
-    mapped = {(s.kind, s.index): s.span for s in call.sources if s.span is not None}
+    for what the file does not fix (an undefined name is reported as one)."""
     sources: list[CppSource] = []
     diags: list[Diagnostic] = []
     dynamic_sev = Severity.WARNING if level is Strictness.LENIENT else Severity.ERROR
@@ -161,8 +177,8 @@ def _cpp_findings(
         span = mapped.get((r.kind, r.index))
         if span is not None:
 
-            def locate(line: int, col: int, span: object = span) -> Location:
-                fl, fc = span.to_file(line, col)  # type: ignore[attr-defined]
+            def locate(line: int, col: int, span: SourceSpan = span) -> Location:
+                fl, fc = span.to_file(line, col)
                 return Location(doc.path, fl, fc)
 
             sources.append(CppSource(span.text, locate, r.kind == "cuda"))
@@ -171,13 +187,13 @@ def _cpp_findings(
                 CppSource(r.text, _fixed_locator(_node_location(doc.path, r.node)), r.kind == "cuda")
             )
         else:
-            diags.append(_dynamic_source(doc.path, r.node, f"this {r.kind} source", dynamic_sev))
+            diags.append(_dynamic_source(doc, r.node, f"this {r.kind} source", dynamic_sev))
     for node in resolved.dynamic_args:
-        diags.append(_dynamic_source(doc.path, node, "these `load_inline` sources", dynamic_sev))
+        diags.append(_dynamic_source(doc, node, "these `load_inline` sources", dynamic_sev))
     if sources:
         diags += check_cpp_sources(
             sources,
-            call.functions,
+            functions,
             level,
             reference_low_precision=low_ref,
             check_launches=resolved.is_complete,
@@ -198,7 +214,19 @@ def _node_location(path: str, node: ast.AST) -> Location:
     return Location(path, getattr(node, "lineno", 1), getattr(node, "col_offset", 0) + 1)
 
 
-def _dynamic_source(path: str, node: ast.AST, what: str, severity: Severity) -> Diagnostic:
+def _dynamic_source(doc: Document, node: ast.AST, what: str, severity: Severity) -> Diagnostic:
+    path = doc.path
+    missing = undefined_names(node, doc.tree) if doc.tree is not None else []
+    if missing:
+        names = ", ".join(f"`{n}`" for n in dict.fromkeys(missing))
+        return Diagnostic(
+            Severity.ERROR,
+            f"name {names} is not defined in this file, so {what} cannot be read (and the file would "
+            "fail with a NameError). Check the spelling against the variable that holds the source.",
+            "static.dynamic_source",
+            Stage.STATIC,
+            _node_location(path, node),
+        )
     tail = (
         " In `lenient` only the run-time checks judge it."
         if severity is Severity.WARNING
@@ -221,7 +249,8 @@ class _ModuleChecker:
     def __init__(self, doc: Document, cls: ast.ClassDef, level: Strictness) -> None:
         assert doc.tree is not None
         self.doc, self.tree, self.cls, self.level = doc, doc.tree, cls, level
-        self.aliases = _import_aliases(self.tree)
+        self.aliases = import_aliases(self.tree)
+        self.uses = LoadInlineUses.of(self.tree, self.aliases)
         self.reference_names = {"Model"} | {
             a.asname or a.name
             for n in ast.walk(self.tree)
@@ -248,8 +277,10 @@ class _ModuleChecker:
         for node in ast.walk(self.tree):
             self._module_node(node)
         self._load_inline_fallback()
+        self._load_inline_values()
+        self._call_protocol()
         exposed = self.exposed
-        extensions = _extension_names(self.tree)
+        extensions = _extension_names(self.tree, {id(c) for c in self.uses.calls})
         module = CandidateModule(self.tree, self.cls, self.aliases, exposed, extensions, self.reference_names)
         report = analyze_forward(module, self.level)
         for f in report.findings:
@@ -524,15 +555,77 @@ class _ModuleChecker:
                 "the reference run (e.g. TF32 flags) or the harness. Leave library settings alone.",
             )
 
+    # -- what `ModelNew(...)(x)` runs ----------------------------------------------------------
+    def _call_protocol(self) -> None:
+        """Stores that replace the code a call finds (`self.forward = f`, `setattr(obj, "forward", f)`,
+        `object.__setattr__(self, "__class__", C)`, `obj.__dict__[k] = v`) and a second `ModelNew`."""
+        consts = ModuleConstants(self.tree)
+        for node in ast.walk(self.tree):
+            if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
+                targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
+                for t in targets:
+                    for a in (n for n in ast.walk(t) if isinstance(n, (ast.Attribute, ast.Subscript))):
+                        if isinstance(a, ast.Attribute) and a.attr in CALL_PROTOCOL_ATTRS:
+                            self._replaces_call(a, a.attr)
+                        elif isinstance(a, ast.Subscript) and _names_dict(a.value):
+                            self._replaces_call(a, None)
+            elif isinstance(node, ast.Call):
+                name = callee_name(node.func)
+                if name in ("setattr", "delattr", "__setattr__", "__delattr__", "__dict__"):
+                    bound = isinstance(node.func, ast.Attribute) and not _is_type_receiver(node.func.value)
+                    key = node.args[0 if bound else 1] if len(node.args) > (0 if bound else 1) else None
+                    if key is None:
+                        continue
+                    value = consts.value(key)
+                    if isinstance(value, str) and value in CALL_PROTOCOL_ATTRS:
+                        self._replaces_call(node, value)
+                    elif not isinstance(value, str) and not _has_literal_prefix(key):
+                        self.add(
+                            "static.dynamic_code",
+                            node,
+                            f"`{ast.unparse(node.func)}` with an attribute name the file does not fix: "
+                            "it could replace `forward` (or `__class__`) with code the checks never read. "
+                            "Use plain `self.name = value` assignments.",
+                        )
+                elif isinstance(node.func, ast.Attribute) and node.func.attr in ("update", "setdefault"):
+                    if _names_dict(node.func.value):
+                        self._replaces_call(node, None)
+        rebinds = _model_new_bindings(self.tree)
+        for node in rebinds[1:]:
+            self.add(
+                "static.monkey_patch",
+                node,
+                "`ModelNew` is bound more than once: the verifier loads the name, so the last binding — not "
+                "the class the checks read — would run. Define `class ModelNew` once and never rebind it.",
+            )
+
+    def _replaces_call(self, node: ast.AST, attr: str | None) -> None:
+        what = f"`{attr}`" if attr else "an object's `__dict__`"
+        self.add(
+            "static.monkey_patch",
+            node,
+            f"assigns {what}: replacing what `model(x)` looks up (`forward`, `__call__`, `__class__`) "
+            "makes the module run code other than the `forward` the checks read. Define `forward` in "
+            "`ModelNew` and leave it in place.",
+        )
+
+    def _load_inline_values(self) -> None:
+        for node in self.uses.values:
+            self.add(
+                "static.dynamic_source",
+                node,
+                f"`{ast.unparse(node)}` is `load_inline` used as a value (passed on, stored, wrapped): the "
+                "checks cannot follow it to the call that compiles, so they cannot read the C++/CUDA it "
+                "builds. Call `load_inline(...)` (under any name) directly with the sources.",
+                Severity.WARNING if self.level is Strictness.LENIENT else Severity.ERROR,
+            )
+
     def _load_inline_fallback(self) -> None:
+        builders = {id(c) for c in self.uses.calls}
         for node in ast.walk(self.tree):
             if not isinstance(node, ast.Try):
                 continue
-            builds = any(
-                isinstance(n, ast.Call) and callee_name(n.func) == "load_inline"
-                for s in node.body
-                for n in ast.walk(s)
-            )
+            builds = any(id(n) in builders for s in node.body for n in ast.walk(s))
             swallowed = any(
                 not any(isinstance(n, ast.Raise) for s in h.body for n in ast.walk(s)) for h in node.handlers
             )
@@ -553,13 +646,23 @@ class _ModuleChecker:
             else:
                 texts = [s.text for s in call.sources if s.text is not None]
                 names.update(pybind_python_names([CppSource(t, lambda _l, _c: None) for t in texts]))
+        spelled = {id(n) for n in self.uses.spelled}
+        for node in self.uses.calls:
+            if id(node) not in spelled:
+                functions = call_functions(self.tree, node)
+                if functions is not None:
+                    names.update(functions)
+                else:
+                    resolved = resolve_call_sources(self.tree, node)
+                    texts = [r.text for r in resolved.sources if r.text is not None]
+                    names.update(pybind_python_names([CppSource(t, lambda _l, _c: None) for t in texts]))
         return names
 
     def _launches(self, report: ForwardReport, exposed: set[str]) -> None:
         forward = next(
             (n for n in self.cls.body if isinstance(n, ast.FunctionDef) and n.name == "forward"), self.cls
         )
-        if not self.doc.load_inline_calls:
+        if not self.uses.calls:
             self.add(
                 "static.kernel_never_launched",
                 self.cls,
@@ -597,6 +700,50 @@ class _ModuleChecker:
                     )
 
 
+def _names_dict(e: ast.expr) -> bool:
+    """`obj.__dict__` or `vars(obj)`: a write through it can replace any attribute, `forward` included."""
+    return (isinstance(e, ast.Attribute) and e.attr == "__dict__") or (
+        isinstance(e, ast.Call) and callee_name(e.func) == "vars"
+    )
+
+
+def _is_type_receiver(e: ast.expr) -> bool:
+    """`object.__setattr__(obj, name, v)` / `nn.Module.__setattr__(obj, ...)` take the object first;
+    `self.__setattr__(name, v)` / `super().__setattr__(name, v)` do not."""
+    if isinstance(e, ast.Call):
+        return False
+    return not (isinstance(e, ast.Name) and e.id in ("self", "cls", "obj"))
+
+
+def _has_literal_prefix(e: ast.expr) -> bool:
+    """`f"conv{i}"`: a computed name that cannot be `forward` or a dunder."""
+    if not isinstance(e, ast.JoinedStr) or not e.values:
+        return False
+    first = e.values[0]
+    return (
+        isinstance(first, ast.Constant)
+        and isinstance(first.value, str)
+        and bool(first.value)
+        and not first.value.startswith("_")
+        and not any(a.startswith(first.value) for a in CALL_PROTOCOL_ATTRS)
+    )
+
+
+def _model_new_bindings(tree: ast.Module) -> list[ast.AST]:
+    """Every statement that binds the name `ModelNew`, in source order."""
+    out: list[ast.AST] = []
+    for n in ast.walk(tree):
+        if isinstance(n, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == "ModelNew":
+            out.append(n)
+        elif isinstance(n, ast.Name) and n.id == "ModelNew" and isinstance(n.ctx, (ast.Store, ast.Del)):
+            out.append(n)
+        elif isinstance(n, (ast.Import, ast.ImportFrom)):
+            out += [n for a in n.names if (a.asname or a.name) == "ModelNew"]
+        elif isinstance(n, (ast.Global, ast.Nonlocal)) and "ModelNew" in n.names:
+            out.append(n)
+    return sorted(out, key=lambda n: (getattr(n, "lineno", 0), getattr(n, "col_offset", 0)))
+
+
 def _opens_for_writing(call: ast.Call) -> bool:
     """`open(p, "w")`, `io.open(p, "a")`, `Path(p).open("w")`: the mode is the first argument of a
     method `.open` and the second of a function `open`; a mode the file does not fix counts as writing."""
@@ -632,54 +779,10 @@ def _base_name(b: ast.expr) -> str:
     return ""
 
 
-def _import_aliases(tree: ast.Module) -> dict[str, str]:
-    """Local name → dotted module path, for every import in the file (`F` → torch.nn.functional)
-    and every module-level alias of one (`_aten = torch.ops.aten`, `F = torch.nn.functional`,
-    `mm = partial(torch.mm)`)."""
-    aliases = _plain_imports(tree)
-    for _ in range(3):  # chains settle in a few passes: `T = torch; F = T.nn.functional`
-        for stmt in tree.body:
-            if not isinstance(stmt, ast.Assign):
-                continue
-            value = stmt.value
-            if isinstance(value, ast.Call) and callee_name(value.func) == "partial" and value.args:
-                value = value.args[0]
-            d = dotted(value, aliases) if isinstance(value, (ast.Name, ast.Attribute)) else None
-            for t in stmt.targets:
-                if d and isinstance(t, ast.Name):
-                    aliases[t.id] = d
-                elif isinstance(t, ast.Tuple) and isinstance(stmt.value, ast.Tuple):
-                    for name, v in zip(t.elts, stmt.value.elts, strict=False):
-                        vd = dotted(v, aliases) if isinstance(v, (ast.Name, ast.Attribute)) else None
-                        if vd and isinstance(name, ast.Name):
-                            aliases[name.id] = vd
-    return aliases
-
-
-def _plain_imports(tree: ast.Module) -> dict[str, str]:
-    aliases: dict[str, str] = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            for a in node.names:
-                if a.asname:
-                    aliases[a.asname] = a.name
-                else:
-                    root = a.name.split(".")[0]
-                    aliases[root] = root
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            for a in node.names:
-                aliases[a.asname or a.name] = f"{node.module}.{a.name}"
-    return aliases
-
-
-def _extension_names(tree: ast.Module) -> set[str]:
-    """Names bound to the module `load_inline` returns (`relu = load_inline(...)`)."""
+def _extension_names(tree: ast.Module, builders: set[int]) -> set[str]:
+    """Names bound to the module `load_inline` returns (`relu = load_inline(...)`, `ext = li(...)`)."""
     names: set[str] = set()
     for node in ast.walk(tree):
-        if (
-            isinstance(node, ast.Assign)
-            and isinstance(node.value, ast.Call)
-            and callee_name(node.value.func) == "load_inline"
-        ):
+        if isinstance(node, ast.Assign) and id(node.value) in builders:
             names.update(t.id for t in node.targets if isinstance(t, ast.Name))
     return names

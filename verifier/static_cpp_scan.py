@@ -3,8 +3,9 @@ offset kept, namespace-scope function definitions and other brace blocks, `__glo
 and diagnostics located back in the user's file through each source's locator.
 
 Used by the static C++ rules (`static_cpp_rules.py`), the launch check (`static_cuda.py`) and the
-dynamic profiler check (`defined_kernel_names`). No preprocessing: a macro's expansion, a
-template instantiation or an overload is not resolved.
+dynamic profiler check (`defined_kernel_names`). The rules read each source with its own macros
+expanded (`Unit.of`, `static_cpp_preprocess.py`); a template instantiation or an overload is not
+resolved.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 
 from cudice.verifier.positions import LineIndex
 from cudice.verifier.result import Diagnostic, Location, Severity, Stage
+from cudice.verifier.static_cpp_preprocess import Expanded, expand_macros
 
 # (1-based line, 1-based column) in the C++ text → a location in the user's file, or None.
 Locator = Callable[[int, int], "Location | None"]
@@ -40,12 +42,25 @@ class CppFunction:
 
 @dataclass(slots=True)
 class Unit:
-    """One source, comments/strings blanked (offsets preserved), and its functions."""
+    """One source: comments/strings blanked, then its own macros expanded (`code`, the text every
+    rule reads; `expanded` maps it back to `raw`, the blanked source), and its functions."""
 
     src: CppSource
     code: str
     functions: list[CppFunction] = field(default_factory=list)
     blocks: list[tuple[int, int]] = field(default_factory=list)  # struct/class/initialiser bodies
+    raw: str = ""  # the blanked source before expansion ("" when `code` is it)
+    expanded: Expanded | None = None
+
+    @classmethod
+    def of(cls, src: CppSource) -> Unit:
+        raw = blank_comments_and_strings(src.text)
+        ex = expand_macros(raw)
+        return cls(src, ex.text, raw=raw, expanded=ex)
+
+    def from_macro(self, offset: int) -> bool:
+        """Whether the character at `offset` of `code` comes from expanding a macro."""
+        return self.expanded is not None and self.expanded.is_expanded(offset)
 
 
 _COMMENT_OR_STRING = re.compile(r"//[^\n]*|/\*.*?\*/|\"(?:\\.|[^\"\\\n])*\"|'(?:\\.|[^'\\\n])*'", re.DOTALL)
@@ -146,9 +161,21 @@ def defined_kernel_names(cuda_texts: Iterable[str]) -> list[str]:
     return names
 
 
-def locate(unit: Unit, offset: int) -> Location | None:
-    return unit.src.locate(*LineIndex.of(unit.code).line_column(offset))
+def locate(unit: Unit, offset: int, *, in_source: bool = False) -> Location | None:
+    """The user-file location of `offset` in `unit.code` (or, `in_source`, in the source text itself)."""
+    if unit.expanded is None or not unit.raw:
+        return unit.src.locate(*LineIndex.of(unit.code).line_column(offset))
+    source_offset = offset if in_source else unit.expanded.source_offset(offset)
+    return unit.src.locate(*LineIndex.of(unit.raw).line_column(source_offset))
 
 
-def diag(unit: Unit, offset: int, code: str, message: str, severity: Severity = Severity.ERROR) -> Diagnostic:
-    return Diagnostic(severity, message, code, Stage.STATIC, locate(unit, offset))
+def diag(
+    unit: Unit,
+    offset: int,
+    code: str,
+    message: str,
+    severity: Severity = Severity.ERROR,
+    *,
+    in_source: bool = False,
+) -> Diagnostic:
+    return Diagnostic(severity, message, code, Stage.STATIC, locate(unit, offset, in_source=in_source))

@@ -16,6 +16,7 @@ cases are what the dynamic profiler check (`dynamic_checks.py`) is for.
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Sequence
 
@@ -64,7 +65,7 @@ def check_cpp_sources(
     `check_launches=False` skips that (raw `.cu` kernels are launched by the harness; sources that
     are partly built at run time cannot be judged).
     """
-    units = [Unit(s, blank_comments_and_strings(s.text)) for s in sources]
+    units = [Unit.of(s) for s in sources]
     for u in units:
         u.functions, u.blocks = scan_blocks(u.code)
     known = defined_names(units)
@@ -119,6 +120,100 @@ def _launches(body: str, kernel: str) -> bool:
     return re.search(rf"\b(?:cudaLaunch\w*|cuLaunch\w*)\s*\([^;]*\b{k}\b", body) is not None
 
 
+_LAUNCH_SITE = re.compile(r"\b([A-Za-z_]\w*)\s*(?:<[^;{}()<>]*>\s*)?<<<")
+
+
+def _param_names(header: str) -> list[str]:
+    """Parameter names of a function header `... name(T a, U* b = 0, A... rest)`, in order."""
+    open_paren = header.find("(", header.rfind(">") + 1 if header.startswith("template") else 0)
+    if open_paren < 0:
+        return []
+    depth, start, params = 0, open_paren + 1, []
+    for i in range(open_paren, len(header)):
+        ch = header[i]
+        if ch in "(<[":
+            depth += 1
+        elif ch in ")>]":
+            depth -= 1
+            if depth == 0 and ch == ")":
+                params.append(header[start:i])
+                break
+        elif ch == "," and depth == 1:
+            params.append(header[start:i])
+            start = i + 1
+    names = []
+    for p in params:
+        ids = re.findall(r"[A-Za-z_]\w*", p.split("=")[0])
+        names.append(ids[-1] if ids else "")
+    return names
+
+
+def _launched_params(header: str, code: str, f: CppFunction) -> set[int] | None:
+    """Positions of the parameters a host function launches (`template <class K> void launch(K k, ...)
+    { k<<<...>>>(...); }`), or None when it launches none of them."""
+    body = code[f.body_start : f.body_end]
+    idx = {i for i, p in enumerate(_param_names(header)) if p and _launches(body, p)}
+    return idx or None
+
+
+def _passed_to_launcher(body: str, kernel: str, launchers: dict[str, set[int]]) -> bool:
+    """`launch(relu_kernel, grid, block, ...)` where `launch` launches that parameter."""
+    for name, positions in launchers.items():
+        for m in re.finditer(rf"\b{re.escape(name)}\s*(?:<[^;{{}}()]*>\s*)?\(", body):
+            args = _call_args(body, m.end() - 1)
+            for i in positions:
+                if i < len(args) and re.fullmatch(
+                    rf"&?\s*{re.escape(kernel)}\s*(?:<[^;{{}}()]*>)?", args[i].strip()
+                ):
+                    return True
+    return False
+
+
+def _call_args(text: str, open_paren: int) -> list[str]:
+    depth, start = 0, open_paren + 1
+    args: list[str] = []
+    for i in range(open_paren, min(len(text), open_paren + 4000)):
+        ch = text[i]
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+            if depth == 0:
+                return [*args, text[start:i]]
+        elif ch == "," and depth == 1:
+            args.append(text[start:i])
+            start = i + 1
+    return args
+
+
+def _undefined_launches(
+    host: dict[str, tuple[Unit, CppFunction]], reachable: set[str], kernels: set[str]
+) -> list[Diagnostic]:
+    """`relu_kernl<<<...>>>` where no kernel, parameter or local of that name exists: the launch of a
+    kernel that is not defined (the compiler will reject it), reported where it is written."""
+    diags: list[Diagnostic] = []
+    for h in sorted(reachable):
+        u, f = host[h]
+        body = u.code[f.body_start : f.body_end]
+        declared = set(_param_names(f.header)) | set(re.findall(r"\b([A-Za-z_]\w*)\s*=(?!=)", body))
+        for m in _LAUNCH_SITE.finditer(body):
+            name = m.group(1)
+            if name in kernels or name in declared or name in host:
+                continue
+            close = difflib.get_close_matches(name, sorted(kernels), n=1)
+            hint = f" Did you mean `{close[0]}`?" if close else ""
+            diags.append(
+                diag(
+                    u,
+                    f.body_start + m.start(),
+                    "static.kernel_never_launched",
+                    f"launches `{name}`, which is not defined in these sources: no `__global__` function "
+                    f"of that name exists, so this launch cannot run.{hint}",
+                )
+            )
+    return diags
+
+
 _PYBIND_DEF = re.compile(r"\.def\s*\(\s*\"(\w*)\"\s*,\s*&?\s*([\w:]+)")
 
 
@@ -164,14 +259,24 @@ def _launch_findings(
     macro_launch = any(
         re.search(r"^\s*#\s*define\b.*(?:<<<|cudaLaunch)", u.code, re.MULTILINE) for u in units
     )
+    bodies = {h: host[h][0].code[host[h][1].body_start : host[h][1].body_end] for h in reachable}
+    launchers = {
+        g: idx
+        for g, (_, f) in host.items()
+        if (idx := _launched_params(f.header, host[g][0].code, f)) is not None
+    }
     launched = {
         name
         for _, name, _ in kernels
-        for h in reachable
-        if _launches(body := host[h][0].code[host[h][1].body_start : host[h][1].body_end], name)
+        for body in bodies.values()
+        if _launches(body, name)
         or (macro_launch and re.search(rf"\b{re.escape(name)}\b", body))
+        or _passed_to_launcher(body, name, launchers)
     }
-    diags: list[Diagnostic] = []
+    kernel_names = {name for _, name, _ in kernels}
+    diags = _undefined_launches(host, reachable, kernel_names)
+    if diags:  # a misspelt launch explains the unlaunched kernel: say that, not "decoy"
+        return diags
     any_launched = bool(launched)
     sev = Severity.ERROR if (level is Strictness.STRICT or not any_launched) else Severity.WARNING
     for u, name, off in kernels:

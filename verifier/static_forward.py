@@ -44,11 +44,14 @@ from cudice.verifier.static_policy import (
     IDENTITY_FUNCS,
     IDENTITY_METHODS,
     NN_NON_COMPUTE,
+    STREAM_APIS,
     TENSOR_METADATA_METHODS,
+    TORCH_CUDA_PLUMBING,
     Strictness,
     tensor_method_is_compute,
     torch_function_allowed,
 )
+from cudice.verifier.static_reach import Function, Reached, reachable
 
 _NON_TENSOR_METHODS = TENSOR_METADATA_METHODS | {"tolist"}
 _NON_TENSOR_ATTRS = frozenset({"shape", "dtype", "device", "ndim", "is_cuda", "layout", "requires_grad"})
@@ -75,7 +78,7 @@ class Finding:
 class ForwardReport:
     findings: list[Finding] = field(default_factory=list)
     kernel_calls: set[str] = field(default_factory=set)  # exposed function names called
-    reachable: list[ast.FunctionDef] = field(default_factory=list)
+    reachable: list[ast.FunctionDef | ast.AsyncFunctionDef] = field(default_factory=list)
 
 
 class _Analyzer(Bindings):
@@ -93,28 +96,18 @@ class _Analyzer(Bindings):
         self._called: set[int] = set()
         self._inner: set[int] = set()
 
-    # -- phase 2: reachability -----------------------------------------------------------------
-    def reachable(self) -> list[ast.FunctionDef]:
-        todo = [self.methods[n] for n in ("forward", "__call__") if n in self.methods]
-        seen: dict[int, ast.FunctionDef] = {}
-        while todo:
-            fn = todo.pop()
-            if id(fn) in seen:
-                continue
-            seen[id(fn)] = fn
-            for node in ast.walk(fn):
-                name = self_attr(node)
-                if name in self.methods and name != "__init__":
-                    todo.append(self.methods[name])
-                if isinstance(node, ast.Name) and node.id in self.module_funcs:
-                    todo.append(self.module_funcs[node.id])
-        return sorted(seen.values(), key=lambda f: f.lineno)
+    # -- phase 2: reachability (static_reach.py) ------------------------------------------------
+    def reachable(self) -> list[Reached]:
+        return reachable(self.index, self.cls)
 
     # -- phase 3: judge each reachable function --------------------------------------------------
     def run(self) -> ForwardReport:
-        self.report.reachable = self.reachable()
-        for fn in self.report.reachable:
-            self._function(fn)
+        reached = self.reachable()
+        self.report.reachable = [r.fn for r in reached]
+        for r in reached:
+            self.self_kinds = self.kinds_for(r.owner)
+            self._function(r.fn)
+        self.self_kinds = self.kinds_for(None)
         for stmt in self.cls.body:  # `forward = torch.relu` and friends at class level
             if isinstance(stmt, ast.Assign) and any(
                 isinstance(t, ast.Name) and t.id in ("forward", "__call__") for t in stmt.targets
@@ -129,7 +122,7 @@ class _Analyzer(Bindings):
                 )
         return self.report
 
-    def _function(self, fn: ast.FunctionDef) -> None:
+    def _function(self, fn: Function) -> None:
         tensors = self._tensor_names(fn)
         for deco in fn.decorator_list:
             d = dotted(deco.func if isinstance(deco, ast.Call) else deco, self.aliases) or ""
@@ -175,7 +168,7 @@ class _Analyzer(Bindings):
         for node in nodes:
             self._node(node, fn, tensors)
 
-    def _tensor_names(self, fn: ast.FunctionDef) -> set[str]:
+    def _tensor_names(self, fn: Function) -> set[str]:
         names: set[str] = set()
         if fn.name in ("forward", "__call__"):
             for a in fn.args.args[1:] + fn.args.kwonlyargs:
@@ -253,7 +246,7 @@ class _Analyzer(Bindings):
             warning=lenient,
         )
 
-    def _node(self, node: ast.AST, fn: ast.FunctionDef, tensors: set[str]) -> None:
+    def _node(self, node: ast.AST, fn: Function, tensors: set[str]) -> None:
         if isinstance(node, ast.Try):
             self._add(
                 "static.fallback_to_reference",
@@ -323,7 +316,7 @@ class _Analyzer(Bindings):
                 self._torch_op(node, f"`{d}` passed around as a function (`f = torch.relu; f(x)`)")
 
     def _assignment(
-        self, node: ast.Assign | ast.AugAssign | ast.AnnAssign, fn: ast.FunctionDef, tensors: set[str]
+        self, node: ast.Assign | ast.AugAssign | ast.AnnAssign, fn: Function, tensors: set[str]
     ) -> None:
         targets = node.targets if isinstance(node, ast.Assign) else [node.target]
         if isinstance(node, ast.AugAssign) and (
@@ -350,7 +343,7 @@ class _Analyzer(Bindings):
                     "outputs instead of computing.",
                 )
 
-    def _container_write(self, node: ast.Call, fn: ast.FunctionDef) -> None:
+    def _container_write(self, node: ast.Call, fn: Function) -> None:
         func = node.func
         if not isinstance(func, ast.Attribute) or func.attr not in _MUTATORS:
             return
@@ -462,7 +455,12 @@ class _Analyzer(Bindings):
     def _torch_call(self, node: ast.Call, d: str) -> None:
         last = d.rsplit(".", 1)[-1]
         if d.startswith("torch.cuda."):
-            return  # device/stream plumbing, no compute; streams are `static.stream_or_thread`
+            # device and stream plumbing, no compute (streams are `static.stream_or_thread`); `d` is
+            # canonical, so `torch.cuda.torch.relu` arrives here as `torch.relu`
+            if last in TORCH_CUDA_PLUMBING or last in STREAM_APIS or torch_function_allowed(last, self.level):
+                return
+            self._torch_op(node, f"`{d}(...)` (not device or stream plumbing)")
+            return
         if d.startswith("torch.nn.") and not d.startswith(TORCH_SUBMODULES_COMPUTE):
             if last not in NN_NON_COMPUTE:
                 self._torch_op(node, f"`{d}` (a torch.nn layer built in forward)")
@@ -470,7 +468,7 @@ class _Analyzer(Bindings):
         if d.startswith(TORCH_SUBMODULES_COMPUTE) or not torch_function_allowed(last, self.level):
             self._torch_op(node, f"`{d}(...)`")
 
-    def _branch_fallback(self, node: ast.If | ast.IfExp, fn: ast.FunctionDef) -> None:
+    def _branch_fallback(self, node: ast.If | ast.IfExp, fn: Function) -> None:
         body = node.body if isinstance(node.body, list) else [node.body]
         orelse = node.orelse if isinstance(node.orelse, list) else [node.orelse]
         inside_if = {id(n) for n in ast.walk(node)}
@@ -514,7 +512,7 @@ class _Analyzer(Bindings):
         return any(isinstance(n, ast.Call) and self._is_kernel_call(n) for s in stmts for n in ast.walk(s))
 
 
-def _only_builds_extension(fn: ast.FunctionDef, names: list[str]) -> bool:
+def _only_builds_extension(fn: Function, names: list[str]) -> bool:
     """`global _ext` in a lazy loader whose every store to `_ext` is `load_inline(...)` (or None): the
     extension module is kept, not an output."""
     stores = [

@@ -113,6 +113,37 @@ TORCH_GLUE_ALWAYS = frozenset(
         "set_device",
     }
 )
+# `torch.cuda.<name>` calls that only query or steer the device (streams are judged by STREAM_APIS).
+# Anything else under `torch.cuda` (`comm.reduce_add`, `jiterator`, `nccl`) is judged like `torch.*`.
+TORCH_CUDA_PLUMBING = frozenset(
+    {
+        "device",
+        "device_of",
+        "init",
+        "is_initialized",
+        "get_arch_list",
+        "is_bf16_supported",
+        "mem_get_info",
+        "memory_allocated",
+        "max_memory_allocated",
+        "memory_reserved",
+        "max_memory_reserved",
+        "reset_peak_memory_stats",
+        "empty_cache",
+        "manual_seed",
+        "manual_seed_all",
+        "seed",
+        "get_rng_state",
+        "set_rng_state",
+        "current_blas_handle",
+        "can_device_access_peer",
+        "range_push",
+        "range_pop",
+        "range",
+        "mark",
+        "Event",
+    }
+)
 # Initialising allocations, copies and casts: fine in default, errors in strict.
 TORCH_GLUE_DEFAULT = frozenset({*FILLING_FACTORIES, "tensor", "as_tensor", "from_numpy", "arange", "clone"})
 TORCH_GLUE_LENIENT = frozenset({"cat", "concat", "concatenate", "stack", "hstack", "vstack"})

@@ -85,6 +85,21 @@ def resolve_call_sources(tree: ast.Module, call: ast.Call) -> ResolvedCall:
     return ResolvedCall(call, tuple(sources), tuple(dynamic))
 
 
+def call_functions(tree: ast.Module, call: ast.Call) -> tuple[str, ...] | None:
+    """The `functions=` names of a `load_inline` call, where the file fixes them (a literal, a constant)."""
+    args: dict[str, ast.expr] = dict(zip(LOAD_INLINE_PARAMS, call.args, strict=False))
+    args.update({k.arg: k.value for k in call.keywords if k.arg})
+    expr = args.get("functions")
+    if expr is None:
+        return None
+    value = ModuleConstants(tree, _enclosing_function(tree, call)).value(expr)
+    if isinstance(value, str):
+        return (value,)
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return tuple(str(v) for v in value)
+    return None
+
+
 class ModuleConstants:
     """Evaluates expressions over the file's module-level constants (nothing is executed)."""
 

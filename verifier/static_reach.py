@@ -1,0 +1,190 @@
+"""Which of a candidate's own code can run when `ModelNew` is called: the set `static_forward.py` judges.
+
+Python looks a call up through the instance's class, its bases and its metaclass, so reading
+`ModelNew.forward` alone misses compute moved elsewhere. `reachable()` starts from every method
+the call protocol can enter — `forward`, `__call__`, `_call_impl`, `_wrapped_call_impl`,
+`__getattribute__`, `__getattr__`, `__new__` of `ModelNew` and of its in-file bases — from every
+method of its in-file metaclass (`type.__call__` builds the instance) and from in-file class
+decorators, then follows what each reached function names:
+
+- `self.m` — the method `m` of the owner's class chain (`__init__` excluded: construction code);
+- `self.a` — whatever `self.a = ...` stores anywhere in the class chain: an in-file class built
+  there (`self.impl = _Impl()`) brings in all its methods but `__init__`, a named function or
+  class all of it;
+- a module-level function or lambda by name; an in-file class by name (all its methods, its
+  bases' and its metaclass's); a module-level variable by name (what its definition names).
+
+Each reached function comes with the class whose `self` it sees (None for plain functions).
+
+Replacing what the call protocol finds — `self.forward = ...`, `setattr(obj, "forward", ...)`,
+`self.__class__ = ...`, a second binding of `ModelNew` — is not followed but rejected
+(`static_checks.py`, with `CALL_PROTOCOL_ATTRS`).
+
+Not covered: classes or functions from other files, objects reached through containers filled at
+run time or through `getattr` with a computed name (rejected elsewhere as dynamic code).
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+
+FORWARD_ROOTS = frozenset(
+    {"forward", "__call__", "_call_impl", "_wrapped_call_impl", "__getattribute__", "__getattr__", "__new__"}
+)
+# Attributes through which `module(x)` finds the code it runs: storing to one replaces forward.
+CALL_PROTOCOL_ATTRS = frozenset(
+    {
+        "forward",
+        "__call__",
+        "__class__",
+        "_call_impl",
+        "_wrapped_call_impl",
+        "__getattribute__",
+        "__getattr__",
+    }
+)
+
+Function = ast.FunctionDef | ast.AsyncFunctionDef
+
+
+@dataclass(frozen=True, slots=True)
+class Reached:
+    fn: Function
+    owner: ast.ClassDef | None  # the class whose `self` the function sees
+
+
+class CodeIndex:
+    """The file's classes, module functions and module variables, by name."""
+
+    def __init__(self, tree: ast.Module, module_funcs: dict[str, ast.FunctionDef]) -> None:
+        self.tree = tree
+        self.classes: dict[str, ast.ClassDef] = {}
+        for n in ast.walk(tree):
+            if isinstance(n, ast.ClassDef):
+                self.classes.setdefault(n.name, n)
+        self.funcs = module_funcs
+        self.module_vars: dict[str, list[ast.expr]] = {}
+        for stmt in tree.body:
+            if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None:
+                targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+                for t in targets:
+                    for name in (n.id for n in ast.walk(t) if isinstance(n, ast.Name)):
+                        self.module_vars.setdefault(name, []).append(stmt.value)
+
+    def chain(self, cls: ast.ClassDef) -> list[ast.ClassDef]:
+        """`cls` and its in-file bases, nearest first (a simplified MRO)."""
+        out: list[ast.ClassDef] = []
+        todo = [cls]
+        while todo:
+            c = todo.pop(0)
+            if any(c is o for o in out):
+                continue
+            out.append(c)
+            todo += [b for b in (self.classes.get(base_name(e)) for e in c.bases) if b is not None]
+        return out
+
+    def metaclasses(self, cls: ast.ClassDef) -> list[ast.ClassDef]:
+        metas = [
+            self.classes.get(base_name(k.value))
+            for c in self.chain(cls)
+            for k in c.keywords
+            if k.arg == "metaclass"
+        ]
+        return [c for m in metas if m is not None for c in self.chain(m)]
+
+    def methods(self, cls: ast.ClassDef) -> dict[str, Function]:
+        """Method name → definition over the class chain (the nearest class wins)."""
+        out: dict[str, Function] = {}
+        for c in reversed(self.chain(cls)):
+            out.update({n.name: n for n in c.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))})
+        return out
+
+    def self_values(self, cls: ast.ClassDef) -> dict[str, list[ast.expr]]:
+        """`self.<attr>` → every value stored to it in any method of the class chain."""
+        out: dict[str, list[ast.expr]] = {}
+        for fn in self.methods(cls).values():
+            for n in ast.walk(fn):
+                if isinstance(n, (ast.Assign, ast.AnnAssign)) and n.value is not None:
+                    targets = n.targets if isinstance(n, ast.Assign) else [n.target]
+                    for t in targets:
+                        if (
+                            isinstance(t, ast.Attribute)
+                            and isinstance(t.value, ast.Name)
+                            and t.value.id == "self"
+                        ):
+                            out.setdefault(t.attr, []).append(n.value)
+        return out
+
+
+def reachable(index: CodeIndex, model_new: ast.ClassDef) -> list[Reached]:
+    """Every in-file function that can run when `ModelNew` is called, in source order."""
+    seen: dict[int, Reached] = {}
+    todo: list[Reached] = []
+
+    def add(fn: Function, owner: ast.ClassDef | None) -> None:
+        if id(fn) not in seen:
+            seen[id(fn)] = Reached(fn, owner)
+            todo.append(seen[id(fn)])
+
+    def add_class(cls: ast.ClassDef, with_init: bool) -> None:
+        for name, fn in index.methods(cls).items():
+            if with_init or name != "__init__":
+                add(fn, cls)
+        for meta in index.metaclasses(cls):
+            for fn in index.methods(meta).values():
+                add(fn, meta)
+
+    def add_named(expr: ast.expr) -> None:
+        """What a stored value or a module variable's definition names."""
+        built = {id(n.func) for n in ast.walk(expr) if isinstance(n, ast.Call)}
+        for n in ast.walk(expr):
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
+                if n.id in index.classes:
+                    add_class(index.classes[n.id], with_init=id(n) not in built)
+                elif n.id in index.funcs:
+                    add(index.funcs[n.id], None)
+
+    for name, fn in index.methods(model_new).items():
+        if name in FORWARD_ROOTS:
+            add(fn, model_new)
+    for meta in index.metaclasses(model_new):
+        for fn in index.methods(meta).values():
+            add(fn, meta)
+    for deco in model_new.decorator_list:
+        add_named(deco)
+    visited_vars: set[str] = set()
+    while todo:
+        item = todo.pop()
+        owner_methods = index.methods(item.owner) if item.owner is not None else {}
+        owner_values = index.self_values(item.owner) if item.owner is not None else {}
+        for node in ast.walk(item.fn):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id == "self"
+            ):
+                if node.attr in owner_methods and node.attr != "__init__":
+                    add(owner_methods[node.attr], item.owner)
+                for value in owner_values.get(node.attr, ()):
+                    add_named(value)
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+                if node.id in index.funcs:
+                    add(index.funcs[node.id], None)
+                elif node.id in index.classes:
+                    add_class(index.classes[node.id], with_init=True)
+                elif node.id in index.module_vars and node.id not in visited_vars:
+                    visited_vars.add(node.id)
+                    for value in index.module_vars[node.id]:
+                        add_named(value)
+    return sorted(seen.values(), key=lambda r: (r.fn.lineno, r.fn.col_offset))
+
+
+def base_name(b: ast.expr) -> str:
+    if isinstance(b, ast.Name):
+        return b.id
+    if isinstance(b, ast.Attribute):
+        return b.attr
+    if isinstance(b, ast.Call):  # e.g. a class factory; judged by what it names
+        return base_name(b.func)
+    return ""
