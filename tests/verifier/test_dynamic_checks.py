@@ -163,6 +163,202 @@ def test_patched_timers_and_comparisons_are_detected(monkeypatch: pytest.MonkeyP
     assert "torch.allclose" in diags[0].message and "time.perf_counter" in diags[0].message
 
 
+# -- own kernels from the built library (check_own_kernels_did_work) -------------------------------------
+
+# Names as torch's profiler reports them (libstdc++'s demangler on the CUPTI symbol).
+RELU = "relu_kernel(float const*, float*, int)"
+ATEN_RELU = (
+    "void at::native::vectorized_elementwise_kernel<4, at::native::(anonymous namespace)::launch_clamp_scalar"
+    "(at::TensorIteratorBase&, c10::Scalar, c10::Scalar, at::native::detail::ClampLimits)::{lambda()#1}::"
+    "operator()() const::{lambda()#7}::operator()() const::{lambda(float)#1}, std::array<char*, 2ul> >"
+    "(int, at::native::(anonymous namespace)::launch_clamp_scalar(at::TensorIteratorBase&, c10::Scalar, "
+    "c10::Scalar, at::native::detail::ClampLimits)::{lambda()#1}::operator()() const::{lambda()#7}::"
+    "operator()() const::{lambda(float)#1}, std::array<char*, 2ul>)"
+)
+ATEN_FILL = (
+    "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, "
+    "std::array<char*, 1ul> >(int, at::native::FillFunctor<float>, std::array<char*, 1ul>)"
+)
+ATEN_DIV = (
+    "void at::native::vectorized_elementwise_kernel<4, at::native::AUnaryFunctor<float, float, float, "
+    "at::native::binary_internal::DivFunctor<float> >, std::array<char*, 2ul> >(int, "
+    "at::native::AUnaryFunctor<float, float, float, at::native::binary_internal::DivFunctor<float> >, "
+    "std::array<char*, 2ul>)"
+)
+CUB_REDUCE = (
+    "void cub::CUB_300001_SM_900::detail::reduce::DeviceReduceKernel<cub::CUB_300001_SM_900::detail::reduce::"
+    "policy_hub<float, unsigned int, cuda::std::__4::plus<void> >::Policy1000, float const*, unsigned int, "
+    "cuda::std::__4::plus<void>, float, cuda::std::__4::__identity>(float const*, float*, unsigned int, "
+    "cub::CUB_300001_SM_900::GridEvenShare<unsigned int>, cuda::std::__4::plus<void>, "
+    "cuda::std::__4::__identity)"
+)
+CUB_SINGLE_TILE = (
+    "void cub::CUB_300001_SM_900::detail::reduce::DeviceReduceSingleTileKernel<"
+    "cub::CUB_300001_SM_900::detail::reduce::policy_hub<float, unsigned int, "
+    "cuda::std::__4::plus<void> >::Policy1000, float*, float*, int, "
+    "cuda::std::__4::plus<void>, float, float, cuda::std::__4::__identity>(float*, float*, int, "
+    "cuda::std::__4::plus<void>, float, float, cuda::std::__4::__identity)"
+)
+
+
+def run(name: str, us: float) -> dc.KernelRun:
+    return dc.KernelRun(name, us, stream=7)
+
+
+def test_own_kernels_doing_all_the_work_pass_under_every_policy() -> None:
+    own = frozenset({RELU, "_Z11relu_kernelPKfPfi"})
+    for share in (0.0, 0.5):
+        assert dc.check_own_kernels_did_work([run(RELU, 40.0), run(ATEN_FILL, 3.0)], own, share) == []
+
+
+def test_an_own_kernel_named_like_atens_is_foreign_and_the_message_says_why() -> None:
+    """Named `at::native::vectorized_elementwise_kernel`, the candidate's kernel is indistinguishable
+    from ATen's in the profiler: it never counts as its own (fail closed), and a bare-name match on
+    the source's `vectorized_elementwise_kernel` no longer makes ATen's kernel the candidate's."""
+    own = frozenset({RELU, ATEN_RELU})
+    diags = dc.check_own_kernels_did_work([run(RELU, 13.0), run(ATEN_RELU, 87.0)], own)
+    assert codes(diags) == {"dynamic.torch_kernels_did_work"}
+    msg = diags[0].message
+    assert "ATen's `vectorized_elementwise_kernel` 87 %" in msg and "your kernels `relu_kernel` 13 %" in msg
+    assert "compiled into your library but named like a kernel of ATen" in msg
+    assert 'static_policy="lenient"' in msg
+    # the source-name variant: a global `vectorized_elementwise_kernel` of the candidate's own
+    src = dc.check_kernels_ran(
+        [run(RELU, 13.0), run(ATEN_RELU, 87.0)], ["relu_kernel", "vectorized_elementwise_kernel"], 0.0
+    )
+    assert codes(src) == {"dynamic.torch_kernels_did_work"}
+    # a global kernel of that name compiled by the candidate is its own: ATen's is in `at::native`
+    mine = "vectorized_elementwise_kernel(float*)"
+    assert dc.check_own_kernels_did_work([run(mine, 50.0)], frozenset({mine})) == []
+
+
+def test_hinge_loss_glue_passes() -> None:
+    """KernelBench's HingeLoss: own kernel, `torch::zeros({})` for the accumulator, `sum / n` on a
+    0-d tensor; ATen's two launches are glue at any workload size, never "did the work"."""
+    own = frozenset({"hinge_loss_kernel(float const*, float const*, float*, int)"})
+    mine = run("hinge_loss_kernel(float const*, float const*, float*, int)", 412.0)
+    glue = [run(ATEN_FILL, 1.3), run(ATEN_DIV, 1.5)]
+    assert dc.check_own_kernels_did_work([mine, *glue], own) == []
+    short = run("hinge_loss_kernel(float const*, float const*, float*, int)", 40.0)  # div: 3.5 %
+    assert dc.check_own_kernels_did_work([short, *glue], own) == []
+    # ATen computing a 1 MB ReLU (`x * (x > 0)`) takes as long as the division: not glue
+    tiny = run("touch(float*)", 1.5)
+    aten = [run(ATEN_RELU.replace("launch_clamp_scalar", "compare"), 1.9), run(ATEN_DIV, 1.9)]
+    assert codes(dc.check_own_kernels_did_work([tiny, *aten], frozenset({"touch(float*)"}))) == {
+        "dynamic.torch_kernels_did_work"
+    }
+    assert dc.check_kernels_ran([mine, *glue], ["hinge_loss_kernel"], 0.0) == []
+
+
+def test_scalar_glue_at_zero_percent_passes_and_padding_does_not_hide_a_matmul() -> None:
+    """A scalar op at a share that rounds to 0 % is glue; a cuBLAS matmul hidden behind a spin
+    kernel of one's own (corpus `adv_rt_spin_padding`) is work at any share, and its share is
+    reported as it is, never as "0 %"."""
+    own = frozenset({RELU, "void pad_spin_kernel(float*, long long)"})
+    assert dc.check_own_kernels_did_work([run(RELU, 3000.0), run(ATEN_DIV, 1.5)], own) == []
+    assert dc.check_kernels_ran([run(RELU, 3000.0), run(ATEN_DIV, 1.5)], ["relu_kernel"], 0.0) == []
+    spin = run("void pad_spin_kernel(float*, long long)", 100_000.0)
+    matmul = run("sm90_xmma_gemm_f32f32_tf32f32_f32_nn_n_tilesize128x128x32", 30.0)
+    diags = dc.check_own_kernels_did_work([spin, matmul], own)
+    assert codes(diags) == {"dynamic.torch_kernels_did_work"} and "0.03 %" in diags[0].message
+    assert " 0 %" not in diags[0].message
+
+
+def test_many_tiny_aten_kernels_are_work_not_glue() -> None:
+    """Splitting ATen's work into launches under 2 µs each does not make it glue: together they
+    exceed 5 % of forward's GPU time."""
+    own = frozenset({RELU})
+    runs = [run(RELU, 1000.0)] + [run(ATEN_RELU, 1.9)] * 100
+    assert codes(dc.check_own_kernels_did_work(runs, own)) == {"dynamic.torch_kernels_did_work"}
+    assert dc.negligible_foreign([run(ATEN_DIV, 1.5)] * 3, total_us=100.0)
+    assert not dc.negligible_foreign([run(ATEN_DIV, 1.5)] * 3, total_us=10.0)
+    assert not dc.negligible_foreign([run(ATEN_RELU, 30.0)], total_us=100.0)
+
+
+def test_cub_compiled_into_the_library_is_own() -> None:
+    own = frozenset({"block_sum(float const*, float*, int)", CUB_REDUCE, CUB_SINGLE_TILE})
+    runs = [run(CUB_REDUCE, 30.0), run(CUB_SINGLE_TILE, 4.0), run(ATEN_FILL, 1.0)]
+    assert dc.check_own_kernels_did_work(runs, own) == []
+    torchs_cub = CUB_REDUCE.replace("void cub::", "void at_cuda_detail::cub::")
+    assert codes(dc.check_own_kernels_did_work([run(torchs_cub, 30.0)], own)) == {
+        "dynamic.kernel_not_launched",
+        "dynamic.torch_kernels_did_work",
+    }
+
+
+def test_a_file_without_kernels_is_checked_too() -> None:
+    gemm = run("sm90_xmma_gemm_f32f32_tf32f32_f32_nn_n_tilesize128x128x32", 80.0)
+    diags = dc.check_own_kernels_did_work([gemm, run(ATEN_FILL, 2.0)], frozenset())
+    assert codes(diags) == {"dynamic.kernel_not_launched", "dynamic.torch_kernels_did_work"}
+    assert "your library compiles no kernel" in diags[0].message
+    assert "cuBLAS's `sm90_xmma_gemm_f32f32_tf32f32_f32_nn_n_tilesize128x128x32`" in diags[1].message
+    assert codes(dc.check_own_kernels_did_work([], frozenset())) == {"dynamic.kernel_not_launched"}
+    decoy = dc.check_own_kernels_did_work([run(ATEN_FILL, 2.0)], frozenset({RELU}))
+    assert codes(decoy) == {"dynamic.kernel_not_launched"} and "`relu_kernel`" in decoy[0].message
+
+
+def test_lenient_allows_foreign_compute_up_to_half() -> None:
+    own = frozenset({RELU})
+    some = dc.check_own_kernels_did_work([run(RELU, 60.0), run(ATEN_RELU, 40.0)], own, 0.5)
+    assert codes(some) == set() and [d.code for d in some] == ["dynamic.torch_kernels_did_work"]
+    assert some[0].severity is Severity.WARNING and "40 %" in some[0].message
+    most = dc.check_own_kernels_did_work([run(RELU, 40.0), run(ATEN_RELU, 60.0)], own, 0.5)
+    assert (
+        codes(most) == {"dynamic.torch_kernels_did_work"}
+        and "Under `lenient` they may take up to 50 %" in most[0].message
+    )
+    assert codes(dc.check_own_kernels_did_work([run(RELU, 60.0), run(ATEN_RELU, 40.0)], own, 0.0)) == {
+        "dynamic.torch_kernels_did_work"
+    }
+    assert codes(dc.check_own_kernels_did_work([run(ATEN_RELU, 40.0)], own, 0.5)) == {
+        "dynamic.kernel_not_launched",
+        "dynamic.torch_kernels_did_work",
+    }
+
+
+@pytest.mark.parametrize(
+    ("name", "library"),
+    [
+        (ATEN_RELU, "ATen"),
+        ("void c10::cuda::something<1>(int)", "ATen"),
+        (CUB_REDUCE.replace("void cub::", "void at_cuda_detail::cub::"), "ATen"),
+        ("void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128> >(Flash_fwd_params)", "ATen"),
+        ("sm90_xmma_gemm_f32f32_tf32f32_f32_nn_n_tilesize128x128x32", "cuBLAS"),
+        ("ampere_sgemm_128x64_nn", "cuBLAS"),
+        ("nvjet_tst_128x64_64x4_1x2_h_bz_NNT", "cuBLAS"),
+        (
+            "void gemv2T_kernel_val<int, int, float, float, float, float, 128, 16, 4, 4, false>(float)",
+            "cuBLAS",
+        ),
+        ("void dot_kernel<float, 128, 0, cublasDotParams<cublasGemvTensor<float const> > >(int)", "cuBLAS"),
+        ("void cutlass::Kernel2<cutlass_80_tensorop_s1688gemm_128x128_16x4_nn_align4>(Params)", "CUTLASS"),
+        ("void cudnn::engines_precompiled::nchwToNhwcKernel<float>(int)", "cuDNN"),
+        ("(anonymous namespace)::at::native::k()", "ATen"),
+        ("_ZN2at6native29vectorized_elementwise_kernelEPf", "ATen"),  # left mangled by the profiler
+    ],
+)
+def test_reserved_kernel_names(name: str, library: str) -> None:
+    found = dc.reserved_kernel_name(name)
+    assert found is not None and found[0] == library
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        RELU,
+        CUB_REDUCE,
+        "void gemm_kernel<64>(float const*, float const*, float*, int)",
+        "sgemm_tiled(float*)",
+        "mine::attention::at_rows(float*)",
+        "(anonymous namespace)::anon_k(float*)",
+        "c_kernel",
+        "_ZN3cub17CUB_300001_SM_9006detail11EmptyKernelIvEEvv",
+    ],
+)
+def test_honest_names_are_not_reserved(name: str) -> None:
+    assert dc.reserved_kernel_name(name) is None
+
+
 # -- GPU ---------------------------------------------------------------------------------------------
 
 
