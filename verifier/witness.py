@@ -1,27 +1,27 @@
 """Proof of work for timed calls: a keyed, non-linear digest of every output, checked by the judge.
 
 The judge's clock stops when a timed batch's reply arrives, and that reply carries, for every
-call of the batch, `witness(outputs, key)`: `sum_j w_j * x_j**2` over each output tensor, where
-`w_j` in [0.5, 1.5) comes from a hash of the element index and a 64-bit key drawn by the judge for
-that call. The digest needs every element of every output, so a reply cannot arrive before the
-work is done: deferred work, a skipped synchronisation, outputs computed on a side stream without
-a dependency, or lazily materialised outputs make the digest wrong (the call fails) or land inside
-the clock (the call costs its time). The weights change with every call, so a linear shortcut
-(projecting the inputs through a precomputed `L^T diag(w) L`, Freivalds-style) costs as much as
-the work; the squares make the digest non-linear in the outputs.
+call of the batch, `digest(outputs, key)`: `sum_j w_j * x_j` over each output tensor, where the
+signed weight `w_j`, of magnitude in [0.5, 1.5), comes from a hash of the element index and a
+64-bit key the judge draws for that call. The digest needs every element of every output, so a
+reply cannot be right before the work is done: deferred work, a skipped synchronisation, outputs
+computed on a side stream without a dependency, stale buffers or lazily materialised outputs
+make the digest wrong (the call fails) or land inside the clock (the call costs its time). The
+weights change with every call, so projecting the inputs instead (`(L^T w) . x` for a linear
+problem `L x`) costs as much as the work itself.
 
 The judge computes the same digest of the reference's output for the same inputs and accepts the
-candidate's when `|d_cand - d_ref|` is within what the element tolerance (tolerance.py) allows:
-`sum_j w_j (2 |r_j| e_j + e_j**2)` with `e_j = a + b |r_j|` (bounded above with `w_j < 1.5`).
+candidate's within `bound()`: the spread that errors inside the element tolerance (tolerance.py)
+can give a digest with random signs.
 
 On CUDA the digest is one fused kernel (NVRTC, through `torch.cuda._compile_kernel`; one pass
-over the output, float64 accumulation); elsewhere, or where that kernel cannot be built, the same
+over the output, exact float64 products and sums); elsewhere, or where that kernel cannot be built, the same
 function in PyTorch operations. Both give the same value up to rounding.
 
 Not covered: a candidate that fuses the digest into its own kernel and never writes its output
-(it saves at most the output's write, and the randomly fetched outputs must still exist); the
-digest says nothing about correctness beyond the tolerance bound (outputs chosen at random are
-compared in full).
+and computes the outputs only when they are fetched (for an elementwise linear problem that saves
+at most the output's write); the digest says nothing about correctness beyond the tolerance
+bound (outputs chosen at random are compared in full).
 """
 
 from __future__ import annotations
@@ -32,10 +32,11 @@ from typing import Any
 
 _MASK32 = 0xFFFFFFFF
 _CHUNK = 1 << 30
+NUM_DIGESTS = 4  # per output tensor: four sign patterns over shared magnitudes, one pass
 _KERNEL_SOURCE = r"""
 extern "C" __global__ void cudice_witness(const float* x, int n, int chunk, unsigned int k0,
                                           unsigned int k1, double* out) {
-    double acc = 0.0;
+    double acc[4] = {0.0, 0.0, 0.0, 0.0};
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
         long long j = (long long)chunk * (1LL << 30) + i;
         unsigned int h = ((unsigned int)j ^ k0) ^ ((unsigned int)(j >> 32) * 0x27D4EB2Fu);
@@ -43,19 +44,23 @@ extern "C" __global__ void cudice_witness(const float* x, int n, int chunk, unsi
         h ^= h >> 15;
         h *= 0x85EBCA77u;
         h ^= h >> 13;
-        float w = 0.5f + (float)(h >> 8) * (1.0f / 16777216.0f);
-        float v = x[i];
-        acc += (double)(w * v * v);
+        double wx = (0.5 + (double)(h >> 9) * (1.0 / 8388608.0)) * (double)x[i];
+        for (int k = 0; k < 4; ++k) acc[k] += ((h >> k) & 1u) ? -wx : wx;
     }
-    for (int off = 16; off > 0; off >>= 1) acc += __shfl_down_sync(0xffffffffu, acc, off);
-    __shared__ double partial[32];
+    __shared__ double partial[4][32];
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    if (lane == 0) partial[warp] = acc;
+    for (int k = 0; k < 4; ++k) {
+        double a = acc[k];
+        for (int off = 16; off > 0; off >>= 1) a += __shfl_down_sync(0xffffffffu, a, off);
+        if (lane == 0) partial[k][warp] = a;
+    }
     __syncthreads();
     if (warp == 0) {
-        acc = lane < (int)(blockDim.x >> 5) ? partial[lane] : 0.0;
-        for (int off = 16; off > 0; off >>= 1) acc += __shfl_down_sync(0xffffffffu, acc, off);
-        if (lane == 0) atomicAdd(out, acc);
+        for (int k = 0; k < 4; ++k) {
+            double a = lane < (int)(blockDim.x >> 5) ? partial[k][lane] : 0.0;
+            for (int off = 16; off > 0; off >>= 1) a += __shfl_down_sync(0xffffffffu, a, off);
+            if (lane == 0) atomicAdd(out + k, a);
+        }
     }
 }
 """
@@ -81,7 +86,7 @@ def _signed(u: int) -> int:
 
 
 def _weights(n: int, key: int, device: Any) -> Any:
-    """The per-element weights in PyTorch operations (bit-identical to the kernel's)."""
+    """The (NUM_DIGESTS, n) signed weights in PyTorch operations (the kernel's, bit for bit)."""
     import torch
 
     k0, k1 = split_key(key)
@@ -91,7 +96,9 @@ def _weights(n: int, key: int, device: Any) -> Any:
     h = h ^ (h >> 15)
     h = (h * 0x85EBCA77) & _MASK32
     h = h ^ (h >> 13)
-    return 0.5 + (h >> 8).to(torch.float32) * (1.0 / 16777216.0)
+    w = 0.5 + (h >> 9).to(torch.float64) * (1.0 / 8388608.0)
+    signs = torch.stack([((h >> k) & 1).bool() for k in range(NUM_DIGESTS)])
+    return torch.where(signs, -w, w)
 
 
 def _flat_float(t: Any) -> Any:
@@ -118,7 +125,7 @@ def _cuda_kernel() -> Any:
 
 
 def digest_tensor(t: Any, key: int, out: Any, slot: int) -> None:
-    """Add the digest of tensor `t` under `key` into `out[slot]` (float64, on `t`'s device); no sync."""
+    """Add the NUM_DIGESTS digests of tensor `t` under `key` into `out[4 slot : 4 slot + 4]`; no sync."""
     import torch
 
     x = _flat_float(t)
@@ -135,22 +142,22 @@ def digest_tensor(t: Any, key: int, out: Any, slot: int) -> None:
             kernel(
                 grid=(blocks, 1, 1),
                 block=(threads, 1, 1),
-                args=[part, part.numel(), chunk, _signed(k0), _signed(k1), out[slot:]],
+                args=[part, part.numel(), chunk, _signed(k0), _signed(k1), out[NUM_DIGESTS * slot :]],
             )
         return
     w = _weights(n, key, x.device)
-    out[slot] += (w.to(torch.float64) * x.to(torch.float64).square()).sum()
+    out[NUM_DIGESTS * slot : NUM_DIGESTS * (slot + 1)] += (w * x.to(torch.float64)).sum(dim=1)
 
 
 def digest(outputs: list[Any], key: int, device: Any) -> Any:
-    """One float64 digest per tensor of a forward's flattened outputs, as a tensor on `device`.
+    """NUM_DIGESTS float64 digests per tensor of a forward's flattened outputs, on `device`.
 
     Each tensor gets its own key (`key` + its index), so outputs cannot be swapped. No host sync:
     the caller reads the values back once per batch.
     """
     import torch
 
-    out = torch.zeros(max(1, len(outputs)), dtype=torch.float64, device=device)
+    out = torch.zeros(NUM_DIGESTS * max(1, len(outputs)), dtype=torch.float64, device=device)
     for i, t in enumerate(outputs):
         if isinstance(t, torch.Tensor):
             digest_tensor(t, (key + i * 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF, out, i)
@@ -158,25 +165,31 @@ def digest(outputs: list[Any], key: int, device: Any) -> Any:
 
 
 def bound(ref: Any, a: float, b: float) -> float:
-    """The largest |digest difference| an output within the element tolerance `a + b|r|` can make."""
+    """How far an honest digest may lie from the reference's: `a`, `b` as in tolerance.py's norm check.
+
+    An output that passes the comparison has `||c - r|| <= nu = (b ||r|| + a sqrt(n)) / 4` (its
+    relative-norm check). For any error vector chosen without knowing the weights, `sum_j w_j e_j`
+    has mean 0 and, by Hoeffding's inequality, exceeds `6 * 1.5 * ||e||` with probability below
+    3e-8. An output that is wrong by about its own size moves each digest by about `||r||`, so
+    four digests leave a wrong output a chance of about `(9 nu / ||r||)^4` of passing."""
     import torch
 
     r = _flat_float(ref).to(torch.float64)
     n = int(r.numel())
-    s1 = float(r.abs().sum())
-    s2 = float(r.square().sum())
-    # sum_j 1.5 * (2|r| e + e^2), e = a + b|r|, expanded into sums of |r| and r^2
-    total = 2 * a * s1 + 2 * b * s2 + n * a * a + 2 * a * b * s1 + b * b * s2
-    # rounding of the float64 sums of float32 squares on either side
-    return float(1.5 * total + 1e-6 * s2 + 1e-30)
+    nu = 0.25 * (b * float(r.norm()) + a * math.sqrt(n))
+    # the float64 sums of exact float64 products, added in another order on either side
+    return float(9.0 * nu + 1e-12 * float(r.abs().sum()) + 1e-30)
 
 
 def check(cand: list[float], expected: list[float], bounds: list[float]) -> Check:
-    """Whether every digest of a call lies within its bound of the reference's digest."""
+    """Whether every digest of a call lies within its tensor's bound of the reference's digest.
+
+    `cand` and `expected` hold NUM_DIGESTS values per output tensor, `bounds` one per tensor."""
     if len(cand) < len(expected):
-        return Check(False, len(cand), math.inf)
-    for i, (c, e, bd) in enumerate(zip(cand, expected, bounds, strict=False)):
+        return Check(False, len(cand) // NUM_DIGESTS, math.inf)
+    for i, (c, e) in enumerate(zip(cand, expected, strict=False)):
+        bd = bounds[i // NUM_DIGESTS] if i // NUM_DIGESTS < len(bounds) else 0.0
         diff = abs(c - e)
         if not math.isfinite(c) or diff > bd:
-            return Check(False, i, diff / bd if math.isfinite(diff) else math.inf)
+            return Check(False, i // NUM_DIGESTS, diff / bd if math.isfinite(diff) and bd > 0 else math.inf)
     return Check(True, -1, 0.0)

@@ -1,0 +1,168 @@
+"""The timing evidence the judge relies on, without a GPU: digests (witness.py), sealed input
+sets (seal.py), the per-GPU lease (gpu_lease.py) and thread counts read from /proc (process.py)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from cudice.verifier import seal, witness
+from cudice.verifier.gpu_lease import GpuLease, LeaseTimeout
+from cudice.verifier.process import tree_threads
+
+torch = pytest.importorskip("torch")
+
+
+def _digest(x: torch.Tensor, key: int) -> list[float]:
+    return [float(v) for v in witness.digest([x], key, "cpu")]
+
+
+def test_digest_needs_every_element_and_changes_with_the_key() -> None:
+    x = torch.randn(1000, 37)
+    d = _digest(x, 1)
+    assert len(d) == witness.NUM_DIGESTS and len(set(d)) == witness.NUM_DIGESTS
+    assert d == pytest.approx(_digest(x.clone(), 1), rel=1e-12)
+    y = x.clone()
+    y[999, 36] += 1.0  # one element of 37,000
+    assert all(abs(a - b) > 0.4 for a, b in zip(_digest(y, 1), d, strict=True))
+    assert _digest(x, 2)[0] != pytest.approx(d[0], rel=1e-6)  # other weights
+    # signed weights of magnitude in [0.5, 1.5): bounded by the sum of |x|, far below it in practice
+    plain = float(x.double().abs().sum())
+    assert all(abs(v) <= 1.5 * plain and abs(v) < 0.1 * plain for v in d)
+    w = witness._weights(10_000, 5, "cpu")[0]
+    assert 0.5 <= float(w.abs().min()) and float(w.abs().max()) < 1.5
+    assert 0.45 < float((w > 0).double().mean()) < 0.55
+
+
+def test_digest_accepts_honest_rounding_and_rejects_stale_or_partial_outputs() -> None:
+    ref = torch.randn(4096, 64)
+    key = 12345
+    want = _digest(ref, key)
+    bound = witness.bound(ref, 1e-2 * float(ref.square().mean().sqrt()), 1e-2)
+    honest = ref * (1 + 1e-5 * torch.randn_like(ref))  # another summation order, say
+    assert witness.check(_digest(honest, key), want, [bound]).ok
+    stale = torch.randn_like(ref)  # what the buffer held before the work finished: same statistics
+    partial = ref.clone()
+    partial[2048:] = 0.0  # half of the work not done yet
+    for bad in (stale, partial, torch.full_like(ref, float("nan"))):
+        verdict = witness.check(_digest(bad, key), want, [bound])
+        assert not verdict.ok and verdict.index == 0
+
+
+def test_integer_outputs_must_match_exactly() -> None:
+    idx = torch.randint(0, 100, (5000,))
+    key = 99
+    bound = witness.bound(idx, 0.0, 0.0)
+    assert witness.check(_digest(idx, key), _digest(idx.clone(), key), [bound]).ok
+    off = idx.clone()
+    off[7] += 1
+    assert not witness.check(_digest(off, key), _digest(idx, key), [bound]).ok
+
+
+def test_a_missing_digest_fails() -> None:
+    assert not witness.check([], [1.0] * witness.NUM_DIGESTS, [0.1]).ok
+
+
+def test_sealing_is_exact_hides_the_values_and_is_undone_by_the_same_key() -> None:
+    x = torch.randn(3, 5000)
+    idx = torch.randint(0, 10, (4097,))
+    half = torch.randn(100).half()
+    mask = torch.rand(333) > 0.5
+    originals = [t.clone() for t in (x, idx, half, mask)]
+    tensors = [x, idx, half, mask, 7]
+    seal.toggle(tensors, 424242)
+    assert not torch.equal(x.view(torch.int32), originals[0].view(torch.int32))
+    assert not torch.equal(idx, originals[1])
+    seal.toggle(tensors, 424242)
+    for t, o in zip(tensors, originals, strict=False):
+        assert torch.equal(
+            t.view(torch.uint8) if t.dtype == torch.bool else t,
+            o.view(torch.uint8) if o.dtype == torch.bool else o,
+        )
+    assert tensors[4] == 7
+    seal.toggle(tensors[:1], 1)
+    seal.toggle(tensors[:1], 2)  # another key does not unseal
+    assert not torch.equal(x, originals[0])
+
+
+def test_a_non_contiguous_input_is_refused() -> None:
+    with pytest.raises(ValueError, match="contiguous"):
+        seal.toggle([torch.randn(8, 8).t()], 1)
+
+
+def _hold(path: Path, mode: str, seconds: float) -> subprocess.Popen[str]:
+    code = (
+        "import sys, time; from pathlib import Path; from cudice.verifier.gpu_lease import GpuLease\n"
+        f"lease = GpuLease('t', Path({str(path)!r}))\n"
+        f"with getattr(lease, {mode!r})():\n    print('held', flush=True); time.sleep({seconds})\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def test_a_timing_excludes_other_processes_and_shared_holds_overlap(tmp_path: Path) -> None:
+    other = _hold(tmp_path, "shared", 60)
+    try:
+        with GpuLease("t", tmp_path).shared():  # shared with shared: no wait
+            pass
+        lease = GpuLease("t", tmp_path, timeout_s=0.3)
+        with pytest.raises(LeaseTimeout, match="held by another verification"), lease.exclusive():
+            pass
+    finally:
+        other.kill()
+        other.wait()
+    with GpuLease("t", tmp_path, timeout_s=30).exclusive():  # released by the process's death
+        pass
+
+
+def test_a_waiting_timer_is_not_starved_by_new_shared_holders(tmp_path: Path) -> None:
+    first = _hold(tmp_path, "shared", 1.5)
+    got: list[str] = []
+    timer = threading.Thread(target=lambda: _run_exclusive(tmp_path, got))
+    timer.start()
+    deadline = time.monotonic() + 30
+    while not (tmp_path / "cudice-gpu-t.gate").exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.2)  # let the timer take the gate (it waits for `first` from then on)
+    late = GpuLease("t", tmp_path, timeout_s=30)
+    with late.shared():
+        got.append("late shared")
+    timer.join(timeout=60)
+    first.wait(timeout=60)
+    assert got == ["exclusive", "late shared"]
+
+
+def _run_exclusive(path: Path, got: list[str]) -> None:
+    with GpuLease("t", path, timeout_s=30).exclusive():
+        got.append("exclusive")
+
+
+def test_thread_counts_come_from_outside_the_process() -> None:
+    code = (
+        "import threading, time, sys\n"
+        "sys.stdout.write('a\\n'); sys.stdout.flush(); sys.stdin.readline()\n"
+        "threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n"
+        "sys.stdout.write('b\\n'); sys.stdout.flush(); sys.stdin.readline()\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        assert proc.stdout.readline() == "a\n"
+        before = tree_threads(proc.pid)
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline() == "b\n"
+        assert tree_threads(proc.pid) == before + 1
+    finally:
+        proc.kill()
+        proc.wait()
+    assert tree_threads(proc.pid) == 0
+    assert tree_threads(os.getpid()) >= 1
