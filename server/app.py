@@ -98,6 +98,26 @@ async def load_model(ls: CudiceServer) -> None:
         ls.notice(f"cudice: {ls.model.message}", lsp.MessageType.Error)
 
 
+async def start_model(ls: CudiceServer) -> None:
+    """At start and after a settings change: load the model now (`cudice.model.loadOnStart`),
+    or only note which one the first generate or infill will load."""
+    request = ls.load_request()
+    is_loaded = ls.model.state in ("ready", "error") or ls.model.pid is not None
+    if request is not None and not ls.settings.model_load_on_start and not is_loaded:
+        ls.model.defer(request)
+        return
+    await load_model(ls)
+
+
+async def ensure_model(ls: CudiceServer) -> str:
+    """Load a deferred model (one load however many commands ask), wait while it loads; the state then."""
+    if ls.model.state == "idle":
+        if ls.model_load is None or ls.model_load.done():
+            ls.model_load = ls.spawn(load_model(ls))
+        await asyncio.shield(ls.model_load)
+    return await ls.model.wait_until_loaded()
+
+
 def _watch_checkpoint(ls: CudiceServer, path: str) -> None:
     from cudice.server.watch import PathWatcher
 
@@ -169,6 +189,10 @@ def create_server(
         from cudice.server.watch import PathWatcher
 
         ls.ref_watcher = PathWatcher(asyncio.get_running_loop(), lambda ref: reference_changed(ls, ref), 0.5)
+        if ls.log_to_client:
+            from cudice.server.client_log import route_to_client
+
+            route_to_client(ls, asyncio.get_running_loop())
 
         async def startup() -> None:
             await asyncio.get_running_loop().run_in_executor(None, _preload)
@@ -178,7 +202,7 @@ def create_server(
             ls.send_status()
             if ls.settings.verify_on_save:
                 verify_open_documents(ls)  # saved before the server was ready: not lost
-            await load_model(ls)
+            await start_model(ls)
 
         ls.spawn(startup())
 
@@ -190,7 +214,7 @@ def create_server(
             pulled = params.settings.get("cudice", params.settings)
         _merge_settings(ls, pulled)
         if ls.load_request() != before:
-            ls.spawn(load_model(ls))
+            ls.spawn(start_model(ls))
 
     @server.feature(lsp.TEXT_DOCUMENT_DID_OPEN)
     def did_open(ls: CudiceServer, params: lsp.DidOpenTextDocumentParams) -> None:
@@ -420,4 +444,6 @@ def run(
             log.error("cannot listen on %s:%d: %s (pick another --port or --host)", host, port, exc)
             code = 1
         sys.exit(code)
-    create_server(cli_log_level=log_level).start_io(early=early)
+    server = create_server(cli_log_level=log_level)
+    server.log_to_client = True  # stdio: stderr is the editor's log, which may label it all errors
+    server.start_io(early=early)

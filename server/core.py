@@ -83,6 +83,7 @@ class CudiceServer(LanguageServer):
         self.settings = Settings()
         self.init_options: Any = None
         self.cli_log_level: str | None = None
+        self.log_to_client = False  # client_log.py: the log below ERROR goes out as window/logMessage
         self._reported: set[str] = set()
         self.worker_env = worker_env
         self.released = False  # set by app.release(): the session is over, start no more workers
@@ -102,6 +103,7 @@ class CudiceServer(LanguageServer):
         self.ckpt_watcher: PathWatcher | None = None
         self.ckpt_signature: str | None = None
         self.tasks: set[asyncio.Task[Any]] = set()
+        self.model_load: asyncio.Task[Any] | None = None  # a deferred model's load, once asked for
         self.generation_cancels: dict[str, asyncio.Event] = {}  # uri -> cancel of its running generation
         self.prebuild_timers: dict[str, asyncio.TimerHandle] = {}  # uri -> its build-while-editing timer
         self._documents: dict[str, tuple[str, Document, LineIndex]] = {}

@@ -136,6 +136,12 @@ def _write_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+async def ensure_model(ls: CudiceServer) -> str:
+    from cudice.server.app import ensure_model as ensure
+
+    return await ensure(ls)
+
+
 async def generate_kernel(ls: CudiceServer, uri: Any, target: Any = None) -> dict[str, Any]:
     doc = ls.read_document(uri) if isinstance(uri, str) else None
     source, _, path = doc if doc is not None else ("", None, None)
@@ -145,7 +151,7 @@ async def generate_kernel(ls: CudiceServer, uri: Any, target: Any = None) -> dic
     name = _class_name(doc_model, index, target)
     if name is None:
         return _fail(ls, _no_class_reason(doc_model, target, os.path.basename(path)))
-    if await ls.model.wait_until_loaded() != "ready":  # a request made while it loads waits
+    if await ensure_model(ls) != "ready":  # a request made while it loads waits
         return _fail(ls, f"cannot generate yet: {ls.model.message}")
     out = edits.candidate_path(path)
     if not await _confirm_overwrite(ls, out):
@@ -187,7 +193,7 @@ async def infill_kernel(
         return _fail(
             ls, "the document changed since the action was offered; ask for the code action again", stale=True
         )
-    if await ls.model.wait_until_loaded() != "ready":  # a request made while it loads waits
+    if await ensure_model(ls) != "ready":  # a request made while it loads waits
         return _fail(ls, f"cannot infill yet: {ls.model.message}")
     span = edits.resolve_span(span_arg, source, ls.position_encoding)
     if not isinstance(span, str):

@@ -114,6 +114,13 @@ SCHEMA: tuple[Setting, ...] = (
         choices=tuple(FAST_MODES),
     ),
     Setting(
+        "cudice.model.loadOnStart",
+        "boolean",
+        True,
+        "Load the model when the server starts. Off: it loads on the first generate or infill "
+        "(the Neovim plugin's default, so that editing Python files never costs a model load).",
+    ),
+    Setting(
         "cudice.sampler.blockLength",
         "integer",
         4,
@@ -266,6 +273,7 @@ class Settings:
     model_device: str = _default("model_device")
     model_dtype: str = _default("model_dtype")
     model_fast: str = _default("model_fast")
+    model_load_on_start: bool = _default("model_load_on_start")
     sampler_block_length: int = _default("sampler_block_length")
     sampler_denoising_steps: int = _default("sampler_denoising_steps")
     sampler_strategy: str = _default("sampler_strategy")

@@ -321,8 +321,10 @@ async def _verify_fresh(
         progress.report(
             f"{partial.stage.value}: {partial.verdict.value}" + (f" · {then}…" if then else ""), force=True
         )
-        if shown["quick"] and partial.stage in (Stage.PARSE, Stage.STATIC) and not partial.diagnostics:
-            return  # nothing to add to the fast check's findings on screen
+        if partial.stage in (Stage.PARSE, Stage.STATIC) and not partial.diagnostics:
+            # nothing to add: publishing it would blank the findings on screen (those of the fast
+            # check, or the previous verdict's) until the fast check or the build replace them
+            return
         shown["authoritative"] = partial.stage not in (Stage.PARSE, Stage.STATIC)
         if (
             not shown["authoritative"] and quick_found

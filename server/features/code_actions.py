@@ -13,6 +13,7 @@ document model (`cudice.verifier.document`); this module only decides what to of
 
 A file that mentions `nn.Module` but does not parse gets one disabled *Generate* action whose
 reason names the syntax error (clients without `disabledSupport` see it in the title).
+While the model is idle (configured, loaded on first use) both are offered as when it is ready.
 While the model loads both are offered with "(once the model has loaded)" in the title: running
 one waits for the load. Otherwise, while the model is not ready, both are returned disabled with
 the reason (clients with `disabledSupport`), or with the reason in the title (others; running it
@@ -48,6 +49,10 @@ class ModelAvailability:
     @property
     def is_loading(self) -> bool:  # offered anyway: running it waits for the load
         return self.state == "loading"
+
+    @property
+    def is_idle(self) -> bool:  # offered as if ready: running it loads the model first
+        return self.state == "idle"
 
 
 def infill_target(doc: Document, offset: int) -> Span | None:
@@ -91,7 +96,7 @@ def code_actions(
 
     def add(title: str, kind: str, command: str, args: list[object], blocked: str | None = None) -> None:
         disabled = None
-        reason = blocked or (None if model.is_ready or model.is_loading else model.reason)
+        reason = blocked or (None if model.is_ready or model.is_loading or model.is_idle else model.reason)
         if reason is not None:
             if disabled_support:
                 disabled = lsp.CodeActionDisabled(reason=reason)

@@ -92,6 +92,18 @@ def _anchor(index: LineIndex, doc: Document) -> lsp.Range:
     return lsp.Range(lsp.Position(0, 0), lsp.Position(0, len(index.line_text(0))))
 
 
+def _build_anchor(index: LineIndex, doc: Document) -> lsp.Range:
+    """The first line of the `load_inline(...)` call (what was built); `class ModelNew` without one.
+    Not `class ModelNew`'s line: a long message there pushes the code lens (same line, end-of-line
+    text in Neovim) off the screen."""
+    if not doc.load_inline_calls:
+        return _anchor(index, doc)
+    start = doc.load_inline_calls[0].span.start
+    newline = doc.text.find("\n", start)
+    end = len(doc.text) if newline < 0 else newline
+    return lsp.Range(lsp.Position(*index.position(start)), lsp.Position(*index.position(end)))
+
+
 def _related_range(path: str, loc: Location) -> lsp.Range:
     line, col = max(loc.line - 1, 0), max(loc.column - 1, 0)
     return lsp.Range(lsp.Position(line, col), lsp.Position(line, col))
@@ -172,7 +184,7 @@ def result_diagnostics(
                 COMPILE_ONLY_CODE,
                 f"Compiles. No correctness or speedup measured: {why}.",
                 lsp.DiagnosticSeverity.Information,
-                _anchor(index, doc),
+                _build_anchor(index, doc),
                 support,
             )
         )

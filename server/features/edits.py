@@ -68,13 +68,27 @@ def resolve_span(arg: Any, source: str, encoding: str = "utf-16") -> Span | str:
 
 def cursor_to_middle(span: Span, doc: Document) -> Span | str:
     """A cursor (an empty or one-line range, as palette commands send) -> the middle the code action
-    would infill; a multi-line selection is taken as the middle itself."""
+    would infill; a multi-line selection is the middle itself, kept inside its CUDA string and,
+    when it holds a kernel's signature or closing brace, inside that kernel's body (a selection of
+    whole lines would otherwise replace the `__global__` line too)."""
     if "\n" in doc.text[span.start : span.end].rstrip("\n"):
-        return span
+        return clamp_selection(span, doc)
     target = infill_target(doc, span.start)
     if target is None:
         return "put the cursor inside the CUDA source string (or select the lines to rewrite)"
     return target
+
+
+def clamp_selection(span: Span, doc: Document) -> Span:
+    """`span` cut to the CUDA string it starts (or ends) in, then to the one kernel body it overlaps."""
+    start, end = span.start, span.end
+    string = doc.cuda_string_at(start) or doc.cuda_string_at(max(start, end - 1))
+    if string is not None and string.content is not None:
+        start, end = max(start, string.content.start), min(end, string.content.end)
+    bodies = [k.body for k in doc.kernels if k.body is not None and k.body.start < end and start < k.body.end]
+    if len(bodies) == 1:
+        start, end = max(start, bodies[0].start), min(end, bodies[0].end)
+    return Span(start, max(start, end))
 
 
 def extract_middle(text: str, middle: str | None, prefix: str, suffix: str) -> str | None:

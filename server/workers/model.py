@@ -1,6 +1,7 @@
 """The server's handle on the model worker process: load, generate/infill with progress, cancel, restart.
 
-State is one of `missing` (no checkpoint configured), `loading`, `ready`, `error`; every change
+State is one of `missing` (no checkpoint configured), `idle` (configured, loads on first use:
+`defer`), `loading`, `ready`, `error`; every change
 is reported through `on_state`. One job runs at a time (the engine is single-stream); later
 jobs wait. Cancel = a `cancel` message, then SIGKILL of the worker if it has not stopped after
 `cancel_grace_s` (the worker is then restarted and the model reloaded). A worker that dies on
@@ -85,6 +86,12 @@ class ModelWorker:
         else:
             self._settled.set()
         self.on_state(state, message)
+
+    def defer(self, request: LoadRequest) -> None:
+        """Configured but not loaded: state "idle" until `load` (the first generate or infill)."""
+        if self._proc is None:
+            self.request = request
+            self._set_state("idle", f"the model loads on the first generate: {request.path}")
 
     async def wait_until_loaded(self) -> str:
         """Wait while the model is loading (also before the first load); returns the state then."""

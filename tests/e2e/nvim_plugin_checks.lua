@@ -36,6 +36,9 @@ local ok, err = pcall(function()
   out.setup_missing = cudice.setup({ cmd = { '/nonexistent/cudice-lsp' } })
   out.notified_missing = vim.deepcopy(notified)
   out.enabled_after_missing = vim.lsp.is_enabled and vim.lsp.is_enabled('cudice') or vim.NIL
+  vim.cmd('checkhealth cudice')
+  out.health_after_missing = table.concat(vim.api.nvim_buf_get_lines(0, 0, -1, false), '\n')
+  vim.cmd('enew!')
 
   notified = {}
   out.setup_ok = cudice.setup({
@@ -71,6 +74,44 @@ local ok, err = pcall(function()
   vim.api.nvim_buf_set_lines(0, 0, -1, false, { 'a', 'bcd', 'efghi' })
   out.line_range = cudice.line_range(2, 3)
   out.statusline_detached = cudice.statusline()
+
+  -- Attach rules: as VS Code activates (lsp.lua's header).
+  local dir = assert(os.getenv('CUDICE_TMP'))
+  local function reason(rel, lines)
+    local path = vim.fs.joinpath(dir, rel)
+    vim.fn.mkdir(vim.fs.dirname(path), 'p')
+    vim.fn.writefile(lines or { 'import torch' }, path)
+    vim.cmd.edit(path)
+    return lsp.attach_reason(0) or 'none'
+  end
+  vim.fn.writefile({ '' }, vim.fs.joinpath(dir, 'proj', '.cudice'), 'p')
+  vim.fn.mkdir(vim.fs.joinpath(dir, 'proj'), 'p')
+  vim.fn.writefile({ '' }, vim.fs.joinpath(dir, 'proj', '.cudice'))
+  out.attach = {
+    plain = reason('plain/tool.py'),
+    candidate = reason('plain/relu_cuda.py'),
+    reference = reason('plain/relu.py'),
+    marker = reason('plain/mine.py', { 'import torch', '# cudice: reference=relu.py' }),
+    project = reason('proj/sub/anything.py'),
+  }
+  vim.cmd('enew!')
+
+  -- Progress (Neovim's LspProgress event, as progress plug-ins see it) reaches the statusline.
+  local fake = { id = 4242, name = 'cudice' }
+  local real_get = vim.lsp.get_client_by_id
+  vim.lsp.get_client_by_id = function(id) return id == 4242 and fake or real_get(id) end
+  local function progress(token, value)
+    return lsp.on_progress({ data = { client_id = 4242, params = { token = token, value = value } } })
+  end
+  out.progress = {
+    took = progress('g', { kind = 'begin', title = 'cudice: generating a CUDA kernel for Model', percentage = 0 }),
+  }
+  progress('v', { kind = 'begin', title = 'cudice: verifying relu_cuda.py' })
+  progress('g', { kind = 'report', message = '40 tokens · 5.0 tok/s', percentage = 12 })
+  out.progress.during = lsp.progress_text(4242)
+  progress('g', { kind = 'end', message = 'done' })
+  out.progress.after = lsp.progress_text(4242) or vim.NIL
+  vim.lsp.get_client_by_id = real_get
 
   -- No settings: the server must get an empty object, not the `[]` Lua's `{}` encodes to
   -- (the config is reset first: vim.lsp.config merges into what the setup() above left).

@@ -23,7 +23,9 @@ HERE = Path(__file__).resolve().parent
 def checks(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     out = tmp_path_factory.mktemp("nvim") / "out.json"
     proc = run_lua(
-        HERE / "nvim_plugin_checks.lua", {"CUDICE_PLUGIN": str(PLUGIN), "CUDICE_OUT": str(out)}, 60
+        HERE / "nvim_plugin_checks.lua",
+        {"CUDICE_PLUGIN": str(PLUGIN), "CUDICE_OUT": str(out), "CUDICE_TMP": str(out.parent)},
+        60,
     )
     assert out.exists(), f"the Lua checks wrote nothing; nvim stderr: {proc.stderr}"
     data: dict[str, Any] = json.loads(out.read_text())
@@ -46,7 +48,7 @@ def test_settings_are_validated_against_the_schema(checks: dict[str, Any]) -> No
     assert 'unknown setting "cudice.modle.path"' in warnings
     assert 'cudice.sampler.strategy="bogus" must be one of low_confidence_dynamic' in warnings
     assert 'cudice.sampler.temperature="hot" must be a number' in warnings
-    assert "cudice.sampler.maxNewTokens=1.5 must be a integer" in warnings
+    assert "cudice.sampler.maxNewTokens=1.5 must be an integer" in warnings
     assert len(v["warnings"]) == 4
     assert checks["nested"] == {
         "model": {"path": "/ckpt"},
@@ -81,7 +83,7 @@ def test_setup_configures_vim_lsp(checks: dict[str, Any]) -> None:
     assert checks["setup_ok"] is True
     cfg = checks["config"]
     assert cfg["cmd"] == ["sh", "-c", "exit 0"]
-    section = {"model": {"path": "/ckpt"}, "logLevel": "debug"}
+    section = {"model": {"path": "/ckpt", "loadOnStart": False}, "logLevel": "debug"}
     assert cfg["init_options"] == {"cudice": section}
     assert cfg["settings"] == {"cudice": section}
     assert cfg["refresh"] is True
@@ -91,9 +93,33 @@ def test_setup_configures_vim_lsp(checks: dict[str, Any]) -> None:
     ]
 
 
-def test_setup_without_settings_sends_empty_objects(checks: dict[str, Any]) -> None:
+def test_setup_without_settings_sends_objects_and_defers_the_model(checks: dict[str, Any]) -> None:
     sent = json.loads(checks["empty_settings_json"])
-    assert sent == {"init_options": {"cudice": {}}, "settings": {"cudice": {}}}
+    section = {"model": {"loadOnStart": False}}  # the model loads on the first generate
+    assert sent == {"init_options": {"cudice": section}, "settings": {"cudice": section}}
+
+
+def test_attaches_only_where_vs_code_activates(checks: dict[str, Any]) -> None:
+    assert checks["attach"] == {
+        "plain": "none",
+        "candidate": "candidate",
+        "reference": "reference",
+        "marker": "marker",
+        "project": ".cudice",
+    }
+
+
+def test_progress_events_reach_the_statusline(checks: dict[str, Any]) -> None:
+    p = checks["progress"]
+    assert p["took"] is True
+    assert p["during"] == "generating a CUDA kernel for Model: 40 tokens · 5.0 tok/s (12%)"
+    assert p["after"] is None
+
+
+def test_checkhealth_after_a_failed_setup_says_so(checks: dict[str, Any]) -> None:
+    health = checks["health_after_missing"]
+    assert "setup() failed: language server not found" in health, health
+    assert "server command:" not in health, health
 
 
 def test_user_commands(checks: dict[str, Any]) -> None:
@@ -126,3 +152,4 @@ def test_checkhealth_reports_the_server_command(checks: dict[str, Any]) -> None:
     assert "has vim.lsp.config / vim.lsp.enable" in health, health
     assert "server command: sh -c exit 0" in health, health
     assert "no cudice client running" in health, health
+    assert "clangd" in health and "nvcc" in health, health

@@ -6,7 +6,7 @@
  * It does not show progress of a running job (the language client shows work-done progress).
  */
 
-export type ModelState = 'missing' | 'loading' | 'ready' | 'error';
+export type ModelState = 'missing' | 'idle' | 'loading' | 'ready' | 'error';
 
 export interface CudiceStatus {
   model: ModelState;
@@ -23,6 +23,7 @@ export interface Rendered {
 
 const ICON: Record<ModelState, string> = {
   missing: '$(circle-slash)',
+  idle: '$(circle-outline)',
   loading: '$(sync~spin)',
   ready: '$(check)',
   error: '$(error)',
@@ -30,6 +31,7 @@ const ICON: Record<ModelState, string> = {
 
 const LABEL: Record<ModelState, string> = {
   missing: 'no model',
+  idle: 'model not loaded',
   loading: 'loading model',
   ready: 'ready',
   error: 'model error',

@@ -6,13 +6,20 @@
 --     settings = { model = { path = '/ckpt/DICE-1.7B' } },   -- keys of `cudice-lsp --print-schema`
 --   })
 --
--- Not covered: installing the server (pip), completion/hover UI (Neovim's own), progress display
--- (Neovim emits LspProgress; use any progress plugin or vim.lsp.status()).
+-- Attachment (lsp.lua): candidates, `# cudice:` markers, references beside their candidate and
+-- `.cudice` projects only; a command run in another buffer attaches it first. The model loads on
+-- the first generate or infill (`cudice.model.loadOnStart` is false unless set).
+-- Progress: the server's work-done progress arrives as Neovim's `LspProgress` event (progress
+-- plug-ins such as fidget.nvim show it); statusline() shows generation and model-load progress.
+-- Not covered: installing the server (pip), completion/hover UI (Neovim's own).
 
 local lsp = require('cudice.lsp')
 local settings = require('cudice.settings')
 
 local M = {}
+
+--- Why the last setup() failed (for :checkhealth cudice), or nil.
+M.setup_error = nil
 
 local NAME = 'cudice'
 local INSTALL_HINT = 'Install it with `pip install cudice` (or `pip install -e .` in a cudice checkout), then '
@@ -59,20 +66,54 @@ local function client_for(bufnr)
   return vim.lsp.get_clients({ bufnr = bufnr, name = NAME })[1]
 end
 
---- Send workspace/executeCommand to the buffer's cudice client.
-function M.execute(command, arguments, bufnr)
-  bufnr = bufnr or vim.api.nvim_get_current_buf()
-  local client = client_for(bufnr)
-  if not client then
-    notify('the language server is not attached to this buffer (see :checkhealth vim.lsp)', vim.log.levels.WARN)
+local ATTACH_TIMEOUT_MS = 60000
+
+--- Attach cudice to `bufnr` although the attach rules (lsp.lua) did not pick it (a reference
+--- with no candidate yet), then call `then_(client)` once the client is initialized.
+local function attach_then(bufnr, then_)
+  if not vim.lsp.config[NAME] or not vim.lsp.is_enabled(NAME) then
+    notify('the language server is not set up: call require("cudice").setup() (see :checkhealth cudice)',
+      vim.log.levels.WARN)
     return false
   end
-  client:request('workspace/executeCommand', { command = command, arguments = arguments }, function(err)
-    if err then
-      notify(('%s failed: %s'):format(command, err.message or vim.inspect(err)), vim.log.levels.ERROR)
+  local config = vim.tbl_extend('force', vim.deepcopy(vim.lsp.config[NAME]), { root_dir = lsp.root_of(bufnr) })
+  local id = vim.lsp.start(config, { bufnr = bufnr })
+  local client = id and vim.lsp.get_client_by_id(id)
+  if not client then
+    notify('the language server did not start (see :checkhealth cudice)', vim.log.levels.ERROR)
+    return false
+  end
+  local waited = 0
+  local function poll()
+    if client.initialized then
+      then_(client)
+    elseif waited < ATTACH_TIMEOUT_MS and not client:is_stopped() then
+      waited = waited + 100
+      vim.defer_fn(poll, 100)
+    else
+      notify('the language server did not finish starting', vim.log.levels.ERROR)
     end
-  end, bufnr)
+  end
+  poll()
   return true
+end
+
+--- Send workspace/executeCommand to the buffer's cudice client (attaching the buffer if needed).
+function M.execute(command, arguments, bufnr)
+  bufnr = bufnr or vim.api.nvim_get_current_buf()
+  local function send(client)
+    client:request('workspace/executeCommand', { command = command, arguments = arguments }, function(err)
+      if err then
+        notify(('%s failed: %s'):format(command, err.message or vim.inspect(err)), vim.log.levels.ERROR)
+      end
+    end, bufnr)
+  end
+  local client = client_for(bufnr)
+  if client then
+    send(client)
+    return true
+  end
+  return attach_then(bufnr, send)
 end
 
 local function cursor_position()
@@ -98,13 +139,19 @@ function M.statusline()
   if not s then
     return 'cudice: starting'
   end
-  local labels = { missing = 'no model', loading = 'loading model', ready = 'ready', error = 'model error' }
+  local labels = {
+    missing = 'no model', idle = 'model not loaded', loading = 'loading model', ready = 'ready', error = 'model error',
+  }
   local text = 'cudice: ' .. (labels[s.model] or s.model)
   local file = (lsp.files[client.id] or {})[vim.uri_from_bufnr(bufnr)]
   if file and file.verifying then
     text = text .. ' · verifying…'
   elseif file and file.verdict and file.verdict ~= '' then
-    text = text .. ' · ' .. file.verdict
+    text = text .. ' · ' .. file.verdict .. (file.edited and ' (edited)' or '')
+  end
+  local progress = lsp.progress_text(client.id)
+  if progress then
+    text = text .. ' · ' .. progress
   end
   return text
 end
@@ -128,7 +175,8 @@ M.commands = {
     run = function()
       local client = client_for(0)
       local s = client and lsp.status[client.id]
-      notify(s and (M.statusline() .. (s.message ~= '' and (' — ' .. s.message) or '')) or 'not attached')
+      local line = M.statusline():gsub('^cudice: ', '')
+      notify(s and (line .. (s.message ~= '' and (' — ' .. s.message) or '')) or 'not attached to this buffer')
     end },
 }
 
@@ -153,6 +201,7 @@ end
 function M.setup(opts)
   opts = opts or {}
   local cmd, problem = M.resolve_cmd(opts)
+  M.setup_error = problem
   if not cmd then
     notify(problem, vim.log.levels.ERROR)
     return false
@@ -160,6 +209,9 @@ function M.setup(opts)
   local flat, warnings = settings.validate(opts.settings)
   for _, w in ipairs(warnings) do
     notify(w, vim.log.levels.WARN)
+  end
+  if flat['cudice.model.loadOnStart'] == nil then -- the model loads on the first generate
+    flat['cudice.model.loadOnStart'] = false
   end
   -- An empty Lua table is encoded as a JSON array; the server expects an object.
   local section = next(flat) and settings.nest(flat) or vim.empty_dict()
@@ -179,6 +231,14 @@ function M.setup(opts)
       local client = vim.lsp.get_client_by_id(ev.data.client_id)
       if client and client.name == NAME then
         on_attach(ev.buf, opts.keymaps ~= false)
+      end
+    end,
+  })
+  vim.api.nvim_create_autocmd('LspProgress', {
+    group = group,
+    callback = function(ev)
+      if lsp.on_progress(ev) then
+        vim.api.nvim_exec_autocmds('User', { pattern = 'CudiceStatus', modeline = false })
       end
     end,
   })

@@ -9,6 +9,8 @@ return {
   { key = "cudice.model.dtype", type = "string", default = "auto", enum = { "auto", "bfloat16", "float16", "float32" } },
   -- Decoding fast path (static KV cache, compiled layers, CUDA graphs; the same tokens as the eager path): auto uses it where the model sits on a GPU, off forces the eager path.
   { key = "cudice.model.fast", type = "string", default = "auto", enum = { "auto", "on", "off" } },
+  -- Load the model when the server starts. Off: it loads on the first generate or infill (the Neovim plugin's default, so that editing Python files never costs a model load).
+  { key = "cudice.model.loadOnStart", type = "boolean", default = true },
   -- Block-diffusion block length (DICE uses 4).
   { key = "cudice.sampler.blockLength", type = "integer", default = 4, minimum = 1, maximum = 64 },
   -- Denoising steps per block.

@@ -55,8 +55,8 @@ function M.validate(user)
     if not s then
       table.insert(warnings, ('unknown setting %q ignored (known keys: `cudice-lsp --print-schema`)'):format(full))
     elseif not type_ok(s, v) then
-      table.insert(warnings, ('setting %s=%s must be a %s; using the default %s'):format(
-        full, vim.inspect(v), s.type, vim.inspect(s.default)))
+      table.insert(warnings, ('setting %s=%s must be %s; using the default %s'):format(
+        full, vim.inspect(v), (s.type:match('^[aeiou]') and 'an ' or 'a ') .. s.type, vim.inspect(s.default)))
     elseif s.enum and not vim.tbl_contains(s.enum, v) then
       table.insert(warnings, ('setting %s=%s must be one of %s; using the default %s'):format(
         full, vim.inspect(v), table.concat(s.enum, ', '), vim.inspect(s.default)))
