@@ -5,7 +5,9 @@ extension (`ext = load_inline(...)`, `self.ext = ext`), one of its functions (`s
 `relu = ext.relu`, `partial(ext.f)`, `getattr(ext, "f")`, a local `launch = relu`), a torch
 callable (`self.conv = nn.Conv2d(...)`, `mm = torch.mm` as a class attribute, `nn.ModuleList`,
 `OPS = {"mm": torch.mm}`, a loop variable over such a container), a tensor (`nn.Parameter`,
-`register_buffer`) or the reference `Model`. `dotted()` resolves import and module-level aliases.
+`register_buffer`) or the reference `Model`. `self.<attr>` kinds are per class (`kinds_for`): a
+helper class's methods see what its own `__init__` (and its in-file bases') stored. `dotted()`
+(`static_names.py`) resolves import and module-level aliases to canonical paths.
 
 Not covered: names bound through `setattr`, containers filled after construction, attributes of
 other objects than `self`; those read as "other", i.e. neither kernel nor torch.
@@ -19,7 +21,7 @@ from dataclasses import dataclass
 from cudice.verifier.document import callee_name
 from cudice.verifier.static_names import dotted as dotted
 from cudice.verifier.static_policy import COMPUTE_METHODS, NN_NON_COMPUTE
-from cudice.verifier.static_reach import CodeIndex
+from cudice.verifier.static_reach import CodeIndex, lambda_function
 from cudice.verifier.static_sources import ModuleConstants
 
 TORCH_SUBMODULES_COMPUTE = (
@@ -49,19 +51,9 @@ def module_lambdas(tree: ast.Module) -> dict[str, ast.FunctionDef]:
     out: dict[str, ast.FunctionDef] = {}
     for stmt in tree.body:
         if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Lambda):
-            lam = stmt.value
             for t in stmt.targets:
                 if isinstance(t, ast.Name):
-                    fn = ast.FunctionDef(
-                        name=t.id,
-                        args=lam.args,
-                        body=[ast.Return(lam.body)],
-                        decorator_list=[],
-                        returns=None,
-                        type_comment=None,
-                    )
-                    out[t.id] = ast.copy_location(fn, lam)
-                    ast.fix_missing_locations(out[t.id])
+                    out[t.id] = lambda_function(t.id, stmt.value)
     return out
 
 

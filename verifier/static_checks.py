@@ -17,18 +17,23 @@ The checks (policy and codes: docs/anticheat.md, docs/diagnostics.md):
   (`static.dispatcher_override`), file/process APIs (`static.harness_tampering`),
   `torch.compile`/TorchScript (`static.foreign_compute`), builders of code the checks cannot
   read (`static.dynamic_source`);
-- forward and what it calls: `static_forward.py` (torch ops, host round trips, fallbacks, output
-  caches) over `static_bindings.py` (what each name holds);
-- C++/CUDA text: `static_cuda.py` (+ `static_cpp_rules.py`, `static_cpp_scan.py`).
+- what replaces forward (`self.forward = f`, `self.__class__ = C`, hooks, a second `ModelNew`):
+  `static_protocol.py`;
+- forward and everything a call of `ModelNew` can run (`static_reach.py`): `static_forward.py`
+  (torch ops, host round trips, fallbacks, output caches) over `static_bindings.py` (what each
+  name holds); names resolve through `static_names.py` (`torch.cuda.torch` is `torch`,
+  `load_inline` under any name);
+- C++/CUDA text of every `load_inline` call: `static_load_inline.py` over `static_cuda.py`
+  (+ `static_cpp_rules.py`, `static_cpp_scan.py`, `static_cpp_preprocess.py`).
 
 C++ sources: literals are checked through their source map; sources the file fixes by other
 means (f-strings over constants, `"".join` of literals, `+=` …: `static_sources.py`) are checked
 with findings on the expression that builds them; any other source is `static.dynamic_source`
 (an error; a warning in `lenient`, where only the run-time checks judge it).
 
-Not covered: anything decided at run time (a kernel launched with zero blocks, a cache in a
-C++ `static` hidden behind a macro, work in a library the candidate loads); the dynamic
-checks (`dynamic_checks.py`) and the sandbox exist for those.
+Not covered: anything decided at run time (a kernel launched with zero blocks, work in a library
+the candidate loads); a side stream or a C++ `static` seen only through a macro is a warning. The
+dynamic checks (`dynamic_checks.py`) and the sandbox exist for those.
 """
 
 from __future__ import annotations
@@ -41,11 +46,11 @@ from cudice.verifier.config import VerifyConfig
 from cudice.verifier.document import Document, callee_name, parse_document
 from cudice.verifier.reference import reference_path
 from cudice.verifier.result import Diagnostic, Location, Severity, Stage
-from cudice.verifier.sourcemap import SourceSpan
 from cudice.verifier.static_bindings import CandidateModule, dotted
-from cudice.verifier.static_cuda import CppSource, Locator, check_cpp_sources, pybind_python_names
+from cudice.verifier.static_cuda import CppSource, check_cpp_sources, pybind_python_names
 from cudice.verifier.static_forward import ForwardReport, analyze_forward
-from cudice.verifier.static_names import LoadInlineUses, import_aliases, undefined_names
+from cudice.verifier.static_load_inline import built_source_findings, extension_findings
+from cudice.verifier.static_names import LoadInlineUses, import_aliases
 from cudice.verifier.static_policy import (
     COMPUTE_METHODS,
     CONCURRENCY_MODULES,
@@ -69,8 +74,8 @@ from cudice.verifier.static_policy import (
     Strictness,
     parse_strictness,
 )
-from cudice.verifier.static_reach import CALL_PROTOCOL_ATTRS
-from cudice.verifier.static_sources import ModuleConstants, ResolvedCall, call_functions, resolve_call_sources
+from cudice.verifier.static_protocol import call_protocol_findings
+from cudice.verifier.static_sources import call_functions, resolve_call_sources
 
 _LOW_PRECISION_REF = re.compile(r"float16|bfloat16|\.half\(|torch\.half\b")
 
@@ -96,17 +101,7 @@ def check_document(doc: Document, config: VerifyConfig | None = None) -> list[Di
         return []
     checker = _ModuleChecker(doc, cls, level)
     diags = checker.run()
-    tree = checker.tree
-    recorded = dict(zip((id(n) for n in checker.uses.spelled), doc.load_inline_calls, strict=True))
-    for node in checker.uses.calls:
-        call = recorded.get(id(node))
-        if call is not None:
-            mapped = {(s.kind, s.index): s.span for s in call.sources if s.span is not None}
-            functions = call.functions
-        else:  # `li(...)` for `load_inline as li`: the document does not map it, its values are read here
-            mapped, functions = {}, call_functions(tree, node)
-        resolved = resolve_call_sources(tree, node)
-        diags += _cpp_findings(doc, functions, mapped, resolved, level, low_ref)
+    diags += extension_findings(doc, checker.uses, level, low_ref)
     return _dedupe(diags)
 
 
@@ -125,12 +120,7 @@ def check_built_sources(
     """The C++ checks over the sources a `load_inline` call actually received at run time (the
     route for a source `static.dynamic_source` could not read): every finding lands on `where`,
     the call in the candidate's file. Kernel launches are checked too, since the text is complete."""
-    level = parse_strictness(config.static_policy if config is not None else "default")
-    texts = [("cpp", t) for t in ([cpp_sources] if isinstance(cpp_sources, str) else cpp_sources)]
-    if cuda_sources is not None:
-        texts += [("cuda", t) for t in ([cuda_sources] if isinstance(cuda_sources, str) else cuda_sources)]
-    sources = [CppSource(t, _fixed_locator(where), kind == "cuda") for kind, t in texts]
-    return _dedupe(check_cpp_sources(sources, functions, level))
+    return _dedupe(built_source_findings(cpp_sources, cuda_sources, functions, where, config))
 
 
 def has_violation(diags: Iterable[Diagnostic]) -> bool:
@@ -157,90 +147,6 @@ def _reference_is_low_precision(doc: Document) -> bool:
         return path is not None and bool(_LOW_PRECISION_REF.search(path.read_text(encoding="utf-8")))
     except (OSError, UnicodeDecodeError):
         return False
-
-
-def _cpp_findings(
-    doc: Document,
-    functions: Sequence[str] | None,
-    mapped: dict[tuple[str, int], SourceSpan],
-    resolved: ResolvedCall,
-    level: Strictness,
-    low_ref: bool,
-) -> list[Diagnostic]:
-    """The C++ checks over every source of one call: mapped literals through their source map,
-    sources computed from constants located on their expression, and `static.dynamic_source`
-    for what the file does not fix (an undefined name is reported as one)."""
-    sources: list[CppSource] = []
-    diags: list[Diagnostic] = []
-    dynamic_sev = Severity.WARNING if level is Strictness.LENIENT else Severity.ERROR
-    for r in resolved.sources:
-        span = mapped.get((r.kind, r.index))
-        if span is not None:
-
-            def locate(line: int, col: int, span: SourceSpan = span) -> Location:
-                fl, fc = span.to_file(line, col)
-                return Location(doc.path, fl, fc)
-
-            sources.append(CppSource(span.text, locate, r.kind == "cuda"))
-        elif r.text is not None:
-            sources.append(
-                CppSource(r.text, _fixed_locator(_node_location(doc.path, r.node)), r.kind == "cuda")
-            )
-        else:
-            diags.append(_dynamic_source(doc, r.node, f"this {r.kind} source", dynamic_sev))
-    for node in resolved.dynamic_args:
-        diags.append(_dynamic_source(doc, node, "these `load_inline` sources", dynamic_sev))
-    if sources:
-        diags += check_cpp_sources(
-            sources,
-            functions,
-            level,
-            reference_low_precision=low_ref,
-            check_launches=resolved.is_complete,
-        )
-    return diags
-
-
-def _fixed_locator(where: Location) -> Locator:
-    """Every finding in a source without a character map lands on the expression that builds it."""
-
-    def locate(_line: int, _col: int) -> Location:
-        return where
-
-    return locate
-
-
-def _node_location(path: str, node: ast.AST) -> Location:
-    return Location(path, getattr(node, "lineno", 1), getattr(node, "col_offset", 0) + 1)
-
-
-def _dynamic_source(doc: Document, node: ast.AST, what: str, severity: Severity) -> Diagnostic:
-    path = doc.path
-    missing = undefined_names(node, doc.tree) if doc.tree is not None else []
-    if missing:
-        names = ", ".join(f"`{n}`" for n in dict.fromkeys(missing))
-        return Diagnostic(
-            Severity.ERROR,
-            f"name {names} is not defined in this file, so {what} cannot be read (and the file would "
-            "fail with a NameError). Check the spelling against the variable that holds the source.",
-            "static.dynamic_source",
-            Stage.STATIC,
-            _node_location(path, node),
-        )
-    tail = (
-        " In `lenient` only the run-time checks judge it."
-        if severity is Severity.WARNING
-        else " Write the source as a string literal (module-level constants in f-strings are fine)."
-    )
-    return Diagnostic(
-        severity,
-        f"{what} is built at run time (a call, a file, a variable the file does not fix): "
-        "the static checks cannot read the C++/CUDA it compiles, so ATen calls, streams, "
-        "dispatcher overrides or file access could hide in it." + tail,
-        "static.dynamic_source",
-        Stage.STATIC,
-        _node_location(path, node),
-    )
 
 
 class _ModuleChecker:
@@ -278,7 +184,8 @@ class _ModuleChecker:
             self._module_node(node)
         self._load_inline_fallback()
         self._load_inline_values()
-        self._call_protocol()
+        for f in call_protocol_findings(self.tree):
+            self.add(f.code, f.node, f.message)
         exposed = self.exposed
         extensions = _extension_names(self.tree, {id(c) for c in self.uses.calls})
         module = CandidateModule(self.tree, self.cls, self.aliases, exposed, extensions, self.reference_names)
@@ -555,60 +462,6 @@ class _ModuleChecker:
                 "the reference run (e.g. TF32 flags) or the harness. Leave library settings alone.",
             )
 
-    # -- what `ModelNew(...)(x)` runs ----------------------------------------------------------
-    def _call_protocol(self) -> None:
-        """Stores that replace the code a call finds (`self.forward = f`, `setattr(obj, "forward", f)`,
-        `object.__setattr__(self, "__class__", C)`, `obj.__dict__[k] = v`) and a second `ModelNew`."""
-        consts = ModuleConstants(self.tree)
-        for node in ast.walk(self.tree):
-            if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
-                targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
-                for t in targets:
-                    for a in (n for n in ast.walk(t) if isinstance(n, (ast.Attribute, ast.Subscript))):
-                        if isinstance(a, ast.Attribute) and a.attr in CALL_PROTOCOL_ATTRS:
-                            self._replaces_call(a, a.attr)
-                        elif isinstance(a, ast.Subscript) and _names_dict(a.value):
-                            self._replaces_call(a, None)
-            elif isinstance(node, ast.Call):
-                name = callee_name(node.func)
-                if name in ("setattr", "delattr", "__setattr__", "__delattr__", "__dict__"):
-                    bound = isinstance(node.func, ast.Attribute) and not _is_type_receiver(node.func.value)
-                    key = node.args[0 if bound else 1] if len(node.args) > (0 if bound else 1) else None
-                    if key is None:
-                        continue
-                    value = consts.value(key)
-                    if isinstance(value, str) and value in CALL_PROTOCOL_ATTRS:
-                        self._replaces_call(node, value)
-                    elif not isinstance(value, str) and not _has_literal_prefix(key):
-                        self.add(
-                            "static.dynamic_code",
-                            node,
-                            f"`{ast.unparse(node.func)}` with an attribute name the file does not fix: "
-                            "it could replace `forward` (or `__class__`) with code the checks never read. "
-                            "Use plain `self.name = value` assignments.",
-                        )
-                elif isinstance(node.func, ast.Attribute) and node.func.attr in ("update", "setdefault"):
-                    if _names_dict(node.func.value):
-                        self._replaces_call(node, None)
-        rebinds = _model_new_bindings(self.tree)
-        for node in rebinds[1:]:
-            self.add(
-                "static.monkey_patch",
-                node,
-                "`ModelNew` is bound more than once: the verifier loads the name, so the last binding — not "
-                "the class the checks read — would run. Define `class ModelNew` once and never rebind it.",
-            )
-
-    def _replaces_call(self, node: ast.AST, attr: str | None) -> None:
-        what = f"`{attr}`" if attr else "an object's `__dict__`"
-        self.add(
-            "static.monkey_patch",
-            node,
-            f"assigns {what}: replacing what `model(x)` looks up (`forward`, `__call__`, `__class__`) "
-            "makes the module run code other than the `forward` the checks read. Define `forward` in "
-            "`ModelNew` and leave it in place.",
-        )
-
     def _load_inline_values(self) -> None:
         for node in self.uses.values:
             self.add(
@@ -698,50 +551,6 @@ class _ModuleChecker:
                             self.doc.location(call.span),
                         )
                     )
-
-
-def _names_dict(e: ast.expr) -> bool:
-    """`obj.__dict__` or `vars(obj)`: a write through it can replace any attribute, `forward` included."""
-    return (isinstance(e, ast.Attribute) and e.attr == "__dict__") or (
-        isinstance(e, ast.Call) and callee_name(e.func) == "vars"
-    )
-
-
-def _is_type_receiver(e: ast.expr) -> bool:
-    """`object.__setattr__(obj, name, v)` / `nn.Module.__setattr__(obj, ...)` take the object first;
-    `self.__setattr__(name, v)` / `super().__setattr__(name, v)` do not."""
-    if isinstance(e, ast.Call):
-        return False
-    return not (isinstance(e, ast.Name) and e.id in ("self", "cls", "obj"))
-
-
-def _has_literal_prefix(e: ast.expr) -> bool:
-    """`f"conv{i}"`: a computed name that cannot be `forward` or a dunder."""
-    if not isinstance(e, ast.JoinedStr) or not e.values:
-        return False
-    first = e.values[0]
-    return (
-        isinstance(first, ast.Constant)
-        and isinstance(first.value, str)
-        and bool(first.value)
-        and not first.value.startswith("_")
-        and not any(a.startswith(first.value) for a in CALL_PROTOCOL_ATTRS)
-    )
-
-
-def _model_new_bindings(tree: ast.Module) -> list[ast.AST]:
-    """Every statement that binds the name `ModelNew`, in source order."""
-    out: list[ast.AST] = []
-    for n in ast.walk(tree):
-        if isinstance(n, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == "ModelNew":
-            out.append(n)
-        elif isinstance(n, ast.Name) and n.id == "ModelNew" and isinstance(n.ctx, (ast.Store, ast.Del)):
-            out.append(n)
-        elif isinstance(n, (ast.Import, ast.ImportFrom)):
-            out += [n for a in n.names if (a.asname or a.name) == "ModelNew"]
-        elif isinstance(n, (ast.Global, ast.Nonlocal)) and "ModelNew" in n.names:
-            out.append(n)
-    return sorted(out, key=lambda n: (getattr(n, "lineno", 0), getattr(n, "col_offset", 0)))
 
 
 def _opens_for_writing(call: ast.Call) -> bool:

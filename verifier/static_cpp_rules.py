@@ -4,12 +4,16 @@ Codes (docs/diagnostics.md): `static.cpp_stream_create`, `static.cpp_std_thread`
 `static.timer_patch` (symbol interposition), `static.dispatcher_override` (`TORCH_LIBRARY*`),
 `static.cpp_file_or_process` (files, programs, process control, `/proc`),
 `static.cpp_pointer_cache` (state that outlives a call), `static.cpp_torch_op` (ATen calls —
-qualified, as methods, or unqualified through argument-dependent lookup — and vendor libraries).
+qualified under any name of ATen's namespaces, as methods, or unqualified through
+argument-dependent lookup — vendor libraries, and calls back into Python through pybind11).
 
-Regexes over blanked text (`static_cpp_scan.py`): a rule sees what the source spells, not what a
-macro expands to, so `PASTE(cudaStream, Create)` or an operator on tensors (`x * y`) passes here
-and is left to the dynamic checks. Overloads are not resolved: a candidate's own function that
-shadows an ATen or libc name is trusted to be its own.
+Regexes over the blanked text with the file's own macros expanded (`static_cpp_scan.Unit.of`,
+`static_cpp_preprocess.py`): `CAT(pthread_, create)` reads as `pthread_create`, `NS::relu` under
+`#define NS at` as `at::relu`; findings land on the macro's invocation. A stream or a `static`
+seen only through a macro is a warning (the run-time layer measures those: `dynamic.side_stream`,
+`dynamic.nondeterministic`); every other finding is an error however it is spelled. Operators on
+tensors (`x * y`) are left to the dynamic checks. Overloads are not resolved: a candidate's own
+function that shadows an ATen or libc name is trusted to be its own.
 """
 
 from __future__ import annotations
@@ -18,13 +22,18 @@ import re
 from collections.abc import Iterable, Sequence
 
 from cudice.verifier.result import Diagnostic, Severity
+from cudice.verifier.static_cpp_names import (
+    ATEN_AMBIGUOUS,
+    ATEN_UNQUALIFIED,
+    CPP_GLUE,
+    CPP_GLUE_STRICT,
+    aten_patterns,
+    is_glue,
+)
 from cudice.verifier.static_cpp_preprocess import ATEN_ROOTS, aten_namespaces
 from cudice.verifier.static_cpp_scan import CppFunction, Unit, diag
 from cudice.verifier.static_policy import (
-    ACTIVATIONS,
     COMPUTE_METHODS,
-    EMPTY_FACTORIES,
-    FILLING_FACTORIES,
     Strictness,
 )
 
@@ -110,259 +119,7 @@ _TIMER_FUNCS = frozenset(
         "gettimeofday",
     }
 )
-# ATen glue a host function may call. Strict: allocation without initialisation, options,
-# metadata and guards; the other levels also initialising allocations and a few helpers.
-_CPP_GLUE_STRICT = frozenset(
-    {
-        *EMPTY_FACTORIES,
-        "from_blob",
-        "TensorOptions",
-        "dtype",
-        "device",
-        "Device",
-        "Scalar",
-        "IntArrayRef",
-        "elementSize",
-        "toString",
-        "typeMetaToScalarType",
-        "DeviceGuard",
-        "NoGradGuard",
-    }
-)
-_CPP_GLUE = _CPP_GLUE_STRICT | {
-    *FILLING_FACTORIES,
-    "globalContext",
-    "device_of",
-    "numel",
-    "get_default_dtype",
-    "irange",
-    "nullopt",
-}
-# Under `at::cuda::`/`c10::cuda::` only these query or steer the device; anything else there
-# (`at::cuda::blas::gemm<float>(...)`) is ATen doing work.
-_CUDA_NS_GLUE = frozenset(
-    {
-        "getCurrentCUDAStream",
-        "getDefaultCUDAStream",
-        "getStreamFromExternal",
-        "getCurrentDeviceProperties",
-        "getDeviceProperties",
-        "current_device",
-        "device_count",
-        "set_device",
-        "device_synchronize",
-        "stream_synchronize",
-        "warp_size",
-        "getNumGPUs",
-        "is_available",
-        "getCurrentCUDABlasHandle",
-        "getCurrentCUDASparseHandle",
-        "getCurrentCUDASolverDnHandle",
-        "raw_alloc",
-        "raw_alloc_with_stream",
-        "raw_delete",
-        "get",
-        "c10_cuda_check_implementation",
-    }
-)
-
-
-def _aten_patterns(roots: set[str]) -> tuple[re.Pattern[str], re.Pattern[str]]:
-    """A qualified ATen call (template arguments allowed: `at::cuda::blas::gemm<float>(`) and a qualified
-    ATen function taken by address or passed on (`auto op = &at::mm; op(a, b)`), under any of `roots`."""
-    alt = "|".join(sorted(map(re.escape, roots)))
-    call = re.compile(rf"\b(?P<root>{alt})::((?:[A-Za-z_]\w*::)*)([A-Za-z_]\w*)\s*(?:<[^;{{}}()]*>\s*)?\(")
-    ref = re.compile(rf"(?<=[&=,(])\s*(?P<root>{alt})::((?:[A-Za-z_]\w*::)*)([a-z_]\w*)\s*(?=[;,)])")
-    return call, ref
-
-
-def _is_glue(ns: str, name: str, glue: frozenset[str] | set[str]) -> bool:
-    if name[:1].isupper() or name in ("nullopt",):
-        return True  # types, guards, options
-    if "cuda::" in ns:
-        return name in _CUDA_NS_GLUE or "CUDACachingAllocator::" in ns
-    return name in glue
-
-
 _METHOD_CALL = re.compile(r"(?:\.|->)\s*([A-Za-z_]\w*)\s*\(")
-# ATen functions a host function can reach *unqualified*: argument-dependent lookup finds
-# `at::mm` for `mm(a, b)` when `a` is a tensor (`at::Tensor` lives in namespace `at`), and
-# `using namespace torch;` does the same for any argument. Names that are also C/C++ scalar or
-# standard-library functions (`max`, `exp`, `sort` …) count only when an argument is a tensor.
-_ATEN_UNQUALIFIED = frozenset(
-    {
-        "mm",
-        "bmm",
-        "matmul",
-        "addmm",
-        "addbmm",
-        "baddbmm",
-        "addmv",
-        "mv",
-        "einsum",
-        "linear",
-        "bilinear",
-        "conv1d",
-        "conv2d",
-        "conv3d",
-        "conv_transpose1d",
-        "conv_transpose2d",
-        "conv_transpose3d",
-        "convolution",
-        "_convolution",
-        "softmax",
-        "log_softmax",
-        "_softmax",
-        "_log_softmax",
-        "layer_norm",
-        "native_layer_norm",
-        "batch_norm",
-        "native_batch_norm",
-        "group_norm",
-        "native_group_norm",
-        "instance_norm",
-        "rms_norm",
-        *ACTIVATIONS,
-        "relu_",
-        "threshold",
-        "glu",
-        "logit",
-        "max_pool1d",
-        "max_pool2d",
-        "max_pool3d",
-        "avg_pool1d",
-        "avg_pool2d",
-        "avg_pool3d",
-        "adaptive_avg_pool1d",
-        "adaptive_avg_pool2d",
-        "adaptive_avg_pool3d",
-        "adaptive_max_pool2d",
-        "scaled_dot_product_attention",
-        "embedding",
-        "dropout",
-        "cumsum",
-        "cumprod",
-        "argmax",
-        "argmin",
-        "topk",
-        "logsumexp",
-        "mean",
-        "sum",
-        "prod",
-        "var",
-        "amax",
-        "amin",
-        "masked_fill",
-        "index_select",
-        "gather",
-        "scatter",
-        "scatter_add",
-        "tril",
-        "triu",
-        "diag",
-        "flip",
-        "repeat_interleave",
-        "cosine_similarity",
-        "pairwise_distance",
-        "cdist",
-        "mse_loss",
-        "l1_loss",
-        "cross_entropy",
-        "nll_loss",
-        "binary_cross_entropy",
-        "kl_div",
-        "smooth_l1_loss",
-        "huber_loss",
-        "triplet_margin_loss",
-        "hinge_embedding_loss",
-        "margin_ranking_loss",
-        "cosine_embedding_loss",
-        "pixel_shuffle",
-        "upsample_bilinear2d",
-        "upsample_nearest2d",
-        "grid_sampler",
-        "constant_pad_nd",
-        "clamp_min",
-        "clamp_max",
-        "reciprocal",
-        "rsqrt",
-        "square",
-        "addcmul",
-        "addcdiv",
-        "cat",
-        "stack",
-        "allclose",
-        "isclose",
-        "equal",
-        "nan_to_num",
-        "frobenius_norm",
-        "nuclear_norm",
-        "_fused_sdp_choice",
-    }
-)
-_ATEN_AMBIGUOUS = frozenset(
-    {
-        "abs",
-        "min",
-        "max",
-        "exp",
-        "exp2",
-        "expm1",
-        "log",
-        "log2",
-        "log10",
-        "log1p",
-        "sqrt",
-        "pow",
-        "floor",
-        "ceil",
-        "round",
-        "trunc",
-        "sin",
-        "cos",
-        "tan",
-        "asin",
-        "acos",
-        "atan",
-        "atan2",
-        "sinh",
-        "cosh",
-        "tanh",
-        "erf",
-        "erfc",
-        "fmod",
-        "hypot",
-        "sign",
-        "remainder",
-        "sort",
-        "fill",
-        "all",
-        "any",
-        "minimum",
-        "maximum",
-        "clamp",
-        "clip",
-        "div",
-        "mul",
-        "add",
-        "sub",
-        "neg",
-        "where",
-        "dot",
-        "norm",
-        "lerp",
-        "cross",
-        "outer",
-        "roll",
-        "kron",
-        "median",
-        "mode",
-        "std",
-        "nonzero",
-        "unique",
-        "copysign",
-    }
-)
 _UNQUALIFIED_CALL = re.compile(r"(?<![\w.>:])([A-Za-z_]\w*)\s*\(")
 _TENSOR_DECL = re.compile(
     r"\b(?:torch|at)::Tensor\s*(?:const\s*)?[&*]*\s*([A-Za-z_]\w*)|"
@@ -439,17 +196,17 @@ def pattern_findings(u: Unit, level: Strictness, defined: set[str]) -> list[Diag
                 )
             )
     lib_sev = Severity.WARNING if level is Strictness.LENIENT else Severity.ERROR
-    glue = _CPP_GLUE_STRICT if level is Strictness.STRICT else _CPP_GLUE
+    glue = CPP_GLUE_STRICT if level is Strictness.STRICT else CPP_GLUE
     macros = [
         (CppFunction("#define", "", m.start(), m.end(), False), m.group(0))
         for m in re.finditer(r"^[ \t]*#[ \t]*define\b(?:[^\n]*\\\n)*[^\n]*", u.code, re.MULTILINE)
     ]
     roots = aten_namespaces(u.code)
-    aten_call, aten_ref = _aten_patterns(roots)
+    aten_call, aten_ref = aten_patterns(roots)
     for f, body in [*host_bodies(u), *macros]:
         for m in aten_call.finditer(body):
             root, ns, name = m.group("root"), m.group(2), m.group(3)
-            if _is_glue(ns, name, glue) or (root not in ATEN_ROOTS and name in defined):
+            if is_glue(ns, name, glue) or (root not in ATEN_ROOTS and name in defined):
                 continue
             diags.append(
                 diag(
@@ -464,7 +221,7 @@ def pattern_findings(u: Unit, level: Strictness, defined: set[str]) -> list[Diag
         for m in aten_ref.finditer(body):
             root, ns, name = m.group("root"), m.group(2), m.group(3)
             if (
-                _is_glue(ns, name, glue)
+                is_glue(ns, name, glue)
                 or re.match(r"k[A-Z]", name)
                 or (root not in ATEN_ROOTS and name in defined)
             ):
@@ -633,12 +390,12 @@ def _unqualified_aten_calls(text: str, body_offset: int, defined: set[str]) -> l
         if (
             name in defined
             or name in locals_
-            or (name not in _ATEN_UNQUALIFIED and name not in _ATEN_AMBIGUOUS)
+            or (name not in ATEN_UNQUALIFIED and name not in ATEN_AMBIGUOUS)
         ):
             continue
         if (
-            name in _ATEN_AMBIGUOUS
-            and name not in _ATEN_UNQUALIFIED
+            name in ATEN_AMBIGUOUS
+            and name not in ATEN_UNQUALIFIED
             and not _tensor_arguments(text, m.end(), tensors)
         ):
             continue

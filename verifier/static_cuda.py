@@ -1,17 +1,20 @@
 """Static anti-cheat checks over a candidate's C++/CUDA source text (no compiler, regex + braces).
 
-`check_cpp_sources()` is the entry point: it blanks comments and strings
-(`static_cpp_scan.py`), applies the pattern rules to every source (`static_cpp_rules.py`:
-streams, threads, sleeps, interposition, dispatcher registrations, file/process APIs, caches,
-ATen and vendor-library calls), warns about half precision, and — here — checks that every
+`check_cpp_sources()` is the entry point: it blanks comments and strings and expands the
+file's own macros (`static_cpp_scan.py`, `static_cpp_preprocess.py`), applies the pattern rules
+to every source (`static_cpp_rules.py`: streams, threads, sleeps, interposition, dispatcher
+registrations, file/process APIs, caches, ATen, vendor-library and Python calls), warns about half precision, and — here — checks that every
 `__global__` kernel is launched from a host function Python can reach
 (`static.kernel_never_launched`; roots are `functions=`, else `PYBIND11_MODULE`'s `m.def`, else
-every host function).
+every host function). A kernel passed by name to a host function that launches that
+parameter (`template <class K, class... A> void launch(K k, ...) { k<<<g, b>>>(...); }`) counts
+as launched; a launch of a name that is no kernel, parameter or local (`relu_kernl<<<...>>>`) is
+reported where it is written, instead of calling the kernel it misspells a decoy.
 
-What it does not do: it does not preprocess (macros that hide a launch or a call are not
-expanded), resolve overloads or templates, or follow calls through function pointers; a
-kernel launched only from another kernel (dynamic parallelism) counts as not launched. Those
-cases are what the dynamic profiler check (`dynamic_checks.py`) is for.
+What it does not do: resolve overloads or template instantiations, follow calls through function
+pointers stored in variables, or see macros from headers; a kernel launched only from another
+kernel (dynamic parallelism) counts as not launched. Those cases are what the dynamic profiler
+check (`dynamic_checks.py`) is for.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """What `ModelNew.forward` (and everything it calls) does, judged by the glue policy — AST only.
 
-`analyze_forward()` walks `ModelNew.forward`, `ModelNew.__call__`, every `ModelNew` method they
-call through `self.m(...)` and every module-level function (or lambda) they call by name, and
-reports:
+`analyze_forward()` walks every function that can run when `ModelNew` is called
+(`static_reach.py`: the call-protocol methods of `ModelNew` and its in-file bases, its metaclass,
+the methods, helper classes, functions and lambdas they reach), each with the `self` of its own
+class, and reports:
 
 - `static.torch_op_in_forward` — PyTorch compute (`torch.*`, `F.*`, also through module-level
   aliases, `nn` layers, also from containers and loop variables, tensor compute methods,
@@ -21,7 +22,7 @@ Tensor-ness is inferred, not known: forward's unannotated parameters, `self.<par
 names assigned from tensor expressions are tensors; `x.size(0)`, `x.shape[0]`, `x.numel()` are
 not. Arithmetic between non-tensors (grid sizes) is never flagged. Not covered: containers
 filled at run time, calls through `getattr`/higher-order functions (flagged separately as
-dynamic code), methods of other classes.
+dynamic code), classes and functions of other files.
 """
 
 from __future__ import annotations

@@ -38,10 +38,21 @@ CALL_PROTOCOL_ATTRS = frozenset(
         "forward",
         "__call__",
         "__class__",
+        "__bases__",
         "_call_impl",
         "_wrapped_call_impl",
         "__getattribute__",
         "__getattr__",
+    }
+)
+# Methods that install code to run around `forward` on every call (and may replace its output).
+HOOK_INSTALLERS = frozenset(
+    {
+        "register_forward_hook",
+        "register_forward_pre_hook",
+        "register_module_forward_hook",
+        "register_module_forward_pre_hook",
+        "register_module_call_hook",
     }
 )
 
@@ -64,6 +75,12 @@ class CodeIndex:
             if isinstance(n, ast.ClassDef):
                 self.classes.setdefault(n.name, n)
         self.funcs = module_funcs
+        self.nested: dict[str, list[Function]] = {}  # functions defined inside functions, by name
+        for n in ast.walk(tree):
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                for inner in ast.walk(n):
+                    if inner is not n and isinstance(inner, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                        self.nested.setdefault(inner.name, []).append(inner)
         self.module_vars: dict[str, list[ast.expr]] = {}
         for stmt in tree.body:
             if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None:
@@ -135,8 +152,9 @@ def reachable(index: CodeIndex, model_new: ast.ClassDef) -> list[Reached]:
             for fn in index.methods(meta).values():
                 add(fn, meta)
 
-    def add_named(expr: ast.expr) -> None:
-        """What a stored value or a module variable's definition names."""
+    def add_named(expr: ast.expr, owner: ast.ClassDef | None = None) -> None:
+        """What a stored value or a module variable's definition names, and the lambdas it holds
+        (`self.f = lambda x: ...`: its body runs when forward calls `self.f`)."""
         built = {id(n.func) for n in ast.walk(expr) if isinstance(n, ast.Call)}
         for n in ast.walk(expr):
             if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
@@ -144,6 +162,10 @@ def reachable(index: CodeIndex, model_new: ast.ClassDef) -> list[Reached]:
                     add_class(index.classes[n.id], with_init=id(n) not in built)
                 elif n.id in index.funcs:
                     add(index.funcs[n.id], None)
+                for fn in index.nested.get(n.id, ()):  # `def helper(x): ...; self.f = helper`
+                    add(fn, owner)
+            elif isinstance(n, ast.Lambda):
+                add(lambda_function("<lambda>", n), owner)
 
     for name, fn in index.methods(model_new).items():
         if name in FORWARD_ROOTS:
@@ -167,7 +189,7 @@ def reachable(index: CodeIndex, model_new: ast.ClassDef) -> list[Reached]:
                 if node.attr in owner_methods and node.attr != "__init__":
                     add(owner_methods[node.attr], item.owner)
                 for value in owner_values.get(node.attr, ()):
-                    add_named(value)
+                    add_named(value, item.owner)
             elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
                 if node.id in index.funcs:
                     add(index.funcs[node.id], None)
@@ -178,6 +200,21 @@ def reachable(index: CodeIndex, model_new: ast.ClassDef) -> list[Reached]:
                     for value in index.module_vars[node.id]:
                         add_named(value)
     return sorted(seen.values(), key=lambda r: (r.fn.lineno, r.fn.col_offset))
+
+
+def lambda_function(name: str, lam: ast.Lambda) -> ast.FunctionDef:
+    """A lambda as the function it is (`name = lambda x: body` → `def name(x): return body`)."""
+    fn = ast.FunctionDef(
+        name=name,
+        args=lam.args,
+        body=[ast.Return(lam.body)],
+        decorator_list=[],
+        returns=None,
+        type_comment=None,
+    )
+    fn = ast.copy_location(fn, lam)
+    ast.fix_missing_locations(fn)
+    return fn
 
 
 def base_name(b: ast.expr) -> str:

@@ -1,0 +1,145 @@
+"""Stores that replace what `ModelNew(...)(x)` runs, which the forward checks would never read.
+
+`nn.Module.__call__` finds the code it runs through the instance: its class (`__class__`, the
+class's bases), the attributes `forward`, `__call__`, `_call_impl`, `__getattribute__`, hooks
+installed around forward, and — for the verifier, which loads the name — the module-level
+binding `ModelNew`. `call_protocol_findings()` reports every store that changes one of them,
+on any object, in any form: `self.forward = f`, `type(self).forward = f`, `setattr(obj,
+"forward", f)`, `object.__setattr__(self, "__class__", C)`, `obj.__dict__["forward"] = f`,
+`self.register_forward_hook(h)`, a second `ModelNew` (`static.monkey_patch`), and a `setattr`
+whose attribute name the file does not fix (`static.dynamic_code`).
+
+Not covered: stores through `globals()`, `sys.modules` or `__code__`, which `static_checks.py`
+rejects as dynamic code before any of this matters.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from cudice.verifier.document import callee_name
+from cudice.verifier.static_forward import Finding
+from cudice.verifier.static_reach import CALL_PROTOCOL_ATTRS, HOOK_INSTALLERS
+from cudice.verifier.static_sources import ModuleConstants
+
+
+def call_protocol_findings(tree: ast.Module) -> list[Finding]:
+    """Stores that replace the code a call finds (`self.forward = f`, `setattr(obj, "forward", f)`,
+    `object.__setattr__(self, "__class__", C)`, `obj.__dict__[k] = v`), forward hooks, and every
+    binding of `ModelNew` after the first."""
+    out: list[Finding] = []
+    consts = ModuleConstants(tree)
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
+            targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
+            for t in targets:
+                for a in (n for n in ast.walk(t) if isinstance(n, (ast.Attribute, ast.Subscript))):
+                    if isinstance(a, ast.Attribute) and a.attr in CALL_PROTOCOL_ATTRS:
+                        out.append(_replaces_call(a, a.attr))
+                    elif isinstance(a, ast.Subscript) and _names_dict(a.value):
+                        out.append(_replaces_call(a, None))
+        elif isinstance(node, ast.Call):
+            out += _call_finding(node, consts)
+    for node in _model_new_bindings(tree)[1:]:
+        out.append(
+            Finding(
+                "static.monkey_patch",
+                node,
+                "`ModelNew` is bound more than once: the verifier loads the name, so the last binding — "
+                "not the class the checks read — would run. Define `class ModelNew` once and never "
+                "rebind it.",
+            )
+        )
+    return out
+
+
+def _call_finding(node: ast.Call, consts: ModuleConstants) -> list[Finding]:
+    name = callee_name(node.func)
+    if name in ("setattr", "delattr", "__setattr__", "__delattr__"):
+        bound = isinstance(node.func, ast.Attribute) and not _is_type_receiver(node.func.value)
+        pos = 0 if bound else 1
+        if len(node.args) <= pos:
+            return []
+        key = node.args[pos]
+        value = consts.value(key)
+        if isinstance(value, str) and value in CALL_PROTOCOL_ATTRS:
+            return [_replaces_call(node, value)]
+        if not isinstance(value, str) and not _has_literal_prefix(key):
+            return [
+                Finding(
+                    "static.dynamic_code",
+                    node,
+                    f"`{ast.unparse(node.func)}` with an attribute name the file does not fix: it could "
+                    "replace `forward` (or `__class__`) with code the checks never read. Use plain "
+                    "`self.name = value` assignments.",
+                )
+            ]
+    elif isinstance(node.func, ast.Attribute) and name in ("update", "setdefault", "__setitem__"):
+        if _names_dict(node.func.value):
+            return [_replaces_call(node, None)]
+    elif name in HOOK_INSTALLERS:
+        return [
+            Finding(
+                "static.monkey_patch",
+                node,
+                f"`{name}(...)` installs code that runs around `forward` on every call and can replace "
+                "its inputs or output, unseen by the checks that read `forward`. A kernel file needs no "
+                "hooks: do the work in `forward`.",
+            )
+        ]
+    return []
+
+
+def _replaces_call(node: ast.AST, attr: str | None) -> Finding:
+    what = f"`{attr}`" if attr else "an object's `__dict__`"
+    return Finding(
+        "static.monkey_patch",
+        node,
+        f"assigns {what}: replacing what `model(x)` looks up (`forward`, `__call__`, `__class__`) "
+        "makes the module run code other than the `forward` the checks read. Define `forward` in "
+        "`ModelNew` and leave it in place.",
+    )
+
+
+def _names_dict(e: ast.expr) -> bool:
+    """`obj.__dict__` or `vars(obj)`: a write through it can replace any attribute, `forward` included."""
+    return (isinstance(e, ast.Attribute) and e.attr == "__dict__") or (
+        isinstance(e, ast.Call) and callee_name(e.func) == "vars"
+    )
+
+
+def _is_type_receiver(e: ast.expr) -> bool:
+    """`object.__setattr__(obj, name, v)` / `nn.Module.__setattr__(obj, ...)` take the object first;
+    `self.__setattr__(name, v)` / `super().__setattr__(name, v)` do not."""
+    if isinstance(e, ast.Call):
+        return False
+    return not (isinstance(e, ast.Name) and e.id in ("self", "cls", "obj"))
+
+
+def _has_literal_prefix(e: ast.expr) -> bool:
+    """`f"conv{i}"`: a computed name that cannot be `forward` or a dunder."""
+    if not isinstance(e, ast.JoinedStr) or not e.values:
+        return False
+    first = e.values[0]
+    return (
+        isinstance(first, ast.Constant)
+        and isinstance(first.value, str)
+        and bool(first.value)
+        and not first.value.startswith("_")
+        and not any(a.startswith(first.value) for a in CALL_PROTOCOL_ATTRS)
+    )
+
+
+def _model_new_bindings(tree: ast.Module) -> list[ast.AST]:
+    """Every statement that binds the name `ModelNew`, in source order."""
+    out: list[ast.AST] = []
+    for n in ast.walk(tree):
+        if isinstance(n, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == "ModelNew":
+            out.append(n)
+        elif isinstance(n, ast.Name) and n.id == "ModelNew" and isinstance(n.ctx, (ast.Store, ast.Del)):
+            out.append(n)
+        elif isinstance(n, (ast.Import, ast.ImportFrom)):
+            out += [n for a in n.names if (a.asname or a.name) == "ModelNew"]
+        elif isinstance(n, (ast.Global, ast.Nonlocal)) and "ModelNew" in n.names:
+            out.append(n)
+    return sorted(out, key=lambda n: (getattr(n, "lineno", 0), getattr(n, "col_offset", 0)))
