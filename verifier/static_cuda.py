@@ -3,8 +3,9 @@
 `check_cpp_sources()` is the entry point: it blanks comments and strings and expands the
 file's own macros (`static_cpp_scan.py`, `static_cpp_preprocess.py`), applies the pattern rules
 to every source (`static_cpp_rules.py`: streams, threads, sleeps, interposition, dispatcher
-registrations, file/process APIs, caches, ATen, vendor-library and Python calls), warns about half precision, and — here — checks that every
-`__global__` kernel is launched from a host function Python can reach
+registrations, file/process APIs, caches, ATen, vendor-library and Python calls), warns about
+half precision, and — here — checks that every `__global__` kernel is launched from a host
+function Python can reach
 (`static.kernel_never_launched`; roots are `functions=`, else `PYBIND11_MODULE`'s `m.def`, else
 every host function). A kernel passed by name to a host function that launches that
 parameter (`template <class K, class... A> void launch(K k, ...) { k<<<g, b>>>(...); }`) counts
