@@ -7,10 +7,11 @@ misses kernels the candidate compiles without writing them (CUB's `DeviceReduce`
 
 Contract: `own_kernels(library) -> frozenset[str]`, every entry function (`__global__`) of every
 device image in the library's fatbin (ELF sections `.nv_fatbin` and, for relocatable device code,
-`__nv_relfatbin`), each under two names: the demangled one — demangled by libstdc++'s
-`__cxa_demangle`, the demangler the profiler's CUPTI layer uses (pytorch/kineto
-`libkineto/src/Demangle.cpp`), so names agree character for character — and its symbol, which
-is what that layer reports for symbols over 1,024 characters. Cached by the library's content hash.
+`__nv_relfatbin`; or of the library itself if it is a cubin), each under two names: the
+demangled one — demangled by libstdc++'s `__cxa_demangle`, the demangler the profiler's CUPTI
+layer uses (pytorch/kineto `libkineto/src/Demangle.cpp`), so names agree character for character
+— and its symbol, which is what that layer reports for symbols over 1,024 characters. Cached by
+the library's content hash.
 
 How: the fatbin's cubins are ELF files; entry functions are `STT_FUNC` symbols flagged
 `STO_CUDA_ENTRY` (what `cuobjdump -symbols` prints as `ENTRY`); PTX images name them `.entry`.
@@ -21,7 +22,8 @@ child Python with a timeout (the symbols are the candidate's, and a demangler fe
 may recurse deeply or crash), which dies with the thread that started it.
 
 Raises `KernelSymbolsError` (the caller fails closed) when the library cannot be read, holds no
-device image, holds only images it cannot decode, or a tool fails or times out.
+device image, holds compressed images while the toolkit has no `cuobjdump`, or a tool fails or
+times out.
 
 Not covered: the library is the candidate's code, and host code can place bytes in a section named
 `.nv_fatbin`, so a forged image can claim any kernel name; names in PyTorch's and vendor
@@ -50,6 +52,7 @@ _FATBIN_SECTIONS = (".nv_fatbin", "__nv_relfatbin")
 _KIND_PTX, _KIND_ELF = 1, 2
 _FLAG_COMPRESSED = 0x2000 | 0x8000  # LZ4 (CUDA ≤ 12) | zstd (CUDA 13)
 _SHT_SYMTAB, _STT_FUNC, _STO_CUDA_ENTRY = 2, 2, 0x10
+_EM_CUDA = 190
 _PTX_ENTRY = re.compile(rb"\.entry\s+([A-Za-z_$%][\w$%]*)")
 _CUOBJDUMP_ENTRY = re.compile(r"^\s*FUNC\s+\S+\s+\S+\s+ENTRY\s+(\S+)\s*$", re.M)
 
@@ -117,9 +120,12 @@ def list_entry_names(library: Path, tool_timeout_s: float = 30.0) -> frozenset[s
 
 
 def entry_symbols(library: Path, tool_timeout_s: float = 30.0) -> set[str]:
-    """The mangled symbols of the entry functions in `library`'s device images."""
+    """The mangled symbols of the entry functions in `library`'s device images (`library` may also
+    be a bare cubin, as compile.py builds from a raw `.cu` document)."""
     data = library.read_bytes()
     try:
+        if data[:4] == b"\x7fELF" and struct.unpack_from("<H", data, 0x12)[0] == _EM_CUDA:
+            return _cubin_entries(data)
         images = [img for sec in _sections(data, _FATBIN_SECTIONS) for img in _fatbin_images(sec)]
     except (struct.error, ValueError) as exc:
         raise KernelSymbolsError(f"{library.name} is not a readable ELF library ({exc}).") from exc

@@ -124,6 +124,20 @@ def test_compressed_images_need_cuobjdump_or_fail_closed(tmp_path: Path) -> None
 
 
 @needs_nvcc
+def test_a_bare_cubin_is_read_too(tmp_path: Path) -> None:
+    cu, cubin = tmp_path / "k.cu", tmp_path / "k.cubin"
+    cu.write_text('extern "C" __global__ void raw_kernel(float* y) { y[0] = 1; }\n' + SMALL)
+    nvcc = str(Path(cuda_home()) / "bin" / "nvcc")
+    cmd = [nvcc, "-cubin", "-arch=sm_90", "-o", str(cubin), str(cu)]
+    subprocess.run(cmd, check=True, capture_output=True, timeout=300)
+    assert ks.own_kernels(cubin) == {
+        "raw_kernel",
+        "relu_kernel(float const*, float*, int)",
+        "_Z11relu_kernelPKfPfi",
+    }
+
+
+@needs_nvcc
 @pytest.mark.skipif(ks.find_cuobjdump() is None, reason="needs the toolkit's cuobjdump")
 def test_built_in_reader_agrees_with_cuobjdump(library: Path) -> None:
     assert ks.entry_symbols(library) == ks._cuobjdump_entries(library, 30.0)
