@@ -69,6 +69,9 @@ class VerifyConfig:
     # run nvcc's host front end (cudafe++) and device compiler (cicc) side by side (nvcc_split.py)
     split_nvcc: bool = True
     static_policy: str = "default"  # "strict" | "default" | "lenient" (static_policy.py, docs/anticheat.md)
+    # "fp32": fp32/fp64 outputs held to fp32 arithmetic (no TF32, fp16, bf16); "lenient": the
+    # element and norm tolerances only (tolerance.py)
+    precision: str = "fp32"
 
     def __post_init__(self) -> None:
         _require(
@@ -137,6 +140,13 @@ class VerifyConfig:
             self.static_policy,
             "must be 'strict', 'default' or 'lenient'",
             "see docs/anticheat.md",
+        )
+        _require(
+            self.precision in ("fp32", "lenient"),
+            "precision",
+            self.precision,
+            "must be 'fp32' or 'lenient'",
+            "use 'fp32' (the default), or 'lenient' to accept TF32/fp16 arithmetic for fp32 references",
         )
         _require(self.max_jobs >= 1, "max_jobs", self.max_jobs, "must be ≥ 1", "use the number of cores")
 

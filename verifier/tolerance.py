@@ -1,18 +1,46 @@
-"""Output comparison with a tolerance that follows the dtype and the output's magnitude.
+"""Output comparison: a tolerance that follows the dtype and the output's magnitude, and a precision policy.
 
-An element passes when `|c - r| <= atol_eff + rtol_eff * |r|` (as `torch.testing.assert_close`),
-where `rtol_eff = max(rtol, floor of the dtype)` and `atol_eff = atol * scale`, `scale` being the
-root mean square of the reference output (at least the dtype's smallest normal number): an
-absolute 1e-2 would accept `1e-6 * x` wherever every true value is below 1e-2 (a softmax over
-65536 columns is ~1.5e-5: https://github.com/ScalingIntelligence/KernelBench/issues/165). On top,
-the whole output must pass a relative-norm check at a quarter of what the element bound allows,
-`||c - r||_2 <= (rtol_eff * ||r||_2 + atol_eff * sqrt(n)) / 4`, so an error spread evenly over all
-elements just under the element tolerance (a systematic bias, a lower-precision computation) does
-not pass either; honest fp32 kernels sit orders of magnitude below it.
+Three rules, in order, for each floating-point output (worst output reported):
+
+1. element: `|c - r| <= atol_eff + rtol_eff * |r|` (as `torch.testing.assert_close`), where
+   `rtol_eff = max(rtol, floor of the dtype)` and `atol_eff = atol * scale`, `scale` being the
+   root mean square of the reference output (at least the dtype's smallest normal number): an
+   absolute 1e-2 would accept `1e-6 * x` wherever every true value is below 1e-2 (a softmax over
+   65536 columns is ~1.5e-5: https://github.com/ScalingIntelligence/KernelBench/issues/165);
+2. norm: `||c - r||_2 <= (rtol_eff * ||r||_2 + atol_eff * sqrt(n)) / 4`, a quarter of what the
+   element rule allows (with `scale = rms(r)` that is a relative norm error of `(rtol + atol) / 4`),
+   so an error spread evenly over all elements just under the element tolerance (a systematic bias)
+   does not pass either;
+3. precision (`precision="fp32"`, the default): an fp32 or fp64 reference output is held to fp32
+   arithmetic, `||c - r||_2 / ||r||_2 <= FP32_REL_NORM_BOUND` (5e-5). `precision="lenient"` skips
+   it (rules 1 and 2 only, KernelBench's acceptance) and says in `Comparison.note` when it would
+   have failed. 16-bit outputs have only rules 1 and 2, with their dtype's rtol floor.
+
+Why 5e-5: relative norm errors measured on the CPU against torch's fp32 result (randn inputs
+unless named; TF32 emulated by rounding the inputs' mantissas to 10 bits), honest fp32 in
+another order -> lower precision:
+- matmul 512x1024x512: 3.4e-7 (fp64 accumulation; K in 8 chunks) -> TF32 2.9e-4 (truncating
+  7.7e-4), fp16 inputs 2.9e-4, fp16 output 2.1e-4, bf16 inputs 2.3e-3;
+- matmul 256x16384x256: 4.0e-7 (split-K in 64) -> TF32 2.9e-4;
+- conv 3x3, 64 -> 128 channels: 3.5e-7 (im2col) -> TF32 2.9e-4, fp16 inputs 2.9e-4;
+- attention 256x1024x64: 4.4e-7 (online softmax over key blocks) -> TF32 matmuls 3.7e-4;
+- sum of 2^20 values: 1.8e-7 (1024 blocks), 1.1e-5 (one by one in fp32) -> fp16 inputs 1.8e-4;
+- softmax rows of 4096: 1.2e-7 (online; exp2(x * log2 e)) -> fp16 inputs 4.6e-4, fp16 output
+  2.1e-4 (1.2e-4 on 32x wider inputs);
+- LayerNorm rows of 4096: 6.8e-8 (two-pass), 2.4e-7 (E[x^2] - E[x]^2 at mean 5, sd 3) -> fp16
+  inputs 2.1e-4, bf16 output 1.7e-3.
+Honest orders stay below 1.2e-5 and lower-precision arithmetic is above 1.2e-4 on at least one
+of the judge's input distributions (TF32 and fp16 errors shrink to ~1.3e-5 on mean-5 inputs: the
+zero-mean trials catch them), so 5e-5 leaves a factor 4 on each side. Rule 3 also rejects
+approximations of the function rather than the format: tanh-GELU for erf-GELU (2.0e-4), a variance
+as E[x^2] - E[x]^2 on rows of mean 9 and sd 0.2 (1.1e-4), a sum of 2^24 values added one by one in
+fp32 (5.6e-5 to 8.8e-4).
+
 Integer and boolean outputs must be equal. NaN or Inf in a candidate output never passes.
 
-Not covered: ULP-level comparison, outputs whose reference is itself non-finite (the judge
-skips such an input distribution instead of comparing).
+Not covered: ULP-level comparison; outputs whose reference is itself non-finite (the judge skips
+such an input distribution instead of comparing); a scalar output that nearly cancels (a sum of
+zero-mean terms far smaller than its terms), where rule 3 measures the reference's own rounding.
 """
 
 from __future__ import annotations
@@ -20,18 +48,26 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+NORM_SHARE = 0.25  # rule 2: the norm bound's share of the element bound
+FP32_REL_NORM_BOUND = 5e-5  # rule 3 (measurements in the module docstring)
+PRECISIONS = ("fp32", "lenient")
 # dtype name -> rtol floor: the rounding error of a few accumulations in that format
-NORM_SHARE = 0.25
 _RTOL_FLOOR = {"float16": 1e-3, "bfloat16": 1.6e-2, "float32": 0.0, "float64": 0.0}
+_HELD_TO_FP32 = ("float32", "float64")
 
 
 @dataclass(frozen=True, slots=True)
 class Comparison:
     ok: bool
-    why: str
+    why: str  # what failed, why, how to fix; "" when ok
     max_abs_err: float
     max_rel_err: float
     rel_norm_err: float  # ||c - r|| / ||r|| over all outputs, worst one
+    # the rule that failed: "count", "value", "shape", "dtype", "integer", "non_finite", "element",
+    # "norm" or "precision"; "" when ok
+    rule: str = ""
+    precision: str = "fp32"  # the policy applied
+    note: str = ""  # under "lenient": what the fp32 policy would have rejected
 
 
 def _flatten(out: object) -> list[object]:
@@ -40,49 +76,52 @@ def _flatten(out: object) -> list[object]:
     return flatten_outputs(out)
 
 
-def compare_outputs(ref: Any, cand: Any, atol: float, rtol: float) -> Comparison:
-    """Compare a forward's outputs (nested tuples/lists/dicts of tensors and plain values)."""
+def compare_outputs(ref: Any, cand: Any, atol: float, rtol: float, precision: str = "fp32") -> Comparison:
+    """Compare a forward's outputs (nested tuples/lists/dicts of tensors and plain values).
+
+    `atol` is relative to the reference output's root mean square, `rtol` elementwise;
+    `precision` is one of `PRECISIONS` (module docstring). Raises `ValueError` for another one.
+    """
     import torch
 
+    if precision not in PRECISIONS:
+        raise ValueError(
+            f"precision={precision!r} is not a precision policy; use 'fp32' (fp32 and fp64 outputs held "
+            "to fp32 arithmetic) or 'lenient' (the element and norm tolerances only)"
+        )
     refs, cands = _flatten(ref), _flatten(cand)
-    if len(refs) != len(cands):
-        return Comparison(False, f"{len(cands)} outputs, the reference returns {len(refs)}", 0.0, 0.0, 0.0)
     max_abs = max_rel = max_norm = 0.0
+    note = ""
+
+    def fail(rule: str, why: str) -> Comparison:
+        return Comparison(False, why, max_abs, max_rel, max_norm, rule, precision, note)
+
+    if len(refs) != len(cands):
+        return fail("count", f"{len(cands)} outputs, the reference returns {len(refs)}")
     for i, (r, c) in enumerate(zip(refs, cands, strict=True)):
         if not isinstance(r, torch.Tensor) or not isinstance(c, torch.Tensor):
             if r != c:
-                return Comparison(False, f"output {i} is {c!r}, expected {r!r}", max_abs, max_rel, max_norm)
+                return fail("value", f"output {i} is {c!r}, expected {r!r}")
             continue
         if tuple(c.shape) != tuple(r.shape):
-            return Comparison(
-                False,
-                f"output {i} has shape {tuple(c.shape)}, expected {tuple(r.shape)}",
-                max_abs,
-                max_rel,
-                max_norm,
-            )
+            return fail("shape", f"output {i} has shape {tuple(c.shape)}, expected {tuple(r.shape)}")
         if c.dtype != r.dtype:
-            return Comparison(
-                False, f"output {i} has dtype {c.dtype}, expected {r.dtype}", max_abs, max_rel, max_norm
-            )
+            return fail("dtype", f"output {i} has dtype {c.dtype}, expected {r.dtype}")
         if c.device != r.device:
             c = c.to(r.device)
         if not (r.is_floating_point() or r.is_complex()):
             if not torch.equal(c, r):
                 bad = int((c != r).sum())
-                return Comparison(
-                    False,
+                return fail(
+                    "integer",
                     f"output {i} differs from the reference in {bad} of {r.numel()} elements "
                     "(integer outputs must be equal)",
-                    max_abs,
-                    max_rel,
-                    max_norm,
                 )
             continue
         cf, rf = c.double(), r.double()
         if not bool(torch.isfinite(cf).all()):
             where = "where the reference is finite" if bool(torch.isfinite(rf).all()) else "(never accepted)"
-            return Comparison(False, f"output {i} contains NaN/Inf {where}", max_abs, max_rel, max_norm)
+            return fail("non_finite", f"output {i} contains NaN/Inf {where}")
         if cf.numel() == 0:
             continue
         name = str(r.dtype).removeprefix("torch.")
@@ -91,35 +130,43 @@ def compare_outputs(ref: Any, cand: Any, atol: float, rtol: float) -> Comparison
         atol_eff, rtol_eff = atol * scale, max(rtol, _RTOL_FLOOR.get(name, 0.0))
         diff = (cf - rf).abs()
         a = float(diff.max())
-        rel = float(
-            (diff / rf.abs().clamp_min(max(tiny, 1e-3 * scale))).max()
-        )  # relative to 0.1% of rms at least
+        rel = float((diff / rf.abs().clamp_min(max(tiny, 1e-3 * scale))).max())  # vs 0.1% of rms at least
         ref_norm = float(torch.linalg.vector_norm(rf))
         norm = float(torch.linalg.vector_norm(cf - rf))
         rel_norm = norm / ref_norm if ref_norm > 0 else (0.0 if norm == 0 else float("inf"))
         max_abs, max_rel, max_norm = max(max_abs, a), max(max_rel, rel), max(max_norm, rel_norm)
+        # 1. element
         bad = int((diff > atol_eff + rtol_eff * rf.abs()).sum())
         if bad:
-            return Comparison(
-                False,
-                (
-                    f"output {i} differs from the reference: max |err| {a:.3g}, {bad} of {diff.numel()} "
-                    f"elements beyond atol={atol_eff:.3g} (= {atol:g} x rms {scale:.3g}), "
-                    f"rtol={rtol_eff:g}"
-                ),
-                max_abs,
-                max_rel,
-                max_norm,
+            return fail(
+                "element",
+                f"output {i} differs from the reference: max |err| {a:.3g}, {bad} of {diff.numel()} "
+                f"elements beyond atol={atol_eff:.3g} (= {atol:g} x rms {scale:.3g}) + "
+                f"rtol={rtol_eff:g} x |ref|",
             )
-        if norm > NORM_SHARE * (rtol_eff * ref_norm + atol_eff * diff.numel() ** 0.5):
-            return Comparison(
-                False,
-                (
-                    f"output {i} differs from the reference: relative norm error {rel_norm:.3g} is "
-                    f"above rtol={rtol_eff:g} (every element is off by a little)"
-                ),
-                max_abs,
-                max_rel,
-                max_norm,
+        # 2. norm: a quarter of the element bound, stated as the relative norm error it allows
+        norm_bound = NORM_SHARE * (rtol_eff * ref_norm + atol_eff * diff.numel() ** 0.5)
+        if norm > norm_bound:
+            allowed = norm_bound / ref_norm if ref_norm > 0 else 0.0
+            return fail(
+                "norm",
+                f"output {i} differs from the reference: relative norm error {rel_norm:.3g} is above the "
+                f"norm bound {allowed:.3g} (= (rtol {rtol_eff:g} + atol {atol:g}) / 4): every element is "
+                "off by a little (a systematic bias, or a much lower precision); remove the bias, "
+                "or compute in the reference's precision",
             )
-    return Comparison(True, "", max_abs, max_rel, max_norm)
+        # 3. precision: fp32 and fp64 outputs held to fp32 arithmetic
+        if name in _HELD_TO_FP32 and rel_norm > FP32_REL_NORM_BOUND:
+            finding = (
+                f"output {i}: relative norm error {rel_norm:.2e} is above the fp32 bound "
+                f"{FP32_REL_NORM_BOUND:.0e}: the kernel computes in lower precision than its {name} "
+                "reference (TF32 or fp16/bf16 arithmetic?) or approximates the function"
+            )
+            if precision == "fp32":
+                return fail(
+                    "precision",
+                    f"{finding}; compute in fp32 (TF32 off, fp32 accumulation, the reference's formula), "
+                    "or set precision='lenient' to accept it",
+                )
+            note = note or f"accepted under precision='lenient'; {finding}"
+    return Comparison(True, "", max_abs, max_rel, max_norm, "", precision, note)

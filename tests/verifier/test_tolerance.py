@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import socket
 import threading
+from typing import Any
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
 from cudice.verifier import channel  # noqa: E402
-from cudice.verifier.tolerance import compare_outputs  # noqa: E402
+from cudice.verifier.config import VerifyConfig  # noqa: E402
+from cudice.verifier.tolerance import PRECISIONS, compare_outputs  # noqa: E402
 
 
 def test_tiny_garbage_fails_where_an_absolute_atol_accepted_it() -> None:
@@ -18,7 +20,7 @@ def test_tiny_garbage_fails_where_an_absolute_atol_accepted_it() -> None:
     ref = torch.softmax(x, dim=1)  # every value ~1.5e-5
     assert torch.allclose(x * 1e-6, ref, atol=1e-2, rtol=1e-2)  # what the old absolute check accepted
     cmp = compare_outputs(ref, x * 1e-6, 1e-2, 1e-2)
-    assert not cmp.ok and "rms" in cmp.why
+    assert not cmp.ok and "rms" in cmp.why and cmp.rule == "element"
 
 
 def test_honest_rounding_passes_in_every_dtype() -> None:
@@ -31,12 +33,110 @@ def test_honest_rounding_passes_in_every_dtype() -> None:
     ).ok
 
 
-def test_a_small_bias_on_every_element_fails_the_norm_check() -> None:
+def test_a_small_bias_on_every_element_fails_the_norm_check_with_the_bound_it_applies() -> None:
     ref = torch.randn(4096).abs() + 1.0
     biased = ref * (1 + 0.9e-2)  # each element inside rtol=1e-2, the whole output 0.9% off
-    cmp = compare_outputs(ref, biased, 1e-2, 1e-2)
-    assert not cmp.ok and "relative norm" in cmp.why
-    assert compare_outputs(ref, ref * (1 + 1e-4), 1e-2, 1e-2).ok
+    for precision in PRECISIONS:
+        cmp = compare_outputs(ref, biased, 1e-2, 1e-2, precision=precision)
+        assert not cmp.ok and cmp.rule == "norm" and cmp.precision == precision
+        # the bound stated is the one applied: (rtol + atol) / 4, below the error it rejects
+        assert "relative norm error 0.009 is above the norm bound 0.005 " in cmp.why, cmp.why
+    assert compare_outputs(ref, ref * (1 + 1e-4), 1e-2, 1e-2, precision="lenient").ok
+    assert compare_outputs(ref, ref * (1 + 1e-6), 1e-2, 1e-2).ok
+
+
+def _tf32(x: torch.Tensor) -> torch.Tensor:
+    """The inputs a TF32 tensor core multiplies: mantissas rounded to 10 bits."""
+    return ((x.contiguous().view(torch.int32) + 0x1000) & ~0x1FFF).view(torch.float32)
+
+
+def _chunked_matmul(a: torch.Tensor, b: torch.Tensor, num_chunks: int) -> torch.Tensor:
+    k = a.shape[1] // num_chunks
+    return sum((a[:, i : i + k] @ b[i : i + k] for i in range(0, a.shape[1], k)), torch.zeros(()))
+
+
+@pytest.fixture(scope="module")
+def matmul() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    a, b = torch.randn(512, 1024), torch.randn(1024, 512)
+    return a, b, a @ b
+
+
+@pytest.mark.parametrize(
+    "lower",
+    [
+        pytest.param(lambda a, b: _tf32(a) @ _tf32(b), id="tf32"),
+        pytest.param(lambda a, b: a.half().float() @ b.half().float(), id="fp16_inputs"),
+        pytest.param(lambda a, b: (a @ b).half().float(), id="fp16_output"),
+    ],
+)
+def test_lower_precision_matmul_fails_fp32_and_passes_lenient(matmul: Any, lower: Any) -> None:
+    a, b, ref = matmul
+    cand = lower(a, b)
+    cmp = compare_outputs(ref, cand, 1e-2, 1e-2, precision="fp32")
+    assert not cmp.ok and cmp.rule == "precision" and 1e-4 < cmp.rel_norm_err < 1e-3
+    assert "above the fp32 bound 5e-05" in cmp.why and "precision='lenient'" in cmp.why
+    assert "TF32" in cmp.why and "compute in fp32" in cmp.why
+    lenient = compare_outputs(ref, cand, 1e-2, 1e-2, precision="lenient")
+    assert lenient.ok and lenient.precision == "lenient" and "fp32 bound" in lenient.note
+    assert not compare_outputs(ref.double(), cand.double(), 1e-2, 1e-2).ok  # fp64 held to fp32 too
+
+
+def _online_softmax(x: torch.Tensor, block: int) -> torch.Tensor:
+    m = torch.full((*x.shape[:-1], 1), -float("inf"))
+    s = torch.zeros((*x.shape[:-1], 1))
+    for c in x.split(block, -1):
+        new_m = torch.maximum(m, c.amax(-1, keepdim=True))
+        s = s * torch.exp(m - new_m) + torch.exp(c - new_m).sum(-1, keepdim=True)
+        m = new_m
+    return torch.exp2((x - m) * 1.4426950408889634) / s
+
+
+def _two_pass_layer_norm(x: torch.Tensor) -> torch.Tensor:
+    mean = x.mean(-1, keepdim=True)
+    return (x - mean) * torch.rsqrt(((x - mean) ** 2).mean(-1, keepdim=True) + 1e-5)
+
+
+def _one_pass_layer_norm(x: torch.Tensor) -> torch.Tensor:
+    mean = x.mean(-1, keepdim=True)
+    return (x - mean) * torch.rsqrt((x * x).mean(-1, keepdim=True) - mean * mean + 1e-5)
+
+
+def test_honest_fp32_in_another_order_passes_fp32(matmul: Any) -> None:
+    a, b, ref = matmul
+    cases = [
+        (ref, (a.double() @ b.double()).float()),  # fp64 accumulation
+        (ref, _chunked_matmul(a, b, 8)),  # split-K
+    ]
+    x = torch.randn(1 << 20)
+    blocks = x.view(1024, -1).sum(1)
+    cases += [(x.sum(), blocks.sum()), (x.sum(), x.double().sum().float())]  # tree and fp64 sums
+    rows = torch.randn(64, 4096) * 3 + 5  # the mean-5 rows the judge's shifted inputs bring
+    for inputs in (rows, torch.randn(64, 4096) * 32):  # and the wide ones
+        cases += [
+            (torch.softmax(inputs, -1), _online_softmax(inputs, 512)),
+            (torch.nn.functional.layer_norm(inputs, (4096,)), _two_pass_layer_norm(inputs)),
+            (torch.nn.functional.layer_norm(inputs, (4096,)), _one_pass_layer_norm(inputs)),
+        ]
+    for i, (r, c) in enumerate(cases):
+        cmp = compare_outputs(r, c, 1e-2, 1e-2)
+        assert cmp.ok and cmp.rel_norm_err < 1e-5 and cmp.note == "", (i, cmp)
+
+
+def test_precision_applies_to_fp32_and_fp64_outputs_only() -> None:
+    x = torch.randn(64, 256)
+    ref = torch.softmax(x, -1).to(torch.bfloat16)
+    assert compare_outputs(ref, torch.softmax(x.bfloat16().float(), -1).bfloat16(), 1e-2, 1e-2).ok
+    exact = torch.randn(256, 256, dtype=torch.float64)
+    assert compare_outputs(exact, exact.float().double(), 1e-2, 1e-2).ok  # fp32 arithmetic is enough
+
+
+def test_unknown_precision_and_config_values_are_refused() -> None:
+    ref = torch.ones(3)
+    with pytest.raises(ValueError, match=r"'fp32'.*'lenient'"):
+        compare_outputs(ref, ref, 1e-2, 1e-2, precision="tf32")
+    assert VerifyConfig().precision == "fp32" and VerifyConfig(precision="lenient").precision == "lenient"
+    with pytest.raises(ValueError, match=r"VerifyConfig.precision='fp16' must be 'fp32' or 'lenient'"):
+        VerifyConfig(precision="fp16")
 
 
 @pytest.mark.parametrize(
