@@ -343,7 +343,9 @@ class _Judge:
             self._send_inputs(self.session.cand, inputs)
             cand_out = self._call_and_fetch(ref_out, count_threads=bool(ref_trials))
             self._stop_on_errors(dyn.check_outputs_plain(cand_out, ref_out, self.where), Stage.CORRECTNESS)
-            cmp = compare_outputs(ref_out, cand_out, self.config.atol, self.config.rtol)
+            cmp = compare_outputs(
+                ref_out, cand_out, self.config.atol, self.config.rtol, precision=self.config.precision
+            )
             max_abs, max_rel = max(max_abs, cmp.max_abs_err), max(max_rel, cmp.max_rel_err)
             if not cmp.ok:
                 self.out.update(
@@ -575,7 +577,7 @@ class _Judge:
                     max_bytes=2 * tensor_bytes(want) + (1 << 20),
                 )
                 got = self._decode(rep, blobs)
-            cmp = compare_outputs(want, got, cfg.atol, cfg.rtol)
+            cmp = compare_outputs(want, got, cfg.atol, cfg.rtol, precision=cfg.precision)
             if not cmp.ok:
                 return [
                     _diag(
