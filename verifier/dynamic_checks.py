@@ -413,7 +413,7 @@ def negligible_foreign(foreign: Sequence[KernelRun], total_us: float) -> bool:
     of forward (corpus `adv_rt_spin_padding`); such a kernel takes microseconds itself."""
     spent = sum(r.device_time_us for r in foreign)
     if total_us <= 0:
-        return True
+        return not foreign  # no durations recorded: nothing shows the kernels were small
     tiny = all(r.device_time_us < GLUE_KERNEL_MAX_US for r in foreign)
     return tiny and spent < GLUE_SHARE * total_us
 

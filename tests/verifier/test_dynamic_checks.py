@@ -272,6 +272,7 @@ def test_many_tiny_aten_kernels_are_work_not_glue() -> None:
     assert codes(dc.check_own_kernels_did_work(runs, own)) == {"dynamic.torch_kernels_did_work"}
     assert dc.negligible_foreign([run(ATEN_DIV, 1.5)] * 3, total_us=100.0)
     assert not dc.negligible_foreign([run(ATEN_DIV, 1.5)] * 3, total_us=10.0)
+    assert not dc.negligible_foreign([run(ATEN_RELU, 0.0)], total_us=0.0)  # no durations: fail closed
     assert not dc.negligible_foreign([run(ATEN_RELU, 30.0)], total_us=100.0)
 
 
