@@ -16,6 +16,11 @@ Each candidate's header holds one machine-readable line and one line of prose:
   reject it as well (it is not required to). Most are plain-PyTorch stand-ins for a kernel, so the
   CPU tests run them through the judge on the CPU; `# runtime-device: gpu` marks those needing a GPU.
 
+`verdict=not_correct` (`NOT_CORRECT`) accepts every verdict but `correct`: an attack that any sound
+judge must reject, by whichever check comes first. Its `Case.verdict` is an `AnyButCorrect`, a
+string equal to every verdict but `correct`, so a test comparing `result.verdict.value ==
+case.verdict` accepts any rejection; `Case.accepts` says the same without the operator.
+
 Files under `references/` are KernelBench references, not candidates.
 
 `record()` collects outcomes of the `gpu` tests into one JSON-lines file for docs/benchmarks.md
@@ -38,6 +43,19 @@ CORPUS_DIR = Path(__file__).resolve().parent
 KINDS = ("honest", "static", "warning", "dynamic", "hostile", "runtime")
 _HEADER = re.compile(r"^# corpus: (?P<fields>.+)$", re.MULTILINE)
 _EXPLOIT = re.compile(r"^# exploit: (?P<text>.+)$", re.MULTILINE)
+NOT_CORRECT = "not_correct"
+
+
+class AnyButCorrect(str):
+    """The verdict `not_correct`: equal to every verdict but `correct` (and to itself)."""
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, str) and str(other) != "correct"
+
+    def __ne__(self, other: object) -> bool:
+        return not self.__eq__(other)
+
+    __hash__ = str.__hash__
 
 
 @dataclass(frozen=True)
@@ -52,6 +70,12 @@ class Case:
     def name(self) -> str:
         return self.path.stem
 
+    def accepts(self, verdict: str) -> bool:
+        """Whether a run ending in `verdict` meets this case's declared verdict (`a|b` lists several)."""
+        if isinstance(self.verdict, AnyButCorrect):
+            return verdict != "correct"
+        return verdict in self.verdict.split("|")
+
 
 def parse_case(path: Path) -> Case:
     text = path.read_text(encoding="utf-8")
@@ -64,7 +88,8 @@ def parse_case(path: Path) -> Case:
         raise ValueError(f"{path}: header needs kind in {KINDS} and a verdict, got {fields}")
     codes = tuple(c for c in fields.get("codes", "").split(",") if c)
     e = _EXPLOIT.search(text)
-    return Case(path, kind, fields["verdict"], codes, e.group("text") if e else "")
+    verdict = AnyButCorrect(NOT_CORRECT) if fields["verdict"] == NOT_CORRECT else fields["verdict"]
+    return Case(path, kind, verdict, codes, e.group("text") if e else "")
 
 
 def load_corpus(*kinds: str) -> list[Case]:
