@@ -124,6 +124,8 @@ def _launches(body: str, kernel: str) -> bool:
     return re.search(rf"\b(?:cudaLaunch\w*|cuLaunch\w*)\s*\([^;]*\b{k}\b", body) is not None
 
 
+# `<float>`, `<void (*)(float*)>`, `<std::pair<int, int>>`: template arguments, one level of nesting
+_TEMPLATE_ARGS = r"<(?:[^;{}()<>]|\([^;{}()]*\)|<[^;{}()<>]*>)*>"
 _LAUNCH_SITE = re.compile(r"\b([A-Za-z_]\w*)\s*(?:<[^;{}()<>]*>\s*)?<<<")
 
 
@@ -163,11 +165,11 @@ def _launched_params(header: str, code: str, f: CppFunction) -> set[int] | None:
 def _passed_to_launcher(body: str, kernel: str, launchers: dict[str, set[int]]) -> bool:
     """`launch(relu_kernel, grid, block, ...)` where `launch` launches that parameter."""
     for name, positions in launchers.items():
-        for m in re.finditer(rf"\b{re.escape(name)}\s*(?:<[^;{{}}()]*>\s*)?\(", body):
+        for m in re.finditer(rf"\b{re.escape(name)}\s*(?:{_TEMPLATE_ARGS}\s*)?\(", body):
             args = _call_args(body, m.end() - 1)
             for i in positions:
                 if i < len(args) and re.fullmatch(
-                    rf"&?\s*{re.escape(kernel)}\s*(?:<[^;{{}}()]*>)?", args[i].strip()
+                    rf"&?\s*{re.escape(kernel)}\s*(?:{_TEMPLATE_ARGS})?", args[i].strip()
                 ):
                     return True
     return False

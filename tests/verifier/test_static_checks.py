@@ -823,3 +823,313 @@ def test_half_types_added_to_a_dispatch_are_no_precision_downgrade() -> None:
         "auto y = torch::empty_like(x);", "auto y = torch::empty_like(x, x.options().dtype(at::kHalf));"
     )
     assert "static.precision_downgrade" in {d.code for d in check_source(downgraded, "d.py")}
+
+
+# -- names resolve to what they are, not to how they are spelled ---------------------------------
+
+_PY_HEADER = '''
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+src = r"""
+__global__ void k(float* y, int n) { }
+void run(torch::Tensor y) { k<<<1, 256>>>(y.data_ptr<float>(), y.numel()); }
+"""
+ext = load_inline(name="g", cpp_sources="void run(torch::Tensor y);", cuda_sources=src, functions=["run"])
+'''
+
+
+def _py(rest: str, policy: str = "default") -> list[Diagnostic]:
+    return check_source(_PY_HEADER + rest, "n.py", VerifyConfig(static_policy=policy))
+
+
+_FORWARD = """
+    def forward(self, x):
+        y = torch.empty_like(x)
+        ext.run(y)
+        return {ret}
+"""
+
+
+@pytest.mark.parametrize(
+    "rest",
+    [
+        # module re-exports: every path through `torch.cuda` that names torch is torch
+        "import torch.cuda as tc\nclass ModelNew(nn.Module):" + _FORWARD.format(ret="tc.torch.relu(x)"),
+        "from torch.cuda import torch as T\nclass ModelNew(nn.Module):" + _FORWARD.format(ret="T.relu(x)"),
+        "class ModelNew(nn.Module):" + _FORWARD.format(ret="torch.cuda.torch.nn.functional.gelu(x)"),
+        "class ModelNew(nn.Module):" + _FORWARD.format(ret="torch.cuda.comm.reduce_add([x, y])"),
+        # helper classes and functions reached from forward
+        "class H:\n    @staticmethod\n    def run(x):\n        return torch.tanh(x)\n"
+        "class ModelNew(nn.Module):" + _FORWARD.format(ret="H.run(x)"),
+        "class H:\n    def __call__(self, x):\n        return torch.tanh(x)\n_h = H()\n"
+        "class ModelNew(nn.Module):" + _FORWARD.format(ret="_h(x)"),
+        "class H:\n    def go(self, x):\n        return x.sigmoid()\n"
+        "class ModelNew(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.h = [H()][0]\n" + _FORWARD.format(ret="self.h.go(x)"),
+        "class ModelNew(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.f = lambda t: torch.sigmoid(t)\n" + _FORWARD.format(ret="self.f(x)"),
+        "class ModelNew(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "        def inner(t):\n            return torch.sigmoid(t)\n        self.f = inner\n"
+        + _FORWARD.format(ret="self.f(x)"),
+        # the call protocol: a base's forward, `_call_impl`, `__getattribute__`, a metaclass
+        "class Base(nn.Module):\n    def forward(self, x):\n        ext.run(x)\n"
+        "        return torch.relu(x)\n"
+        "class ModelNew(Base):\n    pass\n",
+        "class ModelNew(nn.Module):\n    def _call_impl(self, x):\n        return torch.relu(x)\n"
+        + _FORWARD.format(ret="y"),
+        "class ModelNew(nn.Module):\n    def __getattribute__(self, name):\n"
+        "        return torch.relu if name == 'forward' else super().__getattribute__(name)\n"
+        + _FORWARD.format(ret="y"),
+        "class M(type(nn.Module)):\n    def __call__(cls, *a):\n        return nn.ReLU()\n"
+        "class ModelNew(nn.Module, metaclass=M):" + _FORWARD.format(ret="y"),
+    ],
+)
+def test_compute_reached_through_any_name_is_found(rest: str) -> None:
+    diags = _py(rest)
+    assert "static.torch_op_in_forward" in _codes(diags, Severity.ERROR), [(d.code, d.message) for d in diags]
+
+
+@pytest.mark.parametrize(
+    "init",
+    [
+        "self.forward = self.fast",
+        'setattr(self, "forward", self.fast)',
+        'object.__setattr__(self, "forward", self.fast)',
+        'super().__setattr__("forward", self.fast)',
+        'self.__dict__["forward"] = self.fast',
+        "type(self).forward = ModelNew.fast",
+        "self.__class__ = nn.ReLU",
+        "self.register_forward_hook(lambda m, i, o: o)",
+    ],
+)
+def test_replacing_what_a_call_runs_is_rejected(init: str) -> None:
+    rest = (
+        "class ModelNew(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        f"        {init}\n    def fast(self, x):\n        return x\n" + _FORWARD.format(ret="y")
+    )
+    assert "static.monkey_patch" in _codes(_py(rest), Severity.ERROR)
+
+
+def test_a_computed_setattr_name_is_rejected_and_a_prefixed_one_is_not() -> None:
+    init = "for n in names:\n            setattr(self, n, nn.Parameter(torch.zeros(1)))"
+    rest = (
+        "names = [input()]\nclass ModelNew(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        f"        {init}\n" + _FORWARD.format(ret="y")
+    )
+    assert "static.dynamic_code" in _codes(_py(rest), Severity.ERROR)
+    clean = rest.replace("setattr(self, n,", 'setattr(self, f"w{n}",').replace(
+        "names = [input()]", "names = ['a']"
+    )
+    assert _py(clean) == [], [(d.code, d.message) for d in _py(clean)]
+
+
+def test_a_second_model_new_is_rejected() -> None:
+    rest = "class ModelNew(nn.Module):" + _FORWARD.format(ret="y") + "\nModelNew = nn.ReLU\n"
+    assert "static.monkey_patch" in _codes(_py(rest), Severity.ERROR)
+
+
+@pytest.mark.parametrize(
+    ("imports", "call"),
+    [
+        ("from torch.utils.cpp_extension import load_inline as li", "li"),
+        ("import torch.utils.cpp_extension as ce", "ce.load_inline"),
+        ("from torch.utils import cpp_extension as ce", "ce.load_inline"),
+        ("import torch.utils.cpp_extension\nbuild = torch.utils.cpp_extension.load_inline", "build"),
+        ("from torch.utils.cpp_extension import load_inline\nmake = load_inline", "make"),
+    ],
+)
+def test_load_inline_under_any_name_has_its_sources_checked(imports: str, call: str) -> None:
+    text = f'''
+import torch
+import torch.nn as nn
+{imports}
+
+src = r"""
+__global__ void k(float* y) {{ }}
+torch::Tensor run(torch::Tensor x) {{ k<<<1, 1>>>(x.data_ptr<float>()); return at::softmax(x, 1); }}
+"""
+ext = {call}(name="g", cpp_sources="torch::Tensor run(torch::Tensor x);", cuda_sources=src, functions=["run"])
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return ext.run(x)
+'''
+    diags = check_source(text, "li.py")
+    assert _codes(diags, Severity.ERROR) == {"static.cpp_torch_op"}, [(d.code, d.message) for d in diags]
+    unreadable = text.replace("cuda_sources=src", "cuda_sources=open('k.cu').read()")
+    assert "static.dynamic_source" in _codes(check_source(unreadable, "li.py"), Severity.ERROR)
+    honest = text.replace("return at::softmax(x, 1);", "return x;")
+    assert check_source(honest, "li.py") == []
+
+
+@pytest.mark.parametrize(
+    "use",
+    [
+        "functools.partial(load_inline, name='g')",
+        "[load_inline][0]",
+        "getattr(__builtins__, 'id')(load_inline)",
+    ],
+)
+def test_load_inline_passed_around_as_a_value_is_rejected(use: str) -> None:
+    text = f"import functools\nfrom torch.utils.cpp_extension import load_inline\nbuilder = {use}\n"
+    text += "import torch.nn as nn\nclass ModelNew(nn.Module):\n    def forward(self, x):\n        return x\n"
+    assert "static.dynamic_source" in _codes(check_source(text, "v.py"), Severity.ERROR)
+
+
+def test_an_undefined_source_name_is_reported_as_undefined_on_its_line() -> None:
+    text = _PY_HEADER.replace("cuda_sources=src", "cuda_sources=cuda_srcx")
+    text += "class ModelNew(nn.Module):" + _FORWARD.format(ret="y")
+    (d,) = [d for d in check_source(text, "u.py") if d.code == "static.dynamic_source"]
+    line = text.splitlines()[d.location.line - 1] if d.location else ""
+    assert "name `cuda_srcx` is not defined in this file" in d.message and "cuda_srcx" in line
+    assert "built at run time" not in d.message
+
+
+# -- C++: what the compiler sees, not what the source spells ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("body", "code"),
+    [
+        (
+            "namespace x = at::native;\nT helper(T t) { return x::relu(t); }",
+            "static.cpp_torch_op",
+        ),
+        (
+            "namespace a = torch;\nnamespace b = a;\nT helper(T t) { return b::sigmoid(t); }",
+            "static.cpp_torch_op",
+        ),
+        (
+            "namespace mine { using at::relu; }\nT helper(T t) { return mine::relu(t); }",
+            "static.cpp_torch_op",
+        ),
+        (
+            "#define CALL(f) at::f\nT helper(T t) { return CALL(tanh)(t); }",
+            "static.cpp_torch_op",
+        ),
+        (
+            "T helper(T t) { return c10::cuda::some_op<float>(t); }",
+            "static.cpp_torch_op",
+        ),
+        (
+            "#include <pybind11/pybind11.h>\nnamespace py = pybind11;\n"
+            'T helper(T t) { py::module_::import("torch"); return t; }',
+            "static.cpp_torch_op",
+        ),
+        (
+            'T helper(T t) { PyObject_CallMethod(nullptr, "relu", nullptr); return t; }',
+            "static.cpp_torch_op",
+        ),
+        (
+            '#define P(a, b) a##b\nT helper(T t) { P(po, pen)("ls", "r"); return t; }',
+            "static.cpp_file_or_process",
+        ),
+        (
+            "#define P(a, b) a##b\nT helper(T t) { std::P(thr, ead) th([]{}); th.join(); return t; }",
+            "static.cpp_std_thread",
+        ),
+        (
+            "#define P(a, b) a##b\nP(TORCH_LIB, RARY)(mine, m) { }\nT helper(T t) { return t; }",
+            "static.dispatcher_override",
+        ),
+        (
+            "#define Q(x) #x\n#define P(a, b) a##b\nT helper(T t) { P(us, leep)(Q(1)[0]); return t; }",
+            "static.sleep",
+        ),
+    ],
+)
+def test_cpp_names_resolve_through_aliases_and_macros(body: str, code: str) -> None:
+    diags = _cpp("using T = torch::Tensor;\n" + body)
+    assert code in _codes(diags, Severity.ERROR), [(d.code, d.message) for d in diags]
+
+
+def test_a_finding_inside_a_macro_lands_on_its_invocation() -> None:
+    body = '#define CAT(a, b) a##b\n\n\nT helper(T t) {\n  CAT(f, open)("x", "w");\n  return t; }'
+    text = _cpp_text("using T = torch::Tensor;\n" + body)
+    (d,) = [d for d in check_source(text, "m.py") if d.code == "static.cpp_file_or_process"]
+    assert d.location is not None and "CAT(f, open)" in text.splitlines()[d.location.line - 1]
+
+
+def test_streams_and_statics_seen_only_through_a_macro_warn() -> None:
+    body = (
+        "#define PASTE(a, b) a##b\n#define KEEP static\n"
+        "T helper(T t) { KEEP torch::Tensor c; cudaStream_t s;\n"
+        "  PASTE(cudaStream, Create)(&s); return t; }"
+    )
+    diags = _cpp("using T = torch::Tensor;\n" + body)
+    assert not has_violation(diags)
+    assert {"static.cpp_stream_create", "static.cpp_pointer_cache"} <= _codes(diags, Severity.WARNING)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "T helper(T t) { auto s = at::cuda::getCurrentCUDAStream(); "
+        "c10::cuda::CUDAGuard g(t.device()); (void)s; return t; }",
+        "#include <pybind11/pybind11.h>\nT helper(T t) { return t; }\n"
+        'PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.attr("version") = 1; }',
+        '#define CHECK_CUDA(x) TORCH_CHECK(x.is_cuda(), #x " must be a CUDA tensor")\n'
+        "#define CHECK_INPUT(x) CHECK_CUDA(x); TORCH_CHECK(x.is_contiguous(), #x)\n"
+        "T helper(T t) { CHECK_INPUT(t); return t; }",
+        "namespace mine { using namespace at; int64_t blocks(int64_t n) { return (n + 255) / 256; } }\n"
+        "T helper(T t) { auto b = mine::blocks(t.numel()); (void)b; return t; }",
+    ],
+)
+def test_cpp_glue_through_macros_and_namespaces_is_not_flagged(body: str) -> None:
+    diags = _cpp("using T = torch::Tensor;\n" + body)
+    assert diags == [], [(d.code, d.message) for d in diags]
+
+
+def _cpp_text(body: str, launch: str = "k<<<1, 1>>>(x.data_ptr<float>());") -> str:
+    return f'''
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+src = r"""
+#include <torch/extension.h>
+__global__ void k(float* y) {{ }}
+{body}
+torch::Tensor run(torch::Tensor x) {{
+    {launch}
+    return helper(x);
+}}
+"""
+ext = load_inline(name="g", cpp_sources="torch::Tensor run(torch::Tensor x);", cuda_sources=src,
+                  functions=["run"])
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return ext.run(x)
+'''
+
+
+@pytest.mark.parametrize(
+    "launch",
+    [
+        "launch(k, dim3(1), dim3(1), x.data_ptr<float>());",
+        "launch(&k, dim3(1), dim3(1), x.data_ptr<float>());",
+        "launch<void (*)(float*)>(k, dim3(1), dim3(1), x.data_ptr<float>());",
+    ],
+)
+def test_a_kernel_passed_to_a_launching_helper_counts_as_launched(launch: str) -> None:
+    helper = (
+        "template <typename K, typename... A> void launch(K kernel, dim3 g, dim3 b, A... a) "
+        "{ kernel<<<g, b>>>(a...); }\ntorch::Tensor helper(torch::Tensor t) { return t; }"
+    )
+    diags = check_source(_cpp_text(helper, launch), "t.py")
+    assert diags == [], [(d.code, d.message) for d in diags]
+    unlaunched = _cpp_text(helper.replace("kernel<<<g, b>>>(a...);", "(void)kernel;"), launch)
+    assert "static.kernel_never_launched" in _codes(check_source(unlaunched, "t.py"), Severity.ERROR)
+
+
+def test_a_misnamed_launch_is_reported_where_it_is_written_not_as_a_decoy() -> None:
+    text = _cpp_text("T helper(T t) { return t; }", "kk<<<1, 1>>>(x.data_ptr<float>());")
+    diags = check_source(text, "t.py")
+    (d,) = [d for d in diags if d.code == "static.kernel_never_launched"]
+    assert "launches `kk`, which is not defined" in d.message and "decoy" not in d.message
+    assert d.location is not None and "kk<<<" in text.splitlines()[d.location.line - 1]
