@@ -135,6 +135,16 @@ def _survivors() -> list[int]:
     return found
 
 
+def test_a_hang_is_a_timeout_within_the_per_call_limit(corpus_results: dict[str, Any]) -> None:
+    """A forward that never returns ends as `timeout` once max(10 s, 100x the reference) passed, with
+    the limit in the message, long before the run's own limit (600 s here)."""
+    result, outcome = corpus_results["adv_rt_hang_forward"]
+    assert result.verdict is Verdict.TIMEOUT
+    message = next(d.message for d in result.diagnostics if d.code == "runtime.timeout")
+    assert "max(10 s, 100 x the reference's" in message
+    assert outcome.wall_s < 120, outcome.wall_s
+
+
 def test_honest_stand_in_is_timed_by_the_judge(corpus_results: dict[str, Any]) -> None:
     """The persistent-damage case computes honestly: it is `correct`, with the judge's figures."""
     result, _ = corpus_results["adv_rt_persistent_damage"]
