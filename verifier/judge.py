@@ -812,7 +812,9 @@ class _Judge:
     ) -> tuple[dict[str, Any], list[bytearray]]:
         if deadline_s is None and on_build is None:
             deadline_s = self._limit_s(1)
-        with self._talking(link, stage), self._shared():
+        # a load holds no lease: the build it asks for may take minutes of CPU, not GPU
+        lease = self._shared() if on_build is None else contextlib.nullcontext()
+        with self._talking(link, stage), lease:
             rep, got = link.request(
                 header, blobs, max_bytes=max_bytes, on_build=on_build, deadline_s=deadline_s
             )
