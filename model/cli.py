@@ -43,6 +43,28 @@ def _reference_source(file: Path, reference: str | None) -> str:
     return resolved.document.text
 
 
+def reference_path_of(file: Path, reference: str | None) -> Path:
+    """The reference file a generated candidate is for, as an absolute path (the candidate goes to
+    stdout: where it will be saved, and so a path relative to it, is unknown)."""
+    from cudice.verifier.document import read_document
+    from cudice.verifier.reference import reference_path
+
+    if reference is not None:
+        return Path(reference).resolve()
+    found = reference_path(read_document(file, require_candidate=False))
+    return Path(found).resolve() if found is not None else file.resolve()
+
+
+def with_reference_comment(text: str, reference: Path) -> str:
+    """`text` with a `# cudice: reference=PATH` first line, unless it names a reference already, so
+    `cudice verify` finds the reference without --reference."""
+    from cudice.verifier.document import parse_document
+
+    if parse_document(text, "generated.py", require_candidate=False).reference.origin != "none":
+        return text
+    return f"# cudice: reference={reference}\n{text}"
+
+
 @click.command("generate")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option(
@@ -149,8 +171,11 @@ def generate_command(
         raise click.ClickException(str(exc)) from exc
     if as_json:
         click.echo(json.dumps(dataclasses.asdict(gen), indent=2))
-    else:
+    elif scaffold is not None:
         click.echo(gen.text, nl=not gen.text.endswith("\n"))
+    else:
+        text = with_reference_comment(gen.text, reference_path_of(file, reference))
+        click.echo(text, nl=not text.endswith("\n"))
     tps = gen.num_tokens / gen.seconds if gen.seconds > 0 else 0.0
     click.echo(
         f"{gen.num_tokens} tokens, {gen.num_forwards} forwards "
@@ -184,15 +209,96 @@ def make_tiny_command(directory: Path, sdar_layout: bool, seed: int) -> None:
     )
 
 
+def _parameter_count(folder: Path) -> int | None:
+    """Parameters in the folder's safetensors files, from their headers (no torch, no weights read)."""
+    import struct
+
+    total, files = 0, sorted(folder.glob("*.safetensors"))
+    if not files:
+        return None
+    for f in files:
+        try:
+            with f.open("rb") as fh:
+                (size,) = struct.unpack("<Q", fh.read(8))
+                header = json.loads(fh.read(size))
+        except (OSError, ValueError, struct.error):
+            return None
+        for name, entry in header.items():
+            if name != "__metadata__":
+                num = 1
+                for dim in entry.get("shape", []):
+                    num *= int(dim)
+                total += num
+    return total
+
+
+def checkpoint_summary(folder: Path) -> dict[str, Any]:
+    """What `cudice model info` prints by default, read from config.json, the safetensors headers
+    and the demo card alone: no torch import, no weights loaded (milliseconds, not seconds)."""
+    from cudice.model.bundled import CARD, demo_card, is_bundled
+
+    try:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise click.ClickException(
+            f"{folder}: no readable config.json ({exc}); pass a DICE/SDAR checkpoint directory"
+        ) from exc
+    info: dict[str, Any] = {
+        "path": str(folder),
+        "model_type": config.get("model_type"),
+        "block_size": config.get("block_size"),
+        "mask_token_id": config.get("mask_token_id"),
+        "num_hidden_layers": config.get("num_hidden_layers"),
+        "hidden_size": config.get("hidden_size"),
+        "vocab_size": config.get("vocab_size"),
+        "torch_dtype": config.get("torch_dtype"),
+        "num_parameters": _parameter_count(folder),
+        "weights_bytes": sum(f.stat().st_size for f in folder.glob("*.safetensors")),
+    }
+    if is_bundled(str(folder)) or (folder / CARD).is_file():
+        info["bundled"] = is_bundled(str(folder))
+        info["card"] = demo_card(folder)
+    return info
+
+
+def _summary_text(info: dict[str, Any]) -> str:
+    num = info.get("num_parameters")
+    size = info.get("weights_bytes") or 0
+    lines = [
+        f"checkpoint: {info['path']}" + (" (cudice's bundled demo model)" if info.get("bundled") else ""),
+        f"type: {info.get('model_type')}, block size {info.get('block_size')}, "
+        f"mask token id {info.get('mask_token_id')}",
+        f"size: {num / 1e6:.1f}M parameters, {size / 2**20:.1f} MiB of weights"
+        if num
+        else f"size: {size / 2**20:.1f} MiB of weights",
+        f"layers: {info.get('num_hidden_layers')}, hidden size {info.get('hidden_size')}, "
+        f"vocabulary {info.get('vocab_size')}, stored as {info.get('torch_dtype')}",
+    ]
+    card = info.get("card")
+    if isinstance(card, dict):
+        if card.get("what"):
+            lines.append(f"what: {card['what']}")
+        checked = card.get("templates_verified")
+        if isinstance(checked, dict) and checked.get("num"):
+            ok = "all correct" if checked.get("all_correct") else "not all correct"
+            lines.append(f"checked: its {checked['num']} corpus templates verified ({ok})")
+        if card.get("limitations"):
+            lines.append(f"limits: {card['limitations']}")
+    lines.append("(--json: everything as JSON, read from the loaded model)")
+    return "\n".join(lines)
+
+
 @model_group.command("info")
 @click.argument("path", required=False)
-@click.option("--device", default="auto", show_default=True)
-@click.option("--dtype", default="auto", show_default=True)
-def info_command(path: str | None, device: str, dtype: str) -> None:
-    """Load a checkpoint (default: the bundled demo model) and print what cudice read from it (JSON)."""
+@click.option(
+    "--json", "as_json", is_flag=True, help="Load the model and print what cudice read from it as JSON."
+)
+@click.option("--device", default="auto", show_default=True, help="With --json: where to load it.")
+@click.option("--dtype", default="auto", show_default=True, help="With --json: the dtype to load it in.")
+def info_command(path: str | None, as_json: bool, device: str, dtype: str) -> None:
+    """Say what a checkpoint is (default: the bundled demo model): readable text from its files, or
+    with --json the loaded model's description."""
     from cudice.model.bundled import CARD, demo_card, is_bundled, resolve_model_path
-    from cudice.model.engine import engine_info, load_engine
-    from cudice.model.loader import ModelLoadError
 
     resolved, _ = resolve_model_path(path)
     if resolved is None:
@@ -200,6 +306,12 @@ def info_command(path: str | None, device: str, dtype: str) -> None:
             "no PATH given and no bundled demo model (missing, or CUDICE_NO_BUNDLED_MODEL "
             "is set): pass a checkpoint directory"
         )
+    if not as_json and Path(resolved).is_dir():
+        click.echo(_summary_text(checkpoint_summary(Path(resolved))))
+        return
+    from cudice.model.engine import engine_info, load_engine
+    from cudice.model.loader import ModelLoadError
+
     try:
         engine = load_engine(resolved, device=device, dtype=dtype, freeze=True)
     except ModelLoadError as exc:

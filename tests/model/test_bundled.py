@@ -82,7 +82,7 @@ def test_generate_and_model_info_default_to_the_bundled_model(monkeypatch: pytes
 
     monkeypatch.delenv("CUDICE_MODEL", raising=False)
     runner = CliRunner()
-    info = runner.invoke(cli, ["model", "info", "--device", "cpu"])
+    info = runner.invoke(cli, ["model", "info", "--json", "--device", "cpu"])
     assert info.exit_code == 0, info.output
     data = json.loads(info.stdout)
     assert data["bundled"] is True and data["model_type"] == "sdar" and "limitations" in data["card"]
@@ -91,6 +91,8 @@ def test_generate_and_model_info_default_to_the_bundled_model(monkeypatch: pytes
     )
     assert gen.exit_code == 0, gen.output
     assert "bundled demo model" in gen.stderr
+    # the candidate names its reference: `cudice verify` needs no --reference
+    assert gen.stdout.startswith(f"# cudice: reference={(ROOT / 'examples' / 'relu.py').resolve()}\n")
     monkeypatch.setenv(DISABLE_ENV, "1")
     none = runner.invoke(cli, ["generate", str(ROOT / "examples" / "relu.py"), "--device", "cpu"])
     assert none.exit_code == 1 and "no model" in none.output

@@ -95,10 +95,29 @@ def test_make_tiny_writes_a_small_sdar_checkpoint(tmp_path: Path) -> None:
 
 
 def test_model_info_reports_what_was_read_from_the_checkpoint(tiny_sdar_dir: Path) -> None:
-    out = CliRunner().invoke(model_group, ["info", str(tiny_sdar_dir), "--device", "cpu"])
+    out = CliRunner().invoke(model_group, ["info", str(tiny_sdar_dir), "--json", "--device", "cpu"])
     assert out.exit_code == 0, out.output
     info = json.loads(out.stdout)
     config = json.loads((tiny_sdar_dir / "config.json").read_text())
     assert info["model_type"] == "sdar" and info["block_size"] == config["block_size"]
     assert info["mask_token_id"] == config["mask_token_id"] and info["device"] == "cpu"
     assert 100_000 < info["num_parameters"] < 1_000_000
+
+
+def test_model_info_text_is_read_from_the_files_without_torch(tiny_sdar_dir: Path) -> None:
+    import subprocess
+    import sys
+
+    # a fresh interpreter: the default output must not import torch (13 s on a small CPU)
+    code = (
+        "import sys; from click.testing import CliRunner; from cudice.model.cli import model_group; "
+        f"r = CliRunner().invoke(model_group, ['info', {str(tiny_sdar_dir)!r}]); "
+        "print(r.output); print('TORCH' if 'torch' in sys.modules else 'NO-TORCH')"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    loaded = json.loads(
+        CliRunner().invoke(model_group, ["info", str(tiny_sdar_dir), "--json", "--device", "cpu"]).stdout
+    )
+    assert f"{loaded['num_parameters'] / 1e6:.1f}M parameters" in done.stdout, done.stdout
+    assert "type: sdar, block size" in done.stdout and done.stdout.strip().endswith("NO-TORCH"), done.stdout
