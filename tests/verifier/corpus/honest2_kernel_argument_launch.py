@@ -1,7 +1,6 @@
 # cudice: reference=references/relu.py
-# corpus: kind=runtime verdict=correct
-# runtime-device: gpu
-# exploit: none (honest; false-rejection guard) - a templated ReLU kernel passed as an argument to a variadic launch helper (`launch_1d(relu_kernel<float>, n, ...)`, the `<<<>>>` inside the helper): today the static layer reports it `static.kernel_never_launched`, so it is kept out of the `honest` kind (which must pass static clean) until it does not
+# corpus: kind=honest verdict=correct
+# exploit: none - a templated ReLU kernel passed as an argument to a variadic launch helper (`launch_1d(relu_kernel<float>, n, ...)`, the `<<<>>>` inside the helper)
 
 import torch
 import torch.nn as nn
