@@ -48,7 +48,6 @@ from cudice.verifier.worker import (
     _call,
     _diag,
     _exec_module,
-    _kernel_names,
     _Stop,
     crash_result,
     record_timing,
@@ -153,6 +152,8 @@ class _Judge:
         self._lease_depth = 0  # shared holds nest; an exclusive hold makes them no-ops
         self.ref_call_s = 0.0  # the reference's time per call, measured by the judge in correctness
         self.flush_mib = 0
+        self.own_kernels: frozenset[str] = frozenset()  # kernels compiled into the candidate's libraries
+        self.own_kernels_error = ""
 
     # -- the phases ------------------------------------------------------------------------------------
     def run(self) -> None:
@@ -291,6 +292,13 @@ class _Judge:
                 "diagnostics": [d.to_dict() for d in result.diagnostics],
                 "error": result.output[-4000:],
             }
+        if self.device.startswith("cuda"):  # which kernels are the candidate's: read from the built library
+            from cudice.verifier.kernel_symbols import KernelSymbolsError, own_kernels
+
+            try:
+                self.own_kernels |= own_kernels(Path(result.library))
+            except KernelSymbolsError as exc:
+                self.own_kernels_error = str(exc)
         if self.session.sandboxed:
             readable_by_runners(self.config.cache_dir, result.library)
         return {"ok": True, "library": str(result.library), "cabi": result.binding is not None}
@@ -903,9 +911,18 @@ class _Judge:
             for k in rep.get("kernels", [])
             if isinstance(k, list) and len(k) == 3
         ]
-        defined = _kernel_names(self.doc)
-        found = (
-            dyn.check_kernels_ran(runs, defined, 0.5 if self.lenient else 0.0, self.where) if defined else []
+        if self.own_kernels_error:
+            return [
+                _diag(
+                    "dynamic.profiler_unavailable",
+                    f"The kernels compiled into the candidate's library could not be listed "
+                    f"({self.own_kernels_error}), so whose kernels did the work cannot be shown.",
+                    Stage.CORRECTNESS,
+                    self.where,
+                )
+            ]
+        found = dyn.check_own_kernels_did_work(
+            runs, self.own_kernels, 0.5 if self.lenient else 0.0, self.where
         )
         return found + dyn.check_streams(runs, int(rep.get("marker_stream", -1)), self.where)
 
