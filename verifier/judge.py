@@ -533,8 +533,9 @@ class _Judge:
                 seals.append(seal_key)
                 keys.append(key)
             links = (self.session.ref, self.session.cand)
+        encoded = channel.encode(sets)  # once, for both runners
         for link in links:  # 2. staging, timed only to compare the two runners
-            staging[link.role].append(self._stage(link, sets, sealed=True))
+            staging[link.role].append(self._stage(link, sets, sealed=True, encoded=encoded))
         small, large = list(range(n_small)), list(range(n_small, total))
         times: dict[str, list[float]] = {}
         digests: dict[str, list[list[float]]] = {}
@@ -624,9 +625,9 @@ class _Judge:
         floor = _RTOL_FLOOR.get(str(ref.dtype).removeprefix("torch."), 0.0)
         return witness.bound(ref, self.config.atol * max(rms, 1e-30), max(self.config.rtol, floor))
 
-    def _stage(self, link: RunnerLink, sets: list[list[Any]], *, sealed: bool) -> float:
+    def _stage(self, link: RunnerLink, sets: list[list[Any]], *, sealed: bool, encoded: Any = None) -> float:
         """Send the input sets of the next batches; returns how long the runner took (s)."""
-        tree, blobs = channel.encode(sets)
+        tree, blobs = encoded if encoded is not None else channel.encode(sets)
         t0 = time.perf_counter()
         with self._shared():
             self._ask(
