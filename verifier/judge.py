@@ -424,7 +424,6 @@ class _Judge:
         cuda = self.device.startswith("cuda")
         self.flush_mib = cfg.l2_flush_mib if cfg.l2_policy == "cold" and cuda else 0
         links = (self.session.ref, self.session.cand)
-        self.threads_at_timing = {link.role: link.threads() for link in links}
         # 1. warm-up by time on one set, then a rough per-call time to size the batches
         t0 = time.perf_counter()
         warm = self._draw_set(ref_mod)
@@ -437,8 +436,7 @@ class _Judge:
                 if time.perf_counter() >= deadline:
                     break
         rough = max(self._rough_call_s(link) for link in links)
-        with torch.no_grad(), self._shared():
-            set_bytes = tensor_bytes(warm) + tensor_bytes(last_ref)
+        set_bytes = tensor_bytes(warm) + tensor_bytes(last_ref)
         fit = max(1, (cfg.timing_stage_mib << 20) // (3 * max(set_bytes, 1)))
         n_small = int(min(max(1, math.ceil(cfg.timing_batch_ms / 1000.0 / max(rough, 1e-7))), fit, 4096))
         n_large = 2 * n_small
@@ -455,21 +453,8 @@ class _Judge:
         found += self._guards()
         found += self._thread_growth()
         self._stop_on_errors(found, Stage.TIMING)
-        excess = statistics.median(staging["candidate"]) - statistics.median(staging["reference"])
-        if excess > max(0.005, 0.5 * statistics.median(staging["reference"])):
-            self._stop_on_errors(
-                [
-                    _diag(
-                        "timing.work_outside_clock",
-                        f"Receiving its sealed input sets took the candidate {excess * 1e3:.1f} ms longer "
-                        "than the reference's runner (median over the repetitions): it works while "
-                        "inputs are staged, outside the clock. Do all the work in forward.",
-                        Stage.TIMING,
-                        self.where,
-                    )
-                ],
-                Stage.TIMING,
-            )
+        for role, times in staging.items():  # reported only: sealed sets give nothing to precompute
+            self.walls[f"timing.staging_{role}_median"] = statistics.median(times)
         overhead = statistics.median(slopes["overhead"])
         ref_ms = [max(x - overhead, 1e-9) * 1e3 for x in slopes["reference"]]
         cand_ms = [max(x - overhead, 1e-9) * 1e3 for x in slopes["candidate"]]
@@ -534,7 +519,7 @@ class _Judge:
                 keys.append(key)
             links = (self.session.ref, self.session.cand)
         encoded = channel.encode(sets)  # once, for both runners
-        for link in links:  # 2. staging, timed only to compare the two runners
+        for link in links:  # 2. staging (its time is reported, not judged)
             staging[link.role].append(self._stage(link, sets, sealed=True, encoded=encoded))
         small, large = list(range(n_small)), list(range(n_small, total))
         times: dict[str, list[float]] = {}
