@@ -417,7 +417,6 @@ class _Judge:
         digest, the loop). A batch's reply carries every output's digest (witness.py), checked
         against the reference's; two outputs chosen afterwards are compared in full.
         """
-        import torch
         from cudice.verifier.timing import from_samples, tensor_bytes
 
         cfg = self.config
