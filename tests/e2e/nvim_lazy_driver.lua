@@ -70,6 +70,21 @@ local function main()
   vim.wait(60000, function() return cudice.statusline():find('generating', 1, true) == nil end, 100)
   out.statusline_after = cudice.statusline()
 
+  -- the generated candidate gets its verdict; an unsaved edit marks it "(edited)" at once
+  vim.cmd.edit(target)
+  local cand = vim.api.nvim_get_current_buf()
+  vim.wait(120000, function() return cudice.statusline():find('compiled', 1, true) ~= nil end, 100)
+  out.statusline_verdict = cudice.statusline()
+  vim.api.nvim_buf_set_lines(cand, -1, -1, false, { '# an edit' })
+  vim.wait(60000, function() return cudice.statusline():find('(edited)', 1, true) ~= nil end, 50)
+  out.statusline_edited = cudice.statusline()
+  local notes = {}
+  local notify = vim.notify
+  vim.notify = function(msg) table.insert(notes, msg) end
+  vim.cmd('CudiceStatus')
+  vim.notify = notify
+  out.status_note = notes[1] or vim.NIL
+
   vim.cmd.edit(vim.fs.joinpath(work, 'other', 'k_cuda.py'))
   local other = vim.api.nvim_get_current_buf()
   vim.wait(60000, function() return #vim.lsp.get_clients({ bufnr = other, name = 'cudice' }) > 0 end, 50)

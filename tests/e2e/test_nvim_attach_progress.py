@@ -4,7 +4,8 @@ A real headless Neovim with editors/nvim and the real `cudice-lsp` (scripted mod
 `lsp_fakes`): a plain Python file gets no client; a reference in a `.cudice` project and a
 candidate of another project share one client; the model stays unloaded ("model not loaded")
 until :CudiceGenerate, whose work-done progress reaches the statusline and Neovim's
-`LspProgress` event (what progress plug-ins such as fidget.nvim read).
+`LspProgress` event (what progress plug-ins such as fidget.nvim read). The generated candidate's
+verdict turns "(edited)" on an unsaved edit, and :CudiceStatus reads "cudice: ready · …".
 """
 
 from __future__ import annotations
@@ -70,3 +71,10 @@ def test_generate_progress_reaches_the_statusline_and_lsp_progress(session: dict
     assert any(t.startswith("cudice: generating a CUDA kernel for Model") for t in session["progress_titles"])
     lines = session["progress_statuslines"]
     assert any("tokens" in s and "%)" in s for s in lines), lines
+
+
+def test_the_statusline_marks_an_edited_verdict_and_status_reads_well(session: dict[str, Any]) -> None:
+    assert session["statusline_verdict"] == "cudice: ready · compiled", session
+    assert session["statusline_edited"] == "cudice: ready · compiled (edited)", session
+    note = session["status_note"]
+    assert note.startswith("cudice: ready · compiled (edited)") and "cudice: cudice:" not in note, note

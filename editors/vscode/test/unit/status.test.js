@@ -7,14 +7,15 @@ const { renderStatus, StatusBar, isCudiceStatus } = require('../../out/status');
 const status = (model, extra = {}) => ({ model, message: '', lastVerdict: null, uri: null, ...extra });
 
 test('each model state has its own text', () => {
-  const texts = ['missing', 'loading', 'ready', 'error'].map((m) => renderStatus(status(m)).text);
+  const texts = ['missing', 'idle', 'loading', 'ready', 'error'].map((m) => renderStatus(status(m)).text);
   assert.deepEqual(texts, [
     '$(circle-slash) cudice: no model',
+    '$(circle-outline) cudice: model not loaded',
     '$(sync~spin) cudice: loading model',
     '$(check) cudice: ready',
     '$(error) cudice: model error',
   ]);
-  assert.equal(new Set(texts).size, 4);
+  assert.equal(new Set(texts).size, 5);
 });
 
 test('the last verdict and message appear in text and tooltip', () => {
