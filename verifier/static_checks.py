@@ -50,7 +50,7 @@ from cudice.verifier.static_bindings import CandidateModule, dotted
 from cudice.verifier.static_cuda import CppSource, check_cpp_sources, pybind_python_names
 from cudice.verifier.static_forward import ForwardReport, analyze_forward
 from cudice.verifier.static_load_inline import built_source_findings, extension_findings
-from cudice.verifier.static_names import LoadInlineUses, import_aliases
+from cudice.verifier.static_names import STAR_EXPORTS, LoadInlineUses, canonical, import_aliases
 from cudice.verifier.static_policy import (
     COMPUTE_METHODS,
     CONCURRENCY_MODULES,
@@ -334,6 +334,19 @@ class _ModuleChecker:
                 )
         if (
             isinstance(node, ast.ImportFrom)
+            and (node.module or "").split(".")[0] == "torch"
+            and any(a.name == "*" for a in node.names)
+            and canonical(node.module or "") not in STAR_EXPORTS
+        ):
+            self.add(
+                "static.dynamic_code",
+                node,
+                f"`from {node.module} import *` binds PyTorch functions under bare names (`relu(x)`), which "
+                "the checks cannot tell from the file's own. Import the module (`import torch`) and name "
+                "what you use.",
+            )
+        if (
+            isinstance(node, ast.ImportFrom)
             and node.module == "time"
             and any(a.name == "sleep" for a in node.names)
         ):
@@ -418,6 +431,12 @@ class _ModuleChecker:
             attr = str(attr_node.value) if isinstance(attr_node, ast.Constant) else "?"
             if target:
                 self._patch(node, f"{target}.{attr}")
+        elif d in ("operator.methodcaller", "operator.attrgetter"):
+            self.add(
+                "static.dynamic_code",
+                node,
+                f"`{d}(...)` calls a method named by a string, hiding which op runs. Call it directly.",
+            )
         elif name == "getattr" and node.args:
             target = dotted(node.args[0], self.aliases) or ""
             key = node.args[1] if len(node.args) > 1 else None

@@ -236,6 +236,13 @@ def aten_namespaces(code: str) -> set[str]:
     return roots
 
 
+def aten_using_declarations(code: str, roots: set[str]) -> set[str]:
+    """Names a using-declaration brings in from ATen (`using at::special_erfcx;`, `using x::relu;`)."""
+    alt = "|".join(sorted(map(re.escape, roots)))
+    rx = re.compile(rf"\busing\s+(?:::\s*)?(?:{alt})::(?:[A-Za-z_]\w*::)*([A-Za-z_]\w*)\s*;")
+    return {m.group(1) for m in rx.finditer(code)}
+
+
 def _block(code: str, open_brace: int) -> str:
     depth = 0
     for i in range(open_brace, len(code)):

@@ -27,10 +27,11 @@ from cudice.verifier.static_cpp_names import (
     ATEN_UNQUALIFIED,
     CPP_GLUE,
     CPP_GLUE_STRICT,
+    CUDA_NS_GLUE,
     aten_patterns,
     is_glue,
 )
-from cudice.verifier.static_cpp_preprocess import ATEN_ROOTS, aten_namespaces
+from cudice.verifier.static_cpp_preprocess import ATEN_ROOTS, aten_namespaces, aten_using_declarations
 from cudice.verifier.static_cpp_scan import CppFunction, Unit, diag
 from cudice.verifier.static_policy import (
     COMPUTE_METHODS,
@@ -47,9 +48,11 @@ _HOST_RULES: tuple[tuple[str, re.Pattern[str], str], ...] = (
     (
         "static.cpp_std_thread",
         re.compile(
-            r"\bstd::(?:j?thread|async)\b|\bpthread_create\b|\bfork\s*\(|#\s*pragma\s+omp\b|\bstd::launch::async\b"
+            r"\bstd::(?:j?thread|async)\b|\bpthread_create\b|\bv?fork\s*[(;,)]|#\s*pragma\s+omp\b|"
+            r"\bstd::launch::async\b|\b(?:cudaLaunchHostFunc|cudaStreamAddCallback|cuLaunchHostFunc)\b"
         ),
-        "`{m}` starts host threads or processes; work deferred to them is not measured. "
+        "`{m}` starts host threads or processes (or runs host code on the driver's thread); work "
+        "deferred to them is not measured. "
         "Do the work in CUDA kernels launched from the calling thread.",
     ),
     (
@@ -66,7 +69,8 @@ _HOST_RULES: tuple[tuple[str, re.Pattern[str], str], ...] = (
         "static.cpp_torch_op",
         re.compile(
             r"\bmodule_?\s*::\s*import\s*\(|\b(?:py|pybind11)::(?:eval\w*|exec|getattr|globals)\b|"
-            r"\bPy(?:Import|Run|Eval)_\w+|\bPyObject_(?:Call|GetAttr)\w*|\.attr\s*\((?![^()]*\)\s*=(?!=))"
+            r"\bPy(?:Import|Run|Eval|Frame|Object|Sys|Module|Code|Dict|Callable|Unicode)_\w+|"
+            r"\.attr\s*\((?![^()]*\)\s*=(?!=))|\bscoped_interpreter\b"
         ),
         "`{m}` calls back into Python from C++ (a module import, an attribute looked up on a Python "
         "object): the Python it reaches — `torch.relu`, the reference — would do the work, unseen by the "
@@ -203,6 +207,11 @@ def pattern_findings(u: Unit, level: Strictness, defined: set[str]) -> list[Diag
     ]
     roots = aten_namespaces(u.code)
     aten_call, aten_ref = aten_patterns(roots)
+    imported = frozenset(
+        n
+        for n in aten_using_declarations(u.code, roots)
+        if not n[:1].isupper() and n not in glue and n not in CUDA_NS_GLUE
+    )
     for f, body in [*host_bodies(u), *macros]:
         for m in aten_call.finditer(body):
             root, ns, name = m.group("root"), m.group(2), m.group(3)
@@ -250,7 +259,7 @@ def pattern_findings(u: Unit, level: Strictness, defined: set[str]) -> list[Diag
                         lib_sev,
                     )
                 )
-        for off, name in _unqualified_aten_calls(f.header + " " + body, len(f.header) + 1, defined):
+        for off, name in _unqualified_aten_calls(f.header + " " + body, len(f.header) + 1, defined, imported):
             diags.append(
                 diag(
                     u,
@@ -276,8 +285,45 @@ def pattern_findings(u: Unit, level: Strictness, defined: set[str]) -> list[Diag
     return diags
 
 
+# A banned function taken by address or stored (`auto f = &fopen;`, `std::function<...> f = popen;`).
+_FILE_PROCESS_REF = re.compile(
+    r"(?:&|=)\s*(?:::\s*)?(?P<fn>fopen(?:64)?|freopen|fdopen|popen|system|dlopen|dlmopen|dlsym|execl[ep]?|"
+    r"execv(?:pe|p|e)?|fexecve|posix_spawnp?|_exit|quick_exit|kill|setsid|syscall|unlink|creat|open(?:64|at)?)"
+    r"\s*[;,)]"
+)
+# `asm`/`__asm__` outside device code: an assembler label binds a declaration to any symbol (libc, the
+# Python C API, ATen's mangled names) under a harmless name, and inline assembly makes system calls.
+_HOST_ASM = re.compile(r"\b(?:__asm__|__asm|asm)\b")
+
+
 def _file_process_findings(u: Unit, defined: set[str]) -> list[Diagnostic]:
     diags: list[Diagnostic] = []
+    device = [(f.body_start, f.body_end) for f in u.functions if f.is_device]
+    for m in _HOST_ASM.finditer(u.code):
+        if not any(a <= m.start() < b for a, b in device):
+            diags.append(
+                diag(
+                    u,
+                    m.start(),
+                    "static.cpp_file_or_process",
+                    f"`{m.group(0)}` outside device code: an assembler label calls any symbol (a C library, "
+                    "Python or ATen function) under a harmless-looking name, and inline assembly can make "
+                    "system calls, so the checks cannot see what runs. Keep `asm` inside `__device__`/"
+                    "`__global__` code.",
+                )
+            )
+    for m in _FILE_PROCESS_REF.finditer(u.code):
+        if m.group("fn") in defined:
+            continue
+        diags.append(
+            diag(
+                u,
+                m.start("fn"),
+                "static.cpp_file_or_process",
+                f"`{m.group('fn')}` taken as a value (a function pointer called later): a kernel file needs "
+                "no file, program or process APIs. Report errors with `TORCH_CHECK`.",
+            )
+        )
     for m in _FILE_PROCESS.finditer(u.code):
         # a function the candidate defines itself (`remove`, `link` …) is not the C library's,
         # unless the call is qualified `::name(` to reach the global one past it
@@ -376,8 +422,11 @@ def _declares_function(code: str, offset: int) -> bool:
     return False
 
 
-def _unqualified_aten_calls(text: str, body_offset: int, defined: set[str]) -> list[tuple[int, str]]:
-    """(offset in the body, name) of unqualified calls in `text` (header + body) that name ATen ops."""
+def _unqualified_aten_calls(
+    text: str, body_offset: int, defined: set[str], imported: frozenset[str] = frozenset()
+) -> list[tuple[int, str]]:
+    """(offset in the body, name) of unqualified calls in `text` (header + body) that name ATen ops;
+    `imported` are names a using-declaration brought in from ATen (`using at::special_erfcx;`)."""
     tensors: set[str] = set()
     for m in _TENSOR_DECL.finditer(text):
         tensors.update(g for g in m.groups() if g)
@@ -387,6 +436,9 @@ def _unqualified_aten_calls(text: str, body_offset: int, defined: set[str]) -> l
     out: list[tuple[int, str]] = []
     for m in _UNQUALIFIED_CALL.finditer(text, body_offset):
         name = m.group(1)
+        if name in imported and name not in defined and name not in locals_:
+            out.append((m.start() - body_offset, name))
+            continue
         if (
             name in defined
             or name in locals_

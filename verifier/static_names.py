@@ -54,6 +54,10 @@ REEXPORTED_MODULES = frozenset(
 )
 
 
+# What `from <module> import *` binds that the checks must follow.
+STAR_EXPORTS = {"torch.utils.cpp_extension": ("load_inline", "load")}
+
+
 def canonical(path: str) -> str:
     """`torch.cuda.torch.relu` → `torch.relu`; `torch.utils.cpp_extension.os.system` → `os.system`."""
     parts = path.split(".")
@@ -125,6 +129,10 @@ def _plain_imports(tree: ast.Module) -> dict[str, str]:
                     aliases[root] = root
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             for a in node.names:
+                if a.name == "*":  # the names it binds are unknown; the builders it may bind are not
+                    for name in STAR_EXPORTS.get(canonical(node.module), ()):
+                        aliases[name] = f"{canonical(node.module)}.{name}"
+                    continue
                 aliases[a.asname or a.name] = canonical(f"{node.module}.{a.name}")
     return aliases
 
@@ -171,24 +179,40 @@ class LoadInlineUses:
                     uses.spelled.append(node)
                 elif isinstance(node.func, (ast.Name, ast.Attribute)) and resolve(node.func) == LOAD_INLINE:
                     uses.calls.append(node)
-            elif (
-                isinstance(node, (ast.Name, ast.Attribute))
-                and isinstance(node.ctx, ast.Load)
-                and resolve(node) == LOAD_INLINE
-            ):
+            elif isinstance(node, (ast.Name, ast.Attribute)) and isinstance(node.ctx, ast.Load):
+                resolved = resolve(node)
+                if resolved != LOAD_INLINE and not (
+                    isinstance(node, ast.Attribute) and node.attr == "load_inline"
+                ):
+                    continue  # `<anything>.load_inline` counts even when its receiver is unknown
                 parent = parents.get(id(node))
                 if isinstance(parent, ast.Call) and parent.func is node:
                     continue
                 if isinstance(parent, ast.Attribute):
                     continue  # part of a longer path, judged on the whole path
-                if (
-                    isinstance(parent, ast.Assign)
-                    and parent.value is node
-                    and all(isinstance(t, ast.Name) for t in parent.targets)
-                ):
-                    continue  # `li = load_inline`: followed as an alias
+                if resolved == LOAD_INLINE and _followed_alias(parent, node, parents):
+                    continue  # `li = load_inline`: its calls are found through the alias
                 uses.values.append(node)
         return uses
+
+
+def _followed_alias(stmt: ast.AST | None, node: ast.expr, parents: dict[int, ast.AST]) -> bool:
+    """`name = load_inline` at module level or in a function body: the bindings `import_aliases` and
+    `local_aliases` follow (not class attributes, tuples or attributes, which they do not)."""
+    if not (
+        isinstance(stmt, ast.Assign)
+        and stmt.value is node
+        and all(isinstance(t, ast.Name) for t in stmt.targets)
+    ):
+        return False
+    p = parents.get(id(stmt))
+    if isinstance(p, ast.Module):
+        return True
+    while p is not None and not isinstance(p, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Module)):
+        if isinstance(p, (ast.ClassDef, ast.Lambda)):
+            return False
+        p = parents.get(id(p))
+    return isinstance(p, (ast.FunctionDef, ast.AsyncFunctionDef))
 
 
 def bound_names(tree: ast.Module) -> set[str] | None:

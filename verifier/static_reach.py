@@ -7,7 +7,8 @@ the call protocol can enter — `forward`, `__call__`, `_call_impl`, `_wrapped_c
 method of its in-file metaclass (`type.__call__` builds the instance) and from in-file class
 decorators, then follows what each reached function names:
 
-- `self.m` — the method `m` of the owner's class chain (`__init__` excluded: construction code);
+- `self.m`, `super().m`, `type(self).m` — every method `m` of the owner's class chain (`__init__`
+  excluded: construction code);
 - `self.a` — whatever `self.a = ...` stores anywhere in the class chain: an in-file class built
   there (`self.impl = _Impl()`) brings in all its methods but `__init__`, a named function or
   class all of it;
@@ -145,6 +146,7 @@ def reachable(index: CodeIndex, model_new: ast.ClassDef) -> list[Reached]:
             todo.append(seen[id(fn)])
 
     def add_class(cls: ast.ClassDef, with_init: bool) -> None:
+        with_init = with_init and cls is not model_new  # ModelNew's own __init__ is construction
         for name, fn in index.methods(cls).items():
             if with_init or name != "__init__":
                 add(fn, cls)
@@ -167,9 +169,10 @@ def reachable(index: CodeIndex, model_new: ast.ClassDef) -> list[Reached]:
             elif isinstance(n, ast.Lambda):
                 add(lambda_function("<lambda>", n), owner)
 
-    for name, fn in index.methods(model_new).items():
-        if name in FORWARD_ROOTS:
-            add(fn, model_new)
+    for cls in index.chain(model_new):  # a base's root runs through `super().forward(x)` too
+        for fn in cls.body:
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and fn.name in FORWARD_ROOTS:
+                add(fn, model_new)
     for meta in index.metaclasses(model_new):
         for fn in index.methods(meta).values():
             add(fn, meta)
@@ -178,16 +181,20 @@ def reachable(index: CodeIndex, model_new: ast.ClassDef) -> list[Reached]:
     visited_vars: set[str] = set()
     while todo:
         item = todo.pop()
-        owner_methods = index.methods(item.owner) if item.owner is not None else {}
+        chain = index.chain(item.owner) if item.owner is not None else []
         owner_values = index.self_values(item.owner) if item.owner is not None else {}
         for node in ast.walk(item.fn):
+            if isinstance(node, ast.Attribute) and node.attr != "__init__":
+                # `self.m`, `super().m`, `type(self).m`, `self.__class__.m`: every `m` of the chain
+                for cls in chain:
+                    for fn in cls.body:
+                        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and fn.name == node.attr:
+                            add(fn, item.owner)
             if (
                 isinstance(node, ast.Attribute)
                 and isinstance(node.value, ast.Name)
                 and node.value.id == "self"
             ):
-                if node.attr in owner_methods and node.attr != "__init__":
-                    add(owner_methods[node.attr], item.owner)
                 for value in owner_values.get(node.attr, ()):
                     add_named(value, item.owner)
             elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):

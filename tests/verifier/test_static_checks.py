@@ -1133,3 +1133,79 @@ def test_a_misnamed_launch_is_reported_where_it_is_written_not_as_a_decoy() -> N
     (d,) = [d for d in diags if d.code == "static.kernel_never_launched"]
     assert "launches `kk`, which is not defined" in d.message and "decoy" not in d.message
     assert d.location is not None and "kk<<<" in text.splitlines()[d.location.line - 1]
+
+
+@pytest.mark.parametrize(
+    "rest",
+    [
+        "class Base(nn.Module):\n    def forward(self, x):\n        return torch.relu(x)\n"
+        "class ModelNew(Base):\n    def forward(self, x):\n        ext.run(x)\n"
+        "        return super().forward(x)\n",
+        "class ModelNew(nn.Module):\n    def helper(self, x):\n        return torch.relu(x)\n"
+        + _FORWARD.format(ret="type(self).helper(self, x)"),
+    ],
+)
+def test_methods_reached_through_super_and_type_are_read(rest: str) -> None:
+    assert "static.torch_op_in_forward" in _codes(_py(rest), Severity.ERROR)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "from torch import *",
+        "from torch.nn.functional import *",
+        "import operator\nop = operator.methodcaller('relu')",
+    ],
+)
+def test_names_the_checks_cannot_resolve_are_rejected(line: str) -> None:
+    rest = line + "\nclass ModelNew(nn.Module):" + _FORWARD.format(ret="y")
+    assert "static.dynamic_code" in _codes(_py(rest), Severity.ERROR)
+
+
+@pytest.mark.parametrize(
+    "builder",
+    [
+        "with contextlib.nullcontext(torch.utils.cpp_extension) as ce:\n    b = ce.load_inline\n",
+        "class B:\n    li = load_inline\nb = B.li\n",
+        "if True:\n    b = load_inline\n",
+    ],
+)
+def test_load_inline_bound_where_the_checks_cannot_follow_is_rejected(builder: str) -> None:
+    text = "import contextlib\nimport torch\nfrom torch.utils.cpp_extension import load_inline\n" + builder
+    text += "import torch.nn as nn\nclass ModelNew(nn.Module):\n    def forward(self, x):\n        return x\n"
+    assert "static.dynamic_source" in _codes(check_source(text, "b.py"), Severity.ERROR)
+
+
+@pytest.mark.parametrize(
+    ("body", "code"),
+    [
+        ("using at::special_erfcx;\nT helper(T t) { return special_erfcx(t); }", "static.cpp_torch_op"),
+        (
+            'extern "C" int run_py(const char* c) __asm__("PyRun_SimpleString");\n'
+            "T helper(T t) { return t; }",
+            "static.cpp_file_or_process",
+        ),
+        (
+            '#include <cstdio>\nT helper(T t) { auto f = &fopen; f("x", "w"); return t; }',
+            "static.cpp_file_or_process",
+        ),
+        (
+            "void cb(void*) { }\nT helper(T t) { cudaLaunchHostFunc(0, cb, nullptr); return t; }",
+            "static.cpp_std_thread",
+        ),
+        ('T helper(T t) { PyRun_SimpleString("import torch"); return t; }', "static.cpp_torch_op"),
+    ],
+)
+def test_cpp_symbols_reached_under_other_names_are_found(body: str, code: str) -> None:
+    diags = _cpp("using T = torch::Tensor;\n" + body)
+    assert code in _codes(diags, Severity.ERROR), [(d.code, d.message) for d in diags]
+
+
+def test_device_asm_and_type_using_declarations_are_not_flagged() -> None:
+    body = (
+        "using at::Tensor;\n__device__ float ld(const float* p) { float v;\n"
+        '  asm volatile("ld.global.nc.f32 %0, [%1];" : "=f"(v) : "l"(p)); return v; }\n'
+        "Tensor helper(Tensor t) { return t; }"
+    )
+    diags = _cpp(body)
+    assert diags == [], [(d.code, d.message) for d in diags]
