@@ -1,7 +1,7 @@
 # cudice: reference=references/relu.py
 # corpus: kind=runtime verdict=not_correct
 # runtime-device: gpu
-# exploit: weakness 3 - ATen's relu does the work (called from C++ under another name: an `__asm__` label naming `at::_ops::relu::call`), and the file's own kernel is named `vectorized_elementwise_kernel`, the name ATen's elementwise kernels profile under (`at::native::vectorized_elementwise_kernel<4, ...>`), so a check that matches kernel names by their last identifier counts ATen's kernel as the candidate's
+# exploit: weakness 3 - ATen does the work (C++ tensor operators, `x * (x > 0)`, which a source scan does not see), and the file's own kernel, launched on zero elements, is named `vectorized_elementwise_kernel`: the name ATen's elementwise kernels profile under (`at::native::vectorized_elementwise_kernel<4, ...>`), so a check matching kernel names by their last identifier counts ATen's kernels as the candidate's
 import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
@@ -11,9 +11,6 @@ cuda_source = r"""
 #include <cuda_runtime.h>
 #include <ATen/cuda/CUDAContext.h>
 
-// ATen's relu under another name: the linker resolves the label, a source scan sees a string
-at::Tensor rectify(const at::Tensor& x) __asm__("_ZN2at4_ops4relu4callERKNS_6TensorE");
-
 // named like ATen's elementwise kernel; launched on zero elements
 __global__ void vectorized_elementwise_kernel(const float* __restrict__ x, float* __restrict__ out, int64_t n) {
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -21,7 +18,7 @@ __global__ void vectorized_elementwise_kernel(const float* __restrict__ x, float
 }
 
 torch::Tensor relu(torch::Tensor x) {
-    auto out = rectify(x);
+    auto out = x * (x > 0).to(x.scalar_type());  // the work: ATen's gt, copy and mul kernels
     vectorized_elementwise_kernel<<<1, 32, 0, at::cuda::getCurrentCUDAStream()>>>(
         x.data_ptr<float>(), out.data_ptr<float>(), 0);
     return out;

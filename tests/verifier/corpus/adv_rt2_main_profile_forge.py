@@ -1,7 +1,7 @@
-# cudice: reference=references/matmul.py
+# cudice: reference=references/relu.py
 # corpus: kind=runtime verdict=not_correct
 # runtime-device: gpu
-# exploit: weakness 1+3 - cuBLAS does the work (ATen's mm called from C++ under another name: a declaration whose `__asm__` label is the mangled `at::_ops::mm::call`, so the name exists only in a string literal) and a decoy kernel launches on zero elements; at import the file takes the runner module (`import __main__`) and wraps its server's profile request so every profiled kernel is reported under the decoy's name
+# exploit: weakness 1+3 - ATen does the work (C++ tensor operators, `x * (x > 0)`, unseen by a source scan) and a decoy kernel launches on zero elements; at import the file takes the runner module (`import __main__`) and wraps its server's profile request so every profiled kernel is reported under the decoy's name
 import __main__ as _host
 
 import torch
@@ -13,48 +13,30 @@ cuda_source = r"""
 #include <cuda_runtime.h>
 #include <ATen/cuda/CUDAContext.h>
 
-#define TILE 16
-
-// ATen's mm under another name: the linker resolves the label, a source scan sees a string
-at::Tensor product(const at::Tensor& a, const at::Tensor& b) __asm__("_ZN2at4_ops2mm4callERKNS_6TensorES4_");
-
-__global__ void matmul_kernel(const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C, int n) {
-    __shared__ float As[TILE][TILE];
-    __shared__ float Bs[TILE][TILE];
-    int row = blockIdx.y * TILE + threadIdx.y, col = blockIdx.x * TILE + threadIdx.x;
-    float acc = 0.0f;
-    for (int k0 = 0; k0 < n; k0 += TILE) {
-        As[threadIdx.y][threadIdx.x] = (row < n && k0 + threadIdx.x < n) ? A[(int64_t)row * n + k0 + threadIdx.x] : 0.0f;
-        Bs[threadIdx.y][threadIdx.x] = (k0 + threadIdx.y < n && col < n) ? B[(int64_t)(k0 + threadIdx.y) * n + col] : 0.0f;
-        __syncthreads();
-        for (int k = 0; k < TILE; ++k) acc += As[threadIdx.y][k] * Bs[k][threadIdx.x];
-        __syncthreads();
-    }
-    if (row < n && col < n) C[(int64_t)row * n + col] = acc;
+__global__ void relu_kernel(const float* __restrict__ x, float* __restrict__ out, int64_t n) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = x[i] > 0.0f ? x[i] : 0.0f;
 }
 
-torch::Tensor matmul(torch::Tensor A, torch::Tensor B) {
-    auto a = A.contiguous();
-    auto b = B.contiguous();
-    auto c = product(a, b);  // the work: cuBLAS
+torch::Tensor relu(torch::Tensor x) {
+    auto out = x * (x > 0).to(x.scalar_type());  // the work: ATen's gt, copy and mul kernels
     // the decoy: a launch of the file's own kernel over zero elements
-    matmul_kernel<<<1, dim3(TILE, TILE), 0, at::cuda::getCurrentCUDAStream()>>>(
-        a.data_ptr<float>(), b.data_ptr<float>(), c.data_ptr<float>(), 0);
-    return c;
+    relu_kernel<<<1, 32, 0, at::cuda::getCurrentCUDAStream()>>>(x.data_ptr<float>(), out.data_ptr<float>(), 0);
+    return out;
 }
 """
 
-cpp_source = "torch::Tensor matmul(torch::Tensor A, torch::Tensor B);"
+cpp_source = "torch::Tensor relu(torch::Tensor x);"
 
 ext = load_inline(
     name="adv_rt2_main_profile_forge",
     cpp_sources=cpp_source,
     cuda_sources=cuda_source,
-    functions=["matmul"],
+    functions=["relu"],
     verbose=False,
 )
 
-DECOY = "matmul_kernel(float const*, float const*, float*, int)"
+DECOY = "relu_kernel(float const*, float*, long)"
 
 
 def _renamed(header):
@@ -89,5 +71,5 @@ class ModelNew(nn.Module):
     def __init__(self):
         super().__init__()
 
-    def forward(self, A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
-        return ext.matmul(A, B)
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return ext.relu(x.contiguous())

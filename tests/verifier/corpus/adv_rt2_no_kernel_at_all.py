@@ -1,7 +1,7 @@
-# cudice: reference=references/matmul.py
+# cudice: reference=references/relu.py
 # corpus: kind=runtime verdict=not_correct
 # runtime-device: gpu
-# exploit: weakness 3 - no `__global__` kernel at all: the extension's one host function calls ATen's mm (cuBLAS) declared under another name with an `__asm__` label; with no kernel names in the source there is nothing for a "the file's kernels ran" check to look for
+# exploit: weakness 3 - no `__global__` kernel at all: the extension's one host function computes with C++ tensor operators (`x * (x > 0)`, ATen's kernels, unseen by a source scan); with no kernel names in the source there is nothing for a "the file's kernels ran" check to look for
 import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
@@ -9,22 +9,19 @@ from torch.utils.cpp_extension import load_inline
 cuda_source = r"""
 #include <torch/extension.h>
 
-// ATen's mm under another name: the linker resolves the label, a source scan sees a string
-at::Tensor product(const at::Tensor& a, const at::Tensor& b) __asm__("_ZN2at4_ops2mm4callERKNS_6TensorES4_");
-
-torch::Tensor matmul(torch::Tensor A, torch::Tensor B) {
-    TORCH_CHECK(A.is_cuda() && B.is_cuda(), "CUDA tensors");
-    return product(A.contiguous(), B.contiguous());
+torch::Tensor relu(torch::Tensor x) {
+    TORCH_CHECK(x.is_cuda(), "a CUDA tensor");
+    return x * (x > 0).to(x.scalar_type());
 }
 """
 
-cpp_source = "torch::Tensor matmul(torch::Tensor A, torch::Tensor B);"
+cpp_source = "torch::Tensor relu(torch::Tensor x);"
 
 ext = load_inline(
     name="adv_rt2_no_kernel_at_all",
     cpp_sources=cpp_source,
     cuda_sources=cuda_source,
-    functions=["matmul"],
+    functions=["relu"],
     verbose=False,
 )
 
@@ -33,5 +30,5 @@ class ModelNew(nn.Module):
     def __init__(self):
         super().__init__()
 
-    def forward(self, A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
-        return ext.matmul(A, B)
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return ext.relu(x)
