@@ -9,6 +9,7 @@ what the source spells. Two things stand between them:
   under `#define NS at` as `at::relu`. Each character of the result knows the offset it came
   from (a macro's text: the invocation's first character), so findings land on the line that
   invokes the macro; `is_expanded()` says whether a character came from a macro.
+- spacing: `join_scopes()` removes space around `::` (`at :: relu` is `at::relu`);
 - namespace names: `aten_namespaces()` is `torch`, `at`, `c10` plus every name the text makes
   an alias of one (`namespace x = at;`, `namespace x = at::native;`) and every namespace the
   text opens that pulls ATen names in (`namespace cuda { using namespace at; }`,
@@ -63,6 +64,25 @@ class Expanded:
         if self.from_macro is None or not self.from_macro:
             return False
         return self.from_macro[min(max(offset, 0), len(self.from_macro) - 1)]
+
+
+_SCOPE_SPACE = re.compile(r"\s*::\s*")
+
+
+def join_scopes(ex: Expanded) -> Expanded:
+    """`at :: relu` → `at::relu` (C++ allows space, newlines and comments around `::`; comments are
+    blanks by now), keeping every character's source offset."""
+    if not any(m.group(0) != "::" for m in _SCOPE_SPACE.finditer(ex.text)):
+        return ex
+    n = len(ex.text)
+    origin = ex.origin if ex.origin is not None else list(range(n))
+    from_macro = ex.from_macro if ex.from_macro is not None else [False] * n
+    keep = [True] * n
+    for m in _SCOPE_SPACE.finditer(ex.text):
+        for i in range(m.start(), m.end()):
+            keep[i] = ex.text[i] == ":"
+    idx = [i for i in range(n) if keep[i]]
+    return Expanded("".join(ex.text[i] for i in idx), [origin[i] for i in idx], [from_macro[i] for i in idx])
 
 
 def find_macros(code: str) -> dict[str, list[Macro]]:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from cudice.verifier.positions import LineIndex
 from cudice.verifier.result import Diagnostic, Location, Severity, Stage
-from cudice.verifier.static_cpp_preprocess import Expanded, expand_macros
+from cudice.verifier.static_cpp_preprocess import Expanded, expand_macros, join_scopes
 
 # (1-based line, 1-based column) in the C++ text → a location in the user's file, or None.
 Locator = Callable[[int, int], "Location | None"]
@@ -55,7 +55,7 @@ class Unit:
     @classmethod
     def of(cls, src: CppSource) -> Unit:
         raw = blank_comments_and_strings(src.text)
-        ex = expand_macros(raw)
+        ex = join_scopes(expand_macros(raw))
         return cls(src, ex.text, raw=raw, expanded=ex)
 
     def from_macro(self, offset: int) -> bool:

@@ -1180,6 +1180,8 @@ def test_load_inline_bound_where_the_checks_cannot_follow_is_rejected(builder: s
     ("body", "code"),
     [
         ("using at::special_erfcx;\nT helper(T t) { return special_erfcx(t); }", "static.cpp_torch_op"),
+        ("T helper(T t) { return at :: /* spaced */\n relu(t); }", "static.cpp_torch_op"),
+        ("T helper(T t) { std :: thread th([] {}); th.join(); return t; }", "static.cpp_std_thread"),
         (
             'extern "C" int run_py(const char* c) __asm__("PyRun_SimpleString");\n'
             "T helper(T t) { return t; }",
