@@ -8,7 +8,12 @@
    only when it will run here; errors → `compile_error`, located in the `.py` file;
 4. run      — load, correctness, timing in a sandboxed child (sandbox.py + worker.py).
 Without a CUDA GPU the run stage is skipped and the verdict is `compiled`, with a
-`verify.no_gpu` diagnostic saying that correctness and timing did not run.
+`verify.no_gpu` diagnostic saying that correctness and timing did not run; the reference's
+`get_inputs()`/`get_init_inputs()` are still called once in a child (reference_probe.py), and
+if one raises the verdict is `runtime_error` at stage `load` — what the GPU run would say.
+A candidate without a usable reference still goes through the static checks and the compile:
+the missing reference (`parse.no_reference`, …) is a warning, and a clean build is `compiled`.
+The reference may be given as text (`reference_source=`) instead of a file.
 
 `on_stage(partial_result)` is called after each stage so an editor shows static and compile
 findings before the kernel has run; `cancel.is_set()` aborts the build or kills the child.
@@ -36,12 +41,13 @@ from cudice.verifier.generated import from_call
 from cudice.verifier.gpu_probe import gpu_absent_reason
 from cudice.verifier.gpu_probe import gpu_available as gpu_available
 from cudice.verifier.process import CancelToken
-from cudice.verifier.reference import resolve_reference
+from cudice.verifier.reference import ResolvedReference, as_warnings, resolve_reference
 from cudice.verifier.result import Diagnostic, Location, Severity, Stage, Verdict, VerifyResult
 from cudice.verifier.sandbox import ChildOutcome, run_in_child
 
 OnStage = Callable[[VerifyResult], None]
 RunChild = Callable[..., ChildOutcome]
+PSEUDO_REFERENCE_PATH = "<reference>"  # names a reference given as text (`reference_source=`)
 
 
 def _why_no_gpu(gpu: bool | None) -> str:
@@ -133,6 +139,7 @@ def verify(
     *,
     source: str | None = None,
     reference: str | Path | None = None,
+    reference_source: str | None = None,
     config: VerifyConfig | None = None,
     on_stage: OnStage | None = None,
     cancel: CancelToken | None = None,
@@ -141,6 +148,11 @@ def verify(
     warm_judge: bool = False,
 ) -> VerifyResult:
     """Verify the candidate at `path` (or its unsaved text `source`). Never raises for bad input.
+
+    The reference is `reference` (a path), else the candidate's own `Model` or its
+    `# cudice: reference=` comment. `reference_source` gives the reference's text instead of a
+    file: nothing is read from disk, and `reference` (default `<reference>`) is only the name its
+    diagnostics and tracebacks carry.
 
     `run_child` replaces `sandbox.run_in_child` for the run stage (VerifyPool uses it to place the
     child on a leased GPU); it receives the job dict and run_in_child's keyword arguments.
@@ -153,7 +165,9 @@ def verify(
     """
     early = _EarlyJudge() if warm_judge and run_child is None else None
     try:
-        return _verify(path, source, reference, config, on_stage, cancel, run_child, gpu, early)
+        return _verify(
+            path, source, reference, reference_source, config, on_stage, cancel, run_child, gpu, early
+        )
     finally:
         if early is not None:
             early.close()
@@ -163,6 +177,7 @@ def _verify(
     path: str | Path,
     source: str | None,
     reference: str | Path | None,
+    reference_source: str | None,
     config: VerifyConfig | None,
     on_stage: OnStage | None,
     cancel: CancelToken | None,
@@ -172,7 +187,9 @@ def _verify(
 ) -> VerifyResult:
     config = config or VerifyConfig()
     ref_arg = str(reference) if reference is not None else None
-    doc = (
+    if reference_source is not None and ref_arg is None:
+        ref_arg = PSEUDO_REFERENCE_PATH
+    doc = _reference_optional(
         parse_document(source, str(path), reference=ref_arg)
         if source is not None
         else read_document(path, reference=ref_arg)
@@ -181,13 +198,13 @@ def _verify(
     # 1. parse
     if (bad := doc.invalid_result()) is not None:
         return bad
-    ref = resolve_reference(doc) if doc.kind == "python" else None
+    ref = resolve_reference(doc, reference_source) if doc.kind == "python" else None
     has_reference = ref is None or ref.document is not None
     if not has_reference:
         # Compiling needs no reference: the candidate is still checked and compiled, and the
         # missing reference is a warning (correctness and timing are what need it).
         assert ref is not None
-        run.diags += [dataclasses.replace(d, severity=Severity.WARNING) for d in ref.diagnostics]
+        run.diags += as_warnings(ref.diagnostics)
     run.lap("parse")
     run.report(Verdict.CHECKED)
     # 2. static
@@ -231,6 +248,8 @@ def _verify(
             return run.result(Verdict.TIMEOUT, error="cancelled")
         if build.undecided:  # only headers this machine lacks stood in the way: not a compile error
             run.lap("compile")
+            if not will_run:
+                return _compile_only_end(run, ref, Verdict.CHECKED, cancel)
             return run.result(Verdict.CHECKED, compile_only=True)
         if not build.ok:
             run.lap("compile")
@@ -251,7 +270,7 @@ def _verify(
                     doc.location(call.span),
                 )
             )
-        return run.result(Verdict.CHECKED, compile_only=True)
+        return _compile_only_end(run, ref, Verdict.CHECKED, cancel)
     if not will_run:
         if not has_reference:
             pass  # the reference warning says why nothing ran
@@ -266,13 +285,45 @@ def _verify(
                     doc.location(doc.model_new.span) if doc.model_new else Location(doc.path, 1, 1),
                 )
             )
-        return run.result(Verdict.COMPILED, compile_only=True)
+        return _compile_only_end(run, ref, Verdict.COMPILED, cancel)
     if config.build_only:  # built and linked as for the run, which the caller does not want now
         return run.result(Verdict.COMPILED, compile_only=True)
     run.report(Verdict.COMPILED)
     # 4. run in a sandboxed child
     assert ref is not None and ref.document is not None
     return _run_stage(run, ref.document, config, cancel, run_child or run_in_child)
+
+
+def _reference_optional(doc: Document) -> Document:
+    """`doc` without its `parse.no_reference` error, which must not stop the static checks and the
+    compile (resolve_reference reports it again, api.py as a warning); a document that is invalid
+    for another reason keeps it, so the `invalid_input` result lists every problem."""
+    rest = tuple(d for d in doc.problems if d.code != "parse.no_reference")
+    if len(rest) == len(doc.problems) or _has_error(list(rest)):
+        return doc
+    return dataclasses.replace(doc, problems=rest)
+
+
+def _compile_only_end(
+    run: _Run, ref: ResolvedReference | None, verdict: Verdict, cancel: CancelToken | None
+) -> VerifyResult:
+    """The end of a run without the run stage: `verdict`, unless the reference's input functions
+    raise when called on the CPU (reference_probe.py) — then `runtime_error` at `load`, as the GPU
+    run would end. Cached by the reference's content; skipped without a reference."""
+    if ref is None or ref.document is None:
+        return run.result(verdict, compile_only=True)
+    from cudice.verifier.reference_probe import probe_reference_inputs
+
+    probe = probe_reference_inputs(
+        ref.document, run.config, torch_version=run.versions.get("torch", ""), cancel=cancel
+    )
+    run.lap("reference_inputs")
+    if not probe.failure:
+        return run.result(verdict, compile_only=True)
+    run.diags += probe.failure
+    return run.result(
+        Verdict.RUNTIME_ERROR, stage=Stage.LOAD, compile_only=True, error=probe.traceback or None
+    )
 
 
 def _static_stage(run: _Run, doc: Document, config: VerifyConfig) -> bool:
@@ -363,10 +414,12 @@ def quick_check(
     Verdict: `checked` when nothing was found, else the failing stage's verdict.
     """
     config = config or VerifyConfig()
-    doc = parse_document(source, str(path))
+    doc = _reference_optional(parse_document(source, str(path)))
     run = _Run(doc, config, None)
     if (bad := doc.invalid_result()) is not None:
         return bad
+    if doc.kind == "python" and doc.reference.origin == "none":  # the compile diagnostics need none
+        run.diags += as_warnings(resolve_reference(doc).diagnostics)  # no file read: how to give one
     run.lap("parse")
     if not _static_stage(run, doc, config):
         return run.result(Verdict.STATIC_VIOLATION)

@@ -7,6 +7,12 @@
 elapsed time on stderr (also when stderr is not a terminal: `server/cli_progress.py`). The exit
 status is 0 whenever a verdict was reached (whatever it is), unless `--exit-code` asks for 1
 when the verdict is not `correct` (`compiled` with `--compile-only`); usage errors give click's 2.
+
+A candidate without a reference is still checked and compiled: compile errors are located as
+usual, and a clean build ends with `compiled` and a line saying that correctness and speed were
+not checked and how to give a reference. So `--exit-code` gives 1 for it (it is not `correct`),
+and 0 with `--compile-only` (only the build was asked for); `--json` carries the same verdict
+and the `parse.no_reference` warning.
 """
 
 from __future__ import annotations
@@ -19,9 +25,11 @@ from pathlib import Path
 
 import click
 from cudice.verifier.config import VerifyConfig
+from cudice.verifier.reference import HOW_TO_GIVE_ONE, NO_REFERENCE_CODES
 from cudice.verifier.result import Severity, Stage, Verdict, VerifyResult
 from cudice.verifier.static_policy import Strictness
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 VERDICT_STYLE = {
@@ -54,7 +62,7 @@ _DEFAULT = {f.name: f.default for f in dataclasses.fields(VerifyConfig)}  # the 
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     default=None,
     help="Reference file with Model/get_inputs (else the candidate's own Model, else its "
-    "`# cudice: reference=PATH` comment).",
+    "`# cudice: reference=PATH` comment; without any, only the static checks and the compile run).",
 )
 @click.option("--compile-only", is_flag=True, help="Stop after compiling (no correctness, no timing).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object and nothing else.")
@@ -114,7 +122,6 @@ def _verify(candidate: Path, reference: Path | None, config: VerifyConfig, as_js
     from cudice.server.cli_progress import ProgressLine
     from cudice.verifier.api import verify
     from cudice.verifier.gpu_probe import gpu_absent_reason
-    from rich.markup import escape
 
     if as_json:
         with ProgressLine("verifying"):
@@ -190,7 +197,12 @@ def print_report(console: Console, result: VerifyResult, wall_s: float) -> None:
         console.print(f"speedup {result.speedup:.2f}x (pessimistic {result.speedup_min or 0:.2f}x){flag}")
     reached = STAGES.index(result.stage.value)
     skipped = [s for s in STAGES[reached + 1 :]]
-    if result.verdict is Verdict.COMPILED:
+    if result.verdict is Verdict.COMPILED and _no_reference(result):
+        console.print(
+            "[bold yellow]not checked: correctness, speed[/] (no reference to compare with). "
+            f"{escape(HOW_TO_GIVE_ONE)}"
+        )
+    elif result.verdict is Verdict.COMPILED:
         console.print(
             f"skipped: {', '.join(s for s in skipped if s != 'load') or '-'} "
             f"({'--compile-only' if result.compile_only and not _no_gpu(result) else 'no CUDA GPU'})"
@@ -204,3 +216,7 @@ def print_report(console: Console, result: VerifyResult, wall_s: float) -> None:
 
 def _no_gpu(result: VerifyResult) -> bool:
     return any(d.code == "verify.no_gpu" for d in result.diagnostics)
+
+
+def _no_reference(result: VerifyResult) -> bool:
+    return any(d.code in NO_REFERENCE_CODES for d in result.diagnostics)

@@ -2,16 +2,27 @@
 
 `resolve_reference(doc)` returns the parsed reference `Document` (the candidate itself when it
 holds `Model` + `get_inputs`) or diagnostics that say what is missing and where. It reads the
-reference file from disk but never imports it.
+reference file from disk (or takes its text, `source=`) but never imports it; calling its
+`get_inputs()` is reference_probe.py's job, in a child process.
+
+A candidate without a usable reference is still checked and compiled: api.py reports these
+diagnostics as `as_warnings()` words them; only correctness and timing need a reference.
+`NO_REFERENCE_CODES` names the diagnostics that mean "no usable reference", for the CLI's report.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from cudice.verifier.document import Document, read_document
+from cudice.verifier.document import Document, parse_document, read_document
 from cudice.verifier.result import Diagnostic, Location, Severity, Stage
+
+NO_REFERENCE_CODES = frozenset({"parse.no_reference", "parse.reference_missing", "parse.reference_invalid"})
+HOW_TO_GIVE_ONE = (
+    "Give one with `--reference PATH`, a comment `# cudice: reference=path/to/problem.py` in this "
+    "file, or `Model` + `get_inputs()` in this file."
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,9 +45,16 @@ def reference_path(doc: Document) -> Path | None:
     return Path(spec.path).resolve()
 
 
-def resolve_reference(doc: Document) -> ResolvedReference:
-    """Parse and check the reference named by `doc.reference`."""
+def resolve_reference(doc: Document, source: str | None = None) -> ResolvedReference:
+    """Parse and check the reference named by `doc.reference`.
+
+    `source` is the reference's text, given instead of a file (the RL reward's problems): it is
+    parsed under the name `doc.reference.path` (a pseudo path for locations, never read), and a
+    candidate's own `Model` or reference comment is then ignored.
+    """
     spec = doc.reference
+    if source is not None:
+        return _checked(parse_document(source, spec.path or "<reference>", require_candidate=False), doc)
     if spec.origin == "same_file":
         return ResolvedReference(doc, ())
     path = reference_path(doc)
@@ -74,7 +92,28 @@ def resolve_reference(doc: Document) -> ResolvedReference:
                 ),
             ),
         )
-    ref = read_document(path, require_candidate=False)
+    return _checked(read_document(path, require_candidate=False), doc)
+
+
+def as_warnings(found: tuple[Diagnostic, ...]) -> list[Diagnostic]:
+    """Why there is no usable reference, as a verification without one reports it: warnings (the
+    candidate is still checked and compiled), `parse.no_reference` saying what is left unchecked."""
+    out = []
+    for d in found:
+        if d.code == "parse.no_reference":
+            d = replace(
+                d,
+                message="No reference: only the static checks and the compile run; correctness and "
+                f"speed are not checked. {HOW_TO_GIVE_ONE}",
+            )
+        out.append(replace(d, severity=Severity.WARNING))
+    return out
+
+
+def _checked(ref: Document, doc: Document) -> ResolvedReference:
+    """`ref` when it has `Model` and `get_inputs()`, else the reasons (repeated at `doc`'s comment)."""
+    spec, path = doc.reference, ref.path
+    where = doc.location(spec.span) if spec.span else Location(doc.path, 1, 1)
     problems = list(ref.problems)
     if ref.model is None:
         problems.append(

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
 from cudice.verifier import api
@@ -301,3 +304,162 @@ def test_a_warm_judge_starts_with_the_build_and_ends_with_the_verification(
     events.clear()
     api.verify(tmp_path / "relu_cuda.py", config=config)  # without it: no judge ahead of the build
     assert "judge started" not in events
+
+
+def _no_reference(text: str) -> str:
+    """`text` without its `# cudice: reference=` comment, every other line where it was."""
+    return "\n".join("# (no reference)" if "cudice: reference=" in t else t for t in text.split("\n"))
+
+
+def _clean_build(tmp_path: Path) -> Callable[..., BuildResult]:
+    def build(*a: object, **k: object) -> BuildResult:
+        return BuildResult(
+            ok=True, build_dir=tmp_path, library=None, diagnostics=(), output="", wall_s=0.1, cached=False
+        )
+
+    return build
+
+
+@needs_nvcc
+@pytest.mark.slow
+def test_a_candidate_without_reference_is_compiled_and_says_what_was_not_checked(
+    tmp_path: Path, examples_dir: Path, build_cache: Path
+) -> None:
+    """No `--reference`, no comment, no `Model`: the compile still runs (the session's relu_broken and
+    relu_cuda builds), its error lands on line 14, and a clean build says correctness was not checked."""
+    broken, good = tmp_path / "broken.py", tmp_path / "good.py"
+    broken.write_text(_no_reference((examples_dir / "relu_broken.py").read_text()))
+    good.write_text(_no_reference((examples_dir / "relu_cuda.py").read_text()))
+    config = VerifyConfig(cache_dir=build_cache)
+    stages: list[list[str]] = []
+    bad = api.verify(broken, config=config, on_stage=lambda r: stages.append([d.code for d in r.diagnostics]))
+    assert bad.verdict is Verdict.COMPILE_ERROR, [d.message for d in bad.diagnostics]
+    errors = [d for d in bad.diagnostics if d.severity is Severity.ERROR]
+    assert [(d.location.line, d.location.column) for d in errors if d.location] == [(14, 18)]
+    assert stages and all(
+        codes[:1] == ["parse.no_reference"] for codes in stages
+    )  # the editor sees it at once
+    ok = api.verify(good, config=config)
+    assert ok.verdict is Verdict.COMPILED and ok.compile_only and ok.stage is Stage.COMPILE
+    (warning,) = [d for d in ok.diagnostics if d.code == "parse.no_reference"]
+    assert warning.severity is Severity.WARNING and "not checked" in warning.message
+    assert "--reference PATH" in warning.message and "# cudice: reference=" in warning.message
+    assert not [d for d in ok.diagnostics if d.code == "verify.no_gpu"]  # the reference is why, not the GPU
+
+
+def test_quick_check_without_reference_still_gives_compile_diagnostics(
+    tmp_path: Path, examples_dir: Path
+) -> None:
+    cand = tmp_path / "cand.py"
+    text = _no_reference((examples_dir / "relu_broken.py").read_text())
+
+    class StubChecker:  # stands in for clangd: one error where nvcc puts it
+        available = True
+
+        def check(self, module: object, path: str, timeout_s: float) -> SimpleNamespace:
+            error = Diagnostic(
+                Severity.ERROR, "undefined", "fast.error", Stage.COMPILE, Location(path, 14, 18)
+            )
+            return SimpleNamespace(diagnostics=(error,))
+
+    result = api.quick_check(cand, text, cast(Any, StubChecker()))
+    assert result.verdict is Verdict.COMPILE_ERROR
+    assert [(d.code, d.severity) for d in result.diagnostics] == [
+        ("parse.no_reference", Severity.WARNING),
+        ("fast.error", Severity.ERROR),
+    ]
+    plain = api.verify(cand, source="import torch\n", config=VerifyConfig(cache_dir=tmp_path))
+    assert plain.verdict is Verdict.INVALID_INPUT  # not a candidate: stops at parse, listing both problems
+    assert {d.code for d in plain.diagnostics} == {"parse.no_model_new", "parse.no_reference"}
+
+
+RAISING = {  # case -> (text of examples/relu.py, its replacement)
+    "get_inputs": ("x = torch.randn(batch_size, dim)", "x = torch.randn(batch_size, dimm)"),
+    "get_init_inputs": (  # raised inside torch: located on the reference's own line
+        "def get_init_inputs():\n    return []",
+        "def get_init_inputs():\n    return [torch.zeros(-1)]",
+    ),
+    "needs_gpu": ("x = torch.randn(batch_size, dim)", "x = torch.randn(batch_size, dim).cuda()"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(RAISING))
+def test_a_reference_whose_inputs_raise_is_reported_on_its_line_without_a_gpu(
+    tmp_path: Path, examples_dir: Path, monkeypatch: pytest.MonkeyPatch, case: str
+) -> None:
+    """Compile-only: the reference's input functions run once in a child; a raise is a located
+    `reference.get_inputs_failed` and `runtime_error` at `load`; a CUDA-only input is not a failure
+    on a machine without one. The answer is cached by the reference's content."""
+    from cudice.verifier import reference_probe
+
+    old, new = RAISING[case]
+    ref_text = (examples_dir / "relu.py").read_text()
+    assert old in ref_text
+    ref = tmp_path / "relu.py"
+    ref.write_text(ref_text.replace(old, new))
+    (tmp_path / "relu_cuda.py").write_text((examples_dir / "relu_cuda.py").read_text())
+    monkeypatch.setattr(api, "build_module", _clean_build(tmp_path))
+    monkeypatch.setattr(api, "gpu_available", lambda: False)
+    config = VerifyConfig(cache_dir=tmp_path / "cache")
+    result = api.verify(tmp_path / "relu_cuda.py", config=config)
+    found = [d for d in result.diagnostics if d.code == "reference.get_inputs_failed"]
+    if case == "needs_gpu":
+        import torch
+
+        if torch.cuda.is_available():
+            pytest.skip("this torch has a GPU: `.cuda()` works here")
+        assert result.verdict is Verdict.COMPILED and not found
+        return
+    assert result.verdict is Verdict.RUNTIME_ERROR and result.stage is Stage.LOAD and result.compile_only
+    (diag,) = found
+    line = next(i for i, t in enumerate(ref.read_text().split("\n"), 1) if new.split("\n")[-1] in t)
+    assert diag.severity is Severity.ERROR and diag.location is not None
+    assert (diag.location.path, diag.location.line) == (str(ref.resolve()), line)
+    assert ("NameError" if case == "get_inputs" else "RuntimeError") in diag.message
+    assert "runtime_error" in diag.message and result.error
+    assert result.stage_wall_s["reference_inputs"] > 0
+
+    def no_child(*a: object, **k: object) -> object:
+        raise AssertionError("an unchanged reference is answered from the cache")
+
+    monkeypatch.setattr(reference_probe, "run_in_child", no_child)
+    again = api.verify(tmp_path / "relu_cuda.py", config=config)
+    assert again.verdict is Verdict.RUNTIME_ERROR and again.diagnostics == result.diagnostics
+
+
+def test_the_reference_may_be_given_as_text(
+    tmp_path: Path, examples_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`reference_source=`: no reference file anywhere (the RL reward's case); the judge gets the
+    text, and locations name `reference` (default `<reference>`)."""
+    from cudice.verifier.sandbox import ChildOutcome
+
+    cand = tmp_path / "nowhere" / "cand_0.py"  # never written: the candidate comes as text too
+    cand_text = (examples_dir / "relu_cuda.py").read_text()  # its comment names a relu.py that is not there
+    ref_text = (examples_dir / "relu.py").read_text()
+    monkeypatch.setattr(api, "build_module", _clean_build(tmp_path))
+    jobs: list[dict[str, object]] = []
+
+    def judged(job: dict[str, object], **kw: object) -> ChildOutcome:
+        jobs.append(job)
+        return ChildOutcome({"verdict": "correct", "stage": "timing", "diagnostics": []}, 0, "", "", 0.1)
+
+    config = VerifyConfig(cache_dir=tmp_path / "cache")
+    run = api.verify(
+        cand, source=cand_text, reference_source=ref_text, config=config, gpu=True, run_child=judged
+    )
+    assert run.verdict is Verdict.CORRECT, [d.message for d in run.diagnostics]
+    assert jobs[0]["reference_source"] == ref_text and jobs[0]["reference_path"] == "<reference>"
+    broken = ref_text.replace("torch.randn(batch_size, dim)", "torch.randn(batch_size, dimm)")
+    named = api.verify(
+        cand, source=cand_text, reference="problem_19.py", reference_source=broken, config=config, gpu=False
+    )
+    (diag,) = [d for d in named.diagnostics if d.code == "reference.get_inputs_failed"]
+    assert diag.location is not None and diag.location.path == "problem_19.py"
+    assert broken.split("\n")[diag.location.line - 1].strip().startswith("x = torch.randn")
+    not_a_reference = api.verify(cand, source=cand_text, reference_source="x = 1\n", config=config, gpu=False)
+    assert {"parse.reference_invalid", "parse.reference_no_model"} <= {
+        d.code for d in not_a_reference.diagnostics
+    }
+    assert not_a_reference.verdict is Verdict.COMPILED  # still compiled; nothing to compare with
+    assert not cand.parent.exists()

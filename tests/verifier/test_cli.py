@@ -147,3 +147,56 @@ def test_eval_folder_json(tmp_path: Path, examples_dir: Path, build_cache: Path)
     assert verdicts["softmax.py"] == "missing"
     if not out["gpu"]:
         assert verdicts["relu.py"] == "compiled" and out["correct"] == 0.0
+
+
+def _without_reference(text: str) -> str:
+    """`text` without its `# cudice: reference=` comment, every other line where it was."""
+    return "\n".join("# (no reference)" if "cudice: reference=" in t else t for t in text.split("\n"))
+
+
+@needs_nvcc
+@pytest.mark.slow
+@pytest.mark.e2e
+def test_verify_without_reference_locates_compile_errors_and_says_what_was_not_checked(
+    tmp_path: Path, examples_dir: Path, build_cache: Path
+) -> None:
+    """The session's relu_broken and relu_cuda builds, from files that name no reference."""
+    broken, good = tmp_path / "broken.py", tmp_path / "good.py"
+    broken.write_text(_without_reference((examples_dir / "relu_broken.py").read_text()))
+    good.write_text(_without_reference((examples_dir / "relu_cuda.py").read_text()))
+    bad = cudice("verify", str(broken), cache=build_cache)
+    assert bad.returncode == 0, bad.stderr
+    assert "verdict: compile_error" in bad.stdout, bad.stdout
+    assert f"{broken}:14:18: error: " in bad.stdout and "[parse.no_reference]" in bad.stdout
+    text = cudice("verify", str(good), cache=build_cache)
+    assert "verdict: compiled" in text.stdout, text.stdout + text.stderr
+    (line,) = [t for t in text.stdout.splitlines() if t.startswith("not checked:")]
+    assert "correctness, speed (no reference" in line and "--reference PATH" in line
+    assert "# cudice: reference=" in line and "get_inputs()" in line
+    as_json = json.loads(cudice("verify", "--json", str(good), cache=build_cache).stdout)
+    assert as_json["verdict"] == "compiled" and as_json["compile_only"] is True
+    assert [d["severity"] for d in as_json["diagnostics"] if d["code"] == "parse.no_reference"] == ["warning"]
+    assert cudice("verify", "--exit-code", str(good), cache=build_cache).returncode == 1  # not `correct`
+    assert cudice("verify", "--exit-code", "--compile-only", str(good), cache=build_cache).returncode == 0
+
+
+@needs_nvcc
+@pytest.mark.slow
+@pytest.mark.e2e
+def test_verify_compile_only_reports_a_reference_whose_get_inputs_raises(
+    tmp_path: Path, examples_dir: Path, build_cache: Path
+) -> None:
+    ref_text = (examples_dir / "relu.py").read_text()
+    (tmp_path / "relu.py").write_text(
+        ref_text.replace("torch.randn(batch_size, dim)", "torch.randn(batch_size, dimm)")
+    )
+    cand = tmp_path / "relu_cuda.py"
+    cand.write_text((examples_dir / "relu_cuda.py").read_text())  # the session's relu_cuda build
+    line = next(i for i, t in enumerate(ref_text.split("\n"), 1) if "torch.randn(batch_size, dim)" in t)
+    proc = cudice("verify", "--compile-only", "--exit-code", str(cand), cache=build_cache)
+    assert proc.returncode == 1 and "verdict: runtime_error (stage load" in proc.stdout, (
+        proc.stdout + proc.stderr
+    )
+    (found,) = [t for t in proc.stdout.splitlines() if "[reference.get_inputs_failed]" in t]
+    assert found.strip().startswith(f"{(tmp_path / 'relu.py').resolve()}:{line}:5: error: ")
+    assert "NameError" in found and "would stop here with `runtime_error`" in found
