@@ -54,7 +54,8 @@ _FLAG_COMPRESSED = 0x2000 | 0x8000  # LZ4 (CUDA ≤ 12) | zstd (CUDA 13)
 _SHT_SYMTAB, _STT_FUNC, _STO_CUDA_ENTRY = 2, 2, 0x10
 _EM_CUDA = 190
 _PTX_ENTRY = re.compile(rb"\.entry\s+([A-Za-z_$%][\w$%]*)")
-_CUOBJDUMP_ENTRY = re.compile(r"^\s*FUNC\s+\S+\s+\S+\s+ENTRY\s+(\S+)\s*$", re.M)
+# `FUNC  GLOBAL  DEFAULT  ENTRY  _Z11relu_kernelPKfPfi` (columns vary between toolkit versions)
+_CUOBJDUMP_ENTRY = re.compile(r"^\s*(?:STT_)?FUNC\b.*\b(?:STO_)?ENTRY\b.*?(\S+)\s*$", re.M)
 
 _CACHE: dict[str, frozenset[str]] = {}
 _CACHE_LOCK = threading.Lock()

@@ -143,6 +143,18 @@ def test_built_in_reader_agrees_with_cuobjdump(library: Path) -> None:
     assert ks.entry_symbols(library) == ks._cuobjdump_entries(library, 30.0)
 
 
+@pytest.mark.parametrize(
+    "listing",
+    [
+        "FUNC          GLOBAL  DEFAULT    ENTRY                                _Z11relu_kernelPKfPfi",  # 13.4
+        "STT_FUNC         STB_GLOBAL STO_ENTRY      _Z11relu_kernelPKfPfi",  # 13.0
+    ],
+)
+def test_cuobjdump_listings_of_either_toolkit_version_parse(listing: str) -> None:
+    other = "STT_OBJECT       STB_LOCAL  STO_DEFAULT    _ZN34_INTERNAL_cuda3std3__48in_placeE\n"
+    assert ks._CUOBJDUMP_ENTRY.findall(other + listing + "\n") == ["_Z11relu_kernelPKfPfi"]
+
+
 def test_libraries_without_device_code_fail_closed(tmp_path: Path) -> None:
     junk = tmp_path / "junk.so"
     junk.write_bytes(b"not an ELF file at all")
