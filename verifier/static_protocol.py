@@ -28,7 +28,7 @@ def call_protocol_findings(tree: ast.Module) -> list[Finding]:
     `object.__setattr__(self, "__class__", C)`, `obj.__dict__[k] = v`), forward hooks, and every
     binding of `ModelNew` after the first."""
     out: list[Finding] = []
-    consts = ModuleConstants(tree)
+    consts: list[ModuleConstants] = []  # built on the first `setattr`-like call only
     for node in ast.walk(tree):
         if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
             targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
@@ -39,7 +39,7 @@ def call_protocol_findings(tree: ast.Module) -> list[Finding]:
                     elif isinstance(a, ast.Subscript) and _names_dict(a.value):
                         out.append(_replaces_call(a, None))
         elif isinstance(node, ast.Call):
-            out += _call_finding(node, consts)
+            out += _call_finding(node, tree, consts)
     for node in _model_new_bindings(tree)[1:]:
         out.append(
             Finding(
@@ -53,7 +53,7 @@ def call_protocol_findings(tree: ast.Module) -> list[Finding]:
     return out
 
 
-def _call_finding(node: ast.Call, consts: ModuleConstants) -> list[Finding]:
+def _call_finding(node: ast.Call, tree: ast.Module, consts: list[ModuleConstants]) -> list[Finding]:
     name = callee_name(node.func)
     if name in ("setattr", "delattr", "__setattr__", "__delattr__"):
         bound = isinstance(node.func, ast.Attribute) and not _is_type_receiver(node.func.value)
@@ -61,7 +61,9 @@ def _call_finding(node: ast.Call, consts: ModuleConstants) -> list[Finding]:
         if len(node.args) <= pos:
             return []
         key = node.args[pos]
-        value = consts.value(key)
+        if not consts:
+            consts.append(ModuleConstants(tree))
+        value = consts[0].value(key)
         if isinstance(value, str) and value in CALL_PROTOCOL_ATTRS:
             return [_replaces_call(node, value)]
         if not isinstance(value, str) and not _has_literal_prefix(key):

@@ -71,17 +71,21 @@ class CodeIndex:
 
     def __init__(self, tree: ast.Module, module_funcs: dict[str, ast.FunctionDef]) -> None:
         self.tree = tree
+        self.funcs = module_funcs
         self.classes: dict[str, ast.ClassDef] = {}
+        functions: list[Function] = []
         for n in ast.walk(tree):
             if isinstance(n, ast.ClassDef):
                 self.classes.setdefault(n.name, n)
-        self.funcs = module_funcs
-        self.nested: dict[str, list[Function]] = {}  # functions defined inside functions, by name
-        for n in ast.walk(tree):
-            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                for inner in ast.walk(n):
-                    if inner is not n and isinstance(inner, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                        self.nested.setdefault(inner.name, []).append(inner)
+            elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                functions.append(n)
+        direct = {id(n) for n in tree.body} | {
+            id(n) for c in self.classes.values() for n in c.body
+        }  # module functions and methods; every other def is nested in a function
+        self.nested: dict[str, list[Function]] = {}
+        for fn in functions:
+            if id(fn) not in direct:
+                self.nested.setdefault(fn.name, []).append(fn)
         self.module_vars: dict[str, list[ast.expr]] = {}
         for stmt in tree.body:
             if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None:
@@ -89,9 +93,13 @@ class CodeIndex:
                 for t in targets:
                     for name in (n.id for n in ast.walk(t) if isinstance(n, ast.Name)):
                         self.module_vars.setdefault(name, []).append(stmt.value)
+        self._chains: dict[int, list[ast.ClassDef]] = {}
+        self._values: dict[int, dict[str, list[ast.expr]]] = {}
 
     def chain(self, cls: ast.ClassDef) -> list[ast.ClassDef]:
         """`cls` and its in-file bases, nearest first (a simplified MRO)."""
+        if id(cls) in self._chains:
+            return self._chains[id(cls)]
         out: list[ast.ClassDef] = []
         todo = [cls]
         while todo:
@@ -100,6 +108,7 @@ class CodeIndex:
                 continue
             out.append(c)
             todo += [b for b in (self.classes.get(base_name(e)) for e in c.bases) if b is not None]
+        self._chains[id(cls)] = out
         return out
 
     def metaclasses(self, cls: ast.ClassDef) -> list[ast.ClassDef]:
@@ -119,19 +128,23 @@ class CodeIndex:
         return out
 
     def self_values(self, cls: ast.ClassDef) -> dict[str, list[ast.expr]]:
-        """`self.<attr>` → every value stored to it in any method of the class chain."""
+        """`self.<attr>` → every value stored to it in any method of any class of the chain."""
+        if id(cls) in self._values:
+            return self._values[id(cls)]
         out: dict[str, list[ast.expr]] = {}
-        for fn in self.methods(cls).values():
-            for n in ast.walk(fn):
-                if isinstance(n, (ast.Assign, ast.AnnAssign)) and n.value is not None:
-                    targets = n.targets if isinstance(n, ast.Assign) else [n.target]
-                    for t in targets:
-                        if (
-                            isinstance(t, ast.Attribute)
-                            and isinstance(t.value, ast.Name)
-                            and t.value.id == "self"
-                        ):
-                            out.setdefault(t.attr, []).append(n.value)
+        for c in self.chain(cls):
+            for fn in (n for n in c.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))):
+                for n in ast.walk(fn):
+                    if isinstance(n, (ast.Assign, ast.AnnAssign)) and n.value is not None:
+                        targets = n.targets if isinstance(n, ast.Assign) else [n.target]
+                        for t in targets:
+                            if (
+                                isinstance(t, ast.Attribute)
+                                and isinstance(t.value, ast.Name)
+                                and t.value.id == "self"
+                            ):
+                                out.setdefault(t.attr, []).append(n.value)
+        self._values[id(cls)] = out
         return out
 
 
