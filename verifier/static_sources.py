@@ -58,7 +58,7 @@ def load_inline_nodes(tree: ast.Module) -> list[ast.Call]:
 
 def resolve_call_sources(tree: ast.Module, call: ast.Call) -> ResolvedCall:
     """Evaluate the `cpp_sources`/`cuda_sources` arguments of `call` (see the module docstring)."""
-    env = ModuleConstants(tree, _enclosing_function(tree, call))
+    env = ModuleConstants(tree, _enclosing_function(tree, call), reader=call)
     args: dict[str, ast.expr] = dict(zip(LOAD_INLINE_PARAMS, call.args, strict=False))
     dynamic: list[ast.AST] = [k for k in call.keywords if k.arg is None]
     dynamic += [a for a in call.args if isinstance(a, ast.Starred)]
@@ -92,7 +92,7 @@ def call_functions(tree: ast.Module, call: ast.Call) -> tuple[str, ...] | None:
     expr = args.get("functions")
     if expr is None:
         return None
-    value = ModuleConstants(tree, _enclosing_function(tree, call)).value(expr)
+    value = ModuleConstants(tree, _enclosing_function(tree, call), reader=call).value(expr)
     if isinstance(value, str):
         return (value,)
     if isinstance(value, list) and all(isinstance(v, str) for v in value):
@@ -103,7 +103,14 @@ def call_functions(tree: ast.Module, call: ast.Call) -> tuple[str, ...] | None:
 class ModuleConstants:
     """Evaluates expressions over the file's module-level constants (nothing is executed)."""
 
-    def __init__(self, tree: ast.Module, scope: ast.FunctionDef | ast.AsyncFunctionDef | None = None) -> None:
+    def __init__(
+        self,
+        tree: ast.Module,
+        scope: ast.FunctionDef | ast.AsyncFunctionDef | None = None,
+        reader: ast.Call | None = None,
+    ) -> None:
+        """`scope`: the function whose local bindings shadow the module's; `reader`: the call being
+        resolved (under whatever name it calls `load_inline`), whose arguments only read a list."""
         bound: dict[str, list[ast.expr | None]] = {}
         for stmt in tree.body:
             if isinstance(stmt, ast.Assign):
@@ -142,7 +149,7 @@ class ModuleConstants:
         if scope is not None:
             self._bind_locals(scope)
         for name in _mutable_uses(
-            tree, {k for k, v in self._single.items() if isinstance(v, (ast.List, ast.Tuple))}
+            tree, {k for k, v in self._single.items() if isinstance(v, (ast.List, ast.Tuple))}, reader
         ):
             del self._single[name]  # `SRC.append(open(p).read())` changes what the call receives
 
@@ -289,7 +296,7 @@ def _enclosing_function(tree: ast.Module, node: ast.AST) -> ast.FunctionDef | as
     return found
 
 
-def _mutable_uses(tree: ast.Module, list_names: set[str]) -> set[str]:
+def _mutable_uses(tree: ast.Module, list_names: set[str], reader: ast.Call | None = None) -> set[str]:
     """Names bound to a list that appear anywhere but inside an expression that only reads them
     (a `load_inline` argument, a list, `+`, a `.join(...)` argument): a method call, a subscript or
     a call argument elsewhere could change the list before the call reads it."""
@@ -306,7 +313,7 @@ def _mutable_uses(tree: ast.Module, list_names: set[str]) -> set[str]:
         reads_only = isinstance(parent, (ast.List, ast.Tuple, ast.BinOp)) or (
             isinstance(parent, ast.Call)
             and n in [*parent.args, *(k.value for k in parent.keywords)]
-            and callee_name(parent.func) in ("load_inline", "join")
+            and (parent is reader or callee_name(parent.func) in ("load_inline", "join"))
         )
         if not reads_only:
             found.add(n.id)

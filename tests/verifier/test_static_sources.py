@@ -81,3 +81,75 @@ class ModelNew:
         self.ext = load_inline("m", cpp_sources=src, cuda_sources=[SRC, op])
 '''
     assert _resolve(text) == ["local", "module", None]
+
+
+# -- names and the preprocessed view the static checks read ------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [
+        ("torch.cuda.torch.relu", "torch.relu"),
+        ("torch.utils.cpp_extension.os.system", "os.system"),
+        ("torch.nn.functional.gelu", "torch.nn.functional.gelu"),
+        ("torch.cuda.current_stream", "torch.cuda.current_stream"),
+    ],
+)
+def test_canonical_paths_restart_at_a_reexported_module(path: str, expected: str) -> None:
+    from cudice.verifier.static_names import canonical
+
+    assert canonical(path) == expected
+
+
+def test_every_call_that_resolves_to_load_inline_is_found() -> None:
+    from cudice.verifier.static_names import LoadInlineUses, import_aliases
+
+    tree = ast.parse(
+        "import torch.utils.cpp_extension as ce\nfrom torch.utils.cpp_extension import load_inline as li\n"
+        "a = li(name='a', cpp_sources='')\nb = ce.load_inline(name='b', cpp_sources='')\n"
+        "def f():\n    make = ce.load_inline\n    return make(name='c', cpp_sources='')\n"
+        "g = [li]\n"
+    )
+    uses = LoadInlineUses.of(tree, import_aliases(tree))
+    names = sorted(k.value.value for c in uses.calls for k in c.keywords if k.arg == "name")  # type: ignore[attr-defined]
+    assert names == ["a", "b", "c"]
+    assert [ast.unparse(v) for v in uses.values] == ["li"]
+
+
+def test_functions_of_a_call_are_read_from_constants() -> None:
+    from cudice.verifier.static_sources import call_functions
+
+    tree = ast.parse("F = ['relu', 'gelu']\nx = li(name='a', cpp_sources='', functions=F)")
+    call = next(n for n in ast.walk(tree) if isinstance(n, ast.Call))
+    assert call_functions(tree, call) == ("relu", "gelu")
+
+
+@pytest.mark.parametrize(
+    ("code", "expected"),
+    [
+        ("#define CAT(a, b) a##b\nCAT(pthread_, create)(t);", "pthread_create(t);"),
+        ("#define C2(a, b) a##b\n#define CAT(a, b) C2(a, b)\nCAT(f, open)(p);", "fopen(p);"),
+        ("#define NS at\nNS::relu(x);", "at::relu(x);"),
+        ("#define S(x) #x\nS(relu);", '" ";'),
+        ("#define LOOP LOOP + 1\nLOOP;", "LOOP + 1;"),
+        ("#define F(x) x\nint F;", "int F;"),
+        ("#define V(...) g(__VA_ARGS__)\nV(1, 2);", "g(1, 2);"),
+    ],
+)
+def test_macros_expand_like_the_preprocessor(code: str, expected: str) -> None:
+    from cudice.verifier.static_cpp_preprocess import expand_macros
+
+    text = expand_macros(code).text
+    assert text.splitlines()[-1] == expected
+
+
+def test_expanded_text_maps_back_to_the_invocation() -> None:
+    from cudice.verifier.static_cpp_preprocess import expand_macros, join_scopes
+
+    code = "#define CAT(a, b) a##b\nint x;\n  CAT(f, open)(p);\nat :: relu(y);"
+    ex = join_scopes(expand_macros(code))
+    i = ex.text.index("fopen")
+    assert ex.source_offset(i) == code.index("CAT(f") and ex.is_expanded(i)
+    j = ex.text.index("at::relu")
+    assert ex.source_offset(j) == code.index("at ::") and not ex.is_expanded(j)
+    assert ex.source_offset(ex.text.index("relu")) == code.index("relu")
