@@ -3,9 +3,19 @@
 #   phase a: corpus + tokenizer + init, SFT; template verification per family alongside; export
 #   phase b: more SFT, then BiC-RL (infilling, then end-to-end, verifier rewards); export both
 #   phase c: held-out evaluation of both checkpoints with `cudice eval`, side by side
+#   phase fit: the one-call recipe (model/train/corpus/recipe_fit.py): time-budgeted SFT of the
+#     20M model on a corpus and tokenizer built on the CPU box and carried in .ckpt/, then the
+#     held-out parse/exact scores of the new and the shipped checkpoint side by side
 # Usage:  OUT=... bash bench/train_demo.sh a [--smoke]
 #         OUT=... bash bench/train_demo.sh b [--smoke]      # needs .ckpt/demo_sft.tar (phase a's)
 #         OUT=... bash bench/train_demo.sh c [--smoke]      # needs .ckpt/demo_sft.tar + demo_rl.tar (b's)
+#         OUT=... bash bench/train_demo.sh fit               # needs .ckpt/corpus.tar.gz + .ckpt/tokenizer:
+#   python -m cudice.model.train.corpus build /tmp/c --train-per-family 3000 &&
+#   (cd /tmp/c && tar czf $REPO/.ckpt/corpus.tar.gz sft.jsonl manifest.json problems solutions) &&
+#   python -c 'from cudice.model.train.corpus.init_model import train_tokenizer as t;
+#              t("/tmp/c/sft.jsonl", 8192).save_pretrained(".ckpt/tokenizer")'
+#   fit returns demo_fit.tar.part00.. (join with cat), results.json, answers.jsonl, fit.log,
+#   templates.json; DEMO_START=.ckpt/demo_fit.tar.part00 continues from a returned checkpoint.
 # What comes back in $OUT (each file <= 16 MiB): demo_sft.tar / demo_rl.tar — a whole checkpoint
 # with bf16 weights, one file —, templates.json (a), results.json (c), phase_*.log.
 # Between calls carry the returned tars in .ckpt/ (DEMO_START, DEMO_SFT, DEMO_RL override paths).
@@ -46,5 +56,8 @@ case "$phase" in
        --start "${DEMO_START:-.ckpt/demo_sft.tar}" --sft-minutes "${DEMO_SFT_MINUTES:-1}" "$@"
      exec "$py" -m cudice.model.train.corpus.recipe c --work "$work" --out "$out" --minutes "${DEMO_MINUTES_C:-4.5}" \
        --sft "$out/demo_sft.tar" --rl "$out/demo_rl.tar" "$@" ;;
-  *) echo "unknown phase '$phase' (a, b, c or bc)" >&2; exit 2 ;;
+  fit) exec "$py" -m cudice.model.train.corpus.recipe_fit --work "$work" --out "$out" \
+       --minutes "${DEMO_MINUTES:-8.2}" --corpus-tar "${DEMO_CORPUS:-.ckpt/corpus.tar.gz}" \
+       --tokenizer "${DEMO_TOKENIZER:-.ckpt/tokenizer}" ${DEMO_START:+--start "$DEMO_START"} "$@" ;;
+  *) echo "unknown phase '$phase' (a, b, c, bc or fit)" >&2; exit 2 ;;
 esac

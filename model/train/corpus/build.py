@@ -3,18 +3,20 @@
 `build_corpus(out_dir, seed=0, ...)` writes (deterministic for a seed: same bytes every run)
 
     problems/train/NNNN_name.py     references (Model, get_inputs, get_init_inputs)
-    problems/heldout/NNNN_name.py   held-out compositions only (for `cudice eval`)
+    problems/heldout/NNNN_name.py   held-out compositions only (for `cudice eval`), none with an
+                                    answer equal to a training answer up to names and constants
     solutions/train|heldout/...     the template ModelNew of each problem (same file names)
     sft.jsonl                       CuKe pairs {prompt, response}: for every training problem the
-                                    end-to-end prompt and the infilling prompt (model/prompts.py,
-                                    the builders the runtime uses), each answered by the fenced
-                                    ModelNew file
-    rl_e2e.jsonl                    {idx, level, pytorch_code} of the training problems
+                                    end-to-end prompt, and for one in INFILL_EVERY the infilling
+                                    prompt too (model/prompts.py, the builders the runtime uses),
+                                    each answered by the fenced ModelNew file
+    rl_e2e.jsonl                    {idx, level, pytorch_code} of one training problem in INFILL_EVERY
     rl_infill.jsonl                 {pytorch_code, cuda_code, prefix, middle, suffix, level}; the
                                     split is cudice.model.scaffold's, the editor's infill split
     manifest.json                   seed, counts, the split's compositions, one row per problem
 
-Held-out problems never reach the SFT or RL files. Not covered: verifying the templates (the
+Held-out problems never reach the SFT or RL files; the training files pass the KernelBench
+leak check (`leak.check_corpus`) or the build fails. Not covered: verifying the templates (the
 GPU recipe does that with the verifier, `cudice.model.train.corpus.recipe`).
 """
 
@@ -27,10 +29,11 @@ from pathlib import Path
 from typing import Any
 
 from cudice.model.prompts import CODE_FENCE, e2e_prompt, infill_prompt
-from cudice.model.scaffold import split_scaffold
+from cudice.model.scaffold import Scaffold, split_scaffold
 from cudice.model.train.corpus.families import FAMILIES, Composition
 from cudice.model.train.corpus.files import ProblemSpec, reference_file, solution_file
-from cudice.model.train.corpus.split import split_compositions
+from cudice.model.train.corpus.leak import check_corpus
+from cudice.model.train.corpus.split import answer_signature, split_compositions
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,33 +57,50 @@ def make_problem(comp: Composition, rng: random.Random, index: int, split: str) 
     )
 
 
+def _signature(p: Problem) -> str:
+    names = [*p.spec.params, *(a for a, _, _ in p.spec.init_args)]
+    return answer_signature(p.solution, p.spec.name, names)
+
+
 def draw_problems(seed: int, train_per_family: int, heldout_per_family: int) -> list[Problem]:
-    """Training instances (protected compositions drawn 4x as often) and held-out instances."""
+    """Training instances (protected compositions drawn 4x as often), then held-out instances
+    whose answer signature no training answer has (`split.answer_signature`)."""
     rng = random.Random(seed)
-    problems: list[Problem] = []
+    train: list[Problem] = []
+    held_comps: dict[str, list[Composition]] = {}
     for family in FAMILIES.values():
-        train, held = split_compositions(family.compositions())
-        weights = [4 if c.protected else 1 for c in train]
+        comps, held = split_compositions(family.compositions())
+        held_comps[family.name] = held
+        weights = [4 if c.protected else 1 for c in comps]
         for _ in range(train_per_family):
-            comp = rng.choices(train, weights=weights)[0]
-            problems.append(make_problem(comp, rng, len(problems), "train"))
+            comp = rng.choices(comps, weights=weights)[0]
+            train.append(make_problem(comp, rng, len(train), "train"))
+    seen = {_signature(p) for p in train}
+    problems = list(train)
+    for name, held in held_comps.items():
         order = rng.sample(held, len(held))
-        for k in range(heldout_per_family if held else 0):
-            problems.append(make_problem(order[k % len(order)], rng, len(problems), "heldout"))
+        kept, tries = 0, 0
+        while held and kept < heldout_per_family and tries < 20 * heldout_per_family:
+            p = make_problem(order[tries % len(order)], rng, len(problems), "heldout")
+            tries += 1
+            if _signature(p) not in seen:
+                problems.append(p)
+                kept += 1
     return problems
 
 
-def sft_pairs(problem: Problem) -> list[dict[str, str]]:
-    scaffold = split_scaffold(problem.solution, problem.file_name)
+def sft_pairs(problem: Problem, scaffold: Scaffold | None = None) -> list[dict[str, str]]:
+    """The end-to-end pair, plus the infilling pair when `scaffold` (the solution's split) is given."""
     answer = fenced(problem.solution)
-    return [
-        {"prompt": e2e_prompt(problem.reference), "response": answer},
-        {"prompt": infill_prompt(problem.reference, scaffold.prefix, scaffold.suffix), "response": answer},
-    ]
+    pairs = [{"prompt": e2e_prompt(problem.reference), "response": answer}]
+    if scaffold is not None:
+        pairs.append(
+            {"prompt": infill_prompt(problem.reference, scaffold.prefix, scaffold.suffix), "response": answer}
+        )
+    return pairs
 
 
-def rl_records(problem: Problem, idx: int) -> tuple[dict[str, Any], dict[str, Any]]:
-    scaffold = split_scaffold(problem.solution, problem.file_name)
+def rl_records(problem: Problem, idx: int, scaffold: Scaffold) -> tuple[dict[str, Any], dict[str, Any]]:
     e2e = {"idx": idx, "level": problem.spec.level, "pytorch_code": problem.reference}
     infill = {
         "idx": idx,
@@ -98,8 +118,11 @@ def _jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
     path.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows), encoding="utf-8")
 
 
+INFILL_EVERY = 4  # one training problem in this many also gets the infilling prompt
+
+
 def build_corpus(
-    out_dir: str | Path, seed: int = 0, train_per_family: int = 400, heldout_per_family: int = 2
+    out_dir: str | Path, seed: int = 0, train_per_family: int = 3000, heldout_per_family: int = 24
 ) -> dict[str, Any]:
     """Write the corpus to `out_dir` (created; existing corpus files are overwritten); return the manifest."""
     if train_per_family < 1 or heldout_per_family < 0:
@@ -118,27 +141,44 @@ def build_corpus(
     sft: list[dict[str, Any]] = []
     rl_e2e: list[dict[str, Any]] = []
     rl_infill: list[dict[str, Any]] = []
+    number = -1
     for p in problems:
         (out / "problems" / p.split / p.file_name).write_text(p.reference, encoding="utf-8")
         (out / "solutions" / p.split / p.file_name).write_text(p.solution, encoding="utf-8")
-        if p.split == "train":
+        if p.split != "train":
+            continue
+        number += 1
+        if number % INFILL_EVERY:
             sft += sft_pairs(p)
-            e2e, infill = rl_records(p, len(rl_e2e))
-            rl_e2e.append(e2e)
-            rl_infill.append(infill)
+            continue
+        # one problem in INFILL_EVERY: the infilling pair, and the RL task records (the split
+        # into prefix/middle/suffix is the editor's, and costs milliseconds a file)
+        scaffold = split_scaffold(p.solution, p.file_name)
+        sft += sft_pairs(p, scaffold)
+        e2e, infill = rl_records(p, len(rl_e2e), scaffold)
+        rl_e2e.append(e2e)
+        rl_infill.append(infill)
     _jsonl(out / "sft.jsonl", sft)
     _jsonl(out / "rl_e2e.jsonl", rl_e2e)
     _jsonl(out / "rl_infill.jsonl", rl_infill)
+    leaks = check_corpus(out)
+    if leaks:
+        raise RuntimeError(
+            f"KernelBench text in the training files: {leaks[:3]} (cudice.model.train.corpus.leak)"
+        )
     splits = {
         name: [sorted(c.key for c in part) for part in split_compositions(f.compositions())]
         for name, f in FAMILIES.items()
     }
+    splits_named = {name: {"train": tr, "heldout": he} for name, (tr, he) in splits.items()}
     manifest = {
         "seed": seed,
         "train_per_family": train_per_family,
         "heldout_per_family": heldout_per_family,
         "num_problems": {s: sum(p.split == s for p in problems) for s in ("train", "heldout")},
         "num_sft_pairs": len(sft),
+        "num_compositions": {s: sum(len(c[s]) for c in splits_named.values()) for s in ("train", "heldout")},
+        "kernelbench_leaks": 0,
         "compositions": {name: {"train": tr, "heldout": he} for name, (tr, he) in splits.items()},
         "problems": [
             {
@@ -148,6 +188,7 @@ def build_corpus(
                 "composition": p.spec.composition,
                 "level": p.spec.level,
                 "dtype": p.spec.dtype,
+                "style": p.spec.style,
             }
             for p in problems
         ],

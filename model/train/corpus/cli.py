@@ -26,10 +26,10 @@ def corpus_group() -> None:
 @click.option(
     "--seed", default=0, show_default=True, type=int, help="Seed of the instances (shapes, dtypes)."
 )
-@click.option("--train-per-family", default=400, show_default=True, type=int)
+@click.option("--train-per-family", default=3000, show_default=True, type=int)
 @click.option(
     "--heldout-per-family",
-    default=2,
+    default=24,
     show_default=True,
     type=int,
     help="Held-out problems per family (each one costs a verifier build per evaluated checkpoint).",

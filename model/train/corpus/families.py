@@ -2,17 +2,23 @@
 
 A family is a `Family` in `FAMILIES` (a registry: one signature, no if/elif chain): its
 `compositions()` lists every `Composition` (the split key, the curriculum level, whether it may
-be held out) and `build(composition, rng)` draws shapes and a dtype and returns the
-`ProblemSpec` plus the `Kernel` that solves it. Compositions are enumerated without randomness,
-so the train/held-out split (`cudice.model.train.corpus.split`) does not depend on the seed;
-only the instances (shapes, dtypes) do.
+be held out) and `build(composition, rng)` draws an instance and returns the `ProblemSpec` plus
+the `Kernel` that solves it. A composition is what decides the kernel's computation (which ops,
+in which order, fused how); everything else is the instance's, drawn by `rng`: shapes, rank
+(1-4) and the reduced dim's position (any, negative too), dtype, the reference's layout
+(`files.STYLES`), the tensors' and constants' names, each op's spelling (`ops.PointOp.spell`),
+nested or one statement per op, constants as literals or `__init__` arguments, keepdim.
+Compositions are enumerated without randomness, so the train/held-out split
+(`cudice.model.train.corpus.split`) does not depend on the seed.
 
-Families: unary (one op or a chain), binary (+ epilogue), reduce (sum/mean/amax/amin/max over a
-dim), argreduce (argmax/argmin), softmax (softmax/log-softmax over a dim), norm (LayerNorm,
-RMSNorm), matmul (+ bias + epilogue), loss (MSE, L1, Huber, smooth L1, hinge; mean or sum).
-Half and bfloat16 inputs appear only where PyTorch itself rounds once (single ops, reductions,
-softmax, LayerNorm); chains, epilogues, RMSNorm (written as several ops), matmul and losses
-are fp32, so a kernel that rounds once stays within the verifier's 1e-2 tolerance.
+Families: unary (one op or a chain of two or three), binary (two- and three-input ops, then an
+epilogue chain), reduce (prologue op > sum/mean/max/min > epilogue op, over any dim), argreduce
+(prologue > argmax/argmin), softmax (prologue, e.g. a temperature > softmax/log-softmax), norm
+(LayerNorm/RMSNorm over any dim > epilogue op), matmul (transposes x bias x epilogue chain), loss
+(MSE, L1, Huber, smooth L1, hinge, squared hinge, BCE with logits, log-cosh; mean or sum).
+Half and bfloat16 inputs appear only where PyTorch itself rounds once (single ops, plain
+reductions, softmax, LayerNorm written with F.layer_norm); everything else is fp32, so a kernel
+that rounds once stays within the verifier's 1e-2 tolerance.
 
 Not covered: broadcasting, integer inputs, ops with parameters (Linear, affine norms), convs.
 """
@@ -20,16 +26,18 @@ Not covered: broadcasting, integer inputs, ops with parameters (Linear, affine n
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from cudice.model.train.corpus import kernels
-from cudice.model.train.corpus.files import ProblemSpec
+from cudice.model.train.corpus.files import STYLES, ProblemSpec
 from cudice.model.train.corpus.kernels import Kernel
 from cudice.model.train.corpus.ops import (
     BINARY_OPS,
     CHAIN_OPS,
+    CHAIN_VALUED,
     PointOp,
     all_unary_ops,
     loss_op,
@@ -37,12 +45,19 @@ from cudice.model.train.corpus.ops import (
 )
 
 MAX_NUMEL = 1 << 22
-DIMS_2D = (100, 127, 255, 256, 511, 1000, 1024, 2047, 3000, 4096, 4097, 8192, 16384, 32768, 65536)
-BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
-DIMS_3D_MID = (3, 16, 17, 64, 100, 128, 255, 256)
-DIMS_3D_LAST = (5, 32, 64, 100, 128, 257, 512, 1000, 1024)
-POSITIONS = ((2, 0), (2, 1), (2, -1), (3, 0), (3, 1), (3, 2), (3, -1))  # (rank, dim)
 LOW_PRECISION = ("float16", "bfloat16")
+SIZE_VALUES = (1, 2, 3, 4, 5, 7, 8, 16, 17, 32, 64, 100, 127, 128, 255, 256, 500, 512, 1000, 1024, 2048, 4096)
+# Size-constant names by rank, one tuple per naming habit.
+SIZE_NAMES = {
+    1: (("n",), ("size",), ("N",), ("num_elements",), ("length",)),
+    2: (("batch_size", "dim"), ("N", "D"), ("batch", "features"), ("rows", "cols"), ("M", "N")),
+    3: (("batch_size", "dim1", "dim2"), ("B", "S", "H"), ("batch", "seq_len", "hidden"), ("N", "C", "L")),
+    4: (("batch_size", "channels", "height", "width"), ("B", "C", "H", "W"), ("N", "C", "dim1", "dim2")),
+}
+ONE_INPUT = ("x", "x", "x", "input", "inp", "t", "data", "h", "X", "tensor", "a")
+TWO_INPUTS = (("a", "b"), ("x", "y"), ("A", "B"), ("lhs", "rhs"), ("x1", "x2"), ("input", "other"))
+THREE_INPUTS = (("a", "b", "c"), ("x", "y", "z"), ("A", "B", "C"), ("x1", "x2", "x3"))
+TEMPS = ("y", "out", "z", "h", "tmp", "res")
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,60 +76,120 @@ class Family:
     build: Callable[[Composition, random.Random], tuple[ProblemSpec, Kernel]]
 
 
-# --- shapes and inputs ------------------------------------------------------------------------
-def _shape(rng: random.Random, rank: int) -> tuple[tuple[str, int], ...]:
-    dims: tuple[int, ...]
-    names: tuple[str, ...]
+# --- instance drawing -------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Shape:
+    sizes: tuple[tuple[str, str], ...]  # module-level constants
+    args: str  # the arguments of torch.randn, e.g. "batch_size, dim" or "batch_size, *input_shape"
+    doc: str  # "(batch_size, dim)"
+
+
+def draw_shape(rng: random.Random, rank: int, avoid: tuple[str, ...] = ()) -> Shape:
+    """Sizes of a tensor of `rank` dims (64 .. MAX_NUMEL elements), named by one naming habit."""
     while True:
-        if rank == 2:
-            dims = (rng.choice(BATCHES), rng.choice(DIMS_2D))
-            names = ("batch_size", "dim")
-        else:
-            dims = (rng.choice(BATCHES[1:6]), rng.choice(DIMS_3D_MID), rng.choice(DIMS_3D_LAST))
-            names = ("batch_size", "dim1", "dim2")
+        names = rng.choice(SIZE_NAMES[rank])
+        if not set(names) & set(avoid):
+            break
+    while True:
+        dims = [rng.choice(SIZE_VALUES) for _ in range(rank)]
+        if rank == 1:
+            dims = [rng.choice((1000, 4096, 65536, 100000, 1 << 20))]
         numel = 1
         for d in dims:
             numel *= d
         if 64 <= numel <= MAX_NUMEL:
-            return tuple(zip(names, dims, strict=True))
+            break
+    if rank >= 2 and names[0] == "batch_size" and rng.random() < 0.25:
+        rest = ", ".join(str(d) for d in dims[1:]) + ("," if rank == 2 else "")
+        sizes = (("batch_size", str(dims[0])), ("input_shape", f"({rest})"))
+        return Shape(sizes, "batch_size, *input_shape", "(batch_size, *input_shape)")
+    sizes = tuple((n, str(d)) for n, d in zip(names, dims, strict=True))
+    return Shape(sizes, ", ".join(names), "(" + ", ".join(names) + ")")
 
 
-def _randn(sizes: tuple[tuple[str, int], ...], dtype: str) -> str:
-    args = ", ".join(k for k, _ in sizes)
-    return f"torch.randn({args})" if dtype == "float32" else f"torch.randn({args}, dtype=torch.{dtype})"
+def _randn(shape: Shape, dtype: str, rng: random.Random, positive: bool = False) -> str:
+    fn = "torch.rand" if positive or rng.random() < 0.3 else "torch.randn"
+    return f"{fn}({shape.args})" if dtype == "float32" else f"{fn}({shape.args}, dtype=torch.{dtype})"
 
 
 def _dtype(rng: random.Random, low_precision_ok: bool) -> str:
     if not low_precision_ok:
         return "float32"
-    return rng.choices(("float32", *LOW_PRECISION), weights=(3, 1, 1))[0]
+    return rng.choices(("float32", *LOW_PRECISION), weights=(4, 1, 1))[0]
 
 
-def _chain_body(ops: tuple[PointOp, ...], start: str) -> tuple[str, ...]:
-    """`return op(start)` for one op; otherwise `x = ...` lines, then the return of the last op."""
-    lines = [] if start == "x" else [f"x = {start}"]
-    for op in ops[:-1]:
-        lines.append(f"x = {op.python.format(x='x')}")
-    lines.append(f"return {ops[-1].python.format(x='x')}")
-    return tuple(lines)
+_ATOM = re.compile(r"-?[\w.]+")
+
+
+def _atomic(expr: str) -> bool:
+    """A name, or a call/subscript chain whose first bracket closes at the end (`torch.f(a, b)`)."""
+    if _ATOM.fullmatch(expr):
+        return not expr.startswith("-")
+    head = re.match(r"[\w.]+", expr)
+    if not head or expr[head.end() : head.end() + 1] not in "([":
+        return False
+    depth = 0
+    for i, ch in enumerate(expr[head.end() :], start=head.end()):
+        depth += ch in "(["
+        depth -= ch in ")]"
+        if depth == 0 and i != len(expr) - 1 and expr[i + 1] not in "([.":
+            return False
+    return depth == 0
+
+
+def _paren(expr: str) -> str:
+    return expr if _atomic(expr) else f"({expr})"
+
+
+def apply_ops(ops: tuple[PointOp, ...], operand: str, rng: random.Random, temp: str) -> tuple[list[str], str]:
+    """`ops` applied to `operand`: (statements, final expression), nested in one expression or
+    one `temp = op(...)` statement per op, by a coin flip; each op in a random spelling."""
+    if not ops:
+        return [], operand
+    nested = rng.random() < 0.5
+    lines: list[str] = []
+    expr = operand
+    for k, op in enumerate(ops):
+        expr = op.spell(_paren(expr), rng.randrange(8))
+        if not nested and k < len(ops) - 1:
+            lines.append(f"{temp} = {expr}")
+            expr = temp
+    return lines, expr
+
+
+def _uses_f(text: str) -> bool:
+    return "F." in text
+
+
+def _finish(lines: list[str], expr: str) -> tuple[str, ...]:
+    return (*lines, f"return {expr}")
+
+
+def _style(rng: random.Random) -> str:
+    return rng.choice(STYLES)
 
 
 # --- unary ------------------------------------------------------------------------------------
-_CHAIN_HEADS = ("scale2p0", "shift1p0", "relu", "gelu", "abs", "square", "tanh")
+_HEADS = ("scale2p0", "shift1p0", "relu", "gelu", "abs", "square", "tanh", "neg", "sigmoid", "silu")
+
+
+def chain_pool() -> list[PointOp]:
+    """Ops a chain may append (bounded or mild, so chains never overflow fp32)."""
+    return [unary_op(n) for n in CHAIN_OPS] + [unary_op(k, v) for k, v in CHAIN_VALUED]
 
 
 def _unary_compositions() -> list[Composition]:
     ops = {op.name: op for op in all_unary_ops()}
-    chain = [ops[n] for n in CHAIN_OPS]
+    chain = chain_pool()
     out = [Composition("unary", f"unary:{op.name}", 1, True, (op,)) for op in ops.values()]
     for a in ops.values():
         out += [Composition("unary", f"unary:{a.name}>{b.name}", 2, False, (a, b)) for b in chain if b != a]
-    for head in _CHAIN_HEADS:
+    for head in _HEADS:
         for b in chain:
             out += [
                 Composition("unary", f"unary:{head}>{b.name}>{c.name}", 2, False, (ops[head], b, c))
                 for c in chain
-                if c != b and b != ops[head]
+                if len({head, b.name, c.name}) == 3
             ]
     return out
 
@@ -122,7 +197,10 @@ def _unary_compositions() -> list[Composition]:
 def _unary_build(comp: Composition, rng: random.Random) -> tuple[ProblemSpec, Kernel]:
     ops: tuple[PointOp, ...] = comp.parts
     dtype = _dtype(rng, len(ops) == 1)
-    sizes = _shape(rng, rng.choice((2, 2, 2, 3)))
+    x = rng.choice(ONE_INPUT)
+    shape = draw_shape(rng, rng.choice((1, 2, 2, 2, 3, 4)), avoid=(x,))
+    lines, expr = apply_ops(ops, x, rng, rng.choice(TEMPS))
+    body = _finish(lines, expr)
     name = "_".join(op.name for op in ops)
     titles = ", then ".join(op.title for op in ops)
     spec = ProblemSpec(
@@ -132,34 +210,47 @@ def _unary_build(comp: Composition, rng: random.Random) -> tuple[ProblemSpec, Ke
         comp.level,
         f"elementwise {titles}",
         f"Applies {titles} to the input.",
-        ("x",),
-        _chain_body(ops, "x"),
-        sizes,
-        (("x", _randn(sizes, dtype)),),
-        uses_f=any(op.needs_f for op in ops),
+        (x,),
+        body,
+        shape.sizes,
+        ((x, _randn(shape, dtype, rng)),),
+        uses_f=_uses_f(" ".join(body)),
         dtype=dtype,
+        style=_style(rng),
+        shape_doc=shape.doc,
     )
-    return spec, kernels.pointwise(name, ops)
+    return spec, kernels.pointwise(name, ops, (x,))
 
 
-# --- binary -----------------------------------------------------------------------------------
+# --- binary and ternary elementwise ---------------------------------------------------------------
+_ACTS = ("relu", "sigmoid", "tanh", "gelu", "silu")
+
+
 def _binary_compositions() -> list[Composition]:
-    epilogues = [unary_op(n) for n in CHAIN_OPS] + [unary_op("scale", 2.0), unary_op("scale", 0.5)]
+    epilogues: list[tuple[PointOp, ...]] = [()] + [(e,) for e in chain_pool()]
+    epilogues += [(unary_op("scale", s), unary_op(a)) for s in (2.0, 0.5) for a in _ACTS]
     out = []
     for op in BINARY_OPS.values():
-        out.append(Composition("binary", f"binary:{op.name}", 1, True, (op, ())))
-        out += [Composition("binary", f"binary:{op.name}>{e.name}", 2, False, (op, (e,))) for e in epilogues]
+        for epi in epilogues:
+            key = "binary:" + ">".join([op.name, *(e.name for e in epi)])
+            out.append(Composition("binary", key, 1 if not epi else 2, not epi, (op, epi)))
     return out
 
 
 def _binary_build(comp: Composition, rng: random.Random) -> tuple[ProblemSpec, Kernel]:
     op, epi = comp.parts
-    dtype = _dtype(rng, not epi)
-    sizes = _shape(rng, rng.choice((2, 2, 3)))
+    dtype = _dtype(rng, not epi and op.name in ("add", "sub", "mul", "maximum", "minimum"))
+    names = rng.choice(TWO_INPUTS if op.arity == 2 else THREE_INPUTS)
+    shape = draw_shape(rng, rng.choice((1, 2, 2, 3, 4)), avoid=names)
+    temp = rng.choice(TEMPS)
+    expr = op.spell(names, rng.randrange(4))
+    lines: list[str] = []
+    if epi and rng.random() < 0.4:
+        lines, expr = [f"{temp} = {expr}"], temp
+    more, expr = apply_ops(epi, expr, rng, temp)
+    body = _finish(lines + more, expr)
     name = "_".join([op.name, *(e.name for e in epi)])
-    expr = op.python.format(a="a", b="b")
-    body = _chain_body(epi, expr) if epi else (f"return {expr}",)
-    title = f"elementwise {op.title} of two tensors" + "".join(f", then {e.title}" for e in epi)
+    title = f"elementwise {op.title} of {op.arity} tensors" + "".join(f", then {e.title}" for e in epi)
     spec = ProblemSpec(
         "binary",
         name,
@@ -167,199 +258,330 @@ def _binary_build(comp: Composition, rng: random.Random) -> tuple[ProblemSpec, K
         comp.level,
         title,
         f"Computes the {title}.",
-        ("a", "b"),
+        names,
         body,
-        sizes,
-        (("a", _randn(sizes, dtype)), ("b", _randn(sizes, dtype))),
-        uses_f=any(e.needs_f for e in epi),
+        shape.sizes,
+        tuple((n, _randn(shape, dtype, rng)) for n in names),
+        uses_f=_uses_f(" ".join(body)),
         dtype=dtype,
+        style=_style(rng),
+        shape_doc=shape.doc,
     )
-    return spec, kernels.pointwise(name, epi, binary=op)
+    return spec, kernels.pointwise(name, epi, names, combine=op)
 
 
-# --- reductions over a dim ---------------------------------------------------------------------
-_REDUCE_PY = {
-    "sum": ("sum", "torch.sum(x, dim={d})"),
-    "mean": ("mean", "torch.mean(x, dim={d})"),
-    "amax": ("amax", "torch.amax(x, dim={d})"),
-    "amin": ("amin", "torch.amin(x, dim={d})"),
-    "max": ("amax", "torch.max(x, dim={d}).values"),
-    "argmax": ("argmax", "torch.argmax(x, dim={d})"),
-    "argmin": ("argmin", "torch.argmin(x, dim={d})"),
+# --- over one dim: the dim and keepdim as literals or as __init__ arguments -------------------------
+def _dim_args(
+    rng: random.Random, rank: int, with_keepdim: bool, init_ok: bool = True
+) -> tuple[int, str, str, bool, tuple[tuple[str, str, str], ...], tuple[tuple[str, str], ...]]:
+    """(dim, its Python spelling, the keepdim keyword text, keepdim, init args, extra constants)."""
+    d = rng.randrange(rank)
+    if rng.random() < 0.3:
+        d -= rank  # the same dim, counted from the end
+    keepdim = with_keepdim and rng.random() < 0.35
+    kw = ", keepdim=True" if keepdim else (", keepdim=False" if with_keepdim and rng.random() < 0.15 else "")
+    if init_ok and rng.random() < 0.4:
+        const = rng.choice(("dim", "reduce_dim", "axis"))
+        return d, "self.dim", kw, keepdim, (("dim", "int", const),), ((const, str(d)),)
+    return d, str(d), kw, keepdim, (), ()
+
+
+def _dim_rank(rng: random.Random, low: int = 1) -> int:
+    return rng.choice(tuple(r for r in (1, 2, 2, 3, 3, 4) if r >= low))
+
+
+_RED_PRE = ("none", "abs", "square", "relu", "neg", "scale2p0", "sigmoid")
+_RED_POST = ("none", "sqrt", "scale0p5", "tanh", "neg", "relu")
+_NONNEG_PRE = ("abs", "square", "relu", "sigmoid")
+_RED_KINDS = ("sum", "mean", "amax", "amin")
+_REDUCE_SPELL = {
+    "sum": ("torch.sum({x}, dim={d}{k})", "{x}.sum(dim={d}{k})", "torch.sum({x}, {d}{k})"),
+    "mean": ("torch.mean({x}, dim={d}{k})", "{x}.mean(dim={d}{k})", "torch.mean({x}, {d}{k})"),
+    "amax": (
+        "torch.amax({x}, dim={d}{k})",
+        "torch.max({x}, dim={d}{k}).values",
+        "torch.max({x}, dim={d}{k})[0]",
+        "{x}.amax(dim={d}{k})",
+    ),
+    "amin": (
+        "torch.amin({x}, dim={d}{k})",
+        "torch.min({x}, dim={d}{k}).values",
+        "torch.min({x}, dim={d}{k})[0]",
+        "{x}.amin(dim={d}{k})",
+    ),
 }
-_REDUCE_TITLE = {
-    "sum": "sum",
-    "mean": "mean",
-    "amax": "maximum",
-    "amin": "minimum",
-    "max": "maximum",
-    "argmax": "argmax",
-    "argmin": "argmin",
-}
+_REDUCE_TITLE = {"sum": "sum", "mean": "mean", "amax": "maximum", "amin": "minimum"}
 
 
-def _dim_compositions(
-    family: str, kinds: tuple[str, ...], protected: tuple[str, ...] = ()
-) -> Callable[[], list[Composition]]:
-    def compositions() -> list[Composition]:
-        out = []
-        for kind in kinds:
-            for rank, d in POSITIONS:
-                key = f"{family}:{kind}:r{rank}d{d}"
-                level = 1 if d in (-1, rank - 1) else 2
-                out.append(
-                    Composition(
-                        family,
-                        key,
-                        level,
-                        key in protected or (rank, d) in ((2, 1), (2, -1)),
-                        (kind, rank, d),
-                    )
-                )
-        return out
-
-    return compositions
+def _op_named(name: str) -> PointOp | None:
+    if name == "none":
+        return None
+    table = {op.name: op for op in [*all_unary_ops(), *chain_pool(), unary_op("sqrt")]}
+    return table[name]
 
 
-def _reduce_build(comp: Composition, rng: random.Random) -> tuple[ProblemSpec, Kernel]:
-    kind, rank, d = comp.parts
-    sizes = _shape(rng, rank)
-    dtype = _dtype(rng, True)
-    kernel_kind, python = _REDUCE_PY[kind]
-    name = f"{kernel_kind}_reduce"
-    title = f"{_REDUCE_TITLE[kind]} over dimension {d}"
-    kernel = (
-        kernels.arg_reduce_dim(name, kernel_kind)
-        if kernel_kind.startswith("arg")
-        else kernels.reduce_dim(name, kernel_kind)
-    )
-    return _over_dim_spec(comp, name, title, f"Takes the {title}.", python.format(d=d), sizes, dtype), kernel
+def _ops_of(*names: str) -> tuple[PointOp, ...]:
+    return tuple(op for op in (_op_named(n) for n in names) if op is not None)
 
 
-def _softmax_build(comp: Composition, rng: random.Random) -> tuple[ProblemSpec, Kernel]:
-    kind, rank, d = comp.parts
-    sizes = _shape(rng, rank)
-    dtype = _dtype(rng, True)
-    word = "softmax" if kind == "softmax" else "log-softmax"
-    if rank == 2 and d in (1, -1):
-        title, summary = f"row-wise {word}", f"{word[0].upper()}{word[1:]} over the last dimension."
-    else:
-        title, summary = f"{word} over dimension {d}", f"{word[0].upper()}{word[1:]} over dimension {d}."
-    spec = _over_dim_spec(comp, kind, title, summary, f"torch.{kind}(x, dim={d})", sizes, dtype)
-    return spec, kernels.softmax_dim(kind, log=kind == "log_softmax")
+def _reduce_compositions() -> list[Composition]:
+    out = []
+    for kind in _RED_KINDS:
+        for pre in _RED_PRE:
+            for post in _RED_POST:
+                if post == "sqrt" and pre not in _NONNEG_PRE:
+                    continue
+                key = f"reduce:pre={pre}>{kind}>post={post}"
+                plain = pre == "none" and post == "none"
+                out.append(Composition("reduce", key, 1 if plain else 2, plain, (kind, pre, post)))
+    return out
+
+
+def _title(pre: tuple[PointOp, ...], core: str, post: tuple[PointOp, ...]) -> str:
+    head = "".join(f"{op.title}, then " for op in pre)
+    return head + core + "".join(f", then {op.title}" for op in post)
 
 
 def _over_dim_spec(
     comp: Composition,
+    rng: random.Random,
     name: str,
     title: str,
-    summary: str,
-    expression: str,
-    sizes: tuple[tuple[str, int], ...],
+    x: str,
+    lines: list[str],
+    expr: str,
+    shape: Shape,
     dtype: str,
+    extra: tuple[str, ...],
+    init: tuple[tuple[str, str, str], ...],
+    consts: tuple[tuple[str, str], ...],
+    positive: bool = False,
 ) -> ProblemSpec:
-    """A problem on one input `x` over the dim of `comp` (given to `Model.__init__`): returns `expression`."""
-    _, _, d = comp.parts
+    body = _finish(lines, expr)
     return ProblemSpec(
         comp.family,
         name,
         comp.key,
         comp.level,
         title,
-        summary,
-        ("x",),
-        (f"return {expression}",),
-        sizes,
-        (("x", _randn(sizes, dtype)),),
-        extra_args=(str(d),),
+        f"{title[0].upper()}{title[1:]}.",
+        (x,),
+        body,
+        shape.sizes + consts,
+        ((x, _randn(shape, dtype, rng, positive)),),
+        extra_args=extra,
+        uses_f=_uses_f(" ".join(body)),
         dtype=dtype,
+        style=_style(rng),
+        init_args=init,
+        shape_doc=shape.doc,
     )
 
 
-# --- norms --------------------------------------------------------------------------------------
+def _reduce_build(comp: Composition, rng: random.Random) -> tuple[ProblemSpec, Kernel]:
+    kind, pre_name, post_name = comp.parts
+    pre, post = _ops_of(pre_name), _ops_of(post_name)
+    rank = _dim_rank(rng)
+    d, dtext, kw, keepdim, init, consts = _dim_args(rng, rank, True)
+    shape = draw_shape(rng, rank, avoid=tuple(c for c, _ in consts))
+    dtype = _dtype(rng, not pre and not post)
+    x = rng.choice(ONE_INPUT)
+    temp = rng.choice(TEMPS)
+    lines, expr = apply_ops(pre, x, rng, temp)
+    if lines or (pre and rng.random() < 0.3):
+        lines, expr = [*lines, f"{temp} = {expr}"], temp
+    expr = rng.choice(_REDUCE_SPELL[kind]).format(x=_paren(expr), d=dtext, k=kw)
+    more, expr = apply_ops(post, expr, rng, temp)
+    name = "_".join([*(op.name for op in pre), f"{kind}_reduce", *(op.name for op in post)])
+    title = _title(pre, f"{_REDUCE_TITLE[kind]} over dimension {d}", post)
+    extra = (dtext, str(keepdim))
+    spec = _over_dim_spec(comp, rng, name, title, x, lines + more, expr, shape, dtype, extra, init, consts)
+    return spec, kernels.reduce_dim(name, kind, x, pre, post)
+
+
+_ARG_PRE = ("none", "abs", "neg", "square", "relu", "scale2p0")
+
+
+def _argreduce_compositions() -> list[Composition]:
+    return [
+        Composition(
+            "argreduce", f"argreduce:pre={pre}>{kind}", 1 if pre == "none" else 2, pre == "none", (kind, pre)
+        )
+        for kind in ("argmax", "argmin")
+        for pre in _ARG_PRE
+    ]
+
+
+def _argreduce_build(comp: Composition, rng: random.Random) -> tuple[ProblemSpec, Kernel]:
+    kind, pre_name = comp.parts
+    pre = _ops_of(pre_name)
+    rank = _dim_rank(rng)
+    d, dtext, kw, keepdim, init, consts = _dim_args(rng, rank, True)
+    shape = draw_shape(rng, rank, avoid=tuple(c for c, _ in consts))
+    dtype = _dtype(rng, not pre)
+    x = rng.choice(ONE_INPUT)
+    lines, expr = apply_ops(pre, x, rng, rng.choice(TEMPS))
+    form = rng.choice(("torch.{f}({x}, dim={d}{k})", "{x}.{f}(dim={d}{k})", "torch.{f}({x}, {d}{k})"))
+    expr = form.format(f=kind, x=_paren(expr), d=dtext, k=kw)
+    name = "_".join([*(op.name for op in pre), kind])
+    title = _title(pre, f"{kind} over dimension {d}", ())
+    spec = _over_dim_spec(
+        comp, rng, name, title, x, lines, expr, shape, dtype, (dtext, str(keepdim)), init, consts
+    )
+    return spec, kernels.arg_reduce_dim(name, kind, x, pre)
+
+
+_SOFT_PRE = ("none", "scale2p0", "scale0p5", "scale0p1", "tanh", "neg")
+_SOFT_SPELL = {
+    "softmax": ("torch.softmax({x}, dim={d})", "F.softmax({x}, dim={d})", "{x}.softmax(dim={d})"),
+    "log_softmax": (
+        "torch.log_softmax({x}, dim={d})",
+        "F.log_softmax({x}, dim={d})",
+        "{x}.log_softmax(dim={d})",
+    ),
+}
+
+
+def _softmax_compositions() -> list[Composition]:
+    return [
+        Composition(
+            "softmax", f"softmax:pre={pre}>{kind}", 1 if pre == "none" else 2, pre == "none", (kind, pre)
+        )
+        for kind in ("softmax", "log_softmax")
+        for pre in _SOFT_PRE
+    ]
+
+
+def _softmax_build(comp: Composition, rng: random.Random) -> tuple[ProblemSpec, Kernel]:
+    kind, pre_name = comp.parts
+    pre = _ops_of(pre_name) if pre_name != "scale0p1" else (unary_op("scale", 0.1),)
+    rank = _dim_rank(rng)
+    d, dtext, _, _, init, consts = _dim_args(rng, rank, False)
+    shape = draw_shape(rng, rank, avoid=tuple(c for c, _ in consts))
+    dtype = _dtype(rng, not pre)
+    x = rng.choice(ONE_INPUT)
+    lines, expr = apply_ops(pre, x, rng, rng.choice(TEMPS))
+    expr = rng.choice(_SOFT_SPELL[kind]).format(x=_paren(expr), d=dtext)
+    word = "softmax" if kind == "softmax" else "log-softmax"
+    name = "_".join([*(op.name for op in pre), kind])
+    title = _title(pre, f"{word} over dimension {d}", ())
+    spec = _over_dim_spec(comp, rng, name, title, x, lines, expr, shape, dtype, (dtext,), init, consts)
+    return spec, kernels.softmax_dim(name, kind == "log_softmax", x, pre)
+
+
+# --- norms over one dim ------------------------------------------------------------------------------
 def _norm_compositions() -> list[Composition]:
+    posts: list[tuple[PointOp, ...]] = [()] + [(e,) for e in chain_pool()]
     return [
         Composition(
             "norm",
-            f"norm:{kind}:r{rank}:eps{eps}",
-            1 if rank == 2 else 2,
-            rank == 2 and eps == 1e-5,
-            (kind, rank, eps),
+            "norm:" + ">".join([kind, *(e.name for e in post)]),
+            1 if not post else 2,
+            not post,
+            (kind, post),
         )
         for kind in ("layer_norm", "rms_norm")
-        for rank in (2, 3)
-        for eps in (1e-5, 1e-6)
+        for post in posts
     ]
+
+
+def _norm_expr(
+    kind: str, x: str, d: int, dtext: str, eps: str, rank: int, rng: random.Random
+) -> tuple[list[str], str, bool]:
+    """(statements, expression, is F.layer_norm): the norm of `x` over `dtext` in one of its spellings."""
+    last = d in (-1, rank - 1)
+    if kind == "layer_norm":
+        if last and rng.random() < 0.6:
+            shape = rng.choice((f"{x}.shape[-1:]", f"({x}.shape[-1],)", f"{x}.size()[-1:]"))
+            return [], f"F.layer_norm({x}, {shape}, eps={eps})", True
+        mean = f"{x}.mean(dim={dtext}, keepdim=True)"
+        var = f"{x}.var(dim={dtext}, keepdim=True, unbiased=False)"
+        if rng.random() < 0.5:
+            return [f"mu = {mean}", f"var = {var}"], f"({x} - mu) / torch.sqrt(var + {eps})", False
+        return [], f"({x} - {mean}) * torch.rsqrt({var} + {eps})", False
+    forms = (
+        ([], f"{x} * torch.rsqrt({x}.pow(2).mean({dtext}, keepdim=True) + {eps})"),
+        ([f"rms = torch.sqrt(torch.mean({x} ** 2, dim={dtext}, keepdim=True) + {eps})"], f"{x} / rms"),
+        ([], f"{x} / torch.sqrt(({x} * {x}).mean(dim={dtext}, keepdim=True) + {eps})"),
+    )
+    lines, expr = rng.choice(forms)
+    return list(lines), expr, False
 
 
 def _norm_build(comp: Composition, rng: random.Random) -> tuple[ProblemSpec, Kernel]:
-    kind, rank, eps = comp.parts
-    sizes = _shape(rng, rank)
-    if kind == "layer_norm":
-        dtype = _dtype(rng, True)
-        body = (f"return F.layer_norm(x, x.shape[-1:], eps={eps})",)
-        title = "LayerNorm over the last dimension (no affine)"
-    else:
-        dtype = "float32"
-        body = (f"return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + {eps})",)
-        title = "RMSNorm over the last dimension (no weight)"
-    spec = ProblemSpec(
-        "norm",
-        kind,
-        comp.key,
-        comp.level,
-        title,
-        f"Applies {title}.",
-        ("x",),
-        body,
-        sizes,
-        (("x", _randn(sizes, dtype)),),
-        extra_args=(repr(eps),),
-        uses_f=kind == "layer_norm",
-        dtype=dtype,
+    kind, post = comp.parts
+    rank = _dim_rank(rng, low=2)
+    d, dtext, _, _, init, consts = _dim_args(rng, rank, False)
+    eps_value = rng.choice(("1e-5", "1e-6", "1e-8", "0.001"))
+    eps_init = rng.random() < 0.4
+    eps = "self.eps" if eps_init else eps_value
+    if eps_init:
+        init = (*init, ("eps", "float", "eps"))
+        consts = (*consts, ("eps", eps_value))
+    shape = draw_shape(rng, rank, avoid=tuple(c for c, _ in consts))
+    x = rng.choice(tuple(n for n in ONE_INPUT if n not in ("h",)))
+    lines, expr, plain_f = _norm_expr(kind, x, d, dtext, eps, rank, rng)
+    dtype = _dtype(rng, plain_f and not post)
+    more, expr = apply_ops(post, expr, rng, rng.choice(("y", "out", "res")))
+    word = "LayerNorm (no affine)" if kind == "layer_norm" else "RMSNorm (no weight)"
+    name = "_".join([kind, *(e.name for e in post)])
+    title = _title((), f"{word} over dimension {d}", post)
+    spec = _over_dim_spec(
+        comp, rng, name, title, x, lines + more, expr, shape, dtype, (dtext, eps), init, consts
     )
-    return spec, kernels.norm_last_dim(kind, kind)
+    return spec, kernels.norm_dim(name, kind, x, post)
 
 
-# --- matmul with epilogues -------------------------------------------------------------------------
-_MM_ACTS = ("relu", "gelu", "sigmoid", "tanh", "silu")
+# --- matmul with transposes, bias and epilogues --------------------------------------------------------
 _MM_M = (16, 31, 64, 100, 128, 256, 257, 512)
 _MM_K = (32, 64, 100, 128, 255, 256, 512, 1000)
 _MM_N = (16, 33, 64, 128, 200, 256, 511, 1024)
+_MM_NAMES = (("A", "B"), ("a", "b"), ("x", "w"), ("lhs", "rhs"), ("mat1", "mat2"))
+_MM_SIZES = (("M", "K", "N"), ("m", "k", "n"), ("rows", "inner", "cols"))
+_BIAS_NAMES = ("bias", "offset", "beta")
 
 
 def _matmul_compositions() -> list[Composition]:
-    singles = [unary_op(n) for n in _MM_ACTS] + [
-        unary_op("scale", 2.0),
-        unary_op("scale", 0.5),
-        unary_op("leaky_relu", 0.1),
-    ]
-    epilogues: list[tuple[PointOp, ...]] = [()] + [(e,) for e in singles]
-    epilogues += [(unary_op("scale", s), unary_op(a)) for s in (2.0, 0.5) for a in _MM_ACTS]
+    epilogues: list[tuple[PointOp, ...]] = [()] + [(e,) for e in chain_pool()]
+    epilogues += [(unary_op("scale", s), unary_op(a)) for s in (2.0, 0.5) for a in _ACTS]
     out = []
-    for bias in (False, True):
-        for epi in epilogues:
-            key = "matmul:" + ">".join((["bias"] if bias else []) + [e.name for e in epi] or ["plain"])
-            out.append(
-                Composition(
-                    "matmul", key, 1 if not epi else 2, not epi or (not bias and len(epi) == 1), (bias, epi)
-                )
-            )
+    for ta in (False, True):
+        for tb in (False, True):
+            for bias in (False, True):
+                for epi in epilogues:
+                    parts = (["tA"] if ta else []) + (["tB"] if tb else []) + (["bias"] if bias else [])
+                    key = "matmul:" + ">".join(["mm", *parts, *(e.name for e in epi)])
+                    plain = not epi and not bias
+                    out.append(Composition("matmul", key, 1 if plain else 2, plain, (ta, tb, bias, epi)))
     return out
 
 
 def _matmul_build(comp: Composition, rng: random.Random) -> tuple[ProblemSpec, Kernel]:
-    bias, epi = comp.parts
-    sizes = (("M", rng.choice(_MM_M)), ("K", rng.choice(_MM_K)), ("N", rng.choice(_MM_N)))
-    name = "_".join(["matmul", *(["bias"] if bias else []), *(e.name for e in epi)])
-    start = "torch.matmul(a, b)" + (" + bias" if bias else "")
-    body = _chain_body(epi, start) if epi else (f"return {start}",)
-    title = (
-        "matrix multiplication" + (" plus a bias" if bias else "") + "".join(f", then {e.title}" for e in epi)
-    )
-    inputs = [("a", "torch.randn(M, K)"), ("b", "torch.randn(K, N)")] + (
-        [("bias", "torch.randn(N)")] if bias else []
-    )
+    ta, tb, bias, epi = comp.parts
+    a, b = rng.choice(_MM_NAMES)
+    c = rng.choice(_BIAS_NAMES)
+    m, k, n = rng.choice(_MM_SIZES)
+    sizes = ((m, str(rng.choice(_MM_M))), (k, str(rng.choice(_MM_K))), (n, str(rng.choice(_MM_N))))
+    t_form = rng.choice(("{x}.T", "{x}.t()", "{x}.transpose(0, 1)"))
+    left = t_form.format(x=a) if ta else a
+    right = t_form.format(x=b) if tb else b
+    core = rng.choice(("torch.matmul({l}, {r})", "{l} @ {r}", "torch.mm({l}, {r})")).format(l=left, r=right)
+    expr = f"{core} + {c}" if bias else core
+    temp = rng.choice(("y", "out", "h", "z"))
+    lines: list[str] = []
+    if epi and rng.random() < 0.4:
+        lines, expr = [f"{temp} = {expr}"], temp
+    more, expr = apply_ops(epi, expr, rng, temp)
+    body = _finish(lines + more, expr)
+    name = "_".join(["matmul", *(["tA"] if ta else []), *(["tB"] if tb else []), *(["bias"] if bias else [])])
+    name = "_".join([name, *(e.name for e in epi)])
+    what = "matrix multiplication" + (" of A transposed" if ta else "") + (" by B transposed" if tb else "")
+    title = what + (" plus a bias" if bias else "") + "".join(f", then {e.title}" for e in epi)
+    inputs = [
+        (a, f"torch.randn({k}, {m})" if ta else f"torch.randn({m}, {k})"),
+        (b, f"torch.randn({n}, {k})" if tb else f"torch.randn({k}, {n})"),
+    ] + ([(c, f"torch.randn({n})")] if bias else [])
+    names = tuple(v for v, _ in inputs)
     spec = ProblemSpec(
         "matmul",
         name,
@@ -367,16 +589,18 @@ def _matmul_build(comp: Composition, rng: random.Random) -> tuple[ProblemSpec, K
         comp.level,
         title,
         f"Computes a {title}.",
-        tuple(v for v, _ in inputs),
+        names,
         body,
         sizes,
         tuple(inputs),
-        uses_f=any(e.needs_f for e in epi),
+        uses_f=_uses_f(" ".join(body)),
+        style=_style(rng),
+        shape_doc=f"({m}, {k})",
     )
-    return spec, kernels.matmul_epilogue(name, bias, epi)
+    return spec, kernels.matmul_epilogue(name, bias, epi, names, ta, tb)
 
 
-# --- losses --------------------------------------------------------------------------------------------
+# --- losses ----------------------------------------------------------------------------------------------
 _LOSSES = (
     ("mse", None),
     ("l1", None),
@@ -386,7 +610,27 @@ _LOSSES = (
     ("smooth_l1", 1.0),
     ("smooth_l1", 0.5),
     ("hinge", None),
+    ("sq_hinge", None),
+    ("bce_logits", None),
+    ("log_cosh", None),
 )
+_LOSS_NAMES = (
+    ("predictions", "targets"),
+    ("pred", "target"),
+    ("input", "target"),
+    ("y_pred", "y_true"),
+    ("output", "label"),
+)
+# Other spellings of a loss (`{p}`, `{t}`, `{r}` the reduction).
+_LOSS_SPELL = {
+    "mse_loss": (
+        "torch.{r}(({p} - {t}) ** 2)",
+        "(({p} - {t}) ** 2).{r}()",
+        "torch.{r}(torch.square({p} - {t}))",
+    ),
+    "l1_loss": ("torch.{r}(torch.abs({p} - {t}))", "({p} - {t}).abs().{r}()"),
+    "hinge_loss": ("torch.{r}(torch.relu(1 - {p} * {t}))",),
+}
 
 
 def _loss_compositions() -> list[Composition]:
@@ -394,20 +638,30 @@ def _loss_compositions() -> list[Composition]:
     for kind, value in _LOSSES:
         loss = loss_op(kind, value)
         for r in ("mean", "sum"):
-            protected = r == "mean" and value in (None, 1.0)
+            protected = r == "mean" and value in (None, 1.0) and kind in ("mse", "l1", "huber")
             out.append(
-                Composition("loss", f"loss:{loss.name}:{r}", 1 if r == "mean" else 2, protected, (loss, r))
+                Composition("loss", f"loss:{loss.name}>{r}", 1 if r == "mean" else 2, protected, (loss, r))
             )
     return out
 
 
 def _loss_build(comp: Composition, rng: random.Random) -> tuple[ProblemSpec, Kernel]:
     loss, r = comp.parts
-    sizes = _shape(rng, 2)
-    args = ", ".join(k for k, _ in sizes)
-    targets = (
-        f"torch.randint(0, 2, ({args},)).float() * 2 - 1" if loss.hinge_targets else f"torch.randn({args})"
-    )
+    p, t = rng.choice(_LOSS_NAMES)
+    shape = draw_shape(rng, rng.choice((1, 2, 2, 3)), avoid=(p, t))
+    args = shape.args
+    targets = {
+        "normal": _randn(shape, "float32", rng),
+        "sign": f"torch.randint(0, 2, ({args},)).float() * 2 - 1",
+        "binary": f"torch.randint(0, 2, ({args},)).float()",
+    }[loss.targets]
+    canonical = loss.python.format(r=r).replace("predictions", "{p}").replace("targets", "{t}")
+    forms = (canonical, *_LOSS_SPELL.get(loss.name, ()))
+    if r == "mean" and 'reduction="mean"' in canonical:
+        forms += (canonical.replace(', reduction="mean"', ""),)
+    expr = rng.choice(forms).format(p=p, t=t, r=r)
+    if expr.startswith("F."):
+        expr = rng.choice(("F.", "torch.nn.functional.")) + expr[2:]
     name = f"{loss.name}_{r}"
     title = f"{loss.title} ({r} over all elements)"
     spec = ProblemSpec(
@@ -417,27 +671,23 @@ def _loss_build(comp: Composition, rng: random.Random) -> tuple[ProblemSpec, Ker
         comp.level,
         title,
         f"Computes the {title}.",
-        ("predictions", "targets"),
-        (f"return {loss.python.format(r=r)}",),
-        sizes,
-        (("predictions", f"torch.randn({args})"), ("targets", targets)),
-        uses_f=not loss.hinge_targets,
+        (p, t),
+        (f"return {expr}",),
+        shape.sizes,
+        ((p, _randn(shape, "float32", rng)), (t, targets)),
+        uses_f=_uses_f(expr),
+        style=_style(rng),
+        shape_doc=shape.doc,
     )
-    return spec, kernels.loss_reduce(name, loss, r)
+    return spec, kernels.loss_reduce(name, loss, r, (p, t))
 
 
 FAMILIES: dict[str, Family] = {
     "unary": Family("unary", _unary_compositions, _unary_build),
     "binary": Family("binary", _binary_compositions, _binary_build),
-    "reduce": Family(
-        "reduce", _dim_compositions("reduce", ("sum", "mean", "amax", "amin", "max")), _reduce_build
-    ),
-    "argreduce": Family("argreduce", _dim_compositions("argreduce", ("argmax", "argmin")), _reduce_build),
-    "softmax": Family(
-        "softmax",
-        _dim_compositions("softmax", ("softmax", "log_softmax"), ("softmax:softmax:r2d1",)),
-        _softmax_build,
-    ),
+    "reduce": Family("reduce", _reduce_compositions, _reduce_build),
+    "argreduce": Family("argreduce", _argreduce_compositions, _argreduce_build),
+    "softmax": Family("softmax", _softmax_compositions, _softmax_build),
     "norm": Family("norm", _norm_compositions, _norm_build),
     "matmul": Family("matmul", _matmul_compositions, _matmul_build),
     "loss": Family("loss", _loss_compositions, _loss_build),

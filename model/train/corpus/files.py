@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 from cudice.model.train.corpus.kernels import Kernel
 
+STYLES = ("cudice", "kernelbench", "bare")
+
 
 @dataclass(frozen=True, slots=True)
 class ProblemSpec:
@@ -30,31 +32,76 @@ class ProblemSpec:
     summary: str  # class docstring, e.g. "Applies ReLU to the input."
     params: tuple[str, ...]  # forward's tensor arguments
     body: tuple[str, ...]  # forward's statements (the last one returns)
-    sizes: tuple[tuple[str, int], ...]  # module-level size constants, in order
+    sizes: tuple[tuple[str, str], ...]  # module-level constants (name, Python literal), in order
     inputs: tuple[tuple[str, str], ...]  # get_inputs: (variable, expression)
-    extra_args: tuple[str, ...] = ()  # literals passed to the wrapper after the tensors
+    extra_args: tuple[str, ...] = ()  # expressions passed to the wrapper after the tensors
     uses_f: bool = False  # the reference imports torch.nn.functional as F
     dtype: str = "float32"
+    style: str = "cudice"  # one of STYLES: how the reference file is laid out
+    init_args: tuple[tuple[str, str, str], ...] = ()  # Model.__init__: (attribute, type, module constant)
+    shape_doc: str = ""  # the input's shape in words, e.g. "(batch_size, dim)"
+
+
+def _imports(spec: ProblemSpec) -> str:
+    return "import torch\nimport torch.nn as nn\n" + (
+        "import torch.nn.functional as F\n" if spec.uses_f else ""
+    )
+
+
+def _inputs(spec: ProblemSpec) -> str:
+    inputs = "".join(f"    {var} = {expr}\n" for var, expr in spec.inputs)
+    returned = ", ".join(var for var, _ in spec.inputs)
+    init = ", ".join(const for _, _, const in spec.init_args)
+    return f"def get_inputs():\n{inputs}    return [{returned}]\n\n\ndef get_init_inputs():\n    return [{init}]\n"
 
 
 def reference_file(spec: ProblemSpec) -> str:
-    imports = "import torch\nimport torch.nn as nn\n" + (
-        "import torch.nn.functional as F\n" if spec.uses_f else ""
-    )
-    params = ", ".join(f"{p}: torch.Tensor" for p in spec.params)
+    """The reference in `spec.style`: "cudice" (examples/relu.py's layout), "kernelbench" (multi-line
+    docstrings with Args/Returns, `super(Model, self)`, constants in `__init__`) or "bare"."""
+    if spec.style not in STYLES:
+        raise ValueError(f"style={spec.style!r} must be one of {', '.join(STYLES)}")
     body = "".join(f"        {line}\n" for line in spec.body)
     sizes = "".join(f"{k} = {v}\n" for k, v in spec.sizes)
-    inputs = "".join(f"    {var} = {expr}\n" for var, expr in spec.inputs)
-    returned = ", ".join(var for var, _ in spec.inputs)
+    typed = spec.style != "bare"
+    params = ", ".join(f"{p}: torch.Tensor" if typed else p for p in spec.params)
+    ret = " -> torch.Tensor" if typed else ""
+    init_params = "".join(f", {a}: {t}" if typed else f", {a}" for a, t, _ in spec.init_args)
+    stores = "".join(f"        self.{a} = {a}\n" for a, _, _ in spec.init_args)
+    if spec.style == "cudice":
+        return (
+            f'"""KernelBench-format reference: {spec.title}."""\n\n{_imports(spec)}\n\n'
+            "class Model(nn.Module):\n"
+            f'    """{spec.summary}"""\n\n'
+            f"    def __init__(self{init_params}):\n        super().__init__()\n{stores}\n"
+            f"    def forward(self, {params}){ret}:\n{body}\n\n"
+            f"{sizes}\n\n{_inputs(spec)}"
+        )
+    if spec.style == "bare":
+        return (
+            f"{_imports(spec)}\n\nclass Model(nn.Module):\n"
+            f"    def __init__(self{init_params}):\n        super().__init__()\n{stores}\n"
+            f"    def forward(self, {params}):\n{body}\n\n{sizes}\n\n{_inputs(spec)}"
+        )
+    arg_docs = "".join(
+        f"            {p} (torch.Tensor): tensor of shape {spec.shape_doc or '(any)'}.\n" for p in spec.params
+    )
+    init_doc = (
+        '        """\n        Args:\n'
+        + "".join(
+            f"            {a} ({t}): the {a.replace('_', ' ')} the model uses.\n"
+            for a, t, _ in spec.init_args
+        )
+        + '        """\n'
+        if spec.init_args
+        else ""
+    )
     return (
-        f'"""KernelBench-format reference: {spec.title}."""\n\n{imports}\n\n'
-        "class Model(nn.Module):\n"
-        f'    """{spec.summary}"""\n\n'
-        "    def __init__(self):\n        super().__init__()\n\n"
-        f"    def forward(self, {params}) -> torch.Tensor:\n{body}\n\n"
-        f"{sizes}\n\n"
-        f"def get_inputs():\n{inputs}    return [{returned}]\n\n\n"
-        "def get_init_inputs():\n    return []\n"
+        f"{_imports(spec)}\nclass Model(nn.Module):\n"
+        f'    """\n    {spec.summary}\n    """\n'
+        f"    def __init__(self{init_params}):\n{init_doc}        super(Model, self).__init__()\n{stores}\n"
+        f"    def forward(self, {params}){ret}:\n"
+        f'        """\n        {spec.title[0].upper()}{spec.title[1:]}.\n\n        Args:\n{arg_docs}\n'
+        f'        Returns:\n            torch.Tensor: the result.\n        """\n{body}\n{sizes}\n{_inputs(spec)}'
     )
 
 
@@ -62,6 +109,8 @@ def solution_file(spec: ProblemSpec, kernel: Kernel) -> str:
     n = spec.name
     params = ", ".join(f"{p}: torch.Tensor" for p in spec.params)
     call = ", ".join([*kernel.args, *spec.extra_args])
+    init_params = "".join(f", {a}: {t}" for a, t, _ in spec.init_args)
+    stores = "".join(f"        self.{a} = {a}\n" for a, _, _ in spec.init_args)
     return (
         "import torch\nimport torch.nn as nn\nfrom torch.utils.cpp_extension import load_inline\n\n"
         f'{n}_source = """{kernel.source}"""\n\n'
@@ -73,7 +122,7 @@ def solution_file(spec: ProblemSpec, kernel: Kernel) -> str:
         f'    functions=["{kernel.function}"],\n'
         "    verbose=False,\n)\n\n\n"
         "class ModelNew(nn.Module):\n"
-        "    def __init__(self):\n        super().__init__()\n"
+        f"    def __init__(self{init_params}):\n        super().__init__()\n{stores}"
         f"        self.{n}_ext = {n}_ext\n\n"
         f"    def forward(self, {params}) -> torch.Tensor:\n"
         f"        return self.{n}_ext.{kernel.function}({call})\n"

@@ -3,17 +3,17 @@
 `init_checkpoint(out_dir, sft_path, dims)` writes a directory that `cudice.model.loader` loads
 exactly like a DICE checkpoint: `config.json` in SDAR layout (the fields of
 `cudice.model.tiny`'s SDAR config: `model_type: "sdar"`, `block_size` 4, `mask_token_id`),
-`model.safetensors` with Qwen3 parameter names, a byte-level BPE `tokenizer.json` with the
-ChatML specials and `<|MASK|>`, and `generation_config.json` whose EOS are `<|im_end|>` and
+`model.safetensors` with Qwen3 parameter names, a byte-level BPE `tokenizer.json` fitted to the
+corpus with merges up to whole lines (`line_bpe_tokenizer`), the ChatML specials and `<|MASK|>`, and `generation_config.json` whose EOS are `<|im_end|>` and
 `<|endoftext|>`.
 
-Sizing (`DEMO_DIMS`): the checkpoint ships inside the package and must come back from the GPU
-box as one file of at most 16 MiB, so the weights are stored in bfloat16 and the model has
-~7.4M parameters (14.0 MiB): vocabulary 4096 (the corpus is one narrow dialect of Python and
-CUDA; a small vocabulary keeps the tied embedding at 1M parameters), hidden 256, 8 layers of
-4 query / 2 KV heads of 64, MLP 768. Depth over width, because the task is mostly copying
-names from the prompt into a template. On 2 CPU cores one forward is a few milliseconds, which
-keeps a whole generation under the 30 s goal. `SMOKE_DIMS` is a ~0.2M model for CPU tests.
+Sizing (`DEMO_DIMS`): the checkpoint ships inside the package (at most 64 MiB), stored in
+bfloat16; it comes back from the GPU box in parts of at most 16 MiB (`recipe_fit.py`). The
+model has ~20M parameters (~39 MiB): vocabulary 8192 (BPE fitted to the corpus, so the fixed
+prompt text and the CUDA idioms are few tokens each), hidden 384, 10 layers of 6 query / 2 KV
+heads of 64, MLP 1152. Enough capacity to learn the op-to-CUDA rules instead of reciting
+answers, small enough that a 600-token kernel decodes in seconds on 2 CPU cores.
+`SMOKE_DIMS` is a ~0.2M model for CPU tests.
 
 Not covered: training (that is `cudice train sft`); a tokenizer trained on anything but the
 corpus, so out-of-distribution text tokenises poorly (bytes always work).
@@ -29,20 +29,20 @@ from typing import Any
 
 from cudice.model.prompts import chat_prompt
 from cudice.model.tiny import (
+    CHATML_TEMPLATE,
     SPECIAL_TOKENS,
     TINY_DIMS,
     _config_dict,
-    bpe_tokenizer,
     random_qwen3,
     save_checkpoint,
 )
 
 DEMO_DIMS: dict[str, Any] = {
-    "vocab_size": 4096,
-    "hidden_size": 256,
-    "intermediate_size": 768,
-    "num_hidden_layers": 8,
-    "num_attention_heads": 4,
+    "vocab_size": 8192,
+    "hidden_size": 384,
+    "intermediate_size": 1152,
+    "num_hidden_layers": 10,
+    "num_attention_heads": 6,
     "num_key_value_heads": 2,
     "head_dim": 64,
     "max_position_embeddings": 4096,
@@ -55,7 +55,8 @@ SMOKE_DIMS: dict[str, Any] = {
     "max_position_embeddings": 4096,
     "tie_word_embeddings": True,
 }
-TOKENIZER_SAMPLE_PAIRS = 1200  # pairs the BPE is trained on (all pairs share their fixed prompt text)
+SNAKE_CASE = r"[A-Za-z][A-Za-z0-9]*(?:_[A-Za-z0-9]+)+"
+TOKENIZER_SAMPLE_PAIRS = 3000  # pairs the BPE is trained on (all pairs share their fixed prompt text)
 
 
 def _texts(sft_path: Path, seed: int) -> Iterator[str]:
@@ -66,9 +67,53 @@ def _texts(sft_path: Path, seed: int) -> Iterator[str]:
         yield chat_prompt(rec["prompt"]) + rec["response"] + "<|im_end|>"
 
 
+def line_bpe_tokenizer(texts: Iterator[str], vocab_size: int) -> Any:
+    """A byte-level BPE whose merges may cross spaces but not line ends, with `bpe_tokenizer`'s
+    specials, `<|MASK|>` and chat template.
+
+    The corpus is code in a narrow dialect: whole lines that recur (an op's CUDA statement, a
+    loop header, `auto out = torch::empty_like(xc);`) become single tokens, so an answer is a
+    few dozen meaningful tokens instead of ~900 word pieces; the parts that vary between
+    problems (kernel names such as `abs_sum_reduce_sqrt`) are cut out first (`SNAKE_CASE`: a
+    snake_case identifier is a piece of its own), so the surrounding line's token is the same
+    whatever the problem's name, and a new composition's name is spelled from learned pieces.
+    A token starts at a line end ("merged_with_next"), so a text cut just before a newline — the
+    editor's infill prefix, which ends with the source string's opening quotes, tokenises as in training.
+    """
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split("\n", behavior="merged_with_next"),
+            pre_tokenizers.Split(Regex(SNAKE_CASE), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(texts, trainer=trainer)
+    # transformers' TokenizersBackend.__init__ (*args, **kwargs) carries no annotations
+    fast = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
+        tokenizer_object=tok,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        mask_token="<|MASK|>",
+        additional_special_tokens=["<|im_start|>"],
+    )
+    fast.chat_template = CHATML_TEMPLATE
+    return fast
+
+
 def train_tokenizer(sft_path: str | Path, vocab_size: int, seed: int = 0) -> Any:
-    """A byte-level BPE `PreTrainedTokenizerFast` trained on the corpus's chat-formatted pairs."""
-    return bpe_tokenizer(_texts(Path(sft_path), seed), vocab_size)
+    """The line-level BPE (`line_bpe_tokenizer`) trained on the corpus's chat-formatted pairs."""
+    return line_bpe_tokenizer(_texts(Path(sft_path), seed), vocab_size)
 
 
 def num_parameters(dims: dict[str, Any]) -> int:
@@ -81,9 +126,17 @@ def num_parameters(dims: dict[str, Any]) -> int:
 
 
 def init_checkpoint(
-    out_dir: str | Path, sft_path: str | Path, dims: dict[str, Any], seed: int = 0, dtype: str = "bfloat16"
+    out_dir: str | Path,
+    sft_path: str | Path,
+    dims: dict[str, Any],
+    seed: int = 0,
+    dtype: str = "bfloat16",
+    tokenizer_dir: str | Path | None = None,
 ) -> dict[str, Any]:
-    """Write tokenizer + random SDAR-layout checkpoint to `out_dir`; return a summary (sizes, ids)."""
+    """Write tokenizer + random SDAR-layout checkpoint to `out_dir`; return a summary (sizes, ids).
+
+    `tokenizer_dir` reuses a tokenizer trained earlier (e.g. on a CPU box) instead of training one.
+    """
     import torch
 
     sft_path = Path(sft_path)
@@ -94,7 +147,12 @@ def init_checkpoint(
         )
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    tokenizer = train_tokenizer(sft_path, dims["vocab_size"], seed)
+    if tokenizer_dir is not None:
+        from transformers import PreTrainedTokenizerFast
+
+        tokenizer = PreTrainedTokenizerFast.from_pretrained(str(tokenizer_dir))
+    else:
+        tokenizer = train_tokenizer(sft_path, dims["vocab_size"], seed)
     tokenizer.save_pretrained(out)
     ids = {t: tokenizer.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS}
     # SDAR layout as cudice.model.tiny writes it, with the demo dims (the vocabulary is the

@@ -10,7 +10,11 @@ includes `torch/extension.h` and holds the host wrapper), the C++ declaration fo
 - any shape: grid-stride loops or bounds checks on every load/store, sizes in `int64_t`, inputs
   made `.contiguous()` in the wrapper, empty outputs returned before a launch;
 - reductions, softmax and norms over ANY dim through the (outer, R, inner) view of a
-  contiguous tensor: output `o*inner + j` reduces `x[(o*R + r)*inner + j]` over r;
+  contiguous tensor: output `o*inner + j` reduces `x[(o*R + r)*inner + j]` over r; an
+  elementwise prologue (`pre`, applied to every load) and epilogue (`post`, applied to every
+  result) fuse the ops a reference writes around the reduction; `keepdim` is a wrapper argument;
+- the host wrapper's tensor arguments carry the reference's own names (`forward(self, inp)` →
+  `torch::Tensor inp`), so an answer is built from the prompt's words;
 - argmax/argmin return the first index of the extreme value (PyTorch's tie rule);
 - losses are deterministic: per-block partial sums, then one block sums them in a fixed order;
 - no PyTorch compute: the wrappers only allocate (`empty`, `empty_like`) and launch.
@@ -36,9 +40,9 @@ class Kernel:
     args: tuple[str, ...]  # forward's arguments passed to the wrapper, in order
 
 
-def _dispatch(name: str, launch: str) -> str:
+def _dispatch(name: str, launch: str, tensor: str = "xc") -> str:
     return (
-        f'    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, xc.scalar_type(), "{name}", [&] {{\n'
+        f'    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, {tensor}.scalar_type(), "{name}", [&] {{\n'
         f"        {launch}\n"
         "    });\n"
     )
@@ -66,45 +70,64 @@ _BLOCK_MIN = _BLOCK_SUM.replace("block_sum", "block_min").replace(
     "sh[threadIdx.x] = fminf(sh[threadIdx.x], sh[threadIdx.x + s]);",
 )
 
-# The (outer, R, inner) view of `xc` around `dim`, and the output sizes without `dim`.
-_DIM_VIEW = """    auto xc = x.contiguous();
-    if (dim < 0) dim += xc.dim();
-    int64_t R = xc.size(dim), outer = 1, inner = 1;
-    std::vector<int64_t> sizes;
-    for (int64_t d = 0; d < xc.dim(); ++d) {
-        if (d < dim) outer *= xc.size(d);
-        if (d > dim) inner *= xc.size(d);
-        if (d != dim) sizes.push_back(xc.size(d));
-    }
-"""
+
+def _dim_view(x: str, with_sizes: bool) -> str:
+    """Host lines: the (outer, R, inner) view of `x` around `dim`; with `with_sizes`, also the
+    output sizes without `dim` (or with a 1 there when `keepdim`)."""
+    sizes = "    std::vector<int64_t> sizes;\n" if with_sizes else ""
+    keep = (
+        "        if (d != dim) sizes.push_back(xc.size(d));\n        else if (keepdim) sizes.push_back(1);\n"
+        if with_sizes
+        else ""
+    )
+    return (
+        f"    auto xc = {x}.contiguous();\n"
+        "    if (dim < 0) dim += xc.dim();\n"
+        "    int64_t R = xc.size(dim), outer = 1, inner = 1;\n"
+        f"{sizes}"
+        "    for (int64_t d = 0; d < xc.dim(); ++d) {\n"
+        "        if (d < dim) outer *= xc.size(d);\n"
+        "        if (d > dim) inner *= xc.size(d);\n"
+        f"{keep}"
+        "    }\n"
+    )
 
 
 def _ops_lines(ops: tuple[PointOp, ...], indent: str) -> str:
     return "".join(f"{indent}{op.cuda}\n" for op in ops)
 
 
-def pointwise(name: str, ops: tuple[PointOp, ...], binary: BinaryOp | None = None) -> Kernel:
-    """Elementwise kernel: `ops` applied in order to x (unary) or to `binary(a, b)`."""
+def _device_fn(name: str, ops: tuple[PointOp, ...]) -> str:
+    """`__device__ float name(float v)` applying `ops` in order (the identity when there are none)."""
+    return (
+        f"__device__ __forceinline__ float {name}(float v) {{\n{_ops_lines(ops, '    ')}    return v;\n}}\n\n"
+    )
+
+
+def pointwise(
+    name: str, ops: tuple[PointOp, ...], names: tuple[str, ...] = ("x",), combine: BinaryOp | None = None
+) -> Kernel:
+    """Elementwise kernel: `ops` applied in order to x (unary) or to `combine(a, b[, c])`.
+
+    `names` are the reference's tensor arguments (one, or `combine.arity`).
+    """
     body = _ops_lines(ops, "        ")
-    args: tuple[str, ...]
-    if binary is None:
-        params, load, args = "const scalar_t* __restrict__ x", "float v = static_cast<float>(x[i]);", ("x",)
-        host_in = "    auto xc = x.contiguous();\n"
-        ptrs = "xc.data_ptr<scalar_t>()"
-        sig = "torch::Tensor x"
+    local = ("x", "y", "z")
+    if combine is None:
+        params = "const scalar_t* __restrict__ in0"
+        load = "float v = static_cast<float>(in0[i]);"
     else:
-        params = "const scalar_t* __restrict__ a, const scalar_t* __restrict__ b"
+        params = ", ".join(f"const scalar_t* __restrict__ in{k}" for k in range(len(names)))
         load = (
-            "float x = static_cast<float>(a[i]);\n        float y = static_cast<float>(b[i]);\n"
-            f"        float v = {binary.cuda};"
+            "".join(f"float {local[k]} = static_cast<float>(in{k}[i]);\n        " for k in range(len(names)))
+            + f"float v = {combine.cuda};"
         )
-        args = ("a", "b")
-        host_in = (
-            '    TORCH_CHECK(a.sizes() == b.sizes(), "a and b must have the same shape");\n'
-            "    auto xc = a.contiguous();\n    auto bc = b.contiguous();\n"
-        )
-        ptrs = "xc.data_ptr<scalar_t>(), bc.data_ptr<scalar_t>()"
-        sig = "torch::Tensor a, torch::Tensor b"
+    host_in = "".join(
+        f'    TORCH_CHECK({n}.sizes() == {names[0]}.sizes(), "{n} and {names[0]} must have the same shape");\n'
+        for n in names[1:]
+    ) + "".join(f"    auto {n}_c = {n}.contiguous();\n" for n in names)
+    ptrs = ", ".join(f"{n}_c.data_ptr<scalar_t>()" for n in names)
+    sig = ", ".join(f"torch::Tensor {n}" for n in names)
     launch = f"{name}_kernel<scalar_t><<<blocks, {THREADS}>>>({ptrs}, out.data_ptr<scalar_t>(), n);"
     source = (
         "\n#include <torch/extension.h>\n\n"
@@ -116,39 +139,46 @@ def pointwise(name: str, ops: tuple[PointOp, ...], binary: BinaryOp | None = Non
         "        out[i] = static_cast<scalar_t>(v);\n"
         "    }\n}\n\n"
         f"torch::Tensor {name}_cuda({sig}) {{\n{host_in}"
-        "    auto out = torch::empty_like(xc);\n"
-        "    int64_t n = xc.numel();\n"
+        f"    auto out = torch::empty_like({names[0]}_c);\n"
+        "    int64_t n = out.numel();\n"
         "    if (n == 0) return out;\n"
         f"    int blocks = (int)std::min<int64_t>((n + {THREADS - 1}) / {THREADS}, 65535);\n"
-        f"{_dispatch(name + '_cuda', launch)}"
+        f"{_dispatch(name + '_cuda', launch, names[0] + '_c')}"
         "    return out;\n}\n"
     )
-    return Kernel(source, f"torch::Tensor {name}_cuda({sig});", f"{name}_cuda", args)
+    return Kernel(source, f"torch::Tensor {name}_cuda({sig});", f"{name}_cuda", names)
 
 
-def _dim_kernel(name: str, helpers: str, out_type: str, body: str, alloc: str) -> Kernel:
+def _dim_kernel(
+    name: str, helpers: str, out_type: str, body: str, alloc: str, x: str, extra: str = ""
+) -> Kernel:
     """A kernel over the (outer, R, inner) view of `x` around `dim`, one block per (outer, inner) pair,
-    and its wrapper `{name}_cuda(x, dim)`.
+    and its wrapper `{name}_cuda(x, dim[, keepdim]{extra})` (keepdim when `alloc` uses `sizes`).
 
     `helpers` (device functions) follow the include; `body` is the kernel's body, with `x`,
-    `out` (of `out_type`), `R` and `inner` in scope; `alloc` is the wrapper's line creating `out`.
+    `out` (of `out_type`), `R` and `inner` in scope; `alloc` is the wrapper's line creating `out`;
+    `extra` adds wrapper parameters (", double eps") passed on as the kernel's last arguments.
     """
+    extra_names = "".join(", (float)" + p.split()[-1] for p in extra.split(",")[1:])
+    extra_params = "".join(", float " + p.split()[-1] for p in extra.split(",")[1:])
     launch = (
         f"{name}_kernel<scalar_t><<<(unsigned int)(outer * inner), {THREADS}>>>("
-        f"xc.data_ptr<scalar_t>(), out.data_ptr<{out_type}>(), R, inner);"
+        f"xc.data_ptr<scalar_t>(), out.data_ptr<{out_type}>(), R, inner{extra_names});"
     )
+    reduces = "sizes" in alloc  # the output drops (or keeps as 1) the reduced dim
+    sig = f"torch::Tensor {x}, int64_t dim{', bool keepdim' if reduces else ''}{extra}"
     source = (
         f"\n#include <torch/extension.h>\n\n{helpers}"
         "template <typename scalar_t>\n"
         f"__global__ void {name}_kernel(const scalar_t* __restrict__ x, {out_type}* __restrict__ out, "
-        f"int64_t R, int64_t inner) {{\n{body}"
+        f"int64_t R, int64_t inner{extra_params}) {{\n{body}"
         "}\n\n"
-        f"torch::Tensor {name}_cuda(torch::Tensor x, int64_t dim) {{\n{_DIM_VIEW}{alloc}"
+        f"torch::Tensor {name}_cuda({sig}) {{\n{_dim_view(x, reduces)}{alloc}"
         "    if (out.numel() == 0) return out;\n"
         f"{_dispatch(name + '_cuda', launch)}"
         "    return out;\n}\n"
     )
-    return Kernel(source, f"torch::Tensor {name}_cuda(torch::Tensor x, int64_t dim);", f"{name}_cuda", ("x",))
+    return Kernel(source, f"torch::Tensor {name}_cuda({sig});", f"{name}_cuda", (x,))
 
 
 _REDUCE = {  # kind: (helper, init, combine(acc, v), final(acc))
@@ -159,8 +189,10 @@ _REDUCE = {  # kind: (helper, init, combine(acc, v), final(acc))
 }
 
 
-def reduce_dim(name: str, kind: str) -> Kernel:
-    """sum / mean / amax / amin over one dim (keepdim=False); one block per output element."""
+def reduce_dim(
+    name: str, kind: str, x: str = "x", pre: tuple[PointOp, ...] = (), post: tuple[PointOp, ...] = ()
+) -> Kernel:
+    """sum / mean / amax / amin over one dim of `pre(x)`, then `post`; one block per output element."""
     helper, init, combine, final = _REDUCE[kind]
     block_fn = helper.split("(", 1)[0].split()[-1]
     body = (
@@ -168,18 +200,19 @@ def reduce_dim(name: str, kind: str) -> Kernel:
         "    const scalar_t* row = x + (blockIdx.x / inner) * R * inner + blockIdx.x % inner;\n"
         f"    float acc = {init};\n"
         "    for (int64_t r = threadIdx.x; r < R; r += blockDim.x) {\n"
-        "        float v = static_cast<float>(row[r * inner]);\n"
+        "        float v = pre(static_cast<float>(row[r * inner]));\n"
         f"        {combine}\n"
         "    }\n"
         f"    acc = {block_fn}(acc, sh);\n"
-        f"    if (threadIdx.x == 0) out[blockIdx.x] = static_cast<scalar_t>({final});\n"
+        f"    if (threadIdx.x == 0) out[blockIdx.x] = static_cast<scalar_t>(post({final}));\n"
     )
     alloc = "    auto out = torch::empty(sizes, xc.options());\n"
-    return _dim_kernel(name, f"{helper}\n", "scalar_t", body, alloc)
+    helpers = f"{helper}\n{_device_fn('pre', pre)}{_device_fn('post', post)}"
+    return _dim_kernel(name, helpers, "scalar_t", body, alloc, x)
 
 
-def arg_reduce_dim(name: str, kind: str) -> Kernel:
-    """argmax / argmin over one dim; ties go to the smallest index, as in PyTorch."""
+def arg_reduce_dim(name: str, kind: str, x: str = "x", pre: tuple[PointOp, ...] = ()) -> Kernel:
+    """argmax / argmin over one dim of `pre(x)`; ties go to the smallest index, as in PyTorch."""
     better = ">" if kind == "argmax" else "<"
     init = "-INFINITY" if kind == "argmax" else "INFINITY"
     body = (
@@ -189,7 +222,7 @@ def arg_reduce_dim(name: str, kind: str) -> Kernel:
         f"    float best = {init};\n"
         "    int64_t bi = R;\n"
         "    for (int64_t r = threadIdx.x; r < R; r += blockDim.x) {\n"
-        "        float v = static_cast<float>(row[r * inner]);\n"
+        "        float v = pre(static_cast<float>(row[r * inner]));\n"
         f"        if (v {better} best) {{ best = v; bi = r; }}\n"
         "    }\n"
         "    sv[threadIdx.x] = best;\n"
@@ -209,89 +242,90 @@ def arg_reduce_dim(name: str, kind: str) -> Kernel:
         "    }\n"
         "    if (threadIdx.x == 0) out[blockIdx.x] = si[0] < R ? si[0] : 0;\n"
     )
-    return _dim_kernel(
-        name, "", "int64_t", body, "    auto out = torch::empty(sizes, xc.options().dtype(torch::kLong));\n"
-    )
+    alloc = "    auto out = torch::empty(sizes, xc.options().dtype(torch::kLong));\n"
+    return _dim_kernel(name, _device_fn("pre", pre), "int64_t", body, alloc, x)
 
 
-def softmax_dim(name: str, log: bool) -> Kernel:
-    """Softmax or log-softmax over one dim: max, sum of exp, write — three passes per row."""
+def softmax_dim(name: str, log: bool, x: str = "x", pre: tuple[PointOp, ...] = ()) -> Kernel:
+    """Softmax or log-softmax over one dim of `pre(x)`: max, sum of exp, write — three passes."""
     write = "v - logf(s)" if log else "expf(v) / s"
     body = (
         f"    __shared__ float sh[{THREADS}];\n"
         "    int64_t base = (blockIdx.x / inner) * R * inner + blockIdx.x % inner;\n"
         "    float m = -INFINITY;\n"
         "    for (int64_t r = threadIdx.x; r < R; r += blockDim.x)"
-        " m = fmaxf(m, static_cast<float>(x[base + r * inner]));\n"
+        " m = fmaxf(m, pre(static_cast<float>(x[base + r * inner])));\n"
         "    m = block_max(m, sh);\n"
         "    float s = 0.0f;\n"
         "    for (int64_t r = threadIdx.x; r < R; r += blockDim.x)"
-        " s += expf(static_cast<float>(x[base + r * inner]) - m);\n"
+        " s += expf(pre(static_cast<float>(x[base + r * inner])) - m);\n"
         "    s = block_sum(s, sh);\n"
         "    for (int64_t r = threadIdx.x; r < R; r += blockDim.x) {\n"
-        "        float v = static_cast<float>(x[base + r * inner]) - m;\n"
+        "        float v = pre(static_cast<float>(x[base + r * inner])) - m;\n"
         f"        out[base + r * inner] = static_cast<scalar_t>({write});\n"
         "    }\n"
     )
     alloc = "    auto out = torch::empty_like(xc);\n"
-    return _dim_kernel(name, f"{_BLOCK_SUM}\n{_BLOCK_MAX}\n", "scalar_t", body, alloc)
+    helpers = f"{_BLOCK_SUM}\n{_BLOCK_MAX}\n{_device_fn('pre', pre)}"
+    return _dim_kernel(name, helpers, "scalar_t", body, alloc, x)
 
 
-def norm_last_dim(name: str, kind: str) -> Kernel:
-    """LayerNorm (no affine) or RMSNorm over the last dim; one block per row, two passes."""
+def norm_dim(name: str, kind: str, x: str = "x", post: tuple[PointOp, ...] = ()) -> Kernel:
+    """LayerNorm (no affine, biased variance) or RMSNorm over one dim, then `post`; two passes."""
     if kind == "layer_norm":
         stats = (
-            "    float mean = block_sum(s, sh) / D;\n"
+            "    float mean = block_sum(s, sh) / R;\n"
             "    float q = 0.0f;\n"
-            "    for (int64_t i = threadIdx.x; i < D; i += blockDim.x) {\n"
-            "        float d = static_cast<float>(row[i]) - mean;\n"
+            "    for (int64_t r = threadIdx.x; r < R; r += blockDim.x) {\n"
+            "        float d = static_cast<float>(x[base + r * inner]) - mean;\n"
             "        q += d * d;\n"
             "    }\n"
-            "    float inv = rsqrtf(block_sum(q, sh) / D + eps);\n"
+            "    float inv = rsqrtf(block_sum(q, sh) / R + eps);\n"
         )
-        first = "s += static_cast<float>(row[i]);"
-        write = "(static_cast<float>(row[i]) - mean) * inv"
+        first = "s += static_cast<float>(x[base + r * inner]);"
+        write = "(static_cast<float>(x[base + r * inner]) - mean) * inv"
     else:
-        stats = "    float inv = rsqrtf(block_sum(s, sh) / D + eps);\n"
-        first = "{ float v = static_cast<float>(row[i]); s += v * v; }"
-        write = "static_cast<float>(row[i]) * inv"
-    launch = (
-        f"{name}_kernel<scalar_t><<<(unsigned int)rows, {THREADS}>>>"
-        "(xc.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(), "
-        "D, (float)eps);"
-    )
-    source = (
-        f"\n#include <torch/extension.h>\n\n{_BLOCK_SUM}\n"
-        "template <typename scalar_t>\n"
-        f"__global__ void {name}_kernel("
-        "const scalar_t* __restrict__ x, scalar_t* __restrict__ out, int64_t D, "
-        "float eps) {\n"
+        stats = "    float inv = rsqrtf(block_sum(s, sh) / R + eps);\n"
+        first = "{ float v = static_cast<float>(x[base + r * inner]); s += v * v; }"
+        write = "static_cast<float>(x[base + r * inner]) * inv"
+    body = (
         f"    __shared__ float sh[{THREADS}];\n"
-        "    const scalar_t* row = x + blockIdx.x * D;\n"
+        "    int64_t base = (blockIdx.x / inner) * R * inner + blockIdx.x % inner;\n"
         "    float s = 0.0f;\n"
-        f"    for (int64_t i = threadIdx.x; i < D; i += blockDim.x) {first}\n"
+        f"    for (int64_t r = threadIdx.x; r < R; r += blockDim.x) {first}\n"
         f"{stats}"
-        f"    for (int64_t i = threadIdx.x; i < D; i += blockDim.x) out[blockIdx.x * D + i] = "
-        f"static_cast<scalar_t>({write});\n"
-        "}\n\n"
-        f"torch::Tensor {name}_cuda(torch::Tensor x, double eps) {{\n"
-        "    auto xc = x.contiguous();\n"
-        "    auto out = torch::empty_like(xc);\n"
-        "    int64_t D = xc.size(-1);\n"
-        "    if (xc.numel() == 0) return out;\n"
-        "    int64_t rows = xc.numel() / D;\n"
-        f"{_dispatch(name + '_cuda', launch)}"
-        "    return out;\n}\n"
+        "    for (int64_t r = threadIdx.x; r < R; r += blockDim.x)\n"
+        f"        out[base + r * inner] = static_cast<scalar_t>(post({write}));\n"
     )
-    return Kernel(source, f"torch::Tensor {name}_cuda(torch::Tensor x, double eps);", f"{name}_cuda", ("x",))
+    alloc = "    auto out = torch::empty_like(xc);\n"
+    helpers = f"{_BLOCK_SUM}\n{_device_fn('post', post)}"
+    return _dim_kernel(name, helpers, "scalar_t", body, alloc, x, extra=", double eps")
 
 
-def matmul_epilogue(name: str, bias: bool, ops: tuple[PointOp, ...]) -> Kernel:
-    """fp32 (M, K) @ (K, N) with 16x16 shared-memory tiles, then `+ bias[col]` and `ops` fused."""
+def matmul_epilogue(
+    name: str,
+    bias: bool,
+    ops: tuple[PointOp, ...],
+    names: tuple[str, ...] = ("a", "b", "bias"),
+    trans_a: bool = False,
+    trans_b: bool = False,
+) -> Kernel:
+    """fp32 op(A) @ op(B) with 16x16 shared-memory tiles, then `+ bias[col]` and `ops` fused.
+
+    `trans_a`: A is stored (K, M) and used as A.T; `trans_b`: B is stored (N, K) and used as B.T.
+    """
+    a, b = names[0], names[1]
+    bname = names[2] if bias else ""
+    a_load = "a[(int64_t)(k0 + tx) * M + row]" if trans_a else "a[(int64_t)row * K + k0 + tx]"
+    b_load = "b[(int64_t)col * K + k0 + ty]" if trans_b else "b[(int64_t)(k0 + ty) * N + col]"
     bias_param = "const float* __restrict__ bias, " if bias else ""
     bias_line = "        v += bias[col];\n" if bias else ""
-    bias_arg = "biasc.data_ptr<float>(), " if bias else ""
-    sig = "torch::Tensor a, torch::Tensor b" + (", torch::Tensor bias" if bias else "")
+    bias_arg = f"{bname}_c.data_ptr<float>(), " if bias else ""
+    sig = f"torch::Tensor {a}, torch::Tensor {b}" + (f", torch::Tensor {bname}" if bias else "")
+    dims = (
+        f"    int M = {a}_c.size({1 if trans_a else 0}), K = {a}_c.size({0 if trans_a else 1}), "
+        f"N = {b}_c.size({0 if trans_b else 1});\n"
+    )
     source = (
         "\n#include <torch/extension.h>\n\n#define TILE 16\n\n"
         f"__global__ void {name}_kernel("
@@ -303,8 +337,8 @@ def matmul_epilogue(name: str, bias: bool, ops: tuple[PointOp, ...]) -> Kernel:
         "    int row = blockIdx.y * TILE + ty, col = blockIdx.x * TILE + tx;\n"
         "    float acc = 0.0f;\n"
         "    for (int k0 = 0; k0 < K; k0 += TILE) {\n"
-        "        ta[ty][tx] = (row < M && k0 + tx < K) ? a[(int64_t)row * K + k0 + tx] : 0.0f;\n"
-        "        tb[ty][tx] = (k0 + ty < K && col < N) ? b[(int64_t)(k0 + ty) * N + col] : 0.0f;\n"
+        f"        ta[ty][tx] = (row < M && k0 + tx < K) ? {a_load} : 0.0f;\n"
+        f"        tb[ty][tx] = (k0 + ty < K && col < N) ? {b_load} : 0.0f;\n"
         "        __syncthreads();\n"
         "        for (int k = 0; k < TILE; ++k) acc += ta[ty][k] * tb[k][tx];\n"
         "        __syncthreads();\n"
@@ -314,26 +348,29 @@ def matmul_epilogue(name: str, bias: bool, ops: tuple[PointOp, ...]) -> Kernel:
         "        out[(int64_t)row * N + col] = v;\n"
         "    }\n}\n\n"
         f"torch::Tensor {name}_cuda({sig}) {{\n"
-        "    TORCH_CHECK(a.scalar_type() == torch::kFloat32 && b.scalar_type() == torch::kFloat32,"
+        f"    TORCH_CHECK({a}.scalar_type() == torch::kFloat32 && {b}.scalar_type() == torch::kFloat32,"
         ' "float32 only");\n'
-        "    auto ac = a.contiguous();\n"
-        "    auto bc = b.contiguous();\n"
-        + ("    auto biasc = bias.contiguous();\n" if bias else "")
-        + "    int M = ac.size(0), K = ac.size(1), N = bc.size(1);\n"
-        "    auto out = torch::empty({M, N}, ac.options());\n"
+        f"    auto {a}_c = {a}.contiguous();\n"
+        f"    auto {b}_c = {b}.contiguous();\n"
+        + (f"    auto {bname}_c = {bname}.contiguous();\n" if bias else "")
+        + dims
+        + f"    auto out = torch::empty({{M, N}}, {a}_c.options());\n"
         "    if (M == 0 || N == 0) return out;\n"
         "    dim3 threads(TILE, TILE);\n"
         "    dim3 blocks((N + TILE - 1) / TILE, (M + TILE - 1) / TILE);\n"
-        f"    {name}_kernel<<<blocks, threads>>>(ac.data_ptr<float>(), bc.data_ptr<float>(), {bias_arg}"
+        f"    {name}_kernel<<<blocks, threads>>>({a}_c.data_ptr<float>(), {b}_c.data_ptr<float>(), {bias_arg}"
         "out.data_ptr<float>(), M, N, K);\n"
         "    return out;\n}\n"
     )
-    args = ("a", "b", "bias") if bias else ("a", "b")
+    args = (a, b, bname) if bias else (a, b)
     return Kernel(source, f"torch::Tensor {name}_cuda({sig});", f"{name}_cuda", args)
 
 
-def loss_reduce(name: str, loss: LossOp, reduction: str) -> Kernel:
+def loss_reduce(
+    name: str, loss: LossOp, reduction: str, names: tuple[str, str] = ("predictions", "targets")
+) -> Kernel:
     """fp32 loss to a 0-d tensor: per-block partial sums, then one block sums them (deterministic)."""
+    p, t = names
     scale = "1.0f / n" if reduction == "mean" else "1.0f"
     source = (
         f"\n#include <torch/extension.h>\n\n{_BLOCK_SUM}\n"
@@ -358,11 +395,11 @@ def loss_reduce(name: str, loss: LossOp, reduction: str) -> Kernel:
         "    acc = block_sum(acc, sh);\n"
         "    if (threadIdx.x == 0) out[0] = acc * scale;\n"
         "}\n\n"
-        f"torch::Tensor {name}_cuda(torch::Tensor predictions, torch::Tensor targets) {{\n"
-        "    TORCH_CHECK(predictions.sizes() == targets.sizes(),"
-        ' "predictions and targets must have the same shape");\n'
-        "    auto pc = predictions.contiguous();\n"
-        "    auto tc = targets.contiguous();\n"
+        f"torch::Tensor {name}_cuda(torch::Tensor {p}, torch::Tensor {t}) {{\n"
+        f"    TORCH_CHECK({p}.sizes() == {t}.sizes(),"
+        f' "{p} and {t} must have the same shape");\n'
+        f"    auto pc = {p}.contiguous();\n"
+        f"    auto tc = {t}.contiguous();\n"
         "    int64_t n = pc.numel();\n"
         "    int blocks = (int)std::max<int64_t>("
         f"1, std::min<int64_t>((n + {THREADS - 1}) / {THREADS}, 1024));\n"
@@ -375,8 +412,5 @@ def loss_reduce(name: str, loss: LossOp, reduction: str) -> Kernel:
         "    return out;\n}\n"
     )
     return Kernel(
-        source,
-        f"torch::Tensor {name}_cuda(torch::Tensor predictions, torch::Tensor targets);",
-        f"{name}_cuda",
-        ("predictions", "targets"),
+        source, f"torch::Tensor {name}_cuda(torch::Tensor {p}, torch::Tensor {t});", f"{name}_cuda", names
     )

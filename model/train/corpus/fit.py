@@ -1,0 +1,193 @@
+"""Time-budgeted SFT of the demo model on one GPU: bf16 autocast, length-bucketed batches, and a
+learning-rate schedule over wall-clock time (linear warm-up, then cosine to `min_lr_ratio`).
+
+`fit(init_dir, sft_path, out_dir, seconds, say)` trains the block-diffusion SFT objective
+(`objective.sft_loss`, the loss `cudice train sft` uses) until `seconds` have passed and saves
+the checkpoint (`checkpoint.save_checkpoint`; weights stored in the init's dtype). A schedule
+over time, not steps, decays the learning rate to its floor exactly when the budget ends, so a
+fixed GPU allotment is never cut off at a high learning rate; the price is that two runs of
+the same budget take slightly different numbers of steps.
+
+Batches hold samples of similar length (sorted, cut into groups of about `tokens_per_batch`
+tokens, the groups shuffled each epoch), so little compute goes to padding; the prompt is never
+masked nor trained, as in `sft.Collate`. Encoding runs through the fast tokenizer's batch call.
+
+Not covered: several GPUs (use `cudice train sft` under `accelerate launch`), resuming the
+optimizer state (a carried checkpoint restarts with a fresh AdamW), sequence packing.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+
+@dataclass(frozen=True, slots=True)
+class FitConfig:
+    seconds: float
+    learning_rate: float = 1.5e-3
+    min_lr_ratio: float = 0.05
+    warmup_seconds: float = 15.0
+    tokens_per_batch: int = 16384
+    max_length: int = 4096
+    weight_decay: float = 0.01
+    max_grad_norm: float = 1.0
+    seed: int = 0
+    log_every: int = 20
+
+    def __post_init__(self) -> None:
+        if self.seconds <= 0:
+            raise ValueError(f"seconds={self.seconds} must be > 0: it is the training budget")
+        if not 0 < self.min_lr_ratio <= 1:
+            raise ValueError(f"min_lr_ratio={self.min_lr_ratio} must be in (0, 1]")
+        if self.tokens_per_batch < self.max_length:
+            raise ValueError(
+                f"tokens_per_batch={self.tokens_per_batch} must be >= max_length={self.max_length} "
+                "(one longest sample per batch)"
+            )
+
+
+def lr_factor(elapsed: float, config: FitConfig) -> float:
+    """The learning rate's multiplier `elapsed` seconds in: linear warm-up, then cosine to the floor."""
+    if elapsed < config.warmup_seconds:
+        return max(0.01, elapsed / config.warmup_seconds)
+    span = max(1e-9, config.seconds - config.warmup_seconds)
+    progress = min(1.0, (elapsed - config.warmup_seconds) / span)
+    floor = config.min_lr_ratio
+    return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+def encode_all(
+    tokenizer: Any, records: list[dict[str, str]], block_size: int, pad: int
+) -> list[tuple[list[int], int]]:
+    """(ids padded to a multiple of `block_size`, number of prompt tokens) per record, as `sft.encode_pair`."""
+    from cudice.model.prompts import chat_prompt
+
+    prompts = tokenizer([chat_prompt(r["prompt"]) for r in records], add_special_tokens=False)["input_ids"]
+    answers = tokenizer([r["response"] + "<|im_end|>" for r in records], add_special_tokens=False)[
+        "input_ids"
+    ]
+    out = []
+    for p, a in zip(prompts, answers, strict=True):
+        ids = list(p) + list(a)
+        padded = -(-len(ids) // block_size) * block_size
+        out.append((ids + [pad] * (padded - len(ids)), len(p)))
+    return out
+
+
+def length_batches(lengths: list[int], tokens_per_batch: int, rng: random.Random) -> list[list[int]]:
+    """Indices grouped by similar length, each group's (size x longest) within `tokens_per_batch`."""
+    order = sorted(range(len(lengths)), key=lambda i: (lengths[i], rng.random()))
+    batches: list[list[int]] = []
+    current: list[int] = []
+    for i in order:
+        if current and (len(current) + 1) * lengths[i] > tokens_per_batch:
+            batches.append(current)
+            current = []
+        current.append(i)
+    if current:
+        batches.append(current)
+    rng.shuffle(batches)
+    return batches
+
+
+def fit(
+    init_dir: str | Path,
+    sft_path: str | Path,
+    out_dir: str | Path,
+    config: FitConfig,
+    say: Callable[[str], None],
+) -> dict[str, Any]:
+    """Train until `config.seconds` pass; save to `out_dir`; return {"steps", "history", ...}."""
+    from cudice.model.loader import load_checkpoint
+    from cudice.model.train.checkpoint import save_checkpoint
+    from cudice.model.train.objective import sft_loss
+
+    start = time.monotonic()
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    loaded = load_checkpoint(str(init_dir), device=device, dtype="float32")
+    model, tok = loaded.model, loaded.tokenizer
+    block, mask_id, pad = loaded.block_size, loaded.ids.mask, loaded.ids.pad
+    records = [json.loads(line) for line in Path(sft_path).read_text(encoding="utf-8").splitlines()]
+    samples = [s for s in encode_all(tok, records, block, pad) if len(s[0]) <= config.max_length]
+    lengths = [len(ids) for ids, _ in samples]
+    say(
+        f"fit: {len(samples)} samples, {sum(lengths) / 1e6:.1f}M tokens, longest {max(lengths)}, "
+        f"{sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters, encoded in "
+        f"{time.monotonic() - start:.0f} s"
+    )
+    rng = random.Random(config.seed)
+    gen = torch.Generator(device=device).manual_seed(config.seed)
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=config.learning_rate, betas=(0.9, 0.95), weight_decay=config.weight_decay
+    )
+    model.train()
+    history: list[dict[str, float]] = []
+    step, epoch, tokens = 0, 0, 0
+    clock = tick = time.monotonic()  # the schedule's zero: after loading and encoding
+    loss_sum = torch.zeros((), device=device)
+    done = False
+    while not done:
+        for batch in length_batches(lengths, config.tokens_per_batch, rng):
+            elapsed = time.monotonic() - clock
+            if elapsed >= config.seconds:
+                done = True
+                break
+            longest = max(lengths[i] for i in batch)
+            ids = torch.full((len(batch), longest), pad, dtype=torch.long)
+            loss_mask = torch.zeros(ids.shape, dtype=torch.bool)
+            for row, i in enumerate(batch):
+                seq, num_prompt = samples[i]
+                ids[row, : len(seq)] = torch.tensor(seq)
+                loss_mask[row, num_prompt : len(seq)] = True
+            ids, loss_mask = ids.to(device, non_blocking=True), loss_mask.to(device, non_blocking=True)
+            for group in optimizer.param_groups:
+                group["lr"] = config.learning_rate * lr_factor(elapsed, config)
+            with torch.autocast(device, dtype=torch.bfloat16, enabled=device == "cuda"):
+                loss, _ = sft_loss(
+                    model, ids, loss_mask, block_size=block, mask_token_id=mask_id, generator=gen
+                )
+            loss.backward()
+            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            loss_sum += loss.detach()
+            tokens += sum(lengths[i] for i in batch)
+            step += 1
+            if step % config.log_every == 0:
+                now = time.monotonic()
+                stats = {
+                    "step": step,
+                    "epoch": epoch,
+                    "seconds": now - clock,
+                    "loss": float(loss_sum) / config.log_every,  # sync point
+                    "grad_norm": float(norm),
+                    "lr": optimizer.param_groups[0]["lr"],
+                    "tokens_per_s": tokens / max(1e-9, now - tick),
+                }
+                tick = now
+                history.append(stats)
+                say(
+                    f"step {step} epoch {epoch} t={stats['seconds']:.0f}s loss {stats['loss']:.4f} "
+                    f"lr {stats['lr']:.2e} gnorm {stats['grad_norm']:.2f} {stats['tokens_per_s'] / 1e3:.0f}k tok/s"
+                )
+                loss_sum.zero_()
+                tokens = 0
+        epoch += 1
+    last = history[-1] if history else {}
+    metrics = dict(last)
+    save_checkpoint(model, init_dir, out_dir, step=step, metrics=metrics)
+    return {
+        "steps": step,
+        "epochs": epoch,
+        "num_samples": len(samples),
+        "history": history,
+    }

@@ -1,0 +1,114 @@
+"""Held-out scoring of demo checkpoints without a build: does the answer parse, and is it right by text.
+
+`generate(checkpoint, references, max_new_tokens, deadline)` writes one greedy end-to-end answer
+per reference (the runtime's prompt, `Engine.generate_texts` in batches, the first code block
+extracted), stopping at the wall-clock `deadline` (a batch in flight stops too, its rows cut
+short); unanswered problems stay `None` and count as failures. The eager HF runner decodes (no
+compile time inside a fixed budget; the fast path gives the same tokens, tests/model/test_fastpath.py). `score(answer, solution, names)` says, for one answer:
+
+- `parses`: valid Python that defines a class `ModelNew` (the rate the issue's "valid Python"
+  target is about);
+- `exact`: the answer equals the corpus's template solution (whitespace at the ends aside); the
+  templates are verified on the GPU (`verify_templates`), so an exact answer is correct by
+  identity — a lower bound on the correct rate, since a different kernel can be correct too;
+- `same_kernel`: the answer equals the template up to names and constants
+  (`split.answer_signature`).
+
+`wilson(k, n)` is the 95 % Wilson score interval of a rate. Not covered: compiling or running an
+answer (that is `cudice eval`, which costs about a minute of CPU per kernel).
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from cudice.model.train.corpus.split import answer_signature
+
+
+def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """95 % Wilson score interval of k successes in n trials; (0, 1) when n is 0."""
+    if n == 0:
+        return 0.0, 1.0
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def defines_model_new(code: str) -> bool:
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError):
+        return False
+    return any(isinstance(node, ast.ClassDef) and node.name == "ModelNew" for node in tree.body)
+
+
+def score(answer: str | None, solution: str, kernel_name: str, names: Sequence[str]) -> dict[str, bool]:
+    if answer is None:
+        return {"answered": False, "parses": False, "exact": False, "same_kernel": False}
+    exact = answer.strip() == solution.strip()
+    same = exact or answer_signature(answer, kernel_name, names) == answer_signature(
+        solution, kernel_name, names
+    )
+    return {"answered": True, "parses": defines_model_new(answer), "exact": exact, "same_kernel": same}
+
+
+def generate(
+    checkpoint: str,
+    references: Sequence[str],
+    max_new_tokens: int,
+    deadline: float,
+    say: Callable[[str], None],
+    batch_size: int = 64,
+) -> tuple[list[str | None], dict[str, Any]]:
+    """One greedy answer per reference, in batches, until `deadline` (time.monotonic())."""
+    from cudice.model.config import SamplerConfig
+    from cudice.model.engine import load_engine
+    from cudice.model.prompts import chat_prompt, e2e_prompt, extract_first_code_block
+
+    engine = load_engine(checkpoint, fast=False, freeze=True)
+    config = SamplerConfig(max_new_tokens=max_new_tokens, temperature=0.0)
+    answers: list[str | None] = [None] * len(references)
+    tokens, seconds, forwards = 0, 0.0, 0
+    for first in range(0, len(references), batch_size):
+        if time.monotonic() > deadline:
+            say(f"generate: deadline reached after {first} of {len(references)} answers")
+            break
+        chunk = references[first : first + batch_size]
+        start = time.monotonic()
+        result = engine.generate_texts(
+            [chat_prompt(e2e_prompt(r)) for r in chunk],
+            config,
+            should_stop=lambda: time.monotonic() > deadline,
+        )
+        seconds += time.monotonic() - start
+        tokens += result.num_tokens
+        forwards += getattr(result, "num_forwards", 0)
+        for k, row in enumerate(result.rows):
+            code = extract_first_code_block(row.text)
+            answers[first + k] = code if code is not None else row.text
+        say(f"generate: {first + len(chunk)}/{len(references)} answers, {time.monotonic() - start:.1f} s")
+    return answers, {"tokens": tokens, "seconds": seconds, "forwards": forwards}
+
+
+def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Rates with 95 % Wilson intervals, overall and per family/style, of `score` rows."""
+
+    def rates(part: list[dict[str, Any]]) -> dict[str, Any]:
+        n = len(part)
+        out: dict[str, Any] = {"n": n}
+        for key in ("parses", "exact", "same_kernel"):
+            k = sum(r[key] for r in part)
+            lo, hi = wilson(k, n)
+            out[key] = {"k": k, "rate": k / n if n else 0.0, "ci95": [lo, hi]}
+        return out
+
+    summary: dict[str, Any] = {"all": rates(rows)}
+    for field in ("family", "style"):
+        groups = sorted({r[field] for r in rows})
+        summary[field] = {g: rates([r for r in rows if r[field] == g]) for g in groups}
+    return summary

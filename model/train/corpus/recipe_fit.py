@@ -1,0 +1,238 @@
+"""The demo model's one-call recipe: SFT within a fixed GPU budget, then held-out scoring of the new
+and the shipped checkpoint side by side (`bench/train_demo.sh fit`).
+
+    python3 -m cudice.model.train.corpus.recipe_fit --work W --out $OUT --minutes 9 \\
+        --corpus-tar .ckpt/corpus.tar.gz --tokenizer .ckpt/tokenizer --old model/assets/demo
+
+1. unpack the corpus (built on a CPU box: `python -m cudice.model.train.corpus build`, then
+   `tar czf corpus.tar.gz sft.jsonl manifest.json problems/heldout solutions/heldout`) and write
+   the initial checkpoint with the carried tokenizer (`init_model.init_checkpoint`);
+2. in the background, verify a sample of the templates of every family, held-out ones included
+   (`verify-templates`, the verifier's pool; compiles use the CPU cores while SFT uses the GPU);
+3. SFT with `fit.fit` until the training budget (the phase's minutes less what scoring needs);
+4. save the checkpoint as one tar cut into parts of at most 15 MiB (`demo_fit.tar.partNN`);
+5. one greedy answer per held-out problem from the new and from the old checkpoint
+   (`heldout.generate`), scored by `heldout.score`; `results.json` (rates with 95 % intervals,
+   per family and per prompt style, the loss curve) and `answers.jsonl` (every answer).
+
+Everything said goes to stderr and `fit.log` in the output folder. Not covered: compiling and
+running the model's answers (`cudice eval`; a minute of CPU per kernel does not fit the budget),
+RL (phase b of `recipe.py`).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+PART_BYTES = 15 * 2**20
+NEW_TOKENS = 512  # the new tokenizer writes a template answer in under 200 tokens
+OLD_TOKENS = 1536  # the shipped model's word-level tokenizer needs about 900
+
+
+class Clock:
+    def __init__(self, out: Path, minutes: float) -> None:
+        self.start = time.monotonic()
+        self.deadline = self.start + 60 * minutes
+        out.mkdir(parents=True, exist_ok=True)
+        self.log = out / "fit.log"
+        self.log.write_text("")
+
+    def say(self, text: str) -> None:
+        line = f"[fit {time.monotonic() - self.start:6.1f}s] {text}"
+        print(line, file=sys.stderr, flush=True)
+        with self.log.open("a") as f:
+            f.write(line + "\n")
+
+
+def split_file(path: Path, part_bytes: int = PART_BYTES) -> list[Path]:
+    """`path` cut into `path.partNN` files of at most `part_bytes`; `path` is removed."""
+    parts = []
+    with path.open("rb") as f:
+        while chunk := f.read(part_bytes):
+            part = path.with_name(f"{path.name}.part{len(parts):02d}")
+            part.write_bytes(chunk)
+            parts.append(part)
+    path.unlink()
+    return parts
+
+
+def join_parts(first_part: Path, into: Path) -> Path:
+    """Concatenate `X.part00`, `X.part01`, ... (next to `first_part`) into `into`."""
+    stem = first_part.name.rsplit(".part", 1)[0]
+    parts = sorted(first_part.parent.glob(f"{stem}.part[0-9][0-9]"))
+    with into.open("wb") as out:
+        for part in parts:
+            out.write(part.read_bytes())
+    return into
+
+
+def _tar_dir(src: Path, tar_path: Path) -> Path:
+    with tarfile.open(tar_path, "w") as tar:
+        for item in sorted(src.iterdir()):
+            if item.is_file() and not item.name.endswith(".tmp"):
+                tar.add(item, arcname=item.name)
+    return tar_path
+
+
+def _heldout(corpus: Path) -> list[dict[str, Any]]:
+    manifest = json.loads((corpus / "manifest.json").read_text())
+    rows = []
+    for p in manifest["problems"]:
+        if p["split"] != "heldout":
+            continue
+        rows.append(
+            {
+                **p,
+                "reference": (corpus / "problems" / "heldout" / p["file"]).read_text(),
+                "solution": (corpus / "solutions" / "heldout" / p["file"]).read_text(),
+            }
+        )
+    return rows
+
+
+def _names_of(solution: str) -> tuple[str, list[str]]:
+    """The kernel's name (the `name=` of load_inline) and ModelNew's argument names, read from a template."""
+    import ast
+
+    tree = ast.parse(solution)
+    kernel = ""
+    names: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.keyword) and node.arg == "name" and isinstance(node.value, ast.Constant):
+            kernel = str(node.value.value)
+        if isinstance(node, ast.FunctionDef) and node.name in ("forward", "__init__"):
+            names += [a.arg for a in node.args.args if a.arg != "self"]
+    return kernel, names
+
+
+def evaluate(
+    label: str, checkpoint: str, rows: list[dict[str, Any]], deadline: float, clock: Clock, gen_tokens: int
+) -> dict[str, Any]:
+    from cudice.model.train.corpus.heldout import generate, score, summarise
+
+    start = time.monotonic()
+    answers, speed = generate(
+        checkpoint, [r["reference"] for r in rows], gen_tokens, deadline, clock.say, batch_size=96
+    )
+    scored = []
+    for r, answer in zip(rows, answers, strict=True):
+        kernel, names = _names_of(r["solution"])
+        scored.append(
+            {
+                "file": r["file"],
+                "family": r["family"],
+                "style": r.get("style", "cudice"),
+                "composition": r["composition"],
+                "answer": answer,
+                **score(answer, r["solution"], kernel, names),
+            }
+        )
+    summary = summarise(scored)
+    a = summary["all"]
+    clock.say(
+        f"{label}: parses {a['parses']['k']}/{a['n']} {a['parses']['ci95']}, exact {a['exact']['k']}/{a['n']}, "
+        f"same kernel {a['same_kernel']['k']}/{a['n']}; {speed['tokens']} tokens in {speed['seconds']:.1f} s "
+        f"({time.monotonic() - start:.0f} s with loading)"
+    )
+    return {"label": label, "checkpoint": checkpoint, "summary": summary, "speed": speed, "rows": scored}
+
+
+@click.command()
+@click.option("--work", type=click.Path(file_okay=False, path_type=Path), required=True)
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True)
+@click.option("--minutes", type=float, default=9.0, show_default=True, help="Wall-clock budget of the call.")
+@click.option("--eval-seconds", type=float, default=150.0, show_default=True, help="Kept for scoring.")
+@click.option("--corpus-tar", type=click.Path(dir_okay=False, path_type=Path), required=True)
+@click.option("--tokenizer", type=click.Path(file_okay=False, path_type=Path), required=True)
+@click.option("--old", type=click.Path(file_okay=False, path_type=Path), default=Path("model/assets/demo"))
+@click.option(
+    "--start", type=click.Path(dir_okay=False, path_type=Path), default=None, help="A part00 to resume from."
+)
+@click.option("--lr", type=float, default=1.5e-3, show_default=True)
+@click.option("--verify-per-family", type=int, default=3, show_default=True)
+@click.option("--smoke", is_flag=True, help="Toy model, seconds of training (CPU test of the driver).")
+def main(
+    work: Path,
+    out: Path,
+    minutes: float,
+    eval_seconds: float,
+    corpus_tar: Path,
+    tokenizer: Path,
+    old: Path,
+    start: Path | None,
+    lr: float,
+    verify_per_family: int,
+    smoke: bool,
+) -> None:
+    from cudice.model.train.corpus.fit import FitConfig, fit
+    from cudice.model.train.corpus.init_model import DEMO_DIMS, SMOKE_DIMS, init_checkpoint
+
+    clock = Clock(out, minutes)
+    # 1. corpus and initial checkpoint
+    corpus = work / "corpus"
+    shutil.rmtree(work, ignore_errors=True)
+    corpus.mkdir(parents=True)
+    with tarfile.open(corpus_tar) as tar:
+        tar.extractall(corpus, filter="data")
+    init = work / "init"
+    if start is not None:
+        init.mkdir(parents=True)
+        with tarfile.open(join_parts(start, work / "start.tar")) as tar:
+            tar.extractall(init, filter="data")
+        clock.say(f"resuming from {start}")
+    else:
+        info = init_checkpoint(
+            init, corpus / "sft.jsonl", SMOKE_DIMS if smoke else DEMO_DIMS, tokenizer_dir=tokenizer
+        )
+        clock.say(f"init: {json.dumps(info)}")
+    # 2. template verification in the background (CPU compiles, short GPU runs)
+    checker = subprocess.Popen(
+        [sys.executable, "-m", "cudice.model.train.corpus", "verify-templates", str(corpus), "--out",
+         str(out / "templates.json"), "--per-family", str(verify_per_family)],
+        stdout=subprocess.DEVNULL, stderr=clock.log.open("a"), start_new_session=True,
+    )  # fmt: skip
+    # 3. SFT until the training budget
+    train_seconds = clock.deadline - time.monotonic() - eval_seconds - 30
+    clock.say(f"training for {train_seconds:.0f} s")
+    config = FitConfig(
+        seconds=max(5.0, train_seconds), learning_rate=lr, tokens_per_batch=49152 if not smoke else 8192
+    )
+    trained = fit(init, corpus / "sft.jsonl", work / "fit", config, clock.say)
+    clock.say(f"trained: {trained['steps']} steps, {trained['epochs']} epochs started")
+    # 4. the checkpoint, in parts
+    parts = split_file(_tar_dir(work / "fit", out / "demo_fit.tar"))
+    clock.say(f"saved {[p.name for p in parts]}")
+    # 5. held-out scoring, new then old
+    rows = _heldout(corpus)
+    if smoke:
+        rows = rows[:4]
+    results: dict[str, Any] = {"training": trained, "num_heldout": len(rows)}
+    eval_left = clock.deadline - time.monotonic() - 10
+    tokens = (16, 16) if smoke else (NEW_TOKENS, OLD_TOKENS)
+    results["new"] = evaluate(
+        "new", str(work / "fit"), rows, time.monotonic() + 0.4 * eval_left, clock, tokens[0]
+    )
+    results["old"] = evaluate("old", str(old), rows, clock.deadline - 10, clock, tokens[1])
+    if checker.poll() is None:
+        checker.terminate()
+        clock.say("template verification did not finish in the budget")
+    answers = out / "answers.jsonl"
+    with answers.open("w") as f:
+        for label in ("new", "old"):
+            for r in results[label].pop("rows"):
+                f.write(json.dumps({"model": label, **r}) + "\n")
+    (out / "results.json").write_text(json.dumps(results, indent=1) + "\n")
+    clock.say("done")
+
+
+if __name__ == "__main__":
+    main()
