@@ -289,7 +289,7 @@ class _ModuleChecker:
             elif (
                 node.attr in DYNAMIC_ATTRS
                 or dotted(node, self.aliases) in DYNAMIC_DOTTED
-                or (node.attr == "__dict__" and dotted(node, self.aliases))
+                or node.attr == "__dict__"
             ):
                 self.add(
                     "static.dynamic_code",

@@ -389,7 +389,11 @@ class _Analyzer(Bindings):
         if (
             isinstance(func, ast.Name)
             and func.id in ("abs", "sum", "pow", "max", "min", "round", "divmod")
-            and any(self._is_tensor(a, tensors) for a in node.args)
+            and any(
+                self._is_tensor(a, tensors)
+                or (isinstance(a, (ast.List, ast.Tuple)) and any(self._is_tensor(i, tensors) for i in a.elts))
+                for a in node.args
+            )  # `sum([x, y])` adds the tensors
         ):
             self._torch_op(node, f"`{func.id}(...)` on a tensor")
             return
@@ -407,9 +411,8 @@ class _Analyzer(Bindings):
                 node, f"`{_short(func)}(...)` (a torch.nn layer or torch function taken from a container)"
             )
             return
-        attr = self_attr(func)
+        attr, kind = self._member(func)
         if attr is not None:
-            kind = self.self_kinds.get(attr)
             if kind == "torch":
                 self._torch_op(node, f"`self.{attr}(...)` (a torch.nn layer or torch function)")
             elif kind == "reference":
@@ -430,6 +433,33 @@ class _Analyzer(Bindings):
                 )
             if tensor_method_is_compute(func.attr, self.level):
                 self._torch_op(node, f"`.{func.attr}(...)`")
+
+    def _member(self, func: ast.expr) -> tuple[str | None, str | None]:
+        """`self.a`, `getattr(self, "a")`, `type(self).a`, `self.__class__.a`, `<InFileClass>.a`: the
+        attribute name and what it holds (`Bindings` kinds of that class), else (None, None)."""
+        attr = self_attr(func)
+        if attr is not None:
+            return attr, self.self_kinds.get(attr)
+        if (
+            isinstance(func, ast.Call)
+            and callee_name(func.func) == "getattr"
+            and len(func.args) >= 2
+            and isinstance(func.args[0], ast.Name)
+            and func.args[0].id == "self"
+            and isinstance(func.args[1], ast.Constant)
+            and isinstance(func.args[1].value, str)
+        ):
+            return func.args[1].value, self.self_kinds.get(func.args[1].value)
+        if not isinstance(func, ast.Attribute):
+            return None, None
+        owner = func.value
+        if isinstance(owner, ast.Name) and owner.id in self.index.classes:
+            return func.attr, self.kinds_for(self.index.classes[owner.id]).get(func.attr)
+        if (isinstance(owner, ast.Call) and callee_name(owner.func) == "type") or (
+            isinstance(owner, ast.Attribute) and owner.attr == "__class__" and self_attr(owner) is not None
+        ):
+            return func.attr, self.self_kinds.get(func.attr)
+        return None, None
 
     def _host_transfer(self, node: ast.Call, tensors: set[str]) -> str | None:
         """What moves data to the host in this call (`.cpu()`, `.to("cpu")`, `device="cpu"`, NumPy on a

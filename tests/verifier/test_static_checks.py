@@ -1211,3 +1211,26 @@ def test_device_asm_and_type_using_declarations_are_not_flagged() -> None:
     )
     diags = _cpp(body)
     assert diags == [], [(d.code, d.message) for d in diags]
+
+
+@pytest.mark.parametrize(
+    ("init", "ret"),
+    [
+        ("self.f = torch.relu", 'getattr(self, "f")(x)'),
+        ("pass", "ModelNew.f(x)"),
+        ("pass", "type(self).f(x)"),
+        ("pass", "self.__class__.f(x)"),
+        ("pass", "sum([x, y])"),
+    ],
+)
+def test_members_reached_by_name_or_through_the_class_are_judged(init: str, ret: str) -> None:
+    rest = (
+        "class ModelNew(nn.Module):\n    f = staticmethod(torch.sigmoid)\n"
+        f"    def __init__(self):\n        super().__init__()\n        {init}\n" + _FORWARD.format(ret=ret)
+    )
+    assert "static.torch_op_in_forward" in _codes(_py(rest), Severity.ERROR)
+
+
+def test_attribute_dicts_are_dynamic_code() -> None:
+    rest = "class ModelNew(nn.Module):" + _FORWARD.format(ret='self.__dict__["f"](x)')
+    assert "static.dynamic_code" in _codes(_py(rest), Severity.ERROR)
