@@ -241,6 +241,7 @@ def create_server(
         from cudice.server import prebuild
 
         uri = params.text_document.uri
+        ls.closes[uri] = ls.closes.get(uri, 0) + 1  # a run still starting sees it
         prebuild.cancel(ls, uri)
         if "jobs" in ls.__dict__ and ls.jobs.cancel(uri):  # nobody is looking at its verdict any more
             log.info("%s closed: its verification is cancelled", uri)

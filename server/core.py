@@ -96,6 +96,7 @@ class CudiceServer(LanguageServer):
         self.last_uri: str | None = None
         self.started_at = process_started_at()  # wall clock, compared with file modification times
         self.saved: set[str] = set()  # documents a `didSave` arrived for
+        self.closes: dict[str, int] = {}  # uri -> how many times the editor closed it (didClose)
         self.edited: set[str] = set()  # documents whose buffer differs from their shown verdict's text
         self.flagged: set[str] = set()  # non-candidates showing their Python syntax errors
         self.building: dict[str, int] = {}  # uri -> how many verifications of it are starting or running

@@ -299,9 +299,13 @@ async def _verify_fresh(
     done_building: Callable[[], None],
 ) -> VerifyResult | None:
     name = os.path.basename(path)
+    num_closes = ls.closes.get(uri, 0)
     ls.send_status(f"verifying {name}", uri)
     ls.refresh_lenses()
     progress = await WorkProgress.start(ls, f"cudice: verifying {name}", "static checks and compile")
+    if ls.closes.get(uri, 0) != num_closes:  # closed before its run started: nobody waits for it
+        progress.end("cancelled")
+        return None
     progress.report("static checks and compile", force=True)
     progress.tick()  # a build takes minutes on a small CPU: the elapsed time shows it is alive
     cancel_watch = ls.spawn(_cancel_on(progress, ls, uri))
