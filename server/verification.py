@@ -1,7 +1,8 @@
 """The verification flow: on save or by command, verify a candidate and show the result everywhere.
 
-1. Read the document into the verifier's document model; skip files that are not candidates (no
-   `ModelNew`, no `load_inline`).
+1. Read the document into the verifier's document model. A file that is not a candidate (no
+   `ModelNew`, no `load_inline`) is not verified: the verdict, lens and diagnostics it had as one
+   are dropped, and a KernelBench file that does not parse shows its syntax error instead.
 2. Resolve its reference as the verifier does (a `# cudice: reference=` comment anywhere in the
    file, unless the file holds its own `Model` + `get_inputs`), watch it, and key the result by
    the candidate's text, the reference's resolved path and text, and the settings.
@@ -13,6 +14,9 @@
    A result computed for text the editor no longer has is never published or shown (its lines
    would have moved): it is only cached. Results for the current text go out with the current
    document version, so Neovim, which ignores the version field, never gets a stale one either.
+
+An unsaved edit marks the shown verdict as edited (`note_edit`); a document closed while its run
+starts never runs it (app.py's didClose cancels one already running).
 
 Without a GPU (or with `cudice.verify.compileOnly`) the run is compile-only and the user is
 told why no speedup is shown. Not covered: verifying unsaved buffer text of the *reference*
