@@ -77,7 +77,7 @@ function M.root_dir(bufnr, on_dir)
   end
 end
 
---- One cudice server for the whole session (a second project adds its folder to it).
+--- One cudice server for the whole session: the server reads every file by its path, whatever its project.
 function M.reuse_client(client, config)
   return client.name == config.name
 end
