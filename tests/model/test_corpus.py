@@ -1,4 +1,5 @@
-"""The demo corpus: determinism, the split by composition, runnable references, honest templates."""
+"""The demo corpus: determinism, the split by composition and by answer text, variety, runnable
+references, honest templates, no KernelBench text."""
 
 from __future__ import annotations
 
@@ -10,10 +11,11 @@ from pathlib import Path
 import pytest
 from cudice.model.prompts import e2e_prompt, infill_prompt
 from cudice.model.scaffold import split_scaffold
-from cudice.model.train.corpus.build import build_corpus, fenced
+from cudice.model.train.corpus.build import INFILL_EVERY, build_corpus, fenced
 from cudice.model.train.corpus.families import FAMILIES, Composition
 from cudice.model.train.corpus.files import reference_file
-from cudice.model.train.corpus.split import key_parts, split_compositions
+from cudice.model.train.corpus.leak import check_corpus, find_leaks
+from cudice.model.train.corpus.split import answer_signature, key_parts, split_compositions
 from cudice.model.train.data import load_rl_tasks, load_sft
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -55,14 +57,14 @@ def test_at_least_eight_families_each_with_held_out_compositions() -> None:
 
 # What the corpus must cover: family -> parts at least one of its compositions combines
 REQUIRED_PARTS = {
-    "unary": {"relu", "sigmoid", "tanh", "gelu", "silu"},
-    "binary": {"add", "mul", "sub"},
-    "reduce": {"sum", "mean", "max"},
-    "argreduce": {"argmax"},
-    "softmax": {"softmax", "log_softmax"},
-    "norm": {"layer_norm", "rms_norm"},
-    "matmul": {"plain", "bias", "relu"},
-    "loss": {"mse_loss", "huber_loss1p0", "hinge_loss"},
+    "unary": {"relu", "sigmoid", "tanh", "gelu", "silu", "clamp1p0", "scale2p0"},
+    "binary": {"add", "mul", "sub", "mul_add"},
+    "reduce": {"sum", "mean", "amax", "amin", "pre=abs", "pre=square", "post=sqrt"},
+    "argreduce": {"argmax", "argmin", "pre=abs"},
+    "softmax": {"softmax", "log_softmax", "pre=scale0p5"},
+    "norm": {"layer_norm", "rms_norm", "gelu"},
+    "matmul": {"mm", "tA", "tB", "bias", "relu"},
+    "loss": {"mse_loss", "huber_loss1p0", "hinge_loss", "bce_logits_loss", "log_cosh_loss", "sum"},
 }
 
 
@@ -78,6 +80,32 @@ def test_families_cover_the_named_operators_with_varied_shapes_and_dtypes() -> N
         assert len(shapes) > 1, f"{family}: one shape only"
     dtypes = {p.spec.dtype for p in problems}
     assert {"float32", "float16", "bfloat16"} <= dtypes
+    assert {p.spec.style for p in problems} == {"cudice", "kernelbench", "bare"}
+    assert len({p.spec.params[0] for p in problems}) >= 8, "argument names do not vary"
+    assert any(p.spec.init_args for p in problems), "no constant is ever an __init__ argument"
+
+
+def test_reductions_cover_ranks_one_to_four_and_every_dim_position() -> None:
+    torch = pytest.importorskip("torch")
+    seen: set[tuple[int, int]] = set()
+    comps = FAMILIES["reduce"].compositions()
+    rng = random.Random(1)
+    for _ in range(300):
+        spec, _ = FAMILIES["reduce"].build(rng.choice(comps), rng)
+        scope: dict[str, object] = {}
+        text = (
+            reference_file(spec)
+            .replace("torch.rand(", "torch.empty(")
+            .replace("torch.randn(", "torch.empty(")
+        )
+        exec(compile(text, "reference.py", "exec"), scope)
+        init = scope["get_init_inputs"]()  # type: ignore[operator]
+        x = scope["get_inputs"]()[0]  # type: ignore[operator]
+        dim = init[0] if init else int(spec.extra_args[0])
+        seen.add((x.dim(), dim % x.dim()))
+        assert isinstance(x, torch.Tensor)
+    assert {r for r, _ in seen} == {1, 2, 3, 4}
+    assert {(4, d) for d in range(4)} <= seen and {(3, d) for d in range(3)} <= seen
 
 
 def test_split_ignores_the_seed_and_held_out_never_reaches_training_files(
@@ -100,11 +128,53 @@ def test_split_ignores_the_seed_and_held_out_never_reaches_training_files(
         assert json.dumps(ref)[1:-1] not in sft and json.dumps(ref)[1:-1] not in rl
 
 
+def test_no_held_out_answer_equals_a_training_answer_up_to_names_and_constants() -> None:
+    from cudice.model.train.corpus.build import _signature, draw_problems
+
+    problems = draw_problems(seed=5, train_per_family=40, heldout_per_family=6)
+    train = [p for p in problems if p.split == "train"]
+    held = [p for p in problems if p.split == "heldout"]
+    assert len(held) == 6 * len(FAMILIES)
+    texts = {p.solution.strip() for p in train}
+    signatures = {_signature(p) for p in train}
+    for p in held:
+        assert p.solution.strip() not in texts
+        assert _signature(p) not in signatures, p.file_name
+
+
+def test_answer_signature_ignores_names_and_constants_but_not_ops() -> None:
+    base = "k_ext.k_cuda(x, 1, 1e-5)\n    v = fmaxf(v, 0.0f);"
+    assert answer_signature(base, "k", ["x"]) == answer_signature(
+        base.replace("x,", "inp,").replace("1e-5", "1e-6").replace("(x", "(inp"), "k", ["inp"]
+    )
+    assert answer_signature(base, "k", ["x"]) != answer_signature(
+        base.replace("fmaxf(v, 0.0f)", "tanhf(v)"), "k", ["x"]
+    )
+
+
+def test_the_kernelbench_leak_check_finds_markers_and_copied_files(corpus: Path, tmp_path: Path) -> None:
+    assert check_corpus(corpus) == []
+    kb = tmp_path / "KernelBench" / "level1"
+    kb.mkdir(parents=True)
+    copied = json.loads((corpus / "rl_e2e.jsonl").read_text().splitlines()[0])["pytorch_code"]
+    (kb / "1_copied.py").write_text(copied)
+    (kb / "2_other.py").write_text(
+        "import torch\n\nclass Model(torch.nn.Module):\n    def forward(self, x):\n"
+        "        return torch.cumsum(x.flip(1), dim=1).flip(1)\n\nsizes_of_this_problem = (128, 4000)\n"
+    )
+    leaks = check_corpus(corpus, tmp_path / "KernelBench")
+    assert leaks and {Path(leak.what).name for leak in leaks} == {"1_copied.py"}
+    marked = find_leaks([("t", '"""\n    Simple model that performs a cumulative sum.\n    """')])
+    assert [leak.what for leak in marked] == ["Simple model that performs"]
+
+
 def test_training_files_load_with_the_trainers_readers_and_use_the_runtime_prompts(corpus: Path) -> None:
     pairs = load_sft(corpus / "sft.jsonl")
     e2e = load_rl_tasks(corpus / "rl_e2e.jsonl", "e2e")
     infill = load_rl_tasks(corpus / "rl_infill.jsonl", "infill")
-    assert len(pairs) == 2 * len(e2e) == 2 * len(infill) == 2 * 12 * len(FAMILIES)
+    num_train = 12 * len(FAMILIES)
+    assert len(e2e) == len(infill) == -(-num_train // INFILL_EVERY)
+    assert len(pairs) == num_train + len(infill)
     assert [t.level for t in e2e] == sorted(t.level for t in e2e)
     first = json.loads((corpus / "rl_infill.jsonl").read_text().splitlines()[0])
     assert first["prefix"] + first["middle"] + first["suffix"] == first["cuda_code"]
@@ -166,24 +236,28 @@ def test_a_pytorch_fallback_in_a_template_would_be_caught(corpus: Path, tmp_path
     )
 
 
-def _find_instance(family: str, key: str, sizes: tuple[tuple[str, int], ...]) -> str:
-    comp: Composition = next(c for c in FAMILIES[family].compositions() if c.key == key)
-    for seed in range(20000):
-        spec, _ = FAMILIES[family].build(comp, random.Random(seed))
-        if spec.sizes == sizes and spec.dtype == "float32":
-            return reference_file(spec)
-    raise AssertionError(f"no instance of {key} with {sizes}")
-
-
 @pytest.mark.parametrize(
     "example,family,key",
-    [("relu.py", "unary", "unary:relu"), ("softmax.py", "softmax", "softmax:softmax:r2d1")],
+    [("relu.py", "unary", "unary:relu"), ("softmax.py", "softmax", "softmax:pre=none>softmax")],
 )
-def test_bundled_examples_are_in_the_training_distribution(example: str, family: str, key: str) -> None:
+def test_bundled_examples_compositions_are_trained_and_their_layout_is_a_style(
+    example: str, family: str, key: str
+) -> None:
     train, _ = split_compositions(FAMILIES[family].compositions())
     assert key in {c.key for c in train}
-    text = _find_instance(family, key, (("batch_size", 16), ("dim", 16384)))
-    assert text == (ROOT / "examples" / example).read_text()
+    comp: Composition = next(c for c in train if c.key == key)
+    text = (ROOT / "examples" / example).read_text()
+    for seed in range(400):
+        spec, _ = FAMILIES[family].build(comp, random.Random(seed))
+        if spec.style == "cudice" and spec.params == ("x",):
+            mine = reference_file(spec)
+            shared = ("class Model(nn.Module):", "def get_init_inputs():", "super().__init__()")
+            assert all(line in mine and line in text for line in shared)
+            assert mine.startswith('"""KernelBench-format reference: ') and text.startswith(
+                '"""KernelBench-format reference: '
+            )
+            return
+    raise AssertionError(f"no cudice-style instance of {key}")
 
 
 def test_cudice_train_corpus_build_writes_the_files_sft_reads(tmp_path: Path) -> None:
@@ -195,5 +269,6 @@ def test_cudice_train_corpus_build_writes_the_files_sft_reads(tmp_path: Path) ->
         ["corpus", "build", str(tmp_path), "--train-per-family", "1", "--heldout-per-family", "0"],
     )
     assert result.exit_code == 0, result.output
-    assert json.loads(result.output)["num_sft_pairs"] == 2 * len(FAMILIES)
-    assert len(load_sft(tmp_path / "sft.jsonl")) == 2 * len(FAMILIES)
+    expected = len(FAMILIES) + -(-len(FAMILIES) // INFILL_EVERY)
+    assert json.loads(result.output)["num_sft_pairs"] == expected
+    assert len(load_sft(tmp_path / "sft.jsonl")) == expected
