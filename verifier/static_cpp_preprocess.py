@@ -13,7 +13,9 @@ what the source spells. Two things stand between them:
 - namespace names: `aten_namespaces()` is `torch`, `at`, `c10` plus every name the text makes
   an alias of one (`namespace x = at;`, `namespace x = at::native;`) and every namespace the
   text opens that pulls ATen names in (`namespace cuda { using namespace at; }`,
-  `namespace y { using at::relu; }`).
+  `namespace y { using at::relu; }`), and — once `using namespace at;` (or `torch`, `c10`) is
+  in effect — ATen's own sub-namespaces by their bare names (`cuda::blas::gemm` is
+  `at::cuda::blas::gemm`).
 
 Not covered: macros from headers (`TORCH_CHECK`, `AT_DISPATCH_*` stay as spelled), conditional
 compilation (`#if 0` blocks are read like any other), `#include` of the candidate's own files
@@ -234,6 +236,10 @@ def _arguments(text: str, open_paren: int) -> tuple[list[str] | None, int]:
 
 
 ATEN_ROOTS = ("torch", "at", "c10")
+# Namespaces inside ATen's that a using-directive of ATen makes reachable by their own name.
+ATEN_SUBNAMESPACES = frozenset(
+    {"cuda", "native", "_ops", "detail", "nn", "functional", "linalg", "special", "fft", "jit", "autograd"}
+)
 _NS_ALIAS = re.compile(r"\bnamespace\s+([A-Za-z_]\w*)\s*=\s*:?:?\s*([A-Za-z_][\w:]*)\s*;")
 _NS_OPEN = re.compile(r"\bnamespace\s+([A-Za-z_][\w:]*)\s*\{")
 _USING = re.compile(r"\busing\s+(?:namespace\s+)?:?:?\s*([A-Za-z_]\w*)\s*(?:::|;)")
@@ -253,6 +259,11 @@ def aten_namespaces(code: str) -> set[str]:
                 roots.add(m.group(1).split("::")[-1])
         if len(roots) == before:
             break
+    directive = re.compile(
+        rf"\busing\s+namespace\s+(?:::\s*)?(?:{'|'.join(sorted(map(re.escape, roots)))})\b"
+    )
+    if directive.search(code):  # `using namespace at;` makes `cuda::x` mean `at::cuda::x`
+        roots |= ATEN_SUBNAMESPACES
     return roots
 
 

@@ -31,7 +31,12 @@ from cudice.verifier.static_cpp_names import (
     aten_patterns,
     is_glue,
 )
-from cudice.verifier.static_cpp_preprocess import ATEN_ROOTS, aten_namespaces, aten_using_declarations
+from cudice.verifier.static_cpp_preprocess import (
+    ATEN_ROOTS,
+    ATEN_SUBNAMESPACES,
+    aten_namespaces,
+    aten_using_declarations,
+)
 from cudice.verifier.static_cpp_scan import CppFunction, Unit, diag
 from cudice.verifier.static_policy import (
     COMPUTE_METHODS,
@@ -214,8 +219,8 @@ def pattern_findings(u: Unit, level: Strictness, defined: set[str]) -> list[Diag
     )
     for f, body in [*host_bodies(u), *macros]:
         for m in aten_call.finditer(body):
-            root, ns, name = m.group("root"), m.group(2), m.group(3)
-            if is_glue(ns, name, glue) or (root not in ATEN_ROOTS and name in defined):
+            root, ns, name = m.group("root"), _scope(m.group("root"), m.group(2)), m.group(3)
+            if is_glue(ns, name, glue) or (root not in ATEN_ROOTS and (name in defined or "std::" in ns)):
                 continue
             diags.append(
                 diag(
@@ -228,11 +233,11 @@ def pattern_findings(u: Unit, level: Strictness, defined: set[str]) -> list[Diag
                 )
             )
         for m in aten_ref.finditer(body):
-            root, ns, name = m.group("root"), m.group(2), m.group(3)
+            root, ns, name = m.group("root"), _scope(m.group("root"), m.group(2)), m.group(3)
             if (
                 is_glue(ns, name, glue)
                 or re.match(r"k[A-Z]", name)
-                or (root not in ATEN_ROOTS and name in defined)
+                or (root not in ATEN_ROOTS and (name in defined or "std::" in ns))
             ):
                 continue
             start = m.start() + len(m.group(0)) - len(m.group(0).lstrip())
@@ -386,6 +391,12 @@ def _cache_findings(u: Unit) -> list[Diagnostic]:
 # Every other rule's findings are errors however they are spelled.
 _RUNTIME_OBSERVED = frozenset({"static.cpp_stream_create", "static.cpp_pointer_cache"})
 _MACRO_NOTE = " (seen in the expansion of a macro invoked here)"
+
+
+def _scope(root: str, ns: str) -> str:
+    """The namespaces below ATen's root a call names (`cuda::` for `cuda::blas::gemm` under
+    `using namespace at`, whose root is ATen's `cuda`)."""
+    return f"{root}::{ns}" if root in ATEN_SUBNAMESPACES else ns
 
 
 def _macro_severity(u: Unit, offset: int, code: str) -> Severity:

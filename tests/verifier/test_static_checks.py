@@ -1074,6 +1074,7 @@ def test_streams_and_statics_seen_only_through_a_macro_warn() -> None:
         '#define CHECK_CUDA(x) TORCH_CHECK(x.is_cuda(), #x " must be a CUDA tensor")\n'
         "#define CHECK_INPUT(x) CHECK_CUDA(x); TORCH_CHECK(x.is_contiguous(), #x)\n"
         "T helper(T t) { CHECK_INPUT(t); return t; }",
+        "using namespace at;\nT helper(T t) { auto s = cuda::getCurrentCUDAStream(); (void)s; return t; }",
         "namespace mine { using namespace at; int64_t blocks(int64_t n) { return (n + 255) / 256; } }\n"
         "T helper(T t) { auto b = mine::blocks(t.numel()); (void)b; return t; }",
     ],
@@ -1181,6 +1182,11 @@ def test_load_inline_bound_where_the_checks_cannot_follow_is_rejected(builder: s
     [
         ("using at::special_erfcx;\nT helper(T t) { return special_erfcx(t); }", "static.cpp_torch_op"),
         ("T helper(T t) { return at :: /* spaced */\n relu(t); }", "static.cpp_torch_op"),
+        (
+            "using namespace at;\nT helper(T t) { cuda::blas::gemm<float>('n', 'n', 1, 1, 1, 1.f, "
+            "nullptr, 1, nullptr, 1, 0.f, nullptr, 1); return t; }",
+            "static.cpp_torch_op",
+        ),
         ("T helper(T t) { std :: thread th([] {}); th.join(); return t; }", "static.cpp_std_thread"),
         (
             'extern "C" int run_py(const char* c) __asm__("PyRun_SimpleString");\n'
