@@ -1,0 +1,96 @@
+"""The demo recipe's pieces: the time-based schedule, length batches, held-out scoring, the
+line-level tokenizer and the checkpoint parts — each on tiny stand-ins."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+from cudice.model.train.corpus.fit import FitConfig, length_batches, lr_factor
+from cudice.model.train.corpus.heldout import defines_model_new, score, summarise, wilson
+from cudice.model.train.corpus.recipe_fit import join_parts, split_file
+
+SOLUTION = (
+    "import torch\nimport torch.nn as nn\n\nrelu_source = '''v = fmaxf(v, 0.0f);'''\n\n\n"
+    "class ModelNew(nn.Module):\n    def forward(self, x):\n        return relu_ext.relu_cuda(x, 1e-5)\n"
+)
+
+
+def test_schedule_warms_up_then_decays_to_the_floor_exactly_at_the_budget() -> None:
+    config = FitConfig(seconds=100.0, warmup_seconds=10.0, min_lr_ratio=0.1)
+    assert lr_factor(1.0, config) == pytest.approx(0.1)
+    assert lr_factor(10.0, config) == pytest.approx(1.0)
+    mid = lr_factor(55.0, config)
+    assert 0.1 < mid < 1.0 and mid == pytest.approx(0.55)
+    assert lr_factor(100.0, config) == pytest.approx(0.1)
+    assert lr_factor(1000.0, config) == pytest.approx(0.1)
+    with pytest.raises(ValueError, match="tokens_per_batch"):
+        FitConfig(seconds=1.0, tokens_per_batch=10, max_length=100)
+
+
+def test_length_batches_cover_every_sample_once_within_the_token_budget() -> None:
+    rng = random.Random(0)
+    lengths = [rng.randrange(8, 400) for _ in range(500)]
+    batches = length_batches(lengths, 2000, random.Random(1))
+    flat = sorted(i for b in batches for i in b)
+    assert flat == list(range(500))
+    for b in batches:
+        assert len(b) * max(lengths[i] for i in b) <= 2000 or len(b) == 1
+
+
+def test_wilson_interval_matches_known_values() -> None:
+    lo, hi = wilson(8, 16)
+    assert lo == pytest.approx(0.280, abs=1e-3) and hi == pytest.approx(0.720, abs=1e-3)
+    assert wilson(0, 0) == (0.0, 1.0)
+    assert wilson(150, 150)[1] == pytest.approx(1.0)
+
+
+def test_scoring_parses_exact_and_same_kernel_up_to_names_and_constants() -> None:
+    assert defines_model_new(SOLUTION) and not defines_model_new("class Model:\n  pass\n")
+    assert not defines_model_new("def (:")
+    assert score(SOLUTION, SOLUTION, "relu", ["x"]) == {
+        "answered": True,
+        "parses": True,
+        "exact": True,
+        "same_kernel": True,
+    }
+    renamed = SOLUTION.replace("(self, x)", "(self, inp)").replace("(x, 1e-5)", "(inp, 1e-6)")
+    row = score(renamed, SOLUTION, "relu", ["x", "inp"])
+    assert row["parses"] and not row["exact"] and row["same_kernel"]
+    other = score(SOLUTION.replace("fmaxf(v, 0.0f)", "tanhf(v)"), SOLUTION, "relu", ["x"])
+    assert other["parses"] and not other["same_kernel"]
+    assert score(None, SOLUTION, "relu", ["x"])["parses"] is False
+    rows = [
+        {"family": "unary", "style": "bare", **score(SOLUTION, SOLUTION, "relu", ["x"])},
+        {"family": "loss", "style": "bare", **score("x = (", SOLUTION, "relu", ["x"])},
+    ]
+    summary = summarise(rows)
+    assert summary["all"]["parses"]["k"] == 1 and summary["family"]["unary"]["exact"]["rate"] == 1.0
+
+
+def test_line_tokenizer_round_trips_and_keeps_names_apart_from_their_line() -> None:
+    pytest.importorskip("tokenizers")
+    from cudice.model.train.corpus.init_model import line_bpe_tokenizer
+
+    lines = [
+        f"\n{name}_source = load(x)\n    v = fmaxf(v, 0.0f);\n    out[i] = v;\n"
+        for name in ("relu", "abs_tanh", "sum_reduce", "gelu_clamp1p0") * 30
+    ]
+    tok = line_bpe_tokenizer(iter(lines), 400)
+    text = "\nnew_kernel_name_source = load(x)\n    v = fmaxf(v, 0.0f);\n"
+    ids = tok.encode(text, add_special_tokens=False)
+    assert tok.decode(ids) == text
+    pieces = [tok.decode([i]) for i in ids]
+    assert "\n    v = fmaxf(v, 0.0f);" in pieces, pieces  # a recurring line is one token
+    assert not any("new" in p and "load" in p for p in pieces), pieces  # the name is cut out
+
+
+def test_checkpoint_parts_join_back_byte_identical(tmp_path: Path) -> None:
+    blob = bytes(random.Random(0).randrange(256) for _ in range(10_000))
+    path = tmp_path / "demo.tar"
+    path.write_bytes(blob)
+    parts = split_file(path, part_bytes=3000)
+    assert [p.name for p in parts] == [f"demo.tar.part{k:02d}" for k in range(4)]
+    assert not path.exists()
+    assert join_parts(parts[0], tmp_path / "joined.tar").read_bytes() == blob
