@@ -214,6 +214,16 @@ def not_a_candidate(
     return syntax is not None
 
 
+def show_syntax_error(ls: CudiceServer, uri: str) -> None:
+    """On open: a KernelBench file that does not parse gets its syntax error at once."""
+    doc = ls.read_document(uri)
+    if doc is None or doc[2] is None or ls.too_large(uri, doc[0]) or not looks_like_kernelbench(doc[0]):
+        return
+    doc_model = ls.analyse(uri, doc[0])[0]
+    if not doc_model.is_candidate and doc_model.invalid_result() is not None:
+        not_a_candidate(ls, uri, doc[2], doc[0], doc[1], doc_model)
+
+
 def note_edit(ls: CudiceServer, uri: str) -> None:
     """After an unsaved edit: when the buffer's text stops (or starts again) being the text of the
     verdict shown, tell the statusline (`edited`) and ask for fresh lenses ("edited since: …")."""

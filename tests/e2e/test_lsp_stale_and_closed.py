@@ -87,8 +87,7 @@ async def test_a_reference_with_a_syntax_error_says_so(workspace: Path, editors:
     bad = text.replace("def forward(self, x", "def forward(self x", 1)
     line = next(i for i, t in enumerate(bad.splitlines()) if "def forward(self x" in t)
     (workspace / "relu.py").write_text(bad)
-    uri = editor.open(workspace / "relu.py")
-    editor.save(uri)
+    uri = editor.open(workspace / "relu.py")  # shown on open, before any save
     diags = await editor.wait_diagnostics(uri, lambda d: any(x.code == "parse.syntax_error" for x in d))
     syntax = next(d for d in diags if d.code == "parse.syntax_error")
     assert syntax.range.start.line == line and syntax.severity == lsp.DiagnosticSeverity.Error
