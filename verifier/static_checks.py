@@ -482,6 +482,15 @@ class _ModuleChecker:
             )
 
     def _load_inline_values(self) -> None:
+        for node in self.uses.opaque:
+            self.add(
+                "static.dynamic_source",
+                node,
+                f"`{ast.unparse(node)}` compiles or loads code that is not in this file's string literals, "
+                "so the static checks cannot read it. Put the C++/CUDA in "
+                "`load_inline(cpp_sources=..., cuda_sources=...)` literals.",
+                Severity.WARNING if self.level is Strictness.LENIENT else Severity.ERROR,
+            )
         for node in self.uses.values:
             self.add(
                 "static.dynamic_source",

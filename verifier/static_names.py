@@ -10,7 +10,8 @@
   any name (`from ... import load_inline as li`, `import torch.utils.cpp_extension as ce`,
   `cpp_extension = torch.utils.cpp_extension`, `make = ce.load_inline` inside a function), and
   every use of it as a value the checks cannot follow to a call (`partial(load_inline, ...)`, a
-  container, an argument): those are rejected, since their sources cannot be read.
+  container, an argument): those are rejected, since their sources cannot be read; and every
+  mention of a builder of code the file does not hold (`cpp_extension.load`, under any name).
 - `is_defined()` — whether a name is bound anywhere in the file (or is a builtin), so an
   undefined name can be reported as such instead of as code built at run time.
 
@@ -27,6 +28,7 @@ import builtins
 from dataclasses import dataclass, field
 
 from cudice.verifier.document import callee_name
+from cudice.verifier.static_policy import OPAQUE_BUILDERS
 
 LOAD_INLINE = "torch.utils.cpp_extension.load_inline"
 # Modules that library modules commonly import at their top level, so `<library>.<module>` is
@@ -157,6 +159,7 @@ class LoadInlineUses:
     calls: list[ast.Call] = field(default_factory=list)  # in `ast.walk` order
     spelled: list[ast.Call] = field(default_factory=list)  # the subset the document records
     values: list[ast.expr] = field(default_factory=list)  # passed around: cannot be followed
+    opaque: list[ast.expr] = field(default_factory=list)  # `cpp_extension.load` & co. under any name
 
     @classmethod
     def of(cls, tree: ast.Module, aliases: dict[str, str]) -> LoadInlineUses:
@@ -173,6 +176,10 @@ class LoadInlineUses:
 
         uses = cls()
         for node in ast.walk(tree):
+            if isinstance(node, (ast.Name, ast.Attribute)) and isinstance(node.ctx, ast.Load):
+                parent = parents.get(id(node))
+                if not isinstance(parent, ast.Attribute) and OPAQUE_BUILDERS.match(resolve(node) or ""):
+                    uses.opaque.append(node)
             if isinstance(node, ast.Call):
                 if callee_name(node.func) == "load_inline":
                     uses.calls.append(node)

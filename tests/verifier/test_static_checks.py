@@ -1240,3 +1240,16 @@ def test_members_reached_by_name_or_through_the_class_are_judged(init: str, ret:
 def test_attribute_dicts_are_dynamic_code() -> None:
     rest = "class ModelNew(nn.Module):" + _FORWARD.format(ret='self.__dict__["f"](x)')
     assert "static.dynamic_code" in _codes(_py(rest), Severity.ERROR)
+
+
+@pytest.mark.parametrize(
+    "use",
+    [
+        "def build():\n    b = torch.utils.cpp_extension.load\n    return b('x', ['k.cu'])\n",
+        "from torch.utils.cpp_extension import load as L\nbuilders = [L]\n",
+    ],
+)
+def test_file_builders_under_any_name_are_rejected(use: str) -> None:
+    text = "import torch\nimport torch.utils.cpp_extension\n" + use
+    text += "import torch.nn as nn\nclass ModelNew(nn.Module):\n    def forward(self, x):\n        return x\n"
+    assert "static.dynamic_source" in _codes(check_source(text, "l.py"), Severity.ERROR)
