@@ -4,8 +4,9 @@ Python looks a call up through the instance's class, its bases and its metaclass
 `ModelNew.forward` alone misses compute moved elsewhere. `reachable()` starts from every method
 the call protocol can enter — `forward`, `__call__`, `_call_impl`, `_wrapped_call_impl`,
 `__getattribute__`, `__getattr__`, `__new__` of `ModelNew` and of its in-file bases — from every
-method of its in-file metaclass (`type.__call__` builds the instance) and from in-file class
-decorators, then follows what each reached function names:
+method of its in-file metaclass (`type.__call__` builds the instance; a function given as
+`metaclass=` builds the class) and from in-file class decorators, then follows what each reached
+function names:
 
 - `self.m`, `super().m`, `type(self).m` — every method `m` of the owner's class chain (`__init__`
   excluded: construction code);
@@ -189,8 +190,9 @@ def reachable(index: CodeIndex, model_new: ast.ClassDef) -> list[Reached]:
     for meta in index.metaclasses(model_new):
         for fn in index.methods(meta).values():
             add(fn, meta)
-    for deco in model_new.decorator_list:
-        add_named(deco)
+    for cls in index.chain(model_new):  # class decorators, and a metaclass that is a function
+        for e in [*cls.decorator_list, *(k.value for k in cls.keywords)]:
+            add_named(e)
     visited_vars: set[str] = set()
     while todo:
         item = todo.pop()

@@ -884,6 +884,11 @@ _FORWARD = """
         + _FORWARD.format(ret="y"),
         "class M(type(nn.Module)):\n    def __call__(cls, *a):\n        return nn.ReLU()\n"
         "class ModelNew(nn.Module, metaclass=M):" + _FORWARD.format(ret="y"),
+        "def meta(name, bases, ns):\n    ns['forward'] = lambda s, x: torch.relu(x)\n"
+        "    return type(nn.Module)(name, bases, ns)\n"
+        "class ModelNew(nn.Module, metaclass=meta):" + _FORWARD.format(ret="y"),
+        "def deco(c):\n    c.run = lambda s, x: torch.relu(x)\n    return c\n"
+        "@deco\nclass ModelNew(nn.Module):" + _FORWARD.format(ret="y"),
     ],
 )
 def test_compute_reached_through_any_name_is_found(rest: str) -> None:
