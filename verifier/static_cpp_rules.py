@@ -104,6 +104,7 @@ _FILE_PROCESS = re.compile(
     r"prctl|chdir|setenv|putenv|unsetenv|clearenv|atexit|at_quick_exit|signal|sigaction)\s*\("
 )
 _PROC_PATH = re.compile(r"\"/proc/")
+_PRAGMA_OMP = re.compile(r"\b_Pragma\s*\(\s*\"\s*omp\b")
 _CACHE_DECL = re.compile(
     r"\bstatic\s+(?:thread_local\s+)?(?:const\s+)?(?:std::(?:unordered_map|map|vector|unordered_set|set|"
     r"optional|shared_ptr|unique_ptr|pair)\b|(?:torch|at|c10)::(?:Tensor|optional)\b|"
@@ -179,6 +180,19 @@ def host_bodies(u: Unit) -> Iterable[tuple[CppFunction, str]]:
             yield f, u.code[f.body_start : f.body_end]
 
 
+def _outside_functions(u: Unit) -> tuple[CppFunction, str]:
+    """The text outside namespace-scope function bodies — struct and class methods, lambdas and
+    initialisers at namespace scope — as one more body to judge (bodies blanked, offsets kept)."""
+    chars = list(u.code)
+    for f in u.functions:
+        for i in range(f.body_start, f.body_end):
+            if chars[i] != "\n":
+                chars[i] = " "
+    return CppFunction(
+        "(a struct, lambda or initialiser at namespace scope)", "", 0, len(u.code), False
+    ), "".join(chars)
+
+
 def defined_names(units: Sequence[Unit]) -> set[str]:
     """Names the sources define as functions (with a body): a call to one is the candidate's own."""
     return {f.name for u in units for f in u.functions}
@@ -192,6 +206,17 @@ def pattern_findings(u: Unit, level: Strictness, defined: set[str]) -> list[Diag
             note = _MACRO_NOTE if u.from_macro(m.start()) else ""
             diags.append(diag(u, m.start(), code, msg.format(m=m.group(0).strip()) + note, sev))
     diags += _file_process_findings(u, defined)
+    for m in _PRAGMA_OMP.finditer(u.src.text):
+        diags.append(
+            diag(
+                u,
+                m.start(),
+                "static.cpp_std_thread",
+                '`_Pragma("omp ...")` starts OpenMP host threads; work deferred to them is not measured. '
+                "Do the work in CUDA kernels launched from the calling thread.",
+                in_source=True,
+            )
+        )
     diags += _cache_findings(u)
     for f in u.functions:
         if f.name in _TIMER_FUNCS:
@@ -217,7 +242,7 @@ def pattern_findings(u: Unit, level: Strictness, defined: set[str]) -> list[Diag
         for n in aten_using_declarations(u.code, roots)
         if not n[:1].isupper() and n not in glue and n not in CUDA_NS_GLUE
     )
-    for f, body in [*host_bodies(u), *macros]:
+    for f, body in [*host_bodies(u), *macros, _outside_functions(u)]:
         for m in aten_call.finditer(body):
             root, ns, name = m.group("root"), _scope(m.group("root"), m.group(2)), m.group(3)
             if is_glue(ns, name, glue) or (root not in ATEN_ROOTS and (name in defined or "std::" in ns)):

@@ -1188,6 +1188,18 @@ def test_load_inline_bound_where_the_checks_cannot_follow_is_rejected(builder: s
         ("using at::special_erfcx;\nT helper(T t) { return special_erfcx(t); }", "static.cpp_torch_op"),
         ("T helper(T t) { return at :: /* spaced */\n relu(t); }", "static.cpp_torch_op"),
         (
+            "struct Op { static T run(T t) { return at::relu(t); } };\nT helper(T t) { return Op::run(t); }",
+            "static.cpp_torch_op",
+        ),
+        (
+            "auto op = [](T t) { return t.sigmoid(); };\nT helper(T t) { return op(t); }",
+            "static.cpp_torch_op",
+        ),
+        (
+            'T helper(T t) {\n  _Pragma("omp parallel for")\n  for (int i = 0; i < 4; ++i) { }\n  return t; }',
+            "static.cpp_std_thread",
+        ),
+        (
             "using namespace at;\nT helper(T t) { cuda::blas::gemm<float>('n', 'n', 1, 1, 1, 1.f, "
             "nullptr, 1, nullptr, 1, 0.f, nullptr, 1); return t; }",
             "static.cpp_torch_op",
