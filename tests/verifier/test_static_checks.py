@@ -1196,7 +1196,8 @@ def test_load_inline_bound_where_the_checks_cannot_follow_is_rejected(builder: s
             "static.cpp_torch_op",
         ),
         (
-            'T helper(T t) {\n  _Pragma("omp parallel for")\n  for (int i = 0; i < 4; ++i) { }\n  return t; }',
+            'T helper(T t) {\n  _Pragma("omp parallel for")\n'
+            "  for (int i = 0; i < 4; ++i) { }\n  return t; }",
             "static.cpp_std_thread",
         ),
         (
