@@ -6,7 +6,7 @@ installed around forward, and — for the verifier, which loads the name — the
 binding `ModelNew`. `call_protocol_findings()` reports every store that changes one of them,
 on any object, in any form: `self.forward = f`, `type(self).forward = f`, `setattr(obj,
 "forward", f)`, `object.__setattr__(self, "__class__", C)`, `obj.__dict__["forward"] = f`,
-`self.register_forward_hook(h)`, a second `ModelNew` (`static.monkey_patch`), and a `setattr`
+`self.register_forward_hook(h)` or its hook tables (`self._forward_hooks`), a second `ModelNew` (`static.monkey_patch`), and a `setattr`
 whose attribute name the file does not fix (`static.dynamic_code`).
 
 Not covered: stores through `globals()`, `sys.modules` or `__code__`, which `static_checks.py`
@@ -16,11 +16,18 @@ rejects as dynamic code before any of this matters.
 from __future__ import annotations
 
 import ast
+import re
 
 from cudice.verifier.document import callee_name
 from cudice.verifier.static_forward import Finding
 from cudice.verifier.static_reach import CALL_PROTOCOL_ATTRS, HOOK_INSTALLERS
 from cudice.verifier.static_sources import ModuleConstants
+
+# `nn.Module`'s own hook tables (`self._forward_hooks`, `module._global_forward_hooks` …): writing one
+# installs a hook without calling `register_*`.
+_HOOK_TABLES = re.compile(
+    r"_(?:global_)?(?:forward|backward|full_backward|module|buffer|parameter)\w*_hooks\w*"
+)
 
 
 def call_protocol_findings(tree: ast.Module) -> list[Finding]:
@@ -40,6 +47,16 @@ def call_protocol_findings(tree: ast.Module) -> list[Finding]:
                         out.append(_replaces_call(a, None))
         elif isinstance(node, ast.Call):
             out += _call_finding(node, tree, consts)
+        elif isinstance(node, ast.Attribute) and _HOOK_TABLES.fullmatch(node.attr):
+            out.append(
+                Finding(
+                    "static.monkey_patch",
+                    node,
+                    f"`{ast.unparse(node)}` is one of `nn.Module`'s hook tables: an entry put there runs around "
+                    "`forward` on every call and can replace its output. A kernel file needs no hooks: do the "
+                    "work in `forward`.",
+                )
+            )
     for node in _model_new_bindings(tree)[1:]:
         out.append(
             Finding(

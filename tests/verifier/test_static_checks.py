@@ -907,6 +907,8 @@ def test_compute_reached_through_any_name_is_found(rest: str) -> None:
         "type(self).forward = ModelNew.fast",
         "self.__class__ = nn.ReLU",
         "self.register_forward_hook(lambda m, i, o: o)",
+        "self._forward_hooks[0] = lambda m, i, o: o",
+        "torch.nn.modules.module._global_forward_hooks[0] = lambda m, i, o: o",
     ],
 )
 def test_replacing_what_a_call_runs_is_rejected(init: str) -> None:
