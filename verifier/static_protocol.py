@@ -6,8 +6,9 @@ installed around forward, and — for the verifier, which loads the name — the
 binding `ModelNew`. `call_protocol_findings()` reports every store that changes one of them,
 on any object, in any form: `self.forward = f`, `type(self).forward = f`, `setattr(obj,
 "forward", f)`, `object.__setattr__(self, "__class__", C)`, `obj.__dict__["forward"] = f`,
-`self.register_forward_hook(h)` or its hook tables (`self._forward_hooks`), a second `ModelNew` (`static.monkey_patch`), and a `setattr`
-whose attribute name the file does not fix (`static.dynamic_code`).
+`self.register_forward_hook(h)` or its hook tables (`self._forward_hooks`), a second
+`ModelNew` (`static.monkey_patch`), and a `setattr` whose attribute name the file does not fix
+(`static.dynamic_code`).
 
 Not covered: stores through `globals()`, `sys.modules` or `__code__`, which `static_checks.py`
 rejects as dynamic code before any of this matters.
@@ -52,9 +53,9 @@ def call_protocol_findings(tree: ast.Module) -> list[Finding]:
                 Finding(
                     "static.monkey_patch",
                     node,
-                    f"`{ast.unparse(node)}` is one of `nn.Module`'s hook tables: an entry put there runs around "
-                    "`forward` on every call and can replace its output. A kernel file needs no hooks: do the "
-                    "work in `forward`.",
+                    f"`{ast.unparse(node)}` is one of `nn.Module`'s hook tables: an entry put there runs "
+                    "around `forward` on every call and can replace its output. A kernel file needs no "
+                    "hooks: do the work in `forward`.",
                 )
             )
     for node in _model_new_bindings(tree)[1:]:
