@@ -207,6 +207,15 @@ class Bindings:
                     and isinstance(node.args[0].value, str)
                 ):
                     self.self_kinds[node.args[0].value] = "tensor"
+            elif (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("add_module", "register_module", "register_parameter")
+                and len(node.args) >= 2
+                and isinstance(node.args[0], ast.Constant)
+                and isinstance(node.args[0].value, str)
+            ):  # `self.add_module("act", nn.ReLU())` is `self.act = nn.ReLU()`
+                self.self_kinds[node.args[0].value] = self._kind_of_init_value(node.args[1])
             for t in targets:
                 name = self_attr(t)
                 if name and value is not None:
