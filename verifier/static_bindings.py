@@ -46,6 +46,12 @@ def is_compute_ref(d: str) -> bool:
     return d.startswith(TORCH_SUBMODULES_COMPUTE) or d.rsplit(".", 1)[-1] in COMPUTE_METHODS
 
 
+def literal_prefix(e: ast.JoinedStr) -> str:
+    """The constant text an f-string starts with (`f"conv{i}"` → `conv`)."""
+    first = e.values[0] if e.values else None
+    return first.value if isinstance(first, ast.Constant) and isinstance(first.value, str) else ""
+
+
 def module_lambdas(tree: ast.Module) -> dict[str, ast.FunctionDef]:
     """Module-level `name = lambda ...: body`, as functions forward can reach by name."""
     out: dict[str, ast.FunctionDef] = {}
@@ -216,6 +222,18 @@ class Bindings:
                 and isinstance(node.args[0].value, str)
             ):  # `self.add_module("act", nn.ReLU())` is `self.act = nn.ReLU()`
                 self.self_kinds[node.args[0].value] = self._kind_of_init_value(node.args[1])
+            elif (
+                isinstance(node, ast.Call)
+                and callee_name(node.func) == "setattr"
+                and len(node.args) >= 3
+                and isinstance(node.args[0], ast.Name)
+                and node.args[0].id == "self"
+            ):  # `setattr(self, f"act{i}", nn.ReLU())`: kept under the name's literal prefix + "*"
+                key = node.args[1]
+                if isinstance(key, ast.Constant) and isinstance(key.value, str):
+                    self.self_kinds[key.value] = self._kind_of_init_value(node.args[2])
+                elif isinstance(key, ast.JoinedStr):
+                    self.self_kinds[literal_prefix(key) + "*"] = self._kind_of_init_value(node.args[2])
             for t in targets:
                 name = self_attr(t)
                 if name and value is not None:

@@ -38,6 +38,7 @@ from cudice.verifier.static_bindings import (
     CandidateModule,
     dotted,
     is_compute_ref,
+    literal_prefix,
     self_attr,
 )
 from cudice.verifier.static_policy import (
@@ -446,10 +447,14 @@ class _Analyzer(Bindings):
             and len(func.args) >= 2
             and isinstance(func.args[0], ast.Name)
             and func.args[0].id == "self"
-            and isinstance(func.args[1], ast.Constant)
-            and isinstance(func.args[1].value, str)
         ):
-            return func.args[1].value, self.self_kinds.get(func.args[1].value)
+            key = func.args[1]
+            if isinstance(key, ast.Constant) and isinstance(key.value, str):
+                return key.value, self.self_kinds.get(key.value)
+            # a computed name: any attribute it can name (all of them, or those its prefix allows)
+            prefix = literal_prefix(key) if isinstance(key, ast.JoinedStr) else ""
+            kinds = {k for name, k in self.self_kinds.items() if name.startswith(prefix)}
+            return ast.unparse(key), "torch" if "torch" in kinds else None
         if not isinstance(func, ast.Attribute):
             return None, None
         owner = func.value

@@ -1248,6 +1248,7 @@ def test_device_asm_and_type_using_declarations_are_not_flagged() -> None:
         ("pass", "self.__class__.f(x)"),
         ("pass", "sum([x, y])"),
         ('self.add_module("act", nn.GELU())', "self.act(x)"),
+        ('setattr(self, f"act{0}", nn.GELU())', 'getattr(self, f"act{0}")(x)'),
     ],
 )
 def test_members_reached_by_name_or_through_the_class_are_judged(init: str, ret: str) -> None:
