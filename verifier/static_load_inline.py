@@ -6,7 +6,8 @@ maps character by character are located through their source map; sources the fi
 other means (`static_sources.py`: f-strings over constants, `"".join`, `+=` …) on the expression
 that builds them; a source the file does not fix is `static.dynamic_source` (an error; a warning in
 `lenient`), and a name nothing in the file defines is reported as exactly that.
-`check_built_sources()` is the same check for sources received at run time.
+`built_source_findings()` is the same check for sources received at run time
+(`static_checks.check_built_sources`).
 
 Not covered: calls of `load_inline` the Python checks cannot find (through `getattr`, `globals()`;
 `static_checks.py` rejects those as dynamic code).

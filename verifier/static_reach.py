@@ -14,13 +14,14 @@ function names:
   there (`self.impl = _Impl()`) brings in all its methods but `__init__`, a named function or
   class all of it;
 - a module-level function or lambda by name; an in-file class by name (all its methods, its
-  bases' and its metaclass's); a module-level variable by name (what its definition names).
+  bases' and its metaclass's); a module-level variable by name (what its definition names);
+  lambdas and nested functions a stored value holds (`self.f = lambda x: ...`).
 
 Each reached function comes with the class whose `self` it sees (None for plain functions).
 
 Replacing what the call protocol finds — `self.forward = ...`, `setattr(obj, "forward", ...)`,
-`self.__class__ = ...`, a second binding of `ModelNew` — is not followed but rejected
-(`static_checks.py`, with `CALL_PROTOCOL_ATTRS`).
+`self.__class__ = ...`, hooks, a second binding of `ModelNew` — is not followed but rejected
+(`static_protocol.py`, with `CALL_PROTOCOL_ATTRS` and `HOOK_INSTALLERS`).
 
 Not covered: classes or functions from other files, objects reached through containers filled at
 run time or through `getattr` with a computed name (rejected elsewhere as dynamic code).
