@@ -75,7 +75,7 @@ _HOST_RULES: tuple[tuple[str, re.Pattern[str], str], ...] = (
         re.compile(
             r"\bmodule_?\s*::\s*import\s*\(|\b(?:py|pybind11)::(?:eval\w*|exec|getattr|globals)\b|"
             r"\bPy(?:Import|Run|Eval|Frame|Object|Sys|Module|Code|Dict|Callable|Unicode)_\w+|"
-            r"\.attr\s*\((?![^()]*\)\s*=(?!=))|\bscoped_interpreter\b"
+            r"\.attr\s*\((?![^()]*\)\s*=(?!=))|\bscoped_interpreter\b|(?<![\w.>])getattr\s*\("
         ),
         "`{m}` calls back into Python from C++ (a module import, an attribute looked up on a Python "
         "object): the Python it reaches — `torch.relu`, the reference — would do the work, unseen by the "
@@ -322,8 +322,13 @@ _FILE_PROCESS_REF = re.compile(
     r"\s*[;,)]"
 )
 # `asm`/`__asm__` outside device code: an assembler label binds a declaration to any symbol (libc, the
-# Python C API, ATen's mangled names) under a harmless name, and inline assembly makes system calls.
-_HOST_ASM = re.compile(r"\b(?:__asm__|__asm|asm)\b")
+# Python C API, ATen's mangled names) under a harmless name, and inline assembly makes system calls;
+# `__attribute__((weakref("fopen")))`, `alias(...)`, `#pragma weak`/`redefine_extname` and glibc's
+# internal entry points (`__libc_dlsym`) rename symbols the same way.
+_HOST_ASM = re.compile(
+    r"\b(?:__asm__|__asm|asm)\b|\b(?:weakref|alias)\s*\(|#\s*pragma\s+(?:weak|redefine_extname)\b|"
+    r"\b__libc_\w+|\bdlvsym\b"
+)
 
 
 def _file_process_findings(u: Unit, defined: set[str]) -> list[Diagnostic]:
@@ -336,10 +341,10 @@ def _file_process_findings(u: Unit, defined: set[str]) -> list[Diagnostic]:
                     u,
                     m.start(),
                     "static.cpp_file_or_process",
-                    f"`{m.group(0)}` outside device code: an assembler label calls any symbol (a C library, "
-                    "Python or ATen function) under a harmless-looking name, and inline assembly can make "
-                    "system calls, so the checks cannot see what runs. Keep `asm` inside `__device__`/"
-                    "`__global__` code.",
+                    f"`{m.group(0).rstrip('( ')}` outside device code: an assembler label, a symbol alias or "
+                    "a libc entry point calls any symbol (a C library, Python or ATen function) under a "
+                    "harmless-looking name, and inline assembly can make system calls, so the checks cannot "
+                    "see what runs. Keep `asm` inside `__device__`/`__global__` code.",
                 )
             )
     for m in _FILE_PROCESS_REF.finditer(u.code):

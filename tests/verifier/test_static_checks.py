@@ -1222,6 +1222,16 @@ def test_load_inline_bound_where_the_checks_cannot_follow_is_rejected(builder: s
             "static.cpp_std_thread",
         ),
         ('T helper(T t) { PyRun_SimpleString("import torch"); return t; }', "static.cpp_torch_op"),
+        (
+            "#include <cstdio>\nstatic FILE* my_open(const char*, const char*) "
+            '__attribute__((weakref("fopen")));\nT helper(T t) { my_open("x", "w"); return t; }',
+            "static.cpp_file_or_process",
+        ),
+        (
+            "#include <pybind11/pybind11.h>\nusing namespace pybind11;\n"
+            'T helper(T t) { getattr(module_::import("torch"), "relu")(t); return t; }',
+            "static.cpp_torch_op",
+        ),
     ],
 )
 def test_cpp_symbols_reached_under_other_names_are_found(body: str, code: str) -> None:
