@@ -77,7 +77,7 @@ def draw_problems(seed: int, train_per_family: int, heldout_per_family: int) -> 
             train.append(make_problem(comp, rng, len(train), "train"))
     seen = {_signature(p) for p in train}
     problems = list(train)
-    for name, held in held_comps.items():
+    for held in held_comps.values():
         order = rng.sample(held, len(held))
         kept, tries = 0, 0
         while held and kept < heldout_per_family and tries < 20 * heldout_per_family:

@@ -52,7 +52,10 @@ def _inputs(spec: ProblemSpec) -> str:
     inputs = "".join(f"    {var} = {expr}\n" for var, expr in spec.inputs)
     returned = ", ".join(var for var, _ in spec.inputs)
     init = ", ".join(const for _, _, const in spec.init_args)
-    return f"def get_inputs():\n{inputs}    return [{returned}]\n\n\ndef get_init_inputs():\n    return [{init}]\n"
+    return (
+        f"def get_inputs():\n{inputs}    return [{returned}]\n\n\n"
+        f"def get_init_inputs():\n    return [{init}]\n"
+    )
 
 
 def reference_file(spec: ProblemSpec) -> str:
@@ -101,7 +104,8 @@ def reference_file(spec: ProblemSpec) -> str:
         f"    def __init__(self{init_params}):\n{init_doc}        super(Model, self).__init__()\n{stores}\n"
         f"    def forward(self, {params}){ret}:\n"
         f'        """\n        {spec.title[0].upper()}{spec.title[1:]}.\n\n        Args:\n{arg_docs}\n'
-        f'        Returns:\n            torch.Tensor: the result.\n        """\n{body}\n{sizes}\n{_inputs(spec)}'
+        '        Returns:\n            torch.Tensor: the result.\n        """\n'
+        f"{body}\n{sizes}\n{_inputs(spec)}"
     )
 
 

@@ -68,7 +68,7 @@ def lr_factor(elapsed: float, config: FitConfig) -> float:
 def encode_all(
     tokenizer: Any, records: list[dict[str, str]], block_size: int, pad: int
 ) -> list[tuple[list[int], int]]:
-    """(ids padded to a multiple of `block_size`, number of prompt tokens) per record, as `sft.encode_pair`."""
+    """(ids padded to a multiple of `block_size`, prompt length) per record, as `sft.encode_pair`."""
     from cudice.model.prompts import chat_prompt
 
     prompts = tokenizer([chat_prompt(r["prompt"]) for r in records], add_special_tokens=False)["input_ids"]
@@ -177,7 +177,8 @@ def fit(
                 history.append(stats)
                 say(
                     f"step {step} epoch {epoch} t={stats['seconds']:.0f}s loss {stats['loss']:.4f} "
-                    f"lr {stats['lr']:.2e} gnorm {stats['grad_norm']:.2f} {stats['tokens_per_s'] / 1e3:.0f}k tok/s"
+                    f"lr {stats['lr']:.2e} gnorm {stats['grad_norm']:.2f} "
+                    f"{stats['tokens_per_s'] / 1e3:.0f}k tok/s"
                 )
                 loss_sum.zero_()
                 tokens = 0

@@ -4,7 +4,8 @@
 per reference (the runtime's prompt, `Engine.generate_texts` in batches, the first code block
 extracted), stopping at the wall-clock `deadline` (a batch in flight stops too, its rows cut
 short); unanswered problems stay `None` and count as failures. The eager HF runner decodes (no
-compile time inside a fixed budget; the fast path gives the same tokens, tests/model/test_fastpath.py). `score(answer, solution, names)` says, for one answer:
+compile time inside a fixed budget; the fast path gives the same tokens,
+tests/model/test_fastpath.py). `score(answer, solution, kernel_name, names)` says, for one answer:
 
 - `parses`: valid Python that defines a class `ModelNew` (the rate the issue's "valid Python"
   target is about);

@@ -4,7 +4,8 @@
 exactly like a DICE checkpoint: `config.json` in SDAR layout (the fields of
 `cudice.model.tiny`'s SDAR config: `model_type: "sdar"`, `block_size` 4, `mask_token_id`),
 `model.safetensors` with Qwen3 parameter names, a byte-level BPE `tokenizer.json` fitted to the
-corpus with merges up to whole lines (`line_bpe_tokenizer`), the ChatML specials and `<|MASK|>`, and `generation_config.json` whose EOS are `<|im_end|>` and
+corpus with merges up to whole lines (`line_bpe_tokenizer`), the ChatML specials and `<|MASK|>`,
+and `generation_config.json` whose EOS are `<|im_end|>` and
 `<|endoftext|>`.
 
 Sizing (`DEMO_DIMS`): the checkpoint ships inside the package (at most 64 MiB), stored in

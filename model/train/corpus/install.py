@@ -39,8 +39,16 @@ def install_demo(
     results: str | Path | None = None,
     templates: str | Path | None = None,
     note: str = "",
+    what: str | None = None,
+    limitations: str | None = None,
+    heldout: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Unpack `tar_path` into `into` (emptied first) and write its card; returns the card."""
+    """Unpack `tar_path` into `into` (emptied first) and write its card; returns the card.
+
+    `what` and `limitations` replace the card's default wording (say what was trained, and how);
+    `heldout` is stored as the card's held-out table as given (`fit_heldout_table` makes one from
+    `recipe_fit`'s results).
+    """
     tar_path, into = Path(tar_path), Path(into)
     if not tar_path.is_file():
         raise ValueError(f"{tar_path} does not exist: pass the demo_sft.tar or demo_rl.tar the recipe wrote")
@@ -57,7 +65,8 @@ def install_demo(
     card: dict[str, Any] = {
         "name": "cudice-demo",
         "trained": trained,
-        "what": (
+        "what": what
+        or (
             "a Qwen3-architecture block-diffusion model in SDAR layout (block size 4, <|MASK|>), "
             "trained from scratch by bench/train_demo.sh: SFT on cudice's generated corpus, then BiC-RL "
             "with verifier rewards"
@@ -81,12 +90,14 @@ def install_demo(
         "installed_unix": time.time(),
         "training_step": marker.get("step"),
         "training_metrics": marker.get("metrics", {}),
-        "limitations": LIMITATIONS,
+        "limitations": limitations or LIMITATIONS,
     }
     if note:
         card["note"] = note
     if results is not None:
         card["heldout"] = _stage_scores(json.loads(Path(results).read_text()))
+    if heldout is not None:
+        card["heldout"] = heldout
     if templates is not None:
         table = json.loads(Path(templates).read_text())
         card["templates_verified"] = {
@@ -96,3 +107,21 @@ def install_demo(
         }
     (into / CARD).write_text(json.dumps(card, indent=1) + "\n")
     return card
+
+
+def fit_heldout_table(results: dict[str, Any], *, date: str, machine: str) -> dict[str, Any]:
+    """The card's held-out table from `recipe_fit`'s results.json: per checkpoint, each rate with
+    its 95 % interval, overall and per family."""
+
+    def cell(r: dict[str, Any]) -> dict[str, Any]:
+        return {k: {"k": r[k]["k"], "rate": r[k]["rate"], "ci95": r[k]["ci95"]}
+                for k in ("parses", "exact", "same_kernel")} | {"n": r["n"]}  # fmt: skip
+
+    table: dict[str, Any] = {"date": date, "machine": machine, "samples_per_problem": 1, "decoding": "greedy"}
+    for label in ("new", "old"):
+        summary = results[label]["summary"]
+        table[label] = {
+            "all": cell(summary["all"]),
+            "family": {f: cell(v) for f, v in summary["family"].items()},
+        }
+    return table

@@ -42,7 +42,8 @@ class Kernel:
 
 def _dispatch(name: str, launch: str, tensor: str = "xc") -> str:
     return (
-        f'    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, {tensor}.scalar_type(), "{name}", [&] {{\n'
+        "    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, "
+        f'{tensor}.scalar_type(), "{name}", [&] {{\n'
         f"        {launch}\n"
         "    });\n"
     )
@@ -123,7 +124,8 @@ def pointwise(
             + f"float v = {combine.cuda};"
         )
     host_in = "".join(
-        f'    TORCH_CHECK({n}.sizes() == {names[0]}.sizes(), "{n} and {names[0]} must have the same shape");\n'
+        f"    TORCH_CHECK({n}.sizes() == {names[0]}.sizes(), "
+        f'"{n} and {names[0]} must have the same shape");\n'
         for n in names[1:]
     ) + "".join(f"    auto {n}_c = {n}.contiguous();\n" for n in names)
     ptrs = ", ".join(f"{n}_c.data_ptr<scalar_t>()" for n in names)

@@ -139,7 +139,8 @@ def evaluate(
     summary = summarise(scored)
     a = summary["all"]
     clock.say(
-        f"{label}: parses {a['parses']['k']}/{a['n']} {a['parses']['ci95']}, exact {a['exact']['k']}/{a['n']}, "
+        f"{label}: parses {a['parses']['k']}/{a['n']} {a['parses']['ci95']}, "
+        f"exact {a['exact']['k']}/{a['n']}, "
         f"same kernel {a['same_kernel']['k']}/{a['n']}; {speed['tokens']} tokens in {speed['seconds']:.1f} s "
         f"({time.monotonic() - start:.0f} s with loading)"
     )
