@@ -1188,7 +1188,7 @@ def test_load_inline_bound_where_the_checks_cannot_follow_is_rejected(builder: s
     ("body", "code"),
     [
         ("using at::special_erfcx;\nT helper(T t) { return special_erfcx(t); }", "static.cpp_torch_op"),
-        ("T helper(T t) { return at :: /* spaced */\n relu(t); }", "static.cpp_torch_op"),
+        ("T helper(T t) { return at :: /* spaced */\n special_erfcx(t); }", "static.cpp_torch_op"),
         (
             "struct Op { static T run(T t) { return at::relu(t); } };\nT helper(T t) { return Op::run(t); }",
             "static.cpp_torch_op",
