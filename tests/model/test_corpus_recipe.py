@@ -22,8 +22,9 @@ def init_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def test_demo_size_fits_the_returned_file_limit_in_bf16() -> None:
-    assert num_parameters(DEMO_DIMS) * 2 <= 15 * 2**20  # bf16 bytes, with the full requested vocabulary
+def test_demo_size_fits_the_package_limit_in_bf16() -> None:
+    # bf16 bytes with the full requested vocabulary; it comes back from the GPU in 15 MiB parts
+    assert num_parameters(DEMO_DIMS) * 2 <= 64 * 2**20
 
 
 def test_initial_checkpoint_loads_as_sdar_with_the_corpus_tokenizer(init_dir: Path) -> None:
