@@ -162,6 +162,26 @@ def _launched_params(header: str, code: str, f: CppFunction) -> set[int] | None:
     return idx or None
 
 
+_LAMBDA = re.compile(r"\bauto\s*&?\s*([A-Za-z_]\w*)\s*=\s*\[[^\]]*\]\s*(\([^)]*\))[^{;]*\{")
+
+
+def _lambda_launchers(code: str) -> dict[str, set[int]]:
+    """Lambdas bound to a name that launch one of their parameters, with those parameters' positions."""
+    out: dict[str, set[int]] = {}
+    for m in _LAMBDA.finditer(code):
+        depth, end = 0, len(code)
+        for i in range(m.end() - 1, len(code)):
+            depth += {"{": 1, "}": -1}.get(code[i], 0)
+            if depth == 0:
+                end = i + 1
+                break
+        body = code[m.end() - 1 : end]
+        idx = {i for i, p in enumerate(_param_names(m.group(2))) if p and _launches(body, p)}
+        if idx:
+            out[m.group(1)] = idx
+    return out
+
+
 def _passed_to_launcher(body: str, kernel: str, launchers: dict[str, set[int]]) -> bool:
     """`launch(relu_kernel, grid, block, ...)` where `launch` launches that parameter."""
     for name, positions in launchers.items():
@@ -201,11 +221,11 @@ def _undefined_launches(
     for h in sorted(reachable):
         u, f = host[h]
         body = u.code[f.body_start : f.body_end]
-        declared = set(_param_names(f.header)) | set(re.findall(r"\b([A-Za-z_]\w*)\s*=(?!=)", body))
+        text = f.header + " " + body
         for m in _LAUNCH_SITE.finditer(body):
             name = m.group(1)
-            if name in kernels or name in declared or name in host:
-                continue
+            if name in kernels or name in host or len(re.findall(rf"\b{re.escape(name)}\b", text)) > 1:
+                continue  # a kernel, or a name declared elsewhere here (a parameter, a local, a lambda's)
             close = difflib.get_close_matches(name, sorted(kernels), n=1)
             hint = f" Did you mean `{close[0]}`?" if close else ""
             diags.append(
@@ -271,6 +291,8 @@ def _launch_findings(
         for g, (_, f) in host.items()
         if (idx := _launched_params(f.header, host[g][0].code, f)) is not None
     }
+    for u in units:  # `auto launch = [](auto k, dim3 g, dim3 b, auto... a) { k<<<g, b>>>(a...); };`
+        launchers.update(_lambda_launchers(u.code))
     launched = {
         name
         for _, name, _ in kernels

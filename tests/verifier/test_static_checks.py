@@ -1135,6 +1135,15 @@ def test_a_kernel_passed_to_a_launching_helper_counts_as_launched(launch: str) -
     assert "static.kernel_never_launched" in _codes(check_source(unlaunched, "t.py"), Severity.ERROR)
 
 
+def test_a_kernel_passed_to_a_launching_lambda_counts_as_launched() -> None:
+    launch = (
+        "auto go = [](auto kernel, dim3 g, dim3 b, auto... a) { kernel<<<g, b>>>(a...); };\n"
+        "    go(k, dim3(1), dim3(1), x.data_ptr<float>());"
+    )
+    diags = check_source(_cpp_text("torch::Tensor helper(torch::Tensor t) { return t; }", launch), "t.py")
+    assert diags == [], [(d.code, d.message) for d in diags]
+
+
 def test_a_misnamed_launch_is_reported_where_it_is_written_not_as_a_decoy() -> None:
     text = _cpp_text("T helper(T t) { return t; }", "kk<<<1, 1>>>(x.data_ptr<float>());")
     diags = check_source(text, "t.py")
