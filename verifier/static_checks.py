@@ -9,9 +9,8 @@ The checks (policy and codes: docs/anticheat.md, docs/diagnostics.md):
 - module level (here: `ModelNew` and the reference, `load_inline`'s fallbacks and launches; every
   other node rule in `static_module_rules.py`): `ModelNew` inheriting `Model`
   (`static.inherits_model`), holding/using the reference (`static.holds_reference_model`),
-  threads/processes/streams
-  (`static.stream_or_thread`), patched timers or torch functions (`static.timer_patch`,
-  `static.monkey_patch`), `time.sleep` (`static.sleep`), tensor subclasses
+  threads/processes/streams (`static.stream_or_thread`), patched timers or torch functions
+  (`static.timer_patch`, `static.monkey_patch`), `time.sleep` (`static.sleep`), tensor subclasses
   (`static.tensor_subclass`), code the checks cannot see (`static.dynamic_code`), other GPU
   libraries (`static.foreign_compute`), a `try` around `load_inline` that swallows the failure
   (`static.fallback_to_reference`), forward never calling the extension
