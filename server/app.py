@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import importlib
 import logging
-import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -40,6 +39,8 @@ if TYPE_CHECKING:
 # start-up; docs/server.md: `initialize` within 0.5 s). Features, flows, workers and watchdog are
 # imported where they are first used, and preloaded in a thread once `initialized` arrives.
 PRELOAD = (
+    "cudice.server.candidacy",
+    "cudice.server.model_loading",
     "cudice.server.features.code_actions",
     "cudice.server.features.code_lens",
     "cudice.server.features.display",
@@ -76,74 +77,6 @@ def _merge_settings(ls: CudiceServer, pulled: Any) -> None:
         ls.apply_settings(pulled, ls.settings)
     if ls.cli_log_level:
         logging.getLogger("cudice").setLevel(ls.cli_log_level.upper())
-
-
-async def load_model(ls: CudiceServer) -> None:
-    from cudice.server.progress import WorkProgress
-    from cudice.server.watch import checkpoint_signature
-
-    request = ls.load_request()
-    if request is None:
-        await ls.model.load(None)
-        return
-    # Watch before loading: a checkpoint finished while this one loads is not missed.
-    ls.ckpt_signature = checkpoint_signature(request.path)
-    _watch_checkpoint(ls, request.path)
-    progress = await WorkProgress.start(ls, "cudice: loading model", request.path, cancellable=False)
-    progress.report(f"loading {os.path.basename(request.path.rstrip('/')) or request.path}", force=True)
-    progress.tick()
-    ok = await ls.model.load(request)
-    progress.end(ls.model.message)
-    if not ok:
-        ls.notice(f"cudice: {ls.model.message}", lsp.MessageType.Error)
-
-
-async def start_model(ls: CudiceServer) -> None:
-    """At start and after a settings change: load the model now (`cudice.model.loadOnStart`),
-    or only note which one the first generate or infill will load."""
-    request = ls.load_request()
-    is_loaded = ls.model.state in ("ready", "error") or ls.model.pid is not None
-    if request is not None and not ls.settings.model_load_on_start and not is_loaded:
-        ls.model.defer(request)
-        return
-    await load_model(ls)
-
-
-async def ensure_model(ls: CudiceServer) -> str:
-    """Load a deferred model (one load however many commands ask), wait while it loads; the state then."""
-    if ls.model.state == "idle":
-        if ls.model_load is None or ls.model_load.done():
-            ls.model_load = ls.spawn(load_model(ls))
-        await asyncio.shield(ls.model_load)
-    return await ls.model.wait_until_loaded()
-
-
-def _watch_checkpoint(ls: CudiceServer, path: str) -> None:
-    from cudice.server.watch import PathWatcher
-
-    if not os.path.isdir(path):
-        return
-    if ls.ckpt_watcher is None:
-        ls.ckpt_watcher = PathWatcher(
-            asyncio.get_running_loop(),
-            lambda key: _checkpoint_changed(ls, key),
-            debounce_s=float(os.environ.get("CUDICE_RELOAD_DEBOUNCE_S", "2.0")),
-        )
-    ls.ckpt_watcher.unwatch_all()
-    ls.ckpt_watcher.watch(path)
-
-
-async def _checkpoint_changed(ls: CudiceServer, path: str) -> None:
-    from cudice.server.watch import checkpoint_signature
-
-    if os.path.abspath(ls.settings.model_path or "") != path:
-        return
-    signature = checkpoint_signature(path)
-    log.debug("checkpoint folder %s changed: signature %s (loaded: %s)", path, signature, ls.ckpt_signature)
-    if signature is None or signature == ls.ckpt_signature:
-        return  # half-written, or nothing new
-    ls.notice(f"cudice: new checkpoint in {path}; reloading the model", lsp.MessageType.Info)
-    await load_model(ls)
 
 
 async def _warm_quick(ls: CudiceServer) -> None:
@@ -202,6 +135,8 @@ def create_server(
             ls.send_status()
             if ls.settings.verify_on_save:
                 verify_open_documents(ls)  # saved before the server was ready: not lost
+            from cudice.server.model_loading import start_model
+
             await start_model(ls)
 
         ls.spawn(startup())
@@ -214,11 +149,14 @@ def create_server(
             pulled = params.settings.get("cudice", params.settings)
         _merge_settings(ls, pulled)
         if ls.load_request() != before:
+            from cudice.server.model_loading import start_model
+
             ls.spawn(start_model(ls))
 
     @server.feature(lsp.TEXT_DOCUMENT_DID_OPEN)
     def did_open(ls: CudiceServer, params: lsp.DidOpenTextDocumentParams) -> None:
-        from cudice.server.verification import show_cached, show_syntax_error, verify_open_documents
+        from cudice.server.candidacy import show_syntax_error
+        from cudice.server.verification import show_cached, verify_open_documents
 
         uri = params.text_document.uri
         if not show_cached(ls, uri) and ls.settings.verify_on_save:
@@ -232,7 +170,7 @@ def create_server(
     @server.feature(lsp.TEXT_DOCUMENT_DID_CHANGE)
     def did_change(ls: CudiceServer, params: lsp.DidChangeTextDocumentParams) -> None:
         from cudice.server import prebuild
-        from cudice.server.verification import note_edit
+        from cudice.server.candidacy import note_edit
 
         prebuild.schedule(ls, params.text_document.uri)  # on a GPU box: build while the user types
         note_edit(ls, params.text_document.uri)
@@ -373,6 +311,8 @@ def create_server(
     @server.command(CMD_RELOAD_MODEL)
     async def cmd_reload(ls: CudiceServer, *args: Any) -> dict[str, Any]:
         ls.model.num_restarts = 0
+        from cudice.server.model_loading import load_model
+
         await load_model(ls)
         return {"model": ls.model.state, "message": ls.model.message}
 

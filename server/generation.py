@@ -137,7 +137,7 @@ def _write_atomic(path: Path, text: str) -> None:
 
 
 async def ensure_model(ls: CudiceServer) -> str:
-    from cudice.server.app import ensure_model as ensure
+    from cudice.server.model_loading import ensure_model as ensure
 
     return await ensure(ls)
 

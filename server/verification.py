@@ -1,8 +1,8 @@
 """The verification flow: on save or by command, verify a candidate and show the result everywhere.
 
 1. Read the document into the verifier's document model. A file that is not a candidate (no
-   `ModelNew`, no `load_inline`) is not verified: the verdict, lens and diagnostics it had as one
-   are dropped, and a KernelBench file that does not parse shows its syntax error instead.
+   `ModelNew`, no `load_inline`) is not verified (candidacy.py: what it had as one is dropped,
+   a KernelBench file that does not parse shows its syntax error instead).
 2. Resolve its reference as the verifier does (a `# cudice: reference=` comment anywhere in the
    file, unless the file holds its own `Model` + `get_inputs`), watch it, and key the result by
    the candidate's text, the reference's resolved path and text, and the settings.
@@ -15,8 +15,8 @@
    would have moved): it is only cached. Results for the current text go out with the current
    document version, so Neovim, which ignores the version field, never gets a stale one either.
 
-An unsaved edit marks the shown verdict as edited (`note_edit`); a document closed while its run
-starts never runs it (app.py's didClose cancels one already running).
+A document closed while its run starts never runs it (app.py's didClose cancels one already
+running). Non-candidates and edited buffers: candidacy.py.
 
 Without a GPU (or with `cudice.verify.compileOnly`) the run is compile-only and the user is
 told why no speedup is shown. Not covered: verifying unsaved buffer text of the *reference*
@@ -47,8 +47,6 @@ from pygls.uris import to_fs_path
 log = logging.getLogger(__name__)
 # What runs after each stage, for the progress message: a build takes minutes on a small CPU, and
 # "static: checked · 184 s" would read as if the static checks took that long.
-# Words that make a file KernelBench material: its syntax errors are cudice's to report.
-KERNELBENCH_WORDS = ("class ModelNew", "load_inline", "class Model(", "def get_inputs", "nn.Module")
 _NEXT_STEP = {
     Stage.PARSE: "static checks",
     Stage.STATIC: "compiling",
@@ -178,71 +176,7 @@ def show_cached(ls: CudiceServer, uri: str) -> bool:
     return True
 
 
-def looks_like_kernelbench(source: str) -> bool:
-    """Whether a file that cannot be parsed is meant as a KernelBench reference or candidate
-    (cudice reports its syntax errors; other Python files are left to the user's Python tools)."""
-    return any(word in source for word in KERNELBENCH_WORDS)
-
-
-def not_a_candidate(
-    ls: CudiceServer, uri: str, path: str, source: str, version: int | None, doc: Document
-) -> bool:
-    """A saved or verified file with nothing to verify: stop its run, drop the verdict, lens and
-    diagnostics it had as a candidate, and show a KernelBench file's syntax errors. True when the
-    syntax errors were shown."""
-    syntax = doc.invalid_result() if looks_like_kernelbench(source) else None
-    had = uri in ls.latest or uri in ls.flagged or ls.is_building(uri)
-    if not (had or syntax is not None):
-        return False
-    ls.jobs.cancel(uri)
-    ls.latest.pop(uri, None)
-    ls.edited.discard(uri)
-    _watch_reference(ls, uri, None, None)
-    name = os.path.basename(path)
-    if syntax is not None:
-        ls.flagged.add(uri)
-        publish(ls, uri, path, source, version, syntax)
-        ls.send_status(f"{name}: Python syntax error", uri)
-    else:
-        ls.flagged.discard(uri)
-        version = current_version(ls, uri, source, version)[1]
-        ls.text_document_publish_diagnostics(
-            lsp.PublishDiagnosticsParams(uri=uri, diagnostics=[], version=version)
-        )
-        ls.send_status(f"{name}: no `class ModelNew` or `load_inline` call: nothing to verify", uri)
-    ls.refresh_lenses()
-    return syntax is not None
-
-
-def show_syntax_error(ls: CudiceServer, uri: str) -> None:
-    """On open: a KernelBench file that does not parse gets its syntax error at once."""
-    doc = ls.read_document(uri)
-    if doc is None or doc[2] is None or ls.too_large(uri, doc[0]) or not looks_like_kernelbench(doc[0]):
-        return
-    doc_model = ls.analyse(uri, doc[0])[0]
-    if not doc_model.is_candidate and doc_model.invalid_result() is not None:
-        not_a_candidate(ls, uri, doc[2], doc[0], doc[1], doc_model)
-
-
-def note_edit(ls: CudiceServer, uri: str) -> None:
-    """After an unsaved edit: when the buffer's text stops (or starts again) being the text of the
-    verdict shown, tell the statusline (`edited`) and ask for fresh lenses ("edited since: …")."""
-    latest = ls.latest.get(uri)
-    text = ls.open_text(uri)
-    if latest is None or latest.source is None or text is None:
-        return
-    is_edited = text != latest.source
-    if is_edited == (uri in ls.edited):
-        return
-    if is_edited:
-        ls.edited.add(uri)
-    else:
-        ls.edited.discard(uri)
-    ls.send_status(None, uri)
-    ls.refresh_lenses()
-
-
-def _watch_reference(ls: CudiceServer, uri: str, ref: str | None, ref_text: str | None) -> None:
+def watch_reference(ls: CudiceServer, uri: str, ref: str | None, ref_text: str | None) -> None:
     for watched, uris in ls.dependents.items():  # a reference the comment no longer names
         if watched != ref:
             uris.discard(uri)
@@ -265,6 +199,8 @@ async def verify_document(ls: CudiceServer, uri: str, *, force: bool = False) ->
         return None
     doc_model = ls.analyse(uri, source)[0]
     if not doc_model.is_candidate:
+        from cudice.server.candidacy import not_a_candidate
+
         shown = not_a_candidate(ls, uri, path, source, version, doc_model)
         if force and not shown:
             ls.notice(
@@ -275,7 +211,7 @@ async def verify_document(ls: CudiceServer, uri: str, *, force: bool = False) ->
         return None
     ref = reference_path(doc_model)
     ref_text = _reference_text(ref)  # read once: the result's key and the watcher's digest
-    _watch_reference(ls, uri, ref, ref_text)
+    watch_reference(ls, uri, ref, ref_text)
     key = _key_for(ls, doc_model, ref, ref_text)
     cached = None if force else ls.cache.get(key)
     if cached is not None:

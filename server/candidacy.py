@@ -1,0 +1,88 @@
+"""What a file shows when it is not, or no longer, the text its verdict was computed for.
+
+- A file that stops being a candidate (no `ModelNew`, no `load_inline`: overwritten, say) loses
+  its run, verdict, lens and diagnostics on save and on `cudice.verify` (`not_a_candidate`).
+- A KernelBench file that does not parse (a reference with a syntax error) gets that error as a
+  diagnostic, on open and on save (`show_syntax_error`, `not_a_candidate`); other Python files
+  are left to the user's Python tools.
+- An unsaved edit marks the shown verdict as edited: `cudice/status` carries `edited` and the
+  lens turns to "edited since: …" (`note_edit`); an undo back to the verified text clears it.
+
+Not covered: the verification flow itself (verification.py).
+"""
+
+from __future__ import annotations
+
+import os
+
+from cudice.server.core import CudiceServer
+from cudice.server.verification import current_version, publish, watch_reference
+from cudice.verifier.document import Document
+from lsprotocol import types as lsp
+
+# Words that make a file KernelBench material: its syntax errors are cudice's to report.
+KERNELBENCH_WORDS = ("class ModelNew", "load_inline", "class Model(", "def get_inputs", "nn.Module")
+
+
+def looks_like_kernelbench(source: str) -> bool:
+    """Whether a file that cannot be parsed is meant as a KernelBench reference or candidate
+    (cudice reports its syntax errors; other Python files are left to the user's Python tools)."""
+    return any(word in source for word in KERNELBENCH_WORDS)
+
+
+def not_a_candidate(
+    ls: CudiceServer, uri: str, path: str, source: str, version: int | None, doc: Document
+) -> bool:
+    """A saved or verified file with nothing to verify: stop its run, drop the verdict, lens and
+    diagnostics it had as a candidate, and show a KernelBench file's syntax errors. True when the
+    syntax errors were shown."""
+    syntax = doc.invalid_result() if looks_like_kernelbench(source) else None
+    had = uri in ls.latest or uri in ls.flagged or ls.is_building(uri)
+    if not (had or syntax is not None):
+        return False
+    ls.jobs.cancel(uri)
+    ls.latest.pop(uri, None)
+    ls.edited.discard(uri)
+    watch_reference(ls, uri, None, None)
+    name = os.path.basename(path)
+    if syntax is not None:
+        ls.flagged.add(uri)
+        publish(ls, uri, path, source, version, syntax)
+        ls.send_status(f"{name}: Python syntax error", uri)
+    else:
+        ls.flagged.discard(uri)
+        version = current_version(ls, uri, source, version)[1]
+        ls.text_document_publish_diagnostics(
+            lsp.PublishDiagnosticsParams(uri=uri, diagnostics=[], version=version)
+        )
+        ls.send_status(f"{name}: no `class ModelNew` or `load_inline` call: nothing to verify", uri)
+    ls.refresh_lenses()
+    return syntax is not None
+
+
+def show_syntax_error(ls: CudiceServer, uri: str) -> None:
+    """On open: a KernelBench file that does not parse gets its syntax error at once."""
+    doc = ls.read_document(uri)
+    if doc is None or doc[2] is None or ls.too_large(uri, doc[0]) or not looks_like_kernelbench(doc[0]):
+        return
+    doc_model = ls.analyse(uri, doc[0])[0]
+    if not doc_model.is_candidate and doc_model.invalid_result() is not None:
+        not_a_candidate(ls, uri, doc[2], doc[0], doc[1], doc_model)
+
+
+def note_edit(ls: CudiceServer, uri: str) -> None:
+    """After an unsaved edit: when the buffer's text stops (or starts again) being the text of the
+    verdict shown, tell the statusline (`edited`) and ask for fresh lenses ("edited since: …")."""
+    latest = ls.latest.get(uri)
+    text = ls.open_text(uri)
+    if latest is None or latest.source is None or text is None:
+        return
+    is_edited = text != latest.source
+    if is_edited == (uri in ls.edited):
+        return
+    if is_edited:
+        ls.edited.add(uri)
+    else:
+        ls.edited.discard(uri)
+    ls.send_status(None, uri)
+    ls.refresh_lenses()
