@@ -61,9 +61,8 @@ _CONTINUOUS: tuple[str, ...] = ("randn", "rand", "randn_like", "rand_like", "nor
 _DISCRETE: tuple[str, ...] = ("randint", "randint_like", "randperm", "bernoulli", "multinomial", "poisson")
 _CONTINUOUS_METHODS: tuple[str, ...] = ("normal_", "uniform_", "exponential_", "log_normal_", "cauchy_")
 _DISCRETE_METHODS: tuple[str, ...] = ("random_", "bernoulli_", "geometric_")
-_SEEDERS: dict[
-    str, tuple[str, ...]
-] = {  # submodule of torch -> its seeding functions, which do nothing inside get_inputs()
+# submodule of torch -> its seeding functions, which do nothing inside get_inputs()
+_SEEDERS: dict[str, tuple[str, ...]] = {
     "": ("manual_seed", "seed"),
     "random": ("manual_seed", "seed"),
     "cuda": ("manual_seed", "manual_seed_all", "seed", "seed_all"),
@@ -107,7 +106,8 @@ def make_inputs(get_inputs: Callable[[], Any], seed: int, dist: str, device: str
     except Exception as exc:
         only_here = dist != "as_given" and _runs(get_inputs, seed, "as_given")
         why = (
-            f"it runs on the factories' own values, so the '{dist}' inputs break a precondition of it"
+            f"it runs on the factories' own values, so the '{dist}' values break one of its preconditions "
+            "(probabilities in [0, 1]?); clamp them in get_inputs() to have this distribution tested too"
             if only_here
             else "fix the reference's get_inputs()"
         )
@@ -130,7 +130,8 @@ def _runs(get_inputs: Callable[[], Any], seed: int, dist: str) -> bool:
 def _run(get_inputs: Callable[[], Any], seed: int, dist: str) -> list[Any]:
     import torch
 
-    cuda = list(range(torch.cuda.device_count())) if torch.cuda.is_initialized() else []  # type: ignore[no-untyped-call]
+    is_initialized = torch.cuda.is_initialized()  # type: ignore[no-untyped-call]
+    cuda = list(range(torch.cuda.device_count())) if is_initialized else []
     with _LOCK, torch.random.fork_rng(devices=cuda):
         torch.manual_seed(seed % 2**63)  # draws no factory below makes: seeded, the caller's state restored
         with _patched(_Draws(seed, dist), get_inputs):
