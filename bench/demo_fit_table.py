@@ -1,6 +1,9 @@
 """Markdown tables of `recipe_fit`'s results.json: the new and the shipped checkpoint side by side.
 
-    python bench/demo_fit_table.py RESULTS_JSON
+    python bench/demo_fit_table.py RESULTS_JSON [ANSWERS_JSONL]
+
+With ANSWERS_JSONL the summaries are recomputed from the answers, `consistent` (the extension's
+names agree, `heldout.names_agree`) included.
 
 Rows: all problems, each family, each reference style; cells: k/n and the 95 % Wilson interval
 of valid Python with a ModelNew (`parses`), answers equal to the verified template (`exact`) and
@@ -20,23 +23,28 @@ def _cell(r: dict[str, Any], key: str) -> str:
     return f"{c['k']}/{r['n']} ({100 * lo:.0f}–{100 * hi:.0f} %)"
 
 
+def rescore(results: dict[str, Any], answers_path: str) -> None:
+    """Replace each checkpoint's summary by one recomputed from its answers (adds `consistent`)."""
+    from cudice.model.train.corpus.heldout import names_agree, summarise
+
+    rows = [json.loads(line) for line in open(answers_path)]
+    for label in ("new", "old"):
+        mine = [{**r, "consistent": names_agree(r["answer"] or "")} for r in rows if r["model"] == label]
+        results[label]["summary"] = summarise(mine)
+
+
 def table(results: dict[str, Any]) -> str:
     lines = [
-        "| problems | new: parses | new: exact | new: same kernel | old: parses | old: exact |",
-        "|---|---|---|---|---|---|",
+        "| problems | new: parses | new: names agree | new: same kernel | old: parses | old: names agree "
+        "| old: same kernel |",
+        "|---|---|---|---|---|---|---|",
     ]
     new, old = results["new"]["summary"], results["old"]["summary"]
     rows = [("**all**", new["all"], old["all"])]
     rows += [(f"family {f}", new["family"][f], old["family"][f]) for f in sorted(new["family"])]
     rows += [(f"style {s}", new["style"][s], old["style"][s]) for s in sorted(new["style"])]
     for name, n, o in rows:
-        cells = [
-            _cell(n, "parses"),
-            _cell(n, "exact"),
-            _cell(n, "same_kernel"),
-            _cell(o, "parses"),
-            _cell(o, "exact"),
-        ]
+        cells = [_cell(r, key) for r in (n, o) for key in ("parses", "consistent", "same_kernel")]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -54,6 +62,8 @@ def loss_curve(results: dict[str, Any], every: int = 10) -> str:
 
 if __name__ == "__main__":
     data = json.loads(open(sys.argv[1]).read())
+    if len(sys.argv) > 2:
+        rescore(data, sys.argv[2])
     print(table(data))
     print()
     print(loss_curve(data))

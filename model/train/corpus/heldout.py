@@ -13,7 +13,10 @@ tests/model/test_fastpath.py). `score(answer, solution, kernel_name, names)` say
   templates are verified on the GPU (`verify_templates`), so an exact answer is correct by
   identity — a lower bound on the correct rate, since a different kernel can be correct too;
 - `same_kernel`: the answer equals the template up to names and constants
-  (`split.answer_signature`).
+  (`split.answer_signature`);
+- `consistent`: the answer's names agree with each other (`names_agree`): the function in
+  `functions=[...]` is defined in the CUDA source and called by `ModelNew`, every launched kernel
+  is defined, the sources `load_inline` reads exist — a file that fails this cannot load.
 
 `wilson(k, n)` is the 95 % Wilson score interval of a rate. Not covered: compiling or running an
 answer (that is `cudice eval`, which costs about a minute of CPU per kernel).
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import ast
 import math
+import re
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -48,14 +52,36 @@ def defines_model_new(code: str) -> bool:
     return any(isinstance(node, ast.ClassDef) and node.name == "ModelNew" for node in tree.body)
 
 
+def names_agree(code: str) -> bool:
+    """The answer's extension is wired up: functions=[f] defined and called, kernels and sources defined."""
+    if not defines_model_new(code):
+        return False
+    wanted = re.search(r'functions=\["(\w+)"\]', code)
+    if wanted is None or not re.search(rf"torch::Tensor {wanted.group(1)}\(", code):
+        return False
+    for launched in re.findall(r"(\w+)(?:<scalar_t>)?<<<", code):
+        if not re.search(rf"__global__ void {launched}\(", code):
+            return False
+    for source in re.findall(r"(?:cpp_sources|cuda_sources)=(\w+)", code):
+        if not re.search(rf"^{source} = ", code, re.M):
+            return False
+    return bool(re.search(rf"\.{wanted.group(1)}\(", code.split("class ModelNew", 1)[1]))
+
+
 def score(answer: str | None, solution: str, kernel_name: str, names: Sequence[str]) -> dict[str, bool]:
     if answer is None:
-        return {"answered": False, "parses": False, "exact": False, "same_kernel": False}
+        return {"answered": False, "parses": False, "exact": False, "same_kernel": False, "consistent": False}
     exact = answer.strip() == solution.strip()
     same = exact or answer_signature(answer, kernel_name, names) == answer_signature(
         solution, kernel_name, names
     )
-    return {"answered": True, "parses": defines_model_new(answer), "exact": exact, "same_kernel": same}
+    return {
+        "answered": True,
+        "parses": defines_model_new(answer),
+        "exact": exact,
+        "same_kernel": same,
+        "consistent": names_agree(answer),
+    }
 
 
 def generate(
@@ -102,7 +128,7 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
     def rates(part: list[dict[str, Any]]) -> dict[str, Any]:
         n = len(part)
         out: dict[str, Any] = {"n": n}
-        for key in ("parses", "exact", "same_kernel"):
+        for key in ("parses", "consistent", "exact", "same_kernel"):
             k = sum(r[key] for r in part)
             lo, hi = wilson(k, n)
             out[key] = {"k": k, "rate": k / n if n else 0.0, "ci95": [lo, hi]}

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from cudice.model.train.corpus.fit import FitConfig, length_batches, lr_factor
-from cudice.model.train.corpus.heldout import defines_model_new, score, summarise, wilson
+from cudice.model.train.corpus.heldout import defines_model_new, names_agree, score, summarise, wilson
 from cudice.model.train.corpus.recipe_fit import join_parts, split_file
 
 SOLUTION = (
@@ -49,12 +49,8 @@ def test_wilson_interval_matches_known_values() -> None:
 def test_scoring_parses_exact_and_same_kernel_up_to_names_and_constants() -> None:
     assert defines_model_new(SOLUTION) and not defines_model_new("class Model:\n  pass\n")
     assert not defines_model_new("def (:")
-    assert score(SOLUTION, SOLUTION, "relu", ["x"]) == {
-        "answered": True,
-        "parses": True,
-        "exact": True,
-        "same_kernel": True,
-    }
+    row = score(SOLUTION, SOLUTION, "relu", ["x"])
+    assert (row["answered"], row["parses"], row["exact"], row["same_kernel"]) == (True, True, True, True)
     renamed = SOLUTION.replace("(self, x)", "(self, inp)").replace("(x, 1e-5)", "(inp, 1e-6)")
     row = score(renamed, SOLUTION, "relu", ["x", "inp"])
     assert row["parses"] and not row["exact"] and row["same_kernel"]
@@ -67,6 +63,29 @@ def test_scoring_parses_exact_and_same_kernel_up_to_names_and_constants() -> Non
     ]
     summary = summarise(rows)
     assert summary["all"]["parses"]["k"] == 1 and summary["family"]["unary"]["exact"]["rate"] == 1.0
+
+
+WIRED = """from torch.utils.cpp_extension import load_inline
+k_source = \"\"\"
+__global__ void k_kernel(float* x) {}
+torch::Tensor k_cuda(torch::Tensor x) { k_kernel<<<1, 1>>>(x); return x; }
+\"\"\"
+k_cpp_source = "torch::Tensor k_cuda(torch::Tensor x);"
+k_ext = load_inline(name="k", cpp_sources=k_cpp_source, cuda_sources=k_source, functions=["k_cuda"])
+
+
+class ModelNew:
+    def forward(self, x):
+        return k_ext.k_cuda(x)
+"""
+
+
+def test_names_agree_only_when_the_extension_is_wired_up() -> None:
+    assert names_agree(WIRED)
+    assert not names_agree(WIRED.replace('functions=["k_cuda"]', 'functions=["j_cuda"]'))
+    assert not names_agree(WIRED.replace("k_kernel<<<", "j_kernel<<<"))
+    assert not names_agree(WIRED.replace("cuda_sources=k_source", "cuda_sources=j_source"))
+    assert not names_agree(WIRED.replace("return k_ext.k_cuda(x)", "return k_ext.j_cuda(x)"))
 
 
 def test_line_tokenizer_round_trips_and_keeps_names_apart_from_their_line() -> None:
