@@ -95,7 +95,7 @@ def test_every_spelling_of_a_combining_op_matches_its_cuda_expression(op: object
     want = torch.tensor(
         [
             run_cuda(f"v = {op.cuda}", x=p, y=q, z=r)["v"]
-            for p, q, r in zip(a.tolist(), b.tolist(), c.tolist())
+            for p, q, r in zip(a.tolist(), b.tolist(), c.tolist(), strict=True)
         ],  # type: ignore[attr-defined]
         dtype=torch.float64,
     )
