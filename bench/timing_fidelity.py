@@ -227,7 +227,8 @@ def main() -> int:
 
 def print_table(rows: dict[str, dict[str, object]], l2: str) -> None:
     print(
-        f"\n| kernel | ref ms (harness) | harness warm / cold | cudice alone / again / x12 (L2 {l2}) | ratio alone / x12 |"
+        f"\n| kernel | ref ms (harness) | harness warm / cold | cudice alone / again / x12 (L2 {l2}) "
+        "| ratio alone / x12 |"
     )
     print("|---|---|---|---|---|")
     ratios: list[float] = []
@@ -258,7 +259,8 @@ def print_table(rows: dict[str, dict[str, object]], l2: str) -> None:
         )
     if ratios:
         print(
-            f"\nratio cudice/harness: median {statistics.median(ratios):.3f}, min {min(ratios):.3f}, max {max(ratios):.3f}"
+            f"\nratio cudice/harness: median {statistics.median(ratios):.3f}, "
+            f"min {min(ratios):.3f}, max {max(ratios):.3f}"
         )
 
 
