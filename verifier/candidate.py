@@ -315,7 +315,6 @@ class Server:
         cuda = self.device.startswith("cuda")
         flush = self.flush if cuda and int(req.get("flush_mib", 0)) else None
         placeholder = bool(req.get("placeholder"))
-        sync_each = cuda and bool(req.get("sync_each", True))
         kept: list[Any] = []
         digests: list[Any] = []
         with torch.no_grad():
@@ -330,10 +329,9 @@ class Server:
                     out = self.kept[-1] if self.kept else self.last
                 else:
                     out = self._guard(lambda a=args: self.model(*a), Stage.TIMING)
-                digests.append(witness.digest(flatten_outputs(out), int(key), self.device))
+                # the outputs' digests, then the inputs' (an input changed in place no longer matches)
+                digests.append(witness.digest(flatten_outputs(out) + list(args), int(key), self.device))
                 kept.append(out)
-                if sync_each:
-                    torch.cuda.synchronize()  # per call, as an in-process CUDA-event harness times
         if not placeholder:
             self.kept = self.kept + kept if req.get("keep") else kept[-1:]
             self.last = kept[-1] if kept else self.last

@@ -465,6 +465,12 @@ class _Judge:
         overhead = statistics.median(slopes["overhead"])
         ref_ms = [max(x - overhead, 1e-9) * 1e3 for x in slopes["reference"]]
         cand_ms = [max(x - overhead, 1e-9) * 1e3 for x in slopes["candidate"]]
+        unresolved = [
+            f"the {role}'s time per call ({statistics.median(xs) * 1e3:.4f} ms) is within the noise of "
+            f"the batch's own cost ({overhead * 1e3:.4f} ms per call)"
+            for role, xs in (("reference", ref_ms), ("candidate", cand_ms))
+            if statistics.median(xs) < 0.25 * overhead * 1e3
+        ]
         self.out["l2_policy"] = cfg.l2_policy
         self.out["timing_batch_calls"] = [n_small, n_large]
         self.walls["timing.lease_wait"] = self.lease.waited_s if self.lease is not None else 0.0
@@ -475,6 +481,7 @@ class _Judge:
             output_bytes=tensor_bytes(last_ref),
             suspicious_speedup=cfg.suspicious_speedup,
             peak_bandwidth_gb_s=cfg.peak_bandwidth_gb_s,
+            extra_reasons=unresolved,
         )
         record_timing(
             cmp_t,
@@ -509,6 +516,7 @@ class _Judge:
         keys: list[int] = []
         expected: list[list[float]] = []
         bounds: list[list[float]] = []
+        num_outputs = 0
         with torch.no_grad(), self._shared():
             for _ in range(total):  # 1. fresh inputs, the reference's digests, then sealed copies
                 inputs = self._draw_set(ref_mod)
@@ -516,8 +524,14 @@ class _Judge:
                 ref_out = flatten_outputs(
                     model(*[x.clone() if isinstance(x, torch.Tensor) else x for x in inputs])
                 )
-                expected.append(witness.digest(ref_out, key, self.device).cpu().tolist())
-                bounds.append([self._digest_bound(r) for r in ref_out])
+                # the outputs' digests, then the inputs' as drawn (the runner digests its inputs after
+                # the call: one changed in place, or returned as the output and changed, no longer matches)
+                expected.append(witness.digest(ref_out + list(inputs), key, self.device).cpu().tolist())
+                bounds.append(
+                    [self._digest_bound(r) for r in ref_out]
+                    + [witness.bound(x, 0.0, 0.0) if isinstance(x, torch.Tensor) else 0.0 for x in inputs]
+                )
+                num_outputs = len(ref_out)
                 seal_key = secrets.randbits(62)
                 sealed = [x.contiguous().clone() if isinstance(x, torch.Tensor) else x for x in inputs]
                 seal.toggle(sealed, seal_key)
@@ -554,6 +568,18 @@ class _Judge:
         # 4. every digest of the candidate's batches, then two outputs in full, chosen now
         for i, (digest, exp, bd) in enumerate(zip(digests["candidate"], expected, bounds, strict=True)):
             verdict = witness.check(digest, exp, bd)
+            if not verdict.ok and verdict.index >= num_outputs:
+                return [
+                    _diag(
+                        "dynamic.input_mutated",
+                        f"Timed call {i + 1} of {total} in one repetition changed its input "
+                        f"{verdict.index - num_outputs} (its digest after the call differs from the input "
+                        "the judge sent): forward must leave its inputs as they are. Write results to a "
+                        "new tensor.",
+                        Stage.TIMING,
+                        self.where,
+                    )
+                ]
             if not verdict.ok:
                 return [
                     _diag(

@@ -7,7 +7,9 @@ with a key stream (a block of 4,096 pseudo-random words repeated over the tensor
 reaches the runner only in the batch request: the runner unseals each set just before its call,
 inside the clock, and the judge subtracts what unsealing costs (it is part of the batch's own
 cost, measured on the reference's runner). XOR on the raw bits is exact: the unsealed tensor is
-the one the judge drew, bit for bit.
+the one the judge drew, bit for bit. The key stream is drawn on the tensor's device (no host copy
+inside the clock); the judge and the runner seal on the same kind of device, so they draw the
+same stream.
 
 Not covered: non-tensor inputs (integers, floats, shapes) travel in the clear: they are the same
 for every call of a problem.
@@ -31,9 +33,9 @@ def _bits(t: Any) -> Any:
 def _stream(key: int, dtype: Any, device: Any) -> Any:
     import torch
 
-    gen = torch.Generator().manual_seed(key & 0x7FFFFFFFFFFFFFFF)
-    words = torch.randint(-(2**31), 2**31, (BLOCK,), generator=gen, dtype=torch.int64)
-    return words.to(dtype).to(device)
+    gen = torch.Generator(device=device).manual_seed(key & 0x7FFFFFFFFFFFFFFF)
+    words = torch.randint(-(2**31), 2**31, (BLOCK,), generator=gen, dtype=torch.int64, device=device)
+    return words.to(dtype)
 
 
 def toggle(tensors: list[Any], key: int) -> None:

@@ -31,7 +31,11 @@ pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the OS boundary
 
 RUNTIME = load_corpus("runtime")
 CPU_CASES = [c for c in RUNTIME if "# runtime-device: gpu" not in c.path.read_text()]
-TIMED = {"adv_rt_honest_first_calls", "adv_rt_patch_timer_late"}  # caught only in (or after) timing
+TIMED = {
+    "adv_rt_honest_first_calls",
+    "adv_rt_patch_timer_late",
+    "adv_rt_inplace_after_checks",
+}  # caught only in (or after) timing
 DAMAGE_MARK = "cudice_damage_mark"
 SURVIVOR = b"CUDICE_SURVIVOR="
 
