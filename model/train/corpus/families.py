@@ -101,7 +101,7 @@ def draw_shape(rng: random.Random, rank: int, avoid: tuple[str, ...] = ()) -> Sh
             break
     if rank >= 2 and names[0] == "batch_size" and rng.random() < 0.25:
         rest = ", ".join(str(d) for d in dims[1:]) + ("," if rank == 2 else "")
-        sizes = (("batch_size", str(dims[0])), ("input_shape", f"({rest})"))
+        sizes: tuple[tuple[str, str], ...] = (("batch_size", str(dims[0])), ("input_shape", f"({rest})"))
         return Shape(sizes, "batch_size, *input_shape", "(batch_size, *input_shape)")
     sizes = tuple((n, str(d)) for n, d in zip(names, dims, strict=True))
     return Shape(sizes, ", ".join(names), "(" + ", ".join(names) + ")")
@@ -499,7 +499,7 @@ def _norm_expr(
         if rng.random() < 0.5:
             return [f"mu = {mean}", f"var = {var}"], f"({x} - mu) / torch.sqrt(var + {eps})", False
         return [], f"({x} - {mean}) * torch.rsqrt({var} + {eps})", False
-    forms = (
+    forms: tuple[tuple[list[str], str], ...] = (
         ([], f"{x} * torch.rsqrt({x}.pow(2).mean({dtext}, keepdim=True) + {eps})"),
         ([f"rms = torch.sqrt(torch.mean({x} ** 2, dim={dtext}, keepdim=True) + {eps})"], f"{x} / rms"),
         ([], f"{x} / torch.sqrt(({x} * {x}).mean(dim={dtext}, keepdim=True) + {eps})"),

@@ -116,6 +116,11 @@ def fit(
     loaded = load_checkpoint(str(init_dir), device=device, dtype="float32")
     model, tok = loaded.model, loaded.tokenizer
     block, mask_id, pad = loaded.block_size, loaded.ids.mask, loaded.ids.pad
+    if block is None or mask_id is None:
+        raise ValueError(
+            f"{init_dir} is not a block-diffusion checkpoint (block size {block}, mask id {mask_id}): "
+            "fit starts from a checkpoint made by `cudice model make-tiny --sdar-layout` or the demo recipe"
+        )
     records = [json.loads(line) for line in Path(sft_path).read_text(encoding="utf-8").splitlines()]
     samples = [s for s in encode_all(tok, records, block, pad) if len(s[0]) <= config.max_length]
     lengths = [len(ids) for ids, _ in samples]
@@ -155,7 +160,7 @@ def fit(
                 loss, _ = sft_loss(
                     model, ids, loss_mask, block_size=block, mask_token_id=mask_id, generator=gen
                 )
-            loss.backward()
+            loss.backward()  # type: ignore[no-untyped-call]
             norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)

@@ -55,7 +55,7 @@ class Clock:
 
 def split_file(path: Path, part_bytes: int = PART_BYTES) -> list[Path]:
     """`path` cut into `path.partNN` files of at most `part_bytes`; `path` is removed."""
-    parts = []
+    parts: list[Path] = []
     with path.open("rb") as f:
         while chunk := f.read(part_bytes):
             part = path.with_name(f"{path.name}.part{len(parts):02d}")
