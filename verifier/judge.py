@@ -308,7 +308,7 @@ class _Judge:
     def _correctness(self, ref_mod: Any, model: Any) -> Any:
         import torch
         from cudice.verifier import dynamic_checks as dyn
-        from cudice.verifier.inputs import DISTRIBUTIONS, make_inputs, secret_seed
+        from cudice.verifier.inputs import DISTRIBUTIONS, InputsError, make_inputs, secret_seed
         from cudice.verifier.tolerance import compare_outputs
 
         n = self.config.num_trials
@@ -334,10 +334,22 @@ class _Judge:
             )
         for trial in range(n):
             dist = DISTRIBUTIONS[trial % len(DISTRIBUTIONS)]
-            inputs = _call(
-                lambda d=dist: make_inputs(get_inputs, secret_seed(), d, self.device),
-                Stage.CORRECTNESS,
-                Location(self.ref_path, 1, 1),
+            try:
+                drawn = make_inputs(get_inputs, secret_seed(), dist, self.device)
+            except InputsError as exc:
+                if exc.only_under_dist:  # the problem does not define this distribution (e.g. bernoulli(32x))
+                    skipped.append(dist)
+                    continue
+                drawn = None
+            # a get_inputs() that fails on any values is the reference's error, located by _call
+            inputs = (
+                drawn
+                if drawn is not None
+                else _call(
+                    lambda d=dist: make_inputs(get_inputs, secret_seed(), d, self.device),
+                    Stage.CORRECTNESS,
+                    Location(self.ref_path, 1, 1),
+                )
             )
             with torch.no_grad(), self._shared():
                 args = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
@@ -395,7 +407,8 @@ class _Judge:
                 _diag(
                     "correctness.distribution_skipped",
                     f"Input distribution(s) {', '.join(skipped)} "
-                    "skipped: the reference's own output is not finite on them.",
+                    "skipped: the reference's own output is not finite on them, or its get_inputs() "
+                    "does not accept such values.",
                     Stage.CORRECTNESS,
                     self.where,
                     Severity.INFORMATION,
