@@ -58,8 +58,6 @@ RUNNER_VERDICTS = {"runtime_error", "compile_error", "incorrect"}  # anything el
 NUM_PROFILED_TRIALS = 1  # plus one random timed round: each profiled call costs a profiler session
 MIN_REPETITIONS = 5
 TIMING_BUDGET_S = 20.0  # past this, and past MIN_REPETITIONS, a timing stops repeating
-# rtol floors per output dtype, as tolerance.py applies them to each element
-_RTOL_FLOOR = {"float16": 1e-3, "bfloat16": 1.6e-2}
 _rng = secrets.SystemRandom()
 
 
@@ -485,7 +483,6 @@ class _Judge:
             if statistics.median(xs) < 0.25 * overhead * 1e3
         ]
         self.out["l2_policy"] = cfg.l2_policy
-        self.out["timing_batch_calls"] = [n_small, n_large]
         self.walls["timing.lease_wait"] = self.lease.waited_s if self.lease is not None else 0.0
         cmp_t = from_samples(
             ref_ms,
@@ -629,7 +626,7 @@ class _Judge:
                     )
                 ]
         if profile:
-            found += self._profile_batch(small[:2], seals)
+            found += self._profile_batch(small[:2])
         return found
 
     def _draw_set(self, ref_mod: Any) -> list[Any]:
@@ -651,36 +648,44 @@ class _Judge:
             return 0.0
         if not (ref.is_floating_point() or ref.is_complex()):
             return witness.bound(ref, 0.0, 0.0)
-        r = ref.detach().float()
-        rms = float(r.square().mean().sqrt()) if r.numel() else 0.0
-        floor = _RTOL_FLOOR.get(str(ref.dtype).removeprefix("torch."), 0.0)
-        return witness.bound(ref, self.config.atol * max(rms, 1e-30), max(self.config.rtol, floor))
+        from cudice.verifier.tolerance import output_scale, rtol_floor
+
+        # the norm check's own terms (tolerance.py), so the digest accepts what the comparison accepts
+        return witness.bound(
+            ref, self.config.atol * output_scale(ref), max(self.config.rtol, rtol_floor(ref.dtype))
+        )
 
     def _stage(self, link: RunnerLink, sets: list[list[Any]], *, sealed: bool, encoded: Any = None) -> float:
         """Send the input sets of the next batches; returns how long the runner took (s)."""
         tree, blobs = encoded if encoded is not None else channel.encode(sets)
         t0 = time.perf_counter()
-        with self._shared():
-            self._ask(
-                link,
-                {"op": "stage", "sets": tree, "flush_mib": self.flush_mib, "sealed": sealed},
-                Stage.TIMING,
-                blobs,
-                deadline_s=30.0 + sum(len(b) for b in blobs) / 100e6,  # moving the bytes, not the kernel
-            )
+        self._ask(
+            link,
+            {"op": "stage", "sets": tree, "flush_mib": self.flush_mib, "sealed": sealed},
+            Stage.TIMING,
+            blobs,
+            deadline_s=30.0 + sum(len(b) for b in blobs) / 100e6,  # moving the bytes, not the kernel
+        )
         return time.perf_counter() - t0
 
-    def _batch(self, link: RunnerLink, indices: list[int], *, seals: list[int] | None) -> list[list[float]]:
-        header = {
+    def _batch_request(
+        self, indices: list[int], seals: list[int] | None, keys: list[int] | None = None, **flags: bool
+    ) -> dict[str, Any]:
+        """A `batch` request over staged sets `indices` (fresh digest keys unless given)."""
+        return {
             "op": "batch",
             "sets": indices,
-            "keys": [secrets.randbits(64) for _ in indices],
+            "keys": keys if keys is not None else [secrets.randbits(64) for _ in indices],
             "seals": seals,
             "flush_mib": self.flush_mib,
+            **flags,
         }
-        with self._shared():
-            rep, _ = self._ask(link, header, Stage.TIMING, deadline_s=self._limit_s(len(indices)))
-        return [list(map(float, d)) for d in rep.get("digests", [])]
+
+    def _batch(self, link: RunnerLink, indices: list[int], *, seals: list[int] | None) -> None:
+        """An untimed batch (warm-up, sizing): its outputs are not kept."""
+        self._ask(
+            link, self._batch_request(indices, seals), Stage.TIMING, deadline_s=self._limit_s(len(indices))
+        )
 
     def _timed_batch(
         self,
@@ -691,15 +696,8 @@ class _Judge:
         *,
         placeholder: bool = False,
     ) -> tuple[float, list[list[float]]]:
-        header = {
-            "op": "batch",
-            "sets": indices,
-            "keys": keys,
-            "seals": seals,
-            "flush_mib": self.flush_mib,
-            "placeholder": placeholder,
-            "keep": not placeholder,  # every output since the staging stays, for the checks afterwards
-        }
+        # every output since the staging stays in the runner, for the checks afterwards
+        header = self._batch_request(indices, seals, keys, placeholder=placeholder, keep=not placeholder)
         t0 = time.perf_counter()
         rep, _ = self._ask(link, header, Stage.TIMING, deadline_s=self._limit_s(len(indices)))
         elapsed = time.perf_counter() - t0  # the clock stops when the digests of every output are here
@@ -721,21 +719,12 @@ class _Judge:
 
         return max((best(5) - best(1)) / 4, 1e-7)
 
-    def _profile_batch(self, indices: list[int], seals: list[int]) -> list[Diagnostic]:
+    def _profile_batch(self, indices: list[int]) -> list[Diagnostic]:
         """The kernels of an untimed batch (the same request as a timed one, profiled)."""
-        header = {
-            "op": "batch",
-            "sets": indices,
-            "keys": [secrets.randbits(64) for _ in indices],
-            "seals": None,  # these sets were unsealed by the timed batch
-            "flush_mib": self.flush_mib,
-            "profile": True,
-        }
+        # seals None: these sets were unsealed by the timed batch
+        header = self._batch_request(indices, None, profile=True)
         t0 = time.perf_counter()
-        with self._shared():
-            rep, _ = self._ask(
-                self.session.cand, header, Stage.TIMING, deadline_s=self._limit_s(len(indices))
-            )
+        rep, _ = self._ask(self.session.cand, header, Stage.TIMING, deadline_s=self._limit_s(len(indices)))
         self._add_wall("profile", t0)
         return self._kernel_evidence(rep)
 
@@ -770,15 +759,10 @@ class _Judge:
 
     @contextlib.contextmanager
     def _shared(self) -> Iterator[None]:
-        """Hold the GPU's lease shared (GPU work that may overlap other verifications' correctness)."""
-        if self.lease is None or self._lease_depth:
-            self._lease_depth += 1
-            try:
-                yield
-            finally:
-                self._lease_depth -= 1
-            return
-        with self.lease.shared():
+        """Hold the GPU's lease shared (GPU work that may overlap other verifications' correctness);
+        inside another hold, shared or exclusive, nothing more is taken."""
+        outer = self.lease is not None and self._lease_depth == 0
+        with self.lease.shared() if outer and self.lease is not None else contextlib.nullcontext():
             self._lease_depth += 1
             try:
                 yield
@@ -788,11 +772,8 @@ class _Judge:
     @contextlib.contextmanager
     def _exclusive(self) -> Iterator[None]:
         """Hold the GPU's lease alone: nothing else of cudice's runs on this GPU meanwhile."""
-        if self.lease is None:
-            yield
-            return
         assert self._lease_depth == 0, "an exclusive hold cannot nest in a shared one"
-        with self.lease.exclusive():
+        with self.lease.exclusive() if self.lease is not None else contextlib.nullcontext():
             self._lease_depth += 1  # shared holds inside are no-ops
             try:
                 yield

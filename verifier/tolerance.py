@@ -76,6 +76,22 @@ def _flatten(out: object) -> list[object]:
     return flatten_outputs(out)
 
 
+def output_scale(ref: Any) -> float:
+    """The root mean square of a floating-point reference output (at least its dtype's smallest
+    normal number): what `atol` is relative to."""
+    import torch
+
+    tiny = float(torch.finfo(ref.dtype).tiny) if ref.is_floating_point() else 1e-300
+    if ref.numel() == 0:
+        return tiny
+    return max(float(ref.detach().double().abs().pow(2).mean().sqrt()), tiny)
+
+
+def rtol_floor(dtype: Any) -> float:
+    """The smallest `rtol` an output of `dtype` is held to (the rounding of a few accumulations)."""
+    return _RTOL_FLOOR.get(str(dtype).removeprefix("torch."), 0.0)
+
+
 def compare_outputs(ref: Any, cand: Any, atol: float, rtol: float, precision: str = "fp32") -> Comparison:
     """Compare a forward's outputs (nested tuples/lists/dicts of tensors and plain values).
 
@@ -126,8 +142,8 @@ def compare_outputs(ref: Any, cand: Any, atol: float, rtol: float, precision: st
             continue
         name = str(r.dtype).removeprefix("torch.")
         tiny = float(torch.finfo(r.dtype).tiny) if r.is_floating_point() else 1e-300
-        scale = max(float(rf.abs().pow(2).mean().sqrt()), tiny)
-        atol_eff, rtol_eff = atol * scale, max(rtol, _RTOL_FLOOR.get(name, 0.0))
+        scale = output_scale(r)
+        atol_eff, rtol_eff = atol * scale, max(rtol, rtol_floor(r.dtype))
         diff = (cf - rf).abs()
         a = float(diff.max())
         rel = float((diff / rf.abs().clamp_min(max(tiny, 1e-3 * scale))).max())  # vs 0.1% of rms at least
