@@ -181,6 +181,7 @@ def main() -> int:
     ap.add_argument("--only", default="", help="comma-separated entry or template names")
     ap.add_argument("--concurrency", type=int, default=12)
     ap.add_argument("--l2", default="warm", choices=("warm", "cold"))
+    ap.add_argument("--passes", default="alone,alone2,x12", help="which of alone, alone2, x12 to run")
     args = ap.parse_args()
     import torch
 
@@ -207,16 +208,21 @@ def main() -> int:
         except Exception as exc:
             rows[f.stem]["harness"] = {"error": str(exc)[-300:]}  # type: ignore[dict-item]
         print(f"harness {f.stem}: {rows[f.stem]['harness']}", flush=True)
-    for key in ("alone", "alone2"):  # 3. cudice, one at a time, twice
+    passes = set(args.passes.split(","))
+    for key in [k for k in ("alone", "alone2") if k in passes]:  # 3. cudice, one at a time, twice
         for f in files:
             rows[f.stem][key] = verify(f, config)
             r = rows[f.stem][key]
             print(
-                f"{key} {f.stem}: {r['verdict']} {r['speedup']} {r['wall_s']:.1f}s {r['errors']}", flush=True
+                f"{key} {f.stem}: {r['verdict']} {r['speedup']} ref {r['ref_ms']} cand {r['cand_ms']} ms "
+                f"{r['wall_s']:.1f}s {r['errors']} "
+                f"{ {k: round(v, 4) for k, v in (r['walls'] or {}).items() if k.startswith('timing')} }",
+                flush=True,
             )
     t0 = time.perf_counter()
     with ThreadPoolExecutor(args.concurrency) as pool:  # 4. twelve at once
-        for f, r in zip(files, pool.map(lambda f: verify(f, config), files), strict=True):
+        together = files if "x12" in passes else []
+        for f, r in zip(together, pool.map(lambda f: verify(f, config), together), strict=True):
             rows[f.stem]["x12"] = r
             print(f"x12 {f.stem}: {r['verdict']} {r['speedup']} {r['errors']}", flush=True)
     print(f"x12 wall: {time.perf_counter() - t0:.0f} s", flush=True)
