@@ -15,16 +15,17 @@ it on the inputs it receives and answers requests:
 - `batch`   one forward per listed staged set, each followed by the keyed digest of its outputs
             (witness.py), and the digests sent back at the end: the judge's clock runs from the
             request to this reply, and a reply cannot be right before every output exists; the
-            outputs are kept (`kept` sends one back). `placeholder` digests the last outputs again
-            instead of calling the model (the reference's runner: the judge's measure of the
-            batch's own cost). `profile` runs the batch under the profiler instead (untimed);
+            outputs are kept (`kept` sends one back). Both runners run the same loop, so its
+            cost cancels in the difference of their times. `profile` runs the batch under the
+            profiler instead (untimed);
 - `profile` one forward under `torch.profiler`: kernel names, device time, stream;
 - `guards`  whether timers, comparison functions or dispatcher entries were replaced, or global
             module hooks or torch function/dispatch modes installed.
 
 Everything this process reports besides the outputs is an observation made where the candidate's
-code runs: native code can forge it. The judge bases the verdict on outputs it compares itself
-and on its own clock; see docs/anticheat.md for what stays open. Not covered: multi-GPU models.
+code runs: plain Python can forge it (the runner's Python is the candidate's). The judge bases
+the verdict on outputs it compares itself and on its own clock; see docs/anticheat.md for what
+stays open. Not covered: multi-GPU models.
 """
 
 from __future__ import annotations
@@ -314,7 +315,6 @@ class Server:
 
         cuda = self.device.startswith("cuda")
         flush = self.flush if cuda and int(req.get("flush_mib", 0)) else None
-        placeholder = bool(req.get("placeholder"))
         kept: list[Any] = []
         digests: list[Any] = []
         with torch.no_grad():
@@ -325,16 +325,12 @@ class Server:
                     seal.toggle(args, int(seal_key))  # the set becomes usable only now, inside the clock
                 if flush is not None:
                     flush.fill_(1)  # evict L2 (cold policy)
-                if placeholder:
-                    out = self.kept[-1] if self.kept else self.last
-                else:
-                    out = self._guard(lambda a=args: self.model(*a), Stage.TIMING)
+                out = self._guard(lambda a=args: self.model(*a), Stage.TIMING)
                 # the outputs' digests, then the inputs' (an input changed in place no longer matches)
                 digests.append(witness.digest(flatten_outputs(out) + list(args), int(key), self.device))
                 kept.append(out)
-        if not placeholder:
-            self.kept = self.kept + kept if req.get("keep") else kept[-1:]
-            self.last = kept[-1] if kept else self.last
+        self.kept = self.kept + kept if req.get("keep") else kept[-1:]
+        self.last = kept[-1] if kept else self.last
         try:
             values = torch.stack(digests).cpu() if digests else torch.zeros(0, 1)
         except Exception as exc:  # a sticky CUDA error from the kernel

@@ -12,13 +12,16 @@ Phases: 1. torch, precision pinned (no TF32), the reference built after a secret
 the cache); 3. correctness: per trial a fresh secret seed and one input distribution
 (inputs.py), the reference run here, the candidate's outputs fetched and compared (tolerance.py),
 in-runner observations, one randomly chosen trial profiled; then a repeated call (determinism),
-constancy across trials, guards; 4. timing by the judge's own clock (`_timing`): per-call time
-as the slope of batch time over batch length (the round trip cancels), every call on a fresh
-input set staged sealed before the clock (seal.py) and unsealed inside it, the clock stopped by
-a reply that carries a keyed digest of every output (witness.py) checked against the reference's,
-two outputs of each repetition compared in full afterwards, the batch's own cost measured on the
-reference's runner and subtracted, timed batches alone on the GPU (gpu_lease.py); threads counted
-from /proc outside the runners.
+constancy across trials, guards; 4. timing (`_timing`): the reference's time per call by CUDA events in
+the judge (as an in-process harness measures it; the reference is trusted code), the candidate's
+as that time plus the difference of the two runners' per-call times by the judge's clock. A
+runner's per-call time is the slope of batch time over batch length (the round trip cancels);
+every call runs on a fresh input set staged sealed before the clock (seal.py) and unsealed inside
+it; the clock stops on a reply that carries a keyed digest of every output (witness.py), checked
+against the reference's; two outputs of each repetition are compared in full afterwards. Both
+runners repeat the same work around each call, so it cancels in the difference. Timed work runs
+alone on the GPU (gpu_lease.py) once a probe finds no other process's work queued on it; threads
+are counted from /proc outside the runners.
 
 What the judge still trusts from the candidate's process: nothing for a verdict of `correct` or
 for a time. Profiler records, guard reports and in-runner observations can add rejections only;
@@ -58,6 +61,7 @@ RUNNER_VERDICTS = {"runtime_error", "compile_error", "incorrect"}  # anything el
 NUM_PROFILED_TRIALS = 1  # plus one random timed round: each profiled call costs a profiler session
 MIN_REPETITIONS = 5
 TIMING_BUDGET_S = 20.0  # past this, and past MIN_REPETITIONS, a timing stops repeating
+GPU_IDLE_WAIT_S = 5.0  # how long a timed batch waits for work of other processes to leave the GPU
 _rng = secrets.SystemRandom()
 
 
@@ -152,6 +156,9 @@ class _Judge:
         self._lease_depth = 0  # shared holds nest; an exclusive hold makes them no-ops
         self.ref_call_s = 0.0  # the reference's time per call, measured by the judge in correctness
         self.flush_mib = 0
+        self._flush: Any = None  # the judge's own L2-flush buffer (cold policy)
+        self._probe_solo_s = 0.0  # the idle GPU's probe time (`_wait_gpu_idle`)
+        self.event_inputs: list[Any] = []  # the set the reference's event-timed calls use
         self.own_kernels: frozenset[str] = frozenset()  # kernels compiled into the candidate's libraries
         self.own_kernels_error = ""
 
@@ -422,13 +429,20 @@ class _Judge:
         return ref_trials[-1]
 
     def _timing(self, ref_mod: Any, model: Any, last_ref: Any) -> None:
-        """Per-call times as the slope of batch time over batch length, by the judge's clock.
+        """The reference's time by CUDA events here; the candidate's as the reference's plus the
+        difference of the two runners' per-call times by the judge's clock.
 
-        Each repetition stages fresh sealed input sets in both runners (seal.py), then, holding the
-        GPU's lease exclusively, times a short and a long batch per implementation, and the same
-        batches without the model on the reference's runner (the batch's own cost: unsealing, the
-        digest, the loop). A batch's reply carries every output's digest (witness.py), checked
-        against the reference's; two outputs chosen afterwards are compared in full.
+        The reference is trusted code and the judge its process, so its time per call is measured
+        as an in-process CUDA-event harness does (`_event_times`). The candidate's time cannot come
+        from its own process, so each repetition stages fresh sealed input sets in both runners
+        (seal.py) and, holding the GPU's lease exclusively on an idle GPU (`_wait_gpu_idle`), times
+        a short and a long batch of the same calls in each runner: the slope of batch time over
+        batch length is one runner's time per call, the round trip cancelled. The two runners
+        repeat the same work around each forward call (unsealing, digests, the loop), so the
+        difference of their slopes is the difference of the two forwards, and the candidate's time
+        is the reference's event time plus that difference. A batch's reply carries every output's
+        digest (witness.py), checked against the reference's; two outputs chosen afterwards are
+        compared in full.
         """
         from cudice.verifier.timing import from_samples, tensor_bytes
 
@@ -449,18 +463,38 @@ class _Judge:
                     break
         rough = max(self._rough_call_s(link) for link in links)
         set_bytes = tensor_bytes(warm) + tensor_bytes(last_ref)
-        fit = max(1, (cfg.timing_stage_mib << 20) // (3 * max(set_bytes, 1)))
+        fit = max(1, self._stage_budget_bytes() // (3 * max(set_bytes, 1)))
         n_small = int(min(max(1, math.ceil(cfg.timing_batch_ms / 1000.0 / max(rough, 1e-7))), fit, 4096))
         n_large = 2 * n_small
+        self._probe_solo_s = self._probe_s(best_of=10)
+        self.event_inputs = [x.clone() if _is_tensor(x) else x for x in warm]
+        self._event_times(model, self.event_inputs, 3)  # the harness's own warm-up
+        floor_ms = statistics.median(self._event_times(None, [], 20))  # one launch of a tiny kernel
         self._add_wall("timing.warmup", t0)
         # 2. repetitions
         t_rounds = time.perf_counter()
-        slopes: dict[str, list[float]] = {"reference": [], "candidate": [], "overhead": []}
+        ref_events: list[float] = []
+        deltas: list[float] = []  # candidate slope - reference slope, s per call
+        slopes: dict[str, list[float]] = {"reference": [], "candidate": []}
         staging: dict[str, list[float]] = {"reference": [], "candidate": []}
+        busy: list[str] = []
         found: list[Diagnostic] = []
         profiled = _rng.randrange(cfg.timing_num_trials)
+        events_per_rep = max(5, 100 // cfg.timing_num_trials)
         for rep in range(cfg.timing_num_trials):
-            found += self._repetition(ref_mod, model, n_small, n_large, slopes, staging, rep == profiled)
+            found += self._repetition(
+                ref_mod,
+                model,
+                n_small,
+                n_large,
+                slopes,
+                staging,
+                ref_events,
+                events_per_rep,
+                busy,
+                rep == profiled,
+            )
+            deltas.append(slopes["candidate"][-1] - slopes["reference"][-1])
             if (
                 rep >= MIN_REPETITIONS - 1
                 and time.perf_counter() - t_rounds > TIMING_BUDGET_S
@@ -473,19 +507,24 @@ class _Judge:
         self._stop_on_errors(found, Stage.TIMING)
         for role, times in staging.items():  # reported only: sealed sets give nothing to precompute
             self.walls[f"timing.staging_{role}_median"] = statistics.median(times)
-        overhead = statistics.median(slopes["overhead"])
-        ref_ms = [max(x - overhead, 1e-9) * 1e3 for x in slopes["reference"]]
-        cand_ms = [max(x - overhead, 1e-9) * 1e3 for x in slopes["candidate"]]
-        unresolved = [
-            f"the {role}'s time per call ({statistics.median(xs) * 1e3:.4f} ms) is within the noise of "
-            f"the batch's own cost ({overhead * 1e3:.4f} ms per call)"
-            for role, xs in (("reference", ref_ms), ("candidate", cand_ms))
-            if statistics.median(xs) < 0.25 * overhead * 1e3
-        ]
+        for role, xs in slopes.items():
+            self.walls[f"timing.slope_{role}_ms"] = statistics.median(xs) * 1e3
+        self.walls["timing.launch_floor_ms"] = floor_ms
+        ref_ms = statistics.median(ref_events)
+        cand_ms = [ref_ms + d * 1e3 for d in deltas]
+        unresolved = list(dict.fromkeys(busy))
+        cand_med = statistics.median(cand_ms)
+        if cand_med < 0.5 * floor_ms:
+            unresolved.append(
+                f"the candidate's time per call ({cand_med:.4f} ms: the reference's {ref_ms:.4f} ms plus "
+                f"the difference of the two runners' batches) is below half the cost of launching one "
+                f"kernel ({floor_ms:.4f} ms): the runner's own loop was bypassed, or the difference is noise"
+            )
+        cand_ms = [max(x, 1e-6) for x in cand_ms]
         self.out["l2_policy"] = cfg.l2_policy
         self.walls["timing.lease_wait"] = self.lease.waited_s if self.lease is not None else 0.0
         cmp_t = from_samples(
-            ref_ms,
+            ref_events,
             cand_ms,
             input_bytes=tensor_bytes(warm),
             output_bytes=tensor_bytes(last_ref),
@@ -493,14 +532,93 @@ class _Judge:
             peak_bandwidth_gb_s=cfg.peak_bandwidth_gb_s,
             extra_reasons=unresolved,
         )
+        clock = "CUDA events" if cuda else "the host clock"
         record_timing(
             cmp_t,
             self.where,
             self.out,
             self.diags,
-            f"; L2 {cfg.l2_policy}; slope of {n_small}- and {n_large}-call batches of fresh inputs, "
-            f"{len(slopes['candidate'])} repetitions, timed by the judge",
+            f"; L2 {cfg.l2_policy}; the reference timed by {clock} in the judge, the candidate as that "
+            f"plus the difference of the two runners' {n_small}- and {n_large}-call batches of fresh "
+            f"inputs, {len(deltas)} repetitions",
         )
+
+    def _stage_budget_bytes(self) -> int:
+        """Bytes of input and output sets one repetition may stage: the configured bound, at most an
+        eighth of the GPU memory free now (two runners and the judge hold copies)."""
+        budget = self.config.timing_stage_mib << 20
+        if self.device.startswith("cuda"):
+            import torch
+
+            free, _ = torch.cuda.mem_get_info()
+            budget = min(budget, int(free) // 8)
+        return max(int(budget), 1)
+
+    def _event_times(self, model: Any, inputs: list[Any], calls: int) -> list[float]:
+        """Per-call ms of `model(*inputs)` as an in-process CUDA-event harness measures it (start and
+        end events around each call, then a synchronisation; the L2 flushed first under the cold
+        policy); the host clock without CUDA. `model=None` times one tiny kernel (a launch's cost)."""
+        import torch
+
+        cuda = self.device.startswith("cuda")
+        if self._flush is None and self.flush_mib:
+            self._flush = torch.empty(self.flush_mib << 18, dtype=torch.int32, device=self.device)
+        tiny = torch.zeros(1, device=self.device)
+        out = []
+        with torch.no_grad():
+            for _ in range(calls):
+                if self._flush is not None:
+                    self._flush.fill_(1)
+                if cuda:
+                    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+                    start.record()
+                    model(*inputs) if model is not None else tiny.add_(1.0)
+                    end.record()
+                    torch.cuda.synchronize()
+                    out.append(float(start.elapsed_time(end)))
+                else:
+                    t0 = time.perf_counter()
+                    model(*inputs) if model is not None else tiny.add_(1.0)
+                    out.append((time.perf_counter() - t0) * 1e3)
+        return out
+
+    def _probe_s(self, best_of: int = 1) -> float:
+        """Host time of one tiny kernel and a device synchronisation in the judge (best of `best_of`)."""
+        import torch
+
+        if not self.device.startswith("cuda"):
+            return 0.0
+        tiny = torch.zeros(1, device=self.device)
+        best = math.inf
+        for _ in range(best_of):
+            t0 = time.perf_counter()
+            tiny.add_(1.0)
+            torch.cuda.synchronize()
+            best = min(best, time.perf_counter() - t0)
+        return best
+
+    def _wait_gpu_idle(self, busy: list[str]) -> None:
+        """Wait (bounded) until no other process's work is queued on the GPU: a kernel of another
+        context (a runner's work left running after its reply) delays the judge's probe by a time
+        slice. Timed work on a busy GPU would be slowed, and a candidate could slow the reference's
+        batches that way; a GPU still busy after `GPU_IDLE_WAIT_S` marks the timing unresolved."""
+        if not self.device.startswith("cuda"):
+            return
+        limit = max(10 * self._probe_solo_s, self._probe_solo_s + 500e-6)
+        deadline = time.perf_counter() + GPU_IDLE_WAIT_S
+        t0 = time.perf_counter()
+        while True:
+            took = self._probe_s()
+            if took <= limit:
+                break
+            if time.perf_counter() > deadline:
+                busy.append(
+                    f"the GPU stayed busy with work of another process for {GPU_IDLE_WAIT_S:g} s before "
+                    f"a timed batch (a probe kernel took {took * 1e3:.2f} ms, "
+                    f"alone {self._probe_solo_s * 1e3:.3f} ms)"
+                )
+                break
+        self._add_wall("timing.idle_wait", t0)
 
     def _repetition(
         self,
@@ -510,9 +628,13 @@ class _Judge:
         n_large: int,
         slopes: dict[str, list[float]],
         staging: dict[str, list[float]],
+        ref_events: list[float],
+        events: int,
+        busy: list[str],
         profile: bool,
     ) -> list[Diagnostic]:
-        """One repetition: fresh sealed sets, the timed batches, their digests and two full checks."""
+        """One repetition: fresh sealed sets; alone on an idle GPU, `events` event-timed calls of the
+        reference here and the timed batches of both runners; then the digests and two full checks."""
         import torch
         from cudice.verifier import seal, witness
         from cudice.verifier.dynamic_checks import flatten_outputs
@@ -555,24 +677,17 @@ class _Judge:
         small, large = list(range(n_small)), list(range(n_small, total))
         times: dict[str, list[float]] = {}
         digests: dict[str, list[list[float]]] = {}
-        overhead_keys = [secrets.randbits(64) for _ in range(total)]
-        with self._exclusive():  # 3. the timed batches, alone on the GPU
+        with self._exclusive():  # 3. the reference's event times, then the timed batches
+            self._wait_gpu_idle(busy)
+            ref_events += self._event_times(model, self.event_inputs, events)
             for link in links if _rng.random() < 0.5 else links[::-1]:
                 for part in (small, large):
+                    self._wait_gpu_idle(busy)  # nothing left running by the other runner
                     t, batch_digests = self._timed_batch(
                         link, part, [keys[i] for i in part], [seals[i] for i in part]
                     )
                     times.setdefault(link.role, []).append(t)
                     digests.setdefault(link.role, []).extend(batch_digests)
-            for part in (small, large):
-                t, _ = self._timed_batch(
-                    self.session.ref,
-                    part,
-                    [overhead_keys[i] for i in part],
-                    [seals[i] for i in part],
-                    placeholder=True,
-                )
-                times.setdefault("overhead", []).append(t)
         for role, (t_small, t_large) in times.items():
             slopes[role].append((t_large - t_small) / (n_large - n_small))
         # 4. every digest of the candidate's batches, then two outputs in full, chosen now
@@ -693,11 +808,9 @@ class _Judge:
         indices: list[int],
         keys: list[int],
         seals: list[int],
-        *,
-        placeholder: bool = False,
     ) -> tuple[float, list[list[float]]]:
         # every output since the staging stays in the runner, for the checks afterwards
-        header = self._batch_request(indices, seals, keys, placeholder=placeholder, keep=not placeholder)
+        header = self._batch_request(indices, seals, keys, keep=True)
         t0 = time.perf_counter()
         rep, _ = self._ask(link, header, Stage.TIMING, deadline_s=self._limit_s(len(indices)))
         elapsed = time.perf_counter() - t0  # the clock stops when the digests of every output are here
@@ -950,6 +1063,12 @@ class _Judge:
         self.diags.extend(d for d in found if d.severity is not Severity.ERROR)
         if errors:
             raise _Stop(Verdict.INCORRECT, stage, errors)
+
+
+def _is_tensor(x: Any) -> bool:
+    import torch
+
+    return isinstance(x, torch.Tensor)
 
 
 def _finite(out: Any) -> bool:

@@ -2,7 +2,7 @@
 
 Each candidate's header holds one machine-readable line and one line of prose:
 
-    # corpus: kind=<honest|static|warning|dynamic|hostile|runtime> verdict=<verdict> [codes=a,b]
+    # corpus: kind=<honest|static|warning|dynamic|hostile|runtime> verdict=<v> [codes=a,b] [max_speedup=x]
     # exploit: <what it does and where the exploit was reported>
 
 - `honest`  — must pass clean (no static error, no static warning); on a GPU: `correct`.
@@ -20,6 +20,10 @@ Each candidate's header holds one machine-readable line and one line of prose:
 judge must reject, by whichever check comes first. Its `Case.verdict` is an `AnyButCorrect`, a
 string equal to every verdict but `correct`, so a test comparing `result.verdict.value ==
 case.verdict` accepts any rejection; `Case.accepts` says the same without the operator.
+
+`max_speedup=x` (attacks whose mechanism only ever aimed at a forged speedup: a skipped
+synchronisation, a cache that fresh inputs never hit) also accepts `correct` with a counted
+speed-up below `x`: what such a kernel honestly is, once the attack gains nothing.
 
 Files under `references/` are KernelBench references, not candidates.
 
@@ -65,6 +69,7 @@ class Case:
     verdict: str
     codes: tuple[str, ...]
     exploit: str
+    max_speedup: float | None = None
 
     @property
     def name(self) -> str:
@@ -89,7 +94,8 @@ def parse_case(path: Path) -> Case:
     codes = tuple(c for c in fields.get("codes", "").split(",") if c)
     e = _EXPLOIT.search(text)
     verdict = AnyButCorrect(NOT_CORRECT) if fields["verdict"] == NOT_CORRECT else fields["verdict"]
-    return Case(path, kind, verdict, codes, e.group("text") if e else "")
+    cap = fields.get("max_speedup")
+    return Case(path, kind, verdict, codes, e.group("text") if e else "", float(cap) if cap else None)
 
 
 def load_corpus(*kinds: str) -> list[Case]:
@@ -100,13 +106,22 @@ def load_corpus(*kinds: str) -> list[Case]:
 
 def record(kind: str, name: str, result: Any, expected: set[str], codes: set[str] | None = None) -> None:
     path = os.environ.get("CUDICE_ANTICHEAT_REPORT") or (
-        str(Path(os.environ["OUT"]) / "anticheat.jsonl") if os.environ.get("OUT") else "")
+        str(Path(os.environ["OUT"]) / "anticheat.jsonl") if os.environ.get("OUT") else ""
+    )
     if not path:
         return
     found = sorted({d.code for d in result.diagnostics})
-    row = {"kind": kind, "case": name, "verdict": result.verdict.value, "expected": sorted(expected),
-           "expected_codes": sorted(codes or ()), "codes": found, "error": (result.error or "")[-300:],
-           "wall_s": round(sum(result.stage_wall_s.values()), 2), "speedup": result.speedup}
+    row = {
+        "kind": kind,
+        "case": name,
+        "verdict": result.verdict.value,
+        "expected": sorted(expected),
+        "expected_codes": sorted(codes or ()),
+        "codes": found,
+        "error": (result.error or "")[-300:],
+        "wall_s": round(sum(result.stage_wall_s.values()), 2),
+        "speedup": result.speedup,
+    }
     with Path(path).open("a", encoding="utf-8") as f:
         f.write(json.dumps(row) + "\n")
 
@@ -128,14 +143,20 @@ def gpu_corpus_results() -> dict[str, Any]:
     hostile = VerifyConfig(timeout_s=15.0, num_trials=2, timing_num_trials=5, timing_warmup_ms=20.0)
     with VerifyPool(normal, num_compile_workers=max(2, (os.cpu_count() or 4) // 2)) as pool:
         t0 = time.monotonic()
-        futures = {c.name: pool.submit(c.path, key=c.name, config=hostile if c.kind == "hostile" else normal)
-                   for c in cases}
+        futures = {
+            c.name: pool.submit(c.path, key=c.name, config=hostile if c.kind == "hostile" else normal)
+            for c in cases
+        }
         results: dict[str, Any] = {name: f.result(timeout=900) for name, f in futures.items()}
         results["wall_s"] = time.monotonic() - t0
         good = next(c for c in cases if c.name == GOOD_AFTER_HOSTILE)
         results["good_after_hostile"] = pool.submit(good.path, key="good_after_hostile").result(timeout=600)
     for c in cases:
-        expected = set(c.verdict.split("|")) if c.kind == "hostile" else {"correct" if c.kind == "honest" else c.verdict}
+        expected = (
+            set(c.verdict.split("|"))
+            if c.kind == "hostile"
+            else {"correct" if c.kind == "honest" else c.verdict}
+        )
         record(c.kind, c.name, results[c.name], expected, set(c.codes))
     record("hostile", "good_after_hostile", results["good_after_hostile"], {"correct"})
     return results
