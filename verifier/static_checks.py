@@ -25,7 +25,8 @@ The checks (policy and codes: docs/anticheat.md, docs/diagnostics.md):
   name holds); names resolve through `static_names.py` (`torch.cuda.torch` is `torch`,
   `load_inline` under any name);
 - C++/CUDA text of every `load_inline` call: `static_load_inline.py` over `static_cuda.py`
-  (+ `static_cpp_rules.py`, `static_cpp_scan.py`, `static_cpp_preprocess.py`).
+  (+ `static_cpp_rules.py`, `static_cpp_scan.py`, `static_cpp_preprocess.py`, and
+  `static_cpp_tensors.py` for C++ operators on tensors such as `x * (x > 0)`).
 
 C++ sources: literals are checked through their source map; sources the file fixes by other
 means (f-strings over constants, `"".join` of literals, `+=` …: `static_sources.py`) are checked

@@ -4,16 +4,20 @@ Codes (docs/diagnostics.md): `static.cpp_stream_create`, `static.cpp_std_thread`
 `static.timer_patch` (symbol interposition), `static.dispatcher_override` (`TORCH_LIBRARY*`),
 `static.cpp_file_or_process` (files, programs, process control, `/proc`),
 `static.cpp_pointer_cache` (state that outlives a call), `static.cpp_torch_op` (ATen calls —
-qualified under any name of ATen's namespaces, as methods, or unqualified through
-argument-dependent lookup — vendor libraries, and calls back into Python through pybind11).
+qualified under any name of ATen's namespaces, as methods, unqualified through
+argument-dependent lookup, or as C++ operators on tensors — vendor libraries, and calls back into
+Python through pybind11).
 
 Regexes over the blanked text with the file's own macros expanded (`static_cpp_scan.Unit.of`,
 `static_cpp_preprocess.py`): `CAT(pthread_, create)` reads as `pthread_create`, `NS::relu` under
 `#define NS at` as `at::relu`; findings land on the macro's invocation. A stream or a `static`
 seen only through a macro is a warning (the run-time layer measures those: `dynamic.side_stream`,
 `dynamic.nondeterministic`); every other finding is an error however it is spelled. Operators on
-tensors (`x * y`) are left to the dynamic checks. Overloads are not resolved: a candidate's own
-function that shadows an ATen or libc name is trusted to be its own.
+tensors (`x * (x > 0)`, `out += b`, `-x`: arithmetic, comparison, bitwise, compound assignment)
+in host code are ATen calls too (`static.cpp_torch_op`): which expressions are tensors is inferred
+from declarations by `static_cpp_tensors.py` (`x.size(0)`, `x.numel()`, `x.data_ptr<float>() + i`
+are not). Overloads are not resolved: a candidate's own function that shadows an ATen or libc name
+is trusted to be its own.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from cudice.verifier.static_cpp_preprocess import (
     aten_using_declarations,
 )
 from cudice.verifier.static_cpp_scan import CppFunction, Unit, diag
+from cudice.verifier.static_cpp_tensors import returns_tensor, tensor_operators
 from cudice.verifier.static_policy import (
     COMPUTE_METHODS,
     Strictness,
@@ -180,12 +185,17 @@ def host_bodies(u: Unit) -> Iterable[tuple[CppFunction, str]]:
             yield f, u.code[f.body_start : f.body_end]
 
 
-def _outside_functions(u: Unit) -> tuple[CppFunction, str]:
+def _outside_functions(u: Unit, *, headers: bool = False) -> tuple[CppFunction, str]:
     """The text outside namespace-scope function bodies — struct and class methods, lambdas and
-    initialisers at namespace scope — as one more body to judge (bodies blanked, offsets kept)."""
+    initialisers at namespace scope — as one more body to judge (bodies blanked, offsets kept;
+    with `headers`, the functions' headers too: their parameters belong to their own bodies)."""
     chars = list(u.code)
     for f in u.functions:
-        for i in range(f.body_start, f.body_end):
+        start = f.body_start
+        if headers:
+            at = u.code.rfind(f.header, 0, f.body_start)
+            start = at if at >= 0 else start
+        for i in range(start, f.body_end):
             if chars[i] != "\n":
                 chars[i] = " "
     return CppFunction(
@@ -242,6 +252,21 @@ def pattern_findings(u: Unit, level: Strictness, defined: set[str]) -> list[Diag
         for n in aten_using_declarations(u.code, roots)
         if not n[:1].isupper() and n not in glue and n not in CUDA_NS_GLUE
     )
+    tensor_fns = {f.name for f in u.functions if not f.is_device and returns_tensor(f.header)}
+    for f, body in [*host_bodies(u), _outside_functions(u, headers=True)]:
+        for op in tensor_operators(f.header, body, roots, tensor_fns):
+            diags.append(
+                diag(
+                    u,
+                    f.body_start + op.offset,
+                    "static.cpp_torch_op",
+                    f"`{op.op}` on the tensor `{op.operand}` in host function `{f.name}` runs an ATen op: "
+                    "`at::Tensor` overloads C++ operators, so PyTorch does this work, not the candidate's "
+                    "kernel. Compute it in a `__global__` kernel; host code may only allocate outputs "
+                    "(`torch::empty_like`), read metadata (`x.size(0)`, `x.numel()`) and launch kernels.",
+                    lib_sev,
+                )
+            )
     for f, body in [*host_bodies(u), *macros, _outside_functions(u)]:
         for m in aten_call.finditer(body):
             root, ns, name = m.group("root"), _scope(m.group("root"), m.group(2)), m.group(3)

@@ -4,8 +4,11 @@ and diagnostics located back in the user's file through each source's locator.
 
 Used by the static C++ rules (`static_cpp_rules.py`), the launch check (`static_cuda.py`) and the
 dynamic profiler check (`defined_kernel_names`). The rules read each source with its own macros
-expanded (`Unit.of`, `static_cpp_preprocess.py`); a template instantiation or an overload is not
-resolved.
+expanded (`Unit.of`, `static_cpp_preprocess.py`). Function headers may start with template
+parameter lists (`template <typename T, int N = 4>`, `template <>`: `strip_template_prefix`), and
+braces on preprocessor lines (`#define CHECK(x) do { x; } while (0)`) open no block. A template
+instantiation or an overload is not resolved; functions defined inside structs and classes are
+not listed (their text is one of `blocks`).
 """
 
 from __future__ import annotations
@@ -91,6 +94,8 @@ def find_functions(code: str) -> list[CppFunction]:
 def scan_blocks(code: str) -> tuple[list[CppFunction], list[tuple[int, int]]]:
     """Function definitions, and the spans of the other top-level brace blocks (struct/class/enum
     bodies, initialisers): what is declared inside those is not a namespace-scope variable."""
+    # preprocessor lines blanked (offsets kept): `#define CHECK(x) do { x; } while (0)` opens no block
+    code = _PREPROCESSOR_LINE.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), code)
     out: list[CppFunction] = []
     others: list[tuple[int, int]] = []
     stack: list[str] = []  # 'ns', 'fn', 'other'
@@ -103,11 +108,11 @@ def scan_blocks(code: str) -> tuple[list[CppFunction], list[tuple[int, int]]]:
             if "fn" in stack or "other" in stack:
                 stack.append("inner")
                 continue
-            header = _PREPROCESSOR_LINE.sub("", code[start_of_decl:i])
+            header = code[start_of_decl:i]
             if _NS_OR_EXTERN.search(header):
                 stack.append("ns")
                 start_of_decl = i + 1
-            elif _HEADER_FN.search(header) and "(" in header and "=" not in header.split("(")[0]:
+            elif _is_function_header(header):
                 stack.append("fn")
                 fn_start, fn_header = i, header.strip()
             else:
@@ -131,8 +136,46 @@ def scan_blocks(code: str) -> tuple[list[CppFunction], list[tuple[int, int]]]:
     return out, others
 
 
+def strip_template_prefix(header: str) -> str:
+    """`header` without its leading `template <...>` parameter lists (nested brackets, default
+    arguments, `template <>` specialisations): `template <typename T, int N = 4> void f(T* x)` is
+    `void f(T* x)`. Unbalanced brackets leave the header as it is."""
+    rest = header.lstrip()
+    while (m := re.match(r"template\s*<", rest)) is not None:
+        depth, i = 1, m.end()
+        while i < len(rest) and depth:
+            depth += {"<": 1, ">": -1, "(": 0, ")": 0}.get(rest[i], 0)
+            if rest[i] == "(":  # `(sizeof(T) > 2)`: a comparison inside parentheses closes nothing
+                close = _matching_paren(rest, i)
+                if close < 0:
+                    return header
+                i = close
+            i += 1
+        if depth:
+            return header
+        rest = rest[i:].lstrip()
+    return rest
+
+
+def _matching_paren(text: str, open_paren: int) -> int:
+    depth = 0
+    for i in range(open_paren, len(text)):
+        depth += {"(": 1, ")": -1}.get(text[i], 0)
+        if depth == 0:
+            return i
+    return -1
+
+
+def _is_function_header(header: str) -> bool:
+    """Whether the text before a `{` declares a function (not an initialiser `int a[] = {...}`, a
+    struct or a lambda assigned to a variable); template parameter lists and their default
+    arguments (`template <int N = 4>`) do not count as an initialiser's `=`."""
+    head = strip_template_prefix(header)
+    return bool(_HEADER_FN.search(head)) and "(" in head and "=" not in head.split("(")[0]
+
+
 def _function_name(header: str) -> str | None:
-    head = re.sub(r"__launch_bounds__\s*\([^)]*\)", " ", header)
+    head = re.sub(r"__launch_bounds__\s*\([^)]*\)", " ", strip_template_prefix(header))
     m = re.search(r"([A-Za-z_]\w*)\s*(?:<[^()]*>)?\s*\(", head)
     return m.group(1) if m else None
 

@@ -3,19 +3,28 @@
 `check_cpp_sources()` is the entry point: it blanks comments and strings and expands the
 file's own macros (`static_cpp_scan.py`, `static_cpp_preprocess.py`), applies the pattern rules
 to every source (`static_cpp_rules.py`: streams, threads, sleeps, interposition, dispatcher
-registrations, file/process APIs, caches, ATen, vendor-library and Python calls), warns about
+registrations, file/process APIs, caches, ATen calls and operators on tensors, vendor-library
+and Python calls), warns about
 half precision, and — here — checks that every `__global__` kernel is launched from a host
 function Python can reach
 (`static.kernel_never_launched`; roots are `functions=`, else `PYBIND11_MODULE`'s `m.def`, else
-every host function). A kernel passed by name to a host function that launches that
-parameter (`template <class K, class... A> void launch(K k, ...) { k<<<g, b>>>(...); }`) counts
-as launched; a launch of a name that is no kernel, parameter or local (`relu_kernl<<<...>>>`) is
-reported where it is written, instead of calling the kernel it misspells a decoy.
+every host function). The call graph follows every spelling of a call (`calls_function`):
+explicit and nested template arguments (`launch_relu<scalar_t>(...)`, `f<Vec<std::pair<int, int>>>(...)`),
+`::`/namespace qualification, calls inside lambdas given to macros (KernelBench's
+`AT_DISPATCH_FLOATING_TYPES(..., [&] { launch_relu<scalar_t>(...); })`), the file's own macros
+expanded, and a function taken as a value (`&launch<float>`, `std::invoke(launch<float>, ...)`).
+Function templates are found with default template arguments and as explicit specialisations;
+overloads and specialisations share their name, and all of them count. A kernel passed by name
+to a host function that launches that parameter (`template <class K, class... A> void launch(K k,
+...) { k<<<g, b>>>(...); }`) counts as launched; a launch of a name that is no kernel, parameter or
+local (`relu_kernl<<<...>>>`) is reported where it is written, instead of calling the kernel it
+misspells a decoy.
 
-What it does not do: resolve overloads or template instantiations, follow calls through function
-pointers stored in variables, or see macros from headers; a kernel launched only from another
-kernel (dynamic parallelism) counts as not launched. Those cases are what the dynamic profiler
-check (`dynamic_checks.py`) is for.
+What it does not do: tell overloads or template instantiations apart (a call of any of them
+reaches all), follow calls through function pointers stored in variables other than by name, see
+macros from headers, or read member functions of structs (`Launcher::run(...)`); a kernel launched
+only from another kernel (dynamic parallelism) counts as not launched. Those cases are what the
+dynamic profiler check (`dynamic_checks.py`) is for.
 """
 
 from __future__ import annotations
@@ -37,6 +46,7 @@ from cudice.verifier.static_cpp_scan import (
     find_functions,
     find_kernels,
     scan_blocks,
+    strip_template_prefix,
 )
 from cudice.verifier.static_policy import Strictness
 
@@ -131,7 +141,8 @@ _LAUNCH_SITE = re.compile(r"\b([A-Za-z_]\w*)\s*(?:<[^;{}()<>]*>\s*)?<<<")
 
 def _param_names(header: str) -> list[str]:
     """Parameter names of a function header `... name(T a, U* b = 0, A... rest)`, in order."""
-    open_paren = header.find("(", header.rfind(">") + 1 if header.startswith("template") else 0)
+    header = strip_template_prefix(header)
+    open_paren = header.find("(")
     if open_paren < 0:
         return []
     depth, start, params = 0, open_paren + 1, []
@@ -213,13 +224,12 @@ def _call_args(text: str, open_paren: int) -> list[str]:
 
 
 def _undefined_launches(
-    host: dict[str, tuple[Unit, CppFunction]], reachable: set[str], kernels: set[str]
+    host: dict[str, list[tuple[Unit, CppFunction]]], reachable: set[str], kernels: set[str]
 ) -> list[Diagnostic]:
     """`relu_kernl<<<...>>>` where no kernel, parameter or local of that name exists: the launch of a
     kernel that is not defined (the compiler will reject it), reported where it is written."""
     diags: list[Diagnostic] = []
-    for h in sorted(reachable):
-        u, f = host[h]
+    for u, f in (d for h in sorted(reachable) for d in host[h]):
         body = u.code[f.body_start : f.body_end]
         text = f.header + " " + body
         for m in _LAUNCH_SITE.finditer(body):
@@ -264,39 +274,110 @@ def pybind_python_names(sources: Sequence[CppSource]) -> set[str]:
     return names
 
 
-def _launch_findings(
-    units: Sequence[Unit], exposed: Sequence[str] | None, level: Strictness
-) -> list[Diagnostic]:
-    host = {f.name: (u, f) for u in units for f in u.functions if not f.is_device}
-    roots = exposed_cpp_names(units, exposed) & set(host)
+def _skip_template_args(text: str, i: int) -> int:
+    """The offset just past the template argument list that opens at `text[i] == "<"` (nested
+    brackets, parenthesised expressions such as `(N > 2)`), or -1 when none closes before a `;`,
+    `{` or `}` (then `<` is a comparison)."""
+    depth = 0
+    while i < len(text):
+        ch = text[i]
+        if ch == "<":
+            depth += 1
+        elif ch == ">":
+            depth -= 1
+            if depth == 0:
+                return i + 1
+        elif ch == "(":
+            depth_p, j = 0, i
+            while j < len(text):
+                depth_p += {"(": 1, ")": -1}.get(text[j], 0)
+                if depth_p == 0 or text[j] in ";{}":
+                    break
+                j += 1
+            if depth_p:
+                return -1
+            i = j
+        elif ch in ";{})":
+            return -1
+        i += 1
+    return -1
+
+
+def calls_function(body: str, name: str) -> bool:
+    """Whether `body` calls the function `name` or takes it as a value, however the call is spelt:
+    `f(...)`, `f<float>(...)`, `f<scalar_t, 4>(...)`, `f<std::pair<int, int>>(...)`, `ns::f<T>(...)`,
+    `this->template f<T>(...)`, inside a lambda given to a macro (`AT_DISPATCH_*(..., [&] { f<scalar_t>(...);
+    })`), or as a function pointer (`&f<float>`, `std::invoke(f<float>, ...)`). Which overload or
+    instantiation runs is not resolved: any spelling of the name counts."""
+    for m in re.finditer(rf"\b{re.escape(name)}\b", body):
+        i = m.end()
+        while i < len(body) and body[i].isspace():
+            i += 1
+        if i < len(body) and body[i] == "<":
+            end = _skip_template_args(body, i)
+            if end < 0:
+                continue
+            i = end
+            while i < len(body) and body[i].isspace():
+                i += 1
+        if i < len(body) and body[i] == "(":
+            return True
+        before = body[max(0, m.start() - 200) : m.start()].rstrip()
+        before = re.sub(r"(?:[A-Za-z_]\w*\s*::\s*)+$", "", before).rstrip()  # `&ns::f`
+        if before.endswith("&") or (before[-1:] in ("(", ",", "=") and body[i : i + 1] in (")", ",", ";")):
+            return True
+    return False
+
+
+def _host_functions(units: Sequence[Unit]) -> dict[str, list[tuple[Unit, CppFunction]]]:
+    """Host functions by name; overloads and template specialisations share a name, and all count."""
+    host: dict[str, list[tuple[Unit, CppFunction]]] = {}
+    for u in units:
+        for f in u.functions:
+            if not f.is_device:
+                host.setdefault(f.name, []).append((u, f))
+    return host
+
+
+def reachable_host_functions(host: dict[str, list[tuple[Unit, CppFunction]]], roots: set[str]) -> set[str]:
+    """Names of the host functions `roots` call, directly or through other host functions
+    (`calls_function`: explicit template arguments, qualified names, lambdas given to macros)."""
     reachable: set[str] = set()
-    todo = list(roots)
+    todo = [r for r in roots if r in host]
     while todo:
         name = todo.pop()
         if name in reachable:
             continue
         reachable.add(name)
-        u, f = host[name]
-        body = u.code[f.body_start : f.body_end]
-        todo += [g for g in host if g not in reachable and re.search(rf"\b{re.escape(g)}\s*\(", body)]
+        for u, f in host[name]:
+            body = u.code[f.body_start : f.body_end]
+            todo += [g for g in host if g not in reachable and calls_function(body, g)]
+    return reachable
+
+
+def _launch_findings(
+    units: Sequence[Unit], exposed: Sequence[str] | None, level: Strictness
+) -> list[Diagnostic]:
+    host = _host_functions(units)
+    reachable = reachable_host_functions(host, exposed_cpp_names(units, exposed))
     kernels = [(u, name, off) for u in units for name, off in find_kernels(u.code)]
     # A launch hidden in a macro (`#define LAUNCH(k) k<<<g, b>>>(...)`) cannot be seen without a
     # preprocessor: then a kernel named in a reachable host body counts as launched (no false alarm).
     macro_launch = any(
         re.search(r"^\s*#\s*define\b.*(?:<<<|cudaLaunch)", u.code, re.MULTILINE) for u in units
     )
-    bodies = {h: host[h][0].code[host[h][1].body_start : host[h][1].body_end] for h in reachable}
-    launchers = {
-        g: idx
-        for g, (_, f) in host.items()
-        if (idx := _launched_params(f.header, host[g][0].code, f)) is not None
-    }
+    bodies = [u.code[f.body_start : f.body_end] for h in sorted(reachable) for u, f in host[h]]
+    launchers: dict[str, set[int]] = {}
+    for g, defs in host.items():
+        for u, f in defs:
+            if (idx := _launched_params(f.header, u.code, f)) is not None:
+                launchers.setdefault(g, set()).update(idx)
     for u in units:  # `auto launch = [](auto k, dim3 g, dim3 b, auto... a) { k<<<g, b>>>(a...); };`
         launchers.update(_lambda_launchers(u.code))
     launched = {
         name
         for _, name, _ in kernels
-        for body in bodies.values()
+        for body in bodies
         if _launches(body, name)
         or (macro_launch and re.search(rf"\b{re.escape(name)}\b", body))
         or _passed_to_launcher(body, name, launchers)
