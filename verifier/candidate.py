@@ -158,7 +158,11 @@ class Server:
         from cudice.verifier import dynamic_checks as dyn
 
         # before the job: a warm spare's runner has its context ready (only the candidate is profiled)
-        warm_gpu(profiler=self.role == "candidate")
+        # both roles: a profiler session leaves CUPTI's callbacks on every later kernel launch of the
+        # process (https://github.com/pytorch/pytorch/issues/144455); the candidate's runner is
+        # profiled, so the reference's must carry the same per-launch cost for the difference of
+        # their request times to be the difference of the two forwards
+        warm_gpu(profiler=True)
         self.guards = dyn.snapshot_guarded()  # before any candidate code
         self.reply({"op": "ready", "torch": torch.__version__})
         while True:

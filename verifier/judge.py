@@ -14,14 +14,14 @@ the cache); 3. correctness: per trial a fresh secret seed and one input distribu
 in-runner observations, one randomly chosen trial profiled; then a repeated call (determinism),
 constancy across trials, guards; 4. timing (`_timing`): the reference's time per call by CUDA events in
 the judge (as an in-process harness measures it; the reference is trusted code), the candidate's
-as that time plus the difference of the two runners' per-call times by the judge's clock. A
-runner's per-call time is the slope of batch time over batch length (the round trip cancels);
-every call runs on a fresh input set staged sealed before the clock (seal.py) and unsealed inside
-it; the clock stops on a reply that carries a keyed digest of every output (witness.py), checked
-against the reference's; two outputs of each repetition are compared in full afterwards. Both
-runners repeat the same work around each call, so it cancels in the difference. Timed work runs
-alone on the GPU (gpu_lease.py) once a probe finds no other process's work queued on it; threads
-are counted from /proc outside the runners.
+as that time plus the difference of the two runners' per-call times by the judge's clock. Each
+call is one request, timed from request to reply: it runs on a fresh input set staged sealed
+before the clock (seal.py) and unsealed inside it, and its reply must carry a keyed digest of its
+outputs (witness.py), checked against the reference's, so calls can neither overlap nor end
+after the reply; two outputs of each repetition are compared in full afterwards. Both runners do
+the same work around each call (round trip, unsealing, digest), so it cancels in the difference.
+Timed work runs alone on the GPU (gpu_lease.py) once a probe finds no other process's work queued
+on it; threads are counted from /proc outside the runners.
 
 What the judge still trusts from the candidate's process: nothing for a verdict of `correct` or
 for a time. Profiler records, guard reports and in-runner observations can add rejections only;
@@ -435,14 +435,15 @@ class _Judge:
         The reference is trusted code and the judge its process, so its time per call is measured
         as an in-process CUDA-event harness does (`_event_times`). The candidate's time cannot come
         from its own process, so each repetition stages fresh sealed input sets in both runners
-        (seal.py) and, holding the GPU's lease exclusively on an idle GPU (`_wait_gpu_idle`), times
-        a short and a long batch of the same calls in each runner: the slope of batch time over
-        batch length is one runner's time per call, the round trip cancelled. The two runners
-        repeat the same work around each forward call (unsealing, digests, the loop), so the
-        difference of their slopes is the difference of the two forwards, and the candidate's time
-        is the reference's event time plus that difference. A batch's reply carries every output's
-        digest (witness.py), checked against the reference's; two outputs chosen afterwards are
-        compared in full.
+        (seal.py) and then, holding the GPU's lease exclusively, sends one request per call, the
+        two runners' requests interleaved in random order, each on an idle GPU (`_wait_gpu_idle`).
+        A request's seal key arrives with it and its reply must carry the keyed digest of the
+        outputs (witness.py), so no call can start before its request or end after its reply:
+        calls cannot overlap or be deferred, whatever the runner's Python does, and a request's
+        time is round trip + unsealing + the forward + the digest, in sequence. Both runners do
+        the same work around the forward, so the difference of their median request times is the
+        difference of the two forwards, and the candidate's time is the reference's event time
+        plus that difference. Two outputs per repetition, chosen afterwards, are compared in full.
         """
         from cudice.verifier.timing import from_samples, tensor_bytes
 
@@ -461,11 +462,10 @@ class _Judge:
                 self._batch(link, [0], seals=None)
                 if time.perf_counter() >= deadline:
                     break
-        rough = max(self._rough_call_s(link) for link in links)
+        per_request = max(self._request_s(link) for link in links)
         set_bytes = tensor_bytes(warm) + tensor_bytes(last_ref)
-        fit = max(1, self._stage_budget_bytes() // (3 * max(set_bytes, 1)))
-        n_small = int(min(max(1, math.ceil(cfg.timing_batch_ms / 1000.0 / max(rough, 1e-7))), fit, 4096))
-        n_large = 2 * n_small
+        fit = max(1, self._stage_budget_bytes() // max(set_bytes, 1))
+        calls = int(min(max(3, math.ceil(cfg.timing_batch_ms / 1000.0 / max(per_request, 1e-7))), fit, 4096))
         self._probe_solo_s = self._probe_s(best_of=10)
         self.event_inputs = [x.clone() if _is_tensor(x) else x for x in warm]
         self._event_times(model, self.event_inputs, 3)  # the harness's own warm-up
@@ -475,7 +475,7 @@ class _Judge:
         t_rounds = time.perf_counter()
         ref_events: list[float] = []
         deltas: list[float] = []  # candidate slope - reference slope, s per call
-        slopes: dict[str, list[float]] = {"reference": [], "candidate": []}
+        per_call: dict[str, list[float]] = {"reference": [], "candidate": []}
         staging: dict[str, list[float]] = {"reference": [], "candidate": []}
         busy: list[str] = []
         found: list[Diagnostic] = []
@@ -485,30 +485,29 @@ class _Judge:
             found += self._repetition(
                 ref_mod,
                 model,
-                n_small,
-                n_large,
-                slopes,
+                calls,
+                per_call,
                 staging,
                 ref_events,
                 events_per_rep,
                 busy,
                 rep == profiled,
             )
-            deltas.append(slopes["candidate"][-1] - slopes["reference"][-1])
+            deltas.append(per_call["candidate"][-1] - per_call["reference"][-1])
             if (
                 rep >= MIN_REPETITIONS - 1
                 and time.perf_counter() - t_rounds > TIMING_BUDGET_S
                 and rep >= profiled
             ):
-                break  # large inputs: drawing and moving the sets dominates; five slopes still give a median
+                break  # large inputs: drawing and moving the sets dominates; five repetitions give a median
         self._add_wall("timing.rounds", t_rounds)
         found += self._guards()
         found += self._thread_growth()
         self._stop_on_errors(found, Stage.TIMING)
         for role, times in staging.items():  # reported only: sealed sets give nothing to precompute
             self.walls[f"timing.staging_{role}_median"] = statistics.median(times)
-        for role, xs in slopes.items():
-            self.walls[f"timing.slope_{role}_ms"] = statistics.median(xs) * 1e3
+        for role, xs in per_call.items():
+            self.walls[f"timing.request_{role}_ms"] = statistics.median(xs) * 1e3
         self.walls["timing.launch_floor_ms"] = floor_ms
         ref_ms = statistics.median(ref_events)
         cand_ms = [ref_ms + d * 1e3 for d in deltas]
@@ -539,8 +538,8 @@ class _Judge:
             self.out,
             self.diags,
             f"; L2 {cfg.l2_policy}; the reference timed by {clock} in the judge, the candidate as that "
-            f"plus the difference of the two runners' {n_small}- and {n_large}-call batches of fresh "
-            f"inputs, {len(deltas)} repetitions",
+            f"plus the difference of the two runners' times per request, {calls} calls on fresh inputs "
+            f"per runner and repetition, {len(deltas)} repetitions",
         )
 
     def _stage_budget_bytes(self) -> int:
@@ -624,9 +623,8 @@ class _Judge:
         self,
         ref_mod: Any,
         model: Any,
-        n_small: int,
-        n_large: int,
-        slopes: dict[str, list[float]],
+        total: int,
+        per_call: dict[str, list[float]],
         staging: dict[str, list[float]],
         ref_events: list[float],
         events: int,
@@ -642,7 +640,6 @@ class _Judge:
         from cudice.verifier.tolerance import compare_outputs
 
         cfg = self.config
-        total = n_small + n_large
         sets: list[list[Any]] = []
         seals: list[int] = []
         keys: list[int] = []
@@ -674,22 +671,19 @@ class _Judge:
         encoded = channel.encode(sets)  # once, for both runners
         for link in links:  # 2. staging (its time is reported, not judged)
             staging[link.role].append(self._stage(link, sets, sealed=True, encoded=encoded))
-        small, large = list(range(n_small)), list(range(n_small, total))
-        times: dict[str, list[float]] = {}
-        digests: dict[str, list[list[float]]] = {}
-        with self._exclusive():  # 3. the reference's event times, then the timed batches
+        times: dict[str, list[float]] = {"reference": [], "candidate": []}
+        digests: dict[str, list[list[float]]] = {"reference": [], "candidate": []}
+        with self._exclusive():  # 3. the reference's event times, then one request per call, interleaved
             self._wait_gpu_idle(busy)
             ref_events += self._event_times(model, self.event_inputs, events)
-            for link in links if _rng.random() < 0.5 else links[::-1]:
-                for part in (small, large):
+            for i in range(total):
+                for link in links if _rng.random() < 0.5 else links[::-1]:
                     self._wait_gpu_idle(busy)  # nothing left running by the other runner
-                    t, batch_digests = self._timed_batch(
-                        link, part, [keys[i] for i in part], [seals[i] for i in part]
-                    )
-                    times.setdefault(link.role, []).append(t)
-                    digests.setdefault(link.role, []).extend(batch_digests)
-        for role, (t_small, t_large) in times.items():
-            slopes[role].append((t_large - t_small) / (n_large - n_small))
+                    t, call_digests = self._timed_batch(link, [i], [keys[i]], [seals[i]])
+                    times[link.role].append(t)
+                    digests[link.role].extend(call_digests)
+        for role, xs in times.items():
+            per_call[role].append(statistics.median(xs))
         # 4. every digest of the candidate's batches, then two outputs in full, chosen now
         for i, (digest, exp, bd) in enumerate(zip(digests["candidate"], expected, bounds, strict=True)):
             verdict = witness.check(digest, exp, bd)
@@ -741,7 +735,7 @@ class _Judge:
                     )
                 ]
         if profile:
-            found += self._profile_batch(small[:2])
+            found += self._profile_batch(list(range(min(2, total))))
         return found
 
     def _draw_set(self, ref_mod: Any) -> list[Any]:
@@ -819,18 +813,14 @@ class _Judge:
             digests = [[math.nan]] * len(indices)
         return elapsed, [[float(v) for v in d] if isinstance(d, list) else [math.nan] for d in digests]
 
-    def _rough_call_s(self, link: RunnerLink) -> float:
-        """A rough per-call time from batches of 1 and 5 calls on the warm-up set (best of 3 each)."""
-
-        def best(n: int) -> float:
-            runs = []
-            for _ in range(3):
-                t0 = time.perf_counter()
-                self._batch(link, [0] * n, seals=None)
-                runs.append(time.perf_counter() - t0)
-            return min(runs)
-
-        return max((best(5) - best(1)) / 4, 1e-7)
+    def _request_s(self, link: RunnerLink) -> float:
+        """The time of a one-call request on the warm-up set (best of 5): round trip and call."""
+        runs = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            self._batch(link, [0], seals=None)
+            runs.append(time.perf_counter() - t0)
+        return min(runs)
 
     def _profile_batch(self, indices: list[int]) -> list[Diagnostic]:
         """The kernels of an untimed batch (the same request as a timed one, profiled)."""
