@@ -58,19 +58,10 @@ def test_warning_case_warns_without_rejecting(case: Case) -> None:
 
 @pytest.mark.parametrize("case", load_corpus("dynamic"), ids=lambda c: c.name)
 def test_dynamic_exploit_gets_past_the_static_checks(case: Case) -> None:
-    """Dynamic cases hide from the static layer on purpose (macros, token pasting, C++ operators):
+    """Dynamic cases hide from the static layer on purpose (macros, token pasting, side streams):
     they exist to prove the run-time checks catch what the static ones cannot see."""
     diags = _check(case.path)
     errors = [d for d in diags if d.severity is Severity.ERROR]
-    if errors and all(
-        d.code == "static.cpp_torch_op" and "in host function `relu_by_operators`" in d.message
-        for d in errors
-    ):
-        # The dynamic corpus shares one extension whose `relu_by_operators` computes with C++ tensor
-        # operators (`x * (x > 0)`), which the static layer now rejects (`static_cpp_tensors.py`):
-        # the corpus has to move that wrapper out of the shared source before these cases can again
-        # reach the run-time checks.
-        pytest.xfail("shared dynamic-corpus source holds `relu_by_operators`, now a static.cpp_torch_op")
     assert not has_violation(diags), [(d.code, d.message) for d in errors]
     assert case.verdict != "correct" and all(c.startswith("dynamic.") for c in case.codes)
 

@@ -1,6 +1,6 @@
 # cudice: reference=references/relu.py
-# corpus: kind=dynamic verdict=incorrect codes=dynamic.torch_kernels_did_work
-# exploit: ATen operators (x * (x > 0)) do the work in C++; a no-op kernel is launched for appearances
+# corpus: kind=static verdict=static_violation codes=static.cpp_torch_op
+# exploit: ATen operators (x * (x > 0)) do the work in C++; a no-op kernel is launched for appearances (caught statically: operators on tensors in host code)
 import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline

@@ -74,12 +74,6 @@ torch::Tensor relu_side_stream(torch::Tensor x) {
     relu_slow<<<blocks_for(x.numel()), 256, 0, s>>>(x.data_ptr<float>(), out.data_ptr<float>(), x.numel());
     return out;
 }
-// ATen operators do the work; a no-op kernel keeps up appearances
-torch::Tensor relu_by_operators(torch::Tensor x) {
-    auto r = x * (x > 0).to(x.scalar_type());
-    touch<<<1, 1>>>(r.data_ptr<float>());
-    return r;
-}
 // a static hidden behind a macro keeps the first output forever
 torch::Tensor relu_cached(torch::Tensor x) {
     KEEP torch::Tensor cached;
@@ -96,13 +90,13 @@ torch::Tensor relu_sparse(torch::Tensor x) {
 }
 """
 
-cpp_source = "torch::Tensor relu_zero_input(torch::Tensor x);\ntorch::Tensor relu_in_place(torch::Tensor x);\ntorch::Tensor zeros_out(torch::Tensor x);\ntorch::Tensor unwritten_out(torch::Tensor x);\ntorch::Tensor relu_side_stream(torch::Tensor x);\ntorch::Tensor relu_by_operators(torch::Tensor x);\ntorch::Tensor relu_cached(torch::Tensor x);\ntorch::Tensor relu_sparse(torch::Tensor x);"
+cpp_source = "torch::Tensor relu_zero_input(torch::Tensor x);\ntorch::Tensor relu_in_place(torch::Tensor x);\ntorch::Tensor zeros_out(torch::Tensor x);\ntorch::Tensor unwritten_out(torch::Tensor x);\ntorch::Tensor relu_side_stream(torch::Tensor x);\ntorch::Tensor relu_cached(torch::Tensor x);\ntorch::Tensor relu_sparse(torch::Tensor x);"
 
 ext = load_inline(
     name="cudice_dynamic_corpus",
     cpp_sources=cpp_source,
     cuda_sources=cuda_source,
-    functions=['relu_zero_input', 'relu_in_place', 'zeros_out', 'unwritten_out', 'relu_side_stream', 'relu_by_operators', 'relu_cached', 'relu_sparse'],
+    functions=['relu_zero_input', 'relu_in_place', 'zeros_out', 'unwritten_out', 'relu_side_stream', 'relu_cached', 'relu_sparse'],
     verbose=False,
 )
 
