@@ -216,7 +216,7 @@ def main() -> int:
             print(
                 f"{key} {f.stem}: {r['verdict']} {r['speedup']} ref {r['ref_ms']} cand {r['cand_ms']} ms "
                 f"{r['wall_s']:.1f}s {r['errors']} "
-                f"{ {k: round(v, 4) for k, v in (r['walls'] or {}).items() if k.startswith('timing')} }",
+                f"{ {k: round(v, 4) for k, v in (r['walls'] or {}).items() if k.startswith('run.timing')} }",
                 flush=True,
             )
     t0 = time.perf_counter()

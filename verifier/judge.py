@@ -684,6 +684,9 @@ class _Judge:
                     digests[link.role].extend(call_digests)
         for role, xs in times.items():
             per_call[role].append(statistics.median(xs))
+            xs = sorted(xs)
+            self.walls[f"timing.request_{role}_min_ms"] = xs[0] * 1e3
+            self.walls[f"timing.request_{role}_q10_ms"] = xs[len(xs) // 10] * 1e3
         # 4. every digest of the candidate's batches, then two outputs in full, chosen now
         for i, (digest, exp, bd) in enumerate(zip(digests["candidate"], expected, bounds, strict=True)):
             verdict = witness.check(digest, exp, bd)
