@@ -12,11 +12,21 @@ Fast path (header_overlay.py): each object is first compiled against a slim set 
 own headers (the torch/extension.h of the full build parses the whole C++ frontend, autograd
 and pybind11; the slim set keeps `at::Tensor`, the factories, the checks and dispatch macros).
 An object whose slim compile fails is compiled again with the full headers, and only that
-outcome counts, so an error and its location are always the full build's; a slim object that
+outcome counts, so an error and its location are the full build's; a slim object that
 compiled is kept (the slim headers are a subset of the full ones: what compiles against them
 compiles against the full set, `slim_blocker` sends the lookups where that could fail to the
-full build). CUDA-library headers missing on this machine (a CPU-only torch, a minimal CUDA
-toolkit) are replaced by stand-ins searched last; when a failure comes from what they lack,
+full build). One exception keeps an error verdict as fast as a good build: a slim failure
+whose every error is structural (a missing `;`, `)` or `}`, an extra `}`, a stray character,
+an unterminated string), located in the generated file itself, in a file that names no macro
+the two header sets define differently (`slim_errors_stand`), is the verdict without the full
+rebuild: both builds read the same tokens there, and a declaration the slim set lacks shows
+as a lookup, type or overload error, never as a structural one alone, so the full build
+reports the same errors at the same places. Every other failure (undeclared names, no member,
+incomplete types, overloads, templates, errors in headers) still gets the full rebuild. The
+macro comparison costs a few preprocessor runs (~1-5 s) the first time per toolchain and set of
+`#include` lines, then is read from the overlay folder.
+CUDA-library headers missing on this machine (a CPU-only torch, a minimal CUDA toolkit) are
+replaced by stand-ins searched last; when a failure comes from what they lack,
 the result is `undecided` (compile.headers_unavailable), never a compile error.
 
 Binding (cabi.py): a module whose `cpp_sources` only declare the bound functions is built as
@@ -27,15 +37,22 @@ Compiler messages are parsed (compiler_messages.py) and mapped through the gener
 line map (generated.py) into the `.py` document; messages on lines cudice wrote (implicit
 headers, pybind glue) or in unmappable sources point at the `load_inline` call.
 
-Not covered: ccache/sccache, precompiled headers (gcc's PCH of torch/extension.h is 755 MB and
-still 10 s per check here; nvcc has none), `extra_cflags` given in the call (not read from the
-document).
+Not covered: errors about the user's own declarations (wrong argument counts, redefinitions,
+`__global__` misuse) and undeclared names that torch declares nowhere still pay the full
+rebuild (telling them from a name the slim set lacks needs torch's full name list); the macro
+comparison takes nvcc's host pass as its device pass with `-U__CUDA_ARCH__` (not the exact
+defines of cudafe's host pass), and compares the macros at the end of the includes, not at each
+line (a macro the full headers define and a user's later `#include` also defines is checked
+before that include); ccache/sccache, precompiled headers (gcc's PCH of
+torch/extension.h is 755 MB and still 10 s per check here; nvcc has none), `extra_cflags` given
+in the call (not read from the document).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import shlex
 import threading
 import time
@@ -54,6 +71,7 @@ from cudice.verifier.header_overlay import (
     ensure_host_pch,
     ensure_overlay,
     include_dirs,
+    macro_differences,
     slim_blocker,
     undecidable_reason,
 )
@@ -77,8 +95,9 @@ class BuildResult:
     cached: bool
     cancelled: bool = False
     timed_out: bool = False
-    # "fast": slim headers for every object; "fallback": a slim object failed and was rebuilt with
-    # the full headers; "full": no slim attempt (mode="full" or `slim_blocker` said why)
+    # "fast": every object's outcome is its slim compile (a failed one only when its errors are
+    # structural: `slim_errors_stand`); "fallback": a slim object failed and was rebuilt with the
+    # full headers; "full": no slim attempt (mode="full" or `slim_blocker` said why)
     build_path: str = "full"
     step_wall_s: dict[str, float] = field(
         default_factory=dict
@@ -105,10 +124,11 @@ def build_module(
 
     `mode="auto"` compiles each object with the slim headers first (header_overlay.py) and
     rebuilds an object whose slim compile failed with torch's full headers, so every error and
-    its location come from the full build; `"full"` skips the slim attempt; `"fast"` reports the
-    slim outcome without falling back (tests compare the two). `main.cpp` and `cuda.cu` compile
-    in parallel, each through the object cache (buildsteps.py). Blocks until done;
-    `cancel.is_set()` is polled and kills the compilers.
+    its location are the full build's (the rebuild is skipped only for structural errors that
+    the full build reports identically: `slim_errors_stand`); `"full"` skips the slim attempt;
+    `"fast"` reports the slim outcome without falling back (tests compare the two). `main.cpp`
+    and `cuda.cu` compile in parallel, each through the object cache (buildsteps.py). Blocks
+    until done; `cancel.is_set()` is polled and kills the compilers.
 
     A module whose `main.cpp` only declares the bound functions (`module.binding`, cabi.py) is
     first built as `cuda.cu` plus the C-ABI shim, without `main.cpp` (`_cabi_first`).
@@ -158,10 +178,23 @@ def build_module(
             redo = [n for n in names if not steps[n].ok]
             # a gap of the CUDA-library stand-ins fails the full build the same way: no rebuild for it
             if redo and undecidable_reason(overlay, "".join(steps[n].output for n in redo)) is None:
-                build_path = "fallback"
-                steps.update(
-                    _compile_all(module, config, {n: full[n] for n in redo}, cancel, on_output, walls, "")
-                )
+                probe = {  # the flags without this module's name, for the cached macro comparison
+                    MAIN_CPP: f"{tc.cflags} -idirafter {standins}",
+                    CUDA_CU: f"{tc.cuda_cflags} -Xcompiler -idirafter,{standins}",
+                }
+
+                def differing(name: str, includes: tuple[str, ...]) -> frozenset[str] | None:
+                    compiler, cuda = full[name][0], name == CUDA_CU
+                    folder = overlay.device if cuda else overlay.host
+                    slim_probe = f"-I{shlex.quote(str(folder))} {probe[name]}"
+                    return macro_differences(overlay, compiler, probe[name], slim_probe, cuda, includes)
+
+                redo = [n for n in redo if not slim_errors_stand(module, n, steps[n].output, differing)]
+                if redo:
+                    build_path = "fallback"
+                    steps.update(
+                        _compile_all(module, config, {n: full[n] for n in redo}, cancel, on_output, walls, "")
+                    )
     else:
         steps = _compile_all(module, config, {n: full[n] for n in names}, cancel, on_output, walls, "")
     ordered = [steps[n] for n in names]
@@ -272,6 +305,96 @@ def _fails_in_user_lines(shimmed: GeneratedModule, res: BuildResult) -> bool:
         elif not users(m.line):
             return False
     return True
+
+
+# Compiler errors about the token structure alone (gcc/g++ with LC_ALL=C, and nvcc's EDG front end):
+# given the same tokens, no declaration a header adds or lacks changes them. Name lookups, types,
+# overloads, templates and `#error` are not among them (a missing declaration can cause those).
+_Q = "['\u2018\u2019]"  # gcc quotes: ASCII under LC_ALL=C, typographic otherwise
+_PUNCT = r"[;,:()\[\]{}]"
+_STRUCTURAL = (
+    re.compile(
+        rf"^expected {_Q}{_PUNCT}{_Q}(?: or {_Q}{_PUNCT}{_Q})*"
+        rf"(?: before (?:{_Q}[^\s'\u2018\u2019]+{_Q}(?: token)?|numeric constant|string constant)"
+        r"| at end of input| at end of member declaration| after (?:class|struct|union) definition)$"
+    ),
+    re.compile(
+        rf"^expected (?:primary-expression|declaration) (?:before {_Q}{_PUNCT}{_Q} token|at end of input)$"
+    ),
+    re.compile(rf"^missing terminating {_Q}?[\"']{_Q}? character$"),
+    re.compile(rf"^stray {_Q}[^\s]+{_Q} in program$"),
+    re.compile(r'^expected an? "[;,:()\[\]{}]"$'),  # nvcc (EDG)
+    re.compile(rf"^a function-definition is not allowed here before {_Q}{{{_Q} token$"),  # an unclosed `{`
+    re.compile(r"^(?:expected a declaration|missing closing quote|unrecognized token)$"),
+)
+_END_OF_SOURCE = re.compile(r'^At end of source: error: expected an? "[;,)\]}]"$')  # EDG: an unclosed `{`
+# EDG's "expected an expression" is structural only where it stops at a punctuator (`x = ;`): on a
+# name (`foo<int>(x)` with a non-template `foo`) it can come from a declaration the slim set lacks
+_EXPECTED_EXPRESSION = re.compile(r"^expected an expression$")
+_IDENTIFIER = re.compile(r"\b[A-Za-z_]\w*")
+_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*(<[^>\n]+>|"[^"\n]+")', re.M)
+
+
+def slim_errors_stand(
+    module: GeneratedModule,
+    name: str,
+    output: str,
+    differing: Callable[[str, tuple[str, ...]], frozenset[str] | None],
+) -> bool:
+    """The failed slim compile of `name` is the full build's verdict: no full rebuild needed.
+
+    True only when every error message (and its notes) lies in the file `name` itself, the text
+    both builds compile (the user's lines, or cudice's implicit lines after an unclosed brace;
+    none in a header, none unlocated), each is a structural error (`_STRUCTURAL`: a missing `;`,
+    `)` or `}`, an extra `}`, a stray character, an unterminated string), and no identifier
+    anywhere in the file is a macro that the full and slim headers define differently
+    (`differing(name, includes)`, header_overlay.macro_differences: with the file's own
+    `#include`s for the whole file, and without them for the text up to its last `#include`,
+    where a macro the full headers define before a later include defines it on both sides still
+    differs; None counts as a difference). Then both
+    builds read the same tokens in that file; the slim headers declare a subset of what the full
+    ones do, so a name there can only be missing or have fewer overloads, and that shows as a
+    lookup, type or overload error, which is not structural and sends the object to the full
+    build. A structural error where both builds read the same tokens is reported by both, with
+    the same text at the same position.
+    """
+    f = module.file(name)
+    if f is None:
+        return False
+    errors = [m for m in parse_messages(output) if m.severity == "error"]
+    if not errors:
+        return False
+
+    def in_file(file: str | None, line: int | None) -> bool:
+        return file is not None and line is not None and Path(file).name == name
+
+    for m in errors:
+        if m.tool == "other" and _END_OF_SOURCE.match(m.message):
+            continue  # nvcc's end of the translation unit: after the file's last line in both builds
+        if not in_file(m.file, m.line) or m.include_chain:
+            return False
+        if not all(in_file(n.file, n.line) for n in m.notes if n.file is not None):
+            return False
+        if not any(r.match(m.message) for r in _STRUCTURAL) and not (
+            _EXPECTED_EXPRESSION.match(m.message) and _caret_on_punctuator(m)
+        ):
+            return False
+    found = list(_INCLUDE.finditer(f.text))
+    at_end = differing(name, tuple(m.group(1) for m in found))
+    if at_end is None or not at_end.isdisjoint(_IDENTIFIER.findall(f.text)):
+        return False
+    if not found:
+        return True
+    before = differing(name, ())
+    return before is not None and before.isdisjoint(_IDENTIFIER.findall(f.text[: found[-1].end()]))
+
+
+def _caret_on_punctuator(m: CompilerMessage) -> bool:
+    if m.caret_text is None:
+        return False
+    printed, caret = m.caret_text
+    at = caret.find("^")
+    return 0 <= at < len(printed) and printed[at] in ";,)]}"
 
 
 _CUDA_LIBS = ("-lc10_cuda", "-ltorch_cuda", "-lcudart")

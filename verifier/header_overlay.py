@@ -26,6 +26,12 @@
    written. A source that uses more of those libraries than the stand-ins declare cannot be
    decided here: `undecidable_reason()` tells compile.py to say so instead of `compile_error`.
 
+`macro_differences()` names the macros whose definition differs between the full and the slim
+header set (`-E -dM` runs of each, cached in the overlay folder; for `cuda.cu` nvcc's device
+pass and, with `-U__CUDA_ARCH__`, an approximation of its host pass): compile.py keeps a slim
+compile error as the verdict only for a source that names none of them, so the tokens the
+compiler sees on the user's lines are the same in both builds.
+
 `slim_blocker()` says when a source must skip the slim path (a name it defines could meet an
 ATen op through argument-dependent lookup, or a `using namespace` that the extra names of the
 full headers could make ambiguous). The overlay is written once per content into the build
@@ -415,6 +421,88 @@ def slim_blocker(texts: Iterable[str], op_names: frozenset[str]) -> str | None:
         if len(calls) > 1:  # the definition itself counts once
             return f"a function named like the ATen op `{name}` called unqualified"
     return None
+
+
+_DEFINE = re.compile(r"#define (\w+)")
+
+
+def macro_differences(
+    overlay: Overlay,
+    compiler: str,
+    full_flags: str,
+    slim_flags: str,
+    cuda: bool,
+    includes: Iterable[str] = (),
+    timeout_s: float = 600.0,
+) -> frozenset[str] | None:
+    """Macros defined differently (or only on one side) by the full and the slim headers, or None.
+
+    Both sides preprocess (`-E -dM`) one file that includes what the generated file includes
+    implicitly (`torch/extension.h`, for `cuda.cu` also `torch/types.h`, `cuda.h`,
+    `cuda_runtime.h`), every header the overlay shadows (`overlay.device`/`overlay.host`), so a
+    macro that a lean header's dropped include would define counts too, and then `includes`
+    (the `<...>` or `"..."` of the source's own `#include` lines: what they define, they define
+    in both builds). `slim_flags` are `full_flags` with the overlay folder in front. The answer
+    is cached per compiler, flags and includes (pass flags without a per-module
+    `-DTORCH_EXTENSION_NAME`: it is the same on both sides). None when a preprocessor run fails
+    (a header only the source's folder has, say): the caller then cannot rule out a difference.
+    """
+    folder = overlay.device if cuda else overlay.host
+    shadowed = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*.h"))
+    implicit = ["torch/extension.h", "torch/types.h", "cuda.h", "cuda_runtime.h"] if cuda else []
+    headers = [*implicit, *(h for h in shadowed if h not in implicit)]
+    text = "".join(f"#include <{h}>\n" for h in headers) + "".join(f"#include {h}\n" for h in includes)
+    # nvcc -E preprocesses the device pass (`__CUDA_ARCH__` set); -U gives the host pass's macros
+    passes = (["-Xcompiler", "-dM"], ["-Xcompiler", "-dM", "-U__CUDA_ARCH__"]) if cuda else (["-dM"],)
+    key = hashlib.sha256(f"{compiler}\0{full_flags}\0{slim_flags}\0{text}\0{passes}".encode()).hexdigest()
+    cached = overlay.root / f"macros-{key[:16]}.txt"
+    if cached.is_file():
+        return frozenset(cached.read_text().split())
+    work = Path(tempfile.mkdtemp(prefix=".macros-", dir=overlay.root))
+    try:
+        src = work / ("probe.cu" if cuda else "probe.cpp")
+        src.write_text(text)
+        names: set[str] = set()
+        for dm in passes:
+            defined = _defines(compiler, (full_flags, slim_flags), dm, src, work, timeout_s)
+            if defined is None:
+                return None
+            names |= {m.group(1) for line in defined[0] ^ defined[1] if (m := _DEFINE.match(line))}
+        tmp = work / "names.txt"
+        tmp.write_text("\n".join(sorted(names)) + "\n")
+        tmp.replace(cached)
+        return frozenset(names)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _defines(
+    compiler: str, flag_sets: tuple[str, str], extra: list[str], src: Path, work: Path, timeout_s: float
+) -> list[set[str]] | None:
+    """The `#define` lines `compiler -E` prints for `src` under each flag set, or None if one run failed."""
+    import shlex
+    import subprocess
+
+    defined: list[set[str]] = []
+    env = {**os.environ, "LC_ALL": "C", "LANG": "C"}
+    for flags in flag_sets:
+        cmd = [*shlex.split(compiler), *shlex.split(flags), "-E", *extra, str(src)]
+        try:
+            run = subprocess.run(
+                cmd,
+                capture_output=True,
+                text=True,
+                timeout=timeout_s,
+                env=env,
+                cwd=work,
+                start_new_session=True,
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        if run.returncode != 0:
+            return None
+        defined.append({line for line in run.stdout.splitlines() if line.startswith("#define ")})
+    return defined
 
 
 def undecidable_reason(overlay: Overlay, output: str) -> str | None:
