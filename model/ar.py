@@ -83,7 +83,7 @@ def static_ar_generate(
     The fair baseline for the fast sampler: the same forward machinery, one token per forward.
     Never stops early (benchmarks decode exactly `max_new_tokens`). Left-padded prompts.
     """
-    from cudice.model.runner import _additive
+    from cudice.model.runner import additive
 
     device, dtype = runner.device, runner.dtype
     b, width = len(prompts), max(len(p) for p in prompts)
@@ -103,7 +103,7 @@ def static_ar_generate(
     if w > 0:
         causal = torch.tril(torch.ones(w, w, dtype=torch.bool, device=device))[None] & valid[:, None, :w]
         causal |= torch.eye(w, dtype=torch.bool, device=device)[None]
-        runner.forward(ids[:, :w], _additive(causal[:, None], dtype), pos_all[:, :w], cache, logits=False)
+        runner.forward(ids[:, :w], additive(causal[:, None], dtype), pos_all[:, :w], cache, logits=False)
     if device.type == "cuda":
         torch.cuda.synchronize()  # only to time the prefill apart from the decode
     prefill_seconds = time.perf_counter() - start
@@ -111,7 +111,7 @@ def static_ar_generate(
     out = []
     for k in range(max_new_tokens):
         n = w + k + 1
-        mask = _additive(valid[:, None, None, :n], dtype)  # (B, 1, 1, n)
+        mask = additive(valid[:, None, None, :n], dtype)  # (B, 1, 1, n)
         logits = runner.forward(token, mask, pos_all[:, n - 1 : n], cache, logits=True)
         token = logits[:, -1:].argmax(dim=-1)  # (B, 1)
         out.append(token)

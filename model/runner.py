@@ -116,17 +116,21 @@ def block_causal_mask(valid: torch.Tensor, block_length: int, dtype: torch.dtype
     block = torch.arange(k, device=valid.device) // block_length  # (K,)
     allowed = (block[None, :] <= block[:, None])[None] & valid[:, None, :]  # (B, K, K)
     allowed |= torch.eye(k, dtype=torch.bool, device=valid.device)[None]
-    return _additive(allowed[:, None], dtype)
+    return additive(allowed[:, None], dtype)
 
 
 def block_query_mask(valid: torch.Tensor, block_length: int, dtype: torch.dtype) -> torch.Tensor:
     """Mask of one block (the last `block_length` keys) against the cache: it sees every valid cached key
     and itself bidirectionally. valid (B, K) bool (the block's own columns True) -> (B, 1, L, K)."""
     allowed = valid[:, None, None, :].expand(-1, 1, block_length, -1)
-    return _additive(allowed, dtype)
+    return additive(allowed, dtype)
 
 
-def _additive(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+def additive(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Boolean `allowed` -> additive float mask of `dtype`: 0 where allowed, the dtype's minimum elsewhere."""
     zero = torch.zeros((), dtype=dtype, device=allowed.device)
     blocked = torch.full((), torch.finfo(dtype).min, dtype=dtype, device=allowed.device)
     return torch.where(allowed, zero, blocked)
+
+
+_additive = additive  # the former private name: bench/attention_speed.py and bench/model_speed.py import it

@@ -93,7 +93,8 @@ def bpe_tokenizer(texts: Iterable[str], vocab_size: int) -> Any:
     return fast
 
 
-def _config_dict(vocab_size: int, ids: dict[str, int], sdar_layout: bool) -> dict[str, Any]:
+def tiny_config_dict(vocab_size: int, ids: dict[str, int], sdar_layout: bool) -> dict[str, Any]:
+    """The tiny checkpoint's config.json fields (SDAR's layout or plain Qwen3's)."""
     base: dict[str, Any] = {
         **TINY_DIMS,
         "vocab_size": vocab_size,
@@ -167,7 +168,7 @@ def make_tiny(directory: str | Path, sdar_layout: bool = False, seed: int = 0) -
     tokenizer = build_tokenizer()
     tokenizer.save_pretrained(out)
     ids = {t: tokenizer.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS}
-    config_dict = _config_dict(len(tokenizer), ids, sdar_layout)
+    config_dict = tiny_config_dict(len(tokenizer), ids, sdar_layout)
     model = random_qwen3(config_dict, seed)
     # Larger-than-default init so a random model has peaked, tie-free logits (tests use greedy).
     with torch.no_grad():

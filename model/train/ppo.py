@@ -24,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import random
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from cudice.model.train.config import RLConfig
@@ -36,9 +36,7 @@ from cudice.model.train.objective import (
     token_logprobs,
 )
 from cudice.model.train.prepare import autocast
-
-if TYPE_CHECKING:
-    from cudice.model.train.rl import Rollout
+from cudice.model.train.types import Rollout
 
 
 def _minibatches(count: int, num_minibatches: int, rng: random.Random) -> list[list[int]]:

@@ -4,15 +4,20 @@
 a `cudice.verifier.backends.VerifyBackend` — the local `VerifyPool` (`reward_pool(...)`: compiles
 on CPU workers, correctness and timing on the GPUs it is given, meant to be GPUs the policy does
 not use, so kernels are timed without the trainer's contention) or the Ray backend — so a reward
-is the same `VerifyResult` the editor and `cudice eval` get. `verify_texts(backend, jobs)` is
-the step in between: the texts written to files, verified in one batch, results in job order.
+is the same `VerifyResult` the editor and `cudice eval` get, read by `reward_from_result`.
+`verify_texts(backend, jobs)` is the step in between: one batch, results in job order. Each
+candidate goes to the backend as text (`source=`, under a name in a temporary folder that is
+never written); the backend interface (`VerifyBackend.submit`) takes the reference only as a path,
+so each distinct reference text is written once to that folder — one file per task, shared by the
+task's samples (`verify(reference_source=...)` takes the text, but the backends do not pass it on).
 
 Anti-cheat stays on: the backend runs the verifier's static checks and its runtime checks (the
 same verdicts the editor shows); a backend configured with the lenient static policy or
 compile-only is refused, since either would pay rewards for kernels that only look fast.
 
 Not covered: caching rewards of identical candidates across steps (the build cache already makes
-a repeated candidate cheap), partial credit.
+a repeated candidate cheap), partial credit, a reference without any file (needs a
+`reference_source` on the backends' jobs).
 """
 
 from __future__ import annotations
@@ -25,12 +30,26 @@ from typing import TYPE_CHECKING, Any
 
 from cudice.model.prompts import extract_first_code_block
 from cudice.model.train.config import RLConfig
-from cudice.model.train.rl import RewardFn, Rollout, reward_from_result
+from cudice.model.train.types import RewardFn, Rollout
 
 if TYPE_CHECKING:
     from cudice.verifier.backends import VerifyBackend
     from cudice.verifier.pool import VerifyPool
     from cudice.verifier.result import VerifyResult
+
+
+def reward_from_result(result: Any, required_speedup: float | None) -> float:
+    """Binary execution reward from a `cudice.verifier.result.VerifyResult`.
+
+    Correctness only when `required_speedup` is None (DICE's released reward); otherwise the
+    speedup must clear the bound beyond its measured spread (`VerifyResult.is_fast`, the same
+    test as the benchmark's fast_p).
+    """
+    if not result.is_correct:
+        return 0.0
+    if required_speedup is None:
+        return 1.0
+    return 1.0 if result.is_fast(required_speedup) else 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,17 +85,33 @@ def reward_pool(
 
 
 def verify_texts(backend: VerifyBackend, jobs: Sequence[RewardJob]) -> list[VerifyResult]:
-    """One `VerifyResult` per job, in the order of `jobs`: the texts as files in a temporary folder."""
+    """One `VerifyResult` per job, in the order of `jobs`: candidates as text, each distinct
+    reference written once to a temporary folder (module docstring)."""
     from cudice.verifier.backends import VerifyJob, verify_all
 
     with tempfile.TemporaryDirectory(prefix="cudice-rl-") as tmp:
+        references: dict[str, Path] = {}
         files = []
         for i, job in enumerate(jobs):
-            ref, cand = Path(tmp) / f"ref_{i}.py", Path(tmp) / f"cand_{i}.py"
-            ref.write_text(job.reference)
-            cand.write_text(job.candidate)
-            files.append(VerifyJob(cand, reference=ref, key=f"{job.key}#{i}"))
+            ref = references.get(job.reference)
+            if ref is None:
+                ref = references[job.reference] = Path(tmp) / f"ref_{len(references)}.py"
+                ref.write_text(job.reference)
+            files.append(
+                VerifyJob(
+                    Path(tmp) / f"cand_{i}.py",  # a name for locations; nothing is written there
+                    source=as_read_back(job.candidate),
+                    reference=ref,
+                    key=f"{job.key}#{i}",
+                )
+            )
         return verify_all(backend, files)
+
+
+def as_read_back(text: str) -> str:
+    """`text` as the verifier read it back from a file this module wrote: newlines made `\\n`
+    (the universal-newline read), so a candidate passed as text is verified as its file was."""
+    return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
 def candidate_code(rollout: Rollout) -> str:

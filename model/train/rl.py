@@ -5,9 +5,9 @@ One RL step (DICE's configs; TraceRL's objective, arXiv 2509.06949):
      several processes each rank takes every world-size-th of them;
   2. roll out `samples_per_task` answers per task with the block-diffusion sampler, keeping
      each answer's blocks and step map exactly as decoded (`cudice.model.train.rollout`);
-  3. reward each answer by executing it: `reward_from_result` reads the same `VerifyResult`
-     the editor and the benchmark read (compiles ∧ correct, and — cudice, not DICE's release —
-     the verified speedup must clear `required_speedup`);
+  3. reward each answer by executing it: `cudice.model.train.reward.reward_from_result` reads
+     the same `VerifyResult` the editor and the benchmark read (compiles ∧ correct, and —
+     cudice, not DICE's release — the verified speedup must clear `required_speedup`);
   4.–6. the PPO update (`cudice.model.train.ppo`): group advantages, replay, `ppo_epochs` ×
      `num_minibatches` clipped updates with the k3 KL to the pre-update policy.
 Stage 2 (end-to-end) continues from the stage-1 weights, with a fresh optimizer (the stage-1
@@ -19,8 +19,9 @@ Resume: each stage writes its resume state (model, optimizer, RNG, the stage's s
 save repeat those of an uninterrupted run (rollout seeds and minibatch orders derive from the
 step). A fresh run into the same `out_dir` removes the previous run's resume states first.
 
-Rollout and reward are injected callables (`RolloutFn`, `RewardFn`), so the loop is tested with
-scripted rollouts and rewards; `cudice.model.train.cli` wires the real sampler and verifier.
+Rollout and reward are injected callables (`RolloutFn`, `RewardFn`; they and `Rollout` live in
+`cudice.model.train.types`), so the loop is tested with scripted rollouts and rewards;
+`cudice.model.train.cli` wires the real sampler and verifier.
 The config a `RolloutFn` receives carries this step's sampling seed (`seed + step·world + rank`).
 Not covered: rollouts served by another process while the policy trains (they alternate here), FSDP or
 DeepSpeed (refused: see `_check_backend`; DDP with LoRA fits 8B).
@@ -44,45 +45,9 @@ from cudice.model.train.monitor import Monitor
 from cudice.model.train.ppo import ppo_update
 from cudice.model.train.prepare import make_accelerator, prepare_model, save_trained
 from cudice.model.train.state import POSITION, load_train_state, save_train_state, state_dir
+from cudice.model.train.types import RewardFn, RolloutFn
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class Rollout:
-    """One sampled answer: the replayed token ids and step map, and the text the reward reads.
-
-    `response_ids`/`step_map` are every decoded block as the sampler saw it (the stop token and
-    what its block holds after it included: RL learns to stop); `text` is the answer cut at the
-    stop, as the editor would get it.
-    """
-
-    task: RLTask
-    prompt_ids: list[int]
-    response_ids: list[int]
-    step_map: list[int]
-    text: str
-    finish_reason: str = ""
-
-
-RolloutFn = Callable[[Sequence[RLTask], int, RLConfig], list[Rollout]]
-"""(tasks, samples_per_task, config) -> len(tasks) * samples_per_task rollouts, grouped by task."""
-
-RewardFn = Callable[[Sequence[Rollout], RLConfig], list[float]]
-
-
-def reward_from_result(result: Any, required_speedup: float | None) -> float:
-    """Binary execution reward from a `cudice.verifier.result.VerifyResult`.
-
-    Correctness only when `required_speedup` is None (DICE's released reward); otherwise the
-    speedup must clear the bound beyond its measured spread (`VerifyResult.is_fast`, the same
-    test as the benchmark's fast_p).
-    """
-    if not result.is_correct:
-        return 0.0
-    if required_speedup is None:
-        return 1.0
-    return 1.0 if result.is_fast(required_speedup) else 0.0
 
 
 @dataclass(frozen=True, slots=True)

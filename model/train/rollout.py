@@ -27,7 +27,7 @@ from cudice.model.config import SamplerConfig
 from cudice.model.prompts import chat_prompt, e2e_prompt, infill_prompt
 from cudice.model.train.config import RLConfig
 from cudice.model.train.data import RLTask
-from cudice.model.train.rl import Rollout, RolloutFn
+from cudice.model.train.types import Rollout, RolloutFn
 
 _GIB = 1024**3
 

@@ -18,7 +18,7 @@ import torch
 from cudice.model import attention
 from cudice.model.config import SamplerConfig
 from cudice.model.fastpath import StaticRunner
-from cudice.model.runner import HFRunner, _additive
+from cudice.model.runner import HFRunner, additive
 
 needs_triton = pytest.mark.skipif(not attention.available(), reason="triton is not installed (dev extra)")
 
@@ -45,7 +45,7 @@ def _inputs(b: int, n: int, h: int, hkv: int, d: int, m: int, dtype: torch.dtype
             allowed[r, 0, i, hi - n : min(hi, hi - n + (i // 2 + 1) * 2)] = True
         spans.append((lo, hi))
     to = {"dtype": dtype, "device": device}
-    return q.to(**to), k.to(**to), v.to(**to), _additive(allowed, dtype).to(device), spans
+    return q.to(**to), k.to(**to), v.to(**to), additive(allowed, dtype).to(device), spans
 
 
 CHILD = textwrap.dedent(
@@ -100,7 +100,7 @@ def test_bounds_are_the_allowed_span_of_each_row() -> None:
     allowed[0, 0, 1, 3:11] = True  # the row's span covers every query's
     allowed[1, 0, :, 0] = True
     allowed[2, 0, :, [4, 19]] = True  # a gap inside the span is read and masked
-    lo, hi = attention.bounds(_additive(allowed, torch.bfloat16))
+    lo, hi = attention.bounds(additive(allowed, torch.bfloat16))
     assert lo.tolist() == [3, 0, 4, 0] and hi.tolist() == [11, 1, 20, 20]  # row 3 allows nothing: all
     assert lo.dtype == hi.dtype == torch.int32
 

@@ -33,9 +33,9 @@ from cudice.model.tiny import (
     CHATML_TEMPLATE,
     SPECIAL_TOKENS,
     TINY_DIMS,
-    _config_dict,
     random_qwen3,
     save_checkpoint,
+    tiny_config_dict,
 )
 
 DEMO_DIMS: dict[str, Any] = {
@@ -159,7 +159,7 @@ def init_checkpoint(
     # SDAR layout as cudice.model.tiny writes it, with the demo dims (the vocabulary is the
     # tokenizer's real size, which BPE may leave below the requested one).
     config = {
-        **_config_dict(len(tokenizer), ids, sdar_layout=True),
+        **tiny_config_dict(len(tokenizer), ids, sdar_layout=True),
         **{k: v for k, v in dims.items() if k != "vocab_size"},
         "max_window_layers": dims["num_hidden_layers"],
         "torch_dtype": dtype,

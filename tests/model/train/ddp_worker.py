@@ -97,7 +97,8 @@ def rl_step(flat_task: str, tasks_per_step: int) -> tuple[dict, torch.nn.Module]
     """One RL step on tasks "a" and "b" (scripted answers); `flat_task`'s group gets equal rewards."""
     from cudice.model.train.config import RLConfig
     from cudice.model.train.data import RLTask
-    from cudice.model.train.rl import Rollout, run_stage
+    from cudice.model.train.rl import run_stage
+    from cudice.model.train.types import Rollout
 
     def rollout(tasks, n, cfg):  # type: ignore[no-untyped-def]
         return [

@@ -14,7 +14,8 @@ import torch
 from cudice.model.train.config import RLConfig
 from cudice.model.train.data import RLTask
 from cudice.model.train.objective import replay_rows
-from cudice.model.train.rl import Rollout, run_stage
+from cudice.model.train.rl import run_stage
+from cudice.model.train.types import Rollout
 from train_helpers import MASK_ID, PAD_ID, tiny_model
 
 sys.path.insert(0, str(Path(__file__).parents[1]))  # tests/model: the scripted-logit runner
@@ -219,7 +220,7 @@ def test_rewards_come_from_the_backend_and_anti_cheat_cannot_be_switched_off() -
     from cudice.verifier.result import Stage, Verdict, VerifyResult
 
     class Backend(VerifyBackend):
-        """Scripted verdicts; records the candidate and reference files as the verifier would read them."""
+        """Scripted verdicts; records the candidate text and the reference file as the verifier reads them."""
 
         def __init__(self, config: VerifyConfig) -> None:
             self.config = config
@@ -227,7 +228,8 @@ def test_rewards_come_from_the_backend_and_anti_cheat_cannot_be_switched_off() -
 
         def _submit(self, job: VerifyJob, config: VerifyConfig) -> Future[VerifyResult]:
             assert job.reference is not None and config is self.config
-            candidate = Path(job.path).read_text()
+            assert job.source is not None and not Path(job.path).exists()  # the candidate is text
+            candidate = job.source
             self.files.append((candidate, Path(job.reference).read_text(), job.key))
             fut: Future[VerifyResult] = Future()
             fut.set_result(

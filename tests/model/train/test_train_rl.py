@@ -11,7 +11,9 @@ import torch
 from cudice.model.train.config import RLConfig
 from cudice.model.train.data import RLTask, schedule
 from cudice.model.train.objective import replay_rows, token_logprobs
-from cudice.model.train.rl import Rollout, reward_from_result, run_bic_rl, run_stage
+from cudice.model.train.reward import reward_from_result
+from cudice.model.train.rl import run_bic_rl, run_stage
+from cudice.model.train.types import Rollout
 from train_helpers import MASK_ID, PAD_ID, tiny_model
 
 GOOD, BAD = [20, 21, 22, 23, 24, 25], [60, 61, 62, 63, 64, 65]

@@ -67,7 +67,7 @@ def test_real_rollouts_replay_and_train(tmp_path) -> None:
 
 
 def test_candidate_code_takes_the_first_fenced_block() -> None:
-    from cudice.model.train.rl import Rollout
+    from cudice.model.train.types import Rollout
 
     task = RLTask("e2e", 1, "")
     fenced = Rollout(task, [], [], [], "Here:\n```python\nclass ModelNew: pass\n```\ntrailing")
