@@ -36,12 +36,14 @@ from cudice.verifier.result import VerifyResult
 
 @dataclass(frozen=True, slots=True)
 class VerifyJob:
-    """One candidate to verify: a path (used for locations), its text if unsaved, its reference."""
+    """One candidate to verify: a path (used for locations), its text if unsaved, its reference
+    (a path, or `reference_source`: its text, with `reference` only the name it is shown under)."""
 
     path: str | Path
     source: str | None = None
     reference: str | Path | None = None
     key: str | None = None
+    reference_source: str | None = None
 
 
 BackendT = TypeVar("BackendT", bound="VerifyBackend")
@@ -61,9 +63,11 @@ class VerifyBackend(ABC):
         reference: str | Path | None = None,
         config: VerifyConfig | None = None,
         key: str | None = None,
+        reference_source: str | None = None,
     ) -> Future[VerifyResult]:
-        """Queue one verification; a pending job with the same `key` (default: the path) is cancelled."""
-        job = VerifyJob(path, source, reference, key or str(path))
+        """Queue one verification; a pending job with the same `key` (default: the path) is cancelled.
+        `reference_source`: the reference's text (nothing read from disk; see `api.verify`)."""
+        job = VerifyJob(path, source, reference, key or str(path), reference_source)
         return self._submit(job, config or self.config)
 
     @abstractmethod
@@ -135,6 +139,7 @@ def verify_all(
             reference=j.reference,
             config=config,
             key=j.key if j.key is not None else f"job-{i}",
+            reference_source=j.reference_source,
         )
         for i, j in enumerate(jobs)
     ]

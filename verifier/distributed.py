@@ -170,11 +170,19 @@ class RayBackend(VerifyBackend):
         assert job.key is not None  # VerifyBackend.submit sets it
         self.cancel(job.key)
         fut: Future[VerifyResult] = Future()
-        shipped = ship_job(job.path, job.source, job.reference)
+        shipped = ship_job(job.path, job.source, job.reference, job.reference_source)
         if shipped is None:  # unreadable here: a parse-stage verdict, computed locally
             from cudice.verifier.api import verify
 
-            fut.set_result(verify(job.path, source=job.source, reference=job.reference, config=config))
+            fut.set_result(
+                verify(
+                    job.path,
+                    source=job.source,
+                    reference=job.reference,
+                    reference_source=job.reference_source,
+                    config=config,
+                )
+            )
             return fut
         ref = self._compile.remote(shipped, config, self.num_gpus > 0, self._gpu_submit, self._verify_fn)
         entry = _Entry(job.key, shipped.path, ref, fut)

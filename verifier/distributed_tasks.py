@@ -49,7 +49,8 @@ class ShippedJob:
     source: str  # the candidate's text
     reference: str | None  # the explicit reference argument, as the caller gave it
     reference_path: str | None  # the reference file's absolute path (explicit or from the comment)
-    reference_text: str | None  # its text, when the caller could read it
+    reference_text: str | None  # its text, when the caller could read it (or gave it)
+    reference_is_text: bool = False  # the caller gave the text itself: no file anywhere
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,8 +62,11 @@ class TaskReport:
     worker_pid: int
 
 
-def ship_job(path: str | Path, source: str | None, reference: str | Path | None) -> ShippedJob | None:
+def ship_job(
+    path: str | Path, source: str | None, reference: str | Path | None, reference_source: str | None = None
+) -> ShippedJob | None:
     """Read what the job needs on the caller's side; None when the candidate cannot be read here.
+    With `reference_source` the reference travels as that text and no file is read or written.
 
     A candidate that cannot be read is a parse-stage verdict that costs nothing: the caller
     verifies it locally instead of shipping it.
@@ -76,6 +80,8 @@ def ship_job(path: str | Path, source: str | None, reference: str | Path | None)
         except (OSError, UnicodeDecodeError):
             return None
     ref_arg = str(reference) if reference is not None else None
+    if reference_source is not None:
+        return ShippedJob(str(path), source, ref_arg, None, reference_source, True)
     if ref_arg is not None:
         ref_file: Path | None = Path(ref_arg).resolve()
     else:
@@ -143,7 +149,10 @@ def compile_task(
         return gpu_submit(child_job, kwargs, token)
 
     with tempfile.TemporaryDirectory(prefix="cudice-ray-") as scratch:
-        ref_arg, mapping = place_reference(job, Path(scratch))
+        ref_arg, mapping = (
+            (job.reference, {}) if job.reference_is_text else place_reference(job, Path(scratch))
+        )
+        text = {"reference_source": job.reference_text} if job.reference_is_text else {}
         result = interruptible(
             lambda: fn(
                 job.path,
@@ -153,6 +162,7 @@ def compile_task(
                 cancel=cancel,
                 run_child=run_child,
                 gpu=has_gpu,
+                **text,
             ),
             cancel,
         )

@@ -126,6 +126,7 @@ class VerifyPool(VerifyBackend):
             request.path,
             source=request.source,
             reference=request.reference,
+            reference_source=request.reference_source,
             config=config,
             cancel=job.cancel,
             run_child=self._run_on_gpu,

@@ -5,27 +5,22 @@ a `cudice.verifier.backends.VerifyBackend` — the local `VerifyPool` (`reward_p
 on CPU workers, correctness and timing on the GPUs it is given, meant to be GPUs the policy does
 not use, so kernels are timed without the trainer's contention) or the Ray backend — so a reward
 is the same `VerifyResult` the editor and `cudice eval` get, read by `reward_from_result`.
-`verify_texts(backend, jobs)` is the step in between: one batch, results in job order. Each
-candidate goes to the backend as text (`source=`, under a name in a temporary folder that is
-never written); the backend interface (`VerifyBackend.submit`) takes the reference only as a path,
-so each distinct reference text is written once to that folder — one file per task, shared by the
-task's samples (`verify(reference_source=...)` takes the text, but the backends do not pass it on).
+`verify_texts(backend, jobs)` is the step in between: one batch, results in job order. Candidate
+and reference both go to the backend as text (`source=`, `reference_source=`); the paths are only
+names the diagnostics carry, and no file is written.
 
 Anti-cheat stays on: the backend runs the verifier's static checks and its runtime checks (the
 same verdicts the editor shows); a backend configured with the lenient static policy or
 compile-only is refused, since either would pay rewards for kernels that only look fast.
 
 Not covered: caching rewards of identical candidates across steps (the build cache already makes
-a repeated candidate cheap), partial credit, a reference without any file (needs a
-`reference_source` on the backends' jobs).
+a repeated candidate cheap), partial credit.
 """
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cudice.model.prompts import extract_first_code_block
@@ -85,27 +80,24 @@ def reward_pool(
 
 
 def verify_texts(backend: VerifyBackend, jobs: Sequence[RewardJob]) -> list[VerifyResult]:
-    """One `VerifyResult` per job, in the order of `jobs`: candidates as text, each distinct
-    reference written once to a temporary folder (module docstring)."""
+    """One `VerifyResult` per job, in the order of `jobs`: candidate and reference as text, no
+    file written (the paths are names the diagnostics carry)."""
     from cudice.verifier.backends import VerifyJob, verify_all
 
-    with tempfile.TemporaryDirectory(prefix="cudice-rl-") as tmp:
-        references: dict[str, Path] = {}
-        files = []
-        for i, job in enumerate(jobs):
-            ref = references.get(job.reference)
-            if ref is None:
-                ref = references[job.reference] = Path(tmp) / f"ref_{len(references)}.py"
-                ref.write_text(job.reference)
-            files.append(
-                VerifyJob(
-                    Path(tmp) / f"cand_{i}.py",  # a name for locations; nothing is written there
-                    source=as_read_back(job.candidate),
-                    reference=ref,
-                    key=f"{job.key}#{i}",
-                )
+    names: dict[str, str] = {}  # one name per distinct reference
+    files = []
+    for i, job in enumerate(jobs):
+        ref_name = names.setdefault(job.reference, f"<reference {len(names)}>")
+        files.append(
+            VerifyJob(
+                f"cand_{i}.py",
+                source=as_read_back(job.candidate),
+                reference=ref_name,
+                key=f"{job.key}#{i}",
+                reference_source=as_read_back(job.reference),
             )
-        return verify_all(backend, files)
+        )
+    return verify_all(backend, files)
 
 
 def as_read_back(text: str) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import _thread
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 from pathlib import Path
@@ -62,6 +63,25 @@ def test_a_reference_the_worker_cannot_see_is_shipped_and_its_paths_mapped_back(
     ref.unlink()  # as on another node: the caller's file is not there
     report = compile_task(job, config, False, None)
     assert comparable(report.result) == comparable(local)  # same locations and messages, caller's paths
+
+
+def test_a_reference_given_as_text_travels_as_text_and_is_verified_as_the_file_would_be(
+    tmp_path: Path, config: VerifyConfig
+) -> None:
+    text = "import torch\ndef get_inputs():\n    return []\n"  # no class Model: a located error
+    ref = tmp_path / "problem.py"
+    ref.write_text(text)
+    cand = CORPUS / "try_except_fallback.py"
+    from_file = verify(cand, reference=ref, config=config)
+    job = ship_job(cand, None, "problem.py", text)
+    assert job is not None and job.reference_is_text and job.reference_text == text
+    scratch_before = set(Path(tempfile.gettempdir()).glob("cudice-ray-*"))
+    report = compile_task(job, config, False, None)
+    assert set(Path(tempfile.gettempdir()).glob("cudice-ray-*")) == scratch_before
+    assert report.result.verdict is from_file.verdict
+    codes = sorted(d.code for d in report.result.diagnostics)
+    assert codes == sorted(d.code for d in from_file.diagnostics)
+    assert any(d.location and d.location.path == "problem.py" for d in report.result.diagnostics)
 
 
 def test_a_reference_visible_with_the_same_text_is_used_in_place(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""`verify_texts`: candidates reach the backend as text, each distinct reference is one file, and
+"""`verify_texts`: candidates and references reach the backend as text, no file is written, and
 the verdicts (hence the rewards) are those of the former two-files-per-job way — on a scripted
 backend, and on a real `VerifyPool` (without a GPU a good kernel stops at `compiled`)."""
 
@@ -23,17 +23,14 @@ needs_nvcc = pytest.mark.skipif(
 
 
 class Recording(VerifyBackend):
-    """Verdict CORRECT for candidates containing "good"; records what the temporary folder holds."""
+    """Verdict CORRECT for candidates containing "good"; records the jobs it was given."""
 
     def __init__(self) -> None:
         self.config = VerifyConfig()
         self.jobs: list[VerifyJob] = []
-        self.folder: list[list[str]] = []  # the folder's files when each job was submitted
 
     def _submit(self, job: VerifyJob, config: VerifyConfig) -> Future[VerifyResult]:
         self.jobs.append(job)
-        assert job.reference is not None
-        self.folder.append(sorted(os.listdir(Path(job.reference).parent)))
         fut: Future[VerifyResult] = Future()
         good = "good" in (job.source or "")
         fut.set_result(
@@ -48,21 +45,24 @@ class Recording(VerifyBackend):
         pass
 
 
-def test_candidates_go_as_text_and_each_reference_is_written_once() -> None:
+def test_candidates_and_references_go_as_text_and_nothing_is_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
     backend = Recording()
     jobs = [
-        RewardJob("a-0", "good one\r\n", "class Model: a"),
-        RewardJob("a-1", "bad one", "class Model: a"),
+        RewardJob("a-0", "good one\r\n", "class Model: a\r\n"),
+        RewardJob("a-1", "bad one", "class Model: a\r\n"),
         RewardJob("b-2", "good two", "class Model: b"),
     ]
     results = verify_texts(backend, jobs)
     assert [reward_from_result(r, None) for r in results] == [1.0, 0.0, 1.0]
-    assert backend.folder[-1] == ["ref_0.py", "ref_1.py"]  # no candidate file, one reference per task
-    assert [Path(j.path).exists() for j in backend.jobs] == [False] * 3
     assert [j.source for j in backend.jobs] == ["good one\n", "bad one", "good two"]
-    assert [Path(str(j.reference)).name for j in backend.jobs] == ["ref_0.py", "ref_0.py", "ref_1.py"]
+    assert [j.reference_source for j in backend.jobs] == ["class Model: a\n"] * 2 + ["class Model: b"]
+    assert [j.reference for j in backend.jobs] == ["<reference 0>", "<reference 0>", "<reference 1>"]
     assert [j.key for j in backend.jobs] == ["a-0#0", "a-1#1", "b-2#2"]
-    assert not Path(str(backend.jobs[0].reference)).parent.exists()  # the folder is gone afterwards
+    assert os.listdir(tmp_path) == []  # no candidate or reference file, here or in the temp folder
 
 
 def test_text_is_what_a_written_and_read_back_file_holds(tmp_path: Path) -> None:
