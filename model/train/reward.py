@@ -13,8 +13,11 @@ Anti-cheat stays on: the backend runs the verifier's static checks and its runti
 same verdicts the editor shows); a backend configured with the lenient static policy or
 compile-only is refused, since either would pay rewards for kernels that only look fast.
 
-Not covered: caching rewards of identical candidates across steps (the build cache already makes
-a repeated candidate cheap), partial credit.
+Each distinct (candidate, reference) pair, as normalised text, is verified once per
+`verifier_reward_fn`: repeats within a batch and across steps reuse the first verdict (rollouts
+of a peaked policy repeat often). A verdict's speedup is then measured once per distinct kernel.
+
+Not covered: partial credit; a verdict cache shared between reward functions or runs.
 """
 
 from __future__ import annotations
@@ -79,25 +82,44 @@ def reward_pool(
     return VerifyPool(config, num_compile_workers=num_compile_workers, gpus=gpus)
 
 
-def verify_texts(backend: VerifyBackend, jobs: Sequence[RewardJob]) -> list[VerifyResult]:
+def verify_texts(
+    backend: VerifyBackend,
+    jobs: Sequence[RewardJob],
+    cache: dict[tuple[str, str], VerifyResult] | None = None,
+) -> list[VerifyResult]:
     """One `VerifyResult` per job, in the order of `jobs`: candidate and reference as text, no
-    file written (the paths are names the diagnostics carry)."""
+    file written (the paths are names the diagnostics carry). Each distinct (candidate, reference)
+    pair, compared as `normalised` text, is verified once; `cache` (updated here) carries the
+    verdicts of earlier batches, so a rollout repeated across steps is not verified again."""
     from cudice.verifier.backends import VerifyJob, verify_all
 
+    cache = {} if cache is None else cache
     names: dict[str, str] = {}  # one name per distinct reference
-    files = []
-    for i, job in enumerate(jobs):
-        ref_name = names.setdefault(job.reference, f"<reference {len(names)}>")
-        files.append(
-            VerifyJob(
-                f"cand_{i}.py",
-                source=as_read_back(job.candidate),
-                reference=ref_name,
-                key=f"{job.key}#{i}",
-                reference_source=as_read_back(job.reference),
-            )
+    pairs = [(normalised(job.candidate), normalised(job.reference)) for job in jobs]
+    todo: dict[tuple[str, str], VerifyJob] = {}
+    for i, (job, pair) in enumerate(zip(jobs, pairs, strict=True)):
+        if pair in cache or pair in todo:
+            continue
+        todo[pair] = VerifyJob(
+            f"cand_{i}.py",
+            source=as_read_back(job.candidate),
+            reference=names.setdefault(pair[1], f"<reference {len(names)}>"),
+            key=f"{job.key}#{i}",
+            reference_source=as_read_back(job.reference),
         )
-    return verify_all(backend, files)
+    for pair, result in zip(todo, verify_all(backend, list(todo.values())), strict=True):
+        cache[pair] = result
+    return [cache[pair] for pair in pairs]
+
+
+def normalised(text: str) -> str:
+    """`text` with what cannot change a verdict removed: line endings made `\n`, trailing
+    whitespace of each line and trailing blank lines dropped (comments stay: `# cudice:` lines
+    name references)."""
+    lines = [line.rstrip() for line in as_read_back(text).split("\n")]
+    while lines and not lines[-1]:
+        lines.pop()
+    return "\n".join(lines)
 
 
 def as_read_back(text: str) -> str:
@@ -117,12 +139,14 @@ def verifier_reward_fn(backend: VerifyBackend) -> RewardFn:
     (refused when the backend's config turns anti-cheat or the correctness runs off)."""
     check_reward_config(backend.config)
 
+    verdicts: dict[tuple[str, str], VerifyResult] = {}  # every step's, by normalised text
+
     def reward(rollouts: Sequence[Rollout], config: RLConfig) -> list[float]:
         jobs = [
             RewardJob(f"{r.task.task_id or 'task'}-{i}", candidate_code(r), r.task.pytorch_code)
             for i, r in enumerate(rollouts)
         ]
-        results = verify_texts(backend, jobs)
+        results = verify_texts(backend, jobs, verdicts)
         if len(results) != len(jobs):
             raise RuntimeError(f"verify backend returned {len(results)} results for {len(jobs)} jobs")
         return [reward_from_result(res, config.required_speedup) for res in results]

@@ -220,7 +220,7 @@ def test_rewards_come_from_the_backend_and_anti_cheat_cannot_be_switched_off() -
     from cudice.verifier.result import Stage, Verdict, VerifyResult
 
     class Backend(VerifyBackend):
-        """Scripted verdicts; records the candidate text and the reference file as the verifier reads them."""
+        """Scripted verdicts; records the candidate and reference texts it was given."""
 
         def __init__(self, config: VerifyConfig) -> None:
             self.config = config
@@ -230,7 +230,7 @@ def test_rewards_come_from_the_backend_and_anti_cheat_cannot_be_switched_off() -
             assert job.reference is not None and config is self.config
             assert job.source is not None and not Path(job.path).exists()  # the candidate is text
             candidate = job.source
-            self.files.append((candidate, Path(job.reference).read_text(), job.key))
+            self.files.append((candidate, job.reference_source or "", job.key))
             fut: Future[VerifyResult] = Future()
             fut.set_result(
                 VerifyResult(

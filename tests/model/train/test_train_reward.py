@@ -10,7 +10,7 @@ from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
-from cudice.model.train.reward import RewardJob, as_read_back, reward_from_result, verify_texts
+from cudice.model.train.reward import RewardJob, as_read_back, normalised, reward_from_result, verify_texts
 from cudice.verifier.backends import VerifyBackend, VerifyJob, verify_all
 from cudice.verifier.config import VerifyConfig
 from cudice.verifier.result import Stage, Verdict, VerifyResult
@@ -113,3 +113,21 @@ def test_a_real_pool_gives_the_verdicts_of_the_two_file_way(tmp_path: Path) -> N
         assert [[d.code for d in r.diagnostics] for r in after] == [
             [d.code for d in r.diagnostics] for r in before
         ]
+
+
+def test_each_distinct_pair_is_verified_once_within_a_batch_and_across_batches() -> None:
+    backend = Recording()
+    cache: dict[tuple[str, str], VerifyResult] = {}
+    first = [
+        RewardJob("a-0", "good one\n", "class Model: a"),
+        RewardJob("a-1", "good one  \r\n\n", "class Model: a"),  # the same text, normalised
+        RewardJob("a-2", "good one\n", "class Model: b"),  # another reference: verified again
+        RewardJob("a-3", "bad one", "class Model: a"),
+    ]
+    results = verify_texts(backend, first, cache)
+    assert [reward_from_result(r, None) for r in results] == [1.0, 1.0, 1.0, 0.0]
+    assert [j.key for j in backend.jobs] == ["a-0#0", "a-2#2", "a-3#3"]
+    again = verify_texts(backend, [RewardJob("b-0", "bad one\n", "class Model: a")], cache)
+    assert [reward_from_result(r, None) for r in again] == [0.0]
+    assert len(backend.jobs) == 3  # the next step's repeat was not verified again
+    assert normalised("x = 1  \r\n# cudice: reference=r.py\n\n") == "x = 1\n# cudice: reference=r.py"
