@@ -2,8 +2,16 @@
 # The judge's GPU checks in one call: install cudice from this tree (as bench/run_gpu.sh does), the
 # timing-fidelity table (bench/timing_fidelity.py), then the runtime and adversarial corpora on the GPU.
 # Usage on the GPU box: bash bench/gpu_judge.sh [--quick]   (logs and JSON under $OUT)
+# The device tool copies the working tree, uncommitted edits included. To measure exactly a commit,
+# make `git archive -o .gpu_snapshot.tar HEAD` here first and carry it (it is git-ignored): the
+# script then runs from that snapshot.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+if [ -f .gpu_snapshot.tar ] && [ -z "${CUDICE_IN_SNAPSHOT:-}" ]; then
+  snap=/tmp/cudice_snapshot; rm -rf "$snap"; mkdir -p "$snap" && tar -xf .gpu_snapshot.tar -C "$snap"
+  echo "running from .gpu_snapshot.tar"
+  CUDICE_IN_SNAPSHOT=1 exec bash "$snap/bench/gpu_judge.sh" "$@"
+fi
 out="${OUT:-bench/out}"; mkdir -p "$out"
 export PYTHONUNBUFFERED=1 TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-9.0}"
 if ! python3 -m pip install -q --no-deps --no-build-isolation -e . >"$out/install.log" 2>&1; then
