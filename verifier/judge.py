@@ -470,7 +470,9 @@ class _Judge:
         self._probe_solo_s = self._probe_s(best_of=10)
         self.event_inputs = [x.clone() if _is_tensor(x) else x for x in warm]
         self._event_times(model, self.event_inputs, 3)  # the harness's own warm-up
-        floor_ms = statistics.median(self._event_times(None, [], 20))  # one launch of a tiny kernel
+        with self._exclusive():  # one launch of a tiny kernel, alone on the GPU like the timed calls
+            self._wait_gpu_idle([])
+            floor_ms = statistics.median(self._event_times(None, [], 20))
         self._add_wall("timing.warmup", t0)
         # 2. repetitions
         t_rounds = time.perf_counter()
