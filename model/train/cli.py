@@ -388,7 +388,7 @@ def rl_command(
     from cudice.model.engine import Engine
     from cudice.model.train.config import RLConfig
     from cudice.model.train.data import load_rl_tasks
-    from cudice.model.train.reward import reward_pool, verifier_reward_fn
+    from cudice.model.train.reward import default_canary, reward_pool, verifier_reward_fn
     from cudice.model.train.rl import run_bic_rl
     from cudice.model.train.rollout import engine_rollout_fn, prompt_token_counter
 
@@ -427,6 +427,11 @@ def rl_command(
         gpus=gpus,
         num_compile_workers=compile_workers,
     )
+    try:  # a known-good kernel in every reward batch: a broken verifier stops the step
+        canary = default_canary("correct")
+    except FileNotFoundError as exc:
+        canary = None
+        logging.getLogger(__name__).warning("rewards run without a canary: %s", exc)
     with backend:
         try:
             run_bic_rl(
@@ -436,7 +441,7 @@ def rl_command(
                 infill_cfg,
                 e2e_cfg,
                 rollout_fn=engine_rollout_fn(engine),
-                reward_fn=verifier_reward_fn(backend),
+                reward_fn=verifier_reward_fn(backend, canary=canary),
                 block_size=loaded.block_size,
                 mask_token_id=loaded.ids.mask,
                 pad_token_id=loaded.ids.pad,

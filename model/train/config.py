@@ -112,6 +112,9 @@ class RLConfig:
     # Reward: compiles ∧ correct, and (cudice, unlike DICE's release) the verified speedup must
     # clear this bound when it is set. None = correctness only.
     required_speedup: float | None = 1.0
+    # With required_speedup set: the reward of a correct kernel that does not clear it (slow, or
+    # its timing suspicious/unresolved); a fast one gets 1. Unused for correctness only.
+    correct_reward: float = 0.5
     max_prompt_tokens: int = 2000  # DICE drops longer prompts (2000 infill, 1500 end-to-end)
     seed: int = 0  # torch seed at the stage start; rollout step k samples with seed + k
     save_every_steps: int = 0  # 0: save after the stage; else also a checkpoint every N steps
@@ -137,6 +140,7 @@ class RLConfig:
         _check(self.rollout_memory_gib > 0, f"rollout_memory_gib={self.rollout_memory_gib} must be > 0")
         _check(self.max_prompt_tokens >= 1, f"max_prompt_tokens={self.max_prompt_tokens} must be >= 1")
         _check(self.save_every_steps >= 0, f"save_every_steps={self.save_every_steps} must be >= 0")
+        _check(0 <= self.correct_reward <= 1, f"correct_reward={self.correct_reward} must be in [0, 1]")
         _check(
             self.required_speedup is None or self.required_speedup > 0,
             f"required_speedup={self.required_speedup} must be > 0 or None (correctness only)",

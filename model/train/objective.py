@@ -17,6 +17,7 @@ is built; fine for the tiny and mid-size runs this code is tested on).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -283,11 +284,13 @@ def clipped_policy_loss(
     return loss.mean(), stats
 
 
-def group_advantages(rewards: list[float], group_size: int) -> tuple[list[float], list[bool]]:
+def group_advantages(rewards: Sequence[float | None], group_size: int) -> tuple[list[float], list[bool]]:
     """z-score rewards within each group of `group_size` samples of one task.
 
     Returns (advantages, keep): groups whose rewards have zero spread carry no signal and are
-    dropped (keep=False for their samples), as in DICE's BiC-RL.
+    dropped (keep=False for their samples), as in DICE's BiC-RL. A None reward (a sample the
+    verifier failed to score) is left out: keep=False, and the group's mean and spread are over
+    its scored samples only; a group with fewer than two scored samples is dropped.
     """
     if group_size < 1 or len(rewards) % group_size:
         raise ValueError(
@@ -297,13 +300,16 @@ def group_advantages(rewards: list[float], group_size: int) -> tuple[list[float]
     advantages: list[float] = []
     keep: list[bool] = []
     for g in range(0, len(rewards), group_size):
-        group = torch.tensor(rewards[g : g + group_size], dtype=torch.float64)
-        std = float(group.std(unbiased=False))
+        members = list(rewards[g : g + group_size])
+        scored = [float(r) for r in members if r is not None]
+        group = torch.tensor(scored, dtype=torch.float64)
+        std = float(group.std(unbiased=False)) if len(scored) > 1 else 0.0
         if std == 0.0:
             advantages += [0.0] * group_size
             keep += [False] * group_size
             continue
-        z = (group - group.mean()) / std
-        advantages += [float(x) for x in z]
-        keep += [True] * group_size
+        mean = float(group.mean())
+        for r in members:
+            advantages.append(0.0 if r is None else (float(r) - mean) / std)
+            keep.append(r is not None)
     return advantages, keep

@@ -1,7 +1,8 @@
 """The policy update of one BiC-RL step: TraceRL's clipped PPO over replayed rollouts.
 
 Phases (they continue `cudice.model.train.rl`'s 1–3):
-  4. z-score rewards within each task's group; drop groups with zero spread;
+  4. z-score rewards within each task's group; drop groups with zero spread; a None reward (the
+     verifier failed, not the kernel) is left out of its group;
   5. replay each kept rollout's reveal order as rows (`replay_rows`, the blocks exactly as the
      sampler saw them, EOS included); `logp_old` from one no-grad pass with the pre-update
      weights — the ratio's base and the KL anchor;
@@ -53,7 +54,7 @@ def ppo_update(
     optimizer: torch.optim.Optimizer,
     accelerator: Any,
     rollouts: Sequence[Rollout],
-    rewards: Sequence[float],
+    rewards: Sequence[float | None],
     config: RLConfig,
     *,
     block_size: int,
@@ -61,12 +62,15 @@ def ppo_update(
     pad_token_id: int,
     step: int,
 ) -> dict[str, float]:
-    """Phases 4–6 on this rank's rewarded rollouts. Returns figures summed/averaged over all ranks."""
+    """Phases 4–6 on this rank's rewarded rollouts. Returns figures summed/averaged over all ranks.
+
+    A None reward (not scored: the verifier failed) is left out of its group (`group_advantages`)."""
     device, world = accelerator.device, accelerator.num_processes
     # 4. group-normalised advantages; flat groups carry no signal
-    advantages, keep = group_advantages(list(rewards), config.samples_per_task)
+    advantages, keep = group_advantages(rewards, config.samples_per_task)
     kept = [(r, a) for r, a, k in zip(rollouts, advantages, keep, strict=True) if k and r.response_ids]
-    num_groups = sum(keep[g] for g in range(0, len(keep), config.samples_per_task))
+    size = config.samples_per_task
+    num_groups = sum(any(keep[g : g + size]) for g in range(0, len(keep), size))
     # 5. replay rows and the pre-update log-probs
     rows = [
         _to(

@@ -7,7 +7,8 @@ One RL step (DICE's configs; TraceRL's objective, arXiv 2509.06949):
      each answer's blocks and step map exactly as decoded (`cudice.model.train.rollout`);
   3. reward each answer by executing it: `cudice.model.train.reward.reward_from_result` reads
      the same `VerifyResult` the editor and the benchmark read (compiles ∧ correct, and —
-     cudice, not DICE's release — the verified speedup must clear `required_speedup`);
+     cudice, not DICE's release — a bonus when the verified speedup clears `required_speedup`);
+     a None reward (the verifier failed, not the kernel) is logged and left out of the update;
   4.–6. the PPO update (`cudice.model.train.ppo`): group advantages, replay, `ppo_epochs` ×
      `num_minibatches` clipped updates with the k3 KL to the pre-update policy.
 Stage 2 (end-to-end) continues from the stage-1 weights, with a fresh optimizer (the stage-1
@@ -54,7 +55,7 @@ log = logging.getLogger(__name__)
 class StepStats:
     stage: str
     step: int
-    mean_reward: float  # over every rank's rollouts
+    mean_reward: float  # over every rank's scored rollouts
     num_kept_groups: int
     num_rows: int
     loss: float
@@ -65,6 +66,7 @@ class StepStats:
     rollout_tokens: int = 0  # replayed tokens, this rank
     tokens_per_s: float = 0.0  # rollout tokens / rollout seconds, this rank
     seconds: float = 0.0  # the whole step
+    num_unscored: int = 0  # rollouts whose reward was None (the verifier failed), every rank
 
 
 def _check_backend(accelerator: Any) -> None:
@@ -153,7 +155,10 @@ def run_stage(
         expected = len(batch) * config.samples_per_task
         if len(rollouts) != expected:
             raise RuntimeError(f"rollout_fn returned {len(rollouts)} rollouts, expected {expected}")
-        rewards = reward_fn(rollouts, config)  # 3. execute and reward
+        rewards = list(reward_fn(rollouts, config))  # 3. execute and reward (None: not scored)
+        if len(rewards) != len(rollouts):
+            raise RuntimeError(f"reward_fn returned {len(rewards)} rewards for {len(rollouts)} rollouts")
+        scored = [r for r in rewards if r is not None]
         figures = ppo_update(
             model,
             optimizer,
@@ -166,10 +171,20 @@ def run_stage(
             pad_token_id=pad_token_id,
             step=step,
         )  # 4.-6.
-        reward_sum = torch.tensor([float(sum(rewards)), float(len(rewards))], device=accelerator.device)
-        total_reward, total_count = (
+        reward_sum = torch.tensor(
+            [float(sum(scored)), float(len(scored)), float(len(rewards) - len(scored))],
+            device=accelerator.device,
+        )
+        total_reward, total_count, total_unscored = (
             accelerator.reduce(reward_sum, "sum") if world > 1 else reward_sum
         ).tolist()
+        if total_unscored:
+            log.warning(
+                "rl %s step %d: %d rollouts not scored (verifier failures), left out of the update",
+                config.stage,
+                step,
+                int(total_unscored),
+            )
         tokens = sum(len(r.response_ids) for r in rollouts)
         stats = StepStats(
             config.stage,
@@ -185,6 +200,7 @@ def run_stage(
             tokens,
             tokens / rollout_seconds if rollout_seconds > 0 else 0.0,
             time.perf_counter() - start,
+            int(total_unscored),
         )
         history.append(stats)
         log.info(

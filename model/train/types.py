@@ -36,5 +36,6 @@ class Rollout:
 RolloutFn = Callable[[Sequence[RLTask], int, RLConfig], list[Rollout]]
 """(tasks, samples_per_task, config) -> len(tasks) * samples_per_task rollouts, grouped by task."""
 
-RewardFn = Callable[[Sequence[Rollout], RLConfig], list[float]]
-"""(rollouts, config) -> one reward per rollout, in order."""
+RewardFn = Callable[[Sequence[Rollout], RLConfig], Sequence[float | None]]
+"""(rollouts, config) -> one reward per rollout, in order; None for a rollout that was not scored
+(the verifier failed, not the kernel): the update leaves it out of its group."""

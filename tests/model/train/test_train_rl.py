@@ -169,7 +169,7 @@ def test_reward_reads_the_verifier_record() -> None:
     fast = VerifyResult(Verdict.CORRECT, Stage.TIMING, "c.py", speedup=2.0, speedup_min=1.8)
     slow = VerifyResult(Verdict.CORRECT, Stage.TIMING, "c.py", speedup=0.9, speedup_min=0.8)
     wrong = VerifyResult(Verdict.INCORRECT, Stage.CORRECTNESS, "c.py")
-    assert [reward_from_result(r, 1.0) for r in (fast, slow, wrong)] == [1.0, 0.0, 0.0]
+    assert [reward_from_result(r, 1.0) for r in (fast, slow, wrong)] == [1.0, 0.5, 0.0]
     assert [reward_from_result(r, None) for r in (fast, slow, wrong)] == [1.0, 1.0, 0.0]
     assert reward_from_result(SimpleNamespace(is_correct=False), None) == 0.0
 
