@@ -247,10 +247,36 @@ def replay_rows(
 
 
 def token_logprobs(model: torch.nn.Module, rows: ReplayRows, block_size: int) -> torch.Tensor:
-    """Log-probability of each clean token at its noisy-copy position, (R, L) (no shift)."""
-    logits = forward_doubled(model, rows.noisy, rows.clean, block_size)  # (R, L, V)
-    logp = torch.log_softmax(logits.float(), dim=-1)
-    return logp.gather(-1, rows.clean[..., None]).squeeze(-1)  # (R, L)
+    """Log-probability of each clean token at its noisy-copy position, (R, L) (no shift), read at
+    the target positions only: 0 elsewhere (the policy loss masks by `rows.targets`).
+
+    Only the targets' hidden states reach the LM head (`logits_to_keep` as a boolean (R, 2L)
+    mask, flattened to (N, hidden)), so the logits and their fp32 log-softmax are (N, V) with N
+    the number of targets — each revealed token once over all rows, the response's length —
+    instead of (R, L, V) for every row and position. Equal to the full computation, gradient
+    included (tests/model/train).
+    """
+    batch, length = rows.clean.shape
+    targets = rows.targets
+    keep = torch.cat([targets, torch.zeros_like(targets)], dim=1)  # (R, 2L): the noisy half's targets
+    mask = block_diffusion_mask(length, block_size, dtype=_float_dtype(model), device=rows.clean.device)
+    out = model(
+        input_ids=torch.cat([rows.noisy, rows.clean], dim=1),  # (R, 2L)
+        attention_mask=mask.expand(batch, -1, -1, -1),
+        position_ids=doubled_position_ids(length, batch, rows.clean.device),
+        use_cache=False,
+        logits_to_keep=keep,
+    )
+    logits: torch.Tensor = out.logits  # (N, V)
+    if logits.ndim != 2 or logits.shape[0] != int(targets.sum()):
+        raise RuntimeError(
+            f"the model returned logits of shape {tuple(logits.shape)} for a boolean logits_to_keep "
+            f"with {int(targets.sum())} positions; token_logprobs needs a transformers whose "
+            "models flatten a 2-D boolean logits_to_keep to (positions, vocab)"
+        )
+    logp = torch.log_softmax(logits.float(), dim=-1)  # (N, V)
+    picked = logp.gather(-1, rows.clean[targets][:, None]).squeeze(-1)  # (N,)
+    return picked.new_zeros(batch, length).masked_scatter(targets, picked)  # (R, L)
 
 
 def clipped_policy_loss(
