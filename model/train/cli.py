@@ -385,12 +385,13 @@ def rl_command(
     run: RunOptions,
 ) -> None:
     """BiC-RL: kernel-infilling stage, then end-to-end stage; prints one JSON line per step."""
+    import torch
     from cudice.model.engine import Engine
     from cudice.model.train.config import RLConfig
     from cudice.model.train.data import load_rl_tasks
     from cudice.model.train.reward import default_canary, reward_pool, verifier_reward_fn
     from cudice.model.train.rl import run_bic_rl
-    from cudice.model.train.rollout import engine_rollout_fn, prompt_token_counter
+    from cudice.model.train.rollout import RolloutWeights, engine_rollout_fn, prompt_token_counter
 
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     speed = required_speedup if required_speedup > 0 else None
@@ -419,7 +420,13 @@ def rl_command(
     except ValueError as exc:
         raise click.ClickException(str(exc)) from exc
     loaded = _load(model_path, run.device)
-    engine = Engine(loaded, fast=fast and run.lora_rank == 0 and loaded.model.device.type == "cuda")
+    # rollouts sample from a bf16 copy of the fp32 master, refreshed after every update (LoRA:
+    # from the master itself); the replay's log-probabilities stay on the master
+    weights = RolloutWeights(loaded.model, torch.bfloat16) if run.lora_rank == 0 else None
+    engine = Engine(
+        weights.loaded(loaded) if weights is not None else loaded,
+        fast=fast and run.lora_rank == 0 and loaded.model.device.type == "cuda",
+    )
     from cudice.verifier.config import VerifyConfig
 
     backend = reward_pool(
@@ -451,6 +458,7 @@ def rl_command(
                 count_prompt_tokens=prompt_token_counter(engine),
                 monitor=_monitor(infill_steps + e2e_steps, run, "bic-rl"),
                 resume=resume,
+                rollout_weights=weights,
             )
         except ValueError as exc:
             raise click.ClickException(str(exc)) from exc

@@ -45,6 +45,7 @@ from cudice.model.train.data import RLTask, schedule
 from cudice.model.train.monitor import Monitor
 from cudice.model.train.ppo import ppo_update
 from cudice.model.train.prepare import make_accelerator, prepare_model, save_trained
+from cudice.model.train.rollout import RolloutWeights
 from cudice.model.train.state import POSITION, load_train_state, save_train_state, state_dir
 from cudice.model.train.types import RewardFn, RolloutFn
 
@@ -101,6 +102,7 @@ def run_stage(
     out_dir: str | Path | None = None,
     step_offset: int = 0,
     resume: bool = False,
+    rollout_weights: RolloutWeights | None = None,
 ) -> list[StepStats]:
     """Run `config.num_steps` RL steps of one stage over `tasks` (already ordered easy→hard).
 
@@ -109,7 +111,8 @@ def run_stage(
     filter. `out_dir` + `config.save_every_steps` write periodic checkpoints (needs `source_dir`);
     with `out_dir`, the resume state is saved with them and at the end; `resume` continues from
     it. `step_offset` numbers this stage's steps after an earlier stage's in the monitor.
-    Returns the stats of the steps this call ran.
+    `rollout_weights` (the copy `rollout_fn` samples from) takes the master's values at the start
+    and after every update. Returns the stats of the steps this call ran.
     """
     if accelerator is None:
         accelerator = make_accelerator(config.setup, seed=config.seed, cpu=cpu)
@@ -140,6 +143,8 @@ def run_stage(
     )
     first = _resume_step(accelerator, out_dir, config) if resume else 0  # restores the RNG too
     monitor = monitor or Monitor(config.num_steps, enabled=False)
+    if rollout_weights is not None:  # after a resume: the loaded master
+        rollout_weights.refresh(accelerator.unwrap_model(model))
     history = []
     for step in range(first, config.num_steps):
         start = time.perf_counter()
@@ -171,6 +176,8 @@ def run_stage(
             pad_token_id=pad_token_id,
             step=step,
         )  # 4.-6.
+        if rollout_weights is not None:  # the next rollouts sample the updated policy
+            rollout_weights.refresh(accelerator.unwrap_model(model))
         reward_sum = torch.tensor(
             [float(sum(scored)), float(len(scored)), float(len(rewards) - len(scored))],
             device=accelerator.device,
@@ -277,6 +284,7 @@ def run_bic_rl(
     count_prompt_tokens: Callable[[RLTask], int] | None = None,
     monitor: Monitor | None = None,
     resume: bool = False,
+    rollout_weights: RolloutWeights | None = None,
 ) -> dict[str, list[StepStats]]:
     """Stage 1 (infilling) then stage 2 (end-to-end) from the stage-1 weights; saves after each.
 
@@ -302,6 +310,7 @@ def run_bic_rl(
         "count_prompt_tokens": count_prompt_tokens,
         "monitor": monitor,
         "source_dir": source_dir,
+        "rollout_weights": rollout_weights,
     }
     resume_at = _resume_stage(accelerator, out_dir, resume)
     out: dict[str, list[StepStats]] = {"infill": [], "e2e": []}

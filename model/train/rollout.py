@@ -14,15 +14,27 @@ target, so RL can learn to stop. The reward reads `text`, the answer cut at the 
 
 Prompts follow DICE's RL: stage 1 gets the infilling prompt and writes the whole file in a code
 block (no prefix forcing — that is the editor's variant); stage 2 gets the end-to-end prompt.
-Not covered: continuous batching across micro-batches (each runs to its longest answer).
+The sampler can run on its own copy of the weights: `RolloutWeights(master)` keeps a bf16 copy
+of the trainer's fp32 master weights (half their memory; the sampler's forwards in bf16), which
+`run_stage` refreshes (`refresh`, in place: the fast path's packed weights are views and see it)
+at the stage start and after every update; `RolloutWeights.loaded(loaded)` gives the
+`LoadedModel` to build the `Engine` on. The replay's log-probabilities (the PPO ratio and its
+`logp_old`) stay on the master weights: a rollout sampled in bf16 is scored by the trainer's own
+policy. `dtype=torch.float32` makes an exact copy (the tests' check that the path samples the
+master's tokens).
+Not covered: continuous batching across micro-batches (each runs to its longest answer); a copy
+of a LoRA-wrapped model (refused: the sampler then runs on the master, as before).
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import itertools
 from collections.abc import Sequence
 from typing import Any
 
+import torch
 from cudice.model.config import SamplerConfig
 from cudice.model.prompts import chat_prompt, e2e_prompt, infill_prompt
 from cudice.model.train.config import RLConfig
@@ -84,6 +96,45 @@ def microbatches(
         else:
             groups.append([i])
     return groups
+
+
+class RolloutWeights:
+    """The sampler's copy of the trainer's weights, its parameters in `dtype` (buffers such as the
+    rotary frequencies keep theirs). `refresh(master)` copies the master's current values in place."""
+
+    def __init__(self, master: torch.nn.Module, dtype: torch.dtype = torch.bfloat16) -> None:
+        if any("lora_" in name for name, _ in master.named_parameters()):
+            raise ValueError(
+                "RolloutWeights copies a plain model, not a LoRA-wrapped one: sample from the master"
+            )
+        self.dtype = dtype
+        self.module: torch.nn.Module = copy.deepcopy(master)
+        for param in self.module.parameters():
+            param.requires_grad_(False)
+            param.data = param.data.to(dtype)
+        self.module.eval()
+        self.refreshes = 0  # how many times the copy took the master's values
+
+    def _tensors(self, module: torch.nn.Module) -> dict[str, torch.Tensor]:
+        return dict(itertools.chain(module.named_parameters(), module.named_buffers()))
+
+    @torch.no_grad()
+    def refresh(self, master: torch.nn.Module) -> None:
+        """Copy `master`'s parameters and buffers (the unwrapped module: same names) into the copy."""
+        own, src = self._tensors(self.module), self._tensors(master)
+        missing = sorted(own.keys() - src.keys())
+        if missing:
+            raise ValueError(
+                f"the master has no {missing[:3]} (of {len(missing)}): RolloutWeights needs the "
+                "unwrapped model it was copied from"
+            )
+        for name, tensor in own.items():
+            tensor.copy_(src[name])
+        self.refreshes += 1
+
+    def loaded(self, loaded: Any) -> Any:
+        """`loaded` (a `cudice.model.loader.LoadedModel`) with this copy as its model."""
+        return dataclasses.replace(loaded, model=self.module, dtype=self.dtype)
 
 
 def engine_rollout_fn(engine: Any, base: SamplerConfig | None = None) -> RolloutFn:
