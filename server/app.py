@@ -313,7 +313,7 @@ def create_server(
         ls.model.num_restarts = 0
         from cudice.server.model_loading import load_model
 
-        await load_model(ls)
+        await load_model(ls, force=True)  # multi-client: the shared model, for everyone
         return {"model": ls.model.state, "message": ls.model.message}
 
     @server.command(CMD_CANCEL)
@@ -340,8 +340,9 @@ def create_server(
 
 
 async def release(ls: CudiceServer) -> None:
-    """Stop what a client's session started: runs, generations, watchers, workers. Called on
-    `shutdown`, and in TCP mode when a connection ends without it. (Background tasks are left to
+    """Stop what a client's session started: runs, generations, watchers, workers (in multi-client
+    mode its own runs and generations, not the shared model). Called on `shutdown`, and in TCP mode
+    when a connection ends without it. (Background tasks are left to
     end on their own: cancelling a verification flow mid-run here stalled the workers' shutdown.)"""
     from cudice.server import prebuild
 
@@ -354,6 +355,13 @@ async def release(ls: CudiceServer) -> None:
         if w is not None:
             w.stop()
     ls.ref_watcher = ls.ckpt_watcher = None
+    if ls.team is not None:  # multi-client: the model is shared; only this session's work stops
+        from cudice.server.team import detach
+
+        detach(ls)
+        if "quick" in ls.__dict__:
+            await ls.quick.shutdown()
+        return
     # Both workers at once: clients give `shutdown` about 2 s before they log a time-out.
     await asyncio.gather(ls.model.shutdown(), ls.quick.shutdown())
 
@@ -365,6 +373,8 @@ def run(
     port: int = 2087,
     log_level: str | None = None,
     early: EarlyFrame | None = None,
+    multi: bool = False,
+    max_pending: int = 4,
 ) -> None:
     """Start the server (blocks). Logs go to stderr, never stdout (stdout is the protocol in stdio mode)."""
     logging.basicConfig(
@@ -374,6 +384,10 @@ def run(
     )
     if (log_level or "info") != "debug":  # pygls logs every message at INFO
         logging.getLogger("pygls").setLevel(logging.WARNING)
+    if transport == "tcp" and multi:
+        from cudice.server.team import run_team
+
+        sys.exit(run_team(host, port, lambda: create_server(cli_log_level=log_level), release, max_pending))
     if transport == "tcp":
         # Not pygls' start_tcp: it closes the listener when its first connection ends (cudice.server.tcp).
         from cudice.server.tcp import serve_tcp

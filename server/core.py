@@ -1,9 +1,10 @@
 """`CudiceServer`: the pygls `LanguageServer` plus cudice's state (settings, model worker, results).
 
 The state lives on the server instance (built by `app.create_server`, never a module-level
-singleton), so each test gets a fresh one. Helpers here are small and non-blocking: reading a
-document, publishing status, reporting messages once. The flows live in `generation.py` and
-`verification.py`; the LSP handlers in `app.py`.
+singleton), so each test gets a fresh one, and each TCP connection of a multi-client server its own
+session; there only the model worker and the verification jobs are shared (`team.py`). Helpers here
+are small and non-blocking: reading a document, publishing status, reporting messages once. The
+flows live in `generation.py` and `verification.py`; the LSP handlers in `app.py`.
 
 Not covered: multi-root workspaces get one settings object (the first folder's), not one each.
 """
@@ -30,6 +31,7 @@ from pygls.uris import to_fs_path
 if TYPE_CHECKING:  # imported when first used: `initialize` is answered before any of them loads
     from cudice.server.fast_init import EarlyFrame
     from cudice.server.results import ResultCache
+    from cudice.server.shared import SessionJobs, Team, WorkLimit
     from cudice.server.watch import PathWatcher
     from cudice.server.workers.model import LoadRequest, ModelWorker
     from cudice.server.workers.quick import QuickChecks
@@ -108,17 +110,27 @@ class CudiceServer(LanguageServer):
         self.generation_cancels: dict[str, asyncio.Event] = {}  # uri -> cancel of its running generation
         self.prebuild_timers: dict[str, asyncio.TimerHandle] = {}  # uri -> its build-while-editing timer
         self._documents: dict[str, tuple[str, Document, LineIndex]] = {}
+        # multi-client mode (team.py): the shared model and jobs, this session's id and work bound
+        self.team: Team | None = None
+        self.session_id = ""
+        self.work_limit: WorkLimit | None = None
         gpu_probe.start_hardware_probe()  # done before the first verification asks, off the event loop
 
     # -- workers and caches: built (and their modules imported) on first use, after `initialize` --
     @cached_property
     def model(self) -> ModelWorker:
+        if self.team is not None:  # one model for every session (team.py)
+            return self.team.model
         from cudice.server.workers.model import ModelWorker
 
         return ModelWorker(on_state=self._on_model_state, on_notice=self.notice, env=self.worker_env)
 
     @cached_property
-    def jobs(self) -> VerifyJobs:
+    def jobs(self) -> VerifyJobs | SessionJobs:
+        if self.team is not None:  # the shared jobs, keyed by this session (team.py)
+            from cudice.server.shared import SessionJobs
+
+            return SessionJobs(self.team.jobs, self.session_id)
         from cudice.server.workers.verify import VerifyJobs
 
         return VerifyJobs(env=self.worker_env, spare=self.wants_warm_verifier)

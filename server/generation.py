@@ -21,6 +21,7 @@ from cudice.server.core import CudiceServer
 from cudice.server.features import edits
 from cudice.server.features.code_actions import syntax_error_reason
 from cudice.server.progress import WorkProgress
+from cudice.server.team import claim_work, release_work
 from cudice.server.verification import reference_path, verify_document
 from cudice.server.workers.model import ModelUnavailable, WorkerDied
 from cudice.verifier.document import Document
@@ -43,9 +44,24 @@ def _fail(ls: CudiceServer, reason: str, **extra: Any) -> dict[str, Any]:
 async def _run_model(
     ls: CudiceServer, uri: str, op: str, payload: dict[str, Any], title: str
 ) -> Generation | str:
-    """Run one model job with progress; the result, or why it did not produce one."""
+    """Run one model job with progress; the result, or why it did not produce one (also when the
+    editor has too much pending work on a multi-client server: team.py)."""
+    refused = claim_work(ls, "generate", uri)
+    if refused is not None:
+        return refused
+    try:
+        return await _run_claimed(ls, uri, op, payload, title)
+    finally:
+        release_work(ls, "generate", uri)
+
+
+async def _run_claimed(
+    ls: CudiceServer, uri: str, op: str, payload: dict[str, Any], title: str
+) -> Generation | str:
     progress = await WorkProgress.start(ls, title, "starting", percentage=0)
     ls.generation_cancels[uri] = progress.cancelled
+    if ls.released:  # the editor left while this waited for the model: `release` did not see it
+        progress.cancelled.set()
     max_tokens = max(1, ls.settings.sampler_max_new_tokens)
     try:
         result = await ls.model.run(

@@ -5,6 +5,8 @@ records it (model state `idle`); `ensure_model` loads an idle model when a gener
 first needs it (one load however many ask); `load_model` is the load itself, with work-done
 progress and a watch on the checkpoint folder that reloads it when training writes a new one.
 The model itself lives in the model worker (`workers/model.py`); nothing here blocks the loop.
+In multi-client mode the worker is shared and loaded once for all sessions (`team.load_shared_model`;
+no checkpoint watch there).
 
 Not covered: unloading an idle model to free memory.
 """
@@ -21,11 +23,14 @@ from lsprotocol import types as lsp
 log = logging.getLogger("cudice.server")
 
 
-async def load_model(ls: CudiceServer) -> None:
+async def load_model(ls: CudiceServer, *, force: bool = False) -> None:
     from cudice.server.progress import WorkProgress
     from cudice.server.watch import checkpoint_signature
 
     request = ls.load_request()
+    if ls.team is not None:
+        await _load_shared(ls, force=force)
+        return
     if request is None:
         await ls.model.load(None)
         return
@@ -41,6 +46,24 @@ async def load_model(ls: CudiceServer) -> None:
         ls.notice(f"cudice: {ls.model.message}", lsp.MessageType.Error)
 
 
+async def _load_shared(ls: CudiceServer, *, force: bool) -> None:
+    """Multi-client mode: the team's one model, loaded by the first session that needs it."""
+    from cudice.server.progress import WorkProgress
+    from cudice.server.team import load_shared_model
+
+    request = ls.load_request()
+    model = ls.model
+    if not force and model.state == "ready" and model.request is not None:
+        await load_shared_model(ls, request)  # says which model is shared when it differs
+        return
+    progress = await WorkProgress.start(ls, "cudice: loading model", "shared model", cancellable=False)
+    progress.tick()
+    ok = await load_shared_model(ls, request, force=force)
+    progress.end(model.message)
+    if not ok and model.state == "error":
+        ls.notice(f"cudice: {model.message}", lsp.MessageType.Error)
+
+
 async def start_model(ls: CudiceServer) -> None:
     """At start and after a settings change: load the model now (`cudice.model.loadOnStart`),
     or only note which one the first generate or infill will load."""
@@ -53,12 +76,18 @@ async def start_model(ls: CudiceServer) -> None:
 
 
 async def ensure_model(ls: CudiceServer) -> str:
-    """Load a deferred model (one load however many commands ask), wait while it loads; the state then."""
-    if ls.model.state == "idle":
-        if ls.model_load is None or ls.model_load.done():
-            ls.model_load = ls.spawn(load_model(ls))
-        await asyncio.shield(ls.model_load)
-    return await ls.model.wait_until_loaded()
+    """Load a deferred model (one load however many commands ask), wait while it loads; the state then.
+    A model that turns idle while this waits (the start-up's `defer` came after the request; in
+    multi-client mode another session's) is loaded then."""
+    for _ in range(3):
+        if ls.model.state == "idle":
+            if ls.model_load is None or ls.model_load.done():
+                ls.model_load = ls.spawn(load_model(ls))
+            await asyncio.shield(ls.model_load)
+        state = await ls.model.wait_until_loaded()
+        if state != "idle":
+            return state
+    return ls.model.state
 
 
 def _watch_checkpoint(ls: CudiceServer, path: str) -> None:

@@ -12,8 +12,8 @@ every later editor. Here the listener stays open until a client sends `exit`:
   request, saying why, and is disconnected; the connected client is not disturbed;
 - `exit` ends the process (exit code 0 after `shutdown`, else 1), as the LSP specification says.
 
-Not covered: several editors sharing one server at once, TLS or authentication (bind to
-127.0.0.1 and forward the port over ssh, docs/server.md).
+Not covered here: several editors sharing one server at once (that is `--multi`, team.py), TLS or
+authentication (bind to 127.0.0.1 and forward the port over ssh, docs/server.md).
 """
 
 from __future__ import annotations
@@ -77,8 +77,9 @@ async def refuse_busy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter
                             "code": BUSY_ERROR_CODE,
                             "message": (
                                 f"cudice-lsp already serves another client ({peer}); it serves one "
-                                "client at a time over TCP. Close the other editor's connection, or "
-                                "start a second `cudice-lsp --tcp` on another port."
+                                "client at a time over TCP. Close the other editor's connection, "
+                                "start a second `cudice-lsp --tcp` on another port, or run the "
+                                "server with `--tcp --multi` to serve several editors at once."
                             ),
                         },
                     }

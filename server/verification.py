@@ -36,6 +36,7 @@ from cudice.server.core import CudiceServer, Latest
 from cudice.server.features.diagnostics import ClientSupport, result_diagnostics
 from cudice.server.progress import WorkProgress
 from cudice.server.results import result_key
+from cudice.server.team import claim_work, release_work
 from cudice.server.workers.verify import VerifyRequest
 from cudice.verifier.document import Document
 from cudice.verifier.gpu_probe import gpu_absent_reason
@@ -220,6 +221,10 @@ async def verify_document(ls: CudiceServer, uri: str, *, force: bool = False) ->
         _record(ls, uri, version, key, cached, source)
         return cached
 
+    refused = claim_work(ls, "verify", uri)  # multi-client: a bound on this editor's pending work
+    if refused is not None:
+        ls.notice(f"cudice: {os.path.basename(path)} not verified: {refused}")
+        return None
     ls.building[uri] = ls.building.get(uri, 0) + 1
     building = [True]
 
@@ -233,6 +238,7 @@ async def verify_document(ls: CudiceServer, uri: str, *, force: bool = False) ->
     try:
         return await _verify_fresh(ls, uri, path, source, version, key, done_building)
     finally:
+        release_work(ls, "verify", uri)
         if building[0]:  # ended without a verdict (cancelled, superseded, failed): the status says so
             done_building()
             ls.send_status(f"verification of {os.path.basename(path)} stopped", uri)

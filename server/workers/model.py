@@ -1,13 +1,14 @@
 """The server's handle on the model worker process: load, generate/infill with progress, cancel, restart.
 
 State is one of `missing` (no checkpoint configured), `idle` (configured, loads on first use:
-`defer`), `loading`, `ready`, `error`; every change
-is reported through `on_state`. One job runs at a time (the engine is single-stream); later
-jobs wait. Cancel = a `cancel` message, then SIGKILL of the worker if it has not stopped after
-`cancel_grace_s` (the worker is then restarted and the model reloaded). A worker that dies on
-its own is restarted up to `max_restarts` times in a row, and `on_notice` tells the user. A job
-returns the engine's own record, `cudice.model.generation.Generation`, and reports its
-`Progress`, both rebuilt from the events of the child (`model_child.py`).
+`defer`), `loading`, `ready`, `error`; every change is reported through `on_state`. One job runs at
+a time (the engine is single-stream); later jobs wait (in multi-client mode, server/team.py, the
+jobs of every editor: serialised), and one cancelled while it waits never starts. Cancel = a
+`cancel` message, then SIGKILL of the worker if it has not stopped after `cancel_grace_s` (the
+worker is then restarted and the model reloaded). A worker that dies on its own is restarted up to
+`max_restarts` times in a row, and `on_notice` tells the user. A job returns the engine's own
+record, `cudice.model.generation.Generation`, and reports its `Progress`, both rebuilt from the
+events of the child (`model_child.py`).
 
 Not covered: batching several users' requests; running several models at once.
 """
@@ -198,6 +199,8 @@ class ModelWorker:
         async with self._job_lock:
             if self.state != "ready" or self._proc is None:
                 raise ModelUnavailable(self.message)
+            if cancel.is_set():  # cancelled while it waited for another job (its client left)
+                return Generation("", None, 0, 0, 0.0, 0.0, cancelled=True, finish_reason="cancelled")
             proc = self._proc
             job_id = str(next(self._ids))
             q: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
