@@ -271,3 +271,32 @@ def test_an_rl_step_with_unscored_rollouts_trains_on_the_scored_ones_only() -> N
     assert stats[0].mean_reward == pytest.approx(2.0 / 3.0)  # over the three scored
     one = replay_rows([1, 2, 3], good, steps, block_size=4, mask_token_id=MASK_ID, pad_token_id=PAD_ID)
     assert stats[0].num_rows == 2 * one.clean.shape[0]  # group 1's two rollouts, nothing of group 0
+
+
+@pytest.mark.skipif(
+    not Path("/usr/local/cuda/bin/nvcc").exists() and __import__("shutil").which("nvcc") is None,
+    reason="needs nvcc (CUDA toolkit)",
+)
+def test_the_default_canary_on_a_real_pool(tmp_path: Path) -> None:
+    """The bundled relu pair through a real `VerifyPool` passes as the canary: with a GPU it must
+    be `correct`; without one (`expect=None`) a good kernel stops at `compiled`, which becomes the
+    expectation. Files that are no candidate (no ModelNew) score 0 either way; a second batch
+    verifies the canary again."""
+    from cudice.verifier.api import gpu_available
+    from cudice.verifier.pool import VerifyPool
+
+    reference = (EXAMPLES / "relu.py").read_text()
+    task = RLTask("e2e", 1, reference, task_id="relu")
+    rollouts = [Rollout(task, [1], [2], [0], t) for t in ("import torch\n", "x = 1\n")]
+    gpu = gpu_available()
+    config = VerifyConfig(cache_dir=tmp_path / "cache")
+    with VerifyPool(config, num_compile_workers=1, gpus=[0] if gpu else []) as pool:
+        reward = verifier_reward_fn(pool, canary=default_canary("correct" if gpu else None))
+        assert list(reward(rollouts, RLConfig(stage="e2e"))) == [0.0, 0.0]
+        assert list(reward(rollouts, RLConfig(stage="e2e"))) == [0.0, 0.0]
+        kernelless = (
+            "import torch\n\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x\n"
+        )
+        broken = verifier_reward_fn(pool, canary=Canary(kernelless, reference, expect=None))
+        with pytest.raises(RewardCanaryError, match="got verdict 'static_violation'"):
+            broken(rollouts, RLConfig(stage="e2e"))
