@@ -21,10 +21,16 @@ an unterminated string), located in the generated file itself, in a file that na
 the two header sets define differently (`slim_errors_stand`), is the verdict without the full
 rebuild: both builds read the same tokens there, and a declaration the slim set lacks shows
 as a lookup, type or overload error, never as a structural one alone, so the full build
-reports the same errors at the same places. Every other failure (undeclared names, no member,
-incomplete types, overloads, templates, errors in headers) still gets the full rebuild. The
-macro comparison costs a few preprocessor runs (~1-5 s) the first time per toolchain and set of
-`#include` lines, then is read from the overlay folder.
+reports the same errors at the same places. An undeclared name (`identifier "vv" is
+undefined`, g++'s `'vv' was not declared in this scope`) stands too when no full header spells
+it at a scope a lookup could search (header_overlay.full_header_names: the full headers
+preprocessed, their namespace/class/enum-scope words and macro names) and it sits where it can
+only be read: a name that no header declares is undeclared in the full build as well, with the
+same message (details and limits in `slim_errors_stand`). Every other failure (names the full
+headers spell, qualified or member names, no member, incomplete types, overloads, templates,
+errors in headers) still gets the full rebuild. The macro comparison and the name list cost a
+few preprocessor runs (~5-15 s together) the first time per toolchain and set of `#include`
+lines, then are read from the overlay folder (the name list ~1 MB).
 CUDA-library headers missing on this machine (a CPU-only torch, a minimal CUDA toolkit) are
 replaced by stand-ins searched last; when a failure comes from what they lack,
 the result is `undecided` (compile.headers_unavailable), never a compile error.
@@ -38,14 +44,15 @@ line map (generated.py) into the `.py` document; messages on lines cudice wrote 
 headers, pybind glue) or in unmappable sources point at the `load_inline` call.
 
 Not covered: errors about the user's own declarations (wrong argument counts, redefinitions,
-`__global__` misuse) and undeclared names that torch declares nowhere still pay the full
-rebuild (telling them from a name the slim set lacks needs torch's full name list); the macro
+`__global__` misuse), and undeclared names the full headers spell anywhere at an outer scope
+(also as a template argument or in a class body), still pay the full rebuild; the macro
 comparison takes nvcc's host pass as its device pass with `-U__CUDA_ARCH__` (not the exact
-defines of cudafe's host pass), and compares the macros at the end of the includes, not at each
-line (a macro the full headers define and a user's later `#include` also defines is checked
-before that include); ccache/sccache, precompiled headers (gcc's PCH of
-torch/extension.h is 755 MB and still 10 s per check here; nvcc has none), `extra_cflags` given
-in the call (not read from the document).
+defines of cudafe's host pass; the name list undefines `CUDA_DOUBLE_MATH_FUNCTIONS` too, the
+other define `nvcc --dryrun` shows only the device pass gets), and compares the macros at
+the end of the includes, not at each line (a macro the full headers define and a user's later
+`#include` also defines is checked before that include); ccache/sccache, precompiled headers
+(gcc's PCH of torch/extension.h is 755 MB and still 10 s per check here; nvcc has none),
+`extra_cflags` given in the call (not read from the document).
 """
 
 from __future__ import annotations
@@ -67,9 +74,11 @@ from cudice.verifier.config import VerifyConfig
 from cudice.verifier.document import Document
 from cudice.verifier.generated import CUDA_CU, MAIN_CPP, GeneratedModule, Piece
 from cudice.verifier.header_overlay import (
+    HeaderNames,
     aten_op_names,
     ensure_host_pch,
     ensure_overlay,
+    full_header_names,
     include_dirs,
     macro_differences,
     slim_blocker,
@@ -189,7 +198,13 @@ def build_module(
                     slim_probe = f"-I{shlex.quote(str(folder))} {probe[name]}"
                     return macro_differences(overlay, compiler, probe[name], slim_probe, cuda, includes)
 
-                redo = [n for n in redo if not slim_errors_stand(module, n, steps[n].output, differing)]
+                def declared(name: str, includes: tuple[str, ...]) -> HeaderNames | None:
+                    compiler, cuda = full[name][0], name == CUDA_CU
+                    return full_header_names(overlay, compiler, probe[name], cuda, includes)
+
+                redo = [
+                    n for n in redo if not slim_errors_stand(module, n, steps[n].output, differing, declared)
+                ]
                 if redo:
                     build_path = "fallback"
                     steps.update(
@@ -335,28 +350,81 @@ _IDENTIFIER = re.compile(r"\b[A-Za-z_]\w*")
 _INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*(<[^>\n]+>|"[^"\n]+")', re.M)
 
 
+# An unqualified name that lookup did not find: gcc/g++, clang, nvcc (EDG). gcc and clang may append
+# a spelling suggestion, which depends on the names in scope (`_suggestion_unchanged`).
+_UNDECLARED = (
+    re.compile(
+        rf"^{_Q}(?P<name>[A-Za-z_]\w*){_Q} was not declared in this scope"
+        rf"(?:; did you mean {_Q}(?P<hint>[A-Za-z_]\w*){_Q}\?)?$"
+    ),
+    re.compile(
+        rf"^use of undeclared identifier {_Q}(?P<name>[A-Za-z_]\w*){_Q}"
+        rf"(?:; did you mean {_Q}(?P<hint>[A-Za-z_]\w*){_Q}\?)?$"
+    ),
+    re.compile(r'^identifier "(?P<name>[A-Za-z_]\w*)" is undefined$'),
+)
+_DIRECTIVE = re.compile(r"^[ \t]*#[ \t]*(\w*)(.*)$", re.M)
+
+
 def slim_errors_stand(
     module: GeneratedModule,
     name: str,
     output: str,
     differing: Callable[[str, tuple[str, ...]], frozenset[str] | None],
+    declared: Callable[[str, tuple[str, ...]], HeaderNames | None] | None = None,
 ) -> bool:
     """The failed slim compile of `name` is the full build's verdict: no full rebuild needed.
 
     True only when every error message (and its notes) lies in the file `name` itself, the text
     both builds compile (the user's lines, or cudice's implicit lines after an unclosed brace;
     none in a header, none unlocated), each is a structural error (`_STRUCTURAL`: a missing `;`,
-    `)` or `}`, an extra `}`, a stray character, an unterminated string), and no identifier
-    anywhere in the file is a macro that the full and slim headers define differently
-    (`differing(name, includes)`, header_overlay.macro_differences: with the file's own
-    `#include`s for the whole file, and without them for the text up to its last `#include`,
-    where a macro the full headers define before a later include defines it on both sides still
-    differs; None counts as a difference). Then both
-    builds read the same tokens in that file; the slim headers declare a subset of what the full
-    ones do, so a name there can only be missing or have fewer overloads, and that shows as a
-    lookup, type or overload error, which is not structural and sends the object to the full
-    build. A structural error where both builds read the same tokens is reported by both, with
-    the same text at the same position.
+    `)` or `}`, an extra `}`, a stray character, an unterminated string) or an undeclared name
+    the full headers cannot declare (below), and no identifier anywhere in the file is a macro
+    that the full and slim headers define differently (`differing(name, includes)`,
+    header_overlay.macro_differences: with the file's own `#include`s for the whole file, and
+    without them for the text up to its last `#include`, where a macro the full headers define
+    before a later include defines it on both sides still differs; None counts as a
+    difference). Then both builds read the same tokens in that file; the slim headers declare a
+    subset of what the full ones do, so a name there can only be missing or have fewer
+    overloads, and that shows as a lookup, type or overload error, which is not structural and
+    sends the object to the full build. A structural error where both builds read the same
+    tokens is reported by both, with the same text at the same position.
+
+    Undeclared names (g++ `'vv' was not declared in this scope`, clang `use of undeclared
+    identifier 'vv'`, nvcc `identifier "vv" is undefined`), with `declared(name, includes)`
+    (header_overlay.full_header_names: the words the full headers, the file's own includes
+    after them, put at namespace, class, enum or linkage scope, in both nvcc passes, plus every
+    macro they define; None counts as "maybe declared"). The error stands when the message has
+    no notes and its name X
+      - is not in that set and is not the module's name (the full build's `TORCH_EXTENSION_NAME`);
+      - occurs in the file, never on a preprocessor line, never after `.`, `->` or `::` and
+        never before `::`, and every occurrence sits where no parse makes it a declarator
+        (`_only_a_use`: after `=`, an arithmetic or logical operator, `?`, `:`, `[`, `return`,
+        or at the start of a statement or condition; as an argument of a call whose callee is
+        itself in such a place or after `.`/`->`; never after a name, `*`, `&`, `<`, `>`);
+      - the file has no preprocessor line but `#include` / `#pragma once` before its last
+        `#include` (a `#define` or `#if` there could change what a later header declares);
+      - for g++/clang, no name of the set (the words of the overlay's own headers are in it) is
+        within the spelling-suggestion distance of X, and no word of the file but the suggested
+        one is (`_suggestion_unchanged`: the appended `did you mean` is then the same).
+    Why the full build then reports the same error: a name is declared only by tokens that
+    spell it (a declaration, a using-declaration, an enumerator, a member a user class
+    inherits, a macro); the full build adds the header text `declared` tokenised, and nothing
+    at a scope the user's code can see spells X, so the full build's lookup of X, unqualified
+    and in the same place of the same tokens (macros checked as above), finds what the slim
+    one found: nothing. The tokens before X are the same too, but a name among them that the
+    full headers declare as a type could turn the statement into a declaration of X
+    (`F (vv);`); `_only_a_use` admits only places where X is read, whatever the names around it
+    are, and since it holds for every occurrence of X in the file, no declaration of X by the
+    user's own code can appear in one build and not the other. The message is X's name alone
+    (EDG) or carries a suggestion both builds compute from the same candidates.
+    Not covered (full rebuild): undeclared names among those words (a header's parameter or
+    local names are left out, but names in templates' default arguments, initializers and
+    class bodies count), qualified (`at::vv`) or member (`x.vv`) names, names with notes,
+    names whose only place is after a type-like token or in a template argument or a
+    `sizeof`, files with a `#define` before an `#include`, and a full-header declaration that
+    hides a slim one from an inner scope (a header type in a namespace or base class the
+    user's code opens or derives from) beside a structural error.
     """
     f = module.file(name)
     if f is None:
@@ -368,6 +436,7 @@ def slim_errors_stand(
     def in_file(file: str | None, line: int | None) -> bool:
         return file is not None and line is not None and Path(file).name == name
 
+    undeclared: dict[str, str | None] = {}  # name -> the suggestion of a g++/clang message ("" for EDG)
     for m in errors:
         if m.tool == "other" and _END_OF_SOURCE.match(m.message):
             continue  # nvcc's end of the translation unit: after the file's last line in both builds
@@ -375,18 +444,203 @@ def slim_errors_stand(
             return False
         if not all(in_file(n.file, n.line) for n in m.notes if n.file is not None):
             return False
-        if not any(r.match(m.message) for r in _STRUCTURAL) and not (
+        if any(r.match(m.message) for r in _STRUCTURAL) or (
             _EXPECTED_EXPRESSION.match(m.message) and _caret_on_punctuator(m)
         ):
+            continue
+        u = next((hit for r in _UNDECLARED if (hit := r.match(m.message))), None)
+        if u is None or m.notes or declared is None:
+            return False
+        hint: str | None = u.groupdict().get("hint") if u.re is not _UNDECLARED[2] else ""
+        if undeclared.setdefault(u.group("name"), hint) != hint:
             return False
     found = list(_INCLUDE.finditer(f.text))
     at_end = differing(name, tuple(m.group(1) for m in found))
     if at_end is None or not at_end.isdisjoint(_IDENTIFIER.findall(f.text)):
         return False
-    if not found:
+    if found:
+        before = differing(name, ())
+        if before is None or not before.isdisjoint(_IDENTIFIER.findall(f.text[: found[-1].end()])):
+            return False
+    if not undeclared:
         return True
-    before = differing(name, ())
-    return before is not None and before.isdisjoint(_IDENTIFIER.findall(f.text[: found[-1].end()]))
+    assert declared is not None
+    if found and any(
+        d.group(1) not in ("include", "pragma", "")
+        or (d.group(1) == "pragma" and d.group(2).strip() != "once")
+        for d in _DIRECTIVE.finditer(f.text[: found[-1].start()])
+    ):
+        return False
+    names = declared(name, tuple(m.group(1) for m in found))
+    if names is None:
+        return False
+    code, directive_words = _code_tokens(f.text)
+    user_macros = frozenset(re.findall(r"^[ \t]*#[ \t]*define[ \t]+(\w+)", f.text, re.M))
+    macros = names.macros | user_macros
+    words = frozenset(t for t in code if _IDENTIFIER.fullmatch(t))
+    for x, hint in undeclared.items():
+        if x in names.identifiers or x == module.name or x in directive_words or x in user_macros:
+            return False
+        where = [i for i, t in enumerate(code) if t == x]
+        if not where or any(i + 1 < len(code) and code[i + 1] == "::" for i in where):
+            return False
+        if not all(_only_a_use(code, i, macros) for i in where):
+            return False
+        if hint != "" and not _suggestion_unchanged(x, hint, names.identifiers, words):
+            return False
+    return True
+
+
+_CODE_TOKEN = re.compile(
+    r"""(?P<skip>//[^\n]*|/\*.*?\*/|\s+)"""
+    r"""|(?P<lit>(?:\b(?:u8|u|U|L))?R"(?P<d>[^()\\\s]{0,16})\(.*?\)(?P=d)"""
+    r"""|(?:\b(?:u8|u|U|L))?"(?:[^"\\\n]|\\.)*"|(?:\b(?:u8|u|U|L))?'(?:[^'\\\n]|\\.)*'"""
+    r"""|\.?\d(?:[\w.']|[eEpP][+-])*)"""
+    r"""|(?P<word>[A-Za-z_$][\w$]*)"""
+    r"""|(?P<punct>::|->\*?|\.\*|\.\.\.|<<=|>>=|<=>|[-+*/%^&|=!<>]=|&&|\|\||<<|>>|\+\+|--|\S)""",
+    re.S,
+)
+
+
+def _code_tokens(text: str) -> tuple[list[str], frozenset[str]]:
+    """The tokens of `text` outside preprocessor lines (literals as `0`), and the words on those lines."""
+    text = text.replace("\\\n", "")
+    code: list[str] = []
+    directive_words: set[str] = set()
+    for m in _CODE_TOKEN.finditer(text):
+        if m.lastgroup == "skip":
+            continue
+        code.append("0" if m.lastgroup == "lit" else m.group(0))
+    # preprocessor lines: found line by line (a `#` opens one only at the start of a line)
+    kept: list[str] = []
+    for line in text.splitlines(keepends=True):
+        if re.match(r"[ \t]*#", line):
+            directive_words.update(_IDENTIFIER.findall(line))
+            kept.append("\n")
+        else:
+            kept.append(line)
+    if directive_words:
+        code = [
+            "0" if m.lastgroup == "lit" else m.group(0)
+            for m in _CODE_TOKEN.finditer("".join(kept))
+            if m.lastgroup != "skip"
+        ]
+    return code, frozenset(directive_words)
+
+
+# tokens after which the next token begins an operand, never a declarator
+_OPERAND_AFTER = frozenset(
+    "= += -= *= /= %= ^= |= &= <<= >>= == != <= >= + - / % ^ | || ! ? : << [ return case throw co_return"
+    " co_yield".split()
+)
+_STATEMENT_START = frozenset({";", "{", "}"})
+_CONDITION = frozenset({"if", "while", "switch", "for"})
+_KEYWORDS = frozenset(
+    "alignas alignof and asm auto bool break case catch char char8_t char16_t char32_t class concept const"
+    " consteval constexpr constinit const_cast continue co_await co_return co_yield decltype default"
+    " delete do double dynamic_cast else enum explicit export extern false float for friend goto if"
+    " inline int long mutable namespace new noexcept not nullptr operator or private protected public"
+    " register reinterpret_cast requires return short signed sizeof static static_assert static_cast"
+    " struct switch template this thread_local throw true try typedef typeid typename union unsigned"
+    " using virtual void volatile wchar_t while __global__ __device__ __host__ __shared__"
+    " __constant__ __restrict__ __forceinline__ __launch_bounds__ __attribute__ __declspec".split()
+)
+
+
+def _only_a_use(code: list[str], i: int, macros: frozenset[str]) -> bool:
+    """`code[i]` (a name no header declares) is read there under any parse of the tokens before it."""
+    start_ok = True  # the name itself may begin a statement or condition: it is then an expression
+    j = i - 1
+    while j >= 0:
+        p = code[j]
+        if p in _OPERAND_AFTER:
+            return True
+        if p in _STATEMENT_START:
+            return start_ok
+        if p == ",":
+            k = _opener(code, j)
+            if k < 0:
+                return False
+            if code[k] == "[":
+                return True
+            if code[k] == "{":
+                return k > 0 and code[k - 1] in ("=", "(", ",", "return")
+            j, p = k, "("
+        if p != "(":
+            return False
+        q = code[j - 1] if j > 0 else ";"
+        if q in _OPERAND_AFTER:
+            return True
+        if q in _CONDITION:
+            return start_ok
+        if q == "(":
+            j, start_ok = j - 1, False
+            continue
+        if not _IDENTIFIER.fullmatch(q) or q in _KEYWORDS or q in macros:
+            return False
+        # a call `q(...)`, `a::b::q(...)`, `x.q(...)`: an expression wherever the callee is read
+        k = j - 2
+        while k >= 1 and code[k] == "::" and _IDENTIFIER.fullmatch(code[k - 1]) and code[k - 1] not in macros:
+            k -= 2
+        if k >= 0 and code[k] in (".", "->"):
+            return True
+        if k >= 0 and code[k] == "::":
+            return False
+        j, start_ok = k, False
+    return False
+
+
+def _opener(code: list[str], j: int) -> int:
+    """Index of the unclosed `(`, `[` or `{` around `code[j]`, or -1 (a `;` or the start first)."""
+    depth = 0
+    for k in range(j - 1, -1, -1):
+        t = code[k]
+        if t in (")", "]", "}"):
+            depth += 1
+        elif t in ("(", "[", "{"):
+            if depth == 0:
+                return k
+            depth -= 1
+        elif t == ";" and depth == 0:
+            return -1
+    return -1
+
+
+def _suggestion_unchanged(
+    x: str, hint: str | None, header_names: frozenset[str], file_words: frozenset[str]
+) -> bool:
+    """g++/clang would suggest the same spelling fix in both builds.
+
+    Both compilers suggest the closest visible name within an edit distance that grows with the
+    length (gcc: at most (len + 2) // 3 edits of the longer name; case changes cost less). Here
+    any header name within that distance (ignoring case) might win in the full build, and any
+    other word of the file might tie with the suggestion in another order: then no.
+    """
+    for n in header_names:
+        if n != x and _close(x, n):
+            return False
+    return all(n in (x, hint) or not _close(x, n) for n in file_words)
+
+
+def _close(a: str, b: str) -> bool:
+    """Damerau (adjacent transposition) edit distance of the lower-cased names within (longer + 2) // 3."""
+    cutoff = (max(len(a), len(b)) + 2) // 3
+    if abs(len(a) - len(b)) > cutoff:
+        return False
+    a, b = a.lower(), b.lower()
+    prev2: list[int] = []
+    prev = list(range(len(b) + 1))
+    for i in range(1, len(a) + 1):
+        cur = [i] + [0] * len(b)
+        for j in range(1, len(b) + 1):
+            cost = 0 if a[i - 1] == b[j - 1] else 1
+            cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + cost)
+            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
+                cur[j] = min(cur[j], prev2[j - 2] + 1)
+        if min(cur) > cutoff:
+            return False
+        prev2, prev = prev, cur
+    return prev[len(b)] <= cutoff
 
 
 def _caret_on_punctuator(m: CompilerMessage) -> bool:

@@ -30,7 +30,11 @@
 header set (`-E -dM` runs of each, cached in the overlay folder; for `cuda.cu` nvcc's device
 pass and, with `-U__CUDA_ARCH__`, an approximation of its host pass): compile.py keeps a slim
 compile error as the verdict only for a source that names none of them, so the tokens the
-compiler sees on the user's lines are the same in both builds.
+compiler sees on the user's lines are the same in both builds. `full_header_names()` lists the
+words the full headers put where a later lookup could find them (`-E -dD` of the same probe
+source, tokenised by `outer_scope_words`: namespace, class, enum and linkage scopes, without
+function bodies, parameter and template parameter lists; plus every macro name), cached in the
+overlay folder: compile.py keeps a slim "undeclared name" error only for a name not listed.
 
 `slim_blocker()` says when a source must skip the slim path (a name it defines could meet an
 ATen op through argument-dependent lookup, or a `using namespace` that the extra names of the
@@ -49,6 +53,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import itertools
 import os
 import re
 import shutil
@@ -447,11 +452,7 @@ def macro_differences(
     `-DTORCH_EXTENSION_NAME`: it is the same on both sides). None when a preprocessor run fails
     (a header only the source's folder has, say): the caller then cannot rule out a difference.
     """
-    folder = overlay.device if cuda else overlay.host
-    shadowed = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*.h"))
-    implicit = ["torch/extension.h", "torch/types.h", "cuda.h", "cuda_runtime.h"] if cuda else []
-    headers = [*implicit, *(h for h in shadowed if h not in implicit)]
-    text = "".join(f"#include <{h}>\n" for h in headers) + "".join(f"#include {h}\n" for h in includes)
+    text = _probe_text(overlay, cuda, includes)
     # nvcc -E preprocesses the device pass (`__CUDA_ARCH__` set); -U gives the host pass's macros
     passes = (["-Xcompiler", "-dM"], ["-Xcompiler", "-dM", "-U__CUDA_ARCH__"]) if cuda else (["-dM"],)
     key = hashlib.sha256(f"{compiler}\0{full_flags}\0{slim_flags}\0{text}\0{passes}".encode()).hexdigest()
@@ -474,6 +475,239 @@ def macro_differences(
         return frozenset(names)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _probe_text(overlay: Overlay, cuda: bool, includes: Iterable[str]) -> str:
+    """A source including the implicit headers, every header the overlay shadows, then `includes`."""
+    folder = overlay.device if cuda else overlay.host
+    shadowed = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*.h"))
+    implicit = ["torch/extension.h", "torch/types.h", "cuda.h", "cuda_runtime.h"] if cuda else []
+    headers = [*implicit, *(h for h in shadowed if h not in implicit)]
+    return "".join(f"#include <{h}>\n" for h in headers) + "".join(f"#include {h}\n" for h in includes)
+
+
+@dataclass(frozen=True)
+class HeaderNames:
+    """Every identifier token of the full headers' preprocessed text, and the macro names among them."""
+
+    identifiers: frozenset[str]  # includes `macros`
+    macros: frozenset[str]
+
+
+_LINE_MARKER = re.compile(r"^# \d+ .*$", re.M)
+_WORD = re.compile(r"[A-Za-z_$][\w$]*")
+
+
+def full_header_names(
+    overlay: Overlay,
+    compiler: str,
+    full_flags: str,
+    cuda: bool,
+    includes: Iterable[str] = (),
+    timeout_s: float = 600.0,
+) -> HeaderNames | None:
+    """The identifiers the full headers (plus `includes`) put into a translation unit, or None.
+
+    One source includes what `macro_differences` includes (the implicit headers, the originals of
+    every header the overlay shadows, then `includes`); `compiler -E -dD` preprocesses it with
+    `full_flags` (no overlay folder), for `cuda.cu` in both of nvcc's preprocessing passes: the
+    device pass `nvcc -E` runs and the host pass (`-U__CUDA_ARCH__ -UCUDA_DOUBLE_MATH_FUNCTIONS`,
+    the two defines `nvcc --dryrun` shows only the device pass gets). Every identifier-like word
+    of the output (line markers dropped; string literals and `#pragma` lines kept) is a name,
+    and so is every macro the headers define (`-dD` prints the `#define` lines): a declaration
+    in those headers, a macro, a `#pragma GCC poison`, each needs its name as a token there.
+    The words of the overlay's own headers are added too (a name only a slim header spells).
+    Cached per compiler, flags and includes in the overlay folder (`names-<hash>.txt`, sorted
+    lines, macros marked with a leading `#`). None when a preprocessor run fails.
+    """
+    text = _probe_text(overlay, cuda, includes)
+    passes: tuple[list[str], ...] = (
+        (["-Xcompiler", "-dD"], ["-Xcompiler", "-dD", "-U__CUDA_ARCH__", "-UCUDA_DOUBLE_MATH_FUNCTIONS"])
+        if cuda
+        else (["-dD"],)
+    )
+    key = hashlib.sha256(f"names\0{compiler}\0{full_flags}\0{text}\0{passes}".encode()).hexdigest()
+    cached = overlay.root / f"names-{key[:16]}.txt"
+    if cached.is_file():
+        lines = cached.read_text().split()
+        marked = frozenset(w[1:] for w in lines if w.startswith("#"))
+        return HeaderNames(frozenset(w for w in lines if not w.startswith("#")) | marked, marked)
+    work = Path(tempfile.mkdtemp(prefix=".names-", dir=overlay.root))
+    try:
+        src = work / ("probe.cu" if cuda else "probe.cpp")
+        src.write_text(text)
+        words: set[str] = set()
+        macros: set[str] = set()
+        for extra in passes:
+            out = _preprocess(compiler, full_flags, extra, src, work, timeout_s)
+            if out is None:
+                return None
+            macros.update(m.group(1) for m in re.finditer(r"^#define (\w+)", out, re.M))
+            words.update(w for p in _PRAGMA.finditer(out) for w in _WORD.findall(p.group(0)))
+            words.update(outer_scope_words(out))
+        folder = overlay.device if cuda else overlay.host
+        for h in folder.rglob("*"):
+            if h.is_file():
+                words.update(_WORD.findall(h.read_text(errors="replace")))
+        words -= macros
+        tmp = work / "names.txt"
+        tmp.write_text("\n".join([*sorted(words), *(f"#{m}" for m in sorted(macros))]) + "\n")
+        tmp.replace(cached)
+        return HeaderNames(frozenset(words | macros), frozenset(macros))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+_PRAGMA = re.compile(r"^[ \t]*#[ \t]*pragma\b.*$", re.M)
+_TOKEN = re.compile(
+    r"""(?P<directive>^[ \t]*\#[^\n]*)"""
+    r"""|(?P<raw>\b(?:u8|u|U|L)?R"(?P<delim>[^()\\\s]{0,16})\((?s:.*?)\)(?P=delim)")"""
+    r"""|(?P<string>(?:\b(?:u8|u|U|L))?"(?:[^"\\\n]|\\.)*")"""
+    r"""|(?P<char>(?:\b(?:u8|u|U|L))?'(?:[^'\\\n]|\\.)*')"""
+    r"""|(?P<number>\.?\d(?:[\w.']|[eEpP][+-])*)"""
+    r"""|(?P<word>[A-Za-z_$][\w$]*)"""
+    r"""|(?P<punct>::|->|&&|>>|[{}()\[\];<>,*&^=])""",
+    re.M,
+)
+_TYPE_KEYS = frozenset({"namespace", "class", "struct", "union", "enum"})
+_DECLARATOR_START = frozenset({"*", "&", "&&", "(", "::", "^"})
+
+
+def outer_scope_words(text: str) -> set[str]:
+    """The identifiers of preprocessed C++ `text` that a later line could find by name lookup.
+
+    Kept: every word at namespace, class, enum or `extern "C"` scope (declarations, their types,
+    initializers, template arguments: more than the names declared there), in a parenthesized
+    declarator (`(*fp)`, `(S::*pm)`, `(x)`). Left out: the words in function bodies and brace
+    initializers, in parameter lists (a group of two or more tokens that does not start like a
+    declarator), in template parameter lists, in string and character literals. A `{` opens a
+    scope when the declaration before it names `namespace`, `class`, `struct`, `union` or `enum`
+    (a function returning `struct S*` counts as one: more words, never fewer) or is `extern "C"`.
+    When the braces, parentheses or template lists do not balance, every word of `text`.
+    """
+    words: set[str] = set()
+    scopes: list[bool] = []  # per open `{`: True for a namespace/class/enum/linkage scope
+    groups: list[list[str]] = []  # per open `(` at a scope: its tokens so far
+    stmt: list[str] = []  # tokens of the current declaration at a scope, outside parentheses
+    template_depth = 0  # inside `template < ... >` at a scope
+    template_braces = 0
+    body_depth = 0  # braces (and anything) inside a body or in parentheses: skipped
+    pending_template = False
+    for m in _TOKEN.finditer(text):
+        kind = m.lastgroup
+        if kind in ("directive", "string", "char", "number", "raw"):
+            if kind != "directive" and not body_depth and groups:
+                groups[-1].append("0")
+            continue
+        tok = m.group(0)
+        if body_depth:
+            if tok == "{":
+                body_depth += 1
+            elif tok == "}":
+                body_depth -= 1
+                if body_depth == 0 and not groups:
+                    stmt = ["}"]
+            continue
+        if groups:  # in parentheses at a scope
+            if tok == "(":
+                groups.append([])
+            elif tok == ")":
+                inner = groups.pop()
+                keep = inner[:1] and (
+                    inner[0] in _DECLARATOR_START
+                    or len(inner) == 1
+                    or any(a == "::" and b == "*" for a, b in itertools.pairwise(inner))
+                )
+                if groups:
+                    groups[-1].extend(inner if keep else ["(", ")"])
+                else:
+                    if keep:
+                        words.update(w for w in inner if w[0].isalpha() or w[0] in "_$")
+                    stmt.append(")")
+            elif tok == "{":
+                body_depth = 1  # a lambda or a brace initializer in an argument
+            elif tok in (";", "}"):
+                return set(_WORD.findall(text))
+            else:
+                groups[-1].append(tok)
+            continue
+        if template_depth:
+            if tok == "<":
+                template_depth += 1
+            elif tok in (">", ">>"):
+                template_depth -= 2 if tok == ">>" else 1
+                if template_depth < 0:
+                    return set(_WORD.findall(text))
+            elif tok == "{":
+                template_braces += 1  # a default argument's `T{}`
+            elif tok == "}":
+                template_braces -= 1
+                if template_braces < 0:
+                    return set(_WORD.findall(text))
+            elif tok == ";" and not template_braces:
+                return set(_WORD.findall(text))
+            elif tok == "(":
+                groups.append(
+                    []
+                )  # a default argument's parentheses: kept only if they look like a declarator
+            continue
+        if pending_template:
+            pending_template = False
+            if tok == "<":
+                template_depth = 1
+                continue
+        if kind == "word":
+            if tok == "template":
+                pending_template = True
+            words.add(tok)
+            stmt.append(tok)
+        elif tok == "(":
+            groups.append([])
+        elif tok == ")":
+            return set(_WORD.findall(text))
+        elif tok == "{":
+            scope = not stmt or stmt[-1] == "extern" or not _TYPE_KEYS.isdisjoint(stmt)
+            if scope:
+                scopes.append(True)
+                stmt = []
+            else:
+                body_depth = 1
+        elif tok == "}":
+            if not scopes:
+                return set(_WORD.findall(text))
+            scopes.pop()
+            stmt = ["}"]
+        elif tok == ";":
+            stmt = []
+        else:
+            stmt.append(tok)
+    if scopes or groups or body_depth or template_depth:
+        return set(_WORD.findall(text))
+    return words
+
+
+def _preprocess(
+    compiler: str, flags: str, extra: list[str], src: Path, work: Path, timeout_s: float
+) -> str | None:
+    """`compiler flags -E extra src`'s output, or None if it failed."""
+    import shlex
+    import subprocess
+
+    cmd = [*shlex.split(compiler), *shlex.split(flags), "-E", *extra, str(src)]
+    try:
+        run = subprocess.run(
+            cmd,
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=timeout_s,
+            env={**os.environ, "LC_ALL": "C", "LANG": "C"},
+            cwd=work,
+            start_new_session=True,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return run.stdout if run.returncode == 0 else None
 
 
 def _defines(

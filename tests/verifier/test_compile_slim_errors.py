@@ -8,6 +8,14 @@ declaration or macro causes (the names torch, c10, std or pybind11 headers would
 not. The `slow` tests build KernelBench-like candidates against torch: a syntax error is
 reported by the slim build alone with the full build's diagnostics, an error naming an at::
 function the slim set lacks is rebuilt with the full headers, and a good file still builds.
+
+Undeclared names: `slim_errors_stand` also keeps a slim "not declared" / "is undefined" error
+when the full headers spell the name nowhere a lookup could find it
+(header_overlay.full_header_names) and the name sits where it can only be read. Checked on real
+g++/nvcc output with a given name set, and on torch builds: relu_broken's undeclared `vv` is the
+slim build's verdict with the full build's message and place; a name only the full headers
+declare (pythoncapi_compat's `PyLong_IsZero`) still rebuilds, whether used rightly (the build
+succeeds) or wrongly (the full build's own error).
 """
 
 from __future__ import annotations
@@ -15,6 +23,7 @@ from __future__ import annotations
 import os
 import shlex
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -22,7 +31,13 @@ from cudice.verifier.compile import BuildResult, build_module, slim_errors_stand
 from cudice.verifier.config import VerifyConfig
 from cudice.verifier.document import parse_document
 from cudice.verifier.generated import GeneratedFile, GeneratedModule, Piece, from_call
-from cudice.verifier.header_overlay import ensure_overlay, macro_differences
+from cudice.verifier.header_overlay import (
+    HeaderNames,
+    ensure_overlay,
+    full_header_names,
+    macro_differences,
+    outer_scope_words,
+)
 from cudice.verifier.result import Severity
 from cudice.verifier.toolchain import cuda_home
 from verifier_marks import needs_nvcc
@@ -238,3 +253,166 @@ def test_a_macro_is_compared_where_it_is_used_before_or_after_the_files_own_incl
     for text, stands in ((after, True), (before, False)):
         module = GeneratedModule("m", (GeneratedFile("cuda.cu", text, (Piece(1, 4, None),)),))
         assert slim_errors_stand(module, "cuda.cu", error, differing) is stands
+
+
+# --- undeclared names ---------------------------------------------------------------------------
+
+NO_NAMES = HeaderNames(frozenset(), frozenset())
+
+# a typo'd name read where no parse could declare it: kept when no header spells it
+UNDECLARED_KEPT = {
+    "kernel_local": "void k(const float* x, float* out, int n) {\n"
+    "    for (int i = 0; i < n; ++i) { float v = x[i]; out[i] = vv > 0.0f ? v : 0.0f; }\n}\n",
+    "operand": "int k(int a) { int b = a + qq; return b; }\n",
+    "returned": "int k(int a) {\n    return zork;\n}\n",
+    "argument_of_a_read_call": "int g(int q) { return q; }\nint k(int a) { return g(a) + g(zork); }\n",
+    "with_structural": "int k(int a) {\n    int b = zork\n    return b;\n}\nint g() { return qq * 2; }\n",
+}
+# places where a header type could turn the statement into a declaration of the name, or names
+# written qualified: the full build decides
+UNDECLARED_NOT_KEPT = {
+    "statement_call": "void k() { F(zork); }\n",
+    "call_statement_of_known": "int g(int q) { return q; }\nvoid k() { g(zork); }\n",
+    "after_star": "int k(int a) { int b = a * zork; return b; }\n",
+    "define_before_include": "#define FOO 1\n#include <cstdio>\nint k(int a) { return a + zork; }\n",
+}
+
+
+def _names(*words: str) -> Callable[[str, tuple[str, ...]], HeaderNames]:
+    return lambda name, includes: HeaderNames(frozenset(words), frozenset())
+
+
+@needs_nvcc
+@pytest.mark.parametrize("cuda", [False, True], ids=["g++", "nvcc"])
+@pytest.mark.parametrize("case", sorted(UNDECLARED_KEPT))
+def test_undeclared_name_no_header_spells_stands(case: str, cuda: bool, tmp_path: Path) -> None:
+    module, name, output = _compile(tmp_path, UNDECLARED_KEPT[case], cuda)
+    assert slim_errors_stand(module, name, output, _no_macros, _names()), output
+    undeclared = {"kernel_local": "vv", "operand": "qq", "with_structural": "qq"}.get(case, "zork")
+    # ... not when a full header spells the name, when the names are unknown, or without the check
+    assert not slim_errors_stand(module, name, output, _no_macros, _names(undeclared))
+    assert not slim_errors_stand(module, name, output, _no_macros, lambda n, i: None)
+    assert not slim_errors_stand(module, name, output, _no_macros)
+
+
+@needs_nvcc
+@pytest.mark.parametrize("cuda", [False, True], ids=["g++", "nvcc"])
+@pytest.mark.parametrize("case", sorted(UNDECLARED_NOT_KEPT))
+def test_undeclared_name_where_a_header_could_matter_goes_to_the_full_build(
+    case: str, cuda: bool, tmp_path: Path
+) -> None:
+    module, name, output = _compile(tmp_path, UNDECLARED_NOT_KEPT[case], cuda)
+    assert not slim_errors_stand(module, name, output, _no_macros, _names()), output
+
+
+@needs_nvcc
+def test_gcc_spelling_suggestion_must_not_depend_on_the_headers(tmp_path: Path) -> None:
+    """g++ appends `did you mean 'v'?`: a header name as close as `v` could be suggested instead."""
+    module, name, output = _compile(tmp_path, UNDECLARED_KEPT["kernel_local"], cuda=False)
+    assert "did you mean" in output, output
+    assert slim_errors_stand(module, name, output, _no_macros, _names("value", "vectorize"))
+    assert not slim_errors_stand(module, name, output, _no_macros, _names("vw"))
+    assert not slim_errors_stand(module, name, output, _no_macros, _names("Vv_"))
+
+
+def test_member_and_qualified_undeclared_names_go_to_the_full_build() -> None:
+    text = "int k(int a) {\n    return a + s.zork + ns::zork;\n}\n"
+    module = GeneratedModule("m", (GeneratedFile("cuda.cu", text, (Piece(1, 4, None),)),))
+    error = '/b/cuda.cu(2): error: identifier "zork" is undefined\n'
+    assert not slim_errors_stand(module, "cuda.cu", error, _no_macros, _names())
+    plain = "int k(int a) {\n    return a + zork;\n}\n"
+    module = GeneratedModule("m", (GeneratedFile("cuda.cu", plain, (Piece(1, 4, None),)),))
+    assert slim_errors_stand(module, "cuda.cu", error, _no_macros, _names())
+    # the module's own name: the full build's TORCH_EXTENSION_NAME
+    error_m = '/b/cuda.cu(2): error: identifier "m" is undefined\n'
+    module = GeneratedModule(
+        "m", (GeneratedFile("cuda.cu", plain.replace("zork", "m"), (Piece(1, 4, None),)),)
+    )
+    assert not slim_errors_stand(module, "cuda.cu", error_m, _no_macros, _names())
+
+
+def test_outer_scope_words_leave_out_parameters_locals_and_bodies_only() -> None:
+    text = """
+namespace at { struct Scalar { Scalar(int vv) : Scalar(vv, true) {} int member; void f(int p) { int loc; } };
+int (*fp)(int param); typedef void (vfun)(int q); int (S::*pm)(int r);
+template <typename TT, int NN = 3> struct Box { TT inner; };
+template <class U> U ident(U uu) { int tmpl_local; return uu; }
+enum class E : int { Enumer = 1 };
+extern "C" { int cfunc(int cp); }
+auto lam = [](int lp) { return lp; };
+const char* s = "str { word";
+struct S* maker(int mp) { int counted_local; return 0; }
+}
+"""
+    words = outer_scope_words(text)
+    for declared in ("Scalar", "member", "f", "fp", "vfun", "pm", "Box", "inner", "ident", "E", "Enumer"):
+        assert declared in words, declared
+    for declared in ("cfunc", "lam", "s", "maker", "counted_local"):  # a `struct` return type: kept
+        assert declared in words, declared
+    for hidden in ("vv", "p", "loc", "param", "q", "r", "NN", "uu", "tmpl_local", "cp", "lp", "word"):
+        assert hidden not in words, hidden
+    assert "vv" in outer_scope_words(text.replace("int member;", "int member; }"))  # unbalanced: every word
+
+
+BROKEN = (ROOT / "examples" / "relu_broken.py").read_text()
+# pythoncapi_compat's PyLong_IsZero: declared at global scope by the full torch/extension.h
+# (torch/csrc/utils/pythoncapi_compat.h), not by the slim set nor the shim's own <Python.h>
+FULL_ONLY = "PyLong_IsZero"
+FULL_ONLY_USED = GOOD.replace(
+    "auto xc = x.contiguous();", f"auto xc = x.contiguous();\n    int z = {FULL_ONLY}(nullptr) + 1;"
+)
+FULL_ONLY_MISUSED = GOOD.replace(
+    "auto xc = x.contiguous();", f"auto xc = x.contiguous();\n    int z = {FULL_ONLY}(1, 2);"
+)
+
+
+@needs_nvcc
+@pytest.mark.slow
+@BUILD_TIMEOUT
+def test_undeclared_typo_is_reported_from_the_slim_build_alone(session_config: VerifyConfig) -> None:
+    """relu_broken.py: `vv` in the kernel; no full header spells it, so no full rebuild."""
+    auto = _build(
+        BROKEN.replace('name="relu_broken"', 'name="relu"'), "slim_undeclared", session_config, "auto"
+    )
+    assert not auto.ok and auto.build_path == "cabi-fast", (auto.build_path, auto.output[-2000:])
+    assert set(auto.step_wall_s) == {"slim.cuda.cu"}  # no full-header compile ran
+    full = _build(
+        BROKEN.replace('name="relu_broken"', 'name="relu"'), "slim_undeclared", session_config, "full"
+    )
+    assert not full.ok and full.build_path == "full"
+    assert _key(auto) == _key(full), (auto.output[-2000:], full.output[-2000:])
+    errors = [d for d in auto.diagnostics if d.severity is Severity.ERROR]
+    assert [d.message for d in errors] == ['identifier "vv" is undefined'], errors
+    assert _errors(auto) == {BROKEN.splitlines().index("        out[i] = vv > 0.0f ? x[i] : 0.0f;") + 1}
+
+
+@needs_nvcc
+@pytest.mark.slow
+@BUILD_TIMEOUT
+def test_undeclared_name_only_the_full_headers_declare_gets_the_full_build(
+    session_config: VerifyConfig,
+) -> None:
+    from cudice.verifier.toolchain import probe_toolchain
+
+    tc = probe_toolchain(session_config.cache_dir, session_config.arch_list_env)
+    overlay = ensure_overlay(session_config.cache_dir, tc.cflags)
+    flags = f"{tc.cuda_cflags} -Xcompiler -idirafter,{shlex.quote(str(overlay.standins))}"
+    full_names = full_header_names(overlay, tc.nvcc, flags, cuda=True)
+    slim_names = full_header_names(
+        overlay, tc.nvcc, f"-I{shlex.quote(str(overlay.device))} {flags}", cuda=True
+    )
+    assert full_names is not None and slim_names is not None
+    assert FULL_ONLY in full_names.identifiers and FULL_ONLY not in slim_names.identifiers
+    assert "vv" not in full_names.identifiers  # only c10::Scalar's parameters are called so
+    assert {"PYBIND11_MODULE", "TORCH_CHECK"} <= full_names.macros
+
+    used = _build(FULL_ONLY_USED, "slim_full_only", session_config, "auto")
+    assert used.ok and used.build_path == "cabi-fallback", (used.build_path, used.output[-2000:])
+    assert "cuda.cu" in used.step_wall_s  # the slim error was not the verdict: the full build compiled it
+
+    misused = _build(FULL_ONLY_MISUSED, "slim_full_only_bad", session_config, "auto")
+    assert not misused.ok and misused.build_path == "cabi-fallback", misused.build_path
+    full = _build(FULL_ONLY_MISUSED, "slim_full_only_bad", session_config, "full")
+    assert _key(misused) == _key(full), (misused.output[-2000:], full.output[-2000:])
+    messages = [d.message for d in misused.diagnostics if d.severity is Severity.ERROR]
+    assert messages and not any("undefined" in m for m in messages), messages  # the full build's words
