@@ -6,7 +6,7 @@
    `static_violation`);
 3. compile  — full build of every statically known `load_inline` module (compile.py), linked
    only when it will run here; errors → `compile_error`, located in the `.py` file;
-4. run      — load, correctness, timing in a sandboxed child (sandbox.py + worker.py).
+4. run      — load, correctness, timing in a sandboxed child (sandbox.py starts judge.py).
 Without a CUDA GPU the run stage is skipped and the verdict is `compiled`, with a
 `verify.no_gpu` diagnostic saying that correctness and timing did not run; the reference's
 `get_inputs()`/`get_init_inputs()` are still called once in a child (reference_probe.py), and
@@ -19,7 +19,7 @@ The reference may be given as text (`reference_source=`) instead of a file.
 findings before the kernel has run; `cancel.is_set()` aborts the build or kills the child.
 
 `quick_check(path, source, checker)` is the fast editor path: parse + static + clangd
-diagnostics (fast_check.py), no nvcc, no GPU. This module imports neither torch nor the worker.
+diagnostics (fast_check.py), no nvcc, no GPU. This module imports neither torch nor the judge.
 Whether a GPU is here is gpu_probe.py's answer (`gpu_available`, re-exported for the CLIs).
 Not covered: multi-GPU placement (pool.py picks the device through CUDA_VISIBLE_DEVICES).
 """

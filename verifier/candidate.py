@@ -215,7 +215,7 @@ class Server:
 
     def op_load(self, req: dict[str, Any], blobs: list[bytearray]) -> None:
         import torch
-        from cudice.verifier.worker import _exec_module, _Stop
+        from cudice.verifier.judging import Stop, exec_module
 
         self.device = str(req["device"])
         path = str(req["path"])
@@ -224,8 +224,8 @@ class Server:
         self.dispatch = dispatcher_state()  # after cudice's own imports, before the candidate's code
         self.hooks = hook_state()
         try:
-            mod = _exec_module(str(req["module"]), str(req["source"]), path, Stage.LOAD)
-        except _Stop as stop:
+            mod = exec_module(str(req["module"]), str(req["source"]), path, Stage.LOAD)
+        except Stop as stop:
             raise _Failure(stop.verdict.value, stop.diagnostics, stop.error) from None
         cls = getattr(mod, str(req["cls"]), None)
         if cls is None:
@@ -475,11 +475,11 @@ class Server:
 
     # -- helpers --------------------------------------------------------------------------------------
     def _guard(self, fn: Any, stage: Stage) -> Any:
-        from cudice.verifier.worker import _call, _Stop
+        from cudice.verifier.judging import Stop, call_or_stop
 
         try:
-            return _call(fn, stage, self.where)
-        except _Stop as stop:
+            return call_or_stop(fn, stage, self.where)
+        except Stop as stop:
             raise _Failure(stop.verdict.value, stop.diagnostics, stop.error) from None
 
     def _sync(self) -> None:
@@ -506,7 +506,7 @@ class Server:
 
     def _install_load_inline(self, path: str) -> None:
         """`load_inline` asks the judge to build (the shared cache is read-only here) and loads the result."""
-        from cudice.verifier.worker import install_load_inline, load_extension
+        from cudice.verifier.judging import install_load_inline, load_extension
 
         def build(name: str, cpp_sources: Any, cuda_sources: Any, functions: Any) -> types.ModuleType:
             def texts(v: Any) -> list[str]:

@@ -45,17 +45,17 @@ from typing import Any
 from cudice.verifier import channel
 from cudice.verifier.boundary import readable_by_runners
 from cudice.verifier.gpu_lease import GpuLease, gpu_key
-from cudice.verifier.link import RunnerLink, RunnerTimeout, runner_env
-from cudice.verifier.result import Diagnostic, Location, Severity, Stage, Verdict
-from cudice.verifier.worker import (
-    _call,
-    _diag,
-    _exec_module,
-    _Stop,
+from cudice.verifier.judging import (
+    Stop,
+    call_or_stop,
     crash_result,
+    diag,
+    exec_module,
     record_timing,
     write_result,
 )
+from cudice.verifier.link import RunnerLink, RunnerTimeout, runner_env
+from cudice.verifier.result import Diagnostic, Location, Severity, Stage, Verdict
 
 RUNNER_VERDICTS = {"runtime_error", "compile_error", "incorrect"}  # anything else a runner claims is ignored
 NUM_PROFILED_TRIALS = 1  # plus one random timed round: each profiled call costs a profiler session
@@ -113,7 +113,7 @@ def judge(job: dict[str, Any], session: Session) -> dict[str, Any]:
     diags: list[Diagnostic] = []
     try:
         _Judge(job, session, out, diags, walls).run()
-    except _Stop as stop:
+    except Stop as stop:
         out.update(verdict=stop.verdict.value, stage=stop.stage.value, error=stop.error)
         diags += stop.diagnostics
     out["diagnostics"] = [d.to_dict() for d in diags]
@@ -172,10 +172,10 @@ class _Judge:
         torch.backends.cudnn.allow_tf32 = False
         torch.set_float32_matmul_precision("highest")
         if self.device.startswith("cuda") and not torch.cuda.is_available():
-            raise _Stop(
+            raise Stop(
                 Verdict.COMPILED,
                 Stage.LOAD,
-                [_diag("verify.no_gpu", "No CUDA GPU in the judge.", Stage.LOAD, None, Severity.INFORMATION)],
+                [diag("verify.no_gpu", "No CUDA GPU in the judge.", Stage.LOAD, None, Severity.INFORMATION)],
             )
         if self.device.startswith("cuda"):
             self.out["gpu_name"] = torch.cuda.get_device_name()
@@ -186,16 +186,16 @@ class _Judge:
             "python": sys.version.split()[0],
         }
         self._boundary_diagnostics()
-        ref_mod = _exec_module("cudice_reference", self.ref_source, self.ref_path, Stage.LOAD)
+        ref_mod = exec_module("cudice_reference", self.ref_source, self.ref_path, Stage.LOAD)
         ref_where = Location(self.ref_path, 1, 1)
         init = (
-            _call(ref_mod.get_init_inputs, Stage.LOAD, ref_where)
+            call_or_stop(ref_mod.get_init_inputs, Stage.LOAD, ref_where)
             if hasattr(ref_mod, "get_init_inputs")
             else []
         )
         seed = secrets.randbits(63)
         torch.manual_seed(seed)
-        model = _call(lambda: ref_mod.Model(*init).to(self.device).eval(), Stage.LOAD, ref_where)
+        model = call_or_stop(lambda: ref_mod.Model(*init).to(self.device).eval(), Stage.LOAD, ref_where)
         self.walls["init"] = time.perf_counter() - t
         # 2. the runners load their models after the same seed (same parameters as the reference)
         t = time.perf_counter()
@@ -228,7 +228,7 @@ class _Judge:
         last_ref = self._correctness(ref_mod, model)
         self.walls["correctness"] = time.perf_counter() - t
         if not timed:
-            raise _Stop(Verdict.CORRECT, Stage.CORRECTNESS, [])
+            raise Stop(Verdict.CORRECT, Stage.CORRECTNESS, [])
         # 4. timing by the judge's clock
         t = time.perf_counter()
         self.out["stage"] = Stage.TIMING.value
@@ -243,7 +243,7 @@ class _Judge:
                 if (m.code, m.message) not in seen:
                     seen.add((m.code, m.message))
                     self.diags.append(
-                        _diag(m.code, f"Sandbox: {m.message}.", Stage.LOAD, None, Severity.WARNING)
+                        diag(m.code, f"Sandbox: {m.message}.", Stage.LOAD, None, Severity.WARNING)
                     )
 
     def _add_wall(self, name: str, t0: float) -> None:
@@ -326,11 +326,11 @@ class _Judge:
         skipped: list[str] = []
         get_inputs = getattr(ref_mod, "get_inputs", None)
         if get_inputs is None:
-            raise _Stop(
+            raise Stop(
                 Verdict.RUNTIME_ERROR,
                 Stage.LOAD,
                 [
-                    _diag(
+                    diag(
                         "runtime.exception",
                         "The reference defines no get_inputs().",
                         Stage.LOAD,
@@ -347,11 +347,11 @@ class _Judge:
                     skipped.append(dist)
                     continue
                 drawn = None
-            # a get_inputs() that fails on any values is the reference's error, located by _call
+            # a get_inputs() that fails on any values is the reference's error, located by call_or_stop
             inputs = (
                 drawn
                 if drawn is not None
-                else _call(
+                else call_or_stop(
                     lambda d=dist: make_inputs(get_inputs, secret_seed(), d, self.device),
                     Stage.CORRECTNESS,
                     Location(self.ref_path, 1, 1),
@@ -385,12 +385,12 @@ class _Judge:
                     for d in dyn.check_not_constant([cand_out], [ref_out], self.where)
                     if d.severity is Severity.ERROR
                 ]
-                raise _Stop(
+                raise Stop(
                     Verdict.INCORRECT,
                     Stage.CORRECTNESS,
                     [
                         *specific,
-                        _diag(
+                        diag(
                             "correctness.mismatch",
                             f"Trial {trial + 1}/{n} ({dist} inputs): {cmp.why}",
                             Stage.CORRECTNESS,
@@ -410,7 +410,7 @@ class _Judge:
         found += self._guards()
         if skipped:
             self.diags.append(
-                _diag(
+                diag(
                     "correctness.distribution_skipped",
                     f"Input distribution(s) {', '.join(skipped)} "
                     "skipped: the reference's own output is not finite on them, or its get_inputs() "
@@ -703,7 +703,7 @@ class _Judge:
             verdict = witness.check(digest, exp, bd)
             if not verdict.ok and verdict.index >= num_outputs:
                 return [
-                    _diag(
+                    diag(
                         "dynamic.input_mutated",
                         f"Timed call {i + 1} of {total} in one repetition changed its input "
                         f"{verdict.index - num_outputs} (its digest after the call differs from the input "
@@ -715,7 +715,7 @@ class _Judge:
                 ]
             if not verdict.ok:
                 return [
-                    _diag(
+                    diag(
                         "correctness.timed_call_digest",
                         f"Timed call {i + 1} of {total} in one repetition: the digest of output "
                         f"{verdict.index} is {verdict.excess:.3g}x beyond what the tolerance allows "
@@ -740,7 +740,7 @@ class _Judge:
             cmp = compare_outputs(want, got, cfg.atol, cfg.rtol, precision=cfg.precision)
             if not cmp.ok:
                 return [
-                    _diag(
+                    diag(
                         "correctness.timed_call_mismatch",
                         f"Timed call {i + 1} (checked afterwards, chosen at random): {cmp.why}. The kernel "
                         "must be correct on every call, not only while it is checked.",
@@ -756,7 +756,7 @@ class _Judge:
         from cudice.verifier.inputs import make_inputs, secret_seed
 
         return list(
-            _call(
+            call_or_stop(
                 lambda: make_inputs(ref_mod.get_inputs, secret_seed(), "as_given", self.device),
                 Stage.TIMING,
                 Location(self.ref_path, 1, 1),
@@ -862,7 +862,7 @@ class _Judge:
         if extra <= 0:
             return []
         return [
-            _diag(
+            diag(
                 "dynamic.thread_spawned",
                 f"The candidate's process runs {extra} more thread(s) than when it started (seen from "
                 "outside the process, beyond the reference's runner): work on another thread "
@@ -907,11 +907,11 @@ class _Judge:
         try:
             yield
         except RunnerTimeout as exc:
-            raise _Stop(
+            raise Stop(
                 Verdict.TIMEOUT,
                 stage,
                 [
-                    _diag(
+                    diag(
                         "runtime.timeout",
                         f"The {link.role} did not answer within {exc.limit_s:.1f} s (the limit is max(10 s, "
                         f"100 x the reference's {self.ref_call_s * 1e3:.3f} ms) per call): a kernel or "
@@ -925,11 +925,11 @@ class _Judge:
         except (channel.ChannelError, OSError) as exc:
             rc = link.proc.poll()
             why = f"exit status {rc}" if rc is not None else "it stopped answering"
-            raise _Stop(
+            raise Stop(
                 Verdict.CRASH,
                 stage,
                 [
-                    _diag(
+                    diag(
                         "runtime.crash",
                         f"The {link.role} process ended or broke the protocol ({why}: {exc}); see the error "
                         "text for its last output.",
@@ -966,14 +966,14 @@ class _Judge:
             got_diags = [Diagnostic.from_dict(d) for d in rep.get("diagnostics", []) if isinstance(d, dict)]
             if not got_diags:
                 got_diags = [
-                    _diag(
+                    diag(
                         "runtime.exception",
                         f"The {link.role} process reported: {rep.get('error')}",
                         stage,
                         self.where,
                     )
                 ]
-            raise _Stop(verdict, stage, got_diags, str(rep.get("error") or "")[-4000:] or None)
+            raise Stop(verdict, stage, got_diags, str(rep.get("error") or "")[-4000:] or None)
         return rep, got
 
     def _send_inputs(self, link: RunnerLink, inputs: list[Any]) -> None:
@@ -1000,11 +1000,11 @@ class _Judge:
         try:
             return channel.decode(rep.get("outputs"), blobs, self.device)
         except channel.ChannelError as exc:
-            raise _Stop(
+            raise Stop(
                 Verdict.INCORRECT,
                 Stage.CORRECTNESS,
                 [
-                    _diag(
+                    diag(
                         "dynamic.output_not_plain_tensor",
                         f"The candidate's outputs could not be read: {exc}",
                         Stage.CORRECTNESS,
@@ -1031,7 +1031,7 @@ class _Judge:
                 return []
             why = rep.get("error") or "no reason given"
             return [
-                _diag(
+                diag(
                     "dynamic.profiler_unavailable",
                     f"The profiler gave no kernel records in the candidate's process ({why}): which kernels "
                     "did the work cannot be shown, so the kernel is not counted "
@@ -1047,7 +1047,7 @@ class _Judge:
         ]
         if self.own_kernels_error:
             return [
-                _diag(
+                diag(
                     "dynamic.profiler_unavailable",
                     f"The kernels compiled into the candidate's library could not be listed "
                     f"({self.own_kernels_error}), so whose kernels did the work cannot be shown.",
@@ -1070,7 +1070,7 @@ class _Judge:
         errors = [d for d in found if d.severity is Severity.ERROR]
         self.diags.extend(d for d in found if d.severity is not Severity.ERROR)
         if errors:
-            raise _Stop(Verdict.INCORRECT, stage, errors)
+            raise Stop(Verdict.INCORRECT, stage, errors)
 
 
 def _is_tensor(x: Any) -> bool:

@@ -31,7 +31,14 @@ from typing import IO, Any
 
 from cudice.verifier.config import VerifyConfig
 from cudice.verifier.process import CancelToken, kill_group, wait_or_kill
-from cudice.verifier.sandbox import ChildOutcome, ResultPipe, _limits, _tail, scrubbed_env, start_child
+from cudice.verifier.sandbox import (
+    ChildOutcome,
+    ResultPipe,
+    child_limits,
+    read_tail,
+    scrubbed_env,
+    start_child,
+)
 
 STARTUP_ALLOWANCE_S = 30.0  # a judge and its two runners import torch and create CUDA contexts in this time
 
@@ -89,7 +96,7 @@ class PersistentRunner:
             stdout=out,
             stderr=err,
             env=scrubbed_env(self.env, home=str(work)),
-            preexec_fn=_limits(memory_limit_mib, self.max_file_mib),
+            preexec_fn=child_limits(memory_limit_mib, self.max_file_mib),
         )
         self.num_started += 1
         return _Spare(proc, pipe, work, out, err, memory_limit_mib, time.monotonic())
@@ -144,8 +151,8 @@ class PersistentRunner:
                 outcome = ChildOutcome(
                     result,
                     spare.proc.returncode,
-                    _tail(spare.work / "stdout.txt", max_output_bytes),
-                    _tail(spare.work / "stderr.txt", max_output_bytes),
+                    read_tail(spare.work / "stdout.txt", max_output_bytes),
+                    read_tail(spare.work / "stderr.txt", max_output_bytes),
                     time.perf_counter() - t0,
                     timed_out,
                     cancelled,

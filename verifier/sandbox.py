@@ -7,7 +7,8 @@ to the memory limit, `RLIMIT_FSIZE` bounding every file and core dumps off. The 
 stdin; the result comes back on a pipe created here, whose write end only that child holds —
 never through a file. stdout/stderr go to files and only their last `max_output_bytes` are
 kept. A crash (signal, abort after an illegal address, `os._exit`), a hang or a missing result
-ends only that child.
+ends only that child. `start_child`, `child_limits`, `scrubbed_env` and `read_tail` are the parts
+runner.py reuses for its warm spares.
 
 The candidate's code never runs in this child: the judge (judge.py) starts runner processes
 inside the OS boundary (boundary.py) for it. `module="cudice.verifier.worker"` runs the older
@@ -86,7 +87,10 @@ def scrubbed_env(extra: dict[str, str] | None = None, home: str | None = None) -
     return env
 
 
-def _limits(memory_limit_mib: int, max_file_mib: int) -> Callable[[], None]:
+def child_limits(memory_limit_mib: int, max_file_mib: int) -> Callable[[], None]:
+    """The `preexec_fn` of a judge child (also runner.py's spares): it dies with its parent, its data
+    segment is bounded by the memory limit, core dumps are off and no file grows past `max_file_mib`."""
+
     def apply() -> None:
         # a judge whose starter died (a killed CLI, worker or pool thread) must not live on: it has no
         # clock of its own and would wait forever on a hung candidate
@@ -130,7 +134,7 @@ def run_in_child(
                 stdout=out,
                 stderr=err,
                 env=scrubbed_env(env, home=str(work)),
-                preexec_fn=_limits(memory_limit_mib, max_file_mib),
+                preexec_fn=child_limits(memory_limit_mib, max_file_mib),
             )
             reader.send_job(job)
             cancelled, timed_out = wait_or_kill(proc, timeout_s, cancel)
@@ -138,8 +142,8 @@ def run_in_child(
         return ChildOutcome(
             reader.result(),
             proc.returncode,
-            _tail(out_path, max_output_bytes),
-            _tail(err_path, max_output_bytes),
+            read_tail(out_path, max_output_bytes),
+            read_tail(err_path, max_output_bytes),
             time.perf_counter() - t0,
             timed_out,
             cancelled,
@@ -218,7 +222,8 @@ def start_child(
     return proc, ResultPipe(proc, read_fd)
 
 
-def _tail(path: Path, limit: int) -> str:
+def read_tail(path: Path, limit: int) -> str:
+    """The last `limit` bytes of the file `path` as text (marked when cut), "" if it cannot be read."""
     try:
         size = path.stat().st_size
         with open(path, "rb") as f:

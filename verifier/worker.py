@@ -1,10 +1,11 @@
 """The older in-process judge: `python -m cudice.verifier.worker --result-fd FD`, job on stdin.
 
 It loads and judges the candidate in the candidate's own process, so in-process code can forge
-its result; the default run stage is judge.py (runner processes inside an OS boundary). It is
-kept for the run-stage cost comparison (bench/verify_run_cost.py), and its helpers (`_Stop`,
-`_call`, `_exec_module`, `install_load_inline`, `load_extension`) are shared with judge.py
-and candidate.py.
+its result (among other ways, by raising the shared `judging.Stop` with verdict `correct`); the
+default run stage is judge.py (runner processes inside an OS boundary). It is kept for the
+run-stage cost comparison (bench/verify_run_cost.py). The helpers it shares with judge.py and
+candidate.py (the stop exception, running user code, `load_inline`, the result writer) live in
+judging.py; the comparison, the correctness trials and the timing here are this judge's own.
 
 Phases (each records its wall time): 1. import torch, pin precision (no TF32), snapshot the
 functions the verifier relies on; 2. load the reference and the candidate modules — the
@@ -21,34 +22,28 @@ multi-GPU candidates.
 
 from __future__ import annotations
 
-import importlib.machinery
-import importlib.util
 import json
 import sys
 import time
-import traceback
 import types
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from cudice.verifier.judging import (
+    Stop,
+    call_or_stop,
+    crash_result,
+    diag,
+    exec_module,
+    install_load_inline,
+    load_extension,
+    record_timing,
+    write_result,
+)
 from cudice.verifier.result import Diagnostic, Location, Severity, Stage, Verdict
 
-
-class _Stop(Exception):
-    """Ends the job early with a verdict."""
-
-    def __init__(
-        self, verdict: Verdict, stage: Stage, diagnostics: list[Diagnostic], error: str | None = None
-    ) -> None:
-        super().__init__(error or verdict.value)
-        self.verdict, self.stage, self.diagnostics, self.error = verdict, stage, diagnostics, error
-
-
-def _diag(
-    code: str, message: str, stage: Stage, where: Location | None, sev: Severity = Severity.ERROR
-) -> Diagnostic:
-    return Diagnostic(sev, message, code, stage, where)
+# bench/timing_fidelity.py still imports `install_load_inline` and `load_extension` from here (this
+# module uses both itself); remove this note when it imports them from cudice.verifier.judging.
 
 
 def run_job(job: dict[str, Any], guarded: dict[str, object] | None = None) -> dict[str, Any]:
@@ -62,7 +57,7 @@ def run_job(job: dict[str, Any], guarded: dict[str, object] | None = None) -> di
     diags: list[Diagnostic] = []
     try:
         _run(job, out, diags, walls, guarded)
-    except _Stop as stop:
+    except Stop as stop:
         out.update(verdict=stop.verdict.value, stage=stop.stage.value, error=stop.error)
         diags += stop.diagnostics
     out["diagnostics"] = [d.to_dict() for d in diags]
@@ -97,10 +92,10 @@ def _run(
     torch.backends.cudnn.allow_tf32 = False
     torch.set_float32_matmul_precision("highest")
     if not torch.cuda.is_available():
-        raise _Stop(
+        raise Stop(
             Verdict.COMPILED,
             Stage.LOAD,
-            [_diag("verify.no_gpu", "No CUDA GPU in the worker.", Stage.LOAD, None, Severity.INFORMATION)],
+            [diag("verify.no_gpu", "No CUDA GPU in the worker.", Stage.LOAD, None, Severity.INFORMATION)],
         )
     out["gpu_name"] = torch.cuda.get_device_name()
     out["versions"] = {
@@ -115,14 +110,14 @@ def _run(
     # 2. load reference and candidate (the candidate's load_inline builds through cudice's cache)
     t = time.perf_counter()
     _install_load_inline(doc, config, cand_path, diags)
-    ref_mod = _exec_module("cudice_reference", job["reference_source"], ref_path, Stage.LOAD)
-    cand_mod = _exec_module("cudice_candidate", job["candidate_source"], cand_path, Stage.LOAD)
+    ref_mod = exec_module("cudice_reference", job["reference_source"], ref_path, Stage.LOAD)
+    cand_mod = exec_module("cudice_candidate", job["candidate_source"], cand_path, Stage.LOAD)
     if not hasattr(cand_mod, "ModelNew"):
-        raise _Stop(
+        raise Stop(
             Verdict.RUNTIME_ERROR,
             Stage.LOAD,
             [
-                _diag(
+                diag(
                     "runtime.no_model_new",
                     "Executing the file did not define ModelNew.",
                     Stage.LOAD,
@@ -131,17 +126,19 @@ def _run(
             ],
         )
     init_inputs = (
-        _call(ref_mod.get_init_inputs, Stage.LOAD, Location(ref_path, 1, 1))
+        call_or_stop(ref_mod.get_init_inputs, Stage.LOAD, Location(ref_path, 1, 1))
         if hasattr(ref_mod, "get_init_inputs")
         else []
     )
     # 3. same seed before each constructor: a ModelNew that creates the same parameters gets the same values
     torch.manual_seed(config.seed)
     torch.cuda.manual_seed(config.seed)
-    model = _call(lambda: ref_mod.Model(*init_inputs).cuda().eval(), Stage.LOAD, Location(ref_path, 1, 1))
+    model = call_or_stop(
+        lambda: ref_mod.Model(*init_inputs).cuda().eval(), Stage.LOAD, Location(ref_path, 1, 1)
+    )
     torch.manual_seed(config.seed)
     torch.cuda.manual_seed(config.seed)
-    model_new = _call(lambda: cand_mod.ModelNew(*init_inputs).cuda().eval(), Stage.LOAD, forward_loc)
+    model_new = call_or_stop(lambda: cand_mod.ModelNew(*init_inputs).cuda().eval(), Stage.LOAD, forward_loc)
     walls["load"] = time.perf_counter() - t
 
     # 4. correctness: fresh seeded inputs per trial; reference first, on its own clones
@@ -163,14 +160,14 @@ def _run(
             # pass with stale values (e.g. the reference's freed output: Sakana incident)
             device = next((x.device for x in inputs if isinstance(x, torch.Tensor)), torch.device("cuda"))
             dyn.poison_allocator(4 * _nbytes(ref_out) + (1 << 20), device)
-            cand_out = _call(lambda args=inputs: model_new(*args), Stage.CORRECTNESS, forward_loc)
+            cand_out = call_or_stop(lambda args=inputs: model_new(*args), Stage.CORRECTNESS, forward_loc)
             _sync_or_stop(forward_loc)  # catches the last CUDA error of the launch
             # hook: dynamic checks on this call
             found = dyn.check_inputs_unchanged(before, inputs, forward_loc)
             found += dyn.check_outputs_plain(cand_out, ref_out, forward_loc)
             found += dyn.check_no_aliasing(cand_out, inputs, ref_out, forward_loc)
             if found:
-                raise _Stop(Verdict.INCORRECT, Stage.CORRECTNESS, found)
+                raise Stop(Verdict.INCORRECT, Stage.CORRECTNESS, found)
             ok, why, a, r = _compare(ref_out, cand_out, config.atol, config.rtol)
             max_abs, max_rel = max(max_abs, a), max(max_rel, r)
             if not ok:
@@ -180,11 +177,11 @@ def _run(
                     num_correct_trials=num_ok,
                     num_trials=config.num_trials,
                 )
-                raise _Stop(
+                raise Stop(
                     Verdict.INCORRECT,
                     Stage.CORRECTNESS,
                     [
-                        _diag(
+                        diag(
                             "correctness.mismatch",
                             f"Trial {trial + 1}/{config.num_trials}: {why}",
                             Stage.CORRECTNESS,
@@ -217,9 +214,9 @@ def _run(
     walls["correctness"] = time.perf_counter() - t
     diags += [d for d in found if d.severity is not Severity.ERROR]
     if any(d.severity is Severity.ERROR for d in found):
-        raise _Stop(Verdict.INCORRECT, Stage.CORRECTNESS, [d for d in found if d.severity is Severity.ERROR])
+        raise Stop(Verdict.INCORRECT, Stage.CORRECTNESS, [d for d in found if d.severity is Severity.ERROR])
     if job.get("skip_timing"):
-        raise _Stop(Verdict.CORRECT, Stage.CORRECTNESS, [])
+        raise Stop(Verdict.CORRECT, Stage.CORRECTNESS, [])
 
     # 5. timing, interleaved in this process
     from cudice.verifier.timing import compare, tensor_bytes
@@ -234,7 +231,7 @@ def _run(
             event_ms, wall_ms, where=forward_loc, baseline_gap_ms=ref_wall_ms - ref_event_ms
         )
         if any(d.severity is Severity.ERROR for d in found):
-            raise _Stop(Verdict.INCORRECT, Stage.TIMING, found)
+            raise Stop(Verdict.INCORRECT, Stage.TIMING, found)
         diags += found
         cmp = compare(
             model,
@@ -250,43 +247,6 @@ def _run(
     walls["timing"] = time.perf_counter() - t
     record_timing(cmp, forward_loc, out, diags)
     out.update(verdict=Verdict.CORRECT.value, stage=Stage.TIMING.value)
-
-
-def record_timing(
-    cmp: Any, where: Location, out: dict[str, Any], diags: list[Diagnostic], how: str = ""
-) -> None:
-    """A `timing.TimingComparison` into the result fields and its two diagnostics (the speed-up, and
-    `timing.suspicious` when it is not counted); `how` ends the speed-up message (how it was timed)."""
-    import dataclasses
-
-    out.update(
-        candidate=dataclasses.asdict(cmp.candidate),
-        reference=dataclasses.asdict(cmp.reference),
-        speedup=cmp.speedup,
-        speedup_min=cmp.speedup_min,
-        speedup_max=cmp.speedup_max,
-        is_suspicious=cmp.is_suspicious,
-    )
-    if cmp.is_suspicious:
-        diags.append(
-            _diag(
-                "timing.suspicious",
-                f"Suspicious speedup, not counted: {cmp.reason}. Check for work skipped or cached.",
-                Stage.TIMING,
-                where,
-                Severity.WARNING,
-            )
-        )
-    diags.append(
-        _diag(
-            "timing.speedup",
-            f"{cmp.speedup:.2f}x faster than the reference ({cmp.candidate.median_ms:.4f} "
-            f"ms vs {cmp.reference.median_ms:.4f} ms; pessimistic {cmp.speedup_min:.2f}x{how}).",
-            Stage.TIMING,
-            where,
-            Severity.INFORMATION,
-        )
-    )
 
 
 def _nbytes(values: Any) -> int:
@@ -355,11 +315,11 @@ def _sync_or_stop(where: Location) -> None:
     try:
         torch.cuda.synchronize()
     except Exception as exc:  # a sticky CUDA error (illegal address...) poisons this process
-        raise _Stop(
+        raise Stop(
             Verdict.RUNTIME_ERROR,
             Stage.CORRECTNESS,
             [
-                _diag(
+                diag(
                     "runtime.cuda_error",
                     f"CUDA error after the kernel: {exc}".strip(),
                     Stage.CORRECTNESS,
@@ -368,59 +328,6 @@ def _sync_or_stop(where: Location) -> None:
             ],
             str(exc),
         ) from None
-
-
-def _call(fn: Any, stage: Stage, where: Location) -> Any:
-    try:
-        return fn()
-    except _Stop:
-        raise
-    except Exception as exc:
-        tb = traceback.format_exc(limit=-3)
-        line = _user_line(exc, where.path)  # the deepest line of the user's file in the traceback
-        at = Location(where.path, line, 1) if line > 1 else where
-        raise _Stop(
-            Verdict.RUNTIME_ERROR,
-            stage,
-            [_diag("runtime.exception", f"{type(exc).__name__}: {exc}", stage, at)],
-            tb,
-        ) from None
-
-
-def _exec_module(name: str, source: str, path: str, stage: Stage) -> types.ModuleType:
-    mod = types.ModuleType(name)
-    mod.__file__ = path
-    sys.modules[name] = mod
-    try:
-        exec(compile(source, path, "exec"), mod.__dict__)
-    except _Stop:
-        raise
-    except Exception as exc:
-        line = _user_line(exc, path)
-        raise _Stop(
-            Verdict.RUNTIME_ERROR,
-            stage,
-            [
-                _diag(
-                    "runtime.import_error",
-                    f"Running {Path(path).name} failed: {type(exc).__name__}: {exc}",
-                    stage,
-                    Location(path, line, 1),
-                )
-            ],
-            traceback.format_exc(),
-        ) from None
-    return mod
-
-
-def _user_line(exc: BaseException, path: str) -> int:
-    tb = exc.__traceback__
-    line = 1
-    while tb is not None:
-        if tb.tb_frame.f_code.co_filename == path:
-            line = tb.tb_lineno
-        tb = tb.tb_next
-    return line
 
 
 def _install_load_inline(doc: Any, config: Any, path: str, diags: list[Diagnostic]) -> None:
@@ -433,61 +340,10 @@ def _install_load_inline(doc: Any, config: Any, path: str, diags: list[Diagnosti
         result = build_module(module, path, config, link=True)
         diags.extend(d for d in result.diagnostics if d.severity is not Severity.ERROR)
         if not result.ok or result.library is None:
-            raise _Stop(Verdict.COMPILE_ERROR, Stage.COMPILE, list(result.diagnostics), result.output[-4000:])
+            raise Stop(Verdict.COMPILE_ERROR, Stage.COMPILE, list(result.diagnostics), result.output[-4000:])
         return load_extension(name, str(result.library))
 
     install_load_inline(build)
-
-
-def install_load_inline(build: Callable[[str, Any, Any, Any], types.ModuleType]) -> None:
-    """Replace torch's `load_inline` by `build(name, cpp_sources, cuda_sources, functions)`.
-
-    torch's other arguments (flags, build folder, verbosity) are accepted and not used: the
-    build takes torch's own flags (toolchain.py). Shared with candidate.py's runner.
-    """
-    import torch.utils.cpp_extension as ce
-
-    def load_inline(
-        name: str,
-        cpp_sources: Any,
-        cuda_sources: Any = None,
-        functions: Any = None,
-        *args: Any,
-        **kwargs: Any,
-    ) -> types.ModuleType:
-        return build(name, cpp_sources, cuda_sources, functions)
-
-    ce.load_inline = load_inline  # type: ignore[assignment]
-
-
-def load_extension(name: str, library: str) -> types.ModuleType:
-    """Import the extension module `name` from the shared library `library` (runs its PyInit)."""
-    loader = importlib.machinery.ExtensionFileLoader(name, library)
-    spec = importlib.util.spec_from_file_location(name, library, loader=loader)
-    assert spec is not None
-    mod = importlib.util.module_from_spec(spec)
-    loader.exec_module(mod)
-    return mod
-
-
-def crash_result(exc: BaseException, who: str = "") -> dict[str, Any]:
-    """A judge process's last-resort outcome when its job raised (call it inside the `except`):
-    verdict `crash` with the traceback, so the parent gets a report instead of a silent death."""
-    message = f"{who}{type(exc).__name__}: {exc}"
-    return {
-        "verdict": Verdict.CRASH.value,
-        "stage": Stage.LOAD.value,
-        "error": traceback.format_exc(),
-        "diagnostics": [_diag("runtime.worker_error", message, Stage.LOAD, None).to_dict()],
-    }
-
-
-def write_result(fd: int, result: dict[str, Any]) -> None:
-    """The outcome as JSON on the pipe the parent (sandbox.py) reads; closes `fd`."""
-    import os
-
-    with os.fdopen(fd, "w") as f:
-        f.write(json.dumps(result))
 
 
 def main(argv: list[str] | None = None) -> int:

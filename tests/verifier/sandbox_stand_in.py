@@ -2,8 +2,8 @@
 stdin.
 
 The real worker (`cudice.verifier.worker`) stops before running candidate code when there is
-no GPU, so the sandbox tests run this stand-in instead: it loads the candidate through the real
-worker's `_exec_module` (the same exec, the same error handling) and writes a result the way
+no GPU, so the sandbox tests run this stand-in instead: it loads the candidate through the
+judges' own `judging.exec_module` (the same exec, the same error handling) and writes a result the way
 `worker.main` does (to the result pipe). `torch` is replaced by a stub module, because the
 attacks under test run at import, before `load_inline`, and importing the real torch per case
 would cost seconds on CI.
@@ -32,16 +32,16 @@ def _stub_torch() -> None:
 
 
 def main() -> None:
+    from cudice.verifier.judging import Stop, exec_module
     from cudice.verifier.result import Stage, Verdict
-    from cudice.verifier.worker import _exec_module, _Stop
 
     job = json.loads(sys.stdin.read())
     fd = int(sys.argv[sys.argv.index("--result-fd") + 1])
     _stub_torch()
     try:
-        _exec_module("cudice_candidate", job["candidate_source"], job["candidate_path"], Stage.LOAD)
+        exec_module("cudice_candidate", job["candidate_source"], job["candidate_path"], Stage.LOAD)
         result = {"verdict": Verdict.COMPILED.value, "stage": Stage.LOAD.value}
-    except _Stop as stop:
+    except Stop as stop:
         result = {
             "verdict": stop.verdict.value,
             "stage": stop.stage.value,

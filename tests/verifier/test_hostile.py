@@ -3,7 +3,7 @@ within its timeout, leaves nothing running, floods and memory bombs are bounded,
 the sandbox's — and the same machinery then serves a good candidate.
 
 Without a GPU the real worker stops before running candidate code, so the CPU tests run the
-corpus through `sandbox_stand_in` (the worker's own `_exec_module`, torch stubbed) and the
+corpus through `sandbox_stand_in` (the judges' own `judging.exec_module`, torch stubbed) and the
 verdict mapping of `api._run_stage`. The `gpu` tests drive the real `VerifyPool`.
 """
 

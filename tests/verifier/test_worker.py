@@ -157,9 +157,9 @@ def test_a_job_that_raises_is_reported_as_a_crash_on_the_result_pipe(
 def test_record_timing_fills_the_figures_and_flags_a_suspicious_speedup(
     cand_ms: list[float], suspicious: bool
 ) -> None:
+    from cudice.verifier.judging import record_timing
     from cudice.verifier.result import Location
     from cudice.verifier.timing import from_samples
-    from cudice.verifier.worker import record_timing
 
     cmp = from_samples([2.0, 2.0, 2.0], cand_ms, input_bytes=0, output_bytes=0)
     out: dict[str, object] = {}
