@@ -63,7 +63,7 @@ def _fire(ls: CudiceServer, uri: str) -> None:
 
 async def prebuild(ls: CudiceServer, uri: str) -> None:
     """Build `uri`'s current text, without running it (see the module docstring); logs what it did."""
-    from cudice.server.verification import _key, verify_config
+    from cudice.server.verification import result_key_of, verify_config
 
     doc = ls.workspace.text_documents.get(uri)  # open documents only: their text is the unsaved one
     path = to_fs_path(uri) if doc is not None else None
@@ -72,7 +72,7 @@ async def prebuild(ls: CudiceServer, uri: str) -> None:
     if ls.jobs.running_source(uri) == doc.source:  # saved meanwhile: its verification builds it
         return
     model = ls.analyse(uri, doc.source)[0]
-    if not model.is_candidate or ls.cache.get(_key(ls, model)) is not None:
+    if not model.is_candidate or ls.cache.get(result_key_of(ls, model)) is not None:
         return
     request = VerifyRequest(
         uri, path, doc.source, doc.version, verify_config(ls), ls.settings.verify_timeout_seconds

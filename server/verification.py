@@ -100,7 +100,8 @@ def _digest(text: str | None) -> str | None:
     return None if text is None else hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()
 
 
-def _key(ls: CudiceServer, doc: Document) -> str:
+def result_key_of(ls: CudiceServer, doc: Document) -> str:
+    """The result-cache key of `doc` as it stands (its text, reference, settings and path)."""
     ref = reference_path(doc)
     return _key_for(ls, doc, ref, _reference_text(ref))
 
@@ -168,7 +169,7 @@ def show_cached(ls: CudiceServer, uri: str) -> bool:
     doc_model = ls.analyse(uri, source)[0]
     if not doc_model.is_candidate:
         return False
-    key = _key(ls, doc_model)
+    key = result_key_of(ls, doc_model)
     cached = ls.cache.get(key)
     if cached is None:
         return False

@@ -51,7 +51,6 @@ PACKAGES = {"cudice.verifier": "verifier", "cudice.server": "server", "cudice.mo
 # make the server's private-name check an expected failure, strict, so it must be lifted once they are
 # gone. The failure message still lists every offender found, these and any new one.
 # `test_server_takes_no_new_private_name` checks that no other appears meanwhile.
-SERVER_OFFENDERS = ("server/prebuild.py:66: from cudice.server.verification import _key",)
 # Tolerated private imports, as (importing file, imported module, name). verifier/compile.py and
 # verifier/header_overlay.py were being edited by another engineer when this test was written (their
 # owner fixes any such import there); they had none, so nothing is tolerated.
@@ -350,13 +349,6 @@ def test_private_names_are_single_underscore() -> None:
     assert not is_private("__all__") and not is_private("public") and not is_private("__version__")
 
 
-_SERVER_XFAIL = pytest.mark.xfail(
-    strict=True,
-    reason="server/ takes private names from its other modules; its owner fixes them: "
-    + "; ".join(SERVER_OFFENDERS),
-)
-
-
 @pytest.mark.parametrize("package", ["cudice.verifier", "cudice.server", "cudice.model"])
 def test_no_module_level_import_cycle(package: str) -> None:
     graph, type_only = module_level_graph(project_modules())
@@ -368,21 +360,8 @@ def test_no_module_level_import_cycle(package: str) -> None:
 
 @pytest.mark.parametrize(
     "package",
-    ["cudice.verifier", pytest.param("cudice.server", marks=_SERVER_XFAIL), "cudice.model"],
+    ["cudice.verifier", "cudice.server", "cudice.model"],
 )
 def test_no_private_name_taken_from_another_module(package: str) -> None:
     offenders = private_imports(package, project_modules())
     assert not offenders, f"{package} takes private names from other modules:\n" + "\n".join(offenders)
-
-
-def test_server_takes_no_new_private_name() -> None:
-    """While the server's check is an expected failure, no offender beyond the known ones appears
-    (line numbers left out: they move with unrelated edits)."""
-
-    def where(offender: str) -> str:
-        path, _line, rest = offender.split(":", 2)
-        return f"{path}:{rest}"
-
-    known = {where(o) for o in SERVER_OFFENDERS}
-    new = [o for o in private_imports("cudice.server", project_modules()) if where(o) not in known]
-    assert not new, "cudice.server takes new private names from other modules:\n" + "\n".join(new)
