@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from cudice.server.app import create_server
 from cudice.server.core import CudiceServer
-from cudice.server.verification import _key, reference_path, verify_document
+from cudice.server.verification import reference_path, result_key_of, verify_document
 from cudice.server.workers.verify import VerifyRequest
 from cudice.verifier.document import parse_document
 from cudice.verifier.reference import resolve_reference
@@ -112,7 +112,7 @@ def test_the_cache_key_holds_the_references_identity_and_content(tmp_path: Path,
     cand = _candidate(tmp_path / "w", place)
 
     def key(text: str | None = None) -> str:
-        return _key(ls, parse_document(text or cand.read_text(), str(cand), require_candidate=False))
+        return result_key_of(ls, parse_document(text or cand.read_text(), str(cand), require_candidate=False))
 
     first = key()
     assert key() == first

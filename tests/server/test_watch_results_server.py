@@ -108,7 +108,7 @@ def test_the_reload_marker_is_the_one_the_trainer_writes() -> None:
 def test_a_copied_file_does_not_reuse_the_originals_verdict(tmp_path: Path) -> None:
     """Diagnostics in a cached verdict name their file: the cache key must include the path."""
     from cudice.server.app import create_server
-    from cudice.server.verification import _key
+    from cudice.server.verification import result_key_of
     from cudice.verifier.document import parse_document
 
     ls = create_server()
@@ -119,7 +119,7 @@ def test_a_copied_file_does_not_reuse_the_originals_verdict(tmp_path: Path) -> N
         (tmp_path / d / "relu.py").write_text("# same reference\n")
 
     def key(folder: str) -> str:
-        return _key(
+        return result_key_of(
             ls, parse_document(source, str(tmp_path / folder / "relu_broken.py"), require_candidate=False)
         )
 
