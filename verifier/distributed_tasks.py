@@ -152,7 +152,6 @@ def compile_task(
         ref_arg, mapping = (
             (job.reference, {}) if job.reference_is_text else place_reference(job, Path(scratch))
         )
-        text = {"reference_source": job.reference_text} if job.reference_is_text else {}
         result = interruptible(
             lambda: fn(
                 job.path,
@@ -162,7 +161,7 @@ def compile_task(
                 cancel=cancel,
                 run_child=run_child,
                 gpu=has_gpu,
-                **text,
+                reference_source=job.reference_text if job.reference_is_text else None,
             ),
             cancel,
         )
