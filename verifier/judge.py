@@ -607,6 +607,18 @@ class _Judge:
             best = min(best, time.perf_counter() - t0)
         return best
 
+    @contextlib.contextmanager
+    def _candidate_paused(self, busy: list[str]) -> Iterator[None]:
+        """The candidate's runner and everything it started, stopped (SIGSTOP) for the body: its
+        code cannot launch work beside the reference's timed calls once the GPU is found idle. A
+        runner that cannot be stopped marks the timing unresolved."""
+        from cudice.verifier.process import paused
+
+        with paused(self.session.cand.proc.pid) as ok:
+            if not ok:
+                busy.append("the candidate's runner could not be paused while the reference was timed")
+            yield
+
     def _wait_gpu_idle(self, busy: list[str]) -> None:
         """Wait (bounded) until no other process's work is queued on the GPU: a kernel of another
         context (a runner's work left running after its reply) delays the judge's probe by a time
@@ -685,12 +697,16 @@ class _Judge:
         times: dict[str, list[float]] = {"reference": [], "candidate": []}
         digests: dict[str, list[list[float]]] = {"reference": [], "candidate": []}
         with self._exclusive():  # 3. the reference's event times, then one request per call, interleaved
-            self._wait_gpu_idle(busy)
-            ref_events += self._event_times(model, self.event_inputs, events)
+            with self._candidate_paused(busy):
+                self._wait_gpu_idle(busy)
+                ref_events += self._event_times(model, self.event_inputs, events)
             for i in range(total):
                 for link in links if _rng.random() < 0.5 else links[::-1]:
-                    self._wait_gpu_idle(busy)  # nothing left running by the other runner
-                    t, call_digests = self._timed_batch(link, [i], [keys[i]], [seals[i]])
+                    # the candidate's runner is stopped while the reference is timed, and the GPU
+                    # idle, so nothing of the candidate's runs beside the reference's calls
+                    with self._candidate_paused(busy) if link is links[0] else contextlib.nullcontext():
+                        self._wait_gpu_idle(busy)  # nothing left running by the other runner
+                        t, call_digests = self._timed_batch(link, [i], [keys[i]], [seals[i]])
                     times[link.role].append(t)
                     digests[link.role].extend(call_digests)
         for role, xs in times.items():

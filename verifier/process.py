@@ -6,12 +6,14 @@ so killing the group also ends the compilers, forks and grandchildren it started
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from typing import Any, Protocol
 
 _LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform == "linux" else None  # loaded before any fork
@@ -64,7 +66,16 @@ def tree_threads(pid: int) -> int:
     Read from outside the process, so code inside it cannot forge the count; a thread that
     started and ended between two readings is not seen.
     """
-    total = 0
+    return sum(len(tids) for _, tids in _tree(pid))
+
+
+def tree_pids(pid: int) -> list[int]:
+    """Process `pid` and all its descendants that are alive now, read from /proc."""
+    return [p for p, _ in _tree(pid)]
+
+
+def _tree(pid: int) -> list[tuple[int, list[str]]]:
+    found: list[tuple[int, list[str]]] = []
     todo = [pid]
     seen: set[int] = set()
     while todo:
@@ -76,11 +87,52 @@ def tree_threads(pid: int) -> int:
             tids = os.listdir(f"/proc/{p}/task")
         except OSError:
             continue
-        total += len(tids)
+        found.append((p, tids))
         for tid in tids:
             try:
                 with open(f"/proc/{p}/task/{tid}/children") as f:
                     todo += [int(c) for c in f.read().split()]
             except (OSError, ValueError):
                 continue
-    return total
+    return found
+
+
+def _state(pid: int) -> str:
+    """The one-letter state of process `pid` in /proc ("X" when it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "X"
+
+
+@contextlib.contextmanager
+def paused(pid: int) -> Iterator[bool]:
+    """Stop process `pid` and its descendants (SIGSTOP) for the body, then continue them; yields
+    whether every one was stopped (its state in /proc says so, within 2 s). A process started
+    meanwhile by one not yet stopped is found on a second pass. Work the processes queued on a GPU
+    before they stopped still runs."""
+    stopped: list[int] = []
+    ok = True
+    try:
+        for _ in range(2):
+            for p in tree_pids(pid):
+                if p in stopped:
+                    continue
+                try:
+                    os.kill(p, signal.SIGSTOP)
+                    stopped.append(p)
+                except ProcessLookupError:
+                    continue
+                except OSError:
+                    ok = False
+        deadline = time.monotonic() + 2.0  # a stop signal is delivered asynchronously
+        for p in stopped:
+            while _state(p) not in "TtZX" and time.monotonic() < deadline:
+                pass
+            ok = ok and _state(p) in "TtZX"
+        yield ok and bool(stopped)
+    finally:
+        for p in stopped:
+            with contextlib.suppress(OSError):
+                os.kill(p, signal.SIGCONT)

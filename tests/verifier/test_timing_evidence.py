@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from cudice.verifier import seal, witness
 from cudice.verifier.gpu_lease import GpuLease, LeaseTimeout
-from cudice.verifier.process import tree_threads
+from cudice.verifier.process import paused, tree_pids, tree_threads
 
 torch = pytest.importorskip("torch")
 
@@ -166,3 +166,39 @@ def test_thread_counts_come_from_outside_the_process() -> None:
         proc.wait()
     assert tree_threads(proc.pid) == 0
     assert tree_threads(os.getpid()) >= 1
+
+
+def _state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0]
+
+
+def test_a_paused_runner_and_its_children_are_stopped_and_then_continue() -> None:
+    """While the reference is timed the candidate's runner is stopped with everything it started
+    (judge.py): every process of the tree is in state T inside `paused`, none after."""
+    code = (
+        "import subprocess, sys\n"
+        "wait = 'import sys; sys.stdin.readline()'\n"
+        "child = subprocess.Popen([sys.executable, '-c', wait], stdin=subprocess.PIPE)\n"
+        "sys.stdout.write(str(child.pid) + '\\n'); sys.stdout.flush(); sys.stdin.readline()\n"
+        "child.kill()\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        child = int(proc.stdout.readline())
+        assert set(tree_pids(proc.pid)) == {proc.pid, child}
+        with paused(proc.pid) as ok:
+            assert ok
+            assert {_state(proc.pid), _state(child)} == {"T"}
+        assert "T" not in {_state(proc.pid), _state(child)}
+        proc.stdin.write("\n")  # it runs again: it reads the line and ends
+        proc.stdin.flush()
+        assert proc.wait(timeout=60) == 0
+    finally:
+        proc.kill()
+        proc.wait()
+    with paused(proc.pid) as ok:  # a process that is gone: nothing stopped, said so
+        assert not ok
