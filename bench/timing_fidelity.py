@@ -92,7 +92,7 @@ from cudice.verifier.compile import build_module
 from cudice.verifier.config import VerifyConfig
 from cudice.verifier.document import read_document
 from cudice.verifier.generated import from_values
-from cudice.verifier.worker import install_load_inline, load_extension
+from cudice.verifier.judging import install_load_inline, load_extension
 
 path, cache = sys.argv[1], sys.argv[2]
 config = VerifyConfig(cache_dir=Path(cache))

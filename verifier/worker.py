@@ -42,9 +42,6 @@ from cudice.verifier.judging import (
 )
 from cudice.verifier.result import Diagnostic, Location, Severity, Stage, Verdict
 
-# bench/timing_fidelity.py still imports `install_load_inline` and `load_extension` from here (this
-# module uses both itself); remove this note when it imports them from cudice.verifier.judging.
-
 
 def run_job(job: dict[str, Any], guarded: dict[str, object] | None = None) -> dict[str, Any]:
     """Run one verification job in this process; returns VerifyResult fields as a dict.
