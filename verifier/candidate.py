@@ -30,7 +30,6 @@ stays open. Not covered: multi-GPU models.
 
 from __future__ import annotations
 
-import select
 import socket
 import sys
 import time
@@ -314,9 +313,7 @@ class Server:
         self.reply({"ok": True, "digests": digests})
         spin = float(req.get("spin_s") or 0.0)
         if spin > 0:  # timed calls come one request at a time: wait for the next awake, not asleep
-            until = time.perf_counter() + min(spin, 1.0)
-            while not select.select([self.sock], [], [], 0)[0] and time.perf_counter() < until:
-                pass
+            channel.poll_readable(self.sock, min(spin, 1.0))
 
     def _run_batch(self, req: dict[str, Any]) -> list[list[float]]:
         import torch

@@ -14,8 +14,10 @@ authentication (both ends are local processes; the socket pair is created by the
 
 from __future__ import annotations
 
+import select
 import socket
 import struct
+import time
 from collections.abc import Sequence
 from json import dumps as _dumps
 from json import loads as _loads
@@ -63,6 +65,14 @@ def _read_exact(sock: socket.socket, n: int) -> bytearray:
             raise ChannelError(f"the peer closed the channel after {got} of {n} bytes")
         got += k
     return buf
+
+
+def poll_readable(sock: socket.socket, seconds: float) -> None:
+    """Poll `sock` without sleeping until it has data or `seconds` pass (a timed exchange: waking
+    a thread that slept in the kernel adds tens of microseconds, more on an idle core)."""
+    until = time.perf_counter() + seconds
+    while not select.select([sock], [], [], 0)[0] and time.perf_counter() < until:
+        pass
 
 
 def recv(sock: socket.socket, max_bytes: int) -> tuple[dict[str, Any], list[bytearray]]:

@@ -159,6 +159,7 @@ class _Judge:
         self.flush_mib = 0
         self._flush: Any = None  # the judge's own L2-flush buffer (cold policy)
         self._probe_solo_s = 0.0  # the idle GPU's probe time (`_wait_gpu_idle`)
+        self._tiny: Any = None  # a one-element tensor: the probe's and the launch floor's kernel
         self.event_inputs: list[Any] = []  # the set the reference's event-timed calls use
         self.own_kernels: frozenset[str] = frozenset()  # kernels compiled into the candidate's libraries
         self.own_kernels_error = ""
@@ -477,8 +478,8 @@ class _Judge:
         # 2. repetitions
         t_rounds = time.perf_counter()
         ref_events: list[float] = []
-        deltas: list[float] = []  # candidate slope - reference slope, s per call
-        per_call: dict[str, list[float]] = {"reference": [], "candidate": []}
+        requests: dict[str, list[float]] = {"reference": [], "candidate": []}  # every timed request, s
+        per_call: dict[str, list[float]] = {"reference": [], "candidate": []}  # median per repetition
         staging: dict[str, list[float]] = {"reference": [], "candidate": []}
         busy: list[str] = []
         found: list[Diagnostic] = []
@@ -490,13 +491,13 @@ class _Judge:
                 model,
                 calls,
                 per_call,
+                requests,
                 staging,
                 ref_events,
                 events_per_rep,
                 busy,
                 rep == profiled,
             )
-            deltas.append(per_call["candidate"][-1] - per_call["reference"][-1])
             if (
                 rep >= MIN_REPETITIONS - 1
                 and time.perf_counter() - t_rounds > TIMING_BUDGET_S
@@ -509,17 +510,21 @@ class _Judge:
         self._stop_on_errors(found, Stage.TIMING)
         for role, times in staging.items():  # reported only: sealed sets give nothing to precompute
             self.walls[f"timing.staging_{role}_median"] = statistics.median(times)
-        for role, xs in per_call.items():
+        for role, xs in requests.items():
+            xs = sorted(xs)
             self.walls[f"timing.request_{role}_ms"] = statistics.median(xs) * 1e3
+            self.walls[f"timing.request_{role}_min_ms"] = xs[0] * 1e3
+            self.walls[f"timing.request_{role}_q10_ms"] = xs[len(xs) // 10] * 1e3
         self.walls["timing.launch_floor_ms"] = floor_ms
         ref_ms = statistics.median(ref_events)
+        deltas = [c - r for c, r in zip(per_call["candidate"], per_call["reference"], strict=True)]
         cand_ms = [ref_ms + d * 1e3 for d in deltas]
         unresolved = list(dict.fromkeys(busy))
         cand_med = statistics.median(cand_ms)
         if cand_med < 0.5 * floor_ms:
             unresolved.append(
                 f"the candidate's time per call ({cand_med:.4f} ms: the reference's {ref_ms:.4f} ms plus "
-                f"the difference of the two runners' batches) is below half the cost of launching one "
+                f"the difference of the two runners' requests) is below half the cost of launching one "
                 f"kernel ({floor_ms:.4f} ms): the runner's own loop was bypassed, or the difference is noise"
             )
         if len(cand_ms) >= 4:
@@ -573,7 +578,7 @@ class _Judge:
         cuda = self.device.startswith("cuda")
         if self._flush is None and self.flush_mib:
             self._flush = torch.empty(self.flush_mib << 18, dtype=torch.int32, device=self.device)
-        tiny = torch.zeros(1, device=self.device)
+        tiny = self._tiny_tensor()
         out = []
         with torch.no_grad():
             for _ in range(calls):
@@ -598,7 +603,7 @@ class _Judge:
 
         if not self.device.startswith("cuda"):
             return 0.0
-        tiny = torch.zeros(1, device=self.device)
+        tiny = self._tiny_tensor()
         best = math.inf
         for _ in range(best_of):
             t0 = time.perf_counter()
@@ -606,6 +611,14 @@ class _Judge:
             torch.cuda.synchronize()
             best = min(best, time.perf_counter() - t0)
         return best
+
+    def _tiny_tensor(self) -> Any:
+        """The one-element tensor the probe and the launch floor add to (allocated once)."""
+        import torch
+
+        if self._tiny is None:
+            self._tiny = torch.zeros(1, device=self.device)
+        return self._tiny
 
     @contextlib.contextmanager
     def _candidate_paused(self, busy: list[str]) -> Iterator[None]:
@@ -623,7 +636,7 @@ class _Judge:
         """Wait (bounded) until no other process's work is queued on the GPU: a kernel of another
         context (a runner's work left running after its reply) delays the judge's probe by a time
         slice. Timed work on a busy GPU would be slowed, and a candidate could slow the reference's
-        batches that way; a GPU still busy after `GPU_IDLE_WAIT_S` marks the timing unresolved."""
+        calls that way; a GPU still busy after `GPU_IDLE_WAIT_S` marks the timing unresolved."""
         if not self.device.startswith("cuda"):
             return
         limit = max(10 * self._probe_solo_s, self._probe_solo_s + 500e-6)
@@ -636,7 +649,7 @@ class _Judge:
             if time.perf_counter() > deadline:
                 busy.append(
                     f"the GPU stayed busy with work of another process for {GPU_IDLE_WAIT_S:g} s before "
-                    f"a timed batch (a probe kernel took {took * 1e3:.2f} ms, "
+                    f"a timed call (a probe kernel took {took * 1e3:.2f} ms, "
                     f"alone {self._probe_solo_s * 1e3:.3f} ms)"
                 )
                 break
@@ -648,6 +661,7 @@ class _Judge:
         model: Any,
         total: int,
         per_call: dict[str, list[float]],
+        requests: dict[str, list[float]],
         staging: dict[str, list[float]],
         ref_events: list[float],
         events: int,
@@ -711,9 +725,7 @@ class _Judge:
                     digests[link.role].extend(call_digests)
         for role, xs in times.items():
             per_call[role].append(statistics.median(xs))
-            xs = sorted(xs)
-            self.walls[f"timing.request_{role}_min_ms"] = xs[0] * 1e3
-            self.walls[f"timing.request_{role}_q10_ms"] = xs[len(xs) // 10] * 1e3
+            requests[role] += xs
         # 4. every digest of the candidate's batches, then two outputs in full, chosen now
         for i, (digest, exp, bd) in enumerate(zip(digests["candidate"], expected, bounds, strict=True)):
             verdict = witness.check(digest, exp, bd)

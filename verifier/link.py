@@ -20,7 +20,6 @@ import select
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any
@@ -148,13 +147,10 @@ class RunnerLink:
 
         `deadline_s`: the reply must begin within that many seconds, else `RunnerTimeout` (a build the
         runner asks for in between restarts the wait: compiling has its own limit). `spin_s`: poll
-        the socket without sleeping for up to that long first (a timed request: waking a thread
-        that slept in the kernel adds tens of microseconds, and more on an idle core)."""
+        the socket without sleeping for up to that long first (`channel.poll_readable`)."""
         channel.send(self.sock, header, blobs)
         if spin_s > 0:
-            until = time.perf_counter() + spin_s
-            while not select.select([self.sock], [], [], 0)[0] and time.perf_counter() < until:
-                pass
+            channel.poll_readable(self.sock, spin_s)
         while True:
             if deadline_s is not None:
                 ready, _, _ = select.select([self.sock], [], [], deadline_s)

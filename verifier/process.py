@@ -97,7 +97,7 @@ def _tree(pid: int) -> list[tuple[int, list[str]]]:
     return found
 
 
-def _state(pid: int) -> str:
+def process_state(pid: int) -> str:
     """The one-letter state of process `pid` in /proc ("X" when it is gone)."""
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -128,9 +128,9 @@ def paused(pid: int) -> Iterator[bool]:
                     ok = False
         deadline = time.monotonic() + 2.0  # a stop signal is delivered asynchronously
         for p in stopped:
-            while _state(p) not in "TtZX" and time.monotonic() < deadline:
+            while process_state(p) not in "TtZX" and time.monotonic() < deadline:
                 pass
-            ok = ok and _state(p) in "TtZX"
+            ok = ok and process_state(p) in "TtZX"
         yield ok and bool(stopped)
     finally:
         for p in stopped:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from cudice.verifier import seal, witness
 from cudice.verifier.gpu_lease import GpuLease, LeaseTimeout
-from cudice.verifier.process import paused, tree_pids, tree_threads
+from cudice.verifier.process import paused, process_state, tree_pids, tree_threads
 
 torch = pytest.importorskip("torch")
 
@@ -168,11 +168,6 @@ def test_thread_counts_come_from_outside_the_process() -> None:
     assert tree_threads(os.getpid()) >= 1
 
 
-def _state(pid: int) -> str:
-    with open(f"/proc/{pid}/stat") as f:
-        return f.read().rsplit(")", 1)[1].split()[0]
-
-
 def test_a_paused_runner_and_its_children_are_stopped_and_then_continue() -> None:
     """While the reference is timed the candidate's runner is stopped with everything it started
     (judge.py): every process of the tree is in state T inside `paused`, none after."""
@@ -192,8 +187,8 @@ def test_a_paused_runner_and_its_children_are_stopped_and_then_continue() -> Non
         assert set(tree_pids(proc.pid)) == {proc.pid, child}
         with paused(proc.pid) as ok:
             assert ok
-            assert {_state(proc.pid), _state(child)} == {"T"}
-        assert "T" not in {_state(proc.pid), _state(child)}
+            assert {process_state(proc.pid), process_state(child)} == {"T"}
+        assert "T" not in {process_state(proc.pid), process_state(child)}
         proc.stdin.write("\n")  # it runs again: it reads the line and ends
         proc.stdin.flush()
         assert proc.wait(timeout=60) == 0
