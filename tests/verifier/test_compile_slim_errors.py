@@ -27,10 +27,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from cudice.verifier.compile import BuildResult, build_module, slim_errors_stand
+from build_compare import build_text, outcome
+from cudice.verifier.compile import BuildResult, slim_errors_stand
 from cudice.verifier.config import VerifyConfig
-from cudice.verifier.document import parse_document
-from cudice.verifier.generated import GeneratedFile, GeneratedModule, Piece, from_call
+from cudice.verifier.generated import GeneratedFile, GeneratedModule, Piece
 from cudice.verifier.header_overlay import (
     HeaderNames,
     ensure_overlay,
@@ -145,23 +145,8 @@ MISSING_IN_SLIM = GOOD.replace("float v = x[i];", "float v = x[i]").replace(
 
 
 def _build(text: str, name: str, config: VerifyConfig, mode: str) -> BuildResult:
-    doc = parse_document(text.replace('name="relu"', f'name="{name}"'), f"/virtual/{name}.py")
-    module = from_call(doc, doc.load_inline_calls[0])
-    assert module is not None
-    return build_module(module, doc.path, config, link=False, mode=mode)
-
-
-def _key(build: BuildResult) -> tuple[bool, set[tuple[object, ...]]]:
-    return build.ok, {
-        (
-            d.severity,
-            d.code,
-            d.message,
-            d.location.line if d.location else None,
-            d.location.column if d.location else None,
-        )
-        for d in build.diagnostics
-    }
+    """`build_text` with the extension named after the case (each case its own cache entry)."""
+    return build_text(text.replace('name="relu"', f'name="{name}"'), name, config, mode)
 
 
 def _errors(build: BuildResult) -> set[int]:
@@ -177,7 +162,7 @@ def test_syntax_error_is_reported_from_the_slim_build_alone(session_config: Veri
     assert set(auto.step_wall_s) == {"slim.main.cpp", "slim.cuda.cu"}  # no full-header compile ran
     full = _build(SYNTAX, "slim_syntax", session_config, "full")
     assert not full.ok and full.build_path == "full"
-    assert _key(auto) == _key(full), (auto.output[-2000:], full.output[-2000:])
+    assert outcome(auto) == outcome(full), (auto.output[-2000:], full.output[-2000:])
     lines = SYNTAX.splitlines()
     # nvcc stops at the token after `x[i]`, g++ at the one after `a + 1`: the next lines
     expected = {lines.index("        float v = x[i]") + 2, lines.index("    int b = a + 1") + 2}
@@ -197,7 +182,7 @@ def test_syntax_error_in_the_c_abi_build_is_reported_from_the_slim_build_alone(
     assert not auto.ok and auto.build_path == "cabi-fast", (auto.build_path, auto.output[-2000:])
     assert set(auto.step_wall_s) == {"slim.cuda.cu"}
     full = _build(text, "slim_syntax_cabi", session_config, "full")
-    assert _key(auto) == _key(full), (auto.output[-2000:], full.output[-2000:])
+    assert outcome(auto) == outcome(full), (auto.output[-2000:], full.output[-2000:])
     assert _errors(auto) == {text.splitlines().index("        float v = x[i]") + 2}
 
 
@@ -209,7 +194,7 @@ def test_error_on_a_name_the_slim_set_lacks_gets_the_full_build(session_config: 
     assert not auto.ok and auto.build_path == "cabi-fallback", (auto.build_path, auto.output[-2000:])
     assert "cuda.cu" in auto.step_wall_s  # rebuilt with the full headers
     full = _build(MISSING_IN_SLIM, "slim_missing", session_config, "full")
-    assert _key(auto) == _key(full), (auto.output[-2000:], full.output[-2000:])
+    assert outcome(auto) == outcome(full), (auto.output[-2000:], full.output[-2000:])
     messages = [d.message for d in auto.diagnostics if d.severity is Severity.ERROR]
     assert messages and not any("no member" in m for m in messages), messages  # the full build's words
 
@@ -380,7 +365,7 @@ def test_undeclared_typo_is_reported_from_the_slim_build_alone(session_config: V
         BROKEN.replace('name="relu_broken"', 'name="relu"'), "slim_undeclared", session_config, "full"
     )
     assert not full.ok and full.build_path == "full"
-    assert _key(auto) == _key(full), (auto.output[-2000:], full.output[-2000:])
+    assert outcome(auto) == outcome(full), (auto.output[-2000:], full.output[-2000:])
     errors = [d for d in auto.diagnostics if d.severity is Severity.ERROR]
     assert [d.message for d in errors] == ['identifier "vv" is undefined'], errors
     assert _errors(auto) == {BROKEN.splitlines().index("        out[i] = vv > 0.0f ? x[i] : 0.0f;") + 1}
@@ -413,6 +398,6 @@ def test_undeclared_name_only_the_full_headers_declare_gets_the_full_build(
     misused = _build(FULL_ONLY_MISUSED, "slim_full_only_bad", session_config, "auto")
     assert not misused.ok and misused.build_path == "cabi-fallback", misused.build_path
     full = _build(FULL_ONLY_MISUSED, "slim_full_only_bad", session_config, "full")
-    assert _key(misused) == _key(full), (misused.output[-2000:], full.output[-2000:])
+    assert outcome(misused) == outcome(full), (misused.output[-2000:], full.output[-2000:])
     messages = [d.message for d in misused.diagnostics if d.severity is Severity.ERROR]
     assert messages and not any("undefined" in m for m in messages), messages  # the full build's words

@@ -15,10 +15,11 @@ import threading
 from pathlib import Path
 
 import pytest
+from build_compare import build_text, outcome
 from cudice.verifier.api import verify
-from cudice.verifier.compile import BuildResult, build_module
+from cudice.verifier.compile import build_module
 from cudice.verifier.config import VerifyConfig
-from cudice.verifier.document import parse_document, read_document
+from cudice.verifier.document import read_document
 from cudice.verifier.generated import from_call
 from cudice.verifier.header_overlay import (
     STANDINS,
@@ -88,7 +89,7 @@ def test_host_pch_never_waits_and_never_leaves_a_broken_gch(tmp_path: Path) -> N
     assert (built / "torch" / "extension.h").is_file() and not list(built.glob("torch/.*tmp"))
 
 
-def test_slim_blocker_sends_risky_lookups_to_the_full_build() -> None:
+def test_slim_blocker_sends_risky_lookups_to_the_fullbuild_text() -> None:
     plain = "torch::Tensor relu_forward(torch::Tensor x) { return torch::empty_like(x); }"
     assert slim_blocker([plain], OPS) is None
     assert "using namespace" in (slim_blocker(["using namespace torch;\n" + plain], OPS) or "")
@@ -140,26 +141,6 @@ def test_unknown_build_mode_is_refused(tmp_path: Path) -> None:
         build_module(module, doc.path, VerifyConfig(cache_dir=tmp_path), link=False, mode="slimmest")
 
 
-def _key(build: BuildResult) -> tuple[bool, set[tuple[object, ...]]]:
-    return build.ok, {
-        (
-            d.severity,
-            d.code,
-            d.message,
-            d.location.line if d.location else None,
-            d.location.column if d.location else None,
-        )
-        for d in build.diagnostics
-    }
-
-
-def _build(text: str, name: str, config: VerifyConfig, mode: str) -> BuildResult:
-    doc = parse_document(text, f"/virtual/{name}.py")
-    module = from_call(doc, doc.load_inline_calls[0])
-    assert module is not None
-    return build_module(module, doc.path, config, link=False, mode=mode)
-
-
 # one full torch-extension build takes 100-150 s on an idle 2-core box and ~4x that at load 6
 BUILD_TIMEOUT = pytest.mark.timeout(2400)
 
@@ -168,12 +149,12 @@ BUILD_TIMEOUT = pytest.mark.timeout(2400)
 @pytest.mark.slow
 @BUILD_TIMEOUT
 @pytest.mark.parametrize("example", ["relu_broken.py", "relu_cuda.py"])
-def test_default_build_equals_full_build(example: str, session_config: VerifyConfig) -> None:
+def test_default_build_equals_fullbuild_text(example: str, session_config: VerifyConfig) -> None:
     """One candidate that fails and one that compiles (the corpus subset CI can afford)."""
     text = (ROOT / "examples" / example).read_text()
-    auto = _build(text, example, session_config, "auto")
-    full = _build(text, example, session_config, "full")
-    assert _key(auto) == _key(full)
+    auto = build_text(text, example, session_config, "auto")
+    full = build_text(text, example, session_config, "full")
+    assert outcome(auto) == outcome(full)
     assert full.build_path == "full"
     # the examples only declare their functions in cpp_sources: built without pybind11 (cabi.py)
     # relu_broken's error (an undeclared local no full header declares) is the slim build's verdict too
@@ -247,9 +228,9 @@ def get_init_inputs():
 @BUILD_TIMEOUT
 def test_a_name_the_slim_headers_lack_falls_back_and_compiles(session_config: VerifyConfig) -> None:
     """ATen/Parallel.h (at::get_num_threads) is not in the slim set; ATen/cuda and c10/cuda headers are."""
-    fast_only = _build(FALLBACK, "fallback", session_config, "fast")
+    fast_only = build_text(FALLBACK, "fallback", session_config, "fast")
     assert not fast_only.ok and "get_num_threads" in fast_only.output  # the slim set really lacks it
-    auto = _build(FALLBACK, "fallback", session_config, "auto")
+    auto = build_text(FALLBACK, "fallback", session_config, "auto")
     assert auto.ok and auto.build_path == "cabi-fallback", auto.output[-2000:]
     assert not any(d.severity is Severity.ERROR for d in auto.diagnostics)
 
@@ -369,5 +350,8 @@ def test_every_corpus_candidate_builds_the_same_fast_and_full(
     item: tuple[str, str], session_config: VerifyConfig
 ) -> None:
     name, text = item
-    full, auto = _build(text, name, session_config, "full"), _build(text, name, session_config, "auto")
-    assert _key(auto) == _key(full), (auto.build_path, auto.output[-1500:], full.output[-1500:])
+    full, auto = (
+        build_text(text, name, session_config, "full"),
+        build_text(text, name, session_config, "auto"),
+    )
+    assert outcome(auto) == outcome(full), (auto.build_path, auto.output[-1500:], full.output[-1500:])
