@@ -21,7 +21,7 @@ if ! python3 -m pip install -q --no-deps --no-build-isolation -e . >"$out/instal
 fi
 nvidia-smi -L
 timeout "${FIDELITY_TIMEOUT:-300}" python3 bench/timing_fidelity.py ${1:-} --out /tmp/fid ${FIDELITY_ARGS:-} >"$out/fidelity.log" 2>&1
-grep -vE "^build " "$out/fidelity.log" | cut -c1-300 | tail -60
+grep -vE "^build " "$out/fidelity.log" | cut -c1-900 | tail -60
 cp /tmp/fid/fidelity.json "$out/" 2>/dev/null
 timeout "${CORPUS_TIMEOUT:-300}" python3 -m pytest -m gpu -q -s -p no:cacheprovider ${CORPUS_TESTS:-tests/verifier/test_adversarial_gpu.py} \
   >"$out/corpus.log" 2>&1

@@ -443,9 +443,11 @@ class _Judge:
         outputs (witness.py), so no call can start before its request or end after its reply:
         calls cannot overlap or be deferred, whatever the runner's Python does, and a request's
         time is round trip + unsealing + the forward + the digest, in sequence. Both runners do
-        the same work around the forward, so the difference of their median request times is the
-        difference of the two forwards, and the candidate's time is the reference's event time
-        plus that difference. Two outputs per repetition, chosen afterwards, are compared in full.
+        the same work around the forward and come to each request the same way (the other runner
+        stopped, each process pinned to its own core: `_paused`, `_pinned_cpus`), so the difference
+        of their requests' lower quartiles is the difference of the two forwards, and the
+        candidate's time is the reference's event time plus that difference. Two outputs per
+        repetition, chosen afterwards, are compared in full.
         """
         from cudice.verifier.timing import from_samples, tensor_bytes
 
@@ -479,7 +481,7 @@ class _Judge:
         t_rounds = time.perf_counter()
         ref_events: list[float] = []
         requests: dict[str, list[float]] = {"reference": [], "candidate": []}  # every timed request, s
-        per_call: dict[str, list[float]] = {"reference": [], "candidate": []}  # median per repetition
+        per_call: dict[str, list[list[float]]] = {"reference": [], "candidate": []}  # per repetition, s
         staging: dict[str, list[float]] = {"reference": [], "candidate": []}
         busy: list[str] = []
         found: list[Diagnostic] = []
@@ -515,10 +517,23 @@ class _Judge:
             self.walls[f"timing.request_{role}_ms"] = statistics.median(xs) * 1e3
             self.walls[f"timing.request_{role}_min_ms"] = xs[0] * 1e3
             self.walls[f"timing.request_{role}_q10_ms"] = xs[len(xs) // 10] * 1e3
+            self.walls[f"timing.request_{role}_q25_ms"] = _quantile(xs, 0.25) * 1e3
         self.walls["timing.launch_floor_ms"] = floor_ms
         ref_ms = statistics.median(ref_events)
-        deltas = [c - r for c, r in zip(per_call["candidate"], per_call["reference"], strict=True)]
+        # the difference of the two runners' lower quartiles per repetition: what a request costs
+        # beyond the forward is the same in both runners, and its noise (a wake-up, an interrupt)
+        # only ever adds, so the lower quartile shifts by the forward's difference with less spread
+        # than the median (the median's difference is reported beside it)
+        deltas = [
+            _quantile(c, 0.25) - _quantile(r, 0.25)
+            for c, r in zip(per_call["candidate"], per_call["reference"], strict=True)
+        ]
         cand_ms = [ref_ms + d * 1e3 for d in deltas]
+        self.walls["timing.candidate_by_medians_ms"] = ref_ms + 1e3 * statistics.median(
+            statistics.median(c) - statistics.median(r)
+            for c, r in zip(per_call["candidate"], per_call["reference"], strict=True)
+        )
+        self.walls["timing.candidate_by_q25_ms"] = statistics.median(cand_ms)
         unresolved = list(dict.fromkeys(busy))
         cand_med = statistics.median(cand_ms)
         if cand_med < 0.5 * floor_ms:
@@ -621,16 +636,47 @@ class _Judge:
         return self._tiny
 
     @contextlib.contextmanager
-    def _candidate_paused(self, busy: list[str]) -> Iterator[None]:
-        """The candidate's runner and everything it started, stopped (SIGSTOP) for the body: its
-        code cannot launch work beside the reference's timed calls once the GPU is found idle. A
-        runner that cannot be stopped marks the timing unresolved."""
+    def _paused(self, link: RunnerLink, busy: list[str]) -> Iterator[None]:
+        """`link`'s runner and everything it started, stopped (SIGSTOP) for the body, then continued
+        and scheduled again. The candidate's runner is stopped while the reference is timed, so its
+        code cannot launch work beside the reference's calls once the GPU is found idle; the
+        reference's is stopped while the candidate is timed, so that both runners come to every
+        timed request the same way (just continued, nothing else of theirs running). A runner that
+        cannot be stopped marks the timing unresolved."""
         from cudice.verifier.process import paused
 
-        with paused(self.session.cand.proc.pid) as ok:
+        with paused(link.proc.pid) as ok:
             if not ok:
-                busy.append("the candidate's runner could not be paused while the reference was timed")
+                busy.append(f"the {link.role}'s runner could not be paused while the other one was timed")
             yield
+
+    def _pinned_cpus(self) -> dict[int, int]:
+        """Thread id -> CPU for the timed requests: the judge's thread and each runner's main thread
+        on its own physical core, near the GPU where /sys tells which NUMA node it hangs on. A
+        process that shares a core's hardware threads with a spinning one, or migrates, is slower
+        by tens of microseconds per request, and differently for the two runners."""
+        from cudice.verifier.process import cpus_of_node, distinct_cpus
+
+        prefer: set[int] | None = None
+        if self.device.startswith("cuda"):
+            with contextlib.suppress(Exception):
+                import torch
+
+                props = torch.cuda.get_device_properties(torch.device(self.device))
+                pci = f"{props.pci_domain_id:04x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0"
+                with open(f"/sys/bus/pci/devices/{pci}/numa_node") as f:
+                    node = int(f.read().strip())
+                prefer = cpus_of_node(node) if node >= 0 else None
+        cpus = distinct_cpus(3, prefer)
+        if len(cpus) < 3:
+            return {}
+        from cudice.verifier.process import descendant_running
+
+        runner = "cudice.verifier.candidate"
+        pids = [descendant_running(link.proc.pid, runner) for link in self.session.links()]
+        if None in pids:
+            return {}
+        return dict(zip([0, *pids], cpus, strict=False))
 
     def _wait_gpu_idle(self, busy: list[str]) -> None:
         """Wait (bounded) until no other process's work is queued on the GPU: a kernel of another
@@ -660,7 +706,7 @@ class _Judge:
         ref_mod: Any,
         model: Any,
         total: int,
-        per_call: dict[str, list[float]],
+        per_call: dict[str, list[list[float]]],
         requests: dict[str, list[float]],
         staging: dict[str, list[float]],
         ref_events: list[float],
@@ -710,21 +756,25 @@ class _Judge:
             staging[link.role].append(self._stage(link, sets, sealed=True, encoded=encoded))
         times: dict[str, list[float]] = {"reference": [], "candidate": []}
         digests: dict[str, list[list[float]]] = {"reference": [], "candidate": []}
-        with self._exclusive():  # 3. the reference's event times, then one request per call, interleaved
-            with self._candidate_paused(busy):
+        from cudice.verifier.process import pinned
+
+        # 3. the reference's event times, then one request per call, interleaved, each with the other
+        # runner stopped and the GPU idle (nothing of the other runner's beside it), every process
+        # on its own core
+        with self._exclusive(), pinned(self._pinned_cpus()) as took:
+            self.walls["timing.pinned"] = float(bool(took) and all(took.values()))
+            with self._paused(self.session.cand, busy):
                 self._wait_gpu_idle(busy)
                 ref_events += self._event_times(model, self.event_inputs, events)
             for i in range(total):
                 for link in links if _rng.random() < 0.5 else links[::-1]:
-                    # the candidate's runner is stopped while the reference is timed, and the GPU
-                    # idle, so nothing of the candidate's runs beside the reference's calls
-                    with self._candidate_paused(busy) if link is links[0] else contextlib.nullcontext():
+                    with self._paused(links[1] if link is links[0] else links[0], busy):
                         self._wait_gpu_idle(busy)  # nothing left running by the other runner
                         t, call_digests = self._timed_batch(link, [i], [keys[i]], [seals[i]])
                     times[link.role].append(t)
                     digests[link.role].extend(call_digests)
         for role, xs in times.items():
-            per_call[role].append(statistics.median(xs))
+            per_call[role].append(xs)
             requests[role] += xs
         # 4. every digest of the candidate's batches, then two outputs in full, chosen now
         for i, (digest, exp, bd) in enumerate(zip(digests["candidate"], expected, bounds, strict=True)):
@@ -1099,6 +1149,15 @@ class _Judge:
         self.diags.extend(d for d in found if d.severity is not Severity.ERROR)
         if errors:
             raise Stop(Verdict.INCORRECT, stage, errors)
+
+
+def _quantile(xs: list[float], q: float) -> float:
+    """The `q` quantile of `xs` (linear between order statistics)."""
+    ys = sorted(xs)
+    pos = q * (len(ys) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(ys) - 1)
+    return ys[lo] + (ys[hi] - ys[lo]) * (pos - lo)
 
 
 def _is_tensor(x: Any) -> bool:

@@ -136,3 +136,83 @@ def paused(pid: int) -> Iterator[bool]:
         for p in stopped:
             with contextlib.suppress(OSError):
                 os.kill(p, signal.SIGCONT)
+        deadline = time.monotonic() + 2.0  # continued means scheduled again: no stopped state left
+        for p in stopped:
+            while process_state(p) in "Tt" and time.monotonic() < deadline:
+                pass
+
+
+def descendant_running(pid: int, module: str) -> int | None:
+    """The process in `pid`'s tree (itself included) whose command line runs `module` (`-m module`),
+    the deepest one when several do; None when none does."""
+    found = None
+    for p in tree_pids(pid):
+        try:
+            with open(f"/proc/{p}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if module.encode() in argv:
+            found = p
+    return found
+
+
+def distinct_cpus(count: int, prefer: set[int] | None = None) -> list[int]:
+    """Up to `count` CPUs of this thread's affinity set, each on its own physical core (a second
+    hardware thread of a core already picked is skipped), CPUs in `prefer` first. Without the
+    topology in /sys every CPU counts as its own core."""
+    allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    cores: set[tuple[str, str]] = set()
+    picked: list[int] = []
+    for cpu in sorted(allowed, key=lambda c: (prefer is not None and c not in prefer, c)):
+        top = f"/sys/devices/system/cpu/cpu{cpu}/topology"
+        try:
+            core = (_read(f"{top}/physical_package_id"), _read(f"{top}/core_id"))
+        except OSError:
+            core = ("cpu", str(cpu))
+        if core in cores:
+            continue
+        cores.add(core)
+        picked.append(cpu)
+        if len(picked) == count:
+            break
+    return picked
+
+
+def cpus_of_node(node: int) -> set[int]:
+    """The CPUs of NUMA node `node` (/sys's cpulist, e.g. "0-7,16-23"); empty when unknown."""
+    try:
+        text = _read(f"/sys/devices/system/node/node{node}/cpulist")
+    except OSError:
+        return set()
+    cpus: set[int] = set()
+    for part in filter(None, text.split(",")):
+        lo, _, hi = part.partition("-")
+        cpus.update(range(int(lo), int(hi or lo) + 1))
+    return cpus
+
+
+@contextlib.contextmanager
+def pinned(assignment: dict[int, int]) -> Iterator[dict[int, bool]]:
+    """Pin each thread id (0: the calling thread) to its one CPU for the body, then give back the
+    affinity it had; yields which pins took (another user's process needs CAP_SYS_NICE)."""
+    before: dict[int, set[int]] = {}
+    took: dict[int, bool] = {}
+    try:
+        for tid, cpu in assignment.items():
+            try:
+                before[tid] = os.sched_getaffinity(tid)
+                os.sched_setaffinity(tid, {cpu})
+                took[tid] = True
+            except OSError:
+                took[tid] = False
+        yield took
+    finally:
+        for tid, cpus in before.items():
+            with contextlib.suppress(OSError):
+                os.sched_setaffinity(tid, cpus)
+
+
+def _read(path: str) -> str:
+    with open(path) as f:
+        return f.read().strip()

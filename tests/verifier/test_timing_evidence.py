@@ -197,3 +197,46 @@ def test_a_paused_runner_and_its_children_are_stopped_and_then_continue() -> Non
         proc.wait()
     with paused(proc.pid) as ok:  # a process that is gone: nothing stopped, said so
         assert not ok
+
+
+def test_runner_found_in_its_wrapper_tree() -> None:
+    """The judge pins the runner's own process, not the wrapper that started it."""
+    from cudice.verifier.process import descendant_running
+
+    code = "import subprocess, sys; subprocess.run([sys.executable, '-m', 'json.tool', '-'], stdin=sys.stdin)"
+    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        found = None
+        while found is None and time.monotonic() < deadline:  # the child starts asynchronously
+            found = descendant_running(proc.pid, "json.tool")
+        assert found is not None and found != proc.pid
+        assert descendant_running(proc.pid, "no.such.module") is None
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_timing_cpus_are_distinct_cores_and_pins_are_given_back() -> None:
+    from cudice.verifier.process import cpus_of_node, distinct_cpus, pinned
+
+    allowed = os.sched_getaffinity(0)
+    cpus = distinct_cpus(64)
+    assert cpus and len(set(cpus)) == len(cpus) and set(cpus) <= allowed
+    cores = set()
+    for cpu in cpus:
+        top = f"/sys/devices/system/cpu/cpu{cpu}/topology"
+        if os.path.exists(f"{top}/core_id"):
+            core = (open(f"{top}/physical_package_id").read(), open(f"{top}/core_id").read())
+            assert core not in cores  # a second hardware thread of a picked core is skipped
+            cores.add(core)
+    assert distinct_cpus(1, prefer={cpus[-1]}) == [cpus[-1]]
+    node0 = cpus_of_node(0)
+    assert not node0 or node0 & allowed
+    assert cpus_of_node(10**6) == set()
+    with pinned({0: cpus[0]}) as took:
+        assert took == {0: True}
+        assert os.sched_getaffinity(0) == {cpus[0]}
+    assert os.sched_getaffinity(0) == allowed
+    with pinned({2**22 + 12345: cpus[0]}) as took:  # no such thread: said so, nothing raised
+        assert took == {2**22 + 12345: False}
