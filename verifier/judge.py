@@ -663,7 +663,8 @@ class _Judge:
                 import torch
 
                 props = torch.cuda.get_device_properties(torch.device(self.device))
-                pci = f"{props.pci_domain_id:04x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0"
+                ids = [getattr(props, f"pci_{k}_id") for k in ("domain", "bus", "device")]
+                pci = f"{ids[0]:04x}:{ids[1]:02x}:{ids[2]:02x}.0"
                 with open(f"/sys/bus/pci/devices/{pci}/numa_node") as f:
                     node = int(f.read().strip())
                 prefer = cpus_of_node(node) if node >= 0 else None
@@ -674,9 +675,10 @@ class _Judge:
 
         runner = "cudice.verifier.candidate"
         pids = [descendant_running(link.proc.pid, runner) for link in self.session.links()]
-        if None in pids:
+        found = [p for p in pids if p is not None]
+        if len(found) < len(pids):
             return {}
-        return dict(zip([0, *pids], cpus, strict=False))
+        return dict(zip([0, *found], cpus, strict=False))
 
     def _wait_gpu_idle(self, busy: list[str]) -> None:
         """Wait (bounded) until no other process's work is queued on the GPU: a kernel of another
