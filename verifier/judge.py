@@ -159,6 +159,7 @@ class _Judge:
         self.flush_mib = 0
         self._flush: Any = None  # the judge's own L2-flush buffer (cold policy)
         self._probe_solo_s = 0.0  # the idle GPU's probe time (`_wait_gpu_idle`)
+        self._pins: dict[int, int] = {}  # thread id -> CPU while calls are timed (`_pinned_cpus`)
         self._tiny: Any = None  # a one-element tensor: the probe's and the launch floor's kernel
         self.event_inputs: list[Any] = []  # the set the reference's event-timed calls use
         self.own_kernels: frozenset[str] = frozenset()  # kernels compiled into the candidate's libraries
@@ -471,6 +472,7 @@ class _Judge:
         fit = max(1, self._stage_budget_bytes() // max(set_bytes, 1))
         calls = int(min(max(3, math.ceil(cfg.timing_batch_ms / 1000.0 / max(per_request, 1e-7))), fit, 4096))
         self._probe_solo_s = self._probe_s(best_of=10)
+        self._pins = self._pinned_cpus()  # once: the runners and the GPU stay the same
         self.event_inputs = [x.clone() if _is_tensor(x) else x for x in warm]
         self._event_times(model, self.event_inputs, 3)  # the harness's own warm-up
         with self._exclusive():  # one launch of a tiny kernel, alone on the GPU like the timed calls
@@ -517,7 +519,7 @@ class _Judge:
             self.walls[f"timing.request_{role}_ms"] = statistics.median(xs) * 1e3
             self.walls[f"timing.request_{role}_min_ms"] = xs[0] * 1e3
             self.walls[f"timing.request_{role}_q10_ms"] = xs[len(xs) // 10] * 1e3
-            self.walls[f"timing.request_{role}_q25_ms"] = _quantile(xs, 0.25) * 1e3
+            self.walls[f"timing.request_{role}_q25_ms"] = _q25(xs) * 1e3
         self.walls["timing.launch_floor_ms"] = floor_ms
         ref_ms = statistics.median(ref_events)
         # the difference of the two runners' lower quartiles per repetition: what a request costs
@@ -525,8 +527,7 @@ class _Judge:
         # only ever adds, so the lower quartile shifts by the forward's difference with less spread
         # than the median (the median's difference is reported beside it)
         deltas = [
-            _quantile(c, 0.25) - _quantile(r, 0.25)
-            for c, r in zip(per_call["candidate"], per_call["reference"], strict=True)
+            _q25(c) - _q25(r) for c, r in zip(per_call["candidate"], per_call["reference"], strict=True)
         ]
         cand_ms = [ref_ms + d * 1e3 for d in deltas]
         self.walls["timing.candidate_by_medians_ms"] = ref_ms + 1e3 * statistics.median(
@@ -655,7 +656,7 @@ class _Judge:
         on its own physical core, near the GPU where /sys tells which NUMA node it hangs on. A
         process that shares a core's hardware threads with a spinning one, or migrates, is slower
         by tens of microseconds per request, and differently for the two runners."""
-        from cudice.verifier.process import cpus_of_node, distinct_cpus
+        from cudice.verifier.process import cpus_of_node, descendant_running, distinct_cpus
 
         prefer: set[int] | None = None
         if self.device.startswith("cuda"):
@@ -671,8 +672,6 @@ class _Judge:
         cpus = distinct_cpus(3, prefer)
         if len(cpus) < 3:
             return {}
-        from cudice.verifier.process import descendant_running
-
         runner = "cudice.verifier.candidate"
         pids = [descendant_running(link.proc.pid, runner) for link in self.session.links()]
         found = [p for p in pids if p is not None]
@@ -763,7 +762,7 @@ class _Judge:
         # 3. the reference's event times, then one request per call, interleaved, each with the other
         # runner stopped and the GPU idle (nothing of the other runner's beside it), every process
         # on its own core
-        with self._exclusive(), pinned(self._pinned_cpus()) as took:
+        with self._exclusive(), pinned(self._pins) as took:
             self.walls["timing.pinned"] = float(bool(took) and all(took.values()))
             with self._paused(self.session.cand, busy):
                 self._wait_gpu_idle(busy)
@@ -1153,13 +1152,9 @@ class _Judge:
             raise Stop(Verdict.INCORRECT, stage, errors)
 
 
-def _quantile(xs: list[float], q: float) -> float:
-    """The `q` quantile of `xs` (linear between order statistics)."""
-    ys = sorted(xs)
-    pos = q * (len(ys) - 1)
-    lo = int(pos)
-    hi = min(lo + 1, len(ys) - 1)
-    return ys[lo] + (ys[hi] - ys[lo]) * (pos - lo)
+def _q25(xs: list[float]) -> float:
+    """The lower quartile of `xs` (linear between order statistics, as timing.py's quartiles)."""
+    return statistics.quantiles(xs, n=4, method="inclusive")[0]
 
 
 def _is_tensor(x: Any) -> bool:
