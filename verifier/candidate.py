@@ -12,12 +12,14 @@ it on the inputs it receives and answers requests:
             and not aliasing the inputs, no new threads, free memory poisoned with NaN first);
 - `fetch`   send the last outputs back;
 - `stage`   keep the input sets of the next timed batches (sent by the judge before its clock starts);
-- `batch`   one forward per listed staged set, each followed by the keyed digest of its outputs
-            (witness.py), and the digests sent back at the end: the judge's clock runs from the
-            request to this reply, and a reply cannot be right before every output exists; the
-            outputs are kept (`kept` sends one back). Both runners run the same loop, so its
-            cost cancels in the difference of their times. `profile` runs the batch under the
-            profiler instead (untimed);
+- `stream`  timed calls, one binary message each (channel.py): unseal a staged set, forward,
+            the keyed digests of its outputs (witness.py), sent back at once. The judge's clock
+            runs from each call's message to its digests, a reply cannot be right before every
+            output exists, and the next call is sent only then. The outputs are kept (`kept`
+            sends one back). Both runners run the same loop, so its cost cancels in the
+            difference of their times;
+- `batch`   the same calls in one request, digests at the end (warm-up; `profile` runs it under
+            the profiler);
 - `profile` one forward under `torch.profiler`: kernel names, device time, stream;
 - `guards`  whether timers, comparison functions or dispatcher entries were replaced, or global
             module hooks or torch function/dispatch modes installed.
@@ -148,7 +150,7 @@ class Server:
         self.hooks: dict[str, int] = {}
         self.flush: Any = None
         self.sets: list[list[Any]] = []  # staged input sets of the timed batches
-        self.kept: list[Any] = []  # every output of the last batch
+        self.kept: dict[int, Any] = {}  # every output of the timed calls since `fresh`, by set
 
     def reply(self, header: dict[str, Any], blobs: list[memoryview] | None = None) -> None:
         channel.send(self.sock, header, blobs or [])
@@ -292,7 +294,7 @@ class Server:
 
     def op_stage(self, req: dict[str, Any], blobs: list[bytearray]) -> None:
         self.sets = [list(x) for x in channel.decode(req["sets"], blobs, self.device)]
-        self.kept = []
+        self.kept = {}
         mib = int(req.get("flush_mib", 0))
         if (
             mib
@@ -309,35 +311,65 @@ class Server:
         if req.get("profile"):
             self._profiled(lambda: self._run_batch(req), str(req.get("stage", "timing")))
             return
-        digests = self._run_batch(req)
-        self.reply({"ok": True, "digests": digests})
-        spin = float(req.get("spin_s") or 0.0)
-        if spin > 0:  # timed calls come one request at a time: wait for the next awake, not asleep
-            channel.poll_readable(self.sock, min(spin, 1.0))
+        self.reply({"ok": True, "digests": self._run_batch(req)})
 
-    def _run_batch(self, req: dict[str, Any]) -> list[list[float]]:
-        import torch
+    def op_stream(self, req: dict[str, Any], blobs: list[bytearray]) -> None:
+        """`count` timed calls, each a binary message answered by its digests (channel.py).
+
+        The judge sends the next call only when the last one's digests are in, so calls never
+        overlap; its clock runs from each call's message to its digests. Every output is kept
+        (`kept`). A call that fails answers "failed", then the usual JSON failure reply follows."""
+        cuda = self.device.startswith("cuda")
+        flush = self.flush if cuda and int(req.get("flush_mib", 0)) else None
+        spin = float(req.get("spin_s") or 0.0)
+        for _ in range(int(req["count"])):
+            if spin > 0:  # the next call comes within microseconds: wait awake, not asleep
+                channel.poll_readable(self.sock, spin)
+            index, key, seal_key = channel.recv_call(self.sock)
+            try:
+                digest, out = self._timed_call(index, key, seal_key, flush)
+                values = self._to_host([digest])[0]
+            except BaseException:
+                channel.send_digests(self.sock, None)
+                raise
+            self.kept[index] = out
+            self.last = out
+            channel.send_digests(self.sock, values)
+
+    def _timed_call(self, index: int, key: int, seal_key: int | None, flush: Any) -> tuple[Any, Any]:
+        """Unseal staged set `index`, evict L2 under the cold policy, forward, and the keyed digests
+        of the outputs and then of the inputs (one changed in place no longer matches); no sync."""
         from cudice.verifier import seal, witness
         from cudice.verifier.dynamic_checks import flatten_outputs
 
+        if not 0 <= index < len(self.sets):
+            raise ValueError(f"timed call on set {index}, but {len(self.sets)} are staged")
+        args = self.sets[index]
+        import torch
+
+        with torch.no_grad():
+            if seal_key is not None and seal_key != channel.NO_SEAL:
+                seal.toggle(args, int(seal_key))  # the set becomes usable only now, inside the clock
+            if flush is not None:
+                flush.fill_(1)  # evict L2 (cold policy)
+            out = self._guard(lambda: self.model(*args), Stage.TIMING)
+            return witness.digest(flatten_outputs(out) + list(args), int(key), self.device), out
+
+    def _run_batch(self, req: dict[str, Any]) -> list[list[float]]:
         cuda = self.device.startswith("cuda")
         flush = self.flush if cuda and int(req.get("flush_mib", 0)) else None
-        kept: list[Any] = []
-        digests: list[Any] = []
-        with torch.no_grad():
-            seals = req.get("seals") or [None] * len(req["sets"])
-            for index, key, seal_key in zip(req["sets"], req["keys"], seals, strict=True):
-                args = self.sets[int(index)]
-                if seal_key is not None:
-                    seal.toggle(args, int(seal_key))  # the set becomes usable only now, inside the clock
-                if flush is not None:
-                    flush.fill_(1)  # evict L2 (cold policy)
-                out = self._guard(lambda a=args: self.model(*a), Stage.TIMING)
-                # the outputs' digests, then the inputs' (an input changed in place no longer matches)
-                digests.append(witness.digest(flatten_outputs(out) + list(args), int(key), self.device))
-                kept.append(out)
-        self.kept = self.kept + kept if req.get("keep") else kept[-1:]
-        self.last = kept[-1] if kept else self.last
+        seals = req.get("seals") or [None] * len(req["sets"])
+        digests, last = [], self.last
+        for index, key, seal_key in zip(req["sets"], req["keys"], seals, strict=True):
+            digest, last = self._timed_call(int(index), int(key), seal_key, flush)
+            digests.append(digest)
+        self.last = last
+        return self._to_host(digests)
+
+    def _to_host(self, digests: list[Any]) -> list[list[float]]:
+        """The digests on the host: the one synchronisation of a call or batch."""
+        import torch
+
         try:
             values = torch.stack(digests).cpu() if digests else torch.zeros(0, 1)
         except Exception as exc:  # a sticky CUDA error from the kernel
@@ -358,7 +390,7 @@ class Server:
 
     def op_kept(self, req: dict[str, Any], blobs: list[bytearray]) -> None:
         index = int(req["index"])
-        if not 0 <= index < len(self.kept):
+        if index not in self.kept:
             raise _Failure(
                 Verdict.RUNTIME_ERROR.value,
                 [

@@ -10,6 +10,11 @@ is unpickled, a header is at most `MAX_HEADER_BYTES`, the blobs of one message a
 `max_bytes` the caller allows, dtypes come from a fixed list and shapes must match the blob
 sizes — anything else raises `ChannelError`, never executes code. Not covered: encryption or
 authentication (both ends are local processes; the socket pair is created by the judge).
+
+Timed calls use a leaner form inside a `stream` request (judge.py `_stream`): fixed-size binary
+messages, one call each (`send_call`/`recv_call`: the staged set, the digest key, the seal key)
+answered by its digests (`send_digests`/`recv_digests`), so that what a call costs beyond the
+forward is small and the same every time.
 """
 
 from __future__ import annotations
@@ -54,6 +59,42 @@ def send(
     sock.sendall(_LEN.pack(len(body)) + body)
     for v in views:
         sock.sendall(v)
+
+
+_CALL = struct.Struct("<IQQ")  # staged set index, digest key, seal key (NO_SEAL: the set is not sealed)
+_REPLY = struct.Struct("<BI")  # status (0 digests follow; 1 failed: a JSON message follows), digest count
+NO_SEAL = (1 << 64) - 1
+
+
+def send_call(sock: socket.socket, index: int, key: int, seal: int) -> None:
+    """One timed call of a stream: forward on staged set `index`, unsealed with `seal` first."""
+    sock.sendall(_CALL.pack(index, key & 0xFFFFFFFFFFFFFFFF, seal))
+
+
+def recv_call(sock: socket.socket) -> tuple[int, int, int]:
+    """(set index, digest key, seal key) of the next timed call."""
+    index, key, seal = _CALL.unpack(bytes(_read_exact(sock, _CALL.size)))
+    return int(index), int(key), int(seal)
+
+
+def send_digests(sock: socket.socket, values: Sequence[float] | None) -> None:
+    """A timed call's digests (float64), or `None`: it failed and a JSON message follows."""
+    if values is None:
+        sock.sendall(_REPLY.pack(1, 0))
+        return
+    sock.sendall(_REPLY.pack(0, len(values)) + struct.pack(f"<{len(values)}d", *values))
+
+
+def recv_digests(sock: socket.socket, max_count: int) -> list[float] | None:
+    """The digests of one timed call; `None` when the runner reports a failure (read it with `recv`)."""
+    status, count = _REPLY.unpack(bytes(_read_exact(sock, _REPLY.size)))
+    if status == 1:
+        return None
+    if status != 0 or count > max_count:
+        raise ChannelError(
+            f"a timed call's reply has status {status} and {count} digests (at most {max_count})"
+        )
+    return list(struct.unpack(f"<{count}d", bytes(_read_exact(sock, 8 * count))))
 
 
 def _read_exact(sock: socket.socket, n: int) -> bytearray:

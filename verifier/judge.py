@@ -35,6 +35,7 @@ import json
 import math
 import os
 import secrets
+import select
 import statistics
 import sys
 import time
@@ -61,6 +62,7 @@ RUNNER_VERDICTS = {"runtime_error", "compile_error", "incorrect"}  # anything el
 NUM_PROFILED_TRIALS = 1  # plus one random timed round: each profiled call costs a profiler session
 MIN_REPETITIONS = 5
 TIMING_BUDGET_S = 20.0  # past this, and past MIN_REPETITIONS, a timing stops repeating
+WARMUP_CHUNK = 16  # timed calls per warm-up stream
 SPIN_S = 0.05  # how long the judge and a runner poll for the next message while calls are timed
 GPU_IDLE_WAIT_S = 5.0  # how long a timed batch waits for work of other processes to leave the GPU
 _rng = secrets.SystemRandom()
@@ -438,17 +440,18 @@ class _Judge:
         The reference is trusted code and the judge its process, so its time per call is measured
         as an in-process CUDA-event harness does (`_event_times`). The candidate's time cannot come
         from its own process, so each repetition stages fresh sealed input sets in both runners
-        (seal.py) and then, holding the GPU's lease exclusively, sends one request per call, the
-        two runners' requests interleaved in random order, each on an idle GPU (`_wait_gpu_idle`).
-        A request's seal key arrives with it and its reply must carry the keyed digest of the
-        outputs (witness.py), so no call can start before its request or end after its reply:
-        calls cannot overlap or be deferred, whatever the runner's Python does, and a request's
-        time is round trip + unsealing + the forward + the digest, in sequence. Both runners do
-        the same work around the forward and come to each request the same way (the other runner
-        stopped, each process pinned to its own core: `_paused`, `_pinned_cpus`), so the difference
-        of their requests' lower quartiles is the difference of the two forwards, and the
-        candidate's time is the reference's event time plus that difference. Two outputs per
-        repetition, chosen afterwards, are compared in full.
+        (seal.py) and then, holding the GPU's lease exclusively, streams each runner its calls one
+        at a time (`_stream`), in halves ordered A B B A, each half on an idle GPU with the other
+        runner stopped (`_wait_gpu_idle`, `_paused`). A call's seal key arrives with its message
+        and its reply must carry the keyed digest of the outputs (witness.py), so no call can start
+        before its message or end after its reply: calls cannot overlap or be deferred, whatever
+        the runner's Python does, and a call's time is round trip + unsealing + the forward + the
+        digest, in sequence. Within a half nothing else touches the GPU (no probe of the judge's,
+        no other runner), so no call pays a switch between GPU contexts. Both runners do the same
+        work around the forward, pinned to their own cores (`_pinned_cpus`), so the difference of
+        their calls' lower quartiles is the difference of the two forwards, and the candidate's
+        time is the reference's event time plus that difference. Two outputs per repetition,
+        chosen afterwards, are compared in full.
         """
         from cudice.verifier.timing import from_samples, tensor_bytes
 
@@ -461,13 +464,16 @@ class _Judge:
         warm = self._draw_set(ref_mod)
         for link in links:
             self._stage(link, [warm], sealed=False)
+        per_call_s = []
         for link in links:  # short warm-ups under-report: https://github.com/triton-lang/triton/issues/2306
             deadline = time.perf_counter() + cfg.timing_warmup_ms / 1000.0
             while True:
-                self._batch(link, [0], seals=None)
+                n = WARMUP_CHUNK
+                times, _ = self._stream(link, [0] * n, [secrets.randbits(64) for _ in range(n)], None)
                 if time.perf_counter() >= deadline:
                     break
-        per_request = max(self._request_s(link) for link in links)
+            per_call_s.append(_q25(times))
+        per_request = max(per_call_s)
         set_bytes = tensor_bytes(warm) + tensor_bytes(last_ref)
         fit = max(1, self._stage_budget_bytes() // max(set_bytes, 1))
         calls = int(min(max(3, math.ceil(cfg.timing_batch_ms / 1000.0 / max(per_request, 1e-7))), fit, 4096))
@@ -759,21 +765,32 @@ class _Judge:
         digests: dict[str, list[list[float]]] = {"reference": [], "candidate": []}
         from cudice.verifier.process import pinned
 
-        # 3. the reference's event times, then one request per call, interleaved, each with the other
-        # runner stopped and the GPU idle (nothing of the other runner's beside it), every process
-        # on its own core
+        # 3. the reference's event times, then each runner's calls streamed, the other runner stopped
+        # and the GPU idle (nothing of the other runner's beside it), every process on its own core
         with self._exclusive(), pinned(self._pins) as took:
             self.walls["timing.pinned"] = float(bool(took) and all(took.values()))
             with self._paused(self.session.cand, busy):
                 self._wait_gpu_idle(busy)
                 ref_events += self._event_times(model, self.event_inputs, events)
-            for i in range(total):
-                for link in links if _rng.random() < 0.5 else links[::-1]:
-                    with self._paused(links[1] if link is links[0] else links[0], busy):
-                        self._wait_gpu_idle(busy)  # nothing left running by the other runner
-                        t, call_digests = self._timed_batch(link, [i], [keys[i]], [seals[i]])
-                    times[link.role].append(t)
-                    digests[link.role].extend(call_digests)
+            # ABBA: each runner's calls in two halves, so that a drift of the GPU's clocks during the
+            # repetition weighs on both runners alike
+            first, second = links if _rng.random() < 0.5 else links[::-1]
+            half = max(1, total // 2)
+            for link, part in (
+                (first, range(half)),
+                (second, range(half)),
+                (second, range(half, total)),
+                (first, range(half, total)),
+            ):
+                if not part:
+                    continue
+                with self._paused(links[1] if link is links[0] else links[0], busy):
+                    self._wait_gpu_idle(busy)  # nothing left running by the other runner
+                    got, call_digests = self._stream(
+                        link, list(part), [keys[i] for i in part], [seals[i] for i in part]
+                    )
+                times[link.role] += got
+                digests[link.role] += call_digests
         for role, xs in times.items():
             per_call[role].append(xs)
             requests[role] += xs
@@ -889,34 +906,42 @@ class _Judge:
             link, self._batch_request(indices, seals), Stage.TIMING, deadline_s=self._limit_s(len(indices))
         )
 
-    def _timed_batch(
-        self,
-        link: RunnerLink,
-        indices: list[int],
-        keys: list[int],
-        seals: list[int],
-    ) -> tuple[float, list[list[float]]]:
-        # every output since the staging stays in the runner, for the checks afterwards
-        # both ends poll instead of sleeping while calls are timed (`SPIN_S`; a GPU only: on a small
-        # CPU box spinning processes would starve each other)
+    def _stream(
+        self, link: RunnerLink, indices: list[int], keys: list[int], seals: list[int] | None
+    ) -> tuple[list[float], list[list[float]]]:
+        """Timed calls on staged sets `indices`, one at a time: (seconds from each call's message to
+        its digests, the digests). The next call's message leaves only once the last one's digests
+        are here, so no call can start early, overlap another or finish after its reply; both ends
+        poll instead of sleeping meanwhile (`SPIN_S`; on a GPU only: on a small CPU box spinning
+        processes would starve each other). Outputs stay in the runner (`kept`)."""
         spin = SPIN_S if self.device.startswith("cuda") else 0.0
-        header = self._batch_request(indices, seals, keys, keep=True, spin_s=spin)
-        t0 = time.perf_counter()
-        rep, _ = self._ask(link, header, Stage.TIMING, deadline_s=self._limit_s(len(indices)), spin_s=spin)
-        elapsed = time.perf_counter() - t0  # the clock stops when the digests of every output are here
-        digests = rep.get("digests")
-        if not isinstance(digests, list) or len(digests) != len(indices):
-            digests = [[math.nan]] * len(indices)
-        return elapsed, [[float(v) for v in d] if isinstance(d, list) else [math.nan] for d in digests]
-
-    def _request_s(self, link: RunnerLink) -> float:
-        """The time of a one-call request on the warm-up set (best of 5): round trip and call."""
-        runs = []
-        for _ in range(5):
-            t0 = time.perf_counter()
-            self._batch(link, [0], seals=None)
-            runs.append(time.perf_counter() - t0)
-        return min(runs)
+        limit = self._limit_s(1)
+        most = 4 * 4096  # digests of one call: NUM_DIGESTS per output and input tensor, far below
+        times: list[float] = []
+        digests: list[list[float]] = []
+        sock = link.sock
+        with self._talking(link, Stage.TIMING), self._shared():
+            channel.send(
+                sock, {"op": "stream", "count": len(indices), "flush_mib": self.flush_mib, "spin_s": spin}
+            )
+            for j, (index, key) in enumerate(zip(indices, keys, strict=True)):
+                seal = seals[j] if seals is not None else channel.NO_SEAL
+                t0 = time.perf_counter()
+                channel.send_call(sock, index, key, seal)
+                if spin > 0:
+                    channel.poll_readable(sock, spin)
+                if not select.select([sock], [], [], limit)[0]:
+                    raise RunnerTimeout(limit)
+                values = channel.recv_digests(sock, most)
+                elapsed = time.perf_counter() - t0  # the clock stops when the call's digests are here
+                if values is None:  # the runner failed this call; its reasons follow
+                    if not select.select([sock], [], [], limit)[0]:
+                        raise RunnerTimeout(limit)
+                    rep, _ = channel.recv(sock, 0)
+                    self._refused(link, rep, Stage.TIMING)
+                times.append(elapsed)
+                digests.append(values if values is not None else [math.nan])
+        return times, digests
 
     def _profile_batch(self, indices: list[int]) -> list[Diagnostic]:
         """The kernels of an untimed batch (the same request as a timed one, profiled)."""
@@ -1040,20 +1065,24 @@ class _Judge:
                 header, blobs, max_bytes=max_bytes, on_build=on_build, deadline_s=deadline_s, spin_s=spin_s
             )
         if not rep.get("ok"):
-            claimed = str(rep.get("verdict", ""))
-            verdict = Verdict(claimed) if claimed in RUNNER_VERDICTS else Verdict.RUNTIME_ERROR
-            got_diags = [Diagnostic.from_dict(d) for d in rep.get("diagnostics", []) if isinstance(d, dict)]
-            if not got_diags:
-                got_diags = [
-                    diag(
-                        "runtime.exception",
-                        f"The {link.role} process reported: {rep.get('error')}",
-                        stage,
-                        self.where,
-                    )
-                ]
-            raise Stop(verdict, stage, got_diags, str(rep.get("error") or "")[-4000:] or None)
+            self._refused(link, rep, stage)
         return rep, got
+
+    def _refused(self, link: RunnerLink, rep: dict[str, Any], stage: Stage) -> None:
+        """A runner's failure reply as the verdict it may claim (`RUNNER_VERDICTS`), else a runtime error."""
+        claimed = str(rep.get("verdict", ""))
+        verdict = Verdict(claimed) if claimed in RUNNER_VERDICTS else Verdict.RUNTIME_ERROR
+        got_diags = [Diagnostic.from_dict(d) for d in rep.get("diagnostics", []) if isinstance(d, dict)]
+        if not got_diags:
+            got_diags = [
+                diag(
+                    "runtime.exception",
+                    f"The {link.role} process reported: {rep.get('error')}",
+                    stage,
+                    self.where,
+                )
+            ]
+        raise Stop(verdict, stage, got_diags, str(rep.get("error") or "")[-4000:] or None)
 
     def _send_inputs(self, link: RunnerLink, inputs: list[Any]) -> None:
         tree, blobs = channel.encode(inputs)

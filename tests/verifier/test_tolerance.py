@@ -184,3 +184,22 @@ def test_channel_round_trip_and_bounds() -> None:
         channel.decode({"__t__": 0, "dtype": "object", "shape": [1]}, [bytearray(8)])
     a.close()
     b.close()
+
+
+def test_timed_call_messages_round_trip_and_refuse_a_flood() -> None:
+    """A stream's binary messages: a call and its digests come back exact, a failed call says so,
+    and a reply that claims more digests than the judge allows is refused before it is read."""
+    a, b = socket.socketpair()
+    try:
+        channel.send_call(a, 3, 2**64 - 5, channel.NO_SEAL)
+        assert channel.recv_call(b) == (3, 2**64 - 5, channel.NO_SEAL)
+        channel.send_digests(b, [1.5, -2.25e300, float("inf")])
+        assert channel.recv_digests(a, 4) == [1.5, -2.25e300, float("inf")]
+        channel.send_digests(b, None)
+        assert channel.recv_digests(a, 4) is None
+        channel.send_digests(b, [0.0] * 5)
+        with pytest.raises(channel.ChannelError, match="at most 4"):
+            channel.recv_digests(a, 4)
+    finally:
+        a.close()
+        b.close()
