@@ -58,7 +58,13 @@ BENCH_SET: list[tuple[str, str]] = [
 ]
 QUICK = [0, 2, 5, 11, 16, 17, 19]
 # the judge's timing walls printed per verification (request times per runner, both estimators)
-WALLS = ("run.timing.request", "run.timing.candidate_by", "run.timing.pinned", "run.timing.launch_floor")
+WALLS = (
+    "run.timing.request",
+    "run.timing.candidate_by",
+    "run.timing.pinned",
+    "run.timing.launch_floor",
+    "run.timing.trace",
+)
 
 
 def bench_files(out: Path, only: set[str] | None, quick: bool) -> list[Path]:

@@ -150,7 +150,8 @@ class Server:
         self.hooks: dict[str, int] = {}
         self.flush: Any = None
         self.sets: list[list[Any]] = []  # staged input sets of the timed batches
-        self.kept: dict[int, Any] = {}  # every output of the timed calls since `fresh`, by set
+        self.kept: dict[int, Any] = {}  # every output of the timed calls since the last staging, by set
+        self.trace: list[list[Any]] = []  # per traced timed call: host stamps and CUDA events
 
     def reply(self, header: dict[str, Any], blobs: list[memoryview] | None = None) -> None:
         channel.send(self.sock, header, blobs or [])
@@ -322,23 +323,71 @@ class Server:
         cuda = self.device.startswith("cuda")
         flush = self.flush if cuda and int(req.get("flush_mib", 0)) else None
         spin = float(req.get("spin_s") or 0.0)
+        trace = bool(req.get("trace"))
         for _ in range(int(req["count"])):
             if spin > 0:  # the next call comes within microseconds: wait awake, not asleep
                 channel.poll_readable(self.sock, spin)
             index, key, seal_key = channel.recv_call(self.sock)
+            stamps: list[Any] | None = [time.perf_counter()] if trace else None
             try:
-                digest, out = self._timed_call(index, key, seal_key, flush)
+                digest, out = self._timed_call(index, key, seal_key, flush, stamps)
                 values = self._to_host([digest])[0]
             except BaseException:
                 channel.send_digests(self.sock, None)
                 raise
             self.kept[index] = out
             self.last = out
+            if stamps is not None:
+                stamps.append(time.perf_counter())
             channel.send_digests(self.sock, values)
+            if stamps is not None:
+                stamps.append(time.perf_counter())
+                self.trace.append(stamps)
 
-    def _timed_call(self, index: int, key: int, seal_key: int | None, flush: Any) -> tuple[Any, Any]:
+    def op_trace(self, req: dict[str, Any], blobs: list[bytearray]) -> None:
+        """Medians (us) of where the traced timed calls spent their time, as this process saw it: a
+        diagnostic for the benchmarks, never evidence (the candidate's process can say anything)."""
+        import statistics
+
+        names = (
+            "unseal_host",
+            "forward_host",
+            "digest_launch",
+            "wait_host",
+            "reply",
+            "unseal_gpu",
+            "forward_gpu",
+        )
+        rows = []
+        for s in self.trace:
+            t0, t1, t2, t3, e0, e1, e2, t4, t5 = s
+            rows.append(
+                (
+                    t1 - t0,
+                    t2 - t1,
+                    t3 - t2,
+                    t4 - t3,
+                    t5 - t4,
+                    e0.elapsed_time(e1) / 1e3 if e0 is not None else 0.0,
+                    e1.elapsed_time(e2) / 1e3 if e1 is not None else 0.0,
+                )
+            )
+        self.trace = []
+        self.reply(
+            {
+                "ok": True,
+                "trace": {n: statistics.median(r[i] for r in rows) * 1e6 for i, n in enumerate(names)},
+            }
+            if rows
+            else {"ok": True, "trace": {}}
+        )
+
+    def _timed_call(
+        self, index: int, key: int, seal_key: int | None, flush: Any, stamps: list[Any] | None = None
+    ) -> tuple[Any, Any]:
         """Unseal staged set `index`, evict L2 under the cold policy, forward, and the keyed digests
-        of the outputs and then of the inputs (one changed in place no longer matches); no sync."""
+        of the outputs and then of the inputs (one changed in place no longer matches); no sync.
+        `stamps` (tracing only) gets host times and CUDA events between the steps."""
         from cudice.verifier import seal, witness
         from cudice.verifier.dynamic_checks import flatten_outputs
 
@@ -347,13 +396,29 @@ class Server:
         args = self.sets[index]
         import torch
 
+        events = None
+        if stamps is not None and self.device.startswith("cuda"):
+            events = [torch.cuda.Event(enable_timing=True) for _ in range(3)]  # type: ignore[no-untyped-call]
+            events[0].record()
         with torch.no_grad():
             if seal_key is not None and seal_key != channel.NO_SEAL:
                 seal.toggle(args, int(seal_key))  # the set becomes usable only now, inside the clock
             if flush is not None:
                 flush.fill_(1)  # evict L2 (cold policy)
+            if stamps is not None:
+                stamps.append(time.perf_counter())
+                if events is not None:
+                    events[1].record()
             out = self._guard(lambda: self.model(*args), Stage.TIMING)
-            return witness.digest(flatten_outputs(out) + list(args), int(key), self.device), out
+            if stamps is not None:
+                if events is not None:
+                    events[2].record()
+                stamps.append(time.perf_counter())
+            digest = witness.digest(flatten_outputs(out) + list(args), int(key), self.device)
+            if stamps is not None:
+                stamps.append(time.perf_counter())
+                stamps += events if events is not None else [None, None, None]
+            return digest, out
 
     def _run_batch(self, req: dict[str, Any]) -> list[list[float]]:
         cuda = self.device.startswith("cuda")

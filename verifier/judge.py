@@ -62,6 +62,7 @@ RUNNER_VERDICTS = {"runtime_error", "compile_error", "incorrect"}  # anything el
 NUM_PROFILED_TRIALS = 1  # plus one random timed round: each profiled call costs a profiler session
 MIN_REPETITIONS = 5
 TIMING_BUDGET_S = 20.0  # past this, and past MIN_REPETITIONS, a timing stops repeating
+TRACE = bool(os.environ.get("CUDICE_TIMING_TRACE"))  # runners report where timed calls spend time
 WARMUP_CHUNK = 16  # timed calls per warm-up stream
 SPIN_S = 0.05  # how long the judge and a runner poll for the next message while calls are timed
 GPU_IDLE_WAIT_S = 5.0  # how long a timed batch waits for work of other processes to leave the GPU
@@ -515,6 +516,12 @@ class _Judge:
             ):
                 break  # large inputs: drawing and moving the sets dominates; five repetitions give a median
         self._add_wall("timing.rounds", t_rounds)
+        if TRACE:  # the runners' own account of their timed calls: reported, never used
+            for link in links:
+                rep, _ = self._ask(link, {"op": "trace"}, Stage.TIMING)
+                for name, us in (rep.get("trace") or {}).items():
+                    if isinstance(us, (int, float)):
+                        self.walls[f"timing.trace_{link.role}_{name}_us"] = float(us)
         found += self._guards()
         found += self._thread_growth()
         self._stop_on_errors(found, Stage.TIMING)
@@ -751,7 +758,7 @@ class _Judge:
                     + [witness.bound(x, 0.0, 0.0) if isinstance(x, torch.Tensor) else 0.0 for x in inputs]
                 )
                 num_outputs = len(ref_out)
-                seal_key = secrets.randbits(62)
+                seal_key = secrets.randbits(63)  # below channel.NO_SEAL
                 sealed = [x.contiguous().clone() if isinstance(x, torch.Tensor) else x for x in inputs]
                 seal.toggle(sealed, seal_key)
                 sets.append(sealed)
@@ -922,7 +929,14 @@ class _Judge:
         sock = link.sock
         with self._talking(link, Stage.TIMING), self._shared():
             channel.send(
-                sock, {"op": "stream", "count": len(indices), "flush_mib": self.flush_mib, "spin_s": spin}
+                sock,
+                {
+                    "op": "stream",
+                    "count": len(indices),
+                    "flush_mib": self.flush_mib,
+                    "spin_s": spin,
+                    "trace": TRACE and seals is not None,
+                },
             )
             for j, (index, key) in enumerate(zip(indices, keys, strict=True)):
                 seal = seals[j] if seals is not None else channel.NO_SEAL

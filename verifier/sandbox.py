@@ -52,6 +52,7 @@ KEEP_ENV = (
     "TMPDIR",
     "VIRTUAL_ENV",
     "CUDA_DEVICE_ORDER",
+    "CUDICE_TIMING_TRACE",  # the judge's per-phase breakdown of timed calls (bench/timing_fidelity.py)
 )
 
 

@@ -1,41 +1,107 @@
-"""Sealed input sets: staged before the clock starts, usable only once the timed batch begins.
+"""Sealed input sets: staged before the clock starts, usable only once their timed call begins.
 
-The judge stages the fresh input sets of a timed batch in the runner before starting its clock
-(moving gigabytes is not what is timed). A candidate that computed its outputs while the sets
-arrive would then be timed on lookups. So every tensor of a set travels XOR-ed, bit for bit,
-with a key stream (a block of 4,096 pseudo-random words repeated over the tensor), and the key
-reaches the runner only in the batch request: the runner unseals each set just before its call,
-inside the clock, and the judge subtracts what unsealing costs (it is part of the batch's own
-cost, measured on the reference's runner). XOR on the raw bits is exact: the unsealed tensor is
-the one the judge drew, bit for bit. The key stream is drawn on the tensor's device (no host copy
-inside the clock); the judge and the runner seal on the same kind of device, so they draw the
-same stream.
+The judge stages the fresh input sets of a timed repetition in the runner before starting its
+clock (moving gigabytes is not what is timed). A candidate that computed its outputs while the
+sets arrive would then be timed on lookups. So every tensor of a set travels XOR-ed, bit for bit,
+with a key stream, and the key reaches the runner only in the call's own message: the runner
+unseals each set just before its call, inside the clock (the cost is the same in both runners and
+cancels in the difference of their times). XOR on the raw bits is exact: the unsealed tensor is
+the one the judge drew, bit for bit.
 
-Not covered: non-tensor inputs (integers, floats, shapes) travel in the clear: they are the same
-for every call of a problem.
+The key stream is Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3",
+SC 2011) under a 64-bit key per tensor, counted over the whole tensor: no part of it repeats, so
+known values in an input (the zeros of a triangular matrix, small integer labels) reveal the
+stream only where they are, never elsewhere. On CUDA it is one NVRTC kernel per tensor
+(nvrtc_launch.py), a single pass that reads and writes the tensor; elsewhere, or where NVRTC
+is missing, the same function in PyTorch operations, bit for bit the same.
+
+Not covered: Philox is a statistical generator, not a cipher with a security proof (no practical
+key recovery from its output is published); non-tensor inputs (integers, floats, shapes) travel
+in the clear: they are the same for every call of a problem.
 """
 
 from __future__ import annotations
 
+import ctypes
+import math
 from typing import Any
 
-BLOCK = 4096
-_INT_OF_SIZE = {1: "uint8", 2: "int16", 4: "int32", 8: "int64"}
+_MASK32 = 0xFFFFFFFF
+_M0, _M1 = 0xD2511F53, 0xCD9E8D57
+_W0, _W1 = 0x9E3779B9, 0xBB67AE85
+_ROUNDS = 10
+_KERNEL_SOURCE = r"""
+extern "C" __global__ void cudice_seal(unsigned int* w, long long nwords, unsigned int k0,
+                                       unsigned int k1) {
+    long long groups = (nwords + 3) / 4;
+    for (long long g = blockIdx.x * (long long)blockDim.x + threadIdx.x; g < groups;
+         g += (long long)gridDim.x * blockDim.x) {
+        unsigned int c0 = (unsigned int)g, c1 = (unsigned int)(g >> 32), c2 = 0u, c3 = 0u;
+        unsigned int a = k0, b = k1;
+        for (int r = 0; r < 10; ++r) {
+            unsigned int hi0 = __umulhi(0xD2511F53u, c0), lo0 = 0xD2511F53u * c0;
+            unsigned int hi1 = __umulhi(0xCD9E8D57u, c2), lo1 = 0xCD9E8D57u * c2;
+            unsigned int n0 = hi1 ^ c1 ^ a, n2 = hi0 ^ c3 ^ b;
+            c0 = n0; c1 = lo1; c2 = n2; c3 = lo0;
+            a += 0x9E3779B9u; b += 0xBB67AE85u;
+        }
+        long long j = 4 * g;
+        w[j] ^= c0;
+        if (j + 1 < nwords) w[j + 1] ^= c1;
+        if (j + 2 < nwords) w[j + 2] ^= c2;
+        if (j + 3 < nwords) w[j + 3] ^= c3;
+    }
+}
+"""
+_kernel: Any = None
+_kernel_failed = False
 
 
-def _bits(t: Any) -> Any:
-    """`t`'s storage as integers of its element size (a view: changing it changes `t`)."""
+def _cuda_kernel() -> Any:
+    global _kernel, _kernel_failed
+    if _kernel is None and not _kernel_failed:
+        try:
+            from cudice.verifier.nvrtc_launch import Kernel
+
+            _kernel = Kernel(_KERNEL_SOURCE, "cudice_seal")
+        except Exception:  # no NVRTC here: the PyTorch form gives the same bits, slower
+            _kernel_failed = True
+    return _kernel
+
+
+def tensor_key(key: int, i: int) -> int:
+    """The 64-bit key of the `i`-th tensor of a set sealed under `key`."""
+    return (key + (i + 1) * 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF
+
+
+def stream_words(start: int, count: int, key: int, device: Any) -> Any:
+    """Words `start .. start+count` of the key stream under `key`, as int64 in [0, 2**32): the
+    kernel's function in PyTorch operations (int64 products wrap, so their low and high halves are
+    the unsigned 32-bit multiply's)."""
     import torch
 
-    return t.view(getattr(torch, _INT_OF_SIZE[t.element_size()]))
+    if count <= 0:
+        return torch.zeros(0, dtype=torch.int64, device=device)
+    g = torch.arange(start // 4, (start + count - 1) // 4 + 1, dtype=torch.int64, device=device)
+    c0, c1 = g & _MASK32, (g >> 32) & _MASK32
+    c2, c3 = torch.zeros_like(g), torch.zeros_like(g)
+    a, b = key & _MASK32, (key >> 32) & _MASK32
+    for _ in range(_ROUNDS):
+        p0, p1 = c0 * _M0, c2 * _M1
+        hi0, lo0 = (p0 >> 32) & _MASK32, p0 & _MASK32
+        hi1, lo1 = (p1 >> 32) & _MASK32, p1 & _MASK32
+        c0, c1, c2, c3 = hi1 ^ c1 ^ a, lo1, hi0 ^ c3 ^ b, lo0
+        a, b = (a + _W0) & _MASK32, (b + _W1) & _MASK32
+    words = torch.stack([c0, c1, c2, c3], dim=1).view(-1)
+    skip = start % 4
+    return words[skip : skip + count]
 
 
-def _stream(key: int, dtype: Any, device: Any) -> Any:
+def _as_int32(words: Any) -> Any:
+    """Values in [0, 2**32) as int32 of the same bits."""
     import torch
 
-    gen = torch.Generator(device=device).manual_seed(key & 0x7FFFFFFFFFFFFFFF)
-    words = torch.randint(-(2**31), 2**31, (BLOCK,), generator=gen, dtype=torch.int64, device=device)
-    return words.to(dtype)
+    return torch.where(words >= 1 << 31, words - (1 << 32), words).to(torch.int32)
 
 
 def toggle(tensors: list[Any], key: int) -> None:
@@ -43,14 +109,34 @@ def toggle(tensors: list[Any], key: int) -> None:
     import torch
 
     for i, t in enumerate(tensors):
-        if not isinstance(t, torch.Tensor) or t.numel() == 0 or t.element_size() not in _INT_OF_SIZE:
+        if not isinstance(t, torch.Tensor) or t.numel() == 0:
             continue
         if not t.is_contiguous():
             raise ValueError("a sealed input must be contiguous (the judge stages contiguous copies)")
-        flat = _bits(t).view(-1)
-        m = _stream(key + 7919 * i, flat.dtype, flat.device)
-        whole = flat.numel() // BLOCK * BLOCK
-        if whole:
-            flat[:whole].view(-1, BLOCK).bitwise_xor_(m)
-        if whole < flat.numel():
-            flat[whole:].bitwise_xor_(m[: flat.numel() - whole])
+        k = tensor_key(key, i)
+        raw = t.view(torch.uint8) if t.element_size() == 1 else t.view(-1).view(torch.uint8)
+        raw = raw.view(-1)
+        nbytes = raw.numel()
+        nwords = nbytes // 4
+        kernel = _cuda_kernel() if raw.is_cuda and raw.data_ptr() % 4 == 0 else None
+        if nwords:
+            words = raw[: 4 * nwords].view(torch.int32)
+            if kernel is not None:
+                threads = 256
+                blocks = max(1, min(math.ceil(nwords / 4 / threads), 132 * 32))
+                kernel(
+                    blocks,
+                    threads,
+                    ctypes.c_void_p(words.data_ptr()),
+                    ctypes.c_longlong(nwords),
+                    ctypes.c_uint(k & _MASK32),
+                    ctypes.c_uint(k >> 32),
+                )
+            else:
+                words.bitwise_xor_(_as_int32(stream_words(0, nwords, k, raw.device)))
+        if nbytes % 4:  # the last bytes: the low bytes of the next word of the stream
+            word = int(stream_words(nwords, 1, k, "cpu")[0])
+            tail = torch.tensor(
+                [(word >> (8 * b)) & 0xFF for b in range(nbytes % 4)], dtype=torch.uint8, device=raw.device
+            )
+            raw[4 * nwords :].bitwise_xor_(tail)

@@ -14,7 +14,7 @@ The judge computes the same digest of the reference's output for the same inputs
 candidate's within `bound()`: the spread that errors inside the element tolerance (tolerance.py)
 can give a digest with random signs.
 
-On CUDA the digest is one fused kernel (NVRTC, through `torch.cuda._compile_kernel`; one pass
+On CUDA the digest is one fused kernel (NVRTC, launched by nvrtc_launch.py; one pass
 over the output, exact float64 products and sums); elsewhere, or where that kernel cannot be built, the same
 function in PyTorch operations. Both give the same value up to rounding.
 
@@ -26,6 +26,7 @@ bound (outputs chosen at random are compared in full).
 
 from __future__ import annotations
 
+import ctypes
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -80,11 +81,6 @@ def split_key(key: int) -> tuple[int, int]:
     return key & _MASK32, (key >> 32) & _MASK32
 
 
-def _signed(u: int) -> int:
-    """A 32-bit unsigned value as the signed C int the launcher passes (same bits)."""
-    return u - (1 << 32) if u >= 1 << 31 else u
-
-
 def _weights(n: int, key: int, device: Any) -> Any:
     """The (NUM_DIGESTS, n) signed weights in PyTorch operations (the kernel's, bit for bit)."""
     import torch
@@ -116,9 +112,9 @@ def _cuda_kernel() -> Any:
     global _kernel, _kernel_failed
     if _kernel is None and not _kernel_failed:
         try:
-            from torch.cuda import _compile_kernel
+            from cudice.verifier.nvrtc_launch import Kernel
 
-            _kernel = _compile_kernel(_KERNEL_SOURCE, "cudice_witness")
+            _kernel = Kernel(_KERNEL_SOURCE, "cudice_witness")
         except Exception:  # no NVRTC here: the PyTorch form gives the same digest, slower
             _kernel_failed = True
     return _kernel
@@ -136,13 +132,19 @@ def digest_tensor(t: Any, key: int, out: Any, slot: int) -> None:
     if kernel is not None:
         k0, k1 = split_key(key)
         threads = 256
+        dest = ctypes.c_void_p(out.data_ptr() + out.element_size() * NUM_DIGESTS * slot)
         for chunk in range(math.ceil(n / _CHUNK)):  # the kernel indexes with 32-bit ints
             part = x[chunk * _CHUNK : (chunk + 1) * _CHUNK]
             blocks = max(1, min(math.ceil(part.numel() / threads), 132 * 16))
             kernel(
-                grid=(blocks, 1, 1),
-                block=(threads, 1, 1),
-                args=[part, part.numel(), chunk, _signed(k0), _signed(k1), out[NUM_DIGESTS * slot :]],
+                blocks,
+                threads,
+                ctypes.c_void_p(part.data_ptr()),
+                ctypes.c_int(part.numel()),
+                ctypes.c_int(chunk),
+                ctypes.c_uint(k0),
+                ctypes.c_uint(k1),
+                dest,
             )
         return
     w = _weights(n, key, x.device)

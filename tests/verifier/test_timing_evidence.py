@@ -90,6 +90,52 @@ def test_sealing_is_exact_hides_the_values_and_is_undone_by_the_same_key() -> No
     assert not torch.equal(x, originals[0])
 
 
+def test_the_seal_never_repeats_and_covers_every_dtype_and_length() -> None:
+    """Known values in an input reveal the key stream only where they are: a sealed block of
+    zeros shows no repeated word, and every dtype and byte length (odd ones too) round-trips."""
+    zeros = torch.zeros(1 << 16, dtype=torch.int32)
+    seal.toggle([zeros], 99)
+    assert zeros.unique().numel() > 0.99 * zeros.numel()
+    words = seal.stream_words(0, 1000, 5, "cpu")
+    assert torch.equal(seal.stream_words(37, 100, 5, "cpu"), words[37:137])
+    assert int(words.min()) >= 0 and int(words.max()) < 1 << 32
+    odd = [
+        torch.randn(101).half(),
+        torch.randint(0, 255, (7,), dtype=torch.uint8),
+        torch.randn(3, dtype=torch.complex128),
+        torch.tensor(3.5),
+        torch.rand(13) > 0.5,
+    ]
+    originals = [t.clone() for t in odd]
+    seal.toggle(odd, 2**63 - 1)
+    assert not torch.equal(odd[1], originals[1]) and not torch.equal(
+        odd[0].view(torch.int16), originals[0].view(torch.int16)
+    )
+    seal.toggle(odd, 2**63 - 1)
+    for t, o in zip(odd, originals, strict=True):
+        assert torch.equal(t.reshape(-1).view(torch.uint8), o.reshape(-1).view(torch.uint8))
+
+
+@pytest.mark.gpu
+def test_the_gpu_kernels_give_their_pytorch_forms_bit_for_bit() -> None:
+    """The seal and the digest run as NVRTC kernels on the GPU: the same bits as the PyTorch forms
+    the judge and the runner fall back to (a mismatch would fail every honest timed call)."""
+    assert seal._cuda_kernel() is not None and witness._cuda_kernel() is not None
+    x = torch.randn(1_000_003, device="cuda")
+    sealed = x.clone()
+    seal.toggle([sealed], 1234567)
+    by_torch = x.clone().view(torch.int32)
+    by_torch.bitwise_xor_(
+        seal._as_int32(seal.stream_words(0, x.numel(), seal.tensor_key(1234567, 0), "cuda"))
+    )
+    assert torch.equal(sealed.view(torch.int32), by_torch)
+    out = torch.zeros(witness.NUM_DIGESTS, dtype=torch.float64, device="cuda")
+    witness.digest_tensor(x, 77, out, 0)
+    w = witness._weights(x.numel(), 77, "cuda")
+    want = (w * x.double()).sum(dim=1)
+    assert torch.allclose(out, want, rtol=1e-9, atol=1e-9)
+
+
 def test_a_non_contiguous_input_is_refused() -> None:
     with pytest.raises(ValueError, match="contiguous"):
         seal.toggle([torch.randn(8, 8).t()], 1)
