@@ -162,6 +162,8 @@ class _Judge:
         self.flush_mib = 0
         self._flush: Any = None  # the judge's own L2-flush buffer (cold policy)
         self._probe_solo_s = 0.0  # the idle GPU's probe time (`_wait_gpu_idle`)
+        self._profiled_candidate = 0  # profiler sessions the candidate's runner ran for the judge
+        self._profiled_reference = 0
         self._pins: dict[int, int] = {}  # thread id -> CPU while calls are timed (`_pinned_cpus`)
         self._tiny: Any = None  # a one-element tensor: the probe's and the launch floor's kernel
         self.event_inputs: list[Any] = []  # the set the reference's event-timed calls use
@@ -465,6 +467,7 @@ class _Judge:
         warm = self._draw_set(ref_mod)
         for link in links:
             self._stage(link, [warm], sealed=False)
+        self._even_profiles()  # the correctness phase profiled the candidate's runner
         per_call_s = []
         for link in links:  # short warm-ups under-report: https://github.com/triton-lang/triton/issues/2306
             deadline = time.perf_counter() + cfg.timing_warmup_ms / 1000.0
@@ -963,8 +966,22 @@ class _Judge:
         header = self._batch_request(indices, None, profile=True)
         t0 = time.perf_counter()
         rep, _ = self._ask(self.session.cand, header, Stage.TIMING, deadline_s=self._limit_s(len(indices)))
+        self._profiled_candidate += 1
         self._add_wall("profile", t0)
+        self._even_profiles()
         return self._kernel_evidence(rep)
+
+    def _even_profiles(self) -> None:
+        """As many profiler sessions in the reference's runner as in the candidate's, on staged set 0.
+
+        A profiler session leaves CUPTI's callbacks on every later kernel launch of its process
+        (https://github.com/pytorch/pytorch/issues/144455), so each one the candidate's runner ran
+        makes its later calls slower; the reference's runner must carry the same cost for the
+        difference of their call times to be the difference of the two forwards."""
+        while self._profiled_reference < self._profiled_candidate:
+            header = self._batch_request([0], None, profile=True)
+            self._ask(self.session.ref, header, Stage.TIMING, deadline_s=self._limit_s(1))
+            self._profiled_reference += 1
 
     def _thread_growth(self) -> list[Diagnostic]:
         """Threads the candidate's runner gained since it was ready, beyond what the reference's gained.
@@ -1138,6 +1155,7 @@ class _Judge:
     def _profile(self) -> list[Diagnostic]:
         t0 = time.perf_counter()
         rep, _ = self._ask(self.session.cand, {"op": "profile"}, Stage.CORRECTNESS)
+        self._profiled_candidate += 1
         self._add_wall("profile", t0)
         return self._kernel_evidence(rep)
 
