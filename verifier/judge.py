@@ -538,17 +538,17 @@ class _Judge:
             self.walls[f"timing.request_{role}_q25_ms"] = _q25(xs) * 1e3
         self.walls["timing.launch_floor_ms"] = floor_ms
         ref_ms = statistics.median(ref_events)
-        # the difference of the two runners' lower quartiles per repetition: what a request costs
+        # the difference of the two runners' lower quartiles per half repetition: what a call costs
         # beyond the forward is the same in both runners, and its noise (a wake-up, an interrupt)
         # only ever adds, so the lower quartile shifts by the forward's difference with less spread
-        # than the median (the median's difference is reported beside it)
-        deltas = [
-            _q25(c) - _q25(r) for c, r in zip(per_call["candidate"], per_call["reference"], strict=True)
-        ]
+        # than the median (the median's difference is reported beside it); a repetition's two
+        # halves, on swapped cores, averaged
+        pairs = list(zip(per_call["candidate"], per_call["reference"], strict=True))
+        by_half = [_q25(c) - _q25(r) for c, r in pairs]
+        deltas = [sum(by_half[k : k + 2]) / len(by_half[k : k + 2]) for k in range(0, len(by_half), 2)]
         cand_ms = [ref_ms + d * 1e3 for d in deltas]
         self.walls["timing.candidate_by_medians_ms"] = ref_ms + 1e3 * statistics.median(
-            statistics.median(c) - statistics.median(r)
-            for c, r in zip(per_call["candidate"], per_call["reference"], strict=True)
+            statistics.median(c) - statistics.median(r) for c, r in pairs
         )
         self.walls["timing.candidate_by_q25_ms"] = statistics.median(cand_ms)
         unresolved = list(dict.fromkeys(busy))
@@ -695,6 +695,14 @@ class _Judge:
             return {}
         return dict(zip([0, *found], cpus, strict=False))
 
+    def _swapped_pins(self) -> dict[int, int]:
+        """The timing pins with the two runners' CPUs exchanged (the judge's thread stays)."""
+        runners = [tid for tid in self._pins if tid != 0]
+        if len(runners) != 2:
+            return {}
+        a, b = runners
+        return {a: self._pins[b], b: self._pins[a]}
+
     def _wait_gpu_idle(self, busy: list[str]) -> None:
         """Wait (bounded) until no other process's work is queued on the GPU: a kernel of another
         context (a runner's work left running after its reply) delays the judge's probe by a time
@@ -771,7 +779,6 @@ class _Judge:
         encoded = channel.encode(sets)  # once, for both runners
         for link in links:  # 2. staging (its time is reported, not judged)
             staging[link.role].append(self._stage(link, sets, sealed=True, encoded=encoded))
-        times: dict[str, list[float]] = {"reference": [], "candidate": []}
         digests: dict[str, list[list[float]]] = {"reference": [], "candidate": []}
         from cudice.verifier.process import pinned
 
@@ -783,27 +790,29 @@ class _Judge:
                 self._wait_gpu_idle(busy)
                 ref_events += self._event_times(model, self.event_inputs, events)
             # ABBA: each runner's calls in two halves, so that a drift of the GPU's clocks during the
-            # repetition weighs on both runners alike
+            # repetition weighs on both runners alike; the runners swap cores between the halves, so
+            # that a slower core (interrupts, its clock) weighs on both alike too
             first, second = links if _rng.random() < 0.5 else links[::-1]
             half = max(1, total // 2)
-            for link, part in (
-                (first, range(half)),
-                (second, range(half)),
-                (second, range(half, total)),
-                (first, range(half, total)),
+            halves: dict[str, list[list[float]]] = {"reference": [[], []], "candidate": [[], []]}
+            for h, order, part in (
+                (0, (first, second), range(half)),
+                (1, (second, first), range(half, total)),
             ):
-                if not part:
-                    continue
-                with self._paused(links[1] if link is links[0] else links[0], busy):
-                    self._wait_gpu_idle(busy)  # nothing left running by the other runner
-                    got, call_digests = self._stream(
-                        link, list(part), [keys[i] for i in part], [seals[i] for i in part]
-                    )
-                times[link.role] += got
-                digests[link.role] += call_digests
-        for role, xs in times.items():
-            per_call[role].append(xs)
-            requests[role] += xs
+                with pinned(self._swapped_pins() if h else {}):
+                    for link in order:
+                        if not part:
+                            continue
+                        with self._paused(links[1] if link is links[0] else links[0], busy):
+                            self._wait_gpu_idle(busy)  # nothing left running by the other runner
+                            got, call_digests = self._stream(
+                                link, list(part), [keys[i] for i in part], [seals[i] for i in part]
+                            )
+                        halves[link.role][h] += got
+                        digests[link.role] += call_digests
+        for role, hs in halves.items():
+            per_call[role] += [xs for xs in hs if xs]
+            requests[role] += hs[0] + hs[1]
         # 4. every digest of the candidate's batches, then two outputs in full, chosen now
         for i, (digest, exp, bd) in enumerate(zip(digests["candidate"], expected, bounds, strict=True)):
             verdict = witness.check(digest, exp, bd)
@@ -1215,7 +1224,7 @@ class _Judge:
 
 def _q25(xs: list[float]) -> float:
     """The lower quartile of `xs` (linear between order statistics, as timing.py's quartiles)."""
-    return statistics.quantiles(xs, n=4, method="inclusive")[0]
+    return statistics.quantiles(xs, n=4, method="inclusive")[0] if len(xs) > 1 else xs[0]
 
 
 def _is_tensor(x: Any) -> bool:
