@@ -32,6 +32,7 @@ stays open. Not covered: multi-GPU models.
 
 from __future__ import annotations
 
+import gc
 import socket
 import sys
 import time
@@ -150,6 +151,7 @@ class Server:
         self.hooks: dict[str, int] = {}
         self.flush: Any = None
         self.sets: list[list[Any]] = []  # staged input sets of the timed batches
+        self.seal_plans: list[list[Any]] = []  # per staged set, its seal.Plan list
         self.kept: dict[int, Any] = {}  # every output of the timed calls since the last staging, by set
         self.trace: list[list[Any]] = []  # per traced timed call: host stamps and CUDA events
 
@@ -294,7 +296,10 @@ class Server:
         self.reply({"ok": True, "outputs": tree}, out)
 
     def op_stage(self, req: dict[str, Any], blobs: list[bytearray]) -> None:
+        from cudice.verifier import seal
+
         self.sets = [list(x) for x in channel.decode(req["sets"], blobs, self.device)]
+        self.seal_plans = [seal.plan(s) for s in self.sets]  # worked out now, outside the clock
         self.kept = {}
         mib = int(req.get("flush_mib", 0))
         if (
@@ -324,7 +329,16 @@ class Server:
         flush = self.flush if cuda and int(req.get("flush_mib", 0)) else None
         spin = float(req.get("spin_s") or 0.0)
         trace = bool(req.get("trace"))
-        for _ in range(int(req["count"])):
+        # no collection pauses inside the calls: collect now, and not again until the stream ends
+        gc.collect()
+        gc.disable()
+        try:
+            self._stream_calls(int(req["count"]), flush, spin, trace)
+        finally:
+            gc.enable()
+
+    def _stream_calls(self, count: int, flush: Any, spin: float, trace: bool) -> None:
+        for _ in range(count):
             if spin > 0:  # the next call comes within microseconds: wait awake, not asleep
                 channel.poll_readable(self.sock, spin)
             index, key, seal_key = channel.recv_call(self.sock)
@@ -402,7 +416,7 @@ class Server:
             events[0].record()
         with torch.no_grad():
             if seal_key is not None and seal_key != channel.NO_SEAL:
-                seal.toggle(args, int(seal_key))  # the set becomes usable only now, inside the clock
+                seal.toggle_planned(self.seal_plans[index], int(seal_key))  # usable only now, in the clock
             if flush is not None:
                 flush.fill_(1)  # evict L2 (cold policy)
             if stamps is not None:

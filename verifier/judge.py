@@ -31,6 +31,7 @@ they come from the candidate's process and can be forged there (docs/anticheat.m
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import math
 import os
@@ -559,14 +560,11 @@ class _Judge:
                 f"the difference of the two runners' requests) is below half the cost of launching one "
                 f"kernel ({floor_ms:.4f} ms): the runner's own loop was bypassed, or the difference is noise"
             )
-        if len(cand_ms) >= 4:
-            q1, _, q3 = statistics.quantiles(cand_ms, n=4)
-            if q3 - q1 > 0.5 * max(cand_med, 1e-9):
-                unresolved.append(
-                    f"the candidate's time per call varied from {q1:.4f} to {q3:.4f} ms (quartiles) "
-                    f"between repetitions around {cand_med:.4f} ms: the difference of the two runners' "
-                    "request times is within their noise at this size"
-                )
+        spread = interval_too_wide(cand_ms, ref_ms)
+        if spread is not None:
+            self.walls["timing.candidate_ci95_ms"] = spread[0]
+            if spread[1]:
+                unresolved.append(spread[1])
         cand_ms = [max(x, 1e-6) for x in cand_ms]
         self.out["l2_policy"] = cfg.l2_policy
         self.walls["timing.lease_wait"] = self.lease.waited_s if self.lease is not None else 0.0
@@ -919,12 +917,6 @@ class _Judge:
             **flags,
         }
 
-    def _batch(self, link: RunnerLink, indices: list[int], *, seals: list[int] | None) -> None:
-        """An untimed batch (warm-up, sizing): its outputs are not kept."""
-        self._ask(
-            link, self._batch_request(indices, seals), Stage.TIMING, deadline_s=self._limit_s(len(indices))
-        )
-
     def _stream(
         self, link: RunnerLink, indices: list[int], keys: list[int], seals: list[int] | None
     ) -> tuple[list[float], list[list[float]]]:
@@ -939,7 +931,11 @@ class _Judge:
         times: list[float] = []
         digests: list[list[float]] = []
         sock = link.sock
-        with self._talking(link, Stage.TIMING), self._shared():
+        collecting = gc.isenabled()
+        gc.disable()  # no collection pause of the judge's inside a call's clock
+        with contextlib.ExitStack() as restore, self._talking(link, Stage.TIMING), self._shared():
+            if collecting:
+                restore.callback(gc.enable)
             channel.send(
                 sock,
                 {
@@ -1220,6 +1216,24 @@ class _Judge:
         self.diags.extend(d for d in found if d.severity is not Severity.ERROR)
         if errors:
             raise Stop(Verdict.INCORRECT, stage, errors)
+
+
+def interval_too_wide(cand_ms: list[float], ref_ms: float) -> tuple[float, str] | None:
+    """(half-width of the 95 % interval of the candidate's mean time per call over repetitions, ms;
+    why that is too wide to count, or ""), or None with fewer than 3 repetitions. The bound is the
+    fidelity the clock promises: +-10 % where the reference takes 50 us or more, +-25 % below."""
+    if len(cand_ms) < 3:
+        return None
+    mid = statistics.median(cand_ms)
+    half = 2.0 * statistics.stdev(cand_ms) / math.sqrt(len(cand_ms))
+    allowed = 0.10 if ref_ms >= 0.05 else 0.25
+    if half <= allowed * max(mid, 1e-9):
+        return half, ""
+    return half, (
+        f"the candidate's time per call is {mid:.4f} +- {half:.4f} ms (95 %, {len(cand_ms)} "
+        f"repetitions), wider than the +-{allowed:.0%} this clock promises at this size: the two "
+        "runners' call times differ by less than their noise"
+    )
 
 
 def _q25(xs: list[float]) -> float:

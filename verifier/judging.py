@@ -75,7 +75,8 @@ def record_timing(
         diags.append(
             diag(
                 "timing.suspicious",
-                f"Suspicious speedup, not counted: {cmp.reason}. Check for work skipped or cached.",
+                f"Speedup not counted: {cmp.reason}. If the kernel is honest, time it on a larger "
+                "problem; otherwise check for work skipped or cached.",
                 Stage.TIMING,
                 where,
                 Severity.WARNING,

@@ -24,12 +24,14 @@ from __future__ import annotations
 
 import ctypes
 import math
+from dataclasses import dataclass
 from typing import Any
 
 _MASK32 = 0xFFFFFFFF
 _M0, _M1 = 0xD2511F53, 0xCD9E8D57
 _W0, _W1 = 0x9E3779B9, 0xBB67AE85
 _ROUNDS = 10
+_THREADS = 256
 _KERNEL_SOURCE = r"""
 extern "C" __global__ void cudice_seal(unsigned int* w, long long nwords, unsigned int k0,
                                        unsigned int k1) {
@@ -104,39 +106,65 @@ def _as_int32(words: Any) -> Any:
     return torch.where(words >= 1 << 31, words - (1 << 32), words).to(torch.int32)
 
 
-def toggle(tensors: list[Any], key: int) -> None:
-    """Seal or unseal (the same operation) every contiguous tensor of `tensors` in place."""
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """How to seal one tensor of a set, worked out once (at staging) so that a timed call only launches."""
+
+    index: int  # the tensor's place in its set (its key is `tensor_key(key, index)`)
+    words: Any  # the whole 32-bit words of its bytes (an int32 view), or None
+    ptr: ctypes.c_void_p  # their address, for the kernel
+    nwords: ctypes.c_longlong
+    tail: Any  # the last `nbytes % 4` bytes (a uint8 view), or None
+    blocks: int
+
+
+def plan(tensors: list[Any]) -> list[Plan]:
+    """The plans of every tensor of `tensors` that a seal changes (non-empty tensors)."""
     import torch
 
+    plans = []
     for i, t in enumerate(tensors):
         if not isinstance(t, torch.Tensor) or t.numel() == 0:
             continue
         if not t.is_contiguous():
             raise ValueError("a sealed input must be contiguous (the judge stages contiguous copies)")
-        k = tensor_key(key, i)
-        raw = t.view(torch.uint8) if t.element_size() == 1 else t.view(-1).view(torch.uint8)
-        raw = raw.view(-1)
-        nbytes = raw.numel()
-        nwords = nbytes // 4
-        kernel = _cuda_kernel() if raw.is_cuda and raw.data_ptr() % 4 == 0 else None
-        if nwords:
-            words = raw[: 4 * nwords].view(torch.int32)
+        raw = t.reshape(-1).view(torch.uint8).view(-1)
+        nwords = raw.numel() // 4
+        words = raw[: 4 * nwords].view(torch.int32) if nwords else None
+        tail = raw[4 * nwords :] if raw.numel() % 4 else None
+        plans.append(
+            Plan(
+                i,
+                words,
+                ctypes.c_void_p(words.data_ptr() if words is not None else 0),
+                ctypes.c_longlong(nwords),
+                tail,
+                max(1, min(math.ceil(nwords / 4 / _THREADS), 132 * 32)),
+            )
+        )
+    return plans
+
+
+def toggle_planned(plans: list[Plan], key: int) -> None:
+    """Seal or unseal (the same operation) the tensors of `plans` in place under `key`."""
+    import torch
+
+    for pl in plans:
+        k = tensor_key(key, pl.index)
+        if pl.words is not None:
+            kernel = _cuda_kernel() if pl.words.is_cuda and pl.ptr.value % 4 == 0 else None
             if kernel is not None:
-                threads = 256
-                blocks = max(1, min(math.ceil(nwords / 4 / threads), 132 * 32))
                 kernel(
-                    blocks,
-                    threads,
-                    ctypes.c_void_p(words.data_ptr()),
-                    ctypes.c_longlong(nwords),
-                    ctypes.c_uint(k & _MASK32),
-                    ctypes.c_uint(k >> 32),
+                    pl.blocks, _THREADS, pl.ptr, pl.nwords, ctypes.c_uint(k & _MASK32), ctypes.c_uint(k >> 32)
                 )
             else:
-                words.bitwise_xor_(_as_int32(stream_words(0, nwords, k, raw.device)))
-        if nbytes % 4:  # the last bytes: the low bytes of the next word of the stream
-            word = int(stream_words(nwords, 1, k, "cpu")[0])
-            tail = torch.tensor(
-                [(word >> (8 * b)) & 0xFF for b in range(nbytes % 4)], dtype=torch.uint8, device=raw.device
-            )
-            raw[4 * nwords :].bitwise_xor_(tail)
+                pl.words.bitwise_xor_(_as_int32(stream_words(0, pl.nwords.value, k, pl.words.device)))
+        if pl.tail is not None:  # the last bytes: the low bytes of the next word of the stream
+            word = int(stream_words(pl.nwords.value, 1, k, "cpu")[0])
+            mask = [(word >> (8 * b)) & 0xFF for b in range(pl.tail.numel())]
+            pl.tail.bitwise_xor_(torch.tensor(mask, dtype=torch.uint8, device=pl.tail.device))
+
+
+def toggle(tensors: list[Any], key: int) -> None:
+    """Seal or unseal (the same operation) every contiguous tensor of `tensors` in place."""
+    toggle_planned(plan(tensors), key)

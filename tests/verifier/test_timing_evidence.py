@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from cudice.verifier import seal, witness
 from cudice.verifier.gpu_lease import GpuLease, LeaseTimeout
+from cudice.verifier.judge import interval_too_wide
 from cudice.verifier.process import paused, process_state, tree_pids, tree_threads
 
 torch = pytest.importorskip("torch")
@@ -286,3 +287,20 @@ def test_timing_cpus_are_distinct_cores_and_pins_are_given_back() -> None:
     assert os.sched_getaffinity(0) == allowed
     with pinned({2**22 + 12345: cpus[0]}) as took:  # no such thread: said so, nothing raised
         assert took == {2**22 + 12345: False}
+
+
+def test_a_time_within_its_noise_is_not_counted() -> None:
+    """A candidate's time whose interval over repetitions is wider than the promised fidelity
+    (10 % at 50 us of reference time or more, 25 % below) is reported as unresolved, with its
+    interval; a tight one is counted; too few repetitions say nothing."""
+    tight = [0.100, 0.101, 0.099, 0.100, 0.102, 0.098]
+    assert interval_too_wide(tight, 0.2) is not None and interval_too_wide(tight, 0.2)[1] == ""
+    noisy = [0.02, 0.05, 0.01, 0.04, 0.03, 0.06]
+    half, why = interval_too_wide(noisy, 0.02) or (0.0, "")
+    assert half > 0.25 * 0.035 and "+-25%" in why and "6 repetitions" in why
+    medium = [0.100, 0.115, 0.085, 0.110, 0.090, 0.100]  # +-8 % of 0.1 ms
+    assert interval_too_wide(medium, 0.04)[1] == ""  # a short reference: within 25 %
+    assert interval_too_wide(medium, 0.2)[1] == ""
+    wide = [0.100, 0.140, 0.060, 0.130, 0.070, 0.100]
+    assert "+-10%" in interval_too_wide(wide, 0.2)[1]
+    assert interval_too_wide([0.1, 0.2], 0.2) is None
