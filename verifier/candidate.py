@@ -44,6 +44,7 @@ from cudice.verifier import channel
 from cudice.verifier.result import Diagnostic, Location, Severity, Stage, Verdict
 
 MAX_REQUEST_BYTES = 1 << 40  # the judge is trusted; its inputs may be large
+DIGEST_SLOTS = 64  # output and input tensors of a call whose digests have room made beforehand
 # ops whose dispatcher entries a candidate could override to fool a comparison in its own process
 WATCHED_OPS = (
     "aten::allclose",
@@ -152,6 +153,7 @@ class Server:
         self.flush: Any = None
         self.sets: list[list[Any]] = []  # staged input sets of the timed batches
         self.seal_plans: list[list[Any]] = []  # per staged set, its seal.Plan list
+        self.digest_room: Any = None  # zeroed (calls, 4 * DIGEST_SLOTS) float64 during a stream
         self.kept: dict[int, Any] = {}  # every output of the timed calls since the last staging, by set
         self.trace: list[list[Any]] = []  # per traced timed call: host stamps and CUDA events
 
@@ -332,19 +334,25 @@ class Server:
         # no collection pauses inside the calls: collect now, and not again until the stream ends
         gc.collect()
         gc.disable()
+        count = int(req["count"])
+        import torch
+
+        # zeroed room for every call's digests, made before the calls (one launch fewer in each)
+        self.digest_room = torch.zeros(count, 4 * DIGEST_SLOTS, dtype=torch.float64, device=self.device)
         try:
-            self._stream_calls(int(req["count"]), flush, spin, trace)
+            self._stream_calls(count, flush, spin, trace)
         finally:
             gc.enable()
+            self.digest_room = None
 
     def _stream_calls(self, count: int, flush: Any, spin: float, trace: bool) -> None:
-        for _ in range(count):
+        for call in range(count):
             if spin > 0:  # the next call comes within microseconds: wait awake, not asleep
                 channel.poll_readable(self.sock, spin)
             index, key, seal_key = channel.recv_call(self.sock)
             stamps: list[Any] | None = [time.perf_counter()] if trace else None
             try:
-                digest, out = self._timed_call(index, key, seal_key, flush, stamps)
+                digest, out = self._timed_call(index, key, seal_key, flush, stamps, call)
                 values = self._to_host([digest])[0]
             except BaseException:
                 channel.send_digests(self.sock, None)
@@ -397,7 +405,13 @@ class Server:
         )
 
     def _timed_call(
-        self, index: int, key: int, seal_key: int | None, flush: Any, stamps: list[Any] | None = None
+        self,
+        index: int,
+        key: int,
+        seal_key: int | None,
+        flush: Any,
+        stamps: list[Any] | None = None,
+        room: int = -1,
     ) -> tuple[Any, Any]:
         """Unseal staged set `index`, evict L2 under the cold policy, forward, and the keyed digests
         of the outputs and then of the inputs (one changed in place no longer matches); no sync.
@@ -428,7 +442,8 @@ class Server:
                 if events is not None:
                     events[2].record()
                 stamps.append(time.perf_counter())
-            digest = witness.digest(flatten_outputs(out) + list(args), int(key), self.device)
+            into = self.digest_room[room] if room >= 0 and self.digest_room is not None else None
+            digest = witness.digest(flatten_outputs(out) + list(args), int(key), self.device, into)
             if stamps is not None:
                 stamps.append(time.perf_counter())
                 stamps += events if events is not None else [None, None, None]
@@ -450,6 +465,8 @@ class Server:
         import torch
 
         try:
+            if len(digests) == 1:  # a streamed call: no stacking copy
+                return [[float(v) for v in digests[0].cpu().tolist()]]
             values = torch.stack(digests).cpu() if digests else torch.zeros(0, 1)
         except Exception as exc:  # a sticky CUDA error from the kernel
             raise _Failure(

@@ -437,6 +437,7 @@ def slim_errors_stand(
         return file is not None and line is not None and Path(file).name == name
 
     undeclared: dict[str, str | None] = {}  # name -> the suggestion of a g++/clang message ("" for EDG)
+    others: list[CompilerMessage] = []  # errors for `_only_user_declarations`
     for m in errors:
         if m.tool == "other" and _END_OF_SOURCE.match(m.message):
             continue  # nvcc's end of the translation unit: after the file's last line in both builds
@@ -448,8 +449,15 @@ def slim_errors_stand(
             _EXPECTED_EXPRESSION.match(m.message) and _caret_on_punctuator(m)
         ):
             continue
+        if _HASH_ERROR.match(m.message) and _is_error_directive(f.text, m.line):
+            continue  # the user's own `#error` line: the same tokens and macros decide it in both builds
         u = next((hit for r in _UNDECLARED if (hit := r.match(m.message))), None)
-        if u is None or m.notes or declared is None:
+        if u is None:
+            if declared is None or _SUGGESTION.search(m.message):
+                return False
+            others.append(m)
+            continue
+        if m.notes or declared is None:
             return False
         hint: str | None = u.groupdict().get("hint") if u.re is not _UNDECLARED[2] else ""
         if undeclared.setdefault(u.group("name"), hint) != hint:
@@ -462,7 +470,7 @@ def slim_errors_stand(
         before = differing(name, ())
         if before is None or not before.isdisjoint(_IDENTIFIER.findall(f.text[: found[-1].end()])):
             return False
-    if not undeclared:
+    if not undeclared and not others:
         return True
     assert declared is not None
     if found and any(
@@ -473,6 +481,8 @@ def slim_errors_stand(
         return False
     names = declared(name, tuple(m.group(1) for m in found))
     if names is None:
+        return False
+    if others and not _only_user_declarations(f.text, others, names, module.name):
         return False
     code, directive_words = _code_tokens(f.text)
     user_macros = frozenset(re.findall(r"^[ \t]*#[ \t]*define[ \t]+(\w+)", f.text, re.M))
@@ -649,6 +659,212 @@ def _caret_on_punctuator(m: CompilerMessage) -> bool:
     printed, caret = m.caret_text
     at = caret.find("^")
     return 0 <= at < len(printed) and printed[at] in ";,)]}"
+
+
+# `#error` in the user's own lines (gcc's preprocessor, also nvcc's) and the spelling hints of other
+# g++/clang errors (they are drawn from every visible name, the headers' too)
+_HASH_ERROR = re.compile(r"^#error\b")
+_SUGGESTION = re.compile(r"did you mean|suggested alternative")
+# names the full and slim builds declare alike: nvcc's built-in variables and `__syncthreads`
+# (cuda_runtime.h, which nvcc includes before any user or torch header) and the C fixed-width and
+# size typedefs (a second declaration of one at global scope could only repeat it)
+_SAME_IN_BOTH = frozenset(
+    "threadIdx blockIdx blockDim gridDim warpSize __syncthreads __noinline__ size_t int8_t int16_t int32_t"
+    " int64_t uint8_t uint16_t uint32_t uint64_t".split()
+)
+# words that reach declarations the tokens do not spell (operator functions, allocation, exception
+# and type-info classes, templates instantiated from elsewhere, using-directives)
+_NOT_USER_ONLY = frozenset(
+    "template using operator asm __asm__ friend new delete throw try catch typeid concept requires"
+    " co_await co_return co_yield export".split()
+)
+_LOCAL_TYPE = frozenset(
+    "const volatile unsigned signed int float double char short long bool void auto register static"
+    " constexpr __shared__ __restrict__ size_t int8_t int16_t int32_t int64_t uint8_t uint16_t uint32_t"
+    " uint64_t * &".split()
+)
+_CONDITIONAL = re.compile(r"^[ \t]*#[ \t]*(?:if|ifdef|ifndef|elif|elifdef|elifndef|else)\b", re.M)
+
+
+def _is_error_directive(text: str, line: int) -> bool:
+    """Line `line` (1-based) of `text` is an `#error` directive."""
+    lines = text.splitlines()
+    return 1 <= line <= len(lines) and re.match(r"[ \t]*#[ \t]*error\b", lines[line - 1]) is not None
+
+
+@dataclass(frozen=True, slots=True)
+class _Region:
+    """One declaration at file scope: its tokens, their lines and bracket depth, matching brackets."""
+
+    tokens: tuple[str, ...]
+    lines: tuple[int, ...]
+    depths: tuple[int, ...]  # open brackets around each token (0: at file scope)
+    match: dict[int, int]  # index of each bracket -> index of its partner
+
+
+def _file_regions(text: str) -> list[_Region] | None:
+    """`text`'s file-scope declarations (preprocessor lines left out), or None if brackets do not balance.
+
+    A declaration ends at a `;` outside brackets, or at the `}` that closes its outermost brace
+    unless it is a class, struct, union or enum or has an `=` (then at the `;` after it).
+    """
+    masked = re.sub(
+        r"^[ \t]*#(?:[^\n]*\\\n)*[^\n]*", lambda m: re.sub(r"[^\n]", " ", m.group(0)), text, flags=re.M
+    )
+    starts = [0, *(i + 1 for i, c in enumerate(masked) if c == "\n")]
+    regions: list[_Region] = []
+    toks: list[str] = []
+    lines: list[int] = []
+    depths: list[int] = []
+    stack: list[int] = []
+    match: dict[int, int] = {}
+    line = 1
+    closers = {")": "(", "]": "[", "}": "{"}
+    for m in _CODE_TOKEN.finditer(masked):
+        if m.lastgroup == "skip":
+            continue
+        while line < len(starts) and starts[line] <= m.start():
+            line += 1
+        tok = "0" if m.lastgroup == "lit" else m.group(0)
+        if tok in closers:
+            if not stack or toks[stack[-1]] != closers[tok]:
+                return None
+            match[stack[-1]] = len(toks)
+            match[len(toks)] = stack.pop()
+        depths.append(len(stack))
+        toks.append(tok)
+        lines.append(line)
+        if tok in ("(", "[", "{"):
+            stack.append(len(toks) - 1)
+        if stack:
+            continue
+        top = {t for t, d in zip(toks, depths, strict=True) if d == 0}
+        if tok == ";" or (tok == "}" and top.isdisjoint({"class", "struct", "union", "enum", "="})):
+            regions.append(_Region(tuple(toks), tuple(lines), tuple(depths), dict(match)))
+            toks, lines, depths, match = [], [], [], {}
+    if stack:
+        return None
+    if toks:
+        regions.append(_Region(tuple(toks), tuple(lines), tuple(depths), dict(match)))
+    return regions
+
+
+def _local_scope(r: _Region, d: int) -> tuple[int, int] | None:
+    """The tokens where the name `r.tokens[d]` means the local variable or parameter declared there, if it is one.
+
+    A declaration here: fundamental type words, `*` and `&` before the name (at least one word),
+    after `;`, `{`, `}` (a block's statement), `(` or `,` (a parameter of the region's function,
+    whose body follows its `)`), or `for (`; then `=`, `;`, `,`, `[` or `)`. Its scope: to the end of
+    the enclosing block, the function body, or the `for` statement's braced body.
+    """
+    t = r.tokens
+    if d + 1 >= len(t) or t[d + 1] not in ("=", ";", ",", "[", ")"):
+        return None
+    k = d - 1
+    while k >= 0 and t[k] in _LOCAL_TYPE:
+        k -= 1
+    if k == d - 1 or all(x in ("*", "&") for x in t[k + 1 : d]) or k < 0:
+        return None
+    opener = next((j for j in range(k, -1, -1) if t[j] in "([{" and r.match.get(j, -1) > d), None)
+    if opener is None:
+        return None
+    if t[opener] == "{":
+        return (d, r.match[opener]) if t[k] in (";", "{", "}") else None
+    if t[opener] != "(" or t[k] not in ("(", ","):
+        return None
+    after = r.match[opener] + 1
+    if after >= len(t) or t[after] != "{":
+        return None
+    if opener > 0 and t[opener - 1] == "for":
+        return (d, r.match[after]) if t[k] == "(" else None
+    if r.depths[opener] != 0:
+        return None  # a lambda's or a nested function-like group: not followed here
+    return d, r.match[after]
+
+
+def _only_user_declarations(
+    text: str, errors: list[CompilerMessage], names: HeaderNames, module_name: str
+) -> bool:
+    """Every error lies in file-scope declarations whose names only the user's code can declare.
+
+    Why both builds then report the same errors: the regions holding the errors and their notes
+    (`_file_regions`), and every file-scope declaration that spells a name of theirs outside
+    brackets (a declaration of it; a namespace or linkage block that spells it anywhere), and the
+    `#define` of each such name, are "user-only": every word is a keyword, a name both builds
+    declare alike (`_SAME_IN_BOTH`), a member after `.`/`->`, a name no full header spells at any
+    scope a lookup could search (`names`, header_overlay.full_header_names) or a local variable or
+    parameter declared with fundamental types, used in its scope (`_local_scope`). So each name's
+    lookup finds the same declarations in both builds (a header cannot declare, overload or
+    hide what it never spells, argument-dependent lookup included; a local hides every outer
+    name), every type there is fundamental or the user's, and the compiler's reading of those
+    tokens, errors included, is the same. Not covered (full rebuild): templates, operators,
+    `new`/`delete`, exceptions, `using`, conditional directives in those declarations, header
+    names such as `fmaxf` or `at::Tensor` (a launch from a host function that takes a tensor),
+    locals declared with a user type or after a comma.
+    """
+    regions = _file_regions(text)
+    if regions is None:
+        return False
+    spans = [(min(r.lines), max(r.lines)) for r in regions]
+    conditional = [text[: m.start()].count("\n") + 1 for m in _CONDITIONAL.finditer(text)]
+    defines = {
+        m.group(1): m.group(2) for m in re.finditer(r"^[ \t]*#[ \t]*define[ \t]+(\w+)(.*)$", text, re.M)
+    }
+    wanted: set[int] = set()
+    for m in errors:
+        for loc in (m, *m.notes):
+            if loc.line is None:
+                continue
+            hit = [i for i, r in enumerate(regions) if loc.line in r.lines]
+            if not hit:
+                return False
+            wanted.update(hit)
+    user: set[str] = set()
+    checked: set[int] = set()
+    seen_macros: set[str] = set()
+
+    def word_ok(w: str) -> bool:
+        if w in _NOT_USER_ONLY:
+            return False
+        if w in _KEYWORDS or w in _SAME_IN_BOTH:
+            return True
+        if w in names.identifiers or w == module_name:
+            return False
+        user.add(w)
+        return True
+
+    while wanted:
+        i = wanted.pop()
+        checked.add(i)
+        r = regions[i]
+        lo, hi = spans[i]
+        if any(lo <= c <= hi for c in conditional):
+            return False
+        t = r.tokens
+        for j, w in enumerate(t):
+            if not _IDENTIFIER.fullmatch(w):
+                continue
+            prev = t[j - 1] if j else ""
+            if prev in (".", "->") and w not in _NOT_USER_ONLY:
+                continue
+            if word_ok(w):
+                continue
+            if prev == "::" or (j + 1 < len(t) and t[j + 1] == "::"):
+                return False
+            scopes = [_local_scope(r, d) for d, x in enumerate(t) if x == w]
+            if not any(s is not None and s[0] <= j <= s[1] for s in scopes):
+                return False
+        while pending := sorted(user & defines.keys() - seen_macros):
+            seen_macros.update(pending)
+            if not all(word_ok(w) for m_name in pending for w in _IDENTIFIER.findall(defines[m_name])):
+                return False
+        for k, other in enumerate(regions):
+            if k in checked or k in wanted:
+                continue
+            block = any(d == 0 and x in ("namespace", "extern") for x, d in zip(other.tokens, other.depths))
+            if any(x in user and (block or d == 0) for x, d in zip(other.tokens, other.depths)):
+                wanted.add(k)
+    return True
 
 
 _CUDA_LIBS = ("-lc10_cuda", "-ltorch_cuda", "-lcudart")

@@ -124,7 +124,10 @@ def digest_tensor(t: Any, key: int, out: Any, slot: int) -> None:
     """Add the NUM_DIGESTS digests of tensor `t` under `key` into `out[4 slot : 4 slot + 4]`; no sync."""
     import torch
 
-    x = _flat_float(t)
+    # a contiguous float32 tensor is read in place (no view to make: each op costs host time
+    # inside the timed call); anything else through a flat float32 copy
+    plain = t.dtype == torch.float32 and t.is_contiguous() and t.is_cuda
+    x = t if plain else _flat_float(t)
     n = x.numel()
     if n == 0:
         return
@@ -134,7 +137,7 @@ def digest_tensor(t: Any, key: int, out: Any, slot: int) -> None:
         threads = 256
         dest = ctypes.c_void_p(out.data_ptr() + out.element_size() * NUM_DIGESTS * slot)
         for chunk in range(math.ceil(n / _CHUNK)):  # the kernel indexes with 32-bit ints
-            part = x[chunk * _CHUNK : (chunk + 1) * _CHUNK]
+            part = x if n <= _CHUNK else x.reshape(-1)[chunk * _CHUNK : (chunk + 1) * _CHUNK]
             blocks = max(1, min(math.ceil(part.numel() / threads), 132 * 16))
             kernel(
                 blocks,
@@ -147,19 +150,25 @@ def digest_tensor(t: Any, key: int, out: Any, slot: int) -> None:
                 dest,
             )
         return
+    x = x.reshape(-1) if plain else x
     w = _weights(n, key, x.device)
     out[NUM_DIGESTS * slot : NUM_DIGESTS * (slot + 1)] += (w * x.to(torch.float64)).sum(dim=1)
 
 
-def digest(outputs: list[Any], key: int, device: Any) -> Any:
+def digest(outputs: list[Any], key: int, device: Any, out: Any = None) -> Any:
     """NUM_DIGESTS float64 digests per tensor of a forward's flattened outputs, on `device`.
 
     Each tensor gets its own key (`key` + its index), so outputs cannot be swapped. No host sync:
-    the caller reads the values back once per batch.
+    the caller reads the values back once per batch. `out`: zeroed float64 room for them made
+    beforehand (at least NUM_DIGESTS per tensor), else a new one.
     """
     import torch
 
-    out = torch.zeros(NUM_DIGESTS * max(1, len(outputs)), dtype=torch.float64, device=device)
+    need = NUM_DIGESTS * max(1, len(outputs))
+    if out is None or out.numel() < need:
+        out = torch.zeros(need, dtype=torch.float64, device=device)
+    else:
+        out = out[:need]
     for i, t in enumerate(outputs):
         if isinstance(t, torch.Tensor):
             digest_tensor(t, (key + i * 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF, out, i)

@@ -304,3 +304,13 @@ def test_a_time_within_its_noise_is_not_counted() -> None:
     wide = [0.100, 0.140, 0.060, 0.130, 0.070, 0.100]
     assert "+-10%" in interval_too_wide(wide, 0.2)[1]
     assert interval_too_wide([0.1, 0.2], 0.2) is None
+
+
+def test_digests_into_room_made_beforehand_equal_fresh_ones() -> None:
+    """A streamed call writes its digests into zeroed room made before the calls: the same values
+    as a fresh buffer, and too little room falls back to a fresh one."""
+    outs = [torch.randn(100), torch.arange(7), torch.randn(3, 3).t()]
+    fresh = witness.digest(outs, 11, "cpu")
+    room = torch.zeros(4 * 64, dtype=torch.float64)
+    assert torch.equal(witness.digest(outs, 11, "cpu", room[0:]), fresh)
+    assert torch.equal(witness.digest(outs, 11, "cpu", torch.zeros(4, dtype=torch.float64)), fresh)
