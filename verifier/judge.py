@@ -1274,6 +1274,12 @@ def main(argv: list[str] | None = None) -> int:
     sandboxed = "--no-boundary" not in args
     work = Path.cwd()
     timed = "--no-timing" not in args
+    from cudice.verifier.process import gpu_node_cpus
+
+    near = gpu_node_cpus()
+    if near:  # before torch is imported: the judge's memory near the GPU, as its runners' is
+        with contextlib.suppress(OSError):
+            os.sched_setaffinity(0, near)
     session = Session(cache, work, sandboxed=sandboxed, with_reference=timed) if cache is not None else None
     try:
         _warm()  # while the runners start and the job is on its way (a warm spare waits here)

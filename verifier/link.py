@@ -14,6 +14,7 @@ group, which ends the runners as above.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import select
@@ -26,7 +27,7 @@ from typing import IO, Any
 
 from cudice.verifier import channel
 from cudice.verifier.boundary import Missing, default_spec, probe, wrap
-from cudice.verifier.process import die_with_parent, tree_threads
+from cudice.verifier.process import gpu_node_cpus, start_near_gpu, tree_threads
 
 Reply = tuple[dict[str, Any], list[bytearray]]
 
@@ -94,7 +95,7 @@ class RunnerLink:
             stdout=self._log,
             stderr=self._log,
             env=env,
-            preexec_fn=die_with_parent,
+            preexec_fn=functools.partial(start_near_gpu, gpu_node_cpus()),
         )
         theirs.close()
         os.close(report_w)

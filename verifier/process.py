@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import os
 import signal
 import subprocess
@@ -179,10 +180,10 @@ def distinct_cpus(count: int, prefer: set[int] | None = None) -> list[int]:
     return picked
 
 
-def cpus_of_node(node: int) -> set[int]:
+def cpus_of_node(node: int, root: str = "/sys") -> set[int]:
     """The CPUs of NUMA node `node` (/sys's cpulist, e.g. "0-7,16-23"); empty when unknown."""
     try:
-        text = _read(f"/sys/devices/system/node/node{node}/cpulist")
+        text = _read(f"{root}/devices/system/node/node{node}/cpulist")
     except OSError:
         return set()
     cpus: set[int] = set()
@@ -190,6 +191,41 @@ def cpus_of_node(node: int) -> set[int]:
         lo, _, hi = part.partition("-")
         cpus.update(range(int(lo), int(hi or lo) + 1))
     return cpus
+
+
+@functools.cache
+def gpu_node_cpus(root: str = "/sys") -> frozenset[int]:
+    """The CPUs of the NUMA node the machine's NVIDIA GPUs hang on, within this process's
+    affinity; empty when there is no such GPU, the GPUs sit on different nodes, or /sys does not
+    say. A process started on these CPUs allocates its memory there (first touch), so the judge
+    and both runners keep their memory as near the GPU as each other: a process whose memory
+    landed on the far node is slower in every step of a timed call, not only in the kernel."""
+    nodes: set[int] = set()
+    try:
+        devices = os.listdir(f"{root}/bus/pci/devices")
+    except OSError:
+        return frozenset()
+    for dev in devices:
+        base = f"{root}/bus/pci/devices/{dev}"
+        try:
+            if _read(f"{base}/vendor") != "0x10de" or not _read(f"{base}/class").startswith("0x03"):
+                continue
+            nodes.add(int(_read(f"{base}/numa_node")))
+        except (OSError, ValueError):
+            continue
+    if len(nodes) != 1 or min(nodes) < 0:
+        return frozenset()
+    allowed = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
+    return frozenset(cpus_of_node(min(nodes), root) & set(allowed))
+
+
+def start_near_gpu(cpus: frozenset[int]) -> None:
+    """preexec: die with the parent (`die_with_parent`), and run on `cpus` (`gpu_node_cpus`, worked
+    out in the parent) when that set is not empty."""
+    die_with_parent()
+    if cpus:
+        with contextlib.suppress(OSError):
+            os.sched_setaffinity(0, cpus)
 
 
 @contextlib.contextmanager

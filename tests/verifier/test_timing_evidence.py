@@ -314,3 +314,28 @@ def test_digests_into_room_made_beforehand_equal_fresh_ones() -> None:
     room = torch.zeros(4 * 64, dtype=torch.float64)
     assert torch.equal(witness.digest(outs, 11, "cpu", room[0:]), fresh)
     assert torch.equal(witness.digest(outs, 11, "cpu", torch.zeros(4, dtype=torch.float64)), fresh)
+
+
+def test_the_gpus_numa_node_is_read_from_sys(tmp_path: Path) -> None:
+    """The judge and its runners start on the CPUs of the node the NVIDIA GPU hangs on; a machine
+    with GPUs on two nodes, or none, leaves them where they are."""
+    from cudice.verifier.process import gpu_node_cpus
+
+    def device(name: str, vendor: str, cls: str, node: int) -> None:
+        d = tmp_path / "bus/pci/devices" / name
+        d.mkdir(parents=True)
+        (d / "vendor").write_text(vendor + "\n")
+        (d / "class").write_text(cls + "\n")
+        (d / "numa_node").write_text(f"{node}\n")
+
+    allowed = sorted(os.sched_getaffinity(0))
+    node_dir = tmp_path / "devices/system/node/node1"
+    node_dir.mkdir(parents=True)
+    (node_dir / "cpulist").write_text(f"{allowed[0]}-{allowed[-1]},9999\n")
+    device("0000:00:01.0", "0x8086", "0x060400", 0)  # a bridge on node 0
+    device("0000:1b:00.0", "0x10de", "0x030200", 1)  # the GPU on node 1
+    assert gpu_node_cpus(str(tmp_path)) == frozenset(allowed)  # 9999 is not this process's
+    device("0000:9b:00.0", "0x10de", "0x030200", 0)  # a second GPU on the other node
+    gpu_node_cpus.cache_clear()
+    assert gpu_node_cpus(str(tmp_path)) == frozenset()
+    assert gpu_node_cpus(str(tmp_path / "nowhere")) == frozenset()
