@@ -193,7 +193,7 @@ def print_report(console: Console, result: VerifyResult, wall_s: float) -> None:
                 f"{t.max_ms:.4f}",
             )
         console.print(table)
-        flag = " [yellow](suspicious: not counted)[/]" if result.is_suspicious else ""
+        flag = " [yellow](not counted: see timing.suspicious)[/]" if result.is_suspicious else ""
         console.print(f"speedup {result.speedup:.2f}x (pessimistic {result.speedup_min or 0:.2f}x){flag}")
     reached = STAGES.index(result.stage.value)
     skipped = [s for s in STAGES[reached + 1 :]]
