@@ -931,11 +931,7 @@ class _Judge:
         times: list[float] = []
         digests: list[list[float]] = []
         sock = link.sock
-        collecting = gc.isenabled()
-        gc.disable()  # no collection pause of the judge's inside a call's clock
-        with contextlib.ExitStack() as restore, self._talking(link, Stage.TIMING), self._shared():
-            if collecting:
-                restore.callback(gc.enable)
+        with _no_collection(), self._talking(link, Stage.TIMING), self._shared():
             channel.send(
                 sock,
                 {
@@ -1234,6 +1230,18 @@ def interval_too_wide(cand_ms: list[float], ref_ms: float) -> tuple[float, str] 
         f"repetitions), wider than the +-{allowed:.0%} this clock promises at this size: the two "
         "runners' call times differ by less than their noise"
     )
+
+
+@contextlib.contextmanager
+def _no_collection() -> Iterator[None]:
+    """No garbage collection pause of the judge's inside a call's clock; the collector as it was after."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if collecting:
+            gc.enable()
 
 
 def _q25(xs: list[float]) -> float:
