@@ -522,8 +522,8 @@ class _Judge:
         self._add_wall("timing.rounds", t_rounds)
         if TRACE:  # the runners' own account of their timed calls: reported, never used
             for link in links:
-                rep, _ = self._ask(link, {"op": "trace"}, Stage.TIMING)
-                for name, us in (rep.get("trace") or {}).items():
+                said, _ = self._ask(link, {"op": "trace"}, Stage.TIMING)
+                for name, us in (said.get("trace") or {}).items():
                     if isinstance(us, (int, float)):
                         self.walls[f"timing.trace_{link.role}_{name}_us"] = float(us)
         found += self._guards()

@@ -152,7 +152,7 @@ def toggle_planned(plans: list[Plan], key: int) -> None:
     for pl in plans:
         k = tensor_key(key, pl.index)
         if pl.words is not None:
-            kernel = _cuda_kernel() if pl.words.is_cuda and pl.ptr.value % 4 == 0 else None
+            kernel = _cuda_kernel() if pl.words.is_cuda and (pl.ptr.value or 0) % 4 == 0 else None
             if kernel is not None:
                 kernel(
                     pl.blocks, _THREADS, pl.ptr, pl.nwords, ctypes.c_uint(k & _MASK32), ctypes.c_uint(k >> 32)
