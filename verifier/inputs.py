@@ -89,11 +89,17 @@ def secret_seed() -> int:
     return secrets.randbits(63)
 
 
-def make_inputs(get_inputs: Callable[[], Any], seed: int, dist: str, device: str) -> list[Any]:
+def make_inputs(
+    get_inputs: Callable[[], Any], seed: int, dist: str, device: str, *, draw_on_device: bool = False
+) -> list[Any]:
     """Run `get_inputs()` with seeded, `dist`-shaped random factories; tensors moved to `device`.
 
     Returns the list `get_inputs()` returned (shapes and dtypes as it made them). Raises
     `ValueError` for an unknown `dist` and `InputsError` when `get_inputs()` raises.
+    `draw_on_device`: factories without a device draw on `device` itself (`torch.device` as the
+    default device): a large input is then drawn in microseconds instead of seconds on the CPU.
+    Other values than a CPU draw, equally seeded; where `get_inputs()` fails that way, it runs again
+    on the CPU.
     """
     import torch
 
@@ -102,7 +108,12 @@ def make_inputs(get_inputs: Callable[[], Any], seed: int, dist: str, device: str
             f"unknown input distribution {dist!r}; use one of {', '.join(DISTRIBUTIONS)} (verifier/inputs.py)"
         )
     try:
-        values = _run(get_inputs, seed, dist)
+        values = None
+        if draw_on_device and device != "cpu":
+            with contextlib.suppress(Exception):  # e.g. a get_inputs() that needs CPU tensors
+                values = _run(get_inputs, seed, dist, device)
+        if values is None:
+            values = _run(get_inputs, seed, dist)
     except Exception as exc:
         only_here = dist != "as_given" and _runs(get_inputs, seed, "as_given")
         why = (
@@ -127,14 +138,15 @@ def _runs(get_inputs: Callable[[], Any], seed: int, dist: str) -> bool:
     return True
 
 
-def _run(get_inputs: Callable[[], Any], seed: int, dist: str) -> list[Any]:
+def _run(get_inputs: Callable[[], Any], seed: int, dist: str, default_device: str | None = None) -> list[Any]:
     import torch
 
     is_initialized = torch.cuda.is_initialized()  # type: ignore[no-untyped-call]
     cuda = list(range(torch.cuda.device_count())) if is_initialized else []
     with _LOCK, torch.random.fork_rng(devices=cuda):
         torch.manual_seed(seed % 2**63)  # draws no factory below makes: seeded, the caller's state restored
-        with _patched(_Draws(seed, dist), get_inputs):
+        where = torch.device(default_device) if default_device else contextlib.nullcontext()
+        with _patched(_Draws(seed, dist), get_inputs), where:
             return list(get_inputs())
 
 

@@ -870,7 +870,9 @@ class _Judge:
 
         return list(
             call_or_stop(
-                lambda: make_inputs(ref_mod.get_inputs, secret_seed(), "as_given", self.device),
+                lambda: make_inputs(
+                    ref_mod.get_inputs, secret_seed(), "as_given", self.device, draw_on_device=True
+                ),
                 Stage.TIMING,
                 Location(self.ref_path, 1, 1),
             )

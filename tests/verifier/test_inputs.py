@@ -296,3 +296,31 @@ def test_inputs_land_on_the_device_and_draws_there_are_seeded() -> None:
     a, b = (make_inputs(get_inputs, 9, "shifted", "cuda") for _ in range(2))
     assert a[0].is_cuda and a[1].is_cuda and torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
     assert torch.equal(a[1], a[1].tril())
+
+
+@pytest.mark.gpu
+def test_drawing_on_the_device_is_seeded_and_keeps_the_structure() -> None:
+    """The judge's timed sets are drawn on the GPU itself: same seed, same values; `tril` and the
+    like keep their structure; a tensor that get_inputs() puts on the CPU explicitly still arrives."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+
+    def get_inputs() -> list[Any]:
+        return [torch.tril(torch.randn(64, 64)), torch.randn(8, device="cpu"), 3]
+
+    a, b = (make_inputs(get_inputs, 5, "as_given", "cuda", draw_on_device=True) for _ in range(2))
+    assert a[0].is_cuda and a[1].is_cuda and a[2] == 3
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) and torch.equal(a[0], a[0].tril())
+
+
+def test_a_get_inputs_that_cannot_draw_on_the_device_is_drawn_on_the_cpu() -> None:
+    """Where drawing on the device fails, get_inputs() runs again on the CPU: the same values as a
+    plain CPU draw (the meta device stands in for a device it cannot draw on)."""
+
+    def get_inputs() -> list[Any]:
+        x = torch.randn(16)
+        return [x, float(x.sum())]  # a host value: cannot be read from a meta tensor
+
+    got = make_inputs(get_inputs, 7, "as_given", "meta", draw_on_device=True)
+    want = make_inputs(get_inputs, 7, "as_given", "cpu")
+    assert got[0].device.type == "meta" and got[1] == want[1]
