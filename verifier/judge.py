@@ -15,10 +15,11 @@ in-runner observations, one randomly chosen trial profiled; then a repeated call
 constancy across trials, guards; 4. timing (`_timing`): the reference's time per call by CUDA events in
 the judge (as an in-process harness measures it; the reference is trusted code), the candidate's
 as that time plus the difference of the two runners' per-call times by the judge's clock. Each
-call is one request, timed from request to reply: it runs on a fresh input set staged sealed
-before the clock (seal.py) and unsealed inside it, and its reply must carry a keyed digest of its
-outputs (witness.py), checked against the reference's, so calls can neither overlap nor end
-after the reply; two outputs of each repetition are compared in full afterwards. Both runners do
+call is one binary message of a stream, timed from the message to its answer: it runs on a fresh
+input set staged sealed before the clock (seal.py) and unsealed inside it, and its answer must
+carry a keyed digest of its outputs (witness.py), checked against the reference's, so calls can
+neither overlap nor end after their answer; two outputs of each repetition are compared in full
+afterwards. Both runners do
 the same work around each call (round trip, unsealing, digest), so it cancels in the difference.
 Timed work runs alone on the GPU (gpu_lease.py) once a probe finds no other process's work queued
 on it; threads are counted from /proc outside the runners.
@@ -557,7 +558,7 @@ class _Judge:
         if cand_med < 0.5 * floor_ms:
             unresolved.append(
                 f"the candidate's time per call ({cand_med:.4f} ms: the reference's {ref_ms:.4f} ms plus "
-                f"the difference of the two runners' requests) is below half the cost of launching one "
+                f"the difference of the two runners' calls) is below half the cost of launching one "
                 f"kernel ({floor_ms:.4f} ms): the runner's own loop was bypassed, or the difference is noise"
             )
         spread = interval_too_wide(cand_ms, ref_ms)
@@ -584,7 +585,7 @@ class _Judge:
             self.out,
             self.diags,
             f"; L2 {cfg.l2_policy}; the reference timed by {clock} in the judge, the candidate as that "
-            f"plus the difference of the two runners' times per request, {calls} calls on fresh inputs "
+            f"plus the difference of the two runners' times per call, {calls} calls on fresh inputs "
             f"per runner and repetition, {len(deltas)} repetitions",
         )
 
@@ -656,7 +657,7 @@ class _Judge:
         and scheduled again. The candidate's runner is stopped while the reference is timed, so its
         code cannot launch work beside the reference's calls once the GPU is found idle; the
         reference's is stopped while the candidate is timed, so that both runners come to every
-        timed request the same way (just continued, nothing else of theirs running). A runner that
+        timed call the same way (just continued, nothing else of theirs running). A runner that
         cannot be stopped marks the timing unresolved."""
         from cudice.verifier.process import paused
 
