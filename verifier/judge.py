@@ -784,7 +784,9 @@ class _Judge:
         # 3. the reference's event times, then each runner's calls streamed, the other runner stopped
         # and the GPU idle (nothing of the other runner's beside it), every process on its own core
         with self._exclusive(), pinned(self._pins) as took:
-            self.walls["timing.pinned"] = float(bool(took) and all(took.values()))
+            # every repetition's pins took (the wall is the smallest over the repetitions)
+            now = float(bool(took) and all(took.values()))
+            self.walls["timing.pinned"] = min(self.walls.get("timing.pinned", 1.0), now)
             with self._paused(self.session.cand, busy):
                 self._wait_gpu_idle(busy)
                 ref_events += self._event_times(model, self.event_inputs, events)

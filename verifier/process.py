@@ -127,20 +127,24 @@ def paused(pid: int) -> Iterator[bool]:
                     continue
                 except OSError:
                     ok = False
-        deadline = time.monotonic() + 2.0  # a stop signal is delivered asynchronously
-        for p in stopped:
-            while process_state(p) not in "TtZX" and time.monotonic() < deadline:
-                pass
-            ok = ok and process_state(p) in "TtZX"
+        # a stop signal is delivered asynchronously
+        ok = _await_states(stopped, lambda state: state in "TtZX") and ok
         yield ok and bool(stopped)
     finally:
         for p in stopped:
             with contextlib.suppress(OSError):
                 os.kill(p, signal.SIGCONT)
-        deadline = time.monotonic() + 2.0  # continued means scheduled again: no stopped state left
-        for p in stopped:
-            while process_state(p) in "Tt" and time.monotonic() < deadline:
-                pass
+        _await_states(stopped, lambda state: state not in "Tt")  # continued: scheduled again
+
+
+def _await_states(pids: list[int], wanted: Any, within_s: float = 2.0) -> bool:
+    """Poll /proc until every process of `pids` is in a state `wanted(state)` accepts, at most
+    `within_s` in all; whether they all got there."""
+    deadline = time.monotonic() + within_s
+    for p in pids:
+        while not wanted(process_state(p)) and time.monotonic() < deadline:
+            pass
+    return all(wanted(process_state(p)) for p in pids)
 
 
 def descendant_running(pid: int, module: str) -> int | None:
