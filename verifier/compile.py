@@ -26,11 +26,16 @@ undefined`, g++'s `'vv' was not declared in this scope`) stands too when no full
 it at a scope a lookup could search (header_overlay.full_header_names: the full headers
 preprocessed, their namespace/class/enum-scope words and macro names) and it sits where it can
 only be read: a name that no header declares is undeclared in the full build as well, with the
-same message (details and limits in `slim_errors_stand`). Every other failure (names the full
+same message (details and limits in `slim_errors_stand`). So do the user's own `#error` lines,
+and any error (a type error, a redefinition, a wrong argument count) inside file-scope
+declarations where every name is the user's own, a local, a keyword or a CUDA built-in, and
+every declaration of those names is such too (`_only_user_declarations`: a header cannot
+declare, overload or hide a name it never spells). Every other failure (names the full
 headers spell, qualified or member names, no member, incomplete types, overloads, templates,
-errors in headers) still gets the full rebuild. The macro comparison and the name list cost a
-few preprocessor runs (~5-15 s together) the first time per toolchain and set of `#include`
-lines, then are read from the overlay folder (the name list ~1 MB).
+errors in headers, errors in host functions that take tensors) still gets the full rebuild.
+The macro comparison and the name list cost a few preprocessor runs (~5-15 s together) the
+first time per toolchain and set of `#include` lines, then are read from the overlay folder
+(the name list ~1 MB).
 CUDA-library headers missing on this machine (a CPU-only torch, a minimal CUDA toolkit) are
 replaced by stand-ins searched last; when a failure comes from what they lack,
 the result is `undecided` (compile.headers_unavailable), never a compile error.
@@ -43,9 +48,10 @@ Compiler messages are parsed (compiler_messages.py) and mapped through the gener
 line map (generated.py) into the `.py` document; messages on lines cudice wrote (implicit
 headers, pybind glue) or in unmappable sources point at the `load_inline` call.
 
-Not covered: errors about the user's own declarations (wrong argument counts, redefinitions,
-`__global__` misuse), and undeclared names the full headers spell anywhere at an outer scope
-(also as a template argument or in a class body), still pay the full rebuild; the macro
+Not covered: errors about the user's own declarations where a header name is near (a launch
+from a host function that takes `torch::Tensor`, a kernel calling `fmaxf`), and undeclared
+names the full headers spell anywhere at an outer scope (also as a template argument or in a
+class body), still pay the full rebuild; the macro
 comparison takes nvcc's host pass as its device pass with `-U__CUDA_ARCH__` (not the exact
 defines of cudafe's host pass; the name list undefines `CUDA_DOUBLE_MATH_FUNCTIONS` too, the
 other define `nvcc --dryrun` shows only the device pass gets), and compares the macros at
@@ -104,9 +110,9 @@ class BuildResult:
     cached: bool
     cancelled: bool = False
     timed_out: bool = False
-    # "fast": every object's outcome is its slim compile (a failed one only when its errors are
-    # structural: `slim_errors_stand`); "fallback": a slim object failed and was rebuilt with the
-    # full headers; "full": no slim attempt (mode="full" or `slim_blocker` said why)
+    # "fast": every object's outcome is its slim compile (a failed one only when the full build's
+    # errors would be the same: `slim_errors_stand`); "fallback": a slim object failed and was
+    # rebuilt with the full headers; "full": no slim attempt (mode="full" or `slim_blocker` said why)
     build_path: str = "full"
     step_wall_s: dict[str, float] = field(
         default_factory=dict
@@ -133,8 +139,8 @@ def build_module(
 
     `mode="auto"` compiles each object with the slim headers first (header_overlay.py) and
     rebuilds an object whose slim compile failed with torch's full headers, so every error and
-    its location are the full build's (the rebuild is skipped only for structural errors that
-    the full build reports identically: `slim_errors_stand`); `"full"` skips the slim attempt;
+    its location are the full build's (the rebuild is skipped only for errors that the full
+    build reports identically: `slim_errors_stand`); `"full"` skips the slim attempt;
     `"fast"` reports the slim outcome without falling back (tests compare the two). `main.cpp`
     and `cuda.cu` compile in parallel, each through the object cache (buildsteps.py). Blocks
     until done; `cancel.is_set()` is polled and kills the compilers.
@@ -378,8 +384,11 @@ def slim_errors_stand(
     True only when every error message (and its notes) lies in the file `name` itself, the text
     both builds compile (the user's lines, or cudice's implicit lines after an unclosed brace;
     none in a header, none unlocated), each is a structural error (`_STRUCTURAL`: a missing `;`,
-    `)` or `}`, an extra `}`, a stray character, an unterminated string) or an undeclared name
-    the full headers cannot declare (below), and no identifier anywhere in the file is a macro
+    `)` or `}`, an extra `}`, a stray character, an unterminated string), an undeclared name
+    the full headers cannot declare (below), an `#error` on one of the file's own lines, or an
+    error without a spelling hint inside declarations only the user's names make up
+    (`_only_user_declarations`, with `declared` as below, after the same `#include`/`#define`
+    rule), and no identifier anywhere in the file is a macro
     that the full and slim headers define differently (`differing(name, includes)`,
     header_overlay.macro_differences: with the file's own `#include`s for the whole file, and
     without them for the text up to its last `#include`, where a macro the full headers define
@@ -750,7 +759,7 @@ def _file_regions(text: str) -> list[_Region] | None:
 
 
 def _local_scope(r: _Region, d: int) -> tuple[int, int] | None:
-    """The tokens where the name `r.tokens[d]` means the local variable or parameter declared there, if it is one.
+    """Where the name `r.tokens[d]` means the local or parameter declared there, if it is one.
 
     A declaration here: fundamental type words, `*` and `&` before the name (at least one word),
     after `;`, `{`, `}` (a block's statement), `(` or `,` (a parameter of the region's function,
@@ -861,8 +870,9 @@ def _only_user_declarations(
         for k, other in enumerate(regions):
             if k in checked or k in wanted:
                 continue
-            block = any(d == 0 and x in ("namespace", "extern") for x, d in zip(other.tokens, other.depths))
-            if any(x in user and (block or d == 0) for x, d in zip(other.tokens, other.depths)):
+            pairs = list(zip(other.tokens, other.depths, strict=True))
+            block = any(d == 0 and x in ("namespace", "extern") for x, d in pairs)
+            if any(x in user and (block or d == 0) for x, d in pairs):
                 wanted.add(k)
     return True
 

@@ -5,7 +5,8 @@ Formats handled:
   `remark`, `catastrophic error`), followed by the source line and a caret line that gives
   the column; `detected during instantiation of ... at line N of path` becomes a note;
 - gcc/clang: `path:line:col: error|warning|note|fatal error: message`, with
-  `In file included from path:line` chains kept as the message's include chain;
+  `In file included from path:line` chains kept as the message's include chain; the source
+  and caret lines gcc echoes under a message (`  7 | #error x`) are skipped, not read as messages;
 - anything else that says `error` (linker, ninja) is kept as an unlocated message.
 
 Not covered: SARIF/JSON diagnostics output and localised (non-English) compiler messages;
@@ -28,6 +29,8 @@ GCC = re.compile(
 INCLUDED = re.compile(r"^(?:In file included|\s+) from (?P<file>[^:]+):(?P<line>\d+)")
 INSTANTIATION = re.compile(r"detected during.*? at line (?P<line>\d+) of (?P<file>\S+)")
 UNLOCATED_ERROR = re.compile(r"(?i)\b(error|undefined reference|ld returned)\b")
+# gcc (9+) echoes the source line and its caret under a message: `    7 | #error x`, `      |  ^~~~~`
+GCC_ECHO = re.compile(r"^ *\d* \|(?: |$)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +91,8 @@ def parse_messages(output: str) -> list[CompilerMessage]:
             else:
                 out.append(msg)
             i += 1
+            while i < len(lines) and GCC_ECHO.match(lines[i]):  # a source line saying `error` is no message
+                i += 1
             continue
         if (
             UNLOCATED_ERROR.search(text)

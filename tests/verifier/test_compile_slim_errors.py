@@ -401,3 +401,157 @@ def test_undeclared_name_only_the_full_headers_declare_gets_the_full_build(
     assert outcome(misused) == outcome(full), (misused.output[-2000:], full.output[-2000:])
     messages = [d.message for d in misused.diagnostics if d.severity is Severity.ERROR]
     assert messages and not any("undefined" in m for m in messages), messages  # the full build's words
+
+
+# --- `#error` and errors about the user's own declarations ---------------------------------------
+
+KERNEL = (
+    "#include <cstdint>\n"
+    "__global__ void relu_kernel(const float* __restrict__ x, float* __restrict__ out, int64_t n) {\n"
+    "    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;\n"
+    "    for (; i < n; i += gridDim.x) {\n"
+    "        float v = x[i];\n"
+    "        out[i] = v > 0.0f ? v : 0.0f;\n"
+    "    }\n"
+    "}\n"
+)
+LAUNCH = "void launch(const float* x, float* o, int64_t n) { relu_kernel<<<1, 32>>>(x, o); }\n"
+# the kernel's parameters and locals carry names some header spells (members, enumerators):
+# they are found as locals all the same
+HEADER_WORDS = ("x", "n", "i", "out", "v", "o", "p", "fmaxf", "at", "Tensor")
+# errors in code whose every name is the user's, a local, a keyword or a CUDA built-in: kept
+USER_ONLY_KEPT = {
+    "hash_error": KERNEL.replace("\n", "\n#error this kernel needs sm_90\n", 1),
+    "type_error": KERNEL.replace("float v = x[i];", "float* p = x; float v = p[i];"),
+    "redefinition": KERNEL
+    + "__global__ void relu_kernel(const float* __restrict__ x, float* __restrict__ out, int64_t n) { }\n",
+    "launch_arity": KERNEL + LAUNCH,
+    # after the last `#include` (one before it could change what a header declares)
+    "user_macro": KERNEL.replace("\n", "\n#define BLOCK 256\n", 1).replace(
+        "float v = x[i];", "float* p = x; float v = p[i] * BLOCK;"
+    ),
+}
+# the same errors where a header could change the reading: the full build decides
+USER_ONLY_NOT_KEPT = {
+    # a function only the headers declare, beside the error
+    "header_function": KERNEL.replace("float v = x[i];", "float* p = x; float v = fmaxf(p[i], 0.f);"),
+    # a file-scope name a header spells (not a local): which declaration it is, the full build says
+    "header_global": "float p[4];\n"
+    + KERNEL.replace("float v = x[i];", "const float* r = p; float* w = r; float v = x[i];"),
+    # another declaration of the kernel's name takes a header type: overload resolution differs
+    "overload_elsewhere": "namespace at { struct Tensor {}; }\nvoid relu_kernel(at::Tensor t);\n"
+    + KERNEL
+    + LAUNCH,
+    # a user macro whose body names a header function
+    "macro_body": KERNEL.replace("\n", "\n#define CLAMP(a) fmaxf(a, 0.f)\n", 1).replace(
+        "float v = x[i];", "float* p = x; float v = CLAMP(p[i]);"
+    ),
+    # conditional compilation inside the declaration
+    "conditional": KERNEL.replace("float v = x[i];", "\n#if 1\nfloat* p = x;\n#endif\nfloat v = p[i];"),
+    # a template: instantiated from code the rule does not read
+    "template": KERNEL.replace("__global__ void", "template <typename T> __global__ void").replace(
+        "float v = x[i];", "float* p = x; float v = p[i];"
+    )
+    + "template __global__ void relu_kernel<int>(const float* __restrict__, float* __restrict__, int64_t);\n",
+}
+
+
+def _user_only(text: str, cuda: bool) -> str:
+    """The case for `cuda`, or its host-only spelling for g++ (no launch syntax, no built-ins)."""
+    if cuda:
+        return text
+    for a, b in (
+        ("__global__ ", ""),
+        ("<<<1, 32>>>", ""),
+        ("__restrict__ ", ""),
+        ("(int64_t)blockIdx.x * blockDim.x + threadIdx.x", "0"),
+        ("gridDim.x", "1"),
+    ):
+        text = text.replace(a, b)
+    return text
+
+
+@needs_nvcc
+@pytest.mark.parametrize("cuda", [False, True], ids=["g++", "nvcc"])
+@pytest.mark.parametrize("case", sorted(USER_ONLY_KEPT))
+def test_errors_about_the_users_own_declarations_stand(case: str, cuda: bool, tmp_path: Path) -> None:
+    module, name, output = _compile(tmp_path, _user_only(USER_ONLY_KEPT[case], cuda), cuda)
+    assert slim_errors_stand(module, name, output, _no_macros, _names(*HEADER_WORDS)), output
+    # ... not when a macro differs, or (past `#error`) when the header names are unknown or a
+    # header spells the kernel's name
+    assert not slim_errors_stand(module, name, output, lambda n, i: frozenset({"x", "n", "i"}))
+    if case != "hash_error":
+        assert not slim_errors_stand(module, name, output, _no_macros, lambda n, i: None)
+        assert not slim_errors_stand(module, name, output, _no_macros, _names(*HEADER_WORDS, "relu_kernel"))
+
+
+@needs_nvcc
+@pytest.mark.parametrize("cuda", [False, True], ids=["g++", "nvcc"])
+@pytest.mark.parametrize("case", sorted(USER_ONLY_NOT_KEPT))
+def test_errors_where_a_header_could_matter_go_to_the_full_build(
+    case: str, cuda: bool, tmp_path: Path
+) -> None:
+    module, name, output = _compile(tmp_path, _user_only(USER_ONLY_NOT_KEPT[case], cuda), cuda)
+    assert not slim_errors_stand(module, name, output, _no_macros, _names(*HEADER_WORDS)), output
+
+
+def test_a_source_line_gcc_echoes_is_not_a_second_error() -> None:
+    """gcc prints `    2 | #error x` under the message: one error, not two."""
+    from cudice.verifier.compiler_messages import parse_messages
+
+    output = (
+        "/b/main.cpp:2:2: error: #error needs sm_90\n    2 | #error needs sm_90\n      |  ^~~~~\n"
+        "/b/main.cpp:5:20: error: invalid conversion from 'const float*' to 'float*' [-fpermissive]\n"
+        "    5 |     float* p = x;\n      |                ^\n      |                |\n"
+        "      |                const float*\n"
+    )
+    assert [(m.line, m.message) for m in parse_messages(output)] == [
+        (2, "#error needs sm_90"),
+        (5, "invalid conversion from 'const float*' to 'float*' [-fpermissive]"),
+    ]
+
+
+# relu_cuda.py with an error in the kernel only the user's declarations explain (a type error),
+# one in a `#error` line, one in a host function that takes a tensor (the launch's arity: the
+# headers declare at::Tensor, so the full build decides)
+USER_TYPE_ERROR = GOOD.replace("float v = x[i];", "float* p = x; float v = p[i];")
+USER_HASH_ERROR = GOOD.replace(
+    "#include <cuda_runtime.h>\n", "#include <cuda_runtime.h>\n#error needs sm_90\n"
+)
+LAUNCH_ARITY = GOOD.replace("out.data_ptr<float>(), n);", "out.data_ptr<float>());")
+
+
+@needs_nvcc
+@pytest.mark.slow
+@BUILD_TIMEOUT
+@pytest.mark.parametrize(
+    ("case", "text", "line_of"),
+    [
+        ("slim_type_error", USER_TYPE_ERROR, "        float* p = x; float v = p[i];"),
+        ("slim_hash_error", USER_HASH_ERROR, "#error needs sm_90"),
+    ],
+)
+def test_user_only_error_is_reported_from_the_slim_build_alone(
+    case: str, text: str, line_of: str, session_config: VerifyConfig
+) -> None:
+    auto = _build(text, case, session_config, "auto")
+    assert not auto.ok and auto.build_path == "cabi-fast", (auto.build_path, auto.output[-2000:])
+    assert set(auto.step_wall_s) == {"slim.cuda.cu"}  # no full-header compile ran
+    full = _build(text, case, session_config, "full")
+    assert not full.ok and full.build_path == "full"
+    assert outcome(auto) == outcome(full), (auto.output[-2000:], full.output[-2000:])
+    assert _errors(auto) == {text.splitlines().index(line_of) + 1}, auto.diagnostics
+    assert len([d for d in auto.diagnostics if d.severity is Severity.ERROR]) == 1, auto.diagnostics
+
+
+@needs_nvcc
+@pytest.mark.slow
+@BUILD_TIMEOUT
+def test_arity_error_in_a_host_function_taking_tensors_gets_the_full_build(
+    session_config: VerifyConfig,
+) -> None:
+    auto = _build(LAUNCH_ARITY, "slim_launch_arity", session_config, "auto")
+    assert not auto.ok and auto.build_path == "cabi-fallback", (auto.build_path, auto.output[-2000:])
+    assert "cuda.cu" in auto.step_wall_s  # rebuilt with the full headers
+    full = _build(LAUNCH_ARITY, "slim_launch_arity", session_config, "full")
+    assert outcome(auto) == outcome(full), (auto.output[-2000:], full.output[-2000:])
