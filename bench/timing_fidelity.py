@@ -268,9 +268,8 @@ def print_table(rows: dict[str, dict[str, object]], l2: str) -> None:
         for key in ("alone", "alone2", "x12"):
             r = row.get(key, {})
             s = r.get("speedup") if isinstance(r, dict) else None
-            cells.append(
-                f"{s:.2f}" if isinstance(s, float) else str(r.get("verdict") if isinstance(r, dict) else "-")
-            )
+            verdict = r.get("verdict") if isinstance(r, dict) else None
+            cells.append(f"{s:.2f}" if isinstance(s, float) else str(verdict or "-"))
         rs = []
         for key in ("alone", "x12"):
             r = row.get(key, {})
