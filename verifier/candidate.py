@@ -11,7 +11,7 @@ it on the inputs it receives and answers requests:
 - `call`    one forward on them, with in-process observations (inputs unchanged, outputs plain
             and not aliasing the inputs, no new threads, free memory poisoned with NaN first);
 - `fetch`   send the last outputs back;
-- `stage`   keep the input sets of the next timed batches (sent by the judge before its clock starts);
+- `stage`   keep the input sets of the next timed calls (sent by the judge before its clock starts);
 - `stream`  timed calls, one binary message each (channel.py): unseal a staged set, forward,
             the keyed digests of its outputs (witness.py), sent back at once. The judge's clock
             runs from each call's message to its digests, a reply cannot be right before every
@@ -151,7 +151,7 @@ class Server:
         self.dispatch: dict[str, str] = {}
         self.hooks: dict[str, int] = {}
         self.flush: Any = None
-        self.sets: list[list[Any]] = []  # staged input sets of the timed batches
+        self.sets: list[list[Any]] = []  # staged input sets of the timed calls
         self.seal_plans: list[list[Any]] = []  # per staged set, its seal.Plan list
         self.digest_room: Any = None  # zeroed (calls, 4 * DIGEST_SLOTS) float64 during a stream
         self.kept: dict[int, Any] = {}  # every output of the timed calls since the last staging, by set

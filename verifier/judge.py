@@ -67,7 +67,7 @@ TIMING_BUDGET_S = 20.0  # past this, and past MIN_REPETITIONS, a timing stops re
 TRACE = bool(os.environ.get("CUDICE_TIMING_TRACE"))  # runners report where timed calls spend time
 WARMUP_CHUNK = 16  # timed calls per warm-up stream
 SPIN_S = 0.05  # how long the judge and a runner poll for the next message while calls are timed
-GPU_IDLE_WAIT_S = 5.0  # how long a timed batch waits for work of other processes to leave the GPU
+GPU_IDLE_WAIT_S = 5.0  # how long timed calls wait for work of other processes to leave the GPU
 _rng = secrets.SystemRandom()
 
 
@@ -739,7 +739,7 @@ class _Judge:
         profile: bool,
     ) -> list[Diagnostic]:
         """One repetition: fresh sealed sets; alone on an idle GPU, `events` event-timed calls of the
-        reference here and the timed batches of both runners; then the digests and two full checks."""
+        reference here and the timed calls of both runners; then the digests and two full checks."""
         import torch
         from cudice.verifier import seal, witness
         from cudice.verifier.dynamic_checks import flatten_outputs
@@ -968,7 +968,7 @@ class _Judge:
 
     def _profile_batch(self, indices: list[int]) -> list[Diagnostic]:
         """The kernels of an untimed batch (the same request as a timed one, profiled)."""
-        # seals None: these sets were unsealed by the timed batch
+        # seals None: these sets were unsealed by the timed calls
         header = self._batch_request(indices, None, profile=True)
         t0 = time.perf_counter()
         rep, _ = self._ask(self.session.cand, header, Stage.TIMING, deadline_s=self._limit_s(len(indices)))

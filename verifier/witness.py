@@ -1,7 +1,7 @@
 """Proof of work for timed calls: a keyed, non-linear digest of every output, checked by the judge.
 
-The judge's clock stops when a timed batch's reply arrives, and that reply carries, for every
-call of the batch, `digest(outputs, key)`: `sum_j w_j * x_j` over each output tensor, where the
+The judge's clock stops when a timed call's answer arrives, and that answer carries
+`digest(outputs, key)`: `sum_j w_j * x_j` over each output tensor, where the
 signed weight `w_j`, of magnitude in [0.5, 1.5), comes from a hash of the element index and a
 64-bit key the judge draws for that call. The digest needs every element of every output, so a
 reply cannot be right before the work is done: deferred work, a skipped synchronisation, outputs
@@ -14,9 +14,9 @@ The judge computes the same digest of the reference's output for the same inputs
 candidate's within `bound()`: the spread that errors inside the element tolerance (tolerance.py)
 can give a digest with random signs.
 
-On CUDA the digest is one fused kernel (NVRTC, launched by nvrtc_launch.py; one pass
-over the output, exact float64 products and sums); elsewhere, or where that kernel cannot be built, the same
-function in PyTorch operations. Both give the same value up to rounding.
+On CUDA the digest is one fused kernel (NVRTC, launched by nvrtc_launch.py; one pass over the
+output, exact float64 products and sums); elsewhere, or where that kernel cannot be built, the
+same function in PyTorch operations. Both give the same value up to rounding.
 
 Not covered: a candidate that fuses the digest into its own kernel and never writes its output
 and computes the outputs only when they are fetched (for an elementwise linear problem that saves
