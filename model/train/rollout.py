@@ -22,8 +22,23 @@ at the stage start and after every update; `RolloutWeights.loaded(loaded)` gives
 `logp_old`) stay on the master weights: a rollout sampled in bf16 is scored by the trainer's own
 policy. `dtype=torch.float32` makes an exact copy (the tests' check that the path samples the
 master's tokens).
-Not covered: continuous batching across micro-batches (each runs to its longest answer); a copy
-of a LoRA-wrapped model (refused: the sampler then runs on the master, as before).
+
+LoRA: the master may be a peft model (or a model peft injected its LoRA layers into). The copy
+is then the plain model, under the names the fast sampler reads (`...q_proj.weight`), holding
+the merged weights `W + scale · B·A` of every adapted module (peft's `get_delta_weight`, the
+delta `merge_and_unload` adds); `refresh` recomputes them layer by layer from the master's
+current base weights and adapters, and never merges into the master. The copy may be made from
+the plain model before `prepare_model` wraps it (as the CLI does) or from the wrapped one.
+LoRA dropout needs nothing: rollouts sample the master in eval mode (`run_stage`), where peft's
+dropout is the identity, so the merged copy is the policy the eager path sampled. Refused with
+`UnmergeableLoraError` (the adapters are not a weight delta, or not one this copy can hold):
+LoRA variants (DoRA and the others peft implements through `lora_variant`), `lora_bias`,
+several active adapters, adapters already merged or disabled, LoRA on layers other than
+`nn.Linear`/`nn.Embedding` (convolutions, attention, parameter targets, quantized bases), and
+`lora_` parameters outside a peft LoRA layer.
+Not covered: continuous batching across micro-batches (each runs to its longest answer); peft
+tuners other than LoRA (`modules_to_save`, IA3, ...: the copy has no name for their weights and
+`refresh` says which are missing).
 """
 
 from __future__ import annotations
@@ -98,38 +113,148 @@ def microbatches(
     return groups
 
 
+class UnmergeableLoraError(ValueError):
+    """A LoRA master whose adapters the rollout copy cannot hold as merged weights; says why."""
+
+
+def _lora_classes() -> tuple[type, ...]:
+    """peft's LoRA layer classes whose merge is `W + get_delta_weight` (empty without peft)."""
+    try:
+        from peft.tuners.lora import Embedding, Linear
+    except ImportError:
+        return ()
+    return (Linear, Embedding)
+
+
+def _adapted_layers(base: torch.nn.Module) -> dict[str, Any]:
+    """The LoRA layers of `base` (the model under the peft wrapper) by module name, each checked
+    to merge as `W + get_delta_weight(adapter)` with one active adapter; raises
+    `UnmergeableLoraError` otherwise."""
+    supported = _lora_classes()
+    foreign: tuple[type, ...] = ()  # peft modules whose weights have no plain name in the copy
+    if supported:
+        from peft.tuners.tuners_utils import BaseTunerLayer
+        from peft.utils.other import AuxiliaryTrainingWrapper
+
+        foreign = (BaseTunerLayer, AuxiliaryTrainingWrapper)
+    layers: dict[str, Any] = {}
+    inside = ""  # the adapted layer whose submodules (base layer, adapters) are being walked
+    for name, module in base.named_modules():  # parents before their children
+        if inside and name.startswith(inside):
+            continue
+        if type(module) in supported:
+            layers[name], inside = _checked(name, module), f"{name}."
+        elif isinstance(module, foreign):
+            raise UnmergeableLoraError(
+                f"{name} is a {type(module).__module__}.{type(module).__name__}: the rollout copy "
+                "holds merged LoRA on nn.Linear and nn.Embedding modules only; target those "
+                "(ModelSetup.lora_target_modules) or sample from the master (no rollout_weights)"
+            )
+        elif any("lora_" in f"{name}.{n}" for n, _ in module.named_parameters(recurse=False)):
+            raise UnmergeableLoraError(
+                f"{name or 'the model'} ({type(module).__name__}) holds lora_ parameters but is not a "
+                "peft LoRA layer: "
+                "the rollout copy cannot merge an adapter it does not know; wrap the model with peft "
+                "(ModelSetup.lora_rank) or sample from the master (no rollout_weights)"
+            )
+    return layers
+
+
+def _checked(name: str, layer: Any) -> Any:
+    """`layer` if its active adapter merges as a plain weight delta; else `UnmergeableLoraError`."""
+    active = list(layer.active_adapters)
+    why = ""
+    base = layer.get_base_layer()
+    if layer.disable_adapters:
+        why = "its adapters are disabled (the master samples without them); enable them"
+    elif layer.merged:
+        why = f"adapters {layer.merged_adapters} are already merged into its base weight; unmerge them"
+    elif len(active) != 1:
+        why = f"{len(active)} adapters are active ({active}); activate exactly one"
+    elif type(base) not in (torch.nn.Linear, torch.nn.Embedding):
+        why = f"its base layer is a {type(base).__name__}, not an nn.Linear or nn.Embedding"
+    elif active[0] in getattr(layer, "lora_variant", {}):
+        variant = type(layer.lora_variant[active[0]]).__name__
+        why = f"adapter {active[0]!r} is a LoRA variant ({variant}, e.g. use_dora), not W + scale · B·A"
+    elif getattr(layer, "lora_bias", {}).get(active[0], False):
+        why = f"adapter {active[0]!r} has lora_bias=True (it changes the bias too)"
+    if why:
+        raise UnmergeableLoraError(
+            f"{name}: the rollout copy cannot hold this LoRA layer as merged weights: {why}; or sample "
+            "from the master (no rollout_weights)"
+        )
+    return layer
+
+
+def _owner(name: str, layers: dict[str, Any]) -> str:
+    """The adapted layer a tensor name lies under ("" when none)."""
+    parts = name.split(".")
+    return next((o for o in (".".join(parts[:i]) for i in range(1, len(parts))) if o in layers), "")
+
+
+def _unwrapped(master: torch.nn.Module) -> torch.nn.Module:
+    """The transformers model under a peft wrapper (`master` itself when it is not wrapped)."""
+    get_base = getattr(master, "get_base_model", None)
+    base: torch.nn.Module = get_base() if callable(get_base) else master
+    return base
+
+
 class RolloutWeights:
     """The sampler's copy of the trainer's weights, its parameters in `dtype` (buffers such as the
-    rotary frequencies keep theirs). `refresh(master)` copies the master's current values in place."""
+    rotary frequencies keep theirs). `refresh(master)` copies the master's current values in place;
+    a LoRA master's adapted modules are copied merged (module docstring)."""
 
     def __init__(self, master: torch.nn.Module, dtype: torch.dtype = torch.bfloat16) -> None:
-        if any("lora_" in name for name, _ in master.named_parameters()):
-            raise ValueError(
-                "RolloutWeights copies a plain model, not a LoRA-wrapped one: sample from the master"
-            )
+        base = _unwrapped(master)
+        layers = _adapted_layers(base)
         self.dtype = dtype
-        self.module: torch.nn.Module = copy.deepcopy(master)
-        for param in self.module.parameters():
-            param.requires_grad_(False)
-            param.data = param.data.to(dtype)
+        # deepcopy with every (non-adapter) parameter already converted and every LoRA layer already
+        # replaced by a copy of its base layer: the copy never holds a second fp32 model, and has
+        # the plain model's structure and names
+        memo: dict[int, Any] = {}
+        for name, param in base.named_parameters():
+            if not _owner(name, layers) or ".base_layer." in name:  # not an adapter's
+                own = param.detach().to(dtype, copy=True)  # a copy even in the master's dtype
+                memo[id(param)] = torch.nn.Parameter(own, requires_grad=False)
+        for layer in layers.values():
+            memo[id(layer)] = copy.deepcopy(layer.get_base_layer(), memo)
+        self.module: torch.nn.Module = copy.deepcopy(base, memo)
+        self.module.requires_grad_(False)
         self.module.eval()
         self.refreshes = 0  # how many times the copy took the master's values
+        if layers:  # the base layers' copies hold W: merge the adapters in
+            self.refresh(master)
+            self.refreshes = 0
 
     def _tensors(self, module: torch.nn.Module) -> dict[str, torch.Tensor]:
         return dict(itertools.chain(module.named_parameters(), module.named_buffers()))
 
     @torch.no_grad()
     def refresh(self, master: torch.nn.Module) -> None:
-        """Copy `master`'s parameters and buffers (the unwrapped module: same names) into the copy."""
-        own, src = self._tensors(self.module), self._tensors(master)
+        """Copy `master`'s parameters and buffers (the unwrapped module: same names; or its peft
+        wrapper, whose adapted modules are copied merged) into the copy."""
+        base = _unwrapped(master)
+        layers = _adapted_layers(base)
+        src: dict[str, torch.Tensor] = {}
+        for name, tensor in self._tensors(base).items():
+            owner = _owner(name, layers)
+            if not owner:
+                src[name] = tensor
+            elif name.startswith(f"{owner}.base_layer."):  # its base weight, bias (adapters: below)
+                src[owner + name[len(owner) + len(".base_layer") :]] = tensor
+        own = self._tensors(self.module)
         missing = sorted(own.keys() - src.keys())
         if missing:
             raise ValueError(
                 f"the master has no {missing[:3]} (of {len(missing)}): RolloutWeights needs the "
-                "unwrapped model it was copied from"
+                "model it was copied from (plain, or wrapped by peft's LoRA only)"
             )
         for name, tensor in own.items():
-            tensor.copy_(src[name])
+            if name.rsplit(".", 1)[0] not in layers or not name.endswith(".weight"):
+                tensor.copy_(src[name])
+        for name, layer in layers.items():  # one merged weight at a time: W + scale · B·A
+            weight = layer.get_base_layer().weight
+            own[f"{name}.weight"].copy_(weight + layer.get_delta_weight(layer.active_adapters[0]))
         self.refreshes += 1
 
     def loaded(self, loaded: Any) -> Any:

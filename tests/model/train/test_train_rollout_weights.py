@@ -77,11 +77,14 @@ def test_the_bf16_copy_follows_the_master_after_each_update(tmp_path: Path) -> N
     assert any(not torch.equal(own[n], initial[n]) for n in own)  # the updates reached the copy
 
 
-def test_a_lora_model_is_refused() -> None:
+def test_lora_parameters_outside_a_peft_layer_are_refused() -> None:
+    """peft LoRA models are copied merged (test_train_rollout_lora.py); an adapter the copy does
+    not know is refused rather than silently dropped."""
+
     class Lora(torch.nn.Module):
         def __init__(self) -> None:
             super().__init__()
             self.lora_A = torch.nn.Linear(2, 2)
 
-    with pytest.raises(ValueError, match="LoRA"):
+    with pytest.raises(ValueError, match="not a peft LoRA layer"):
         RolloutWeights(Lora())
