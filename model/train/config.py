@@ -28,6 +28,8 @@ class ModelSetup:
     precision: "fp32" (no autocast), "bf16-autocast" (torch.autocast around each forward),
     "accelerate-bf16" / "accelerate-fp16" (accelerate's mixed precision; fp16 adds a loss scaler).
     lora_rank 0 trains every weight; > 0 trains LoRA adapters (peft) and saves merged weights.
+    lora_dropout acts in the training forwards only: RL rollouts sample in eval mode, from a copy
+    holding the merged weights (`cudice.model.train.rollout.RolloutWeights`).
     """
 
     precision: str = "fp32"
