@@ -969,7 +969,8 @@ def map_messages(
             nloc, _ = _locate(module, path, note)
             if nloc is not None:
                 related.append((nloc, note.message))
-        text = msg.message if where == "" else f"{msg.message} ({where})"
+        text = _document_lines(module, msg)
+        text = text if where == "" else f"{text} ({where})"
         code = f"compile.{msg.severity}"
         if msg.tool == "other":
             code = (
@@ -983,6 +984,23 @@ def map_messages(
         sev = Severity.ERROR if msg.severity == "error" else Severity.WARNING
         out.append(Diagnostic(sev, text, code, Stage.COMPILE, final, tuple(related)))
     return tuple(out)
+
+
+# nvcc (EDG) names another line of the same file: "(previous definition at line 8)", "(declared at
+# line 5)"; "at line N of <file>" names another file and is left alone
+_SAME_FILE_LINE = re.compile(r"\bat line (\d+)\b(?! of )")
+
+
+def _document_lines(module: GeneratedModule, msg: CompilerMessage) -> str:
+    """`msg`'s text with the generated file's line numbers it quotes turned into the document's."""
+    if msg.file is None or (base := Path(msg.file).name) not in (MAIN_CPP, CUDA_CU) or not module.file(base):
+        return msg.message
+
+    def to_document(m: re.Match[str]) -> str:
+        pos = module.locate(base, int(m.group(1)))
+        return f"at line {pos[0]}" if pos is not None else m.group(0)
+
+    return _SAME_FILE_LINE.sub(to_document, msg.message)
 
 
 def _locate(module: GeneratedModule, path: str, msg: CompilerMessage) -> tuple[Location | None, str]:

@@ -555,3 +555,32 @@ def test_arity_error_in_a_host_function_taking_tensors_gets_the_full_build(
     assert "cuda.cu" in auto.step_wall_s  # rebuilt with the full headers
     full = _build(LAUNCH_ARITY, "slim_launch_arity", session_config, "full")
     assert outcome(auto) == outcome(full), (auto.output[-2000:], full.output[-2000:])
+
+
+def test_a_line_number_in_an_nvcc_message_is_the_documents() -> None:
+    """EDG's "(previous definition at line N)" counts lines of the generated cuda.cu; the user sees
+    the `.py` document's line (a line of another file, "at line N of f.h", is left alone)."""
+    from cudice.verifier.compile import map_messages
+    from cudice.verifier.compiler_messages import parse_messages
+    from cudice.verifier.document import parse_document
+    from cudice.verifier.generated import from_call
+
+    doc = parse_document(GOOD, "/virtual/relu_cuda.py")
+    module = from_call(doc, doc.load_inline_calls[0])
+    assert module is not None
+    cu = module.file("cuda.cu")
+    assert cu is not None
+    generated = (
+        cu.text.split("\n").index(next(t for t in cu.text.split("\n") if "void relu_kernel(" in t)) + 1
+    )
+    in_doc = GOOD.splitlines().index(next(t for t in GOOD.splitlines() if "void relu_kernel(" in t)) + 1
+    assert generated != in_doc
+    output = (
+        f'/b/cuda.cu({generated}): error: function "relu_kernel" has already been defined '
+        f"(previous definition at line {generated})\n"
+        f'/b/cuda.cu({generated}): error: "f" (declared at line {generated} of /inc/f.h) is wrong\n'
+    )
+    first, second = map_messages(module, doc.path, parse_messages(output))
+    assert first.message.endswith(f"(previous definition at line {in_doc})"), first.message
+    assert first.location is not None and first.location.line == in_doc
+    assert second.message.endswith(f"(declared at line {generated} of /inc/f.h) is wrong"), second.message
