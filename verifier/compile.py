@@ -45,8 +45,9 @@ Binding (cabi.py): a module whose `cpp_sources` only declare the bound functions
 "cabi-fast" / "cabi-fallback"); a shim that fails to compile sends it to the pybind11 build.
 
 Compiler messages are parsed (compiler_messages.py) and mapped through the generated files'
-line map (generated.py) into the `.py` document; messages on lines cudice wrote (implicit
-headers, pybind glue) or in unmappable sources point at the `load_inline` call.
+line map (generated.py) into the `.py` document (so are the lines nvcc quotes: "previous
+definition at line N"); messages on lines cudice wrote (implicit headers, pybind glue) or in
+unmappable sources point at the `load_inline` call.
 
 Not covered: errors about the user's own declarations where a header name is near (a launch
 from a host function that takes `torch::Tensor`, a kernel calling `fmaxf`), and undeclared
