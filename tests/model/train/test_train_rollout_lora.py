@@ -77,17 +77,22 @@ def _tokens(loaded: LoadedModel, model: torch.nn.Module) -> list[list[int]]:
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize(
+    ("targets", "adapted"),
+    [(SETUP.lora_target_modules, 2 * 7), (("embed_tokens", "q_proj", "lm_head"), 1 + 2 + 1)],
+    ids=["projections", "embedding-and-head"],
+)
 def test_the_lora_copy_holds_pefts_merged_weights_and_leaves_the_master_unmerged(
-    checkpoint: Path, dtype: torch.dtype
+    checkpoint: Path, dtype: torch.dtype, targets: tuple[str, ...], adapted: int
 ) -> None:
-    _, model = _lora(checkpoint)
+    _, model = _lora(checkpoint, dataclasses.replace(SETUP, lora_target_modules=targets))
     before = {n: p.clone() for n, p in model.named_parameters()}
     weights = RolloutWeights(model, dtype)
     _assert_copy_is(weights, _merged(model))
     assert weights.refreshes == 0
     # the master is untouched: still wrapped, nothing merged into its base weights, adapters train
     layers = [m for m in model.modules() if isinstance(m, peft.tuners.lora.LoraLayer)]
-    assert len(layers) == 2 * 7 and not any(m.merged for m in layers)
+    assert len(layers) == adapted and not any(m.merged for m in layers)
     for name, p in model.named_parameters():
         assert torch.equal(p, before[name]), name
         assert p.requires_grad == ("lora_" in name)
@@ -120,18 +125,17 @@ def test_refresh_follows_an_optimizer_step_on_the_adapters(checkpoint: Path) -> 
     assert not torch.equal(
         dict(weights.module.named_parameters())[q_proj], stepped.get_parameter(q_proj).bfloat16()
     )  # the step moved the merged weights: the copy is behind until refreshed
-    weights.refresh(model)
-    assert weights.refreshes == 1
-    _assert_copy_is(weights, stepped)
     stepped_bf16 = copy.deepcopy(stepped)
     for p in stepped_bf16.parameters():  # the copy's dtype; buffers (rotary) keep theirs, as in the copy
         p.data = p.data.to(torch.bfloat16)
-    want = [
-        r.response_ids
-        for r in engine_rollout_fn(Engine(dataclasses.replace(loaded, model=stepped_bf16), fast=True))(
-            TASKS, 2, GREEDY
-        )
-    ]
+    fresh = engine_rollout_fn(Engine(dataclasses.replace(loaded, model=stepped_bf16), fast=True))
+    want = [r.response_ids for r in fresh(TASKS, 2, GREEDY)]
+    assert [
+        r.response_ids for r in rollout(TASKS, 2, GREEDY)
+    ] != want  # the stale copy samples the old policy
+    weights.refresh(model)
+    assert weights.refreshes == 1
+    _assert_copy_is(weights, stepped)
     assert [r.response_ids for r in rollout(TASKS, 2, GREEDY)] == want  # the running engine sees it
 
 
