@@ -28,7 +28,7 @@ is then the plain model, under the names the fast sampler reads (`...q_proj.weig
 the merged weights `W + scale · B·A` of every adapted module (peft's `get_delta_weight`, the
 delta `merge_and_unload` adds); `refresh` recomputes them layer by layer from the master's
 current base weights and adapters, and never merges into the master. The copy may be made from
-the plain model before `prepare_model` wraps it (as the CLI does) or from the wrapped one.
+the plain model before `prepare_model` wraps it (the CLI's order) or from the wrapped one.
 LoRA dropout needs nothing: rollouts sample the master in eval mode (`run_stage`), where peft's
 dropout is the identity, so the merged copy is the policy the eager path sampled. Refused with
 `UnmergeableLoraError` (the adapters are not a weight delta, or not one this copy can hold):
@@ -37,8 +37,7 @@ several active adapters, adapters already merged or disabled, LoRA on layers oth
 `nn.Linear`/`nn.Embedding` (convolutions, attention, parameter targets, quantized bases), and
 `lora_` parameters outside a peft LoRA layer.
 Not covered: continuous batching across micro-batches (each runs to its longest answer); peft
-tuners other than LoRA (`modules_to_save`, IA3, ...: the copy has no name for their weights and
-`refresh` says which are missing).
+tuners other than LoRA and peft's `modules_to_save` (refused too: the error names the module).
 """
 
 from __future__ import annotations
@@ -131,24 +130,32 @@ def _adapted_layers(base: torch.nn.Module) -> dict[str, Any]:
     to merge as `W + get_delta_weight(adapter)` with one active adapter; raises
     `UnmergeableLoraError` otherwise."""
     supported = _lora_classes()
-    foreign: tuple[type, ...] = ()  # peft modules whose weights have no plain name in the copy
+    tuner: tuple[type, ...] = ()  # peft layers of other kinds (LoRA elsewhere, IA3, ...)
+    saved: tuple[type, ...] = ()  # peft's modules_to_save / trainable-token wrappers
     if supported:
         from peft.tuners.tuners_utils import BaseTunerLayer
         from peft.utils.other import AuxiliaryTrainingWrapper
 
-        foreign = (BaseTunerLayer, AuxiliaryTrainingWrapper)
+        tuner, saved = (BaseTunerLayer,), (AuxiliaryTrainingWrapper,)
     layers: dict[str, Any] = {}
     inside = ""  # the adapted layer whose submodules (base layer, adapters) are being walked
     for name, module in base.named_modules():  # parents before their children
         if inside and name.startswith(inside):
             continue
+        kind = f"{type(module).__module__}.{type(module).__name__}"
         if type(module) in supported:
             layers[name], inside = _checked(name, module), f"{name}."
-        elif isinstance(module, foreign):
+        elif isinstance(module, tuner):
             raise UnmergeableLoraError(
-                f"{name} is a {type(module).__module__}.{type(module).__name__}: the rollout copy "
-                "holds merged LoRA on nn.Linear and nn.Embedding modules only; target those "
-                "(ModelSetup.lora_target_modules) or sample from the master (no rollout_weights)"
+                f"{name} is a {kind}: the rollout copy holds merged LoRA on nn.Linear and "
+                "nn.Embedding modules only; target those (ModelSetup.lora_target_modules) or sample "
+                "from the master (no rollout_weights)"
+            )
+        elif isinstance(module, saved):
+            raise UnmergeableLoraError(
+                f"{name} is a {kind} (peft's modules_to_save or trainable tokens): the rollout copy "
+                "holds merged LoRA only; leave modules_to_save unset or sample from the master "
+                "(no rollout_weights)"
             )
         elif any("lora_" in f"{name}.{n}" for n, _ in module.named_parameters(recurse=False)):
             raise UnmergeableLoraError(

@@ -253,6 +253,11 @@ def _unmergeable() -> list[Any]:
         pytest.param(lambda: wrap(target_modules=["conv"]), "nn.Linear and nn.Embedding", id="conv"),
         pytest.param(lambda: wrap(target_modules=["proj"], use_dora=True), "LoRA variant", id="dora"),
         pytest.param(lambda: wrap(target_modules=["proj"], lora_bias=True), "lora_bias", id="lora-bias"),
+        pytest.param(
+            lambda: wrap(target_modules=["proj"], modules_to_save=["conv"]),
+            "ModulesToSaveWrapper",
+            id="saved",
+        ),
         pytest.param(two_active, "2 adapters are active", id="two-adapters"),
         pytest.param(merged, "already merged", id="merged"),
         pytest.param(Lora, "not a peft LoRA layer", id="not-peft"),
