@@ -65,7 +65,8 @@ def test_one_step_at_the_tiny_shape_reports_every_figure(
     assert report["rewards_scored"] == 4 and report["rewards_positive"] == 2 and report["reward_mean"] == 0.5
     assert report["kept_rollouts"] == 4 and report["kept_groups"] == 2
     assert report["num_updates"] > 0 and report["replay_rows"] > 0
-    assert report["update_forwards"] == {"no_grad": 4, "grad": 4}  # logp_old, then one PPO epoch
+    # logp_old, then one PPO epoch; one optimizer step per minibatch
+    assert report["update_forwards"] == {"no_grad": 4, "grad": 4, "steps": report["num_updates"]}
     assert report["peak_gib"] is None and report["vocab_size"] == 2048  # CPU: no GPU memory figure
     assert [t["key"] for t in report["targets"]] == [
         "peak_gib",
@@ -79,16 +80,12 @@ def test_one_step_at_the_tiny_shape_reports_every_figure(
     assert last.startswith("RESULT rl_step: ok;") and "rollout/generate" in last
 
 
-@pytest.mark.parametrize("lora_rank", [0, 4])
-def test_infill_prompts_in_micro_batches_under_a_small_kv_budget(rl_step: ModuleType, lora_rank: int) -> None:
+def test_infill_prompts_in_micro_batches_under_a_small_kv_budget_with_lora(rl_step: ModuleType) -> None:
     """Stage-1 prompts, one row per micro-batch (the baseline then decodes one row too); with LoRA
-    the rollouts sample from the master, as `cudice train rl` does."""
-    if lora_rank:
-        pytest.importorskip("peft")
-    budget = [
-        "--rollout-memory-gib",
-        "0.0004",
-    ]  # the tiny model's KV of one ~1,150-token row fits, two do not
+    (when peft is installed) the rollouts sample from the master, as `cudice train rl` does."""
+    lora_rank = 4 if importlib.util.find_spec("peft") is not None else 0
+    # the tiny model's KV of one ~1,150-token row fits this budget, two rows do not
+    budget = ["--rollout-memory-gib", "0.0004"]
     report = rl_step.main([*TINY, "--stage", "infill", *budget, "--lora-rank", str(lora_rank)])
     assert not report["partial"] and "error" not in report, report
     assert report["microbatches"] == [1, 1, 1, 1] and report["baseline_batch"] == 1
@@ -105,6 +102,25 @@ def test_the_time_guard_stops_with_the_figures_measured_so_far(
     assert report["prompt_tokens_min"] > 0 and "baseline_tok_s" not in report
     assert report["rollout_over_generate"] is None and report["update_over_rollout"] is None
     assert last.startswith("RESULT rl_step: PARTIAL;") and "stopped in build" in last
+
+
+def test_the_update_progress_extrapolates_from_the_forwards_done(rl_step: ModuleType) -> None:
+    """A watchdog stop in the update: the no-grad pass as measured, then the time per grad forward
+    times the grad forwards expected."""
+    report = rl_step.Report(rl_step.Clock(100.0), None)
+    probe = rl_step.StepProbe(report, torch.device("cpu"))
+    probe.expected_old, probe.expected_grad, probe.expected_steps = 4, 8, 4
+    probe.update_start = rl_step.time.perf_counter() - 3.0
+    with torch.no_grad():
+        for _ in range(4):
+            probe.on_forward(None, (), None)
+    probe.last_old = probe.update_start + 1.0  # the no-grad pass took 1 s
+    for _ in range(2):
+        probe.on_forward(None, (), None)  # grad enabled: 2 of 8 in the 2 s since
+    progress = probe.progress()
+    assert progress["no_grad_forwards"] == "4/4" and progress["grad_forwards"] == "2/8"
+    assert progress["update_s_estimate"] == pytest.approx(1.0 + 2.0 / 2 * 8, rel=0.05)
+    assert progress["optimizer_steps"] == "0/4" and progress["update_peak_gib_so_far"] is None
 
 
 def test_the_watchdog_fires_once_at_the_limit_and_never_after_stop(rl_step: ModuleType) -> None:
