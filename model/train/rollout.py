@@ -34,8 +34,9 @@ dropout is the identity, so the merged copy is the policy the eager path sampled
 `UnmergeableLoraError` (the adapters are not a weight delta, or not one this copy can hold):
 LoRA variants (DoRA and the others peft implements through `lora_variant`), `lora_bias`,
 several active adapters, adapters already merged or disabled, LoRA on layers other than
-`nn.Linear`/`nn.Embedding` (convolutions, attention, parameter targets, quantized bases), and
-`lora_` parameters outside a peft LoRA layer.
+`nn.Linear`/`nn.Embedding` (convolutions, attention, parameter targets, quantized bases), LoRA
+on a tied weight (`lm_head` of a model with `tie_word_embeddings`: merging would change the
+embedding too), and `lora_` parameters outside a peft LoRA layer.
 Not covered: continuous batching across micro-batches (each runs to its longest answer); peft
 tuners other than LoRA and peft's `modules_to_save` (refused too: the error names the module).
 """
@@ -164,6 +165,18 @@ def _adapted_layers(base: torch.nn.Module) -> dict[str, Any]:
                 "the rollout copy cannot merge an adapter it does not know; wrap the model with peft "
                 "(ModelSetup.lora_rank) or sample from the master (no rollout_weights)"
             )
+    if layers:  # a merged weight tied to another (lm_head to embed_tokens) would change both
+        shared: dict[int, list[str]] = {}
+        for name, param in base.named_parameters(remove_duplicate=False):
+            shared.setdefault(id(param), []).append(name)
+        for name, layer in layers.items():
+            tied = [n for n in shared[id(layer.get_base_layer().weight)] if not n.startswith(f"{name}.")]
+            if tied:
+                raise UnmergeableLoraError(
+                    f"{name}: its base weight is tied to {tied[0]}, so a merged copy would add the "
+                    "adapter there too (the LoRA model adds it here only); leave the tied module out "
+                    "of ModelSetup.lora_target_modules or sample from the master (no rollout_weights)"
+                )
     return layers
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -244,6 +245,23 @@ def _unmergeable() -> list[Any]:
         model.base_model.model.proj.merge()
         return model
 
+    def tied_head() -> Any:  # Qwen3-1.7B ties lm_head to embed_tokens
+        from transformers import Qwen3Config, Qwen3ForCausalLM
+
+        config = Qwen3Config(
+            vocab_size=64,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            head_dim=16,
+            tie_word_embeddings=True,
+        )
+        with warnings.catch_warnings():  # peft warns about the tied adapter too
+            warnings.simplefilter("ignore")
+            return get_peft_model(Qwen3ForCausalLM(config), LoraConfig(r=2, target_modules=["lm_head"]))
+
     class Lora(torch.nn.Module):  # lora_ parameters that no peft layer owns
         def __init__(self) -> None:
             super().__init__()
@@ -260,6 +278,7 @@ def _unmergeable() -> list[Any]:
         ),
         pytest.param(two_active, "2 adapters are active", id="two-adapters"),
         pytest.param(merged, "already merged", id="merged"),
+        pytest.param(tied_head, "tied to model.embed_tokens.weight", id="tied-head"),
         pytest.param(Lora, "not a peft LoRA layer", id="not-peft"),
     ]
 
