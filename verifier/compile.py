@@ -386,10 +386,11 @@ def slim_errors_stand(
     both builds compile (the user's lines, or cudice's implicit lines after an unclosed brace;
     none in a header, none unlocated), each is a structural error (`_STRUCTURAL`: a missing `;`,
     `)` or `}`, an extra `}`, a stray character, an unterminated string), an undeclared name
-    the full headers cannot declare (below), an `#error` on one of the file's own lines, or an
-    error without a spelling hint inside declarations only the user's names make up
-    (`_only_user_declarations`, with `declared` as below, after the same `#include`/`#define`
-    rule), and no identifier anywhere in the file is a macro
+    the full headers cannot declare (below), an `#error` on one of the file's own lines (no
+    `#define` or `#if` before the file's last `#include`: one there could make a header only the
+    full build reads fail too), or an error without a spelling hint inside declarations only
+    the user's names make up (`_only_user_declarations`, with `declared` and the `#include`
+    rule as below), and no identifier anywhere in the file is a macro
     that the full and slim headers define differently (`differing(name, includes)`,
     header_overlay.macro_differences: with the file's own `#include`s for the whole file, and
     without them for the text up to its last `#include`, where a macro the full headers define
@@ -448,6 +449,7 @@ def slim_errors_stand(
 
     undeclared: dict[str, str | None] = {}  # name -> the suggestion of a g++/clang message ("" for EDG)
     others: list[CompilerMessage] = []  # errors for `_only_user_declarations`
+    hash_error = False  # an `#error` line of the file's own
     for m in errors:
         if m.tool == "other" and _END_OF_SOURCE.match(m.message):
             continue  # nvcc's end of the translation unit: after the file's last line in both builds
@@ -460,6 +462,7 @@ def slim_errors_stand(
         ):
             continue
         if _HASH_ERROR.match(m.message) and _is_error_directive(f.text, m.line):
+            hash_error = True
             continue  # the user's own `#error` line: the same tokens and macros decide it in both builds
         u = next((hit for r in _UNDECLARED if (hit := r.match(m.message))), None)
         if u is None:
@@ -480,15 +483,19 @@ def slim_errors_stand(
         before = differing(name, ())
         if before is None or not before.isdisjoint(_IDENTIFIER.findall(f.text[: found[-1].end()])):
             return False
-    if not undeclared and not others:
+    if not undeclared and not others and not hash_error:
         return True
-    assert declared is not None
+    # a `#define` (or `#if`) before an `#include` could make a header only the full build reads
+    # fail too, or declare other names; the file's own `#error` lines change no header
     if found and any(
-        d.group(1) not in ("include", "pragma", "")
+        d.group(1) not in ("include", "pragma", "", "error")
         or (d.group(1) == "pragma" and d.group(2).strip() != "once")
         for d in _DIRECTIVE.finditer(f.text[: found[-1].start()])
     ):
         return False
+    if not undeclared and not others:
+        return True
+    assert declared is not None
     names = declared(name, tuple(m.group(1) for m in found))
     if names is None:
         return False

@@ -448,6 +448,9 @@ USER_ONLY_NOT_KEPT = {
     ),
     # conditional compilation inside the declaration
     "conditional": KERNEL.replace("float v = x[i];", "\n#if 1\nfloat* p = x;\n#endif\nfloat v = p[i];"),
+    # a `#define` before an `#include`: a header only the full build reads could fail on it too
+    "define_before_include": "#define WANT_SM90 1\n"
+    + KERNEL.replace("\n", "\n#error this kernel needs sm_90\n", 1),
     # a template: instantiated from code the rule does not read
     "template": KERNEL.replace("__global__ void", "template <typename T> __global__ void").replace(
         "float v = x[i];", "float* p = x; float v = p[i];"
