@@ -49,6 +49,7 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     loaded = load_checkpoint(args.model, device="cpu", dtype="float32")
+    torch.manual_seed(0)  # peft draws A from torch's generator: the same adapters every run
     master = prepare_model(loaded.model, ModelSetup(lora_rank=args.rank, lora_alpha=2.0 * args.rank))
     generator = torch.Generator().manual_seed(0)
     with torch.no_grad():  # peft starts B at zero; a trained adapter is not
