@@ -1,7 +1,7 @@
 """LoRA rollouts on this machine's CPU: time per forward of the eager path against the fast sampler.
 
     python bench/lora_rollout_speed.py [--model model/assets/demo] [--rank 16] [--rows 4]
-        [--max-new-tokens 32] [--repeats 3] [--threads 2]
+        [--max-new-tokens 32] [--repeats 3] [--threads 2] [--device cpu] [--copy-dtype float32]
 
 Before `RolloutWeights` took LoRA masters, a LoRA run sampled with the eager HF path over the
 peft-injected master (`HFRunner`, adapters applied in every forward). Now it can sample with the
@@ -14,8 +14,11 @@ gain). It prints milliseconds per forward (the fastest and the median of `--repe
 one warm-up run; the ratios use the fastest, the run least disturbed by other load), whether
 the eager LoRA and the fast tokens agree (float rounding may part them near a tie; the tests
 assert equal tokens on one sampler), and the time of one `refresh` (paid after every update).
-Not covered: GPU timings (there the fast path also compiles and captures CUDA graphs: the issue's
-36-44 ms per eager forward is an H200 figure) and the bf16 copy (slow matmuls on most CPUs).
+`--device cuda --copy-dtype bfloat16` is the training setup on a GPU (fp32 master, bf16 copy; the
+fast path then compiles its layers and replays CUDA graphs, all inside the warm-up run); the
+tokens of a bf16 copy may then differ from the fp32 master's.
+Not covered: a GPU run's figures (none made yet; the issue's 36-44 ms per eager LoRA forward is
+an H200 figure).
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--device", default="cpu", help="cpu or cuda[:N]; the master is fp32 on it")
+    parser.add_argument("--copy-dtype", default="float32", choices=["float32", "bfloat16"])
     args = parser.parse_args()
     import torch
     from cudice.model.engine import Engine
@@ -48,7 +53,7 @@ def main() -> None:
     from cudice.model.train.rollout import RolloutWeights, engine_rollout_fn, task_prompt
 
     torch.set_num_threads(args.threads)
-    loaded = load_checkpoint(args.model, device="cpu", dtype="float32")
+    loaded = load_checkpoint(args.model, device=args.device, dtype="float32")
     torch.manual_seed(0)  # peft draws A from torch's generator: the same adapters every run
     master = prepare_model(loaded.model, ModelSetup(lora_rank=args.rank, lora_alpha=2.0 * args.rank))
     generator = torch.Generator().manual_seed(0)
@@ -57,13 +62,17 @@ def main() -> None:
             if "lora_B" in name:
                 param.copy_(torch.randn(param.shape, generator=generator) * 0.01)
     master.eval()
+    cuda = args.device.startswith("cuda")
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
     start = time.perf_counter()
-    weights = RolloutWeights(master, torch.float32)
+    weights = RolloutWeights(master, getattr(torch, args.copy_dtype))
+    sync()
     copy_seconds = time.perf_counter() - start
     refresh = []
     for _ in range(args.repeats):
         start = time.perf_counter()
         weights.refresh(master)
+        sync()
         refresh.append(time.perf_counter() - start)
     engines = {  # the first is what LoRA runs sampled with before, the last what they sample with now
         "eager LoRA (HFRunner, peft master)": Engine(loaded, fast=False),
@@ -121,7 +130,8 @@ def main() -> None:
     refresh_ms = statistics.median(refresh) * 1e3
     print(f"rollout copy: made in {copy_seconds * 1e3:.1f} ms, refresh {refresh_ms:.1f} ms")
     print(
-        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
+        f"machine: {torch.cuda.get_device_name() + ', ' if cuda else ''}"
+        f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
         f"{args.threads} torch threads, load average {os.getloadavg()[0]:.2f}"
     )
 
