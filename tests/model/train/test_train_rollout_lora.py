@@ -13,21 +13,20 @@ from typing import Any
 
 import pytest
 import torch
-
-peft = pytest.importorskip("peft", reason="LoRA rollouts need peft: pip install 'cudice[train]'")
-
-from cudice.model.engine import Engine  # noqa: E402
-from cudice.model.loader import LoadedModel, load_checkpoint  # noqa: E402
-from cudice.model.tiny import make_tiny  # noqa: E402
-from cudice.model.train.config import ModelSetup, RLConfig  # noqa: E402
-from cudice.model.train.data import RLTask  # noqa: E402
-from cudice.model.train.prepare import prepare_model  # noqa: E402
-from cudice.model.train.rl import run_stage  # noqa: E402
-from cudice.model.train.rollout import (  # noqa: E402
+from cudice.model.engine import Engine
+from cudice.model.loader import LoadedModel, load_checkpoint
+from cudice.model.tiny import make_tiny
+from cudice.model.train.config import ModelSetup, RLConfig
+from cudice.model.train.data import RLTask
+from cudice.model.train.prepare import prepare_model
+from cudice.model.train.rl import run_stage
+from cudice.model.train.rollout import (
     RolloutWeights,
     UnmergeableLoraError,
     engine_rollout_fn,
 )
+
+peft = pytest.importorskip("peft", reason="LoRA rollouts need peft: pip install 'cudice[train]'")
 
 TASKS = [RLTask("e2e", 1, "class Model: pass", task_id="a"), RLTask("e2e", 1, "x = 1", task_id="b")]
 GREEDY = RLConfig(stage="e2e", samples_per_task=2, max_new_tokens=12, temperature=0.0)
@@ -140,7 +139,9 @@ def test_refresh_follows_an_optimizer_step_on_the_adapters(checkpoint: Path) -> 
     assert [r.response_ids for r in rollout(TASKS, 2, GREEDY)] == want  # the running engine sees it
 
 
-def test_run_stage_refreshes_a_copy_made_before_the_lora_wrap(checkpoint: Path) -> None:
+def test_run_stage_refreshes_a_copy_made_before_the_lora_wrap(
+    checkpoint: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The CLI's order: the copy is made from the plain model, then `run_stage` wraps the master
     with LoRA; every rollout samples the current merged policy, in bf16."""
     loaded = load_checkpoint(str(checkpoint), device="cpu", dtype="float32")
@@ -163,42 +164,28 @@ def test_run_stage_refreshes_a_copy_made_before_the_lora_wrap(checkpoint: Path) 
         master = wrapped[0]
         if not merged_at_rollout:  # peft starts B at zero: make the adapters matter from step 0
             _randomize(master, 1)
-            weights.refresh(master)
+            weights.refresh(master)  # (run_stage refreshed at the start, before this change)
         _assert_copy_is(weights, _merged(master))
         merged_at_rollout.append({n: p.clone() for n, p in weights.module.named_parameters()})
         return rollout(tasks, n, c)
 
-    def reward_fn(rs, c):  # type: ignore[no-untyped-def]
-        if not wrapped:
-            raise AssertionError("reward before rollout")
-        return [1.0, 0.0] * (len(rs) // 2)
-
-    original_prepare = prepare_model
-
     def capture(model: torch.nn.Module, setup: ModelSetup) -> torch.nn.Module:
-        out = original_prepare(model, setup)
-        wrapped.append(out)
-        return out
+        wrapped.append(prepare_model(model, setup))  # the master run_stage trains
+        return wrapped[-1]
 
-    import cudice.model.train.rl as rl
-
-    mp = pytest.MonkeyPatch()
-    mp.setattr(rl, "prepare_model", capture)
-    try:
-        history = run_stage(
-            loaded.model,
-            TASKS,
-            cfg,
-            rollout_fn=rollout_fn,
-            reward_fn=reward_fn,
-            block_size=loaded.block_size,
-            mask_token_id=loaded.ids.mask,
-            pad_token_id=loaded.ids.pad,
-            cpu=True,
-            rollout_weights=weights,
-        )
-    finally:
-        mp.undo()
+    monkeypatch.setattr("cudice.model.train.rl.prepare_model", capture)
+    history = run_stage(
+        loaded.model,
+        TASKS,
+        cfg,
+        rollout_fn=rollout_fn,
+        reward_fn=lambda rs, c: [1.0, 0.0] * (len(rs) // 2),
+        block_size=loaded.block_size,
+        mask_token_id=loaded.ids.mask,
+        pad_token_id=loaded.ids.pad,
+        cpu=True,
+        rollout_weights=weights,
+    )
     assert [h.num_updates > 0 for h in history] == [True, True]
     assert len(merged_at_rollout) == 2
     _assert_copy_is(weights, _merged(wrapped[0]))  # after the last update too
