@@ -54,6 +54,7 @@ from cudice.model.config import SamplerConfig
 from cudice.model.prompts import chat_prompt, e2e_prompt, infill_prompt
 from cudice.model.train.config import RLConfig
 from cudice.model.train.data import RLTask
+from cudice.model.train.prepare import base_model
 from cudice.model.train.types import Rollout, RolloutFn
 
 _GIB = 1024**3
@@ -212,20 +213,13 @@ def _owner(name: str, layers: dict[str, Any]) -> str:
     return next((o for o in (".".join(parts[:i]) for i in range(1, len(parts))) if o in layers), "")
 
 
-def _unwrapped(master: torch.nn.Module) -> torch.nn.Module:
-    """The transformers model under a peft wrapper (`master` itself when it is not wrapped)."""
-    get_base = getattr(master, "get_base_model", None)
-    base: torch.nn.Module = get_base() if callable(get_base) else master
-    return base
-
-
 class RolloutWeights:
     """The sampler's copy of the trainer's weights, its parameters in `dtype` (buffers such as the
     rotary frequencies keep theirs). `refresh(master)` copies the master's current values in place;
     a LoRA master's adapted modules are copied merged (module docstring)."""
 
     def __init__(self, master: torch.nn.Module, dtype: torch.dtype = torch.bfloat16) -> None:
-        base = _unwrapped(master)
+        base = base_model(master)
         layers = _adapted_layers(base)
         self.dtype = dtype
         # deepcopy with every (non-adapter) parameter already converted and every LoRA layer already
@@ -253,7 +247,7 @@ class RolloutWeights:
     def refresh(self, master: torch.nn.Module) -> None:
         """Copy `master`'s parameters and buffers (the unwrapped module: same names; or its peft
         wrapper, whose adapted modules are copied merged) into the copy."""
-        base = _unwrapped(master)
+        base = base_model(master)
         layers = _adapted_layers(base)
         src: dict[str, torch.Tensor] = {}
         for name, tensor in self._tensors(base).items():
