@@ -33,9 +33,9 @@ every declaration of those names is such too (`_only_user_declarations`: a heade
 declare, overload or hide a name it never spells). Every other failure (names the full
 headers spell, qualified or member names, no member, incomplete types, overloads, templates,
 errors in headers, errors in host functions that take tensors) still gets the full rebuild.
-The macro comparison and the name list cost a few preprocessor runs (~5-15 s together) the
-first time per toolchain and set of `#include` lines, then are read from the overlay folder
-(the name list ~1 MB).
+The macro comparison and the name list cost a few preprocessor runs (~5-15 s together, run side
+by side: `_fill_lists`) the first time per toolchain and set of `#include` lines, then are read
+from the overlay folder (the name list ~1 MB).
 CUDA-library headers missing on this machine (a CPU-only torch, a minimal CUDA toolkit) are
 replaced by stand-ins searched last; when a failure comes from what they lack,
 the result is `undecided` (compile.headers_unavailable), never a compile error.
@@ -209,6 +209,7 @@ def build_module(
                     compiler, cuda = full[name][0], name == CUDA_CU
                     return full_header_names(overlay, compiler, probe[name], cuda, includes)
 
+                _fill_lists(module, {n: steps[n].output for n in redo}, differing, declared)
                 redo = [
                     n for n in redo if not slim_errors_stand(module, n, steps[n].output, differing, declared)
                 ]
@@ -327,6 +328,39 @@ def _fails_in_user_lines(shimmed: GeneratedModule, res: BuildResult) -> bool:
         elif not users(m.line):
             return False
     return True
+
+
+def _fill_lists(
+    module: GeneratedModule,
+    outputs: dict[str, str],
+    differing: Callable[[str, tuple[str, ...]], frozenset[str] | None],
+    declared: Callable[[str, tuple[str, ...]], HeaderNames | None],
+) -> None:
+    """Compute, side by side, the cached lists `slim_errors_stand` may read for these files.
+
+    The macro comparisons (with and without the file's `#include`s) and the full headers' name
+    list are preprocessor runs and a Python scan, cached in the overlay folder the first time per
+    toolchain and include set (~13 s one after the other on the 2-core VM, most of a first error
+    verdict); in threads they overlap. The name list only for a file with a non-structural
+    error (a structural one never reads it). Failures are left to the sequential calls after.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    jobs: list[tuple[Callable[..., object], str, tuple[str, ...]]] = []
+    for n, output in outputs.items():
+        f = module.file(n)
+        if f is None:
+            continue
+        includes = tuple(m.group(1) for m in _INCLUDE.finditer(f.text))
+        jobs.append((differing, n, includes))
+        errors = [m.message for m in parse_messages(output) if m.severity == "error"]
+        if any(not any(r.match(e) for r in _STRUCTURAL) for e in errors):
+            jobs.append((declared, n, includes))
+        if includes:
+            jobs.append((differing, n, ()))
+    with ThreadPoolExecutor(max_workers=max(1, len(jobs))) as pool:
+        for job in [pool.submit(fn, n, inc) for fn, n, inc in jobs]:
+            job.exception()  # wait; an error is met again, and handled, by the caller's own call
 
 
 # Compiler errors about the token structure alone (gcc/g++ with LC_ALL=C, and nvcc's EDG front end):
