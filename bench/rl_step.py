@@ -65,9 +65,10 @@ Usage (the H200 call: bench/gpu_benches_rl.txt):
       [--gradient-checkpointing] [--rewards auto|verifier|scripted] [--time-limit 450] [--quick]
   python bench/rl_step.py --shape tiny --rollouts 4 --samples-per-task 2 --max-new-tokens 8  # CPU
 
-Not covered: several GPUs (FSDP, a separate reward GPU), the LoRA fast sampler (`--lora-rank`
-samples from the master through the eager HF runner, as `cudice train rl` does today), a real DICE
-checkpoint or tokenizer, more than one step (each stage's later steps reuse the compiled layers).
+`--lora-rank` samples, as `cudice train rl` does, from the bf16 copy holding the merged weights on
+the fast path (model/train/rollout.py). Not covered: several GPUs (FSDP, a separate reward GPU), a
+real DICE checkpoint or tokenizer, more than one step (each stage's later steps reuse the compiled
+layers).
 """
 
 from __future__ import annotations
@@ -653,13 +654,10 @@ def measure(args: argparse.Namespace, report: Report, clock: Clock) -> None:
     predicted = len(prompts) * args.max_new_tokens / max(base["baseline_tok_s"], 1e-9)
     clock.check("the rollouts (predicted from the baseline, every row to the token budget)", predicted)
     lora = args.lora_rank > 0
-    if lora:  # as `cudice train rl`: the master samples, through the eager runner
-        del copy
-        weights = None
-        rollout_engine = Engine(loaded, fast=False)
-    else:
-        weights = copy
-        rollout_engine = Engine(weights.loaded(loaded), fast=cuda)
+    # as `cudice train rl`: the bf16 copy samples on the fast path (LoRA: the merged weights, which
+    # `refresh` recomputes after every update; rollout.RolloutWeights)
+    weights = copy
+    rollout_engine = Engine(weights.loaded(loaded), fast=cuda)
     report.phase("rollout warm-up", "the rollout engine's compile and capture, outside the step")
     start = time.perf_counter()
     rollout_engine.warm_up()
@@ -847,7 +845,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         choices=("auto", "fp32", "bf16-autocast", "accelerate-bf16", "accelerate-fp16"),
         help="auto: bf16-autocast on a bf16 GPU, else fp32 (as `cudice train rl`)",
     )
-    ap.add_argument("--lora-rank", type=int, default=0, help="> 0: LoRA, rollouts on the master (eager)")
+    ap.add_argument("--lora-rank", type=int, default=0, help="> 0: LoRA, rollouts on the merged bf16 copy")
     ap.add_argument("--baseline-batch", type=int, default=0, help="0: the rollouts' first micro-batch's size")
     ap.add_argument(
         "--rewards",

@@ -420,13 +420,11 @@ def rl_command(
     except ValueError as exc:
         raise click.ClickException(str(exc)) from exc
     loaded = _load(model_path, run.device)
-    # rollouts sample from a bf16 copy of the fp32 master, refreshed after every update (LoRA:
-    # from the master itself); the replay's log-probabilities stay on the master
-    weights = RolloutWeights(loaded.model, torch.bfloat16) if run.lora_rank == 0 else None
-    engine = Engine(
-        weights.loaded(loaded) if weights is not None else loaded,
-        fast=fast and run.lora_rank == 0 and loaded.model.device.type == "cuda",
-    )
+    # rollouts sample from a bf16 copy of the fp32 master, refreshed after every update (LoRA: the
+    # merged weights, W + scale·B·A, see rollout.RolloutWeights); the replay's log-probabilities
+    # stay on the master
+    weights = RolloutWeights(loaded.model, torch.bfloat16)
+    engine = Engine(weights.loaded(loaded), fast=fast and loaded.model.device.type == "cuda")
     from cudice.verifier.config import VerifyConfig
 
     backend = reward_pool(
