@@ -495,7 +495,7 @@ def slim_errors_stand(
             _EXPECTED_EXPRESSION.match(m.message) and _caret_on_punctuator(m)
         ):
             continue
-        if _HASH_ERROR.match(m.message) and _is_error_directive(f.text, m.line):
+        if _HASH_ERROR.match(m.message) and m.line is not None and _is_error_directive(f.text, m.line):
             hash_error = True
             continue  # the user's own `#error` line: the same tokens and macros decide it in both builds
         u = next((hit for r in _UNDECLARED if (hit := r.match(m.message))), None)
