@@ -9,14 +9,16 @@ every timed call: PyTorch's own launcher opens the driver library and converts i
 every call, which costs tens of microseconds and adds spread; this one keeps the driver's entry
 point and costs a few.
 
-Contract: `Kernel(...)` raises when NVRTC or the driver is missing (callers fall back to the same
-function in PyTorch operations); a launch that the driver refuses raises `RuntimeError`. Not
+Contract: `Kernel(...)` raises when NVRTC or the driver is missing; `compiled(source, name)` is the
+kernel built once per process, or None there (callers fall back to the same function in PyTorch
+operations); a launch that the driver refuses raises `RuntimeError`. Not
 covered: shared memory above 48 KiB, more than one GPU per process.
 """
 
 from __future__ import annotations
 
 import ctypes
+import functools
 from typing import Any
 
 _launch_fn: Any = None
@@ -49,3 +51,12 @@ class Kernel:
         rc = self._launch(self._func, grid, 1, 1, block, 1, 1, 0, stream, params, None)
         if rc != 0:
             raise RuntimeError(f"CUDA error: cuLaunchKernel returned {rc}")
+
+
+@functools.cache
+def compiled(source: str, name: str) -> Kernel | None:
+    """`Kernel(source, name)`, built on the first call of the process; None where it cannot be built."""
+    try:
+        return Kernel(source, name)
+    except Exception:  # no NVRTC or no driver here
+        return None

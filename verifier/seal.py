@@ -55,20 +55,13 @@ extern "C" __global__ void cudice_seal(unsigned int* w, long long nwords, unsign
     }
 }
 """
-_kernel: Any = None
-_kernel_failed = False
 
 
 def _cuda_kernel() -> Any:
-    global _kernel, _kernel_failed
-    if _kernel is None and not _kernel_failed:
-        try:
-            from cudice.verifier.nvrtc_launch import Kernel
+    """The NVRTC kernel, or None without NVRTC (the PyTorch form gives the same bits, slower)."""
+    from cudice.verifier.nvrtc_launch import compiled
 
-            _kernel = Kernel(_KERNEL_SOURCE, "cudice_seal")
-        except Exception:  # no NVRTC here: the PyTorch form gives the same bits, slower
-            _kernel_failed = True
-    return _kernel
+    return compiled(_KERNEL_SOURCE, "cudice_seal")
 
 
 def tensor_key(key: int, i: int) -> int:

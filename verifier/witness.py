@@ -65,8 +65,6 @@ extern "C" __global__ void cudice_witness(const float* x, int n, int chunk, unsi
     }
 }
 """
-_kernel: Any = None
-_kernel_failed = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,15 +107,10 @@ def _flat_float(t: Any) -> Any:
 
 
 def _cuda_kernel() -> Any:
-    global _kernel, _kernel_failed
-    if _kernel is None and not _kernel_failed:
-        try:
-            from cudice.verifier.nvrtc_launch import Kernel
+    """The NVRTC kernel, or None without NVRTC (the PyTorch form gives the same digest, slower)."""
+    from cudice.verifier.nvrtc_launch import compiled
 
-            _kernel = Kernel(_KERNEL_SOURCE, "cudice_witness")
-        except Exception:  # no NVRTC here: the PyTorch form gives the same digest, slower
-            _kernel_failed = True
-    return _kernel
+    return compiled(_KERNEL_SOURCE, "cudice_witness")
 
 
 def digest_tensor(t: Any, key: int, out: Any, slot: int) -> None:
