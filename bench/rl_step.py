@@ -85,6 +85,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from cudice.model.tiny import TINY_DIMS
+
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
 TASK_NAMES = ("relu", "softmax")  # bundled references with a correct candidate (<name>_cuda.py)
@@ -104,16 +106,15 @@ SHAPES: dict[str, dict[str, Any]] = {
         "head_dim": 128,
         "tie_word_embeddings": False,
     },
-    # cudice.model.tiny's dims; a vocabulary wider than the demo tokenizer's (WideTokenizer in use)
+    # cudice.model.tiny's dims (build_master sets positions, RoPE and norm eps for every shape); a
+    # vocabulary wider than the demo tokenizer's (WideTokenizer in use)
     "tiny": {
         "vocab_size": 2048,
-        "hidden_size": 64,
-        "intermediate_size": 128,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "head_dim": 16,
-        "tie_word_embeddings": False,
+        **{
+            k: v
+            for k, v in TINY_DIMS.items()
+            if k not in ("max_position_embeddings", "rope_theta", "rms_norm_eps")
+        },
     },
 }
 TARGETS = (  # (report key, op, bound, what): issue 29's first target
