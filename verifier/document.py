@@ -36,6 +36,7 @@ import tokenize
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cudice.verifier import pyparse
 from cudice.verifier.document_sources import CudaSource as CudaSource
 from cudice.verifier.document_sources import Kernel as Kernel
 from cudice.verifier.document_sources import SourceStrings, kernels
@@ -173,7 +174,7 @@ def parse_document(
     if path.endswith((".cu", ".cuh")):
         return _parse_cu(source, path, index, reference)
     try:
-        tree = ast.parse(source, filename=path)
+        tree = pyparse.parse(source, filename=path)
     except (SyntaxError, ValueError) as exc:  # ValueError: a NUL byte in the text
         line, col = getattr(exc, "lineno", None) or 1, getattr(exc, "offset", None) or 1
         end_line, end_col = (

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from cudice.verifier import pyparse
 from cudice.verifier.document import Document, parse_document, read_document
 from cudice.verifier.result import Diagnostic, Location, Severity, Stage
 
@@ -167,7 +168,7 @@ def reference_only_source(text: str) -> str:
     import ast
 
     try:
-        tree = ast.parse(text)
+        tree = pyparse.parse(text)
     except SyntaxError:
         return text
     removed: set[str] = set()

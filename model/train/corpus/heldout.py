@@ -32,6 +32,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from cudice.model.train.corpus.split import answer_signature
+from cudice.verifier.pyparse import parse
 
 
 def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -46,7 +47,7 @@ def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
 
 def defines_model_new(code: str) -> bool:
     try:
-        tree = ast.parse(code)
+        tree = parse(code)
     except (SyntaxError, ValueError):
         return False
     return any(isinstance(node, ast.ClassDef) and node.name == "ModelNew" for node in tree.body)

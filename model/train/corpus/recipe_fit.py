@@ -103,7 +103,9 @@ def _names_of(solution: str) -> tuple[str, list[str]]:
     """The kernel's name (the `name=` of load_inline) and ModelNew's argument names, read from a template."""
     import ast
 
-    tree = ast.parse(solution)
+    from cudice.verifier.pyparse import parse
+
+    tree = parse(solution)
     kernel = ""
     names: list[str] = []
     for node in ast.walk(tree):
