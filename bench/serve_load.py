@@ -21,13 +21,19 @@ near-tied logits of random weights).
 
 Model: random weights, nothing downloaded. `--shape tiny` (cudice.model.tiny's dims, the CPU
 default), `demo` (the bundled demo model's dims) or `dice-1.7b` (Qwen3-1.7B / DICE-1.7B dims,
-bf16 on a GPU). Prompts are random ids with lengths drawn from [prompt_len/4, prompt_len] (seeded);
+bf16 on a GPU). Prompts are random ids with lengths drawn from [--prompt-min, --prompt-len] (seeded;
+the default minimum is a quarter of the maximum);
 random weights are never confident, so each denoise step reveals about one token and answers run
 to `--max-new-tokens`.
 
+The static baseline keeps one cache (and its CUDA graphs) per size class of 256 slots and
+recaptures when the size class changes, so on a GPU pick prompt lengths that stay in one class
+(the GPU line below: 400..600 + 128 new -> 768 slots), or the serial figures pay recaptures.
+
 Usage:
   python bench/serve_load.py                                   # CPU, tiny shape
-  python bench/serve_load.py --shape dice-1.7b --prompt-len 512 --max-new-tokens 128  # one GPU
+  python bench/serve_load.py --shape dice-1.7b --prompt-min 400 --prompt-len 600 \
+      --max-new-tokens 128                                     # one GPU
 Writes `$OUT/serve_load.json` when OUT is set (or `--json PATH`).
 
 Not covered: real sockets. The issue asks for load through the team server over TCP
@@ -180,6 +186,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--concurrency", default="1,8,32")
     ap.add_argument("--requests-per-client", type=int, default=2)
     ap.add_argument("--prompt-len", type=int, default=None, help="longest prompt (default 512 GPU, 64 CPU)")
+    ap.add_argument("--prompt-min", type=int, default=None, help="shortest prompt (default prompt_len/4)")
     ap.add_argument("--max-new-tokens", type=int, default=None, help="default 128 GPU, 32 CPU")
     ap.add_argument("--baseline", choices=("hf", "static"), default=None, help="default: static on CUDA")
     ap.add_argument("--page-size", type=int, default=16)
@@ -195,6 +202,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     shape = args.shape or ("dice-1.7b" if on_gpu else "tiny")
     dtype = torch.bfloat16 if on_gpu else torch.float32
     prompt_len = args.prompt_len or (512 if on_gpu else 64)
+    prompt_min = args.prompt_min or max(1, prompt_len // 4)
     new_tokens = args.max_new_tokens or (128 if on_gpu else 32)
     baseline = args.baseline or ("static" if on_gpu else "hf")
     levels = [int(c) for c in args.concurrency.split(",")]
@@ -214,8 +222,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     rng = random.Random(args.seed)
     most = max(levels) * args.requests_per_client
     pool = [
-        [rng.randrange(0, vocab - 3) for _ in range(rng.randint(max(1, prompt_len // 4), prompt_len))]
-        for _ in range(most)
+        [rng.randrange(0, vocab - 3) for _ in range(rng.randint(prompt_min, prompt_len))] for _ in range(most)
     ]
     longest = max(len(p) for p in pool) + new_tokens + 2 * BLOCK
     page = args.page_size
@@ -224,7 +231,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         model, sampler, BLOCK, num_pages=pages, page_size=page, max_batch=args.max_batch, max_queue=4 * most
     ).start()
     log(
-        f"serve_load: shape {shape} on {device} ({dtype}), prompts {prompt_len // 4}..{prompt_len} tokens, "
+        f"serve_load: shape {shape} on {device} ({dtype}), prompts {prompt_min}..{prompt_len} tokens, "
         f"{new_tokens} new, block {BLOCK}, serial baseline {type(runner).__name__}, "
         f"paged pool {pages} pages x {page} tokens ({pages * batcher.cache.page_bytes / 2**20:.1f} MiB)"
     )
@@ -299,6 +306,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "device": str(device),
         "dtype": str(dtype),
         "prompt_len": prompt_len,
+        "prompt_min": prompt_min,
         "max_new_tokens": new_tokens,
         "baseline": type(runner).__name__,
         "levels": [asdict(r) for r in results],
