@@ -19,8 +19,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "verifier"))
 
 from corpus.manifest import load_corpus  # noqa: E402
-from cudice.verifier.result import Severity  # noqa: E402
-from cudice.verifier.static_checks import check_source, has_violation  # noqa: E402
+from cudice.verifier.source.result import Severity  # noqa: E402
+from cudice.verifier.static.checks import check_source, has_violation  # noqa: E402
 
 
 def static_figures() -> dict[str, float]:

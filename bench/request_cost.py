@@ -1,6 +1,6 @@
 """What does one judge -> runner request cost around a tiny GPU forward? (GPU only)
 
-The judge times the candidate by wall-clock requests to a runner process (verifier/judge.py). On
+The judge times the candidate by wall-clock requests to a runner process (verifier/run/judge.py). On
 the H200 those requests cost 0.7-2.6 ms around a 0.02 ms forward. This microbenchmark takes the
 judge's pieces one at a time, with plain processes and no cudice code in the loop: a server that
 spins on a socket and runs `relu` on 64x1024 floats plus a synchronisation per request, and a

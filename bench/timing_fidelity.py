@@ -98,11 +98,11 @@ def bench_files(out: Path, only: set[str] | None, quick: bool) -> list[Path]:
 HARNESS = r"""
 import json, statistics, sys, torch
 from pathlib import Path
-from cudice.verifier.compile import build_module
+from cudice.verifier.build.compile import build_module
 from cudice.verifier.config import VerifyConfig
-from cudice.verifier.document import read_document
-from cudice.verifier.generated import from_values
-from cudice.verifier.judging import install_load_inline, load_extension
+from cudice.verifier.source.document import read_document
+from cudice.verifier.build.generated import from_values
+from cudice.verifier.run.judging import install_load_inline, load_extension
 
 path, cache = sys.argv[1], sys.argv[2]
 config = VerifyConfig(cache_dir=Path(cache))

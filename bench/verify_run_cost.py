@@ -1,64 +1,31 @@
-"""Cost of the run stage of a `correct` verdict: the old in-process judge against the split judge.
+"""Cost of the run stage of a `correct` verdict: a judge started cold against the pool's warm one.
 
 `python bench/verify_run_cost.py --run-stage [--rounds 2] [--cases honest_relu_empty_like,...]`
 (GPU only). Every honest corpus kernel is built once (the compile stage, not measured); then,
 on the same candidates in one run, alternating per round, the parent's wall time of the run stage
-(`api._run_stage`: job out, verdict back) is measured for
+(job out, verdict back) is measured for
 
-- `old`        — `cudice.verifier.worker` in one child (judge and candidate in one process);
-- `new`        — `cudice.verifier.judge` (judge process + two runner processes in the boundary);
-- `old-warm`   — the old persistent runner's path: one long-lived process that runs `run_job`
-                 for each job (torch and CUDA already up);
-- `new-warm`   — `PersistentRunner`: a fresh judge and runners per job, warmed up before it.
+- `cold` — `cudice.verifier.run.judge` started for the job (judge process + two runner
+           processes in the boundary, torch and CUDA started from nothing);
+- `warm` — `PersistentRunner` (run/warm.py): a fresh judge and runners per job, started and
+           warmed up before the job arrives, as in the pool.
 
-Prints one row per case and mode (median seconds) and `RESULT ratio new/old=<x> warm=<y>`
-(medians over the cases); the target is at most 1.3. Default VerifyConfig (100 timed calls,
-250 ms warm-up per implementation): the cost a user or an RL rollout pays.
+Prints one row per case and mode (median seconds) and `RESULT ratio warm/cold=<x>` (medians over
+the cases). Default VerifyConfig (100 timed calls, 250 ms warm-up per implementation): the cost a
+user or an RL rollout pays. (Until the older in-process judge left the verifier, this bench also
+timed it; docs/benchmarks.md keeps those figures.)
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "verifier"))
-
-OLD_SERVE = r"""
-import json, sys
-from cudice.verifier.worker import run_job
-for line in sys.stdin:
-    print(json.dumps(run_job(json.loads(line))), flush=True)
-"""
-
-
-class OldWarm:
-    """The former persistent runner: one process, jobs as JSON lines, results as JSON lines."""
-
-    def __init__(self) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", OLD_SERVE], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-        )
-
-    def __call__(self, job: dict[str, Any], **kw: Any) -> Any:
-        from cudice.verifier.sandbox import ChildOutcome
-
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        t0 = time.perf_counter()
-        self.proc.stdin.write(json.dumps(job) + "\n")
-        self.proc.stdin.flush()
-        result = json.loads(self.proc.stdout.readline())
-        return ChildOutcome(result, 0, "", "", time.perf_counter() - t0)
-
-    def close(self) -> None:
-        self.proc.kill()
-        self.proc.wait()
 
 
 def main() -> int:
@@ -72,15 +39,13 @@ def main() -> int:
     )
     ap.add_argument("--quick", action="store_true", help="one round, two cases")
     args = ap.parse_args()
-    from functools import partial
-
     from corpus.manifest import load_corpus
     from cudice.verifier import api
     from cudice.verifier.config import VerifyConfig
-    from cudice.verifier.document import read_document
-    from cudice.verifier.reference import resolve_reference
-    from cudice.verifier.runner import PersistentRunner
-    from cudice.verifier.sandbox import run_in_child
+    from cudice.verifier.run.sandbox import run_in_child
+    from cudice.verifier.run.warm import PersistentRunner
+    from cudice.verifier.source.document import read_document
+    from cudice.verifier.source.reference import resolve_reference
 
     if not api.gpu_available():
         print("RESULT skipped: no GPU")
@@ -92,14 +57,9 @@ def main() -> int:
     for c in cases:  # build once: the compile stage is not part of the measurement
         r = api.verify(c.path, config=config.with_(timing_num_trials=3, timing_warmup_ms=1.0))
         print(f"built {c.name}: {r.verdict.value}", flush=True)
-    old_warm, new_warm = OldWarm(), PersistentRunner()
+    new_warm = PersistentRunner()
     new_warm.warm_up(config.memory_limit_mib, {"cache_dir": str(config.cache_dir)})
-    modes = {
-        "old": partial(run_in_child, module="cudice.verifier.worker"),
-        "new": run_in_child,
-        "old-warm": old_warm,
-        "new-warm": new_warm,
-    }
+    modes = {"cold": run_in_child, "warm": new_warm}
     walls: dict[tuple[str, str], list[float]] = {}
     verdicts: dict[tuple[str, str], set[str]] = {}
     try:
@@ -112,13 +72,12 @@ def main() -> int:
                 order = list(modes) if rnd % 2 == 0 else list(modes)[::-1]
                 for mode in order:
                     t0 = time.perf_counter()
-                    res = api._run_stage(api._Run(doc, config, None), ref, config, None, modes[mode])
+                    res = api.run_stage(doc, ref, config, modes[mode])
                     walls.setdefault((c.name, mode), []).append(time.perf_counter() - t0)
                     verdicts.setdefault((c.name, mode), set()).add(res.verdict.value)
-                    if mode == "new-warm":
+                    if mode == "warm":
                         time.sleep(8)  # the next spare warms up, as it would while the pool compiles
     finally:
-        old_warm.close()
         new_warm.close()
     print("| case | mode | run stage s (median) | verdicts |")
     print("|---|---|---|---|")
@@ -127,17 +86,10 @@ def main() -> int:
             f"| {name} | {mode} | {statistics.median(xs):.2f} | {','.join(sorted(verdicts[(name, mode)]))} |"
         )
     ratio = [
-        statistics.median(walls[(c.name, "new")]) / statistics.median(walls[(c.name, "old")]) for c in cases
+        statistics.median(walls[(c.name, "warm")]) / statistics.median(walls[(c.name, "cold")]) for c in cases
     ]
-    warm = [
-        statistics.median(walls[(c.name, "new-warm")]) / statistics.median(walls[(c.name, "old-warm")])
-        for c in cases
-    ]
-    print(
-        f"RESULT ratio new/old={statistics.median(ratio):.2f} warm={statistics.median(warm):.2f} "
-        f"(target <= 1.3; per case {', '.join(f'{x:.2f}' for x in ratio)} / "
-        f"{', '.join(f'{x:.2f}' for x in warm)})"
-    )
+    per_case = ", ".join(f"{x:.2f}" for x in ratio)
+    print(f"RESULT ratio warm/cold={statistics.median(ratio):.2f} (per case {per_case})")
     return 0
 
 

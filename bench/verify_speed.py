@@ -41,11 +41,11 @@ from concurrent.futures import as_completed
 from pathlib import Path
 
 from cudice.verifier.api import gpu_available, quick_check, verify
+from cudice.verifier.build.quick import FastChecker
+from cudice.verifier.build.toolchain import cuda_home
 from cudice.verifier.config import VerifyConfig
-from cudice.verifier.fast_check import FastChecker
 from cudice.verifier.pool import VerifyPool, default_compile_workers
-from cudice.verifier.result import Severity, Verdict, VerifyResult
-from cudice.verifier.toolchain import cuda_home
+from cudice.verifier.source.result import Severity, Verdict, VerifyResult
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"

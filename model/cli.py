@@ -29,8 +29,8 @@ def _sampler_config(options: dict[str, Any]) -> SamplerConfig:
 
 
 def _reference_source(file: Path, reference: str | None) -> str:
-    from cudice.verifier.document import read_document
-    from cudice.verifier.reference import resolve_reference
+    from cudice.verifier.source.document import read_document
+    from cudice.verifier.source.reference import resolve_reference
 
     doc = read_document(file, reference=reference, require_candidate=False)
     resolved = resolve_reference(doc)
@@ -46,8 +46,8 @@ def _reference_source(file: Path, reference: str | None) -> str:
 def reference_path_of(file: Path, reference: str | None) -> Path:
     """The reference file a generated candidate is for, as an absolute path (the candidate goes to
     stdout: where it will be saved, and so a path relative to it, is unknown)."""
-    from cudice.verifier.document import read_document
-    from cudice.verifier.reference import reference_path
+    from cudice.verifier.source.document import read_document
+    from cudice.verifier.source.reference import reference_path
 
     if reference is not None:
         return Path(reference).resolve()
@@ -58,7 +58,7 @@ def reference_path_of(file: Path, reference: str | None) -> Path:
 def with_reference_comment(text: str, reference: Path) -> str:
     """`text` with a `# cudice: reference=PATH` first line, unless it names a reference already, so
     `cudice verify` finds the reference without --reference."""
-    from cudice.verifier.document import parse_document
+    from cudice.verifier.source.document import parse_document
 
     if parse_document(text, "generated.py", require_candidate=False).reference.origin != "none":
         return text

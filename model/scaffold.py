@@ -3,7 +3,7 @@
 The split is DICE's stage-1 split (docs/model.md): the middle is the *contents* of the CUDA source
 string passed to `load_inline(cuda_sources=...)`; the prefix ends with its opening quotes, the
 suffix starts with its closing quotes. String offsets come from the verifier's document model
-(`cudice.verifier.document.parse_document`), the one parser of KernelBench files in cudice.
+(`cudice.verifier.source.document.parse_document`), the one parser of KernelBench files in cudice.
 
 Not covered: files whose CUDA source is computed (f-strings with fields, `.format`, calls): the
 error says why, as the document model reports it.
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cudice.verifier.document import parse_document
+from cudice.verifier.source.document import parse_document
 
 
 class ScaffoldError(ValueError):

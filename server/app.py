@@ -33,7 +33,7 @@ from lsprotocol import types as lsp
 
 if TYPE_CHECKING:
     from cudice.server.fast_init import EarlyFrame
-    from cudice.verifier.positions import LineIndex
+    from cudice.verifier.source.positions import LineIndex
 
 # Only what answering `initialize` needs is imported above (pygls and lsprotocol are most of the
 # start-up; docs/server.md: `initialize` within 0.5 s). Features, flows, workers and watchdog are

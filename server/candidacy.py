@@ -17,7 +17,7 @@ import os
 
 from cudice.server.core import CudiceServer
 from cudice.server.verification import current_version, publish, watch_reference
-from cudice.verifier.document import Document
+from cudice.verifier.source.document import Document
 from lsprotocol import types as lsp
 
 # Words that make a file KernelBench material: its syntax errors are cudice's to report.

@@ -24,7 +24,7 @@ SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     "generate": ("cudice.model.cli", "generate_command", "Generate or infill a kernel with a DICE model."),
     "model": ("cudice.model.cli", "model_group", "Model utilities (make-tiny test checkpoints, info)."),
     "eval": (
-        "cudice.verifier.eval_cli",
+        "cudice.verifier.eval.cli",
         "eval_command",
         "Evaluate a set of problems (correctness, fast_1, fast_2).",
     ),

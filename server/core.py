@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from cudice.server import __version__
 from cudice.server.protocol import STATUS_NOTIFICATION
 from cudice.server.settings import Settings, parse_settings
-from cudice.verifier import gpu_probe
+from cudice.verifier.run import gpu_probe
 from lsprotocol import types as lsp
 from pygls.lsp.server import LanguageServer
 from pygls.uris import to_fs_path
@@ -36,9 +36,9 @@ if TYPE_CHECKING:  # imported when first used: `initialize` is answered before a
     from cudice.server.workers.model import LoadRequest, ModelWorker
     from cudice.server.workers.quick import QuickChecks
     from cudice.server.workers.verify import VerifyJobs
-    from cudice.verifier.document import Document
-    from cudice.verifier.positions import LineIndex
-    from cudice.verifier.result import VerifyResult
+    from cudice.verifier.source.document import Document
+    from cudice.verifier.source.positions import LineIndex
+    from cudice.verifier.source.result import VerifyResult
 
 log = logging.getLogger("cudice.server")
 # The largest document text cudice parses (an `ast` parse per edit costs ~1.5 s per MB on a
@@ -293,8 +293,8 @@ class CudiceServer(LanguageServer):
         """The verifier's document model of a document's text and its line index in the client's
         position encoding, computed once per text (hover and code actions ask many times between
         edits, and a save verifies the text the editor last showed)."""
-        from cudice.verifier.document import parse_document
-        from cudice.verifier.positions import LineIndex
+        from cudice.verifier.source.document import parse_document
+        from cudice.verifier.source.positions import LineIndex
 
         hit = self._documents.get(uri)
         if hit is not None and hit[0] == source and hit[2].encoding == self.position_encoding:
@@ -327,7 +327,7 @@ class CudiceServer(LanguageServer):
         """The position unit negotiated at `initialize` ("utf-16" until then)."""
         caps = self.protocol.server_capabilities if hasattr(self.protocol, "server_capabilities") else None
         value = str(caps.position_encoding) if caps is not None and caps.position_encoding else "utf-16"
-        from cudice.verifier.positions import ENCODINGS
+        from cudice.verifier.source.positions import ENCODINGS
 
         return value if value in ENCODINGS else "utf-16"
 

@@ -24,8 +24,8 @@ from cudice.server.progress import WorkProgress
 from cudice.server.team import claim_work, release_work
 from cudice.server.verification import reference_path, verify_document
 from cudice.server.workers.model import ModelUnavailable, WorkerDied
-from cudice.verifier.document import Document
-from cudice.verifier.positions import LineIndex
+from cudice.verifier.source.document import Document
+from cudice.verifier.source.positions import LineIndex
 from lsprotocol import types as lsp
 from pygls.uris import from_fs_path
 

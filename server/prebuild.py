@@ -6,7 +6,7 @@ candidate, once typing has paused for `QUIET_S`, `schedule` sends the editor's c
 text to a build-only worker (`VerifyJobs.prebuild`, `VerifyConfig.build_only`): parse, static
 checks, compile and link, no run, nothing shown. A save of that same text then runs; its compile
 stage finds the objects and the library in the content-addressed build cache, or waits on an
-object's lock while the prebuild is still compiling it (verifier/buildsteps.py). A change before
+object's lock while the prebuild is still compiling it (verifier/build/objects.py). A change before
 the build ends replaces it; a save of other text stops it.
 
 Contract: only where the server wants a warm verifier (`CudiceServer.wants_warm_verifier`: a GPU,

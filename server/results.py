@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from cudice.verifier.result import VerifyResult
+from cudice.verifier.source.result import VerifyResult
 
 log = logging.getLogger(__name__)
 

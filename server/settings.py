@@ -10,7 +10,7 @@ returns a warning that names the key, the bad value, the rule and the default us
 Each default is written once. The sampler's and the verifier's come from the run-time configs
 they feed (`SamplerConfig`, `VerifyConfig`: what `cudice generate` / `cudice verify` use without
 an editor), the strategy names from `cudice.model.config.STRATEGY_NAMES`, the strictness levels
-from `cudice.verifier.static_policy.Strictness`; the rest are written in `SCHEMA` below.
+from `cudice.verifier.static.policy.Strictness`; the rest are written in `SCHEMA` below.
 `Settings` takes every field's default from `SCHEMA` and validates its values against it.
 Not covered: `cudice.sampler.blockLength`, whose editor default (4, DICE's) is deliberately not
 `SamplerConfig`'s (None: the checkpoint's block size).
@@ -26,7 +26,7 @@ from typing import Any, Literal
 from cudice.model.config import STRATEGY_NAMES, SamplerConfig
 from cudice.server.__main__ import LOG_LEVELS
 from cudice.verifier.config import VerifyConfig
-from cudice.verifier.static_policy import Strictness
+from cudice.verifier.static.policy import Strictness
 
 DEVICES = ("auto", "cuda", "cpu")
 DTYPES = ("auto", "bfloat16", "float16", "float32")

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     from cudice.server.workers.model import ModelWorker
     from cudice.server.workers.verify import VerifyJobs, VerifyRequest
-    from cudice.verifier.result import VerifyResult
+    from cudice.verifier.source.result import VerifyResult
 
 log = logging.getLogger("cudice.server.team")
 

@@ -38,10 +38,10 @@ from cudice.server.progress import WorkProgress
 from cudice.server.results import result_key
 from cudice.server.team import claim_work, release_work
 from cudice.server.workers.verify import VerifyRequest
-from cudice.verifier.document import Document
-from cudice.verifier.gpu_probe import gpu_absent_reason
-from cudice.verifier.reference import reference_path as resolved_reference_path
-from cudice.verifier.result import Stage, Verdict, VerifyResult
+from cudice.verifier.run.gpu_probe import gpu_absent_reason
+from cudice.verifier.source.document import Document
+from cudice.verifier.source.reference import reference_path as resolved_reference_path
+from cudice.verifier.source.result import Stage, Verdict, VerifyResult
 from lsprotocol import types as lsp
 from pygls.uris import to_fs_path
 

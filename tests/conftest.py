@@ -22,8 +22,8 @@ os.environ.setdefault("CUDICE_NO_BUNDLED_MODEL", "1")
 @functools.cache
 def cuda_available() -> tuple[bool, str]:
     """Whether a CUDA GPU is usable from torch (checked once, only if a gpu test was collected):
-    cudice's own probe first (verifier/gpu_probe.py: CUDICE_GPU=0 skips them), then torch itself."""
-    from cudice.verifier.gpu_probe import probe
+    cudice's own probe first (verifier/run/gpu_probe.py: CUDICE_GPU=0 skips them), then torch itself."""
+    from cudice.verifier.run.gpu_probe import probe
 
     found = probe()
     if found.reason is not None:

@@ -4,12 +4,12 @@
 1. parse    — document model + reference resolution (`invalid_input` on failure);
 2. static   — `static_checks.check_document` (anti-cheat engineer's module; an error →
    `static_violation`);
-3. compile  — full build of every statically known `load_inline` module (compile.py), linked
+3. compile  — full build of every statically known `load_inline` module (build/compile.py), linked
    only when it will run here; errors → `compile_error`, located in the `.py` file;
-4. run      — load, correctness, timing in a sandboxed child (sandbox.py starts judge.py).
+4. run      — load, correctness, timing in a sandboxed child (run/sandbox.py starts run/judge.py).
 Without a CUDA GPU the run stage is skipped and the verdict is `compiled`, with a
 `verify.no_gpu` diagnostic saying that correctness and timing did not run; the reference's
-`get_inputs()`/`get_init_inputs()` are still called once in a child (reference_probe.py), and
+`get_inputs()`/`get_init_inputs()` are still called once in a child (run/reference_probe.py), and
 if one raises the verdict is `runtime_error` at stage `load` — what the GPU run would say.
 A candidate without a usable reference still goes through the static checks and the compile:
 the missing reference (`parse.no_reference`, …) is a warning, and a clean build is `compiled`.
@@ -19,8 +19,8 @@ The reference may be given as text (`reference_source=`) instead of a file.
 findings before the kernel has run; `cancel.is_set()` aborts the build or kills the child.
 
 `quick_check(path, source, checker)` is the fast editor path: parse + static + clangd
-diagnostics (fast_check.py), no nvcc, no GPU. This module imports neither torch nor the judge.
-Whether a GPU is here is gpu_probe.py's answer (`gpu_available`, re-exported for the CLIs).
+diagnostics (build/quick.py), no nvcc, no GPU. This module imports neither torch nor the judge.
+Whether a GPU is here is run/gpu_probe.py's answer (`gpu_available`, re-exported for the CLIs).
 Not covered: multi-GPU placement (pool.py picks the device through CUDA_VISIBLE_DEVICES).
 """
 
@@ -33,17 +33,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
-from cudice.verifier.compile import build_module, build_raw_cu
+from cudice.verifier.build.compile import build_module, build_raw_cu
+from cudice.verifier.build.generated import from_call
+from cudice.verifier.build.quick import FastChecker
 from cudice.verifier.config import VerifyConfig
-from cudice.verifier.document import Document, parse_document, read_document
-from cudice.verifier.fast_check import FastChecker
-from cudice.verifier.generated import from_call
-from cudice.verifier.gpu_probe import gpu_absent_reason
-from cudice.verifier.gpu_probe import gpu_available as gpu_available
 from cudice.verifier.process import CancelToken
-from cudice.verifier.reference import ResolvedReference, as_warnings, resolve_reference
-from cudice.verifier.result import Diagnostic, Location, Severity, Stage, Verdict, VerifyResult
-from cudice.verifier.sandbox import ChildOutcome, run_in_child
+from cudice.verifier.run.gpu_probe import gpu_absent_reason
+from cudice.verifier.run.gpu_probe import gpu_available as gpu_available
+from cudice.verifier.run.sandbox import ChildOutcome, run_in_child
+from cudice.verifier.source.document import Document, parse_document, read_document
+from cudice.verifier.source.reference import ResolvedReference, as_warnings, resolve_reference
+from cudice.verifier.source.result import Diagnostic, Location, Severity, Stage, Verdict, VerifyResult
 
 OnStage = Callable[[VerifyResult], None]
 RunChild = Callable[..., ChildOutcome]
@@ -57,8 +57,8 @@ def _why_no_gpu(gpu: bool | None) -> str:
 
 
 def run_static_checks(doc: Document, config: VerifyConfig) -> list[Diagnostic]:
-    """The static stage: the anti-cheat engineer's `check_document` (static_checks.py)."""
-    from cudice.verifier.static_checks import check_document
+    """The static stage: the anti-cheat engineer's `check_document` (static/checks.py)."""
+    from cudice.verifier.static.checks import check_document
 
     return list(check_document(doc, config))
 
@@ -104,7 +104,7 @@ def _now() -> str:
 
 def _toolchain_versions(config: VerifyConfig) -> dict[str, str]:
     """torch and nvcc as the build sees them (cached probe; empty when the toolchain is missing)."""
-    from cudice.verifier.toolchain import ToolchainError, probe_toolchain
+    from cudice.verifier.build.toolchain import ToolchainError, probe_toolchain
 
     try:
         tc = probe_toolchain(config.cache_dir, config.arch_list_env)
@@ -124,7 +124,7 @@ class _EarlyJudge:
         self.runner: Any = None
 
     def start(self, config: VerifyConfig) -> RunChild:
-        from cudice.verifier.runner import judge_ahead
+        from cudice.verifier.run.warm import judge_ahead
 
         self.runner = judge_ahead(config)
         return cast(RunChild, self.runner)
@@ -157,7 +157,7 @@ def verify(
     `run_child` replaces `sandbox.run_in_child` for the run stage (VerifyPool uses it to place the
     child on a leased GPU); it receives the job dict and run_in_child's keyword arguments.
     `gpu` says whether the run stage has a GPU (default: one is visible in this process); a
-    backend whose `run_child` runs on another machine's GPU (distributed.py) passes True.
+    backend whose `run_child` runs on another machine's GPU (dist/ray_backend.py) passes True.
     `warm_judge` (without `run_child`): when the kernel will run, start its judge and runner
     processes as the build starts, so their start-up (torch, CUDA contexts, the profiler: seconds
     each) overlaps the build instead of following it (`cudice verify`; the pool and the editor
@@ -308,11 +308,11 @@ def _compile_only_end(
     run: _Run, ref: ResolvedReference | None, verdict: Verdict, cancel: CancelToken | None
 ) -> VerifyResult:
     """The end of a run without the run stage: `verdict`, unless the reference's input functions
-    raise when called on the CPU (reference_probe.py) — then `runtime_error` at `load`, as the GPU
+    raise when called on the CPU (run/reference_probe.py) — then `runtime_error` at `load`, as the GPU
     run would end. Cached by the reference's content; skipped without a reference."""
     if ref is None or ref.document is None:
         return run.result(verdict, compile_only=True)
-    from cudice.verifier.reference_probe import probe_reference_inputs
+    from cudice.verifier.run.reference_probe import probe_reference_inputs
 
     probe = probe_reference_inputs(
         ref.document, run.config, torch_version=run.versions.get("torch", ""), cancel=cancel
@@ -333,6 +333,12 @@ def _static_stage(run: _Run, doc: Document, config: VerifyConfig) -> bool:
     run.diags += found
     run.lap("static")
     return not _has_error(found)
+
+
+def run_stage(doc: Document, ref: Document, config: VerifyConfig, run_child: RunChild) -> VerifyResult:
+    """Only the run stage (load, correctness, timing) of a candidate whose build is cached, with
+    `run_child` starting the judge: what bench/verify_run_cost.py times on its own."""
+    return _run_stage(_Run(doc, config, None), ref, config, None, run_child)
 
 
 def _run_stage(
@@ -425,7 +431,7 @@ def quick_check(
         return run.result(Verdict.STATIC_VIOLATION)
     run.stage = Stage.COMPILE
     if doc.kind == "cu":  # device-only code: NVRTC is the fast path (no torch headers to parse)
-        from cudice.verifier.nvrtc_check import NvrtcUnavailable, nvrtc_check
+        from cudice.verifier.build.nvrtc_check import NvrtcUnavailable, nvrtc_check
 
         try:
             run.diags += nvrtc_check(doc, config.arch_list[0]).diagnostics

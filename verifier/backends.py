@@ -6,7 +6,7 @@ reward, `cudice eval` and the editor read one truth. `shutdown()` (or leaving th
 releases its workers. Two backends satisfy it:
 
 - `local` — `cudice.verifier.pool.VerifyPool` (threads + sandboxed children on this machine);
-- `ray`   — `cudice.verifier.distributed.RayBackend` (compile tasks on CPU workers, run and
+- `ray`   — `cudice.verifier.dist.ray_backend.RayBackend` (compile tasks on CPU workers, run and
   timing tasks on GPU workers, re-queued when a worker or node dies; needs `pip install
   "cudice[dist]"`).
 
@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from cudice.verifier.config import VerifyConfig
-from cudice.verifier.result import VerifyResult
+from cudice.verifier.source.result import VerifyResult
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,7 +156,7 @@ def _local(config: VerifyConfig, *, num_compile_workers: int = 2, **kwargs: Any)
 
 
 def _ray(config: VerifyConfig, *, num_compile_workers: int | None = None, **kwargs: Any) -> VerifyBackend:
-    from cudice.verifier.distributed import RayBackend
+    from cudice.verifier.dist.ray_backend import RayBackend
 
     return RayBackend(config, num_cpus=num_compile_workers, **kwargs)
 
@@ -167,7 +167,7 @@ BACKENDS: dict[str, BackendFactory] = {"local": _local, "ray": _ray}
 def make_backend(name: str, config: VerifyConfig | None = None, **kwargs: Any) -> VerifyBackend:
     """A backend from the registry: `local` (VerifyPool) or `ray` (RayBackend); kwargs go to it.
 
-    Raises ValueError for an unknown name and `RayUnavailable` (distributed.py) for `ray`
+    Raises ValueError for an unknown name and `RayUnavailable` (dist/ray_backend.py) for `ray`
     without Ray installed.
     """
     if name not in BACKENDS:

@@ -25,9 +25,9 @@ from pathlib import Path
 
 import click
 from cudice.verifier.config import VerifyConfig
-from cudice.verifier.reference import HOW_TO_GIVE_ONE, NO_REFERENCE_CODES
-from cudice.verifier.result import Severity, Stage, Verdict, VerifyResult
-from cudice.verifier.static_policy import Strictness
+from cudice.verifier.source.reference import HOW_TO_GIVE_ONE, NO_REFERENCE_CODES
+from cudice.verifier.source.result import Severity, Stage, Verdict, VerifyResult
+from cudice.verifier.static.policy import Strictness
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -121,7 +121,7 @@ def passed(result: VerifyResult, compile_only: bool) -> bool:
 def _verify(candidate: Path, reference: Path | None, config: VerifyConfig, as_json: bool) -> VerifyResult:
     from cudice.server.cli_progress import ProgressLine
     from cudice.verifier.api import verify
-    from cudice.verifier.gpu_probe import gpu_absent_reason
+    from cudice.verifier.run.gpu_probe import gpu_absent_reason
 
     if as_json:
         with ProgressLine("verifying"):

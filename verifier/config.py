@@ -41,12 +41,12 @@ class VerifyConfig:
     build_only: bool = False
     timeout_s: float = 300.0  # whole run stage (load + correctness + timing) in the child
     compile_timeout_s: float = 600.0
-    memory_limit_mib: int = 32768  # RLIMIT_AS of the child is not used with CUDA; see sandbox.py
+    memory_limit_mib: int = 32768  # RLIMIT_AS of the child is not used with CUDA; see run/sandbox.py
     required_speedup: float = 1.0  # what the RL reward asks for; reported, never a verdict
     arch_list: tuple[str, ...] = ("9.0",)  # TORCH_CUDA_ARCH_LIST entries
     timing_warmup_ms: float = 250.0  # warm-up by time, not count (triton #2306)
     # timed repetitions: each times one short and one long batch of fresh-input calls per
-    # implementation, interleaved; the per-call time is the median slope (judge.py)
+    # implementation, interleaved; the per-call time is the median slope (run/judge.py)
     timing_num_trials: int = 10
     timing_batch_ms: float = 10.0  # the short batch's target length; the long one is twice as long
     timing_stage_mib: int = 4096  # bound on the input and output sets staged for one repetition
@@ -64,13 +64,13 @@ class VerifyConfig:
     # saves ~8 CPU-s per new candidate's main.cpp (header_overlay.ensure_host_pch)
     host_pch: bool = False
     # build `cuda.cu` plus a C-ABI shim instead of a pybind11 `main.cpp` where the module allows it
-    # (verifier/cabi.py): ~8 CPU-s less per new candidate; False always builds the pybind11 way
+    # (verifier/build/cabi.py): ~8 CPU-s less per new candidate; False always builds the pybind11 way
     cabi_binding: bool = True
-    # run nvcc's host front end (cudafe++) and device compiler (cicc) side by side (nvcc_split.py)
+    # run nvcc's host front end (cudafe++) and device compiler (cicc) side by side (build/nvcc_split.py)
     split_nvcc: bool = True
-    static_policy: str = "default"  # "strict" | "default" | "lenient" (static_policy.py, docs/anticheat.md)
+    static_policy: str = "default"  # "strict" | "default" | "lenient" (static/policy.py, docs/anticheat.md)
     # "fp32": fp32/fp64 outputs held to fp32 arithmetic (no TF32, fp16, bf16); "lenient": the
-    # element and norm tolerances only (tolerance.py)
+    # element and norm tolerances only (run/tolerance.py)
     precision: str = "fp32"
 
     def __post_init__(self) -> None:

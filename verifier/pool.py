@@ -4,14 +4,14 @@ Each submitted job runs `verify()` on a thread of the pool (the heavy work happe
 processes: nvcc/g++ for the build, the sandboxed worker for the run, so threads suffice). Compiles
 run concurrently up to `num_compile_workers` (default: one per two cores); the run stage takes a
 GPU lease — one job per GPU at a time, placed with `CUDA_VISIBLE_DEVICES`, in that GPU's warm
-runner (runner.py: a fresh judge and runner processes per job, started ahead of it, so no process
+runner (run/warm.py: a fresh judge and runner processes per job, started ahead of it, so no process
 that ran a candidate serves another) or, with `persistent=False`, in a child started for the job.
 `submit(..., key=)` cancels the previous job with the same key (the editor's document changed):
 its build or child process is killed and its future resolves to a result with verdict `timeout`
 and error "cancelled" (or is cancelled outright if it had not started). A crashed or hung child
 only fails its own job.
 
-Not covered: several machines (distributed.py's RayBackend, the same `VerifyBackend` interface, see
+Not covered: several machines (dist/ray_backend.py's RayBackend, the same `VerifyBackend` interface, see
 backends.py), fairness between keys.
 """
 
@@ -28,10 +28,10 @@ from typing import Any
 from cudice.verifier.api import verify
 from cudice.verifier.backends import JobTable, VerifyBackend, VerifyJob
 from cudice.verifier.config import VerifyConfig
-from cudice.verifier.gpu_probe import count_gpus as count_gpus  # the pool's default size; re-exported
-from cudice.verifier.result import VerifyResult
-from cudice.verifier.runner import PersistentRunner
-from cudice.verifier.sandbox import ChildOutcome, run_in_child
+from cudice.verifier.run.gpu_probe import count_gpus as count_gpus  # the pool's default size; re-exported
+from cudice.verifier.run.sandbox import ChildOutcome, run_in_child
+from cudice.verifier.run.warm import PersistentRunner
+from cudice.verifier.source.result import VerifyResult
 
 
 def default_compile_workers() -> int:
@@ -59,7 +59,7 @@ class VerifyPool(VerifyBackend):
         persistent: bool = True,
         spares_per_gpu: int = 4,
     ) -> None:
-        """spares_per_gpu: judges kept warm per GPU (runner.py). A judge and its runners take ~11 s
+        """spares_per_gpu: judges kept warm per GPU (run/warm.py). A judge and its runners take ~11 s
         to warm up on the H200 box (Python, torch and a CUDA context in three processes, the
         profiler's first session) and a warm job ~2.5 s, so two spares capped the pool near 10
         verdicts a minute; each spare holds three idle CUDA contexts (~1.5 GiB of GPU memory)."""
@@ -67,7 +67,7 @@ class VerifyPool(VerifyBackend):
         if num_compile_workers is None:  # a build runs two compilers (main.cpp, cuda.cu) side by side
             num_compile_workers = default_compile_workers()
         self.gpus = gpus if gpus is not None else list(range(count_gpus()))
-        # one long-lived runner per GPU (runner.py) unless each candidate must get a fresh process
+        # one long-lived runner per GPU (run/warm.py) unless each candidate must get a fresh process
         self._runners = (
             {
                 g: PersistentRunner(env={"CUDA_VISIBLE_DEVICES": str(g)}, spares=spares_per_gpu)

@@ -62,7 +62,7 @@ from cudice.model.train.types import RewardFn, Rollout
 if TYPE_CHECKING:
     from cudice.verifier.backends import VerifyBackend
     from cudice.verifier.pool import VerifyPool
-    from cudice.verifier.result import VerifyResult
+    from cudice.verifier.source.result import VerifyResult
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ def cheat_evidence(result: Any) -> list[str]:
 
 
 def reward_from_result(result: Any, required_speedup: float | None, correct_reward: float = 0.5) -> float:
-    """Execution reward from a `cudice.verifier.result.VerifyResult`.
+    """Execution reward from a `cudice.verifier.source.result.VerifyResult`.
 
     Correctness only when `required_speedup` is None (DICE's released reward: 1 if correct).
     Otherwise `correct_reward` for a correct kernel, 1 when its speedup also clears the bound

@@ -9,7 +9,7 @@
   version)` with code-point offsets.
 
 What a file contains (classes, CUDA strings, kernels and their bodies) comes from the verifier's
-document model (`cudice.verifier.document`); this module only decides what to offer.
+document model (`cudice.verifier.source.document`); this module only decides what to offer.
 
 A file that mentions `nn.Module` but does not parse gets one disabled *Generate* action whose
 reason names the syntax error (clients without `disabledSupport` see it in the title).
@@ -26,9 +26,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cudice.server.protocol import CMD_GENERATE, CMD_INFILL, KIND_GENERATE, KIND_INFILL
-from cudice.verifier.document import Document
-from cudice.verifier.positions import Span
-from cudice.verifier.static_cpp_scan import blank_comments_and_strings
+from cudice.verifier.source.document import Document
+from cudice.verifier.source.positions import Span
+from cudice.verifier.static.cpp_scan import blank_comments_and_strings
 from lsprotocol import types as lsp
 
 INFILL_MARKER = "cudice: infill"

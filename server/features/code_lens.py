@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from cudice.server.features.display import lens_title
 from cudice.server.protocol import CMD_VERIFY
-from cudice.verifier.document import Document
-from cudice.verifier.positions import LineIndex
-from cudice.verifier.result import VerifyResult
+from cudice.verifier.source.document import Document
+from cudice.verifier.source.positions import LineIndex
+from cudice.verifier.source.result import VerifyResult
 from lsprotocol import types as lsp
 
 

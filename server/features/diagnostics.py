@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cudice.server.protocol import DIAGNOSTIC_SOURCE
-from cudice.verifier.document import Document
-from cudice.verifier.positions import LineIndex
-from cudice.verifier.result import Diagnostic, Location, Verdict, VerifyResult
+from cudice.verifier.source.document import Document
+from cudice.verifier.source.positions import LineIndex
+from cudice.verifier.source.result import Diagnostic, Location, Verdict, VerifyResult
 from lsprotocol import types as lsp
 
 WEB_DOCS = "https://github.com/cudice/cudice/blob/main/docs/diagnostics.md"

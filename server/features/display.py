@@ -6,7 +6,7 @@ it does not decide verdicts (the verifier does) nor where text is shown (hover.p
 
 from __future__ import annotations
 
-from cudice.verifier.result import Verdict, VerifyResult
+from cudice.verifier.source.result import Verdict, VerifyResult
 
 _FAIL_LABEL = {
     Verdict.INCORRECT: "incorrect",

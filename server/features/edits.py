@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from cudice.server.features.code_actions import infill_target
-from cudice.verifier.document import Document, parse_document
-from cudice.verifier.positions import LineIndex, Span
+from cudice.verifier.source.document import Document, parse_document
+from cudice.verifier.source.positions import LineIndex, Span
 from lsprotocol import types as lsp
 
 _FENCE = re.compile(r"```(?:python|py)?\n(.*?)```", re.DOTALL)

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import re
 
-from cudice.verifier.document import Document
-from cudice.verifier.positions import Span
+from cudice.verifier.source.document import Document
+from cudice.verifier.source.positions import Span
 
 _IDENT = re.compile(r"\w+")
 

@@ -1,7 +1,7 @@
 """A worker's process family, found and killed through Linux `/proc`, and its CPU use.
 
 The server kills a worker's whole *family*: its process group, every descendant (compilers run
-in sessions of their own, see `verifier/buildsteps.py`, so a group kill alone misses them), and
+in sessions of their own, see `verifier/build/objects.py`, so a group kill alone misses them), and
 every process that still carries the worker's family tag in its environment (`FAMILY_ENV`, set
 by `protocol.ChildProcess`), which finds descendants that were already re-parented to init after
 their parent died. A worker that loses the server kills its own family the same way

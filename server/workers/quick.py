@@ -24,7 +24,7 @@ import time
 from typing import Any
 
 from cudice.server.workers.protocol import ChildProcess
-from cudice.verifier.result import VerifyResult
+from cudice.verifier.source.result import VerifyResult
 
 log = logging.getLogger(__name__)
 

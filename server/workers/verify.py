@@ -16,7 +16,7 @@ spare is started when a candidate is opened (`prestart`), and killed with its fa
 
 Building while editing (`prebuild`): the server sends a document's unsaved text, after a pause in
 typing, to a build-only worker of its own (server/prebuild.py); the build cache is shared and
-locked per object (verifier/buildsteps.py), so the save's run reuses those objects, or waits for
+locked per object (verifier/build/objects.py), so the save's run reuses those objects, or waits for
 them while they are still being compiled.
 
 Not covered: queueing across documents (runs of different documents proceed in parallel; the
@@ -37,7 +37,7 @@ from typing import Any
 
 from cudice.server.workers.protocol import ChildProcess
 from cudice.server.workers.verify_child import WARM_ENV
-from cudice.verifier.result import Stage, Verdict, VerifyResult
+from cudice.verifier.source.result import Stage, Verdict, VerifyResult
 
 log = logging.getLogger(__name__)
 

@@ -34,7 +34,7 @@ from typing import Any
 
 from cudice.server.workers import child
 from cudice.server.workers.protocol import EventStream, requests
-from cudice.verifier.result import Stage, Verdict, VerifyResult
+from cudice.verifier.source.result import Stage, Verdict, VerifyResult
 
 
 def _config(raw: dict[str, Any]) -> Any:
@@ -60,7 +60,7 @@ def warm_runner() -> Any:
     if not gpu_available():
         return None
     from cudice.verifier.config import VerifyConfig
-    from cudice.verifier.runner import judge_ahead
+    from cudice.verifier.run.warm import judge_ahead
 
     return judge_ahead(VerifyConfig())  # the server's settings leave the cache and memory limit as these
 

@@ -101,7 +101,7 @@ class Editor:
 
     # -- editor behaviour ----------------------------------------------------------------------
     def _apply(self, params: lsp.ApplyWorkspaceEditParams) -> lsp.ApplyWorkspaceEditResult:
-        from cudice.verifier.positions import LineIndex
+        from cudice.verifier.source.positions import LineIndex
 
         changes: list[tuple[str, int | None, list[lsp.TextEdit]]] = []
         for change in params.edit.document_changes or []:

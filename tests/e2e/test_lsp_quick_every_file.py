@@ -1,7 +1,7 @@
 """Fast (clangd) diagnostics for every candidate file, not only the first one opened.
 
 The quick worker's clangd checks every document through one shared file and preamble
-(verifier/fast_check.py), so once it is warm a second and a third candidate get their first
+(verifier/build/quick.py), so once it is warm a second and a third candidate get their first
 error diagnostics in about a second, and clangd keeps one copy of torch's headers in memory.
 Where the build's slim compile decides the error first (an undeclared name), its verdict is the
 authority and is what the editor shows: either counts as the first diagnostics.

@@ -141,7 +141,7 @@ async def test_a_type_error_verdict_comes_no_later_than_a_good_build(
     tmp_path: Path, editors: Editors
 ) -> None:
     """Issue 27, point 5: a type error in the kernel is the slim build's verdict (no full-header
-    rebuild, verifier/compile.py `slim_errors_stand`), so it arrives no later than the verdict of
+    rebuild, verifier/build/compile.py `slim_errors_stand`), so it arrives no later than the verdict of
     the same file without the error. Fresh extension names: neither build is a cache hit. A first
     error (`warm_cuda.py`) is verified before the timed pair: the first error verdict per build
     cache and set of `#include` lines also computes the macro comparison and the full headers'

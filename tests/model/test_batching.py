@@ -107,6 +107,24 @@ def test_other_strategies_and_a_stop_string_match_batch_one(make, tiny_engine, p
     assert _pool_is_full(engine)
 
 
+def test_mixed_block_lengths_and_fuse_commit_share_a_batch(make, tiny_engine, prompts) -> None:
+    """Rows of block 4 and block 8 (ragged forwards), and a fuse_commit row, in one batch."""
+    configs = [
+        SamplerConfig(threshold=0.0, block_length=8, denoising_steps=3, max_new_tokens=24),
+        CFG.replace(fuse_commit=True),
+        CFG,
+    ]
+    cases = [(p, c) for p in prompts[:3] for c in configs]
+    want = [tiny_engine.sampler.generate([p], c, c.block_length or 4).rows[0] for p, c in cases]
+    engine = make()
+    handles = [engine.submit(p, c) for p, c in cases]
+    engine.run_until_idle()
+    for h, w in zip(handles, want, strict=True):
+        got = h.result(0).row
+        assert (got.tokens, got.step_map) == (w.tokens, w.step_map)
+    assert _pool_is_full(engine)
+
+
 def test_seeded_sampling_draws_as_batch_one(make, tiny_engine, prompts) -> None:
     cfgs = [SamplerConfig(temperature=1.0, top_k=50, top_p=0.95, seed=s, max_new_tokens=12) for s in (1, 2)]
     want = [tiny_engine.sampler.generate([prompts[i]], c, 4).rows[0].tokens for i, c in enumerate(cfgs)]

@@ -61,7 +61,7 @@ def test_trained_bundled_model_writes_a_parsable_candidate_for_the_example() -> 
         pytest.skip("the bundled weights are the random stand-in (demo_card.json: trained false)")
     from cudice.model.config import SamplerConfig
     from cudice.model.engine import load_engine
-    from cudice.verifier.document import parse_document
+    from cudice.verifier.source.document import parse_document
 
     engine = load_engine(str(DEMO_DIR), device="cpu")
     gen = engine.generate_kernel(

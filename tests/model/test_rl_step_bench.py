@@ -147,7 +147,7 @@ def _recording_backend() -> Any:
     `load_inline` call (the bundled candidates), `invalid_input` for anything else."""
     from cudice.verifier.backends import VerifyBackend, VerifyJob
     from cudice.verifier.config import VerifyConfig
-    from cudice.verifier.result import Stage, Verdict, VerifyResult
+    from cudice.verifier.source.result import Stage, Verdict, VerifyResult
 
     class Recording(VerifyBackend):
         def __init__(self) -> None:

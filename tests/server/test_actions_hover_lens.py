@@ -9,9 +9,9 @@ from cudice.server.features.code_actions import ModelAvailability, code_actions,
 from cudice.server.features.code_lens import code_lenses
 from cudice.server.features.display import hover_markdown, lens_title
 from cudice.server.features.hover import hover_target
-from cudice.verifier.document import Document, parse_document
-from cudice.verifier.positions import LineIndex
-from cudice.verifier.result import (
+from cudice.verifier.source.document import Document, parse_document
+from cudice.verifier.source.positions import LineIndex
+from cudice.verifier.source.result import (
     Diagnostic,
     Location,
     Severity,

@@ -13,9 +13,9 @@ from cudice.server.features.edits import (
     infill_edit,
     resolve_span,
 )
-from cudice.verifier.document import parse_document
-from cudice.verifier.positions import LineIndex, Span
-from cudice.verifier.result import Diagnostic, Location, Severity, Stage, Verdict, VerifyResult
+from cudice.verifier.source.document import parse_document
+from cudice.verifier.source.positions import LineIndex, Span
+from cudice.verifier.source.result import Diagnostic, Location, Severity, Stage, Verdict, VerifyResult
 from lsprotocol import types as lsp
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

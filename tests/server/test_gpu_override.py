@@ -1,6 +1,6 @@
 """`CUDICE_GPU` and the hardware probe reach every caller alike: the verifier API (whether the run
 stage starts), the pool's size, a local Ray instance's GPUs and the server's compile-only notice
-(verifier/gpu_probe.py). Ray itself is stood in for: no instance is started."""
+(verifier/run/gpu_probe.py). Ray itself is stood in for: no instance is started."""
 
 from __future__ import annotations
 
@@ -10,13 +10,14 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from cudice.verifier import api, gpu_probe
-from cudice.verifier.compile import BuildResult
+from cudice.verifier import api
+from cudice.verifier.build.compile import BuildResult
 from cudice.verifier.config import VerifyConfig
-from cudice.verifier.gpu_probe import GpuProbe, probe_hardware
 from cudice.verifier.pool import VerifyPool
-from cudice.verifier.result import Verdict
-from cudice.verifier.sandbox import ChildOutcome
+from cudice.verifier.run import gpu_probe
+from cudice.verifier.run.gpu_probe import GpuProbe, probe_hardware
+from cudice.verifier.run.sandbox import ChildOutcome
+from cudice.verifier.source.result import Verdict
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 NO_GPU = probe_hardware(lambda name: None, dev_dir="/nonexistent")  # the real answer of a bare machine
@@ -86,7 +87,7 @@ class StubRay:
 
 def ray_local_gpus(monkeypatch: pytest.MonkeyPatch) -> tuple[int | None, int]:
     """(the num_gpus a local Ray instance is started with, the GPUs RayBackend then schedules on)."""
-    from cudice.verifier import distributed
+    from cudice.verifier.dist import ray_backend as distributed
 
     ray = StubRay()
     monkeypatch.setattr(distributed, "require_ray", lambda: ray)

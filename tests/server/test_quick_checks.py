@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from cudice.server.workers.procs import group_cpu_seconds
 from cudice.server.workers.quick import QuickChecks
-from cudice.verifier.result import Verdict
+from cudice.verifier.source.result import Verdict
 
 FAKES = Path(__file__).resolve().parents[1] / "e2e"
 pytestmark = pytest.mark.timeout(90)

@@ -18,9 +18,9 @@ from cudice.server.app import create_server
 from cudice.server.core import CudiceServer
 from cudice.server.verification import reference_path, result_key_of, verify_document
 from cudice.server.workers.verify import VerifyRequest
-from cudice.verifier.document import parse_document
-from cudice.verifier.reference import resolve_reference
-from cudice.verifier.result import Stage, Verdict, VerifyResult
+from cudice.verifier.source.document import parse_document
+from cudice.verifier.source.reference import resolve_reference
+from cudice.verifier.source.result import Stage, Verdict, VerifyResult
 from lsprotocol import types as lsp
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

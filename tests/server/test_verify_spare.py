@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from cudice.server.workers.procs import family_pids
 from cudice.server.workers.verify import VerifyJobs, VerifyRequest
-from cudice.verifier.result import Verdict
+from cudice.verifier.source.result import Verdict
 
 FAKES = Path(__file__).resolve().parents[1] / "e2e"
 pytestmark = pytest.mark.timeout(120)

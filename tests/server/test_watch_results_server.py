@@ -10,7 +10,7 @@ from pathlib import Path
 
 from cudice.server.results import ResultCache, result_key
 from cudice.server.watch import PathWatcher, checkpoint_signature
-from cudice.verifier.result import Stage, Verdict, VerifyResult
+from cudice.verifier.source.result import Stage, Verdict, VerifyResult
 
 
 def test_checkpoint_signature_only_for_complete_checkpoints(tmp_path: Path) -> None:
@@ -109,7 +109,7 @@ def test_a_copied_file_does_not_reuse_the_originals_verdict(tmp_path: Path) -> N
     """Diagnostics in a cached verdict name their file: the cache key must include the path."""
     from cudice.server.app import create_server
     from cudice.server.verification import result_key_of
-    from cudice.verifier.document import parse_document
+    from cudice.verifier.source.document import parse_document
 
     ls = create_server()
     source = (Path(__file__).resolve().parents[2] / "examples" / "relu_broken.py").read_text()

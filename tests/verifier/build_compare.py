@@ -4,10 +4,10 @@ name: tests/ has no packages)."""
 
 from __future__ import annotations
 
-from cudice.verifier.compile import BuildResult, build_module
+from cudice.verifier.build.compile import BuildResult, build_module
+from cudice.verifier.build.generated import from_call
 from cudice.verifier.config import VerifyConfig
-from cudice.verifier.document import parse_document
-from cudice.verifier.generated import from_call
+from cudice.verifier.source.document import parse_document
 
 
 def build_text(text: str, name: str, config: VerifyConfig, mode: str) -> BuildResult:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from cudice.verifier.api import verify
-from cudice.verifier.result import VerifyResult
+from cudice.verifier.source.result import VerifyResult
 
 WAIT_S = 180.0  # upper bound of a wait; the test fails on its own timeouts well before
 

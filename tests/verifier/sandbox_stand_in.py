@@ -1,10 +1,10 @@
 """Child module for the CPU hostile-code tests: `python -m sandbox_stand_in --result-fd FD`, job on
 stdin.
 
-The real worker (`cudice.verifier.worker`) stops before running candidate code when there is
+The real judge (`cudice.verifier.run.judge`) stops before running candidate code when there is
 no GPU, so the sandbox tests run this stand-in instead: it loads the candidate through the
 judges' own `judging.exec_module` (the same exec, the same error handling) and writes a result the way
-`worker.main` does (to the result pipe). `torch` is replaced by a stub module, because the
+`judge.main` does (to the result pipe). `torch` is replaced by a stub module, because the
 attacks under test run at import, before `load_inline`, and importing the real torch per case
 would cost seconds on CI.
 """
@@ -32,8 +32,8 @@ def _stub_torch() -> None:
 
 
 def main() -> None:
-    from cudice.verifier.judging import Stop, exec_module
-    from cudice.verifier.result import Stage, Verdict
+    from cudice.verifier.run.judging import Stop, exec_module
+    from cudice.verifier.source.result import Stage, Verdict
 
     job = json.loads(sys.stdin.read())
     fd = int(sys.argv[sys.argv.index("--result-fd") + 1])

@@ -22,7 +22,7 @@ import pytest
 from corpus.manifest import CORPUS_DIR, Case, parse_case, record
 from cudice.verifier.api import verify
 from cudice.verifier.config import VerifyConfig
-from cudice.verifier.result import Severity, Verdict, VerifyResult
+from cudice.verifier.source.result import Severity, Verdict, VerifyResult
 
 pytestmark = pytest.mark.gpu
 

@@ -11,9 +11,9 @@ from typing import Any, cast
 
 import pytest
 from cudice.verifier import api
-from cudice.verifier.compile import BuildResult
+from cudice.verifier.build.compile import BuildResult
 from cudice.verifier.config import VerifyConfig
-from cudice.verifier.result import Diagnostic, Location, Severity, Stage, Verdict, VerifyResult
+from cudice.verifier.source.result import Diagnostic, Location, Severity, Stage, Verdict, VerifyResult
 from verifier_marks import needs_nvcc
 
 
@@ -94,7 +94,7 @@ def test_static_error_stops_before_compiling(
     def no_build(*a: object, **k: object) -> object:
         raise AssertionError("must not compile after a static violation")
 
-    monkeypatch.setattr("cudice.verifier.static_checks.check_document", fake_static)
+    monkeypatch.setattr("cudice.verifier.static.checks.check_document", fake_static)
     monkeypatch.setattr(api, "build_module", no_build)
     stages: list[str] = []
     result = api.verify(
@@ -149,8 +149,8 @@ def test_cancel_kills_the_build_quickly(tmp_path: Path, examples_dir: Path) -> N
 
 
 def test_run_stage_maps_a_crashed_child(tmp_path: Path, examples_dir: Path) -> None:
-    from cudice.verifier.document import read_document
-    from cudice.verifier.sandbox import ChildOutcome
+    from cudice.verifier.run.sandbox import ChildOutcome
+    from cudice.verifier.source.document import read_document
 
     doc = read_document(examples_dir / "relu_cuda.py")
     ref = read_document(examples_dir / "relu.py", require_candidate=False)
@@ -254,8 +254,8 @@ def test_a_warm_judge_starts_with_the_build_and_ends_with_the_verification(
 ) -> None:
     """`cudice verify` (`warm_judge=True`): the run stage's judge starts before the build, serves the
     run, and is closed when the verification ends, also when it ends at a compile error."""
-    from cudice.verifier import runner as runner_module
-    from cudice.verifier.sandbox import ChildOutcome
+    from cudice.verifier.run import warm as runner_module
+    from cudice.verifier.run.sandbox import ChildOutcome
 
     for name in ("relu.py", "relu_cuda.py"):
         (tmp_path / name).write_text((examples_dir / name).read_text())
@@ -390,7 +390,7 @@ def test_a_reference_whose_inputs_raise_is_reported_on_its_line_without_a_gpu(
     """Compile-only: the reference's input functions run once in a child; a raise is a located
     `reference.get_inputs_failed` and `runtime_error` at `load`; a CUDA-only input is not a failure
     on a machine without one. The answer is cached by the reference's content."""
-    from cudice.verifier import reference_probe
+    from cudice.verifier.run import reference_probe
 
     old, new = RAISING[case]
     ref_text = (examples_dir / "relu.py").read_text()
@@ -432,7 +432,7 @@ def test_the_reference_may_be_given_as_text(
 ) -> None:
     """`reference_source=`: no reference file anywhere (the RL reward's case); the judge gets the
     text, and locations name `reference` (default `<reference>`)."""
-    from cudice.verifier.sandbox import ChildOutcome
+    from cudice.verifier.run.sandbox import ChildOutcome
 
     cand = tmp_path / "nowhere" / "cand_0.py"  # never written: the candidate comes as text too
     cand_text = (examples_dir / "relu_cuda.py").read_text()  # its comment names a relu.py that is not there

@@ -1,4 +1,4 @@
-"""The OS boundary (boundary.py + boundary_init.py) around a runner, probed from inside on the CPU.
+"""The OS boundary (run/boundary.py + run/boundary_init.py) around a runner, probed from inside on the CPU.
 
 A small probe script runs inside the boundary exactly as a runner would and reports what it
 could do; the assertions are on the host: site-packages, the cudice sources, the build cache
@@ -21,7 +21,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from cudice.verifier import boundary
+from cudice.verifier.run import boundary
 
 pytestmark = pytest.mark.skipif(
     boundary.probe() is not None, reason=f"no OS boundary here: {boundary.probe()}"
@@ -143,7 +143,7 @@ def test_a_missing_unshare_is_reported_not_hidden(monkeypatch: pytest.MonkeyPatc
 VENV_PROBE = r"""
 import subprocess, sys, tempfile
 from pathlib import Path
-from cudice.verifier import boundary
+from cudice.verifier.run import boundary
 spec = boundary.default_spec(Path(tempfile.mkdtemp()), uid=boundary.UID_BASE + 98, report_fd=-1)
 argv, _ = boundary.wrap([sys.executable, "-c", "import cudice.verifier, sys; print(sys.prefix)"], spec)
 env = {"PATH": sys.argv[1], "HOME": "/tmp"}
@@ -179,7 +179,7 @@ def test_the_runner_gets_no_root_group_and_no_group_of_a_folder(tmp_path: Path) 
     runner could not open as `other` give their group, and group 0 never."""
     import stat as st
 
-    from cudice.verifier.boundary_init import _closed_device_gids, _device_groups
+    from cudice.verifier.run.boundary_init import _closed_device_gids, _device_groups
 
     (tmp_path / "nvidia-caps").mkdir(mode=0o755)
     (tmp_path / "nvidia0.txt").write_text("not a device")

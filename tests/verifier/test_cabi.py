@@ -1,4 +1,5 @@
-"""The binding without pybind11 (verifier/cabi.py): which modules take it, and that it binds as pybind11 does.
+"""The binding without pybind11 (verifier/build/cabi.py): which modules take it, and that it
+binds as pybind11 does.
 
 Pure tests: the declarations `signatures()` accepts and refuses, and the rule that decides
 whether a failed shim build stands or goes to the pybind11 build. Compiler tests: the shim
@@ -22,19 +23,19 @@ import weakref
 from pathlib import Path
 
 import pytest
-from cudice.verifier.cabi import shim, signatures
-from cudice.verifier.compile import (
+from cudice.verifier.build.cabi import shim, signatures
+from cudice.verifier.build.compile import (
     BuildResult,
     _fails_in_user_lines,
     build_module,
     cabi_module,
     host_only_ldflags,
 )
+from cudice.verifier.build.generated import from_call, from_values
+from cudice.verifier.build.headers import ensure_overlay
 from cudice.verifier.config import VerifyConfig
-from cudice.verifier.document import parse_document
-from cudice.verifier.generated import from_call, from_values
-from cudice.verifier.header_overlay import ensure_overlay
-from cudice.verifier.result import Severity
+from cudice.verifier.source.document import parse_document
+from cudice.verifier.source.result import Severity
 from verifier_marks import needs_nvcc
 
 torch = pytest.importorskip("torch")
@@ -158,7 +159,7 @@ def _compile_extension(
     tmp_path: Path, name: str, source: str, decls: str, functions: list[str]
 ) -> types.ModuleType:
     """g++ the host `source` + shim into an extension named `name` (lean headers, as the fast build uses)."""
-    from cudice.verifier.toolchain import probe_toolchain
+    from cudice.verifier.build.toolchain import probe_toolchain
 
     sigs = signatures([decls], functions, [source])
     assert sigs is not None

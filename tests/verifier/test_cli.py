@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from cudice.verifier.eval_cli import score
-from cudice.verifier.result import Stage, Verdict, VerifyResult
+from cudice.verifier.eval.cli import score
+from cudice.verifier.source.result import Stage, Verdict, VerifyResult
 from verifier_marks import needs_nvcc
 
 

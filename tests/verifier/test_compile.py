@@ -7,11 +7,11 @@ import time
 from pathlib import Path
 
 import pytest
-from cudice.verifier.compile import build_module, build_raw_cu
+from cudice.verifier.build.compile import build_module, build_raw_cu
+from cudice.verifier.build.generated import from_call
 from cudice.verifier.config import VerifyConfig
-from cudice.verifier.document import read_document
-from cudice.verifier.generated import from_call
-from cudice.verifier.result import Severity
+from cudice.verifier.source.document import read_document
+from cudice.verifier.source.result import Severity
 from verifier_marks import needs_nvcc
 
 pytestmark = [needs_nvcc, pytest.mark.slow]

@@ -1,6 +1,6 @@
 """A structural compile error is the slim build's verdict; every other slim failure gets the full rebuild.
 
-`slim_errors_stand` (compile.py) keeps a failed slim compile as the verdict only when every
+`slim_errors_stand` (build/compile.py) keeps a failed slim compile as the verdict only when every
 error is structural (missing `;`/`)`/`}`, an extra `}`, an unterminated string) inside the
 generated file and the file names no macro the two header sets define differently. The rule
 is checked on real g++ and nvcc output: structural errors are kept, and errors a missing
@@ -28,18 +28,18 @@ from pathlib import Path
 
 import pytest
 from build_compare import build_text, outcome
-from cudice.verifier.compile import BuildResult, slim_errors_stand
-from cudice.verifier.config import VerifyConfig
-from cudice.verifier.generated import GeneratedFile, GeneratedModule, Piece
-from cudice.verifier.header_overlay import (
+from cudice.verifier.build.compile import BuildResult, slim_errors_stand
+from cudice.verifier.build.generated import GeneratedFile, GeneratedModule, Piece
+from cudice.verifier.build.headers import (
     HeaderNames,
     ensure_overlay,
     full_header_names,
     macro_differences,
     outer_scope_words,
 )
-from cudice.verifier.result import Severity
-from cudice.verifier.toolchain import cuda_home
+from cudice.verifier.build.toolchain import cuda_home
+from cudice.verifier.config import VerifyConfig
+from cudice.verifier.source.result import Severity
 from verifier_marks import needs_nvcc
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -212,7 +212,7 @@ def test_good_file_still_builds_with_slim_headers(session_config: VerifyConfig) 
 @pytest.mark.slow
 @BUILD_TIMEOUT
 def test_macro_differences_name_what_only_the_full_headers_define(session_config: VerifyConfig) -> None:
-    from cudice.verifier.toolchain import probe_toolchain
+    from cudice.verifier.build.toolchain import probe_toolchain
 
     tc = probe_toolchain(session_config.cache_dir, session_config.arch_list_env)
     overlay = ensure_overlay(session_config.cache_dir, tc.cflags)
@@ -377,7 +377,7 @@ def test_undeclared_typo_is_reported_from_the_slim_build_alone(session_config: V
 def test_undeclared_name_only_the_full_headers_declare_gets_the_full_build(
     session_config: VerifyConfig,
 ) -> None:
-    from cudice.verifier.toolchain import probe_toolchain
+    from cudice.verifier.build.toolchain import probe_toolchain
 
     tc = probe_toolchain(session_config.cache_dir, session_config.arch_list_env)
     overlay = ensure_overlay(session_config.cache_dir, tc.cflags)
@@ -500,7 +500,7 @@ def test_errors_where_a_header_could_matter_go_to_the_full_build(
 
 def test_a_source_line_gcc_echoes_is_not_a_second_error() -> None:
     """gcc prints `    2 | #error x` under the message: one error, not two."""
-    from cudice.verifier.compiler_messages import parse_messages
+    from cudice.verifier.build.messages import parse_messages
 
     output = (
         "/b/main.cpp:2:2: error: #error needs sm_90\n    2 | #error needs sm_90\n      |  ^~~~~\n"
@@ -563,10 +563,10 @@ def test_arity_error_in_a_host_function_taking_tensors_gets_the_full_build(
 def test_a_line_number_in_an_nvcc_message_is_the_documents() -> None:
     """EDG's "(previous definition at line N)" counts lines of the generated cuda.cu; the user sees
     the `.py` document's line (a line of another file, "at line N of f.h", is left alone)."""
-    from cudice.verifier.compile import map_messages
-    from cudice.verifier.compiler_messages import parse_messages
-    from cudice.verifier.document import parse_document
-    from cudice.verifier.generated import from_call
+    from cudice.verifier.build.compile import map_messages
+    from cudice.verifier.build.generated import from_call
+    from cudice.verifier.build.messages import parse_messages
+    from cudice.verifier.source.document import parse_document
 
     doc = parse_document(GOOD, "/virtual/relu_cuda.py")
     module = from_call(doc, doc.load_inline_calls[0])

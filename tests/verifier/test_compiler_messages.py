@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from cudice.verifier.compile import map_messages
-from cudice.verifier.compiler_messages import caret_column, parse_messages
-from cudice.verifier.document import parse_document
-from cudice.verifier.generated import CUDA_HEADERS, from_call
-from cudice.verifier.result import Severity
+from cudice.verifier.build.compile import map_messages
+from cudice.verifier.build.generated import CUDA_HEADERS, from_call
+from cudice.verifier.build.messages import caret_column, parse_messages
+from cudice.verifier.source.document import parse_document
+from cudice.verifier.source.result import Severity
 
 SOURCE = (
     "from torch.utils.cpp_extension import load_inline\n"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from corpus.manifest import NOT_CORRECT, AnyButCorrect, load_corpus, parse_case
-from cudice.verifier.result import Verdict
+from cudice.verifier.source.result import Verdict
 
 
 def _case(tmp_path: Path, header: str) -> Path:

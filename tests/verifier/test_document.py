@@ -6,11 +6,11 @@ import ast
 from pathlib import Path
 
 import pytest
-from cudice.verifier.document import parse_document, read_document
-from cudice.verifier.positions import LineIndex
-from cudice.verifier.reference import resolve_reference
-from cudice.verifier.result import Severity, Verdict
-from cudice.verifier.sourcemap import LiteralScanError, scan_literal
+from cudice.verifier.source.document import parse_document, read_document
+from cudice.verifier.source.positions import LineIndex
+from cudice.verifier.source.reference import resolve_reference
+from cudice.verifier.source.result import Severity, Verdict
+from cudice.verifier.source.sourcemap import LiteralScanError, scan_literal
 
 
 def _span_of(text: str, literal: str):

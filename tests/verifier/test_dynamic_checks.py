@@ -11,8 +11,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from cudice.verifier import dynamic_checks as dc  # noqa: E402
-from cudice.verifier.result import Severity, Stage  # noqa: E402
+from cudice.verifier.run import dynamic_checks as dc  # noqa: E402
+from cudice.verifier.source.result import Severity, Stage  # noqa: E402
 
 
 def codes(diags: list) -> set[str]:
@@ -465,7 +465,7 @@ def test_worker_sequence_sees_a_patched_timer(monkeypatch: pytest.MonkeyPatch) -
 
 
 def test_defined_kernel_names_skip_comments_and_launch_bounds() -> None:
-    from cudice.verifier.static_cuda import defined_kernel_names
+    from cudice.verifier.static.cuda import defined_kernel_names
 
     src = (
         "// __global__ void fake(int) {}\n__global__ void relu_kernel(float* x) {}\ntemplate <int N>\n"

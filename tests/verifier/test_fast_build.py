@@ -17,11 +17,9 @@ from pathlib import Path
 import pytest
 from build_compare import build_text, outcome
 from cudice.verifier.api import verify
-from cudice.verifier.compile import build_module
-from cudice.verifier.config import VerifyConfig
-from cudice.verifier.document import read_document
-from cudice.verifier.generated import from_call
-from cudice.verifier.header_overlay import (
+from cudice.verifier.build.compile import build_module
+from cudice.verifier.build.generated import from_call
+from cudice.verifier.build.headers import (
     STANDINS,
     Overlay,
     ensure_host_pch,
@@ -30,7 +28,9 @@ from cudice.verifier.header_overlay import (
     slim_blocker,
     undecidable_reason,
 )
-from cudice.verifier.result import Severity, Verdict
+from cudice.verifier.config import VerifyConfig
+from cudice.verifier.source.document import read_document
+from cudice.verifier.source.result import Severity, Verdict
 from verifier_marks import needs_nvcc
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -156,7 +156,7 @@ def test_default_build_equals_fullbuild_text(example: str, session_config: Verif
     full = build_text(text, example, session_config, "full")
     assert outcome(auto) == outcome(full)
     assert full.build_path == "full"
-    # the examples only declare their functions in cpp_sources: built without pybind11 (cabi.py)
+    # the examples only declare their functions in cpp_sources: built without pybind11 (build/cabi.py)
     # relu_broken's error (an undeclared local no full header declares) is the slim build's verdict too
     assert auto.build_path == "cabi-fast"  # compiled, or failed, by the slim headers alone
     if not full.ok:
@@ -271,7 +271,7 @@ def test_cpu_only_cuda_headers_never_give_a_false_compile_error(
 
 
 def _torch_flags(config: VerifyConfig) -> str:
-    from cudice.verifier.toolchain import probe_toolchain
+    from cudice.verifier.build.toolchain import probe_toolchain
 
     return probe_toolchain(config.cache_dir, config.arch_list_env).cflags
 

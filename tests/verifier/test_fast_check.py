@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 from cudice.verifier.api import quick_check
-from cudice.verifier.compile import build_module
+from cudice.verifier.build.compile import build_module
+from cudice.verifier.build.generated import from_call
+from cudice.verifier.build.quick import FastChecker
 from cudice.verifier.config import VerifyConfig
-from cudice.verifier.document import parse_document, read_document
-from cudice.verifier.fast_check import FastChecker
-from cudice.verifier.generated import from_call
-from cudice.verifier.result import Severity, Verdict
+from cudice.verifier.source.document import parse_document, read_document
+from cudice.verifier.source.result import Severity, Verdict
 from verifier_marks import needs_clangd, needs_nvcc
 
 pytestmark = [needs_clangd, pytest.mark.slow]

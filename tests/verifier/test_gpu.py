@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from cudice.verifier.api import verify
 from cudice.verifier.config import VerifyConfig
-from cudice.verifier.result import Stage, Verdict
+from cudice.verifier.source.result import Stage, Verdict
 
 pytestmark = pytest.mark.gpu
 
@@ -102,8 +102,8 @@ def _verifier_processes() -> list[str]:
             except OSError:
                 continue
             if (
-                b"cudice.verifier.judge" in cmd
-                or b"cudice.verifier.candidate" in cmd
+                b"cudice.verifier.run.judge" in cmd
+                or b"cudice.verifier.run.runner" in cmd
                 or b"CUDICE_SURVIVOR=" in env
             ):
                 found.append(cmd.replace(b"\0", b" ").decode(errors="replace")[:200])

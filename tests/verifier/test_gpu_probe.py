@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cudice.verifier import gpu_probe
-from cudice.verifier.gpu_probe import GpuProbe, probe_hardware
+from cudice.verifier.run import gpu_probe
+from cudice.verifier.run.gpu_probe import GpuProbe, probe_hardware
 
 
 def smi(stdout: str = "", returncode: int = 0, stderr: str = "", calls: list[list[str]] | None = None) -> Any:
@@ -122,7 +122,7 @@ def test_an_unknown_value_is_warned_about_once_and_the_hardware_decides(
     hardware: list[GpuProbe], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setenv("CUDICE_GPU", "no-thanks")
-    with caplog.at_level(logging.WARNING, logger="cudice.verifier.gpu_probe"):
+    with caplog.at_level(logging.WARNING, logger="cudice.verifier.run.gpu_probe"):
         assert gpu_probe.count_gpus() == 3 and gpu_probe.count_gpus() == 3
     warned = [r.getMessage() for r in caplog.records if "no-thanks" in r.getMessage()]
     assert len(warned) == 1 and "neither 0 nor 1" in warned[0] and "CUDICE_GPU=0" in warned[0]

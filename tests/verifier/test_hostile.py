@@ -1,4 +1,4 @@
-"""Hostile candidates against the real sandbox (`verifier/sandbox.py`): each gets a typed verdict
+"""Hostile candidates against the real sandbox (`verifier/run/sandbox.py`): each gets a typed verdict
 within its timeout, leaves nothing running, floods and memory bombs are bounded, `~` stays
 the sandbox's — and the same machinery then serves a good candidate.
 
@@ -18,10 +18,10 @@ import pytest
 from corpus.manifest import Case, load_corpus
 from cudice.verifier import api
 from cudice.verifier.config import VerifyConfig
-from cudice.verifier.document import read_document
-from cudice.verifier.reference import resolve_reference
-from cudice.verifier.result import Verdict, VerifyResult
-from cudice.verifier.sandbox import ChildOutcome, run_in_child
+from cudice.verifier.run.sandbox import ChildOutcome, run_in_child
+from cudice.verifier.source.document import read_document
+from cudice.verifier.source.reference import resolve_reference
+from cudice.verifier.source.result import Verdict, VerifyResult
 
 HERE = Path(__file__).resolve().parent
 AT_IMPORT = [c for c in load_corpus("hostile") if "before load_inline" in c.exploit]

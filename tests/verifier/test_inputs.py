@@ -1,4 +1,4 @@
-"""The judge's correctness inputs (inputs.py): distributions applied where `get_inputs()` draws.
+"""The judge's correctness inputs (run/inputs.py): distributions applied where `get_inputs()` draws.
 
 Every structure `get_inputs()` builds from its random values (triangular, symmetric, positive
 definite, probabilities, sorted, unit rows, labels) must survive every distribution; the
@@ -20,7 +20,7 @@ import pytest
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
-from cudice.verifier.inputs import DISTRIBUTIONS, InputsError, make_inputs, secret_seed  # noqa: E402
+from cudice.verifier.run.inputs import DISTRIBUTIONS, InputsError, make_inputs, secret_seed  # noqa: E402
 from torch import randn as bare_randn  # noqa: E402  (bound before make_inputs replaces torch.randn)
 
 N = 24
@@ -256,7 +256,7 @@ SOURCE = textwrap.dedent(
 DIGEST = textwrap.dedent(
     """
     import hashlib, sys, torch
-    from cudice.verifier.inputs import DISTRIBUTIONS, make_inputs
+    from cudice.verifier.run.inputs import DISTRIBUTIONS, make_inputs
 
     def digest(get_inputs, seed):
         h = hashlib.sha256()

@@ -1,4 +1,4 @@
-"""The judge (judge.py) against the `runtime` corpus, on the CPU: the real judge process, the real
+"""The judge (run/judge.py) against the `runtime` corpus, on the CPU: the real judge process, the real
 runner processes inside the real OS boundary, PyTorch stand-ins for the kernels.
 
 Each case runs through `api._run_stage` (the verdict mapping `cudice verify` uses) with the job
@@ -21,10 +21,10 @@ import pytest
 from corpus.manifest import Case, load_corpus
 from cudice.verifier import api
 from cudice.verifier.config import VerifyConfig
-from cudice.verifier.document import read_document
-from cudice.verifier.reference import resolve_reference
-from cudice.verifier.result import Severity, Verdict, VerifyResult
-from cudice.verifier.sandbox import ChildOutcome, run_in_child
+from cudice.verifier.run.sandbox import ChildOutcome, run_in_child
+from cudice.verifier.source.document import read_document
+from cudice.verifier.source.reference import resolve_reference
+from cudice.verifier.source.result import Severity, Verdict, VerifyResult
 
 pytest.importorskip("torch")
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the OS boundary is Linux's")

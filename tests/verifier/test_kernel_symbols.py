@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
-from cudice.verifier import kernel_symbols as ks
-from cudice.verifier.toolchain import cuda_home
+from cudice.verifier.build import kernel_symbols as ks
+from cudice.verifier.build.toolchain import cuda_home
 from verifier_marks import needs_nvcc
 
 SOURCE = r"""
@@ -92,7 +92,7 @@ def test_own_kernels_lists_every_kernel_in_the_profilers_form(library: Path) -> 
 @needs_nvcc
 def test_the_library_set_feeds_the_runtime_check(library: Path) -> None:
     torch = pytest.importorskip("torch")  # noqa: F841 - dynamic_checks imports torch
-    from cudice.verifier import dynamic_checks as dc
+    from cudice.verifier.run import dynamic_checks as dc
 
     own = ks.own_kernels(library)
     cub = sorted(n for n in own if "DeviceReduceKernel<" in n and not n.startswith("_Z"))

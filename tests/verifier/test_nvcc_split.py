@@ -1,4 +1,5 @@
-"""nvcc's steps with the two front ends side by side (verifier/nvcc_split.py) give nvcc's object and messages.
+"""nvcc's steps with the two front ends side by side (verifier/build/nvcc_split.py) give nvcc's
+object and messages.
 
 Small `.cu` files without torch (a second or two each): the object equals plain nvcc's byte for
 byte (nvcc run with `--keep`, whose intermediate names are as stable as the plan's: without it
@@ -16,8 +17,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from cudice.verifier import nvcc_split
-from cudice.verifier.buildsteps import run_process
+from cudice.verifier.build import nvcc_split
+from cudice.verifier.build.objects import run_process
 from verifier_marks import needs_nvcc
 
 pytestmark = needs_nvcc

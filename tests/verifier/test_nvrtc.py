@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 from cudice.verifier.api import quick_check
-from cudice.verifier.compile import build_raw_cu
+from cudice.verifier.build.compile import build_raw_cu
+from cudice.verifier.build.nvrtc_check import nvrtc_available
 from cudice.verifier.config import VerifyConfig
-from cudice.verifier.document import read_document
-from cudice.verifier.nvrtc_check import nvrtc_available
-from cudice.verifier.result import Severity, Verdict
+from cudice.verifier.source.document import read_document
+from cudice.verifier.source.result import Severity, Verdict
 from verifier_marks import needs_nvcc
 
 pytestmark = [needs_nvcc, pytest.mark.skipif(not nvrtc_available(), reason="libnvrtc not installed here")]

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from cudice.verifier.config import VerifyConfig
 from cudice.verifier.pool import VerifyPool
-from cudice.verifier.result import Verdict
+from cudice.verifier.source.result import Verdict
 from verifier_marks import needs_nvcc
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 
 import pytest
-from cudice.verifier.positions import LineIndex, Span
+from cudice.verifier.source.positions import LineIndex, Span
 
 
 def test_positions_count_utf16_units_and_all_line_endings() -> None:

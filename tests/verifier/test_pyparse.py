@@ -1,7 +1,7 @@
 """The verifier's parser is safe to call from many threads at once.
 
 CPython 3.11's AST constructor keeps its recursion counter in interpreter-wide state, so two
-threads parsing at once can fail a good file with `SystemError` (verifier/pyparse.py says
+threads parsing at once can fail a good file with `SystemError` (verifier/source/pyparse.py says
 when). The race itself needs a finalizer to switch threads in the middle of a parse, which a
 test cannot arrange on demand; these tests pin the lock that rules it out.
 """
@@ -12,7 +12,7 @@ import ast
 import threading
 
 import pytest
-from cudice.verifier import pyparse
+from cudice.verifier.source import pyparse
 
 
 def test_parses_never_overlap(monkeypatch: pytest.MonkeyPatch) -> None:

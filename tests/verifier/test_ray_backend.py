@@ -23,9 +23,9 @@ ray = pytest.importorskip("ray")
 
 from cudice.verifier.backends import VerifyBackend, VerifyJob, verify_all  # noqa: E402
 from cudice.verifier.config import VerifyConfig  # noqa: E402
-from cudice.verifier.distributed import RayBackend  # noqa: E402
+from cudice.verifier.dist.ray_backend import RayBackend  # noqa: E402
 from cudice.verifier.pool import VerifyPool  # noqa: E402
-from cudice.verifier.result import Verdict, VerifyResult  # noqa: E402
+from cudice.verifier.source.result import Verdict, VerifyResult  # noqa: E402
 from ray_stand_in import Gate, GpuProbe, raising_verify, started  # noqa: E402
 from verifier_marks import needs_nvcc  # noqa: E402
 

@@ -10,9 +10,9 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from cudice.verifier.eval_cli import score
-from cudice.verifier.eval_report import fast_p_curve, fast_p_svg, write_report
-from cudice.verifier.result import Stage, Verdict, VerifyResult
+from cudice.verifier.eval.cli import score
+from cudice.verifier.eval.report import fast_p_curve, fast_p_svg, write_report
+from cudice.verifier.source.result import Stage, Verdict, VerifyResult
 
 CORPUS = Path(__file__).resolve().parent / "corpus"
 

@@ -19,7 +19,7 @@ ray = pytest.importorskip("ray")
 
 from cudice.verifier.backends import VerifyJob, verify_all  # noqa: E402
 from cudice.verifier.config import VerifyConfig  # noqa: E402
-from cudice.verifier.distributed import RayBackend  # noqa: E402
+from cudice.verifier.dist.ray_backend import RayBackend  # noqa: E402
 from cudice.verifier.pool import VerifyPool  # noqa: E402
 from ray.cluster_utils import Cluster  # noqa: E402
 from ray_stand_in import Gate, started  # noqa: E402

@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cudice.verifier import distributed_tasks
 from cudice.verifier.api import verify
 from cudice.verifier.backends import VerifyBackend, VerifyJob, make_backend, verify_all
 from cudice.verifier.config import VerifyConfig
-from cudice.verifier.distributed import RayOptions, RayUnavailable, require_ray
-from cudice.verifier.distributed_tasks import (
+from cudice.verifier.dist import tasks as distributed_tasks
+from cudice.verifier.dist.ray_backend import RayOptions, RayUnavailable, require_ray
+from cudice.verifier.dist.tasks import (
     compile_task,
     interruptible,
     place_reference,
@@ -29,8 +29,8 @@ from cudice.verifier.distributed_tasks import (
     ship_job,
 )
 from cudice.verifier.pool import VerifyPool
-from cudice.verifier.result import Verdict, VerifyResult
-from cudice.verifier.sandbox import ChildOutcome
+from cudice.verifier.run.sandbox import ChildOutcome
+from cudice.verifier.source.result import Verdict, VerifyResult
 
 CORPUS = Path(__file__).resolve().parent / "corpus"
 WAIT_S = 120.0
@@ -180,7 +180,7 @@ def test_a_cancel_reaches_a_task_in_a_process_that_ignored_sigint() -> None:
     code = textwrap.dedent(
         """
         import _thread, signal, threading
-        from cudice.verifier.distributed_tasks import interruptible
+        from cudice.verifier.dist.tasks import interruptible
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         cancel, started = threading.Event(), threading.Event()
         def work():

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from cudice.verifier.result import Diagnostic, Location, Severity, Stage, Timing, Verdict, VerifyResult
+from cudice.verifier.source.result import Diagnostic, Location, Severity, Stage, Timing, Verdict, VerifyResult
 
 
 def _timing(median: float, q1: float, q3: float) -> Timing:

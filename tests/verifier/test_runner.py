@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from cudice.verifier.runner import PersistentRunner
+from cudice.verifier.run.warm import PersistentRunner
 
 FAKE_JUDGE = """
 import json, os, sys, time
@@ -186,7 +186,7 @@ def test_a_judge_dies_with_the_process_that_started_it(tmp_path: Path) -> None:
         f"import os, time\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))\ntime.sleep(600)\n"
     )
     starter = (
-        "from cudice.verifier.runner import PersistentRunner\n"
+        "from cudice.verifier.run.warm import PersistentRunner\n"
         "import sys, time\n"
         "r = PersistentRunner(module='cudice_sleepy_judge')\n"
         f"r.warm_up(4096, {{'cache_dir': {str(tmp_path / 'cache')!r}}})\n"

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from cudice.verifier.sandbox import run_in_child
+from cudice.verifier.run.sandbox import run_in_child
 
 FAKE_WORKER = (
     """

@@ -18,11 +18,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cudice.verifier import api, boundary
+from cudice.verifier import api
 from cudice.verifier.config import VerifyConfig
-from cudice.verifier.reference import reference_only_source
-from cudice.verifier.result import Verdict
-from cudice.verifier.sandbox import ChildOutcome, run_in_child
+from cudice.verifier.run import boundary
+from cudice.verifier.run.sandbox import ChildOutcome, run_in_child
+from cudice.verifier.source.reference import reference_only_source
+from cudice.verifier.source.result import Verdict
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 
@@ -114,7 +115,7 @@ needs_boundary = pytest.mark.skipif(
 @needs_boundary
 @pytest.mark.skipif(os.geteuid() != 0, reason="as another user the runner keeps this uid")
 def test_a_library_in_a_mkdtemp_cache_is_readable_by_the_runner() -> None:
-    from cudice.verifier.boundary import readable_by_runners
+    from cudice.verifier.run.boundary import readable_by_runners
 
     cache = Path(tempfile.mkdtemp(prefix="cudice-test-cache-"))  # 0700, as the benchmark's
     try:
@@ -188,7 +189,7 @@ def test_self_contained_candidate_with_a_tmp_cache_is_correct() -> None:
 
 
 def test_the_benchmark_says_why_a_candidate_was_not_correct(capsys: pytest.CaptureFixture[str]) -> None:
-    from cudice.verifier.result import Diagnostic, Location, Severity, Stage, VerifyResult
+    from cudice.verifier.source.result import Diagnostic, Location, Severity, Stage, VerifyResult
 
     sys.path.insert(0, str(BENCH))
     try:

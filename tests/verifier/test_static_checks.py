@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from corpus.manifest import KINDS, Case, load_corpus
 from cudice.verifier.config import VerifyConfig
-from cudice.verifier.document import parse_document
-from cudice.verifier.result import Diagnostic, Severity, Stage
-from cudice.verifier.static_checks import check_document, check_source, has_violation
-from cudice.verifier.static_cuda import blank_comments_and_strings, find_functions, find_kernels
+from cudice.verifier.source.document import parse_document
+from cudice.verifier.source.result import Diagnostic, Severity, Stage
+from cudice.verifier.static.checks import check_document, check_source, has_violation
+from cudice.verifier.static.cuda import blank_comments_and_strings, find_functions, find_kernels
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -403,7 +403,7 @@ def test_cli_reports_static_violation_with_located_codes(case_name: str) -> None
 def test_every_anticheat_code_is_documented() -> None:
     import re
 
-    sources = [*(REPO / "verifier").glob("static_*.py"), REPO / "verifier" / "dynamic_checks.py"]
+    sources = [*(REPO / "verifier" / "static").glob("*.py"), REPO / "verifier" / "run" / "dynamic_checks.py"]
     codes = {m for p in sources for m in re.findall(r"\"((?:static|dynamic)\.[a-z_]+)\"", p.read_text())}
     docs = (REPO / "docs" / "diagnostics.md").read_text()
     assert len(codes) >= 25
@@ -759,8 +759,8 @@ def test_layers_held_for_their_weights_are_glue_and_calling_them_is_not() -> Non
 
 
 def test_sources_received_at_run_time_get_the_cpp_checks_on_the_call() -> None:
-    from cudice.verifier.result import Location
-    from cudice.verifier.static_checks import check_built_sources
+    from cudice.verifier.source.result import Location
+    from cudice.verifier.static.checks import check_built_sources
 
     where = Location("cand.py", 12, 7)
     honest = (

@@ -1,7 +1,7 @@
 """C++ operators on tensors in host code are ATen compute (`static.cpp_torch_op`): `x * (x > 0)` is
 flagged however the tensor is spelt, while the host arithmetic every honest wrapper does (grid sizes,
 `x.size(0) * x.size(1)`, `x.data_ptr<float>() + offset`, `!x.is_contiguous()`) is not. Pure regex
-work over the preprocessed text (`static_cpp_tensors.py`); no compiler runs here."""
+work over the preprocessed text (`static/cpp_tensors.py`); no compiler runs here."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 from cudice.verifier.config import VerifyConfig
-from cudice.verifier.result import Diagnostic
-from cudice.verifier.static_checks import check_source, has_violation
-from cudice.verifier.static_cpp_tensors import tensor_operators
+from cudice.verifier.source.result import Diagnostic
+from cudice.verifier.static.checks import check_source, has_violation
+from cudice.verifier.static.cpp_tensors import tensor_operators
 
 REPO = Path(__file__).resolve().parents[2]
 ROOTS = {"torch", "at", "c10"}

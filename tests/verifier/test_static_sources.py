@@ -1,4 +1,4 @@
-"""The sources `load_inline` receives, evaluated from the AST (`verifier/static_sources.py`):
+"""The sources `load_inline` receives, evaluated from the AST (`verifier/static/sources.py`):
 what the file fixes is recovered exactly, anything else is reported as dynamic, never guessed."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 
 import pytest
-from cudice.verifier.static_sources import load_inline_nodes, resolve_call_sources
+from cudice.verifier.static.sources import load_inline_nodes, resolve_call_sources
 
 
 def _resolve(text: str) -> list[str | None]:
@@ -96,13 +96,13 @@ class ModelNew:
     ],
 )
 def test_canonical_paths_restart_at_a_reexported_module(path: str, expected: str) -> None:
-    from cudice.verifier.static_names import canonical
+    from cudice.verifier.static.names import canonical
 
     assert canonical(path) == expected
 
 
 def test_every_call_that_resolves_to_load_inline_is_found() -> None:
-    from cudice.verifier.static_names import LoadInlineUses, import_aliases
+    from cudice.verifier.static.names import LoadInlineUses, import_aliases
 
     tree = ast.parse(
         "import torch.utils.cpp_extension as ce\nfrom torch.utils.cpp_extension import load_inline as li\n"
@@ -117,7 +117,7 @@ def test_every_call_that_resolves_to_load_inline_is_found() -> None:
 
 
 def test_functions_of_a_call_are_read_from_constants() -> None:
-    from cudice.verifier.static_sources import call_functions
+    from cudice.verifier.static.sources import call_functions
 
     tree = ast.parse("F = ['relu', 'gelu']\nx = li(name='a', cpp_sources='', functions=F)")
     call = next(n for n in ast.walk(tree) if isinstance(n, ast.Call))
@@ -137,14 +137,14 @@ def test_functions_of_a_call_are_read_from_constants() -> None:
     ],
 )
 def test_macros_expand_like_the_preprocessor(code: str, expected: str) -> None:
-    from cudice.verifier.static_cpp_preprocess import expand_macros
+    from cudice.verifier.static.cpp_preprocess import expand_macros
 
     text = expand_macros(code).text
     assert text.splitlines()[-1] == expected
 
 
 def test_expanded_text_maps_back_to_the_invocation() -> None:
-    from cudice.verifier.static_cpp_preprocess import expand_macros, join_scopes
+    from cudice.verifier.static.cpp_preprocess import expand_macros, join_scopes
 
     code = "#define CAT(a, b) a##b\nint x;\n  CAT(f, open)(p);\nat :: relu(y);"
     ex = join_scopes(expand_macros(code))

@@ -1,5 +1,5 @@
-"""The timing evidence the judge relies on, without a GPU: digests (witness.py), sealed input
-sets (seal.py), the per-GPU lease (gpu_lease.py) and thread counts read from /proc (process.py)."""
+"""The timing evidence the judge relies on, without a GPU: digests (run/witness.py), sealed input
+sets (run/seal.py), the per-GPU lease (run/gpu_lease.py) and thread counts read from /proc (process.py)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import time
 from pathlib import Path
 
 import pytest
-from cudice.verifier import seal, witness
-from cudice.verifier.gpu_lease import GpuLease, LeaseTimeout
-from cudice.verifier.judge import interval_too_wide
 from cudice.verifier.process import paused, process_state, tree_pids, tree_threads
+from cudice.verifier.run import seal, witness
+from cudice.verifier.run.gpu_lease import GpuLease, LeaseTimeout
+from cudice.verifier.run.judge import interval_too_wide
 
 torch = pytest.importorskip("torch")
 
@@ -144,7 +144,7 @@ def test_a_non_contiguous_input_is_refused() -> None:
 
 def _hold(path: Path, mode: str, seconds: float) -> subprocess.Popen[str]:
     code = (
-        "import sys, time; from pathlib import Path; from cudice.verifier.gpu_lease import GpuLease\n"
+        "import sys, time; from pathlib import Path; from cudice.verifier.run.gpu_lease import GpuLease\n"
         f"lease = GpuLease('t', Path({str(path)!r}))\n"
         f"with getattr(lease, {mode!r})():\n    print('held', flush=True); time.sleep({seconds})\n"
     )
@@ -217,7 +217,7 @@ def test_thread_counts_come_from_outside_the_process() -> None:
 
 def test_a_paused_runner_and_its_children_are_stopped_and_then_continue() -> None:
     """While the reference is timed the candidate's runner is stopped with everything it started
-    (judge.py): every process of the tree is in state T inside `paused`, none after."""
+    (run/judge.py): every process of the tree is in state T inside `paused`, none after."""
     code = (
         "import subprocess, sys\n"
         "wait = 'import sys; sys.stdin.readline()'\n"

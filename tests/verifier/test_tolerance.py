@@ -1,4 +1,4 @@
-"""The judge's comparison (tolerance.py) and wire format (channel.py); its inputs: test_inputs.py."""
+"""The judge's comparison (run/tolerance.py) and wire format (run/channel.py); its inputs: test_inputs.py."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from cudice.verifier import channel  # noqa: E402
 from cudice.verifier.config import VerifyConfig  # noqa: E402
-from cudice.verifier.tolerance import PRECISIONS, compare_outputs  # noqa: E402
+from cudice.verifier.run import channel  # noqa: E402
+from cudice.verifier.run.tolerance import PRECISIONS, compare_outputs  # noqa: E402
 
 
 def test_tiny_garbage_fails_where_an_absolute_atol_accepted_it() -> None:

@@ -4,7 +4,7 @@ Role: `load_inline` compiles a `main.cpp` per candidate that holds `cpp_sources`
 module binding `functions` — 8-9 CPU-seconds of pybind11 and torch's Python headers on a 2-core
 box, for what is, in the KernelBench style, only a list of declarations. When every
 `cpp_sources` line is an `#include`, a comment or a declaration of a bound function, and every
-type in those declarations is one this module converts (`signatures()`), compile.py builds
+type in those declarations is one this module converts (`signatures()`), build/compile.py builds
 `cuda.cu` with `shim()` appended instead, and links it alone: a plain CPython extension of the
 same name (loaded as the pybind11 one is) whose functions convert arguments the way pybind11's
 casters do, call the bound function through a pointer of its *declared* type (overloads resolve
@@ -194,7 +194,7 @@ def signatures(
 
 
 _SHIM_PRELUDE = r"""
-// ---- cudice binding (verifier/cabi.py): the module's functions through Python's C API, no pybind11 ----
+// ---- cudice binding (verifier/build/cabi.py): the functions through Python's C API, no pybind11 ----
 #include <Python.h>
 #include <cstdint>
 #include <exception>

@@ -2,13 +2,13 @@
 
 Levers: an explicit arch list (`-gencode arch=compute_90,code=sm_90` via TORCH_CUDA_ARCH_LIST);
 one directory per content hash (no shared build directory to race on,
-https://github.com/pytorch/pytorch/issues/155344); an object-level cache (buildsteps.py) so an
+https://github.com/pytorch/pytorch/issues/155344); an object-level cache (build/objects.py) so an
 unchanged source never rebuilds, an edit of the CUDA string recompiles only `cuda.cu`, and
 candidates sharing a module name and C++ declarations share `main.o` (errors are cached too:
 same text, same errors); the C++ and CUDA objects compile in parallel and both report their
 errors; compile-only mode stops before linking (machines without a CUDA torch).
 
-Fast path (header_overlay.py): each object is first compiled against a slim set of torch's
+Fast path (build/headers.py): each object is first compiled against a slim set of torch's
 own headers (the torch/extension.h of the full build parses the whole C++ frontend, autograd
 and pybind11; the slim set keeps `at::Tensor`, the factories, the checks and dispatch macros).
 An object whose slim compile fails is compiled again with the full headers, and only that
@@ -40,12 +40,12 @@ CUDA-library headers missing on this machine (a CPU-only torch, a minimal CUDA t
 replaced by stand-ins searched last; when a failure comes from what they lack,
 the result is `undecided` (compile.headers_unavailable), never a compile error.
 
-Binding (cabi.py): a module whose `cpp_sources` only declare the bound functions is built as
+Binding (build/cabi.py): a module whose `cpp_sources` only declare the bound functions is built as
 `cuda.cu` plus a CPython C-API binding, without `main.cpp` and pybind11 (build_path
 "cabi-fast" / "cabi-fallback"); a shim that fails to compile sends it to the pybind11 build.
 
-Compiler messages are parsed (compiler_messages.py) and mapped through the generated files'
-line map (generated.py) into the `.py` document (so are the lines nvcc quotes: "previous
+Compiler messages are parsed (build/messages.py) and mapped through the generated files'
+line map (build/generated.py) into the `.py` document (so are the lines nvcc quotes: "previous
 definition at line N"); messages on lines cudice wrote (implicit headers, pybind glue) or in
 unmappable sources point at the `load_inline` call.
 
@@ -74,13 +74,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cudice.verifier.buildsteps import StepResult, compile_object, link_library, run_process
-from cudice.verifier.cabi import Signature, shim
-from cudice.verifier.compiler_messages import CompilerMessage, caret_column, parse_messages
-from cudice.verifier.config import VerifyConfig
-from cudice.verifier.document import Document
-from cudice.verifier.generated import CUDA_CU, MAIN_CPP, GeneratedModule, Piece
-from cudice.verifier.header_overlay import (
+from cudice.verifier.build.cabi import Signature, shim
+from cudice.verifier.build.generated import CUDA_CU, MAIN_CPP, GeneratedModule, Piece
+from cudice.verifier.build.headers import (
     HeaderNames,
     aten_op_names,
     ensure_host_pch,
@@ -91,9 +87,13 @@ from cudice.verifier.header_overlay import (
     slim_blocker,
     undecidable_reason,
 )
+from cudice.verifier.build.messages import CompilerMessage, caret_column, parse_messages
+from cudice.verifier.build.objects import StepResult, compile_object, link_library, run_process
+from cudice.verifier.build.toolchain import PROBE_NAME, ToolchainError, probe_toolchain
+from cudice.verifier.config import VerifyConfig
 from cudice.verifier.process import CancelToken
-from cudice.verifier.result import Diagnostic, Location, Severity, Stage
-from cudice.verifier.toolchain import PROBE_NAME, ToolchainError, probe_toolchain
+from cudice.verifier.source.document import Document
+from cudice.verifier.source.result import Diagnostic, Location, Severity, Stage
 
 OUTCOME = "cudice_outcome.json"
 
@@ -118,7 +118,7 @@ class BuildResult:
     step_wall_s: dict[str, float] = field(
         default_factory=dict
     )  # "main.cpp", "cuda.cu", "slim.<file>", "link"
-    undecided: bool = False  # failed only for want of CUDA headers this machine lacks (header_overlay.py)
+    undecided: bool = False  # failed only for want of CUDA headers this machine lacks (build/headers.py)
     slim_blocker: str | None = None
     binding: tuple[Signature, ...] | None = None  # set: the library has no PyInit; load it with cabi.bind
 
@@ -138,15 +138,15 @@ def build_module(
 ) -> BuildResult:
     """Compile (and with `link`, link) `module`; diagnostics are located in the document at `path`.
 
-    `mode="auto"` compiles each object with the slim headers first (header_overlay.py) and
+    `mode="auto"` compiles each object with the slim headers first (build/headers.py) and
     rebuilds an object whose slim compile failed with torch's full headers, so every error and
     its location are the full build's (the rebuild is skipped only for errors that the full
     build reports identically: `slim_errors_stand`); `"full"` skips the slim attempt;
     `"fast"` reports the slim outcome without falling back (tests compare the two). `main.cpp`
-    and `cuda.cu` compile in parallel, each through the object cache (buildsteps.py). Blocks
+    and `cuda.cu` compile in parallel, each through the object cache (build/objects.py). Blocks
     until done; `cancel.is_set()` is polled and kills the compilers.
 
-    A module whose `main.cpp` only declares the bound functions (`module.binding`, cabi.py) is
+    A module whose `main.cpp` only declares the bound functions (`module.binding`, build/cabi.py) is
     first built as `cuda.cu` plus the C-ABI shim, without `main.cpp` (`_cabi_first`).
     `config.cabi_binding=False` skips it.
     """
@@ -1100,7 +1100,7 @@ def build_raw_cu(doc: Document, config: VerifyConfig, *, cancel: CancelToken | N
     """
     import hashlib
 
-    from cudice.verifier.toolchain import cuda_home
+    from cudice.verifier.build.toolchain import cuda_home
 
     t0 = time.perf_counter()
     nvcc = str(Path(cuda_home()) / "bin" / "nvcc")

@@ -17,10 +17,10 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from cudice.verifier.cabi import Signature, signatures
-from cudice.verifier.document import Document, LoadInlineCall
-from cudice.verifier.result import Location
-from cudice.verifier.sourcemap import SourceSpan
+from cudice.verifier.build.cabi import Signature, signatures
+from cudice.verifier.source.document import Document, LoadInlineCall
+from cudice.verifier.source.result import Location
+from cudice.verifier.source.sourcemap import SourceSpan
 
 CPP_HEADERS = ("#include <torch/extension.h>",)
 CUDA_HEADERS = ("#include <torch/types.h>", "#include <cuda.h>", "#include <cuda_runtime.h>")
@@ -51,7 +51,7 @@ class GeneratedModule:
     name: str
     files: tuple[GeneratedFile, ...]
     call_location: Location | None = None  # the load_inline call in the document (fallback location)
-    # the bound functions when `main.cpp` only declares them (verifier/cabi.py); None: pybind11 only
+    # the bound functions when `main.cpp` only declares them (verifier/build/cabi.py); None: pybind11 only
     binding: tuple[Signature, ...] | None = None
 
     @property

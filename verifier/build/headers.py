@@ -13,7 +13,7 @@
    candidate: 10 s instead of 20 here). The host variant adds pybind11 and torch's tensor casters
    (`torch/csrc/utils/pybind.h`, `torch::wrap_pybind_function`) for the binding. Nothing is
    re-declared: a name is either torch's own declaration or absent, so a slim build can only
-   fail where the full one succeeds (a missing name), and compile.py then runs the full build.
+   fail where the full one succeeds (a missing name), and build/compile.py then runs the full build.
    `torch::empty` and friends resolve to `at::empty` (torch/types.h's `using namespace at`)
    instead of the autograd wrappers of `variable_factories.h`; both return the same tensor for
    options without `requires_grad`, which is what forward kernels pass.
@@ -24,17 +24,17 @@
    handle and status types and the one function torch's headers name, as NVIDIA's headers
    declare them (same names, same enumerator values). Only headers missing on this machine are
    written. A source that uses more of those libraries than the stand-ins declare cannot be
-   decided here: `undecidable_reason()` tells compile.py to say so instead of `compile_error`.
+   decided here: `undecidable_reason()` tells build/compile.py to say so instead of `compile_error`.
 
 `macro_differences()` names the macros whose definition differs between the full and the slim
 header set (`-E -dM` runs of each, cached in the overlay folder; for `cuda.cu` nvcc's device
-pass and, with `-U__CUDA_ARCH__`, an approximation of its host pass): compile.py keeps a slim
+pass and, with `-U__CUDA_ARCH__`, an approximation of its host pass): build/compile.py keeps a slim
 compile error as the verdict only for a source that names none of them, so the tokens the
 compiler sees on the user's lines are the same in both builds. `full_header_names()` lists the
 words the full headers put where a later lookup could find them (`-E -dD` of the same probe
 source, tokenised by `outer_scope_words`: namespace, class, enum and linkage scopes, without
 function bodies, parameter and template parameter lists; plus every macro name), cached in the
-overlay folder: compile.py keeps a slim "undeclared name" error only for a name not listed.
+overlay folder: build/compile.py keeps a slim "undeclared name" error only for a name not listed.
 
 `slim_blocker()` says when a source must skip the slim path (a name it defines could meet an
 ATen op through argument-dependent lookup, or a `using namespace` that the extra names of the
@@ -62,7 +62,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from cudice.verifier.static_policy import EMPTY_FACTORIES, FILLING_FACTORIES
+from cudice.verifier.static.policy import EMPTY_FACTORIES, FILLING_FACTORIES
 
 _TORCH_NAMESPACE = """
 namespace torch {
@@ -95,7 +95,7 @@ constexpr auto kF64 = kFloat64;
 } // namespace torch
 """
 
-# The factories a candidate's glue may call (static_policy.py): each one's ATen/ops header.
+# The factories a candidate's glue may call (static/policy.py): each one's ATen/ops header.
 SLIM_OPS = EMPTY_FACTORIES + FILLING_FACTORIES
 
 
@@ -119,7 +119,7 @@ def _types_h(note: str) -> str:
 # IValue and the tracer (ATen/ops/<op>.h, ATen/DeviceGuard.h through ATen/core/IListRef.h).
 # Still the fall-back when the installed torch's headers do not have the layout lean_texts() reads.
 SLIM_TYPES_H = _types_h(
-    "// cudice slim torch/types.h (verifier/header_overlay.py): torch's own declarations, fewer of them."
+    "// cudice slim torch/types.h (verifier/build/headers.py): torch's own declarations, fewer of them."
 )
 _LEAN_OP_INCLUDES = (
     "#pragma once",
@@ -133,7 +133,7 @@ _GUARD_ELSE = "#else\n#error"  # torch's headers end in `#else #error ... TORCH_
 _LIST_OVERLOAD = re.compile(r"inline std::optional<Device> device_of\(ITensorListRef t\) \{.*?\n\}\n", re.S)
 # torch's CUDA context headers, shadowed with `#include <ATen/Context.h>` dropped
 _CONTEXT_FREE = ("ATen/cuda/CUDAContext.h", "ATen/cuda/Exceptions.h")
-_LEAN_NOTE = "// cudice lean {} (verifier/header_overlay.py): torch's own text, {}.\n"
+_LEAN_NOTE = "// cudice lean {} (verifier/build/headers.py): torch's own text, {}.\n"
 
 
 def _body(text: str, after: str) -> str:
@@ -238,7 +238,7 @@ typedef enum {
 } cusolverStatus_t;
 """
 _STANDIN_NOTE = (
-    "// cudice stand-in (verifier/header_overlay.py): used only because the real header is missing here.\n"
+    "// cudice stand-in (verifier/build/headers.py): used only because the real header is missing here.\n"
 )
 # header path -> text; the names they declare are what `ATen/cuda/CUDAContext.h` and
 # `ATen/cuda/Exceptions.h` need (torch/include/ATen/cuda/CUDAContextLight.h).

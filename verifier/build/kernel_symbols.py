@@ -97,7 +97,7 @@ def own_kernels(library: Path, timeout_s: float = 60.0) -> frozenset[str]:
 
 
 def _list_in_child(library: Path, timeout_s: float) -> frozenset[str]:
-    cmd = [sys.executable, "-m", "cudice.verifier.kernel_symbols", str(library), str(timeout_s / 2)]
+    cmd = [sys.executable, "-m", "cudice.verifier.build.kernel_symbols", str(library), str(timeout_s / 2)]
     try:
         proc = subprocess.run(
             cmd, capture_output=True, text=True, timeout=timeout_s, preexec_fn=die_with_parent
@@ -122,7 +122,7 @@ def list_entry_names(library: Path, tool_timeout_s: float = 30.0) -> frozenset[s
 
 def entry_symbols(library: Path, tool_timeout_s: float = 30.0) -> set[str]:
     """The mangled symbols of the entry functions in `library`'s device images (`library` may also
-    be a bare cubin, as compile.py builds from a raw `.cu` document)."""
+    be a bare cubin, as build/compile.py builds from a raw `.cu` document)."""
     data = library.read_bytes()
     try:
         if data[:4] == b"\x7fELF" and struct.unpack_from("<H", data, 0x12)[0] == _EM_CUDA:
@@ -225,7 +225,7 @@ def _cubin_entries(cubin: bytes) -> set[str]:
 
 def find_cuobjdump() -> str | None:
     """The toolkit's `cuobjdump`: next to nvcc under CUDA_HOME (toolchain.cuda_home), else on PATH."""
-    from cudice.verifier.toolchain import cuda_home
+    from cudice.verifier.build.toolchain import cuda_home
 
     tool = Path(cuda_home()) / "bin" / "cuobjdump"
     return str(tool) if tool.is_file() else shutil.which("cuobjdump")
@@ -276,7 +276,7 @@ def _with_demangled(symbols: set[str]) -> set[str]:
 
 
 def _main(argv: list[str]) -> int:
-    """Child entry: `python -m cudice.verifier.kernel_symbols LIBRARY [TOOL_TIMEOUT_S]` → JSON list."""
+    """Child entry: `python -m cudice.verifier.build.kernel_symbols LIBRARY [TOOL_TIMEOUT_S]` → JSON list."""
     try:
         names = list_entry_names(Path(argv[0]), float(argv[1]) if len(argv) > 1 else 30.0)
     except (KernelSymbolsError, OSError) as exc:

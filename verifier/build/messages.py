@@ -10,7 +10,7 @@ Formats handled:
 - anything else that says `error` (linker, ninja) is kept as an unlocated message.
 
 Not covered: SARIF/JSON diagnostics output and localised (non-English) compiler messages;
-set `LC_ALL=C` when running the compilers (compile.py does).
+set `LC_ALL=C` when running the compilers (build/compile.py does).
 """
 
 from __future__ import annotations

@@ -119,7 +119,7 @@ def run(
     on_output: Callable[[str], None] | None = None,
 ) -> tuple[int, str, bool, bool]:
     """(returncode, output, cancelled, timed_out), as buildsteps.run_process reports a plain nvcc."""
-    from cudice.verifier.buildsteps import run_process
+    from cudice.verifier.build.objects import run_process
 
     deadline = time.monotonic() + timeout_s
     p.module_id_file.write_text(p.module_id)

@@ -3,7 +3,7 @@
 NVRTC is NVIDIA's runtime compiler (the same EDG front end as nvcc, so its messages have the
 nvcc format and the same wording). It compiles device code only and cannot include the torch
 headers, so it serves raw `extern "C" __global__` files; torch-extension candidates use the
-clangd fast path (fast_check.py). Loaded through `cuda.bindings.nvrtc` (cuda-bindings wheel),
+clangd fast path (build/quick.py). Loaded through `cuda.bindings.nvrtc` (cuda-bindings wheel),
 which finds libnvrtc of the installed CUDA toolkit.
 
 Not covered: `#include` of headers outside the CUDA toolkit's include folder.
@@ -15,10 +15,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from cudice.verifier.compiler_messages import caret_column, parse_messages
-from cudice.verifier.document import Document
-from cudice.verifier.result import Diagnostic, Location, Severity, Stage
-from cudice.verifier.toolchain import cuda_home
+from cudice.verifier.build.messages import caret_column, parse_messages
+from cudice.verifier.build.toolchain import cuda_home
+from cudice.verifier.source.document import Document
+from cudice.verifier.source.result import Diagnostic, Location, Severity, Stage
 
 
 class NvrtcUnavailable(RuntimeError):
@@ -35,7 +35,7 @@ class NvrtcResult:
 
 def nvrtc_available() -> bool:
     """Whether NVRTC can be loaded here (checked by compiling an empty program)."""
-    from cudice.verifier.document import parse_document
+    from cudice.verifier.source.document import parse_document
 
     try:
         nvrtc_check(parse_document('extern "C" __global__ void k() {}\n', "probe.cu"))

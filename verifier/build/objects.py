@@ -11,7 +11,7 @@ parallel as child processes in their own session; a cancel or timeout kills both
 compiler gets SIGKILL when the thread that started it dies (`PR_SET_PDEATHSIG`, Linux), so a
 killed worker leaves no compiler behind (the language server also kills the worker's whole
 family: `server/workers/procs.py`).
-The commands are torch's own (toolchain.py), as `load_inline`'s ninja file would run them.
+The commands are torch's own (build/toolchain.py), as `load_inline`'s ninja file would run them.
 
 Not covered: eviction of the cache (delete `cache_dir` to reclaim space), ccache.
 """
@@ -102,7 +102,7 @@ def compile_object(
     """Compile `text` saved as `file_name` with `compiler flags -c`; cached by content.
 
     `split_nvcc`: an nvcc compile runs nvcc's own steps with the two front ends side by side
-    (nvcc_split.py), or plain nvcc when its dry run has another shape.
+    (build/nvcc_split.py), or plain nvcc when its dry run has another shape.
     """
     key = _key(compiler, flags, file_name, text)
     d = cache_dir / "objects" / key[:32]
@@ -118,7 +118,7 @@ def compile_object(
         cmd = [*shlex.split(compiler), *shlex.split(flags), "-c", str(src), "-o", str(obj)]
         steps = None
         if split_nvcc and Path(cmd[0]).name == "nvcc":
-            from cudice.verifier import nvcc_split
+            from cudice.verifier.build import nvcc_split
 
             steps = nvcc_split.plan(cmd, d / "steps", key, nvcc_split.environment())
             if steps is None:

@@ -5,7 +5,7 @@ every run (docs/verifier.md). clangd 22 parses a torch-extension `.cu` with the 
 (`-x cuda --cuda-gpu-arch=sm_90 -nocudalib`), builds the header *preamble* once (~11 s on a
 2-core box) and re-diagnoses the file in ~0.25 s after each edit while the preamble is kept.
 `FastChecker` owns one clangd for its lifetime (the language server keeps one), feeds it the
-files `load_inline` would write (generated.py) and maps clangd's errors into the `.py` file.
+files `load_inline` would write (build/generated.py) and maps clangd's errors into the `.py` file.
 
 Every document shares one preamble. clangd keeps a preamble per file it has open, so a file
 per document would parse torch's headers again for each new document (a minute on a loaded
@@ -34,12 +34,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from cudice.verifier.clangd import ClangdClient, LspDiagnostic
+from cudice.verifier.build.clangd import ClangdClient, LspDiagnostic
+from cudice.verifier.build.generated import CUDA_CU, CUDA_HEADERS, MAIN_CPP, GeneratedModule
+from cudice.verifier.build.headers import ensure_overlay
+from cudice.verifier.build.toolchain import Toolchain, probe_toolchain
 from cudice.verifier.config import VerifyConfig
-from cudice.verifier.generated import CUDA_CU, CUDA_HEADERS, MAIN_CPP, GeneratedModule
-from cudice.verifier.header_overlay import ensure_overlay
-from cudice.verifier.result import Diagnostic, Location, Severity, Stage
-from cudice.verifier.toolchain import Toolchain, probe_toolchain
+from cudice.verifier.source.result import Diagnostic, Location, Severity, Stage
 
 SHARED_SLOT = "doc"
 # What every text clangd sees starts with: the headers KernelBench candidates include, then a
@@ -166,7 +166,7 @@ class FastChecker:
         tc = probe_toolchain(self.config.cache_dir, self.config.arch_list_env)
         self._workdir = Path(tempfile.mkdtemp(prefix="cudice-clangd-"))
         arch = "sm_" + self.config.arch_list[0].split("+")[0].replace(".", "").rstrip("a")
-        # the full build's stand-ins for CUDA-library headers missing here (header_overlay.py), searched last
+        # the full build's stand-ins for CUDA-library headers missing here (build/headers.py), searched last
         standins = ["-idirafter", str(ensure_overlay(self.config.cache_dir, tc.cflags).standins)]
         for sub, cuda in (("cu", True), ("cpp", False)):
             (self._workdir / sub / SHARED_SLOT).mkdir(parents=True)

@@ -15,7 +15,7 @@ exactly like the local `VerifyPool`, and get the same `VerifyResult`s.
   `crash` with diagnostic `dist.task_failed`.
 - `address=None` starts a local instance (stopped again by `shutdown()`; Ray's reaper stops it
   if this process dies) with the GPUs Ray detects, or as many as `CUDICE_GPU` says when it is set
-  (verifier/gpu_probe.py); `address="auto"`, `"HOST:6379"` or `"ray://HOST:10001"` joins a cluster
+  (verifier/run/gpu_probe.py); `address="auto"`, `"HOST:6379"` or `"ray://HOST:10001"` joins a cluster
   that `ray start` made. A process where Ray is already initialised (the RL trainer) shares it.
 - Ray is imported when a backend is made; without it `RayUnavailable` says how to install it.
 
@@ -37,7 +37,7 @@ from typing import Any
 
 from cudice.verifier.backends import JobTable, VerifyBackend, VerifyJob
 from cudice.verifier.config import VerifyConfig
-from cudice.verifier.distributed_tasks import (
+from cudice.verifier.dist.tasks import (
     ShippedJob,
     TaskReport,
     VerifyFn,
@@ -46,9 +46,9 @@ from cudice.verifier.distributed_tasks import (
     run_on_gpu,
     ship_job,
 )
-from cudice.verifier.gpu_probe import probe
-from cudice.verifier.result import Diagnostic, Location, Severity, Stage, Verdict, VerifyResult
-from cudice.verifier.sandbox import ChildOutcome
+from cudice.verifier.run.gpu_probe import probe
+from cudice.verifier.run.sandbox import ChildOutcome
+from cudice.verifier.source.result import Diagnostic, Location, Severity, Stage, Verdict, VerifyResult
 
 RAY_VERSION = "2.60.0"  # the version cudice is tested with (pyproject's `dist` extra)
 INSTALL_HINT = f'pip install "cudice[dist]"  (or: pip install "ray=={RAY_VERSION}")'

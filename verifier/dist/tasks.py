@@ -14,7 +14,7 @@ polls, so its compilers and sandboxed child are killed before the task ends.
 Not covered: the build cache is per node — a run task that lands on another node than its
 compile builds the module again inside the run child (docs/ray.md: share `CUDICE_CACHE_DIR`).
 When a worker is killed outright (SIGKILL, node loss), its compilers die with it
-(buildsteps.py sets their parent-death signal) but a sandboxed run child does not: sandbox.py
+(build/objects.py sets their parent-death signal) but a sandboxed run child does not: run/sandbox.py
 starts it in its own session without one, so it runs until its kernel ends.
 """
 
@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from cudice.verifier.config import VerifyConfig
-from cudice.verifier.result import VerifyResult
-from cudice.verifier.sandbox import ChildOutcome, run_in_child
+from cudice.verifier.run.sandbox import ChildOutcome, run_in_child
+from cudice.verifier.source.result import VerifyResult
 
 T = TypeVar("T")
 VerifyFn = Callable[..., VerifyResult]
@@ -71,8 +71,8 @@ def ship_job(
     A candidate that cannot be read is a parse-stage verdict that costs nothing: the caller
     verifies it locally instead of shipping it.
     """
-    from cudice.verifier.document import parse_document
-    from cudice.verifier.reference import reference_path
+    from cudice.verifier.source.document import parse_document
+    from cudice.verifier.source.reference import reference_path
 
     if source is None:
         try:

@@ -8,10 +8,10 @@ is divided by the number of **problems** (not of candidates):
 - `fast_1`   = correct and speedup > 1 beyond the measured spread (VerifyResult.is_fast) / problems,
 - `fast_2`   = the same with 2.
 Candidates run through a `VerifyBackend` (backends.py): the local `VerifyPool` (compiles in
-parallel, one runner per GPU), or with `--ray [ADDRESS]` the Ray backend (distributed.py: a
+parallel, one runner per GPU), or with `--ray [ADDRESS]` the Ray backend (dist/ray_backend.py: a
 local Ray instance, or the cluster at ADDRESS). Both give the same verdicts. A progress bar on
 stderr covers the whole run; `--out DIR` writes per-problem JSON, scores, a Markdown summary and
-the fast_p curve (eval_report.py). Without a GPU (here, or in the Ray cluster) nothing can be
+the fast_p curve (eval/report.py). Without a GPU (here, or in the Ray cluster) nothing can be
 correct: the scores are 0 and the JSON says `gpu: false`.
 """
 
@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 from cudice.verifier.config import VerifyConfig
-from cudice.verifier.result import Verdict, VerifyResult
+from cudice.verifier.source.result import Verdict, VerifyResult
 
 LAYOUT_HELP = """Expected layout (KernelBench):
   PROBLEMS/19_ReLU.py     a reference: class Model, get_inputs(), get_init_inputs()
@@ -157,7 +157,7 @@ def eval_command(
         "backend": "local" if ray_address is None else f"ray:{ray_address}",
     }
     if out_dir is not None:
-        from cudice.verifier.eval_report import write_report
+        from cudice.verifier.eval.report import write_report
 
         write_report(out_dir, names, results, payload, title=f"cudice eval of {problems.name}")
     if as_json:
@@ -194,7 +194,7 @@ def _open_backend(config: VerifyConfig, workers: int, ray_address: str | None) -
         from cudice.verifier.api import gpu_available
 
         return make_backend("local", config, num_compile_workers=workers), gpu_available()
-    from cudice.verifier.distributed import RayUnavailable
+    from cudice.verifier.dist.ray_backend import RayUnavailable
 
     local = ray_address == LOCAL_RAY
     try:

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from cudice.verifier.result import VerifyResult
+from cudice.verifier.source.result import VerifyResult
 
 P_STEP = 0.05  # resolution of the curve's thresholds
 

@@ -3,7 +3,7 @@
 `wrap(argv, spec)` returns the command that starts `argv` inside the boundary, or the plain
 command plus `sandbox.*` diagnostics saying which piece is missing (never a silent downgrade).
 The boundary is util-linux `unshare` (no bubblewrap: the GPU box has none) plus
-`boundary_init.py`, which runs as PID 1 of the new namespaces before any candidate code:
+`run/boundary_init.py`, which runs as PID 1 of the new namespaces before any candidate code:
 
 - PID namespace with its own /proc (`--mount-proc`): the parent's processes and their
   `/proc/<pid>/environ` are invisible; `--kill-child` ties the namespace to `unshare`, and the
@@ -92,7 +92,7 @@ def default_spec(cache_dir: Path, *, uid: int, report_fd: int) -> BoundarySpec:
     homes = {
         str(Path.home()),
         pwd.getpwuid(os.getuid()).pw_dir,
-    }  # $HOME may point elsewhere (sandbox.py sets it)
+    }  # $HOME may point elsewhere (run/sandbox.py sets it)
     if os.environ.get("HOME"):
         homes.add(os.environ["HOME"])
     tmp_dirs = BoundarySpec.__dataclass_fields__["private_dirs"].default
@@ -168,7 +168,7 @@ def wrap(argv: list[str], spec: BoundarySpec) -> tuple[list[str], list[Missing]]
             )
         ]
     )
-    init = [sys.executable, "-m", "cudice.verifier.boundary_init", spec.to_json(), "--"]
+    init = [sys.executable, "-m", "cudice.verifier.run.boundary_init", spec.to_json(), "--"]
     return [exe, *_unshare_flags(os.geteuid() == 0), *init, *argv], notes
 
 

@@ -1,7 +1,7 @@
 """PID 1 of a runner's namespaces: apply the boundary, report it, then exec the runner.
 
-`python -m cudice.verifier.boundary_init SPEC_JSON -- ARGV...` is started by `unshare`
-(boundary.py) and runs trusted code only. In order: 1. open handles on the paths the runner must
+`python -m cudice.verifier.run.boundary_init SPEC_JSON -- ARGV...` is started by `unshare`
+(run/boundary.py) and runs trusted code only. In order: 1. open handles on the paths the runner must
 read; 2. replace directories an unprivileged uid cannot traverse, the home directories and the
 temporary directories with private tmpfs mounts, and bind the needed paths back read-only;
 3. bind site-packages, cudice and the build cache read-only; 4. as root: supplementary groups
@@ -10,7 +10,7 @@ capabilities go with it); in a user namespace: drop every capability; 5. `no_new
 6. write one JSON line to `report_fd` (what was applied, what was not) and close it, so
 nothing the candidate runs later can add to the report; 7. exec ARGV.
 
-Not covered: anything outside this process's namespaces (see boundary.py).
+Not covered: anything outside this process's namespaces (see run/boundary.py).
 """
 
 from __future__ import annotations

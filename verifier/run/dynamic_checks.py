@@ -25,8 +25,8 @@ codes `dynamic.*`, docs/diagnostics.md); an ERROR among them means the candidate
 - `check_thread_count`, `check_guarded_intact` — no new OS threads, timers/comparison
   functions not replaced.
 
-The judge (judge.py) calls the output checks on what it fetched and the others inside the
-runner process (candidate.py), where they are observations native code could forge. Not
+The judge (run/judge.py) calls the output checks on what it fetched and the others inside the
+runner process (run/runner.py), where they are observations native code could forge. Not
 covered: an exploit that behaves honestly while observed by an in-process profiler — its
 outputs are still checked on unprofiled calls. This module imports torch; only the worker
 processes import it.
@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from typing import Any, TypeGuard
 
 import torch
-from cudice.verifier.result import Diagnostic, Location, Severity, Stage
+from cudice.verifier.source.result import Diagnostic, Location, Severity, Stage
 
 # Kernels PyTorch launches to fill, zero or copy memory (the profiler's `Memcpy`/`Memset` records,
 # `FillFunctor`, `direct_copy_kernel_cuda`, `CatArrayBatchedCopy`): glue around the work, not work.

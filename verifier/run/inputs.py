@@ -105,7 +105,7 @@ def make_inputs(
 
     if dist not in DISTRIBUTIONS:
         raise ValueError(
-            f"unknown input distribution {dist!r}; use one of {', '.join(DISTRIBUTIONS)} (verifier/inputs.py)"
+            f"unknown input distribution {dist!r}; use one of {', '.join(DISTRIBUTIONS)} (run/inputs.py)"
         )
     try:
         values = None

@@ -1,7 +1,8 @@
-"""The judge: `python -m cudice.verifier.judge --result-fd FD [--cache-dir DIR] [--no-timing]`, job on stdin.
+"""The judge: `python -m cudice.verifier.run.judge --result-fd FD [--cache-dir DIR] [--no-timing]`,
+job on stdin.
 
 The process that holds the verdict. It never executes the candidate's code: two runner
-processes (link.py → candidate.py, inside the OS boundary of boundary.py) serve `ModelNew`
+processes (run/runner_link.py → run/runner.py, inside the OS boundary of run/boundary.py) serve `ModelNew`
 and, for timing under identical conditions, the reference's `Model`. The judge keeps the
 reference, the inputs and their secret seeds, the comparison, the clock and the verdict, and
 writes the result (a dict of `VerifyResult` fields) to `FD`, a pipe the parent created.
@@ -10,18 +11,18 @@ The runners start while the job is still on its way (a warm spare for the persis
 Phases: 1. torch, precision pinned (no TF32), the reference built after a secret seed;
 2. the runners load their models after the same seed (their `load_inline` builds here, through
 the cache); 3. correctness: per trial a fresh secret seed and one input distribution
-(inputs.py), the reference run here, the candidate's outputs fetched and compared (tolerance.py),
+(run/inputs.py), the reference run here, the candidate's outputs fetched and compared (run/tolerance.py),
 in-runner observations, one randomly chosen trial profiled; then a repeated call (determinism),
 constancy across trials, guards; 4. timing (`_timing`): the reference's time per call by CUDA events in
 the judge (as an in-process harness measures it; the reference is trusted code), the candidate's
 as that time plus the difference of the two runners' per-call times by the judge's clock. Each
 call is one binary message of a stream, timed from the message to its answer: it runs on a fresh
-input set staged sealed before the clock (seal.py) and unsealed inside it, and its answer must
-carry a keyed digest of its outputs (witness.py), checked against the reference's, so calls can
+input set staged sealed before the clock (run/seal.py) and unsealed inside it, and its answer must
+carry a keyed digest of its outputs (run/witness.py), checked against the reference's, so calls can
 neither overlap nor end after their answer; two outputs of each repetition are compared in full
 afterwards. Both runners do
 the same work around each call (round trip, unsealing, digest), so it cancels in the difference.
-Timed work runs alone on the GPU (gpu_lease.py) once a probe finds no other process's work queued
+Timed work runs alone on the GPU (run/gpu_lease.py) once a probe finds no other process's work queued
 on it; threads are counted from /proc outside the runners.
 
 What the judge still trusts from the candidate's process: nothing for a verdict of `correct` or
@@ -45,10 +46,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from cudice.verifier import channel
-from cudice.verifier.boundary import readable_by_runners
-from cudice.verifier.gpu_lease import GpuLease, gpu_key
-from cudice.verifier.judging import (
+from cudice.verifier.run import channel
+from cudice.verifier.run.boundary import readable_by_runners
+from cudice.verifier.run.gpu_lease import GpuLease, gpu_key
+from cudice.verifier.run.judging import (
     Stop,
     call_or_stop,
     crash_result,
@@ -57,8 +58,8 @@ from cudice.verifier.judging import (
     record_timing,
     write_result,
 )
-from cudice.verifier.link import RunnerLink, RunnerTimeout, runner_env
-from cudice.verifier.result import Diagnostic, Location, Severity, Stage, Verdict
+from cudice.verifier.run.runner_link import RunnerLink, RunnerTimeout, runner_env
+from cudice.verifier.source.result import Diagnostic, Location, Severity, Stage, Verdict
 
 RUNNER_VERDICTS = {"runtime_error", "compile_error", "incorrect"}  # anything else a runner claims is ignored
 NUM_PROFILED_TRIALS = 1  # plus one random timed round: each profiled call costs a profiler session
@@ -79,7 +80,9 @@ class Session:
         self, cache_dir: Path, work: Path, *, sandboxed: bool = True, with_reference: bool = True
     ) -> None:
         self.cache_dir, self.work, self.sandboxed = cache_dir, work, sandboxed
-        cache_dir.mkdir(parents=True, exist_ok=True)  # the boundary binds only paths that exist (boundary.py)
+        cache_dir.mkdir(
+            parents=True, exist_ok=True
+        )  # the boundary binds only paths that exist (run/boundary.py)
         self._uid = (
             2_000_000_000 + (os.getpid() % 10_000_000) * 2
         )  # two uids per judge, unique among live judges
@@ -135,7 +138,7 @@ class _Judge:
         walls: dict[str, float],
     ) -> None:
         from cudice.verifier.config import VerifyConfig
-        from cudice.verifier.document import parse_document
+        from cudice.verifier.source.document import parse_document
 
         self.job, self.session, self.out, self.diags, self.walls = job, session, out, diags, walls
         cfg = dict(job["config"])
@@ -147,7 +150,7 @@ class _Judge:
         if self.ref_path == self.cand_path and self.ref_source == job["candidate_source"]:
             # a self-contained candidate is its own reference: only its reference part runs here (and in
             # the reference's runner); its load_inline and ModelNew run in the candidate's runner alone
-            from cudice.verifier.reference import reference_only_source
+            from cudice.verifier.source.reference import reference_only_source
 
             self.ref_source = reference_only_source(self.ref_source)
         self.doc = parse_document(job["candidate_source"], self.cand_path)
@@ -288,8 +291,8 @@ class _Judge:
 
     def _build(self, req: dict[str, Any], doc: Any, path: str) -> dict[str, Any]:
         """A runner's `load_inline`: built here, so only the judge writes the cache."""
-        from cudice.verifier.compile import build_module
-        from cudice.verifier.generated import from_values
+        from cudice.verifier.build.compile import build_module
+        from cudice.verifier.build.generated import from_values
 
         funcs = req.get("functions")
         module = from_values(
@@ -299,7 +302,7 @@ class _Judge:
             list(funcs) if funcs is not None else None,
             doc,
         )
-        # a runner that could not import the binding without pybind11 (cabi.py) asks again for pybind11's
+        # a runner that could not import the binding without pybind11 (build/cabi.py) asks for pybind11's
         config = self.config.with_(cabi_binding=False) if req.get("pybind") else self.config
         result = build_module(module, path, config, link=True)
         self.diags.extend(d for d in result.diagnostics if d.severity is not Severity.ERROR)
@@ -310,7 +313,7 @@ class _Judge:
                 "error": result.output[-4000:],
             }
         if self.device.startswith("cuda"):  # which kernels are the candidate's: read from the built library
-            from cudice.verifier.kernel_symbols import KernelSymbolsError, own_kernels
+            from cudice.verifier.build.kernel_symbols import KernelSymbolsError, own_kernels
 
             try:
                 self.own_kernels |= own_kernels(Path(result.library))
@@ -322,9 +325,9 @@ class _Judge:
 
     def _correctness(self, ref_mod: Any, model: Any) -> Any:
         import torch
-        from cudice.verifier import dynamic_checks as dyn
-        from cudice.verifier.inputs import DISTRIBUTIONS, InputsError, make_inputs, secret_seed
-        from cudice.verifier.tolerance import compare_outputs
+        from cudice.verifier.run import dynamic_checks as dyn
+        from cudice.verifier.run.inputs import DISTRIBUTIONS, InputsError, make_inputs, secret_seed
+        from cudice.verifier.run.tolerance import compare_outputs
 
         n = self.config.num_trials
         profiled = set(_rng.sample(range(n), k=min(NUM_PROFILED_TRIALS, n)))
@@ -445,10 +448,10 @@ class _Judge:
         The reference is trusted code and the judge its process, so its time per call is measured
         as an in-process CUDA-event harness does (`_event_times`). The candidate's time cannot come
         from its own process, so each repetition stages fresh sealed input sets in both runners
-        (seal.py) and then, holding the GPU's lease exclusively, streams each runner its calls one
+        (run/seal.py) and then, holding the GPU's lease exclusively, streams each runner its calls one
         at a time (`_stream`), in halves ordered A B B A, each half on an idle GPU with the other
         runner stopped (`_wait_gpu_idle`, `_paused`). A call's seal key arrives with its message
-        and its reply must carry the keyed digest of the outputs (witness.py), so no call can start
+        and its reply must carry the keyed digest of the outputs (run/witness.py), so no call can start
         before its message or end after its reply: calls cannot overlap or be deferred, whatever
         the runner's Python does, and a call's time is round trip + unsealing + the forward + the
         digest, in sequence. Within a half nothing else touches the GPU (no probe of the judge's,
@@ -458,7 +461,7 @@ class _Judge:
         time is the reference's event time plus that difference. Two outputs per repetition,
         chosen afterwards, are compared in full.
         """
-        from cudice.verifier.timing import from_samples, tensor_bytes
+        from cudice.verifier.run.timing import from_samples, tensor_bytes
 
         cfg = self.config
         cuda = self.device.startswith("cuda")
@@ -687,7 +690,7 @@ class _Judge:
         cpus = distinct_cpus(3, prefer)
         if len(cpus) < 3:
             return {}
-        runner = "cudice.verifier.candidate"
+        runner = "cudice.verifier.run.runner"
         pids = [descendant_running(link.proc.pid, runner) for link in self.session.links()]
         found = [p for p in pids if p is not None]
         if len(found) < len(pids):
@@ -741,10 +744,10 @@ class _Judge:
         """One repetition: fresh sealed sets; alone on an idle GPU, `events` event-timed calls of the
         reference here and the timed calls of both runners; then the digests and two full checks."""
         import torch
-        from cudice.verifier import seal, witness
-        from cudice.verifier.dynamic_checks import flatten_outputs
-        from cudice.verifier.timing import tensor_bytes
-        from cudice.verifier.tolerance import compare_outputs
+        from cudice.verifier.run import seal, witness
+        from cudice.verifier.run.dynamic_checks import flatten_outputs
+        from cudice.verifier.run.timing import tensor_bytes
+        from cudice.verifier.run.tolerance import compare_outputs
 
         cfg = self.config
         sets: list[list[Any]] = []
@@ -869,7 +872,7 @@ class _Judge:
         return found
 
     def _draw_set(self, ref_mod: Any) -> list[Any]:
-        from cudice.verifier.inputs import make_inputs, secret_seed
+        from cudice.verifier.run.inputs import make_inputs, secret_seed
 
         return list(
             call_or_stop(
@@ -883,15 +886,15 @@ class _Judge:
 
     def _digest_bound(self, ref: Any) -> float:
         import torch
-        from cudice.verifier import witness
+        from cudice.verifier.run import witness
 
         if not isinstance(ref, torch.Tensor):
             return 0.0
         if not (ref.is_floating_point() or ref.is_complex()):
             return witness.bound(ref, 0.0, 0.0)
-        from cudice.verifier.tolerance import output_scale, rtol_floor
+        from cudice.verifier.run.tolerance import output_scale, rtol_floor
 
-        # the norm check's own terms (tolerance.py), so the digest accepts what the comparison accepts
+        # the norm check's own terms (run/tolerance.py), so the digest accepts what the comparison accepts
         return witness.bound(
             ref, self.config.atol * output_scale(ref), max(self.config.rtol, rtol_floor(ref.dtype))
         )
@@ -1126,7 +1129,7 @@ class _Judge:
         self._ask(link, {"op": "inputs", "inputs": tree}, Stage.CORRECTNESS, blobs)
 
     def _call_and_fetch(self, ref_out: Any, *, count_threads: bool) -> Any:
-        from cudice.verifier.timing import tensor_bytes
+        from cudice.verifier.run.timing import tensor_bytes
 
         size = tensor_bytes(ref_out)
         rep, _ = self._ask(
@@ -1170,7 +1173,7 @@ class _Judge:
 
         The records come from the candidate's process, so they never make a verdict `correct`: a
         missing profile fails closed (the evidence is required), a present one may reject."""
-        from cudice.verifier import dynamic_checks as dyn
+        from cudice.verifier.run import dynamic_checks as dyn
 
         if not rep.get("supported"):
             if not self.device.startswith("cuda"):
@@ -1250,7 +1253,7 @@ def _no_collection() -> Iterator[None]:
 
 
 def _q25(xs: list[float]) -> float:
-    """The lower quartile of `xs` (linear between order statistics, as timing.py's quartiles)."""
+    """The lower quartile of `xs` (linear between order statistics, as run/timing.py's quartiles)."""
     return statistics.quantiles(xs, n=4, method="inclusive")[0] if len(xs) > 1 else xs[0]
 
 
@@ -1262,7 +1265,7 @@ def _is_tensor(x: Any) -> bool:
 
 def _finite(out: Any) -> bool:
     import torch
-    from cudice.verifier.dynamic_checks import flatten_outputs
+    from cudice.verifier.run.dynamic_checks import flatten_outputs
 
     return all(
         bool(torch.isfinite(t).all())
@@ -1274,8 +1277,8 @@ def _finite(out: Any) -> bool:
 def _warm() -> None:
     """Import what every job uses and create this process's CUDA context before the job arrives."""
     import torch  # noqa: F401 - the import is the point
-    from cudice.verifier import compile, dynamic_checks, generated, inputs, timing, tolerance  # noqa: F401
-    from cudice.verifier.candidate import warm_gpu
+    from cudice.verifier.build import compile, generated  # noqa: F401
+    from cudice.verifier.run.runner import warm_gpu
 
     warm_gpu()
 

@@ -1,9 +1,8 @@
 """Helpers shared by the judges and the runner: the stop exception, diagnostics, running user code, results.
 
-Three processes judge or serve a model and share these: the judge (judge.py: it runs the
-reference), the runner (candidate.py: it runs the candidate's or the reference's model for the
-judge, inside the OS boundary) and the older in-process judge (worker.py, kept for the run-stage
-cost comparison). What they share:
+Two processes judge or serve a model and share these: the judge (run/judge.py) and the runner
+(run/runner.py: it runs the candidate's or the reference's model for the judge, inside the OS
+boundary). What they share:
 
 - `Stop`: ends a job (or, in the runner, a request) early with a verdict, a stage and diagnostics;
 - `diag`: a `Diagnostic` in the argument order these modules use;
@@ -14,15 +13,15 @@ cost comparison). What they share:
   replaced by a given build, and the built extension loaded;
 - `record_timing`: a timing comparison into the result fields and its diagnostics;
 - `crash_result` and `write_result`: a judge process's last-resort outcome, and the outcome as
-  JSON on the result pipe its parent (sandbox.py, runner.py) reads.
+  JSON on the result pipe its parent (run/sandbox.py, run/warm.py) reads.
 
 Contract: importing this module imports nothing heavy (no torch; `install_load_inline` imports
 torch when called), so each process pays for torch where it chooses to. `Stop` is one class for
-all three: user code that imports it can raise it too, so a process that runs user code must
+both: user code that imports it can raise it too, so a process that runs user code must
 not take a verdict of `correct` from a `Stop` raised there. The judge never runs the candidate;
-the runner turns every `Stop` into a reply whose verdict the judge filters (judge.py); the older
-in-process judge is no security boundary (worker.py). Not covered here: the comparison, the
-clock and the verdict logic of each judge (judge.py, worker.py), the process limits (sandbox.py).
+the runner turns every `Stop` into a reply whose verdict the judge filters (run/judge.py). Not
+covered here: the comparison, the clock and the verdict logic (run/judge.py), the process limits
+(run/sandbox.py).
 """
 
 from __future__ import annotations
@@ -37,7 +36,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from cudice.verifier.result import Diagnostic, Location, Severity, Stage, Verdict
+from cudice.verifier.source.result import Diagnostic, Location, Severity, Stage, Verdict
 
 
 class Stop(Exception):
@@ -155,7 +154,7 @@ def install_load_inline(build: Callable[[str, Any, Any, Any], types.ModuleType])
     """Replace torch's `load_inline` by `build(name, cpp_sources, cuda_sources, functions)`.
 
     torch's other arguments (flags, build folder, verbosity) are accepted and not used: the
-    build takes torch's own flags (toolchain.py). Shared with candidate.py's runner.
+    build takes torch's own flags (build/toolchain.py). Shared with run/runner.py's runner.
     """
     import torch.utils.cpp_extension as ce
 
@@ -195,7 +194,7 @@ def crash_result(exc: BaseException, who: str = "") -> dict[str, Any]:
 
 
 def write_result(fd: int, result: dict[str, Any]) -> None:
-    """The outcome as JSON on the pipe the parent (sandbox.py, runner.py) reads; closes `fd`."""
+    """The outcome as JSON on the pipe the parent (run/sandbox.py, run/warm.py) reads; closes `fd`."""
     import os
 
     with os.fdopen(fd, "w") as f:

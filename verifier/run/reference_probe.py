@@ -15,7 +15,7 @@ Outcomes are cached by content (reference text, its path, torch's version) under
 Undecided, never reported: an exception that needs a GPU (its traceback passes through
 `torch.cuda`, e.g. `.cuda()` on a CPU-only torch), an `ImportError` (the GPU machine may have
 the package), a timeout, a crash or a missing result. Not covered: the GPU run's secret seed
-and input distributions (inputs.py) — this calls the functions once, as written.
+and input distributions (run/inputs.py) — this calls the functions once, as written.
 """
 
 from __future__ import annotations
@@ -31,11 +31,11 @@ from pathlib import Path
 from typing import Any
 
 from cudice.verifier.config import VerifyConfig
-from cudice.verifier.document import Document
 from cudice.verifier.process import CancelToken
-from cudice.verifier.reference import reference_only_source
-from cudice.verifier.result import Diagnostic, Location, Severity, Stage
-from cudice.verifier.sandbox import ChildOutcome, run_in_child
+from cudice.verifier.run.sandbox import ChildOutcome, run_in_child
+from cudice.verifier.source.document import Document
+from cudice.verifier.source.reference import reference_only_source
+from cudice.verifier.source.result import Diagnostic, Location, Severity, Stage
 
 PROBE_TIMEOUT_S = 60.0  # torch's import is ~1 s on a 2-core box; KernelBench inputs are seconds at most
 CACHE_VERSION = "1"
@@ -76,7 +76,7 @@ def probe_reference_inputs(
             memory_limit_mib=config.memory_limit_mib,
             max_output_bytes=config.max_output_bytes,
             cancel=cancel,
-            module="cudice.verifier.reference_probe",
+            module="cudice.verifier.run.reference_probe",
         )
         if child.result is None or "raised" not in child.result:
             return InputsProbe()  # a timeout, a cancel or a crash decides nothing about the reference
@@ -193,7 +193,7 @@ def _raising_line(exc: BaseException, path: str) -> int | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m cudice.verifier.reference_probe --result-fd FD`: the job on stdin, the answer on FD."""
+    """`python -m cudice.verifier.run.reference_probe --result-fd FD`: the job on stdin, the answer on FD."""
     args = argv if argv is not None else sys.argv[1:]
     fd = int(args[args.index("--result-fd") + 1])
     job = json.loads(sys.stdin.read())

@@ -1,7 +1,7 @@
 """A runner process: serves one model (the candidate's `ModelNew`, or `Model` for timing) to the judge.
 
-`python -m cudice.verifier.candidate --fd N` runs inside the OS boundary (boundary.py) and
-talks to the judge over the socket `N` (channel.py). It holds no verdict, no reference output,
+`python -m cudice.verifier.run.runner --fd N` runs inside the OS boundary (run/boundary.py) and
+talks to the judge over the socket `N` (run/channel.py). It holds no verdict, no reference output,
 no seed of the inputs and no clock the judge trusts: it loads the model it is told to, runs
 it on the inputs it receives and answers requests:
 
@@ -12,8 +12,8 @@ it on the inputs it receives and answers requests:
             and not aliasing the inputs, no new threads, free memory poisoned with NaN first);
 - `fetch`   send the last outputs back;
 - `stage`   keep the input sets of the next timed calls (sent by the judge before its clock starts);
-- `stream`  timed calls, one binary message each (channel.py): unseal a staged set, forward,
-            the keyed digests of its outputs (witness.py), sent back at once. The judge's clock
+- `stream`  timed calls, one binary message each (run/channel.py): unseal a staged set, forward,
+            the keyed digests of its outputs (run/witness.py), sent back at once. The judge's clock
             runs from each call's message to its digests, a reply cannot be right before every
             output exists, and the next call is sent only then. The outputs are kept (`kept`
             sends one back). Both runners run the same loop, so its cost cancels in the
@@ -40,8 +40,8 @@ import traceback
 import types
 from typing import Any
 
-from cudice.verifier import channel
-from cudice.verifier.result import Diagnostic, Location, Severity, Stage, Verdict
+from cudice.verifier.run import channel
+from cudice.verifier.source.result import Diagnostic, Location, Severity, Stage, Verdict
 
 MAX_REQUEST_BYTES = 1 << 40  # the judge is trusted; its inputs may be large
 DIGEST_SLOTS = 64  # output and input tensors of a call whose digests have room made beforehand
@@ -88,7 +88,7 @@ def warm_gpu(*, profiler: bool = False) -> None:
 
     if not torch.cuda.is_available():
         return
-    from cudice.verifier import witness
+    from cudice.verifier.run import witness
 
     x = torch.ones(8, 8, device="cuda")
     (x @ x).sum().item()
@@ -162,7 +162,7 @@ class Server:
 
     def serve(self) -> None:
         import torch
-        from cudice.verifier import dynamic_checks as dyn
+        from cudice.verifier.run import dynamic_checks as dyn
 
         # before the job: a warm spare's runner has its context ready (only the candidate is profiled)
         # both roles: a profiler session leaves CUPTI's callbacks on every later kernel launch of the
@@ -221,7 +221,7 @@ class Server:
 
     def op_load(self, req: dict[str, Any], blobs: list[bytearray]) -> None:
         import torch
-        from cudice.verifier.judging import Stop, exec_module
+        from cudice.verifier.run.judging import Stop, exec_module
 
         self.device = str(req["device"])
         path = str(req["path"])
@@ -261,7 +261,7 @@ class Server:
 
     def op_call(self, req: dict[str, Any], blobs: list[bytearray]) -> None:
         import torch
-        from cudice.verifier import dynamic_checks as dyn
+        from cudice.verifier.run import dynamic_checks as dyn
 
         before = dyn.snapshot_inputs(self.inputs)
         if self.device.startswith("cuda"):
@@ -298,7 +298,7 @@ class Server:
         self.reply({"ok": True, "outputs": tree}, out)
 
     def op_stage(self, req: dict[str, Any], blobs: list[bytearray]) -> None:
-        from cudice.verifier import seal
+        from cudice.verifier.run import seal
 
         self.sets = [list(x) for x in channel.decode(req["sets"], blobs, self.device)]
         self.seal_plans = [seal.plan(s) for s in self.sets]  # worked out now, outside the clock
@@ -322,7 +322,7 @@ class Server:
         self.reply({"ok": True, "digests": self._run_batch(req)})
 
     def op_stream(self, req: dict[str, Any], blobs: list[bytearray]) -> None:
-        """`count` timed calls, each a binary message answered by its digests (channel.py).
+        """`count` timed calls, each a binary message answered by its digests (run/channel.py).
 
         The judge sends the next call only when the last one's digests are in, so calls never
         overlap; its clock runs from each call's message to its digests. Every output is kept
@@ -416,8 +416,8 @@ class Server:
         """Unseal staged set `index`, evict L2 under the cold policy, forward, and the keyed digests
         of the outputs and then of the inputs (one changed in place no longer matches); no sync.
         `stamps` (tracing only) gets host times and CUDA events between the steps."""
-        from cudice.verifier import seal, witness
-        from cudice.verifier.dynamic_checks import flatten_outputs
+        from cudice.verifier.run import seal, witness
+        from cudice.verifier.run.dynamic_checks import flatten_outputs
 
         if not 0 <= index < len(self.sets):
             raise ValueError(f"timed call on set {index}, but {len(self.sets)} are staged")
@@ -565,7 +565,7 @@ class Server:
         )
 
     def op_guards(self, req: dict[str, Any], blobs: list[bytearray]) -> None:
-        from cudice.verifier import dynamic_checks as dyn
+        from cudice.verifier.run import dynamic_checks as dyn
 
         found = dyn.check_guarded_intact(self.guards, self.where)
         now = dispatcher_state()
@@ -600,7 +600,7 @@ class Server:
 
     # -- helpers --------------------------------------------------------------------------------------
     def _guard(self, fn: Any, stage: Stage) -> Any:
-        from cudice.verifier.judging import Stop, call_or_stop
+        from cudice.verifier.run.judging import Stop, call_or_stop
 
         try:
             return call_or_stop(fn, stage, self.where)
@@ -631,7 +631,7 @@ class Server:
 
     def _install_load_inline(self, path: str) -> None:
         """`load_inline` asks the judge to build (the shared cache is read-only here) and loads the result."""
-        from cudice.verifier.judging import install_load_inline, load_extension
+        from cudice.verifier.run.judging import install_load_inline, load_extension
 
         def build(name: str, cpp_sources: Any, cuda_sources: Any, functions: Any) -> types.ModuleType:
             def texts(v: Any) -> list[str]:

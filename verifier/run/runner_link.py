@@ -1,4 +1,4 @@
-"""The judge's end of a runner: start `candidate.py` inside the OS boundary and exchange requests.
+"""The judge's end of a runner: start `run/runner.py` inside the OS boundary and exchange requests.
 
 `RunnerLink(role, ...)` creates a socket pair and a one-shot report pipe, starts the runner
 through `boundary.wrap` (or as a plain child, with a `sandbox.*` reason, where the boundary is
@@ -25,16 +25,16 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from cudice.verifier import channel
-from cudice.verifier.boundary import Missing, default_spec, probe, wrap
 from cudice.verifier.process import gpu_node_cpus, start_near_gpu, tree_threads
+from cudice.verifier.run import channel
+from cudice.verifier.run.boundary import Missing, default_spec, probe, wrap
 
 Reply = tuple[dict[str, Any], list[bytearray]]
 
 
 def runner_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """The scrubbed environment of a runner: home and temporary files in its private /tmp."""
-    from cudice.verifier.sandbox import scrubbed_env
+    from cudice.verifier.run.sandbox import scrubbed_env
 
     env = scrubbed_env(extra)
     # The runner's uid has no passwd entry; getpass.getuser() (torch's cache-dir defaults, the
@@ -70,7 +70,7 @@ class RunnerLink:
         uid: int,
         env: dict[str, str],
         sandboxed: bool = True,
-        module: str = "cudice.verifier.candidate",
+        module: str = "cudice.verifier.run.runner",
     ) -> None:
         self.role = role
         mine, theirs = socket.socketpair()

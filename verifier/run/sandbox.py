@@ -1,6 +1,6 @@
 """Start the run stage's child process: timeout, memory limit, scrubbed env, temp working dir.
 
-`run_in_child(job, ...)` starts `python -m cudice.verifier.judge --result-fd FD` in a fresh
+`run_in_child(job, ...)` starts `python -m cudice.verifier.run.judge --result-fd FD` in a fresh
 temporary directory, in its own session (so a timeout or a cancel kills the whole process
 group), with an environment reduced to what CUDA and the toolchain need, `RLIMIT_DATA` set
 to the memory limit, `RLIMIT_FSIZE` bounding every file and core dumps off. The job goes to its
@@ -8,12 +8,10 @@ stdin; the result comes back on a pipe created here, whose write end only that c
 never through a file. stdout/stderr go to files and only their last `max_output_bytes` are
 kept. A crash (signal, abort after an illegal address, `os._exit`), a hang or a missing result
 ends only that child. `start_child`, `child_limits`, `scrubbed_env` and `read_tail` are the parts
-runner.py reuses for its warm spares.
+run/warm.py reuses for its warm spares.
 
-The candidate's code never runs in this child: the judge (judge.py) starts runner processes
-inside the OS boundary (boundary.py) for it. `module="cudice.verifier.worker"` runs the older
-in-process judge, kept for the run-stage cost comparison (bench/verify_run_cost.py); it
-judges in the candidate's own process and is no security boundary. Not covered here: GPU
+The candidate's code never runs in this child: the judge (run/judge.py) starts runner processes
+inside the OS boundary (run/boundary.py) for it. Not covered here: GPU
 memory limits (another process on the same GPU can be starved); `RLIMIT_DATA` does not bound
 pinned or device memory.
 """
@@ -89,7 +87,7 @@ def scrubbed_env(extra: dict[str, str] | None = None, home: str | None = None) -
 
 
 def child_limits(memory_limit_mib: int, max_file_mib: int) -> Callable[[], None]:
-    """The `preexec_fn` of a judge child (also runner.py's spares): it dies with its parent, its data
+    """The `preexec_fn` of a judge child (also run/warm.py's spares): it dies with its parent, its data
     segment is bounded by the memory limit, core dumps are off and no file grows past `max_file_mib`."""
 
     def apply() -> None:
@@ -114,14 +112,14 @@ def run_in_child(
     max_output_bytes: int = 65536,
     cancel: CancelToken | None = None,
     env: dict[str, str] | None = None,
-    module: str = "cudice.verifier.judge",
+    module: str = "cudice.verifier.run.judge",
     max_file_mib: int = 1024,
 ) -> ChildOutcome:
     """Run `python -m module --result-fd FD` under the limits above; never raises for child failures.
 
     The job goes to the child's stdin; the result comes back on a pipe this function created
     (`FD` is its write end, inherited by the child only). The default module is the judge
-    (judge.py), which keeps the candidate in runner processes of its own.
+    (run/judge.py), which keeps the candidate in runner processes of its own.
     """
     work = Path(tempfile.mkdtemp(prefix="cudice-run-"))
     t0 = time.perf_counter()

@@ -12,7 +12,7 @@ The key stream is Philox4x32-10 (Salmon et al., "Parallel random numbers: as eas
 SC 2011) under a 64-bit key per tensor, counted over the whole tensor: no part of it repeats, so
 known values in an input (the zeros of a triangular matrix, small integer labels) reveal the
 stream only where they are, never elsewhere. On CUDA it is one NVRTC kernel per tensor
-(nvrtc_launch.py), a single pass that reads and writes the tensor; elsewhere, or where NVRTC
+(run/nvrtc_launch.py), a single pass that reads and writes the tensor; elsewhere, or where NVRTC
 is missing, the same function in PyTorch operations, bit for bit the same.
 
 Not covered: Philox is a statistical generator, not a cipher with a security proof (no practical
@@ -59,7 +59,7 @@ extern "C" __global__ void cudice_seal(unsigned int* w, long long nwords, unsign
 
 def _cuda_kernel() -> Any:
     """The NVRTC kernel, or None without NVRTC (the PyTorch form gives the same bits, slower)."""
-    from cudice.verifier.nvrtc_launch import compiled
+    from cudice.verifier.run.nvrtc_launch import compiled
 
     return compiled(_KERNEL_SOURCE, "cudice_seal")
 

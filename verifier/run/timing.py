@@ -11,7 +11,7 @@ side streams), `elapsed_time`. Report median, quartiles, min and max in millisec
 threshold (10×) or a candidate faster than moving its inputs and outputs once at peak bandwidth
 is *suspicious*, never celebrated.
 
-`compare()` is the older in-process worker's method; the judge (judge.py) times calls by its own
+`compare()` is the older in-process worker's method; the judge (run/judge.py) times calls by its own
 clock in runner processes and turns the samples into the same `TimingComparison` with
 `from_samples()`. Not covered: clock locking (never on a shared machine), CUDA-graph timing of launch-bound
 ops, kernels that cheat only when unobserved. Imports torch: only the worker imports this.
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from cudice.verifier.result import Timing
+from cudice.verifier.source.result import Timing
 
 
 @dataclass(frozen=True, slots=True)

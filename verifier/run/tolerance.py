@@ -71,7 +71,7 @@ class Comparison:
 
 
 def _flatten(out: object) -> list[object]:
-    from cudice.verifier.dynamic_checks import flatten_outputs
+    from cudice.verifier.run.dynamic_checks import flatten_outputs
 
     return flatten_outputs(out)
 

@@ -3,7 +3,7 @@
 Starting Python, importing torch and creating CUDA contexts costs seconds per process. Reusing a
 process that ran a candidate would carry the candidate's leftovers (dispatcher overrides,
 patched modules, a poisoned CUDA context) into the next job, so `PersistentRunner` never reuses
-one: it keeps a *spare* judge (judge.py, which starts its two runner processes at once) warmed
+one: it keeps a *spare* judge (run/judge.py, which starts its two runner processes at once) warmed
 up and waiting for a job on stdin. A job takes the spare; when it ends, its whole process tree
 is killed and a new spare starts, warming up while the pool compiles the next candidate.
 Same contract as `sandbox.run_in_child` (it can be `verify()`'s `run_child`); the result comes
@@ -31,7 +31,7 @@ from typing import IO, Any
 
 from cudice.verifier.config import VerifyConfig
 from cudice.verifier.process import CancelToken, kill_group, wait_or_kill
-from cudice.verifier.sandbox import (
+from cudice.verifier.run.sandbox import (
     ChildOutcome,
     ResultPipe,
     child_limits,
@@ -68,7 +68,7 @@ class PersistentRunner:
         self,
         *,
         env: dict[str, str] | None = None,
-        module: str = "cudice.verifier.judge",
+        module: str = "cudice.verifier.run.judge",
         max_file_mib: int = 1024,
         spares: int = 1,
         respawn: bool = True,
@@ -84,7 +84,7 @@ class PersistentRunner:
 
     def _spawn(self, memory_limit_mib: int, config: dict[str, Any] | None) -> _Spare:
         if config and config.get("cache_dir"):
-            # its runners see the cache only if the folder exists when they start (boundary.py binds
+            # its runners see the cache only if the folder exists when they start (run/boundary.py binds
             # existing paths): a spare may start before the first build has made it
             Path(config["cache_dir"]).mkdir(parents=True, exist_ok=True)
         work = Path(tempfile.mkdtemp(prefix="cudice-runner-"))

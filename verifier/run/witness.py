@@ -11,10 +11,10 @@ weights change with every call, so projecting the inputs instead (`(L^T w) . x` 
 problem `L x`) costs as much as the work itself.
 
 The judge computes the same digest of the reference's output for the same inputs and accepts the
-candidate's within `bound()`: the spread that errors inside the element tolerance (tolerance.py)
+candidate's within `bound()`: the spread that errors inside the element tolerance (run/tolerance.py)
 can give a digest with random signs.
 
-On CUDA the digest is one fused kernel (NVRTC, launched by nvrtc_launch.py; one pass over the
+On CUDA the digest is one fused kernel (NVRTC, launched by run/nvrtc_launch.py; one pass over the
 output, exact float64 products and sums); elsewhere, or where that kernel cannot be built, the
 same function in PyTorch operations. Both give the same value up to rounding.
 
@@ -108,7 +108,7 @@ def _flat_float(t: Any) -> Any:
 
 def _cuda_kernel() -> Any:
     """The NVRTC kernel, or None without NVRTC (the PyTorch form gives the same digest, slower)."""
-    from cudice.verifier.nvrtc_launch import compiled
+    from cudice.verifier.run.nvrtc_launch import compiled
 
     return compiled(_KERNEL_SOURCE, "cudice_witness")
 
@@ -169,7 +169,7 @@ def digest(outputs: list[Any], key: int, device: Any, out: Any = None) -> Any:
 
 
 def bound(ref: Any, a: float, b: float) -> float:
-    """How far an honest digest may lie from the reference's: `a`, `b` as in tolerance.py's norm check.
+    """How far an honest digest may lie from the reference's: `a`, `b` as in run/tolerance.py's norm check.
 
     An output that passes the comparison has `||c - r|| <= nu = (b ||r|| + a sqrt(n)) / 4` (its
     relative-norm check). For any error vector chosen without knowing the weights, `sum_j w_j e_j`

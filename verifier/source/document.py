@@ -5,7 +5,7 @@
 name and header), every `load_inline(...)` call and, for its `cpp_sources` / `cuda_sources`,
 the string literals (directly, or through module-level variables, lists of strings, implicit
 concatenation or `+` of literals) with a `SourceSpan` mapping every generated character back to
-the file (`document_sources.py`); the CUDA strings no call receives yet; and the `__global__`
+the file (`source/strings.py`); the CUDA strings no call receives yet; and the `__global__`
 kernels in the CUDA strings with their bodies. A `.cu` file is a raw-kernel document
 (`extern "C" __global__` kernels). Places are `positions.Span`s (code-point offsets); the
 document's `LineIndex` turns them into `Location`s.
@@ -36,13 +36,13 @@ import tokenize
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cudice.verifier import pyparse
-from cudice.verifier.document_sources import CudaSource as CudaSource
-from cudice.verifier.document_sources import Kernel as Kernel
-from cudice.verifier.document_sources import SourceStrings, kernels
-from cudice.verifier.document_sources import callee_name as callee_name
-from cudice.verifier.positions import LineIndex, Span
-from cudice.verifier.result import Diagnostic, Location, Severity, Stage, Verdict, VerifyResult
+from cudice.verifier.source import pyparse
+from cudice.verifier.source.positions import LineIndex, Span
+from cudice.verifier.source.result import Diagnostic, Location, Severity, Stage, Verdict, VerifyResult
+from cudice.verifier.source.strings import CudaSource as CudaSource
+from cudice.verifier.source.strings import Kernel as Kernel
+from cudice.verifier.source.strings import SourceStrings, kernels
+from cudice.verifier.source.strings import callee_name as callee_name
 
 REFERENCE_COMMENT = re.compile(r"(?:#|//)\s*cudice:\s*reference\s*=\s*(?P<path>\S+)")
 RAW_KERNEL = re.compile(

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the language server imports this module before it may load the verifier's records
-    from cudice.verifier.result import Location
+    from cudice.verifier.source.result import Location
 
 ENCODINGS = ("utf-16", "utf-8", "utf-32")
 
@@ -139,7 +139,7 @@ class LineIndex:
 
     def location(self, span: Span, path: str) -> Location:
         """The verifier `Location` of `span` in the file at `path`."""
-        from cudice.verifier.result import Location
+        from cudice.verifier.source.result import Location
 
         line, column = self.line_column(span.start)
         end_line, end_column = self.line_column(span.end)

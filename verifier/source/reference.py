@@ -1,9 +1,9 @@
-"""Find and check a candidate's reference (README convention, see `document.py`).
+"""Find and check a candidate's reference (README convention, see `source/document.py`).
 
 `resolve_reference(doc)` returns the parsed reference `Document` (the candidate itself when it
 holds `Model` + `get_inputs`) or diagnostics that say what is missing and where. It reads the
 reference file from disk (or takes its text, `source=`) but never imports it; calling its
-`get_inputs()` is reference_probe.py's job, in a child process.
+`get_inputs()` is run/reference_probe.py's job, in a child process.
 
 A candidate without a usable reference is still checked and compiled: api.py reports these
 diagnostics as `as_warnings()` words them; only correctness and timing need a reference.
@@ -15,9 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from cudice.verifier import pyparse
-from cudice.verifier.document import Document, parse_document, read_document
-from cudice.verifier.result import Diagnostic, Location, Severity, Stage
+from cudice.verifier.source import pyparse
+from cudice.verifier.source.document import Document, parse_document, read_document
+from cudice.verifier.source.result import Diagnostic, Location, Severity, Stage
 
 NO_REFERENCE_CODES = frozenset({"parse.no_reference", "parse.reference_missing", "parse.reference_invalid"})
 HOW_TO_GIVE_ONE = (

@@ -22,7 +22,7 @@ import re
 import unicodedata
 from dataclasses import dataclass
 
-from cudice.verifier.positions import LineIndex, Span
+from cudice.verifier.source.positions import LineIndex, Span
 
 _PREFIX = re.compile(r"[rRbBuUfF]{0,2}")
 _SIMPLE_ESCAPES = {

@@ -7,7 +7,7 @@ of its value back to the `.py` file (`sourcemap.scan_literal`). `loose_cuda` fin
 strings that hold CUDA text no call receives yet (a scaffold being written); `kernels` locates
 the `__global__` definitions inside a mapped string, names and bodies, in the file.
 
-Part of the document model (`document.py` owns the parse); nothing here is imported or run.
+Part of the document model (`source/document.py` owns the parse); nothing here is imported or run.
 Not covered: values computed at run time (f-strings with fields, `.format`, calls, `+` of
 non-literals, variables assigned more than once or inside functions) are unmappable, with the
 reason; kernels in such sources, and kernels a macro writes, are not listed.
@@ -19,9 +19,9 @@ import ast
 import re
 from dataclasses import dataclass
 
-from cudice.verifier.positions import LineIndex, Span
-from cudice.verifier.sourcemap import LiteralScanError, SourceSpan, scan_literal
-from cudice.verifier.static_cpp_scan import blank_comments_and_strings, find_functions
+from cudice.verifier.source.positions import LineIndex, Span
+from cudice.verifier.source.sourcemap import LiteralScanError, SourceSpan, scan_literal
+from cudice.verifier.static.cpp_scan import blank_comments_and_strings, find_functions
 
 _CUDA_TEXT = re.compile(r"__global__|#include\s*<cuda|<<<")  # a string that holds CUDA source
 

@@ -1,13 +1,13 @@
 """What the names of a candidate hold, found from the AST before forward is judged.
 
-`Bindings` answers, for `static_forward.py`: which names and `self.<attr>`s hold the compiled
+`Bindings` answers, for `static/forward.py`: which names and `self.<attr>`s hold the compiled
 extension (`ext = load_inline(...)`, `self.ext = ext`), one of its functions (`self.fn = ext.f`,
 `relu = ext.relu`, `partial(ext.f)`, `getattr(ext, "f")`, a local `launch = relu`), a torch
 callable (`self.conv = nn.Conv2d(...)`, `mm = torch.mm` as a class attribute, `nn.ModuleList`,
 `OPS = {"mm": torch.mm}`, a loop variable over such a container), a tensor (`nn.Parameter`,
 `register_buffer`) or the reference `Model`. `self.<attr>` kinds are per class (`kinds_for`): a
 helper class's methods see what its own `__init__` (and its in-file bases') stored. `dotted()`
-(`static_names.py`) resolves import and module-level aliases to canonical paths.
+(`static/names.py`) resolves import and module-level aliases to canonical paths.
 
 Not covered: names bound through `setattr`, containers filled after construction, attributes of
 other objects than `self`; those read as "other", i.e. neither kernel nor torch.
@@ -18,11 +18,11 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from cudice.verifier.document import callee_name
-from cudice.verifier.static_names import dotted as dotted
-from cudice.verifier.static_policy import COMPUTE_METHODS, NN_NON_COMPUTE
-from cudice.verifier.static_reach import CodeIndex, lambda_function
-from cudice.verifier.static_sources import ModuleConstants
+from cudice.verifier.source.document import callee_name
+from cudice.verifier.static.names import dotted as dotted
+from cudice.verifier.static.policy import COMPUTE_METHODS, NN_NON_COMPUTE
+from cudice.verifier.static.reach import CodeIndex, lambda_function
+from cudice.verifier.static.sources import ModuleConstants
 
 TORCH_SUBMODULES_COMPUTE = (
     "torch.nn.functional.",
@@ -65,7 +65,7 @@ def module_lambdas(tree: ast.Module) -> dict[str, ast.FunctionDef]:
 
 @dataclass(frozen=True, slots=True)
 class CandidateModule:
-    """A parsed candidate and the names static_checks.py found in it before forward is judged."""
+    """A parsed candidate and the names static/checks.py found in it before forward is judged."""
 
     tree: ast.Module
     cls: ast.ClassDef  # ModelNew

@@ -7,7 +7,7 @@ pure AST and regex work (milliseconds), so it also runs in compile-only mode and
 
 The checks (policy and codes: docs/anticheat.md, docs/diagnostics.md):
 - module level (here: `ModelNew` and the reference, `load_inline`'s fallbacks and launches; every
-  other node rule in `static_module_rules.py`): `ModelNew` inheriting `Model`
+  other node rule in `static/module_rules.py`): `ModelNew` inheriting `Model`
   (`static.inherits_model`), holding/using the reference (`static.holds_reference_model`),
   threads/processes/streams (`static.stream_or_thread`), patched timers or torch functions
   (`static.timer_patch`, `static.monkey_patch`), `time.sleep` (`static.sleep`), tensor subclasses
@@ -19,23 +19,23 @@ The checks (policy and codes: docs/anticheat.md, docs/diagnostics.md):
   `torch.compile`/TorchScript (`static.foreign_compute`), builders of code the checks cannot
   read (`static.dynamic_source`);
 - what replaces forward (`self.forward = f`, `self.__class__ = C`, hooks, a second `ModelNew`):
-  `static_protocol.py`;
-- forward and everything a call of `ModelNew` can run (`static_reach.py`): `static_forward.py`
-  (torch ops, host round trips, fallbacks, output caches) over `static_bindings.py` (what each
-  name holds); names resolve through `static_names.py` (`torch.cuda.torch` is `torch`,
+  `static/protocol.py`;
+- forward and everything a call of `ModelNew` can run (`static/reach.py`): `static/forward.py`
+  (torch ops, host round trips, fallbacks, output caches) over `static/bindings.py` (what each
+  name holds); names resolve through `static/names.py` (`torch.cuda.torch` is `torch`,
   `load_inline` under any name);
-- C++/CUDA text of every `load_inline` call: `static_load_inline.py` over `static_cuda.py`
-  (+ `static_cpp_rules.py`, `static_cpp_scan.py`, `static_cpp_preprocess.py`, and
-  `static_cpp_tensors.py` for C++ operators on tensors such as `x * (x > 0)`).
+- C++/CUDA text of every `load_inline` call: `static/load_inline.py` over `static/cuda.py`
+  (+ `static/cpp_rules.py`, `static/cpp_scan.py`, `static/cpp_preprocess.py`, and
+  `static/cpp_tensors.py` for C++ operators on tensors such as `x * (x > 0)`).
 
 C++ sources: literals are checked through their source map; sources the file fixes by other
-means (f-strings over constants, `"".join` of literals, `+=` …: `static_sources.py`) are checked
+means (f-strings over constants, `"".join` of literals, `+=` …: `static/sources.py`) are checked
 with findings on the expression that builds them; any other source is `static.dynamic_source`
 (an error; a warning in `lenient`, where only the run-time checks judge it).
 
 Not covered: anything decided at run time (a kernel launched with zero blocks, work in a library
 the candidate loads); a side stream or a C++ `static` seen only through a macro is a warning. The
-dynamic checks (`dynamic_checks.py`) and the sandbox exist for those.
+dynamic checks (`run/dynamic_checks.py`) and the sandbox exist for those.
 """
 
 from __future__ import annotations
@@ -45,18 +45,18 @@ import re
 from collections.abc import Iterable, Sequence
 
 from cudice.verifier.config import VerifyConfig
-from cudice.verifier.document import Document, callee_name, parse_document
-from cudice.verifier.reference import reference_path
-from cudice.verifier.result import Diagnostic, Location, Severity, Stage
-from cudice.verifier.static_bindings import CandidateModule, dotted
-from cudice.verifier.static_cuda import CppSource, check_cpp_sources, pybind_python_names
-from cudice.verifier.static_forward import ForwardReport, analyze_forward
-from cudice.verifier.static_load_inline import built_source_findings, extension_findings
-from cudice.verifier.static_module_rules import ModuleRules
-from cudice.verifier.static_names import LoadInlineUses, import_aliases
-from cudice.verifier.static_policy import Strictness, parse_strictness
-from cudice.verifier.static_protocol import call_protocol_findings
-from cudice.verifier.static_sources import call_functions, resolve_call_sources
+from cudice.verifier.source.document import Document, callee_name, parse_document
+from cudice.verifier.source.reference import reference_path
+from cudice.verifier.source.result import Diagnostic, Location, Severity, Stage
+from cudice.verifier.static.bindings import CandidateModule, dotted
+from cudice.verifier.static.cuda import CppSource, check_cpp_sources, pybind_python_names
+from cudice.verifier.static.forward import ForwardReport, analyze_forward
+from cudice.verifier.static.load_inline import built_source_findings, extension_findings
+from cudice.verifier.static.module_rules import ModuleRules
+from cudice.verifier.static.names import LoadInlineUses, import_aliases
+from cudice.verifier.static.policy import Strictness, parse_strictness
+from cudice.verifier.static.protocol import call_protocol_findings
+from cudice.verifier.static.sources import call_functions, resolve_call_sources
 
 _LOW_PRECISION_REF = re.compile(r"float16|bfloat16|\.half\(|torch\.half\b")
 

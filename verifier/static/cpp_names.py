@@ -1,4 +1,4 @@
-"""Which C++ names are ATen's: the tables and patterns `static_cpp_rules.py` judges host code with.
+"""Which C++ names are ATen's: the tables and patterns `static/cpp_rules.py` judges host code with.
 
 - glue: ATen calls a host function may make (allocation, options, metadata, guards), per
   strictness level, and under `at::cuda::`/`c10::cuda::` the device and stream queries only;
@@ -7,14 +7,14 @@
 - the ATen functions a host function reaches *unqualified* (argument-dependent lookup, `using
   namespace`), split into names only ATen has and names C/C++ also has for scalars.
 
-Tables only; matching and locating are `static_cpp_rules.py`'s.
+Tables only; matching and locating are `static/cpp_rules.py`'s.
 """
 
 from __future__ import annotations
 
 import re
 
-from cudice.verifier.static_policy import ACTIVATIONS, EMPTY_FACTORIES, FILLING_FACTORIES
+from cudice.verifier.static.policy import ACTIVATIONS, EMPTY_FACTORIES, FILLING_FACTORIES
 
 # ATen glue a host function may call. Strict: allocation without initialisation, options,
 # metadata and guards; the other levels also initialising allocations and a few helpers.

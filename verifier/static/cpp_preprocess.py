@@ -1,6 +1,6 @@
 """The preprocessed view of a candidate's C++/CUDA text, and the names it gives ATen's namespaces.
 
-The C++ rules (`static_cpp_rules.py`) are regexes; a rule must see what the compiler sees, not
+The C++ rules (`static/cpp_rules.py`) are regexes; a rule must see what the compiler sees, not
 what the source spells. Two things stand between them:
 
 - macros: `expand_macros()` expands the file's own object-like and function-like `#define`s —

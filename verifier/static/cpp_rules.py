@@ -9,13 +9,13 @@ argument-dependent lookup, or as C++ operators on tensors — vendor libraries, 
 Python through pybind11).
 
 Regexes over the blanked text with the file's own macros expanded (`static_cpp_scan.Unit.of`,
-`static_cpp_preprocess.py`): `CAT(pthread_, create)` reads as `pthread_create`, `NS::relu` under
+`static/cpp_preprocess.py`): `CAT(pthread_, create)` reads as `pthread_create`, `NS::relu` under
 `#define NS at` as `at::relu`; findings land on the macro's invocation. A stream or a `static`
 seen only through a macro is a warning (the run-time layer measures those: `dynamic.side_stream`,
 `dynamic.nondeterministic`); every other finding is an error however it is spelled. Operators on
 tensors (`x * (x > 0)`, `out += b`, `-x`: arithmetic, comparison, bitwise, compound assignment)
 in host code are ATen calls too (`static.cpp_torch_op`): which expressions are tensors is inferred
-from declarations by `static_cpp_tensors.py` (`x.size(0)`, `x.numel()`, `x.data_ptr<float>() + i`
+from declarations by `static/cpp_tensors.py` (`x.size(0)`, `x.numel()`, `x.data_ptr<float>() + i`
 are not). Overloads are not resolved: a candidate's own function that shadows an ATen or libc name
 is trusted to be its own.
 """
@@ -25,8 +25,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 
-from cudice.verifier.result import Diagnostic, Severity
-from cudice.verifier.static_cpp_names import (
+from cudice.verifier.source.result import Diagnostic, Severity
+from cudice.verifier.static.cpp_names import (
     ATEN_AMBIGUOUS,
     ATEN_UNQUALIFIED,
     CPP_GLUE,
@@ -35,15 +35,15 @@ from cudice.verifier.static_cpp_names import (
     aten_patterns,
     is_glue,
 )
-from cudice.verifier.static_cpp_preprocess import (
+from cudice.verifier.static.cpp_preprocess import (
     ATEN_ROOTS,
     ATEN_SUBNAMESPACES,
     aten_namespaces,
     aten_using_declarations,
 )
-from cudice.verifier.static_cpp_scan import CppFunction, Unit, diag
-from cudice.verifier.static_cpp_tensors import returns_tensor, tensor_operators
-from cudice.verifier.static_policy import (
+from cudice.verifier.static.cpp_scan import CppFunction, Unit, diag
+from cudice.verifier.static.cpp_tensors import returns_tensor, tensor_operators
+from cudice.verifier.static.policy import (
     COMPUTE_METHODS,
     Strictness,
 )

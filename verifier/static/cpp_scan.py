@@ -2,9 +2,9 @@
 offset kept, namespace-scope function definitions and other brace blocks, `__global__` kernels,
 and diagnostics located back in the user's file through each source's locator.
 
-Used by the static C++ rules (`static_cpp_rules.py`), the launch check (`static_cuda.py`) and the
+Used by the static C++ rules (`static/cpp_rules.py`), the launch check (`static/cuda.py`) and the
 dynamic profiler check (`defined_kernel_names`). The rules read each source with its own macros
-expanded (`Unit.of`, `static_cpp_preprocess.py`). Function headers may start with template
+expanded (`Unit.of`, `static/cpp_preprocess.py`). Function headers may start with template
 parameter lists (`template <typename T, int N = 4>`, `template <>`: `strip_template_prefix`), and
 braces on preprocessor lines (`#define CHECK(x) do { x; } while (0)`) open no block. A template
 instantiation or an overload is not resolved; functions defined inside structs and classes are
@@ -17,9 +17,9 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from cudice.verifier.positions import LineIndex
-from cudice.verifier.result import Diagnostic, Location, Severity, Stage
-from cudice.verifier.static_cpp_preprocess import Expanded, expand_macros, join_scopes
+from cudice.verifier.source.positions import LineIndex
+from cudice.verifier.source.result import Diagnostic, Location, Severity, Stage
+from cudice.verifier.static.cpp_preprocess import Expanded, expand_macros, join_scopes
 
 # (1-based line, 1-based column) in the C++ text → a location in the user's file, or None.
 Locator = Callable[[int, int], "Location | None"]

@@ -3,7 +3,7 @@
 `at::Tensor` overloads `+ - * / % < > <= >= == != & | ^ ~ !`, unary minus and the compound
 assignments: `x * (x > 0).to(x.scalar_type())` runs ATen kernels exactly like `at::relu(x)`, with
 no function name for a pattern to see. `tensor_operators()` finds every such operator in a host
-function's body, for `static_cpp_rules.py` (`static.cpp_torch_op`).
+function's body, for `static/cpp_rules.py` (`static.cpp_torch_op`).
 
 Tensor-ness is inferred from declarations, not known from a compiler:
 
@@ -29,8 +29,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from cudice.verifier.static_cpp_names import ATEN_AMBIGUOUS, ATEN_UNQUALIFIED
-from cudice.verifier.static_policy import COMPUTE_METHODS, EMPTY_FACTORIES, FILLING_FACTORIES
+from cudice.verifier.static.cpp_names import ATEN_AMBIGUOUS, ATEN_UNQUALIFIED
+from cudice.verifier.static.policy import COMPUTE_METHODS, EMPTY_FACTORIES, FILLING_FACTORIES
 
 # Methods of `at::Tensor` that return a tensor (views, casts, copies, compute).
 TENSOR_METHODS = COMPUTE_METHODS | {

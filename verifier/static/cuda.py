@@ -1,8 +1,8 @@
 """Static anti-cheat checks over a candidate's C++/CUDA source text (no compiler, regex + braces).
 
 `check_cpp_sources()` is the entry point: it blanks comments and strings and expands the
-file's own macros (`static_cpp_scan.py`, `static_cpp_preprocess.py`), applies the pattern rules
-to every source (`static_cpp_rules.py`: streams, threads, sleeps, interposition, dispatcher
+file's own macros (`static/cpp_scan.py`, `static/cpp_preprocess.py`), applies the pattern rules
+to every source (`static/cpp_rules.py`: streams, threads, sleeps, interposition, dispatcher
 registrations, file/process APIs, caches, ATen calls and operators on tensors, vendor-library
 and Python calls), warns about
 half precision, and — here — checks that every `__global__` kernel is launched from a host
@@ -24,7 +24,7 @@ What it does not do: tell overloads or template instantiations apart (a call of 
 reaches all), follow calls through function pointers stored in variables other than by name, see
 macros from headers, or read member functions of structs (`Launcher::run(...)`); a kernel launched
 only from another kernel (dynamic parallelism) counts as not launched. Those cases are what the
-dynamic profiler check (`dynamic_checks.py`) is for.
+dynamic profiler check (`run/dynamic_checks.py`) is for.
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ import difflib
 import re
 from collections.abc import Sequence
 
-from cudice.verifier.result import Diagnostic, Severity
-from cudice.verifier.static_cpp_rules import LOW_PRECISION, defined_names, pattern_findings
-from cudice.verifier.static_cpp_scan import (
+from cudice.verifier.source.result import Diagnostic, Severity
+from cudice.verifier.static.cpp_rules import LOW_PRECISION, defined_names, pattern_findings
+from cudice.verifier.static.cpp_scan import (
     CppFunction,
     CppSource,
     Locator,
@@ -48,7 +48,7 @@ from cudice.verifier.static_cpp_scan import (
     scan_blocks,
     strip_template_prefix,
 )
-from cudice.verifier.static_policy import Strictness
+from cudice.verifier.static.policy import Strictness
 
 __all__ = [
     "CppFunction",

@@ -1,7 +1,7 @@
 """What `ModelNew.forward` (and everything it calls) does, judged by the glue policy — AST only.
 
 `analyze_forward()` walks every function that can run when `ModelNew` is called
-(`static_reach.py`: the call-protocol methods of `ModelNew` and its in-file bases, its metaclass,
+(`static/reach.py`: the call-protocol methods of `ModelNew` and its in-file bases, its metaclass,
 the methods, helper classes, functions and lambdas they reach), each with the `self` of its own
 class, and reports:
 
@@ -16,7 +16,7 @@ class, and reports:
   writes to `self.*`/module containers, `id(x)`/`data_ptr()` lookups, `lru_cache`);
 - `static.precision_downgrade` (warning) — `.half()`, `.bfloat16()`, `torch.float16` …;
 - which exposed extension functions forward calls (for `static.kernel_never_launched`), under any
-  name `static_bindings.py` can follow.
+  name `static/bindings.py` can follow.
 
 Tensor-ness is inferred, not known: forward's unannotated parameters, `self.<parameter>`s and
 names assigned from tensor expressions are tensors; `x.size(0)`, `x.shape[0]`, `x.numel()` are
@@ -31,8 +31,8 @@ import ast
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from cudice.verifier.document import callee_name
-from cudice.verifier.static_bindings import (
+from cudice.verifier.source.document import callee_name
+from cudice.verifier.static.bindings import (
     TORCH_SUBMODULES_COMPUTE,
     Bindings,
     CandidateModule,
@@ -41,7 +41,7 @@ from cudice.verifier.static_bindings import (
     literal_prefix,
     self_attr,
 )
-from cudice.verifier.static_policy import (
+from cudice.verifier.static.policy import (
     COMPUTE_METHODS,
     IDENTITY_FUNCS,
     IDENTITY_METHODS,
@@ -53,7 +53,7 @@ from cudice.verifier.static_policy import (
     tensor_method_is_compute,
     torch_function_allowed,
 )
-from cudice.verifier.static_reach import Function, Reached, reachable
+from cudice.verifier.static.reach import Function, Reached, reachable
 
 _NON_TENSOR_METHODS = TENSOR_METADATA_METHODS | {"tolist"}
 _NON_TENSOR_ATTRS = frozenset({"shape", "dtype", "device", "ndim", "is_cuda", "layout", "requires_grad"})
@@ -98,7 +98,7 @@ class _Analyzer(Bindings):
         self._called: set[int] = set()
         self._inner: set[int] = set()
 
-    # -- phase 2: reachability (static_reach.py) ------------------------------------------------
+    # -- phase 2: reachability (static/reach.py) ------------------------------------------------
     def reachable(self) -> list[Reached]:
         return reachable(self.index, self.cls)
 

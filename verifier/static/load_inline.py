@@ -3,14 +3,14 @@
 `extension_findings()` runs `static_cuda.check_cpp_sources` over the sources of every call that
 resolves to `load_inline` (`static_names.LoadInlineUses`, under any name): literals the document
 maps character by character are located through their source map; sources the file fixes by
-other means (`static_sources.py`: f-strings over constants, `"".join`, `+=` …) on the expression
+other means (`static/sources.py`: f-strings over constants, `"".join`, `+=` …) on the expression
 that builds them; a source the file does not fix is `static.dynamic_source` (an error; a warning in
 `lenient`), and a name nothing in the file defines is reported as exactly that.
 `built_source_findings()` is the same check for sources received at run time
 (`static_checks.check_built_sources`).
 
 Not covered: calls of `load_inline` the Python checks cannot find (through `getattr`, `globals()`;
-`static_checks.py` rejects those as dynamic code).
+`static/checks.py` rejects those as dynamic code).
 """
 
 from __future__ import annotations
@@ -19,13 +19,13 @@ import ast
 from collections.abc import Sequence
 
 from cudice.verifier.config import VerifyConfig
-from cudice.verifier.document import Document
-from cudice.verifier.result import Diagnostic, Location, Severity, Stage
-from cudice.verifier.sourcemap import SourceSpan
-from cudice.verifier.static_cuda import CppSource, Locator, check_cpp_sources
-from cudice.verifier.static_names import LoadInlineUses, undefined_names
-from cudice.verifier.static_policy import Strictness, parse_strictness
-from cudice.verifier.static_sources import ResolvedCall, call_functions, resolve_call_sources
+from cudice.verifier.source.document import Document
+from cudice.verifier.source.result import Diagnostic, Location, Severity, Stage
+from cudice.verifier.source.sourcemap import SourceSpan
+from cudice.verifier.static.cuda import CppSource, Locator, check_cpp_sources
+from cudice.verifier.static.names import LoadInlineUses, undefined_names
+from cudice.verifier.static.policy import Strictness, parse_strictness
+from cudice.verifier.static.sources import ResolvedCall, call_functions, resolve_call_sources
 
 
 def extension_findings(

@@ -8,19 +8,19 @@ checks cannot read, streams, `operator.methodcaller`), assignments to library at
 `/proc` paths. Names are resolved through `static_names.dotted` (canonical paths), so a rule
 keyed on `os.system` also sees `torch.utils.cpp_extension.os.system`.
 
-Not covered: what forward computes (`static_forward.py`), what replaces forward
-(`static_protocol.py`) and the C++ text (`static_load_inline.py`).
+Not covered: what forward computes (`static/forward.py`), what replaces forward
+(`static/protocol.py`) and the C++ text (`static/load_inline.py`).
 """
 
 from __future__ import annotations
 
 import ast
 
-from cudice.verifier.document import callee_name
-from cudice.verifier.result import Diagnostic, Severity
-from cudice.verifier.static_bindings import dotted
-from cudice.verifier.static_names import STAR_EXPORTS, canonical
-from cudice.verifier.static_policy import (
+from cudice.verifier.source.document import callee_name
+from cudice.verifier.source.result import Diagnostic, Severity
+from cudice.verifier.static.bindings import dotted
+from cudice.verifier.static.names import STAR_EXPORTS, canonical
+from cudice.verifier.static.policy import (
     COMPUTE_METHODS,
     CONCURRENCY_MODULES,
     DISPATCH_ATTRS,

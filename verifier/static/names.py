@@ -27,8 +27,8 @@ import ast
 import builtins
 from dataclasses import dataclass, field
 
-from cudice.verifier.document import callee_name
-from cudice.verifier.static_policy import OPAQUE_BUILDERS
+from cudice.verifier.source.document import callee_name
+from cudice.verifier.static.policy import OPAQUE_BUILDERS
 
 LOAD_INLINE = "torch.utils.cpp_extension.load_inline"
 # Modules that library modules commonly import at their top level, so `<library>.<module>` is

@@ -18,8 +18,8 @@ Three levels (`VerifyConfig.static_policy`):
 The module-wide tables below the glue lists (threads, processes, files, the dispatcher, builders
 of code the checks cannot read) are the Python side of docs/anticheat.md's attack classes.
 
-This module holds tables only; `static_checks.py` applies them. It does not decide what a
-call's receiver is (that needs the AST walk) and it knows nothing about C++ (`static_cuda.py`).
+This module holds tables only; `static/checks.py` applies them. It does not decide what a
+call's receiver is (that needs the AST walk) and it knows nothing about C++ (`static/cuda.py`).
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def parse_strictness(value: object) -> Strictness:
 # -- tensor factories, in Python (`torch.empty`) and C++ (`at::empty`) ---------------------------
 
 # Allocation without initialisation: glue at every level. With FILLING_FACTORIES, also the
-# factories the slim headers declare (header_overlay.py).
+# factories the slim headers declare (build/headers.py).
 EMPTY_FACTORIES = ("empty", "empty_like", "empty_strided")
 # Allocations that initialise what they allocate: glue except in strict.
 FILLING_FACTORIES = ("zeros", "zeros_like", "ones", "ones_like", "full", "full_like")
@@ -150,7 +150,7 @@ TORCH_GLUE_LENIENT = frozenset({"cat", "concat", "concatenate", "stack", "hstack
 
 # -- tensor.<method>(...) ------------------------------------------------------------------------
 
-# Methods that answer with metadata (numbers, flags), not a tensor; static_forward.py also reads
+# Methods that answer with metadata (numbers, flags), not a tensor; static/forward.py also reads
 # them as "the result is no tensor".
 TENSOR_METADATA_METHODS = frozenset(
     {
@@ -229,7 +229,7 @@ TENSOR_GLUE_DEFAULT = frozenset(
 )
 
 # Activation functions: tensor compute methods and ATen functions that a C++ host function
-# reaches unqualified (static_cpp_rules.py).
+# reaches unqualified (static/cpp_rules.py).
 ACTIVATIONS = frozenset(
     {
         "relu",
@@ -500,7 +500,7 @@ def tensor_method_is_compute(name: str, level: Strictness) -> bool:
     return name in COMPUTE_METHODS or name in COMPUTE_DUNDERS
 
 
-# -- module-wide rules (static_checks.py) ------------------------------------------------------
+# -- module-wide rules (static/checks.py) ------------------------------------------------------
 
 STREAM_APIS = frozenset(
     {"Stream", "stream", "ExternalStream", "set_stream", "graph", "CUDAGraph", "StreamContext"}

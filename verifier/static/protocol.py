@@ -10,7 +10,7 @@ on any object, in any form: `self.forward = f`, `type(self).forward = f`, `setat
 `ModelNew` (`static.monkey_patch`), and a `setattr` whose attribute name the file does not fix
 (`static.dynamic_code`).
 
-Not covered: stores through `globals()`, `sys.modules` or `__code__`, which `static_checks.py`
+Not covered: stores through `globals()`, `sys.modules` or `__code__`, which `static/checks.py`
 rejects as dynamic code before any of this matters.
 """
 
@@ -19,10 +19,10 @@ from __future__ import annotations
 import ast
 import re
 
-from cudice.verifier.document import callee_name
-from cudice.verifier.static_forward import Finding
-from cudice.verifier.static_reach import CALL_PROTOCOL_ATTRS, HOOK_INSTALLERS
-from cudice.verifier.static_sources import ModuleConstants
+from cudice.verifier.source.document import callee_name
+from cudice.verifier.static.forward import Finding
+from cudice.verifier.static.reach import CALL_PROTOCOL_ATTRS, HOOK_INSTALLERS
+from cudice.verifier.static.sources import ModuleConstants
 
 # `nn.Module`'s own hook tables (`self._forward_hooks`, `module._global_forward_hooks` …): writing one
 # installs a hook without calling `register_*`.

@@ -1,4 +1,4 @@
-"""Which of a candidate's own code can run when `ModelNew` is called: the set `static_forward.py` judges.
+"""Which of a candidate's own code can run when `ModelNew` is called: the set `static/forward.py` judges.
 
 Python looks a call up through the instance's class, its bases and its metaclass, so reading
 `ModelNew.forward` alone misses compute moved elsewhere. `reachable()` starts from every method
@@ -21,7 +21,7 @@ Each reached function comes with the class whose `self` it sees (None for plain 
 
 Replacing what the call protocol finds — `self.forward = ...`, `setattr(obj, "forward", ...)`,
 `self.__class__ = ...`, hooks, a second binding of `ModelNew` — is not followed but rejected
-(`static_protocol.py`, with `CALL_PROTOCOL_ATTRS` and `HOOK_INSTALLERS`).
+(`static/protocol.py`, with `CALL_PROTOCOL_ATTRS` and `HOOK_INSTALLERS`).
 
 Not covered: classes or functions from other files, objects reached through containers filled at
 run time or through `getattr` with a computed name (rejected elsewhere as dynamic code).

@@ -1,6 +1,6 @@
 """The C++/CUDA text a `load_inline` call will receive, recovered from the AST where it is knowable.
 
-`document.py` maps *literal* sources character by character (for compiler messages). A source
+`source/document.py` maps *literal* sources character by character (for compiler messages). A source
 built from literals by simple expressions — an f-string whose fields are module-level
 constants, `"".join([...])` of literals, `.format(...)`, `+`, `%`, `.replace(...)`,
 `textwrap.dedent(...)` — has no such map, but its value is still fixed by the file, so the
@@ -21,7 +21,7 @@ import ast
 import textwrap
 from dataclasses import dataclass
 
-from cudice.verifier.document import LOAD_INLINE_PARAMS, callee_name
+from cudice.verifier.source.document import LOAD_INLINE_PARAMS, callee_name
 
 _MAX_DEPTH = 64
 _MAX_CHARS = 4_000_000  # a "source" built by repetition beyond this is not a kernel file

@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from cudice.model.train.corpus.split import answer_signature
-from cudice.verifier.pyparse import parse
+from cudice.verifier.source.pyparse import parse
 
 
 def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:

@@ -103,7 +103,7 @@ def _names_of(solution: str) -> tuple[str, list[str]]:
     """The kernel's name (the `name=` of load_inline) and ModelNew's argument names, read from a template."""
     import ast
 
-    from cudice.verifier.pyparse import parse
+    from cudice.verifier.source.pyparse import parse
 
     tree = parse(solution)
     kernel = ""

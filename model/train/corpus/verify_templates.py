@@ -40,8 +40,8 @@ def pick_sample(manifest: dict[str, Any], per_family: int) -> list[dict[str, Any
 def _static_verdict(solution: Path, reference: Path) -> dict[str, Any]:
     from cudice.verifier.api import run_static_checks
     from cudice.verifier.config import VerifyConfig
-    from cudice.verifier.document import read_document
-    from cudice.verifier.result import Severity
+    from cudice.verifier.source.document import read_document
+    from cudice.verifier.source.result import Severity
 
     doc = read_document(solution, reference=str(reference))
     errors = [d.message for d in run_static_checks(doc, VerifyConfig()) if d.severity is Severity.ERROR]

@@ -6,7 +6,7 @@
 - `QUICK_STALL=<s>` -> the quick check sleeps s seconds, using no CPU (a stuck clangd)
 - `VERIFY_DELAY=<s>` -> the full verification sleeps s seconds after its static stage
 - `SPAWN_COMPILER` -> the full verification runs a "compiler" through the real
-  `cudice.verifier.buildsteps.run_process` (own session, a forked grandchild: `sleep 301`,
+  `cudice.verifier.build.objects.run_process` (own session, a forked grandchild: `sleep 301`,
   `sleep 302`) and the quick check starts a "clangd" child (`sleep 303`) and waits on it
 - otherwise correct, 2.31x on an "NVIDIA H200" (or compile-only when the config says so)
 - `CUDICE_FAKE_VERIFY_LOG=<file>` in the environment -> each `verify` call appends a JSON line
@@ -25,7 +25,7 @@ import subprocess
 import time
 from typing import Any
 
-from cudice.verifier.result import (
+from cudice.verifier.source.result import (
     Diagnostic,
     Location,
     Severity,
@@ -96,7 +96,7 @@ def verify(
         time.sleep(300)
     time.sleep(_seconds("VERIFY_DELAY", source))
     if "SPAWN_COMPILER" in source:
-        from cudice.verifier.buildsteps import run_process
+        from cudice.verifier.build.objects import run_process
 
         run_process(["sh", "-c", "sleep 301 & sleep 302; wait"], 600.0, None)
     errors = _compile_errors(path, source)

@@ -217,7 +217,7 @@ def test_rewards_come_from_the_backend_and_anti_cheat_cannot_be_switched_off() -
     from cudice.model.train.reward import check_reward_config, verifier_reward_fn
     from cudice.verifier.backends import VerifyBackend, VerifyJob
     from cudice.verifier.config import VerifyConfig
-    from cudice.verifier.result import Stage, Verdict, VerifyResult
+    from cudice.verifier.source.result import Stage, Verdict, VerifyResult
 
     class Backend(VerifyBackend):
         """Scripted verdicts; records the candidate and reference texts it was given."""

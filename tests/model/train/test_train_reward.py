@@ -13,7 +13,7 @@ import pytest
 from cudice.model.train.reward import RewardJob, as_read_back, normalised, reward_from_result, verify_texts
 from cudice.verifier.backends import VerifyBackend, VerifyJob, verify_all
 from cudice.verifier.config import VerifyConfig
-from cudice.verifier.result import Stage, Verdict, VerifyResult
+from cudice.verifier.source.result import Stage, Verdict, VerifyResult
 
 EXAMPLES = Path(__file__).parents[3] / "examples"
 needs_nvcc = pytest.mark.skipif(

@@ -26,7 +26,7 @@ from cudice.model.train.rl import run_stage
 from cudice.model.train.types import Rollout
 from cudice.verifier.backends import VerifyBackend, VerifyJob
 from cudice.verifier.config import VerifyConfig
-from cudice.verifier.result import Diagnostic, Severity, Stage, Verdict, VerifyResult
+from cudice.verifier.source.result import Diagnostic, Severity, Stage, Verdict, VerifyResult
 from train_helpers import MASK_ID, PAD_ID, tiny_model
 
 EXAMPLES = Path(__file__).parents[3] / "examples"

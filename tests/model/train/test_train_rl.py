@@ -164,7 +164,7 @@ def test_bic_rl_runs_infill_then_e2e_and_saves_both(tmp_path) -> None:
 
 
 def test_reward_reads_the_verifier_record() -> None:
-    from cudice.verifier.result import Stage, Verdict, VerifyResult
+    from cudice.verifier.source.result import Stage, Verdict, VerifyResult
 
     fast = VerifyResult(Verdict.CORRECT, Stage.TIMING, "c.py", speedup=2.0, speedup_min=1.8)
     slow = VerifyResult(Verdict.CORRECT, Stage.TIMING, "c.py", speedup=0.9, speedup_min=0.8)

