@@ -27,6 +27,12 @@ own. Hence the contract: a request's tokens and step map equal its batch-1 resul
 lengths and arrival times), and with `temperature > 0` and a seed, the same draws as batch 1
 (each seeded row samples with its own generator).
 
+Threads: `on_block(tokens so far, forwards so far)` and `should_stop()` run on the worker thread,
+between forwards; they may submit or cancel requests but must not call `close()` (it waits for
+that thread). A callback or `should_stop` that raises, or a forward that raises (e.g. out of
+memory), fails the requests concerned (`result()` raises the error, their pages return); the
+others go on.
+
 Differences from the sampler that do not change tokens: the last block is not committed (its K/V
 would never be read); `fuse_commit` is accepted but each commit is a row-step of its own (it shares
 the forward with other rows' denoise steps); `num_forwards` counts the forwards a request took part
@@ -108,7 +114,15 @@ class Request:
 
     @property
     def stopping(self) -> bool:
-        return self._cancel.is_set() or (self.should_stop is not None and bool(self.should_stop()))
+        """Cancelled, or `should_stop()` says so (a `should_stop` that raises fails the request)."""
+        if self._cancel.is_set():
+            return True
+        try:
+            return self.should_stop is not None and bool(self.should_stop())
+        except Exception as exc:
+            self._error = exc
+            self._cancel.set()
+            return True
 
     def done(self) -> bool:
         return self._done.is_set()
@@ -274,7 +288,13 @@ class ContinuousBatcher:
                     self._cond.wait()
                 if self._closed:
                     return
-            self.step()
+            try:
+                self.step()
+            except Exception as exc:  # an engine bug must not leave waiters hanging: fail the batch
+                with self._step_lock:
+                    for lv in list(self._live):
+                        lv.req._error = exc
+                        self._finish(lv, None)
 
     def run_until_idle(self) -> None:
         """Drive iterations on the calling thread until nothing is queued or running (no worker thread)."""
@@ -444,6 +464,7 @@ class ContinuousBatcher:
 
     def _resolve_queued_cancel(self, req: Request) -> None:
         req.finished_iteration = self.iterations
-        row = RowResult((), (), "", "cancelled")
-        req._result = RequestResult(row, 0, time.perf_counter() - req.submitted, 0.0)
+        if req._error is None:
+            row = RowResult((), (), "", "cancelled")
+            req._result = RequestResult(row, 0, time.perf_counter() - req.submitted, 0.0)
         req._done.set()

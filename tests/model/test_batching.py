@@ -267,3 +267,30 @@ def test_a_failing_callback_fails_only_its_request(make, prompts, singles) -> No
     assert good.result(WAIT).row.tokens == singles[1].tokens
     engine.close()
     assert _pool_is_full(engine)
+
+
+def test_a_failing_forward_or_should_stop_fails_only_its_rows(make, prompts, singles) -> None:
+    engine = make()
+    real = engine.runner.forward
+    calls = {"n": 0}
+
+    def flaky(cache, segments):
+        calls["n"] += 1
+        if calls["n"] == 3:  # the decode forward of the second iteration: rows 0 and 1
+            raise RuntimeError("CUDA out of memory (simulated)")
+        return real(cache, segments)
+
+    engine.runner.forward = flaky  # type: ignore[method-assign]
+    a, b = engine.submit(prompts[0], CFG), engine.submit(prompts[1], CFG)
+    engine.step()  # prefill + decode
+    c = engine.submit(prompts[4], CFG, should_stop=lambda: 1 / 0 > 0)
+    engine.step()  # the failing decode forward; c's should_stop raises
+    d = engine.submit(prompts[3], CFG)
+    engine.run_until_idle()
+    for h in (a, b):
+        with pytest.raises(RuntimeError, match="simulated"):
+            h.result(0)
+    with pytest.raises(ZeroDivisionError):
+        c.result(0)
+    assert d.result(0).row.tokens == singles[3].tokens
+    assert _pool_is_full(engine)
