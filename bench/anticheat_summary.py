@@ -3,7 +3,7 @@ dynamic/hostile outcomes that the `gpu` corpus tests recorded (docs/anticheat.md
 
 Usage: python bench/anticheat_summary.py [--quick]
 Reads `$CUDICE_ANTICHEAT_REPORT` or `$OUT/anticheat.jsonl` (written by
-tests/verifier/test_dynamic_checks.py and test_hostile.py under `pytest -m gpu`, which
+tests/verifier/run/test_dynamic_checks.py and test_hostile.py under `pytest -m gpu`, which
 bench/run_gpu.sh runs first); prints a markdown table and one `RESULT` line.
 """
 

@@ -19,7 +19,7 @@ cost nothing). Switching documents is then an edit: ~0.3 s. `warm()` builds the 
 of time (call it at server start); a one-shot CLI run pays it (~11 s) once.
 
 Agreement with the full build (STYLE rule 7): only clangd *errors* are reported (`fast.error`);
-tests/verifier/test_fast_check.py checks that each is also an nvcc error on the same line.
+tests/verifier/build/test_quick.py checks that each is also an nvcc error on the same line.
 Not covered: clang and nvcc disagree on some CUDA dialect corners (clang is stricter about
 host/device calls; nvcc accepts some GNU extensions) — the full build stays the authority.
 """

@@ -14,7 +14,7 @@ from cudice.verifier.source.result import Stage, Verdict
 
 pytestmark = pytest.mark.gpu
 
-GPU_DATA = Path(__file__).parent / "data" / "gpu"
+GPU_DATA = Path(__file__).resolve().parents[1] / "data" / "gpu"
 
 
 def candidate(tmp_path: Path, which: int, reference: Path) -> Path:

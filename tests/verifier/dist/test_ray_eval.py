@@ -14,7 +14,7 @@ from cudice.verifier.eval.cli import score
 from cudice.verifier.eval.report import fast_p_curve, fast_p_svg, write_report
 from cudice.verifier.source.result import Stage, Verdict, VerifyResult
 
-CORPUS = Path(__file__).resolve().parent / "corpus"
+CORPUS = Path(__file__).resolve().parents[1] / "corpus"
 
 
 def res(verdict: Verdict, speedup: float | None = None, low: float | None = None) -> VerifyResult:

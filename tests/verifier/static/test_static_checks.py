@@ -15,7 +15,7 @@ from cudice.verifier.source.result import Diagnostic, Severity, Stage
 from cudice.verifier.static.checks import check_document, check_source, has_violation
 from cudice.verifier.static.cuda import blank_comments_and_strings, find_functions, find_kernels
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def _check(path: Path, policy: str = "default") -> list[Diagnostic]:

@@ -14,7 +14,7 @@ from cudice.verifier.source.result import Diagnostic
 from cudice.verifier.static.checks import check_source, has_violation
 from cudice.verifier.static.cpp_tensors import tensor_operators
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 ROOTS = {"torch", "at", "c10"}
 
 

@@ -4,7 +4,7 @@
 stages give (code, severity, line, message) with the default policy. It was written by the code
 before the verifier moved into stage subpackages, so a move or a refactor that changes a single
 message, line or verdict fails here. A deliberate change of a check regenerates the file:
-`python tests/verifier/test_static_golden.py --write`, and the diff is reviewed with the change.
+`python tests/verifier/static/test_static_golden.py --write`, and the diff is reviewed with the change.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from cudice.verifier.api import run_static_checks
 from cudice.verifier.config import VerifyConfig
 from cudice.verifier.source.document import read_document
 
-ROOT = Path(__file__).resolve().parents[2]
-GOLDEN = Path(__file__).resolve().parent / "data" / "static_verdicts.json"
+ROOT = Path(__file__).resolve().parents[3]
+GOLDEN = Path(__file__).resolve().parents[1] / "data" / "static_verdicts.json"
 
 
 def static_verdicts() -> dict[str, list[list[object]]]:

@@ -23,7 +23,7 @@ from cudice.verifier.source.document import read_document
 from cudice.verifier.source.reference import resolve_reference
 from cudice.verifier.source.result import Verdict, VerifyResult
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]  # tests/verifier: the stand-ins and the corpus
 AT_IMPORT = [c for c in load_corpus("hostile") if "before load_inline" in c.exploit]
 HONEST = next(c for c in load_corpus("honest") if c.name == "honest_relu_empty_like")
 

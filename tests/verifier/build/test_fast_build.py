@@ -33,7 +33,7 @@ from cudice.verifier.source.document import read_document
 from cudice.verifier.source.result import Severity, Verdict
 from verifier_marks import needs_nvcc
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 OPS = frozenset({"relu", "add", "empty", "softmax"})
 
 

@@ -32,7 +32,7 @@ from cudice.verifier.pool import VerifyPool
 from cudice.verifier.run.sandbox import ChildOutcome
 from cudice.verifier.source.result import Verdict, VerifyResult
 
-CORPUS = Path(__file__).resolve().parent / "corpus"
+CORPUS = Path(__file__).resolve().parents[1] / "corpus"
 WAIT_S = 120.0
 
 

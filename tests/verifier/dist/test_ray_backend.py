@@ -29,7 +29,7 @@ from cudice.verifier.source.result import Verdict, VerifyResult  # noqa: E402
 from ray_stand_in import Gate, GpuProbe, raising_verify, started  # noqa: E402
 from verifier_marks import needs_nvcc  # noqa: E402
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]  # tests/verifier: the stand-ins and the corpus
 CORPUS = HERE / "corpus"
 WAIT_S = 120.0
 

@@ -106,8 +106,8 @@ def test_the_real_judge_from_a_warm_spare(tmp_path: Path) -> None:
     the spare that warmed up after the first, and a candidate's dispatcher override does not reach
     it."""
     pytest.importorskip("torch")
-    ref = (Path(__file__).parent / "corpus" / "references" / "relu.py").read_text()
-    cheat = (Path(__file__).parent / "corpus" / "adv_rt_library_override_kept.py").read_text()
+    ref = (Path(__file__).resolve().parents[1] / "corpus" / "references" / "relu.py").read_text()
+    cheat = (Path(__file__).resolve().parents[1] / "corpus" / "adv_rt_library_override_kept.py").read_text()
     honest = (
         "import torch\nclass ModelNew(torch.nn.Module):\n"
         "    def forward(self, x):\n        return torch.relu(x)\n"
@@ -145,7 +145,7 @@ def test_a_spare_started_before_its_cache_exists_sees_the_cache(tmp_path: Path) 
     under /tmp is only visible inside the boundary if it existed when the runner started)."""
     pytest.importorskip("torch")
     cache = tmp_path / "not-yet" / "cache"
-    ref = (Path(__file__).parent / "corpus" / "references" / "relu.py").read_text()
+    ref = (Path(__file__).resolve().parents[1] / "corpus" / "references" / "relu.py").read_text()
     reads_cache = (
         "import torch\nclass ModelNew(torch.nn.Module):\n"
         "    def __init__(self):\n"

@@ -42,7 +42,7 @@ from cudice.verifier.config import VerifyConfig
 from cudice.verifier.source.result import Severity
 from verifier_marks import needs_nvcc
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 STRUCTURAL = {
     "missing_semicolon": "int k(int a) {\n    int b = a + 1\n    return b;\n}\n",

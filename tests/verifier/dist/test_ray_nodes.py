@@ -24,7 +24,7 @@ from cudice.verifier.pool import VerifyPool  # noqa: E402
 from ray.cluster_utils import Cluster  # noqa: E402
 from ray_stand_in import Gate, started  # noqa: E402
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]  # tests/verifier: the stand-ins and the corpus
 WAIT_S = 180.0
 
 
