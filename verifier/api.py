@@ -2,8 +2,7 @@
 
 `verify(path)` runs the stages in order and stops at the first that fails:
 1. parse    — document model + reference resolution (`invalid_input` on failure);
-2. static   — `static_checks.check_document` (anti-cheat engineer's module; an error →
-   `static_violation`);
+2. static   — `check_document` (static/checks.py; an error → `static_violation`);
 3. compile  — full build of every statically known `load_inline` module (build/compile.py), linked
    only when it will run here; errors → `compile_error`, located in the `.py` file;
 4. run      — load, correctness, timing in a sandboxed child (run/sandbox.py starts run/judge.py).
@@ -57,7 +56,7 @@ def _why_no_gpu(gpu: bool | None) -> str:
 
 
 def run_static_checks(doc: Document, config: VerifyConfig) -> list[Diagnostic]:
-    """The static stage: the anti-cheat engineer's `check_document` (static/checks.py)."""
+    """The static stage: `check_document` (static/checks.py) over the parsed document."""
     from cudice.verifier.static.checks import check_document
 
     return list(check_document(doc, config))

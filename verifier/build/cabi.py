@@ -1,8 +1,8 @@
 """A binding for `load_inline` modules without pybind11: the C API of CPython, in the candidate's `cuda.cu`.
 
 Role: `load_inline` compiles a `main.cpp` per candidate that holds `cpp_sources` and a pybind11
-module binding `functions` — 8-9 CPU-seconds of pybind11 and torch's Python headers on a 2-core
-box, for what is, in the KernelBench style, only a list of declarations. When every
+module binding `functions` — seconds of pybind11 and torch's Python headers per candidate
+(docs/benchmarks.md), for what is, in the KernelBench style, only a list of declarations. When every
 `cpp_sources` line is an `#include`, a comment or a declaration of a bound function, and every
 type in those declarations is one this module converts (`signatures()`), build/compile.py builds
 `cuda.cu` with `shim()` appended instead, and links it alone: a plain CPython extension of the

@@ -340,8 +340,8 @@ def _fill_lists(
 
     The macro comparisons (with and without the file's `#include`s) and the full headers' name
     list are preprocessor runs and a Python scan, cached in the overlay folder the first time per
-    toolchain and include set (~13 s one after the other on the 2-core VM, most of a first error
-    verdict); in threads they overlap. The name list only for a file with a non-structural
+    toolchain and include set (most of a first error verdict when run one after the other); in
+    threads they overlap. The name list only for a file with a non-structural
     error (a structural one never reads it). Failures are left to the sequential calls after.
     """
     from concurrent.futures import ThreadPoolExecutor

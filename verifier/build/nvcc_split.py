@@ -7,7 +7,8 @@ preprocessor, `cicc` (which parses it all again, then compiles the device code),
 other only through the module-id file that `cudafe++` writes and `cicc` reads. `plan()` reads
 the steps from `nvcc --dryrun` and writes that file first (an id of the same form, from the
 object's content hash), so `run()` can start both chains at once and the host compile after
-them: about 30 % less wall time on a 2-core box for a `cuda.cu` that includes torch. With the
+them, which saves most of one front end's time for a `cuda.cu` that includes torch
+(docs/benchmarks.md). With the
 same module id the object is byte-identical to nvcc's (tests/verifier/build/test_nvcc_split.py).
 
 Contract: `plan()` returns None whenever the dry run is not the single-architecture shape

@@ -1,24 +1,24 @@
 """Fast first diagnostics: a persistent clangd that keeps the torch headers parsed between edits.
 
-nvcc needs 16–26 s just to report a syntax error because it re-parses the torch headers on
-every run (docs/verifier.md). clangd 22 parses a torch-extension `.cu` with the CUDA 13 headers
-(`-x cuda --cuda-gpu-arch=sm_90 -nocudalib`), builds the header *preamble* once (~11 s on a
-2-core box) and re-diagnoses the file in ~0.25 s after each edit while the preamble is kept.
+nvcc re-parses the torch headers on every run, so even a syntax error takes it tens of seconds
+(docs/verifier.md, docs/benchmarks.md). clangd parses a torch-extension `.cu` with the CUDA
+headers (`-x cuda --cuda-gpu-arch=sm_90 -nocudalib`), builds the header *preamble* once and
+re-diagnoses the file in a fraction of a second after each edit while the preamble is kept.
 `FastChecker` owns one clangd for its lifetime (the language server keeps one), feeds it the
 files `load_inline` would write (build/generated.py) and maps clangd's errors into the `.py` file.
 
 Every document shares one preamble. clangd keeps a preamble per file it has open, so a file
-per document would parse torch's headers again for each new document (a minute on a loaded
-2-core box, and about 700 MB more clangd memory each). Instead every document is checked
+per document would parse torch's headers again for each new document (the preamble's whole
+cost, and its memory, once more for each). Instead every document is checked
 through the same two clangd files (`cu/doc/cuda.cu`, `cpp/doc/main.cpp`, one flag set for all),
 and each text clangd sees starts with the same fixed include block (`PREFIX_CU`, `PREFIX_CPP`)
 closed by a declaration, so the preamble — the leading run of directives, which clangd reuses
 while those bytes are unchanged — never depends on the document. The document's own includes
 follow that declaration and are parsed with its body (torch's are already included, so they
-cost nothing). Switching documents is then an edit: ~0.3 s. `warm()` builds the preamble ahead
-of time (call it at server start); a one-shot CLI run pays it (~11 s) once.
+cost nothing). Switching documents is then an edit. `warm()` builds the preamble ahead of time
+(call it at server start); a one-shot CLI run pays it once.
 
-Agreement with the full build (STYLE rule 7): only clangd *errors* are reported (`fast.error`);
+Agreement with the full build: only clangd *errors* are reported (`fast.error`);
 tests/verifier/build/test_quick.py checks that each is also an nvcc error on the same line.
 Not covered: clang and nvcc disagree on some CUDA dialect corners (clang is stricter about
 host/device calls; nvcc accepts some GNU extensions) — the full build stays the authority.
