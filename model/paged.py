@@ -148,30 +148,43 @@ class PagedKVCache:
     # --- addressing ----------------------------------------------------------------------------
     def slots(self, seq: int, start: int, stop: int) -> torch.Tensor:
         """Flat slot index of positions [start, stop) of `seq` (allocated by `ensure`): (stop-start,) long."""
-        pages = torch.tensor(self._seqs[seq].pages, dtype=torch.long)
-        pos = torch.arange(start, stop)
-        return (pages[pos // self.page_size] * self.page_size + pos % self.page_size).to(self.device)
+        return self.spans([(seq, start, stop)])
+
+    def spans(self, spans: list[tuple[int, int, int]]) -> torch.Tensor:
+        """Flat slot indices of several (seq, start, stop) spans, concatenated: built on the host and
+        moved to the device in one copy."""
+        parts = []
+        for seq, start, stop in spans:
+            pages = torch.tensor(self._seqs[seq].pages, dtype=torch.long)
+            pos = torch.arange(start, stop)
+            parts.append(pages[pos // self.page_size] * self.page_size + pos % self.page_size)
+        return torch.cat(parts).to(self.device)
+
+    def _table(self, seqs: list[int]) -> torch.Tensor:
+        width = max((len(self._seqs[s].pages) for s in seqs), default=0)
+        table = torch.full((len(seqs), width), -1, dtype=torch.long)
+        for i, s in enumerate(seqs):
+            pages = self._seqs[s].pages
+            table[i, : len(pages)] = torch.tensor(pages, dtype=torch.long)
+        return table
 
     def page_table(self, seqs: list[int]) -> torch.Tensor:
         """(b, most pages) int32 page ids per sequence, -1 past each one's pages (a kernel's input)."""
-        width = max((len(self._seqs[s].pages) for s in seqs), default=0)
-        table = torch.full((len(seqs), width), -1, dtype=torch.int32)
-        for i, s in enumerate(seqs):
-            pages = self._seqs[s].pages
-            table[i, : len(pages)] = torch.tensor(pages, dtype=torch.int32)
-        return table.to(self.device)
+        return self._table(seqs).to(device=self.device, dtype=torch.int32)
 
     def key_slots(self, seqs: list[int], lengths: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
         """Slots of positions [0, lengths[i]) of each sequence, padded to the longest: (b, K) long
-        (padding points at slot 0) and (b, K) bool valid."""
+        (padding points at slot 0) and (b, K) bool valid; built on the host, moved in one copy each."""
         k = max(lengths)
-        index = torch.zeros(len(seqs), k, dtype=torch.long, device=self.device)
-        for i, (s, n) in enumerate(zip(seqs, lengths, strict=True)):
-            if n:
-                index[i, :n] = self.slots(s, 0, n)
-        ends = torch.tensor(lengths, device=self.device)
-        valid = torch.arange(k, device=self.device)[None, :] < ends[:, None]
-        return index, valid
+        pos = torch.arange(k)
+        valid = pos[None, :] < torch.tensor(lengths)[:, None]  # (b, K)
+        table = self._table(seqs)
+        if table.shape[1] == 0:
+            index = torch.zeros(len(seqs), k, dtype=torch.long)
+        else:
+            page = table[:, (pos // self.page_size).clamp(max=table.shape[1] - 1)]  # (b, K)
+            index = torch.where(valid, page * self.page_size + pos % self.page_size, 0)
+        return index.to(self.device), valid.to(self.device)
 
     # --- data ----------------------------------------------------------------------------------
     def write(self, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:

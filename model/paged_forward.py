@@ -86,7 +86,7 @@ class PagedRunner:
             cache.ensure(s.seq, end)
         ids = torch.cat([s.ids.to(dev) for s in segments])  # (T,)
         pos = torch.cat([torch.arange(s.start, e, device=dev) for s, e in zip(segments, ends, strict=True)])
-        write = torch.cat([cache.slots(s.seq, s.start, e) for s, e in zip(segments, ends, strict=True)])
+        write = cache.spans([(s.seq, s.start, e) for s, e in zip(segments, ends, strict=True)])  # (T,)
         index, valid = cache.key_slots([s.seq for s in segments], ends)  # (b, K)
 
         # token t of the flat axis sits at (row, column) of the padded (b, nmax) layout
