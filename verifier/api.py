@@ -208,7 +208,7 @@ def _verify(
     run.report(Verdict.CHECKED)
     # 2. static
     if not _static_stage(run, doc, config):
-        return run.result(Verdict.STATIC_VIOLATION)
+        return _static_violation_end(run, doc, config, cancel)
     run.report(Verdict.CHECKED)
     # 3. compile
     run.stage = Stage.COMPILE
@@ -334,6 +334,45 @@ def _static_stage(run: _Run, doc: Document, config: VerifyConfig) -> bool:
     return not _has_error(found)
 
 
+def _static_violation_end(
+    run: _Run, doc: Document, config: VerifyConfig, cancel: CancelToken | None
+) -> VerifyResult:
+    """A static violation, unless the candidate does not compile. Its statically known modules are
+    built (not linked, through the build cache); when one fails with compiler errors, those are
+    the verdict (`_compile_errors_first`). A build that cannot decide (a timeout, headers this
+    machine lacks) leaves the violation standing."""
+    if doc.kind == "python" and doc.load_inline_calls:
+        run.report(Verdict.STATIC_VIOLATION)  # the findings show while the compiler runs
+        run.stage = Stage.COMPILE
+        run.versions = _toolchain_versions(config)
+        for call in doc.load_inline_calls:
+            module = from_call(doc, call)
+            if module is None:
+                continue
+            build = build_module(module, doc.path, config, link=False, cancel=cancel)
+            if build.cancelled:
+                return run.result(Verdict.TIMEOUT, error="cancelled")
+            if not (build.ok or build.undecided or build.timed_out):
+                run.diags += build.diagnostics
+                run.lap("compile")
+                return _compile_errors_first(run)
+        run.lap("compile")
+    return run.result(Verdict.STATIC_VIOLATION, stage=Stage.STATIC)
+
+
+def _compile_errors_first(run: _Run) -> VerifyResult:
+    """`compile_error` for code the compiler rejects: code that cannot run cannot cheat, so the static
+    checks' errors become warnings (what will be rejected once it compiles) and the compiler's
+    errors are what the user fixes first."""
+    run.diags = [
+        dataclasses.replace(d, severity=Severity.WARNING)
+        if d.stage is Stage.STATIC and d.severity is Severity.ERROR
+        else d
+        for d in run.diags
+    ]
+    return run.result(Verdict.COMPILE_ERROR, stage=Stage.COMPILE)
+
+
 def run_stage(doc: Document, ref: Document, config: VerifyConfig, run_child: RunChild) -> VerifyResult:
     """Only the run stage (load, correctness, timing) of a candidate whose build is cached, with
     `run_child` starting the judge: what bench/verify_run_cost.py times on its own."""
@@ -426,8 +465,7 @@ def quick_check(
     if doc.kind == "python" and doc.reference.origin == "none":  # the compile diagnostics need none
         run.diags += as_warnings(resolve_reference(doc).diagnostics)  # no file read: how to give one
     run.lap("parse")
-    if not _static_stage(run, doc, config):
-        return run.result(Verdict.STATIC_VIOLATION)
+    violation = not _static_stage(run, doc, config)
     run.stage = Stage.COMPILE
     if doc.kind == "cu":  # device-only code: NVRTC is the fast path (no torch headers to parse)
         from cudice.verifier.build.nvrtc_check import NvrtcUnavailable, nvrtc_check
@@ -439,10 +477,10 @@ def quick_check(
                 Diagnostic(Severity.INFORMATION, str(exc), "fast.unavailable", Stage.COMPILE, None)
             )
         run.lap("fast_compile")
-        return run.result(Verdict.COMPILE_ERROR if _has_error(run.diags) else Verdict.CHECKED)
+        return _quick_end(run, violation)
     modules = [m for m in (from_call(doc, c) for c in doc.load_inline_calls) if m is not None]
     if not modules:
-        return run.result(Verdict.CHECKED)
+        return _quick_end(run, violation)
     own = checker is None
     fast = checker or FastChecker(config)
     try:
@@ -456,7 +494,7 @@ def quick_check(
                     None,
                 )
             )
-            return run.result(Verdict.CHECKED)
+            return _quick_end(run, violation)
         for module in modules:
             run.diags += fast.check(module, doc.path, timeout_s).diagnostics
     except (TimeoutError, RuntimeError, OSError) as exc:
@@ -473,4 +511,14 @@ def quick_check(
         if own:
             fast.close()
     run.lap("fast_compile")
+    return _quick_end(run, violation)
+
+
+def _quick_end(run: _Run, violation: bool) -> VerifyResult:
+    """The quick check's verdict: the compiler's errors first (`_compile_errors_first`), then a
+    static violation, else `checked`."""
+    if any(d.severity is Severity.ERROR and d.stage is Stage.COMPILE for d in run.diags):
+        return _compile_errors_first(run)
+    if violation:
+        return run.result(Verdict.STATIC_VIOLATION, stage=Stage.STATIC)
     return run.result(Verdict.COMPILE_ERROR if _has_error(run.diags) else Verdict.CHECKED)

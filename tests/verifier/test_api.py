@@ -82,20 +82,40 @@ def test_runtime_built_sources_are_never_compiled_without_a_run(
     assert "load_inline(" in text.splitlines()[warning.location.line - 1]
 
 
-def test_static_error_stops_before_compiling(
-    tmp_path: Path, examples_dir: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    calls: list[str] = []
-
+def _static_error(calls: list[str]) -> Callable[[object, object], list[Diagnostic]]:
     def fake_static(doc: object, config: object) -> list[Diagnostic]:
         calls.append("static")
         return [Diagnostic(Severity.ERROR, "cheat", "static.test", Stage.STATIC, Location("x.py", 3, 1))]
 
-    def no_build(*a: object, **k: object) -> object:
-        raise AssertionError("must not compile after a static violation")
+    return fake_static
 
-    monkeypatch.setattr("cudice.verifier.static.checks.check_document", fake_static)
-    monkeypatch.setattr(api, "build_module", no_build)
+
+def _build(ok: bool, links: list[bool]) -> Callable[..., object]:
+    def build(*a: object, link: bool = True, **k: object) -> object:
+        links.append(link)
+        errors = (
+            ()
+            if ok
+            else (
+                Diagnostic(
+                    Severity.ERROR, "expected ';'", "compile.error", Stage.COMPILE, Location("x.py", 9, 5)
+                ),
+            )
+        )
+        return SimpleNamespace(
+            ok=ok, undecided=False, timed_out=False, cancelled=False, diagnostics=errors, step_wall_s={}
+        )
+
+    return build
+
+
+def test_a_static_violation_that_compiles_stays_a_violation(
+    tmp_path: Path, examples_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[str] = []
+    links: list[bool] = []
+    monkeypatch.setattr("cudice.verifier.static.checks.check_document", _static_error(calls))
+    monkeypatch.setattr(api, "build_module", _build(True, links))
     stages: list[str] = []
     result = api.verify(
         examples_dir / "relu_cuda.py",
@@ -103,9 +123,45 @@ def test_static_error_stops_before_compiling(
         on_stage=lambda r: stages.append(r.stage.value),
     )
     assert calls == ["static"] and result.verdict is Verdict.STATIC_VIOLATION
-    assert stages == ["parse"] and result.stage is Stage.STATIC
-    quick = api.quick_check(examples_dir / "relu_cuda.py", (examples_dir / "relu_cuda.py").read_text())
-    assert quick.verdict is Verdict.STATIC_VIOLATION and calls == ["static", "static"]
+    assert links == [False]  # built to see whether it compiles, never linked or run
+    assert stages == ["parse", "static"] and result.stage is Stage.STATIC
+    assert [(d.code, d.severity) for d in result.diagnostics] == [("static.test", Severity.ERROR)]
+
+
+def test_code_that_does_not_compile_gets_the_compiler_errors_and_the_static_ones_as_warnings(
+    tmp_path: Path, examples_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[str] = []
+    monkeypatch.setattr("cudice.verifier.static.checks.check_document", _static_error(calls))
+    monkeypatch.setattr(api, "build_module", _build(False, []))
+    result = api.verify(examples_dir / "relu_cuda.py", config=VerifyConfig(cache_dir=tmp_path))
+    assert result.verdict is Verdict.COMPILE_ERROR and result.stage is Stage.COMPILE
+    found = {d.code: d for d in result.diagnostics}
+    assert found["compile.error"].severity is Severity.ERROR and found["compile.error"].location.line == 9
+    assert found["static.test"].severity is Severity.WARNING and found["static.test"].message == "cheat"
+
+
+def test_the_quick_check_shows_compiler_errors_despite_a_static_violation(
+    examples_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[str] = []
+    monkeypatch.setattr("cudice.verifier.static.checks.check_document", _static_error(calls))
+    path = examples_dir / "relu_cuda.py"
+
+    def checker(errors: tuple[Diagnostic, ...]) -> Any:
+        return SimpleNamespace(available=True, check=lambda *a: SimpleNamespace(diagnostics=errors))
+
+    error = Diagnostic(Severity.ERROR, "undeclared", "fast.error", Stage.COMPILE, Location(str(path), 9, 5))
+    broken = api.quick_check(path, path.read_text(), checker((error,)))
+    assert broken.verdict is Verdict.COMPILE_ERROR
+    assert {(d.code, d.severity) for d in broken.diagnostics} == {
+        ("fast.error", Severity.ERROR),
+        ("static.test", Severity.WARNING),
+    }
+    clean = api.quick_check(path, path.read_text(), checker(()))
+    assert clean.verdict is Verdict.STATIC_VIOLATION and clean.stage is Stage.STATIC
+    assert [(d.code, d.severity) for d in clean.diagnostics] == [("static.test", Severity.ERROR)]
+    assert calls == ["static", "static"]
 
 
 def test_real_static_checks_run_on_the_example(examples_dir: Path) -> None:
@@ -130,6 +186,34 @@ def test_no_gpu_compiles_and_says_what_was_skipped(
     (note,) = [d for d in result.diagnostics if d.code == "verify.no_gpu"]
     assert "correctness and timing did not run" in note.message
     assert set(result.stage_wall_s) >= {"parse", "static", "compile"}
+
+
+@needs_nvcc
+@pytest.mark.slow
+def test_broken_generated_code_gets_the_compilers_errors_not_a_decoy_verdict(
+    examples_dir: Path, build_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a model writes when it degrades: garbage inside the kernel and a misnamed launch. The
+    static checks see a launch of an undefined kernel; the compiler sees both mistakes, on their
+    lines, and its errors are the verdict."""
+    monkeypatch.setattr(api, "gpu_available", lambda: False)
+    source = (
+        (examples_dir / "relu_cuda.py")
+        .read_text()
+        .replace("relu_kernel<<<blocks", "relu_kernl<<<blocks")
+        .replace("float v = x[i];", "float v = x[i] likelikelike;")
+    )
+    lines = source.splitlines()
+    garbage = next(i for i, t in enumerate(lines, 1) if "likelikelike" in t)
+    launch = next(i for i, t in enumerate(lines, 1) if "relu_kernl<<<" in t)
+    result = api.verify(
+        examples_dir / "relu_cuda.py", source=source, config=VerifyConfig(cache_dir=build_cache)
+    )
+    assert result.verdict is Verdict.COMPILE_ERROR
+    errors = {d.location.line for d in result.diagnostics if d.severity is Severity.ERROR and d.location}
+    assert errors == {garbage, launch}
+    statics = [d for d in result.diagnostics if d.stage is Stage.STATIC]
+    assert statics and all(d.severity is not Severity.ERROR for d in statics)
 
 
 @needs_nvcc
