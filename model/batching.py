@@ -7,9 +7,9 @@ at any time. `ContinuousBatcher.submit` (any thread) queues a request (prompt id
 (`cancel()`, `wait()`, `result()`); a worker thread (`start()`, or `step()` driven by the caller)
 runs iterations:
 
-1. admit queued requests (FIFO) while the batch has room (`max_batch`) and the paged cache can
-   reserve each one's largest length (whole prompt blocks + its generated blocks); drop requests
-   cancelled while queued;
+1. drop queued requests that were cancelled; admit queued requests (FIFO) while the batch has
+   room (`max_batch`) and the paged cache can reserve each one's largest length (whole prompt
+   blocks + its generated blocks);
 2. finish rows whose request was cancelled or whose `should_stop()` is true (polled once per
    iteration): they keep their committed blocks, finish_reason "cancelled", and their pages return;
 3. one prefill forward for the rows admitted in this iteration (their whole prompt blocks,
@@ -320,6 +320,12 @@ class ContinuousBatcher:
 
     # --- iteration parts -----------------------------------------------------------------------
     def _admit(self) -> list[_Live]:
+        with self._cond:  # requests cancelled while queued leave at once, wherever they wait
+            dropped = [r for r in self._queue if r.stopping]
+            for r in dropped:
+                self._queue.remove(r)
+        for r in dropped:
+            self._resolve_queued_cancel(r)
         admitted: list[_Live] = []
         while True:
             with self._cond:
