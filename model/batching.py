@@ -20,7 +20,7 @@ runs iterations:
    block is done leaves or commits without holding anyone back.
 
 Sampling rules are the sampler's own functions: `sample_tokens`, the `STRATEGIES` registry,
-`quota_schedule`, and the sampler's block bookkeeping and stop rules (`_close_block`: EOS, stop
+`quota_schedule`, and the sampler's block bookkeeping and stop rules (`close_block`: EOS, stop
 strings, max_new_tokens, step map); each row's quota, step count and random generator are its
 own. Hence the contract: a request's tokens and step map equal its batch-1 result from
 `BlockDiffusionSampler.generate` at temperature 0 (float32; the tests check it for mixed prompt
@@ -57,7 +57,7 @@ from typing import Any
 import torch
 from cudice.model.config import SamplerConfig
 from cudice.model.paged_forward import PagedRunner, Segment
-from cudice.model.sampler import BlockDiffusionSampler, RowResult, _Row
+from cudice.model.sampler import BlockDiffusionSampler, RowResult, RowState
 from cudice.model.sampling import sample_tokens
 from cudice.model.strategies import STRATEGIES, quota_schedule
 
@@ -146,7 +146,7 @@ class _Live:
     """A request in the batch: the sampler's row record plus this engine's per-row block state."""
 
     req: Request
-    row: _Row
+    row: RowState
     length: int = 0  # committed slots: the current block starts here
     phase: str = "open"  # "prefill" | "open" | "denoise" | "commit"
     x: torch.Tensor = field(default_factory=lambda: torch.empty(0, dtype=torch.long))  # (bl,)
@@ -341,7 +341,7 @@ class ContinuousBatcher:
             self.cache.add(req.id, req.max_tokens)
             bl = req.block_length
             whole = len(req.prompt) // bl * bl
-            lv = _Live(req, _Row(index=0, pad=0, tail=list(req.prompt[whole:])))
+            lv = _Live(req, RowState(index=0, pad=0, tail=list(req.prompt[whole:])))
             lv.phase = "prefill" if whole else "open"
             if req.config.temperature > 0 and req.config.seed is not None:
                 lv.generator = torch.Generator(device=self.device).manual_seed(req.config.seed)
@@ -431,7 +431,7 @@ class ContinuousBatcher:
     def _close_block(self, lv: _Live) -> None:
         """Append the block through the sampler's bookkeeping and stop rules; report; leave or commit."""
         steps = torch.tensor([lv.step], device=self.device)
-        self.sampler._close_block([lv.row], lv.x[None], lv.revealed_at[None], steps, lv.req.config)
+        self.sampler.close_block([lv.row], lv.x[None], lv.revealed_at[None], steps, lv.req.config)
         if lv.req.on_block is not None:
             try:
                 lv.req.on_block(list(lv.row.tokens), lv.forwards)

@@ -124,7 +124,7 @@ class StaticRunner:
             tuple[int, int], float
         ] = {}  # (batch, L) -> first forward incl. compile/capture
         self.pack = (not any(p.requires_grad for p in model.parameters())) if pack is None else pack
-        self._layers = [_weights(layer, self.pack) for layer in model.model.layers]
+        self._layers = [layer_weights(layer, self.pack) for layer in model.model.layers]
         self.keep_cache_bytes = keep_cache_bytes
         # what one more prefill pass costs, in tokens of work (its weight reads and launches); measured
         # on an H200 at SDAR-4B, 128 rows: ~19 ms a pass against ~13 us a token (docs/benchmarks.md)
@@ -212,7 +212,7 @@ class StaticRunner:
         ptr = self._q_ptr()
         moved, self._weight_ptr = ptr != self._weight_ptr, ptr
         if moved and self.pack:
-            self._layers = [_weights(layer, True) for layer in self.model.model.layers]
+            self._layers = [layer_weights(layer, True) for layer in self.model.model.layers]
         return moved
 
     def _guarded(self, run: Callable[[], torch.Tensor]) -> torch.Tensor:
@@ -488,7 +488,9 @@ def _already_packed(ts: list[torch.Tensor]) -> torch.Tensor | None:
     )
 
 
-def _weights(layer: Any, pack: bool) -> _LayerWeights:
+def layer_weights(layer: Any, pack: bool) -> _LayerWeights:
+    """One decoder layer's weights in the order `cudice.model.layers`' functions take them (packed
+    q/k/v and gate/up when `pack`); also read by the paged runner (`cudice.model.paged_forward`)."""
     a, mlp = layer.self_attn, layer.mlp
     qkv = [a.q_proj, a.k_proj, a.v_proj]
     wqkv, bqkv = _packed(qkv) if pack else (tuple(m.weight for m in qkv), tuple(m.bias for m in qkv))

@@ -33,7 +33,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from cudice.model import layers
-from cudice.model.fastpath import _weights
+from cudice.model.fastpath import layer_weights
 from cudice.model.paged import PagedKVCache
 from cudice.model.runner import additive
 
@@ -66,7 +66,7 @@ class PagedRunner:
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         self.eps = float(cfg.rms_norm_eps)
         self.max_positions = int(getattr(cfg, "max_position_embeddings", 0) or 0)
-        self._layers = [_weights(layer, False) for layer in model.model.layers]
+        self._layers = [layer_weights(layer, False) for layer in model.model.layers]
 
     def new_cache(self, num_pages: int, page_size: int) -> PagedKVCache:
         return PagedKVCache(

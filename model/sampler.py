@@ -57,7 +57,7 @@ class BatchResult:
 
 
 @dataclass
-class _Row:
+class RowState:
     """Mutable per-row state while decoding."""
 
     index: int  # position in the caller's list
@@ -122,7 +122,7 @@ class BlockDiffusionSampler:
         whole = [len(p) // bl * bl for p in prompts]
         prefix_len = max(whole)  # C, a multiple of bl
         rows = [
-            _Row(index=i, pad=prefix_len - w, tail=list(p[w:]))
+            RowState(index=i, pad=prefix_len - w, tail=list(p[w:]))
             for i, (p, w) in enumerate(zip(prompts, whole, strict=True))
         ]
         pad = torch.tensor([r.pad for r in rows], device=device)  # (B,)
@@ -209,7 +209,7 @@ class BlockDiffusionSampler:
             block_start += bl
 
             # 3c. bookkeeping on the CPU: append, per-row step counts, stop checks; finished rows leave
-            self._close_block(active, x, revealed_at, row_steps, config)
+            self.close_block(active, x, revealed_at, row_steps, config)
             if on_block is not None:
                 on_block([r.tokens for r in rows], num_forwards)
             keep = [i for i, r in enumerate(active) if r.finish is None]
@@ -241,7 +241,7 @@ class BlockDiffusionSampler:
             prefill_seconds=prefill_seconds,
         )
 
-    def _open_block(self, active: Sequence[_Row], bl: int) -> torch.Tensor:
+    def _open_block(self, active: Sequence[RowState], bl: int) -> torch.Tensor:
         """The new block's tokens (b, bl): each row's prompt tail (first block only), then masks."""
         x = torch.full((len(active), bl), self.mask_id, dtype=torch.long)
         for i, r in enumerate(active):
@@ -249,15 +249,16 @@ class BlockDiffusionSampler:
                 x[i, : len(r.tail)] = torch.tensor(r.tail, dtype=torch.long)
         return x.to(self.runner.device)
 
-    def _close_block(
+    def close_block(
         self,
-        active: Sequence[_Row],
+        active: Sequence[RowState],
         x: torch.Tensor,
         revealed_at: torch.Tensor,
         row_steps: torch.Tensor,
         config: SamplerConfig,
     ) -> None:
-        """Append the block's generated tokens and step indices to each row; apply stop rules."""
+        """Append the block's generated tokens and step indices to each row; apply stop rules.
+        (Also the continuous batching engine's bookkeeping, `cudice.model.batching`, one row at a time.)"""
         x_cpu, at_cpu, steps_cpu = x.tolist(), revealed_at.tolist(), row_steps.tolist()  # sync point
         bl = x.shape[1]
         for i, r in enumerate(active):
@@ -270,7 +271,7 @@ class BlockDiffusionSampler:
             r.tail = []
             self._check_stop(r, config, bl - first_new)
 
-    def _check_stop(self, r: _Row, config: SamplerConfig, num_new: int) -> None:
+    def _check_stop(self, r: RowState, config: SamplerConfig, num_new: int) -> None:
         """Trim row `r` at the first stop token / stop string / token limit, and mark it finished."""
         new_from = len(r.tokens) - num_new
         for k in range(new_from, len(r.tokens)):
