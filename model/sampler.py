@@ -12,7 +12,8 @@ Batching: row r is left-padded by a multiple of the block length so that every r
 block sits in the same columns; padding keys are masked out and positions count from each row's
 first real token, so a row decodes exactly as it would alone. Finished rows leave the batch.
 
-Not covered: continuous batching (new prompts joining mid-run), paged caches, speculative
+Not covered: continuous batching (new prompts joining mid-run) and paged caches (both in
+`cudice.model.batching`, which reuses this module's block bookkeeping and stop rules), speculative
 tricks, and the fast static-cache/CUDA-graph path (docs/model.md, "Speed").
 """
 
