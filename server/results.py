@@ -3,8 +3,9 @@
 The key hashes the candidate text, the reference (its resolved path and its text) and the
 verification settings, so an unchanged file with an unchanged reference shows its last result at
 once when reopened, even after a server restart, while an edited reference, or a comment that
-names another one, is verified again. The disk cache lives in `$CUDICE_CACHE_DIR/results` (else
-`$XDG_CACHE_HOME/cudice/results`, else `~/.cache/cudice/results`), one JSON file per key.
+names another one, is verified again. The disk cache lives in the `results` subfolder of cudice's one
+cache root (`cudice.verifier.config.cache_root`: `$CUDICE_CACHE_DIR`, else `$XDG_CACHE_HOME/cudice`,
+else `~/.cache/cudice`; the verifier's builds are its `build` subfolder), one JSON file per key.
 
 Not covered: eviction (files are small; delete the folder to clear it); sharing between machines
 (results carry the GPU name, so a result from another GPU would still say where it came from).
@@ -21,17 +22,14 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from cudice.verifier.config import cache_subdir
 from cudice.verifier.source.result import VerifyResult
 
 log = logging.getLogger(__name__)
 
 
 def default_results_dir() -> Path:
-    env = os.environ.get("CUDICE_CACHE_DIR")
-    if env:
-        return Path(env) / "results"
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "cudice" / "results"
+    return cache_subdir("results")
 
 
 def result_key(

@@ -3,6 +3,17 @@
 Per-call inputs (the file, its text, an explicit reference) are arguments of `verify()`, not
 config. Every invalid value raises `ValueError` naming the field, the rule and a fix.
 
+Across a process boundary (the language server's verification workers) a config travels as JSON:
+`overrides()` gives the fields that differ from the defaults, in JSON types, and `from_dict` builds
+the config back, refusing a key that is not a field (`ValueError` naming it and the valid ones)
+instead of dropping it. Defaults that depend on the environment (`cache_dir`) are then the
+receiving process's.
+
+Cache folders: `CUDICE_CACHE_DIR` names one root (else `$XDG_CACHE_HOME/cudice`, else
+`~/.cache/cudice`, `cache_root()`); each user of it has a named subfolder (`CACHE_SUBDIRS`): the
+verifier's builds in `build/` (`cache_dir`'s default), the language server's verdicts in
+`results/` (server/results.py).
+
 Tolerance: KernelBench v0/v0.1 and DICE's evaluation use atol = rtol = 1e-2 for fp32; that is
 the default here (the reference runs with TF32 disabled, so tighter values are meaningful too).
 """
@@ -11,20 +22,34 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 _ARCH = re.compile(r"^\d+\.\d+a?(\+PTX)?$")
 
+# The named subfolders of the cache root, by what they hold.
+CACHE_SUBDIRS = {"build": "build", "results": "results"}
 
-def default_cache_dir() -> Path:
-    """Build cache root: $CUDICE_CACHE_DIR, else $XDG_CACHE_HOME/cudice/build, else ~/.cache/cudice/build."""
+
+def cache_root() -> Path:
+    """The one cudice cache folder: $CUDICE_CACHE_DIR, else $XDG_CACHE_HOME/cudice, else ~/.cache/cudice."""
     env = os.environ.get("CUDICE_CACHE_DIR")
     if env:
         return Path(env)
     xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "cudice" / "build"
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "cudice"
+
+
+def cache_subdir(kind: str) -> Path:
+    """The folder of `kind` (a key of `CACHE_SUBDIRS`) under `cache_root()`."""
+    return cache_root() / CACHE_SUBDIRS[kind]
+
+
+def default_cache_dir() -> Path:
+    """The build cache: `cache_root()/build`."""
+    return cache_subdir("build")
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +182,37 @@ class VerifyConfig:
 
     def with_(self, **changes: Any) -> VerifyConfig:
         return replace(self, **changes)
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> VerifyConfig:
+        """The config whose fields `raw` sets (the rest default), from Python or JSON values (a list
+        for `arch_list`, a string for `cache_dir`). A key that is not a field raises `ValueError`
+        naming it and the valid ones; invalid values raise as in the constructor."""
+        names = [f.name for f in fields(cls)]
+        unknown = sorted(str(k) for k in raw if k not in names)
+        if unknown:
+            named = ", ".join(map(repr, unknown))
+            raise ValueError(f"VerifyConfig has no field {named}; valid fields: {', '.join(names)}.")
+        values = dict(raw)
+        if isinstance(values.get("arch_list"), list):
+            values["arch_list"] = tuple(values["arch_list"])
+        if isinstance(values.get("cache_dir"), str):
+            values["cache_dir"] = Path(values["cache_dir"])
+        return cls(**values)
+
+    def overrides(self) -> dict[str, Any]:
+        """The fields that differ from a default `VerifyConfig()` here, in JSON types (`from_dict`
+        reads them back; the receiving process supplies its own defaults for the rest)."""
+        default = VerifyConfig()
+        found: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value == getattr(default, f.name):
+                continue
+            found[f.name] = (
+                str(value) if isinstance(value, Path) else list(value) if isinstance(value, tuple) else value
+            )
+        return found
 
 
 def _require(ok: bool, name: str, value: object, rule: str, fix: str) -> None:

@@ -1,7 +1,20 @@
-"""Child-process plumbing shared by the build steps, the sandbox and the persistent runner.
+"""Child-process plumbing shared by the build steps, the sandbox, the persistent runner and the
+language server's workers.
 
 Every child cudice starts for untrusted or heavy work runs in its own session (process group),
 so killing the group also ends the compilers, forks and grandchildren it started.
+
+Dying with the parent is owned here, in two forms for two kinds of child:
+- `die_with_parent` (a `preexec_fn`) for programs that are exec'd (nvcc, g++, `unshare`): the
+  kernel sends SIGKILL when the thread that started the child dies (`PR_SET_PDEATHSIG`); nothing
+  else can run inside such a program;
+- `watch_parent` for Python processes that lead a family of their own (the server's workers): a
+  daemon thread polls `getppid` and, once the process is re-parented, calls the process's exit
+  (which kills its family first). PDEATHSIG would kill such a process before it could take its
+  children down, and it fires on the starting *thread*'s exit; the poll fires only when the parent
+  process is gone, at the cost of up to one poll interval.
+Not covered: platforms without `prctl` (the preexec form does nothing there) or without
+re-parenting on a parent's death.
 """
 
 from __future__ import annotations
@@ -13,8 +26,9 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 _LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform == "linux" else None  # loaded before any fork
@@ -25,6 +39,21 @@ def die_with_parent() -> None:
     the thread that started it dies (prctl(2) PR_SET_PDEATHSIG = 1; Linux only)."""
     if _LIBC is not None:
         _LIBC.prctl(1, signal.SIGKILL, 0, 0, 0)
+
+
+def watch_parent(on_orphaned: Callable[[], object], poll_s: float = 0.5) -> threading.Thread:
+    """Call `on_orphaned()` (once, from a daemon thread) when the process that started this one is
+    gone: this process was re-parented. Returns the started thread."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(poll_s)
+        on_orphaned()
+
+    thread = threading.Thread(target=watch, name="die-with-parent", daemon=True)
+    thread.start()
+    return thread
 
 
 class CancelToken(Protocol):

@@ -4,9 +4,10 @@
 1. it runs below the server's CPU priority (nice +5, inherited by clangd, nvcc and the sandbox;
    `CUDICE_WORKER_NICE` changes the increment, 0 disables it), so hovers stay fast during a build;
 2. it applies the caller's environment defaults (thread counts), each only where none is set;
-3. it dies with the server: a daemon thread polls `getppid` and, once the process is
-   re-parented, kills the family and exits (PR_SET_PDEATHSIG would kill this process before it
-   could take its own children down); SIGTERM does the same;
+3. it dies with the server: `cudice.verifier.process.watch_parent` (the one owner of dying with
+   a parent) polls `getppid` from a daemon thread and, once the process is re-parented, this
+   process kills its family and exits (PR_SET_PDEATHSIG would kill it before it could take its
+   own children down); SIGTERM does the same;
 4. it keeps the real stdout for the protocol and points fd 1 and `sys.stdout` at stderr;
 5. it announces itself with the `started` event.
 What a child does when its stdin closes differs by worker (the quick child closes clangd, the
@@ -23,14 +24,13 @@ import contextlib
 import os
 import signal
 import sys
-import threading
-import time
 from collections.abc import Mapping
 from types import FrameType
 from typing import NoReturn
 
 from cudice.server.workers.procs import FAMILY_ENV, kill_family, kill_own_group
 from cudice.server.workers.protocol import EventStream
+from cudice.verifier.process import watch_parent
 
 PARENT_POLL_S = 0.5  # how often a child checks that the server is still its parent
 
@@ -47,18 +47,6 @@ def lower_priority() -> None:
     """nice +`CUDICE_WORKER_NICE` (default 5) for this process and what it starts."""
     with contextlib.suppress(OSError, ValueError):
         os.nice(int(os.environ.get("CUDICE_WORKER_NICE", "5")))
-
-
-def die_with_parent(poll_s: float = PARENT_POLL_S) -> None:
-    """When the process that started us is gone (we were re-parented), kill our family and exit."""
-    parent = os.getppid()
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(poll_s)
-        exit_with_family(1)
-
-    threading.Thread(target=watch, name="die-with-parent", daemon=True).start()
 
 
 def _on_sigterm(signum: int, frame: FrameType | None) -> None:
@@ -78,7 +66,7 @@ def start(env_defaults: Mapping[str, str] | None = None) -> EventStream:
     lower_priority()
     for key, value in (env_defaults or {}).items():  # before any library reads them (OpenMP, torch)
         os.environ.setdefault(key, value)
-    die_with_parent()
+    watch_parent(lambda: exit_with_family(1), PARENT_POLL_S)
     signal.signal(signal.SIGTERM, _on_sigterm)
     stream = take_stdout()
     stream.emit("started", pid=os.getpid())
