@@ -180,7 +180,7 @@ def create_server(
         from cudice.server import prebuild
 
         uri = params.text_document.uri
-        ls.closes[uri] = ls.closes.get(uri, 0) + 1  # a run still starting sees it
+        ls.document(uri).closes += 1  # a run still starting sees it
         prebuild.cancel(ls, uri)
         if "jobs" in ls.__dict__ and ls.jobs.cancel(uri):  # nobody is looking at its verdict any more
             log.info("%s closed: its verification is cancelled", uri)
@@ -190,7 +190,7 @@ def create_server(
         from cudice.server import prebuild
         from cudice.server.verification import verify_document
 
-        ls.saved.add(params.text_document.uri)
+        ls.document(params.text_document.uri).saved = True
         prebuild.cancel(ls, params.text_document.uri)  # the save's verification builds this text now
         if ls.settings.verify_on_save:
             ls.spawn(verify_document(ls, params.text_document.uri))
@@ -241,7 +241,7 @@ def create_server(
         span = hover_target(doc_model, index.offset(params.position.line, params.position.character))
         if span is None:
             return None
-        latest = ls.latest.get(uri)
+        latest = ls.document(uri).latest
         if ls.is_building(uri):
             text = "**cudice: verifying…**\n"
             if latest is not None:
@@ -268,7 +268,7 @@ def create_server(
         doc = ls.read_document(uri)
         if doc is None:
             return None
-        latest = ls.latest.get(uri)
+        latest = ls.document(uri).latest
         doc_model, index = ls.analyse(uri, doc[0])
         return code_lenses(
             uri=uri,
@@ -318,17 +318,14 @@ def create_server(
 
     @server.command(CMD_CANCEL)
     def cmd_cancel(ls: CudiceServer, *args: Any) -> dict[str, Any]:
-        uris = (
-            [args[0]]
-            if args and isinstance(args[0], str)
-            else [*ls.generation_cancels, *ls.jobs.running_uris()]
-        )
+        generating = [uri for uri, state in ls.documents.items() if state.generation_cancel is not None]
+        uris = [args[0]] if args and isinstance(args[0], str) else [*generating, *ls.jobs.running_uris()]
         num = 0
         for uri in uris:
             num += ls.jobs.cancel(uri)
-            event = ls.generation_cancels.get(uri)
-            if event is not None:
-                event.set()
+            state = ls.documents.get(uri)
+            if state is not None and state.generation_cancel is not None:
+                state.generation_cancel.set()
                 num += 1
         return {"cancelled": num}
 
@@ -349,8 +346,9 @@ async def release(ls: CudiceServer) -> None:
     ls.released = True
     prebuild.cancel_all(ls)
     ls.jobs.cancel_all()
-    for event in ls.generation_cancels.values():
-        event.set()
+    for state in ls.documents.values():
+        if state.generation_cancel is not None:
+            state.generation_cancel.set()
     for w in (ls.ref_watcher, ls.ckpt_watcher):
         if w is not None:
             w.stop()
@@ -389,8 +387,8 @@ def run(
 
         sys.exit(run_team(host, port, lambda: create_server(cli_log_level=log_level), release, max_pending))
     if transport == "tcp":
-        # Not pygls' start_tcp: it closes the listener when its first connection ends (cudice.server.tcp).
-        from cudice.server.tcp import serve_tcp
+        # Not pygls' start_tcp: it closes the listener when its first connection ends (transport/tcp.py).
+        from cudice.server.transport.tcp import serve_tcp
 
         try:
             code = asyncio.run(serve_tcp(host, port, lambda: create_server(cli_log_level=log_level), release))

@@ -37,20 +37,20 @@ def not_a_candidate(
     diagnostics it had as a candidate, and show a KernelBench file's syntax errors. True when the
     syntax errors were shown."""
     syntax = doc.invalid_result() if looks_like_kernelbench(source) else None
-    had = uri in ls.latest or uri in ls.flagged or ls.is_building(uri)
+    state = ls.document(uri)
+    had = state.latest is not None or state.flagged or ls.is_building(uri)
     if not (had or syntax is not None):
         return False
     ls.jobs.cancel(uri)
-    ls.latest.pop(uri, None)
-    ls.edited.discard(uri)
-    watch_reference(ls, uri, None, None)
+    state.latest = None
+    state.edited = False
+    watch_reference(ls, state, None)
     name = os.path.basename(path)
+    state.flagged = syntax is not None
     if syntax is not None:
-        ls.flagged.add(uri)
         publish(ls, uri, path, source, version, syntax)
         ls.send_status(f"{name}: Python syntax error", uri)
     else:
-        ls.flagged.discard(uri)
         version = current_version(ls, uri, source, version)[1]
         ls.text_document_publish_diagnostics(
             lsp.PublishDiagnosticsParams(uri=uri, diagnostics=[], version=version)
@@ -73,16 +73,14 @@ def show_syntax_error(ls: CudiceServer, uri: str) -> None:
 def note_edit(ls: CudiceServer, uri: str) -> None:
     """After an unsaved edit: when the buffer's text stops (or starts again) being the text of the
     verdict shown, tell the statusline (`edited`) and ask for fresh lenses ("edited since: …")."""
-    latest = ls.latest.get(uri)
+    state = ls.documents.get(uri)
+    latest = state.latest if state is not None else None
     text = ls.open_text(uri)
-    if latest is None or latest.source is None or text is None:
+    if state is None or latest is None or latest.source is None or text is None:
         return
     is_edited = text != latest.source
-    if is_edited == (uri in ls.edited):
+    if is_edited == state.edited:
         return
-    if is_edited:
-        ls.edited.add(uri)
-    else:
-        ls.edited.discard(uri)
+    state.edited = is_edited
     ls.send_status(None, uri)
     ls.refresh_lenses()

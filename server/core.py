@@ -15,14 +15,16 @@ import asyncio
 import logging
 import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cudice.server import __version__
+from cudice.server.document_state import MAX_ANALYSES, Analysis, DocumentState, named_reference
 from cudice.server.protocol import STATUS_NOTIFICATION
 from cudice.server.settings import Settings, parse_settings
+from cudice.server.transport import pygls_fixes
 from cudice.verifier.run import gpu_probe
 from lsprotocol import types as lsp
 from pygls.lsp.server import LanguageServer
@@ -38,22 +40,11 @@ if TYPE_CHECKING:  # imported when first used: `initialize` is answered before a
     from cudice.server.workers.verify import VerifyJobs
     from cudice.verifier.source.document import Document
     from cudice.verifier.source.positions import LineIndex
-    from cudice.verifier.source.result import VerifyResult
 
 log = logging.getLogger("cudice.server")
 # The largest document text cudice parses (an `ast` parse per edit costs ~1.5 s per MB on a
 # small CPU, and hover, code actions and lenses each need one after every edit).
 MAX_DOCUMENT_CHARS = 512 * 1024
-
-
-@dataclass(frozen=True, slots=True)
-class Latest:
-    """The newest result shown for a document, and the version, key and text it was computed for."""
-
-    version: int | None
-    key: str
-    result: VerifyResult
-    source: str | None = None
 
 
 def process_started_at() -> float:
@@ -69,19 +60,10 @@ def process_started_at() -> float:
         return time.time()
 
 
-class _SnapshotItems(dict[Any, Any]):
-    """pygls 2.1.1's `shutdown` cancels the requests in flight while iterating this dict, and a
-    running command's future removes itself from it as it is cancelled ("dictionary changed size
-    during iteration": `shutdown` fails while a generation runs). Iterate over a snapshot."""
-
-    def items(self) -> Any:
-        return list(super().items())
-
-
 class CudiceServer(LanguageServer):
     def __init__(self, *, worker_env: dict[str, str] | None = None, results_dir: Path | None = None) -> None:
         super().__init__("cudice", __version__, max_workers=4)
-        self.protocol._request_futures = _SnapshotItems()
+        pygls_fixes.install(self)
         self.settings = Settings()
         self.init_options: Any = None
         self.cli_log_level: str | None = None
@@ -90,26 +72,15 @@ class CudiceServer(LanguageServer):
         self.worker_env = worker_env
         self.released = False  # set by app.release(): the session is over, start no more workers
         self.results_dir = results_dir
-        self.latest: dict[str, Latest] = {}
-        self.dependents: dict[str, set[str]] = {}  # reference path -> candidate uris
-        # (reference path, candidate uri) -> digest of the reference text that uri was last verified with
-        self.ref_digests: dict[tuple[str, str], str | None] = {}
+        self.documents: dict[str, DocumentState] = {}  # uri -> what the server keeps about it
         self.last_verdict: str | None = None
         self.last_uri: str | None = None
         self.started_at = process_started_at()  # wall clock, compared with file modification times
-        self.saved: set[str] = set()  # documents a `didSave` arrived for
-        self.closes: dict[str, int] = {}  # uri -> how many times the editor closed it (didClose)
-        self.edited: set[str] = set()  # documents whose buffer differs from their shown verdict's text
-        self.flagged: set[str] = set()  # non-candidates showing their Python syntax errors
-        self.building: dict[str, int] = {}  # uri -> how many verifications of it are starting or running
         self.ref_watcher: PathWatcher | None = None
         self.ckpt_watcher: PathWatcher | None = None
         self.ckpt_signature: str | None = None
         self.tasks: set[asyncio.Task[Any]] = set()
         self.model_load: asyncio.Task[Any] | None = None  # a deferred model's load, once asked for
-        self.generation_cancels: dict[str, asyncio.Event] = {}  # uri -> cancel of its running generation
-        self.prebuild_timers: dict[str, asyncio.TimerHandle] = {}  # uri -> its build-while-editing timer
-        self._documents: dict[str, tuple[str, Document, LineIndex]] = {}
         # multi-client mode (team.py): the shared model and jobs, this session's id and work bound
         self.team: Team | None = None
         self.session_id = ""
@@ -155,32 +126,9 @@ class CudiceServer(LanguageServer):
 
     # -- transport -----------------------------------------------------------------------------
     def start_io(self, stdin: Any = None, stdout: Any = None, *, early: EarlyFrame | None = None) -> None:
-        """pygls' stdio server with cudice's read loop (`rpc_reader.py`: bad frames never deafen
-        the server, unreadable requests are answered, nothing pops up). `early` is a first frame
-        `fast_init` already read (and maybe answered: pygls' own reply to it is then dropped)."""
-        import sys
-        import threading
-
-        from cudice.server.rpc_reader import read_messages
-        from pygls.io_ import StdinAsyncReader, StdoutWriter
-
-        self._stop_event = threading.Event()
-        reader = StdinAsyncReader(stdin or sys.stdin.buffer, self.thread_pool)
-        writer: Any = StdoutWriter(stdout or sys.stdout.buffer)
-        if early is not None and early.answered_id is not None:
-            from cudice.server.fast_init import DropReply
-
-            writer = DropReply(writer, early.answered_id)
-        self.protocol.set_writer(writer)
-        first = [early.body] if early is not None else []
-        try:
-            asyncio.run(read_messages(self._stop_event, reader, self.protocol, first))  # type: ignore[arg-type]
-        except BrokenPipeError:
-            log.error("the connection to the client is lost; shutting down")
-        except (KeyboardInterrupt, SystemExit):
-            pass
-        finally:
-            self.shutdown()  # type: ignore[no-untyped-call]
+        """Serve on stdio with cudice's read loop (`transport.pygls_fixes.serve_stdio`). `early` is
+        a first frame `fast_init` already read (and maybe answered)."""
+        pygls_fixes.serve_stdio(self, stdin, stdout, early=early)
 
     def report_server_error(self, error: Exception, source: Any) -> None:
         """pygls shows every internal error in a popup ("Error in server: ..."); cudice logs it to
@@ -229,7 +177,8 @@ class CudiceServer(LanguageServer):
         never another file's, `verifying` says whether `uri` is being verified now, and `edited`
         whether its buffer changed since the text of that verdict."""
         uri = uri if uri is not None else self.last_uri
-        latest = self.latest.get(uri) if uri is not None else None
+        state = self.documents.get(uri) if uri is not None else None
+        latest = state.latest if state is not None else None
         self.protocol.notify(
             STATUS_NOTIFICATION,
             {
@@ -238,14 +187,16 @@ class CudiceServer(LanguageServer):
                 "lastVerdict": latest.result.verdict.value if latest is not None else None,
                 "uri": uri,
                 "verifying": uri is not None and self.is_building(uri),
-                "edited": uri is not None and uri in self.edited,
+                "edited": state is not None and state.edited,
             },
         )
 
     def is_building(self, uri: str) -> bool:
         """A verification of `uri` is starting or running (set before its progress token exists,
         so a lens asked for meanwhile never shows the previous verdict as current)."""
-        return self.building.get(uri, 0) > 0 or ("jobs" in self.__dict__ and self.jobs.is_running(uri))
+        state = self.documents.get(uri)
+        is_starting = state is not None and state.building > 0
+        return is_starting or ("jobs" in self.__dict__ and self.jobs.is_running(uri))
 
     def open_text(self, uri: str) -> str | None:
         """The editor's current text of `uri` when it is open, else None."""
@@ -289,24 +240,51 @@ class CudiceServer(LanguageServer):
             log.info("cannot read %s: %s", uri, exc)
             return None
 
+    # -- documents' state ----------------------------------------------------------------------
+    def document(self, uri: str) -> DocumentState:
+        """The state of `uri`, created empty the first time it is asked for."""
+        state = self.documents.get(uri)
+        if state is None:
+            state = self.documents[uri] = DocumentState(uri)
+        return state
+
+    @property
+    def dependents(self) -> dict[str, set[str]]:
+        """Reference path -> the URIs of the candidates verified against it that watch it."""
+        found: dict[str, set[str]] = {}
+        for uri, state in self.documents.items():
+            if state.watched_reference is not None:
+                found.setdefault(state.watched_reference, set()).add(uri)
+        return found
+
     def analyse(self, uri: str, source: str) -> tuple[Document, LineIndex]:
         """The verifier's document model of a document's text and its line index in the client's
-        position encoding, computed once per text (hover and code actions ask many times between
-        edits, and a save verifies the text the editor last showed)."""
+        position encoding (`analysis`)."""
+        found = self.analysis(uri, source)
+        return found.doc, found.index
+
+    def analysis(self, uri: str, source: str) -> Analysis:
+        """`source` of `uri` parsed, computed once per text (hover and code actions ask many times
+        between edits, and a save verifies the text the editor last showed): the document model,
+        the line index and the reference path it names."""
         from cudice.verifier.source.document import parse_document
         from cudice.verifier.source.positions import LineIndex
 
-        hit = self._documents.get(uri)
-        if hit is not None and hit[0] == source and hit[2].encoding == self.position_encoding:
-            return hit[1], hit[2]
+        state = self.document(uri)
+        encoding = self.position_encoding
+        hit = state.analysed(source, encoding)
+        if hit is not None:
+            return hit
         path = to_fs_path(uri) or uri
         if self.too_large(uri, source):  # bounded work per request: an empty document offers nothing
-            return parse_document("", path, require_candidate=False), LineIndex.of("", self.position_encoding)
+            empty = parse_document("", path, require_candidate=False)
+            return Analysis(source, empty, LineIndex.of("", encoding), None)
         doc = parse_document(source, path, require_candidate=False)
-        found = (doc, LineIndex.of(source, self.position_encoding))
-        if len(self._documents) > 256:
-            self._documents.clear()
-        self._documents[uri] = (source, *found)
+        found = Analysis(source, doc, LineIndex.of(source, encoding), named_reference(doc))
+        if sum(s.analysis is not None for s in self.documents.values()) >= MAX_ANALYSES:
+            for other in self.documents.values():
+                other.analysis = None
+        state.analysis = found
         return found
 
     def too_large(self, uri: str, source: str) -> bool:

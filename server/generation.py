@@ -59,7 +59,8 @@ async def _run_claimed(
     ls: CudiceServer, uri: str, op: str, payload: dict[str, Any], title: str
 ) -> Generation | str:
     progress = await WorkProgress.start(ls, title, "starting", percentage=0)
-    ls.generation_cancels[uri] = progress.cancelled
+    state = ls.document(uri)
+    state.generation_cancel = progress.cancelled
     if ls.released:  # the editor left while this waited for the model: `release` did not see it
         progress.cancelled.set()
     max_tokens = max(1, ls.settings.sampler_max_new_tokens)
@@ -82,8 +83,8 @@ async def _run_claimed(
         progress.end("failed")
         return f"generation failed: {exc}"
     finally:
-        if ls.generation_cancels.get(uri) is progress.cancelled:
-            del ls.generation_cancels[uri]
+        if state.generation_cancel is progress.cancelled:
+            state.generation_cancel = None
     if result.cancelled:
         progress.end("cancelled")
         ls.notice(f"cudice: {title.removeprefix('cudice: ')} was cancelled", lsp.MessageType.Info)

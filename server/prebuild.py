@@ -39,31 +39,31 @@ def schedule(ls: CudiceServer, uri: str) -> None:
     cancel(ls, uri)
     if ls.released or not ls.wants_warm_verifier():
         return
-    ls.prebuild_timers[uri] = asyncio.get_running_loop().call_later(QUIET_S, _fire, ls, uri)
+    ls.document(uri).prebuild_timer = asyncio.get_running_loop().call_later(QUIET_S, _fire, ls, uri)
 
 
 def cancel(ls: CudiceServer, uri: str) -> None:
     """Forget `uri`'s pending timer (it was saved: its verification builds it now)."""
-    timer = ls.prebuild_timers.pop(uri, None)
-    if timer is not None:
-        timer.cancel()
+    state = ls.documents.get(uri)
+    if state is not None:
+        state.cancel_prebuild_timer()
 
 
 def cancel_all(ls: CudiceServer) -> None:
-    for timer in ls.prebuild_timers.values():
-        timer.cancel()
-    ls.prebuild_timers.clear()
+    for state in ls.documents.values():
+        state.cancel_prebuild_timer()
 
 
 def _fire(ls: CudiceServer, uri: str) -> None:
-    ls.prebuild_timers.pop(uri, None)
+    ls.document(uri).prebuild_timer = None
     if not ls.released:
         ls.spawn(prebuild(ls, uri))
 
 
 async def prebuild(ls: CudiceServer, uri: str) -> None:
     """Build `uri`'s current text, without running it (see the module docstring); logs what it did."""
-    from cudice.server.verification import result_key_of, verify_config
+    from cudice.server.document_state import read_reference
+    from cudice.server.verification import key_for, verify_config
 
     doc = ls.workspace.text_documents.get(uri)  # open documents only: their text is the unsaved one
     path = to_fs_path(uri) if doc is not None else None
@@ -71,8 +71,10 @@ async def prebuild(ls: CudiceServer, uri: str) -> None:
         return
     if ls.jobs.running_source(uri) == doc.source:  # saved meanwhile: its verification builds it
         return
-    model = ls.analyse(uri, doc.source)[0]
-    if not model.is_candidate or ls.cache.get(result_key_of(ls, model)) is not None:
+    analysis = ls.analysis(uri, doc.source)
+    if not analysis.doc.is_candidate:
+        return
+    if ls.cache.get(key_for(ls, analysis.doc, read_reference(analysis.reference))) is not None:
         return
     request = VerifyRequest(
         uri, path, doc.source, doc.version, verify_config(ls), ls.settings.verify_timeout_seconds

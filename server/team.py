@@ -47,8 +47,8 @@ from collections.abc import Awaitable, Callable
 from threading import Event
 from typing import TYPE_CHECKING, Any
 
-from cudice.server.rpc_reader import read_messages
 from cudice.server.shared import Team, WorkLimit
+from cudice.server.transport.rpc_reader import read_messages
 
 if TYPE_CHECKING:
     from cudice.server.core import CudiceServer

@@ -26,21 +26,27 @@ told why no speedup is shown. Not covered: verifying unsaved buffer text of the 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import logging
 import os
 from collections.abc import Callable
 from typing import Any
 
-from cudice.server.core import CudiceServer, Latest
+from cudice.server.core import CudiceServer
+from cudice.server.document_state import (
+    DocumentState,
+    Latest,
+    ReferenceInfo,
+    named_reference,
+    read_reference,
+)
 from cudice.server.features.diagnostics import ClientSupport, result_diagnostics
 from cudice.server.progress import WorkProgress
 from cudice.server.results import result_key
 from cudice.server.team import claim_work, release_work
 from cudice.server.workers.verify import VerifyRequest
+from cudice.verifier.config import VerifyConfig
 from cudice.verifier.run.gpu_probe import gpu_absent_reason
 from cudice.verifier.source.document import Document
-from cudice.verifier.source.reference import reference_path as resolved_reference_path
 from cudice.verifier.source.result import Stage, Verdict, VerifyResult
 from lsprotocol import types as lsp
 from pygls.uris import to_fs_path
@@ -60,10 +66,7 @@ _NEXT_STEP = {
 def reference_path(doc: Document) -> str | None:
     """The reference file a candidate names in its `# cudice: reference=` comment, resolved as the
     verifier resolves it; None when the file is its own reference or names none."""
-    if doc.reference.origin != "comment":
-        return None
-    found = resolved_reference_path(doc)
-    return str(found) if found is not None else None
+    return named_reference(doc)
 
 
 def compile_only_reason(ls: CudiceServer) -> str | None:
@@ -72,7 +75,8 @@ def compile_only_reason(ls: CudiceServer) -> str | None:
     return gpu_absent_reason()
 
 
-def verify_config(ls: CudiceServer) -> dict[str, Any]:
+def verify_settings(ls: CudiceServer) -> dict[str, Any]:
+    """The verification settings, as `VerifyConfig` fields; part of every result's cache key."""
     s = ls.settings
     return {
         "num_trials": s.verify_trials,
@@ -85,31 +89,22 @@ def verify_config(ls: CudiceServer) -> dict[str, Any]:
     }
 
 
-def _reference_text(ref: str | None) -> str | None:
-    """The reference file's text (any bytes: it is only hashed), None when absent or unreadable."""
-    if ref is None:
-        return None
-    try:
-        with open(ref, encoding="utf-8", errors="surrogateescape") as f:
-            return f.read()
-    except OSError:
-        return None
-
-
-def _digest(text: str | None) -> str | None:
-    return None if text is None else hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()
+def verify_config(ls: CudiceServer) -> VerifyConfig:
+    """What a verification worker runs with: `verify_settings` as a checked `VerifyConfig`."""
+    return VerifyConfig.from_dict(verify_settings(ls))
 
 
 def result_key_of(ls: CudiceServer, doc: Document) -> str:
     """The result-cache key of `doc` as it stands (its text, reference, settings and path)."""
-    ref = reference_path(doc)
-    return _key_for(ls, doc, ref, _reference_text(ref))
+    return key_for(ls, doc, read_reference(named_reference(doc)))
 
 
-def _key_for(ls: CudiceServer, doc: Document, ref: str | None, ref_text: str | None) -> str:
+def key_for(ls: CudiceServer, doc: Document, reference: ReferenceInfo) -> str:
+    """The result-cache key of `doc` verified against `reference` as it was read."""
     # The path is part of the key: a verdict's diagnostics carry the file they were computed
     # for, so a copy of the file (same content, other path) must not show the original's.
-    return result_key(doc.text, ref, ref_text, {**verify_config(ls), "path": os.path.realpath(doc.path)})
+    settings = {**verify_settings(ls), "path": os.path.realpath(doc.path)}
+    return result_key(doc.text, reference.path, reference.text, settings)
 
 
 def current_version(ls: CudiceServer, uri: str, source: str, version: int | None) -> tuple[bool, int | None]:
@@ -143,15 +138,15 @@ def publish(
 
 
 def _record(
-    ls: CudiceServer, uri: str, version: int | None, key: str, result: VerifyResult, source: str
+    ls: CudiceServer, state: DocumentState, version: int | None, key: str, result: VerifyResult, source: str
 ) -> bool:
     """Show `result` in hover, lens and status; False (nothing shown) when the editor's text moved on."""
+    uri = state.uri
     is_current, version = current_version(ls, uri, source, version)
     if not is_current:  # an older text's verdict must not replace what hover, lens and status show
         return False
-    ls.latest[uri] = Latest(version, key, result, source)
-    ls.edited.discard(uri)
-    ls.flagged.discard(uri)
+    state.latest = Latest(version, key, result, source)
+    state.edited = state.flagged = False
     ls.last_verdict, ls.last_uri = result.verdict.value, uri
     ls.send_status(f"{os.path.basename(result.path) or uri}: {result.verdict.value}", uri)
     ls.refresh_lenses()
@@ -166,27 +161,27 @@ def show_cached(ls: CudiceServer, uri: str) -> bool:
     source, version, path = doc
     if path is None or ls.too_large(uri, source):
         return False
-    doc_model = ls.analyse(uri, source)[0]
-    if not doc_model.is_candidate:
+    analysis = ls.analysis(uri, source)
+    if not analysis.doc.is_candidate:
         return False
-    key = result_key_of(ls, doc_model)
+    key = key_for(ls, analysis.doc, read_reference(analysis.reference))
     cached = ls.cache.get(key)
     if cached is None:
         return False
     publish(ls, uri, path, source, version, cached)
-    _record(ls, uri, version, key, cached, source)
+    _record(ls, ls.document(uri), version, key, cached, source)
     return True
 
 
-def watch_reference(ls: CudiceServer, uri: str, ref: str | None, ref_text: str | None) -> None:
-    for watched, uris in ls.dependents.items():  # a reference the comment no longer names
-        if watched != ref:
-            uris.discard(uri)
-    if ref is None or ls.ref_watcher is None:
+def watch_reference(ls: CudiceServer, state: DocumentState, reference: ReferenceInfo | None) -> None:
+    """Watch the reference `state`'s document was verified against (None: it names none now), and
+    remember the digest of the text it was read with."""
+    if reference is None or reference.path is None or ls.ref_watcher is None:
+        state.watched_reference = None  # a reference the comment no longer names
         return
-    ls.dependents.setdefault(ref, set()).add(uri)
-    ls.ref_digests[(ref, uri)] = _digest(ref_text)
-    ls.ref_watcher.watch(ref)
+    state.watched_reference = reference.path
+    state.reference_digest = reference.digest
+    ls.ref_watcher.watch(reference.path)
 
 
 async def verify_document(ls: CudiceServer, uri: str, *, force: bool = False) -> VerifyResult | None:
@@ -199,7 +194,8 @@ async def verify_document(ls: CudiceServer, uri: str, *, force: bool = False) ->
         return None
     if ls.too_large(uri, source):
         return None
-    doc_model = ls.analyse(uri, source)[0]
+    analysis = ls.analysis(uri, source)
+    doc_model = analysis.doc
     if not doc_model.is_candidate:
         from cudice.server.candidacy import not_a_candidate
 
@@ -211,33 +207,31 @@ async def verify_document(ls: CudiceServer, uri: str, *, force: bool = False) ->
                 lsp.MessageType.Info,
             )
         return None
-    ref = reference_path(doc_model)
-    ref_text = _reference_text(ref)  # read once: the result's key and the watcher's digest
-    watch_reference(ls, uri, ref, ref_text)
-    key = _key_for(ls, doc_model, ref, ref_text)
+    state = ls.document(uri)
+    reference = read_reference(analysis.reference)  # read once: the result's key and the watcher's digest
+    watch_reference(ls, state, reference)
+    key = key_for(ls, doc_model, reference)
     cached = None if force else ls.cache.get(key)
     if cached is not None:
         ls.jobs.cancel(uri)  # a build of older text still running would only be dropped
         publish(ls, uri, path, source, version, cached)
-        _record(ls, uri, version, key, cached, source)
+        _record(ls, state, version, key, cached, source)
         return cached
 
     refused = claim_work(ls, "verify", uri)  # multi-client: a bound on this editor's pending work
     if refused is not None:
         ls.notice(f"cudice: {os.path.basename(path)} not verified: {refused}")
         return None
-    ls.building[uri] = ls.building.get(uri, 0) + 1
+    state.building += 1
     building = [True]
 
     def done_building() -> None:  # before the verdict's status goes out, and at the latest on exit
         if building[0]:
             building[0] = False
-            ls.building[uri] -= 1
-            if not ls.building[uri]:
-                del ls.building[uri]
+            state.building -= 1
 
     try:
-        return await _verify_fresh(ls, uri, path, source, version, key, done_building)
+        return await _verify_fresh(ls, state, path, source, version, key, done_building)
     finally:
         release_work(ls, "verify", uri)
         if building[0]:  # ended without a verdict (cancelled, superseded, failed): the status says so
@@ -248,19 +242,19 @@ async def verify_document(ls: CudiceServer, uri: str, *, force: bool = False) ->
 
 async def _verify_fresh(
     ls: CudiceServer,
-    uri: str,
+    state: DocumentState,
     path: str,
     source: str,
     version: int | None,
     key: str,
     done_building: Callable[[], None],
 ) -> VerifyResult | None:
-    name = os.path.basename(path)
-    num_closes = ls.closes.get(uri, 0)
+    uri, name = state.uri, os.path.basename(path)
+    num_closes = state.closes
     ls.send_status(f"verifying {name}", uri)
     ls.refresh_lenses()
     progress = await WorkProgress.start(ls, f"cudice: verifying {name}", "static checks and compile")
-    if ls.closes.get(uri, 0) != num_closes:  # closed before its run started: nobody waits for it
+    if state.closes != num_closes:  # closed before its run started: nobody waits for it
         progress.end("cancelled")
         return None
     progress.report("static checks and compile", force=True)
@@ -276,7 +270,7 @@ async def _verify_fresh(
     def on_partial(partial: VerifyResult) -> None:
         if shown["final"]:
             return
-        is_last = partial.stage is Stage.COMPILE and request.config["compile_only"]
+        is_last = partial.stage is Stage.COMPILE and request.config.compile_only
         is_ok = partial.verdict in (Verdict.CHECKED, Verdict.COMPILED)
         then = _NEXT_STEP.get(partial.stage) if is_ok and not is_last else None
         progress.report(
@@ -323,7 +317,7 @@ async def _verify_fresh(
     if result.verdict.value not in ("crash", "timeout"):  # transient failures are not cached
         ls.cache.put(key, result)
     publish(ls, uri, path, source, version, result)
-    if not _record(ls, uri, version, key, result, source):  # the statusline must stop saying "verifying"
+    if not _record(ls, state, version, key, result, source):  # the statusline must stop saying "verifying"
         ls.send_status(f"{name}: {result.verdict.value} for an older text, not shown (save to verify)", uri)
     return result
 
@@ -337,11 +331,11 @@ async def reference_changed(ls: CudiceServer, ref: str) -> None:
     """A reference file changed on disk: re-verify the open candidates that use it, those whose last
     verification read another text of it (a touch, a chmod or a save of the same text changes no
     verdict, and re-verifying would supersede a build already running on the same inputs)."""
-    digest = _digest(_reference_text(ref))
-    for uri in sorted(ls.dependents.get(ref, ())):
+    digest = read_reference(ref).digest
+    for uri in sorted(u for u, state in ls.documents.items() if state.watched_reference == ref):
         if uri not in ls.workspace.text_documents:
             continue
-        if digest is not None and ls.ref_digests.get((ref, uri)) == digest:
+        if digest is not None and ls.documents[uri].reference_digest == digest:
             ls.window_log_message(
                 lsp.LogMessageParams(
                     lsp.MessageType.Log,
@@ -361,7 +355,9 @@ def verify_open_documents(ls: CudiceServer, uris: list[str] | None = None) -> in
     num = 0
     for uri in list(ls.workspace.text_documents) if uris is None else uris:
         doc = ls.read_document(uri)
-        if doc is None or doc[2] is None or uri in ls.latest or uri in ls.saved or ls.is_building(uri):
+        state = ls.documents.get(uri)
+        is_known = state is not None and (state.latest is not None or state.saved)
+        if doc is None or doc[2] is None or is_known or ls.is_building(uri):
             continue
         try:
             if os.path.getmtime(doc[2]) < ls.started_at:

@@ -33,10 +33,10 @@ import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from cudice.server.workers.protocol import ChildProcess
 from cudice.server.workers.verify_child import WARM_ENV
+from cudice.verifier.config import VerifyConfig
 from cudice.verifier.source.result import Stage, Verdict, VerifyResult
 
 log = logging.getLogger(__name__)
@@ -50,7 +50,7 @@ class VerifyRequest:
     path: str
     source: str
     version: int | None
-    config: dict[str, Any] = field(default_factory=dict)
+    config: VerifyConfig = field(default_factory=VerifyConfig)
     timeout_s: float = 300.0
 
 
@@ -156,7 +156,7 @@ class VerifyJobs:
         if self.prebuilding(request.uri) == request.source:
             return None
         self.cancel_prebuild(request.uri)
-        request = dataclasses.replace(request, config={**request.config, "build_only": True})
+        request = dataclasses.replace(request, config=request.config.with_(build_only=True))
         job = _Job(request, self._new_proc(warm=False))
         self._prebuilds[request.uri] = job
         try:
@@ -220,7 +220,8 @@ class VerifyJobs:
             if not started:
                 await proc.start()
             await self.prestart()  # the next save's worker warms up while this one runs
-            await proc.send({"path": request.path, "source": request.source, "config": request.config})
+            config = request.config.overrides()  # the worker's own defaults for the rest (its cache)
+            await proc.send({"path": request.path, "source": request.source, "config": config})
             limit = request.timeout_s + self.timeout_margin_s
             try:
                 final = await asyncio.wait_for(self._follow(proc, on_partial, on_stage), limit)

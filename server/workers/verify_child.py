@@ -1,6 +1,8 @@
 """The verification worker: `python -m cudice.server.workers.verify_child`, one verification per process.
 
-Reads one JSON request on stdin: {"path", "source", "config": {VerifyConfig fields}}. Writes JSON
+Reads one JSON request on stdin: {"path", "source", "config": {VerifyConfig fields}} (the fields
+that differ from the defaults, `VerifyConfig.overrides`; a key that is no field ends the run with
+a `crash` record naming it and the valid ones, `VerifyConfig.from_dict`). Writes JSON
 lines on stdout (framing: `protocol.py`), after {"event": "started", "pid"}:
   {"event": "stage", "stage"}                    when the verifier names the stage it starts
   {"event": "partial", "result": VerifyResult}  after each finished stage (static, compile, ...)
@@ -23,7 +25,6 @@ only and dies with this process's family.
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import os
 import sys
@@ -34,15 +35,8 @@ from typing import Any
 
 from cudice.server.workers import child
 from cudice.server.workers.protocol import EventStream, requests
+from cudice.verifier.config import VerifyConfig
 from cudice.verifier.source.result import Stage, Verdict, VerifyResult
-
-
-def _config(raw: dict[str, Any]) -> Any:
-    from cudice.verifier.config import VerifyConfig
-
-    names = {f.name for f in dataclasses.fields(VerifyConfig)}
-    return VerifyConfig(**{k: v for k, v in raw.items() if k in names})
-
 
 WARM_ENV = "CUDICE_VERIFY_WARM"
 DEFAULT_MODULE = "cudice.verifier.api"
@@ -59,7 +53,6 @@ def warm_runner() -> Any:
 
     if not gpu_available():
         return None
-    from cudice.verifier.config import VerifyConfig
     from cudice.verifier.run.warm import judge_ahead
 
     return judge_ahead(VerifyConfig())  # the server's settings leave the cache and memory limit as these
@@ -68,7 +61,7 @@ def warm_runner() -> Any:
 def run(request: dict[str, Any], stream: EventStream, runner: Any = None) -> None:
     path, source = str(request["path"]), request.get("source")
     api = importlib.import_module(os.environ.get("CUDICE_VERIFY_MODULE", DEFAULT_MODULE))
-    config = _config(request.get("config") or {})
+    config = VerifyConfig.from_dict(request.get("config") or {})  # an unknown key fails the run, named
 
     def on_stage(partial: Any, *_: Any) -> None:
         if isinstance(partial, VerifyResult):  # the verifier reports each finished stage's findings

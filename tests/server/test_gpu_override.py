@@ -101,7 +101,7 @@ def server_reason() -> tuple[str | None, bool]:
     from cudice.server.verification import compile_only_reason, verify_config
 
     ls = create_server()
-    return compile_only_reason(ls), bool(verify_config(ls)["compile_only"])
+    return compile_only_reason(ls), verify_config(ls).compile_only
 
 
 @pytest.mark.parametrize(

@@ -84,7 +84,7 @@ def test_server_factory_gives_independent_servers() -> None:
     from cudice.server.protocol import COMMANDS
 
     a, b = create_server(), create_server()
-    assert a is not b and a.latest is not b.latest and a.model is not b.model
+    assert a is not b and a.documents is not b.documents and a.model is not b.model
     assert set(COMMANDS) <= set(a.protocol.fm.commands)
 
 

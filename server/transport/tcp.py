@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable
 from threading import Event
 from typing import Any
 
-from cudice.server.rpc_reader import read_messages
+from cudice.server.transport.rpc_reader import read_messages
 from pygls.lsp.server import LanguageServer
 
 log = logging.getLogger(__name__)

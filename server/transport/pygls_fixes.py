@@ -1,0 +1,65 @@
+"""pygls 2.1.1 fixes that are not the read loop or the TCP listener: the stdio server and the
+request-future table.
+
+`serve_stdio(server, ...)` is pygls' `start_io` with cudice's read loop (`rpc_reader.py`: bad frames
+never deafen the server, unreadable requests are answered, nothing pops up), started from a first
+frame `fast_init` may already have read (and answered: pygls' own reply to that id is then
+dropped). `SnapshotItems` replaces the protocol's `_request_futures` table (`install`): pygls'
+`shutdown` cancels the requests in flight while iterating it, and a running command's future
+removes itself from it as it is cancelled ("dictionary changed size during iteration": `shutdown`
+failed while a generation ran); iterating over a snapshot fixes that.
+
+Not covered: pygls versions other than 2.1 (the attributes patched here are pygls internals).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+import threading
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from cudice.server.fast_init import EarlyFrame
+    from pygls.lsp.server import LanguageServer
+
+log = logging.getLogger("cudice.server")
+
+
+class SnapshotItems(dict[Any, Any]):
+    """A dict whose `items()` is a list: iterating it survives removals meanwhile."""
+
+    def items(self) -> Any:
+        return list(super().items())
+
+
+def install(server: LanguageServer) -> None:
+    """Apply the fixes that live on a server object (its request-future table)."""
+    server.protocol._request_futures = SnapshotItems()
+
+
+def serve_stdio(
+    server: LanguageServer, stdin: Any = None, stdout: Any = None, *, early: EarlyFrame | None = None
+) -> None:
+    """Serve `server` on stdio until EOF, `exit` or a lost connection, then shut it down (blocks)."""
+    from cudice.server.transport.rpc_reader import read_messages
+    from pygls.io_ import StdinAsyncReader, StdoutWriter
+
+    server._stop_event = threading.Event()
+    reader = StdinAsyncReader(stdin or sys.stdin.buffer, server.thread_pool)
+    writer: Any = StdoutWriter(stdout or sys.stdout.buffer)
+    if early is not None and early.answered_id is not None:
+        from cudice.server.fast_init import DropReply
+
+        writer = DropReply(writer, early.answered_id)
+    server.protocol.set_writer(writer)
+    first = [early.body] if early is not None else []
+    try:
+        asyncio.run(read_messages(server._stop_event, reader, server.protocol, first))  # type: ignore[arg-type]
+    except BrokenPipeError:
+        log.error("the connection to the client is lost; shutting down")
+    except (KeyboardInterrupt, SystemExit):
+        pass
+    finally:
+        server.shutdown()  # type: ignore[no-untyped-call]
