@@ -29,6 +29,7 @@ from cudice.server.protocol import (
     KIND_GENERATE,
     KIND_INFILL,
 )
+from cudice.server.session import cancel_work, release
 from lsprotocol import types as lsp
 
 if TYPE_CHECKING:
@@ -318,50 +319,13 @@ def create_server(
 
     @server.command(CMD_CANCEL)
     def cmd_cancel(ls: CudiceServer, *args: Any) -> dict[str, Any]:
-        generating = [uri for uri, state in ls.documents.items() if state.generation_cancel is not None]
-        uris = [args[0]] if args and isinstance(args[0], str) else [*generating, *ls.jobs.running_uris()]
-        num = 0
-        for uri in uris:
-            num += ls.jobs.cancel(uri)
-            state = ls.documents.get(uri)
-            if state is not None and state.generation_cancel is not None:
-                state.generation_cancel.set()
-                num += 1
-        return {"cancelled": num}
+        return {"cancelled": cancel_work(ls, args[0] if args and isinstance(args[0], str) else None)}
 
     @server.feature(lsp.SHUTDOWN)
     async def shutdown(ls: CudiceServer, params: None) -> None:
         await release(ls)
 
     return server
-
-
-async def release(ls: CudiceServer) -> None:
-    """Stop what a client's session started: runs, generations, watchers, workers (in multi-client
-    mode its own runs and generations, not the shared model). Called on `shutdown`, and in TCP mode
-    when a connection ends without it. (Background tasks are left to
-    end on their own: cancelling a verification flow mid-run here stalled the workers' shutdown.)"""
-    from cudice.server import prebuild
-
-    ls.released = True
-    prebuild.cancel_all(ls)
-    ls.jobs.cancel_all()
-    for state in ls.documents.values():
-        if state.generation_cancel is not None:
-            state.generation_cancel.set()
-    for w in (ls.ref_watcher, ls.ckpt_watcher):
-        if w is not None:
-            w.stop()
-    ls.ref_watcher = ls.ckpt_watcher = None
-    if ls.team is not None:  # multi-client: the model is shared; only this session's work stops
-        from cudice.server.team import detach
-
-        detach(ls)
-        if "quick" in ls.__dict__:
-            await ls.quick.shutdown()
-        return
-    # Both workers at once: clients give `shutdown` about 2 s before they log a time-out.
-    await asyncio.gather(ls.model.shutdown(), ls.quick.shutdown())
 
 
 def run(

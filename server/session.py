@@ -1,0 +1,61 @@
+"""A session's work as a whole: `cudice.cancel` and the end of a session.
+
+`cancel_work(ls, uri)` cancels the verification and the generation of one document, or of every
+document (`uri` None), and says how many it stopped. `release(ls)` stops what a client's session
+started — runs, builds of unsaved text, generations, watchers, workers (in multi-client mode its
+own runs and generations, not the shared model) — on `shutdown`, and in TCP mode when a connection
+ends without it.
+
+Not covered: background tasks (a verification flow ends on its own once its run is killed:
+cancelling one mid-run here stalled the workers' shutdown).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from cudice.server.core import CudiceServer
+
+
+def cancel_work(ls: CudiceServer, uri: str | None) -> int:
+    """Cancel `uri`'s verification and generation (every document's when None); how many."""
+    if uri is None:
+        generating = [u for u, state in ls.documents.items() if state.generation_cancel is not None]
+        uris = [*generating, *ls.jobs.running_uris()]
+    else:
+        uris = [uri]
+    num = 0
+    for each in uris:
+        num += ls.jobs.cancel(each)
+        state = ls.documents.get(each)
+        if state is not None and state.generation_cancel is not None:
+            state.generation_cancel.set()
+            num += 1
+    return num
+
+
+async def release(ls: CudiceServer) -> None:
+    """Stop what a client's session started: runs, generations, watchers, workers (in multi-client
+    mode its own runs and generations, not the shared model). Called on `shutdown`, and in TCP mode
+    when a connection ends without it; background tasks end on their own."""
+    from cudice.server import prebuild
+
+    ls.released = True
+    prebuild.cancel_all(ls)
+    ls.jobs.cancel_all()
+    for state in ls.documents.values():
+        if state.generation_cancel is not None:
+            state.generation_cancel.set()
+    for w in (ls.ref_watcher, ls.ckpt_watcher):
+        if w is not None:
+            w.stop()
+    ls.ref_watcher = ls.ckpt_watcher = None
+    if ls.team is not None:  # multi-client: the model is shared; only this session's work stops
+        from cudice.server.team import detach
+
+        detach(ls)
+        if "quick" in ls.__dict__:
+            await ls.quick.shutdown()
+        return
+    # Both workers at once: clients give `shutdown` about 2 s before they log a time-out.
+    await asyncio.gather(ls.model.shutdown(), ls.quick.shutdown())
