@@ -1,8 +1,14 @@
 """`VerifyBackend`: the one interface for "verify many candidates", local or on a Ray cluster.
 
-A backend takes jobs with `submit(path, *, source, reference, config, key)` and hands back a
-`concurrent.futures.Future[VerifyResult]` — the same record `verify()` returns, so the RL
-reward, `cudice eval` and the editor read one truth. `shutdown()` (or leaving the `with` block)
+A backend takes jobs with `submit(path, *, source, reference, config, key, reference_source)`
+and hands back a `concurrent.futures.Future[VerifyResult]` — the same record `verify()` returns,
+so the RL reward, `cudice eval` and the editor read one truth. A job (`VerifyJob`) names files or
+carries texts: with `source` the candidate's text is verified and `path` names it, with
+`reference_source` the reference's text and `reference` names it (default `<reference>`).
+Nothing is read from disk for what a job carries, on this machine or a Ray worker (a candidate
+text without a reference still has its `# cudice: reference=` comment read beside `path`), and
+the result is the one the same texts get as files under those names (tests/verifier/test_pool.py,
+tests/verifier/dist/test_ray_backend.py). `shutdown()` (or leaving the `with` block)
 releases its workers. Two backends satisfy it:
 
 - `local` — `cudice.verifier.pool.VerifyPool` (threads + sandboxed children on this machine);
@@ -36,8 +42,12 @@ from cudice.verifier.source.result import VerifyResult
 
 @dataclass(frozen=True, slots=True)
 class VerifyJob:
-    """One candidate to verify: a path (used for locations), its text if unsaved, its reference
-    (a path, or `reference_source`: its text, with `reference` only the name it is shown under)."""
+    """One candidate to verify, as files or as texts (module docstring).
+
+    `path`: the candidate's file, or with `source` (its text) the name its locations show;
+    `reference`: the reference's file (None: the candidate's own `Model` or its `# cudice:`
+    comment), or with `reference_source` (its text) the name its diagnostics show;
+    `key`: the job's identity for cancelling (default: the path)."""
 
     path: str | Path
     source: str | None = None

@@ -1,13 +1,18 @@
-"""VerifyPool: results come back, a changed document cancels its earlier job."""
+"""VerifyPool: results come back, a changed document cancels its earlier job, a job given as
+texts gets the result of the same job given as files."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
+from cudice.verifier.backends import VerifyJob, verify_all
 from cudice.verifier.config import VerifyConfig
 from cudice.verifier.pool import VerifyPool
-from cudice.verifier.source.result import Verdict
+from cudice.verifier.source.result import Verdict, VerifyResult
 from verifier_marks import needs_nvcc
+
+CORPUS = Path(__file__).parent / "corpus"
 
 
 def test_pool_serves_many_jobs_and_survives_bad_ones(tmp_path: Path) -> None:
@@ -20,6 +25,64 @@ def test_pool_serves_many_jobs_and_survives_bad_ones(tmp_path: Path) -> None:
         results = [pool.submit(f).result(timeout=60) for f in files]
     assert [r.verdict for r in results] == [Verdict.INVALID_INPUT] * 4
     assert [r.diagnostics[0].code for r in results][:2] == ["parse.no_model_new", "parse.syntax_error"]
+
+
+def comparable(result: VerifyResult) -> dict[str, Any]:
+    """Everything but the wall times and the time stamp."""
+    d = result.to_dict()
+    d.pop("stage_wall_s")
+    d.pop("measured_at")
+    return d
+
+
+def text_and_file_cases() -> dict[str, tuple[str, str]]:
+    """(candidate text, reference text): a static violation, a reference without `Model` (a
+    finding located in the reference), a reference that does not parse, a candidate without
+    `ModelNew`, and Windows line endings (a text job carries them as a file read gives them)."""
+    cand = (CORPUS / "adv_st2_class_swap.py").read_text()
+    ref = (CORPUS / "references" / "relu.py").read_text()
+    return {
+        "static": (cand, ref),
+        "ref_without_model": (cand, "import torch\ndef get_inputs():\n    return []\n"),
+        "ref_syntax": (cand, "def broken(:\n"),
+        "no_model_new": ("import torch\n", ref),
+        "crlf": (cand.replace("\n", "\r\n"), ref.replace("\n", "\r\n")),
+    }
+
+
+def test_a_job_given_as_texts_gets_the_result_of_the_same_job_given_as_files(tmp_path: Path) -> None:
+    """The files are verified, then deleted; the texts under the same names give the same results
+    (verdicts, diagnostics, locations, messages): nothing of a text job is read from disk."""
+    cases = text_and_file_cases()
+    files = []
+    for name, (cand, ref) in cases.items():
+        c, r = tmp_path / f"{name}.py", tmp_path / f"{name}_ref.py"
+        c.write_bytes(cand.encode())
+        r.write_bytes(ref.encode())
+        files.append(VerifyJob(c, reference=r, key=f"file-{name}"))
+    read_back = {n: (a.replace("\r\n", "\n"), b.replace("\r\n", "\n")) for n, (a, b) in cases.items()}
+    texts = [
+        VerifyJob(
+            job.path,
+            source=read_back[name][0],
+            reference=job.reference,
+            key=f"text-{name}",
+            reference_source=read_back[name][1],
+        )
+        for name, job in zip(cases, files, strict=True)
+    ]
+    config = VerifyConfig(cache_dir=tmp_path / "cache", compile_only=True)
+    with VerifyPool(config, num_compile_workers=2, gpus=[]) as pool:
+        from_files = verify_all(pool, files, timeout_s=120)
+        for job in files:
+            Path(job.path).unlink()
+            Path(str(job.reference)).unlink()
+        from_texts = verify_all(pool, texts, timeout_s=120)
+    violation, invalid = Verdict.STATIC_VIOLATION, Verdict.INVALID_INPUT
+    assert [r.verdict for r in from_files] == [violation, violation, violation, invalid, violation]
+    ref_path = str(files[1].reference)  # the reference's own finding carries its name
+    assert any(d.location and d.location.path == ref_path for d in from_texts[1].diagnostics)
+    assert [comparable(r) for r in from_texts] == [comparable(r) for r in from_files]
 
 
 @needs_nvcc
