@@ -42,7 +42,8 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 
 from cudice.verifier.config import VerifyConfig
 from cudice.verifier.source.document import Document, callee_name, parse_document
@@ -50,9 +51,9 @@ from cudice.verifier.source.reference import reference_path
 from cudice.verifier.source.result import Diagnostic, Location, Severity, Stage
 from cudice.verifier.static.bindings import CandidateModule, dotted
 from cudice.verifier.static.cuda import CppSource, check_cpp_sources, pybind_python_names
-from cudice.verifier.static.forward import ForwardReport, analyze_forward
+from cudice.verifier.static.forward import Finding, ForwardReport, analyze_forward
 from cudice.verifier.static.load_inline import built_source_findings, extension_findings
-from cudice.verifier.static.module_rules import ModuleRules
+from cudice.verifier.static.module_rules import module_rule_findings
 from cudice.verifier.static.names import LoadInlineUses, import_aliases
 from cudice.verifier.static.policy import Strictness, parse_strictness
 from cudice.verifier.static.protocol import call_protocol_findings
@@ -80,9 +81,9 @@ def check_document(doc: Document, config: VerifyConfig | None = None) -> list[Di
     cls = next((n for n in doc.tree.body if isinstance(n, ast.ClassDef) and n.name == "ModelNew"), None)
     if cls is None:
         return []
-    checker = _ModuleChecker(doc, cls, level)
-    diags = checker.run()
-    diags += extension_findings(doc, checker.uses, level, low_ref)
+    candidate = _candidate(doc, doc.tree, cls, level)
+    diags = _python_diagnostics(candidate)
+    diags += extension_findings(doc, candidate.uses, level, low_ref)
     return _dedupe(diags)
 
 
@@ -130,183 +131,209 @@ def _reference_is_low_precision(doc: Document) -> bool:
         return False
 
 
-class _ModuleChecker(ModuleRules):
-    """Module-wide rules plus the forward analysis for one candidate document."""
+@dataclass(frozen=True, slots=True)
+class _Candidate:
+    """A `ModelNew` file as the Python-side checks read it; each phase below is a function of it."""
 
-    def __init__(self, doc: Document, cls: ast.ClassDef, level: Strictness) -> None:
-        assert doc.tree is not None
-        self.doc, self.tree, self.cls, self.level = doc, doc.tree, cls, level
-        self.aliases = import_aliases(self.tree)
-        self.uses = LoadInlineUses.of(self.tree, self.aliases)
-        self.reference_names = {"Model"} | {
-            a.asname or a.name
-            for n in ast.walk(self.tree)
-            if isinstance(n, ast.ImportFrom)
-            for a in n.names
-            if a.name == "Model"
-        }
-        self.diags: list[Diagnostic] = []
-        self.exposed = self._exposed_names()
+    doc: Document
+    module: CandidateModule  # the tree, `ModelNew`, aliases, exposed, extension and reference names
+    uses: LoadInlineUses
+    level: Strictness
 
-    def loc(self, node: ast.AST) -> Location:
-        line = getattr(node, "lineno", 1)
-        col = getattr(node, "col_offset", 0) + 1
-        end_line = getattr(node, "end_lineno", None)
-        end_col = getattr(node, "end_col_offset", None)
-        return Location(self.doc.path, line, col, end_line, None if end_col is None else end_col + 1)
 
-    def add(self, code: str, node: ast.AST, message: str, severity: Severity = Severity.ERROR) -> None:
-        self.diags.append(Diagnostic(severity, message, code, Stage.STATIC, self.loc(node)))
+def _candidate(doc: Document, tree: ast.Module, cls: ast.ClassDef, level: Strictness) -> _Candidate:
+    """What the phases share: import aliases, the uses of `load_inline`, the reference's names, the
+    extension's exposed functions and the names bound to it."""
+    aliases = import_aliases(tree)
+    uses = LoadInlineUses.of(tree, aliases)
+    reference_names = {"Model"} | {
+        a.asname or a.name
+        for n in ast.walk(tree)
+        if isinstance(n, ast.ImportFrom)
+        for a in n.names
+        if a.name == "Model"
+    }
+    exposed = _exposed_names(doc, tree, uses)
+    extensions = _extension_names(tree, {id(c) for c in uses.calls})
+    module = CandidateModule(tree, cls, aliases, exposed, extensions, reference_names)
+    return _Candidate(doc, module, uses, level)
 
-    def run(self) -> list[Diagnostic]:
-        self._inheritance()
-        self._reference_use()
-        for node in ast.walk(self.tree):
-            self._module_node(node)
-        self._load_inline_fallback()
-        self._load_inline_values()
-        for f in call_protocol_findings(self.tree):
-            self.add(f.code, f.node, f.message)
-        exposed = self.exposed
-        extensions = _extension_names(self.tree, {id(c) for c in self.uses.calls})
-        module = CandidateModule(self.tree, self.cls, self.aliases, exposed, extensions, self.reference_names)
-        report = analyze_forward(module, self.level)
-        for f in report.findings:
-            self.add(f.code, f.node, f.message, Severity.WARNING if f.warning else Severity.ERROR)
-        self._launches(report, exposed)
-        return self.diags
 
-    # -- ModelNew and the reference ------------------------------------------------------------
-    def _inheritance(self) -> None:
-        tainted = set(self.reference_names)
-        classes = [n for n in self.tree.body if isinstance(n, ast.ClassDef)]
-        for _ in range(len(classes)):  # transitive: class A(Model); class ModelNew(A)
-            for c in classes:
-                if c.name != "ModelNew" and any(_base_name(b) in tainted for b in c.bases):
-                    tainted.add(c.name)
-        for b in self.cls.bases:
-            if _base_name(b) in tainted:
-                self.add(
-                    "static.inherits_model",
-                    b,
-                    f"`ModelNew` inherits from `{ast.unparse(b)}`, which is (or derives from) the reference "
-                    "`Model`: its inherited forward runs the reference. Inherit from `nn.Module` only.",
-                )
+def _python_diagnostics(c: _Candidate) -> list[Diagnostic]:
+    """Every Python-side finding, in the order the phases run."""
+    tree = c.module.tree
+    findings = [
+        *_inherits_model(c),
+        *_holds_reference(c),
+        *module_rule_findings(c.module, c.level),
+        *_load_inline_fallback(c),
+        *_load_inline_values(c),
+        *call_protocol_findings(tree),
+    ]
+    report = analyze_forward(c.module, c.level)
+    findings += report.findings
+    return [_diagnostic(c.doc, f) for f in findings] + _launch_diagnostics(c, report)
 
-    def _reference_use(self) -> None:
-        for node in ast.walk(self.cls):
-            hit = (
-                isinstance(node, ast.Name)
-                and node.id in self.reference_names
-                and isinstance(node.ctx, ast.Load)
-            ) or (isinstance(node, ast.Attribute) and node.attr == "Model" and dotted(node, self.aliases))
-            if hit and not any(node is b or node in ast.walk(b) for b in self.cls.bases):
-                self.add(
-                    "static.holds_reference_model",
-                    node,
-                    "`ModelNew` uses the reference `Model` (holds an instance or calls it): the "
-                    "reference, not the kernel, would produce the output. Build `ModelNew` from "
-                    "`nn.Module` and kernels.",
-                )
 
-    def _load_inline_values(self) -> None:
-        for node in self.uses.opaque:
-            self.add(
-                "static.dynamic_source",
+def _diagnostic(doc: Document, f: Finding) -> Diagnostic:
+    """`f` as a static `Diagnostic` spanning its node (a warning if `f` says so, else an error)."""
+    node = f.node
+    line = getattr(node, "lineno", 1)
+    col = getattr(node, "col_offset", 0) + 1
+    end_line = getattr(node, "end_lineno", None)
+    end_col = getattr(node, "end_col_offset", None)
+    location = Location(doc.path, line, col, end_line, None if end_col is None else end_col + 1)
+    severity = Severity.WARNING if f.warning else Severity.ERROR
+    return Diagnostic(severity, f.message, f.code, Stage.STATIC, location)
+
+
+# -- ModelNew and the reference ----------------------------------------------------------------
+def _inherits_model(c: _Candidate) -> Iterator[Finding]:
+    """`static.inherits_model`: bases of `ModelNew` that are, or derive in this file from, `Model`."""
+    m = c.module
+    tainted = set(m.reference_names)
+    classes = [n for n in m.tree.body if isinstance(n, ast.ClassDef)]
+    for _ in range(len(classes)):  # transitive: class A(Model); class ModelNew(A)
+        for cl in classes:
+            if cl.name != "ModelNew" and any(_base_name(b) in tainted for b in cl.bases):
+                tainted.add(cl.name)
+    for b in m.cls.bases:
+        if _base_name(b) in tainted:
+            yield Finding(
+                "static.inherits_model",
+                b,
+                f"`ModelNew` inherits from `{ast.unparse(b)}`, which is (or derives from) the reference "
+                "`Model`: its inherited forward runs the reference. Inherit from `nn.Module` only.",
+            )
+
+
+def _holds_reference(c: _Candidate) -> Iterator[Finding]:
+    """`static.holds_reference_model`: `Model` read anywhere in `ModelNew` but its bases."""
+    m = c.module
+    for node in ast.walk(m.cls):
+        hit = (
+            isinstance(node, ast.Name) and node.id in m.reference_names and isinstance(node.ctx, ast.Load)
+        ) or (isinstance(node, ast.Attribute) and node.attr == "Model" and dotted(node, m.aliases))
+        if hit and not any(node is b or node in ast.walk(b) for b in m.cls.bases):
+            yield Finding(
+                "static.holds_reference_model",
                 node,
-                f"`{ast.unparse(node)}` compiles or loads code that is not in this file's string literals, "
-                "so the static checks cannot read it. Put the C++/CUDA in "
-                "`load_inline(cpp_sources=..., cuda_sources=...)` literals.",
-                Severity.WARNING if self.level is Strictness.LENIENT else Severity.ERROR,
-            )
-        for node in self.uses.values:
-            self.add(
-                "static.dynamic_source",
-                node,
-                f"`{ast.unparse(node)}` is `load_inline` used as a value (passed on, stored, wrapped): the "
-                "checks cannot follow it to the call that compiles, so they cannot read the C++/CUDA it "
-                "builds. Call `load_inline(...)` (under any name) directly with the sources.",
-                Severity.WARNING if self.level is Strictness.LENIENT else Severity.ERROR,
+                "`ModelNew` uses the reference `Model` (holds an instance or calls it): the "
+                "reference, not the kernel, would produce the output. Build `ModelNew` from "
+                "`nn.Module` and kernels.",
             )
 
-    def _load_inline_fallback(self) -> None:
-        builders = {id(c) for c in self.uses.calls}
-        for node in ast.walk(self.tree):
-            if not isinstance(node, ast.Try):
-                continue
-            builds = any(id(n) in builders for s in node.body for n in ast.walk(s))
-            swallowed = any(
-                not any(isinstance(n, ast.Raise) for s in h.body for n in ast.walk(s)) for h in node.handlers
-            )
-            if builds and swallowed:
-                self.add(
-                    "static.fallback_to_reference",
-                    node,
-                    "`load_inline` inside `try` whose `except` does not re-raise: when the kernel fails to "
-                    "build, the file falls back to something else. Let the build error propagate.",
-                )
 
-    # -- kernel launches -------------------------------------------------------------------------
-    def _exposed_names(self) -> set[str]:
-        names: set[str] = set()
-        for call in self.doc.load_inline_calls:
-            if call.functions is not None:
-                names.update(call.functions)
-            else:
-                texts = [s.text for s in call.sources if s.text is not None]
-                names.update(pybind_python_names([CppSource(t, lambda _l, _c: None) for t in texts]))
-        spelled = {id(n) for n in self.uses.spelled}
-        for node in self.uses.calls:
-            if id(node) not in spelled:
-                functions = call_functions(self.tree, node)
-                if functions is not None:
-                    names.update(functions)
-                else:
-                    resolved = resolve_call_sources(self.tree, node)
-                    texts = [r.text for r in resolved.sources if r.text is not None]
-                    names.update(pybind_python_names([CppSource(t, lambda _l, _c: None) for t in texts]))
-        return names
-
-    def _launches(self, report: ForwardReport, exposed: set[str]) -> None:
-        forward = next(
-            (n for n in self.cls.body if isinstance(n, ast.FunctionDef) and n.name == "forward"), self.cls
+# -- load_inline ---------------------------------------------------------------------------------
+def _load_inline_fallback(c: _Candidate) -> Iterator[Finding]:
+    """`static.fallback_to_reference`: a `try` that calls `load_inline` with an `except` that does not
+    re-raise."""
+    builders = {id(call) for call in c.uses.calls}
+    for node in ast.walk(c.module.tree):
+        if not isinstance(node, ast.Try):
+            continue
+        builds = any(id(n) in builders for s in node.body for n in ast.walk(s))
+        swallowed = any(
+            not any(isinstance(n, ast.Raise) for s in h.body for n in ast.walk(s)) for h in node.handlers
         )
-        if not self.uses.calls:
-            self.add(
-                "static.kernel_never_launched",
-                self.cls,
-                "this file compiles no CUDA (`load_inline` is never called): `ModelNew` cannot be running a "
-                "custom kernel. Write the kernel in `cuda_sources` and call it from forward.",
+        if builds and swallowed:
+            yield Finding(
+                "static.fallback_to_reference",
+                node,
+                "`load_inline` inside `try` whose `except` does not re-raise: when the kernel fails to "
+                "build, the file falls back to something else. Let the build error propagate.",
             )
-            return
-        if not report.kernel_calls:
-            self.add(
-                "static.kernel_never_launched",
-                forward,
-                "`forward` never calls a function of the compiled extension"
-                + (f" (exposed: {', '.join(sorted(exposed))})" if exposed else "")
-                + ": the custom kernel does none of the work. Call it from forward.",
-            )
-            return
-        used = {
-            n.func.attr if isinstance(n.func, ast.Attribute) else callee_name(n.func)
-            for n in ast.walk(self.tree)
-            if isinstance(n, ast.Call)
-        } | {n.attr for n in ast.walk(self.tree) if isinstance(n, ast.Attribute)}
-        sev = Severity.ERROR if self.level is Strictness.STRICT else Severity.WARNING
-        for call in self.doc.load_inline_calls:
-            for fname in call.functions or ():
-                if fname not in used:
-                    self.diags.append(
-                        Diagnostic(
-                            sev,
-                            f"`{fname}` is listed in `functions=` but nothing calls it: dead kernels "
-                            "make the file look like it does more than it does.",
-                            "static.kernel_never_launched",
-                            Stage.STATIC,
-                            self.doc.location(call.span),
-                        )
-                    )
+
+
+def _load_inline_values(c: _Candidate) -> Iterator[Finding]:
+    """`static.dynamic_source`: builders of code the checks cannot read, and `load_inline` used as a
+    value (a warning in `lenient`)."""
+    lenient = c.level is Strictness.LENIENT
+    for node in c.uses.opaque:
+        yield Finding(
+            "static.dynamic_source",
+            node,
+            f"`{ast.unparse(node)}` compiles or loads code that is not in this file's string literals, "
+            "so the static checks cannot read it. Put the C++/CUDA in "
+            "`load_inline(cpp_sources=..., cuda_sources=...)` literals.",
+            warning=lenient,
+        )
+    for node in c.uses.values:
+        yield Finding(
+            "static.dynamic_source",
+            node,
+            f"`{ast.unparse(node)}` is `load_inline` used as a value (passed on, stored, wrapped): the "
+            "checks cannot follow it to the call that compiles, so they cannot read the C++/CUDA it "
+            "builds. Call `load_inline(...)` (under any name) directly with the sources.",
+            warning=lenient,
+        )
+
+
+# -- kernel launches -----------------------------------------------------------------------------
+def _exposed_names(doc: Document, tree: ast.Module, uses: LoadInlineUses) -> set[str]:
+    """The extension's Python function names: `functions=` where given, else the pybind11 names of
+    the sources (for calls the document records, and for `load_inline` under other names)."""
+    names: set[str] = set()
+    for call in doc.load_inline_calls:
+        if call.functions is not None:
+            names.update(call.functions)
+        else:
+            texts = [s.text for s in call.sources if s.text is not None]
+            names.update(pybind_python_names([CppSource(t, lambda _l, _c: None) for t in texts]))
+    spelled = {id(n) for n in uses.spelled}
+    for node in uses.calls:
+        if id(node) not in spelled:
+            functions = call_functions(tree, node)
+            if functions is not None:
+                names.update(functions)
+            else:
+                resolved = resolve_call_sources(tree, node)
+                texts = [r.text for r in resolved.sources if r.text is not None]
+                names.update(pybind_python_names([CppSource(t, lambda _l, _c: None) for t in texts]))
+    return names
+
+
+def _launch_diagnostics(c: _Candidate, report: ForwardReport) -> list[Diagnostic]:
+    """`static.kernel_never_launched`: no `load_inline` at all, a forward that calls no extension
+    function, or else each `functions=` name nothing calls (a warning unless `strict`, on its call)."""
+    m, doc = c.module, c.doc
+    forward = next((n for n in m.cls.body if isinstance(n, ast.FunctionDef) and n.name == "forward"), m.cls)
+    if not c.uses.calls:
+        finding = Finding(
+            "static.kernel_never_launched",
+            m.cls,
+            "this file compiles no CUDA (`load_inline` is never called): `ModelNew` cannot be running a "
+            "custom kernel. Write the kernel in `cuda_sources` and call it from forward.",
+        )
+        return [_diagnostic(doc, finding)]
+    if not report.kernel_calls:
+        finding = Finding(
+            "static.kernel_never_launched",
+            forward,
+            "`forward` never calls a function of the compiled extension"
+            + (f" (exposed: {', '.join(sorted(m.exposed))})" if m.exposed else "")
+            + ": the custom kernel does none of the work. Call it from forward.",
+        )
+        return [_diagnostic(doc, finding)]
+    used = {
+        n.func.attr if isinstance(n.func, ast.Attribute) else callee_name(n.func)
+        for n in ast.walk(m.tree)
+        if isinstance(n, ast.Call)
+    } | {n.attr for n in ast.walk(m.tree) if isinstance(n, ast.Attribute)}
+    sev = Severity.ERROR if c.level is Strictness.STRICT else Severity.WARNING
+    return [
+        Diagnostic(
+            sev,
+            f"`{fname}` is listed in `functions=` but nothing calls it: dead kernels "
+            "make the file look like it does more than it does.",
+            "static.kernel_never_launched",
+            Stage.STATIC,
+            doc.location(call.span),
+        )
+        for call in doc.load_inline_calls
+        for fname in call.functions or ()
+        if fname not in used
+    ]
 
 
 def _base_name(b: ast.expr) -> str:
