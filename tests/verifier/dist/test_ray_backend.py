@@ -55,7 +55,8 @@ def config(tmp_path: Path) -> VerifyConfig:
 
 
 def cheap_jobs(tmp_path: Path) -> list[VerifyJob]:
-    """Static violations (reference by comment and explicit), parse failures, a missing reference."""
+    """Static violations (reference by comment and explicit), parse failures, a missing reference,
+    and jobs given as texts (candidate and reference) under names no file has."""
     static = [p for p in sorted(CORPUS.glob("*.py")) if "kind=static" in p.read_text()][:5]
     jobs = [VerifyJob(p) for p in static]
     jobs.append(VerifyJob(static[0], reference=CORPUS / "references" / "relu.py"))
@@ -70,6 +71,18 @@ def cheap_jobs(tmp_path: Path) -> list[VerifyJob]:
             reference=CORPUS / "references" / "add.py",
         )
     )
+    # texts only, under names no file has: the candidate and its reference travel as text
+    text = static[0].read_text()
+    relu = (CORPUS / "references" / "relu.py").read_text()
+    for name, ref_text in (("text_job", relu), ("text_ref_without_model", "import torch\n")):
+        jobs.append(
+            VerifyJob(
+                tmp_path / "nowhere" / f"{name}.py",
+                source=text,
+                reference=tmp_path / "nowhere" / f"{name}_ref.py",
+                reference_source=ref_text,
+            )
+        )
     return jobs
 
 
