@@ -244,8 +244,8 @@ def normalised(text: str) -> str:
 
 
 def as_read_back(text: str) -> str:
-    """`text` as the verifier read it back from a file this module wrote: newlines made `\\n`
-    (the universal-newline read), so a candidate passed as text is verified as its file was."""
+    """`text` as reading it from a file gives it: newlines made `\\n` (the universal-newline
+    read), so a text passed to the backend is verified as the same text in a file would be."""
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
 

@@ -2,8 +2,9 @@
 
 `rl` (the loop), `rollout` (the sampler side), `reward` (the verifier side) and `ppo` (the update)
 all read these; they live here, below all four, so that none of them imports another for its
-types (`rl` → `ppo` → `rl` was a cycle). This module imports only the config and the task record,
-neither torch nor the verifier.
+types and no module of `cudice.model.train` imports `rl` for one: the loop imports the others,
+never the reverse (tests/model/test_import_structure.py keeps the package's imports acyclic).
+This module imports only the config and the task record, neither torch nor the verifier.
 Not covered: the loop's own records (`rl.StepStats`), the reward's jobs (`reward.RewardJob`).
 """
 

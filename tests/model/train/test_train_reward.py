@@ -1,6 +1,6 @@
 """`verify_texts`: candidates and references reach the backend as text, no file is written, and
-the verdicts (hence the rewards) are those of the former two-files-per-job way — on a scripted
-backend, and on a real `VerifyPool` (without a GPU a good kernel stops at `compiled`)."""
+the verdicts (hence the rewards) are those of the same texts given as two files per job — on a
+scripted backend, and on a real `VerifyPool` (without a GPU a good kernel stops at `compiled`)."""
 
 from __future__ import annotations
 
@@ -75,8 +75,8 @@ def test_text_is_what_a_written_and_read_back_file_holds(tmp_path: Path) -> None
 @needs_nvcc
 def test_a_real_pool_gives_the_verdicts_of_the_two_file_way(tmp_path: Path) -> None:
     """The relu kernel (good), a kernel-less ModelNew (bad) and a relu kernel that writes 1 for
-    negatives (wrong): the same verdicts and rewards as when both texts were files (the former
-    `verify_texts`); without a GPU both kernels stop at compiled."""
+    negatives (wrong): text jobs get the same verdicts and rewards as file jobs (candidate and
+    reference written to two files each); without a GPU both kernels stop at compiled."""
     from cudice.verifier.api import gpu_available
     from cudice.verifier.pool import VerifyPool
 
