@@ -6,8 +6,10 @@ extension (`ext = load_inline(...)`, `self.ext = ext`), one of its functions (`s
 callable (`self.conv = nn.Conv2d(...)`, `mm = torch.mm` as a class attribute, `nn.ModuleList`,
 `OPS = {"mm": torch.mm}`, a loop variable over such a container), a tensor (`nn.Parameter`,
 `register_buffer`) or the reference `Model`. `self.<attr>` kinds are per class (`kinds_for`): a
-helper class's methods see what its own `__init__` (and its in-file bases') stored. `dotted()`
-(`static/names.py`) resolves import and module-level aliases to canonical paths.
+helper class's methods see what its own `__init__` (and its in-file bases') stored. What a
+function's own names hold comes in as `LocalNames` (its class's kinds, its local aliases), so a
+`Bindings` holds only module-wide facts. `dotted()` (`static/names.py`) resolves import and
+module-level aliases to canonical paths.
 
 Not covered: names bound through `setattr`, containers filled after construction, attributes of
 other objects than `self`; those read as "other", i.e. neither kernel nor torch.
@@ -16,6 +18,8 @@ other objects than `self`; those read as "other", i.e. neither kernel nor torch.
 from __future__ import annotations
 
 import ast
+from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 from cudice.verifier.source.document import callee_name
@@ -75,8 +79,19 @@ class CandidateModule:
     reference_names: set[str]  # names of the reference `Model`
 
 
+@dataclass(frozen=True, slots=True)
+class LocalNames:
+    """What names hold inside one function: the `self.<attr>` kinds its class stored, and the
+    function's own names bound to extension functions and to torch callables."""
+
+    self_kinds: Mapping[str, str]  # self attr -> "ext" | "kernel" | "torch" | "tensor" | "reference"
+    kernels: AbstractSet[str] = frozenset()
+    torch: AbstractSet[str] = frozenset()
+
+
 class Bindings:
-    """What the names of one candidate hold, decided before forward is judged (phases 0 and 1)."""
+    """What the names of one candidate hold, decided before forward is judged: module-level names
+    when built, the `self.<attr>` kinds of each class when first asked for (`kinds_for`)."""
 
     def __init__(self, module: CandidateModule) -> None:
         self.tree, self.cls = module.tree, module.cls
@@ -89,17 +104,14 @@ class Bindings:
         self.extensions = set(module.extension_names)  # names/self-attrs holding a load_inline module
         self.kernel_names: set[str] = set()  # module-level names bound to an extension function
         self.torch_names: set[str] = set()  # module-level containers of torch compute functions
-        self._local_torch: set[str] = set()  # names in the current function bound to torch callables
-        # self attr -> "ext" | "kernel" | "torch" | "tensor" | "reference"
-        self.self_kinds: dict[str, str] = {}
-        self._local_kernels: set[str] = set()  # names in the current function bound to kernel functions
         self.constants = ModuleConstants(self.tree)
         self._module_bindings()
-        self.self_kinds = self.attr_kinds(self.cls)
-        self._class_kinds: dict[int, dict[str, str]] = {id(self.cls): self.self_kinds}
+        self._class_kinds: dict[int, dict[str, str]] = {id(self.cls): self.attr_kinds(self.cls)}
 
-    # -- phase 0: module-level names bound to the extension or one of its functions -------------
     def _module_bindings(self) -> None:
+        """Module-level names bound to the extension or one of its functions, or to a container of
+        torch callables."""
+        outside = LocalNames({})
         for _ in range(2):  # `ext2 = ext; relu = ext2.relu_out`
             for stmt in self.tree.body:
                 if isinstance(stmt, ast.Assign):
@@ -107,34 +119,36 @@ class Bindings:
                         if isinstance(t, ast.Name):
                             if isinstance(stmt.value, ast.Name) and stmt.value.id in self.extensions:
                                 self.extensions.add(t.id)
-                            elif self._is_kernel_ref(stmt.value):
+                            elif self.is_kernel_ref(stmt.value, outside):
                                 self.kernel_names.add(t.id)
-                            elif self._holds_torch_callable(stmt.value):
+                            elif self.holds_torch_callable(stmt.value):
                                 self.torch_names.add(t.id)  # OPS = {"mm": torch.mm}; OPS["mm"](a, b)
 
-    def _is_kernel_ref(self, e: ast.expr) -> bool:
+    def is_kernel_ref(self, e: ast.expr, local: LocalNames) -> bool:
         """`ext.relu_out`, `self.ext.relu_out`, a name or `self.<attr>` bound to one, `partial(...)` of one,
         `getattr(ext, "relu_out")`: a reference to a compiled extension function (not a call)."""
         if isinstance(e, ast.Call) and callee_name(e.func) == "partial" and e.args:
-            return self._is_kernel_ref(e.args[0])
+            return self.is_kernel_ref(e.args[0], local)
         if isinstance(e, ast.Call) and callee_name(e.func) == "getattr" and len(e.args) >= 2:
             recv, key = e.args[0], e.args[1]
-            return isinstance(key, ast.Constant) and key.value in self.exposed and self._is_extension(recv)
+            return (
+                isinstance(key, ast.Constant) and key.value in self.exposed and self.is_extension(recv, local)
+            )
         if isinstance(e, ast.Name):
             return (
                 e.id in self.kernel_names
-                or e.id in self._local_kernels
+                or e.id in local.kernels
                 or (e.id in self.exposed and e.id not in self.module_funcs)
             )
         if (attr := self_attr(e)) is not None:
-            return self.self_kinds.get(attr) == "kernel" or (
+            return local.self_kinds.get(attr) == "kernel" or (
                 attr in self.exposed and attr not in self.methods
             )
         if isinstance(e, ast.Attribute):
-            return e.attr in self.exposed or self._is_extension(e.value)
+            return e.attr in self.exposed or self.is_extension(e.value, local)
         return False
 
-    def _holds_torch_callable(self, e: ast.expr) -> bool:
+    def holds_torch_callable(self, e: ast.expr) -> bool:
         """A container literal holding torch compute functions or `nn` layers (`[torch.relu, nn.GELU()]`)."""
         if not isinstance(e, (ast.Dict, ast.List, ast.Tuple, ast.Set)):
             return False
@@ -155,45 +169,46 @@ class Bindings:
                 return True
         return False
 
-    def _is_torch_callable(self, e: ast.expr) -> bool:
+    def is_torch_callable(self, e: ast.expr, local: LocalNames) -> bool:
         """`layer` from `for layer in self.layers`, `OPS["mm"]`, `self.layers[0]`: calling it runs PyTorch."""
         if isinstance(e, ast.Subscript):
             e = e.value
         if isinstance(e, ast.Name):
-            return e.id in self._local_torch or e.id in self.torch_names
+            return e.id in local.torch or e.id in self.torch_names
         attr = self_attr(e)
-        return attr is not None and self.self_kinds.get(attr) == "torch"
+        return attr is not None and local.self_kinds.get(attr) == "torch"
 
-    def _is_extension(self, e: ast.expr) -> bool:
+    def is_extension(self, e: ast.expr, local: LocalNames) -> bool:
+        """A name or `self.<attr>` that holds the module `load_inline` returned."""
         if isinstance(e, ast.Name):
             return e.id in self.extensions
         attr = self_attr(e)
-        return attr is not None and self.self_kinds.get(attr) == "ext"
+        return attr is not None and local.self_kinds.get(attr) == "ext"
 
-    # -- phase 1: what __init__ stores on self ------------------------------------------------
-    def kinds_for(self, cls: ast.ClassDef | None) -> dict[str, str]:
-        """`self.<attr>` kinds as seen by a method of `cls` (ModelNew's for plain functions)."""
+    def kinds_for(self, cls: ast.ClassDef | None, kernels: AbstractSet[str] = frozenset()) -> dict[str, str]:
+        """`self.<attr>` kinds as seen by a method of `cls` (ModelNew's for plain functions); a class
+        asked for the first time is read with `kernels` as the local kernel names."""
         if cls is None:
             return self._class_kinds[id(self.cls)]
         if id(cls) not in self._class_kinds:
-            self._class_kinds[id(cls)] = self.attr_kinds(cls)
+            self._class_kinds[id(cls)] = self.attr_kinds(cls, kernels)
         return self._class_kinds[id(cls)]
 
-    def attr_kinds(self, cls: ast.ClassDef) -> dict[str, str]:
-        saved, self.self_kinds = self.self_kinds, {}  # `_kind_of_init_value` reads the class's own
-        try:
-            for c in reversed(self.index.chain(cls)):  # bases first: a subclass's store wins
-                self._init_attrs(c)
-            return self.self_kinds
-        finally:
-            self.self_kinds = saved
+    def attr_kinds(self, cls: ast.ClassDef, kernels: AbstractSet[str] = frozenset()) -> dict[str, str]:
+        """What `__init__` and the class attributes of `cls` and its in-file bases store on `self`."""
+        kinds: dict[str, str] = {}
+        local = LocalNames(kinds, kernels)  # `_kind_of_init_value` reads the class's own, as they grow
+        for c in reversed(self.index.chain(cls)):  # bases first: a subclass's store wins
+            self._init_attrs(c, kinds, local)
+        return kinds
 
-    def _init_attrs(self, cls: ast.ClassDef) -> None:
+    def _init_attrs(self, cls: ast.ClassDef, kinds: dict[str, str], local: LocalNames) -> None:
+        """Into `kinds`: the class attributes of `cls` and what its `__init__` stores on `self`."""
         for stmt in cls.body:  # class attributes read as `self.<name>`: `mm = torch.mm`
             if isinstance(stmt, ast.Assign):
                 for t in stmt.targets:
                     if isinstance(t, ast.Name) and t.id not in ("forward", "__call__"):
-                        self.self_kinds[t.id] = self._kind_of_init_value(stmt.value)
+                        kinds[t.id] = self._kind_of_init_value(stmt.value, local)
         init = next((n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"), None)
         for node in ast.walk(init) if init else ():
             targets: list[ast.expr] = []
@@ -212,7 +227,7 @@ class Bindings:
                     and isinstance(node.args[0], ast.Constant)
                     and isinstance(node.args[0].value, str)
                 ):
-                    self.self_kinds[node.args[0].value] = "tensor"
+                    kinds[node.args[0].value] = "tensor"
             elif (
                 isinstance(node, ast.Call)
                 and isinstance(node.func, ast.Attribute)
@@ -221,7 +236,7 @@ class Bindings:
                 and isinstance(node.args[0], ast.Constant)
                 and isinstance(node.args[0].value, str)
             ):  # `self.add_module("act", nn.ReLU())` is `self.act = nn.ReLU()`
-                self.self_kinds[node.args[0].value] = self._kind_of_init_value(node.args[1])
+                kinds[node.args[0].value] = self._kind_of_init_value(node.args[1], local)
             elif (
                 isinstance(node, ast.Call)
                 and callee_name(node.func) == "setattr"
@@ -231,30 +246,31 @@ class Bindings:
             ):  # `setattr(self, f"act{i}", nn.ReLU())`: kept under the name's literal prefix + "*"
                 key = node.args[1]
                 if isinstance(key, ast.Constant) and isinstance(key.value, str):
-                    self.self_kinds[key.value] = self._kind_of_init_value(node.args[2])
+                    kinds[key.value] = self._kind_of_init_value(node.args[2], local)
                 elif isinstance(key, ast.JoinedStr):
-                    self.self_kinds[literal_prefix(key) + "*"] = self._kind_of_init_value(node.args[2])
+                    kinds[literal_prefix(key) + "*"] = self._kind_of_init_value(node.args[2], local)
             for t in targets:
                 name = self_attr(t)
                 if name and value is not None:
-                    self.self_kinds[name] = self._kind_of_init_value(value)
+                    kinds[name] = self._kind_of_init_value(value, local)
 
-    def _kind_of_init_value(self, value: ast.expr) -> str:
+    def _kind_of_init_value(self, value: ast.expr, local: LocalNames) -> str:
+        """The kind `self.<attr> = value` stores (`LocalNames.self_kinds`), "other" when none."""
         if isinstance(value, ast.Name) and value.id in self.extensions:
             return "ext"
         if isinstance(value, ast.Call) and callee_name(value.func) == "load_inline":
             return "ext"
-        if (attr := self_attr(value)) is not None and self.self_kinds.get(attr) in ("ext", "kernel"):
-            return self.self_kinds[attr]  # self.ext2 = self.ext
-        if self._is_kernel_ref(value):
+        if (attr := self_attr(value)) is not None and local.self_kinds.get(attr) in ("ext", "kernel"):
+            return local.self_kinds[attr]  # self.ext2 = self.ext
+        if self.is_kernel_ref(value, local):
             return "kernel"
         if (
             isinstance(value, ast.Call)
             and callee_name(value.func) in ("staticmethod", "partial")
             and value.args
         ):
-            return self._kind_of_init_value(value.args[0])
-        if isinstance(value, (ast.Dict, ast.List, ast.Tuple, ast.Set)) and self._holds_torch_callable(value):
+            return self._kind_of_init_value(value.args[0], local)
+        if isinstance(value, (ast.Dict, ast.List, ast.Tuple, ast.Set)) and self.holds_torch_callable(value):
             return "torch"  # self.ops = [torch.relu, F.gelu]
         func = value.func if isinstance(value, ast.Call) else value
         if isinstance(func, ast.Name) and func.id in self.reference_names:

@@ -57,6 +57,7 @@ from cudice.verifier.static.module_rules import module_rule_findings
 from cudice.verifier.static.names import LoadInlineUses, import_aliases
 from cudice.verifier.static.policy import Strictness, parse_strictness
 from cudice.verifier.static.protocol import call_protocol_findings
+from cudice.verifier.static.reach import base_name
 from cudice.verifier.static.sources import call_functions, resolve_call_sources
 
 _LOW_PRECISION_REF = re.compile(r"float16|bfloat16|\.half\(|torch\.half\b")
@@ -195,10 +196,10 @@ def _inherits_model(c: _Candidate) -> Iterator[Finding]:
     classes = [n for n in m.tree.body if isinstance(n, ast.ClassDef)]
     for _ in range(len(classes)):  # transitive: class A(Model); class ModelNew(A)
         for cl in classes:
-            if cl.name != "ModelNew" and any(_base_name(b) in tainted for b in cl.bases):
+            if cl.name != "ModelNew" and any(base_name(b) in tainted for b in cl.bases):
                 tainted.add(cl.name)
     for b in m.cls.bases:
-        if _base_name(b) in tainted:
+        if base_name(b) in tainted:
             yield Finding(
                 "static.inherits_model",
                 b,
@@ -334,16 +335,6 @@ def _launch_diagnostics(c: _Candidate, report: ForwardReport) -> list[Diagnostic
         for fname in call.functions or ()
         if fname not in used
     ]
-
-
-def _base_name(b: ast.expr) -> str:
-    if isinstance(b, ast.Name):
-        return b.id
-    if isinstance(b, ast.Attribute):
-        return b.attr
-    if isinstance(b, ast.Call):  # e.g. a class factory; judged by what it names
-        return _base_name(b.func)
-    return ""
 
 
 def _extension_names(tree: ast.Module, builders: set[int]) -> set[str]:
