@@ -17,7 +17,8 @@ Every figure is printed next to a baseline measured in the same run:
    through `VerifyPool` and the baseline runs as many `load_inline` processes at once (distinct
    candidates per minute). `--variants default,no-split,pybind` also verifies each candidate with
    nvcc's steps in sequence and with the pybind11 `main.cpp` (each variant with a cache of its own)
-   in the same run.
+   in the same run; `objects` is the compile-only path that still builds every object (the host
+   compiler's pass over nvcc's front-end output included), the baseline of the check-only path.
 Prints one `RESULT {...}` JSON line per measurement. `--quick` shrinks 3 (8 candidates).
 Run: `python bench/verify_speed.py [--quick] [--skip-load-inline]`;
 `python bench/verify_speed.py --phase candidates --compile-only --limit 4` on a 2-core box.
@@ -26,6 +27,7 @@ Run: `python bench/verify_speed.py [--quick] [--skip-load-inline]`;
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import resource
@@ -36,9 +38,10 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import as_completed
 from pathlib import Path
+from typing import Any
 
 from cudice.verifier.api import gpu_available, quick_check, verify
 from cudice.verifier.build.quick import FastChecker
@@ -292,7 +295,30 @@ VARIANTS: dict[str, dict[str, object]] = {
     "default": {},  # lean headers, the binding without pybind11, nvcc's front ends side by side
     "no-split": {"split_nvcc": False},  # nvcc's steps one after the other
     "pybind": {"split_nvcc": False, "cabi_binding": False},  # lean headers, pybind11 main.cpp
+    # compile-only as it was before checks: every object built, the host compiler's pass included
+    "objects": {},
 }
+
+
+@contextlib.contextmanager
+def _variant_patch(variant: str) -> Iterator[None]:
+    """The "objects" variant: compile_object never takes its check-only path in this block."""
+    if variant != "objects":
+        yield
+        return
+    from cudice.verifier.build import compile as compile_module
+
+    real = compile_module.compile_object
+
+    def with_objects(*args: Any, **kwargs: Any) -> Any:
+        kwargs["check_only"] = False
+        return real(*args, **kwargs)
+
+    compile_module.compile_object = with_objects  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        compile_module.compile_object = real  # type: ignore[assignment]
 
 
 def bench_candidates(
@@ -321,9 +347,10 @@ def bench_candidates(
                     **({} if i == 0 else {"cache_dir": config.cache_dir / f"variant-{variant}"}),
                 )
                 # the baselines run once, with the first variant
-                rows[variant].append(
-                    _one_candidate(vconfig, cand, path, variant, no_baseline or i > 0, skip_nvcc or i > 0)
-                )
+                with _variant_patch(variant):
+                    rows[variant].append(
+                        _one_candidate(vconfig, cand, path, variant, no_baseline or i > 0, skip_nvcc or i > 0)
+                    )
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     for variant in variants:

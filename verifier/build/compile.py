@@ -137,6 +137,9 @@ def build_module(
     mode: str = "auto",
 ) -> BuildResult:
     """Compile (and with `link`, link) `module`; diagnostics are located in the document at `path`.
+    Without `link` it is a check: every compiler step that reads the source runs and reports, but
+    the host compiler's pass over nvcc's front-end output is skipped and no object is kept
+    (objects.compile_object's `check_only`), so a compile-only verdict costs the front ends.
 
     `mode="auto"` compiles each object with the slim headers first (build/headers.py) and
     rebuilds an object whose slim compile failed with torch's full headers, so every error and
@@ -188,7 +191,9 @@ def build_module(
             MAIN_CPP: (tc.cxx, f"-I{shlex.quote(str(host))} {full[MAIN_CPP][1]}"),
             CUDA_CU: (tc.nvcc, f"-I{shlex.quote(str(overlay.device))} {full[CUDA_CU][1]}"),
         }
-        steps = _compile_all(module, config, {n: slim[n] for n in names}, cancel, on_output, walls, "slim.")
+        steps = _compile_all(
+            module, config, {n: slim[n] for n in names}, cancel, on_output, walls, "slim.", not link
+        )
         build_path = "fast"
         if mode == "auto" and not any(s.cancelled or s.timed_out for s in steps.values()):
             redo = [n for n in names if not steps[n].ok]
@@ -216,10 +221,14 @@ def build_module(
                 if redo:
                     build_path = "fallback"
                     steps.update(
-                        _compile_all(module, config, {n: full[n] for n in redo}, cancel, on_output, walls, "")
+                        _compile_all(
+                            module, config, {n: full[n] for n in redo}, cancel, on_output, walls, "", not link
+                        )
                     )
     else:
-        steps = _compile_all(module, config, {n: full[n] for n in names}, cancel, on_output, walls, "")
+        steps = _compile_all(
+            module, config, {n: full[n] for n in names}, cancel, on_output, walls, "", not link
+        )
     ordered = [steps[n] for n in names]
     output = "".join(s.output for s in ordered)
     ok = all(s.ok for s in ordered)
@@ -965,8 +974,10 @@ def _compile_all(
     on_output: Callable[[str], None] | None,
     walls: dict[str, float],
     prefix: str,
+    check_only: bool,
 ) -> dict[str, StepResult]:
-    """Compile the named files of `module` in parallel (compiler, flags per file); walls[prefix+name] in s."""
+    """Compile the named files of `module` in parallel (compiler, flags per file); walls[prefix+name] in s.
+    `check_only` (nothing will be linked): objects.compile_object's check, no objects written."""
     results: dict[str, StepResult] = {}
 
     def one(name: str, compiler: str, flags: str) -> None:
@@ -983,6 +994,7 @@ def _compile_all(
             cancel,
             on_output,
             split_nvcc=config.split_nvcc,
+            check_only=check_only,
         )
         walls[prefix + name] = time.perf_counter() - t
 

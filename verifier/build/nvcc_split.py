@@ -118,8 +118,12 @@ def run(
     cancel: CancelToken | None,
     cwd: Path | None,
     on_output: Callable[[str], None] | None = None,
+    host_compile: bool = True,
 ) -> tuple[int, str, bool, bool]:
-    """(returncode, output, cancelled, timed_out), as buildsteps.run_process reports a plain nvcc."""
+    """(returncode, output, cancelled, timed_out), as buildsteps.run_process reports a plain nvcc.
+
+    `host_compile=False` stops after the two front ends and the device chain: every step that
+    parses the candidate has run and reported, and no object is written (a check, not a build)."""
     from cudice.verifier.build.objects import run_process
 
     deadline = time.monotonic() + timeout_s
@@ -171,6 +175,8 @@ def run(
             on_output,
             p,
         )
+    if not host_compile:
+        return _emit(0, front_out, output, False, False, on_output, p)
     res = run_process(
         ["sh", "-c", p.host_compile], max(deadline - time.monotonic(), 0.1), cancel, cwd, None, env=p.env
     )

@@ -98,39 +98,49 @@ def compile_object(
     cancel: CancelToken | None = None,
     on_output: Callable[[str], None] | None = None,
     split_nvcc: bool = False,
+    check_only: bool = False,
 ) -> StepResult:
     """Compile `text` saved as `file_name` with `compiler flags -c`; cached by content.
 
     `split_nvcc`: an nvcc compile runs nvcc's own steps with the two front ends side by side
     (build/nvcc_split.py), or plain nvcc when its dry run has another shape.
+    `check_only`: only the steps that read the source, for a verdict when nothing will be linked
+    (compile-only): a split nvcc stops before the host compiler's pass over the front end's output,
+    a host compiler runs with `-fsyntax-only`; no object is written (`path` is None) and the
+    outcome is cached apart from the object's. A plain nvcc (no split) still builds the object.
     """
-    key = _key(compiler, flags, file_name, text)
+    key = _key(compiler, flags, file_name, text, *(("check-only",) if check_only else ()))
     d = cache_dir / "objects" / key[:32]
     d.mkdir(parents=True, exist_ok=True)
     obj = d / (Path(file_name).stem + ".o")
     with open(d / "lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # a second builder of the same object waits, then hits the cache
         outcome = _read(d)
-        if outcome is not None and (not outcome[0] or obj.is_file()):
-            return StepResult(outcome[0], outcome[1], obj if outcome[0] else None, True)
+        if outcome is not None and (not outcome[0] or check_only or obj.is_file()):
+            return StepResult(outcome[0], outcome[1], obj if outcome[0] and not check_only else None, True)
         src = d / file_name
         src.write_text(text)
         cmd = [*shlex.split(compiler), *shlex.split(flags), "-c", str(src), "-o", str(obj)]
+        nvcc = Path(cmd[0]).name == "nvcc"
+        if check_only and not nvcc:
+            cmd = [*shlex.split(compiler), *shlex.split(flags), "-fsyntax-only", str(src)]
         steps = None
-        if split_nvcc and Path(cmd[0]).name == "nvcc":
+        if (split_nvcc or check_only) and nvcc:
             from cudice.verifier.build import nvcc_split
 
             steps = nvcc_split.plan(cmd, d / "steps", key, nvcc_split.environment())
             if steps is None:
                 shutil.rmtree(d / "steps", ignore_errors=True)
         if steps is not None:
-            rc, output, cancelled, timed_out = nvcc_split.run(steps, timeout_s, cancel, d, on_output)
+            rc, output, cancelled, timed_out = nvcc_split.run(
+                steps, timeout_s, cancel, d, on_output, host_compile=not check_only
+            )
         else:
             rc, output, cancelled, timed_out = run_process(cmd, timeout_s, cancel, d, on_output)
         if cancelled or timed_out:
             return StepResult(False, output, None, False, cancelled, timed_out)
         _write(d, rc == 0, output)
-    return StepResult(rc == 0, output, obj if rc == 0 else None, False)
+    return StepResult(rc == 0, output, obj if rc == 0 and obj.is_file() else None, False)
 
 
 def link_library(

@@ -1,0 +1,71 @@
+"""A compile-only verdict checks the source without building an object (build/objects.py
+`compile_object(check_only=True)`, which `build_module` uses when nothing will be linked).
+
+Small sources without torch (a second or two each): for nvcc (through its split steps, the host
+compiler's last pass left out) and for g++ (`-fsyntax-only`), a check and a build of the same
+text report the same outcome and the same messages; the check writes no object and is cached
+apart from the build, so a later build still produces one.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from cudice.verifier.build.objects import compile_object
+from verifier_marks import needs_nvcc
+
+GOOD_CU = """
+__global__ void twice(const float* x, float* y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = 2.0f * x[i];
+}
+void launch(const float* x, float* y, int n) { twice<<<(n + 255) / 256, 256>>>(x, y, n); }
+"""
+HOST_ERROR_CU = GOOD_CU.replace("void launch(", "void launch(int unused\n")
+DEVICE_ERROR_CU = GOOD_CU.replace("2.0f * x[i];", "2.0f * x[i] + undeclared_on_device;")
+WARNING_CU = GOOD_CU.replace("int i =", "int unused_but_set = 3; int i =")
+
+GOOD_CPP = "int twice(int x) { return 2 * x; }\n"
+ERROR_CPP = "int twice(int x) { return 2 * y; }\n"
+
+
+def _text(output: str) -> str:
+    """Compiler output without the object folder, which differs between a check and a build."""
+    return re.sub(r"\S*/objects/[0-9a-f]{32}/", "", output)
+
+
+def _pair(tmp_path: Path, compiler: str, flags: str, name: str, text: str) -> tuple[object, object]:
+    build = compile_object(tmp_path / "build", compiler, flags, name, text, 300.0, split_nvcc=True)
+    check = compile_object(tmp_path / "check", compiler, flags, name, text, 300.0, check_only=True)
+    return build, check
+
+
+@needs_nvcc
+@pytest.mark.parametrize("text", [GOOD_CU, HOST_ERROR_CU, DEVICE_ERROR_CU, WARNING_CU])
+def test_an_nvcc_check_reports_what_the_build_reports(tmp_path: Path, text: str) -> None:
+    build, check = _pair(tmp_path, "nvcc", "-gencode=arch=compute_90,code=sm_90 -std=c++17", "k.cu", text)
+    assert (check.ok, _text(check.output)) == (build.ok, _text(build.output))  # type: ignore[attr-defined]
+    assert check.path is None and not list((tmp_path / "check").rglob("*.o"))  # type: ignore[attr-defined]
+    assert (build.path is not None) == build.ok  # type: ignore[attr-defined]
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
+@pytest.mark.parametrize("text", [GOOD_CPP, ERROR_CPP])
+def test_a_host_compiler_check_reports_what_the_build_reports(tmp_path: Path, text: str) -> None:
+    build, check = _pair(tmp_path, "g++", "-std=c++17 -Wall", "main.cpp", text)
+    assert (check.ok, _text(check.output)) == (build.ok, _text(build.output))  # type: ignore[attr-defined]
+    assert check.path is None and not list((tmp_path / "check").rglob("*.o"))  # type: ignore[attr-defined]
+    assert build.ok == (text == GOOD_CPP)  # type: ignore[attr-defined]
+
+
+@needs_nvcc
+def test_a_check_and_a_build_of_one_text_are_cached_apart(tmp_path: Path) -> None:
+    flags = "-gencode=arch=compute_90,code=sm_90 -std=c++17"
+    first = compile_object(tmp_path, "nvcc", flags, "k.cu", GOOD_CU, 300.0, check_only=True)
+    again = compile_object(tmp_path, "nvcc", flags, "k.cu", GOOD_CU, 300.0, check_only=True)
+    built = compile_object(tmp_path, "nvcc", flags, "k.cu", GOOD_CU, 300.0, split_nvcc=True)
+    assert first.ok and first.path is None and again.cached and again.path is None
+    assert built.ok and not built.cached and built.path is not None and built.path.is_file()
