@@ -1,10 +1,13 @@
-"""`CudiceServer`: the pygls `LanguageServer` plus cudice's state (settings, model worker, results).
+"""`CudiceServer`: the pygls `LanguageServer` plus cudice's state (settings, workers, results, documents).
 
 The state lives on the server instance (built by `app.create_server`, never a module-level
 singleton), so each test gets a fresh one, and each TCP connection of a multi-client server its own
-session; there only the model worker and the verification jobs are shared (`team.py`). Helpers here
-are small and non-blocking: reading a document, publishing status, reporting messages once. The
-flows live in `generation.py` and `verification.py`; the LSP handlers in `app.py`.
+session; there only the model worker and the verification jobs are shared (`team.py`). What the
+server keeps per document is one `DocumentState` in `documents` (document_state.py), its text
+parsed once per text (`analysis`). Helpers here are small and non-blocking: reading a document,
+publishing status, reporting messages once. The flows live in `generation.py`, `verification.py`,
+`prebuild.py`, `model_loading.py` and `session.py`; the LSP handlers in `app.py`; the pygls
+workarounds in `transport/`.
 
 Not covered: multi-root workspaces get one settings object (the first folder's), not one each.
 """
