@@ -229,35 +229,28 @@ def create_server(
 
     @server.feature(lsp.TEXT_DOCUMENT_HOVER)
     def hover(ls: CudiceServer, params: lsp.HoverParams) -> lsp.Hover | None:
-        from cudice.server.features.display import hover_markdown
-        from cudice.server.features.hover import hover_target
+        from cudice.server.features.hover import hover_card, hover_target
         from cudice.server.verification import compile_only_reason
 
         uri = params.text_document.uri
         doc = ls.read_document(uri)
         if doc is None:
             return None
-        source = doc[0]
-        doc_model, index = ls.analyse(uri, source)
+        doc_model, index = ls.analyse(uri, doc[0])
         span = hover_target(doc_model, index.offset(params.position.line, params.position.character))
         if span is None:
             return None
-        latest = ls.document(uri).latest
-        if ls.is_building(uri):
-            text = "**cudice: verifying…**\n"
-            if latest is not None:
-                text += "\nprevious result:\n\n" + hover_markdown(latest.result)
-        elif latest is None:
-            text = "**cudice: not verified yet** — save the file or run *cudice: verify*.\n"
-        else:
-            text = hover_markdown(
-                latest.result,
-                compile_only_reason=compile_only_reason(ls),
-                version=latest.version,
-                required_speedup=ls.settings.verify_required_speedup,
-            )
-            if latest.source is not None and latest.source != source:
-                text = "**edited since this result** — save to verify the new text.\n\n" + text
+        latest, is_running = ls.document(uri).latest, ls.is_building(uri)
+        text = hover_card(
+            doc[0],
+            latest.result if latest is not None else None,
+            result_source=latest.source if latest is not None else None,
+            version=latest.version if latest is not None else None,
+            is_running=is_running,
+            # asked only for a verdict on show: the GPU probe may still be running before the first
+            compile_only_reason=compile_only_reason(ls) if latest is not None and not is_running else None,
+            required_speedup=ls.settings.verify_required_speedup,
+        )
         rng = lsp.Range(lsp.Position(*index.position(span.start)), lsp.Position(*index.position(span.end)))
         return lsp.Hover(contents=lsp.MarkupContent(kind=lsp.MarkupKind.Markdown, value=text), range=rng)
 
