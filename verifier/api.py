@@ -25,8 +25,10 @@ Not covered: multi-GPU placement (pool.py picks the device through CUDA_VISIBLE_
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as _dt
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -39,6 +41,7 @@ from cudice.verifier.config import VerifyConfig
 from cudice.verifier.process import CancelToken
 from cudice.verifier.run.gpu_probe import gpu_absent_reason
 from cudice.verifier.run.gpu_probe import gpu_available as gpu_available
+from cudice.verifier.run.reference_probe import InputsProbe
 from cudice.verifier.run.sandbox import ChildOutcome, run_in_child
 from cudice.verifier.source.document import Document, parse_document, read_document
 from cudice.verifier.source.reference import ResolvedReference, as_warnings, resolve_reference
@@ -217,80 +220,123 @@ def _verify(
     if early is not None and will_run and not config.build_only:
         run_child = early.start(config)  # warms up while the compilers run
     run.versions = _toolchain_versions(config)
-    if doc.kind == "cu":
-        build = build_raw_cu(doc, config, cancel=cancel)
-        run.diags += build.diagnostics
-        run.lap("compile")
-        if not build.ok:
-            return run.result(Verdict.TIMEOUT if build.timed_out else Verdict.COMPILE_ERROR)
-        run.diags.append(
-            Diagnostic(
-                Severity.INFORMATION,
-                "Raw .cu kernels are compiled only: running them needs a "
-                "launcher, which cudice does not generate.",
-                "verify.raw_cu_compile_only",
-                Stage.COMPILE,
-                Location(doc.path, 1, 1),
-            )
-        )
-        return run.result(Verdict.COMPILED, compile_only=True)
-    unbuilt = []  # calls whose sources are only known at run time: nvcc sees them only in the run stage
-    for call in doc.load_inline_calls:
-        module = from_call(doc, call)
-        if module is None:
-            unbuilt.append(call)
-            continue  # built at run time in the worker, with the same cache and mapping
-        build = build_module(module, doc.path, config, link=will_run, cancel=cancel)
-        run.diags += build.diagnostics
-        run.walls.update({f"compile.{k}": v for k, v in build.step_wall_s.items()})  # per object, s
-        if build.cancelled:
-            return run.result(Verdict.TIMEOUT, error="cancelled")
-        if build.undecided:  # only headers this machine lacks stood in the way: not a compile error
+    ahead = (
+        _ProbeAhead(ref.document, config, run.versions.get("torch", ""), cancel)
+        if not will_run and doc.kind == "python" and ref is not None and ref.document is not None
+        else None
+    )  # a compile-only verdict's reference probe runs while the compilers do
+    try:
+        if doc.kind == "cu":
+            build = build_raw_cu(doc, config, cancel=cancel)
+            run.diags += build.diagnostics
             run.lap("compile")
-            if not will_run:
-                return _compile_only_end(run, ref, Verdict.CHECKED, cancel)
-            return run.result(Verdict.CHECKED, compile_only=True)
-        if not build.ok:
-            run.lap("compile")
-            return run.result(Verdict.TIMEOUT if build.timed_out else Verdict.COMPILE_ERROR)
-    run.lap("compile")
-    if not will_run and unbuilt:
-        # Nothing compiled these sources, so the candidate is never `compiled`: say why, where.
-        for call in unbuilt:
-            run.diags.append(
-                Diagnostic(
-                    Severity.WARNING,
-                    f"Not compiled: the sources of `load_inline(name={call.name or '?'!r})` are "
-                    "built at run time (an f-string, a variable or a call), and without a GPU run nvcc "
-                    "never sees them. Write them as plain string literals to get compile diagnostics here, "
-                    "or verify on a machine with a GPU.",
-                    "verify.not_compiled",
-                    Stage.COMPILE,
-                    doc.location(call.span),
-                )
-            )
-        return _compile_only_end(run, ref, Verdict.CHECKED, cancel)
-    if not will_run:
-        if not has_reference:
-            pass  # the reference warning says why nothing ran
-        elif not config.compile_only:
+            if not build.ok:
+                return run.result(Verdict.TIMEOUT if build.timed_out else Verdict.COMPILE_ERROR)
             run.diags.append(
                 Diagnostic(
                     Severity.INFORMATION,
-                    "No CUDA GPU here: compiled only; correctness and timing did not run"
-                    f"{_why_no_gpu(gpu)}. Run `cudice verify` on a machine with a GPU for a verdict.",
-                    "verify.no_gpu",
+                    "Raw .cu kernels are compiled only: running them needs a "
+                    "launcher, which cudice does not generate.",
+                    "verify.raw_cu_compile_only",
                     Stage.COMPILE,
-                    doc.location(doc.model_new.span) if doc.model_new else Location(doc.path, 1, 1),
+                    Location(doc.path, 1, 1),
                 )
             )
-        return _compile_only_end(run, ref, Verdict.COMPILED, cancel)
-    if config.build_only:  # built and linked as for the run, which the caller does not want now
-        return run.result(Verdict.COMPILED, compile_only=True)
-    run.report(Verdict.COMPILED)
-    # 4. run in a sandboxed child
-    assert ref is not None and ref.document is not None
-    return _run_stage(run, ref.document, config, cancel, run_child or run_in_child)
+            return run.result(Verdict.COMPILED, compile_only=True)
+        unbuilt = []  # calls whose sources are only known at run time: nvcc sees them only in the run stage
+        for call in doc.load_inline_calls:
+            module = from_call(doc, call)
+            if module is None:
+                unbuilt.append(call)
+                continue  # built at run time in the worker, with the same cache and mapping
+            build = build_module(module, doc.path, config, link=will_run, cancel=cancel)
+            run.diags += build.diagnostics
+            run.walls.update({f"compile.{k}": v for k, v in build.step_wall_s.items()})  # per object, s
+            if build.cancelled:
+                return run.result(Verdict.TIMEOUT, error="cancelled")
+            if build.undecided:  # only headers this machine lacks stood in the way: not a compile error
+                run.lap("compile")
+                if not will_run:
+                    return _compile_only_end(run, ref, Verdict.CHECKED, cancel, ahead)
+                return run.result(Verdict.CHECKED, compile_only=True)
+            if not build.ok:
+                run.lap("compile")
+                return run.result(Verdict.TIMEOUT if build.timed_out else Verdict.COMPILE_ERROR)
+        run.lap("compile")
+        if not will_run and unbuilt:
+            # Nothing compiled these sources, so the candidate is never `compiled`: say why, where.
+            for call in unbuilt:
+                run.diags.append(
+                    Diagnostic(
+                        Severity.WARNING,
+                        f"Not compiled: the sources of `load_inline(name={call.name or '?'!r})` are "
+                        "built at run time (an f-string, a variable or a call), and without a GPU run "
+                        "nvcc never sees them. Write them as plain string literals to get compile "
+                        "diagnostics here, or verify on a machine with a GPU.",
+                        "verify.not_compiled",
+                        Stage.COMPILE,
+                        doc.location(call.span),
+                    )
+                )
+            return _compile_only_end(run, ref, Verdict.CHECKED, cancel, ahead)
+        if not will_run:
+            if not has_reference:
+                pass  # the reference warning says why nothing ran
+            elif not config.compile_only:
+                run.diags.append(
+                    Diagnostic(
+                        Severity.INFORMATION,
+                        "No CUDA GPU here: compiled only; correctness and timing did not run"
+                        f"{_why_no_gpu(gpu)}. Run `cudice verify` on a machine with a GPU for a verdict.",
+                        "verify.no_gpu",
+                        Stage.COMPILE,
+                        doc.location(doc.model_new.span) if doc.model_new else Location(doc.path, 1, 1),
+                    )
+                )
+            return _compile_only_end(run, ref, Verdict.COMPILED, cancel, ahead)
+        if config.build_only:  # built and linked as for the run, which the caller does not want now
+            return run.result(Verdict.COMPILED, compile_only=True)
+        run.report(Verdict.COMPILED)
+        # 4. run in a sandboxed child
+        assert ref is not None and ref.document is not None
+        return _run_stage(run, ref.document, config, cancel, run_child or run_in_child)
+    finally:
+        if ahead is not None:
+            ahead.close()
+
+
+class _ProbeAhead:
+    """The reference-inputs probe of a compile-only verdict (run/reference_probe.py), started with the
+    build instead of after it, so the probe's child imports torch and calls `get_inputs()` while the
+    compilers run. `result()` waits for it (None if the probe itself raised: the caller probes
+    again); `close()` stops one whose result is not wanted (its child is killed) and waits for it.
+    It is its own probe's cancel token: set by the caller's `cancel` or by `close()`."""
+
+    def __init__(
+        self, ref: Document, config: VerifyConfig, torch_version: str, cancel: CancelToken | None
+    ) -> None:
+        self._cancel, self._stop = cancel, threading.Event()
+        self._out: list[InputsProbe] = []
+        self._thread = threading.Thread(target=self._probe, args=(ref, config, torch_version), daemon=True)
+        self._thread.start()
+
+    def is_set(self) -> bool:
+        return self._stop.is_set() or (self._cancel is not None and self._cancel.is_set())
+
+    def _probe(self, ref: Document, config: VerifyConfig, torch_version: str) -> None:
+        from cudice.verifier.run.reference_probe import probe_reference_inputs
+
+        with contextlib.suppress(Exception):  # the caller then probes in its own thread and sees why
+            self._out.append(probe_reference_inputs(ref, config, torch_version=torch_version, cancel=self))
+
+    def result(self) -> InputsProbe | None:
+        self._thread.join()
+        return self._out[0] if self._out else None
+
+    def close(self) -> None:
+        if self._thread.is_alive():
+            self._stop.set()
+            self._thread.join()
 
 
 def _reference_optional(doc: Document) -> Document:
@@ -304,18 +350,25 @@ def _reference_optional(doc: Document) -> Document:
 
 
 def _compile_only_end(
-    run: _Run, ref: ResolvedReference | None, verdict: Verdict, cancel: CancelToken | None
+    run: _Run,
+    ref: ResolvedReference | None,
+    verdict: Verdict,
+    cancel: CancelToken | None,
+    ahead: _ProbeAhead | None = None,
 ) -> VerifyResult:
     """The end of a run without the run stage: `verdict`, unless the reference's input functions
     raise when called on the CPU (run/reference_probe.py) — then `runtime_error` at `load`, as the GPU
-    run would end. Cached by the reference's content; skipped without a reference."""
+    run would end. Cached by the reference's content; skipped without a reference. `ahead` is the
+    same probe started with the build; without one (or when it failed) the probe runs now."""
     if ref is None or ref.document is None:
         return run.result(verdict, compile_only=True)
     from cudice.verifier.run.reference_probe import probe_reference_inputs
 
-    probe = probe_reference_inputs(
-        ref.document, run.config, torch_version=run.versions.get("torch", ""), cancel=cancel
-    )
+    probe = ahead.result() if ahead is not None else None
+    if probe is None:
+        probe = probe_reference_inputs(
+            ref.document, run.config, torch_version=run.versions.get("torch", ""), cancel=cancel
+        )
     run.lap("reference_inputs")
     if not probe.failure:
         return run.result(verdict, compile_only=True)

@@ -188,6 +188,71 @@ def test_no_gpu_compiles_and_says_what_was_skipped(
     assert set(result.stage_wall_s) >= {"parse", "static", "compile"}
 
 
+def test_a_compile_only_reference_probe_runs_beside_the_build_and_is_used_once(
+    tmp_path: Path, examples_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cudice.verifier.run import reference_probe
+
+    order: list[str] = []
+    probed = threading.Event()
+
+    def fake_probe(ref: object, config: object, **kw: object) -> object:
+        order.append("probe")
+        probed.set()
+        why = Diagnostic(Severity.ERROR, "get_inputs raised", "reference.get_inputs_failed", Stage.LOAD, None)
+        return reference_probe.InputsProbe((why,), "Traceback ...", False)
+
+    def build(*a: object, **k: object) -> object:
+        assert probed.wait(120), "the probe did not start with the build"
+        order.append("build")
+        return SimpleNamespace(
+            ok=True, undecided=False, timed_out=False, cancelled=False, diagnostics=(), step_wall_s={}
+        )
+
+    monkeypatch.setattr(reference_probe, "probe_reference_inputs", fake_probe)
+    monkeypatch.setattr(api, "build_module", build)
+    monkeypatch.setattr(api, "gpu_available", lambda: False)
+    result = api.verify(examples_dir / "relu_cuda.py", config=VerifyConfig(cache_dir=tmp_path))
+    assert order == ["probe", "build"]  # started first, used once
+    assert result.verdict is Verdict.RUNTIME_ERROR and result.stage is Stage.LOAD
+    assert [d.code for d in result.diagnostics if d.severity is Severity.ERROR] == [
+        "reference.get_inputs_failed"
+    ]
+
+
+def test_a_build_that_fails_stops_the_reference_probe_it_started(
+    tmp_path: Path, examples_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cudice.verifier.run import reference_probe
+
+    started, stopped = threading.Event(), threading.Event()
+
+    def slow_probe(ref: object, config: object, *, cancel: Any = None, **kw: object) -> object:
+        started.set()
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not cancel.is_set():
+            time.sleep(0.01)
+        if cancel.is_set():
+            stopped.set()
+        return reference_probe.InputsProbe()
+
+    def failing_build(*a: object, **k: object) -> object:
+        assert started.wait(120)
+        error = Diagnostic(
+            Severity.ERROR, "expected ';'", "compile.error", Stage.COMPILE, Location("x.py", 9, 5)
+        )
+        return SimpleNamespace(
+            ok=False, undecided=False, timed_out=False, cancelled=False, diagnostics=(error,), step_wall_s={}
+        )
+
+    monkeypatch.setattr(reference_probe, "probe_reference_inputs", slow_probe)
+    monkeypatch.setattr(api, "build_module", failing_build)
+    monkeypatch.setattr(api, "gpu_available", lambda: False)
+    result = api.verify(examples_dir / "relu_cuda.py", config=VerifyConfig(cache_dir=tmp_path))
+    assert result.verdict is Verdict.COMPILE_ERROR
+    assert stopped.is_set()  # verify returned only after the probe saw its cancel
+
+
 @needs_nvcc
 @pytest.mark.slow
 def test_broken_generated_code_gets_the_compilers_errors_not_a_decoy_verdict(
