@@ -2,7 +2,8 @@
 
 Requests on stdin (framing and the child's promises: `protocol.py`):
   {"op": "load", "path", "device", "dtype"}
-  {"op": "generate", "id", "reference_source", "settings": {...Settings fields}}
+  {"op": "generate", "id", "reference_source", "settings": {...Settings fields}} (a key that is no
+  `Settings` field fails the job with an `error` event naming it and the valid ones)
   {"op": "infill", "id", "prefix", "suffix", "pytorch_code", "settings": {...}}
   {"op": "cancel", "id"}        (read by a thread while a job runs; the engine stops at its next check)
 Events on stdout:
@@ -88,8 +89,12 @@ class ModelChild:
         self.emit("loaded", path=msg["path"], seconds=time.perf_counter() - t0)
 
     def sampler_config(self, raw: dict[str, Any]) -> Any:
-        names = {f.name for f in dataclasses.fields(Settings)}
-        settings = Settings(**{k: v for k, v in raw.items() if k in names})
+        names = [f.name for f in dataclasses.fields(Settings)]
+        unknown = sorted(str(k) for k in raw if k not in names)
+        if unknown:  # the job fails with this message: a key is never dropped unseen
+            named = ", ".join(map(repr, unknown))
+            raise ValueError(f"Settings has no field {named}; valid fields: {', '.join(names)}.")
+        settings = Settings(**raw)
         custom = getattr(self.module, "sampler_config", None)
         if custom is not None:
             return custom(settings)

@@ -83,6 +83,12 @@ def test_model_worker_loads_runs_restarts_and_gives_up(tmp_path: Path) -> None:
             assert (
                 result.num_tokens == 20 and seen == sorted(seen) and seen[-1] == 20 and not result.cancelled
             )
+            typo = {"reference_source": "class Model: pass", "settings": {"sampler_max_tokens": 9}}
+            try:  # a settings key the worker does not know fails the job, named, never dropped
+                await worker.run("generate", typo, cancel=asyncio.Event())
+                raise AssertionError("an unknown settings key was accepted")
+            except RuntimeError as exc:
+                assert "'sampler_max_tokens'" in str(exc) and "sampler_max_new_tokens" in str(exc)
 
             async def until(pred: object) -> None:
                 for _ in range(800):
