@@ -8,7 +8,7 @@ from pathlib import Path
 from cudice.server.features.code_actions import ModelAvailability, code_actions, infill_target
 from cudice.server.features.code_lens import code_lenses
 from cudice.server.features.display import hover_markdown, lens_title
-from cudice.server.features.hover import hover_target
+from cudice.server.features.hover import hover_card, hover_target
 from cudice.verifier.source.document import Document, parse_document
 from cudice.verifier.source.positions import LineIndex
 from cudice.verifier.source.result import (
@@ -163,6 +163,17 @@ def test_lens_titles_and_hover_card() -> None:
         assert part in card, part
     compiled = VerifyResult(Verdict.COMPILED, Stage.COMPILE, "c.py", compile_only=True)
     assert "no speedup shown: no GPU here" in hover_markdown(compiled, compile_only_reason="no GPU here")
+
+
+def test_hover_card_per_document_state() -> None:
+    assert hover_card("x", None).startswith("**cudice: not verified yet**")
+    running = hover_card("x", CORRECT, is_running=True)
+    assert running.startswith("**cudice: verifying…**") and "previous result:" in running
+    assert hover_card("x", None, is_running=True) == "**cudice: verifying…**\n"
+    shown = hover_card("x", CORRECT, result_source="x", version=3)
+    assert shown == hover_markdown(CORRECT, version=3)
+    edited = hover_card("y", CORRECT, result_source="x", version=3)
+    assert edited.startswith("**edited since this result**") and edited.endswith(shown)
 
 
 def test_code_lens_states() -> None:
