@@ -64,6 +64,7 @@ the end of the includes, not at each line (a macro the full headers define and a
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import re
@@ -78,6 +79,7 @@ from cudice.verifier.build.cabi import Signature, shim
 from cudice.verifier.build.generated import CUDA_CU, MAIN_CPP, GeneratedModule, Piece
 from cudice.verifier.build.headers import (
     HeaderNames,
+    Overlay,
     aten_op_names,
     ensure_host_pch,
     ensure_overlay,
@@ -89,7 +91,7 @@ from cudice.verifier.build.headers import (
 )
 from cudice.verifier.build.messages import CompilerMessage, caret_column, parse_messages
 from cudice.verifier.build.objects import StepResult, compile_object, link_library, run_process
-from cudice.verifier.build.toolchain import PROBE_NAME, ToolchainError, probe_toolchain
+from cudice.verifier.build.toolchain import PROBE_NAME, Toolchain, ToolchainError, probe_toolchain
 from cudice.verifier.config import VerifyConfig
 from cudice.verifier.process import CancelToken
 from cudice.verifier.source.document import Document
@@ -199,21 +201,7 @@ def build_module(
             redo = [n for n in names if not steps[n].ok]
             # a gap of the CUDA-library stand-ins fails the full build the same way: no rebuild for it
             if redo and undecidable_reason(overlay, "".join(steps[n].output for n in redo)) is None:
-                probe = {  # the flags without this module's name, for the cached macro comparison
-                    MAIN_CPP: f"{tc.cflags} -idirafter {standins}",
-                    CUDA_CU: f"{tc.cuda_cflags} -Xcompiler -idirafter,{standins}",
-                }
-
-                def differing(name: str, includes: tuple[str, ...]) -> frozenset[str] | None:
-                    compiler, cuda = full[name][0], name == CUDA_CU
-                    folder = overlay.device if cuda else overlay.host
-                    slim_probe = f"-I{shlex.quote(str(folder))} {probe[name]}"
-                    return macro_differences(overlay, compiler, probe[name], slim_probe, cuda, includes)
-
-                def declared(name: str, includes: tuple[str, ...]) -> HeaderNames | None:
-                    compiler, cuda = full[name][0], name == CUDA_CU
-                    return full_header_names(overlay, compiler, probe[name], cuda, includes)
-
+                differing, declared = _error_lists(tc, overlay, standins)
                 _fill_lists(module, {n: steps[n].output for n in redo}, differing, declared)
                 redo = [
                     n for n in redo if not slim_errors_stand(module, n, steps[n].output, differing, declared)
@@ -339,13 +327,59 @@ def _fails_in_user_lines(shimmed: GeneratedModule, res: BuildResult) -> bool:
     return True
 
 
+def _error_lists(
+    tc: Toolchain, overlay: Overlay, standins: str
+) -> tuple[
+    Callable[[str, tuple[str, ...]], frozenset[str] | None],
+    Callable[[str, tuple[str, ...]], HeaderNames | None],
+]:
+    """The two cached lists `slim_errors_stand` reads, as functions of (file name, its `#include`s):
+    the macros the slim and full headers define differently, and the names the full headers
+    declare. Both use the toolchain's flags without a module's name, so one computation serves
+    every candidate with the same include set."""
+    probe = {
+        MAIN_CPP: f"{tc.cflags} -idirafter {standins}",
+        CUDA_CU: f"{tc.cuda_cflags} -Xcompiler -idirafter,{standins}",
+    }
+    compilers = {MAIN_CPP: tc.cxx, CUDA_CU: tc.nvcc}
+
+    def differing(name: str, includes: tuple[str, ...]) -> frozenset[str] | None:
+        cuda = name == CUDA_CU
+        folder = overlay.device if cuda else overlay.host
+        slim_probe = f"-I{shlex.quote(str(folder))} {probe[name]}"
+        return macro_differences(overlay, compilers[name], probe[name], slim_probe, cuda, includes)
+
+    def declared(name: str, includes: tuple[str, ...]) -> HeaderNames | None:
+        return full_header_names(overlay, compilers[name], probe[name], name == CUDA_CU, includes)
+
+    return differing, declared
+
+
+def prepare_error_lists(config: VerifyConfig, module: GeneratedModule) -> None:
+    """Compute, ahead of any error, the lists a slim build's error verdict needs for files with
+    `module`'s include sets (`_fill_lists`), so the first error verdict of a session costs what
+    every later one does. For a long-lived process (the editor's verify worker) to call while it
+    waits: a few compiler preprocessor runs and a scan, cached in the build cache; failures are
+    left to the build that needs the lists."""
+    with contextlib.suppress(ToolchainError, OSError):
+        tc = probe_toolchain(config.cache_dir, config.arch_list_env)
+        overlay = ensure_overlay(config.cache_dir, tc.cflags)
+        standins = shlex.quote(str(overlay.standins))
+        differing, declared = _error_lists(tc, overlay, standins)
+        if module.binding is not None and config.cabi_binding:  # the files build_module compiles first
+            module = cabi_module(module)
+        _fill_lists(module, {f.name: "" for f in module.files}, differing, declared, every_list=True)
+
+
 def _fill_lists(
     module: GeneratedModule,
     outputs: dict[str, str],
     differing: Callable[[str, tuple[str, ...]], frozenset[str] | None],
     declared: Callable[[str, tuple[str, ...]], HeaderNames | None],
+    every_list: bool = False,
 ) -> None:
-    """Compute, side by side, the cached lists `slim_errors_stand` may read for these files.
+    """Compute, side by side, the cached lists `slim_errors_stand` may read for these files
+    (`every_list`: also the name list of a file whose output has no error, ahead of one).
 
     The macro comparisons (with and without the file's `#include`s) and the full headers' name
     list are preprocessor runs and a Python scan, cached in the overlay folder the first time per
@@ -363,7 +397,7 @@ def _fill_lists(
         includes = tuple(m.group(1) for m in _INCLUDE.finditer(f.text))
         jobs.append((differing, n, includes))
         errors = [m.message for m in parse_messages(output) if m.severity == "error"]
-        if any(not any(r.match(e) for r in _STRUCTURAL) for e in errors):
+        if every_list or any(not any(r.match(e) for r in _STRUCTURAL) for e in errors):
             jobs.append((declared, n, includes))
         if includes:
             jobs.append((differing, n, ()))
