@@ -391,10 +391,10 @@ def _static_violation_end(
     run: _Run, doc: Document, config: VerifyConfig, cancel: CancelToken | None
 ) -> VerifyResult:
     """A static violation, unless the candidate does not compile. Its statically known modules are
-    built (not linked, through the build cache); when one fails with compiler errors, those are
-    the verdict (`_compile_errors_first`). A build that cannot decide (a timeout, headers this
-    machine lacks) leaves the violation standing."""
-    if doc.kind == "python" and doc.load_inline_calls:
+    checked (nothing linked, through the build cache); when one fails with compiler errors, those
+    are the verdict (`_compile_errors_first`). A build that cannot decide (a timeout, headers this
+    machine lacks) leaves the violation standing, and so does `config.compile_violations=False`."""
+    if config.compile_violations and doc.kind == "python" and doc.load_inline_calls:
         run.report(Verdict.STATIC_VIOLATION)  # the findings show while the compiler runs
         run.stage = Stage.COMPILE
         run.versions = _toolchain_versions(config)

@@ -94,6 +94,10 @@ class VerifyConfig:
     # run nvcc's host front end (cudafe++) and device compiler (cicc) side by side (build/nvcc_split.py)
     split_nvcc: bool = True
     static_policy: str = "default"  # "strict" | "default" | "lenient" (static/policy.py, docs/anticheat.md)
+    # a static violation's modules are still compiled, and compiler errors win the verdict
+    # (`compile_error`, the static errors as warnings: api.py); False stops at the violation, as
+    # the RL reward does (both score 0, and a violation then costs no compile)
+    compile_violations: bool = True
     # "fp32": fp32/fp64 outputs held to fp32 arithmetic (no TF32, fp16, bf16); "lenient": the
     # element and norm tolerances only (run/tolerance.py)
     precision: str = "fp32"

@@ -428,7 +428,9 @@ def rl_command(
     from cudice.verifier.config import VerifyConfig
 
     backend = reward_pool(
-        VerifyConfig(static_policy=static_policy, required_speedup=required_speedup or 1.0),
+        VerifyConfig(
+            static_policy=static_policy, required_speedup=required_speedup or 1.0, compile_violations=False
+        ),
         gpus=gpus,
         num_compile_workers=compile_workers,
     )

@@ -168,7 +168,7 @@ def reward_pool(
     from cudice.verifier.config import VerifyConfig
     from cudice.verifier.pool import VerifyPool
 
-    config = config or VerifyConfig()
+    config = config or VerifyConfig(compile_violations=False)  # a violation scores 0 without a compile
     check_reward_config(config)
     return VerifyPool(config, num_compile_workers=num_compile_workers, gpus=gpus)
 

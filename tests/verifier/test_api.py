@@ -128,6 +128,17 @@ def test_a_static_violation_that_compiles_stays_a_violation(
     assert [(d.code, d.severity) for d in result.diagnostics] == [("static.test", Severity.ERROR)]
 
 
+def test_compile_violations_off_stops_at_the_violation(
+    tmp_path: Path, examples_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    links: list[bool] = []
+    monkeypatch.setattr("cudice.verifier.static.checks.check_document", _static_error([]))
+    monkeypatch.setattr(api, "build_module", _build(False, links))
+    config = VerifyConfig(cache_dir=tmp_path, compile_violations=False)
+    result = api.verify(examples_dir / "relu_cuda.py", config=config)
+    assert result.verdict is Verdict.STATIC_VIOLATION and links == []  # nothing was compiled
+
+
 def test_code_that_does_not_compile_gets_the_compiler_errors_and_the_static_ones_as_warnings(
     tmp_path: Path, examples_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

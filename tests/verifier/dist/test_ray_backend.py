@@ -51,7 +51,7 @@ def ray_cluster() -> Iterator[None]:
 
 @pytest.fixture
 def config(tmp_path: Path) -> VerifyConfig:
-    return VerifyConfig(cache_dir=tmp_path / "cache", compile_only=True)
+    return VerifyConfig(cache_dir=tmp_path / "cache", compile_only=True, compile_violations=False)
 
 
 def cheap_jobs(tmp_path: Path) -> list[VerifyJob]:

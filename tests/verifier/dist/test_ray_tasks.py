@@ -45,7 +45,7 @@ def comparable(result: VerifyResult) -> dict[str, Any]:
 
 @pytest.fixture
 def config(tmp_path: Path) -> VerifyConfig:
-    return VerifyConfig(cache_dir=tmp_path / "cache", compile_only=True)
+    return VerifyConfig(cache_dir=tmp_path / "cache", compile_only=True, compile_violations=False)
 
 
 def test_a_reference_the_worker_cannot_see_is_shipped_and_its_paths_mapped_back(
