@@ -6,8 +6,9 @@ extension (`ext = load_inline(...)`, `self.ext = ext`), one of its functions (`s
 callable (`self.conv = nn.Conv2d(...)`, `mm = torch.mm` as a class attribute, `nn.ModuleList`,
 `OPS = {"mm": torch.mm}`, a loop variable over such a container), a tensor (`nn.Parameter`,
 `register_buffer`) or the reference `Model`. `self.<attr>` kinds are per class (`kinds_for`): a
-helper class's methods see what its own `__init__` (and its in-file bases') stored. What a
-function's own names hold comes in as `LocalNames` (its class's kinds, its local aliases), so a
+helper class's methods see what its own `__init__` (and its in-file bases') stored, read with
+that `__init__`'s own local names (`f = torch.relu; self.f = f`), never the asking function's. What
+a function's own names hold comes in as `LocalNames` (its class's kinds, its local aliases), so a
 `Bindings` holds only module-wide facts. `dotted()` (`static/names.py`) resolves import and
 module-level aliases to canonical paths.
 
@@ -87,6 +88,15 @@ class LocalNames:
     self_kinds: Mapping[str, str]  # self attr -> "ext" | "kernel" | "torch" | "tensor" | "reference"
     kernels: AbstractSet[str] = frozenset()
     torch: AbstractSet[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class _InitLocals:
+    """How `__init__` (or a class body) reads a stored value: its `LocalNames`, and the values its own
+    local names were assigned."""
+
+    names: LocalNames
+    values: Mapping[str, list[ast.expr]]
 
 
 class Bindings:
@@ -185,32 +195,61 @@ class Bindings:
         attr = self_attr(e)
         return attr is not None and local.self_kinds.get(attr) == "ext"
 
-    def kinds_for(self, cls: ast.ClassDef | None, kernels: AbstractSet[str] = frozenset()) -> dict[str, str]:
-        """`self.<attr>` kinds as seen by a method of `cls` (ModelNew's for plain functions); a class
-        asked for the first time is read with `kernels` as the local kernel names."""
+    def kinds_for(self, cls: ast.ClassDef | None) -> dict[str, str]:
+        """`self.<attr>` kinds as seen by a method of `cls` (ModelNew's for plain functions). They come
+        from the class alone (its own `__init__`'s names), so they do not depend on who asks first."""
         if cls is None:
             return self._class_kinds[id(self.cls)]
         if id(cls) not in self._class_kinds:
-            self._class_kinds[id(cls)] = self.attr_kinds(cls, kernels)
+            self._class_kinds[id(cls)] = self.attr_kinds(cls)
         return self._class_kinds[id(cls)]
 
-    def attr_kinds(self, cls: ast.ClassDef, kernels: AbstractSet[str] = frozenset()) -> dict[str, str]:
+    def local_kernels(self, fn: ast.AST, self_kinds: Mapping[str, str]) -> frozenset[str]:
+        """`fn`'s own names bound to an extension function (`op = self.ext.relu_out; g = op`)."""
+        nodes = [n for n in ast.walk(fn) if isinstance(n, ast.Assign)]
+        kernels: frozenset[str] = frozenset()
+        for _ in range(2):  # two passes settle `op = ext.f; g = op`
+            kernels |= {
+                t.id
+                for n in nodes
+                if self.is_kernel_ref(n.value, LocalNames(self_kinds, kernels))
+                for t in n.targets
+                if isinstance(t, ast.Name)
+            }
+        return kernels
+
+    def attr_kinds(self, cls: ast.ClassDef) -> dict[str, str]:
         """What `__init__` and the class attributes of `cls` and its in-file bases store on `self`."""
         kinds: dict[str, str] = {}
-        local = LocalNames(kinds, kernels)  # `_kind_of_init_value` reads the class's own, as they grow
         for c in reversed(self.index.chain(cls)):  # bases first: a subclass's store wins
-            self._init_attrs(c, kinds, local)
+            self._init_attrs(c, kinds)
         return kinds
 
-    def _init_attrs(self, cls: ast.ClassDef, kinds: dict[str, str], local: LocalNames) -> None:
-        """Into `kinds`: the class attributes of `cls` and what its `__init__` stores on `self`."""
+    def _init_attrs(self, cls: ast.ClassDef, kinds: dict[str, str]) -> None:
+        """Into `kinds`: the class attributes of `cls` and what its `__init__` stores on `self`, read
+        with `__init__`'s own local names (`op = ext.f; self.op = op`, `f = torch.relu; self.f = f`)."""
+        outside = _InitLocals(LocalNames(kinds), {})  # `_kind_of_init_value` reads `kinds` as they grow
         for stmt in cls.body:  # class attributes read as `self.<name>`: `mm = torch.mm`
             if isinstance(stmt, ast.Assign):
                 for t in stmt.targets:
                     if isinstance(t, ast.Name) and t.id not in ("forward", "__call__"):
-                        kinds[t.id] = self._kind_of_init_value(stmt.value, local)
+                        kinds[t.id] = self._kind_of_init_value(stmt.value, outside)
         init = next((n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"), None)
-        for node in ast.walk(init) if init else ():
+        if init is None:
+            return
+        values: dict[str, list[ast.expr]] = {}
+        for n in ast.walk(init):
+            if isinstance(n, (ast.Assign, ast.AnnAssign)) and n.value is not None:
+                for t in n.targets if isinstance(n, ast.Assign) else [n.target]:
+                    if isinstance(t, ast.Name):
+                        values.setdefault(t.id, []).append(n.value)
+        self._init_stores(init, kinds, _InitLocals(LocalNames(kinds), values))  # `self.ext` known …
+        local = LocalNames(kinds, self.local_kernels(init, kinds))
+        self._init_stores(init, kinds, _InitLocals(local, values))  # … before `op = self.ext.f` is
+
+    def _init_stores(self, init: ast.FunctionDef, kinds: dict[str, str], reads: _InitLocals) -> None:
+        """Into `kinds`: what `init` stores on `self`."""
+        for node in ast.walk(init):
             targets: list[ast.expr] = []
             value: ast.expr | None = None
             if isinstance(node, ast.Assign):
@@ -236,7 +275,7 @@ class Bindings:
                 and isinstance(node.args[0], ast.Constant)
                 and isinstance(node.args[0].value, str)
             ):  # `self.add_module("act", nn.ReLU())` is `self.act = nn.ReLU()`
-                kinds[node.args[0].value] = self._kind_of_init_value(node.args[1], local)
+                kinds[node.args[0].value] = self._kind_of_init_value(node.args[1], reads)
             elif (
                 isinstance(node, ast.Call)
                 and callee_name(node.func) == "setattr"
@@ -246,18 +285,28 @@ class Bindings:
             ):  # `setattr(self, f"act{i}", nn.ReLU())`: kept under the name's literal prefix + "*"
                 key = node.args[1]
                 if isinstance(key, ast.Constant) and isinstance(key.value, str):
-                    kinds[key.value] = self._kind_of_init_value(node.args[2], local)
+                    kinds[key.value] = self._kind_of_init_value(node.args[2], reads)
                 elif isinstance(key, ast.JoinedStr):
-                    kinds[literal_prefix(key) + "*"] = self._kind_of_init_value(node.args[2], local)
+                    kinds[literal_prefix(key) + "*"] = self._kind_of_init_value(node.args[2], reads)
             for t in targets:
                 name = self_attr(t)
                 if name and value is not None:
-                    kinds[name] = self._kind_of_init_value(value, local)
+                    kinds[name] = self._kind_of_init_value(value, reads)
 
-    def _kind_of_init_value(self, value: ast.expr, local: LocalNames) -> str:
-        """The kind `self.<attr> = value` stores (`LocalNames.self_kinds`), "other" when none."""
+    def _kind_of_init_value(self, value: ast.expr, init: _InitLocals) -> str:
+        """The kind `self.<attr> = value` stores (`LocalNames.self_kinds`), "other" when none; a local
+        name of `__init__` stores what it was assigned (a reference or torch callable if any
+        assignment is one)."""
+        local = init.names
         if isinstance(value, ast.Name) and value.id in self.extensions:
             return "ext"
+        if isinstance(value, ast.Name) and value.id in init.values:
+            rest = _InitLocals(local, {k: v for k, v in init.values.items() if k != value.id})
+            found = {self._kind_of_init_value(v, rest) for v in init.values[value.id]}
+            for kind in ("reference", "torch"):
+                if kind in found:
+                    return kind
+            return found.pop() if len(found) == 1 else "other"
         if isinstance(value, ast.Call) and callee_name(value.func) == "load_inline":
             return "ext"
         if (attr := self_attr(value)) is not None and local.self_kinds.get(attr) in ("ext", "kernel"):
@@ -269,7 +318,7 @@ class Bindings:
             and callee_name(value.func) in ("staticmethod", "partial")
             and value.args
         ):
-            return self._kind_of_init_value(value.args[0], local)
+            return self._kind_of_init_value(value.args[0], init)
         if isinstance(value, (ast.Dict, ast.List, ast.Tuple, ast.Set)) and self.holds_torch_callable(value):
             return "torch"  # self.ops = [torch.relu, F.gelu]
         func = value.func if isinstance(value, ast.Call) else value

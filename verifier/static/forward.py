@@ -3,7 +3,8 @@
 `analyze_forward()` walks every function that can run when `ModelNew` is called
 (`static/reach.py`: the call-protocol methods of `ModelNew` and its in-file bases, its metaclass,
 the methods, helper classes, functions and lambdas they reach), each with the `self` of its own
-class, and reports:
+class and its own local names only (another function's `op = ext.f` does not make its `op` a
+kernel), and reports:
 
 - `static.torch_op_in_forward` — PyTorch compute (`torch.*`, `F.*`, also through module-level
   aliases, `nn` layers, also from containers and loop variables, tensor compute methods,
@@ -113,38 +114,21 @@ def analyze_forward(module: CandidateModule, level: Strictness) -> ForwardReport
     )
     reached = reachable(names.index, names.cls)
     report = ForwardReport(reachable=[r.fn for r in reached])
-    kernels_before: AbstractSet[str] = frozenset()  # the local kernel names of the function judged last
     for r in reached:
-        scope = _scope(names, level, module_vars, r, kernels_before)
+        scope = _scope(names, level, module_vars, r)
         report.findings += _function_findings(scope)
         report.kernel_calls |= _kernel_calls(scope)
-        kernels_before = scope.local.kernels
     report.findings += _assigned_forward(names.cls)
     return report
 
 
-def _scope(
-    names: Bindings,
-    level: Strictness,
-    module_vars: frozenset[str],
-    r: Reached,
-    kernels_before: AbstractSet[str],
-) -> _Scope:
-    """What `r.fn`'s names hold. Tensor inference runs first and sees `kernels_before` as the local
-    kernel names; the function's own are found after it."""
+def _scope(names: Bindings, level: Strictness, module_vars: frozenset[str], r: Reached) -> _Scope:
+    """What `r.fn`'s names hold: its class's `self.<attr>` kinds and its own local names only (no
+    other function's), found before its tensors are inferred."""
     fn = r.fn
-    self_kinds = names.kinds_for(r.owner, kernels_before)
-    tensors = _tensor_names(fn, names, LocalNames(self_kinds, kernels_before))
+    self_kinds = names.kinds_for(r.owner)
+    kernels = names.local_kernels(fn, self_kinds)
     nodes = list(ast.walk(fn))
-    kernels: frozenset[str] = frozenset()
-    for _ in range(2):  # `fn = self.ext.relu_out; g = fn` inside the function
-        kernels |= {
-            t.id
-            for n in nodes
-            if isinstance(n, ast.Assign) and names.is_kernel_ref(n.value, LocalNames(self_kinds, kernels))
-            for t in n.targets
-            if isinstance(t, ast.Name)
-        }
     torch: set[str] = set()
     growing = LocalNames(self_kinds, kernels, torch)  # sees `torch` grow node by node
     for _ in range(2):
@@ -157,13 +141,14 @@ def _scope(
                 names.is_torch_callable(n.value, growing) or names.holds_torch_callable(n.value)
             ):
                 torch |= {t.id for t in n.targets if isinstance(t, ast.Name)}
+    local = LocalNames(self_kinds, kernels, frozenset(torch))
     return _Scope(
         names,
         level,
         module_vars,
         fn,
-        LocalNames(self_kinds, kernels, frozenset(torch)),
-        frozenset(tensors),
+        local,
+        frozenset(_tensor_names(fn, names, local)),
         frozenset(id(n.func) for n in nodes if isinstance(n, ast.Call)),
         frozenset(id(n.value) for n in nodes if isinstance(n, ast.Attribute)),
     )
@@ -527,7 +512,7 @@ def _member(func: ast.expr, s: _Scope) -> tuple[str | None, str | None]:
     owner = func.value
     classes = s.names.index.classes
     if isinstance(owner, ast.Name) and owner.id in classes:
-        return func.attr, s.names.kinds_for(classes[owner.id], s.local.kernels).get(func.attr)
+        return func.attr, s.names.kinds_for(classes[owner.id]).get(func.attr)
     if (isinstance(owner, ast.Call) and callee_name(owner.func) == "type") or (
         isinstance(owner, ast.Attribute) and owner.attr == "__class__" and self_attr(owner) is not None
     ):
