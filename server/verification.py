@@ -290,7 +290,12 @@ async def _verify_fresh(
         publish(ls, uri, path, source, version, partial)
 
     async def quick() -> None:
-        found = await ls.quick.check(path, source, timeout_s=ls.settings.verify_quick_check_timeout_seconds)
+        found = await ls.quick.check(
+            path,
+            source,
+            timeout_s=ls.settings.verify_quick_check_timeout_seconds,
+            static_policy=ls.settings.verify_strictness,
+        )
         if found is not None and not (shown["final"] or shown["authoritative"]):
             shown["quick"] = True
             quick_found.append(found)

@@ -91,8 +91,11 @@ class QuickChecks:
             if not fut.done():
                 fut.set_result({"event": "error", "message": "quick-check worker exited"})
 
-    async def check(self, path: str, source: str, *, timeout_s: float | None = None) -> VerifyResult | None:
-        """The quick result, or None (see the module docstring). `timeout_s` overrides the warm bound."""
+    async def check(
+        self, path: str, source: str, *, timeout_s: float | None = None, static_policy: str | None = None
+    ) -> VerifyResult | None:
+        """The quick result, or None (see the module docstring). `timeout_s` overrides the warm bound;
+        `static_policy` is the strictness the static checks use (the verifier's default when None)."""
         async with self._lock:
             try:
                 await self.start()
@@ -104,7 +107,10 @@ class QuickChecks:
             fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
             self._waiters[job_id] = fut
             try:
-                if not await self._proc.send({"id": job_id, "path": path, "source": source}):
+                request: dict[str, Any] = {"id": job_id, "path": path, "source": source}
+                if static_policy is not None:
+                    request["static_policy"] = static_policy
+                if not await self._proc.send(request):
                     return None
                 event = await self._wait(fut, path, timeout_s if timeout_s is not None else self.timeout_s)
             finally:

@@ -5,8 +5,10 @@
 10-25 s when it starts a fresh clangd (docs/verifier.md). This process owns that checker for the
 server's lifetime: it warms it at start, then answers requests one at a time.
 
-Requests (stdin, JSON lines): {"id", "path", "source"}. Events (stdout): {"event": "started"},
-{"event": "result", "id", "result": VerifyResult} | {"event": "error", "id", "message"}, and
+Requests (stdin, JSON lines): {"id", "path", "source"} and optionally "static_policy" (the user's
+`cudice.verify.strictness`, so the first findings are those the verdict will carry). Events
+(stdout): {"event": "started"}, {"event": "result", "id", "result": VerifyResult} |
+{"event": "error", "id", "message"}, and
 while a check runs, every `CUDICE_QUICK_HEARTBEAT_S` (2 s) {"event": "progress", "id", "cpu_s"}:
 the CPU seconds used so far by this worker's checks and its process group (clangd building its
 preamble), so the server can tell a slow check from a stuck one (quick.py). Stdin closing ends it
@@ -44,6 +46,18 @@ def _heartbeat(stream: EventStream, busy: list[Any], interval_s: float) -> None:
             stream.emit("progress", id=job_id, cpu_s=round(group_cpu_seconds(clock), 3))
 
 
+def answer(api: Any, req: dict[str, Any], checker: Any) -> Any:
+    """The quick result for one request: `api.quick_check` under the request's static policy (the
+    verifier's default when it names none)."""
+    policy = req.get("static_policy")
+    if policy is None:
+        return api.quick_check(str(req["path"]), str(req["source"]), checker)
+    from cudice.verifier.config import VerifyConfig
+
+    config = VerifyConfig(static_policy=str(policy))
+    return api.quick_check(str(req["path"]), str(req["source"]), checker, config=config)
+
+
 def main() -> None:
     stream = child.start()
     api = importlib.import_module(os.environ.get("CUDICE_VERIFY_MODULE", "cudice.verifier.api"))
@@ -67,7 +81,7 @@ def main() -> None:
         for req in requests(sys.stdin, "quick-check worker"):  # until the server closes stdin
             try:
                 busy[0] = req.get("id")
-                result = api.quick_check(str(req["path"]), str(req["source"]), checker)
+                result = answer(api, req, checker)
                 busy[0] = None
                 stream.emit("result", id=req.get("id"), result=result.to_dict())
             except Exception as exc:

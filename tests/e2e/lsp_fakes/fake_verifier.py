@@ -57,7 +57,7 @@ def _seconds(marker: str, source: str) -> float:
     return float(found.group(1)) if found else 0.0
 
 
-def quick_check(path: str, source: str, checker: Any = None) -> VerifyResult:
+def quick_check(path: str, source: str, checker: Any = None, *, config: Any = None) -> VerifyResult:
     if "SPAWN_COMPILER" in source:
         subprocess.Popen(["sleep", "303"]).wait()
     busy_until = time.monotonic() + _seconds("QUICK_BUSY", source)
