@@ -551,21 +551,17 @@ def test_user_only_error_is_reported_from_the_slim_build_alone(
 @pytest.mark.slow
 @BUILD_TIMEOUT
 def test_lists_prepared_ahead_serve_the_first_error_verdict(tmp_path: Path) -> None:
-    """`prepare_error_lists` (what a long-lived process runs while it waits) computes the lists a
-    slim error verdict reads, so the first error of a session computes none of its own."""
-    from cudice.verifier.build.compile import prepare_error_lists
-    from cudice.verifier.build.generated import from_call
-    from cudice.verifier.source.document import parse_document
+    """`api.prepare_first_error` (for a long-lived process to run while it waits) computes
+    the lists a slim error verdict reads for the usual include set, so the first error of a
+    session, here in the example's kernel, computes none of its own."""
+    from cudice.verifier.api import prepare_first_error
 
     config = VerifyConfig(cache_dir=tmp_path, compile_only=True)
-    doc = parse_document(GOOD, str(tmp_path / "relu_cuda.py"))
-    module = from_call(doc, doc.load_inline_calls[0])
-    assert module is not None
 
     def lists() -> set[str]:
         return {p.name for pattern in ("macros-*.txt", "names-*.txt") for p in tmp_path.rglob(pattern)}
 
-    prepare_error_lists(config, module)
+    prepare_first_error(config)
     prepared = lists()
     assert any(n.startswith("macros-") for n in prepared) and any(n.startswith("names-") for n in prepared)
     auto = _build(USER_TYPE_ERROR, "prepared_type_error", config, "auto")
