@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from cudice.verifier.api import gpu_available, quick_check, verify
-from cudice.verifier.build.quick import FastChecker
+from cudice.verifier.build.quick import QuickChecker
 from cudice.verifier.build.toolchain import cuda_home
 from cudice.verifier.config import VerifyConfig
 from cudice.verifier.pool import VerifyPool, default_compile_workers
@@ -110,7 +110,7 @@ def bench_first_diagnostic(config: VerifyConfig, skip_load_inline: bool) -> None
     path = EXAMPLES / "relu_broken.py"
     text = path.read_text()
     if shutil.which("clangd"):
-        with FastChecker(config) as fc:
+        with QuickChecker(config) as fc:
             warm_s = fc.warm()
             quick_check(path, text, fc)  # the document takes over the warmed slot; clangd now
             quick_check(path, text.replace("vv >", "v_ >"), fc)  # rebuilds its own preamble: wait once

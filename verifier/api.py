@@ -36,7 +36,7 @@ from typing import Any, cast
 
 from cudice.verifier.build.compile import build_module, build_raw_cu
 from cudice.verifier.build.generated import from_call
-from cudice.verifier.build.quick import FastChecker
+from cudice.verifier.build.quick import QuickChecker
 from cudice.verifier.config import VerifyConfig
 from cudice.verifier.process import CancelToken
 from cudice.verifier.run.gpu_probe import gpu_absent_reason
@@ -550,7 +550,7 @@ def _run_stage(
 def quick_check(
     path: str | Path,
     source: str,
-    checker: FastChecker | None = None,
+    checker: QuickChecker | None = None,
     *,
     config: VerifyConfig | None = None,
     timeout_s: float = 120.0,
@@ -586,7 +586,7 @@ def quick_check(
     if not modules:
         return _quick_end(run, violation)
     own = checker is None
-    fast = checker or FastChecker(config)
+    fast = checker or QuickChecker(config)
     try:
         if not fast.available:
             run.diags.append(

@@ -1,7 +1,7 @@
 """The quick-check worker: `python -m cudice.server.workers.quick_child`, long-lived, a warm clangd.
 
 `cudice.verifier.api.quick_check` (parse + static checks + clangd compile diagnostics) answers in
-~0.3 s when its `FastChecker` keeps the torch-header preamble parsed between checks, and in
+~0.3 s when its `QuickChecker` keeps the torch-header preamble parsed between checks, and in
 10-25 s when it starts a fresh clangd (docs/verifier.md). This process owns that checker for the
 server's lifetime: it warms it at start, then answers requests one at a time.
 
@@ -13,7 +13,7 @@ while a check runs, every `CUDICE_QUICK_HEARTBEAT_S` (2 s) {"event": "progress",
 the CPU seconds used so far by this worker's checks and its process group (clangd building its
 preamble), so the server can tell a slow check from a stuck one (quick.py). Stdin closing ends it
 (clangd is shut down first); the set-up and the framing are `child.py` and `protocol.py`'s.
-`CUDICE_VERIFY_MODULE` swaps the verifier module for tests (no FastChecker there: None is passed).
+`CUDICE_VERIFY_MODULE` swaps the verifier module for tests (no QuickChecker there: None is passed).
 Not covered: running checks in parallel (clangd serialises them anyway).
 """
 
@@ -62,7 +62,7 @@ def main() -> None:
     stream = child.start()
     api = importlib.import_module(os.environ.get("CUDICE_VERIFY_MODULE", "cudice.verifier.api"))
     checker: Any = None
-    factory = getattr(api, "FastChecker", None)
+    factory = getattr(api, "QuickChecker", None)
     if factory is not None:
         try:
             checker = factory()

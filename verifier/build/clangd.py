@@ -5,7 +5,7 @@ Only what the fast checker needs: initialize, didOpen/didChange/didClose, waitin
 parses the framed messages; requests are answered through `threading.Event`s.
 
 Not covered: clangd's features beyond diagnostics (completion, hover); restarting a crashed
-clangd is the owner's job (`FastChecker` does it on the next call).
+clangd is the owner's job (`QuickChecker` does it on the next call).
 """
 
 from __future__ import annotations

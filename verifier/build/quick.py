@@ -1,10 +1,10 @@
-"""Fast first diagnostics: a persistent clangd that keeps the torch headers parsed between edits.
+"""The quick check: first diagnostics from a persistent clangd that keeps the torch headers parsed.
 
 nvcc re-parses the torch headers on every run, so even a syntax error takes it tens of seconds
 (docs/verifier.md, docs/benchmarks.md). clangd parses a torch-extension `.cu` with the CUDA
 headers (`-x cuda --cuda-gpu-arch=sm_90 -nocudalib`), builds the header *preamble* once and
 re-diagnoses the file in a fraction of a second after each edit while the preamble is kept.
-`FastChecker` owns one clangd for its lifetime (the language server keeps one), feeds it the
+`QuickChecker` owns one clangd for its lifetime (the language server keeps one), feeds it the
 files `load_inline` would write (build/generated.py) and maps clangd's errors into the `.py` file.
 
 Every document shares one preamble. clangd keeps a preamble per file it has open, so a file
@@ -18,7 +18,8 @@ follow that declaration and are parsed with its body (torch's are already includ
 cost nothing). Switching documents is then an edit. `warm()` builds the preamble ahead of time
 (call it at server start); a one-shot CLI run pays it once.
 
-Agreement with the full build: only clangd *errors* are reported (`fast.error`);
+Agreement with the full build: only clangd *errors* are reported (`fast.error`: the diagnostic
+codes keep the `fast.` prefix users and editors already filter on);
 tests/verifier/build/test_quick.py checks that each is also an nvcc error on the same line.
 Not covered: clang and nvcc disagree on some CUDA dialect corners (clang is stricter about
 host/device calls; nvcc accepts some GNU extensions) — the full build stays the authority.
@@ -130,7 +131,7 @@ def clang_flags(tc: Toolchain, cuda: bool, arch: str = "sm_90") -> list[str]:
     return ["-x", "c++", *out]
 
 
-class FastChecker:
+class QuickChecker:
     """One persistent clangd that diagnoses generated extension sources. Thread-safe.
 
     `check()` blocks until clangd answers (≈0.3 s once the shared preamble is built, for any
@@ -203,7 +204,7 @@ class FastChecker:
                 shutil.rmtree(self._workdir, ignore_errors=True)
                 self._workdir = None
 
-    def __enter__(self) -> FastChecker:
+    def __enter__(self) -> QuickChecker:
         return self
 
     def __exit__(self, *exc: object) -> None:

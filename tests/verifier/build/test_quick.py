@@ -15,7 +15,7 @@ import pytest
 from cudice.verifier.api import quick_check
 from cudice.verifier.build.compile import build_module
 from cudice.verifier.build.generated import from_call
-from cudice.verifier.build.quick import FastChecker
+from cudice.verifier.build.quick import QuickChecker
 from cudice.verifier.config import VerifyConfig
 from cudice.verifier.source.document import parse_document, read_document
 from cudice.verifier.source.result import Severity, Verdict
@@ -25,8 +25,8 @@ pytestmark = [needs_clangd, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
-def checker(session_config: VerifyConfig) -> Iterator[FastChecker]:
-    fc = FastChecker(session_config)
+def checker(session_config: VerifyConfig) -> Iterator[QuickChecker]:
+    fc = QuickChecker(session_config)
     fc.warm()
     yield fc
     fc.close()
@@ -37,7 +37,7 @@ def error_lines(diags: object) -> set[int]:
 
 
 def test_relu_broken_fast_error_on_line_14_and_fast_after_an_edit(
-    checker: FastChecker, examples_dir: Path
+    checker: QuickChecker, examples_dir: Path
 ) -> None:
     path = examples_dir / "relu_broken.py"
     text = path.read_text()
@@ -63,7 +63,7 @@ def test_relu_broken_fast_error_on_line_14_and_fast_after_an_edit(
     assert fixed.verdict is Verdict.CHECKED and not error_lines(fixed.diagnostics)
 
 
-def test_correct_example_has_no_fast_errors(checker: FastChecker, examples_dir: Path) -> None:
+def test_correct_example_has_no_fast_errors(checker: QuickChecker, examples_dir: Path) -> None:
     # one correct file (each new include block costs a preamble build: keep CI time down)
     path = examples_dir / "relu_cuda.py"
     result = quick_check(path, path.read_text(), checker)
@@ -72,7 +72,7 @@ def test_correct_example_has_no_fast_errors(checker: FastChecker, examples_dir: 
 
 @needs_nvcc
 def test_every_fast_error_is_a_full_build_error(
-    checker: FastChecker, data_dir: Path, examples_dir: Path, session_config: VerifyConfig
+    checker: QuickChecker, data_dir: Path, examples_dir: Path, session_config: VerifyConfig
 ) -> None:
     missed_total = full_total = 0
     for path in (data_dir / "broken_multi.py", examples_dir / "relu_broken.py"):
@@ -91,7 +91,7 @@ def test_every_fast_error_is_a_full_build_error(
     print(f"fast path missed {missed_total} of {full_total} full-build error lines")
 
 
-def test_unmappable_source_points_at_the_call(checker: FastChecker) -> None:
+def test_unmappable_source_points_at_the_call(checker: QuickChecker) -> None:
     text = (
         "from torch.utils.cpp_extension import load_inline\n"
         "body = 'int y = undefined_thing;'\n"
