@@ -62,6 +62,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from cudice.verifier.process import die_with_parent
 from cudice.verifier.static.policy import EMPTY_FACTORIES, FILLING_FACTORIES
 
 _TORCH_NAMESPACE = """
@@ -377,7 +378,13 @@ def ensure_host_pch(overlay: Overlay, cxx: str, flags: str, timeout_s: float = 9
         ]
         try:
             ok = (
-                subprocess.run(cmd, capture_output=True, timeout=timeout_s, start_new_session=True).returncode
+                subprocess.run(
+                    cmd,
+                    capture_output=True,
+                    timeout=timeout_s,
+                    start_new_session=True,
+                    preexec_fn=die_with_parent,
+                ).returncode
                 == 0
             )
         except (OSError, subprocess.TimeoutExpired):
@@ -704,6 +711,7 @@ def _preprocess(
             env={**os.environ, "LC_ALL": "C", "LANG": "C"},
             cwd=work,
             start_new_session=True,
+            preexec_fn=die_with_parent,  # a worker that exits mid-build takes its preprocessor along
         )
     except (OSError, subprocess.TimeoutExpired):
         return None
@@ -730,6 +738,7 @@ def _defines(
                 env=env,
                 cwd=work,
                 start_new_session=True,
+                preexec_fn=die_with_parent,
             )
         except (OSError, subprocess.TimeoutExpired):
             return None
