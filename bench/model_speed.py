@@ -58,6 +58,7 @@ from typing import Any
 
 import torch
 from cudice.model.tiny import TINY_DIMS
+from random_qwen import random_qwen3
 
 # The fields of TINY_DIMS that shape a model (random_model sets context length and RoPE itself):
 # hidden, intermediate, layers, attention heads, KV heads, head_dim, tied embeddings.
@@ -98,27 +99,9 @@ def special_ids(model: Any) -> tuple[int, int, int]:
 
 
 def random_model(shape: str, device: torch.device, dtype: torch.dtype) -> Any:
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    cfg = Qwen3Config(
-        vocab_size=VOCAB if shape != "tiny" else 1024,
-        max_position_embeddings=32768,
-        rope_parameters={"rope_type": "default", "rope_theta": 1e6},
-        **SHAPES[shape],
-    )
-    cfg._attn_implementation = "sdpa"
-    with torch.device(device):
-        torch.set_default_dtype(dtype)
-        try:
-            model = Qwen3ForCausalLM(cfg)
-        finally:
-            torch.set_default_dtype(torch.float32)
-    model.model.rotary_emb = type(model.model.rotary_emb)(config=cfg).to(device)  # float32 inv_freq
-    with torch.no_grad():  # random but not degenerate: unit-ish activations
-        for p in model.parameters():
-            if p.dim() == 2:
-                p.normal_(0.0, 0.02)
-    return model.eval().requires_grad_(False)  # frozen, as the editor's load_engine(freeze=True): packed
+    """A frozen random Qwen3 of `shape` (the Qwen/SDAR vocabulary, a small one for "tiny")."""
+    dims = {"vocab_size": VOCAB if shape != "tiny" else 1024, **SHAPES[shape]}
+    return random_qwen3(dims, device, dtype, std=0.02)  # frozen, as the editor's load_engine(freeze=True)
 
 
 def make_runners(model: Any, compile_mode: str | None) -> dict[str, Any]:

@@ -60,6 +60,7 @@ from cudice.model.config import SamplerConfig
 from cudice.model.runner import HFRunner, Runner
 from cudice.model.sampler import BlockDiffusionSampler
 from cudice.model.tiny import TINY_DIMS
+from random_qwen import DICE_1P7B, random_qwen3
 
 _TINY = {
     k: v for k, v in TINY_DIMS.items() if k not in ("max_position_embeddings", "rope_theta", "rms_norm_eps")
@@ -77,17 +78,7 @@ SHAPES: dict[str, dict[str, Any]] = {
         "head_dim": 64,
         "tie_word_embeddings": True,
     },
-    # Qwen3-1.7B / SDAR-1.7B-Chat / DICE-1.7B config.json dims (untied lm_head)
-    "dice-1.7b": {
-        "vocab_size": 151936,
-        "hidden_size": 2048,
-        "intermediate_size": 6144,
-        "num_hidden_layers": 28,
-        "num_attention_heads": 16,
-        "num_key_value_heads": 8,
-        "head_dim": 128,
-        "tie_word_embeddings": False,
-    },
+    "dice-1.7b": DICE_1P7B,
 }
 BLOCK = 4
 
@@ -98,27 +89,8 @@ def log(*args: Any) -> None:
 
 def random_model(shape: str, device: torch.device, dtype: torch.dtype) -> Any:
     """A Qwen3 of `shape` with seeded random weights (unit-ish activations), frozen."""
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    cfg = Qwen3Config(
-        max_position_embeddings=32768,
-        rope_parameters={"rope_type": "default", "rope_theta": 1e6},
-        **SHAPES[shape],
-    )
-    cfg._attn_implementation = "sdpa"
     torch.manual_seed(0)
-    with torch.device(device):
-        torch.set_default_dtype(dtype)
-        try:
-            model = Qwen3ForCausalLM(cfg)
-        finally:
-            torch.set_default_dtype(torch.float32)
-    model.model.rotary_emb = type(model.model.rotary_emb)(config=cfg).to(device)  # float32 inv_freq
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() == 2:
-                p.normal_(0.0, 0.02 if shape == "dice-1.7b" else 0.08)
-    return model.eval().requires_grad_(False)
+    return random_qwen3(SHAPES[shape], device, dtype, std=0.02 if shape == "dice-1.7b" else 0.08)
 
 
 @dataclass
