@@ -86,7 +86,7 @@ class VerifyConfig:
     nvcc: str = "nvcc"
     max_jobs: int = 2  # compiler processes per build (main.cpp and cuda.cu compile side by side)
     # gcc precompiled header of the slim main.cpp headers, built once per cache (~345 MB, ~23 CPU-s);
-    # saves ~8 CPU-s per new candidate's main.cpp (header_overlay.ensure_host_pch)
+    # saves ~8 CPU-s per new candidate's main.cpp (headers.ensure_host_pch)
     host_pch: bool = False
     # build `cuda.cu` plus a C-ABI shim instead of a pybind11 `main.cpp` where the module allows it
     # (verifier/build/cabi.py): ~8 CPU-s less per new candidate; False always builds the pybind11 way

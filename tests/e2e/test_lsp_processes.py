@@ -3,7 +3,7 @@ editor that vanishes (the server's stdin closes, nothing else) and a SIGKILL of 
 process table holds none of the server's descendants (compilers in their own sessions included).
 
 The scripted verifier (`lsp_fakes/fake_verifier.py`, marker `SPAWN_COMPILER`) starts a "compiler"
-through the real `verifier.buildsteps.run_process` (a new session with a forked grandchild) and a
+through the real `verifier.build.objects.run_process` (a new session with a forked grandchild) and a
 "clangd" child of the quick worker. Every process the server starts inherits the environment
 variable `CUDICE_TEST_FAMILY=<tag>`, which is how the test finds them after they were re-parented.
 Waits poll the process table against generous deadlines (a loaded 2-core box).

@@ -213,12 +213,12 @@ def test_a_compile_only_reference_probe_runs_beside_the_build_and_is_used_once(
         why = Diagnostic(Severity.ERROR, "get_inputs raised", "reference.get_inputs_failed", Stage.LOAD, None)
         return reference_probe.InputsProbe((why,), "Traceback ...", False)
 
+    compiles = _build(True, [])
+
     def build(*a: object, **k: object) -> object:
         assert probed.wait(120), "the probe did not start with the build"
         order.append("build")
-        return SimpleNamespace(
-            ok=True, undecided=False, timed_out=False, cancelled=False, diagnostics=(), step_wall_s={}
-        )
+        return compiles(*a, **k)
 
     monkeypatch.setattr(reference_probe, "probe_reference_inputs", fake_probe)
     monkeypatch.setattr(api, "build_module", build)
@@ -247,14 +247,11 @@ def test_a_build_that_fails_stops_the_reference_probe_it_started(
             stopped.set()
         return reference_probe.InputsProbe()
 
+    fails = _build(False, [])
+
     def failing_build(*a: object, **k: object) -> object:
         assert started.wait(120)
-        error = Diagnostic(
-            Severity.ERROR, "expected ';'", "compile.error", Stage.COMPILE, Location("x.py", 9, 5)
-        )
-        return SimpleNamespace(
-            ok=False, undecided=False, timed_out=False, cancelled=False, diagnostics=(error,), step_wall_s={}
-        )
+        return fails(*a, **k)
 
     monkeypatch.setattr(reference_probe, "probe_reference_inputs", slow_probe)
     monkeypatch.setattr(api, "build_module", failing_build)

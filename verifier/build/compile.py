@@ -23,7 +23,7 @@ rebuild: both builds read the same tokens there, and a declaration the slim set 
 as a lookup, type or overload error, never as a structural one alone, so the full build
 reports the same errors at the same places. An undeclared name (`identifier "vv" is
 undefined`, g++'s `'vv' was not declared in this scope`) stands too when no full header spells
-it at a scope a lookup could search (header_overlay.full_header_names: the full headers
+it at a scope a lookup could search (headers.full_header_names: the full headers
 preprocessed, their namespace/class/enum-scope words and macro names) and it sits where it can
 only be read: a name that no header declares is undeclared in the full build as well, with the
 same message (details and limits in `slim_errors_stand`). So do the user's own `#error` lines,
@@ -469,7 +469,7 @@ def slim_errors_stand(
     the user's names make up (`_only_user_declarations`, with `declared` and the `#include`
     rule as below), and no identifier anywhere in the file is a macro
     that the full and slim headers define differently (`differing(name, includes)`,
-    header_overlay.macro_differences: with the file's own `#include`s for the whole file, and
+    headers.macro_differences: with the file's own `#include`s for the whole file, and
     without them for the text up to its last `#include`, where a macro the full headers define
     before a later include defines it on both sides still differs; None counts as a
     difference). Then both builds read the same tokens in that file; the slim headers declare a
@@ -480,7 +480,7 @@ def slim_errors_stand(
 
     Undeclared names (g++ `'vv' was not declared in this scope`, clang `use of undeclared
     identifier 'vv'`, nvcc `identifier "vv" is undefined`), with `declared(name, includes)`
-    (header_overlay.full_header_names: the words the full headers, the file's own includes
+    (headers.full_header_names: the words the full headers, the file's own includes
     after them, put at namespace, class, enum or linkage scope, in both nvcc passes, plus every
     macro they define; None counts as "maybe declared"). The error stands when the message has
     no notes and its name X
@@ -886,7 +886,7 @@ def _only_user_declarations(
     brackets (a declaration of it; a namespace or linkage block that spells it anywhere), and the
     `#define` of each such name, are "user-only": every word is a keyword, a name both builds
     declare alike (`_SAME_IN_BOTH`), a member after `.`/`->`, a name no full header spells at any
-    scope a lookup could search (`names`, header_overlay.full_header_names) or a local variable or
+    scope a lookup could search (`names`, headers.full_header_names) or a local variable or
     parameter declared with fundamental types, used in its scope (`_local_scope`). So each name's
     lookup finds the same declarations in both builds (a header cannot declare, overload or
     hide what it never spells, argument-dependent lookup included; a local hides every outer
@@ -988,7 +988,7 @@ def host_only_ldflags(ldflags: str) -> str:
 
 
 def _slim_blocker(module: GeneratedModule, cflags: str) -> str | None:
-    """Why `module` skips the slim headers (header_overlay.slim_blocker), or None."""
+    """Why `module` skips the slim headers (headers.slim_blocker), or None."""
     torch_include = next((d for d in include_dirs(cflags) if (d / "ATen" / "ops").is_dir()), None)
     ops = aten_op_names(str(torch_include)) if torch_include else frozenset()
     texts = [p_text for f in module.files for p_text in _user_texts(f.text, f.pieces)]

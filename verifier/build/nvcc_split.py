@@ -8,15 +8,15 @@ other only through the module-id file that `cudafe++` writes and `cicc` reads. `
 the steps from `nvcc --dryrun` and writes that file first (an id of the same form, from the
 object's content hash), so `run()` can start both chains at once and the host compile after
 them, which saves most of one front end's time for a `cuda.cu` that includes torch
-(docs/benchmarks.md). With the
-same module id the object is byte-identical to nvcc's (tests/verifier/build/test_nvcc_split.py).
+(docs/benchmarks.md). With the same module id the object is byte-identical to nvcc's
+(tests/verifier/build/test_nvcc_split.py).
 
 Contract: `plan()` returns None whenever the dry run is not the single-architecture shape
 described above (several `-gencode` targets, `-rdc`, `-E`, another nvcc), and the caller runs
 nvcc itself. `run()` reports what nvcc would: the output of every step that ran, in nvcc's
 order, and a non-zero status when a step failed; when the host front end fails, the device
 chain is stopped and its output dropped (nvcc would not have started it). Every step is a
-child in its own session that dies with the thread that started it (buildsteps.run_process).
+child in its own session that dies with the thread that started it (objects.run_process).
 
 Not covered: parallel steps across several architectures (nvcc `--threads` does that), and
 keeping the intermediate files (they are deleted after the step).
@@ -120,7 +120,7 @@ def run(
     on_output: Callable[[str], None] | None = None,
     host_compile: bool = True,
 ) -> tuple[int, str, bool, bool]:
-    """(returncode, output, cancelled, timed_out), as buildsteps.run_process reports a plain nvcc.
+    """(returncode, output, cancelled, timed_out), as objects.run_process reports a plain nvcc.
 
     `host_compile=False` stops after the two front ends and the device chain: every step that
     parses the candidate has run and reported, and no object is written (a check, not a build)."""
@@ -201,5 +201,5 @@ def _emit(
 
 
 def environment() -> dict[str, str]:
-    """The environment nvcc and its steps run in (buildsteps.run_process's: the C locale)."""
+    """The environment nvcc and its steps run in (objects.run_process's: the C locale)."""
     return {**os.environ, "LC_ALL": "C", "LANG": "C"}

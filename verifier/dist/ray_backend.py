@@ -3,7 +3,7 @@
 It satisfies `VerifyBackend` (backends.py), so `cudice eval --ray` and the RL reward use it
 exactly like the local `VerifyPool`, and get the same `VerifyResult`s.
 
-- A job is one Ray task (`distributed_tasks.compile_task`, `num_cpus=1`): parse, static checks
+- A job is one Ray task (`tasks.compile_task`, `num_cpus=1`): parse, static checks
   and the full build on a CPU worker. When the candidate is to run, its run stage is a nested
   task (`run_on_gpu`, `num_gpus=1`): one candidate per GPU at a time, preferring the node that
   compiled it (its build cache is there). A compile task waiting for its GPU task gives its CPU

@@ -3,7 +3,7 @@
 - glue: ATen calls a host function may make (allocation, options, metadata, guards), per
   strictness level, and under `at::cuda::`/`c10::cuda::` the device and stream queries only;
 - `aten_patterns()`: a qualified ATen call or function reference under any name
-  `static_cpp_preprocess.aten_namespaces()` found for ATen's namespaces, template arguments allowed;
+  `cpp_preprocess.aten_namespaces()` found for ATen's namespaces, template arguments allowed;
 - the ATen functions a host function reaches *unqualified* (argument-dependent lookup, `using
   namespace`), split into names only ATen has and names C/C++ also has for scalars.
 

@@ -8,7 +8,7 @@ qualified under any name of ATen's namespaces, as methods, unqualified through
 argument-dependent lookup, or as C++ operators on tensors — vendor libraries, and calls back into
 Python through pybind11).
 
-Regexes over the blanked text with the file's own macros expanded (`static_cpp_scan.Unit.of`,
+Regexes over the blanked text with the file's own macros expanded (`cpp_scan.Unit.of`,
 `static/cpp_preprocess.py`): `CAT(pthread_, create)` reads as `pthread_create`, `NS::relu` under
 `#define NS at` as `at::relu`; findings land on the macro's invocation. A stream or a `static`
 seen only through a macro is a warning (the run-time layer measures those: `dynamic.side_stream`,

@@ -1,13 +1,13 @@
 """The C++/CUDA checks over what each `load_inline` call compiles, located in the candidate's file.
 
-`extension_findings()` runs `static_cuda.check_cpp_sources` over the sources of every call that
-resolves to `load_inline` (`static_names.LoadInlineUses`, under any name): literals the document
+`extension_findings()` runs `cuda.check_cpp_sources` over the sources of every call that
+resolves to `load_inline` (`names.LoadInlineUses`, under any name): literals the document
 maps character by character are located through their source map; sources the file fixes by
 other means (`static/sources.py`: f-strings over constants, `"".join`, `+=` …) on the expression
 that builds them; a source the file does not fix is `static.dynamic_source` (an error; a warning in
 `lenient`), and a name nothing in the file defines is reported as exactly that.
 `built_source_findings()` is the same check for sources received at run time
-(`static_checks.check_built_sources`).
+(`checks.check_built_sources`).
 
 Not covered: calls of `load_inline` the Python checks cannot find (through `getattr`, `globals()`;
 `static/checks.py` rejects those as dynamic code).

@@ -11,7 +11,7 @@ function the slim set lacks is rebuilt with the full headers, and a good file st
 
 Undeclared names: `slim_errors_stand` also keeps a slim "not declared" / "is undefined" error
 when the full headers spell the name nowhere a lookup could find it
-(header_overlay.full_header_names) and the name sits where it can only be read. Checked on real
+(headers.full_header_names) and the name sits where it can only be read. Checked on real
 g++/nvcc output with a given name set, and on torch builds: relu_broken's undeclared `vv` is the
 slim build's verdict with the full build's message and place; a name only the full headers
 declare (pythoncapi_compat's `PyLong_IsZero`) still rebuilds, whether used rightly (the build
