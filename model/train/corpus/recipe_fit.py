@@ -13,21 +13,28 @@ and the shipped checkpoint side by side (`bench/train_demo.sh fit`).
 4. save the checkpoint as one tar cut into parts of at most 15 MiB (`demo_fit.tar.partNN`);
 5. one greedy answer per held-out problem from the new and from the old checkpoint
    (`heldout.generate`), scored by `heldout.score`; `results.json` (rates with 95 % intervals,
-   per family and per prompt style, the loss curve) and `answers.jsonl` (every answer).
+   per family and per prompt style, the loss curve) and `answers.jsonl` (every answer);
+6. with `--eval-per-family K`: the new checkpoint's answers to the first K held-out problems of
+   each family verified with `cudice eval` (compile, correctness, timing on this GPU) until the
+   budget ends; `verified.json` holds the verdicts, and problems whose verdict did not come back
+   in time are listed as not verified, never counted either way.
 
-Everything said goes to stderr and `fit.log` in the output folder. Not covered: compiling and
-running the model's answers (`cudice eval`; a minute of CPU per kernel does not fit the budget),
-RL (phase b of `recipe.py`).
+Everything said goes to stderr and `fit.log` in the output folder. Not covered: verifying every
+held-out answer (a build per kernel does not fit one call; step 6 takes a subset), RL (phase b of
+`recipe.py`).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -116,6 +123,71 @@ def _names_of(solution: str) -> tuple[str, list[str]]:
     return kernel, names
 
 
+def verify_subset(
+    rows: list[dict[str, Any]],
+    answers: list[str | None],
+    per_family: int,
+    work: Path,
+    deadline: float,
+    say: Any,
+) -> dict[str, Any]:
+    """Step 6: `cudice eval` of the answers to the first `per_family` held-out problems of each family.
+
+    Problems and answers are copied side by side under `work` (same file names, as `cudice eval`
+    pairs them); the run is stopped at `deadline` and whatever verdicts came back are kept.
+    """
+    from cudice.model.train.corpus.evaluate import _eval_process
+    from cudice.model.train.corpus.heldout import wilson
+
+    problems, candidates = work / "verify_problems", work / "verify_candidates"
+    for d in (problems, candidates):
+        shutil.rmtree(d, ignore_errors=True)
+        d.mkdir(parents=True)
+    taken: dict[str, int] = {}
+    chosen: list[dict[str, Any]] = []
+    for row, answer in zip(rows, answers, strict=True):
+        if taken.get(row["family"], 0) >= per_family:
+            continue
+        taken[row["family"]] = taken.get(row["family"], 0) + 1
+        chosen.append(row)
+        (problems / row["file"]).write_text(row["reference"])
+        if answer is not None:  # a missing answer is a missing candidate: `cudice eval` fails it
+            (candidates / row["file"]).write_text(answer)
+    proc = _eval_process(problems, candidates, 14)
+    try:
+        stdout, stderr = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        stdout, stderr = proc.communicate()
+        say(f"verify: the budget ended before `cudice eval` finished; stderr tail: {stderr[-300:]!r}")
+    lines = [ln for ln in stdout.splitlines() if ln.startswith("{")]
+    verdicts = {r["problem"]: r for r in json.loads(lines[-1])["per_problem"]} if lines else {}
+    out: dict[str, Any] = {"problems": len(chosen), "verified": len(verdicts), "per_family": {}, "rows": []}
+    for row in chosen:
+        v = verdicts.get(row["file"])
+        out["rows"].append(
+            {"file": row["file"], "family": row["family"], "style": row.get("style", "cudice"),
+             "verdict": v["verdict"] if v else None, "speedup": v.get("speedup") if v else None}
+        )  # fmt: skip
+    done = [r for r in out["rows"] if r["verdict"] is not None]
+    for key, part in [("all", done)] + [
+        (fam, [r for r in done if r["family"] == fam]) for fam in sorted({r["family"] for r in done})
+    ]:
+        k = sum(r["verdict"] == "correct" for r in part)
+        fast = sum(r["verdict"] == "correct" and (r["speedup"] or 0) > 1 for r in part)
+        entry = {"n": len(part), "correct": k, "ci95": wilson(k, len(part)), "fast_1": fast}
+        if key == "all":
+            out["all"] = entry
+        else:
+            out["per_family"][key] = entry
+    counts = Counter(str(r["verdict"]) for r in done)
+    say(
+        f"verify: {out['all']['correct']}/{out['all']['n']} correct of {len(chosen)} chosen "
+        f"(fast_1 {out['all']['fast_1']}); verdicts {dict(sorted(counts.items()))}"
+    )
+    return out
+
+
 def evaluate(
     label: str, checkpoint: str, rows: list[dict[str, Any]], deadline: float, clock: Clock, gen_tokens: int
 ) -> dict[str, Any]:
@@ -162,6 +234,13 @@ def evaluate(
 )
 @click.option("--lr", type=float, default=1.5e-3, show_default=True)
 @click.option("--verify-per-family", type=int, default=3, show_default=True)
+@click.option("--skip-old", is_flag=True, help="Do not score the shipped checkpoint (its figures are known).")
+@click.option(
+    "--eval-per-family", type=int, default=0, show_default=True,
+    help="Verify the new model's answers to this many held-out problems per family with `cudice eval`.",
+)  # fmt: skip
+@click.option("--eval-verify-seconds", type=float, default=240.0, show_default=True, help="Kept for step 6.")
+@click.option("--no-train", is_flag=True, help="Only score (and verify) the --start checkpoint.")
 @click.option("--smoke", is_flag=True, help="Toy model, seconds of training (CPU test of the driver).")
 def main(
     work: Path,
@@ -174,6 +253,10 @@ def main(
     start: Path | None,
     lr: float,
     verify_per_family: int,
+    skip_old: bool,
+    eval_per_family: int,
+    eval_verify_seconds: float,
+    no_train: bool,
     smoke: bool,
 ) -> None:
     from cudice.model.train.corpus.fit import FitConfig, fit
@@ -202,18 +285,26 @@ def main(
         [sys.executable, "-m", "cudice.model.train.corpus", "verify-templates", str(corpus), "--out",
          str(out / "templates.json"), "--per-family", str(verify_per_family)],
         stdout=subprocess.DEVNULL, stderr=clock.log.open("a"), start_new_session=True,
-    )  # fmt: skip
+    ) if verify_per_family > 0 else None  # fmt: skip
     # 3. SFT until the training budget
-    train_seconds = clock.deadline - time.monotonic() - eval_seconds - 30
-    clock.say(f"training for {train_seconds:.0f} s")
-    config = FitConfig(
-        seconds=max(5.0, train_seconds), learning_rate=lr, tokens_per_batch=49152 if not smoke else 8192
-    )
-    trained = fit(init, corpus / "sft.jsonl", work / "fit", config, clock.say)
-    clock.say(f"trained: {trained['steps']} steps, {trained['epochs']} epochs started")
-    # 4. the checkpoint, in parts
-    parts = split_file(_tar_dir(work / "fit", out / "demo_fit.tar"))
-    clock.say(f"saved {[p.name for p in parts]}")
+    verify_seconds = eval_verify_seconds if eval_per_family > 0 else 0.0
+    fitted = work / "fit"
+    if no_train:  # score (and verify) the --start checkpoint as it is
+        if start is None:
+            raise click.UsageError("--no-train scores the --start checkpoint: give --start")
+        init.rename(fitted)
+        trained: dict[str, Any] = {"steps": 0, "epochs": 0, "scored": str(start)}
+    else:
+        train_seconds = clock.deadline - time.monotonic() - eval_seconds - verify_seconds - 30
+        clock.say(f"training for {train_seconds:.0f} s")
+        config = FitConfig(
+            seconds=max(5.0, train_seconds), learning_rate=lr, tokens_per_batch=49152 if not smoke else 8192
+        )
+        trained = fit(init, corpus / "sft.jsonl", fitted, config, clock.say)
+        clock.say(f"trained: {trained['steps']} steps, {trained['epochs']} epochs started")
+        # 4. the checkpoint, in parts
+        parts = split_file(_tar_dir(fitted, out / "demo_fit.tar"))
+        clock.say(f"saved {[p.name for p in parts]}")
     # 5. held-out scoring, new then old
     rows = _heldout(corpus)
     if smoke:
@@ -221,16 +312,27 @@ def main(
     results: dict[str, Any] = {"training": trained, "num_heldout": len(rows)}
     eval_left = clock.deadline - time.monotonic() - 10
     tokens = (16, 16) if smoke else (NEW_TOKENS, OLD_TOKENS)
+    if checker is not None and checker.poll() is None and eval_per_family > 0:
+        checker.terminate()  # its compiles would share the cores with step 6's
+        clock.say("template verification stopped before verifying the model's answers")
+    new_share = 1.0 if skip_old else 0.4
     results["new"] = evaluate(
-        "new", str(work / "fit"), rows, time.monotonic() + 0.4 * eval_left, clock, tokens[0]
-    )
-    results["old"] = evaluate("old", str(old), rows, clock.deadline - 10, clock, tokens[1])
-    if checker.poll() is None:
+        "new", str(work / "fit"), rows, time.monotonic() + new_share * (eval_left - verify_seconds), clock,
+        tokens[0],
+    )  # fmt: skip
+    if eval_per_family > 0:
+        answers_new = [r["answer"] for r in results["new"]["rows"]]
+        verified = verify_subset(rows, answers_new, eval_per_family, work, clock.deadline - 10, clock.say)
+        results["verified"] = {k: v for k, v in verified.items() if k != "rows"}
+        (out / "verified.json").write_text(json.dumps(verified, indent=1) + "\n")
+    if not skip_old:
+        results["old"] = evaluate("old", str(old), rows, clock.deadline - 10, clock, tokens[1])
+    if checker is not None and checker.poll() is None:
         checker.terminate()
         clock.say("template verification did not finish in the budget")
     answers = out / "answers.jsonl"
     with answers.open("w") as f:
-        for label in ("new", "old"):
+        for label in [k for k in ("new", "old") if k in results]:
             for r in results[label].pop("rows"):
                 f.write(json.dumps({"model": label, **r}) + "\n")
     (out / "results.json").write_text(json.dumps(results, indent=1) + "\n")
