@@ -37,6 +37,8 @@ def lens_title(result: VerifyResult, required_speedup: float = 1.0) -> str:
         mark = "✓" if result.is_fast(required_speedup) or required_speedup <= 0 else "⚠"
         suspicious = " (suspicious)" if result.is_suspicious else ""
         return f"{mark} {speedup_text(result)} vs PyTorch{suspicious}" + (f" · {gpu}" if gpu else "")
+    if result.verdict is Verdict.CORRECT and any(d.code == "timing.unresolved" for d in result.diagnostics):
+        return "✓ correct · speedup too small to resolve" + (f" · {gpu}" if gpu else "")
     if result.verdict is Verdict.CORRECT:
         return "✓ correct (not timed)"
     if result.verdict is Verdict.COMPILED:

@@ -163,6 +163,19 @@ def test_lens_titles_and_hover_card() -> None:
         assert part in card, part
     compiled = VerifyResult(Verdict.COMPILED, Stage.COMPILE, "c.py", compile_only=True)
     assert "no speedup shown: no GPU here" in hover_markdown(compiled, compile_only_reason="no GPU here")
+    noise = Diagnostic(
+        Severity.WARNING,
+        "Speedup not measured: noise.",
+        "timing.unresolved",
+        Stage.TIMING,
+        Location("c.py", 9),
+    )
+    unresolved = dataclasses.replace(
+        CORRECT, candidate=None, speedup=None, speedup_min=None, speedup_max=None, diagnostics=(noise,)
+    )
+    assert lens_title(unresolved) == "✓ correct · speedup too small to resolve · H200"
+    card = hover_markdown(unresolved)
+    assert "×" not in card and "kernel: —" in card and "PyTorch: 0.231 ms" in card
 
 
 def test_hover_card_per_document_state() -> None:

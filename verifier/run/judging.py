@@ -58,10 +58,36 @@ def diag(
 def record_timing(
     cmp: Any, where: Location, out: dict[str, Any], diags: list[Diagnostic], how: str = ""
 ) -> None:
-    """A `timing.TimingComparison` into the result fields and its two diagnostics (the speed-up, and
-    `timing.suspicious` when it is not counted); `how` ends the speed-up message (how it was timed)."""
+    """A `timing.TimingComparison` into the result fields and its diagnostics: the speed-up, and
+    `timing.suspicious` when it is not counted; `how` ends the speed-up message (how it was timed).
+
+    An unresolved comparison (`cmp.resolved` False: the candidate's time could not be told from the
+    clock's noise) reports no speedup and no candidate time at all, only `timing.unresolved` with
+    the reason and the reference's time: a ratio of noise is not a measurement, and a number
+    shown beside a warning still gets read as one."""
     import dataclasses
 
+    if not getattr(cmp, "resolved", True):
+        out.update(
+            candidate=None,
+            reference=dataclasses.asdict(cmp.reference),
+            speedup=None,
+            speedup_min=None,
+            speedup_max=None,
+            is_suspicious=True,
+        )
+        diags.append(
+            diag(
+                "timing.unresolved",
+                f"Speedup not measured: {cmp.reason}. The reference takes {cmp.reference.median_ms:.4f} ms "
+                "per call; a kernel this short cannot be told apart from the clock's noise here. Time it "
+                f"on a larger problem (from about 0.05 ms per call the clock resolves){how}.",
+                Stage.TIMING,
+                where,
+                Severity.WARNING,
+            )
+        )
+        return
     out.update(
         candidate=dataclasses.asdict(cmp.candidate),
         reference=dataclasses.asdict(cmp.reference),

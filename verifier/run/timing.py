@@ -39,6 +39,9 @@ class TimingComparison:
     speed_of_light_ms: float  # time to move inputs + outputs once at peak bandwidth
     is_suspicious: bool
     reason: str = ""
+    # False when the times could not be told from the clock's noise (`from_samples`' extra_reasons):
+    # then no speedup is a measurement, and none is reported
+    resolved: bool = True
 
 
 def summarize(samples_ms: Sequence[float]) -> Timing:
@@ -136,20 +139,25 @@ def from_samples(
     peak_bandwidth_gb_s: float = 4300.0,
     extra_reasons: Sequence[str] = (),
 ) -> TimingComparison:
-    """Statistics, speedups and the suspicion flags from per-call times (ms) of both implementations."""
+    """Statistics, speedups and the suspicion flags from per-call times (ms) of both implementations.
+
+    `extra_reasons` are the caller's reasons why the times are not resolved (noise, a busy GPU):
+    with any, the comparison is suspicious and `resolved` is False."""
     ref, cand = summarize(ref_ms), summarize(cand_ms)  # 3. statistics, full precision
     speedup = ref.median_ms / cand.median_ms if cand.median_ms > 0 else float("inf")
     speedup_min = ref.q1_ms / cand.q3_ms if cand.q3_ms > 0 else float("inf")
     speedup_max = ref.q3_ms / cand.q1_ms if cand.q1_ms > 0 else float("inf")
     sol_ms = (input_bytes + output_bytes) / (peak_bandwidth_gb_s * 1e9) * 1e3
     reasons = list(extra_reasons)
-    if speedup > suspicious_speedup:
-        reasons.append(f"speedup {speedup:.1f}x is above {suspicious_speedup:g}x")
-    if cand.median_ms < sol_ms:
-        reasons.append(
-            f"candidate {cand.median_ms:.4f} ms is faster than moving its data once "
-            f"({sol_ms:.4f} ms at {peak_bandwidth_gb_s:g} GB/s)"
-        )
+    if not extra_reasons:  # an unresolved time's ratio is noise: no further reason quotes it as a figure
+        if speedup > suspicious_speedup:
+            reasons.append(f"speedup {speedup:.1f}x is above {suspicious_speedup:g}x")
+        if cand.median_ms < sol_ms:
+            reasons.append(
+                f"candidate {cand.median_ms:.4f} ms is faster than moving its data once "
+                f"({sol_ms:.4f} ms at {peak_bandwidth_gb_s:g} GB/s)"
+            )
     return TimingComparison(
-        cand, ref, speedup, speedup_min, speedup_max, sol_ms, bool(reasons), "; ".join(reasons)
-    )
+        cand, ref, speedup, speedup_min, speedup_max, sol_ms, bool(reasons), "; ".join(reasons),
+        resolved=not extra_reasons,
+    )  # fmt: skip

@@ -65,3 +65,31 @@ def test_record_timing_fills_the_figures_and_flags_a_suspicious_speedup(
     codes = [d.code for d in diags]
     assert codes == (["timing.suspicious", "timing.speedup"] if suspicious else ["timing.speedup"])
     assert all(d.location == where for d in diags) and diags[-1].message.endswith("; timed here).")
+
+
+def test_an_unresolved_timing_reports_no_speedup_and_no_candidate_time() -> None:
+    """A candidate time the judge's clock could not resolve (here floored from a negative estimate)
+    gives no ratio anywhere: not in the fields, not in a message, and fast_p does not count it."""
+    from cudice.verifier.run.judging import record_timing
+    from cudice.verifier.run.timing import from_samples
+    from cudice.verifier.source.result import Location, Stage, Verdict, VerifyResult
+
+    noise = "the candidate's time per call is below half the cost of launching one kernel"
+    cmp = from_samples(
+        [0.02, 0.02, 0.02], [1e-6, 1e-6, 1e-6], input_bytes=0, output_bytes=0, extra_reasons=[noise]
+    )
+    assert not cmp.resolved and cmp.is_suspicious and cmp.speedup > 10_000  # the raw ratio is noise
+    out: dict[str, object] = {}
+    diags: list = []
+    record_timing(cmp, Location("c.py", 3), out, diags, "; timed here")
+    assert out["speedup"] is None and out["speedup_min"] is None and out["speedup_max"] is None
+    assert out["candidate"] is None and out["reference"]["median_ms"] == pytest.approx(0.02)
+    assert [d.code for d in diags] == ["timing.unresolved"]
+    assert noise in diags[0].message and "x faster" not in diags[0].message
+    assert "20000" not in diags[0].message and "larger problem" in diags[0].message
+    result = VerifyResult(
+        Verdict.CORRECT, Stage.TIMING, "c.py", tuple(diags), speedup=None, is_suspicious=True
+    )
+    assert not result.is_fast(1.0) and result.runtime_ms is None
+    resolved = from_samples([2.0] * 3, [1.0] * 3, input_bytes=0, output_bytes=0)
+    assert resolved.resolved and not resolved.is_suspicious
