@@ -14,7 +14,7 @@ import pytest
 from cudice.verifier.process import paused, process_state, tree_pids, tree_threads
 from cudice.verifier.run import seal, witness
 from cudice.verifier.run.gpu_lease import GpuLease, LeaseTimeout
-from cudice.verifier.run.judge import interval_too_wide
+from cudice.verifier.run.judge import bias_too_large, interval_too_wide
 
 torch = pytest.importorskip("torch")
 
@@ -304,6 +304,20 @@ def test_a_time_within_its_noise_is_not_counted() -> None:
     wide = [0.100, 0.140, 0.060, 0.130, 0.070, 0.100]
     assert "+-10%" in interval_too_wide(wide, 0.2)[1]
     assert interval_too_wide([0.1, 0.2], 0.2) is None
+
+
+def test_a_time_a_runner_bias_could_move_beyond_the_promise_is_not_counted() -> None:
+    """Two runner processes differ by a bias in every call that no interval sees; a candidate
+    time that the bias bound moves by more than the promised fidelity is unresolved, a longer one
+    counts, and a bound of 0 turns the rule off. The cases are today's H200 measurements: a
+    ~30 us relu came out at 0.064 ms (truth ~0.03), a 0.65 ms relu within 5 %."""
+    why = bias_too_large(0.0638, 0.0277, 0.040)
+    assert "40 us" in why and "+-25%" in why and "0.0638 ms" in why
+    assert bias_too_large(0.646, 0.144, 0.040) == ""  # 40 us is 6 % of it: within +-10 %
+    assert "+-10%" in bias_too_large(0.30, 0.06, 0.040)  # 13 % of it, reference >= 50 us
+    assert bias_too_large(0.30, 0.04, 0.040) == ""  # 13 %, reference below 50 us: within +-25 %
+    assert bias_too_large(0.02, 0.02, 0.0) == ""
+    assert bias_too_large(-0.01, 0.02, 0.040) != ""  # a negative estimate is never resolved
 
 
 def test_digests_into_room_made_beforehand_equal_fresh_ones() -> None:
