@@ -87,7 +87,7 @@ def generate_candidates(checkpoint: Path, corpus: Path, candidates: Path, smoke:
     }
 
 
-def _eval_process(problems: Path, candidates: Path, workers: int) -> subprocess.Popen[str]:
+def eval_process(problems: Path, candidates: Path, workers: int) -> subprocess.Popen[str]:
     """Step 2: the user's command, `cudice eval PROBLEMS CANDIDATES --json`."""
     args = [
         sys.executable,
@@ -168,12 +168,12 @@ def evaluate_all(
         )
     per_run = max(1, workers // max(1, len(stages)))
     procs = {
-        label: _eval_process(corpus / "problems" / "heldout", ckpt.parent / "candidates", per_run)
+        label: eval_process(corpus / "problems" / "heldout", ckpt.parent / "candidates", per_run)
         for label, ckpt in stages.items()
     }
     examples = Path(__file__).resolve().parents[3] / "examples"
     example_procs = {
-        label: _eval_process(examples, ckpt.parent / "example_candidates", 1)
+        label: eval_process(examples, ckpt.parent / "example_candidates", 1)
         for label, ckpt in stages.items()
         if any((ckpt.parent / "example_candidates").glob("*.py"))
     }

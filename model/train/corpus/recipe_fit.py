@@ -136,7 +136,7 @@ def verify_subset(
     Problems and answers are copied side by side under `work` (same file names, as `cudice eval`
     pairs them); the run is stopped at `deadline` and whatever verdicts came back are kept.
     """
-    from cudice.model.train.corpus.evaluate import _eval_process
+    from cudice.model.train.corpus.evaluate import eval_process
     from cudice.model.train.corpus.heldout import wilson
 
     problems, candidates = work / "verify_problems", work / "verify_candidates"
@@ -153,7 +153,7 @@ def verify_subset(
         (problems / row["file"]).write_text(row["reference"])
         if answer is not None:  # a missing answer is a missing candidate: `cudice eval` fails it
             (candidates / row["file"]).write_text(answer)
-    proc = _eval_process(problems, candidates, 14)
+    proc = eval_process(problems, candidates, 14)
     try:
         stdout, stderr = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:
