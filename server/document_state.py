@@ -12,9 +12,10 @@ Contract:
 - `latest` is the verdict shown for the document (hover, lens, `cudice/status`), `edited` whether
   the buffer's text differs from the text of that verdict, `flagged` whether a non-candidate shows
   its Python syntax error;
-- `building` counts the verifications of the document starting or running, `closes` counts the
-  editor's `didClose` notifications (a run that is still starting compares it), `saved` says a
-  `didSave` arrived;
+- `building` counts the verifications of the document starting or running, `running_key` is the
+  result key (text, reference, settings) of the newest of them, `closes` counts the editor's
+  `didClose` notifications (a run that is still starting compares it), `saved` says a `didSave`
+  arrived;
 - `watched_reference` / `reference_digest`: the reference file watched for this document and the
   digest of the text it was last verified with (re-verified only when that text changes);
 - `generation_cancel` is the cancel event of its running generation, `prebuild_timer` the pending
@@ -114,6 +115,7 @@ class DocumentState:
     saved: bool = False
     closes: int = 0
     building: int = 0
+    running_key: str | None = None
     watched_reference: str | None = None
     reference_digest: str | None = None
     generation_cancel: asyncio.Event | None = None

@@ -218,11 +218,17 @@ async def verify_document(ls: CudiceServer, uri: str, *, force: bool = False) ->
         _record(ls, state, version, key, cached, source)
         return cached
 
+    if not force and state.building and state.running_key == key:
+        # the same text, against the same reference text and settings, is being verified already
+        # (e.g. the run on open, then the save that follows it): its verdict is this one's
+        log.info("%s: the same inputs are being verified already; not started again", uri)
+        return None
     refused = claim_work(ls, "verify", uri)  # multi-client: a bound on this editor's pending work
     if refused is not None:
         ls.notice(f"cudice: {os.path.basename(path)} not verified: {refused}")
         return None
     state.building += 1
+    state.running_key = key
     building = [True]
 
     def done_building() -> None:  # before the verdict's status goes out, and at the latest on exit
@@ -234,6 +240,8 @@ async def verify_document(ls: CudiceServer, uri: str, *, force: bool = False) ->
         return await _verify_fresh(ls, state, path, source, version, key, done_building)
     finally:
         release_work(ls, "verify", uri)
+        if state.running_key == key and state.building <= (1 if building[0] else 0):
+            state.running_key = None
         if building[0]:  # ended without a verdict (cancelled, superseded, failed): the status says so
             done_building()
             ls.send_status(f"verification of {os.path.basename(path)} stopped", uri)

@@ -158,6 +158,26 @@ async def test_a_document_s_state_lives_in_one_object(tmp_path: Path, counts: Co
     assert ls.dependents == {}
 
 
+async def test_a_save_while_the_same_text_is_being_verified_starts_no_second_run(
+    tmp_path: Path, counts: Counter[str]
+) -> None:
+    """The run on open and the save right after it (same text, reference and settings) share one
+    run; a changed text or an explicit verify starts its own."""
+    ls, jobs = _server(tmp_path)
+    uri = _open(ls, tmp_path)
+    first, second = await asyncio.gather(verify_document(ls, uri), verify_document(ls, uri))
+    assert first is not None and second is None and len(jobs.requests) == 1
+    state = ls.documents[uri]
+    assert state.building == 0 and state.running_key is None
+    edited = (tmp_path / "relu_cuda.py").read_text() + "\n# edited\n"
+    (tmp_path / "relu_cuda.py").write_text(edited)
+    ls.workspace.put_text_document(
+        lsp.TextDocumentItem(uri=uri, language_id="python", version=3, text=edited)
+    )
+    a, b = await asyncio.gather(verify_document(ls, uri), verify_document(ls, uri, force=True))
+    assert a is not None and b is not None and len(jobs.requests) == 3
+
+
 def test_workers_get_a_typed_config_and_refuse_unknown_keys() -> None:
     config = VerifyConfig(num_trials=3, compile_only=True, arch_list=("8.0", "9.0"))
     assert VerifyConfig.from_dict(config.overrides()) == config
