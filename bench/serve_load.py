@@ -5,9 +5,10 @@ generations at once. For each concurrency level C (default 1, 8, 32) C client th
 closed loop (submit, wait for the answer, submit the next) over the same list of
 `C x --requests-per-client` prompts, twice:
 
-- `serial`: the existing path, one request at a time behind a lock (what the team server's shared
-  model worker does today): `BlockDiffusionSampler.generate([prompt])` over `HFRunner` (CPU default)
-  or the static fast path (`--baseline static`, the GPU default; no torch.compile);
+- `serial`: the existing path, one request at a time behind a lock (what the single-editor
+  server's model worker does, and the team server's with `CUDICE_TEAM_BATCHING=0`):
+  `BlockDiffusionSampler.generate([prompt])` over `HFRunner` (CPU default) or the static fast
+  path (`--baseline static`, the GPU default; no torch.compile);
 - `batched`: the same clients submitting to one `ContinuousBatcher` (requests join at block
   boundaries, leave when done).
 
@@ -36,9 +37,13 @@ Usage:
       --max-new-tokens 128                                     # one GPU
 Writes `$OUT/serve_load.json` when OUT is set (or `--json PATH`).
 
-Not covered: real sockets. The issue asks for load through the team server over TCP
-(server/team.py); its model worker serialises generations and does not use the batching engine
-yet, so this benchmark drives the engine in-process.
+Not covered: real sockets. The team server's model worker now serves generations through this
+same engine (server/workers/model_batched.py; tested over TCP in tests/server/test_team_batching.py),
+but a TCP mode here is not written: it needs an LSP client over TCP (initialize, answering
+`workspace/configuration` and progress requests, `cudice.generateKernel` per request), one
+workspace per client and a saved checkpoint of each shape with a tokenizer (`cudice model
+make-tiny` only writes the tiny one), and it would measure the LSP and pipe overheads on top of
+the figures here. Until then this benchmark drives the engine in-process.
 """
 
 from __future__ import annotations

@@ -41,8 +41,8 @@ a request that can never fit (too long for the model or for the whole page pool)
 
 Not covered: preemption (admission reserves each request's largest length, so a running row never
 waits for pages), prefix sharing between requests, chunked prefill of long prompts, a paged CUDA
-attention kernel, CUDA graphs / torch.compile (the static fast path's), and the server's team mode
-(`server/team.py` still serialises requests on one engine).
+attention kernel, CUDA graphs / torch.compile (the static fast path's). The team server's model
+worker serves its requests through this engine (server/workers/model_batched.py).
 """
 
 from __future__ import annotations

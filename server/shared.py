@@ -1,13 +1,19 @@
 """What the sessions of a multi-client server share (`team.py`): the model worker, the verification
-jobs (viewed per session through `SessionJobs`, keys namespaced "<session>|<uri>"), and each
-session's bound on pending work (`WorkLimit`).
+jobs (viewed per session through `SessionJobs`, keys namespaced "<session>|<uri>"), each session's
+bound on pending work (`WorkLimit`), and the team-wide bound on generations (`Team.claim_generation`:
+no more than the batching engine takes at once, its rows + its queue).
 
 Contract: nothing here knows the language server; a session is any `Member` (send a status, show a
 notice, say whether it wants a warm verifier), so this module never imports `core`. The flows that
 use it (admission, the shared model's load, serving connections) are in `team.py`.
 
-Not covered: batching generations (the model worker runs one job at a time), fairness between
-sessions beyond the per-session bound.
+The model worker is built with `batch` options (`BatchOptions`, from the environment in
+`team.run_team`): its generate and infill jobs are rows of one continuous-batching engine in the
+worker (server/workers/model.py), unless `batch` is None or the engine cannot batch (then they run
+one at a time, as in the single-editor server).
+
+Not covered: fairness between sessions beyond the per-session bound (the batching engine admits
+FIFO), priorities.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from cudice.server.workers.model import ModelWorker
+    from cudice.server.workers.model import BatchOptions, ModelWorker
     from cudice.server.workers.verify import VerifyJobs, VerifyRequest
     from cudice.verifier.source.result import VerifyResult
 
@@ -42,9 +48,18 @@ class Member(Protocol):
 class Team:
     """What every session of a multi-client server shares: the model worker and the verification jobs."""
 
-    def __init__(self, *, worker_env: dict[str, str] | None = None, max_pending: int = DEFAULT_MAX_PENDING):
+    def __init__(
+        self,
+        *,
+        worker_env: dict[str, str] | None = None,
+        max_pending: int = DEFAULT_MAX_PENDING,
+        batch: BatchOptions | None = None,
+    ):
+        """`batch`: the model worker's continuous-batching engine; None runs generations one at a time."""
         self.worker_env = worker_env
         self.max_pending = max(1, max_pending)
+        self.batch = batch
+        self.generations = 0  # generations claimed by every session (running or waiting for the model)
         self.sessions: dict[str, Member] = {}
         self._ids = itertools.count(1)
         self._model: ModelWorker | None = None
@@ -60,8 +75,35 @@ class Team:
         if self._model is None:
             from cudice.server.workers.model import ModelWorker
 
-            self._model = ModelWorker(on_state=self._on_state, on_notice=self._on_notice, env=self.worker_env)
+            self._model = ModelWorker(
+                on_state=self._on_state, on_notice=self._on_notice, env=self.worker_env, batch=self.batch
+            )
         return self._model
+
+    def claim_generation(self) -> str | None:
+        """Count one generation against the batching engine's capacity (its rows + its queue, known
+        once the model is loaded batched); None when admitted (call `release_generation` when it
+        ends), else why it was refused. A worker that runs jobs one at a time has no such bound."""
+        model = self._model
+        capacity = model.capacity if model is not None and model.batched else None
+        if capacity is not None and self.generations >= capacity:
+            options = self.batch
+            limits = (
+                f"{options.max_batch} decoding + {options.max_queue} waiting; the server's "
+                "CUDICE_TEAM_MAX_BATCH / CUDICE_TEAM_MAX_QUEUE"
+                if options is not None
+                else f"{capacity}"
+            )
+            return (
+                f"the shared model is busy: {self.generations} generations of the editors on this "
+                f"server are running or waiting, its limit ({limits}); the new generation was not "
+                "started. Wait for one to finish or cancel one (cudice.cancel)"
+            )
+        self.generations += 1
+        return None
+
+    def release_generation(self) -> None:
+        self.generations = max(0, self.generations - 1)
 
     @property
     def jobs(self) -> VerifyJobs:

@@ -8,9 +8,14 @@ expensive:
 - ONE model worker (`ModelWorker`), loaded lazily once: the first session that needs it loads it
   (`cudice.model.path` of that editor, or the bundled model), later sessions find it loaded (or
   wait for that load) and never reload it; a session that names another checkpoint is told which
-  one is shared. Generation requests from different clients are *serialised* (one job at a time in
-  the worker, in the order they reach its lock; the engine is single-stream). `cudice.reloadModel`
-  reloads the shared model for everyone.
+  one is shared. Generate and infill requests of all clients are *batched*: each is a row of one
+  continuous-batching engine in the worker (`cudice.model.batching.ContinuousBatcher` over a paged
+  KV cache; server/workers/model_batched.py), joining and leaving at block boundaries, each with
+  the tokens it would get alone (greedy). Its size comes from the environment (`BatchOptions`:
+  CUDICE_TEAM_MAX_BATCH rows, default 8; CUDICE_TEAM_MAX_QUEUE waiting, default 16;
+  CUDICE_TEAM_KV_PAGES x CUDICE_TEAM_KV_PAGE_SIZE token slots, default 2048 x 16);
+  CUDICE_TEAM_BATCHING=0, or an engine that cannot batch, serialises them as before (one job at a
+  time). `cudice.reloadModel` reloads the shared model for everyone (after the running jobs end).
 - ONE verification job manager (`VerifyJobs`: the verifier's worker processes and their warm
   spare). Its job keys are namespaced per session (`shared.SessionJobs`: "<session>|<uri>"), so a run
   supersedes only its own session's earlier run of that document: two editors with the same file
@@ -22,20 +27,27 @@ Contract:
   session in memory, and its shared disk part is keyed by the full candidate text (and reference,
   settings, path), so a client only ever gets a cached verdict for the exact text it sent itself;
 - a connection that ends (with or without `shutdown`/`exit`) cancels its own verifications and
-  generations only (`release_session`); other sessions' work goes on. `exit` ends that
-  connection, not the process (SIGINT/SIGTERM ends the process);
+  generations only (`release_session`): its rows leave the batch at the engine's next iteration,
+  other sessions' rows and work go on (a client's `cudice.cancel` likewise stops its own row
+  only). `exit` ends that connection, not the process (SIGINT/SIGTERM ends the process);
 - at most `max_pending` verifications + generations per session are pending at once (running or
   waiting for the model); a new one beyond that is refused, not queued: a generate/infill command
   answers `{"ok": false, "reason": ...}` and the user gets a `window/showMessage` warning, a
   save's verification is skipped with the same warning. A newer save of a document already being
-  verified replaces its run and does not count twice.
+  verified replaces its run and does not count twice;
+- at most the batching engine's capacity (rows + queue) of generations of all sessions at once:
+  one beyond it is refused the same way (`claim_work` -> `Team.claim_generation`), and so is one
+  the engine's own queue bound refuses in a race (`ModelBusy`, "the shared model is busy"): never
+  an unbounded wait.
 
-Not covered: continuous batching or a paged KV cache (generations are serialised, not batched);
-fairness beyond the per-client bound (the model lock is FIFO-ish, verification runs of different
-sessions proceed in parallel); authentication/TLS (bind to 127.0.0.1 and forward over ssh);
-process-wide settings (the log level is the last applied; one checkpoint for all; no reload on
-new checkpoints in team mode: use `cudice.reloadModel`); two users on one file path of the
-server's disk share that file (generated `_cuda.py` files are written there).
+Not covered: fairness beyond the per-client bound (the batching engine admits FIFO; verification
+runs of different sessions proceed in parallel); the static fast path (CUDA graphs,
+torch.compile) for team generations: the batcher's paged forward is eager, so a lone user of a
+team server decodes slower on a GPU than with a single-editor server; authentication/TLS (bind to
+127.0.0.1 and forward over ssh); process-wide settings (the log level is the last applied; one
+checkpoint for all; no reload on new checkpoints in team mode: use `cudice.reloadModel`); two
+users on one file path of the server's disk share that file (generated `_cuda.py` files are
+written there).
 """
 
 from __future__ import annotations
@@ -60,11 +72,16 @@ RELEASE_TIMEOUT_S = 10.0  # bound on closing a vanished client's workers
 
 
 def claim_work(ls: CudiceServer, kind: str, uri: str) -> str | None:
-    """Count one pending `kind` ("verify", "generate") of `uri` against the session's bound; None
-    when admitted (call `release_work` when it ends), else why it was refused. Unbounded outside
-    team mode."""
-    if ls.work_limit is None or ls.work_limit.claim(kind, uri):
+    """Count one pending `kind` ("verify", "generate") of `uri` against the session's bound (and a
+    generation against the shared model's capacity); None when admitted (call `release_work` when
+    it ends), else why it was refused. Unbounded outside team mode."""
+    if ls.work_limit is None:
         return None
+    if ls.work_limit.claim(kind, uri):
+        busy = ls.team.claim_generation() if kind == "generate" and ls.team is not None else None
+        if busy is not None:
+            ls.work_limit.release(kind, uri)
+        return busy
     return (
         f"too much work queued for this editor: at most {ls.work_limit.limit} verifications and "
         f"generations may be pending at once on this shared server (cudice-lsp --max-pending); "
@@ -76,6 +93,8 @@ def claim_work(ls: CudiceServer, kind: str, uri: str) -> str | None:
 def release_work(ls: CudiceServer, kind: str, uri: str) -> None:
     if ls.work_limit is not None:
         ls.work_limit.release(kind, uri)
+        if kind == "generate" and ls.team is not None:
+            ls.team.release_generation()
 
 
 async def load_shared_model(ls: CudiceServer, request: LoadRequest | None, *, force: bool = False) -> bool:
@@ -157,9 +176,12 @@ async def serve_team(
     listener = await asyncio.start_server(connection, host, port)
     addrs = ", ".join(str(s.getsockname()) for s in listener.sockets)
     log.info(
-        "cudice language server listening on %s (multi-client: one shared model, at most %d pending "
-        "jobs per client)",
+        "cudice language server listening on %s (multi-client: one shared model, %s, at most %d "
+        "pending jobs per client)",
         addrs,
+        f"generations batched ({team.batch.max_batch} rows + {team.batch.max_queue} waiting)"
+        if team.batch is not None
+        else "generations one at a time",
         team.max_pending,
     )
     try:
@@ -181,8 +203,16 @@ def run_team(
     """Serve until SIGINT or SIGTERM (both stop every session's work and the shared model); the exit code."""
     import signal
 
+    from cudice.server.workers.model import BatchOptions
+
+    try:
+        batch = BatchOptions.from_env()
+    except ValueError as exc:
+        log.error("cannot start the team server: %s", exc)
+        return 2
+
     async def main() -> int:
-        team = Team(max_pending=max_pending)
+        team = Team(max_pending=max_pending, batch=batch)
         task = asyncio.current_task()
         assert task is not None
         loop = asyncio.get_running_loop()

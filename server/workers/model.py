@@ -1,16 +1,29 @@
 """The server's handle on the model worker process: load, generate/infill with progress, cancel, restart.
 
 State is one of `missing` (no checkpoint configured), `idle` (configured, loads on first use:
-`defer`), `loading`, `ready`, `error`; every change is reported through `on_state`. One job runs at
-a time (the engine is single-stream); later jobs wait (in multi-client mode, server/team.py, the
-jobs of every editor: serialised), and one cancelled while it waits never starts. Cancel = a
-`cancel` message, then SIGKILL of the worker if it has not stopped after `cancel_grace_s` (the
-worker is then restarted and the model reloaded). A worker that dies on its own is restarted up to
-`max_restarts` times in a row, and `on_notice` tells the user. A job returns the engine's own
-record, `cudice.model.generation.Generation`, and reports its `Progress`, both rebuilt from the
-events of the child (`model_child.py`).
+`defer`), `loading`, `ready`, `error`; every change is reported through `on_state`. A job returns
+the engine's own record, `cudice.model.generation.Generation`, and reports its `Progress`, both
+rebuilt from the events of the child (`model_child.py`). A worker that dies on its own is
+restarted up to `max_restarts` times in a row, and `on_notice` tells the user.
 
-Not covered: batching several users' requests; running several models at once.
+Two ways of running jobs, chosen per worker:
+- serial (`batch=None`: the single-editor stdio/TCP server): one job at a time (the engine is
+  single-stream); later jobs wait, and one cancelled while it waits never starts. Cancel = a
+  `cancel` message, then SIGKILL of the worker if it has not stopped after `cancel_grace_s` (the
+  worker is then restarted and the model reloaded).
+- batched (`batch=BatchOptions(...)`: the multi-client server, server/team.py): the child serves
+  generate AND infill jobs as rows of one continuous-batching engine
+  (`cudice.model.batching.ContinuousBatcher`, `model_batched.py`), so jobs of several editors run
+  at once, each joining at a block boundary. Cancel = a `cancel` message for that job only: its row
+  leaves at the engine's next iteration and the other rows go on; the worker is never killed for a
+  late cancel (after `cancel_grace_s` the job is reported cancelled and its late answer dropped).
+  The engine's queue bound (`max_queue`) refuses a job with `ModelBusy`, never a wait. Whether the
+  loaded engine batches is known after the load (`batched`, `capacity`); an engine that cannot
+  (no `loaded.model`/sampler, as the tests' scripted engines) falls back to serial jobs.
+A (re)load waits until the running jobs have ended, in both ways.
+
+Not covered: running several models at once; preemption or priorities inside the batch (the
+engine is FIFO; see `cudice.model.batching` for what it does not do).
 """
 
 from __future__ import annotations
@@ -19,8 +32,9 @@ import asyncio
 import contextlib
 import itertools
 import logging
-from collections.abc import Callable
-from dataclasses import dataclass
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from cudice.model.generation import Generation, Progress
@@ -37,6 +51,56 @@ class ModelUnavailable(RuntimeError):
 
 class WorkerDied(RuntimeError):
     """The worker process exited during a job."""
+
+
+class ModelBusy(RuntimeError):
+    """The batching engine's queue is full: the job was refused, not queued (message says what to do)."""
+
+
+BATCH_ENV = {
+    "max_batch": "CUDICE_TEAM_MAX_BATCH",
+    "max_queue": "CUDICE_TEAM_MAX_QUEUE",
+    "num_pages": "CUDICE_TEAM_KV_PAGES",
+    "page_size": "CUDICE_TEAM_KV_PAGE_SIZE",
+}
+BATCHING_ENV = "CUDICE_TEAM_BATCHING"  # "0" turns batching off (team jobs are then serialised)
+
+
+@dataclass(frozen=True, slots=True)
+class BatchOptions:
+    """The continuous-batching engine of a batched worker: rows decoded together (`max_batch`),
+    requests that may wait for a row (`max_queue`), and its paged KV pool (`num_pages` pages of
+    `page_size` token slots; the default holds 8 requests of 4096 tokens)."""
+
+    max_batch: int = 8
+    max_queue: int = 16
+    num_pages: int = 2048
+    page_size: int = 16
+
+    @property
+    def capacity(self) -> int:
+        """Jobs the engine takes at once: running rows + waiting requests."""
+        return self.max_batch + self.max_queue
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> BatchOptions | None:
+        """The options the environment sets (`BATCH_ENV`, defaults otherwise); None when
+        `CUDICE_TEAM_BATCHING=0`. Raises ValueError naming the variable that is not a positive integer."""
+        env = os.environ if env is None else env
+        if env.get(BATCHING_ENV, "1").strip() == "0":
+            return None
+        values: dict[str, int] = {}
+        for name, var in BATCH_ENV.items():
+            raw = env.get(var, "").strip()
+            if not raw:
+                continue
+            if not raw.isdigit() or int(raw) < 1:
+                raise ValueError(
+                    f"{var}={raw!r} is not a positive integer; set it to a whole number >= 1 or unset it "
+                    f"(default {getattr(cls(), name)})"
+                )
+            values[name] = int(raw)
+        return cls(**values)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +120,10 @@ class ModelWorker:
         env: dict[str, str] | None = None,
         cancel_grace_s: float = 3.0,
         max_restarts: int = 3,
+        batch: BatchOptions | None = None,
     ) -> None:
+        """`batch`: serve jobs through the child's continuous-batching engine (module docstring);
+        None runs them one at a time."""
         self.on_state = on_state
         self.on_notice = on_notice
         self.env = env
@@ -78,6 +145,12 @@ class ModelWorker:
         self._ids = itertools.count(1)
         self._closing = False
         self._expected_exit = False
+        self.batch = batch
+        self.batched = False  # the loaded engine batches (the child said so in `loaded`)
+        self.capacity: int | None = None  # batched: jobs it takes at once (rows + queue)
+        self._active = 0  # batched jobs in flight
+        self._idle = asyncio.Event()  # set while no batched job is in flight
+        self._idle.set()
 
     # -- state ---------------------------------------------------------------------------------
     def _set_state(self, state: str, message: str) -> None:
@@ -159,6 +232,8 @@ class ModelWorker:
         async with self._load_lock:
             self.request = request
             async with self._job_lock:
+                await self._idle.wait()  # batched jobs in flight end first (serial ones hold the lock)
+                self.batched, self.capacity = False, None
                 await self._stop_process()
                 if request is None or not request.path:
                     self._set_state("missing", "no model configured: set cudice.model.path")
@@ -174,10 +249,21 @@ class ModelWorker:
                         "device": request.device,
                         "dtype": request.dtype,
                         "fast": request.fast,
+                        "batch": asdict(self.batch) if self.batch is not None else None,
                     }
                 )
                 event = await self._load_waiter
             if event.get("event") == "loaded":
+                self.batched = bool(event.get("batched"))
+                self.capacity = int(event.get("capacity") or 0) if self.batched else None
+                if self.batch is not None:
+                    note = event.get("batch_note") or "the engine cannot batch"
+                    log.info(
+                        "model worker: %s",
+                        f"continuous batching, up to {self.capacity} jobs at once"
+                        if self.batched
+                        else f"jobs run one at a time ({note})",
+                    )
                 self._set_state(
                     "ready", f"model ready: {request.path} (loaded in {event.get('seconds', 0):.1f} s)"
                 )
@@ -193,23 +279,67 @@ class ModelWorker:
         cancel: asyncio.Event,
         on_progress: Callable[[Progress], None] | None = None,
     ) -> Generation:
-        """Run `generate` or `infill` in the worker. Raises ModelUnavailable / WorkerDied / RuntimeError."""
+        """Run `generate` or `infill` in the worker. Raises ModelUnavailable / WorkerDied / ModelBusy
+        (batched, the engine's queue is full) / RuntimeError."""
         if self.state != "ready":
             raise ModelUnavailable(self.message)
+        if self.batched:
+            return await self._run_batched(op, payload, cancel, on_progress)
         async with self._job_lock:
             if self.state != "ready" or self._proc is None:
                 raise ModelUnavailable(self.message)
-            if cancel.is_set():  # cancelled while it waited for another job (its client left)
-                return Generation("", None, 0, 0, 0.0, 0.0, cancelled=True, finish_reason="cancelled")
+            return await self._run_serial_locked(op, payload, cancel, on_progress)
+
+    async def _run_batched(
+        self,
+        op: str,
+        payload: dict[str, Any],
+        cancel: asyncio.Event,
+        on_progress: Callable[[Progress], None] | None,
+    ) -> Generation:
+        """Send the job to the batching child at once: jobs of several callers are in flight together."""
+        async with self._job_lock:  # only while a (re)load holds it: then run on the new worker
+            if self.state != "ready" or self._proc is None:
+                raise ModelUnavailable(self.message)
+            if not self.batched:  # reloaded meanwhile with an engine that cannot batch
+                return await self._run_serial_locked(op, payload, cancel, on_progress)
             proc = self._proc
-            job_id = str(next(self._ids))
-            q: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-            self._queues[job_id] = q
-            try:
-                await proc.send({"op": op, "id": job_id, **payload})
-                return await self._follow(proc, job_id, q, cancel, on_progress)
-            finally:
-                del self._queues[job_id]
+            self._active += 1
+            self._idle.clear()
+        job_id = str(next(self._ids))
+        q: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self._queues[job_id] = q
+        try:
+            if cancel.is_set():  # cancelled while a load held the lock (its client left)
+                return Generation("", None, 0, 0, 0.0, 0.0, cancelled=True, finish_reason="cancelled")
+            await proc.send({"op": op, "id": job_id, **payload})
+            return await self._follow(proc, job_id, q, cancel, on_progress, batched=True)
+        finally:
+            del self._queues[job_id]
+            self._active -= 1
+            if self._active == 0:
+                self._idle.set()
+
+    async def _run_serial_locked(
+        self,
+        op: str,
+        payload: dict[str, Any],
+        cancel: asyncio.Event,
+        on_progress: Callable[[Progress], None] | None,
+    ) -> Generation:
+        """One job while holding the job lock (serial workers)."""
+        if cancel.is_set():  # cancelled while it waited for another job (its client left)
+            return Generation("", None, 0, 0, 0.0, 0.0, cancelled=True, finish_reason="cancelled")
+        assert self._proc is not None
+        proc = self._proc
+        job_id = str(next(self._ids))
+        q: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self._queues[job_id] = q
+        try:
+            await proc.send({"op": op, "id": job_id, **payload})
+            return await self._follow(proc, job_id, q, cancel, on_progress, batched=False)
+        finally:
+            del self._queues[job_id]
 
     async def _follow(
         self,
@@ -218,6 +348,8 @@ class ModelWorker:
         q: asyncio.Queue[dict[str, Any]],
         cancel: asyncio.Event,
         on_progress: Callable[[Progress], None] | None,
+        *,
+        batched: bool,
     ) -> Generation:
         cancel_wait = asyncio.ensure_future(cancel.wait())
         deadline: float | None = None
@@ -235,6 +367,13 @@ class ModelWorker:
                         deadline = asyncio.get_running_loop().time() + self.cancel_grace_s
                         cancel_wait = asyncio.ensure_future(asyncio.Event().wait())  # never again
                         continue
+                    if batched:  # the other rows go on: report this one cancelled, drop its late answer
+                        log.warning(
+                            "model job %s: no answer %.1f s after its cancel; reported cancelled",
+                            job_id,
+                            self.cancel_grace_s,
+                        )
+                        return Generation("", None, 0, 0, 0.0, 0.0, cancelled=True, finish_reason="cancelled")
                     # the grace period ran out: kill the worker; it is restarted and reloaded.
                     log.warning("model worker ignored cancel for %.1f s; killing it", self.cancel_grace_s)
                     self._expected_exit = True
@@ -253,7 +392,22 @@ class ModelWorker:
                     )
                 elif kind == "done":
                     self.num_restarts = 0  # a job went through: restarts count "in a row"
-                    return _generation(event, was_cancelled=deadline is not None)
+                    gen = _generation(event, was_cancelled=deadline is not None)
+                    if batched:
+                        log.info(
+                            "model job %s %s: %d tokens in %.1f s, in a batch of up to %s rows",
+                            job_id,
+                            "cancelled" if gen.cancelled else "done",
+                            gen.num_tokens,
+                            gen.seconds,
+                            event.get("batch_rows", "?"),
+                        )
+                    return gen
+                elif kind == "error" and event.get("busy"):
+                    raise ModelBusy(
+                        f"the shared model is busy: {event.get('message')}; this generation was not "
+                        "started. Try again when a generation finishes, or cancel one (cudice.cancel)"
+                    )
                 elif kind == "error":
                     raise RuntimeError(str(event.get("message")))
                 elif kind == "died":

@@ -1,17 +1,25 @@
-"""The model worker: `python -m cudice.server.workers.model_child`. Loads the engine, runs one job at a time.
+"""The model worker: `python -m cudice.server.workers.model_child`. Loads the engine, runs its jobs.
+
+Jobs run one at a time, unless the load asks for batching (`"batch"`, the multi-client server)
+and the engine can batch: then every generate and infill job is a row of one continuous-batching
+engine (`model_batched.py`), submitted at once, and jobs of several editors decode together.
 
 Requests on stdin (framing and the child's promises: `protocol.py`):
-  {"op": "load", "path", "device", "dtype"}
+  {"op": "load", "path", "device", "dtype", "fast", "batch": null | {"max_batch", "max_queue",
+   "num_pages", "page_size"}}  (batching loads without the static fast path: the batcher has its
+   own forward)
   {"op": "generate", "id", "reference_source", "settings": {...Settings fields}} (a key that is no
   `Settings` field fails the job with an `error` event naming it and the valid ones)
   {"op": "infill", "id", "prefix", "suffix", "pytorch_code", "settings": {...}}
-  {"op": "cancel", "id"}        (read by a thread while a job runs; the engine stops at its next check)
+  {"op": "cancel", "id"}        (read by a thread while a job runs; the engine stops at its next check;
+                                 batched: only that job's row stops)
 Events on stdout:
   {"event": "started", "pid"}
-  {"event": "loaded", "path", "seconds"} | {"event": "load_error", "message"}
+  {"event": "loaded", "path", "seconds", "batched", "capacity", "batch_note"}
+  {"event": "load_error", "message"}
   {"event": "progress", "id", "num_tokens", "num_forwards", "seconds"}   (`cudice.model.generation.Progress`)
-  {"event": "done", "id", ...every `cudice.model.generation.Generation` field}
-  {"event": "error", "id", "message"}
+  {"event": "done", "id", ...every `cudice.model.generation.Generation` field, "batch_rows" when batched}
+  {"event": "error", "id", "message", "busy"}   (busy: the batching engine's queue is full; not started)
 Closing stdin stops the running job and ends the process within `STOP_GRACE_S`.
 
 `CUDICE_ENGINE_MODULE` (default `cudice.model.engine`) names the module providing
@@ -20,8 +28,8 @@ Closing stdin stops the running job and ends the process within `STOP_GRACE_S`.
 `cudice.model.config.SamplerConfig.from_settings` does. This is the only module of
 `cudice.server` that imports the model runtime's heavy parts (and thus torch) — and only in the
 child; the server's side reads the torch-free records of `cudice.model.generation`.
-Not covered: several jobs at once (one engine, one stream); a stuck `generate` that never checks
-`should_stop` is ended by the server killing this process.
+Not covered: several jobs at once without batching (one engine, one stream); a stuck `generate`
+that never checks `should_stop` is ended by the server killing this process (serial jobs only).
 """
 
 from __future__ import annotations
@@ -52,6 +60,7 @@ class ModelChild:
         self.stop_all = False
         self.engine: Any = None
         self.module: Any = None
+        self.batched: Any = None  # model_batched.BatchedJobs when jobs are batched
 
     def read_stdin(self) -> None:
         for msg in requests(sys.stdin, "model worker"):
@@ -74,19 +83,57 @@ class ModelChild:
             )
             if "torch" in sys.modules:
                 apply_torch_threads()  # the thread defaults main() put in the environment
+            batch = msg.get("batch")
             self.engine = self.module.load_engine(
                 msg["path"],
                 msg.get("device", "auto"),
                 msg.get("dtype", "auto"),
-                fast=FAST_MODES.get(str(msg.get("fast", "auto"))),
+                # the batcher runs its own paged forward: no static cache, no compile to warm up
+                fast=False if batch else FAST_MODES.get(str(msg.get("fast", "auto"))),
                 freeze=True,  # it only generates
             )
+            note = self.start_batching(batch) if batch else None
         except Exception as exc:
             traceback.print_exc(file=sys.stderr)
             self.engine = None
             self.emit("load_error", message=f"{type(exc).__name__}: {exc}")
             return
-        self.emit("loaded", path=msg["path"], seconds=time.perf_counter() - t0)
+        self.emit(
+            "loaded",
+            path=msg["path"],
+            seconds=time.perf_counter() - t0,
+            batched=self.batched is not None,
+            capacity=self.batched.capacity if self.batched is not None else None,
+            batch_note=note,
+        )
+
+    def start_batching(self, options: dict[str, Any]) -> str | None:
+        """Serve jobs through a continuous-batching engine; why not (jobs then run one at a time)."""
+        from cudice.server.workers.model_batched import BatchedJobs, batch_note
+
+        if self.batched is not None:
+            self.batched.close()
+            self.batched = None
+        note = batch_note(self.engine)
+        if note is None:
+            self.batched = BatchedJobs(self.engine, options, self.emit, _generation_fields)
+        else:
+            print(f"model worker: jobs run one at a time: {note}", file=sys.stderr)
+        return note
+
+    def submit_batched(self, msg: dict[str, Any]) -> None:
+        """A generate/infill job as a row of the batching engine; its events follow from its threads."""
+        from cudice.server.workers.model_batched import QueueFull
+
+        job_id = str(msg.get("id"))
+        try:
+            config = self.sampler_config(msg.get("settings") or {})
+            self.batched.submit(job_id, msg, config, lambda: self.stop_all or job_id in self.cancelled)
+        except QueueFull as exc:
+            self.emit("error", id=job_id, message=str(exc), busy=True)
+        except Exception as exc:
+            traceback.print_exc(file=sys.stderr)
+            self.emit("error", id=job_id, message=f"{type(exc).__name__}: {exc}")
 
     def sampler_config(self, raw: dict[str, Any]) -> Any:
         names = [f.name for f in dataclasses.fields(Settings)]
@@ -144,6 +191,8 @@ class ModelChild:
             op = msg.get("op")
             if op == "load":
                 self.load(msg)
+            elif op in ("generate", "infill") and self.batched is not None:
+                self.submit_batched(msg)
             elif op in ("generate", "infill"):
                 self.run_job(msg)
             else:

@@ -7,8 +7,9 @@ editor model (tests/e2e/lsp_support.py) with a recorded Neovim's capabilities, t
 1. isolation: two clients open the same URI with different text; each gets only its own diagnostics;
 2. a client that disconnects has its verification killed, while the other client's completes;
 3. the per-client bound on pending work refuses the excess with a message, not the other client;
-4. the model is loaded once for two sessions, their generations are serialised, and a waiting
-   generation of a client that leaves is cancelled (and writes nothing).
+4. the model is loaded once for two sessions, and a waiting generation of a client that leaves is
+   cancelled (and writes nothing). The scripted engine cannot batch, so here the shared worker
+   runs jobs one at a time (its fallback); batching is tested in test_team_batching.py.
 
 Waits are on notifications and process states with generous deadlines (a loaded 2-core box).
 """
@@ -158,7 +159,7 @@ def _save(editor: Editor, uri: str) -> None:
     editor.client.text_document_did_save(lsp.DidSaveTextDocumentParams(lsp.TextDocumentIdentifier(uri=uri)))
 
 
-async def _start(tmp: Path, *extra: str) -> TeamServer:
+async def _start(tmp: Path, *extra: str, env_extra: dict[str, str] | None = None) -> TeamServer:
     port = _free_port()
     env = {
         **os.environ,
@@ -169,6 +170,7 @@ async def _start(tmp: Path, *extra: str) -> TeamServer:
         "CUDICE_TEAM_LOAD_LOG": str(tmp / "loads.jsonl"),
         "CUDICE_GPU": "0",
         "PYTHONPATH": os.pathsep.join([str(E2E), str(HERE), os.environ.get("PYTHONPATH", "")]),
+        **(env_extra or {}),
     }
     argv = [sys.executable, "-m", "cudice.server", "--tcp", "--multi", "--host", "127.0.0.1"]
     argv += ["--port", str(port), "--log-level", "info", *extra]
@@ -197,20 +199,25 @@ async def team(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[
     try:
         yield server
     finally:
-        for editor in list(server.clients):
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(editor.client.shutdown_async(None), 20)
-                editor.client.exit(None)
-            await server.disconnect(editor)
-        if server.proc.returncode is None:
-            server.proc.send_signal(signal.SIGTERM)  # the team server runs until it is stopped
-            code: int | None = None
-            try:
-                code = await asyncio.wait_for(server.proc.wait(), 60)
-            except asyncio.TimeoutError:
-                server.proc.kill()
-                await server.proc.wait()
-            assert code == 0, "".join(server.log[-40:])
+        await _stop(server)
+
+
+async def _stop(server: TeamServer) -> None:
+    """Every client says goodbye, then SIGTERM ends the server; it must exit with 0."""
+    for editor in list(server.clients):
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(editor.client.shutdown_async(None), 20)
+            editor.client.exit(None)
+        await server.disconnect(editor)
+    if server.proc.returncode is None:
+        server.proc.send_signal(signal.SIGTERM)  # the team server runs until it is stopped
+        code: int | None = None
+        try:
+            code = await asyncio.wait_for(server.proc.wait(), 60)
+        except asyncio.TimeoutError:
+            server.proc.kill()
+            await server.proc.wait()
+        assert code == 0, "".join(server.log[-40:])
 
 
 def _workspace(tmp: Path, name: str) -> Path:
@@ -356,7 +363,7 @@ async def test_one_model_load_serves_two_sessions_and_a_leaving_client_s_queued_
     b = await team.connect(root_b, options)
     await b.wait_model("ready", WAIT_S)
     assert len(_jsonl(team.load_log)) == 1, _jsonl(team.load_log)  # one load for both sessions
-    # A generates for a long time; C's generation waits behind it (serialised); C leaves.
+    # A generates for a long time; C's generation waits behind it (serial fallback); C leaves.
     ref_a, ref_b = (root_a / "relu.py").as_uri(), (root_b / "relu.py").as_uri()
     for editor, ref in ((a, ref_a), (b, ref_b)):
         _open(editor, ref, Path(ref.removeprefix("file://")).read_text())
