@@ -187,34 +187,127 @@ def test_training_files_load_with_the_trainers_readers_and_use_the_runtime_promp
     )
 
 
-def _one_per_kernel(corpus: Path) -> list[dict[str, str]]:
+def _one_per_kernel(corpus: Path, by_variant: bool = False) -> list[dict[str, str]]:
     manifest = json.loads((corpus / "manifest.json").read_text())
     seen, rows = set(), []
     for p in manifest["problems"]:
-        kind = (p["family"], p["composition"].split(":")[1].split(">")[0])
+        kind = (p["family"], p["composition"].split(":")[1].split(">")[0], by_variant and p["variant"])
         if kind not in seen:
             seen.add(kind)
             rows.append(p)
     return rows
 
 
-def test_references_run_on_cpu_and_match_their_stated_dtype(corpus: Path) -> None:
+def _run_reference(path: Path, device: str = "cpu") -> tuple[list[object], object]:
+    """(inputs, output) of a reference file; on "meta" only shapes and dtypes are computed."""
     torch = pytest.importorskip("torch")
-    for p in _one_per_kernel(corpus):
-        scope: dict[str, object] = {}
-        exec(compile((corpus / "problems" / p["split"] / p["file"]).read_text(), p["file"], "exec"), scope)
+    scope: dict[str, object] = {}
+    exec(compile(path.read_text(), path.name, "exec"), scope)
+    with torch.device(device):
         inputs = scope["get_inputs"]()  # type: ignore[operator]
         model = scope["Model"](*scope["get_init_inputs"]())  # type: ignore[operator]
-        out = model(*inputs)
-        assert isinstance(out, torch.Tensor) and torch.isfinite(out.float()).all(), p["file"]
-        assert str(inputs[0].dtype) == f"torch.{p['dtype']}", p["file"]
+        return inputs, model(*inputs)
+
+
+def test_references_run_on_cpu_and_match_their_stated_dtype(corpus: Path) -> None:
+    torch = pytest.importorskip("torch")
+    rows = _one_per_kernel(corpus)
+    assert {"timed", "small"} <= {p["sizes"] for p in rows}
+    for p in rows:
+        # timed references (up to 256 MiB of inputs) run on the meta device: shapes and dtypes only
+        timed = p["sizes"] == "timed"
+        inputs, out = _run_reference(corpus / "problems" / p["split"] / p["file"], "meta" if timed else "cpu")
+        assert isinstance(out, torch.Tensor), p["file"]
+        assert timed or torch.isfinite(out.float()).all(), p["file"]
+        assert str(inputs[0].dtype) == f"torch.{p['dtype']}", p["file"]  # type: ignore[attr-defined]
+
+
+def test_timed_sizes_take_16m_elements_or_2_to_the_32_multiply_adds_and_at_most_256_mib() -> None:
+    torch = pytest.importorskip("torch")
+    from cudice.model.train.corpus.families import TIMED_MAX_BYTES, TIMED_MIN_NUMEL
+
+    rng = random.Random(2)
+    for name, family in FAMILIES.items():
+        comps = family.compositions()
+        for _ in range(12):
+            spec, _ = family.build(rng.choice(comps), rng, True)
+            scope: dict[str, object] = {}
+            exec(compile(reference_file(spec), "reference.py", "exec"), scope)
+            with torch.device("meta"):
+                inputs = scope["get_inputs"]()  # type: ignore[operator]
+            total = sum(t.numel() * t.element_size() for t in inputs)
+            assert total <= TIMED_MAX_BYTES, (name, spec.sizes)
+            if name == "matmul":
+                m, k, n = (int(v) for _, v in spec.sizes)
+                assert min(m, k, n) >= 1024 and m * k * n >= 1 << 32, spec.sizes
+            else:
+                assert inputs[0].numel() >= TIMED_MIN_NUMEL, (name, spec.sizes)
+                assert min(inputs[0].shape) >= 16, (name, spec.sizes)
+
+
+def test_held_out_problems_are_timed_by_default_and_small_on_request(tmp_path: Path) -> None:
+    from cudice.model.train.corpus.build import draw_problems
+
+    timed = draw_problems(seed=1, train_per_family=30, heldout_per_family=1)
+    assert all(p.timed for p in timed if p.split == "heldout")
+    share = sum(p.timed for p in timed if p.split == "train") / (30 * len(FAMILIES))
+    assert 0.2 < share < 0.5, share
+    small = draw_problems(seed=1, train_per_family=2, heldout_per_family=1, heldout_sizes="small")
+    assert not any(p.timed for p in small if p.split == "heldout")
+    with pytest.raises(ValueError, match="heldout_sizes"):
+        draw_problems(seed=1, train_per_family=1, heldout_per_family=1, heldout_sizes="huge")
+
+
+def test_single_ops_and_two_op_chains_are_well_represented_with_varied_size_names() -> None:
+    from cudice.model.train.corpus.build import draw_problems
+
+    per_family = 300
+    problems = draw_problems(seed=0, train_per_family=per_family, heldout_per_family=0)
+    lengths = {c.key: c.length for f in FAMILIES.values() for c in f.compositions()}
+    for family in FAMILIES:
+        mine = [lengths[p.spec.composition] for p in problems if p.spec.family == family]
+        assert sum(n == 1 for n in mine) >= 0.05 * per_family, family
+        if any(n == 2 for n in lengths.values()) and family != "loss":
+            assert sum(n == 2 for n in mine) >= 0.2 * per_family, family
+    relu = [p for p in problems if p.spec.composition == "unary:relu"]
+    softmax = [p for p in problems if p.spec.composition == "softmax:pre=none>softmax"]
+    assert len(relu) >= 5 and len(softmax) >= 20
+    assert any(
+        [n for n, _ in p.spec.sizes] == ["batch_size", "dim"] and p.spec.extra_args[0] in ("1", "-1")
+        for p in softmax
+    ), "no softmax over dim 1 of a (batch_size, dim) tensor"
+    names_2d = {
+        tuple(n for n, _ in p.spec.sizes)
+        for p in problems
+        if len(p.spec.sizes) == 2 and p.spec.family != "matmul"
+    }
+    assert len(names_2d) >= 8, names_2d
+
+
+def test_the_corpus_holds_plain_and_fast_answers_and_the_fast_ones_say_how() -> None:
+    from cudice.model.train.corpus.build import draw_problems
+
+    problems = draw_problems(seed=4, train_per_family=40, heldout_per_family=0)
+    for family in ("unary", "binary", "reduce", "softmax", "norm", "loss"):
+        variants = {p.fast for p in problems if p.spec.family == family}
+        assert variants == {True, False}, family
+    for p in problems:
+        if p.fast and p.spec.family in ("unary", "binary"):
+            src = p.solution
+            assert "float4" in src and "n % 4 == 0" in src and "aligned16(" in src
+            assert "torch::kFloat32" in src and "AT_DISPATCH_FLOATING_TYPES_AND2" in src  # the fallback
+        elif p.fast:
+            assert "__shfl_down_sync" in p.solution and "sh[threadIdx.x + s]" not in p.solution
+        else:
+            assert "__shfl_down_sync" not in p.solution and "float4" not in p.solution
 
 
 def test_template_solutions_pass_the_static_anti_cheat_stage(corpus: Path) -> None:
     from cudice.model.train.corpus.verify_templates import _static_verdict
 
-    rows = _one_per_kernel(corpus)
+    rows = _one_per_kernel(corpus, by_variant=True)
     assert {r["family"] for r in rows} == set(FAMILIES)
+    assert {r["variant"] for r in rows} == {"plain", "fast"}
     for p in rows:
         v = _static_verdict(
             corpus / "solutions" / p["split"] / p["file"], corpus / "problems" / p["split"] / p["file"]

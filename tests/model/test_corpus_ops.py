@@ -126,3 +126,67 @@ def test_a_loss_statement_summed_matches_the_reference_sum(kind: str, value: flo
             loss.python.format(r=r), {"torch": torch, "F": F, "predictions": predictions, "targets": targets}
         )
         assert float(got) == pytest.approx(want, rel=1e-6), (loss.name, r)
+
+
+def _warp_step_and_identity(helper: str) -> tuple[str, float]:
+    """The shuffle step `v = f(v, __shfl_down_sync(..., v, o))` as Python on `v` and `w` (the
+    shuffled value), and the value warp 0 reads past the last warp's slot."""
+    step = re.search(r"for \(int o = 16; o > 0; o >>= 1\) v = (.+);", helper)
+    ident = re.search(r"sh\[lane\] : (.+);", helper)
+    assert step and ident
+    expr = step.group(1).replace("__shfl_down_sync(0xffffffffu, v, o)", "w")
+    value = run_cuda(f"v = {ident.group(1)}")["v"]
+    return expr, value  # type: ignore[return-value]
+
+
+def _emulate_block(helper: str, values: list[float], block: int = 256) -> float:
+    """Thread 0's result of the generated `block_*` for one value per thread: shuffles within
+    each warp of 32 (a lane past the warp's end reads its own value), one slot per warp, then
+    warp 0 folds the slots (the identity past the last one)."""
+    expr, identity = _warp_step_and_identity(helper)
+
+    def warp(vals: list[float]) -> float:
+        vals = list(vals)
+        o = 16
+        while o > 0:
+            vals = [
+                eval(expr, dict(CUDA_MATH), {"v": vals[i], "w": vals[i + o] if i + o < 32 else vals[i]})
+                for i in range(32)
+            ]
+            o >>= 1
+        return vals[0]
+
+    slots = [warp(values[w * 32 : (w + 1) * 32]) for w in range(block // 32)]
+    return warp([slots[i] if i < len(slots) else identity for i in range(32)])
+
+
+@pytest.mark.parametrize("fn,reduce", [("sum", sum), ("max", max), ("min", min)])
+def test_the_warp_shuffle_block_reductions_equal_the_plain_ones(fn: str, reduce: object) -> None:
+    from cudice.model.train.corpus import kernels
+
+    helper = {"sum": kernels._WARP_SUM, "max": kernels._WARP_MAX, "min": kernels._WARP_MIN}[fn]
+    assert f"__device__ float block_{fn}(float v, float* sh)" in helper  # the plain helper's name
+    for block in (256, 64, 32):
+        values = [math.sin(i * 1.7) * 3 + (i % 7) for i in range(block)]
+        want = reduce(values)  # type: ignore[operator]
+        assert _emulate_block(helper, values, block) == pytest.approx(want, rel=1e-12, abs=1e-12)
+
+
+def test_the_float4_path_applies_the_same_op_to_each_lane_as_the_scalar_loop() -> None:
+    from cudice.model.train.corpus.kernels import pointwise
+
+    op = BINARY_OPS["mul_add"]
+    k = pointwise("f", (unary_op("relu"),), ("a", "b", "c"), combine=op, fast=True)
+    for lane in "xyzw":
+        assert f"r.{lane} = f_op(a0.{lane}, a1.{lane}, a2.{lane});" in k.source
+    assert "out[i] = static_cast<scalar_t>(f_op(static_cast<float>(in0[i]), " in k.source
+    fn = re.search(r"float f_op\(float x, float y, float z\) \{\n(.*?)return v;", k.source, re.S)
+    assert fn is not None
+    got = run_cuda(fn.group(1).replace("\n", ""), x=-1.5, y=2.0, z=0.25)["v"]
+    assert got == max(run_cuda(f"v = {op.cuda}", x=-1.5, y=2.0, z=0.25)["v"], 0.0)
+    guard = re.search(r"if \((.*?)\) \{\n\s+int64_t n4 = n / 4;", k.source)
+    assert guard is not None
+    for need in ("a_c.scalar_type() == torch::kFloat32", "c_c.scalar_type() == torch::kFloat32"):
+        assert need in guard.group(1)
+    for need in ("n % 4 == 0", "aligned16(a_c.data_ptr())", "aligned16(c_c.data_ptr())", "aligned16(out"):
+        assert need in guard.group(1)

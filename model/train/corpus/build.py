@@ -4,7 +4,9 @@
 
     problems/train/NNNN_name.py     references (Model, get_inputs, get_init_inputs)
     problems/heldout/NNNN_name.py   held-out compositions only (for `cudice eval`), none with an
-                                    answer equal to a training answer up to names and constants
+                                    answer equal to a training answer up to names and constants;
+                                    timed sizes by default (`heldout_sizes`), so `cudice eval`
+                                    can measure fast_1 on them
     solutions/train|heldout/...     the template ModelNew of each problem (same file names)
     sft.jsonl                       CuKe pairs {prompt, response}: for every training problem the
                                     end-to-end prompt, and for one in INFILL_EVERY the infilling
@@ -14,6 +16,13 @@
     rl_infill.jsonl                 {pytorch_code, cuda_code, prefix, middle, suffix, level}; the
                                     split is cudice.model.scaffold's, the editor's infill split
     manifest.json                   seed, counts, the split's compositions, one row per problem
+                                    (with its size regime and answer variant)
+
+Which compositions training draws: per family, a chain length first (`LENGTH_SHARE`: single
+ops, two-op chains, longer ones; a family without some length shares among the rest), then a
+composition of that length (protected ones 4x, the bundled examples' 8x). A training problem
+gets timed sizes with probability `timed_share` (a third by default), small and odd sizes
+otherwise (`families.draw_shape`).
 
 Held-out problems never reach the SFT or RL files; the training files pass the KernelBench
 leak check (`leak.check_corpus`) or the build fails. Not covered: verifying the templates (the
@@ -43,6 +52,8 @@ class Problem:
     spec: ProblemSpec
     reference: str
     solution: str
+    timed: bool = False  # sizes of the timed regime (families.draw_shape)
+    fast: bool = False  # the answer is a template's fast variant (kernels)
 
 
 def fenced(code: str) -> str:
@@ -50,11 +61,44 @@ def fenced(code: str) -> str:
     return f"{CODE_FENCE}python\n{code.rstrip()}\n{CODE_FENCE}"
 
 
-def make_problem(comp: Composition, rng: random.Random, index: int, split: str) -> Problem:
-    spec, kernel = FAMILIES[comp.family].build(comp, rng)
+SIZE_REGIMES = ("timed", "small")
+# Share of a family's training problems per chain length (1 op, 2 ops, 3 or more).
+LENGTH_SHARE = {1: 0.15, 2: 0.35, 3: 0.50}
+EXAMPLE_KEYS = ("unary:relu", "softmax:pre=none>softmax")  # examples/relu.py, examples/softmax.py
+TIMED_SHARE = 1 / 3
+
+
+def make_problem(
+    comp: Composition, rng: random.Random, index: int, split: str, timed: bool = False
+) -> Problem:
+    spec, kernel = FAMILIES[comp.family].build(comp, rng, timed)
     return Problem(
-        f"{index:04d}_{spec.name}.py", split, spec, reference_file(spec), solution_file(spec, kernel)
+        f"{index:04d}_{spec.name}.py",
+        split,
+        spec,
+        reference_file(spec),
+        solution_file(spec, kernel),
+        timed,
+        "aligned16(" in kernel.source or "__shfl_down_sync" in kernel.source,
     )
+
+
+def _weight(c: Composition) -> int:
+    return 8 if c.key in EXAMPLE_KEYS else 4 if c.protected else 1
+
+
+def composition_sampler(comps: list[Composition]) -> tuple[list[Composition], list[float]]:
+    """Weights that give each chain length its `LENGTH_SHARE` (renormalised over the lengths the
+    family has), split inside a length by `_weight`."""
+    by_length: dict[int, list[Composition]] = {}
+    for c in comps:
+        by_length.setdefault(min(c.length, 3), []).append(c)
+    total_share = sum(LENGTH_SHARE[n] for n in by_length)
+    weights = []
+    for c in comps:
+        group = by_length[min(c.length, 3)]
+        weights.append(LENGTH_SHARE[min(c.length, 3)] / total_share * _weight(c) / sum(map(_weight, group)))
+    return comps, weights
 
 
 def _signature(p: Problem) -> str:
@@ -62,26 +106,40 @@ def _signature(p: Problem) -> str:
     return answer_signature(p.solution, p.spec.name, names)
 
 
-def draw_problems(seed: int, train_per_family: int, heldout_per_family: int) -> list[Problem]:
-    """Training instances (protected compositions drawn 4x as often), then held-out instances
-    whose answer signature no training answer has (`split.answer_signature`)."""
+def draw_problems(
+    seed: int,
+    train_per_family: int,
+    heldout_per_family: int,
+    heldout_sizes: str = "timed",
+    timed_share: float = TIMED_SHARE,
+) -> list[Problem]:
+    """Training instances (`composition_sampler`; timed sizes with probability `timed_share`),
+    then held-out instances in the `heldout_sizes` regime whose answer signature no training
+    answer has (`split.answer_signature`)."""
+    if heldout_sizes not in SIZE_REGIMES:
+        raise ValueError(f"heldout_sizes={heldout_sizes!r} must be one of {', '.join(SIZE_REGIMES)}")
+    if not 0.0 <= timed_share <= 1.0:
+        raise ValueError(f"timed_share={timed_share} must be within [0, 1]")
     rng = random.Random(seed)
     train: list[Problem] = []
     held_comps: dict[str, list[Composition]] = {}
     for family in FAMILIES.values():
-        comps, held = split_compositions(family.compositions())
+        trained, held = split_compositions(family.compositions())
         held_comps[family.name] = held
-        weights = [4 if c.protected else 1 for c in comps]
+        comps, weights = composition_sampler(trained)
         for _ in range(train_per_family):
             comp = rng.choices(comps, weights=weights)[0]
-            train.append(make_problem(comp, rng, len(train), "train"))
+            timed = rng.random() < timed_share
+            train.append(make_problem(comp, rng, len(train), "train", timed))
     seen = {_signature(p) for p in train}
     problems = list(train)
     for held in held_comps.values():
         order = rng.sample(held, len(held))
         kept, tries = 0, 0
         while held and kept < heldout_per_family and tries < 20 * heldout_per_family:
-            p = make_problem(order[tries % len(order)], rng, len(problems), "heldout")
+            p = make_problem(
+                order[tries % len(order)], rng, len(problems), "heldout", heldout_sizes == "timed"
+            )
             tries += 1
             if _signature(p) not in seen:
                 problems.append(p)
@@ -122,7 +180,12 @@ INFILL_EVERY = 4  # one training problem in this many also gets the infilling pr
 
 
 def build_corpus(
-    out_dir: str | Path, seed: int = 0, train_per_family: int = 3000, heldout_per_family: int = 24
+    out_dir: str | Path,
+    seed: int = 0,
+    train_per_family: int = 3000,
+    heldout_per_family: int = 24,
+    heldout_sizes: str = "timed",
+    timed_share: float = TIMED_SHARE,
 ) -> dict[str, Any]:
     """Write the corpus to `out_dir` (created; existing corpus files are overwritten); return the manifest."""
     if train_per_family < 1 or heldout_per_family < 0:
@@ -131,7 +194,7 @@ def build_corpus(
             f"{heldout_per_family} >= 0"
         )
     out = Path(out_dir)
-    problems = draw_problems(seed, train_per_family, heldout_per_family)
+    problems = draw_problems(seed, train_per_family, heldout_per_family, heldout_sizes, timed_share)
     for split in ("train", "heldout"):
         for sub in ("problems", "solutions"):
             folder = out / sub / split
@@ -175,6 +238,8 @@ def build_corpus(
         "seed": seed,
         "train_per_family": train_per_family,
         "heldout_per_family": heldout_per_family,
+        "heldout_sizes": heldout_sizes,
+        "timed_share": timed_share,
         "num_problems": {s: sum(p.split == s for p in problems) for s in ("train", "heldout")},
         "num_sft_pairs": len(sft),
         "num_compositions": {s: sum(len(c[s]) for c in splits_named.values()) for s in ("train", "heldout")},
@@ -189,6 +254,8 @@ def build_corpus(
                 "level": p.spec.level,
                 "dtype": p.spec.dtype,
                 "style": p.spec.style,
+                "sizes": "timed" if p.timed else "small",
+                "variant": "fast" if p.fast else "plain",
             }
             for p in problems
         ],

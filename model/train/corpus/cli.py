@@ -1,6 +1,7 @@
 """`cudice train corpus ...` / `python -m cudice.model.train.corpus ...`: build the demo model's data.
 
-- `build OUT_DIR [--seed N]`: the corpus folder (`cudice.model.train.corpus.build`);
+- `build OUT_DIR [--seed N] [--heldout-sizes timed|small] [--timed-share F]`: the corpus folder
+  (`cudice.model.train.corpus.build`);
 - `init OUT_DIR --corpus DIR [--smoke]`: tokenizer trained on the corpus + a random SDAR-layout
   checkpoint of the demo size (`cudice.model.train.corpus.init_model`);
 - `verify-templates DIR [--out JSON]`: a sample of every family through the verifier;
@@ -34,13 +35,41 @@ def corpus_group() -> None:
     type=int,
     help="Held-out problems per family (each one costs a verifier build per evaluated checkpoint).",
 )
-def build_command(out_dir: Path, seed: int, train_per_family: int, heldout_per_family: int) -> None:
+@click.option(
+    "--heldout-sizes",
+    type=click.Choice(["timed", "small"]),
+    default="timed",
+    show_default=True,
+    help="Held-out shapes: timed (PyTorch's kernel takes long enough for the verifier to time a "
+    "candidate on a GPU; inputs up to 256 MiB) or small (micro-sizes: correctness only, fast_1 "
+    "unresolved).",
+)
+@click.option(
+    "--timed-share",
+    default=1 / 3,
+    show_default=True,
+    type=click.FloatRange(0.0, 1.0),
+    help="Share of training problems with timed sizes (the rest small and odd).",
+)
+def build_command(
+    out_dir: Path,
+    seed: int,
+    train_per_family: int,
+    heldout_per_family: int,
+    heldout_sizes: str,
+    timed_share: float,
+) -> None:
     """Write problems, solutions, SFT pairs and RL task files to OUT_DIR."""
     from cudice.model.train.corpus.build import build_corpus
 
     try:
         manifest = build_corpus(
-            out_dir, seed=seed, train_per_family=train_per_family, heldout_per_family=heldout_per_family
+            out_dir,
+            seed=seed,
+            train_per_family=train_per_family,
+            heldout_per_family=heldout_per_family,
+            heldout_sizes=heldout_sizes,
+            timed_share=timed_share,
         )
     except (ValueError, OSError) as exc:
         raise click.ClickException(str(exc)) from exc

@@ -1,15 +1,25 @@
 """The problem families: every composition a family can build, and one random instance of it.
 
 A family is a `Family` in `FAMILIES` (a registry: one signature, no if/elif chain): its
-`compositions()` lists every `Composition` (the split key, the curriculum level, whether it may
-be held out) and `build(composition, rng)` draws an instance and returns the `ProblemSpec` plus
-the `Kernel` that solves it. A composition is what decides the kernel's computation (which ops,
-in which order, fused how); everything else is the instance's, drawn by `rng`: shapes, rank
-(1-4) and the reduced dim's position (any, negative too), dtype, the reference's layout
-(`files.STYLES`), the tensors' and constants' names, each op's spelling (`ops.PointOp.spell`),
-nested or one statement per op, constants as literals or `__init__` arguments, keepdim.
-Compositions are enumerated without randomness, so the train/held-out split
-(`cudice.model.train.corpus.split`) does not depend on the seed.
+`compositions()` lists every `Composition` (the split key, the curriculum level, the number of
+ops it chains, whether it may be held out) and `build(composition, rng, timed)` draws an
+instance and returns the `ProblemSpec` plus the `Kernel` that solves it. A composition is what
+decides the kernel's computation (which ops, in which order, fused how); everything else is the
+instance's, drawn by `rng`: shapes, rank (1-4) and the reduced dim's position (any, negative
+too; the last dim more often), dtype, the reference's layout (`files.STYLES`), the tensors' and
+constants' names, each op's spelling (`ops.PointOp.spell`), nested or one statement per op,
+constants as literals or `__init__` arguments, keepdim, and the answer's variant (plain or
+`fast`, see `kernels`). Compositions are enumerated without randomness, so the train/held-out
+split (`cudice.model.train.corpus.split`) does not depend on the seed.
+
+Two size regimes (`timed`): small shapes (64 .. 4M elements, odd sizes and non-multiples of the
+block size, to teach bounds checks) or timed shapes, large enough that PyTorch's own kernel takes
+tens of microseconds or more on a current datacenter GPU so the verifier can time a candidate
+against it: every tensor op touches at least 16M elements (`TIMED_MIN_NUMEL`), the inputs
+together take at most 256 MiB (`TIMED_MAX_BYTES`), no dim of a timed shape is below 16, a
+reduced dim is at most 65536 long with at least 256 rows around it, and a matmul has every dim
+>= 1024 and 2^32 .. 2^34 multiply-adds. The model never writes a size: the answer is the same
+kernel in both regimes.
 
 Families: unary (one op or a chain of two or three), binary (two- and three-input ops, then an
 epilogue chain), reduce (prologue op > sum/mean/max/min > epilogue op, over any dim), argreduce
@@ -25,6 +35,7 @@ Not covered: broadcasting, integer inputs, ops with parameters (Linear, affine n
 
 from __future__ import annotations
 
+import math
 import random
 import re
 from collections.abc import Callable
@@ -46,11 +57,30 @@ from cudice.model.train.corpus.ops import (
 
 MAX_NUMEL = 1 << 22
 LOW_PRECISION = ("float16", "bfloat16")
+ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
 SIZE_VALUES = (1, 2, 3, 4, 5, 7, 8, 16, 17, 32, 64, 100, 127, 128, 255, 256, 500, 512, 1000, 1024, 2048, 4096)
-# Size-constant names by rank, one tuple per naming habit.
+TIMED_MIN_NUMEL = 1 << 24
+TIMED_MAX_BYTES = 256 << 20
+TIMED_VALUES = (16, 32, 64, 128, 256, 384, 512, 768, 1000, 1024, 2048, 3072, 4096, 8192, 16384, 65536)
+TIMED_MAX_REDUCED = 65536  # a longer reduced dim leaves most of the GPU idle in a row-per-block kernel
+TIMED_MIN_ROWS = 256
+FAST_SHARE = 0.5  # answers written in the `fast` variant, where the family has one
+# Size-constant names by rank, one tuple per naming habit (the bundled examples' names twice).
 SIZE_NAMES = {
     1: (("n",), ("size",), ("N",), ("num_elements",), ("length",)),
-    2: (("batch_size", "dim"), ("N", "D"), ("batch", "features"), ("rows", "cols"), ("M", "N")),
+    2: (
+        ("batch_size", "dim"),
+        ("batch_size", "dim"),
+        ("N", "D"),
+        ("batch", "features"),
+        ("rows", "cols"),
+        ("M", "N"),
+        ("M", "K"),
+        ("batch_size", "features"),
+        ("batch_size", "hidden_dim"),
+        ("num_rows", "num_cols"),
+        ("B", "D"),
+    ),
     3: (("batch_size", "dim1", "dim2"), ("B", "S", "H"), ("batch", "seq_len", "hidden"), ("N", "C", "L")),
     4: (("batch_size", "channels", "height", "width"), ("B", "C", "H", "W"), ("N", "C", "dim1", "dim2")),
 }
@@ -67,13 +97,20 @@ class Composition:
     level: int  # 1 = one op, 2 = a composition
     protected: bool  # always in training (primitives, the bundled examples)
     parts: tuple[Any, ...]  # what `build` needs
+    length: int = 1  # ops chained: 1 = a single op (a loss with its reduction is one)
 
 
 @dataclass(frozen=True, slots=True)
 class Family:
     name: str
     compositions: Callable[[], list[Composition]]
-    build: Callable[[Composition, random.Random], tuple[ProblemSpec, Kernel]]
+    draw: Callable[[Composition, random.Random, bool], tuple[ProblemSpec, Kernel]]
+
+    def build(
+        self, composition: Composition, rng: random.Random, timed: bool = False
+    ) -> tuple[ProblemSpec, Kernel]:
+        """One instance of `composition`; `timed` draws the large, timeable shapes."""
+        return self.draw(composition, rng, timed)
 
 
 # --- instance drawing -------------------------------------------------------------------------
@@ -84,21 +121,56 @@ class Shape:
     doc: str  # "(batch_size, dim)"
 
 
-def draw_shape(rng: random.Random, rank: int, avoid: tuple[str, ...] = ()) -> Shape:
-    """Sizes of a tensor of `rank` dims (64 .. MAX_NUMEL elements), named by one naming habit."""
-    while True:
-        names = rng.choice(SIZE_NAMES[rank])
-        if not set(names) & set(avoid):
-            break
+def _small_dims(rng: random.Random, rank: int) -> list[int]:
     while True:
         dims = [rng.choice(SIZE_VALUES) for _ in range(rank)]
         if rank == 1:
             dims = [rng.choice((1000, 4096, 65536, 100000, 1 << 20))]
-        numel = 1
-        for d in dims:
-            numel *= d
-        if 64 <= numel <= MAX_NUMEL:
+        if 64 <= math.prod(dims) <= MAX_NUMEL:
+            return dims
+
+
+def _timed_dims(rng: random.Random, rank: int, bytes_per_elem: int, reduced: int | None) -> list[int]:
+    """Dims whose product lies in [max(TIMED_MIN_NUMEL, hi / 2), hi], hi = TIMED_MAX_BYTES /
+    `bytes_per_elem` (the bytes of one element over all inputs); one dim, at a random position,
+    is computed to land there (a round number three times in four). With `reduced`, that dim is
+    <= TIMED_MAX_REDUCED and the others multiply to >= TIMED_MIN_ROWS."""
+    hi = TIMED_MAX_BYTES // bytes_per_elem
+    lo = max(TIMED_MIN_NUMEL, hi // 2)
+    while True:
+        dims = [rng.choice(TIMED_VALUES) for _ in range(rank - 1)]
+        prod = math.prod(dims)
+        first, last = -(-lo // prod), hi // prod
+        if last < max(first, 16):
+            continue
+        free = rng.randint(max(first, 16), last)
+        step = rng.choice((1, 256, 1024, 4096))
+        if rng.random() < 0.75 and (free // step) * step >= max(first, 16):
+            free = (free // step) * step
+        dims.insert(rng.randrange(rank), free)
+        numel = math.prod(dims)
+        if reduced is not None and (
+            dims[reduced] > TIMED_MAX_REDUCED or numel // dims[reduced] < TIMED_MIN_ROWS
+        ):
+            continue
+        return dims
+
+
+def draw_shape(
+    rng: random.Random,
+    rank: int,
+    avoid: tuple[str, ...] = (),
+    timed: bool = False,
+    bytes_per_elem: int = 4,
+    reduced: int | None = None,
+) -> Shape:
+    """Sizes of a tensor of `rank` dims, named by one naming habit: 64 .. MAX_NUMEL elements, or
+    with `timed` the large regime of `_timed_dims` (`reduced`: the dim a reduction runs over)."""
+    while True:
+        names = rng.choice(SIZE_NAMES[rank])
+        if not set(names) & set(avoid):
             break
+    dims = _timed_dims(rng, rank, bytes_per_elem, reduced) if timed else _small_dims(rng, rank)
     if rank >= 2 and names[0] == "batch_size" and rng.random() < 0.25:
         rest = ", ".join(str(d) for d in dims[1:]) + ("," if rank == 2 else "")
         sizes: tuple[tuple[str, str], ...] = (("batch_size", str(dims[0])), ("input_shape", f"({rest})"))
@@ -169,6 +241,17 @@ def _style(rng: random.Random) -> str:
     return rng.choice(STYLES)
 
 
+def _rank(rng: random.Random, comp: Composition, choices: tuple[int, ...]) -> int:
+    """A rank from `choices`; a single op is 2-D half the time (the bundled examples' layout)."""
+    if comp.length == 1 and rng.random() < 0.5:
+        return 2
+    return rng.choice(choices)
+
+
+def _fast(rng: random.Random) -> bool:
+    return rng.random() < FAST_SHARE
+
+
 # --- unary ------------------------------------------------------------------------------------
 _HEADS = ("scale2p0", "shift1p0", "relu", "gelu", "abs", "square", "tanh", "neg", "sigmoid", "silu")
 
@@ -183,22 +266,25 @@ def _unary_compositions() -> list[Composition]:
     chain = chain_pool()
     out = [Composition("unary", f"unary:{op.name}", 1, True, (op,)) for op in ops.values()]
     for a in ops.values():
-        out += [Composition("unary", f"unary:{a.name}>{b.name}", 2, False, (a, b)) for b in chain if b != a]
+        out += [
+            Composition("unary", f"unary:{a.name}>{b.name}", 2, False, (a, b), 2) for b in chain if b != a
+        ]
     for head in _HEADS:
         for b in chain:
             out += [
-                Composition("unary", f"unary:{head}>{b.name}>{c.name}", 2, False, (ops[head], b, c))
+                Composition("unary", f"unary:{head}>{b.name}>{c.name}", 2, False, (ops[head], b, c), 3)
                 for c in chain
                 if len({head, b.name, c.name}) == 3
             ]
     return out
 
 
-def _unary_build(comp: Composition, rng: random.Random) -> tuple[ProblemSpec, Kernel]:
+def _unary_build(comp: Composition, rng: random.Random, timed: bool) -> tuple[ProblemSpec, Kernel]:
     ops: tuple[PointOp, ...] = comp.parts
     dtype = _dtype(rng, len(ops) == 1)
     x = rng.choice(ONE_INPUT)
-    shape = draw_shape(rng, rng.choice((1, 2, 2, 2, 3, 4)), avoid=(x,))
+    rank = _rank(rng, comp, (1, 2, 2, 2, 3, 4))
+    shape = draw_shape(rng, rank, avoid=(x,), timed=timed, bytes_per_elem=ITEMSIZE[dtype])
     lines, expr = apply_ops(ops, x, rng, rng.choice(TEMPS))
     body = _finish(lines, expr)
     name = "_".join(op.name for op in ops)
@@ -219,7 +305,7 @@ def _unary_build(comp: Composition, rng: random.Random) -> tuple[ProblemSpec, Ke
         style=_style(rng),
         shape_doc=shape.doc,
     )
-    return spec, kernels.pointwise(name, ops, (x,))
+    return spec, kernels.pointwise(name, ops, (x,), fast=dtype == "float32" and _fast(rng))
 
 
 # --- binary and ternary elementwise ---------------------------------------------------------------
@@ -233,15 +319,16 @@ def _binary_compositions() -> list[Composition]:
     for op in BINARY_OPS.values():
         for epi in epilogues:
             key = "binary:" + ">".join([op.name, *(e.name for e in epi)])
-            out.append(Composition("binary", key, 1 if not epi else 2, not epi, (op, epi)))
+            out.append(Composition("binary", key, 1 if not epi else 2, not epi, (op, epi), 1 + len(epi)))
     return out
 
 
-def _binary_build(comp: Composition, rng: random.Random) -> tuple[ProblemSpec, Kernel]:
+def _binary_build(comp: Composition, rng: random.Random, timed: bool) -> tuple[ProblemSpec, Kernel]:
     op, epi = comp.parts
     dtype = _dtype(rng, not epi and op.name in ("add", "sub", "mul", "maximum", "minimum"))
     names = rng.choice(TWO_INPUTS if op.arity == 2 else THREE_INPUTS)
-    shape = draw_shape(rng, rng.choice((1, 2, 2, 3, 4)), avoid=names)
+    rank = _rank(rng, comp, (1, 2, 2, 3, 4))
+    shape = draw_shape(rng, rank, avoid=names, timed=timed, bytes_per_elem=ITEMSIZE[dtype] * op.arity)
     temp = rng.choice(TEMPS)
     expr = op.spell(names, rng.randrange(4))
     lines: list[str] = []
@@ -267,7 +354,7 @@ def _binary_build(comp: Composition, rng: random.Random) -> tuple[ProblemSpec, K
         style=_style(rng),
         shape_doc=shape.doc,
     )
-    return spec, kernels.pointwise(name, epi, names, combine=op)
+    return spec, kernels.pointwise(name, epi, names, combine=op, fast=dtype == "float32" and _fast(rng))
 
 
 # --- over one dim: the dim and keepdim as literals or as __init__ arguments -------------------------
@@ -275,7 +362,7 @@ def _dim_args(
     rng: random.Random, rank: int, with_keepdim: bool, init_ok: bool = True
 ) -> tuple[int, str, str, bool, tuple[tuple[str, str, str], ...], tuple[tuple[str, str], ...]]:
     """(dim, its Python spelling, the keepdim keyword text, keepdim, init args, extra constants)."""
-    d = rng.randrange(rank)
+    d = rank - 1 if rng.random() < 0.35 else rng.randrange(rank)
     if rng.random() < 0.3:
         d -= rank  # the same dim, counted from the end
     keepdim = with_keepdim and rng.random() < 0.35
@@ -286,8 +373,20 @@ def _dim_args(
     return d, str(d), kw, keepdim, (), ()
 
 
-def _dim_rank(rng: random.Random, low: int = 1) -> int:
+def _dim_rank(rng: random.Random, comp: Composition, timed: bool, low: int = 1) -> int:
+    """A rank for an op over one dim: 2-D half the time for a single op; >= 2 when `timed` (a
+    timed 1-D reduction would be one block's work)."""
+    low = max(low, 2 if timed else 1)
+    if comp.length == 1 and rng.random() < 0.5:
+        return max(2, low)
     return rng.choice(tuple(r for r in (1, 2, 2, 3, 3, 4) if r >= low))
+
+
+def _over_dim_shape(
+    rng: random.Random, rank: int, d: int, consts: tuple[tuple[str, str], ...], timed: bool, dtype: str
+) -> Shape:
+    avoid = tuple(c for c, _ in consts)
+    return draw_shape(rng, rank, avoid, timed=timed, bytes_per_elem=ITEMSIZE[dtype], reduced=d % rank)
 
 
 _RED_PRE = ("none", "abs", "square", "relu", "neg", "scale2p0", "sigmoid")
@@ -333,7 +432,8 @@ def _reduce_compositions() -> list[Composition]:
                     continue
                 key = f"reduce:pre={pre}>{kind}>post={post}"
                 plain = pre == "none" and post == "none"
-                out.append(Composition("reduce", key, 1 if plain else 2, plain, (kind, pre, post)))
+                length = 1 + (pre != "none") + (post != "none")
+                out.append(Composition("reduce", key, 1 if plain else 2, plain, (kind, pre, post), length))
     return out
 
 
@@ -378,13 +478,13 @@ def _over_dim_spec(
     )
 
 
-def _reduce_build(comp: Composition, rng: random.Random) -> tuple[ProblemSpec, Kernel]:
+def _reduce_build(comp: Composition, rng: random.Random, timed: bool) -> tuple[ProblemSpec, Kernel]:
     kind, pre_name, post_name = comp.parts
     pre, post = _ops_of(pre_name), _ops_of(post_name)
-    rank = _dim_rank(rng)
+    rank = _dim_rank(rng, comp, timed)
     d, dtext, kw, keepdim, init, consts = _dim_args(rng, rank, True)
-    shape = draw_shape(rng, rank, avoid=tuple(c for c, _ in consts))
     dtype = _dtype(rng, not pre and not post)
+    shape = _over_dim_shape(rng, rank, d, consts, timed, dtype)
     x = rng.choice(ONE_INPUT)
     temp = rng.choice(TEMPS)
     lines, expr = apply_ops(pre, x, rng, temp)
@@ -396,7 +496,7 @@ def _reduce_build(comp: Composition, rng: random.Random) -> tuple[ProblemSpec, K
     title = _title(pre, f"{_REDUCE_TITLE[kind]} over dimension {d}", post)
     extra = (dtext, str(keepdim))
     spec = _over_dim_spec(comp, rng, name, title, x, lines + more, expr, shape, dtype, extra, init, consts)
-    return spec, kernels.reduce_dim(name, kind, x, pre, post)
+    return spec, kernels.reduce_dim(name, kind, x, pre, post, fast=_fast(rng))
 
 
 _ARG_PRE = ("none", "abs", "neg", "square", "relu", "scale2p0")
@@ -405,20 +505,25 @@ _ARG_PRE = ("none", "abs", "neg", "square", "relu", "scale2p0")
 def _argreduce_compositions() -> list[Composition]:
     return [
         Composition(
-            "argreduce", f"argreduce:pre={pre}>{kind}", 1 if pre == "none" else 2, pre == "none", (kind, pre)
+            "argreduce",
+            f"argreduce:pre={pre}>{kind}",
+            1 if pre == "none" else 2,
+            pre == "none",
+            (kind, pre),
+            1 + (pre != "none"),
         )
         for kind in ("argmax", "argmin")
         for pre in _ARG_PRE
     ]
 
 
-def _argreduce_build(comp: Composition, rng: random.Random) -> tuple[ProblemSpec, Kernel]:
+def _argreduce_build(comp: Composition, rng: random.Random, timed: bool) -> tuple[ProblemSpec, Kernel]:
     kind, pre_name = comp.parts
     pre = _ops_of(pre_name)
-    rank = _dim_rank(rng)
+    rank = _dim_rank(rng, comp, timed)
     d, dtext, kw, keepdim, init, consts = _dim_args(rng, rank, True)
-    shape = draw_shape(rng, rank, avoid=tuple(c for c, _ in consts))
     dtype = _dtype(rng, not pre)
+    shape = _over_dim_shape(rng, rank, d, consts, timed, dtype)
     x = rng.choice(ONE_INPUT)
     lines, expr = apply_ops(pre, x, rng, rng.choice(TEMPS))
     form = rng.choice(("torch.{f}({x}, dim={d}{k})", "{x}.{f}(dim={d}{k})", "torch.{f}({x}, {d}{k})"))
@@ -445,20 +550,25 @@ _SOFT_SPELL = {
 def _softmax_compositions() -> list[Composition]:
     return [
         Composition(
-            "softmax", f"softmax:pre={pre}>{kind}", 1 if pre == "none" else 2, pre == "none", (kind, pre)
+            "softmax",
+            f"softmax:pre={pre}>{kind}",
+            1 if pre == "none" else 2,
+            pre == "none",
+            (kind, pre),
+            1 + (pre != "none"),
         )
         for kind in ("softmax", "log_softmax")
         for pre in _SOFT_PRE
     ]
 
 
-def _softmax_build(comp: Composition, rng: random.Random) -> tuple[ProblemSpec, Kernel]:
+def _softmax_build(comp: Composition, rng: random.Random, timed: bool) -> tuple[ProblemSpec, Kernel]:
     kind, pre_name = comp.parts
     pre = _ops_of(pre_name) if pre_name != "scale0p1" else (unary_op("scale", 0.1),)
-    rank = _dim_rank(rng)
+    rank = _dim_rank(rng, comp, timed)
     d, dtext, _, _, init, consts = _dim_args(rng, rank, False)
-    shape = draw_shape(rng, rank, avoid=tuple(c for c, _ in consts))
     dtype = _dtype(rng, not pre)
+    shape = _over_dim_shape(rng, rank, d, consts, timed, dtype)
     x = rng.choice(ONE_INPUT)
     lines, expr = apply_ops(pre, x, rng, rng.choice(TEMPS))
     expr = rng.choice(_SOFT_SPELL[kind]).format(x=_paren(expr), d=dtext)
@@ -466,7 +576,7 @@ def _softmax_build(comp: Composition, rng: random.Random) -> tuple[ProblemSpec, 
     name = "_".join([*(op.name for op in pre), kind])
     title = _title(pre, f"{word} over dimension {d}", ())
     spec = _over_dim_spec(comp, rng, name, title, x, lines, expr, shape, dtype, (dtext,), init, consts)
-    return spec, kernels.softmax_dim(name, kind == "log_softmax", x, pre)
+    return spec, kernels.softmax_dim(name, kind == "log_softmax", x, pre, fast=_fast(rng))
 
 
 # --- norms over one dim ------------------------------------------------------------------------------
@@ -479,6 +589,7 @@ def _norm_compositions() -> list[Composition]:
             1 if not post else 2,
             not post,
             (kind, post),
+            1 + len(post),
         )
         for kind in ("layer_norm", "rms_norm")
         for post in posts
@@ -508,9 +619,9 @@ def _norm_expr(
     return list(lines), expr, False
 
 
-def _norm_build(comp: Composition, rng: random.Random) -> tuple[ProblemSpec, Kernel]:
+def _norm_build(comp: Composition, rng: random.Random, timed: bool) -> tuple[ProblemSpec, Kernel]:
     kind, post = comp.parts
-    rank = _dim_rank(rng, low=2)
+    rank = _dim_rank(rng, comp, timed, low=2)
     d, dtext, _, _, init, consts = _dim_args(rng, rank, False)
     eps_value = rng.choice(("1e-5", "1e-6", "1e-8", "0.001"))
     eps_init = rng.random() < 0.4
@@ -518,10 +629,10 @@ def _norm_build(comp: Composition, rng: random.Random) -> tuple[ProblemSpec, Ker
     if eps_init:
         init = (*init, ("eps", "float", "eps"))
         consts = (*consts, ("eps", eps_value))
-    shape = draw_shape(rng, rank, avoid=tuple(c for c, _ in consts))
     x = rng.choice(tuple(n for n in ONE_INPUT if n not in ("h",)))
     lines, expr, plain_f = _norm_expr(kind, x, d, dtext, eps, rank, rng)
     dtype = _dtype(rng, plain_f and not post)
+    shape = _over_dim_shape(rng, rank, d, consts, timed, dtype)
     more, expr = apply_ops(post, expr, rng, rng.choice(("y", "out", "res")))
     word = "LayerNorm (no affine)" if kind == "layer_norm" else "RMSNorm (no weight)"
     name = "_".join([kind, *(e.name for e in post)])
@@ -529,15 +640,21 @@ def _norm_build(comp: Composition, rng: random.Random) -> tuple[ProblemSpec, Ker
     spec = _over_dim_spec(
         comp, rng, name, title, x, lines + more, expr, shape, dtype, (dtext, eps), init, consts
     )
-    return spec, kernels.norm_dim(name, kind, x, post)
+    return spec, kernels.norm_dim(name, kind, x, post, fast=_fast(rng))
 
 
 # --- matmul with transposes, bias and epilogues --------------------------------------------------------
 _MM_M = (16, 31, 64, 100, 128, 256, 257, 512)
 _MM_K = (32, 64, 100, 128, 255, 256, 512, 1000)
 _MM_N = (16, 33, 64, 128, 200, 256, 511, 1024)
+_MM_TIMED = (1024, 1031, 1536, 2048, 2047, 3072, 4096)
 _MM_NAMES = (("A", "B"), ("a", "b"), ("x", "w"), ("lhs", "rhs"), ("mat1", "mat2"))
-_MM_SIZES = (("M", "K", "N"), ("m", "k", "n"), ("rows", "inner", "cols"))
+_MM_SIZES = (
+    ("M", "K", "N"),
+    ("m", "k", "n"),
+    ("rows", "inner", "cols"),
+    ("batch_size", "in_features", "out_features"),
+)
 _BIAS_NAMES = ("bias", "offset", "beta")
 
 
@@ -552,16 +669,30 @@ def _matmul_compositions() -> list[Composition]:
                     parts = (["tA"] if ta else []) + (["tB"] if tb else []) + (["bias"] if bias else [])
                     key = "matmul:" + ">".join(["mm", *parts, *(e.name for e in epi)])
                     plain = not epi and not bias
-                    out.append(Composition("matmul", key, 1 if plain else 2, plain, (ta, tb, bias, epi)))
+                    length = 1 + bias + len(epi)
+                    out.append(
+                        Composition("matmul", key, 1 if plain else 2, plain, (ta, tb, bias, epi), length)
+                    )
     return out
 
 
-def _matmul_build(comp: Composition, rng: random.Random) -> tuple[ProblemSpec, Kernel]:
+def _mm_dims(rng: random.Random, timed: bool) -> tuple[int, int, int]:
+    """(M, K, N): small and odd, or timed (every dim >= 1024, 2^32 .. 2^34 multiply-adds, inputs
+    <= TIMED_MAX_BYTES)."""
+    if not timed:
+        return rng.choice(_MM_M), rng.choice(_MM_K), rng.choice(_MM_N)
+    while True:
+        m, k, n = (rng.choice(_MM_TIMED) for _ in range(3))
+        if 1 << 32 <= m * k * n <= 1 << 34 and 4 * (m * k + k * n + n) <= TIMED_MAX_BYTES:
+            return m, k, n
+
+
+def _matmul_build(comp: Composition, rng: random.Random, timed: bool) -> tuple[ProblemSpec, Kernel]:
     ta, tb, bias, epi = comp.parts
     a, b = rng.choice(_MM_NAMES)
     c = rng.choice(_BIAS_NAMES)
     m, k, n = rng.choice(_MM_SIZES)
-    sizes = ((m, str(rng.choice(_MM_M))), (k, str(rng.choice(_MM_K))), (n, str(rng.choice(_MM_N))))
+    sizes = tuple((name, str(v)) for name, v in zip((m, k, n), _mm_dims(rng, timed), strict=True))
     t_form = rng.choice(("{x}.T", "{x}.t()", "{x}.transpose(0, 1)"))
     left = t_form.format(x=a) if ta else a
     right = t_form.format(x=b) if tb else b
@@ -645,10 +776,10 @@ def _loss_compositions() -> list[Composition]:
     return out
 
 
-def _loss_build(comp: Composition, rng: random.Random) -> tuple[ProblemSpec, Kernel]:
+def _loss_build(comp: Composition, rng: random.Random, timed: bool) -> tuple[ProblemSpec, Kernel]:
     loss, r = comp.parts
     p, t = rng.choice(_LOSS_NAMES)
-    shape = draw_shape(rng, rng.choice((1, 2, 2, 3)), avoid=(p, t))
+    shape = draw_shape(rng, rng.choice((1, 2, 2, 3)), avoid=(p, t), timed=timed, bytes_per_elem=8)
     args = shape.args
     targets = {
         "normal": _randn(shape, "float32", rng),
@@ -679,7 +810,7 @@ def _loss_build(comp: Composition, rng: random.Random) -> tuple[ProblemSpec, Ker
         style=_style(rng),
         shape_doc=shape.doc,
     )
-    return spec, kernels.loss_reduce(name, loss, r, (p, t))
+    return spec, kernels.loss_reduce(name, loss, r, (p, t), fast=_fast(rng))
 
 
 FAMILIES: dict[str, Family] = {

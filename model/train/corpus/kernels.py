@@ -19,8 +19,19 @@ includes `torch/extension.h` and holds the host wrapper), the C++ declaration fo
 - losses are deterministic: per-block partial sums, then one block sums them in a fixed order;
 - no PyTorch compute: the wrappers only allocate (`empty`, `empty_like`) and launch.
 
-Not covered: vectorised loads, warp shuffles, tensor cores — the kernels are correct and plain;
-speed-ups over PyTorch come only where fusion saves memory passes (chains, epilogues).
+Each template but argmax/argmin and matmul has a plain and a `fast` variant (the family picks one
+per problem, seeded). The fast elementwise kernel adds a float4 path (one 16-byte load per input
+and one store per four elements) that the host takes only when every tensor is float32, the
+element count is a multiple of 4 and every pointer is 16-byte aligned; otherwise it runs the
+same scalar grid-stride loop as the plain kernel, both through one `__device__` function of the
+ops. The fast reductions (sum/mean/max/min, softmax, norms, losses) combine a block's values
+with `__shfl_down_sync` inside each warp and one shared slot per warp instead of a shared-memory
+tree over all threads; the arithmetic per element is unchanged (the sum's order differs, by
+fp32 rounding only).
+
+Not covered: tensor cores, vectorised reductions, single-pass (online) softmax, warp-level
+argmax/argmin — speed-ups over PyTorch come from fusion (chains, epilogues) and the fast
+variants' fewer load instructions and barriers.
 """
 
 from __future__ import annotations
@@ -72,6 +83,45 @@ _BLOCK_MIN = _BLOCK_SUM.replace("block_sum", "block_min").replace(
 )
 
 
+def _warp_block(fn: str, combine: str, identity: str) -> str:
+    """`block_{fn}(v, sh)` through warp shuffles: each warp folds its 32 values with
+    `__shfl_down_sync`, lane 0 stores the warp's value in `sh[warp]`, warp 0 folds those; every
+    thread gets the result. `combine` is an expression of `a` and `b`; `sh` holds >= 32 floats;
+    `blockDim.x` must be a multiple of 32 and every thread of the block must call it."""
+    step = combine.format(a="v", b="__shfl_down_sync(0xffffffffu, v, o)")
+    return (
+        f"__device__ __forceinline__ float warp_{fn}(float v) {{\n"
+        f"    for (int o = 16; o > 0; o >>= 1) v = {step};\n"
+        "    return v;\n}\n\n"
+        f"__device__ float block_{fn}(float v, float* sh) {{\n"
+        "    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;\n"
+        f"    v = warp_{fn}(v);\n"
+        "    if (lane == 0) sh[warp] = v;\n"
+        "    __syncthreads();\n"
+        "    if (warp == 0) {\n"
+        f"        v = lane < (int)(blockDim.x >> 5) ? sh[lane] : {identity};\n"
+        f"        v = warp_{fn}(v);\n"
+        "        if (lane == 0) sh[0] = v;\n"
+        "    }\n"
+        "    __syncthreads();\n"
+        "    float r = sh[0];\n"
+        "    __syncthreads();\n"
+        "    return r;\n}\n"
+    )
+
+
+_WARP_SUM = _warp_block("sum", "{a} + {b}", "0.0f")
+_WARP_MAX = _warp_block("max", "fmaxf({a}, {b})", "-INFINITY")
+_WARP_MIN = _warp_block("min", "fminf({a}, {b})", "INFINITY")
+
+
+def _blocks(fast: bool) -> tuple[str, str, str, int]:
+    """(block_sum, block_max, block_min helpers, floats of `sh` they need) of a variant."""
+    if fast:
+        return _WARP_SUM, _WARP_MAX, _WARP_MIN, 32
+    return _BLOCK_SUM, _BLOCK_MAX, _BLOCK_MIN, THREADS
+
+
 def _dim_view(x: str, with_sizes: bool) -> str:
     """Host lines: the (outer, R, inner) view of `x` around `dim`; with `with_sizes`, also the
     output sizes without `dim` (or with a 1 there when `keepdim`)."""
@@ -106,12 +156,19 @@ def _device_fn(name: str, ops: tuple[PointOp, ...]) -> str:
 
 
 def pointwise(
-    name: str, ops: tuple[PointOp, ...], names: tuple[str, ...] = ("x",), combine: BinaryOp | None = None
+    name: str,
+    ops: tuple[PointOp, ...],
+    names: tuple[str, ...] = ("x",),
+    combine: BinaryOp | None = None,
+    fast: bool = False,
 ) -> Kernel:
     """Elementwise kernel: `ops` applied in order to x (unary) or to `combine(a, b[, c])`.
 
-    `names` are the reference's tensor arguments (one, or `combine.arity`).
+    `names` are the reference's tensor arguments (one, or `combine.arity`); `fast` adds the
+    float4 path (`_pointwise_fast`).
     """
+    if fast:
+        return _pointwise_fast(name, ops, names, combine)
     body = _ops_lines(ops, "        ")
     local = ("x", "y", "z")
     if combine is None:
@@ -151,6 +208,78 @@ def pointwise(
     return Kernel(source, f"torch::Tensor {name}_cuda({sig});", f"{name}_cuda", names)
 
 
+def _pointwise_fast(
+    name: str, ops: tuple[PointOp, ...], names: tuple[str, ...], combine: BinaryOp | None
+) -> Kernel:
+    """The elementwise kernel with a float4 path: one `__device__` function `{name}_op` holds the
+    arithmetic; the host launches `{name}_vec4_kernel` on float4 views when every tensor is
+    float32, `n % 4 == 0` and every pointer is 16-byte aligned, else the scalar kernel."""
+    local = ("x", "y", "z")
+    k = len(names)
+    if combine is None:
+        op_params, head = "float v", ""
+    else:
+        op_params = ", ".join(f"float {local[i]}" for i in range(k))
+        head = f"    float v = {combine.cuda};\n"
+    op_fn = (
+        f"__device__ __forceinline__ float {name}_op({op_params}) {{\n{head}"
+        f"{_ops_lines(ops, '    ')}    return v;\n}}\n\n"
+    )
+    params = ", ".join(f"const scalar_t* __restrict__ in{i}" for i in range(k))
+    scalar_args = ", ".join(f"static_cast<float>(in{i}[i])" for i in range(k))
+    vec_params = ", ".join(f"const float4* __restrict__ in{i}" for i in range(k))
+    vec_loads = "".join(f"        float4 a{i} = in{i}[i];\n" for i in range(k))
+    vec_lanes = "".join(
+        f"        r.{c} = {name}_op({', '.join(f'a{i}.{c}' for i in range(k))});\n" for c in "xyzw"
+    )
+    host_in = "".join(
+        f"    TORCH_CHECK({n}.sizes() == {names[0]}.sizes(), "
+        f'"{n} and {names[0]} must have the same shape");\n'
+        for n in names[1:]
+    ) + "".join(f"    auto {n}_c = {n}.contiguous();\n" for n in names)
+    sig = ", ".join(f"torch::Tensor {n}" for n in names)
+    fp32 = " && ".join(f"{n}_c.scalar_type() == torch::kFloat32" for n in names)
+    aligned = " && ".join(f"aligned16({n}_c.data_ptr())" for n in names)
+    vec_ptrs = ", ".join(f"reinterpret_cast<const float4*>({n}_c.data_ptr<float>())" for n in names)
+    ptrs = ", ".join(f"{n}_c.data_ptr<scalar_t>()" for n in names)
+    launch = f"{name}_kernel<scalar_t><<<blocks, {THREADS}>>>({ptrs}, out.data_ptr<scalar_t>(), n);"
+    source = (
+        "\n#include <torch/extension.h>\n#include <cstdint>\n\n"
+        f"{op_fn}"
+        "template <typename scalar_t>\n"
+        f"__global__ void {name}_kernel({params}, scalar_t* __restrict__ out, int64_t n) {{\n"
+        "    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;"
+        " i += (int64_t)gridDim.x * blockDim.x)\n"
+        f"        out[i] = static_cast<scalar_t>({name}_op({scalar_args}));\n"
+        "}\n\n"
+        f"__global__ void {name}_vec4_kernel({vec_params}, float4* __restrict__ out, int64_t n4) {{\n"
+        "    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n4;"
+        " i += (int64_t)gridDim.x * blockDim.x) {\n"
+        f"{vec_loads}"
+        "        float4 r;\n"
+        f"{vec_lanes}"
+        "        out[i] = r;\n"
+        "    }\n}\n\n"
+        "static bool aligned16(const void* p) {\n"
+        "    return reinterpret_cast<std::uintptr_t>(p) % 16 == 0;\n}\n\n"
+        f"torch::Tensor {name}_cuda({sig}) {{\n{host_in}"
+        f"    auto out = torch::empty_like({names[0]}_c);\n"
+        "    int64_t n = out.numel();\n"
+        "    if (n == 0) return out;\n"
+        f"    if ({fp32} && n % 4 == 0 && {aligned} && aligned16(out.data_ptr())) {{\n"
+        "        int64_t n4 = n / 4;\n"
+        f"        int blocks = (int)std::min<int64_t>((n4 + {THREADS - 1}) / {THREADS}, 65535);\n"
+        f"        {name}_vec4_kernel<<<blocks, {THREADS}>>>({vec_ptrs}, "
+        "reinterpret_cast<float4*>(out.data_ptr<float>()), n4);\n"
+        "        return out;\n"
+        "    }\n"
+        f"    int blocks = (int)std::min<int64_t>((n + {THREADS - 1}) / {THREADS}, 65535);\n"
+        f"{_dispatch(name + '_cuda', launch, names[0] + '_c')}"
+        "    return out;\n}\n"
+    )
+    return Kernel(source, f"torch::Tensor {name}_cuda({sig});", f"{name}_cuda", names)
+
+
 def _dim_kernel(
     name: str, helpers: str, out_type: str, body: str, alloc: str, x: str, extra: str = ""
 ) -> Kernel:
@@ -183,22 +312,30 @@ def _dim_kernel(
     return Kernel(source, f"torch::Tensor {name}_cuda({sig});", f"{name}_cuda", (x,))
 
 
-_REDUCE = {  # kind: (helper, init, combine(acc, v), final(acc))
-    "sum": (_BLOCK_SUM, "0.0f", "acc += v;", "acc"),
-    "mean": (_BLOCK_SUM, "0.0f", "acc += v;", "acc / R"),
-    "amax": (_BLOCK_MAX, "-INFINITY", "acc = fmaxf(acc, v);", "acc"),
-    "amin": (_BLOCK_MIN, "INFINITY", "acc = fminf(acc, v);", "acc"),
+_REDUCE = {  # kind: (helper index in `_blocks`, init, combine(acc, v), final(acc))
+    "sum": (0, "0.0f", "acc += v;", "acc"),
+    "mean": (0, "0.0f", "acc += v;", "acc / R"),
+    "amax": (1, "-INFINITY", "acc = fmaxf(acc, v);", "acc"),
+    "amin": (2, "INFINITY", "acc = fminf(acc, v);", "acc"),
 }
 
 
 def reduce_dim(
-    name: str, kind: str, x: str = "x", pre: tuple[PointOp, ...] = (), post: tuple[PointOp, ...] = ()
+    name: str,
+    kind: str,
+    x: str = "x",
+    pre: tuple[PointOp, ...] = (),
+    post: tuple[PointOp, ...] = (),
+    fast: bool = False,
 ) -> Kernel:
-    """sum / mean / amax / amin over one dim of `pre(x)`, then `post`; one block per output element."""
-    helper, init, combine, final = _REDUCE[kind]
-    block_fn = helper.split("(", 1)[0].split()[-1]
+    """sum / mean / amax / amin over one dim of `pre(x)`, then `post`; one block per output element
+    (`fast`: the block combines its values through warp shuffles)."""
+    which, init, combine, final = _REDUCE[kind]
+    blocks = _blocks(fast)
+    helper, shared = blocks[which], blocks[3]
+    block_fn = ("block_sum", "block_max", "block_min")[which]
     body = (
-        f"    __shared__ float sh[{THREADS}];\n"
+        f"    __shared__ float sh[{shared}];\n"
         "    const scalar_t* row = x + (blockIdx.x / inner) * R * inner + blockIdx.x % inner;\n"
         f"    float acc = {init};\n"
         "    for (int64_t r = threadIdx.x; r < R; r += blockDim.x) {\n"
@@ -248,11 +385,15 @@ def arg_reduce_dim(name: str, kind: str, x: str = "x", pre: tuple[PointOp, ...] 
     return _dim_kernel(name, _device_fn("pre", pre), "int64_t", body, alloc, x)
 
 
-def softmax_dim(name: str, log: bool, x: str = "x", pre: tuple[PointOp, ...] = ()) -> Kernel:
-    """Softmax or log-softmax over one dim of `pre(x)`: max, sum of exp, write — three passes."""
+def softmax_dim(
+    name: str, log: bool, x: str = "x", pre: tuple[PointOp, ...] = (), fast: bool = False
+) -> Kernel:
+    """Softmax or log-softmax over one dim of `pre(x)`: max, sum of exp, write — three passes
+    (`fast`: block max and sum through warp shuffles)."""
     write = "v - logf(s)" if log else "expf(v) / s"
+    block_sum, block_max, _, shared = _blocks(fast)
     body = (
-        f"    __shared__ float sh[{THREADS}];\n"
+        f"    __shared__ float sh[{shared}];\n"
         "    int64_t base = (blockIdx.x / inner) * R * inner + blockIdx.x % inner;\n"
         "    float m = -INFINITY;\n"
         "    for (int64_t r = threadIdx.x; r < R; r += blockDim.x)"
@@ -268,12 +409,16 @@ def softmax_dim(name: str, log: bool, x: str = "x", pre: tuple[PointOp, ...] = (
         "    }\n"
     )
     alloc = "    auto out = torch::empty_like(xc);\n"
-    helpers = f"{_BLOCK_SUM}\n{_BLOCK_MAX}\n{_device_fn('pre', pre)}"
+    helpers = f"{block_sum}\n{block_max}\n{_device_fn('pre', pre)}"
     return _dim_kernel(name, helpers, "scalar_t", body, alloc, x)
 
 
-def norm_dim(name: str, kind: str, x: str = "x", post: tuple[PointOp, ...] = ()) -> Kernel:
-    """LayerNorm (no affine, biased variance) or RMSNorm over one dim, then `post`; two passes."""
+def norm_dim(
+    name: str, kind: str, x: str = "x", post: tuple[PointOp, ...] = (), fast: bool = False
+) -> Kernel:
+    """LayerNorm (no affine, biased variance) or RMSNorm over one dim, then `post`; two passes
+    (`fast`: block sums through warp shuffles)."""
+    block_sum, _, _, shared = _blocks(fast)
     if kind == "layer_norm":
         stats = (
             "    float mean = block_sum(s, sh) / R;\n"
@@ -291,7 +436,7 @@ def norm_dim(name: str, kind: str, x: str = "x", post: tuple[PointOp, ...] = ())
         first = "{ float v = static_cast<float>(x[base + r * inner]); s += v * v; }"
         write = "static_cast<float>(x[base + r * inner]) * inv"
     body = (
-        f"    __shared__ float sh[{THREADS}];\n"
+        f"    __shared__ float sh[{shared}];\n"
         "    int64_t base = (blockIdx.x / inner) * R * inner + blockIdx.x % inner;\n"
         "    float s = 0.0f;\n"
         f"    for (int64_t r = threadIdx.x; r < R; r += blockDim.x) {first}\n"
@@ -300,7 +445,7 @@ def norm_dim(name: str, kind: str, x: str = "x", post: tuple[PointOp, ...] = ())
         f"        out[base + r * inner] = static_cast<scalar_t>(post({write}));\n"
     )
     alloc = "    auto out = torch::empty_like(xc);\n"
-    helpers = f"{_BLOCK_SUM}\n{_device_fn('post', post)}"
+    helpers = f"{block_sum}\n{_device_fn('post', post)}"
     return _dim_kernel(name, helpers, "scalar_t", body, alloc, x, extra=", double eps")
 
 
@@ -369,16 +514,22 @@ def matmul_epilogue(
 
 
 def loss_reduce(
-    name: str, loss: LossOp, reduction: str, names: tuple[str, str] = ("predictions", "targets")
+    name: str,
+    loss: LossOp,
+    reduction: str,
+    names: tuple[str, str] = ("predictions", "targets"),
+    fast: bool = False,
 ) -> Kernel:
-    """fp32 loss to a 0-d tensor: per-block partial sums, then one block sums them (deterministic)."""
+    """fp32 loss to a 0-d tensor: per-block partial sums, then one block sums them (deterministic;
+    `fast`: the block sums go through warp shuffles)."""
     p, t = names
+    block_sum, _, _, shared = _blocks(fast)
     scale = "1.0f / n" if reduction == "mean" else "1.0f"
     source = (
-        f"\n#include <torch/extension.h>\n\n{_BLOCK_SUM}\n"
+        f"\n#include <torch/extension.h>\n\n{block_sum}\n"
         f"__global__ void {name}_partial(const float* __restrict__ p, const float* __restrict__ t, "
         "float* __restrict__ partial, int64_t n) {\n"
-        f"    __shared__ float sh[{THREADS}];\n"
+        f"    __shared__ float sh[{shared}];\n"
         "    float acc = 0.0f;\n"
         "    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;"
         " i += (int64_t)gridDim.x * blockDim.x) {\n"
@@ -391,7 +542,7 @@ def loss_reduce(
         "}\n\n"
         f"__global__ void {name}_final(const float* __restrict__ partial, float* __restrict__ out, int num, "
         "float scale) {\n"
-        f"    __shared__ float sh[{THREADS}];\n"
+        f"    __shared__ float sh[{shared}];\n"
         "    float acc = 0.0f;\n"
         "    for (int i = threadIdx.x; i < num; i += blockDim.x) acc += partial[i];\n"
         "    acc = block_sum(acc, sh);\n"

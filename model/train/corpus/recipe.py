@@ -103,8 +103,10 @@ def prepare(work: Path, seed: int, smoke: bool, phase: Phase, with_init: bool = 
 
     corpus, init = work / "corpus", work / "init"
     if not (corpus / "manifest.json").is_file():
-        sizes = {"train_per_family": 6, "heldout_per_family": 1} if smoke else {}
-        manifest = build_corpus(corpus, seed=seed, **sizes)
+        if smoke:
+            manifest = build_corpus(corpus, seed=seed, train_per_family=6, heldout_per_family=1)
+        else:
+            manifest = build_corpus(corpus, seed=seed)
         phase.say(f"corpus: {manifest['num_problems']} problems, {manifest['num_sft_pairs']} SFT pairs")
     if with_init and not (init / "model.safetensors").is_file():
         info = init_checkpoint(init, corpus / "sft.jsonl", SMOKE_DIMS if smoke else DEMO_DIMS, seed=seed)

@@ -1,7 +1,8 @@
 """Check the corpus's template solutions with cudice's verifier, per family.
 
 `verify_templates(corpus_dir, per_family, say)` picks `per_family` training problems of every
-family (different compositions and dtypes where the corpus has them) plus one held-out problem,
+family (different compositions, dtypes and answer variants — plain or fast — where the corpus
+has them) plus one held-out problem,
 and verifies each template `ModelNew` against its reference with `VerifyPool` — the same
 verifier, static anti-cheat checks included, that scores the model's own kernels. Without a
 GPU it runs only the parse and static anti-cheat stages (compiling every family costs minutes
@@ -20,15 +21,16 @@ from typing import Any
 
 
 def pick_sample(manifest: dict[str, Any], per_family: int) -> list[dict[str, Any]]:
-    """`per_family` training problems per family (new compositions/dtypes first) + one held-out each."""
+    """`per_family` training problems per family (new compositions/dtypes/answer variants first)
+    + one held-out each."""
     chosen: list[dict[str, Any]] = []
     families = sorted({p["family"] for p in manifest["problems"]})
     for family in families:
         rows = [p for p in manifest["problems"] if p["family"] == family]
-        seen: set[tuple[str, str]] = set()
+        seen: set[tuple[str, str, str]] = set()
         picked: list[dict[str, Any]] = []
         for p in (p for p in rows if p["split"] == "train"):
-            kind = (p["composition"].split(":")[1].split(">")[0], p["dtype"])
+            kind = (p["composition"].split(":")[1].split(">")[0], p["dtype"], p.get("variant", "plain"))
             if kind not in seen and len(picked) < per_family:
                 seen.add(kind)
                 picked.append(p)
