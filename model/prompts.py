@@ -1,4 +1,4 @@
-"""Prompts DICE was trained on, answer extraction, and prefix-forced infilling.
+"""Prompts for DICE's tasks in cudice's own wording, answer extraction, and prefix-forced infilling.
 
 - `chat_prompt`: Qwen ChatML, one user turn, no system prompt, generation prompt
   `<|im_start|>assistant\\n` (as DICE's evaluation and RL rollouts build it).
@@ -9,6 +9,10 @@
 - Prefix-forced infilling for the editor: the answer is forced to start with a fence and the
   scaffold's prefix, decoding stops when the suffix's first line appears, and `splice_middle`
   cuts the middle out of the generated text; the caller joins ORIGINAL prefix + middle + suffix.
+
+These are the `cudice` prompt style's texts. DICE's and KernelBench's own wording (the `dice`
+style training can use) is not in this repository: `cudice.model.prompt_styles` reads it from
+template files the maintainer writes.
 
 Not covered: multi-turn chat, system prompts, the `<think>` blocks a Qwen3 reasoning template adds
 (the answer extraction skips anything before the first fence), and splitting a file into

@@ -6,6 +6,13 @@ the checkpoint they started from, so the language server hot-reloads them. Sever
 options; docs/training.md). Figures: one JSON object per logged step on stdout, a progress bar
 on stderr (when it is a terminal), TensorBoard with `--tensorboard DIR`.
 
+Prompt styles (`--prompt-style cudice|dice`, `--prompt-templates DIR`; `cudice.model.prompt_styles`):
+`rl` builds its prompts in the chosen style (`dice`: DICE's texts from the template files); `sft`
+uses each record's prompt verbatim, in the style's chat turn, and refuses records worded by
+cudice's own prompts under `dice`. Without `--prompt-style` the checkpoint decides
+(`prompt_styles.default_style`), and both commands record the style in their output checkpoints
+(`cudice_prompt_style.json`), so the next command on them keeps it.
+
 Not covered: multi-node launch files (accelerate's own `--num_machines` options apply).
 """
 
@@ -21,6 +28,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
+from cudice.model.prompt_styles import STYLES, TEMPLATES_ENV, PromptStyle
 from cudice.model.train.corpus.cli import corpus_group
 
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -174,6 +182,71 @@ def _common(fn: Any) -> Any:
     return command
 
 
+def _prompt_options(fn: _F) -> _F:
+    """`--prompt-style` and `--prompt-templates`, given to `fn` as `prompt_style`, `prompt_templates`."""
+    fn = click.option(
+        "--prompt-templates",
+        "prompt_templates",
+        default=None,
+        envvar=TEMPLATES_ENV,
+        show_envvar=True,
+        type=click.Path(file_okay=False),
+        help="Folder of the dice style's template files (e2e.txt, infill.txt, optional chat.txt); "
+        "docs/training.md, 'Prompt styles'.",
+    )(fn)
+    return click.option(
+        "--prompt-style",
+        "prompt_style",
+        type=click.Choice(STYLES),
+        default=None,
+        help="cudice: cudice's own prompts; dice: DICE's, from --prompt-templates. "
+        "Default: cudice for cudice's own checkpoints, dice for other DICE/SDAR checkpoints.",
+    )(fn)
+
+
+def _prompt_style(
+    style: str | None, templates: str | None, model_path: str, need: tuple[str, ...]
+) -> PromptStyle:
+    """The `PromptStyle` to train with (`prompt_styles.resolve_style`); says which on stderr.
+
+    Raises `PromptTemplateError` (a ValueError) when it cannot be built.
+    """
+    from cudice.model.prompt_styles import resolve_style
+
+    chosen, why = resolve_style(style, templates, model_path, need)
+    where = f", templates {chosen.directory}" if chosen.directory is not None else ""
+    click.echo(f"prompt style: {chosen.name} ({why}{where})", err=True)
+    if chosen.name == "cudice" and templates:
+        click.echo(
+            f"prompt templates {templates} ignored: the cudice style uses cudice's own prompts", err=True
+        )
+    return chosen
+
+
+def _record_style(style: PromptStyle, *dirs: Path) -> None:
+    """Write the style record into each output checkpoint directory (every rank: same bytes)."""
+    from cudice.model.prompt_styles import write_record
+
+    for d in dirs:
+        write_record(d, style)
+
+
+def _cudice_worded_records(records: list[dict[str, Any]], data_path: str) -> str:
+    """An error message when records are worded by cudice's prompts, else ''."""
+    from cudice.model.prompt_styles import cudice_worded
+
+    worded = [r for r in records if cudice_worded(r["prompt"])]
+    if not worded:
+        return ""
+    first = worded[0].get("_line", records.index(worded[0]) + 1)
+    return (
+        f"{len(worded)} of the {len(records)} records of {data_path} (the first at line {first}) are "
+        "worded by cudice's own prompts (cudice's corpus writes them), but the prompt style is dice: "
+        "the model would learn prompts that DICE's RL and evaluation never show it. Train on DICE's "
+        "CuKe data for the dice style, or pass --prompt-style cudice to train on cudice's wording"
+    )
+
+
 def _required_path(*names: str, folder: bool = False, help: str) -> Callable[[_F], _F]:
     """A required path option: a folder (`folder`) or a file."""
     kind = click.Path(file_okay=False) if folder else click.Path(dir_okay=False)
@@ -206,6 +279,7 @@ def _required_path(*names: str, folder: bool = False, help: str) -> Callable[[_F
 )
 @click.option("--resume", is_flag=True, help="Continue the run saved in --out (model, optimizer, RNG, data).")
 @click.option("--seed", default=0, show_default=True, type=int)
+@_prompt_options
 @_common
 def sft_command(
     model_path: str,
@@ -220,9 +294,13 @@ def sft_command(
     log_every: int,
     resume: bool,
     seed: int,
+    prompt_style: str | None,
+    prompt_templates: str | None,
     run: RunOptions,
 ) -> None:
-    """Supervised fine-tuning with the block-diffusion objective; prints one JSON line per step."""
+    """Supervised fine-tuning with the block-diffusion objective; prints one JSON line per step.
+
+    Each record's prompt is used verbatim, in the prompt style's chat turn."""
     from cudice.model.train.config import SFTConfig
     from cudice.model.train.data import load_sft
     from cudice.model.train.sft import encode_pair, train_sft
@@ -242,8 +320,12 @@ def sft_command(
             setup=_setup(run),
         )
         records = load_sft(data_path)
+        style = _prompt_style(prompt_style, prompt_templates, model_path, need=())
+        mismatch = _cudice_worded_records(records, data_path) if style.name == "dice" else ""
     except ValueError as exc:
         raise click.ClickException(str(exc)) from exc
+    if mismatch:
+        raise click.ClickException(mismatch)
     loaded = _load(model_path, run.device)
     samples = [
         encode_pair(
@@ -252,11 +334,15 @@ def sft_command(
             r["response"],
             block_size=loaded.block_size,
             pad_token_id=loaded.ids.pad,
+            style=style,
         )
         for r in records
     ]
     kept = sum(len(s.input_ids) <= max_length for s in samples)
     total = -(-kept // batch_size // grad_accum) * epochs
+    # before training, so periodic checkpoints carry it; again after, in case a save copied the
+    # start checkpoint's own record over it
+    _record_style(style, Path(out_dir))
     try:
         history = train_sft(
             loaded.model,
@@ -273,6 +359,7 @@ def sft_command(
         )
     except ValueError as exc:
         raise click.ClickException(str(exc)) from exc
+    _record_style(style, Path(out_dir))
     from accelerate import PartialState
 
     if not PartialState().is_main_process:  # one closing line per run, not one per rank
@@ -358,6 +445,7 @@ def sft_command(
     "--resume", is_flag=True, help="Continue the run saved in --out (stage, step, model, optimizer, RNG)."
 )
 @click.option("--seed", default=0, show_default=True, type=int)
+@_prompt_options
 @_common
 def rl_command(
     model_path: str,
@@ -382,9 +470,13 @@ def rl_command(
     static_policy: str,
     resume: bool,
     seed: int,
+    prompt_style: str | None,
+    prompt_templates: str | None,
     run: RunOptions,
 ) -> None:
-    """BiC-RL: kernel-infilling stage, then end-to-end stage; prints one JSON line per step."""
+    """BiC-RL: kernel-infilling stage, then end-to-end stage; prints one JSON line per step.
+
+    Both stages' prompts are built in the prompt style (--prompt-style)."""
     import torch
     from cudice.model.engine import Engine
     from cudice.model.train.config import RLConfig
@@ -416,6 +508,7 @@ def rl_command(
             stage="e2e", num_steps=e2e_steps, max_prompt_tokens=e2e_max_prompt_tokens, **common
         )
         infill_tasks, e2e_tasks = load_rl_tasks(infill_data, "infill"), load_rl_tasks(e2e_data, "e2e")
+        style = _prompt_style(prompt_style, prompt_templates, model_path, need=("e2e", "infill"))
         gpus = _verify_gpus(verify_gpus)
     except ValueError as exc:
         raise click.ClickException(str(exc)) from exc
@@ -439,6 +532,8 @@ def rl_command(
     except FileNotFoundError as exc:
         canary = None
         logging.getLogger(__name__).warning("rewards run without a canary: %s", exc)
+    stage_dirs = (Path(out_dir) / "stage-infill", Path(out_dir) / "stage-e2e")
+    _record_style(style, *stage_dirs)  # before and after, as in sft
     with backend:
         try:
             run_bic_rl(
@@ -447,7 +542,7 @@ def rl_command(
                 e2e_tasks,
                 infill_cfg,
                 e2e_cfg,
-                rollout_fn=engine_rollout_fn(engine),
+                rollout_fn=engine_rollout_fn(engine, style=style),
                 reward_fn=verifier_reward_fn(backend, canary=canary),
                 block_size=loaded.block_size,
                 mask_token_id=loaded.ids.mask,
@@ -455,13 +550,14 @@ def rl_command(
                 source_dir=loaded.path,
                 out_dir=out_dir,
                 cpu=run.device == "cpu",
-                count_prompt_tokens=prompt_token_counter(engine),
+                count_prompt_tokens=prompt_token_counter(engine, style),
                 monitor=_monitor(infill_steps + e2e_steps, run, "bic-rl"),
                 resume=resume,
                 rollout_weights=weights,
             )
         except ValueError as exc:
             raise click.ClickException(str(exc)) from exc
+    _record_style(style, *stage_dirs)
 
 
 def _verify_gpus(spec: str) -> list[int]:

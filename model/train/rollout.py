@@ -13,7 +13,8 @@ the replay then sees the last block exactly as the sampler did, with the stop to
 target, so RL can learn to stop. The reward reads `text`, the answer cut at the stop.
 
 Prompts follow DICE's RL: stage 1 gets the infilling prompt and writes the whole file in a code
-block (no prefix forcing — that is the editor's variant); stage 2 gets the end-to-end prompt.
+block (no prefix forcing — that is the editor's variant); stage 2 gets the end-to-end prompt. Their
+wording is a `cudice.model.prompt_styles.PromptStyle` (`style`; default cudice's own prompts).
 The sampler can run on its own copy of the weights: `RolloutWeights(master)` keeps a bf16 copy
 of the trainer's fp32 master weights (half their memory; the sampler's forwards in bf16), which
 `run_stage` refreshes (`refresh`, in place: the fast path's packed weights are views and see it)
@@ -51,7 +52,7 @@ from typing import Any
 
 import torch
 from cudice.model.config import SamplerConfig
-from cudice.model.prompts import chat_prompt, e2e_prompt, infill_prompt
+from cudice.model.prompt_styles import CUDICE_STYLE, PromptStyle
 from cudice.model.train.config import RLConfig
 from cudice.model.train.data import RLTask
 from cudice.model.train.prepare import base_model
@@ -60,11 +61,13 @@ from cudice.model.train.types import Rollout, RolloutFn
 _GIB = 1024**3
 
 
-def task_prompt(task: RLTask) -> str:
-    """The chat-formatted prompt of one RL task (stage-1 infilling or stage-2 end-to-end)."""
+def task_prompt(task: RLTask, style: PromptStyle | None = None) -> str:
+    """The chat-formatted prompt of one RL task (stage-1 infilling or stage-2 end-to-end) in
+    `style`'s wording (None: cudice's)."""
+    style = style or CUDICE_STYLE
     if task.kind == "infill":
-        return chat_prompt(infill_prompt(task.pytorch_code, task.prefix, task.suffix))
-    return chat_prompt(e2e_prompt(task.pytorch_code))
+        return style.chat(style.infill(task.pytorch_code, task.prefix, task.suffix))
+    return style.chat(style.e2e(task.pytorch_code))
 
 
 def kv_bytes_per_token(model_config: Any, dtype_bytes: int) -> int:
@@ -276,8 +279,11 @@ class RolloutWeights:
         return dataclasses.replace(loaded, model=self.module, dtype=self.dtype)
 
 
-def engine_rollout_fn(engine: Any, base: SamplerConfig | None = None) -> RolloutFn:
-    """A `RolloutFn` over a `cudice.model.engine.Engine`, micro-batched under the KV budget."""
+def engine_rollout_fn(
+    engine: Any, base: SamplerConfig | None = None, style: PromptStyle | None = None
+) -> RolloutFn:
+    """A `RolloutFn` over a `cudice.model.engine.Engine`, micro-batched under the KV budget; its
+    prompts are `task_prompt(task, style)`."""
 
     def rollout(tasks: Sequence[RLTask], samples_per_task: int, config: RLConfig) -> list[Rollout]:
         sampler_config = dataclasses.replace(
@@ -288,7 +294,7 @@ def engine_rollout_fn(engine: Any, base: SamplerConfig | None = None) -> Rollout
             max_new_tokens=config.max_new_tokens,
         )
         owners = [t for t in tasks for _ in range(samples_per_task)]
-        prompts = [task_prompt(t) for t in owners]
+        prompts = [task_prompt(t, style) for t in owners]
         encoded = [engine.encode(p) for p in prompts]
         block = engine.block_length(sampler_config)
         dtype_bytes = engine.runner.dtype.itemsize
@@ -317,6 +323,6 @@ def engine_rollout_fn(engine: Any, base: SamplerConfig | None = None) -> Rollout
     return rollout
 
 
-def prompt_token_counter(engine: Any) -> Any:
+def prompt_token_counter(engine: Any, style: PromptStyle | None = None) -> Any:
     """`count_prompt_tokens` for `run_stage`: the length of a task's chat prompt in tokens."""
-    return lambda task: len(engine.encode(task_prompt(task)))
+    return lambda task: len(engine.encode(task_prompt(task, style)))

@@ -1,9 +1,10 @@
 """Supervised fine-tuning with the block-diffusion objective (DICE stage 0, CuKe data).
 
-Each CuKe pair becomes `prompt (ChatML user turn + assistant header) | response <|im_end|>`,
-padded with the pad token to a multiple of the block size; the answer **and** that padding
-are trained (SDAR trains its pad tokens, so the model learns to fill a final block after
-`<|im_end|>`). Samples longer than `max_length` are dropped, as in DICE.
+Each CuKe pair becomes `prompt (ChatML user turn + assistant header) | response <|im_end|>`
+(the prompt verbatim, in the prompt style's chat turn: `encode_pair(..., style=...)`), padded
+with the pad token to a multiple of the block size; the answer **and** that padding are trained
+(SDAR trains its pad tokens, so the model learns to fill a final block after `<|im_end|>`).
+Samples longer than `max_length` are dropped, as in DICE.
 
 The loop, one optimizer step:
   1. the accelerate-prepared loader gives this rank its shard of the shuffled samples
@@ -31,7 +32,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import torch
-from cudice.model.prompts import chat_prompt
+from cudice.model.prompt_styles import CUDICE_STYLE, PromptStyle
 from cudice.model.train.config import SFTConfig
 from cudice.model.train.monitor import Monitor
 from cudice.model.train.objective import NoisedBatch, seeded_noise, sft_loss
@@ -55,9 +56,11 @@ def encode_pair(
     block_size: int,
     pad_token_id: int,
     end_token: str = "<|im_end|>",
+    style: PromptStyle | None = None,
 ) -> EncodedSample:
-    """Tokenise one CuKe pair as the sampler will see it: one ChatML user turn (`chat_prompt`)."""
-    prompt_ids = list(tokenizer.encode(chat_prompt(prompt), add_special_tokens=False))
+    """Tokenise one CuKe pair as the sampler will see it: `prompt` verbatim in `style`'s chat turn
+    (None or cudice: one ChatML user turn, `chat_prompt`)."""
+    prompt_ids = list(tokenizer.encode((style or CUDICE_STYLE).chat(prompt), add_special_tokens=False))
     answer_ids = tokenizer.encode(response + end_token, add_special_tokens=False)
     ids = prompt_ids + list(answer_ids)
     padded = -(-len(ids) // block_size) * block_size

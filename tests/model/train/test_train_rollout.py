@@ -75,11 +75,11 @@ def test_candidate_code_takes_the_first_fenced_block() -> None:
     assert candidate_code(Rollout(task, [], [], [], "no fence")) == "no fence"
 
 
-def _rl_cli(tmp_path, infill, e2e):  # type: ignore[no-untyped-def]
+def _rl_cli(tmp_path, infill, e2e, *extra):  # type: ignore[no-untyped-def]
     """`cudice train rl` with these task files (the model folder is never reached by these tests)."""
     from cudice.model.train.cli import train_group
 
-    args = ["--model", str(tmp_path), "--infill-data", str(infill), "--e2e-data", str(e2e)]
+    args = ["--model", str(tmp_path), "--infill-data", str(infill), "--e2e-data", str(e2e), *extra]
     return CliRunner().invoke(train_group, ["rl", *args, "--out", str(tmp_path / "o")])
 
 
@@ -104,6 +104,7 @@ def test_rl_cli_without_a_gpu_says_rewards_need_one(tmp_path) -> None:
     infill.write_text(json.dumps({"pytorch_code": "x", "prefix": "a", "middle": "b", "suffix": "c"}) + "\n")
     e2e = tmp_path / "e2e.jsonl"
     e2e.write_text(json.dumps({"idx": 1, "level": 1, "pytorch_code": "x"}) + "\n")
-    result = _rl_cli(tmp_path, infill, e2e)
+    # an empty folder is no checkpoint of cudice's: its default prompt style would need templates
+    result = _rl_cli(tmp_path, infill, e2e, "--prompt-style", "cudice")
     assert result.exit_code != 0
     assert "RL rewards need a GPU" in result.output and "--verify-gpus" in result.output
