@@ -462,19 +462,22 @@ class ModelNew(torch.nn.Module):
 """
 
 
-def prepare_first_error(config: VerifyConfig | None = None) -> None:
+def prepare_first_error(config: VerifyConfig | None = None, cancel: CancelToken | None = None) -> bool:
     """Work out ahead what a slim build's first error verdict needs (build/compile.py
     `prepare_error_lists`) for the include set most candidates have, so the first compile error
-    of a session comes as fast as later ones. For a long-lived process to run while it waits;
-    cached in the build cache. Not yet called by the editor's workers: its preprocessor runs
-    cannot be cancelled, so a worker that exits meanwhile would leave them running."""
+    of a session comes as fast as later ones. For a long-lived process to run while it waits
+    (the editor's verify workers do, when idle: server/workers/verify.py); cached in the build
+    cache. Setting `cancel` stops it soon: the preprocessor runs (nvcc and its `gcc -E`
+    children) are killed as a group and nothing half-done is cached, so a later call or the
+    first error verdict computes the rest. True when it ran to the end, False when cancelled."""
     from cudice.verifier.build.compile import prepare_error_lists
 
     doc = parse_document(_TYPICAL_CANDIDATE, "typical_cuda.py")
     for call in doc.load_inline_calls:
         module = from_call(doc, call)
-        if module is not None:
-            prepare_error_lists(config or VerifyConfig(), module)
+        if module is not None and not prepare_error_lists(config or VerifyConfig(), module, cancel):
+            return False
+    return cancel is None or not cancel.is_set()
 
 
 def run_stage(doc: Document, ref: Document, config: VerifyConfig, run_child: RunChild) -> VerifyResult:

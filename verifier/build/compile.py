@@ -35,7 +35,9 @@ headers spell, qualified or member names, no member, incomplete types, overloads
 errors in headers, errors in host functions that take tensors) still gets the full rebuild.
 The macro comparison and the name list cost a few preprocessor runs (~5-15 s together, run side
 by side: `_fill_lists`) the first time per toolchain and set of `#include` lines, then are read
-from the overlay folder (the name list ~1 MB).
+from the overlay folder (the name list ~1 MB). `prepare_error_lists` computes them ahead for a
+module's include sets (api.prepare_first_error, which the editor's verify workers run when idle);
+a set cancel token stops it and a build's own computation, killing the preprocessors as a group.
 CUDA-library headers missing on this machine (a CPU-only torch, a minimal CUDA toolkit) are
 replaced by stand-ins searched last; when a failure comes from what they lack,
 the result is `undecided` (compile.headers_unavailable), never a compile error.
@@ -201,7 +203,7 @@ def build_module(
             redo = [n for n in names if not steps[n].ok]
             # a gap of the CUDA-library stand-ins fails the full build the same way: no rebuild for it
             if redo and undecidable_reason(overlay, "".join(steps[n].output for n in redo)) is None:
-                differing, declared = _error_lists(tc, overlay, standins)
+                differing, declared = _error_lists(tc, overlay, standins, cancel)
                 _fill_lists(module, {n: steps[n].output for n in redo}, differing, declared)
                 redo = [
                     n for n in redo if not slim_errors_stand(module, n, steps[n].output, differing, declared)
@@ -328,7 +330,7 @@ def _fails_in_user_lines(shimmed: GeneratedModule, res: BuildResult) -> bool:
 
 
 def _error_lists(
-    tc: Toolchain, overlay: Overlay, standins: str
+    tc: Toolchain, overlay: Overlay, standins: str, cancel: CancelToken | None = None
 ) -> tuple[
     Callable[[str, tuple[str, ...]], frozenset[str] | None],
     Callable[[str, tuple[str, ...]], HeaderNames | None],
@@ -336,7 +338,8 @@ def _error_lists(
     """The two cached lists `slim_errors_stand` reads, as functions of (file name, its `#include`s):
     the macros the slim and full headers define differently, and the names the full headers
     declare. Both use the toolchain's flags without a module's name, so one computation serves
-    every candidate with the same include set."""
+    every candidate with the same include set. Once `cancel` is set a list not yet cached is None
+    (its preprocessor runs are killed)."""
     probe = {
         MAIN_CPP: f"{tc.cflags} -idirafter {standins}",
         CUDA_CU: f"{tc.cuda_cflags} -Xcompiler -idirafter,{standins}",
@@ -347,28 +350,45 @@ def _error_lists(
         cuda = name == CUDA_CU
         folder = overlay.device if cuda else overlay.host
         slim_probe = f"-I{shlex.quote(str(folder))} {probe[name]}"
-        return macro_differences(overlay, compilers[name], probe[name], slim_probe, cuda, includes)
+        return macro_differences(
+            overlay, compilers[name], probe[name], slim_probe, cuda, includes, cancel=cancel
+        )
 
     def declared(name: str, includes: tuple[str, ...]) -> HeaderNames | None:
-        return full_header_names(overlay, compilers[name], probe[name], name == CUDA_CU, includes)
+        return full_header_names(
+            overlay, compilers[name], probe[name], name == CUDA_CU, includes, cancel=cancel
+        )
 
     return differing, declared
 
 
-def prepare_error_lists(config: VerifyConfig, module: GeneratedModule) -> None:
+def prepare_error_lists(
+    config: VerifyConfig, module: GeneratedModule, cancel: CancelToken | None = None
+) -> bool:
     """Compute, ahead of any error, the lists a slim build's error verdict needs for files with
     `module`'s include sets (`_fill_lists`), so the first error verdict of a session costs what
     every later one does. For a long-lived process (the editor's verify worker) to call while it
-    waits: a few compiler preprocessor runs and a scan, cached in the build cache; failures are
-    left to the build that needs the lists."""
+    waits: the toolchain probe (cached), then a few compiler preprocessor runs and a scan, cached in
+    the build cache; failures are left to the build that needs the lists. `cancel` set stops it:
+    the preprocessor runs (nvcc and its children) are killed as a group, nothing half-done is
+    cached, and the call returns False soon after (a scan under way ends its pass first; the
+    toolchain probe, a Python process run once per cache, is waited for). True when it ran to the
+    end."""
+
+    def cancelled() -> bool:
+        return cancel is not None and cancel.is_set()
+
     with contextlib.suppress(ToolchainError, OSError):
         tc = probe_toolchain(config.cache_dir, config.arch_list_env)
+        if cancelled():
+            return False
         overlay = ensure_overlay(config.cache_dir, tc.cflags)
         standins = shlex.quote(str(overlay.standins))
-        differing, declared = _error_lists(tc, overlay, standins)
+        differing, declared = _error_lists(tc, overlay, standins, cancel)
         if module.binding is not None and config.cabi_binding:  # the files build_module compiles first
             module = cabi_module(module)
         _fill_lists(module, {f.name: "" for f in module.files}, differing, declared, every_list=True)
+    return not cancelled()
 
 
 def _fill_lists(

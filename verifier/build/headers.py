@@ -35,6 +35,10 @@ words the full headers put where a later lookup could find them (`-E -dD` of the
 source, tokenised by `outer_scope_words`: namespace, class, enum and linkage scopes, without
 function bodies, parameter and template parameter lists; plus every macro name), cached in the
 overlay folder: build/compile.py keeps a slim "undeclared name" error only for a name not listed.
+Both run the preprocessor through `objects.run_process`: nvcc and the `gcc -E` it starts run in a
+session of their own, killed as a group when the optional `cancel` token is set or the time is
+up (nothing is cached then; a later call computes the list again), and nvcc is killed when the
+thread that started it dies.
 
 `slim_blocker()` says when a source must skip the slim path (a name it defines could meet an
 ATen op through argument-dependent lookup, or a `using namespace` that the extra names of the
@@ -46,7 +50,10 @@ in the slim set, to `at::X` through the using-directive when that exists (`torch
 the factory above; `torch::cuda::device_count()` becomes `at::cuda::device_count()`, the same
 count in another integer type); macros the full headers define and a candidate redefines (the
 full build warns on the redefinition, the slim one does not); candidates that include `torch/torch.h` or
-`torch/all.h` (they reach the slim `torch/types.h` first and fall back to the full build).
+`torch/all.h` (they reach the slim `torch/types.h` first and fall back to the full build); a
+process that dies by SIGKILL mid-list takes nvcc along but not nvcc's `gcc -E` children, which
+finish their file unless a group or family kill ends them (the editor's workers get one:
+server/workers/procs.py), and leaves its `.macros-*`/`.names-*` work folder in the overlay folder.
 """
 
 from __future__ import annotations
@@ -62,7 +69,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from cudice.verifier.process import die_with_parent
+from cudice.verifier.build.objects import run_process
+from cudice.verifier.process import CancelToken, die_with_parent
 from cudice.verifier.static.policy import EMPTY_FACTORIES, FILLING_FACTORIES
 
 _TORCH_NAMESPACE = """
@@ -446,6 +454,7 @@ def macro_differences(
     cuda: bool,
     includes: Iterable[str] = (),
     timeout_s: float = 600.0,
+    cancel: CancelToken | None = None,
 ) -> frozenset[str] | None:
     """Macros defined differently (or only on one side) by the full and the slim headers, or None.
 
@@ -457,7 +466,8 @@ def macro_differences(
     in both builds). `slim_flags` are `full_flags` with the overlay folder in front. The answer
     is cached per compiler, flags and includes (pass flags without a per-module
     `-DTORCH_EXTENSION_NAME`: it is the same on both sides). None when a preprocessor run fails
-    (a header only the source's folder has, say): the caller then cannot rule out a difference.
+    (a header only the source's folder has, say): the caller then cannot rule out a difference;
+    None too, with nothing cached and no preprocessor left running, once `cancel` is set.
     """
     text = _probe_text(overlay, cuda, includes)
     # nvcc -E preprocesses the device pass (`__CUDA_ARCH__` set); -U gives the host pass's macros
@@ -472,7 +482,7 @@ def macro_differences(
         src.write_text(text)
         names: set[str] = set()
         for dm in passes:
-            defined = _defines(compiler, (full_flags, slim_flags), dm, src, work, timeout_s)
+            defined = _defines(compiler, (full_flags, slim_flags), dm, src, work, timeout_s, cancel)
             if defined is None:
                 return None
             names |= {m.group(1) for line in defined[0] ^ defined[1] if (m := _DEFINE.match(line))}
@@ -512,6 +522,7 @@ def full_header_names(
     cuda: bool,
     includes: Iterable[str] = (),
     timeout_s: float = 600.0,
+    cancel: CancelToken | None = None,
 ) -> HeaderNames | None:
     """The identifiers the full headers (plus `includes`) put into a translation unit, or None.
 
@@ -525,7 +536,8 @@ def full_header_names(
     in those headers, a macro, a `#pragma GCC poison`, each needs its name as a token there.
     The words of the overlay's own headers are added too (a name only a slim header spells).
     Cached per compiler, flags and includes in the overlay folder (`names-<hash>.txt`, sorted
-    lines, macros marked with a leading `#`). None when a preprocessor run fails.
+    lines, macros marked with a leading `#`). None when a preprocessor run fails, and once
+    `cancel` is set (the preprocessor is killed, the scan stops after the pass it is in).
     """
     text = _probe_text(overlay, cuda, includes)
     passes: tuple[list[str], ...] = (
@@ -546,12 +558,14 @@ def full_header_names(
         words: set[str] = set()
         macros: set[str] = set()
         for extra in passes:
-            out = _preprocess(compiler, full_flags, extra, src, work, timeout_s)
+            out = _preprocess(compiler, full_flags, extra, src, work, timeout_s, cancel)
             if out is None:
                 return None
             macros.update(m.group(1) for m in re.finditer(r"^#define (\w+)", out, re.M))
             words.update(w for p in _PRAGMA.finditer(out) for w in _WORD.findall(p.group(0)))
             words.update(outer_scope_words(out))
+            if cancel is not None and cancel.is_set():
+                return None
         folder = overlay.device if cuda else overlay.host
         for h in folder.rglob("*"):
             if h.is_file():
@@ -694,57 +708,48 @@ def outer_scope_words(text: str) -> set[str]:
 
 
 def _preprocess(
-    compiler: str, flags: str, extra: list[str], src: Path, work: Path, timeout_s: float
+    compiler: str,
+    flags: str,
+    extra: list[str],
+    src: Path,
+    work: Path,
+    timeout_s: float,
+    cancel: CancelToken | None = None,
 ) -> str | None:
-    """`compiler flags -E extra src`'s output, or None if it failed."""
-    import shlex
-    import subprocess
+    """`compiler flags -E extra src`'s output (stdout), or None if it failed, timed out or was cancelled.
 
+    Runs through `objects.run_process`: the compiler (nvcc and the `gcc -E` it starts) in a session
+    of its own, killed as a group on `cancel` or timeout, nvcc killed when the thread that started
+    it dies."""
+    import shlex
+
+    if cancel is not None and cancel.is_set():
+        return None
     cmd = [*shlex.split(compiler), *shlex.split(flags), "-E", *extra, str(src)]
     try:
-        run = subprocess.run(
-            cmd,
-            capture_output=True,
-            text=True,
-            errors="replace",
-            timeout=timeout_s,
-            env={**os.environ, "LC_ALL": "C", "LANG": "C"},
-            cwd=work,
-            start_new_session=True,
-            preexec_fn=die_with_parent,  # a worker that exits mid-build takes its preprocessor along
-        )
-    except (OSError, subprocess.TimeoutExpired):
+        rc, out, cancelled, timed_out = run_process(cmd, timeout_s, cancel, cwd=work, merge_stderr=False)
+    except OSError:  # no such compiler
         return None
-    return run.stdout if run.returncode == 0 else None
+    return out if rc == 0 and not (cancelled or timed_out) else None
 
 
 def _defines(
-    compiler: str, flag_sets: tuple[str, str], extra: list[str], src: Path, work: Path, timeout_s: float
+    compiler: str,
+    flag_sets: tuple[str, str],
+    extra: list[str],
+    src: Path,
+    work: Path,
+    timeout_s: float,
+    cancel: CancelToken | None = None,
 ) -> list[set[str]] | None:
-    """The `#define` lines `compiler -E` prints for `src` under each flag set, or None if one run failed."""
-    import shlex
-    import subprocess
-
+    """The `#define` lines `compiler -E` prints for `src` under each flag set, or None if one run
+    failed or was cancelled (`_preprocess`)."""
     defined: list[set[str]] = []
-    env = {**os.environ, "LC_ALL": "C", "LANG": "C"}
     for flags in flag_sets:
-        cmd = [*shlex.split(compiler), *shlex.split(flags), "-E", *extra, str(src)]
-        try:
-            run = subprocess.run(
-                cmd,
-                capture_output=True,
-                text=True,
-                timeout=timeout_s,
-                env=env,
-                cwd=work,
-                start_new_session=True,
-                preexec_fn=die_with_parent,
-            )
-        except (OSError, subprocess.TimeoutExpired):
+        out = _preprocess(compiler, flags, extra, src, work, timeout_s, cancel)
+        if out is None:
             return None
-        if run.returncode != 0:
-            return None
-        defined.append({line for line in run.stdout.splitlines() if line.startswith("#define ")})
+        defined.append({line for line in out.splitlines() if line.startswith("#define ")})
     return defined
 
 

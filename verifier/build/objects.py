@@ -50,14 +50,18 @@ def run_process(
     cwd: Path | None = None,
     on_output: Callable[[str], None] | None = None,
     env: dict[str, str] | None = None,
+    merge_stderr: bool = True,
 ) -> tuple[int, str, bool, bool]:
-    """(returncode, merged output, cancelled, timed_out); the process group dies on cancel/timeout."""
+    """(returncode, merged output, cancelled, timed_out); the process group dies on cancel/timeout.
+
+    `merge_stderr=False`: the output is stdout alone (a preprocessor's text) and stderr is dropped.
+    """
     if env is None:
         env = {**os.environ, "LC_ALL": "C", "LANG": "C"}
     proc = subprocess.Popen(
         cmd,
         stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
+        stderr=subprocess.STDOUT if merge_stderr else subprocess.DEVNULL,
         text=True,
         env=env,
         cwd=cwd,

@@ -22,7 +22,10 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import subprocess
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -32,6 +35,7 @@ from cudice.verifier.build.compile import BuildResult, slim_errors_stand
 from cudice.verifier.build.generated import GeneratedFile, GeneratedModule, Piece
 from cudice.verifier.build.headers import (
     HeaderNames,
+    Overlay,
     ensure_overlay,
     full_header_names,
     macro_differences,
@@ -561,12 +565,119 @@ def test_lists_prepared_ahead_serve_the_first_error_verdict(tmp_path: Path) -> N
     def lists() -> set[str]:
         return {p.name for pattern in ("macros-*.txt", "names-*.txt") for p in tmp_path.rglob(pattern)}
 
-    prepare_first_error(config)
+    assert prepare_first_error(config) is True  # ran to the end
     prepared = lists()
     assert any(n.startswith("macros-") for n in prepared) and any(n.startswith("names-") for n in prepared)
+    assert not [p for p in tmp_path.rglob(".*-*") if p.name.startswith((".macros-", ".names-"))]
     auto = _build(USER_TYPE_ERROR, "prepared_type_error", config, "auto")
     assert not auto.ok and auto.build_path == "cabi-fast", (auto.build_path, auto.output[-2000:])
+    assert set(auto.step_wall_s) == {"slim.cuda.cu"}  # the slim compile alone: no full rebuild
     assert lists() == prepared  # nothing computed on the way to the verdict
+    assert prepare_first_error(config) is True and lists() == prepared  # a second call reads the cache
+
+
+def _process_groups() -> dict[int, int]:
+    """pid -> process group of every live (not zombie) process, from /proc."""
+    groups: dict[int, int] = {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                with open(f"/proc/{entry.name}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if fields[0] != "Z":
+                groups[int(entry.name)] = int(fields[2])
+    return groups
+
+
+@needs_nvcc
+@pytest.mark.timeout(600)
+def test_a_cancelled_preparation_leaves_no_preprocessor_behind(
+    tmp_path: Path, session_config: VerifyConfig
+) -> None:
+    """`prepare_first_error(config, cancel)` in a thread, cancelled once nvcc runs `gcc -E`: it
+    returns False, every process it started (nvcc, its shell, gcc, cc1plus) is gone, and neither a
+    list nor a work folder is left in the cache."""
+    from cudice.verifier.api import prepare_first_error
+    from cudice.verifier.build.toolchain import probe_toolchain
+
+    # the toolchain probe (a Python process, cached per build cache) comes from the session's cache
+    probe_toolchain(session_config.cache_dir, session_config.arch_list_env)
+    for probed in session_config.cache_dir.glob("toolchain-*.json"):
+        shutil.copy(probed, tmp_path / probed.name)
+    config = VerifyConfig(cache_dir=tmp_path, compile_only=True)
+    cancel = threading.Event()
+    outcome: list[bool] = []
+    prep = threading.Thread(target=lambda: outcome.append(prepare_first_error(config, cancel)), daemon=True)
+    prep.start()
+    seen: dict[int, str] = {}  # pid -> program, of every process the preparation started
+    deadline = time.monotonic() + 300
+    while "cc1plus" not in seen.values():  # until a preprocessor under nvcc runs (bounded: a busy box)
+        _note_descendants(seen)
+        assert prep.is_alive() and time.monotonic() < deadline, f"no preprocessor seen: {outcome}, {seen}"
+        time.sleep(0.02)
+    cancel.set()
+    prep.join(120)
+    assert not prep.is_alive() and outcome == [False]
+    sessions = {p for p, name in seen.items() if name == "nvcc"}  # each nvcc leads a session of its own
+    assert sessions, seen
+    left = {p: g for p, g in _process_groups().items() if p in seen or g in sessions}
+    assert not left, {p: _command(p) for p in left}  # neither a child of this test nor one orphaned
+    lists = ("macros-", "names-", ".macros-", ".names-")
+    assert not [p.name for p in tmp_path.rglob("*") if p.name.startswith(lists)]
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("which", ["macros", "names"])
+def test_a_cancel_kills_the_preprocessor_and_its_children(which: str, tmp_path: Path) -> None:
+    """A "compiler" that never finishes on its own (a shell with a background child, as nvcc runs
+    `sh -c gcc ...`): setting the cancel token kills the shell and its child, and the list is None,
+    uncached. Without the kill this call would not return for minutes."""
+    (tmp_path / "host").mkdir()
+    overlay = Overlay(tmp_path, ())
+    compiler = "sh -c 'sleep 297 & sleep 298; wait' sh"  # the flags and source become $1, $2, ...
+    cancel = threading.Event()
+    outcome: list[object] = []
+
+    def lists() -> None:
+        if which == "macros":
+            outcome.append(macro_differences(overlay, compiler, "-DA", "-DB", cuda=False, cancel=cancel))
+        else:
+            outcome.append(full_header_names(overlay, compiler, "-DA", cuda=False, cancel=cancel))
+
+    worker = threading.Thread(target=lists, daemon=True)
+    worker.start()
+    seen: dict[int, str] = {}
+    deadline = time.monotonic() + 120
+    while list(seen.values()).count("sleep") < 2:  # both children of the shell run (bounded)
+        _note_descendants(seen)
+        assert worker.is_alive() and time.monotonic() < deadline, (outcome, seen)
+        time.sleep(0.02)
+    cancel.set()
+    worker.join(120)
+    assert not worker.is_alive() and outcome == [None]
+    assert not set(_process_groups()) & set(seen), {p: _command(p) for p in seen}
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(("macros-", "names-", "."))]
+
+
+def _note_descendants(seen: dict[int, str]) -> None:
+    """Add this process's descendants to `seen` (pid -> program), updating a name that an exec
+    changed since (a forked shell becomes `sleep`); the dead keep their last name."""
+    from cudice.verifier.process import tree_pids
+
+    for p in tree_pids(os.getpid()):
+        if p != os.getpid() and (name := _command(p)):
+            seen[p] = name
+
+
+def _command(pid: int) -> str:
+    """The program name of process `pid` ("" when it is gone)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return os.path.basename(f.read().split(b"\0", 1)[0].decode(errors="replace"))
+    except OSError:
+        return ""
 
 
 @needs_nvcc
