@@ -9,11 +9,16 @@ stage finds the objects and the library in the content-addressed build cache, or
 object's lock while the prebuild is still compiling it (verifier/build/objects.py). A change before
 the build ends replaces it; a save of other text stops it.
 
-Contract: only where the server wants a warm verifier (`CudiceServer.wants_warm_verifier`: a GPU,
-verification on save, not compile-only); nothing runs for text whose verdict is cached, for
+Contract: the build only where the server wants a warm verifier (`CudiceServer.wants_warm_verifier`:
+a GPU, verification on save, not compile-only); nothing runs for text whose verdict is cached, for
 documents that are not candidates or are over the size limit, or while the save's verification of
 that text runs (a save also drops the document's pending timer). The build runs the candidate's
 compile only (trusted compilers in the verifier's worker), never its code.
+
+Idle preparation: on every box, a pause in typing in a candidate also calls `jobs.prestart()`, which
+starts the verify workers' one-time, low-priority preparation of the first compile error's lists
+when no run or build is under way (server/workers/verify.py `prepare_when_idle`); a GPU box's open
+of a candidate does the same. Any run or build stops it.
 
 Not covered: the reference's unsaved text (read from disk, as verification does); compile errors of
 the unsaved text are not published (the quick check and the save's verification show them).
@@ -35,9 +40,10 @@ QUIET_S = float(os.environ.get("CUDICE_PREBUILD_QUIET_S", "1.0"))
 
 
 def schedule(ls: CudiceServer, uri: str) -> None:
-    """(Re)start `uri`'s quiet timer; when it fires, its current text is built."""
+    """(Re)start `uri`'s quiet timer; when it fires, its current text is built (a GPU box) or the
+    idle verify workers prepare the first compile error (`prebuild`)."""
     cancel(ls, uri)
-    if ls.released or not ls.wants_warm_verifier():
+    if ls.released:
         return
     ls.document(uri).prebuild_timer = asyncio.get_running_loop().call_later(QUIET_S, _fire, ls, uri)
 
@@ -61,7 +67,8 @@ def _fire(ls: CudiceServer, uri: str) -> None:
 
 
 async def prebuild(ls: CudiceServer, uri: str) -> None:
-    """Build `uri`'s current text, without running it (see the module docstring); logs what it did."""
+    """Build `uri`'s current text, without running it, or without a warm verifier start the idle
+    preparation (see the module docstring); logs what it did."""
     from cudice.server.document_state import read_reference
     from cudice.server.verification import key_for, verify_config
 
@@ -73,6 +80,9 @@ async def prebuild(ls: CudiceServer, uri: str) -> None:
         return
     analysis = ls.analysis(uri, doc.source)
     if not analysis.doc.is_candidate:
+        return
+    if not ls.wants_warm_verifier():  # no build ahead here; the idle workers prepare the first error
+        await ls.jobs.prestart()
         return
     if ls.cache.get(key_for(ls, analysis.doc, read_reference(analysis.reference))) is not None:
         return

@@ -19,9 +19,26 @@ typing, to a build-only worker of its own (server/prebuild.py); the build cache 
 locked per object (verifier/build/objects.py), so the save's run reuses those objects, or waits for
 them while they are still being compiled.
 
+First compile error ahead (`prepare_when_idle`): the first slim-build error verdict per build cache
+needs two lists (a macro comparison and the full torch headers' names: nvcc preprocessor runs,
+~15 s of CPU here) that every later one reads from the cache. When no run and no build of unsaved
+text is under way (`prestart`, which the server calls when a candidate is opened on a GPU box and
+server/prebuild.py calls after a pause in typing; and the end of each run or build), and still
+none `PREP_IDLE_S` later, one worker computes them at the lowest CPU priority (verify_child.py,
+`{"prepare": "first_error"}`), until it has finished once per `VerifyJobs`. A run or a build that
+starts meanwhile stops it at once: its stdin closes, it kills its preprocessors and exits, and it
+is killed with its family after `PREP_GRACE_S`; the lists it had not finished are computed again
+at the next idle moment (or by the first error verdict, if that comes first). A worker that fails
+is not tried again. `cancel_all` kills it for good. It runs with the verifier's default build
+settings (the build cache of the server's environment), the ones the runs use.
+
 Not covered: queueing across documents (runs of different documents proceed in parallel; the
 verifier's pool limits GPU use); a spare started before a settings change keeps the verifier
-defaults it was started with for its judge's cache and memory limit (the server changes neither).
+defaults it was started with for its judge's cache and memory limit (the server changes neither);
+include sets other than the usual one (their first error verdict computes its own lists); an event
+loop closed while a worker process is being started (the preparation's or a spare's) waits for
+that start forever (asyncio in Python 3.11); the `PREP_IDLE_S` wait keeps the preparation's start
+out of a shutdown that follows the last job at once.
 """
 
 from __future__ import annotations
@@ -35,13 +52,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from cudice.server.workers.protocol import ChildProcess
-from cudice.server.workers.verify_child import WARM_ENV
+from cudice.server.workers.verify_child import PREPARE_FIRST_ERROR, WARM_ENV
 from cudice.verifier.config import VerifyConfig
 from cudice.verifier.source.result import Stage, Verdict, VerifyResult
 
 log = logging.getLogger(__name__)
 
 WORKER_MODULE = "cudice.server.workers.verify_child"
+PREP_IDLE_S = 1.0  # idle this long before the first-error preparation starts (`prepare_when_idle`)
+PREP_GRACE_S = 1.0  # a stopped first-error preparation exits within this, or is killed with its family
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,13 +87,19 @@ class VerifyJobs:
         env: dict[str, str] | None = None,
         timeout_margin_s: float = 30.0,
         spare: Callable[[], bool] | None = None,
+        prep_idle_s: float = PREP_IDLE_S,
     ) -> None:
         self.env = env
         self.timeout_margin_s = timeout_margin_s
         self.spare = spare or (lambda: False)
+        self.prep_idle_s = prep_idle_s
         self._jobs: dict[str, _Job] = {}
         self._prebuilds: dict[str, _Job] = {}  # uri -> the build of its unsaved text (`prebuild`)
         self._spare: tuple[ChildProcess, asyncio.Future[None]] | None = None  # the worker, its start
+        self._prep: ChildProcess | None = None  # the worker preparing the first error (`prepare_when_idle`)
+        self._prep_state = "todo"  # "todo", "done" (finished, or failed: not retried) or "off" (cancel_all)
+        self._prep_timer: asyncio.TimerHandle | None = None  # the preparation's start, `prep_idle_s` ahead
+        self._tasks: set[asyncio.Future[None]] = set()  # the preparation and its stops, kept until done
 
     def _new_proc(self, warm: bool) -> ChildProcess:
         env = dict(os.environ if self.env is None else self.env)
@@ -85,7 +110,9 @@ class VerifyJobs:
         return ChildProcess(WORKER_MODULE, env=env)
 
     async def prestart(self) -> None:
-        """Start the spare worker now if there should be one and there is none."""
+        """Start the spare worker now if there should be one and there is none; and, when nothing
+        runs, the first-error preparation (`prepare_when_idle`)."""
+        self.prepare_when_idle()
         if self._spare is None and self.spare():
             proc = self._new_proc(warm=True)
             started = asyncio.ensure_future(proc.start())
@@ -104,6 +131,89 @@ class VerifyJobs:
             proc.kill()
             return False
         return True
+
+    def _busy(self) -> bool:
+        return bool(self._jobs or self._prebuilds)
+
+    def prepare_when_idle(self) -> None:
+        """Start the first-error preparation (module docstring) in `prep_idle_s` if it is still to
+        do and no run or build of unsaved text is under way then; it runs in the background. Needs a
+        running event loop."""
+        if self._prep_state != "todo" or self._prep is not None or self._prep_timer is not None:
+            return
+        if not self._busy():
+            self._prep_timer = asyncio.get_running_loop().call_later(self.prep_idle_s, self._start_prep)
+
+    def _start_prep(self) -> None:
+        self._prep_timer = None
+        if self._prep_state != "todo" or self._prep is not None or self._busy():
+            return
+        proc = self._new_proc(warm=False)
+        self._prep = proc
+        self._keep(asyncio.ensure_future(self._prepare(proc)))
+
+    def _keep(self, task: asyncio.Future[None]) -> None:
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _prepare(self, proc: ChildProcess) -> None:
+        """Follow one preparation worker to its end; `_stop_prep` may end it first."""
+        try:
+            await proc.start()
+            if self._prep is not proc:  # stopped while it started
+                return
+            await proc.send({"prepare": PREPARE_FIRST_ERROR, "config": {}})
+            async for event in proc.events():
+                if event.get("event") == "prepared" and self._prep is proc:
+                    self._prep_state = "done" if event.get("finished") else "todo"
+                    log.info("first compile error prepared (finished: %s)", event.get("finished"))
+                    return
+            if self._prep is proc:  # exited without a word, and not stopped by us: do not try again
+                self._prep_state = "done"
+                log.warning(
+                    "preparing the first compile error failed (the first error verdict computes its "
+                    "lists itself, ~15 s): %s",
+                    proc.error_tail(),
+                )
+        except Exception as exc:  # could not start: the first error verdict computes the lists
+            if self._prep is proc:
+                self._prep_state = "done"
+            log.warning("the first-error preparation did not start: %s", exc)
+        finally:
+            if self._prep is proc:
+                self._prep = None
+            proc.kill()  # its family (a preprocessor it left) too
+            with contextlib.suppress(Exception):
+                await proc.close(grace_s=0.5)
+
+    def _stop_prep(self, *, kill: bool = False) -> None:
+        """Stop the preparation, if one runs: a job needs the CPU (its stdin closes, it cancels its
+        preprocessors and exits; killed with its family after `PREP_GRACE_S`), or with `kill` now."""
+        if self._prep_timer is not None:
+            self._prep_timer.cancel()
+            self._prep_timer = None
+        proc, self._prep = self._prep, None
+        if proc is None:
+            return
+        if kill:
+            proc.kill()
+        else:
+            self._keep(asyncio.ensure_future(proc.close(grace_s=PREP_GRACE_S)))
+
+    @property
+    def prep_pid(self) -> int | None:
+        """The pid of the worker preparing the first error, while it runs (tests)."""
+        return self._prep.pid if self._prep is not None else None
+
+    @property
+    def preparing(self) -> bool:
+        """Whether a preparation is due, runs, or is still being stopped (tests wait for it to end)."""
+        return self._prep is not None or self._prep_timer is not None or bool(self._tasks)
+
+    @property
+    def prep_state(self) -> str:
+        """The preparation's state: `todo`, `done` or `off` (tests, logs)."""
+        return self._prep_state
 
     @property
     def spare_pid(self) -> int | None:
@@ -156,6 +266,7 @@ class VerifyJobs:
         if self.prebuilding(request.uri) == request.source:
             return None
         self.cancel_prebuild(request.uri)
+        self._stop_prep()
         request = dataclasses.replace(request, config=request.config.with_(build_only=True))
         job = _Job(request, self._new_proc(warm=False))
         self._prebuilds[request.uri] = job
@@ -164,6 +275,7 @@ class VerifyJobs:
         finally:
             if self._prebuilds.get(request.uri) is job:
                 del self._prebuilds[request.uri]
+            self.prepare_when_idle()
 
     def cancel_all(self) -> None:
         """Kill every run, every build of unsaved text and the spare worker (the session ends)."""
@@ -171,6 +283,8 @@ class VerifyJobs:
             self.cancel(uri)
         for uri in list(self._prebuilds):
             self.cancel_prebuild(uri)
+        self._prep_state = "off"
+        self._stop_prep(kill=True)
         spare, self._spare = self._spare, None
         if spare is not None:
             proc, started = spare
@@ -190,6 +304,7 @@ class VerifyJobs:
         document's unsaved text (`prebuild`) goes on if it is this text (the compile stage here waits
         for its objects instead of compiling them again) and is stopped otherwise."""
         self.cancel(request.uri)
+        self._stop_prep()
         if self.prebuilding(request.uri) not in (None, request.source):
             self.cancel_prebuild(request.uri)
         spare, self._spare = self._spare, None  # taken and registered before any await: a newer
@@ -205,6 +320,7 @@ class VerifyJobs:
         finally:
             if self._jobs.get(request.uri) is job:
                 del self._jobs[request.uri]
+            self.prepare_when_idle()
 
     async def _execute(
         self,

@@ -16,6 +16,16 @@ EOF, re-parenting or SIGTERM: `child.py`). Library prints go to stderr.
 `CUDICE_VERIFY_MODULE` (default `cudice.verifier.api`) names the module with `verify`; tests point
 it at a scripted verifier. Nothing here judges a kernel: the verifier does, in its own sandbox.
 
+First-error preparation: a request {"prepare": "first_error", "config": {...}} instead of a
+verification makes this worker compute, at the lowest CPU priority (nice 19, inherited by nvcc),
+the lists a slim build's first compile-error verdict reads (`api.prepare_first_error`: nvcc
+preprocessor runs and a scan, ~15 s of CPU once per build cache, cached there), then write
+{"event": "prepared", "finished": bool} and exit. Closing its stdin cancels it: the preprocessors
+are killed as a group, nothing half-done is cached, and the worker exits within a moment (after
+the scan pass under way, if any). A verifier module without `prepare_first_error` (a scripted
+one) reports `finished` at once. The server starts this when its verify workers are idle
+(server/workers/verify.py).
+
 Warm spare: with `CUDICE_VERIFY_WARM=1` in its environment and a GPU here, the worker starts the
 run stage's judge (judge.py, with its two runner processes: Python, torch and CUDA contexts, seconds
 each) *before* it reads its request, so the server can start this process ahead of the next save
@@ -25,6 +35,7 @@ only and dies with this process's family.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import sys
@@ -74,6 +85,32 @@ def run(request: dict[str, Any], stream: EventStream, runner: Any = None) -> Non
     stream.emit("final", result=final.to_dict())
 
 
+PREPARE_FIRST_ERROR = "first_error"  # the value of a request's "prepare" key
+
+
+def prepare(request: dict[str, Any], stream: EventStream, rest: Iterator[dict[str, Any]]) -> None:
+    """Run the first-error preparation (module docstring) until it ends or stdin closes."""
+    if request.get("prepare") != PREPARE_FIRST_ERROR:
+        raise ValueError(
+            f"unknown preparation {request.get('prepare')!r}: the only one is {PREPARE_FIRST_ERROR!r}"
+        )
+    api = importlib.import_module(os.environ.get("CUDICE_VERIFY_MODULE", DEFAULT_MODULE))
+    config = VerifyConfig.from_dict(request.get("config") or {})
+    cancel = threading.Event()
+
+    def cancel_on_eof() -> None:  # the server wants the CPU back (a job arrived) or is gone
+        for _ in rest:
+            pass
+        cancel.set()
+
+    threading.Thread(target=cancel_on_eof, daemon=True).start()
+    with contextlib.suppress(OSError):
+        os.nice(19)  # capped at the lowest priority; threads and compilers started from here inherit it
+    run_it = getattr(api, "prepare_first_error", None)
+    finished = True if run_it is None else bool(run_it(config, cancel))
+    stream.emit("prepared", finished=finished)
+
+
 def _die_with_server(rest: Iterator[dict[str, Any]]) -> None:
     """The server keeps our stdin open while it waits; EOF means it is gone: take the build down too."""
     for _ in rest:
@@ -91,6 +128,9 @@ def main() -> None:
         runner = warm_runner()
         request = next(incoming, {})
         if not request:  # a spare the server let go (stdin closed before any request)
+            return
+        if "prepare" in request:
+            prepare(request, stream, incoming)
             return
         threading.Thread(target=_die_with_server, args=(incoming,), daemon=True).start()
         run(request, stream, runner)
