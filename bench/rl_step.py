@@ -1,6 +1,6 @@
 """One BiC-RL step at the DICE-1.7B shape against `cudice generate`'s batched decode, in one run.
 
-Role: the figures of issue 29's first target on one H200, all measured in the same process:
+Role: the figures of the one-step BiC-RL targets at the DICE-1.7B shape on one H200, all measured in the same process:
   (a) the baseline: `cudice generate`'s decode path (an `Engine` over a frozen bf16 copy of the
       weights, fast path where the model sits on a GPU, warmed up as `load_engine` does, then a
       decode at the same batch and cache size stopped after a few blocks) on one batch of the
@@ -107,9 +107,9 @@ SHAPES: dict[str, dict[str, Any]] = {
         "tie_word_embeddings": False,
     },
     # cudice.model.tiny's dims (build_master sets positions, RoPE and norm eps for every shape); a
-    # vocabulary wider than the demo tokenizer's (WideTokenizer in use)
+    # vocabulary wider than the demo tokenizer's 8,192 entries (WideTokenizer in use)
     "tiny": {
-        "vocab_size": 2048,
+        "vocab_size": 8448,
         **{
             k: v
             for k, v in TINY_DIMS.items()
@@ -117,7 +117,7 @@ SHAPES: dict[str, dict[str, Any]] = {
         },
     },
 }
-TARGETS = (  # (report key, op, bound, what): issue 29's first target
+TARGETS = (  # (report key, op, bound, what): the one-step targets at the DICE-1.7B shape
     ("peak_gib", "<=", 100.0, "peak GPU memory of the step, GiB"),
     ("rollout_over_generate", ">=", 0.5, "rollout tok/s over cudice generate's at the same batch"),
     ("update_over_rollout", "<=", 2.0, "update time over rollout time"),
@@ -225,6 +225,11 @@ class WideTokenizer:
     ordinary (non-special) tokens, so random samples over the whole vocabulary become text."""
 
     def __init__(self, base: Any, vocab_size: int) -> None:
+        if vocab_size < len(base):
+            raise ValueError(
+                f"the model's vocabulary ({vocab_size}) is narrower than the tokenizer's ({len(base)}): "
+                "prompt ids would index past the embedding; widen the shape's vocab_size"
+            )
         self.base = base
         self.vocab_size = vocab_size
         self.base_size = len(base)
