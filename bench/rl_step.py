@@ -1,6 +1,7 @@
 """One BiC-RL step at the DICE-1.7B shape against `cudice generate`'s batched decode, in one run.
 
-Role: the figures of the one-step BiC-RL targets at the DICE-1.7B shape on one H200, all measured in the same process:
+Role: the figures of the one-step BiC-RL targets at the DICE-1.7B shape on one H200, all measured
+in the same process:
   (a) the baseline: `cudice generate`'s decode path (an `Engine` over a frozen bf16 copy of the
       weights, fast path where the model sits on a GPU, warmed up as `load_engine` does, then a
       decode at the same batch and cache size stopped after a few blocks) on one batch of the
