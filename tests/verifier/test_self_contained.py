@@ -23,7 +23,7 @@ from cudice.verifier.config import VerifyConfig
 from cudice.verifier.run import boundary
 from cudice.verifier.run.sandbox import ChildOutcome, run_in_child
 from cudice.verifier.source.reference import reference_only_source
-from cudice.verifier.source.result import Verdict
+from cudice.verifier.source.result import Stage, Verdict
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 
@@ -178,7 +178,10 @@ def test_self_contained_candidate_with_a_tmp_cache_is_correct() -> None:
         r = api.verify(path, config=config, gpu=True, run_child=child)
         detail = (r.verdict, [(d.code, d.message[:300]) for d in r.diagnostics], (r.error or "")[-2000:])
         assert r.verdict is Verdict.CORRECT, detail
-        assert r.num_correct_trials == 3 and r.speedup is not None, detail
+        assert r.num_correct_trials == 3 and r.stage is Stage.TIMING, detail
+        # timed: a speedup, or on this CPU's host clock often a time within its noise, said so
+        timed = r.speedup is not None or any(d.code == "timing.unresolved" for d in r.diagnostics)
+        assert timed, detail
         if os.geteuid() == 0:
             assert not [d for d in r.diagnostics if d.code.startswith("sandbox.")], detail
         # one library: the runner's request had the compile stage's build key (a cache hit, no rebuild)

@@ -153,8 +153,14 @@ def test_gpu_path_of_the_ray_backend_equals_the_pool(examples_dir: Path, tmp_pat
     remote = compile_task(job, config, True, gpu_submit).result
     assert local.verdict is Verdict.CORRECT, local.diagnostics
     assert remote.verdict is local.verdict and remote.stage is local.stage
-    assert sorted(d.code for d in remote.diagnostics) == sorted(d.code for d in local.diagnostics)
-    assert remote.num_correct_trials == local.num_correct_trials and remote.speedup is not None
+    # the same findings; the timing ones may differ between two timings of a ~10 us kernel (a
+    # speedup in one, a time within the clock's noise in the other)
+    untimed = [
+        sorted(d.code for d in r.diagnostics if not d.code.startswith("timing.")) for r in (remote, local)
+    ]
+    assert untimed[0] == untimed[1]
+    assert remote.num_correct_trials == local.num_correct_trials
+    assert any(d.code.startswith("timing.") for d in remote.diagnostics)  # it was timed
 
 
 def test_a_cancel_in_the_task_thread_stops_the_work_before_the_task_ends() -> None:

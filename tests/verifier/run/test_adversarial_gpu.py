@@ -69,7 +69,9 @@ def test_the_corpus_covers_every_weakness() -> None:
 def test_attack_is_not_correct(case: Case, results: dict[str, VerifyResult]) -> None:
     result = results[case.name]
     if case.max_speedup is not None and result.verdict is Verdict.CORRECT:  # the attack gained nothing
-        assert result.speedup is not None, _summary(result)
+        if result.speedup is None:  # a time within the clock's noise: no speedup to gain
+            assert any(d.code == "timing.unresolved" for d in result.diagnostics), _summary(result)
+            return
         assert result.is_suspicious or result.speedup < case.max_speedup, (case.exploit, _summary(result))
         return
     assert result.verdict is not Verdict.CORRECT, (case.exploit, _summary(result))
@@ -80,4 +82,6 @@ def test_attack_is_not_correct(case: Case, results: dict[str, VerifyResult]) -> 
 def test_honest_kernel_is_correct(case: Case, results: dict[str, VerifyResult]) -> None:
     result = results[case.name]
     assert result.verdict is Verdict.CORRECT, (case.exploit, _summary(result))
-    assert result.speedup is not None and result.num_correct_trials >= 1
+    assert result.num_correct_trials >= 1 and result.stage.value == "timing", _summary(result)
+    # timed: a speedup, or a time within the clock's noise that says so and shows no number
+    assert result.speedup is not None or any(d.code == "timing.unresolved" for d in result.diagnostics)

@@ -36,9 +36,12 @@ def test_correct_kernel_is_correct_and_timed(
     r = verify(candidate(tmp_path, 0, examples_dir / "relu.py"), config=gpu_config)
     assert r.verdict is Verdict.CORRECT, [d.message for d in r.diagnostics]
     assert r.stage is Stage.TIMING and r.num_correct_trials == 5 and r.max_abs_err == 0.0
-    assert r.candidate is not None and r.reference is not None and r.speedup is not None
-    assert r.candidate.min_ms <= r.candidate.median_ms <= r.candidate.max_ms
-    assert r.speedup_min is not None and r.speedup_min <= r.speedup and r.gpu_name
+    assert r.reference is not None and r.gpu_name
+    if r.speedup is None:  # this ~10 us kernel is often within the clock's noise: said, no number
+        assert r.candidate is None and any(d.code == "timing.unresolved" for d in r.diagnostics)
+        return
+    assert r.candidate is not None and r.candidate.min_ms <= r.candidate.median_ms <= r.candidate.max_ms
+    assert r.speedup_min is not None and r.speedup_min <= r.speedup
 
 
 @pytest.mark.parametrize(("which", "ref"), [(1, "relu"), (6, "rowsum")])
