@@ -45,6 +45,11 @@ log = logging.getLogger(__name__)
 WORKER_MODULE = "cudice.server.workers.model_child"
 
 
+def _cancelled() -> Generation:
+    """The result of a job cancelled before it produced anything."""
+    return Generation("", None, 0, 0, 0.0, 0.0, cancelled=True, finish_reason="cancelled")
+
+
 class ModelUnavailable(RuntimeError):
     """The model is not loaded (message says why and what to do)."""
 
@@ -311,7 +316,7 @@ class ModelWorker:
         self._queues[job_id] = q
         try:
             if cancel.is_set():  # cancelled while a load held the lock (its client left)
-                return Generation("", None, 0, 0, 0.0, 0.0, cancelled=True, finish_reason="cancelled")
+                return _cancelled()
             await proc.send({"op": op, "id": job_id, **payload})
             return await self._follow(proc, job_id, q, cancel, on_progress, batched=True)
         finally:
@@ -329,7 +334,7 @@ class ModelWorker:
     ) -> Generation:
         """One job while holding the job lock (serial workers)."""
         if cancel.is_set():  # cancelled while it waited for another job (its client left)
-            return Generation("", None, 0, 0, 0.0, 0.0, cancelled=True, finish_reason="cancelled")
+            return _cancelled()
         assert self._proc is not None
         proc = self._proc
         job_id = str(next(self._ids))
@@ -373,13 +378,13 @@ class ModelWorker:
                             job_id,
                             self.cancel_grace_s,
                         )
-                        return Generation("", None, 0, 0, 0.0, 0.0, cancelled=True, finish_reason="cancelled")
+                        return _cancelled()
                     # the grace period ran out: kill the worker; it is restarted and reloaded.
                     log.warning("model worker ignored cancel for %.1f s; killing it", self.cancel_grace_s)
                     self._expected_exit = True
                     proc.kill()
                     asyncio.get_running_loop().create_task(self._reload_after_kill())
-                    return Generation("", None, 0, 0, 0.0, 0.0, cancelled=True, finish_reason="cancelled")
+                    return _cancelled()
                 event = get.result()
                 kind = event.get("event")
                 if kind == "progress" and on_progress is not None:
