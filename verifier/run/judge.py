@@ -1224,6 +1224,12 @@ class _Judge:
             raise Stop(Verdict.INCORRECT, stage, errors)
 
 
+def promised_fidelity(ref_ms: float) -> float:
+    """The relative error the clock promises for a candidate's time: +-10 % where the reference
+    takes 50 us or more per call, +-25 % below."""
+    return 0.10 if ref_ms >= 0.05 else 0.25
+
+
 def interval_too_wide(cand_ms: list[float], ref_ms: float) -> tuple[float, str] | None:
     """(half-width of the 95 % interval of the candidate's mean time per call over repetitions, ms;
     why that is too wide to count, or ""), or None with fewer than 3 repetitions. The bound is the
@@ -1232,7 +1238,7 @@ def interval_too_wide(cand_ms: list[float], ref_ms: float) -> tuple[float, str] 
         return None
     mid = statistics.median(cand_ms)
     half = 2.0 * statistics.stdev(cand_ms) / math.sqrt(len(cand_ms))
-    allowed = 0.10 if ref_ms >= 0.05 else 0.25
+    allowed = promised_fidelity(ref_ms)
     if half <= allowed * max(mid, 1e-9):
         return half, ""
     return half, (
@@ -1251,7 +1257,7 @@ def bias_too_large(cand_ms: float, ref_ms: float, bias_ms: float) -> str:
     `bias_ms` bounds it (measured; VerifyConfig.timing_runner_bias_us); when that bound is beyond
     the fidelity promised at this size (+-10 % of the candidate's time where the reference takes
     50 us or more, +-25 % below), the time is unresolved."""
-    allowed = 0.10 if ref_ms >= 0.05 else 0.25
+    allowed = promised_fidelity(ref_ms)
     if bias_ms <= allowed * max(cand_ms, 0.0):
         return ""
     return (
