@@ -113,6 +113,13 @@ def _scores(proc: subprocess.Popen[str], label: str) -> dict[str, Any]:
     return dict(json.loads(lines[-1]))
 
 
+def is_fast_row(row: dict[str, Any], p: float = 1.0) -> bool:
+    """VerifyResult.is_fast(p)'s test on a `cudice eval --json` row: correct, and the pessimistic
+    speedup (the plain one when there is none) clears `p`."""
+    sp, sp_min = row.get("speedup"), row.get("speedup_min")
+    return row["verdict"] == "correct" and sp is not None and (sp_min if sp_min is not None else sp) > p
+
+
 def _summary(label: str, checkpoint: Path, gen: dict[str, Any], scores: dict[str, Any]) -> dict[str, Any]:
     per_family: dict[str, dict[str, float]] = {}
     for row in scores["per_problem"]:
@@ -121,11 +128,7 @@ def _summary(label: str, checkpoint: Path, gen: dict[str, Any], scores: dict[str
         )
         fam["problems"] += 1
         fam["correct"] += row["verdict"] == "correct"
-        sp, sp_min = row.get("speedup"), row.get("speedup_min")
-        # VerifyResult.is_fast(1.0)'s test on the eval row: the pessimistic speedup clears 1
-        fam["fast_1"] += (
-            row["verdict"] == "correct" and sp is not None and (sp_min if sp_min is not None else sp) > 1
-        )
+        fam["fast_1"] += is_fast_row(row)
     return {
         "label": label,
         "checkpoint": str(checkpoint),

@@ -136,7 +136,7 @@ def verify_subset(
     Problems and answers are copied side by side under `work` (same file names, as `cudice eval`
     pairs them); the run is stopped at `deadline` and whatever verdicts came back are kept.
     """
-    from cudice.model.train.corpus.evaluate import eval_process
+    from cudice.model.train.corpus.evaluate import eval_process, is_fast_row
     from cudice.model.train.corpus.heldout import wilson
 
     problems, candidates = work / "verify_problems", work / "verify_candidates"
@@ -167,14 +167,15 @@ def verify_subset(
         v = verdicts.get(row["file"])
         out["rows"].append(
             {"file": row["file"], "family": row["family"], "style": row.get("style", "cudice"),
-             "verdict": v["verdict"] if v else None, "speedup": v.get("speedup") if v else None}
+             "verdict": v["verdict"] if v else None, "speedup": v.get("speedup") if v else None,
+             "fast_1": is_fast_row(v) if v else False}
         )  # fmt: skip
     done = [r for r in out["rows"] if r["verdict"] is not None]
     for key, part in [("all", done)] + [
         (fam, [r for r in done if r["family"] == fam]) for fam in sorted({r["family"] for r in done})
     ]:
         k = sum(r["verdict"] == "correct" for r in part)
-        fast = sum(r["verdict"] == "correct" and (r["speedup"] or 0) > 1 for r in part)
+        fast = sum(r["fast_1"] for r in part)
         entry = {"n": len(part), "correct": k, "ci95": wilson(k, len(part)), "fast_1": fast}
         if key == "all":
             out["all"] = entry

@@ -113,3 +113,15 @@ def test_checkpoint_parts_join_back_byte_identical(tmp_path: Path) -> None:
     assert [p.name for p in parts] == [f"demo.tar.part{k:02d}" for k in range(4)]
     assert not path.exists()
     assert join_parts(parts[0], tmp_path / "joined.tar").read_bytes() == blob
+
+
+def test_an_eval_row_is_fast_only_when_correct_and_its_pessimistic_speedup_clears_the_bar() -> None:
+    from cudice.model.train.corpus.evaluate import is_fast_row
+
+    assert is_fast_row({"verdict": "correct", "speedup": 2.0, "speedup_min": 1.5})
+    assert not is_fast_row({"verdict": "correct", "speedup": 2.0, "speedup_min": 0.9})  # within its spread
+    assert not is_fast_row({"verdict": "correct", "speedup": None, "speedup_min": None})  # unresolved
+    assert not is_fast_row({"verdict": "incorrect", "speedup": 3.0, "speedup_min": 2.0})
+    assert is_fast_row({"verdict": "correct", "speedup": 3.0}, 2.0) and not is_fast_row(
+        {"verdict": "correct", "speedup": 1.5}, 2.0
+    )
