@@ -192,6 +192,7 @@ def main() -> int:
     ap.add_argument("--concurrency", type=int, default=12)
     ap.add_argument("--l2", default="warm", choices=("warm", "cold"))
     ap.add_argument("--passes", default="alone,alone2,x12", help="which of alone, alone2, x12 to run")
+    ap.add_argument("--all-walls", action="store_true", help="print every stage wall of a verification")
     args = ap.parse_args()
     import torch
 
@@ -223,10 +224,15 @@ def main() -> int:
         for f in files:
             rows[f.stem][key] = verify(f, config)
             r = rows[f.stem][key]
+            walls = {
+                (k if args.all_walls else k[11:]): round(v, 4)
+                for k, v in (r["walls"] or {}).items()
+                if args.all_walls or k.startswith(WALLS)
+            }
             print(
                 f"{key} {f.stem}: {r['verdict']} {r['speedup']} ref {r['ref_ms']} cand {r['cand_ms']} ms "
                 f"{r['wall_s']:.1f}s {r['errors']} "
-                f"{ {k[11:]: round(v, 4) for k, v in (r['walls'] or {}).items() if k.startswith(WALLS)} }",
+                f"{walls}",
                 flush=True,
             )
     if passes & {"alone", "alone2"}:  # 3b. the harness again: for ~20 us kernels it moves between runs
