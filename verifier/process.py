@@ -8,6 +8,11 @@ Dying with the parent is owned here, in two forms for two kinds of child:
 - `die_with_parent` (a `preexec_fn`) for programs that are exec'd (nvcc, g++, `unshare`): the
   kernel sends SIGKILL when the thread that started the child dies (`PR_SET_PDEATHSIG`); nothing
   else can run inside such a program;
+- `reaped` + `die_with_parent_term` for programs that start programs of their own (compiler
+  drivers: nvcc, gcc, `sh -c` steps): PDEATHSIG reaches only the direct child, and a driver's own
+  children (`cc1plus`, `cicc`, `ptxas`) would outlive a killed starter by the seconds they take. The
+  command runs under a POSIX shell that leads the group and gets SIGTERM when the starting thread
+  dies; its trap kills the whole group;
 - `watch_parent` for Python processes that lead a family of their own (the server's workers): a
   daemon thread polls `getppid` and, once the process is re-parented, calls the process's exit
   (which kills its family first). PDEATHSIG would kill such a process before it could take its
@@ -39,6 +44,27 @@ def die_with_parent() -> None:
     the thread that started it dies (prctl(2) PR_SET_PDEATHSIG = 1; Linux only)."""
     if _LIBC is not None:
         _LIBC.prctl(1, signal.SIGKILL, 0, 0, 0)
+
+
+def die_with_parent_term() -> None:
+    """preexec for `reaped` commands: SIGTERM (which the reaper shell traps) when the thread that
+    started the child dies."""
+    if _LIBC is not None:
+        _LIBC.prctl(1, signal.SIGTERM, 0, 0, 0)
+
+
+# The reaper: the command runs in the background of a shell that leads the process group, and a
+# SIGTERM (the parent-death signal above) kills the group, the shell included. `wait` returns at
+# once when a trapped signal arrives (POSIX "wait", "Signal Effects"), so the trap runs then.
+_REAPER = 'trap "kill -KILL 0" TERM; "$@" & wait $!'
+
+
+def reaped(cmd: list[str]) -> list[str]:
+    """`cmd` under the reaper shell: start it with `start_new_session=True` and
+    `preexec_fn=die_with_parent_term`, and the command's whole family dies with the starting thread.
+    The exit status is the command's (a command killed by signal N gives 128 + N, not -N); its
+    standard input is /dev/null (a shell's background job)."""
+    return ["/bin/sh", "-c", _REAPER, "sh", *cmd]
 
 
 def watch_parent(on_orphaned: Callable[[], object], poll_s: float = 0.5) -> threading.Thread:

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from cudice.verifier.process import CancelToken, die_with_parent, wait_or_kill
+from cudice.verifier.process import CancelToken, die_with_parent_term, reaped, wait_or_kill
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,8 +58,10 @@ def run_process(
     """
     if env is None:
         env = {**os.environ, "LC_ALL": "C", "LANG": "C"}
+    if shutil.which(cmd[0], path=env.get("PATH")) is None:  # as Popen would, not the shell's 127
+        raise FileNotFoundError(2, f"no such program: {cmd[0]}", cmd[0])
     proc = subprocess.Popen(
-        cmd,
+        reaped(cmd),  # the driver's own children die with the starting thread too
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT if merge_stderr else subprocess.DEVNULL,
         text=True,
@@ -67,7 +69,7 @@ def run_process(
         cwd=cwd,
         start_new_session=True,
         errors="replace",
-        preexec_fn=die_with_parent,
+        preexec_fn=die_with_parent_term,
     )
     chunks: list[str] = []
 
