@@ -70,7 +70,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cudice.verifier.build.objects import run_process
-from cudice.verifier.process import CancelToken, die_with_parent
+from cudice.verifier.process import CancelToken
 from cudice.verifier.static.policy import EMPTY_FACTORIES, FILLING_FACTORIES
 
 _TORCH_NAMESPACE = """
@@ -351,7 +351,6 @@ def ensure_host_pch(overlay: Overlay, cxx: str, flags: str, timeout_s: float = 9
     """
     import fcntl
     import shlex
-    import subprocess
 
     key = hashlib.sha256(f"{cxx}\0{flags}".encode()).hexdigest()[:16]
     folder = overlay.root / f"pch-{key}"
@@ -384,18 +383,10 @@ def ensure_host_pch(overlay: Overlay, cxx: str, flags: str, timeout_s: float = 9
             "-o",
             str(tmp_gch),
         ]
-        try:
-            ok = (
-                subprocess.run(
-                    cmd,
-                    capture_output=True,
-                    timeout=timeout_s,
-                    start_new_session=True,
-                    preexec_fn=die_with_parent,
-                ).returncode
-                == 0
-            )
-        except (OSError, subprocess.TimeoutExpired):
+        try:  # g++ and the cc1plus it starts die with this thread, and as a group on a timeout
+            rc, _, _, timed_out = run_process(cmd, timeout_s, None)
+            ok = rc == 0 and not timed_out
+        except OSError:
             ok = False
         if not ok:
             tmp_gch.unlink(missing_ok=True)
