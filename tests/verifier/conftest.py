@@ -1,7 +1,8 @@
 """Verifier test fixtures: one build cache per test session, so each distinct nvcc build runs once.
 
 A full torch-extension build costs ~45–90 s on a 2-core machine; the suite builds three
-distinct modules (relu_broken, relu_cuda, broken_multi) and every other test reuses them.
+distinct modules (relu_broken, relu_cuda, broken_multi) and every other test reuses them. The
+CLIs the tests start get `cache_root` as `CUDICE_CACHE_DIR`, whose `build/` is that cache.
 """
 
 from __future__ import annotations
@@ -9,14 +10,24 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from cudice.verifier.config import VerifyConfig
+from cudice.verifier.config import CACHE_SUBDIRS, VerifyConfig
 
 DATA = Path(__file__).parent / "data"
 
 
 @pytest.fixture(scope="session")
-def build_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("cudice-build-cache")
+def cache_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The `CUDICE_CACHE_DIR` of the CLIs the tests start: its `build/` is `build_cache`."""
+    return tmp_path_factory.mktemp("cudice-cache")
+
+
+@pytest.fixture(scope="session")
+def build_cache(cache_root: Path) -> Path:
+    """The session's build cache, where `VerifyConfig.cache_dir` defaults to under `cache_root`
+    (so a CLI run shares the toolchain probe, the first-error lists and the objects)."""
+    build = cache_root / CACHE_SUBDIRS["build"]
+    build.mkdir()
+    return build
 
 
 @pytest.fixture(scope="session")

@@ -28,8 +28,8 @@ def cudice(*args: str, cache: Path) -> subprocess.CompletedProcess[str]:
 @needs_nvcc
 @pytest.mark.slow
 @pytest.mark.e2e
-def test_verify_json_relu_broken_line_14(examples_dir: Path, build_cache: Path) -> None:
-    proc = cudice("verify", "--json", str(examples_dir / "relu_broken.py"), cache=build_cache)
+def test_verify_json_relu_broken_line_14(examples_dir: Path, cache_root: Path) -> None:
+    proc = cudice("verify", "--json", str(examples_dir / "relu_broken.py"), cache=cache_root)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)  # exactly one JSON object, nothing else on stdout
     assert out["verdict"] == "compile_error"
@@ -41,10 +41,8 @@ def test_verify_json_relu_broken_line_14(examples_dir: Path, build_cache: Path) 
 @needs_nvcc
 @pytest.mark.slow
 @pytest.mark.e2e
-def test_verify_relu_cuda_readable_report_says_what_was_skipped(
-    examples_dir: Path, build_cache: Path
-) -> None:
-    proc = cudice("verify", str(examples_dir / "relu_cuda.py"), cache=build_cache)
+def test_verify_relu_cuda_readable_report_says_what_was_skipped(examples_dir: Path, cache_root: Path) -> None:
+    proc = cudice("verify", str(examples_dir / "relu_cuda.py"), cache=cache_root)
     assert proc.returncode == 0, proc.stderr
     text = proc.stdout
     if "no CUDA GPU" not in text and "No CUDA GPU" not in text:
@@ -130,7 +128,7 @@ def test_fast_p_is_over_all_problems() -> None:
 @needs_nvcc
 @pytest.mark.slow
 @pytest.mark.e2e
-def test_eval_folder_json(tmp_path: Path, examples_dir: Path, build_cache: Path) -> None:
+def test_eval_folder_json(tmp_path: Path, examples_dir: Path, cache_root: Path) -> None:
     probs, cands = tmp_path / "problems", tmp_path / "candidates"
     probs.mkdir()
     cands.mkdir()
@@ -139,7 +137,7 @@ def test_eval_folder_json(tmp_path: Path, examples_dir: Path, build_cache: Path)
     (cands / "relu.py").write_text(
         (examples_dir / "relu_cuda.py").read_text()
     )  # same build as relu_cuda: cached
-    proc = cudice("eval", "--json", str(probs), str(cands), cache=build_cache)
+    proc = cudice("eval", "--json", str(probs), str(cands), cache=cache_root)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["num_problems"] == 2 and out["num_candidates"] == 1
@@ -158,33 +156,33 @@ def _without_reference(text: str) -> str:
 @pytest.mark.slow
 @pytest.mark.e2e
 def test_verify_without_reference_locates_compile_errors_and_says_what_was_not_checked(
-    tmp_path: Path, examples_dir: Path, build_cache: Path
+    tmp_path: Path, examples_dir: Path, cache_root: Path
 ) -> None:
     """The session's relu_broken and relu_cuda builds, from files that name no reference."""
     broken, good = tmp_path / "broken.py", tmp_path / "good.py"
     broken.write_text(_without_reference((examples_dir / "relu_broken.py").read_text()))
     good.write_text(_without_reference((examples_dir / "relu_cuda.py").read_text()))
-    bad = cudice("verify", str(broken), cache=build_cache)
+    bad = cudice("verify", str(broken), cache=cache_root)
     assert bad.returncode == 0, bad.stderr
     assert "verdict: compile_error" in bad.stdout, bad.stdout
     assert f"{broken}:14:18: error: " in bad.stdout and "[parse.no_reference]" in bad.stdout
-    text = cudice("verify", str(good), cache=build_cache)
+    text = cudice("verify", str(good), cache=cache_root)
     assert "verdict: compiled" in text.stdout, text.stdout + text.stderr
     (line,) = [t for t in text.stdout.splitlines() if t.startswith("not checked:")]
     assert "correctness, speed (no reference" in line and "--reference PATH" in line
     assert "# cudice: reference=" in line and "get_inputs()" in line
-    as_json = json.loads(cudice("verify", "--json", str(good), cache=build_cache).stdout)
+    as_json = json.loads(cudice("verify", "--json", str(good), cache=cache_root).stdout)
     assert as_json["verdict"] == "compiled" and as_json["compile_only"] is True
     assert [d["severity"] for d in as_json["diagnostics"] if d["code"] == "parse.no_reference"] == ["warning"]
-    assert cudice("verify", "--exit-code", str(good), cache=build_cache).returncode == 1  # not `correct`
-    assert cudice("verify", "--exit-code", "--compile-only", str(good), cache=build_cache).returncode == 0
+    assert cudice("verify", "--exit-code", str(good), cache=cache_root).returncode == 1  # not `correct`
+    assert cudice("verify", "--exit-code", "--compile-only", str(good), cache=cache_root).returncode == 0
 
 
 @needs_nvcc
 @pytest.mark.slow
 @pytest.mark.e2e
 def test_verify_compile_only_reports_a_reference_whose_get_inputs_raises(
-    tmp_path: Path, examples_dir: Path, build_cache: Path
+    tmp_path: Path, examples_dir: Path, cache_root: Path
 ) -> None:
     ref_text = (examples_dir / "relu.py").read_text()
     (tmp_path / "relu.py").write_text(
@@ -193,7 +191,7 @@ def test_verify_compile_only_reports_a_reference_whose_get_inputs_raises(
     cand = tmp_path / "relu_cuda.py"
     cand.write_text((examples_dir / "relu_cuda.py").read_text())  # the session's relu_cuda build
     line = next(i for i, t in enumerate(ref_text.split("\n"), 1) if "torch.randn(batch_size, dim)" in t)
-    proc = cudice("verify", "--compile-only", "--exit-code", str(cand), cache=build_cache)
+    proc = cudice("verify", "--compile-only", "--exit-code", str(cand), cache=cache_root)
     assert proc.returncode == 1 and "verdict: runtime_error (stage load" in proc.stdout, (
         proc.stdout + proc.stderr
     )
