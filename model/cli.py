@@ -106,6 +106,22 @@ def with_reference_comment(text: str, reference: Path) -> str:
 @click.option("--max-new-tokens", "max_new_tokens", type=int, default=None, help="[2048]")
 @click.option("--seed", type=int, default=None, help="Seed for sampling (temperature > 0).")
 @click.option("--stop", multiple=True, help="Stop string (repeatable).")
+@click.option(
+    "--prompt-style",
+    "prompt_style",
+    type=click.Choice(("cudice", "dice")),
+    default=None,
+    help="The prompts' wording. Default: the checkpoint's (cudice for cudice's models, dice for other "
+    "DICE/SDAR checkpoints when templates are there).",
+)
+@click.option(
+    "--prompt-templates",
+    "prompt_templates",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    envvar="CUDICE_PROMPT_TEMPLATES",
+    help="Folder with the dice style's e2e.txt / infill.txt (see `cudice train rl --help`).",
+)
 def generate_command(
     file: Path,
     model_path: str | None,
@@ -115,6 +131,8 @@ def generate_command(
     device: str,
     dtype: str,
     fast: bool | None,
+    prompt_style: str | None,
+    prompt_templates: Path | None,
     **sampler_options: Any,
 ) -> None:
     """Generate a ModelNew for a KernelBench reference FILE, or infill a candidate's CUDA source."""
@@ -146,6 +164,7 @@ def generate_command(
     os.environ.update(cpu_thread_env())  # before torch loads: one CPU thread per physical core, passive waits
     from cudice.model.engine import GenerationError, load_engine
     from cudice.model.loader import ModelLoadError
+    from cudice.model.prompt_styles import PromptTemplateError
     from cudice.model.scaffold import ScaffoldError, split_scaffold
 
     try:
@@ -153,7 +172,17 @@ def generate_command(
         reference_source = _reference_source(file, reference)
         scaffold = split_scaffold(source, str(file)) if mode == "infill" else None
         with ProgressLine(f"loading {model_path}") as line:
-            engine = load_engine(model_path, device=device, dtype=dtype, fast=fast, freeze=True)
+            engine = load_engine(
+                model_path,
+                device=device,
+                dtype=dtype,
+                fast=fast,
+                freeze=True,
+                prompt_style=prompt_style,
+                prompt_templates=str(prompt_templates) if prompt_templates is not None else None,
+            )
+            if engine.style_warning:
+                click.echo(f"warning: {engine.style_warning}", err=True)
             apply_torch_threads()
             line.update("generating")
 
@@ -167,7 +196,14 @@ def generate_command(
                 )
             else:
                 gen = engine.generate_kernel(reference_source, config, on_progress=on_progress)
-    except (ModelLoadError, ScaffoldError, GenerationError, OSError, UnicodeDecodeError) as exc:
+    except (
+        ModelLoadError,
+        ScaffoldError,
+        GenerationError,
+        PromptTemplateError,
+        OSError,
+        UnicodeDecodeError,
+    ) as exc:
         raise click.ClickException(str(exc)) from exc
     if as_json:
         click.echo(json.dumps(dataclasses.asdict(gen), indent=2))

@@ -18,6 +18,7 @@ thread safety — one generation at a time per engine.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -25,12 +26,10 @@ from typing import Any
 from cudice.model.config import SamplerConfig
 from cudice.model.generation import Generation, Progress
 from cudice.model.loader import LoadedModel, load_checkpoint
+from cudice.model.prompt_styles import CUDICE_STYLE, PromptStyle, inference_style
 from cudice.model.prompts import (
-    chat_prompt,
-    e2e_prompt,
     extract_first_code_block,
     infill_answer_start,
-    infill_prompt,
     infill_stop_marker,
     splice_middle,
 )
@@ -45,11 +44,21 @@ class GenerationError(ValueError):
 class Engine:
     """A loaded block-diffusion checkpoint plus its sampler."""
 
-    def __init__(self, loaded: LoadedModel, runner: Runner | None = None, fast: bool | None = None) -> None:
+    def __init__(
+        self,
+        loaded: LoadedModel,
+        runner: Runner | None = None,
+        fast: bool | None = None,
+        style: PromptStyle = CUDICE_STYLE,
+    ) -> None:
         """`runner` replaces the model forwards (tests pass a stub with scripted logits). `fast` uses the
         static-cache runner (`cudice.model.fastpath`: on CUDA, torch.compile'd layers under CUDA-graph
-        block forwards; same tokens); None (the default) means fast where the model sits on a GPU."""
+        block forwards; same tokens); None (the default) means fast where the model sits on a GPU.
+        `style`: the wording of the prompts (`cudice.model.prompt_styles`; `load_engine` picks the
+        checkpoint's)."""
         self.loaded = loaded
+        self.style = style
+        self.style_warning = ""  # set by load_engine when the style is not the one it was trained on
         self.tokenizer = loaded.tokenizer
         if runner is None:
             on_gpu = str(loaded.device).startswith("cuda")
@@ -103,6 +112,16 @@ class Engine:
             config = SamplerConfig(max_new_tokens=2 * block, threshold=0.0, fuse_commit=fuse)
             self._sampler.generate([prompt * (block + 1)], config, block)
 
+    # --- prompts -------------------------------------------------------------------------
+    def kernel_prompt(self, reference_source: str) -> str:
+        """The end-to-end prompt for a reference, chat turn included, in this engine's style."""
+        return self.style.chat(self.style.e2e(reference_source))
+
+    def infill_prompt(self, prefix: str, suffix: str, pytorch_code: str) -> str:
+        """The infilling prompt, chat turn included, in this engine's style, followed by the forced
+        opening of the answer (the scaffold's prefix)."""
+        return self.style.chat(self.style.infill(pytorch_code, prefix, suffix)) + infill_answer_start(prefix)
+
     # --- generation ----------------------------------------------------------------------
     def generate_texts(
         self,
@@ -152,7 +171,7 @@ class Engine:
     ) -> Generation:
         """End-to-end: a full candidate file (`class ModelNew`) for the KernelBench reference."""
         result, seconds = self._generate_one(
-            chat_prompt(e2e_prompt(reference_source)), config, on_progress, should_stop
+            self.kernel_prompt(reference_source), config, on_progress, should_stop
         )
         row = result.rows[0]
         code = extract_first_code_block(row.text)
@@ -169,7 +188,7 @@ class Engine:
     ) -> Generation:
         """Write the CUDA source between `prefix` and `suffix` (prefix-forced DICE stage-1 prompt)."""
         marker = infill_stop_marker(suffix)
-        prompt = chat_prompt(infill_prompt(pytorch_code, prefix, suffix)) + infill_answer_start(prefix)
+        prompt = self.infill_prompt(prefix, suffix, pytorch_code)
         config = config.replace(stop_strings=(*config.stop_strings, marker))
         result, seconds = self._generate_one(prompt, config, on_progress, should_stop)
         middle = splice_middle(result.rows[0].text, suffix)
@@ -194,7 +213,13 @@ def _generation(result: BatchResult, seconds: float, text: str, middle: str | No
 
 
 def load_engine(
-    path: str, device: str = "auto", dtype: str = "auto", fast: bool | None = None, freeze: bool = False
+    path: str,
+    device: str = "auto",
+    dtype: str = "auto",
+    fast: bool | None = None,
+    freeze: bool = False,
+    prompt_style: str | None = None,
+    prompt_templates: str | None = None,
 ) -> Engine:
     """Load a checkpoint directory (or a locally cached hub id) into an `Engine`.
 
@@ -203,12 +228,20 @@ def load_engine(
     freeze: `requires_grad_(False)` before the engine is built, for callers that only generate (the
     editor's model worker, `cudice generate`): the fast path then packs each layer's projections
     into single GEMMs (fastpath.StaticRunner's `pack`); a model that will be trained stays as loaded.
-    Raises `cudice.model.loader.ModelLoadError` with what/why/how-to-fix on a bad path or checkpoint.
+    prompt_style / prompt_templates: the prompts' wording (`prompt_styles.inference_style`: the
+    checkpoint's default unless given; the templates default to `CUDICE_PROMPT_TEMPLATES`). A
+    checkpoint served in a wording it was not trained on gets `engine.style_warning`, also logged.
+    Raises `cudice.model.loader.ModelLoadError` with what/why/how-to-fix on a bad path or checkpoint,
+    and `prompt_styles.PromptTemplateError` on an explicit style that cannot be honoured.
     """
     loaded = load_checkpoint(path, device=device, dtype=dtype)
+    style, warning = inference_style(loaded.path, prompt_style, prompt_templates)
+    if warning:
+        logging.getLogger(__name__).warning("%s", warning)
     if freeze:
         loaded.model.requires_grad_(False)
-    engine = Engine(loaded, fast=fast)
+    engine = Engine(loaded, fast=fast, style=style)
+    engine.style_warning = warning
     engine.warm_up()
     return engine
 
@@ -226,4 +259,5 @@ def engine_info(engine: Engine) -> dict[str, Any]:
         "stop_token_ids": list(lm.ids.stop),
         "pad_token_id": lm.ids.pad,
         "num_parameters": sum(p.numel() for p in lm.model.parameters()),
+        "prompt_style": engine.style.name,
     }

@@ -37,11 +37,13 @@ byte: `cudice`; any other DICE/SDAR checkpoint (a released DICE model): `dice`. 
 applies an explicit choice or that default and, for `dice` without a template directory where the
 command needs one, raises with where to get the texts and how to write the files.
 
-Not covered: `cudice generate` and the language server keep building their prompts with
-`cudice.model.prompts` (the engine's `generate`/`infill` take no style). A hook there would take
-a `PromptStyle` and call its `chat(e2e(...))`/`chat(infill(...))`; the editor's prefix-forced
-infilling (`infill_answer_start`) would also need the answer's opening as DICE writes it.
-Templates in encodings other than UTF-8; any template engine features (conditionals, loops).
+Generation (`cudice generate`, the language server) prompts through `inference_style`: the same
+default, except that a DICE/SDAR checkpoint without templates is still served, in cudice's wording
+and with a warning that says so (a training run refuses instead: it would learn the wrong text).
+
+Not covered: the editor's prefix-forced infilling opens the answer with `infill_answer_start`
+(a fenced block holding the scaffold's prefix) in every style, not with DICE's own answer opening;
+templates in encodings other than UTF-8; any template engine features (conditionals, loops).
 """
 
 from __future__ import annotations
@@ -326,6 +328,30 @@ def resolve_style(
             "pass --prompt-style cudice to train on cudice's own wording, which a DICE model has never seen"
         )
     return load_dice_style(templates, need), why
+
+
+def inference_style(
+    checkpoint: str | Path, style: str | None = None, templates: str | Path | None = None
+) -> tuple[PromptStyle, str]:
+    """(the style to prompt `checkpoint` with when generating, a warning or ""): `style` when
+    given (`dice` then needs the templates: `templates`, else the `CUDICE_PROMPT_TEMPLATES`
+    directory, with an e2e.txt), else `default_style(checkpoint)`. A checkpoint whose default is
+    `dice` but that has no templates is prompted in cudice's wording, and the warning says so.
+    Templates a command does not need may be missing; using one raises `PromptTemplateError`."""
+    if templates is None or str(templates) == "":
+        templates = os.environ.get(TEMPLATES_ENV) or None
+    if style is not None:
+        return resolve_style(style, templates, checkpoint, need=("e2e",))[0], ""
+    chosen, reason = default_style(checkpoint)
+    if chosen == "cudice":
+        return CUDICE_STYLE, ""
+    if templates is None:
+        return CUDICE_STYLE, (
+            f"{checkpoint} is prompted in cudice's wording, which it was not trained on ({reason}); "
+            f"its answers are better with the texts it was trained on: {WHERE_THE_TEXTS_ARE}; "
+            f"{HOW_TO_WRITE_THEM}, then set {TEMPLATES_ENV}=DIR (or pass --prompt-templates DIR)"
+        )
+    return load_dice_style(templates, need=()), ""
 
 
 def _head(text: str, sentinel: str) -> str:

@@ -269,8 +269,13 @@ class ModelWorker:
                         if self.batched
                         else f"jobs run one at a time ({note})",
                     )
+                warning = event.get("style_warning") or ""
+                if warning:
+                    log.warning("model worker: %s", warning)
                 self._set_state(
-                    "ready", f"model ready: {request.path} (loaded in {event.get('seconds', 0):.1f} s)"
+                    "ready",
+                    f"model ready: {request.path} (loaded in {event.get('seconds', 0):.1f} s)"
+                    + ("; prompted in a wording it was not trained on (see the log)" if warning else ""),
                 )
                 return True
             self._set_state("error", f"model failed to load from {request.path}: {event.get('message')}")

@@ -32,15 +32,7 @@ from typing import Any
 from cudice.model.batching import ContinuousBatcher, QueueFull, Request
 from cudice.model.config import SamplerConfig
 from cudice.model.generation import Generation
-from cudice.model.prompts import (
-    chat_prompt,
-    e2e_prompt,
-    extract_first_code_block,
-    infill_answer_start,
-    infill_prompt,
-    infill_stop_marker,
-    splice_middle,
-)
+from cudice.model.prompts import extract_first_code_block, infill_stop_marker, splice_middle
 
 __all__ = ["BatchedJobs", "QueueFull", "batch_note"]
 
@@ -84,11 +76,9 @@ class BatchedJobs:
     ) -> None:
         """Queue the job (module docstring); its events follow from other threads."""
         if msg["op"] == "generate":
-            prompt = chat_prompt(e2e_prompt(msg["reference_source"]))
+            prompt = self.engine.kernel_prompt(msg["reference_source"])
         else:
-            prompt = chat_prompt(
-                infill_prompt(msg.get("pytorch_code", ""), msg["prefix"], msg["suffix"])
-            ) + infill_answer_start(msg["prefix"])
+            prompt = self.engine.infill_prompt(msg["prefix"], msg["suffix"], msg.get("pytorch_code", ""))
             config = config.replace(stop_strings=(*config.stop_strings, infill_stop_marker(msg["suffix"])))
         self.engine.block_length(config)  # GenerationError (what to set) when there is none
         ids = self.engine.encode(prompt)

@@ -15,7 +15,7 @@ Requests on stdin (framing and the child's promises: `protocol.py`):
                                  batched: only that job's row stops)
 Events on stdout:
   {"event": "started", "pid"}
-  {"event": "loaded", "path", "seconds", "batched", "capacity", "batch_note"}
+  {"event": "loaded", "path", "seconds", "batched", "capacity", "batch_note", "style_warning"}
   {"event": "load_error", "message"}
   {"event": "progress", "id", "num_tokens", "num_forwards", "seconds"}   (`cudice.model.generation.Progress`)
   {"event": "done", "id", ...every `cudice.model.generation.Generation` field, "batch_rows" when batched}
@@ -105,6 +105,7 @@ class ModelChild:
             batched=self.batched is not None,
             capacity=self.batched.capacity if self.batched is not None else None,
             batch_note=note,
+            style_warning=str(getattr(self.engine, "style_warning", "") or ""),
         )
 
     def start_batching(self, options: dict[str, Any]) -> str | None:

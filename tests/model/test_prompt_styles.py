@@ -22,6 +22,7 @@ from cudice.model.prompt_styles import (
     PromptTemplateError,
     cudice_worded,
     default_style,
+    inference_style,
     load_dice_style,
     read_record,
     resolve_style,
@@ -302,3 +303,61 @@ def test_sft_trains_a_foreign_checkpoint_in_the_dice_chat_turn_and_records_it(
     )
     assert again.exit_code == 0, again.output
     assert read_record(tmp_path / "o2") == "cudice"
+
+
+# --- generation: `cudice generate` and the language server --------------------------------------
+
+
+def test_generation_prompts_a_dice_checkpoint_with_its_templates(
+    foreign_ckpt: Path, dice_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cudice.model.engine import load_engine
+
+    monkeypatch.delenv(TEMPLATES_ENV, raising=False)
+    style, warning = inference_style(foreign_ckpt, None, dice_dir)
+    assert (style.name, warning) == ("dice", "")
+    monkeypatch.setenv(TEMPLATES_ENV, str(dice_dir))  # the server's way: the environment
+    engine = load_engine(str(foreign_ckpt), device="cpu", dtype="float32", fast=False, freeze=True)
+    assert engine.style.name == "dice" and engine.style_warning == ""
+    ref = "class Model: pass\n"
+    expected_e2e = E2E.decode().replace("<<reference>>", ref)
+    assert engine.kernel_prompt(ref) == chat_prompt(expected_e2e)  # no chat.txt: cudice's chat turn
+    infill = engine.infill_prompt("PRE", "SUF", ref)
+    assert infill.startswith(chat_prompt(f"Code:\n{ref}\nBefore:\nPRE\nAfter:\nSUF\n\n"))
+    assert infill.endswith("PRE")  # the forced opening: the scaffold's prefix
+
+
+def test_generation_serves_a_dice_checkpoint_without_templates_and_says_so(
+    foreign_ckpt: Path, cudice_ckpt: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(TEMPLATES_ENV, raising=False)
+    style, warning = inference_style(foreign_ckpt)
+    assert style is CUDICE_STYLE
+    assert "not trained on" in warning and DICE_URL in warning and TEMPLATES_ENV in warning
+    assert inference_style(cudice_ckpt) == (CUDICE_STYLE, "")  # its own wording: nothing to say
+    assert inference_style(DEMO_DIR) == (CUDICE_STYLE, "")
+    with pytest.raises(PromptTemplateError, match="--prompt-style dice was given"):
+        inference_style(foreign_ckpt, "dice")  # asked for explicitly: no silent fallback
+    assert inference_style(foreign_ckpt, "cudice") == (CUDICE_STYLE, "")
+
+
+def test_generate_cli_takes_the_style_and_warns_on_a_foreign_wording(
+    foreign_ckpt: Path, dice_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cudice.model.cli import generate_command
+
+    monkeypatch.delenv(TEMPLATES_ENV, raising=False)
+    ref = tmp_path / "ref.py"
+    ref.write_text(
+        "import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return x\n\n"
+        "def get_inputs():\n    return [torch.randn(4)]\n\ndef get_init_inputs():\n    return []\n"
+    )
+    common = ["--model", str(foreign_ckpt), "--device", "cpu", "--max-new-tokens", "4", str(ref)]
+    warned = CliRunner().invoke(generate_command, common)
+    assert warned.exit_code == 0, warned.output
+    assert "warning:" in warned.output and "not trained on" in warned.output
+    quiet = CliRunner().invoke(generate_command, [*common, "--prompt-templates", str(dice_dir)])
+    assert quiet.exit_code == 0, quiet.output
+    assert "warning:" not in quiet.output
+    refused = CliRunner().invoke(generate_command, [*common, "--prompt-style", "dice"])
+    assert refused.exit_code != 0 and "--prompt-style dice was given" in refused.output
