@@ -18,7 +18,6 @@ thread safety — one generation at a time per engine.
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -230,14 +229,13 @@ def load_engine(
     into single GEMMs (fastpath.StaticRunner's `pack`); a model that will be trained stays as loaded.
     prompt_style / prompt_templates: the prompts' wording (`prompt_styles.inference_style`: the
     checkpoint's default unless given; the templates default to `CUDICE_PROMPT_TEMPLATES`). A
-    checkpoint served in a wording it was not trained on gets `engine.style_warning`, also logged.
+    checkpoint served in a wording it was not trained on gets `engine.style_warning` (the caller
+    shows it: `cudice generate` on stderr, the server in its log and model status).
     Raises `cudice.model.loader.ModelLoadError` with what/why/how-to-fix on a bad path or checkpoint,
     and `prompt_styles.PromptTemplateError` on an explicit style that cannot be honoured.
     """
     loaded = load_checkpoint(path, device=device, dtype=dtype)
     style, warning = inference_style(loaded.path, prompt_style, prompt_templates)
-    if warning:
-        logging.getLogger(__name__).warning("%s", warning)
     if freeze:
         loaded.model.requires_grad_(False)
     engine = Engine(loaded, fast=fast, style=style)
