@@ -192,6 +192,12 @@ def main() -> int:
     ap.add_argument("--concurrency", type=int, default=12)
     ap.add_argument("--l2", default="warm", choices=("warm", "cold"))
     ap.add_argument("--passes", default="alone,alone2,x12", help="which of alone, alone2, x12 to run")
+    ap.add_argument(
+        "--bias-us",
+        type=float,
+        default=None,
+        help="VerifyConfig.timing_runner_bias_us for the cudice passes (default: the config's)",
+    )
     ap.add_argument("--all-walls", action="store_true", help="print every stage wall of a verification")
     args = ap.parse_args()
     import torch
@@ -205,6 +211,8 @@ def main() -> int:
     files = bench_files(args.out, set(filter(None, args.only.split(","))) or None, args.quick)
     cache = args.out / "cache"
     config = VerifyConfig(cache_dir=cache, l2_policy=args.l2)
+    if args.bias_us is not None:  # e.g. 0: every estimate shown, to measure the runners' bias itself
+        config = config.with_(timing_runner_bias_us=args.bias_us)
     rows: dict[str, dict[str, object]] = {f.stem: {} for f in files}
     t0 = time.perf_counter()
     with ThreadPoolExecutor(8) as pool:  # 1. builds, side by side (no timing yet)
