@@ -181,7 +181,11 @@ def test_training_files_load_with_the_trainers_readers_and_use_the_runtime_promp
     scaffold = split_scaffold(first["cuda_code"])
     assert (scaffold.prefix, scaffold.middle) == (first["prefix"], first["middle"])
     by_prompt = {p["prompt"]: p["response"] for p in pairs}
-    assert by_prompt[e2e_prompt(first["pytorch_code"])] == fenced(first["cuda_code"])
+    # the end-to-end answer is the solution file (generic names); the infilling answer is the
+    # same file in the scaffold's names (tests/model/test_corpus_names.py)
+    row = json.loads((corpus / "manifest.json").read_text())["problems"][0]
+    solution = (corpus / "solutions" / "train" / row["file"]).read_text()
+    assert by_prompt[e2e_prompt(first["pytorch_code"])] == fenced(solution)
     assert by_prompt[infill_prompt(first["pytorch_code"], first["prefix"], first["suffix"])] == fenced(
         first["cuda_code"]
     )

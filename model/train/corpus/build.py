@@ -7,16 +7,22 @@
                                     answer equal to a training answer up to names and constants;
                                     timed sizes by default (`heldout_sizes`), so `cudice eval`
                                     can measure fast_1 on them
-    solutions/train|heldout/...     the template ModelNew of each problem (same file names)
+    solutions/train|heldout/...     the template ModelNew of each problem (same file names), its
+                                    identifiers in `naming` (generic by default: `fused_kernel`,
+                                    `reduce_cuda`, ..., the same for every composition of a
+                                    family; families.NAMINGS)
     sft.jsonl                       CuKe pairs {prompt, response}: for every training problem the
                                     end-to-end prompt, and for one in INFILL_EVERY the infilling
                                     prompt too (model/prompts.py, the builders the runtime uses),
-                                    each answered by the fenced ModelNew file
+                                    each answered by the fenced ModelNew file; the infilling
+                                    answer in `infill_naming` (the composition's names by
+                                    default: its prompt's scaffold states them, and an editor's
+                                    scaffold carries the user's own, which the answer must keep)
     rl_e2e.jsonl                    {idx, level, pytorch_code} of one training problem in INFILL_EVERY
     rl_infill.jsonl                 {pytorch_code, cuda_code, prefix, middle, suffix, level}; the
                                     split is cudice.model.scaffold's, the editor's infill split
-    manifest.json                   seed, counts, the split's compositions, one row per problem
-                                    (with its size regime and answer variant)
+    manifest.json                   seed, namings, counts, the split's compositions, one row per
+                                    problem (with its size regime and answer variant)
 
 Which compositions training draws: per family, a chain length first (`LENGTH_SHARE`: single
 ops, two-op chains, longer ones; a family without some length shares among the rest), then a
@@ -39,7 +45,7 @@ from typing import Any
 
 from cudice.model.prompts import CODE_FENCE, e2e_prompt, infill_prompt
 from cudice.model.scaffold import Scaffold, split_scaffold
-from cudice.model.train.corpus.families import FAMILIES, Composition
+from cudice.model.train.corpus.families import FAMILIES, NAMINGS, Composition
 from cudice.model.train.corpus.files import ProblemSpec, reference_file, solution_file
 from cudice.model.train.corpus.leak import check_corpus
 from cudice.model.train.corpus.split import answer_signature, split_compositions
@@ -54,6 +60,11 @@ class Problem:
     solution: str
     timed: bool = False  # sizes of the timed regime (families.draw_shape)
     fast: bool = False  # the answer is a template's fast variant (kernels)
+    infill_solution: str = ""  # the same solution in the infilling pair's naming; empty: `solution`
+
+    @property
+    def infill_answer(self) -> str:
+        return self.infill_solution or self.solution
 
 
 def fenced(code: str) -> str:
@@ -66,12 +77,28 @@ SIZE_REGIMES = ("timed", "small")
 LENGTH_SHARE = {1: 0.15, 2: 0.35, 3: 0.50}
 EXAMPLE_KEYS = ("unary:relu", "softmax:pre=none>softmax")  # examples/relu.py, examples/softmax.py
 TIMED_SHARE = 1 / 3
+INFILL_EVERY = 4  # one training problem in this many also gets the infilling prompt
 
 
 def make_problem(
-    comp: Composition, rng: random.Random, index: int, split: str, timed: bool = False
+    comp: Composition,
+    rng: random.Random,
+    index: int,
+    split: str,
+    timed: bool = False,
+    naming: str = "generic",
+    infill_naming: str | None = None,
 ) -> Problem:
-    spec, kernel = FAMILIES[comp.family].build(comp, rng, timed)
+    """One instance; its solution in `naming` (families.NAMINGS) and, when `infill_naming` is
+    another, the same instance in that naming too (drawn again from the same `rng` state)."""
+    family = FAMILIES[comp.family]
+    state = rng.getstate()
+    spec, kernel = family.build(comp, rng, timed, naming)
+    infill = ""
+    if infill_naming is not None and infill_naming != naming:
+        again = random.Random()
+        again.setstate(state)
+        infill = solution_file(*family.build(comp, again, timed, infill_naming))
     return Problem(
         f"{index:04d}_{spec.name}.py",
         split,
@@ -80,6 +107,7 @@ def make_problem(
         solution_file(spec, kernel),
         timed,
         "aligned16(" in kernel.source or "__shfl_down_sync" in kernel.source,
+        infill,
     )
 
 
@@ -103,7 +131,7 @@ def composition_sampler(comps: list[Composition]) -> tuple[list[Composition], li
 
 def _signature(p: Problem) -> str:
     names = [*p.spec.params, *(a for a, _, _ in p.spec.init_args)]
-    return answer_signature(p.solution, p.spec.name, names)
+    return answer_signature(p.solution, p.spec.answer_name, names)
 
 
 def draw_problems(
@@ -112,12 +140,18 @@ def draw_problems(
     heldout_per_family: int,
     heldout_sizes: str = "timed",
     timed_share: float = TIMED_SHARE,
+    naming: str = "generic",
+    infill_naming: str = "composition",
 ) -> list[Problem]:
     """Training instances (`composition_sampler`; timed sizes with probability `timed_share`),
     then held-out instances in the `heldout_sizes` regime whose answer signature no training
-    answer has (`split.answer_signature`)."""
+    answer has (`split.answer_signature`). Solutions in `naming`; the training problems that get
+    an infilling pair (one in `INFILL_EVERY`) also in `infill_naming`."""
     if heldout_sizes not in SIZE_REGIMES:
         raise ValueError(f"heldout_sizes={heldout_sizes!r} must be one of {', '.join(SIZE_REGIMES)}")
+    for what, value in (("naming", naming), ("infill_naming", infill_naming)):
+        if value not in NAMINGS:
+            raise ValueError(f"{what}={value!r} must be one of {', '.join(NAMINGS)}")
     if not 0.0 <= timed_share <= 1.0:
         raise ValueError(f"timed_share={timed_share} must be within [0, 1]")
     rng = random.Random(seed)
@@ -130,7 +164,8 @@ def draw_problems(
         for _ in range(train_per_family):
             comp = rng.choices(comps, weights=weights)[0]
             timed = rng.random() < timed_share
-            train.append(make_problem(comp, rng, len(train), "train", timed))
+            infill = infill_naming if len(train) % INFILL_EVERY == 0 else None
+            train.append(make_problem(comp, rng, len(train), "train", timed, naming, infill))
     seen = {_signature(p) for p in train}
     problems = list(train)
     for held in held_comps.values():
@@ -138,7 +173,7 @@ def draw_problems(
         kept, tries = 0, 0
         while held and kept < heldout_per_family and tries < 20 * heldout_per_family:
             p = make_problem(
-                order[tries % len(order)], rng, len(problems), "heldout", heldout_sizes == "timed"
+                order[tries % len(order)], rng, len(problems), "heldout", heldout_sizes == "timed", naming
             )
             tries += 1
             if _signature(p) not in seen:
@@ -148,12 +183,15 @@ def draw_problems(
 
 
 def sft_pairs(problem: Problem, scaffold: Scaffold | None = None) -> list[dict[str, str]]:
-    """The end-to-end pair, plus the infilling pair when `scaffold` (the solution's split) is given."""
-    answer = fenced(problem.solution)
-    pairs = [{"prompt": e2e_prompt(problem.reference), "response": answer}]
+    """The end-to-end pair, plus the infilling pair when `scaffold` (the split of
+    `problem.infill_answer`) is given."""
+    pairs = [{"prompt": e2e_prompt(problem.reference), "response": fenced(problem.solution)}]
     if scaffold is not None:
         pairs.append(
-            {"prompt": infill_prompt(problem.reference, scaffold.prefix, scaffold.suffix), "response": answer}
+            {
+                "prompt": infill_prompt(problem.reference, scaffold.prefix, scaffold.suffix),
+                "response": fenced(problem.infill_answer),
+            }
         )
     return pairs
 
@@ -164,7 +202,7 @@ def rl_records(problem: Problem, idx: int, scaffold: Scaffold) -> tuple[dict[str
         "idx": idx,
         "level": problem.spec.level,
         "pytorch_code": problem.reference,
-        "cuda_code": problem.solution,
+        "cuda_code": problem.infill_answer,
         "prefix": scaffold.prefix,
         "middle": scaffold.middle,
         "suffix": scaffold.suffix,
@@ -176,9 +214,6 @@ def _jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
     path.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows), encoding="utf-8")
 
 
-INFILL_EVERY = 4  # one training problem in this many also gets the infilling prompt
-
-
 def build_corpus(
     out_dir: str | Path,
     seed: int = 0,
@@ -186,15 +221,21 @@ def build_corpus(
     heldout_per_family: int = 24,
     heldout_sizes: str = "timed",
     timed_share: float = TIMED_SHARE,
+    naming: str = "generic",
+    infill_naming: str = "composition",
 ) -> dict[str, Any]:
-    """Write the corpus to `out_dir` (created; existing corpus files are overwritten); return the manifest."""
+    """Write the corpus to `out_dir` (created; existing corpus files are overwritten); return the
+    manifest. `naming`: the identifiers of the solutions and end-to-end answers; `infill_naming`:
+    those of the infilling pairs and RL infilling tasks (families.NAMINGS)."""
     if train_per_family < 1 or heldout_per_family < 0:
         raise ValueError(
             f"train_per_family={train_per_family} must be >= 1 and heldout_per_family="
             f"{heldout_per_family} >= 0"
         )
     out = Path(out_dir)
-    problems = draw_problems(seed, train_per_family, heldout_per_family, heldout_sizes, timed_share)
+    problems = draw_problems(
+        seed, train_per_family, heldout_per_family, heldout_sizes, timed_share, naming, infill_naming
+    )
     for split in ("train", "heldout"):
         for sub in ("problems", "solutions"):
             folder = out / sub / split
@@ -216,7 +257,7 @@ def build_corpus(
             continue
         # one problem in INFILL_EVERY: the infilling pair, and the RL task records (the split
         # into prefix/middle/suffix is the editor's, and costs milliseconds a file)
-        scaffold = split_scaffold(p.solution, p.file_name)
+        scaffold = split_scaffold(p.infill_answer, p.file_name)
         sft += sft_pairs(p, scaffold)
         e2e, infill = rl_records(p, len(rl_e2e), scaffold)
         rl_e2e.append(e2e)
@@ -240,6 +281,8 @@ def build_corpus(
         "heldout_per_family": heldout_per_family,
         "heldout_sizes": heldout_sizes,
         "timed_share": timed_share,
+        "names": naming,
+        "infill_names": infill_naming,
         "num_problems": {s: sum(p.split == s for p in problems) for s in ("train", "heldout")},
         "num_sft_pairs": len(sft),
         "num_compositions": {s: sum(len(c[s]) for c in splits_named.values()) for s in ("train", "heldout")},

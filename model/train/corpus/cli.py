@@ -1,6 +1,7 @@
 """`cudice train corpus ...` / `python -m cudice.model.train.corpus ...`: build the demo model's data.
 
-- `build OUT_DIR [--seed N] [--heldout-sizes timed|small] [--timed-share F]`: the corpus folder
+- `build OUT_DIR [--seed N] [--heldout-sizes timed|small] [--timed-share F]
+  [--names generic|composition] [--infill-names generic|composition]`: the corpus folder
   (`cudice.model.train.corpus.build`);
 - `init OUT_DIR --corpus DIR [--smoke]`: tokenizer trained on the corpus + a random SDAR-layout
   checkpoint of the demo size (`cudice.model.train.corpus.init_model`);
@@ -51,6 +52,24 @@ def corpus_group() -> None:
     type=click.FloatRange(0.0, 1.0),
     help="Share of training problems with timed sizes (the rest small and odd).",
 )
+@click.option(
+    "--names",
+    "naming",
+    type=click.Choice(["generic", "composition"]),
+    default="generic",
+    show_default=True,
+    help="Identifiers of the solutions and end-to-end answers: one per kernel template (fused_kernel, "
+    "reduce_cuda, ...) or spelled from the composition (sigmoid_relu_kernel, the first corpus's).",
+)
+@click.option(
+    "--infill-names",
+    "infill_naming",
+    type=click.Choice(["generic", "composition"]),
+    default="composition",
+    show_default=True,
+    help="Identifiers of the infilling pairs and RL infilling tasks, whose prompt states them (the "
+    "scaffold's prefix and suffix): varied names teach the model to take the scaffold's own.",
+)
 def build_command(
     out_dir: Path,
     seed: int,
@@ -58,6 +77,8 @@ def build_command(
     heldout_per_family: int,
     heldout_sizes: str,
     timed_share: float,
+    naming: str,
+    infill_naming: str,
 ) -> None:
     """Write problems, solutions, SFT pairs and RL task files to OUT_DIR."""
     from cudice.model.train.corpus.build import build_corpus
@@ -70,10 +91,12 @@ def build_command(
             heldout_per_family=heldout_per_family,
             heldout_sizes=heldout_sizes,
             timed_share=timed_share,
+            naming=naming,
+            infill_naming=infill_naming,
         )
     except (ValueError, OSError) as exc:
         raise click.ClickException(str(exc)) from exc
-    summary = {k: manifest[k] for k in ("seed", "num_problems", "num_sft_pairs")}
+    summary = {k: manifest[k] for k in ("seed", "names", "num_problems", "num_sft_pairs")}
     summary["heldout_compositions"] = {f: len(v["heldout"]) for f, v in manifest["compositions"].items()}
     click.echo(json.dumps(summary))
 

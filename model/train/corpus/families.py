@@ -104,13 +104,42 @@ class Composition:
 class Family:
     name: str
     compositions: Callable[[], list[Composition]]
-    draw: Callable[[Composition, random.Random, bool], tuple[ProblemSpec, Kernel]]
+    draw: Callable[[Composition, random.Random, bool, str], tuple[ProblemSpec, Kernel]]
 
     def build(
-        self, composition: Composition, rng: random.Random, timed: bool = False
+        self, composition: Composition, rng: random.Random, timed: bool = False, naming: str = "generic"
     ) -> tuple[ProblemSpec, Kernel]:
-        """One instance of `composition`; `timed` draws the large, timeable shapes."""
-        return self.draw(composition, rng, timed)
+        """One instance of `composition`; `timed` draws the large, timeable shapes; `naming` (one
+        of `NAMINGS`) picks the answer's identifiers and consumes no randomness, so one `rng`
+        state gives the same instance in either naming."""
+        if naming not in NAMINGS:
+            raise ValueError(f"naming={naming!r} must be one of {', '.join(NAMINGS)}")
+        return self.draw(composition, rng, timed, naming)
+
+
+# The answer's identifiers (`{n}_source`, `{n}_kernel`, `{n}_cuda`, `load_inline(name="{n}")`,
+# ...): "generic" takes `n` from the kernel template (`GENERIC_NAMES`), the same for every
+# composition of a family, so two answers differ only where their computations do (op lines,
+# constants, reduction dims, argument names from the reference); "composition" spells the
+# composition (`sigmoid_relu_hardtanh`), as the corpus did first. A new composition's name would
+# be a token sequence the model never wrote, and a small model falls back to a training
+# answer's name and with it that answer's body.
+NAMINGS = ("generic", "composition")
+GENERIC_NAMES = {
+    "unary": "fused",
+    "binary": "fused",  # the same elementwise template as unary
+    "reduce": "reduce",
+    "argreduce": "argreduce",
+    "softmax": "softmax",
+    "norm": "norm",
+    "matmul": "matmul",
+    "loss": "loss",
+}
+
+
+def answer_name(family: str, composition_name: str, naming: str) -> str:
+    """The stem of the answer's identifiers: `GENERIC_NAMES[family]` or `composition_name`."""
+    return GENERIC_NAMES[family] if naming == "generic" else composition_name
 
 
 # --- instance drawing -------------------------------------------------------------------------
@@ -279,7 +308,9 @@ def _unary_compositions() -> list[Composition]:
     return out
 
 
-def _unary_build(comp: Composition, rng: random.Random, timed: bool) -> tuple[ProblemSpec, Kernel]:
+def _unary_build(
+    comp: Composition, rng: random.Random, timed: bool, naming: str
+) -> tuple[ProblemSpec, Kernel]:
     ops: tuple[PointOp, ...] = comp.parts
     dtype = _dtype(rng, len(ops) == 1)
     x = rng.choice(ONE_INPUT)
@@ -288,6 +319,7 @@ def _unary_build(comp: Composition, rng: random.Random, timed: bool) -> tuple[Pr
     lines, expr = apply_ops(ops, x, rng, rng.choice(TEMPS))
     body = _finish(lines, expr)
     name = "_".join(op.name for op in ops)
+    ident = answer_name(comp.family, name, naming)
     titles = ", then ".join(op.title for op in ops)
     spec = ProblemSpec(
         "unary",
@@ -301,11 +333,12 @@ def _unary_build(comp: Composition, rng: random.Random, timed: bool) -> tuple[Pr
         shape.sizes,
         ((x, _randn(shape, dtype, rng)),),
         uses_f=_uses_f(" ".join(body)),
+        ident=ident,
         dtype=dtype,
         style=_style(rng),
         shape_doc=shape.doc,
     )
-    return spec, kernels.pointwise(name, ops, (x,), fast=dtype == "float32" and _fast(rng))
+    return spec, kernels.pointwise(ident, ops, (x,), fast=dtype == "float32" and _fast(rng))
 
 
 # --- binary and ternary elementwise ---------------------------------------------------------------
@@ -323,7 +356,9 @@ def _binary_compositions() -> list[Composition]:
     return out
 
 
-def _binary_build(comp: Composition, rng: random.Random, timed: bool) -> tuple[ProblemSpec, Kernel]:
+def _binary_build(
+    comp: Composition, rng: random.Random, timed: bool, naming: str
+) -> tuple[ProblemSpec, Kernel]:
     op, epi = comp.parts
     dtype = _dtype(rng, not epi and op.name in ("add", "sub", "mul", "maximum", "minimum"))
     names = rng.choice(TWO_INPUTS if op.arity == 2 else THREE_INPUTS)
@@ -337,6 +372,7 @@ def _binary_build(comp: Composition, rng: random.Random, timed: bool) -> tuple[P
     more, expr = apply_ops(epi, expr, rng, temp)
     body = _finish(lines + more, expr)
     name = "_".join([op.name, *(e.name for e in epi)])
+    ident = answer_name(comp.family, name, naming)
     title = f"elementwise {op.title} of {op.arity} tensors" + "".join(f", then {e.title}" for e in epi)
     spec = ProblemSpec(
         "binary",
@@ -350,11 +386,12 @@ def _binary_build(comp: Composition, rng: random.Random, timed: bool) -> tuple[P
         shape.sizes,
         tuple((n, _randn(shape, dtype, rng)) for n in names),
         uses_f=_uses_f(" ".join(body)),
+        ident=ident,
         dtype=dtype,
         style=_style(rng),
         shape_doc=shape.doc,
     )
-    return spec, kernels.pointwise(name, epi, names, combine=op, fast=dtype == "float32" and _fast(rng))
+    return spec, kernels.pointwise(ident, epi, names, combine=op, fast=dtype == "float32" and _fast(rng))
 
 
 # --- over one dim: the dim and keepdim as literals or as __init__ arguments -------------------------
@@ -446,6 +483,7 @@ def _over_dim_spec(
     comp: Composition,
     rng: random.Random,
     name: str,
+    ident: str,
     title: str,
     x: str,
     lines: list[str],
@@ -471,6 +509,7 @@ def _over_dim_spec(
         ((x, _randn(shape, dtype, rng, positive)),),
         extra_args=extra,
         uses_f=_uses_f(" ".join(body)),
+        ident=ident,
         dtype=dtype,
         style=_style(rng),
         init_args=init,
@@ -478,7 +517,9 @@ def _over_dim_spec(
     )
 
 
-def _reduce_build(comp: Composition, rng: random.Random, timed: bool) -> tuple[ProblemSpec, Kernel]:
+def _reduce_build(
+    comp: Composition, rng: random.Random, timed: bool, naming: str
+) -> tuple[ProblemSpec, Kernel]:
     kind, pre_name, post_name = comp.parts
     pre, post = _ops_of(pre_name), _ops_of(post_name)
     rank = _dim_rank(rng, comp, timed)
@@ -493,10 +534,13 @@ def _reduce_build(comp: Composition, rng: random.Random, timed: bool) -> tuple[P
     expr = rng.choice(_REDUCE_SPELL[kind]).format(x=_paren(expr), d=dtext, k=kw)
     more, expr = apply_ops(post, expr, rng, temp)
     name = "_".join([*(op.name for op in pre), f"{kind}_reduce", *(op.name for op in post)])
+    ident = answer_name(comp.family, name, naming)
     title = _title(pre, f"{_REDUCE_TITLE[kind]} over dimension {d}", post)
     extra = (dtext, str(keepdim))
-    spec = _over_dim_spec(comp, rng, name, title, x, lines + more, expr, shape, dtype, extra, init, consts)
-    return spec, kernels.reduce_dim(name, kind, x, pre, post, fast=_fast(rng))
+    spec = _over_dim_spec(
+        comp, rng, name, ident, title, x, lines + more, expr, shape, dtype, extra, init, consts
+    )
+    return spec, kernels.reduce_dim(ident, kind, x, pre, post, fast=_fast(rng))
 
 
 _ARG_PRE = ("none", "abs", "neg", "square", "relu", "scale2p0")
@@ -517,7 +561,9 @@ def _argreduce_compositions() -> list[Composition]:
     ]
 
 
-def _argreduce_build(comp: Composition, rng: random.Random, timed: bool) -> tuple[ProblemSpec, Kernel]:
+def _argreduce_build(
+    comp: Composition, rng: random.Random, timed: bool, naming: str
+) -> tuple[ProblemSpec, Kernel]:
     kind, pre_name = comp.parts
     pre = _ops_of(pre_name)
     rank = _dim_rank(rng, comp, timed)
@@ -529,11 +575,12 @@ def _argreduce_build(comp: Composition, rng: random.Random, timed: bool) -> tupl
     form = rng.choice(("torch.{f}({x}, dim={d}{k})", "{x}.{f}(dim={d}{k})", "torch.{f}({x}, {d}{k})"))
     expr = form.format(f=kind, x=_paren(expr), d=dtext, k=kw)
     name = "_".join([*(op.name for op in pre), kind])
+    ident = answer_name(comp.family, name, naming)
     title = _title(pre, f"{kind} over dimension {d}", ())
     spec = _over_dim_spec(
-        comp, rng, name, title, x, lines, expr, shape, dtype, (dtext, str(keepdim)), init, consts
+        comp, rng, name, ident, title, x, lines, expr, shape, dtype, (dtext, str(keepdim)), init, consts
     )
-    return spec, kernels.arg_reduce_dim(name, kind, x, pre)
+    return spec, kernels.arg_reduce_dim(ident, kind, x, pre)
 
 
 _SOFT_PRE = ("none", "scale2p0", "scale0p5", "scale0p1", "tanh", "neg")
@@ -562,7 +609,9 @@ def _softmax_compositions() -> list[Composition]:
     ]
 
 
-def _softmax_build(comp: Composition, rng: random.Random, timed: bool) -> tuple[ProblemSpec, Kernel]:
+def _softmax_build(
+    comp: Composition, rng: random.Random, timed: bool, naming: str
+) -> tuple[ProblemSpec, Kernel]:
     kind, pre_name = comp.parts
     pre = _ops_of(pre_name) if pre_name != "scale0p1" else (unary_op("scale", 0.1),)
     rank = _dim_rank(rng, comp, timed)
@@ -574,9 +623,10 @@ def _softmax_build(comp: Composition, rng: random.Random, timed: bool) -> tuple[
     expr = rng.choice(_SOFT_SPELL[kind]).format(x=_paren(expr), d=dtext)
     word = "softmax" if kind == "softmax" else "log-softmax"
     name = "_".join([*(op.name for op in pre), kind])
+    ident = answer_name(comp.family, name, naming)
     title = _title(pre, f"{word} over dimension {d}", ())
-    spec = _over_dim_spec(comp, rng, name, title, x, lines, expr, shape, dtype, (dtext,), init, consts)
-    return spec, kernels.softmax_dim(name, kind == "log_softmax", x, pre, fast=_fast(rng))
+    spec = _over_dim_spec(comp, rng, name, ident, title, x, lines, expr, shape, dtype, (dtext,), init, consts)
+    return spec, kernels.softmax_dim(ident, kind == "log_softmax", x, pre, fast=_fast(rng))
 
 
 # --- norms over one dim ------------------------------------------------------------------------------
@@ -619,7 +669,9 @@ def _norm_expr(
     return list(lines), expr, False
 
 
-def _norm_build(comp: Composition, rng: random.Random, timed: bool) -> tuple[ProblemSpec, Kernel]:
+def _norm_build(
+    comp: Composition, rng: random.Random, timed: bool, naming: str
+) -> tuple[ProblemSpec, Kernel]:
     kind, post = comp.parts
     rank = _dim_rank(rng, comp, timed, low=2)
     d, dtext, _, _, init, consts = _dim_args(rng, rank, False)
@@ -636,11 +688,12 @@ def _norm_build(comp: Composition, rng: random.Random, timed: bool) -> tuple[Pro
     more, expr = apply_ops(post, expr, rng, rng.choice(("y", "out", "res")))
     word = "LayerNorm (no affine)" if kind == "layer_norm" else "RMSNorm (no weight)"
     name = "_".join([kind, *(e.name for e in post)])
+    ident = answer_name(comp.family, name, naming)
     title = _title((), f"{word} over dimension {d}", post)
     spec = _over_dim_spec(
-        comp, rng, name, title, x, lines + more, expr, shape, dtype, (dtext, eps), init, consts
+        comp, rng, name, ident, title, x, lines + more, expr, shape, dtype, (dtext, eps), init, consts
     )
-    return spec, kernels.norm_dim(name, kind, x, post, fast=_fast(rng))
+    return spec, kernels.norm_dim(ident, kind, x, post, fast=_fast(rng))
 
 
 # --- matmul with transposes, bias and epilogues --------------------------------------------------------
@@ -687,7 +740,9 @@ def _mm_dims(rng: random.Random, timed: bool) -> tuple[int, int, int]:
             return m, k, n
 
 
-def _matmul_build(comp: Composition, rng: random.Random, timed: bool) -> tuple[ProblemSpec, Kernel]:
+def _matmul_build(
+    comp: Composition, rng: random.Random, timed: bool, naming: str
+) -> tuple[ProblemSpec, Kernel]:
     ta, tb, bias, epi = comp.parts
     a, b = rng.choice(_MM_NAMES)
     c = rng.choice(_BIAS_NAMES)
@@ -706,6 +761,7 @@ def _matmul_build(comp: Composition, rng: random.Random, timed: bool) -> tuple[P
     body = _finish(lines + more, expr)
     name = "_".join(["matmul", *(["tA"] if ta else []), *(["tB"] if tb else []), *(["bias"] if bias else [])])
     name = "_".join([name, *(e.name for e in epi)])
+    ident = answer_name(comp.family, name, naming)
     what = "matrix multiplication" + (" of A transposed" if ta else "") + (" by B transposed" if tb else "")
     title = what + (" plus a bias" if bias else "") + "".join(f", then {e.title}" for e in epi)
     inputs = [
@@ -725,10 +781,11 @@ def _matmul_build(comp: Composition, rng: random.Random, timed: bool) -> tuple[P
         sizes,
         tuple(inputs),
         uses_f=_uses_f(" ".join(body)),
+        ident=ident,
         style=_style(rng),
         shape_doc=f"({m}, {k})",
     )
-    return spec, kernels.matmul_epilogue(name, bias, epi, names, ta, tb)
+    return spec, kernels.matmul_epilogue(ident, bias, epi, names, ta, tb)
 
 
 # --- losses ----------------------------------------------------------------------------------------------
@@ -776,7 +833,9 @@ def _loss_compositions() -> list[Composition]:
     return out
 
 
-def _loss_build(comp: Composition, rng: random.Random, timed: bool) -> tuple[ProblemSpec, Kernel]:
+def _loss_build(
+    comp: Composition, rng: random.Random, timed: bool, naming: str
+) -> tuple[ProblemSpec, Kernel]:
     loss, r = comp.parts
     p, t = rng.choice(_LOSS_NAMES)
     shape = draw_shape(rng, rng.choice((1, 2, 2, 3)), avoid=(p, t), timed=timed, bytes_per_elem=8)
@@ -794,6 +853,7 @@ def _loss_build(comp: Composition, rng: random.Random, timed: bool) -> tuple[Pro
     if expr.startswith("F."):
         expr = rng.choice(("F.", "torch.nn.functional.")) + expr[2:]
     name = f"{loss.name}_{r}"
+    ident = answer_name(comp.family, name, naming)
     title = f"{loss.title} ({r} over all elements)"
     spec = ProblemSpec(
         "loss",
@@ -807,10 +867,28 @@ def _loss_build(comp: Composition, rng: random.Random, timed: bool) -> tuple[Pro
         shape.sizes,
         ((p, _randn(shape, "float32", rng)), (t, targets)),
         uses_f=_uses_f(expr),
+        ident=ident,
         style=_style(rng),
         shape_doc=shape.doc,
     )
-    return spec, kernels.loss_reduce(name, loss, r, (p, t), fast=_fast(rng))
+    return spec, kernels.loss_reduce(ident, loss, r, (p, t), fast=_fast(rng))
+
+
+def twin_parts() -> dict[str, str]:
+    """Parts of composition keys whose CUDA text another part has too, byte for byte -> the
+    smallest name of their group: `hardtanh` -> `clamp1p0` (both `v = fminf(fmaxf(v, -1.0f),
+    1.0f);`). Two compositions that differ only by such parts have the same answer in generic
+    naming (`split.answer_class` keeps them on one side of the split)."""
+    groups: dict[str, set[str]] = {}
+    point = [*all_unary_ops(), *chain_pool(), unary_op("sqrt"), unary_op("scale", 0.1)]
+    for op in point:
+        groups.setdefault("point:" + op.cuda, set()).add(op.name)
+    for bop in BINARY_OPS.values():
+        groups.setdefault("binary:" + bop.cuda, set()).add(bop.name)
+    for kind, value in _LOSSES:
+        loss = loss_op(kind, value)
+        groups.setdefault("loss:" + loss.cuda, set()).add(loss.name)
+    return {n: min(g) for g in groups.values() for n in g if n != min(g)}
 
 
 FAMILIES: dict[str, Family] = {

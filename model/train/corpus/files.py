@@ -25,7 +25,7 @@ class ProblemSpec:
     """Everything both files need; built by a family in `cudice.model.train.corpus.families`."""
 
     family: str
-    name: str  # identifier of the kernel/extension, e.g. "relu_sigmoid"
+    name: str  # the composition in a word, e.g. "relu_sigmoid" (file names; `ident` if that is empty)
     composition: str  # the split key, e.g. "unary:relu>sigmoid"
     level: int  # 1 = one op, 2 = a composition (RL curriculum order)
     title: str  # module docstring words, e.g. "elementwise ReLU"
@@ -40,6 +40,12 @@ class ProblemSpec:
     style: str = "cudice"  # one of STYLES: how the reference file is laid out
     init_args: tuple[tuple[str, str, str], ...] = ()  # Model.__init__: (attribute, type, module constant)
     shape_doc: str = ""  # the input's shape in words, e.g. "(batch_size, dim)"
+    ident: str = ""  # stem of the answer's identifiers (families.answer_name); empty: `name`
+
+    @property
+    def answer_name(self) -> str:
+        """The stem the answer's identifiers and `load_inline(name=...)` use."""
+        return self.ident or self.name
 
 
 def _imports(spec: ProblemSpec) -> str:
@@ -110,7 +116,9 @@ def reference_file(spec: ProblemSpec) -> str:
 
 
 def solution_file(spec: ProblemSpec, kernel: Kernel) -> str:
-    n = spec.name
+    """The `ModelNew` file; its identifiers are `spec.answer_name` + `_source`, `_cpp_source`, `_ext`
+    (the kernel's own are `kernel`'s: `_kernel`, `_cuda`, ...)."""
+    n = spec.answer_name
     params = ", ".join(f"{p}: torch.Tensor" for p in spec.params)
     call = ", ".join([*kernel.args, *spec.extra_args])
     init_params = "".join(f", {a}: {t}" for a, t, _ in spec.init_args)

@@ -6,7 +6,10 @@ non-protected compositions, chosen by a hash of the key (stable across seeds, Py
 and machines), then moves back to training any held-out composition that uses a part (op,
 reduction, dim position) that no training composition uses — so every held-out problem is a
 NEW COMBINATION of known parts, not an unknown op. Protected compositions (single ops and the
-bundled examples' `relu` and row-wise `softmax`) are always trained on.
+bundled examples' `relu` and row-wise `softmax`) are always trained on. Compositions whose
+answers are byte-identical (`answer_class`: they differ only by ops that compile to the same
+CUDA line, `hardtanh` and `clamp1p0`; with generic names, `families.NAMINGS`, nothing else tells
+their answers apart) are one unit: held out by the class's hash, all together.
 
 Then by answer text (`answer_signature`): a held-out problem whose answer, with the kernel's
 name, the reference's argument names, every identifier of one or two letters and every number
@@ -25,7 +28,7 @@ import hashlib
 import re
 from collections.abc import Iterable, Sequence
 
-from cudice.model.train.corpus.families import Composition
+from cudice.model.train.corpus.families import Composition, twin_parts
 
 HELDOUT_PERCENT = 20
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
@@ -56,20 +59,38 @@ def _hashed_out(key: str) -> bool:
     return _hash(key) % 100 < HELDOUT_PERCENT
 
 
+_WORD = re.compile(r"[A-Za-z0-9_]+")
+
+
+def answer_class(key: str, twins: dict[str, str] | None = None) -> str:
+    """`key` with every part that has a twin (`families.twin_parts`: the same CUDA text) replaced
+    by the group's name: compositions of one class have byte-identical answers (generic names,
+    same instance), so the split keeps a class on one side. Most classes have one member."""
+    table = twin_parts() if twins is None else twins
+    return _WORD.sub(lambda m: table.get(m.group(0), m.group(0)), key)
+
+
 def split_compositions(compositions: Sequence[Composition]) -> tuple[list[Composition], list[Composition]]:
-    """(train, held_out) for one family's compositions; every held-out part also occurs in training."""
-    held_keys = {c.key for c in compositions if not c.protected and _hashed_out(c.key)}
-    known = _parts(c for c in compositions if c.key not in held_keys)
-    held_keys = {k for k in held_keys if key_parts(k) <= known}
-    if not held_keys:  # a small family: hold out its eligible composition with the smallest hash
-        eligible = sorted((c for c in compositions if not c.protected), key=lambda c: _hash(c.key))
-        for c in eligible:
-            rest = [o for o in compositions if o is not c]
-            if key_parts(c.key) <= _parts(rest):
-                return rest, [c]
+    """(train, held_out) for one family's compositions; every held-out part also occurs in training,
+    and compositions of one `answer_class` are on the same side (held out by the class's hash,
+    never when one of them is protected)."""
+    twins = twin_parts()
+    cls = {c.key: answer_class(c.key, twins) for c in compositions}
+    members: dict[str, list[Composition]] = {}
+    for c in compositions:
+        members.setdefault(cls[c.key], []).append(c)
+    protected = {cls[c.key] for c in compositions if c.protected}
+    held = {k for k in members if k not in protected and _hashed_out(k)}
+    known = _parts(c for c in compositions if cls[c.key] not in held)
+    held = {k for k in held if all(key_parts(c.key) <= known for c in members[k])}
+    if not held:  # a small family: hold out its eligible class with the smallest hash
+        for k in sorted((k for k in members if k not in protected), key=lambda k: (_hash(k), k)):
+            rest = [o for o in compositions if cls[o.key] != k]
+            if all(key_parts(c.key) <= _parts(rest) for c in members[k]):
+                return rest, members[k]
     return (
-        [c for c in compositions if c.key not in held_keys],
-        [c for c in compositions if c.key in held_keys],
+        [c for c in compositions if cls[c.key] not in held],
+        [c for c in compositions if cls[c.key] in held],
     )
 
 
