@@ -166,7 +166,7 @@ def build_module(
         )
     t0 = time.perf_counter()
     try:
-        tc = probe_toolchain(config.cache_dir, config.arch_list_env)
+        tc = probe_toolchain(config.cache_dir, config.arch_list_env, cancel=cancel)
     except ToolchainError as exc:
         diag = Diagnostic(
             Severity.ERROR, str(exc), "compile.toolchain", Stage.COMPILE, _call_location(module, path)
@@ -370,16 +370,15 @@ def prepare_error_lists(
     every later one does. For a long-lived process (the editor's verify worker) to call while it
     waits: the toolchain probe (cached), then a few compiler preprocessor runs and a scan, cached in
     the build cache; failures are left to the build that needs the lists. `cancel` set stops it:
-    the preprocessor runs (nvcc and its children) are killed as a group, nothing half-done is
-    cached, and the call returns False soon after (a scan under way ends its pass first; the
-    toolchain probe, a Python process run once per cache, is waited for). True when it ran to the
-    end."""
+    the toolchain probe and the preprocessor runs (nvcc and its children) are killed as a group,
+    nothing half-done is cached, and the call returns False soon after (a scan under way ends its
+    pass first). True when it ran to the end."""
 
     def cancelled() -> bool:
         return cancel is not None and cancel.is_set()
 
     with contextlib.suppress(ToolchainError, OSError):
-        tc = probe_toolchain(config.cache_dir, config.arch_list_env)
+        tc = probe_toolchain(config.cache_dir, config.arch_list_env, cancel=cancel)
         if cancelled():
             return False
         overlay = ensure_overlay(config.cache_dir, tc.cflags)

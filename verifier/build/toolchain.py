@@ -17,11 +17,13 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
 import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from cudice.verifier.process import CancelToken
 
 PROBE_NAME = "cudice_probe_ext"
 _PROBE = r"""
@@ -102,9 +104,17 @@ def cuda_home() -> str:
 
 
 def probe_toolchain(
-    cache_dir: Path, arch_list: str, python: str | None = None, timeout_s: float = 180.0
+    cache_dir: Path,
+    arch_list: str,
+    python: str | None = None,
+    timeout_s: float = 180.0,
+    cancel: CancelToken | None = None,
 ) -> Toolchain:
-    """torch's extension flags for this machine (cached in `cache_dir` per python + arch list)."""
+    """torch's extension flags for this machine (cached in `cache_dir` per python + arch list).
+
+    The probe (a Python child that imports torch, seconds) runs through `objects.run_process`: it
+    dies with the calling thread, and with its family on `cancel` (a ToolchainError then, nothing
+    cached)."""
     python = python or sys.executable
     home = cuda_home()
     key = hashlib.sha256(f"{python}\0{arch_list}\0{home}\0{_torch_stamp()}".encode()).hexdigest()[:16]
@@ -118,22 +128,26 @@ def probe_toolchain(
     if not Path(nvcc).exists():
         raise ToolchainError(f"nvcc not found at {nvcc}: install the CUDA toolkit or set CUDA_HOME.")
     env = {**os.environ, "TORCH_CUDA_ARCH_LIST": arch_list, "CUDA_HOME": home}
+    from cudice.verifier.build.objects import run_process
+
     try:
-        proc = subprocess.run(
-            [python, "-c", _PROBE, home, PROBE_NAME],
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-            env=env,
+        rc, out, cancelled, timed_out = run_process(
+            [python, "-c", _PROBE, home, PROBE_NAME], timeout_s, cancel, env=env
         )
-    except (OSError, subprocess.TimeoutExpired) as exc:
+    except OSError as exc:
         raise ToolchainError(f"Probing torch's extension flags failed: {exc}") from exc
-    if proc.returncode != 0:
-        tail = proc.stderr.strip().splitlines()[-1:] or ["(no output)"]
+    if cancelled or timed_out:
+        raise ToolchainError(
+            "Probing torch's extension flags was cancelled"
+            if cancelled
+            else f"Probing torch's extension flags took over {timeout_s:.0f} s (a busy machine?); try again"
+        )
+    info = _probe_record(out)  # stdout and stderr are merged: the record is the last JSON line
+    if rc != 0 or info is None:
+        tail = out.strip().splitlines()[-1:] or ["(no output)"]
         raise ToolchainError(
             f"Probing torch's extension flags failed ({tail[0]}); is torch installed for {python}?"
         )
-    info = json.loads(proc.stdout.strip().splitlines()[-1])
     v = info["vars"]
     tc = Toolchain(
         python,
@@ -152,6 +166,18 @@ def probe_toolchain(
     tmp.write_text(json.dumps(_asdict(tc)))
     tmp.replace(cache)
     return tc
+
+
+def _probe_record(output: str) -> dict[str, Any] | None:
+    """The probe's record: the last output line that is a JSON object with "vars" and "torch"."""
+    for line in reversed(output.strip().splitlines()):
+        try:
+            info = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(info, dict) and isinstance(info.get("vars"), dict) and "torch" in info:
+            return info
+    return None
 
 
 def _asdict(tc: Toolchain) -> dict[str, str]:
