@@ -7,9 +7,12 @@
    file, unless the file holds its own `Model` + `get_inputs`), watch it, and key the result by
    the candidate's text, the reference's resolved path and text, and the settings.
 3. A cached result for the same key is shown at once (unless the user asked to re-verify).
-4. Otherwise run the full verification in a worker, and the quick check (warm clangd) beside it:
-   static and fast compile findings are published first, then the build's, then the final
-   result; a newer save of the same document supersedes (kills) this run.
+4. Otherwise run the static checks once, here (`static_stage`, in a thread), and hand their
+   result to the full verification in a worker and to the quick check (warm clangd) beside it,
+   which take it instead of running the checks again (each checks that it was computed for the
+   text, path, reference file and strictness it verifies, and runs them itself otherwise): static
+   and fast compile findings are published first, then the build's, then the final result; a
+   newer save of the same document supersedes (kills) this run.
 5. Publish versioned diagnostics, store the result, refresh code lenses, send `cudice/status`.
    A result computed for text the editor no longer has is never published or shown (its lines
    would have moved): it is only cached. Results for the current text go out with the current
@@ -25,11 +28,12 @@ told why no speedup is shown. Not covered: verifying unsaved buffer text of the 
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cudice.server.core import CudiceServer
 from cudice.server.document_state import (
@@ -50,6 +54,9 @@ from cudice.verifier.source.document import Document
 from cudice.verifier.source.result import Stage, Verdict, VerifyResult
 from lsprotocol import types as lsp
 from pygls.uris import to_fs_path
+
+if TYPE_CHECKING:
+    from cudice.verifier.api import StaticResult
 
 log = logging.getLogger(__name__)
 # What runs after each stage, for the progress message: a build takes minutes on a small CPU, and
@@ -237,7 +244,7 @@ async def verify_document(ls: CudiceServer, uri: str, *, force: bool = False) ->
             state.building -= 1
 
     try:
-        return await _verify_fresh(ls, state, path, source, version, key, done_building)
+        return await _verify_fresh(ls, state, doc_model, path, source, version, key, done_building)
     finally:
         release_work(ls, "verify", uri)
         if state.running_key == key and state.building <= (1 if building[0] else 0):
@@ -248,9 +255,27 @@ async def verify_document(ls: CudiceServer, uri: str, *, force: bool = False) ->
         ls.refresh_lenses()
 
 
+async def static_stage(doc: Document, config: VerifyConfig) -> StaticResult | None:
+    """The static stage of a saved text (`api.static_checks`), run once here for both workers of the
+    save, in a thread (~10 ms; the first save also imports the checks). None when it failed or the
+    reference changed meanwhile: each worker then runs the checks itself, as it would without it."""
+
+    def run() -> StaticResult | None:
+        from cudice.verifier.api import static_checks
+
+        return static_checks(doc, config)
+
+    try:
+        return await asyncio.to_thread(run)
+    except Exception:
+        log.exception("static checks of %s failed in the server; the workers run them", doc.path)
+        return None
+
+
 async def _verify_fresh(
     ls: CudiceServer,
     state: DocumentState,
+    doc: Document,
     path: str,
     source: str,
     version: int | None,
@@ -267,8 +292,15 @@ async def _verify_fresh(
         return None
     progress.report("static checks and compile", force=True)
     progress.tick()  # a build takes minutes on a small CPU: the elapsed time shows it is alive
+    config = verify_config(ls)
+    static = await static_stage(doc, config)  # once, for the quick check and the verification
+    if state.closes != num_closes or state.running_key != key:  # closed, or a newer save took over
+        progress.end("cancelled" if state.closes != num_closes else "superseded by a newer run")
+        return None
     cancel_watch = ls.spawn(_cancel_on(progress, ls, uri))
-    request = VerifyRequest(uri, path, source, version, verify_config(ls), ls.settings.verify_timeout_seconds)
+    request = VerifyRequest(
+        uri, path, source, version, config, ls.settings.verify_timeout_seconds, static=static
+    )
     # Fast findings first: the warm clangd (quick worker) answers in ~0.3 s, the full build
     # (nvcc) in tens of seconds. Once the full run has compile results they are the authority.
     shown = {"quick": False, "authoritative": False, "final": False}
@@ -303,6 +335,7 @@ async def _verify_fresh(
             source,
             timeout_s=ls.settings.verify_quick_check_timeout_seconds,
             static_policy=ls.settings.verify_strictness,
+            static=static,
         )
         if found is not None and not (shown["final"] or shown["authoritative"]):
             shown["quick"] = True

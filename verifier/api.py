@@ -18,7 +18,14 @@ The reference may be given as text (`reference_source=`) instead of a file.
 findings before the kernel has run; `cancel.is_set()` aborts the build or kills the child.
 
 `quick_check(path, source, checker)` is the fast editor path: parse + static + clangd
-diagnostics (build/quick.py), no nvcc, no GPU. This module imports neither torch nor the judge.
+diagnostics (build/quick.py), no nvcc, no GPU.
+
+Static stage once per text: `static_checks(doc, config)` runs it ahead and returns a
+`StaticResult` keyed by `static_key` (the document's path, kind and text, how it names its
+reference and that file's bytes, the strictness); `verify(..., static=)` and
+`quick_check(..., static=)` take those findings instead of running the checks when the key is that
+of their own inputs, and run them as always otherwise (the editor's server hands one result to
+both workers of a save). This module imports neither torch nor the judge.
 Whether a GPU is here is run/gpu_probe.py's answer (`gpu_available`, re-exported for the CLIs).
 Not covered: multi-GPU placement (pool.py picks the device through CUDA_VISIBLE_DEVICES).
 """
@@ -28,9 +35,12 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime as _dt
+import hashlib
+import json
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
@@ -63,6 +73,107 @@ def run_static_checks(doc: Document, config: VerifyConfig) -> list[Diagnostic]:
     from cudice.verifier.static.checks import check_document
 
     return list(check_document(doc, config))
+
+
+# What the static checks read, besides the document: the strictness, and the text of the reference
+# file the candidate names (`static/checks.py`, whether the reference computes in half precision).
+STATIC_CONFIG_FIELDS = ("static_policy",)
+_STATIC_KEY_FORMAT = 1  # bump when the key or the wire form below changes meaning
+
+
+@dataclass(frozen=True, slots=True)
+class StaticResult:
+    """The static stage's findings, computed once (`static_checks`) and handed to `verify` and
+    `quick_check` of the same save, which use them only when `key` is `static_key` of their own
+    inputs (and run the checks themselves otherwise). `to_dict`/`from_dict` carry every field of
+    the findings, so a worker's copy equals the original."""
+
+    key: str
+    diagnostics: tuple[Diagnostic, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"key": self.key, "diagnostics": [_diag_to_wire(d) for d in self.diagnostics]}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> StaticResult:
+        """Raises KeyError, TypeError or ValueError for a malformed record."""
+        key = data["key"]
+        if not isinstance(key, str):
+            raise TypeError("static result key must be a string")
+        return cls(key, tuple(_diag_from_wire(d) for d in data["diagnostics"]))
+
+
+def _diag_to_wire(d: Diagnostic) -> dict[str, Any]:
+    return {
+        "severity": d.severity.value,
+        "message": d.message,
+        "code": d.code,
+        "stage": d.stage.value,
+        "location": dataclasses.asdict(d.location) if d.location is not None else None,
+        "related": [[dataclasses.asdict(loc), msg] for loc, msg in d.related],
+    }
+
+
+def _diag_from_wire(w: dict[str, Any]) -> Diagnostic:
+    loc = w["location"]
+    return Diagnostic(
+        Severity(w["severity"]),
+        str(w["message"]),
+        str(w["code"]),
+        Stage(w["stage"]),
+        Location(**loc) if loc is not None else None,
+        tuple((Location(**r), str(m)) for r, m in w["related"]),
+    )
+
+
+def static_key(doc: Document, config: VerifyConfig) -> str:
+    """sha256 of everything the static checks of `doc` read: its path, kind and text, how it names
+    its reference, that reference file's bytes as they are on disk now, and `STATIC_CONFIG_FIELDS`
+    of `config`. Parse problems are not part of it (the checks do not read them)."""
+    from cudice.verifier.source.reference import reference_path
+
+    return _static_key(doc, config, reference_path(doc))
+
+
+def _static_key(doc: Document, config: VerifyConfig, ref: Path | None) -> str:
+    """`static_key` with the reference's path resolved already (`reference_path(doc)`)."""
+    digest: str | None = None
+    if ref is not None:
+        try:
+            digest = hashlib.sha256(ref.read_bytes()).hexdigest()
+        except OSError:
+            digest = None
+    payload = [
+        _STATIC_KEY_FORMAT,
+        doc.path,
+        doc.kind,
+        doc.text,
+        doc.reference.origin,
+        doc.reference.path,
+        str(ref) if ref is not None else None,
+        digest,
+        {name: getattr(config, name) for name in STATIC_CONFIG_FIELDS},
+    ]
+    text = json.dumps(payload, sort_keys=True, ensure_ascii=True, default=str)
+    return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def static_checks(doc: Document, config: VerifyConfig) -> StaticResult | None:
+    """Run the static stage of `doc` once, for `verify`/`quick_check` of the same inputs to reuse
+    (`static=`); None when the reference file changed while the checks ran (no key fits them)."""
+    from cudice.verifier.source.reference import reference_path
+
+    ref = reference_path(doc)
+    key = _static_key(doc, config, ref)
+    found = run_static_checks(doc, config)
+    return StaticResult(key, tuple(found)) if _static_key(doc, config, ref) == key else None
+
+
+def _static_findings(doc: Document, config: VerifyConfig, static: StaticResult | None) -> list[Diagnostic]:
+    """`static`'s findings when they were computed for these very inputs, else the checks' own."""
+    if static is not None and static.key == static_key(doc, config):
+        return list(static.diagnostics)
+    return run_static_checks(doc, config)
 
 
 class _Run:
@@ -148,6 +259,7 @@ def verify(
     run_child: RunChild | None = None,
     gpu: bool | None = None,
     warm_judge: bool = False,
+    static: StaticResult | None = None,
 ) -> VerifyResult:
     """Verify the candidate at `path` (or its unsaved text `source`). Never raises for bad input.
 
@@ -164,11 +276,14 @@ def verify(
     processes as the build starts, so their start-up (torch, CUDA contexts, the profiler: seconds
     each) overlaps the build instead of following it (`cudice verify`; the pool and the editor
     keep judges warm ahead of the job instead). It is killed when the verification ends early.
+    `static` is the static stage's result computed beforehand (`static_checks`, e.g. by the
+    editor's server for both of a save's workers): used when its key fits this verification's
+    inputs, else the checks run here as always.
     """
     early = _EarlyJudge() if warm_judge and run_child is None else None
     try:
         return _verify(
-            path, source, reference, reference_source, config, on_stage, cancel, run_child, gpu, early
+            path, source, reference, reference_source, config, on_stage, cancel, run_child, gpu, early, static
         )
     finally:
         if early is not None:
@@ -186,6 +301,7 @@ def _verify(
     run_child: RunChild | None,
     gpu: bool | None,
     early: _EarlyJudge | None,
+    static: StaticResult | None = None,
 ) -> VerifyResult:
     config = config or VerifyConfig()
     ref_arg = str(reference) if reference is not None else None
@@ -210,7 +326,7 @@ def _verify(
     run.lap("parse")
     run.report(Verdict.CHECKED)
     # 2. static
-    if not _static_stage(run, doc, config):
+    if not _static_stage(run, doc, config, static):
         return _static_violation_end(run, doc, config, cancel)
     run.report(Verdict.CHECKED)
     # 3. compile
@@ -378,10 +494,11 @@ def _compile_only_end(
     )
 
 
-def _static_stage(run: _Run, doc: Document, config: VerifyConfig) -> bool:
-    """Run the static checks into `run`; False when one of them is an error (a violation)."""
+def _static_stage(run: _Run, doc: Document, config: VerifyConfig, static: StaticResult | None) -> bool:
+    """Run the static checks into `run` (or take `static`'s, when computed for these inputs); False
+    when one of them is an error (a violation)."""
     run.stage = Stage.STATIC
-    found = run_static_checks(doc, config)
+    found = _static_findings(doc, config, static)
     run.diags += found
     run.lap("static")
     return not _has_error(found)
@@ -557,12 +674,14 @@ def quick_check(
     *,
     config: VerifyConfig | None = None,
     timeout_s: float = 120.0,
+    static: StaticResult | None = None,
 ) -> VerifyResult:
     """Parse + static + fast compile diagnostics (clangd), in seconds; no nvcc, no GPU.
 
     Pass the language server's long-lived `checker` (warmed at start) for ~0.3 s answers;
     without one a temporary clangd is started and closed (it parses the torch headers: ~10–25 s).
-    Verdict: `checked` when nothing was found, else the failing stage's verdict.
+    Verdict: `checked` when nothing was found, else the failing stage's verdict. `static`: as for
+    `verify` (used only when computed for these inputs).
     """
     config = config or VerifyConfig()
     doc = _reference_optional(parse_document(source, str(path)))
@@ -572,7 +691,7 @@ def quick_check(
     if doc.kind == "python" and doc.reference.origin == "none":  # the compile diagnostics need none
         run.diags += as_warnings(resolve_reference(doc).diagnostics)  # no file read: how to give one
     run.lap("parse")
-    violation = not _static_stage(run, doc, config)
+    violation = not _static_stage(run, doc, config, static)
     run.stage = Stage.COMPILE
     if doc.kind == "cu":  # device-only code: NVRTC is the fast path (no torch headers to parse)
         from cudice.verifier.build.nvrtc_check import NvrtcUnavailable, nvrtc_check

@@ -4,7 +4,9 @@ Framing, in both directions: one JSON object per line (UTF-8, `\\n`-terminated, 
 `STREAM_LIMIT` bytes: one event may carry a whole generated file). A line that is not a JSON
 object is logged and skipped, never fatal.
 - server → child, on the child's stdin: requests (each pair's fields are listed in its child
-  module: `quick_child.py`, `verify_child.py`, `model_child.py`).
+  module: `quick_child.py`, `verify_child.py`, `model_child.py`). A quick or verify request may
+  carry the static stage's result the server computed for the save (`STATIC_FIELD`,
+  `handed_static`): plain data, used by the verifier only for the inputs it was computed for.
 - child → server, on the child's original stdout: events `{"event": <name>, ...}`. The first is
   always `{"event": "started", "pid"}`; a request that fails gets `{"event": "error", "id",
   "message"}`, the message saying what went wrong.
@@ -81,6 +83,25 @@ def requests(lines: Iterable[str], who: str) -> Iterator[dict[str, Any]]:
             print(f"{who}: ignoring a line that is not a JSON object: {line[:80]!r}", file=sys.stderr)
             continue
         yield message
+
+
+STATIC_FIELD = "static"  # a quick or verify request's static-stage result (`api.StaticResult.to_dict`)
+
+
+def handed_static(api: Any, request: dict[str, Any]) -> Any:
+    """The static result a quick or verify request carries (`STATIC_FIELD`), read by the verifier
+    module `api`; None when the request has none, the module takes none (a scripted verifier
+    without `StaticResult`), or the record is unreadable (said on stderr). The verifier uses it only
+    when it was computed for the inputs it verifies, so a None costs only the checks' run."""
+    record = request.get(STATIC_FIELD)
+    reader = getattr(api, "StaticResult", None)
+    if record is None or reader is None:
+        return None
+    try:
+        return reader.from_dict(record)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        print(f"unreadable static result in the request, ignored: {exc!r}", file=sys.stderr)
+        return None
 
 
 class ChildProcess:

@@ -11,6 +11,9 @@ How long a check may take adapts to what the worker is doing (it reports its CPU
 - past that bound the server stops waiting, but kills the worker only if it made no progress
   (no CPU used) for `stall_s` (60 s): a worker still building its preamble is kept, and the next
   check profits from it. A worker stalled that long is killed at once, bound or not.
+The server hands each check the static stage's result it computed for the save (`static`,
+server/verification.py), so the worker runs clangd and no static checks of its own when that
+result fits the text, reference and strictness it checks.
 Not covered: cancelling a check in flight (they take ~0.3 s once warm; a stale answer is dropped
 by the caller, which compares document versions).
 """
@@ -21,15 +24,30 @@ import asyncio
 import itertools
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from cudice.server.workers.protocol import ChildProcess
+from cudice.server.workers.protocol import STATIC_FIELD, ChildProcess
 from cudice.verifier.source.result import VerifyResult
+
+if TYPE_CHECKING:
+    from cudice.verifier.api import StaticResult
 
 log = logging.getLogger(__name__)
 
 
 MIN_PROGRESS_CPU_S = 0.05  # CPU seconds between heartbeats that count as progress
+
+
+def quick_request(
+    job_id: str, path: str, source: str, static_policy: str | None, static: StaticResult | None
+) -> dict[str, Any]:
+    """The request sent to the quick worker (quick_child.py lists its fields)."""
+    request: dict[str, Any] = {"id": job_id, "path": path, "source": source}
+    if static_policy is not None:
+        request["static_policy"] = static_policy
+    if static is not None:
+        request[STATIC_FIELD] = static.to_dict()
+    return request
 
 
 class QuickChecks:
@@ -92,10 +110,18 @@ class QuickChecks:
                 fut.set_result({"event": "error", "message": "quick-check worker exited"})
 
     async def check(
-        self, path: str, source: str, *, timeout_s: float | None = None, static_policy: str | None = None
+        self,
+        path: str,
+        source: str,
+        *,
+        timeout_s: float | None = None,
+        static_policy: str | None = None,
+        static: StaticResult | None = None,
     ) -> VerifyResult | None:
         """The quick result, or None (see the module docstring). `timeout_s` overrides the warm bound;
-        `static_policy` is the strictness the static checks use (the verifier's default when None)."""
+        `static_policy` is the strictness the static checks use (the verifier's default when None);
+        `static` the static stage's result computed for this save (the worker then runs no checks
+        when it fits the text, reference and policy checked)."""
         async with self._lock:
             try:
                 await self.start()
@@ -107,9 +133,7 @@ class QuickChecks:
             fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
             self._waiters[job_id] = fut
             try:
-                request: dict[str, Any] = {"id": job_id, "path": path, "source": source}
-                if static_policy is not None:
-                    request["static_policy"] = static_policy
+                request = quick_request(job_id, path, source, static_policy, static)
                 if not await self._proc.send(request):
                     return None
                 event = await self._wait(fut, path, timeout_s if timeout_s is not None else self.timeout_s)

@@ -6,7 +6,9 @@
 server's lifetime: it warms it at start, then answers requests one at a time.
 
 Requests (stdin, JSON lines): {"id", "path", "source"} and optionally "static_policy" (the user's
-`cudice.verify.strictness`, so the first findings are those the verdict will carry). Events
+`cudice.verify.strictness`, so the first findings are those the verdict will carry) and "static"
+(the static stage's result the server computed for this save, `protocol.handed_static`: the
+checks are not run again when it was computed for this text, reference and policy). Events
 (stdout): {"event": "started"}, {"event": "result", "id", "result": VerifyResult} |
 {"event": "error", "id", "message"}, and
 while a check runs, every `CUDICE_QUICK_HEARTBEAT_S` (2 s) {"event": "progress", "id", "cpu_s"}:
@@ -29,7 +31,7 @@ from typing import Any
 
 from cudice.server.workers import child
 from cudice.server.workers.procs import group_cpu_seconds
-from cudice.server.workers.protocol import EventStream, requests
+from cudice.server.workers.protocol import EventStream, handed_static, requests
 
 
 def _heartbeat(stream: EventStream, busy: list[Any], interval_s: float) -> None:
@@ -48,14 +50,17 @@ def _heartbeat(stream: EventStream, busy: list[Any], interval_s: float) -> None:
 
 def answer(api: Any, req: dict[str, Any], checker: Any) -> Any:
     """The quick result for one request: `api.quick_check` under the request's static policy (the
-    verifier's default when it names none)."""
+    verifier's default when it names none), with the static result the request carries, if any."""
+    kw: dict[str, Any] = {}
     policy = req.get("static_policy")
-    if policy is None:
-        return api.quick_check(str(req["path"]), str(req["source"]), checker)
-    from cudice.verifier.config import VerifyConfig
+    if policy is not None:
+        from cudice.verifier.config import VerifyConfig
 
-    config = VerifyConfig(static_policy=str(policy))
-    return api.quick_check(str(req["path"]), str(req["source"]), checker, config=config)
+        kw["config"] = VerifyConfig(static_policy=str(policy))
+    static = handed_static(api, req)
+    if static is not None:
+        kw["static"] = static
+    return api.quick_check(str(req["path"]), str(req["source"]), checker, **kw)
 
 
 def main() -> None:

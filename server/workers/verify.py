@@ -8,6 +8,11 @@ and the older call returns None. A run past its timeout is killed the same way a
 `timeout`; a worker that dies without a result is reported as `crash` with the tail of its
 stderr.
 
+Static stage once per save: a request may carry the static result the server computed for the
+saved text (`VerifyRequest.static`, server/verification.py; the quick check gets the same one);
+the worker's verifier takes it instead of running the checks when its key is that of the inputs
+it verifies (text, path, reference file, strictness), and runs them as before otherwise.
+
 Warm spare (`spare()` true: the server passes "a GPU is here"): one worker is started ahead of
 the next run with `CUDICE_VERIFY_WARM=1`, so its judge and runner processes (torch, CUDA contexts:
 seconds) are up when the user saves (verify_child.py). A run takes it and starts the next; a
@@ -50,11 +55,15 @@ import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
-from cudice.server.workers.protocol import ChildProcess
+from cudice.server.workers.protocol import STATIC_FIELD, ChildProcess
 from cudice.server.workers.verify_child import PREPARE_FIRST_ERROR, WARM_ENV
 from cudice.verifier.config import VerifyConfig
 from cudice.verifier.source.result import Stage, Verdict, VerifyResult
+
+if TYPE_CHECKING:
+    from cudice.verifier.api import StaticResult
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +80,15 @@ class VerifyRequest:
     version: int | None
     config: VerifyConfig = field(default_factory=VerifyConfig)
     timeout_s: float = 300.0
+    static: StaticResult | None = None  # the static stage's result computed for this save, if any
+
+    def message(self) -> dict[str, Any]:
+        """What the worker reads on its stdin (verify_child.py lists the fields): the settings as the
+        fields that differ from the worker's own defaults (its cache), and the static result."""
+        found: dict[str, Any] = {"path": self.path, "source": self.source, "config": self.config.overrides()}
+        if self.static is not None:
+            found[STATIC_FIELD] = self.static.to_dict()
+        return found
 
 
 @dataclass(slots=True)
@@ -336,8 +354,7 @@ class VerifyJobs:
             if not started:
                 await proc.start()
             await self.prestart()  # the next save's worker warms up while this one runs
-            config = request.config.overrides()  # the worker's own defaults for the rest (its cache)
-            await proc.send({"path": request.path, "source": request.source, "config": config})
+            await proc.send(request.message())
             limit = request.timeout_s + self.timeout_margin_s
             try:
                 final = await asyncio.wait_for(self._follow(proc, on_partial, on_stage), limit)

@@ -2,7 +2,10 @@
 
 Reads one JSON request on stdin: {"path", "source", "config": {VerifyConfig fields}} (the fields
 that differ from the defaults, `VerifyConfig.overrides`; a key that is no field ends the run with
-a `crash` record naming it and the valid ones, `VerifyConfig.from_dict`). Writes JSON
+a `crash` record naming it and the valid ones, `VerifyConfig.from_dict`), and optionally "static":
+the static stage's result the server computed for this save (`protocol.handed_static`), which the
+verifier takes instead of running the checks again when its key is that of the inputs verified
+here (text, path, reference file, strictness), and ignores otherwise. Writes JSON
 lines on stdout (framing: `protocol.py`), after {"event": "started", "pid"}:
   {"event": "stage", "stage"}                    when the verifier names the stage it starts
   {"event": "partial", "result": VerifyResult}  after each finished stage (static, compile, ...)
@@ -45,7 +48,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from cudice.server.workers import child
-from cudice.server.workers.protocol import EventStream, requests
+from cudice.server.workers.protocol import EventStream, handed_static, requests
 from cudice.verifier.config import VerifyConfig
 from cudice.verifier.source.result import Stage, Verdict, VerifyResult
 
@@ -80,7 +83,10 @@ def run(request: dict[str, Any], stream: EventStream, runner: Any = None) -> Non
         else:
             stream.emit("stage", stage=str(getattr(partial, "value", partial)))
 
-    extra = {"run_child": runner} if runner is not None else {}
+    extra: dict[str, Any] = {"run_child": runner} if runner is not None else {}
+    static = handed_static(api, request)
+    if static is not None:
+        extra["static"] = static
     final = api.verify(path, source=source, config=config, on_stage=on_stage, **extra)
     stream.emit("final", result=final.to_dict())
 

@@ -1,9 +1,10 @@
 """One `DocumentState` per document, parsed once per text; what one save costs in parses and checks.
 
 The server runs in-process (plain client capabilities). Its quick-check and verification workers
-are stand-ins that run the workers' own entry points in this process (`api.quick_check` as
-quick_child.py calls it, `verify_child.run` with the real verifier, stopped after its static stage
-so no compiler runs), so the counts below are those of the server and both workers together.
+are stand-ins that run the workers' own entry points in this process (`quick_child.answer`,
+`verify_child.run` with the real verifier, stopped after its static stage
+so no compiler runs; both get their requests as the real workers do, through JSON), so the counts
+below are those of the server and both workers together.
 
 Not covered: the build and run stages (they parse nothing of the candidate's Python).
 """
@@ -11,6 +12,7 @@ Not covered: the build and run stages (they parse nothing of the candidate's Pyt
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
 from collections import Counter
 from pathlib import Path
@@ -21,7 +23,8 @@ from cudice.server.app import create_server
 from cudice.server.core import CudiceServer
 from cudice.server.document_state import DocumentState
 from cudice.server.verification import verify_document
-from cudice.server.workers import verify_child
+from cudice.server.workers import quick_child, verify_child
+from cudice.server.workers.quick import quick_request
 from cudice.server.workers.verify import VerifyRequest
 from cudice.verifier import api
 from cudice.verifier.config import VerifyConfig
@@ -54,7 +57,7 @@ class _InProcessJobs:
     async def run(self, request: VerifyRequest, **_: Any) -> VerifyResult:
         self.requests.append(request)
         await asyncio.sleep(0)  # the quick check, started beside this run, answers first
-        wire = {"path": request.path, "source": request.source, "config": request.config.overrides()}
+        wire = json.loads(json.dumps(request.message()))  # what the worker reads on its stdin
         try:
             verify_child.run(wire, _Stream())  # type: ignore[arg-type]
         except _StopAfterStatic:
@@ -73,8 +76,13 @@ class _NoClangd:
 
 
 class _InProcessQuick:
-    async def check(self, path: str, source: str, **_: Any) -> VerifyResult | None:
-        return api.quick_check(path, source, _NoClangd())  # type: ignore[arg-type]
+    """`QuickChecks` whose worker is `quick_child.answer` in this process, as the child runs it."""
+
+    async def check(
+        self, path: str, source: str, *, static_policy: str | None = None, static: Any = None, **_: Any
+    ) -> VerifyResult | None:
+        wire = json.loads(json.dumps(quick_request("1", path, source, static_policy, static)))
+        return quick_child.answer(api, wire, _NoClangd())  # type: ignore[no-any-return]
 
 
 def _server(tmp_path: Path) -> tuple[CudiceServer, _InProcessJobs]:
@@ -125,7 +133,7 @@ def counts(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
     return found
 
 
-async def test_one_save_parses_each_text_once_per_process_and_checks_it_once_per_worker(
+async def test_one_save_parses_each_text_once_per_process_and_runs_the_static_checks_once(
     tmp_path: Path, counts: Counter[str]
 ) -> None:
     ls, jobs = _server(tmp_path)
@@ -137,10 +145,11 @@ async def test_one_save_parses_each_text_once_per_process_and_checks_it_once_per
 
     result = await verify_document(ls, uri)  # one save
     assert result is not None and len(jobs.requests) == 1
-    # the server parses nothing again; each worker process parses the candidate once and runs the
-    # static checks once (the quick worker for its fast answer, the verify worker for the verdict);
-    # the verify worker parses and resolves the reference
-    assert counts == Counter({"parse relu_cuda.py": 2, "static": 2, "parse relu.py": 1, "reference": 1}), (
+    # the server parses nothing again and runs the static checks once, for both workers; each worker
+    # process parses the candidate once and takes that static result (its key names the reference's
+    # path: the server and each worker resolve it once for that); the verify worker parses and
+    # resolves the reference
+    assert counts == Counter({"parse relu_cuda.py": 2, "static": 1, "parse relu.py": 1, "reference": 4}), (
         counts
     )
 
