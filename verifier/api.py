@@ -18,14 +18,16 @@ The reference may be given as text (`reference_source=`) instead of a file.
 findings before the kernel has run; `cancel.is_set()` aborts the build or kills the child.
 
 `quick_check(path, source, checker)` is the fast editor path: parse + static + clangd
-diagnostics (build/quick.py), no nvcc, no GPU.
+diagnostics (build/quick.py), no nvcc, no GPU. This module imports neither torch nor the judge.
 
 Static stage once per text: `static_checks(doc, config)` runs it ahead and returns a
 `StaticResult` keyed by `static_key` (the document's path, kind and text, how it names its
 reference and that file's bytes, the strictness); `verify(..., static=)` and
 `quick_check(..., static=)` take those findings instead of running the checks when the key is that
 of their own inputs, and run them as always otherwise (the editor's server hands one result to
-both workers of a save). This module imports neither torch nor the judge.
+both workers of a save). The key also holds a digest of the checks' and the parser's source
+files as this process first read them, so a worker of a newer install never takes the findings
+of a server still running older code.
 Whether a GPU is here is run/gpu_probe.py's answer (`gpu_available`, re-exported for the CLIs).
 Not covered: multi-GPU placement (pool.py picks the device through CUDA_VISIBLE_DEVICES).
 """
@@ -35,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime as _dt
+import functools
 import hashlib
 import json
 import threading
@@ -129,10 +132,24 @@ def _diag_from_wire(w: dict[str, Any]) -> Diagnostic:
 def static_key(doc: Document, config: VerifyConfig) -> str:
     """sha256 of everything the static checks of `doc` read: its path, kind and text, how it names
     its reference, that reference file's bytes as they are on disk now, and `STATIC_CONFIG_FIELDS`
-    of `config`. Parse problems are not part of it (the checks do not read them)."""
+    of `config`; and of the checks' code (`_checks_digest`). Parse problems are not part of it (the
+    checks do not read them)."""
     from cudice.verifier.source.reference import reference_path
 
     return _static_key(doc, config, reference_path(doc))
+
+
+@functools.cache
+def _checks_digest() -> str:
+    """sha256 of the static checks' and the parser's source files (verifier/static, verifier/source,
+    config.py), read once per process: what code computed a static result."""
+    root = Path(__file__).resolve().parent
+    found = hashlib.sha256()
+    for path in sorted([*root.glob("static/*.py"), *root.glob("source/*.py"), root / "config.py"]):
+        found.update(path.name.encode() + b"\0")
+        with contextlib.suppress(OSError):
+            found.update(path.read_bytes())
+    return found.hexdigest()
 
 
 def _static_key(doc: Document, config: VerifyConfig, ref: Path | None) -> str:
@@ -145,6 +162,7 @@ def _static_key(doc: Document, config: VerifyConfig, ref: Path | None) -> str:
             digest = None
     payload = [
         _STATIC_KEY_FORMAT,
+        _checks_digest(),
         doc.path,
         doc.kind,
         doc.text,

@@ -10,7 +10,8 @@
    with their requests through JSON as on the wire): results with the handed static result equal
    those without it, for clean files, violations, both strictness levels and a raw `.cu` kernel.
 3. A handed result computed for other inputs (other text, strictness, path or reference file
-   text) is not used: the worker runs the checks itself and answers what a direct call answers.
+   text, or by other code of the checks) is not used: the worker runs the checks itself and
+   answers what a direct call answers.
 
 Not covered: the build and run stages (they do not read the static result); clangd's findings.
 """
@@ -270,7 +271,9 @@ def test_the_workers_answer_the_same_with_the_handed_static_result(
 # -- 3. a result for other inputs is never used ------------------------------------------------
 
 
-def test_a_static_result_of_other_inputs_is_not_used(tmp_path: Path, server_static_runs: list[str]) -> None:
+def test_a_static_result_of_other_inputs_is_not_used(
+    tmp_path: Path, server_static_runs: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     relu = _copy(tmp_path, "relu_cuda.py", "relu.py")
     text = relu.read_text()
     config = VerifyConfig()
@@ -303,6 +306,12 @@ def test_a_static_result_of_other_inputs_is_not_used(tmp_path: Path, server_stat
                 direct = _verify_worker(dataclasses.replace(request, static=None))
             assert len(server_static_runs) == 2, (what, verifier)  # the worker ran them itself
             assert got == direct, (what, verifier)
+    # a worker running other code of the checks (a newer install) does not take the server's
+    server_static_runs.clear()
+    with monkeypatch.context() as patched:
+        patched.setattr(api, "_checks_digest", lambda: "other code")
+        _quick_worker(relu, text, "default", static)
+    assert len(server_static_runs) == 1
     # the reference file changes after the server ran the checks: the key names its text
     server_static_runs.clear()
     (tmp_path / "relu.py").write_text((tmp_path / "relu.py").read_text() + "\n# x.half()\n")
