@@ -3,13 +3,22 @@
 Tests (and the servers and CLIs they start, which inherit the environment) see no bundled demo
 model unless they ask for it (`cudice.model.bundled`; tests/model/test_bundled.py unsets the
 variable), so "no model configured" stays testable and no test depends on the shipped weights.
+
+One cudice cache root for the whole run, `CUDICE_TEST_BUILD_CACHE` (set here before collection,
+when not given, to a fresh folder removed at the end): the verifier tests' session build cache
+(`tests/verifier/conftest.py`, its `build/`) and the real-backend e2e servers
+(`tests/e2e/lsp_support.py`, as their `CUDICE_CACHE_DIR`) use it, so the toolchain probe, the
+first-error lists and the examples' objects are computed once per run. Give the variable to keep
+the cache across runs. A test that needs a cold cache makes its own under `tmp_path`.
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -17,6 +26,22 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO_ROOT / "examples"
 os.environ.setdefault("CUDICE_NO_BUNDLED_MODEL", "1")
+TEST_CACHE_VAR = "CUDICE_TEST_BUILD_CACHE"
+_OWN_CACHE: list[str] = []  # the run's cache root when this process made it (removed at the end)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not os.environ.get(TEST_CACHE_VAR):
+        _OWN_CACHE.append(tempfile.mkdtemp(prefix="cudice-test-cache-"))
+        os.environ[TEST_CACHE_VAR] = _OWN_CACHE[0]
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    for made in _OWN_CACHE:
+        shutil.rmtree(made, ignore_errors=True)
+        if os.environ.get(TEST_CACHE_VAR) == made:
+            del os.environ[TEST_CACHE_VAR]
+    _OWN_CACHE.clear()
 
 
 @functools.cache

@@ -59,26 +59,14 @@ def copy_example(name: str, dest: Path) -> Path:
     return dest
 
 
-_BUILD_CACHE: list[Path] = []
-
-
 def shared_build_cache() -> Path:
-    """One verifier build cache for every real-backend e2e test of this pytest run (the pybind
-    `main.o` of the examples, ~40 s of g++ cold and minutes on a loaded box, is built once), or the
-    folder in `CUDICE_TEST_BUILD_CACHE` to keep it across runs. Objects are keyed by content and
-    flags and results by file path, so no test sees another's verdict."""
-    if not _BUILD_CACHE:
-        import atexit
-        import shutil
-        import tempfile
-
-        given = os.environ.get("CUDICE_TEST_BUILD_CACHE")
-        if given:
-            _BUILD_CACHE.append(Path(given))
-        else:
-            _BUILD_CACHE.append(Path(tempfile.mkdtemp(prefix="cudice-e2e-build-")))
-            atexit.register(shutil.rmtree, _BUILD_CACHE[0], True)
-    return _BUILD_CACHE[0]
+    """The cudice cache root (`CUDICE_CACHE_DIR`) of every real-backend e2e server of this pytest
+    run: `CUDICE_TEST_BUILD_CACHE`, which tests/conftest.py sets before collection. The verifier
+    tests' session build cache is its `build/`, so the toolchain probe, the first-error lists and
+    the examples' objects (the pybind `main.o`, ~40 s of g++ cold and minutes on a loaded box) are
+    computed once per run. Objects are keyed by content and flags and results by file path, so no
+    test sees another's verdict."""
+    return Path(os.environ["CUDICE_TEST_BUILD_CACHE"])
 
 
 class Editor:
