@@ -23,7 +23,9 @@ running). Non-candidates and edited buffers: candidacy.py.
 
 Without a GPU (or with `cudice.verify.compileOnly`) the run is compile-only and the user is
 told why no speedup is shown. Not covered: verifying unsaved buffer text of the *reference*
-(the reference is read from disk).
+(the reference is read from disk); isolating the static checks from the server process (they
+only read the text and the reference file, as the parse does; an exception in them leaves the
+run to the workers); the build of unsaved text (server/prebuild.py) runs its own static stage.
 """
 
 from __future__ import annotations
