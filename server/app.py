@@ -167,6 +167,8 @@ def create_server(
             ls.spawn(_warm_quick(ls))  # clangd's minutes-long preamble only once a candidate is open
             if ls.wants_warm_verifier():
                 ls.spawn(ls.jobs.prestart())  # on a GPU box, the first save's judge starts now
+            else:  # elsewhere the first compile error's lists, at the lowest priority, before a save
+                ls.jobs.prepare_when_idle()
 
     @server.feature(lsp.TEXT_DOCUMENT_DID_CHANGE)
     def did_change(ls: CudiceServer, params: lsp.DidChangeTextDocumentParams) -> None:

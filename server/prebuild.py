@@ -17,8 +17,9 @@ compile only (trusted compilers in the verifier's worker), never its code.
 
 Idle preparation: on every box, a pause in typing in a candidate also calls `jobs.prestart()`, which
 starts the verify workers' one-time, low-priority preparation of the first compile error's lists
-when no run or build is under way (server/workers/verify.py `prepare_when_idle`); a GPU box's open
-of a candidate does the same. Any run or build stops it.
+when no run or build is under way (server/workers/verify.py `prepare_when_idle`); opening a
+candidate does the same (server/app.py: `prestart` on a GPU box, `prepare_when_idle` elsewhere). Any
+run or build stops it.
 
 Not covered: the reference's unsaved text (read from disk, as verification does); compile errors of
 the unsaved text are not published (the quick check and the save's verification show them).

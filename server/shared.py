@@ -161,6 +161,9 @@ class SessionJobs:
     async def prestart(self) -> None:
         await self.shared.prestart()
 
+    def prepare_when_idle(self) -> None:
+        self.shared.prepare_when_idle()
+
     def cancel(self, uri: str) -> bool:
         return self.shared.cancel(self.key(uri))
 

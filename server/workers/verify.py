@@ -28,7 +28,8 @@ First compile error ahead (`prepare_when_idle`): the first slim-build error verd
 needs two lists (a macro comparison and the full torch headers' names: nvcc preprocessor runs,
 ~15 s of CPU here) that every later one reads from the cache. When no run and no build of unsaved
 text is under way (`prestart`, which the server calls when a candidate is opened on a GPU box and
-server/prebuild.py calls after a pause in typing; and the end of each run or build), and still
+server/prebuild.py calls after a pause in typing; `prepare_when_idle` itself, which it calls when a
+candidate is opened on any other box; and the end of each run or build), and still
 none `PREP_IDLE_S` later, one worker computes them at the lowest CPU priority (verify_child.py,
 `{"prepare": "first_error"}`), until it has finished once per `VerifyJobs`. A run or a build that
 starts meanwhile stops it at once: its stdin closes, it kills its preprocessors and exits, and it

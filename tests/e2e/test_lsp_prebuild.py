@@ -1,7 +1,9 @@
 """Building while editing (server/prebuild.py), through a real server and the scripted verifier:
 on a GPU box a pause in typing sends the unsaved text to a compile-only build, the save that
 follows verifies that same text in full, later edits replace the pending build, and without a GPU
-nothing is built before the save. A spare verification worker waits for the save."""
+nothing is built before the save. A spare verification worker waits for the save. Without a GPU,
+opening a candidate starts the first compile error's preparation (server/workers/verify.py
+`prepare_when_idle`) before any save."""
 
 from __future__ import annotations
 
@@ -83,3 +85,33 @@ async def test_without_a_gpu_nothing_is_built_before_the_save(
     await editor.wait_status(lambda s: s["uri"] == uri and s["lastVerdict"] == "compiled")
     calls = [(x["sha"], x["compile_only"], x["build_only"]) for x in _calls(log)]
     assert calls == [(_sha(edited), True, False)]  # the save's compile-only run, nothing before it
+
+
+PREP_VERIFIER = """
+import json, os
+from lsp_fakes.fake_verifier import quick_check, verify  # noqa: F401
+
+
+def prepare_first_error(config, cancel=None):
+    with open(os.environ["PREP_LOG"], "a") as f:
+        f.write(json.dumps({"sha": "prepare", "pid": os.getpid()}) + "\\n")
+    return True
+"""
+
+
+async def test_without_a_gpu_opening_a_candidate_prepares_the_first_error(
+    workspace: Path, editors: Editors, tmp_path: Path
+) -> None:
+    log = tmp_path / "prep.jsonl"
+    (tmp_path / "prep_verifier.py").write_text(PREP_VERIFIER)
+    env = {
+        "CUDICE_GPU": "0",
+        "CUDICE_VERIFY_MODULE": "prep_verifier",
+        "PREP_LOG": str(log),
+        "PYTHONPATH": str(tmp_path),
+    }
+    editor = await editors.start("neovim@v0.11", workspace, env=env)
+    editor.open(workspace / "relu.py")  # a reference: nothing to prepare for
+    editor.open(workspace / "relu_cuda.py")  # a candidate, not saved, not edited
+    calls = await _until(log, lambda c: len(c) >= 1)
+    assert [x["sha"] for x in calls] == ["prepare"]
