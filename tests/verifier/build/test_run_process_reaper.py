@@ -14,17 +14,7 @@ from pathlib import Path
 
 import pytest
 from cudice.verifier.build.objects import run_process
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie (exited, not yet reaped by init) is gone for our purpose
-        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] != "Z"
-    except OSError:
-        return False
+from proc_state import alive
 
 
 def _wait_for(cond, bound_s: float) -> bool:  # type: ignore[no-untyped-def]
@@ -50,10 +40,10 @@ def test_a_killed_starter_takes_the_drivers_children_with_it(tmp_path: Path) -> 
     try:
         assert _wait_for(lambda: pid_file.exists() and pid_file.read_text().strip(), 120), "no grandchild"
         grandchild = int(pid_file.read_text())
-        assert _alive(grandchild)
+        assert alive(grandchild)
         proc.kill()  # the worker is SIGKILLed: nothing of its own runs any more
         proc.wait(timeout=60)
-        assert _wait_for(lambda: not _alive(grandchild), 60), "the driver's child outlived the worker"
+        assert _wait_for(lambda: not alive(grandchild), 60), "the driver's child outlived the worker"
     finally:
         proc.kill()
         if pid_file.exists() and pid_file.read_text().strip():
@@ -87,4 +77,4 @@ def test_a_timeout_kills_the_whole_family(tmp_path: Path) -> None:
     assert timed_out and not cancelled and rc != 0
     assert time.monotonic() - t0 < 120
     grandchild = int(pid_file.read_text())
-    assert _wait_for(lambda: not _alive(grandchild), 60)
+    assert _wait_for(lambda: not alive(grandchild), 60)

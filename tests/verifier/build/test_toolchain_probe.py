@@ -5,13 +5,13 @@ probe says why. The real probe (torch imported in a child) is exercised by every
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 from pathlib import Path
 
 import pytest
 from cudice.verifier.build.toolchain import ToolchainError, probe_toolchain
+from proc_state import alive
 
 RECORD = {
     "torch": "9.9.9",
@@ -74,9 +74,9 @@ def test_a_cancel_kills_the_probe_and_caches_nothing(tmp_path: Path, cuda_home: 
     assert time.monotonic() - t0 < 150
     child = int(pid_file.read_text())
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and _alive(child):
+    while time.monotonic() < deadline and alive(child):
         time.sleep(0.05)
-    assert not _alive(child)
+    assert not alive(child)
     assert not list((tmp_path / "cache").glob("toolchain-*.json"))
 
 
@@ -84,14 +84,3 @@ def test_a_timeout_is_an_error_that_says_so(tmp_path: Path, cuda_home: Path) -> 
     python = _stand_in(tmp_path, "exec sleep 300\n")
     with pytest.raises(ToolchainError, match="took over 1 s"):
         probe_toolchain(tmp_path / "cache", "9.0", python=python, timeout_s=1.0)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] != "Z"
-    except OSError:
-        return False

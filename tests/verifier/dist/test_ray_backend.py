@@ -26,6 +26,7 @@ from cudice.verifier.config import VerifyConfig  # noqa: E402
 from cudice.verifier.dist.ray_backend import RayBackend  # noqa: E402
 from cudice.verifier.pool import VerifyPool  # noqa: E402
 from cudice.verifier.source.result import Verdict, VerifyResult  # noqa: E402
+from proc_state import alive  # noqa: E402
 from ray_stand_in import Gate, GpuProbe, raising_verify, started  # noqa: E402
 from verifier_marks import needs_nvcc  # noqa: E402
 
@@ -146,7 +147,7 @@ def test_a_killed_workers_task_finishes_on_another_worker(
         wait_for(lambda: len(started(gate)) >= 2, "two tasks at the gate")
         victim_pid, victim_stem = started(gate)[0]
         os.kill(victim_pid, signal.SIGKILL)  # the worker dies mid-task
-        wait_for(lambda: not _alive(victim_pid), f"worker {victim_pid} to die")
+        wait_for(lambda: not alive(victim_pid), f"worker {victim_pid} to die")
         (gate / "go").touch()
         results = [f.result(timeout=WAIT_S) for f in futures]
         placements = dict(backend.placements)
@@ -214,11 +215,3 @@ def test_a_compile_error_equals_the_pool_verdict(
         remote = verify_all(backend, job, timeout_s=900)
     assert local[0].verdict is Verdict.COMPILE_ERROR
     assert [comparable(r) for r in remote] == [comparable(r) for r in local]
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().split()[2]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"
