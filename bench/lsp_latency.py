@@ -40,9 +40,13 @@ REPO = Path(__file__).resolve().parent.parent
 TARGETS_MS = {"initialize": 500.0, "code_action_p95": 50.0, "hover_p95": 20.0}
 
 
-def lsp_client(statuses: list[dict[str, Any]], on_status: Callable[[], None] | None = None) -> LanguageClient:
+def lsp_client(
+    statuses: list[dict[str, Any]],
+    on_status: Callable[[], None] | None = None,
+    on_diagnostics: Callable[[lsp.PublishDiagnosticsParams], None] | None = None,
+) -> LanguageClient:
     """A client that answers what the server asks of an editor and appends each `cudice/status` to
-    `statuses` (then calls `on_status`)."""
+    `statuses` (then calls `on_status`); published diagnostics go to `on_diagnostics`, if given."""
     client = LanguageClient("cudice-bench", "0")
 
     @client.feature(lsp.WINDOW_WORK_DONE_PROGRESS_CREATE)
@@ -67,7 +71,8 @@ def lsp_client(statuses: list[dict[str, Any]], on_status: Callable[[], None] | N
 
     @client.feature(lsp.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS)
     def diagnostics(params: lsp.PublishDiagnosticsParams) -> None:
-        return None
+        if on_diagnostics is not None:
+            on_diagnostics(params)
 
     @client.feature("cudice/status")
     def status(params: Any) -> None:

@@ -38,6 +38,9 @@ from typing import Any
 from lsprotocol import types as lsp
 from pygls.lsp.client import LanguageClient
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from lsp_latency import lsp_client
+
 REPO = Path(__file__).resolve().parent.parent
 REFERENCES = {"relu_cuda.py": "relu.py", "softmax_cuda.py": "softmax.py", "relu_broken.py": "relu.py"}
 BOUND_S = 900.0  # per event; a cold build on a loaded 2-core box takes minutes
@@ -63,32 +66,18 @@ class _Events:
 
 
 def _client(events: _Events) -> LanguageClient:
-    client = LanguageClient("cudice-save-latency", "0")
+    """bench/lsp_latency.py's editor client, with each diagnostics and status arrival timed."""
+    statuses: list[dict[str, Any]] = []
 
-    @client.feature(lsp.WINDOW_WORK_DONE_PROGRESS_CREATE)
-    def create(params: lsp.WorkDoneProgressCreateParams) -> None:
-        return None
+    def on_status() -> None:
+        events.statuses.append((time.perf_counter(), statuses[-1]))
+        events.arrived.set()
 
-    @client.feature(lsp.PROGRESS)
-    def progress(params: Any) -> None:
-        return None
-
-    @client.feature(lsp.WORKSPACE_CODE_LENS_REFRESH)
-    def refresh(params: None) -> None:
-        return None
-
-    @client.feature(lsp.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS)
-    def diagnostics(params: lsp.PublishDiagnosticsParams) -> None:
+    def on_diagnostics(params: lsp.PublishDiagnosticsParams) -> None:
         events.diagnostics.append((time.perf_counter(), params.uri))
         events.arrived.set()
 
-    @client.feature("cudice/status")
-    def status(params: Any) -> None:
-        found = dict(params._asdict()) if hasattr(params, "_asdict") else dict(params)
-        events.statuses.append((time.perf_counter(), found))
-        events.arrived.set()
-
-    return client
+    return lsp_client(statuses, on_status, on_diagnostics)
 
 
 async def _save(
