@@ -241,16 +241,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     return inprocess_main(args)
 
 
-def inprocess_main(args: argparse.Namespace) -> int:
+def _device_defaults(args: argparse.Namespace) -> tuple[torch.device, bool, str, torch.dtype, int]:
+    """(device, on a GPU, shape, dtype, new tokens per request): the arguments, or both modes'
+    defaults for where the run is (DICE-1.7B in bf16 and 128 tokens on a GPU; tiny, fp32, 32)."""
     device = torch.device(
         ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
     )
     on_gpu = device.type == "cuda"
     shape = args.shape or ("dice-1.7b" if on_gpu else "tiny")
     dtype = torch.bfloat16 if on_gpu else torch.float32
+    return device, on_gpu, shape, dtype, args.max_new_tokens or (128 if on_gpu else 32)
+
+
+def inprocess_main(args: argparse.Namespace) -> int:
+    device, on_gpu, shape, dtype, new_tokens = _device_defaults(args)
     prompt_len = args.prompt_len or (512 if on_gpu else 64)
     prompt_min = args.prompt_min or max(1, prompt_len // 4)
-    new_tokens = args.max_new_tokens or (128 if on_gpu else 32)
     baseline = args.baseline or ("static" if on_gpu else "hf")
     levels = [int(c) for c in args.concurrency.split(",")]
 
@@ -984,13 +990,7 @@ def tcp_main(args: argparse.Namespace) -> int:
     """The TCP mode (module docstring): build the checkpoint, run the serial server, then the
     batched one, over the same levels; report; 1 when any editor saw anything not its own, or a
     generation failed."""
-    device = torch.device(
-        ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
-    )
-    gpu = device.type == "cuda"
-    shape = args.shape or ("dice-1.7b" if gpu else "tiny")
-    dtype = torch.bfloat16 if gpu else torch.float32
-    new_tokens = args.max_new_tokens or (128 if gpu else 32)
+    device, gpu, shape, dtype, new_tokens = _device_defaults(args)
     levels = [int(c) for c in args.concurrency.split(",")]
     own_dir = args.workdir is None
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="serve_load_tcp_")).resolve()
