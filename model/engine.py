@@ -28,7 +28,6 @@ from cudice.model.loader import LoadedModel, load_checkpoint
 from cudice.model.prompt_styles import CUDICE_STYLE, PromptStyle, inference_style
 from cudice.model.prompts import (
     extract_first_code_block,
-    infill_answer_start,
     infill_stop_marker,
     splice_middle,
 )
@@ -118,8 +117,9 @@ class Engine:
 
     def infill_prompt(self, prefix: str, suffix: str, pytorch_code: str) -> str:
         """The infilling prompt, chat turn included, in this engine's style, followed by the forced
-        opening of the answer (the scaffold's prefix)."""
-        return self.style.chat(self.style.infill(pytorch_code, prefix, suffix)) + infill_answer_start(prefix)
+        opening of the answer (`PromptStyle.infill_answer`: it ends with the scaffold's prefix)."""
+        task = self.style.infill(pytorch_code, prefix, suffix)
+        return self.style.chat(task) + self.style.infill_answer(prefix)
 
     # --- generation ----------------------------------------------------------------------
     def generate_texts(

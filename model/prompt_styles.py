@@ -11,8 +11,10 @@ kernel-infilling task (`infill`) and the chat turn around either (`chat`).
   (`--prompt-templates DIR`, or the environment variable `CUDICE_PROMPT_TEMPLATES`) and
   `load_dice_style` reads it. Files, each optional until a command needs it:
   `e2e.txt` (placeholder `<<reference>>`), `infill.txt` (`<<pytorch_code>>`, `<<prefix>>`,
-  `<<suffix>>`) and `chat.txt` (`<<message>>`: the whole chat-formatted prompt around a user
-  message; without it the chat turn is `chat_prompt`'s). A template that already holds a chat
+  `<<suffix>>`), `chat.txt` (`<<message>>`: the whole chat-formatted prompt around a user
+  message; without it the chat turn is `chat_prompt`'s) and `infill_answer.txt` (`<<prefix>>`: how
+  the editor's infilling opens the model's answer before it writes the middle; without it,
+  `infill_answer_start`: a Python fence and the prefix). A template that already holds a chat
   turn (`<|im_start|>`, as DICE's rollout texts do) needs a `chat.txt` holding just `<<message>>`;
   without one it is refused (it would be wrapped twice).
 
@@ -41,9 +43,13 @@ Generation (`cudice generate`, the language server) prompts through `inference_s
 default, except that a DICE/SDAR checkpoint without templates is still served, in cudice's wording
 and with a warning that says so (a training run refuses instead: it would learn the wrong text).
 
-Not covered: the editor's prefix-forced infilling opens the answer with `infill_answer_start`
-(a fenced block holding the scaffold's prefix) in every style, not with DICE's own answer opening;
-templates in encodings other than UTF-8; any template engine features (conditionals, loops).
+The editor's infilling forces the opening of the answer (`PromptStyle.infill_answer`) so that the
+model writes only the middle: `infill_answer.txt` where the style has one, else a Python fence
+and the scaffold's prefix, the opening a model asked to "output the whole new architecture in one
+code block" writes itself.
+
+Not covered: templates in encodings other than UTF-8; any template engine features (conditionals,
+loops).
 """
 
 from __future__ import annotations
@@ -58,7 +64,7 @@ from pathlib import Path
 from typing import Any
 
 from cudice.model.bundled import is_bundled
-from cudice.model.prompts import chat_prompt, e2e_prompt, infill_prompt
+from cudice.model.prompts import chat_prompt, e2e_prompt, infill_answer_start, infill_prompt
 from cudice.model.tiny import CHATML_TEMPLATE
 
 STYLES = ("cudice", "dice")
@@ -71,6 +77,7 @@ TEMPLATE_FILES: dict[str, tuple[str, tuple[str, ...]]] = {
     "e2e": ("e2e.txt", ("reference",)),
     "infill": ("infill.txt", ("pytorch_code", "prefix", "suffix")),
     "chat": ("chat.txt", ("message",)),
+    "infill_answer": ("infill_answer.txt", ("prefix",)),
 }
 KERNELBENCH_URL = "https://github.com/ScalingIntelligence/KernelBench"
 DICE_URL = "https://github.com/deadlykitten4/DICE"
@@ -84,7 +91,9 @@ HOW_TO_WRITE_THEM = (
     "write them as UTF-8 files in one directory: e2e.txt with <<reference>> where the reference "
     "architecture goes, infill.txt with <<pytorch_code>>, <<prefix>> and <<suffix>>, and, when the "
     "texts already hold the chat turn (<|im_start|>user ... <|im_start|>assistant), chat.txt holding "
-    "just <<message>>. The bytes are used exactly as written, final newline included: produce the "
+    "just <<message>>; optionally infill_answer.txt with <<prefix>>, the opening of the model's "
+    "answer that the editor's infilling forces. The bytes are used exactly as written, final "
+    "newline included: produce the "
     "files by printing the prompt their code renders (with stand-in values you then replace by the "
     "placeholders), not by copying the source, whose escapes (\\n) and template engine change the "
     "text. docs/training.md, 'Prompt styles', has the steps"
@@ -190,6 +199,14 @@ class PromptStyle:
             return infill_prompt(pytorch_code, prefix, suffix)
         return self._template("infill").render(pytorch_code=pytorch_code, prefix=prefix, suffix=suffix)
 
+    def infill_answer(self, prefix: str) -> str:
+        """The forced opening of the infilling answer (the model writes the middle after it):
+        `infill_answer.txt` where this style has one, else `infill_answer_start`."""
+        template = self.templates.get("infill_answer")
+        if template is None:
+            return infill_answer_start(prefix)
+        return template.render(prefix=prefix)
+
     def record(self) -> dict[str, Any]:
         """What `write_record` stores: the style, its directory and each template's SHA-256."""
         return {
@@ -226,6 +243,13 @@ def load_dice_style(directory: str | Path, need: Sequence[str] = ("e2e", "infill
         raise PromptTemplateError(
             f"{folder} has no {' and no '.join(absent)}: this command builds those prompts; "
             f"{HOW_TO_WRITE_THEM}"
+        )
+    answer = templates.get("infill_answer")
+    if answer is not None and not answer.text.endswith("<<prefix>>"):
+        raise PromptTemplateError(
+            f"{answer.path} must end with <<prefix>> (no newline after it): the model continues the "
+            "answer right after the scaffold's prefix, and the editor splices what it writes between "
+            "the prefix and the suffix; move any text after <<prefix>> before it, or remove it"
         )
     if "chat" not in templates:
         for kind in ("e2e", "infill"):

@@ -28,7 +28,7 @@ from cudice.model.prompt_styles import (
     resolve_style,
     write_record,
 )
-from cudice.model.prompts import chat_prompt, e2e_prompt, infill_prompt
+from cudice.model.prompts import chat_prompt, e2e_prompt, infill_answer_start, infill_prompt
 from cudice.model.tiny import make_tiny
 from cudice.model.train.cli import train_group
 from cudice.model.train.data import RLTask
@@ -149,6 +149,20 @@ def test_bad_templates_name_the_file_and_the_placeholder(tmp_path: Path, data: b
     with pytest.raises(PromptTemplateError, match=message) as info:
         load_dice_style(folder)
     assert str(folder / "infill.txt") in str(info.value)
+
+
+def test_the_infill_answer_template_is_optional_and_must_end_with_the_prefix(tmp_path: Path) -> None:
+    assert load_dice_style(_templates(tmp_path / "none", infill=INFILL), need=("infill",)).infill_answer(
+        "P\n"
+    ) == infill_answer_start("P\n")
+    ok = _templates(tmp_path / "ok", infill=INFILL, infill_answer=b"```c++\r\n<<prefix>>")
+    assert load_dice_style(ok, need=("infill",)).infill_answer("P") == "```c++\r\nP"
+    assert CUDICE_STYLE.infill_answer("P") == infill_answer_start("P")
+    bad = _templates(tmp_path / "bad", infill=INFILL, infill_answer=b"```python\n<<prefix>>\n")
+    with pytest.raises(PromptTemplateError, match=r"infill_answer.txt must end with <<prefix>>"):
+        load_dice_style(bad, need=("infill",))
+    with pytest.raises(PromptTemplateError, match=r"<<suffix>> is not a placeholder of infill_answer.txt"):
+        load_dice_style(_templates(tmp_path / "odd", infill=INFILL, infill_answer=b"<<suffix>><<prefix>>"))
 
 
 def test_a_chat_turn_inside_a_template_needs_a_chat_file(tmp_path: Path) -> None:
@@ -324,7 +338,13 @@ def test_generation_prompts_a_dice_checkpoint_with_its_templates(
     assert engine.kernel_prompt(ref) == chat_prompt(expected_e2e)  # no chat.txt: cudice's chat turn
     infill = engine.infill_prompt("PRE", "SUF", ref)
     assert infill.startswith(chat_prompt(f"Code:\n{ref}\nBefore:\nPRE\nAfter:\nSUF\n\n"))
-    assert infill.endswith("PRE")  # the forced opening: the scaffold's prefix
+    assert infill.endswith(infill_answer_start("PRE"))  # no infill_answer.txt: a Python fence + prefix
+    # with one, the answer opens the way the template says, still ending with the prefix
+    (dice_dir / "infill_answer.txt").write_bytes(b"<think>\n</think>\n```cpp\n<<prefix>>")
+    engine = load_engine(str(foreign_ckpt), device="cpu", dtype="float32", fast=False, freeze=True)
+    opened = engine.infill_prompt("PRE", "SUF", ref)
+    assert opened.startswith(chat_prompt(f"Code:\n{ref}\nBefore:\nPRE\nAfter:\nSUF\n\n"))
+    assert opened.endswith("\n</think>\n```cpp\nPRE") and not opened.endswith("```pythonPRE")
 
 
 def test_generation_serves_a_dice_checkpoint_without_templates_and_says_so(
