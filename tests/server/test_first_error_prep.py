@@ -20,6 +20,7 @@ import pytest
 from cudice.server.workers.procs import family_pids
 from cudice.server.workers.verify import VerifyJobs, VerifyRequest
 from cudice.verifier.source.result import Verdict
+from proc_state import alive
 
 E2E = Path(__file__).resolve().parents[1] / "e2e"  # lsp_fakes: the scripted `verify`
 pytestmark = pytest.mark.timeout(180)
@@ -79,14 +80,6 @@ def _sleepers(pid: int | None) -> set[int]:
     return found
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 def test_an_idle_pool_prepares_and_a_verification_stops_it_and_is_served(tmp_path: Path) -> None:
     log = tmp_path / "prep.jsonl"
     path = tmp_path / "k_cuda.py"
@@ -105,7 +98,7 @@ def test_an_idle_pool_prepares_and_a_verification_stops_it_and_is_served(tmp_pat
             run = asyncio.ensure_future(jobs.run(VerifyRequest("file:///k", str(path), source, 1)))
             result = await asyncio.wait_for(run, 90)
             assert result is not None and result.verdict is Verdict.CORRECT  # served
-            await _until(lambda: not any(map(_alive, [first, *sleepers])), "the stopped preparation to end")
+            await _until(lambda: not any(map(alive, [first, *sleepers])), "the stopped preparation to end")
             assert _events(log)[:2] == ["started", "cancelled"]  # stopped through its cancel token
             # idle again: the preparation starts over (it had not finished)
             await _until(lambda: jobs.prep_pid not in (None, first), "the preparation to start again")
@@ -115,7 +108,7 @@ def test_an_idle_pool_prepares_and_a_verification_stops_it_and_is_served(tmp_pat
         finally:
             jobs.cancel_all()  # the session ends: killed at once, never started again
         assert jobs.prep_pid is None and jobs.prep_state == "off"
-        await _until(lambda: not any(map(_alive, [again, *sleepers])), "the killed preparation to end")
+        await _until(lambda: not any(map(alive, [again, *sleepers])), "the killed preparation to end")
         jobs.prepare_when_idle()
         assert not jobs.preparing or jobs.prep_pid is None
         await _until(lambda: not jobs.preparing, "the preparation's tasks to end")

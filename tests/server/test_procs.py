@@ -15,21 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from cudice.server.workers.protocol import ChildProcess, decode, encode
+from proc_state import alive
 
 FIXTURES = Path(__file__).parent / "proc_fixtures"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie still answers kill(0); it is dead for our purpose.
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 async def _until(pred: Callable[[], bool], timeout_s: float = 60.0) -> bool:
@@ -59,16 +47,16 @@ def test_clean_exit_also_ends_the_workers_children() -> None:
         events = child.events()
         first = await _next(events)
         grandchild = int(first["grandchild"])
-        assert _alive(grandchild)
+        assert alive(grandchild)
         await child.close(grace_s=5.0)  # stdin closes, the worker exits cleanly within the grace
         await events.aclose()
         assert child.proc is not None and child.proc.returncode == 0
-        await _until(lambda: not _alive(grandchild))
+        await _until(lambda: not alive(grandchild))
         return grandchild
 
     assert sys.platform.startswith("linux")  # /proc is read below
     grandchild = asyncio.run(scenario())
-    assert not _alive(grandchild), "the worker's child outlived it"
+    assert not alive(grandchild), "the worker's child outlived it"
 
 
 def test_framing_round_trips_and_rejects_what_is_not_an_object() -> None:
@@ -94,9 +82,9 @@ def test_a_child_on_the_set_up_writes_only_events_and_ends_its_family_when_stdin
             child.proc.stdin.write(b"not json\n[1, 2]\n" + encode({"op": "ping"}).encode())
             await child.proc.stdin.drain()
             assert await _next(events) == {"event": "echo", "request": {"op": "ping"}}  # bad lines skipped
-            assert _alive(ready["compiler"])
+            assert alive(ready["compiler"])
             child.proc.stdin.close()  # no kill from this side: the child must end its family itself
-            assert await _until(lambda: not _alive(ready["compiler"])), "the compiler outlived its worker"
+            assert await _until(lambda: not alive(ready["compiler"])), "the compiler outlived its worker"
             assert await asyncio.wait_for(child.wait(), 60) == 0
             assert await _until(lambda: "a library printing on stdout" in child.error_tail(40))
             assert "ignoring a line that is not a JSON object" in child.error_tail(40)
@@ -115,9 +103,9 @@ def test_sigterm_takes_the_childs_family_down() -> None:
         try:
             await _next(events)
             ready = await _next(events)
-            assert child.pid is not None and _alive(ready["compiler"])
+            assert child.pid is not None and alive(ready["compiler"])
             os.kill(child.pid, signal.SIGTERM)
-            assert await _until(lambda: not _alive(ready["compiler"])), "the compiler outlived its worker"
+            assert await _until(lambda: not alive(ready["compiler"])), "the compiler outlived its worker"
             assert await asyncio.wait_for(child.wait(), 60) == 128 + signal.SIGTERM
         finally:
             child.kill()
@@ -146,12 +134,12 @@ def test_an_orphaned_child_ends_its_family_although_its_stdin_stays_open() -> No
             assert [line and line["event"] for line in lines] == ["middle", "started", "ready"], lines
             copy, compiler = lines[0]["copy"], lines[2]["compiler"]  # type: ignore[index]
             pids += [copy, compiler]
-            assert lines[1]["pid"] == copy and _alive(compiler)  # type: ignore[index]
+            assert lines[1]["pid"] == copy and alive(compiler)  # type: ignore[index]
             middle.kill()  # not awaited here: the orphan still holds the pipes that `wait` waits for
-            assert await _until(lambda: not _alive(copy) and not _alive(compiler)), "the orphan lived on"
+            assert await _until(lambda: not alive(copy) and not alive(compiler)), "the orphan lived on"
         finally:
             for pid in pids:
-                if _alive(pid):
+                if alive(pid):
                     os.kill(pid, signal.SIGKILL)
             if middle.returncode is None:
                 middle.kill()

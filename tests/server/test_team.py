@@ -39,6 +39,7 @@ REPO = HERE.parent.parent
 sys.path.insert(0, str(E2E))
 
 from lsp_support import Editor, _fix_code_action_union, _to_dict  # noqa: E402
+from proc_state import alive  # noqa: E402
 from pytest_lsp import client_capabilities  # noqa: E402
 from pytest_lsp.client import make_test_lsp_client  # noqa: E402
 
@@ -51,14 +52,6 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 async def _until(pred: Callable[[], bool], timeout_s: float = WAIT_S) -> bool:
@@ -288,9 +281,9 @@ async def test_a_disconnected_client_s_verification_is_killed_and_the_other_comp
     assert await _until(lambda: any(e["sha"] == _sha(delayed) for e in _jsonl(team.verify_log)))
     a_pid = next(e["pid"] for e in _jsonl(team.verify_log) if e["sha"] == _sha(slow))
     b_pid = next(e["pid"] for e in _jsonl(team.verify_log) if e["sha"] == _sha(delayed))
-    assert _alive(a_pid) and _alive(b_pid)
+    assert alive(a_pid) and alive(b_pid)
     await team.disconnect(a)
-    assert await _until(lambda: not _alive(a_pid)), "the vanished client's verification was not killed"
+    assert await _until(lambda: not alive(a_pid)), "the vanished client's verification was not killed"
     status = await b.wait_status(lambda s: s["uri"] == uri and s["lastVerdict"] is not None, WAIT_S)
     assert status["lastVerdict"] == "compiled"
     assert not any("cancelled" in m.message for m in b.client.messages), b.client.messages

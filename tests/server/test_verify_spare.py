@@ -13,6 +13,7 @@ import pytest
 from cudice.server.workers.procs import family_pids
 from cudice.server.workers.verify import VerifyJobs, VerifyRequest
 from cudice.verifier.source.result import Verdict
+from proc_state import alive
 
 FAKES = Path(__file__).resolve().parents[1] / "e2e"
 pytestmark = pytest.mark.timeout(120)
@@ -25,14 +26,6 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(") ", 1)[1][0] != "Z"
-    except OSError:
-        return False
-
-
 def test_a_spare_serves_the_next_run_and_ends_with_cancel_all(tmp_path: Path) -> None:
     path = tmp_path / "k_cuda.py"
     source = "# VERIFY_DELAY=1\nclass ModelNew: pass\n"
@@ -43,7 +36,7 @@ def test_a_spare_serves_the_next_run_and_ends_with_cancel_all(tmp_path: Path) ->
         try:
             await jobs.prestart()
             first_spare = jobs.spare_pid
-            assert first_spare is not None and _alive(first_spare)
+            assert first_spare is not None and alive(first_spare)
             await jobs.prestart()
             assert jobs.spare_pid == first_spare  # one spare at a time
             run = asyncio.ensure_future(jobs.run(VerifyRequest("file:///k", str(path), source, 1)))
@@ -51,18 +44,18 @@ def test_a_spare_serves_the_next_run_and_ends_with_cancel_all(tmp_path: Path) ->
                 await asyncio.sleep(0)
             result = await asyncio.wait_for(run, 90)
             assert result is not None and result.verdict is Verdict.CORRECT
-            assert not _alive(first_spare)  # it served this run, which is over
+            assert not alive(first_spare)  # it served this run, which is over
             second_spare = jobs.spare_pid
-            assert second_spare is not None and second_spare != first_spare and _alive(second_spare)
+            assert second_spare is not None and second_spare != first_spare and alive(second_spare)
         finally:
             spare = jobs.spare_pid
             jobs.cancel_all()
         assert spare is not None and jobs.spare_pid is None
         for _ in range(2000):  # the kill is sent; wait until the process is gone (bounded)
-            if not _alive(spare):
+            if not alive(spare):
                 break
             await asyncio.sleep(0.05)
-        assert not _alive(spare) and not family_pids(spare)
+        assert not alive(spare) and not family_pids(spare)
 
     asyncio.run(main())
 

@@ -1,5 +1,5 @@
-"""Process state read from outside, shared by the verifier tests (imported by name: tests/ has no
-packages)."""
+"""Process state read from outside, shared by the verifier and server tests (imported by name:
+tests/ has no packages, and tests/conftest.py puts this folder on the import path)."""
 
 from __future__ import annotations
 
