@@ -5,9 +5,10 @@ the H200 those requests cost 0.7-2.6 ms around a 0.02 ms forward. This microbenc
 judge's pieces one at a time, with plain processes and no cudice code in the loop: a server that
 spins on a socket and runs `relu` on 64x1024 floats plus a synchronisation per request, and a
 client that times requests, adding in turn a second server interleaved, the client's own probe
-kernel before each request (`_wait_gpu_idle`), stopping the other server around each request
-(`_paused`), a profiler session in the servers (CUPTI), and a fresh CUDA generator per request
-(seal.py). The baseline is the in-process CUDA-event time of the same forward, in the same run.
+kernel before each request (`judge_clock.wait_gpu_idle`), stopping the other server around each
+request (`judge_clock.paused_runner`), a profiler session in the servers (CUPTI), and a fresh
+CUDA generator per request (seal.py). The baseline is the in-process CUDA-event time of the same
+forward, in the same run.
 
 Usage: `python bench/request_cost.py [--requests N]`; prints one line per variant (µs).
 """

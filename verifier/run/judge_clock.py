@@ -1,0 +1,273 @@
+"""The judge's clock (run/judge_timing.py's means): staged sets, streamed calls, event times, an idle GPU.
+
+`stage` sends a repetition's input sets to a runner before any clock runs; `stream` times a
+runner's calls one binary message at a time, from each call's message to its digests
+(run/channel.py); `event_times` times the reference in the judge by CUDA events, as an in-process
+harness does. Around the timed calls: `wait_gpu_idle` probes until no other process's work is
+queued on the GPU, `paused_runner` stops the runner that is not timed, `pinned_cpus` puts the judge's
+thread and each runner's main thread on a physical core of its own.
+
+`Clock` holds what one timing phase keeps between these calls (the L2 flush size, the judge's own
+flush buffer and probe tensor, the idle GPU's probe time, the pins); the timing phase makes it and
+passes it, nothing of it lives on the judge's state.
+
+Contract: a runner that fails, dies or stalls in a timed call ends the job through
+run/judge_state.py; a GPU that stays busy or a runner that cannot be paused is appended to `busy`
+(the timing is then unresolved), never silently ignored. Not covered: what the numbers mean
+(run/judge_timing.py), the lease (run/gpu_lease.py), pinning and pausing themselves
+(verifier/process.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import math
+import os
+import select
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from cudice.verifier.run import channel
+from cudice.verifier.run.judge_state import JudgeState, add_wall, ask, limit_s, refused, shared, talking
+from cudice.verifier.run.runner_link import RunnerLink, RunnerTimeout
+from cudice.verifier.source.result import Stage
+
+if TYPE_CHECKING:
+    import torch
+
+TRACE = bool(os.environ.get("CUDICE_TIMING_TRACE"))  # runners report where timed calls spend time
+SPIN_S = 0.05  # how long the judge and a runner poll for the next message while calls are timed
+GPU_IDLE_WAIT_S = 5.0  # how long timed calls wait for work of other processes to leave the GPU
+
+
+@dataclass(slots=True)
+class Clock:
+    """What one timing phase keeps between its timed calls (made by the timing phase)."""
+
+    flush_mib: int  # the L2 flush before each timed call (cold policy), 0 for none
+    flush: torch.Tensor | None = None  # the judge's own L2-flush buffer (cold policy)
+    tiny: torch.Tensor | None = None  # a one-element tensor: the probe's and the launch floor's kernel
+    probe_solo_s: float = 0.0  # the idle GPU's probe time (`wait_gpu_idle`)
+    pins: dict[int, int] = field(
+        default_factory=dict
+    )  # thread id -> CPU while calls are timed (`pinned_cpus`)
+
+
+def stage(
+    st: JudgeState,
+    clock: Clock,
+    link: RunnerLink,
+    sets: list[list[Any]],
+    *,
+    sealed: bool,
+    encoded: Any = None,
+) -> float:
+    """Send the input sets of the next batches; returns how long the runner took (s)."""
+    tree, blobs = encoded if encoded is not None else channel.encode(sets)
+    t0 = time.perf_counter()
+    ask(
+        st,
+        link,
+        {"op": "stage", "sets": tree, "flush_mib": clock.flush_mib, "sealed": sealed},
+        Stage.TIMING,
+        blobs,
+        deadline_s=30.0 + sum(len(b) for b in blobs) / 100e6,  # moving the bytes, not the kernel
+    )
+    return time.perf_counter() - t0
+
+
+def stream(
+    st: JudgeState,
+    clock: Clock,
+    link: RunnerLink,
+    indices: list[int],
+    keys: list[int],
+    seals: list[int] | None,
+) -> tuple[list[float], list[list[float]]]:
+    """Timed calls on staged sets `indices`, one at a time: (seconds from each call's message to
+    its digests, the digests). The next call's message leaves only once the last one's digests
+    are here, so no call can start early, overlap another or finish after its reply; both ends
+    poll instead of sleeping meanwhile (`SPIN_S`; on a GPU only: on a small CPU box spinning
+    processes would starve each other). Outputs stay in the runner (`kept`)."""
+    spin = SPIN_S if st.device.startswith("cuda") else 0.0
+    limit = limit_s(st, 1)
+    most = 4 * 4096  # digests of one call: NUM_DIGESTS per output and input tensor, far below
+    times: list[float] = []
+    digests: list[list[float]] = []
+    sock = link.sock
+    with _no_collection(), talking(st, link, Stage.TIMING), shared(st):
+        channel.send(
+            sock,
+            {
+                "op": "stream",
+                "count": len(indices),
+                "flush_mib": clock.flush_mib,
+                "spin_s": spin,
+                "trace": TRACE and seals is not None,
+            },
+        )
+        for j, (index, key) in enumerate(zip(indices, keys, strict=True)):
+            seal = seals[j] if seals is not None else channel.NO_SEAL
+            t0 = time.perf_counter()
+            channel.send_call(sock, index, key, seal)
+            if spin > 0:
+                channel.poll_readable(sock, spin)
+            if not select.select([sock], [], [], limit)[0]:
+                raise RunnerTimeout(limit)
+            values = channel.recv_digests(sock, most)
+            elapsed = time.perf_counter() - t0  # the clock stops when the call's digests are here
+            if values is None:  # the runner failed this call; its reasons follow
+                if not select.select([sock], [], [], limit)[0]:
+                    raise RunnerTimeout(limit)
+                rep, _ = channel.recv(sock, 0)
+                refused(st, link, rep, Stage.TIMING)
+            times.append(elapsed)
+            digests.append(values if values is not None else [math.nan])
+    return times, digests
+
+
+def event_times(st: JudgeState, clock: Clock, model: Any, inputs: list[Any], calls: int) -> list[float]:
+    """Per-call ms of `model(*inputs)` as an in-process CUDA-event harness measures it (start and
+    end events around each call, then a synchronisation; the L2 flushed first under the cold
+    policy); the host clock without CUDA. `model=None` times one tiny kernel (a launch's cost)."""
+    import torch
+
+    cuda = st.device.startswith("cuda")
+    if clock.flush is None and clock.flush_mib:
+        clock.flush = torch.empty(clock.flush_mib << 18, dtype=torch.int32, device=st.device)
+    tiny = _tiny_tensor(st, clock)
+    out = []
+    with torch.no_grad():
+        for _ in range(calls):
+            if clock.flush is not None:
+                clock.flush.fill_(1)
+            if cuda:
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+                start.record()
+                model(*inputs) if model is not None else tiny.add_(1.0)
+                end.record()
+                torch.cuda.synchronize()
+                out.append(float(start.elapsed_time(end)))
+            else:
+                t0 = time.perf_counter()
+                model(*inputs) if model is not None else tiny.add_(1.0)
+                out.append((time.perf_counter() - t0) * 1e3)
+    return out
+
+
+def probe_s(st: JudgeState, clock: Clock, best_of: int = 1) -> float:
+    """Host time of one tiny kernel and a device synchronisation in the judge (best of `best_of`)."""
+    import torch
+
+    if not st.device.startswith("cuda"):
+        return 0.0
+    tiny = _tiny_tensor(st, clock)
+    best = math.inf
+    for _ in range(best_of):
+        t0 = time.perf_counter()
+        tiny.add_(1.0)
+        torch.cuda.synchronize()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def _tiny_tensor(st: JudgeState, clock: Clock) -> torch.Tensor:
+    """The one-element tensor the probe and the launch floor add to (allocated once)."""
+    import torch
+
+    if clock.tiny is None:
+        clock.tiny = torch.zeros(1, device=st.device)
+    return clock.tiny
+
+
+@contextlib.contextmanager
+def paused_runner(link: RunnerLink, busy: list[str]) -> Iterator[None]:
+    """`link`'s runner and everything it started, stopped (SIGSTOP) for the body, then continued
+    and scheduled again. The candidate's runner is stopped while the reference is timed, so its
+    code cannot launch work beside the reference's calls once the GPU is found idle; the
+    reference's is stopped while the candidate is timed, so that both runners come to every
+    timed call the same way (just continued, nothing else of theirs running). A runner that
+    cannot be stopped marks the timing unresolved."""
+    from cudice.verifier.process import paused
+
+    with paused(link.proc.pid) as ok:
+        if not ok:
+            busy.append(f"the {link.role}'s runner could not be paused while the other one was timed")
+        yield
+
+
+def pinned_cpus(st: JudgeState) -> dict[int, int]:
+    """Thread id -> CPU for the timed requests: the judge's thread and each runner's main thread
+    on its own physical core, near the GPU where /sys tells which NUMA node it hangs on. A
+    process that shares a core's hardware threads with a spinning one, or migrates, is slower
+    by tens of microseconds per request, and differently for the two runners."""
+    from cudice.verifier.process import cpus_of_node, descendant_running, distinct_cpus
+
+    prefer: set[int] | None = None
+    if st.device.startswith("cuda"):
+        with contextlib.suppress(Exception):
+            import torch
+
+            props = torch.cuda.get_device_properties(torch.device(st.device))
+            ids = [getattr(props, f"pci_{k}_id") for k in ("domain", "bus", "device")]
+            pci = f"{ids[0]:04x}:{ids[1]:02x}:{ids[2]:02x}.0"
+            with open(f"/sys/bus/pci/devices/{pci}/numa_node") as f:
+                node = int(f.read().strip())
+            prefer = cpus_of_node(node) if node >= 0 else None
+    cpus = distinct_cpus(3, prefer)
+    if len(cpus) < 3:
+        return {}
+    runner = "cudice.verifier.run.runner"
+    pids = [descendant_running(link.proc.pid, runner) for link in st.session.links()]
+    found = [p for p in pids if p is not None]
+    if len(found) < len(pids):
+        return {}
+    return dict(zip([0, *found], cpus, strict=False))
+
+
+def swapped_pins(pins: dict[int, int]) -> dict[int, int]:
+    """The timing pins with the two runners' CPUs exchanged (the judge's thread stays)."""
+    runners = [tid for tid in pins if tid != 0]
+    if len(runners) != 2:
+        return {}
+    a, b = runners
+    return {a: pins[b], b: pins[a]}
+
+
+def wait_gpu_idle(st: JudgeState, clock: Clock, busy: list[str]) -> None:
+    """Wait (bounded) until no other process's work is queued on the GPU: a kernel of another
+    context (a runner's work left running after its reply) delays the judge's probe by a time
+    slice. Timed work on a busy GPU would be slowed, and a candidate could slow the reference's
+    calls that way; a GPU still busy after `GPU_IDLE_WAIT_S` marks the timing unresolved."""
+    if not st.device.startswith("cuda"):
+        return
+    limit = max(10 * clock.probe_solo_s, clock.probe_solo_s + 500e-6)
+    deadline = time.perf_counter() + GPU_IDLE_WAIT_S
+    t0 = time.perf_counter()
+    while True:
+        took = probe_s(st, clock)
+        if took <= limit:
+            break
+        if time.perf_counter() > deadline:
+            busy.append(
+                f"the GPU stayed busy with work of another process for {GPU_IDLE_WAIT_S:g} s before "
+                f"a timed call (a probe kernel took {took * 1e3:.2f} ms, "
+                f"alone {clock.probe_solo_s * 1e3:.3f} ms)"
+            )
+            break
+    add_wall(st, "timing.idle_wait", t0)
+
+
+@contextlib.contextmanager
+def _no_collection() -> Iterator[None]:
+    """No garbage collection pause of the judge's inside a call's clock; the collector as it was after."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if collecting:
+            gc.enable()

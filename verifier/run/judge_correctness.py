@@ -1,0 +1,179 @@
+"""The judge's correctness phase (run/judge.py, phase 3): the candidate's outputs against the reference's.
+
+Per trial a fresh secret seed and one input distribution (run/inputs.py); the reference runs here,
+in the judge, and the candidate's outputs are fetched from its runner and compared
+(run/tolerance.py), with the runner's in-process observations added; one randomly chosen trial is
+profiled (run/judge_evidence.py). Then a repeated call (determinism), constancy across trials and
+the runner's guards. The fastest reference call seen here sets the state's `ref_call_s`, which
+bounds every later request (`judge_state.limit_s`).
+
+Contract: returns the reference's outputs of the last trial (the timing phase sizes its sets by
+them) or ends the job with a `Stop`. Not covered: the comparison rules (run/tolerance.py), the
+input distributions (run/inputs.py), the checks (run/dynamic_checks.py).
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+import types
+from typing import Any
+
+from cudice.verifier.run import channel
+from cudice.verifier.run.judge_evidence import guards, profile
+from cudice.verifier.run.judge_state import JudgeState, ask, decode, shared, stop_on_errors
+from cudice.verifier.run.judging import Stop, call_or_stop, diag
+from cudice.verifier.run.runner_link import RunnerLink
+from cudice.verifier.source.result import Diagnostic, Location, Severity, Stage, Verdict
+
+NUM_PROFILED_TRIALS = 1  # plus one random timed round: each profiled call costs a profiler session
+_rng = secrets.SystemRandom()
+
+
+def correctness(st: JudgeState, ref_mod: types.ModuleType, model: Any) -> Any:
+    import torch
+    from cudice.verifier.run import dynamic_checks as dyn
+    from cudice.verifier.run.inputs import DISTRIBUTIONS, InputsError, make_inputs, secret_seed
+    from cudice.verifier.run.tolerance import compare_outputs
+
+    n = st.config.num_trials
+    profiled = set(_rng.sample(range(n), k=min(NUM_PROFILED_TRIALS, n)))
+    ref_trials: list[Any] = []
+    cand_trials: list[Any] = []
+    found: list[Diagnostic] = []
+    max_abs = max_rel = 0.0
+    skipped: list[str] = []
+    get_inputs = getattr(ref_mod, "get_inputs", None)
+    if get_inputs is None:
+        raise Stop(
+            Verdict.RUNTIME_ERROR,
+            Stage.LOAD,
+            [
+                diag(
+                    "runtime.exception",
+                    "The reference defines no get_inputs().",
+                    Stage.LOAD,
+                    Location(st.ref_path, 1, 1),
+                )
+            ],
+        )
+    for trial in range(n):
+        dist = DISTRIBUTIONS[trial % len(DISTRIBUTIONS)]
+        try:
+            drawn = make_inputs(get_inputs, secret_seed(), dist, st.device)
+        except InputsError as exc:
+            if exc.only_under_dist:  # the problem does not define this distribution (e.g. bernoulli(32x))
+                skipped.append(dist)
+                continue
+            drawn = None
+        # a get_inputs() that fails on any values is the reference's error, located by call_or_stop
+        inputs = (
+            drawn
+            if drawn is not None
+            else call_or_stop(
+                lambda d=dist: make_inputs(get_inputs, secret_seed(), d, st.device),
+                Stage.CORRECTNESS,
+                Location(st.ref_path, 1, 1),
+            )
+        )
+        with torch.no_grad(), shared(st):
+            args = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+            t_ref = time.perf_counter()
+            ref_out = model(*args)
+            if st.device.startswith("cuda"):
+                torch.cuda.synchronize()
+            took = time.perf_counter() - t_ref
+        st.ref_call_s = min(st.ref_call_s, took) if st.ref_call_s else took
+        if dist != "as_given" and not _finite(ref_out):
+            skipped.append(dist)
+            continue
+        _send_inputs(st, st.session.cand, inputs)
+        cand_out = _call_and_fetch(st, ref_out, count_threads=bool(ref_trials))
+        stop_on_errors(st, dyn.check_outputs_plain(cand_out, ref_out, st.where), Stage.CORRECTNESS)
+        cmp = compare_outputs(
+            ref_out, cand_out, st.config.atol, st.config.rtol, precision=st.config.precision
+        )
+        max_abs, max_rel = max(max_abs, cmp.max_abs_err), max(max_rel, cmp.max_rel_err)
+        if not cmp.ok:
+            st.out.update(
+                max_abs_err=max_abs, max_rel_err=max_rel, num_correct_trials=len(ref_trials), num_trials=n
+            )
+            # the more specific finding first (all zeros, one value), when there is one
+            specific = [
+                d
+                for d in dyn.check_not_constant([cand_out], [ref_out], st.where)
+                if d.severity is Severity.ERROR
+            ]
+            raise Stop(
+                Verdict.INCORRECT,
+                Stage.CORRECTNESS,
+                [
+                    *specific,
+                    diag(
+                        "correctness.mismatch",
+                        f"Trial {trial + 1}/{n} ({dist} inputs): {cmp.why}",
+                        Stage.CORRECTNESS,
+                        st.where,
+                    ),
+                ],
+            )
+        ref_trials.append(ref_out)
+        cand_trials.append(cand_out)
+        if trial in profiled:
+            found += profile(st)
+    again = _call_and_fetch(st, ref_trials[-1], count_threads=True)  # the last inputs, once more
+    found += dyn.check_deterministic(cand_trials[-1], again, st.config.atol, st.config.rtol, st.where)
+    found += dyn.check_not_constant(cand_trials, ref_trials, st.where)
+    found += guards(st)
+    if skipped:
+        st.diags.append(
+            diag(
+                "correctness.distribution_skipped",
+                f"Input distribution(s) {', '.join(skipped)} "
+                "skipped: the reference's own output is not finite on them, or its get_inputs() "
+                "does not accept such values.",
+                Stage.CORRECTNESS,
+                st.where,
+                Severity.INFORMATION,
+            )
+        )
+    st.out.update(
+        max_abs_err=max_abs,
+        max_rel_err=max_rel,
+        num_correct_trials=len(ref_trials),
+        num_trials=len(ref_trials),
+    )
+    stop_on_errors(st, found, Stage.CORRECTNESS)
+    return ref_trials[-1]
+
+
+def _send_inputs(st: JudgeState, link: RunnerLink, inputs: list[Any]) -> None:
+    tree, blobs = channel.encode(inputs)
+    ask(st, link, {"op": "inputs", "inputs": tree}, Stage.CORRECTNESS, blobs)
+
+
+def _call_and_fetch(st: JudgeState, ref_out: Any, *, count_threads: bool) -> Any:
+    from cudice.verifier.run.timing import tensor_bytes
+
+    size = tensor_bytes(ref_out)
+    rep, _ = ask(
+        st,
+        st.session.cand,
+        {"op": "call", "poison_bytes": 4 * size + (1 << 20), "count_threads": count_threads},
+        Stage.CORRECTNESS,
+    )
+    found = [Diagnostic.from_dict(d) for d in rep.get("diagnostics", []) if isinstance(d, dict)]
+    stop_on_errors(st, found, Stage.CORRECTNESS)
+    rep, blobs = ask(st, st.session.cand, {"op": "fetch"}, Stage.CORRECTNESS, max_bytes=2 * size + (1 << 20))
+    return decode(st, rep, blobs)
+
+
+def _finite(out: Any) -> bool:
+    import torch
+    from cudice.verifier.run.dynamic_checks import flatten_outputs
+
+    return all(
+        bool(torch.isfinite(t).all())
+        for t in flatten_outputs(out)
+        if isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex())
+    )

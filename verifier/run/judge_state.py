@@ -1,0 +1,295 @@
+"""What the judge's phases share (run/judge.py): the runners, one small state, and the requests.
+
+`Session` holds the two runner processes of one job; `JudgeState` what every phase reads or adds
+to: the job's configuration, device and parsed documents, the session, the result being written
+(`out`, `diags`, `walls`), the GPU's lease and the few values one phase leaves for a later one (the
+reference's time per call, the candidate's own kernels, the profiler sessions run so far). The
+phases (run/judge_load.py, run/judge_correctness.py, run/judge_timing.py with run/judge_clock.py,
+run/judge_evidence.py) are plain functions over it; what only one phase uses stays in that phase.
+
+Contract of the request functions here (`ask`, `talking`, `refused`): a runner that dies, times out
+or breaks the protocol, or refuses a request, ends the job with a `Stop` carrying the candidate's
+verdict, never an exception of the judge's own. `shared` and `exclusive` hold the GPU's lease
+(run/gpu_lease.py) with the nesting rule every phase relies on.
+
+Not covered here: the phases themselves, the comparison, the clock and the verdict logic.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from cudice.verifier.run import channel
+from cudice.verifier.run.gpu_lease import GpuLease
+from cudice.verifier.run.judging import Stop, diag
+from cudice.verifier.run.runner_link import RunnerLink, RunnerTimeout, runner_env
+from cudice.verifier.source.result import Diagnostic, Location, Severity, Stage, Verdict
+
+if TYPE_CHECKING:
+    from cudice.verifier.config import VerifyConfig
+    from cudice.verifier.source.document import Document
+
+RUNNER_VERDICTS = {"runtime_error", "compile_error", "incorrect"}  # anything else a runner claims is ignored
+
+
+class Session:
+    """The runners of one job: started at once (the reference's lazily without timing), closed with
+    the judge."""
+
+    def __init__(
+        self, cache_dir: Path, work: Path, *, sandboxed: bool = True, with_reference: bool = True
+    ) -> None:
+        self.cache_dir, self.work, self.sandboxed = cache_dir, work, sandboxed
+        cache_dir.mkdir(
+            parents=True, exist_ok=True
+        )  # the boundary binds only paths that exist (run/boundary.py)
+        self._uid = (
+            2_000_000_000 + (os.getpid() % 10_000_000) * 2
+        )  # two uids per judge, unique among live judges
+        self.cand = self._start("candidate", self._uid)
+        self._ref = self._start("reference", self._uid + 1) if with_reference else None
+
+    def _start(self, role: str, uid: int) -> RunnerLink:
+        return RunnerLink(
+            role,
+            cache_dir=self.cache_dir,
+            log_dir=self.work,
+            uid=uid,
+            env=runner_env(),
+            sandboxed=self.sandboxed,
+        )
+
+    @property
+    def ref(self) -> RunnerLink:
+        """The reference's runner (started on first use when the session began without it)."""
+        if self._ref is None:
+            self._ref = self._start("reference", self._uid + 1)
+        return self._ref
+
+    def links(self) -> list[RunnerLink]:
+        return [link for link in (self.cand, self._ref) if link is not None]
+
+    def close(self) -> None:
+        for link in self.links():
+            link.close()
+
+
+@dataclass(slots=True)
+class JudgeState:
+    """One job as the judge reads it, and what its phases share (made by `new_state`)."""
+
+    config: VerifyConfig
+    device: str
+    session: Session
+    out: dict[str, Any]
+    diags: list[Diagnostic]
+    walls: dict[str, float]
+    cand_path: str
+    cand_source: str
+    ref_path: str
+    ref_source: str  # what runs as the reference (its reference part alone for a self-contained file)
+    doc: Document
+    ref_doc: Document
+    where: Location
+    lenient: bool
+    lease: GpuLease | None = None
+    lease_depth: int = 0  # shared holds nest; an exclusive hold makes them no-ops
+    ref_call_s: float = 0.0  # the reference's time per call, measured by the judge in correctness
+    profiled_candidate: int = 0  # profiler sessions the candidate's runner ran for the judge
+    profiled_reference: int = 0
+    own_kernels: frozenset[str] = field(
+        default=frozenset()
+    )  # kernels compiled into the candidate's libraries
+    own_kernels_error: str = ""
+
+
+def new_state(
+    job: dict[str, Any],
+    session: Session,
+    out: dict[str, Any],
+    diags: list[Diagnostic],
+    walls: dict[str, float],
+) -> JudgeState:
+    """The state of one job: its configuration and documents read, nothing run yet."""
+    from cudice.verifier.config import VerifyConfig
+    from cudice.verifier.source.document import parse_document
+
+    cfg = dict(job["config"])
+    cfg["cache_dir"], cfg["arch_list"] = Path(cfg["cache_dir"]), tuple(cfg["arch_list"])
+    config = VerifyConfig(**cfg)
+    cand_path, ref_path = str(job["candidate_path"]), str(job["reference_path"])
+    ref_source = str(job["reference_source"])
+    if ref_path == cand_path and ref_source == job["candidate_source"]:
+        # a self-contained candidate is its own reference: only its reference part runs here (and in
+        # the reference's runner); its load_inline and ModelNew run in the candidate's runner alone
+        from cudice.verifier.source.reference import reference_only_source
+
+        ref_source = reference_only_source(ref_source)
+    doc = parse_document(job["candidate_source"], cand_path)
+    ref_doc = parse_document(job["reference_source"], ref_path)
+    where = doc.index.location(doc.model_new.span, cand_path) if doc.model_new else Location(cand_path, 1, 1)
+    return JudgeState(
+        config=config,
+        device=str(job.get("device", "cuda")),
+        session=session,
+        out=out,
+        diags=diags,
+        walls=walls,
+        cand_path=cand_path,
+        cand_source=str(job["candidate_source"]),
+        ref_path=ref_path,
+        ref_source=ref_source,
+        doc=doc,
+        ref_doc=ref_doc,
+        where=where,
+        lenient=config.static_policy == "lenient",
+    )
+
+
+def add_wall(st: JudgeState, name: str, t0: float) -> None:
+    """Add the time since `t0` to the sub-phase `name` (summed over calls; stage_wall_s reports it)."""
+    st.walls[name] = st.walls.get(name, 0.0) + time.perf_counter() - t0
+
+
+def limit_s(st: JudgeState, calls: int) -> float:
+    """How long a request of `calls` forward calls may take before the candidate is a timeout."""
+    return max(10.0, 100.0 * st.ref_call_s * calls) + 10.0 * calls * st.ref_call_s
+
+
+@contextlib.contextmanager
+def shared(st: JudgeState) -> Iterator[None]:
+    """Hold the GPU's lease shared (GPU work that may overlap other verifications' correctness);
+    inside another hold, shared or exclusive, nothing more is taken."""
+    outer = st.lease is not None and st.lease_depth == 0
+    with st.lease.shared() if outer and st.lease is not None else contextlib.nullcontext():
+        st.lease_depth += 1
+        try:
+            yield
+        finally:
+            st.lease_depth -= 1
+
+
+@contextlib.contextmanager
+def exclusive(st: JudgeState) -> Iterator[None]:
+    """Hold the GPU's lease alone: nothing else of cudice's runs on this GPU meanwhile."""
+    assert st.lease_depth == 0, "an exclusive hold cannot nest in a shared one"
+    with st.lease.exclusive() if st.lease is not None else contextlib.nullcontext():
+        st.lease_depth += 1  # shared holds inside are no-ops
+        try:
+            yield
+        finally:
+            st.lease_depth -= 1
+
+
+# -- requests ----------------------------------------------------------------------------------------
+@contextlib.contextmanager
+def talking(st: JudgeState, link: RunnerLink, stage: Stage) -> Iterator[None]:
+    """A runner that dies or breaks the protocol is a crash of the candidate, never of the judge."""
+    try:
+        yield
+    except RunnerTimeout as exc:
+        raise Stop(
+            Verdict.TIMEOUT,
+            stage,
+            [
+                diag(
+                    "runtime.timeout",
+                    f"The {link.role} did not answer within {exc.limit_s:.1f} s (the limit is max(10 s, "
+                    f"100 x the reference's {st.ref_call_s * 1e3:.3f} ms) per call): a kernel or "
+                    "forward that hangs or loops. Check loop bounds and grid-stride conditions.",
+                    stage,
+                    st.where,
+                )
+            ],
+            link.log_tail(),
+        ) from None
+    except (channel.ChannelError, OSError) as exc:
+        rc = link.proc.poll()
+        why = f"exit status {rc}" if rc is not None else "it stopped answering"
+        raise Stop(
+            Verdict.CRASH,
+            stage,
+            [
+                diag(
+                    "runtime.crash",
+                    f"The {link.role} process ended or broke the protocol ({why}: {exc}); see the error "
+                    "text for its last output.",
+                    stage,
+                    st.where,
+                )
+            ],
+            link.log_tail(),
+        ) from None
+
+
+def ask(
+    st: JudgeState,
+    link: RunnerLink,
+    header: dict[str, Any],
+    stage: Stage,
+    blobs: Sequence[memoryview] = (),
+    *,
+    max_bytes: int = 0,
+    on_build: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    deadline_s: float | None = None,
+    spin_s: float = 0.0,
+) -> tuple[dict[str, Any], list[bytearray]]:
+    if deadline_s is None and on_build is None:
+        deadline_s = limit_s(st, 1)
+    # a load holds no lease: the build it asks for may take minutes of CPU, not GPU
+    lease = shared(st) if on_build is None else contextlib.nullcontext()
+    with talking(st, link, stage), lease:
+        rep, got = link.request(
+            header, blobs, max_bytes=max_bytes, on_build=on_build, deadline_s=deadline_s, spin_s=spin_s
+        )
+    if not rep.get("ok"):
+        refused(st, link, rep, stage)
+    return rep, got
+
+
+def refused(st: JudgeState, link: RunnerLink, rep: dict[str, Any], stage: Stage) -> None:
+    """A runner's failure reply as the verdict it may claim (`RUNNER_VERDICTS`), else a runtime error."""
+    claimed = str(rep.get("verdict", ""))
+    verdict = Verdict(claimed) if claimed in RUNNER_VERDICTS else Verdict.RUNTIME_ERROR
+    got_diags = [Diagnostic.from_dict(d) for d in rep.get("diagnostics", []) if isinstance(d, dict)]
+    if not got_diags:
+        got_diags = [
+            diag(
+                "runtime.exception",
+                f"The {link.role} process reported: {rep.get('error')}",
+                stage,
+                st.where,
+            )
+        ]
+    raise Stop(verdict, stage, got_diags, str(rep.get("error") or "")[-4000:] or None)
+
+
+def decode(st: JudgeState, rep: dict[str, Any], blobs: list[bytearray]) -> Any:
+    try:
+        return channel.decode(rep.get("outputs"), blobs, st.device)
+    except channel.ChannelError as exc:
+        raise Stop(
+            Verdict.INCORRECT,
+            Stage.CORRECTNESS,
+            [
+                diag(
+                    "dynamic.output_not_plain_tensor",
+                    f"The candidate's outputs could not be read: {exc}",
+                    Stage.CORRECTNESS,
+                    st.where,
+                )
+            ],
+        ) from None
+
+
+def stop_on_errors(st: JudgeState, found: list[Diagnostic], stage: Stage) -> None:
+    errors = [d for d in found if d.severity is Severity.ERROR]
+    st.diags.extend(d for d in found if d.severity is not Severity.ERROR)
+    if errors:
+        raise Stop(Verdict.INCORRECT, stage, errors)

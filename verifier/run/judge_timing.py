@@ -1,0 +1,475 @@
+"""The judge's timing phase (run/judge.py, phase 4): the candidate's time per call by the judge's clock.
+
+`timing` warms both runners up, sizes the batches, then repeats: fresh sealed input sets staged in
+both runners (run/seal.py), the reference's calls timed here by CUDA events, each runner's calls
+streamed alone on an idle GPU (run/judge_clock.py), every digest checked (run/witness.py) and two
+outputs compared in full afterwards. The candidate's time is the reference's event time plus the
+difference of the two runners' per-call times; `record_timing` (run/judging.py) writes it.
+`interval_too_wide` and `bias_too_large` say when that difference is too noisy or too small for
+the clock to resolve (`promised_fidelity`).
+
+Contract: a timed call that is wrong, incomplete at its reply or that changed its inputs ends the
+job with a `Stop`; a time the clock cannot resolve is recorded as unresolved, never as a speed-up.
+Not covered: the clock's means (run/judge_clock.py), the statistics of the final comparison
+(run/timing.py), the profiler's evidence (run/judge_evidence.py).
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+import statistics
+import time
+import types
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from cudice.verifier.run import channel
+from cudice.verifier.run.judge_clock import (
+    TRACE,
+    Clock,
+    event_times,
+    paused_runner,
+    pinned_cpus,
+    probe_s,
+    stage,
+    stream,
+    swapped_pins,
+    wait_gpu_idle,
+)
+from cudice.verifier.run.judge_evidence import even_profiles, guards, profile_batch, thread_growth
+from cudice.verifier.run.judge_state import (
+    JudgeState,
+    add_wall,
+    ask,
+    decode,
+    exclusive,
+    shared,
+    stop_on_errors,
+)
+from cudice.verifier.run.judging import call_or_stop, diag, record_timing
+from cudice.verifier.run.runner_link import RunnerLink
+from cudice.verifier.source.result import Diagnostic, Location, Stage
+
+MIN_REPETITIONS = 5
+TIMING_BUDGET_S = 20.0  # past this, and past MIN_REPETITIONS, a timing stops repeating
+WARMUP_CHUNK = 16  # timed calls per warm-up stream
+_rng = secrets.SystemRandom()
+
+
+class _WarmedUp(NamedTuple):
+    """What the warm-up leaves for the repetitions."""
+
+    warm: list[Any]  # the one input set of the warm-up
+    calls: int  # timed calls per runner and repetition
+    event_inputs: list[Any]  # the set the reference's event-timed calls use
+    floor_ms: float  # one launch of a tiny kernel, alone on the GPU
+
+
+@dataclass(slots=True)
+class _Samples:
+    """What the repetitions gather."""
+
+    ref_events: list[float] = field(default_factory=list)
+    # every timed request, s
+    requests: dict[str, list[float]] = field(default_factory=lambda: {"reference": [], "candidate": []})
+    # per repetition, s
+    per_call: dict[str, list[list[float]]] = field(default_factory=lambda: {"reference": [], "candidate": []})
+    staging: dict[str, list[float]] = field(default_factory=lambda: {"reference": [], "candidate": []})
+    busy: list[str] = field(default_factory=list)
+
+
+def timing(st: JudgeState, ref_mod: types.ModuleType, model: Any, last_ref: Any) -> None:
+    """The reference's time by CUDA events here; the candidate's as the reference's plus the
+    difference of the two runners' per-call times by the judge's clock.
+
+    The reference is trusted code and the judge its process, so its time per call is measured
+    as an in-process CUDA-event harness does (`judge_clock.event_times`). The candidate's time
+    cannot come from its own process, so each repetition stages fresh sealed input sets in both
+    runners (run/seal.py) and then, holding the GPU's lease exclusively, streams each runner its
+    calls one at a time (`judge_clock.stream`), in halves ordered A B B A, each half on an idle GPU
+    with the other runner stopped (`judge_clock.wait_gpu_idle`, `judge_clock.paused_runner`). A
+    call's seal key arrives with its message and its reply must carry the keyed digest of the
+    outputs (run/witness.py), so no call can start before its message or end after its reply:
+    calls cannot overlap or be deferred, whatever the runner's Python does, and a call's time is
+    round trip + unsealing + the forward + the digest, in sequence. Within a half nothing else
+    touches the GPU (no probe of the judge's, no other runner), so no call pays a switch between
+    GPU contexts. Both runners do the same work around the forward, pinned to their own cores
+    (`judge_clock.pinned_cpus`), so the difference of their calls' lower quartiles is the
+    difference of the two forwards, and the candidate's time is the reference's event time plus
+    that difference. Two outputs per repetition, chosen afterwards, are compared in full.
+    """
+    from cudice.verifier.run.timing import from_samples, tensor_bytes
+
+    cfg = st.config
+    cuda = st.device.startswith("cuda")
+    clock = Clock(flush_mib=cfg.l2_flush_mib if cfg.l2_policy == "cold" and cuda else 0)
+    links = (st.session.ref, st.session.cand)
+    warm, calls, event_inputs, floor_ms = _warm_up(st, clock, links, ref_mod, model, last_ref)
+    # 2. repetitions
+    t_rounds = time.perf_counter()
+    samples = _Samples()
+    found: list[Diagnostic] = []
+    profiled = _rng.randrange(cfg.timing_num_trials)
+    events_per_rep = max(5, 100 // cfg.timing_num_trials)
+    for rep in range(cfg.timing_num_trials):
+        found += _repetition(
+            st, clock, ref_mod, model, calls, event_inputs, samples, events_per_rep, rep == profiled
+        )
+        if (
+            rep >= MIN_REPETITIONS - 1
+            and time.perf_counter() - t_rounds > TIMING_BUDGET_S
+            and rep >= profiled
+        ):
+            break  # large inputs: drawing and moving the sets dominates; five repetitions give a median
+    add_wall(st, "timing.rounds", t_rounds)
+    if TRACE:  # the runners' own account of their timed calls: reported, never used
+        for link in links:
+            said, _ = ask(st, link, {"op": "trace"}, Stage.TIMING)
+            for name, us in (said.get("trace") or {}).items():
+                if isinstance(us, (int, float)):
+                    st.walls[f"timing.trace_{link.role}_{name}_us"] = float(us)
+    found += guards(st)
+    found += thread_growth(st)
+    stop_on_errors(st, found, Stage.TIMING)
+    for role, times in samples.staging.items():  # reported only: sealed sets give nothing to precompute
+        st.walls[f"timing.staging_{role}_median"] = statistics.median(times)
+    for role, xs in samples.requests.items():
+        xs = sorted(xs)
+        st.walls[f"timing.request_{role}_ms"] = statistics.median(xs) * 1e3
+        st.walls[f"timing.request_{role}_min_ms"] = xs[0] * 1e3
+        st.walls[f"timing.request_{role}_q10_ms"] = xs[len(xs) // 10] * 1e3
+        st.walls[f"timing.request_{role}_q25_ms"] = _q25(xs) * 1e3
+    st.walls["timing.launch_floor_ms"] = floor_ms
+    ref_ms = statistics.median(samples.ref_events)
+    # the difference of the two runners' lower quartiles per half repetition: what a call costs
+    # beyond the forward is the same in both runners, and its noise (a wake-up, an interrupt)
+    # only ever adds, so the lower quartile shifts by the forward's difference with less spread
+    # than the median (the median's difference is reported beside it); a repetition's two
+    # halves, on swapped cores, averaged
+    pairs = list(zip(samples.per_call["candidate"], samples.per_call["reference"], strict=True))
+    by_half = [_q25(c) - _q25(r) for c, r in pairs]
+    deltas = [sum(by_half[k : k + 2]) / len(by_half[k : k + 2]) for k in range(0, len(by_half), 2)]
+    cand_ms = [ref_ms + d * 1e3 for d in deltas]
+    st.walls["timing.candidate_by_medians_ms"] = ref_ms + 1e3 * statistics.median(
+        statistics.median(c) - statistics.median(r) for c, r in pairs
+    )
+    st.walls["timing.candidate_by_q25_ms"] = statistics.median(cand_ms)
+    unresolved = list(dict.fromkeys(samples.busy))
+    cand_med = statistics.median(cand_ms)
+    if cand_med < 0.5 * floor_ms:
+        unresolved.append(
+            f"the candidate's time per call ({cand_med:.4f} ms: the reference's {ref_ms:.4f} ms plus "
+            f"the difference of the two runners' calls) is below half the cost of launching one "
+            f"kernel ({floor_ms:.4f} ms): the runner's own loop was bypassed, or the difference is noise"
+        )
+    spread = interval_too_wide(cand_ms, ref_ms)
+    if spread is not None:
+        st.walls["timing.candidate_ci95_ms"] = spread[0]
+        if spread[1]:
+            unresolved.append(spread[1])
+    if not unresolved and (bias := bias_too_large(cand_med, ref_ms, cfg.timing_runner_bias_us / 1e3)):
+        unresolved.append(bias)
+    cand_ms = [max(x, 1e-6) for x in cand_ms]
+    st.out["l2_policy"] = cfg.l2_policy
+    st.walls["timing.lease_wait"] = st.lease.waited_s if st.lease is not None else 0.0
+    cmp_t = from_samples(
+        samples.ref_events,
+        cand_ms,
+        input_bytes=tensor_bytes(warm),
+        output_bytes=tensor_bytes(last_ref),
+        suspicious_speedup=cfg.suspicious_speedup,
+        peak_bandwidth_gb_s=cfg.peak_bandwidth_gb_s,
+        extra_reasons=unresolved,
+    )
+    clock_name = "CUDA events" if cuda else "the host clock"
+    record_timing(
+        cmp_t,
+        st.where,
+        st.out,
+        st.diags,
+        f"; L2 {cfg.l2_policy}; the reference timed by {clock_name} in the judge, the candidate as that "
+        f"plus the difference of the two runners' times per call, {calls} calls on fresh inputs "
+        f"per runner and repetition, {len(deltas)} repetitions",
+    )
+
+
+def _warm_up(
+    st: JudgeState,
+    clock: Clock,
+    links: tuple[RunnerLink, RunnerLink],
+    ref_mod: types.ModuleType,
+    model: Any,
+    last_ref: Any,
+) -> _WarmedUp:
+    """Both runners warmed up on one staged set, the batches sized, the clock's probe, pins and
+    launch floor measured."""
+    from cudice.verifier.run.timing import tensor_bytes
+
+    cfg = st.config
+    # 1. warm-up by time on one set, then a rough per-call time to size the batches
+    t0 = time.perf_counter()
+    warm = _draw_set(st, ref_mod)
+    for link in links:
+        stage(st, clock, link, [warm], sealed=False)
+    even_profiles(st, clock.flush_mib)  # the correctness phase profiled the candidate's runner
+    per_call_s = []
+    for link in links:  # short warm-ups under-report: https://github.com/triton-lang/triton/issues/2306
+        deadline = time.perf_counter() + cfg.timing_warmup_ms / 1000.0
+        while True:
+            n = WARMUP_CHUNK
+            times, _ = stream(st, clock, link, [0] * n, [secrets.randbits(64) for _ in range(n)], None)
+            if time.perf_counter() >= deadline:
+                break
+        per_call_s.append(_q25(times))
+    per_request = max(per_call_s)
+    set_bytes = tensor_bytes(warm) + tensor_bytes(last_ref)
+    fit = max(1, _stage_budget_bytes(st) // max(set_bytes, 1))
+    calls = int(min(max(3, math.ceil(cfg.timing_batch_ms / 1000.0 / max(per_request, 1e-7))), fit, 4096))
+    clock.probe_solo_s = probe_s(st, clock, best_of=10)
+    clock.pins = pinned_cpus(st)  # once: the runners and the GPU stay the same
+    event_inputs = [x.clone() if _is_tensor(x) else x for x in warm]
+    event_times(st, clock, model, event_inputs, 3)  # the harness's own warm-up
+    with exclusive(st):  # one launch of a tiny kernel, alone on the GPU like the timed calls
+        wait_gpu_idle(st, clock, [])
+        floor_ms = statistics.median(event_times(st, clock, None, [], 20))
+    add_wall(st, "timing.warmup", t0)
+    return _WarmedUp(warm, calls, event_inputs, floor_ms)
+
+
+def _stage_budget_bytes(st: JudgeState) -> int:
+    """Bytes of input and output sets one repetition may stage: the configured bound, at most an
+    eighth of the GPU memory free now (two runners and the judge hold copies)."""
+    budget = st.config.timing_stage_mib << 20
+    if st.device.startswith("cuda"):
+        import torch
+
+        free, _ = torch.cuda.mem_get_info()
+        budget = min(budget, int(free) // 8)
+    return max(int(budget), 1)
+
+
+def _repetition(
+    st: JudgeState,
+    clock: Clock,
+    ref_mod: types.ModuleType,
+    model: Any,
+    total: int,
+    event_inputs: list[Any],
+    samples: _Samples,
+    events: int,
+    profile: bool,
+) -> list[Diagnostic]:
+    """One repetition: fresh sealed sets; alone on an idle GPU, `events` event-timed calls of the
+    reference here and the timed calls of both runners; then the digests and two full checks."""
+    import torch
+    from cudice.verifier.run import seal, witness
+    from cudice.verifier.run.dynamic_checks import flatten_outputs
+    from cudice.verifier.run.timing import tensor_bytes
+    from cudice.verifier.run.tolerance import compare_outputs
+
+    cfg = st.config
+    busy = samples.busy
+    sets: list[list[Any]] = []
+    seals: list[int] = []
+    keys: list[int] = []
+    expected: list[list[float]] = []
+    bounds: list[list[float]] = []
+    num_outputs = 0
+    with torch.no_grad(), shared(st):
+        for _ in range(total):  # 1. fresh inputs, the reference's digests, then sealed copies
+            inputs = _draw_set(st, ref_mod)
+            key = secrets.randbits(64)
+            ref_out = flatten_outputs(
+                model(*[x.clone() if isinstance(x, torch.Tensor) else x for x in inputs])
+            )
+            # the outputs' digests, then the inputs' as drawn (the runner digests its inputs after
+            # the call: one changed in place, or returned as the output and changed, no longer matches)
+            expected.append(witness.digest(ref_out + list(inputs), key, st.device).cpu().tolist())
+            bounds.append(
+                [_digest_bound(st, r) for r in ref_out]
+                + [witness.bound(x, 0.0, 0.0) if isinstance(x, torch.Tensor) else 0.0 for x in inputs]
+            )
+            num_outputs = len(ref_out)
+            seal_key = secrets.randbits(63)  # below channel.NO_SEAL
+            sealed = [x.contiguous().clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+            seal.toggle(sealed, seal_key)
+            sets.append(sealed)
+            seals.append(seal_key)
+            keys.append(key)
+        links = (st.session.ref, st.session.cand)
+    encoded = channel.encode(sets)  # once, for both runners
+    for link in links:  # 2. staging (its time is reported, not judged)
+        samples.staging[link.role].append(stage(st, clock, link, sets, sealed=True, encoded=encoded))
+    digests: dict[str, list[list[float]]] = {"reference": [], "candidate": []}
+    from cudice.verifier.process import pinned
+
+    # 3. the reference's event times, then each runner's calls streamed, the other runner stopped
+    # and the GPU idle (nothing of the other runner's beside it), every process on its own core
+    with exclusive(st), pinned(clock.pins) as took:
+        # every repetition's pins took (the wall is the smallest over the repetitions)
+        now = float(bool(took) and all(took.values()))
+        st.walls["timing.pinned"] = min(st.walls.get("timing.pinned", 1.0), now)
+        with paused_runner(st.session.cand, busy):
+            wait_gpu_idle(st, clock, busy)
+            samples.ref_events += event_times(st, clock, model, event_inputs, events)
+        # ABBA: each runner's calls in two halves, so that a drift of the GPU's clocks during the
+        # repetition weighs on both runners alike; the runners swap cores between the halves, so
+        # that a slower core (interrupts, its clock) weighs on both alike too
+        first, second = links if _rng.random() < 0.5 else links[::-1]
+        half = max(1, total // 2)
+        halves: dict[str, list[list[float]]] = {"reference": [[], []], "candidate": [[], []]}
+        for h, order, part in (
+            (0, (first, second), range(half)),
+            (1, (second, first), range(half, total)),
+        ):
+            with pinned(swapped_pins(clock.pins) if h else {}):
+                for link in order:
+                    if not part:
+                        continue
+                    with paused_runner(links[1] if link is links[0] else links[0], busy):
+                        wait_gpu_idle(st, clock, busy)  # nothing left running by the other runner
+                        got, call_digests = stream(
+                            st, clock, link, list(part), [keys[i] for i in part], [seals[i] for i in part]
+                        )
+                    halves[link.role][h] += got
+                    digests[link.role] += call_digests
+    for role, hs in halves.items():
+        samples.per_call[role] += [xs for xs in hs if xs]
+        samples.requests[role] += hs[0] + hs[1]
+    # 4. every digest of the candidate's batches, then two outputs in full, chosen now
+    for i, (digest, exp, bd) in enumerate(zip(digests["candidate"], expected, bounds, strict=True)):
+        verdict = witness.check(digest, exp, bd)
+        if not verdict.ok and verdict.index >= num_outputs:
+            return [
+                diag(
+                    "dynamic.input_mutated",
+                    f"Timed call {i + 1} of {total} in one repetition changed its input "
+                    f"{verdict.index - num_outputs} (its digest after the call differs from the input "
+                    "the judge sent): forward must leave its inputs as they are. Write results to a "
+                    "new tensor.",
+                    Stage.TIMING,
+                    st.where,
+                )
+            ]
+        if not verdict.ok:
+            return [
+                diag(
+                    "correctness.timed_call_digest",
+                    f"Timed call {i + 1} of {total} in one repetition: the digest of output "
+                    f"{verdict.index} is {verdict.excess:.3g}x beyond what the tolerance allows "
+                    "when the reply arrived: the outputs were not complete (work deferred past "
+                    "the call, a skipped synchronisation, lazy or cached outputs) or not correct.",
+                    Stage.TIMING,
+                    st.where,
+                )
+            ]
+    found: list[Diagnostic] = []
+    for i in _rng.sample(range(total), k=min(2, total)):
+        with torch.no_grad(), shared(st):
+            seal.toggle(sets[i], seals[i])  # the judge's own copy, unsealed to recompute the reference
+            want = model(*[x.clone() if isinstance(x, torch.Tensor) else x for x in sets[i]])
+            rep, blobs = ask(
+                st,
+                st.session.cand,
+                {"op": "kept", "index": i},
+                Stage.TIMING,
+                max_bytes=2 * tensor_bytes(want) + (1 << 20),
+            )
+            got = decode(st, rep, blobs)
+        cmp = compare_outputs(want, got, cfg.atol, cfg.rtol, precision=cfg.precision)
+        if not cmp.ok:
+            return [
+                diag(
+                    "correctness.timed_call_mismatch",
+                    f"Timed call {i + 1} (checked afterwards, chosen at random): {cmp.why}. The kernel "
+                    "must be correct on every call, not only while it is checked.",
+                    Stage.TIMING,
+                    st.where,
+                )
+            ]
+    if profile:
+        found += profile_batch(st, list(range(min(2, total))), clock.flush_mib)
+    return found
+
+
+def _draw_set(st: JudgeState, ref_mod: types.ModuleType) -> list[Any]:
+    from cudice.verifier.run.inputs import make_inputs, secret_seed
+
+    return list(
+        call_or_stop(
+            lambda: make_inputs(
+                ref_mod.get_inputs, secret_seed(), "as_given", st.device, draw_on_device=True
+            ),
+            Stage.TIMING,
+            Location(st.ref_path, 1, 1),
+        )
+    )
+
+
+def _digest_bound(st: JudgeState, ref: Any) -> float:
+    import torch
+    from cudice.verifier.run import witness
+
+    if not isinstance(ref, torch.Tensor):
+        return 0.0
+    if not (ref.is_floating_point() or ref.is_complex()):
+        return witness.bound(ref, 0.0, 0.0)
+    from cudice.verifier.run.tolerance import output_scale, rtol_floor
+
+    # the norm check's own terms (run/tolerance.py), so the digest accepts what the comparison accepts
+    return witness.bound(ref, st.config.atol * output_scale(ref), max(st.config.rtol, rtol_floor(ref.dtype)))
+
+
+def promised_fidelity(ref_ms: float) -> float:
+    """The relative error the clock promises for a candidate's time: +-10 % where the reference
+    takes 50 us or more per call, +-25 % below."""
+    return 0.10 if ref_ms >= 0.05 else 0.25
+
+
+def interval_too_wide(cand_ms: list[float], ref_ms: float) -> tuple[float, str] | None:
+    """(half-width of the 95 % interval of the candidate's mean time per call over repetitions, ms;
+    why that is too wide to count, or ""), or None with fewer than 3 repetitions. The bound is the
+    fidelity the clock promises: +-10 % where the reference takes 50 us or more, +-25 % below."""
+    if len(cand_ms) < 3:
+        return None
+    mid = statistics.median(cand_ms)
+    half = 2.0 * statistics.stdev(cand_ms) / math.sqrt(len(cand_ms))
+    allowed = promised_fidelity(ref_ms)
+    if half <= allowed * max(mid, 1e-9):
+        return half, ""
+    return half, (
+        f"the candidate's time per call is {mid:.4f} +- {half:.4f} ms (95 %, {len(cand_ms)} "
+        f"repetitions), wider than the +-{allowed:.0%} this clock promises at this size: the two "
+        "runners' call times differ by less than their noise"
+    )
+
+
+def bias_too_large(cand_ms: float, ref_ms: float, bias_ms: float) -> str:
+    """Why a candidate time is too short for the clock to resolve, or "".
+
+    The candidate's time is the reference's plus the difference of two runner processes' calls,
+    and two processes differ by a bias that repeats in every call (memory placement, what each
+    loaded): the difference of their means converges to it, so the 95 % interval does not see it.
+    `bias_ms` bounds it (measured; VerifyConfig.timing_runner_bias_us); when that bound is beyond
+    the fidelity promised at this size (+-10 % of the candidate's time where the reference takes
+    50 us or more, +-25 % below), the time is unresolved."""
+    allowed = promised_fidelity(ref_ms)
+    if bias_ms <= allowed * max(cand_ms, 0.0):
+        return ""
+    return (
+        f"the candidate's time per call ({cand_ms:.4f} ms) is too short for this clock: two runner "
+        f"processes' calls can differ by up to {bias_ms * 1e3:.0f} us for reasons that are not the "
+        f"kernel's, beyond the +-{allowed:.0%} promised at this size"
+    )
+
+
+def _q25(xs: list[float]) -> float:
+    """The lower quartile of `xs` (linear between order statistics, as run/timing.py's quartiles)."""
+    return statistics.quantiles(xs, n=4, method="inclusive")[0] if len(xs) > 1 else xs[0]
+
+
+def _is_tensor(x: Any) -> bool:
+    import torch
+
+    return isinstance(x, torch.Tensor)
