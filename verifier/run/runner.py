@@ -24,6 +24,9 @@ it on the inputs it receives and answers requests:
 - `guards`  whether timers, comparison functions or dispatcher entries were replaced, or global
             module hooks or torch function/dispatch modes installed.
 
+The handlers are plain functions over one `RunnerState` (run/runner_state.py), found by op in
+`HANDLERS`: the untimed requests here, the timed calls and profiles in run/runner_timed.py.
+
 Everything this process reports besides the outputs is an observation made where the candidate's
 code runs: plain Python can forge it (the runner's Python is the candidate's). The judge bases
 the verdict on outputs it compares itself and on its own clock; see docs/anticheat.md for what
@@ -32,19 +35,20 @@ stays open. Not covered: multi-GPU models.
 
 from __future__ import annotations
 
-import gc
 import socket
 import sys
 import time
 import traceback
 import types
+from collections.abc import Callable
 from typing import Any
 
 from cudice.verifier.run import channel
+from cudice.verifier.run.runner_state import RunnerFailure, RunnerState, guard, reply, sync
+from cudice.verifier.run.runner_timed import op_batch, op_profile, op_stage, op_stream, op_trace
 from cudice.verifier.source.result import Diagnostic, Location, Severity, Stage, Verdict
 
 MAX_REQUEST_BYTES = 1 << 40  # the judge is trusted; its inputs may be large
-DIGEST_SLOTS = 64  # output and input tensors of a call whose digests have room made beforehand
 # ops whose dispatcher entries a candidate could override to fool a comparison in its own process
 WATCHED_OPS = (
     "aten::allclose",
@@ -136,549 +140,269 @@ def dispatcher_state() -> dict[str, str]:
     return {op: keyed(torch._C._dispatch_dump(op)) for op in WATCHED_OPS}
 
 
-class Server:
-    """The request loop; one instance per process."""
+Handler = Callable[[RunnerState, dict[str, Any], list[bytearray]], None]
 
-    def __init__(self, sock: socket.socket, role: str = "candidate") -> None:
-        self.sock, self.role = sock, role
-        self.model: Any = None
-        self.inputs: list[Any] = []
-        self.args: list[Any] = []
-        self.last: Any = None
-        self.device = "cpu"
-        self.where = Location("<candidate>", 1, 1)
-        self.guards: dict[str, object] = {}
-        self.dispatch: dict[str, str] = {}
-        self.hooks: dict[str, int] = {}
-        self.flush: Any = None
-        self.sets: list[list[Any]] = []  # staged input sets of the timed calls
-        self.seal_plans: list[list[Any]] = []  # per staged set, its seal.Plan list
-        self.digest_room: Any = None  # zeroed (calls, 4 * DIGEST_SLOTS) float64 during a stream
-        self.kept: dict[int, Any] = {}  # every output of the timed calls since the last staging, by set
-        self.trace: list[list[Any]] = []  # per traced timed call: host stamps and CUDA events
 
-    def reply(self, header: dict[str, Any], blobs: list[memoryview] | None = None) -> None:
-        channel.send(self.sock, header, blobs or [])
+def serve(st: RunnerState) -> None:
+    """The request loop; one per process."""
+    import torch
+    from cudice.verifier.run import dynamic_checks as dyn
 
-    def serve(self) -> None:
-        import torch
-        from cudice.verifier.run import dynamic_checks as dyn
-
-        # before the job: a warm spare's runner has its context ready (only the candidate is profiled)
-        # both roles: a profiler session leaves CUPTI's callbacks on every later kernel launch of the
-        # process (https://github.com/pytorch/pytorch/issues/144455); the candidate's runner is
-        # profiled, so the reference's must carry the same per-launch cost for the difference of
-        # their request times to be the difference of the two forwards
-        warm_gpu(profiler=True)
-        self.guards = dyn.snapshot_guarded()  # before any candidate code
-        self.reply({"op": "ready", "torch": torch.__version__})
-        while True:
-            try:
-                req, blobs = channel.recv(self.sock, MAX_REQUEST_BYTES)
-            except channel.ChannelError:
-                return
-            op = req.get("op")
-            try:
-                handler = getattr(self, f"op_{op}", None)
-                if handler is None:
-                    self.reply({"ok": False, "error": f"unknown request {op!r}"})
-                    continue
-                if op == "exit":
-                    return
-                handler(req, blobs)
-            except _Failure as f:
-                self.reply(
-                    {
-                        "ok": False,
-                        "verdict": f.verdict,
-                        "diagnostics": [d.to_dict() for d in f.diagnostics],
-                        "error": f.error,
-                    }
-                )
-            except channel.ChannelError:
-                return
-            except Exception as exc:  # this runner's own code failed on what the candidate left: not a crash
-                self.reply(
-                    {
-                        "ok": False,
-                        "verdict": Verdict.RUNTIME_ERROR.value,
-                        "diagnostics": [
-                            Diagnostic(
-                                Severity.ERROR,
-                                f"the runner could not serve {op!r}: {type(exc).__name__}: {exc}",
-                                "runtime.exception",
-                                Stage.CORRECTNESS,
-                                self.where,
-                            ).to_dict()
-                        ],
-                        "error": traceback.format_exc(),
-                    }
-                )
-
-    # -- requests -------------------------------------------------------------------------------------
-    def op_exit(self, req: dict[str, Any], blobs: list[bytearray]) -> None:
-        return None
-
-    def op_load(self, req: dict[str, Any], blobs: list[bytearray]) -> None:
-        import torch
-        from cudice.verifier.run.judging import Stop, exec_module
-
-        self.device = str(req["device"])
-        path = str(req["path"])
-        self.where = Location(path, int(req.get("line", 1)), 1)
-        self._install_load_inline(path)
-        self.dispatch = dispatcher_state()  # after cudice's own imports, before the candidate's code
-        self.hooks = hook_state()
+    # before the job: a warm spare's runner has its context ready (only the candidate is profiled)
+    # both roles: a profiler session leaves CUPTI's callbacks on every later kernel launch of the
+    # process (https://github.com/pytorch/pytorch/issues/144455); the candidate's runner is
+    # profiled, so the reference's must carry the same per-launch cost for the difference of
+    # their request times to be the difference of the two forwards
+    warm_gpu(profiler=True)
+    st.guards = dyn.snapshot_guarded()  # before any candidate code
+    reply(st, {"op": "ready", "torch": torch.__version__})
+    while True:
         try:
-            mod = exec_module(str(req["module"]), str(req["source"]), path, Stage.LOAD)
-        except Stop as stop:
-            raise _Failure(stop.verdict.value, stop.diagnostics, stop.error) from None
-        cls = getattr(mod, str(req["cls"]), None)
-        if cls is None:
-            raise _Failure(
-                Verdict.RUNTIME_ERROR.value,
-                [
-                    Diagnostic(
-                        Severity.ERROR,
-                        f"Executing the file did not define {req['cls']}.",
-                        "runtime.no_model_new",
-                        Stage.LOAD,
-                        self.where,
-                    )
-                ],
-            )
-        init = channel.decode(req["init"], blobs, "cpu")
-        torch.manual_seed(int(req["seed"]))
-        if self.device.startswith("cuda"):
-            torch.cuda.manual_seed(int(req["seed"]))
-        self.model = self._guard(lambda: cls(*init).to(self.device).eval(), Stage.LOAD)
-        self.reply({"ok": True})
-
-    def op_inputs(self, req: dict[str, Any], blobs: list[bytearray]) -> None:
-        self.inputs = list(channel.decode(req["inputs"], blobs, self.device))
-        self.args, self.last = [], None
-        self.reply({"ok": True})
-
-    def op_call(self, req: dict[str, Any], blobs: list[bytearray]) -> None:
-        import torch
-        from cudice.verifier.run import dynamic_checks as dyn
-
-        before = dyn.snapshot_inputs(self.inputs)
-        if self.device.startswith("cuda"):
-            dyn.poison_allocator(int(req.get("poison_bytes", 1 << 20)), self.device)
-        threads = dyn.count_threads()
-        with torch.no_grad():
-            out = self._guard(lambda: self.model(*self.inputs), Stage.CORRECTNESS)
-        after_threads = dyn.count_threads()
-        self._sync()
-        found = dyn.check_inputs_unchanged(before, self.inputs, self.where)
-        found += dyn.check_outputs_plain(out, out, self.where)
-        found += dyn.check_no_aliasing(out, self.inputs, (), self.where)
-        if req.get("count_threads"):
-            found += dyn.check_thread_count(threads, after_threads, self.where)
-        self.last = out
-        self.reply({"ok": True, "diagnostics": [d.to_dict() for d in found]})
-
-    def op_fetch(self, req: dict[str, Any], blobs: list[bytearray]) -> None:
-        try:
-            tree, out = channel.encode(self.last)
-        except (channel.ChannelError, RuntimeError, TypeError) as exc:
-            raise _Failure(
-                Verdict.INCORRECT.value,
-                [
-                    Diagnostic(
-                        Severity.ERROR,
-                        f"the output cannot be read as plain tensors: {exc}",
-                        "dynamic.output_not_plain_tensor",
-                        Stage.CORRECTNESS,
-                        self.where,
-                    )
-                ],
-            ) from None
-        self.reply({"ok": True, "outputs": tree}, out)
-
-    def op_stage(self, req: dict[str, Any], blobs: list[bytearray]) -> None:
-        from cudice.verifier.run import seal
-
-        self.sets = [list(x) for x in channel.decode(req["sets"], blobs, self.device)]
-        self.seal_plans = [seal.plan(s) for s in self.sets]  # worked out now, outside the clock
-        self.kept = {}
-        mib = int(req.get("flush_mib", 0))
-        if (
-            mib
-            and self.device.startswith("cuda")
-            and (self.flush is None or self.flush.numel() * 4 != mib << 20)
-        ):
-            import torch
-
-            self.flush = torch.empty(mib * 1024 * 1024 // 4, dtype=torch.int32, device=self.device)
-        self._sync()
-        self.reply({"ok": True})
-
-    def op_batch(self, req: dict[str, Any], blobs: list[bytearray]) -> None:
-        if req.get("profile"):
-            self._profiled(lambda: self._run_batch(req), str(req.get("stage", "timing")))
+            req, blobs = channel.recv(st.sock, MAX_REQUEST_BYTES)
+        except channel.ChannelError:
             return
-        self.reply({"ok": True, "digests": self._run_batch(req)})
-
-    def op_stream(self, req: dict[str, Any], blobs: list[bytearray]) -> None:
-        """`count` timed calls, each a binary message answered by its digests (run/channel.py).
-
-        The judge sends the next call only when the last one's digests are in, so calls never
-        overlap; its clock runs from each call's message to its digests. Every output is kept
-        (`kept`). A call that fails answers "failed", then the usual JSON failure reply follows."""
-        cuda = self.device.startswith("cuda")
-        flush = self.flush if cuda and int(req.get("flush_mib", 0)) else None
-        spin = float(req.get("spin_s") or 0.0)
-        trace = bool(req.get("trace"))
-        # no collection pauses inside the calls: collect now, and not again until the stream ends
-        gc.collect()
-        gc.disable()
-        count = int(req["count"])
-        import torch
-
-        # zeroed room for every call's digests, made before the calls (one launch fewer in each)
-        self.digest_room = torch.zeros(count, 4 * DIGEST_SLOTS, dtype=torch.float64, device=self.device)
+        op = req.get("op")
         try:
-            self._stream_calls(count, flush, spin, trace)
-        finally:
-            gc.enable()
-            self.digest_room = None
-
-    def _stream_calls(self, count: int, flush: Any, spin: float, trace: bool) -> None:
-        for call in range(count):
-            if spin > 0:  # the next call comes within microseconds: wait awake, not asleep
-                channel.poll_readable(self.sock, spin)
-            index, key, seal_key = channel.recv_call(self.sock)
-            stamps: list[Any] | None = [time.perf_counter()] if trace else None
-            try:
-                digest, out = self._timed_call(index, key, seal_key, flush, stamps, call)
-                values = self._to_host([digest])[0]
-            except BaseException:
-                channel.send_digests(self.sock, None)
-                raise
-            self.kept[index] = out
-            self.last = out
-            if stamps is not None:
-                stamps.append(time.perf_counter())
-            channel.send_digests(self.sock, values)
-            if stamps is not None:
-                stamps.append(time.perf_counter())
-                self.trace.append(stamps)
-
-    def op_trace(self, req: dict[str, Any], blobs: list[bytearray]) -> None:
-        """Medians (us) of where the traced timed calls spent their time, as this process saw it: a
-        diagnostic for the benchmarks, never evidence (the candidate's process can say anything)."""
-        import statistics
-
-        names = (
-            "unseal_host",
-            "forward_host",
-            "digest_launch",
-            "wait_host",
-            "reply",
-            "unseal_gpu",
-            "forward_gpu",
-        )
-        rows = []
-        for s in self.trace:
-            t0, t1, t2, t3, e0, e1, e2, t4, t5 = s
-            rows.append(
-                (
-                    t1 - t0,
-                    t2 - t1,
-                    t3 - t2,
-                    t4 - t3,
-                    t5 - t4,
-                    e0.elapsed_time(e1) / 1e3 if e0 is not None else 0.0,
-                    e1.elapsed_time(e2) / 1e3 if e1 is not None else 0.0,
-                )
-            )
-        self.trace = []
-        self.reply(
-            {
-                "ok": True,
-                "trace": {n: statistics.median(r[i] for r in rows) * 1e6 for i, n in enumerate(names)},
-            }
-            if rows
-            else {"ok": True, "trace": {}}
-        )
-
-    def _timed_call(
-        self,
-        index: int,
-        key: int,
-        seal_key: int | None,
-        flush: Any,
-        stamps: list[Any] | None = None,
-        room: int = -1,
-    ) -> tuple[Any, Any]:
-        """Unseal staged set `index`, evict L2 under the cold policy, forward, and the keyed digests
-        of the outputs and then of the inputs (one changed in place no longer matches); no sync.
-        `stamps` (tracing only) gets host times and CUDA events between the steps."""
-        from cudice.verifier.run import seal, witness
-        from cudice.verifier.run.dynamic_checks import flatten_outputs
-
-        if not 0 <= index < len(self.sets):
-            raise ValueError(f"timed call on set {index}, but {len(self.sets)} are staged")
-        args = self.sets[index]
-        import torch
-
-        events = None
-        if stamps is not None and self.device.startswith("cuda"):
-            events = [torch.cuda.Event(enable_timing=True) for _ in range(3)]  # type: ignore[no-untyped-call]
-            events[0].record()
-        with torch.no_grad():
-            if seal_key is not None and seal_key != channel.NO_SEAL:
-                seal.toggle_planned(self.seal_plans[index], int(seal_key))  # usable only now, in the clock
-            if flush is not None:
-                flush.fill_(1)  # evict L2 (cold policy)
-            if stamps is not None:
-                stamps.append(time.perf_counter())
-                if events is not None:
-                    events[1].record()
-            out = self._guard(lambda: self.model(*args), Stage.TIMING)
-            if stamps is not None:
-                if events is not None:
-                    events[2].record()
-                stamps.append(time.perf_counter())
-            into = self.digest_room[room] if room >= 0 and self.digest_room is not None else None
-            digest = witness.digest(flatten_outputs(out) + list(args), int(key), self.device, into)
-            if stamps is not None:
-                stamps.append(time.perf_counter())
-                stamps += events if events is not None else [None, None, None]
-            return digest, out
-
-    def _run_batch(self, req: dict[str, Any]) -> list[list[float]]:
-        cuda = self.device.startswith("cuda")
-        flush = self.flush if cuda and int(req.get("flush_mib", 0)) else None
-        seals = req.get("seals") or [None] * len(req["sets"])
-        digests, last = [], self.last
-        for index, key, seal_key in zip(req["sets"], req["keys"], seals, strict=True):
-            digest, last = self._timed_call(int(index), int(key), seal_key, flush)
-            digests.append(digest)
-        self.last = last
-        return self._to_host(digests)
-
-    def _to_host(self, digests: list[Any]) -> list[list[float]]:
-        """The digests on the host: the one synchronisation of a call or batch."""
-        import torch
-
-        try:
-            if len(digests) == 1:  # a streamed call: no stacking copy
-                return [[float(v) for v in digests[0].cpu().tolist()]]
-            values = torch.stack(digests).cpu() if digests else torch.zeros(0, 1)
-        except Exception as exc:  # a sticky CUDA error from the kernel
-            raise _Failure(
-                Verdict.RUNTIME_ERROR.value,
-                [
-                    Diagnostic(
-                        Severity.ERROR,
-                        f"CUDA error in a timed call: {exc}".strip(),
-                        "runtime.cuda_error",
-                        Stage.TIMING,
-                        self.where,
-                    )
-                ],
-                str(exc),
-            ) from None
-        return [[float(v) for v in row] for row in values.tolist()]
-
-    def op_kept(self, req: dict[str, Any], blobs: list[bytearray]) -> None:
-        index = int(req["index"])
-        if index not in self.kept:
-            raise _Failure(
-                Verdict.RUNTIME_ERROR.value,
-                [
-                    Diagnostic(
-                        Severity.ERROR,
-                        f"the output of timed call {index} was not kept",
-                        "runtime.exception",
-                        Stage.TIMING,
-                        self.where,
-                    )
-                ],
-            )
-        self.last = self.kept[index]
-        self.op_fetch(req, blobs)
-
-    def op_profile(self, req: dict[str, Any], blobs: list[bytearray]) -> None:
-        def one_call() -> None:
-            self.last = self._guard(lambda: self.model(*self.inputs), Stage.CORRECTNESS)
-
-        self._profiled(one_call, "correctness")
-
-    def _profiled(self, body: Any, stage: str) -> None:
-        """Run `body` under the profiler and reply with the kernels that ran: name, device µs, stream."""
-        import torch
-
-        if not self.device.startswith("cuda"):
-            body()
-            self.reply({"ok": True, "kernels": [], "marker_stream": -1, "supported": False})
-            return
-        from torch.profiler import ProfilerActivity, profile
-
-        marker = torch.zeros(1, device=self.device)
-        try:
-            with torch.no_grad(), profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-                marker.fill_(
-                    1.0
-                )  # a (glue) kernel on the current stream: its stream id is the one forward uses
-                body()
-                torch.cuda.synchronize()
-            events = list(prof.events())
-        except _Failure:
-            raise
-        except Exception as exc:  # no CUPTI here (permissions, driver): the judge decides what that means
-            self.reply(
+            handler = HANDLERS.get(op) if isinstance(op, str) else None
+            if handler is None:
+                reply(st, {"ok": False, "error": f"unknown request {op!r}"})
+                continue
+            if op == "exit":
+                return
+            handler(st, req, blobs)
+        except RunnerFailure as f:
+            reply(
+                st,
                 {
-                    "ok": True,
-                    "kernels": [],
-                    "marker_stream": -1,
-                    "supported": False,
-                    "error": f"{type(exc).__name__}: {exc}",
-                }
+                    "ok": False,
+                    "verdict": f.verdict,
+                    "diagnostics": [d.to_dict() for d in f.diagnostics],
+                    "error": f.error,
+                },
             )
+        except channel.ChannelError:
             return
-        kernels: list[list[object]] = []
-        marker_stream = -1
-        for evt in events:
-            if not str(getattr(evt, "device_type", "")).endswith("CUDA") or not evt.name:
-                continue
-            if evt.name == "cudice_witness":  # the judge's digest, not the candidate's work
-                continue
-            us = float(getattr(evt, "device_time", None) or getattr(evt, "cuda_time", 0.0) or 0.0)
-            rid = getattr(evt, "device_resource_id", None)
-            stream = int(rid) if isinstance(rid, int) else -1  # CUPTI's stream id (0 is a valid one)
-            if marker_stream == -1 and "fill" in evt.name.lower() and not kernels:
-                marker_stream = stream
-                continue
-            kernels.append([evt.name, us, stream])
-        self.reply(
-            {
-                "ok": True,
-                "kernels": kernels,
-                "marker_stream": marker_stream,
-                "supported": True,
-                "stage": stage,
-            }
+        except Exception as exc:  # this runner's own code failed on what the candidate left: not a crash
+            reply(
+                st,
+                {
+                    "ok": False,
+                    "verdict": Verdict.RUNTIME_ERROR.value,
+                    "diagnostics": [
+                        Diagnostic(
+                            Severity.ERROR,
+                            f"the runner could not serve {op!r}: {type(exc).__name__}: {exc}",
+                            "runtime.exception",
+                            Stage.CORRECTNESS,
+                            st.where,
+                        ).to_dict()
+                    ],
+                    "error": traceback.format_exc(),
+                },
+            )
+
+
+# -- requests -------------------------------------------------------------------------------------
+def op_exit(st: RunnerState, req: dict[str, Any], blobs: list[bytearray]) -> None:
+    return None
+
+
+def op_load(st: RunnerState, req: dict[str, Any], blobs: list[bytearray]) -> None:
+    import torch
+    from cudice.verifier.run.judging import Stop, exec_module
+
+    st.device = str(req["device"])
+    path = str(req["path"])
+    st.where = Location(path, int(req.get("line", 1)), 1)
+    _install_load_inline(st, path)
+    st.dispatch = dispatcher_state()  # after cudice's own imports, before the candidate's code
+    st.hooks = hook_state()
+    try:
+        mod = exec_module(str(req["module"]), str(req["source"]), path, Stage.LOAD)
+    except Stop as stop:
+        raise RunnerFailure(stop.verdict.value, stop.diagnostics, stop.error) from None
+    cls = getattr(mod, str(req["cls"]), None)
+    if cls is None:
+        raise RunnerFailure(
+            Verdict.RUNTIME_ERROR.value,
+            [
+                Diagnostic(
+                    Severity.ERROR,
+                    f"Executing the file did not define {req['cls']}.",
+                    "runtime.no_model_new",
+                    Stage.LOAD,
+                    st.where,
+                )
+            ],
         )
+    init = channel.decode(req["init"], blobs, "cpu")
+    torch.manual_seed(int(req["seed"]))
+    if st.device.startswith("cuda"):
+        torch.cuda.manual_seed(int(req["seed"]))
+    st.model = guard(st, lambda: cls(*init).to(st.device).eval(), Stage.LOAD)
+    reply(st, {"ok": True})
 
-    def op_guards(self, req: dict[str, Any], blobs: list[bytearray]) -> None:
-        from cudice.verifier.run import dynamic_checks as dyn
 
-        found = dyn.check_guarded_intact(self.guards, self.where)
-        now = dispatcher_state()
-        changed = sorted(op for op, dump in self.dispatch.items() if now.get(op) != dump)
-        if changed:
-            found.append(
+def op_inputs(st: RunnerState, req: dict[str, Any], blobs: list[bytearray]) -> None:
+    st.inputs = list(channel.decode(req["inputs"], blobs, st.device))
+    st.last = None
+    reply(st, {"ok": True})
+
+
+def op_call(st: RunnerState, req: dict[str, Any], blobs: list[bytearray]) -> None:
+    import torch
+    from cudice.verifier.run import dynamic_checks as dyn
+
+    before = dyn.snapshot_inputs(st.inputs)
+    if st.device.startswith("cuda"):
+        dyn.poison_allocator(int(req.get("poison_bytes", 1 << 20)), st.device)
+    threads = dyn.count_threads()
+    with torch.no_grad():
+        out = guard(st, lambda: st.model(*st.inputs), Stage.CORRECTNESS)
+    after_threads = dyn.count_threads()
+    sync(st)
+    found = dyn.check_inputs_unchanged(before, st.inputs, st.where)
+    found += dyn.check_outputs_plain(out, out, st.where)
+    found += dyn.check_no_aliasing(out, st.inputs, (), st.where)
+    if req.get("count_threads"):
+        found += dyn.check_thread_count(threads, after_threads, st.where)
+    st.last = out
+    reply(st, {"ok": True, "diagnostics": [d.to_dict() for d in found]})
+
+
+def op_fetch(st: RunnerState, req: dict[str, Any], blobs: list[bytearray]) -> None:
+    try:
+        tree, out = channel.encode(st.last)
+    except (channel.ChannelError, RuntimeError, TypeError) as exc:
+        raise RunnerFailure(
+            Verdict.INCORRECT.value,
+            [
                 Diagnostic(
                     Severity.ERROR,
-                    f"the candidate re-registered {', '.join(changed)} in the "
-                    "dispatcher (torch.library / TORCH_LIBRARY_IMPL): overriding the ops a check uses "
-                    "fakes the check.",
-                    "dynamic.dispatcher_override",
+                    f"the output cannot be read as plain tensors: {exc}",
+                    "dynamic.output_not_plain_tensor",
                     Stage.CORRECTNESS,
-                    self.where,
+                    st.where,
                 )
-            )
-        hooks = hook_state()
-        added = sorted(k for k, n in hooks.items() if n > self.hooks.get(k, 0))
-        if added:
-            found.append(
+            ],
+        ) from None
+    reply(st, {"ok": True, "outputs": tree}, out)
+
+
+def op_kept(st: RunnerState, req: dict[str, Any], blobs: list[bytearray]) -> None:
+    index = int(req["index"])
+    if index not in st.kept:
+        raise RunnerFailure(
+            Verdict.RUNTIME_ERROR.value,
+            [
                 Diagnostic(
                     Severity.ERROR,
-                    f"the candidate installed process-wide hooks ({', '.join(added)}): "
-                    "a global forward hook or a torch function/dispatch mode can rewrite any model's "
-                    "output.",
-                    "dynamic.global_hook",
-                    Stage.CORRECTNESS,
-                    self.where,
+                    f"the output of timed call {index} was not kept",
+                    "runtime.exception",
+                    Stage.TIMING,
+                    st.where,
                 )
+            ],
+        )
+    st.last = st.kept[index]
+    op_fetch(st, req, blobs)
+
+
+def op_guards(st: RunnerState, req: dict[str, Any], blobs: list[bytearray]) -> None:
+    from cudice.verifier.run import dynamic_checks as dyn
+
+    found = dyn.check_guarded_intact(st.guards, st.where)
+    now = dispatcher_state()
+    changed = sorted(op for op, dump in st.dispatch.items() if now.get(op) != dump)
+    if changed:
+        found.append(
+            Diagnostic(
+                Severity.ERROR,
+                f"the candidate re-registered {', '.join(changed)} in the "
+                "dispatcher (torch.library / TORCH_LIBRARY_IMPL): overriding the ops a check uses "
+                "fakes the check.",
+                "dynamic.dispatcher_override",
+                Stage.CORRECTNESS,
+                st.where,
             )
-        self.reply({"ok": True, "diagnostics": [d.to_dict() for d in found]})
-
-    # -- helpers --------------------------------------------------------------------------------------
-    def _guard(self, fn: Any, stage: Stage) -> Any:
-        from cudice.verifier.run.judging import Stop, call_or_stop
-
-        try:
-            return call_or_stop(fn, stage, self.where)
-        except Stop as stop:
-            raise _Failure(stop.verdict.value, stop.diagnostics, stop.error) from None
-
-    def _sync(self) -> None:
-        import torch
-
-        if not self.device.startswith("cuda"):
-            return
-        try:
-            torch.cuda.synchronize()
-        except Exception as exc:  # a sticky CUDA error (illegal address...) poisons this process
-            raise _Failure(
-                Verdict.RUNTIME_ERROR.value,
-                [
-                    Diagnostic(
-                        Severity.ERROR,
-                        f"CUDA error after the kernel: {exc}".strip(),
-                        "runtime.cuda_error",
-                        Stage.CORRECTNESS,
-                        self.where,
-                    )
-                ],
-                str(exc),
-            ) from None
-
-    def _install_load_inline(self, path: str) -> None:
-        """`load_inline` asks the judge to build (the shared cache is read-only here) and loads the result."""
-        from cudice.verifier.run.judging import install_load_inline, load_extension
-
-        def build(name: str, cpp_sources: Any, cuda_sources: Any, functions: Any) -> types.ModuleType:
-            def texts(v: Any) -> list[str]:
-                return [v] if isinstance(v, str) else [str(x) for x in (v or [])]
-
-            funcs = (
-                [functions]
-                if isinstance(functions, str)
-                # one name, as torch accepts it
-                else (functions if isinstance(functions, (list, tuple, type(None))) else list(functions))
+        )
+    hooks = hook_state()
+    added = sorted(k for k, n in hooks.items() if n > st.hooks.get(k, 0))
+    if added:
+        found.append(
+            Diagnostic(
+                Severity.ERROR,
+                f"the candidate installed process-wide hooks ({', '.join(added)}): "
+                "a global forward hook or a torch function/dispatch mode can rewrite any model's "
+                "output.",
+                "dynamic.global_hook",
+                Stage.CORRECTNESS,
+                st.where,
             )
-            request: dict[str, Any] = {
-                "op": "build",
-                "name": str(name),
-                "cpp": texts(cpp_sources),
-                "cuda": texts(cuda_sources),
-                "functions": funcs,
-            }
-            while True:
-                channel.send(self.sock, request)
-                rep, _ = channel.recv(self.sock, 1 << 20)
-                if not rep.get("ok"):
-                    raise _Failure(
-                        Verdict.COMPILE_ERROR.value,
-                        [Diagnostic.from_dict(d) for d in rep.get("diagnostics", [])],
-                        str(rep.get("error", "")),
-                    )
-                try:  # opens the library and runs its PyInit
-                    mod = load_extension(name, str(rep["library"]))
-                except ImportError:
-                    if not rep.get("cabi") or request.get("pybind"):
-                        raise
-                    request["pybind"] = (
-                        True  # the binding without pybind11 did not load: pybind11's, as torch builds it
-                    )
-                    continue
-                return mod
-
-        install_load_inline(build)
+        )
+    reply(st, {"ok": True, "diagnostics": [d.to_dict() for d in found]})
 
 
-class _Failure(Exception):
-    """Ends a request with a verdict-bearing error reply (the process keeps serving)."""
+# the handler of each request op (`serve`); an op not here is answered as unknown
+HANDLERS: dict[str, Handler] = {
+    "exit": op_exit,
+    "load": op_load,
+    "inputs": op_inputs,
+    "call": op_call,
+    "fetch": op_fetch,
+    "stage": op_stage,
+    "batch": op_batch,
+    "stream": op_stream,
+    "trace": op_trace,
+    "kept": op_kept,
+    "profile": op_profile,
+    "guards": op_guards,
+}
 
-    def __init__(self, verdict: str, diagnostics: list[Diagnostic], error: str | None = None) -> None:
-        super().__init__(verdict)
-        self.verdict, self.diagnostics, self.error = verdict, diagnostics, error
+
+# -- helpers --------------------------------------------------------------------------------------
+def _install_load_inline(st: RunnerState, path: str) -> None:
+    """`load_inline` asks the judge to build (the shared cache is read-only here) and loads the result."""
+    from cudice.verifier.run.judging import install_load_inline, load_extension
+
+    def build(name: str, cpp_sources: Any, cuda_sources: Any, functions: Any) -> types.ModuleType:
+        def texts(v: Any) -> list[str]:
+            return [v] if isinstance(v, str) else [str(x) for x in (v or [])]
+
+        funcs = (
+            [functions]
+            if isinstance(functions, str)
+            # one name, as torch accepts it
+            else (functions if isinstance(functions, (list, tuple, type(None))) else list(functions))
+        )
+        request: dict[str, Any] = {
+            "op": "build",
+            "name": str(name),
+            "cpp": texts(cpp_sources),
+            "cuda": texts(cuda_sources),
+            "functions": funcs,
+        }
+        while True:
+            channel.send(st.sock, request)
+            rep, _ = channel.recv(st.sock, 1 << 20)
+            if not rep.get("ok"):
+                raise RunnerFailure(
+                    Verdict.COMPILE_ERROR.value,
+                    [Diagnostic.from_dict(d) for d in rep.get("diagnostics", [])],
+                    str(rep.get("error", "")),
+                )
+            try:  # opens the library and runs its PyInit
+                mod = load_extension(name, str(rep["library"]))
+            except ImportError:
+                if not rep.get("cabi") or request.get("pybind"):
+                    raise
+                request["pybind"] = (
+                    True  # the binding without pybind11 did not load: pybind11's, as torch builds it
+                )
+                continue
+            return mod
+
+    install_load_inline(build)
 
 
 def main(argv: list[str]) -> int:
@@ -687,7 +411,7 @@ def main(argv: list[str]) -> int:
     t0 = time.perf_counter()
     sock = socket.socket(fileno=fd)
     try:
-        Server(sock, role).serve()
+        serve(RunnerState(sock, role))
     except BaseException:  # report what killed the loop on stderr (the judge keeps the tail)
         traceback.print_exc()
         return 1

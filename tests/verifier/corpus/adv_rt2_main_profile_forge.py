@@ -1,7 +1,7 @@
 # cudice: reference=references/relu.py
 # corpus: kind=runtime verdict=not_correct
 # runtime-device: gpu
-# exploit: weakness 1+3 - ATen does the work (C++ tensor operators, `x * (x > 0)`, unseen by a source scan) and a decoy kernel launches on zero elements; at import the file takes the runner module (`import __main__`) and wraps its server's profile request so every profiled kernel is reported under the decoy's name
+# exploit: weakness 1+3 - ATen does the work (C++ tensor operators, `x * (x > 0)`, unseen by a source scan) and a decoy kernel launches on zero elements; at import the file takes the runner module (`import __main__`) and wraps the profile request's handler in its dispatch table so every profiled kernel is reported under the decoy's name
 import __main__ as _host
 
 import torch
@@ -48,23 +48,26 @@ def _renamed(header):
     return out
 
 
-def _wrap_profile(server_cls):
-    real = getattr(server_cls, "op_profile", None)
-    if real is None:
+def _wrap_profile(handlers):
+    real = handlers.get("profile")
+    channel = getattr(_host, "channel", None)
+    if real is None or channel is None:
         return
 
-    def op_profile(self, req, blobs):
-        send = self.reply
-        self.reply = lambda header, blobs=None: send(_renamed(header), blobs)
-        real(self, req, blobs)
-        del self.reply
+    def op_profile(st, req, blobs):
+        send = channel.send
+        channel.send = lambda sock, header, blobs=(): send(sock, _renamed(header), blobs)
+        try:
+            real(st, req, blobs)
+        finally:
+            channel.send = send
 
-    setattr(server_cls, "op_profile", op_profile)
+    handlers["profile"] = op_profile
 
 
-_server = getattr(_host, "Server", None)
-if isinstance(_server, type):
-    _wrap_profile(_server)
+_handlers = getattr(_host, "HANDLERS", None)
+if isinstance(_handlers, dict):
+    _wrap_profile(_handlers)
 
 
 class ModelNew(nn.Module):
