@@ -17,6 +17,11 @@ nvcc itself. `run()` reports what nvcc would: the output of every step that ran,
 order, and a non-zero status when a step failed; when the host front end fails, the device
 chain is stopped and its output dropped (nvcc would not have started it). Every step is a
 child in its own session that dies with the thread that started it (objects.run_process).
+`run(host_compile=False)` is a check: `cudafe++` runs with EDG's `--no_code_gen` (it parses
+and reports, but writes no host source: a fifth to a third of its time on a `cuda.cu` over
+torch's headers), and the host compile is skipped; both only make what the host compiler
+reads. What it prints is what the build's steps print (tests/verifier/build/test_check_only.py
+compares them on errors and warnings of both front ends, CUDA-specific ones included).
 
 Not covered: parallel steps across several architectures (nvcc `--threads` does that), and
 keeping the intermediate files (they are deleted after the step).
@@ -40,6 +45,9 @@ from cudice.verifier.process import CancelToken
 _ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
 _GEN_ID = "--gen_module_id_file"
 _ID_FILE = re.compile(r'--module_id_file_name\s+"?([^"\s]+)"?')
+# EDG's switch to stop after the front end: cudafe++ then parses and reports as always but does not
+# write the host source (`.cudafe1.cpp`) that only the host compiler reads
+_NO_CODE_GEN = "--no_code_gen"
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +56,7 @@ class Plan:
 
     env: dict[str, str]
     host_front: tuple[str, ...]  # host preprocessor, cudafe++ (reads the module id)
+    check_front: tuple[str, ...]  # the same, cudafe++ with `--no_code_gen` (a check: no host source written)
     device: tuple[str, ...]  # device preprocessor, cicc, ptxas, fatbinary
     host_compile: str
     module_id_file: Path
@@ -109,7 +118,9 @@ def plan(nvcc_cmd: list[str], keep_dir: Path, seed: str, env: dict[str, str]) ->
     mangled = re.sub(r"\W", "_", name)
     module_id = f"_{seed[:8]}_{len(name)}_{mangled}_{seed[8:16]}"
     front[1] = front[1].replace(_GEN_ID, "", 1)
-    return Plan(step_env, tuple(front), tuple(device), last, Path(ids[0]), module_id, keep_dir)
+    program, args = front[1].split(" ", 1)
+    check = (front[0], f"{program} {_NO_CODE_GEN} {args}")
+    return Plan(step_env, tuple(front), check, tuple(device), last, Path(ids[0]), module_id, keep_dir)
 
 
 def run(
@@ -152,7 +163,8 @@ def run(
     worker = threading.Thread(target=chain, args=(p.device, _Either(), device), daemon=True)
     worker.start()
     try:
-        chain(p.host_front, cancel, front, on_output)  # its errors stream as nvcc's would, first
+        # its errors stream as nvcc's would, first
+        chain(p.host_front if host_compile else p.check_front, cancel, front, on_output)
         if front[-1][0] != 0 or front[-1][2] or front[-1][3]:
             stop_device.set()
         worker.join()
