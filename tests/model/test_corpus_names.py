@@ -15,6 +15,7 @@ from cudice.model.scaffold import split_scaffold
 from cudice.model.train.corpus.build import INFILL_EVERY, build_corpus, draw_problems, fenced
 from cudice.model.train.corpus.families import FAMILIES, GENERIC_NAMES, Composition
 from cudice.model.train.corpus.files import solution_file
+from cudice.model.train.corpus.kernels import NOTE, without_notes
 from cudice.model.train.corpus.split import answer_class, split_compositions
 
 # what the answer names: `{stem}_source`, `{stem}_cpp_source`, `{stem}_ext`, `{stem}_kernel`, ...
@@ -28,9 +29,10 @@ def _composition(key: str) -> Composition:
     return next(c for c in family.compositions() if c.key == key)
 
 
-def _answer(key: str | Composition, seed: int, naming: str = "generic") -> str:
+def _answer(key: str | Composition, seed: int, naming: str = "generic", notes: bool = True) -> str:
     comp = _composition(key) if isinstance(key, str) else key
-    return solution_file(*FAMILIES[comp.family].build(comp, random.Random(seed), False, naming))
+    spec, kernel = FAMILIES[comp.family].build(comp, random.Random(seed), False, naming)
+    return solution_file(spec, kernel if notes else without_notes(kernel))
 
 
 def test_generic_names_are_the_same_for_every_composition_of_a_family() -> None:
@@ -98,16 +100,23 @@ def test_answers_of_two_compositions_differ_only_in_the_op_lines(
     first: str, second: str, ops_a: tuple[str, ...], ops_b: tuple[str, ...]
 ) -> None:
     for seed in range(8):  # plain and fast variants, several argument names and dims
-        diff = list(
-            difflib.unified_diff(
-                _answer(first, seed).splitlines(), _answer(second, seed).splitlines(), lineterm="", n=0
+        for notes in (False, True):  # with notes, a differing line is an op's or its note
+            diff = list(
+                difflib.unified_diff(
+                    _answer(first, seed, notes=notes).splitlines(),
+                    _answer(second, seed, notes=notes).splitlines(),
+                    lineterm="",
+                    n=0,
+                )
             )
-        )
-        removed = [ln[1:] for ln in diff if ln.startswith("-") and not ln.startswith("---")]
-        added = [ln[1:] for ln in diff if ln.startswith("+") and not ln.startswith("+++")]
-        assert removed and added, (first, second, seed)
-        assert all(any(op in ln for op in ops_a) for ln in removed), (seed, removed)
-        assert all(any(op in ln for op in ops_b) for ln in added), (seed, added)
+            removed = [ln[1:] for ln in diff if ln.startswith("-") and not ln.startswith("---")]
+            added = [ln[1:] for ln in diff if ln.startswith("+") and not ln.startswith("+++")]
+            assert removed and added, (first, second, seed)
+            code_removed = [ln for ln in removed if not ln.lstrip().startswith("// ")]
+            code_added = [ln for ln in added if not ln.lstrip().startswith("// ")]
+            assert notes or (code_removed == removed and code_added == added), (seed, removed, added)
+            assert all(any(op in ln for op in ops_a) for ln in code_removed), (seed, removed)
+            assert all(any(op in ln for op in ops_b) for ln in code_added), (seed, added)
 
 
 def test_compositions_with_byte_identical_answers_share_a_side_and_all_others_differ() -> None:
@@ -117,13 +126,15 @@ def test_compositions_with_byte_identical_answers_share_a_side_and_all_others_di
         twins = [c for c in comps if answer_class(c.key) != c.key or "clamp1p0" in c.key]
         texts: dict[str, set[str]] = {}
         for comp in comps if len(comps) <= 400 else twins + rng.sample(comps, 300):
-            texts.setdefault(_answer(comp, 7), set()).add(answer_class(comp.key))
+            texts.setdefault(_answer(comp, 7, notes=False), set()).add(answer_class(comp.key))
         assert all(len(classes) == 1 for classes in texts.values()), name  # other class, other bytes
         train, held = split_compositions(comps)
         assert {answer_class(c.key) for c in train}.isdisjoint(answer_class(c.key) for c in held), name
     # hardtanh and clamp1p0 write the same line: their chains are twins, on one side
     assert answer_class("unary:sigmoid>hardtanh") == answer_class("unary:sigmoid>clamp1p0")
-    assert _answer("unary:sigmoid>hardtanh", 3) == _answer("unary:sigmoid>clamp1p0", 3)
+    assert _answer("unary:sigmoid>hardtanh", 3, notes=False) == _answer(
+        "unary:sigmoid>clamp1p0", 3, notes=False
+    )
     assert _answer("unary:sigmoid>hardtanh", 3, "composition") != _answer(
         "unary:sigmoid>clamp1p0", 3, "composition"
     )
@@ -131,10 +142,10 @@ def test_compositions_with_byte_identical_answers_share_a_side_and_all_others_di
 
 def test_no_held_out_answer_is_byte_identical_to_a_training_answer_with_generic_names() -> None:
     problems = draw_problems(seed=2, train_per_family=150, heldout_per_family=4)
-    train = {p.solution for p in problems if p.split == "train"}
+    train = {NOTE.sub("", p.solution) for p in problems if p.split == "train"}
     held = [p for p in problems if p.split == "heldout"]
     assert len(held) == 4 * len(FAMILIES)
-    assert not any(p.solution in train for p in held)
+    assert not any(NOTE.sub("", p.solution) in train for p in held)  # not even without the notes
     held_classes = {answer_class(p.spec.composition) for p in held}
     assert held_classes.isdisjoint(answer_class(p.spec.composition) for p in problems if p.split == "train")
 

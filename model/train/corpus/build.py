@@ -47,6 +47,7 @@ from cudice.model.prompts import CODE_FENCE, e2e_prompt, infill_prompt
 from cudice.model.scaffold import Scaffold, split_scaffold
 from cudice.model.train.corpus.families import FAMILIES, NAMINGS, Composition
 from cudice.model.train.corpus.files import ProblemSpec, reference_file, solution_file
+from cudice.model.train.corpus.kernels import without_notes
 from cudice.model.train.corpus.leak import check_corpus
 from cudice.model.train.corpus.split import answer_signature, split_compositions
 
@@ -78,6 +79,7 @@ LENGTH_SHARE = {1: 0.15, 2: 0.35, 3: 0.50}
 EXAMPLE_KEYS = ("unary:relu", "softmax:pre=none>softmax")  # examples/relu.py, examples/softmax.py
 TIMED_SHARE = 1 / 3
 INFILL_EVERY = 4  # one training problem in this many also gets the infilling prompt
+OP_COMMENTS = True  # answers name each fused op in a comment before its CUDA statement
 
 
 def make_problem(
@@ -88,17 +90,22 @@ def make_problem(
     timed: bool = False,
     naming: str = "generic",
     infill_naming: str | None = None,
+    op_comments: bool = OP_COMMENTS,
 ) -> Problem:
     """One instance; its solution in `naming` (families.NAMINGS) and, when `infill_naming` is
-    another, the same instance in that naming too (drawn again from the same `rng` state)."""
+    another, the same instance in that naming too (drawn again from the same `rng` state).
+    `op_comments`: the kernels keep their notes (a comment naming each op as the reference spells
+    it, before the op's statement); the instance drawn is the same either way."""
     family = FAMILIES[comp.family]
     state = rng.getstate()
     spec, kernel = family.build(comp, rng, timed, naming)
+    kernel = kernel if op_comments else without_notes(kernel)
     infill = ""
     if infill_naming is not None and infill_naming != naming:
         again = random.Random()
         again.setstate(state)
-        infill = solution_file(*family.build(comp, again, timed, infill_naming))
+        infill_spec, infill_kernel = family.build(comp, again, timed, infill_naming)
+        infill = solution_file(infill_spec, infill_kernel if op_comments else without_notes(infill_kernel))
     return Problem(
         f"{index:04d}_{spec.name}.py",
         split,
@@ -142,11 +149,15 @@ def draw_problems(
     timed_share: float = TIMED_SHARE,
     naming: str = "generic",
     infill_naming: str = "composition",
+    op_comments: bool = OP_COMMENTS,
+    families: tuple[str, ...] = (),
 ) -> list[Problem]:
     """Training instances (`composition_sampler`; timed sizes with probability `timed_share`),
     then held-out instances in the `heldout_sizes` regime whose answer signature no training
     answer has (`split.answer_signature`). Solutions in `naming`; the training problems that get
-    an infilling pair (one in `INFILL_EVERY`) also in `infill_naming`."""
+    an infilling pair (one in `INFILL_EVERY`) also in `infill_naming`. `op_comments`: see
+    `make_problem`; `families`: only these families (all when empty), e.g. a small corpus for a
+    CPU experiment."""
     if heldout_sizes not in SIZE_REGIMES:
         raise ValueError(f"heldout_sizes={heldout_sizes!r} must be one of {', '.join(SIZE_REGIMES)}")
     for what, value in (("naming", naming), ("infill_naming", infill_naming)):
@@ -154,10 +165,13 @@ def draw_problems(
             raise ValueError(f"{what}={value!r} must be one of {', '.join(NAMINGS)}")
     if not 0.0 <= timed_share <= 1.0:
         raise ValueError(f"timed_share={timed_share} must be within [0, 1]")
+    unknown = sorted(set(families) - set(FAMILIES))
+    if unknown:
+        raise ValueError(f"unknown families {unknown}; known: {', '.join(FAMILIES)}")
     rng = random.Random(seed)
     train: list[Problem] = []
     held_comps: dict[str, list[Composition]] = {}
-    for family in FAMILIES.values():
+    for family in (f for f in FAMILIES.values() if not families or f.name in families):
         trained, held = split_compositions(family.compositions())
         held_comps[family.name] = held
         comps, weights = composition_sampler(trained)
@@ -165,7 +179,7 @@ def draw_problems(
             comp = rng.choices(comps, weights=weights)[0]
             timed = rng.random() < timed_share
             infill = infill_naming if len(train) % INFILL_EVERY == 0 else None
-            train.append(make_problem(comp, rng, len(train), "train", timed, naming, infill))
+            train.append(make_problem(comp, rng, len(train), "train", timed, naming, infill, op_comments))
     seen = {_signature(p) for p in train}
     problems = list(train)
     for held in held_comps.values():
@@ -173,7 +187,13 @@ def draw_problems(
         kept, tries = 0, 0
         while held and kept < heldout_per_family and tries < 20 * heldout_per_family:
             p = make_problem(
-                order[tries % len(order)], rng, len(problems), "heldout", heldout_sizes == "timed", naming
+                order[tries % len(order)],
+                rng,
+                len(problems),
+                "heldout",
+                heldout_sizes == "timed",
+                naming,
+                op_comments=op_comments,
             )
             tries += 1
             if _signature(p) not in seen:
@@ -223,10 +243,13 @@ def build_corpus(
     timed_share: float = TIMED_SHARE,
     naming: str = "generic",
     infill_naming: str = "composition",
+    op_comments: bool = OP_COMMENTS,
+    families: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """Write the corpus to `out_dir` (created; existing corpus files are overwritten); return the
     manifest. `naming`: the identifiers of the solutions and end-to-end answers; `infill_naming`:
-    those of the infilling pairs and RL infilling tasks (families.NAMINGS)."""
+    those of the infilling pairs and RL infilling tasks (families.NAMINGS); `op_comments` and
+    `families`: see `draw_problems`."""
     if train_per_family < 1 or heldout_per_family < 0:
         raise ValueError(
             f"train_per_family={train_per_family} must be >= 1 and heldout_per_family="
@@ -234,7 +257,15 @@ def build_corpus(
         )
     out = Path(out_dir)
     problems = draw_problems(
-        seed, train_per_family, heldout_per_family, heldout_sizes, timed_share, naming, infill_naming
+        seed,
+        train_per_family,
+        heldout_per_family,
+        heldout_sizes,
+        timed_share,
+        naming,
+        infill_naming,
+        op_comments,
+        families,
     )
     for split in ("train", "heldout"):
         for sub in ("problems", "solutions"):
@@ -273,6 +304,7 @@ def build_corpus(
     splits = {
         name: [sorted(c.key for c in part) for part in split_compositions(f.compositions())]
         for name, f in FAMILIES.items()
+        if not families or name in families
     }
     splits_named = {name: {"train": tr, "heldout": he} for name, (tr, he) in splits.items()}
     manifest = {
@@ -283,6 +315,8 @@ def build_corpus(
         "timed_share": timed_share,
         "names": naming,
         "infill_names": infill_naming,
+        "op_comments": op_comments,
+        "families": sorted(splits),
         "num_problems": {s: sum(p.split == s for p in problems) for s in ("train", "heldout")},
         "num_sft_pairs": len(sft),
         "num_compositions": {s: sum(len(c[s]) for c in splits_named.values()) for s in ("train", "heldout")},

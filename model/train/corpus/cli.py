@@ -1,7 +1,8 @@
 """`cudice train corpus ...` / `python -m cudice.model.train.corpus ...`: build the demo model's data.
 
 - `build OUT_DIR [--seed N] [--heldout-sizes timed|small] [--timed-share F]
-  [--names generic|composition] [--infill-names generic|composition]`: the corpus folder
+  [--names generic|composition] [--infill-names generic|composition]
+  [--op-comments/--no-op-comments] [--families unary,binary]`: the corpus folder
   (`cudice.model.train.corpus.build`);
 - `init OUT_DIR --corpus DIR [--smoke]`: tokenizer trained on the corpus + a random SDAR-layout
   checkpoint of the demo size (`cudice.model.train.corpus.init_model`);
@@ -70,6 +71,18 @@ def corpus_group() -> None:
     help="Identifiers of the infilling pairs and RL infilling tasks, whose prompt states them (the "
     "scaffold's prefix and suffix): varied names teach the model to take the scaffold's own.",
 )
+@click.option(
+    "--op-comments/--no-op-comments",
+    default=True,
+    show_default=True,
+    help="Write a comment before each fused op's CUDA statement naming the op as the reference "
+    "spells it (`// F.elu(v)`), so the model translates the prompt op by op.",
+)
+@click.option(
+    "--families",
+    default="",
+    help="Comma-separated families to build (default: all), e.g. unary,binary for a small corpus.",
+)
 def build_command(
     out_dir: Path,
     seed: int,
@@ -79,6 +92,8 @@ def build_command(
     timed_share: float,
     naming: str,
     infill_naming: str,
+    op_comments: bool,
+    families: str,
 ) -> None:
     """Write problems, solutions, SFT pairs and RL task files to OUT_DIR."""
     from cudice.model.train.corpus.build import build_corpus
@@ -93,10 +108,12 @@ def build_command(
             timed_share=timed_share,
             naming=naming,
             infill_naming=infill_naming,
+            op_comments=op_comments,
+            families=tuple(f for f in families.split(",") if f),
         )
     except (ValueError, OSError) as exc:
         raise click.ClickException(str(exc)) from exc
-    summary = {k: manifest[k] for k in ("seed", "names", "num_problems", "num_sft_pairs")}
+    summary = {k: manifest[k] for k in ("seed", "names", "op_comments", "num_problems", "num_sft_pairs")}
     summary["heldout_compositions"] = {f: len(v["heldout"]) for f, v in manifest["compositions"].items()}
     click.echo(json.dumps(summary))
 

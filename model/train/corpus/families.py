@@ -242,20 +242,31 @@ def _paren(expr: str) -> str:
     return expr if _atomic(expr) else f"({expr})"
 
 
-def apply_ops(ops: tuple[PointOp, ...], operand: str, rng: random.Random, temp: str) -> tuple[list[str], str]:
-    """`ops` applied to `operand`: (statements, final expression), nested in one expression or
-    one `temp = op(...)` statement per op, by a coin flip; each op in a random spelling."""
+NOTE_OPERAND = "v"  # the operand of an op's note: the CUDA register its statement updates
+
+
+def apply_ops(
+    ops: tuple[PointOp, ...], operand: str, rng: random.Random, temp: str
+) -> tuple[list[str], str, tuple[str, ...]]:
+    """`ops` applied to `operand`: (statements, final expression, notes), nested in one expression
+    or one `temp = op(...)` statement per op, by a coin flip; each op in a random spelling. The
+    notes are each op in the reference's spelling applied to `NOTE_OPERAND` (`F.elu(v)`), the
+    comment `kernels` writes before the op's CUDA statement: the same whether the reference nests
+    the ops or not."""
     if not ops:
-        return [], operand
+        return [], operand, ()
     nested = rng.random() < 0.5
     lines: list[str] = []
+    notes: list[str] = []
     expr = operand
     for k, op in enumerate(ops):
-        expr = op.spell(_paren(expr), rng.randrange(8))
+        choice = rng.randrange(8)
+        expr = op.spell(_paren(expr), choice)
+        notes.append(op.spell(NOTE_OPERAND, choice))
         if not nested and k < len(ops) - 1:
             lines.append(f"{temp} = {expr}")
             expr = temp
-    return lines, expr
+    return lines, expr, tuple(notes)
 
 
 def _uses_f(text: str) -> bool:
@@ -316,7 +327,7 @@ def _unary_build(
     x = rng.choice(ONE_INPUT)
     rank = _rank(rng, comp, (1, 2, 2, 2, 3, 4))
     shape = draw_shape(rng, rank, avoid=(x,), timed=timed, bytes_per_elem=ITEMSIZE[dtype])
-    lines, expr = apply_ops(ops, x, rng, rng.choice(TEMPS))
+    lines, expr, notes = apply_ops(ops, x, rng, rng.choice(TEMPS))
     body = _finish(lines, expr)
     name = "_".join(op.name for op in ops)
     ident = answer_name(comp.family, name, naming)
@@ -338,7 +349,8 @@ def _unary_build(
         style=_style(rng),
         shape_doc=shape.doc,
     )
-    return spec, kernels.pointwise(ident, ops, (x,), fast=dtype == "float32" and _fast(rng))
+    fast = dtype == "float32" and _fast(rng)
+    return spec, kernels.pointwise(ident, ops, (x,), fast=fast, notes=notes)
 
 
 # --- binary and ternary elementwise ---------------------------------------------------------------
@@ -366,10 +378,11 @@ def _binary_build(
     shape = draw_shape(rng, rank, avoid=names, timed=timed, bytes_per_elem=ITEMSIZE[dtype] * op.arity)
     temp = rng.choice(TEMPS)
     expr = op.spell(names, rng.randrange(4))
+    core_note = expr
     lines: list[str] = []
     if epi and rng.random() < 0.4:
         lines, expr = [f"{temp} = {expr}"], temp
-    more, expr = apply_ops(epi, expr, rng, temp)
+    more, expr, notes = apply_ops(epi, expr, rng, temp)
     body = _finish(lines + more, expr)
     name = "_".join([op.name, *(e.name for e in epi)])
     ident = answer_name(comp.family, name, naming)
@@ -391,7 +404,8 @@ def _binary_build(
         style=_style(rng),
         shape_doc=shape.doc,
     )
-    return spec, kernels.pointwise(ident, epi, names, combine=op, fast=dtype == "float32" and _fast(rng))
+    fast = dtype == "float32" and _fast(rng)
+    return spec, kernels.pointwise(ident, epi, names, combine=op, fast=fast, notes=notes, core_note=core_note)
 
 
 # --- over one dim: the dim and keepdim as literals or as __init__ arguments -------------------------
@@ -528,11 +542,13 @@ def _reduce_build(
     shape = _over_dim_shape(rng, rank, d, consts, timed, dtype)
     x = rng.choice(ONE_INPUT)
     temp = rng.choice(TEMPS)
-    lines, expr = apply_ops(pre, x, rng, temp)
+    lines, expr, pre_notes = apply_ops(pre, x, rng, temp)
     if lines or (pre and rng.random() < 0.3):
         lines, expr = [*lines, f"{temp} = {expr}"], temp
-    expr = rng.choice(_REDUCE_SPELL[kind]).format(x=_paren(expr), d=dtext, k=kw)
-    more, expr = apply_ops(post, expr, rng, temp)
+    form = rng.choice(_REDUCE_SPELL[kind])
+    expr = form.format(x=_paren(expr), d=dtext, k=kw)
+    core_note = form.format(x=NOTE_OPERAND, d=dtext, k=kw)
+    more, expr, post_notes = apply_ops(post, expr, rng, temp)
     name = "_".join([*(op.name for op in pre), f"{kind}_reduce", *(op.name for op in post)])
     ident = answer_name(comp.family, name, naming)
     title = _title(pre, f"{_REDUCE_TITLE[kind]} over dimension {d}", post)
@@ -540,7 +556,9 @@ def _reduce_build(
     spec = _over_dim_spec(
         comp, rng, name, ident, title, x, lines + more, expr, shape, dtype, extra, init, consts
     )
-    return spec, kernels.reduce_dim(ident, kind, x, pre, post, fast=_fast(rng))
+    fast = _fast(rng)
+    notes = pre_notes + post_notes
+    return spec, kernels.reduce_dim(ident, kind, x, pre, post, fast, notes, core_note)
 
 
 _ARG_PRE = ("none", "abs", "neg", "square", "relu", "scale2p0")
@@ -571,16 +589,17 @@ def _argreduce_build(
     dtype = _dtype(rng, not pre)
     shape = _over_dim_shape(rng, rank, d, consts, timed, dtype)
     x = rng.choice(ONE_INPUT)
-    lines, expr = apply_ops(pre, x, rng, rng.choice(TEMPS))
+    lines, expr, notes = apply_ops(pre, x, rng, rng.choice(TEMPS))
     form = rng.choice(("torch.{f}({x}, dim={d}{k})", "{x}.{f}(dim={d}{k})", "torch.{f}({x}, {d}{k})"))
     expr = form.format(f=kind, x=_paren(expr), d=dtext, k=kw)
+    core_note = form.format(f=kind, x=NOTE_OPERAND, d=dtext, k=kw)
     name = "_".join([*(op.name for op in pre), kind])
     ident = answer_name(comp.family, name, naming)
     title = _title(pre, f"{kind} over dimension {d}", ())
     spec = _over_dim_spec(
         comp, rng, name, ident, title, x, lines, expr, shape, dtype, (dtext, str(keepdim)), init, consts
     )
-    return spec, kernels.arg_reduce_dim(ident, kind, x, pre)
+    return spec, kernels.arg_reduce_dim(ident, kind, x, pre, notes, core_note)
 
 
 _SOFT_PRE = ("none", "scale2p0", "scale0p5", "scale0p1", "tanh", "neg")
@@ -619,14 +638,17 @@ def _softmax_build(
     dtype = _dtype(rng, not pre)
     shape = _over_dim_shape(rng, rank, d, consts, timed, dtype)
     x = rng.choice(ONE_INPUT)
-    lines, expr = apply_ops(pre, x, rng, rng.choice(TEMPS))
-    expr = rng.choice(_SOFT_SPELL[kind]).format(x=_paren(expr), d=dtext)
+    lines, expr, notes = apply_ops(pre, x, rng, rng.choice(TEMPS))
+    form = rng.choice(_SOFT_SPELL[kind])
+    expr = form.format(x=_paren(expr), d=dtext)
+    core_note = form.format(x=NOTE_OPERAND, d=dtext)
     word = "softmax" if kind == "softmax" else "log-softmax"
     name = "_".join([*(op.name for op in pre), kind])
     ident = answer_name(comp.family, name, naming)
     title = _title(pre, f"{word} over dimension {d}", ())
     spec = _over_dim_spec(comp, rng, name, ident, title, x, lines, expr, shape, dtype, (dtext,), init, consts)
-    return spec, kernels.softmax_dim(ident, kind == "log_softmax", x, pre, fast=_fast(rng))
+    fast = _fast(rng)
+    return spec, kernels.softmax_dim(ident, kind == "log_softmax", x, pre, fast, notes, core_note)
 
 
 # --- norms over one dim ------------------------------------------------------------------------------
@@ -685,7 +707,7 @@ def _norm_build(
     lines, expr, plain_f = _norm_expr(kind, x, d, dtext, eps, rank, rng)
     dtype = _dtype(rng, plain_f and not post)
     shape = _over_dim_shape(rng, rank, d, consts, timed, dtype)
-    more, expr = apply_ops(post, expr, rng, rng.choice(("y", "out", "res")))
+    more, expr, notes = apply_ops(post, expr, rng, rng.choice(("y", "out", "res")))
     word = "LayerNorm (no affine)" if kind == "layer_norm" else "RMSNorm (no weight)"
     name = "_".join([kind, *(e.name for e in post)])
     ident = answer_name(comp.family, name, naming)
@@ -693,7 +715,7 @@ def _norm_build(
     spec = _over_dim_spec(
         comp, rng, name, ident, title, x, lines + more, expr, shape, dtype, (dtext, eps), init, consts
     )
-    return spec, kernels.norm_dim(ident, kind, x, post, fast=_fast(rng))
+    return spec, kernels.norm_dim(ident, kind, x, post, fast=_fast(rng), notes=notes)
 
 
 # --- matmul with transposes, bias and epilogues --------------------------------------------------------
@@ -753,11 +775,12 @@ def _matmul_build(
     right = t_form.format(x=b) if tb else b
     core = rng.choice(("torch.matmul({l}, {r})", "{l} @ {r}", "torch.mm({l}, {r})")).format(l=left, r=right)
     expr = f"{core} + {c}" if bias else core
+    core_note = expr
     temp = rng.choice(("y", "out", "h", "z"))
     lines: list[str] = []
     if epi and rng.random() < 0.4:
         lines, expr = [f"{temp} = {expr}"], temp
-    more, expr = apply_ops(epi, expr, rng, temp)
+    more, expr, notes = apply_ops(epi, expr, rng, temp)
     body = _finish(lines + more, expr)
     name = "_".join(["matmul", *(["tA"] if ta else []), *(["tB"] if tb else []), *(["bias"] if bias else [])])
     name = "_".join([name, *(e.name for e in epi)])
@@ -785,7 +808,7 @@ def _matmul_build(
         style=_style(rng),
         shape_doc=f"({m}, {k})",
     )
-    return spec, kernels.matmul_epilogue(ident, bias, epi, names, ta, tb)
+    return spec, kernels.matmul_epilogue(ident, bias, epi, names, ta, tb, notes, core_note)
 
 
 # --- losses ----------------------------------------------------------------------------------------------
@@ -871,7 +894,7 @@ def _loss_build(
         style=_style(rng),
         shape_doc=shape.doc,
     )
-    return spec, kernels.loss_reduce(ident, loss, r, (p, t), fast=_fast(rng))
+    return spec, kernels.loss_reduce(ident, loss, r, (p, t), fast=_fast(rng), core_note=expr)
 
 
 def twin_parts() -> dict[str, str]:

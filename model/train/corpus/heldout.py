@@ -14,6 +14,9 @@ tests/model/test_fastpath.py). `score(answer, solution, kernel_name, names)` say
   identity — a lower bound on the correct rate, since a different kernel can be correct too;
 - `same_kernel`: the answer equals the template up to names and constants
   (`split.answer_signature`);
+- `same_compute`: the answer's compute lines (`compute_lines`: the statements that set the value
+  register `v`, in order, comments dropped) equal the template's — what a composition decides,
+  whatever the variant (plain or fast), the names and the notes;
 - `consistent`: the answer's names agree with each other (`names_agree`): the function in
   `functions=[...]` is defined in the CUDA source and called by `ModelNew`, every launched kernel
   is defined, the sources `load_inline` reads exist — a file that fails this cannot load.
@@ -69,9 +72,33 @@ def names_agree(code: str) -> bool:
     return bool(re.search(rf"\.{wanted.group(1)}\(", code.split("class ModelNew", 1)[1]))
 
 
+_VALUE_LINE = re.compile(r"^\s*(?:float\s+)?v\s*=\s*(.*?)\s*(?://.*)?$")
+# statements on `v` every template of a kind writes, whatever its ops: loads and block reductions
+_PLUMBING = ("static_cast<float>", "__shfl_down_sync", "warp_", "sh[lane]", "pre(", "acc;")
+
+
+def compute_lines(code: str) -> list[str]:
+    """The statements that compute the value register `v` (`v = fmaxf(v, 0.0f);`, `float v = x *
+    y;`), in order, without comments, loads and block-reduction steps: the lines in which two
+    compositions' answers differ, the same in a template's plain and fast variants."""
+    out = []
+    for line in code.splitlines():
+        m = _VALUE_LINE.match(line)
+        if m and not any(p in line for p in _PLUMBING):
+            out.append(" ".join(m.group(1).split()))
+    return out
+
+
 def score(answer: str | None, solution: str, kernel_name: str, names: Sequence[str]) -> dict[str, bool]:
     if answer is None:
-        return {"answered": False, "parses": False, "exact": False, "same_kernel": False, "consistent": False}
+        return {
+            "answered": False,
+            "parses": False,
+            "exact": False,
+            "same_kernel": False,
+            "same_compute": False,
+            "consistent": False,
+        }
     exact = answer.strip() == solution.strip()
     same = exact or answer_signature(answer, kernel_name, names) == answer_signature(
         solution, kernel_name, names
@@ -81,6 +108,7 @@ def score(answer: str | None, solution: str, kernel_name: str, names: Sequence[s
         "parses": defines_model_new(answer),
         "exact": exact,
         "same_kernel": same,
+        "same_compute": compute_lines(answer) == compute_lines(solution),
         "consistent": names_agree(answer),
     }
 
@@ -129,7 +157,7 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
     def rates(part: list[dict[str, Any]]) -> dict[str, Any]:
         n = len(part)
         out: dict[str, Any] = {"n": n}
-        for key in ("parses", "consistent", "exact", "same_kernel"):
+        for key in ("parses", "consistent", "exact", "same_kernel", "same_compute"):
             k = sum(r[key] for r in part)
             lo, hi = wilson(k, n)
             out[key] = {"k": k, "rate": k / n if n else 0.0, "ci95": [lo, hi]}

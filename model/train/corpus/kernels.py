@@ -36,7 +36,8 @@ variants' fewer load instructions and barriers.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
 
 from cudice.model.train.corpus.ops import BinaryOp, LossOp, PointOp
 
@@ -49,6 +50,14 @@ class Kernel:
     cpp_decl: str  # the wrapper's declaration, for cpp_sources
     function: str  # the wrapper's name
     args: tuple[str, ...]  # forward's arguments passed to the wrapper, in order
+
+
+NOTE = re.compile(r"^[ \t]*// .*\n", re.M)  # a note line: the templates write no other `//` comment
+
+
+def without_notes(kernel: Kernel) -> Kernel:
+    """`kernel` without its notes (the comment lines naming each stage as the reference writes it)."""
+    return replace(kernel, source=NOTE.sub("", kernel.source))
 
 
 def _dispatch(name: str, launch: str, tensor: str = "xc") -> str:
@@ -144,15 +153,28 @@ def _dim_view(x: str, with_sizes: bool) -> str:
     )
 
 
-def _ops_lines(ops: tuple[PointOp, ...], indent: str) -> str:
-    return "".join(f"{indent}{op.cuda}\n" for op in ops)
+def _note(text: str, indent: str) -> str:
+    """The comment line naming a stage as the reference writes it (`// torch.tanh(v)`); none for ""."""
+    return f"{indent}// {text}\n" if text else ""
 
 
-def _device_fn(name: str, ops: tuple[PointOp, ...]) -> str:
+def _ops_lines(ops: tuple[PointOp, ...], indent: str, notes: tuple[str, ...] = ()) -> str:
+    """Each op's CUDA statement, preceded by its note when `notes` (one per op) are given."""
+    if notes and len(notes) != len(ops):
+        raise ValueError(f"{len(notes)} notes for {len(ops)} ops: give one per op, or none")
+    said = notes or ("",) * len(ops)
+    return "".join(f"{_note(n, indent)}{indent}{op.cuda}\n" for op, n in zip(ops, said, strict=True))
+
+
+def _device_fn(name: str, ops: tuple[PointOp, ...], notes: tuple[str, ...] = ()) -> str:
     """`__device__ float name(float v)` applying `ops` in order (the identity when there are none)."""
-    return (
-        f"__device__ __forceinline__ float {name}(float v) {{\n{_ops_lines(ops, '    ')}    return v;\n}}\n\n"
-    )
+    lines = _ops_lines(ops, "    ", notes)
+    return f"__device__ __forceinline__ float {name}(float v) {{\n{lines}    return v;\n}}\n\n"
+
+
+def _cut(notes: tuple[str, ...], first: int) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """`notes` of (pre + post) ops as (pre's, post's); both empty when there are none."""
+    return (notes[:first], notes[first:]) if notes else ((), ())
 
 
 def pointwise(
@@ -161,15 +183,18 @@ def pointwise(
     names: tuple[str, ...] = ("x",),
     combine: BinaryOp | None = None,
     fast: bool = False,
+    notes: tuple[str, ...] = (),
+    core_note: str = "",
 ) -> Kernel:
     """Elementwise kernel: `ops` applied in order to x (unary) or to `combine(a, b[, c])`.
 
     `names` are the reference's tensor arguments (one, or `combine.arity`); `fast` adds the
-    float4 path (`_pointwise_fast`).
+    float4 path (`_pointwise_fast`). `notes` (one per op) and `core_note` (the combine's) are
+    the reference's spellings, written as a comment before each op's statement.
     """
     if fast:
-        return _pointwise_fast(name, ops, names, combine)
-    body = _ops_lines(ops, "        ")
+        return _pointwise_fast(name, ops, names, combine, notes, core_note)
+    body = _ops_lines(ops, "        ", notes)
     local = ("x", "y", "z")
     if combine is None:
         params = "const scalar_t* __restrict__ in0"
@@ -178,6 +203,8 @@ def pointwise(
         params = ", ".join(f"const scalar_t* __restrict__ in{k}" for k in range(len(names)))
         load = (
             "".join(f"float {local[k]} = static_cast<float>(in{k}[i]);\n        " for k in range(len(names)))
+            + _note(core_note, "        ").lstrip()
+            + ("        " if core_note else "")
             + f"float v = {combine.cuda};"
         )
     host_in = "".join(
@@ -209,7 +236,12 @@ def pointwise(
 
 
 def _pointwise_fast(
-    name: str, ops: tuple[PointOp, ...], names: tuple[str, ...], combine: BinaryOp | None
+    name: str,
+    ops: tuple[PointOp, ...],
+    names: tuple[str, ...],
+    combine: BinaryOp | None,
+    notes: tuple[str, ...] = (),
+    core_note: str = "",
 ) -> Kernel:
     """The elementwise kernel with a float4 path: one `__device__` function `{name}_op` holds the
     arithmetic; the host launches `{name}_vec4_kernel` on float4 views when every tensor is
@@ -220,10 +252,10 @@ def _pointwise_fast(
         op_params, head = "float v", ""
     else:
         op_params = ", ".join(f"float {local[i]}" for i in range(k))
-        head = f"    float v = {combine.cuda};\n"
+        head = f"{_note(core_note, '    ')}    float v = {combine.cuda};\n"
     op_fn = (
         f"__device__ __forceinline__ float {name}_op({op_params}) {{\n{head}"
-        f"{_ops_lines(ops, '    ')}    return v;\n}}\n\n"
+        f"{_ops_lines(ops, '    ', notes)}    return v;\n}}\n\n"
     )
     params = ", ".join(f"const scalar_t* __restrict__ in{i}" for i in range(k))
     scalar_args = ", ".join(f"static_cast<float>(in{i}[i])" for i in range(k))
@@ -327,9 +359,12 @@ def reduce_dim(
     pre: tuple[PointOp, ...] = (),
     post: tuple[PointOp, ...] = (),
     fast: bool = False,
+    notes: tuple[str, ...] = (),
+    core_note: str = "",
 ) -> Kernel:
     """sum / mean / amax / amin over one dim of `pre(x)`, then `post`; one block per output element
-    (`fast`: the block combines its values through warp shuffles)."""
+    (`fast`: the block combines its values through warp shuffles). `notes` (one per op of `pre`
+    then `post`) and `core_note` (the reduction's) become comments before their statements."""
     which, init, combine, final = _REDUCE[kind]
     blocks = _blocks(fast)
     helper, shared = blocks[which], blocks[3]
@@ -337,6 +372,7 @@ def reduce_dim(
     body = (
         f"    __shared__ float sh[{shared}];\n"
         "    const scalar_t* row = x + (blockIdx.x / inner) * R * inner + blockIdx.x % inner;\n"
+        f"{_note(core_note, '    ')}"
         f"    float acc = {init};\n"
         "    for (int64_t r = threadIdx.x; r < R; r += blockDim.x) {\n"
         "        float v = pre(static_cast<float>(row[r * inner]));\n"
@@ -346,18 +382,28 @@ def reduce_dim(
         f"    if (threadIdx.x == 0) out[blockIdx.x] = static_cast<scalar_t>(post({final}));\n"
     )
     alloc = "    auto out = torch::empty(sizes, xc.options());\n"
-    helpers = f"{helper}\n{_device_fn('pre', pre)}{_device_fn('post', post)}"
+    pre_notes, post_notes = _cut(notes, len(pre))
+    helpers = f"{helper}\n{_device_fn('pre', pre, pre_notes)}{_device_fn('post', post, post_notes)}"
     return _dim_kernel(name, helpers, "scalar_t", body, alloc, x)
 
 
-def arg_reduce_dim(name: str, kind: str, x: str = "x", pre: tuple[PointOp, ...] = ()) -> Kernel:
-    """argmax / argmin over one dim of `pre(x)`; ties go to the smallest index, as in PyTorch."""
+def arg_reduce_dim(
+    name: str,
+    kind: str,
+    x: str = "x",
+    pre: tuple[PointOp, ...] = (),
+    notes: tuple[str, ...] = (),
+    core_note: str = "",
+) -> Kernel:
+    """argmax / argmin over one dim of `pre(x)`; ties go to the smallest index, as in PyTorch.
+    `notes` (one per op of `pre`) and `core_note` become comments before their statements."""
     better = ">" if kind == "argmax" else "<"
     init = "-INFINITY" if kind == "argmax" else "INFINITY"
     body = (
         f"    __shared__ float sv[{THREADS}];\n"
         f"    __shared__ int64_t si[{THREADS}];\n"
         "    const scalar_t* row = x + (blockIdx.x / inner) * R * inner + blockIdx.x % inner;\n"
+        f"{_note(core_note, '    ')}"
         f"    float best = {init};\n"
         "    int64_t bi = R;\n"
         "    for (int64_t r = threadIdx.x; r < R; r += blockDim.x) {\n"
@@ -382,19 +428,27 @@ def arg_reduce_dim(name: str, kind: str, x: str = "x", pre: tuple[PointOp, ...] 
         "    if (threadIdx.x == 0) out[blockIdx.x] = si[0] < R ? si[0] : 0;\n"
     )
     alloc = "    auto out = torch::empty(sizes, xc.options().dtype(torch::kLong));\n"
-    return _dim_kernel(name, _device_fn("pre", pre), "int64_t", body, alloc, x)
+    return _dim_kernel(name, _device_fn("pre", pre, notes), "int64_t", body, alloc, x)
 
 
 def softmax_dim(
-    name: str, log: bool, x: str = "x", pre: tuple[PointOp, ...] = (), fast: bool = False
+    name: str,
+    log: bool,
+    x: str = "x",
+    pre: tuple[PointOp, ...] = (),
+    fast: bool = False,
+    notes: tuple[str, ...] = (),
+    core_note: str = "",
 ) -> Kernel:
     """Softmax or log-softmax over one dim of `pre(x)`: max, sum of exp, write — three passes
-    (`fast`: block max and sum through warp shuffles)."""
+    (`fast`: block max and sum through warp shuffles). `notes` (one per op of `pre`) and
+    `core_note` become comments before their statements."""
     write = "v - logf(s)" if log else "expf(v) / s"
     block_sum, block_max, _, shared = _blocks(fast)
     body = (
         f"    __shared__ float sh[{shared}];\n"
         "    int64_t base = (blockIdx.x / inner) * R * inner + blockIdx.x % inner;\n"
+        f"{_note(core_note, '    ')}"
         "    float m = -INFINITY;\n"
         "    for (int64_t r = threadIdx.x; r < R; r += blockDim.x)"
         " m = fmaxf(m, pre(static_cast<float>(x[base + r * inner])));\n"
@@ -409,15 +463,22 @@ def softmax_dim(
         "    }\n"
     )
     alloc = "    auto out = torch::empty_like(xc);\n"
-    helpers = f"{block_sum}\n{block_max}\n{_device_fn('pre', pre)}"
+    helpers = f"{block_sum}\n{block_max}\n{_device_fn('pre', pre, notes)}"
     return _dim_kernel(name, helpers, "scalar_t", body, alloc, x)
 
 
 def norm_dim(
-    name: str, kind: str, x: str = "x", post: tuple[PointOp, ...] = (), fast: bool = False
+    name: str,
+    kind: str,
+    x: str = "x",
+    post: tuple[PointOp, ...] = (),
+    fast: bool = False,
+    notes: tuple[str, ...] = (),
 ) -> Kernel:
     """LayerNorm (no affine, biased variance) or RMSNorm over one dim, then `post`; two passes
-    (`fast`: block sums through warp shuffles)."""
+    (`fast`: block sums through warp shuffles). `notes` (one per op of `post`) become comments
+    before their statements; the norm itself gets none (a reference may spell it over several
+    statements)."""
     block_sum, _, _, shared = _blocks(fast)
     if kind == "layer_norm":
         stats = (
@@ -445,7 +506,7 @@ def norm_dim(
         f"        out[base + r * inner] = static_cast<scalar_t>(post({write}));\n"
     )
     alloc = "    auto out = torch::empty_like(xc);\n"
-    helpers = f"{block_sum}\n{_device_fn('post', post)}"
+    helpers = f"{block_sum}\n{_device_fn('post', post, notes)}"
     return _dim_kernel(name, helpers, "scalar_t", body, alloc, x, extra=", double eps")
 
 
@@ -456,10 +517,14 @@ def matmul_epilogue(
     names: tuple[str, ...] = ("a", "b", "bias"),
     trans_a: bool = False,
     trans_b: bool = False,
+    notes: tuple[str, ...] = (),
+    core_note: str = "",
 ) -> Kernel:
     """fp32 op(A) @ op(B) with 16x16 shared-memory tiles, then `+ bias[col]` and `ops` fused.
 
     `trans_a`: A is stored (K, M) and used as A.T; `trans_b`: B is stored (N, K) and used as B.T.
+    `notes` (one per op) and `core_note` (the product with its bias) become comments before
+    their statements.
     """
     a, b = names[0], names[1]
     bname = names[2] if bias else ""
@@ -482,6 +547,7 @@ def matmul_epilogue(
         "    __shared__ float tb[TILE][TILE];\n"
         "    int tx = threadIdx.x, ty = threadIdx.y;\n"
         "    int row = blockIdx.y * TILE + ty, col = blockIdx.x * TILE + tx;\n"
+        f"{_note(core_note, '    ')}"
         "    float acc = 0.0f;\n"
         "    for (int k0 = 0; k0 < K; k0 += TILE) {\n"
         f"        ta[ty][tx] = (row < M && k0 + tx < K) ? {a_load} : 0.0f;\n"
@@ -491,7 +557,7 @@ def matmul_epilogue(
         "        __syncthreads();\n"
         "    }\n"
         "    if (row < M && col < N) {\n"
-        f"        float v = acc;\n{bias_line}{_ops_lines(ops, '        ')}"
+        f"        float v = acc;\n{bias_line}{_ops_lines(ops, '        ', notes)}"
         "        out[(int64_t)row * N + col] = v;\n"
         "    }\n}\n\n"
         f"torch::Tensor {name}_cuda({sig}) {{\n"
@@ -519,9 +585,11 @@ def loss_reduce(
     reduction: str,
     names: tuple[str, str] = ("predictions", "targets"),
     fast: bool = False,
+    core_note: str = "",
 ) -> Kernel:
     """fp32 loss to a 0-d tensor: per-block partial sums, then one block sums them (deterministic;
-    `fast`: the block sums go through warp shuffles)."""
+    `fast`: the block sums go through warp shuffles). `core_note` (the reference's loss
+    expression) becomes a comment before the per-element statements."""
     p, t = names
     block_sum, _, _, shared = _blocks(fast)
     scale = "1.0f / n" if reduction == "mean" else "1.0f"
@@ -534,6 +602,7 @@ def loss_reduce(
         "    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;"
         " i += (int64_t)gridDim.x * blockDim.x) {\n"
         "        float x = p[i], y = t[i];\n"
+        f"{_note(core_note, '        ')}"
         f"        {loss.cuda}\n"
         "        acc += v;\n"
         "    }\n"

@@ -32,13 +32,15 @@ from cudice.model.train.corpus.families import Composition, twin_parts
 
 HELDOUT_PERCENT = 20
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
+_COMMENT = re.compile(r"//[^\n]*")  # C++ line comments (an answer's notes) say nothing the code does not
 _NUMBER = re.compile(r"(?<![A-Za-z_])\d+(\.\d*)?([eE][-+]?\d+)?f?")
 
 
 def answer_signature(answer: str, kernel_name: str, names: Iterable[str]) -> str:
-    """`answer` up to names and constants: `kernel_name` -> K, `names` and identifiers of at most
-    two characters -> _, numbers -> 0, whitespace runs -> one space."""
-    text = answer.replace(kernel_name, "K")
+    """`answer` up to names, constants and comments: `//` comments dropped, `kernel_name` -> K,
+    `names` and identifiers of at most two characters -> _, numbers -> 0, whitespace runs -> one
+    space."""
+    text = _COMMENT.sub("", answer).replace(kernel_name, "K")
     text = _NUMBER.sub("0", text)
     drop = set(names)
     text = _IDENT.sub(lambda m: "_" if m.group(0) in drop or len(m.group(0)) <= 2 else m.group(0), text)
