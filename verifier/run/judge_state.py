@@ -21,7 +21,7 @@ import contextlib
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -103,9 +103,7 @@ class JudgeState:
     ref_call_s: float = 0.0  # the reference's time per call, measured by the judge in correctness
     profiled_candidate: int = 0  # profiler sessions the candidate's runner ran for the judge
     profiled_reference: int = 0
-    own_kernels: frozenset[str] = field(
-        default=frozenset()
-    )  # kernels compiled into the candidate's libraries
+    own_kernels: frozenset[str] = frozenset()  # kernels compiled into the candidate's libraries
     own_kernels_error: str = ""
 
 
