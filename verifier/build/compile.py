@@ -30,9 +30,13 @@ same message (details and limits in `slim_errors_stand`). So do the user's own `
 and any error (a type error, a redefinition, a wrong argument count) inside file-scope
 declarations where every name is the user's own, a local, a keyword or a CUDA built-in, and
 every declaration of those names is such too (`_only_user_declarations`: a header cannot
-declare, overload or hide a name it never spells). Every other failure (names the full
-headers spell, qualified or member names, no member, incomplete types, overloads, templates,
-errors in headers, errors in host functions that take tensors) still gets the full rebuild.
+declare, overload or hide a name it never spells). So does nvcc's "too few/many arguments in
+function call" at a launch or call of the user's own function that no header spells, declared
+once, whose parameter and argument lists split the same way under any reading of the names
+around them, also inside a host function that takes tensors (`_arity_error_stands`). Every other
+failure (names the full headers spell, qualified or member names, no member, incomplete types,
+overloads, templates, errors in headers, other errors in host functions that take tensors) still
+gets the full rebuild.
 The macro comparison and the name list cost a few preprocessor runs (~5-15 s together, run side
 by side: `_fill_lists`) the first time per toolchain and set of `#include` lines, then are read
 from the overlay folder (the name list ~1 MB). `prepare_error_lists` computes them ahead for a
@@ -51,8 +55,8 @@ line map (build/generated.py) into the `.py` document (so are the lines nvcc quo
 definition at line N"); messages on lines cudice wrote (implicit headers, pybind glue) or in
 unmappable sources point at the `load_inline` call.
 
-Not covered: errors about the user's own declarations where a header name is near (a launch
-from a host function that takes `torch::Tensor`, a kernel calling `fmaxf`), and undeclared
+Not covered: errors about the user's own declarations where a header name is near (a type
+error in a host function that takes `torch::Tensor`, a kernel calling `fmaxf`), and undeclared
 names the full headers spell anywhere at an outer scope (also as a template argument or in a
 class body), still pay the full rebuild; the macro
 comparison takes nvcc's host pass as its device pass with `-U__CUDA_ARCH__` (not the exact
@@ -595,10 +599,15 @@ def slim_errors_stand(
     names = declared(name, tuple(m.group(1) for m in found))
     if names is None:
         return False
+    user_macros = frozenset(re.findall(r"^[ \t]*#[ \t]*define[ \t]+(\w+)", f.text, re.M))
+    others = [
+        m
+        for m in others
+        if not _arity_error_stands(f.text, m, names.identifiers, names.macros | user_macros, module.name)
+    ]
     if others and not _only_user_declarations(f.text, others, names, module.name):
         return False
     code, directive_words = _code_tokens(f.text)
-    user_macros = frozenset(re.findall(r"^[ \t]*#[ \t]*define[ \t]+(\w+)", f.text, re.M))
     macros = names.macros | user_macros
     words = frozenset(t for t in code if _IDENTIFIER.fullmatch(t))
     for x, hint in undeclared.items():
@@ -912,8 +921,9 @@ def _only_user_declarations(
     name), every type there is fundamental or the user's, and the compiler's reading of those
     tokens, errors included, is the same. Not covered (full rebuild): templates, operators,
     `new`/`delete`, exceptions, `using`, conditional directives in those declarations, header
-    names such as `fmaxf` or `at::Tensor` (a launch from a host function that takes a tensor),
-    locals declared with a user type or after a comma.
+    names such as `fmaxf` or `at::Tensor` (a type error in a host function that takes a tensor;
+    a wrong argument count there is `_arity_error_stands`'s), locals declared with a user type or
+    after a comma.
     """
     regions = _file_regions(text)
     if regions is None:
@@ -979,6 +989,205 @@ def _only_user_declarations(
             if any(x in user and (block or d == 0) for x, d in pairs):
                 wanted.add(k)
     return True
+
+
+# EDG's message when a call names one function (not an overload set) and the argument count is wrong
+_ARITY = re.compile(r"^too (few|many) arguments in function call$")
+# words before a file-scope `k(...) {` that make it something else than one plain function's definition
+_NOT_A_PLAIN_DEFINITION = frozenset(
+    "template typedef using friend operator = , :: . -> < > << >> ? :".split()
+)
+
+
+def _arity_error_stands(
+    text: str, m: CompilerMessage, header_names: frozenset[str], macros: frozenset[str], module_name: str
+) -> bool:
+    """nvcc's "too few/many arguments in function call" at a call (a kernel launch `k<<<...>>>(...)`
+    or a plain `k(...)`) whose every piece both builds read alike, wherever the call sits (also in
+    a host function that takes tensors).
+
+    EDG reports that message, and nothing else about the call, when the callee's lookup finds one
+    function and the argument count is outside its parameter count (less the defaulted ones).
+    Both builds see the same counts and the same single function when:
+      - the callee `k` is an unqualified name no full header spells (`header_names`, which holds
+        their macros too), not a macro of the file's own, not the module's name, so its lookup
+        (argument-dependent lookup included) finds only the user's declarations of it;
+      - `k` is declared once, at file scope (outside every bracket), as a definition
+        `... k(params) {` with no `template`, `typedef`, `using`, `operator`, qualifier, `=` or macro
+        but CUDA's own keywords (`__global__`, `__launch_bounds__`, ...) before it (the file names no
+        macro the two builds define apart, `slim_errors_stand`'s first check), and every other `k`
+        in the file is a call of it inside a function body (after
+        an operator, `(`, `,` or at a statement's start; followed by `<<<...>>>(` or `(`): no other
+        declaration, no overload, no local hiding it;
+      - the parameter and argument lists split into the same items under any reading: no `...`,
+        no macro among their words but those keywords, and no comma between a `<` and a later `>` at their own
+        bracket depth (a `<` that opens template arguments in one build and compares in the other
+        could hide a comma; `x.data_ptr<float>()` has none);
+      - those counts give the message's own verdict (fewer arguments than parameters without a
+        default, or more than all of them).
+    Every other word around the call is left to the rule every slim verdict rests on (the slim
+    headers are torch's own text, a subset of the full set: what the slim build read without an
+    error, the full one reads alike). Not covered: overloaded or templated callees, member and
+    qualified calls, callees declared apart from their definition or inside a namespace, g++'s
+    messages (they print the callee's signature, whose types the headers spell).
+    """
+    hit = _ARITY.match(m.message)
+    if hit is None or m.line is None or m.caret_text is None or m.notes:
+        return False
+    lines = text.split("\n")
+    if not 1 <= m.line <= len(lines):
+        return False
+    caret = sum(len(x) + 1 for x in lines[: m.line - 1]) + caret_column(*m.caret_text, lines[m.line - 1]) - 1
+    masked = re.sub(
+        r"^[ \t]*#(?:[^\n]*\\\n)*[^\n]*", lambda d: re.sub(r"[^\n]", " ", d.group(0)), text, flags=re.M
+    )
+    toks: list[str] = []
+    starts: list[int] = []
+    for found in _CODE_TOKEN.finditer(masked):
+        if found.lastgroup != "skip":
+            toks.append("0" if found.lastgroup == "lit" else found.group(0))
+            starts.append(found.start())
+    match: dict[int, int] = {}
+    nest: list[int] = []  # brackets open around each token
+    stack: list[int] = []
+    for i, t in enumerate(toks):
+        if t in (")", "]", "}"):
+            if not stack or toks[stack[-1]] != {")": "(", "]": "[", "}": "{"}[t]:
+                return False
+            match[stack[-1]], match[i] = i, stack[-1]
+            stack.pop()
+        nest.append(len(stack))
+        if t in ("(", "[", "{"):
+            stack.append(i)
+    if stack:
+        return False
+    # the innermost `( ... )` around the caret (on its `)` for "too few", on an argument for "too many")
+    around = [i for i, t in enumerate(toks) if t == "(" and starts[i] < caret <= starts[match[i]]]
+    callee = _callee(toks, max(around)) if around else None
+    if callee is None:
+        return False
+    k = toks[callee]
+    if k in header_names or k in macros or k in _KEYWORDS or k == module_name:
+        return False
+    definition: int | None = None
+    for i, t in enumerate(toks):
+        if t != k:
+            continue
+        if nest[i] == 0:
+            close = match.get(i + 1, -1) if toks[i + 1 : i + 2] == ["("] else -1
+            if definition is not None or close < 0 or toks[close + 1 : close + 2] != ["{"]:
+                return False
+            j = i - 1
+            while j >= 0 and not (nest[j] == 0 and toks[j] in (";", "}")):
+                if nest[j] == 0 and (toks[j] in _NOT_A_PLAIN_DEFINITION or toks[j] in macros - _KEYWORDS):
+                    return False
+                j -= 1
+            definition = i
+            continue
+        before = toks[i - 1]
+        paren = i + 1 if toks[i + 1 : i + 2] == ["("] else _launch_paren(toks, i)
+        if _callee(toks, paren) != i or not (
+            before in _OPERAND_AFTER or before in _STATEMENT_START or before in ("(", ",")
+        ):
+            return False
+    if definition is None or callee == definition:
+        return False
+    params = _items(toks, definition + 1, match, macros)
+    args = _items(toks, max(around), match, macros)
+    if params is None or args is None:
+        return False
+    if params == [["void"]]:
+        params = []
+    required = sum(1 for p in params if "=" not in p)
+    return len(args) < required if hit.group(1) == "few" else len(args) > len(params)
+
+
+def _launch_paren(toks: list[str], i: int) -> int:
+    """Index of the `(` after `toks[i] <<< ... >>>`, or -1."""
+    if toks[i + 1 : i + 3] != ["<<", "<"]:
+        return -1
+    depth = 0
+    for j in range(i + 3, len(toks)):
+        t = toks[j]
+        if t in ("(", "[", "{"):
+            depth += 1
+        elif t in (")", "]", "}"):
+            depth -= 1
+        elif depth == 0 and t in ("<", "<<", ">", ">>", ";"):
+            return j + 2 if toks[j : j + 3] == [">>", ">", "("] else -1
+    return -1
+
+
+def _callee(toks: list[str], paren: int) -> int | None:
+    """Index of the unqualified name called at the `(` `toks[paren]` (`k(` or `k<<<...>>>(`), or None."""
+    if paren < 1 or toks[paren] != "(":
+        return None
+    j = paren - 1
+    if toks[j] == ">" and toks[j - 1] == ">>":  # the end of a launch's `<<<...>>>`
+        depth = 0
+        j -= 2
+        while j >= 1:
+            t = toks[j]
+            if t in (")", "]", "}"):
+                depth += 1
+            elif t in ("(", "[", "{"):
+                depth -= 1
+            elif depth == 0 and t == "<" and toks[j - 1] == "<<":
+                break
+            elif depth == 0 and t in ("<", "<<", ">", ">>", ";"):
+                return None
+            j -= 1
+        j -= 2
+    if j < 0 or not _IDENTIFIER.fullmatch(toks[j]) or (j > 0 and toks[j - 1] in ("::", ".", "->")):
+        return None
+    return j
+
+
+def _items(
+    toks: list[str], paren: int, match: dict[int, int], macros: frozenset[str]
+) -> list[list[str]] | None:
+    """The comma-separated items of the list opened at `toks[paren]` (tokens each), or None when a
+    reading could split them otherwise: a `...`, a macro, an empty item, or a comma at the list's
+    depth that template arguments could enclose (`_enclosable`)."""
+    items: list[list[str]] = [[]]
+    angles: list[str] = []  # `<`, `>`, `>>` and `,` at the list's own depth, in order
+    depth = 0
+    for t in toks[paren + 1 : match[paren]]:
+        if t == "..." or (t in macros and t not in _KEYWORDS):
+            return None
+        if t in ("(", "[", "{"):
+            depth += 1
+        elif t in (")", "]", "}"):
+            depth -= 1
+        elif depth == 0 and t in ("<", ">", ">>", ","):
+            angles.append(t)
+        if depth == 0 and t == ",":
+            items.append([])
+        else:
+            items[-1].append(t)
+    if items == [[]]:
+        return []
+    return None if _enclosable(angles) or any(not item for item in items) else items
+
+
+def _enclosable(seq: list[str]) -> bool:
+    """Some comma of `seq` (the `<`, `>`, `>>`, `,` of one bracket level) lies inside template
+    arguments under some reading: after a `<` whose list no `>` between them must close (each `<`
+    between may open one of its own), with a `>` after it that could close the list."""
+    for c, t in enumerate(seq):
+        if t != "," or not any(x in (">", ">>") for x in seq[c + 1 :]):
+            continue
+        for a in range(c):
+            if seq[a] != "<":
+                continue
+            open_lists = 1
+            for x in seq[a + 1 : c]:
+                open_lists += {"<": 1, ">": -1, ">>": -2}.get(x, 0)
+                if open_lists <= 0:
+                    break
+            else:
+                return True
+    return False
 
 
 _CUDA_LIBS = ("-lc10_cuda", "-ltorch_cuda", "-lcudart")

@@ -501,6 +501,92 @@ def test_errors_where_a_header_could_matter_go_to_the_full_build(
     assert not slim_errors_stand(module, name, output, _no_macros, _names(*HEADER_WORDS)), output
 
 
+# a launch's argument count in a host function that takes tensors: a stand-in `at::Tensor` (its
+# words count as header names below, as torch's do) keeps these small
+TENSOR = (
+    "#include <cstdint>\n"
+    "namespace at { struct Tensor { template <typename T> T* data_ptr() const { return nullptr; }"
+    " int64_t numel() const { return 0; } }; }\n"
+)
+SCALE = (
+    "__global__ void scale_kernel(const float* x, float* y, float s, int64_t n) {\n"
+    "    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;\n"
+    "    if (i < n) y[i] = s * x[i];\n"
+    "}\n"
+)
+TENSOR_WORDS = ("at", "Tensor", "data_ptr", "numel", "x", "y", "n", "s", "min")
+
+
+def _host(launch: str, kernel: str = SCALE) -> str:
+    return (
+        TENSOR
+        + kernel
+        + "at::Tensor scale(at::Tensor x, at::Tensor y) {\n"
+        + "    int64_t n = x.numel();\n"
+        + f"    {launch}\n"
+        + "    return y;\n}\n"
+    )
+
+
+ARITY_KEPT = {
+    "too_few": _host("scale_kernel<<<(n + 255) / 256, 256>>>(x.data_ptr<float>(), y.data_ptr<float>(), n);"),
+    "too_many": _host(
+        "scale_kernel<<<(n + 255) / 256, 256>>>(x.data_ptr<float>(), y.data_ptr<float>(), 2.0f, n, n);"
+    ),
+    "stream_and_launch_bounds": _host(
+        "scale_kernel<<<1, 256, 0, 0>>>(x.data_ptr<float>(), y.data_ptr<float>());",
+        SCALE.replace("__global__ void", "__global__ void __launch_bounds__(256)"),
+    ),
+    "defaulted_parameter": _host(
+        "scale_kernel<<<1, 256>>>(x.data_ptr<float>());", SCALE.replace("int64_t n)", "int64_t n = 0)")
+    ),
+    "plain_call": _host(
+        "int64_t b = blocks(n);\n    (void)b;",
+        SCALE + "int64_t blocks(int64_t n, int64_t per) { return (n + per - 1) / per; }\n",
+    ),
+}
+ARITY_NOT_KEPT = {
+    # a header could declare another `scale_kernel` (an overload): its name is among theirs
+    "header_spells_the_kernel": ARITY_KEPT["too_few"],
+    # a second declaration of the kernel: which one is called, overload resolution says
+    "declared_twice": "__global__ void scale_kernel(const float*, float*, float, int64_t);\n"
+    + ARITY_KEPT["too_few"],
+    # a comma template arguments could enclose: how many arguments there are depends on the names
+    "comma_in_angles": _host(
+        "scale_kernel<<<1, 256>>>(x.data_ptr<float>(), y.data_ptr<float>(), n < 2, n > 1, n);"
+    ),
+    # a macro among the arguments
+    "macro_argument": _host("scale_kernel<<<1, 256>>>(x.data_ptr<float>(), PAIR);").replace(
+        "at::Tensor scale(", "#define PAIR y.data_ptr<float>(), 2.0f\nat::Tensor scale(", 1
+    ),
+    # a kernel in a namespace (and called through it)
+    "namespaced_kernel": _host(
+        "k::scale_kernel<<<1, 256>>>(x.data_ptr<float>());", "namespace k {\n" + SCALE + "}\n"
+    ),
+}
+
+
+@needs_nvcc
+@pytest.mark.parametrize("case", sorted(ARITY_KEPT))
+def test_a_wrong_argument_count_of_the_users_own_function_stands(case: str, tmp_path: Path) -> None:
+    module, name, output = _compile(tmp_path, ARITY_KEPT[case], True)
+    assert "arguments in function call" in output, output
+    assert slim_errors_stand(module, name, output, _no_macros, _names(*TENSOR_WORDS)), output
+    # ... not when the headers' names are unknown or the file names a macro they define differently
+    assert not slim_errors_stand(module, name, output, _no_macros, lambda n, i: None)
+    assert not slim_errors_stand(module, name, output, lambda n, i: frozenset({"n"}), _names(*TENSOR_WORDS))
+
+
+@needs_nvcc
+@pytest.mark.parametrize("case", sorted(ARITY_NOT_KEPT))
+def test_a_wrong_argument_count_where_the_headers_could_matter_gets_the_full_build(
+    case: str, tmp_path: Path
+) -> None:
+    module, name, output = _compile(tmp_path, ARITY_NOT_KEPT[case], True)
+    words = (*TENSOR_WORDS, "scale_kernel") if case == "header_spells_the_kernel" else TENSOR_WORDS
+    assert not slim_errors_stand(module, name, output, _no_macros, _names(*words)), output
+
+
 def test_a_source_line_gcc_echoes_is_not_a_second_error() -> None:
     """gcc prints `    2 | #error x` under the message: one error, not two."""
     from cudice.verifier.build.messages import parse_messages
@@ -518,8 +604,8 @@ def test_a_source_line_gcc_echoes_is_not_a_second_error() -> None:
 
 
 # relu_cuda.py with an error in the kernel only the user's declarations explain (a type error),
-# one in a `#error` line, one in a host function that takes a tensor (the launch's arity: the
-# headers declare at::Tensor, so the full build decides)
+# one in a `#error` line, one in a host function that takes a tensor (the launch's argument count:
+# `_arity_error_stands`)
 USER_TYPE_ERROR = GOOD.replace("float v = x[i];", "float* p = x; float v = p[i];")
 USER_HASH_ERROR = GOOD.replace(
     "#include <cuda_runtime.h>\n", "#include <cuda_runtime.h>\n#error needs sm_90\n"
@@ -682,14 +768,19 @@ def _command(pid: int) -> str:
 @needs_nvcc
 @pytest.mark.slow
 @BUILD_TIMEOUT
-def test_arity_error_in_a_host_function_taking_tensors_gets_the_full_build(
+def test_arity_error_in_a_host_function_taking_tensors_is_reported_from_the_slim_build_alone(
     session_config: VerifyConfig,
 ) -> None:
     auto = _build(LAUNCH_ARITY, "slim_launch_arity", session_config, "auto")
-    assert not auto.ok and auto.build_path == "cabi-fallback", (auto.build_path, auto.output[-2000:])
-    assert "cuda.cu" in auto.step_wall_s  # rebuilt with the full headers
+    assert not auto.ok and auto.build_path == "cabi-fast", (auto.build_path, auto.output[-2000:])
+    assert set(auto.step_wall_s) == {"slim.cuda.cu"}  # no full-header compile ran
     full = _build(LAUNCH_ARITY, "slim_launch_arity", session_config, "full")
+    assert not full.ok and full.build_path == "full"
     assert outcome(auto) == outcome(full), (auto.output[-2000:], full.output[-2000:])
+    launch = next(t for t in LAUNCH_ARITY.splitlines() if "<<<" in t)
+    assert _errors(auto) == {LAUNCH_ARITY.splitlines().index(launch) + 1}, auto.diagnostics
+    (error,) = [d for d in auto.diagnostics if d.severity is Severity.ERROR]
+    assert error.message == "too few arguments in function call"
 
 
 def test_a_line_number_in_an_nvcc_message_is_the_documents() -> None:
