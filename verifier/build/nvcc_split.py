@@ -20,8 +20,10 @@ child in its own session that dies with the thread that started it (objects.run_
 `run(host_compile=False)` is a check: `cudafe++` runs with EDG's `--no_code_gen` (it parses
 and reports, but writes no host source: a fifth to a third of its time on a `cuda.cu` over
 torch's headers), and the host compile is skipped; both only make what the host compiler
-reads. What it prints is what the build's steps print (tests/verifier/build/test_check_only.py
-compares them on errors and warnings of both front ends, CUDA-specific ones included).
+reads. With a `prefix_cache` folder, a check's two preprocessor steps read the headers' part of
+the source from it (build/ppcache.py; a step it cannot answer runs as nvcc's). What a check
+prints is what the build's steps print (tests/verifier/build/test_check_only.py compares them on
+errors and warnings of both front ends, CUDA-specific ones included).
 
 Not covered: parallel steps across several architectures (nvcc `--threads` does that), and
 keeping the intermediate files (they are deleted after the step).
@@ -62,10 +64,16 @@ class Plan:
     module_id_file: Path
     module_id: str
     keep_dir: Path
+    source: Path
+    prefix_cache: Path | None = None  # a check's two preprocessor steps go through build/ppcache.py
 
 
-def plan(nvcc_cmd: list[str], keep_dir: Path, seed: str, env: dict[str, str]) -> Plan | None:
-    """The steps of `nvcc_cmd` (a `... -c src -o obj` command) with intermediates in `keep_dir`, or None."""
+def plan(
+    nvcc_cmd: list[str], keep_dir: Path, seed: str, env: dict[str, str], prefix_cache: Path | None = None
+) -> Plan | None:
+    """The steps of `nvcc_cmd` (a `... -c src -o obj` command) with intermediates in `keep_dir`, or None.
+    With `prefix_cache` (a folder), a check (`run(host_compile=False)`) preprocesses through
+    build/ppcache.py, which keeps the headers' part of the source's preprocessed text there."""
     if "-c" not in nvcc_cmd or "-o" not in nvcc_cmd or any(a in nvcc_cmd for a in ("-rdc=true", "-dc", "-E")):
         return None
     keep_dir.mkdir(parents=True, exist_ok=True)
@@ -114,13 +122,25 @@ def plan(nvcc_cmd: list[str], keep_dir: Path, seed: str, env: dict[str, str]) ->
         or any(s.startswith(("nvlink", "cudafe++")) for s in device)
     ):
         return None
-    name = Path(nvcc_cmd[nvcc_cmd.index("-c") + 1]).name
+    source = Path(nvcc_cmd[nvcc_cmd.index("-c") + 1])
+    name = source.name
     mangled = re.sub(r"\W", "_", name)
     module_id = f"_{seed[:8]}_{len(name)}_{mangled}_{seed[8:16]}"
     front[1] = front[1].replace(_GEN_ID, "", 1)
     program, args = front[1].split(" ", 1)
     check = (front[0], f"{program} {_NO_CODE_GEN} {args}")
-    return Plan(step_env, tuple(front), check, tuple(device), last, Path(ids[0]), module_id, keep_dir)
+    return Plan(
+        step_env,
+        tuple(front),
+        check,
+        tuple(device),
+        last,
+        Path(ids[0]),
+        module_id,
+        keep_dir,
+        source,
+        prefix_cache,
+    )
 
 
 def run(
@@ -135,6 +155,7 @@ def run(
 
     `host_compile=False` stops after the two front ends and the device chain: every step that
     parses the candidate has run and reported, and no object is written (a check, not a build)."""
+    from cudice.verifier.build import ppcache
     from cudice.verifier.build.objects import run_process
 
     deadline = time.monotonic() + timeout_s
@@ -151,9 +172,13 @@ def run(
         out: list[tuple[int, str, bool, bool]],
         live: Callable[[str], None] | None = None,
     ) -> None:
-        for step in steps:
-            left = deadline - time.monotonic()
-            res = run_process(["sh", "-c", step], max(left, 0.1), token, cwd, live, env=p.env)  # type: ignore[arg-type]
+        for i, step in enumerate(steps):
+            left = max(deadline - time.monotonic(), 0.1)
+            res = None
+            if i == 0 and not host_compile and p.prefix_cache is not None:  # the preprocessor
+                res = ppcache.run_step(step, p.source, p.prefix_cache, p.env, cwd, left, token)  # type: ignore[arg-type]
+            if res is None:
+                res = run_process(["sh", "-c", step], left, token, cwd, live, env=p.env)  # type: ignore[arg-type]
             out.append(res)
             if res[0] != 0 or res[2] or res[3]:
                 return
