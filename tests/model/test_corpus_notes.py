@@ -169,3 +169,26 @@ def test_same_compute_ignores_variant_names_and_notes_but_not_an_op() -> None:
     wrong = solution_file(*FAMILIES["binary"].build(other, random.Random(0)))
     assert not score(wrong, solution, "fused", names)["same_compute"]
     assert not score(None, solution, "fused", names)["same_compute"]
+
+
+def test_the_ablations_guided_head_is_the_same_in_both_arms_and_its_region_is_the_templates() -> None:
+    from cudice.model.train.corpus.ablate import compute_region, region_lines
+
+    for family in ("unary", "binary"):
+        for comp in random.Random(2).sample(FAMILIES[family].compositions(), 6):
+            for seed in range(4):  # plain and fast variants
+                spec, kernel = FAMILIES[family].build(comp, random.Random(seed))
+                noted, bare = solution_file(spec, kernel), solution_file(spec, without_notes(kernel))
+                head, want = compute_region(noted)
+                assert (head, want) == compute_region(bare) and want == compute_lines(bare)
+                assert region_lines(noted[len(head) :]) == want == region_lines(bare[len(head) :])
+                assert region_lines(bare[len(head) :].replace(want[-1], "v * 3.0f;", 1)) != want
+
+
+def test_the_ablation_trains_on_end_to_end_pairs_only(tmp_path: Path) -> None:
+    from cudice.model.train.corpus.ablate import e2e_pairs
+
+    build_corpus(tmp_path, train_per_family=4, heldout_per_family=0, families=("unary",))
+    n = e2e_pairs(tmp_path / "sft.jsonl", tmp_path / "e2e.jsonl")
+    rows = [json.loads(x) for x in (tmp_path / "e2e.jsonl").read_text().splitlines()]
+    assert n == len(rows) == 4 and all("(prefix)" not in r["prompt"] for r in rows)

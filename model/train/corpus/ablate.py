@@ -8,8 +8,11 @@ problems by text (no GPU, no build).
 2. a tokenizer of `ABLATION_DIMS["vocab_size"]` trained on them and a random checkpoint of
    `ABLATION_DIMS` (`init_model.init_checkpoint`, seed 0);
 3. `fit.fit` for `--seconds` of wall-clock (the schedule runs over time, so two arms run side by
-   side on one machine get the same budget under the same load);
-4. one greedy answer per held-out problem (`heldout.generate`), scored by `heldout.score`:
+   side on one machine get the same budget under the same load); `--start` continues an earlier
+   run's checkpoint instead (a fresh optimizer and schedule);
+4. guided scoring (`guided`): the prompt plus the template's head up to its compute region (the
+   same text in both arms), the model writes on; does it write the template's compute lines?
+5. one greedy answer per held-out problem (`heldout.generate`), scored by `heldout.score`:
    `parses` (valid Python with a `ModelNew`) and `same_compute` (the answer's compute lines equal
    the template's); `results.json` holds the rates with 95 % intervals, per family too, and
    `answers.jsonl` every answer.
@@ -43,6 +46,71 @@ ABLATION_DIMS: dict[str, Any] = {
     "tie_word_embeddings": True,
 }
 INFILL_MARK = "(prefix)"  # words of the infilling prompt (model/prompts.infill_prompt) only
+GUIDED_TOKENS = 96  # a compute region: a few op lines (and their notes)
+
+
+def compute_region(solution: str) -> tuple[str, list[str]]:
+    """(the template's text before its first note or compute line, cut before that line's newline;
+    the template's compute lines): the answer's head is the same with or without notes."""
+    from cudice.model.train.corpus.heldout import compute_lines
+
+    lines = solution.splitlines()
+    for i, line in enumerate(lines):
+        if line.lstrip().startswith("// ") or compute_lines(line):
+            return "\n".join(lines[:i]), compute_lines(solution)
+    raise ValueError("the template has no compute line")
+
+
+def region_lines(continuation: str) -> list[str]:
+    """The compute lines a continuation writes before its first line that is neither a note nor a
+    statement on `v` (the end of the region)."""
+    from cudice.model.train.corpus.heldout import compute_lines
+
+    kept = []
+    for line in continuation.split("\n")[1:]:
+        if not (line.lstrip().startswith("// ") or compute_lines(line) or _sets_v(line)):
+            break
+        kept.append(line)
+    return compute_lines("\n".join(kept))
+
+
+def _sets_v(line: str) -> bool:
+    text = line.strip()
+    return text.startswith(("v = ", "float v = "))
+
+
+def guided(
+    checkpoint: str, rows: list[dict[str, Any]], say: Any, batch_size: int = 16
+) -> list[dict[str, Any]]:
+    """Per held-out problem: the model is given the prompt and the template's head (the same text in
+    either arm) and writes on greedily; `region_ok` says whether the compute lines it writes
+    equal the template's. The template's boilerplate given, this asks only whether the model
+    turns the prompt's ops into the right lines, which a tiny model may do long before it writes
+    a whole file."""
+    from cudice.model.config import SamplerConfig
+    from cudice.model.engine import load_engine
+    from cudice.model.prompts import CODE_FENCE, chat_prompt, e2e_prompt
+
+    engine = load_engine(checkpoint, fast=False, freeze=True)
+    config = SamplerConfig(max_new_tokens=GUIDED_TOKENS, temperature=0.0)
+    block = engine.block_length(config)
+    out = []
+    for first in range(0, len(rows), batch_size):
+        chunk = rows[first : first + batch_size]
+        heads = [compute_region(r["solution"]) for r in chunk]
+        encoded = [
+            engine.encode(chat_prompt(e2e_prompt(r["reference"])))
+            + engine.encode(f"{CODE_FENCE}python\n{head}")
+            for r, (head, _) in zip(chunk, heads, strict=True)
+        ]  # the response encoded on its own, as in training (fit.encode_all)
+        result = engine.sampler.generate(encoded, config, block)
+        for r, (_, want), row in zip(chunk, heads, result.rows, strict=True):
+            got = region_lines(row.text)
+            out.append(
+                {"file": r["file"], "family": r["family"], "region_ok": got == want, "got": got, "want": want}
+            )
+        say(f"guided: {first + len(chunk)}/{len(rows)}")
+    return out
 
 
 def e2e_pairs(sft_path: Path, out_path: Path) -> int:
@@ -62,49 +130,74 @@ def e2e_pairs(sft_path: Path, out_path: Path) -> int:
 @click.option("--seconds", type=float, default=1200.0, show_default=True, help="Training budget.")
 @click.option("--threads", type=int, default=1, show_default=True, help="torch CPU threads.")
 @click.option("--lr", type=float, default=3e-3, show_default=True)
+@click.option(
+    "--start",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=None,
+    help="Continue from this checkpoint (an earlier run's fit/, its tokenizer kept) instead of a random one.",
+)
 @click.option("--tokens-per-batch", type=int, default=4096, show_default=True)
 @click.option("--max-new-tokens", type=int, default=400, show_default=True)
 @click.option("--eval-seconds", type=float, default=1800.0, show_default=True, help="Generation budget.")
+@click.option("--score-only", is_flag=True, help="No training: score the --start checkpoint.")
 def main(
     corpus_dir: Path,
     out_dir: Path,
     seconds: float,
     threads: int,
     lr: float,
+    start: Path | None,
     tokens_per_batch: int,
     max_new_tokens: int,
     eval_seconds: float,
+    score_only: bool,
 ) -> None:
     import torch
     from cudice.model.train.corpus.fit import FitConfig, fit
-    from cudice.model.train.corpus.heldout import generate, score, summarise
+    from cudice.model.train.corpus.heldout import generate, score, summarise, wilson
     from cudice.model.train.corpus.init_model import init_checkpoint
     from cudice.model.train.corpus.recipe_fit import _heldout, _names_of
 
     torch.set_num_threads(threads)
     out_dir.mkdir(parents=True, exist_ok=True)
     log = (out_dir / "ablate.log").open("a")
-    start = time.monotonic()
+    t0 = time.monotonic()
 
     def say(text: str) -> None:
-        line = f"[ablate {time.monotonic() - start:7.1f}s] {text}"
+        line = f"[ablate {time.monotonic() - t0:7.1f}s] {text}"
         print(line, file=sys.stderr, flush=True)
         log.write(line + "\n")
         log.flush()
 
     sft = out_dir / "sft_e2e.jsonl"
     say(f"{e2e_pairs(corpus_dir / 'sft.jsonl', sft)} end-to-end pairs")
-    info = init_checkpoint(out_dir / "init", sft, ABLATION_DIMS, seed=0)
+    if start is None:
+        init = out_dir / "init"
+        info: dict[str, Any] = init_checkpoint(init, sft, ABLATION_DIMS, seed=0)
+    else:
+        init, info = start, {"dir": str(start), "continued": True}
     say(f"init: {json.dumps(info)}")
     config = FitConfig(
         seconds=seconds, learning_rate=lr, warmup_seconds=min(60.0, seconds / 10),
         tokens_per_batch=tokens_per_batch, max_length=min(2048, tokens_per_batch), log_every=10,
     )  # fmt: skip
-    trained = fit(out_dir / "init", sft, out_dir / "fit", config, say)
-    say(f"trained: {trained['steps']} steps, {trained['epochs']} epochs started")
+    if score_only:
+        if start is None:
+            raise click.UsageError("--score-only scores the --start checkpoint: give --start")
+        checkpoint = start
+        trained: dict[str, Any] = {"steps": 0, "epochs": 0, "history": [], "scored": str(start)}
+    else:
+        checkpoint = out_dir / "fit"
+        trained = fit(init, sft, checkpoint, config, say)
+        say(f"trained: {trained['steps']} steps, {trained['epochs']} epochs started")
     rows = _heldout(corpus_dir)
+    region = guided(str(checkpoint), rows, say)
+    with (out_dir / "guided.jsonl").open("w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in region)
+    k = sum(r["region_ok"] for r in region)
+    say(f"guided: compute region right {k}/{len(region)} {wilson(k, len(region))}")
     answers, speed = generate(
-        str(out_dir / "fit"), [r["reference"] for r in rows], max_new_tokens,
+        str(checkpoint), [r["reference"] for r in rows], max_new_tokens,
         time.monotonic() + eval_seconds, say, batch_size=16,
     )  # fmt: skip
     scored = []
@@ -126,10 +219,20 @@ def main(
         f"held-out: parses {a['parses']['k']}/{a['n']}, same_compute {a['same_compute']['k']}/{a['n']} "
         f"{a['same_compute']['ci95']}, same_kernel {a['same_kernel']['k']}/{a['n']}"
     )
-    results = {"corpus": str(corpus_dir), "dims": ABLATION_DIMS, "init": info, "speed": speed}
+    history: list[dict[str, float]] = trained["history"]
+    results: dict[str, Any] = {"corpus": str(corpus_dir), "dims": ABLATION_DIMS, "init": info, "speed": speed}
     results["training"] = {k: v for k, v in trained.items() if k != "history"}
-    results["loss"] = [h["loss"] for h in trained["history"]]
+    results["loss"] = [h["loss"] for h in history]
     results["summary"] = summary
+    results["guided"] = {
+        "n": len(region),
+        "region_ok": k,
+        "ci95": wilson(k, len(region)),
+        "per_family": {
+            fam: sum(r["region_ok"] for r in region if r["family"] == fam)
+            for fam in sorted({r["family"] for r in region})
+        },
+    }
     (out_dir / "results.json").write_text(json.dumps(results, indent=1) + "\n")
 
 
