@@ -172,7 +172,7 @@ def test_same_compute_ignores_variant_names_and_notes_but_not_an_op() -> None:
 
 
 def test_the_ablations_guided_head_is_the_same_in_both_arms_and_its_region_is_the_templates() -> None:
-    from cudice.model.train.corpus.ablate import compute_region, region_lines
+    from cudice.model.train.corpus.ablate import compute_region, region_lines, region_span
 
     for family in ("unary", "binary"):
         for comp in random.Random(2).sample(FAMILIES[family].compositions(), 6):
@@ -183,6 +183,11 @@ def test_the_ablations_guided_head_is_the_same_in_both_arms_and_its_region_is_th
                 assert (head, want) == compute_region(bare) and want == compute_lines(bare)
                 assert region_lines(noted[len(head) :]) == want == region_lines(bare[len(head) :])
                 assert region_lines(bare[len(head) :].replace(want[-1], "v * 3.0f;", 1)) != want
+                for text in (noted, bare):  # the span the likelihood is read on: the region's lines
+                    lo, hi = region_span(text)
+                    assert lo == len(head) and compute_lines(text[lo:hi]) == want
+                    assert text[hi:].startswith("\n") and not compute_lines(text[hi:].split("\n")[1])
+                    assert text[lo:hi].count("// ") == (text is noted) * len(NOTE.findall(kernel.source))
 
 
 def test_the_ablation_trains_on_end_to_end_pairs_only(tmp_path: Path) -> None:

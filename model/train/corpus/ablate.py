@@ -79,6 +79,71 @@ def _sets_v(line: str) -> bool:
     return text.startswith(("v = ", "float v = "))
 
 
+def region_span(solution: str) -> tuple[int, int]:
+    """Character offsets in `solution` of its compute region: from the newline ending the head
+    (`compute_region`) to the end of the region's last line (notes included)."""
+    from cudice.model.train.corpus.heldout import compute_lines
+
+    head, _ = compute_region(solution)
+    end = len(head)
+    for line in solution[len(head) :].split("\n")[1:]:
+        if not (line.lstrip().startswith("// ") or compute_lines(line) or _sets_v(line)):
+            break
+        end += 1 + len(line)
+    return len(head), end
+
+
+def region_nll(checkpoint: str, rows: list[dict[str, Any]], say: Any) -> list[dict[str, Any]]:
+    """Per held-out problem, -log P(compute region | prompt, the template's text before it), in
+    nats, by the chain rule in the decoding order of a block model
+    (block by block, left to right inside a block): `block_size` forwards of the training
+    objective's doubled sequence, the answer's tokens at and after offset o of every block
+    masked, read at offset o. `region_nll` sums the region's tokens (notes included: the arm
+    with notes must write them too, so both arms pay for the same decision, which ops in which
+    order); `region_tf_exact`: every region token is the model's top choice."""
+    import torch
+    from cudice.model.loader import load_checkpoint
+    from cudice.model.prompts import CODE_FENCE, chat_prompt, e2e_prompt
+    from cudice.model.train.objective import forward_doubled
+
+    loaded = load_checkpoint(checkpoint, device="cpu", dtype="float32")
+    model, tok, block, mask_id = loaded.model, loaded.tokenizer, loaded.block_size, loaded.ids.mask
+    if block is None or mask_id is None:
+        raise ValueError(f"{checkpoint} is not a block-diffusion checkpoint")
+    model.eval()
+    out = []
+    for n, r in enumerate(rows):
+        prompt = list(tok(chat_prompt(e2e_prompt(r["reference"])), add_special_tokens=False)["input_ids"])
+        fence = f"{CODE_FENCE}python\n"
+        enc = tok(fence + r["solution"].rstrip() + f"\n{CODE_FENCE}<|im_end|>", add_special_tokens=False,
+                  return_offsets_mapping=True)  # fmt: skip
+        lo, hi = (len(fence) + c for c in region_span(r["solution"]))
+        region = [k for k, (a, b) in enumerate(enc["offset_mapping"]) if a < hi and b > lo]
+        ids = prompt + list(enc["input_ids"])
+        length = -(-len(ids) // block) * block
+        clean = torch.tensor([ids + [loaded.ids.pad or 0] * (length - len(ids))])
+        pos = torch.arange(length)
+        answer = pos >= len(prompt)
+        nll, exact = 0.0, True
+        with torch.no_grad():
+            for o in range(block):
+                noisy = clean.clone()
+                noisy[0, answer & (pos % block >= o)] = mask_id
+                logits = forward_doubled(model, noisy, clean, block)[0].float()
+                for k in region:
+                    p = len(prompt) + k
+                    if p % block == o:
+                        logp = torch.log_softmax(logits[p], dim=-1)
+                        nll -= float(logp[clean[0, p]])
+                        exact = exact and int(logp.argmax()) == int(clean[0, p])
+        out.append(
+            {"file": r["file"], "region_tokens": len(region), "region_nll": nll, "region_tf_exact": exact}
+        )
+        if (n + 1) % 25 == 0:
+            say(f"region nll: {n + 1}/{len(rows)}")
+    return out
+
+
 def guided(
     checkpoint: str, rows: list[dict[str, Any]], say: Any, batch_size: int = 16
 ) -> list[dict[str, Any]]:
@@ -191,6 +256,12 @@ def main(
         trained = fit(init, sft, checkpoint, config, say)
         say(f"trained: {trained['steps']} steps, {trained['epochs']} epochs started")
     rows = _heldout(corpus_dir)
+    nlls = region_nll(str(checkpoint), rows, say)
+    with (out_dir / "region_nll.jsonl").open("w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in nlls)
+    mean_nll = sum(r["region_nll"] for r in nlls) / len(nlls)
+    tf_exact = sum(r["region_tf_exact"] for r in nlls)
+    say(f"region nll: mean {mean_nll:.2f} nats, teacher-forced exact {tf_exact}/{len(nlls)}")
     region = guided(str(checkpoint), rows, say)
     with (out_dir / "guided.jsonl").open("w") as f:
         f.writelines(json.dumps(r) + "\n" for r in region)
@@ -224,6 +295,7 @@ def main(
     results["training"] = {k: v for k, v in trained.items() if k != "history"}
     results["loss"] = [h["loss"] for h in history]
     results["summary"] = summary
+    results["region_nll"] = {"mean": mean_nll, "tf_exact": tf_exact, "n": len(nlls)}
     results["guided"] = {
         "n": len(region),
         "region_ok": k,
