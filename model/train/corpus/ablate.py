@@ -25,6 +25,7 @@ Not covered: the demo size (a GPU's work: `recipe_fit.py`), compiling or running
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -100,7 +101,9 @@ def region_nll(checkpoint: str, rows: list[dict[str, Any]], say: Any) -> list[di
     objective's doubled sequence, the answer's tokens at and after offset o of every block
     masked, read at offset o. `region_nll` sums the region's tokens (notes included: the arm
     with notes must write them too, so both arms pay for the same decision, which ops in which
-    order); `region_tf_exact`: every region token is the model's top choice."""
+    order); `note_nll`: the part of it on the notes' tokens (those starting in a note line,
+    its leading newline included); `region_tf_exact`: every region token is the model's top
+    choice."""
     import torch
     from cudice.model.loader import load_checkpoint
     from cudice.model.prompts import CODE_FENCE, chat_prompt, e2e_prompt
@@ -118,13 +121,16 @@ def region_nll(checkpoint: str, rows: list[dict[str, Any]], say: Any) -> list[di
         enc = tok(fence + r["solution"].rstrip() + f"\n{CODE_FENCE}<|im_end|>", add_special_tokens=False,
                   return_offsets_mapping=True)  # fmt: skip
         lo, hi = (len(fence) + c for c in region_span(r["solution"]))
-        region = [k for k, (a, b) in enumerate(enc["offset_mapping"]) if a < hi and b > lo]
+        spans = enc["offset_mapping"]
+        region = [k for k, (a, b) in enumerate(spans) if a < hi and b > lo]
+        notes = [m.span() for m in re.finditer(r"\n[ \t]*//[^\n]*", fence + r["solution"])]
+        in_note = {k for k in region if any(a <= spans[k][0] < b for a, b in notes)}
         ids = prompt + list(enc["input_ids"])
         length = -(-len(ids) // block) * block
         clean = torch.tensor([ids + [loaded.ids.pad or 0] * (length - len(ids))])
         pos = torch.arange(length)
         answer = pos >= len(prompt)
-        nll, exact = 0.0, True
+        nll, note_nll, exact = 0.0, 0.0, True
         with torch.no_grad():
             for o in range(block):
                 noisy = clean.clone()
@@ -135,10 +141,12 @@ def region_nll(checkpoint: str, rows: list[dict[str, Any]], say: Any) -> list[di
                     if p % block == o:
                         logp = torch.log_softmax(logits[p], dim=-1)
                         nll -= float(logp[clean[0, p]])
+                        note_nll -= float(logp[clean[0, p]]) if k in in_note else 0.0
                         exact = exact and int(logp.argmax()) == int(clean[0, p])
         out.append(
-            {"file": r["file"], "region_tokens": len(region), "region_nll": nll, "region_tf_exact": exact}
-        )
+            {"file": r["file"], "region_tokens": len(region), "note_tokens": len(in_note), "region_nll": nll,
+             "note_nll": note_nll, "region_tf_exact": exact}
+        )  # fmt: skip
         if (n + 1) % 25 == 0:
             say(f"region nll: {n + 1}/{len(rows)}")
     return out
