@@ -119,6 +119,8 @@ def test_the_option_changes_only_the_answers_and_is_recorded(tmp_path: Path) -> 
     assert (on["op_comments"], off["op_comments"]) == (True, False)
     assert on["families"] == off["families"] == ["binary", "reduce", "unary"]
     assert on["problems"] == off["problems"]
+    default = CliRunner().invoke(train_group, ["corpus", "build", str(tmp_path / "default"), *common])
+    assert json.loads(default.output)["op_comments"] is False  # off unless asked for
     for split in ("train", "heldout"):
         names = sorted(p.name for p in (tmp_path / "on" / "problems" / split).iterdir())
         assert names and names == sorted(p.name for p in (tmp_path / "off" / "problems" / split).iterdir())
@@ -139,7 +141,9 @@ def test_the_option_changes_only_the_answers_and_is_recorded(tmp_path: Path) -> 
 def test_noted_answers_pass_the_static_anti_cheat_stage(tmp_path: Path) -> None:
     from cudice.model.train.corpus.verify_templates import _static_verdict
 
-    build_corpus(tmp_path, seed=5, train_per_family=10, heldout_per_family=1, heldout_sizes="small")
+    build_corpus(
+        tmp_path, seed=5, train_per_family=10, heldout_per_family=1, heldout_sizes="small", op_comments=True
+    )
     manifest = json.loads((tmp_path / "manifest.json").read_text())
     seen: set[tuple[str, str]] = set()
     for p in manifest["problems"]:

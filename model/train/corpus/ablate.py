@@ -1,5 +1,5 @@
 """A CPU A/B of two corpora: the same tiny model trained for the same time on each, scored on held-out
-problems by text (no GPU, no build).
+problems by text and by likelihood (no GPU, no build).
 
     python -m cudice.model.train.corpus.ablate CORPUS_DIR OUT_DIR [--seconds 1200] [--threads 1]
 
@@ -9,10 +9,13 @@ problems by text (no GPU, no build).
    `ABLATION_DIMS` (`init_model.init_checkpoint`, seed 0);
 3. `fit.fit` for `--seconds` of wall-clock (the schedule runs over time, so two arms run side by
    side on one machine get the same budget under the same load); `--start` continues an earlier
-   run's checkpoint instead (a fresh optimizer and schedule);
-4. guided scoring (`guided`): the prompt plus the template's head up to its compute region (the
+   run's checkpoint instead (a fresh optimizer and schedule), `--score-only` skips training and
+   scores the `--start` checkpoint (any block-diffusion checkpoint, the demo size too);
+4. the compute region's likelihood (`region_nll`: -log P of the notes and statements between the
+   template's head and the rest, given the prompt and the head), the notes' share apart;
+5. guided scoring (`guided`): the prompt plus the template's head up to its compute region (the
    same text in both arms), the model writes on; does it write the template's compute lines?
-5. one greedy answer per held-out problem (`heldout.generate`), scored by `heldout.score`:
+6. one greedy answer per held-out problem (`heldout.generate`), scored by `heldout.score`:
    `parses` (valid Python with a `ModelNew`) and `same_compute` (the answer's compute lines equal
    the template's); `results.json` holds the rates with 95 % intervals, per family too, and
    `answers.jsonl` every answer.

@@ -79,7 +79,9 @@ LENGTH_SHARE = {1: 0.15, 2: 0.35, 3: 0.50}
 EXAMPLE_KEYS = ("unary:relu", "softmax:pre=none>softmax")  # examples/relu.py, examples/softmax.py
 TIMED_SHARE = 1 / 3
 INFILL_EVERY = 4  # one training problem in this many also gets the infilling prompt
-OP_COMMENTS = True  # answers name each fused op in a comment before its CUDA statement
+# Answers name each fused op in a comment before its CUDA statement (`build --op-comments`): off by
+# default: a CPU A/B of tiny models found a cost and no benefit (docs/benchmarks.md, 2026-12-04 23:10).
+OP_COMMENTS = False
 
 
 def make_problem(

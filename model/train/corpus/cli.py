@@ -73,10 +73,11 @@ def corpus_group() -> None:
 )
 @click.option(
     "--op-comments/--no-op-comments",
-    default=True,
+    default=False,
     show_default=True,
     help="Write a comment before each fused op's CUDA statement naming the op as the reference "
-    "spells it (`// F.elu(v)`), so the model translates the prompt op by op.",
+    "spells it (`// F.elu(v)`), an alignment a model can copy from the prompt (off: not shown to "
+    "help yet, docs/model.md).",
 )
 @click.option(
     "--families",
