@@ -3,8 +3,8 @@
 Role: nvcc's host and device preprocessor steps (`gcc -E ... cuda.cu -o cuda.cpp4.ii`) read
 torch's headers again for every candidate, about half a second each on a 2-core box, though a
 candidate's `cuda.cu` starts with the same `#include <...>` lines as the last one. `run_step()`
-splits the source into that leading block H (only `#include <...>` lines and blank lines, up to
-the last include) and the rest U, and keeps, per preprocessor command and H (the step's
+splits the source into that leading block H (only `#include <...>` lines, `//` comments and blank
+lines, up to the last include) and the rest U, and keeps, per preprocessor command and H (the step's
 `-DTORCH_EXTENSION_NAME=` value left out), under `cache_root/ppcache/<key>/`:
   - H's own `gcc -E` output (the step's command on a file holding H alone, at another path), and
   - the macros H leaves behind (a `-dD` run of the same file: each `#define` and `#undef` with the
@@ -63,7 +63,8 @@ VERSION = "1"
 _PLACEHOLDER = "cudice_ppcache_module_name_0f3a"
 _EXT_NAME = "TORCH_EXTENSION_NAME="
 _PLAIN_PATH = re.compile(r"^[\w./+-]+$")
-_HEAD_LINE = re.compile(r"^[ \t]*(?:#[ \t]*include[ \t]*<[^<>\n]+>[ \t]*)?$")
+# an `#include <...>`, a `//` comment (not continued by a backslash) or a blank line
+_HEAD_LINE = re.compile(r"^[ \t]*(?:#[ \t]*include[ \t]*<[^<>\n]+>[ \t]*|//.*(?<!\\))?$")
 _INCLUDE = re.compile(r"^[ \t]*#[ \t]*include[ \t]*<", re.M)
 _REFUSED_IN_REST = re.compile(
     r'(?:#[ \t]*include(?:_next)?[ \t]*"|__has_include(?:_next)?[ \t]*\([ \t]*"|push_macro|pop_macro)'

@@ -52,6 +52,9 @@ CASES = {
     "warning": HEAD + KERNEL.replace("int i =", "int never_used; int i ="),
     "hash_error": HEAD + "#error stop here\n" + KERNEL,
     "counter": HEAD + KERNEL.replace("__COUNTER__ == 2", "__COUNTER__ == 3"),
+    "commented_head": "// twice, on the GPU\n"
+    + HEAD.replace("#include <counts.h>", "// counts\n#include <counts.h>")
+    + KERNEL,
     "more_includes": HEAD
     + KERNEL
     + '#include <string>\n#include <cstdio>\nstd::string s() { return "x"; }\n',
@@ -125,7 +128,7 @@ def test_a_check_through_the_cache_reports_what_nvccs_steps_report(
     assert cached == plain
     # the cache answered every step that ran, but for a preprocessor's own message (it comes from the step)
     assert seen and all((s is None) == (case == "hash_error") for s in seen), seen
-    assert (case in ("good", "warning", "more_includes")) == (plain[0] == 0), plain
+    assert (case in ("good", "warning", "more_includes", "commented_head")) == (plain[0] == 0), plain
 
 
 @pytest.mark.parametrize("case", sorted(REFUSED))
