@@ -232,7 +232,7 @@ def main(
     from cudice.model.train.corpus.fit import FitConfig, fit
     from cudice.model.train.corpus.heldout import generate, score, summarise, wilson
     from cudice.model.train.corpus.init_model import init_checkpoint
-    from cudice.model.train.corpus.recipe_fit import _heldout, _names_of
+    from cudice.model.train.corpus.recipe_fit import heldout_rows, names_of
 
     torch.set_num_threads(threads)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -266,7 +266,7 @@ def main(
         checkpoint = out_dir / "fit"
         trained = fit(init, sft, checkpoint, config, say)
         say(f"trained: {trained['steps']} steps, {trained['epochs']} epochs started")
-    rows = _heldout(corpus_dir)
+    rows = heldout_rows(corpus_dir)
     nlls = region_nll(str(checkpoint), rows, say)
     with (out_dir / "region_nll.jsonl").open("w") as f:
         f.writelines(json.dumps(r) + "\n" for r in nlls)
@@ -285,7 +285,7 @@ def main(
     scored = []
     with (out_dir / "answers.jsonl").open("w") as f:
         for r, answer in zip(rows, answers, strict=True):
-            kernel, names = _names_of(r["solution"])
+            kernel, names = names_of(r["solution"])
             row = {
                 "file": r["file"],
                 "family": r["family"],

@@ -90,7 +90,8 @@ def _tar_dir(src: Path, tar_path: Path) -> Path:
     return tar_path
 
 
-def _heldout(corpus: Path) -> list[dict[str, Any]]:
+def heldout_rows(corpus: Path) -> list[dict[str, Any]]:
+    """The corpus's held-out problems: each manifest entry with its reference and solution texts."""
     manifest = json.loads((corpus / "manifest.json").read_text())
     rows = []
     for p in manifest["problems"]:
@@ -106,7 +107,7 @@ def _heldout(corpus: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def _names_of(solution: str) -> tuple[str, list[str]]:
+def names_of(solution: str) -> tuple[str, list[str]]:
     """The kernel's name (the `name=` of load_inline) and ModelNew's argument names, read from a template."""
     import ast
 
@@ -200,7 +201,7 @@ def evaluate(
     )
     scored = []
     for r, answer in zip(rows, answers, strict=True):
-        kernel, names = _names_of(r["solution"])
+        kernel, names = names_of(r["solution"])
         scored.append(
             {
                 "file": r["file"],
@@ -307,7 +308,7 @@ def main(
         parts = split_file(_tar_dir(fitted, out / "demo_fit.tar"))
         clock.say(f"saved {[p.name for p in parts]}")
     # 5. held-out scoring, new then old
-    rows = _heldout(corpus)
+    rows = heldout_rows(corpus)
     if smoke:
         rows = rows[:4]
     results: dict[str, Any] = {"training": trained, "num_heldout": len(rows)}
