@@ -91,7 +91,7 @@ HOW_TO_WRITE_THEM = (
     "write them as UTF-8 files in one directory: e2e.txt with <<reference>> where the reference "
     "architecture goes, infill.txt with <<pytorch_code>>, <<prefix>> and <<suffix>>, and, when the "
     "texts already hold the chat turn (<|im_start|>user ... <|im_start|>assistant), chat.txt holding "
-    "just <<message>>; optionally infill_answer.txt with <<prefix>>, the opening of the model's "
+    "just <<message>>; optionally infill_answer.txt ending with <<prefix>>, the opening of the model's "
     "answer that the editor's infilling forces. The bytes are used exactly as written, final "
     "newline included: produce the "
     "files by printing the prompt their code renders (with stand-in values you then replace by the "
