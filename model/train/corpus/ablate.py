@@ -72,26 +72,30 @@ def region_lines(continuation: str) -> list[str]:
 
     kept = []
     for line in continuation.split("\n")[1:]:
-        if not (line.lstrip().startswith("// ") or compute_lines(line) or _sets_v(line)):
+        if not _in_region(line):
             break
         kept.append(line)
     return compute_lines("\n".join(kept))
 
 
-def _sets_v(line: str) -> bool:
-    text = line.strip()
-    return text.startswith(("v = ", "float v = "))
+def _in_region(line: str) -> bool:
+    """A line of the compute region: a note, a compute line or a statement setting `v`."""
+    from cudice.model.train.corpus.heldout import compute_lines
+
+    return (
+        line.lstrip().startswith("// ")
+        or bool(compute_lines(line))
+        or line.strip().startswith(("v = ", "float v = "))
+    )
 
 
 def region_span(solution: str) -> tuple[int, int]:
     """Character offsets in `solution` of its compute region: from the newline ending the head
     (`compute_region`) to the end of the region's last line (notes included)."""
-    from cudice.model.train.corpus.heldout import compute_lines
-
     head, _ = compute_region(solution)
     end = len(head)
     for line in solution[len(head) :].split("\n")[1:]:
-        if not (line.lstrip().startswith("// ") or compute_lines(line) or _sets_v(line)):
+        if not _in_region(line):
             break
         end += 1 + len(line)
     return len(head), end
@@ -230,9 +234,9 @@ def main(
 ) -> None:
     import torch
     from cudice.model.train.corpus.fit import FitConfig, fit
-    from cudice.model.train.corpus.heldout import generate, score, summarise, wilson
+    from cudice.model.train.corpus.heldout import generate, summarise, wilson
     from cudice.model.train.corpus.init_model import init_checkpoint
-    from cudice.model.train.corpus.recipe_fit import heldout_rows, names_of
+    from cudice.model.train.corpus.recipe_fit import heldout_rows, scored_rows
 
     torch.set_num_threads(threads)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -282,19 +286,9 @@ def main(
         str(checkpoint), [r["reference"] for r in rows], max_new_tokens,
         time.monotonic() + eval_seconds, say, batch_size=16,
     )  # fmt: skip
-    scored = []
+    scored = scored_rows(rows, answers)
     with (out_dir / "answers.jsonl").open("w") as f:
-        for r, answer in zip(rows, answers, strict=True):
-            kernel, names = names_of(r["solution"])
-            row = {
-                "file": r["file"],
-                "family": r["family"],
-                "style": r.get("style", "cudice"),
-                "composition": r["composition"],
-                **score(answer, r["solution"], kernel, names),
-            }
-            scored.append(row)
-            f.write(json.dumps({**row, "answer": answer}) + "\n")
+        f.writelines(json.dumps(row) + "\n" for row in scored)
     summary = summarise(scored)
     a = summary["all"]
     say(

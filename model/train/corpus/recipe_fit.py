@@ -190,15 +190,10 @@ def verify_subset(
     return out
 
 
-def evaluate(
-    label: str, checkpoint: str, rows: list[dict[str, Any]], deadline: float, clock: Clock, gen_tokens: int
-) -> dict[str, Any]:
-    from cudice.model.train.corpus.heldout import generate, score, summarise
+def scored_rows(rows: list[dict[str, Any]], answers: list[str | None]) -> list[dict[str, Any]]:
+    """One `heldout.score` row per held-out problem (`heldout_rows`) and its answer, the answer kept."""
+    from cudice.model.train.corpus.heldout import score
 
-    start = time.monotonic()
-    answers, speed = generate(
-        checkpoint, [r["reference"] for r in rows], gen_tokens, deadline, clock.say, batch_size=96
-    )
     scored = []
     for r, answer in zip(rows, answers, strict=True):
         kernel, names = names_of(r["solution"])
@@ -212,6 +207,19 @@ def evaluate(
                 **score(answer, r["solution"], kernel, names),
             }
         )
+    return scored
+
+
+def evaluate(
+    label: str, checkpoint: str, rows: list[dict[str, Any]], deadline: float, clock: Clock, gen_tokens: int
+) -> dict[str, Any]:
+    from cudice.model.train.corpus.heldout import generate, summarise
+
+    start = time.monotonic()
+    answers, speed = generate(
+        checkpoint, [r["reference"] for r in rows], gen_tokens, deadline, clock.say, batch_size=96
+    )
+    scored = scored_rows(rows, answers)
     summary = summarise(scored)
     a = summary["all"]
     clock.say(
