@@ -203,8 +203,7 @@ def pointwise(
         params = ", ".join(f"const scalar_t* __restrict__ in{k}" for k in range(len(names)))
         load = (
             "".join(f"float {local[k]} = static_cast<float>(in{k}[i]);\n        " for k in range(len(names)))
-            + _note(core_note, "        ").lstrip()
-            + ("        " if core_note else "")
+            + (f"// {core_note}\n        " if core_note else "")  # ends with the next indent, as a load
             + f"float v = {combine.cuda};"
         )
     host_in = "".join(
