@@ -102,6 +102,7 @@ from cudice.verifier.config import VerifyConfig
 from cudice.verifier.process import CancelToken
 from cudice.verifier.source.document import Document
 from cudice.verifier.source.result import Diagnostic, Location, Severity, Stage
+from cudice.verifier.static.cpp_scan import blank_directives
 
 OUTCOME = "cudice_outcome.json"
 
@@ -830,9 +831,7 @@ def _file_regions(text: str) -> list[_Region] | None:
     A declaration ends at a `;` outside brackets, or at the `}` that closes its outermost brace
     unless it is a class, struct, union or enum or has an `=` (then at the `;` after it).
     """
-    masked = re.sub(
-        r"^[ \t]*#(?:[^\n]*\\\n)*[^\n]*", lambda m: re.sub(r"[^\n]", " ", m.group(0)), text, flags=re.M
-    )
+    masked = blank_directives(text)
     starts = [0, *(i + 1 for i, c in enumerate(masked) if c == "\n")]
     regions: list[_Region] = []
     toks: list[str] = []
@@ -1038,9 +1037,7 @@ def _arity_error_stands(
     if not 1 <= m.line <= len(lines):
         return False
     caret = sum(len(x) + 1 for x in lines[: m.line - 1]) + caret_column(*m.caret_text, lines[m.line - 1]) - 1
-    masked = re.sub(
-        r"^[ \t]*#(?:[^\n]*\\\n)*[^\n]*", lambda d: re.sub(r"[^\n]", " ", d.group(0)), text, flags=re.M
-    )
+    masked = blank_directives(text)
     toks: list[str] = []
     starts: list[int] = []
     for found in _CODE_TOKEN.finditer(masked):

@@ -86,6 +86,12 @@ _HEADER_FN = re.compile(r"\)\s*(?:const|noexcept|override|mutable|->\s*[\w:<>,\s
 _NS_OR_EXTERN = re.compile(r"(?:namespace\s*[\w:]*|extern\s*\"[^\"]*\")\s*$")
 
 
+def blank_directives(code: str) -> str:
+    """`code` with every preprocessor line (continuations included) turned into spaces, newlines and
+    offsets kept: what is left is the code the compiler proper reads, at the same places."""
+    return _PREPROCESSOR_LINE.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), code)
+
+
 def find_functions(code: str) -> list[CppFunction]:
     """Function definitions at namespace scope (bodies of namespaces/`extern "C"` are scanned)."""
     return scan_blocks(code)[0]
@@ -95,7 +101,7 @@ def scan_blocks(code: str) -> tuple[list[CppFunction], list[tuple[int, int]]]:
     """Function definitions, and the spans of the other top-level brace blocks (struct/class/enum
     bodies, initialisers): what is declared inside those is not a namespace-scope variable."""
     # preprocessor lines blanked (offsets kept): `#define CHECK(x) do { x; } while (0)` opens no block
-    code = _PREPROCESSOR_LINE.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), code)
+    code = blank_directives(code)
     out: list[CppFunction] = []
     others: list[tuple[int, int]] = []
     stack: list[str] = []  # 'ns', 'fn', 'other'
