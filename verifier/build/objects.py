@@ -26,7 +26,6 @@ import shlex
 import shutil
 import subprocess
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -83,23 +82,9 @@ def run_process(
 
     reader = threading.Thread(target=pump, daemon=True)
     reader.start()
-    cancelled, timed_out = _wait(proc, timeout_s, cancel)
+    cancelled, timed_out = wait_or_kill(proc, timeout_s, cancel, poll_s=0.05)
     reader.join(timeout=5)
     return proc.returncode, "".join(chunks), cancelled, timed_out
-
-
-def _wait(proc: subprocess.Popen[str], timeout_s: float, cancel: CancelToken | None) -> tuple[bool, bool]:
-    """(cancelled, timed_out) as process.wait_or_kill reports them, but back as soon as `proc` ends
-    (a build's steps are many and short: a sleep between polls cost up to 50 ms each)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            proc.wait(timeout=max(0.0, min(0.05, deadline - time.monotonic())))
-            return False, False
-        except subprocess.TimeoutExpired:
-            pass
-        if (cancel is not None and cancel.is_set()) or time.monotonic() > deadline:
-            return wait_or_kill(proc, 0.0, cancel)
 
 
 def _key(*parts: str) -> str:
