@@ -29,7 +29,8 @@ Where the phases live: run/judge_state.py (the session, the state every phase sh
 requests to a runner), run/judge_load.py (1 and 2), run/judge_correctness.py (3),
 run/judge_timing.py with its clock in run/judge_clock.py (4), run/judge_evidence.py (profiles,
 guards, threads). This module runs them in order (`judge`) and is the process's entry point
-(`main`); it re-exports `Session`, `promised_fidelity`, `interval_too_wide` and `bias_too_large`.
+(`main`); it re-exports `Session`, `promised_fidelity`, `interval_too_wide`, `estimates_disagree` and
+`bias_too_large`.
 
 What the judge still trusts from the candidate's process: nothing for a verdict of `correct` or
 for a time. Profiler records, guard reports and in-runner observations can add rejections only;
@@ -49,11 +50,25 @@ from typing import Any
 from cudice.verifier.run.judge_correctness import correctness
 from cudice.verifier.run.judge_load import load_runners, reference
 from cudice.verifier.run.judge_state import JudgeState, Session, new_state
-from cudice.verifier.run.judge_timing import bias_too_large, interval_too_wide, promised_fidelity, timing
+from cudice.verifier.run.judge_timing import (
+    bias_too_large,
+    estimates_disagree,
+    interval_too_wide,
+    promised_fidelity,
+    timing,
+)
 from cudice.verifier.run.judging import Stop, crash_result, write_result
 from cudice.verifier.source.result import Diagnostic, Stage, Verdict
 
-__all__ = ["Session", "bias_too_large", "interval_too_wide", "judge", "main", "promised_fidelity"]
+__all__ = [
+    "Session",
+    "bias_too_large",
+    "estimates_disagree",
+    "interval_too_wide",
+    "judge",
+    "main",
+    "promised_fidelity",
+]
 
 
 def judge(job: dict[str, Any], session: Session) -> dict[str, Any]:

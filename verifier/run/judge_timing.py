@@ -151,9 +151,10 @@ def timing(st: JudgeState, ref_mod: types.ModuleType, model: Any, last_ref: Any)
     by_half = [_q25(c) - _q25(r) for c, r in pairs]
     deltas = [sum(by_half[k : k + 2]) / len(by_half[k : k + 2]) for k in range(0, len(by_half), 2)]
     cand_ms = [ref_ms + d * 1e3 for d in deltas]
-    st.walls["timing.candidate_by_medians_ms"] = ref_ms + 1e3 * statistics.median(
+    by_medians = ref_ms + 1e3 * statistics.median(
         statistics.median(c) - statistics.median(r) for c, r in pairs
     )
+    st.walls["timing.candidate_by_medians_ms"] = by_medians
     st.walls["timing.candidate_by_q25_ms"] = statistics.median(cand_ms)
     unresolved = list(dict.fromkeys(samples.busy))
     cand_med = statistics.median(cand_ms)
@@ -168,6 +169,8 @@ def timing(st: JudgeState, ref_mod: types.ModuleType, model: Any, last_ref: Any)
         st.walls["timing.candidate_ci95_ms"] = spread[0]
         if spread[1]:
             unresolved.append(spread[1])
+    if not unresolved and (apart := estimates_disagree(cand_med, by_medians, ref_ms)):
+        unresolved.append(apart)
     if not unresolved and (bias := bias_too_large(cand_med, ref_ms, cfg.timing_runner_bias_us / 1e3)):
         unresolved.append(bias)
     cand_ms = [max(x, 1e-6) for x in cand_ms]
@@ -442,6 +445,26 @@ def interval_too_wide(cand_ms: list[float], ref_ms: float) -> tuple[float, str] 
         f"the candidate's time per call is {mid:.4f} +- {half:.4f} ms (95 %, {len(cand_ms)} "
         f"repetitions), wider than the +-{allowed:.0%} this clock promises at this size: the two "
         "runners' call times differ by less than their noise"
+    )
+
+
+def estimates_disagree(by_q25_ms: float, by_medians_ms: float, ref_ms: float) -> str:
+    """Why two estimates of the candidate's time are too far apart to count, or "".
+
+    The candidate's time is the reference's plus the difference of the two runners' per-call
+    times. Where the two runners' call times differ by a shift (the forwards' difference), every
+    quantile moves by it, so the difference of their lower quartiles (the estimate used) and of
+    their medians agree. Where they disagree, the two distributions differ in shape (a fast mode
+    one runner has and the other lacks, a process-level bias that comes and goes), and no single
+    difference is the forwards': when they differ by more than the fidelity promised at this size
+    (`promised_fidelity`), the time is unresolved."""
+    allowed = promised_fidelity(ref_ms)
+    if by_q25_ms > 0 and abs(by_q25_ms - by_medians_ms) <= allowed * by_q25_ms:
+        return ""
+    return (
+        f"the candidate's time per call is {by_q25_ms:.4f} ms by the two runners' lower quartiles but "
+        f"{by_medians_ms:.4f} ms by their medians: the runners' call times differ by more than a "
+        f"shift, beyond the +-{allowed:.0%} promised at this size"
     )
 
 
