@@ -4,7 +4,9 @@ Without --model / CUDICE_MODEL both `generate` and `model info` use the bundled 
 (`cudice.model.bundled`); `generate` says so on stderr. Errors (missing model, bad checkpoint,
 bad sampler options, a file without a CUDA string to fill) end with a one-paragraph message
 and exit code 1, never a traceback.
-Not covered: batch generation from the command line and sampling several candidates.
+`generate --samples N` (N > 1) decodes N answers in one batch, verifies each distinct one and
+prints the best (`cudice.model.best_of`; the ranking and orchestration live there, this module
+only reports). Not covered: batch generation of several files from the command line.
 """
 
 from __future__ import annotations
@@ -13,10 +15,13 @@ import dataclasses
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from cudice.model.config import STRATEGY_NAMES, SamplerConfig
+
+if TYPE_CHECKING:
+    from cudice.model.best_of import BestOf, Sample
 
 
 def _sampler_config(options: dict[str, Any]) -> SamplerConfig:
@@ -122,6 +127,14 @@ def with_reference_comment(text: str, reference: Path) -> str:
     envvar="CUDICE_PROMPT_TEMPLATES",
     help="Folder with the dice style's e2e.txt / infill.txt (see `cudice train rl --help`).",
 )
+@click.option(
+    "--samples",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Decode N answers in one batch (the first greedy, the others sampled at --temperature, "
+    "default 0.5), verify each distinct one (compile-only without a GPU) and print the best.",
+)
 def generate_command(
     file: Path,
     model_path: str | None,
@@ -133,6 +146,7 @@ def generate_command(
     fast: bool | None,
     prompt_style: str | None,
     prompt_templates: Path | None,
+    samples: int,
     **sampler_options: Any,
 ) -> None:
     """Generate a ModelNew for a KernelBench reference FILE, or infill a candidate's CUDA source."""
@@ -167,6 +181,7 @@ def generate_command(
     from cudice.model.prompt_styles import PromptTemplateError
     from cudice.model.scaffold import ScaffoldError, split_scaffold
 
+    found: BestOf | None = None  # with --samples N > 1
     try:
         source = file.read_text()
         reference_source = _reference_source(file, reference)
@@ -190,7 +205,11 @@ def generate_command(
                 num, secs = getattr(p, "num_tokens", 0), getattr(p, "seconds", 0.0)
                 line.update(f"generating: {num} tokens · {num / secs if secs else 0.0:.1f} tok/s")
 
-            if scaffold is not None:
+            if samples > 1:
+                found = _best_of(
+                    engine, file, reference, reference_source, scaffold, config, samples, line, on_progress
+                )
+            elif scaffold is not None:
                 gen = engine.infill(
                     scaffold.prefix, scaffold.suffix, reference_source, config, on_progress=on_progress
                 )
@@ -205,6 +224,9 @@ def generate_command(
         UnicodeDecodeError,
     ) as exc:
         raise click.ClickException(str(exc)) from exc
+    if found is not None:
+        _print_best_of(found, as_json, None if scaffold is not None else reference_path_of(file, reference))
+        return
     if as_json:
         click.echo(json.dumps(dataclasses.asdict(gen), indent=2))
     elif scaffold is not None:
@@ -219,6 +241,108 @@ def generate_command(
         f"{gen.seconds:.1f} s ({tps:.1f} tok/s), finished by {gen.finish_reason}",
         err=True,
     )
+
+
+def _best_of(
+    engine: Any,
+    file: Path,
+    reference: str | None,
+    reference_source: str,
+    scaffold: Any,
+    config: SamplerConfig,
+    samples: int,
+    line: Any,
+    on_progress: Any,
+) -> BestOf:
+    """`best_of.best_of` for the CLI: the e2e answer gets the reference comment and is verified as
+    `<stem>_cuda.py` beside FILE against the reference `cudice verify -r` would be given; an infilled
+    file is verified as FILE itself (its own reference or comment, or --reference)."""
+    from cudice.model.best_of import best_of
+
+    verify_ref: Path | None
+    if scaffold is None:
+        ref = reference_path_of(file, reference)
+        path, verify_ref = file.with_name(f"{file.stem}_cuda.py"), ref
+        parts = None
+
+        def finish(text: str) -> str:
+            return with_reference_comment(text, ref)
+    else:
+        path, verify_ref = file, Path(reference) if reference is not None else None
+        parts = (scaffold.prefix, scaffold.suffix)
+
+        def finish(text: str) -> str:
+            return text
+
+    done = [0]
+
+    def on_generated() -> None:
+        line.update(f"verifying {samples} samples")
+
+    def on_sample(sample: Sample) -> None:  # the lines themselves are printed after the progress line
+        done[0] += 1
+        line.update(f"verifying: {done[0]} of {samples} samples done")
+
+    return best_of(
+        engine,
+        reference_source,
+        config,
+        samples,
+        path=path,
+        reference=verify_ref,
+        scaffold=parts,
+        finish=finish,
+        on_progress=on_progress,
+        on_generated=on_generated,
+        on_sample=on_sample,
+    )
+
+
+def _sample_line(sample: Sample) -> str:
+    """One stderr line per sample: its verdict, speedup or first error."""
+    how = "greedy" if sample.temperature == 0 else f"T={sample.temperature:g}"
+    head = f"sample {sample.index} ({how}): "
+    if sample.duplicate_of is not None:
+        return head + f"same text as sample {sample.duplicate_of} ({sample.verdict})"
+    text = head + sample.verdict
+    if sample.speedup is not None:
+        text += f", {sample.speedup:.2f}x"
+    elif sample.error:
+        text += ": " + sample.error.strip().splitlines()[0][:160]
+    return text
+
+
+def _print_best_of(found: BestOf, as_json: bool, reference: Path | None) -> None:
+    """The chosen sample as `--samples 1` prints an answer (JSON: plus `samples` and `chosen`), then
+    one stderr line per sample and the choice. `reference`: the comment an e2e answer gets."""
+    best = found.best
+    gen = best.generation
+    if as_json:
+        data = dataclasses.asdict(gen)
+        data["samples"] = [s.to_dict() for s in found.samples]
+        data["chosen"] = found.chosen
+        click.echo(json.dumps(data, indent=2))
+    else:
+        text = gen.text if reference is None else with_reference_comment(gen.text, reference)
+        click.echo(text, nl=not text.endswith("\n"))
+    for sample in found.samples:
+        click.echo(_sample_line(sample), err=True)
+    tokens = sum(s.generation.num_tokens for s in found.samples)
+    tps = tokens / found.seconds if found.seconds > 0 else 0.0
+    click.echo(
+        f"{len(found.samples)} samples in one batch: {tokens} tokens, {found.num_forwards} forwards, "
+        f"{found.seconds:.1f} s ({tps:.1f} tok/s)",
+        err=True,
+    )
+    if found.passed:
+        click.echo(f"chose sample {found.chosen} ({best.verdict})", err=True)
+    else:
+        why = (best.error or "no error message").strip().splitlines()[0][:300]
+        click.echo(
+            f"none of the {len(found.samples)} samples passed (none is correct or compiled); printing "
+            f"the best-ranked, sample {found.chosen} ({best.verdict}): {why}",
+            err=True,
+        )
 
 
 @click.group("model")
