@@ -133,7 +133,8 @@ def with_reference_comment(text: str, reference: Path) -> str:
     default=1,
     show_default=True,
     help="Decode N answers in one batch (the first greedy, the others sampled at --temperature, "
-    "default 0.5), verify each distinct one (compile-only without a GPU) and print the best.",
+    "default 0.5), verify each distinct one (compile-only without a GPU) and print the best. The batch "
+    "decodes eagerly (--fast does not apply).",
 )
 def generate_command(
     file: Path,
@@ -191,7 +192,7 @@ def generate_command(
                 model_path,
                 device=device,
                 dtype=dtype,
-                fast=fast,
+                fast=fast if samples == 1 else False,  # the batch of samples decodes eagerly (best_of.py)
                 freeze=True,
                 prompt_style=prompt_style,
                 prompt_templates=str(prompt_templates) if prompt_templates is not None else None,
