@@ -408,10 +408,16 @@ def _fill_lists(
     The macro comparisons (with and without the file's `#include`s) and the full headers' name
     list are preprocessor runs and a Python scan, cached in the overlay folder the first time per
     toolchain and include set (most of a first error verdict when run one after the other); in
-    threads they overlap. The name list only for a file with a non-structural
+    threads they overlap. The comparison without the file's `#include`s follows the one with
+    them in the same thread: that one usually caches it on the way, with fewer runs
+    (headers.macro_differences). The name list only for a file with a non-structural
     error (a structural one never reads it). Failures are left to the sequential calls after.
     """
     from concurrent.futures import ThreadPoolExecutor
+
+    def both(n: str, includes: tuple[str, ...]) -> None:
+        differing(n, includes)
+        differing(n, ())  # usually cached by the call above, which shares the full side's runs
 
     jobs: list[tuple[Callable[..., object], str, tuple[str, ...]]] = []
     for n, output in outputs.items():
@@ -419,12 +425,10 @@ def _fill_lists(
         if f is None:
             continue
         includes = tuple(m.group(1) for m in _INCLUDE.finditer(f.text))
-        jobs.append((differing, n, includes))
+        jobs.append((both if includes else differing, n, includes))
         errors = [m.message for m in parse_messages(output) if m.severity == "error"]
         if every_list or any(not any(r.match(e) for r in _STRUCTURAL) for e in errors):
             jobs.append((declared, n, includes))
-        if includes:
-            jobs.append((differing, n, ()))
     with ThreadPoolExecutor(max_workers=max(1, len(jobs))) as pool:
         for job in [pool.submit(fn, n, inc) for fn, n, inc in jobs]:
             job.exception()  # wait; an error is met again, and handled, by the caller's own call

@@ -28,7 +28,9 @@
 
 `macro_differences()` names the macros whose definition differs between the full and the slim
 header set (`-E -dM` runs of each, cached in the overlay folder; for `cuda.cu` nvcc's device
-pass and, with `-U__CUDA_ARCH__`, an approximation of its host pass): build/compile.py keeps a slim
+pass and, with `-U__CUDA_ARCH__`, an approximation of its host pass; a call with a source's
+includes also caches the list without them when the full side's runs show those includes
+entered no file, so that list costs only the slim side's runs): build/compile.py keeps a slim
 compile error as the verdict only for a source that names none of them, so the tokens the
 compiler sees on the user's lines are the same in both builds. `full_header_names()` lists the
 words the full headers put where a later lookup could find them (`-E -dD` of the same probe
@@ -446,6 +448,7 @@ def macro_differences(
     includes: Iterable[str] = (),
     timeout_s: float = 600.0,
     cancel: CancelToken | None = None,
+    share_alone: bool = True,
 ) -> frozenset[str] | None:
     """Macros defined differently (or only on one side) by the full and the slim headers, or None.
 
@@ -459,30 +462,88 @@ def macro_differences(
     `-DTORCH_EXTENSION_NAME`: it is the same on both sides). None when a preprocessor run fails
     (a header only the source's folder has, say): the caller then cannot rule out a difference;
     None too, with nothing cached and no preprocessor left running, once `cancel` is set.
+
+    With `includes`, the list without them is cached on the way when that costs only the slim
+    side's runs: the probe then has an empty header between its own includes and `includes`, and
+    gcc's `-H` on the full runs shows whether the lines after it entered a file (`_defines`). When
+    they entered none, the full headers' macros are those without `includes`, and only the slim
+    side preprocesses the probe without them (the full headers have entered what a source
+    includes first; the slim ones often have not). Same lists as computing each on its own. When
+    a run of that way fails (a compiler without `-H`, say), the call starts again the plain way
+    (`share_alone=False`: no empty header, no `-H`, the list without `includes` left to its call).
     """
+    alone = _probe_text(overlay, cuda, ())
     text = _probe_text(overlay, cuda, includes)
     # nvcc -E preprocesses the device pass (`__CUDA_ARCH__` set); -U gives the host pass's macros
     passes = (["-Xcompiler", "-dM"], ["-Xcompiler", "-dM", "-U__CUDA_ARCH__"]) if cuda else (["-dM"],)
-    key = hashlib.sha256(f"{compiler}\0{full_flags}\0{slim_flags}\0{text}\0{passes}".encode()).hexdigest()
-    cached = overlay.root / f"macros-{key[:16]}.txt"
+    cached = overlay.root / f"macros-{_macros_key(compiler, full_flags, slim_flags, text, passes)}.txt"
     if cached.is_file():
         return frozenset(cached.read_text().split())
+    # the list without `includes`, cached on the way when the full runs allow it (docstring)
+    cached_alone = overlay.root / f"macros-{_macros_key(compiler, full_flags, slim_flags, alone, passes)}.txt"
+    share = share_alone and text != alone and text.startswith(alone) and _MARK not in text
+    share = share and not cached_alone.is_file()
     work = Path(tempfile.mkdtemp(prefix=".macros-", dir=overlay.root))
     try:
-        src = work / ("probe.cu" if cuda else "probe.cpp")
-        src.write_text(text)
+        # the probe alone in its folder (a quoted include searches there first), the rest beside it
+        (work / "probe").mkdir()
+        src = work / "probe" / ("probe.cu" if cuda else "probe.cpp")
+        mark = src.parent / _MARK
+        if share:
+            mark.write_text("")
+            src.write_text(f'{alone}#include "{_MARK}"\n{text[len(alone) :]}')
+        else:
+            src.write_text(text)
         names: set[str] = set()
+        full_sets: list[set[str]] = []
         for dm in passes:
-            defined = _defines(compiler, (full_flags, slim_flags), dm, src, work, timeout_s, cancel)
+            listing = (mark, ["-Xcompiler", "-H"] if cuda else ["-H"]) if share else None
+            defined = _defines(compiler, (full_flags, slim_flags), dm, src, work, timeout_s, cancel, listing)
             if defined is None:
+                if share and not (cancel is not None and cancel.is_set()):
+                    # a compiler without -H, or a failing probe: the plain way decides
+                    return macro_differences(
+                        overlay, compiler, full_flags, slim_flags, cuda, includes, timeout_s, cancel, False
+                    )
                 return None
-            names |= {m.group(1) for line in defined[0] ^ defined[1] if (m := _DEFINE.match(line))}
-        tmp = work / "names.txt"
-        tmp.write_text("\n".join(sorted(names)) + "\n")
-        tmp.replace(cached)
+            (full, slim), unchanged = defined
+            names |= {m.group(1) for line in full ^ slim if (m := _DEFINE.match(line))}
+            full_sets.append(full)
+            share = share and unchanged
+        _write_list(work, cached, names)
+        if share:
+            (work / "alone").mkdir()
+            src_alone = work / "alone" / src.name
+            src_alone.write_text(alone)
+            alone_names: set[str] = set()
+            for dm, full in zip(passes, full_sets, strict=True):
+                run = _defines(compiler, (slim_flags,), dm, src_alone, work, timeout_s, cancel)
+                if run is None:  # the list with `includes` stands; the other is left to its own call
+                    return None if cancel is not None and cancel.is_set() else frozenset(names)
+                alone_names |= {m.group(1) for line in full ^ run[0][0] if (m := _DEFINE.match(line))}
+            _write_list(work, cached_alone, alone_names)
         return frozenset(names)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _write_list(work: Path, cached: Path, names: set[str]) -> None:
+    """Write a macro list to `cached` whole (a file in `work` renamed into place)."""
+    tmp = work / "names.txt"
+    tmp.write_text("\n".join(sorted(names)) + "\n")
+    tmp.replace(cached)
+
+
+# The empty header `macro_differences` includes between the probe's own headers and the source's:
+# what `gcc -H` lists after it, the source's includes entered.
+_MARK = "cudice-probe-mark.h"
+_ENTERED = re.compile(r"^\.+ (.*)$", re.M)
+
+
+def _macros_key(compiler: str, full_flags: str, slim_flags: str, text: str, passes: object) -> str:
+    """The cache key of `macro_differences` for one probe text."""
+    key = hashlib.sha256(f"{compiler}\0{full_flags}\0{slim_flags}\0{text}\0{passes}".encode())
+    return key.hexdigest()[:16]
 
 
 def _probe_text(overlay: Overlay, cuda: bool, includes: Iterable[str]) -> str:
@@ -571,21 +632,36 @@ def full_header_names(
 
 
 _PRAGMA = re.compile(r"^[ \t]*#[ \t]*pragma\b.*$", re.M)
+# _TOKEN's alternatives, in its order (the raw string's with a name for its delimiter group)
+_DIRECTIVE_TOKEN = r"^[ \t]*\#[^\n]*"
+_RAW_TOKEN = r'\b(?:u8|u|U|L)?R"(?P<DELIM>[^()\\\s]{0,16})\((?s:.*?)\)(?P=DELIM)"'
+_STRING_TOKEN = r'(?:\b(?:u8|u|U|L))?"(?:[^"\\\n]|\\.)*"'
+_CHAR_TOKEN = r"(?:\b(?:u8|u|U|L))?'(?:[^'\\\n]|\\.)*'"
+_NUMBER_TOKEN = r"\.?\d(?:[\w.']|[eEpP][+-])*"
+_WORD_TOKEN = r"[A-Za-z_$][\w$]*"
+_PUNCT_TOKEN = r"::|->|&&|>>|[{}()\[\];<>,*&^=]"
 _TOKEN = re.compile(
-    r"""(?P<directive>^[ \t]*\#[^\n]*)"""
-    r"""|(?P<raw>\b(?:u8|u|U|L)?R"(?P<delim>[^()\\\s]{0,16})\((?s:.*?)\)(?P=delim)")"""
-    r"""|(?P<string>(?:\b(?:u8|u|U|L))?"(?:[^"\\\n]|\\.)*")"""
-    r"""|(?P<char>(?:\b(?:u8|u|U|L))?'(?:[^'\\\n]|\\.)*')"""
-    r"""|(?P<number>\.?\d(?:[\w.']|[eEpP][+-])*)"""
-    r"""|(?P<word>[A-Za-z_$][\w$]*)"""
-    r"""|(?P<punct>::|->|&&|>>|[{}()\[\];<>,*&^=])""",
+    rf"(?P<directive>{_DIRECTIVE_TOKEN})|(?P<raw>{_RAW_TOKEN.replace('DELIM', 'delim')})"
+    rf"|(?P<string>{_STRING_TOKEN})|(?P<char>{_CHAR_TOKEN})|(?P<number>{_NUMBER_TOKEN})"
+    rf"|(?P<word>{_WORD_TOKEN})|(?P<punct>{_PUNCT_TOKEN})",
+    re.M,
+)
+# From a position inside a body, what `_TOKEN.finditer` reads there up to its next `{` or `}` token,
+# as one match. Each step is the first _TOKEN alternative that matches there, in _TOKEN's order,
+# unless it is a brace; else a run of blanks (only a directive starts with one, and it is tried
+# first), a newline, or one character where no _TOKEN alternative matches, which finditer passes.
+_BODY_SKIP = re.compile(
+    rf"(?:{_DIRECTIVE_TOKEN}|[ \t]+|{_RAW_TOKEN.replace('DELIM', 'd1')}|{_STRING_TOKEN}|{_CHAR_TOKEN}"
+    rf"|{_NUMBER_TOKEN}|{_WORD_TOKEN}|{_PUNCT_TOKEN.replace('{}', '')}|\n"
+    rf"|(?!{_DIRECTIVE_TOKEN}|{_RAW_TOKEN.replace('DELIM', 'd2')}|{_STRING_TOKEN}|{_CHAR_TOKEN}"
+    rf"|{_NUMBER_TOKEN}|{_WORD_TOKEN}|{_PUNCT_TOKEN})[\s\S])*",
     re.M,
 )
 _TYPE_KEYS = frozenset({"namespace", "class", "struct", "union", "enum"})
 _DECLARATOR_START = frozenset({"*", "&", "&&", "(", "::", "^"})
 
 
-def outer_scope_words(text: str) -> set[str]:
+def outer_scope_words(text: str, skip_bodies: bool = True) -> set[str]:
     """The identifiers of preprocessed C++ `text` that a later line could find by name lookup.
 
     Kept: every word at namespace, class, enum or `extern "C"` scope (declarations, their types,
@@ -596,6 +672,8 @@ def outer_scope_words(text: str) -> set[str]:
     scope when the declaration before it names `namespace`, `class`, `struct`, `union` or `enum`
     (a function returning `struct S*` counts as one: more words, never fewer) or is `extern "C"`.
     When the braces, parentheses or template lists do not balance, every word of `text`.
+    `skip_bodies` reads a body from one brace token to the next with one match (`_BODY_SKIP`) instead
+    of token by token: the same tokens count, only faster (the other way is kept to test that).
     """
     words: set[str] = set()
     scopes: list[bool] = []  # per open `{`: True for a namespace/class/enum/linkage scope
@@ -605,7 +683,8 @@ def outer_scope_words(text: str) -> set[str]:
     template_braces = 0
     body_depth = 0  # braces (and anything) inside a body or in parentheses: skipped
     pending_template = False
-    for m in _TOKEN.finditer(text):
+    tokens = _TOKEN.finditer(text)
+    while (m := next(tokens, None)) is not None:
         kind = m.lastgroup
         if kind in ("directive", "string", "char", "number", "raw"):
             if kind != "directive" and not body_depth and groups:
@@ -619,6 +698,8 @@ def outer_scope_words(text: str) -> set[str]:
                 body_depth -= 1
                 if body_depth == 0 and not groups:
                     stmt = ["}"]
+            if body_depth and skip_bodies:  # on to the body's next brace token in one match
+                tokens = _TOKEN.finditer(text, _BODY_SKIP.match(text, m.end()).end())  # type: ignore[union-attr]
             continue
         if groups:  # in parentheses at a scope
             if tok == "(":
@@ -706,17 +787,21 @@ def _preprocess(
     work: Path,
     timeout_s: float,
     cancel: CancelToken | None = None,
+    stderr_to: Path | None = None,
 ) -> str | None:
     """`compiler flags -E extra src`'s output (stdout), or None if it failed, timed out or was cancelled.
 
     Runs through `objects.run_process`: the compiler (nvcc and the `gcc -E` it starts) in a session
     of its own, killed as a group on `cancel` or timeout, nvcc killed when the thread that started
-    it dies."""
+    it dies. With `stderr_to`, the compiler's stderr goes to that file (a shell in front of it
+    sets that up and execs it), else it is dropped."""
     import shlex
 
     if cancel is not None and cancel.is_set():
         return None
     cmd = [*shlex.split(compiler), *shlex.split(flags), "-E", *extra, str(src)]
+    if stderr_to is not None:
+        cmd = ["sh", "-c", 'exec "$@" 2>"$0"', str(stderr_to), *cmd]
     try:
         rc, out, cancelled, timed_out = run_process(cmd, timeout_s, cancel, cwd=work, merge_stderr=False)
     except OSError:  # no such compiler
@@ -726,22 +811,37 @@ def _preprocess(
 
 def _defines(
     compiler: str,
-    flag_sets: tuple[str, str],
+    flag_sets: tuple[str, ...],
     extra: list[str],
     src: Path,
     work: Path,
     timeout_s: float,
     cancel: CancelToken | None = None,
-) -> list[set[str]] | None:
+    mark: tuple[Path, list[str]] | None = None,
+) -> tuple[list[set[str]], bool] | None:
     """The `#define` lines `compiler -E` prints for `src` under each flag set, or None if one run
-    failed or was cancelled (`_preprocess`)."""
+    failed or was cancelled (`_preprocess`); with `mark` (a header `src` includes, and `-H` as the
+    compiler takes it), then whether the run with the first flag set entered no file after it.
+
+    That run then also gets `-H` (`-Xcompiler -H` through nvcc): gcc lists on stderr each header
+    file it enters, a line of dots and its path, in order, and leaves out a file that `#pragma
+    once` or a defined include guard keeps it from reading again. An `#include` line that enters no
+    file reads no directive, so the macros after the lines past `mark` are those after `mark`, and
+    `mark` is empty: the same as those of `src` cut before its `mark` line."""
     defined: list[set[str]] = []
-    for flags in flag_sets:
-        out = _preprocess(compiler, flags, extra, src, work, timeout_s, cancel)
+    unchanged = False
+    for i, flags in enumerate(flag_sets):
+        listed = work / "included.txt" if mark is not None and i == 0 else None
+        h = mark[1] if mark is not None and listed is not None else []
+        out = _preprocess(compiler, flags, [*extra, *h], src, work, timeout_s, cancel, listed)
         if out is None:
             return None
         defined.append({line for line in out.splitlines() if line.startswith("#define ")})
-    return defined
+        if mark is not None and listed is not None and listed.is_file():
+            entered = _ENTERED.findall(listed.read_text(errors="replace"))
+            at = [j for j, path in enumerate(entered) if path == str(mark[0])]
+            unchanged = len(at) == 1 and at[0] == len(entered) - 1
+    return defined, unchanged
 
 
 def undecidable_reason(overlay: Overlay, output: str) -> str | None:
