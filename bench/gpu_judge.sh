@@ -23,6 +23,7 @@ nvidia-smi -L
 timeout "${FIDELITY_TIMEOUT:-300}" python3 bench/timing_fidelity.py ${1:-} --out /tmp/fid ${FIDELITY_ARGS:-} >"$out/fidelity.log" 2>&1
 grep -vE "^build " "$out/fidelity.log" | cut -c1-900 | tail -60
 cp /tmp/fid/fidelity.json "$out/" 2>/dev/null
+[ -d /tmp/fid/samples ] && tar czf "$out/timing_samples.tar.gz" -C /tmp/fid samples  # per-call times, for offline study
 timeout "${CORPUS_TIMEOUT:-300}" python3 -m pytest -m gpu -q -s -p no:cacheprovider ${CORPUS_TESTS:-tests/verifier/run/test_adversarial_gpu.py} \
   >"$out/corpus.log" 2>&1
 grep -E "^(adv|honest|hostile|dyn)|passed|failed|FAILED|Error" "$out/corpus.log" | cut -c1-400 | tail -70

@@ -210,6 +210,8 @@ def main() -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     files = bench_files(args.out, set(filter(None, args.only.split(","))) or None, args.quick)
     cache = args.out / "cache"
+    # every timing's per-call samples, one JSON per verification (verifier/run/judge_timing.py)
+    os.environ.setdefault("CUDICE_TIMING_SAMPLES", str(args.out / "samples"))
     config = VerifyConfig(cache_dir=cache, l2_policy=args.l2)
     if args.bias_us is not None:  # e.g. 0: every estimate shown, to measure the runners' bias itself
         config = config.with_(timing_runner_bias_us=args.bias_us)

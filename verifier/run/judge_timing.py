@@ -16,12 +16,15 @@ Not covered: the clock's means (run/judge_clock.py), the statistics of the final
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import secrets
 import statistics
 import time
 import types
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any, NamedTuple
 
 from cudice.verifier.run import channel
@@ -51,6 +54,8 @@ from cudice.verifier.run.judging import call_or_stop, diag, record_timing
 from cudice.verifier.run.runner_link import RunnerLink
 from cudice.verifier.source.result import Diagnostic, Location, Stage
 
+# a folder: the judge writes every timing's per-call samples there as JSON (bench/timing_fidelity.py)
+SAMPLES_DIR = os.environ.get("CUDICE_TIMING_SAMPLES", "")
 MIN_REPETITIONS = 5
 TIMING_BUDGET_S = 20.0  # past this, and past MIN_REPETITIONS, a timing stops repeating
 WARMUP_CHUNK = 16  # timed calls per warm-up stream
@@ -67,7 +72,7 @@ class _WarmedUp(NamedTuple):
 
 
 @dataclass(slots=True)
-class _Samples:
+class TimingSamples:
     """What the repetitions gather."""
 
     ref_events: list[float] = field(default_factory=list)
@@ -108,7 +113,7 @@ def timing(st: JudgeState, ref_mod: types.ModuleType, model: Any, last_ref: Any)
     warm, calls, event_inputs, floor_ms = _warm_up(st, clock, links, ref_mod, model, last_ref)
     # 2. repetitions
     t_rounds = time.perf_counter()
-    samples = _Samples()
+    samples = TimingSamples()
     found: list[Diagnostic] = []
     profiled = _rng.randrange(cfg.timing_num_trials)
     events_per_rep = max(5, 100 // cfg.timing_num_trials)
@@ -156,6 +161,8 @@ def timing(st: JudgeState, ref_mod: types.ModuleType, model: Any, last_ref: Any)
     )
     st.walls["timing.candidate_by_medians_ms"] = by_medians
     st.walls["timing.candidate_by_q25_ms"] = statistics.median(cand_ms)
+    if SAMPLES_DIR:  # every per-call time, for bench/timing_fidelity.py; reported, never used
+        dump_samples(Path(SAMPLES_DIR), st.cand_path, samples, cand_ms, by_medians)
     unresolved = list(dict.fromkeys(samples.busy))
     cand_med = statistics.median(cand_ms)
     if cand_med < 0.5 * floor_ms:
@@ -195,6 +202,20 @@ def timing(st: JudgeState, ref_mod: types.ModuleType, model: Any, last_ref: Any)
         f"plus the difference of the two runners' times per call, {calls} calls on fresh inputs "
         f"per runner and repetition, {len(deltas)} repetitions",
     )
+
+
+def dump_samples(
+    folder: Path, name: str, samples: TimingSamples, cand_ms: list[float], by_medians: float
+) -> Path:
+    """Write one timing's samples to `folder` as `<name>-<pid>-<ns>.json`: the reference's event
+    times (ms), each runner's per-call times by half repetition (s, in order), staging and request
+    times, the per-repetition candidate estimates (ms) and the medians' estimate. For studying the
+    clock's noise offline; nothing reads it back. Returns the file written."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{Path(name).stem}-{os.getpid()}-{time.monotonic_ns()}.json"
+    row = {**asdict(samples), "candidate_by_repetition_ms": cand_ms, "candidate_by_medians_ms": by_medians}
+    path.write_text(json.dumps(row))
+    return path
 
 
 def _warm_up(
@@ -259,7 +280,7 @@ def _repetition(
     model: Any,
     total: int,
     event_inputs: list[Any],
-    samples: _Samples,
+    samples: TimingSamples,
     events: int,
     profile: bool,
 ) -> list[Diagnostic]:

@@ -51,6 +51,7 @@ KEEP_ENV = (
     "VIRTUAL_ENV",
     "CUDA_DEVICE_ORDER",
     "CUDICE_TIMING_TRACE",  # the judge's per-phase breakdown of timed calls (bench/timing_fidelity.py)
+    "CUDICE_TIMING_SAMPLES",  # a folder for the judge's per-call timing samples (bench/timing_fidelity.py)
 )
 
 

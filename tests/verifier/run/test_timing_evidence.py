@@ -3,6 +3,7 @@ sets (run/seal.py), the per-GPU lease (run/gpu_lease.py) and thread counts read 
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -366,3 +367,17 @@ def test_the_gpus_numa_node_is_read_from_sys(tmp_path: Path) -> None:
     gpu_node_cpus.cache_clear()
     assert gpu_node_cpus(str(tmp_path)) == frozenset()
     assert gpu_node_cpus(str(tmp_path / "nowhere")) == frozenset()
+
+
+def test_a_timing_s_samples_are_written_where_asked(tmp_path: Path) -> None:
+    """The judge's optional sample dump (CUDICE_TIMING_SAMPLES) holds every per-call time as taken."""
+    from cudice.verifier.run.judge_timing import TimingSamples, dump_samples
+
+    samples = TimingSamples()
+    samples.ref_events += [0.05, 0.06]
+    samples.per_call["candidate"].append([2e-4, 3e-4])
+    samples.per_call["reference"].append([1e-4, 1.5e-4])
+    path = dump_samples(tmp_path / "d", "/x/relu_cuda.py", samples, [0.1], 0.11)
+    row = json.loads(path.read_text())
+    assert path.name.startswith("relu_cuda-") and row["ref_events"] == [0.05, 0.06]
+    assert row["per_call"]["candidate"] == [[2e-4, 3e-4]] and row["candidate_by_medians_ms"] == 0.11
