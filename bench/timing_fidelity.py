@@ -15,7 +15,8 @@ from a few microseconds to ~100 ms), this prints one table:
 `ratio` columns are cudice / harness (warm; the geometric mean of the harness before and after
 the `alone` passes, since a ~20 us kernel's harness figure moves between runs). The harness is the
 baseline measured in the same run.
-Usage: `python bench/timing_fidelity.py [--quick] [--out DIR] [--only NAME,...] [--passes ...]`.
+Usage: `python bench/timing_fidelity.py [--quick] [--out DIR] [--only NAME,...] [--passes ...]
+[--staging socket|shared]`.
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ WALLS = (
     "run.timing.pinned",
     "run.timing.launch_floor",
     "run.timing.trace",
+    "run.timing.staging",
 )
 
 
@@ -198,6 +200,12 @@ def main() -> int:
         default=None,
         help="VerifyConfig.timing_runner_bias_us for the cudice passes (default: the config's)",
     )
+    ap.add_argument(
+        "--staging",
+        default=None,
+        choices=("socket", "shared"),
+        help="VerifyConfig.timing_staging for the cudice passes (default: the config's)",
+    )
     ap.add_argument("--all-walls", action="store_true", help="print every stage wall of a verification")
     args = ap.parse_args()
     import torch
@@ -215,6 +223,8 @@ def main() -> int:
     config = VerifyConfig(cache_dir=cache, l2_policy=args.l2)
     if args.bias_us is not None:  # e.g. 0: every estimate shown, to measure the runners' bias itself
         config = config.with_(timing_runner_bias_us=args.bias_us)
+    if args.staging is not None:  # compare "shared" with "socket" on the same kernels
+        config = config.with_(timing_staging=args.staging)
     rows: dict[str, dict[str, object]] = {f.stem: {} for f in files}
     t0 = time.perf_counter()
     with ThreadPoolExecutor(8) as pool:  # 1. builds, side by side (no timing yet)

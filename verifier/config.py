@@ -75,6 +75,11 @@ class VerifyConfig:
     timing_num_trials: int = 10
     timing_batch_ms: float = 10.0  # the short batch's target length; the long one is twice as long
     timing_stage_mib: int = 4096  # bound on the input and output sets staged for one repetition
+    # how a repetition's sealed sets reach the runners: "socket" (through host memory and the
+    # runner's socket) or "shared" (a GPU buffer made for one runner, passed as a POSIX fd:
+    # run/shared_staging.py; any failure falls back to the socket for that staging). "socket" until
+    # "shared" is measured on a GPU
+    timing_staging: str = "socket"
     # bound on the per-call bias between two runner processes that no interval sees (the judge
     # derives the candidate's time from their difference): a candidate time this bias would move by
     # more than the promised fidelity is unresolved (run/judge.py `bias_too_large`). Up to ~40 us
@@ -160,6 +165,13 @@ class VerifyConfig:
         _require(self.timing_batch_ms > 0, "timing_batch_ms", self.timing_batch_ms, "must be > 0", "use 10")
         _require(
             self.timing_stage_mib > 0, "timing_stage_mib", self.timing_stage_mib, "must be > 0", "use 4096"
+        )
+        _require(
+            self.timing_staging in ("socket", "shared"),
+            "timing_staging",
+            self.timing_staging,
+            "must be 'socket' or 'shared'",
+            "use 'socket' (the default), or 'shared' to stage through GPU memory shared with each runner",
         )
         _require(
             self.timing_runner_bias_us >= 0,

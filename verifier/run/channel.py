@@ -15,6 +15,11 @@ Timed calls use a leaner form inside a `stream` request (run/judge_clock.py `str
 messages, one call each (`send_call`/`recv_call`: the staged set, the digest key, the seal key)
 answered by its digests (`send_digests`/`recv_digests`), so that what a call costs beyond the
 forward is small and the same every time.
+
+A file descriptor (a GPU buffer the judge shares with one runner: run/shared_staging.py) travels
+after the message it belongs to, on one marker byte with SCM_RIGHTS (`send_fd`/`recv_fd`); the
+judge's runner sockets are Unix socket pairs (run/runner_link.py). The judge only sends descriptors,
+never receives one.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import select
 import socket
 import struct
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from json import dumps as _dumps
 from json import loads as _loads
 from typing import Any
@@ -108,6 +113,35 @@ def _read_exact(sock: socket.socket, n: int) -> bytearray:
     return buf
 
 
+_FD_MARK = b"F"  # the one byte that carries a passed file descriptor
+
+
+def send_fd(sock: socket.socket, fd: int) -> None:
+    """Pass `fd` to the peer (SCM_RIGHTS on a Unix socket: the peer gets its own descriptor of the
+    same open file; the caller still owns and closes `fd`). It rides on one marker byte sent after
+    the message it belongs to, so the peer reads that message in full first (`recv`) and then the
+    descriptor (`recv_fd`); a reader that skipped it would read the marker as the next message's
+    length and fail, never act on it."""
+    if sock.family != socket.AF_UNIX:
+        raise ChannelError("file descriptors travel only over Unix sockets")
+    socket.send_fds(sock, [_FD_MARK], [fd])
+
+
+def recv_fd(sock: socket.socket) -> int:
+    """The descriptor the peer passed with `send_fd` (the caller owns and closes it). Anything else
+    (no descriptor, another byte, more than one) raises ChannelError, every descriptor received closed."""
+    import os
+
+    data, fds, flags, _ = socket.recv_fds(sock, 1, 1)
+    if data == _FD_MARK and len(fds) == 1 and not flags & getattr(socket, "MSG_CTRUNC", 0):
+        return int(fds[0])
+    for fd in fds:
+        os.close(fd)
+    if not data:
+        raise ChannelError("the peer closed the channel before passing a descriptor")
+    raise ChannelError(f"expected a passed descriptor, got {data!r} with {len(fds)} descriptors")
+
+
 def poll_readable(sock: socket.socket, seconds: float) -> None:
     """Poll `sock` without sleeping until it has data or `seconds` pass (a timed exchange: waking
     a thread that slept in the kernel adds tens of microseconds, more on an idle core)."""
@@ -139,14 +173,25 @@ def encode(value: object) -> tuple[object, list[memoryview]]:
 
     blobs: list[memoryview] = []
 
+    def leaf(v: torch.Tensor) -> object:
+        t = v.detach().contiguous().cpu()
+        name = str(t.dtype).removeprefix("torch.")
+        if name not in DTYPES:
+            raise ChannelError(f"dtype {t.dtype} cannot be sent; supported: {', '.join(DTYPES)}")
+        blobs.append(t.reshape(-1).view(torch.uint8).numpy().data if t.numel() else memoryview(b""))
+        return {"__t__": len(blobs) - 1, "dtype": name, "shape": list(t.shape)}
+
+    return encode_tree(value, leaf), blobs
+
+
+def encode_tree(value: object, leaf: Callable[[Any], object]) -> object:
+    """`value` as a JSON tree: tuples, lists, dicts (string keys), numbers, strings, booleans and
+    `None` in the wire's forms, each tensor as what `leaf` makes of it (its `{"__t__": ...}` entry)."""
+    import torch
+
     def walk(v: object) -> object:
         if isinstance(v, torch.Tensor):
-            t = v.detach().contiguous().cpu()
-            name = str(t.dtype).removeprefix("torch.")
-            if name not in DTYPES:
-                raise ChannelError(f"dtype {t.dtype} cannot be sent; supported: {', '.join(DTYPES)}")
-            blobs.append(t.reshape(-1).view(torch.uint8).numpy().data if t.numel() else memoryview(b""))
-            return {"__t__": len(blobs) - 1, "dtype": name, "shape": list(t.shape)}
+            return leaf(v)
         if isinstance(v, tuple):
             return {"__tuple__": [walk(x) for x in v]}
         if isinstance(v, list):
@@ -160,33 +205,43 @@ def encode(value: object) -> tuple[object, list[memoryview]]:
             "tuples, lists and dicts can)"
         )
 
-    return walk(value), blobs
+    return walk(value)
 
 
 def decode(tree: object, blobs: list[bytearray], device: str = "cpu") -> Any:
     """Inverse of `encode`; tensors are rebuilt on `device`. Raises ChannelError on a bad tree."""
     import torch
 
+    def leaf(v: dict[str, Any]) -> object:
+        idx, name, shape = v.get("__t__"), v.get("dtype"), v.get("shape")
+        if not (
+            isinstance(idx, int)
+            and 0 <= idx < len(blobs)
+            and name in DTYPES
+            and isinstance(shape, list)
+            and all(isinstance(s, int) and s >= 0 for s in shape)
+        ):
+            raise ChannelError(f"malformed tensor entry {str(v)[:200]}")
+        dtype = getattr(torch, str(name))
+        numel = 1
+        for s in shape:
+            numel *= s
+        blob = blobs[idx]
+        if len(blob) != numel * torch.empty((), dtype=dtype).element_size():
+            raise ChannelError(f"tensor entry {idx}: {len(blob)} bytes do not hold {shape} of {name}")
+        t = torch.frombuffer(blob, dtype=dtype) if numel else torch.empty(0, dtype=dtype)
+        return t.reshape(shape).to(device)
+
+    return decode_tree(tree, leaf)
+
+
+def decode_tree(tree: object, leaf: Callable[[dict[str, Any]], object]) -> Any:
+    """Inverse of `encode_tree`: every `{"__t__": ...}` entry becomes what `leaf` makes of it.
+    Raises ChannelError on a malformed tree."""
+
     def walk(v: object) -> object:
         if isinstance(v, dict) and "__t__" in v:
-            idx, name, shape = v.get("__t__"), v.get("dtype"), v.get("shape")
-            if not (
-                isinstance(idx, int)
-                and 0 <= idx < len(blobs)
-                and name in DTYPES
-                and isinstance(shape, list)
-                and all(isinstance(s, int) and s >= 0 for s in shape)
-            ):
-                raise ChannelError(f"malformed tensor entry {str(v)[:200]}")
-            dtype = getattr(torch, str(name))
-            numel = 1
-            for s in shape:
-                numel *= s
-            blob = blobs[idx]
-            if len(blob) != numel * torch.empty((), dtype=dtype).element_size():
-                raise ChannelError(f"tensor entry {idx}: {len(blob)} bytes do not hold {shape} of {name}")
-            t = torch.frombuffer(blob, dtype=dtype) if numel else torch.empty(0, dtype=dtype)
-            return t.reshape(shape).to(device)
+            return leaf(v)
         if isinstance(v, dict) and "__tuple__" in v:
             return tuple(walk(x) for x in _as_list(v["__tuple__"]))
         if isinstance(v, dict) and "__dict__" in v:

@@ -1,11 +1,13 @@
 """The judge's clock (run/judge_timing.py's means): staged sets, streamed calls, event times, an idle GPU.
 
-`stage` sends a repetition's input sets to a runner before any clock runs; `stream` times a
-runner's calls one binary message at a time, from each call's message to its digests
-(run/channel.py); `event_times` times the reference in the judge by CUDA events, as an in-process
-harness does. Around the timed calls: `wait_gpu_idle` probes until no other process's work is
-queued on the GPU, `paused_runner` stops the runner that is not timed, `pinned_cpus` puts the judge's
-thread and each runner's main thread on a physical core of its own.
+`stage` sends a repetition's input sets to a runner before any clock runs (over its socket, or
+under `timing_staging="shared"` through a GPU buffer made for that runner alone:
+run/shared_staging.py); `stream` times a runner's calls one binary message at a time, from each
+call's message to its digests (run/channel.py); `event_times` times the reference in the judge
+by CUDA events, as an in-process harness does. Around the timed calls: `wait_gpu_idle` probes
+until no other process's work is queued on the GPU, `paused_runner` stops the runner that is not
+timed, `pinned_cpus` puts the judge's thread and each runner's main thread on a physical core of
+its own.
 
 `Clock` holds what one timing phase keeps between these calls (the L2 flush size, the judge's own
 flush buffer and probe tensor, the idle GPU's probe time, the pins); the timing phase makes it and
@@ -54,6 +56,7 @@ class Clock:
     pins: dict[int, int] = field(
         default_factory=dict
     )  # thread id -> CPU while calls are timed (`pinned_cpus`)
+    staging_why: str = ""  # why the last shared staging fell back to the socket (`stage`), "" if none did
 
 
 def stage(
@@ -65,18 +68,92 @@ def stage(
     sealed: bool,
     encoded: Any = None,
 ) -> float:
-    """Send the input sets of the next batches; returns how long the runner took (s)."""
+    """Send the input sets of the next batches; returns how long the runner took (s).
+
+    Under `VerifyConfig.timing_staging == "shared"` the sets go through a GPU buffer made for this
+    runner alone (run/shared_staging.py, `_stage_shared`); without a GPU, cuda-bindings or a driver
+    that exports POSIX fds, or when the runner cannot map it, over the socket as always. Which path
+    each staging took is counted in the walls (`timing.staging_path_shared`: the fraction shared)."""
+    header = {"op": "stage", "flush_mib": clock.flush_mib, "sealed": sealed}
+    t_shared = time.perf_counter()
+    if st.config.timing_staging == "shared" and _stage_shared(st, clock, link, sets, header):
+        _count_staging(st, "shared")
+        return time.perf_counter() - t_shared
+    tried_s = time.perf_counter() - t_shared if st.config.timing_staging == "shared" else 0.0
+    _count_staging(st, "socket")
     tree, blobs = encoded if encoded is not None else channel.encode(sets)
     t0 = time.perf_counter()
     ask(
         st,
         link,
-        {"op": "stage", "sets": tree, "flush_mib": clock.flush_mib, "sealed": sealed},
+        {**header, "sets": tree},
         Stage.TIMING,
         blobs,
-        deadline_s=30.0 + sum(len(b) for b in blobs) / 100e6,  # moving the bytes, not the kernel
+        deadline_s=_stage_deadline_s(sum(len(b) for b in blobs)),
     )
-    return time.perf_counter() - t0
+    return tried_s + time.perf_counter() - t0
+
+
+def _stage_deadline_s(nbytes: int) -> float:
+    """How long a runner may take to stage `nbytes`: moving the bytes, not the kernel."""
+    return 30.0 + nbytes / 100e6
+
+
+def _count_staging(st: JudgeState, path: str) -> None:
+    """Count a staging by its path ("shared" or "socket") and update the shared fraction."""
+    w = st.walls
+    w[f"timing.staging_{path}_count"] = w.get(f"timing.staging_{path}_count", 0.0) + 1.0
+    done = w.get("timing.staging_shared_count", 0.0) + w.get("timing.staging_socket_count", 0.0)
+    w["timing.staging_path_shared"] = w.get("timing.staging_shared_count", 0.0) / done
+
+
+def _stage_shared(
+    st: JudgeState, clock: Clock, link: RunnerLink, sets: list[list[Any]], header: dict[str, Any]
+) -> bool:
+    """Stage `sets` through a GPU buffer made for `link`'s runner alone: filled here, its POSIX fd
+    passed with the layout (run/channel.py `send_fd`), released once the runner replied and never
+    read again. False (the reason in `clock.staging_why`, a fallback counted in the walls) when
+    either side cannot: the caller then stages over the socket. A runner that dies or refuses ends
+    the job as any request does."""
+    from cudice.verifier.run import shared_staging
+
+    with shared(st):
+        try:
+            lay = shared_staging.layout(sets)
+            buf, fd = shared_staging.offer(lay, st.device)
+        except Exception as exc:  # no GPU, no cuda-bindings, a driver without POSIX fds, no memory
+            clock.staging_why = f"judge: {type(exc).__name__}: {exc}"[:500]
+            st.walls["timing.staging_fallback_judge"] = st.walls.get("timing.staging_fallback_judge", 0.0) + 1
+            return False
+        try:
+            with talking(st, link, Stage.TIMING):
+                try:
+                    channel.send(link.sock, {**header, "sets": lay.tree, "shared": {"size": buf.size}})
+                    channel.send_fd(link.sock, fd)
+                finally:
+                    os.close(fd)  # the runner has its own descriptor now
+                rep = _reply(link, _stage_deadline_s(lay.size))
+        finally:
+            buf.close()  # after the reply (or the runner's end): never read back
+    if not rep.get("ok"):
+        refused(st, link, rep, Stage.TIMING)
+    if rep.get("staged") is True:
+        return True
+    clock.staging_why = f"the {link.role}'s runner: {rep.get('why')!s}"[:500]
+    st.walls["timing.staging_fallback_runner"] = st.walls.get("timing.staging_fallback_runner", 0.0) + 1
+    return False
+
+
+def _reply(link: RunnerLink, deadline_s: float) -> dict[str, Any]:
+    """The runner's reply to a request already sent (a build it asks for meanwhile is refused, as
+    `RunnerLink.request` refuses it without a builder); `RunnerTimeout` past `deadline_s`."""
+    while True:
+        if not select.select([link.sock], [], [], deadline_s)[0]:
+            raise RunnerTimeout(deadline_s)
+        rep, _ = channel.recv(link.sock, 0)
+        if rep.get("op") != "build":
+            return rep
+        channel.send(link.sock, {"ok": False, "error": "no builds here"})
 
 
 def stream(

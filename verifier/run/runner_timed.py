@@ -1,7 +1,8 @@
 """A runner's timed calls and profiles (run/runner.py's `stage`, `stream`, `batch`, `trace`, `profile`).
 
 `op_stage` keeps the input sets of the next timed calls (sent by the judge before its clock
-starts) and works out their seal plans; `op_stream` runs timed calls one binary message each
+starts, over the socket or through a GPU buffer shared for that staging: run/shared_staging.py)
+and works out their seal plans; `op_stream` runs timed calls one binary message each
 (run/channel.py): unseal a staged set inside the clock (run/seal.py), forward, the keyed digests
 of its outputs and inputs (run/witness.py), sent back at once, every output kept; `op_batch` runs
 the same calls in one request (warm-up; with `profile`, under the profiler); `op_trace` reports
@@ -29,9 +30,26 @@ DIGEST_SLOTS = 64  # output and input tensors of a call whose digests have room 
 
 
 def op_stage(st: RunnerState, req: dict[str, Any], blobs: list[bytearray]) -> None:
+    """Keep the sets of the next timed calls: from the request's blobs, or (`"shared"`) cloned out
+    of the GPU buffer whose fd follows the request (run/shared_staging.py `take`). A shared buffer
+    this process cannot map is answered `"staged": false` (the judge then stages over the socket)."""
     from cudice.verifier.run import seal
 
-    st.sets = [list(x) for x in channel.decode(req["sets"], blobs, st.device)]
+    if "shared" in req:
+        fd = channel.recv_fd(st.sock)  # always read, so the next message starts where it should
+        st.sets, st.seal_plans, st.kept = [], [], {}  # the last repetition's, freed first
+        try:
+            from cudice.verifier.run import shared_staging
+
+            spec = req["shared"]
+            size = spec.get("size") if isinstance(spec, dict) else None
+            sets = shared_staging.take(fd, size, req["sets"], st.device)  # closes fd
+        except Exception as exc:
+            reply(st, {"ok": True, "staged": False, "why": f"{type(exc).__name__}: {exc}"[:500]})
+            return
+    else:
+        sets = channel.decode(req["sets"], blobs, st.device)
+    st.sets = [list(x) for x in sets]
     st.seal_plans = [seal.plan(s) for s in st.sets]  # worked out now, outside the clock
     st.kept = {}
     mib = int(req.get("flush_mib", 0))
@@ -40,7 +58,7 @@ def op_stage(st: RunnerState, req: dict[str, Any], blobs: list[bytearray]) -> No
 
         st.flush = torch.empty(mib * 1024 * 1024 // 4, dtype=torch.int32, device=st.device)
     sync(st)
-    reply(st, {"ok": True})
+    reply(st, {"ok": True, "staged": True})
 
 
 def op_batch(st: RunnerState, req: dict[str, Any], blobs: list[bytearray]) -> None:

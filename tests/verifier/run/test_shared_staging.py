@@ -1,0 +1,331 @@
+"""Staging through GPU memory shared with one runner (run/shared_staging.py, run/judge_clock.py `stage`).
+
+On the CPU: the layout as pure functions (nested sets with tensors and other values round-trip bit
+for bit, offsets aligned, malformed entries refused); a descriptor passed over a Unix socket pair
+(run/channel.py `send_fd`/`recv_fd`) between two messages; the fallback on both sides, with the
+runner's request loop in a thread of this process (as test_runner_dispatch.py runs it): a judge
+without a GPU, and a runner that cannot map the buffer it was passed, both stage over the socket,
+and the runner then holds what `timing_staging="socket"` gives it; the config field.
+
+On a GPU (`gpu`): a sealed set staged through a shared buffer into a runner in another process is
+bit-identical there, and the walls say the staging was shared.
+
+Not covered here: whether sharing is faster (bench/timing_fidelity.py `--staging`), a real judge
+with runners inside the boundary (test_judge.py runs the default socket path).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import types
+from collections.abc import Iterator
+from typing import Any, cast
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from cudice.verifier.config import VerifyConfig  # noqa: E402
+from cudice.verifier.run import channel, shared_staging  # noqa: E402
+from cudice.verifier.run.judge_clock import Clock, stage  # noqa: E402
+from cudice.verifier.run.runner import serve  # noqa: E402
+from cudice.verifier.run.runner_link import RunnerLink  # noqa: E402
+from cudice.verifier.run.runner_state import RunnerState  # noqa: E402
+
+
+def _sets() -> list[list[Any]]:
+    """Two input sets with every kind of value a set may hold."""
+    g = torch.Generator().manual_seed(7)
+    a = torch.randn(3, 5, generator=g)
+    return [
+        [
+            a,
+            a.t(),  # not contiguous: staged contiguous
+            torch.randn(7, generator=g).to(torch.bfloat16),
+            torch.tensor(3.5, dtype=torch.float64),  # 0-dim
+            torch.zeros(0, 4),  # empty
+            torch.randint(0, 2, (9,), generator=g).bool(),
+            torch.randint(-(2**40), 2**40, (5,), generator=g),
+            torch.randn(3, generator=g, dtype=torch.complex64),
+            torch.randint(0, 255, (13,), generator=g, dtype=torch.uint8),  # odd size
+        ],
+        [
+            17,
+            2.5,
+            "mean",
+            None,
+            True,
+            (torch.randn(2, 2, generator=g), 4),
+            {"w": torch.randn(6, generator=g).half(), "k": [1, 2]},
+        ],
+    ]
+
+
+def _bits(t: Any) -> bytes:
+    return bytes(t.detach().contiguous().cpu().reshape(-1).view(torch.uint8).numpy().tobytes())
+
+
+def _same(got: Any, want: Any) -> None:
+    """`got` equals `want` bit for bit, tensors contiguous, containers of the same types."""
+    if isinstance(want, torch.Tensor):
+        assert isinstance(got, torch.Tensor)
+        assert got.dtype == want.dtype and list(got.shape) == list(want.shape)
+        assert got.is_contiguous()
+        assert _bits(got) == _bits(want)
+        return
+    assert type(got) is type(want)
+    if isinstance(want, (list, tuple)):
+        assert len(got) == len(want)
+        for g, w in zip(got, want, strict=True):
+            _same(g, w)
+    elif isinstance(want, dict):
+        assert list(got) == list(want)
+        for k in want:
+            _same(got[k], want[k])
+    else:
+        assert got == want
+
+
+def test_layout_round_trips_nested_sets_bit_for_bit() -> None:
+    sets = _sets()
+    lay = shared_staging.layout(sets)
+    assert lay.size % shared_staging.ALIGN == 0
+    end = 0
+    for offset, t in lay.places:  # aligned, in order, never overlapping
+        assert offset % shared_staging.ALIGN == 0 and offset >= end
+        end = offset + t.numel() * t.element_size()
+    assert end <= lay.size
+    buffer = torch.full((lay.size,), 0xA5, dtype=torch.uint8)
+    shared_staging.pack(lay, buffer)
+    tree = json.loads(json.dumps(lay.tree))  # what travels is JSON
+    _same(shared_staging.unpack(tree, buffer), sets)
+    # the socket path gives the same values
+    _same(channel.decode(*channel.encode(sets)), sets)
+
+
+def test_unpack_clones_a_strided_entry_and_refuses_malformed_ones() -> None:
+    buffer = torch.arange(1024, dtype=torch.int32).view(torch.uint8)
+    entry = {"__t__": 0, "dtype": "int32", "shape": [3, 2], "strides": [1, 3], "offset": 256}
+    got = shared_staging.unpack([entry], buffer)[0]
+    want = torch.arange(64, 70, dtype=torch.int32).as_strided((3, 2), (1, 3))
+    assert got.is_contiguous() and torch.equal(got, want)
+    got[0, 0] = -1  # a clone: the buffer is not written
+    assert int(buffer.view(torch.int32)[64]) == 64
+    bad = [
+        {**entry, "offset": 4},  # not aligned
+        {**entry, "offset": 4096},  # past the buffer
+        {**entry, "shape": [3000, 2], "strides": [2, 1]},  # reaches past the buffer
+        {**entry, "dtype": "object"},
+        {**entry, "strides": [1]},
+        {**entry, "shape": [3, -2]},
+        {**entry, "offset": True},
+    ]
+    for e in bad:
+        with pytest.raises(channel.ChannelError):
+            shared_staging.unpack([e], buffer)
+
+
+def _memfd(data: bytes) -> int:
+    fd = os.memfd_create("cudice-test")
+    os.write(fd, data)
+    return fd
+
+
+def test_a_descriptor_travels_between_two_messages() -> None:
+    ours, theirs = socket.socketpair()
+    assert ours.family == socket.AF_UNIX
+    fd = _memfd(b"shared bytes")
+    try:
+        channel.send(ours, {"op": "stage", "n": 1})
+        channel.send_fd(ours, fd)
+        channel.send(ours, {"op": "next"})
+        head, _ = channel.recv(theirs, 0)
+        got = channel.recv_fd(theirs)
+        try:
+            assert got != fd
+            assert os.pread(got, 12, 0) == b"shared bytes"
+        finally:
+            os.close(got)
+        assert head["n"] == 1 and channel.recv(theirs, 0)[0]["op"] == "next"
+        ours.sendall(b"x")  # a byte without a descriptor is refused
+        with pytest.raises(channel.ChannelError):
+            channel.recv_fd(theirs)
+    finally:
+        os.close(fd)
+        ours.close()
+        theirs.close()
+
+
+@pytest.fixture
+def runner() -> Iterator[tuple[socket.socket, RunnerState]]:
+    """A runner's request loop (CPU) in a thread, and the judge's end of its socket."""
+    ours, theirs = socket.socketpair()
+    state = RunnerState(theirs)
+    loop = threading.Thread(target=serve, args=(state,), daemon=True)
+    loop.start()
+    try:
+        assert channel.recv(ours, 1 << 20)[0]["op"] == "ready"
+        yield ours, state
+        channel.send(ours, {"op": "exit"})
+        loop.join(timeout=120)
+        assert not loop.is_alive()
+    finally:
+        ours.close()
+        theirs.close()
+
+
+def _open_fds() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
+
+
+def test_a_runner_that_cannot_map_the_buffer_says_so_and_closes_the_descriptor(
+    runner: tuple[socket.socket, RunnerState],
+) -> None:
+    ours, state = runner
+    sets = _sets()
+    lay = shared_staging.layout(sets)
+    fd = _memfd(b"\0" * 64)
+    before = _open_fds()
+    header = {"op": "stage", "sets": lay.tree, "flush_mib": 0, "sealed": True, "shared": {"size": 64}}
+    channel.send(ours, header)
+    channel.send_fd(ours, fd)
+    rep, _ = channel.recv(ours, 0)
+    os.close(fd)
+    assert rep["ok"] is True and rep["staged"] is False
+    assert "CUDA device" in rep["why"]
+    assert _open_fds() <= before  # the runner closed its descriptor
+    tree, blobs = channel.encode(sets)  # the socket path, as the judge then sends it
+    channel.send(ours, {"op": "stage", "sets": tree, "flush_mib": 0, "sealed": True}, blobs)
+    rep, _ = channel.recv(ours, 0)
+    assert rep == {"ok": True, "staged": True, "blobs": []}
+    _same(state.sets, sets)
+
+
+def _judge(config: VerifyConfig, sock: socket.socket) -> tuple[Any, RunnerLink]:
+    """The pieces of a judge's state and runner link that `stage` uses."""
+    st = types.SimpleNamespace(
+        config=config, device="cpu", walls={}, lease=None, lease_depth=0, ref_call_s=0.0, where=None
+    )
+    link = types.SimpleNamespace(role="candidate", sock=sock, proc=types.SimpleNamespace(poll=lambda: None))
+    link.request = lambda *a, **k: RunnerLink.request(cast(RunnerLink, link), *a, **k)
+    return st, cast(RunnerLink, link)
+
+
+@pytest.mark.parametrize("staging", ["socket", "shared"])
+def test_stage_without_a_gpu_gives_the_socket_paths_sets(
+    staging: str, runner: tuple[socket.socket, RunnerState]
+) -> None:
+    ours, state = runner
+    st, link = _judge(VerifyConfig(timing_staging=staging), ours)
+    clock = Clock(flush_mib=0)
+    sets = _sets()
+    stage(st, clock, link, sets, sealed=True)
+    _same(state.sets, sets)
+    assert st.walls["timing.staging_path_shared"] == 0.0
+    assert st.walls["timing.staging_socket_count"] == 1.0
+    if staging == "shared":
+        assert st.walls["timing.staging_fallback_judge"] == 1.0
+        assert clock.staging_why.startswith("judge: ")
+    else:
+        assert "timing.staging_fallback_judge" not in st.walls and clock.staging_why == ""
+
+
+def test_stage_falls_back_when_the_runner_cannot_map_the_buffer(
+    runner: tuple[socket.socket, RunnerState], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The judge offers a buffer (a stand-in: a memfd), the CPU runner cannot map it: the judge
+    releases it after the reply and stages over the socket."""
+    ours, state = runner
+    closed: list[bool] = []
+
+    class Buffer:
+        size = 4096
+
+        def close(self) -> None:
+            closed.append(True)
+
+    monkeypatch.setattr(shared_staging, "offer", lambda lay, device: (Buffer(), _memfd(b"\0" * 4096)))
+    st, link = _judge(VerifyConfig(timing_staging="shared"), ours)
+    clock = Clock(flush_mib=0)
+    sets = _sets()
+    before = _open_fds()
+    stage(st, clock, link, sets, sealed=True)
+    assert closed == [True]
+    assert _open_fds() <= before  # both ends' descriptors closed
+    _same(state.sets, sets)
+    assert st.walls["timing.staging_fallback_runner"] == 1.0
+    assert st.walls["timing.staging_path_shared"] == 0.0
+    assert clock.staging_why.startswith("the candidate's runner: ")
+
+
+def test_the_config_switch() -> None:
+    assert VerifyConfig().timing_staging == "socket"
+    cfg = VerifyConfig(timing_staging="shared")
+    assert cfg.overrides() == {"timing_staging": "shared"}
+    assert VerifyConfig.from_dict(cfg.overrides()) == cfg
+    with pytest.raises(ValueError, match="timing_staging"):
+        VerifyConfig(timing_staging="ipc")
+
+
+CHILD = r"""
+import hashlib, json, socket, sys, torch
+from cudice.verifier.run.runner import serve
+from cudice.verifier.run.runner_state import RunnerState
+
+state = RunnerState(socket.socket(fileno=int(sys.argv[1])), device="cuda")
+serve(state)
+print("STAGED " + json.dumps([
+    [hashlib.sha256(x.contiguous().cpu().reshape(-1).view(torch.uint8).numpy().tobytes()).hexdigest()
+     if isinstance(x, torch.Tensor) else x for x in s]
+    for s in state.sets
+]))
+"""
+
+
+@pytest.mark.gpu
+def test_a_sealed_set_staged_through_shared_memory_is_bit_identical_in_another_process() -> None:
+    pytest.importorskip("cuda.bindings.driver")
+    from cudice.verifier.process import die_with_parent
+    from cudice.verifier.run import seal
+
+    ours, theirs = socket.socketpair()
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(theirs.fileno())],
+        pass_fds=(theirs.fileno(),),
+        stdout=subprocess.PIPE,
+        preexec_fn=die_with_parent,
+    )
+    theirs.close()
+    try:
+        assert channel.recv(ours, 1 << 20)[0]["op"] == "ready"
+        st, link = _judge(VerifyConfig(timing_staging="shared"), ours)
+        st.device = "cuda"
+        clock = Clock(flush_mib=0)
+        g = torch.Generator(device="cuda").manual_seed(3)
+        sets = [
+            [torch.randn(1 << 20, generator=g, device="cuda"), 5, torch.randn(33, 7, device="cuda").half()],
+            [torch.randn(1 << 20, generator=g, device="cuda"), 6, torch.randn(33, 7, device="cuda").half()],
+        ]
+        for s in sets:
+            seal.toggle(s, 12345)
+        stage(st, clock, link, sets, sealed=True)
+        assert clock.staging_why == ""
+        assert st.walls["timing.staging_path_shared"] == 1.0
+        channel.send(ours, {"op": "exit"})
+        out, _ = proc.communicate(timeout=300)
+    finally:
+        ours.close()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    line = next(x for x in out.decode().splitlines() if x.startswith("STAGED "))
+    want = [
+        [hashlib.sha256(_bits(x)).hexdigest() if isinstance(x, torch.Tensor) else x for x in s] for s in sets
+    ]
+    assert json.loads(line[7:]) == want
