@@ -322,7 +322,8 @@ def _repetition(
             seals.append(seal_key)
             keys.append(key)
         links = (st.session.ref, st.session.cand)
-    encoded = channel.encode(sets)  # once, for both runners
+    # once, for both runners (shared staging copies on the GPU; `stage` encodes if it falls back)
+    encoded = channel.encode(sets) if cfg.timing_staging != "shared" else None
     for link in links:  # 2. staging (its time is reported, not judged)
         samples.staging[link.role].append(stage(st, clock, link, sets, sealed=True, encoded=encoded))
     digests: dict[str, list[list[float]]] = {"reference": [], "candidate": []}
