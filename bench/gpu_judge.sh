@@ -12,13 +12,7 @@ if [ -f .gpu_snapshot.tar ] && [ -z "${CUDICE_IN_SNAPSHOT:-}" ]; then
   echo "running from .gpu_snapshot.tar"
   CUDICE_IN_SNAPSHOT=1 exec bash "$snap/bench/gpu_judge.sh" "$@"
 fi
-out="${OUT:-bench/out}"; mkdir -p "$out"
-export PYTHONUNBUFFERED=1 TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-9.0}"
-if ! python3 -m pip install -q --no-deps --no-build-isolation -e . >"$out/install.log" 2>&1; then
-  tree=/tmp/cudice_tree; rm -rf "$tree"; mkdir -p "$tree/cudice"
-  for pkg in server model verifier; do ln -s "$PWD/$pkg" "$tree/cudice/$pkg"; done
-  export PYTHONPATH="$tree${PYTHONPATH:+:$PYTHONPATH}"
-fi
+. bench/gpu_install.sh  # sets $out, installs cudice from this tree
 nvidia-smi -L
 timeout "${FIDELITY_TIMEOUT:-300}" python3 bench/timing_fidelity.py ${1:-} --out /tmp/fid ${FIDELITY_ARGS:-} >"$out/fidelity.log" 2>&1
 grep -vE "^build " "$out/fidelity.log" | cut -c1-900 | tail -60

@@ -7,13 +7,7 @@
 # STAGING_TIMEOUT, seconds per fidelity run; logs and archives under $OUT)
 set -uo pipefail
 cd "$(dirname "$0")/.."
-out="${OUT:-bench/out}"; mkdir -p "$out"
-export PYTHONUNBUFFERED=1 TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-9.0}"
-if ! python3 -m pip install -q --no-deps --no-build-isolation -e . >"$out/install.log" 2>&1; then
-  tree=/tmp/cudice_tree; rm -rf "$tree"; mkdir -p "$tree/cudice"
-  for pkg in server model verifier; do ln -s "$PWD/$pkg" "$tree/cudice/$pkg"; done
-  export PYTHONPATH="$tree${PYTHONPATH:+:$PYTHONPATH}"
-fi
+. bench/gpu_install.sh  # sets $out, installs cudice from this tree
 only="${STAGING_ONLY:-06_clamp_4096x4096,11_softmax_4096x4096}"
 timeout 120 python3 -m pytest -m gpu -q -p no:cacheprovider -rA tests/verifier/run/test_shared_staging.py 2>&1 | tail -15
 for way in shared socket; do
