@@ -16,6 +16,7 @@ Not covered: the clock's means (run/judge_clock.py), the statistics of the final
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -59,6 +60,9 @@ SAMPLES_DIR = os.environ.get("CUDICE_TIMING_SAMPLES", "")
 MIN_REPETITIONS = 5
 TIMING_BUDGET_S = 20.0  # past this, and past MIN_REPETITIONS, a timing stops repeating
 WARMUP_CHUNK = 16  # timed calls per warm-up stream
+SETTLING_REPETITIONS = 1  # repetitions run first and not counted (`timing`)
+TIMING_BLOCKS = 4  # blocks per runner and repetition (`blocks`)
+MIN_BLOCK_CALLS = 4  # fewer calls than this in a block, and a repetition has fewer blocks
 _rng = secrets.SystemRandom()
 
 
@@ -78,31 +82,36 @@ class TimingSamples:
     ref_events: list[float] = field(default_factory=list)
     # every timed request, s
     requests: dict[str, list[float]] = field(default_factory=lambda: {"reference": [], "candidate": []})
-    # per repetition, s
+    # per block of calls, in time order (`blocks_per_repetition` of them per repetition), s
     per_call: dict[str, list[list[float]]] = field(default_factory=lambda: {"reference": [], "candidate": []})
     staging: dict[str, list[float]] = field(default_factory=lambda: {"reference": [], "candidate": []})
     busy: list[str] = field(default_factory=list)
+    # how many of `per_call`'s lists (blocks, in time order) make one repetition
+    blocks_per_repetition: int = 1
+    # the settling repetition's per-block call times (not counted), s
+    settling: dict[str, list[list[float]]] = field(default_factory=dict)
 
 
 def timing(st: JudgeState, ref_mod: types.ModuleType, model: Any, last_ref: Any) -> None:
     """The reference's time by CUDA events here; the candidate's as the reference's plus the
     difference of the two runners' per-call times by the judge's clock.
 
-    The reference is trusted code and the judge its process, so its time per call is measured
-    as an in-process CUDA-event harness does (`judge_clock.event_times`). The candidate's time
-    cannot come from its own process, so each repetition stages fresh sealed input sets in both
-    runners (run/seal.py) and then, holding the GPU's lease exclusively, streams each runner its
-    calls one at a time (`judge_clock.stream`), in halves ordered A B B A, each half on an idle GPU
-    with the other runner stopped (`judge_clock.wait_gpu_idle`, `judge_clock.paused_runner`). A
-    call's seal key arrives with its message and its reply must carry the keyed digest of the
-    outputs (run/witness.py), so no call can start before its message or end after its reply:
-    calls cannot overlap or be deferred, whatever the runner's Python does, and a call's time is
-    round trip + unsealing + the forward + the digest, in sequence. Within a half nothing else
-    touches the GPU (no probe of the judge's, no other runner), so no call pays a switch between
-    GPU contexts. Both runners do the same work around the forward, pinned to their own cores
-    (`judge_clock.pinned_cpus`), so the difference of their calls' lower quartiles is the
-    difference of the two forwards, and the candidate's time is the reference's event time plus
-    that difference. Two outputs per repetition, chosen afterwards, are compared in full.
+    The reference is trusted code and the judge its process, so its time per call is measured as an
+    in-process CUDA-event harness does (`judge_clock.event_times`). The candidate's time cannot come
+    from its own process, so each repetition stages fresh sealed input sets in both runners
+    (run/seal.py) and then, holding the GPU's lease exclusively, streams each runner its calls one
+    at a time (`judge_clock.stream`), in blocks ordered A B B A A B B A (`blocks`), each block on an
+    idle GPU with the other runner stopped (`judge_clock.wait_gpu_idle`,
+    `judge_clock.paused_runner`). A call's seal key arrives with its message and its reply must
+    carry the keyed digest of the outputs (run/witness.py), so no call can start before its message
+    or end after its reply: calls cannot overlap or be deferred, whatever the runner's Python does,
+    and a call's time is round trip + unsealing + the forward + the digest, in sequence. Within a
+    block nothing else touches the GPU (no probe of the judge's, no other runner), so no call pays a
+    switch between GPU contexts. Both runners do the same work around the forward, pinned to their
+    own cores (`judge_clock.pinned_cpus`), so the difference of their calls' lower quartiles
+    (`estimate`) is the difference of the two forwards, and the candidate's time is the reference's
+    event time plus that difference. Two outputs per repetition, chosen afterwards, are compared in
+    full.
     """
     from cudice.verifier.run.timing import from_samples, tensor_bytes
 
@@ -117,10 +126,17 @@ def timing(st: JudgeState, ref_mod: types.ModuleType, model: Any, last_ref: Any)
     found: list[Diagnostic] = []
     profiled = _rng.randrange(cfg.timing_num_trials)
     events_per_rep = max(5, 100 // cfg.timing_num_trials)
-    for rep in range(cfg.timing_num_trials):
+    for rep in range(-SETTLING_REPETITIONS, cfg.timing_num_trials):
+        # the first repetition on sealed sets is checked like any other but not counted: on the
+        # H200 its calls ran 20-35 us slower than the later ones' in either runner, as the
+        # allocator and the clocks settled (the samples' file keeps it, as `settling`)
+        into = samples if rep >= 0 else TimingSamples()
         found += _repetition(
-            st, clock, ref_mod, model, calls, event_inputs, samples, events_per_rep, rep == profiled
+            st, clock, ref_mod, model, calls, event_inputs, into, events_per_rep, rep == profiled
         )
+        if into is not samples:
+            samples.busy += into.busy
+            samples.settling = into.per_call
         if (
             rep >= MIN_REPETITIONS - 1
             and time.perf_counter() - t_rounds > TIMING_BUDGET_S
@@ -147,18 +163,9 @@ def timing(st: JudgeState, ref_mod: types.ModuleType, model: Any, last_ref: Any)
         st.walls[f"timing.request_{role}_q25_ms"] = _q25(xs) * 1e3
     st.walls["timing.launch_floor_ms"] = floor_ms
     ref_ms = statistics.median(samples.ref_events)
-    # the difference of the two runners' lower quartiles per half repetition: what a call costs
-    # beyond the forward is the same in both runners, and its noise (a wake-up, an interrupt)
-    # only ever adds, so the lower quartile shifts by the forward's difference with less spread
-    # than the median (the median's difference is reported beside it); a repetition's two
-    # halves, on swapped cores, averaged
-    pairs = list(zip(samples.per_call["candidate"], samples.per_call["reference"], strict=True))
-    by_half = [_q25(c) - _q25(r) for c, r in pairs]
-    deltas = [sum(by_half[k : k + 2]) / len(by_half[k : k + 2]) for k in range(0, len(by_half), 2)]
+    deltas, by_medians_s = estimate(samples)
     cand_ms = [ref_ms + d * 1e3 for d in deltas]
-    by_medians = ref_ms + 1e3 * statistics.median(
-        statistics.median(c) - statistics.median(r) for c, r in pairs
-    )
+    by_medians = ref_ms + 1e3 * by_medians_s
     st.walls["timing.candidate_by_medians_ms"] = by_medians
     st.walls["timing.candidate_by_q25_ms"] = statistics.median(cand_ms)
     if SAMPLES_DIR:  # every per-call time, for bench/timing_fidelity.py; reported, never used
@@ -208,7 +215,7 @@ def dump_samples(
     folder: Path, name: str, samples: TimingSamples, cand_ms: list[float], by_medians: float
 ) -> Path:
     """Write one timing's samples to `folder` as `<name>-<pid>-<ns>.json`: the reference's event
-    times (ms), each runner's per-call times by half repetition (s, in order), staging and request
+    times (ms), each runner's per-call times by block (s, in order), staging and request
     times, the per-repetition candidate estimates (ms) and the medians' estimate. For studying the
     clock's noise offline; nothing reads it back. Returns the file written."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -338,30 +345,28 @@ def _repetition(
         with paused_runner(st.session.cand, busy):
             wait_gpu_idle(st, clock, busy)
             samples.ref_events += event_times(st, clock, model, event_inputs, events)
-        # ABBA: each runner's calls in two halves, so that a drift of the GPU's clocks during the
-        # repetition weighs on both runners alike; the runners swap cores between the halves, so
-        # that a slower core (interrupts, its clock) weighs on both alike too
+        # each runner's calls in blocks, ordered A B B A A B B A: a drift of the GPU's clocks
+        # during the repetition weighs on both runners alike; the runners swap cores every other
+        # pair of blocks, so that a slower core (interrupts, its clock) weighs on both alike too;
+        # and a block that runs slow as a whole (measured on an H200: a block's every call 25-350
+        # us slower, at random) is outvoted by its runner's other blocks (`estimate`)
         first, second = links if _rng.random() < 0.5 else links[::-1]
-        half = max(1, total // 2)
-        halves: dict[str, list[list[float]]] = {"reference": [[], []], "candidate": [[], []]}
-        for h, order, part in (
-            (0, (first, second), range(half)),
-            (1, (second, first), range(half, total)),
-        ):
-            with pinned(swapped_pins(clock.pins) if h else {}):
-                for link in order:
-                    if not part:
-                        continue
+        parts = blocks(total)
+        samples.blocks_per_repetition = len(parts)
+        got_by: dict[str, list[list[float]]] = {"reference": [], "candidate": []}
+        for b, part in enumerate(parts):
+            with pinned(swapped_pins(clock.pins) if b % 2 else {}):
+                for link in (first, second) if b % 2 == 0 else (second, first):
                     with paused_runner(links[1] if link is links[0] else links[0], busy):
                         wait_gpu_idle(st, clock, busy)  # nothing left running by the other runner
                         got, call_digests = stream(
                             st, clock, link, list(part), [keys[i] for i in part], [seals[i] for i in part]
                         )
-                    halves[link.role][h] += got
+                    got_by[link.role].append(got)
                     digests[link.role] += call_digests
-    for role, hs in halves.items():
-        samples.per_call[role] += [xs for xs in hs if xs]
-        samples.requests[role] += hs[0] + hs[1]
+    for role, bs in got_by.items():
+        samples.per_call[role] += bs
+        samples.requests[role] += [x for xs in bs for x in xs]
     # 4. every digest of the candidate's batches, then two outputs in full, chosen now
     for i, (digest, exp, bd) in enumerate(zip(digests["candidate"], expected, bounds, strict=True)):
         verdict = witness.check(digest, exp, bd)
@@ -507,6 +512,35 @@ def bias_too_large(cand_ms: float, ref_ms: float, bias_ms: float) -> str:
         f"processes' calls can differ by up to {bias_ms * 1e3:.0f} us for reasons that are not the "
         f"kernel's, beyond the +-{allowed:.0%} promised at this size"
     )
+
+
+def blocks(total: int) -> list[range]:
+    """A repetition's `total` calls per runner cut into `TIMING_BLOCKS` blocks (fewer when a
+    block would hold fewer than `MIN_BLOCK_CALLS` calls), in order, sizes differing by at most one."""
+    n = max(1, min(TIMING_BLOCKS, total // MIN_BLOCK_CALLS))
+    edges = [round(k * total / n) for k in range(n + 1)]
+    return [range(a, b) for a, b in itertools.pairwise(edges) if b > a]
+
+
+def estimate(samples: TimingSamples) -> tuple[list[float], float]:
+    """Per repetition, the difference of the two runners' lower quartiles over all of the
+    repetition's calls, pooled across its blocks (s); and the median over repetitions of the
+    difference of their medians (s), reported beside it. What a call costs beyond the forward is
+    the same in both runners, and its noise (a wake-up, an interrupt, a block run slow) only ever
+    adds, so the pooled lower quartile shifts by the forward's difference: as long as a quarter of
+    a runner's calls in a repetition ran in the usual state, a block run slow as a whole leaves it
+    where it was (it moved a per-block quartile by its whole slowdown)."""
+    per = max(1, samples.blocks_per_repetition)
+    cand, ref = samples.per_call["candidate"], samples.per_call["reference"]
+    deltas: list[float] = []
+    medians: list[float] = []
+    for k in range(0, min(len(cand), len(ref)), per):
+        c = [x for xs in cand[k : k + per] for x in xs]
+        r = [x for xs in ref[k : k + per] for x in xs]
+        if c and r:
+            deltas.append(_q25(c) - _q25(r))
+            medians.append(statistics.median(c) - statistics.median(r))
+    return deltas, statistics.median(medians)
 
 
 def _q25(xs: list[float]) -> float:

@@ -381,3 +381,37 @@ def test_a_timing_s_samples_are_written_where_asked(tmp_path: Path) -> None:
     row = json.loads(path.read_text())
     assert path.name.startswith("relu_cuda-") and row["ref_events"] == [0.05, 0.06]
     assert row["per_call"]["candidate"] == [[2e-4, 3e-4]] and row["candidate_by_medians_ms"] == 0.11
+
+
+def test_a_repetition_s_calls_are_cut_into_ordered_blocks_that_cover_them_once() -> None:
+    from cudice.verifier.run.judge_timing import MIN_BLOCK_CALLS, TIMING_BLOCKS, blocks
+
+    for total in (1, 3, 7, 16, 17, 32, 101):
+        parts = blocks(total)
+        assert [i for part in parts for i in part] == list(range(total))
+        assert len(parts) <= TIMING_BLOCKS
+        assert len(parts) == 1 or min(len(p) for p in parts) >= MIN_BLOCK_CALLS
+        assert max(len(p) for p in parts) - min(len(p) for p in parts) <= 1
+    assert len(blocks(32)) == TIMING_BLOCKS
+
+
+def test_a_block_run_slow_as_a_whole_does_not_move_the_estimate() -> None:
+    """As measured on an H200: now and then every call of one runner's block is ~150 us slower;
+    the pooled lower quartile keeps the forward's difference, a per-block quartile would not."""
+    from cudice.verifier.run.judge_timing import TimingSamples, estimate
+
+    def block(base_us: float) -> list[float]:
+        return [(base_us + (i % 4)) * 1e-6 for i in range(8)]
+
+    cand = [block(215), block(365), block(215), block(215), block(215), block(215), block(215), block(215)]
+    ref = [block(210)] * 8
+    samples = TimingSamples(per_call={"candidate": cand, "reference": ref}, blocks_per_repetition=4)
+    deltas, by_medians = estimate(samples)
+    # within the 1 us the slow block's absence moves the quartile (a per-block mean: +42 us)
+    assert len(deltas) == 2 and all(abs(d - 5e-6) <= 1.01e-6 for d in deltas)
+    assert abs(by_medians - 5e-6) <= 1.01e-6
+    # most of a repetition slow is a slower candidate, and the estimate says so
+    slow = TimingSamples(
+        per_call={"candidate": [block(365)] * 4, "reference": [block(210)] * 4}, blocks_per_repetition=4
+    )
+    assert abs(estimate(slow)[0][0] - 155e-6) < 1e-9
