@@ -94,9 +94,9 @@ def _cpp_findings(
                 CppSource(r.text, _fixed_locator(_node_location(doc.path, r.node)), r.kind == "cuda")
             )
         else:
-            diags.append(_dynamic_source(doc, r.node, f"this {r.kind} source", dynamic_sev))
+            diags.append(_dynamic_source(doc, r.node, f"this {r.kind} source", dynamic_sev, plural=False))
     for node in resolved.dynamic_args:
-        diags.append(_dynamic_source(doc, node, "these `load_inline` sources", dynamic_sev))
+        diags.append(_dynamic_source(doc, node, "these `load_inline` sources", dynamic_sev, plural=True))
     if sources:
         diags += check_cpp_sources(
             sources,
@@ -121,14 +121,19 @@ def _node_location(path: str, node: ast.AST) -> Location:
     return Location(path, getattr(node, "lineno", 1), getattr(node, "col_offset", 0) + 1)
 
 
-def _dynamic_source(doc: Document, node: ast.AST, what: str, severity: Severity) -> Diagnostic:
+def _dynamic_source(
+    doc: Document, node: ast.AST, what: str, severity: Severity, *, plural: bool
+) -> Diagnostic:
+    """`what` names the source(s) as the message's subject; `plural` makes its verbs agree."""
     path = doc.path
     missing = undefined_names(node, doc.tree) if doc.tree is not None else []
     if missing:
-        names = ", ".join(f"`{n}`" for n in dict.fromkeys(missing))
+        unique = list(dict.fromkeys(missing))
+        names = ", ".join(f"`{n}`" for n in unique)
+        subject = f"names {names} are" if len(unique) > 1 else f"name {names} is"
         return Diagnostic(
             Severity.ERROR,
-            f"name {names} is not defined in this file, so {what} cannot be read (and the file would "
+            f"{subject} not defined in this file, so {what} cannot be read (and the file would "
             "fail with a NameError). Check the spelling against the variable that holds the source.",
             "static.dynamic_source",
             Stage.STATIC,
@@ -139,11 +144,12 @@ def _dynamic_source(doc: Document, node: ast.AST, what: str, severity: Severity)
         if severity is Severity.WARNING
         else " Write the source as a string literal (module-level constants in f-strings are fine)."
     )
+    is_, it_compiles, it = ("are", "they compile", "them") if plural else ("is", "it compiles", "it")
     return Diagnostic(
         severity,
-        f"{what} is built at run time (a call, a file, a variable the file does not fix): "
-        "the static checks cannot read the C++/CUDA it compiles, so ATen calls, streams, "
-        "dispatcher overrides or file access could hide in it." + tail,
+        f"{what} {is_} built at run time (a call, a file, a variable the file does not fix): "
+        f"the static checks cannot read the C++/CUDA {it_compiles}, so ATen calls, streams, "
+        f"dispatcher overrides or file access could hide in {it}." + tail,
         "static.dynamic_source",
         Stage.STATIC,
         _node_location(path, node),
