@@ -1,28 +1,14 @@
-"""`cudice verify` / `cudice eval` as a user runs them (real process, real nvcc via the session cache)."""
+"""`cudice verify` and `cudice version` as a user runs them (real process, real nvcc via the session cache).
+`cudice eval` is tested in tests/verifier/eval/test_eval_cli.py."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from cudice.verifier.eval.cli import score
-from cudice.verifier.source.result import Stage, Verdict, VerifyResult
+from cudice_cli import cudice
 from verifier_marks import needs_nvcc
-
-
-def cudice(*args: str, cache: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "CUDICE_CACHE_DIR": str(cache)}
-    return subprocess.run(
-        [sys.executable, "-m", "cudice.server.cli", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=900,
-    )
 
 
 @needs_nvcc
@@ -80,24 +66,6 @@ def test_exit_code_strictness_and_unwrapped_locations(tmp_path: Path, examples_d
     assert bad.returncode == 2 and "paranoid" in bad.stderr
 
 
-def test_eval_explains_the_folder_layout(tmp_path: Path, examples_dir: Path) -> None:
-    probs, cands = tmp_path / "problems", tmp_path / "candidates"
-    probs.mkdir()
-    cands.mkdir()
-    empty = cudice("eval", str(probs), str(cands), cache=tmp_path)
-    assert (
-        empty.returncode == 2
-        and "Expected layout" in empty.stderr
-        and "CANDIDATES/19_ReLU.py" in empty.stderr
-    )
-    (probs / "19_ReLU.py").write_text((examples_dir / "relu.py").read_text())
-    (cands / "relu_cuda.py").write_text((examples_dir / "relu_cuda.py").read_text())
-    mismatch = cudice("eval", str(probs), str(cands), cache=tmp_path)
-    assert (
-        mismatch.returncode == 2 and "same file name" in mismatch.stderr and "relu_cuda.py" in mismatch.stderr
-    )
-
-
 def test_version_shows_the_nvcc_release(tmp_path: Path) -> None:
     import shutil
 
@@ -108,43 +76,6 @@ def test_version_shows_the_nvcc_release(tmp_path: Path) -> None:
         assert "not found" in line
     else:
         assert line.split()[1][0].isdigit() and "V" in line, line  # e.g. "nvcc 13.0, V13.0.48 (/usr/...)"
-
-
-def test_fast_p_is_over_all_problems() -> None:
-    def res(verdict: Verdict, speedup: float | None) -> VerifyResult:
-        return VerifyResult(verdict, Stage.TIMING, "c.py", speedup=speedup, speedup_min=speedup)
-
-    results = {
-        "a.py": res(Verdict.CORRECT, 2.5),
-        "b.py": res(Verdict.CORRECT, 1.5),
-        "c.py": res(Verdict.INCORRECT, 9.0),
-    }
-    s = score(["a.py", "b.py", "c.py", "d.py"], results)  # d.py has no candidate
-    assert (s.correct, s.fast_1, s.fast_2) == (0.5, 0.5, 0.25)
-    assert s.num_problems == 4 and s.num_candidates == 3
-    assert [r["verdict"] for r in s.per_problem] == ["correct", "correct", "incorrect", "missing"]
-
-
-@needs_nvcc
-@pytest.mark.slow
-@pytest.mark.e2e
-def test_eval_folder_json(tmp_path: Path, examples_dir: Path, cache_root: Path) -> None:
-    probs, cands = tmp_path / "problems", tmp_path / "candidates"
-    probs.mkdir()
-    cands.mkdir()
-    for name in ("relu.py", "softmax.py"):
-        (probs / name).write_text((examples_dir / name).read_text())
-    (cands / "relu.py").write_text(
-        (examples_dir / "relu_cuda.py").read_text()
-    )  # same build as relu_cuda: cached
-    proc = cudice("eval", "--json", str(probs), str(cands), cache=cache_root)
-    assert proc.returncode == 0, proc.stderr
-    out = json.loads(proc.stdout)
-    assert out["num_problems"] == 2 and out["num_candidates"] == 1
-    verdicts = {r["problem"]: r["verdict"] for r in out["per_problem"]}
-    assert verdicts["softmax.py"] == "missing"
-    if not out["gpu"]:
-        assert verdicts["relu.py"] == "compiled" and out["correct"] == 0.0
 
 
 def _without_reference(text: str) -> str:

@@ -19,7 +19,7 @@ from cudice.verifier.run.gpu_probe import GpuProbe, probe_hardware
 from cudice.verifier.run.sandbox import ChildOutcome
 from cudice.verifier.source.result import Verdict
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 NO_GPU = probe_hardware(lambda name: None, dev_dir="/nonexistent")  # the real answer of a bare machine
 TWO_GPUS = GpuProbe(2, None, "nvidia-smi")
 

@@ -18,7 +18,7 @@ from cudice.verifier.source.positions import LineIndex, Span
 from cudice.verifier.source.result import Diagnostic, Location, Severity, Stage, Verdict, VerifyResult
 from lsprotocol import types as lsp
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 PATH = str(EXAMPLES / "relu_broken.py")
 SOURCE = (EXAMPLES / "relu_broken.py").read_text()
 DOC = parse_document(SOURCE, PATH, require_candidate=False)

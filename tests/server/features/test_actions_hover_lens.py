@@ -21,7 +21,7 @@ from cudice.verifier.source.result import (
     VerifyResult,
 )
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 READY = ModelAvailability("ready")
 UNAVAILABLE = ModelAvailability("missing", "no model configured: set cudice.model.path")
 LOADING = ModelAvailability("loading", "loading /models/dice")

@@ -14,7 +14,7 @@ from cudice.server.workers.quick_child import answer
 from cudice.verifier import api
 from cudice.verifier.source.result import Severity, Verdict
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "relu_cuda.py"
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "relu_cuda.py"
 
 
 def test_the_quick_check_follows_the_requested_strictness() -> None:

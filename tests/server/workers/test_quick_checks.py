@@ -15,7 +15,7 @@ from cudice.server.workers.procs import group_cpu_seconds
 from cudice.server.workers.quick import QuickChecks
 from cudice.verifier.source.result import Verdict
 
-FAKES = Path(__file__).resolve().parents[1] / "e2e"
+FAKES = Path(__file__).resolve().parents[2] / "e2e"
 pytestmark = pytest.mark.timeout(90)
 
 

@@ -12,7 +12,7 @@ from cudice.model.generation import Generation, Progress
 from cudice.server.workers.model import LoadRequest, ModelUnavailable, ModelWorker, WorkerDied, _generation
 from cudice.server.workers.model_child import _generation_fields, _progress_fields
 
-FAKES = Path(__file__).resolve().parents[1] / "e2e"
+FAKES = Path(__file__).resolve().parents[2] / "e2e"
 
 
 def test_the_engines_records_cross_the_protocol_unchanged() -> None:

@@ -15,7 +15,7 @@ from cudice.server.workers.verify import VerifyJobs, VerifyRequest
 from cudice.verifier.source.result import Verdict
 from proc_state import alive
 
-FAKES = Path(__file__).resolve().parents[1] / "e2e"
+FAKES = Path(__file__).resolve().parents[2] / "e2e"
 pytestmark = pytest.mark.timeout(120)
 
 

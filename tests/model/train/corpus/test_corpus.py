@@ -18,7 +18,7 @@ from cudice.model.train.corpus.leak import check_corpus, find_leaks
 from cudice.model.train.corpus.split import answer_signature, key_parts, split_compositions
 from cudice.model.train.data import load_rl_tasks, load_sft
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[4]
 
 
 @pytest.fixture(scope="module")
@@ -182,7 +182,7 @@ def test_training_files_load_with_the_trainers_readers_and_use_the_runtime_promp
     assert (scaffold.prefix, scaffold.middle) == (first["prefix"], first["middle"])
     by_prompt = {p["prompt"]: p["response"] for p in pairs}
     # the end-to-end answer is the solution file (generic names); the infilling answer is the
-    # same file in the scaffold's names (tests/model/test_corpus_names.py)
+    # same file in the scaffold's names (tests/model/train/corpus/test_corpus_names.py)
     row = json.loads((corpus / "manifest.json").read_text())["problems"][0]
     solution = (corpus / "solutions" / "train" / row["file"]).read_text()
     assert by_prompt[e2e_prompt(first["pytorch_code"])] == fenced(solution)

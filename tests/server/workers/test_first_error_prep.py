@@ -22,7 +22,7 @@ from cudice.server.workers.verify import VerifyJobs, VerifyRequest
 from cudice.verifier.source.result import Verdict
 from proc_state import alive
 
-E2E = Path(__file__).resolve().parents[1] / "e2e"  # lsp_fakes: the scripted `verify`
+E2E = Path(__file__).resolve().parents[2] / "e2e"  # lsp_fakes: the scripted `verify`
 pytestmark = pytest.mark.timeout(180)
 
 PREP_VERIFIER = """

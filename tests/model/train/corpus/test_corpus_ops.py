@@ -5,7 +5,7 @@ The CUDA statements (`ops.py`) are turned into Python by a small translation (fp
 their `f`, `fmaxf` -> max, `a ? b : c` -> `b if a else c`, ...) and evaluated per element in
 double precision; the spellings run through torch in float64. This is where a wrong constant or
 a swapped branch would hide; the kernels' indexing is the GPU template check's job
-(tests/model/test_corpus_gpu.py).
+(tests/model/train/corpus/test_corpus_gpu.py).
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from typing import Any
 from cudice.server.workers.protocol import ChildProcess, decode, encode
 from proc_state import alive
 
-FIXTURES = Path(__file__).parent / "proc_fixtures"
+FIXTURES = Path(__file__).resolve().parents[1] / "proc_fixtures"
 
 
 async def _until(pred: Callable[[], bool], timeout_s: float = 60.0) -> bool:
