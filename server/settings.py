@@ -216,7 +216,7 @@ SCHEMA: tuple[Setting, ...] = (
         "cudice.verify.quickCheckTimeoutSeconds",
         "number",
         60.0,
-        "Longest wait for the fast (clangd) diagnostics of a check once clangd is warm; the first check "
+        "Longest wait for the quick check's (clangd) diagnostics once clangd is warm; the first check "
         "after start may take 10 minutes (torch-header preamble), a worker still using CPU is never "
         "killed, and the full build's diagnostics follow either way.",
         minimum=1.0,

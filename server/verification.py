@@ -11,7 +11,7 @@
    result to the full verification in a worker and to the quick check (warm clangd) beside it,
    which take it instead of running the checks again (each checks that it was computed for the
    text, path, reference file and strictness it verifies, and runs them itself otherwise): static
-   and fast compile findings are published first, then the build's, then the final result; a
+   and quick-check compile findings are published first, then the build's, then the final result; a
    newer save of the same document supersedes (kills) this run.
 5. Publish versioned diagnostics, store the result, refresh code lenses, send `cudice/status`.
    A result computed for text the editor no longer has is never published or shown (its lines
@@ -319,13 +319,13 @@ async def _verify_fresh(
             f"{partial.stage.value}: {partial.verdict.value}" + (f" · {then}…" if then else ""), force=True
         )
         if partial.stage in (Stage.PARSE, Stage.STATIC) and not partial.diagnostics:
-            # nothing to add: publishing it would blank the findings on screen (those of the fast
-            # check, or the previous verdict's) until the fast check or the build replace them
+            # nothing to add: publishing it would blank the findings on screen (those of the quick
+            # check, or the previous verdict's) until the quick check or the build replace them
             return
         shown["authoritative"] = partial.stage not in (Stage.PARSE, Stage.STATIC)
         if (
             not shown["authoritative"] and quick_found
-        ):  # keep the fast compile findings beside the static ones
+        ):  # keep the quick check's compile findings beside the static ones
             partial = dataclasses.replace(
                 partial, diagnostics=partial.diagnostics + quick_found[0].diagnostics
             )
@@ -343,7 +343,7 @@ async def _verify_fresh(
             shown["quick"] = True
             quick_found.append(found)
             publish(ls, uri, path, source, version, found)
-            progress.report(f"fast check: {found.verdict.value} · full build running…", force=True)
+            progress.report(f"quick check: {found.verdict.value} · full build running…", force=True)
 
     quick_task = ls.spawn(quick())
     try:

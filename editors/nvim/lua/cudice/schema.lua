@@ -39,7 +39,7 @@ return {
   { key = "cudice.verify.rtol", type = "number", default = 0.01, minimum = 0.0 },
   -- Wall-clock limit of one verification (compile included).
   { key = "cudice.verify.timeoutSeconds", type = "number", default = 300.0, minimum = 1.0 },
-  -- Longest wait for the fast (clangd) diagnostics of a check once clangd is warm; the first check after start may take 10 minutes (torch-header preamble), a worker still using CPU is never killed, and the full build's diagnostics follow either way.
+  -- Longest wait for the quick check's (clangd) diagnostics once clangd is warm; the first check after start may take 10 minutes (torch-header preamble), a worker still using CPU is never killed, and the full build's diagnostics follow either way.
   { key = "cudice.verify.quickCheckTimeoutSeconds", type = "number", default = 60.0, minimum = 1.0 },
   -- Speedup over PyTorch a kernel must clear to be shown as fast.
   { key = "cudice.verify.requiredSpeedup", type = "number", default = 1.0, minimum = 0.0 },
