@@ -114,6 +114,10 @@ def create_server(
 
     @server.feature(lsp.INITIALIZE)
     def initialize(ls: CudiceServer, params: lsp.InitializeParams) -> None:
+        if ls.log_to_client:  # first: the settings' warnings below are logged already
+            from cudice.server.client_log import start_sending
+
+            start_sending(ls, asyncio.get_running_loop())
         ls.init_options = params.initialization_options
         _merge_settings(ls, None)
 
@@ -123,10 +127,6 @@ def create_server(
         from cudice.server.watch import PathWatcher
 
         ls.ref_watcher = PathWatcher(asyncio.get_running_loop(), lambda ref: reference_changed(ls, ref), 0.5)
-        if ls.log_to_client:
-            from cudice.server.client_log import route_to_client
-
-            route_to_client(ls, asyncio.get_running_loop())
 
         async def startup() -> None:
             await asyncio.get_running_loop().run_in_executor(None, _preload)
@@ -358,5 +358,10 @@ def run(
             code = 1
         sys.exit(code)
     server = create_server(cli_log_level=log_level)
-    server.log_to_client = True  # stdio: stderr is the editor's log, which may label it all errors
+    # stdio: stderr is the editor's log, which may label it all errors (Neovim does). Routed before
+    # the first message is read, so no info line of the server lands there (client_log.py).
+    from cudice.server.client_log import route_to_client
+
+    server.log_to_client = True
+    route_to_client(server)
     server.start_io(early=early)
