@@ -4,7 +4,7 @@ Role: the fast path's (`cudice.model.fastpath.StaticRunner`) attention for a blo
 tokens per row (1 for an AR step, the block for a denoise step, two blocks for a fused commit)
 against every row's cached keys - where SDPA with an additive mask falls back to its generic
 memory-efficient kernel, which reads all M static slots of every row and parallelises over
-(batch x heads) only: one row at batch 1 keeps 8 of an H200's 132 SMs busy.
+(batch x heads) only: one row at batch 1 keeps only a few of a large GPU's SMs busy.
 
 What the kernel does, flash-decoding style:
 - one program per (row, KV head, split of the keys); GQA is folded: the G query heads that share a
@@ -35,8 +35,8 @@ import torch
 
 MAX_TOKENS = 16  # tokens per row the kernel is built for (the runner captures block forwards up to 16)
 BLOCK_N = 128  # keys per tile
-# (keys per tile, warps, stages), unsplit and split; the best of bench/attention_speed.py's sweep on an
-# H200 (docs/benchmarks.md): 128-key tiles read K/V at ~3.7 TB/s at batch 128 (2x SDPA's masked kernel)
+# (keys per tile, warps, stages), unsplit and split: the best of bench/attention_speed.py's sweep
+# (docs/benchmarks.md has its bandwidth against SDPA's masked kernel)
 CONFIG_WHOLE, CONFIG_SPLIT = (128, 4, 2), (128, 4, 2)
 _BUILD_LOCK = threading.Lock()
 
@@ -94,8 +94,8 @@ def attend(
     new: (k_new, v_new, at): the forward's own keys and values (B, L, H_kv, D), which belong at slots
     [at[0], at[0] + L) of every row (`at` a device tensor, so a captured graph reads each replay's):
     the kernel attends to them there and writes them into k and v itself (one program per row and
-    KV head does), which spares the two cache-write kernels per layer. Measured on an H200: a win
-    where the keys are split (few tiles per program), a loss for unsplit large batches; with
+    KV head does), which spares the two cache-write kernels per layer: a win where the keys are
+    split (few tiles per program), a loss for unsplit large batches (docs/benchmarks.md); with
     4-byte K/V at head dim 128 the default 128-key tiles exceed the shared memory (pass
     config=(64, 4, 1))."""
     b, n, h, d = q.shape

@@ -39,8 +39,8 @@ LIMITATIONS = (
     " do not look like its corpus, and its kernels are plain rather than tuned. For real work use a "
     "DICE checkpoint (e.g. DICE-1.7B): --model DIR or cudice.model.path."
 )
-# Answers of the corpus's templates take 137-194 tokens of its line-level tokenizer; the bound leaves
-# room for longer kernels and still keeps a confused model short.
+# Several times the length of the corpus's template answers in its line-level tokenizer
+# (docs/benchmarks.md): room for longer kernels, and still a short run for a confused model.
 DEMO_MAX_NEW_TOKENS = 1536
 
 

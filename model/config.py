@@ -38,8 +38,8 @@ class SamplerConfig:
     stop_strings: decoding stops after the block where one appears; the text is cut before it.
     seed: seeds the sampler's random generator (only used when temperature > 0).
     fuse_commit: commit a finished block inside the next block's first denoise forward instead of
-        a forward of its own (identical tokens; fewer forwards). Off by default until measured on
-        a GPU in CI's benchmark run.
+        a forward of its own (identical tokens; fewer forwards). Off by default (opt-in;
+        docs/benchmarks.md has its timings).
     """
 
     block_length: int | None = None

@@ -1,8 +1,8 @@
 """Fast `Runner`: static KV cache, fused layer math (torch.compile) and CUDA-graph block forwards.
 
-Why: eager HF is bound by Python and kernel launches (docs/benchmarks.md: one 4-token forward at
-1.7B launches ~3,300 kernels and keeps an H200 busy 10.5 of its 63 ms, while reading the weights
-takes ~1 ms). This runner runs its own Qwen3 forward (`cudice.model.layers`) over the HF
+Why: eager HF is bound by Python and kernel launches, not by reading the weights (docs/benchmarks.md
+profiles one forward: thousands of kernels, the GPU idle most of the wall time). This runner runs
+its own Qwen3 forward (`cudice.model.layers`) over the HF
 modules' weights, read live, so in-place weight updates (a trainer's optimiser) are seen; when the
 weights move (`model.to(...)`), the captured graphs are dropped and captured again:
 
@@ -126,8 +126,8 @@ class StaticRunner:
         self.pack = (not any(p.requires_grad for p in model.parameters())) if pack is None else pack
         self._layers = [layer_weights(layer, self.pack) for layer in model.model.layers]
         self.keep_cache_bytes = keep_cache_bytes
-        # what one more prefill pass costs, in tokens of work (its weight reads and launches); measured
-        # on an H200 at SDAR-4B, 128 rows: ~19 ms a pass against ~13 us a token (docs/benchmarks.md)
+        # what one more prefill pass costs, in tokens of work (its weight reads and launches), so that
+        # `prefill_groups` can weigh passes against padded tokens (docs/benchmarks.md)
         self.prefill_pass_tokens = PREFILL_PASS_TOKENS
         self._pool: dict[tuple[int, int], StaticCache] = {}
         self._weight_ptr: int = self._q_ptr()
@@ -280,9 +280,9 @@ class StaticRunner:
             splits = attention.num_splits(big_b, self.num_kv, s.mask.shape[-1], self.device)
 
             # Small batches (split keys, few tiles per program: launch-bound) let the kernel write this
-            # forward's K/V into the cache itself, two kernels fewer per layer (1.7B b=1 denoise 2.52
-            # -> 2.08 ms on an H200); unsplit large batches are bandwidth-bound and the fused loads
-            # slowed them (4B b=128 AR step 7.0 -> 8.7 ms), so they keep the two cache writes.
+            # forward's K/V into the cache itself, two kernels fewer per layer; unsplit large batches
+            # are bandwidth-bound and the fused loads slow them, so they keep the two cache writes
+            # (docs/benchmarks.md).
             fused = self.fuse_cache_write
             if fused is None:
                 fused = splits > 1 and self.dtype.itemsize == 2

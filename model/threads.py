@@ -36,8 +36,8 @@ def physical_cpus() -> int:
 def cpu_thread_env(num_threads: int | None = None) -> dict[str, str]:
     """Thread defaults for CPU inference in a child process, each only where the user set none:
     one OpenMP/MKL thread per physical core, and passive waiting, so a busy box is not made
-    slower by spinning threads (on a loaded 2-core box, torch's default oversubscription cost
-    491 s where one thread took 43 s)."""
+    slower by spinning threads (torch's default oversubscribes a loaded small box many times over;
+    docs/benchmarks.md)."""
     n = str(num_threads or physical_cpus())
     wanted = {"OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n, "OMP_WAIT_POLICY": "PASSIVE"}
     return {k: v for k, v in wanted.items() if k not in os.environ}

@@ -4,8 +4,8 @@ stdio by default (what editors launch). `--tcp --host H --port P` listens on TCP
 to a remote GPU while the editor runs elsewhere (docs/server.md). With no arguments (or only
 `--stdio`, which VS Code's client adds, and `--log-level LEVEL`) the server starts at once,
 without importing click (the options live in `lsp_cli.py`), and `initialize` is answered from a
-prebuilt reply before pygls and lsprotocol are even imported (`fast_init.py`): within 0.5 s of
-the process start.
+prebuilt reply before pygls and lsprotocol are even imported (`fast_init.py`), so the editor's
+start-up time-out does not wait on those imports (target and timings: docs/benchmarks.md).
 Nothing here writes to stdout except the protocol itself (and `--print-schema`).
 """
 

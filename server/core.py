@@ -45,8 +45,9 @@ if TYPE_CHECKING:  # imported when first used: `initialize` is answered before a
     from cudice.verifier.source.positions import LineIndex
 
 log = logging.getLogger("cudice.server")
-# The largest document text cudice parses (an `ast` parse per edit costs ~1.5 s per MB on a
-# small CPU, and hover, code actions and lenses each need one after every edit).
+# The largest document text cudice parses (an `ast` parse per edit grows with the text, and on a
+# small CPU a large file stalls hover, code actions and lenses, which each need one after every edit;
+# docs/benchmarks.md).
 MAX_DOCUMENT_CHARS = 512 * 1024
 
 

@@ -1,4 +1,4 @@
-"""Answer `initialize` before pygls and lsprotocol are imported (about 1 s on a 2-core box).
+"""Answer `initialize` before pygls and lsprotocol are imported (their import is most of start-up).
 
 A bare `cudice-lsp` (stdio) reads the client's first frame with the standard library only. If
 it is `initialize`, the reply is written at once from a prebuilt result
@@ -26,7 +26,7 @@ ENCODINGS = ("utf-8", "utf-16", "utf-32")  # what pygls supports; utf-16 when th
 
 class EarlyFrame:
     """The first frame, already read from stdin, and the request id whose reply was sent (None
-    when nothing was answered). A plain class: `dataclasses` costs ~35 ms to import."""
+    when nothing was answered). A plain class: importing `dataclasses` would delay the first reply."""
 
     __slots__ = ("answered_id", "body")
 

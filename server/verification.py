@@ -259,8 +259,9 @@ async def verify_document(ls: CudiceServer, uri: str, *, force: bool = False) ->
 
 async def static_stage(doc: Document, config: VerifyConfig) -> StaticResult | None:
     """The static stage of a saved text (`api.static_checks`), run once here for both workers of the
-    save, in a thread (~10 ms; the first save also imports the checks). None when it failed or the
-    reference changed meanwhile: each worker then runs the checks itself, as it would without it."""
+    save, in a thread (cheap beside a build; the first save also imports the checks). None when it
+    failed or the reference changed meanwhile: each worker then runs the checks itself, as it would
+    without it."""
 
     def run() -> StaticResult | None:
         from cudice.verifier.api import static_checks
@@ -303,8 +304,8 @@ async def _verify_fresh(
     request = VerifyRequest(
         uri, path, source, version, config, ls.settings.verify_timeout_seconds, static=static
     )
-    # Fast findings first: the warm clangd (quick worker) answers in ~0.3 s, the full build
-    # (nvcc) in tens of seconds. Once the full run has compile results they are the authority.
+    # Quick findings first: the warm clangd (quick worker) answers long before the full build (nvcc;
+    # docs/benchmarks.md). Once the full run has compile results they are the authority.
     shown = {"quick": False, "authoritative": False, "final": False}
 
     quick_found: list[VerifyResult] = []

@@ -696,8 +696,9 @@ def quick_check(
 ) -> VerifyResult:
     """Parse + static + fast compile diagnostics (clangd), in seconds; no nvcc, no GPU.
 
-    Pass the language server's long-lived `checker` (warmed at start) for ~0.3 s answers;
-    without one a temporary clangd is started and closed (it parses the torch headers: ~10–25 s).
+    Pass the language server's long-lived `checker` (warmed at start) for sub-second answers;
+    without one a temporary clangd is started and closed (it parses the torch headers first, which
+    takes tens of seconds; docs/benchmarks.md).
     Verdict: `checked` when nothing was found, else the failing stage's verdict. `static`: as for
     `verify` (used only when computed for these inputs).
     """

@@ -77,31 +77,33 @@ class VerifyConfig:
     timing_stage_mib: int = 4096  # bound on the input and output sets staged for one repetition
     # how a repetition's sealed sets reach the runners: "socket" (through host memory and the
     # runner's socket) or "shared" (a GPU buffer made for one runner, passed as a POSIX fd:
-    # run/shared_staging.py; any failure falls back to the socket for that staging). "socket" until
-    # "shared" is measured on a GPU
+    # run/shared_staging.py; any failure falls back to the socket for that staging). "socket" is the
+    # default; docs/benchmarks.md compares the two on a GPU
     timing_staging: str = "socket"
     # bound on the per-call bias between two runner processes that no interval sees (the judge
     # derives the candidate's time from their difference): a candidate time this bias would move by
-    # more than the promised fidelity is unresolved (run/judge.py `bias_too_large`). The shifts
-    # measured on an H200 (the medians' difference against the harness) were up to ~10 us; a 36 us
-    # gap once seen between lower quartiles was a difference of shape, which the quantile-agreement
-    # rule (`estimates_disagree`) withholds (docs/benchmarks.md, 2026-12-04/05); 0 turns it off
+    # more than the promised fidelity is unresolved (run/judge.py `bias_too_large`). The default
+    # covers the shifts between runners seen against the in-process harness (docs/benchmarks.md); a
+    # larger gap between lower quartiles is a difference of shape, which the quantile-agreement rule
+    # (`estimates_disagree`) withholds; 0 turns it off
     timing_runner_bias_us: float = 10.0
     # "warm": L2 keeps what the previous call left (KernelBench's fast_p tables, DICE's evaluation);
     # "cold": an L2 flush of l2_flush_mib before every timed call
     l2_policy: str = "warm"
     l2_flush_mib: int = 256
     suspicious_speedup: float = 10.0
-    peak_bandwidth_gb_s: float = 4300.0  # H200 copy bandwidth for the speed-of-light bound
+    # device-memory copy GB/s for the speed-of-light bound, that of the GPUs docs/benchmarks.md ran on
+    peak_bandwidth_gb_s: float = 4300.0
     max_output_bytes: int = 64 * 1024  # stdout/stderr kept from a child
     cache_dir: Path = field(default_factory=default_cache_dir)
     nvcc: str = "nvcc"
     max_jobs: int = 2  # compiler processes per build (main.cpp and cuda.cu compile side by side)
-    # gcc precompiled header of the slim main.cpp headers, built once per cache (~345 MB, ~23 CPU-s);
-    # saves ~8 CPU-s per new candidate's main.cpp (headers.ensure_host_pch)
+    # gcc precompiled header of the slim main.cpp headers, built once per cache (large, and costly
+    # to build); saves CPU on every new candidate's main.cpp (headers.ensure_host_pch;
+    # docs/benchmarks.md)
     host_pch: bool = False
     # build `cuda.cu` plus a C-ABI shim instead of a pybind11 `main.cpp` where the module allows it
-    # (verifier/build/cabi.py): ~8 CPU-s less per new candidate; False always builds the pybind11 way
+    # (verifier/build/cabi.py): less CPU per new candidate; False always builds the pybind11 way
     cabi_binding: bool = True
     # run nvcc's host front end (cudafe++) and device compiler (cicc) side by side (build/nvcc_split.py)
     split_nvcc: bool = True

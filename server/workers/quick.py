@@ -6,7 +6,8 @@ publishes the build's diagnostics either way; the user only waits longer for the
 
 How long a check may take adapts to what the worker is doing (it reports its CPU use every 2 s):
 - the first check after the worker (re)starts may take `first_timeout_s` (10 min): clangd builds
-  its torch-header preamble first, 10-25 s on an idle box and minutes on a loaded 2-core one;
+  its torch-header preamble first, which takes far longer on a loaded small machine than on an idle
+  one (docs/benchmarks.md);
 - later checks get `timeout_s` (`cudice.verify.quickCheckTimeoutSeconds`, 60 s);
 - past that bound the server stops waiting, but kills the worker only if it made no progress
   (no CPU used) for `stall_s` (60 s): a worker still building its preamble is kept, and the next
@@ -14,7 +15,7 @@ How long a check may take adapts to what the worker is doing (it reports its CPU
 The server hands each check the static stage's result it computed for the save (`static`,
 server/verification.py), so the worker runs clangd and no static checks of its own when that
 result fits the text, reference and strictness it checks.
-Not covered: cancelling a check in flight (they take ~0.3 s once warm; a stale answer is dropped
+Not covered: cancelling a check in flight (a warm check is short; a stale answer is dropped
 by the caller, which compares document versions).
 """
 

@@ -26,17 +26,17 @@ them while they are still being compiled.
 
 First compile error ahead (`prepare_when_idle`): the first slim-build error verdict per build cache
 needs two lists (a macro comparison and the full torch headers' names: nvcc preprocessor runs,
-~15 s of CPU here) that every later one reads from the cache. When no run and no build of unsaved
-text is under way (`prestart`, which the server calls when a candidate is opened on a GPU box and
-server/prebuild.py calls after a pause in typing; `prepare_when_idle` itself, which it calls when a
-candidate is opened on any other box; and the end of each run or build), and still
-none `PREP_IDLE_S` later, one worker computes them at the lowest CPU priority (verify_child.py,
+seconds of CPU, docs/benchmarks.md) that every later one reads from the cache. When no run and no
+build of unsaved text is under way (`prestart`, which the server calls when a candidate is opened on
+a GPU box and server/prebuild.py calls after a pause in typing; `prepare_when_idle` itself, which it
+calls when a candidate is opened on any other box; and the end of each run or build), and still none
+`PREP_IDLE_S` later, one worker computes them at the lowest CPU priority (verify_child.py,
 `{"prepare": "first_error"}`), until it has finished once per `VerifyJobs`. A run or a build that
-starts meanwhile stops it at once: its stdin closes, it kills its preprocessors and exits, and it
-is killed with its family after `PREP_GRACE_S`; the lists it had not finished are computed again
-at the next idle moment (or by the first error verdict, if that comes first). A worker that fails
-is not tried again. `cancel_all` kills it for good. It runs with the verifier's default build
-settings (the build cache of the server's environment), the ones the runs use.
+starts meanwhile stops it at once: its stdin closes, it kills its preprocessors and exits, and it is
+killed with its family after `PREP_GRACE_S`; the lists it had not finished are computed again at the
+next idle moment (or by the first error verdict, if that comes first). A worker that fails is not
+tried again. `cancel_all` kills it for good. It runs with the verifier's default build settings (the
+build cache of the server's environment), the ones the runs use.
 
 Not covered: queueing across documents (runs of different documents proceed in parallel; the
 verifier's pool limits GPU use); a spare started before a settings change keeps the verifier

@@ -22,7 +22,7 @@ it at a scripted verifier. Nothing here judges a kernel: the verifier does, in i
 First-error preparation: a request {"prepare": "first_error", "config": {...}} instead of a
 verification makes this worker compute, at the lowest CPU priority (nice 19, inherited by nvcc),
 the lists a slim build's first compile-error verdict reads (`api.prepare_first_error`: nvcc
-preprocessor runs and a scan, ~15 s of CPU once per build cache, cached there), then write
+preprocessor runs and a scan, once per build cache, cached there), then write
 {"event": "prepared", "finished": bool} and exit. Closing its stdin cancels it: the preprocessors
 are killed as a group, nothing half-done is cached, and the worker exits within a moment (after
 the scan pass under way, if any). A verifier module without `prepare_first_error` (a scripted

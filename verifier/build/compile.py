@@ -37,9 +37,9 @@ around them, also inside a host function that takes tensors (`_arity_error_stand
 failure (names the full headers spell, qualified or member names, no member, incomplete types,
 overloads, templates, errors in headers, other errors in host functions that take tensors) still
 gets the full rebuild.
-The macro comparison and the name list cost a few preprocessor runs (~5-15 s together, run side
-by side: `_fill_lists`) the first time per toolchain and set of `#include` lines, then are read
-from the overlay folder (the name list ~1 MB). `prepare_error_lists` computes them ahead for a
+The macro comparison and the name list cost a few preprocessor runs (seconds of CPU, run side
+by side: `_fill_lists`; docs/benchmarks.md) the first time per toolchain and set of `#include`
+lines, then are read from the overlay folder. `prepare_error_lists` computes them ahead for a
 module's include sets (api.prepare_first_error, which the editor's verify workers run when idle);
 a set cancel token stops it and a build's own computation, killing the preprocessors as a group.
 CUDA-library headers missing on this machine (a CPU-only torch, a minimal CUDA toolkit) are
@@ -64,7 +64,7 @@ defines of cudafe's host pass; the name list undefines `CUDA_DOUBLE_MATH_FUNCTIO
 other define `nvcc --dryrun` shows only the device pass gets), and compares the macros at
 the end of the includes, not at each line (a macro the full headers define and a user's later
 `#include` also defines is checked before that include); ccache/sccache, precompiled headers
-(gcc's PCH of torch/extension.h is 755 MB and still 10 s per check here; nvcc has none),
+(gcc's PCH of torch/extension.h is huge and still slow per check; nvcc has none),
 `extra_cflags` given in the call (not read from the document).
 """
 

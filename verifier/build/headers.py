@@ -9,11 +9,11 @@
    (`lean_texts()`, read from the installed torch when the overlay is written) also shadows the
    per-operator factory headers, `ATen/DeviceGuard.h` and `ATen/cuda/CUDAContext.h` /
    `Exceptions.h` with torch's text minus the includes that pull in ATen/Context.h, IValue and
-   the tracer: g++ parses it in ~2.7 CPU-s instead of 6.8 (the slim `cuda.cu` of a KernelBench
-   candidate: 10 s instead of 20 here). The host variant adds pybind11 and torch's tensor casters
-   (`torch/csrc/utils/pybind.h`, `torch::wrap_pybind_function`) for the binding. Nothing is
-   re-declared: a name is either torch's own declaration or absent, so a slim build can only
-   fail where the full one succeeds (a missing name), and build/compile.py then runs the full build.
+   the tracer: g++ parses it in less than half the time of the full set (docs/benchmarks.md).
+   The host variant adds pybind11 and torch's tensor casters (`torch/csrc/utils/pybind.h`,
+   `torch::wrap_pybind_function`) for the binding. Nothing is re-declared: a name is either
+   torch's own declaration or absent, so a slim build can only fail where the full one succeeds
+   (a missing name), and build/compile.py then runs the full build.
    `torch::empty` and friends resolve to `at::empty` (torch/types.h's `using namespace at`)
    instead of the autograd wrappers of `variable_factories.h`; both return the same tensor for
    options without `requires_grad`, which is what forward kernels pass.

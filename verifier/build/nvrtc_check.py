@@ -1,4 +1,4 @@
-"""NVRTC diagnostics for device-only code (raw `.cu` documents): ~0.1 s, no GPU, no nvcc.
+"""NVRTC diagnostics for device-only code (raw `.cu` documents): in-process, no GPU, no nvcc.
 
 NVRTC is NVIDIA's runtime compiler (the same EDG front end as nvcc, so its messages have the
 nvcc format and the same wording). It compiles device code only and cannot include the torch

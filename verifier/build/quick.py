@@ -134,8 +134,8 @@ def clang_flags(tc: Toolchain, cuda: bool, arch: str = "sm_90") -> list[str]:
 class QuickChecker:
     """One persistent clangd that diagnoses generated extension sources. Thread-safe.
 
-    `check()` blocks until clangd answers (≈0.3 s once the shared preamble is built, for any
-    document). A dead clangd is restarted on the next call.
+    `check()` blocks until clangd answers (quickly once the shared preamble is built, for any
+    document; docs/benchmarks.md). A dead clangd is restarted on the next call.
     """
 
     def __init__(self, config: VerifyConfig | None = None, *, clangd: str | None = None) -> None:

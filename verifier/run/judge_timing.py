@@ -127,9 +127,9 @@ def timing(st: JudgeState, ref_mod: types.ModuleType, model: Any, last_ref: Any)
     profiled = _rng.randrange(cfg.timing_num_trials)
     events_per_rep = max(5, 100 // cfg.timing_num_trials)
     for rep in range(-SETTLING_REPETITIONS, cfg.timing_num_trials):
-        # the first repetition on sealed sets is checked like any other but not counted: on the
-        # H200 its calls ran 20-35 us slower than the later ones' in either runner, as the
-        # allocator and the clocks settled (the samples' file keeps it, as `settling`)
+        # the first repetition on sealed sets is checked like any other but not counted: its calls
+        # run slower than the later ones' in either runner while the allocator and the clocks
+        # settle (docs/benchmarks.md; the samples' file keeps it, as `settling`)
         into = samples if rep >= 0 else TimingSamples()
         found += _repetition(
             st, clock, ref_mod, model, calls, event_inputs, into, events_per_rep, rep == profiled
@@ -348,8 +348,8 @@ def _repetition(
         # each runner's calls in blocks, ordered A B B A A B B A: a drift of the GPU's clocks
         # during the repetition weighs on both runners alike; the runners swap cores every other
         # pair of blocks, so that a slower core (interrupts, its clock) weighs on both alike too;
-        # and a block that runs slow as a whole (measured on an H200: a block's every call 25-350
-        # us slower, at random) is outvoted by its runner's other blocks (`estimate`)
+        # and a block that runs slow as a whole (every call of it, at random; docs/benchmarks.md)
+        # is outvoted by its runner's other blocks (`estimate`)
         first, second = links if _rng.random() < 0.5 else links[::-1]
         parts = blocks(total)
         samples.blocks_per_repetition = len(parts)
@@ -501,7 +501,7 @@ def bias_too_large(cand_ms: float, ref_ms: float, bias_ms: float) -> str:
     The candidate's time is the reference's plus the difference of two runner processes' calls,
     and two processes differ by a bias that repeats in every call (memory placement, what each
     loaded): the difference of their means converges to it, so the 95 % interval does not see it.
-    `bias_ms` bounds it (measured; VerifyConfig.timing_runner_bias_us); when that bound is beyond
+    `bias_ms` bounds it (VerifyConfig.timing_runner_bias_us); when that bound is beyond
     the fidelity promised at this size (+-10 % of the candidate's time where the reference takes
     50 us or more, +-25 % below), the time is unresolved."""
     allowed = promised_fidelity(ref_ms)

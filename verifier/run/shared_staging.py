@@ -1,16 +1,17 @@
 """Staging a repetition's input sets through GPU memory the judge shares with one runner at a time.
 
 Role: the alternative to sending staged sets over the runner's socket (run/judge_clock.py `stage`,
-`VerifyConfig.timing_staging == "shared"`; the socket stays the default until measured on a GPU).
-The judge's sets are already on the GPU; over the socket they go GPU -> host -> socket -> host ->
-GPU (1.8-1.9 s per runner and repetition for 2 GiB of sets on an H200). Here the judge allocates one
-buffer for one runner with the CUDA driver's virtual memory management (`cuMemCreate` with a POSIX
-file descriptor as its shareable handle), zeroes it, copies the sealed sets into it (device to
-device), synchronises, exports the fd and sends it over the runner's Unix socket with SCM_RIGHTS
-(run/channel.py `send_fd`) beside the layout of every tensor (`layout`: offset, dtype, shape,
-strides; other values as JSON, as the socket path sends them). The runner imports and maps it,
-clones every tensor into allocations of its own (`unpack`), synchronises, unmaps, releases, closes
-the fd and replies; its staged sets are then bit for bit what the socket path gives.
+`VerifyConfig.timing_staging == "shared"`; the socket is the default). The judge's sets are
+already on the GPU; over the socket they go GPU -> host -> socket -> host -> GPU, seconds per
+runner and repetition for large sets (docs/benchmarks.md compares the two). Here the judge
+allocates one buffer for one runner with the CUDA driver's virtual memory management
+(`cuMemCreate` with a POSIX file descriptor as its shareable handle), zeroes it, copies the sealed
+sets into it (device to device), synchronises, exports the fd and sends it over the runner's Unix
+socket with SCM_RIGHTS (run/channel.py `send_fd`) beside the layout of every tensor (`layout`:
+offset, dtype, shape, strides; other values as JSON, as the socket path sends them). The runner
+imports and maps it, clones every tensor into allocations of its own (`unpack`), synchronises,
+unmaps, releases, closes the fd and replies; its staged sets are then bit for bit what the socket
+path gives.
 
 Contract:
 - a buffer is made for one runner and one staging, holds nothing but that staging's (sealed) sets
@@ -24,7 +25,7 @@ Contract:
   judge then stages that repetition over the socket, the runner having answered `"staged": false`.
 - the seals are untouched: sets travel sealed and are unsealed only inside the clock (run/seal.py).
 
-Not covered: whether it is faster (not yet measured on a GPU), multi-GPU placement (both processes
+Not covered: multi-GPU placement (both processes
 use their own current device), a candidate that keeps its mapping of the buffer (it holds GPU
 memory of its own making until its process ends, as with any allocation it keeps).
 """

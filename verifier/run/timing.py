@@ -2,10 +2,11 @@
 
 Method (docs/verifier.md; KernelBench's timing,
 https://github.com/ScalingIntelligence/KernelBench): warm both up *by time* (short warm-ups
-under-report by ~30%, triton #2306); then for each of `num_trials` rounds, in alternating order,
-for each implementation: fresh clones of the inputs, an L2 flush (write ≥ 256 MB), device-wide
-sync, start event, call, end event, device-wide sync (the sync inside the interval catches work on
-side streams), `elapsed_time`. Report median, quartiles, min and max in milliseconds.
+under-report by ~30%: https://github.com/triton-lang/triton/issues/2306); then for each of
+`num_trials` rounds, in alternating order, for each implementation: fresh clones of the inputs, an
+L2 flush (write ≥ 256 MB), device-wide sync, start event, call, end event, device-wide sync (the
+sync inside the interval catches work on side streams), `elapsed_time`. Report median, quartiles,
+min and max in milliseconds.
 `speedup = reference median / candidate median`; `speedup_min` = reference q1 / candidate q3
 (pessimistic), `speedup_max` = reference q3 / candidate q1. A speedup above the configured
 threshold (10×) or a candidate faster than moving its inputs and outputs once at peak bandwidth
@@ -73,7 +74,7 @@ def _clone(inputs: Sequence[Any]) -> list[Any]:
 def _time_once(fn: Callable[..., Any], inputs: Sequence[Any], flush: torch.Tensor | None) -> float:
     args = _clone(inputs)
     if flush is not None:
-        flush.fill_(1)  # evict L2 (H200 L2 is 60 MB; the buffer is ≥ 256 MB)
+        flush.fill_(1)  # evict L2 (the buffer, ≥ 256 MB, is larger than the GPU's L2)
     start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
     end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
     torch.cuda.synchronize()  # sync point: nothing of the previous call may leak into this one

@@ -9,10 +9,10 @@ is killed and a new spare starts, warming up while the pool compiles the next ca
 Same contract as `sandbox.run_in_child` (it can be `verify()`'s `run_child`); the result comes
 back on the spare's result pipe, never through a file.
 
-`spares` judges are kept warm (the pool keeps four per GPU: a judge needs ~11 s to warm up and a
-warm job ~2.5 s, so a queue of compiled candidates rarely waits for one); new ones start after a
-job ends, never during its timing, but they warm up during the next jobs' runs (CPU work and a
-CUDA context each, no kernels of note).
+`spares` judges are kept warm (the pool keeps four per GPU: a judge takes several times longer to
+warm up than a warm job takes, so with four a queue of compiled candidates rarely waits for one;
+docs/benchmarks.md); new ones start after a job ends, never during its timing, but they warm up
+during the next jobs' runs (CPU work and a CUDA context each, no kernels of note).
 
 Not covered: a job whose config names another build cache than the spare's gets its runners
 restarted inside the judge (correct, only slower); GPU memory of the spares' idle CUDA contexts

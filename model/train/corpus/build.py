@@ -80,7 +80,7 @@ EXAMPLE_KEYS = ("unary:relu", "softmax:pre=none>softmax")  # examples/relu.py, e
 TIMED_SHARE = 1 / 3
 INFILL_EVERY = 4  # one training problem in this many also gets the infilling prompt
 # Answers name each fused op in a comment before its CUDA statement (`build --op-comments`): off by
-# default: a CPU A/B of tiny models found a cost and no benefit (docs/benchmarks.md, 2026-12-04 23:10).
+# default: a CPU A/B of tiny models found a cost and no benefit (docs/benchmarks.md).
 OP_COMMENTS = False
 
 

@@ -171,8 +171,8 @@ def rl(start: Path, corpus: Path, out_dir: Path, seconds: float, phase: Phase, s
     """`cudice train rl` (infill stage, then e2e) from `start`; the newest complete checkpoint.
 
     Three small steps (1 infilling, 2 end-to-end; 4 tasks x 4 samples): each distinct answer costs
-    a verifier build of about a minute of CPU, so a step of 16 answers takes one to two minutes on
-    a 16-core box. lr 1e-5 (DICE: 1e-6 on 1.7B); correctness-only reward.
+    a full verifier build, so steps stay small (docs/benchmarks.md). lr 1e-5 (DICE: 1e-6 on 1.7B);
+    correctness-only reward.
     """
     help_text = _options("cudice.model.train.cli", "rl")
     args = _cli(
