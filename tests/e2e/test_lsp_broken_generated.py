@@ -4,6 +4,10 @@ A model that degrades writes garbage inside the kernel and launches a kernel by 
 static checks see the launch of an undefined kernel; the compiler sees both mistakes. Through a
 real server (real quick worker, real verifier, no GPU) the editor gets the compiler's errors on
 their lines, the static finding as a warning, and the verdict `compile_error`.
+
+A model that misspells the variable holding its CUDA source (`cuda_sources=cuda_srcx`) gets an
+error on that argument's line saying the name is not defined (the file would raise NameError),
+not a finding about CUDA built at run time.
 """
 
 from __future__ import annotations
@@ -50,3 +54,27 @@ async def test_garbage_and_a_misnamed_launch_get_the_compilers_errors(
     )
     statics = [d for d in diags if str(d.code).startswith("static.")]
     assert statics and all(d.severity == 2 for d in statics), statics
+
+
+async def test_an_undefined_source_variable_is_named_on_its_line(tmp_path: Path, editors: Editors) -> None:
+    """A misspelt `cuda_sources=` variable is reported as an undefined name on the argument's line
+    (not as CUDA built at run time, which the static checks cannot read)."""
+    copy_example("relu.py", tmp_path / "relu.py")
+    text = (
+        (REPO / "examples" / "relu_cuda.py")
+        .read_text()
+        .replace('name="relu"', f'name="undefined_{uuid.uuid4().hex[:8]}"')
+        .replace("cuda_sources=relu_source,", "cuda_sources=cuda_srcx,")
+    )
+    line = next(i for i, t in enumerate(text.splitlines()) if "cuda_sources=cuda_srcx" in t)
+    (tmp_path / "undefined_cuda.py").write_text(text)
+    editor = await editors.start("neovim@v0.11", tmp_path, env=REAL)
+    uri = editor.open(tmp_path / "undefined_cuda.py")
+    editor.save(uri)
+    diags = await editor.wait_diagnostics(
+        uri, lambda d: any(x.code == "static.dynamic_source" for x in d), timeout=300
+    )
+    (found,) = [d for d in diags if d.code == "static.dynamic_source"]
+    assert "name `cuda_srcx` is not defined in this file" in found.message, found
+    assert "built at run time" not in found.message, found
+    assert found.range.start.line == line and found.severity == 1 and found.source == "cudice", found
