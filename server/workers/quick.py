@@ -28,6 +28,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from cudice.server.workers.protocol import STATIC_FIELD, ChildProcess
+from cudice.verifier.config import VerifyConfig
 from cudice.verifier.source.result import VerifyResult
 
 if TYPE_CHECKING:
@@ -42,10 +43,12 @@ MIN_PROGRESS_CPU_S = 0.05  # CPU seconds between heartbeats that count as progre
 def quick_request(
     job_id: str, path: str, source: str, static_policy: str | None, static: StaticResult | None
 ) -> dict[str, Any]:
-    """The request sent to the quick worker (quick_child.py lists its fields)."""
-    request: dict[str, Any] = {"id": job_id, "path": path, "source": source}
-    if static_policy is not None:
-        request["static_policy"] = static_policy
+    """The request sent to the quick worker (quick_child.py lists its fields). Its config is a
+    `VerifyConfig` with `static_policy` (the verifier's default when None), sent as the verify
+    worker's is (`VerifyConfig.overrides()`, read back with `from_dict`); an invalid policy raises
+    `ValueError` here."""
+    config = VerifyConfig() if static_policy is None else VerifyConfig(static_policy=static_policy)
+    request: dict[str, Any] = {"id": job_id, "path": path, "source": source, "config": config.overrides()}
     if static is not None:
         request[STATIC_FIELD] = static.to_dict()
     return request
@@ -134,7 +137,11 @@ class QuickChecks:
             fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
             self._waiters[job_id] = fut
             try:
-                request = quick_request(job_id, path, source, static_policy, static)
+                try:
+                    request = quick_request(job_id, path, source, static_policy, static)
+                except ValueError as exc:  # the worker would refuse it as well
+                    log.warning("quick check of %s failed: %s", path, exc)
+                    return None
                 if not await self._proc.send(request):
                     return None
                 event = await self._wait(fut, path, timeout_s if timeout_s is not None else self.timeout_s)

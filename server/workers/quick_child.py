@@ -5,10 +5,15 @@
 10-25 s when it starts a fresh clangd (docs/verifier.md). This process owns that checker for the
 server's lifetime: it warms it at start, then answers requests one at a time.
 
-Requests (stdin, JSON lines): {"id", "path", "source"} and optionally "static_policy" (the user's
-`cudice.verify.strictness`, so the first findings are those the verdict will carry) and "static"
-(the static stage's result the server computed for this save, `protocol.handed_static`: the
-checks are not run again when it was computed for this text, reference and policy). Events
+Requests (stdin, JSON lines): {"id", "path", "source"} and optionally "config" (the `VerifyConfig`
+fields the check runs with that differ from the defaults, `VerifyConfig.overrides()`, as the
+verification worker gets them: the server sends the user's `cudice.verify.strictness` as
+`static_policy`, so the first findings are those the verdict will carry; read with
+`VerifyConfig.from_dict`, so a key that is no field fails the check with an "error" event naming
+it and the valid ones) and "static" (the static stage's result the server computed for this save,
+`protocol.handed_static`: the checks are not run again when it was computed for this text,
+reference and policy). A top-level "static_policy" is read as that config field too (the shorthand
+in-process callers use; one that disagrees with the config's fails the check). Events
 (stdout): {"event": "started"}, {"event": "result", "id", "result": VerifyResult} |
 {"event": "error", "id", "message"}, and
 while a check runs, every `CUDICE_QUICK_HEARTBEAT_S` (2 s) {"event": "progress", "id", "cpu_s"}:
@@ -32,6 +37,7 @@ from typing import Any
 from cudice.server.workers import child
 from cudice.server.workers.procs import group_cpu_seconds
 from cudice.server.workers.protocol import EventStream, handed_static, requests
+from cudice.verifier.config import VerifyConfig
 
 
 def _heartbeat(stream: EventStream, busy: list[Any], interval_s: float) -> None:
@@ -48,15 +54,28 @@ def _heartbeat(stream: EventStream, busy: list[Any], interval_s: float) -> None:
             stream.emit("progress", id=job_id, cpu_s=round(group_cpu_seconds(clock), 3))
 
 
-def answer(api: Any, req: dict[str, Any], checker: Any) -> Any:
-    """The quick result for one request: `api.quick_check` under the request's static policy (the
-    verifier's default when it names none), with the static result the request carries, if any."""
-    kw: dict[str, Any] = {}
+def request_config(req: dict[str, Any]) -> VerifyConfig:
+    """The `VerifyConfig` a request asks for (module docstring): its "config" fields over the
+    defaults; `ValueError` for a key that is no field (named, with the valid ones), an invalid
+    value, or a top-level "static_policy" that contradicts the config's."""
+    raw = req.get("config") or {}
+    if not isinstance(raw, dict):
+        raise ValueError(f"the request's config must be a JSON object of VerifyConfig fields, not {raw!r}")
     policy = req.get("static_policy")
     if policy is not None:
-        from cudice.verifier.config import VerifyConfig
+        if raw.get("static_policy", policy) != policy:
+            raise ValueError(
+                f"the request names two static policies: {policy!r} and config {raw['static_policy']!r}"
+            )
+        raw = {**raw, "static_policy": str(policy)}
+    return VerifyConfig.from_dict(raw)
 
-        kw["config"] = VerifyConfig(static_policy=str(policy))
+
+def answer(api: Any, req: dict[str, Any], checker: Any) -> Any:
+    """The quick result for one request: `api.quick_check` under the request's config
+    (`request_config`: the verifier's defaults when it names none), with the static result the
+    request carries, if any."""
+    kw: dict[str, Any] = {"config": request_config(req)}
     static = handed_static(api, req)
     if static is not None:
         kw["static"] = static
