@@ -7,6 +7,7 @@ quality is irrelevant (random weights); the workflow is what is checked.
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -192,3 +193,51 @@ async def test_a_type_error_verdict_comes_no_later_than_a_good_build(
     line = next(i for i, t in enumerate(texts["bad_cuda.py"].splitlines()) if "float* p = x;" in t)
     assert error.range.start.line == line and 'type "const float *"' in error.message, error
     assert walls["bad_cuda.py"] <= walls["good_cuda.py"], walls
+
+
+async def test_a_reference_whose_get_inputs_raises_is_shown_as_the_cli_shows_it(
+    tmp_path: Path, editors: Editors
+) -> None:
+    """Compile-only (no GPU here): the verifier calls the reference's `get_inputs()` once on the CPU
+    (verifier/run/reference_probe.py). A reference that raises there gives the candidate the
+    verdict `runtime_error` and the error `reference.get_inputs_failed`, as `cudice verify` prints
+    them; the finding is located in the reference, so the editor shows it at the top of the
+    candidate with the reference's file name and line (server/features/diagnostics.py)."""
+    import json
+    import uuid
+
+    ref_text = (REPO / "examples" / "relu.py").read_text().replace("(batch_size, dim)", "(batch_size, dimm)")
+    (tmp_path / "relu.py").write_text(ref_text)
+    raising = next(i for i, t in enumerate(ref_text.splitlines(), 1) if "dimm" in t)
+    name = f'name="inputs_{uuid.uuid4().hex[:8]}"'
+    cand = (REPO / "examples" / "relu_cuda.py").read_text().replace('name="relu"', name)
+    (tmp_path / "relu_cuda.py").write_text(cand)
+    env = {**REAL, "CUDICE_GPU": "0"}
+    editor = await editors.start("neovim@v0.11", tmp_path, env=env)
+    uri = editor.open(tmp_path / "relu_cuda.py")
+    editor.save(uri)
+    status = await editor.wait_status(
+        lambda s: s["uri"] == uri and s["lastVerdict"] is not None and not s["verifying"], timeout=400
+    )
+    diags = await editor.wait_diagnostics(
+        uri, lambda d: any(x.code == "reference.get_inputs_failed" for x in d), timeout=60
+    )
+    (shown,) = [d for d in diags if d.code == "reference.get_inputs_failed"]
+
+    cli = subprocess.run(
+        ["cudice", "verify", "relu_cuda.py", "--json"],
+        cwd=tmp_path,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
+    printed = json.loads(cli.stdout)
+    (want,) = [d for d in printed["diagnostics"] if d["code"] == "reference.get_inputs_failed"]
+    assert (Path(want["path"]).name, want["line"], want["severity"]) == ("relu.py", raising, "error"), want
+    assert "NameError: name 'dimm' is not defined" in want["message"], want
+    assert status["lastVerdict"] == printed["verdict"] == "runtime_error", (status, printed["verdict"])
+    assert shown.message == f"relu.py:{raising}: {want['message']}", shown
+    assert shown.severity == lsp.DiagnosticSeverity.Error and shown.source == "cudice", shown
+    model_new = next(i for i, t in enumerate(cand.splitlines()) if t.startswith("class ModelNew"))
+    assert shown.range.start.line == model_new, shown
