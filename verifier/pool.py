@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cudice.verifier.api import verify
-from cudice.verifier.backends import JobTable, VerifyBackend, VerifyJob
+from cudice.verifier.backend_base import JobTable, VerifyBackend, VerifyJob
 from cudice.verifier.config import VerifyConfig
 from cudice.verifier.run.gpu_probe import count_gpus as count_gpus  # the pool's default size; re-exported
 from cudice.verifier.run.sandbox import ChildOutcome, run_in_child

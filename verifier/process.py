@@ -42,12 +42,14 @@ import contextlib
 import ctypes
 import functools
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any, Protocol
 
 _LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform == "linux" else None  # loaded before any fork
@@ -133,6 +135,50 @@ def wait_or_kill(
             pass
     proc.wait()
     return cancelled, timed_out
+
+
+def run_process(
+    cmd: list[str],
+    timeout_s: float,
+    cancel: CancelToken | None,
+    cwd: Path | None = None,
+    on_output: Callable[[str], None] | None = None,
+    env: dict[str, str] | None = None,
+    merge_stderr: bool = True,
+) -> tuple[int, str, bool, bool]:
+    """(returncode, merged output, cancelled, timed_out); the process group dies on cancel/timeout.
+
+    `merge_stderr=False`: the output is stdout alone (a preprocessor's text) and stderr is dropped.
+    """
+    if env is None:
+        env = {**os.environ, "LC_ALL": "C", "LANG": "C"}
+    if shutil.which(cmd[0], path=env.get("PATH")) is None:  # as Popen would, not the shell's 127
+        raise FileNotFoundError(2, f"no such program: {cmd[0]}", cmd[0])
+    proc = subprocess.Popen(
+        reaped(cmd),  # the driver's own children die with the starting thread too
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT if merge_stderr else subprocess.DEVNULL,
+        text=True,
+        env=env,
+        cwd=cwd,
+        start_new_session=True,
+        errors="replace",
+        preexec_fn=die_with_parent_term,
+    )
+    chunks: list[str] = []
+
+    def pump() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            chunks.append(line)
+            if on_output is not None:
+                on_output(line)
+
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
+    cancelled, timed_out = wait_or_kill(proc, timeout_s, cancel, poll_s=0.05)
+    reader.join(timeout=5)
+    return proc.returncode, "".join(chunks), cancelled, timed_out
 
 
 def tree_threads(pid: int) -> int:

@@ -16,7 +16,7 @@ described above (several `-gencode` targets, `-rdc`, `-E`, another nvcc), and th
 nvcc itself. `run()` reports what nvcc would: the output of every step that ran, in nvcc's
 order, and a non-zero status when a step failed; when the host front end fails, the device
 chain is stopped and its output dropped (nvcc would not have started it). Every step is a
-child in its own session that dies with the thread that started it (objects.run_process).
+child in its own session that dies with the thread that started it (process.run_process).
 `run(host_compile=False)` is a check: `cudafe++` runs with EDG's `--no_code_gen` (it parses
 and reports, but writes no host source: a fifth to a third of its time on a `cuda.cu` over
 torch's headers), and the host compile is skipped; both only make what the host compiler
@@ -42,7 +42,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from cudice.verifier.process import CancelToken
+from cudice.verifier.process import CancelToken, run_process
 
 _ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
 _GEN_ID = "--gen_module_id_file"
@@ -151,12 +151,11 @@ def run(
     on_output: Callable[[str], None] | None = None,
     host_compile: bool = True,
 ) -> tuple[int, str, bool, bool]:
-    """(returncode, output, cancelled, timed_out), as objects.run_process reports a plain nvcc.
+    """(returncode, output, cancelled, timed_out), as process.run_process reports a plain nvcc.
 
     `host_compile=False` stops after the two front ends and the device chain: every step that
     parses the candidate has run and reported, and no object is written (a check, not a build)."""
     from cudice.verifier.build import ppcache
-    from cudice.verifier.build.objects import run_process
 
     deadline = time.monotonic() + timeout_s
     p.module_id_file.write_text(p.module_id)
@@ -238,5 +237,5 @@ def _emit(
 
 
 def environment() -> dict[str, str]:
-    """The environment nvcc and its steps run in (objects.run_process's: the C locale)."""
+    """The environment nvcc and its steps run in (process.run_process's: the C locale)."""
     return {**os.environ, "LC_ALL": "C", "LANG": "C"}

@@ -10,8 +10,10 @@ Failures are cached too (same text and flags, same errors). The two objects comp
 parallel as child processes in their own session; a cancel or timeout kills both, and each
 compiler gets SIGKILL when the thread that started it dies (`PR_SET_PDEATHSIG`, Linux), so a
 killed worker leaves no compiler behind (the language server also kills the worker's whole
-family: `server/workers/procs.py`).
+family: `kill_family` in verifier/process.py).
 The commands are torch's own (build/toolchain.py), as `load_inline`'s ninja file would run them.
+Every compiler runs through `run_process` (verifier/process.py, re-exported here for the build steps
+that import it from this module).
 
 Not covered: eviction of the cache (delete `cache_dir` to reclaim space), ccache.
 """
@@ -21,16 +23,14 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
-import os
 import shlex
 import shutil
-import subprocess
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from cudice.verifier.process import CancelToken, die_with_parent_term, reaped, wait_or_kill
+from cudice.verifier.process import CancelToken
+from cudice.verifier.process import run_process as run_process  # imported from here too
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,50 +41,6 @@ class StepResult:
     cached: bool
     cancelled: bool = False
     timed_out: bool = False
-
-
-def run_process(
-    cmd: list[str],
-    timeout_s: float,
-    cancel: CancelToken | None,
-    cwd: Path | None = None,
-    on_output: Callable[[str], None] | None = None,
-    env: dict[str, str] | None = None,
-    merge_stderr: bool = True,
-) -> tuple[int, str, bool, bool]:
-    """(returncode, merged output, cancelled, timed_out); the process group dies on cancel/timeout.
-
-    `merge_stderr=False`: the output is stdout alone (a preprocessor's text) and stderr is dropped.
-    """
-    if env is None:
-        env = {**os.environ, "LC_ALL": "C", "LANG": "C"}
-    if shutil.which(cmd[0], path=env.get("PATH")) is None:  # as Popen would, not the shell's 127
-        raise FileNotFoundError(2, f"no such program: {cmd[0]}", cmd[0])
-    proc = subprocess.Popen(
-        reaped(cmd),  # the driver's own children die with the starting thread too
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT if merge_stderr else subprocess.DEVNULL,
-        text=True,
-        env=env,
-        cwd=cwd,
-        start_new_session=True,
-        errors="replace",
-        preexec_fn=die_with_parent_term,
-    )
-    chunks: list[str] = []
-
-    def pump() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            chunks.append(line)
-            if on_output is not None:
-                on_output(line)
-
-    reader = threading.Thread(target=pump, daemon=True)
-    reader.start()
-    cancelled, timed_out = wait_or_kill(proc, timeout_s, cancel, poll_s=0.05)
-    reader.join(timeout=5)
-    return proc.returncode, "".join(chunks), cancelled, timed_out
 
 
 def _key(*parts: str) -> str:

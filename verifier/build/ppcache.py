@@ -36,7 +36,7 @@ entered and left empty where gcc skips it unread), so the files nothing reads bu
 `.cudafe1.gpu` (local names there carry a line of the preprocessed text) may differ; the host
 front end's messages and host source, cicc's messages and PTX are the same (tests).
 Entries are written whole (a temporary folder renamed into place); processes run through
-`objects.run_process` (own session, killed on cancel or timeout).
+`process.run_process` (own session, killed on cancel or timeout).
 
 Not covered: a header added where it would shadow one of H's (the object cache has the same
 blind spot: its keys are the commands and texts, not the headers); preprocessors other than
@@ -56,8 +56,7 @@ import threading
 import time
 from pathlib import Path
 
-from cudice.verifier.build.objects import run_process
-from cudice.verifier.process import CancelToken
+from cudice.verifier.process import CancelToken, run_process
 
 VERSION = "1"
 _PLACEHOLDER = "cudice_ppcache_module_name_0f3a"
@@ -86,7 +85,7 @@ def run_step(
     cancel: CancelToken | None,
 ) -> tuple[int, str, bool, bool] | None:
     """Run the preprocessor command `step` (a shell line of `nvcc --dryrun`) on `source` through
-    the cache: (returncode, output, cancelled, timed_out) as `objects.run_process` reports the
+    the cache: (returncode, output, cancelled, timed_out) as `process.run_process` reports the
     step itself, or None when the caller must run the step (module docstring)."""
     deadline = time.monotonic() + timeout_s
     try:

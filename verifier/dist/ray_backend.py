@@ -35,7 +35,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
-from cudice.verifier.backends import JobTable, VerifyBackend, VerifyJob
+from cudice.verifier.backend_base import JobTable, VerifyBackend, VerifyJob
 from cudice.verifier.config import VerifyConfig
 from cudice.verifier.dist.tasks import (
     ShippedJob,
