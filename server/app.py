@@ -53,6 +53,7 @@ PRELOAD = (
 )
 
 log = logging.getLogger("cudice.server")
+REOPEN_POLL_S = 0.05  # how often a reopened document checks whether its cancelled run has ended
 
 
 async def _pull_configuration(ls: CudiceServer) -> Any:
@@ -92,6 +93,19 @@ def _released(ls: CudiceServer) -> bool:
     return ls.released  # a call, so that mypy does not narrow the flag across awaits
 
 
+async def _verify_reopened(ls: CudiceServer, uri: str) -> None:
+    """Verify `uri` again once the run its close cancelled has ended: the editor reopened it
+    meanwhile (Neovim reloads a buffer, `:edit`, as didClose + didOpen), so its verdict is wanted
+    after all. A newer run (a save) that starts meanwhile is waited for too; its verdict is then in
+    the result cache, which `verify_document` reads first."""
+    from cudice.server.verification import verify_document
+
+    while ls.is_building(uri) and not _released(ls):
+        await asyncio.sleep(REOPEN_POLL_S)
+    if not _released(ls) and uri in ls.workspace.text_documents:
+        await verify_document(ls, uri)
+
+
 def _preload() -> None:
     """Import what the handlers use, off the event loop, so the first hover or code action is fast."""
     for name in PRELOAD:
@@ -111,6 +125,7 @@ def create_server(
     """A fresh cudice language server with every feature registered."""
     server = CudiceServer(worker_env=worker_env, results_dir=results_dir)
     server.cli_log_level = cli_log_level
+    cancelled_by_close: set[str] = set()  # documents closed while verified: reopened, verified again
 
     @server.feature(lsp.INITIALIZE)
     def initialize(ls: CudiceServer, params: lsp.InitializeParams) -> None:
@@ -160,7 +175,10 @@ def create_server(
         from cudice.server.verification import show_cached, verify_open_documents
 
         uri = params.text_document.uri
-        if not show_cached(ls, uri) and ls.settings.verify_on_save:
+        if uri in cancelled_by_close:  # closed while verified and reopened: the verdict is wanted
+            cancelled_by_close.discard(uri)
+            ls.spawn(_verify_reopened(ls, uri))
+        elif not show_cached(ls, uri) and ls.settings.verify_on_save:
             verify_open_documents(ls, [uri])  # saved while the editor was attaching: verify it now
         show_syntax_error(ls, uri)  # a reference that does not parse says so before any save
         if not ls.released and ls.analyse(uri, params.text_document.text)[0].is_candidate:
@@ -183,6 +201,8 @@ def create_server(
         from cudice.server import prebuild
 
         uri = params.text_document.uri
+        if ls.is_building(uri):  # starting (it sees `closes`) or running (cancelled below)
+            cancelled_by_close.add(uri)
         ls.document(uri).closes += 1  # a run still starting sees it
         prebuild.cancel(ls, uri)
         if "jobs" in ls.__dict__ and ls.jobs.cancel(uri):  # nobody is looking at its verdict any more

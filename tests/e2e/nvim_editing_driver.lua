@@ -9,13 +9,16 @@
 --      the buffer after the infill, and the statuslines shown while it ran;
 --   d. `:bdelete` of a buffer whose verification runs (`SLOW_VERIFY`: the scripted verifier sleeps
 --      300 s): the verification worker's pid (from CUDICE_FAKE_VERIFY_LOG), whether it is gone, and
---      how the work-done progress ended.
+--      how the work-done progress ended;
+--   e. `:edit` (a reload: didClose + didOpen) of a buffer whose verification runs (`VERIFY_DELAY`):
+--      the statusline once a verdict came, and how each of its verifications ended.
 -- setup() passes sampler.maxNewTokens = 0 (a type-valid value the server rejects at `initialize`,
 -- so its warning is logged before `initialized`); the log level is INFO, so lsp.log (under
 -- XDG_STATE_HOME) shows at which level each server line arrived (test point 4).
--- Every wait is bounded; the JSON is always written. Env: CUDICE_PLUGIN, CUDICE_WORK, CUDICE_OUT,
+-- Every wait is bounded; the JSON is always written, with `errors[point]` for a point that failed
+-- (the other points still run). Env: CUDICE_PLUGIN, CUDICE_WORK, CUDICE_OUT,
 -- CUDICE_PYTHON, CUDICE_FAKE_VERIFY_LOG.
-local out = { errors = {}, notes = {}, progress = {}, infill_statuslines = {} }
+local out = { errors = vim.empty_dict(), notes = {}, progress = {}, infill_statuslines = {} }
 local work = assert(os.getenv('CUDICE_WORK'))
 local proj = vim.fs.joinpath(work, 'proj')
 vim.opt.rtp:prepend(assert(os.getenv('CUDICE_PLUGIN')))
@@ -86,10 +89,9 @@ local function overwritten(name, write)
   return rec
 end
 
-local function main()
+local function setup()
   local cudice = require('cudice')
-  local notify = vim.notify
-  vim.notify = function(msg, level)
+  vim.notify = function(msg, level) -- kept, not shown, for the whole session
     table.insert(out.notes, { msg = tostring(msg), level = level or vim.NIL })
   end
   out.setup_ok = cudice.setup({
@@ -119,15 +121,19 @@ local function main()
       end
     end,
   })
+end
 
-  -- a
+local steps = {}
+
+steps.a = function()
   out.a_save = overwritten('a_cuda.py', function() vim.cmd.write() end)
   out.a_verify = overwritten('b_cuda.py', function()
     vim.cmd('noautocmd write') -- on disk, but no didSave: only :CudiceVerify tells the server
     vim.cmd('CudiceVerify')
   end)
+end
 
-  -- b
+steps.b = function()
   local ref = open('broken.py')
   wait(60000, "broken.py's syntax diagnostic", function() return #vim.diagnostic.get(ref) > 0 end)
   out.b_codes = diag_codes(ref)
@@ -142,8 +148,9 @@ local function main()
   out.b_messages = vim.list_slice(messages(), num_messages + 1)
   out.b_notes = vim.list_slice(out.notes, num_notes + 1)
   out.b_generated = vim.uv.fs_stat(vim.fs.joinpath(proj, 'broken_cuda.py')) ~= nil
+end
 
-  -- c
+steps.c = function()
   local cand = open('c_cuda.py')
   local lines = vim.api.nvim_buf_get_lines(cand, 0, -1, false)
   local first, last
@@ -163,8 +170,9 @@ local function main()
       ~= nil
   end, 100)
   out.c_after = vim.api.nvim_buf_get_lines(cand, 0, -1, false)
+end
 
-  -- d
+steps.d = function()
   local log = assert(os.getenv('CUDICE_FAKE_VERIFY_LOG'))
   local slow = open('slow_cuda.py')
   local slow_uri = vim.uri_from_bufnr(slow)
@@ -208,10 +216,36 @@ local function main()
   local files = require('cudice.lsp').files[client.id]
   vim.wait(60000, function() return files[slow_uri] ~= nil and files[slow_uri].verifying == false end, 100)
   out.d_verifying_after = files[slow_uri] and files[slow_uri].verifying
-  vim.notify = notify
 end
 
-xpcall(main, function(err)
-  table.insert(out.errors, debug.traceback(tostring(err), 2))
-end)
+steps.e = function()
+  local delayed = open('e_cuda.py')
+  vim.cmd.write()
+  statusline_when(delayed, "e_cuda.py's verification", function(s) return s:find('verifying', 1, true) ~= nil end)
+  vim.cmd.edit() -- reloads the unmodified buffer: Neovim sends didClose, then didOpen
+  out.e_same_buffer = vim.api.nvim_get_current_buf() == delayed
+  out.e_statusline = statusline_when(delayed, "e_cuda.py's verdict after the reload", function(s)
+    return s:find('compiled', 1, true) ~= nil
+  end)
+  out.e_progress_ends = {}
+  for _, p in pairs(out.progress) do
+    if p.title == 'cudice: verifying e_cuda.py' then
+      table.insert(out.e_progress_ends, p.end_message or 'running')
+    end
+  end
+  table.sort(out.e_progress_ends)
+end
+
+-- each point on its own: one that fails records why (`errors[point]`) and the next ones still run
+local ok, err = xpcall(setup, debug.traceback)
+if ok then
+  for _, point in ipairs({ 'a', 'b', 'c', 'd', 'e' }) do
+    local done, why = xpcall(steps[point], debug.traceback)
+    if not done then
+      out.errors[point] = why
+    end
+  end
+else
+  out.errors.setup = err
+end
 finish()
