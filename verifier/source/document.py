@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cudice.verifier.source import pyparse
+from cudice.verifier.source.bindings import NOT_DEFINED
 from cudice.verifier.source.positions import LineIndex, Span
 from cudice.verifier.source.result import Diagnostic, Location, Severity, Stage, Verdict, VerifyResult
 from cudice.verifier.source.strings import CudaSource as CudaSource
@@ -405,7 +406,9 @@ class _Parser:
                     src.expr,
                     Severity.INFORMATION,
                 )
-        if call.unmappable_reason:
+        if call.unmappable_reason and not all(
+            r.endswith(NOT_DEFINED) for r in call.unmappable_reason.split("; ")
+        ):  # an undefined name is the static checks' error (static.dynamic_source), not a build note
             self.problem(
                 f"`load_inline` sources are built at run time ({call.unmappable_reason}); compiler "
                 "messages will point at this call.",

@@ -19,6 +19,7 @@ import ast
 import re
 from dataclasses import dataclass
 
+from cudice.verifier.source.bindings import NOT_DEFINED, bound_names
 from cudice.verifier.source.positions import LineIndex, Span
 from cudice.verifier.source.sourcemap import LiteralScanError, SourceSpan, scan_literal
 from cudice.verifier.static.cpp_scan import blank_comments_and_strings, find_functions
@@ -120,7 +121,12 @@ class SourceStrings:
             variable = expr.id
             value = self.module_assignment(expr.id)
             if value is None:
-                reasons.append(f"`{expr.id}` is not a single module-level assignment")
+                bound = bound_names(self.tree)
+                reasons.append(
+                    f"`{expr.id}` {NOT_DEFINED}"
+                    if bound is not None and expr.id not in bound
+                    else f"`{expr.id}` is not a single module-level assignment"
+                )
                 return ()
             expr = value
         if isinstance(expr, (ast.List, ast.Tuple)):

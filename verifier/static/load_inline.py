@@ -19,11 +19,12 @@ import ast
 from collections.abc import Sequence
 
 from cudice.verifier.config import VerifyConfig
+from cudice.verifier.source.bindings import undefined_names
 from cudice.verifier.source.document import Document
 from cudice.verifier.source.result import Diagnostic, Location, Severity, Stage
 from cudice.verifier.source.sourcemap import SourceSpan
 from cudice.verifier.static.cuda import CppSource, Locator, check_cpp_sources
-from cudice.verifier.static.names import LoadInlineUses, undefined_names
+from cudice.verifier.static.names import LoadInlineUses
 from cudice.verifier.static.policy import Strictness, parse_strictness
 from cudice.verifier.static.sources import ResolvedCall, call_functions, resolve_call_sources
 

@@ -24,7 +24,6 @@ and re-exports other than whole modules (`torch.nn.modules.linear.F`); those sti
 from __future__ import annotations
 
 import ast
-import builtins
 from dataclasses import dataclass, field
 
 from cudice.verifier.source.document import callee_name
@@ -220,43 +219,3 @@ def _followed_alias(stmt: ast.AST | None, node: ast.expr, parents: dict[int, ast
             return False
         p = parents.get(id(p))
     return isinstance(p, (ast.FunctionDef, ast.AsyncFunctionDef))
-
-
-def bound_names(tree: ast.Module) -> set[str] | None:
-    """Every name the file binds anywhere (any scope), or None when a star import makes that unknowable."""
-    names: set[str] = set()
-    for n in ast.walk(tree):
-        if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del)):
-            names.add(n.id)
-        elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names.add(n.name)
-        elif isinstance(n, (ast.Import, ast.ImportFrom)):
-            for a in n.names:
-                if a.name == "*":
-                    return None
-                names.add((a.asname or a.name).split(".")[0])
-        elif isinstance(n, ast.arg):
-            names.add(n.arg)
-        elif isinstance(n, (ast.Global, ast.Nonlocal)):
-            names.update(n.names)
-        elif isinstance(n, ast.ExceptHandler) and n.name:
-            names.add(n.name)
-        elif isinstance(n, (ast.MatchAs, ast.MatchStar)) and n.name:
-            names.add(n.name)
-    return names
-
-
-def undefined_names(expr: ast.AST, tree: ast.Module) -> list[str]:
-    """Names read in `expr` that nothing in the file binds and that are not builtins (`cuda_srcx`)."""
-    bound = bound_names(tree)
-    if bound is None:
-        return []
-    return [
-        n.id
-        for n in ast.walk(expr)
-        if isinstance(n, ast.Name)
-        and isinstance(n.ctx, ast.Load)
-        and n.id not in bound
-        and not hasattr(builtins, n.id)
-        and n.id != "__file__"
-    ]

@@ -995,6 +995,14 @@ def test_an_undefined_source_name_is_reported_as_undefined_on_its_line() -> None
     line = text.splitlines()[d.location.line - 1] if d.location else ""
     assert "name `cuda_srcx` is not defined in this file" in d.message and "cuda_srcx" in line
     assert "built at run time" not in d.message
+    # and the parse stage does not contradict it with a note that the sources are built at run time
+    doc = parse_document(text, "u.py")
+    assert not [p for p in doc.problems if p.code == "parse.unmappable_source"], doc.problems
+    # a name the file does bind, but not once at module level, still gets the note
+    twice = "if True:\n    cuda_srcx = src\nelse:\n    cuda_srcx = ''\n"
+    bound = text.replace("class ModelNew", twice + "class ModelNew")
+    notes = [p for p in parse_document(bound, "u.py").problems if p.code == "parse.unmappable_source"]
+    assert notes and "not a single module-level assignment" in notes[0].message
 
 
 # -- C++: what the compiler sees, not what the source spells ------------------------------------------
