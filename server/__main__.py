@@ -14,8 +14,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-# the levels of `--log-level` and of the `cudice.logLevel` setting (lsp_cli.py and settings.py import them)
-LOG_LEVELS = ("error", "warning", "info", "debug")
+from cudice.server.log_levels import LOG_LEVELS
 
 
 def fast_log_level(args: list[str]) -> tuple[bool, str | None]:

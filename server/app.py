@@ -252,7 +252,7 @@ def create_server(
     @server.feature(lsp.TEXT_DOCUMENT_HOVER)
     def hover(ls: CudiceServer, params: lsp.HoverParams) -> lsp.Hover | None:
         from cudice.server.features.hover import hover_card, hover_target
-        from cudice.server.verification import compile_only_reason
+        from cudice.server.publishing import compile_only_reason
 
         uri = params.text_document.uri
         doc = ls.read_document(uri)

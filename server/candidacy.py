@@ -8,7 +8,8 @@
 - An unsaved edit marks the shown verdict as edited: `cudice/status` carries `edited` and the
   lens turns to "edited since: …" (`note_edit`); an undo back to the verified text clears it.
 
-Not covered: the verification flow itself (verification.py).
+Not covered: the verification flow itself (verification.py, which hands non-candidates here);
+publishing a result and watching the reference (publishing.py, shared with verification.py).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from __future__ import annotations
 import os
 
 from cudice.server.core import CudiceServer
-from cudice.server.verification import current_version, publish, watch_reference
+from cudice.server.publishing import current_version, publish, watch_reference
 from cudice.verifier.source.document import Document
 from lsprotocol import types as lsp
 

@@ -8,7 +8,7 @@ the protocol itself (and `--print-schema`).
 from __future__ import annotations
 
 import click
-from cudice.server.__main__ import LOG_LEVELS
+from cudice.server.log_levels import LOG_LEVELS
 
 
 @click.command("lsp", context_settings={"help_option_names": ["-h", "--help"]})

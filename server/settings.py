@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from cudice.model.config import STRATEGY_NAMES, SamplerConfig
-from cudice.server.__main__ import LOG_LEVELS
+from cudice.server.log_levels import LOG_LEVELS
 from cudice.verifier.config import VerifyConfig
 from cudice.verifier.static.policy import Strictness
 
@@ -33,7 +33,7 @@ DTYPES = ("auto", "bfloat16", "float16", "float32")
 # cudice.model.fast -> load_engine(fast=...): None is the fast path where the model sits on a GPU
 FAST_MODES: dict[str, bool | None] = {"auto": None, "on": True, "off": False}
 STRICTNESS = tuple(s.value for s in Strictness)  # the verifier's static policies (docs/anticheat.md)
-# LOG_LEVELS live in __main__.py: a bare `cudice-lsp --log-level` checks them before this module loads
+# LOG_LEVELS live in log_levels.py: a bare `cudice-lsp --log-level` checks them before this module loads
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,10 +13,11 @@
    text, path, reference file and strictness it verifies, and runs them itself otherwise): static
    and quick-check compile findings are published first, then the build's, then the final result; a
    newer save of the same document supersedes (kills) this run.
-5. Publish versioned diagnostics, store the result, refresh code lenses, send `cudice/status`.
-   A result computed for text the editor no longer has is never published or shown (its lines
-   would have moved): it is only cached. Results for the current text go out with the current
-   document version, so Neovim, which ignores the version field, never gets a stale one either.
+5. Publish versioned diagnostics (publishing.py), store the result, refresh code lenses, send
+   `cudice/status`. A result computed for text the editor no longer has is never published or
+   shown (its lines would have moved): it is only cached. Results for the current text go out
+   with the current document version, so Neovim, which ignores the version field, never gets a
+   stale one either.
 
 A document closed while its run starts never runs it (app.py's didClose cancels one already
 running). Non-candidates and edited buffers: candidacy.py.
@@ -37,6 +38,7 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from cudice.server.candidacy import not_a_candidate
 from cudice.server.core import CudiceServer
 from cudice.server.document_state import (
     DocumentState,
@@ -45,13 +47,12 @@ from cudice.server.document_state import (
     named_reference,
     read_reference,
 )
-from cudice.server.features.diagnostics import ClientSupport, result_diagnostics
 from cudice.server.progress import WorkProgress
+from cudice.server.publishing import compile_only_reason, current_version, publish, watch_reference
 from cudice.server.results import result_key
 from cudice.server.team import claim_work, release_work
 from cudice.server.workers.verify import VerifyRequest
 from cudice.verifier.config import VerifyConfig
-from cudice.verifier.run.gpu_probe import gpu_absent_reason
 from cudice.verifier.source.document import Document
 from cudice.verifier.source.result import Stage, Verdict, VerifyResult
 from lsprotocol import types as lsp
@@ -76,12 +77,6 @@ def reference_path(doc: Document) -> str | None:
     """The reference file a candidate names in its `# cudice: reference=` comment, resolved as the
     verifier resolves it; None when the file is its own reference or names none."""
     return named_reference(doc)
-
-
-def compile_only_reason(ls: CudiceServer) -> str | None:
-    if ls.settings.verify_compile_only:
-        return "compile-only mode is on (cudice.verify.compileOnly)"
-    return gpu_absent_reason()
 
 
 def verify_settings(ls: CudiceServer) -> dict[str, Any]:
@@ -114,36 +109,6 @@ def key_for(ls: CudiceServer, doc: Document, reference: ReferenceInfo) -> str:
     # for, so a copy of the file (same content, other path) must not show the original's.
     settings = {**verify_settings(ls), "path": os.path.realpath(doc.path)}
     return result_key(doc.text, reference.path, reference.text, settings)
-
-
-def current_version(ls: CudiceServer, uri: str, source: str, version: int | None) -> tuple[bool, int | None]:
-    """(is the result for `source` still current, the version to publish it with). A closed
-    document is current; an open one only while the editor's text equals `source`."""
-    doc = ls.workspace.text_documents.get(uri)
-    if doc is None:
-        return True, version
-    return doc.source == source, doc.version
-
-
-def publish(
-    ls: CudiceServer, uri: str, path: str, source: str, version: int | None, result: VerifyResult
-) -> None:
-    is_current, version = current_version(ls, uri, source, version)
-    if not is_current:
-        log.debug("dropping %s diagnostics of %s: computed for an older text", result.stage.value, uri)
-        return
-    doc, index = ls.analyse(uri, source)
-    diags = result_diagnostics(
-        result,
-        path=path,
-        doc=doc,
-        index=index,
-        support=ClientSupport.of(ls.client_capabilities),
-        compile_only_reason=compile_only_reason(ls),
-    )
-    ls.text_document_publish_diagnostics(
-        lsp.PublishDiagnosticsParams(uri=uri, diagnostics=diags, version=version)
-    )
 
 
 def _record(
@@ -182,17 +147,6 @@ def show_cached(ls: CudiceServer, uri: str) -> bool:
     return True
 
 
-def watch_reference(ls: CudiceServer, state: DocumentState, reference: ReferenceInfo | None) -> None:
-    """Watch the reference `state`'s document was verified against (None: it names none now), and
-    remember the digest of the text it was read with."""
-    if reference is None or reference.path is None or ls.ref_watcher is None:
-        state.watched_reference = None  # a reference the comment no longer names
-        return
-    state.watched_reference = reference.path
-    state.reference_digest = reference.digest
-    ls.ref_watcher.watch(reference.path)
-
-
 async def verify_document(ls: CudiceServer, uri: str, *, force: bool = False) -> VerifyResult | None:
     """Verify `uri` (steps 1-5 above). None when it is not a candidate or a newer run superseded it."""
     doc = ls.read_document(uri)
@@ -206,8 +160,6 @@ async def verify_document(ls: CudiceServer, uri: str, *, force: bool = False) ->
     analysis = ls.analysis(uri, source)
     doc_model = analysis.doc
     if not doc_model.is_candidate:
-        from cudice.server.candidacy import not_a_candidate
-
         shown = not_a_candidate(ls, uri, path, source, version, doc_model)
         if force and not shown:
             ls.notice(

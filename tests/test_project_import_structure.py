@@ -22,12 +22,10 @@ Asserted, per package (parametrized, so a failure names the package):
 (c) No import cycle as in (a), with **function-level** imports counted too (every import,
     wherever it stands). A deferred import cannot make a module fail to load, but a function that
     imports the module importing it still ties the two together. `cudice.verifier` and
-    `cudice.model` are strict: no cycle at all. `cudice.server` has function-level edges that
-    close cycles today (an entry point that imports the server it starts while the server's
-    modules import a constant from it, and the like); they are listed, each with why, in
-    `SERVER_CYCLE_EDGES`, left out of its graph, and every other cycle fails. An entry that no
-    longer exists as a function-level import, or no longer closes a cycle, fails too: the list
-    only shrinks.
+    `cudice.model` are strict: no cycle at all, and so is `cudice.server` while
+    `SERVER_CYCLE_EDGES` is empty (it is today). An edge listed there, with why, is left out of
+    the server's graph and every other cycle fails; an entry that no longer exists as a
+    function-level import, or no longer closes a cycle, fails too: the list only shrinks.
 
 Not covered: imports built at run time (`importlib.import_module`, `__import__`), `getattr(A, "_x")`
 and `monkeypatch.setattr(A, "_x", ...)` (tests are not scanned), what a package's `__init__`
@@ -60,21 +58,10 @@ KNOWN_EXCEPTIONS: frozenset[tuple[str, str, str]] = frozenset()
 
 
 # Function-level imports of `cudice.server` that close import cycles, left out of check (c), as
-# (importer, imported module): a smallest set whose removal leaves the server acyclic.
-SERVER_CYCLE_EDGES: dict[tuple[str, str], str] = {
-    # `python -m cudice.server` starts the server it names; settings.py and lsp_cli.py import
-    # LOG_LEVELS from __main__ at module level, and app -> core -> settings leads back here.
-    ("cudice.server.__main__", "cudice.server.app"): "the entry point runs the server (app.run)",
-    # the same entry point hands every other command line to the click command, and lsp_cli.py
-    # imports LOG_LEVELS from __main__ at module level
-    ("cudice.server.__main__", "cudice.server.lsp_cli"): "the entry point runs the `cudice-lsp` command",
-    # fast_init.computed_result builds the whole server to snapshot its `initialize` reply, while
-    # app.py and core.py import fast_init at module level for the early reply
-    ("cudice.server.fast_init", "cudice.server.app"): "the snapshot of the initialize reply",
-    # a saved file that is not a candidate is handed to candidacy.not_a_candidate, while
-    # candidacy.py imports publish/watch_reference from verification.py at module level
-    ("cudice.server.verification", "cudice.server.candidacy"): "a save of a file that is no candidate",
-}
+# (importer, imported module) -> why: none. The four the server had were broken by moving the
+# shared piece below both ends (server/log_levels.py, server/init_snapshot.py,
+# server/publishing.py); an entry here is for a cycle whose owner is removing it.
+SERVER_CYCLE_EDGES: dict[tuple[str, str], str] = {}
 
 
 @dataclass(frozen=True)

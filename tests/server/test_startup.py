@@ -112,10 +112,10 @@ def test_fast_path_starts_the_same_server_as_the_command_line(
 
 
 def test_the_prebuilt_initialize_reply_is_what_pygls_computes() -> None:
-    from cudice.server.fast_init import computed_result
     from cudice.server.init_reply import RESULT
+    from cudice.server.init_snapshot import computed_result
 
-    assert computed_result() == RESULT, "run `python -m cudice.server.fast_init --write`"
+    assert computed_result() == RESULT, "run `python -m cudice.server.init_snapshot --write`"
 
 
 _FAST_DRIVER = r"""

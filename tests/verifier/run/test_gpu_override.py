@@ -98,7 +98,8 @@ def ray_local_gpus(monkeypatch: pytest.MonkeyPatch) -> tuple[int | None, int]:
 def server_reason() -> tuple[str | None, bool]:
     """(the server's compile-only reason, the compile_only flag it sends with each verification)."""
     from cudice.server.app import create_server
-    from cudice.server.verification import compile_only_reason, verify_config
+    from cudice.server.publishing import compile_only_reason
+    from cudice.server.verification import verify_config
 
     ls = create_server()
     return compile_only_reason(ls), verify_config(ls).compile_only
