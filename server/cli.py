@@ -29,6 +29,11 @@ SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
         "Evaluate a set of problems (correctness, fast_1, fast_2).",
     ),
     "train": ("cudice.model.train.cli", "train_group", "Offline fine-tuning: SFT and BiC-RL."),
+    "prepare": (
+        "cudice.verifier.cli",
+        "prepare_command",
+        "Work out ahead what the first compile error of a fresh build cache needs.",
+    ),
     "lsp": ("cudice.server.lsp_cli", "lsp_command", "Run the language server (same as `cudice-lsp`)."),
 }
 

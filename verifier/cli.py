@@ -220,3 +220,31 @@ def _no_gpu(result: VerifyResult) -> bool:
 
 def _no_reference(result: VerifyResult) -> bool:
     return any(d.code in NO_REFERENCE_CODES for d in result.diagnostics)
+
+
+@click.command("prepare")
+def prepare_command() -> None:
+    """Work out once, ahead, what the first compile error of a fresh build cache needs.
+
+    The first slim-build compile error per build cache reads two lists (the macros torch's full and
+    slim headers define differently, and the names the full headers declare: a few nvcc
+    preprocessor runs, about ten seconds) that every later error reads from the cache
+    (verifier/build/compile.py). The editor's verify workers compute them when the box is idle;
+    this computes them now, in the cache the editor and `cudice verify` share, so the first error
+    after installing comes as fast as later ones. Safe to run again: a warm cache answers at once.
+    """
+    from cudice.verifier.api import prepare_first_error
+    from cudice.verifier.build.toolchain import ToolchainError, probe_toolchain
+
+    config = VerifyConfig()
+    t0 = time.perf_counter()
+    try:  # the probe is cached; run here so that a missing tool is said, not swallowed
+        probe_toolchain(config.cache_dir, config.arch_list_env)
+    except ToolchainError as exc:
+        raise click.ClickException(f"cannot prepare: {exc}") from exc
+    if not prepare_first_error(config):
+        raise click.ClickException("the preparation was stopped before it ended; run `cudice prepare` again")
+    click.echo(
+        f"cudice: the first compile error's lists are ready in {config.cache_dir} "
+        f"({time.perf_counter() - t0:.1f} s)"
+    )

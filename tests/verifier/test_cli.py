@@ -129,3 +129,27 @@ def test_verify_compile_only_reports_a_reference_whose_get_inputs_raises(
     (found,) = [t for t in proc.stdout.splitlines() if "[reference.get_inputs_failed]" in t]
     assert found.strip().startswith(f"{(tmp_path / 'relu.py').resolve()}:{line}:5: error: ")
     assert "NameError" in found and "would stop here with `runtime_error`" in found
+
+
+@needs_nvcc
+@pytest.mark.slow
+@pytest.mark.e2e
+def test_prepare_computes_the_first_error_lists_once(tmp_path: Path) -> None:
+    """`cudice prepare` leaves the lists a first compile error reads in the build cache; run again,
+    it reuses them (the same files, nothing recomputed)."""
+    cache = tmp_path / "cache"
+    first = cudice("prepare", cache=cache)
+    assert first.returncode == 0 and "lists are ready" in first.stdout, first.stdout + first.stderr
+
+    def lists() -> dict[str, int]:
+        return {
+            str(p): p.stat().st_mtime_ns
+            for pattern in ("macros-*.txt", "names-*.txt")
+            for p in (cache / "build").rglob(pattern)
+        }
+
+    made = lists()
+    assert any("names-" in p for p in made) and any("macros-" in p for p in made), made
+    again = cudice("prepare", cache=cache)
+    assert again.returncode == 0 and "lists are ready" in again.stdout, again.stdout + again.stderr
+    assert lists() == made
