@@ -11,12 +11,7 @@
 local out = { steps = {}, statuses = {}, errors = {} }
 local work = assert(os.getenv('CUDICE_WORK'), 'CUDICE_WORK unset')
 
-local function finish()
-  local f = assert(io.open(assert(os.getenv('CUDICE_OUT')), 'w'))
-  f:write(vim.json.encode(out))
-  f:close()
-  vim.cmd('qa!')
-end
+local common = dofile(vim.fs.joinpath(vim.fs.dirname(debug.getinfo(1, 'S').source:sub(2)), 'nvim_common.lua'))
 
 -- A failed step stops the script; the error lands in out.errors and the JSON is still written.
 local function fail(step, msg)
@@ -169,4 +164,4 @@ end
 xpcall(main, function(err)
   table.insert(out.errors, type(err) == 'table' and err.cudice_step or debug.traceback(tostring(err), 2))
 end)
-finish()
+common.finish(out)

@@ -25,18 +25,8 @@ vim.opt.rtp:prepend(assert(os.getenv('CUDICE_PLUGIN')))
 vim.opt.swapfile = false
 vim.lsp.log.set_level(vim.log.levels.INFO)
 
-local function finish()
-  local f = assert(io.open(assert(os.getenv('CUDICE_OUT')), 'w'))
-  f:write(vim.json.encode(out))
-  f:close()
-  vim.cmd('qa!')
-end
-
-local function wait(ms, what, cond)
-  if not vim.wait(ms, cond, 50) then
-    error(('timed out after %d s waiting for %s'):format(ms / 1000, what))
-  end
-end
+local common = dofile(vim.fs.joinpath(vim.fs.dirname(debug.getinfo(1, 'S').source:sub(2)), 'nvim_common.lua'))
+local wait = common.wait
 
 local function diag_codes(bufnr)
   local codes = {}
@@ -99,28 +89,14 @@ local function setup()
     keymaps = false,
     settings = { model = { path = vim.fs.joinpath(proj, 'ckpt') }, sampler = { maxNewTokens = 0 } },
   })
-  vim.api.nvim_create_autocmd('LspProgress', {
-    callback = function(ev)
-      local v, token = ev.data.params.value, tostring(ev.data.params.token)
-      if type(v) ~= 'table' then
-        return
-      end
-      if v.kind == 'begin' then
-        out.progress[token] = { title = v.title }
-      elseif v.kind == 'end' and out.progress[token] then
-        out.progress[token].end_message = v.message or ''
-      end
-    end,
-  })
-  vim.api.nvim_create_autocmd('User', {
-    pattern = 'CudiceStatus',
-    callback = function()
-      local s = cudice.statusline()
-      if s:find('infilling', 1, true) then
-        table.insert(out.infill_statuslines, s)
-      end
-    end,
-  })
+  common.on_progress(function(token, v)
+    if v.kind == 'begin' then
+      out.progress[token] = { title = v.title }
+    elseif v.kind == 'end' and out.progress[token] then
+      out.progress[token].end_message = v.message or ''
+    end
+  end)
+  common.record_statuslines(out.infill_statuslines, 'infilling')
 end
 
 local steps = {}
@@ -248,4 +224,4 @@ if ok then
 else
   out.errors.setup = err
 end
-finish()
+common.finish(out)

@@ -11,12 +11,7 @@ local work = assert(os.getenv('CUDICE_WORK'))
 vim.opt.rtp:prepend(assert(os.getenv('CUDICE_PLUGIN')))
 vim.opt.swapfile = false
 
-local function finish()
-  local f = assert(io.open(assert(os.getenv('CUDICE_OUT')), 'w'))
-  f:write(vim.json.encode(out))
-  f:close()
-  vim.cmd('qa!')
-end
+local common = dofile(vim.fs.joinpath(vim.fs.dirname(debug.getinfo(1, 'S').source:sub(2)), 'nvim_common.lua'))
 
 local function main()
   local cudice = require('cudice')
@@ -25,23 +20,12 @@ local function main()
     keymaps = false,
     settings = { model = { path = vim.fs.joinpath(work, 'proj', 'ckpt') } },
   })
-  vim.api.nvim_create_autocmd('LspProgress', {
-    callback = function(ev)
-      local v = ev.data.params.value
-      if type(v) == 'table' and v.kind == 'begin' then
-        table.insert(out.progress_titles, v.title)
-      end
-    end,
-  })
-  vim.api.nvim_create_autocmd('User', {
-    pattern = 'CudiceStatus',
-    callback = function()
-      local s = cudice.statusline()
-      if s:find('generating', 1, true) then
-        table.insert(out.progress_statuslines, s)
-      end
-    end,
-  })
+  common.on_progress(function(_, v)
+    if v.kind == 'begin' then
+      table.insert(out.progress_titles, v.title)
+    end
+  end)
+  common.record_statuslines(out.progress_statuslines, 'generating')
 
   vim.cmd.edit(vim.fs.joinpath(work, 'plain', 'tool.py'))
   local plain = vim.api.nvim_get_current_buf()
@@ -95,4 +79,4 @@ end
 xpcall(main, function(err)
   table.insert(out.errors, debug.traceback(tostring(err), 2))
 end)
-finish()
+common.finish(out)

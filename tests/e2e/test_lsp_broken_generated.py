@@ -28,16 +28,26 @@ REAL = {
 }
 
 
+def _relu_candidate(folder: Path, name: str, *edits: tuple[str, str]) -> str:
+    """Copy the reference relu.py into `folder`; return examples/relu_cuda.py with its extension
+    renamed `<name>_<8 hex digits>` (built anew, not found in the shared build cache) and each
+    `(old, new)` of `edits` replaced in turn."""
+    copy_example("relu.py", folder / "relu.py")
+    text = (REPO / "examples" / "relu_cuda.py").read_text()
+    text = text.replace('name="relu"', f'name="{name}_{uuid.uuid4().hex[:8]}"')
+    for old, new in edits:
+        text = text.replace(old, new)
+    return text
+
+
 async def test_garbage_and_a_misnamed_launch_get_the_compilers_errors(
     tmp_path: Path, editors: Editors
 ) -> None:
-    copy_example("relu.py", tmp_path / "relu.py")
-    text = (
-        (REPO / "examples" / "relu_cuda.py")
-        .read_text()
-        .replace('name="relu"', f'name="degraded_{uuid.uuid4().hex[:8]}"')
-        .replace("relu_kernel<<<blocks", "relu_kernl<<<blocks")
-        .replace("float v = x[i];", "float v = x[i] likelikelike;")
+    text = _relu_candidate(
+        tmp_path,
+        "degraded",
+        ("relu_kernel<<<blocks", "relu_kernl<<<blocks"),
+        ("float v = x[i];", "float v = x[i] likelikelike;"),
     )
     lines = text.splitlines()
     garbage = next(i for i, t in enumerate(lines) if "likelikelike" in t)
@@ -59,13 +69,7 @@ async def test_garbage_and_a_misnamed_launch_get_the_compilers_errors(
 async def test_an_undefined_source_variable_is_named_on_its_line(tmp_path: Path, editors: Editors) -> None:
     """A misspelt `cuda_sources=` variable is reported as an undefined name on the argument's line
     (not as CUDA built at run time, which the static checks cannot read)."""
-    copy_example("relu.py", tmp_path / "relu.py")
-    text = (
-        (REPO / "examples" / "relu_cuda.py")
-        .read_text()
-        .replace('name="relu"', f'name="undefined_{uuid.uuid4().hex[:8]}"')
-        .replace("cuda_sources=relu_source,", "cuda_sources=cuda_srcx,")
-    )
+    text = _relu_candidate(tmp_path, "undefined", ("cuda_sources=relu_source,", "cuda_sources=cuda_srcx,"))
     line = next(i for i, t in enumerate(text.splitlines()) if "cuda_sources=cuda_srcx" in t)
     (tmp_path / "undefined_cuda.py").write_text(text)
     editor = await editors.start("neovim@v0.11", tmp_path, env=REAL)

@@ -11,14 +11,13 @@ verdict turns "(edited)" on an unsaved edit, and :CudiceStatus reads "cudice: re
 from __future__ import annotations
 
 import json
-import os
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from lsp_support import FAKES_ENV, REPO
-from nvim_tools import PLUGIN, run_lua
+from lsp_support import REPO
+from nvim_support import scripted_nvim_env
+from nvim_tools import run_lua
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 HERE = Path(__file__).resolve().parent
@@ -35,19 +34,7 @@ def session(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     (work / "other").mkdir()
     (work / "other" / "k_cuda.py").write_text((REPO / "examples" / "relu_cuda.py").read_text())
     out = work / "out.json"
-    env = {
-        **FAKES_ENV,
-        "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
-        "CUDICE_FAKE_TOKEN_DELAY_S": "0.1",  # 40 tokens: 4 s of progress to see
-        "CUDICE_FAKE_NUM_TOKENS": "40",
-        "CUDICE_GPU": "0",
-        "CUDICE_CACHE_DIR": str(work / "cache"),
-        "CUDICE_PLUGIN": str(PLUGIN),
-        "CUDICE_WORK": str(work),
-        "CUDICE_OUT": str(out),
-        "CUDICE_PYTHON": sys.executable,
-        "XDG_STATE_HOME": str(work / "state"),
-    }
+    env = scripted_nvim_env(work, out, work / "state", 40)  # 40 tokens: 4 s of progress to see
     proc = run_lua(HERE / "nvim_lazy_driver.lua", env, timeout=480)
     assert out.exists(), f"the driver wrote nothing (exit {proc.returncode}); stderr: {proc.stderr[-2000:]}"
     data: dict[str, Any] = json.loads(out.read_text())

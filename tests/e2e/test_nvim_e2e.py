@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from lsp_support import shared_build_cache
-from nvim_tools import PLUGIN, ROOT, run_lua
+from nvim_support import nvim_env
+from nvim_tools import ROOT, run_lua
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(900)]
 HERE = Path(__file__).resolve().parent
@@ -32,17 +32,17 @@ def session(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     work = base / "examples"
     shutil.copytree(ROOT / "examples", work)
     out = base / "out.json"
-    env = {
-        "CUDICE_PLUGIN": str(PLUGIN),
-        "CUDICE_WORK": str(work),
-        "CUDICE_OUT": str(out),
-        "CUDICE_PYTHON": sys.executable,
-        "CUDICE_DIAG_TIMEOUT_MS": str(DIAG_TIMEOUT_S * 1000),
-        "XDG_STATE_HOME": str(base / "state"),  # Neovim's lsp.log goes here, not to ~
-        # No result of another run: results are keyed by path (this copy is new); compiled objects
-        # are shared with the other real-backend tests of this run (keyed by content).
-        "CUDICE_CACHE_DIR": str(shared_build_cache()),
-    }
+    env = nvim_env(
+        work,
+        out,
+        base / "state",
+        {
+            "CUDICE_DIAG_TIMEOUT_MS": str(DIAG_TIMEOUT_S * 1000),
+            # No result of another run: results are keyed by path (this copy is new); compiled
+            # objects are shared with the other real-backend tests of this run (keyed by content).
+            "CUDICE_CACHE_DIR": str(shared_build_cache()),
+        },
+    )
     # three bounded waits (fast diagnostic, verdict, lens) plus start-up
     proc = run_lua(HERE / "nvim_driver.lua", env, timeout=3 * DIAG_TIMEOUT_S + 90)
     assert out.exists(), f"the driver wrote nothing (exit {proc.returncode}); stderr: {proc.stderr[-2000:]}"

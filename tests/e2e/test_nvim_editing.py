@@ -21,14 +21,14 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from lsp_support import FAKES_ENV, REPO
-from nvim_tools import PLUGIN, run_lua
+from lsp_support import REPO
+from nvim_support import scripted_nvim_env
+from nvim_tools import run_lua
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 HERE = Path(__file__).resolve().parent
@@ -57,20 +57,8 @@ def session(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         os.utime(proj / name, (past, past))
     out = work / "out.json"
     state = work / "state"
-    env = {
-        **FAKES_ENV,
-        "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
-        "CUDICE_FAKE_TOKEN_DELAY_S": "0.1",  # 30 tokens: 3 s of infill progress to see
-        "CUDICE_FAKE_NUM_TOKENS": "30",
-        "CUDICE_FAKE_VERIFY_LOG": str(work / "verify.log"),
-        "CUDICE_GPU": "0",
-        "CUDICE_CACHE_DIR": str(work / "cache"),
-        "CUDICE_PLUGIN": str(PLUGIN),
-        "CUDICE_WORK": str(work),
-        "CUDICE_OUT": str(out),
-        "CUDICE_PYTHON": sys.executable,
-        "XDG_STATE_HOME": str(state),  # Neovim's lsp.log goes here, not to ~
-    }
+    # 30 tokens: 3 s of infill progress to see
+    env = scripted_nvim_env(work, out, state, 30, {"CUDICE_FAKE_VERIFY_LOG": str(work / "verify.log")})
     proc = run_lua(HERE / "nvim_editing_driver.lua", env, timeout=840)
     assert out.exists(), f"the driver wrote nothing (exit {proc.returncode}); stderr: {proc.stderr[-2000:]}"
     data: dict[str, Any] = json.loads(out.read_text())
