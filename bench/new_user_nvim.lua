@@ -24,7 +24,8 @@
 --
 -- Environment: CUDICE_TRIAL_TIMEOUT_S bounds each wait (default 900 s: a cold build of the
 -- extension's objects takes minutes on a small loaded machine, docs/benchmarks.md);
--- CUDICE_TRIAL_KEEP=1 keeps the temporary folder (its path is printed).
+-- CUDICE_TRIAL_KEEP=1 keeps the temporary folder (its path is printed); CUDICE_TRIAL_PREPARE=1
+-- runs `cudice prepare` in the fresh cache first, as the README's first command leaves it.
 -- Not covered: a GPU run (on a machine without a GPU the verdicts are compile-only), the model.
 local timeout_ms = (tonumber(os.getenv('CUDICE_TRIAL_TIMEOUT_S')) or 900) * 1000
 local script = vim.fn.fnamemodify(debug.getinfo(1, 'S').source:sub(2), ':p')
@@ -237,6 +238,14 @@ local function main()
   say('new-user trial: %s (copy of examples/), XDG_CACHE_HOME=%s, server %s, %s, %d CPUs, load %s',
     work, vim.env.XDG_CACHE_HOME, lsp_cmd, tostring(vim.version()), #vim.uv.cpu_info(),
     table.concat(vim.tbl_map(function(x) return ('%.2f'):format(x) end, { vim.uv.loadavg() }), ' '))
+  if os.getenv('CUDICE_TRIAL_PREPARE') == '1' then -- the README's first command ends with it
+    local cudice = vim.fn.exepath('cudice')
+    assert(cudice ~= '', '`cudice` is not on PATH: run with PATH=<venv>/bin:$PATH')
+    local t0 = vim.uv.hrtime()
+    local done = vim.system({ cudice, 'prepare' }, { text = true }):wait()
+    say('cudice prepare (exit %d) %.1f s: %s', done.code, (vim.uv.hrtime() - t0) / 1e9,
+      vim.trim(done.stdout or '') .. vim.trim(done.stderr or ''))
+  end
   local notify = vim.notify
   vim.notify = function(msg, level)
     if (level or 0) >= vim.log.levels.WARN then
