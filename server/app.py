@@ -125,7 +125,6 @@ def create_server(
     """A fresh cudice language server with every feature registered."""
     server = CudiceServer(worker_env=worker_env, results_dir=results_dir)
     server.cli_log_level = cli_log_level
-    cancelled_by_close: set[str] = set()  # documents closed while verified: reopened, verified again
 
     @server.feature(lsp.INITIALIZE)
     def initialize(ls: CudiceServer, params: lsp.InitializeParams) -> None:
@@ -175,8 +174,8 @@ def create_server(
         from cudice.server.verification import show_cached, verify_open_documents
 
         uri = params.text_document.uri
-        if uri in cancelled_by_close:  # closed while verified and reopened: the verdict is wanted
-            cancelled_by_close.discard(uri)
+        if ls.document(uri).closed_while_verified:  # closed while verified, reopened: verdict wanted
+            ls.document(uri).closed_while_verified = False
             ls.spawn(_verify_reopened(ls, uri))
         elif not show_cached(ls, uri) and ls.settings.verify_on_save:
             verify_open_documents(ls, [uri])  # saved while the editor was attaching: verify it now
@@ -202,7 +201,7 @@ def create_server(
 
         uri = params.text_document.uri
         if ls.is_building(uri):  # starting (it sees `closes`) or running (cancelled below)
-            cancelled_by_close.add(uri)
+            ls.document(uri).closed_while_verified = True
         ls.document(uri).closes += 1  # a run still starting sees it
         prebuild.cancel(ls, uri)
         if "jobs" in ls.__dict__ and ls.jobs.cancel(uri):  # nobody is looking at its verdict any more

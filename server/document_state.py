@@ -14,7 +14,8 @@ Contract:
   its Python syntax error;
 - `building` counts the verifications of the document starting or running, `running_key` is the
   result key (text, reference, settings) of the newest of them, `closes` counts the editor's
-  `didClose` notifications (a run that is still starting compares it), `saved` says a `didSave`
+  `didClose` notifications (a run that is still starting compares it), `closed_while_verified`
+  that the last close cancelled a verification (a reopen verifies again), `saved` says a `didSave`
   arrived;
 - `watched_reference` / `reference_digest`: the reference file watched for this document and the
   digest of the text it was last verified with (re-verified only when that text changes);
@@ -114,6 +115,7 @@ class DocumentState:
     flagged: bool = False
     saved: bool = False
     closes: int = 0
+    closed_while_verified: bool = False
     building: int = 0
     running_key: str | None = None
     watched_reference: str | None = None
