@@ -109,11 +109,10 @@ def place_reference(job: ShippedJob, scratch: Path) -> tuple[str | None, dict[st
     return str(copy), {str(copy.resolve()): job.reference_path, str(copy): job.reference_path}
 
 
-def remap_paths(result: VerifyResult, mapping: dict[str, str]) -> VerifyResult:
-    """The result with every worker-side path (in locations and messages) replaced by the caller's."""
-    if not mapping:
-        return result
-    pairs = sorted(mapping.items(), key=lambda kv: -len(kv[0]))  # longest first: a path may prefix another
+def replace_in_strings(value: Any, mapping: dict[str, str]) -> Any:
+    """`value` (JSON-like: strings, lists, dicts) with every key of `mapping` replaced by its value
+    in every string, longest key first (a path may prefix another); dict keys are kept."""
+    pairs = sorted(mapping.items(), key=lambda kv: -len(kv[0]))
 
     def fix(value: Any) -> Any:
         if isinstance(value, str):
@@ -126,7 +125,14 @@ def remap_paths(result: VerifyResult, mapping: dict[str, str]) -> VerifyResult:
             return {k: fix(v) for k, v in value.items()}
         return value
 
-    return VerifyResult.from_dict(fix(result.to_dict()))
+    return fix(value)
+
+
+def remap_paths(result: VerifyResult, mapping: dict[str, str]) -> VerifyResult:
+    """The result with every worker-side path (in locations and messages) replaced by the caller's."""
+    if not mapping:
+        return result
+    return VerifyResult.from_dict(replace_in_strings(result.to_dict(), mapping))
 
 
 def compile_task(

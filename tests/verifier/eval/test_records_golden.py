@@ -42,6 +42,7 @@ from typing import Any
 import pytest
 from cudice.verifier.api import verify
 from cudice.verifier.config import VerifyConfig
+from cudice.verifier.dist.tasks import replace_in_strings
 from verifier_marks import needs_nvcc
 
 REPO = Path(__file__).resolve().parents[3]
@@ -80,28 +81,13 @@ def normalised(record: dict[str, Any], build_cache: Path) -> dict[str, Any]:
     if out.get("measured_at") is not None:
         out["measured_at"] = "<time>"
     out["versions"] = dict.fromkeys(sorted(record.get("versions") or {}), "<version>")
-    roots = sorted(
-        {
-            (str(build_cache.resolve()), "<cache>"),
-            (str(build_cache), "<cache>"),
-            (str(REPO), "<repo>"),
-            (str(REPO.resolve()), "<repo>"),
-        },
-        key=lambda pair: -len(pair[0]),  # the cache may lie under the repository
-    )
-
-    def scrub(value: Any) -> Any:
-        if isinstance(value, str):
-            for root, name in roots:
-                value = value.replace(root, name)
-            return value
-        if isinstance(value, dict):
-            return {k: scrub(v) for k, v in value.items()}
-        if isinstance(value, list):
-            return [scrub(v) for v in value]
-        return value
-
-    return scrub(out)  # type: ignore[no-any-return]
+    roots = {  # longest first (replace_in_strings): the cache may lie under the repository
+        str(build_cache.resolve()): "<cache>",
+        str(build_cache): "<cache>",
+        str(REPO): "<repo>",
+        str(REPO.resolve()): "<repo>",
+    }
+    return replace_in_strings(out, roots)  # type: ignore[no-any-return]
 
 
 def records(build_cache: Path) -> dict[str, dict[str, Any]]:
