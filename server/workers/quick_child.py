@@ -12,8 +12,8 @@ verification worker gets them: the server sends the user's `cudice.verify.strict
 `VerifyConfig.from_dict`, so a key that is no field fails the check with an "error" event naming
 it and the valid ones) and "static" (the static stage's result the server computed for this save,
 `protocol.handed_static`: the checks are not run again when it was computed for this text,
-reference and policy). A top-level "static_policy" is read as that config field too (the shorthand
-in-process callers use; one that disagrees with the config's fails the check). Events
+reference and policy). Any other top-level key fails the check with an "error" event naming it
+(a policy goes in "config", never beside it). Events
 (stdout): {"event": "started"}, {"event": "result", "id", "result": VerifyResult} |
 {"event": "error", "id", "message"}, and
 while a check runs, every `CUDICE_QUICK_HEARTBEAT_S` (2 s) {"event": "progress", "id", "cpu_s"}:
@@ -36,7 +36,7 @@ from typing import Any
 
 from cudice.server.workers import child
 from cudice.server.workers.procs import group_cpu_seconds
-from cudice.server.workers.protocol import EventStream, handed_static, requests
+from cudice.server.workers.protocol import STATIC_FIELD, EventStream, handed_static, requests
 from cudice.verifier.config import VerifyConfig
 
 
@@ -54,20 +54,22 @@ def _heartbeat(stream: EventStream, busy: list[Any], interval_s: float) -> None:
             stream.emit("progress", id=job_id, cpu_s=round(group_cpu_seconds(clock), 3))
 
 
+REQUEST_KEYS = ("id", "path", "source", "config", STATIC_FIELD)
+
+
 def request_config(req: dict[str, Any]) -> VerifyConfig:
     """The `VerifyConfig` a request asks for (module docstring): its "config" fields over the
-    defaults; `ValueError` for a key that is no field (named, with the valid ones), an invalid
-    value, or a top-level "static_policy" that contradicts the config's."""
+    defaults; `ValueError` for a top-level key the request format lacks, a config key that is no
+    field (named, with the valid ones) or an invalid value."""
+    unknown = sorted(set(req) - set(REQUEST_KEYS))
+    if unknown:
+        raise ValueError(
+            f"the quick-check request has unknown key(s) {', '.join(map(repr, unknown))}; "
+            f'valid keys: {", ".join(REQUEST_KEYS)} (verifier settings go in "config")'
+        )
     raw = req.get("config") or {}
     if not isinstance(raw, dict):
         raise ValueError(f"the request's config must be a JSON object of VerifyConfig fields, not {raw!r}")
-    policy = req.get("static_policy")
-    if policy is not None:
-        if raw.get("static_policy", policy) != policy:
-            raise ValueError(
-                f"the request names two static policies: {policy!r} and config {raw['static_policy']!r}"
-            )
-        raw = {**raw, "static_policy": str(policy)}
     return VerifyConfig.from_dict(raw)
 
 

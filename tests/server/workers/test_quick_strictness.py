@@ -22,7 +22,7 @@ def test_the_quick_check_follows_the_requested_strictness() -> None:
     no_clangd = SimpleNamespace(available=False)
 
     def found(**policy: str) -> tuple[Verdict, set[tuple[str, Severity]]]:
-        result = answer(api, {"path": str(EXAMPLE), "source": source, **policy}, no_clangd)
+        result = answer(api, {"path": str(EXAMPLE), "source": source, "config": policy}, no_clangd)
         return result.verdict, {
             (d.code, d.severity) for d in result.diagnostics if d.code.startswith("static.")
         }
