@@ -37,7 +37,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cudice.verifier.source import pyparse
-from cudice.verifier.source.bindings import NOT_DEFINED
 from cudice.verifier.source.positions import LineIndex, Span
 from cudice.verifier.source.result import Diagnostic, Location, Severity, Stage, Verdict, VerifyResult
 from cudice.verifier.source.strings import CudaSource as CudaSource
@@ -83,7 +82,18 @@ class LoadInlineCall:
     functions: tuple[str, ...] | None
     cpp_sources: tuple[CudaSource, ...]
     cuda_sources: tuple[CudaSource, ...]
-    unmappable_reason: str = ""  # set when the sources list itself is dynamic
+    unmappable_reasons: tuple[str, ...] = ()  # why the sources list itself is dynamic, if it is
+    undefined_names: tuple[str, ...] = ()  # names passed as sources that this file never binds
+
+    @property
+    def unmappable_reason(self) -> str:
+        return "; ".join(self.unmappable_reasons)
+
+    @property
+    def built_at_run_time(self) -> bool:
+        """The sources list is dynamic for a reason other than an undefined name (which is the
+        static checks' error, `static.dynamic_source`, not a note that the build happens later)."""
+        return len(self.unmappable_reasons) > len(self.undefined_names)
 
     @property
     def sources(self) -> tuple[CudaSource, ...]:
@@ -380,9 +390,10 @@ class _Parser:
         name = _const_str(args.get("name"))
         functions = _const_str_list(args.get("functions"))
         reasons: list[str] = []
-        cpp = self.strings.sources("cpp", args.get("cpp_sources"), reasons)
-        cuda = self.strings.sources("cuda", args.get("cuda_sources"), reasons)
-        return LoadInlineCall(self.span(call), name, functions, cpp, cuda, "; ".join(reasons))
+        undefined: list[str] = []
+        cpp = self.strings.sources("cpp", args.get("cpp_sources"), reasons, undefined)
+        cuda = self.strings.sources("cuda", args.get("cuda_sources"), reasons, undefined)
+        return LoadInlineCall(self.span(call), name, functions, cpp, cuda, tuple(reasons), tuple(undefined))
 
     def cuda_strings(self, calls: tuple[LoadInlineCall, ...]) -> tuple[CudaSource, ...]:
         """The `cuda_sources` strings of every call, then the CUDA text no call receives yet."""
@@ -406,9 +417,7 @@ class _Parser:
                     src.expr,
                     Severity.INFORMATION,
                 )
-        if call.unmappable_reason and not all(
-            r.endswith(NOT_DEFINED) for r in call.unmappable_reason.split("; ")
-        ):  # an undefined name is the static checks' error (static.dynamic_source), not a build note
+        if call.built_at_run_time:
             self.problem(
                 f"`load_inline` sources are built at run time ({call.unmappable_reason}); compiler "
                 "messages will point at this call.",

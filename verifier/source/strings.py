@@ -113,7 +113,11 @@ class SourceStrings:
                 loose.append(self.one_source("cuda", -1, value, target.id))
         return tuple(loose)
 
-    def sources(self, kind: str, expr: ast.expr | None, reasons: list[str]) -> tuple[CudaSource, ...]:
+    def sources(
+        self, kind: str, expr: ast.expr | None, reasons: list[str], undefined: list[str]
+    ) -> tuple[CudaSource, ...]:
+        """The sources `expr` passes as `kind`; why they cannot be read statically goes to
+        `reasons`, and a name this file never binds to `undefined` too."""
         if expr is None or (isinstance(expr, ast.Constant) and expr.value is None):
             return ()
         variable = None
@@ -122,11 +126,11 @@ class SourceStrings:
             value = self.module_assignment(expr.id)
             if value is None:
                 bound = bound_names(self.tree)
-                reasons.append(
-                    f"`{expr.id}` {NOT_DEFINED}"
-                    if bound is not None and expr.id not in bound
-                    else f"`{expr.id}` is not a single module-level assignment"
-                )
+                if bound is not None and expr.id not in bound:
+                    undefined.append(expr.id)
+                    reasons.append(f"`{expr.id}` {NOT_DEFINED}")
+                else:
+                    reasons.append(f"`{expr.id}` is not a single module-level assignment")
                 return ()
             expr = value
         if isinstance(expr, (ast.List, ast.Tuple)):
