@@ -15,7 +15,8 @@
 #   python -c 'from cudice.model.train.corpus.init_model import train_tokenizer as t;
 #              t("/tmp/c/sft.jsonl", 8192).save_pretrained(".ckpt/tokenizer")'
 #   fit returns demo_fit.tar.part00.. (join with cat), results.json, answers.jsonl, fit.log,
-#   templates.json; DEMO_START=.ckpt/demo_fit.tar.part00 continues from a returned checkpoint.
+#   templates.json, verified.json (--eval-per-family K), infill_answers.jsonl (--infill-per-family J:
+#   held-out wrappers and bench/infill_scaffolds infilled, verified with the e2e answers); DEMO_START=.ckpt/demo_fit.tar.part00 continues from a returned checkpoint.
 # What comes back in $OUT (each file <= 16 MiB): demo_sft.tar / demo_rl.tar — a whole checkpoint
 # with bf16 weights, one file —, templates.json (a), results.json (c), phase_*.log.
 # Between calls carry the returned tars in .ckpt/ (DEMO_START, DEMO_SFT, DEMO_RL override paths).

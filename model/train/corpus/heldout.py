@@ -21,6 +21,9 @@ tests/model/test_fastpath.py). `score(answer, solution, kernel_name, names)` say
   `functions=[...]` is defined in the CUDA source and called by `ModelNew`, every launched kernel
   is defined, the sources `load_inline` reads exist — a file that fails this cannot load.
 
+`generate_infill(checkpoint, tasks, ...)` does the same for the infilling of scaffolds (the
+editor's infill: a template's wrapper with its CUDA source string to fill).
+
 `wilson(k, n)` is the 95 % Wilson score interval of a rate. Not covered: compiling or running an
 answer (that is `cudice eval`, which costs about a minute of CPU per kernel).
 """
@@ -122,32 +125,75 @@ def generate(
     batch_size: int = 64,
 ) -> tuple[list[str | None], dict[str, Any]]:
     """One greedy answer per reference, in batches, until `deadline` (time.monotonic())."""
-    from cudice.model.config import SamplerConfig
     from cudice.model.engine import load_engine
     from cudice.model.prompts import chat_prompt, e2e_prompt, extract_first_code_block
 
     engine = load_engine(checkpoint, fast=False, freeze=True)
-    config = SamplerConfig(max_new_tokens=max_new_tokens, temperature=0.0)
-    answers: list[str | None] = [None] * len(references)
+
+    def answer(k: int, text: str) -> str:
+        code = extract_first_code_block(text)
+        return code if code is not None else text
+
+    prompts = [chat_prompt(e2e_prompt(r)) for r in references]
+    return _batched(engine, prompts, (), answer, max_new_tokens, deadline, say, batch_size, "generate")
+
+
+def generate_infill(
+    checkpoint: str,
+    tasks: Sequence[tuple[str, str, str]],
+    max_new_tokens: int,
+    deadline: float,
+    say: Callable[[str], None],
+    batch_size: int = 64,
+) -> tuple[list[str | None], dict[str, Any]]:
+    """One greedy infilling per `(reference, prefix, suffix)` task, in batches, until `deadline`:
+    the whole file `prefix + middle + suffix`, the middle cut as the editor's infill cuts it
+    (`Engine.infill`: the prompt in the checkpoint's style, decoding stopped at the suffix's first
+    line; one batch stops at any of its tasks' markers, each row is cut at its own)."""
+    from cudice.model.engine import load_engine
+    from cudice.model.prompts import infill_stop_marker, splice_middle
+
+    engine = load_engine(checkpoint, fast=False, freeze=True)
+    prompts = [engine.infill_prompt(prefix, suffix, ref) for ref, prefix, suffix in tasks]
+    markers = tuple(sorted({infill_stop_marker(suffix) for _, _, suffix in tasks}))
+
+    def answer(k: int, text: str) -> str:
+        _, prefix, suffix = tasks[k]
+        return prefix + splice_middle(text, suffix) + suffix
+
+    return _batched(engine, prompts, markers, answer, max_new_tokens, deadline, say, batch_size, "infill")
+
+
+def _batched(
+    engine: Any,
+    prompts: Sequence[str],
+    stop_strings: tuple[str, ...],
+    answer: Callable[[int, str], str],
+    max_new_tokens: int,
+    deadline: float,
+    say: Callable[[str], None],
+    batch_size: int,
+    what: str,
+) -> tuple[list[str | None], dict[str, Any]]:
+    """Greedy decoding of `prompts` in batches until `deadline`; `answer(k, text)` makes row k's answer."""
+    from cudice.model.config import SamplerConfig
+
+    config = SamplerConfig(max_new_tokens=max_new_tokens, temperature=0.0, stop_strings=stop_strings)
+    answers: list[str | None] = [None] * len(prompts)
     tokens, seconds, forwards = 0, 0.0, 0
-    for first in range(0, len(references), batch_size):
+    for first in range(0, len(prompts), batch_size):
         if time.monotonic() > deadline:
-            say(f"generate: deadline reached after {first} of {len(references)} answers")
+            say(f"{what}: deadline reached after {first} of {len(prompts)} answers")
             break
-        chunk = references[first : first + batch_size]
+        chunk = prompts[first : first + batch_size]
         start = time.monotonic()
-        result = engine.generate_texts(
-            [chat_prompt(e2e_prompt(r)) for r in chunk],
-            config,
-            should_stop=lambda: time.monotonic() > deadline,
-        )
+        result = engine.generate_texts(chunk, config, should_stop=lambda: time.monotonic() > deadline)
         seconds += time.monotonic() - start
         tokens += result.num_tokens
         forwards += getattr(result, "num_forwards", 0)
         for k, row in enumerate(result.rows):
-            code = extract_first_code_block(row.text)
-            answers[first + k] = code if code is not None else row.text
-        say(f"generate: {first + len(chunk)}/{len(references)} answers, {time.monotonic() - start:.1f} s")
+            answers[first + k] = answer(first + k, row.text)
+        say(f"{what}: {first + len(chunk)}/{len(prompts)} answers, {time.monotonic() - start:.1f} s")
     return answers, {"tokens": tokens, "seconds": seconds, "forwards": forwards}
 
 

@@ -14,10 +14,15 @@ and the shipped checkpoint side by side (`bench/train_demo.sh fit`).
 5. one greedy answer per held-out problem from the new and from the old checkpoint
    (`heldout.generate`), scored by `heldout.score`; `results.json` (rates with 95 % intervals,
    per family and per prompt style, the loss curve) and `answers.jsonl` (every answer);
-6. with `--eval-per-family K`: the new checkpoint's answers to the first K held-out problems of
-   each family verified with `cudice eval` (compile, correctness, timing on this GPU) until the
-   budget ends; `verified.json` holds the verdicts, and problems whose verdict did not come back
-   in time are listed as not verified, never counted either way.
+6. with `--infill-per-family J`: the new checkpoint infills the wrappers of the first J held-out
+   templates of each family (their CUDA source string emptied, the editor's split) and the
+   hand-written scaffolds of `--scaffolds` (bench/infill_scaffolds), one greedy answer each;
+   text scores in `results.json` ("infill"), every answer in `infill_answers.jsonl`;
+7. with `--eval-per-family K`: the new checkpoint's end-to-end answers to the first K held-out
+   problems of each family, and step 6's infilled files, verified in one `cudice eval` (compile,
+   correctness, timing on this GPU) until the budget ends; `verified.json` holds the verdicts per
+   kind (e2e, infill, hand), and files whose verdict did not come back in time are listed as not
+   verified, never counted either way.
 
 Everything said goes to stderr and `fit.log` in the output folder. Not covered: verifying every
 held-out answer (a build per kernel does not fit one call; step 6 takes a subset), RL (phase b of
@@ -124,18 +129,26 @@ def names_of(solution: str) -> tuple[str, list[str]]:
     return kernel, names
 
 
-def verify_subset(
-    rows: list[dict[str, Any]],
-    answers: list[str | None],
-    per_family: int,
-    work: Path,
-    deadline: float,
-    say: Any,
-) -> dict[str, Any]:
-    """Step 6: `cudice eval` of the answers to the first `per_family` held-out problems of each family.
+def first_per_family(rows: list[dict[str, Any]], per_family: int) -> list[int]:
+    """Indices of the first `per_family` held-out problems of each family, in order."""
+    taken: Counter[str] = Counter()
+    chosen = []
+    for i, row in enumerate(rows):
+        if taken[row["family"]] < per_family:
+            taken[row["family"]] += 1
+            chosen.append(i)
+    return chosen
 
-    Problems and answers are copied side by side under `work` (same file names, as `cudice eval`
-    pairs them); the run is stopped at `deadline` and whatever verdicts came back are kept.
+
+def verify_items(items: list[dict[str, Any]], work: Path, deadline: float, say: Any) -> dict[str, Any]:
+    """Step 6: one `cudice eval` of every item, stopped at `deadline` (the verdicts that came back
+    are kept; the rest are listed as not verified, counted neither way).
+
+    An item is {"file", "kind", "family", "style", "reference", "answer"}: its reference and its
+    answer are copied side by side under `work` as `file` (`cudice eval` pairs them by name; a
+    None answer is a missing candidate, which `cudice eval` fails). The result has one summary
+    per kind ("e2e", "infill", "hand": `all` with a 95 % interval and fast_1, `per_family`) and
+    every item's verdict under `rows`.
     """
     from cudice.model.train.corpus.evaluate import eval_process, is_fast_row
     from cudice.model.train.corpus.heldout import wilson
@@ -144,16 +157,10 @@ def verify_subset(
     for d in (problems, candidates):
         shutil.rmtree(d, ignore_errors=True)
         d.mkdir(parents=True)
-    taken: dict[str, int] = {}
-    chosen: list[dict[str, Any]] = []
-    for row, answer in zip(rows, answers, strict=True):
-        if taken.get(row["family"], 0) >= per_family:
-            continue
-        taken[row["family"]] = taken.get(row["family"], 0) + 1
-        chosen.append(row)
-        (problems / row["file"]).write_text(row["reference"])
-        if answer is not None:  # a missing answer is a missing candidate: `cudice eval` fails it
-            (candidates / row["file"]).write_text(answer)
+    for item in items:
+        (problems / item["file"]).write_text(item["reference"])
+        if item["answer"] is not None:
+            (candidates / item["file"]).write_text(item["answer"])
     proc = eval_process(problems, candidates, 14)
     try:
         stdout, stderr = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
@@ -163,30 +170,66 @@ def verify_subset(
         say(f"verify: the budget ended before `cudice eval` finished; stderr tail: {stderr[-300:]!r}")
     lines = [ln for ln in stdout.splitlines() if ln.startswith("{")]
     verdicts = {r["problem"]: r for r in json.loads(lines[-1])["per_problem"]} if lines else {}
-    out: dict[str, Any] = {"problems": len(chosen), "verified": len(verdicts), "per_family": {}, "rows": []}
-    for row in chosen:
-        v = verdicts.get(row["file"])
-        out["rows"].append(
-            {"file": row["file"], "family": row["family"], "style": row.get("style", "cudice"),
+    rows = []
+    for item in items:
+        v = verdicts.get(item["file"])
+        rows.append(
+            {"file": item["file"], "kind": item["kind"], "family": item["family"], "style": item["style"],
              "verdict": v["verdict"] if v else None, "speedup": v.get("speedup") if v else None,
              "fast_1": is_fast_row(v) if v else False}
         )  # fmt: skip
-    done = [r for r in out["rows"] if r["verdict"] is not None]
-    for key, part in [("all", done)] + [
-        (fam, [r for r in done if r["family"] == fam]) for fam in sorted({r["family"] for r in done})
-    ]:
-        k = sum(r["verdict"] == "correct" for r in part)
-        fast = sum(r["fast_1"] for r in part)
-        entry = {"n": len(part), "correct": k, "ci95": wilson(k, len(part)), "fast_1": fast}
-        if key == "all":
-            out["all"] = entry
-        else:
-            out["per_family"][key] = entry
-    counts = Counter(str(r["verdict"]) for r in done)
-    say(
-        f"verify: {out['all']['correct']}/{out['all']['n']} correct of {len(chosen)} chosen "
-        f"(fast_1 {out['all']['fast_1']}); verdicts {dict(sorted(counts.items()))}"
-    )
+    out: dict[str, Any] = {"problems": len(items), "verified": len(verdicts), "rows": rows}
+    for kind in sorted({r["kind"] for r in rows}):
+        mine = [r for r in rows if r["kind"] == kind]
+        done = [r for r in mine if r["verdict"] is not None]
+        section: dict[str, Any] = {"chosen": len(mine), "per_family": {}}
+        for key, part in [("all", done)] + [
+            (fam, [r for r in done if r["family"] == fam]) for fam in sorted({r["family"] for r in done})
+        ]:
+            k = sum(r["verdict"] == "correct" for r in part)
+            entry = {
+                "n": len(part),
+                "correct": k,
+                "ci95": wilson(k, len(part)),
+                "fast_1": sum(r["fast_1"] for r in part),
+            }
+            if key == "all":
+                section["all"] = entry
+            else:
+                section["per_family"][key] = entry
+        out[kind] = section
+        counts = Counter(str(r["verdict"]) for r in done)
+        say(
+            f"verify {kind}: {section['all']['correct']}/{section['all']['n']} correct of {len(mine)} chosen "
+            f"(fast_1 {section['all']['fast_1']}); verdicts {dict(sorted(counts.items()))}"
+        )
+    return out
+
+
+def infill_tasks(rows: list[dict[str, Any]], chosen: list[int]) -> list[tuple[str, str, str]]:
+    """(reference, prefix, suffix) per chosen held-out problem: its template solution's wrapper, the
+    CUDA source string emptied (`cudice.model.scaffold.split_scaffold`, the editor's split)."""
+    from cudice.model.scaffold import split_scaffold
+
+    tasks = []
+    for i in chosen:
+        scaffold = split_scaffold(rows[i]["solution"], rows[i]["file"])
+        tasks.append((rows[i]["reference"], scaffold.prefix, scaffold.suffix))
+    return tasks
+
+
+def hand_scaffolds(folder: Path) -> list[dict[str, Any]]:
+    """The hand-written scaffolds of `folder` (bench/infill_scaffolds: scaffolds/NAME.py, the wrapper
+    with an empty CUDA source, beside problems/NAME.py, its reference)."""
+    from cudice.model.scaffold import split_scaffold
+
+    out = []
+    for path in sorted((folder / "scaffolds").glob("*.py")):
+        scaffold = split_scaffold(path.read_text(), str(path))
+        out.append(
+            {"name": path.stem, "reference": (folder / "problems" / path.name).read_text(),
+             "prefix": scaffold.prefix, "suffix": scaffold.suffix}
+        )  # fmt: skip
     return out
 
 
@@ -250,6 +293,16 @@ def evaluate(
     help="Verify the new model's answers to this many held-out problems per family with `cudice eval`.",
 )  # fmt: skip
 @click.option("--eval-verify-seconds", type=float, default=240.0, show_default=True, help="Kept for step 6.")
+@click.option(
+    "--infill-per-family", type=int, default=0, show_default=True,
+    help="Also infill the wrappers of this many held-out templates per family, and the scaffolds of "
+    "--scaffolds; verified with the end-to-end answers when --eval-per-family is set.",
+)  # fmt: skip
+@click.option(
+    "--scaffolds", type=click.Path(file_okay=False, path_type=Path), default=Path("bench/infill_scaffolds"),
+    show_default=True,
+    help="Hand-written scaffolds (scaffolds/NAME.py beside problems/NAME.py); skipped when absent.",
+)  # fmt: skip
 @click.option("--no-train", is_flag=True, help="Only score (and verify) the --start checkpoint.")
 @click.option("--smoke", is_flag=True, help="Toy model, seconds of training (CPU test of the driver).")
 def main(
@@ -266,10 +319,13 @@ def main(
     skip_old: bool,
     eval_per_family: int,
     eval_verify_seconds: float,
+    infill_per_family: int,
+    scaffolds: Path,
     no_train: bool,
     smoke: bool,
 ) -> None:
     from cudice.model.train.corpus.fit import FitConfig, fit
+    from cudice.model.train.corpus.heldout import generate_infill, summarise
     from cudice.model.train.corpus.init_model import DEMO_DIMS, SMOKE_DIMS, init_checkpoint
 
     clock = Clock(out, minutes)
@@ -330,9 +386,51 @@ def main(
         "new", str(work / "fit"), rows, time.monotonic() + new_share * (eval_left - verify_seconds), clock,
         tokens[0],
     )  # fmt: skip
+    items: list[dict[str, Any]] = []
     if eval_per_family > 0:
-        answers_new = [r["answer"] for r in results["new"]["rows"]]
-        verified = verify_subset(rows, answers_new, eval_per_family, work, clock.deadline - 10, clock.say)
+        for i in first_per_family(rows, eval_per_family):
+            row = rows[i]
+            items.append(
+                {"file": row["file"], "kind": "e2e", "family": row["family"],
+                 "style": row.get("style", "cudice"), "reference": row["reference"],
+                 "answer": results["new"]["rows"][i]["answer"]}
+            )  # fmt: skip
+    if infill_per_family > 0:
+        chosen = first_per_family(rows, infill_per_family)
+        tasks = infill_tasks(rows, chosen)
+        hand = hand_scaffolds(scaffolds) if scaffolds.is_dir() else []
+        tasks += [(h["reference"], h["prefix"], h["suffix"]) for h in hand]
+        infill_deadline = time.monotonic() + max(
+            10.0, 0.5 * (clock.deadline - time.monotonic() - verify_seconds)
+        )
+        infilled, speed = generate_infill(
+            str(work / "fit"), tasks, tokens[0], infill_deadline, clock.say, batch_size=96
+        )
+        scored = scored_rows([rows[i] for i in chosen], infilled[: len(chosen)])
+        summary = summarise(scored)
+        results["infill"] = {"summary": summary, "speed": speed, "hand": len(hand)}
+        a = summary["all"]
+        clock.say(
+            f"infill: parses {a['parses']['k']}/{a['n']}, same compute {a['same_compute']['k']}/{a['n']}"
+        )
+        with (out / "infill_answers.jsonl").open("w") as f:
+            for r in scored:
+                f.write(json.dumps({"kind": "infill", **r}) + "\n")
+            for h, answer in zip(hand, infilled[len(chosen) :], strict=True):
+                f.write(json.dumps({"kind": "hand", "file": h["name"] + ".py", "answer": answer}) + "\n")
+        for i, answer in zip(chosen, infilled, strict=False):
+            row = rows[i]
+            items.append(
+                {"file": "infill_" + row["file"], "kind": "infill", "family": row["family"],
+                 "style": row.get("style", "cudice"), "reference": row["reference"], "answer": answer}
+            )  # fmt: skip
+        for h, answer in zip(hand, infilled[len(chosen) :], strict=True):
+            items.append(
+                {"file": "hand_" + h["name"] + ".py", "kind": "hand", "family": h["name"], "style": "hand",
+                 "reference": h["reference"], "answer": answer}
+            )  # fmt: skip
+    if items and eval_per_family > 0:
+        verified = verify_items(items, work, clock.deadline - 10, clock.say)
         results["verified"] = {k: v for k, v in verified.items() if k != "rows"}
         (out / "verified.json").write_text(json.dumps(verified, indent=1) + "\n")
     if not skip_old:

@@ -125,3 +125,38 @@ def test_an_eval_row_is_fast_only_when_correct_and_its_pessimistic_speedup_clear
     assert is_fast_row({"verdict": "correct", "speedup": 3.0}, 2.0) and not is_fast_row(
         {"verdict": "correct", "speedup": 1.5}, 2.0
     )
+
+
+def test_first_per_family_takes_the_first_problems_of_each_family_in_order() -> None:
+    from cudice.model.train.corpus.recipe_fit import first_per_family
+
+    rows = [{"family": f} for f in ("a", "b", "a", "a", "c", "b", "b")]
+    assert first_per_family(rows, 2) == [0, 1, 2, 4, 5]
+    assert first_per_family(rows, 0) == []
+
+
+def test_infill_answers_are_the_editors_infill_of_each_scaffold(tiny_sdar_dir: Path) -> None:
+    """`generate_infill` in one batch gives, per scaffold, the file `Engine.infill` writes for it
+    alone: the wrapper kept byte for byte around the model's middle."""
+    import time
+
+    from cudice.model.config import SamplerConfig
+    from cudice.model.engine import load_engine
+    from cudice.model.scaffold import split_scaffold
+    from cudice.model.train.corpus.heldout import generate_infill
+
+    examples = Path(__file__).resolve().parents[4] / "examples"
+    tasks = []
+    for name in ("relu", "softmax"):
+        scaffold = split_scaffold((examples / f"{name}_cuda.py").read_text())
+        tasks.append(((examples / f"{name}.py").read_text(), scaffold.prefix, scaffold.suffix))
+    said: list[str] = []
+    answers, speed = generate_infill(str(tiny_sdar_dir), tasks, 24, time.monotonic() + 600, said.append)
+    engine = load_engine(str(tiny_sdar_dir), fast=False, freeze=True)
+    for (ref, prefix, suffix), answer in zip(tasks, answers, strict=True):
+        alone = engine.infill(prefix, suffix, ref, SamplerConfig(max_new_tokens=24, temperature=0.0))
+        assert answer == alone.text
+        assert answer is not None and answer.startswith(prefix) and answer.endswith(suffix)
+    assert speed["tokens"] > 0 and len(said) == 1 and said[0].startswith("infill: 2/2 answers, ")
+    late, _ = generate_infill(str(tiny_sdar_dir), tasks, 24, time.monotonic() - 1, said.append)
+    assert late == [None, None] and said[-1] == "infill: deadline reached after 0 of 2 answers"
