@@ -218,18 +218,24 @@ def infill_tasks(rows: list[dict[str, Any]], chosen: list[int]) -> list[tuple[st
     return tasks
 
 
-def hand_scaffolds(folder: Path) -> list[dict[str, Any]]:
+def hand_scaffolds(folder: Path, say: Any) -> list[dict[str, Any]]:
     """The hand-written scaffolds of `folder` (bench/infill_scaffolds: scaffolds/NAME.py, the wrapper
-    with an empty CUDA source, beside problems/NAME.py, its reference)."""
-    from cudice.model.scaffold import split_scaffold
+    with an empty CUDA source, beside problems/NAME.py, its reference); one without its problem or
+    that does not split is said and skipped."""
+    from cudice.model.scaffold import ScaffoldError, split_scaffold
 
     out = []
     for path in sorted((folder / "scaffolds").glob("*.py")):
-        scaffold = split_scaffold(path.read_text(), str(path))
+        problem = folder / "problems" / path.name
+        try:
+            scaffold = split_scaffold(path.read_text(), str(path))
+            reference = problem.read_text()
+        except (ScaffoldError, OSError) as exc:
+            say(f"hand-written scaffold {path.name} skipped: {exc}")
+            continue
         out.append(
-            {"name": path.stem, "reference": (folder / "problems" / path.name).read_text(),
-             "prefix": scaffold.prefix, "suffix": scaffold.suffix}
-        )  # fmt: skip
+            {"name": path.stem, "reference": reference, "prefix": scaffold.prefix, "suffix": scaffold.suffix}
+        )
     return out
 
 
@@ -398,7 +404,7 @@ def main(
     if infill_per_family > 0:
         chosen = first_per_family(rows, infill_per_family)
         tasks = infill_tasks(rows, chosen)
-        hand = hand_scaffolds(scaffolds) if scaffolds.is_dir() else []
+        hand = hand_scaffolds(scaffolds, clock.say) if scaffolds.is_dir() else []
         tasks += [(h["reference"], h["prefix"], h["suffix"]) for h in hand]
         infill_deadline = time.monotonic() + max(
             10.0, 0.5 * (clock.deadline - time.monotonic() - verify_seconds)
