@@ -230,7 +230,7 @@ def hand_scaffolds(folder: Path, say: Any) -> list[dict[str, Any]]:
         try:
             scaffold = split_scaffold(path.read_text(), str(path))
             reference = problem.read_text()
-        except (ScaffoldError, OSError) as exc:
+        except (ScaffoldError, ValueError, SyntaxError, OSError) as exc:
             say(f"hand-written scaffold {path.name} skipped: {exc}")
             continue
         out.append(
