@@ -158,12 +158,11 @@ def generate_samples(
     from cudice.model.engine import GenerationError
 
     if scaffold is None:
-        prompt = engine.kernel_prompt(pytorch_code)
+        ids = engine.encode(engine.kernel_prompt(pytorch_code))
     else:
-        prompt = engine.infill_prompt(scaffold[0], scaffold[1], pytorch_code)
+        ids = engine.infill_ids(scaffold[0], scaffold[1], pytorch_code)
         marker = infill_stop_marker(scaffold[1])
         configs = [c.replace(stop_strings=(*c.stop_strings, marker)) for c in configs]
-    ids = engine.encode(prompt)
     block = max(engine.block_length(c) for c in configs)  # GenerationError when there is none
     longest = len(ids) + max(c.max_new_tokens for c in configs) + 2 * block
     batcher = ContinuousBatcher.from_engine(

@@ -8,7 +8,11 @@
 `generate_kernel` asks for a whole `ModelNew` file (KernelBench one-shot prompt) and returns the
 first fenced code block of the answer. `infill` forces the answer to start with the scaffold's
 prefix and stops when the suffix's first line appears; `.middle` is the new CUDA source and
-`.text` is the ORIGINAL prefix + middle + ORIGINAL suffix.
+`.text` is the ORIGINAL prefix + middle + ORIGINAL suffix. The forced opening is tokenised apart
+from the chat turn before it (`infill_ids`), as training tokenises a prompt and its answer
+(`cudice.model.train.sft.encode_pair`): tokenised together, a tokenizer may merge across the turn's
+end (the demo model's line-level BPE makes one token of "\n```python" there, a sequence its
+training never had, and its infilling became word salad).
 
 `on_progress` is called after every committed block (from the calling thread); `should_stop` is
 polled before every forward, and a stopped generation returns what was committed with
@@ -117,9 +121,16 @@ class Engine:
 
     def infill_prompt(self, prefix: str, suffix: str, pytorch_code: str) -> str:
         """The infilling prompt, chat turn included, in this engine's style, followed by the forced
-        opening of the answer (`PromptStyle.infill_answer`: it ends with the scaffold's prefix)."""
+        opening of the answer (`PromptStyle.infill_answer`: it ends with the scaffold's prefix), as
+        text; the model is given `infill_ids`."""
         task = self.style.infill(pytorch_code, prefix, suffix)
         return self.style.chat(task) + self.style.infill_answer(prefix)
+
+    def infill_ids(self, prefix: str, suffix: str, pytorch_code: str) -> list[int]:
+        """`infill_prompt`'s token ids: the chat turn and the forced opening tokenised apart, as
+        training tokenises a prompt and its answer (module docstring)."""
+        task = self.style.infill(pytorch_code, prefix, suffix)
+        return self.encode(self.style.chat(task)) + self.encode(self.style.infill_answer(prefix))
 
     # --- generation ----------------------------------------------------------------------
     def generate_texts(
@@ -130,7 +141,17 @@ class Engine:
         should_stop: Callable[[], bool] | None = None,
     ) -> BatchResult:
         """Decode raw prompt strings (already chat-formatted) as one batch."""
-        encoded = [self.encode(p) for p in prompts]
+        return self.generate_ids([self.encode(p) for p in prompts], config, on_block, should_stop)
+
+    def generate_ids(
+        self,
+        encoded: Sequence[Sequence[int]],
+        config: SamplerConfig,
+        on_block: Callable[[Sequence[Sequence[int]], int], None] | None = None,
+        should_stop: Callable[[], bool] | None = None,
+    ) -> BatchResult:
+        """Decode token-id prompts as one batch (`generate_texts` after tokenising)."""
+        encoded = [list(e) for e in encoded]
         block = self.block_length(config)
         limit = int(getattr(self.loaded.model.config, "max_position_embeddings", 0) or 0)
         longest = max(len(e) for e in encoded) + config.max_new_tokens + block
@@ -144,7 +165,7 @@ class Engine:
 
     def _generate_one(
         self,
-        prompt: str,
+        prompt: Sequence[int],
         config: SamplerConfig,
         on_progress: Callable[[Progress], None] | None,
         should_stop: Callable[[], bool] | None,
@@ -158,7 +179,7 @@ class Engine:
             n = len(tokens[0])
             on_progress(Progress(n, num_forwards, seconds, self.decode(tokens[0])))
 
-        result = self.generate_texts([prompt], config, on_block=on_block, should_stop=should_stop)
+        result = self.generate_ids([prompt], config, on_block=on_block, should_stop=should_stop)
         return result, time.perf_counter() - start
 
     def generate_kernel(
@@ -170,7 +191,7 @@ class Engine:
     ) -> Generation:
         """End-to-end: a full candidate file (`class ModelNew`) for the KernelBench reference."""
         result, seconds = self._generate_one(
-            self.kernel_prompt(reference_source), config, on_progress, should_stop
+            self.encode(self.kernel_prompt(reference_source)), config, on_progress, should_stop
         )
         row = result.rows[0]
         code = extract_first_code_block(row.text)
@@ -187,7 +208,7 @@ class Engine:
     ) -> Generation:
         """Write the CUDA source between `prefix` and `suffix` (prefix-forced DICE stage-1 prompt)."""
         marker = infill_stop_marker(suffix)
-        prompt = self.infill_prompt(prefix, suffix, pytorch_code)
+        prompt = self.infill_ids(prefix, suffix, pytorch_code)
         config = config.replace(stop_strings=(*config.stop_strings, marker))
         result, seconds = self._generate_one(prompt, config, on_progress, should_stop)
         middle = splice_middle(result.rows[0].text, suffix)

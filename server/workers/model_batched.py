@@ -76,12 +76,11 @@ class BatchedJobs:
     ) -> None:
         """Queue the job (module docstring); its events follow from other threads."""
         if msg["op"] == "generate":
-            prompt = self.engine.kernel_prompt(msg["reference_source"])
-        else:
-            prompt = self.engine.infill_prompt(msg["prefix"], msg["suffix"], msg.get("pytorch_code", ""))
+            ids = self.engine.encode(self.engine.kernel_prompt(msg["reference_source"]))
+        else:  # the forced opening tokenised apart, as Engine.infill does
+            ids = self.engine.infill_ids(msg["prefix"], msg["suffix"], msg.get("pytorch_code", ""))
             config = config.replace(stop_strings=(*config.stop_strings, infill_stop_marker(msg["suffix"])))
         self.engine.block_length(config)  # GenerationError (what to set) when there is none
-        ids = self.engine.encode(prompt)
         t0 = time.perf_counter()
         rows = [0]
 

@@ -126,3 +126,31 @@ def test_install_demo_writes_the_weights_and_a_card_with_the_heldout_scores(tmp_
     assert card["heldout"]["sft"]["tokens_per_forward"] == 1.5
     assert json.loads((target / "demo_card.json").read_text()) == card
     assert default_model_dir() == DEMO_DIR  # installing elsewhere leaves the package's model alone
+
+
+def test_infilling_is_tokenised_as_training_tokenised_the_pair() -> None:
+    """The infill prompt's ids are the first ids of its training pair (`sft.encode_pair`: the chat
+    turn and the answer tokenised apart): the bundled tokenizer makes one token of "\\n```python"
+    when the two are tokenised together, a sequence training never showed the model."""
+    from cudice.model.engine import load_engine
+    from cudice.model.prompts import infill_prompt
+    from cudice.model.scaffold import split_scaffold
+    from cudice.model.train.corpus.build import fenced
+    from cudice.model.train.sft import encode_pair
+
+    engine = load_engine(str(DEMO_DIR), device="cpu", fast=False, freeze=True)
+    reference = (ROOT / "examples" / "relu.py").read_text()
+    solution = (ROOT / "examples" / "relu_cuda.py").read_text()
+    scaffold = split_scaffold(solution)
+    trained = encode_pair(
+        engine.tokenizer,
+        infill_prompt(reference, scaffold.prefix, scaffold.suffix),
+        fenced(solution),
+        block_size=4,
+        pad_token_id=0,
+    ).input_ids
+    ids = engine.infill_ids(scaffold.prefix, scaffold.suffix, reference)
+    assert ids == trained[: len(ids)] and len(trained) > len(ids)
+    assert engine.decode(ids) == engine.infill_prompt(scaffold.prefix, scaffold.suffix, reference)
+    joined = engine.encode(engine.infill_prompt(scaffold.prefix, scaffold.suffix, reference))
+    assert joined != ids  # what the editor sent before: tokenised together, it differs at the seam

@@ -134,7 +134,7 @@ def generate(
         code = extract_first_code_block(text)
         return code if code is not None else text
 
-    prompts = [chat_prompt(e2e_prompt(r)) for r in references]
+    prompts = [engine.encode(chat_prompt(e2e_prompt(r))) for r in references]
     return _batched(engine, prompts, (), answer, max_new_tokens, deadline, say, batch_size, "generate")
 
 
@@ -154,7 +154,7 @@ def generate_infill(
     from cudice.model.prompts import infill_stop_marker, splice_middle
 
     engine = load_engine(checkpoint, fast=False, freeze=True)
-    prompts = [engine.infill_prompt(prefix, suffix, ref) for ref, prefix, suffix in tasks]
+    prompts = [engine.infill_ids(prefix, suffix, ref) for ref, prefix, suffix in tasks]
     markers = tuple(sorted({infill_stop_marker(suffix) for _, _, suffix in tasks}))
 
     def answer(k: int, text: str) -> str:
@@ -166,7 +166,7 @@ def generate_infill(
 
 def _batched(
     engine: Any,
-    prompts: Sequence[str],
+    prompts: Sequence[Sequence[int]],
     stop_strings: tuple[str, ...],
     answer: Callable[[int, str], str],
     max_new_tokens: int,
@@ -175,7 +175,8 @@ def _batched(
     batch_size: int,
     what: str,
 ) -> tuple[list[str | None], dict[str, Any]]:
-    """Greedy decoding of `prompts` in batches until `deadline`; `answer(k, text)` makes row k's answer."""
+    """Greedy decoding of `prompts` (token ids) in batches until `deadline`; `answer(k, text)` makes
+    row k's answer."""
     from cudice.model.config import SamplerConfig
 
     config = SamplerConfig(max_new_tokens=max_new_tokens, temperature=0.0, stop_strings=stop_strings)
@@ -187,7 +188,7 @@ def _batched(
             break
         chunk = prompts[first : first + batch_size]
         start = time.monotonic()
-        result = engine.generate_texts(chunk, config, should_stop=lambda: time.monotonic() > deadline)
+        result = engine.generate_ids(chunk, config, should_stop=lambda: time.monotonic() > deadline)
         seconds += time.monotonic() - start
         tokens += result.num_tokens
         forwards += getattr(result, "num_forwards", 0)
