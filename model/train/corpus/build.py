@@ -15,9 +15,10 @@
                                     end-to-end prompt, and for one in INFILL_EVERY the infilling
                                     prompt too (model/prompts.py, the builders the runtime uses),
                                     each answered by the fenced ModelNew file; the infilling
-                                    answer in `infill_naming` (the composition's names by
-                                    default: its prompt's scaffold states them, and an editor's
-                                    scaffold carries the user's own, which the answer must keep)
+                                    answer in `infill_naming` (by default the composition's
+                                    names, 3 in 4 wrappers varied by `wrappers.vary_wrapper`:
+                                    its prompt's scaffold states them, and an editor's scaffold
+                                    carries the user's own, which the answer must keep)
     rl_e2e.jsonl                    {idx, level, pytorch_code} of one training problem in INFILL_EVERY
     rl_infill.jsonl                 {pytorch_code, cuda_code, prefix, middle, suffix, level}; the
                                     split is cudice.model.scaffold's, the editor's infill split
@@ -50,6 +51,7 @@ from cudice.model.train.corpus.files import ProblemSpec, reference_file, solutio
 from cudice.model.train.corpus.kernels import without_notes
 from cudice.model.train.corpus.leak import check_corpus
 from cudice.model.train.corpus.split import answer_signature, split_compositions
+from cudice.model.train.corpus.wrappers import VARY_SHARE, vary_wrapper
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +84,8 @@ INFILL_EVERY = 4  # one training problem in this many also gets the infilling pr
 # Answers name each fused op in a comment before its CUDA statement (`build --op-comments`): off by
 # default: a CPU A/B of tiny models found a cost and no benefit (docs/benchmarks.md).
 OP_COMMENTS = False
+VARIED = "varied"  # infilling pairs: the composition's names, 3 in 4 wrappers varied (wrappers.py)
+INFILL_NAMINGS = (*NAMINGS, VARIED)
 
 
 def make_problem(
@@ -106,8 +110,12 @@ def make_problem(
     if infill_naming is not None and infill_naming != naming:
         again = random.Random()
         again.setstate(state)
-        infill_spec, infill_kernel = family.build(comp, again, timed, infill_naming)
+        built = "composition" if infill_naming == VARIED else infill_naming
+        infill_spec, infill_kernel = family.build(comp, again, timed, built)
         infill = solution_file(infill_spec, infill_kernel if op_comments else without_notes(infill_kernel))
+        wrap = random.Random(index * 7919 + 17)  # its own stream: the problems drawn stay the same
+        if infill_naming == VARIED and wrap.random() < VARY_SHARE:
+            infill = vary_wrapper(infill, infill_spec.answer_name, infill_kernel.function, wrap)
     return Problem(
         f"{index:04d}_{spec.name}.py",
         split,
@@ -150,7 +158,7 @@ def draw_problems(
     heldout_sizes: str = "timed",
     timed_share: float = TIMED_SHARE,
     naming: str = "generic",
-    infill_naming: str = "composition",
+    infill_naming: str = VARIED,
     op_comments: bool = OP_COMMENTS,
     families: tuple[str, ...] = (),
 ) -> list[Problem]:
@@ -162,9 +170,10 @@ def draw_problems(
     CPU experiment."""
     if heldout_sizes not in SIZE_REGIMES:
         raise ValueError(f"heldout_sizes={heldout_sizes!r} must be one of {', '.join(SIZE_REGIMES)}")
-    for what, value in (("naming", naming), ("infill_naming", infill_naming)):
-        if value not in NAMINGS:
-            raise ValueError(f"{what}={value!r} must be one of {', '.join(NAMINGS)}")
+    if naming not in NAMINGS:
+        raise ValueError(f"naming={naming!r} must be one of {', '.join(NAMINGS)}")
+    if infill_naming not in INFILL_NAMINGS:
+        raise ValueError(f"infill_naming={infill_naming!r} must be one of {', '.join(INFILL_NAMINGS)}")
     if not 0.0 <= timed_share <= 1.0:
         raise ValueError(f"timed_share={timed_share} must be within [0, 1]")
     unknown = sorted(set(families) - set(FAMILIES))
@@ -244,7 +253,7 @@ def build_corpus(
     heldout_sizes: str = "timed",
     timed_share: float = TIMED_SHARE,
     naming: str = "generic",
-    infill_naming: str = "composition",
+    infill_naming: str = VARIED,
     op_comments: bool = OP_COMMENTS,
     families: tuple[str, ...] = (),
 ) -> dict[str, Any]:

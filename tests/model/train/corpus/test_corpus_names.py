@@ -153,7 +153,9 @@ def test_no_held_out_answer_is_byte_identical_to_a_training_answer_with_generic_
 def test_infilling_pairs_keep_the_composition_names_of_their_scaffold(tmp_path: Path) -> None:
     """The infilling prompt states the names (the scaffold's prefix and suffix, the user's own in
     the editor), so its answer keeps them; the end-to-end answer is generic."""
-    manifest = build_corpus(tmp_path, seed=1, train_per_family=4, heldout_per_family=1)
+    manifest = build_corpus(
+        tmp_path, seed=1, train_per_family=4, heldout_per_family=1, infill_naming="composition"
+    )
     assert (manifest["names"], manifest["infill_names"]) == ("generic", "composition")
     sft = [json.loads(line) for line in (tmp_path / "sft.jsonl").read_text().splitlines()]
     infill = [json.loads(line) for line in (tmp_path / "rl_infill.jsonl").read_text().splitlines()]
@@ -181,7 +183,7 @@ def test_cli_names_option_is_recorded_and_composition_gives_the_old_identifiers(
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)["names"] == "composition"
     manifest = json.loads((tmp_path / "c" / "manifest.json").read_text())
-    assert (manifest["names"], manifest["infill_names"]) == ("composition", "composition")
+    assert (manifest["names"], manifest["infill_names"]) == ("composition", "varied")  # the default
     for row in manifest["problems"]:
         name = row["file"].split("_", 1)[1].removesuffix(".py")
         text = (tmp_path / "c" / "solutions" / "train" / row["file"]).read_text()

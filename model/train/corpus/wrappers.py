@@ -1,0 +1,87 @@
+"""Varied wrappers for the infilling pairs: the same solution with the names and small habits of
+the file around its CUDA source changed, consistently, the way different people write it.
+
+An infilling prompt states the wrapper (its prefix and suffix), and the answer must keep what the
+wrapper says: the host function `functions=[...]` names, the declaration in the C++ source. A
+model trained on one wrapper layout only (`files.solution_file`, every name spelled from the
+composition) copies that layout instead of reading the prompt: the bundled model wrote word salad
+as soon as a scaffold's names or first line differed from its corpus's (docs/benchmarks.md,
+2026-12-05). `vary_wrapper(solution, stem, function, rng)` renames, as whole identifiers through
+the whole file (CUDA source included):
+
+- the source variables `{stem}_source` and `{stem}_cpp_source`, the extension variable
+  `{stem}_ext` and the extension's `name="{stem}"`;
+- the host function `function` (in the C++ declaration, its CUDA definition, `functions=[...]`
+  and the call in `forward`);
+
+and sometimes puts a comment line first, or has `forward` call the extension's module variable
+instead of an attribute set in `__init__`. Kernel names inside the CUDA source are the answer's
+own and stay. Every new name carries a role suffix (`_src`, `_ext`, `_forward`, ...), so none is
+a Python keyword or builtin, a C++ keyword, or a name the file already uses; `wrapper_names`
+lists what was renamed. Not covered: other layouts of the wrapper (several `load_inline` calls,
+sources read from files, `extra_cuda_cflags`), which the corpus never writes.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+
+BASES = ("op", "fused", "custom", "my_op", "kernel", "impl", "cuda_op", "fast", "k", "mod")
+SOURCE_SUFFIXES = ("_source", "_src", "_cuda_source", "_code", "_kernel_source", "_cu", "_cuda_src")
+CPP_SUFFIXES = ("_cpp_source", "_cpp", "_decl", "_cpp_src", "_header", "_decls")
+EXT_SUFFIXES = ("_ext", "_module", "_lib", "_mod", "_extension", "_cuda_ext")
+FUNCTION_SUFFIXES = ("_cuda", "_forward", "_fwd", "_launch", "_op", "_run", "_impl")
+MODULE_SUFFIXES = ("", "_ext", "_v1", "_extension", "_inline")
+FIRST_LINES = (
+    "# Custom CUDA kernel replacing the PyTorch ops of Model.\n",
+    "# cudice: reference=model.py\n",
+    "# ModelNew: the same computation with an inline CUDA extension.\n",
+    '"""Inline CUDA version of the model."""\n\n',
+)
+VARY_SHARE = 0.75  # the other infilling pairs keep the corpus's own wrapper
+
+
+def _base(stem: str, rng: random.Random) -> str:
+    """A stem for the new names: the composition's first op or a generic word."""
+    first = stem.split("_")[0]
+    pool = [*BASES, first] if first.isidentifier() and first.isalpha() else list(BASES)
+    return rng.choice(pool)
+
+
+def wrapper_names(stem: str, function: str, rng: random.Random) -> dict[str, str]:
+    """Old identifier -> new identifier for one wrapper (module docstring); all new names differ
+    from each other and from the old ones."""
+    while True:
+        base = _base(stem, rng)
+        names = {
+            f"{stem}_source": base + rng.choice(SOURCE_SUFFIXES),
+            f"{stem}_cpp_source": base + rng.choice(CPP_SUFFIXES),
+            f"{stem}_ext": base + rng.choice(EXT_SUFFIXES),
+            function: _base(stem, rng) + rng.choice(FUNCTION_SUFFIXES),
+        }
+        new = list(names.values())
+        if len(set(new)) == len(new) and not set(new) & set(names):
+            return names
+
+
+def vary_wrapper(solution: str, stem: str, function: str, rng: random.Random) -> str:
+    """`solution` (a `files.solution_file` text whose identifiers are spelled from `stem`, host
+    function `function`) with its wrapper varied (module docstring)."""
+    used = set(re.findall(r"\b\w+\b", solution))
+    names = wrapper_names(stem, function, rng)
+    while used & set(names.values()):  # a new name the file already has (a helper, a kernel)
+        names = wrapper_names(stem, function, rng)
+    for old in sorted(names, key=len, reverse=True):  # `{stem}_cpp_source` before `{stem}_source`
+        solution = re.sub(rf"\b{re.escape(old)}\b", names[old], solution)
+    module = rng.choice([names[f"{stem}_ext"], _base(stem, rng) + rng.choice(MODULE_SUFFIXES)])
+    if module in names or module in used:  # an old name, or one the file has: the extension's own
+        module = names[f"{stem}_ext"]
+    solution = solution.replace(f'    name="{stem}",\n', f'    name="{module}",\n', 1)
+    ext = names[f"{stem}_ext"]
+    if rng.random() < 0.3:  # forward calls the module variable; __init__ keeps no attribute
+        solution = solution.replace(f"        self.{ext} = {ext}\n", "", 1)
+        solution = solution.replace(f"self.{ext}.", f"{ext}.")
+    if rng.random() < 0.3:
+        solution = rng.choice(FIRST_LINES) + solution
+    return solution

@@ -1,0 +1,88 @@
+"""Varied infilling wrappers (model/train/corpus/wrappers.py): renamed consistently, still loadable
+and within the static policy, with the scaffold split in the same place, and only in the
+infilling pairs."""
+
+from __future__ import annotations
+
+import random
+import re
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from cudice.model.scaffold import split_scaffold
+from cudice.model.train.corpus.build import INFILL_EVERY, VARIED, draw_problems
+from cudice.model.train.corpus.heldout import names_agree
+from cudice.model.train.corpus.wrappers import vary_wrapper, wrapper_names
+
+
+@pytest.fixture(scope="module")
+def problems() -> list:
+    return draw_problems(0, 24, 2, infill_naming=VARIED)
+
+
+def test_varied_wrappers_are_loadable_split_alike_and_only_in_the_infilling_pairs(problems: list) -> None:
+    plain = draw_problems(0, 24, 2, infill_naming="composition")
+    assert [p.solution for p in plain] == [p.solution for p in problems]  # same problems, same answers
+    assert [p.reference for p in plain] == [p.reference for p in problems]
+    infill = [(a, b) for a, b in zip(plain, problems, strict=True) if b.infill_solution]
+    assert len(infill) == len([p for p in problems if p.split == "train"]) // INFILL_EVERY
+    varied = 0
+    for before, after in infill:
+        assert names_agree(after.infill_solution), after.infill_solution  # wired: f defined and called
+        old, new = split_scaffold(before.infill_solution), split_scaffold(after.infill_solution)
+        assert "__global__" in new.middle
+        if before.infill_solution != after.infill_solution:
+            varied += 1
+            stem = re.search(r'^    name="(\w+)",$', before.infill_solution, re.M)
+            assert stem is not None and f"{stem.group(1)}_source" not in after.infill_solution
+            kernels = re.findall(r"__global__ void (\w+)", old.middle)
+            assert kernels == re.findall(r"__global__ void (\w+)", new.middle)  # the answer's own
+    assert len(infill) // 2 <= varied < len(infill)  # about 3 in 4 (VARY_SHARE)
+
+
+def test_a_renaming_is_consistent_and_never_takes_a_name_the_file_has() -> None:
+    rng = random.Random(3)
+    seen: Counter[str] = Counter()
+    for _ in range(300):
+        names = wrapper_names("tanh_elu", "tanh_elu_cuda", rng)
+        new = list(names.values())
+        assert len(set(new)) == 4 and not set(new) & set(names)
+        assert all(n.isidentifier() and "_" in n for n in new)  # a role suffix on every name
+        seen.update(new)
+    assert len(seen) > 40  # many spellings, not a second fixed layout
+    source = (
+        'x_source = """\n__device__ float op_src(float v) { return v; }\n'
+        'torch::Tensor x_cuda(torch::Tensor a) { return a; }\n"""\n\n'
+        'x_cpp_source = "torch::Tensor x_cuda(torch::Tensor a);"\n\n'
+        'x_ext = load_inline(\n    name="x",\n    cpp_sources=x_cpp_source,\n    cuda_sources=x_source,\n'
+        '    functions=["x_cuda"],\n    verbose=False,\n)\n\n\nclass ModelNew(nn.Module):\n'
+        "    def __init__(self):\n        super().__init__()\n        self.x_ext = x_ext\n\n"
+        "    def forward(self, a):\n        return self.x_ext.x_cuda(a)\n"
+    )
+    for seed in range(300):
+        out = vary_wrapper(source, "x", "x_cuda", random.Random(seed))
+        assert len(re.findall(r"\bop_src\b", out)) == 1  # "op" + "_src" is drawn, never taken here
+        assert not re.search(r"\bx_(source|cpp_source|ext|cuda)\b", out)
+        function = re.search(r'functions=\["(\w+)"\]', out)
+        assert function is not None and f"torch::Tensor {function.group(1)}(" in out
+        assert re.search(rf"\.{function.group(1)}\(a\)", out)
+        assert (
+            split_scaffold("from torch.utils.cpp_extension import load_inline\n" + out).middle.count("x_cuda")
+            == 0
+        )
+
+
+def test_varied_wrappers_pass_the_static_anti_cheat_stage(problems: list, tmp_path: Path) -> None:
+    from cudice.model.train.corpus.verify_templates import _static_verdict
+
+    checked = 0
+    for i, p in enumerate(problems):
+        if not p.infill_solution or checked >= 16:
+            continue
+        ref, sol = tmp_path / f"ref_{i}.py", tmp_path / f"sol_{i}.py"
+        ref.write_text(p.reference)
+        sol.write_text(p.infill_solution)
+        assert _static_verdict(sol, ref)["verdict"] == "static_ok", p.infill_solution
+        checked += 1
+    assert checked == 16
