@@ -14,7 +14,8 @@ the whole file (CUDA source included):
 - the host function `function` (in the C++ declaration, its CUDA definition, `functions=[...]`
   and the call in `forward`);
 
-and sometimes puts a comment line first, or has `forward` call the extension's module variable
+and sometimes puts a comment line first (never a `# cudice:` directive, which would change where
+the verifier looks for the reference), or has `forward` call the extension's module variable
 instead of an attribute set in `__init__`. Kernel names inside the CUDA source are the answer's
 own and stay. Every new name carries a role suffix (`_src`, `_ext`, `_forward`, ...), so none is
 a Python keyword or builtin, a C++ keyword, or a name the file already uses; `wrapper_names`
@@ -35,7 +36,7 @@ FUNCTION_SUFFIXES = ("_cuda", "_forward", "_fwd", "_launch", "_op", "_run", "_im
 MODULE_SUFFIXES = ("", "_ext", "_v1", "_extension", "_inline")
 FIRST_LINES = (
     "# Custom CUDA kernel replacing the PyTorch ops of Model.\n",
-    "# cudice: reference=model.py\n",
+    "# Fused CUDA implementation (load_inline).\n",
     "# ModelNew: the same computation with an inline CUDA extension.\n",
     '"""Inline CUDA version of the model."""\n\n',
 )

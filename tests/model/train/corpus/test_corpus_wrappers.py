@@ -86,3 +86,13 @@ def test_varied_wrappers_pass_the_static_anti_cheat_stage(problems: list, tmp_pa
         assert _static_verdict(sol, ref)["verdict"] == "static_ok", p.infill_solution
         checked += 1
     assert checked == 16
+
+
+def test_no_first_line_is_a_cudice_directive() -> None:
+    from cudice.model.train.corpus.wrappers import FIRST_LINES
+    from cudice.verifier.source.document import parse_document
+
+    for line in FIRST_LINES:
+        assert "cudice:" not in line
+        text = line + "import torch\n"
+        assert parse_document(text, "x.py", require_candidate=False).reference.origin == "none"
