@@ -119,18 +119,22 @@ class Engine:
         """The end-to-end prompt for a reference, chat turn included, in this engine's style."""
         return self.style.chat(self.style.e2e(reference_source))
 
-    def infill_prompt(self, prefix: str, suffix: str, pytorch_code: str) -> str:
-        """The infilling prompt, chat turn included, in this engine's style, followed by the forced
-        opening of the answer (`PromptStyle.infill_answer`: it ends with the scaffold's prefix), as
-        text; the model is given `infill_ids`."""
+    def _infill_parts(self, prefix: str, suffix: str, pytorch_code: str) -> tuple[str, str]:
+        """The infilling task's chat turn in this engine's style, and the forced opening of the
+        answer (`PromptStyle.infill_answer`: it ends with the scaffold's prefix)."""
         task = self.style.infill(pytorch_code, prefix, suffix)
-        return self.style.chat(task) + self.style.infill_answer(prefix)
+        return self.style.chat(task), self.style.infill_answer(prefix)
+
+    def infill_prompt(self, prefix: str, suffix: str, pytorch_code: str) -> str:
+        """The infilling prompt as text: the chat turn followed by the forced opening of the answer;
+        the model is given `infill_ids`."""
+        return "".join(self._infill_parts(prefix, suffix, pytorch_code))
 
     def infill_ids(self, prefix: str, suffix: str, pytorch_code: str) -> list[int]:
         """`infill_prompt`'s token ids: the chat turn and the forced opening tokenised apart, as
         training tokenises a prompt and its answer (module docstring)."""
-        task = self.style.infill(pytorch_code, prefix, suffix)
-        return self.encode(self.style.chat(task)) + self.encode(self.style.infill_answer(prefix))
+        turn, opening = self._infill_parts(prefix, suffix, pytorch_code)
+        return self.encode(turn) + self.encode(opening)
 
     # --- generation ----------------------------------------------------------------------
     def generate_texts(

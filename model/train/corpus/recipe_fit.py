@@ -25,7 +25,7 @@ and the shipped checkpoint side by side (`bench/train_demo.sh fit`).
    verified, never counted either way.
 
 Everything said goes to stderr and `fit.log` in the output folder. Not covered: verifying every
-held-out answer (a build per kernel does not fit one call; step 6 takes a subset), RL (phase b of
+held-out answer (a build per kernel does not fit one call; step 7 takes a subset), RL (phase b of
 `recipe.py`).
 """
 
@@ -141,7 +141,7 @@ def first_per_family(rows: list[dict[str, Any]], per_family: int) -> list[int]:
 
 
 def verify_items(items: list[dict[str, Any]], work: Path, deadline: float, say: Any) -> dict[str, Any]:
-    """Step 6: one `cudice eval` of every item, stopped at `deadline` (the verdicts that came back
+    """Step 7: one `cudice eval` of every item, stopped at `deadline` (the verdicts that came back
     are kept; the rest are listed as not verified, counted neither way).
 
     An item is {"file", "kind", "family", "style", "reference", "answer"}: its reference and its
@@ -298,7 +298,7 @@ def evaluate(
     "--eval-per-family", type=int, default=0, show_default=True,
     help="Verify the new model's answers to this many held-out problems per family with `cudice eval`.",
 )  # fmt: skip
-@click.option("--eval-verify-seconds", type=float, default=240.0, show_default=True, help="Kept for step 6.")
+@click.option("--eval-verify-seconds", type=float, default=240.0, show_default=True, help="Kept for step 7.")
 @click.option(
     "--infill-per-family", type=int, default=0, show_default=True,
     help="Also infill the wrappers of this many held-out templates per family, and the scaffolds of "
@@ -385,7 +385,7 @@ def main(
     eval_left = clock.deadline - time.monotonic() - 10
     tokens = (16, 16) if smoke else (NEW_TOKENS, OLD_TOKENS)
     if checker is not None and checker.poll() is None and eval_per_family > 0:
-        checker.terminate()  # its compiles would share the cores with step 6's
+        checker.terminate()  # its compiles would share the cores with step 7's
         clock.say("template verification stopped before verifying the model's answers")
     new_share = 1.0 if skip_old else 0.4
     results["new"] = evaluate(
@@ -419,22 +419,21 @@ def main(
         clock.say(
             f"infill: parses {a['parses']['k']}/{a['n']}, same compute {a['same_compute']['k']}/{a['n']}"
         )
-        with (out / "infill_answers.jsonl").open("w") as f:
-            for r in scored:
-                f.write(json.dumps({"kind": "infill", **r}) + "\n")
-            for h, answer in zip(hand, infilled[len(chosen) :], strict=True):
-                f.write(json.dumps({"kind": "hand", "file": h["name"] + ".py", "answer": answer}) + "\n")
         for i, answer in zip(chosen, infilled, strict=False):
             row = rows[i]
             items.append(
                 {"file": "infill_" + row["file"], "kind": "infill", "family": row["family"],
                  "style": row.get("style", "cudice"), "reference": row["reference"], "answer": answer}
             )  # fmt: skip
-        for h, answer in zip(hand, infilled[len(chosen) :], strict=True):
-            items.append(
-                {"file": "hand_" + h["name"] + ".py", "kind": "hand", "family": h["name"], "style": "hand",
-                 "reference": h["reference"], "answer": answer}
-            )  # fmt: skip
+        with (out / "infill_answers.jsonl").open("w") as f:
+            for r in scored:
+                f.write(json.dumps({"kind": "infill", **r}) + "\n")
+            for h, answer in zip(hand, infilled[len(chosen) :], strict=True):
+                f.write(json.dumps({"kind": "hand", "file": h["name"] + ".py", "answer": answer}) + "\n")
+                items.append(
+                    {"file": "hand_" + h["name"] + ".py", "kind": "hand", "family": h["name"],
+                     "style": "hand", "reference": h["reference"], "answer": answer}
+                )  # fmt: skip
     if items and eval_per_family > 0:
         verified = verify_items(items, work, clock.deadline - 10, clock.say)
         results["verified"] = {k: v for k, v in verified.items() if k != "rows"}

@@ -73,8 +73,8 @@ def vary_wrapper(solution: str, stem: str, function: str, rng: random.Random) ->
     names = wrapper_names(stem, function, rng)
     while used & set(names.values()):  # a new name the file already has (a helper, a kernel)
         names = wrapper_names(stem, function, rng)
-    for old in sorted(names, key=len, reverse=True):  # `{stem}_cpp_source` before `{stem}_source`
-        solution = re.sub(rf"\b{re.escape(old)}\b", names[old], solution)
+    whole = r"\b(" + "|".join(map(re.escape, names)) + r")\b"  # one pass: no rename sees another's
+    solution = re.sub(whole, lambda m: names[m.group(1)], solution)
     module = rng.choice([names[f"{stem}_ext"], _base(stem, rng) + rng.choice(MODULE_SUFFIXES)])
     if module in names or module in used:  # an old name, or one the file has: the extension's own
         module = names[f"{stem}_ext"]
