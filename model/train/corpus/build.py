@@ -16,7 +16,9 @@
                                     prompt too (model/prompts.py, the builders the runtime uses),
                                     each answered by the fenced ModelNew file; the infilling
                                     answer in `infill_naming` (by default the composition's
-                                    names, 3 in 4 wrappers varied by `wrappers.vary_wrapper`:
+                                    names, 3 in 4 wrappers varied by `wrappers.vary_wrapper`
+                                    and half of those with some literal arguments baked into
+                                    the host function by `wrappers.bake_arguments`:
                                     its prompt's scaffold states them, and an editor's scaffold
                                     carries the user's own, which the answer must keep)
     rl_e2e.jsonl                    {idx, level, pytorch_code} of one training problem in INFILL_EVERY
@@ -51,7 +53,7 @@ from cudice.model.train.corpus.files import ProblemSpec, reference_file, solutio
 from cudice.model.train.corpus.kernels import without_notes
 from cudice.model.train.corpus.leak import check_corpus
 from cudice.model.train.corpus.split import answer_signature, split_compositions
-from cudice.model.train.corpus.wrappers import VARY_SHARE, vary_wrapper
+from cudice.model.train.corpus.wrappers import BAKE_SHARE, VARY_SHARE, bake_arguments, vary_wrapper
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +117,8 @@ def make_problem(
         infill = solution_file(infill_spec, infill_kernel if op_comments else without_notes(infill_kernel))
         wrap = random.Random(index * 7919 + 17)  # its own stream: the problems drawn stay the same
         if infill_naming == VARIED and wrap.random() < VARY_SHARE:
+            if wrap.random() < BAKE_SHARE:  # some literal arguments become the host function's locals
+                infill = bake_arguments(infill, infill_kernel.function, infill_spec.extra_args, wrap)
             infill = vary_wrapper(infill, infill_spec.answer_name, infill_kernel.function, wrap)
     return Problem(
         f"{index:04d}_{spec.name}.py",

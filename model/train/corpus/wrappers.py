@@ -19,8 +19,17 @@ the verifier looks for the reference), or has `forward` call the extension's mod
 instead of an attribute set in `__init__`. Kernel names inside the CUDA source are the answer's
 own and stay. Every new name carries a role suffix (`_src`, `_ext`, `_forward`, ...), so none is
 a Python keyword or builtin, a C++ keyword, or a name the file already uses; `wrapper_names`
-lists what was renamed. Not covered: other layouts of the wrapper (several `load_inline` calls,
-sources read from files, `extra_cuda_cflags`), which the corpus never writes.
+lists what was renamed.
+
+`bake_arguments(solution, function, extra_args, rng)` varies the host function's signature: some
+of the literal arguments that `forward` passes after the tensors (a `dim`, a `keepdim`, an `eps`)
+leave the signature, the declaration and the call, and become locals of the host function with
+the same value. People write `row_sum(x)` as often as `row_sum(x, 1, false)`; a model that has
+only seen the corpus's signatures writes a host function the scaffold does not declare.
+
+Not covered: other layouts of the wrapper (several `load_inline` calls, sources read from files,
+`extra_cuda_cflags`), which the corpus never writes; an argument that is not a literal
+(`self.eps`) is never baked.
 """
 
 from __future__ import annotations
@@ -41,6 +50,8 @@ FIRST_LINES = (
     '"""Inline CUDA version of the model."""\n\n',
 )
 VARY_SHARE = 0.75  # the other infilling pairs keep the corpus's own wrapper
+BAKE_SHARE = 0.5  # of the varied pairs with literal extra arguments: some of them baked in
+_CPP_LITERALS = {"True": "true", "False": "false"}
 
 
 def _base(stem: str, rng: random.Random) -> str:
@@ -86,3 +97,40 @@ def vary_wrapper(solution: str, stem: str, function: str, rng: random.Random) ->
     if rng.random() < 0.3:
         solution = rng.choice(FIRST_LINES) + solution
     return solution
+
+
+def _cpp_literal(expr: str) -> str | None:
+    """The C++ spelling of a Python literal argument (int, float, bool), None for anything else."""
+    if expr in _CPP_LITERALS:
+        return _CPP_LITERALS[expr]
+    if re.fullmatch(r"-?\d+", expr) or re.fullmatch(r"-?(\d+\.\d*|\d*\.\d+|\d+)(e-?\d+)?", expr):
+        return expr
+    return None
+
+
+def bake_arguments(solution: str, function: str, extra_args: tuple[str, ...], rng: random.Random) -> str:
+    """`solution` with some of `extra_args` (the literal ones, each with probability 1/2, at least
+    one) moved from host function `function`'s signature into its body (module docstring).
+    Unchanged when no argument is a literal or the file is not laid out as `files.solution_file`
+    writes it."""
+    n = len(extra_args)
+    literals = [i for i, a in enumerate(extra_args) if _cpp_literal(a) is not None]
+    decl = re.search(rf'"torch::Tensor {re.escape(function)}\(([^)]*)\);"', solution)
+    call = re.search(rf"\.{re.escape(function)}\(([^()\n]*)\)\n", solution)
+    if not literals or decl is None or call is None:
+        return solution
+    params, args = decl.group(1).split(", "), call.group(1).split(", ")
+    definition = f"torch::Tensor {function}({decl.group(1)}) {{\n"
+    if len(params) != len(args) or len(args) < n or tuple(args[-n:]) != extra_args:
+        return solution
+    if any(solution.count(part) != 1 for part in (definition, decl.group(0), call.group(0))):
+        return solution
+    chosen = {i for i in literals if rng.random() < 0.5} or {rng.choice(literals)}
+    first = len(args) - n  # index of the first extra argument
+    keep = [k for k in range(len(args)) if k - first not in chosen]
+    locals_ = "".join(f"    {params[first + i]} = {_cpp_literal(extra_args[i])};\n" for i in sorted(chosen))
+    new_params = ", ".join(params[k] for k in keep)
+    solution = solution.replace(definition, f"torch::Tensor {function}({new_params}) {{\n{locals_}", 1)
+    solution = solution.replace(decl.group(0), f'"torch::Tensor {function}({new_params});"', 1)
+    new_call = f".{function}({', '.join(args[k] for k in keep)})\n"
+    return solution.replace(call.group(0), new_call, 1)  # forward comes after the CUDA source

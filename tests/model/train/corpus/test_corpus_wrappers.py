@@ -96,3 +96,81 @@ def test_no_first_line_is_a_cudice_directive() -> None:
         assert "cudice:" not in line
         text = line + "import torch\n"
         assert parse_document(text, "x.py", require_candidate=False).reference.origin == "none"
+
+
+BAKE_SOURCE = (
+    'r_source = """\ntorch::Tensor r_cuda(torch::Tensor x, int64_t dim, bool keepdim, double eps) {\n'
+    '    if (dim < 0) dim += x.dim();\n    return x.sum(dim, keepdim) + eps;\n}\n"""\n\n'
+    'r_cpp_source = "torch::Tensor r_cuda(torch::Tensor x, int64_t dim, bool keepdim, double eps);"\n\n'
+    "class ModelNew(nn.Module):\n    def forward(self, x):\n"
+    "        return self.r_ext.r_cuda(x, -1, True, 1e-05)\n"
+)
+
+
+def test_baked_arguments_leave_signature_declaration_and_call_together() -> None:
+    from cudice.model.train.corpus.wrappers import bake_arguments
+
+    seen: set[str] = set()
+    for seed in range(64):
+        out = bake_arguments(BAKE_SOURCE, "r_cuda", ("-1", "True", "1e-05"), random.Random(seed))
+        definition = re.search(r"torch::Tensor r_cuda\(([^)]*)\) \{\n", out)
+        decl = re.search(r'"torch::Tensor r_cuda\(([^)]*)\);"', out)
+        call = re.search(r"\.r_cuda\(([^)]*)\)\n", out)
+        assert definition and decl and call and definition.group(1) == decl.group(1)
+        params = definition.group(1).split(", ")
+        assert len(params) == len(call.group(1).split(", ")) < 4  # at least one baked
+        assert params[0] == "torch::Tensor x" and call.group(1).startswith("x")
+        locals_ = dict(re.findall(r"^    (?:int64_t|bool|double) (\w+) = ([^;]+);$", out, re.M))
+        expected = {
+            "dim": ("int64_t dim", "-1"),
+            "keepdim": ("bool keepdim", "true"),
+            "eps": ("double eps", "1e-05"),
+        }
+        for name, (param, value) in expected.items():
+            assert (param in params) != (name in locals_)  # a parameter or a local, never both
+            assert name not in locals_ or locals_[name] == value  # the value forward passed, in C++
+        assert "    if (dim < 0) dim += x.dim();" in out  # a local the body may still assign
+        seen.add(definition.group(1))
+    assert len(seen) >= 5  # different subsets baked
+
+
+def test_only_literal_arguments_are_baked_and_other_layouts_are_left_alone() -> None:
+    from cudice.model.train.corpus.wrappers import bake_arguments
+
+    source = BAKE_SOURCE.replace("(x, -1, True, 1e-05)", "(x, self.dim, self.keep, self.eps)")
+    for seed in range(16):  # nothing is a literal: unchanged
+        assert (
+            bake_arguments(source, "r_cuda", ("self.dim", "self.keep", "self.eps"), random.Random(seed))
+            == source
+        )
+    mixed = BAKE_SOURCE.replace("(x, -1, True, 1e-05)", "(x, self.dim, True, self.eps)")
+    for seed in range(16):
+        out = bake_arguments(mixed, "r_cuda", ("self.dim", "True", "self.eps"), random.Random(seed))
+        assert ".r_cuda(x, self.dim, self.eps)\n" in out and "    bool keepdim = true;\n" in out
+    # forward passes other arguments than the file's: not the layout it knows, unchanged
+    assert bake_arguments(BAKE_SOURCE, "r_cuda", ("0", "True", "1e-05"), random.Random(0)) == BAKE_SOURCE
+
+
+def test_some_corpus_infilling_pairs_have_baked_arguments_and_stay_wired(
+    problems: list, tmp_path: Path
+) -> None:
+    from cudice.model.train.corpus.verify_templates import _static_verdict
+
+    local = re.compile(r"\) \{\n    (?:int64_t|bool|double) \w+ = [^;]+;\n")
+    baked = [
+        p
+        for p in draw_problems(0, 160, 2, infill_naming=VARIED)
+        if p.infill_solution and local.search(p.infill_solution)
+    ]
+    assert len(baked) >= 5
+    for i, p in enumerate(baked[:6]):
+        assert names_agree(p.infill_solution), p.infill_solution
+        function = re.search(r'functions=\["(\w+)"\]', p.infill_solution)
+        assert function is not None
+        decl = re.search(rf'"torch::Tensor {function.group(1)}\(([^)]*)\);"', p.infill_solution)
+        call = re.search(rf"\.{function.group(1)}\(([^)]*)\)\n", p.infill_solution)
+        assert decl and call and len(decl.group(1).split(", ")) == len(call.group(1).split(", "))
+        ref, sol = tmp_path / f"ref_{i}.py", tmp_path / f"sol_{i}.py"
+        ref.write_text(p.reference)
+        sol.write_text(p.infill_solution)
+        assert _static_verdict(sol, ref)["verdict"] == "static_ok", p.infill_solution
