@@ -10,7 +10,8 @@
      forward and tokens per second, with the default runner (on a GPU the compiled fast path,
      whose first call includes its compilation) and, on a GPU, the eager HF runner.
 Returns a JSON-able dict (per family: problems, correct, fast_1; verdict counts; speeds).
-`comparison_table(results)` prints SFT against RL per family with the change in correct rate.
+`comparison_table(results)` prints SFT against RL per family, with RL − SFT and its paired 95 %
+interval (`paired_line`).
 
 Not covered: several samples per problem (pass@k), in-distribution problems (the training
 split's compositions), and timing stability beyond what the verifier reports.
@@ -221,9 +222,21 @@ def comparison_table(results: dict[str, dict[str, Any]]) -> str:
     total = "".join(f" {results[s]['correct']:>12.1%} {results[s]['fast_1']:>10.1%}" for s in stages)
     lines.append(f"{'all':<10}{total}")
     if len(stages) == 2:
-        delta = results["rl"]["correct"] - results["sft"]["correct"]
-        lines.append(
-            f"RL changed the correct rate by {delta * 100:+.1f} points "
-            f"({results['sft']['num_problems']} problems x 1 greedy sample each stage)"
-        )
+        lines.append(paired_line(results["sft"]["per_problem"], results["rl"]["per_problem"]))
     return "\n".join(lines)
+
+
+def paired_line(sft_rows: list[dict[str, Any]], rl_rows: list[dict[str, Any]]) -> str:
+    """RL − SFT in correct and fast_1 rate over the problems both stages were scored on, each with
+    its paired 95 % interval (`heldout.paired_difference`), and whether the interval excludes 0."""
+    from cudice.model.train.corpus.heldout import paired_difference
+
+    sft = {r["problem"]: r for r in sft_rows}
+    rl = {r["problem"]: r for r in rl_rows}
+    both = sorted(set(sft) & set(rl))
+    parts = []
+    for what, test in (("correct", lambda r: r["verdict"] == "correct"), ("fast_1", is_fast_row)):
+        d, lo, hi = paired_difference([test(rl[p]) for p in both], [test(sft[p]) for p in both])
+        verdict = "RL better" if lo > 0 else "RL worse" if hi < 0 else "no difference shown"
+        parts.append(f"{what} {d * 100:+.1f} points [{lo * 100:+.1f}, {hi * 100:+.1f}] ({verdict})")
+    return f"RL - SFT over {len(both)} paired problems, 95 % interval: " + "; ".join(parts)

@@ -51,6 +51,33 @@ def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
+def paired_difference(
+    after: Sequence[bool], before: Sequence[bool], z: float = 1.96
+) -> tuple[float, float, float]:
+    """Difference of two success rates measured on the same problems (`after[i]` and `before[i]`
+    are problem i's outcomes, e.g. RL's and SFT's), with its 95 % interval: Newcombe's hybrid
+    score interval for paired proportions (Newcombe, Statistics in Medicine 17:2635, 1998, method
+    10), which uses both rates' Wilson intervals and the correlation of the pairs. Returns
+    (difference, low, high); (0, -1, 1) for no problems."""
+    if len(after) != len(before):
+        raise ValueError(f"paired outcomes need equal lengths, got {len(after)} and {len(before)}")
+    n = len(after)
+    if n == 0:
+        return 0.0, -1.0, 1.0
+    both = sum(1 for a, b in zip(after, before, strict=True) if a and b)
+    only_after = sum(1 for a, b in zip(after, before, strict=True) if a and not b)
+    only_before = sum(1 for a, b in zip(after, before, strict=True) if b and not a)
+    neither = n - both - only_after - only_before
+    p1, p2 = (both + only_after) / n, (both + only_before) / n
+    (l1, u1), (l2, u2) = wilson(both + only_after, n, z), wilson(both + only_before, n, z)
+    margins = (both + only_after) * (only_before + neither) * (both + only_before) * (only_after + neither)
+    phi = (both * neither - only_after * only_before) / math.sqrt(margins) if margins else 0.0
+    d = p1 - p2
+    low = d - math.sqrt(max(0.0, (p1 - l1) ** 2 - 2 * phi * (p1 - l1) * (u2 - p2) + (u2 - p2) ** 2))
+    high = d + math.sqrt(max(0.0, (u1 - p1) ** 2 - 2 * phi * (u1 - p1) * (p2 - l2) + (p2 - l2) ** 2))
+    return d, max(-1.0, low), min(1.0, high)
+
+
 def defines_model_new(code: str) -> bool:
     try:
         tree = parse(code)
