@@ -171,6 +171,7 @@ def create_server(
     @server.feature(lsp.TEXT_DOCUMENT_DID_OPEN)
     def did_open(ls: CudiceServer, params: lsp.DidOpenTextDocumentParams) -> None:
         from cudice.server.candidacy import show_syntax_error
+        from cudice.server.publishing import show_reference_findings
         from cudice.server.verification import show_cached, verify_open_documents
 
         uri = params.text_document.uri
@@ -180,6 +181,7 @@ def create_server(
         elif not show_cached(ls, uri) and ls.settings.verify_on_save:
             verify_open_documents(ls, [uri])  # saved while the editor was attaching: verify it now
         show_syntax_error(ls, uri)  # a reference that does not parse says so before any save
+        show_reference_findings(ls, uri)  # a reference whose `get_inputs()` raised for a candidate
         if not ls.released and ls.analyse(uri, params.text_document.text)[0].is_candidate:
             ls.spawn(_warm_quick(ls))  # clangd's minutes-long preamble only once a candidate is open
             if ls.wants_warm_verifier():

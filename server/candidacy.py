@@ -1,7 +1,8 @@
 """What a file shows when it is not, or no longer, the text its verdict was computed for.
 
 - A file that stops being a candidate (no `ModelNew`, no `load_inline`: overwritten, say) loses
-  its run, verdict, lens and diagnostics on save and on `cudice.verify` (`not_a_candidate`).
+  its run, verdict, lens and diagnostics on save and on `cudice.verify` (`not_a_candidate`), and
+  so do its findings shown in its reference's buffer.
 - A KernelBench file that does not parse (a reference with a syntax error) gets that error as a
   diagnostic, on open and on save (`show_syntax_error`, `not_a_candidate`); other Python files
   are left to the user's Python tools.
@@ -17,7 +18,7 @@ from __future__ import annotations
 import os
 
 from cudice.server.core import CudiceServer
-from cudice.server.publishing import current_version, publish, watch_reference
+from cudice.server.publishing import current_version, note_reference_findings, publish, watch_reference
 from cudice.verifier.source.document import Document
 from lsprotocol import types as lsp
 
@@ -46,6 +47,7 @@ def not_a_candidate(
     state.latest = None
     state.edited = False
     watch_reference(ls, state, None)
+    note_reference_findings(ls, state, None, ())  # its reference's buffer drops them too
     name = os.path.basename(path)
     state.flagged = syntax is not None
     if syntax is not None:

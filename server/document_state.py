@@ -19,6 +19,8 @@ Contract:
   arrived;
 - `watched_reference` / `reference_digest`: the reference file watched for this document and the
   digest of the text it was last verified with (re-verified only when that text changes);
+- `reference_findings`: the findings of its latest verdict located in its reference file, which
+  the reference's own buffer shows too (publishing.py);
 - `generation_cancel` is the cancel event of its running generation, `prebuild_timer` the pending
   timer of its build-while-editing.
 Nothing here sends messages or starts work: this module is data plus small pure helpers.
@@ -37,7 +39,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from cudice.verifier.source.document import Document
     from cudice.verifier.source.positions import LineIndex
-    from cudice.verifier.source.result import VerifyResult
+    from cudice.verifier.source.result import Diagnostic, VerifyResult
 
 # How many documents keep their parsed text at once (a parse is recomputed after a drop).
 MAX_ANALYSES = 256
@@ -104,6 +106,15 @@ def text_digest(text: str | None) -> str | None:
     return None if text is None else hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()
 
 
+@dataclass(frozen=True, slots=True)
+class ReferenceFindings:
+    """Findings of a document's verdict located in its reference file, and the digest of the
+    reference text they were found in (`text_digest`; None when it was not read)."""
+
+    digest: str | None = None
+    diagnostics: tuple[Diagnostic, ...] = ()
+
+
 @dataclass(slots=True)
 class DocumentState:
     """What the server keeps about the document at `uri` (see the module docstring)."""
@@ -120,6 +131,7 @@ class DocumentState:
     running_key: str | None = None
     watched_reference: str | None = None
     reference_digest: str | None = None
+    reference_findings: ReferenceFindings = ReferenceFindings()
     generation_cancel: asyncio.Event | None = None
     prebuild_timer: asyncio.TimerHandle | None = None
 

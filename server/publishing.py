@@ -3,12 +3,20 @@
 Role: what the verification flow (verification.py) and the handling of files that are not, or no
 longer, candidates (candidacy.py) both do to a document: publish a result's diagnostics
 (`publish`), only while the editor still has the text it was computed for (`current_version`),
-and watch the reference it was verified against (`watch_reference`). It sits below both, so
-verification.py imports candidacy.py and no import goes back.
+show the findings a verdict locates in the reference in the reference's own buffer
+(`note_reference_findings`, `show_reference_findings`), and watch the reference it was verified
+against (`watch_reference`). It sits below both, so verification.py imports candidacy.py and no
+import goes back.
 Contract:
 - a result computed for text the editor no longer has is never published (its lines would have
   moved); results for the current text go out with the editor's current document version, a
   closed document's with the version it was read at;
+- a finding located on a line of the reference (`IN_REFERENCE_CODES`: its `get_inputs()` raised,
+  verifier/run/reference_probe.py) stays on the candidate, named `relu.py:N: …`
+  (features/diagnostics.py), and is also published on the reference's open buffer, at that line,
+  while the buffer holds the reference text it was found in; the candidate's next verdict (or the
+  reference's save) replaces or clears it. A document with diagnostics of its own (a candidate's
+  verdict, a syntax error) never gets them;
 - `compile_only_reason` says why no speedup is shown (compile-only setting, or no GPU): the
   diagnostics and the verification settings (verification.py) both read it.
 Not covered: storing the verdict, lenses and `cudice/status` (verification.py's `_record`).
@@ -17,16 +25,26 @@ Not covered: storing the verdict, lenses and `cudice/status` (verification.py's 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 from cudice.server.core import CudiceServer
-from cudice.server.document_state import DocumentState, ReferenceInfo
-from cudice.server.features.diagnostics import ClientSupport, result_diagnostics
+from cudice.server.document_state import DocumentState, ReferenceFindings, ReferenceInfo, text_digest
+from cudice.server.features.diagnostics import (
+    ClientSupport,
+    docs_base,
+    result_diagnostics,
+    same_file,
+    to_lsp,
+)
 from cudice.verifier.run.gpu_probe import gpu_absent_reason
-from cudice.verifier.source.result import VerifyResult
+from cudice.verifier.source.result import Diagnostic, VerifyResult
 from lsprotocol import types as lsp
+from pygls.uris import to_fs_path
 
 # the logger these lines had in verification.py: the client's log shows its name
 log = logging.getLogger("cudice.server.verification")
+# Findings the verifier locates on a line of the reference file: that file's buffer shows them too.
+IN_REFERENCE_CODES = frozenset({"reference.get_inputs_failed"})
 
 
 def compile_only_reason(ls: CudiceServer) -> str | None:
@@ -64,6 +82,52 @@ def publish(
     )
     ls.text_document_publish_diagnostics(
         lsp.PublishDiagnosticsParams(uri=uri, diagnostics=diags, version=version)
+    )
+
+
+def note_reference_findings(
+    ls: CudiceServer, state: DocumentState, digest: str | None, diagnostics: Sequence[Diagnostic]
+) -> None:
+    """Keep the findings among `diagnostics` (the latest verdict of `state`'s document, found in the
+    reference text of `digest`) that are located in its reference, and republish the open
+    documents where that adds or removes one."""
+    found = tuple(d for d in diagnostics if d.code in IN_REFERENCE_CODES and d.location is not None)
+    before, state.reference_findings = state.reference_findings, ReferenceFindings(digest, found)
+    if state.reference_findings == before:
+        return
+    paths = {d.location.path for d in (*before.diagnostics, *found) if d.location is not None}
+    for uri in list(ls.workspace.text_documents):
+        path = to_fs_path(uri)
+        if uri != state.uri and path is not None and any(same_file(path, p) for p in paths):
+            show_reference_findings(ls, uri, was_shown=True)
+
+
+def show_reference_findings(ls: CudiceServer, uri: str, *, was_shown: bool = False) -> None:
+    """Publish on the open document `uri` the findings other documents' verdicts located in it, those
+    found in the text its buffer holds. Nothing when none is kept for it, unless `was_shown` (some
+    were published: an empty list clears them), nor on a document with diagnostics of its own."""
+    doc = ls.workspace.text_documents.get(uri)
+    path = to_fs_path(uri)
+    state = ls.documents.get(uri)
+    if doc is None or path is None or (state is not None and state.flagged):
+        return
+    kept = [
+        (other.reference_findings.digest, d)
+        for other in ls.documents.values()
+        if other.uri != uri
+        for d in other.reference_findings.diagnostics
+        if d.location is not None and same_file(d.location.path, path)
+    ]
+    if not (kept or was_shown) or ls.too_large(uri, doc.source):
+        return
+    doc_model, index = ls.analyse(uri, doc.source)
+    if doc_model.is_candidate:  # its own verdict's diagnostics are what it shows
+        return
+    digest, support, base = text_digest(doc.source), ClientSupport.of(ls.client_capabilities), docs_base()
+    found = dict.fromkeys(d for found_in, d in kept if found_in == digest)  # once each, in order
+    diags = [to_lsp(d, path=path, index=index, doc=doc_model, support=support, base=base) for d in found]
+    ls.text_document_publish_diagnostics(
+        lsp.PublishDiagnosticsParams(uri=uri, diagnostics=diags, version=doc.version)
     )
 
 

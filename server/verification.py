@@ -17,7 +17,9 @@
    `cudice/status`. A result computed for text the editor no longer has is never published or
    shown (its lines would have moved): it is only cached. Results for the current text go out
    with the current document version, so Neovim, which ignores the version field, never gets a
-   stale one either.
+   stale one either. A finding located in the reference (its `get_inputs()` raised) is shown in
+   the reference's open buffer too (`note_reference_findings`); a saved reference drops the ones
+   found in another text of it.
 
 A document closed while its run starts never runs it (app.py's didClose cancels one already
 running). Non-candidates and edited buffers: candidacy.py.
@@ -48,7 +50,14 @@ from cudice.server.document_state import (
     read_reference,
 )
 from cudice.server.progress import WorkProgress
-from cudice.server.publishing import compile_only_reason, current_version, publish, watch_reference
+from cudice.server.publishing import (
+    compile_only_reason,
+    current_version,
+    note_reference_findings,
+    publish,
+    show_reference_findings,
+    watch_reference,
+)
 from cudice.server.results import result_key
 from cudice.server.team import claim_work, release_work
 from cudice.server.workers.verify import VerifyRequest
@@ -138,12 +147,14 @@ def show_cached(ls: CudiceServer, uri: str) -> bool:
     analysis = ls.analysis(uri, source)
     if not analysis.doc.is_candidate:
         return False
-    key = key_for(ls, analysis.doc, read_reference(analysis.reference))
+    reference = read_reference(analysis.reference)
+    key = key_for(ls, analysis.doc, reference)
     cached = ls.cache.get(key)
     if cached is None:
         return False
     publish(ls, uri, path, source, version, cached)
     _record(ls, ls.document(uri), version, key, cached, source)
+    note_reference_findings(ls, ls.document(uri), reference.digest, cached.diagnostics)
     return True
 
 
@@ -161,6 +172,7 @@ async def verify_document(ls: CudiceServer, uri: str, *, force: bool = False) ->
     doc_model = analysis.doc
     if not doc_model.is_candidate:
         shown = not_a_candidate(ls, uri, path, source, version, doc_model)
+        show_reference_findings(ls, uri)  # a saved reference: findings in another text of it go
         if force and not shown:
             ls.notice(
                 f"cudice: {os.path.basename(path)} has no `class ModelNew` or `load_inline` call, "
@@ -177,6 +189,7 @@ async def verify_document(ls: CudiceServer, uri: str, *, force: bool = False) ->
         ls.jobs.cancel(uri)  # a build of older text still running would only be dropped
         publish(ls, uri, path, source, version, cached)
         _record(ls, state, version, key, cached, source)
+        note_reference_findings(ls, state, reference.digest, cached.diagnostics)
         return cached
 
     if not force and state.building and state.running_key == key:
@@ -198,7 +211,7 @@ async def verify_document(ls: CudiceServer, uri: str, *, force: bool = False) ->
             state.building -= 1
 
     try:
-        return await _verify_fresh(ls, state, doc_model, path, source, version, key, done_building)
+        result = await _verify_fresh(ls, state, doc_model, path, source, version, key, done_building)
     finally:
         release_work(ls, "verify", uri)
         if state.running_key == key and state.building <= (1 if building[0] else 0):
@@ -207,6 +220,9 @@ async def verify_document(ls: CudiceServer, uri: str, *, force: bool = False) ->
             done_building()
             ls.send_status(f"verification of {os.path.basename(path)} stopped", uri)
         ls.refresh_lenses()
+    if result is not None:  # about the reference's text, also when the candidate's moved on
+        note_reference_findings(ls, state, reference.digest, result.diagnostics)
+    return result
 
 
 async def static_stage(doc: Document, config: VerifyConfig) -> StaticResult | None:

@@ -65,7 +65,8 @@ class ClientSupport:
         return cls(bool(pub.related_information), bool(pub.code_description_support))
 
 
-def _same_file(a: str, b: str) -> bool:
+def same_file(a: str, b: str) -> bool:
+    """Whether the paths `a` and `b` name one file (compared as absolute paths when one is missing)."""
     try:
         return os.path.samefile(a, b)
     except OSError:
@@ -115,7 +116,7 @@ def to_lsp(
     """One verifier diagnostic -> one LSP diagnostic in the document at `path`."""
     message = diag.message
     loc = diag.location
-    if loc is not None and _same_file(loc.path, path):
+    if loc is not None and same_file(loc.path, path):
         rng = location_range(index, loc)
     else:
         rng = _anchor(index, doc)
