@@ -53,7 +53,6 @@ PRELOAD = (
 )
 
 log = logging.getLogger("cudice.server")
-REOPEN_POLL_S = 0.05  # how often a reopened document checks whether its cancelled run has ended
 
 
 async def _pull_configuration(ls: CudiceServer) -> Any:
@@ -91,19 +90,6 @@ async def _warm_quick(ls: CudiceServer) -> None:
 
 def _released(ls: CudiceServer) -> bool:
     return ls.released  # a call, so that mypy does not narrow the flag across awaits
-
-
-async def _verify_reopened(ls: CudiceServer, uri: str) -> None:
-    """Verify `uri` again once the run its close cancelled has ended: the editor reopened it
-    meanwhile (Neovim reloads a buffer, `:edit`, as didClose + didOpen), so its verdict is wanted
-    after all. A newer run (a save) that starts meanwhile is waited for too; its verdict is then in
-    the result cache, which `verify_document` reads first."""
-    from cudice.server.verification import verify_document
-
-    while ls.is_building(uri) and not _released(ls):
-        await asyncio.sleep(REOPEN_POLL_S)
-    if not _released(ls) and uri in ls.workspace.text_documents:
-        await verify_document(ls, uri)
 
 
 def _preload() -> None:
@@ -172,12 +158,12 @@ def create_server(
     def did_open(ls: CudiceServer, params: lsp.DidOpenTextDocumentParams) -> None:
         from cudice.server.candidacy import show_syntax_error
         from cudice.server.publishing import show_reference_findings
-        from cudice.server.verification import show_cached, verify_open_documents
+        from cudice.server.verification import show_cached, verify_open_documents, verify_reopened
 
         uri = params.text_document.uri
         if ls.document(uri).closed_while_verified:  # closed while verified, reopened: verdict wanted
             ls.document(uri).closed_while_verified = False
-            ls.spawn(_verify_reopened(ls, uri))
+            ls.spawn(verify_reopened(ls, uri))
         elif not show_cached(ls, uri) and ls.settings.verify_on_save:
             verify_open_documents(ls, [uri])  # saved while the editor was attaching: verify it now
         show_syntax_error(ls, uri)  # a reference that does not parse says so before any save

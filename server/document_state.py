@@ -12,7 +12,8 @@ Contract:
 - `latest` is the verdict shown for the document (hover, lens, `cudice/status`), `edited` whether
   the buffer's text differs from the text of that verdict, `flagged` whether a non-candidate shows
   its Python syntax error;
-- `building` counts the verifications of the document starting or running, `running_key` is the
+- `building` counts the verifications of the document starting or running (`start_building`,
+  `end_building`; `wait_not_building` wakes when it is back to 0), `running_key` is the
   result key (text, reference, settings) of the newest of them, `closes` counts the editor's
   `didClose` notifications (a run that is still starting compares it), `closed_while_verified`
   that the last close cancelled a verification (a reopen verifies again), `saved` says a `didSave`
@@ -33,7 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -115,6 +116,12 @@ class ReferenceFindings:
     diagnostics: tuple[Diagnostic, ...] = ()
 
 
+def _set_event() -> asyncio.Event:
+    event = asyncio.Event()
+    event.set()
+    return event
+
+
 @dataclass(slots=True)
 class DocumentState:
     """What the server keeps about the document at `uri` (see the module docstring)."""
@@ -128,6 +135,7 @@ class DocumentState:
     closes: int = 0
     closed_while_verified: bool = False
     building: int = 0
+    not_building: asyncio.Event = field(default_factory=_set_event)  # set exactly while building == 0
     running_key: str | None = None
     watched_reference: str | None = None
     reference_digest: str | None = None
@@ -141,6 +149,22 @@ class DocumentState:
         if found is not None and found.source == source and found.index.encoding == encoding:
             return found
         return None
+
+    def start_building(self) -> None:
+        """A verification of the document starts (counted in `building` until `end_building`)."""
+        self.building += 1
+        self.not_building.clear()
+
+    def end_building(self) -> None:
+        self.building -= 1
+        if self.building == 0:
+            self.not_building.set()
+
+    async def wait_not_building(self) -> None:
+        """Return once no verification of the document is starting or running; one that starts
+        meanwhile is waited for too. Woken by `end_building`, never by a timer."""
+        while self.building:
+            await self.not_building.wait()
 
     def cancel_prebuild_timer(self) -> None:
         timer, self.prebuild_timer = self.prebuild_timer, None

@@ -22,7 +22,8 @@
    found in another text of it.
 
 A document closed while its run starts never runs it (app.py's didClose cancels one already
-running). Non-candidates and edited buffers: candidacy.py.
+running); reopened meanwhile, it is verified again once that run has ended (`verify_reopened`).
+Non-candidates and edited buffers: candidacy.py.
 
 Without a GPU (or with `cudice.verify.compileOnly`) the run is compile-only and the user is
 told why no speedup is shown. Not covered: verifying unsaved buffer text of the *reference*
@@ -71,6 +72,9 @@ if TYPE_CHECKING:
     from cudice.verifier.api import StaticResult
 
 log = logging.getLogger(__name__)
+# Bound on a reopened document's wait for its runs to end (`verify_reopened`): a cancelled run ends
+# within seconds of its worker's kill, a newer save's run within its own time-outs (VerifyConfig).
+REOPEN_WAIT_S = 3600.0
 # What runs after each stage, for the progress message: a build takes minutes on a small CPU, and
 # "static: checked · 184 s" would read as if the static checks took that long.
 _NEXT_STEP = {
@@ -201,14 +205,14 @@ async def verify_document(ls: CudiceServer, uri: str, *, force: bool = False) ->
     if refused is not None:
         ls.notice(f"cudice: {os.path.basename(path)} not verified: {refused}")
         return None
-    state.building += 1
+    state.start_building()
     state.running_key = key
     building = [True]
 
     def done_building() -> None:  # before the verdict's status goes out, and at the latest on exit
         if building[0]:
             building[0] = False
-            state.building -= 1
+            state.end_building()
 
     try:
         result = await _verify_fresh(ls, state, doc_model, path, source, version, key, done_building)
@@ -223,6 +227,21 @@ async def verify_document(ls: CudiceServer, uri: str, *, force: bool = False) ->
     if result is not None:  # about the reference's text, also when the candidate's moved on
         note_reference_findings(ls, state, reference.digest, result.diagnostics)
     return result
+
+
+async def verify_reopened(ls: CudiceServer, uri: str) -> None:
+    """Verify `uri` again once the run its close cancelled has ended: the editor reopened it
+    meanwhile (Neovim reloads a buffer, `:edit`, as didClose + didOpen), so its verdict is wanted
+    after all. A newer run (a save) that starts meanwhile is waited for too; its verdict is then in
+    the result cache, which `verify_document` reads first. The runs' end wakes the wait
+    (`DocumentState.wait_not_building`); `REOPEN_WAIT_S` only bounds it."""
+    try:
+        await asyncio.wait_for(ls.document(uri).wait_not_building(), REOPEN_WAIT_S)
+    except asyncio.TimeoutError:
+        log.warning("%s: still verified %.0f s after it was reopened; not verified again", uri, REOPEN_WAIT_S)
+        return
+    if not ls.released and uri in ls.workspace.text_documents:
+        await verify_document(ls, uri)
 
 
 async def static_stage(doc: Document, config: VerifyConfig) -> StaticResult | None:
