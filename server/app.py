@@ -29,7 +29,7 @@ from cudice.server.protocol import (
     KIND_GENERATE,
     KIND_INFILL,
 )
-from cudice.server.session import cancel_work, release
+from cudice.server.session import cancel_work, finish_release, release, start_release
 from lsprotocol import types as lsp
 
 if TYPE_CHECKING:
@@ -325,7 +325,7 @@ def create_server(
 
     @server.feature(lsp.SHUTDOWN)
     async def shutdown(ls: CudiceServer, params: None) -> None:
-        await release(ls)
+        await start_release(ls)
 
     return server
 
@@ -371,4 +371,5 @@ def run(
 
     server.log_to_client = True
     route_to_client(server)
-    server.start_io(early=early)
+    # `exit` may come before the reply to `shutdown`: its release ends first (session.py)
+    server.start_io(early=early, after_exit=lambda: finish_release(server))

@@ -18,6 +18,7 @@ import asyncio
 import logging
 import os
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict
 from functools import cached_property
 from pathlib import Path
@@ -75,6 +76,7 @@ class CudiceServer(LanguageServer):
         self._reported: set[str] = set()
         self.worker_env = worker_env
         self.released = False  # set by app.release(): the session is over, start no more workers
+        self.releasing: asyncio.Task[None] | None = None  # the release `shutdown` started (session.py)
         self.results_dir = results_dir
         self.documents: dict[str, DocumentState] = {}  # uri -> what the server keeps about it
         self.last_verdict: str | None = None
@@ -129,10 +131,18 @@ class CudiceServer(LanguageServer):
         return ResultCache(self.results_dir)
 
     # -- transport -----------------------------------------------------------------------------
-    def start_io(self, stdin: Any = None, stdout: Any = None, *, early: EarlyFrame | None = None) -> None:
+    def start_io(
+        self,
+        stdin: Any = None,
+        stdout: Any = None,
+        *,
+        early: EarlyFrame | None = None,
+        after_exit: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
         """Serve on stdio with cudice's read loop (`transport.pygls_fixes.serve_stdio`). `early` is
-        a first frame `fast_init` already read (and maybe answered)."""
-        pygls_fixes.serve_stdio(self, stdin, stdout, early=early)
+        a first frame `fast_init` already read (and maybe answered); `after_exit` is awaited on
+        `exit` before the event loop ends (app.py: the end of a `shutdown` still closing workers)."""
+        pygls_fixes.serve_stdio(self, stdin, stdout, early=early, after_exit=after_exit)
 
     def report_server_error(self, error: Exception, source: Any) -> None:
         """pygls shows every internal error in a popup ("Error in server: ..."); cudice logs it to

@@ -3,8 +3,10 @@
 `cancel_work(ls, uri)` cancels the verification and the generation of one document, or of every
 document (`uri` None), and says how many it stopped. `release(ls)` stops what a client's session
 started — runs, builds of unsaved text, generations, watchers, workers (in multi-client mode its
-own runs and generations, not the shared model) — on `shutdown`, and in TCP mode when a connection
-ends without it.
+own runs and generations, not the shared model) — on `shutdown` (`start_release`), and in TCP mode
+when a connection ends without it. A client may send `exit` without waiting for the reply to
+`shutdown`: over stdio the server then lets that release end (`finish_release`, bounded by
+`EXIT_WAIT_S`) before its event loop ends, which would cancel it mid-way.
 
 Not covered: background tasks (a verification flow ends on its own once its run is killed:
 cancelling one mid-run here stalled the workers' shutdown).
@@ -13,8 +15,14 @@ cancelling one mid-run here stalled the workers' shutdown).
 from __future__ import annotations
 
 import asyncio
+import logging
 
 from cudice.server.core import CudiceServer
+
+log = logging.getLogger("cudice.server")
+# Bound on `exit` waiting for the release `shutdown` started: each worker gets 1 s to exit before it
+# is killed (workers/protocol.py `close`), so it ends in seconds even on a loaded box.
+EXIT_WAIT_S = 10.0
 
 
 def cancel_work(ls: CudiceServer, uri: str | None) -> int:
@@ -59,3 +67,21 @@ async def release(ls: CudiceServer) -> None:
         return
     # Both workers at once: clients give `shutdown` about 2 s before they log a time-out.
     await asyncio.gather(ls.model.shutdown(), ls.quick.shutdown())
+
+
+def start_release(ls: CudiceServer) -> asyncio.Task[None]:
+    """`shutdown`: release the session (`release`), once, as a task that `exit` can wait for."""
+    if ls.releasing is None:
+        ls.releasing = asyncio.get_running_loop().create_task(release(ls))
+    return ls.releasing
+
+
+async def finish_release(ls: CudiceServer, timeout_s: float = EXIT_WAIT_S) -> None:
+    """On `exit`: wait, at most `timeout_s`, for the release a `shutdown` started to end (a failed
+    one is the `shutdown` reply's to report)."""
+    task = ls.releasing
+    if task is None or task.done():
+        return
+    done, _ = await asyncio.wait({task}, timeout=timeout_s)
+    if not done:
+        log.warning("closing the workers took over %.0f s after `exit`; exiting anyway", timeout_s)

@@ -4,10 +4,15 @@ request-future table.
 `serve_stdio(server, ...)` is pygls' `start_io` with cudice's read loop (`rpc_reader.py`: bad frames
 never deafen the server, unreadable requests are answered, nothing pops up), started from a first
 frame `fast_init` may already have read (and answered: pygls' own reply to that id is then
-dropped). `SnapshotItems` replaces the protocol's `_request_futures` table (`install`): pygls'
-`shutdown` cancels the requests in flight while iterating it, and a running command's future
-removes itself from it as it is cancelled ("dictionary changed size during iteration": `shutdown`
-failed while a generation ran); iterating over a snapshot fixes that.
+dropped). pygls' `exit` closes stdout and raises SystemExit at once, also while the `shutdown`
+before it is still being handled (a client need not wait for its reply): ending the event loop
+there would cancel that handler mid-way, and asyncio would print the traceback of pygls' callback
+on it. So the loop first awaits `after_exit` (the server's wait for its shutdown), and a reply
+that comes after `exit` is dropped (`StdoutWriter`) instead of written to the closed stdout.
+`SnapshotItems` replaces the protocol's `_request_futures` table (`install`): pygls' `shutdown`
+cancels the requests in flight while iterating it, and a running command's future removes itself
+from it as it is cancelled ("dictionary changed size during iteration": `shutdown` failed while a
+generation ran); iterating over a snapshot fixes that.
 
 Not covered: pygls versions other than 2.1 (the attributes patched here are pygls internals).
 """
@@ -18,7 +23,8 @@ import asyncio
 import logging
 import sys
 import threading
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 if TYPE_CHECKING:
     from cudice.server.fast_init import EarlyFrame
@@ -34,17 +40,43 @@ class SnapshotItems(dict[Any, Any]):
         return list(super().items())
 
 
+class StdoutWriter:
+    """pygls' stdout writer (`pygls.io_.StdoutWriter`), which drops what is written after `close`
+    (pygls' `exit` closes stdout; a reply still pending then has nobody to read it)."""
+
+    def __init__(self, stdout: BinaryIO) -> None:
+        self._stdout = stdout
+        self.is_closed = False
+
+    def close(self) -> None:
+        self.is_closed = True
+        self._stdout.close()
+
+    def write(self, data: bytes) -> None:
+        if self.is_closed:
+            log.debug("dropping %d bytes for the client: it sent `exit`", len(data))
+            return
+        self._stdout.write(data)
+        self._stdout.flush()
+
+
 def install(server: LanguageServer) -> None:
     """Apply the fixes that live on a server object (its request-future table)."""
     server.protocol._request_futures = SnapshotItems()
 
 
 def serve_stdio(
-    server: LanguageServer, stdin: Any = None, stdout: Any = None, *, early: EarlyFrame | None = None
+    server: LanguageServer,
+    stdin: Any = None,
+    stdout: Any = None,
+    *,
+    early: EarlyFrame | None = None,
+    after_exit: Callable[[], Awaitable[None]] | None = None,
 ) -> None:
-    """Serve `server` on stdio until EOF, `exit` or a lost connection, then shut it down (blocks)."""
+    """Serve `server` on stdio until EOF, `exit` or a lost connection, then shut it down (blocks).
+    After `exit`, `after_exit` is awaited before the event loop ends."""
     from cudice.server.transport.rpc_reader import read_messages
-    from pygls.io_ import StdinAsyncReader, StdoutWriter
+    from pygls.io_ import StdinAsyncReader
 
     server._stop_event = threading.Event()
     reader = StdinAsyncReader(stdin or sys.stdin.buffer, server.thread_pool)
@@ -55,8 +87,16 @@ def serve_stdio(
         writer = DropReply(writer, early.answered_id)
     server.protocol.set_writer(writer)
     first = [early.body] if early is not None else []
+
+    async def serve() -> None:
+        try:
+            await read_messages(server._stop_event, reader, server.protocol, first)  # type: ignore[arg-type]
+        except SystemExit:  # `exit`: what it would cut short ends first
+            if after_exit is not None:
+                await after_exit()
+
     try:
-        asyncio.run(read_messages(server._stop_event, reader, server.protocol, first))  # type: ignore[arg-type]
+        asyncio.run(serve())
     except BrokenPipeError:
         log.error("the connection to the client is lost; shutting down")
     except (KeyboardInterrupt, SystemExit):

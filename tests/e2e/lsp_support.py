@@ -342,7 +342,7 @@ async def _stop(editor: Editor) -> list[str]:
         await asyncio.wait_for(client.stop(), EXIT_S)
     except asyncio.TimeoutError:
         problems.append(f"the client's reader tasks did not end within {EXIT_S:.0f} s")
-    leftover = await _wait_family_gone(editor.family, FAMILY_S)
+    leftover = await wait_family_gone(editor.family, FAMILY_S)
     if leftover:
         for pid in leftover:
             with contextlib.suppress(OSError):
@@ -354,7 +354,7 @@ async def _stop(editor: Editor) -> list[str]:
     return problems
 
 
-async def _wait_family_gone(tag: str, timeout_s: float) -> dict[int, str]:
+async def wait_family_gone(tag: str, timeout_s: float) -> dict[int, str]:
     deadline = time.monotonic() + timeout_s
     while (found := family_processes(tag)) and time.monotonic() < deadline:
         await asyncio.sleep(0.1)
