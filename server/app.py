@@ -371,5 +371,5 @@ def run(
 
     server.log_to_client = True
     route_to_client(server)
-    # `exit` may come before the reply to `shutdown`: its release ends first (session.py)
-    server.start_io(early=early, after_exit=lambda: finish_release(server))
+    # `exit` may come before the reply to `shutdown`, or without it: the release ends first (session.py)
+    sys.exit(server.start_io(early=early, after_exit=lambda: finish_release(server)))

@@ -67,7 +67,7 @@ def process_started_at() -> float:
 
 class CudiceServer(LanguageServer):
     def __init__(self, *, worker_env: dict[str, str] | None = None, results_dir: Path | None = None) -> None:
-        super().__init__("cudice", __version__, max_workers=4)
+        super().__init__("cudice", __version__, max_workers=4, protocol_cls=pygls_fixes.CudiceProtocol)
         pygls_fixes.install(self)
         self.settings = Settings()
         self.init_options: Any = None
@@ -138,11 +138,12 @@ class CudiceServer(LanguageServer):
         *,
         early: EarlyFrame | None = None,
         after_exit: Callable[[], Awaitable[None]] | None = None,
-    ) -> None:
-        """Serve on stdio with cudice's read loop (`transport.pygls_fixes.serve_stdio`). `early` is
-        a first frame `fast_init` already read (and maybe answered); `after_exit` is awaited on
-        `exit` before the event loop ends (app.py: the end of a `shutdown` still closing workers)."""
-        pygls_fixes.serve_stdio(self, stdin, stdout, early=early, after_exit=after_exit)
+    ) -> int:
+        """Serve on stdio with cudice's read loop (`transport.pygls_fixes.serve_stdio`); the exit
+        code (1 for an `exit` without `shutdown`). `early` is a first frame `fast_init` already read
+        (and maybe answered); `after_exit` is awaited on `exit` before the event loop ends (app.py:
+        the session's release, which a `shutdown` may have started)."""
+        return pygls_fixes.serve_stdio(self, stdin, stdout, early=early, after_exit=after_exit)
 
     def report_server_error(self, error: Exception, source: Any) -> None:
         """pygls shows every internal error in a popup ("Error in server: ..."); cudice logs it to

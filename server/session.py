@@ -6,7 +6,8 @@ started — runs, builds of unsaved text, generations, watchers, workers (in mul
 own runs and generations, not the shared model) — on `shutdown` (`start_release`), and in TCP mode
 when a connection ends without it. A client may send `exit` without waiting for the reply to
 `shutdown`: over stdio the server then lets that release end (`finish_release`, bounded by
-`EXIT_WAIT_S`) before its event loop ends, which would cancel it mid-way.
+`EXIT_WAIT_S`) before its event loop ends, which would cancel it mid-way; an `exit` without
+`shutdown` releases the session the same way before the process ends.
 
 Not covered: background tasks (a verification flow ends on its own once its run is killed:
 cancelling one mid-run here stalled the workers' shutdown).
@@ -78,9 +79,10 @@ def start_release(ls: CudiceServer) -> asyncio.Task[None]:
 
 async def finish_release(ls: CudiceServer, timeout_s: float = EXIT_WAIT_S) -> None:
     """On `exit`: wait, at most `timeout_s`, for the release a `shutdown` started to end (a failed
-    one is the `shutdown` reply's to report)."""
-    task = ls.releasing
-    if task is None or task.done():
+    one is the `shutdown` reply's to report), or, without `shutdown`, release the session now:
+    its workers are closed before the process ends, not left to notice their parent is gone."""
+    task = start_release(ls)
+    if task.done():
         return
     done, _ = await asyncio.wait({task}, timeout=timeout_s)
     if not done:

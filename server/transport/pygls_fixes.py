@@ -1,5 +1,5 @@
-"""pygls 2.1.1 fixes that are not the read loop or the TCP listener: the stdio server and the
-request-future table.
+"""pygls 2.1.1 fixes that are not the read loop or the TCP listener: the stdio server, the exit
+code and the request-future table.
 
 `serve_stdio(server, ...)` is pygls' `start_io` with cudice's read loop (`rpc_reader.py`: bad frames
 never deafen the server, unreadable requests are answered, nothing pops up), started from a first
@@ -9,6 +9,10 @@ before it is still being handled (a client need not wait for its reply): ending 
 there would cancel that handler mid-way, and asyncio would print the traceback of pygls' callback
 on it. So the loop first awaits `after_exit` (the server's wait for its shutdown), and a reply
 that comes after `exit` is dropped (`StdoutWriter`) instead of written to the closed stdout.
+`serve_stdio` returns the exit code the LSP specification asks for (`exit_code`: 0 when `shutdown`
+came before `exit`, else 1). pygls' own code reads a flag it sets only once the server's `shutdown`
+handler has returned, so an `exit` right behind `shutdown` would get 1: `CudiceProtocol` notes the
+`shutdown` request as it arrives instead.
 `SnapshotItems` replaces the protocol's `_request_futures` table (`install`): pygls' `shutdown`
 cancels the requests in flight while iterating it, and a running command's future removes itself
 from it as it is cancelled ("dictionary changed size during iteration": `shutdown` failed while a
@@ -26,7 +30,12 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, BinaryIO
 
+from lsprotocol import types as lsp
+from pygls.protocol import LanguageServerProtocol, lsp_method
+
 if TYPE_CHECKING:
+    from collections.abc import Generator
+
     from cudice.server.fast_init import EarlyFrame
     from pygls.lsp.server import LanguageServer
 
@@ -60,6 +69,26 @@ class StdoutWriter:
         self._stdout.flush()
 
 
+class CudiceProtocol(LanguageServerProtocol):
+    """pygls' LSP protocol, which notes the `shutdown` request as it arrives (`shutdown_received`),
+    before the server's own handler runs."""
+
+    shutdown_received = False
+
+    @lsp_method(lsp.SHUTDOWN)
+    def lsp_shutdown(self, *args: Any) -> Generator[Any, Any, None]:
+        self.shutdown_received = True
+        yield from super().lsp_shutdown(*args)
+
+
+def exit_code(server: LanguageServer) -> int:
+    """The exit code for `exit`: 0 when `shutdown` came before it, else 1 (LSP specification,
+    https://microsoft.github.io/language-server-protocol/specifications/lsp/3.17/specification/#exit)."""
+    protocol = server.protocol
+    received = protocol.shutdown_received if isinstance(protocol, CudiceProtocol) else protocol._shutdown
+    return 0 if received else 1
+
+
 def install(server: LanguageServer) -> None:
     """Apply the fixes that live on a server object (its request-future table)."""
     server.protocol._request_futures = SnapshotItems()
@@ -72,9 +101,10 @@ def serve_stdio(
     *,
     early: EarlyFrame | None = None,
     after_exit: Callable[[], Awaitable[None]] | None = None,
-) -> None:
-    """Serve `server` on stdio until EOF, `exit` or a lost connection, then shut it down (blocks).
-    After `exit`, `after_exit` is awaited before the event loop ends."""
+) -> int:
+    """Serve `server` on stdio until EOF, `exit` or a lost connection, then shut it down (blocks);
+    the process's exit code (`exit_code` after `exit`, else 0). After `exit`, `after_exit` is
+    awaited before the event loop ends."""
     from cudice.server.transport.rpc_reader import read_messages
     from pygls.io_ import StdinAsyncReader
 
@@ -87,11 +117,14 @@ def serve_stdio(
         writer = DropReply(writer, early.answered_id)
     server.protocol.set_writer(writer)
     first = [early.body] if early is not None else []
+    code = 0
 
     async def serve() -> None:
+        nonlocal code
         try:
             await read_messages(server._stop_event, reader, server.protocol, first)  # type: ignore[arg-type]
         except SystemExit:  # `exit`: what it would cut short ends first
+            code = exit_code(server)
             if after_exit is not None:
                 await after_exit()
 
@@ -99,7 +132,8 @@ def serve_stdio(
         asyncio.run(serve())
     except BrokenPipeError:
         log.error("the connection to the client is lost; shutting down")
-    except (KeyboardInterrupt, SystemExit):
+    except KeyboardInterrupt:
         pass
     finally:
         server.shutdown()  # type: ignore[no-untyped-call]
+    return code

@@ -10,7 +10,8 @@ every later editor. Here the listener stays open until a client sends `exit`:
   workers closed by `release(server)`, and the next connection is served;
 - a second client while one is connected (for over 2 s) gets a JSON-RPC error for its first
   request, saying why, and is disconnected; the connected client is not disturbed;
-- `exit` ends the process (exit code 0 after `shutdown`, else 1), as the LSP specification says.
+- `exit` ends the process (exit code 0 after `shutdown`, also one whose reply is still pending,
+  else 1: `pygls_fixes.exit_code`), as the LSP specification says.
 
 Not covered here: several editors sharing one server at once (that is `--multi`, team.py), TLS or
 authentication (bind to 127.0.0.1 and forward the port over ssh, docs/server.md).
@@ -26,6 +27,7 @@ from collections.abc import Awaitable, Callable
 from threading import Event
 from typing import Any
 
+from cudice.server.transport import pygls_fixes
 from cudice.server.transport.rpc_reader import read_messages
 from pygls.lsp.server import LanguageServer
 
@@ -137,8 +139,8 @@ async def serve_tcp(
         try:
             await read_messages(stop, reader, server.protocol)
             log.info("client %s disconnected without `exit`; waiting for the next one", peer)
-        except SystemExit as exc:  # the `exit` notification: serve_tcp returns once this is cleaned up
-            exiting.append(exc.code if isinstance(exc.code, int) else 1)
+        except SystemExit:  # the `exit` notification: serve_tcp returns once this is cleaned up
+            exiting.append(pygls_fixes.exit_code(server))
         except (ConnectionError, asyncio.IncompleteReadError) as exc:
             log.info("client %s: connection lost (%s); waiting for the next one", peer, exc)
         finally:

@@ -1,8 +1,11 @@
-"""`exit` right behind `shutdown`: a client may send both at once, without waiting for the reply to
-`shutdown` (the LSP specification asks only that `shutdown` came first). The server over stdio
-(`python -m cudice.server`, what `cudice-lsp` runs), spoken to frame by frame: it lets the shutdown
-it is in the middle of (closing its workers) finish, exits with code 0, prints no traceback and
-leaves no process behind. Scripted model and verifier (`lsp_fakes`).
+"""`exit` over stdio (`python -m cudice.server`, what `cudice-lsp` runs), spoken to frame by frame.
+The LSP specification asks for exit code 0 when `shutdown` came before `exit`, else 1
+(https://microsoft.github.io/language-server-protocol/specifications/lsp/3.17/specification/#exit).
+A client may send `exit` right behind `shutdown`, without waiting for its reply: the server lets the
+shutdown it is in the middle of (closing its workers) finish and exits with 0. An `exit` without
+`shutdown` (an editor that skips it) exits with 1, and its workers are closed all the same. Either
+way no traceback is printed and no process of the server's family is left. Scripted model and
+verifier (`lsp_fakes`).
 """
 
 from __future__ import annotations
@@ -19,7 +22,9 @@ import pytest
 from lsp_support import FAKES_ENV, FAMILY_VAR, HERE, wait_family_gone
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
-WAIT_S = 120.0  # bound on each step (a loaded 2-core box; the model worker loads the demo model)
+WAIT_S = 120.0  # bound on each step (a loaded 2-core box; the model worker starts and loads)
+SHUTDOWN = {"id": 2, "method": "shutdown"}
+EXIT = {"method": "exit"}
 
 
 def _frame(message: dict[str, Any]) -> bytes:
@@ -61,7 +66,9 @@ async def _until(stdout: asyncio.StreamReader, what: str, done: Any) -> None:
         raise AssertionError(f"no {what} within {WAIT_S:.0f} s; the last messages: {seen[-5:]}") from None
 
 
-async def test_exit_sent_before_the_shutdown_reply_ends_the_server_cleanly(tmp_path: Path) -> None:
+async def _end_with(tmp_path: Path, last: list[dict[str, Any]]) -> tuple[int, str, dict[int, str]]:
+    """Start the server, wait until its model worker is ready, write the `last` frames in one go;
+    (its exit code, its stderr, the processes of its family left after it)."""
     tag = uuid.uuid4().hex
     env = {**os.environ, **FAKES_ENV, FAMILY_VAR: tag, "CUDICE_CACHE_DIR": str(tmp_path / "cache")}
     env["PYTHONPATH"] = os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")])
@@ -76,19 +83,21 @@ async def test_exit_sent_before_the_shutdown_reply_ends_the_server_cleanly(tmp_p
     assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
     stderr = asyncio.ensure_future(proc.stderr.read())  # read all along: a full pipe would block it
     try:
-        (tmp_path / "ckpt").mkdir()  # the scripted engine loads any folder
+        # Tests see no bundled model (tests/conftest.py), so without a path the model would be
+        # `missing` and run no worker; the scripted engine loads any folder.
+        (tmp_path / "ckpt").mkdir()
         options = {"cudice": {"model": {"path": str(tmp_path / "ckpt")}}}
         init = {"processId": os.getpid(), "rootUri": tmp_path.as_uri(), "capabilities": {}}
         init["initializationOptions"] = options
         proc.stdin.write(_frame({"id": 1, "method": "initialize", "params": init}))
         await _until(proc.stdout, "answering initialize", lambda m: m.get("id") == 1)
         proc.stdin.write(_frame({"method": "initialized", "params": {}}))
-        await _until(  # the model worker runs: `shutdown` has a process to close
+        await _until(  # the model worker runs: the end of the session has a process to close
             proc.stdout,
             "loading the model",
             lambda m: m.get("method") == "cudice/status" and m["params"]["model"] == "ready",
         )
-        proc.stdin.write(_frame({"id": 2, "method": "shutdown"}) + _frame({"method": "exit"}))
+        proc.stdin.write(b"".join(_frame(message) for message in last))
         await proc.stdin.drain()
 
         async def drain() -> None:
@@ -102,6 +111,18 @@ async def test_exit_sent_before_the_shutdown_reply_ends_the_server_cleanly(tmp_p
         if proc.returncode is None:
             proc.kill()
             await proc.wait()
+    return code, errors, await wait_family_gone(tag, WAIT_S)
+
+
+async def test_exit_sent_before_the_shutdown_reply_ends_the_server_cleanly(tmp_path: Path) -> None:
+    code, errors, left = await _end_with(tmp_path, [SHUTDOWN, EXIT])
     assert code == 0, errors[-4000:]
     assert "Traceback" not in errors, errors[-4000:]
-    assert await wait_family_gone(tag, WAIT_S) == {}  # its workers ended with its shutdown
+    assert left == {}  # its workers ended with its shutdown
+
+
+async def test_exit_without_shutdown_ends_the_server_with_code_1(tmp_path: Path) -> None:
+    code, errors, left = await _end_with(tmp_path, [EXIT])
+    assert code == 1, errors[-4000:]
+    assert "Traceback" not in errors, errors[-4000:]
+    assert left == {}  # its workers ended with it
