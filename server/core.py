@@ -75,8 +75,8 @@ class CudiceServer(LanguageServer):
         self.log_to_client = False  # client_log.py: the log below ERROR goes out as window/logMessage
         self._reported: set[str] = set()
         self.worker_env = worker_env
-        self.released = False  # set by app.release(): the session is over, start no more workers
-        self.releasing: asyncio.Task[None] | None = None  # the release `shutdown` started (session.py)
+        self.released = False  # set by session.release(): the session is over, start no more workers
+        self.releasing: asyncio.Task[None] | None = None  # that release, once started (session.py)
         self.results_dir = results_dir
         self.documents: dict[str, DocumentState] = {}  # uri -> what the server keeps about it
         self.last_verdict: str | None = None

@@ -4,7 +4,9 @@
 document (`uri` None), and says how many it stopped. `release(ls)` stops what a client's session
 started — runs, builds of unsaved text, generations, watchers, workers (in multi-client mode its
 own runs and generations, not the shared model) — on `shutdown` (`start_release`), and in TCP mode
-when a connection ends without it. A client may send `exit` without waiting for the reply to
+when a connection ends. It runs once per session (`start_release`): a later call (the end of a
+TCP connection whose `shutdown` is still closing the workers) waits for the release in progress
+instead of starting a second one. A client may send `exit` without waiting for the reply to
 `shutdown`: over stdio the server then lets that release end (`finish_release`, bounded by
 `EXIT_WAIT_S`) before its event loop ends, which would cancel it mid-way; an `exit` without
 `shutdown` releases the session the same way before the process ends.
@@ -45,8 +47,21 @@ def cancel_work(ls: CudiceServer, uri: str | None) -> int:
 
 async def release(ls: CudiceServer) -> None:
     """Stop what a client's session started: runs, generations, watchers, workers (in multi-client
-    mode its own runs and generations, not the shared model). Called on `shutdown`, and in TCP mode
-    when a connection ends without it; background tasks end on their own."""
+    mode its own runs and generations, not the shared model); background tasks end on their own.
+    Called on `shutdown` and in TCP mode when a connection ends; once per session: a later call
+    waits for the release in progress (`start_release`)."""
+    await start_release(ls)
+
+
+def start_release(ls: CudiceServer) -> asyncio.Task[None]:
+    """Start the session's release as a task, once; that task (`shutdown` awaits it, and `exit` or
+    the end of a TCP connection waits for it)."""
+    if ls.releasing is None:
+        ls.releasing = asyncio.get_running_loop().create_task(_release(ls))
+    return ls.releasing
+
+
+async def _release(ls: CudiceServer) -> None:
     from cudice.server import prebuild
 
     ls.released = True
@@ -68,13 +83,6 @@ async def release(ls: CudiceServer) -> None:
         return
     # Both workers at once: clients give `shutdown` about 2 s before they log a time-out.
     await asyncio.gather(ls.model.shutdown(), ls.quick.shutdown())
-
-
-def start_release(ls: CudiceServer) -> asyncio.Task[None]:
-    """`shutdown`: release the session (`release`), once, as a task that `exit` can wait for."""
-    if ls.releasing is None:
-        ls.releasing = asyncio.get_running_loop().create_task(release(ls))
-    return ls.releasing
 
 
 async def finish_release(ls: CudiceServer, timeout_s: float = EXIT_WAIT_S) -> None:

@@ -145,7 +145,8 @@ async def serve_team(
     team: Team,
 ) -> int:
     """Listen on host:port and serve every connection at once, each with its own session, until
-    the process is interrupted; returns 0."""
+    the process is interrupted; returns 0. `release(server)` is awaited when each connection ends,
+    as in `transport.tcp.serve_tcp` (it joins a release `shutdown` started)."""
 
     async def connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = str(writer.get_extra_info("peername"))

@@ -115,7 +115,9 @@ async def _take(slot: asyncio.Lock, cleaning_up: Callable[[], bool]) -> bool:
 async def serve_tcp(
     host: str, port: int, make_server: Callable[[], LanguageServer], release: Callable[[Any], Awaitable[None]]
 ) -> int:
-    """Listen on host:port and serve clients one after another; returns the exit code from `exit`."""
+    """Listen on host:port and serve clients one after another; returns the exit code from `exit`.
+    `release(server)` is awaited when each connection ends, also after a `shutdown` that started
+    it: it must join a release in progress, not start a second one (`session.release` does)."""
     exit_code: asyncio.Future[int] = asyncio.get_running_loop().create_future()
     slot = asyncio.Lock()  # held while a client is served and while its session is cleaned up
     current: list[str] = []  # the connected client's address, while there is one

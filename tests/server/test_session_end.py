@@ -189,3 +189,72 @@ async def test_exit_on_a_multi_client_server_ends_only_that_session() -> None:
         serving.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.wait_for(serving, WAIT_S)
+
+
+async def _released_once_more(ls: CudiceServer) -> None:
+    """Let a release that `shutdown` started end too (it would be counted by then)."""
+    if ls.releasing is not None:
+        await asyncio.wait_for(ls.releasing, WAIT_S)
+
+
+async def test_a_tcp_session_ended_by_shutdown_and_exit_is_released_once() -> None:
+    sessions = _Sessions(stand_in_model=True)  # its gate stays closed until the first release is in
+    port = _free_port()
+    serving = asyncio.ensure_future(serve_tcp("127.0.0.1", port, sessions.make_server, release))
+    try:
+        _, writer = await _connect(port)
+        writer.write(_frames(SHUTDOWN, EXIT))
+        await writer.drain()
+        await sessions.wait(lambda: len(sessions.closed) >= 1)
+        assert not serving.done()  # the end of the connection waits for the release in progress
+        sessions.gate.set()
+        code = await asyncio.wait_for(serving, WAIT_S)
+        writer.close()
+    finally:
+        serving.cancel()
+    await _released_once_more(sessions.made[0])
+    assert code == 0
+    assert sessions.closed == sessions.made  # one session, released once
+
+
+async def test_a_tcp_client_that_disconnects_without_shutdown_is_released_and_the_next_served() -> None:
+    sessions = _Sessions(stand_in_model=True)
+    sessions.gate.set()
+    port = _free_port()
+    serving = asyncio.ensure_future(serve_tcp("127.0.0.1", port, sessions.make_server, release))
+    try:
+        _, vanishing = await _connect(port)
+        await sessions.wait(lambda: len(sessions.made) == 1)
+        vanishing.close()  # a crashed editor, a dropped tunnel
+        await sessions.wait(lambda: sessions.closed == sessions.made)
+        _, writer = await _connect(port)
+        writer.write(_frames(SHUTDOWN, EXIT))
+        await writer.drain()
+        code = await asyncio.wait_for(serving, WAIT_S)
+        writer.close()
+    finally:
+        serving.cancel()
+    await _released_once_more(sessions.made[1])
+    assert code == 0
+    assert sessions.closed == sessions.made and len(sessions.made) == 2  # each session released once
+
+
+async def test_a_multi_client_session_ended_by_shutdown_and_exit_is_released_once() -> None:
+    sessions = _Sessions(stand_in_model=False)
+    port = _free_port()
+    serving = asyncio.ensure_future(serve_team("127.0.0.1", port, sessions.make_server, release, Team()))
+    try:
+        reader, writer = await _connect(port)
+        writer.write(_frames(SHUTDOWN, EXIT))
+        await writer.drain()
+        await sessions.wait(lambda: len(sessions.closed) >= 1)
+        sessions.gate.set()
+        await asyncio.wait_for(reader.read(), WAIT_S)  # until the server has closed the connection
+        await _released_once_more(sessions.made[0])
+        assert sessions.closed == sessions.made  # one session, released once
+        assert not serving.done()
+        writer.close()
+    finally:
+        serving.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait_for(serving, WAIT_S)
