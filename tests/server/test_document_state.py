@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cudice.server.app import create_server
 from cudice.server.core import CudiceServer
 from cudice.server.document_state import DocumentState
 from cudice.server.verification import verify_document
@@ -31,6 +30,7 @@ from cudice.verifier.config import VerifyConfig
 from cudice.verifier.source import document, reference
 from cudice.verifier.source.result import Stage, Verdict, VerifyResult
 from cudice.verifier.static import checks
+from inprocess_server import initialized_server
 from lsprotocol import types as lsp
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -86,15 +86,8 @@ class _InProcessQuick:
 
 
 def _server(tmp_path: Path) -> tuple[CudiceServer, _InProcessJobs]:
-    ls = create_server(results_dir=tmp_path / "results")
-    for _ in ls.protocol.lsp_initialize(
-        lsp.InitializeParams(capabilities=lsp.ClientCapabilities(), root_uri=tmp_path.as_uri())
-    ):
-        pass
     jobs = _InProcessJobs()
-    ls.__dict__["jobs"] = jobs
-    ls.__dict__["quick"] = _InProcessQuick()
-    return ls, jobs
+    return initialized_server(tmp_path, jobs=jobs, quick=_InProcessQuick()), jobs
 
 
 def _open(ls: CudiceServer, tmp_path: Path) -> str:

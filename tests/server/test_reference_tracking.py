@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cudice.server.app import create_server
 from cudice.server.core import CudiceServer
 from cudice.server.publishing import show_reference_findings
 from cudice.server.verification import reference_path, result_key_of, verify_document
@@ -25,6 +24,7 @@ from cudice.server.workers.verify import VerifyRequest
 from cudice.verifier.source.document import parse_document
 from cudice.verifier.source.reference import resolve_reference
 from cudice.verifier.source.result import Diagnostic, Location, Severity, Stage, Verdict, VerifyResult
+from inprocess_server import initialized_server
 from lsprotocol import types as lsp
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -75,15 +75,8 @@ class _Watcher:
 
 
 def _server(tmp_path: Path) -> tuple[CudiceServer, _Jobs]:
-    ls = create_server(results_dir=tmp_path / "results")
-    answer = ls.protocol.lsp_initialize(
-        lsp.InitializeParams(capabilities=lsp.ClientCapabilities(), root_uri=tmp_path.as_uri())
-    )
-    for _ in answer:  # a generator in pygls 2: run it to its end
-        pass
     jobs = _Jobs()
-    ls.__dict__["jobs"] = jobs  # the workers are cached properties: these stand in before first use
-    ls.__dict__["quick"] = _Quick()
+    ls = initialized_server(tmp_path, jobs=jobs, quick=_Quick())
     ls.ref_watcher = _Watcher()  # type: ignore[assignment]
     return ls, jobs
 

@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cudice.server.app import create_server
 from cudice.server.core import CudiceServer
 from cudice.server.verification import verify_document
 from cudice.server.workers.verify import VerifyRequest
 from cudice.verifier.source.result import Stage, Verdict, VerifyResult
+from inprocess_server import initialized_server
 from lsprotocol import types as lsp
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -76,15 +76,8 @@ class _Quick:
 
 
 def _server(tmp_path: Path) -> tuple[CudiceServer, _Jobs]:
-    ls = create_server(results_dir=tmp_path / "results")
-    for _ in ls.protocol.lsp_initialize(
-        lsp.InitializeParams(capabilities=lsp.ClientCapabilities(), root_uri=tmp_path.as_uri())
-    ):
-        pass
     jobs = _Jobs()
-    ls.__dict__["jobs"] = jobs  # the workers are cached properties: these stand in before first use
-    ls.__dict__["quick"] = _Quick()
-    return ls, jobs
+    return initialized_server(tmp_path, jobs=jobs, quick=_Quick()), jobs
 
 
 def _open(ls: CudiceServer, path: Path) -> None:

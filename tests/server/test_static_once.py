@@ -29,7 +29,6 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from cudice.server.app import create_server
 from cudice.server.core import CudiceServer
 from cudice.server.verification import verify_document
 from cudice.server.workers import quick_child, verify_child
@@ -40,6 +39,7 @@ from cudice.verifier.config import VerifyConfig
 from cudice.verifier.source.document import parse_document
 from cudice.verifier.source.result import Stage, VerifyResult
 from cudice.verifier.static import checks
+from inprocess_server import initialized_server
 from lsprotocol import types as lsp
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -113,16 +113,9 @@ def _server(tmp_path: Path, log: Path) -> tuple[CudiceServer, _KeptQuick, Verify
         CUDICE_GPU="0",
         PYTHONPATH=os.pathsep.join([str(FIXTURES), env.get("PYTHONPATH", "")]),
     )
-    ls = create_server(results_dir=tmp_path / "results")
-    for _ in ls.protocol.lsp_initialize(
-        lsp.InitializeParams(capabilities=lsp.ClientCapabilities(), root_uri=tmp_path.as_uri())
-    ):
-        pass
     quick = _KeptQuick(QuickChecks(env=env))
     jobs = VerifyJobs(env=env, prep_idle_s=3600.0)  # no first-error preparation in this test
-    ls.__dict__["quick"] = quick
-    ls.__dict__["jobs"] = jobs
-    return ls, quick, jobs
+    return initialized_server(tmp_path, jobs=jobs, quick=quick), quick, jobs
 
 
 def _direct_static_stage(path: Path, source: str, config: VerifyConfig) -> VerifyResult:
