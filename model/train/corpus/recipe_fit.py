@@ -21,8 +21,11 @@ and the shipped checkpoint side by side (`bench/train_demo.sh fit`).
 7. with `--eval-per-family K`: the new checkpoint's end-to-end answers to the first K held-out
    problems of each family, and step 6's infilled files, verified in one `cudice eval` (compile,
    correctness, timing on this GPU) until the budget ends; `verified.json` holds the verdicts per
-   kind (e2e, infill, hand), and files whose verdict did not come back in time are listed as not
-   verified, never counted either way.
+   kind (e2e, infill, hand, external), and files whose verdict did not come back in time are
+   listed as not verified, never counted either way.
+With `--problems DIR` (between 6 and 7): one greedy end-to-end answer per reference file of DIR,
+files from outside the corpus such as KernelBench's level-1 problems in the model's families
+(unmodified; never in this repository), verified in step 7 as kind "external".
 
 Everything said goes to stderr and `fit.log` in the output folder. Not covered: verifying every
 held-out answer (a build per kernel does not fit one call; step 7 takes a subset), RL (phase b of
@@ -239,6 +242,37 @@ def hand_scaffolds(folder: Path, say: Any) -> list[dict[str, Any]]:
     return out
 
 
+def external_items(
+    folder: Path, checkpoint: str, max_new_tokens: int, clock: Clock, verify_seconds: float,
+    results: dict[str, Any], out: Path,
+) -> list[dict[str, Any]]:  # fmt: skip
+    """Step 6b: one greedy end-to-end answer per `folder/*.py` reference (files from outside the
+    corpus, unmodified); how many define a `ModelNew` goes to `results["external"]`, every answer to
+    `external_answers.jsonl`; returns the items for step 7 (kind "external", family = file stem)."""
+    from cudice.model.train.corpus.heldout import defines_model_new, generate, wilson
+
+    paths = sorted(folder.glob("*.py"))
+    if not paths:
+        clock.say(f"--problems {folder}: no *.py reference there; nothing answered")
+        return []
+    deadline = time.monotonic() + max(10.0, 0.5 * (clock.deadline - time.monotonic() - verify_seconds))
+    answers, speed = generate(
+        checkpoint, [p.read_text() for p in paths], max_new_tokens, deadline, clock.say, batch_size=96
+    )
+    valid = sum(defines_model_new(a) for a in answers if a is not None)
+    results["external"] = {"folder": str(folder), "n": len(paths), "model_new": valid,
+                           "ci95": wilson(valid, len(paths)), "speed": speed}  # fmt: skip
+    clock.say(f"external ({folder.name}): {valid}/{len(paths)} answers define a ModelNew")
+    with (out / "external_answers.jsonl").open("w") as f:
+        for path, answer in zip(paths, answers, strict=True):
+            f.write(json.dumps({"kind": "external", "file": path.name, "answer": answer}) + "\n")
+    return [
+        {"file": "ext_" + path.name, "kind": "external", "family": path.stem, "style": "external",
+         "reference": path.read_text(), "answer": answer}
+        for path, answer in zip(paths, answers, strict=True)
+    ]  # fmt: skip
+
+
 def scored_rows(rows: list[dict[str, Any]], answers: list[str | None]) -> list[dict[str, Any]]:
     """One `heldout.score` row per held-out problem (`heldout_rows`) and its answer, the answer kept."""
     from cudice.model.train.corpus.heldout import score
@@ -309,6 +343,12 @@ def evaluate(
     show_default=True,
     help="Hand-written scaffolds (scaffolds/NAME.py beside problems/NAME.py); skipped when absent.",
 )  # fmt: skip
+@click.option(
+    "--problems", "external", type=click.Path(file_okay=False, path_type=Path), default=None,
+    help="A folder of reference files from outside the corpus (KernelBench level-1 files of the model's "
+    "families, unmodified, or a hidden set): each answered end to end; verified with the others when "
+    "--eval-per-family is set (kind 'external').",
+)  # fmt: skip
 @click.option("--no-train", is_flag=True, help="Only score (and verify) the --start checkpoint.")
 @click.option("--smoke", is_flag=True, help="Toy model, seconds of training (CPU test of the driver).")
 def main(
@@ -327,6 +367,7 @@ def main(
     eval_verify_seconds: float,
     infill_per_family: int,
     scaffolds: Path,
+    external: Path | None,
     no_train: bool,
     smoke: bool,
 ) -> None:
@@ -434,6 +475,8 @@ def main(
                     {"file": "hand_" + h["name"] + ".py", "kind": "hand", "family": h["name"],
                      "style": "hand", "reference": h["reference"], "answer": answer}
                 )  # fmt: skip
+    if external is not None:
+        items += external_items(external, str(work / "fit"), tokens[0], clock, verify_seconds, results, out)
     if items and eval_per_family > 0:
         verified = verify_items(items, work, clock.deadline - 10, clock.say)
         results["verified"] = {k: v for k, v in verified.items() if k != "rows"}

@@ -160,3 +160,43 @@ def test_infill_answers_are_the_editors_infill_of_each_scaffold(tiny_sdar_dir: P
     assert speed["tokens"] > 0 and len(said) == 1 and said[0].startswith("infill: 2/2 answers, ")
     late, _ = generate_infill(str(tiny_sdar_dir), tasks, 24, time.monotonic() - 1, said.append)
     assert late == [None, None] and said[-1] == "infill: deadline reached after 0 of 2 answers"
+
+
+def test_external_problems_are_answered_end_to_end_and_become_verification_items(
+    tiny_sdar_dir: Path, tmp_path: Path
+) -> None:
+    """`recipe_fit --problems DIR`: one answer per reference of DIR (sorted), the `ModelNew` count
+    in the results, every answer in external_answers.jsonl, and an item per file for step 7."""
+    import json
+    import time
+
+    from cudice.model.train.corpus.heldout import generate
+    from cudice.model.train.corpus.recipe_fit import Clock, external_items
+
+    examples = Path(__file__).resolve().parents[4] / "examples"
+    folder = tmp_path / "kb"
+    folder.mkdir()
+    for name in ("softmax", "relu"):
+        (folder / f"{name}.py").write_text((examples / f"{name}.py").read_text())
+    (folder / "notes.txt").write_text("not a reference")
+    clock, results = Clock(tmp_path / "out", 10.0), {}
+    items = external_items(folder, str(tiny_sdar_dir), 16, clock, 0.0, results, tmp_path / "out")
+    assert [i["file"] for i in items] == ["ext_relu.py", "ext_softmax.py"]
+    assert {i["kind"] for i in items} == {"external"} and [i["family"] for i in items] == ["relu", "softmax"]
+    assert items[0]["reference"] == (examples / "relu.py").read_text()
+    alone, _ = generate(
+        str(tiny_sdar_dir), [(examples / "relu.py").read_text()], 16, time.monotonic() + 600, print
+    )
+    assert items[0]["answer"] == alone[0]  # the same greedy answer as generating it alone
+    assert results["external"]["n"] == 2 and 0 <= results["external"]["model_new"] <= 2
+    written = [
+        json.loads(ln) for ln in (tmp_path / "out" / "external_answers.jsonl").read_text().splitlines()
+    ]
+    assert [(w["file"], w["answer"]) for w in written] == [
+        ("relu.py", items[0]["answer"]),
+        ("softmax.py", items[1]["answer"]),
+    ]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert external_items(empty, str(tiny_sdar_dir), 16, clock, 0.0, results, tmp_path / "out") == []
+    assert "no *.py reference there" in (tmp_path / "out" / "fit.log").read_text()
