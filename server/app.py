@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,6 +31,7 @@ from cudice.server.protocol import (
     KIND_INFILL,
 )
 from cudice.server.session import cancel_work, finish_release, release, start_release
+from cudice.server.transport.pygls_fixes import INTERRUPTED
 from lsprotocol import types as lsp
 
 if TYPE_CHECKING:
@@ -372,4 +374,10 @@ def run(
     server.log_to_client = True
     route_to_client(server)
     # `exit` may come before the reply to `shutdown`, or without it: the release ends first (session.py)
-    sys.exit(server.start_io(early=early, after_exit=lambda: finish_release(server)))
+    code = server.start_io(early=early, after_exit=lambda: finish_release(server))
+    if code == INTERRUPTED:  # a thread still blocks on stdin: end without joining it (pygls_fixes.py)
+        log.info("interrupted (Ctrl-C); exiting")
+        logging.shutdown()
+        sys.stdout.flush()
+        os._exit(code)
+    sys.exit(code)

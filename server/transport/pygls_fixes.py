@@ -81,6 +81,9 @@ class CudiceProtocol(LanguageServerProtocol):
         yield from super().lsp_shutdown(*args)
 
 
+INTERRUPTED = 130  # serve_stdio's exit code after Ctrl-C (SIGINT)
+
+
 def exit_code(server: LanguageServer) -> int:
     """The exit code for `exit`: 0 when `shutdown` came before it, else 1 (LSP specification,
     https://microsoft.github.io/language-server-protocol/specifications/lsp/3.17/specification/#exit)."""
@@ -102,8 +105,10 @@ def serve_stdio(
     early: EarlyFrame | None = None,
     after_exit: Callable[[], Awaitable[None]] | None = None,
 ) -> int:
-    """Serve `server` on stdio until EOF, `exit` or a lost connection, then shut it down (blocks);
-    the process's exit code (`exit_code` after `exit`, else 0). After `exit`, `after_exit` is
+    """Serve `server` on stdio until EOF, `exit`, Ctrl-C or a lost connection, then shut it down
+    (blocks); the process's exit code (`exit_code` after `exit`, `INTERRUPTED` after Ctrl-C, else
+    0). After Ctrl-C a thread may still be blocked reading stdin: the caller must end the process
+    with `os._exit` (a normal exit would wait for that read). After `exit`, `after_exit` is
     awaited before the event loop ends."""
     from cudice.server.transport.rpc_reader import read_messages
     from pygls.io_ import StdinAsyncReader
@@ -132,8 +137,13 @@ def serve_stdio(
         asyncio.run(serve())
     except BrokenPipeError:
         log.error("the connection to the client is lost; shutting down")
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.shutdown()  # type: ignore[no-untyped-call]
+    except KeyboardInterrupt:  # Ctrl-C: 128 + SIGINT, as the TCP server exits
+        code = INTERRUPTED
+        # A thread of the pool is blocked reading stdin, and pygls' shutdown would wait for it:
+        # the pool is let go instead, and the caller ends the process without joining it (app.run).
+        if server._stop_event is not None:
+            server._stop_event.set()
+        server.thread_pool.shutdown(wait=False, cancel_futures=True)
+        return code
+    server.shutdown()  # type: ignore[no-untyped-call]
     return code

@@ -3,8 +3,9 @@ The LSP specification asks for exit code 0 when `shutdown` came before `exit`, e
 (https://microsoft.github.io/language-server-protocol/specifications/lsp/3.17/specification/#exit).
 A client may send `exit` right behind `shutdown`, without waiting for its reply: the server lets the
 shutdown it is in the middle of (closing its workers) finish and exits with 0. An `exit` without
-`shutdown` (an editor that skips it) exits with 1, and its workers are closed all the same. Either
-way no traceback is printed and no process of the server's family is left. Scripted model and
+`shutdown` (an editor that skips it) exits with 1, and its workers are closed all the same. Ctrl-C (SIGINT)
+exits with 130, as the TCP server does. In every case no traceback is printed and no process of the
+server's family is left. Scripted model and
 verifier (`lsp_fakes`).
 """
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import sys
 import uuid
 from pathlib import Path
@@ -66,9 +68,11 @@ async def _until(stdout: asyncio.StreamReader, what: str, done: Any) -> None:
         raise AssertionError(f"no {what} within {WAIT_S:.0f} s; the last messages: {seen[-5:]}") from None
 
 
-async def _end_with(tmp_path: Path, last: list[dict[str, Any]]) -> tuple[int, str, dict[int, str]]:
-    """Start the server, wait until its model worker is ready, write the `last` frames in one go;
-    (its exit code, its stderr, the processes of its family left after it)."""
+async def _end_with(
+    tmp_path: Path, last: list[dict[str, Any]], signal_number: int | None = None
+) -> tuple[int, str, dict[int, str]]:
+    """Start the server, wait until its model worker is ready, write the `last` frames in one go
+    (or send it `signal_number`); (its exit code, its stderr, the processes of its family left)."""
     tag = uuid.uuid4().hex
     env = {**os.environ, **FAKES_ENV, FAMILY_VAR: tag, "CUDICE_CACHE_DIR": str(tmp_path / "cache")}
     env["PYTHONPATH"] = os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")])
@@ -97,6 +101,8 @@ async def _end_with(tmp_path: Path, last: list[dict[str, Any]]) -> tuple[int, st
             "loading the model",
             lambda m: m.get("method") == "cudice/status" and m["params"]["model"] == "ready",
         )
+        if signal_number is not None:
+            proc.send_signal(signal_number)
         proc.stdin.write(b"".join(_frame(message) for message in last))
         await proc.stdin.drain()
 
@@ -126,3 +132,10 @@ async def test_exit_without_shutdown_ends_the_server_with_code_1(tmp_path: Path)
     assert code == 1, errors[-4000:]
     assert "Traceback" not in errors, errors[-4000:]
     assert left == {}  # its workers ended with it
+
+
+async def test_ctrl_c_ends_the_server_with_code_130_like_the_tcp_server(tmp_path: Path) -> None:
+    code, errors, left = await _end_with(tmp_path, [], signal.SIGINT)
+    assert code == 130, errors[-4000:]  # 128 + SIGINT, as a shell reports it and `--tcp` exits
+    assert "Traceback" not in errors, errors[-4000:]
+    assert left == {}
