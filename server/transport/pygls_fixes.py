@@ -108,8 +108,8 @@ def serve_stdio(
     """Serve `server` on stdio until EOF, `exit`, Ctrl-C or a lost connection, then shut it down
     (blocks); the process's exit code (`exit_code` after `exit`, `INTERRUPTED` after Ctrl-C, else
     0). After Ctrl-C a thread may still be blocked reading stdin: the caller must end the process
-    with `os._exit` (a normal exit would wait for that read). After `exit`, `after_exit` is
-    awaited before the event loop ends."""
+    with `os._exit` (a normal exit would wait for that read). After `exit` or at the end of
+    stdin, `after_exit` is awaited before the event loop ends."""
     from cudice.server.transport.rpc_reader import read_messages
     from pygls.io_ import StdinAsyncReader
 
@@ -130,8 +130,9 @@ def serve_stdio(
             await read_messages(server._stop_event, reader, server.protocol, first)  # type: ignore[arg-type]
         except SystemExit:  # `exit`: what it would cut short ends first
             code = exit_code(server)
-            if after_exit is not None:
-                await after_exit()
+        # `exit`, or the end of stdin (a client that went away without it): the release ends first
+        if after_exit is not None:
+            await after_exit()
 
     try:
         asyncio.run(serve())

@@ -69,10 +69,11 @@ async def _until(stdout: asyncio.StreamReader, what: str, done: Any) -> None:
 
 
 async def _end_with(
-    tmp_path: Path, last: list[dict[str, Any]], signal_number: int | None = None
+    tmp_path: Path, last: list[dict[str, Any]], signal_number: int | None = None, close: bool = False
 ) -> tuple[int, str, dict[int, str]]:
     """Start the server, wait until its model worker is ready, write the `last` frames in one go
-    (or send it `signal_number`); (its exit code, its stderr, the processes of its family left)."""
+    (or send it `signal_number`, or `close` its stdin); (its exit code, its stderr, the processes
+    of its family left)."""
     tag = uuid.uuid4().hex
     env = {**os.environ, **FAKES_ENV, FAMILY_VAR: tag, "CUDICE_CACHE_DIR": str(tmp_path / "cache")}
     env["PYTHONPATH"] = os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")])
@@ -105,6 +106,8 @@ async def _end_with(
             proc.send_signal(signal_number)
         proc.stdin.write(b"".join(_frame(message) for message in last))
         await proc.stdin.drain()
+        if close:
+            proc.stdin.close()
 
         async def drain() -> None:
             while await _read(proc.stdout) is not None:  # type: ignore[arg-type]
@@ -137,5 +140,12 @@ async def test_exit_without_shutdown_ends_the_server_with_code_1(tmp_path: Path)
 async def test_ctrl_c_ends_the_server_with_code_130_like_the_tcp_server(tmp_path: Path) -> None:
     code, errors, left = await _end_with(tmp_path, [], signal.SIGINT)
     assert code == 130, errors[-4000:]  # 128 + SIGINT, as a shell reports it and `--tcp` exits
+    assert "Traceback" not in errors, errors[-4000:]
+    assert left == {}
+
+
+async def test_the_end_of_stdin_ends_the_server_cleanly_and_leaves_no_process(tmp_path: Path) -> None:
+    code, errors, left = await _end_with(tmp_path, [], close=True)
+    assert code == 0, errors[-4000:]  # no `exit` was sent; nothing asks for another code
     assert "Traceback" not in errors, errors[-4000:]
     assert left == {}
