@@ -89,9 +89,6 @@ async def finish_release(ls: CudiceServer, timeout_s: float = EXIT_WAIT_S) -> No
     """On `exit`: wait, at most `timeout_s`, for the release a `shutdown` started to end (a failed
     one is the `shutdown` reply's to report), or, without `shutdown`, release the session now:
     its workers are closed before the process ends, not left to notice their parent is gone."""
-    task = start_release(ls)
-    if task.done():
-        return
-    done, _ = await asyncio.wait({task}, timeout=timeout_s)
+    done, _ = await asyncio.wait({start_release(ls)}, timeout=timeout_s)
     if not done:
         log.warning("closing the workers took over %.0f s after `exit`; exiting anyway", timeout_s)

@@ -34,6 +34,7 @@ import ast
 import math
 import re
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -64,10 +65,9 @@ def paired_difference(
     n = len(after)
     if n == 0:
         return 0.0, -1.0, 1.0
-    both = sum(1 for a, b in zip(after, before, strict=True) if a and b)
-    only_after = sum(1 for a, b in zip(after, before, strict=True) if a and not b)
-    only_before = sum(1 for a, b in zip(after, before, strict=True) if b and not a)
-    neither = n - both - only_after - only_before
+    pairs = Counter((bool(a), bool(b)) for a, b in zip(after, before, strict=True))
+    both, only_after = pairs[True, True], pairs[True, False]
+    only_before, neither = pairs[False, True], pairs[False, False]
     p1, p2 = (both + only_after) / n, (both + only_before) / n
     (l1, u1), (l2, u2) = wilson(both + only_after, n, z), wilson(both + only_before, n, z)
     margins = (both + only_after) * (only_before + neither) * (both + only_before) * (only_after + neither)

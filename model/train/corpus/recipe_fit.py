@@ -61,6 +61,11 @@ class Clock:
         self.log = out / "fit.log"
         self.log.write_text("")
 
+    def half_the_rest(self, reserve_s: float) -> float:
+        """A deadline (time.monotonic()) half-way through what is left once `reserve_s` is kept back,
+        at least 10 s away."""
+        return time.monotonic() + max(10.0, 0.5 * (self.deadline - time.monotonic() - reserve_s))
+
     def say(self, text: str) -> None:
         line = f"[fit {time.monotonic() - self.start:6.1f}s] {text}"
         print(line, file=sys.stderr, flush=True)
@@ -255,9 +260,9 @@ def external_items(
     if not paths:
         clock.say(f"--problems {folder}: no *.py reference there; nothing answered")
         return []
-    deadline = time.monotonic() + max(10.0, 0.5 * (clock.deadline - time.monotonic() - verify_seconds))
+    references = [p.read_text() for p in paths]
     answers, speed = generate(
-        checkpoint, [p.read_text() for p in paths], max_new_tokens, deadline, clock.say, batch_size=96
+        checkpoint, references, max_new_tokens, clock.half_the_rest(verify_seconds), clock.say, batch_size=96
     )
     valid = sum(defines_model_new(a) for a in answers if a is not None)
     results["external"] = {"folder": str(folder), "n": len(paths), "model_new": valid,
@@ -268,8 +273,8 @@ def external_items(
             f.write(json.dumps({"kind": "external", "file": path.name, "answer": answer}) + "\n")
     return [
         {"file": "ext_" + path.name, "kind": "external", "family": path.stem, "style": "external",
-         "reference": path.read_text(), "answer": answer}
-        for path, answer in zip(paths, answers, strict=True)
+         "reference": reference, "answer": answer}
+        for path, reference, answer in zip(paths, references, answers, strict=True)
     ]  # fmt: skip
 
 
@@ -447,11 +452,8 @@ def main(
         tasks = infill_tasks(rows, chosen)
         hand = hand_scaffolds(scaffolds, clock.say) if scaffolds.is_dir() else []
         tasks += [(h["reference"], h["prefix"], h["suffix"]) for h in hand]
-        infill_deadline = time.monotonic() + max(
-            10.0, 0.5 * (clock.deadline - time.monotonic() - verify_seconds)
-        )
         infilled, speed = generate_infill(
-            str(work / "fit"), tasks, tokens[0], infill_deadline, clock.say, batch_size=96
+            str(work / "fit"), tasks, tokens[0], clock.half_the_rest(verify_seconds), clock.say, batch_size=96
         )
         scored = scored_rows([rows[i] for i in chosen], infilled[: len(chosen)])
         summary = summarise(scored)

@@ -103,7 +103,7 @@ def _cpp_literal(expr: str) -> str | None:
     """The C++ spelling of a Python literal argument (int, float, bool), None for anything else."""
     if expr in _CPP_LITERALS:
         return _CPP_LITERALS[expr]
-    if re.fullmatch(r"-?\d+", expr) or re.fullmatch(r"-?(\d+\.\d*|\d*\.\d+|\d+)(e-?\d+)?", expr):
+    if re.fullmatch(r"-?(\d+\.\d*|\d*\.\d+|\d+)(e-?\d+)?", expr):  # an int, a float
         return expr
     return None
 
