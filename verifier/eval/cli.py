@@ -10,14 +10,21 @@ is divided by the number of **problems** (not of candidates):
 Candidates run through a `VerifyBackend` (backends.py): the local `VerifyPool` (compiles in
 parallel, one runner per GPU), or with `--ray [ADDRESS]` the Ray backend (dist/ray_backend.py: a
 local Ray instance, or the cluster at ADDRESS). Both give the same verdicts. A progress bar on
-stderr covers the whole run; `--out DIR` writes per-problem JSON, scores, a Markdown summary and
-the fast_p curve (eval/report.py). Without a GPU (here, or in the Ray cluster) nothing can be
-correct: the scores are 0 and the JSON says `gpu: false`.
+stderr covers the whole run; `--out DIR` writes per-problem JSON (each as its verdict arrives),
+scores, a Markdown summary and the fast_p curve (eval/report.py). Without a GPU (here, or in the
+Ray cluster) nothing can be correct: the scores are 0 and the JSON says `gpu: false`.
+Interrupted (Ctrl-C, SIGINT, SIGTERM), the run cancels what has not started, reports the verdicts
+it reached (a problem not reached is `interrupted`, counted as a failure like a missing one; the
+JSON says `interrupted: true`) and exits with 130. Killed outright, `--out DIR/problems/` still
+holds every verdict that arrived.
 """
 
 from __future__ import annotations
 
 import json
+import signal
+import sys
+from collections.abc import Callable, Collection
 from concurrent.futures import Future, as_completed
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,8 +65,14 @@ class EvalScores:
         }
 
 
-def score(problems: list[str], results: dict[str, VerifyResult]) -> EvalScores:
-    """KernelBench fast_p over ALL problems: a missing or failed candidate counts as 0."""
+INTERRUPTED = "interrupted"  # the verdict of a problem whose candidate a stopped run never reached
+
+
+def score(
+    problems: list[str], results: dict[str, VerifyResult], unfinished: Collection[str] = ()
+) -> EvalScores:
+    """KernelBench fast_p over ALL problems: a missing, failed or (in `unfinished`) never-reached
+    candidate counts as 0."""
     n = len(problems)
     rows = []
     for p in problems:
@@ -67,7 +80,7 @@ def score(problems: list[str], results: dict[str, VerifyResult]) -> EvalScores:
         rows.append(
             {
                 "problem": p,
-                "verdict": r.verdict.value if r else "missing",
+                "verdict": r.verdict.value if r else INTERRUPTED if p in unfinished else "missing",
                 "speedup": r.speedup if r else None,
                 "speedup_min": r.speedup_min if r else None,
                 "runtime_ms": r.runtime_ms if r else None,
@@ -141,27 +154,55 @@ def eval_command(
             f"{candidates} (it holds {', '.join(found) + ', …' if found else 'no *.py files'})."
             f"\n{LAYOUT_HELP}"
         )
+    on_result: Callable[[str, VerifyResult], object] | None = None
+    if out_dir is not None:
+        from cudice.verifier.eval.report import write_problem
+
+        out = out_dir
+
+        def on_result(name: str, result: VerifyResult) -> object:
+            return write_problem(out, name, result)
+
+    with_candidate = [n for n in names if (candidates / n).is_file()]
+    results: dict[str, VerifyResult] = {}
     backend, has_gpu = _open_backend(config, workers, ray_address)
-    with backend:
-        futures = {
-            n: backend.submit(candidates / n, reference=problems / n, key=n)
-            for n in names
-            if (candidates / n).is_file()
-        }
-        results = _collect(futures, len(names))
-    scores = score(names, results)
+    interrupted = False
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        with backend:
+            futures = {
+                n: backend.submit(candidates / n, reference=problems / n, key=n) for n in with_candidate
+            }
+            _collect(futures, len(names), results, on_result)
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    unfinished = [n for n in with_candidate if n not in results]
+    scores = score(names, results, unfinished)
     payload = {
         **scores.to_dict(),
         "gpu": has_gpu,
         "compile_only": compile_only,
         "backend": "local" if ray_address is None else f"ray:{ray_address}",
+        "interrupted": interrupted,
     }
     if out_dir is not None:
         from cudice.verifier.eval.report import write_report
 
-        write_report(out_dir, names, results, payload, title=f"cudice eval of {problems.name}")
+        write_report(
+            out_dir, names, results, payload, title=f"cudice eval of {problems.name}", unfinished=unfinished
+        )
+    if interrupted:
+        click.echo(
+            f"cudice eval: interrupted after {len(results)} of {len(with_candidate)} verdicts; the "
+            f"{len(unfinished)} not reached count as failures.",
+            err=True,
+        )
     if as_json:
         click.echo(json.dumps(payload))
+        if interrupted:
+            sys.exit(130)
         return
     from rich.console import Console
     from rich.table import Table
@@ -184,6 +225,13 @@ def eval_command(
         console.print("[yellow]No CUDA GPU: candidates were compiled only, so nothing counts as correct.[/]")
     if out_dir is not None:
         console.print(f"report: {out_dir / 'summary.md'}")
+    if interrupted:
+        sys.exit(130)
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    """SIGTERM handler: stop like Ctrl-C, so the verdicts already reached are reported."""
+    raise KeyboardInterrupt
 
 
 def _open_backend(config: VerifyConfig, workers: int, ray_address: str | None) -> tuple[VerifyBackend, bool]:
@@ -209,13 +257,19 @@ def _open_backend(config: VerifyConfig, workers: int, ray_address: str | None) -
     return backend, getattr(backend, "num_gpus", 0) > 0
 
 
-def _collect(futures: dict[str, Future[VerifyResult]], num_problems: int) -> dict[str, VerifyResult]:
-    """Wait for every future behind one progress bar on stderr (stdout stays the report or the JSON)."""
+def _collect(
+    futures: dict[str, Future[VerifyResult]],
+    num_problems: int,
+    results: dict[str, VerifyResult],
+    on_result: Callable[[str, VerifyResult], object] | None = None,
+) -> None:
+    """Wait for every future behind one progress bar on stderr (stdout stays the report or the
+    JSON), putting each verdict into `results` (and through `on_result`) as it arrives: an
+    interrupt leaves `results` holding those that came."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     by_future = {f: n for n, f in futures.items()}
-    results: dict[str, VerifyResult] = {}
     columns = (
         TextColumn("verifying"),
         BarColumn(),
@@ -227,6 +281,8 @@ def _collect(futures: dict[str, Future[VerifyResult]], num_problems: int) -> dic
         missing = num_problems - len(futures)
         task = progress.add_task(f"({missing} without a candidate)" if missing else "", total=len(futures))
         for fut in as_completed(by_future):
-            results[by_future[fut]] = fut.result()
+            name = by_future[fut]
+            results[name] = fut.result()
+            if on_result is not None:
+                on_result(name, results[name])
             progress.advance(task)
-    return {n: results[n] for n in futures}

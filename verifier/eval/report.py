@@ -1,7 +1,9 @@
 """The files `cudice eval --out DIR` writes: per-problem JSON, a Markdown summary, the fast_p curve.
 
 - `DIR/problems/<problem>.json` — `{"problem", "verdict", "result"}` with the full
-  `VerifyResult.to_dict()` (`result` is null for a missing candidate);
+  `VerifyResult.to_dict()` (`result` is null for a missing candidate). `cudice eval` writes each
+  one the moment its verdict arrives (`write_problem`, atomically), so a run that is killed keeps
+  every verdict it reached; the other files are written at the end;
 - `DIR/scores.json` — the scores `cudice eval --json` prints;
 - `DIR/fast_p.svg` always (written here, no dependency) and `DIR/fast_p.png` when matplotlib
   is importable — the curve KernelBench reports: for each threshold p, the share of **all**
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -120,33 +122,40 @@ def write_report(
     scores: Mapping[str, Any],
     *,
     title: str = "cudice eval",
+    unfinished: Collection[str] = (),
 ) -> list[Path]:
-    """Write every file listed in the module docstring under `out`; returns their paths."""
+    """Write every file listed in the module docstring under `out`; returns their paths. A problem
+    in `unfinished` (a stopped run never reached it) gets no per-problem record."""
     out.mkdir(parents=True, exist_ok=True)
-    (out / "problems").mkdir(exist_ok=True)
-    written = []
-    for name in problems:
-        r = results.get(name)
-        row = {
-            "problem": name,
-            "verdict": r.verdict.value if r else "missing",
-            "result": r.to_dict() if r else None,
-        }
-        path = out / "problems" / f"{Path(name).stem}.json"
-        path.write_text(json.dumps(row, indent=1) + "\n")
-        written.append(path)
+    written = [write_problem(out, name, results.get(name)) for name in problems if name not in unfinished]
     (out / "scores.json").write_text(json.dumps(dict(scores), indent=1) + "\n")
     curve = fast_p_curve(problems, results)
     plot_title = f"fast_p over {len(problems)} problems"
     (out / "fast_p.svg").write_text(fast_p_svg(curve, plot_title))
     has_png = fast_p_png(curve, plot_title, out / "fast_p.png")
     (out / "summary.md").write_text(
-        summary_markdown(problems, results, scores, curve, "fast_p.png" if has_png else "fast_p.svg", title)
+        summary_markdown(
+            problems, results, scores, curve, "fast_p.png" if has_png else "fast_p.svg", title, unfinished
+        )
     )
     written += [out / "scores.json", out / "fast_p.svg", out / "summary.md"] + (
         [out / "fast_p.png"] if has_png else []
     )
     return written
+
+
+def write_problem(out: Path, name: str, result: VerifyResult | None) -> Path:
+    """Write `out/problems/<stem>.json` for one problem (None: no candidate) through a temporary
+    file and a rename, so a reader never sees half a record; returns its path."""
+    row = {"problem": name, "verdict": result.verdict.value if result else "missing",
+           "result": result.to_dict() if result else None}  # fmt: skip
+    folder = out / "problems"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{Path(name).stem}.json"
+    tmp = folder / f".{path.name}.part"
+    tmp.write_text(json.dumps(row, indent=1) + "\n")
+    tmp.replace(path)
+    return path
 
 
 def summary_markdown(
@@ -156,6 +165,7 @@ def summary_markdown(
     curve: Sequence[tuple[float, float]],
     image: str,
     title: str,
+    unfinished: Collection[str] = (),
 ) -> str:
     n = len(problems)
     lines = [
@@ -171,6 +181,8 @@ def summary_markdown(
         f"| fast_2 | {scores.get('fast_2', 0.0):.1%} |",
         "",
     ]
+    if scores.get("interrupted"):
+        lines += ["Interrupted: a problem marked `interrupted` was never reached and counts as 0.", ""]
     if not scores.get("gpu", True) or scores.get("compile_only"):
         lines += [
             "Compiled only (no GPU or `--compile-only`): nothing can be correct, so the curve is 0.",
@@ -187,7 +199,7 @@ def summary_markdown(
     for name in problems:
         r = results.get(name)
         if r is None:
-            lines.append(f"| {name} | missing | - | - | - | - |")
+            lines.append(f"| {name} | {'interrupted' if name in unfinished else 'missing'} | - | - | - | - |")
             continue
         lines.append(
             f"| {name} | {r.verdict.value} | {_num(r.speedup, 'x')} | {_num(r.speedup_min, 'x')} | "

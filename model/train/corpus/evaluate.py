@@ -88,8 +88,11 @@ def generate_candidates(checkpoint: Path, corpus: Path, candidates: Path, smoke:
     }
 
 
-def eval_process(problems: Path, candidates: Path, workers: int) -> subprocess.Popen[str]:
-    """Step 2: the user's command, `cudice eval PROBLEMS CANDIDATES --json`."""
+def eval_process(
+    problems: Path, candidates: Path, workers: int, out: Path | None = None
+) -> subprocess.Popen[str]:
+    """Step 2: the user's command, `cudice eval PROBLEMS CANDIDATES --json` (with `--out OUT`: each
+    verdict is also written to OUT/problems/ as it arrives)."""
     args = [
         sys.executable,
         "-m",
@@ -100,6 +103,7 @@ def eval_process(problems: Path, candidates: Path, workers: int) -> subprocess.P
         "--json",
         "--workers",
         str(workers),
+        *(["--out", str(out)] if out is not None else []),
     ]
     return subprocess.Popen(
         args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True

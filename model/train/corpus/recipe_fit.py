@@ -148,13 +148,52 @@ def first_per_family(rows: list[dict[str, Any]], per_family: int) -> list[int]:
     return chosen
 
 
+STOP_GRACE_S = 20.0  # how long a stopped `cudice eval` gets to cancel its work and report
+
+
+def reached_verdicts(report: Path) -> dict[str, dict[str, Any]]:
+    """The verdicts `cudice eval --out REPORT` wrote as they arrived, by problem file name, as rows
+    like `--json`'s `per_problem` (`verdict`, `speedup`, `speedup_min`); a record without a result
+    (no candidate) is kept with its verdict."""
+    rows: dict[str, dict[str, Any]] = {}
+    for path in sorted((report / "problems").glob("*.json")):
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        result = record.get("result") or {}
+        rows[record["problem"]] = {
+            "problem": record["problem"],
+            "verdict": record["verdict"],
+            "speedup": result.get("speedup"),
+            "speedup_min": result.get("speedup_min"),
+        }
+    return rows
+
+
+def interleaved_names(items: list[dict[str, Any]]) -> list[str]:
+    """Each item's file name prefixed with its turn when the kinds take turns (the first e2e, the
+    first infill, the first hand, the second e2e, ...): `cudice eval` starts its problems in name
+    order, so a run stopped early has verdicts of every kind, not only of the first."""
+    turns: dict[str, int] = Counter()
+    keyed = []
+    for i, item in enumerate(items):
+        keyed.append((turns[item["kind"]], i))
+        turns[item["kind"]] += 1
+    names = [""] * len(items)
+    for rank, (_, i) in enumerate(sorted(keyed)):
+        names[i] = f"{rank:04d}_{items[i]['file']}"
+    return names
+
+
 def verify_items(items: list[dict[str, Any]], work: Path, deadline: float, say: Any) -> dict[str, Any]:
     """Step 7: one `cudice eval` of every item, stopped at `deadline` (the verdicts that came back
     are kept; the rest are listed as not verified, counted neither way).
 
     An item is {"file", "kind", "family", "style", "reference", "answer"}: its reference and its
-    answer are copied side by side under `work` as `file` (`cudice eval` pairs them by name; a
-    None answer is a missing candidate, which `cudice eval` fails). The result has one summary
+    answer are copied side by side under `work` (`cudice eval` pairs them by name; a None answer
+    is a missing candidate, which `cudice eval` fails), named in `interleaved_names` order so that
+    the verdicts a stopped run reached cover every kind alike. The result has one summary
     per kind ("e2e", "infill", "hand": `all` with a 95 % interval and fast_1, `per_family`) and
     every item's verdict under `rows`.
     """
@@ -165,22 +204,28 @@ def verify_items(items: list[dict[str, Any]], work: Path, deadline: float, say: 
     for d in (problems, candidates):
         shutil.rmtree(d, ignore_errors=True)
         d.mkdir(parents=True)
-    for item in items:
-        (problems / item["file"]).write_text(item["reference"])
+    on_disk = interleaved_names(items)
+    for item, name in zip(items, on_disk, strict=True):
+        (problems / name).write_text(item["reference"])
         if item["answer"] is not None:
-            (candidates / item["file"]).write_text(item["answer"])
-    proc = eval_process(problems, candidates, 14)
+            (candidates / name).write_text(item["answer"])
+    report = work / "verify_report"
+    shutil.rmtree(report, ignore_errors=True)
+    proc = eval_process(problems, candidates, 14, out=report)
     try:
-        stdout, stderr = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
+        proc.communicate(timeout=max(1.0, deadline - time.monotonic() - STOP_GRACE_S))
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        stdout, stderr = proc.communicate()
-        say(f"verify: the budget ended before `cudice eval` finished; stderr tail: {stderr[-300:]!r}")
-    lines = [ln for ln in stdout.splitlines() if ln.startswith("{")]
-    verdicts = {r["problem"]: r for r in json.loads(lines[-1])["per_problem"]} if lines else {}
+        os.killpg(proc.pid, signal.SIGTERM)  # `cudice eval` stops, cancelling what has not started
+        try:
+            proc.communicate(timeout=STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+        say("verify: the budget ended before `cudice eval` finished; the verdicts that came are kept")
+    verdicts = reached_verdicts(report)
     rows = []
-    for item in items:
-        v = verdicts.get(item["file"])
+    for item, name in zip(items, on_disk, strict=True):
+        v = verdicts.get(name)
         rows.append(
             {"file": item["file"], "kind": item["kind"], "family": item["family"], "style": item["style"],
              "verdict": v["verdict"] if v else None, "speedup": v.get("speedup") if v else None,

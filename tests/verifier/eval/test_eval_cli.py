@@ -66,3 +66,72 @@ def test_eval_folder_json(tmp_path: Path, examples_dir: Path, cache_root: Path) 
     assert verdicts["softmax.py"] == "missing"
     if not out["gpu"]:
         assert verdicts["relu.py"] == "compiled" and out["correct"] == 0.0
+
+
+@needs_nvcc
+@pytest.mark.slow
+@pytest.mark.e2e
+def test_a_stopped_eval_keeps_the_verdicts_it_reached(tmp_path: Path, examples_dir: Path) -> None:
+    """SIGTERM in the middle of a run: exit 130, the verdicts that came are reported and on disk
+    (each written as it arrived), the problems not reached say `interrupted`, no compiler lives on."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    probs, cands, out = tmp_path / "problems", tmp_path / "candidates", tmp_path / "report"
+    probs.mkdir()
+    cands.mkdir()
+    (probs / "a_broken.py").write_text((examples_dir / "relu.py").read_text())
+    (cands / "a_broken.py").write_text("def broken(:\n")  # rejected before any compiler runs
+    for i in range(3):  # fresh builds (unique kernel names, an empty cache), one at a time: minutes
+        (probs / f"b{i}.py").write_text((examples_dir / "relu.py").read_text())
+        src = (
+            (examples_dir / "relu_cuda.py")
+            .read_text()
+            .replace("relu_kernel", f"relu_kernel_stop{i}_{os.getpid()}")
+        )
+        (cands / f"b{i}.py").write_text(src)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cudice.server.cli", "eval", str(probs), str(cands), "--json",
+         "--workers", "1", "--out", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "CUDICE_CACHE_DIR": str(tmp_path / "cache")},
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 300
+        while not (out / "problems" / "a_broken.json").exists() and proc.poll() is None:
+            assert time.monotonic() < deadline, "the first verdict never reached the report folder"
+            time.sleep(0.05)
+        assert not (out / "problems" / "b0.json").exists(), "a fresh build finished before the stop"
+        proc.send_signal(signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, stderr
+    payload = json.loads(stdout)
+    verdicts = {r["problem"]: r["verdict"] for r in payload["per_problem"]}
+    assert payload["interrupted"] is True and verdicts["a_broken.py"] == "invalid_input"
+    assert {verdicts[f"b{i}.py"] for i in range(3)} == {"interrupted"} and payload["correct"] == 0.0
+    assert "interrupted after 1 of 4 verdicts" in stderr
+    assert sorted(p.name for p in (out / "problems").iterdir()) == ["a_broken.json"]
+    assert json.loads((out / "problems" / "a_broken.json").read_text())["verdict"] == "invalid_input"
+    assert "| b0.py | interrupted |" in (out / "summary.md").read_text()
+
+    def survivors() -> list[str]:
+        found = []
+        for d in Path("/proc").iterdir():
+            try:
+                if d.name.isdigit() and str(tmp_path) in (d / "cmdline").read_bytes().decode(
+                    errors="replace"
+                ):
+                    found.append(d.name)
+            except OSError:
+                pass
+        return found
+
+    deadline = time.monotonic() + 60  # a killed compiler may take a moment to be reaped
+    while survivors() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert survivors() == [], f"processes still working in {tmp_path}"

@@ -200,3 +200,52 @@ def test_external_problems_are_answered_end_to_end_and_become_verification_items
     empty.mkdir()
     assert external_items(empty, str(tiny_sdar_dir), 16, clock, 0.0, results, tmp_path / "out") == []
     assert "no *.py reference there" in (tmp_path / "out" / "fit.log").read_text()
+
+
+def test_reached_verdicts_read_back_what_a_stopped_eval_wrote(tmp_path: Path) -> None:
+    from cudice.model.train.corpus.evaluate import is_fast_row
+    from cudice.model.train.corpus.recipe_fit import reached_verdicts
+    from cudice.verifier.eval.report import write_problem
+    from cudice.verifier.source.result import Stage, Verdict, VerifyResult
+
+    assert reached_verdicts(tmp_path / "never_written") == {}
+    write_problem(
+        tmp_path,
+        "1_fast.py",
+        VerifyResult(Verdict.CORRECT, Stage.TIMING, "c.py", speedup=2.0, speedup_min=1.5),
+    )
+    write_problem(tmp_path, "2_wrong.py", VerifyResult(Verdict.INCORRECT, Stage.CORRECTNESS, "c.py"))
+    write_problem(tmp_path, "3_none.py", None)
+    (tmp_path / "problems" / ".4_half.json.part").write_text(
+        '{"problem": "4_half.py", "verd'
+    )  # a write cut short
+    rows = reached_verdicts(tmp_path)
+    assert sorted(rows) == ["1_fast.py", "2_wrong.py", "3_none.py"]
+    assert rows["1_fast.py"]["speedup"] == 2.0 and is_fast_row(rows["1_fast.py"])
+    assert rows["2_wrong.py"]["verdict"] == "incorrect" and not is_fast_row(rows["2_wrong.py"])
+    assert rows["3_none.py"] == {
+        "problem": "3_none.py",
+        "verdict": "missing",
+        "speedup": None,
+        "speedup_min": None,
+    }
+
+
+def test_verification_files_take_turns_by_kind_so_an_early_stop_samples_every_kind() -> None:
+    from cudice.model.train.corpus.recipe_fit import interleaved_names
+
+    items = [{"file": f"e{i}.py", "kind": "e2e"} for i in range(3)] + [
+        {"file": "i0.py", "kind": "infill"},
+        {"file": "h0.py", "kind": "hand"},
+        {"file": "h1.py", "kind": "hand"},
+    ]
+    names = interleaved_names(items)
+    assert [n.split("_", 1)[1] for n in names] == [it["file"] for it in items]  # same order, files kept
+    assert [n.split("_", 1)[1] for n in sorted(names)] == [
+        "e0.py",
+        "i0.py",
+        "h0.py",
+        "e1.py",
+        "h1.py",
+        "e2.py",
+    ]
