@@ -307,6 +307,35 @@ def test_a_time_within_its_noise_is_not_counted() -> None:
     assert interval_too_wide([0.1, 0.2], 0.2) is None
 
 
+def test_a_gpu_timing_repeats_past_its_plan_until_its_interval_resolves_within_bounds() -> None:
+    """The H100's x12 gelu samples (five repetitions, a correct 0.34 ms kernel, +-12 %): a GPU
+    timing goes on past its plan and its budget while the interval is too wide, and stops once it
+    resolves or at the hard bounds; a CPU timing and a resolved one stop as they always did."""
+    from cudice.verifier.run.judge_timing import (
+        EXTENDED_TIMING_S,
+        MAX_REPETITIONS_FACTOR,
+        MIN_REPETITIONS,
+        TIMING_BUDGET_S,
+        stop_repeating,
+    )
+
+    wide = [0.383, 0.307, 0.259, 0.343, 0.336]
+    tight = [0.330, 0.336, 0.341, 0.333, 0.338]
+    ref, late = 0.195, TIMING_BUDGET_S + 1
+    assert interval_too_wide(wide, ref)[1] and not interval_too_wide(tight, ref)[1]
+    assert not stop_repeating(MIN_REPETITIONS - 1, late, tight[:4], ref, 10, extend=True)  # never before five
+    assert not stop_repeating(5, 1.0, tight, ref, 10, extend=True)  # within plan and budget: go on
+    assert stop_repeating(5, late, tight, ref, 10, extend=True)  # over budget and resolved
+    assert stop_repeating(5, late, wide, ref, 10, extend=False)  # the CPU's rule: over budget
+    assert not stop_repeating(5, late, wide, ref, 10, extend=True)  # a GPU goes on while too wide
+    assert stop_repeating(10, late, wide * 2, ref, 10, extend=True)  # ten such repetitions resolve it
+    wider = [0.45, 0.22, 0.40, 0.26, 0.34]
+    assert not stop_repeating(10, 2.0, wider * 2, ref, 10, extend=True)  # past its plan too
+    assert stop_repeating(10, 2.0, tight * 2, ref, 10, extend=True)
+    assert stop_repeating(7, EXTENDED_TIMING_S + 1, wider + wider[:2], ref, 10, extend=True)  # hard bounds
+    assert stop_repeating(MAX_REPETITIONS_FACTOR * 10, 2.0, wider * 6, ref, 10, extend=True)
+
+
 def test_a_time_a_runner_bias_could_move_beyond_the_promise_is_not_counted() -> None:
     """Two runner processes differ by a bias in every call that no interval sees; a candidate
     time that the bias bound moves by more than the promised fidelity is unresolved, a longer one
