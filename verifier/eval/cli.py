@@ -93,7 +93,7 @@ def score(
 
     return EvalScores(
         n,
-        len(results),
+        len(results) + sum(1 for p in unfinished if p not in results),
         rate(lambda r: r.verdict is Verdict.CORRECT),
         rate(lambda r: r.is_fast(1.0)),
         rate(lambda r: r.is_fast(2.0)),
@@ -207,7 +207,7 @@ def eval_command(
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"cudice eval: {len(names)} problems, {len(results)} candidates")
+    table = Table(title=f"cudice eval: {len(names)} problems, {scores.num_candidates} candidates")
     for col in ("problem", "verdict", "speedup", "candidate ms", "reference ms"):
         table.add_column(col)
     for row in scores.per_problem:

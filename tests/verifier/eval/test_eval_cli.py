@@ -113,6 +113,7 @@ def test_a_stopped_eval_keeps_the_verdicts_it_reached(tmp_path: Path, examples_d
     payload = json.loads(stdout)
     verdicts = {r["problem"]: r["verdict"] for r in payload["per_problem"]}
     assert payload["interrupted"] is True and verdicts["a_broken.py"] == "invalid_input"
+    assert payload["num_problems"] == payload["num_candidates"] == 4
     assert {verdicts[f"b{i}.py"] for i in range(3)} == {"interrupted"} and payload["correct"] == 0.0
     assert "interrupted after 1 of 4 verdicts" in stderr
     assert sorted(p.name for p in (out / "problems").iterdir()) == ["a_broken.json"]
