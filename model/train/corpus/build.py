@@ -12,8 +12,9 @@
                                     `reduce_cuda`, ..., the same for every composition of a
                                     family; families.NAMINGS)
     sft.jsonl                       CuKe pairs {prompt, response}: for every training problem the
-                                    end-to-end prompt, and for one in INFILL_EVERY the infilling
-                                    prompt too (model/prompts.py, the builders the runtime uses),
+                                    end-to-end prompt, and for one in `infill_every` (default
+                                    INFILL_EVERY) the infilling prompt too (model/prompts.py,
+                                    the builders the runtime uses),
                                     each answered by the fenced ModelNew file; the infilling
                                     answer in `infill_naming` (by default the composition's
                                     names, 3 in 4 wrappers varied by `wrappers.vary_wrapper`
@@ -21,7 +22,7 @@
                                     the host function by `wrappers.bake_arguments`:
                                     its prompt's scaffold states them, and an editor's scaffold
                                     carries the user's own, which the answer must keep)
-    rl_e2e.jsonl                    {idx, level, pytorch_code} of one training problem in INFILL_EVERY
+    rl_e2e.jsonl                    {idx, level, pytorch_code} of one training problem in `infill_every`
     rl_infill.jsonl                 {pytorch_code, cuda_code, prefix, middle, suffix, level}; the
                                     split is cudice.model.scaffold's, the editor's infill split
     manifest.json                   seed, namings, counts, the split's compositions, one row per
@@ -165,13 +166,16 @@ def draw_problems(
     infill_naming: str = VARIED,
     op_comments: bool = OP_COMMENTS,
     families: tuple[str, ...] = (),
+    infill_every: int = INFILL_EVERY,
 ) -> list[Problem]:
     """Training instances (`composition_sampler`; timed sizes with probability `timed_share`),
     then held-out instances in the `heldout_sizes` regime whose answer signature no training
     answer has (`split.answer_signature`). Solutions in `naming`; the training problems that get
-    an infilling pair (one in `INFILL_EVERY`) also in `infill_naming`. `op_comments`: see
-    `make_problem`; `families`: only these families (all when empty), e.g. a small corpus for a
-    CPU experiment."""
+    an infilling pair (one in `infill_every`, INFILL_EVERY by default) also in `infill_naming`.
+    `op_comments`: see `make_problem`; `families`: only these families (all when empty), e.g. a
+    small corpus for a CPU experiment."""
+    if infill_every < 1:
+        raise ValueError(f"infill_every={infill_every} must be >= 1 (1: every training problem)")
     if heldout_sizes not in SIZE_REGIMES:
         raise ValueError(f"heldout_sizes={heldout_sizes!r} must be one of {', '.join(SIZE_REGIMES)}")
     if naming not in NAMINGS:
@@ -193,7 +197,7 @@ def draw_problems(
         for _ in range(train_per_family):
             comp = rng.choices(comps, weights=weights)[0]
             timed = rng.random() < timed_share
-            infill = infill_naming if len(train) % INFILL_EVERY == 0 else None
+            infill = infill_naming if len(train) % infill_every == 0 else None
             train.append(make_problem(comp, rng, len(train), "train", timed, naming, infill, op_comments))
     seen = {_signature(p) for p in train}
     problems = list(train)
@@ -260,11 +264,13 @@ def build_corpus(
     infill_naming: str = VARIED,
     op_comments: bool = OP_COMMENTS,
     families: tuple[str, ...] = (),
+    infill_every: int = INFILL_EVERY,
 ) -> dict[str, Any]:
     """Write the corpus to `out_dir` (created; existing corpus files are overwritten); return the
     manifest. `naming`: the identifiers of the solutions and end-to-end answers; `infill_naming`:
-    those of the infilling pairs and RL infilling tasks (families.NAMINGS); `op_comments` and
-    `families`: see `draw_problems`."""
+    those of the infilling pairs and RL infilling tasks (families.NAMINGS); `op_comments`,
+    `families` and `infill_every` (one training problem in this many gets the infilling pair and
+    the RL task records): see `draw_problems`."""
     if train_per_family < 1 or heldout_per_family < 0:
         raise ValueError(
             f"train_per_family={train_per_family} must be >= 1 and heldout_per_family="
@@ -281,6 +287,7 @@ def build_corpus(
         infill_naming,
         op_comments,
         families,
+        infill_every,
     )
     for split in ("train", "heldout"):
         for sub in ("problems", "solutions"):
@@ -298,10 +305,10 @@ def build_corpus(
         if p.split != "train":
             continue
         number += 1
-        if number % INFILL_EVERY:
+        if number % infill_every:
             sft += sft_pairs(p)
             continue
-        # one problem in INFILL_EVERY: the infilling pair, and the RL task records (the split
+        # one problem in `infill_every`: the infilling pair, and the RL task records (the split
         # into prefix/middle/suffix is the editor's, and costs milliseconds a file)
         scaffold = split_scaffold(p.infill_answer, p.file_name)
         sft += sft_pairs(p, scaffold)
@@ -330,6 +337,7 @@ def build_corpus(
         "timed_share": timed_share,
         "names": naming,
         "infill_names": infill_naming,
+        "infill_every": infill_every,
         "op_comments": op_comments,
         "families": sorted(splits),
         "num_problems": {s: sum(p.split == s for p in problems) for s in ("train", "heldout")},

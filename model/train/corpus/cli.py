@@ -85,6 +85,13 @@ def corpus_group() -> None:
     default="",
     help="Comma-separated families to build (default: all), e.g. unary,binary for a small corpus.",
 )
+@click.option(
+    "--infill-every",
+    default=4,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="One training problem in this many also gets the infilling pair (1: every one).",
+)
 def build_command(
     out_dir: Path,
     seed: int,
@@ -96,6 +103,7 @@ def build_command(
     infill_naming: str,
     op_comments: bool,
     families: str,
+    infill_every: int,
 ) -> None:
     """Write problems, solutions, SFT pairs and RL task files to OUT_DIR."""
     from cudice.model.train.corpus.build import build_corpus
@@ -112,6 +120,7 @@ def build_command(
             infill_naming=infill_naming,
             op_comments=op_comments,
             families=tuple(f for f in families.split(",") if f),
+            infill_every=infill_every,
         )
     except (ValueError, OSError) as exc:
         raise click.ClickException(str(exc)) from exc

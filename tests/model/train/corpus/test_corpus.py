@@ -369,3 +369,17 @@ def test_cudice_train_corpus_build_writes_the_files_sft_reads(tmp_path: Path) ->
     expected = len(FAMILIES) + -(-len(FAMILIES) // INFILL_EVERY)
     assert json.loads(result.output)["num_sft_pairs"] == expected
     assert len(load_sft(tmp_path / "sft.jsonl")) == expected
+
+
+def test_infill_every_sets_the_share_of_training_problems_with_an_infilling_pair(tmp_path: Path) -> None:
+    two = ("unary", "binary")
+    manifest = build_corpus(
+        tmp_path / "c", train_per_family=5, heldout_per_family=0, families=two, infill_every=2
+    )
+    num_train = manifest["num_problems"]["train"]
+    infill = (tmp_path / "c" / "rl_infill.jsonl").read_text().splitlines()
+    assert manifest["infill_every"] == 2 and num_train == 10
+    assert len(infill) == 5 and manifest["num_sft_pairs"] == num_train + 5
+    with pytest.raises(ValueError, match="infill_every=0 must be >= 1"):
+        build_corpus(tmp_path / "d", train_per_family=5, heldout_per_family=0, infill_every=0)
+    assert not (tmp_path / "d").exists()  # refused before anything was written
