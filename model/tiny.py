@@ -65,14 +65,19 @@ def build_tokenizer(vocab_size: int = 512) -> Any:
     return bpe_tokenizer(_CORPUS * 4, vocab_size)
 
 
-def bpe_tokenizer(texts: Iterable[str], vocab_size: int) -> Any:
+def bpe_tokenizer(texts: Iterable[str], vocab_size: int, pre_tokenizer: Any = None) -> Any:
     """A byte-level BPE `PreTrainedTokenizerFast` trained on `texts`, with ChatML specials, `<|MASK|>`
-    and the ChatML chat template (also the demo checkpoint's tokenizer, trained on its corpus)."""
+    and the ChatML chat template (also the demo checkpoint's tokenizer, trained on its corpus).
+
+    `pre_tokenizer` (a `tokenizers` pre-tokenizer) replaces the default split before training,
+    byte-level with GPT-2's regex and no prefix space (`init_model.line_bpe_tokenizer` passes its own)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    if pre_tokenizer is None:
+        pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.pre_tokenizer = pre_tokenizer
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,

@@ -4,6 +4,8 @@
 line of the `.py` file — C++/CUDA findings are mapped back through the document's source map.
 Any ERROR among them makes the verdict `static_violation`; warnings are reported only. It is
 pure AST and regex work (milliseconds), so it also runs in compile-only mode and in the editor.
+`check_built_sources(...)` runs the C++ checks over the sources a `load_inline` call received at
+run time, every finding on the call.
 
 The checks (policy and codes: docs/anticheat.md, docs/diagnostics.md):
 - module level (here: `ModelNew` and the reference, `load_inline`'s fallbacks and launches; every
@@ -52,7 +54,7 @@ from cudice.verifier.source.result import Diagnostic, Location, Severity, Stage
 from cudice.verifier.static.bindings import CandidateModule, dotted
 from cudice.verifier.static.cuda import CppSource, check_cpp_sources, pybind_python_names
 from cudice.verifier.static.forward import Finding, ForwardReport, analyze_forward
-from cudice.verifier.static.load_inline import built_source_findings, extension_findings
+from cudice.verifier.static.load_inline import extension_findings
 from cudice.verifier.static.module_rules import module_rule_findings
 from cudice.verifier.static.names import LoadInlineUses, import_aliases
 from cudice.verifier.static.policy import Strictness, parse_strictness
@@ -103,7 +105,12 @@ def check_built_sources(
     """The C++ checks over the sources a `load_inline` call actually received at run time (the
     route for a source `static.dynamic_source` could not read): every finding lands on `where`,
     the call in the candidate's file. Kernel launches are checked too, since the text is complete."""
-    return _dedupe(built_source_findings(cpp_sources, cuda_sources, functions, where, config))
+    level = parse_strictness(config.static_policy if config is not None else "default")
+    texts = [("cpp", t) for t in ([cpp_sources] if isinstance(cpp_sources, str) else cpp_sources)]
+    if cuda_sources is not None:
+        texts += [("cuda", t) for t in ([cuda_sources] if isinstance(cuda_sources, str) else cuda_sources)]
+    sources = [CppSource(t, lambda _line, _col: where, kind == "cuda") for kind, t in texts]
+    return _dedupe(check_cpp_sources(sources, functions, level))
 
 
 def has_violation(diags: Iterable[Diagnostic]) -> bool:

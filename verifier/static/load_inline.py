@@ -6,8 +6,7 @@ maps character by character are located through their source map; sources the fi
 other means (`static/sources.py`: f-strings over constants, `"".join`, `+=` …) on the expression
 that builds them; a source the file does not fix is `static.dynamic_source` (an error; a warning in
 `lenient`), and a name nothing in the file defines is reported as exactly that.
-`built_source_findings()` is the same check for sources received at run time
-(`checks.check_built_sources`).
+Sources a call received at run time get the same C++ checks in `checks.check_built_sources`.
 
 Not covered: calls of `load_inline` the Python checks cannot find (through `getattr`, `globals()`;
 `static/checks.py` rejects those as dynamic code).
@@ -18,14 +17,13 @@ from __future__ import annotations
 import ast
 from collections.abc import Sequence
 
-from cudice.verifier.config import VerifyConfig
 from cudice.verifier.source.bindings import undefined_names
 from cudice.verifier.source.document import Document
 from cudice.verifier.source.result import Diagnostic, Location, Severity, Stage
 from cudice.verifier.source.sourcemap import SourceSpan
 from cudice.verifier.static.cuda import CppSource, Locator, check_cpp_sources
 from cudice.verifier.static.names import LoadInlineUses
-from cudice.verifier.static.policy import Strictness, parse_strictness
+from cudice.verifier.static.policy import Strictness
 from cudice.verifier.static.sources import ResolvedCall, call_functions, resolve_call_sources
 
 
@@ -47,24 +45,6 @@ def extension_findings(
         resolved = resolve_call_sources(tree, node)
         diags += _cpp_findings(doc, functions, mapped, resolved, level, low_ref)
     return diags
-
-
-def built_source_findings(
-    cpp_sources: str | Sequence[str],
-    cuda_sources: str | Sequence[str] | None,
-    functions: Sequence[str] | None,
-    where: Location,
-    config: VerifyConfig | None = None,
-) -> list[Diagnostic]:
-    """The C++ checks over the sources a `load_inline` call actually received at run time (the
-    route for a source `static.dynamic_source` could not read): every finding lands on `where`,
-    the call in the candidate's file. Kernel launches are checked too, since the text is complete."""
-    level = parse_strictness(config.static_policy if config is not None else "default")
-    texts = [("cpp", t) for t in ([cpp_sources] if isinstance(cpp_sources, str) else cpp_sources)]
-    if cuda_sources is not None:
-        texts += [("cuda", t) for t in ([cuda_sources] if isinstance(cuda_sources, str) else cuda_sources)]
-    sources = [CppSource(t, _fixed_locator(where), kind == "cuda") for kind, t in texts]
-    return check_cpp_sources(sources, functions, level)
 
 
 def _cpp_findings(

@@ -30,9 +30,9 @@ from typing import Any
 
 from cudice.model.prompts import chat_prompt
 from cudice.model.tiny import (
-    CHATML_TEMPLATE,
     SPECIAL_TOKENS,
     TINY_DIMS,
+    bpe_tokenizer,
     random_qwen3,
     save_checkpoint,
     tiny_config_dict,
@@ -81,35 +81,16 @@ def line_bpe_tokenizer(texts: Iterator[str], vocab_size: int) -> Any:
     A token starts at a line end ("merged_with_next"), so a text cut just before a newline — the
     editor's infill prefix, which ends with the source string's opening quotes, tokenises as in training.
     """
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
+    from tokenizers import Regex, pre_tokenizers
 
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.Sequence(
+    split = pre_tokenizers.Sequence(
         [
             pre_tokenizers.Split("\n", behavior="merged_with_next"),
             pre_tokenizers.Split(Regex(SNAKE_CASE), behavior="isolated"),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
         ]
     )
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        special_tokens=list(SPECIAL_TOKENS),
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator(texts, trainer=trainer)
-    # transformers' TokenizersBackend.__init__ (*args, **kwargs) carries no annotations
-    fast = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
-        tokenizer_object=tok,
-        eos_token="<|im_end|>",
-        pad_token="<|endoftext|>",
-        mask_token="<|MASK|>",
-        additional_special_tokens=["<|im_start|>"],
-    )
-    fast.chat_template = CHATML_TEMPLATE
-    return fast
+    return bpe_tokenizer(texts, vocab_size, pre_tokenizer=split)
 
 
 def train_tokenizer(sft_path: str | Path, vocab_size: int, seed: int = 0) -> Any:
