@@ -156,10 +156,19 @@ def show_cached(ls: CudiceServer, uri: str) -> bool:
     cached = ls.cache.get(key)
     if cached is None:
         return False
-    publish(ls, uri, path, source, version, cached)
-    _record(ls, ls.document(uri), version, key, cached, source)
-    note_reference_findings(ls, ls.document(uri), reference.digest, cached.diagnostics)
+    _show_cached_result(ls, ls.document(uri), path, source, version, key, cached, reference.digest)
     return True
+
+
+def _show_cached_result(
+    ls: CudiceServer, state: DocumentState, path: str, source: str, version: int | None, key: str,
+    cached: VerifyResult, reference_digest: str | None,
+) -> None:  # fmt: skip
+    """A cached verdict for this text: its diagnostics, hover, lens and status, and the reference's
+    findings it carries noted for the reference's own buffer."""
+    publish(ls, state.uri, path, source, version, cached)
+    _record(ls, state, version, key, cached, source)
+    note_reference_findings(ls, state, reference_digest, cached.diagnostics)
 
 
 async def verify_document(ls: CudiceServer, uri: str, *, force: bool = False) -> VerifyResult | None:
@@ -191,9 +200,7 @@ async def verify_document(ls: CudiceServer, uri: str, *, force: bool = False) ->
     cached = None if force else ls.cache.get(key)
     if cached is not None:
         ls.jobs.cancel(uri)  # a build of older text still running would only be dropped
-        publish(ls, uri, path, source, version, cached)
-        _record(ls, state, version, key, cached, source)
-        note_reference_findings(ls, state, reference.digest, cached.diagnostics)
+        _show_cached_result(ls, state, path, source, version, key, cached, reference.digest)
         return cached
 
     if not force and state.building and state.running_key == key:
