@@ -15,8 +15,10 @@ the whole file (CUDA source included):
   and the call in `forward`);
 
 and sometimes puts a comment line first (never a `# cudice:` directive, which would change where
-the verifier looks for the reference), or has `forward` call the extension's module variable
-instead of an attribute set in `__init__`. Kernel names inside the CUDA source are the answer's
+the verifier looks for the reference), has `forward` call the extension's module variable
+instead of an attribute set in `__init__`, or takes an `eps` as `float` where the corpus writes
+`double` (in the declaration, the host function and the kernels alike; hand-written files do
+both). Kernel names inside the CUDA source are the answer's
 own and stay. Every new name carries a role suffix (`_src`, `_ext`, `_forward`, ...), so none is
 a Python keyword or builtin, a C++ keyword, or a name the file already uses; `wrapper_names`
 lists what was renamed.
@@ -37,6 +39,7 @@ from __future__ import annotations
 import random
 import re
 
+FLOAT_EPS_SHARE = 0.4  # varied wrappers whose `double eps` becomes `float eps` throughout
 BASES = ("op", "fused", "custom", "my_op", "kernel", "impl", "cuda_op", "fast", "k", "mod")
 SOURCE_SUFFIXES = ("_source", "_src", "_cuda_source", "_code", "_kernel_source", "_cu", "_cuda_src")
 CPP_SUFFIXES = ("_cpp_source", "_cpp", "_decl", "_cpp_src", "_header", "_decls")
@@ -96,6 +99,8 @@ def vary_wrapper(solution: str, stem: str, function: str, rng: random.Random) ->
         solution = solution.replace(f"self.{ext}.", f"{ext}.")
     if rng.random() < 0.3:
         solution = rng.choice(FIRST_LINES) + solution
+    if "double eps" in solution and rng.random() < FLOAT_EPS_SHARE:
+        solution = re.sub(r"\bdouble eps\b", "float eps", solution)
     return solution
 
 

@@ -156,7 +156,7 @@ def test_some_corpus_infilling_pairs_have_baked_arguments_and_stay_wired(
 ) -> None:
     from cudice.model.train.corpus.verify_templates import _static_verdict
 
-    local = re.compile(r"\) \{\n    (?:int64_t|bool|double) \w+ = [^;]+;\n")
+    local = re.compile(r"\) \{\n    (?:int64_t|bool|double|float) \w+ = [^;]+;\n")
     baked = [
         p
         for p in draw_problems(0, 160, 2, infill_naming=VARIED)
@@ -170,6 +170,27 @@ def test_some_corpus_infilling_pairs_have_baked_arguments_and_stay_wired(
         decl = re.search(rf'"torch::Tensor {function.group(1)}\(([^)]*)\);"', p.infill_solution)
         call = re.search(rf"\.{function.group(1)}\(([^)]*)\)\n", p.infill_solution)
         assert decl and call and len(decl.group(1).split(", ")) == len(call.group(1).split(", "))
+        ref, sol = tmp_path / f"ref_{i}.py", tmp_path / f"sol_{i}.py"
+        ref.write_text(p.reference)
+        sol.write_text(p.infill_solution)
+        assert _static_verdict(sol, ref)["verdict"] == "static_ok", p.infill_solution
+
+
+def test_some_varied_norm_wrappers_take_a_float_eps_throughout(tmp_path: Path) -> None:
+    from cudice.model.train.corpus.verify_templates import _static_verdict
+
+    drawn = draw_problems(0, 160, 2, infill_naming=VARIED, families=("norm",))
+    declared = re.compile(r'_?\w* = "torch::Tensor \w+\([^)]*(float|double) eps\);"')
+    kinds = [m.group(1) for p in drawn if p.infill_solution and (m := declared.search(p.infill_solution))]
+    assert "float" in kinds and "double" in kinds  # some, not all
+    floats = [p for p in drawn if p.infill_solution and "float eps);" in p.infill_solution]
+    for i, p in enumerate(floats[:3]):
+        assert "double eps" not in p.infill_solution and names_agree(p.infill_solution)
+        function = re.search(r'functions=\["(\w+)"\]', p.infill_solution)
+        assert function is not None
+        decl = re.search(rf'"torch::Tensor {function.group(1)}\(([^)]*)\);"', p.infill_solution)
+        definition = re.search(rf"torch::Tensor {function.group(1)}\(([^)]*)\) \{{", p.infill_solution)
+        assert decl and definition and decl.group(1) == definition.group(1)
         ref, sol = tmp_path / f"ref_{i}.py", tmp_path / f"sol_{i}.py"
         ref.write_text(p.reference)
         sol.write_text(p.infill_solution)
