@@ -16,11 +16,16 @@ Ray cluster) nothing can be correct: the scores are 0 and the JSON says `gpu: fa
 Interrupted (Ctrl-C, SIGINT, SIGTERM), the run cancels what has not started, reports the verdicts
 it reached (a problem not reached is `interrupted`, counted as a failure like a missing one; the
 JSON says `interrupted: true`) and exits with 130. Killed outright, `--out DIR/problems/` still
-holds every verdict that arrived.
+holds every verdict that arrived. `--resume` (with `--out DIR`) reuses each verdict DIR already
+holds whose key matches (`inputs_key`: the candidate's and the reference's bytes, the settings,
+whether there is a GPU) and verifies only the rest; the JSON counts them as `resumed`.
+Not covered by the key: the cudice version and the GPU model; after an upgrade, or to re-time on
+another GPU, run without `--resume`.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import signal
 import sys
@@ -130,6 +135,12 @@ def score(
     default=None,
     help="Write problems/*.json, scores.json, summary.md and the fast_p plot into this folder.",
 )
+@click.option(
+    "--resume",
+    is_flag=True,
+    help="With --out DIR: keep the verdicts DIR already holds for unchanged candidates, references and "
+    "settings; verify only the rest.",
+)
 def eval_command(
     problems: Path,
     candidates: Path,
@@ -139,8 +150,13 @@ def eval_command(
     trials: int | None,
     ray_address: str | None,
     out_dir: Path | None,
+    resume: bool,
 ) -> None:
     """Evaluate a folder of KernelBench problems against candidates: correctness, fast_1, fast_2."""
+    if resume and out_dir is None:
+        raise click.UsageError(
+            "--resume needs --out DIR: the folder where the earlier run wrote its verdicts."
+        )
     config = VerifyConfig(compile_only=compile_only)
     if trials is not None:
         config = config.with_(num_trials=trials)
@@ -154,6 +170,11 @@ def eval_command(
             f"{candidates} (it holds {', '.join(found) + ', …' if found else 'no *.py files'})."
             f"\n{LAYOUT_HELP}"
         )
+    with_candidate = [n for n in names if (candidates / n).is_file()]
+    backend, has_gpu = _open_backend(config, workers, ray_address)
+    keys = {n: inputs_key(candidates / n, problems / n, config, has_gpu) for n in with_candidate}
+    results: dict[str, VerifyResult] = _reusable(out_dir, keys) if resume and out_dir is not None else {}
+    resumed = len(results)
     on_result: Callable[[str, VerifyResult], object] | None = None
     if out_dir is not None:
         from cudice.verifier.eval.report import write_problem
@@ -161,19 +182,18 @@ def eval_command(
         out = out_dir
 
         def on_result(name: str, result: VerifyResult) -> object:
-            return write_problem(out, name, result)
+            return write_problem(out, name, result, keys[name])
 
-    with_candidate = [n for n in names if (candidates / n).is_file()]
-    results: dict[str, VerifyResult] = {}
-    backend, has_gpu = _open_backend(config, workers, ray_address)
     interrupted = False
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         with backend:
             futures = {
-                n: backend.submit(candidates / n, reference=problems / n, key=n) for n in with_candidate
+                n: backend.submit(candidates / n, reference=problems / n, key=n)
+                for n in with_candidate
+                if n not in results
             }
-            _collect(futures, len(names), results, on_result)
+            _collect(futures, len(names) - len(with_candidate), resumed, results, on_result)
     except KeyboardInterrupt:
         interrupted = True
     finally:
@@ -186,12 +206,19 @@ def eval_command(
         "compile_only": compile_only,
         "backend": "local" if ray_address is None else f"ray:{ray_address}",
         "interrupted": interrupted,
+        "resumed": resumed,
     }
     if out_dir is not None:
         from cudice.verifier.eval.report import write_report
 
         write_report(
-            out_dir, names, results, payload, title=f"cudice eval of {problems.name}", unfinished=unfinished
+            out_dir,
+            names,
+            results,
+            payload,
+            title=f"cudice eval of {problems.name}",
+            unfinished=unfinished,
+            keys=keys,
         )
     if interrupted:
         click.echo(
@@ -229,6 +256,36 @@ def eval_command(
         sys.exit(130)
 
 
+def inputs_key(candidate: Path, reference: Path, config: VerifyConfig, has_gpu: bool) -> str:
+    """The digest of what a verdict is computed from: the candidate's and the reference's bytes,
+    the settings that differ from the defaults, and whether the run stage had a GPU."""
+    h = hashlib.sha256()
+    for part in (
+        candidate.read_bytes(),
+        reference.read_bytes(),
+        json.dumps(config.overrides(), sort_keys=True, default=str).encode(),
+        b"gpu" if has_gpu else b"no gpu",
+    ):
+        h.update(hashlib.sha256(part).digest())
+    return h.hexdigest()
+
+
+def _reusable(out_dir: Path, keys: dict[str, str]) -> dict[str, VerifyResult]:
+    """The verdicts of an earlier run in `out_dir/problems/` whose recorded key equals this run's
+    (`inputs_key`); a record that is unreadable, keyless or of other inputs is verified again."""
+    from cudice.verifier.eval.report import problem_path
+
+    found: dict[str, VerifyResult] = {}
+    for name, key in keys.items():
+        try:
+            record = json.loads(problem_path(out_dir, name).read_text())
+            if record.get("key") == key and record.get("result") is not None:
+                found[name] = VerifyResult.from_dict(record["result"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return found
+
+
 def _raise_interrupt(signum: int, frame: object) -> None:
     """SIGTERM handler: stop like Ctrl-C, so the verdicts already reached are reported."""
     raise KeyboardInterrupt
@@ -259,7 +316,8 @@ def _open_backend(config: VerifyConfig, workers: int, ray_address: str | None) -
 
 def _collect(
     futures: dict[str, Future[VerifyResult]],
-    num_problems: int,
+    missing: int,
+    resumed: int,
     results: dict[str, VerifyResult],
     on_result: Callable[[str, VerifyResult], object] | None = None,
 ) -> None:
@@ -278,8 +336,8 @@ def _collect(
         TextColumn("{task.description}"),
     )
     with Progress(*columns, console=Console(stderr=True)) as progress:
-        missing = num_problems - len(futures)
-        task = progress.add_task(f"({missing} without a candidate)" if missing else "", total=len(futures))
+        notes = [f"{missing} without a candidate"] * bool(missing) + [f"{resumed} resumed"] * bool(resumed)
+        task = progress.add_task(f"({', '.join(notes)})" if notes else "", total=len(futures))
         for fut in as_completed(by_future):
             name = by_future[fut]
             results[name] = fut.result()

@@ -4,6 +4,8 @@
   `VerifyResult.to_dict()` (`result` is null for a missing candidate). `cudice eval` writes each
   one the moment its verdict arrives (`write_problem`, atomically), so a run that is killed keeps
   every verdict it reached; the other files are written at the end;
+  Each record also keeps the key of what its verdict was computed from (candidate, reference,
+  settings, GPU or not), which `cudice eval --resume` compares before reusing it;
 - `DIR/scores.json` — the scores `cudice eval --json` prints;
 - `DIR/fast_p.svg` always (written here, no dependency) and `DIR/fast_p.png` when matplotlib
   is importable — the curve KernelBench reports: for each threshold p, the share of **all**
@@ -123,11 +125,18 @@ def write_report(
     *,
     title: str = "cudice eval",
     unfinished: Collection[str] = (),
+    keys: Mapping[str, str] | None = None,
 ) -> list[Path]:
     """Write every file listed in the module docstring under `out`; returns their paths. A problem
-    in `unfinished` (a stopped run never reached it) gets no per-problem record."""
+    in `unfinished` (a stopped run never reached it) gets no per-problem record; `keys`: each
+    problem's inputs key, kept in its record (`write_problem`)."""
     out.mkdir(parents=True, exist_ok=True)
-    written = [write_problem(out, name, results.get(name)) for name in problems if name not in unfinished]
+    keys = keys or {}
+    written = [
+        write_problem(out, name, results.get(name), keys.get(name))
+        for name in problems
+        if name not in unfinished
+    ]
     (out / "scores.json").write_text(json.dumps(dict(scores), indent=1) + "\n")
     curve = fast_p_curve(problems, results)
     plot_title = f"fast_p over {len(problems)} problems"
@@ -144,14 +153,21 @@ def write_report(
     return written
 
 
-def write_problem(out: Path, name: str, result: VerifyResult | None) -> Path:
+def problem_path(out: Path, name: str) -> Path:
+    """Where `write_problem` puts the record of problem file `name`."""
+    return out / "problems" / f"{Path(name).stem}.json"
+
+
+def write_problem(out: Path, name: str, result: VerifyResult | None, key: str | None = None) -> Path:
     """Write `out/problems/<stem>.json` for one problem (None: no candidate) through a temporary
-    file and a rename, so a reader never sees half a record; returns its path."""
+    file and a rename, so a reader never sees half a record; returns its path. `key` (the digest of
+    what the verdict was computed from, `cudice eval`'s `inputs_key`) is kept in the record, so a
+    later `cudice eval --resume` can tell whether the verdict still holds."""
     row = {"problem": name, "verdict": result.verdict.value if result else "missing",
-           "result": result.to_dict() if result else None}  # fmt: skip
-    folder = out / "problems"
+           "result": result.to_dict() if result else None, "key": key}  # fmt: skip
+    path = problem_path(out, name)
+    folder = path.parent
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{Path(name).stem}.json"
     tmp = folder / f".{path.name}.part"
     tmp.write_text(json.dumps(row, indent=1) + "\n")
     tmp.replace(path)

@@ -136,3 +136,31 @@ def test_a_stopped_eval_keeps_the_verdicts_it_reached(tmp_path: Path, examples_d
     while survivors() and time.monotonic() < deadline:
         time.sleep(0.2)
     assert survivors() == [], f"processes still working in {tmp_path}"
+
+
+def test_resume_reuses_the_verdicts_of_unchanged_inputs_and_verifies_the_rest(
+    tmp_path: Path, examples_dir: Path
+) -> None:
+    probs, cands, out = tmp_path / "problems", tmp_path / "candidates", tmp_path / "report"
+    probs.mkdir()
+    cands.mkdir()
+    for name in ("a.py", "b.py"):
+        (probs / name).write_text((examples_dir / "relu.py").read_text())
+        (cands / name).write_text("def broken(:\n")  # verdicts without a compiler: quick
+    refused = cudice("eval", str(probs), str(cands), "--resume", cache=tmp_path)
+    assert refused.returncode == 2 and "--resume needs --out DIR" in refused.stderr
+
+    def run(*extra: str) -> dict:
+        proc = cudice("eval", str(probs), str(cands), "--json", "--out", str(out), *extra, cache=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        return json.loads(proc.stdout)
+
+    first = run()
+    assert first["resumed"] == 0 and json.loads((out / "problems" / "a.json").read_text())["key"]
+    again = run("--resume")
+    assert again["resumed"] == 2 and again["per_problem"] == first["per_problem"]
+    key_b = json.loads((out / "problems" / "b.json").read_text())["key"]
+    (cands / "b.py").write_text("def broken(:\n# edited\n")  # b changed: verified again
+    changed = run("--resume")
+    assert changed["resumed"] == 1 and json.loads((out / "problems" / "b.json").read_text())["key"] != key_b
+    assert run("--resume", "--trials", "2")["resumed"] == 0  # other settings: nothing reused
