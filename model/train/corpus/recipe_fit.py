@@ -149,6 +149,7 @@ def first_per_family(rows: list[dict[str, Any]], per_family: int) -> list[int]:
 
 
 STOP_GRACE_S = 20.0  # how long a stopped `cudice eval` gets to cancel its work and report
+PROGRESS_EVERY_S = 60.0  # how often the verification step says how many verdicts it has
 
 
 def reached_verdicts(report: Path) -> dict[str, dict[str, Any]]:
@@ -212,9 +213,16 @@ def verify_items(items: list[dict[str, Any]], work: Path, deadline: float, say: 
     report = work / "verify_report"
     shutil.rmtree(report, ignore_errors=True)
     proc = eval_process(problems, candidates, 14, out=report)
-    try:
-        proc.communicate(timeout=max(1.0, deadline - time.monotonic() - STOP_GRACE_S))
-    except subprocess.TimeoutExpired:
+    stop_at = deadline - STOP_GRACE_S
+    finished = False
+    while not finished and time.monotonic() < stop_at:  # progress every PROGRESS_EVERY_S meanwhile
+        try:
+            proc.communicate(timeout=max(0.1, min(PROGRESS_EVERY_S, stop_at - time.monotonic())))
+            finished = True
+        except subprocess.TimeoutExpired:
+            reached = Counter(r["verdict"] for r in reached_verdicts(report).values())
+            say(f"verify: {sum(reached.values())}/{len(items)} verdicts {dict(sorted(reached.items()))}")
+    if not finished:
         os.killpg(proc.pid, signal.SIGTERM)  # `cudice eval` stops, cancelling what has not started
         try:
             proc.communicate(timeout=STOP_GRACE_S)

@@ -249,3 +249,27 @@ def test_verification_files_take_turns_by_kind_so_an_early_stop_samples_every_ki
         "h1.py",
         "e2.py",
     ]
+
+
+def test_verify_items_runs_cudice_eval_and_keeps_what_a_stopped_run_reached(
+    tmp_path: Path, examples_dir: Path
+) -> None:
+    import time
+
+    from cudice.model.train.corpus.recipe_fit import verify_items
+
+    reference = (examples_dir / "relu.py").read_text()
+    items = [
+        {"file": f"{kind}_{i}.py", "kind": kind, "family": "unary", "style": "cudice", "reference": reference,
+         "answer": "def broken(:\n" if i else None}
+        for kind in ("e2e", "hand") for i in range(2)
+    ]  # fmt: skip
+    said: list[str] = []
+    done = verify_items(items, tmp_path / "a", time.monotonic() + 600, said.append)
+    assert done["problems"] == 4 and done["verified"] == 4
+    assert [r["verdict"] for r in done["rows"]] == ["missing", "invalid_input"] * 2
+    assert done["e2e"]["all"]["n"] == done["hand"]["all"]["n"] == 2 and done["hand"]["all"]["correct"] == 0
+    assert not any("budget ended" in s for s in said)
+    stopped = verify_items(items, tmp_path / "b", time.monotonic() - 1, said.append)
+    assert any("budget ended" in s for s in said) and stopped["problems"] == 4
+    assert all(r["verdict"] in (None, "missing", "invalid_input") for r in stopped["rows"])
