@@ -381,7 +381,10 @@ def evaluate(
 @click.option("--tokenizer", type=click.Path(file_okay=False, path_type=Path), required=True)
 @click.option("--old", type=click.Path(file_okay=False, path_type=Path), default=Path("model/assets/demo"))
 @click.option(
-    "--start", type=click.Path(dir_okay=False, path_type=Path), default=None, help="A part00 to resume from."
+    "--start",
+    type=click.Path(exists=True, path_type=Path),
+    default=None,
+    help="Resume from this checkpoint: a returned demo_fit.tar.part00, or a checkpoint folder.",
 )
 @click.option("--lr", type=float, default=1.5e-3, show_default=True)
 @click.option("--verify-per-family", type=int, default=3, show_default=True)
@@ -441,7 +444,10 @@ def main(
     with tarfile.open(corpus_tar) as tar:
         tar.extractall(corpus, filter="data")
     init = work / "init"
-    if start is not None:
+    if start is not None and start.is_dir():
+        shutil.copytree(start, init)
+        clock.say(f"resuming from the checkpoint folder {start}")
+    elif start is not None:
         init.mkdir(parents=True)
         with tarfile.open(join_parts(start, work / "start.tar")) as tar:
             tar.extractall(init, filter="data")

@@ -273,3 +273,33 @@ def test_verify_items_runs_cudice_eval_and_keeps_what_a_stopped_run_reached(
     stopped = verify_items(items, tmp_path / "b", time.monotonic() - 1, said.append)
     assert any("budget ended" in s for s in said) and stopped["problems"] == 4
     assert all(r["verdict"] in (None, "missing", "invalid_input") for r in stopped["rows"])
+
+
+def test_no_train_scores_a_checkpoint_folder_given_as_start(tiny_sdar_dir: Path, tmp_path: Path) -> None:
+    """`recipe_fit --start DIR --no-train`: a checkpoint folder (not only returned tar parts) is
+    copied in as it is and scored on the corpus's held-out problems."""
+    import json
+    import tarfile
+
+    from click.testing import CliRunner
+    from cudice.model.train.corpus.build import build_corpus
+    from cudice.model.train.corpus.recipe_fit import main
+
+    corpus = tmp_path / "corpus"
+    build_corpus(corpus, train_per_family=2, heldout_per_family=2, families=("unary",))
+    with tarfile.open(tmp_path / "corpus.tar.gz", "w:gz") as tar:
+        for name in ("sft.jsonl", "manifest.json", "problems", "solutions"):
+            tar.add(corpus / name, arcname=name)
+    out = tmp_path / "out"
+    args = ["--work", str(tmp_path / "work"), "--out", str(out), "--minutes", "5", "--corpus-tar",
+            str(tmp_path / "corpus.tar.gz"), "--tokenizer", str(tiny_sdar_dir), "--start", str(tiny_sdar_dir),
+            "--no-train", "--smoke", "--skip-old", "--verify-per-family", "0"]  # fmt: skip
+    result = CliRunner().invoke(main, args, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    log = (out / "fit.log").read_text()
+    assert f"resuming from the checkpoint folder {tiny_sdar_dir}" in log
+    scored = json.loads((out / "results.json").read_text())
+    assert (
+        scored["training"]["scored"] == str(tiny_sdar_dir)
+        and scored["new"]["summary"]["all"]["n"] == scored["num_heldout"] == 2
+    )
