@@ -15,10 +15,14 @@ scores, a Markdown summary and the fast_p curve (eval/report.py). Without a GPU 
 Ray cluster) nothing can be correct: the scores are 0 and the JSON says `gpu: false`.
 Interrupted (Ctrl-C, SIGINT, SIGTERM), the run cancels what has not started, reports the verdicts
 it reached (a problem not reached is `interrupted`, counted as a failure like a missing one; the
-JSON says `interrupted: true`) and exits with 130. Killed outright, `--out DIR/problems/` still
-holds every verdict that arrived. `--resume` (with `--out DIR`) reuses each verdict DIR already
-holds whose key matches (`inputs_key`: the candidate's and the reference's bytes, the settings,
-whether there is a GPU) and verifies only the rest; the JSON counts them as `resumed`.
+JSON says `interrupted: true`) and exits with 130; a verdict already done when the signal came is
+reported too, and a second signal does not cut the backend's shutdown short. Killed outright,
+`--out DIR/problems/` still holds every verdict that arrived: a run clears the records of the
+problems it verifies when it starts, so none is an earlier run's. `--resume` (with `--out DIR`)
+reuses each verdict DIR already holds whose key matches (`inputs_key`: the candidate's and the
+reference's bytes, the settings, whether there is a GPU) and verifies only the rest; the JSON
+counts them as `resumed`. A cancelled verdict or one the infrastructure failed (`dist.*`) is
+never reused.
 Not covered by the key: the cudice version and the GPU model; after an upgrade, or to re-time on
 another GPU, run without `--resume`.
 """
@@ -171,33 +175,32 @@ def eval_command(
             f"\n{LAYOUT_HELP}"
         )
     with_candidate = [n for n in names if (candidates / n).is_file()]
-    backend, has_gpu = _open_backend(config, workers, ray_address)
-    keys = {n: inputs_key(candidates / n, problems / n, config, has_gpu) for n in with_candidate}
-    results: dict[str, VerifyResult] = _reusable(out_dir, keys) if resume and out_dir is not None else {}
-    resumed = len(results)
-    on_result: Callable[[str, VerifyResult], object] | None = None
-    if out_dir is not None:
-        from cudice.verifier.eval.report import write_problem
-
-        out = out_dir
-
-        def on_result(name: str, result: VerifyResult) -> object:
-            return write_problem(out, name, result, keys[name])
-
-    interrupted = False
-    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    keys: dict[str, str | None] = {}
+    results: dict[str, VerifyResult] = {}
+    resumed, has_gpu = 0, False
+    stop = _Stop()
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
+        backend, has_gpu = _open_backend(config, workers, ray_address)
         with backend:
+            keys = {n: inputs_key(candidates / n, problems / n, config, has_gpu) for n in with_candidate}
+            if resume and out_dir is not None:
+                results.update(_reusable(out_dir, keys))
+            resumed = len(results)
+            on_result = _start_report(out_dir, names, with_candidate, results, keys)
             futures = {
                 n: backend.submit(candidates / n, reference=problems / n, key=n)
                 for n in with_candidate
                 if n not in results
             }
-            _collect(futures, len(names) - len(with_candidate), resumed, results, on_result)
+            _collect(futures, len(names) - len(with_candidate), resumed, results, stop, on_result)
+            stop.armed = False  # a signal from here on lets the backend's shutdown finish
     except KeyboardInterrupt:
-        interrupted = True
+        stop.armed = False
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    interrupted = stop.raised
     unfinished = [n for n in with_candidate if n not in results]
     scores = score(names, results, unfinished)
     payload = {
@@ -256,13 +259,17 @@ def eval_command(
         sys.exit(130)
 
 
-def inputs_key(candidate: Path, reference: Path, config: VerifyConfig, has_gpu: bool) -> str:
+def inputs_key(candidate: Path, reference: Path, config: VerifyConfig, has_gpu: bool) -> str | None:
     """The digest of what a verdict is computed from: the candidate's and the reference's bytes,
-    the settings that differ from the defaults, and whether the run stage had a GPU."""
+    the settings that differ from the defaults, and whether the run stage had a GPU. None when a
+    file cannot be read (the verifier then says why; such a verdict is never resumed)."""
     h = hashlib.sha256()
+    try:
+        parts = (candidate.read_bytes(), reference.read_bytes())
+    except OSError:
+        return None
     for part in (
-        candidate.read_bytes(),
-        reference.read_bytes(),
+        *parts,
         json.dumps(config.overrides(), sort_keys=True, default=str).encode(),
         b"gpu" if has_gpu else b"no gpu",
     ):
@@ -270,25 +277,66 @@ def inputs_key(candidate: Path, reference: Path, config: VerifyConfig, has_gpu: 
     return h.hexdigest()
 
 
-def _reusable(out_dir: Path, keys: dict[str, str]) -> dict[str, VerifyResult]:
+def _reusable(out_dir: Path, keys: dict[str, str | None]) -> dict[str, VerifyResult]:
     """The verdicts of an earlier run in `out_dir/problems/` whose recorded key equals this run's
-    (`inputs_key`); a record that is unreadable, keyless or of other inputs is verified again."""
+    (`inputs_key`); a record that is unreadable, keyless, of other inputs, cancelled or failed by
+    the infrastructure (`dist.*`: a lost Ray node) is verified again."""
     from cudice.verifier.eval.report import problem_path
 
     found: dict[str, VerifyResult] = {}
     for name, key in keys.items():
         try:
             record = json.loads(problem_path(out_dir, name).read_text())
-            if record.get("key") == key and record.get("result") is not None:
-                found[name] = VerifyResult.from_dict(record["result"])
+            if key is None or record.get("key") != key or record.get("result") is None:
+                continue
+            result = VerifyResult.from_dict(record["result"])
         except (OSError, ValueError, KeyError, TypeError):
             continue
+        if result.error != "cancelled" and not any(d.code.startswith("dist.") for d in result.diagnostics):
+            found[name] = result
     return found
 
 
-def _raise_interrupt(signum: int, frame: object) -> None:
-    """SIGTERM handler: stop like Ctrl-C, so the verdicts already reached are reported."""
-    raise KeyboardInterrupt
+class _Stop:
+    """The SIGTERM and SIGINT handler of a run: the first signal while `armed` raises
+    KeyboardInterrupt where the run waits for verdicts (it then reports those it reached); any
+    later one, or one after the collection, is only noted, so the backend's shutdown (cancelling
+    jobs, closing runners, stopping a local Ray) is never cut short."""
+
+    def __init__(self) -> None:
+        self.armed = True
+        self.raised = False
+
+    def __call__(self, signum: int, frame: object) -> None:
+        if self.armed and not self.raised:
+            self.raised = True
+            raise KeyboardInterrupt
+
+
+def _start_report(
+    out_dir: Path | None,
+    names: list[str],
+    with_candidate: list[str],
+    reused: dict[str, VerifyResult],
+    keys: dict[str, str | None],
+) -> Callable[[str, VerifyResult], object] | None:
+    """With `--out DIR`: clear the records of the problems this run verifies (an earlier run's
+    must not stand for a problem this one never reaches), write the `missing` ones at once, and
+    return the writer of each verdict as it arrives; without `--out`, None."""
+    if out_dir is None:
+        return None
+    from cudice.verifier.eval.report import problem_path, write_problem
+
+    for name in names:
+        if name not in reused:
+            problem_path(out_dir, name).unlink(missing_ok=True)
+    for name in set(names) - set(with_candidate):
+        write_problem(out_dir, name, None)
+
+    def on_result(name: str, result: VerifyResult) -> object:
+        return write_problem(out_dir, name, result, keys.get(name))
+
+    return on_result
 
 
 def _open_backend(config: VerifyConfig, workers: int, ray_address: str | None) -> tuple[VerifyBackend, bool]:
@@ -319,11 +367,13 @@ def _collect(
     missing: int,
     resumed: int,
     results: dict[str, VerifyResult],
+    stop: _Stop,
     on_result: Callable[[str, VerifyResult], object] | None = None,
 ) -> None:
     """Wait for every future behind one progress bar on stderr (stdout stays the report or the
-    JSON), putting each verdict into `results` (and through `on_result`) as it arrives: an
-    interrupt leaves `results` holding those that came."""
+    JSON), putting each verdict into `results` (and through `on_result`) as it arrives. On an
+    interrupt, every verdict already done is taken too (before the backend's shutdown cancels
+    the rest), then the interrupt goes on."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -338,9 +388,26 @@ def _collect(
     with Progress(*columns, console=Console(stderr=True)) as progress:
         notes = [f"{missing} without a candidate"] * bool(missing) + [f"{resumed} resumed"] * bool(resumed)
         task = progress.add_task(f"({', '.join(notes)})" if notes else "", total=len(futures))
-        for fut in as_completed(by_future):
-            name = by_future[fut]
-            results[name] = fut.result()
-            if on_result is not None:
-                on_result(name, results[name])
-            progress.advance(task)
+        try:
+            for fut in as_completed(by_future):
+                _take(by_future[fut], fut.result(), results, on_result)
+                progress.advance(task)
+        except KeyboardInterrupt:
+            stop.armed = False
+            for fut, name in by_future.items():
+                if name not in results and fut.done() and not fut.cancelled() and fut.exception() is None:
+                    result = fut.result()
+                    if result.error != "cancelled":
+                        _take(name, result, results, on_result)
+            raise
+
+
+def _take(
+    name: str,
+    result: VerifyResult,
+    results: dict[str, VerifyResult],
+    on_result: Callable[[str, VerifyResult], object] | None,
+) -> None:
+    results[name] = result
+    if on_result is not None:
+        on_result(name, result)

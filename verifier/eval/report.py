@@ -125,7 +125,7 @@ def write_report(
     *,
     title: str = "cudice eval",
     unfinished: Collection[str] = (),
-    keys: Mapping[str, str] | None = None,
+    keys: Mapping[str, str | None] | None = None,
 ) -> list[Path]:
     """Write every file listed in the module docstring under `out`; returns their paths. A problem
     in `unfinished` (a stopped run never reached it) gets no per-problem record; `keys`: each

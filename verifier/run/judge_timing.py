@@ -468,8 +468,9 @@ def stop_repeating(
     """Whether a timing stops after `done` counted repetitions, `elapsed_s` into them, with these
     per-repetition candidate times (ms).
 
-    Never before MIN_REPETITIONS. Then it stops at the `planned` repetitions (`timing_num_trials`)
-    or, with large inputs whose staging dominates, once past TIMING_BUDGET_S — as long as the 95 %
+    Never before MIN_REPETITIONS (or `planned`, when fewer are planned). Then it stops at the
+    `planned` repetitions (`timing_num_trials`) or, with large inputs whose staging dominates, once
+    past TIMING_BUDGET_S — as long as the 95 %
     interval of the candidate's time is within the promised fidelity (`interval_too_wide`). Under
     load (twelve verifications sharing a GPU) five repetitions of a correct 0.34 ms kernel gave an
     interval of +-12 % around a median 1.5 % from an event harness's; a few more repetitions
@@ -477,9 +478,9 @@ def stop_repeating(
     until it resolves, EXTENDED_TIMING_S pass or MAX_REPETITIONS_FACTOR x `planned` repetitions
     are done; what is still too wide then is reported unresolved, as before. A candidate that
     makes its own times noisy only spends its own verification's time and stays unresolved."""
-    if done < MIN_REPETITIONS:
+    if done < min(MIN_REPETITIONS, planned):
         return False
-    if done < planned and elapsed_s <= TIMING_BUDGET_S:
+    if done < planned and (elapsed_s <= TIMING_BUDGET_S or done < MIN_REPETITIONS):
         return False
     if not extend or elapsed_s > EXTENDED_TIMING_S or done >= MAX_REPETITIONS_FACTOR * planned:
         return True

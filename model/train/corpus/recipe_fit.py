@@ -182,8 +182,9 @@ def interleaved_names(items: list[dict[str, Any]]) -> list[str]:
         keyed.append((turns[item["kind"]], i))
         turns[item["kind"]] += 1
     names = [""] * len(items)
+    width = max(4, len(str(len(items))))
     for rank, (_, i) in enumerate(sorted(keyed)):
-        names[i] = f"{rank:04d}_{items[i]['file']}"
+        names[i] = f"{rank:0{width}d}_{items[i]['file']}"
     return names
 
 
@@ -214,10 +215,10 @@ def verify_items(items: list[dict[str, Any]], work: Path, deadline: float, say: 
     shutil.rmtree(report, ignore_errors=True)
     proc = eval_process(problems, candidates, 14, out=report)
     stop_at = deadline - STOP_GRACE_S
-    finished = False
+    finished, stderr = False, ""
     while not finished and time.monotonic() < stop_at:  # progress every PROGRESS_EVERY_S meanwhile
         try:
-            proc.communicate(timeout=max(0.1, min(PROGRESS_EVERY_S, stop_at - time.monotonic())))
+            _, stderr = proc.communicate(timeout=max(0.1, min(PROGRESS_EVERY_S, stop_at - time.monotonic())))
             finished = True
         except subprocess.TimeoutExpired:
             reached = Counter(r["verdict"] for r in reached_verdicts(report).values())
@@ -225,11 +226,13 @@ def verify_items(items: list[dict[str, Any]], work: Path, deadline: float, say: 
     if not finished:
         os.killpg(proc.pid, signal.SIGTERM)  # `cudice eval` stops, cancelling what has not started
         try:
-            proc.communicate(timeout=STOP_GRACE_S)
+            _, stderr = proc.communicate(timeout=STOP_GRACE_S)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
+            _, stderr = proc.communicate()
         say("verify: the budget ended before `cudice eval` finished; the verdicts that came are kept")
+    if proc.returncode not in (0, 130, -signal.SIGTERM, -signal.SIGKILL):
+        say(f"verify: `cudice eval` failed (exit {proc.returncode}); stderr tail: {stderr[-300:]!r}")
     verdicts = reached_verdicts(report)
     rows = []
     for item, name in zip(items, on_disk, strict=True):
@@ -436,6 +439,11 @@ def main(
     from cudice.model.train.corpus.heldout import generate_infill, summarise
     from cudice.model.train.corpus.init_model import DEMO_DIMS, SMOKE_DIMS, init_checkpoint
 
+    if start is not None and start.resolve().is_relative_to(work.resolve()):
+        raise click.UsageError(
+            f"--start {start} lies inside --work {work}, which this run clears first: copy the checkpoint "
+            "elsewhere, or give another --work."
+        )
     clock = Clock(out, minutes)
     # 1. corpus and initial checkpoint
     corpus = work / "corpus"

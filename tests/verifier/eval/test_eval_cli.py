@@ -164,3 +164,51 @@ def test_resume_reuses_the_verdicts_of_unchanged_inputs_and_verifies_the_rest(
     changed = run("--resume")
     assert changed["resumed"] == 1 and json.loads((out / "problems" / "b.json").read_text())["key"] != key_b
     assert run("--resume", "--trials", "2")["resumed"] == 0  # other settings: nothing reused
+
+
+@pytest.mark.parametrize("scenario", ["stale", "harvest", "shutdown"])
+def test_signals_never_lose_a_verdict_keep_a_stale_one_or_cut_the_shutdown(
+    scenario: str, tmp_path: Path
+) -> None:
+    """tests/verifier/eval/eval_signal_stand_in.py runs `eval_command` in a child process with a
+    stand-in backend and signals itself at the moment each scenario names."""
+    import subprocess
+    import sys
+
+    script = Path(__file__).with_name("eval_signal_stand_in.py")
+    proc = subprocess.run(
+        [sys.executable, str(script), scenario, str(tmp_path)], capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr
+    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert seen["shutdown_finished"]
+    if scenario == "stale":  # b's record of the first run must not stand for the second run's b
+        assert seen["first_rc"] == 0 and seen["rc"] == 130 and seen["interrupted"]
+        assert seen["verdicts"] == {"a.py": "correct", "b.py": "interrupted"} and seen["records"] == [
+            "a.json"
+        ]
+    elif scenario == "harvest":  # b was done when the signal came: reported, not `interrupted`
+        assert seen["rc"] == 130 and seen["verdicts"] == {"a.py": "correct", "b.py": "correct"}
+        assert seen["records"] == ["a.json", "b.json"]
+    else:  # every verdict was in: signals during the shutdown only wait for it
+        assert seen["rc"] == 0 and not seen["interrupted"] and seen["records"] == ["a.json", "b.json"]
+
+
+def test_resume_never_reuses_a_cancelled_or_infrastructure_verdict(tmp_path: Path) -> None:
+    from cudice.verifier.eval.cli import _reusable
+    from cudice.verifier.eval.report import write_problem
+    from cudice.verifier.source.result import Diagnostic, Severity
+
+    lost = Diagnostic(
+        Severity.ERROR, "the Ray node running it was lost", "dist.task_failed", Stage.CORRECTNESS
+    )
+    write_problem(tmp_path, "ok.py", VerifyResult(Verdict.CORRECT, Stage.TIMING, "c.py"), "k1")
+    write_problem(
+        tmp_path, "lost.py", VerifyResult(Verdict.CRASH, Stage.CORRECTNESS, "c.py", diagnostics=(lost,)), "k2"
+    )
+    write_problem(
+        tmp_path, "cut.py", VerifyResult(Verdict.TIMEOUT, Stage.CORRECTNESS, "c.py", error="cancelled"), "k3"
+    )
+    write_problem(tmp_path, "other.py", VerifyResult(Verdict.CORRECT, Stage.TIMING, "c.py"), "old")
+    keys = {"ok.py": "k1", "lost.py": "k2", "cut.py": "k3", "other.py": "new", "unread.py": None}
+    assert list(_reusable(tmp_path, keys)) == ["ok.py"]

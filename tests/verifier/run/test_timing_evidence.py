@@ -334,6 +334,12 @@ def test_a_gpu_timing_repeats_past_its_plan_until_its_interval_resolves_within_b
     assert stop_repeating(10, 2.0, tight * 2, ref, 10, extend=True)
     assert stop_repeating(7, EXTENDED_TIMING_S + 1, wider + wider[:2], ref, 10, extend=True)  # hard bounds
     assert stop_repeating(MAX_REPETITIONS_FACTOR * 10, 2.0, wider * 6, ref, 10, extend=True)
+    # three planned (the smallest setting): three on a CPU, as before; a GPU still extends
+    assert not stop_repeating(2, late, tight[:2], ref, 3, extend=False)
+    assert stop_repeating(3, 1.0, wide[:3], ref, 3, extend=False)
+    assert not stop_repeating(3, 1.0, wider[:3], ref, 3, extend=True)
+    # past the budget with fewer than five of ten done: on
+    assert not stop_repeating(4, late, tight[:4], ref, 10, extend=False)
 
 
 def test_a_time_a_runner_bias_could_move_beyond_the_promise_is_not_counted() -> None:

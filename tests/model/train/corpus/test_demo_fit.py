@@ -294,6 +294,12 @@ def test_no_train_scores_a_checkpoint_folder_given_as_start(tiny_sdar_dir: Path,
     args = ["--work", str(tmp_path / "work"), "--out", str(out), "--minutes", "5", "--corpus-tar",
             str(tmp_path / "corpus.tar.gz"), "--tokenizer", str(tiny_sdar_dir), "--start", str(tiny_sdar_dir),
             "--no-train", "--smoke", "--skip-old", "--verify-per-family", "0"]  # fmt: skip
+    inside = list(args)
+    inside[inside.index("--start") + 1] = str(tmp_path / "work" / "fit")
+    (tmp_path / "work" / "fit").mkdir(parents=True)
+    refused = CliRunner().invoke(main, inside)
+    assert refused.exit_code == 2 and "lies inside --work" in refused.output
+    assert (tmp_path / "work" / "fit").is_dir()  # nothing cleared
     result = CliRunner().invoke(main, args, catch_exceptions=False)
     assert result.exit_code == 0, result.output
     log = (out / "fit.log").read_text()
