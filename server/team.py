@@ -61,6 +61,7 @@ from typing import TYPE_CHECKING, Any
 
 from cudice.server.shared import Team, WorkLimit
 from cudice.server.transport.rpc_reader import read_messages
+from cudice.server.transport.tcp import release_in_background
 
 if TYPE_CHECKING:
     from cudice.server.core import CudiceServer
@@ -167,9 +168,12 @@ async def serve_team(
         finally:
             detach(server)
             try:
-                await asyncio.wait_for(release(server), RELEASE_TIMEOUT_S)
-            except asyncio.TimeoutError:
-                log.error("closing session %s took over %.0f s", server.session_id, RELEASE_TIMEOUT_S)
+                if not await release_in_background(release(server), RELEASE_TIMEOUT_S):
+                    log.error(
+                        "closing session %s took over %.0f s; it goes on in the background",
+                        server.session_id,
+                        RELEASE_TIMEOUT_S,
+                    )
             finally:
                 server.shutdown()  # type: ignore[no-untyped-call]  # its thread pool; it has no listener
                 writer.close()

@@ -7,7 +7,9 @@ every later editor. Here the listener stays open until a client sends `exit`:
 - each connection gets a fresh server from `make_server()` (its own workspace, settings and
   workers), so nothing of an earlier client leaks into the next;
 - a connection that ends without `shutdown` (probe, crashed editor, dropped ssh tunnel) has its
-  workers closed by `release(server)`, and the next connection is served;
+  workers closed by `release(server)`, and the next connection is served; a release that takes
+  over RELEASE_TIMEOUT_S goes on in the background (`release_in_background`) rather than being
+  cancelled half-way, which would leave a worker process running beside the live server;
 - a second client while one is connected (for over 2 s) gets a JSON-RPC error for its first
   request, saying why, and is disconnected; the connected client is not disturbed;
 - `exit` ends the process (exit code 0 after `shutdown`, also one whose reply is still pending,
@@ -35,7 +37,22 @@ log = logging.getLogger(__name__)
 
 BUSY_ERROR_CODE = -32803  # LSP RequestFailed
 FIRST_MESSAGE_TIMEOUT_S = 10.0
-RELEASE_TIMEOUT_S = 10.0  # bound on closing a vanished client's workers
+RELEASE_TIMEOUT_S = 10.0  # how long a connection's end waits for its session's release
+_LINGERING: set[asyncio.Task[Any]] = set()  # releases still running past that wait (strong refs)
+
+
+async def release_in_background(release: Awaitable[None], timeout_s: float = RELEASE_TIMEOUT_S) -> bool:
+    """Wait up to `timeout_s` for `release` (a session's release); True if it ended. One still
+    running goes on as a task, never cancelled: cancelling a worker's close half-way would leave
+    its process running, and in TCP mode the parent lives on, so the worker never notices."""
+    task = asyncio.ensure_future(release)
+    done, _ = await asyncio.wait({task}, timeout=timeout_s)
+    if not done:
+        _LINGERING.add(task)
+        task.add_done_callback(_LINGERING.discard)
+    return bool(done)
+
+
 BUSY_GRACE_S = 2.0  # how long a new client waits for the slot before it is refused
 
 
@@ -148,13 +165,13 @@ async def serve_tcp(
         finally:
             current.clear()  # gone: a newcomer now waits for the clean-up instead of being refused
             try:
-                await asyncio.wait_for(release(server), RELEASE_TIMEOUT_S)
-            except asyncio.TimeoutError:
-                log.error(
-                    "closing the workers of %s's session took over %.0f s; serving the next client anyway",
-                    peer,
-                    RELEASE_TIMEOUT_S,
-                )
+                if not await release_in_background(release(server), RELEASE_TIMEOUT_S):
+                    log.error(
+                        "closing the workers of %s's session took over %.0f s; serving the next client "
+                        "while it goes on",
+                        peer,
+                        RELEASE_TIMEOUT_S,
+                    )
             finally:
                 server.shutdown()  # type: ignore[no-untyped-call]  # its thread pool; it has no listener
                 writer.close()

@@ -41,6 +41,7 @@ class _Sessions:
     def __init__(self, *, stand_in_model: bool) -> None:
         self.made: list[CudiceServer] = []
         self.closed: list[CudiceServer] = []  # a session, once per release of it
+        self.finished: list[CudiceServer] = []  # a session whose quick worker's close ran to its end
         self.gate = asyncio.Event()
         self.stand_in_model = stand_in_model  # a --multi session's model is the team's, not its own
         self._changed = asyncio.Event()  # set on each session made or closed
@@ -78,6 +79,9 @@ class _Worker:
         if self.is_counted:
             self.sessions.note_closed(self.ls)
         await self.sessions.gate.wait()
+        if self.is_counted:
+            self.sessions.finished.append(self.ls)
+            self.sessions._changed.set()
 
 
 def _free_port() -> int:
@@ -258,3 +262,34 @@ async def test_a_multi_client_session_ended_by_shutdown_and_exit_is_released_onc
         serving.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.wait_for(serving, WAIT_S)
+
+
+async def test_a_release_past_its_bound_goes_on_while_the_next_client_is_served(monkeypatch: Any) -> None:
+    """A vanished client's workers that take longer to close than the connection's end waits are
+    not cancelled half-way (a worker process would outlive its close): the next client is served
+    meanwhile, and the close runs to its end once it can."""
+    import cudice.server.transport.tcp as tcp
+
+    monkeypatch.setattr(tcp, "RELEASE_TIMEOUT_S", 0.05)
+    sessions = _Sessions(stand_in_model=True)  # the gate stays closed: the first close hangs
+    port = _free_port()
+    serving = asyncio.ensure_future(serve_tcp("127.0.0.1", port, sessions.make_server, release))
+    try:
+        _, vanishing = await _connect(port)
+        await sessions.wait(lambda: len(sessions.made) == 1)
+        vanishing.close()
+        await sessions.wait(lambda: len(sessions.closed) == 1)
+        reader, writer = await _connect(port)  # served although the first close has not ended
+        writer.write(_frames(SHUTDOWN))
+        await writer.drain()
+        await sessions.wait(lambda: len(sessions.made) == 2)
+        assert sessions.finished == []
+        sessions.gate.set()
+        assert (await _read_reply(reader)).get("id") == SHUTDOWN["id"]
+        await sessions.wait(lambda: sessions.made[0] in sessions.finished)  # not cancelled: it ended
+        writer.write(_frames(EXIT))
+        await writer.drain()
+        assert await asyncio.wait_for(serving, WAIT_S) == 0
+        writer.close()
+    finally:
+        serving.cancel()
