@@ -41,7 +41,7 @@ RELEASE_TIMEOUT_S = 10.0  # how long a connection's end waits for its session's 
 _LINGERING: set[asyncio.Task[Any]] = set()  # releases still running past that wait (strong refs)
 
 
-async def release_in_background(release: Awaitable[None], timeout_s: float = RELEASE_TIMEOUT_S) -> bool:
+async def release_in_background(release: Awaitable[None], timeout_s: float) -> bool:
     """Wait up to `timeout_s` for `release` (a session's release); True if it ended. One still
     running goes on as a task, never cancelled: cancelling a worker's close half-way would leave
     its process running, and in TCP mode the parent lives on, so the worker never notices."""

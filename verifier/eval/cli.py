@@ -80,8 +80,8 @@ INTERRUPTED = "interrupted"  # the verdict of a problem whose candidate a stoppe
 def score(
     problems: list[str], results: dict[str, VerifyResult], unfinished: Collection[str] = ()
 ) -> EvalScores:
-    """KernelBench fast_p over ALL problems: a missing, failed or (in `unfinished`) never-reached
-    candidate counts as 0."""
+    """KernelBench fast_p over ALL problems: a missing, failed or (in `unfinished`: a candidate
+    without a verdict, never reached) candidate counts as 0."""
     n = len(problems)
     rows = []
     for p in problems:
@@ -102,7 +102,7 @@ def score(
 
     return EvalScores(
         n,
-        len(results) + sum(1 for p in unfinished if p not in results),
+        len(results) + len(unfinished),
         rate(lambda r: r.verdict is Verdict.CORRECT),
         rate(lambda r: r.is_fast(1.0)),
         rate(lambda r: r.is_fast(2.0)),
@@ -193,10 +193,10 @@ def eval_command(
                 for n in with_candidate
                 if n not in results
             }
-            _collect(futures, len(names) - len(with_candidate), resumed, results, stop, on_result)
+            _collect(futures, len(names) - len(with_candidate), resumed, results, on_result)
             stop.armed = False  # a signal from here on lets the backend's shutdown finish
     except KeyboardInterrupt:
-        stop.armed = False
+        pass  # raised once (`_Stop`): later signals are only noted, so the shutdown above finished
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -367,7 +367,6 @@ def _collect(
     missing: int,
     resumed: int,
     results: dict[str, VerifyResult],
-    stop: _Stop,
     on_result: Callable[[str, VerifyResult], object] | None = None,
 ) -> None:
     """Wait for every future behind one progress bar on stderr (stdout stays the report or the
@@ -393,7 +392,6 @@ def _collect(
                 _take(by_future[fut], fut.result(), results, on_result)
                 progress.advance(task)
         except KeyboardInterrupt:
-            stop.armed = False
             for fut, name in by_future.items():
                 if name not in results and fut.done() and not fut.cancelled() and fut.exception() is None:
                     result = fut.result()
