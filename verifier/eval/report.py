@@ -3,9 +3,9 @@
 - `DIR/problems/<problem>.json` — `{"problem", "verdict", "result"}` with the full
   `VerifyResult.to_dict()` (`result` is null for a missing candidate). `cudice eval` writes each
   one the moment its verdict arrives (`write_problem`, atomically), so a run that is killed keeps
-  every verdict it reached; the other files are written at the end;
-  Each record also keeps the key of what its verdict was computed from (candidate, reference,
-  settings, GPU or not), which `cudice eval --resume` compares before reusing it;
+  every verdict it reached; the other files are written at the end. Each record also keeps the
+  key of what its verdict was computed from (candidate, reference, settings, GPU or not), which
+  `cudice eval --resume` compares before reusing it;
 - `DIR/scores.json` — the scores `cudice eval --json` prints;
 - `DIR/fast_p.svg` always (written here, no dependency) and `DIR/fast_p.png` when matplotlib
   is importable — the curve KernelBench reports: for each threshold p, the share of **all**

@@ -144,14 +144,9 @@ def timing(st: JudgeState, ref_mod: types.ModuleType, model: Any, last_ref: Any)
             continue
         if rep < profiled:
             continue
-        ref_now = statistics.median(samples.ref_events)
+        ref_now, cand_now, _ = candidate_times(samples)
         if stop_repeating(
-            rep + 1,
-            time.perf_counter() - t_rounds,
-            [ref_now + d * 1e3 for d in estimate(samples)[0]],
-            ref_now,
-            cfg.timing_num_trials,
-            extend=cuda,
+            rep + 1, time.perf_counter() - t_rounds, cand_now, ref_now, cfg.timing_num_trials, extend=cuda
         ):
             break
     add_wall(st, "timing.rounds", t_rounds)
@@ -173,10 +168,7 @@ def timing(st: JudgeState, ref_mod: types.ModuleType, model: Any, last_ref: Any)
         st.walls[f"timing.request_{role}_q10_ms"] = xs[len(xs) // 10] * 1e3
         st.walls[f"timing.request_{role}_q25_ms"] = _q25(xs) * 1e3
     st.walls["timing.launch_floor_ms"] = floor_ms
-    ref_ms = statistics.median(samples.ref_events)
-    deltas, by_medians_s = estimate(samples)
-    cand_ms = [ref_ms + d * 1e3 for d in deltas]
-    by_medians = ref_ms + 1e3 * by_medians_s
+    ref_ms, cand_ms, by_medians = candidate_times(samples)
     st.walls["timing.candidate_by_medians_ms"] = by_medians
     st.walls["timing.candidate_by_q25_ms"] = statistics.median(cand_ms)
     if SAMPLES_DIR:  # every per-call time, for bench/timing_fidelity.py; reported, never used
@@ -218,7 +210,7 @@ def timing(st: JudgeState, ref_mod: types.ModuleType, model: Any, last_ref: Any)
         st.diags,
         f"; L2 {cfg.l2_policy}; the reference timed by {clock_name} in the judge, the candidate as that "
         f"plus the difference of the two runners' times per call, {calls} calls on fresh inputs "
-        f"per runner and repetition, {len(deltas)} repetitions",
+        f"per runner and repetition, {len(cand_ms)} repetitions",
     )
 
 
@@ -466,18 +458,18 @@ def stop_repeating(
     done: int, elapsed_s: float, cand_ms: list[float], ref_ms: float, planned: int, *, extend: bool
 ) -> bool:
     """Whether a timing stops after `done` counted repetitions, `elapsed_s` into them, with these
-    per-repetition candidate times (ms).
+    per-repetition candidate times (ms, `candidate_times`).
 
     Never before MIN_REPETITIONS (or `planned`, when fewer are planned). Then it stops at the
     `planned` repetitions (`timing_num_trials`) or, with large inputs whose staging dominates, once
-    past TIMING_BUDGET_S — as long as the 95 %
-    interval of the candidate's time is within the promised fidelity (`interval_too_wide`). Under
-    load (twelve verifications sharing a GPU) five repetitions of a correct 0.34 ms kernel gave an
-    interval of +-12 % around a median 1.5 % from an event harness's; a few more repetitions
-    resolve it. So where `extend` (a GPU timing) and the interval is still too wide, it goes on
-    until it resolves, EXTENDED_TIMING_S pass or MAX_REPETITIONS_FACTOR x `planned` repetitions
-    are done; what is still too wide then is reported unresolved, as before. A candidate that
-    makes its own times noisy only spends its own verification's time and stays unresolved."""
+    past TIMING_BUDGET_S — as long as the 95 % interval of the candidate's time is within the
+    promised fidelity (`interval_too_wide`). Under load (twelve verifications sharing a GPU) five
+    repetitions of a correct 0.34 ms kernel gave an interval of +-12 % around a median 1.5 % from
+    an event harness's; a few more repetitions resolve it. So where `extend` (a GPU timing) and
+    the interval is still too wide, it goes on until it resolves, EXTENDED_TIMING_S pass or
+    MAX_REPETITIONS_FACTOR x `planned` repetitions are done; what is still too wide then is
+    reported unresolved, as before. A candidate that makes its own times noisy only spends its own
+    verification's time and stays unresolved."""
     if done < min(MIN_REPETITIONS, planned):
         return False
     if done < planned and (elapsed_s <= TIMING_BUDGET_S or done < MIN_REPETITIONS):
@@ -557,6 +549,14 @@ def blocks(total: int) -> list[range]:
     n = max(1, min(TIMING_BLOCKS, total // MIN_BLOCK_CALLS))
     edges = [round(k * total / n) for k in range(n + 1)]
     return [range(a, b) for a, b in itertools.pairwise(edges) if b > a]
+
+
+def candidate_times(samples: TimingSamples) -> tuple[float, list[float], float]:
+    """(the reference's event time per call, the candidate's time per repetition, the candidate's
+    time by the medians' estimate), in ms: the reference's time plus `estimate`'s differences."""
+    ref_ms = statistics.median(samples.ref_events)
+    deltas, by_medians_s = estimate(samples)
+    return ref_ms, [ref_ms + d * 1e3 for d in deltas], ref_ms + by_medians_s * 1e3
 
 
 def estimate(samples: TimingSamples) -> tuple[list[float], float]:
