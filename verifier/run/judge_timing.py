@@ -64,6 +64,7 @@ TIMING_BUDGET_S = 20.0  # past this, and past MIN_REPETITIONS, a resolved timing
 EXTENDED_TIMING_S = 60.0
 MAX_REPETITIONS_FACTOR = 3  # at most this many times `timing_num_trials` counted repetitions
 WARMUP_CHUNK = 16  # timed calls per warm-up stream
+EVENT_WARMUP_S = 0.025  # untimed reference calls before each repetition's event-timed ones (`warm_up`)
 SETTLING_REPETITIONS = 1  # repetitions run first and not counted (`timing`)
 TIMING_BLOCKS = 4  # blocks per runner and repetition (`blocks`)
 MIN_BLOCK_CALLS = 4  # fewer calls than this in a block, and a repetition has fewer blocks
@@ -347,7 +348,7 @@ def _repetition(
         st.walls["timing.pinned"] = min(st.walls.get("timing.pinned", 1.0), now)
         with paused_runner(st.session.cand, busy):
             wait_gpu_idle(st, clock, busy)
-            samples.ref_events += event_times(st, clock, model, event_inputs, events)
+            samples.ref_events += event_times(st, clock, model, event_inputs, events, EVENT_WARMUP_S)
         # each runner's calls in blocks, ordered A B B A A B B A: a drift of the GPU's clocks
         # during the repetition weighs on both runners alike; the runners swap cores every other
         # pair of blocks, so that a slower core (interrupts, its clock) weighs on both alike too;

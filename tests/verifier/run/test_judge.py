@@ -169,12 +169,16 @@ def test_honest_stand_in_is_timed_by_the_judge(corpus_results: dict[str, Any]) -
 GPU_CASES = [c for c in RUNTIME if not c.name.startswith("adv_rt2_")]
 
 
-def gpu_expectation(case: Case) -> tuple[str, set[str]]:
-    """(verdict, codes) a first-corpus case must get on the GPU: its own, or for a stand-in without
-    a kernel of its own the ATen rule's (it runs before the checks the case may aim at)."""
+def gpu_expectations(case: Case) -> list[tuple[str, set[str]]]:
+    """The (verdict, codes) a first-corpus case may get on the GPU: a case with a kernel of its own
+    gets its own. A stand-in without one (plain PyTorch doing the work) is rejected by whichever
+    check reaches it first: the ATen rule's profiled call, or, for an attack, the check it declares
+    (a mismatch, the time limit, a crash come before the profiled call). A stand-in declared
+    `correct` can only get the ATen rule's rejection."""
     if "__global__" in case.path.read_text():
-        return case.verdict, set(case.codes)
-    return Verdict.INCORRECT.value, {"dynamic.torch_kernels_did_work"}
+        return [(case.verdict, set(case.codes))]
+    aten = (Verdict.INCORRECT.value, {"dynamic.torch_kernels_did_work"})
+    return [aten] if case.accepts(Verdict.CORRECT.value) else [aten, (case.verdict, set(case.codes))]
 
 
 @pytest.fixture(scope="module")
@@ -186,11 +190,15 @@ def gpu_results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Ver
 
 
 def test_the_gpu_run_keeps_the_first_corpus_and_its_kernel_cases() -> None:
-    kernels = [c for c in GPU_CASES if gpu_expectation(c) == (c.verdict, set(c.codes))]
+    kernels = [c for c in GPU_CASES if gpu_expectations(c) == [(c.verdict, set(c.codes))]]
     assert len(GPU_CASES) >= 20 and not any(c.name.startswith("adv_rt2_") for c in GPU_CASES)
     assert {"adv_rt_spin_padding", "adv_rt_honest_busy_host"} <= {c.name for c in kernels}
-    stand_in = next(c for c in GPU_CASES if c.name == "adv_rt_persistent_damage")
-    assert gpu_expectation(stand_in) == ("incorrect", {"dynamic.torch_kernels_did_work"})
+    by_name = {c.name: c for c in GPU_CASES}
+    aten = ("incorrect", {"dynamic.torch_kernels_did_work"})
+    assert gpu_expectations(by_name["adv_rt_persistent_damage"]) == [aten]  # honest PyTorch: never correct
+    hang = gpu_expectations(by_name["adv_rt_hang_forward"])
+    assert hang == [aten, ("timeout", {"runtime.timeout"})]
+    assert all(v != "correct" for c in GPU_CASES if c not in kernels for v, _ in gpu_expectations(c))
 
 
 @pytest.mark.gpu
@@ -200,8 +208,9 @@ def test_runtime_case_on_the_gpu(case: Case, gpu_results: dict[str, Any]) -> Non
 
     result, outcome = gpu_results[case.name]
     found = {d.code for d in result.diagnostics}
-    verdict, codes = gpu_expectation(case)
+    allowed = gpu_expectations(case)
+    met = [(v, codes) for v, codes in allowed if result.verdict.value == v and codes <= found]
+    verdict, codes = met[0] if met else allowed[0]
     record("runtime", case.name, result, {verdict}, codes)
     detail = (result.verdict, sorted(found), (result.error or "")[-1500:], outcome.stderr_tail[-1500:])
-    assert result.verdict.value == verdict, detail
-    assert codes <= found, detail
+    assert met, (allowed, detail)

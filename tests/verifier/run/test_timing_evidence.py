@@ -342,6 +342,31 @@ def test_a_gpu_timing_repeats_past_its_plan_until_its_interval_resolves_within_b
     assert not stop_repeating(4, late, tight[:4], ref, 10, extend=False)
 
 
+def test_the_reference_is_warmed_up_untimed_before_its_event_timed_calls() -> None:
+    """`event_times` with a warm-up runs untimed calls first (at least five, and for at least the
+    time asked, bounded at four times it), then exactly the timed calls asked for; without one,
+    only the timed calls run. On the CPU the clock is the host's."""
+    from types import SimpleNamespace
+
+    from cudice.verifier.run.judge_clock import EVENT_WARMUP_CALLS, Clock, event_times, warm_up
+
+    calls: list[float] = []
+
+    def model(*_: object) -> None:
+        calls.append(time.perf_counter())
+
+    st = SimpleNamespace(device="cpu")
+    assert len(event_times(st, Clock(flush_mib=0), model, [], 7)) == 7 and len(calls) == 7  # type: ignore[arg-type]
+    calls.clear()
+    t0 = time.perf_counter()
+    times = event_times(st, Clock(flush_mib=0), model, [], 7, warm_up_s=0.05)  # type: ignore[arg-type]
+    assert len(times) == 7 and len(calls) >= EVENT_WARMUP_CALLS + 7
+    assert calls[-7] - t0 >= 0.05  # the timed calls began after the warm-up's time
+    slow = warm_up(lambda: time.sleep(0.03), cuda=False, seconds=0.01)  # 4 x 10 ms bounds it
+    assert 2 <= slow < EVENT_WARMUP_CALLS
+    assert warm_up(lambda: time.sleep(0.2), cuda=False, seconds=0.01) == 1  # one call at least
+
+
 def test_a_time_a_runner_bias_could_move_beyond_the_promise_is_not_counted() -> None:
     """Two runner processes differ by a bias in every call that no interval sees; a candidate
     time that the bias bound moves by more than the promised fidelity is unresolved, a longer one
