@@ -340,6 +340,13 @@ def test_a_gpu_timing_repeats_past_its_plan_until_its_interval_resolves_within_b
     assert not stop_repeating(3, 1.0, wider[:3], ref, 3, extend=True)
     # past the budget with fewer than five of ten done: on
     assert not stop_repeating(4, late, tight[:4], ref, 10, extend=False)
+    # hopeless: the H100's ten first repetitions of a 4 us ReLU alone (+-83 % around 0.028 ms, 25 %
+    # promised) would need ~110 repetitions to resolve, past the 30 allowed: it stops at once
+    relu = [0.011, 0.006, 0.031, -0.012, 0.036, 0.024, 0.043, 0.018, 0.05, 0.122]
+    assert interval_too_wide(relu, 0.031)[1]
+    assert stop_repeating(10, 2.0, relu, 0.031, 10, extend=True)
+    assert stop_repeating(5, 2.0, [-0.01, -0.02, -0.015, 0.01, -0.03], 0.031, 5, extend=True)  # below 0
+    assert not stop_repeating(5, late, wide, ref, 10, extend=True)  # gelu needs ~7 of 30: on
 
 
 def test_the_reference_is_warmed_up_untimed_before_its_event_timed_calls() -> None:
