@@ -11,10 +11,11 @@ is unpickled, a header is at most `MAX_HEADER_BYTES`, the blobs of one message a
 sizes — anything else raises `ChannelError`, never executes code. Not covered: encryption or
 authentication (both ends are local processes; the socket pair is created by the judge).
 
-Timed calls use a leaner form inside a `stream` request (run/judge_clock.py `stream`): fixed-size binary
-messages, one call each (`send_call`/`recv_call`: the staged set, the digest key, the seal key)
-answered by its digests (`send_digests`/`recv_digests`), so that what a call costs beyond the
-forward is small and the same every time.
+Timed calls use a leaner form inside a `stream` request (run/judge_clock.py `stream`), after the
+runner's JSON `ready` reply: fixed-size binary messages, one call each (`send_call`/`recv_call`:
+the staged set, the digest key, the seal key) answered by its digests
+(`send_digests`/`recv_digests`), so that what a call costs beyond the forward is small and the
+same every time.
 
 A file descriptor (a GPU buffer the judge shares with one runner: run/shared_staging.py) travels
 after the message it belongs to, on one marker byte with SCM_RIGHTS (`send_fd`/`recv_fd`); the

@@ -71,22 +71,26 @@ def op_batch(st: RunnerState, req: dict[str, Any], blobs: list[bytearray]) -> No
 def op_stream(st: RunnerState, req: dict[str, Any], blobs: list[bytearray]) -> None:
     """`count` timed calls, each a binary message answered by its digests (run/channel.py).
 
-    The judge sends the next call only when the last one's digests are in, so calls never
-    overlap; its clock runs from each call's message to its digests. Every output is kept
-    (`kept`). A call that fails answers "failed", then the usual JSON failure reply follows."""
+    The runner first prepares (collection off, room for the digests) and answers `ready`; the
+    judge sends the first call only then, so none of that is in a call's time. The judge sends
+    the next call only when the last one's digests are in, so calls never overlap; its clock runs
+    from each call's message to its digests. Every output is kept (`kept`). A call that fails
+    answers "failed", then the usual JSON failure reply follows."""
     cuda = st.device.startswith("cuda")
     flush = st.flush if cuda and int(req.get("flush_mib", 0)) else None
     spin = float(req.get("spin_s") or 0.0)
     trace = bool(req.get("trace"))
-    # no collection pauses inside the calls: collect now, and not again until the stream ends
-    gc.collect()
+    # no collection pauses inside the calls: the young generations now (a full collection of a
+    # process holding torch takes ~0.16 s, every block of every repetition), none until the end
+    gc.collect(1)
     gc.disable()
     count = int(req["count"])
     import torch
 
-    # zeroed room for every call's digests, made before the calls (one launch fewer in each)
-    st.digest_room = torch.zeros(count, 4 * DIGEST_SLOTS, dtype=torch.float64, device=st.device)
     try:
+        # zeroed room for every call's digests, made before the calls (one launch fewer in each)
+        st.digest_room = torch.zeros(count, 4 * DIGEST_SLOTS, dtype=torch.float64, device=st.device)
+        reply(st, {"ok": True, "ready": count})
         _stream_calls(st, count, flush, spin, trace)
     finally:
         gc.enable()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -347,6 +348,49 @@ def test_a_gpu_timing_repeats_past_its_plan_until_its_interval_resolves_within_b
     assert stop_repeating(10, 2.0, relu, 0.031, 10, extend=True)
     assert stop_repeating(5, 2.0, [-0.01, -0.02, -0.015, 0.01, -0.03], 0.031, 5, extend=True)  # below 0
     assert not stop_repeating(5, late, wide, ref, 10, extend=True)  # gelu needs ~7 of 30: on
+
+
+def _fake_runner(sock: socket.socket, prepare_s: float, answer: dict[str, object]) -> None:
+    """A runner's side of one `stream`: its request, `prepare_s` of preparation, `answer`, then
+    (when it says ready) each call answered at once with one digest."""
+    from cudice.verifier.run import channel
+
+    req, _ = channel.recv(sock, 0)
+    time.sleep(prepare_s)
+    channel.send(sock, answer)
+    if answer.get("ready") == req["count"]:
+        for _ in range(int(req["count"])):
+            channel.recv_call(sock)
+            channel.send_digests(sock, [1.0])
+
+
+def test_a_runner_s_preparation_for_a_stream_is_not_in_its_first_call_s_time() -> None:
+    """The judge sends a stream's first call only once the runner said it is ready, so what the
+    runner does before (it was a full garbage collection, ~0.16 s in every block's first call) is
+    no call's time; a runner that answers anything but `ready` ends the job with its reply."""
+    from types import SimpleNamespace
+
+    from cudice.verifier.run.judge_clock import Clock, stream
+    from cudice.verifier.run.judging import Stop
+    from cudice.verifier.source.result import Verdict
+
+    st = SimpleNamespace(device="cpu", lease=None, lease_depth=0, ref_call_s=0.0, where=None)
+    for answer in ({"ok": True, "ready": 3}, {"ok": False, "error": "no room for the digests"}):
+        judge_end, runner_end = socket.socketpair()
+        with judge_end, runner_end:
+            runner = threading.Thread(target=_fake_runner, args=(runner_end, 0.3, answer), daemon=True)
+            runner.start()
+            link = SimpleNamespace(sock=judge_end, role="candidate")
+            try:
+                times, digests = stream(st, Clock(flush_mib=0), link, [0, 1, 2], [7, 8, 9], None)  # type: ignore[arg-type]
+            except Stop as stop:
+                assert answer["ok"] is False and stop.verdict is Verdict.RUNTIME_ERROR
+                assert "no room for the digests" in stop.diagnostics[0].message
+            else:
+                assert answer["ok"] is True and digests == [[1.0]] * 3
+                assert len(times) == 3 and max(times) < 0.3, times
+            runner.join(timeout=60)
+            assert not runner.is_alive()
 
 
 def test_the_reference_is_warmed_up_untimed_before_its_event_timed_calls() -> None:
