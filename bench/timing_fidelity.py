@@ -60,6 +60,9 @@ BENCH_SET: list[tuple[str, str]] = [
     ("scale_shift_residual_gelu", "8192, 8192"),
 ]
 QUICK = [0, 2, 5, 11, 16, 17, 19]
+# where a verification's wall went, stage by stage
+STAGE_WALLS = {"parse", "static", "compile", "run", "run.load", "run.correctness", "run.profile"}
+STAGE_WALLS |= {"run.timing", "run.timing.warmup", "run.timing.rounds", "run.timing.lease_wait"}
 # the judge's timing walls printed per verification (request times per runner, both estimators)
 WALLS = (
     "run.timing.request",
@@ -245,9 +248,9 @@ def main() -> int:
             rows[f.stem][key] = verify(f, config)
             r = rows[f.stem][key]
             walls = {
-                (k if args.all_walls else k[11:]): round(v, 4)
+                (k if args.all_walls else k.removeprefix("run.timing.")): round(v, 4)
                 for k, v in (r["walls"] or {}).items()
-                if args.all_walls or k.startswith(WALLS)
+                if args.all_walls or k.startswith(WALLS) or k in STAGE_WALLS
             }
             print(
                 f"{key} {f.stem}: {r['verdict']} {r['speedup']} ref {r['ref_ms']} cand {r['cand_ms']} ms "
