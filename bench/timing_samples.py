@@ -10,8 +10,10 @@ the block's place in its repetition (the runners swap cores every other pair) an
 first against the last third: clocks or caches still settling), and inside a block; and last the
 candidate's time per repetition as the judge estimates it (`judge_timing.estimate`: lower
 quartiles of the calls pooled per repetition) beside the mean of per-block differences (the
-judge's estimator before blocks). A difference that moves from block to block, not inside a
-block, points to the ordering; one that moves inside a block, to the calls. Reads only.
+judge's estimator before blocks); then each runner's calls by their place in a block and the
+reference's event-timed calls by their place in a repetition (`by_position`). A difference that
+moves from block to block, not inside a block, points to the ordering; one that moves inside a
+block, to the calls; a first call far above the rest, to work inside the clock. Reads only.
 
 Usage: `python bench/timing_samples.py FOLDER_OR_TAR [...]`.
 """
@@ -107,9 +109,41 @@ def report(name: str, row: dict[str, Any]) -> list[str]:
         f"Δ per repetition, mean of per-block Δq25 (µs): {[round(d, 1) for d in mean_of_blocks]}; "
         f"{_spread(mean_of_blocks)}",
     ]
+    lines += by_position(cand, ref, events, per)
     busy = row.get("busy") or []
     if busy:
         lines.append(f"busy: {busy}")
+    return lines
+
+
+def by_position(
+    cand: list[list[float]], ref: list[list[float]], events: list[float], blocks_per_repetition: int
+) -> list[str]:
+    """Median per call by its place: the first, second and later calls of a block in each runner,
+    and the first and later event-timed reference calls of a repetition. A first call far above
+    the rest is work done before the clock should have started (a runner's collection once cost
+    every block's first call 0.16 s) or a GPU coming back from idle."""
+    lines = []
+    for role, bs in (("candidate", cand), ("reference", ref)):
+        at = [[b[j] for b in bs if len(b) > j] for j in (0, 1)]
+        rest = [x for b in bs for x in b[2:]]
+        parts = [
+            f"{label} {1e6 * statistics.median(xs):.1f}"
+            for label, xs in zip(("1st", "2nd"), at, strict=True)
+            if xs
+        ]
+        if rest:
+            parts.append(f"later {1e6 * statistics.median(rest):.1f}")
+        lines.append(f"{role}'s calls by place in their block (median µs): {', '.join(parts) or '-'}")
+    reps = len(cand) // max(1, blocks_per_repetition) if cand else 0
+    each = len(events) // reps if reps else 0
+    if each >= 2:
+        first = [events[k * each] for k in range(reps)]
+        later = [x for k in range(reps) for x in events[k * each + 1 : (k + 1) * each]]
+        lines.append(
+            f"reference's event-timed calls by place in their repetition (median µs): 1st "
+            f"{1e3 * statistics.median(first):.1f}, later {1e3 * statistics.median(later):.1f}"
+        )
     return lines
 
 
