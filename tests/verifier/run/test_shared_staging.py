@@ -11,7 +11,7 @@ On a GPU (`gpu`): a sealed set staged through a shared buffer into a runner in a
 bit-identical there, and the walls say the staging was shared.
 
 Not covered here: whether sharing is faster (bench/timing_fidelity.py `--staging`), a real judge
-with runners inside the boundary (test_judge.py runs the default socket path).
+with runners inside the boundary (test_judge.py runs the default, shared on a GPU).
 """
 
 from __future__ import annotations
@@ -265,9 +265,9 @@ def test_stage_falls_back_when_the_runner_cannot_map_the_buffer(
 
 
 def test_the_config_switch() -> None:
-    assert VerifyConfig().timing_staging == "socket"
-    cfg = VerifyConfig(timing_staging="shared")
-    assert cfg.overrides() == {"timing_staging": "shared"}
+    assert VerifyConfig().timing_staging == "shared"
+    cfg = VerifyConfig(timing_staging="socket")
+    assert cfg.overrides() == {"timing_staging": "socket"}
     assert VerifyConfig.from_dict(cfg.overrides()) == cfg
     with pytest.raises(ValueError, match="timing_staging"):
         VerifyConfig(timing_staging="ipc")
