@@ -176,7 +176,8 @@ class VerifyConfig:
             "timing_staging",
             self.timing_staging,
             "must be 'socket' or 'shared'",
-            "use 'socket' (the default), or 'shared' to stage through GPU memory shared with each runner",
+            "use 'shared' (the default: GPU memory shared with each runner, the socket where that "
+            "cannot work) or 'socket'",
         )
         _require(
             self.timing_runner_bias_us >= 0,

@@ -1,7 +1,8 @@
 """Staging a repetition's input sets through GPU memory the judge shares with one runner at a time.
 
-Role: the alternative to sending staged sets over the runner's socket (run/judge_clock.py `stage`,
-`VerifyConfig.timing_staging == "shared"`; the socket is the default). The judge's sets are
+Role: the default way staged sets reach a runner on a GPU, instead of its socket
+(run/judge_clock.py `stage`, `VerifyConfig.timing_staging == "shared"`; the socket where this
+cannot work, or under `"socket"`). The judge's sets are
 already on the GPU; over the socket they go GPU -> host -> socket -> host -> GPU, seconds per
 runner and repetition for large sets (docs/benchmarks.md compares the two). Here the judge
 allocates one buffer for one runner with the CUDA driver's virtual memory management
