@@ -61,8 +61,9 @@ BENCH_SET: list[tuple[str, str]] = [
 ]
 QUICK = [0, 2, 5, 11, 16, 17, 19]
 # where a verification's wall went, stage by stage
-STAGE_WALLS = {"parse", "static", "compile", "run", "run.load", "run.correctness", "run.profile"}
-STAGE_WALLS |= {"run.timing", "run.timing.warmup", "run.timing.rounds", "run.timing.lease_wait"}
+STAGE_WALLS = {"parse", "static", "fast_compile", "compile", "reference_inputs", "run", "run.load"}
+STAGE_WALLS |= {"run.correctness", "run.profile", "run.timing", "run.timing.warmup", "run.timing.rounds"}
+STAGE_WALLS |= {"run.timing.lease_wait", "run.timing.idle_wait", "run.timing.ready_wait"}
 # the judge's timing walls printed per verification (request times per runner, both estimators)
 WALLS = (
     "run.timing.request",

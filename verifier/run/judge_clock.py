@@ -57,6 +57,9 @@ class Clock:
         default_factory=dict
     )  # thread id -> CPU while calls are timed (`pinned_cpus`)
     staging_why: str = ""  # why the last shared staging fell back to the socket (`stage`), "" if none did
+    # the judge's side cannot share (no GPU, no cuda-bindings, a driver error): the rest of this
+    # timing stages over the socket without trying again, its sets encoded once for both runners
+    shared_off: bool = False
 
 
 def stage(
@@ -72,14 +75,16 @@ def stage(
 
     Under `VerifyConfig.timing_staging == "shared"` the sets go through a GPU buffer made for this
     runner alone (run/shared_staging.py, `_stage_shared`); without a GPU, cuda-bindings or a driver
-    that exports POSIX fds, or when the runner cannot map it, over the socket as always. Which path
+    that exports POSIX fds, or when the runner cannot map it, over the socket as always (once the
+    judge's side found it cannot share, the rest of the timing does not try again). Which path
     each staging took is counted in the walls (`timing.staging_path_shared`: the fraction shared)."""
     header = {"op": "stage", "flush_mib": clock.flush_mib, "sealed": sealed}
     t_shared = time.perf_counter()
-    if st.config.timing_staging == "shared" and _stage_shared(st, clock, link, sets, header):
+    trying = st.config.timing_staging == "shared" and not clock.shared_off
+    if trying and _stage_shared(st, clock, link, sets, header):
         _count_staging(st, "shared")
         return time.perf_counter() - t_shared
-    tried_s = time.perf_counter() - t_shared if st.config.timing_staging == "shared" else 0.0
+    tried_s = time.perf_counter() - t_shared if trying else 0.0
     _count_staging(st, "socket")
     tree, blobs = encoded if encoded is not None else channel.encode(sets)
     t0 = time.perf_counter()
@@ -123,6 +128,7 @@ def _stage_shared(
             buf, fd = shared_staging.offer(lay, st.device)
         except Exception as exc:  # no GPU, no cuda-bindings, a driver without POSIX fds, no memory
             clock.staging_why = f"judge: {type(exc).__name__}: {exc}"[:500]
+            clock.shared_off = isinstance(exc, shared_staging.SharedUnavailable)
             st.walls["timing.staging_fallback_judge"] = st.walls.get("timing.staging_fallback_judge", 0.0) + 1
             return False
         try:
@@ -188,10 +194,16 @@ def stream(
                 "trace": TRACE and seals is not None,
             },
         )
+        t_ready = time.perf_counter()
         if not select.select([sock], [], [], limit)[0]:
             raise RunnerTimeout(limit)
         ready, _ = channel.recv(sock, 0)
-        if ready.get("ready") != len(indices):
+        add_wall(st, "timing.ready_wait", t_ready)
+        count = ready.get("ready")
+        if ready.get("ok") is not True or type(count) is not int or count != len(indices):
+            if ready.get("ok") is True:  # an answer that is neither ready nor a failure
+                said = f"answered a stream of {len(indices)} calls with {ready!r:.200}"
+                ready = {"ok": False, "error": said}
             refused(st, link, ready, Stage.TIMING)
         for j, (index, key) in enumerate(zip(indices, keys, strict=True)):
             seal = seals[j] if seals is not None else channel.NO_SEAL

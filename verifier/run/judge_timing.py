@@ -334,7 +334,7 @@ def _repetition(
             keys.append(key)
         links = (st.session.ref, st.session.cand)
     # once, for both runners (shared staging copies on the GPU; `stage` encodes if it falls back)
-    encoded = channel.encode(sets) if cfg.timing_staging != "shared" else None
+    encoded = channel.encode(sets) if cfg.timing_staging != "shared" or clock.shared_off else None
     for link in links:  # 2. staging (its time is reported, not judged)
         samples.staging[link.role].append(stage(st, clock, link, sets, sealed=True, encoded=encoded))
     digests: dict[str, list[list[float]]] = {"reference": [], "candidate": []}

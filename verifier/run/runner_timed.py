@@ -80,16 +80,17 @@ def op_stream(st: RunnerState, req: dict[str, Any], blobs: list[bytearray]) -> N
     flush = st.flush if cuda and int(req.get("flush_mib", 0)) else None
     spin = float(req.get("spin_s") or 0.0)
     trace = bool(req.get("trace"))
+    count = int(req["count"])
+    import torch
+
     # no collection pauses inside the calls: the young generations now (a full collection of a
     # process holding torch takes ~0.16 s, every block of every repetition), none until the end
     gc.collect(1)
     gc.disable()
-    count = int(req["count"])
-    import torch
-
     try:
         # zeroed room for every call's digests, made before the calls (one launch fewer in each)
         st.digest_room = torch.zeros(count, 4 * DIGEST_SLOTS, dtype=torch.float64, device=st.device)
+        sync(st)  # the zeroing done before the first call's clock starts
         reply(st, {"ok": True, "ready": count})
         _stream_calls(st, count, flush, spin, trace)
     finally:

@@ -1,5 +1,5 @@
 # cudice: reference=references/relu.py
-# corpus: kind=runtime verdict=runtime_error
+# corpus: kind=runtime verdict=runtime_error codes=runtime.exception
 # exploit: class 1 - raises the verifier's internal stop exception carrying verdict `correct` from forward (it once ended the job as correct inside the judging process)
 import torch
 import torch.nn as nn

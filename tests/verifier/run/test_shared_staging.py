@@ -231,9 +231,13 @@ def test_stage_without_a_gpu_gives_the_socket_paths_sets(
     assert st.walls["timing.staging_socket_count"] == 1.0
     if staging == "shared":
         assert st.walls["timing.staging_fallback_judge"] == 1.0
-        assert clock.staging_why.startswith("judge: ")
+        assert clock.staging_why.startswith("judge: ") and clock.shared_off
     else:
         assert "timing.staging_fallback_judge" not in st.walls and clock.staging_why == ""
+    stage(st, clock, link, sets, sealed=True)  # the judge's side cannot share: not tried again
+    _same(state.sets, sets)
+    assert st.walls["timing.staging_socket_count"] == 2.0
+    assert st.walls.get("timing.staging_fallback_judge", 0.0) == (1.0 if staging == "shared" else 0.0)
 
 
 def test_stage_falls_back_when_the_runner_cannot_map_the_buffer(
