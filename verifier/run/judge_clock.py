@@ -80,7 +80,7 @@ def stage(
     each staging took is counted in the walls (`timing.staging_path_shared`: the fraction shared)."""
     header = {"op": "stage", "flush_mib": clock.flush_mib, "sealed": sealed}
     t_shared = time.perf_counter()
-    trying = st.config.timing_staging == "shared" and not clock.shared_off
+    trying = sharing(st, clock)
     if trying and _stage_shared(st, clock, link, sets, header):
         _count_staging(st, "shared")
         return time.perf_counter() - t_shared
@@ -97,6 +97,11 @@ def stage(
         deadline_s=_stage_deadline_s(sum(len(b) for b in blobs)),
     )
     return tried_s + time.perf_counter() - t0
+
+
+def sharing(st: JudgeState, clock: Clock) -> bool:
+    """Whether `stage` tries shared GPU memory first (else its sets go over the socket at once)."""
+    return st.config.timing_staging == "shared" and not clock.shared_off
 
 
 def _stage_deadline_s(nbytes: int) -> float:
@@ -195,9 +200,7 @@ def stream(
             },
         )
         t_ready = time.perf_counter()
-        if not select.select([sock], [], [], limit)[0]:
-            raise RunnerTimeout(limit)
-        ready, _ = channel.recv(sock, 0)
+        ready = _reply(link, limit)
         add_wall(st, "timing.ready_wait", t_ready)
         count = ready.get("ready")
         if ready.get("ok") is not True or type(count) is not int or count != len(indices):
@@ -242,23 +245,24 @@ def event_times(
     if clock.flush is None and clock.flush_mib:
         clock.flush = torch.empty(clock.flush_mib << 18, dtype=torch.int32, device=st.device)
     tiny = _tiny_tensor(st, clock)
+    call = (lambda: model(*inputs)) if model is not None else (lambda: tiny.add_(1.0))
     out = []
     with torch.no_grad():
         if warm_up_s > 0:
-            warm_up(lambda: model(*inputs) if model is not None else tiny.add_(1.0), cuda, warm_up_s)
+            warm_up(call, cuda, warm_up_s)
         for _ in range(calls):
             if clock.flush is not None:
                 clock.flush.fill_(1)
             if cuda:
                 start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
                 start.record()
-                model(*inputs) if model is not None else tiny.add_(1.0)
+                call()
                 end.record()
                 torch.cuda.synchronize()
                 out.append(float(start.elapsed_time(end)))
             else:
                 t0 = time.perf_counter()
-                model(*inputs) if model is not None else tiny.add_(1.0)
+                call()
                 out.append((time.perf_counter() - t0) * 1e3)
     return out
 

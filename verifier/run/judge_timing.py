@@ -36,6 +36,7 @@ from cudice.verifier.run.judge_clock import (
     paused_runner,
     pinned_cpus,
     probe_s,
+    sharing,
     stage,
     stream,
     swapped_pins,
@@ -334,7 +335,7 @@ def _repetition(
             keys.append(key)
         links = (st.session.ref, st.session.cand)
     # once, for both runners (shared staging copies on the GPU; `stage` encodes if it falls back)
-    encoded = channel.encode(sets) if cfg.timing_staging != "shared" or clock.shared_off else None
+    encoded = None if sharing(st, clock) else channel.encode(sets)
     for link in links:  # 2. staging (its time is reported, not judged)
         samples.staging[link.role].append(stage(st, clock, link, sets, sealed=True, encoded=encoded))
     digests: dict[str, list[list[float]]] = {"reference": [], "candidate": []}

@@ -77,9 +77,15 @@ class Case:
 
     def accepts(self, verdict: str) -> bool:
         """Whether a run ending in `verdict` meets this case's declared verdict (`a|b` lists several)."""
-        if isinstance(self.verdict, AnyButCorrect):
-            return verdict != "correct"
-        return verdict in self.verdict.split("|")
+        return accepts(self.verdict, verdict)
+
+
+def accepts(declared: str, verdict: str) -> bool:
+    """Whether a run ending in `verdict` meets a declared verdict: `a|b` lists several, and
+    `not_correct` (an `AnyButCorrect`) is any verdict but `correct`."""
+    if isinstance(declared, AnyButCorrect):
+        return verdict != "correct"
+    return verdict in declared.split("|")
 
 
 def parse_case(path: Path) -> Case:

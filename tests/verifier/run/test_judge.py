@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from corpus.manifest import AnyButCorrect, Case, load_corpus
+from corpus.manifest import Case, accepts, load_corpus
 from cudice.verifier import api
 from cudice.verifier.config import VerifyConfig
 from cudice.verifier.run.sandbox import ChildOutcome, run_in_child
@@ -181,14 +181,6 @@ def gpu_expectations(case: Case) -> list[tuple[str, set[str]]]:
     return [aten] if case.accepts(Verdict.CORRECT.value) else [aten, (case.verdict, set(case.codes))]
 
 
-def _accepts(declared: str, verdict: str) -> bool:
-    """Whether `verdict` meets a declared verdict: `a|b` lists several, `not_correct` is any but
-    `correct` (corpus/manifest.py)."""
-    if isinstance(declared, AnyButCorrect):
-        return verdict != Verdict.CORRECT.value
-    return verdict in declared.split("|")
-
-
 @pytest.fixture(scope="module")
 def gpu_results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[VerifyResult, ChildOutcome]]:
     cache = tmp_path_factory.mktemp("judge-gpu-cache")
@@ -208,8 +200,8 @@ def test_the_gpu_run_keeps_the_first_corpus_and_its_kernel_cases() -> None:
     assert hang == [aten, ("timeout", {"runtime.timeout"})]
     # a stand-in may never end `correct`; of the kernel cases only the honest ones may
     stand_ins = [e for c in GPU_CASES if c not in kernels for e in gpu_expectations(c)]
-    assert not any(_accepts(v, "correct") for v, _ in stand_ins)
-    assert all("honest" in c.name for c in kernels if _accepts(c.verdict, "correct"))
+    assert not any(accepts(v, "correct") for v, _ in stand_ins)
+    assert all("honest" in c.name for c in kernels if accepts(c.verdict, "correct"))
     assert all(codes for _, codes in stand_ins)  # a rejection for its reason, never a bare verdict
 
 
@@ -222,7 +214,7 @@ def test_runtime_case_on_the_gpu(case: Case, gpu_results: dict[str, Any]) -> Non
     found = {d.code for d in result.diagnostics}
     allowed = gpu_expectations(case)
     got = result.verdict.value
-    met = [(v, codes) for v, codes in allowed if _accepts(v, got) and codes <= found]
+    met = [(v, codes) for v, codes in allowed if accepts(v, got) and codes <= found]
     verdict, codes = met[0] if met else allowed[0]
     record("runtime", case.name, result, {verdict}, codes)
     detail = (result.verdict, sorted(found), (result.error or "")[-1500:], outcome.stderr_tail[-1500:])
