@@ -47,3 +47,40 @@ def test_only_not_correct_headers_parse_to_the_pattern() -> None:
         assert isinstance(case.verdict, AnyButCorrect) is (f"verdict={NOT_CORRECT}" in text), case.name
         if not isinstance(case.verdict, AnyButCorrect):
             assert type(case.verdict) is str, case.name
+
+
+@pytest.mark.parametrize(
+    ("header", "verdict", "speedup", "suspicious", "codes", "gained_nothing"),
+    [
+        # a speed-only attack, correct at its honest speed: below the cap, flagged, or unresolved
+        ("max_speedup=0.5", "correct", 0.3, False, (), True),
+        ("max_speedup=0.5", "correct", 3.0, True, (), True),
+        ("max_speedup=0.5", "correct", None, False, ("timing.unresolved",), True),
+        # a forged speed-up, or no speedup without the clock saying why
+        ("max_speedup=0.5", "correct", 0.9, False, (), False),
+        ("max_speedup=0.5", "correct", None, False, (), False),
+        # rejections are for `accepts`; a case without a cap never gains nothing by being correct
+        ("max_speedup=0.5", "incorrect", None, False, (), False),
+        ("", "correct", 0.1, False, ("timing.unresolved",), False),
+    ],
+)
+def test_a_speed_only_attack_may_be_correct_only_at_its_honest_speed(
+    tmp_path: Path,
+    header: str,
+    verdict: str,
+    speedup: float | None,
+    suspicious: bool,
+    codes: tuple[str, ...],
+    gained_nothing: bool,
+) -> None:
+    from types import SimpleNamespace
+
+    case = parse_case(_case(tmp_path, f"# corpus: kind=runtime verdict=not_correct {header}"))
+    result = SimpleNamespace(
+        verdict=Verdict(verdict),
+        speedup=speedup,
+        is_suspicious=suspicious,
+        diagnostics=[SimpleNamespace(code=c) for c in codes],
+    )
+    assert case.gained_nothing(result) is gained_nothing
+    assert not case.accepts("correct")  # a correct run counts only through gained_nothing

@@ -187,6 +187,9 @@ def test_self_contained_candidate_with_a_tmp_cache_is_correct() -> None:
         # one library: the runner's request had the compile stage's build key (a cache hit, no rebuild)
         assert len(list((cache / "libs").iterdir())) == 1
         assert r.stage_wall_s["run.load"] < 30, r.stage_wall_s
+        # where the repetitions' wall went, step by step, within the rounds' wall
+        steps = [r.stage_wall_s[f"run.timing.rep_{step}"] for step in ("draw", "stage", "clocked", "check")]
+        assert all(w > 0 for w in steps) and sum(steps) <= r.stage_wall_s["run.timing.rounds"], r.stage_wall_s
     finally:
         subprocess.run(["rm", "-rf", str(folder), str(cache)], check=False)
 

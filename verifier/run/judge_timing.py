@@ -312,6 +312,7 @@ def _repetition(
     expected: list[list[float]] = []
     bounds: list[list[float]] = []
     num_outputs = 0
+    t0 = time.perf_counter()
     with torch.no_grad(), shared(st):
         for _ in range(total):  # 1. fresh inputs, the reference's digests, then sealed copies
             inputs = _draw_set(st, ref_mod)
@@ -334,10 +335,14 @@ def _repetition(
             seals.append(seal_key)
             keys.append(key)
         links = (st.session.ref, st.session.cand)
+    add_wall(st, "timing.rep_draw", t0)  # where a repetition's wall goes: drawing and digesting sets,
+    t0 = time.perf_counter()  # staging, the clocked calls, the checks afterwards (summed over all)
     # once, for both runners (shared staging copies on the GPU; `stage` encodes if it falls back)
     encoded = None if sharing(st, clock) else channel.encode(sets)
     for link in links:  # 2. staging (its time is reported, not judged)
         samples.staging[link.role].append(stage(st, clock, link, sets, sealed=True, encoded=encoded))
+    add_wall(st, "timing.rep_stage", t0)
+    t0 = time.perf_counter()
     digests: dict[str, list[list[float]]] = {"reference": [], "candidate": []}
     from cudice.verifier.process import pinned
 
@@ -369,6 +374,8 @@ def _repetition(
                         )
                     got_by[link.role].append(got)
                     digests[link.role] += call_digests
+    add_wall(st, "timing.rep_clocked", t0)
+    t0 = time.perf_counter()
     for role, bs in got_by.items():
         samples.per_call[role] += bs
         samples.requests[role] += [x for xs in bs for x in xs]
@@ -423,8 +430,11 @@ def _repetition(
                     st.where,
                 )
             ]
+    add_wall(st, "timing.rep_check", t0)
     if profile:
+        t0 = time.perf_counter()
         found += profile_batch(st, list(range(min(2, total))), clock.flush_mib)
+        add_wall(st, "timing.rep_profile", t0)
     return found
 
 

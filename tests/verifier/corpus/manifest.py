@@ -79,6 +79,17 @@ class Case:
         """Whether a run ending in `verdict` meets this case's declared verdict (`a|b` lists several)."""
         return accepts(self.verdict, verdict)
 
+    def gained_nothing(self, result: Any) -> bool:
+        """Whether a `correct` run of a speed-only attack (one with `max_speedup`) shows no forged
+        speed-up: its time within the clock's noise (no speedup, `timing.unresolved`), flagged
+        suspicious, or a counted speed-up below the cap. False for a case without a cap and for every
+        verdict but `correct`: those are judged by `accepts`."""
+        if self.max_speedup is None or result.verdict.value != "correct":
+            return False
+        if result.speedup is None:
+            return any(d.code == "timing.unresolved" for d in result.diagnostics)
+        return bool(result.is_suspicious) or result.speedup < self.max_speedup
+
 
 def accepts(declared: str, verdict: str) -> bool:
     """Whether a run ending in `verdict` meets a declared verdict: `a|b` lists several, and

@@ -155,8 +155,8 @@ def test_twelve_at_once_no_cheat_passes_no_honest_kernel_fails_nothing_left() ->
             honest.append(
                 (c.name, r.verdict.value, [d.code for d in r.diagnostics][:6], (r.error or "")[-300:])
             )
-        if not may_pass and r.verdict is Verdict.CORRECT:
-            cheats.append(c.name)
+        if not may_pass and r.verdict is Verdict.CORRECT and not c.gained_nothing(r):
+            cheats.append(c.name)  # a speed-only attack (max_speedup) may be correct at its honest speed
         if c.kind == "hostile" and r.verdict.value not in expected:
             untyped.append((c.name, r.verdict.value))
     deadline = time.monotonic() + 30
