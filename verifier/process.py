@@ -113,20 +113,27 @@ def kill_group(pid: int) -> None:
 
 
 def wait_or_kill(
-    proc: subprocess.Popen[Any], timeout_s: float, cancel: CancelToken | None, poll_s: float = 0.02
+    proc: subprocess.Popen[Any],
+    timeout_s: float,
+    cancel: CancelToken | None,
+    poll_s: float = 0.02,
+    finished: Callable[[], bool] | None = None,
 ) -> tuple[bool, bool]:
     """Wait for `proc` (started with `start_new_session=True`); kill its group on cancel or timeout.
 
     Returns (cancelled, timed_out); at most one is true (a cancel seen first wins). Between looks
     at the cancel token and the clock it waits on the process itself (at most `poll_s`), so it is
-    back as soon as the process ends: a build's many short steps pay no sleep each.
+    back as soon as the process ends: a build's many short steps pay no sleep each. `finished`,
+    when given, says the process has delivered all it will (a judge's result pipe closed): its
+    group is killed then instead of waiting for its own exit (a judge's runners closing, their
+    CUDA contexts torn down: seconds nobody needs).
     """
     deadline = time.monotonic() + timeout_s
     cancelled = timed_out = False
     while proc.poll() is None:
         cancelled = cancel is not None and cancel.is_set()
         timed_out = not cancelled and time.monotonic() > deadline
-        if cancelled or timed_out:
+        if cancelled or timed_out or (finished is not None and finished()):
             kill_group(proc.pid)
             break
         try:

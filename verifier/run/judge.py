@@ -135,12 +135,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         _warm()  # while the runners start and the job is on its way (a warm spare waits here)
         job = json.loads(sys.stdin.read())
+        job_at = time.time()  # with result_at: the parent's view of this process's start and exit
         wanted = Path(job["config"]["cache_dir"])
         if session is None or session.cache_dir != wanted:
             if session is not None:
                 session.close()
             session = Session(wanted, work, sandboxed=sandboxed, with_reference=not job.get("skip_timing"))
         result = judge(job, session)
+        result["stage_wall_s"].update({"clock.job_at": job_at, "clock.result_at": time.time()})
     except BaseException as exc:  # last resort: report instead of dying silently
         result = crash_result(exc, "judge: ")
     write_result(result_fd, result)

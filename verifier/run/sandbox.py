@@ -58,7 +58,7 @@ KEEP_ENV = (
 @dataclass(frozen=True, slots=True)
 class ChildOutcome:
     result: dict[str, Any] | None  # None when the child wrote no result
-    returncode: int | None
+    returncode: int | None  # -SIGKILL also when the child was ended after its result was complete
     stdout_tail: str
     stderr_tail: str
     wall_s: float
@@ -137,7 +137,7 @@ def run_in_child(
                 preexec_fn=child_limits(memory_limit_mib, max_file_mib),
             )
             reader.send_job(job)
-            cancelled, timed_out = wait_or_kill(proc, timeout_s, cancel)
+            cancelled, timed_out = wait_or_kill(proc, timeout_s, cancel, finished=reader.done)
             kill_group(proc.pid)  # also after a normal exit: a forked grandchild must not outlive the job
         return ChildOutcome(
             reader.result(),

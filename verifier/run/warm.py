@@ -143,7 +143,9 @@ class PersistentRunner:
                 # a spare still starting up does not eat the job's time: the one-shot path includes the
                 # start-up in `timeout_s` only because it has nothing to warm up ahead
                 allowance = max(0.0, STARTUP_ALLOWANCE_S - (time.monotonic() - spare.started))
-                cancelled, timed_out = wait_or_kill(spare.proc, timeout_s + allowance, cancel)
+                cancelled, timed_out = wait_or_kill(
+                    spare.proc, timeout_s + allowance, cancel, finished=spare.pipe.done
+                )
                 kill_group(spare.proc.pid)  # the judge's runners and anything they started end with the job
                 result = spare.pipe.result()
                 spare.stdout.flush()

@@ -76,7 +76,8 @@ def test_sandbox_serves_a_good_candidate_after_the_hostile_corpus() -> None:
     }
     assert all(v.value in _expected(c) for c, v in zip(AT_IMPORT, verdicts.values(), strict=True)), verdicts
     result, outcome = _through_sandbox(HONEST)
-    assert result.verdict is Verdict.COMPILED and outcome.returncode == 0, result.error
+    # the judge's stand-in exits by itself (0), or is ended once its result is complete (SIGKILL)
+    assert result.verdict is Verdict.COMPILED and outcome.returncode in (0, -9), result.error
 
 
 def test_a_forked_child_does_not_outlive_the_job() -> None:
@@ -140,7 +141,7 @@ def test_home_is_the_sandbox_and_secrets_are_not_inherited(monkeypatch: pytest.M
     outcome = run_in_child(
         job, timeout_s=60, memory_limit_mib=2048, module="sandbox_stand_in", env=_child_env()
     )
-    assert outcome.returncode == 0 and "PATH" in outcome.stdout_tail
+    assert outcome.returncode in (0, -9) and "PATH" in outcome.stdout_tail  # -9: ended after its result
     assert "CUDICE_TEST_SECRET_TOKEN" not in outcome.stdout_tail
 
 

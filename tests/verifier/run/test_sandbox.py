@@ -33,6 +33,12 @@ elif mode == "grandchild":  # a forked child writes a forged record after the re
             except OSError:
                 pass
         os._exit(0)
+elif mode == "linger":  # the result, then a long exit (a judge closing its runners) with a child of its own
+    import subprocess
+    sleeper = subprocess.Popen(["sleep", "300"])
+    with os.fdopen(fd, "w") as f:
+        f.write(json.dumps({"verdict": "correct", "sleeper": sleeper.pid}))
+    time.sleep(300)
 elif mode == "abort":
     os.abort()
 elif mode == "hang":
@@ -70,6 +76,19 @@ def test_result_comes_back_from_a_scrubbed_temp_dir(fake_module: str) -> None:
 def test_the_record_is_the_one_written_before_the_pipe_closed(fake_module: str) -> None:
     out = run_in_child({"mode": "grandchild"}, timeout_s=60, memory_limit_mib=4096, module=fake_module)
     assert out.result == {"verdict": "incorrect", "stage": "correctness"}
+
+
+def test_the_result_ends_the_wait_and_the_child_s_group_dies(fake_module: str) -> None:
+    """Once the result pipe closed, nothing more can come: the child's exit is not waited for
+    (a judge's runners closing), and everything it started dies with it."""
+    out = run_in_child({"mode": "linger"}, timeout_s=200, memory_limit_mib=4096, module=fake_module)
+    assert out.result is not None and out.result["verdict"] == "correct", out
+    assert not out.timed_out and out.wall_s < 100, out  # the worker itself would sleep 300 s
+    sleeper = Path(f"/proc/{out.result['sleeper']}/stat")
+    deadline = time.monotonic() + 60
+    while sleeper.exists() and sleeper.read_text().split()[2] != "Z" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not sleeper.exists() or sleeper.read_text().split()[2] == "Z"
 
 
 def test_abort_is_a_crash_of_the_child_only(fake_module: str) -> None:
