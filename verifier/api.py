@@ -635,7 +635,6 @@ def _run_stage(
         "reference_source": ref.text,
         "config": cfg,
     }
-    sent_at = time.time()
     child = run_child(
         job,
         timeout_s=config.timeout_s,
@@ -643,7 +642,6 @@ def _run_stage(
         max_output_bytes=config.max_output_bytes,
         cancel=cancel,
     )
-    back_at = time.time()
     run.lap("run")
     where = run.doc.location(run.doc.model_new.span) if run.doc.model_new else Location(run.doc.path, 1, 1)
     if child.timed_out or child.cancelled:
@@ -672,13 +670,7 @@ def _run_stage(
     res = dict(child.result)
     run.diags += [Diagnostic.from_dict(d) for d in res.pop("diagnostics", [])]
     walls = res.pop("stage_wall_s", {})
-    job_at, result_at = walls.pop("clock.job_at", None), walls.pop("clock.result_at", None)
     run.walls.update({f"run.{k}": v for k, v in walls.items()})
-    if isinstance(job_at, float) and isinstance(result_at, float):
-        # the judge's start (or a warm judge's hand-over) until it had the job, and its exit after
-        # the result (closing its runners): the parts of `run` outside the judge's phases
-        run.walls["run.judge_start"] = max(0.0, job_at - sent_at)
-        run.walls["run.judge_exit"] = max(0.0, back_at - result_at)
     verdict, stage = Verdict(res.pop("verdict")), Stage(res.pop("stage", Stage.LOAD.value))
     res["versions"] = {**run.versions, **res.get("versions", {})}
     base = run.result(verdict, stage=stage, compile_only=False)

@@ -112,6 +112,35 @@ def kill_group(pid: int) -> None:
         pass
 
 
+GROUP_GONE_BOUND_S = 30.0  # a killed group's exits (CUDA teardown included) take well under a second
+
+
+def group_members(pgid: int) -> list[int]:
+    """The processes of group `pgid` still running (zombies, already exited, are not counted)."""
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue  # gone meanwhile
+        if int(fields[2]) == pgid and fields[0] != b"Z":
+            found.append(int(entry.name))
+    return found
+
+
+def wait_group_gone(pgid: int, bound_s: float, poll_s: float = 0.01) -> bool:
+    """Wait until no process of group `pgid` is running (at most `bound_s`); True when none is."""
+    deadline = time.monotonic() + bound_s
+    while group_members(pgid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(poll_s)
+    return True
+
+
 def wait_or_kill(
     proc: subprocess.Popen[Any],
     timeout_s: float,
@@ -125,16 +154,21 @@ def wait_or_kill(
     at the cancel token and the clock it waits on the process itself (at most `poll_s`), so it is
     back as soon as the process ends: a build's many short steps pay no sleep each. `finished`,
     when given, says the process has delivered all it will (a judge's result pipe closed): its
-    group is killed then instead of waiting for its own exit (a judge's runners closing, their
-    CUDA contexts torn down: seconds nobody needs).
+    group is killed then instead of waiting for its own orderly exit (a judge closing its runners
+    one by one), and this returns once no member of the group is left running (a killed process's
+    CUDA context is gone by then, so the next job on that GPU does not share it with a teardown).
     """
     deadline = time.monotonic() + timeout_s
     cancelled = timed_out = False
     while proc.poll() is None:
         cancelled = cancel is not None and cancel.is_set()
         timed_out = not cancelled and time.monotonic() > deadline
-        if cancelled or timed_out or (finished is not None and finished()):
+        if cancelled or timed_out:
             kill_group(proc.pid)
+            break
+        if finished is not None and finished():
+            kill_group(proc.pid)
+            wait_group_gone(proc.pid, GROUP_GONE_BOUND_S)
             break
         try:
             proc.wait(timeout=max(0.0, min(poll_s, deadline - time.monotonic())))

@@ -376,61 +376,63 @@ def _repetition(
                     digests[link.role] += call_digests
     add_wall(st, "timing.rep_clocked", t0)
     t0 = time.perf_counter()
-    for role, bs in got_by.items():
-        samples.per_call[role] += bs
-        samples.requests[role] += [x for xs in bs for x in xs]
-    # 4. every digest of the candidate's batches, then two outputs in full, chosen now
-    for i, (digest, exp, bd) in enumerate(zip(digests["candidate"], expected, bounds, strict=True)):
-        verdict = witness.check(digest, exp, bd)
-        if not verdict.ok and verdict.index >= num_outputs:
-            return [
-                diag(
-                    "dynamic.input_mutated",
-                    f"Timed call {i + 1} of {total} in one repetition changed its input "
-                    f"{verdict.index - num_outputs} (its digest after the call differs from the input "
-                    "the judge sent): forward must leave its inputs as they are. Write results to a "
-                    "new tensor.",
+    try:  # the checks, whichever way they end
+        for role, bs in got_by.items():
+            samples.per_call[role] += bs
+            samples.requests[role] += [x for xs in bs for x in xs]
+        # 4. every digest of the candidate's batches, then two outputs in full, chosen now
+        for i, (digest, exp, bd) in enumerate(zip(digests["candidate"], expected, bounds, strict=True)):
+            verdict = witness.check(digest, exp, bd)
+            if not verdict.ok and verdict.index >= num_outputs:
+                return [
+                    diag(
+                        "dynamic.input_mutated",
+                        f"Timed call {i + 1} of {total} in one repetition changed its input "
+                        f"{verdict.index - num_outputs} (its digest after the call differs from the input "
+                        "the judge sent): forward must leave its inputs as they are. Write results to a "
+                        "new tensor.",
+                        Stage.TIMING,
+                        st.where,
+                    )
+                ]
+            if not verdict.ok:
+                return [
+                    diag(
+                        "correctness.timed_call_digest",
+                        f"Timed call {i + 1} of {total} in one repetition: the digest of output "
+                        f"{verdict.index} is {verdict.excess:.3g}x beyond what the tolerance allows "
+                        "when the reply arrived: the outputs were not complete (work deferred past "
+                        "the call, a skipped synchronisation, lazy or cached outputs) or not correct.",
+                        Stage.TIMING,
+                        st.where,
+                    )
+                ]
+        found: list[Diagnostic] = []
+        for i in _rng.sample(range(total), k=min(2, total)):
+            with torch.no_grad(), shared(st):
+                seal.toggle(sets[i], seals[i])  # the judge's own copy, unsealed to recompute the reference
+                want = model(*[x.clone() if isinstance(x, torch.Tensor) else x for x in sets[i]])
+                rep, blobs = ask(
+                    st,
+                    st.session.cand,
+                    {"op": "kept", "index": i},
                     Stage.TIMING,
-                    st.where,
+                    max_bytes=2 * tensor_bytes(want) + (1 << 20),
                 )
-            ]
-        if not verdict.ok:
-            return [
-                diag(
-                    "correctness.timed_call_digest",
-                    f"Timed call {i + 1} of {total} in one repetition: the digest of output "
-                    f"{verdict.index} is {verdict.excess:.3g}x beyond what the tolerance allows "
-                    "when the reply arrived: the outputs were not complete (work deferred past "
-                    "the call, a skipped synchronisation, lazy or cached outputs) or not correct.",
-                    Stage.TIMING,
-                    st.where,
-                )
-            ]
-    found: list[Diagnostic] = []
-    for i in _rng.sample(range(total), k=min(2, total)):
-        with torch.no_grad(), shared(st):
-            seal.toggle(sets[i], seals[i])  # the judge's own copy, unsealed to recompute the reference
-            want = model(*[x.clone() if isinstance(x, torch.Tensor) else x for x in sets[i]])
-            rep, blobs = ask(
-                st,
-                st.session.cand,
-                {"op": "kept", "index": i},
-                Stage.TIMING,
-                max_bytes=2 * tensor_bytes(want) + (1 << 20),
-            )
-            got = decode(st, rep, blobs)
-        cmp = compare_outputs(want, got, cfg.atol, cfg.rtol, precision=cfg.precision)
-        if not cmp.ok:
-            return [
-                diag(
-                    "correctness.timed_call_mismatch",
-                    f"Timed call {i + 1} (checked afterwards, chosen at random): {cmp.why}. The kernel "
-                    "must be correct on every call, not only while it is checked.",
-                    Stage.TIMING,
-                    st.where,
-                )
-            ]
-    add_wall(st, "timing.rep_check", t0)
+                got = decode(st, rep, blobs)
+            cmp = compare_outputs(want, got, cfg.atol, cfg.rtol, precision=cfg.precision)
+            if not cmp.ok:
+                return [
+                    diag(
+                        "correctness.timed_call_mismatch",
+                        f"Timed call {i + 1} (checked afterwards, chosen at random): {cmp.why}. The kernel "
+                        "must be correct on every call, not only while it is checked.",
+                        Stage.TIMING,
+                        st.where,
+                    )
+                ]
+    finally:
+        add_wall(st, "timing.rep_check", t0)
     if profile:
         t0 = time.perf_counter()
         found += profile_batch(st, list(range(min(2, total))), clock.flush_mib)

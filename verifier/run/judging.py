@@ -220,8 +220,14 @@ def crash_result(exc: BaseException, who: str = "") -> dict[str, Any]:
 
 
 def write_result(fd: int, result: dict[str, Any]) -> None:
-    """The outcome as JSON on the pipe the parent (run/sandbox.py, run/warm.py) reads; closes `fd`."""
+    """The outcome as JSON on the pipe the parent (run/sandbox.py, run/warm.py) reads; closes `fd`.
+    The parent ends this process's group once the pipe closes, so whatever would explain a failure
+    goes into the pipe: a result that is not JSON-serialisable is replaced by a crash record."""
     import os
 
+    try:
+        text = json.dumps(result)
+    except (TypeError, ValueError) as exc:
+        text = json.dumps(crash_result(exc, "judge: its result is not JSON: "))
     with os.fdopen(fd, "w") as f:
-        f.write(json.dumps(result))
+        f.write(text)

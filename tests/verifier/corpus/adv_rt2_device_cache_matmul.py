@@ -1,5 +1,5 @@
 # cudice: reference=references/matmul.py
-# corpus: kind=runtime verdict=not_correct max_speedup=0.5
+# corpus: kind=runtime verdict=not_correct max_speedup=1.5
 # runtime-device: gpu
 # exploit: weakness 2 - a content-keyed output cache in `__device__` arrays (no host static, no Python state): a hash kernel fingerprints A and B on the GPU, the matmul kernel copies the cached product when the fingerprint matches the last one and computes (and caches) it otherwise; every timed call on the same input values is a 1 MB copy, every output is right
 import torch

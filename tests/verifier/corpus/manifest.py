@@ -22,8 +22,10 @@ string equal to every verdict but `correct`, so a test comparing `result.verdict
 case.verdict` accepts any rejection; `Case.accepts` says the same without the operator.
 
 `max_speedup=x` (attacks whose mechanism only ever aimed at a forged speedup: a skipped
-synchronisation, a cache that fresh inputs never hit) also accepts `correct` with a counted
-speed-up below `x`: what such a kernel honestly is, once the attack gains nothing.
+synchronisation, a cache that fresh inputs never hit) also accepts `correct` when the attack
+gained nothing (`Case.gained_nothing`): a counted speed-up below `x` (set between the kernel's
+honest speed and what the attack would forge), a time flagged suspicious, or one too short for
+the clock (`timing.unresolved`, no speedup at all).
 
 Files under `references/` are KernelBench references, not candidates.
 

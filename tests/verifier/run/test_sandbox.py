@@ -84,11 +84,15 @@ def test_the_result_ends_the_wait_and_the_child_s_group_dies(fake_module: str) -
     out = run_in_child({"mode": "linger"}, timeout_s=200, memory_limit_mib=4096, module=fake_module)
     assert out.result is not None and out.result["verdict"] == "correct", out
     assert not out.timed_out and out.wall_s < 100, out  # the worker itself would sleep 300 s
-    sleeper = Path(f"/proc/{out.result['sleeper']}/stat")
-    deadline = time.monotonic() + 60
-    while sleeper.exists() and sleeper.read_text().split()[2] != "Z" and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not sleeper.exists() or sleeper.read_text().split()[2] == "Z"
+    # and nothing of its group runs any more when the call returns (a judge's runners' CUDA teardown
+    # is over before the next job starts)
+    pid = out.result["sleeper"]
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return  # gone and reaped
+    assert state == "Z" or not cmdline.startswith(b"sleep"), (state, cmdline)  # a zombie, or a reused pid
 
 
 def test_abort_is_a_crash_of_the_child_only(fake_module: str) -> None:
@@ -122,3 +126,39 @@ def test_output_is_capped(fake_module: str) -> None:
 def test_memory_limit_stops_a_big_allocation(fake_module: str) -> None:
     out = run_in_child({"mode": "memory"}, timeout_s=60, memory_limit_mib=1024, module=fake_module)
     assert out.result is None and out.returncode != 0 and "MemoryError" in out.stderr_tail
+
+
+def test_a_killed_group_is_waited_for_until_none_of_it_runs() -> None:
+    import subprocess
+
+    from cudice.verifier.process import group_members, kill_group, wait_group_gone
+
+    # a leader and two children of its own group, one of them ignoring SIGTERM (SIGKILL still ends it)
+    proc = subprocess.Popen(
+        ["bash", "-c", "trap '' TERM; sleep 300 & sleep 300 & echo up; wait"],
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == b"up\n"
+        assert len(group_members(proc.pid)) >= 3  # bash and its two sleeps
+        assert not wait_group_gone(proc.pid, 0.2)  # nothing killed yet: the bound ends the wait
+        kill_group(proc.pid)
+        assert wait_group_gone(proc.pid, 60)
+        assert group_members(proc.pid) == []  # the leader may be a zombie until reaped: not counted
+    finally:
+        kill_group(proc.pid)
+        proc.wait()
+
+
+def test_a_result_that_is_not_json_arrives_as_a_crash_that_says_why() -> None:
+    import json
+
+    from cudice.verifier.run.judging import write_result
+
+    read_fd, write_fd = os.pipe()
+    write_result(write_fd, {"verdict": "correct", "stage_wall_s": {"x": object()}})
+    with os.fdopen(read_fd, "rb") as f:
+        got = json.loads(f.read())
+    assert got["verdict"] == "crash" and "not JSON" in got["diagnostics"][0]["message"], got
+    assert "TypeError" in got["error"]
