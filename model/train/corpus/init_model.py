@@ -56,6 +56,41 @@ SMOKE_DIMS: dict[str, Any] = {
     "max_position_embeddings": 4096,
     "tie_word_embeddings": True,
 }
+PACKAGE_WEIGHTS_MIB = 60.0  # the bundled bf16 weights' share of the package's 64 MiB (tokenizer, code)
+
+
+def shape_overrides(text: str, base: dict[str, Any]) -> dict[str, Any]:
+    """`base` with `KEY=INT,...` applied (keys of `base` with integer values; e.g.
+    `hidden_size=448,num_hidden_layers=12`). Raises ValueError saying what is wrong: an unknown or
+    non-integer key, a value that is not a positive integer, query heads not a multiple of the KV
+    heads, or bf16 weights over `PACKAGE_WEIGHTS_MIB`."""
+    dims = dict(base)
+    for item in (part.strip() for part in text.split(",") if part.strip()):
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or key not in base or isinstance(base[key], bool) or not isinstance(base[key], int):
+            known = ", ".join(k for k, v in base.items() if isinstance(v, int) and not isinstance(v, bool))
+            raise ValueError(f"{item!r} is not KEY=INT with KEY one of: {known}")
+        try:
+            dims[key] = int(value)
+        except ValueError:
+            raise ValueError(f"{key}={value!r}: the value must be an integer") from None
+        if dims[key] <= 0:
+            raise ValueError(f"{key}={dims[key]}: the value must be positive")
+    if dims["num_attention_heads"] % dims["num_key_value_heads"]:
+        raise ValueError(
+            f"num_attention_heads={dims['num_attention_heads']} is not a multiple of "
+            f"num_key_value_heads={dims['num_key_value_heads']} (grouped-query attention needs it)"
+        )
+    mib = num_parameters(dims) * 2 / 2**20
+    if mib > PACKAGE_WEIGHTS_MIB:
+        raise ValueError(
+            f"{num_parameters(dims) / 1e6:.1f}M parameters are {mib:.1f} MiB in bf16, over the "
+            f"{PACKAGE_WEIGHTS_MIB:g} MiB the package leaves the bundled weights: make it smaller"
+        )
+    return dims
+
+
 SNAKE_CASE = r"[A-Za-z][A-Za-z0-9]*(?:_[A-Za-z0-9]+)+"
 TOKENIZER_SAMPLE_PAIRS = 3000  # pairs the BPE is trained on (all pairs share their fixed prompt text)
 

@@ -413,6 +413,12 @@ def evaluate(
     "families, unmodified, or a hidden set): each answered end to end; verified with the others when "
     "--eval-per-family is set (kind 'external').",
 )  # fmt: skip
+@click.option(
+    "--dims", default="", metavar="KEY=INT,...",
+    help="A new model's shape, changed from the demo's (init_model.DEMO_DIMS), e.g. "
+    "hidden_size=448,num_hidden_layers=12; refused with --start (the checkpoint has its shape) and "
+    "when its bf16 weights would not fit the package.",
+)  # fmt: skip
 @click.option("--no-train", is_flag=True, help="Only score (and verify) the --start checkpoint.")
 @click.option("--smoke", is_flag=True, help="Toy model, seconds of training (CPU test of the driver).")
 def main(
@@ -432,13 +438,20 @@ def main(
     infill_per_family: int,
     scaffolds: Path,
     external: Path | None,
+    dims: str,
     no_train: bool,
     smoke: bool,
 ) -> None:
     from cudice.model.train.corpus.fit import FitConfig, fit
     from cudice.model.train.corpus.heldout import generate_infill, summarise
-    from cudice.model.train.corpus.init_model import DEMO_DIMS, SMOKE_DIMS, init_checkpoint
+    from cudice.model.train.corpus.init_model import DEMO_DIMS, SMOKE_DIMS, init_checkpoint, shape_overrides
 
+    if dims and start is not None:
+        raise click.UsageError(f"--dims {dims} with --start {start}: a checkpoint keeps its own shape.")
+    try:
+        shape = shape_overrides(dims, SMOKE_DIMS if smoke else DEMO_DIMS)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--dims") from None
     if start is not None and start.resolve().is_relative_to(work.resolve()):
         raise click.UsageError(
             f"--start {start} lies inside --work {work}, which this run clears first: copy the checkpoint "
@@ -461,9 +474,7 @@ def main(
             tar.extractall(init, filter="data")
         clock.say(f"resuming from {start}")
     else:
-        info = init_checkpoint(
-            init, corpus / "sft.jsonl", SMOKE_DIMS if smoke else DEMO_DIMS, tokenizer_dir=tokenizer
-        )
+        info = init_checkpoint(init, corpus / "sft.jsonl", shape, tokenizer_dir=tokenizer)
         clock.say(f"init: {json.dumps(info)}")
     # 2. template verification in the background (CPU compiles, short GPU runs)
     checker = subprocess.Popen(

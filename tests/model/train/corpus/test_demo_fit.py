@@ -309,3 +309,61 @@ def test_no_train_scores_a_checkpoint_folder_given_as_start(tiny_sdar_dir: Path,
         scored["training"]["scored"] == str(tiny_sdar_dir)
         and scored["new"]["summary"]["all"]["n"] == scored["num_heldout"] == 2
     )
+
+
+def test_a_new_model_s_shape_is_changed_only_where_asked_and_must_fit_the_package() -> None:
+    from cudice.model.train.corpus.init_model import DEMO_DIMS, num_parameters, shape_overrides
+
+    assert shape_overrides("", DEMO_DIMS) == DEMO_DIMS
+    wider = shape_overrides(" hidden_size=448, num_hidden_layers=12 ,intermediate_size=1344", DEMO_DIMS)
+    assert {k: v for k, v in wider.items() if DEMO_DIMS[k] != v} == {
+        "hidden_size": 448,
+        "num_hidden_layers": 12,
+        "intermediate_size": 1344,
+    }
+    assert 30e6 < num_parameters(wider) and num_parameters(wider) * 2 / 2**20 < 60
+    for bad, said in [
+        ("hidden=448", "not KEY=INT"),
+        ("rope_theta=3", "not KEY=INT"),  # a float setting
+        ("tie_word_embeddings=1", "not KEY=INT"),  # a flag
+        ("hidden_size", "not KEY=INT"),
+        ("hidden_size=4.5", "must be an integer"),
+        ("num_hidden_layers=0", "must be positive"),
+        ("num_key_value_heads=4", "not a multiple"),
+        ("num_hidden_layers=40", "MiB in bf16"),
+    ]:
+        with pytest.raises(ValueError, match=said):
+            shape_overrides(bad, DEMO_DIMS)
+
+
+def test_a_changed_shape_is_the_initial_checkpoint_s_shape(tiny_sdar_dir: Path, tmp_path: Path) -> None:
+    from cudice.model.train.corpus.init_model import (
+        SMOKE_DIMS,
+        init_checkpoint,
+        num_parameters,
+        shape_overrides,
+    )
+
+    (tmp_path / "sft.jsonl").write_text("")
+    dims = shape_overrides("hidden_size=96,num_hidden_layers=3", SMOKE_DIMS)
+    info = init_checkpoint(tmp_path / "init", tmp_path / "sft.jsonl", dims, tokenizer_dir=tiny_sdar_dir)
+    assert info["num_parameters"] == num_parameters({**dims, "vocab_size": info["vocab_size"]})
+    import json
+
+    config = json.loads((tmp_path / "init" / "config.json").read_text())
+    assert config["hidden_size"] == 96 and config["num_hidden_layers"] == 3
+
+
+def test_a_shape_is_refused_before_anything_is_cleared(tiny_sdar_dir: Path, tmp_path: Path) -> None:
+    from click.testing import CliRunner
+    from cudice.model.train.corpus.recipe_fit import main
+
+    work = tmp_path / "work"
+    (work / "keep").mkdir(parents=True)
+    base = ["--work", str(work), "--out", str(tmp_path / "out"), "--corpus-tar", str(tmp_path / "c.tar.gz"),
+            "--tokenizer", str(tiny_sdar_dir)]  # fmt: skip
+    bad = CliRunner().invoke(main, [*base, "--dims", "num_hidden_layers=400"])
+    assert bad.exit_code == 2 and "--dims" in bad.output and "MiB in bf16" in bad.output, bad.output
+    both = CliRunner().invoke(main, [*base, "--dims", "hidden_size=448", "--start", str(tiny_sdar_dir)])
+    assert both.exit_code == 2 and "keeps its own shape" in both.output, both.output
+    assert (work / "keep").is_dir()  # the work folder was not cleared
