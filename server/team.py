@@ -61,15 +61,13 @@ from typing import TYPE_CHECKING, Any
 
 from cudice.server.shared import Team, WorkLimit
 from cudice.server.transport.rpc_reader import read_messages
-from cudice.server.transport.tcp import release_in_background
+from cudice.server.transport.tcp import RELEASE_TIMEOUT_S, release_in_background
 
 if TYPE_CHECKING:
     from cudice.server.core import CudiceServer
     from cudice.server.workers.model import LoadRequest
 
 log = logging.getLogger(__name__)
-
-RELEASE_TIMEOUT_S = 10.0  # bound on closing a vanished client's workers
 
 
 def claim_work(ls: CudiceServer, kind: str, uri: str) -> str | None:
