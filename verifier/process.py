@@ -117,18 +117,7 @@ GROUP_GONE_BOUND_S = 30.0  # a killed group's exits (CUDA teardown included) tak
 
 def group_members(pgid: int) -> list[int]:
     """The processes of group `pgid` still running (zombies, already exited, are not counted)."""
-    found = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat", "rb") as f:
-                fields = f.read().rsplit(b")", 1)[1].split()
-        except OSError:
-            continue  # gone meanwhile
-        if int(fields[2]) == pgid and fields[0] != b"Z":
-            found.append(int(entry.name))
-    return found
+    return [pid for pid, fields in _stats() if int(fields[2]) == pgid and fields[0] != b"Z"]
 
 
 def wait_group_gone(pgid: int, bound_s: float, poll_s: float = 0.01) -> bool:

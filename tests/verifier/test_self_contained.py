@@ -196,7 +196,6 @@ def test_self_contained_candidate_with_a_tmp_cache_is_correct() -> None:
         assert r.stage_wall_s["run.judge_warm_up"] > 0 and outside + inside <= r.stage_wall_s["run"], (
             r.stage_wall_s
         )
-        print({k: round(v, 3) for k, v in r.stage_wall_s.items() if "_ms" not in k})
     finally:
         subprocess.run(["rm", "-rf", str(folder), str(cache)], check=False)
 

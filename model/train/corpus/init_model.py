@@ -82,10 +82,11 @@ def shape_overrides(text: str, base: dict[str, Any]) -> dict[str, Any]:
             f"num_attention_heads={dims['num_attention_heads']} is not a multiple of "
             f"num_key_value_heads={dims['num_key_value_heads']} (grouped-query attention needs it)"
         )
-    mib = num_parameters(dims) * 2 / 2**20
+    count = num_parameters(dims)
+    mib = count * 2 / 2**20
     if mib > PACKAGE_WEIGHTS_MIB:
         raise ValueError(
-            f"{num_parameters(dims) / 1e6:.1f}M parameters are {mib:.1f} MiB in bf16, over the "
+            f"{count / 1e6:.1f}M parameters are {mib:.1f} MiB in bf16, over the "
             f"{PACKAGE_WEIGHTS_MIB:g} MiB the package leaves the bundled weights: make it smaller"
         )
     return dims

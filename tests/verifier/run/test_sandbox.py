@@ -86,13 +86,15 @@ def test_the_result_ends_the_wait_and_the_child_s_group_dies(fake_module: str) -
     assert not out.timed_out and out.wall_s < 100, out  # the worker itself would sleep 300 s
     # and nothing of its group runs any more when the call returns (a judge's runners' CUDA teardown
     # is over before the next job starts)
+    from cudice.verifier.process import process_state
+
     pid = out.result["sleeper"]
+    state = process_state(pid)
     try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
-        return  # gone and reaped
-    assert state == "Z" or not cmdline.startswith(b"sleep"), (state, cmdline)  # a zombie, or a reused pid
+        cmdline = b""  # gone and reaped meanwhile
+    assert state in "ZX" or not cmdline.startswith(b"sleep"), (state, cmdline)  # gone, or a reused pid
 
 
 def test_abort_is_a_crash_of_the_child_only(fake_module: str) -> None:
