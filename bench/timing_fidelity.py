@@ -104,7 +104,7 @@ def bench_files(out: Path, only: set[str] | None, quick: bool) -> list[Path]:
 
 
 HARNESS = r"""
-import json, statistics, sys, torch
+import gc, json, statistics, sys, torch
 from pathlib import Path
 from cudice.verifier.build.compile import build_module
 from cudice.verifier.config import VerifyConfig
@@ -112,33 +112,13 @@ from cudice.verifier.source.document import read_document
 from cudice.verifier.build.generated import from_values
 from cudice.verifier.run.judging import install_load_inline, load_extension
 
-path, cache = sys.argv[1], sys.argv[2]
+cache = sys.argv[1]
 config = VerifyConfig(cache_dir=Path(cache))
-doc = read_document(Path(path))
-
-def build(name, cpp, cuda, functions):
-    texts = lambda v: [v] if isinstance(v, str) else list(v or [])
-    module = from_values(name, texts(cpp), texts(cuda) or None, functions, doc)
-    for cfg in (config, config.with_(cabi_binding=False)):
-        result = build_module(module, path, cfg, link=True)
-        try:
-            return load_extension(name, str(result.library))
-        except ImportError:
-            continue
-    raise RuntimeError("could not load " + name)
-
-install_load_inline(build)
 torch.backends.cuda.matmul.allow_tf32 = False
 torch.backends.cudnn.allow_tf32 = False
-ns = {"__name__": "bench_candidate"}
-exec(compile(Path(path).read_text(), path, "exec"), ns)
-torch.manual_seed(0)
-inputs = [x.cuda() if isinstance(x, torch.Tensor) else x for x in ns["get_inputs"]()]
-ref = ns["Model"](*ns["get_init_inputs"]()).cuda().eval()
-new = ns["ModelNew"](*ns["get_init_inputs"]()).cuda().eval()
 flush = torch.empty(256 * 1024 * 1024 // 4, dtype=torch.int32, device="cuda")
 
-def time_ms(fn, cold):
+def time_ms(fn, inputs, cold):
     with torch.no_grad():
         for _ in range(5):
             fn(*inputs)
@@ -155,22 +135,58 @@ def time_ms(fn, cold):
             out.append(s.elapsed_time(e))
         return statistics.median(out)
 
-res = {}
-for policy, cold in (("warm", False), ("cold", True)):
-    r, c = time_ms(ref, cold), time_ms(new, cold)
-    res[policy] = {"ref_ms": r, "cand_ms": c, "speedup": r / c}
-print("HARNESS " + json.dumps(res))
+for path in sys.argv[2:]:  # one file after another, each alone on the GPU
+    doc = read_document(Path(path))
+
+    def build(name, cpp, cuda, functions, doc=doc, path=path):
+        texts = lambda v: [v] if isinstance(v, str) else list(v or [])
+        module = from_values(name, texts(cpp), texts(cuda) or None, functions, doc)
+        for cfg in (config, config.with_(cabi_binding=False)):
+            result = build_module(module, path, cfg, link=True)
+            try:
+                return load_extension(name, str(result.library))
+            except ImportError:
+                continue
+        raise RuntimeError("could not load " + name)
+
+    try:
+        install_load_inline(build)
+        ns = {"__name__": "bench_candidate"}
+        exec(compile(Path(path).read_text(), path, "exec"), ns)
+        torch.manual_seed(0)
+        inputs = [x.cuda() if isinstance(x, torch.Tensor) else x for x in ns["get_inputs"]()]
+        ref = ns["Model"](*ns["get_init_inputs"]()).cuda().eval()
+        new = ns["ModelNew"](*ns["get_init_inputs"]()).cuda().eval()
+        res = {}
+        for policy, cold in (("warm", False), ("cold", True)):
+            r, c = time_ms(ref, inputs, cold), time_ms(new, inputs, cold)
+            res[policy] = {"ref_ms": r, "cand_ms": c, "speedup": r / c}
+    except Exception as exc:
+        res = {"error": repr(exc)[-300:]}
+    print("HARNESS " + json.dumps([path, res]), flush=True)
+    ns = inputs = ref = new = None
+    gc.collect()
+    torch.cuda.empty_cache()
 """
 
 
-def harness(path: Path, cache: Path) -> dict[str, dict[str, float]]:
+def harness(paths: list[Path], cache: Path) -> dict[str, dict[str, dict[str, float]]]:
+    """The in-process CUDA-event harness on each file, one after another in one process (one
+    torch import and CUDA context for the whole set); {file stem: result or {"error": ...}}."""
     proc = subprocess.run(
-        [sys.executable, "-c", HARNESS, str(path), str(cache)], capture_output=True, text=True, timeout=600
+        [sys.executable, "-c", HARNESS, str(cache), *map(str, paths)],
+        capture_output=True,
+        text=True,
+        timeout=120 + 60 * len(paths),
     )
+    got: dict[str, dict[str, dict[str, float]]] = {}
     for line in proc.stdout.splitlines():
         if line.startswith("HARNESS "):
-            return dict(json.loads(line[8:]))
-    raise RuntimeError(f"harness failed on {path.name}: {proc.stderr[-2000:]}")
+            path, res = json.loads(line[8:])
+            got[Path(path).stem] = res
+    for p in paths:
+        got.setdefault(p.stem, {"error": f"harness process ended first: {proc.stderr[-300:]}"})  # type: ignore[dict-item]
+    return got
 
 
 def verify(path: Path, config: object) -> dict[str, object]:
@@ -239,12 +255,9 @@ def main() -> int:
         ):
             print(f"build {f.stem}: {r['verdict']} {r['wall_s']:.1f}s", flush=True)
     print(f"builds: {time.perf_counter() - t0:.0f} s", flush=True)
-    for f in files:  # 2. the in-process CUDA-event harness, alone
-        try:
-            rows[f.stem]["harness"] = harness(f, cache)
-        except Exception as exc:
-            rows[f.stem]["harness"] = {"error": str(exc)[-300:]}  # type: ignore[dict-item]
-        print(f"harness {f.stem}: {rows[f.stem]['harness']}", flush=True)
+    for stem, res in harness(files, cache).items():  # 2. the in-process CUDA-event harness, alone
+        rows[stem]["harness"] = res
+        print(f"harness {stem}: {res}", flush=True)
     passes = set(args.passes.split(","))
     for key in [k for k in ("alone", "alone2") if k in passes]:  # 3. cudice, one at a time, twice
         for f in files:
@@ -262,12 +275,9 @@ def main() -> int:
                 flush=True,
             )
     if passes & {"alone", "alone2"}:  # 3b. the harness again: for ~20 us kernels it moves between runs
-        for f in files:
-            try:
-                rows[f.stem]["harness_after"] = harness(f, cache)
-            except Exception as exc:
-                rows[f.stem]["harness_after"] = {"error": str(exc)[-300:]}  # type: ignore[dict-item]
-            print(f"harness_after {f.stem}: {rows[f.stem]['harness_after']}", flush=True)
+        for stem, res in harness(files, cache).items():
+            rows[stem]["harness_after"] = res
+            print(f"harness_after {stem}: {res}", flush=True)
     t0 = time.perf_counter()
     with ThreadPoolExecutor(args.concurrency) as pool:  # 4. twelve at once
         together = files if "x12" in passes else []
