@@ -145,9 +145,30 @@ def _run(get_inputs: Callable[[], Any], seed: int, dist: str, default_device: st
     cuda = list(range(torch.cuda.device_count())) if is_initialized else []
     with _LOCK, torch.random.fork_rng(devices=cuda):
         torch.manual_seed(seed % 2**63)  # draws no factory below makes: seeded, the caller's state restored
-        where = torch.device(default_device) if default_device else contextlib.nullcontext()
+        where = _default_device(default_device) if default_device else contextlib.nullcontext()
         with _patched(_Draws(seed, dist), get_inputs), where:
             return list(get_inputs())
+
+
+def _default_device(device: str) -> Any:
+    """`torch.device(device)`, to enter as the factories' default device, with torch's own factory
+    set made sure of first.
+
+    torch's default-device mode recognises factories by a set it builds once, at its first use,
+    from torch's attributes (`torch.utils._device._device_constructors`, cached). Built while the
+    replacements of `_patched` are installed, it holds those instead of torch's functions: from
+    then on no factory in the process gets the default device, every draw on the device raises
+    inside `get_inputs()` and falls back to the CPU, silently (seconds per large input). So the set
+    is checked, and rebuilt, here, before the replacements go in."""
+    import torch
+
+    with contextlib.suppress(Exception):  # a private helper of torch's; without it draws are slower only
+        from torch.utils._device import _device_constructors
+
+        if torch.randn not in _device_constructors():
+            _device_constructors.cache_clear()
+            _device_constructors()
+    return torch.device(device)
 
 
 def _where(get_inputs: Callable[[], Any]) -> str:

@@ -311,6 +311,28 @@ def test_drawing_on_the_device_is_seeded_and_keeps_the_structure() -> None:
     a, b = (make_inputs(get_inputs, 5, "as_given", "cuda", draw_on_device=True) for _ in range(2))
     assert a[0].is_cuda and a[1].is_cuda and a[2] == 3
     assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) and torch.equal(a[0], a[0].tril())
+    # drawn on the device indeed (a CPU draw, the silent fallback, gives other values), except the
+    # tensor get_inputs() asked for on the CPU
+    on_cpu = make_inputs(get_inputs, 5, "as_given", "cpu")
+    assert not torch.equal(a[0].cpu(), on_cpu[0]) and torch.equal(a[1].cpu(), on_cpu[1])
+
+
+def test_the_first_draw_on_a_device_leaves_torchs_default_device_working() -> None:
+    """torch's default-device mode builds its set of factories once, at its first use: built while
+    make_inputs' replacements were installed, no factory in the process would get the default
+    device afterwards (every draw on the GPU silently fell back to the CPU). A fresh interpreter,
+    whose first default-device use is make_inputs', must still draw on the default device after."""
+    script = textwrap.dedent(
+        """
+        import torch
+        from cudice.verifier.run.inputs import make_inputs
+        make_inputs(lambda: [torch.randn(16)], 3, "as_given", "meta", draw_on_device=True)
+        with torch.device("meta"):
+            print("DEVICE", torch.randn(2).device.type, torch.rand(2).device.type)
+        """
+    )
+    got = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert "DEVICE meta meta" in got.stdout, got.stdout + got.stderr[-2000:]
 
 
 def test_a_get_inputs_that_cannot_draw_on_the_device_is_drawn_on_the_cpu() -> None:
