@@ -621,7 +621,56 @@ def run_stage(doc: Document, ref: Document, config: VerifyConfig, run_child: Run
     return _run_stage(_Run(doc, config, None), ref, config, None, run_child)
 
 
+# what a run that ran out of GPU memory says (torch's OutOfMemoryError, the CUDA runtime's and the
+# driver's own names for it), in a diagnostic or in its error text
+_OUT_OF_GPU_MEMORY = (
+    "outofmemoryerror",
+    "cuda out of memory",
+    "cudaerrormemoryallocation",
+    "cuda_error_out_of_memory",
+)
+
+
+def _ran_out_of_gpu_memory(result: VerifyResult) -> bool:
+    """Whether a run failed (`crash` or `runtime_error`) with the GPU's memory exhausted."""
+    if result.verdict not in (Verdict.CRASH, Verdict.RUNTIME_ERROR):
+        return False
+    texts = [d.message for d in result.diagnostics] + [result.error or ""]
+    return any(m in t.lower() for t in texts for m in _OUT_OF_GPU_MEMORY)
+
+
 def _run_stage(
+    run: _Run, ref: Document, config: VerifyConfig, cancel: CancelToken | None, run_child: RunChild
+) -> VerifyResult:
+    """The run stage; once more, alone on the GPU, where it ran out of GPU memory beside others.
+
+    Verifications share a GPU (correctness runs overlap, `cudice eval` and the RL reward run
+    twelve at once), and their memory together can exceed the GPU's: a kernel that fits alone would
+    then fail for what others hold. So a `crash` or `runtime_error` that names an out-of-memory
+    error is not a verdict yet: the run is repeated once with the GPU's lease held exclusively for
+    the whole run (`VerifyConfig.run_alone`), and that run's verdict stands, with an information
+    diagnostic that says so. A kernel that runs out of memory alone is rejected as before."""
+    before = len(run.diags)
+    result = _run_once(run, ref, config, cancel, run_child)
+    if config.run_alone or not _ran_out_of_gpu_memory(result) or (cancel is not None and cancel.is_set()):
+        return result
+    first = next((d.message for d in run.diags[before:] if d.severity is Severity.ERROR), result.error or "")
+    del run.diags[before:]
+    run.walls["run.shared_attempt"] = run.walls.pop("run", 0.0)
+    run.diags.append(
+        Diagnostic(
+            Severity.INFORMATION,
+            f"The run ran out of GPU memory while other verifications shared the GPU ({first[:300]}); "
+            "it was run again alone on the GPU, and this verdict is that run's.",
+            "runtime.retried_alone",
+            Stage.LOAD,
+            run.doc.location(run.doc.model_new.span) if run.doc.model_new else Location(run.doc.path, 1, 1),
+        )
+    )
+    return _run_once(run, ref, config.with_(run_alone=True), cancel, run_child)
+
+
+def _run_once(
     run: _Run, ref: Document, config: VerifyConfig, cancel: CancelToken | None, run_child: RunChild
 ) -> VerifyResult:
     run.stage = Stage.LOAD

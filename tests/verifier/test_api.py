@@ -620,3 +620,98 @@ def test_the_reference_may_be_given_as_text(
     }
     assert not_a_reference.verdict is Verdict.COMPILED  # still compiled; nothing to compare with
     assert not cand.parent.exists()
+
+
+def _oom_judged(outcomes: list[dict[str, object]], jobs: list[dict[str, object]]) -> Callable[..., object]:
+    from cudice.verifier.run.sandbox import ChildOutcome
+
+    def judged(job: dict[str, object], **kw: object) -> ChildOutcome:
+        jobs.append(job)
+        return ChildOutcome(outcomes[len(jobs) - 1], 0, "", "", 0.1)
+
+    return judged
+
+
+_RUNNER_OOM = {
+    "verdict": "runtime_error",
+    "stage": "correctness",
+    "diagnostics": [
+        {
+            "severity": "error",
+            "message": "the runner could not serve 'call': OutOfMemoryError: CUDA out of memory. "
+            "Tried to allocate 4.00 GiB.",
+            "code": "runtime.exception",
+            "stage": "correctness",
+        }
+    ],
+}
+_JUDGE_OOM = {
+    "verdict": "crash",
+    "stage": "load",
+    "diagnostics": [
+        {
+            "severity": "error",
+            "message": "judge: OutOfMemoryError: CUDA out of memory.",
+            "code": "runtime.worker_error",
+            "stage": "load",
+        }
+    ],
+}
+_CORRECT = {"verdict": "correct", "stage": "timing", "diagnostics": [], "speedup": 1.5}
+
+
+@pytest.mark.parametrize("first", [_RUNNER_OOM, _JUDGE_OOM])
+def test_a_run_that_ran_out_of_gpu_memory_beside_others_is_run_again_alone(
+    tmp_path: Path, examples_dir: Path, monkeypatch: pytest.MonkeyPatch, first: dict[str, object]
+) -> None:
+    """Twelve verifications at once can exhaust a GPU's memory together: a kernel that fits alone
+    then fails for what the others hold. Such a failure (the runner's or the judge's) is no verdict:
+    the run is repeated once holding the GPU alone (`run_alone`), and that run's verdict stands,
+    with an information diagnostic that says so; the first failure's error is gone."""
+    for name in ("relu.py", "relu_cuda.py"):
+        (tmp_path / name).write_text((examples_dir / name).read_text())
+    monkeypatch.setattr(api, "build_module", _clean_build(tmp_path))
+    jobs: list[dict[str, object]] = []
+    config = VerifyConfig(cache_dir=tmp_path / "cache")
+    run_child = _oom_judged([first, _CORRECT], jobs)
+    result = api.verify(tmp_path / "relu_cuda.py", config=config, gpu=True, run_child=run_child)
+    assert result.verdict is Verdict.CORRECT and result.speedup == 1.5
+    assert [job["config"]["run_alone"] for job in jobs] == [False, True]  # type: ignore[index]
+    (note,) = [d for d in result.diagnostics if d.code == "runtime.retried_alone"]
+    assert note.severity is Severity.INFORMATION and "out of memory" in note.message.lower()
+    assert not [d for d in result.diagnostics if d.severity is Severity.ERROR]
+    assert "run.shared_attempt" in result.stage_wall_s
+
+
+@pytest.mark.parametrize(
+    ("outcomes", "runs"),
+    [
+        ([_RUNNER_OOM, _RUNNER_OOM], 2),  # out of memory alone too: the kernel's verdict, once retried
+        ([{**_RUNNER_OOM, "verdict": "incorrect"}], 1),  # a wrong kernel whose text names OOM
+        (
+            [{**_RUNNER_OOM, "diagnostics": [{**_RUNNER_OOM["diagnostics"][0], "message": "IndexError: 3"}]}],  # type: ignore[index]
+            1,
+        ),
+    ],
+)
+def test_a_run_is_repeated_alone_only_for_memory_and_only_once(
+    tmp_path: Path,
+    examples_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    outcomes: list[dict[str, object]],
+    runs: int,
+) -> None:
+    """Only an out-of-memory `crash` or `runtime_error` is repeated, and only once: a kernel that
+    runs out of memory alone keeps its verdict; another error, or a wrong kernel, is not repeated."""
+    for name in ("relu.py", "relu_cuda.py"):
+        (tmp_path / name).write_text((examples_dir / name).read_text())
+    monkeypatch.setattr(api, "build_module", _clean_build(tmp_path))
+    jobs: list[dict[str, object]] = []
+    config = VerifyConfig(cache_dir=tmp_path / "cache")
+    result = api.verify(
+        tmp_path / "relu_cuda.py", config=config, gpu=True, run_child=_oom_judged(outcomes, jobs)
+    )
+    assert len(jobs) == runs
+    assert result.verdict.value == outcomes[-1]["verdict"]
+    assert [d for d in result.diagnostics if d.severity is Severity.ERROR]
+    assert bool([d for d in result.diagnostics if d.code == "runtime.retried_alone"]) == (runs == 2)

@@ -48,8 +48,8 @@ from pathlib import Path
 from typing import Any
 
 from cudice.verifier.run.judge_correctness import correctness
-from cudice.verifier.run.judge_load import load_runners, reference
-from cudice.verifier.run.judge_state import JudgeState, Session, new_state
+from cudice.verifier.run.judge_load import Reference, load_runners, reference
+from cudice.verifier.run.judge_state import JudgeState, Session, alone, new_state
 from cudice.verifier.run.judge_timing import (
     bias_too_large,
     estimates_disagree,
@@ -90,6 +90,12 @@ def _run(st: JudgeState, *, timed: bool) -> None:
     t = time.perf_counter()
     ref = reference(st)
     st.walls["init"] = time.perf_counter() - t
+    with alone(st) if st.config.run_alone else contextlib.nullcontext():
+        _phases(st, ref, timed=timed)
+
+
+def _phases(st: JudgeState, ref: Reference, *, timed: bool) -> None:
+    """Phases 2 to 4, after the reference."""
     # 2. the runners load their models after the same seed (same parameters as the reference)
     t = time.perf_counter()
     load_runners(st, ref.init, ref.seed, timed=timed)

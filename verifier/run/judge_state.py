@@ -100,6 +100,7 @@ class JudgeState:
     lenient: bool
     lease: GpuLease | None = None
     lease_depth: int = 0  # shared holds nest; an exclusive hold makes them no-ops
+    alone: bool = False  # the rest of the run holds the lease exclusively (`alone`)
     ref_call_s: float = 0.0  # the reference's time per call, measured by the judge in correctness
     profiled_candidate: int = 0  # profiler sessions the candidate's runner ran for the judge
     profiled_reference: int = 0
@@ -176,12 +177,30 @@ def shared(st: JudgeState) -> Iterator[None]:
 @contextlib.contextmanager
 def exclusive(st: JudgeState) -> Iterator[None]:
     """Hold the GPU's lease alone: nothing else of cudice's runs on this GPU meanwhile."""
+    if st.alone:  # held exclusively for the whole run already
+        yield
+        return
     assert st.lease_depth == 0, "an exclusive hold cannot nest in a shared one"
     with st.lease.exclusive() if st.lease is not None else contextlib.nullcontext():
         st.lease_depth += 1  # shared holds inside are no-ops
         try:
             yield
         finally:
+            st.lease_depth -= 1
+
+
+@contextlib.contextmanager
+def alone(st: JudgeState) -> Iterator[None]:
+    """Hold the GPU's lease exclusively for the block (`VerifyConfig.run_alone`): no other
+    verification's work on this GPU meanwhile; every shared or exclusive hold inside is a no-op."""
+    assert st.lease_depth == 0 and not st.alone, "the whole-run hold is taken once, outside any other"
+    with st.lease.exclusive() if st.lease is not None else contextlib.nullcontext():
+        st.lease_depth += 1
+        st.alone = True
+        try:
+            yield
+        finally:
+            st.alone = False
             st.lease_depth -= 1
 
 

@@ -170,6 +170,27 @@ def test_a_timing_excludes_other_processes_and_shared_holds_overlap(tmp_path: Pa
         pass
 
 
+def test_a_run_alone_holds_the_gpu_for_its_whole_length(tmp_path: Path) -> None:
+    """`VerifyConfig.run_alone` (the retry of a run that ran out of GPU memory beside others): the
+    judge holds its GPU's lease exclusively from the runners' load to the verdict, so no other
+    verification's shared or exclusive hold gets in meanwhile; its own holds inside are no-ops
+    (neither waiting on itself nor refused as nested), and the lease is free again after."""
+    from types import SimpleNamespace
+
+    from cudice.verifier.run.judge_state import alone, exclusive, shared
+
+    st = SimpleNamespace(lease=GpuLease("t", tmp_path, timeout_s=5), lease_depth=0, alone=False)
+    with alone(st):  # type: ignore[arg-type]
+        with shared(st), exclusive(st), shared(st):  # type: ignore[arg-type]
+            assert st.lease_depth >= 1
+        for mode in ("shared", "exclusive"):
+            with pytest.raises(LeaseTimeout), getattr(GpuLease("t", tmp_path, timeout_s=0.3), mode)():
+                pass
+    assert not st.alone and st.lease_depth == 0
+    with GpuLease("t", tmp_path, timeout_s=30).shared():
+        pass
+
+
 def test_a_waiting_timer_is_not_starved_by_new_shared_holders(tmp_path: Path) -> None:
     first = _hold(tmp_path, "shared", 1.5)
     got: list[str] = []
