@@ -21,7 +21,7 @@ from typing import Any
 
 from cudice.verifier.run import channel
 from cudice.verifier.run.judge_evidence import guards, profile
-from cudice.verifier.run.judge_state import JudgeState, ask, decode, shared, stop_on_errors
+from cudice.verifier.run.judge_state import JudgeState, ask, fetch, shared, stop_on_errors
 from cudice.verifier.run.judging import Stop, call_or_stop, diag
 from cudice.verifier.run.runner_link import RunnerLink
 from cudice.verifier.source.result import Diagnostic, Location, Severity, Stage, Verdict
@@ -164,8 +164,7 @@ def _call_and_fetch(st: JudgeState, ref_out: Any, *, count_threads: bool) -> Any
     )
     found = [Diagnostic.from_dict(d) for d in rep.get("diagnostics", []) if isinstance(d, dict)]
     stop_on_errors(st, found, Stage.CORRECTNESS)
-    rep, blobs = ask(st, st.session.cand, {"op": "fetch"}, Stage.CORRECTNESS, max_bytes=2 * size + (1 << 20))
-    return decode(st, rep, blobs)
+    return fetch(st, st.session.cand, {"op": "fetch"}, Stage.CORRECTNESS, max_bytes=2 * size + (1 << 20))
 
 
 def _finite(out: Any) -> bool:

@@ -101,6 +101,7 @@ class JudgeState:
     lease: GpuLease | None = None
     lease_depth: int = 0  # shared holds nest; an exclusive hold makes them no-ops
     alone: bool = False  # the rest of the run holds the lease exclusively (`alone`)
+    fetch_shared_off: bool = False  # outputs come over the socket: a shared buffer failed once (`fetch`)
     ref_call_s: float = 0.0  # the reference's time per call, measured by the judge in correctness
     profiled_candidate: int = 0  # profiler sessions the candidate's runner ran for the judge
     profiled_reference: int = 0
@@ -303,6 +304,80 @@ def decode(st: JudgeState, rep: dict[str, Any], blobs: list[bytearray]) -> Any:
                 )
             ],
         ) from None
+
+
+def fetch(st: JudgeState, link: RunnerLink, header: dict[str, Any], stage: Stage, *, max_bytes: int) -> Any:
+    """Ask `link`'s runner for outputs (`header`: a `fetch` or `kept` request) and return them
+    decoded on the judge's device.
+
+    On a GPU with shared staging on (`VerifyConfig.timing_staging`), the runner may answer through
+    a GPU buffer it makes for this reply alone (run/shared_staging.py `offer`, its POSIX fd after
+    the reply): the judge maps at most `max_bytes` of it, clones every tensor the layout names into
+    its own memory (`take`, each entry checked against the buffer) and releases it. Over the socket
+    the same outputs cross host memory twice, about 2 s per GB each way. What the buffer holds is
+    only what the runner would have sent: a wrong or malformed layout is the candidate's, as over
+    the socket. Where the judge cannot map what it got (a driver that refuses, a descriptor that is
+    no GPU buffer), it asks again over the socket and keeps to the socket for this run."""
+    on_gpu = st.device.startswith("cuda")
+    want_shared = on_gpu and st.config.timing_staging == "shared" and not st.fetch_shared_off
+    asked = {**header, "shared": True} if want_shared else header
+    rep, blobs = ask(st, link, asked, stage, max_bytes=max_bytes)
+    if not (want_shared and "shared" in rep):
+        return decode(st, rep, blobs)
+    got = _take_shared(st, link, rep, stage, max_bytes)
+    if got is not _NOT_MAPPED:
+        return got
+    rep, blobs = ask(st, link, header, stage, max_bytes=max_bytes)  # the same outputs, over the socket
+    return decode(st, rep, blobs)
+
+
+_NOT_MAPPED = object()
+
+
+def _take_shared(st: JudgeState, link: RunnerLink, rep: dict[str, Any], stage: Stage, max_bytes: int) -> Any:
+    """The outputs behind the descriptor that follows `rep`, or _NOT_MAPPED where they cannot be mapped."""
+    import select
+
+    from cudice.verifier.run import shared_staging
+
+    with talking(st, link, stage):  # the descriptor follows the reply at once
+        deadline = limit_s(st, 1)
+        if not select.select([link.sock], [], [], deadline)[0]:
+            raise RunnerTimeout(deadline)
+        fd = channel.recv_fd(link.sock)
+    spec = rep.get("shared")
+    size = spec.get("size") if isinstance(spec, dict) else None
+    most = max(max_bytes, shared_staging.ALIGN)
+    if not (isinstance(size, int) and not isinstance(size, bool) and 0 < size <= most):
+        os.close(fd)
+        return _unreadable(st, f"a shared output buffer of {size!r} bytes (at most {max_bytes} expected)")
+    try:
+        with shared(st):
+            got = shared_staging.take(fd, size, rep.get("outputs"), st.device)  # closes fd
+        st.walls["fetch_shared_count"] = st.walls.get("fetch_shared_count", 0.0) + 1
+        return got
+    except channel.ChannelError as exc:
+        return _unreadable(st, str(exc))
+    except Exception as exc:  # the judge cannot map it: the socket, for this request and the rest
+        st.fetch_shared_off = True
+        st.walls["fetch_shared_fallback"] = st.walls.get("fetch_shared_fallback", 0.0) + 1
+        st.out["fetch_shared_why"] = f"{type(exc).__name__}: {exc}"[:500]
+        return _NOT_MAPPED
+
+
+def _unreadable(st: JudgeState, why: str) -> Any:
+    raise Stop(
+        Verdict.INCORRECT,
+        Stage.CORRECTNESS,
+        [
+            diag(
+                "dynamic.output_not_plain_tensor",
+                f"The candidate's outputs could not be read: {why}",
+                Stage.CORRECTNESS,
+                st.where,
+            )
+        ],
+    )
 
 
 def stop_on_errors(st: JudgeState, found: list[Diagnostic], stage: Stage) -> None:

@@ -47,8 +47,8 @@ from cudice.verifier.run.judge_state import (
     JudgeState,
     add_wall,
     ask,
-    decode,
     exclusive,
+    fetch,
     shared,
     stop_on_errors,
 )
@@ -412,14 +412,13 @@ def _repetition(
             with torch.no_grad(), shared(st):
                 seal.toggle(sets[i], seals[i])  # the judge's own copy, unsealed to recompute the reference
                 want = model(*[x.clone() if isinstance(x, torch.Tensor) else x for x in sets[i]])
-                rep, blobs = ask(
+                got = fetch(
                     st,
                     st.session.cand,
                     {"op": "kept", "index": i},
                     Stage.TIMING,
                     max_bytes=2 * tensor_bytes(want) + (1 << 20),
                 )
-                got = decode(st, rep, blobs)
             cmp = compare_outputs(want, got, cfg.atol, cfg.rtol, precision=cfg.precision)
             if not cmp.ok:
                 return [

@@ -35,6 +35,7 @@ stays open. Not covered: multi-GPU models.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import sys
 import time
@@ -162,6 +163,7 @@ def serve(st: RunnerState) -> None:
         except channel.ChannelError:
             return
         op = req.get("op")
+        release_offered(st)
         try:
             handler = HANDLERS.get(op) if isinstance(op, str) else None
             if handler is None:
@@ -271,6 +273,10 @@ def op_call(st: RunnerState, req: dict[str, Any], blobs: list[bytearray]) -> Non
 
 
 def op_fetch(st: RunnerState, req: dict[str, Any], blobs: list[bytearray]) -> None:
+    """The last outputs: through a GPU buffer made for the judge (`"shared"` asked, on a GPU), else
+    over the socket."""
+    if req.get("shared") and st.device.startswith("cuda") and offer_outputs(st):
+        return
     try:
         tree, out = channel.encode(st.last)
     except (channel.ChannelError, RuntimeError, TypeError) as exc:
@@ -287,6 +293,36 @@ def op_fetch(st: RunnerState, req: dict[str, Any], blobs: list[bytearray]) -> No
             ],
         ) from None
     reply(st, {"ok": True, "outputs": tree}, out)
+
+
+def offer_outputs(st: RunnerState) -> bool:
+    """Answer with `st.last` in a fresh GPU buffer (run/shared_staging.py `offer`), its fd after
+    the reply; kept in `st.offered` until the next request. False where it cannot be made (the
+    caller answers over the socket, whose errors then say what is wrong with the outputs)."""
+    import os
+
+    from cudice.verifier.run import shared_staging
+
+    try:
+        lay = shared_staging.layout(st.last)
+        buf, fd = shared_staging.offer(lay, st.device)
+    except Exception:
+        return False
+    st.offered = buf
+    try:
+        reply(st, {"ok": True, "outputs": lay.tree, "shared": {"size": buf.size}})
+        channel.send_fd(st.sock, fd)
+    finally:
+        os.close(fd)
+    return True
+
+
+def release_offered(st: RunnerState) -> None:
+    """Release the buffer of the last outputs offered, if any."""
+    buf, st.offered = st.offered, None
+    if buf is not None:
+        with contextlib.suppress(Exception):
+            buf.close()
 
 
 def op_kept(st: RunnerState, req: dict[str, Any], blobs: list[bytearray]) -> None:

@@ -49,6 +49,9 @@ class RunnerState:
     # every output of the timed calls since the last staging, by set
     kept: dict[int, Any] = field(default_factory=dict)
     trace: list[list[Any]] = field(default_factory=list)  # per traced timed call: host stamps and CUDA events
+    # the GPU buffer of the last outputs offered to the judge (run/shared_staging.py), released
+    # when the next request arrives: the judge has cloned what it needs by then
+    offered: Any = None
 
 
 class RunnerFailure(Exception):

@@ -14,6 +14,14 @@ imports and maps it, clones every tensor into allocations of its own (`unpack`),
 unmaps, releases, closes the fd and replies; its staged sets are then bit for bit what the socket
 path gives.
 
+The other way, outputs: where the judge asks for them with `"shared"` (run/judge_state.py `fetch`:
+correctness trials and the kept outputs of timed calls, on a GPU with shared staging on), the
+candidate's runner `offer`s its outputs in a buffer of its own, sends the fd after its reply and
+releases the buffer when the next request arrives; the judge maps at most the bytes outputs of the
+expected size take, clones every entry (`take`, each checked against the buffer) and releases it.
+The buffer holds only what the runner would have sent over the socket; where the judge cannot map
+it, it asks again over the socket.
+
 Contract:
 - a buffer is made for one runner and one staging, holds nothing but that staging's (sealed) sets
   and zeroes, and is never read by the judge after its fd left: the judge drops its own view before

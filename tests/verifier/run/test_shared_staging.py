@@ -268,6 +268,133 @@ def test_stage_falls_back_when_the_runner_cannot_map_the_buffer(
     assert clock.staging_why.startswith("the candidate's runner: ")
 
 
+def _fetching_judge(ours: socket.socket, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, RunnerLink]:
+    """A judge's state that asks for shared outputs ("cuda") but decodes what the socket sends on
+    the CPU (there is no GPU here)."""
+    from cudice.verifier.run import judge_state
+
+    st, link = _judge(VerifyConfig(timing_staging="shared"), ours)
+    st.device, st.out, st.fetch_shared_off = "cuda", {}, False
+    st.where = None
+    cpu_decode = judge_state.decode
+    monkeypatch.setattr(
+        judge_state,
+        "decode",
+        lambda st_, rep, blobs: cpu_decode(types.SimpleNamespace(device="cpu"), rep, blobs),
+    )
+    return st, link
+
+
+def _offer_memfd(monkeypatch: pytest.MonkeyPatch, released: list[bool], size_bump: int = 0) -> None:
+    """The runner's `offer` with a memfd standing in for the GPU buffer (its bytes as `pack` lays them)."""
+
+    class Buffer:
+        def __init__(self, size: int) -> None:
+            self.size = size + size_bump
+
+        def close(self) -> None:
+            released.append(True)
+
+    def offer(lay: shared_staging.Layout, device: str) -> tuple[Buffer, int]:
+        raw = torch.zeros(lay.size, dtype=torch.uint8)
+        shared_staging.pack(lay, raw)
+        return Buffer(lay.size), _memfd(raw.numpy().tobytes())
+
+    monkeypatch.setattr(shared_staging, "offer", offer)
+
+
+def _take_memfd(fd: int, size: object, tree: object, device: str) -> Any:
+    """The judge's `take` with the memfd's bytes as the buffer; closes `fd` as `take` does."""
+    try:
+        data = os.pread(fd, int(cast(int, size)), 0)
+    finally:
+        os.close(fd)
+    return shared_staging.unpack(tree, torch.frombuffer(bytearray(data), dtype=torch.uint8))
+
+
+def test_outputs_come_back_through_the_runners_buffer(
+    runner: tuple[socket.socket, RunnerState], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`fetch` on a GPU: the runner answers with the layout and then the buffer's descriptor; the
+    judge clones the outputs out of it (bit for bit what the socket gives), closes its descriptor,
+    and the runner releases its buffer when the next request arrives."""
+    from cudice.verifier.run.judge_state import fetch
+    from cudice.verifier.source.result import Stage
+
+    ours, state = runner
+    released: list[bool] = []
+    _offer_memfd(monkeypatch, released)
+    monkeypatch.setattr(shared_staging, "take", _take_memfd)
+    st, link = _fetching_judge(ours, monkeypatch)
+    state.device = "cuda"
+    outputs = _sets()[0]
+    state.last = outputs
+    before = _open_fds()
+    got = fetch(st, link, {"op": "fetch"}, Stage.CORRECTNESS, max_bytes=1 << 20)
+    _same(got, outputs)
+    assert state.offered is not None and not released and not st.fetch_shared_off
+    state.last = (outputs[0],)
+    _same(fetch(st, link, {"op": "fetch"}, Stage.CORRECTNESS, max_bytes=1 << 20), (outputs[0],))
+    assert released == [True]  # the first buffer, released when the second request came
+    state.device = "cpu"
+    channel.send(ours, {"op": "guards"})  # any request releases the last one
+    channel.recv(ours, 1 << 20)
+    assert released == [True, True] and state.offered is None
+    assert _open_fds() <= before
+
+
+def test_outputs_the_judge_cannot_map_come_again_over_the_socket(
+    runner: tuple[socket.socket, RunnerState], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A buffer the judge cannot map (a driver that refuses): the same outputs over the socket, and
+    the socket for the rest of the run; the fallback is counted."""
+    from cudice.verifier.run.judge_state import fetch
+    from cudice.verifier.source.result import Stage
+
+    ours, state = runner
+    released: list[bool] = []
+    _offer_memfd(monkeypatch, released)
+    asked: list[object] = []
+
+    def refuse(fd: int, size: object, tree: object, device: str) -> Any:
+        os.close(fd)
+        asked.append(size)
+        raise RuntimeError("CUDA_ERROR_NOT_SUPPORTED")
+
+    monkeypatch.setattr(shared_staging, "take", refuse)
+    st, link = _fetching_judge(ours, monkeypatch)
+    state.device = "cuda"
+    state.last = _sets()[1]
+    _same(fetch(st, link, {"op": "fetch"}, Stage.CORRECTNESS, max_bytes=1 << 20), _sets()[1])
+    assert len(asked) == 1 and st.fetch_shared_off and st.walls["fetch_shared_fallback"] == 1.0
+    assert "CUDA_ERROR_NOT_SUPPORTED" in st.out["fetch_shared_why"]
+    _same(fetch(st, link, {"op": "fetch"}, Stage.CORRECTNESS, max_bytes=1 << 20), _sets()[1])
+    assert len(asked) == 1  # not tried again
+
+
+def test_a_shared_buffer_larger_than_the_outputs_need_is_refused(
+    runner: tuple[socket.socket, RunnerState], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A runner that claims a buffer beyond what outputs of the expected size take: the outputs
+    cannot be read (`incorrect`), nothing is mapped, the descriptor is closed."""
+    from cudice.verifier.run.judge_state import fetch
+    from cudice.verifier.run.judging import Stop
+    from cudice.verifier.source.result import Stage, Verdict
+
+    ours, state = runner
+    _offer_memfd(monkeypatch, [], size_bump=1 << 30)
+    monkeypatch.setattr(shared_staging, "take", lambda *a: pytest.fail("mapped an oversized buffer"))
+    st, link = _fetching_judge(ours, monkeypatch)
+    state.device = "cuda"
+    state.last = _sets()[0]
+    before = _open_fds()
+    with pytest.raises(Stop) as stop:
+        fetch(st, link, {"op": "fetch"}, Stage.CORRECTNESS, max_bytes=1 << 20)
+    assert stop.value.verdict is Verdict.INCORRECT
+    assert "shared output buffer" in stop.value.diagnostics[0].message
+    assert _open_fds() <= before
+
+
 def test_the_config_switch() -> None:
     assert VerifyConfig().timing_staging == "shared"
     cfg = VerifyConfig(timing_staging="socket")
@@ -283,6 +410,9 @@ from cudice.verifier.run.runner import serve
 from cudice.verifier.run.runner_state import RunnerState
 
 state = RunnerState(socket.socket(fileno=int(sys.argv[1])), device="cuda")
+# outputs to fetch: strided, half precision, a plain value among them
+state.last = [torch.arange(1 << 20, device="cuda", dtype=torch.float32) * 0.5, 7,
+              torch.arange(15, device="cuda").reshape(3, 5).half().t()]
 serve(state)
 print("STAGED " + json.dumps([
     [hashlib.sha256(x.contiguous().cpu().reshape(-1).view(torch.uint8).numpy().tobytes()).hexdigest()
@@ -321,6 +451,21 @@ def test_a_sealed_set_staged_through_shared_memory_is_bit_identical_in_another_p
         stage(st, clock, link, sets, sealed=True)
         assert clock.staging_why == ""
         assert st.walls["timing.staging_path_shared"] == 1.0
+        # and back: outputs the runner offers through a buffer of its own, cloned here
+        from cudice.verifier.run.judge_state import fetch
+        from cudice.verifier.source.result import Stage
+
+        st.out, st.fetch_shared_off, st.where = {}, False, None
+        got = fetch(st, link, {"op": "fetch"}, Stage.CORRECTNESS, max_bytes=16 << 20)
+        assert st.walls.get("fetch_shared_count") == 1.0, st.out.get("fetch_shared_why")
+        _same(
+            got,
+            [
+                torch.arange(1 << 20, device="cuda", dtype=torch.float32) * 0.5,
+                7,
+                torch.arange(15, device="cuda").reshape(3, 5).half().t().contiguous(),
+            ],
+        )
         channel.send(ours, {"op": "exit"})
         out, _ = proc.communicate(timeout=300)
     finally:
