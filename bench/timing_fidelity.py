@@ -173,19 +173,27 @@ for path in sys.argv[2:]:  # one file after another, each alone on the GPU
 def harness(paths: list[Path], cache: Path) -> dict[str, dict[str, dict[str, float]]]:
     """The in-process CUDA-event harness on each file, one after another in one process (one
     torch import and CUDA context for the whole set); {file stem: result or {"error": ...}}."""
-    proc = subprocess.run(
-        [sys.executable, "-c", HARNESS, str(cache), *map(str, paths)],
-        capture_output=True,
-        text=True,
-        timeout=120 + 60 * len(paths),
-    )
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", HARNESS, str(cache), *map(str, paths)],
+            capture_output=True,
+            text=True,
+            timeout=120 + 60 * len(paths),
+        )
+        stdout, stderr = proc.stdout, proc.stderr
+    except subprocess.TimeoutExpired as exc:  # what it finished still counts
+
+        def text(b: bytes | str | None) -> str:
+            return b.decode(errors="replace") if isinstance(b, bytes) else (b or "")
+
+        stdout, stderr = text(exc.stdout), "timed out; " + text(exc.stderr)
     got: dict[str, dict[str, dict[str, float]]] = {}
-    for line in proc.stdout.splitlines():
+    for line in stdout.splitlines():
         if line.startswith("HARNESS "):
             path, res = json.loads(line[8:])
             got[Path(path).stem] = res
     for p in paths:
-        got.setdefault(p.stem, {"error": f"harness process ended first: {proc.stderr[-300:]}"})  # type: ignore[dict-item]
+        got.setdefault(p.stem, {"error": f"harness process ended first: {stderr[-300:]}"})  # type: ignore[dict-item]
     return got
 
 

@@ -621,22 +621,28 @@ def run_stage(doc: Document, ref: Document, config: VerifyConfig, run_child: Run
     return _run_stage(_Run(doc, config, None), ref, config, None, run_child)
 
 
-# what a run that ran out of GPU memory says (torch's OutOfMemoryError, the CUDA runtime's and the
-# driver's own names for it), in a diagnostic or in its error text
+# what an error of a run that ran out of GPU memory says (torch's OutOfMemoryError, the CUDA
+# runtime's, the driver's and cuBLAS's own words for it)
 _OUT_OF_GPU_MEMORY = (
     "outofmemoryerror",
     "cuda out of memory",
+    "cuda error: out of memory",
     "cudaerrormemoryallocation",
     "cuda_error_out_of_memory",
+    "cublas_status_alloc_failed",
 )
 
 
-def _ran_out_of_gpu_memory(result: VerifyResult) -> bool:
-    """Whether a run failed (`crash` or `runtime_error`) with the GPU's memory exhausted."""
+def _out_of_gpu_memory(result: VerifyResult, errors: list[Diagnostic]) -> str:
+    """The error of this run (`errors`: its own diagnostics) that says the GPU's memory ran out,
+    where the run failed (`crash` or `runtime_error`); else "". Only the run's error diagnostics are
+    read, never its output tails."""
     if result.verdict not in (Verdict.CRASH, Verdict.RUNTIME_ERROR):
-        return False
-    texts = [d.message for d in result.diagnostics] + [result.error or ""]
-    return any(m in t.lower() for t in texts for m in _OUT_OF_GPU_MEMORY)
+        return ""
+    for d in errors:
+        if d.severity is Severity.ERROR and any(m in d.message.lower() for m in _OUT_OF_GPU_MEMORY):
+            return d.message
+    return ""
 
 
 def _run_stage(
@@ -646,22 +652,27 @@ def _run_stage(
 
     Verifications share a GPU (correctness runs overlap, `cudice eval` and the RL reward run
     twelve at once), and their memory together can exceed the GPU's: a kernel that fits alone would
-    then fail for what others hold. So a `crash` or `runtime_error` that names an out-of-memory
-    error is not a verdict yet: the run is repeated once with the GPU's lease held exclusively for
-    the whole run (`VerifyConfig.run_alone`), and that run's verdict stands, with an information
-    diagnostic that says so. A kernel that runs out of memory alone is rejected as before."""
+    then fail for what others hold. So a `crash` or `runtime_error` whose error names an
+    out-of-memory error is not a verdict yet: the run is repeated once with the GPU's lease held
+    exclusively from after the runners' load to the verdict (`VerifyConfig.run_alone`), and that
+    run's verdict stands, with an information diagnostic that says so. Trusted: a candidate can
+    claim an out-of-memory error (or cause one) to get that one more run; it runs on fresh secret
+    inputs, and its timing would have run alone on the GPU anyway."""
     before = len(run.diags)
     result = _run_once(run, ref, config, cancel, run_child)
-    if config.run_alone or not _ran_out_of_gpu_memory(result) or (cancel is not None and cancel.is_set()):
+    if config.run_alone or (cancel is not None and cancel.is_set()):
         return result
-    first = next((d.message for d in run.diags[before:] if d.severity is Severity.ERROR), result.error or "")
+    said = _out_of_gpu_memory(result, run.diags[before:])
+    if not said:
+        return result
     del run.diags[before:]
-    run.walls["run.shared_attempt"] = run.walls.pop("run", 0.0)
+    first = {k: run.walls.pop(k) for k in [k for k in run.walls if k == "run" or k.startswith("run.")]}
+    run.walls["first_attempt_s"] = first.get("run", 0.0)
     run.diags.append(
         Diagnostic(
             Severity.INFORMATION,
-            f"The run ran out of GPU memory while other verifications shared the GPU ({first[:300]}); "
-            "it was run again alone on the GPU, and this verdict is that run's.",
+            f"The run ran out of GPU memory while other verifications shared the GPU ({said[:300]}); "
+            "it was run again holding the GPU alone, and this verdict is that run's.",
             "runtime.retried_alone",
             Stage.LOAD,
             run.doc.location(run.doc.model_new.span) if run.doc.model_new else Location(run.doc.path, 1, 1),

@@ -81,9 +81,10 @@ class VerifyConfig:
     # host memory and the runner's socket). docs/benchmarks.md compares the two on a GPU: ~0.01 s
     # against 1.6-1.9 s per runner and repetition for 2 GiB of sets, the same verdicts
     timing_staging: str = "shared"
-    # the whole run stage holds its GPU's lease exclusively (run/gpu_lease.py): no other
-    # verification's work on that GPU meanwhile. api.py sets it for the one repetition of a run that
-    # ran out of GPU memory while other verifications shared the GPU
+    # the run stage holds its GPU's lease exclusively from after the runners' load to the verdict
+    # (run/gpu_lease.py; it waits for it up to a third of timeout_s, else runs as any run does): no
+    # other verification's work on that GPU meanwhile. api.py sets it for the one repetition of a
+    # run that ran out of GPU memory while other verifications shared the GPU
     run_alone: bool = False
     # bound on the per-call bias between two runner processes that no interval sees (the judge
     # derives the candidate's time from their difference): a candidate time this bias would move by

@@ -82,11 +82,12 @@ class GpuLease:
             os.close(lock)  # closing releases the lock
 
     @contextlib.contextmanager
-    def exclusive(self) -> Iterator[None]:
+    def exclusive(self, timeout_s: float | None = None) -> Iterator[None]:
+        """Hold the lease alone; `timeout_s` bounds the wait instead of the lease's own bound."""
         with self._open(self.gate_path) as gate:
-            self._take(gate, fcntl.LOCK_EX)  # new shared holders queue behind this timer
+            self._take(gate, fcntl.LOCK_EX, timeout_s)  # new shared holders queue behind this timer
             with self._open(self.lock_path) as lock:
-                self._take(lock, fcntl.LOCK_EX)
+                self._take(lock, fcntl.LOCK_EX, timeout_s)
                 yield
 
     # -- helpers ---------------------------------------------------------------------------------------
@@ -105,8 +106,9 @@ class GpuLease:
         finally:
             os.close(fd)
 
-    def _take(self, fd: int, mode: int) -> None:
+    def _take(self, fd: int, mode: int, timeout_s: float | None = None) -> None:
         """Take `mode` on `fd`, waiting with a growing pause up to the timeout."""
+        bound = self.timeout_s if timeout_s is None else timeout_s
         t0 = time.monotonic()
         pause = 0.0005
         while True:
@@ -115,10 +117,11 @@ class GpuLease:
                 self.waited_s += time.monotonic() - t0
                 return
             except BlockingIOError:
-                if time.monotonic() - t0 > self.timeout_s:
+                if time.monotonic() - t0 > bound:
+                    self.waited_s += time.monotonic() - t0
                     raise LeaseTimeout(
                         f"the GPU lease {self.lock_path} was held by another verification for more than "
-                        f"{self.timeout_s:.0f} s; is a verification hung? (raise timeout_s or remove "
+                        f"{bound:.0f} s; is a verification hung? (raise timeout_s or remove "
                         "the stuck process)"
                     ) from None
                 time.sleep(pause)  # flock has no timed wait: poll, backing off to 20 ms

@@ -90,16 +90,20 @@ def _run(st: JudgeState, *, timed: bool) -> None:
     t = time.perf_counter()
     ref = reference(st)
     st.walls["init"] = time.perf_counter() - t
-    with alone(st) if st.config.run_alone else contextlib.nullcontext():
-        _phases(st, ref, timed=timed)
-
-
-def _phases(st: JudgeState, ref: Reference, *, timed: bool) -> None:
-    """Phases 2 to 4, after the reference."""
     # 2. the runners load their models after the same seed (same parameters as the reference)
     t = time.perf_counter()
     load_runners(st, ref.init, ref.seed, timed=timed)
     st.walls["load"] = time.perf_counter() - t
+    # the retry of a run that ran out of GPU memory beside others holds the GPU from here on (not
+    # through the load: the builds a load asks for take CPU time, and no one would wait on them);
+    # waiting at most a third of the run's time for it, else it runs as any run does
+    wait_s = st.config.timeout_s / 3
+    with alone(st, wait_s) if st.config.run_alone else contextlib.nullcontext():
+        _measure(st, ref, timed=timed)
+
+
+def _measure(st: JudgeState, ref: Reference, *, timed: bool) -> None:
+    """Phases 3 and 4, after the runners' load."""
     # 3. correctness
     t = time.perf_counter()
     st.out["stage"] = Stage.CORRECTNESS.value

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cudice.verifier.run import channel
-from cudice.verifier.run.gpu_lease import GpuLease
+from cudice.verifier.run.gpu_lease import GpuLease, LeaseTimeout
 from cudice.verifier.run.judging import Stop, diag
 from cudice.verifier.run.runner_link import RunnerLink, RunnerTimeout, runner_env
 from cudice.verifier.source.result import Diagnostic, Location, Severity, Stage, Verdict
@@ -191,15 +191,24 @@ def exclusive(st: JudgeState) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def alone(st: JudgeState) -> Iterator[None]:
+def alone(st: JudgeState, wait_s: float) -> Iterator[bool]:
     """Hold the GPU's lease exclusively for the block (`VerifyConfig.run_alone`): no other
-    verification's work on this GPU meanwhile; every shared or exclusive hold inside is a no-op."""
+    verification's work on this GPU meanwhile; every shared or exclusive hold inside is a no-op.
+    Yields whether it got the lease within `wait_s`; where not, the block runs as any run does
+    (its holds taken as it goes), and `alone_lease_timeout` in the walls says so."""
     assert st.lease_depth == 0 and not st.alone, "the whole-run hold is taken once, outside any other"
-    with st.lease.exclusive() if st.lease is not None else contextlib.nullcontext():
+    with contextlib.ExitStack() as stack:
+        if st.lease is not None:
+            try:
+                stack.enter_context(st.lease.exclusive(timeout_s=wait_s))
+            except LeaseTimeout:
+                st.walls["alone_lease_timeout"] = 1.0
+                yield False
+                return
         st.lease_depth += 1
         st.alone = True
         try:
-            yield
+            yield True
         finally:
             st.alone = False
             st.lease_depth -= 1

@@ -245,7 +245,8 @@ def _warm_up(
     cfg = st.config
     # 1. warm-up by time on one set, then a rough per-call time to size the batches
     t0 = time.perf_counter()
-    warm = _draw_set(st, ref_mod)
+    with shared(st):  # drawn on the GPU
+        warm = _draw_set(st, ref_mod)
     for link in links:
         stage(st, clock, link, [warm], sealed=False)
     even_profiles(st, clock.flush_mib)  # the correctness phase profiled the candidate's runner

@@ -172,15 +172,17 @@ def test_a_timing_excludes_other_processes_and_shared_holds_overlap(tmp_path: Pa
 
 def test_a_run_alone_holds_the_gpu_for_its_whole_length(tmp_path: Path) -> None:
     """`VerifyConfig.run_alone` (the retry of a run that ran out of GPU memory beside others): the
-    judge holds its GPU's lease exclusively from the runners' load to the verdict, so no other
+    judge holds its GPU's lease exclusively from after the runners' load to the verdict, so no other
     verification's shared or exclusive hold gets in meanwhile; its own holds inside are no-ops
-    (neither waiting on itself nor refused as nested), and the lease is free again after."""
+    (neither waiting on itself nor refused as nested), and the lease is free again after. Where
+    another verification holds the GPU past the wait, the run goes on without the hold."""
     from types import SimpleNamespace
 
     from cudice.verifier.run.judge_state import alone, exclusive, shared
 
-    st = SimpleNamespace(lease=GpuLease("t", tmp_path, timeout_s=5), lease_depth=0, alone=False)
-    with alone(st):  # type: ignore[arg-type]
+    st = SimpleNamespace(lease=GpuLease("t", tmp_path, timeout_s=5), lease_depth=0, alone=False, walls={})
+    with alone(st, 30) as got:  # type: ignore[arg-type]
+        assert got
         with shared(st), exclusive(st), shared(st):  # type: ignore[arg-type]
             assert st.lease_depth >= 1
         for mode in ("shared", "exclusive"):
@@ -189,6 +191,15 @@ def test_a_run_alone_holds_the_gpu_for_its_whole_length(tmp_path: Path) -> None:
     assert not st.alone and st.lease_depth == 0
     with GpuLease("t", tmp_path, timeout_s=30).shared():
         pass
+    # a GPU another verification holds past the wait: the run goes on as any run does
+    other = _hold(tmp_path, "exclusive", 60)
+    try:
+        with alone(st, 0.3) as got:  # type: ignore[arg-type]
+            assert not got and not st.alone and st.lease_depth == 0
+        assert st.walls["alone_lease_timeout"] == 1.0
+    finally:
+        other.kill()
+        other.wait()
 
 
 def test_a_waiting_timer_is_not_starved_by_new_shared_holders(tmp_path: Path) -> None:
