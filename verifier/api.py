@@ -633,7 +633,7 @@ _OUT_OF_GPU_MEMORY = (
 )
 
 
-def _out_of_gpu_memory(result: VerifyResult, errors: list[Diagnostic]) -> str:
+def out_of_gpu_memory(result: VerifyResult, errors: list[Diagnostic]) -> str:
     """The error of this run (`errors`: its own diagnostics) that says the GPU's memory ran out,
     where the run failed (`crash` or `runtime_error`); else "". Only the run's error diagnostics are
     read, never its output tails."""
@@ -662,7 +662,7 @@ def _run_stage(
     result = _run_once(run, ref, config, cancel, run_child)
     if config.run_alone or (cancel is not None and cancel.is_set()):
         return result
-    said = _out_of_gpu_memory(result, run.diags[before:])
+    said = out_of_gpu_memory(result, run.diags[before:])
     if not said:
         return result
     del run.diags[before:]

@@ -279,8 +279,10 @@ def inputs_key(candidate: Path, reference: Path, config: VerifyConfig, has_gpu: 
 
 def _reusable(out_dir: Path, keys: dict[str, str | None]) -> dict[str, VerifyResult]:
     """The verdicts of an earlier run in `out_dir/problems/` whose recorded key equals this run's
-    (`inputs_key`); a record that is unreadable, keyless, of other inputs, cancelled or failed by
-    the infrastructure (`dist.*`: a lost Ray node) is verified again."""
+    (`inputs_key`); a record that is unreadable, keyless, of other inputs, cancelled, failed by
+    the infrastructure (`dist.*`: a lost Ray node) or out of GPU memory without the repetition
+    alone on the GPU (`runtime.retried_alone`: a run before it existed) is verified again."""
+    from cudice.verifier.api import out_of_gpu_memory
     from cudice.verifier.eval.report import problem_path
 
     found: dict[str, VerifyResult] = {}
@@ -292,7 +294,15 @@ def _reusable(out_dir: Path, keys: dict[str, str | None]) -> dict[str, VerifyRes
             result = VerifyResult.from_dict(record["result"])
         except (OSError, ValueError, KeyError, TypeError):
             continue
-        if result.error != "cancelled" and not any(d.code.startswith("dist.") for d in result.diagnostics):
+        codes = {d.code for d in result.diagnostics}
+        unrepeated_oom = "runtime.retried_alone" not in codes and out_of_gpu_memory(
+            result, list(result.diagnostics)
+        )
+        if (
+            result.error != "cancelled"
+            and not any(c.startswith("dist.") for c in codes)
+            and not unrepeated_oom
+        ):
             found[name] = result
     return found
 

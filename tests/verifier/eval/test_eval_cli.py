@@ -210,5 +210,21 @@ def test_resume_never_reuses_a_cancelled_or_infrastructure_verdict(tmp_path: Pat
         tmp_path, "cut.py", VerifyResult(Verdict.TIMEOUT, Stage.CORRECTNESS, "c.py", error="cancelled"), "k3"
     )
     write_problem(tmp_path, "other.py", VerifyResult(Verdict.CORRECT, Stage.TIMING, "c.py"), "old")
+    # out of GPU memory beside other verifications, from a run before the repetition alone: again;
+    # one that ran out again alone: its verdict stands
+    oom = Diagnostic(
+        Severity.ERROR, "judge: OutOfMemoryError: CUDA out of memory.", "runtime.worker_error", Stage.LOAD
+    )
+    retried = Diagnostic(Severity.INFORMATION, "ran again alone", "runtime.retried_alone", Stage.LOAD)
+    write_problem(
+        tmp_path, "oom.py", VerifyResult(Verdict.CRASH, Stage.LOAD, "c.py", diagnostics=(oom,)), "k4"
+    )
+    write_problem(
+        tmp_path,
+        "oom_alone.py",
+        VerifyResult(Verdict.CRASH, Stage.LOAD, "c.py", diagnostics=(retried, oom)),
+        "k5",
+    )
     keys = {"ok.py": "k1", "lost.py": "k2", "cut.py": "k3", "other.py": "new", "unread.py": None}
-    assert list(_reusable(tmp_path, keys)) == ["ok.py"]
+    keys |= {"oom.py": "k4", "oom_alone.py": "k5"}
+    assert list(_reusable(tmp_path, keys)) == ["ok.py", "oom_alone.py"]
