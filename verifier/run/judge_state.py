@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from cudice.verifier.run import channel
 from cudice.verifier.run.gpu_lease import GpuLease, LeaseTimeout
@@ -315,25 +315,43 @@ def decode(st: JudgeState, rep: dict[str, Any], blobs: list[bytearray]) -> Any:
         ) from None
 
 
+SHARED_FETCH_MIN_BYTES = 8 << 20  # outputs this large or larger come through GPU memory (`fetch`)
+
+
 def fetch(st: JudgeState, link: RunnerLink, header: dict[str, Any], stage: Stage, *, max_bytes: int) -> Any:
     """Ask `link`'s runner for outputs (`header`: a `fetch` or `kept` request) and return them
     decoded on the judge's device.
 
-    On a GPU with shared staging on (`VerifyConfig.timing_staging`), the runner may answer through
-    a GPU buffer it makes for this reply alone (run/shared_staging.py `offer`, its POSIX fd after
-    the reply): the judge maps at most `max_bytes` of it, clones every tensor the layout names into
-    its own memory (`take`, each entry checked against the buffer) and releases it. Over the socket
-    the same outputs cross host memory twice, about 2 s per GB each way. What the buffer holds is
-    only what the runner would have sent: a wrong or malformed layout is the candidate's, as over
-    the socket. Where the judge cannot map what it got (a driver that refuses, a descriptor that is
-    no GPU buffer), it asks again over the socket and keeps to the socket for this run."""
-    on_gpu = st.device.startswith("cuda")
-    want_shared = on_gpu and st.config.timing_staging == "shared" and not st.fetch_shared_off
-    asked = {**header, "shared": True} if want_shared else header
+    On a GPU with shared staging on (`VerifyConfig.timing_staging`), outputs that may take
+    SHARED_FETCH_MIN_BYTES or more (`max_bytes`) may come through a GPU buffer the runner makes for
+    this reply alone (run/shared_staging.py `offer`, its POSIX fd after the reply): the judge maps
+    it only if it is no larger than a buffer for `max_bytes` (`buffer_bound`), clones every tensor
+    the layout names into its own memory (`take`: each entry contiguous, inside the buffer, all of
+    them within `max_bytes`) and releases it. Over the socket the same outputs cross host memory
+    twice, about 2 s per GB each way; below the bound the socket takes milliseconds. What the
+    buffer holds is only what the runner would have sent: a wrong or malformed layout is the
+    candidate's, as over the socket. Where the judge cannot map what it got (a driver that refuses,
+    a descriptor that is no GPU buffer, no memory for the clones), it asks again over the socket and
+    keeps to the socket for this run (`fetch_shared_fallback` in the walls, and an information
+    diagnostic with the reason)."""
+    from cudice.verifier.run import shared_staging
+
+    most = 0
+    if (
+        st.device.startswith("cuda")
+        and st.config.timing_staging == "shared"
+        and not st.fetch_shared_off
+        and max_bytes >= SHARED_FETCH_MIN_BYTES
+    ):
+        try:
+            most = shared_staging.buffer_bound(max_bytes, st.device)
+        except shared_staging.SharedUnavailable as exc:
+            _fetch_fallback(st, stage, exc)
+    asked = {**header, "shared": True} if most else header
     rep, blobs = ask(st, link, asked, stage, max_bytes=max_bytes)
-    if not (want_shared and "shared" in rep):
+    if not (most and "shared" in rep):
         return decode(st, rep, blobs)
-    got = _take_shared(st, link, rep, stage, max_bytes)
+    got = _take_shared(st, link, rep, stage, max_bytes, most)
     if got is not _NOT_MAPPED:
         return got
     rep, blobs = ask(st, link, header, stage, max_bytes=max_bytes)  # the same outputs, over the socket
@@ -343,10 +361,14 @@ def fetch(st: JudgeState, link: RunnerLink, header: dict[str, Any], stage: Stage
 _NOT_MAPPED = object()
 
 
-def _take_shared(st: JudgeState, link: RunnerLink, rep: dict[str, Any], stage: Stage, max_bytes: int) -> Any:
-    """The outputs behind the descriptor that follows `rep`, or _NOT_MAPPED where they cannot be mapped."""
+def _take_shared(
+    st: JudgeState, link: RunnerLink, rep: dict[str, Any], stage: Stage, max_bytes: int, most: int
+) -> Any:
+    """The outputs behind the descriptor that follows `rep`, or _NOT_MAPPED where they cannot be
+    mapped; the descriptor closed on every path."""
     import select
 
+    import torch
     from cudice.verifier.run import shared_staging
 
     with talking(st, link, stage):  # the descriptor follows the reply at once
@@ -354,35 +376,51 @@ def _take_shared(st: JudgeState, link: RunnerLink, rep: dict[str, Any], stage: S
         if not select.select([link.sock], [], [], deadline)[0]:
             raise RunnerTimeout(deadline)
         fd = channel.recv_fd(link.sock)
-    spec = rep.get("shared")
-    size = spec.get("size") if isinstance(spec, dict) else None
-    most = max(max_bytes, shared_staging.ALIGN)
-    if not (isinstance(size, int) and not isinstance(size, bool) and 0 < size <= most):
-        os.close(fd)
-        return _unreadable(st, f"a shared output buffer of {size!r} bytes (at most {max_bytes} expected)")
+    handed = False  # `take` closes the descriptor once called
     try:
+        spec = rep.get("shared")
+        size = spec.get("size") if isinstance(spec, dict) else None
+        if not (isinstance(size, int) and not isinstance(size, bool) and 0 < size <= most):
+            _unreadable(st, stage, f"a shared output buffer of {size!r} bytes (at most {most} expected)")
         with shared(st):
-            got = shared_staging.take(fd, size, rep.get("outputs"), st.device)  # closes fd
+            handed = True
+            got = shared_staging.take(fd, size, rep.get("outputs"), st.device, budget=max_bytes)
         st.walls["fetch_shared_count"] = st.walls.get("fetch_shared_count", 0.0) + 1
         return got
     except channel.ChannelError as exc:
-        return _unreadable(st, str(exc))
-    except Exception as exc:  # the judge cannot map it: the socket, for this request and the rest
-        st.fetch_shared_off = True
-        st.walls["fetch_shared_fallback"] = st.walls.get("fetch_shared_fallback", 0.0) + 1
-        st.out["fetch_shared_why"] = f"{type(exc).__name__}: {exc}"[:500]
+        _unreadable(st, stage, str(exc))
+    except (shared_staging.SharedUnavailable, torch.cuda.OutOfMemoryError) as exc:
+        _fetch_fallback(st, stage, exc)  # the socket, for this request and the rest
         return _NOT_MAPPED
+    finally:
+        if not handed:
+            os.close(fd)
 
 
-def _unreadable(st: JudgeState, why: str) -> Any:
+def _fetch_fallback(st: JudgeState, stage: Stage, exc: BaseException) -> None:
+    st.fetch_shared_off = True
+    st.walls["fetch_shared_fallback"] = st.walls.get("fetch_shared_fallback", 0.0) + 1
+    st.diags.append(
+        diag(
+            "verify.shared_fetch_unavailable",
+            f"The candidate's outputs come over the socket in this run, not through GPU memory: "
+            f"{type(exc).__name__}: {exc}"[:500],
+            stage,
+            st.where,
+            Severity.INFORMATION,
+        )
+    )
+
+
+def _unreadable(st: JudgeState, stage: Stage, why: str) -> NoReturn:
     raise Stop(
         Verdict.INCORRECT,
-        Stage.CORRECTNESS,
+        stage,
         [
             diag(
                 "dynamic.output_not_plain_tensor",
                 f"The candidate's outputs could not be read: {why}",
-                Stage.CORRECTNESS,
+                stage,
                 st.where,
             )
         ],

@@ -41,6 +41,7 @@ memory of its own making until its process ends, as with any allocation it keeps
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -115,14 +116,18 @@ def pack(lay: Layout, buffer: Any) -> None:
             buffer[offset : offset + n].copy_(t.reshape(-1).view(torch.uint8))
 
 
-def unpack(tree: object, buffer: Any) -> Any:
+def unpack(tree: object, buffer: Any, budget: int | None = None) -> Any:
     """The value `tree` describes, every tensor cloned out of `buffer` (a uint8 tensor) into a fresh
     contiguous tensor on `buffer`'s device. Entries that do not fit the buffer, misaligned offsets,
-    unknown dtypes or malformed shapes and strides raise `ChannelError`."""
+    unknown dtypes or malformed shapes and strides raise `ChannelError`. With `budget` (a tree from
+    a process not trusted, the runner's outputs) every entry must be contiguous and their bytes
+    together at most `budget`: overlapping or stride-0 entries cannot make the clones larger than
+    what was sent, as the socket's byte count bounds them there."""
     import torch
     from cudice.verifier.run.channel import DTYPES, ChannelError, decode_tree
 
     size = int(buffer.numel())
+    cloned = 0
 
     def leaf(v: dict[str, Any]) -> object:
         name, shape, strides, offset = v.get("dtype"), v.get("shape"), v.get("strides"), v.get("offset")
@@ -138,10 +143,18 @@ def unpack(tree: object, buffer: Any) -> Any:
             and offset % ALIGN == 0
         ):
             raise ChannelError(f"malformed shared tensor entry {str(v)[:200]}")
+        nonlocal cloned
         dtype = getattr(torch, str(name))
         numel = 1
         for s in shape:
             numel *= s
+        if budget is not None:
+            cloned += numel * torch.empty((), dtype=dtype).element_size()
+            if strides != _contiguous_strides(shape) or cloned > budget:
+                raise ChannelError(
+                    f"shared tensor entry {str(v)[:200]} is not contiguous or goes past the "
+                    f"{budget} bytes the outputs may take"
+                )
         if numel == 0:
             return torch.empty(shape, dtype=dtype, device=buffer.device)
         esize = torch.empty((), dtype=dtype).element_size()
@@ -188,6 +201,31 @@ def _access(cu: Any, ptr: int, size: int, dev: int) -> None:
     _check(cu, result, "cuMemSetAccess")
 
 
+def _prop(cu: Any, dev: int) -> Any:
+    prop = cu.CUmemAllocationProp()
+    prop.type = cu.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
+    prop.location.type = cu.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+    prop.location.id = dev
+    prop.requestedHandleTypes = cu.CUmemAllocationHandleType.CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
+    return prop
+
+
+def _granularity(cu: Any, prop: Any) -> int:
+    err, gran = cu.cuMemGetAllocationGranularity(
+        prop, cu.CUmemAllocationGranularity_flags.CU_MEM_ALLOC_GRANULARITY_RECOMMENDED
+    )
+    _check(cu, err, "cuMemGetAllocationGranularity")
+    return max(int(gran), 1)
+
+
+def buffer_bound(nbytes: int, device: str) -> int:
+    """The size of the buffer `offer` makes for `nbytes` of tensors on `device`: every buffer is a
+    whole number of the driver's allocation granularity (2 MiB on the GPUs of docs/benchmarks.md).
+    `SharedUnavailable` where that cannot be asked."""
+    cu = driver()
+    return _round_up(max(nbytes, 1), _granularity(cu, _prop(cu, device_index(device))))
+
+
 class _CudaBytes:
     """`size` bytes at device address `ptr`, for `torch.as_tensor` (CUDA array interface)."""
 
@@ -223,22 +261,15 @@ class Mapping:
 
     @classmethod
     def create(cls, nbytes: int, device: str) -> Mapping:
-        """A fresh allocation of at least `nbytes` on `device`, exportable as a POSIX fd."""
+        """A fresh allocation of at least `nbytes` on `device` (rounded up to `granularity`),
+        exportable as a POSIX fd."""
         import torch
 
         dev = device_index(device)
         cu = driver()
         torch.cuda.synchronize(dev)  # torch's context is current on this thread from here on
-        prop = cu.CUmemAllocationProp()
-        prop.type = cu.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
-        prop.location.type = cu.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
-        prop.location.id = dev
-        prop.requestedHandleTypes = cu.CUmemAllocationHandleType.CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
-        err, gran = cu.cuMemGetAllocationGranularity(
-            prop, cu.CUmemAllocationGranularity_flags.CU_MEM_ALLOC_GRANULARITY_RECOMMENDED
-        )
-        _check(cu, err, "cuMemGetAllocationGranularity")
-        size = _round_up(max(nbytes, 1), max(int(gran), 1))
+        prop = _prop(cu, dev)
+        size = _round_up(max(nbytes, 1), _granularity(cu, prop))
         err, handle = cu.cuMemCreate(size, prop, 0)
         _check(cu, err, "cuMemCreate (with a POSIX fd handle)")
         return cls(cu, handle, size, dev)
@@ -290,9 +321,10 @@ class Mapping:
 
 
 def offer(lay: Layout, device: str) -> tuple[Mapping, int]:
-    """The judge's side: a fresh buffer for one runner holding `lay`'s tensors (zeroes elsewhere),
-    synchronised, the judge's own view dropped, and an fd naming it. The caller sends the fd, closes
-    it, and closes the mapping once the runner has replied (never reading it again)."""
+    """The sending side (the judge staging sets, a runner answering with outputs): a fresh buffer
+    for one receiver holding `lay`'s tensors (zeroes elsewhere), synchronised, the sender's own view
+    dropped, and an fd naming it. The caller sends the fd, closes it, and closes the mapping once the
+    receiver has cloned what it holds (never reading it again)."""
     import torch
 
     buf = Mapping.create(lay.size, device)
@@ -308,9 +340,10 @@ def offer(lay: Layout, device: str) -> tuple[Mapping, int]:
         raise
 
 
-def take(fd: int, size: object, tree: object, device: str) -> Any:
-    """The runner's side: the value `tree` describes, cloned out of the buffer behind `fd` into this
-    process's own allocations; the buffer unmapped and released and `fd` closed, on any outcome."""
+def take(fd: int, size: object, tree: object, device: str, budget: int | None = None) -> Any:
+    """The receiving side (a runner staging sets, the judge fetching outputs): the value `tree`
+    describes, cloned out of the buffer behind `fd` into this process's own allocations (`unpack`,
+    with `budget`); the buffer unmapped and released and `fd` closed, on any outcome."""
     import torch
 
     try:
@@ -321,9 +354,11 @@ def take(fd: int, size: object, tree: object, device: str) -> Any:
         os.close(fd)
     try:
         view = buf.view()
-        value = unpack(tree, view)
+        value = unpack(tree, view, budget)
         torch.cuda.synchronize(buf.dev)
         del view
         return value
     finally:
+        with contextlib.suppress(Exception):  # clones queued before an entry failed: done first
+            torch.cuda.synchronize(buf.dev)
         buf.close()
