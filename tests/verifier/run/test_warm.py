@@ -104,7 +104,8 @@ def test_without_respawn_no_spare_follows_the_job(tmp_path: Path, monkeypatch: p
 def test_the_real_judge_from_a_warm_spare(tmp_path: Path) -> None:
     """The real judge and runner processes (device `cpu`, a PyTorch stand-in): the second job runs in
     the spare that warmed up after the first, and a candidate's dispatcher override does not reach
-    it."""
+    it. The second job is a repetition alone on the GPU (`run_alone`; no lease on the CPU): the
+    phases after the runners' load run inside that hold and give the same verdict."""
     pytest.importorskip("torch")
     ref = (Path(__file__).resolve().parents[1] / "corpus" / "references" / "relu.py").read_text()
     cheat = (Path(__file__).resolve().parents[1] / "corpus" / "adv_rt_library_override_kept.py").read_text()
@@ -114,7 +115,7 @@ def test_the_real_judge_from_a_warm_spare(tmp_path: Path) -> None:
     )
     config = {"cache_dir": str(tmp_path), "arch_list": ["9.0"], "num_trials": 2}
 
-    def job(source: str) -> dict[str, object]:
+    def job(source: str, **settings: object) -> dict[str, object]:
         return {
             "candidate_path": "c.py",
             "candidate_source": source,
@@ -122,14 +123,14 @@ def test_the_real_judge_from_a_warm_spare(tmp_path: Path) -> None:
             "reference_source": ref,
             "skip_timing": True,
             "device": "cpu",
-            "config": config,
+            "config": {**config, **settings},
         }
 
     runner = PersistentRunner()
     try:
         runner.warm_up(32768, config)
         first = runner(job(cheat), timeout_s=600, memory_limit_mib=32768)
-        second = runner(job(honest), timeout_s=600, memory_limit_mib=32768)
+        second = runner(job(honest, run_alone=True), timeout_s=600, memory_limit_mib=32768)
     finally:
         runner.close()
     assert first.result is not None and second.result is not None, (first.stderr_tail, second.stderr_tail)
