@@ -33,7 +33,17 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from cudice.verifier.run import channel
-from cudice.verifier.run.judge_state import JudgeState, add_wall, ask, limit_s, refused, shared, talking
+from cudice.verifier.run.judge_state import (
+    JudgeState,
+    add_wall,
+    ask,
+    limit_s,
+    refused,
+    reply_to,
+    send_shared,
+    shared,
+    talking,
+)
 from cudice.verifier.run.runner_link import RunnerLink, RunnerTimeout
 from cudice.verifier.source.result import Stage
 
@@ -120,51 +130,18 @@ def _count_staging(st: JudgeState, path: str) -> None:
 def _stage_shared(
     st: JudgeState, clock: Clock, link: RunnerLink, sets: list[list[Any]], header: dict[str, Any]
 ) -> bool:
-    """Stage `sets` through a GPU buffer made for `link`'s runner alone: filled here, its POSIX fd
-    passed with the layout (run/channel.py `send_fd`), released once the runner replied and never
-    read again. False (the reason in `clock.staging_why`, a fallback counted in the walls) when
-    either side cannot: the caller then stages over the socket. A runner that dies or refuses ends
-    the job as any request does."""
-    from cudice.verifier.run import shared_staging
-
-    with shared(st):
-        try:
-            lay = shared_staging.layout(sets)
-            buf, fd = shared_staging.offer(lay, st.device)
-        except Exception as exc:  # no GPU, no cuda-bindings, a driver without POSIX fds, no memory
-            clock.staging_why = f"judge: {type(exc).__name__}: {exc}"[:500]
-            clock.shared_off = isinstance(exc, shared_staging.SharedUnavailable)
-            st.walls["timing.staging_fallback_judge"] = st.walls.get("timing.staging_fallback_judge", 0.0) + 1
-            return False
-        try:
-            with talking(st, link, Stage.TIMING):
-                try:
-                    channel.send(link.sock, {**header, "sets": lay.tree, "shared": {"size": buf.size}})
-                    channel.send_fd(link.sock, fd)
-                finally:
-                    os.close(fd)  # the runner has its own descriptor now
-                rep = _reply(link, _stage_deadline_s(lay.size))
-        finally:
-            buf.close()  # after the reply (or the runner's end): never read back
-    if not rep.get("ok"):
-        refused(st, link, rep, Stage.TIMING)
-    if rep.get("staged") is True:
+    """Stage `sets` through a GPU buffer made for `link`'s runner alone (`send_shared`). False (the
+    reason in `clock.staging_why`, a fallback counted in the walls) when either side cannot: the
+    caller then stages over the socket."""
+    taken, why, unavailable = send_shared(st, link, header, "sets", sets, Stage.TIMING, _stage_deadline_s)
+    if taken:
         return True
-    clock.staging_why = f"the {link.role}'s runner: {rep.get('why')!s}"[:500]
-    st.walls["timing.staging_fallback_runner"] = st.walls.get("timing.staging_fallback_runner", 0.0) + 1
+    clock.staging_why = why
+    side = "judge" if why.startswith("judge: ") else "runner"
+    clock.shared_off = clock.shared_off or unavailable
+    name = f"timing.staging_fallback_{side}"
+    st.walls[name] = st.walls.get(name, 0.0) + 1
     return False
-
-
-def _reply(link: RunnerLink, deadline_s: float) -> dict[str, Any]:
-    """The runner's reply to a request already sent (a build it asks for meanwhile is refused, as
-    `RunnerLink.request` refuses it without a builder); `RunnerTimeout` past `deadline_s`."""
-    while True:
-        if not select.select([link.sock], [], [], deadline_s)[0]:
-            raise RunnerTimeout(deadline_s)
-        rep, _ = channel.recv(link.sock, 0)
-        if rep.get("op") != "build":
-            return rep
-        channel.send(link.sock, {"ok": False, "error": "no builds here"})
 
 
 def stream(
@@ -200,7 +177,7 @@ def stream(
             },
         )
         t_ready = time.perf_counter()
-        ready = _reply(link, limit)
+        ready = reply_to(link, limit)
         add_wall(st, "timing.ready_wait", t_ready)
         count = ready.get("ready")
         if ready.get("ok") is not True or type(count) is not int or count != len(indices):

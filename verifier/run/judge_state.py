@@ -101,7 +101,8 @@ class JudgeState:
     lease: GpuLease | None = None
     lease_depth: int = 0  # shared holds nest; an exclusive hold makes them no-ops
     alone: bool = False  # the rest of the run holds the lease exclusively (`alone`)
-    fetch_shared_off: bool = False  # outputs come over the socket: a shared buffer failed once (`fetch`)
+    # a correctness trial's inputs and the outputs go over the socket: GPU memory failed once (`fetch`)
+    fetch_shared_off: bool = False
     ref_call_s: float = 0.0  # the reference's time per call, measured by the judge in correctness
     profiled_candidate: int = 0  # profiler sessions the candidate's runner ran for the judge
     profiled_reference: int = 0
@@ -315,6 +316,62 @@ def decode(st: JudgeState, rep: dict[str, Any], blobs: list[bytearray]) -> Any:
         ) from None
 
 
+def send_shared(
+    st: JudgeState,
+    link: RunnerLink,
+    header: dict[str, Any],
+    key: str,
+    value: object,
+    stage: Stage,
+    deadline_s: Callable[[int], float],
+) -> tuple[bool, str, bool]:
+    """Send `value` as `header[key]` through a GPU buffer made for `link`'s runner alone
+    (run/shared_staging.py `offer`): filled here, its POSIX fd passed after the request
+    (run/channel.py `send_fd`), released once the runner replied and never read again. Returns
+    (taken, why not, whether this side cannot share at all: no GPU, no cuda-bindings, a driver
+    without POSIX fds). A runner that cannot map it answers `"staged": false` and the caller sends
+    over the socket; a runner that dies or refuses ends the job as any request does.
+    `deadline_s(nbytes)`: how long the runner may take."""
+    from cudice.verifier.run import shared_staging
+
+    with shared(st):
+        try:
+            lay = shared_staging.layout(value)
+            buf, fd = shared_staging.offer(lay, st.device)
+        except Exception as exc:  # no GPU, no cuda-bindings, a driver without POSIX fds, no memory
+            unavailable = isinstance(exc, shared_staging.SharedUnavailable)
+            return False, f"judge: {type(exc).__name__}: {exc}"[:500], unavailable
+        try:
+            with talking(st, link, stage):
+                try:
+                    channel.send(link.sock, {**header, key: lay.tree, "shared": {"size": buf.size}})
+                    channel.send_fd(link.sock, fd)
+                finally:
+                    os.close(fd)  # the runner has its own descriptor now
+                rep = reply_to(link, deadline_s(lay.size))
+        finally:
+            buf.close()  # after the reply (or the runner's end): never read back
+    if not rep.get("ok"):
+        refused(st, link, rep, stage)
+    if rep.get("staged") is True:
+        return True, "", False
+    return False, f"the {link.role}'s runner: {rep.get('why')!s}"[:500], False
+
+
+def reply_to(link: RunnerLink, deadline_s: float) -> dict[str, Any]:
+    """The runner's reply to a request already sent (a build it asks for meanwhile is refused, as
+    `RunnerLink.request` refuses it without a builder); `RunnerTimeout` past `deadline_s`."""
+    import select
+
+    while True:
+        if not select.select([link.sock], [], [], deadline_s)[0]:
+            raise RunnerTimeout(deadline_s)
+        rep, _ = channel.recv(link.sock, 0)
+        if rep.get("op") != "build":
+            return rep
+        channel.send(link.sock, {"ok": False, "error": "no builds here"})
+
+
 SHARED_FETCH_MIN_BYTES = 8 << 20  # outputs this large or larger come through GPU memory (`fetch`)
 
 
@@ -337,16 +394,11 @@ def fetch(st: JudgeState, link: RunnerLink, header: dict[str, Any], stage: Stage
     from cudice.verifier.run import shared_staging
 
     most = 0
-    if (
-        st.device.startswith("cuda")
-        and st.config.timing_staging == "shared"
-        and not st.fetch_shared_off
-        and max_bytes >= SHARED_FETCH_MIN_BYTES
-    ):
+    if shares_outputs(st, max_bytes):
         try:
             most = shared_staging.buffer_bound(max_bytes, st.device)
         except shared_staging.SharedUnavailable as exc:
-            _fetch_fallback(st, stage, exc)
+            shared_fallback(st, stage, f"judge: {type(exc).__name__}: {exc}")
     asked = {**header, "shared": True} if most else header
     rep, blobs = ask(st, link, asked, stage, max_bytes=max_bytes)
     if not (most and "shared" in rep):
@@ -390,21 +442,34 @@ def _take_shared(
     except channel.ChannelError as exc:
         _unreadable(st, stage, str(exc))
     except (shared_staging.SharedUnavailable, torch.cuda.OutOfMemoryError) as exc:
-        _fetch_fallback(st, stage, exc)  # the socket, for this request and the rest
+        shared_fallback(st, stage, f"judge: {type(exc).__name__}: {exc}")  # the socket from now on
         return _NOT_MAPPED
     finally:
         if not handed:
             os.close(fd)
 
 
-def _fetch_fallback(st: JudgeState, stage: Stage, exc: BaseException) -> None:
+def shares_outputs(st: JudgeState, nbytes: int) -> bool:
+    """Whether a correctness transfer of `nbytes` (a trial's inputs, outputs) goes through GPU
+    memory: on a GPU, with shared staging on, SHARED_FETCH_MIN_BYTES or more, and no failure of
+    it earlier in this run."""
+    return (
+        st.device.startswith("cuda")
+        and st.config.timing_staging == "shared"
+        and not st.fetch_shared_off
+        and nbytes >= SHARED_FETCH_MIN_BYTES
+    )
+
+
+def shared_fallback(st: JudgeState, stage: Stage, why: str) -> None:
+    """Inputs and outputs go over the socket for the rest of the run, because of `why`."""
     st.fetch_shared_off = True
     st.walls["fetch_shared_fallback"] = st.walls.get("fetch_shared_fallback", 0.0) + 1
     st.diags.append(
         diag(
             "verify.shared_fetch_unavailable",
-            f"The candidate's outputs come over the socket in this run, not through GPU memory: "
-            f"{type(exc).__name__}: {exc}"[:500],
+            f"The candidate's inputs and outputs go over the socket in this run, not through GPU "
+            f"memory: {why}"[:500],
             stage,
             st.where,
             Severity.INFORMATION,

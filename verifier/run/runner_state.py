@@ -66,6 +66,22 @@ def reply(st: RunnerState, header: dict[str, Any], blobs: list[memoryview] | Non
     channel.send(st.sock, header, blobs or [])
 
 
+def take_shared(st: RunnerState, req: dict[str, Any], key: str) -> tuple[bool, Any, str]:
+    """The value of `req[key]` sent through a GPU buffer (`"shared"` in `req`; its fd follows the
+    request and is always read, so the next message starts where it should), cloned out of it into
+    this process's own memory (run/shared_staging.py `take`, which closes the fd): (True, value,
+    "") or, where this process cannot map it, (False, None, why) for a `"staged": false` answer."""
+    fd = channel.recv_fd(st.sock)
+    try:
+        from cudice.verifier.run import shared_staging
+
+        spec = req["shared"]
+        size = spec.get("size") if isinstance(spec, dict) else None
+        return True, shared_staging.take(fd, size, req[key], st.device), ""
+    except Exception as exc:
+        return False, None, f"{type(exc).__name__}: {exc}"[:500]
+
+
 def guard(st: RunnerState, fn: Callable[[], Any], stage: Stage) -> Any:
     from cudice.verifier.run.judging import Stop, call_or_stop
 

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from cudice.verifier.run import channel
-from cudice.verifier.run.runner_state import RunnerFailure, RunnerState, guard, reply, sync
+from cudice.verifier.run.runner_state import RunnerFailure, RunnerState, guard, reply, sync, take_shared
 from cudice.verifier.source.result import Diagnostic, Severity, Stage, Verdict
 
 DIGEST_SLOTS = 64  # output and input tensors of a call whose digests have room made beforehand
@@ -36,16 +36,10 @@ def op_stage(st: RunnerState, req: dict[str, Any], blobs: list[bytearray]) -> No
     from cudice.verifier.run import seal
 
     if "shared" in req:
-        fd = channel.recv_fd(st.sock)  # always read, so the next message starts where it should
         st.sets, st.seal_plans, st.kept = [], [], {}  # the last repetition's, freed first
-        try:
-            from cudice.verifier.run import shared_staging
-
-            spec = req["shared"]
-            size = spec.get("size") if isinstance(spec, dict) else None
-            sets = shared_staging.take(fd, size, req["sets"], st.device)  # closes fd
-        except Exception as exc:
-            reply(st, {"ok": True, "staged": False, "why": f"{type(exc).__name__}: {exc}"[:500]})
+        taken, sets, why = take_shared(st, req, "sets")
+        if not taken:
+            reply(st, {"ok": True, "staged": False, "why": why})
             return
     else:
         sets = channel.decode(req["sets"], blobs, st.device)

@@ -430,6 +430,45 @@ def test_a_shared_buffer_larger_than_the_outputs_need_is_refused(
     assert _open_fds() <= before  # the judge closed the descriptor it got, unmapped
 
 
+def test_a_trials_inputs_go_through_gpu_memory_and_fall_back_to_the_socket(
+    runner: tuple[socket.socket, RunnerState], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A correctness trial's inputs of 8 MiB or more: through a buffer the judge makes for the
+    candidate's runner (a memfd stand-in here), bit for bit what the socket gives; a runner that
+    cannot map it answers `staged: false`, the judge sends them over the socket and keeps to the
+    socket for the run (the information diagnostic says why). Small inputs go over the socket."""
+    from cudice.verifier.run.judge_correctness import _send_inputs
+
+    ours, state = runner
+    released: list[bool] = []
+    _offer_memfd(monkeypatch, released)
+    monkeypatch.setattr(shared_staging, "take", _take_memfd)
+    st, link = _fetching_judge(ours, monkeypatch)
+    g = torch.Generator().manual_seed(5)
+    inputs = [torch.randn(1 << 21, generator=g), 3, torch.randn(4, 4, generator=g).t()]
+    _send_inputs(st, link, inputs)
+    _same(state.inputs, [inputs[0], 3, inputs[2].contiguous()])
+    assert st.walls["inputs_shared_count"] == 1.0 and released == [True] and not st.diags
+    _send_inputs(st, link, [inputs[2]])  # small: the socket
+    assert st.walls["inputs_shared_count"] == 1.0
+    _same(state.inputs, [inputs[2].contiguous()])
+
+    def refuse(fd: int, size: object, tree: object, device: str, budget: int | None = None) -> Any:
+        os.close(fd)
+        raise shared_staging.SharedUnavailable(
+            "cuMemImportFromShareableHandle failed: CUDA_ERROR_NOT_PERMITTED"
+        )
+
+    monkeypatch.setattr(shared_staging, "take", refuse)
+    _send_inputs(st, link, inputs)
+    _same(state.inputs, [inputs[0], 3, inputs[2].contiguous()])
+    assert st.fetch_shared_off and st.walls["fetch_shared_fallback"] == 1.0
+    (note,) = st.diags
+    assert note.code == "verify.shared_fetch_unavailable" and "CUDA_ERROR_NOT_PERMITTED" in note.message
+    _send_inputs(st, link, inputs)  # not tried again
+    assert len(released) == 2 and st.walls["inputs_shared_count"] == 1.0
+
+
 def test_the_config_switch() -> None:
     assert VerifyConfig().timing_staging == "shared"
     cfg = VerifyConfig(timing_staging="socket")
@@ -449,6 +488,10 @@ state = RunnerState(socket.socket(fileno=int(sys.argv[1])), device="cuda")
 state.last = [torch.arange(1 << 20, device="cuda", dtype=torch.float32) * 0.5, 7,
               torch.arange(15, device="cuda").reshape(3, 5).half().t()]
 serve(state)
+print("INPUTS " + json.dumps([
+    hashlib.sha256(x.contiguous().cpu().reshape(-1).view(torch.uint8).numpy().tobytes()).hexdigest()
+    for x in state.inputs
+]))
 print("STAGED " + json.dumps([
     [hashlib.sha256(x.contiguous().cpu().reshape(-1).view(torch.uint8).numpy().tobytes()).hexdigest()
      if isinstance(x, torch.Tensor) else x for x in s]
@@ -490,9 +533,9 @@ def test_a_sealed_set_staged_through_shared_memory_is_bit_identical_in_another_p
         from cudice.verifier.run.judge_state import fetch
         from cudice.verifier.source.result import Stage
 
-        st.out, st.fetch_shared_off, st.where = {}, False, None
+        st.diags, st.fetch_shared_off, st.where = [], False, None
         got = fetch(st, link, {"op": "fetch"}, Stage.CORRECTNESS, max_bytes=16 << 20)
-        assert st.walls.get("fetch_shared_count") == 1.0, st.out.get("fetch_shared_why")
+        assert st.walls.get("fetch_shared_count") == 1.0, [d.message for d in st.diags]
         _same(
             got,
             [
@@ -501,6 +544,12 @@ def test_a_sealed_set_staged_through_shared_memory_is_bit_identical_in_another_p
                 torch.arange(15, device="cuda").reshape(3, 5).half().t().contiguous(),
             ],
         )
+        # a correctness trial's inputs, through a buffer the judge makes
+        from cudice.verifier.run.judge_correctness import _send_inputs
+
+        trial = [torch.randn(3 << 20, generator=g, device="cuda")]
+        _send_inputs(st, link, trial)
+        assert st.walls.get("inputs_shared_count") == 1.0, [d.message for d in st.diags]
         channel.send(ours, {"op": "exit"})
         out, _ = proc.communicate(timeout=300)
     finally:
@@ -508,6 +557,8 @@ def test_a_sealed_set_staged_through_shared_memory_is_bit_identical_in_another_p
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+    line = next(x for x in out.decode().splitlines() if x.startswith("INPUTS "))
+    assert json.loads(line[7:]) == [hashlib.sha256(_bits(trial[0])).hexdigest()]
     line = next(x for x in out.decode().splitlines() if x.startswith("STAGED "))
     want = [
         [hashlib.sha256(_bits(x)).hexdigest() if isinstance(x, torch.Tensor) else x for x in s] for s in sets
