@@ -75,10 +75,11 @@ class VerifyConfig:
     timing_num_trials: int = 10
     timing_batch_ms: float = 10.0  # the short batch's target length; the long one is twice as long
     timing_stage_mib: int = 4096  # bound on the input and output sets staged for one repetition
-    # how a repetition's sealed sets reach the runners: "shared" (a GPU buffer made for one runner,
+    # how a repetition's sealed sets reach the runners, and a correctness trial's inputs and the
+    # candidate's outputs of 8 MiB or more travel: "shared" (a GPU buffer made for one receiver,
     # passed as a POSIX fd: run/shared_staging.py; without a GPU, cuda-bindings or a driver that
-    # exports fds, or on any failure, that staging goes over the socket) or "socket" (always through
-    # host memory and the runner's socket). docs/benchmarks.md compares the two on a GPU: ~0.01 s
+    # exports fds, or on any failure, over the socket) or "socket" (always through host memory and
+    # the runner's socket). docs/benchmarks.md compares the two on a GPU for staging: ~0.01 s
     # against 1.6-1.9 s per runner and repetition for 2 GiB of sets, the same verdicts
     timing_staging: str = "shared"
     # the run stage holds its GPU's lease exclusively from after the runners' load to the verdict

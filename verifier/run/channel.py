@@ -20,8 +20,8 @@ same every time.
 A file descriptor (a GPU buffer the judge shares with one runner: run/shared_staging.py) travels
 after the message it belongs to, on one marker byte with SCM_RIGHTS (`send_fd`/`recv_fd`); the
 judge's runner sockets are Unix socket pairs (run/runner_link.py). The judge sends descriptors
-(staged sets) and receives one only where it asked for outputs through GPU memory
-(run/judge_state.py `fetch`), right after that reply.
+(staged sets, a correctness trial's inputs) and receives one only where it asked for outputs
+through GPU memory (run/judge_state.py `fetch`), right after that reply.
 """
 
 from __future__ import annotations

@@ -43,6 +43,7 @@ from cudice.verifier.run.judge_state import (
     send_shared,
     shared,
     talking,
+    transfer_deadline_s,
 )
 from cudice.verifier.run.runner_link import RunnerLink, RunnerTimeout
 from cudice.verifier.source.result import Stage
@@ -104,7 +105,7 @@ def stage(
         {**header, "sets": tree},
         Stage.TIMING,
         blobs,
-        deadline_s=_stage_deadline_s(sum(len(b) for b in blobs)),
+        deadline_s=transfer_deadline_s(sum(len(b) for b in blobs)),
     )
     return tried_s + time.perf_counter() - t0
 
@@ -112,11 +113,6 @@ def stage(
 def sharing(st: JudgeState, clock: Clock) -> bool:
     """Whether `stage` tries shared GPU memory first (else its sets go over the socket at once)."""
     return st.config.timing_staging == "shared" and not clock.shared_off
-
-
-def _stage_deadline_s(nbytes: int) -> float:
-    """How long a runner may take to stage `nbytes`: moving the bytes, not the kernel."""
-    return 30.0 + nbytes / 100e6
 
 
 def _count_staging(st: JudgeState, path: str) -> None:
@@ -133,13 +129,12 @@ def _stage_shared(
     """Stage `sets` through a GPU buffer made for `link`'s runner alone (`send_shared`). False (the
     reason in `clock.staging_why`, a fallback counted in the walls) when either side cannot: the
     caller then stages over the socket."""
-    taken, why, unavailable = send_shared(st, link, header, "sets", sets, Stage.TIMING, _stage_deadline_s)
-    if taken:
+    sent = send_shared(st, link, header, "sets", sets, Stage.TIMING)
+    if sent.taken:
         return True
-    clock.staging_why = why
-    side = "judge" if why.startswith("judge: ") else "runner"
-    clock.shared_off = clock.shared_off or unavailable
-    name = f"timing.staging_fallback_{side}"
+    clock.staging_why = sent.why
+    clock.shared_off = clock.shared_off or sent.unavailable
+    name = f"timing.staging_fallback_{sent.side}"
     st.walls[name] = st.walls.get(name, 0.0) + 1
     return False
 

@@ -28,7 +28,7 @@ from cudice.verifier.run.judge_state import (
     send_shared,
     shared,
     shared_fallback,
-    shares_outputs,
+    shares_transfer,
     stop_on_errors,
 )
 from cudice.verifier.run.judging import Stop, call_or_stop, diag
@@ -93,6 +93,7 @@ def correctness(st: JudgeState, ref_mod: types.ModuleType, model: Any) -> Any:
             if st.device.startswith("cuda"):
                 torch.cuda.synchronize()
             took = time.perf_counter() - t_ref
+            del args  # the copies the reference ran on: their memory is free again before the send
         st.ref_call_s = min(st.ref_call_s, took) if st.ref_call_s else took
         if dist != "as_given" and not _finite(ref_out):
             skipped.append(dist)
@@ -163,14 +164,12 @@ def _send_inputs(st: JudgeState, link: RunnerLink, inputs: list[Any]) -> None:
     each way saved), else, or where either side cannot, over the socket."""
     from cudice.verifier.run.timing import tensor_bytes
 
-    if shares_outputs(st, tensor_bytes(inputs)):
-        taken, why, _ = send_shared(
-            st, link, {"op": "inputs"}, "inputs", inputs, Stage.CORRECTNESS, lambda n: 30.0 + n / 100e6
-        )
-        if taken:
+    if shares_transfer(st, tensor_bytes(inputs)):
+        sent = send_shared(st, link, {"op": "inputs"}, "inputs", inputs, Stage.CORRECTNESS)
+        if sent.taken:
             st.walls["inputs_shared_count"] = st.walls.get("inputs_shared_count", 0.0) + 1
             return
-        shared_fallback(st, Stage.CORRECTNESS, why)
+        shared_fallback(st, Stage.CORRECTNESS, sent.why)
     tree, blobs = channel.encode(inputs)
     ask(st, link, {"op": "inputs", "inputs": tree}, Stage.CORRECTNESS, blobs)
 

@@ -101,7 +101,8 @@ class JudgeState:
     lease: GpuLease | None = None
     lease_depth: int = 0  # shared holds nest; an exclusive hold makes them no-ops
     alone: bool = False  # the rest of the run holds the lease exclusively (`alone`)
-    # a correctness trial's inputs and the outputs go over the socket: GPU memory failed once (`fetch`)
+    # a correctness trial's inputs and the candidate's outputs go over the socket: GPU memory failed
+    # once for them (`send_shared`, `fetch`)
     fetch_shared_off: bool = False
     ref_call_s: float = 0.0  # the reference's time per call, measured by the judge in correctness
     profiled_candidate: int = 0  # profiler sessions the candidate's runner ran for the judge
@@ -316,31 +317,41 @@ def decode(st: JudgeState, rep: dict[str, Any], blobs: list[bytearray]) -> Any:
         ) from None
 
 
+@dataclass(frozen=True, slots=True)
+class SharedSend:
+    """How `send_shared` went: `taken` by the runner, else `why` not and on which `side` ("judge"
+    or "runner"); `unavailable`: this side cannot share at all (no GPU, no cuda-bindings, a driver
+    without POSIX fds), so there is no point trying again."""
+
+    taken: bool
+    why: str = ""
+    side: str = ""
+    unavailable: bool = False
+
+
+def transfer_deadline_s(nbytes: int) -> float:
+    """How long a runner may take to take in `nbytes` of sets or inputs: moving the bytes, not the kernel."""
+    return 30.0 + nbytes / 100e6
+
+
 def send_shared(
-    st: JudgeState,
-    link: RunnerLink,
-    header: dict[str, Any],
-    key: str,
-    value: object,
-    stage: Stage,
-    deadline_s: Callable[[int], float],
-) -> tuple[bool, str, bool]:
+    st: JudgeState, link: RunnerLink, header: dict[str, Any], key: str, value: object, stage: Stage
+) -> SharedSend:
     """Send `value` as `header[key]` through a GPU buffer made for `link`'s runner alone
     (run/shared_staging.py `offer`): filled here, its POSIX fd passed after the request
-    (run/channel.py `send_fd`), released once the runner replied and never read again. Returns
-    (taken, why not, whether this side cannot share at all: no GPU, no cuda-bindings, a driver
-    without POSIX fds). A runner that cannot map it answers `"staged": false` and the caller sends
-    over the socket; a runner that dies or refuses ends the job as any request does.
-    `deadline_s(nbytes)`: how long the runner may take."""
+    (run/channel.py `send_fd`), released once the runner replied and never read again. A runner
+    that cannot map it answers `"staged": false` and the caller sends over the socket; a runner that
+    dies or refuses ends the job as any request does; a value the channel cannot carry raises
+    `ChannelError` (the socket would refuse it the same way)."""
     from cudice.verifier.run import shared_staging
 
     with shared(st):
+        lay = shared_staging.layout(value)  # GPU copies of strided tensors: inside the lease
         try:
-            lay = shared_staging.layout(value)
             buf, fd = shared_staging.offer(lay, st.device)
         except Exception as exc:  # no GPU, no cuda-bindings, a driver without POSIX fds, no memory
             unavailable = isinstance(exc, shared_staging.SharedUnavailable)
-            return False, f"judge: {type(exc).__name__}: {exc}"[:500], unavailable
+            return SharedSend(False, f"judge: {type(exc).__name__}: {exc}"[:500], "judge", unavailable)
         try:
             with talking(st, link, stage):
                 try:
@@ -348,14 +359,14 @@ def send_shared(
                     channel.send_fd(link.sock, fd)
                 finally:
                     os.close(fd)  # the runner has its own descriptor now
-                rep = reply_to(link, deadline_s(lay.size))
+                rep = reply_to(link, transfer_deadline_s(lay.size))
         finally:
             buf.close()  # after the reply (or the runner's end): never read back
     if not rep.get("ok"):
         refused(st, link, rep, stage)
     if rep.get("staged") is True:
-        return True, "", False
-    return False, f"the {link.role}'s runner: {rep.get('why')!s}"[:500], False
+        return SharedSend(True)
+    return SharedSend(False, f"the {link.role}'s runner: {rep.get('why')!s}"[:500], "runner")
 
 
 def reply_to(link: RunnerLink, deadline_s: float) -> dict[str, Any]:
@@ -394,7 +405,7 @@ def fetch(st: JudgeState, link: RunnerLink, header: dict[str, Any], stage: Stage
     from cudice.verifier.run import shared_staging
 
     most = 0
-    if shares_outputs(st, max_bytes):
+    if shares_transfer(st, max_bytes):
         try:
             most = shared_staging.buffer_bound(max_bytes, st.device)
         except shared_staging.SharedUnavailable as exc:
@@ -449,7 +460,7 @@ def _take_shared(
             os.close(fd)
 
 
-def shares_outputs(st: JudgeState, nbytes: int) -> bool:
+def shares_transfer(st: JudgeState, nbytes: int) -> bool:
     """Whether a correctness transfer of `nbytes` (a trial's inputs, outputs) goes through GPU
     memory: on a GPU, with shared staging on, SHARED_FETCH_MIN_BYTES or more, and no failure of
     it earlier in this run."""
@@ -468,8 +479,8 @@ def shared_fallback(st: JudgeState, stage: Stage, why: str) -> None:
     st.diags.append(
         diag(
             "verify.shared_fetch_unavailable",
-            f"The candidate's inputs and outputs go over the socket in this run, not through GPU "
-            f"memory: {why}"[:500],
+            f"A correctness trial's inputs and the candidate's outputs go over the socket in this "
+            f"run, not through GPU memory (timed sets are staged apart): {why}"[:500],
             stage,
             st.where,
             Severity.INFORMATION,

@@ -14,6 +14,7 @@ the judge: the candidate's Python runs in this process and can change any of it
 
 from __future__ import annotations
 
+import os
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -72,14 +73,20 @@ def take_shared(st: RunnerState, req: dict[str, Any], key: str) -> tuple[bool, A
     this process's own memory (run/shared_staging.py `take`, which closes the fd): (True, value,
     "") or, where this process cannot map it, (False, None, why) for a `"staged": false` answer."""
     fd = channel.recv_fd(st.sock)
+    handed = False  # `take` closes the descriptor once called
     try:
         from cudice.verifier.run import shared_staging
 
         spec = req["shared"]
         size = spec.get("size") if isinstance(spec, dict) else None
-        return True, shared_staging.take(fd, size, req[key], st.device), ""
+        tree = req[key]
+        handed = True
+        return True, shared_staging.take(fd, size, tree, st.device), ""
     except Exception as exc:
         return False, None, f"{type(exc).__name__}: {exc}"[:500]
+    finally:
+        if not handed:
+            os.close(fd)
 
 
 def guard(st: RunnerState, fn: Callable[[], Any], stage: Stage) -> Any:

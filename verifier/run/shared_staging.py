@@ -1,4 +1,5 @@
-"""Staging a repetition's input sets through GPU memory the judge shares with one runner at a time.
+"""Staging a repetition's input sets (and a correctness trial's inputs and outputs) through GPU
+memory shared between the judge and one runner at a time.
 
 Role: the default way staged sets reach a runner on a GPU, instead of its socket
 (run/judge_clock.py `stage`, `VerifyConfig.timing_staging == "shared"`; the socket where this

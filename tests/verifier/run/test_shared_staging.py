@@ -7,8 +7,13 @@ runner's request loop in a thread of this process (as test_runner_dispatch.py ru
 without a GPU, and a runner that cannot map the buffer it was passed, both stage over the socket,
 and the runner then holds what `timing_staging="socket"` gives it; the config field.
 
+On the CPU too, with a memfd standing in for the GPU buffer: a correctness trial's inputs sent and
+the candidate's outputs fetched through shared memory (run/judge_state.py `send_shared`, `fetch`),
+their size bounds, and the fallbacks to the socket.
+
 On a GPU (`gpu`): a sealed set staged through a shared buffer into a runner in another process is
-bit-identical there, and the walls say the staging was shared.
+bit-identical there, and so are a trial's inputs sent and outputs fetched that way; the walls say
+each went through shared memory.
 
 Not covered here: whether sharing is faster (bench/timing_fidelity.py `--staging`), a real judge
 with runners inside the boundary (test_judge.py runs the default, shared on a GPU).
@@ -469,6 +474,45 @@ def test_a_trials_inputs_go_through_gpu_memory_and_fall_back_to_the_socket(
     assert len(released) == 2 and st.walls["inputs_shared_count"] == 1.0
 
 
+def test_inputs_the_judge_cannot_share_and_a_refusal(
+    runner: tuple[socket.socket, RunnerState], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The judge cannot make a buffer (no cuda-bindings, a driver error): nothing is sent, the
+    inputs go over the socket, the reason is an information diagnostic, no descriptor is left open.
+    A runner whose shared inputs reply is a failure ends the trial as any refused request does."""
+    from cudice.verifier.run.judge_correctness import _send_inputs
+    from cudice.verifier.run.judging import Stop
+
+    ours, state = runner
+
+    def no_buffer(lay: shared_staging.Layout, device: str) -> Any:
+        raise shared_staging.SharedUnavailable("cuda-bindings is not installed")
+
+    monkeypatch.setattr(shared_staging, "offer", no_buffer)
+    st, link = _fetching_judge(ours, monkeypatch)
+    inputs = [torch.randn(1 << 21)]
+    before = _open_fds()
+    _send_inputs(st, link, inputs)
+    _same(state.inputs, inputs)
+    (note,) = st.diags
+    assert "judge: SharedUnavailable: cuda-bindings" in note.message and st.fetch_shared_off
+    assert _open_fds() <= before
+
+    _offer_memfd(monkeypatch, [])
+    st, link = _fetching_judge(ours, monkeypatch)
+
+    def failing(st_: RunnerState, req: dict[str, Any], key: str) -> tuple[bool, Any, str]:
+        os.close(channel.recv_fd(st_.sock))
+        raise RuntimeError("the runner broke")
+
+    from cudice.verifier.run import runner as runner_module
+
+    monkeypatch.setattr(runner_module, "take_shared", failing)
+    with pytest.raises(Stop) as stop:
+        _send_inputs(st, link, inputs)
+    assert stop.value.verdict.value == "runtime_error"
+
+
 def test_the_config_switch() -> None:
     assert VerifyConfig().timing_staging == "shared"
     cfg = VerifyConfig(timing_staging="socket")
@@ -490,7 +534,7 @@ state.last = [torch.arange(1 << 20, device="cuda", dtype=torch.float32) * 0.5, 7
 serve(state)
 print("INPUTS " + json.dumps([
     hashlib.sha256(x.contiguous().cpu().reshape(-1).view(torch.uint8).numpy().tobytes()).hexdigest()
-    for x in state.inputs
+    if isinstance(x, torch.Tensor) else x for x in state.inputs
 ]))
 print("STAGED " + json.dumps([
     [hashlib.sha256(x.contiguous().cpu().reshape(-1).view(torch.uint8).numpy().tobytes()).hexdigest()
