@@ -205,6 +205,11 @@ class _Run:
         self.versions: dict[str, str] = {}
         self.t = time.perf_counter()
 
+    def where(self) -> Location:
+        """Where a run-stage diagnostic points: `ModelNew`'s class, else the file's first line."""
+        doc = self.doc
+        return doc.location(doc.model_new.span) if doc.model_new else Location(doc.path, 1, 1)
+
     def lap(self, name: str) -> None:
         now = time.perf_counter()
         self.walls[name] = now - self.t
@@ -675,7 +680,7 @@ def _run_stage(
             "it was run again holding the GPU alone, and this verdict is that run's.",
             "runtime.retried_alone",
             Stage.LOAD,
-            run.doc.location(run.doc.model_new.span) if run.doc.model_new else Location(run.doc.path, 1, 1),
+            run.where(),
         )
     )
     return _run_once(run, ref, config.with_(run_alone=True), cancel, run_child)
@@ -703,7 +708,7 @@ def _run_once(
         cancel=cancel,
     )
     run.lap("run")
-    where = run.doc.location(run.doc.model_new.span) if run.doc.model_new else Location(run.doc.path, 1, 1)
+    where = run.where()
     if child.timed_out or child.cancelled:
         what = (
             "was cancelled"

@@ -45,7 +45,7 @@ from collections.abc import Callable
 from typing import Any
 
 from cudice.verifier.run import channel
-from cudice.verifier.run.runner_state import RunnerFailure, RunnerState, guard, reply, sync, take_shared
+from cudice.verifier.run.runner_state import RunnerFailure, RunnerState, guard, received, reply, sync
 from cudice.verifier.run.runner_timed import op_batch, op_profile, op_stage, op_stream, op_trace
 from cudice.verifier.source.result import Diagnostic, Location, Severity, Stage, Verdict
 
@@ -249,17 +249,11 @@ def op_inputs(st: RunnerState, req: dict[str, Any], blobs: list[bytearray]) -> N
     """A correctness trial's inputs: from the request's blobs, or (`"shared"`) cloned out of the
     GPU buffer whose fd follows the request (answered `"staged": false` where it cannot be mapped:
     the judge then sends them over the socket)."""
-    if "shared" in req:
-        st.inputs, st.last = [], None  # the last trial's, freed first
-        taken, inputs, why = take_shared(st, req, "inputs")
-        if not taken:
-            reply(st, {"ok": True, "staged": False, "why": why})
-            return
-    else:
-        inputs = channel.decode(req["inputs"], blobs, st.device)
-    st.inputs = list(inputs)
-    st.last = None
-    reply(st, {"ok": True, "staged": True})
+    st.inputs, st.last = [], None  # the last trial's, freed first
+    taken, inputs = received(st, req, blobs, "inputs")
+    if taken:
+        st.inputs = list(inputs)
+        reply(st, {"ok": True, "staged": True})
 
 
 def op_call(st: RunnerState, req: dict[str, Any], blobs: list[bytearray]) -> None:

@@ -67,11 +67,14 @@ def reply(st: RunnerState, header: dict[str, Any], blobs: list[memoryview] | Non
     channel.send(st.sock, header, blobs or [])
 
 
-def take_shared(st: RunnerState, req: dict[str, Any], key: str) -> tuple[bool, Any, str]:
-    """The value of `req[key]` sent through a GPU buffer (`"shared"` in `req`; its fd follows the
-    request and is always read, so the next message starts where it should), cloned out of it into
-    this process's own memory (run/shared_staging.py `take`, which closes the fd): (True, value,
-    "") or, where this process cannot map it, (False, None, why) for a `"staged": false` answer."""
+def received(st: RunnerState, req: dict[str, Any], blobs: list[bytearray], key: str) -> tuple[bool, Any]:
+    """The value of `req[key]`: from the request's blobs, or (`"shared"` in `req`) cloned out of
+    the GPU buffer whose fd follows the request (run/shared_staging.py `take`; the fd is always
+    read, so the next message starts where it should, and always closed). (True, value), or
+    (False, None) where this process cannot map the buffer: it has then answered
+    `"staged": false`, and the judge sends the value over the socket."""
+    if "shared" not in req:
+        return True, channel.decode(req[key], blobs, st.device)
     fd = channel.recv_fd(st.sock)
     handed = False  # `take` closes the descriptor once called
     try:
@@ -81,9 +84,10 @@ def take_shared(st: RunnerState, req: dict[str, Any], key: str) -> tuple[bool, A
         size = spec.get("size") if isinstance(spec, dict) else None
         tree = req[key]
         handed = True
-        return True, shared_staging.take(fd, size, tree, st.device), ""
+        return True, shared_staging.take(fd, size, tree, st.device)
     except Exception as exc:
-        return False, None, f"{type(exc).__name__}: {exc}"[:500]
+        reply(st, {"ok": True, "staged": False, "why": f"{type(exc).__name__}: {exc}"[:500]})
+        return False, None
     finally:
         if not handed:
             os.close(fd)

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from cudice.verifier.run import channel
-from cudice.verifier.run.runner_state import RunnerFailure, RunnerState, guard, reply, sync, take_shared
+from cudice.verifier.run.runner_state import RunnerFailure, RunnerState, guard, received, reply, sync
 from cudice.verifier.source.result import Diagnostic, Severity, Stage, Verdict
 
 DIGEST_SLOTS = 64  # output and input tensors of a call whose digests have room made beforehand
@@ -35,14 +35,10 @@ def op_stage(st: RunnerState, req: dict[str, Any], blobs: list[bytearray]) -> No
     this process cannot map is answered `"staged": false` (the judge then stages over the socket)."""
     from cudice.verifier.run import seal
 
-    if "shared" in req:
-        st.sets, st.seal_plans, st.kept = [], [], {}  # the last repetition's, freed first
-        taken, sets, why = take_shared(st, req, "sets")
-        if not taken:
-            reply(st, {"ok": True, "staged": False, "why": why})
-            return
-    else:
-        sets = channel.decode(req["sets"], blobs, st.device)
+    st.sets, st.seal_plans, st.kept = [], [], {}  # the last repetition's, freed first
+    taken, sets = received(st, req, blobs, "sets")
+    if not taken:
+        return
     st.sets = [list(x) for x in sets]
     st.seal_plans = [seal.plan(s) for s in st.sets]  # worked out now, outside the clock
     st.kept = {}

@@ -501,13 +501,13 @@ def test_inputs_the_judge_cannot_share_and_a_refusal(
     _offer_memfd(monkeypatch, [])
     st, link = _fetching_judge(ours, monkeypatch)
 
-    def failing(st_: RunnerState, req: dict[str, Any], key: str) -> tuple[bool, Any, str]:
+    def failing(st_: RunnerState, req: dict[str, Any], blobs: list[bytearray], key: str) -> tuple[bool, Any]:
         os.close(channel.recv_fd(st_.sock))
         raise RuntimeError("the runner broke")
 
     from cudice.verifier.run import runner as runner_module
 
-    monkeypatch.setattr(runner_module, "take_shared", failing)
+    monkeypatch.setattr(runner_module, "received", failing)
     with pytest.raises(Stop) as stop:
         _send_inputs(st, link, inputs)
     assert stop.value.verdict.value == "runtime_error"
