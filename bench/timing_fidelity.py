@@ -74,6 +74,8 @@ WALLS = (
     "run.timing.launch_floor",
     "run.timing.trace",
     "run.timing.staging",
+    "run.timing.cpu_",
+    "run.timing.runqueue_",
 )
 
 

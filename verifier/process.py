@@ -225,6 +225,25 @@ def tree_pids(pid: int) -> list[int]:
     return [p for p, _ in _tree(pid)]
 
 
+def tree_schedstat(pid: int) -> tuple[int, int]:
+    """(ns on a CPU, ns runnable but waiting for one) summed over every thread of process `pid`
+    and its descendants, from the kernel's /proc/<pid>/task/<tid>/schedstat ((0, 0) when it is
+    gone or the kernel keeps no schedstat). Read from outside the process: code inside it can add
+    to both (by running or yielding) but cannot take time off them. Threads that ended between two
+    readings drop out of the sums."""
+    run = wait = 0
+    for p, tids in _tree(pid):
+        for tid in tids:
+            try:
+                with open(f"/proc/{p}/task/{tid}/schedstat", "rb") as f:
+                    fields = f.read().split()
+                run += int(fields[0])
+                wait += int(fields[1])
+            except (OSError, ValueError, IndexError):
+                continue
+    return run, wait
+
+
 def _tree(pid: int) -> list[tuple[int, list[str]]]:
     found: list[tuple[int, list[str]]] = []
     todo = [pid]
