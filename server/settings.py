@@ -209,7 +209,9 @@ SCHEMA: tuple[Setting, ...] = (
         "cudice.verify.timeoutSeconds",
         "number",
         _VERIFY["timeout_s"],
-        "Wall-clock limit of one verification (compile included).",
+        "Wall-clock limit of a verification's run (load, correctness, timing); the whole "
+        "verification, compile included, is stopped past twice this plus 30 s (a run that ran out "
+        "of GPU memory is repeated once, holding the GPU alone).",
         minimum=1.0,
     ),
     Setting(

@@ -356,7 +356,9 @@ class VerifyJobs:
                 await proc.start()
             await self.prestart()  # the next save's worker warms up while this one runs
             await proc.send(request.message())
-            limit = request.timeout_s + self.timeout_margin_s
+            # the run stage may run twice (once more holding the GPU alone after running out of its
+            # memory: verifier/api.py `_run_stage`), each within timeout_s, the builds beside it
+            limit = 2 * request.timeout_s + self.timeout_margin_s
             try:
                 final = await asyncio.wait_for(self._follow(proc, on_partial, on_stage), limit)
             except asyncio.TimeoutError:

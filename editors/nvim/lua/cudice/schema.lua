@@ -37,7 +37,7 @@ return {
   { key = "cudice.verify.atol", type = "number", default = 0.01, minimum = 0.0 },
   -- Relative tolerance of the correctness check.
   { key = "cudice.verify.rtol", type = "number", default = 0.01, minimum = 0.0 },
-  -- Wall-clock limit of one verification (compile included).
+  -- Wall-clock limit of a verification's run (load, correctness, timing); the whole verification, compile included, is stopped past twice this plus 30 s (a run that ran out of GPU memory is repeated once, holding the GPU alone).
   { key = "cudice.verify.timeoutSeconds", type = "number", default = 300.0, minimum = 1.0 },
   -- Longest wait for the quick check's (clangd) diagnostics once clangd is warm; the first check after start may take 10 minutes (torch-header preamble), a worker still using CPU is never killed, and the full build's diagnostics follow either way.
   { key = "cudice.verify.quickCheckTimeoutSeconds", type = "number", default = 60.0, minimum = 1.0 },
