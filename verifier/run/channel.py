@@ -58,6 +58,16 @@ class ChannelError(Exception):
     """The peer closed the channel or sent something that is not a well-formed message."""
 
 
+class OversizeMessage(ChannelError):
+    """A well-formed header whose blobs carry more bytes than the receiver allows (`sent`,
+    `allowed`); the blobs stay unread, so the channel is out of step and must not be used again."""
+
+    def __init__(self, sent: int, allowed: int) -> None:
+        super().__init__(f"message carries {sent} bytes, more than the {allowed} allowed here")
+        self.sent = sent
+        self.allowed = allowed
+
+
 def send(
     sock: socket.socket, header: dict[str, Any], blobs: Sequence[bytes | bytearray | memoryview] = ()
 ) -> None:
@@ -165,7 +175,7 @@ def recv(sock: socket.socket, max_bytes: int) -> tuple[dict[str, Any], list[byte
     if not isinstance(sizes, list) or not all(isinstance(s, int) and s >= 0 for s in sizes):
         raise ChannelError("message header lacks a valid 'blobs' size list")
     if sum(sizes) > max_bytes:
-        raise ChannelError(f"message carries {sum(sizes)} bytes, more than the {max_bytes} allowed here")
+        raise OversizeMessage(sum(sizes), max_bytes)
     return header, [_read_exact(sock, s) for s in sizes]
 
 

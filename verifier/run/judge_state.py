@@ -238,23 +238,45 @@ def talking(st: JudgeState, link: RunnerLink, stage: Stage) -> Iterator[None]:
             ],
             link.log_tail(),
         ) from None
-    except (channel.ChannelError, OSError) as exc:
-        rc = link.proc.poll()
-        why = f"exit status {rc}" if rc is not None else "it stopped answering"
-        raise Stop(
-            Verdict.CRASH,
+    except channel.OversizeMessage as exc:
+        if link.role != "candidate":
+            _broke(st, link, stage, exc)
+        raise Stop(  # as a shared buffer too large for the outputs is (`_take_shared`)
+            Verdict.INCORRECT,
             stage,
             [
                 diag(
-                    "runtime.crash",
-                    f"The {link.role} process ended or broke the protocol ({why}: {exc}); see the error "
-                    "text for its last output.",
+                    "dynamic.output_not_plain_tensor",
+                    f"The candidate's outputs could not be read: its reply carries {exc.sent} bytes, "
+                    f"more than the {exc.allowed} that outputs of the reference's shapes and dtypes "
+                    "allow. Return outputs shaped like the reference's.",
                     stage,
                     st.where,
                 )
             ],
-            link.log_tail(),
         ) from None
+    except (channel.ChannelError, OSError) as exc:
+        _broke(st, link, stage, exc)
+
+
+def _broke(st: JudgeState, link: RunnerLink, stage: Stage, exc: Exception) -> NoReturn:
+    """A runner that ended or broke the protocol: `crash`."""
+    rc = link.proc.poll()
+    why = f"exit status {rc}" if rc is not None else "it stopped answering"
+    raise Stop(
+        Verdict.CRASH,
+        stage,
+        [
+            diag(
+                "runtime.crash",
+                f"The {link.role} process ended or broke the protocol ({why}: {exc}); see the error "
+                "text for its last output.",
+                stage,
+                st.where,
+            )
+        ],
+        link.log_tail(),
+    ) from None
 
 
 def ask(

@@ -435,6 +435,35 @@ def test_a_shared_buffer_larger_than_the_outputs_need_is_refused(
     assert _open_fds() <= before  # the judge closed the descriptor it got, unmapped
 
 
+def test_outputs_larger_than_allowed_over_the_socket_are_incorrect_as_through_gpu_memory(
+    runner: tuple[socket.socket, RunnerState],
+) -> None:
+    """Outputs whose bytes are beyond what the reference's shapes allow are `incorrect` over the
+    socket too (they were `crash`, a broken protocol): the same verdict and code as a shared buffer
+    too large for them, with the sizes in the message. The reference's runner doing so is a crash."""
+    from cudice.verifier.run.judge_state import fetch
+    from cudice.verifier.run.judging import Stop
+    from cudice.verifier.source.result import Stage, Verdict
+
+    ours, state = runner
+    st, link = _judge(VerifyConfig(timing_staging="socket"), ours)
+    st.diags = []
+    state.last = _sets()[0]
+    with pytest.raises(Stop) as stop:
+        fetch(st, link, {"op": "fetch"}, Stage.CORRECTNESS, max_bytes=64)
+    assert stop.value.verdict is Verdict.INCORRECT
+    (why,) = stop.value.diagnostics
+    assert why.code == "dynamic.output_not_plain_tensor" and "more than the 64" in why.message
+
+    ref_st, ref_link = _judge(VerifyConfig(timing_staging="socket"), socket.socketpair()[0])
+    cast(Any, ref_link).role = "reference"
+    cast(Any, ref_link).log_tail = lambda: ""
+    cast(Any, ref_link).request = lambda *a, **k: (_ for _ in ()).throw(channel.OversizeMessage(99, 64))
+    with pytest.raises(Stop) as stop:
+        fetch(ref_st, ref_link, {"op": "fetch"}, Stage.CORRECTNESS, max_bytes=64)
+    assert stop.value.verdict is Verdict.CRASH
+
+
 def test_a_trials_inputs_go_through_gpu_memory_and_fall_back_to_the_socket(
     runner: tuple[socket.socket, RunnerState], monkeypatch: pytest.MonkeyPatch
 ) -> None:
