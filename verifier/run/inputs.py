@@ -99,7 +99,10 @@ def make_inputs(
     `draw_on_device`: factories without a device draw on `device` itself (`torch.device` as the
     default device): a large input is then drawn in microseconds instead of seconds on the CPU.
     Other values than a CPU draw, equally seeded; where `get_inputs()` fails that way, it runs again
-    on the CPU.
+    on the CPU. Only the reference's own distribution ("as_given") draws on the device: another
+    may break a precondition of `get_inputs()` (probabilities in [0, 1] for `bernoulli`), which on
+    a GPU is a device-side assertion that ends the process's CUDA context, not an exception; on the
+    CPU it raises, and the distribution is skipped (`InputsError.only_under_dist`).
     """
     import torch
 
@@ -109,7 +112,7 @@ def make_inputs(
         )
     try:
         values = None
-        if draw_on_device and device != "cpu":
+        if draw_on_device and device != "cpu" and dist == "as_given":
             with contextlib.suppress(Exception):  # e.g. a get_inputs() that needs CPU tensors
                 values = _run(get_inputs, seed, dist, device)
         if values is None:

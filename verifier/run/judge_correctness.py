@@ -69,7 +69,7 @@ def correctness(st: JudgeState, ref_mod: types.ModuleType, model: Any) -> Any:
     for trial in range(n):
         dist = DISTRIBUTIONS[trial % len(DISTRIBUTIONS)]
         try:
-            with shared(st):  # drawn on the GPU: not while another verification's batch is timed
+            with shared(st):  # as_given drawn on the GPU: not while another verification's batch is timed
                 drawn = make_inputs(get_inputs, secret_seed(), dist, st.device, draw_on_device=True)
         except InputsError as exc:
             if exc.only_under_dist:  # the problem does not define this distribution (e.g. bernoulli(32x))

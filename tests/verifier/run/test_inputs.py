@@ -8,6 +8,7 @@ the same seed must give the same bits, in this process and in another one.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import subprocess
 import sys
@@ -345,3 +346,31 @@ def test_a_get_inputs_that_cannot_draw_on_the_device_is_drawn_on_the_cpu() -> No
     got = make_inputs(get_inputs, 7, "as_given", "meta", draw_on_device=True)
     want = make_inputs(get_inputs, 7, "as_given", "cpu")
     assert got[0].device.type == "meta" and got[1] == want[1]
+
+
+def test_only_the_references_own_distribution_draws_on_the_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another distribution may break a precondition of get_inputs() (bernoulli of probabilities
+    beyond [0, 1]); on a GPU that is a device-side assertion that ends the CUDA context, so those
+    draws run on the CPU, where it raises and the distribution is skipped. Where each draw was
+    asked to run is recorded (there is no GPU here)."""
+    from cudice.verifier.run import inputs
+
+    asked: list[tuple[str, str | None]] = []
+    real_run = inputs._run
+
+    def run(get_inputs: Any, seed: int, dist: str, default_device: str | None = None) -> list[Any]:
+        asked.append((dist, default_device))
+        return real_run(get_inputs, seed, dist)
+
+    monkeypatch.setattr(inputs, "_run", run)
+
+    def get_inputs() -> list[Any]:
+        return [torch.bernoulli(torch.rand(N))]
+
+    make_inputs(get_inputs, 7, "as_given", "meta", draw_on_device=True)  # meta: a device, not the CPU
+    assert asked == [("as_given", "meta")]
+    asked.clear()
+    for dist in DISTRIBUTIONS[1:]:
+        with contextlib.suppress(InputsError):
+            make_inputs(get_inputs, 7, dist, "meta", draw_on_device=True)
+    assert asked and all(device is None for _, device in asked), asked
