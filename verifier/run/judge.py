@@ -49,7 +49,7 @@ from typing import Any
 
 from cudice.verifier.run.judge_correctness import correctness
 from cudice.verifier.run.judge_load import Reference, load_runners, reference
-from cudice.verifier.run.judge_state import JudgeState, Session, alone, new_state
+from cudice.verifier.run.judge_state import JudgeState, Session, alone, new_state, release_memory
 from cudice.verifier.run.judge_timing import (
     bias_too_large,
     estimates_disagree,
@@ -111,6 +111,7 @@ def _measure(st: JudgeState, ref: Reference, *, timed: bool) -> None:
     st.walls["correctness"] = time.perf_counter() - t
     if not timed:
         raise Stop(Verdict.CORRECT, Stage.CORRECTNESS, [])
+    release_memory(st, Stage.CORRECTNESS)  # the trials' tensors, before the timing's sets
     # 4. timing by the judge's clock
     t = time.perf_counter()
     st.out["stage"] = Stage.TIMING.value

@@ -304,6 +304,25 @@ def ask(
     return rep, got
 
 
+def release_memory(st: JudgeState, stage: Stage) -> None:
+    """After a phase that held large tensors (a correctness run, a timing repetition): both runners
+    drop what it left and give their caching allocators' free blocks back to the driver
+    (run/runner.py `op_release`), and so does the judge. Memory a process reserves and no longer
+    uses is memory another verification on the same GPU cannot have: twelve at once on an H100,
+    each process keeping its peak, ran out of it. Walls: `release_memory` (seconds, summed)."""
+    import gc
+
+    t0 = time.perf_counter()
+    for link in (st.session.ref, st.session.cand):
+        ask(st, link, {"op": "release"}, stage)
+    gc.collect()
+    if st.device.startswith("cuda"):
+        import torch
+
+        torch.cuda.empty_cache()
+    add_wall(st, "release_memory", t0)
+
+
 def refused(st: JudgeState, link: RunnerLink, rep: dict[str, Any], stage: Stage) -> None:
     """A runner's failure reply as the verdict it may claim (`RUNNER_VERDICTS`), else a runtime error."""
     claimed = str(rep.get("verdict", ""))

@@ -49,6 +49,7 @@ from cudice.verifier.run.judge_state import (
     ask,
     exclusive,
     fetch,
+    release_memory,
     shared,
     stop_on_errors,
 )
@@ -303,6 +304,27 @@ def _repetition(
     events: int,
     profile: bool,
 ) -> list[Diagnostic]:
+    """One repetition (`_held_repetition`) holding the GPU's lease alone from the draw to the
+    checks, then its memory given back (`release_memory`): only the verification that times holds
+    a repetition's sets, in the judge and both runners (up to `timing_stage_mib` each), and none
+    of them stays reserved in a process's caching allocator while the others run."""
+    with exclusive(st):
+        found = _held_repetition(st, clock, ref_mod, model, total, event_inputs, samples, events, profile)
+        release_memory(st, Stage.TIMING)
+    return found
+
+
+def _held_repetition(
+    st: JudgeState,
+    clock: Clock,
+    ref_mod: types.ModuleType,
+    model: Any,
+    total: int,
+    event_inputs: list[Any],
+    samples: TimingSamples,
+    events: int,
+    profile: bool,
+) -> list[Diagnostic]:
     """One repetition: fresh sealed sets; alone on an idle GPU, `events` event-timed calls of the
     reference here and the timed calls of both runners; then the digests and two full checks."""
     import torch
@@ -355,7 +377,7 @@ def _repetition(
 
     # 3. the reference's event times, then each runner's calls streamed, the other runner stopped
     # and the GPU idle (nothing of the other runner's beside it), every process on its own core
-    with exclusive(st), pinned(clock.pins) as took:
+    with pinned(clock.pins) as took:
         # every repetition's pins took (the wall is the smallest over the repetitions)
         now = float(bool(took) and all(took.values()))
         st.walls["timing.pinned"] = min(st.walls.get("timing.pinned", 1.0), now)

@@ -256,6 +256,22 @@ def op_inputs(st: RunnerState, req: dict[str, Any], blobs: list[bytearray]) -> N
         reply(st, {"ok": True, "staged": True})
 
 
+def op_release(st: RunnerState, req: dict[str, Any], blobs: list[bytearray]) -> None:
+    """Drop what the last phase left (a trial's inputs and outputs, staged sets, kept outputs) and
+    give the caching allocator's free blocks back to the driver: memory this process reserves and
+    does not use is memory the other verifications on the GPU cannot have. The model stays."""
+    import gc
+
+    st.inputs, st.last, st.sets, st.seal_plans, st.kept, st.flush = [], None, [], [], {}, None
+    gc.collect()
+    if st.device.startswith("cuda"):
+        import torch
+
+        sync(st)
+        torch.cuda.empty_cache()
+    reply(st, {"ok": True})
+
+
 def op_call(st: RunnerState, req: dict[str, Any], blobs: list[bytearray]) -> None:
     import torch
     from cudice.verifier.run import dynamic_checks as dyn
@@ -398,6 +414,7 @@ HANDLERS: dict[str, Handler] = {
     "kept": op_kept,
     "profile": op_profile,
     "guards": op_guards,
+    "release": op_release,
 }
 
 

@@ -31,7 +31,7 @@ from cudice.verifier.config import VerifyConfig
 from cudice.verifier.run.sandbox import ChildOutcome, run_in_child
 from cudice.verifier.source.document import read_document
 from cudice.verifier.source.reference import resolve_reference
-from cudice.verifier.source.result import Severity, Verdict, VerifyResult
+from cudice.verifier.source.result import Severity, Stage, Verdict, VerifyResult
 
 pytest.importorskip("torch")
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the OS boundary is Linux's")
@@ -99,6 +99,14 @@ def test_runtime_case_gets_its_verdict(case: Case, corpus_results: dict[str, Any
     # the boundary was complete: no sandbox.* warning (this machine runs the tests as root with unshare)
     if os.geteuid() == 0:
         assert not [d for d in result.diagnostics if d.code.startswith("sandbox.")], detail
+
+
+def test_a_timed_run_gives_its_memory_back(corpus_results: dict[str, Any]) -> None:
+    """After correctness and after each timing repetition the runners and the judge drop what the
+    phase left and empty their allocators' caches (`release_memory`): its wall is there in a run
+    that reached timing (this case is caught there)."""
+    result, _ = corpus_results["adv_rt_honest_first_calls"]
+    assert result.stage is Stage.TIMING and result.stage_wall_s.get("run.release_memory", 0.0) > 0.0
 
 
 def test_no_claimed_verdict_and_no_forged_record_reaches_the_parent(corpus_results: dict[str, Any]) -> None:

@@ -44,7 +44,8 @@ def _ops_sent(path: Path) -> set[str]:
 def test_every_op_the_judge_sends_has_a_handler() -> None:
     sources = [*sorted(RUN.glob("judge*.py")), RUN / "runner_link.py"]
     sent = set().union(*(_ops_sent(p) for p in sources))
-    assert {"load", "inputs", "call", "fetch", "stage", "stream", "batch", "kept", "guards"} <= sent
+    ops = {"load", "inputs", "call", "fetch", "stage", "stream", "batch", "kept", "guards", "release"}
+    assert ops <= sent
     assert sent <= set(HANDLERS), sorted(sent - set(HANDLERS))
 
 
@@ -73,6 +74,31 @@ def test_the_loop_answers_unknown_and_failing_requests_and_ends_on_exit() -> Non
         channel.send(ours, {"op": "exit"})
         loop.join(timeout=60)
         assert not loop.is_alive()
+    finally:
+        ours.close()
+        theirs.close()
+
+
+def test_release_drops_what_the_last_phase_left_and_keeps_the_model() -> None:
+    """`release` (sent after correctness and after each timing repetition) empties the trial's
+    inputs and outputs, the staged sets, their seal plans and the kept outputs; the model stays."""
+    torch = pytest.importorskip("torch")
+    ours, theirs = socket.socketpair()
+    st = RunnerState(theirs)
+    model = object()
+    st.model, st.inputs, st.last = model, [torch.ones(4)], torch.ones(4)
+    st.sets, st.seal_plans, st.kept = [[torch.ones(4)]], [[]], {0: torch.ones(4)}
+    loop = threading.Thread(target=serve, args=(st,), daemon=True)
+    loop.start()
+    try:
+        channel.recv(ours, 1 << 20)  # ready
+        channel.send(ours, {"op": "release"})
+        rep, _ = channel.recv(ours, 1 << 20)
+        assert rep["ok"] is True
+        assert (st.inputs, st.last, st.sets, st.seal_plans, st.kept) == ([], None, [], [], {})
+        assert st.model is model
+        channel.send(ours, {"op": "exit"})
+        loop.join(timeout=60)
     finally:
         ours.close()
         theirs.close()
