@@ -76,6 +76,8 @@ WALLS = (
     "run.timing.staging",
     "run.timing.cpu_",
     "run.timing.runqueue_",
+    "run.timing.preempted_",
+    "run.timing.candidate_unpreempted",
 )
 
 

@@ -146,21 +146,23 @@ def stream(
     indices: list[int],
     keys: list[int],
     seals: list[int] | None,
+    waited: list[int] | None = None,
 ) -> tuple[list[float], list[list[float]]]:
     """Timed calls on staged sets `indices`, one at a time: (seconds from each call's message to
-    its digests, the digests). The first call's message leaves once the runner said it is ready
-    (its preparation is no call's time: it was ~0.16 s in every first call of a block), the next
-    only once the last one's digests are here, so no call can start early, overlap another or
-    finish after its reply; both ends poll instead of sleeping meanwhile (`SPIN_S`; on a GPU
-    only: on a small CPU box spinning processes would starve each other). Outputs stay in the
-    runner (`kept`)."""
+    its digests, the digests); with `waited`, each call's run-queue wait of the runner's main
+    thread (ns, read from the kernel outside it: `_RunQueueClock`) is appended to it. The first
+    call's message leaves once the runner said it is ready (its preparation is no call's time: it
+    was ~0.16 s in every first call of a block), the next only once the last one's digests are
+    here, so no call can start early, overlap another or finish after its reply; both ends poll
+    instead of sleeping meanwhile (`SPIN_S`; on a GPU only: on a small CPU box spinning processes
+    would starve each other). Outputs stay in the runner (`kept`)."""
     spin = SPIN_S if st.device.startswith("cuda") else 0.0
     limit = limit_s(st, 1)
     most = 4 * 4096  # digests of one call: NUM_DIGESTS per output and input tensor, far below
     times: list[float] = []
     digests: list[list[float]] = []
     sock = link.sock
-    with _no_collection(), talking(st, link, Stage.TIMING), shared(st):
+    with _no_collection(), talking(st, link, Stage.TIMING), shared(st), contextlib.ExitStack() as stack:
         channel.send(
             sock,
             {
@@ -180,8 +182,12 @@ def stream(
                 said = f"answered a stream of {len(indices)} calls with {ready!r:.200}"
                 ready = {"ok": False, "error": said}
             refused(st, link, ready, Stage.TIMING)
+        wait_clock = _RunQueueClock(link.proc.pid) if waited is not None else None
+        stack.callback(lambda: wait_clock.close() if wait_clock is not None else None)
         for j, (index, key) in enumerate(zip(indices, keys, strict=True)):
             seal = seals[j] if seals is not None else channel.NO_SEAL
+            if wait_clock is not None:
+                wait_clock.since_last()  # from here: the wait of this call alone
             t0 = time.perf_counter()
             channel.send_call(sock, index, key, seal)
             if spin > 0:
@@ -197,7 +203,41 @@ def stream(
                 refused(st, link, rep, Stage.TIMING)
             times.append(elapsed)
             digests.append(values if values is not None else [math.nan])
+            if waited is not None and wait_clock is not None:
+                waited.append(wait_clock.since_last())
     return times, digests
+
+
+class _RunQueueClock:
+    """The nanoseconds a process's main thread spent runnable but waiting for a CPU, read from the
+    kernel (/proc/<pid>/schedstat, its second field) from outside the process; `since_last` gives
+    the wait since the previous reading (0 where the kernel keeps no schedstat or the process is
+    gone). One descriptor, read from offset 0 each time: a few microseconds, between calls."""
+
+    def __init__(self, pid: int) -> None:
+        try:
+            self.fd: int | None = os.open(f"/proc/{pid}/schedstat", os.O_RDONLY)
+        except OSError:
+            self.fd = None
+        self.last = self._read()
+
+    def _read(self) -> int:
+        if self.fd is None:
+            return 0
+        try:
+            return int(os.pread(self.fd, 128, 0).split()[1])
+        except (OSError, ValueError, IndexError):
+            return 0
+
+    def since_last(self) -> int:
+        now = self._read()
+        took, self.last = max(0, now - self.last), now
+        return took
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
 
 
 def event_times(

@@ -164,6 +164,9 @@ def limit_s(st: JudgeState, calls: int) -> float:
     return max(10.0, 100.0 * st.ref_call_s * calls) + 10.0 * calls * st.ref_call_s
 
 
+MEMORY_SHORT_SHARE = 0.25  # free share of the GPU's memory below which repetitions give theirs back
+
+
 @contextlib.contextmanager
 def shared(st: JudgeState) -> Iterator[None]:
     """Hold the GPU's lease shared (GPU work that may overlap other verifications' correctness);
@@ -218,8 +221,10 @@ def alone(st: JudgeState, wait_s: float) -> Iterator[bool]:
 
 # -- requests ----------------------------------------------------------------------------------------
 @contextlib.contextmanager
-def talking(st: JudgeState, link: RunnerLink, stage: Stage) -> Iterator[None]:
-    """A runner that dies or breaks the protocol is a crash of the candidate, never of the judge."""
+def talking(st: JudgeState, link: RunnerLink, stage: Stage, *, outputs: bool = False) -> Iterator[None]:
+    """A runner that dies or breaks the protocol is a crash of the candidate, never of the judge.
+    With `outputs` (a request answered with the candidate's outputs), a reply carrying more bytes
+    than outputs of the reference's shapes allow is `incorrect`, as through a shared buffer."""
     try:
         yield
     except RunnerTimeout as exc:
@@ -239,7 +244,7 @@ def talking(st: JudgeState, link: RunnerLink, stage: Stage) -> Iterator[None]:
             link.log_tail(),
         ) from None
     except channel.OversizeMessage as exc:
-        if link.role != "candidate":
+        if link.role != "candidate" or not outputs:
             _broke(st, link, stage, exc)
         raise Stop(  # as a shared buffer too large for the outputs is (`_take_shared`)
             Verdict.INCORRECT,
@@ -290,12 +295,13 @@ def ask(
     on_build: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
     deadline_s: float | None = None,
     spin_s: float = 0.0,
+    outputs: bool = False,
 ) -> tuple[dict[str, Any], list[bytearray]]:
     if deadline_s is None and on_build is None:
         deadline_s = limit_s(st, 1)
     # a load holds no lease: the build it asks for may take minutes of CPU, not GPU
     lease = shared(st) if on_build is None else contextlib.nullcontext()
-    with talking(st, link, stage), lease:
+    with talking(st, link, stage, outputs=outputs), lease:
         rep, got = link.request(
             header, blobs, max_bytes=max_bytes, on_build=on_build, deadline_s=deadline_s, spin_s=spin_s
         )
@@ -304,23 +310,38 @@ def ask(
     return rep, got
 
 
-def release_memory(st: JudgeState, stage: Stage) -> None:
-    """After a phase that held large tensors (a correctness run, a timing repetition): both runners
-    drop what it left and give their caching allocators' free blocks back to the driver
-    (run/runner.py `op_release`), and so does the judge. Memory a process reserves and no longer
-    uses is memory another verification on the same GPU cannot have: twelve at once on an H100,
-    each process keeping its peak, ran out of it. Walls: `release_memory` (seconds, summed)."""
+def release_memory(st: JudgeState, stage: Stage, *, collect: bool = True) -> None:
+    """After a phase that held large tensors: both runners drop what it left and give their caching
+    allocators' free blocks back to the driver (run/runner.py `op_release`), and so does the judge.
+    Memory a process reserves and no longer uses is memory another verification on the same GPU
+    cannot have: twelve at once on an H100, each process keeping its peak, ran out of it in 9 of
+    21 runs. `collect`: full garbage collections too (~0.1 s each). Walls: `release_memory`
+    (seconds, summed)."""
     import gc
 
     t0 = time.perf_counter()
     for link in (st.session.ref, st.session.cand):
-        ask(st, link, {"op": "release"}, stage)
-    gc.collect()
+        ask(st, link, {"op": "release", "collect": collect}, stage)
+    if collect:
+        gc.collect()
     if st.device.startswith("cuda"):
         import torch
 
         torch.cuda.empty_cache()
     add_wall(st, "release_memory", t0)
+
+
+def memory_is_short(st: JudgeState) -> bool:
+    """Whether less than `MEMORY_SHORT_SHARE` of the GPU's memory is free now (the driver's count,
+    every process's included): then a timing repetition's memory is given back after it
+    (`release_memory`), at the price of fresh allocations for the next one's outputs; with memory
+    to spare it stays cached, and the next repetition's calls allocate nothing new."""
+    if not st.device.startswith("cuda"):
+        return False
+    import torch
+
+    free, total = torch.cuda.mem_get_info()
+    return free < MEMORY_SHORT_SHARE * total
 
 
 def refused(st: JudgeState, link: RunnerLink, rep: dict[str, Any], stage: Stage) -> None:
@@ -452,13 +473,13 @@ def fetch(st: JudgeState, link: RunnerLink, header: dict[str, Any], stage: Stage
         except shared_staging.SharedUnavailable as exc:
             shared_fallback(st, stage, f"judge: {type(exc).__name__}: {exc}")
     asked = {**header, "shared": True} if most else header
-    rep, blobs = ask(st, link, asked, stage, max_bytes=max_bytes)
+    rep, blobs = ask(st, link, asked, stage, max_bytes=max_bytes, outputs=True)
     if not (most and "shared" in rep):
         return decode(st, rep, blobs)
     got = _take_shared(st, link, rep, stage, max_bytes, most)
     if got is not _NOT_MAPPED:
         return got
-    rep, blobs = ask(st, link, header, stage, max_bytes=max_bytes)  # the same outputs, over the socket
+    rep, blobs = ask(st, link, header, stage, max_bytes=max_bytes, outputs=True)  # again, over the socket
     return decode(st, rep, blobs)
 
 

@@ -49,6 +49,7 @@ from cudice.verifier.run.judge_state import (
     ask,
     exclusive,
     fetch,
+    memory_is_short,
     release_memory,
     shared,
     stop_on_errors,
@@ -100,6 +101,9 @@ class TimingSamples:
     # per runner, over its timed blocks: [ns on a CPU, ns waiting for one, calls], read by the
     # kernel from outside the runner (`process.tree_schedstat`); reported, never used
     sched: dict[str, list[int]] = field(default_factory=dict)
+    # per block, as `per_call`: each call's run-queue wait of the runner's main thread, ns (the
+    # kernel's count, read outside it); reported, never used
+    waits: dict[str, list[list[int]]] = field(default_factory=lambda: {"reference": [], "candidate": []})
 
 
 def timing(st: JudgeState, ref_mod: types.ModuleType, model: Any, last_ref: Any) -> None:
@@ -177,6 +181,12 @@ def timing(st: JudgeState, ref_mod: types.ModuleType, model: Any, last_ref: Any)
     for role, (run_ns, wait_ns, n) in samples.sched.items():  # where a call's host time went
         st.walls[f"timing.cpu_{role}_us_per_call"] = run_ns / max(n, 1) / 1e3
         st.walls[f"timing.runqueue_{role}_us_per_call"] = wait_ns / max(n, 1) / 1e3
+    for role, blocks_waits in samples.waits.items():  # calls the scheduler held up, and without them
+        flat = [w for ws in blocks_waits for w in ws]
+        if flat:
+            st.walls[f"timing.preempted_{role}_share"] = sum(w > 0 for w in flat) / len(flat)
+    if (unheld := unpreempted(samples)) is not None:
+        st.walls["timing.candidate_unpreempted_ms"] = statistics.median(candidate_times(unheld)[1])
     ref_ms, cand_ms, by_medians = candidate_times(samples)
     st.walls["timing.candidate_by_medians_ms"] = by_medians
     st.walls["timing.candidate_by_q25_ms"] = statistics.median(cand_ms)
@@ -305,12 +315,17 @@ def _repetition(
     profile: bool,
 ) -> list[Diagnostic]:
     """One repetition (`_held_repetition`) holding the GPU's lease alone from the draw to the
-    checks, then its memory given back (`release_memory`): only the verification that times holds
-    a repetition's sets, in the judge and both runners (up to `timing_stage_mib` each), and none
-    of them stays reserved in a process's caching allocator while the others run."""
+    checks: only the verification that times uses a repetition's sets, in the judge and both
+    runners (up to `timing_stage_mib` each). Where the GPU's memory is short after it
+    (`memory_is_short`: other verifications hold it), its memory is given back
+    (`release_memory`), so that none stays reserved in a process's caching allocator while the
+    others run; with memory to spare it stays cached, so the next repetition's timed calls
+    allocate nothing new (fresh allocations would be part of their time)."""
     with exclusive(st):
         found = _held_repetition(st, clock, ref_mod, model, total, event_inputs, samples, events, profile)
-        release_memory(st, Stage.TIMING)
+        if memory_is_short(st):
+            release_memory(st, Stage.TIMING, collect=False)
+            st.walls["timing.released_repetitions"] = st.walls.get("timing.released_repetitions", 0.0) + 1
     return found
 
 
@@ -399,10 +414,18 @@ def _held_repetition(
                     with paused_runner(links[1] if link is links[0] else links[0], busy):
                         wait_gpu_idle(st, clock, busy)  # nothing left running by the other runner
                         sched0 = tree_schedstat(link.proc.pid)
+                        waited: list[int] = []
                         got, call_digests = stream(
-                            st, clock, link, list(part), [keys[i] for i in part], [seals[i] for i in part]
+                            st,
+                            clock,
+                            link,
+                            list(part),
+                            [keys[i] for i in part],
+                            [seals[i] for i in part],
+                            waited,
                         )
                         sched1 = tree_schedstat(link.proc.pid)
+                    samples.waits[link.role].append(waited)
                     acc = samples.sched.setdefault(link.role, [0, 0, 0])
                     acc[0] += sched1[0] - sched0[0]
                     acc[1] += sched1[1] - sched0[1]
@@ -637,6 +660,27 @@ def estimate(samples: TimingSamples) -> tuple[list[float], float]:
             deltas.append(_q25(c) - _q25(r))
             medians.append(statistics.median(c) - statistics.median(r))
     return deltas, statistics.median(medians)
+
+
+def unpreempted(samples: TimingSamples) -> TimingSamples | None:
+    """`samples` with only the calls whose runner never waited for a CPU (`waits` 0), or None
+    where a repetition would keep fewer than 4 calls of a runner. For studying whether the
+    scheduler's hold-ups explain the clock's noise under load (docs/benchmarks.md); not used."""
+    kept: dict[str, list[list[float]]] = {}
+    for role in ("reference", "candidate"):
+        times, waits = samples.per_call[role], samples.waits[role]
+        if len(times) != len(waits):
+            return None
+        kept[role] = [
+            [t for t, w in zip(ts, ws, strict=True) if w == 0] for ts, ws in zip(times, waits, strict=True)
+        ]
+        per = max(1, samples.blocks_per_repetition)
+        for k in range(0, len(kept[role]), per):
+            if sum(len(b) for b in kept[role][k : k + per]) < 4:
+                return None
+    return TimingSamples(
+        ref_events=samples.ref_events, per_call=kept, blocks_per_repetition=samples.blocks_per_repetition
+    )
 
 
 def _q25(xs: list[float]) -> float:

@@ -102,9 +102,9 @@ def test_runtime_case_gets_its_verdict(case: Case, corpus_results: dict[str, Any
 
 
 def test_a_timed_run_gives_its_memory_back(corpus_results: dict[str, Any]) -> None:
-    """After correctness and after each timing repetition the runners and the judge drop what the
-    phase left and empty their allocators' caches (`release_memory`): its wall is there in a run
-    that reached timing (this case is caught there)."""
+    """After correctness (and after each timing repetition while the GPU's memory is short) the
+    runners and the judge drop what the phase left and empty their allocators' caches
+    (`release_memory`): its wall is there in a run that reached timing (this case is caught there)."""
     result, _ = corpus_results["adv_rt_honest_first_calls"]
     assert result.stage is Stage.TIMING and result.stage_wall_s.get("run.release_memory", 0.0) > 0.0
 

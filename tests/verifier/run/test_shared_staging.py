@@ -440,8 +440,9 @@ def test_outputs_larger_than_allowed_over_the_socket_are_incorrect_as_through_gp
 ) -> None:
     """Outputs whose bytes are beyond what the reference's shapes allow are `incorrect` over the
     socket too (they were `crash`, a broken protocol): the same verdict and code as a shared buffer
-    too large for them, with the sizes in the message. The reference's runner doing so is a crash."""
-    from cudice.verifier.run.judge_state import fetch
+    too large for them, with the sizes in the message. The reference's runner doing so, or the
+    candidate's answering a request that carries no outputs, is a crash."""
+    from cudice.verifier.run.judge_state import ask, fetch
     from cudice.verifier.run.judging import Stop
     from cudice.verifier.source.result import Stage, Verdict
 
@@ -455,13 +456,22 @@ def test_outputs_larger_than_allowed_over_the_socket_are_incorrect_as_through_gp
     (why,) = stop.value.diagnostics
     assert why.code == "dynamic.output_not_plain_tensor" and "more than the 64" in why.message
 
-    ref_st, ref_link = _judge(VerifyConfig(timing_staging="socket"), socket.socketpair()[0])
-    cast(Any, ref_link).role = "reference"
-    cast(Any, ref_link).log_tail = lambda: ""
-    cast(Any, ref_link).request = lambda *a, **k: (_ for _ in ()).throw(channel.OversizeMessage(99, 64))
-    with pytest.raises(Stop) as stop:
-        fetch(ref_st, ref_link, {"op": "fetch"}, Stage.CORRECTNESS, max_bytes=64)
-    assert stop.value.verdict is Verdict.CRASH
+    a, b = socket.socketpair()
+    try:
+        other_st, other = _judge(VerifyConfig(timing_staging="socket"), a)
+        cast(Any, other).log_tail = lambda: ""
+        cast(Any, other).request = lambda *a, **k: (_ for _ in ()).throw(channel.OversizeMessage(99, 64))
+        for role, request in (("reference", "fetch"), ("candidate", "release")):
+            cast(Any, other).role = role  # the reference's outputs, or a request answered without any
+            with pytest.raises(Stop) as stop:
+                if request == "fetch":
+                    fetch(other_st, other, {"op": "fetch"}, Stage.CORRECTNESS, max_bytes=64)
+                else:
+                    ask(other_st, other, {"op": "release"}, Stage.TIMING)
+            assert stop.value.verdict is Verdict.CRASH, (role, request)
+    finally:
+        a.close()
+        b.close()
 
 
 def test_a_trials_inputs_go_through_gpu_memory_and_fall_back_to_the_socket(
