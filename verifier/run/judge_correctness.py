@@ -14,6 +14,7 @@ input distributions (run/inputs.py), the checks (run/dynamic_checks.py).
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import time
 import types
@@ -68,9 +69,14 @@ def correctness(st: JudgeState, ref_mod: types.ModuleType, model: Any) -> Any:
         )
     for trial in range(n):
         dist = DISTRIBUTIONS[trial % len(DISTRIBUTIONS)]
-        try:
-            with shared(st):  # as_given drawn on the GPU: not while another verification's batch is timed
-                drawn = make_inputs(get_inputs, secret_seed(), dist, st.device, draw_on_device=True)
+        on_device = dist == "as_given"  # the others draw on the CPU (run/inputs.py `make_inputs`)
+        try:  # on the GPU under the lease (not while another verification's batch is timed), else outside it
+            with shared(st) if on_device else contextlib.nullcontext():
+                where = st.device if on_device else "cpu"
+                drawn = make_inputs(get_inputs, secret_seed(), dist, where, draw_on_device=on_device)
+            if not on_device:
+                with shared(st):  # the copy to the GPU
+                    drawn = [x.to(st.device) if isinstance(x, torch.Tensor) else x for x in drawn]
         except InputsError as exc:
             if exc.only_under_dist:  # the problem does not define this distribution (e.g. bernoulli(32x))
                 skipped.append(dist)
