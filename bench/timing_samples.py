@@ -11,7 +11,9 @@ first against the last third: clocks or caches still settling), and inside a blo
 candidate's time per repetition as the judge estimates it (`judge_timing.estimate`: lower
 quartiles of the calls pooled per repetition) beside the mean of per-block differences (the
 judge's estimator before blocks); then each runner's calls by their place in a block and the
-reference's event-timed calls by their place in a repetition (`by_position`). A difference that
+reference's event-timed calls by their place in a repetition (`by_position`); and, where the
+samples carry them, the calls the scheduler held up and the estimate without them (`held_up`).
+A difference that
 moves from block to block, not inside a block, points to the ordering; one that moves inside a
 block, to the calls; a first call far above the rest, to work inside the clock. Reads only.
 
@@ -110,6 +112,7 @@ def report(name: str, row: dict[str, Any]) -> list[str]:
         f"{_spread(mean_of_blocks)}",
     ]
     lines += by_position(cand, ref, events, per)
+    lines += held_up(row, per)
     busy = row.get("busy") or []
     if busy:
         lines.append(f"busy: {busy}")
@@ -144,6 +147,37 @@ def by_position(
             f"reference's event-timed calls by place in their repetition (median µs): 1st "
             f"{1e3 * statistics.median(first):.1f}, later {1e3 * statistics.median(later):.1f}"
         )
+    return lines
+
+
+def held_up(row: dict[str, Any], blocks_per_repetition: int) -> list[str]:
+    """Where the samples carry each call's run-queue wait (`waits`, ns, the kernel's count for the
+    runner's main thread): per runner, the share of calls the scheduler held up and their median
+    wait; the candidate's time per repetition by lower quartiles with and without those calls
+    (`judge_timing.unpreempted`; without them it is reported, never used)."""
+    from cudice.verifier.run.judge_timing import TimingSamples, candidate_times, unpreempted
+
+    waits = row.get("waits") or {}
+    if not waits.get("candidate"):
+        return []
+    lines = []
+    for role in ("candidate", "reference"):
+        flat = [w for ws in waits.get(role, []) for w in ws]
+        held = [w for w in flat if w > 0]
+        median = f", median wait {statistics.median(held) / 1e3:.1f} µs" if held else ""
+        lines.append(f"{role}'s calls held up by the scheduler: {len(held)} of {len(flat)}{median}")
+    samples = TimingSamples(
+        ref_events=row.get("ref_events") or [],
+        per_call=row["per_call"],
+        waits=waits,
+        blocks_per_repetition=blocks_per_repetition,
+    )
+    if not samples.ref_events:
+        return lines
+    kept = unpreempted(samples)
+    every = [round(x, 4) for x in candidate_times(samples)[1]]
+    without = [round(x, 4) for x in candidate_times(kept)[1]] if kept is not None else "too few calls left"
+    lines.append(f"candidate by repetition (ms), every call: {every}; without the held-up ones: {without}")
     return lines
 
 
