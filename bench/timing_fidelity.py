@@ -64,7 +64,7 @@ QUICK = [0, 2, 5, 11, 16, 17, 19]
 STAGE_WALLS = {"parse", "static", "fast_compile", "compile", "reference_inputs", "run", "run.load"}
 STAGE_WALLS |= {"run.correctness", "run.profile", "run.timing", "run.timing.warmup", "run.timing.rounds"}
 STAGE_WALLS |= {"run.timing.lease_wait", "run.timing.idle_wait", "run.timing.ready_wait"}
-STAGE_WALLS |= {"run.judge_warm_up", "run.judge_idle"}
+STAGE_WALLS |= {"run.judge_warm_up", "run.judge_idle", "run.release_memory"}
 STAGE_WALLS |= {f"run.timing.rep_{step}" for step in ("draw", "stage", "clocked", "check", "profile")}
 # the judge's timing walls printed per verification (request times per runner, both estimators)
 WALLS = (
@@ -78,6 +78,7 @@ WALLS = (
     "run.timing.runqueue_",
     "run.timing.preempted_",
     "run.timing.candidate_unpreempted",
+    "run.timing.released_repetitions",
 )
 
 
