@@ -79,6 +79,7 @@ WALLS = (
     "run.timing.preempted_",
     "run.timing.candidate_unpreempted",
     "run.timing.released_repetitions",
+    "run.load.",
 )
 
 

@@ -126,7 +126,12 @@ def _load(
     t0 = time.perf_counter()
     with talking(st, link, Stage.LOAD):
         if not link.ready:
-            link.wait_ready()
+            ready = link.wait_ready()
+            # where the runner's start went, said before any candidate code ran in it; reported
+            warm = ready.get("warm_s")
+            for step, took in warm.items() if isinstance(warm, dict) else ():
+                if isinstance(took, (int, float)):
+                    st.walls[f"load.{link.role}_runner_{step}"] = float(took)
     add_wall(st, "load.wait_runner", t0)
     tree, blobs = channel.encode(list(init))
     ask(

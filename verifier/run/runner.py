@@ -85,19 +85,32 @@ DISPATCH_KEYS = (
 )
 
 
-def warm_gpu(*, profiler: bool = False) -> None:
+def warm_gpu(*, profiler: bool = False) -> dict[str, float]:
     """Pay the first-use costs of a GPU process before any job: the CUDA context, cuBLAS (a small
     matmul) and, with `profiler`, the profiler's first session (CUPTI). Nothing without a GPU;
-    a profiler that cannot start here is left to say so when a job profiles."""
+    a profiler that cannot start here is left to say so when a job profiles. Returns the seconds
+    each step took (`context`, `cublas`, `digest`, `profiler`), empty without a GPU."""
     import torch
 
+    took: dict[str, float] = {}
+    t = time.perf_counter()
     if not torch.cuda.is_available():
-        return
+        return took
+
+    def step(name: str) -> None:
+        nonlocal t
+        now = time.perf_counter()
+        took[name] = now - t
+        t = now
+
     from cudice.verifier.run import witness
 
     x = torch.ones(8, 8, device="cuda")
+    step("context")
     (x @ x).sum().item()
+    step("cublas")
     witness.digest([x], 1, "cuda").cpu()  # builds the digest kernel before any candidate code exists
+    step("digest")
     if profiler:
         from torch.profiler import ProfilerActivity, profile
 
@@ -107,6 +120,8 @@ def warm_gpu(*, profiler: bool = False) -> None:
                 torch.cuda.synchronize()
         except Exception:  # op_profile reports the same failure with its reason
             pass
+        step("profiler")
+    return took
 
 
 def hook_state() -> dict[str, int]:
@@ -141,22 +156,41 @@ def dispatcher_state() -> dict[str, str]:
     return {op: keyed(torch._C._dispatch_dump(op)) for op in WATCHED_OPS}
 
 
+def _process_age_s() -> float | None:
+    """Seconds since this process started (the kernel's start time in /proc/self/stat, in clock
+    ticks: ~10 ms resolution), or None where it cannot be read."""
+    import os
+
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return time.clock_gettime(time.CLOCK_BOOTTIME) - int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
+
+
 Handler = Callable[[RunnerState, dict[str, Any], list[bytearray]], None]
 
 
 def serve(st: RunnerState) -> None:
-    """The request loop; one per process."""
+    """The request loop; one per process. Its `ready` message says how long this process took to
+    import torch and to warm up (`warm_s`: before any candidate code has run in it)."""
+    t0 = time.perf_counter()
     import torch
     from cudice.verifier.run import dynamic_checks as dyn
+
+    imported = time.perf_counter() - t0
 
     # before the job: a warm spare's runner has its context ready (only the candidate is profiled)
     # both roles: a profiler session leaves CUPTI's callbacks on every later kernel launch of the
     # process (https://github.com/pytorch/pytorch/issues/144455); the candidate's runner is
     # profiled, so the reference's must carry the same per-launch cost for the difference of
     # their request times to be the difference of the two forwards
-    warm_gpu(profiler=True)
+    warm_s = {"import": imported, **warm_gpu(profiler=True)}
     st.guards = dyn.snapshot_guarded()  # before any candidate code
-    reply(st, {"op": "ready", "torch": torch.__version__})
+    if (age := _process_age_s()) is not None:
+        warm_s["age"] = age  # since this process started: Python's start and imports included
+    reply(st, {"op": "ready", "torch": torch.__version__, "warm_s": warm_s})
     while True:
         try:
             req, blobs = channel.recv(st.sock, MAX_REQUEST_BYTES)

@@ -109,6 +109,14 @@ def test_a_timed_run_gives_its_memory_back(corpus_results: dict[str, Any]) -> No
     assert result.stage is Stage.TIMING and result.stage_wall_s.get("run.release_memory", 0.0) > 0.0
 
 
+def test_the_runners_say_where_their_start_went(corpus_results: dict[str, Any]) -> None:
+    """Each runner's `ready` carries its start's steps, measured before any candidate code ran in
+    it; the judge reports them as load walls (the import, and the process's age at `ready`)."""
+    walls = corpus_results["adv_rt_honest_first_calls"][0].stage_wall_s
+    for role in ("candidate", "reference"):
+        assert 0.0 <= walls[f"run.load.{role}_runner_import"] < walls[f"run.load.{role}_runner_age"]
+
+
 def test_no_claimed_verdict_and_no_forged_record_reaches_the_parent(corpus_results: dict[str, Any]) -> None:
     forged = [
         name

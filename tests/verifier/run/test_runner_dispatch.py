@@ -57,6 +57,8 @@ def test_the_loop_answers_unknown_and_failing_requests_and_ends_on_exit() -> Non
     try:
         ready, _ = channel.recv(ours, 1 << 20)
         assert ready["op"] == "ready"
+        # where its start went (no GPU here: the import, and the age of this test's process)
+        assert ready["warm_s"]["import"] >= 0.0 and ready["warm_s"]["age"] > ready["warm_s"]["import"]
 
         channel.send(ours, {"op": "no_such_op"})
         rep, _ = channel.recv(ours, 1 << 20)
