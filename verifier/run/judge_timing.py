@@ -145,9 +145,18 @@ def timing(st: JudgeState, ref_mod: types.ModuleType, model: Any, last_ref: Any)
         # run slower than the later ones' in either runner while the allocator and the clocks
         # settle (docs/benchmarks.md; the samples' file keeps it, as `settling`)
         into = samples if rep >= 0 else TimingSamples()
-        found += _repetition(
-            st, clock, ref_mod, model, calls, event_inputs, into, events_per_rep, rep == profiled
-        )
+        # the GPU's lease held alone from the draw to the checks: only the verification that times
+        # uses a repetition's sets (up to `timing_stage_mib` in the judge and each runner). Where the
+        # GPU's memory is short after it (other verifications hold it) that memory is given back, so
+        # none stays reserved in a caching allocator while the others run; with memory to spare it
+        # stays cached, so the next repetition's timed calls allocate nothing new (that would be timed)
+        with exclusive(st):
+            found += _repetition(
+                st, clock, ref_mod, model, calls, event_inputs, into, events_per_rep, rep == profiled
+            )
+            if memory_is_short(st):
+                release_memory(st, Stage.TIMING, collect=False)
+                st.walls["timing.released_repetitions"] = st.walls.get("timing.released_repetitions", 0.0) + 1
         if into is not samples:
             samples.busy += into.busy
             samples.settling = into.per_call
@@ -314,34 +323,9 @@ def _repetition(
     events: int,
     profile: bool,
 ) -> list[Diagnostic]:
-    """One repetition (`_held_repetition`) holding the GPU's lease alone from the draw to the
-    checks: only the verification that times uses a repetition's sets, in the judge and both
-    runners (up to `timing_stage_mib` each). Where the GPU's memory is short after it
-    (`memory_is_short`: other verifications hold it), its memory is given back
-    (`release_memory`), so that none stays reserved in a process's caching allocator while the
-    others run; with memory to spare it stays cached, so the next repetition's timed calls
-    allocate nothing new (fresh allocations would be part of their time)."""
-    with exclusive(st):
-        found = _held_repetition(st, clock, ref_mod, model, total, event_inputs, samples, events, profile)
-        if memory_is_short(st):
-            release_memory(st, Stage.TIMING, collect=False)
-            st.walls["timing.released_repetitions"] = st.walls.get("timing.released_repetitions", 0.0) + 1
-    return found
-
-
-def _held_repetition(
-    st: JudgeState,
-    clock: Clock,
-    ref_mod: types.ModuleType,
-    model: Any,
-    total: int,
-    event_inputs: list[Any],
-    samples: TimingSamples,
-    events: int,
-    profile: bool,
-) -> list[Diagnostic]:
-    """One repetition: fresh sealed sets; alone on an idle GPU, `events` event-timed calls of the
-    reference here and the timed calls of both runners; then the digests and two full checks."""
+    """One repetition, the GPU's lease held alone by the caller: fresh sealed sets; on an idle GPU,
+    `events` event-timed calls of the reference here and the timed calls of both runners; then the
+    digests and two full checks."""
     import torch
     from cudice.verifier.run import seal, witness
     from cudice.verifier.run.dynamic_checks import flatten_outputs
