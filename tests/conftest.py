@@ -10,6 +10,9 @@ when not given, to a fresh folder removed at the end): the verifier tests' sessi
 (`tests/e2e/lsp_support.py`, as their `CUDICE_CACHE_DIR`) use it, so the toolchain probe, the
 first-error lists and the examples' objects are computed once per run. Give the variable to keep
 the cache across runs. A test that needs a cold cache makes its own under `tmp_path`.
+
+`CUDICE_TEST_FAILURES_NOW=1` prints each failure's report the moment it happens, not only in the
+summary: a run cut short by a time limit (the GPU machine's calls) still says what failed and why.
 """
 
 from __future__ import annotations
@@ -42,6 +45,14 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         if os.environ.get(TEST_CACHE_VAR) == made:
             del os.environ[TEST_CACHE_VAR]
     _OWN_CACHE.clear()
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.failed and os.environ.get("CUDICE_TEST_FAILURES_NOW") == "1":
+        import sys
+
+        sys.__stderr__.write(f"\nFAILED NOW {report.nodeid} ({report.when})\n{report.longreprtext[-4000:]}\n")
+        sys.__stderr__.flush()
 
 
 @functools.cache
