@@ -4,17 +4,18 @@ under each way of opening it. (GPU only.)
 `python bench/runner_start.py [--repeats 3]`. Each variant runs in a fresh Python process (a
 process pays CUPTI's first-session cost once, so nothing can be measured twice in one process),
 started the way `cudice.verifier.run.runner` starts: `import torch`, a CUDA context, a small
-matmul, then the variant's profiler steps. Prints one line per variant and step (median seconds
-over `--repeats` processes), then `RESULT` lines with each variant's profiler cost as a ratio to
+matmul, then the variant's profiler steps. Prints one line per variant with each step's median seconds
+over `--repeats` processes, then `RESULT` lines with each variant's profiler cost as a ratio to
 `both` (the runner's present warm-up: one session with CPU and CUDA activities), measured in the
 same run. Each session is split into its prepare (CUPTI and kineto set up), start, op and stop
-(results collected and parsed) steps.
+(results collected; events are parsed only when read, which the runner's warm-up never does) steps.
 
 Variants:
 - `both`      — one `torch.profiler.profile(CPU, CUDA)` session around one op (the runner today);
 - `cuda`      — the same with the CUDA activity alone;
 - `cpu`       — the CPU activity alone (no CUPTI);
-- `twice`     — two `both` sessions: the second's cost is what a later profiled call pays.
+- `twice`     — two `both` sessions: the second's cost (its own RESULT line) is what a later
+                profiled call pays.
 
 Not covered: the judge's own start, and a runner under load (twelve at once).
 """
@@ -52,7 +53,7 @@ p.start_trace()
 step("session_start")
 x.add_(1.0); torch.cuda.synchronize()
 step("session_op")
-p.stop_trace()  # the results collected and parsed into events
+p.stop_trace()  # the results collected (parsed only when read)
 step("session_stop")
 if variant == "twice":
     with profile(activities=acts):
@@ -86,16 +87,22 @@ def main() -> int:
             except (RuntimeError, subprocess.TimeoutExpired) as e:
                 print(f"{v}: failed: {e}", flush=True)
     profiler_cost: dict[str, float] = {}
+    second: float | None = None
     for v, runs in per.items():
         if not runs:
             continue
         steps = {k: statistics.median(r[k] for r in runs if k in r) for k in runs[0]}
         print(v, " ".join(f"{k}={s:.3f}" for k, s in steps.items()), flush=True)
         profiler_cost[v] = sum(s for k, s in steps.items() if k.startswith("session"))
+        second = steps.get("second_session", second)
     base = profiler_cost.get("both")
+    if not base:
+        print("RESULT none: the `both` variant (the baseline) gave no figures; see its failure above")
+        return 1
     for v, cost in profiler_cost.items():
-        if base:
-            print(f"RESULT {v} profiler {cost:.3f} s ratio/both={cost / base:.3f}")
+        print(f"RESULT {v} first session {cost:.3f} s ratio/both={cost / base:.3f}")
+    if second is not None:
+        print(f"RESULT twice second session {second:.3f} s ratio/both={second / base:.4f}")
     return 0
 
 

@@ -51,8 +51,9 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if report.failed and os.environ.get("CUDICE_TEST_FAILURES_NOW") == "1":
         import sys
 
-        sys.__stderr__.write(f"\nFAILED NOW {report.nodeid} ({report.when})\n{report.longreprtext[-4000:]}\n")
-        sys.__stderr__.flush()
+        stream = sys.__stderr__ or sys.stderr
+        stream.write(f"\nFAILED NOW {report.nodeid} ({report.when})\n{report.longreprtext[-4000:]}\n")
+        stream.flush()
 
 
 @functools.cache
