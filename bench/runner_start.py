@@ -15,7 +15,10 @@ Variants:
 - `cuda`      — the same with the CUDA activity alone;
 - `cpu`       — the CPU activity alone (no CUPTI);
 - `twice`     — two `both` sessions: the second's cost (its own RESULT line) is what a later
-                profiled call pays.
+                profiled call pays;
+- `kineto`    — the session the runners open (`profiler_session` in verifier/run/dynamic_checks.py:
+                `torch.autograd.profiler.profile` with Kineto, CPU and CUDA), which skips
+                `torch.profiler.profile`'s import of `torch._inductor`.
 
 Not covered: the judge's own start, and a runner under load (twelve at once).
 """
@@ -43,7 +46,19 @@ step("context")
 step("cublas")
 variant = sys.argv[1]
 from torch.profiler import ProfilerActivity, profile
-step("import_profiler")
+step("import_profiler")  # torch.profiler itself; torch._inductor comes with the first prepare_trace
+if variant == "kineto":  # cudice's session (verifier/run/dynamic_checks.py profiler_session)
+    from torch.autograd import profiler
+    p = profiler.profile(use_cpu=True, use_device="cuda", use_kineto=True)
+    p.__enter__()
+    step("session_enter")
+    x.add_(1.0); torch.cuda.synchronize()
+    step("session_op")
+    p.__exit__(None, None, None)
+    step("session_exit")
+    print("INDUCTOR_IMPORTED", "torch._inductor" in sys.modules)
+    print("STEPS " + json.dumps(took))
+    sys.exit(0)
 acts = {"both": [ProfilerActivity.CPU, ProfilerActivity.CUDA], "cuda": [ProfilerActivity.CUDA],
         "cpu": [ProfilerActivity.CPU], "twice": [ProfilerActivity.CPU, ProfilerActivity.CUDA]}[variant]
 p = profile(activities=acts)
@@ -62,7 +77,7 @@ if variant == "twice":
 print("STEPS " + json.dumps(took))
 """
 
-VARIANTS = ("both", "cuda", "cpu", "twice")
+VARIANTS = ("both", "cuda", "cpu", "twice", "kineto")
 
 
 def run_child(variant: str) -> dict[str, float]:

@@ -17,7 +17,7 @@ codes `dynamic.*`, docs/diagnostics.md); an ERROR among them means the candidate
   kernel_symbols.own_kernels) ran, and PyTorch or library kernels did no work beyond glue (fills,
   copies, scalar-sized ops); names in PyTorch's and vendor libraries' namespaces are never own;
   `check_kernels_ran` is its variant on kernel names parsed from the source; `profile_kernels`
-  collects the runs;
+  collects the runs, in a `profiler_session`;
 - `check_streams`            — GPU-side evidence of side streams: a profiled forward's kernels ran
   on a stream other than the current one (the judge's check; host load cannot trigger it);
 - `check_side_stream`        — host wall time with a device-wide sync is not far above the
@@ -554,15 +554,28 @@ def check_streams(
     ]
 
 
-def profile_kernels(fn: Callable[..., Any], args: Sequence[object]) -> list[KernelRun]:
-    """Run `fn(*args)` once under `torch.profiler` and list the CUDA kernels it launched (GPU only)."""
-    from torch.profiler import ProfilerActivity, profile
+def profiler_session() -> Any:
+    """A profiler session over CPU and (where CUDA is available) CUDA activity: the Kineto session
+    `torch.profiler.profile(activities=[CPU, CUDA])` opens, without that class's first use's import
+    of `torch._inductor`. Its `prepare_trace` asks `hasattr(torch, "_inductor")`, and torch's lazy
+    submodules make that an import of inductor, dynamo and sympy (and Triton where installed):
+    1.1 s on the 2-core CPU box, about all of the 3.4-3.7 s the runners' profiler warm-up took on an
+    H100 (bench/runner_start.py). A context manager; after it, `function_events` holds what
+    `torch.profiler.profile.events()` returns."""
+    from torch.autograd import profiler
 
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+    return profiler.profile(
+        use_cpu=True, use_device="cuda" if torch.cuda.is_available() else None, use_kineto=True
+    )
+
+
+def profile_kernels(fn: Callable[..., Any], args: Sequence[object]) -> list[KernelRun]:
+    """Run `fn(*args)` once in a `profiler_session` and list the CUDA kernels it launched (GPU only)."""
+    with profiler_session() as prof:
         fn(*args)
         torch.cuda.synchronize()
     runs: list[KernelRun] = []
-    for evt in prof.events():
+    for evt in prof.function_events:
         if str(getattr(evt, "device_type", "")).endswith("CUDA") and evt.name:
             us = float(getattr(evt, "device_time", None) or getattr(evt, "cuda_time", 0.0) or 0.0)
             runs.append(KernelRun(evt.name, us))

@@ -20,7 +20,7 @@ it on the inputs it receives and answers requests:
             difference of their times;
 - `batch`   the same calls in one request, digests at the end (warm-up; `profile` runs it under
             the profiler);
-- `profile` one forward under `torch.profiler`: kernel names, device time, stream;
+- `profile` one forward under the profiler (torch's Kineto session): kernel names, device time, stream;
 - `guards`  whether timers, comparison functions or dispatcher entries were replaced, or global
             module hooks or torch function/dispatch modes installed.
 
@@ -112,10 +112,10 @@ def warm_gpu(*, profiler: bool = False) -> dict[str, float]:
     witness.digest([x], 1, "cuda").cpu()  # builds the digest kernel before any candidate code exists
     step("digest")
     if profiler:
-        from torch.profiler import ProfilerActivity, profile
+        from cudice.verifier.run.dynamic_checks import profiler_session
 
         try:
-            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]):
+            with profiler_session():
                 x.add_(1.0)
                 torch.cuda.synchronize()
         except Exception:  # op_profile reports the same failure with its reason

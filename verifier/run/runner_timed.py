@@ -6,7 +6,8 @@ and works out their seal plans; `op_stream` runs timed calls one binary message 
 (run/channel.py): unseal a staged set inside the clock (run/seal.py), forward, the keyed digests
 of its outputs and inputs (run/witness.py), sent back at once, every output kept; `op_batch` runs
 the same calls in one request (warm-up; with `profile`, under the profiler); `op_trace` reports
-where traced calls spent their time; `op_profile` runs one forward under `torch.profiler` and
+where traced calls spent their time; `op_profile` runs one forward under the profiler
+(dynamic_checks.profiler_session: torch's Kineto session) and
 `profiled` replies with the kernels that ran (name, device time, stream).
 
 Contract: a call that fails answers its stream message with "failed", then the usual failure
@@ -248,15 +249,15 @@ def profiled(st: RunnerState, body: Callable[[], object], stage: str) -> None:
         body()
         reply(st, {"ok": True, "kernels": [], "marker_stream": -1, "supported": False})
         return
-    from torch.profiler import ProfilerActivity, profile
+    from cudice.verifier.run.dynamic_checks import profiler_session
 
     marker = torch.zeros(1, device=st.device)
     try:
-        with torch.no_grad(), profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        with torch.no_grad(), profiler_session() as prof:
             marker.fill_(1.0)  # a (glue) kernel on the current stream: its stream id is the one forward uses
             body()
             torch.cuda.synchronize()
-        events = list(prof.events())
+        events = list(prof.function_events)
     except RunnerFailure:
         raise
     except Exception as exc:  # no CUPTI here (permissions, driver): the judge decides what that means

@@ -360,6 +360,28 @@ def test_honest_names_are_not_reserved(name: str) -> None:
     assert dc.reserved_kernel_name(name) is None
 
 
+def test_profiler_session_records_without_importing_inductor() -> None:
+    """torch.profiler.profile's first session imports torch._inductor (its prepare_trace asks
+    hasattr(torch, "_inductor")), seconds of a runner's start; the session cudice opens records
+    the same Kineto events without it. A fresh interpreter, so nothing imported it before."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, torch\n"
+        "from cudice.verifier.run.dynamic_checks import profiler_session\n"
+        "x = torch.ones(8)\n"
+        "with profiler_session() as prof:\n"
+        "    x.add_(1.0)\n"
+        "names = [e.name for e in prof.function_events]\n"
+        "assert 'aten::add_' in names, names\n"
+        "print('INDUCTOR', 'torch._inductor' in sys.modules, 'DYNAMO', 'torch._dynamo' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "INDUCTOR False DYNAMO False" in done.stdout, done.stdout
+
+
 # -- GPU ---------------------------------------------------------------------------------------------
 
 
