@@ -135,6 +135,27 @@ def test_distributions_shape_the_drawn_values_as_described() -> None:
     assert half.dtype == torch.float16 and half.abs().max() < 4 * 6  # 4x in 16-bit formats
 
 
+@pytest.mark.parametrize("dist", DISTRIBUTIONS)
+def test_honest_fp32_row_sums_pass_the_precision_bound_under_every_distribution(dist: str) -> None:
+    """A kernel that sums each row one element at a time in fp32 is honest: its rounding differs
+    from torch's order, never by more than fp32 allows. `structured` makes every row alike, so the
+    whole output is one scalar per row position; its ramp once summed to zero along the row, that
+    scalar then cancelled, and 5 of 30 such sums of 1024 columns failed the fp32 bound."""
+    from cudice.verifier.run.tolerance import compare_outputs
+
+    def one_by_one(x: torch.Tensor) -> torch.Tensor:
+        total = torch.zeros(x.shape[:-1], dtype=torch.float32)
+        for c in range(x.shape[-1]):
+            total = total + x[..., c]
+        return total
+
+    for _ in range(40):  # with the zero-sum ramp, ~17 % per draw failed: (0.83)^40 < 1e-3
+        (x,) = make_inputs(lambda: [torch.randn(16, 1024)], secret_seed(), dist, "cpu")
+        ref = torch.sum(x, dim=-1)
+        cmp = compare_outputs(ref, one_by_one(x), 1e-3, 1e-3, precision="fp32")
+        assert cmp.ok, cmp.why
+
+
 def test_integers_are_kept_as_drawn_and_equal_across_distributions() -> None:
     seed = secret_seed()
     labels = [make_inputs(_labels, seed, d, "cpu")[1] for d in DISTRIBUTIONS]
