@@ -18,8 +18,8 @@ structure the problem defines: a lower-triangular operand stays lower-triangular
                  differ, so statistics taken over the wrong elements (fixed chunks of the
                  flattened tensor, another sample, the wrong axis) no longer average out;
 - `structured` — the first slice along dim 0 repeated, plus a ramp of width 6 along the last
-                 dim ([-1, 5], or [0, 6] for non-negative draws; it does not sum to zero, so
-                 the rows' sums do not cancel): rows alike, columns not.
+                 dim ([-1, 5] in 32- and 64-bit formats, so the rows' sums do not cancel;
+                 [-3, 3] in 16-bit ones; [0, 6] for non-negative draws): rows alike, columns not.
 
 Contract:
 - every distribution keeps the sign of what a factory draws where it is all non-negative
@@ -253,12 +253,17 @@ class _Draws:
         if x.dim() == 0:
             return work
         rows = work[:1].expand_as(work) if x.dim() >= 2 else work
-        # non-negative draws (`rand`) stay so; signed ones keep both signs. The ramp does not sum to
-        # zero: with every row alike, each row's sum is one scalar for the whole output, and a ramp
-        # of [-3, 3] made it a cancellation whose fp32 rounding (honest, in any summation order) was
-        # up to 1e-3 of the result, above the precision bound (run/tolerance.py): 5 of 30 honest
-        # one-by-one row sums of 1024 columns were rejected that way
-        low = 0.0 if bool((work >= 0).all()) else -1.0
+        # non-negative draws (`rand`) stay so; signed ones keep both signs. In 32- and 64-bit formats
+        # the ramp does not sum to zero: with every row alike, each row's sum is one scalar for the
+        # whole output, and a ramp of [-3, 3] made it a cancellation whose fp32 rounding (honest, in
+        # any summation order) was up to 1e-3 of the result, above the precision bound that holds
+        # those formats (run/tolerance.py): 5 of 30 honest one-by-one row sums of 1024 columns were
+        # rejected that way. 16-bit formats have no such bound, and a mean of 2 would overflow fp16
+        # in a matmul over K = 4096 or a row sum over 32k columns: they keep [-3, 3]
+        if bool((work >= 0).all()):
+            low = 0.0
+        else:
+            low = -3.0 if x.element_size() <= 2 else -1.0
         return rows + torch.linspace(low, low + 6.0, x.shape[-1], device=x.device, dtype=work.dtype)
 
     def uniform(self, shape: tuple[int, ...], device: Any, dtype: Any) -> Any:
