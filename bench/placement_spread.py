@@ -28,6 +28,8 @@ import statistics
 import subprocess
 import sys
 
+from cudice.verifier.process import die_with_parent
+
 CHILD = r"""
 import json, random, statistics, sys
 import torch
@@ -68,6 +70,7 @@ def child(name: str, placements: int, calls: int, seed: int) -> list[dict[str, f
         text=True,
         timeout=300,
         check=False,
+        preexec_fn=die_with_parent,  # gone with this bench, as every process cudice starts
     )
     for line in done.stdout.splitlines():
         if line.startswith("PLACEMENTS "):

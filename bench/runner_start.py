@@ -31,6 +31,8 @@ import statistics
 import subprocess
 import sys
 
+from cudice.verifier.process import die_with_parent
+
 CHILD = r"""
 import json, sys, time
 t = time.perf_counter()
@@ -82,7 +84,12 @@ VARIANTS = ("both", "cuda", "cpu", "twice", "kineto")
 
 def run_child(variant: str) -> dict[str, float]:
     out = subprocess.run(
-        [sys.executable, "-c", CHILD, variant], capture_output=True, text=True, timeout=300, check=False
+        [sys.executable, "-c", CHILD, variant],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        preexec_fn=die_with_parent,  # gone with this bench, as every process cudice starts
     )
     for line in out.stdout.splitlines():
         if line.startswith("STEPS "):

@@ -183,7 +183,8 @@ def stream(
                 ready = {"ok": False, "error": said}
             refused(st, link, ready, Stage.TIMING)
         wait_clock = _RunQueueClock(link.proc.pid) if waited is not None else None
-        stack.callback(lambda: wait_clock.close() if wait_clock is not None else None)
+        if wait_clock is not None:
+            stack.callback(wait_clock.close)
         for j, (index, key) in enumerate(zip(indices, keys, strict=True)):
             seal = seals[j] if seals is not None else channel.NO_SEAL
             if wait_clock is not None:
