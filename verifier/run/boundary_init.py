@@ -8,7 +8,9 @@ temporary directories with private tmpfs mounts, and bind the needed paths back 
 of the GPU device nodes, `RLIMIT_NPROC`, then `setuid` to the spec's unprivileged uid (all
 capabilities go with it); in a user namespace: drop every capability; 5. `no_new_privs`;
 6. write one JSON line to `report_fd` (what was applied, what was not) and close it, so
-nothing the candidate runs later can add to the report; 7. exec ARGV.
+nothing the candidate runs later can add to the report; 7. exec ARGV. The uid change in 4 clears
+the parent-death signal `unshare --kill-child` set, so it is set again there: the runner dies
+with `unshare`, which dies with the judge.
 
 Not covered: anything outside this process's namespaces (see run/boundary.py).
 """
@@ -19,13 +21,14 @@ import ctypes
 import json
 import os
 import resource
+import signal
 import stat
 import sys
 from pathlib import Path
 from typing import Any
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC = 1, 2, 4, 32, 4096, 16384
-PR_SET_NO_NEW_PRIVS, PR_CAPBSET_DROP = 38, 24
+PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS, PR_CAPBSET_DROP = 1, 38, 24
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -154,6 +157,11 @@ def apply(spec: dict[str, Any]) -> dict[str, Any]:
                 "it would count every process of this user; the PID namespace still ends them all",
             }
         )
+    # The uid change above cleared the parent-death signal `unshare --kill-child` gave this process
+    # (prctl(2): any change of the effective or file-system uid or gid does): arm it again, or a
+    # runner would outlive a judge killed by SIGKILL. `main` then writes the report: a judge that
+    # died before this point closed the report pipe, and the write fails instead of the exec.
+    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     # 5. no privilege regained through exec (setuid binaries, file capabilities)
     if _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0:
         applied.append("no_new_privs")
@@ -189,7 +197,10 @@ def main(argv: list[str]) -> None:
     report = apply(spec)
     fd = int(spec["report_fd"])
     if fd >= 0:
-        os.write(fd, (json.dumps(report) + "\n").encode())
+        try:
+            os.write(fd, (json.dumps(report) + "\n").encode())
+        except BrokenPipeError:
+            sys.exit("boundary_init: the judge is gone (its report pipe is closed); not starting the runner")
         os.close(fd)
     os.execve(argv[0], argv, os.environ)  # does not return
 

@@ -63,3 +63,25 @@ def test_the_head_sees_the_targets_only() -> None:
         handle.remove()
     num_rows, length = rows.clean.shape
     assert seen == [(11, 100), (num_rows, length, 100)]
+
+
+def test_the_causal_lm_s_own_logits_slicing_is_not_relied_on(monkeypatch) -> None:
+    """transformers releases disagree on a 2-D `logits_to_keep` (the GPU image's indexes
+    `hidden[:, keep, :]` and raises), so the backbone and the head are called directly: the same
+    values with the causal LM's own forward unusable, and a model without them is named."""
+    model = tiny_model(seed=4).float()
+    rows = _rows()
+    with torch.no_grad():
+        expected = token_logprobs(model, rows, 4)
+
+        def broken(*args, **kwargs):
+            raise IndexError("too many indices for tensor of dimension 3")
+
+        monkeypatch.setattr(model, "forward", broken)
+        torch.testing.assert_close(token_logprobs(model, rows, 4), expected, rtol=0, atol=0)
+        try:
+            token_logprobs(torch.nn.Linear(2, 2), rows, 4)
+        except TypeError as exc:
+            assert "get_decoder" in str(exc) and "Linear" in str(exc)
+        else:
+            raise AssertionError("a module without a backbone and head was accepted")

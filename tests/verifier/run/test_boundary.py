@@ -199,3 +199,48 @@ def test_the_runner_gets_no_root_group_and_no_group_of_a_folder(tmp_path: Path) 
     # nvidia0: group root -> never; nvidia1: group 44; nvidiactl: world-writable, no group needed
     assert _device_groups(_closed_device_gids(str(tmp_path))) == [44]
     assert _closed_device_gids(str(tmp_path)) == {0, 44}  # group root: reported, never given
+
+
+JUDGE = r"""
+import os, subprocess, sys, tempfile
+from pathlib import Path
+from cudice.verifier.process import die_with_parent
+from cudice.verifier.run import boundary
+mark = sys.argv[1]
+report_r, report_w = os.pipe()
+spec = boundary.default_spec(Path(tempfile.mkdtemp()), uid=boundary.UID_BASE + 97, report_fd=report_w)
+argv, _ = boundary.wrap([sys.executable, "-c", "import time; time.sleep(600)"], spec)
+env = {"PATH": os.environ["PATH"], "HOME": "/tmp", "CUDICE_BOUNDARY_SURVIVOR": mark}
+proc = subprocess.Popen(argv, pass_fds=(report_w,), env=env, preexec_fn=die_with_parent)
+os.close(report_w)
+print(os.fdopen(report_r).readline().strip(), flush=True)  # the boundary is up: the runner is next
+sys.stdin.read()  # until killed
+"""
+
+
+def test_a_runner_dies_with_a_killed_judge() -> None:
+    """As root the boundary drops to another uid, and that credential change clears the parent-death
+    signal `unshare --kill-child` gave the namespace's PID 1 (prctl(2)): a runner whose judge was
+    SIGKILLed (a killed test run, a killed editor) kept running, holding the GPU. It must die."""
+    mark = f"cudice_judge_{uuid.uuid4().hex}"
+    judge = subprocess.Popen(
+        [sys.executable, "-c", JUDGE, mark], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert judge.stdout is not None
+        report = json.loads(judge.stdout.readline())
+        assert report["pid"] == 1, report
+        deadline = time.monotonic() + 120
+        while not _survivors(mark) and time.monotonic() < deadline:  # the runner exec'd
+            time.sleep(0.05)
+        assert _survivors(mark), "the runner never started"
+    finally:
+        judge.kill()
+        judge.wait(timeout=60)
+    deadline = time.monotonic() + 60
+    while _survivors(mark) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    survivors = _survivors(mark)
+    for pid in survivors:  # leave nothing behind, even when the assertion fails
+        os.kill(pid, 9)
+    assert survivors == [], "the runner outlived its judge"
