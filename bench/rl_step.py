@@ -690,7 +690,9 @@ def measure(args: argparse.Namespace, report: Report, clock: Clock) -> None:
         log(f"REWARDS: the verifier failed ({why}); the update runs on scripted rewards")
 
     reward_fn = reward_function(rewards, not args.no_plant, planted, backend, canary, verifier_failed)
-    hook = master.register_forward_hook(probe.on_forward)
+    # the backbone's forwards: token_logprobs calls it directly (the causal LM's own forward never runs)
+    backbone = master.get_decoder() if hasattr(master, "get_decoder") else master
+    hook = backbone.register_forward_hook(probe.on_forward)
     step_hook = register_optimizer_step_post_hook(probe.on_optimizer_step)
     trained = sum(p.numel() for p in master.parameters() if p.requires_grad) if not lora else 0
     probe.adam_gib = 8 * trained / GIB  # LoRA: the adapters' state, negligible

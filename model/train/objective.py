@@ -250,33 +250,45 @@ def token_logprobs(model: torch.nn.Module, rows: ReplayRows, block_size: int) ->
     """Log-probability of each clean token at its noisy-copy position, (R, L) (no shift), read at
     the target positions only: 0 elsewhere (the policy loss masks by `rows.targets`).
 
-    Only the targets' hidden states reach the LM head: the backbone (`get_decoder()`) runs, its
-    (R, 2L, hidden) output is indexed by the targets of the noisy half, and the head
-    (`get_output_embeddings()`) maps the (N, hidden) rows, so the logits and their fp32
-    log-softmax are (N, V) with N the number of targets — each revealed token once over all rows,
-    the response's length — instead of (R, L, V) for every row and position. Equal to the full
-    computation, gradient included (tests/model/train). The head is applied here rather than
-    through the model's `logits_to_keep`, whose handling of a 2-D mask differs between transformers
-    releases (the GPU image's indexes `hidden[:, keep, :]` and fails).
+    Only the targets' hidden states reach the LM head: the model's forward runs (through any
+    DDP/FSDP wrapper, which keeps their gradient synchronisation) with `logits_to_keep=1`, the
+    backbone's (R, 2L, hidden) output (`get_decoder()`) is caught by a forward hook and indexed by
+    the targets of the noisy half, and the head (`get_output_embeddings()`) maps those (N, hidden)
+    rows, so the logits and their fp32 log-softmax are (N, V) with N the number of targets — each
+    revealed token once over all rows, the response's length — instead of (R, L, V) for every row
+    and position. Equal to the full computation, gradient included (tests/model/train). A 2-D
+    `logits_to_keep` would say the same in one call, but transformers releases disagree on it (the
+    GPU image's indexes `hidden[:, keep, :]` and fails).
     """
     batch, length = rows.clean.shape
     targets = rows.targets
     keep = torch.cat([targets, torch.zeros_like(targets)], dim=1)  # (R, 2L): the noisy half's targets
-    decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    inner = model
+    while isinstance(getattr(inner, "module", None), torch.nn.Module):  # DDP, FSDP, accelerate
+        inner = inner.module
+    decoder = inner.get_decoder() if hasattr(inner, "get_decoder") else None
+    head = inner.get_output_embeddings() if hasattr(inner, "get_output_embeddings") else None
     if not isinstance(decoder, torch.nn.Module) or not isinstance(head, torch.nn.Module):
         raise TypeError(
             f"token_logprobs needs a causal LM with get_decoder() and get_output_embeddings() "
-            f"(a transformers *ForCausalLM); got {type(model).__name__}"
+            f"(a transformers *ForCausalLM); got {type(inner).__name__}"
         )
+    caught: list[torch.Tensor] = []
+    hook = decoder.register_forward_hook(lambda mod, args, out: caught.append(out[0]))
     mask = block_diffusion_mask(length, block_size, dtype=_float_dtype(model), device=rows.clean.device)
-    out = decoder(
-        input_ids=torch.cat([rows.noisy, rows.clean], dim=1),  # (R, 2L)
-        attention_mask=mask.expand(batch, -1, -1, -1),
-        position_ids=doubled_position_ids(length, batch, rows.clean.device),
-        use_cache=False,
-    )
-    hidden: torch.Tensor = out[0]  # (R, 2L, hidden): last_hidden_state
+    try:
+        model(
+            input_ids=torch.cat([rows.noisy, rows.clean], dim=1),  # (R, 2L)
+            attention_mask=mask.expand(batch, -1, -1, -1),
+            position_ids=doubled_position_ids(length, batch, rows.clean.device),
+            use_cache=False,
+            logits_to_keep=1,  # the model's own logits: (R, 1, V), unused
+        )
+    finally:
+        hook.remove()
+    if len(caught) != 1:
+        raise RuntimeError(f"the backbone ran {len(caught)} times in one forward of {type(inner).__name__}")
+    hidden = caught[0]  # (R, 2L, hidden): last_hidden_state
     logits: torch.Tensor = head(hidden[keep])  # (N, V)
     logp = torch.log_softmax(logits.float(), dim=-1)  # (N, V)
     picked = logp.gather(-1, rows.clean[targets][:, None]).squeeze(-1)  # (N,)

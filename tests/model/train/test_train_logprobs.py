@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from cudice.model.train.objective import ReplayRows, forward_doubled, replay_rows, token_logprobs
 from train_helpers import MASK_ID, PAD_ID, tiny_model
@@ -62,26 +63,32 @@ def test_the_head_sees_the_targets_only() -> None:
     finally:
         handle.remove()
     num_rows, length = rows.clean.shape
-    assert seen == [(11, 100), (num_rows, length, 100)]
+    # the model's own (unused) logits at one position, the targets', then the full path's
+    assert seen == [(num_rows, 1, 100), (11, 100), (num_rows, length, 100)]
 
 
-def test_the_causal_lm_s_own_logits_slicing_is_not_relied_on(monkeypatch) -> None:
-    """transformers releases disagree on a 2-D `logits_to_keep` (the GPU image's indexes
-    `hidden[:, keep, :]` and raises), so the backbone and the head are called directly: the same
-    values with the causal LM's own forward unusable, and a model without them is named."""
+def test_a_wrapped_model_runs_through_its_wrapper_and_a_bare_module_is_named() -> None:
+    """DDP and FSDP synchronise gradients in their own forward, so the wrapper's forward runs once
+    (the head is applied to the backbone's output outside it: transformers releases disagree on a
+    2-D `logits_to_keep`), with the values of the bare model; a model without backbone and head is
+    named, not guessed at."""
+
+    class Wrapper(torch.nn.Module):  # the shape of DistributedDataParallel: `.module`, forward passes on
+        def __init__(self, module: torch.nn.Module) -> None:
+            super().__init__()
+            self.module, self.calls = module, 0
+
+        def forward(self, **kwargs):
+            self.calls += 1
+            return self.module(**kwargs)
+
     model = tiny_model(seed=4).float()
     rows = _rows()
+    wrapped = Wrapper(model)
     with torch.no_grad():
-        expected = token_logprobs(model, rows, 4)
-
-        def broken(*args, **kwargs):
-            raise IndexError("too many indices for tensor of dimension 3")
-
-        monkeypatch.setattr(model, "forward", broken)
-        torch.testing.assert_close(token_logprobs(model, rows, 4), expected, rtol=0, atol=0)
-        try:
-            token_logprobs(torch.nn.Linear(2, 2), rows, 4)
-        except TypeError as exc:
-            assert "get_decoder" in str(exc) and "Linear" in str(exc)
-        else:
-            raise AssertionError("a module without a backbone and head was accepted")
+        torch.testing.assert_close(
+            token_logprobs(wrapped, rows, 4), token_logprobs(model, rows, 4), rtol=0, atol=0
+        )
+    assert wrapped.calls == 1
+    with pytest.raises(TypeError, match=r"get_decoder.*Linear"):
+        token_logprobs(torch.nn.Linear(2, 2), rows, 4)
