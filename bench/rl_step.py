@@ -690,7 +690,7 @@ def measure(args: argparse.Namespace, report: Report, clock: Clock) -> None:
         log(f"REWARDS: the verifier failed ({why}); the update runs on scripted rewards")
 
     reward_fn = reward_function(rewards, not args.no_plant, planted, backend, canary, verifier_failed)
-    # the backbone's forwards: token_logprobs calls it directly (the causal LM's own forward never runs)
+    # one per replay forward: the backbone runs once in each (the head is applied outside it)
     backbone = master.get_decoder() if hasattr(master, "get_decoder") else master
     hook = backbone.register_forward_hook(probe.on_forward)
     step_hook = register_optimizer_step_post_hook(probe.on_optimizer_step)
@@ -735,6 +735,9 @@ def measure(args: argparse.Namespace, report: Report, clock: Clock) -> None:
         num_updates=stats.num_updates,
         kept_groups=stats.num_kept_groups,
         replay_rows=stats.num_rows,
+        replay_tokens=stats.replay_tokens,  # one pass, packed (pack_replay)
+        doubled_tokens=stats.doubled_tokens,  # the same rows doubled, as before packing
+        packed_over_doubled=stats.replay_tokens / stats.doubled_tokens if stats.doubled_tokens else None,
         loss=stats.loss,
         kl=stats.kl,
         clip_fraction=stats.clip_fraction,
@@ -745,7 +748,8 @@ def measure(args: argparse.Namespace, report: Report, clock: Clock) -> None:
     )
     log(
         f"[{clock.elapsed():6.1f} s] update: {stats.num_updates} optimizer steps over {stats.num_rows:.0f} "
-        f"replay rows ({stats.num_kept_groups} groups) in {update_s:.1f} s; loss {stats.loss:.4f} "
+        f"replay rows ({stats.num_kept_groups} groups; {stats.replay_tokens} tokens a pass packed, "
+        f"{stats.doubled_tokens} as doubled rows) in {update_s:.1f} s; loss {stats.loss:.4f} "
         f"kl {stats.kl:.2e} clip {stats.clip_fraction:.3f}"
     )
     report.set(phase="done")

@@ -263,6 +263,123 @@ def token_logprobs(model: torch.nn.Module, rows: ReplayRows, block_size: int) ->
     batch, length = rows.clean.shape
     targets = rows.targets
     keep = torch.cat([targets, torch.zeros_like(targets)], dim=1)  # (R, 2L): the noisy half's targets
+    decoder, head = _backbone_and_head(model)
+    mask = block_diffusion_mask(length, block_size, dtype=_float_dtype(model), device=rows.clean.device)
+    hidden = _backbone_output(
+        model,
+        decoder,
+        input_ids=torch.cat([rows.noisy, rows.clean], dim=1),  # (R, 2L)
+        attention_mask=mask.expand(batch, -1, -1, -1),
+        position_ids=doubled_position_ids(length, batch, rows.clean.device),
+    )  # (R, 2L, hidden)
+    logits: torch.Tensor = head(hidden[keep])  # (N, V)
+    logp = torch.log_softmax(logits.float(), dim=-1)  # (N, V)
+    picked = logp.gather(-1, rows.clean[targets][:, None]).squeeze(-1)  # (N,)
+    return picked.new_zeros(batch, length).masked_scatter(targets, picked)  # (R, L)
+
+
+@dataclass(frozen=True, slots=True)
+class PackedReplay:
+    """One rollout's replay rows as a single sequence: the clean copy once, then only the noisy
+    blocks that hold a target, each block of each round one segment.
+
+    In `[noisy ; clean]` a noisy block sees the earlier clean blocks and itself, and nothing sees a
+    noisy block but itself, so a noisy block without a target in its round changes no target's
+    log-probability, and every row's clean half is the same computation. Packed: T = L + S·B
+    tokens (S segments of B = block_size) instead of R·2L; the same log-probabilities.
+
+    input_ids, position_ids: (1, T); blocks, segments: (T,) each token's block and segment (-1:
+    the clean copy), from which `packed_mask` builds the (T, T) mask when it is needed (kept for
+    every rollout of a step, the masks themselves would not fit); keep: (T,) bool, the target
+    positions; rows, cols: (N,) where each kept position's log-probability goes in the (R, L)
+    layout of `token_logprobs`; labels: (N,) the clean tokens there; shape: (R, L).
+    """
+
+    input_ids: torch.Tensor
+    position_ids: torch.Tensor
+    blocks: torch.Tensor
+    segments: torch.Tensor
+    keep: torch.Tensor
+    rows: torch.Tensor
+    cols: torch.Tensor
+    labels: torch.Tensor
+    shape: tuple[int, int]
+
+
+def pack_replay(rows: ReplayRows, block_size: int) -> PackedReplay:
+    """`rows` (from `replay_rows`: every row's clean copy is the same) packed."""
+    num_rows, length = rows.clean.shape
+    device = rows.clean.device
+    num_blocks = length // block_size
+    if num_rows == 0:
+        raise ValueError("no replay rows to pack: the rollout revealed nothing")
+    if length % block_size:
+        raise ValueError(f"replay length {length} is not a multiple of the block size {block_size}")
+    clean = rows.clean[0]
+    targets = rows.targets.view(num_rows, num_blocks, block_size)
+    seg_row, seg_block = targets.any(-1).nonzero(as_tuple=True)  # (S,) each: a round and a block
+    offsets = torch.arange(block_size, device=device)
+    seg_tokens = rows.noisy.view(num_rows, num_blocks, block_size)[seg_row, seg_block]  # (S, B)
+    seg_pos = (seg_block[:, None] * block_size + offsets).flatten()  # (S·B,)
+    positions = torch.arange(length, device=device)
+    # per token: its block, its segment (-1: the clean copy)
+    blk = torch.cat([positions // block_size, seg_block.repeat_interleave(block_size)])
+    seg = torch.cat(
+        [
+            torch.full((length,), -1, device=device),
+            torch.arange(len(seg_row), device=device).repeat_interleave(block_size),
+        ]
+    )
+    seg_targets = targets[seg_row, seg_block].flatten()  # (S·B,)
+    return PackedReplay(
+        input_ids=torch.cat([clean, seg_tokens.flatten()])[None],
+        position_ids=torch.cat([positions, seg_pos])[None],
+        blocks=blk,
+        segments=seg,
+        keep=torch.cat([torch.zeros(length, dtype=torch.bool, device=device), seg_targets]),
+        rows=seg_row.repeat_interleave(block_size)[seg_targets],
+        cols=seg_pos[seg_targets],
+        labels=clean[seg_pos[seg_targets]],
+        shape=(num_rows, length),
+    )
+
+
+def packed_mask(packed: PackedReplay, dtype: torch.dtype) -> torch.Tensor:
+    """The additive (1, 1, T, T) mask of `packed`: the clean copy block-causal; a noisy segment
+    sees the clean blocks before its own and itself (bidirectional); nothing sees a segment but
+    itself."""
+    seg, blk = packed.segments, packed.blocks
+    q_clean, k_clean = (seg < 0)[:, None], (seg < 0)[None, :]
+    q_blk, k_blk = blk[:, None], blk[None, :]
+    allowed = (
+        (q_clean & k_clean & (k_blk <= q_blk))
+        | (~q_clean & k_clean & (k_blk < q_blk))
+        | (~q_clean & (seg[:, None] == seg[None, :]))
+    )
+    total = len(seg)
+    mask = torch.zeros(total, total, dtype=dtype, device=seg.device)
+    return mask.masked_fill_(~allowed, torch.finfo(dtype).min)[None, None]
+
+
+def packed_token_logprobs(model: torch.nn.Module, packed: PackedReplay) -> torch.Tensor:
+    """`token_logprobs` over a `PackedReplay`: the same (R, L) log-probabilities (0 off the
+    targets) from one sequence of T tokens instead of R of 2L. The model's forward runs (through any
+    DDP/FSDP wrapper) with `logits_to_keep=1`; the head maps the backbone's output at the targets."""
+    decoder, head = _backbone_and_head(model)
+    hidden = _backbone_output(
+        model,
+        decoder,
+        input_ids=packed.input_ids,
+        attention_mask=packed_mask(packed, _float_dtype(model)),
+        position_ids=packed.position_ids,
+    )  # (1, T, hidden)
+    logits: torch.Tensor = head(hidden[0, packed.keep])  # (N, V)
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    picked = logp.gather(-1, packed.labels[:, None]).squeeze(-1)  # (N,)
+    return picked.new_zeros(packed.shape).index_put((packed.rows, packed.cols), picked)
+
+
+def _backbone_and_head(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.Module]:
     inner = model
     while isinstance(getattr(inner, "module", None), torch.nn.Module):  # DDP, FSDP, accelerate
         inner = inner.module
@@ -273,26 +390,23 @@ def token_logprobs(model: torch.nn.Module, rows: ReplayRows, block_size: int) ->
             f"token_logprobs needs a causal LM with get_decoder() and get_output_embeddings() "
             f"(a transformers *ForCausalLM); got {type(inner).__name__}"
         )
+    return decoder, head
+
+
+def _backbone_output(
+    model: torch.nn.Module, decoder: torch.nn.Module, **inputs: torch.Tensor
+) -> torch.Tensor:
+    """The model's forward on `inputs` with `logits_to_keep=1` (its own logits, (B, 1, V), are not
+    used); returns the backbone's last hidden state, caught by a forward hook."""
     caught: list[torch.Tensor] = []
     hook = decoder.register_forward_hook(lambda mod, args, out: caught.append(out[0]))
-    mask = block_diffusion_mask(length, block_size, dtype=_float_dtype(model), device=rows.clean.device)
     try:
-        model(
-            input_ids=torch.cat([rows.noisy, rows.clean], dim=1),  # (R, 2L)
-            attention_mask=mask.expand(batch, -1, -1, -1),
-            position_ids=doubled_position_ids(length, batch, rows.clean.device),
-            use_cache=False,
-            logits_to_keep=1,  # the model's own logits: (R, 1, V), unused
-        )
+        model(**inputs, use_cache=False, logits_to_keep=1)
     finally:
         hook.remove()
     if len(caught) != 1:
-        raise RuntimeError(f"the backbone ran {len(caught)} times in one forward of {type(inner).__name__}")
-    hidden = caught[0]  # (R, 2L, hidden): last_hidden_state
-    logits: torch.Tensor = head(hidden[keep])  # (N, V)
-    logp = torch.log_softmax(logits.float(), dim=-1)  # (N, V)
-    picked = logp.gather(-1, rows.clean[targets][:, None]).squeeze(-1)  # (N,)
-    return picked.new_zeros(batch, length).masked_scatter(targets, picked)  # (R, L)
+        raise RuntimeError(f"the backbone ran {len(caught)} times in one forward of {type(model).__name__}")
+    return caught[0]
 
 
 def clipped_policy_loss(

@@ -4,8 +4,10 @@ Phases (they continue `cudice.model.train.rl`'s 1–3):
   4. z-score rewards within each task's group; drop groups with zero spread; a None reward (the
      verifier failed, not the kernel) is left out of its group;
   5. replay each kept rollout's reveal order as rows (`replay_rows`, the blocks exactly as the
-     sampler saw them, EOS included); `logp_old` from one no-grad pass with the pre-update
-     weights — the ratio's base and the KL anchor;
+     sampler saw them, EOS included), packed into one sequence per rollout (`pack_replay`: the
+     clean copy once and only the noisy blocks that hold a target, the same log-probabilities
+     as the rows); `logp_old` from one no-grad pass with the pre-update weights — the ratio's
+     base and the KL anchor;
   6. `ppo_epochs` passes over the kept rollouts, each cut into `num_minibatches`; one optimizer
      step per minibatch (clip on the true norm). The first minibatch runs at ratio 1; every
      later one sees the updated policy, so the clip and the k3 KL term act.
@@ -17,7 +19,7 @@ zero-weighted forward/backward, so that every rank joins each all-reduce (the fo
 themselves are collective-free: DDP runs with `broadcast_buffers=False`). Only the row counts
 (one collective per RL step) and the final figures (one read) cross to the host.
 
-Not covered: a value model, TraceRL's `shrink`, packing rows of several rollouts together.
+Not covered: a value model, TraceRL's `shrink`, packing several rollouts into one sequence.
 """
 
 from __future__ import annotations
@@ -33,8 +35,9 @@ from cudice.model.train.objective import (
     ReplayRows,
     clipped_policy_loss,
     group_advantages,
+    pack_replay,
+    packed_token_logprobs,
     replay_rows,
-    token_logprobs,
 )
 from cudice.model.train.prepare import autocast
 from cudice.model.train.types import Rollout
@@ -86,8 +89,9 @@ def ppo_update(
         )
         for r, _ in kept
     ]
+    packed = [pack_replay(x, block_size) for x in rows]
     with torch.no_grad(), autocast(accelerator, config.setup):  # the bare module: no DDP hooks, no collective
-        old = [token_logprobs(accelerator.unwrap_model(model), x, block_size) for x in rows]  # (R, L) each
+        old = [packed_token_logprobs(accelerator.unwrap_model(model), x) for x in packed]  # (R, L) each
     # the minibatch plan and its global row counts: one collective per RL step
     rng = random.Random(config.seed * 1_000_003 + step)
     plan = [
@@ -120,7 +124,7 @@ def ppo_update(
                 else:
                     (rollout, adv), x = kept[i], rows[i]
                     with autocast(accelerator, config.setup):
-                        logp_new = token_logprobs(model, x, block_size)  # (R, L)
+                        logp_new = packed_token_logprobs(model, packed[i])  # (R, L)
                     advantage = torch.full((x.clean.shape[0],), adv, device=device)
                     loss, stats = clipped_policy_loss(
                         logp_new,
@@ -151,6 +155,9 @@ def ppo_update(
         "clip_fraction": clip_sum / n,
         "grad_norm": norm_sum / n,
         "num_updates": float(num_updates),
+        # this rank's tokens per replay pass, packed, and as the doubled rows would have been
+        "replay_tokens": float(sum(x.input_ids.shape[1] for x in packed)),
+        "doubled_tokens": float(sum(2 * x.clean.numel() for x in rows)),
     }
 
 
@@ -172,4 +179,4 @@ def _idle_loss(
         clean = torch.full((1, block_size), pad_token_id, dtype=torch.long, device=device)
         rows = ReplayRows(clean, clean.clone(), torch.zeros_like(clean, dtype=torch.bool))
     with autocast(accelerator, config.setup):
-        return token_logprobs(model, rows, block_size).sum() * 0.0
+        return packed_token_logprobs(model, pack_replay(rows, block_size)).sum() * 0.0

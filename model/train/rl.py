@@ -68,6 +68,8 @@ class StepStats:
     tokens_per_s: float = 0.0  # rollout tokens / rollout seconds, this rank
     seconds: float = 0.0  # the whole step
     num_unscored: int = 0  # rollouts whose reward was None (the verifier failed), every rank
+    replay_tokens: int = 0  # tokens of one replay pass over the kept rollouts (packed), this rank
+    doubled_tokens: int = 0  # the same as doubled rows (R x 2L per rollout) would be, this rank
 
 
 def _check_backend(accelerator: Any) -> None:
@@ -208,6 +210,8 @@ def run_stage(
             tokens / rollout_seconds if rollout_seconds > 0 else 0.0,
             time.perf_counter() - start,
             int(total_unscored),
+            int(figures.get("replay_tokens", 0)),
+            int(figures.get("doubled_tokens", 0)),
         )
         history.append(stats)
         log.info(

@@ -65,6 +65,9 @@ def test_one_step_at_the_tiny_shape_reports_every_figure(
     assert report["rewards_scored"] == 4 and report["rewards_positive"] == 2 and report["reward_mean"] == 0.5
     assert report["kept_rollouts"] == 4 and report["kept_groups"] == 2
     assert report["num_updates"] > 0 and report["replay_rows"] > 0
+    # the update's replay is packed: fewer tokens a pass than the doubled rows it replaces
+    assert 0 < report["replay_tokens"] < report["doubled_tokens"]
+    assert report["packed_over_doubled"] == pytest.approx(report["replay_tokens"] / report["doubled_tokens"])
     # logp_old, then one PPO epoch; one optimizer step per minibatch
     assert report["update_forwards"] == {"no_grad": 4, "grad": 4, "steps": report["num_updates"]}
     assert report["peak_gib"] is None and report["vocab_size"] == 8448  # CPU: no GPU memory figure

@@ -5,7 +5,15 @@ from __future__ import annotations
 
 import pytest
 import torch
-from cudice.model.train.objective import ReplayRows, forward_doubled, replay_rows, token_logprobs
+from cudice.model.train.objective import (
+    ReplayRows,
+    forward_doubled,
+    pack_replay,
+    packed_mask,
+    packed_token_logprobs,
+    replay_rows,
+    token_logprobs,
+)
 from train_helpers import MASK_ID, PAD_ID, tiny_model
 
 
@@ -92,3 +100,62 @@ def test_a_wrapped_model_runs_through_its_wrapper_and_a_bare_module_is_named() -
     assert wrapped.calls == 1
     with pytest.raises(TypeError, match=r"get_decoder.*Linear"):
         token_logprobs(torch.nn.Linear(2, 2), rows, 4)
+
+
+def _rows_with(prompt: int, response: int, seed: int) -> ReplayRows:
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, 90, (response,), generator=g).tolist()
+    steps = torch.randint(0, 4, (response,), generator=g).tolist()  # up to 4 rounds in a block
+    return replay_rows(
+        list(range(1, prompt + 1)), ids, steps, block_size=4, mask_token_id=MASK_ID, pad_token_id=PAD_ID
+    )
+
+
+@pytest.mark.parametrize(("prompt", "response", "seed"), [(5, 11, 3), (8, 17, 5), (3, 2, 7), (6, 1, 8)])
+def test_packed_replay_equals_the_rows_with_their_gradient(prompt: int, response: int, seed: int) -> None:
+    """The packed sequence (the clean copy once, a segment per noisy block and round holding a
+    target) gives each target the log-probability and the gradient of the doubled rows: prompts
+    that end inside a block, padded last blocks, one to four rounds in a block."""
+    model = tiny_model(seed=seed).float()
+    rows = _rows_with(prompt, response, seed)
+    packed = pack_replay(rows, 4)
+    num_rows, length = rows.clean.shape
+    assert packed.input_ids.shape[1] < num_rows * 2 * length or num_rows == 1
+    advantage = torch.linspace(-1.0, 1.0, num_rows)[:, None]
+
+    def grads(fn) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        model.zero_grad(set_to_none=True)
+        logp = fn()
+        ((logp * rows.targets) * advantage).sum().backward()
+        return logp.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    new, new_grads = grads(lambda: packed_token_logprobs(model, packed))
+    old, old_grads = grads(lambda: token_logprobs(model, rows, 4))
+    assert new.shape == old.shape == (num_rows, length)
+    torch.testing.assert_close(new[rows.targets], old[rows.targets], rtol=0, atol=2e-6)
+    assert (new[~rows.targets] == 0).all() and int((new != 0).sum()) == response
+    assert new_grads.keys() == old_grads.keys()
+    for name, grad in new_grads.items():
+        torch.testing.assert_close(grad, old_grads[name], rtol=1e-4, atol=2e-6, msg=name)
+
+
+def test_the_packed_sequence_holds_only_the_blocks_with_targets() -> None:
+    """One reveal per step (random weights): every response block replays in 4 rounds, and each
+    round's row holds one target per block; packed, each (block, round) is one 4-token segment."""
+    rows = replay_rows(
+        [1, 2, 3, 4],
+        list(range(10, 18)),
+        list(range(8)),
+        block_size=4,
+        mask_token_id=MASK_ID,
+        pad_token_id=PAD_ID,
+    )
+    packed = pack_replay(rows, 4)
+    assert rows.clean.shape == (4, 12)  # 4 rounds x (1 prompt block + 2 response blocks)
+    assert packed.input_ids.shape == (1, 12 + 2 * 4 * 4)  # the clean copy + 8 segments (vs 4 x 24)
+    assert packed.keep.sum() == 8 and sorted(packed.cols.tolist()) == list(range(4, 12))
+    mask = packed_mask(packed, torch.float32)[0, 0] == 0
+    first = 12  # the first segment: block 1, round 0, tokens 12..15
+    assert mask[first, :4].all() and not mask[first, 4:12].any()  # the prompt block, no later clean
+    assert mask[first, first : first + 4].all() and not mask[first, first + 4 :].any()  # itself only
+    assert not mask[:12, 12:].any()  # the clean copy sees no segment
