@@ -70,6 +70,16 @@ class VerifyBackend(ABC):
     def shutdown(self, *, cancel_pending: bool = True) -> None:
         """Stop the workers (cancelling what has not finished unless `cancel_pending` is False)."""
 
+    def idle(self) -> None:
+        """Give back what waits warm for the next job (the GPU memory of spare judges' idle CUDA
+        contexts), e.g. while an RL update needs the GPU; the next job, or `warm()`, starts it
+        again. Call it with no job pending. A backend with nothing warm does nothing."""
+        return None
+
+    def warm(self) -> None:
+        """Start ahead of the next jobs what `idle()` gave back (nothing where nothing was)."""
+        return None
+
     def __enter__(self: BackendT) -> BackendT:
         return self
 

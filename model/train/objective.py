@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -380,7 +381,7 @@ def packed_token_logprobs(model: torch.nn.Module, packed: PackedReplay) -> torch
 
 
 def _backbone_and_head(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.Module]:
-    inner = model
+    inner: Any = model
     while isinstance(getattr(inner, "module", None), torch.nn.Module):  # DDP, FSDP, accelerate
         inner = inner.module
     decoder = inner.get_decoder() if hasattr(inner, "get_decoder") else None

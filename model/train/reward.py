@@ -310,9 +310,14 @@ def _check_canary(canary: Canary, result: VerifyResult, expect: str) -> None:
     )
 
 
-def verifier_reward_fn(backend: VerifyBackend, canary: Canary | None = None) -> RewardFn:
+def verifier_reward_fn(
+    backend: VerifyBackend, canary: Canary | None = None, *, idle_between: bool = True
+) -> RewardFn:
     """A `RewardFn`: every rollout's code verified against its task's reference by `backend`
     (refused when the backend's config turns anti-cheat or the correctness runs off).
+    With `idle_between`, the backend is warmed at the start of each batch and idled at its end
+    (`VerifyBackend.idle`): between reward batches the policy's rollouts and update have the GPU
+    to themselves (a pool's spare judges held 8.6 GiB of an 80 GB H100 through a 1.7B update).
 
     Rewards follow `reward_from_result` with the step's `required_speedup` and `correct_reward`;
     an infrastructure failure gives None (not scored). With `canary`, its kernel is verified in
@@ -332,7 +337,13 @@ def verifier_reward_fn(backend: VerifyBackend, canary: Canary | None = None) -> 
         if canary is not None:
             probe = RewardJob(f"{canary.name}#batch{batches[0]}", canary.candidate, canary.reference)
         batches[0] += 1
-        results, canary_result = _verify_batch(backend, jobs, verdicts, probe)
+        if idle_between:
+            backend.warm()
+        try:
+            results, canary_result = _verify_batch(backend, jobs, verdicts, probe)
+        finally:
+            if idle_between:
+                backend.idle()
         if canary is not None and canary_result is not None:
             if not expected:  # learn what a good kernel gets here, once
                 got = canary_result.verdict.value

@@ -300,3 +300,33 @@ def test_the_default_canary_on_a_real_pool(tmp_path: Path) -> None:
         broken = verifier_reward_fn(pool, canary=Canary(kernelless, reference, expect=None))
         with pytest.raises(RewardCanaryError, match="got verdict 'static_violation'"):
             broken(rollouts, RLConfig(stage="e2e"))
+
+
+def test_the_backend_is_warmed_for_each_batch_and_idled_after_it_even_when_it_fails() -> None:
+    """Between reward batches the policy has the GPU to itself: warm before the batch's first job,
+    idle after its last, also when the batch raises; `idle_between=False` leaves the backend be."""
+    events: list[str] = []
+
+    class Recording(Scripted):
+        def _submit(self, job: VerifyJob, config: VerifyConfig) -> Future[VerifyResult]:
+            events.append("job")
+            if "boom" in (job.source or ""):
+                raise RuntimeError("the pool broke")
+            return super()._submit(job, config)
+
+        def idle(self) -> None:
+            events.append("idle")
+
+        def warm(self) -> None:
+            events.append("warm")
+
+    reward = verifier_reward_fn(Recording(_by_text), CANARY)
+    reward(_rollouts(["good 1", "bad 2"]), RLConfig())
+    assert events == ["warm", "job", "job", "job", "idle"]  # two rollouts and the canary
+    events.clear()
+    with pytest.raises(RuntimeError, match="the pool broke"):
+        reward(_rollouts(["boom"]), RLConfig())
+    assert events[0] == "warm" and events[-1] == "idle"
+    events.clear()
+    verifier_reward_fn(Recording(_by_text), idle_between=False)(_rollouts(["good 3"]), RLConfig())
+    assert events == ["job"]
