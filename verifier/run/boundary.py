@@ -6,8 +6,9 @@ The boundary is util-linux `unshare` (no bubblewrap: the GPU box has none) plus
 `run/boundary_init.py`, which runs as PID 1 of the new namespaces before any candidate code:
 
 - PID namespace with its own /proc (`--mount-proc`): the parent's processes and their
-  `/proc/<pid>/environ` are invisible; `--kill-child` ties the namespace to `unshare`, and the
-  namespace's PID 1 dying kills every process in it, `setsid` children included;
+  `/proc/<pid>/environ` are invisible; `--kill-child` ties the namespace's PID 1 (boundary_init,
+  which stays there as the runner's parent) to `unshare`, and PID 1 dying kills every process in
+  the namespace, `setsid` children included;
 - mount namespace: private tmpfs on /tmp, /var/tmp, /dev/shm and the home directories;
   site-packages, the cudice sources and the build cache bound read-only; directories the
   unprivileged uid could not traverse (e.g. `/root` holding the interpreter) replaced by a tmpfs

@@ -1,4 +1,4 @@
-"""PID 1 of a runner's namespaces: apply the boundary, report it, then exec the runner.
+"""PID 1 of a runner's namespaces: apply the boundary, report it, start the runner, stay PID 1.
 
 `python -m cudice.verifier.run.boundary_init SPEC_JSON -- ARGV...` is started by `unshare`
 (run/boundary.py) and runs trusted code only. In order: 1. open handles on the paths the runner must
@@ -8,9 +8,18 @@ temporary directories with private tmpfs mounts, and bind the needed paths back 
 of the GPU device nodes, `RLIMIT_NPROC`, then `setuid` to the spec's unprivileged uid (all
 capabilities go with it); in a user namespace: drop every capability; 5. `no_new_privs`;
 6. write one JSON line to `report_fd` (what was applied, what was not) and close it, so
-nothing the candidate runs later can add to the report; 7. exec ARGV. The uid change in 4 clears
-the parent-death signal `unshare --kill-child` set, so it is set again there: the runner dies
-with `unshare`, which dies with the judge.
+nothing the candidate runs later can add to the report; 7. fork: the child execs ARGV (the
+runner, PID 2), and this process stays PID 1 until it ends.
+
+Why PID 1 stays trusted: when a namespace's PID 1 dies, the kernel kills every process in it,
+and this PID 1 dies with `unshare` (its parent-death signal, which `unshare --kill-child` sets
+and which is set again after the uid change of 4, since a uid change clears it), and `unshare`
+dies with the judge. Were the runner PID 1 itself, candidate code could clear that signal
+(`prctl`) and `setsid` out of the judge's process group, and outlive the judge on the GPU.
+The candidate cannot reach this process: it is not dumpable (no `ptrace` by the same uid),
+holds no descriptor but the standard ones, and a signal sent to a namespace's PID 1 from inside
+it is dropped unless PID 1 handles it (none is handled). PID 1 reaps whatever is re-parented to
+it, and exits with the runner's status (128 + N for a runner killed by signal N).
 
 Not covered: anything outside this process's namespaces (see run/boundary.py).
 """
@@ -25,10 +34,10 @@ import signal
 import stat
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC = 1, 2, 4, 32, 4096, 16384
-PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS, PR_CAPBSET_DROP = 1, 38, 24
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS, PR_CAPBSET_DROP = 1, 4, 38, 24
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -202,7 +211,25 @@ def main(argv: list[str]) -> None:
         except BrokenPipeError:
             sys.exit("boundary_init: the judge is gone (its report pipe is closed); not starting the runner")
         os.close(fd)
-    os.execve(argv[0], argv, os.environ)  # does not return
+    runner = os.fork()
+    if runner == 0:
+        try:
+            os.execve(argv[0], argv, os.environ)
+        finally:
+            os._exit(127)
+    stay_init(runner)
+
+
+def stay_init(runner: int) -> NoReturn:
+    """PID 1's life after the runner started: unreachable from it, reaping, then the runner's exit."""
+    _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # the uid change did too; in a user namespace it did not
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # Python's own handler would let the runner end PID 1
+    os.closerange(3, resource.getrlimit(resource.RLIMIT_NOFILE)[0])  # the runner's socket stays the runner's
+    while True:
+        pid, status = os.wait()  # the runner, or a process re-parented to PID 1
+        if pid == runner:
+            code = os.waitstatus_to_exitcode(status)
+            os._exit(code if code >= 0 else 128 - code)
 
 
 if __name__ == "__main__":

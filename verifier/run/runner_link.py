@@ -6,7 +6,8 @@ unavailable), reads boundary_init's report — written before any candidate code
 process — and then serves `request()`s. A `build` message the runner sends while loading
 (its `load_inline`) is answered by the judge's `on_build` callback, so only trusted code writes
 the build cache. The runner dies with the judge: `PR_SET_PDEATHSIG` on `unshare`, whose
-`--kill-child` takes the namespace's PID 1, and with it every process in the namespace.
+death takes the namespace's PID 1 (the trusted boundary_init, the runner's parent), and with it
+every process in the namespace.
 
 Not covered: a runner that stops answering — the caller's timeout kills the judge's process
 group, which ends the runners as above.

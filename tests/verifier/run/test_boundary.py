@@ -112,9 +112,8 @@ def test_the_boundary_holds(tmp_path: Path) -> None:
     assert leaked == [], "the runner wrote outside its private directories"
     assert survivors == [], "a setsid child outlived the runner's namespace"
     assert report["missing"] == [] and report["pid"] == 1, report
-    assert out["pid"] == 1 and not out["parent_visible"] and max(out["pids"]) < 100, out[
-        "pids"
-    ]  # own PID namespace
+    # own PID namespace: PID 1 is the trusted boundary_init, the runner its child
+    assert out["pid"] == 2 and not out["parent_visible"] and max(out["pids"]) < 100, out["pids"]
     assert f"{mark}.host" not in out["tmp_listing"]  # private /tmp
     # nothing but what was handed over: the report pipe is closed before the probe runs
     assert w in out["open_fds"] and not {*fds, report_w} & set(out["open_fds"])
@@ -201,15 +200,30 @@ def test_the_runner_gets_no_root_group_and_no_group_of_a_folder(tmp_path: Path) 
     assert _closed_device_gids(str(tmp_path)) == {0, 44}  # group root: reported, never given
 
 
+# candidate code in the runner: clear its own parent-death signal, leave the judge's process
+# group, try to end or stop PID 1, then wait
+RUNNER = """
+import ctypes, os, signal, time
+ctypes.CDLL(None).prctl(1, 0, 0, 0, 0)
+os.setsid()
+for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGKILL, signal.SIGSTOP):
+    try:
+        os.kill(1, sig)
+    except OSError:
+        pass
+os.execvp("sleep", ["sleep", "600"])  # done: the test waits for this
+"""
+
 JUDGE = r"""
 import os, subprocess, sys, tempfile
+from test_boundary import RUNNER
 from pathlib import Path
 from cudice.verifier.process import die_with_parent
 from cudice.verifier.run import boundary
 mark = sys.argv[1]
 report_r, report_w = os.pipe()
 spec = boundary.default_spec(Path(tempfile.mkdtemp()), uid=boundary.UID_BASE + 97, report_fd=report_w)
-argv, _ = boundary.wrap([sys.executable, "-c", "import time; time.sleep(600)"], spec)
+argv, _ = boundary.wrap([sys.executable, "-c", RUNNER], spec)
 env = {"PATH": os.environ["PATH"], "HOME": "/tmp", "CUDICE_BOUNDARY_SURVIVOR": mark}
 proc = subprocess.Popen(argv, pass_fds=(report_w,), env=env, preexec_fn=die_with_parent)
 os.close(report_w)
@@ -218,22 +232,35 @@ sys.stdin.read()  # until killed
 """
 
 
+def _sleeping(mark: str) -> bool:
+    for pid in _survivors(mark):
+        try:
+            if Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"sleep"):
+                return True
+        except OSError:
+            continue
+    return False
+
+
 def test_a_runner_dies_with_a_killed_judge() -> None:
-    """As root the boundary drops to another uid, and that credential change clears the parent-death
-    signal `unshare --kill-child` gave the namespace's PID 1 (prctl(2)): a runner whose judge was
-    SIGKILLed (a killed test run, a killed editor) kept running, holding the GPU. It must die."""
+    """A runner whose judge was SIGKILLed (a killed test run, a killed editor) must die, whatever
+    its candidate did: as root the uid change once cleared the parent-death signal of the
+    namespace's PID 1 — then the runner itself — and runners outlived their judges on the GPU; and
+    a runner can clear its own signal and `setsid`. PID 1 is now the trusted boundary_init, which
+    the runner can neither signal nor trace: it dies with `unshare`, and the namespace with it."""
     mark = f"cudice_judge_{uuid.uuid4().hex}"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), *sys.path])}
     judge = subprocess.Popen(
-        [sys.executable, "-c", JUDGE, mark], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", JUDGE, mark], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
     )
     try:
         assert judge.stdout is not None
         report = json.loads(judge.stdout.readline())
         assert report["pid"] == 1, report
         deadline = time.monotonic() + 120
-        while not _survivors(mark) and time.monotonic() < deadline:  # the runner exec'd
+        while not _sleeping(mark) and time.monotonic() < deadline:  # the runner sent its signals
             time.sleep(0.05)
-        assert _survivors(mark), "the runner never started"
+        assert _sleeping(mark), "the runner never got past its signals to PID 1 (or PID 1 died of them)"
     finally:
         judge.kill()
         judge.wait(timeout=60)
