@@ -129,16 +129,25 @@ def verify_all(
     config: VerifyConfig | None = None,
     timeout_s: float | None = None,
 ) -> list[VerifyResult]:
-    """Submit every job and wait; results in the order of `jobs` (keys default to the job index)."""
+    """Submit every job and wait; results in the order of `jobs` (keys default to the job index).
+    Where waiting on one raises (a job's own failure, the timeout), the jobs not finished yet are
+    cancelled before the exception goes on: nothing of the batch keeps running behind the caller."""
+    keys = [j.key if j.key is not None else f"job-{i}" for i, j in enumerate(jobs)]
     futures = [
         backend.submit(
             j.path,
             source=j.source,
             reference=j.reference,
             config=config,
-            key=j.key if j.key is not None else f"job-{i}",
+            key=key,
             reference_source=j.reference_source,
         )
-        for i, j in enumerate(jobs)
+        for j, key in zip(jobs, keys, strict=True)
     ]
-    return [f.result(timeout=timeout_s) for f in futures]
+    try:
+        return [f.result(timeout=timeout_s) for f in futures]
+    except BaseException:
+        for key, f in zip(keys, futures, strict=True):
+            if not f.done():
+                backend.cancel(key)
+        raise

@@ -62,7 +62,8 @@ class VerifyPool(VerifyBackend):
         """spares_per_gpu: judges kept warm per GPU (run/warm.py). A judge and its runners take ~11 s
         to warm up on the H200 box (Python, torch and a CUDA context in three processes, the
         profiler's first session) and a warm job ~2.5 s, so two spares capped the pool near 10
-        verdicts a minute; each spare holds three idle CUDA contexts (~1.5 GiB of GPU memory)."""
+        verdicts a minute; each spare holds three idle CUDA contexts (~2.1 GiB of GPU memory on an
+        H100: 0.71–0.72 GiB a process); `idle()` gives them back."""
         self.config = config or VerifyConfig()
         if num_compile_workers is None:  # a build runs two compilers (main.cpp, cuda.cu) side by side
             num_compile_workers = default_compile_workers()
@@ -101,9 +102,10 @@ class VerifyPool(VerifyBackend):
             runner.close()
 
     def idle(self) -> None:
-        """Discard every GPU's spare judges (three idle CUDA contexts each, ~0.7 GiB apiece)."""
+        """Discard every GPU's spare judges (three idle CUDA contexts each, ~0.7 GiB apiece on an
+        H100) and start none until `warm()`; a job meanwhile starts its own judge."""
         for runner in self._runners.values():
-            runner.close()
+            runner.park()
 
     def warm(self) -> None:
         """Start every GPU's spare judges again (they warm up while the first builds run)."""

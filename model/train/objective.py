@@ -251,8 +251,8 @@ def token_logprobs(model: torch.nn.Module, rows: ReplayRows, block_size: int) ->
     """Log-probability of each clean token at its noisy-copy position, (R, L) (no shift), read at
     the target positions only: 0 elsewhere (the policy loss masks by `rows.targets`).
 
-    Only the targets' hidden states reach the LM head: the model's forward runs (through any
-    DDP/FSDP wrapper, which keeps their gradient synchronisation) with `logits_to_keep=1`, the
+    Only the targets' hidden states reach the LM head: the model's forward runs (through a
+    DDP wrapper, which keeps its gradient synchronisation) with `logits_to_keep=1`, the
     backbone's (R, 2L, hidden) output (`get_decoder()`) is caught by a forward hook and indexed by
     the targets of the noisy half, and the head (`get_output_embeddings()`) maps those (N, hidden)
     rows, so the logits and their fp32 log-softmax are (N, V) with N the number of targets — each
@@ -364,8 +364,8 @@ def packed_mask(packed: PackedReplay, dtype: torch.dtype) -> torch.Tensor:
 
 def packed_token_logprobs(model: torch.nn.Module, packed: PackedReplay) -> torch.Tensor:
     """`token_logprobs` over a `PackedReplay`: the same (R, L) log-probabilities (0 off the
-    targets) from one sequence of T tokens instead of R of 2L. The model's forward runs (through any
-    DDP/FSDP wrapper) with `logits_to_keep=1`; the head maps the backbone's output at the targets."""
+    targets) from one sequence of T tokens instead of R of 2L. The model's forward runs (through a
+    DDP wrapper) with `logits_to_keep=1`; the head maps the backbone's output at the targets."""
     decoder, head = _backbone_and_head(model)
     hidden = _backbone_output(
         model,
@@ -382,7 +382,7 @@ def packed_token_logprobs(model: torch.nn.Module, packed: PackedReplay) -> torch
 
 def _backbone_and_head(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.Module]:
     inner: Any = model
-    while isinstance(getattr(inner, "module", None), torch.nn.Module):  # DDP, FSDP, accelerate
+    while isinstance(getattr(inner, "module", None), torch.nn.Module):  # DDP and other wrappers
         inner = inner.module
     decoder = inner.get_decoder() if hasattr(inner, "get_decoder") else None
     head = inner.get_output_embeddings() if hasattr(inner, "get_output_embeddings") else None

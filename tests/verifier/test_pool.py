@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 from cudice.verifier.backends import VerifyJob, verify_all
 from cudice.verifier.config import VerifyConfig
 from cudice.verifier.pool import VerifyPool
@@ -100,3 +101,39 @@ def test_resubmitting_a_key_cancels_the_running_build(tmp_path: Path, examples_d
         r1 = first.result(timeout=60)
     assert r2.verdict is Verdict.INVALID_INPUT
     assert r1.verdict is Verdict.TIMEOUT and r1.error == "cancelled"
+
+
+def test_verify_all_cancels_the_unfinished_jobs_when_waiting_raises() -> None:
+    """A job that fails (or a wait that times out) ends `verify_all` at once; the jobs still
+    running or queued are cancelled, so nothing of the batch keeps running behind the caller."""
+    from concurrent.futures import Future
+
+    from cudice.verifier.backends import VerifyBackend
+    from cudice.verifier.config import VerifyConfig
+
+    class Half(VerifyBackend):
+        def __init__(self) -> None:
+            self.config, self.cancelled, self.pending = VerifyConfig(), [], {}
+
+        def _submit(self, job: VerifyJob, config: VerifyConfig) -> Future:
+            fut: Future = Future()
+            if job.key == "bad":
+                fut.set_exception(RuntimeError("the pool broke"))
+            elif job.key == "done":
+                fut.set_result("a verdict")
+            else:
+                self.pending[job.key] = fut
+            return fut
+
+        def cancel(self, key: str) -> bool:
+            self.cancelled.append(key)
+            return self.pending.pop(key).cancel()
+
+        def shutdown(self, *, cancel_pending: bool = True) -> None:
+            pass
+
+    backend = Half()
+    jobs = [VerifyJob(Path(f"{k}.py"), "x = 1", None, k) for k in ("done", "bad", "slow-1", "slow-2")]
+    with pytest.raises(RuntimeError, match="the pool broke"):
+        verify_all(backend, jobs)
+    assert sorted(backend.cancelled) == ["slow-1", "slow-2"] and backend.pending == {}

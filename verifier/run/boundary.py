@@ -52,7 +52,7 @@ class BoundarySpec:
     home_dirs: tuple[str, ...] = ()
     uid: int = UID_BASE
     max_processes: int = 512  # RLIMIT_NPROC counts threads too; torch starts one per core
-    report_fd: int = -1  # where boundary_init writes what it applied, before exec
+    report_fd: int = -1  # where boundary_init writes what it applied, before the runner starts
     extra: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> str:

@@ -211,19 +211,23 @@ def main(argv: list[str]) -> None:
         except BrokenPipeError:
             sys.exit("boundary_init: the judge is gone (its report pipe is closed); not starting the runner")
         os.close(fd)
+    # before the fork, so the runner never meets a PID 1 it could trace or signal (its own exec
+    # makes the runner dumpable again and gives it default signal handlers)
+    _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # the uid change did too; in a user namespace it did not
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # Python's own handler would let the runner end PID 1
     runner = os.fork()
     if runner == 0:
         try:
             os.execve(argv[0], argv, os.environ)
-        finally:
-            os._exit(127)
+        except OSError as exc:
+            os.write(2, f"boundary_init: cannot start the runner {argv[0]!r}: {exc}\n".encode())
+        os._exit(127)
     stay_init(runner)
 
 
 def stay_init(runner: int) -> NoReturn:
-    """PID 1's life after the runner started: unreachable from it, reaping, then the runner's exit."""
-    _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # the uid change did too; in a user namespace it did not
-    signal.signal(signal.SIGINT, signal.SIG_DFL)  # Python's own handler would let the runner end PID 1
+    """PID 1's life after the runner started: holding nothing of the runner's, reaping, then the
+    runner's exit status."""
     os.closerange(3, resource.getrlimit(resource.RLIMIT_NOFILE)[0])  # the runner's socket stays the runner's
     while True:
         pid, status = os.wait()  # the runner, or a process re-parented to PID 1

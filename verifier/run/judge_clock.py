@@ -182,7 +182,7 @@ def stream(
                 said = f"answered a stream of {len(indices)} calls with {ready!r:.200}"
                 ready = {"ok": False, "error": said}
             refused(st, link, ready, Stage.TIMING)
-        wait_clock = _RunQueueClock(link.proc.pid) if waited is not None else None
+        wait_clock = _RunQueueClock(_runner_pid(link)) if waited is not None else None
         if wait_clock is not None:
             stack.callback(wait_clock.close)
         for j, (index, key) in enumerate(zip(indices, keys, strict=True)):
@@ -207,6 +207,13 @@ def stream(
             if waited is not None and wait_clock is not None:
                 waited.append(wait_clock.since_last())
     return times, digests
+
+
+def _runner_pid(link: RunnerLink) -> int:
+    """The runner's own process: `link.proc` is `unshare` (or the runner itself, unboxed)."""
+    from cudice.verifier.process import descendant_running
+
+    return descendant_running(link.proc.pid, "cudice.verifier.run.runner") or link.proc.pid
 
 
 class _RunQueueClock:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -268,6 +269,11 @@ def _broke(st: JudgeState, link: RunnerLink, stage: Stage, exc: Exception) -> No
     """A runner that ended or broke the protocol: `crash`."""
     rc = link.proc.poll()
     why = f"exit status {rc}" if rc is not None else "it stopped answering"
+    if (
+        rc is not None and 128 < rc < 128 + 65
+    ):  # the boundary's PID 1 passes on a runner's signal N as 128 + N
+        with contextlib.suppress(ValueError):
+            why += f", killed by {signal.Signals(rc - 128).name}"
     raise Stop(
         Verdict.CRASH,
         stage,

@@ -15,8 +15,9 @@ docs/benchmarks.md); new ones start after a job ends, never during its timing, b
 during the next jobs' runs (CPU work and a CUDA context each, no kernels of note).
 
 Not covered: a job whose config names another build cache than the spare's gets its runners
-restarted inside the judge (correct, only slower); GPU memory of the spares' idle CUDA contexts
-(three per spare while it waits) is not given back until it is used or closed.
+restarted inside the judge (correct, only slower). GPU memory of the spares' idle CUDA contexts
+(three per spare while it waits) is given back only by `park()` (the pool's `idle()`) or
+`close()`.
 """
 
 from __future__ import annotations
@@ -80,6 +81,7 @@ class PersistentRunner:
         self.spares, self.respawn = max(1, spares), respawn
         self._lock = threading.Lock()
         self._spares: list[_Spare] = []  # oldest first
+        self._parked = False  # `park()`ed: no spare is started until `warm_up()`
         self.num_started = 0  # judge processes started so far (tests and benchmarks read it)
 
     def _spawn(self, memory_limit_mib: int, config: dict[str, Any] | None) -> _Spare:
@@ -102,12 +104,22 @@ class PersistentRunner:
         return _Spare(proc, pipe, work, out, err, memory_limit_mib, time.monotonic())
 
     def warm_up(self, memory_limit_mib: int, config: dict[str, Any] | None = None) -> None:
-        """Start the spares now (the pool calls this when it starts)."""
+        """Start the spares now (the pool calls this when it starts, and after `park()`)."""
         with self._lock:
+            self._parked = False
             self._top_up(memory_limit_mib, config)
 
+    def park(self) -> None:
+        """Discard the spares and start none until `warm_up()`: their idle CUDA contexts give their
+        GPU memory back (an RL update between reward batches needs it). A job meanwhile still runs,
+        in a judge started for it; a job running now ends first (the lock)."""
+        with self._lock:
+            self._parked = True
+            while self._spares:
+                self._spares.pop().discard()
+
     def _top_up(self, memory_limit_mib: int, config: dict[str, Any] | None) -> None:
-        while len(self._spares) < self.spares:
+        while not self._parked and len(self._spares) < self.spares:
             self._spares.append(self._spawn(memory_limit_mib, config))
 
     def _take(self, memory_limit_mib: int, config: dict[str, Any] | None) -> _Spare:

@@ -271,3 +271,20 @@ def test_a_runner_dies_with_a_killed_judge() -> None:
     for pid in survivors:  # leave nothing behind, even when the assertion fails
         os.kill(pid, 9)
     assert survivors == [], "the runner outlived its judge"
+
+
+def test_no_runner_starts_once_the_judge_is_gone(tmp_path: Path) -> None:
+    """A judge that died while the boundary was being set up closed its end of the report pipe:
+    boundary_init says so and never starts the runner (which nothing would end any more)."""
+    mark = f"cudice_gone_{uuid.uuid4().hex}"
+    report_r, report_w = os.pipe()
+    os.close(report_r)  # the judge is gone before the report is written
+    spec = boundary.default_spec(tmp_path, uid=boundary.UID_BASE + 96, report_fd=report_w)
+    argv, _ = boundary.wrap(["sleep", "600"], spec)
+    env = {"PATH": os.environ["PATH"], "HOME": "/tmp", "CUDICE_BOUNDARY_SURVIVOR": mark}
+    try:
+        run = subprocess.run(argv, pass_fds=(report_w,), env=env, capture_output=True, text=True, timeout=120)
+    finally:
+        os.close(report_w)
+    assert run.returncode != 0 and "the judge is gone" in run.stderr, (run.returncode, run.stderr[-500:])
+    assert _survivors(mark) == []
