@@ -269,9 +269,8 @@ def _broke(st: JudgeState, link: RunnerLink, stage: Stage, exc: Exception) -> No
     """A runner that ended or broke the protocol: `crash`."""
     rc = link.proc.poll()
     why = f"exit status {rc}" if rc is not None else "it stopped answering"
-    if (
-        rc is not None and 128 < rc < 128 + 65
-    ):  # the boundary's PID 1 passes on a runner's signal N as 128 + N
+    # the boundary's PID 1 passes on a runner killed by signal N as exit status 128 + N
+    if rc is not None and 128 < rc < 128 + 65:
         with contextlib.suppress(ValueError):
             why += f", killed by {signal.Signals(rc - 128).name}"
     raise Stop(
