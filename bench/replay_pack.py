@@ -1,7 +1,7 @@
 """The RL update's replay pass, packed against doubled rows: time, memory and agreement, one run.
 
 `python bench/replay_pack.py [--shape small|dice-1.7b] [--device cpu|cuda] [--prompt 195]
-[--response 512] [--reveal 1] [--repeats 3]`. One rollout of `--prompt` + `--response` tokens
+[--response 512] [--reveal 1] [--repeats 3] [--quick]`. One rollout of `--prompt` + `--response` tokens
 whose blocks (4 tokens) reveal `--reveal` tokens per denoising step (1, what random weights do:
 4 replay rows), replayed as the update does it, forward and backward of a policy-gradient loss:
   rows   — `objective.token_logprobs` over the doubled rows `[noisy ; clean]`, R × 2L tokens;
@@ -68,7 +68,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--response", type=int, default=512)
     ap.add_argument("--reveal", type=int, default=1, choices=(1, 2, 4), help="tokens revealed per step")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--quick", action="store_true", help="a 512-token answer, one timed pass each")
     args = ap.parse_args(argv)
+    if args.quick:  # bench/run_gpu.sh --quick passes it to every line of its list
+        args.response, args.repeats = min(args.response, 512), 1
     device = torch.device(args.device)
     torch.manual_seed(0)
     model = random_qwen3(SHAPES[args.shape], device, torch.float32, std=0.02).train().requires_grad_(True)
