@@ -70,6 +70,12 @@ class VerifyBackend(ABC):
     def shutdown(self, *, cancel_pending: bool = True) -> None:
         """Stop the workers (cancelling what has not finished unless `cancel_pending` is False)."""
 
+    def cancel_submitted(self, key: str, future: Future[VerifyResult]) -> bool:
+        """Cancel the job of `key` only if it is still the one whose future is `future` (not a
+        newer job another caller submitted under the same key). This default cannot tell them
+        apart and cancels by key when `future` is not done; the local pool checks."""
+        return False if future.done() else self.cancel(key)
+
     def idle(self) -> None:
         """Give back what waits warm for the next job (the GPU memory of spare judges' idle CUDA
         contexts), e.g. while an RL update needs the GPU; the next job, or `warm()`, starts it
@@ -107,6 +113,16 @@ class JobTable(Generic[EntryT]):
             entry = self._entries.pop(key, None)
         if entry is None:
             return False
+        stop(entry)
+        return True
+
+    def cancel_if(self, key: str, match: Callable[[EntryT], bool], stop: Callable[[EntryT], None]) -> bool:
+        """`cancel`, only when the job of `key` satisfies `match`."""
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None or not match(entry):
+                return False
+            del self._entries[key]
         stop(entry)
         return True
 
@@ -149,5 +165,5 @@ def verify_all(
     except BaseException:
         for key, f in zip(keys, futures, strict=True):
             if not f.done():
-                backend.cancel(key)
+                backend.cancel_submitted(key, f)
         raise

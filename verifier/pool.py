@@ -101,6 +101,9 @@ class VerifyPool(VerifyBackend):
         for runner in self._runners.values():
             runner.close()
 
+    def cancel_submitted(self, key: str, future: Future[VerifyResult]) -> bool:
+        return self._jobs.cancel_if(key, lambda job: job.future is future, self._cancel_job)
+
     def idle(self) -> None:
         """Discard every GPU's spare judges (three idle CUDA contexts each, ~0.7 GiB apiece on an
         H100) and start none until `warm()`; a job meanwhile starts its own judge."""

@@ -137,3 +137,19 @@ def test_verify_all_cancels_the_unfinished_jobs_when_waiting_raises() -> None:
     with pytest.raises(RuntimeError, match="the pool broke"):
         verify_all(backend, jobs)
     assert sorted(backend.cancelled) == ["slow-1", "slow-2"] and backend.pending == {}
+
+
+def test_a_pool_cancels_a_batch_s_job_but_not_a_newer_one_under_the_same_key(tmp_path: Path) -> None:
+    """`verify_all` cancels what it submitted, never a job another caller resubmitted under the
+    same key since (the local pool tells them apart by their futures)."""
+    from concurrent.futures import Future
+
+    with VerifyPool(VerifyConfig(cache_dir=tmp_path), num_compile_workers=1, gpus=[]) as pool:
+        from cudice.verifier.pool import _Job
+
+        ours, newer = _Job("k"), _Job("k")
+        ours.future, newer.future = Future(), Future()
+        pool._jobs.put("k", newer)  # the key now holds another caller's job
+        assert not pool.cancel_submitted("k", ours.future)
+        assert not newer.cancel.is_set() and [k for k, _ in pool._jobs.items()] == ["k"]
+        assert pool.cancel_submitted("k", newer.future) and newer.cancel.is_set()

@@ -16,9 +16,11 @@ and this PID 1 dies with `unshare` (its parent-death signal, which `unshare --ki
 and which is set again after the uid change of 4, since a uid change clears it), and `unshare`
 dies with the judge. Were the runner PID 1 itself, candidate code could clear that signal
 (`prctl`) and `setsid` out of the judge's process group, and outlive the judge on the GPU.
-The candidate cannot reach this process: it is not dumpable (no `ptrace` by the same uid),
-holds no descriptor but the standard ones, and a signal sent to a namespace's PID 1 from inside
-it is dropped unless PID 1 handles it (none is handled). PID 1 reaps whatever is re-parented to
+The candidate cannot take this process over or keep it from dying: it is not dumpable (no
+`ptrace` by the same uid), holds no descriptor but the standard ones, and a signal sent to a
+namespace's PID 1 from inside it is dropped unless PID 1 handles it (none is handled). The
+candidate can still end it (lowering its resource limits with `prlimit`, as the same uid), which
+only ends the namespace, the candidate included. PID 1 reaps whatever is re-parented to
 it, and exits with the runner's status (128 + N for a runner killed by signal N).
 
 Not covered: anything outside this process's namespaces (see run/boundary.py).

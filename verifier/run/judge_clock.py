@@ -182,7 +182,7 @@ def stream(
                 said = f"answered a stream of {len(indices)} calls with {ready!r:.200}"
                 ready = {"ok": False, "error": said}
             refused(st, link, ready, Stage.TIMING)
-        wait_clock = _RunQueueClock(_runner_pid(link)) if waited is not None else None
+        wait_clock = _RunQueueClock(link.runner_pid or link.proc.pid) if waited is not None else None
         if wait_clock is not None:
             stack.callback(wait_clock.close)
         for j, (index, key) in enumerate(zip(indices, keys, strict=True)):
@@ -207,13 +207,6 @@ def stream(
             if waited is not None and wait_clock is not None:
                 waited.append(wait_clock.since_last())
     return times, digests
-
-
-def _runner_pid(link: RunnerLink) -> int:
-    """The runner's own process: `link.proc` is `unshare` (or the runner itself, unboxed)."""
-    from cudice.verifier.process import descendant_running
-
-    return descendant_running(link.proc.pid, "cudice.verifier.run.runner") or link.proc.pid
 
 
 class _RunQueueClock:
@@ -360,7 +353,7 @@ def pinned_cpus(st: JudgeState) -> dict[int, int]:
     on its own physical core, near the GPU where /sys tells which NUMA node it hangs on. A
     process that shares a core's hardware threads with a spinning one, or migrates, is slower
     by tens of microseconds per request, and differently for the two runners."""
-    from cudice.verifier.process import cpus_of_node, descendant_running, distinct_cpus
+    from cudice.verifier.process import cpus_of_node, distinct_cpus
 
     prefer: set[int] | None = None
     if st.device.startswith("cuda"):
@@ -376,8 +369,7 @@ def pinned_cpus(st: JudgeState) -> dict[int, int]:
     cpus = distinct_cpus(3, prefer)
     if len(cpus) < 3:
         return {}
-    runner = "cudice.verifier.run.runner"
-    pids = [descendant_running(link.proc.pid, runner) for link in st.session.links()]
+    pids = [link.runner_pid for link in st.session.links()]  # found before any candidate code ran
     found = [p for p in pids if p is not None]
     if len(found) < len(pids):
         return {}

@@ -269,10 +269,13 @@ def _broke(st: JudgeState, link: RunnerLink, stage: Stage, exc: Exception) -> No
     """A runner that ended or broke the protocol: `crash`."""
     rc = link.proc.poll()
     why = f"exit status {rc}" if rc is not None else "it stopped answering"
-    # the boundary's PID 1 passes on a runner killed by signal N as exit status 128 + N
-    if rc is not None and 128 < rc < 128 + 65:
-        with contextlib.suppress(ValueError):
-            why += f", killed by {signal.Signals(rc - 128).name}"
+    # the boundary's PID 1 passes on a runner killed by signal N as exit status 128 + N (a plain
+    # child's is -N); a runner can also exit with 128 + N itself, hence "likely"
+    with contextlib.suppress(ValueError):
+        if rc is not None and rc < 0:
+            why += f", killed by {signal.Signals(-rc).name}"
+        elif rc is not None and 128 < rc < 128 + 65:
+            why += f" (128 + {rc - 128}: likely killed by {signal.Signals(rc - 128).name})"
     raise Stop(
         Verdict.CRASH,
         stage,

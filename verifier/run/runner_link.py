@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from cudice.verifier.process import gpu_node_cpus, start_near_gpu, tree_threads
+from cudice.verifier.process import descendant_running, gpu_node_cpus, start_near_gpu, tree_threads
 from cudice.verifier.run import channel
 from cudice.verifier.run.boundary import Missing, default_spec, probe, wrap
 
@@ -102,6 +102,7 @@ class RunnerLink:
         os.close(report_w)
         self.sock = mine
         self.ready = False  # set once its `ready` message was read
+        self.runner_pid: int | None = None  # the runner process itself, found at `ready`
         self.threads_at_ready = 0
         self.report: dict[str, Any] = {}
         with os.fdopen(report_r, "rb") as f:  # EOF at once where no boundary_init runs (plain child)
@@ -129,6 +130,9 @@ class RunnerLink:
         rep, _ = channel.recv(self.sock, 0)
         self.ready = True
         self.threads_at_ready = self.threads()  # before any candidate code ran in it
+        # the runner's own process, found while no candidate code has run (later, a process the
+        # candidate starts could carry the module's name in its argv, or the runner's be rewritten)
+        self.runner_pid = descendant_running(self.proc.pid, "cudice.verifier.run.runner")
         return rep
 
     def threads(self) -> int:

@@ -112,9 +112,10 @@ class PersistentRunner:
     def park(self) -> None:
         """Discard the spares and start none until `warm_up()`: their idle CUDA contexts give their
         GPU memory back (an RL update between reward batches needs it). A job meanwhile still runs,
-        in a judge started for it; a job running now ends first (the lock)."""
+        in a judge started for it. A job running now ends first (the lock: this call may wait for
+        it), and starts no spare after it: the flag is set before the lock is taken."""
+        self._parked = True
         with self._lock:
-            self._parked = True
             while self._spares:
                 self._spares.pop().discard()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -80,6 +81,7 @@ def test_two_spares_serve_queued_jobs_each_started_before_its_job(
 ) -> None:
     (tmp_path / "cudice_fake_judge.py").write_text(FAKE_JUDGE)
     monkeypatch.setenv("PYTHONPATH", str(tmp_path) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    monkeypatch.setattr("cudice.verifier.run.warm.STARTUP_ALLOWANCE_S", 0.0)  # the hang ends at 3 s
     r = PersistentRunner(module="cudice_fake_judge", spares=2)
     try:
         r.warm_up(4096, {"cache_dir": "/nonexistent/cache"})
@@ -245,3 +247,28 @@ def test_a_pool_gives_its_spares_back_when_idle_and_warms_them_again(
         assert len(spares._spares) == 2 and not {s.proc.pid for s in spares._spares} & set(first)
     finally:
         pool.shutdown()
+
+
+def test_park_during_a_job_starts_no_spare_after_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`park()` called while a job runs waits for it, and the job's end starts no spare that
+    `park()` would then kill at once (the flag is set before the lock is taken)."""
+    import threading
+
+    (tmp_path / "cudice_fake_judge.py").write_text(FAKE_JUDGE)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    monkeypatch.setattr("cudice.verifier.run.warm.STARTUP_ALLOWANCE_S", 0.0)  # the hang ends at 3 s
+    r = PersistentRunner(module="cudice_fake_judge", spares=2)
+    try:
+        r.warm_up(4096, {"cache_dir": "/nonexistent/cache"})
+        assert r.num_started == 2
+        job = threading.Thread(target=run, args=(r, "hang", 3.0))  # holds the lock ~3 s
+        job.start()
+        deadline = time.monotonic() + 60
+        while not r._lock.locked() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert r._lock.locked()
+        r.park()  # waits for the job
+        job.join(timeout=120)
+        assert r._spares == [] and r.num_started == 2  # the job took a spare; none started after it
+    finally:
+        r.close()
