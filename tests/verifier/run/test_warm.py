@@ -31,10 +31,16 @@ os.write(fd, json.dumps(out).encode())
 
 
 @pytest.fixture
-def runner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[PersistentRunner]:
+def fake_judge(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The module name of FAKE_JUDGE, importable by the judges a PersistentRunner starts."""
     (tmp_path / "cudice_fake_judge.py").write_text(FAKE_JUDGE)
     monkeypatch.setenv("PYTHONPATH", str(tmp_path) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    r = PersistentRunner(module="cudice_fake_judge")
+    return "cudice_fake_judge"
+
+
+@pytest.fixture
+def runner(fake_judge: str) -> Iterator[PersistentRunner]:
+    r = PersistentRunner(module=fake_judge)
     yield r
     r.close()
 
@@ -76,13 +82,8 @@ def test_a_changed_memory_limit_replaces_the_spare(runner: PersistentRunner) -> 
     )  # warm spare discarded, one for the job, one spare
 
 
-def test_two_spares_serve_queued_jobs_each_started_before_its_job(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    (tmp_path / "cudice_fake_judge.py").write_text(FAKE_JUDGE)
-    monkeypatch.setenv("PYTHONPATH", str(tmp_path) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    monkeypatch.setattr("cudice.verifier.run.warm.STARTUP_ALLOWANCE_S", 0.0)  # the hang ends at 3 s
-    r = PersistentRunner(module="cudice_fake_judge", spares=2)
+def test_two_spares_serve_queued_jobs_each_started_before_its_job(fake_judge: str) -> None:
+    r = PersistentRunner(module=fake_judge, spares=2)
     try:
         r.warm_up(4096, {"cache_dir": "/nonexistent/cache"})
         assert r.num_started == 2
@@ -94,10 +95,8 @@ def test_two_spares_serve_queued_jobs_each_started_before_its_job(
         r.close()
 
 
-def test_without_respawn_no_spare_follows_the_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    (tmp_path / "cudice_fake_judge.py").write_text(FAKE_JUDGE)
-    monkeypatch.setenv("PYTHONPATH", str(tmp_path) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    r = PersistentRunner(module="cudice_fake_judge", respawn=False)
+def test_without_respawn_no_spare_follows_the_job(fake_judge: str) -> None:
+    r = PersistentRunner(module=fake_judge, respawn=False)
     r.warm_up(4096, {"cache_dir": "/nonexistent/cache"})
     assert run(r, "ok") is not None
     assert r.num_started == 1 and r._spares == []
@@ -220,19 +219,15 @@ def test_a_judge_dies_with_the_process_that_started_it(tmp_path: Path) -> None:
         proc.kill()
 
 
-def test_a_pool_gives_its_spares_back_when_idle_and_warms_them_again(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_pool_gives_its_spares_back_when_idle_and_warms_them_again(fake_judge: str) -> None:
     """Between RL reward batches the policy needs the GPU: `idle()` ends every spare judge (their
     idle CUDA contexts held 8.6 GiB of an H100 through a 1.7B update) and starts none, even after
     a job that runs meanwhile (in a judge of its own); `warm()` starts them again."""
     from cudice.verifier.pool import VerifyPool
     from cudice.verifier.process import process_state
 
-    (tmp_path / "cudice_fake_judge.py").write_text(FAKE_JUDGE)
-    monkeypatch.setenv("PYTHONPATH", str(tmp_path) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     pool = VerifyPool(gpus=[], num_compile_workers=1)
-    spares = PersistentRunner(module="cudice_fake_judge", spares=2)
+    spares = PersistentRunner(module=fake_judge, spares=2)
     pool._runners = {0: spares}
     try:
         pool.warm()
@@ -249,15 +244,13 @@ def test_a_pool_gives_its_spares_back_when_idle_and_warms_them_again(
         pool.shutdown()
 
 
-def test_park_during_a_job_starts_no_spare_after_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_park_during_a_job_starts_no_spare_after_it(fake_judge: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """`park()` called while a job runs waits for it, and the job's end starts no spare that
     `park()` would then kill at once (the flag is set before the lock is taken)."""
     import threading
 
-    (tmp_path / "cudice_fake_judge.py").write_text(FAKE_JUDGE)
-    monkeypatch.setenv("PYTHONPATH", str(tmp_path) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     monkeypatch.setattr("cudice.verifier.run.warm.STARTUP_ALLOWANCE_S", 0.0)  # the hang ends at 3 s
-    r = PersistentRunner(module="cudice_fake_judge", spares=2)
+    r = PersistentRunner(module=fake_judge, spares=2)
     try:
         r.warm_up(4096, {"cache_dir": "/nonexistent/cache"})
         assert r.num_started == 2
