@@ -109,12 +109,7 @@ class JobTable(Generic[EntryT]):
 
     def cancel(self, key: str, stop: Callable[[EntryT], None]) -> bool:
         """Remove the job of `key` and `stop` it; False if there was none."""
-        with self._lock:
-            entry = self._entries.pop(key, None)
-        if entry is None:
-            return False
-        stop(entry)
-        return True
+        return self.cancel_if(key, lambda _: True, stop)
 
     def cancel_if(self, key: str, match: Callable[[EntryT], bool], stop: Callable[[EntryT], None]) -> bool:
         """`cancel`, only when the job of `key` satisfies `match`."""

@@ -264,11 +264,9 @@ def token_logprobs(model: torch.nn.Module, rows: ReplayRows, block_size: int) ->
     batch, length = rows.clean.shape
     targets = rows.targets
     keep = torch.cat([targets, torch.zeros_like(targets)], dim=1)  # (R, 2L): the noisy half's targets
-    decoder, head = _backbone_and_head(model)
     mask = block_diffusion_mask(length, block_size, dtype=_float_dtype(model), device=rows.clean.device)
-    hidden = _backbone_output(
+    hidden, head = _hidden_and_head(
         model,
-        decoder,
         input_ids=torch.cat([rows.noisy, rows.clean], dim=1),  # (R, 2L)
         attention_mask=mask.expand(batch, -1, -1, -1),
         position_ids=doubled_position_ids(length, batch, rows.clean.device),
@@ -366,10 +364,8 @@ def packed_token_logprobs(model: torch.nn.Module, packed: PackedReplay) -> torch
     """`token_logprobs` over a `PackedReplay`: the same (R, L) log-probabilities (0 off the
     targets) from one sequence of T tokens instead of R of 2L. The model's forward runs (through a
     DDP wrapper) with `logits_to_keep=1`; the head maps the backbone's output at the targets."""
-    decoder, head = _backbone_and_head(model)
-    hidden = _backbone_output(
+    hidden, head = _hidden_and_head(
         model,
-        decoder,
         input_ids=packed.input_ids,
         attention_mask=packed_mask(packed, _float_dtype(model)),
         position_ids=packed.position_ids,
@@ -380,7 +376,10 @@ def packed_token_logprobs(model: torch.nn.Module, packed: PackedReplay) -> torch
     return picked.new_zeros(packed.shape).index_put((packed.rows, packed.cols), picked)
 
 
-def _backbone_and_head(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.Module]:
+def _hidden_and_head(model: torch.nn.Module, **inputs: torch.Tensor) -> tuple[torch.Tensor, torch.nn.Module]:
+    """The model's forward on `inputs` (through any wrapper's own forward) with `logits_to_keep=1`
+    (its own logits, (B, 1, V), are not used); returns the backbone's (`get_decoder()`) last
+    hidden state, caught by a forward hook, and the LM head (`get_output_embeddings()`)."""
     inner: Any = model
     while isinstance(getattr(inner, "module", None), torch.nn.Module):  # DDP and other wrappers
         inner = inner.module
@@ -391,14 +390,6 @@ def _backbone_and_head(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.n
             f"token_logprobs needs a causal LM with get_decoder() and get_output_embeddings() "
             f"(a transformers *ForCausalLM); got {type(inner).__name__}"
         )
-    return decoder, head
-
-
-def _backbone_output(
-    model: torch.nn.Module, decoder: torch.nn.Module, **inputs: torch.Tensor
-) -> torch.Tensor:
-    """The model's forward on `inputs` with `logits_to_keep=1` (its own logits, (B, 1, V), are not
-    used); returns the backbone's last hidden state, caught by a forward hook."""
     caught: list[torch.Tensor] = []
     hook = decoder.register_forward_hook(lambda mod, args, out: caught.append(out[0]))
     try:
@@ -407,7 +398,7 @@ def _backbone_output(
         hook.remove()
     if len(caught) != 1:
         raise RuntimeError(f"the backbone ran {len(caught)} times in one forward of {type(model).__name__}")
-    return caught[0]
+    return caught[0], head
 
 
 def clipped_policy_loss(
