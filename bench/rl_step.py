@@ -63,7 +63,8 @@ figures (rollout ratio measured, update ratio and peak estimated) are then the o
 Usage (the H200 call: bench/gpu_benches_rl.txt):
   python bench/rl_step.py [--shape dice-1.7b] [--rollouts 256] [--max-new-tokens 1536]
       [--samples-per-task 16] [--ppo-epochs 1] [--num-minibatches 4] [--rollout-memory-gib 16]
-      [--gradient-checkpointing] [--rewards auto|verifier|scripted] [--time-limit 450] [--quick]
+      [--gradient-checkpointing] [--replay-attention auto|sparse|dense]
+      [--rewards auto|verifier|scripted] [--time-limit 450] [--quick]
   python bench/rl_step.py --shape tiny --rollouts 4 --samples-per-task 2 --max-new-tokens 8  # CPU
 
 `--lora-rank` samples, as `cudice train rl` does, from the bf16 copy holding the merged weights on
@@ -601,7 +602,10 @@ def measure(args: argparse.Namespace, report: Report, clock: Clock) -> None:
         max_prompt_tokens=args.max_prompt_tokens,
         seed=args.seed,
         setup=ModelSetup(
-            precision=precision, gradient_checkpointing=args.gradient_checkpointing, lora_rank=args.lora_rank
+            precision=precision,
+            gradient_checkpointing=args.gradient_checkpointing,
+            lora_rank=args.lora_rank,
+            replay_attention=args.replay_attention,
         ),
     )
     report.set(
@@ -852,6 +856,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--rollout-memory-gib", type=float, default=16.0, help="KV budget of a micro-batch")
     ap.add_argument("--max-prompt-tokens", type=int, default=2000)
     ap.add_argument("--gradient-checkpointing", action="store_true")
+    ap.add_argument(
+        "--replay-attention",
+        choices=("auto", "sparse", "dense"),
+        default="auto",
+        help="the update's packed replay: flex BlockMask (sparse) or the dense mask; auto: sparse on a GPU",
+    )
     ap.add_argument(
         "--precision",
         default="auto",

@@ -27,6 +27,9 @@ class ModelSetup:
 
     precision: "fp32" (no autocast), "bf16-autocast" (torch.autocast around each forward),
     "accelerate-bf16" / "accelerate-fp16" (accelerate's mixed precision; fp16 adds a loss scaler).
+    replay_attention: how the RL update's packed replay attends — "sparse" (a flex-attention
+    BlockMask that skips the tiles nobody sees), "dense" (the full (T, T) mask through SDPA), "auto"
+    (sparse on a GPU, dense on a CPU, where flex attention has no backward).
     lora_rank 0 trains every weight; > 0 trains LoRA adapters (peft) and saves merged weights.
     lora_dropout acts in the training forwards only: RL rollouts sample in eval mode, from a copy
     holding the merged weights (`cudice.model.train.rollout.RolloutWeights`).
@@ -34,6 +37,7 @@ class ModelSetup:
 
     precision: str = "fp32"
     gradient_checkpointing: bool = False
+    replay_attention: str = "auto"
     lora_rank: int = 0
     lora_alpha: float = 16.0
     lora_dropout: float = 0.0
@@ -52,6 +56,10 @@ class ModelSetup:
             self.precision in PRECISIONS,
             f"precision={self.precision!r} must be one of {', '.join(PRECISIONS)}; bf16-autocast keeps fp32 "
             "master weights and runs the matmuls in bf16",
+        )
+        _check(
+            self.replay_attention in ("auto", "sparse", "dense"),
+            f"replay_attention={self.replay_attention!r} must be auto, sparse or dense",
         )
         _check(self.lora_rank >= 0, f"lora_rank={self.lora_rank} must be >= 0 (0 = full fine-tuning)")
         _check(self.lora_alpha > 0, f"lora_alpha={self.lora_alpha} must be > 0")

@@ -10,9 +10,15 @@ clean copy, with identical position ids (docs/training.md). Blocks are aligned t
 
 There is **no logit shift**: the logit at noisy position i predicts the token at position i.
 
+The RL replay's packed sequence (`pack_replay`) is mostly masked out: each noisy segment sees only
+the clean blocks before it and itself. On a model switched by `use_block_sparse_replay` its mask is
+a flex-attention `BlockMask` (`packed_block_mask`), whose kernel skips the 128 × 128 tiles that no
+query of the tile may see; every other mask (SFT's `[x_t ; x_0]`, a dense packed mask) goes through
+SDPA as before.
+
 What this module does not do: packing several samples into one row (each row is one sample,
-padded to a multiple of the block size), or flex-attention kernels (a dense additive mask
-is built; fine for the tiny and mid-size runs this code is tested on).
+padded to a multiple of the block size), or a block-sparse kernel for SFT's doubled rows (a dense
+additive mask is built there; fine for the tiny and mid-size runs this code is tested on).
 """
 
 from __future__ import annotations
@@ -360,17 +366,118 @@ def packed_mask(packed: PackedReplay, dtype: torch.dtype) -> torch.Tensor:
     return mask.masked_fill_(~allowed, torch.finfo(dtype).min)[None, None]
 
 
+PACKED_ATTENTION = "cudice_packed"  # the attention implementation `use_block_sparse_replay` sets
+FLEX_TILE = 128  # flex attention's default tile: the packed sequence is padded to a multiple of it
+
+
+def use_block_sparse_replay(model: torch.nn.Module) -> None:
+    """Switch `model` (a transformers causal LM, or a wrapper of one) to cudice's attention: a
+    flex-attention `BlockMask` (what `packed_token_logprobs` passes on such a model) runs through
+    flex attention, compiled once for every sequence length on a GPU;
+    any other mask through transformers' SDPA function, as before. On a CPU (flex attention has no
+    backward there) the BlockMask's rule is made dense and goes through SDPA too. The values are the
+    dense path's up to the kernels' rounding."""
+    _register_packed_attention()
+    inner = _unwrap(model)
+    setter = getattr(inner, "set_attn_implementation", None)
+    if setter is None:
+        raise TypeError(f"use_block_sparse_replay needs a transformers model; got {type(inner).__name__}")
+    setter(PACKED_ATTENTION)
+
+
+def block_sparse_replay(model: torch.nn.Module) -> bool:
+    """Whether `use_block_sparse_replay` switched `model`."""
+    config = getattr(_unwrap(model), "config", None)
+    return getattr(config, "_attn_implementation", None) == PACKED_ATTENTION
+
+
+_FLEX: dict[str, Any] = {}
+
+
+def _register_packed_attention() -> None:
+    if _FLEX.get("registered"):
+        return
+    from transformers import AttentionInterface
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    AttentionInterface.register(PACKED_ATTENTION, _packed_attention)
+    AttentionMaskInterface.register(PACKED_ATTENTION, sdpa_mask)  # 2-D or no masks: built as for SDPA
+    _FLEX["sdpa"] = sdpa_attention_forward
+    _FLEX["registered"] = True
+
+
+def _packed_attention(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: Any,
+    scaling: float | None = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
+    from torch.nn.attention.flex_attention import BlockMask, create_mask, flex_attention
+
+    if isinstance(attention_mask, BlockMask) and not query.is_cuda:
+        # flex attention has no backward on a CPU: the BlockMask's rule as a dense mask, through SDPA
+        length = query.shape[-2]
+        attention_mask = create_mask(attention_mask.mask_mod, 1, 1, length, length, device=query.device)
+    if not isinstance(attention_mask, BlockMask):
+        result: tuple[torch.Tensor, None] = _FLEX["sdpa"](
+            module, query, key, value, attention_mask, scaling=scaling, **kwargs
+        )
+        return result
+    if "compiled" not in _FLEX:  # one compile, every length (the packed sequences all differ)
+        _FLEX["compiled"] = torch.compile(flex_attention, dynamic=True)
+    out = _FLEX["compiled"](
+        query, key, value, block_mask=attention_mask, scale=scaling, enable_gqa=query.shape[1] != key.shape[1]
+    )  # (B, H, T, D)
+    return out.transpose(1, 2).contiguous(), None
+
+
+def packed_block_mask(packed: PackedReplay) -> tuple[Any, int]:
+    """The flex-attention `BlockMask` of `packed_mask`'s rule over the sequence padded to a multiple
+    of `FLEX_TILE` (the pad tokens see only each other). Returns it and the padded length."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    total = len(packed.segments)
+    padded = -(-total // FLEX_TILE) * FLEX_TILE
+    pad = padded - total
+    seg = F.pad(packed.segments, (0, pad), value=int(packed.segments.max()) + 1)
+    blk = F.pad(packed.blocks, (0, pad), value=0)
+
+    def allowed(batch: Any, head: Any, q: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
+        q_seg, k_seg, q_blk, k_blk = seg[q], seg[kv], blk[q], blk[kv]
+        q_clean, k_clean = q_seg < 0, k_seg < 0
+        return (
+            (q_clean & k_clean & (k_blk <= q_blk))
+            | (~q_clean & k_clean & (k_blk < q_blk))
+            | (~q_clean & (q_seg == k_seg))
+        )
+
+    mask = create_block_mask(allowed, None, None, padded, padded, device=seg.device)
+    return mask, padded
+
+
 def packed_token_logprobs(model: torch.nn.Module, packed: PackedReplay) -> torch.Tensor:
     """`token_logprobs` over a `PackedReplay`: the same (R, L) log-probabilities (0 off the
     targets) from one sequence of T tokens instead of R of 2L. The model's forward runs (through a
-    DDP wrapper) with `logits_to_keep=1`; the head maps the backbone's output at the targets."""
+    DDP wrapper) with `logits_to_keep=1`; the head maps the backbone's output at the targets. On a
+    model switched by `use_block_sparse_replay` the mask is a `BlockMask` over the sequence padded
+    to a multiple of `FLEX_TILE`, else the dense (1, 1, T, T) one."""
+    input_ids, position_ids, keep = packed.input_ids, packed.position_ids, packed.keep
+    if block_sparse_replay(model):
+        mask, padded = packed_block_mask(packed)
+        pad = padded - input_ids.shape[1]
+        input_ids = F.pad(input_ids, (0, pad), value=int(input_ids[0, 0]))
+        position_ids = F.pad(position_ids, (0, pad), value=0)
+        keep = F.pad(keep, (0, pad), value=False)
+    else:
+        mask = packed_mask(packed, _float_dtype(model))
     hidden, head = _hidden_and_head(
-        model,
-        input_ids=packed.input_ids,
-        attention_mask=packed_mask(packed, _float_dtype(model)),
-        position_ids=packed.position_ids,
+        model, input_ids=input_ids, attention_mask=mask, position_ids=position_ids
     )  # (1, T, hidden)
-    logits: torch.Tensor = head(hidden[0, packed.keep])  # (N, V)
+    logits: torch.Tensor = head(hidden[0, keep])  # (N, V)
     logp = torch.log_softmax(logits.float(), dim=-1)
     picked = logp.gather(-1, packed.labels[:, None]).squeeze(-1)  # (N,)
     return picked.new_zeros(packed.shape).index_put((packed.rows, packed.cols), picked)
@@ -380,9 +487,7 @@ def _hidden_and_head(model: torch.nn.Module, **inputs: torch.Tensor) -> tuple[to
     """The model's forward on `inputs` (through any wrapper's own forward) with `logits_to_keep=1`
     (its own logits, (B, 1, V), are not used); returns the backbone's (`get_decoder()`) last
     hidden state, caught by a forward hook, and the LM head (`get_output_embeddings()`)."""
-    inner: Any = model
-    while isinstance(getattr(inner, "module", None), torch.nn.Module):  # DDP and other wrappers
-        inner = inner.module
+    inner = _unwrap(model)
     decoder = inner.get_decoder() if hasattr(inner, "get_decoder") else None
     head = inner.get_output_embeddings() if hasattr(inner, "get_output_embeddings") else None
     if not isinstance(decoder, torch.nn.Module) or not isinstance(head, torch.nn.Module):
@@ -399,6 +504,13 @@ def _hidden_and_head(model: torch.nn.Module, **inputs: torch.Tensor) -> tuple[to
     if len(caught) != 1:
         raise RuntimeError(f"the backbone ran {len(caught)} times in one forward of {type(model).__name__}")
     return caught[0], head
+
+
+def _unwrap(model: torch.nn.Module) -> Any:
+    inner: Any = model
+    while isinstance(getattr(inner, "module", None), torch.nn.Module):  # DDP and other wrappers
+        inner = inner.module
+    return inner
 
 
 def clipped_policy_loss(

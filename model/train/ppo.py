@@ -6,7 +6,8 @@ Phases (they continue `cudice.model.train.rl`'s 1–3):
   5. replay each kept rollout's reveal order as rows (`replay_rows`, the blocks exactly as the
      sampler saw them, EOS included), packed into one sequence per rollout (`pack_replay`: the
      clean copy once and only the noisy blocks that hold a target, the same log-probabilities
-     as the rows); `logp_old` from one no-grad pass with the pre-update weights — the ratio's
+     as the rows; on a GPU its attention skips the tiles nobody sees, `use_block_sparse_replay`);
+     `logp_old` from one no-grad pass with the pre-update weights — the ratio's
      base and the KL anchor;
   6. `ppo_epochs` passes over the kept rollouts, each cut into `num_minibatches`; one optimizer
      step per minibatch (clip on the true norm). The first minibatch runs at ratio 1; every
@@ -33,11 +34,13 @@ import torch
 from cudice.model.train.config import RLConfig
 from cudice.model.train.objective import (
     ReplayRows,
+    block_sparse_replay,
     clipped_policy_loss,
     group_advantages,
     pack_replay,
     packed_token_logprobs,
     replay_rows,
+    use_block_sparse_replay,
 )
 from cudice.model.train.prepare import autocast
 from cudice.model.train.types import Rollout
@@ -90,6 +93,10 @@ def ppo_update(
         for r, _ in kept
     ]
     packed = [pack_replay(x, block_size) for x in rows]
+    attention = config.setup.replay_attention
+    sparse = attention == "sparse" or (attention == "auto" and device.type == "cuda")
+    if sparse and not block_sparse_replay(model):
+        use_block_sparse_replay(model)  # stays switched for the next steps
     with torch.no_grad(), autocast(accelerator, config.setup):  # the bare module: no DDP hooks, no collective
         old = [packed_token_logprobs(accelerator.unwrap_model(model), x) for x in packed]  # (R, L) each
     # the minibatch plan and its global row counts: one collective per RL step

@@ -5,15 +5,21 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 from cudice.model.train.objective import (
+    FLEX_TILE,
     ReplayRows,
+    block_sparse_replay,
     forward_doubled,
     pack_replay,
+    packed_block_mask,
     packed_mask,
     packed_token_logprobs,
     replay_rows,
     token_logprobs,
+    use_block_sparse_replay,
 )
+from torch.nn.attention.flex_attention import flex_attention
 from train_helpers import MASK_ID, PAD_ID, tiny_model
 
 
@@ -159,3 +165,53 @@ def test_the_packed_sequence_holds_only_the_blocks_with_targets() -> None:
     assert mask[first, :4].all() and not mask[first, 4:12].any()  # the prompt block, no later clean
     assert mask[first, first : first + 4].all() and not mask[first, first + 4 :].any()  # itself only
     assert not mask[:12, 12:].any()  # the clean copy sees no segment
+
+
+@pytest.mark.parametrize(("prompt", "response", "seed"), [(5, 11, 3), (8, 17, 5), (6, 1, 8)])
+def test_the_block_sparse_replay_equals_the_dense_one_with_its_gradient(
+    prompt: int, response: int, seed: int
+) -> None:
+    """A model switched by `use_block_sparse_replay` passes the packed sequence a `BlockMask`
+    (padded to a multiple of flex attention's 128-token tile; on a CPU made dense again, flex
+    attention having no backward there): the log-probabilities and gradients of the dense mask's
+    path, and SFT's dense masks still take SDPA on the switched model. The flex kernel itself
+    (eager, forward) with that BlockMask equals SDPA with `packed_mask`, padded."""
+    dense = tiny_model(seed=seed).float()
+    sparse = tiny_model(seed=seed).float()
+    use_block_sparse_replay(sparse)
+    assert block_sparse_replay(sparse) and not block_sparse_replay(dense)
+    rows = _rows_with(prompt, response, seed)
+    packed = pack_replay(rows, 4)
+    mask, padded = packed_block_mask(packed)
+    assert padded % FLEX_TILE == 0 and padded >= packed.input_ids.shape[1]
+    advantage = torch.linspace(-1.0, 1.0, rows.clean.shape[0])[:, None]
+
+    def grads(model: torch.nn.Module) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        model.zero_grad(set_to_none=True)
+        logp = packed_token_logprobs(model, packed)
+        ((logp * rows.targets) * advantage).sum().backward()
+        return logp.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    new, new_grads = grads(sparse)
+    old, old_grads = grads(dense)
+    torch.testing.assert_close(new, old, rtol=0, atol=2e-6)
+    assert int((new != 0).sum()) == response
+    assert new_grads.keys() == old_grads.keys()
+    for name, grad in new_grads.items():
+        torch.testing.assert_close(grad, old_grads[name], rtol=1e-4, atol=2e-6, msg=name)
+    with torch.no_grad():  # a dense [x_t ; x_0] mask on the switched model: SDPA, the same logits
+        noisy, clean = rows.noisy[:1], rows.clean[:1]
+        torch.testing.assert_close(
+            forward_doubled(sparse, noisy, clean, 4), forward_doubled(dense, noisy, clean, 4), rtol=0, atol=0
+        )
+    q, k, v = (torch.randn(1, 2, padded, 8, generator=torch.Generator().manual_seed(seed)) for _ in range(3))
+    dense_mask = torch.zeros(padded, padded, dtype=torch.bool)
+    total = packed.input_ids.shape[1]
+    dense_mask[:total, :total] = packed_mask(packed, torch.float32)[0, 0] == 0
+    dense_mask[total:, total:] = True  # the pads see each other
+    torch.testing.assert_close(
+        flex_attention(q, k, v, block_mask=mask)[:, :, :total],
+        F.scaled_dot_product_attention(q, k, v, attn_mask=dense_mask)[:, :, :total],
+        rtol=0,
+        atol=1e-5,
+    )

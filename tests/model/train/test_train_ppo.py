@@ -72,6 +72,36 @@ def test_ppo_minibatch_epochs_make_the_clip_and_kl_act() -> None:
     assert h2.num_rows == h1.num_rows  # rows of the batch, counted once per pass
 
 
+def test_the_sparse_replay_updates_like_the_dense_one_and_auto_is_dense_on_a_cpu() -> None:
+    """`replay_attention="sparse"` switches the trained model to the BlockMask replay and the
+    step's figures stay the dense replay's (on a CPU the BlockMask's rule runs dense through SDPA);
+    "auto" on a CPU and "dense" leave the model as it was."""
+    from cudice.model.train.config import ModelSetup
+    from cudice.model.train.objective import block_sparse_replay
+
+    def one_step(attention: str) -> tuple[Any, torch.nn.Module]:
+        model = tiny_model()
+        config = RLConfig(
+            stage="e2e",
+            num_steps=1,
+            tasks_per_step=2,
+            samples_per_task=4,
+            learning_rate=1e-2,
+            ppo_epochs=2,
+            num_minibatches=2,
+            setup=ModelSetup(replay_attention=attention),
+        )
+        history = run_stage(model, _tasks(2), config, rollout_fn=_scripted(), reward_fn=_reward, **COMMON)
+        return history[0], model
+
+    (dense, dense_model), (sparse, sparse_model), (_, auto_model) = map(one_step, ("dense", "sparse", "auto"))
+    assert block_sparse_replay(sparse_model) and not block_sparse_replay(dense_model)
+    assert not block_sparse_replay(auto_model)
+    assert sparse.num_updates == dense.num_updates == 4 and sparse.kl > 0.0
+    for field in ("loss", "kl", "clip_fraction", "grad_norm"):
+        assert getattr(sparse, field) == pytest.approx(getattr(dense, field), rel=1e-4, abs=1e-7), field
+
+
 def test_the_step_seed_reaches_the_rollouts_and_long_prompts_are_dropped() -> None:
     seeds: list[int] = []
     tasks = _tasks(3)
