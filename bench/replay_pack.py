@@ -66,6 +66,7 @@ def rollout_rows(prompt: int, response: int, reveal: int, vocab: int, seed: int 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     from cudice.model.train.objective import (
+        FLEX_TILE,
         pack_replay,
         packed_token_logprobs,
         token_logprobs,
@@ -120,7 +121,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "tokens": {
             "rows": 2 * rows.clean.numel(),
             "packed": packed.input_ids.shape[1],
-            "sparse": packed.input_ids.shape[1],
+            "sparse": -(-packed.input_ids.shape[1] // FLEX_TILE) * FLEX_TILE,  # padded to the tile
         },
     }
     logps = {}

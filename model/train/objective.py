@@ -373,7 +373,8 @@ FLEX_TILE = 128  # flex attention's default tile: the packed sequence is padded 
 def use_block_sparse_replay(model: torch.nn.Module) -> None:
     """Switch `model` (a transformers causal LM, or a wrapper of one) to cudice's attention: a
     flex-attention `BlockMask` (what `packed_token_logprobs` passes on such a model) runs through
-    flex attention, compiled once for every sequence length on a GPU;
+    flex attention, compiled with dynamic shapes on a GPU (a few graphs: with and without gradient,
+    a one-tile sequence), its inputs in the autocast dtype;
     any other mask through transformers' SDPA function, as before. On a CPU (flex attention has no
     backward there) the BlockMask's rule is made dense and goes through SDPA too. The values are the
     dense path's up to the kernels' rounding."""
@@ -427,7 +428,13 @@ def _packed_attention(
             module, query, key, value, attention_mask, scaling=scaling, **kwargs
         )
         return result
-    if "compiled" not in _FLEX:  # one compile, every length (the packed sequences all differ)
+    if kwargs.get("dropout", 0.0):
+        raise ValueError("the block-sparse replay has no attention dropout; set attention_dropout to 0")
+    # fp32 master weights under bf16 autocast give fp32 q, k (their norms' weights) and a bf16 v:
+    # SDPA is cast by autocast, flex attention is not in every torch release
+    dtype = torch.get_autocast_dtype("cuda") if torch.is_autocast_enabled("cuda") else value.dtype
+    query, key, value = (t.to(dtype) for t in (query, key, value))
+    if "compiled" not in _FLEX:  # dynamic: the packed sequences' lengths all differ
         _FLEX["compiled"] = torch.compile(flex_attention, dynamic=True)
     out = _FLEX["compiled"](
         query, key, value, block_mask=attention_mask, scale=scaling, enable_gqa=query.shape[1] != key.shape[1]
