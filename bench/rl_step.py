@@ -859,8 +859,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument(
         "--replay-attention",
         choices=("auto", "sparse", "dense"),
-        default="auto",
-        help="the update's packed replay: flex BlockMask (sparse) or the dense mask; auto: sparse on a GPU",
+        default="dense",
+        help="the packed replay's mask: dense, or a flex BlockMask (sparse); auto: sparse on a GPU",
     )
     ap.add_argument(
         "--precision",

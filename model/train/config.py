@@ -27,9 +27,11 @@ class ModelSetup:
 
     precision: "fp32" (no autocast), "bf16-autocast" (torch.autocast around each forward),
     "accelerate-bf16" / "accelerate-fp16" (accelerate's mixed precision; fp16 adds a loss scaler).
-    replay_attention: how the RL update's packed replay attends — "sparse" (a flex-attention
-    BlockMask that skips the tiles nobody sees), "dense" (the full (T, T) mask through SDPA), "auto"
-    (sparse on a GPU, dense on a CPU, where flex attention has no backward).
+    replay_attention: how the RL update's packed replay attends — "dense" (the full (T, T) mask
+    through SDPA; the default), "sparse" (a flex-attention BlockMask that skips the tiles nobody
+    sees), "auto" (sparse on a GPU, dense on a CPU, where flex attention has no backward). The
+    sparse path equals the dense one on the CPU (tests); it has not yet run on a GPU, so it is not
+    the default.
     lora_rank 0 trains every weight; > 0 trains LoRA adapters (peft) and saves merged weights.
     lora_dropout acts in the training forwards only: RL rollouts sample in eval mode, from a copy
     holding the merged weights (`cudice.model.train.rollout.RolloutWeights`).
@@ -37,7 +39,7 @@ class ModelSetup:
 
     precision: str = "fp32"
     gradient_checkpointing: bool = False
-    replay_attention: str = "auto"
+    replay_attention: str = "dense"
     lora_rank: int = 0
     lora_alpha: float = 16.0
     lora_dropout: float = 0.0

@@ -6,7 +6,8 @@ Phases (they continue `cudice.model.train.rl`'s 1–3):
   5. replay each kept rollout's reveal order as rows (`replay_rows`, the blocks exactly as the
      sampler saw them, EOS included), packed into one sequence per rollout (`pack_replay`: the
      clean copy once and only the noisy blocks that hold a target, the same log-probabilities
-     as the rows; on a GPU its attention skips the tiles nobody sees, `use_block_sparse_replay`);
+     as the rows; with `replay_attention` sparse its attention skips the tiles nobody sees,
+     `use_block_sparse_replay`);
      `logp_old` from one no-grad pass with the pre-update weights — the ratio's
      base and the KL anchor;
   6. `ppo_epochs` passes over the kept rollouts, each cut into `num_minibatches`; one optimizer
