@@ -374,10 +374,10 @@ def use_block_sparse_replay(model: torch.nn.Module) -> None:
     """Switch `model` (a transformers causal LM, or a wrapper of one) to cudice's attention: a
     flex-attention `BlockMask` (what `packed_token_logprobs` passes on such a model) runs through
     flex attention, compiled with dynamic shapes on a GPU (a few graphs: with and without gradient,
-    a one-tile sequence), its inputs in the autocast dtype;
-    any other mask through transformers' SDPA function, as before. On a CPU (flex attention has no
-    backward there) the BlockMask's rule is made dense and goes through SDPA too. The values are the
-    dense path's up to the kernels' rounding."""
+    a one-tile sequence), its inputs in the autocast dtype; any other mask through transformers'
+    SDPA function, as before. On a CPU (flex attention has no backward there) the BlockMask's rule
+    is made dense and goes through SDPA too. The values are the dense path's up to the kernels'
+    rounding."""
     _register_packed_attention()
     inner = _unwrap(model)
     setter = getattr(inner, "set_attn_implementation", None)
@@ -450,7 +450,7 @@ def packed_block_mask(packed: PackedReplay) -> tuple[Any, int]:
     total = len(packed.segments)
     padded = -(-total // FLEX_TILE) * FLEX_TILE
     pad = padded - total
-    seg = F.pad(packed.segments, (0, pad), value=int(packed.segments.max()) + 1)
+    seg = F.pad(packed.segments, (0, pad), value=total)  # one segment of their own (ids are < total)
     blk = F.pad(packed.blocks, (0, pad), value=0)
 
     def allowed(batch: Any, head: Any, q: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
@@ -476,7 +476,7 @@ def packed_token_logprobs(model: torch.nn.Module, packed: PackedReplay) -> torch
     if block_sparse_replay(model):
         mask, padded = packed_block_mask(packed)
         pad = padded - input_ids.shape[1]
-        input_ids = F.pad(input_ids, (0, pad), value=int(input_ids[0, 0]))
+        input_ids = F.pad(input_ids, (0, pad), value=0)  # any token: nothing real sees a pad
         position_ids = F.pad(position_ids, (0, pad), value=0)
         keep = F.pad(keep, (0, pad), value=False)
     else:
