@@ -389,7 +389,7 @@ class StepProbe:
         self.report = report
         self.device = device
         self.update_start: float | None = None
-        self.expected_old = 0  # no-grad replay forwards (logp_old), one per kept rollout
+        self.expected_old = 0  # no-grad replay forwards (logp_old): kept rollouts but the first minibatch's
         self.expected_grad = 0  # forwards with grad, one per kept rollout and PPO epoch
         self.expected_steps = 0  # optimizer steps: one per non-empty minibatch and PPO epoch
         self.done_old = 0
@@ -447,7 +447,8 @@ class StepProbe:
             scored = [r for r in out if r is not None]
             _, keep = group_advantages(out, cfg.samples_per_task)
             kept = sum(k and bool(r.response_ids) for k, r in zip(keep, rollouts, strict=True))
-            self.expected_old, self.expected_grad = kept, kept * cfg.ppo_epochs
+            # the first minibatch's rollouts take their logp_old from their first grad forward (ppo.py)
+            self.expected_old, self.expected_grad = kept - kept // cfg.num_minibatches, kept * cfg.ppo_epochs
             self.expected_steps = min(kept, cfg.num_minibatches) * cfg.ppo_epochs
             self.report.set(
                 reward_s=seconds,
@@ -466,7 +467,9 @@ class StepProbe:
             if self.device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats()  # the update's own peak from here
             self.report.update_progress = self.progress
-            self.report.phase("update", f"{kept} rollouts x (1 no-grad + {cfg.ppo_epochs} grad) forwards")
+            self.report.phase(
+                "update", f"{self.expected_old} no-grad forwards, {kept} x {cfg.ppo_epochs} with grad"
+            )
             self.update_start = time.perf_counter()
             return out
 
@@ -494,8 +497,9 @@ class StepProbe:
         now = time.perf_counter()
         start = self.update_start or now
         estimate = None
-        if self.done_grad and self.last_old is not None:
-            estimate = (self.last_old - start) + (now - self.last_old) / self.done_grad * self.expected_grad
+        if self.done_grad and (self.last_old is not None or not self.expected_old):
+            since = self.last_old if self.last_old is not None else start  # no no-grad pass: one minibatch
+            estimate = (since - start) + (now - since) / self.done_grad * self.expected_grad
         elif self.done_old:  # a grad forward and its backward counted as 3 no-grad forwards
             estimate = (now - start) * (self.expected_old + 3 * self.expected_grad) / self.done_old
         return {

@@ -9,7 +9,8 @@ Phases (they continue `cudice.model.train.rl`'s 1–3):
      as the rows; with `replay_attention` sparse its attention skips the tiles nobody sees,
      `use_block_sparse_replay`);
      `logp_old` from one no-grad pass with the pre-update weights — the ratio's
-     base and the KL anchor;
+     base and the KL anchor — except for the first minibatch's rollouts, whose first grad
+     forward runs before any optimizer step and gives theirs (detached);
   6. `ppo_epochs` passes over the kept rollouts, each cut into `num_minibatches`; one optimizer
      step per minibatch (clip on the true norm). The first minibatch runs at ratio 1; every
      later one sees the updated policy, so the clip and the k3 KL term act.
@@ -98,13 +99,19 @@ def ppo_update(
     sparse = attention == "sparse" or (attention == "auto" and device.type == "cuda")
     if sparse and not block_sparse_replay(model):
         use_block_sparse_replay(model)  # stays switched for the next steps
-    with torch.no_grad(), autocast(accelerator, config.setup):  # the bare module: no DDP hooks, no collective
-        old = [packed_token_logprobs(accelerator.unwrap_model(model), x) for x in packed]  # (R, L) each
     # the minibatch plan and its global row counts: one collective per RL step
     rng = random.Random(config.seed * 1_000_003 + step)
     plan = [
         mb for _ in range(config.ppo_epochs) for mb in _minibatches(len(kept), config.num_minibatches, rng)
     ]
+    # the first minibatch runs before any optimizer step: its rollouts' old log-probabilities are
+    # their first grad forward's, detached, and need no pass of their own
+    fresh = set(plan[0]) if plan else set()
+    old: list[torch.Tensor | None] = [None] * len(packed)
+    with torch.no_grad(), autocast(accelerator, config.setup):  # the bare module: no DDP hooks, no collective
+        for k, sequence in enumerate(packed):
+            if k not in fresh:
+                old[k] = packed_token_logprobs(accelerator.unwrap_model(model), sequence)  # (R, L)
     local = torch.tensor(
         [[sum(rows[i].clean.shape[0] for i in mb) for mb in plan] + [num_groups]], dtype=torch.float
     )
@@ -133,10 +140,13 @@ def ppo_update(
                     (rollout, adv), x = kept[i], rows[i]
                     with autocast(accelerator, config.setup):
                         logp_new = packed_token_logprobs(model, packed[i])  # (R, L)
+                    base = old[i]
+                    if base is None:  # the first minibatch: the pre-update weights are these
+                        base = old[i] = logp_new.detach()
                     advantage = torch.full((x.clean.shape[0],), adv, device=device)
                     loss, stats = clipped_policy_loss(
                         logp_new,
-                        old[i],
+                        base,
                         advantage,
                         x.targets,
                         len(rollout.response_ids),

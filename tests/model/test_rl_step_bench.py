@@ -68,8 +68,9 @@ def test_one_step_at_the_tiny_shape_reports_every_figure(
     # the update's replay is packed: fewer tokens a pass than the doubled rows it replaces
     assert 0 < report["replay_tokens"] < report["doubled_tokens"]
     assert report["packed_over_doubled"] == pytest.approx(report["replay_tokens"] / report["doubled_tokens"])
-    # logp_old, then one PPO epoch; one optimizer step per minibatch
-    assert report["update_forwards"] == {"no_grad": 4, "grad": 4, "steps": report["num_updates"]}
+    # logp_old (but for the first of 4 minibatches, whose grad forward gives its own), then one PPO
+    # epoch; one optimizer step per minibatch
+    assert report["update_forwards"] == {"no_grad": 3, "grad": 4, "steps": report["num_updates"]}
     assert report["peak_gib"] is None and report["vocab_size"] == 8448  # CPU: no GPU memory figure
     assert [t["key"] for t in report["targets"]] == [
         "peak_gib",

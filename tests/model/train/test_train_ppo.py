@@ -72,6 +72,31 @@ def test_ppo_minibatch_epochs_make_the_clip_and_kl_act() -> None:
     assert h2.num_rows == h1.num_rows  # rows of the batch, counted once per pass
 
 
+@pytest.mark.parametrize(("num_minibatches", "no_grad"), [(1, 0), (2, 4), (4, 6)])
+def test_the_first_minibatch_needs_no_pass_of_its_own(num_minibatches: int, no_grad: int) -> None:
+    """The no-grad pass that gives `logp_old` skips the first minibatch's rollouts (their grad
+    forward comes before any optimizer step): 8 rollouts, 2 epochs — no-grad forwards 8 - 8/M,
+    grad forwards 16; a single minibatch is plain REINFORCE (clip and KL exactly 0)."""
+    model = tiny_model()
+    calls = {True: 0, False: 0}
+    model.get_decoder().register_forward_hook(
+        lambda mod, args, out: calls.__setitem__(torch.is_grad_enabled(), calls[torch.is_grad_enabled()] + 1)
+    )
+    config = RLConfig(
+        stage="e2e",
+        num_steps=1,
+        tasks_per_step=2,
+        samples_per_task=4,
+        learning_rate=1e-2,
+        ppo_epochs=2,
+        num_minibatches=num_minibatches,
+    )
+    history = run_stage(model, _tasks(2), config, rollout_fn=_scripted(), reward_fn=_reward, **COMMON)
+    assert calls == {False: no_grad, True: 16}
+    assert history[0].num_updates == 2 * num_minibatches
+    assert history[0].kl > 0.0  # the second epoch sees the updated policy against the old one
+
+
 def test_the_sparse_replay_updates_like_the_dense_one_and_auto_is_dense_on_a_cpu() -> None:
     """`replay_attention="sparse"` switches the trained model to the BlockMask replay and the
     step's figures stay the dense replay's (on a CPU the BlockMask's rule runs dense through SDPA);
