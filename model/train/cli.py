@@ -23,7 +23,7 @@ import json
 import logging
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -435,6 +435,14 @@ def sft_command(
 )
 @click.option("--compile-workers", default=4, show_default=True, type=int, help="Parallel candidate builds.")
 @click.option(
+    "--replay-attention",
+    type=click.Choice(("dense", "sparse", "auto")),
+    default="dense",
+    show_default=True,
+    help="The update's packed replay: the dense mask (SDPA), or a flex-attention BlockMask that skips "
+    "masked tiles (sparse; auto = sparse on a GPU). Sparse has not yet run on a GPU.",
+)
+@click.option(
     "--static-policy",
     type=click.Choice(("default", "strict")),
     default="default",
@@ -467,6 +475,7 @@ def rl_command(
     required_speedup: float,
     verify_gpus: str,
     compile_workers: int,
+    replay_attention: str,
     static_policy: str,
     resume: bool,
     seed: int,
@@ -499,7 +508,7 @@ def rl_command(
             "rollout_memory_gib": rollout_memory_gib,
             "seed": seed,
             "save_every_steps": run.save_every,
-            "setup": _setup(run),
+            "setup": replace(_setup(run), replay_attention=replay_attention),
         }
         infill_cfg = RLConfig(
             stage="infill", num_steps=infill_steps, max_prompt_tokens=infill_max_prompt_tokens, **common

@@ -108,3 +108,13 @@ def test_rl_cli_without_a_gpu_says_rewards_need_one(tmp_path) -> None:
     result = _rl_cli(tmp_path, infill, e2e, "--prompt-style", "cudice")
     assert result.exit_code != 0
     assert "RL rewards need a GPU" in result.output and "--verify-gpus" in result.output
+
+
+def test_rl_cli_takes_the_replay_attention_and_names_its_choices(tmp_path) -> None:
+    from cudice.model.train.cli import train_group
+
+    result = _rl_cli(tmp_path, tmp_path / "i.jsonl", tmp_path / "e.jsonl", "--replay-attention", "flash")
+    assert result.exit_code == 2
+    assert "--replay-attention" in result.output and "'dense', 'sparse', 'auto'" in result.output
+    help_text = CliRunner().invoke(train_group, ["rl", "--help"]).output
+    assert "--replay-attention" in help_text and "[default: dense]" in help_text
