@@ -492,7 +492,7 @@ class StepProbe:
 
     def progress(self) -> dict[str, Any]:
         """The update's forwards and optimizer steps so far, and an extrapolated update time: the
-        no-grad pass (all of `logp_old` comes first) as measured or scaled, then the time per grad
+        no-grad pass (the rest of `logp_old`, which comes first) as measured or scaled, then the time per grad
         forward (its backward and the optimizer steps included) times the grad forwards expected."""
         now = time.perf_counter()
         start = self.update_start or now

@@ -104,9 +104,7 @@ def ppo_update(
     plan = [
         mb for _ in range(config.ppo_epochs) for mb in _minibatches(len(kept), config.num_minibatches, rng)
     ]
-    # the first minibatch runs before any optimizer step: its rollouts' old log-probabilities are
-    # their first grad forward's, detached, and need no pass of their own
-    fresh = set(plan[0]) if plan else set()
+    fresh = _fresh(plan)
     old: list[torch.Tensor | None] = [None] * len(packed)
     with torch.no_grad(), autocast(accelerator, config.setup):  # the bare module: no DDP hooks, no collective
         for k, sequence in enumerate(packed):
@@ -177,6 +175,12 @@ def ppo_update(
         "replay_tokens": float(sum(x.input_ids.shape[1] for x in packed)),
         "doubled_tokens": float(sum(2 * x.clean.numel() for x in rows)),
     }
+
+
+def _fresh(plan: list[list[int]]) -> set[int]:
+    """The rollouts whose `logp_old` their first grad forward gives (detached): the first
+    minibatch's, which runs before any optimizer step; the no-grad pass skips them."""
+    return set(plan[0]) if plan else set()
 
 
 def _to(rows: ReplayRows, device: torch.device) -> ReplayRows:

@@ -73,28 +73,49 @@ def test_ppo_minibatch_epochs_make_the_clip_and_kl_act() -> None:
 
 
 @pytest.mark.parametrize(("num_minibatches", "no_grad"), [(1, 0), (2, 4), (4, 6)])
-def test_the_first_minibatch_needs_no_pass_of_its_own(num_minibatches: int, no_grad: int) -> None:
+def test_the_first_minibatch_needs_no_pass_of_its_own(
+    num_minibatches: int, no_grad: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The no-grad pass that gives `logp_old` skips the first minibatch's rollouts (their grad
     forward comes before any optimizer step): 8 rollouts, 2 epochs — no-grad forwards 8 - 8/M,
-    grad forwards 16; a single minibatch is plain REINFORCE (clip and KL exactly 0)."""
-    model = tiny_model()
-    calls = {True: 0, False: 0}
-    model.get_decoder().register_forward_hook(
-        lambda mod, args, out: calls.__setitem__(torch.is_grad_enabled(), calls[torch.is_grad_enabled()] + 1)
-    )
-    config = RLConfig(
-        stage="e2e",
-        num_steps=1,
-        tasks_per_step=2,
-        samples_per_task=4,
-        learning_rate=1e-2,
-        ppo_epochs=2,
-        num_minibatches=num_minibatches,
-    )
-    history = run_stage(model, _tasks(2), config, rollout_fn=_scripted(), reward_fn=_reward, **COMMON)
+    grad forwards 16 — and the step's figures are those of the full no-grad pass, bit for bit. Taking
+    a later minibatch's `logp_old` that way (after an optimizer step) would change them."""
+    from cudice.model.train import ppo
+
+    def one_step(fresh: Any = None) -> tuple[Any, dict[bool, int]]:
+        if fresh is not None:
+            monkeypatch.setattr(ppo, "_fresh", fresh)
+        model = tiny_model()
+        calls = {True: 0, False: 0}
+
+        def count(mod: Any, args: Any, out: Any) -> None:
+            calls[torch.is_grad_enabled()] += 1
+
+        model.get_decoder().register_forward_hook(count)
+        config = RLConfig(
+            stage="e2e",
+            num_steps=1,
+            tasks_per_step=2,
+            samples_per_task=4,
+            learning_rate=1e-2,
+            ppo_epochs=2,
+            num_minibatches=num_minibatches,
+        )
+        history = run_stage(model, _tasks(2), config, rollout_fn=_scripted(), reward_fn=_reward, **COMMON)
+        monkeypatch.undo()
+        return history[0], calls
+
+    figures = ("loss", "kl", "clip_fraction", "grad_norm")
+    step, calls = one_step()
     assert calls == {False: no_grad, True: 16}
-    assert history[0].num_updates == 2 * num_minibatches
-    assert history[0].kl > 0.0  # the second epoch sees the updated policy against the old one
+    assert step.num_updates == 2 * num_minibatches
+    assert step.kl > 0.0  # the second epoch sees the updated policy against the old one
+    full, full_calls = one_step(lambda plan: set())  # every logp_old from the no-grad pass
+    assert full_calls == {False: 8, True: 16}
+    assert [getattr(step, f) for f in figures] == [getattr(full, f) for f in figures]
+    if num_minibatches > 1:  # the control: a minibatch after an optimizer step differs
+        late, _ = one_step(lambda plan: set(plan[1]))
+        assert [getattr(late, f) for f in figures] != [getattr(full, f) for f in figures]
 
 
 def test_the_sparse_replay_updates_like_the_dense_one_and_auto_is_dense_on_a_cpu() -> None:

@@ -110,8 +110,25 @@ def test_rl_cli_without_a_gpu_says_rewards_need_one(tmp_path) -> None:
     assert "RL rewards need a GPU" in result.output and "--verify-gpus" in result.output
 
 
-def test_rl_cli_takes_the_replay_attention_and_names_its_choices(tmp_path) -> None:
+def test_rl_cli_takes_the_replay_attention_and_names_its_choices(tmp_path, monkeypatch) -> None:
+    """`--replay-attention` reaches both stages' `ModelSetup`; a bad choice is named with the good ones."""
+    from cudice.model.train import config as config_module
     from cudice.model.train.cli import train_group
+
+    seen: list[str] = []
+
+    class Recording(config_module.RLConfig):
+        def __post_init__(self) -> None:
+            seen.append(self.setup.replay_attention)
+            super().__post_init__()
+
+    monkeypatch.setattr(config_module, "RLConfig", Recording)
+    infill = tmp_path / "infill.jsonl"
+    infill.write_text(json.dumps({"pytorch_code": "x", "prefix": "a", "middle": "b", "suffix": "c"}) + "\n")
+    e2e = tmp_path / "e2e.jsonl"
+    e2e.write_text(json.dumps({"idx": 1, "level": 1, "pytorch_code": "x"}) + "\n")
+    _rl_cli(tmp_path, infill, e2e, "--prompt-style", "cudice", "--replay-attention", "sparse")
+    assert seen == ["sparse", "sparse"]  # the infilling stage's and the end-to-end stage's
 
     result = _rl_cli(tmp_path, tmp_path / "i.jsonl", tmp_path / "e.jsonl", "--replay-attention", "flash")
     assert result.exit_code == 2
