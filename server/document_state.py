@@ -137,6 +137,7 @@ class DocumentState:
     building: int = 0
     not_building: asyncio.Event = field(default_factory=_set_event)  # set exactly while building == 0
     running_key: str | None = None
+    pending_cancel: asyncio.Event | None = None  # a verification's, until its job is registered
     watched_reference: str | None = None
     reference_digest: str | None = None
     reference_findings: ReferenceFindings = ReferenceFindings()

@@ -32,13 +32,17 @@ def cancel_work(ls: CudiceServer, uri: str | None) -> int:
     """Cancel `uri`'s verification and generation (every document's when None); how many."""
     if uri is None:
         generating = [u for u, state in ls.documents.items() if state.generation_cancel is not None]
-        uris = [*generating, *ls.jobs.running_uris()]
+        starting = [u for u, state in ls.documents.items() if state.pending_cancel is not None]
+        uris = list(dict.fromkeys([*generating, *ls.jobs.running_uris(), *starting]))
     else:
         uris = [uri]
     num = 0
     for each in uris:
         num += ls.jobs.cancel(each)
         state = ls.documents.get(each)
+        if state is not None and state.pending_cancel is not None and not state.pending_cancel.is_set():
+            state.pending_cancel.set()  # a save's verification before its job exists (static stage)
+            num += 1
         if state is not None and state.generation_cancel is not None:
             state.generation_cancel.set()
             num += 1

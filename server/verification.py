@@ -281,18 +281,27 @@ async def _verify_fresh(
 ) -> VerifyResult | None:
     uri, name = state.uri, os.path.basename(path)
     num_closes = state.closes
+    # until its job exists (`ls.jobs.run` registers it), `cudice.cancel` sets this instead
+    pending = state.pending_cancel = asyncio.Event()
     ls.send_status(f"verifying {name}", uri)
     ls.refresh_lenses()
     progress = await WorkProgress.start(ls, f"cudice: verifying {name}", "static checks and compile")
     if state.closes != num_closes:  # closed before its run started: nobody waits for it
+        _drop_pending(state, pending)
         progress.end("cancelled")
         return None
     progress.report("static checks and compile", force=True)
     progress.tick()  # a build takes minutes on a small CPU: the elapsed time shows it is alive
     config = verify_config(ls)
     static = await static_stage(doc, config)  # once, for the quick check and the verification
+    _drop_pending(state, pending)  # from here on the job is registered before any await
     if state.closes != num_closes or state.running_key != key:  # closed, or a newer save took over
         progress.end("cancelled" if state.closes != num_closes else "superseded by a newer run")
+        return None
+    if pending.is_set():  # cancelled before its job existed
+        progress.end("cancelled")
+        if not ls.released:
+            ls.notice(f"cudice: verification of {name} was cancelled", lsp.MessageType.Info)
         return None
     cancel_watch = ls.spawn(_cancel_on(progress, ls, uri))
     request = VerifyRequest(
@@ -363,6 +372,11 @@ async def _verify_fresh(
     if not _record(ls, state, version, key, result, source):  # the statusline must stop saying "verifying"
         ls.send_status(f"{name}: {result.verdict.value} for an older text, not shown (save to verify)", uri)
     return result
+
+
+def _drop_pending(state: DocumentState, pending: asyncio.Event) -> None:
+    if state.pending_cancel is pending:  # a newer save's is its own
+        state.pending_cancel = None
 
 
 async def _cancel_on(progress: WorkProgress, ls: CudiceServer, uri: str) -> None:
