@@ -298,7 +298,7 @@ async def _verify_fresh(
     if state.closes != num_closes or state.running_key != key:  # closed, or a newer save took over
         progress.end("cancelled" if state.closes != num_closes else "superseded by a newer run")
         return None
-    if pending.is_set():  # cancelled before its job existed
+    if pending.is_set() or progress.cancelled.is_set():  # cancelled before its job existed
         progress.end("cancelled")
         if not ls.released:
             ls.notice(f"cudice: verification of {name} was cancelled", lsp.MessageType.Info)
