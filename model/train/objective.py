@@ -354,16 +354,23 @@ def packed_mask(packed: PackedReplay, dtype: torch.dtype) -> torch.Tensor:
     sees the clean blocks before its own and itself (bidirectional); nothing sees a segment but
     itself."""
     seg, blk = packed.segments, packed.blocks
-    q_clean, k_clean = (seg < 0)[:, None], (seg < 0)[None, :]
-    q_blk, k_blk = blk[:, None], blk[None, :]
-    allowed = (
-        (q_clean & k_clean & (k_blk <= q_blk))
-        | (~q_clean & k_clean & (k_blk < q_blk))
-        | (~q_clean & (seg[:, None] == seg[None, :]))
-    )
+    positions = torch.arange(len(seg), device=seg.device)
+    allowed = _packed_allowed(seg, blk, positions[:, None], positions[None, :])  # (T, T)
     total = len(seg)
     mask = torch.zeros(total, total, dtype=dtype, device=seg.device)
     return mask.masked_fill_(~allowed, torch.finfo(dtype).min)[None, None]
+
+
+def _packed_allowed(seg: torch.Tensor, blk: torch.Tensor, q: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
+    """Whether query positions `q` may see key positions `kv` in a packed sequence of segments
+    `seg` (-1: the clean copy) and blocks `blk`: `packed_mask`'s and `packed_block_mask`'s rule."""
+    q_seg, k_seg, q_blk, k_blk = seg[q], seg[kv], blk[q], blk[kv]
+    q_clean, k_clean = q_seg < 0, k_seg < 0
+    return (
+        (q_clean & k_clean & (k_blk <= q_blk))
+        | (~q_clean & k_clean & (k_blk < q_blk))
+        | (~q_clean & (q_seg == k_seg))
+    )
 
 
 PACKED_ATTENTION = "cudice_packed"  # the attention implementation `use_block_sparse_replay` sets
@@ -454,13 +461,7 @@ def packed_block_mask(packed: PackedReplay) -> tuple[Any, int]:
     blk = F.pad(packed.blocks, (0, pad), value=0)
 
     def allowed(batch: Any, head: Any, q: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
-        q_seg, k_seg, q_blk, k_blk = seg[q], seg[kv], blk[q], blk[kv]
-        q_clean, k_clean = q_seg < 0, k_seg < 0
-        return (
-            (q_clean & k_clean & (k_blk <= q_blk))
-            | (~q_clean & k_clean & (k_blk < q_blk))
-            | (~q_clean & (q_seg == k_seg))
-        )
+        return _packed_allowed(seg, blk, q, kv)
 
     mask = create_block_mask(allowed, None, None, padded, padded, device=seg.device)
     return mask, padded

@@ -47,22 +47,19 @@ def _reward(rollouts: Sequence[Rollout], cfg: RLConfig) -> list[float]:
     return [1.0 if r.text == "good" else 0.0 for r in rollouts]
 
 
+def _one_step(model: torch.nn.Module, **config: Any) -> Any:
+    """One scripted e2e step (2 tasks x 4 samples, lr 1e-2) of `model`; its history entry."""
+    cfg = RLConfig(
+        stage="e2e", num_steps=1, tasks_per_step=2, samples_per_task=4, learning_rate=1e-2, **config
+    )
+    return run_stage(model, _tasks(2), cfg, rollout_fn=_scripted(), reward_fn=_reward, **COMMON)[0]
+
+
 def test_ppo_minibatch_epochs_make_the_clip_and_kl_act() -> None:
     """One update per batch is REINFORCE (ratio 1: clip and KL exactly 0); several are PPO."""
 
     def one_step(ppo_epochs: int, num_minibatches: int):  # type: ignore[no-untyped-def]
-        config = RLConfig(
-            stage="e2e",
-            num_steps=1,
-            tasks_per_step=2,
-            samples_per_task=4,
-            learning_rate=1e-2,
-            ppo_epochs=ppo_epochs,
-            num_minibatches=num_minibatches,
-        )
-        return run_stage(
-            tiny_model(), _tasks(2), config, rollout_fn=_scripted(), reward_fn=_reward, **COMMON
-        )[0]
+        return _one_step(tiny_model(), ppo_epochs=ppo_epochs, num_minibatches=num_minibatches)
 
     h1 = one_step(ppo_epochs=1, num_minibatches=1)
     assert (h1.num_updates, h1.clip_fraction, h1.kl) == (1, 0.0, 0.0)
@@ -92,18 +89,9 @@ def test_the_first_minibatch_needs_no_pass_of_its_own(
             calls[torch.is_grad_enabled()] += 1
 
         model.get_decoder().register_forward_hook(count)
-        config = RLConfig(
-            stage="e2e",
-            num_steps=1,
-            tasks_per_step=2,
-            samples_per_task=4,
-            learning_rate=1e-2,
-            ppo_epochs=2,
-            num_minibatches=num_minibatches,
-        )
-        history = run_stage(model, _tasks(2), config, rollout_fn=_scripted(), reward_fn=_reward, **COMMON)
+        step = _one_step(model, ppo_epochs=2, num_minibatches=num_minibatches)
         monkeypatch.undo()
-        return history[0], calls
+        return step, calls
 
     figures = ("loss", "kl", "clip_fraction", "grad_norm")
     step, calls = one_step()
@@ -127,18 +115,8 @@ def test_the_sparse_replay_updates_like_the_dense_one_and_auto_is_dense_on_a_cpu
 
     def one_step(attention: str) -> tuple[Any, torch.nn.Module]:
         model = tiny_model()
-        config = RLConfig(
-            stage="e2e",
-            num_steps=1,
-            tasks_per_step=2,
-            samples_per_task=4,
-            learning_rate=1e-2,
-            ppo_epochs=2,
-            num_minibatches=2,
-            setup=ModelSetup(replay_attention=attention),
-        )
-        history = run_stage(model, _tasks(2), config, rollout_fn=_scripted(), reward_fn=_reward, **COMMON)
-        return history[0], model
+        step = _one_step(model, ppo_epochs=2, num_minibatches=2, setup=ModelSetup(replay_attention=attention))
+        return step, model
 
     (dense, dense_model), (sparse, sparse_model), (_, auto_model) = map(one_step, ("dense", "sparse", "auto"))
     assert block_sparse_replay(sparse_model) and not block_sparse_replay(dense_model)
