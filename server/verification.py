@@ -299,9 +299,7 @@ async def _verify_fresh(
         progress.end("cancelled" if state.closes != num_closes else "superseded by a newer run")
         return None
     if pending.is_set() or progress.cancelled.is_set():  # cancelled before its job existed
-        progress.end("cancelled")
-        if not ls.released:
-            ls.notice(f"cudice: verification of {name} was cancelled", lsp.MessageType.Info)
+        _end_cancelled(ls, progress, name)
         return None
     cancel_watch = ls.spawn(_cancel_on(progress, ls, uri))
     request = VerifyRequest(
@@ -359,10 +357,10 @@ async def _verify_fresh(
         cancel_watch.cancel()
         quick_task.cancel()
     if result is None:
-        superseded = ls.jobs.is_running(uri)
-        progress.end("superseded by a newer run" if superseded else "cancelled")
-        if not superseded and not ls.released:
-            ls.notice(f"cudice: verification of {name} was cancelled", lsp.MessageType.Info)
+        if ls.jobs.is_running(uri):
+            progress.end("superseded by a newer run")
+        else:
+            _end_cancelled(ls, progress, name)
         return None
     progress.end(result.verdict.value)
     done_building()
@@ -372,6 +370,12 @@ async def _verify_fresh(
     if not _record(ls, state, version, key, result, source):  # the statusline must stop saying "verifying"
         ls.send_status(f"{name}: {result.verdict.value} for an older text, not shown (save to verify)", uri)
     return result
+
+
+def _end_cancelled(ls: CudiceServer, progress: WorkProgress, name: str) -> None:
+    progress.end("cancelled")
+    if not ls.released:
+        ls.notice(f"cudice: verification of {name} was cancelled", lsp.MessageType.Info)
 
 
 def _drop_pending(state: DocumentState, pending: asyncio.Event) -> None:
