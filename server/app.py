@@ -30,8 +30,8 @@ from cudice.server.protocol import (
     KIND_GENERATE,
     KIND_INFILL,
 )
-from cudice.server.session import cancel_work, finish_release, release, start_release
-from cudice.server.transport.pygls_fixes import INTERRUPTED
+from cudice.server.session import arm_exit_watchdog, cancel_work, finish_release, release, start_release
+from cudice.server.transport.pygls_fixes import INTERRUPTED, exit_code
 from lsprotocol import types as lsp
 
 if TYPE_CHECKING:
@@ -373,8 +373,14 @@ def run(
 
     server.log_to_client = True
     route_to_client(server)
-    # `exit` may come before the reply to `shutdown`, or without it: the release ends first (session.py)
-    code = server.start_io(early=early, after_exit=lambda: finish_release(server))
+
+    # `exit` may come before the reply to `shutdown`, or without it: the release ends first, and
+    # the process ends within a bound whatever still runs (session.py)
+    async def after_exit() -> None:
+        arm_exit_watchdog(exit_code(server))
+        await finish_release(server)
+
+    code = server.start_io(early=early, after_exit=after_exit)
     if code == INTERRUPTED:  # a thread still blocks on stdin: end without joining it (pygls_fixes.py)
         log.info("interrupted (Ctrl-C); exiting")
         logging.shutdown()

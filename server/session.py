@@ -9,7 +9,10 @@ TCP connection whose `shutdown` is still closing the workers) waits for the rele
 instead of starting a second one. A client may send `exit` without waiting for the reply to
 `shutdown`: over stdio the server then lets that release end (`finish_release`, bounded by
 `EXIT_WAIT_S`) before its event loop ends, which would cancel it mid-way; an `exit` without
-`shutdown` releases the session the same way before the process ends.
+`shutdown` releases the session the same way before the process ends. From `exit` on, the process
+has `EXIT_HARD_S` to end (`arm_exit_watchdog`): past it, the stacks of all its threads go to stderr
+and it ends with the status it would have had, so a thread still blocked in a read, a compile or
+an import cannot keep alive a server the editor told to go.
 
 Not covered: background tasks (a verification flow ends on its own once its run is killed:
 cancelling one mid-run here stalled the workers' shutdown).
@@ -18,7 +21,12 @@ cancelling one mid-run here stalled the workers' shutdown).
 from __future__ import annotations
 
 import asyncio
+import faulthandler
 import logging
+import os
+import sys
+import threading
+import time
 
 from cudice.server.core import CudiceServer
 
@@ -26,6 +34,9 @@ log = logging.getLogger("cudice.server")
 # Bound on `exit` waiting for the release `shutdown` started: each worker gets 1 s to exit before it
 # is killed (workers/protocol.py `close`), so it ends in seconds even on a loaded box.
 EXIT_WAIT_S = 10.0
+# Bound on the whole exit, from `exit` to the end of the process: the release above, the event
+# loop's end (it joins the threads of its executor) and the interpreter's (it joins the rest).
+EXIT_HARD_S = 15.0
 
 
 def cancel_work(ls: CudiceServer, uri: str | None) -> int:
@@ -87,6 +98,28 @@ async def _release(ls: CudiceServer) -> None:
         return
     # Both workers at once: clients give `shutdown` about 2 s before they log a time-out.
     await asyncio.gather(ls.model.shutdown(), ls.quick.shutdown())
+
+
+def arm_exit_watchdog(code: int, timeout_s: float | None = None) -> None:
+    """End this process with status `code` `timeout_s` (`EXIT_HARD_S`) from now if it is still running, after
+    writing the stacks of all its threads to stderr (the editor's server log: what held it). For
+    the server process only (app.py `run`): nothing disarms it."""
+
+    bound = EXIT_HARD_S if timeout_s is None else timeout_s
+
+    def watch() -> None:
+        time.sleep(bound)
+        err = sys.__stderr__
+        if err is not None:
+            err.write(
+                f"cudice: the server was still running {bound:.0f} s after `exit`; its threads were at:\n"
+            )
+            faulthandler.dump_traceback(file=err, all_threads=True)
+            err.flush()
+        os._exit(code)
+
+    # A daemon thread: it runs on while the interpreter joins the other threads at its end.
+    threading.Thread(target=watch, name="cudice-exit-watchdog", daemon=True).start()
 
 
 async def finish_release(ls: CudiceServer, timeout_s: float = EXIT_WAIT_S) -> None:

@@ -25,6 +25,7 @@ import signal
 import sys
 import time
 import uuid
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Union
@@ -44,6 +45,7 @@ FAMILY_VAR = "CUDICE_TEST_FAMILY"
 # Teardown bounds (a loaded 2-core box; a healthy server takes well under a second for each step).
 SHUTDOWN_S = 10.0  # `shutdown` answered
 EXIT_S = 20.0  # the process gone after `exit` (and again after a kill)
+SLOW_EXIT_S = 10.0  # an exit slower than this is reported as a warning (the server's bound is 15 s)
 FAMILY_S = 60.0  # its descendants gone after the server
 
 
@@ -327,9 +329,12 @@ async def _stop(editor: Editor) -> list[str]:
     if proc.returncode is None:
         with contextlib.suppress(Exception):  # the pipe may be closed already
             client.exit(None)
+        exit_sent = time.monotonic()
         try:
             if await asyncio.wait_for(proc.wait(), EXIT_S) != 0:
                 problems.append(f"the server exited with {proc.returncode} after `shutdown` and `exit`")
+            if (took := time.monotonic() - exit_sent) > SLOW_EXIT_S:  # its stderr (above) has its stacks
+                warnings.warn(f"the server (pid {proc.pid}) took {took:.1f} s to exit", stacklevel=1)
         except asyncio.TimeoutError:
             problems.append(
                 f"the server (pid {proc.pid}) was still running {EXIT_S:.0f} s after `exit`: killed"

@@ -18,6 +18,8 @@ import contextlib
 import io
 import json
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -293,3 +295,37 @@ async def test_a_release_past_its_bound_goes_on_while_the_next_client_is_served(
         writer.close()
     finally:
         serving.cancel()
+
+
+HELD_AT_EXIT = """
+import threading, time
+import cudice.server.session as session
+session.EXIT_HARD_S = 3.0
+def held_in_a_blocking_call():
+    time.sleep(3600)
+threading.Thread(target=held_in_a_blocking_call, name="held").start()  # not a daemon: exit joins it
+from cudice.server.__main__ import main
+main(["--stdio"])
+"""
+
+
+def test_a_server_held_by_a_thread_at_exit_ends_within_its_bound_and_says_where_it_was_held() -> None:
+    """A real server process whose interpreter would wait an hour at its end for a thread: it
+    still ends, with the LSP exit code, and its stderr shows that thread's stack."""
+    params = {"processId": None, "rootUri": None, "capabilities": {}}
+    init = {"id": 0, "method": "initialize", "params": params}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HELD_AT_EXIT],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        out, err = proc.communicate(_frames(init, SHUTDOWN, EXIT), timeout=WAIT_S + 3.0)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err.decode(errors="replace")
+    assert b'"id": 1' in out or b'"id":1' in out  # the shutdown was answered before the exit
+    text = err.decode(errors="replace")
+    assert "still running 3 s after `exit`" in text
+    assert "held_in_a_blocking_call" in text
