@@ -22,7 +22,7 @@ import os
 import signal
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -110,6 +110,12 @@ class JudgeState:
     profiled_reference: int = 0
     own_kernels: frozenset[str] = frozenset()  # kernels compiled into the candidate's libraries
     own_kernels_error: str = ""
+    # the reference with float64 weights (`judge_correctness.exact_reference`), made once when a
+    # comparison first asks for it; None until then, False when it cannot be made
+    model64: Any = None
+    # output index -> the largest rms of the fp32 reference's own error where correctness judged
+    # that output against the float64 reference (it cancels): the timed digests allow for it
+    exact_own_rms: dict[int, float] = field(default_factory=dict)
 
 
 def new_state(

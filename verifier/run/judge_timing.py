@@ -329,6 +329,7 @@ def _repetition(
     import torch
     from cudice.verifier.run import seal, witness
     from cudice.verifier.run.dynamic_checks import flatten_outputs
+    from cudice.verifier.run.judge_correctness import exact_reference
     from cudice.verifier.run.timing import tensor_bytes
     from cudice.verifier.run.tolerance import compare_outputs
 
@@ -352,7 +353,7 @@ def _repetition(
             # the call: one changed in place, or returned as the output and changed, no longer matches)
             expected.append(witness.digest(ref_out + list(inputs), key, st.device).cpu().tolist())
             bounds.append(
-                [_digest_bound(st, r) for r in ref_out]
+                [_digest_bound(st, r, j) for j, r in enumerate(ref_out)]
                 + [witness.bound(x, 0.0, 0.0) if isinstance(x, torch.Tensor) else 0.0 for x in inputs]
             )
             num_outputs = len(ref_out)
@@ -461,7 +462,14 @@ def _repetition(
                     Stage.TIMING,
                     max_bytes=2 * tensor_bytes(want) + (1 << 20),
                 )
-            cmp = compare_outputs(want, got, cfg.atol, cfg.rtol, precision=cfg.precision)
+            cmp = compare_outputs(
+                want,
+                got,
+                cfg.atol,
+                cfg.rtol,
+                precision=cfg.precision,
+                exact=exact_reference(st, model, sets[i]),
+            )
             if not cmp.ok:
                 return [
                     diag(
@@ -495,7 +503,7 @@ def _draw_set(st: JudgeState, ref_mod: types.ModuleType) -> list[Any]:
     )
 
 
-def _digest_bound(st: JudgeState, ref: Any) -> float:
+def _digest_bound(st: JudgeState, ref: Any, index: int) -> float:
     import torch
     from cudice.verifier.run import witness
 
@@ -503,10 +511,15 @@ def _digest_bound(st: JudgeState, ref: Any) -> float:
         return 0.0
     if not (ref.is_floating_point() or ref.is_complex()):
         return witness.bound(ref, 0.0, 0.0)
-    from cudice.verifier.run.tolerance import output_scale, rtol_floor
+    from cudice.verifier.run.tolerance import EXACT_SLACK, output_scale, rtol_floor
 
-    # the norm check's own terms (run/tolerance.py), so the digest accepts what the comparison accepts
-    return witness.bound(ref, st.config.atol * output_scale(ref), max(st.config.rtol, rtol_floor(ref.dtype)))
+    # the norm check's own terms (run/tolerance.py), so the digest accepts what the comparison
+    # accepts; for an output that cancels, what its comparison against the float64 reference
+    # accepts: (EXACT_SLACK + 1) times the reference's own error in norm (the candidate's distance
+    # to the exact output, and the reference's), twice the largest seen in correctness (new inputs)
+    atol = st.config.atol * output_scale(ref)
+    atol += 4.0 * 2.0 * (EXACT_SLACK + 1.0) * st.exact_own_rms.get(index, 0.0)
+    return witness.bound(ref, atol, max(st.config.rtol, rtol_floor(ref.dtype)))
 
 
 def stop_repeating(

@@ -203,3 +203,57 @@ def test_timed_call_messages_round_trip_and_refuse_a_flood() -> None:
     finally:
         a.close()
         b.close()
+
+
+def _layer_norm_then_mean(x: torch.Tensor) -> torch.Tensor:
+    """LayerNorm and then the mean over the normalised dim: exactly 0, so every value the fp32
+    reference gives is its own rounding (as a GroupNorm followed by a mean is)."""
+    return torch.nn.functional.layer_norm(x, (x.shape[-1],)).mean(-1)
+
+
+def test_a_cancelling_output_is_judged_against_the_float64_reference() -> None:
+    x = torch.randn(64, 4096, generator=torch.Generator().manual_seed(1)) * 3 + 5
+    ref, exact = _layer_norm_then_mean(x), _layer_norm_then_mean(x.double())
+    # honest fp32 in another order: a two-pass LayerNorm, its mean summed in blocks of 256
+    honest = (_two_pass_layer_norm(x).view(64, 16, 256).sum(-1).sum(-1) / 4096,)
+    asked: list[int] = []
+
+    def exact_outputs() -> tuple[torch.Tensor]:
+        asked.append(1)
+        return (exact,)
+
+    alone = compare_outputs((ref,), honest, 1e-2, 1e-2)
+    assert not alone.ok and alone.rule == "element"  # the fp32 reference alone rejects it
+    judged = compare_outputs((ref,), honest, 1e-2, 1e-2, exact=exact_outputs)
+    assert judged.ok and "judged against the reference computed in float64" in judged.note, judged
+    assert asked == [1]
+    # lower precision in the arithmetic still fails, with both findings in the message (fp16
+    # *inputs* would not: whatever the inputs, this output is 0)
+    for lower in (
+        _two_pass_layer_norm(x).half().float().mean(-1),  # an fp16 intermediate
+        _two_pass_layer_norm(x).bfloat16().float().mean(-1),  # a bf16 one
+    ):
+        cmp = compare_outputs((ref,), (lower,), 1e-2, 1e-2, exact=exact_outputs)
+        assert not cmp.ok and cmp.rule == "element" and "differs from the float64 reference" in cmp.why, cmp
+
+
+def test_the_float64_reference_moves_no_bound_where_the_output_does_not_cancel(matmul: Any) -> None:
+    a, b, ref = matmul
+    asked: list[int] = []
+
+    def exact() -> torch.Tensor:
+        asked.append(1)
+        return a.double() @ b.double()
+
+    assert compare_outputs(ref, _chunked_matmul(a, b, 8), 1e-2, 1e-2, exact=exact).ok
+    assert asked == []  # a passing output never asks for it
+    cmp = compare_outputs(ref, _tf32(a) @ _tf32(b), 1e-2, 1e-2, exact=exact)
+    assert not cmp.ok and cmp.rule == "precision" and "above the fp32 bound 5e-05" in cmp.why, cmp
+    assert asked == [1]
+
+    # an exact result that cannot be had (an op without float64) leaves the fp32 verdict
+    def broken() -> torch.Tensor:
+        raise RuntimeError("\"addmm_impl_cpu_\" not implemented for 'Double'")
+
+    failed = compare_outputs(ref, _tf32(a) @ _tf32(b), 1e-2, 1e-2, exact=broken)
+    assert not failed.ok and failed.rule == "precision" and "float64" not in failed.why
