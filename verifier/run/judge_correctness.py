@@ -114,17 +114,17 @@ def correctness(st: JudgeState, ref_mod: types.ModuleType, model: Any) -> Any:
             st.config.atol,
             st.config.rtol,
             precision=st.config.precision,
-            exact=exact_reference(st, model, inputs),
+            exact=exact_reference(st, model, inputs, ref_out),
         )
         max_abs, max_rel = max(max_abs, cmp.max_abs_err), max(max_rel, cmp.max_rel_err)
-        for index, own_rms in cmp.exact_own_rms:
-            st.exact_own_rms[index] = max(st.exact_own_rms.get(index, 0.0), own_rms)
+        for index, share in cmp.exact_own_shares:
+            st.exact_own_shares[index] = max(st.exact_own_shares.get(index, 0.0), share)
         said = any(d.code == "correctness.exact_reference" for d in st.diags)
-        if cmp.exact_own_rms and not said:
+        if cmp.ok and cmp.exact_note and not said:
             st.diags.append(
                 diag(
                     "correctness.exact_reference",
-                    f"Trial {trial + 1}/{n} ({dist} inputs): {cmp.note}.",
+                    f"Trial {trial + 1}/{n} ({dist} inputs): {cmp.exact_note}.",
                     Stage.CORRECTNESS,
                     st.where,
                     Severity.INFORMATION,
@@ -183,39 +183,15 @@ def correctness(st: JudgeState, ref_mod: types.ModuleType, model: Any) -> Any:
     return ref_trials[-1]
 
 
-def exact_reference(st: JudgeState, model: Any, inputs: list[Any]) -> Callable[[], Any]:
+def exact_reference(st: JudgeState, model: Any, inputs: list[Any], ref_out: Any) -> Callable[[], Any]:
     """What `compare_outputs` calls for a second opinion on an fp32 output (run/tolerance.py): the
-    reference run here on `inputs` and its weights cast to float64 (a copy; the reference itself is
-    left as it is). It raises, and the fp32 verdict stands, when the reference cannot be copied or
-    has no float64 kernel for an op, and when its forward draws random numbers (the two runs would
-    then differ by more than rounding, which would widen every bound)."""
+    reference's outputs for `inputs` computed in float64 under the shared lease, or `NoExact`
+    (run/exact_reference.py)."""
 
     def run() -> Any:
-        import copy
+        from cudice.verifier.run.exact_reference import exact_outputs
 
-        import torch
-
-        if st.model64 is None:
-            try:
-                st.model64 = copy.deepcopy(model).double() if isinstance(model, torch.nn.Module) else False
-            except Exception:
-                st.model64 = False
-        if st.model64 is False:
-            raise RuntimeError("the reference cannot be copied to float64")
-        args = [x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
-        cuda = st.device.startswith("cuda")
-
-        def rng() -> list[Any]:
-            return [torch.get_rng_state(), *([torch.cuda.get_rng_state()] if cuda else [])]
-
-        before = rng()
-        with torch.no_grad(), shared(st):
-            out = st.model64(*args)
-            if cuda:
-                torch.cuda.synchronize()
-        if not all(torch.equal(a, b) for a, b in zip(before, rng(), strict=True)):
-            raise RuntimeError("the reference's forward draws random numbers")
-        return out
+        return exact_outputs(model, inputs, ref_out, lambda: shared(st))
 
     return run
 

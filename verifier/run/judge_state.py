@@ -110,12 +110,10 @@ class JudgeState:
     profiled_reference: int = 0
     own_kernels: frozenset[str] = frozenset()  # kernels compiled into the candidate's libraries
     own_kernels_error: str = ""
-    # the reference with float64 weights (`judge_correctness.exact_reference`), made once when a
-    # comparison first asks for it; None until then, False when it cannot be made
-    model64: Any = None
-    # output index -> the largest rms of the fp32 reference's own error where correctness judged
-    # that output against the float64 reference (it cancels): the timed digests allow for it
-    exact_own_rms: dict[int, float] = field(default_factory=dict)
+    # output index -> the largest share of the fp32 reference's own error in that output (rms /
+    # rms) where correctness judged it against the float64 reference (it cancels): the timed
+    # digests allow for it (judge_timing.py `_digest_bound`)
+    exact_own_shares: dict[int, float] = field(default_factory=dict)
 
 
 def new_state(

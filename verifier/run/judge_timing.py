@@ -468,7 +468,7 @@ def _repetition(
                 cfg.atol,
                 cfg.rtol,
                 precision=cfg.precision,
-                exact=exact_reference(st, model, sets[i]),
+                exact=exact_reference(st, model, sets[i], want),
             )
             if not cmp.ok:
                 return [
@@ -511,14 +511,17 @@ def _digest_bound(st: JudgeState, ref: Any, index: int) -> float:
         return 0.0
     if not (ref.is_floating_point() or ref.is_complex()):
         return witness.bound(ref, 0.0, 0.0)
-    from cudice.verifier.run.tolerance import EXACT_SLACK, output_scale, rtol_floor
+    from cudice.verifier.run.tolerance import EXACT_SLACK, NORM_SHARE, output_scale, rtol_floor
 
     # the norm check's own terms (run/tolerance.py), so the digest accepts what the comparison
-    # accepts; for an output that cancels, what its comparison against the float64 reference
-    # accepts: (EXACT_SLACK + 1) times the reference's own error in norm (the candidate's distance
-    # to the exact output, and the reference's), twice the largest seen in correctness (new inputs)
-    atol = st.config.atol * output_scale(ref)
-    atol += 4.0 * 2.0 * (EXACT_SLACK + 1.0) * st.exact_own_rms.get(index, 0.0)
+    # accepts. For an output that cancels (correctness judged it against the float64 reference),
+    # also what that comparison accepts: (EXACT_SLACK + 1) times the reference's own error in norm
+    # (the candidate's distance to the exact output, and the reference's), twice the largest share
+    # seen in correctness for new inputs; capped at 1/18 of the output's norm, so that a digest
+    # still tells an output that was not computed (off by about its own norm) from one that was.
+    scale = output_scale(ref)
+    share = min(2.0 * (EXACT_SLACK + 1.0) * st.exact_own_shares.get(index, 0.0), 1.0 / 18.0)
+    atol = st.config.atol * scale + share * scale / NORM_SHARE
     return witness.bound(ref, atol, max(st.config.rtol, rtol_floor(ref.dtype)))
 
 

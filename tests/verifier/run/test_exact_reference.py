@@ -1,0 +1,201 @@
+"""The reference in float64 (run/exact_reference.py): given where the float64 run is the fp32 run up
+to rounding, refused (`NoExact`, with the reason) wherever it could be another computation, since
+the comparison widens its bounds by the distance between the two (run/tolerance.py). Each refused
+reference below would otherwise let a wrong output through: the test of `compare_outputs` on it
+checks that too."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+nn = torch.nn
+
+from cudice.verifier.run.exact_reference import exact_outputs  # noqa: E402
+from cudice.verifier.run.tolerance import NoExact, compare_outputs  # noqa: E402
+
+GEN = torch.Generator().manual_seed(7)
+X = torch.randn(64, 256, generator=GEN)
+HALVES = (torch.arange(-2048, 2048, dtype=torch.float32) + 0.5).view(16, 256)  # exact ties for round()
+
+
+def _exact(model: Any, inputs: list[Any]) -> tuple[Any, Any]:
+    """(the reference's fp32 output, its float64 one or the NoExact raised)."""
+    with torch.no_grad():
+        ref = model(*[x.clone() for x in inputs])
+    try:
+        return ref, exact_outputs(model, inputs, ref, contextlib.nullcontext)
+    except NoExact as exc:
+        return ref, exc
+
+
+class Variance(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (x * x).mean(-1) - x.mean(-1) ** 2
+
+
+def test_a_deterministic_fp32_reference_is_run_in_float64_and_left_as_it_is() -> None:
+    model = nn.Sequential(nn.Linear(256, 64), Variance())
+    weight = model[0].weight.detach().clone()
+    x = X * 0.2 + 5
+    _, got = _exact(model, [x])
+    assert isinstance(got, torch.Tensor) and got.dtype == torch.float64
+    assert torch.allclose(got, model.double()(x.double()), rtol=0, atol=0)
+    model.float()
+    assert model[0].weight.dtype == torch.float32 and torch.equal(model[0].weight, weight)
+
+
+class PrivateGenerator(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.g = torch.Generator().manual_seed(0)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + 0.5 * torch.rand(x.shape, generator=self.g, dtype=x.dtype)
+
+
+class SeededInForward(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        g = torch.Generator().manual_seed(1234)  # the same seed, but fp64 draws other numbers
+        return x + 0.5 * torch.rand(x.shape, generator=g, dtype=x.dtype)
+
+
+class Dropout(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.dropout(x, 0.5, training=True)
+
+
+class Counter(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("n", torch.zeros(()))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.n += 1
+        return x * self.n
+
+
+def _roundabout(x: torch.Tensor) -> torch.Tensor:
+    """x again, up to rounding: (x * 0.1 + 0.2) * 10 - 2."""
+    return (x * 0.1 + 0.2) * 10 - 2
+
+
+class BranchOnRounding(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if (_roundabout(x) - x)[7].sum() > 0:  # 0 in exact arithmetic: the sign is the rounding's
+            return x * 3
+        return -x
+
+
+class Rounded(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.round(_roundabout(x))  # ties: fp32 and fp64 round 676 of them apart
+
+
+class HalfInputs(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return Variance()(x).float()
+
+
+class Autocast(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = x @ x.T
+        return y.float()
+
+
+class CastsToFloat(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (x.float() * x.float()).mean(-1) - x.float().mean(-1) ** 2
+
+
+class Unpicklable(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fn = lambda x: x  # deepcopy of a lambda works; a generator object does not
+        self.it = (i for i in range(3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+
+@pytest.mark.parametrize(
+    ("model", "inputs", "cheat", "reason"),
+    [
+        pytest.param(
+            PrivateGenerator(), [X], lambda x: x + 0.25, "draws random numbers", id="private_generator"
+        ),
+        pytest.param(
+            SeededInForward(), [X], lambda x: x + 0.25, "draws random numbers", id="seeded_in_forward"
+        ),
+        pytest.param(Dropout(), [X], lambda x: x, "draws random numbers", id="dropout"),
+        pytest.param(Counter(), [X], lambda x: x * 4 + 1, "changes its own state", id="counter_buffer"),
+        pytest.param(BranchOnRounding(), [HALVES], lambda x: x * 2, "decides something", id="branch"),
+        pytest.param(Rounded(), [HALVES], lambda x: torch.round(x + 3), "decides something", id="round"),
+        pytest.param(
+            Autocast(), [X], lambda x: torch.zeros(64, 64), "computes in torch.bfloat16", id="autocast"
+        ),
+        pytest.param(
+            CastsToFloat(),
+            [X * 0.1 + 5],
+            lambda x: torch.zeros(64),
+            "computes in torch.float32",
+            id="float_cast",
+        ),
+        pytest.param(
+            HalfInputs(), [(X * 0.2 + 5).half()], lambda x: torch.zeros(64), "torch.float16", id="fp16_inputs"
+        ),
+        pytest.param(Unpicklable(), [X], lambda x: x, "cannot be copied", id="uncopyable"),
+    ],
+)
+def test_a_float64_run_that_could_be_another_computation_is_refused(
+    model: Any, inputs: list[Any], cheat: Any, reason: str
+) -> None:
+    if isinstance(model, Counter):
+        for _ in range(3):
+            model(X)  # earlier trials
+    ref, got = _exact(model, inputs)
+    assert isinstance(got, NoExact) and reason in str(got), got
+    cmp = compare_outputs(
+        ref,
+        cheat(*inputs),
+        1e-2,
+        1e-2,
+        exact=lambda: exact_outputs(model, inputs, ref, contextlib.nullcontext),
+    )
+    assert not cmp.ok and "no second opinion" in cmp.why and reason in cmp.why, cmp
+
+
+def test_the_refusal_of_a_counter_needs_the_state_the_reference_ran_with() -> None:
+    """The copies are made after the reference's own call (as in the judge): a forward that
+    changes the module's state gives another result on them, whatever the count."""
+    model = Counter()
+    _, got = _exact(model, [X])
+    assert isinstance(got, NoExact) and "changes its own state" in str(got)
+
+
+def test_a_cancelling_output_widens_the_timed_digest_but_never_past_an_output_not_computed() -> None:
+    import types
+
+    from cudice.verifier.run import witness
+    from cudice.verifier.run.judge_timing import _digest_bound
+
+    config = types.SimpleNamespace(atol=1e-2, rtol=1e-2)
+    ref = Variance()(X * 0.2 + 5)
+    plain = _digest_bound(types.SimpleNamespace(config=config, exact_own_shares={}), ref, 0)
+    shares = [1e-5, 1e-3, 1.0, float("inf")]  # the last two are refused upstream; the cap holds anyway
+    bounds = [
+        _digest_bound(types.SimpleNamespace(config=config, exact_own_shares={0: s}), ref, 0) for s in shares
+    ]
+    assert plain < bounds[0] < bounds[1] <= bounds[2] == bounds[3] < float("inf")
+    key = 12345
+    expected = witness.digest([ref], key, "cpu").tolist()
+    for wrong in (torch.zeros_like(ref), ref * 0.5):  # not computed; half of it
+        assert not witness.check(witness.digest([wrong], key, "cpu").tolist(), expected, [bounds[-1]]).ok
+    honest = ref.double() + 3 * 7e-5 * ref.double().pow(2).mean().sqrt() * torch.randn(
+        64, dtype=torch.float64
+    )
+    assert witness.check(witness.digest([honest.float()], key, "cpu").tolist(), expected, [bounds[1]]).ok

@@ -1,0 +1,190 @@
+"""The reference computed in float64: the comparison's second opinion on an fp32 output (run/tolerance.py).
+
+`exact_outputs(model, inputs, ref_out, hold)` returns the reference's outputs for `inputs`
+computed in float64, or raises `tolerance.NoExact` saying why that run could differ from the fp32
+run that gave `ref_out` by more than rounding. Only then is the fp32 reference's distance to it
+its own rounding error, which `tolerance._against_exact` widens the bounds by; anything else
+would let a wrong output through. Refused:
+
+1. a floating input, parameter or buffer that is not float32 (float64 would upcast fp16 inputs,
+   and the "own error" would be fp16's rounding);
+2. a forward that does not reproduce `ref_out` bit for bit from an fp32 copy made beside the
+   float64 one (both from the module as it is now; the reference itself is left as it is): a
+   forward that changes the module's state (a counter buffer) or is not deterministic;
+3. under a dispatch mode (`_Watch`) in both runs: an op that draws random numbers
+   (`torch.Tag.nondeterministic_seeded`: rand, dropout, bernoulli, multinomial, with any
+   generator); a floating result of another precision than the run's (autocast, `.half()`,
+   `.float()` inside the forward); and discrete results that differ between the two runs — a
+   checksum of every bool or integer tensor (comparisons, masks, argmax, indices), of every
+   rounding op's output (round, floor, ceil, trunc, sign, remainder) and of every non-float
+   scalar read on the host (`if t.sum() > 0`). A branch or a mask decided on a value that
+   rounds differently makes the two runs different computations.
+
+`hold()` is entered around the GPU work (the judge's shared lease, run/judge_state.py `shared`).
+The copies live only for the call. It runs only when an fp32 output has failed against the fp32
+reference, so it costs nothing on the common path.
+
+Not covered: Python-level branches on the dtype (`if x.dtype == torch.float32`) and constants
+taken from it (`torch.finfo(x.dtype).min`): tolerance.py's `OWN_MAX_SHARE` caps what such a
+difference can widen. Complex parameters (refused by rule 3: `.double()` leaves them complex64).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from collections.abc import Callable
+from typing import Any
+
+from cudice.verifier.run.tolerance import NoExact, _flatten
+
+
+def exact_outputs(
+    model: Any, inputs: list[Any], ref_out: Any, hold: Callable[[], contextlib.AbstractContextManager[Any]]
+) -> Any:
+    """`model`'s outputs for `inputs` in float64; `NoExact` with the reason where that run is not
+    the fp32 run that gave `ref_out` up to rounding (module docstring)."""
+    import torch
+
+    if not isinstance(model, torch.nn.Module):
+        raise NoExact("the reference is not a torch.nn.Module")
+    tensors = [x for x in inputs if isinstance(x, torch.Tensor)]
+    state = [*model.parameters(), *model.buffers()]
+    other = sorted(
+        {str(t.dtype) for t in tensors + state if t.is_floating_point() or t.is_complex()} - {"torch.float32"}
+    )
+    if other:
+        raise NoExact(f"the reference's inputs or weights are {', '.join(other)}, not float32 alone")
+    with hold(), torch.no_grad():
+        try:
+            m32 = copy.deepcopy(model)
+            m64 = copy.deepcopy(model).double()
+        except Exception as exc:
+            raise NoExact(f"the reference cannot be copied ({type(exc).__name__})") from exc
+        try:
+            out32, log32 = _run(
+                m32, [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs], torch.float32
+            )
+            if not _same(_flatten(out32), _flatten(ref_out)):
+                raise NoExact(
+                    "the reference's forward gives another result on a copy of itself (it changes "
+                    "its own state, or it is not deterministic)"
+                )
+            args = [
+                x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs
+            ]
+            out64, log64 = _run(m64, args, torch.float64)
+            if len(log32) != len(log64) or (
+                log32 and not torch.equal(torch.stack(log32).cpu(), torch.stack(log64).cpu())
+            ):
+                raise NoExact(
+                    "the reference decides something on its values (a comparison, a mask, a rounding, "
+                    "an index) that comes out differently in float64"
+                )
+        except NoExact:
+            raise
+        except Exception as exc:  # an op with no float64 kernel, memory
+            raise NoExact(
+                f"the reference failed in float64 ({type(exc).__name__}: {str(exc)[:200]})"
+            ) from exc
+        finally:
+            del m32, m64
+        return out64
+
+
+def _run(model: Any, args: list[Any], dtype: Any) -> tuple[Any, list[Any]]:
+    watch = _Watch(dtype)
+    with watch:
+        out = model(*args)
+    return out, watch.log
+
+
+def _same(a: list[object], b: list[object]) -> bool:
+    import torch
+
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b, strict=True):
+        if not isinstance(x, torch.Tensor) or not isinstance(y, torch.Tensor):
+            if x != y:
+                return False
+            continue
+        if x.shape != y.shape or x.dtype != y.dtype:
+            return False
+        y = y.to(x.device)
+        if x.is_floating_point() or x.is_complex():
+            if not bool(((x == y) | (torch.isnan(x) & torch.isnan(y))).all()):
+                return False
+        elif not torch.equal(x, y):
+            return False
+    return True
+
+
+def _rounding_ops() -> frozenset[Any]:
+    import torch
+
+    aten = torch.ops.aten
+    return frozenset(
+        [
+            aten.round,
+            aten.floor,
+            aten.ceil,
+            aten.trunc,
+            aten.sign,
+            aten.sgn,
+            aten.remainder,
+            aten.fmod,
+            aten.floor_divide,
+        ]
+    )
+
+
+def _checksum(t: Any) -> Any:
+    """Two float64 numbers on `t`'s device that differ, almost surely, when `t`'s values do."""
+    import torch
+
+    v = t.detach().reshape(-1).to(torch.float64)
+    w = torch.arange(v.numel(), device=v.device, dtype=torch.float64).remainder_(65521).add_(1)
+    shape = float(hash(tuple(t.shape)) % 65521)
+    return torch.stack([v.sum() + shape, (v * w).sum()])
+
+
+class _Watch:
+    """A TorchDispatchMode (made lazily: torch is imported late) that refuses random ops and
+    floating results of another precision than `dtype`, and logs checksums of discrete results."""
+
+    def __new__(cls, dtype: Any) -> Any:
+        import torch
+        from torch.utils._python_dispatch import TorchDispatchMode
+        from torch.utils._pytree import tree_leaves
+
+        rounding = _rounding_ops()
+        local_scalar = torch.ops.aten._local_scalar_dense.default
+
+        class Watch(TorchDispatchMode):  # type: ignore[no-untyped-call]
+            def __init__(self) -> None:
+                super().__init__()  # type: ignore[no-untyped-call]
+                self.log: list[Any] = []
+
+            def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+                if torch.Tag.nondeterministic_seeded in func.tags:
+                    raise NoExact(f"the reference's forward draws random numbers ({func.name()})")
+                out = func(*args, **(kwargs or {}))
+                if func is local_scalar:
+                    if not isinstance(out, float):  # a bool or int read on the host decides something
+                        self.log.append(torch.tensor([float(out), 0.0], dtype=torch.float64))
+                    return out
+                for t in tree_leaves(out):
+                    if not isinstance(t, torch.Tensor):
+                        continue
+                    if t.is_floating_point() or t.is_complex():
+                        real = t.real.dtype if t.is_complex() else t.dtype
+                        if t.dim() > 0 and real != dtype:
+                            raise NoExact(f"the reference's forward computes in {t.dtype} ({func.name()})")
+                        if func.overloadpacket in rounding:
+                            self.log.append(_checksum(t).cpu())
+                    else:
+                        self.log.append(_checksum(t).cpu())
+                return out
+
+        return Watch()
