@@ -445,7 +445,8 @@ def _repetition(
                         f"Timed call {i + 1} of {total} in one repetition: the digest of output "
                         f"{verdict.index} is {verdict.excess:.3g}x beyond what the tolerance allows "
                         "when the reply arrived: the outputs were not complete (work deferred past "
-                        "the call, a skipped synchronisation, lazy or cached outputs) or not correct.",
+                        "the call, a skipped synchronisation, lazy or cached outputs) or not correct "
+                        "(e.g. computed in lower precision than the reference: TF32, fp16, bf16).",
                         Stage.TIMING,
                         st.where,
                     )
@@ -462,6 +463,19 @@ def _repetition(
                     Stage.TIMING,
                     max_bytes=2 * tensor_bytes(want) + (1 << 20),
                 )
+            bound_to = _kept_matches_its_digest(st, got, digests["candidate"][i], keys[i], num_outputs)
+            if bound_to:
+                return [
+                    diag(
+                        "correctness.timed_call_mismatch",
+                        f"Timed call {i + 1} (checked afterwards, chosen at random): its output as "
+                        f"fetched is not the output its digests described during the call ({bound_to}): "
+                        "the output changed after the call's reply (lazily completed, or rewritten when "
+                        "read). Return plain tensors, complete when forward returns.",
+                        Stage.TIMING,
+                        st.where,
+                    )
+                ]
             cmp = compare_outputs(
                 want,
                 got,
@@ -503,6 +517,31 @@ def _draw_set(st: JudgeState, ref_mod: types.ModuleType) -> list[Any]:
     )
 
 
+def _kept_matches_its_digest(st: JudgeState, got: Any, sent: list[float], key: int, num_outputs: int) -> str:
+    """Whether a kept output, fetched after the clocked calls, is the one whose digests the runner
+    sent during its call under `key` (`sent`: its outputs' and inputs' digests): "" when it is,
+    else what differs. Only the summation order may differ (the runner's digest kernel and the
+    judge's add the same float64 products), so the slack is `witness.bound(t, 0, 0)`."""
+    import torch
+    from cudice.verifier.run import witness
+    from cudice.verifier.run.dynamic_checks import flatten_outputs
+
+    outs = flatten_outputs(got)
+    if len(outs) != num_outputs:
+        return f"{len(outs)} outputs, {num_outputs} when digested"
+    tensors = [t for t in outs if isinstance(t, torch.Tensor)]
+    if len(tensors) != len(outs):
+        return "an output is not a tensor"
+    mine = witness.digest([t.to(st.device) for t in tensors], key, st.device).cpu().tolist()
+    for j, t in enumerate(tensors):
+        slack = 2.0 * witness.bound(t, 0.0, 0.0)
+        for k in range(witness.NUM_DIGESTS):
+            a, b = mine[j * witness.NUM_DIGESTS + k], sent[j * witness.NUM_DIGESTS + k]
+            if not (abs(a - b) <= slack or (a != a and b != b)):  # NaN on both sides: the same NaN
+                return f"output {j}'s digest {a:.6g} against {b:.6g} sent with the call"
+    return ""
+
+
 def _digest_bound(st: JudgeState, ref: Any, index: int) -> float:
     import torch
     from cudice.verifier.run import witness
@@ -511,7 +550,13 @@ def _digest_bound(st: JudgeState, ref: Any, index: int) -> float:
         return 0.0
     if not (ref.is_floating_point() or ref.is_complex()):
         return witness.bound(ref, 0.0, 0.0)
-    from cudice.verifier.run.tolerance import EXACT_SLACK, NORM_SHARE, output_scale, rtol_floor
+    from cudice.verifier.run.tolerance import (
+        EXACT_SLACK,
+        FP32_REL_NORM_BOUND,
+        NORM_SHARE,
+        output_scale,
+        rtol_floor,
+    )
 
     # the norm check's own terms (run/tolerance.py), so the digest accepts what the comparison
     # accepts. For an output that cancels (correctness judged it against the float64 reference),
@@ -521,8 +566,14 @@ def _digest_bound(st: JudgeState, ref: Any, index: int) -> float:
     # still tells an output that was not computed (off by about its own norm) from one that was.
     scale = output_scale(ref)
     share = min(2.0 * (EXACT_SLACK + 1.0) * st.exact_own_shares.get(index, 0.0), 1.0 / 18.0)
-    atol = st.config.atol * scale + share * scale / NORM_SHARE
-    return witness.bound(ref, atol, max(st.config.rtol, rtol_floor(ref.dtype)))
+    atol, rtol = st.config.atol * scale, max(st.config.rtol, rtol_floor(ref.dtype))
+    n, norm = ref.numel(), float(ref.detach().double().norm())
+    if st.config.precision == "fp32" and ref.dtype in (torch.float32, torch.float64) and norm > 0:
+        # the precision rule's bound where it is the tighter one (run/tolerance.py rule 3): a timed
+        # call computed in bf16 or TF32 is as far off as that rule rejects, so its digest is too
+        nu = min(NORM_SHARE * (rtol * norm + atol * n**0.5), FP32_REL_NORM_BOUND * norm)
+        atol, rtol = 0.0, nu / (NORM_SHARE * norm)
+    return witness.bound(ref, atol + share * scale / NORM_SHARE, rtol)
 
 
 def stop_repeating(

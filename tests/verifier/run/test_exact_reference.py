@@ -183,7 +183,7 @@ def test_a_cancelling_output_widens_the_timed_digest_but_never_past_an_output_no
     from cudice.verifier.run import witness
     from cudice.verifier.run.judge_timing import _digest_bound
 
-    config = types.SimpleNamespace(atol=1e-2, rtol=1e-2)
+    config = types.SimpleNamespace(atol=1e-2, rtol=1e-2, precision="fp32")
     ref = Variance()(X * 0.2 + 5)
     plain = _digest_bound(types.SimpleNamespace(config=config, exact_own_shares={}), ref, 0)
     shares = [1e-5, 1e-3, 1.0, float("inf")]  # the last two are refused upstream; the cap holds anyway
@@ -199,3 +199,20 @@ def test_a_cancelling_output_widens_the_timed_digest_but_never_past_an_output_no
         64, dtype=torch.float64
     )
     assert witness.check(witness.digest([honest.float()], key, "cpu").tolist(), expected, [bounds[1]]).ok
+
+
+def test_a_kept_output_must_be_the_one_digested_during_its_call() -> None:
+    import types
+
+    from cudice.verifier.run import witness
+    from cudice.verifier.run.judge_timing import _kept_matches_its_digest
+
+    st = types.SimpleNamespace(device="cpu")
+    out, other = torch.randn(64, 256, generator=GEN), torch.randn(64, 256, generator=GEN)
+    key = 987654321
+    sent = witness.digest([out, other], key, "cpu").tolist()  # outputs, then an input, as the runner sends
+    assert _kept_matches_its_digest(st, (out.clone(),), sent, key, 1) == ""
+    changed = out.clone()
+    changed[0, 0] += 1e-3  # rewritten after the reply: one element, by a little
+    assert "digest" in _kept_matches_its_digest(st, (changed,), sent, key, 1)
+    assert "outputs" in _kept_matches_its_digest(st, (out, other), sent, key, 1)
