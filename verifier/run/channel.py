@@ -186,7 +186,9 @@ def encode(value: object) -> tuple[object, list[memoryview]]:
     blobs: list[memoryview] = []
 
     def leaf(v: torch.Tensor) -> object:
-        t = v.detach().contiguous().cpu()
+        t = (
+            v.detach().resolve_conj().resolve_neg().contiguous().cpu()
+        )  # a lazy conjugate has no bytes of its own
         name = str(t.dtype).removeprefix("torch.")
         if name not in DTYPES:
             raise ChannelError(f"dtype {t.dtype} cannot be sent; supported: {', '.join(DTYPES)}")

@@ -16,17 +16,23 @@ would let a wrong output through. Refused:
    generator); a floating result of another precision than the run's (autocast, `.half()`,
    `.float()` inside the forward); and discrete results that differ between the two runs — a
    checksum of every bool or integer tensor (comparisons, masks, argmax, indices), of every
-   rounding op's output (round, floor, ceil, trunc, sign, remainder) and of every non-float
-   scalar read on the host (`if t.sum() > 0`). A branch or a mask decided on a value that
-   rounds differently makes the two runs different computations.
+   thresholding op's output (round, floor, ceil, trunc, frac, sign, threshold, hardshrink,
+   copysign, histc, bucketize, division with a rounding mode), of the wraps of remainder and
+   fmod, and of every non-float scalar read on the host (`if t.sum() > 0`, `torch.equal`). A
+   branch or a mask decided on a value that rounds differently makes the two runs different
+   computations. Random ops asked to draw nothing (dropout with p = 0 or outside training, as
+   in scaled dot product attention) are let through.
 
 `hold()` is entered around the GPU work (the judge's shared lease, run/judge_state.py `shared`).
 The copies live only for the call. It runs only when an fp32 output has failed against the fp32
 reference, so it costs nothing on the common path.
 
 Not covered: Python-level branches on the dtype (`if x.dtype == torch.float32`) and constants
-taken from it (`torch.finfo(x.dtype).min`): tolerance.py's `OWN_MAX_SHARE` caps what such a
-difference can widen. Complex parameters (refused by rule 3: `.double()` leaves them complex64).
+taken from it (`torch.finfo(x.dtype).eps`), and branches on a float read on the host
+(`if x.sum().item() > 0`): tolerance.py's `OWN_MAX_SHARE` caps what such a difference can widen.
+Complex parameters (refused by rule 1: `.double()` leaves them complex64). The memory a run
+needs (two copies of the weights, float64 activations) is not checked beforehand: running out
+of it refuses the second opinion.
 """
 
 from __future__ import annotations
@@ -62,17 +68,13 @@ def exact_outputs(
         except Exception as exc:
             raise NoExact(f"the reference cannot be copied ({type(exc).__name__})") from exc
         try:
-            out32, log32 = _run(
-                m32, [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs], torch.float32
-            )
+            out32, log32 = _run(m32, [_copy(x, None) for x in inputs], torch.float32)
             if not _same(_flatten(out32), _flatten(ref_out)):
                 raise NoExact(
                     "the reference's forward gives another result on a copy of itself (it changes "
                     "its own state, or it is not deterministic)"
                 )
-            args = [
-                x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs
-            ]
+            args = [_copy(x, torch.float64) for x in inputs]
             out64, log64 = _run(m64, args, torch.float64)
             if len(log32) != len(log64) or (
                 log32 and not torch.equal(torch.stack(log32).cpu(), torch.stack(log64).cpu())
@@ -89,7 +91,21 @@ def exact_outputs(
             ) from exc
         finally:
             del m32, m64
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()  # the copies' memory back before the candidate's next call
         return out64
+
+
+def _copy(x: Any, floating: Any) -> Any:
+    """A copy of input `x` for one run (the judge's own inputs are never handed over): floating
+    tensors in `floating` (None: as they are)."""
+    import torch
+
+    if not isinstance(x, torch.Tensor):
+        return x
+    if floating is not None and x.is_floating_point():
+        return x.to(floating)
+    return x.clone()
 
 
 def _run(model: Any, args: list[Any], dtype: Any) -> tuple[Any, list[Any]]:
@@ -121,6 +137,8 @@ def _same(a: list[object], b: list[object]) -> bool:
 
 
 def _rounding_ops() -> frozenset[Any]:
+    """Ops with floating results that jump where their input crosses a threshold: their results
+    are logged whole (a tie or a threshold decided differently in float64 changes them)."""
     import torch
 
     aten = torch.ops.aten
@@ -130,13 +148,45 @@ def _rounding_ops() -> frozenset[Any]:
             aten.floor,
             aten.ceil,
             aten.trunc,
+            aten.frac,
             aten.sign,
             aten.sgn,
-            aten.remainder,
-            aten.fmod,
             aten.floor_divide,
+            aten.threshold,
+            aten.hardshrink,
+            aten.softshrink,
+            aten.copysign,
+            aten.histc,
+            aten.bucketize,
         ]
     )
+
+
+def _quotient_ops() -> frozenset[Any]:
+    """`remainder`, `fmod`: the result is continuous between wraps, so only the wraps are logged
+    (the quotient `(a - result) / b`, rounded)."""
+    import torch
+
+    aten = torch.ops.aten
+    return frozenset([aten.remainder, aten.fmod])
+
+
+def _seeded_but_off(func: Any, args: Any, kwargs: dict[str, Any]) -> bool:
+    """A random op asked to draw nothing: dropout with p = 0 or outside training (scaled dot
+    product attention's kernels carry the random tag for their dropout), RReLU in eval mode."""
+    try:
+        schema = func._schema.arguments
+    except AttributeError:
+        return False
+    given = {
+        a.name: (args[k] if k < len(args) else kwargs.get(a.name, a.default_value))
+        for k, a in enumerate(schema)
+    }
+    given.update(kwargs)
+    for name in ("dropout_p", "p"):
+        if name in given:
+            return given[name] == 0 or any(given.get(t) is False for t in ("train", "training"))
+    return any(given.get(t) is False for t in ("train", "training"))
 
 
 def _checksum(t: Any) -> Any:
@@ -158,8 +208,10 @@ class _Watch:
         from torch.utils._python_dispatch import TorchDispatchMode
         from torch.utils._pytree import tree_leaves
 
-        rounding = _rounding_ops()
+        rounding, quotients = _rounding_ops(), _quotient_ops()
         local_scalar = torch.ops.aten._local_scalar_dense.default
+        host_results = {torch.ops.aten.equal.default, torch.ops.aten.is_nonzero.default}
+        div_mode = torch.ops.aten.div.Tensor_mode
 
         class Watch(TorchDispatchMode):  # type: ignore[no-untyped-call]
             def __init__(self) -> None:
@@ -167,12 +219,20 @@ class _Watch:
                 self.log: list[Any] = []
 
             def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-                if torch.Tag.nondeterministic_seeded in func.tags:
+                kwargs = kwargs or {}
+                if torch.Tag.nondeterministic_seeded in func.tags and not _seeded_but_off(func, args, kwargs):
                     raise NoExact(f"the reference's forward draws random numbers ({func.name()})")
-                out = func(*args, **(kwargs or {}))
-                if func is local_scalar:
+                out = func(*args, **kwargs)
+                if func is local_scalar or func in host_results:
                     if not isinstance(out, float):  # a bool or int read on the host decides something
                         self.log.append(torch.tensor([float(out), 0.0], dtype=torch.float64))
+                    return out
+                if func.overloadpacket in quotients and isinstance(out, torch.Tensor):
+                    a, b = args[0], args[1]
+                    self.log.append(_checksum(torch.round((a - out) / b)).cpu())
+                    return out
+                if func is div_mode and kwargs.get("rounding_mode", args[2] if len(args) > 2 else None):
+                    self.log.append(_checksum(out).cpu())
                     return out
                 for t in tree_leaves(out):
                     if not isinstance(t, torch.Tensor):

@@ -216,3 +216,40 @@ def test_a_kept_output_must_be_the_one_digested_during_its_call() -> None:
     changed[0, 0] += 1e-3  # rewritten after the reply: one element, by a little
     assert "digest" in _kept_matches_its_digest(st, (changed,), sent, key, 1)
     assert "outputs" in _kept_matches_its_digest(st, (out, other), sent, key, 1)
+
+
+class Attention(nn.Module):
+    def forward(self, q: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.scaled_dot_product_attention(q, q, q)  # no dropout: deterministic
+
+
+class Wrapped(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.remainder(x * 0.37, 1.0)  # continuous between wraps
+
+
+def test_deterministic_uses_of_random_ops_and_continuous_remainders_get_their_second_opinion() -> None:
+    q = torch.randn(2, 4, 64, 32, generator=GEN)
+    for model, inputs in ((Attention(), [q]), (Wrapped(), [X]), (nn.Sequential(nn.Dropout(0.5)).eval(), [X])):
+        _, got = _exact(model, inputs)
+        assert isinstance(got, torch.Tensor) and got.dtype == torch.float64, (model, got)
+
+
+@pytest.mark.parametrize(
+    "op",
+    [
+        pytest.param(lambda y: torch.frac(y), id="frac"),
+        pytest.param(lambda y: torch.nn.functional.hardshrink(y - y.round(), 0.25), id="hardshrink"),
+        pytest.param(lambda y: torch.nn.functional.threshold(y - y.floor(), 0.5, -1.0), id="threshold"),
+        pytest.param(lambda y: torch.div(y, 0.5, rounding_mode="floor"), id="div_floor"),
+        pytest.param(lambda y: torch.remainder(y + 0.5, 1.0), id="remainder_wraps"),
+        pytest.param(lambda y: y * 2 if torch.equal(y, y.round()) else y, id="torch_equal"),
+    ],
+)
+def test_other_thresholds_decided_differently_in_float64_are_refused(op: Any) -> None:
+    class Thresholded(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return op(_roundabout(x))  # ties and near-ties: fp32 and fp64 land on either side
+
+    _, got = _exact(Thresholded(), [HALVES])
+    assert isinstance(got, NoExact) and "decides something" in str(got), got

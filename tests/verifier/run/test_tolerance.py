@@ -295,3 +295,10 @@ def test_complex_outputs_are_compared_in_both_parts() -> None:
     assert compare_outputs(ref, ref.clone(), 1e-2, 1e-2).ok
     wrong_imaginary = torch.complex(ref.real, torch.randn(256))
     assert not compare_outputs(ref, wrong_imaginary, 1e-2, 1e-2).ok
+
+
+def test_a_lazily_conjugated_complex_output_is_compared_not_a_crash() -> None:
+    z = torch.randn(64, dtype=torch.complex64)
+    ref = z.conj()  # a view with the conjugate bit, as `.mH` and `.adjoint()` give
+    assert compare_outputs(ref, z.conj().resolve_conj(), 1e-2, 1e-2).ok
+    assert not compare_outputs(ref, z, 1e-2, 1e-2).ok
