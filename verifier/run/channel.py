@@ -186,9 +186,8 @@ def encode(value: object) -> tuple[object, list[memoryview]]:
     blobs: list[memoryview] = []
 
     def leaf(v: torch.Tensor) -> object:
-        t = (
-            v.detach().resolve_conj().resolve_neg().contiguous().cpu()
-        )  # a lazy conjugate has no bytes of its own
+        # a lazily conjugated or negated view has no bytes of its own: resolved first
+        t = v.detach().resolve_conj().resolve_neg().contiguous().cpu()
         name = str(t.dtype).removeprefix("torch.")
         if name not in DTYPES:
             raise ChannelError(f"dtype {t.dtype} cannot be sent; supported: {', '.join(DTYPES)}")

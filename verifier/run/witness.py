@@ -16,7 +16,9 @@ can give a digest with random signs.
 
 On CUDA the digest is one fused kernel (NVRTC, launched by run/nvrtc_launch.py; one pass over the
 output, exact float64 products and sums); elsewhere, or where that kernel cannot be built, the
-same function in PyTorch operations. Both give the same value up to rounding.
+same function in PyTorch operations. Both give the same value up to rounding. NaN and Inf count
+as 0 on both sides (a reference with an Inf would otherwise have a NaN digest and bound, and no
+call could pass): where the reference has them, the full comparisons check them.
 
 Not covered: a candidate that fuses the digest into its own kernel and never writes its output
 and computes the outputs only when they are fetched (for an elementwise linear problem that saves
@@ -45,7 +47,10 @@ extern "C" __global__ void cudice_witness(const float* x, int n, int chunk, unsi
         h ^= h >> 15;
         h *= 0x85EBCA77u;
         h ^= h >> 13;
-        double wx = (0.5 + (double)(h >> 9) * (1.0 / 8388608.0)) * (double)x[i];
+        float v = x[i];
+        // NaN and Inf count as 0 on both sides (the judge compares them apart, in full)
+        double xv = (__float_as_uint(v) & 0x7f800000u) == 0x7f800000u ? 0.0 : (double)v;
+        double wx = (0.5 + (double)(h >> 9) * (1.0 / 8388608.0)) * xv;
         for (int k = 0; k < 4; ++k) acc[k] += ((h >> k) & 1u) ? -wx : wx;
     }
     __shared__ double partial[4][32];
@@ -145,7 +150,8 @@ def digest_tensor(t: Any, key: int, out: Any, slot: int) -> None:
         return
     x = x.reshape(-1) if plain else x
     w = _weights(n, key, x.device)
-    out[NUM_DIGESTS * slot : NUM_DIGESTS * (slot + 1)] += (w * x.to(torch.float64)).sum(dim=1)
+    x64 = torch.nan_to_num(x.to(torch.float64), nan=0.0, posinf=0.0, neginf=0.0)  # as the kernel does
+    out[NUM_DIGESTS * slot : NUM_DIGESTS * (slot + 1)] += (w * x64).sum(dim=1)
 
 
 def digest(outputs: list[Any], key: int, device: Any, out: Any = None) -> Any:
@@ -178,7 +184,7 @@ def bound(ref: Any, a: float, b: float) -> float:
     four digests leave a wrong output a chance of about `(9 nu / ||r||)^4` of passing."""
     import torch
 
-    r = _flat_float(ref).to(torch.float64)
+    r = torch.nan_to_num(_flat_float(ref).to(torch.float64), nan=0.0, posinf=0.0, neginf=0.0)
     n = int(r.numel())
     nu = 0.25 * (b * float(r.norm()) + a * math.sqrt(n))
     # the float64 sums of exact float64 products, added in another order on either side

@@ -253,3 +253,18 @@ def test_other_thresholds_decided_differently_in_float64_are_refused(op: Any) ->
 
     _, got = _exact(Thresholded(), [HALVES])
     assert isinstance(got, NoExact) and "decides something" in str(got), got
+
+
+def test_nan_and_inf_count_as_zero_in_a_digest_and_its_bound_stays_finite() -> None:
+    from cudice.verifier.run import witness
+
+    ref = torch.randn(1000, generator=GEN)
+    ref[:3] = torch.tensor([float("inf"), -float("inf"), float("nan")])
+    zeroed = ref.clone()
+    zeroed[:3] = 0.0
+    key = 4242
+    assert witness.digest([ref], key, "cpu").tolist() == witness.digest([zeroed], key, "cpu").tolist()
+    bound = witness.bound(ref, 1e-2, 1e-2)
+    assert 0 < bound < float("inf")
+    same = witness.digest([ref.clone()], key, "cpu").tolist()
+    assert witness.check(same, witness.digest([ref], key, "cpu").tolist(), [bound]).ok
