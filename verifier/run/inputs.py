@@ -19,7 +19,13 @@ structure the problem defines: a lower-triangular operand stays lower-triangular
                  flattened tensor, another sample, the wrong axis) no longer average out;
 - `structured` — the first slice along dim 0 repeated, plus a ramp of width 6 along the last
                  dim ([-1, 5] in 32- and 64-bit formats, so the rows' sums do not cancel;
-                 [-3, 3] in 16-bit ones; [0, 6] for non-negative draws): rows alike, columns not.
+                 [-3, 3] in 16-bit ones; [0, 6] for non-negative draws): rows alike, columns not;
+- `outliers`   — the values as given, except one in a thousand (`OUTLIER_SHARE`, at least one),
+                 at random positions, at least 3 in magnitude and then times 32 (times 4 in
+                 16-bit formats), with their sign kept: a kernel cannot tell these
+                 inputs from `as_given` by reading a few of them, so one that takes a shortcut
+                 (no max subtraction in a softmax) wherever a sample of its inputs looks tame, and
+                 the robust path only where it looks `wide`, meets the values it breaks on.
 
 Contract:
 - every distribution keeps the sign of what a factory draws where it is all non-negative
@@ -55,7 +61,8 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-DISTRIBUTIONS = ("as_given", "wide", "positive", "shifted", "structured")
+DISTRIBUTIONS = ("as_given", "wide", "positive", "shifted", "structured", "outliers")
+OUTLIER_SHARE = 1e-3  # `outliers`: the share of values scaled, at random positions
 
 # torch factory names by what happens to their values
 _CONTINUOUS: tuple[str, ...] = ("randn", "rand", "randn_like", "rand_like", "normal")
@@ -249,6 +256,13 @@ class _Draws:
         if self.dist == "shifted":
             offset, log2_scale = self.profile(tuple(x.shape), x.device, work.dtype)
             return work * torch.exp2(log2_scale) + offset
+        if self.dist == "outliers":
+            draws = self.uniform(tuple(x.shape), x.device, work.dtype)
+            picked = draws < OUTLIER_SHARE
+            picked.view(-1)[draws.view(-1).argmin()] = True  # at least one, however small the tensor
+            # at least 3 draws' worth before the factor: each one large (exp(96) overflows fp32)
+            big = torch.where(work < 0, -1.0, 1.0) * work.abs().clamp_min(3.0)
+            return torch.where(picked, big * (4.0 if x.element_size() <= 2 else 32.0), work)
         assert self.dist == "structured", self.dist
         if x.dim() == 0:
             return work

@@ -68,8 +68,13 @@ def correctness(st: JudgeState, ref_mod: types.ModuleType, model: Any) -> Any:
                 )
             ],
         )
+    # `as_given` first (a kernel that fails on the problem's own inputs is told so first), the others
+    # in an order drawn per run: a kernel cannot count its calls to know which one it gets
+    others = list(DISTRIBUTIONS[1:])
+    _rng.shuffle(others)
+    order = ["as_given", *others]
     for trial in range(n):
-        dist = DISTRIBUTIONS[trial % len(DISTRIBUTIONS)]
+        dist = order[trial % len(order)]
         on_device = dist == "as_given"  # the others draw on the CPU (run/inputs.py `make_inputs`)
         try:  # on the GPU under the lease (not while another verification's batch is timed), else outside it
             with shared(st) if on_device else contextlib.nullcontext():

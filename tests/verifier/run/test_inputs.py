@@ -121,7 +121,7 @@ def test_get_inputs_structure_survives_every_distribution(structure: str, dist: 
 
 def test_distributions_shape_the_drawn_values_as_described() -> None:
     seed = secret_seed()
-    as_given, wide, positive, shifted, structured = (
+    as_given, wide, positive, shifted, structured, outliers = (
         make_inputs(lambda: [torch.randn(8, 6, 5, 64)], seed, d, "cpu")[0] for d in DISTRIBUTIONS
     )
     assert torch.equal(wide, as_given * 32)  # one base stream: the same draws, 32x wider
@@ -136,6 +136,17 @@ def test_distributions_shape_the_drawn_values_as_described() -> None:
     assert abs(half.float().mean()) < 1.0  # [-3, 3] in 16-bit formats: no overflow from a mean of 2
     half = make_inputs(lambda: [torch.randn(64, dtype=torch.float16)], seed, "wide", "cpu")[0]
     assert half.dtype == torch.float16 and half.abs().max() < 4 * 6  # 4x in 16-bit formats
+    # the given values but a few, large, at random positions, their signs kept
+    moved = outliers != as_given
+    assert 1 <= int(moved.sum()) <= 40  # one in a thousand of 15,360 (at least one)
+    assert bool((outliers[moved].abs() >= 96).all()) and torch.equal(
+        outliers[moved].sign(), as_given[moved].sign()
+    )
+    tiny = make_inputs(lambda: [torch.rand(7)], seed, "outliers", "cpu")[0]
+    plain = make_inputs(lambda: [torch.rand(7)], seed, "as_given", "cpu")[0]
+    assert int((tiny != plain).sum()) == 1 and bool(
+        (tiny >= 0).all()
+    )  # one even in 7 values; rand stays >= 0
 
 
 @pytest.mark.parametrize("dist", DISTRIBUTIONS)

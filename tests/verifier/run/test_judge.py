@@ -57,7 +57,7 @@ def judge_case(case: Case, cache_dir: Path, *, device: str = "cpu") -> tuple[Ver
     config = VerifyConfig(
         cache_dir=cache_dir,
         timeout_s=600,
-        num_trials=5,
+        num_trials=6,  # one per input distribution: each case meets every one
         timing_num_trials=6,
         timing_warmup_ms=5.0,
         l2_flush_mib=0 if device == "cpu" else 256,

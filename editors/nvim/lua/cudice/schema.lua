@@ -32,7 +32,7 @@ return {
   -- Only run static checks and compile, never the kernel (automatic on machines without a GPU).
   { key = "cudice.verify.compileOnly", type = "boolean", default = false },
   -- Correctness trials with fresh seeded inputs.
-  { key = "cudice.verify.trials", type = "integer", default = 5, minimum = 1, maximum = 100 },
+  { key = "cudice.verify.trials", type = "integer", default = 6, minimum = 1, maximum = 100 },
   -- Absolute tolerance of the correctness check.
   { key = "cudice.verify.atol", type = "number", default = 0.01, minimum = 0.0 },
   -- Relative tolerance of the correctness check.
