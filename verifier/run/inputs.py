@@ -17,12 +17,13 @@ structure the problem defines: a lower-triangular operand stays lower-triangular
                  (the rows), constant along the last dim. Per-sample and per-row statistics
                  differ, so statistics taken over the wrong elements (fixed chunks of the
                  flattened tensor, another sample, the wrong axis) no longer average out;
-- `structured` — the first slice along dim 0 repeated, plus a ramp of width 6 along the last
-                 dim ([-1, 5] in 32- and 64-bit formats, so the rows' sums do not cancel;
+- `structured` — the first slice along dim 0 repeated (in 32- and 64-bit formats each copy moved
+                 by its own offset below 0.01: nothing ties along dim 0), plus a ramp of width 6
+                 along the last dim ([-1, 5] in 32- and 64-bit formats, so the rows' sums do not cancel;
                  [-3, 3] in 16-bit ones; [0, 6] for non-negative draws): rows alike, columns not;
 - `outliers`   — the values as given, except one in a thousand (`OUTLIER_SHARE`, at least one),
-                 at random positions, at least 3 in magnitude and then times 32 (times 4 in
-                 16-bit formats), with their sign kept: a kernel cannot tell these
+                 at random positions, 3 more in magnitude and then times 32 (times 4 in 16-bit
+                 formats), with their sign kept: a kernel cannot tell these
                  inputs from `as_given` by reading a few of them, so one that takes a shortcut
                  (no max subtraction in a softmax) wherever a sample of its inputs looks tame, and
                  the robust path only where it looks `wide`, meets the values it breaks on.
@@ -260,13 +261,20 @@ class _Draws:
             draws = self.uniform(tuple(x.shape), x.device, work.dtype)
             picked = draws < OUTLIER_SHARE
             picked.view(-1)[draws.view(-1).argmin()] = True  # at least one, however small the tensor
-            # at least 3 draws' worth before the factor: each one large (exp(96) overflows fp32)
-            big = torch.where(work < 0, -1.0, 1.0) * work.abs().clamp_min(3.0)
+            # 3 draws' worth more before the factor: each one large (exp(96) overflows fp32), and no
+            # two alike (an honest argmax that breaks ties its own way would be rejected)
+            big = torch.where(work < 0, -1.0, 1.0) * (work.abs() + 3.0)
             return torch.where(picked, big * (4.0 if x.element_size() <= 2 else 32.0), work)
         assert self.dist == "structured", self.dist
         if x.dim() == 0:
             return work
         rows = work[:1].expand_as(work) if x.dim() >= 2 else work
+        if x.dim() >= 2 and x.element_size() >= 4:
+            # each repeated slice moved by its own offset in [0, 0.01): rows alike, but no exact
+            # ties along dim 0, where an honest argmax/max/sort that breaks ties its own way (the
+            # last index, a parallel reduction) was rejected on every column
+            view = [x.shape[0]] + [1] * (x.dim() - 1)
+            rows = rows + 0.01 * self.uniform((x.shape[0],), x.device, work.dtype).view(view)
         # non-negative draws (`rand`) stay so; signed ones keep both signs. In 32- and 64-bit formats
         # the ramp does not sum to zero: with every row alike, each row's sum is one scalar for the
         # whole output, and a ramp of [-3, 3] made it a cancellation whose fp32 rounding (honest, in
