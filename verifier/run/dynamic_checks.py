@@ -139,14 +139,20 @@ def check_inputs_unchanged(
     return diags
 
 
+_PLAIN_SCALARS = (int, float, bool, str, type(None))  # immutable: nothing to compute when read
+
+
 def check_outputs_plain(
     outputs: object, reference: object, where: Location | None = None
 ) -> list[Diagnostic]:
-    """Outputs are plain, dense, materialised tensors like the reference's (type, layout, device, dtype)."""
+    """Outputs are plain, dense, materialised tensors like the reference's (type, layout, device, dtype),
+    or plain Python numbers, strings or None where the reference has one of the same type."""
     diags: list[Diagnostic] = []
     outs, refs = flatten_outputs(outputs), flatten_outputs(reference)
     for i, o in enumerate(outs):
         r = refs[i] if i < len(refs) else None
+        if type(o) in _PLAIN_SCALARS and type(o) is type(r):
+            continue  # a number (a count, a flag) where the reference returns one: compared by value
         if type(o) is not torch.Tensor:
             diags.append(
                 _diag(
