@@ -42,7 +42,8 @@ import copy
 from collections.abc import Callable
 from typing import Any
 
-from cudice.verifier.run.tolerance import NoExact, _flatten
+from cudice.verifier.run.dynamic_checks import flatten_outputs as _flatten
+from cudice.verifier.run.tolerance import NoExact
 
 
 def exact_outputs(
