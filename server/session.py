@@ -109,14 +109,19 @@ def arm_exit_watchdog(code: int, timeout_s: float | None = None) -> None:
 
     def watch() -> None:
         time.sleep(bound)
-        err = sys.__stderr__
-        if err is not None:
-            err.write(
-                f"cudice: the server was still running {bound:.0f} s after `exit`; its threads were at:\n"
-            )
-            faulthandler.dump_traceback(file=err, all_threads=True)
-            err.flush()
-        os._exit(code)
+        try:  # stderr may have gone with the editor: the exit must not depend on it
+            err = sys.__stderr__
+            if err is not None:
+                err.write(
+                    f"cudice: the server was still running {bound:.0f} s after `exit` (or the end of "
+                    "its input); its threads were at:\n"
+                )
+                faulthandler.dump_traceback(file=err, all_threads=True)
+                err.flush()
+        except Exception:
+            pass
+        finally:
+            os._exit(code)
 
     # A daemon thread: it runs on while the interpreter joins the other threads at its end.
     threading.Thread(target=watch, name="cudice-exit-watchdog", daemon=True).start()

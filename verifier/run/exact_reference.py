@@ -16,12 +16,13 @@ would let a wrong output through. Refused:
    generator); a floating result of another precision than the run's (autocast, `.half()`,
    `.float()` inside the forward); and discrete results that differ between the two runs — a
    checksum of every bool or integer tensor (comparisons, masks, argmax, indices), of every
-   thresholding op's output (round, floor, ceil, trunc, frac, sign, threshold, hardshrink,
-   copysign, histc, bucketize, division with a rounding mode), of the wraps of remainder and
-   fmod, and of every non-float scalar read on the host (`if t.sum() > 0`, `torch.equal`). A
-   branch or a mask decided on a value that rounds differently makes the two runs different
-   computations. Random ops asked to draw nothing (dropout with p = 0 or outside training, as
-   in scaled dot product attention) are let through.
+   thresholding op's output, in place or not (round, floor, ceil, trunc, frac, sign, sgn,
+   floor_divide, threshold, hardshrink, softshrink, copysign, heaviside, histc, bucketize,
+   division with a rounding mode), of the wraps of remainder and fmod, and of every non-float
+   scalar read on the host (`if t.sum() > 0`, `torch.equal`). A branch or a mask decided on a
+   value that rounds differently makes the two runs different computations. Random ops asked to
+   draw nothing (dropout with p = 0 or outside training, as in scaled dot product attention)
+   are let through.
 
 `hold()` is entered around the GPU work (the judge's shared lease, run/judge_state.py `shared`).
 The copies live only for the call. It runs only when an fp32 output has failed against the fp32
@@ -157,10 +158,16 @@ def _rounding_ops() -> frozenset[Any]:
             aten.hardshrink,
             aten.softshrink,
             aten.copysign,
+            aten.heaviside,
             aten.histc,
             aten.bucketize,
         ]
     )
+
+
+def _base_name(packet: Any) -> str:
+    """An op's name without its namespace and without the in-place mark: `aten::round_` -> `round`."""
+    return str(packet._qualified_op_name).split("::")[-1].rstrip("_")
 
 
 def _quotient_ops() -> frozenset[Any]:
@@ -212,7 +219,8 @@ class _Watch:
         rounding, quotients = _rounding_ops(), _quotient_ops()
         local_scalar = torch.ops.aten._local_scalar_dense.default
         host_results = {torch.ops.aten.equal.default, torch.ops.aten.is_nonzero.default}
-        div_mode = torch.ops.aten.div.Tensor_mode
+        rounding_names = {_base_name(op) for op in rounding}
+        quotient_names = {_base_name(op) for op in quotients}
 
         class Watch(TorchDispatchMode):  # type: ignore[no-untyped-call]
             def __init__(self) -> None:
@@ -223,16 +231,20 @@ class _Watch:
                 kwargs = kwargs or {}
                 if torch.Tag.nondeterministic_seeded in func.tags and not _seeded_but_off(func, args, kwargs):
                     raise NoExact(f"the reference's forward draws random numbers ({func.name()})")
+                name = _base_name(func.overloadpacket)  # in-place variants too: round_ is round
+                # the dividend as it was (an in-place remainder_ overwrites it)
+                before = (
+                    args[0].clone() if name in quotient_names and isinstance(args[0], torch.Tensor) else None
+                )
                 out = func(*args, **kwargs)
                 if func is local_scalar or func in host_results:
                     if not isinstance(out, float):  # a bool or int read on the host decides something
                         self.log.append(torch.tensor([float(out), 0.0], dtype=torch.float64))
                     return out
-                if func.overloadpacket in quotients and isinstance(out, torch.Tensor):
-                    a, b = args[0], args[1]
-                    self.log.append(_checksum(torch.round((a - out) / b)).cpu())
+                if before is not None and isinstance(out, torch.Tensor):
+                    self.log.append(_checksum(torch.round((before - out) / args[1])).cpu())
                     return out
-                if func is div_mode and kwargs.get("rounding_mode", args[2] if len(args) > 2 else None):
+                if name == "div" and kwargs.get("rounding_mode", args[2] if len(args) > 2 else None):
                     self.log.append(_checksum(out).cpu())
                     return out
                 for t in tree_leaves(out):
@@ -242,7 +254,7 @@ class _Watch:
                         real = t.real.dtype if t.is_complex() else t.dtype
                         if t.dim() > 0 and real != dtype:
                             raise NoExact(f"the reference's forward computes in {t.dtype} ({func.name()})")
-                        if func.overloadpacket in rounding:
+                        if name in rounding_names:
                             self.log.append(_checksum(t).cpu())
                     else:
                         self.log.append(_checksum(t).cpu())

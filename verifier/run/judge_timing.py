@@ -529,15 +529,16 @@ def _kept_matches_its_digest(st: JudgeState, got: Any, sent: list[float], key: i
     outs = flatten_outputs(got)
     if len(outs) != num_outputs:
         return f"{len(outs)} outputs, {num_outputs} when digested"
-    tensors = [t for t in outs if isinstance(t, torch.Tensor)]
-    if len(tensors) != len(outs):
-        return "an output is not a tensor"
-    mine = witness.digest([t.to(st.device) for t in tensors], key, st.device).cpu().tolist()
-    for j, t in enumerate(tensors):
+    # a number among the outputs has no digest (its slot stays 0 on both sides); it is compared by value
+    placed = [t.to(st.device) if isinstance(t, torch.Tensor) else None for t in outs]
+    mine = witness.digest(placed, key, st.device).cpu().tolist()
+    for j, t in enumerate(outs):
+        if not isinstance(t, torch.Tensor):
+            continue
         slack = 2.0 * witness.bound(t, 0.0, 0.0)
         for k in range(witness.NUM_DIGESTS):
             a, b = mine[j * witness.NUM_DIGESTS + k], sent[j * witness.NUM_DIGESTS + k]
-            if not (abs(a - b) <= slack or (a != a and b != b)):  # NaN on both sides: the same NaN
+            if not abs(a - b) <= slack:  # NaN counts as 0 in a digest: a NaN here is never right
                 return f"output {j}'s digest {a:.6g} against {b:.6g} sent with the call"
     return ""
 
@@ -554,6 +555,7 @@ def _digest_bound(st: JudgeState, ref: Any, index: int) -> float:
         EXACT_SLACK,
         FP32_REL_NORM_BOUND,
         NORM_SHARE,
+        as_real,
         output_scale,
         rtol_floor,
     )
@@ -564,10 +566,12 @@ def _digest_bound(st: JudgeState, ref: Any, index: int) -> float:
     # (the candidate's distance to the exact output, and the reference's), twice the largest share
     # seen in correctness for new inputs; capped at 1/18 of the output's norm, so that a digest
     # still tells an output that was not computed (off by about its own norm) from one that was.
-    scale = output_scale(ref)
+    # NaN and Inf count as 0 in a digest (run/witness.py): the bound is the finite elements' too
+    finite = torch.nan_to_num(as_real(ref.detach()), nan=0.0, posinf=0.0, neginf=0.0)
+    scale = output_scale(finite)
     share = min(2.0 * (EXACT_SLACK + 1.0) * st.exact_own_shares.get(index, 0.0), 1.0 / 18.0)
     atol, rtol = st.config.atol * scale, max(st.config.rtol, rtol_floor(ref.dtype))
-    n, norm = ref.numel(), float(ref.detach().double().norm())
+    n, norm = finite.numel(), float(finite.norm())
     if st.config.precision == "fp32" and ref.dtype in (torch.float32, torch.float64) and norm > 0:
         # the precision rule's bound where it is the tighter one (run/tolerance.py rule 3): a timed
         # call computed in bf16 or TF32 is as far off as that rule rejects, so its digest is too

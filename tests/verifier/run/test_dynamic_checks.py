@@ -45,7 +45,7 @@ def test_outputs_must_be_plain_dense_tensors_of_the_reference_dtype() -> None:
         "dynamic.output_not_plain_tensor"
     }
     assert codes(dc.check_outputs_plain([1.0, 2.0], [ref, ref])) == {"dynamic.output_not_plain_tensor"}
-    # a number where the reference returns a number of the same type (a count) is compared by value
+    # an int where the reference returns an int (a count) is compared by value
     assert dc.check_outputs_plain((torch.randn(8), 64), (ref, 64)) == []
     assert codes(dc.check_outputs_plain((torch.randn(8), 64.0), (ref, 64))) == {
         "dynamic.output_not_plain_tensor"

@@ -38,14 +38,16 @@ class Variance(nn.Module):
 
 
 def test_a_deterministic_fp32_reference_is_run_in_float64_and_left_as_it_is() -> None:
+    import copy
+
     model = nn.Sequential(nn.Linear(256, 64), Variance())
-    weight = model[0].weight.detach().clone()
+    weight, where = model[0].weight.detach().clone(), model[0].weight.data_ptr()
     x = X * 0.2 + 5
     _, got = _exact(model, [x])
     assert isinstance(got, torch.Tensor) and got.dtype == torch.float64
-    assert torch.allclose(got, model.double()(x.double()), rtol=0, atol=0)
-    model.float()
-    assert model[0].weight.dtype == torch.float32 and torch.equal(model[0].weight, weight)
+    assert model[0].weight.dtype == torch.float32 and model[0].weight.data_ptr() == where
+    assert torch.equal(model[0].weight, weight)
+    assert torch.equal(got, copy.deepcopy(model).double()(x.double()))
 
 
 class PrivateGenerator(nn.Module):
@@ -216,11 +218,19 @@ def test_a_kept_output_must_be_the_one_digested_during_its_call() -> None:
     changed[0, 0] += 1e-3  # rewritten after the reply: one element, by a little
     assert "digest" in _kept_matches_its_digest(st, (changed,), sent, key, 1)
     assert "outputs" in _kept_matches_its_digest(st, (out, other), sent, key, 1)
+    # an int among the outputs (a count) has no digest: its slot is 0 on both sides
+    with_count = witness.digest([out, None], key, "cpu").tolist()
+    assert _kept_matches_its_digest(st, (out.clone(), 64), with_count, key, 2) == ""
 
 
 class Attention(nn.Module):
     def forward(self, q: torch.Tensor) -> torch.Tensor:
         return torch.nn.functional.scaled_dot_product_attention(q, q, q)  # no dropout: deterministic
+
+
+class NoDropoutOutsideTraining(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.native_dropout(x, 0.5, False)[0]  # a random op, told it is not training
 
 
 class Wrapped(nn.Module):
@@ -230,7 +240,7 @@ class Wrapped(nn.Module):
 
 def test_deterministic_uses_of_random_ops_and_continuous_remainders_get_their_second_opinion() -> None:
     q = torch.randn(2, 4, 64, 32, generator=GEN)
-    for model, inputs in ((Attention(), [q]), (Wrapped(), [X]), (nn.Sequential(nn.Dropout(0.5)).eval(), [X])):
+    for model, inputs in ((Attention(), [q]), (Wrapped(), [X]), (NoDropoutOutsideTraining(), [X])):
         _, got = _exact(model, inputs)
         assert isinstance(got, torch.Tensor) and got.dtype == torch.float64, (model, got)
 
@@ -244,6 +254,12 @@ def test_deterministic_uses_of_random_ops_and_continuous_remainders_get_their_se
         pytest.param(lambda y: torch.div(y, 0.5, rounding_mode="floor"), id="div_floor"),
         pytest.param(lambda y: torch.remainder(y + 0.5, 1.0), id="remainder_wraps"),
         pytest.param(lambda y: y * 2 if torch.equal(y, y.round()) else y, id="torch_equal"),
+        pytest.param(lambda y: y.clone().round_(), id="round_in_place"),
+        pytest.param(lambda y: (y + 0.5).remainder_(1.0), id="remainder_in_place_wraps"),
+        pytest.param(
+            lambda y: torch.nn.functional.threshold(y - y.floor(), 0.5, -1.0, inplace=True), id="threshold_"
+        ),
+        pytest.param(lambda y: torch.heaviside(y - y.round(), y.new_tensor(0.5)), id="heaviside"),
     ],
 )
 def test_other_thresholds_decided_differently_in_float64_are_refused(op: Any) -> None:
@@ -256,15 +272,24 @@ def test_other_thresholds_decided_differently_in_float64_are_refused(op: Any) ->
 
 
 def test_nan_and_inf_count_as_zero_in_a_digest_and_its_bound_stays_finite() -> None:
+    import types
+
     from cudice.verifier.run import witness
+    from cudice.verifier.run.judge_timing import _digest_bound
 
     ref = torch.randn(1000, generator=GEN)
     ref[:3] = torch.tensor([float("inf"), -float("inf"), float("nan")])
     zeroed = ref.clone()
     zeroed[:3] = 0.0
     key = 4242
-    assert witness.digest([ref], key, "cpu").tolist() == witness.digest([zeroed], key, "cpu").tolist()
-    bound = witness.bound(ref, 1e-2, 1e-2)
+    expected = witness.digest([ref], key, "cpu").tolist()
+    assert expected == witness.digest([zeroed], key, "cpu").tolist()
+    st = types.SimpleNamespace(config=types.SimpleNamespace(atol=1e-2, rtol=1e-2, precision="fp32"))
+    st.exact_own_shares = {}
+    bound = _digest_bound(st, ref, 0)  # the judge's bound: the finite elements' (it was NaN: anything passed)
     assert 0 < bound < float("inf")
-    same = witness.digest([ref.clone()], key, "cpu").tolist()
-    assert witness.check(same, witness.digest([ref], key, "cpu").tolist(), [bound]).ok
+    honest = ref.clone()
+    honest[3:] += 1e-7 * torch.randn(997, generator=GEN)
+    assert witness.check(witness.digest([honest], key, "cpu").tolist(), expected, [bound]).ok
+    assert not witness.check(witness.digest([torch.zeros(1000)], key, "cpu").tolist(), expected, [bound]).ok
+    assert not witness.check(expected, expected, [float("nan")]).ok  # a NaN bound fails, never passes
