@@ -293,3 +293,22 @@ def test_nan_and_inf_count_as_zero_in_a_digest_and_its_bound_stays_finite() -> N
     assert witness.check(witness.digest([honest], key, "cpu").tolist(), expected, [bound]).ok
     assert not witness.check(witness.digest([torch.zeros(1000)], key, "cpu").tolist(), expected, [bound]).ok
     assert not witness.check(expected, expected, [float("nan")]).ok  # a NaN bound fails, never passes
+
+
+class EpsFromDtype(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        p = torch.softmax(x, -1)
+        return torch.log(p + torch.finfo(p.dtype).eps)  # 1.2e-7 in fp32, 2.2e-16 in its float64 run
+
+
+def test_a_constant_taken_from_the_dtype_is_held_off_by_the_cap() -> None:
+    """No check of the float64 run sees `torch.finfo(p.dtype).eps`: its output is 4e-2 of the norm
+    from the fp32 one, over the cap, so the 13 % noise a wider cap let through fails."""
+    x = torch.randn(128, 1024, generator=GEN) * 3
+    model = EpsFromDtype()
+    ref, got = _exact(model, [x])
+    assert isinstance(got, torch.Tensor)  # the run itself is not refused
+    scale = ref.pow(2).mean().sqrt()
+    noisy = ref + 0.13 * scale * torch.randn(ref.shape, generator=GEN).sign()
+    cmp = compare_outputs(ref, noisy, 1e-2, 1e-2, exact=lambda: got)
+    assert not cmp.ok and "no second opinion" in cmp.why and "over 0.001" in cmp.why, cmp
