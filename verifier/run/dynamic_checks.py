@@ -107,6 +107,22 @@ def snapshot_inputs(inputs: Sequence[object]) -> list[object]:
     return [x.detach().clone() if isinstance(x, torch.Tensor) else x for x in inputs]
 
 
+def bit_identical(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """The same shape, dtype and values (NaNs compare equal to NaNs in the same place); `b` is
+    compared on `a`'s device."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    b = b.to(a.device)
+    return bool(
+        torch.equal(a, b)
+        or (
+            a.is_floating_point()
+            and torch.equal(a.isnan(), b.isnan())
+            and torch.equal(a.nan_to_num(0.0), b.nan_to_num(0.0))
+        )
+    )
+
+
 def check_inputs_unchanged(
     before: Sequence[object], after: Sequence[object], where: Location | None = None
 ) -> list[Diagnostic]:
@@ -115,19 +131,7 @@ def check_inputs_unchanged(
     for i, (b, a) in enumerate(zip(before, after, strict=True)):
         if not isinstance(b, torch.Tensor) or not isinstance(a, torch.Tensor):
             continue
-        same = (
-            b.shape == a.shape
-            and b.dtype == a.dtype
-            and bool(
-                torch.equal(b, a)
-                or (
-                    b.is_floating_point()
-                    and torch.equal(b.isnan(), a.isnan())
-                    and torch.equal(b.nan_to_num(0.0), a.nan_to_num(0.0))
-                )
-            )
-        )
-        if not same:
+        if not bit_identical(b, a):
             diags.append(
                 _diag(
                     "dynamic.input_mutated",

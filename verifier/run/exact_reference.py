@@ -43,6 +43,7 @@ import copy
 from collections.abc import Callable
 from typing import Any
 
+from cudice.verifier.run.dynamic_checks import bit_identical
 from cudice.verifier.run.dynamic_checks import flatten_outputs as _flatten
 from cudice.verifier.run.tolerance import NoExact
 
@@ -123,17 +124,10 @@ def _same(a: list[object], b: list[object]) -> bool:
     if len(a) != len(b):
         return False
     for x, y in zip(a, b, strict=True):
-        if not isinstance(x, torch.Tensor) or not isinstance(y, torch.Tensor):
-            if x != y:
+        if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor):
+            if not bit_identical(x, y):
                 return False
-            continue
-        if x.shape != y.shape or x.dtype != y.dtype:
-            return False
-        y = y.to(x.device)
-        if x.is_floating_point() or x.is_complex():
-            if not bool(((x == y) | (torch.isnan(x) & torch.isnan(y))).all()):
-                return False
-        elif not torch.equal(x, y):
+        elif x != y:
             return False
     return True
 
