@@ -93,13 +93,31 @@ def _diag(code: str, message: str, where: Location | None, severity: Severity = 
     return Diagnostic(severity, message, code, Stage.CORRECTNESS, where)
 
 
+def _keys(m: Mapping[Any, object]) -> list[Any]:
+    """A mapping's keys in one order that does not depend on insertion order, by their text (the
+    runner's channel carries keys as strings)."""
+    return sorted(m, key=str)
+
+
 def flatten_outputs(out: object) -> list[object]:
-    """A forward's result as a flat list (tensor → [tensor]; tuples/lists/dict values flattened)."""
+    """A forward's result as a flat list (tensor → [tensor]; tuples/lists flattened in order, dict
+    values by sorted key, so that two dicts with the same keys pair up whatever their order)."""
     if isinstance(out, (list, tuple)):
         return [x for o in out for x in flatten_outputs(o)]
     if isinstance(out, Mapping):
-        return [x for o in out.values() for x in flatten_outputs(o)]
+        return [x for k in _keys(out) for x in flatten_outputs(out[k])]
     return [out]
+
+
+def output_structure(out: object) -> str:
+    """How a forward's result nests, leaves written `x`: `(x, {'a': x})`. Tuples and lists read
+    alike (a caller indexes both the same way); dicts by sorted key, keys as text."""
+    if isinstance(out, (list, tuple)):
+        inner = ", ".join(output_structure(o) for o in out)
+        return f"({inner},)" if len(out) == 1 else f"({inner})"
+    if isinstance(out, Mapping):
+        return "{" + ", ".join(f"{str(k)!r}: {output_structure(out[k])}" for k in _keys(out)) + "}"
+    return "x"
 
 
 def snapshot_inputs(inputs: Sequence[object]) -> list[object]:

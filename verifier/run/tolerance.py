@@ -91,8 +91,8 @@ class Comparison:
     max_abs_err: float
     max_rel_err: float
     rel_norm_err: float  # ||c - r|| / ||r|| over all outputs, worst one
-    # the rule that failed: "count", "value", "shape", "dtype", "integer", "non_finite", "element",
-    # "norm" or "precision"; "" when ok
+    # the rule that failed: "count", "structure", "value", "shape", "dtype", "integer", "non_finite",
+    # "element", "norm" or "precision"; "" when ok
     rule: str = ""
     precision: str = "fp32"  # the policy applied
     note: str = ""  # under "lenient": what the fp32 policy would have rejected
@@ -106,6 +106,12 @@ def _flatten(out: object) -> list[object]:
     from cudice.verifier.run.dynamic_checks import flatten_outputs
 
     return flatten_outputs(out)
+
+
+def output_structure(out: object) -> str:
+    from cudice.verifier.run import dynamic_checks
+
+    return dynamic_checks.output_structure(out)
 
 
 def output_scale(ref: Any) -> float:
@@ -167,6 +173,13 @@ def compare_outputs(
 
     if len(refs) != len(cands):
         return fail("count", f"{len(cands)} outputs, the reference returns {len(refs)}")
+    shape_r, shape_c = output_structure(ref), output_structure(cand)
+    if shape_r != shape_c:  # same leaves, other nesting or other dict keys: a caller reads other values
+        return fail(
+            "structure",
+            f"the outputs nest as {shape_c[:200]}, the reference's as {shape_r[:200]} (x: one output); "
+            "return the same tuple, list or dict layout with the same keys",
+        )
     for i, (r, c) in enumerate(zip(refs, cands, strict=True)):
         if not isinstance(r, torch.Tensor) or not isinstance(c, torch.Tensor):
             if r != c:

@@ -158,6 +158,24 @@ def test_mismatches_are_named(cand: object, needle: str) -> None:
     assert not cmp.ok and needle in cmp.why
 
 
+def test_outputs_nest_like_the_reference_and_dicts_pair_up_by_key() -> None:
+    a, b = torch.randn(4, 3), torch.randn(5)
+    ref = {"mean": a, "count": 7, "extra": (b,)}
+    # the same keys in another order: pairs by key, not by insertion order
+    reordered = {"extra": [b.clone()], "count": 7, "mean": a.clone()}
+    assert compare_outputs(ref, reordered, 1e-2, 1e-2).ok
+    # a key renamed (same leaves, same order): a caller would read a key that is not there
+    renamed = {"mean": a.clone(), "count": 7, "extra_": (b.clone(),)}
+    cmp = compare_outputs(ref, renamed, 1e-2, 1e-2)
+    assert not cmp.ok and cmp.rule == "structure" and "'extra_'" in cmp.why and "'extra'" in cmp.why
+    # tuple against list is the same layout; a bare tensor against a 1-tuple is not
+    assert compare_outputs((a, b), [a.clone(), b.clone()], 1e-2, 1e-2).ok
+    cmp = compare_outputs(a, (a.clone(),), 1e-2, 1e-2)
+    assert not cmp.ok and cmp.rule == "structure" and "(x,)" in cmp.why
+    # keys that crossed the runner's channel as text pair up with the reference's int keys
+    assert compare_outputs({0: a, 1: b}, {"1": b.clone(), "0": a.clone()}, 1e-2, 1e-2).ok
+
+
 def test_integer_outputs_must_be_equal() -> None:
     ref = torch.arange(10)
     assert compare_outputs(ref, ref.clone(), 1e-2, 1e-2).ok
