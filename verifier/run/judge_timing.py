@@ -548,6 +548,7 @@ def _digest_bound(st: JudgeState, ref: Any, index: int) -> float:
     from cudice.verifier.run.tolerance import (
         EXACT_SLACK,
         FP32_REL_NORM_BOUND,
+        HELD_TO_FP32,
         NORM_SHARE,
         as_real,
         output_scale,
@@ -566,7 +567,7 @@ def _digest_bound(st: JudgeState, ref: Any, index: int) -> float:
     share = min(2.0 * (EXACT_SLACK + 1.0) * st.exact_own_shares.get(index, 0.0), 1.0 / 18.0)
     atol, rtol = st.config.atol * scale, max(st.config.rtol, rtol_floor(ref.dtype))
     n, norm = finite.numel(), float(finite.norm())
-    if st.config.precision == "fp32" and ref.dtype in (torch.float32, torch.float64) and norm > 0:
+    if st.config.precision == "fp32" and str(ref.dtype).removeprefix("torch.") in HELD_TO_FP32 and norm > 0:
         # the precision rule's bound where it is the tighter one (run/tolerance.py rule 3): a timed
         # call computed in bf16 or TF32 is as far off as that rule rejects, so its digest is too
         nu = min(NORM_SHARE * (rtol * norm + atol * n**0.5), FP32_REL_NORM_BOUND * norm)

@@ -81,7 +81,7 @@ OWN_MAX_SHARE = 1e-3
 PRECISIONS = ("fp32", "lenient")
 # dtype name -> rtol floor: the rounding error of a few accumulations in that format
 _RTOL_FLOOR = {"float16": 1e-3, "bfloat16": 1.6e-2, "float32": 0.0, "float64": 0.0}
-_HELD_TO_FP32 = ("float32", "float64")
+HELD_TO_FP32 = ("float32", "float64", "complex64", "complex128")  # complex: two fp32/fp64 parts
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +137,7 @@ def compare_outputs(
     rtol: float,
     precision: str = "fp32",
     exact: Callable[[], Any] | None = None,
+    match_non_finite: bool = True,
 ) -> Comparison:
     """Compare a forward's outputs (nested tuples/lists/dicts of tensors and plain values).
 
@@ -145,8 +146,10 @@ def compare_outputs(
     `exact`, when given, returns the same outputs computed in float64, or raises `NoExact` with
     the reason it cannot (the judge's `exact_reference.exact_outputs`); it is called, at most
     once, only when an fp32 output fails a rule, and that output is then judged against it
-    (`_against_exact`). Elements where the reference is NaN or Inf must be the same NaN or Inf;
-    the rules apply to the others.
+    (`_against_exact`). Elements where the reference is NaN or Inf must be the same NaN or Inf
+    (with `match_non_finite` false they are not judged: inputs the judge drew itself may overflow
+    the reference where an honest kernel's other order does not); the rules apply to the others.
+    Plain values (ints, strings, None) must be equal and of the reference's type.
     """
     import torch
 
@@ -182,8 +185,13 @@ def compare_outputs(
         )
     for i, (r, c) in enumerate(zip(refs, cands, strict=True)):
         if not isinstance(r, torch.Tensor) or not isinstance(c, torch.Tensor):
-            if r != c:
-                return fail("value", f"output {i} is {c!r}, expected {r!r}")
+            # the type first: a tensor's `!=` against a number is a tensor, not a verdict
+            if type(c) is not type(r) or r != c:
+                return fail(
+                    "value",
+                    f"output {i} is {type(c).__name__} {str(c)[:80]}, expected {type(r).__name__} "
+                    f"{str(r)[:80]}",
+                )
             continue
         if tuple(c.shape) != tuple(r.shape):
             return fail("shape", f"output {i} has shape {tuple(c.shape)}, expected {tuple(r.shape)}")
@@ -206,7 +214,7 @@ def compare_outputs(
         finite = torch.isfinite(rf)
         if not bool(finite.all()):  # where the reference is NaN/Inf, the candidate must be the same
             same = (cf == rf) | (torch.isnan(cf) & torch.isnan(rf))
-            bad = int((~finite & ~same).sum())
+            bad = int((~finite & ~same).sum()) if match_non_finite else 0
             if bad:
                 j = int((~finite & ~same).nonzero()[0, 0])
                 return fail(
@@ -319,10 +327,10 @@ def _rules(
             "element is off by a little (a systematic bias, or a much lower precision); remove the "
             "bias, or compute in the reference's precision",
         )
-    # 3. precision: fp32 and fp64 outputs held to fp32 arithmetic
+    # 3. precision: fp32 and fp64 outputs (real or complex) held to fp32 arithmetic
     name = str(dtype).removeprefix("torch.")
     bound = max(FP32_REL_NORM_BOUND, widen_norm / ref_norm if ref_norm > 0 else 0.0)
-    if name in _HELD_TO_FP32 and rel_norm > bound:
+    if name in HELD_TO_FP32 and rel_norm > bound:
         finding = (
             f"output {i}: relative norm error {rel_norm:.2e} is above the fp32 bound "
             f"{bound:.2g}{widened}: the kernel computes in lower precision than its {name} "

@@ -84,6 +84,21 @@ def test_zero_and_constant_outputs_when_the_reference_varies() -> None:
     assert dc.check_not_constant([r.clone() for r in refs], refs) == []
 
 
+def test_a_reference_that_varies_by_its_rounding_alone_allows_a_single_valued_output() -> None:
+    # rows that differ by a shift: their variance is one value exactly; PyTorch's fp32
+    # E[x^2] - E[x]^2 varies from row to row by rounding, an accurate kernel's does not
+    torch.manual_seed(0)
+    row = torch.randn(4096, dtype=torch.float64) * 0.2 + 5
+    x = (row + torch.arange(64, dtype=torch.float64)[:, None] * 1e-3).float()
+    ref = (x * x).mean(1) - x.mean(1) ** 2
+    assert ref.unique().numel() > 1  # it does vary, by rounding
+    exact = torch.full_like(ref, float(row.var(unbiased=False)))
+    assert dc.check_not_constant([exact], [ref]) == []
+    # a single value where the reference varies by far more than its rounding is still caught
+    ref2 = torch.randn(64).abs() + 1
+    assert codes(dc.check_not_constant([torch.full_like(ref2, 1.5)], [ref2])) == {"dynamic.constant_output"}
+
+
 def test_constant_reference_allows_constant_output() -> None:
     refs = [torch.zeros(8) for _ in range(3)]  # e.g. a task whose answer is identically zero
     assert dc.check_not_constant([torch.zeros(8) for _ in range(3)], refs) == []
@@ -95,6 +110,19 @@ def test_determinism() -> None:
     b = a.clone()
     b[3] += 1.0
     assert codes(dc.check_deterministic(a, b, atol=1e-2, rtol=1e-2)) == {"dynamic.nondeterministic"}
+    # atol is relative to the output's rms, as in the comparison: an honest split-K sum whose
+    # atomic adds land in another order differs by rounding, near-zero elements included
+    big = torch.randn(4096, dtype=torch.float64) * 1e5
+    again = big + torch.randn_like(big) * 0.3
+    big, again = big.float(), again.float()
+    assert dc.check_deterministic(big, again, atol=1e-2, rtol=1e-2) == []
+    wrong = again.clone()
+    wrong[7] += 5e3  # far beyond 1e-2 of the rms (1e5): garbage, not rounding
+    assert codes(dc.check_deterministic(big, wrong, atol=1e-2, rtol=1e-2)) == {"dynamic.nondeterministic"}
+    z = torch.complex(torch.randn(64), torch.randn(64))
+    assert dc.check_deterministic(z, z.clone(), atol=1e-2, rtol=1e-2) == []
+    nan = torch.tensor([float("nan"), 1.0, 2.0])
+    assert dc.check_deterministic(nan, nan.clone(), atol=1e-2, rtol=1e-2) == []
 
 
 @pytest.mark.parametrize(

@@ -176,6 +176,35 @@ def test_outputs_nest_like_the_reference_and_dicts_pair_up_by_key() -> None:
     assert compare_outputs({0: a, 1: b}, {"1": b.clone(), "0": a.clone()}, 1e-2, 1e-2).ok
 
 
+def test_non_finite_reference_elements_are_left_unjudged_only_when_asked() -> None:
+    ref = torch.tensor([1.0, float("inf"), 3.0, float("nan")])
+    other = torch.tensor([1.0, 1e30, 3.0, 4.0])  # an order that did not overflow
+    assert not compare_outputs(ref, other, 1e-2, 1e-2).ok
+    assert compare_outputs(ref, other, 1e-2, 1e-2, match_non_finite=False).ok
+    # the finite elements are still judged
+    wrong = torch.tensor([1.0, 1e30, 6.0, 4.0])
+    cmp = compare_outputs(ref, wrong, 1e-2, 1e-2, match_non_finite=False)
+    assert not cmp.ok and cmp.rule == "element"
+
+
+def test_a_plain_value_must_have_the_reference_type() -> None:
+    assert compare_outputs((torch.ones(3), 5), (torch.ones(3), 5), 1e-2, 1e-2).ok
+    for wrong in (torch.tensor(5.0), torch.tensor([5, 5]), 5.0, "5"):
+        cmp = compare_outputs((torch.ones(3), 5), (torch.ones(3), wrong), 1e-2, 1e-2)
+        assert not cmp.ok and cmp.rule == "value", wrong
+
+
+def test_complex64_outputs_are_held_to_fp32_arithmetic() -> None:
+    torch.manual_seed(0)
+    x = torch.randn(64, 1024)
+    ref = torch.fft.fft(x)
+    assert compare_outputs(ref, torch.fft.fft(x.double()).to(torch.complex64), 1e-2, 1e-2).ok
+    lower = torch.fft.fft(x.bfloat16().float())  # bf16 inputs: within 1e-2, far beyond fp32
+    cmp = compare_outputs(ref, lower, 1e-2, 1e-2)
+    assert not cmp.ok and cmp.rule == "precision"
+    assert compare_outputs(ref, lower, 1e-2, 1e-2, precision="lenient").ok
+
+
 def test_integer_outputs_must_be_equal() -> None:
     ref = torch.arange(10)
     assert compare_outputs(ref, ref.clone(), 1e-2, 1e-2).ok
