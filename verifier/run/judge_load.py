@@ -26,6 +26,7 @@ from cudice.verifier.run.gpu_lease import GpuLease, gpu_key
 from cudice.verifier.run.judge_state import JudgeState, add_wall, ask, talking
 from cudice.verifier.run.judging import Stop, call_or_stop, diag, exec_module
 from cudice.verifier.run.runner_link import RunnerLink
+from cudice.verifier.run.weights import draw_reference_constants, keys_to_json, registration_order
 from cudice.verifier.source.result import Location, Severity, Stage, Verdict
 
 if TYPE_CHECKING:
@@ -72,7 +73,16 @@ def reference(st: JudgeState) -> Reference:
     )
     seed = secrets.randbits(63)
     torch.manual_seed(seed)
-    model = call_or_stop(lambda: ref_mod.Model(*init).to(st.device).eval(), Stage.LOAD, ref_where)
+
+    def build() -> Any:
+        # weights the constructor set to a constant (a norm layer's 1 and 0) are drawn: at those
+        # values a layer can be skipped within the tolerance (run/weights.py)
+        with registration_order() as order:
+            built = ref_mod.Model(*init)
+        st.constant_keys = keys_to_json(draw_reference_constants(built, seed, order))
+        return built.to(st.device).eval()
+
+    model = call_or_stop(build, Stage.LOAD, ref_where)
     return Reference(ref_mod, model, init, seed)
 
 
@@ -145,6 +155,7 @@ def _load(
             "cls": cls,
             "init": tree,
             "seed": seed,
+            "constants": st.constant_keys,
             "device": st.device,
             "line": st.where.line if cls == "ModelNew" else 1,
         },

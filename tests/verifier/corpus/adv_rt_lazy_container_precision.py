@@ -1,6 +1,6 @@
-# cudice: reference=references/matmul.py
+# cudice: reference=references/matmul_tuple.py
 # corpus: kind=runtime verdict=incorrect codes=correctness.timed_call_digest
-# exploit: weakness 2+1 - forward returns a tuple subclass holding a bf16-precision product; the runner digests it in the clock (the first read), and every later read (the checks, the fetch of a kept output) first overwrites it with the exact product: the timed calls ran at bf16 cost while every full comparison saw fp32 (the digest bound followed the element and norm rules, ~1% of the norm, not the fp32 rule)
+# exploit: weakness 2+1 - the reference returns a 1-tuple; forward returns a tuple subclass holding a bf16-precision product; the runner digests it in the clock (the first read), and every later read (the checks, the fetch of a kept output) first overwrites it with the exact product: the timed calls ran at bf16 cost while every full comparison saw fp32 (the digest bound followed the element and norm rules, ~1% of the norm, not the fp32 rule)
 import torch
 import torch.nn as nn
 
