@@ -247,7 +247,11 @@ class _Watch:
                     if t.is_floating_point() or t.is_complex():
                         real = t.real.dtype if t.is_complex() else t.dtype
                         if t.dim() > 0 and real != dtype:
-                            raise NoExact(f"the reference's forward computes in {t.dtype} ({func.name()})")
+                            lower = str(real).removeprefix("torch.")
+                            raise NoExact(
+                                f"the reference's forward computes in {t.dtype} ({func.name()})",
+                                lower=lower if lower in ("float16", "bfloat16") else "",
+                            )
                         if name in rounding_names:
                             self.log.append(_checksum(t).cpu())
                     else:

@@ -312,3 +312,28 @@ def test_a_constant_taken_from_the_dtype_is_held_off_by_the_cap() -> None:
     noisy = ref + 0.13 * scale * torch.randn(ref.shape, generator=GEN).sign()
     cmp = compare_outputs(ref, noisy, 1e-2, 1e-2, exact=lambda: got)
     assert not cmp.ok and "no second opinion" in cmp.why and "over 0.001" in cmp.why, cmp
+
+
+class HalfMatmul(nn.Module):
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return (a.half() @ b.half()).float()
+
+
+def test_a_reference_computing_in_fp16_inside_holds_its_output_to_fp16_arithmetic() -> None:
+    gen = torch.Generator().manual_seed(3)
+    a, b = torch.randn(128, 512, generator=gen), torch.randn(512, 128, generator=gen)
+    model = HalfMatmul()
+    ref, refused = _exact(model, [a, b])
+    assert isinstance(refused, NoExact) and refused.lower == "float16"
+
+    def exact() -> Any:
+        return exact_outputs(model, [a, b], ref, contextlib.nullcontext)
+
+    # fp16 operands, fp32 accumulation: one rounding fewer than the reference, ~2e-4 from it
+    fp32_acc = a.half().float() @ b.half().float()
+    assert not compare_outputs(ref, fp32_acc, 1e-2, 1e-2).ok  # the fp32 rule alone rejects it
+    assert compare_outputs(ref, fp32_acc, 1e-2, 1e-2, exact=exact).ok
+    # a lower format still than the reference's: bf16 operands
+    bf16 = (a.bfloat16() @ b.bfloat16()).float()
+    cmp = compare_outputs(ref, bf16, 1e-2, 1e-2, exact=exact)
+    assert not cmp.ok and cmp.rule == "precision"
