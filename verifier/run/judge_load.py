@@ -80,7 +80,10 @@ def reference(st: JudgeState) -> Reference:
         with registration_order() as order:
             built = ref_mod.Model(*init)
         st.constant_keys = keys_to_json(draw_reference_constants(built, seed, order))
-        return built.to(st.device).eval()
+        # in the mode its constructor left it in (training, unless it calls `self.eval()`), as
+        # KernelBench runs it: a BatchNorm there normalises by the batch's statistics, and kernels
+        # written for KernelBench compute those
+        return built.to(st.device)
 
     model = call_or_stop(build, Stage.LOAD, ref_where)
     return Reference(ref_mod, model, init, seed)

@@ -283,7 +283,7 @@ def op_load(st: RunnerState, req: dict[str, Any], blobs: list[bytearray]) -> Non
         with registration_order() as order:
             built = cls(*init)
         match_reference_constants(built, seed, keys, order)
-        return built.to(st.device).eval()
+        return built.to(st.device)  # in the mode its constructor left it in, as the reference
 
     st.model = guard(st, build, Stage.LOAD)
     reply(st, {"ok": True})

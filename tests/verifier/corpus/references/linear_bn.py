@@ -1,4 +1,4 @@
-"""Reference: Linear, BatchNorm1d (eval mode, as the judge runs it), ReLU."""
+"""Reference: Linear, BatchNorm1d (training mode: the batch's statistics, as KernelBench runs it), ReLU."""
 
 import torch
 import torch.nn as nn
