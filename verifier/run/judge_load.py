@@ -26,7 +26,7 @@ from cudice.verifier.run.gpu_lease import GpuLease, gpu_key
 from cudice.verifier.run.judge_state import JudgeState, add_wall, ask, talking
 from cudice.verifier.run.judging import Stop, call_or_stop, diag, exec_module
 from cudice.verifier.run.runner_link import RunnerLink
-from cudice.verifier.run.weights import draw_reference_constants, keys_to_json, registration_order
+from cudice.verifier.run.weights import draw_reference_constants, drawn_to_json, registration_order
 from cudice.verifier.source.result import Location, Severity, Stage, Verdict
 
 if TYPE_CHECKING:
@@ -79,7 +79,7 @@ def reference(st: JudgeState) -> Reference:
         # values a layer can be skipped within the tolerance (run/weights.py)
         with registration_order() as order:
             built = ref_mod.Model(*init)
-        st.constant_keys = keys_to_json(draw_reference_constants(built, seed, order))
+        st.constant_keys = drawn_to_json(draw_reference_constants(built, seed, order))
         # in the mode its constructor left it in (training, unless it calls `self.eval()`), as
         # KernelBench runs it: a BatchNorm there normalises by the batch's statistics, and kernels
         # written for KernelBench compute those

@@ -47,7 +47,7 @@ from typing import Any
 from cudice.verifier.run import channel
 from cudice.verifier.run.runner_state import RunnerFailure, RunnerState, guard, received, reply, sync
 from cudice.verifier.run.runner_timed import op_batch, op_profile, op_stage, op_stream, op_trace
-from cudice.verifier.run.weights import keys_from_json, match_reference_constants, registration_order
+from cudice.verifier.run.weights import drawn_from_json, match_reference_constants, registration_order
 from cudice.verifier.source.result import Diagnostic, Location, Severity, Stage, Verdict
 
 MAX_REQUEST_BYTES = 1 << 40  # the judge is trusted; its inputs may be large
@@ -276,13 +276,13 @@ def op_load(st: RunnerState, req: dict[str, Any], blobs: list[bytearray]) -> Non
     torch.manual_seed(int(req["seed"]))
     if st.device.startswith("cuda"):
         torch.cuda.manual_seed(int(req["seed"]))
-    seed, keys = int(req["seed"]), keys_from_json(req.get("constants"))
+    seed, drawn = int(req["seed"]), drawn_from_json(req.get("constants"))
 
     def build() -> Any:
         # the reference's drawn constant weights, given to the matching weights here (run/weights.py)
         with registration_order() as order:
             built = cls(*init)
-        match_reference_constants(built, seed, keys, order)
+        match_reference_constants(built, seed, drawn, order)
         return built.to(st.device)  # in the mode its constructor left it in, as the reference
 
     st.model = guard(st, build, Stage.LOAD)

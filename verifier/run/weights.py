@@ -9,28 +9,31 @@ within the tolerance of the identity (a BatchNorm in eval mode with fresh statis
 draws such weights in the reference after it is built, and the candidate's runner gives the
 candidate's matching weights the same values:
 
-- `draw_reference_constants(model, seed)`: every parameter of the reference that holds a single
-  value (more than one element, or one), and the running statistics of its norm layers, get
-  seeded values: a value `v` becomes `v * U(0.5, 1.5)` (its sign kept, so a running variance
-  stays positive), 0 becomes `U(-0.5, 0.5)`; NaN and Inf stay. The values are a function of the
-  seed and the weight's *key* (`Key`: the constant, shape, dtype and how many single-valued
-  tensors of that constant, shape and dtype were registered before it, parameters and buffers
-  alike, in the order the constructor registered them: `registration_order`, entered around
-  the constructor, records it), never of its name. Returns the keys.
-- `match_reference_constants(model, seed, keys, order)`: the candidate's single-valued parameters
-  and buffers, keyed the same way; those whose key the reference drew get the same values. A
-  candidate that holds the reference's layers, or writes its own `torch.ones(d)` parameter where
-  the reference has `nn.LayerNorm(d)`, in the same order, gets the reference's weights whatever
-  it names them; a single-valued tensor of its own whose key the reference does not have keeps
-  its value.
+- `draw_reference_constants(model, seed, order)`: every parameter of the reference that holds a
+  single value, and the running statistics of its norm layers, get seeded values: a value `v`
+  becomes `v * U(0.5, 1.5)` (its sign kept, so a running variance stays positive), 0 becomes
+  `U(-0.5, 0.5)`; NaN and Inf stay. The values are a function of the seed and the weight's `Key`:
+  its space (`param` or `stat`), constant, shape, dtype and how many drawn weights of that space,
+  constant, shape and dtype the constructor registered before it (`registration_order`, entered
+  around the constructor, numbers each module's parameter and buffer slots). Returns the drawn
+  weights with their names (`Drawn`).
+- `match_reference_constants(model, seed, drawn, order)`: a single-valued parameter or buffer of
+  the candidate with a drawn weight's name (`bn1.weight`), constant, shape and dtype gets its
+  values. The rest are paired in registration order, space by space: the candidate's
+  single-valued parameters with the reference's drawn parameters of the same constant, shape
+  and dtype, its single-valued buffers with the drawn running statistics. So a candidate that
+  keeps the reference's layers gets their weights; one that writes `nn.LayerNorm(d)` as its own
+  `torch.ones(d)` and `torch.zeros(d)` parameters, in order, gets them too; a single-valued
+  tensor of its own with nothing left to pair keeps its value.
 
 The global RNG, which the other weights come from, is left alone: both models draw it as before.
 
 Not covered: a candidate that derives tensors from such weights in its constructor (a BatchNorm
-folded into a scale at `__init__`) derives them from the constants and is rejected; an extra
-single-valued tensor of the candidate's, of a reference weight's constant, shape and dtype and
-registered before it, shifts that weight's key. Buffers a reference creates itself
-(`register_buffer(..., torch.ones(d))`) are constants by its design and stay as they are.
+folded into a scale at `__init__`, a slope read into a float) derives them from the constants and
+is rejected; so is one that holds them as plain tensor attributes or creates them in `forward`.
+A renamed weight paired by order can take another's values when the candidate registers
+same-shaped constants in another order than the reference. Buffers a reference creates itself
+(`register_buffer(..., torch.ones(d))`) are constants by its design: they are not drawn.
 """
 
 from __future__ import annotations
@@ -43,10 +46,16 @@ from typing import Any, NamedTuple
 
 
 class Key(NamedTuple):
+    space: str  # "param" (a parameter) or "stat" (a norm layer's running statistic)
     value: float  # the constant the tensor held
     shape: tuple[int, ...]
     dtype: str
-    ordinal: int  # single-valued tensors of this constant, shape and dtype before it
+    ordinal: int  # drawn weights of this space, constant, shape and dtype registered before it
+
+
+class Drawn(NamedTuple):
+    name: str  # its state_dict name in the reference
+    key: Key
 
 
 def _draw(seed: int, key: Key) -> Any:
@@ -56,6 +65,13 @@ def _draw(seed: int, key: Key) -> Any:
     gen = torch.Generator().manual_seed(int.from_bytes(digest, "little") & ((1 << 63) - 1))
     u = torch.rand(key.shape, generator=gen, dtype=torch.float64)
     return u - 0.5 if key.value == 0 else key.value * (u + 0.5)
+
+
+def _fill(t: Any, seed: int, key: Key) -> None:
+    import torch
+
+    with torch.no_grad():
+        t.copy_(_draw(seed, key).to(dtype=t.dtype, device=t.device))
 
 
 def _single_value(t: Any) -> float | None:
@@ -70,26 +86,23 @@ def _single_value(t: Any) -> float | None:
 
 
 @contextlib.contextmanager
-def registration_order() -> Iterator[dict[int, int]]:
-    """Inside: every parameter and buffer a module registers is numbered in the order registered
-    (a layer's own before the module that holds it is assigned). Yields `{id(tensor): number}`."""
+def registration_order() -> Iterator[dict[tuple[int, str], int]]:
+    """Inside: every parameter and buffer slot a module registers is numbered in the order
+    registered (a layer's own before the module that holds it is assigned), keyed by the module's
+    id and the slot's name, so that moving the model (`.cuda()` replaces buffer tensors) keeps it."""
     import torch
 
-    order: dict[int, int] = {}
+    order: dict[tuple[int, str], int] = {}
     module = torch.nn.Module
     originals = (module.register_parameter, module.register_buffer)
 
-    def note(t: Any) -> None:
-        if t is not None and id(t) not in order:
-            order[id(t)] = len(order)
-
     def register_parameter(self: Any, name: str, param: Any) -> None:
         originals[0](self, name, param)
-        note(param)
+        order.setdefault((id(self), name), len(order))
 
     def register_buffer(self: Any, name: str, tensor: Any, persistent: bool = True) -> None:
         originals[1](self, name, tensor, persistent)
-        note(tensor)
+        order.setdefault((id(self), name), len(order))
 
     module.register_parameter = register_parameter  # type: ignore[method-assign]
     module.register_buffer = register_buffer  # type: ignore[method-assign]
@@ -99,84 +112,109 @@ def registration_order() -> Iterator[dict[int, int]]:
         module.register_parameter, module.register_buffer = originals  # type: ignore[method-assign]
 
 
-def _keyed(tensors: list[Any], order: dict[int, int]) -> list[tuple[Any, Key]]:
-    """The single-valued ones among `tensors` (each once), with their keys, in registration order
-    (tensors it did not see after the others, in the order given)."""
-    counts: dict[tuple[float, tuple[int, ...], str], int] = {}
+class _Slot(NamedTuple):
+    name: str
+    tensor: Any
+    module: Any
+    attr: str
+    param: bool
+
+
+def _slots(model: Any, order: dict[tuple[int, str], int]) -> list[_Slot]:
+    """The model's single-valued parameters and buffers (each tensor once), in registration order
+    (slots it did not see after the others, in the module walk's order)."""
+    found: list[tuple[int, _Slot]] = []
     seen: set[int] = set()
-    out: list[tuple[Any, Key]] = []
-    ranked = sorted(enumerate(tensors), key=lambda it: order.get(id(it[1]), len(order) + it[0]))
-    for _, t in ranked:
-        if id(t) in seen:
-            continue
-        seen.add(id(t))
-        value = _single_value(t)
-        if value is None:
-            continue
-        cls = (value, tuple(t.shape), str(t.dtype).removeprefix("torch."))
-        out.append((t, Key(*cls, counts.get(cls, 0))))
-        counts[cls] = counts.get(cls, 0) + 1
-    return out
+    for mod_name, m in model.named_modules():
+        for param, table in ((True, m._parameters), (False, m._buffers)):
+            for attr, t in table.items():
+                if t is None or id(t) in seen:
+                    continue
+                seen.add(id(t))
+                if _single_value(t) is None:
+                    continue
+                rank = order.get((id(m), attr), len(order) + len(found))
+                found.append((rank, _Slot(f"{mod_name}.{attr}" if mod_name else attr, t, m, attr, param)))
+    return [slot for _, slot in sorted(found, key=lambda it: it[0])]
 
 
-def _fill(t: Any, seed: int, key: Key) -> None:
-    import torch
+def _class(t: Any) -> tuple[float, tuple[int, ...], str]:
+    value = _single_value(t)
+    assert value is not None
+    return value, tuple(t.shape), str(t.dtype).removeprefix("torch.")
 
-    with torch.no_grad():
-        t.copy_(_draw(seed, key).to(dtype=t.dtype, device=t.device))
 
-
-def draw_reference_constants(model: Any, seed: int, order: dict[int, int]) -> list[Key]:
+def draw_reference_constants(model: Any, seed: int, order: dict[tuple[int, str], int]) -> list[Drawn]:
     """The reference's single-valued parameters and norm-layer running statistics, drawn
-    (module docstring); returns their keys."""
+    (module docstring); returns them with their names and keys."""
     import torch
     from torch.nn.modules.batchnorm import _NormBase
 
     if not isinstance(model, torch.nn.Module):
         return []
-    stats = [
-        getattr(m, name)
-        for m in model.modules()
-        if isinstance(m, _NormBase)
-        for name in ("running_mean", "running_var")
-        if isinstance(getattr(m, name, None), torch.Tensor)
-    ]
-    wanted = {id(t) for t in [*model.parameters(), *stats]}
-    keys: list[Key] = []
-    for t, key in _keyed([*model.parameters(), *model.buffers()], order):
-        if id(t) in wanted:
-            _fill(t, seed, key)
-            keys.append(key)
-    return keys
+    counts: dict[tuple[Any, ...], int] = {}
+    drawn: list[Drawn] = []
+    for slot in _slots(model, order):
+        stat = isinstance(slot.module, _NormBase) and slot.attr in ("running_mean", "running_var")
+        if not (slot.param or stat):
+            continue  # the reference's own constant buffer: a constant by its design
+        cls = ("param" if slot.param else "stat", *_class(slot.tensor))
+        key = Key(*cls, counts.get(cls, 0))
+        counts[cls] = key.ordinal + 1
+        _fill(slot.tensor, seed, key)
+        drawn.append(Drawn(slot.name, key))
+    return drawn
 
 
-def match_reference_constants(model: Any, seed: int, keys: list[Key], order: dict[int, int]) -> int:
-    """The candidate's single-valued parameters and buffers whose key the reference drew, given
-    the same values; returns how many."""
+def match_reference_constants(
+    model: Any, seed: int, drawn: list[Drawn], order: dict[tuple[int, str], int]
+) -> int:
+    """The candidate's single-valued parameters and buffers given the values of the reference's
+    drawn weights: by name first, then in registration order space by space (module docstring).
+    Returns how many."""
     import torch
 
-    if not keys or not isinstance(model, torch.nn.Module):
+    if not drawn or not isinstance(model, torch.nn.Module):
         return 0
-    drawn = set(keys)
-    done = 0
-    for t, key in _keyed([*model.parameters(), *model.buffers()], order):
-        if key in drawn:
-            _fill(t, seed, key)
-            done += 1
-    return done
+    slots = _slots(model, order)
+    by_name = {slot.name: slot for slot in slots}
+    used: set[int] = set()
+    left: list[Drawn] = []
+    for d in drawn:
+        slot = by_name.get(d.name)
+        if slot is not None and id(slot.tensor) not in used and _class(slot.tensor) == d.key[1:4]:
+            _fill(slot.tensor, seed, d.key)
+            used.add(id(slot.tensor))
+        else:
+            left.append(d)
+    queues: dict[tuple[Any, ...], list[Drawn]] = {}
+    for d in left:
+        queues.setdefault((d.key.space, *d.key[1:4]), []).append(d)
+    for slot in slots:
+        if id(slot.tensor) in used:
+            continue
+        queue = queues.get(("param" if slot.param else "stat", *_class(slot.tensor)))
+        if queue:
+            _fill(slot.tensor, seed, queue.pop(0).key)
+            used.add(id(slot.tensor))
+    return len(used)
 
 
-def keys_to_json(keys: list[Key]) -> list[list[Any]]:
-    return [[k.value, list(k.shape), k.dtype, k.ordinal] for k in keys]
+def drawn_to_json(drawn: list[Drawn]) -> list[list[Any]]:
+    return [[d.name, d.key.space, d.key.value, list(d.key.shape), d.key.dtype, d.key.ordinal] for d in drawn]
 
 
-def keys_from_json(raw: object) -> list[Key]:
-    """Keys sent by the judge; anything malformed is dropped (the candidate then keeps constants)."""
-    out: list[Key] = []
+def drawn_from_json(raw: object) -> list[Drawn]:
+    """Drawn weights sent by the judge; anything malformed is dropped (the candidate then keeps
+    its constants there)."""
+    out: list[Drawn] = []
     for item in raw if isinstance(raw, list) else ():
         try:
-            value, shape, dtype, ordinal = item
-            out.append(Key(float(value), tuple(int(s) for s in shape), str(dtype), int(ordinal)))
+            name, space, value, shape, dtype, ordinal = item
+            if space not in ("param", "stat"):
+                continue
+            key = Key(str(space), float(value), tuple(int(s) for s in shape), str(dtype), int(ordinal))
+            out.append(Drawn(str(name), key))
         except (TypeError, ValueError):
             continue
     return out

@@ -337,3 +337,26 @@ def test_a_reference_computing_in_fp16_inside_holds_its_output_to_fp16_arithmeti
     bf16 = (a.bfloat16() @ b.bfloat16()).float()
     cmp = compare_outputs(ref, bf16, 1e-2, 1e-2, exact=exact)
     assert not cmp.ok and cmp.rule == "precision"
+
+
+class HalfMask(nn.Module):
+    """An fp32 matmul; a 16-bit op only in a mask that changes nothing."""
+
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        keep = (a.half() != 0).float()
+        return (a * keep) @ b
+
+
+def test_a_16_bit_op_that_does_not_make_the_output_holds_it_to_fp32() -> None:
+    gen = torch.Generator().manual_seed(4)
+    a, b = torch.randn(128, 512, generator=gen), torch.randn(512, 128, generator=gen)
+    model = HalfMask()
+    ref, refused = _exact(model, [a, b])
+    assert isinstance(refused, NoExact) and refused.lower == ""
+
+    def exact() -> Any:
+        return exact_outputs(model, [a, b], ref, contextlib.nullcontext)
+
+    fp16_operands = a.half().float() @ b.half().float()  # ~3e-4: fp16 arithmetic
+    cmp = compare_outputs(ref, fp16_operands, 1e-2, 1e-2, exact=exact)
+    assert not cmp.ok and cmp.rule == "precision"

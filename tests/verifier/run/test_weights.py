@@ -1,7 +1,9 @@
 """run/weights.py: the reference's constant-initialised weights are drawn, and a candidate's
-matching weights get the same values whatever it names them."""
+matching weights get the same values: by name, else in registration order space by space."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import pytest
 
@@ -9,6 +11,19 @@ torch = pytest.importorskip("torch")
 nn = torch.nn
 
 from cudice.verifier.run import weights as W  # noqa: E402
+
+
+def pair(ref_cls: Any, cand_cls: Any, seed: int = 1234) -> tuple[Any, Any, int]:
+    """(reference, candidate, how many candidate weights matched), built as the judge and the
+    runner build them."""
+    torch.manual_seed(seed)
+    with W.registration_order() as order:
+        ref = ref_cls()
+    drawn = W.drawn_from_json(W.drawn_to_json(W.draw_reference_constants(ref, seed, order)))
+    torch.manual_seed(seed)
+    with W.registration_order() as order2:
+        cand = cand_cls()
+    return ref, cand, W.match_reference_constants(cand, seed, drawn, order2)
 
 
 class Ref(nn.Module):
@@ -22,11 +37,13 @@ class Ref(nn.Module):
         self.register_buffer("mask", torch.ones(16))  # the reference's own constant: stays
 
 
-class Cand(nn.Module):
-    """The same layers in the same order, the LayerNorm written as its own parameters."""
+class Renamed(nn.Module):
+    """The same layers, the LayerNorm written as its own parameters, other names, an extra
+    constant buffer registered first."""
 
     def __init__(self) -> None:
         super().__init__()
+        self.register_buffer("scratch", torch.zeros(16))
         self.fc = nn.Linear(8, 16)
         self.bn = nn.BatchNorm1d(16)
         self.w = nn.Parameter(torch.ones(16))
@@ -34,23 +51,12 @@ class Cand(nn.Module):
         self.g = nn.Parameter(torch.ones(16))
         self.mha = nn.MultiheadAttention(16, 2)
         self.register_buffer("mask", torch.ones(16))
-        self.extra = nn.Parameter(torch.full((7,), 3.0))  # no reference weight of this key: kept
+        self.extra = nn.Parameter(torch.full((7,), 3.0))  # nothing of the reference's to pair: kept
 
 
-def build(cls: type, seed: int) -> tuple[nn.Module, dict[int, int]]:
-    torch.manual_seed(seed)
-    with W.registration_order() as order:
-        model = cls()
-    return model, order
-
-
-def test_the_candidates_matching_weights_get_the_references_drawn_values() -> None:
-    seed = 1234
-    ref, order = build(Ref, seed)
-    keys = W.keys_from_json(W.keys_to_json(W.draw_reference_constants(ref, seed, order)))
-    assert len(keys) == 9  # bn: weight, bias, running mean, running var; ln: 2; gain; mha: 2 biases
-    cand, order2 = build(Cand, seed)
-    assert W.match_reference_constants(cand, seed, keys, order2) == 9
+def test_a_candidates_renamed_weights_get_the_references_drawn_values() -> None:
+    ref, cand, matched = pair(Ref, Renamed)
+    assert matched == 9  # bn: weight, bias, running mean and var; ln: 2; gain; mha: 2 biases
     assert torch.equal(ref.fc.weight, cand.fc.weight)  # the global RNG's weights as before
     for a, b in [
         (ref.bn.weight, cand.bn.weight),
@@ -66,20 +72,76 @@ def test_the_candidates_matching_weights_get_the_references_drawn_values() -> No
         assert a.unique().numel() > 1  # drawn, not the constant
     assert bool((ref.bn.running_var > 0).all())  # a variance stays positive
     assert torch.equal(ref.mask, torch.ones(16)) and torch.equal(cand.mask, torch.ones(16))
-    assert torch.equal(cand.extra, torch.full((7,), 3.0))
+    assert torch.equal(cand.scratch, torch.zeros(16)) and torch.equal(cand.extra, torch.full((7,), 3.0))
     # a BatchNorm with drawn statistics is no longer within the tolerance of the identity
     ref.eval()
     x = torch.randn(32, 16)
     assert (ref.bn(x) - x).norm() > 0.1 * x.norm()
 
 
-def test_the_values_follow_the_seed_and_a_malformed_key_list_is_dropped() -> None:
-    a, oa = build(Ref, 1)
-    b, ob = build(Ref, 2)
-    W.draw_reference_constants(a, 1, oa)
-    W.draw_reference_constants(b, 2, ob)
+class TwoBN(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.bn1 = nn.BatchNorm1d(16)
+        self.ln = nn.LayerNorm(16)
+        self.mha = nn.MultiheadAttention(16, 2)
+        self.bn2 = nn.BatchNorm1d(16)
+
+
+class TwoBNNoStats(nn.Module):
+    """Keeps the names, drops the running statistics (training mode never reads them), creates
+    the layers in another order, and moves itself (which replaces buffer tensors)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bn2 = nn.BatchNorm1d(16, track_running_stats=False)
+        self.bn1 = nn.BatchNorm1d(16, track_running_stats=False)
+        self.ln = nn.LayerNorm(16)
+        self.mha = nn.MultiheadAttention(16, 2)
+        self.double().float()
+
+
+class TwoBNOwn(nn.Module):
+    """Hand-written: statistics registered before the weights, other names, the same order."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("m1", torch.zeros(16))
+        self.register_buffer("v1", torch.ones(16))
+        self.g1 = nn.Parameter(torch.ones(16))
+        self.b1 = nn.Parameter(torch.zeros(16))
+        self.lw = nn.Parameter(torch.ones(16))
+        self.lb = nn.Parameter(torch.zeros(16))
+        self.mha = nn.MultiheadAttention(16, 2)  # kept under its name: paired by name
+        self.register_buffer("m2", torch.zeros(16))
+        self.register_buffer("v2", torch.ones(16))
+        self.g2 = nn.Parameter(torch.ones(16))
+        self.b2 = nn.Parameter(torch.zeros(16))
+
+
+def test_names_first_then_order_space_by_space() -> None:
+    ref, cand, _ = pair(TwoBN, TwoBNNoStats)
+    for name in ("bn1.weight", "bn1.bias", "bn2.weight", "bn2.bias", "ln.weight", "mha.out_proj.bias"):
+        assert torch.equal(ref.get_parameter(name), cand.get_parameter(name)), name
+    ref, own, _ = pair(TwoBN, TwoBNOwn)
+    for a, b in [
+        (ref.bn1.weight, own.g1),
+        (ref.bn1.bias, own.b1),
+        (ref.bn2.weight, own.g2),
+        (ref.bn2.bias, own.b2),
+        (ref.bn1.running_mean, own.m1),
+        (ref.bn1.running_var, own.v1),
+        (ref.bn2.running_var, own.v2),
+    ]:
+        assert torch.equal(a, b)
+
+
+def test_the_values_follow_the_seed_and_a_malformed_list_is_dropped() -> None:
+    a, _, _ = pair(Ref, Ref, seed=1)
+    b, _, _ = pair(Ref, Ref, seed=2)
     assert not torch.equal(a.ln.weight, b.ln.weight)
-    assert W.keys_from_json([[1.0, [16], "float32"], "x", None, [0.0, [4], "float32", 0]]) == [
-        W.Key(0.0, (4,), "float32", 0)
+    raw = [["x", "param", 1.0, [16], "float32"], "x", None, ["y", "other", 0.0, [4], "float32", 0]]
+    assert W.drawn_from_json([*raw, ["ln.bias", "param", 0.0, [4], "float32", 0]]) == [
+        W.Drawn("ln.bias", W.Key("param", 0.0, (4,), "float32", 0))
     ]
-    assert W.keys_from_json({"not": "a list"}) == []
+    assert W.drawn_from_json({"not": "a list"}) == []
