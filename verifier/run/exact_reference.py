@@ -122,7 +122,7 @@ def _run(model: Any, args: list[Any], dtype: Any) -> tuple[Any, list[Any]]:
         # 16-bit result (`(a.half() @ b.half()).float()`), that format is what the output is held
         # to (tolerance.LOWER_REL_NORM_BOUND); a 16-bit op elsewhere (a mask) moves no bound
         floats = [t for t in _flatten(out) if isinstance(t, torch.Tensor) and t.is_floating_point()]
-        cast = bool(floats) and all(id(t) in watch.cast_up for t in floats)
+        cast = bool(floats) and all(watch.cast_up.get(id(t)) is t for t in floats)
         raise NoExact(f"the reference's forward computes in {watch.other}", lower=watch.lower if cast else "")
     return out, watch.log
 
@@ -233,7 +233,8 @@ class _Watch:
                 # and the fp32 tensors cast from a 16-bit one, by id (the outputs are checked)
                 self.other: str = ""
                 self.lower: str = ""
-                self.cast_up: set[int] = set()
+                # held, not only their ids: a freed tensor's id is given to the next one
+                self.cast_up: dict[int, Any] = {}
 
             def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
                 kwargs = kwargs or {}
@@ -276,7 +277,7 @@ class _Watch:
                                 for a in tree_leaves((args, kwargs))
                             )
                         ):
-                            self.cast_up.add(id(t))
+                            self.cast_up[id(t)] = t
                         if name in rounding_names:
                             self.log.append(_checksum(t).cpu())
                     else:

@@ -128,6 +128,8 @@ def correctness(st: JudgeState, ref_mod: types.ModuleType, model: Any) -> Any:
         max_abs, max_rel = max(max_abs, cmp.max_abs_err), max(max_rel, cmp.max_rel_err)
         for index, share in cmp.exact_own_shares:
             st.exact_own_shares[index] = max(st.exact_own_shares.get(index, 0.0), share)
+        for index, bound in cmp.lower_bounds:
+            st.lower_bounds[index] = max(st.lower_bounds.get(index, 0.0), bound)
         said = any(d.code == "correctness.exact_reference" for d in st.diags)
         if cmp.ok and cmp.exact_note and not said:
             st.diags.append(
@@ -167,7 +169,9 @@ def correctness(st: JudgeState, ref_mod: types.ModuleType, model: Any) -> Any:
         if trial in profiled:
             found += profile(st)
     again = _call_and_fetch(st, ref_trials[-1], count_threads=True)  # the last inputs, once more
-    found += dyn.check_deterministic(cand_trials[-1], again, st.config.atol, st.config.rtol, st.where)
+    found += dyn.check_deterministic(
+        cand_trials[-1], again, st.config.atol, st.config.rtol, st.where, reference=ref_trials[-1]
+    )
     found += dyn.check_not_constant(cand_trials, ref_trials, st.where)
     found += guards(st)
     if skipped:

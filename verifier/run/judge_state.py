@@ -114,6 +114,9 @@ class JudgeState:
     # rms) where correctness judged it against the float64 reference (it cancels): the timed
     # digests allow for it (judge_timing.py `_digest_bound`)
     exact_own_shares: dict[int, float] = field(default_factory=dict)
+    # output index -> the relative norm bound correctness held it to instead of fp32's (its
+    # reference computes in 16 bits: tolerance.LOWER_REL_NORM_BOUND); the timed digests follow it
+    lower_bounds: dict[int, float] = field(default_factory=dict)
     # the reference's weights that held a constant and were drawn (run/weights.py), as JSON for
     # the runners, which give the matching weights of their model the same values
     constant_keys: list[list[Any]] = field(default_factory=list)

@@ -570,7 +570,10 @@ def _digest_bound(st: JudgeState, ref: Any, index: int) -> float:
     if st.config.precision == "fp32" and str(ref.dtype).removeprefix("torch.") in HELD_TO_FP32 and norm > 0:
         # the precision rule's bound where it is the tighter one (run/tolerance.py rule 3): a timed
         # call computed in bf16 or TF32 is as far off as that rule rejects, so its digest is too
-        nu = min(NORM_SHARE * (rtol * norm + atol * n**0.5), FP32_REL_NORM_BOUND * norm)
+        # (or the 16-bit format's, where correctness held the output to it: its reference
+        # computes in 16 bits inside)
+        held = max(FP32_REL_NORM_BOUND, st.lower_bounds.get(index, 0.0))
+        nu = min(NORM_SHARE * (rtol * norm + atol * n**0.5), held * norm)
         atol, rtol = 0.0, nu / (NORM_SHARE * norm)
     return witness.bound(ref, atol + share * scale / NORM_SHARE, rtol)
 

@@ -11,10 +11,11 @@ Three rules, in order, for each floating-point output (worst output reported):
    element rule allows (with `scale = rms(r)` that is a relative norm error of `(rtol + atol) / 4`),
    so an error spread evenly over all elements just under the element tolerance (a systematic bias)
    does not pass either;
-3. precision (`precision="fp32"`, the default): an fp32 or fp64 reference output is held to fp32
-   arithmetic, `||c - r||_2 / ||r||_2 <= FP32_REL_NORM_BOUND` (5e-5). `precision="lenient"` skips
-   it (rules 1 and 2 only, KernelBench's acceptance) and says in `Comparison.note` when it would
-   have failed. 16-bit outputs have only rules 1 and 2, with their dtype's rtol floor.
+3. precision (`precision="fp32"`, the default): an fp32 or fp64 reference output (real or complex)
+   is held to fp32 arithmetic, `||c - r||_2 / ||r||_2 <= FP32_REL_NORM_BOUND` (5e-5).
+   `precision="lenient"` skips it (rules 1 and 2 only, KernelBench's acceptance) and says in
+   `Comparison.note` when it would have failed. 16-bit outputs have only rules 1 and 2, with
+   their dtype's rtol floor.
 
 Why 5e-5: relative norm errors measured on the CPU against torch's fp32 result (randn inputs
 unless named; TF32 emulated by rounding the inputs' mantissas to 10 bits), honest fp32 in
@@ -55,8 +56,9 @@ taken from the dtype, `torch.finfo(x.dtype).eps`, which no check of the run sees
 bound would accept a wrong output.
 
 Integer and boolean outputs must be equal. Where the reference is NaN or Inf the candidate must be
-the same NaN or Inf, and the rules apply to the other elements; NaN or Inf where the reference is
-finite never passes. Complex outputs are compared as their real and imaginary parts.
+the same NaN or Inf (unless `match_non_finite` is false: the judge's own input distributions),
+and the rules apply to the other elements; NaN or Inf where the reference is finite never passes.
+Complex outputs are compared as their real and imaginary parts.
 
 Not covered: ULP-level comparison; a second opinion for 16-bit outputs (their floor already allows
 for their rounding) and for outputs that are mostly rounding noise (above).
@@ -103,6 +105,9 @@ class Comparison:
     # (output index, the fp32 reference's own error as a share of the output: rms / rms) of each
     # output judged against the float64 reference (`_against_exact`)
     exact_own_shares: tuple[tuple[int, float], ...] = ()
+    # (output index, the relative norm bound rule 3 applied instead of fp32's) of each output held
+    # to the 16-bit format its reference computes in (`LOWER_REL_NORM_BOUND`)
+    lower_bounds: tuple[tuple[int, float], ...] = ()
 
 
 def _flatten(out: object) -> list[object]:
@@ -165,6 +170,7 @@ def compare_outputs(
     max_abs = max_rel = max_norm = 0.0
     note = exact_note = ""
     own_shares: list[tuple[int, float]] = []
+    lower_bounds: list[tuple[int, float]] = []
     exacts: list[list[object] | NoExact] = []  # exact()'s flattened outputs, or why there are none
 
     def fail(rule: str, why: str) -> Comparison:
@@ -249,6 +255,7 @@ def compare_outputs(
                     f"(bound {LOWER_REL_NORM_BOUND[lower]:g}), not fp32's: the reference computes in "
                     f"{lower} inside"
                 )
+                lower_bounds.append((i, LOWER_REL_NORM_BOUND[lower]))
                 continue
             again = (
                 _Verdict("exact", f"no second opinion: {r64}", 0.0, 0.0, 0.0)
@@ -264,7 +271,17 @@ def compare_outputs(
             return fail(found.rule, found.why)
         note = note or found.note
     return Comparison(
-        True, "", max_abs, max_rel, max_norm, "", precision, note, exact_note, tuple(own_shares)
+        True,
+        "",
+        max_abs,
+        max_rel,
+        max_norm,
+        "",
+        precision,
+        note,
+        exact_note,
+        tuple(own_shares),
+        tuple(lower_bounds),
     )
 
 

@@ -21,14 +21,17 @@ candidate's matching weights the same values:
   the candidate with a drawn weight's name (`bn1.weight`), constant, shape and dtype gets its
   values. The rest are paired in registration order, space by space: the candidate's
   single-valued parameters with the reference's drawn parameters of the same constant, shape
-  and dtype, its single-valued buffers with the drawn running statistics. So a candidate that
+  and dtype, its single-valued buffers of norm layers or with `mean` or `var` in their name with
+  the drawn running statistics. So a candidate that
   keeps the reference's layers gets their weights; one that writes `nn.LayerNorm(d)` as its own
   `torch.ones(d)` and `torch.zeros(d)` parameters, in order, gets them too; a single-valued
   tensor of its own with nothing left to pair keeps its value.
 
 The global RNG, which the other weights come from, is left alone: both models draw it as before.
 
-Not covered: a candidate that derives tensors from such weights in its constructor (a BatchNorm
+Not covered: slots created by `copy.deepcopy` (`nn.TransformerEncoder` copies its layer) are not
+registered, so they rank after the registered ones. A candidate that derives tensors from such
+weights in its constructor (a BatchNorm
 folded into a scale at `__init__`, a slope read into a float) derives them from the constants and
 is rejected; so is one that holds them as plain tensor attributes or creates them in `forward`.
 A renamed weight paired by order can take another's values when the candidate registers
@@ -75,8 +78,11 @@ def _fill(t: Any, seed: int, key: Key) -> None:
 
 
 def _single_value(t: Any) -> float | None:
-    """The one finite value of a floating tensor with at least one element, or None."""
-    if not t.is_floating_point() or t.numel() == 0 or t.is_meta:
+    """The one finite value of a floating tensor with at least one element, or None (a lazy
+    module's parameter, not materialised yet, has none)."""
+    from torch.nn.parameter import is_lazy
+
+    if is_lazy(t) or not t.is_floating_point() or t.numel() == 0 or t.is_meta:
         return None
     flat = t.detach().reshape(-1)
     first = float(flat[0])
@@ -190,9 +196,15 @@ def match_reference_constants(
     queues: dict[tuple[Any, ...], list[Drawn]] = {}
     for d in left:
         queues.setdefault((d.key.space, *d.key[1:4]), []).append(d)
+    from torch.nn.modules.batchnorm import _NormBase
+
     for slot in slots:
         if id(slot.tensor) in used:
             continue
+        if not slot.param and not (
+            isinstance(slot.module, _NormBase) or "mean" in slot.attr.lower() or "var" in slot.attr.lower()
+        ):
+            continue  # a constant buffer of the candidate's own (a ones vector): not a statistic
         queue = queues.get(("param" if slot.param else "stat", *_class(slot.tensor)))
         if queue:
             _fill(slot.tensor, seed, queue.pop(0).key)

@@ -187,10 +187,11 @@ def test_a_cancelling_output_widens_the_timed_digest_but_never_past_an_output_no
 
     config = types.SimpleNamespace(atol=1e-2, rtol=1e-2, precision="fp32")
     ref = Variance()(X * 0.2 + 5)
-    plain = _digest_bound(types.SimpleNamespace(config=config, exact_own_shares={}), ref, 0)
+    plain = _digest_bound(types.SimpleNamespace(config=config, exact_own_shares={}, lower_bounds={}), ref, 0)
     shares = [1e-5, 1e-3, 1.0, float("inf")]  # the last two are refused upstream; the cap holds anyway
     bounds = [
-        _digest_bound(types.SimpleNamespace(config=config, exact_own_shares={0: s}), ref, 0) for s in shares
+        _digest_bound(types.SimpleNamespace(config=config, exact_own_shares={0: s}, lower_bounds={}), ref, 0)
+        for s in shares
     ]
     assert plain < bounds[0] < bounds[1] <= bounds[2] == bounds[3] < float("inf")
     key = 12345
@@ -285,7 +286,7 @@ def test_nan_and_inf_count_as_zero_in_a_digest_and_its_bound_stays_finite() -> N
     expected = witness.digest([ref], key, "cpu").tolist()
     assert expected == witness.digest([zeroed], key, "cpu").tolist()
     st = types.SimpleNamespace(config=types.SimpleNamespace(atol=1e-2, rtol=1e-2, precision="fp32"))
-    st.exact_own_shares = {}
+    st.exact_own_shares, st.lower_bounds = {}, {}
     bound = _digest_bound(st, ref, 0)  # the judge's bound: the finite elements' (it was NaN: anything passed)
     assert 0 < bound < float("inf")
     honest = ref.clone()
@@ -360,3 +361,17 @@ def test_a_16_bit_op_that_does_not_make_the_output_holds_it_to_fp32() -> None:
     fp16_operands = a.half().float() @ b.half().float()  # ~3e-4: fp16 arithmetic
     cmp = compare_outputs(ref, fp16_operands, 1e-2, 1e-2, exact=exact)
     assert not cmp.ok and cmp.rule == "precision"
+
+
+def test_the_timed_digest_follows_the_16_bit_bound_correctness_applied() -> None:
+    import types
+
+    from cudice.verifier.run.judge_timing import _digest_bound
+
+    ref = torch.randn(256, 256, generator=GEN)
+    config = types.SimpleNamespace(atol=1e-2, rtol=1e-2, precision="fp32")
+    fp32 = _digest_bound(types.SimpleNamespace(config=config, exact_own_shares={}, lower_bounds={}), ref, 0)
+    fp16 = _digest_bound(
+        types.SimpleNamespace(config=config, exact_own_shares={}, lower_bounds={0: 1e-3}), ref, 0
+    )
+    assert fp16 > 10 * fp32  # 1e-3 against 5e-5 of the norm

@@ -106,15 +106,15 @@ class TwoBNOwn(nn.Module):
 
     def __init__(self) -> None:
         super().__init__()
-        self.register_buffer("m1", torch.zeros(16))
-        self.register_buffer("v1", torch.ones(16))
+        self.register_buffer("mean1", torch.zeros(16))
+        self.register_buffer("var1", torch.ones(16))
         self.g1 = nn.Parameter(torch.ones(16))
         self.b1 = nn.Parameter(torch.zeros(16))
         self.lw = nn.Parameter(torch.ones(16))
         self.lb = nn.Parameter(torch.zeros(16))
         self.mha = nn.MultiheadAttention(16, 2)  # kept under its name: paired by name
-        self.register_buffer("m2", torch.zeros(16))
-        self.register_buffer("v2", torch.ones(16))
+        self.register_buffer("mean2", torch.zeros(16))
+        self.register_buffer("var2", torch.ones(16))
         self.g2 = nn.Parameter(torch.ones(16))
         self.b2 = nn.Parameter(torch.zeros(16))
 
@@ -129,11 +129,42 @@ def test_names_first_then_order_space_by_space() -> None:
         (ref.bn1.bias, own.b1),
         (ref.bn2.weight, own.g2),
         (ref.bn2.bias, own.b2),
-        (ref.bn1.running_mean, own.m1),
-        (ref.bn1.running_var, own.v1),
-        (ref.bn2.running_var, own.v2),
+        (ref.bn1.running_mean, own.mean1),
+        (ref.bn1.running_var, own.var1),
+        (ref.bn2.running_var, own.var2),
     ]:
         assert torch.equal(a, b)
+
+
+class BNBatchStats(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.bn = nn.BatchNorm1d(8)
+
+
+class OwnAffineWithOnes(nn.Module):
+    """Batch statistics with its own gamma and beta, and a constant ones buffer of its own."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gamma = nn.Parameter(torch.ones(8))
+        self.beta = nn.Parameter(torch.zeros(8))
+        self.register_buffer("ones", torch.ones(8))
+
+
+class Lazy(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.LazyLinear(8)
+        self.ln = nn.LayerNorm(8)
+
+
+def test_a_constant_buffer_of_the_candidates_own_is_not_a_statistic_and_lazy_modules_load() -> None:
+    ref, cand, _ = pair(BNBatchStats, OwnAffineWithOnes)
+    assert torch.equal(cand.ones, torch.ones(8))
+    assert torch.equal(ref.bn.weight, cand.gamma) and torch.equal(ref.bn.bias, cand.beta)
+    ref, cand, _ = pair(Lazy, Lazy)
+    assert torch.equal(ref.ln.weight, cand.ln.weight) and ref.ln.weight.unique().numel() > 1
 
 
 def test_the_values_follow_the_seed_and_a_malformed_list_is_dropped() -> None:
