@@ -150,7 +150,7 @@ def correctness(st: JudgeState, ref_mod: types.ModuleType, model: Any) -> Any:
                 d
                 for d in dyn.check_not_constant([cand_out], [ref_out], st.where)
                 if d.severity is Severity.ERROR
-            ]
+            ] + _reference_varies(st, model, inputs, ref_out)
             raise Stop(
                 Verdict.INCORRECT,
                 Stage.CORRECTNESS,
@@ -238,6 +238,34 @@ def _call_and_fetch(st: JudgeState, ref_out: Any, *, count_threads: bool) -> Any
     found = [Diagnostic.from_dict(d) for d in rep.get("diagnostics", []) if isinstance(d, dict)]
     stop_on_errors(st, found, Stage.CORRECTNESS)
     return fetch(st, st.session.cand, {"op": "fetch"}, Stage.CORRECTNESS, max_bytes=2 * size + (1 << 20))
+
+
+def _reference_varies(st: JudgeState, model: Any, inputs: list[Any], ref_out: Any) -> list[Diagnostic]:
+    """After a mismatch: the reference run again on the same inputs. Where it disagrees with
+    itself (dropout with p > 0 in training mode, an RNG call in its forward), no kernel can match
+    it, and the verdict says so instead of blaming the kernel alone."""
+    import torch
+    from cudice.verifier.run.tolerance import compare_outputs
+
+    try:
+        with torch.no_grad(), shared(st):
+            again = model(*[x.clone() if isinstance(x, torch.Tensor) else x for x in inputs])
+        same = compare_outputs(ref_out, again, st.config.atol, st.config.rtol, precision=st.config.precision)
+    except Exception:  # the mismatch stands on its own
+        return []
+    if same.ok:
+        return []
+    return [
+        diag(
+            "correctness.reference_not_deterministic",
+            "The reference gives other outputs when run again on the same inputs (it draws random "
+            "numbers: dropout with p > 0 in training mode, an RNG call in its forward; or it changes "
+            "its own state), so no kernel can match it. Call self.eval() in its constructor, or make "
+            "its forward deterministic.",
+            Stage.CORRECTNESS,
+            Location(st.ref_path, 1, 1),
+        )
+    ]
 
 
 def _finite_somewhere(out: Any) -> bool:
