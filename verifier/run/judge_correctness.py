@@ -45,7 +45,7 @@ def correctness(st: JudgeState, ref_mod: types.ModuleType, model: Any) -> Any:
     import torch
     from cudice.verifier.run import dynamic_checks as dyn
     from cudice.verifier.run.inputs import DISTRIBUTIONS, InputsError, make_inputs, secret_seed
-    from cudice.verifier.run.tolerance import compare_outputs
+    from cudice.verifier.run.tolerance import compare_outputs, finite_scale
 
     n = st.config.num_trials
     profiled = set(_rng.sample(range(n), k=min(NUM_PROFILED_TRIALS, n)))
@@ -169,9 +169,8 @@ def correctness(st: JudgeState, ref_mod: types.ModuleType, model: Any) -> Any:
         if trial in profiled:
             found += profile(st)
     again = _call_and_fetch(st, ref_trials[-1], count_threads=True)  # the last inputs, once more
-    found += dyn.check_deterministic(
-        cand_trials[-1], again, st.config.atol, st.config.rtol, st.where, reference=ref_trials[-1]
-    )
+    scales = [finite_scale(r) for r in dyn.flatten_outputs(ref_trials[-1])]
+    found += dyn.check_deterministic(cand_trials[-1], again, st.config.atol, st.config.rtol, st.where, scales)
     found += dyn.check_not_constant(cand_trials, ref_trials, st.where)
     found += guards(st)
     if skipped:

@@ -550,7 +550,7 @@ def _digest_bound(st: JudgeState, ref: Any, index: int) -> float:
         FP32_REL_NORM_BOUND,
         HELD_TO_FP32,
         NORM_SHARE,
-        as_real,
+        finite_real,
         output_scale,
         rtol_floor,
     )
@@ -562,7 +562,7 @@ def _digest_bound(st: JudgeState, ref: Any, index: int) -> float:
     # seen in correctness for new inputs; capped at 1/18 of the output's norm, so that a digest
     # still tells an output that was not computed (off by about its own norm) from one that was.
     # NaN and Inf count as 0 in a digest (run/witness.py): the bound is the finite elements' too
-    finite = torch.nan_to_num(as_real(ref.detach()), nan=0.0, posinf=0.0, neginf=0.0)
+    finite = finite_real(ref)
     scale = output_scale(finite)
     share = min(2.0 * (EXACT_SLACK + 1.0) * st.exact_own_shares.get(index, 0.0), 1.0 / 18.0)
     atol, rtol = st.config.atol * scale, max(st.config.rtol, rtol_floor(ref.dtype))

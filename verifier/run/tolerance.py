@@ -436,6 +436,23 @@ def as_real(x: Any) -> Any:
     return x.double()
 
 
+def finite_real(t: Any) -> Any:
+    """`as_real(t)` with NaN and Inf as 0: the elements a digest counts (run/witness.py)."""
+    import torch
+
+    return torch.nan_to_num(as_real(t.detach()), nan=0.0, posinf=0.0, neginf=0.0)
+
+
+def finite_scale(t: Any) -> float:
+    """`output_scale` over the finite elements of a floating output (1.0 for another value): what
+    an rms-relative `atol` is multiplied by where the output may hold NaN or Inf."""
+    import torch
+
+    if not isinstance(t, torch.Tensor) or not (t.is_floating_point() or t.is_complex()):
+        return 1.0
+    return output_scale(finite_real(t))
+
+
 class NoExact(Exception):
     """`exact()` cannot give the float64 outputs; the message says why. `lower` names the 16-bit
     floating dtype the reference itself computes in inside, when that is why ("" otherwise)."""

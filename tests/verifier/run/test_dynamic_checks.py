@@ -12,6 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from cudice.verifier.run import dynamic_checks as dc  # noqa: E402
+from cudice.verifier.run.tolerance import finite_scale  # noqa: E402
 from cudice.verifier.source.result import Severity, Stage  # noqa: E402
 
 
@@ -110,19 +111,23 @@ def test_determinism() -> None:
     b = a.clone()
     b[3] += 1.0
     assert codes(dc.check_deterministic(a, b, atol=1e-2, rtol=1e-2)) == {"dynamic.nondeterministic"}
-    # atol is relative to the output's rms, as in the comparison: an honest split-K sum whose
-    # atomic adds land in another order differs by rounding, near-zero elements included
+    # atol is relative to the reference output's rms (the judge's `scales`), as in the comparison:
+    # an honest split-K sum whose atomic adds land in another order differs by rounding, near-zero
+    # elements included
     big = torch.randn(4096, dtype=torch.float64) * 1e5
     again = big + torch.randn_like(big) * 0.3
     big, again = big.float(), again.float()
-    assert dc.check_deterministic(big, again, atol=1e-2, rtol=1e-2) == []
+    scales = [finite_scale(big)]
+    assert dc.check_deterministic(big, again, atol=1e-2, rtol=1e-2, scales=scales) == []
     wrong = again.clone()
     wrong[7] += 5e3  # far beyond 1e-2 of the rms (1e5): garbage, not rounding
-    assert codes(dc.check_deterministic(big, wrong, atol=1e-2, rtol=1e-2)) == {"dynamic.nondeterministic"}
+    found = dc.check_deterministic(big, wrong, atol=1e-2, rtol=1e-2, scales=scales)
+    assert codes(found) == {"dynamic.nondeterministic"}
     z = torch.complex(torch.randn(64), torch.randn(64))
-    assert dc.check_deterministic(z, z.clone(), atol=1e-2, rtol=1e-2) == []
+    assert dc.check_deterministic(z, z.clone(), atol=1e-2, rtol=1e-2, scales=[finite_scale(z)]) == []
     nan = torch.tensor([float("nan"), 1.0, 2.0])
-    assert dc.check_deterministic(nan, nan.clone(), atol=1e-2, rtol=1e-2) == []
+    assert finite_scale(nan) > 0  # the finite elements' rms: NaN would pass anything or nothing
+    assert dc.check_deterministic(nan, nan.clone(), atol=1e-2, rtol=1e-2, scales=[finite_scale(nan)]) == []
 
 
 @pytest.mark.parametrize(
