@@ -55,6 +55,11 @@ class Key(NamedTuple):
     dtype: str
     ordinal: int  # drawn weights of this space, constant, shape and dtype registered before it
 
+    @property
+    def cls(self) -> tuple[float, tuple[int, ...], str]:
+        """(constant, shape, dtype): what a candidate's weight must hold to take this key."""
+        return self.value, self.shape, self.dtype
+
 
 class Drawn(NamedTuple):
     name: str  # its state_dict name in the reference
@@ -124,6 +129,7 @@ class _Slot(NamedTuple):
     module: Any
     attr: str
     param: bool
+    cls: tuple[float, tuple[int, ...], str]  # (its one value, shape, dtype) when it was found
 
 
 def _slots(model: Any, order: dict[tuple[int, str], int]) -> list[_Slot]:
@@ -137,17 +143,14 @@ def _slots(model: Any, order: dict[tuple[int, str], int]) -> list[_Slot]:
                 if t is None or id(t) in seen:
                     continue
                 seen.add(id(t))
-                if _single_value(t) is None:
+                value = _single_value(t)
+                if value is None:
                     continue
                 rank = order.get((id(m), attr), len(order) + len(found))
-                found.append((rank, _Slot(f"{mod_name}.{attr}" if mod_name else attr, t, m, attr, param)))
+                name = f"{mod_name}.{attr}" if mod_name else attr
+                cls = (value, tuple(t.shape), str(t.dtype).removeprefix("torch."))
+                found.append((rank, _Slot(name, t, m, attr, param, cls)))
     return [slot for _, slot in sorted(found, key=lambda it: it[0])]
-
-
-def _class(t: Any) -> tuple[float, tuple[int, ...], str]:
-    value = _single_value(t)
-    assert value is not None
-    return value, tuple(t.shape), str(t.dtype).removeprefix("torch.")
 
 
 def draw_reference_constants(model: Any, seed: int, order: dict[tuple[int, str], int]) -> list[Drawn]:
@@ -164,7 +167,7 @@ def draw_reference_constants(model: Any, seed: int, order: dict[tuple[int, str],
         stat = isinstance(slot.module, _NormBase) and slot.attr in ("running_mean", "running_var")
         if not (slot.param or stat):
             continue  # the reference's own constant buffer: a constant by its design
-        cls = ("param" if slot.param else "stat", *_class(slot.tensor))
+        cls = ("param" if slot.param else "stat", *slot.cls)
         key = Key(*cls, counts.get(cls, 0))
         counts[cls] = key.ordinal + 1
         _fill(slot.tensor, seed, key)
@@ -179,6 +182,7 @@ def match_reference_constants(
     drawn weights: by name first, then in registration order space by space (module docstring).
     Returns how many."""
     import torch
+    from torch.nn.modules.batchnorm import _NormBase
 
     if not drawn or not isinstance(model, torch.nn.Module):
         return 0
@@ -188,16 +192,14 @@ def match_reference_constants(
     left: list[Drawn] = []
     for d in drawn:
         slot = by_name.get(d.name)
-        if slot is not None and id(slot.tensor) not in used and _class(slot.tensor) == d.key[1:4]:
+        if slot is not None and id(slot.tensor) not in used and slot.cls == d.key.cls:
             _fill(slot.tensor, seed, d.key)
             used.add(id(slot.tensor))
         else:
             left.append(d)
     queues: dict[tuple[Any, ...], list[Drawn]] = {}
     for d in left:
-        queues.setdefault((d.key.space, *d.key[1:4]), []).append(d)
-    from torch.nn.modules.batchnorm import _NormBase
-
+        queues.setdefault((d.key.space, *d.key.cls), []).append(d)
     for slot in slots:
         if id(slot.tensor) in used:
             continue
@@ -205,7 +207,7 @@ def match_reference_constants(
             isinstance(slot.module, _NormBase) or "mean" in slot.attr.lower() or "var" in slot.attr.lower()
         ):
             continue  # a constant buffer of the candidate's own (a ones vector): not a statistic
-        queue = queues.get(("param" if slot.param else "stat", *_class(slot.tensor)))
+        queue = queues.get(("param" if slot.param else "stat", *slot.cls))
         if queue:
             _fill(slot.tensor, seed, queue.pop(0).key)
             used.add(id(slot.tensor))
