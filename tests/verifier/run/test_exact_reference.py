@@ -320,16 +320,22 @@ class HalfMatmul(nn.Module):
         return (a.half() @ b.half()).float()
 
 
-def test_a_reference_computing_in_fp16_inside_holds_its_output_to_fp16_arithmetic() -> None:
-    gen = torch.Generator().manual_seed(3)
+def _matmul_case(model: nn.Module, seed: int) -> tuple[Any, Any, Any, Any, Any]:
+    """(a, b, the fp32 reference output, what its float64 run gave or raised, the `exact` the
+    judge hands `compare_outputs`) for a 128x512 @ 512x128 reference."""
+    gen = torch.Generator().manual_seed(seed)
     a, b = torch.randn(128, 512, generator=gen), torch.randn(512, 128, generator=gen)
-    model = HalfMatmul()
     ref, refused = _exact(model, [a, b])
-    assert isinstance(refused, NoExact) and refused.lower == "float16"
 
     def exact() -> Any:
         return exact_outputs(model, [a, b], ref, contextlib.nullcontext)
 
+    return a, b, ref, refused, exact
+
+
+def test_a_reference_computing_in_fp16_inside_holds_its_output_to_fp16_arithmetic() -> None:
+    a, b, ref, refused, exact = _matmul_case(HalfMatmul(), 3)
+    assert isinstance(refused, NoExact) and refused.lower == "float16"
     # fp16 operands, fp32 accumulation: one rounding fewer than the reference, ~2e-4 from it
     fp32_acc = a.half().float() @ b.half().float()
     assert not compare_outputs(ref, fp32_acc, 1e-2, 1e-2).ok  # the fp32 rule alone rejects it
@@ -349,15 +355,8 @@ class HalfMask(nn.Module):
 
 
 def test_a_16_bit_op_that_does_not_make_the_output_holds_it_to_fp32() -> None:
-    gen = torch.Generator().manual_seed(4)
-    a, b = torch.randn(128, 512, generator=gen), torch.randn(512, 128, generator=gen)
-    model = HalfMask()
-    ref, refused = _exact(model, [a, b])
+    a, b, ref, refused, exact = _matmul_case(HalfMask(), 4)
     assert isinstance(refused, NoExact) and refused.lower == ""
-
-    def exact() -> Any:
-        return exact_outputs(model, [a, b], ref, contextlib.nullcontext)
-
     fp16_operands = a.half().float() @ b.half().float()  # ~3e-4: fp16 arithmetic
     cmp = compare_outputs(ref, fp16_operands, 1e-2, 1e-2, exact=exact)
     assert not cmp.ok and cmp.rule == "precision"
