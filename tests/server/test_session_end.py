@@ -20,6 +20,7 @@ import json
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -320,12 +321,42 @@ def test_a_server_held_by_a_thread_at_exit_ends_within_its_bound_and_says_where_
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
+    # as editors do: `exit` only once `shutdown` is answered (sent at once, a busy box could end the
+    # process at the 3 s bound while the workers' release was still running, before the answer)
+    got = bytearray()
+    answered = threading.Event()
+
+    def read() -> None:
+        assert proc.stdout is not None
+        while chunk := proc.stdout.read1(65536):
+            got.extend(chunk)
+            if b'"id": 1' in got or b'"id":1' in got:
+                answered.set()
+
+    errs = bytearray()  # stderr drained alongside, so a full pipe cannot stall the server
+
+    def drain() -> None:
+        assert proc.stderr is not None
+        while chunk := proc.stderr.read1(65536):
+            errs.extend(chunk)
+
+    reader = threading.Thread(target=read, daemon=True)
+    drainer = threading.Thread(target=drain, daemon=True)
+    drainer.start()
     try:
-        out, err = proc.communicate(_frames(init, SHUTDOWN, EXIT), timeout=WAIT_S + 3.0)
+        assert proc.stdin is not None
+        proc.stdin.write(_frames(init, SHUTDOWN))
+        proc.stdin.flush()
+        reader.start()
+        assert answered.wait(WAIT_S), bytes(got)[-2000:]
+        proc.stdin.write(_frames(EXIT))
+        proc.stdin.close()
+        proc.wait(timeout=WAIT_S + 3.0)
+        reader.join(WAIT_S)
+        drainer.join(WAIT_S)  # stderr complete: the process has ended and its pipe is drained
     finally:
         proc.kill()
-    assert proc.returncode == 0, err.decode(errors="replace")
-    assert b'"id": 1' in out or b'"id":1' in out  # the shutdown was answered before the exit
-    text = err.decode(errors="replace")
+    assert proc.returncode == 0, bytes(errs).decode(errors="replace")
+    text = bytes(errs).decode(errors="replace")
     assert "still running 3 s after `exit`" in text
     assert "held_in_a_blocking_call" in text

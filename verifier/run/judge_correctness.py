@@ -124,12 +124,15 @@ def correctness(st: JudgeState, ref_mod: types.ModuleType, model: Any) -> Any:
             precision=st.config.precision,
             exact=exact_reference(st, model, inputs, ref_out),
             match_non_finite=dist == "as_given",
+            nudged=nudged_reference(st, model, inputs),
         )
         max_abs, max_rel = max(max_abs, cmp.max_abs_err), max(max_rel, cmp.max_rel_err)
         for index, share in cmp.exact_own_shares:
             st.exact_own_shares[index] = max(st.exact_own_shares.get(index, 0.0), share)
         for index, bound in cmp.lower_bounds:
             st.lower_bounds[index] = max(st.lower_bounds.get(index, 0.0), bound)
+        if cmp.ok and cmp.tie_note:
+            note_ties(st, f"Trial {trial + 1}/{n} ({dist} inputs): {cmp.tie_note}.")
         said = any(d.code == "correctness.exact_reference" for d in st.diags)
         if cmp.ok and cmp.exact_note and not said:
             st.diags.append(
@@ -206,6 +209,26 @@ def exact_reference(st: JudgeState, model: Any, inputs: list[Any], ref_out: Any)
         return exact_outputs(model, inputs, ref_out, lambda: shared(st))
 
     return run
+
+
+def nudged_reference(st: JudgeState, model: Any, inputs: list[Any]) -> Callable[[], list[list[object]]]:
+    """What `compare_outputs` calls for a second opinion on a discrete output (run/tolerance.py): the
+    reference's outputs on `inputs` moved both ways by 2^-12 of their values, under the shared
+    lease (run/nudged_reference.py)."""
+
+    def run() -> list[list[object]]:
+        from cudice.verifier.run.nudged_reference import nudged_outputs
+
+        return nudged_outputs(model, inputs, lambda: shared(st))
+
+    return run
+
+
+def note_ties(st: JudgeState, message: str) -> None:
+    """Say once per verdict that a discrete output was accepted at the reference's ties."""
+    if not any(d.code == "correctness.reference_ties" for d in st.diags):
+        found = diag("correctness.reference_ties", message, Stage.CORRECTNESS, st.where, Severity.INFORMATION)
+        st.diags.append(found)
 
 
 def _send_inputs(st: JudgeState, link: RunnerLink, inputs: list[Any]) -> None:
