@@ -268,6 +268,10 @@ def _dense(x: object) -> TypeGuard[torch.Tensor]:
     return type(x) is torch.Tensor and x.layout is torch.strided and not x.is_meta
 
 
+def _floating(t: torch.Tensor) -> bool:
+    return t.is_floating_point() or t.is_complex()
+
+
 def _is_constant(t: torch.Tensor) -> bool:
     if t.numel() <= 1:
         return False
@@ -300,10 +304,13 @@ def check_not_constant(
 ) -> list[Diagnostic]:
     """Per trial: all-zero or single-valued outputs where the reference's are not (single-valued:
     where the reference's spread is above `VARIES_SHARE` of its rms, not its rounding alone);
-    across trials: identical outputs for different inputs where the reference's differ."""
+    across trials: identical outputs for different inputs where the reference's differ. Floating
+    outputs only: a discrete one was compared exactly, up to the reference's own ties
+    (run/reference_ties.py), where an honest argmax that keeps the last of saturated maxima is
+    constant while the reference's first index varies."""
     diags: list[Diagnostic] = []
-    cands = [[x for x in flatten_outputs(c) if _dense(x)] for c in candidate_trials]
-    refs = [[x for x in flatten_outputs(r) if _dense(x)] for r in reference_trials]
+    cands = [[x for x in flatten_outputs(c) if _dense(x) and _floating(x)] for c in candidate_trials]
+    refs = [[x for x in flatten_outputs(r) if _dense(x) and _floating(x)] for r in reference_trials]
     for k in range(min((len(c) for c in cands), default=0)):
         for t, (c, r) in enumerate(zip(cands, refs, strict=False)):
             if k >= len(r) or c[k].shape != r[k].shape or c[k].numel() == 0:

@@ -182,7 +182,7 @@ def _quotient_ops() -> frozenset[Any]:
     return frozenset([aten.remainder, aten.fmod])
 
 
-def _seeded_but_off(func: Any, args: Any, kwargs: dict[str, Any]) -> bool:
+def seeded_but_off(func: Any, args: Any, kwargs: dict[str, Any]) -> bool:
     """A random op asked to draw nothing: dropout with p = 0 or outside training (scaled dot
     product attention's kernels carry the random tag for their dropout), RReLU in eval mode."""
     try:
@@ -238,7 +238,7 @@ class _Watch:
 
             def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
                 kwargs = kwargs or {}
-                if torch.Tag.nondeterministic_seeded in func.tags and not _seeded_but_off(func, args, kwargs):
+                if torch.Tag.nondeterministic_seeded in func.tags and not seeded_but_off(func, args, kwargs):
                     raise NoExact(f"the reference's forward draws random numbers ({func.name()})")
                 name = _base_name(func.overloadpacket)  # in-place variants too: round_ is round
                 # the dividend as it was (an in-place remainder_ overwrites it)

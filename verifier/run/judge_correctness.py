@@ -124,7 +124,7 @@ def correctness(st: JudgeState, ref_mod: types.ModuleType, model: Any) -> Any:
             precision=st.config.precision,
             exact=exact_reference(st, model, inputs, ref_out),
             match_non_finite=dist == "as_given",
-            nudged=nudged_reference(st, model, inputs),
+            ties=reference_ties(st, model, inputs, ref_out),
         )
         max_abs, max_rel = max(max_abs, cmp.max_abs_err), max(max_rel, cmp.max_rel_err)
         for index, share in cmp.exact_own_shares:
@@ -211,15 +211,15 @@ def exact_reference(st: JudgeState, model: Any, inputs: list[Any], ref_out: Any)
     return run
 
 
-def nudged_reference(st: JudgeState, model: Any, inputs: list[Any]) -> Callable[[], list[list[object]]]:
-    """What `compare_outputs` calls for a second opinion on a discrete output (run/tolerance.py): the
-    reference's outputs on `inputs` moved both ways by 2^-12 of their values, under the shared
-    lease (run/nudged_reference.py)."""
+def reference_ties(st: JudgeState, model: Any, inputs: list[Any], ref_out: Any) -> Callable[[], Any]:
+    """What `compare_outputs` calls for a second opinion on a discrete output (run/tolerance.py):
+    where the reference's own ties are for `inputs`, found under the shared lease
+    (run/reference_ties.py)."""
 
-    def run() -> list[list[object]]:
-        from cudice.verifier.run.nudged_reference import nudged_outputs
+    def run() -> Any:
+        from cudice.verifier.run.reference_ties import second_opinion
 
-        return nudged_outputs(model, inputs, lambda: shared(st))
+        return second_opinion(model, inputs, ref_out, lambda: shared(st))
 
     return run
 

@@ -329,7 +329,7 @@ def _repetition(
     import torch
     from cudice.verifier.run import seal, witness
     from cudice.verifier.run.dynamic_checks import flatten_outputs
-    from cudice.verifier.run.judge_correctness import exact_reference, note_ties, nudged_reference
+    from cudice.verifier.run.judge_correctness import exact_reference, note_ties, reference_ties
     from cudice.verifier.run.timing import tensor_bytes
     from cudice.verifier.run.tolerance import compare_outputs
 
@@ -455,7 +455,7 @@ def _repetition(
                 cfg.rtol,
                 precision=cfg.precision,
                 exact=exact_reference(st, model, sets[i], want),
-                nudged=nudged_reference(st, model, sets[i]),
+                ties=reference_ties(st, model, sets[i], want),
             )
 
         def changed_after(i: int, bound_to: str, how: str) -> list[Diagnostic]:
@@ -474,8 +474,9 @@ def _repetition(
         # 4. every digest of the candidate's batches, then two outputs in full, chosen now. A call
         # whose discrete output (argmax, indices, a mask) misses its digest is compared in full
         # instead, as a chosen one is: an honest kernel breaks the reference's ties its own way
-        # (run/nudged_reference.py). That costs five reference forwards per such call (about one
-        # set in a hundred of randn-drawn argmax inputs has a tie; inputs made with ties, every set)
+        # (run/reference_ties.py). That costs two reference forwards per such call (the recompute and
+        # the tie-set run; eight where the output needs the nudges): about one set in a hundred of
+        # randn-drawn argmax inputs has a tie, inputs made with ties every set
         for i, (digest, exp, bd) in enumerate(zip(digests["candidate"], expected, bounds, strict=True)):
             verdict = witness.check(digest, exp, bd)
             if not verdict.ok and verdict.index < num_outputs and discrete[verdict.index]:

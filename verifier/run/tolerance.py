@@ -55,11 +55,12 @@ the output is then mostly rounding noise, or the float64 run computes something 
 taken from the dtype, `torch.finfo(x.dtype).eps`, which no check of the run sees), and a widened
 bound would accept a wrong output.
 
-Integer and boolean outputs must be equal, except where the reference's own answer is a tie or
-a near-tie: when the caller can run the reference on its inputs moved by 2^-12 of their values
-both ways (`nudged`; the judge's `nudged_reference.py`), an element that differs only where the
-reference's own result changed between those runs, with a value the reference gave there, is
-accepted, for up to `NUDGE_MAX_SHARE` of the output (`Comparison.tie_note` says how many).
+Integer and boolean outputs must be equal, except at the reference's own ties: when the caller
+can say where they are (`ties`; the judge's `reference_ties.second_opinion`), an output that is
+a selecting op's indices (argmax, sort, topk...) may hold another index of the same value, and
+another discrete output may differ where the reference's own answer changes on inputs moved by
+2^-16 of their values, to a value it gives there, for up to `NUDGE_MAX_SHARE` of the output
+(`_excused_at_ties`; `Comparison.tie_note` says how many).
 Where the reference is NaN or Inf the candidate must be the same NaN or Inf (unless
 `match_non_finite` is false: the judge's own input distributions), and the rules apply to the
 other elements; NaN or Inf where the reference is finite never passes.
@@ -76,9 +77,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-# Discrete outputs: at most this share of an output may differ from the reference at its ties
-# (`_excused_by_nudge`). An argmax over 16 randn values per column is within 2^-12 of a tie at
-# about 0.1 % of the columns; a kernel deciding in bf16 differs at about 2 %
+# Discrete outputs that are no selecting op's indices: at most this share of an output may differ
+# from the reference at its near-ties (`_excused_at_ties`, the nudges); a mask decided in bf16
+# differs at far more elements, each of which must also be a near-tie
 NUDGE_MAX_SHARE = 0.01
 NORM_SHARE = 0.25  # rule 2: the norm bound's share of the element bound
 FP32_REL_NORM_BOUND = 5e-5  # rule 3 (measurements in the module docstring)
@@ -96,6 +97,28 @@ PRECISIONS = ("fp32", "lenient")
 # dtype name -> rtol floor: the rounding error of a few accumulations in that format
 _RTOL_FLOOR = {"float16": 1e-3, "bfloat16": 1.6e-2, "float32": 0.0, "float64": 0.0}
 HELD_TO_FP32 = ("float32", "float64", "complex64", "complex128")  # complex: two fp32/fp64 parts
+
+
+@dataclass(frozen=True, slots=True)
+class TieSet:
+    """Where a selecting op of the reference decided: the tensor it selected from, the dim (None:
+    the flattened tensor), whether its indices keep that dim, and whether they permute along it
+    (sort, topk: no index may repeat)."""
+
+    source: Any
+    dim: int | None
+    keepdim: bool
+    permutes: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Ties:
+    """The reference's evidence on its own ties (run/reference_ties.py): the tie set of each
+    output that is a selecting op's indices, by output index, and its outputs on nudged inputs
+    (`moved()`, flattened, one list per run; raises `NoExact` where there are none)."""
+
+    sets: dict[int, TieSet]
+    moved: Callable[[], list[list[object]]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,7 +179,7 @@ def compare_outputs(
     precision: str = "fp32",
     exact: Callable[[], Any] | None = None,
     match_non_finite: bool = True,
-    nudged: Callable[[], list[list[object]]] | None = None,
+    ties: Callable[[], Ties] | None = None,
 ) -> Comparison:
     """Compare a forward's outputs (nested tuples/lists/dicts of tensors and plain values).
 
@@ -168,10 +191,10 @@ def compare_outputs(
     (`_against_exact`). Elements where the reference is NaN or Inf must be the same NaN or Inf
     (with `match_non_finite` false they are not judged: inputs the judge drew itself may overflow
     the reference where an honest kernel's other order does not); the rules apply to the others.
-    Plain values (ints, strings, None) must be equal and of the reference's type. `nudged`, when
-    given, returns the reference's flattened outputs on its inputs moved both ways (the judge's
-    `nudged_reference.nudged_outputs`) or raises `NoExact`; it is called, at most once, only when
-    an integer or bool output differs, to accept differences at the reference's own ties.
+    Plain values (ints, strings, None) must be equal and of the reference's type. `ties`, when
+    given, returns the reference's evidence on its own ties (the judge's
+    `reference_ties.second_opinion`) or raises `NoExact`; it is called, at most once, only when
+    an integer or bool output differs, to accept differences at those ties.
     """
     import torch
 
@@ -197,19 +220,15 @@ def compare_outputs(
         got = exacts[0]
         return got if isinstance(got, NoExact) else got[i]
 
-    moved: list[list[list[object]] | NoExact] = []  # nudged()'s runs, or why there are none
+    tie_evidence: list[Ties | NoExact] = []  # ties()'s answer, or why there is none
 
-    def nudged_output(i: int) -> list[object] | NoExact:
-        """Output `i` of each nudged run of the reference, or the `NoExact` that says why there is none."""
-        if not moved:
+    def tie_evidence_now() -> Ties | NoExact:
+        if not tie_evidence:
             try:
-                moved.append(nudged() if nudged is not None else NoExact(""))
+                tie_evidence.append(ties() if ties is not None else NoExact(""))
             except NoExact as exc:
-                moved.append(exc)
-        got = moved[0]
-        if isinstance(got, NoExact):
-            return got
-        return [run[i] if len(run) == len(refs) else None for run in got]
+                tie_evidence.append(exc)
+        return tie_evidence[0]
 
     if len(refs) != len(cands):
         return fail("count", f"{len(cands)} outputs, the reference returns {len(refs)}")
@@ -238,15 +257,11 @@ def compare_outputs(
             c = c.to(r.device)
         if not (r.is_floating_point() or r.is_complex()):
             if not torch.equal(c, r):
-                runs = nudged_output(i) if nudged is not None else NoExact("")
-                excused = _excused_by_nudge(c, r, runs)
-                if isinstance(excused, str):
-                    return fail("integer", f"output {i} {excused}")
-                tie_note = tie_note or (
-                    f"output {i}: {excused} of {r.numel()} elements differ from the reference where its "
-                    f"own result changes when the inputs move by 2^-12 of their values (ties and near-ties), "
-                    "each with a value the reference gives there"
-                )
+                excused = _excused_at_ties(i, c, r, tie_evidence_now() if ties is not None else None)
+                if excused.startswith("!"):
+                    return fail("integer", f"output {i} {excused[1:]}")
+                tie_note = tie_note or f"output {i}: {excused}"
+
             continue
         # complex: real and imaginary parts side by side (`.double()` would drop the imaginary part)
         cf, rf = (as_real(x) for x in (c, r))
@@ -317,42 +332,106 @@ def compare_outputs(
     )
 
 
-def _excused_by_nudge(c: Any, r: Any, runs: list[object] | NoExact) -> int | str:
-    """How many elements of the discrete output `c` differ from the reference's `r` at the
-    reference's own ties (`runs`: the same output on nudged inputs); or, where any difference is
-    not excused, what fails, to follow "output i"."""
+def _excused_at_ties(i: int, c: Any, r: Any, evidence: Ties | NoExact | None) -> str:
+    """What to say of the discrete output `c` that differs from the reference's `r`: a note, when
+    every difference is at one of the reference's ties (module docstring), else "!" and what
+    fails, to follow "output i"."""
     import torch
 
     differ = c != r
     bad = int(differ.sum())
     plain = f"differs from the reference in {bad} of {r.numel()} elements (integer outputs must be equal)"
-    if isinstance(runs, NoExact):
-        return plain
-    others = [t for t in runs if isinstance(t, torch.Tensor) and t.shape == r.shape and t.dtype == r.dtype]
-    if len(others) != len(runs) or not others:
-        return plain
-    others = [t.to(r.device) for t in others]
+    if evidence is None:
+        return "!" + plain
+    if isinstance(evidence, NoExact):
+        return f"!{plain}; no second opinion at ties: {evidence}"
+    if i in evidence.sets:
+        ok, how = _same_selection(c, r, evidence.sets[i])
+        wrong = differ & ~ok
+        if bool(wrong.any()):
+            j = int(wrong.reshape(-1).nonzero()[0, 0])
+            return (
+                f"!{plain}; {int(wrong.sum())} of them {how} (the first: flat index {j}, "
+                f"{c.reshape(-1)[j].item()!r} where the reference gives {r.reshape(-1)[j].item()!r})"
+            )
+        return (
+            f"{bad} of {r.numel()} elements are other indices of values equal to the ones the "
+            "reference's indices select (ties it broke another way)"
+        )
+    try:
+        runs = evidence.moved()
+    except NoExact as exc:
+        return f"!{plain}; no second opinion at ties: {exc}"
+    others = [run[i] if len(run) > i else None for run in runs]
+    tensors = [t for t in others if isinstance(t, torch.Tensor) and t.shape == r.shape and t.dtype == r.dtype]
+    if len(tensors) != len(others) or not tensors:
+        return "!" + plain
     varies = torch.zeros_like(differ)
     given = torch.zeros_like(differ)  # the kernel's value is one the reference gives on moved inputs
-    for t in others:
+    for t in tensors:
+        t = t.to(r.device)
         varies |= t != r
         given |= t == c
     unexcused = differ & ~(varies & given)
     if bool(unexcused.any()):
         j = int(unexcused.reshape(-1).nonzero()[0, 0])
         return (
-            f"{plain}; {int(unexcused.sum())} of them are not ties of the reference's: where its inputs "
-            "move by 2^-12 of their values its answer stays, or it never takes the kernel's value (the "
+            f"!{plain}; {int(unexcused.sum())} of them are not ties of the reference's: where its inputs "
+            "move by 2^-16 of their values its answer stays, or it never takes the kernel's value (the "
             f"first: flat index {j}, {c.reshape(-1)[j].item()!r} where the reference gives "
             f"{r.reshape(-1)[j].item()!r})"
         )
     if bad > max(1, int(NUDGE_MAX_SHARE * r.numel())):
         return (
-            f"{plain}; all are at the reference's ties or near-ties, but more than "
-            f"{NUDGE_MAX_SHARE:.0%} of the output: decide them as the reference does (its precision, "
-            "its order, the first index of equal values for argmax/argmin)"
+            f"!{plain}; all are at the reference's near-ties, but more than {NUDGE_MAX_SHARE:.0%} of "
+            "the output: decide them as the reference does (its precision, its order)"
         )
-    return bad
+    return (
+        f"{bad} of {r.numel()} elements differ from the reference where its own result changes when "
+        "the inputs move by 2^-16 of their values (near-ties), each with a value the reference gives there"
+    )
+
+
+def _same_selection(c: Any, r: Any, tie: TieSet) -> tuple[Any, str]:
+    """Where the kernel's indices `c` select, from the tensor the reference's op selected from,
+    the value its indices `r` select (in range; for sort and topk, no index repeated along the
+    dim), and what the others do wrong."""
+    import torch
+
+    source = tie.source.to(r.device)
+    dim = tie.dim
+    if dim is None:
+        source, dim = source.reshape(-1), 0
+    dim = dim % max(source.dim(), 1)
+    cc, rr = c.long(), r.long()
+    if not tie.keepdim:
+        cc, rr = cc.unsqueeze(dim), rr.unsqueeze(dim)
+    if source.dim() == 0:
+        source = source.reshape(1)
+    size = source.shape[dim]
+    inside = (cc >= 0) & (cc < size)
+    safe = cc.clamp(0, max(size - 1, 0))
+    try:
+        picked, meant = source.gather(dim, safe), source.gather(dim, rr)
+    except RuntimeError:  # shapes that do not line up: no excuse
+        return torch.zeros_like(c, dtype=torch.bool), "cannot be compared with the reference's selection"
+    same = (
+        (picked == meant) | (picked.isnan() & meant.isnan())
+        if picked.is_floating_point()
+        else picked == meant
+    )
+    ok = inside & same
+    how = "select other values than the reference's indices (or are out of range)"
+    if tie.permutes and cc.numel():
+        ordered = safe.sort(dim=dim).values
+        repeated = (
+            (ordered.diff(dim=dim) == 0).any(dim=dim, keepdim=True) if size > 1 else torch.zeros_like(ok)
+        )
+        ok = ok & ~repeated
+        how = "select other values than the reference's indices, are out of range, or repeat an index"
+    if not tie.keepdim:
+        ok = ok.squeeze(dim)
+    return ok.reshape(c.shape), how
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,205 @@
+"""Discrete outputs at the reference's ties: another index of the same value where a selecting op
+decided, a value the reference gives under a nudge elsewhere; nothing for random references."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import pytest
+import torch
+import torch.nn as nn
+from cudice.verifier.run.reference_ties import NUDGE_REL, nudged_outputs, second_opinion
+from cudice.verifier.run.tolerance import NUDGE_MAX_SHARE, NoExact, compare_outputs
+
+
+class Pick(nn.Module):
+    def __init__(self, fn: Any) -> None:
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *xs: torch.Tensor) -> Any:
+        return self.fn(*xs)
+
+
+class Counting(nn.Module):
+    """An argmax with state: each call adds one to a buffer (the judge's trials must not see it move)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("calls", torch.zeros((), dtype=torch.long))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        return torch.argmax(x, dim=0)
+
+
+def _last_on_ties(x: torch.Tensor) -> torch.Tensor:
+    return (x.shape[0] - 1) - torch.argmax(x.flip(0), dim=0)
+
+
+def _tied(columns: int, ties: int, seed: int = 0, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """16 x `columns` randn values with `ties` columns whose maximum is tied between rows 3 and 9."""
+    x = torch.randn(16, columns, generator=torch.Generator().manual_seed(seed))
+    x[3, :ties] = x[9, :ties] = x[:, :ties].abs().max(0).values + 1.0
+    return x.to(dtype)
+
+
+def _compare(model: nn.Module, xs: list[Any], cand: Any) -> Any:
+    ref = model(*[x.clone() for x in xs])
+    return compare_outputs(
+        ref, cand, 1e-2, 1e-2, ties=lambda: second_opinion(model, xs, ref, contextlib.nullcontext)
+    )
+
+
+ARGMAX0 = Pick(lambda x: torch.argmax(x, dim=0))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_an_argmax_that_keeps_the_last_of_tied_maxima_passes_with_a_note(dtype: torch.dtype) -> None:
+    x = _tied(4096, 20, dtype=dtype)
+    cand = _last_on_ties(x)
+    assert int((cand != torch.argmax(x, dim=0)).sum()) >= 20
+    plain = compare_outputs(torch.argmax(x, dim=0), cand, 1e-2, 1e-2)  # no second opinion: equality
+    assert not plain.ok and plain.rule == "integer"
+    cmp = _compare(ARGMAX0, [x], cand)
+    assert cmp.ok, cmp.why
+    assert "other indices of values equal" in cmp.tie_note
+
+
+def test_ties_the_forward_makes_count_too_sort_of_a_relu() -> None:
+    """Zeros after a ReLU are tied whatever the inputs; `torch.sort` promises no order among them."""
+    x = torch.randn(64, 256, generator=torch.Generator().manual_seed(1))
+    model = Pick(lambda x: torch.sort(torch.relu(x), dim=1))
+    values, idx = torch.sort(torch.relu(x), dim=1)
+    other = idx.clone()
+    other[:, :8] = other[:, :8].flip(1)  # the first zeros of each row in another order
+    assert not torch.equal(other, idx)
+    cmp = _compare(model, [x], (values, other))
+    assert cmp.ok, cmp.why
+    repeated = idx.clone()
+    repeated[:, 1] = repeated[:, 0]  # still selects zeros, but not a permutation
+    cmp = _compare(model, [x], (values, repeated))
+    assert not cmp.ok and "repeat an index" in cmp.why
+
+
+def test_a_wrong_index_where_the_reference_does_not_tie_fails_and_says_where() -> None:
+    x = _tied(4096, 20)
+    cand = _last_on_ties(x)
+    cand[100] = (cand[100] + 1) % 16  # column 100 has no tie
+    cmp = _compare(ARGMAX0, [x], cand)
+    assert not cmp.ok and cmp.rule == "integer"
+    assert "select other values" in cmp.why and "flat index 100" in cmp.why
+
+
+def test_an_index_out_of_range_fails() -> None:
+    x = _tied(64, 4)
+    cand = torch.argmax(x, dim=0)
+    cand[0] = 16
+    cmp = _compare(ARGMAX0, [x], cand)
+    assert not cmp.ok and "out of range" in cmp.why
+
+
+def test_a_mask_gets_the_nudge_only_at_its_near_ties() -> None:
+    """`a @ b > c` is no selecting op: an element may flip where the reference's answer moves
+    under the nudge (the product within 2^-16 of the threshold), nowhere else."""
+    gen = torch.Generator().manual_seed(2)
+    a, b = torch.randn(64, 256, generator=gen), torch.randn(256, 64, generator=gen)
+    prod = a @ b
+    c = prod + 1.0  # every element far from its threshold
+    c[0, 0] = torch.nextafter(prod[0, 0], torch.tensor(float("inf")))  # but one, a step above: a near-tie
+    model = Pick(lambda a, b, c: (a @ b) > c)
+    ref = model(a, b, c)
+    flipped = ref.clone()
+    flipped[0, 0] = ~flipped[0, 0]
+    cmp = _compare(model, [a, b, c], flipped)
+    assert cmp.ok, cmp.why
+    assert "near-ties" in cmp.tie_note
+    flipped[5, 5] = ~flipped[5, 5]  # far from its threshold
+    cmp = _compare(model, [a, b, c], flipped)
+    assert not cmp.ok and "not ties of the reference's" in cmp.why
+
+
+def test_near_ties_beyond_the_share_fail() -> None:
+    n = 4096
+    x = torch.ones(n)
+    t = torch.ones(n)
+    model = Pick(lambda x, t: x >= t)  # every element sits on its threshold
+    ref = model(x, t)
+    flipped = ~ref
+    flipped[int(NUDGE_MAX_SHARE * n) + 5 :] = ref[int(NUDGE_MAX_SHARE * n) + 5 :]
+    cmp = _compare(model, [x, t], flipped)
+    assert not cmp.ok and "more than 1%" in cmp.why
+
+
+def test_an_argmax_of_a_tf32_matmul_fails() -> None:
+    """Decided in TF32 (10 mantissa bits), an argmax over a matmul's rows flips at far more rows
+    than a nudge of 2^-16 moves: the excuse covers honest fp32 orders, not lower precision. The
+    columns of b are alike (a shared column plus 1e-3 noise), so the rows' maxima are close."""
+    gen = torch.Generator().manual_seed(3)
+    a = torch.randn(1024, 512, generator=gen)
+    b = torch.randn(512, 1, generator=gen) + 1e-3 * torch.randn(512, 16, generator=gen)
+
+    def tf32(t: torch.Tensor) -> torch.Tensor:
+        return (t.view(torch.int32) & ~((1 << 13) - 1)).view(torch.float32)
+
+    model = Pick(lambda a, b: torch.argmax(a @ b, dim=1) + 0)  # `+ 0`: not the argmax's own indices
+    assert torch.equal(
+        torch.argmax((a.double() @ b.double()).float(), dim=1), model(a, b)
+    )  # fp32 is exact enough
+    cand = torch.argmax(tf32(a) @ tf32(b), dim=1)
+    assert int((cand != model(a, b)).sum()) > 50
+    cmp = _compare(model, [a, b], cand)
+    assert not cmp.ok and "not ties of the reference's" in cmp.why
+
+
+def test_a_random_reference_gets_no_excuse_and_a_kernel_skipping_its_dropout_fails() -> None:
+    model = Pick(lambda x: torch.argmax(torch.nn.functional.dropout(x, p=0.5, training=True), dim=1))
+    x = torch.randn(512, 64, generator=torch.Generator().manual_seed(4))
+    ref = model(x.clone())
+    cand = torch.argmax(x, dim=1)  # skipped the dropout
+    assert not torch.equal(cand, ref)
+    cmp = compare_outputs(
+        ref, cand, 1e-2, 1e-2, ties=lambda: second_opinion(model, [x], ref, contextlib.nullcontext)
+    )
+    assert not cmp.ok and "draws random numbers" in cmp.why
+
+
+def test_a_reference_whose_rerun_differs_gets_no_excuse() -> None:
+    calls = [0]
+
+    def shifting(x: torch.Tensor) -> torch.Tensor:
+        calls[0] += 1
+        return torch.argmax(x, dim=0) + calls[0]  # each call another answer
+
+    model = Pick(shifting)
+    x = _tied(64, 4)
+    ref = model(x)
+    cmp = compare_outputs(
+        ref, ref + 1, 1e-2, 1e-2, ties=lambda: second_opinion(model, [x], ref, contextlib.nullcontext)
+    )
+    assert not cmp.ok and "other discrete outputs when run again" in cmp.why
+
+
+def test_the_reruns_leave_the_reference_and_the_inputs_as_they_were() -> None:
+    model = Counting()
+    x = _tied(256, 4)
+    kept = x.clone()
+    ref = torch.argmax(x, dim=0)
+    ties = second_opinion(model, [x], ref, contextlib.nullcontext)
+    runs = nudged_outputs(model, [x], contextlib.nullcontext)
+    assert int(model.calls) == 0 and torch.equal(x, kept)
+    assert 0 in ties.sets and len(runs) == 6
+    # the nudges break each tie one way in some runs and the other way in others
+    assert {int(v) for run in runs for v in run[0][:4]} == {3, 9}  # type: ignore[index]
+    moved = [float(abs(run_x - x).max() / x.abs().max()) for run_x in [x * (1 + NUDGE_REL)]]
+    assert moved[0] <= NUDGE_REL * 1.01
+
+
+def test_no_floating_input_no_nudge() -> None:
+    idx = torch.arange(6).view(2, 3)
+    model = Pick(lambda i: i.sum(0) % 2)
+    with pytest.raises(NoExact, match="no floating input"):
+        nudged_outputs(model, [idx], contextlib.nullcontext)
+    cmp = _compare(model, [idx], torch.zeros(3, dtype=torch.long) + 7)
+    assert not cmp.ok and "integer outputs must be equal" in cmp.why

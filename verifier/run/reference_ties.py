@@ -1,0 +1,225 @@
+"""The reference's own ties: the comparison's second opinion on a discrete output.
+
+An integer or bool output (argmax, indices, a mask) is held to equality. Where the reference's own
+answer is decided by a tie or a near-tie, an honest kernel may decide it the other way: two
+fp32 values that round to the same number (random draws do, about once in 10^7 pairs), equal
+16-bit values, zeros after a ReLU or values a clamp saturates, an argmax that keeps the last of
+equal maxima, a sort that orders equal keys otherwise (`torch.sort` promises no order among them),
+a mask over a value summed in another order. `second_opinion(model, inputs, ref_out, hold)` gives
+`tolerance.compare_outputs` two kinds of evidence (run/tolerance.py `_excused_at_ties`):
+
+1. **Tie sets, where the output is a selecting op's indices.** A copy of the reference runs on the
+   same inputs under a dispatch mode that keeps, for each argmax, argmin, max/min over a dim, sort,
+   topk and kthvalue, the tensor it selected from and the dim. Where a reference output *is* such
+   an op's indices, a kernel's index is accepted when it is in range and selects the value the
+   reference's index selects (NaN selects NaN), and, for sort and topk, when no index repeats
+   along the dim. Exact and deterministic: every tie, of any dtype, is judged where it is decided.
+2. **Nudges, for other discrete outputs** (masks, indices computed further). Copies of the reference
+   run with every floating input multiplied by `1 + u * NUDGE_REL` and then by `1 - u * NUDGE_REL`
+   (`u` uniform in [-1, 1], drawn per element from the OS), for `NUDGE_DRAWS` draws of `u`; an
+   element may differ only where the reference's answer changed between these runs, only to a value
+   it gave, and only for up to `tolerance.NUDGE_MAX_SHARE` of the output. 2^-16 is a sixteenth of a
+   TF32 or fp16 rounding step (at 2^-12 an argmax of a TF32 matmul was excused in most runs) and 2^7
+   fp32 steps, above what another summation order moves. One draw leaves a tie of two equal fp32
+   values unbroken when their `u` round alike (`|u_i - u_j| * 2^-16` under fp32's step of 2^-23),
+   about 2^-7 of the time; three draws, about 5e-7.
+
+Refused (`NoExact`: the difference then stands): a reference that draws random numbers (dropout
+in training, sampling: its reruns would differ on their own, and a kernel that skipped the random
+op looked like it differed at ties), one whose rerun on the same inputs does not give its discrete
+outputs bit for bit (state that changes per call, nondeterminism), and inputs with nothing floating
+(no nudge; tie sets still apply).
+
+What a kernel can gain from it: another index that selects the same value, or a value the
+reference itself gives for inputs moved by 2^-16 of their values. A kernel that decides in TF32,
+fp16 or bf16 differs at far more elements than that and fails.
+
+`hold()` is entered around the GPU work (the judge's shared lease). The runs happen only after a
+discrete output has failed, so they cost nothing on the common path: one run with the dispatch
+mode, and `2 * NUDGE_DRAWS` nudged runs when an output is not a selecting op's indices, each on a
+copy of the reference. Not covered: 16-bit inputs get no nudge (their step is above 2^-16), so
+their ties count only where a selecting op decides them; ties created from weights, not inputs,
+likewise.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import secrets
+from collections.abc import Callable
+from typing import Any
+
+from cudice.verifier.run.dynamic_checks import bit_identical, flatten_outputs
+from cudice.verifier.run.exact_reference import seeded_but_off
+from cudice.verifier.run.tolerance import NoExact, Ties, TieSet
+
+NUDGE_REL = 2.0**-16  # how far each floating input value moves, relative to itself, at most
+NUDGE_DRAWS = 3  # draws of `u`, each run both ways
+Hold = Callable[[], contextlib.AbstractContextManager[Any]]  # the judge's shared lease
+
+
+def second_opinion(model: Any, inputs: list[Any], ref_out: Any, hold: Hold) -> Ties:
+    """The reference's tie sets for `inputs` (module docstring, 1) and, lazily, its outputs on
+    nudged inputs (2); `NoExact` where there is no second opinion (random ops, a rerun that
+    differs)."""
+    import torch
+
+    with hold(), torch.no_grad():
+        try:
+            twin = copy.deepcopy(model)
+        except Exception as exc:
+            raise NoExact(f"the reference cannot be copied ({type(exc).__name__})") from exc
+        watch = _Selections()
+        try:
+            with watch:
+                again = flatten_outputs(twin(*_copies(inputs)))
+        except NoExact:
+            raise
+        except Exception as exc:  # memory
+            raise NoExact(f"the reference failed when run again ({type(exc).__name__})") from exc
+        finally:
+            twin = None
+            _release()
+    given = flatten_outputs(ref_out)
+    if len(again) != len(given) or any(
+        isinstance(r, torch.Tensor)
+        and _discrete(r)
+        and not (isinstance(a, torch.Tensor) and bit_identical(a, r))
+        for a, r in zip(again, given, strict=False)
+    ):
+        raise NoExact(
+            "the reference gives other discrete outputs when run again on the same inputs (it "
+            "changes its own state, or it is not deterministic)"
+        )
+    sets = {i: watch.sets[_key(a)] for i, a in enumerate(again) if _discrete(a) and _key(a) in watch.sets}
+    return Ties(sets, lambda: nudged_outputs(model, inputs, hold))
+
+
+def nudged_inputs(inputs: list[Any], sign: float, draws: list[Any]) -> list[Any]:
+    """Copies of `inputs` with each floating tensor `x` moved to `x * (1 + sign * u * NUDGE_REL)`,
+    `u` the matching entry of `draws` (computed in float64, rounded back to `x`'s dtype)."""
+    import torch
+
+    out = []
+    for x, u in zip(inputs, draws, strict=True):
+        if isinstance(x, torch.Tensor) and x.is_floating_point() and u is not None:
+            moved = x.double() * (1.0 + sign * NUDGE_REL * u)
+            out.append(moved.to(x.dtype))
+        else:
+            out.append(x.clone() if isinstance(x, torch.Tensor) else x)
+    return out
+
+
+def nudged_outputs(model: Any, inputs: list[Any], hold: Hold) -> list[list[object]]:
+    """The reference's flattened outputs on the nudges of `inputs` (module docstring, 2), each run
+    on its own copy of `model` (the reference's state stays as the trials left it); `NoExact`
+    with the reason where there are none."""
+    import torch
+
+    if not any(isinstance(x, torch.Tensor) and x.is_floating_point() for x in inputs):
+        raise NoExact("the reference has no floating input to move")
+    gen = torch.Generator().manual_seed(secrets.randbits(63))
+    runs: list[list[object]] = []
+    for _ in range(NUDGE_DRAWS):
+        draws = [
+            torch.rand(x.shape, generator=gen, dtype=torch.float64).mul_(2).sub_(1).to(x.device)
+            if isinstance(x, torch.Tensor) and x.is_floating_point()
+            else None
+            for x in inputs
+        ]
+        runs += _both_ways(model, inputs, draws, hold)
+    return runs
+
+
+def _both_ways(model: Any, inputs: list[Any], draws: list[Any], hold: Hold) -> list[list[object]]:
+    import torch
+
+    runs: list[list[object]] = []
+    with hold(), torch.no_grad():
+        for sign in (1.0, -1.0):
+            try:
+                twin = copy.deepcopy(model)
+                runs.append(flatten_outputs(twin(*nudged_inputs(inputs, sign, draws))))
+            except Exception as exc:  # memory, a copy that cannot be made
+                raise NoExact(f"the reference failed on moved inputs ({type(exc).__name__})") from exc
+            finally:
+                twin = None
+                _release()
+    return runs
+
+
+def _copies(inputs: list[Any]) -> list[Any]:
+    import torch
+
+    return [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+
+
+def _release() -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()  # the copies' memory back before the candidate's next call
+
+
+def _discrete(t: object) -> bool:
+    import torch
+
+    return isinstance(t, torch.Tensor) and not (t.is_floating_point() or t.is_complex())
+
+
+def _key(t: Any) -> tuple[int, int, tuple[int, ...], tuple[int, ...]]:
+    """A tensor's place: the same storage, offset, shape and strides are the same indices, whichever
+    Python object holds them."""
+    return (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), tuple(t.stride()))
+
+
+class _Selections:
+    """A TorchDispatchMode (made lazily: torch is imported late) that refuses random ops and keeps,
+    by the indices' place (`_key`), the `TieSet` of every selecting op: the tensor it selected
+    from (a copy: the forward may change it later), the dim, and how its indices are laid out."""
+
+    def __new__(cls) -> Any:
+        import torch
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        aten = torch.ops.aten
+        # op -> (index of the indices among its results, whether they permute along the dim)
+        selecting = {
+            aten.argmax.default: (None, False),
+            aten.argmin.default: (None, False),
+            aten.max.dim: (1, False),
+            aten.min.dim: (1, False),
+            aten.kthvalue.default: (1, False),
+            aten.sort.default: (1, True),
+            aten.sort.stable: (1, True),
+            aten.topk.default: (1, True),
+        }
+
+        class Selections(TorchDispatchMode):  # type: ignore[no-untyped-call]
+            def __init__(self) -> None:
+                super().__init__()  # type: ignore[no-untyped-call]
+                self.sets: dict[tuple[int, int, tuple[int, ...], tuple[int, ...]], TieSet] = {}
+                self.held: list[Any] = []  # every recorded indices tensor: no other takes its place
+
+            def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+                kwargs = kwargs or {}
+                if torch.Tag.nondeterministic_seeded in func.tags and not seeded_but_off(func, args, kwargs):
+                    raise NoExact(f"the reference's forward draws random numbers ({func.name()})")
+                out = func(*args, **kwargs)
+                if func in selecting:
+                    which, permutes = selecting[func]
+                    indices = out if which is None else out[which]
+                    given = {
+                        a.name: (args[k] if k < len(args) else kwargs.get(a.name, a.default_value))
+                        for k, a in enumerate(func._schema.arguments)
+                    }
+                    given.update(kwargs)
+                    dim = given.get("dim")
+                    keepdim = bool(given.get("keepdim", False)) or permutes
+                    if isinstance(indices, torch.Tensor):
+                        self.sets[_key(indices)] = TieSet(args[0].detach().clone(), dim, keepdim, permutes)
+                        self.held.append(indices)
+                return out
+
+        return Selections()
