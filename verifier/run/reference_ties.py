@@ -92,7 +92,15 @@ def second_opinion(model: Any, inputs: list[Any], ref_out: Any, hold: Hold) -> T
             "the reference gives other discrete outputs when run again on the same inputs (it "
             "changes its own state, or it is not deterministic)"
         )
-    sets = {i: watch.sets[_key(a)] for i, a in enumerate(again) if _discrete(a) and _key(a) in watch.sets}
+    # an output at a recorded place whose version moved was changed in place after the op (`idx += 1`):
+    # its values are no longer the op's indices
+    sets = {
+        i: watch.sets[_key(a)][0]
+        for i, a in enumerate(again)
+        if isinstance(a, torch.Tensor)
+        and _discrete(a)
+        and watch.sets.get(_key(a), (None, -1))[1] == a._version
+    }
     return Ties(sets, lambda: nudged_outputs(model, inputs, hold))
 
 
@@ -199,7 +207,8 @@ class _Selections:
         class Selections(TorchDispatchMode):  # type: ignore[no-untyped-call]
             def __init__(self) -> None:
                 super().__init__()  # type: ignore[no-untyped-call]
-                self.sets: dict[tuple[int, int, tuple[int, ...], tuple[int, ...]], TieSet] = {}
+                # place -> (tie set, the indices' version counter when the op made them)
+                self.sets: dict[tuple[int, int, tuple[int, ...], tuple[int, ...]], tuple[TieSet, int]] = {}
                 self.held: list[Any] = []  # every recorded indices tensor: no other takes its place
 
             def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
@@ -218,7 +227,8 @@ class _Selections:
                     dim = given.get("dim")
                     keepdim = bool(given.get("keepdim", False)) or permutes
                     if isinstance(indices, torch.Tensor):
-                        self.sets[_key(indices)] = TieSet(args[0].detach().clone(), dim, keepdim, permutes)
+                        tie = TieSet(args[0].detach().clone(), dim, keepdim, permutes)
+                        self.sets[_key(indices)] = (tie, indices._version)
                         self.held.append(indices)
                 return out
 

@@ -83,6 +83,25 @@ def test_ties_the_forward_makes_count_too_sort_of_a_relu() -> None:
     assert not cmp.ok and "repeat an index" in cmp.why
 
 
+def test_indices_changed_in_place_after_the_op_are_no_tie_set() -> None:
+    """`idx = argmax(x); idx += 1` keeps the argmax's place but not its meaning: no tie set (the
+    nudge judges it), so an index that selects the tied value of the shifted one is no excuse."""
+
+    def shifted(x: torch.Tensor) -> torch.Tensor:
+        idx = torch.argmax(x, dim=0)
+        idx += 1
+        return idx
+
+    model = Pick(shifted)
+    x = _tied(4096, 20)
+    ref = model(x)
+    ties = second_opinion(model, [x], ref, contextlib.nullcontext)
+    assert ties.sets == {}
+    cand = _last_on_ties(x) + 1
+    cmp = _compare(model, [x], cand)  # the nudge still finds the ties (inputs tied exactly)
+    assert cmp.ok and "near-ties" in cmp.tie_note, cmp.why
+
+
 def test_a_wrong_index_where_the_reference_does_not_tie_fails_and_says_where() -> None:
     x = _tied(4096, 20)
     cand = _last_on_ties(x)
