@@ -9,11 +9,15 @@ a mask over a value summed in another order. `second_opinion(model, inputs, ref_
 `tolerance.compare_outputs` two kinds of evidence (run/tolerance.py `_excused_at_ties`):
 
 1. **Tie sets, where the output is a selecting op's indices.** A copy of the reference runs on the
-   same inputs under a dispatch mode that keeps, for each argmax, argmin, max/min over a dim, sort,
-   topk and kthvalue, the tensor it selected from and the dim. Where a reference output *is* such
-   an op's indices, a kernel's index is accepted when it is in range and selects the value the
-   reference's index selects (NaN selects NaN), and, for sort and topk, when no index repeats
-   along the dim. Exact and deterministic: every tie, of any dtype, is judged where it is decided.
+   same inputs under a dispatch mode that keeps, for each argmax, argmin, max/min over a dim,
+   median/nanmedian over a dim, mode, sort, topk and kthvalue, the tensor it selected from and the
+   dim. Where a reference output *is* such an op's indices (the same place, holding what the op
+   made: not changed in place since), a kernel's index is accepted when it is in range and selects
+   the value the reference's index selects (NaN selects NaN), and, for sort and topk, when no index
+   repeats along the dim. Exact and deterministic: every tie, of any floating dtype, is judged where
+   it is decided. Not for a stable sort (one order is right), nor where the op selects from integers,
+   bools or a tensor of two values (an argmax over a mask means the first hit: PyTorch's first
+   index is the answer there).
 2. **Nudges, for other discrete outputs** (masks, indices computed further). Copies of the reference
    run with every floating input multiplied by `1 + u * NUDGE_REL` and then by `1 - u * NUDGE_REL`
    (`u` uniform in [-1, 1], drawn per element from the OS), for `NUDGE_DRAWS` draws of `u`; an
@@ -39,7 +43,10 @@ discrete output has failed, so they cost nothing on the common path: one run wit
 mode, and `2 * NUDGE_DRAWS` nudged runs when an output is not a selecting op's indices, each on a
 copy of the reference. Not covered: 16-bit inputs get no nudge (their step is above 2^-16), so
 their ties count only where a selecting op decides them; ties created from weights, not inputs,
-likewise.
+likewise; indices that pass through a view, a cast or arithmetic before they are returned (the
+nudge judges them, which does not break ties made inside the forward); ops with indices not
+recorded (cummax/cummin, pooling with indices); a tie whose choice feeds a floating output
+(`i = s.argmax(1); return i, emb[i]`: the rows differ, judged as floats).
 """
 
 from __future__ import annotations
@@ -92,15 +99,14 @@ def second_opinion(model: Any, inputs: list[Any], ref_out: Any, hold: Hold) -> T
             "the reference gives other discrete outputs when run again on the same inputs (it "
             "changes its own state, or it is not deterministic)"
         )
-    # an output at a recorded place whose version moved was changed in place after the op (`idx += 1`):
-    # its values are no longer the op's indices
-    sets = {
-        i: watch.sets[_key(a)][0]
-        for i, a in enumerate(again)
-        if isinstance(a, torch.Tensor)
-        and _discrete(a)
-        and watch.sets.get(_key(a), (None, -1))[1] == a._version
-    }
+    # an output at a recorded place that no longer holds what the op made was changed in place
+    # after it (`idx += 1`): its values are no longer the op's indices
+    sets = {}
+    for i, a in enumerate(again):
+        if isinstance(a, torch.Tensor) and _discrete(a) and _key(a) in watch.sets:
+            tie, made = watch.sets[_key(a)]
+            if bit_identical(a, made):
+                sets[i] = tie
     return Ties(sets, lambda: nudged_outputs(model, inputs, hold))
 
 
@@ -157,6 +163,17 @@ def _both_ways(model: Any, inputs: list[Any], draws: list[Any], hold: Hold) -> l
     return runs
 
 
+def _ties_are_rounding(source: Any) -> bool:
+    """Whether ties in what a selecting op selects from are rounding's, which a kernel may break its
+    own way: floating values, more than two of them (an argmax over a mask, `(x > 1).int()` or cast
+    to float, means the first hit; its ties are the answer, and PyTorch's first index is the rule)."""
+    import torch
+
+    if not isinstance(source, torch.Tensor) or not source.is_floating_point() or source.numel() < 3:
+        return False
+    return int(torch.unique(source.detach()).numel()) > 2
+
+
 def _copies(inputs: list[Any]) -> list[Any]:
     import torch
 
@@ -199,16 +216,19 @@ class _Selections:
             aten.max.dim: (1, False),
             aten.min.dim: (1, False),
             aten.kthvalue.default: (1, False),
+            aten.median.dim: (1, False),
+            aten.nanmedian.dim: (1, False),
+            aten.mode.default: (1, False),
             aten.sort.default: (1, True),
-            aten.sort.stable: (1, True),
+            aten.sort.stable: (1, True),  # unless stable=True: then one order is right
             aten.topk.default: (1, True),
         }
 
         class Selections(TorchDispatchMode):  # type: ignore[no-untyped-call]
             def __init__(self) -> None:
                 super().__init__()  # type: ignore[no-untyped-call]
-                # place -> (tie set, the indices' version counter when the op made them)
-                self.sets: dict[tuple[int, int, tuple[int, ...], tuple[int, ...]], tuple[TieSet, int]] = {}
+                # place -> (tie set, the indices as the op made them)
+                self.sets: dict[tuple[int, int, tuple[int, ...], tuple[int, ...]], tuple[TieSet, Any]] = {}
                 self.held: list[Any] = []  # every recorded indices tensor: no other takes its place
 
             def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
@@ -226,9 +246,14 @@ class _Selections:
                     given.update(kwargs)
                     dim = given.get("dim")
                     keepdim = bool(given.get("keepdim", False)) or permutes
-                    if isinstance(indices, torch.Tensor):
-                        tie = TieSet(args[0].detach().clone(), dim, keepdim, permutes)
-                        self.sets[_key(indices)] = (tie, indices._version)
+                    source = args[0]
+                    if (
+                        isinstance(indices, torch.Tensor)
+                        and given.get("stable") is not True
+                        and _ties_are_rounding(source)
+                    ):
+                        tie = TieSet(source.detach().clone(), dim, keepdim, permutes)
+                        self.sets[_key(indices)] = (tie, indices.detach().clone())
                         self.held.append(indices)
                 return out
 

@@ -404,10 +404,13 @@ def _same_selection(c: Any, r: Any, tie: TieSet) -> tuple[Any, str]:
         source, dim = source.reshape(-1), 0
     dim = dim % max(source.dim(), 1)
     cc, rr = c.long(), r.long()
-    if not tie.keepdim:
-        cc, rr = cc.unsqueeze(dim), rr.unsqueeze(dim)
     if source.dim() == 0:
         source = source.reshape(1)
+    flat = tie.dim is None  # an index into the flattened tensor (keepdim or not)
+    if flat:
+        cc, rr = cc.reshape(1), rr.reshape(1)
+    elif not tie.keepdim:
+        cc, rr = cc.unsqueeze(dim), rr.unsqueeze(dim)
     size = source.shape[dim]
     inside = (cc >= 0) & (cc < size)
     safe = cc.clamp(0, max(size - 1, 0))
@@ -429,7 +432,7 @@ def _same_selection(c: Any, r: Any, tie: TieSet) -> tuple[Any, str]:
         )
         ok = ok & ~repeated
         how = "select other values than the reference's indices, are out of range, or repeat an index"
-    if not tie.keepdim:
+    if not tie.keepdim and not flat:
         ok = ok.squeeze(dim)
     return ok.reshape(c.shape), how
 

@@ -102,6 +102,45 @@ def test_indices_changed_in_place_after_the_op_are_no_tie_set() -> None:
     assert cmp.ok and "near-ties" in cmp.tie_note, cmp.why
 
 
+def test_an_argmax_over_a_mask_keeps_pytorchs_first_hit() -> None:
+    """`argmax((x > 1).int())` is the first element above 1: its ties are the answer, not rounding."""
+    x = torch.randn(64, 256, generator=torch.Generator().manual_seed(5)) * 3
+    first_hit = Pick(lambda x: torch.argmax((x > 1).int(), dim=1))
+    as_float = Pick(lambda x: torch.argmax((x > 1).float(), dim=1))
+    last_hit = _last_on_ties((x > 1).int().t()).clone()
+    for model in (first_hit, as_float):
+        ref = model(x)
+        assert second_opinion(model, [x], ref, contextlib.nullcontext).sets == {}
+        assert not _compare(model, [x], last_hit).ok
+
+
+def test_a_stable_sort_has_one_right_order() -> None:
+    keys = torch.randint(0, 8, (4096,), generator=torch.Generator().manual_seed(6)).float()
+    model = Pick(lambda k: torch.sort(k, stable=True).indices)
+    ref = model(keys)
+    assert second_opinion(model, [keys], ref, contextlib.nullcontext).sets == {}
+    unstable = ref.clone()
+    unstable[:8] = unstable[:8].flip(0)  # the first group in another order
+    assert not _compare(model, [keys], unstable).ok
+
+
+def test_argmax_without_dim_keepdim_and_median_ties() -> None:
+    x = torch.randn(8, 16, generator=torch.Generator().manual_seed(7))
+    x[2, 3] = x[5, 7] = x.max() + 1
+    model = Pick(lambda x: torch.argmax(x, keepdim=True))
+    cand = torch.tensor([[5 * 16 + 7]])
+    assert int(model(x)) == 2 * 16 + 3
+    cmp = _compare(model, [x], cand)
+    assert cmp.ok, cmp.why
+    y = torch.randn(4, 9, generator=torch.Generator().manual_seed(8))
+    y[:, 1] = y[:, 2] = y.median(dim=1).values  # the median tied between columns 1 and 2 (or more)
+    med = Pick(lambda y: torch.median(y, dim=1).indices)
+    ref = med(y)
+    other = torch.where(ref == 1, 2, 1)
+    cmp = _compare(med, [y], other)
+    assert cmp.ok, cmp.why
+
+
 def test_a_wrong_index_where_the_reference_does_not_tie_fails_and_says_where() -> None:
     x = _tied(4096, 20)
     cand = _last_on_ties(x)
