@@ -47,7 +47,12 @@ from typing import Any
 from cudice.verifier.run import channel
 from cudice.verifier.run.runner_state import RunnerFailure, RunnerState, guard, received, reply, sync
 from cudice.verifier.run.runner_timed import op_batch, op_profile, op_stage, op_stream, op_trace
-from cudice.verifier.run.weights import drawn_from_json, match_reference_constants, registration_order
+from cudice.verifier.run.weights import (
+    drawn_from_json,
+    early_constants,
+    match_reference_constants,
+    registration_order,
+)
 from cudice.verifier.source.result import Diagnostic, Location, Severity, Stage, Verdict
 
 MAX_REQUEST_BYTES = 1 << 40  # the judge is trusted; its inputs may be large
@@ -279,10 +284,12 @@ def op_load(st: RunnerState, req: dict[str, Any], blobs: list[bytearray]) -> Non
     seed, drawn = int(req["seed"]), drawn_from_json(req.get("constants"))
 
     def build() -> Any:
-        # the reference's drawn constant weights, given to the matching weights here (run/weights.py)
-        with registration_order() as order:
+        # the reference's drawn constant weights, given to the matching weights here (run/weights.py):
+        # while the constructor runs, so that what it derives from them (a BatchNorm folded into a
+        # scale) reads the drawn values, then once more over the built model, which decides
+        with registration_order() as order, early_constants(seed, drawn, order) as early:
             built = cls(*init)
-        match_reference_constants(built, seed, drawn, order)
+        match_reference_constants(built, seed, drawn, order, early)
         return built.to(st.device)  # in the mode its constructor left it in, as the reference
 
     st.model = guard(st, build, Stage.LOAD)

@@ -26,16 +26,35 @@ candidate's matching weights the same values:
   keeps the reference's layers gets their weights; one that writes `nn.LayerNorm(d)` as its own
   `torch.ones(d)` and `torch.zeros(d)` parameters, in order, gets them too; a single-valued
   tensor of its own with nothing left to pair keeps its value.
+- `early_constants(seed, drawn, order)`, entered around the candidate's constructor (inside
+  `registration_order`): the same values given while it is built, as soon as a slot's constant is
+  known, so that what the constructor derives from them (a BatchNorm folded into a scale and
+  shift, a weight read into a tensor attribute, a slope into a float) reads the drawn values. A
+  submodule's slots are filled when it is attached to a parent (`self.bn = ...`, `add_module`, a
+  container's children: PyTorch's module registration hook; its own constructor has ended, so
+  BatchNorm's `torch.empty` weights hold their 1 and 0), a slot the model's own code registers
+  with its value set (`self.g = nn.Parameter(torch.ones(d))`) when it is registered; each
+  eligible single-valued slot takes the next drawn key of its space, constant, shape and dtype:
+  the pairing by order, made earlier. `match_reference_constants` then runs over the built model
+  as before and decides: a tensor holding early-given values (its slot's own, or a copy's) counts
+  as holding the constant it had, and one that pass gives no key gets the constant back, so no
+  key's values are left in two slots and a candidate without a fold ends with the weights it had
+  without the early fills.
 
 The global RNG, which the other weights come from, is left alone: both models draw it as before.
 
 Not covered: slots created by `copy.deepcopy` (`nn.TransformerEncoder` copies its layer) are not
-registered, so they rank after the registered ones. A candidate that derives tensors from such
-weights in its constructor (a BatchNorm
-folded into a scale at `__init__`, a slope read into a float) derives them from the constants and
-is rejected; so is one that holds them as plain tensor attributes or creates them in `forward`.
-A renamed weight paired by order can take another's values when the candidate registers
-same-shaped constants in another order than the reference. Buffers a reference creates itself
+registered, so they rank after the registered ones; they are not filled early. A fold reads drawn
+values only where the early pairing is the final one: where the candidate registers same-shaped
+constants in another order than the reference (the final pass then pairs some by name, others by
+another order), or attaches a layer after a slot it registered later, the final pass gives other
+keys and wins: the fold is stale and the candidate is rejected as before. So is a fold of a layer
+built and read before it is attached to a parent (or never attached), of a parameter created
+empty and set by `nn.init.ones_` after its registration on the model itself (an empty tensor
+that happens to hold one value there takes a key early and shifts the later early pairs), and
+one that holds constants as plain tensor attributes or creates them in `forward`. A renamed weight
+paired by order can take another's values when the candidate registers same-shaped constants in
+another order than the reference. Buffers a reference creates itself
 (`register_buffer(..., torch.ones(d))`) are constants by its design: they are not drawn.
 """
 
@@ -44,7 +63,10 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import math
-from collections.abc import Iterator
+import os
+import sys
+import types
+from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 
@@ -91,9 +113,17 @@ def _single_value(t: Any) -> float | None:
         return None
     flat = t.detach().reshape(-1)
     first = float(flat[0])
-    if not math.isfinite(first) or not bool((flat == flat[0]).all()):
-        return None
+    if not math.isfinite(first) or float(flat[-1]) != first or not bool((flat == flat[0]).all()):
+        return None  # (the last element first: a random weight is rejected without a pass over it)
     return first
+
+
+def _statistic(module: Any, attr: str) -> bool:
+    """Whether a candidate's buffer may take a drawn running statistic: one of a norm layer, or
+    one with `mean` or `var` in its name (a ones vector of its own is not)."""
+    from torch.nn.modules.batchnorm import _NormBase
+
+    return isinstance(module, _NormBase) or "mean" in attr.lower() or "var" in attr.lower()
 
 
 @contextlib.contextmanager
@@ -123,6 +153,137 @@ def registration_order() -> Iterator[dict[tuple[int, str], int]]:
         module.register_parameter, module.register_buffer = originals  # type: ignore[method-assign]
 
 
+class EarlyFills:
+    """What `early_constants` gave while a constructor ran: the key each slot took, by its module's
+    id and its name (not by the tensor's: moving the model replaces buffer tensors), and the modules
+    and tensors it filled, held until the final pass so that no id of theirs is reused meanwhile."""
+
+    def __init__(self) -> None:
+        self.keys: dict[tuple[int, str], Key] = {}
+        self.tensors: dict[int, Any] = {}
+        self.modules: dict[int, Any] = {}
+
+
+@contextlib.contextmanager
+def early_constants(seed: int, drawn: list[Drawn], order: dict[tuple[int, str], int]) -> Iterator[EarlyFills]:
+    """Inside (around a candidate's constructor, within `registration_order`, whose `order` it
+    reads), the candidate's weights take drawn values while it is built, as soon as their constant
+    is known, so that code later in the constructor reads them: a submodule's registered slots when
+    it is attached to a parent (`self.bn = ...`, `add_module`, a container's children: its own
+    constructor has ended), a slot the model's own code registers (not PyTorch's: its layers
+    register `torch.empty` weights and fill them afterwards) at once. Each eligible single-valued
+    slot (`match_reference_constants`'s rules) takes the next drawn key of its space, constant,
+    shape and dtype, in registration order: the final pass's pairing by order, made earlier. Yields
+    the record `match_reference_constants` then reads; the hooks are removed on every path."""
+    import torch
+    from torch.nn.modules import module as nn_module
+
+    early = EarlyFills()
+    queues: dict[tuple[Any, ...], list[Key]] = {}
+    for d in drawn:  # in the reference's registration order, ordinals rising within each class
+        queues.setdefault((d.key.space, *d.key.cls), []).append(d.key)
+    passed = {os.path.abspath(nn_module.__file__), os.path.abspath(__file__)}
+    torch_dir = os.path.join(os.path.dirname(os.path.abspath(torch.__file__)), "")
+
+    def own_code() -> bool:
+        # the nearest caller outside nn.Module's registration (and this file's hooks and patches)
+        frame: types.FrameType | None = sys._getframe(1)
+        while frame is not None and os.path.abspath(frame.f_code.co_filename) in passed:
+            frame = frame.f_back
+        return frame is not None and not os.path.abspath(frame.f_code.co_filename).startswith(torch_dir)
+
+    def give(module: Any, attr: str, t: Any, param: bool) -> None:
+        if t is None or id(t) in early.tensors or (id(module), attr) in early.keys:
+            return
+        if not (param or _statistic(module, attr)):
+            return
+        value = _single_value(t)
+        if value is None:
+            return
+        space = "param" if param else "stat"
+        queue = queues.get((space, value, tuple(t.shape), str(t.dtype).removeprefix("torch.")))
+        if not queue:
+            return
+        _fill(t, seed, queue[0])
+        early.keys[(id(module), attr)] = queue.pop(0)
+        early.tensors[id(t)] = t
+        early.modules[id(module)] = module
+
+    # a slot these hooks cannot read or fill is left to the final pass, which judges it as it did
+    # before: nothing here may fail the candidate's constructor
+    def on_parameter(module: Any, name: str, param: Any) -> None:
+        with contextlib.suppress(Exception):
+            if param is not None and own_code():
+                give(module, name, param, True)
+
+    def on_buffer(module: Any, name: str, tensor: Any) -> None:
+        with contextlib.suppress(Exception):
+            if tensor is not None and own_code():
+                give(module, name, tensor, False)
+
+    def on_module(parent: Any, name: str, sub: Any) -> None:
+        with contextlib.suppress(Exception):
+            if not isinstance(sub, torch.nn.Module):
+                return
+            # its slots in registration order; a deepcopy'd one is not registered and ranks after
+            # the registered ones in the final pass: it is left to that pass
+            found: list[tuple[int, Any, str, Any, bool]] = []
+            for m in sub.modules():
+                for param, table in ((True, m._parameters), (False, m._buffers)):
+                    for attr, t in table.items():
+                        rank = order.get((id(m), attr))
+                        if rank is not None:
+                            found.append((rank, m, attr, t, param))
+            for _, m, attr, t, param in sorted(found, key=lambda f: f[0]):
+                give(m, attr, t, param)
+
+    handles: list[Any] = []
+    try:
+        if drawn:
+            handles.append(nn_module.register_module_parameter_registration_hook(on_parameter))
+            handles.append(nn_module.register_module_buffer_registration_hook(on_buffer))
+            handles.append(nn_module.register_module_module_registration_hook(on_module))
+        yield early
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+class _Held:
+    """Which early-given key a tensor holds the values of (in its dtype): its slot's own, else any
+    of its shape (a copy of a filled slot: `copy.deepcopy`, `.clone()`); None for the rest."""
+
+    def __init__(self, early: EarlyFills, seed: int) -> None:
+        self.early, self.seed = early, seed
+        self.by_shape: dict[tuple[int, ...], list[Key]] = {}
+        for key in dict.fromkeys(early.keys.values()):
+            self.by_shape.setdefault(key.shape, []).append(key)
+        self.draws: dict[tuple[Key, Any], Any] = {}
+
+    def _holds(self, t: Any, first: float, key: Key) -> bool:
+        import torch
+
+        want = self.draws.get((key, t.dtype))
+        if want is None:
+            want = self.draws[key, t.dtype] = _draw(self.seed, key).to(dtype=t.dtype)
+        if float(want.reshape(-1)[0]) != first:
+            return False
+        return bool(torch.equal(t.detach(), want.to(device=t.device)))
+
+    def __call__(self, module: Any, attr: str, t: Any) -> Key | None:
+        from torch.nn.parameter import is_lazy
+
+        if is_lazy(t) or not t.is_floating_point() or t.is_meta or t.numel() == 0:
+            return None
+        shape = tuple(t.shape)
+        own = self.early.keys.get((id(module), attr))
+        keys = ([own] if own is not None and own.shape == shape else []) + self.by_shape.get(shape, [])
+        if not keys:
+            return None
+        first = float(t.detach().reshape(-1)[0])
+        return next((key for key in keys if self._holds(t, first, key)), None)
+
+
 class _Slot(NamedTuple):
     name: str
     tensor: Any
@@ -130,11 +291,17 @@ class _Slot(NamedTuple):
     attr: str
     param: bool
     cls: tuple[float, tuple[int, ...], str]  # (its one value, shape, dtype) when it was found
+    early: Key | None = None  # the key whose values it holds, given early: its value is the key's constant
 
 
-def _slots(model: Any, order: dict[tuple[int, str], int]) -> list[_Slot]:
+def _slots(
+    model: Any, order: dict[tuple[int, str], int], held: Callable[[Any, str, Any], Key | None] | None = None
+) -> list[_Slot]:
     """The model's single-valued parameters and buffers (each tensor once), in registration order
-    (slots it did not see after the others, in the module walk's order)."""
+    (slots it did not see after the others, in the module walk's order). With `held`, a tensor
+    holding an early-given key's values counts as holding that key's constant."""
+    import torch
+
     found: list[tuple[int, _Slot]] = []
     seen: set[int] = set()
     for mod_name, m in model.named_modules():
@@ -143,13 +310,14 @@ def _slots(model: Any, order: dict[tuple[int, str], int]) -> list[_Slot]:
                 if t is None or id(t) in seen:
                     continue
                 seen.add(id(t))
-                value = _single_value(t)
+                early = held(m, attr, t) if held is not None else None
+                value = _single_value(t) if early is None else float(torch.tensor(early.value, dtype=t.dtype))
                 if value is None:
                     continue
                 rank = order.get((id(m), attr), len(order) + len(found))
                 name = f"{mod_name}.{attr}" if mod_name else attr
                 cls = (value, tuple(t.shape), str(t.dtype).removeprefix("torch."))
-                found.append((rank, _Slot(name, t, m, attr, param, cls)))
+                found.append((rank, _Slot(name, t, m, attr, param, cls, early)))
     return [slot for _, slot in sorted(found, key=lambda it: it[0])]
 
 
@@ -176,17 +344,22 @@ def draw_reference_constants(model: Any, seed: int, order: dict[tuple[int, str],
 
 
 def match_reference_constants(
-    model: Any, seed: int, drawn: list[Drawn], order: dict[tuple[int, str], int]
+    model: Any,
+    seed: int,
+    drawn: list[Drawn],
+    order: dict[tuple[int, str], int],
+    early: EarlyFills | None = None,
 ) -> int:
     """The candidate's single-valued parameters and buffers given the values of the reference's
     drawn weights: by name first, then in registration order space by space (module docstring).
-    Returns how many."""
+    With `early` (`early_constants` around the constructor), a tensor that holds values given early
+    counts as holding the constant it had, and one this pass gives no key gets that constant back:
+    this pass decides, and no key's values are left in two slots. Returns how many it gave."""
     import torch
-    from torch.nn.modules.batchnorm import _NormBase
 
     if not drawn or not isinstance(model, torch.nn.Module):
         return 0
-    slots = _slots(model, order)
+    slots = _slots(model, order, _Held(early, seed) if early is not None and early.keys else None)
     by_name = {slot.name: slot for slot in slots}
     used: set[int] = set()
     left: list[Drawn] = []
@@ -200,17 +373,18 @@ def match_reference_constants(
     queues: dict[tuple[Any, ...], list[Drawn]] = {}
     for d in left:
         queues.setdefault((d.key.space, *d.key.cls), []).append(d)
-    for slot in slots:
+    eligible = [slot for slot in slots if slot.param or _statistic(slot.module, slot.attr)]
+    for slot in eligible:  # a constant buffer of the candidate's own (a ones vector) is not a statistic
         if id(slot.tensor) in used:
             continue
-        if not slot.param and not (
-            isinstance(slot.module, _NormBase) or "mean" in slot.attr.lower() or "var" in slot.attr.lower()
-        ):
-            continue  # a constant buffer of the candidate's own (a ones vector): not a statistic
         queue = queues.get(("param" if slot.param else "stat", *slot.cls))
         if queue:
             _fill(slot.tensor, seed, queue.pop(0).key)
             used.add(id(slot.tensor))
+    with torch.no_grad():
+        for slot in eligible:
+            if slot.early is not None and id(slot.tensor) not in used:
+                slot.tensor.fill_(slot.cls[0])
     return len(used)
 
 

@@ -13,17 +13,17 @@ nn = torch.nn
 from cudice.verifier.run import weights as W  # noqa: E402
 
 
-def pair(ref_cls: Any, cand_cls: Any, seed: int = 1234) -> tuple[Any, Any, int]:
+def pair(ref_cls: Any, cand_cls: Any, seed: int = 1234, *, early: bool = True) -> tuple[Any, Any, int]:
     """(reference, candidate, how many candidate weights matched), built as the judge and the
-    runner build them."""
+    runner build them (`early=False`: without the fills during the candidate's constructor)."""
     torch.manual_seed(seed)
     with W.registration_order() as order:
         ref = ref_cls()
     drawn = W.drawn_from_json(W.drawn_to_json(W.draw_reference_constants(ref, seed, order)))
     torch.manual_seed(seed)
-    with W.registration_order() as order2:
+    with W.registration_order() as order2, W.early_constants(seed, drawn if early else [], order2) as fills:
         cand = cand_cls()
-    return ref, cand, W.match_reference_constants(cand, seed, drawn, order2)
+    return ref, cand, W.match_reference_constants(cand, seed, drawn, order2, fills)
 
 
 class Ref(nn.Module):
@@ -176,3 +176,171 @@ def test_the_values_follow_the_seed_and_a_malformed_list_is_dropped() -> None:
         W.Drawn("ln.bias", W.Key("param", 0.0, (4,), "float32", 0))
     ]
     assert W.drawn_from_json({"not": "a list"}) == []
+
+
+class ConvBN(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3)
+        self.bn = nn.BatchNorm2d(8)
+        self.ln = nn.LayerNorm(8)
+        self.gain = nn.Parameter(torch.ones(8))
+
+
+class ConvBNFolded(nn.Module):
+    """Honest: folds the BatchNorm into a scale and shift in its constructor, reads the LayerNorm's
+    weight into a plain tensor attribute and derives a buffer from its own gain as it registers it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3)
+        self.bn = nn.BatchNorm2d(8)
+        scale = self.bn.weight / torch.sqrt(self.bn.running_var + self.bn.eps)
+        self.register_buffer("scale", scale.detach().clone())
+        self.register_buffer("shift", (self.bn.bias - self.bn.running_mean * scale).detach().clone())
+        self.ln = nn.LayerNorm(8)
+        self.ln_weight = self.ln.weight.detach().clone()  # a plain attribute: no slot of the model
+        self.gain = nn.Parameter(torch.ones(8))
+        self.register_buffer("twice_gain", 2 * self.gain.detach())
+
+
+def test_an_honest_fold_in_the_constructor_reads_the_references_drawn_values() -> None:
+    ref, cand, matched = pair(ConvBN, ConvBNFolded)
+    assert matched == 7  # bn: weight, bias, running mean and var; ln: 2; gain
+    bn = ref.bn
+    scale = bn.weight / torch.sqrt(bn.running_var + bn.eps)
+    assert torch.equal(cand.scale, scale) and scale.unique().numel() > 1
+    assert torch.equal(cand.shift, bn.bias - bn.running_mean * scale)
+    assert torch.equal(cand.ln_weight, ref.ln.weight) and torch.equal(cand.twice_gain, 2 * ref.gain)
+    for name, t in ref.state_dict().items():  # the fold's sources hold what the reference holds
+        assert torch.equal(t, cand.state_dict()[name]), name
+    ref.eval(), cand.eval()
+    x = torch.randn(2, 3, 10, 10)
+    folded = cand.conv(x) * cand.scale.view(1, -1, 1, 1) + cand.shift.view(1, -1, 1, 1)
+    torch.testing.assert_close(folded, ref.bn(ref.conv(x)))
+    # without the fills during the constructor the fold reads the constants: the false rejection
+    _, stale, _ = pair(ConvBN, ConvBNFolded, early=False)
+    assert torch.equal(stale.scale, torch.full((8,), 1 / (1 + bn.eps) ** 0.5))
+
+
+class SharedAndCopied(nn.Module):
+    """A layer attached and then deepcopy'd (`nn.TransformerEncoder` copies the layer it is given),
+    a tied weight, a PReLU (one element), a layer built before and attached after a later slot, a
+    parameter created empty and set to ones afterwards, a dtype round trip."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0)
+        self.enc = nn.TransformerEncoder(self.layer, 2, enable_nested_tensor=False)
+        self.act = nn.PReLU()
+        late = nn.LayerNorm(8)
+        self.g = nn.Parameter(torch.ones(8))
+        self.late = late
+        self.tied = nn.LayerNorm(8)
+        self.tied.weight = self.late.weight
+        self.w = nn.Parameter(torch.empty(8))
+        nn.init.ones_(self.w)
+        self.bn = nn.BatchNorm1d(8)
+        self.double().float()
+
+
+class SharedAndCopiedRenamed(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("var0", torch.ones(8))
+        self.first = nn.LayerNorm(8)
+        self.layer = nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0)
+        self.blocks = nn.TransformerEncoder(self.layer, 2, enable_nested_tensor=False)
+        self.slope = nn.PReLU()
+        self.norm = nn.BatchNorm1d(8)
+        self.g = nn.Parameter(torch.ones(8))
+
+
+@pytest.mark.parametrize(
+    ("ref_cls", "cand_cls"),
+    [
+        (Ref, Ref),
+        (Ref, Renamed),
+        (TwoBN, TwoBNNoStats),
+        (TwoBN, TwoBNOwn),
+        (Lazy, Lazy),
+        (ConvBN, ConvBN),
+        (SharedAndCopied, SharedAndCopied),
+        (SharedAndCopied, SharedAndCopiedRenamed),
+        (SharedAndCopiedRenamed, SharedAndCopied),
+    ],
+)
+def test_a_candidate_without_a_fold_ends_with_the_weights_it_had_before(ref_cls: Any, cand_cls: Any) -> None:
+    _, before, n_before = pair(ref_cls, cand_cls, early=False)
+    _, after, n_after = pair(ref_cls, cand_cls)
+    assert n_before == n_after
+    a, b = before.state_dict(), after.state_dict()
+    assert a.keys() == b.keys()
+    for name in a:
+        if not isinstance(a[name], nn.parameter.UninitializedParameter):
+            assert torch.equal(a[name], b[name]), name
+
+
+def test_the_final_pass_never_leaves_a_key_in_two_slots() -> None:
+    # the extra parameter is registered first: it takes the LayerNorm weight's key early, the final
+    # pass gives that key to `ln.weight` by name and the extra parameter its constant back
+    class Early(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.extra = nn.Parameter(torch.ones(16))
+            self.seen = self.extra.detach().clone()
+            self.ln = nn.LayerNorm(16)
+
+    class OnlyLN(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ln = nn.LayerNorm(16)
+
+    ref, cand, matched = pair(OnlyLN, Early)
+    assert matched == 2
+    assert torch.equal(cand.ln.weight, ref.ln.weight) and torch.equal(cand.seen, ref.ln.weight)  # stale
+    assert torch.equal(cand.extra, torch.ones(16))
+    cases = [(Ref, Renamed), (SharedAndCopied, SharedAndCopiedRenamed), (ConvBN, ConvBNFolded)]
+    for ref_cls, cand_cls in cases:
+        ref, cand, _ = pair(ref_cls, cand_cls)
+        with W.registration_order() as order:
+            drawn = W.draw_reference_constants(ref_cls(), 1234, order)
+        assert drawn
+        for d in drawn:
+            t = ref.state_dict()[d.name]
+            holders = [n for n, c in cand.state_dict().items() if c.shape == t.shape and torch.equal(c, t)]
+            assert len(holders) <= 1 or set(holders) == {"late.weight", "tied.weight"}, (d, holders)
+
+
+def test_the_hooks_are_removed_when_the_constructor_raises() -> None:
+    class Fails(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.bn = nn.BatchNorm1d(8)
+            raise RuntimeError("the candidate's constructor failed")
+
+    from torch.nn.modules import module as nn_module
+
+    def hooks() -> list[int]:  # PyTorch's global registration hooks (torch/nn/modules/module.py)
+        kinds = ("parameter", "buffer", "module")
+        return [len(getattr(nn_module, f"_global_{kind}_registration_hooks")) for kind in kinds]
+
+    originals = (nn.Module.register_parameter, nn.Module.register_buffer)
+    before = hooks()
+    drawn = W.draw_reference_constants(BNBatchStats(), 1, {})
+    with pytest.raises(RuntimeError, match="constructor failed"):
+        with W.registration_order() as order, W.early_constants(1, drawn, order) as fills:
+            assert [n + 1 for n in before] == hooks()
+            Fails()
+    assert fills.keys  # the BatchNorm was filled as it was attached, before the constructor raised
+    assert (nn.Module.register_parameter, nn.Module.register_buffer) == originals and hooks() == before
+
+    class After(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.bn = nn.BatchNorm1d(8)
+            self.g = nn.Parameter(torch.ones(8))
+
+    after = After()  # outside the context: nothing is filled any more
+    assert torch.equal(after.bn.weight, torch.ones(8)) and torch.equal(after.g, torch.ones(8))
+    assert torch.equal(after.bn.running_var, torch.ones(8))
