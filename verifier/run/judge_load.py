@@ -23,10 +23,15 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from cudice.verifier.run import channel
 from cudice.verifier.run.boundary import readable_by_runners
 from cudice.verifier.run.gpu_lease import GpuLease, gpu_key
-from cudice.verifier.run.judge_state import JudgeState, add_wall, ask, talking
+from cudice.verifier.run.judge_state import JudgeState, add_wall, ask, shared, talking
 from cudice.verifier.run.judging import Stop, call_or_stop, diag, exec_module
 from cudice.verifier.run.runner_link import RunnerLink
-from cudice.verifier.run.weights import draw_reference_constants, drawn_to_json, registration_order
+from cudice.verifier.run.weights import (
+    draw_reference_constants,
+    drawn_to_json,
+    registration_order,
+    settle_draws,
+)
 from cudice.verifier.source.result import Location, Severity, Stage, Verdict
 
 if TYPE_CHECKING:
@@ -79,11 +84,23 @@ def reference(st: JudgeState) -> Reference:
         # values a layer can be skipped within the tolerance (run/weights.py)
         with registration_order() as order:
             built = ref_mod.Model(*init)
-        st.constant_keys = drawn_to_json(draw_reference_constants(built, seed, order))
+        drawn = draw_reference_constants(built, seed, order)
         # in the mode its constructor left it in (training, unless it calls `self.eval()`), as
         # KernelBench runs it: a BatchNorm there normalises by the batch's statistics, and kernels
         # written for KernelBench compute those
-        return built.to(st.device)
+        built = built.to(st.device)
+        get_inputs = getattr(ref_mod, "get_inputs", None)
+        # a parameter whose free sign or size makes the outputs NaN keeps its constant's (run/weights.py)
+        if get_inputs is not None:
+            from cudice.verifier.run.inputs import make_inputs, secret_seed
+
+            def probe_inputs() -> list[Any]:
+                return make_inputs(get_inputs, secret_seed(), "as_given", st.device, draw_on_device=True)
+
+            with shared(st):
+                drawn = settle_draws(built, seed, drawn, probe_inputs)
+        st.constant_keys = drawn_to_json(drawn)
+        return built
 
     model = call_or_stop(build, Stage.LOAD, ref_where)
     return Reference(ref_mod, model, init, seed)

@@ -471,20 +471,42 @@ def _repetition(
                 )
             ]
 
+        def digest_missed(i: int, index: int, excess: float) -> list[Diagnostic]:
+            return [
+                diag(
+                    "correctness.timed_call_digest",
+                    f"Timed call {i + 1} of {total} in one repetition: the digest of output "
+                    f"{index} is {excess:.3g}x beyond what the tolerance allows "
+                    "when the reply arrived: the outputs were not complete (work deferred past "
+                    "the call, a skipped synchronisation, lazy or cached outputs) or not correct "
+                    "(e.g. computed in lower precision than the reference: TF32, fp16, bf16).",
+                    Stage.TIMING,
+                    st.where,
+                )
+            ]
+
         # 4. every digest of the candidate's batches, then two outputs in full, chosen now. A call
-        # whose discrete output (argmax, indices, a mask) misses its digest is compared in full
-        # instead, as a chosen one is: an honest kernel breaks the reference's ties its own way
-        # (run/reference_ties.py). That costs two reference forwards per such call (the recompute and
-        # the tie-set run; eight where the output needs the nudges): about one set in a hundred of
+        # whose output misses its digest is compared in full instead, as a chosen one is: an honest
+        # kernel breaks the reference's ties its own way (a discrete output: argmax, indices, a
+        # mask), or lands a rounding the reference takes between near inputs one step off (a
+        # floating one: fake quantisation; run/tolerance.py `_excused_at_jumps`). The fetched output
+        # must be the one its digests described during the call, so work deferred past the reply
+        # still fails. That costs two reference forwards per such call (the recompute and the
+        # tie-set run; eight where the output needs the nudges): about one set in a hundred of
         # randn-drawn argmax inputs has a tie, inputs made with ties every set
         for i, (digest, exp, bd) in enumerate(zip(digests["candidate"], expected, bounds, strict=True)):
             verdict = witness.check(digest, exp, bd)
-            if not verdict.ok and verdict.index < num_outputs and discrete[verdict.index]:
+            if not verdict.ok and verdict.index < num_outputs:
+                missed = digest_missed(i, verdict.index, verdict.excess)
                 want, got, bound_to = in_full(i)
                 if bound_to:
+                    if not discrete[verdict.index]:
+                        return missed
                     return changed_after(i, bound_to, "its digest of a discrete output differed")
                 cmp = compared(i, want, got)
                 if not cmp.ok:
+                    if not discrete[verdict.index]:
+                        return missed
                     return [
                         diag(
                             "correctness.timed_call_mismatch",
@@ -512,18 +534,7 @@ def _repetition(
                     )
                 ]
             if not verdict.ok:
-                return [
-                    diag(
-                        "correctness.timed_call_digest",
-                        f"Timed call {i + 1} of {total} in one repetition: the digest of output "
-                        f"{verdict.index} is {verdict.excess:.3g}x beyond what the tolerance allows "
-                        "when the reply arrived: the outputs were not complete (work deferred past "
-                        "the call, a skipped synchronisation, lazy or cached outputs) or not correct "
-                        "(e.g. computed in lower precision than the reference: TF32, fp16, bf16).",
-                        Stage.TIMING,
-                        st.where,
-                    )
-                ]
+                return digest_missed(i, verdict.index, verdict.excess)
         found: list[Diagnostic] = []
         for i in _rng.sample(range(total), k=min(2, total)):
             want, got, bound_to = in_full(i)

@@ -1,24 +1,29 @@
 """The reference's own ties: the comparison's second opinion on a discrete output.
 
 An integer or bool output (argmax, indices, a mask) is held to equality. Where the reference's own
-answer is decided by a tie or a near-tie, an honest kernel may decide it the other way: two
-fp32 values that round to the same number (random draws do, about once in 10^7 pairs), equal
-16-bit values, zeros after a ReLU or values a clamp saturates, an argmax that keeps the last of
-equal maxima, a sort that orders equal keys otherwise (`torch.sort` promises no order among them),
-a mask over a value summed in another order. `second_opinion(model, inputs, ref_out, hold)` gives
-`tolerance.compare_outputs` two kinds of evidence (run/tolerance.py `_excused_at_ties`):
+answer is decided by a tie or a near-tie, an honest kernel may decide it the other way where
+PyTorch promises nothing: two fp32 values that round to the same number (random draws do, about
+once in 10^7 pairs) are a near-tie that another summation order may break either way, and a sort
+may order equal keys otherwise (`torch.sort` promises no order among them). Where PyTorch documents
+the answer at exact ties (argmax, argmin, max and min over a dim: the first of equal values), an
+exact tie is decided as documented: zeros after a ReLU, values a clamp saturates, equal 16-bit
+values, quantised levels. `second_opinion(model, inputs, ref_out, hold)` gives
+`tolerance.compare_outputs` two kinds of evidence (run/tolerance.py `_excused_at_ties`, and
+`_excused_at_jumps` for floating outputs at a rounding or threshold the reference takes):
 
-1. **Tie sets, where the output is a selecting op's indices.** A copy of the reference runs on the
-   same inputs under a dispatch mode that keeps, for each argmax, argmin, max/min over a dim,
+1. **Tie sets, where the output is the indices of an op that promises no order among ties.** A
+   copy of the reference runs on the same inputs under a dispatch mode that keeps, for each
    median/nanmedian over a dim, mode, sort, topk and kthvalue, the tensor it selected from and the
    dim. Where a reference output *is* such an op's indices (the same place, holding what the op
    made: not changed in place since), a kernel's index is accepted when it is in range and selects
    the value the reference's index selects (NaN selects NaN), and, for sort and topk, when no index
    repeats along the dim. Exact and deterministic: every tie, of any floating dtype, is judged where
    it is decided. Not for a stable sort (one order is right), nor where the op selects from integers,
-   bools or a tensor of two values (an argmax over a mask means the first hit: PyTorch's first
-   index is the answer there).
-2. **Nudges, for other discrete outputs** (masks, indices computed further). Copies of the reference
+   bools or a tensor of two values, nor for argmax, argmin and max/min over a dim (the first
+   index is documented: their indices get the nudges only, which break near-ties and no exact one).
+2. **Nudges, for other discrete outputs** (masks, argmax-like indices, indices computed further),
+   and for floating outputs that fail the element rule (`_excused_at_jumps`: a rounding or a
+   threshold kept in float). Copies of the reference
    run with every floating input multiplied by `1 + u * NUDGE_REL` and then by `1 - u * NUDGE_REL`
    (`u` uniform in [-1, 1], drawn per element from the OS), for `NUDGE_DRAWS` draws of `u`; an
    element may differ only where the reference's answer changed between these runs, only to a value
@@ -39,14 +44,15 @@ reference itself gives for inputs moved by 2^-16 of their values. A kernel that 
 fp16 or bf16 differs at far more elements than that and fails.
 
 `hold()` is entered around the GPU work (the judge's shared lease). The runs happen only after a
-discrete output has failed, so they cost nothing on the common path: one run with the dispatch
-mode, and `2 * NUDGE_DRAWS` nudged runs when an output is not a selecting op's indices, each on a
-copy of the reference. Not covered: 16-bit inputs get no nudge (their step is above 2^-16), so
-their ties count only where a selecting op decides them; ties created from weights, not inputs,
-likewise; indices that pass through a view, a cast or arithmetic before they are returned (the
-nudge judges them, which does not break ties made inside the forward); ops with indices not
-recorded (cummax/cummin, pooling with indices); a tie whose choice feeds a floating output
-(`i = s.argmax(1); return i, emb[i]`: the rows differ, judged as floats).
+discrete output, or a floating one's element rule, has failed, so they cost nothing on the common
+path: one run with the dispatch mode, and `2 * NUDGE_DRAWS` nudged runs when an output is not a
+selecting op's indices, each on a copy of the reference. Not covered: 16-bit inputs get no nudge
+(their step is above 2^-16), so their ties count only where a selecting op that promises no order
+decides them; ties created from weights, not inputs, likewise; indices that pass through a view, a
+cast or arithmetic before they are returned (the nudge judges them, which does not break ties made
+inside the forward); ops with indices not recorded (cummax/cummin, pooling with indices); a tie
+whose choice feeds a floating output (`i = s.argmax(1); return i, emb[i]`: the rows differ, judged
+as floats; at a near-tie the nudges may excuse them as jumps).
 """
 
 from __future__ import annotations
@@ -165,8 +171,8 @@ def _both_ways(model: Any, inputs: list[Any], draws: list[Any], hold: Hold) -> l
 
 def _ties_are_rounding(source: Any) -> bool:
     """Whether ties in what a selecting op selects from are rounding's, which a kernel may break its
-    own way: floating values, more than two of them (an argmax over a mask, `(x > 1).int()` or cast
-    to float, means the first hit; its ties are the answer, and PyTorch's first index is the rule)."""
+    own way: floating values, more than two of them (a sort of a mask, `(x > 1).int()` or cast to
+    float, groups hits and misses: its ties are the answer)."""
     import torch
 
     if not isinstance(source, torch.Tensor) or not source.is_floating_point() or source.numel() < 3:
@@ -210,11 +216,9 @@ class _Selections:
 
         aten = torch.ops.aten
         # op -> (index of the indices among its results, whether they permute along the dim)
+        # (argmax, argmin and max/min over a dim are not here: PyTorch documents the first of equal
+        # values as their answer, so only near-ties that the nudges break may go the other way)
         selecting = {
-            aten.argmax.default: (None, False),
-            aten.argmin.default: (None, False),
-            aten.max.dim: (1, False),
-            aten.min.dim: (1, False),
             aten.kthvalue.default: (1, False),
             aten.median.dim: (1, False),
             aten.nanmedian.dim: (1, False),

@@ -60,7 +60,13 @@ can say where they are (`ties`; the judge's `reference_ties.second_opinion`), an
 a selecting op's indices (argmax, sort, topk...) may hold another index of the same value, and
 another discrete output may differ where the reference's own answer changes on inputs moved by
 2^-16 of their values, to a value it gives there, for up to `NUDGE_MAX_SHARE` of the output
-(`_excused_at_ties`; `Comparison.tie_note` says how many).
+(`_excused_at_ties`; `Comparison.tie_note` says how many). A floating output that fails the
+element rule gets the same nudges as evidence (`_excused_at_jumps`): where the reference steps
+between near inputs (a rounding, a floor, a threshold kept in float: fake quantisation), an
+honest kernel whose last bit differs lands one step off at the few elements within an ulp of a
+step. Such an element is excused where a nudged run of the reference jumps there and comes within
+the element bound of the kernel's value, for up to `NUDGE_MAX_SHARE` of the output; the rules then
+hold the rest. A kernel computing in lower precision moves far more elements than 2^-16 reaches.
 Where the reference is NaN or Inf the candidate must be the same NaN or Inf (unless
 `match_non_finite` is false: the judge's own input distributions), and the rules apply to the
 other elements; NaN or Inf where the reference is finite never passes.
@@ -313,6 +319,15 @@ def compare_outputs(
                 own_shares.append((i, again.own_share))
                 continue
             found = dataclasses.replace(found, why=f"{found.why} ({again.why})")
+        if found.rule == "element" and ties is not None:
+            # a step the reference takes between near inputs (a rounding, a threshold) that an honest
+            # kernel's last bit put on the other side: judged against the nudged runs
+            jumped = _excused_at_jumps(i, r, cf, rf, finite, atol, rtol, precision, tie_evidence_now())
+            if isinstance(jumped, str):
+                found = dataclasses.replace(found, why=f"{found.why} ({jumped})")
+            else:
+                found, jump_note = jumped
+                tie_note = tie_note or (f"output {i}: {jump_note}" if not found.rule else "")
         if found.rule:
             return fail(found.rule, found.why)
         note = note or found.note
@@ -389,6 +404,73 @@ def _excused_at_ties(i: int, c: Any, r: Any, evidence: Ties | NoExact | None) ->
     return (
         f"{bad} of {r.numel()} elements differ from the reference where its own result changes when "
         "the inputs move by 2^-16 of their values (near-ties), each with a value the reference gives there"
+    )
+
+
+def _excused_at_jumps(
+    i: int,
+    r: Any,
+    cf: Any,
+    rf: Any,
+    finite: Any,
+    atol: float,
+    rtol: float,
+    precision: str,
+    evidence: Ties | NoExact,
+) -> tuple[_Verdict, str] | str:
+    """The floating output `i` (`cf`, `rf`: its elements where the reference `r` is finite, float64,
+    `finite` where that is) failed the element rule: judged again where the reference itself jumps
+    between near inputs (a rounding, a floor, a threshold: `round(x / s) * s`, whose honest
+    `rint(x * (1 / s))` lands one step off where `x / s` is within an ulp of a half). An element
+    beyond the element bound is excused when, on some nudged run (run/reference_ties.py), the
+    reference's value there moves beyond that bound (a jump, not a drift) and comes within it of
+    the kernel's value; at most `NUDGE_MAX_SHARE` of the output. The three rules then run against
+    the reference with each excused element at the nudged value nearest the kernel's: the rest of
+    the output is held as before. Returns that verdict and a note, or why there is none."""
+    import torch
+
+    if isinstance(evidence, NoExact):
+        return f"no second opinion at jumps: {evidence}"
+    try:
+        runs = evidence.moved()
+    except NoExact as exc:
+        return f"no second opinion at jumps: {exc}"
+    others = [run[i] if len(run) > i else None for run in runs]
+    moved = [t for t in others if isinstance(t, torch.Tensor) and t.shape == r.shape and t.dtype == r.dtype]
+    if not moved or len(moved) != len(others):
+        return "no second opinion at jumps: the reference's nudged runs give other outputs"
+    tiny = float(torch.finfo(r.dtype).tiny) if r.is_floating_point() else 1e-300
+    atol_eff = atol * max(output_scale(rf), tiny)
+    rtol_eff = max(rtol, rtol_floor(r.dtype))
+    bad = (cf - rf).abs() > atol_eff + rtol_eff * rf.abs()
+    nearest, best = rf.clone(), torch.full_like(rf, float("inf"))
+    excused = torch.zeros_like(bad)
+    for t in moved:
+        tf = as_real(t.to(rf.device)).reshape(-1)
+        tf = tf if bool(finite.all()) else tf[finite]
+        jumps = (tf - rf).abs() > atol_eff + rtol_eff * rf.abs()
+        off = (tf - cf).abs()
+        near = jumps & (off <= atol_eff + rtol_eff * tf.abs()) & torch.isfinite(tf)
+        take = bad & near & (off < best)
+        nearest = torch.where(take, tf, nearest)
+        best = torch.where(take, off, best)
+        excused |= bad & near
+    n_bad, n_left = int(bad.sum()), int((bad & ~excused).sum())
+    if n_left:
+        return (
+            f"{n_left} of the {n_bad} elements beyond it are no jump of the reference's: where its "
+            "inputs move by 2^-16 of their values it stays, or it never comes near the kernel's value"
+        )
+    if n_bad > max(1, int(NUDGE_MAX_SHARE * rf.numel())):
+        return (
+            f"all {n_bad} are at the reference's jumps, but more than {NUDGE_MAX_SHARE:.0%} of the "
+            "output: decide them as the reference does (its precision, its order)"
+        )
+    again = _rules(i, cf, nearest, r.dtype, atol, rtol, precision)
+    return again, (
+        f"{n_bad} of {rf.numel()} elements are at steps the reference itself takes when its inputs "
+        "move by 2^-16 of their values (a rounding or a threshold decided the other way), each "
+        "within the bound of a value it gives there"
     )
 
 

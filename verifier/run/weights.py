@@ -5,18 +5,38 @@ weights at 1 and biases at 0, BatchNorm's running statistics at 0 and 1, attenti
 biases at 0, PReLU's slope at 0.25; hand-written references do the same
 (`nn.Parameter(torch.ones(d))`). At those values a layer can be the identity, or an affine map
 within the tolerance of the identity (a BatchNorm in eval mode with fresh statistics is
-`x / sqrt(1 + eps)`), so a kernel that skips it, or ignores the weights, would pass. So the judge
-draws such weights in the reference after it is built, and the candidate's runner gives the
+`x / sqrt(1 + eps)`), so a kernel that skips it, or ignores the weights, would pass. A constant's
+sign and size hide more: a LayerScale branch `x + gamma * f(x)` with `gamma = 1e-6` (timm's
+ConvNeXt, CaiT) is below the fp32 precision bound (run/tolerance.py: a 5e-5 relative norm error)
+at any `gamma` of that size, so a kernel that returns `x` passed; a BatchNorm weight that stays
+positive lets a kernel max-pool before the per-channel affine map (`max(a x + b) = a max(x) + b`
+only for `a >= 0`). So the judge draws such weights in the reference after it is built, at a size
+where what they scale counts and with either sign, and the candidate's runner gives the
 candidate's matching weights the same values:
 
 - `draw_reference_constants(model, seed, order)`: every parameter of the reference that holds a
-  single value, and the running statistics of its norm layers, get seeded values: a value `v`
-  becomes `v * U(0.5, 1.5)` (its sign kept, so a running variance stays positive), 0 becomes
-  `U(-0.5, 0.5)`; NaN and Inf stay. The values are a function of the seed and the weight's `Key`:
-  its space (`param` or `stat`), constant, shape, dtype and how many drawn weights of that space,
-  constant, shape and dtype the constructor registered before it (`registration_order`, entered
-  around the constructor, numbers each module's parameter and buffer slots). Returns the drawn
-  weights with their names (`Drawn`).
+  single value, and the running statistics of its norm layers, get seeded values. A parameter's
+  constant `v` becomes `max(|v|, 1) * U(0.5, 1.5)` with a random sign per element (both signs
+  where it has two elements or more): at least 0.5 in size, so a term it scales is at least half
+  its own size in the output, and skipping it fails the precision rule wherever the term is over
+  1e-4 of the output's norm (a constant's size kept 1e-6 of it); and no order valid for one sign
+  only survives. A running
+  statistic's `v` becomes `v * U(0.5, 1.5)` (a variance stays positive and of its constant's
+  order). 0 becomes `U(-0.5, 0.5)` in both (a running mean takes either sign); NaN and Inf stay.
+  The values are a function of the seed and the weight's `Key`: its space (`param` or `stat`),
+  constant, shape, dtype, how many drawn weights of that space, constant, shape and dtype the
+  constructor registered before it (`registration_order`, entered around the constructor,
+  numbers each module's parameter and buffer slots), and `kept`. Returns the drawn weights with
+  their names (`Drawn`).
+- `settle_draws(model, seed, drawn, inputs)`, in the judge after the reference is moved to its
+  device: a reference can be undefined for the other sign (a temperature under `sqrt`, a prior
+  under `log`: NaN, which an honest kernel that multiplies by `rsqrt(t)` or by the prior need not
+  reproduce, and which leaves nothing to compare). The reference runs once on one set of its own
+  inputs (`as_given`) with every parameter drawn free; where an output element is then NaN or Inf
+  that is finite with every parameter keeping its constant's sign and size (`v * U(0.5, 1.5)`, the
+  statistics' rule), the parameters to blame are found by halving the group (at most `MAX_PROBES`
+  forwards) and get `kept` keys: their constant's sign and size, the same uniforms. The flag
+  travels in the keys (`drawn_to_json`), so the candidate's matching weights get the same values.
 - `match_reference_constants(model, seed, drawn, order)`: a single-valued parameter or buffer of
   the candidate with a drawn weight's name (`bn1.weight`), constant, shape and dtype gets its
   values. The rest are paired in registration order, space by space: the candidate's
@@ -41,9 +61,21 @@ candidate's matching weights the same values:
   key's values are left in two slots and a candidate without a fold ends with the weights it had
   without the early fills.
 
-The global RNG, which the other weights come from, is left alone: both models draw it as before.
+The global RNG, which the other weights come from, is left alone: both models draw it as before
+(the probes of `settle_draws` run under a forked RNG, and the reference's buffers are restored
+after them: a BatchNorm in training mode updates its statistics).
 
-Not covered: slots created by `copy.deepcopy` (`nn.TransformerEncoder` copies its layer) are not
+Not covered: a single-element parameter (PReLU's slope, a scalar temperature) has one sign per
+run, so a kernel valid for one sign of it passes in half of the runs. `settle_draws` sees one set of
+`as_given` inputs: a NaN that the free draw makes only on other inputs is not seen (a kernel
+computing the reference's formula gives the same NaN, an algebraic rewrite may not), and a
+forward with side effects of its own (a counter, a cache kept on the module) has them once per
+probe; a parameter whose free draw is finite but meaningless (an integer count read from a
+parameter, a probability) keeps it. A term that stays small by its other weights (a Linear
+initialised near zero) stays small: the floor covers the single-valued scale only. Weights
+initialised to a structure, not to one value (`nn.init.eye_`, `dirac_`: an IRNN's recurrent
+weight is the identity), are not drawn, so a kernel that skips the product with them (`h` for
+`h @ W_hh.T`) passes. Slots created by `copy.deepcopy` (`nn.TransformerEncoder` copies its layer) are not
 registered, so they rank after the registered ones; they are not filled early. A fold reads drawn
 values only where the early pairing is the final one: where the candidate registers same-shaped
 constants in another order than the reference (the final pass then pairs some by name, others by
@@ -76,6 +108,9 @@ class Key(NamedTuple):
     shape: tuple[int, ...]
     dtype: str
     ordinal: int  # drawn weights of this space, constant, shape and dtype registered before it
+    # a parameter drawn keeping its constant's sign and size (`settle_draws`: the free draw made the
+    # reference's outputs non-finite); running statistics always keep theirs
+    kept: bool = False
 
     @property
     def cls(self) -> tuple[float, tuple[int, ...], str]:
@@ -89,12 +124,24 @@ class Drawn(NamedTuple):
 
 
 def _draw(seed: int, key: Key) -> Any:
+    """The key's values (module docstring): 0 -> U(-0.5, 0.5); a statistic, or a parameter whose
+    key is `kept`, `v * U(0.5, 1.5)`; another parameter `max(|v|, 1) * U(0.5, 1.5)` with a random
+    sign per element, both signs present where it has two elements or more."""
     import torch
 
-    digest = hashlib.blake2b(repr((seed, *key)).encode(), digest_size=8).digest()
+    # (`kept` is not hashed: the fallback changes only the sign and the size of the same draw)
+    digest = hashlib.blake2b(repr((seed, *key[:5])).encode(), digest_size=8).digest()
     gen = torch.Generator().manual_seed(int.from_bytes(digest, "little") & ((1 << 63) - 1))
     u = torch.rand(key.shape, generator=gen, dtype=torch.float64)
-    return u - 0.5 if key.value == 0 else key.value * (u + 0.5)
+    if key.value == 0:
+        return u - 0.5
+    if key.space != "param" or key.kept:
+        return key.value * (u + 0.5)
+    sign = torch.randint(0, 2, key.shape, generator=gen).to(torch.float64) * 2 - 1
+    flat = sign.view(-1)
+    if flat.numel() > 1 and bool((flat == flat[0]).all()):
+        flat[int(torch.randint(flat.numel(), (1,), generator=gen))] *= -1
+    return max(abs(key.value), 1.0) * (u + 0.5) * sign
 
 
 def _fill(t: Any, seed: int, key: Key) -> None:
@@ -343,6 +390,109 @@ def draw_reference_constants(model: Any, seed: int, order: dict[tuple[int, str],
     return drawn
 
 
+# `settle_draws`: at most this many forwards of the reference (the first two: every free parameter
+# free, then none); groups still untested when they are spent keep their constant's sign and size
+MAX_PROBES = 24
+
+
+def settle_draws(model: Any, seed: int, drawn: list[Drawn], inputs: Callable[[], list[Any]]) -> list[Drawn]:
+    """The drawn reference run on `inputs()` (one set of the problem's own inputs), its drawn
+    parameters with a free sign and size first: where that makes an output element NaN or Inf
+    that is finite with every parameter keeping its constant's sign and size (a parameter under
+    `sqrt` or `log`), the parameters to blame are found by halving the group (at most `MAX_PROBES`
+    forwards) and keep theirs (`Key.kept`); the others stay free. Only where an output is not finite
+    is more than one forward run. The model is left holding the returned keys' values, its
+    buffers (a BatchNorm in training mode updates its statistics) as they were, the global RNG as
+    it was; a reference that raises on the free draw counts as non-finite, inputs that cannot be
+    made leave the draw as it is (the correctness phase reports them)."""
+    import torch
+
+    free = [i for i, d in enumerate(drawn) if d.key.space == "param" and d.key.value != 0 and not d.key.kept]
+    if not free or not isinstance(model, torch.nn.Module):
+        return drawn
+    try:
+        tensors = {i: model.get_parameter(drawn[i].name) for i in free}
+        args = inputs()
+    except Exception:
+        return drawn
+    buffers = [(t, t.detach().clone()) for t in model.buffers()]
+    is_initialized = torch.cuda.is_initialized()  # type: ignore[no-untyped-call]
+    cuda = list(range(torch.cuda.device_count())) if is_initialized else []
+
+    def fill(signed: set[int]) -> None:
+        for i in free:
+            _fill(tensors[i], seed, drawn[i].key._replace(kept=i not in signed))
+
+    def non_finite(signed: set[int]) -> list[Any] | None:
+        """Per floating output, where it is NaN or Inf; None where the forward raised."""
+        fill(signed)
+        try:
+            with torch.no_grad(), torch.random.fork_rng(devices=cuda):
+                out = model(*[a.clone() if isinstance(a, torch.Tensor) else a for a in args])
+                return [~torch.isfinite(t) for t in _float_leaves(out)]
+        except Exception:
+            return None
+        finally:
+            with torch.no_grad():
+                for t, saved in buffers:
+                    if t.shape == saved.shape:
+                        t.copy_(saved)
+
+    every = set(free)
+    first = non_finite(every)
+    if first is not None and not any(bool(m.any()) for m in first):
+        return drawn  # (the model holds the free values)
+    base = non_finite(set())
+    if base is None:  # it raises either way: the correctness phase reports it
+        fill(every)
+        return drawn
+    probes = 2
+
+    def ok(signed: set[int]) -> bool:
+        masks = first if signed == every else non_finite(signed)
+        if masks is None or len(masks) != len(base):
+            return False
+        return not any(m.shape != b.shape or bool((m & ~b).any()) for m, b in zip(masks, base, strict=True))
+
+    signed: set[int] = set()
+
+    def settle(group: list[int]) -> None:
+        nonlocal probes
+        if probes >= MAX_PROBES:
+            return
+        probes += 1
+        if ok(signed | set(group)):
+            signed.update(group)
+        elif len(group) > 1:
+            settle(group[: len(group) // 2])
+            settle(group[len(group) // 2 :])
+
+    if ok(every):
+        signed = every
+    elif len(free) > 1:
+        settle(free[: len(free) // 2])
+        settle(free[len(free) // 2 :])
+    fill(signed)
+    out = list(drawn)
+    for i in free:
+        if i not in signed:
+            out[i] = Drawn(drawn[i].name, drawn[i].key._replace(kept=True))
+    return out
+
+
+def _float_leaves(out: Any) -> list[Any]:
+    """The floating (and complex) tensors of a model's output, in order (tuples, lists, dicts)."""
+    import torch
+
+    if isinstance(out, torch.Tensor):
+        return [out] if out.is_floating_point() or out.is_complex() else []
+    if isinstance(out, (list, tuple)):
+        return [leaf for o in out for leaf in _float_leaves(o)]
+    if isinstance(out, dict):
+        return [leaf for o in out.values() for leaf in _float_leaves(o)]
+    return []
+
+
 def match_reference_constants(
     model: Any,
     seed: int,
@@ -389,7 +539,10 @@ def match_reference_constants(
 
 
 def drawn_to_json(drawn: list[Drawn]) -> list[list[Any]]:
-    return [[d.name, d.key.space, d.key.value, list(d.key.shape), d.key.dtype, d.key.ordinal] for d in drawn]
+    return [
+        [d.name, d.key.space, d.key.value, list(d.key.shape), d.key.dtype, d.key.ordinal, d.key.kept]
+        for d in drawn
+    ]
 
 
 def drawn_from_json(raw: object) -> list[Drawn]:
@@ -398,10 +551,11 @@ def drawn_from_json(raw: object) -> list[Drawn]:
     out: list[Drawn] = []
     for item in raw if isinstance(raw, list) else ():
         try:
-            name, space, value, shape, dtype, ordinal = item
-            if space not in ("param", "stat"):
+            name, space, value, shape, dtype, ordinal, *rest = item
+            kept = rest[0] if rest else False  # (six fields: a list without the flag)
+            if space not in ("param", "stat") or len(rest) > 1 or not isinstance(kept, bool):
                 continue
-            key = Key(str(space), float(value), tuple(int(s) for s in shape), str(dtype), int(ordinal))
+            key = Key(str(space), float(value), tuple(int(s) for s in shape), str(dtype), int(ordinal), kept)
             out.append(Drawn(str(name), key))
         except (TypeError, ValueError):
             continue

@@ -344,3 +344,136 @@ def test_the_hooks_are_removed_when_the_constructor_raises() -> None:
     after = After()  # outside the context: nothing is filled any more
     assert torch.equal(after.bn.weight, torch.ones(8)) and torch.equal(after.g, torch.ones(8))
     assert torch.equal(after.bn.running_var, torch.ones(8))
+
+
+class LayerScaleBN(nn.Module):
+    """A LayerScale gamma at 1e-6, a BatchNorm, a PReLU (one element at 0.25), a zero bias."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gamma = nn.Parameter(1e-6 * torch.ones(64))
+        self.bn = nn.BatchNorm1d(64)
+        self.act = nn.PReLU()
+        self.big = nn.Parameter(torch.full((64,), 10.0))
+
+
+def test_a_parameters_sign_varies_per_element_and_its_size_has_a_floor() -> None:
+    ref, cand, _ = pair(LayerScaleBN, LayerScaleBN)
+    for name, floor in (("gamma", 1.0), ("bn.weight", 1.0), ("big", 10.0)):
+        t = ref.get_parameter(name).detach()
+        assert torch.equal(t, cand.get_parameter(name)), name
+        assert bool((t.abs() >= 0.5 * floor).all() and (t.abs() <= 1.5 * floor).all()), name
+        assert bool((t > 0).any() and (t < 0).any()), name  # both signs
+    slope = float(ref.act.weight.detach())
+    assert 0.5 <= abs(slope) <= 1.5 and slope == float(cand.act.weight.detach())
+    assert bool((ref.bn.bias.abs() <= 0.5).all() and (ref.bn.bias > 0).any() and (ref.bn.bias < 0).any())
+    # the statistics keep their meaning: a variance stays positive and of its constant's order
+    var, mean = ref.bn.running_var, ref.bn.running_mean
+    assert bool((var >= 0.5).all() and (var <= 1.5).all())
+    assert bool((mean > 0).any() and (mean < 0).any() and (mean.abs() <= 0.5).all())
+    assert torch.equal(var, cand.bn.running_var) and torch.equal(mean, cand.bn.running_mean)
+    # a skipped LayerScale branch is off by the branch itself, not by 1e-6 of it
+    h = torch.randn(32, 64)
+    assert (ref.gamma * h).norm() > 0.5 * h.norm()
+    # the per-element signs break an order valid for a positive scale only: max(a * x) != a * max(x)
+    x = torch.randn(8, 64, 4)
+    a = ref.bn.weight.detach().view(1, -1, 1)
+    assert not torch.allclose((x * a).amax(-1), x.amax(-1) * a.squeeze(-1))
+
+
+def test_two_elements_always_get_both_signs_and_kept_keys_keep_the_old_draw() -> None:
+    for seed in range(64):
+        v = W._draw(seed, W.Key("param", 1.0, (2,), "float32", 0))
+        assert float(v[0]) * float(v[1]) < 0, seed
+    key = W.Key("param", 1e-6, (16,), "float32", 0)
+    free, kept = W._draw(5, key), W._draw(5, key._replace(kept=True))
+    assert torch.allclose(free.abs(), kept / 1e-6)  # the same uniforms: only the sign and the size change
+    assert bool((kept > 0).all() and (kept < 1.5e-6).all())
+    stat = W._draw(5, W.Key("stat", 1.0, (16,), "float32", 0))
+    assert torch.equal(stat, W._draw(5, W.Key("stat", 1.0, (16,), "float32", 0, True)))
+    assert bool((stat > 0).all())
+    # the flag travels as a seventh field, a bool; a list of six (without it) is a free key
+    raw = ["g", "param", 1.0, [2], "float32", 0]
+    assert W.drawn_from_json([raw, [*raw, True]]) == [
+        W.Drawn("g", W.Key("param", 1.0, (2,), "float32", 0)),
+        W.Drawn("g", W.Key("param", 1.0, (2,), "float32", 0, True)),
+    ]
+    assert W.drawn_from_json([[*raw, "yes"], [*raw, True, 1]]) == []
+
+
+class SqrtLog(nn.Module):
+    """Parameters under sqrt and log (NaN for a negative draw), a division by a learnable
+    temperature (any sign), a LayerNorm, a BatchNorm in training mode, dropout."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ln = nn.LayerNorm(32)
+        self.t = nn.Parameter(torch.ones(1))
+        self.scale = nn.Parameter(torch.ones(32))
+        self.prior = nn.Parameter(torch.full((32,), 0.5))
+        self.bn = nn.BatchNorm1d(32)
+        self.drop = nn.Dropout(0.1)
+        self.calls = 0
+
+    def forward(self, x: Any) -> Any:
+        self.calls += 1
+        z = self.bn(self.drop(self.ln(x))) / self.t * torch.sqrt(self.scale)
+        return z + torch.log(self.prior), x.argmax(-1)
+
+
+def settle(ref_cls: Any, seed: int, width: int = 32) -> tuple[Any, list[Any], list[Any]]:
+    torch.manual_seed(seed)
+    with W.registration_order() as order:
+        ref = ref_cls()
+    drawn = W.draw_reference_constants(ref, seed, order)
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(16, width, generator=gen)
+    return ref, drawn, W.settle_draws(ref, seed, drawn, lambda: [x])
+
+
+def test_a_parameter_whose_free_draw_makes_the_reference_nan_keeps_its_sign_and_size() -> None:
+    for seed in range(6):
+        ref, _, settled = settle(SqrtLog, seed)
+        assert {d.name for d in settled if d.key.kept} == {"scale", "prior"}, seed  # a divisor stays free
+        for d in settled:  # the model holds the settled keys' values; the probes left no trace
+            t = ref.get_parameter(d.name) if d.key.space == "param" else ref.get_buffer(d.name)
+            assert torch.equal(t, W._draw(seed, d.key).to(t.dtype)), d.name
+        assert int(ref.bn.num_batches_tracked) == 0
+        assert bool((ref.ln.weight < 0).any() and (ref.bn.weight < 0).any())
+        # the candidate's runner gets the flags and draws the same values, early and in the final pass
+        drawn = W.drawn_from_json(W.drawn_to_json(settled))
+        assert drawn == settled
+        torch.manual_seed(seed)
+        with W.registration_order() as order, W.early_constants(seed, drawn, order) as early:
+            cand = SqrtLog()
+        W.match_reference_constants(cand, seed, drawn, order, early)
+        for name, t in ref.state_dict().items():
+            assert torch.equal(t, cand.state_dict()[name]), name
+        assert bool(torch.isfinite(ref(torch.randn(16, 32))[0]).all())
+
+
+def test_settling_runs_one_forward_where_the_outputs_are_finite_and_restores_the_rng() -> None:
+    ref, drawn, settled = settle(LayerScaleBN2, 3, 64)
+    assert settled == drawn and ref.calls == 1
+    ref, _, _ = settle(SqrtLog, 3)
+    assert 2 < ref.calls <= W.MAX_PROBES
+    torch.manual_seed(7)
+    with W.registration_order() as order:
+        model = SqrtLog()
+    drawn = W.draw_reference_constants(model, 7, order)
+    before = torch.get_rng_state()
+    W.settle_draws(model, 7, drawn, lambda: [torch.ones(4, 32)])
+    assert torch.equal(before, torch.get_rng_state())
+    # inputs that cannot be made, a model that is not a module: the draw as it was
+    assert W.settle_draws(model, 7, drawn, lambda: 1 / 0) == drawn  # type: ignore[arg-type,return-value]
+    assert W.settle_draws(object(), 7, drawn, lambda: []) == drawn
+
+
+class LayerScaleBN2(LayerScaleBN):
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def forward(self, x: Any) -> Any:
+        self.calls += 1
+        return self.act(self.bn(x * self.gamma + self.big))
