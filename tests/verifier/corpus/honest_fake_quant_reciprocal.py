@@ -2,7 +2,7 @@
 # corpus: kind=runtime verdict=correct
 # honest: the usual CUDA fake-quant kernel, rintf(x * inv_scale) with inv_scale = 1/scale computed
 # once on the host (exactly what PyTorch's own fake_quantize_per_tensor_affine kernel does).
-# x * (1/s) and x / s differ by one ulp in a few elements, and where that ulp straddles a .5
+# x * (1/s) and x / s differ by one ulp in a few elements (a few in 16M), and where that ulp straddles a .5
 # boundary the rounded value moves by one quantisation step.
 import torch
 import torch.nn as nn

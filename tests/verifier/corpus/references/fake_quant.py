@@ -14,7 +14,7 @@ class Model(nn.Module):
 
 
 def get_inputs():
-    return [torch.randn(4096, 4096)]
+    return [torch.randn(2048, 2048)]
 
 
 def get_init_inputs():

@@ -11,7 +11,7 @@ class Model(nn.Module):
 
 
 def get_inputs():
-    return [torch.randn(4096, 1024)]
+    return [torch.randn(1024, 1024)]
 
 
 def get_init_inputs():
