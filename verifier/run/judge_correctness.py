@@ -54,6 +54,7 @@ def correctness(st: JudgeState, ref_mod: types.ModuleType, model: Any) -> Any:
     found: list[Diagnostic] = []
     max_abs = max_rel = 0.0
     skipped: list[str] = []
+    last: tuple[list[Any], str] = ([], "as_given")  # the last judged trial's inputs and distribution
     get_inputs = getattr(ref_mod, "get_inputs", None)
     if get_inputs is None:
         raise Stop(
@@ -169,11 +170,13 @@ def correctness(st: JudgeState, ref_mod: types.ModuleType, model: Any) -> Any:
             )
         ref_trials.append(ref_out)
         cand_trials.append(cand_out)
+        last = (inputs, dist)
         if trial in profiled:
             found += profile(st)
     again = _call_and_fetch(st, ref_trials[-1], count_threads=True)  # the last inputs, once more
     scales = [finite_scale(r) for r in dyn.flatten_outputs(ref_trials[-1])]
     found += dyn.check_deterministic(cand_trials[-1], again, st.config.atol, st.config.rtol, st.where, scales)
+    found += _second_call_discrete(st, model, last, ref_trials[-1], again)
     found += dyn.check_not_constant(cand_trials, ref_trials, st.where)
     found += guards(st)
     if skipped:
@@ -209,6 +212,46 @@ def exact_reference(st: JudgeState, model: Any, inputs: list[Any], ref_out: Any)
         return exact_outputs(model, inputs, ref_out, lambda: shared(st))
 
     return run
+
+
+def _second_call_discrete(
+    st: JudgeState, model: Any, last: tuple[list[Any], str], ref_out: Any, again: Any
+) -> list[Diagnostic]:
+    """The candidate's second call on the last trial's inputs, where the reference has a discrete
+    output (indices, a mask): judged against the reference as the first call was, up to its ties
+    (`dyn.check_deterministic` compares floating outputs only: between two calls an honest sort may
+    order equal keys otherwise, and an index within 1 % of another is no tolerance)."""
+    import torch
+    from cudice.verifier.run import dynamic_checks as dyn
+    from cudice.verifier.run.tolerance import compare_outputs
+
+    if not any(
+        isinstance(r, torch.Tensor) and not (r.is_floating_point() or r.is_complex())
+        for r in dyn.flatten_outputs(ref_out)
+    ):
+        return []
+    inputs, dist = last
+    cmp = compare_outputs(
+        ref_out,
+        again,
+        st.config.atol,
+        st.config.rtol,
+        precision=st.config.precision,
+        exact=exact_reference(st, model, inputs, ref_out),
+        match_non_finite=dist == "as_given",
+        ties=reference_ties(st, model, inputs, ref_out),
+    )
+    if cmp.ok:
+        return []
+    return [
+        diag(
+            "dynamic.nondeterministic",
+            f"A second call on the same inputs ({dist}) is not correct where the first was: {cmp.why}. "
+            "The kernel reads memory it did not write or races; initialise and synchronise.",
+            Stage.CORRECTNESS,
+            st.where,
+        )
+    ]
 
 
 def reference_ties(st: JudgeState, model: Any, inputs: list[Any], ref_out: Any) -> Callable[[], Any]:
