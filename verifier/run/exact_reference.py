@@ -121,9 +121,14 @@ def _run(model: Any, args: list[Any], dtype: Any) -> tuple[Any, list[Any]]:
         # computed in 16 bits inside: refused. Where every floating output is a cast up from a
         # 16-bit result (`(a.half() @ b.half()).float()`), that format is what the output is held
         # to (tolerance.LOWER_REL_NORM_BOUND); a 16-bit op elsewhere (a mask) moves no bound
+        # (the format each output was cast from, not the first 16-bit op seen: a bf16 mask beside an
+        # fp16 matmul leaves that output held to fp16; outputs cast from both formats, to fp16's)
         floats = [t for t in _flatten(out) if isinstance(t, torch.Tensor) and t.is_floating_point()]
-        cast = bool(floats) and all(watch.cast_up.get(id(t)) is t for t in floats)
-        raise NoExact(f"the reference's forward computes in {watch.other}", lower=watch.lower if cast else "")
+        held = [watch.cast_up.get(id(t), (None, "")) for t in floats]
+        cast = bool(floats) and all(h[0] is t for h, t in zip(held, floats, strict=True))
+        formats = {h[1] for h in held}
+        lower = (formats.pop() if len(formats) == 1 else "float16") if cast else ""
+        raise NoExact(f"the reference's forward computes in {watch.other}", lower=lower)
     return out, watch.log
 
 
@@ -232,9 +237,9 @@ class _Watch:
                 # a 16-bit floating result (the run is then refused; `lower` says which format),
                 # and the fp32 tensors cast from a 16-bit one, by id (the outputs are checked)
                 self.other: str = ""
-                self.lower: str = ""
-                # held, not only their ids: a freed tensor's id is given to the next one
-                self.cast_up: dict[int, Any] = {}
+                # held, not only their ids: a freed tensor's id is given to the next one; with the
+                # 16-bit format each was cast from
+                self.cast_up: dict[int, tuple[Any, str]] = {}
 
             def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
                 kwargs = kwargs or {}
@@ -268,16 +273,14 @@ class _Watch:
                                     f"the reference's forward computes in {t.dtype} ({func.name()})"
                                 )
                             self.other = self.other or f"{t.dtype} ({func.name()})"
-                            self.lower = self.lower or lower
-                        elif (
-                            name in ("_to_copy", "to", "type_as", "copy")
-                            and t.dim() > 0
-                            and any(
-                                isinstance(a, torch.Tensor) and a.dtype in (torch.float16, torch.bfloat16)
+                        elif name in ("_to_copy", "to", "type_as", "copy") and t.dim() > 0:
+                            source = [
+                                str(a.dtype).removeprefix("torch.")
                                 for a in tree_leaves((args, kwargs))
-                            )
-                        ):
-                            self.cast_up[id(t)] = t
+                                if isinstance(a, torch.Tensor) and a.dtype in (torch.float16, torch.bfloat16)
+                            ]
+                            if source:
+                                self.cast_up[id(t)] = (t, source[0])
                         if name in rounding_names:
                             self.log.append(_checksum(t).cpu())
                     else:

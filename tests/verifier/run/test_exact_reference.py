@@ -374,3 +374,20 @@ def test_the_timed_digest_follows_the_16_bit_bound_correctness_applied() -> None
         types.SimpleNamespace(config=config, exact_own_shares={}, lower_bounds={0: 1e-3}), ref, 0
     )
     assert fp16 > 10 * fp32  # 1e-3 against 5e-5 of the norm
+
+
+class BfMaskThenHalfMatmul(nn.Module):
+    """A bf16 op first (a mask that changes nothing), then an fp16 matmul cast up: the output is
+    fp16's, whatever 16-bit op ran before it."""
+
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        keep = (a.bfloat16() != 0).float()
+        return ((a * keep).half() @ b.half()).float()
+
+
+def test_the_bound_follows_the_format_the_output_was_cast_from() -> None:
+    a, b, ref, refused, exact = _matmul_case(BfMaskThenHalfMatmul(), 5)
+    assert isinstance(refused, NoExact) and refused.lower == "float16"  # not the bf16 seen first
+    bf16 = (a.bfloat16() @ b.bfloat16()).float()  # bf16 arithmetic: within bf16's bound, not fp16's
+    cmp = compare_outputs(ref, bf16, 1e-2, 1e-2, exact=exact)
+    assert not cmp.ok and cmp.rule == "precision"
