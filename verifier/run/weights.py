@@ -10,7 +10,10 @@ sign and size hide more: a LayerScale branch `x + gamma * f(x)` with `gamma = 1e
 ConvNeXt, CaiT) is below the fp32 precision bound (run/tolerance.py: a 5e-5 relative norm error)
 at any `gamma` of that size, so a kernel that returns `x` passed; a BatchNorm weight that stays
 positive lets a kernel max-pool before the per-channel affine map (`max(a x + b) = a max(x) + b`
-only for `a >= 0`). So the judge draws such weights in the reference after it is built, at a size
+only for `a >= 0`). Learnable weights initialised to a structure of one value and zeros hide a
+product: an IRNN's recurrent weight starts as the identity (`nn.init.eye_`), a DiracNet's
+convolution as `nn.init.dirac_`, so a kernel that returns `h` for `h @ W_hh.T` passed, wrong for any
+trained weight. So the judge draws such weights in the reference after it is built, at a size
 where what they scale counts and with either sign, and the candidate's runner gives the
 candidate's matching weights the same values:
 
@@ -23,11 +26,23 @@ candidate's matching weights the same values:
   only survives. A running
   statistic's `v` becomes `v * U(0.5, 1.5)` (a variance stays positive and of its constant's
   order). 0 becomes `U(-0.5, 0.5)` in both (a running mean takes either sign); NaN and Inf stay.
-  The values are a function of the seed and the weight's `Key`: its space (`param` or `stat`),
-  constant, shape, dtype, how many drawn weights of that space, constant, shape and dtype the
-  constructor registered before it (`registration_order`, entered around the constructor,
-  numbers each module's parameter and buffer slots), and `kept`. Returns the drawn weights with
-  their names (`Drawn`).
+  A learnable parameter (`requires_grad=True`) whose elements take exactly two values, one of
+  them 0 and the other a finite `c` (`eye_`, `dirac_`, a `tril` of ones: a structure, `_structure`)
+  is drawn too, in the `struct` space: every element, its zeros' too, becomes
+  `max(|c|, 1) * sqrt(nz / n) * U(0.5, 1.5)` with a random sign (`nz` of its `n` elements nonzero):
+  no zero and no pattern survives, so a kernel that skips the product or reads only the pattern's
+  elements is off by a term of the output's order, far over the precision rule; the factor keeps
+  the Frobenius norm of the structure it replaces (a stack of dirac convolutions or a recurrence
+  does not grow by `sqrt(fan_in)` per layer), so an elementwise use of a sparse pattern scales its
+  term by `sqrt(nz / n)` (`1/32` for a 1024-wide identity): visible where the term is over
+  `1e-4 * sqrt(n / nz)` of the output's norm. A frozen one (`requires_grad=False`: a causal mask
+  held as a parameter) and buffers are constants by the reference's design: not drawn.
+  The values are a function of the seed and the weight's `Key`: its space (`param`, `stat` or
+  `struct`), constant, shape, dtype, a structure's pattern (its count of nonzeros and a digest of
+  where they are: a candidate's tensor pairs only with one of the same pattern), how many drawn
+  weights of that space, constant, shape, dtype and pattern the constructor registered before it
+  (`registration_order`, entered around the constructor, numbers each module's parameter and
+  buffer slots), and `kept`. Returns the drawn weights with their names (`Drawn`).
 - `settle_draws(model, seed, drawn, inputs)`, in the judge after the reference is moved to its
   device: a reference can be undefined for the other sign (a temperature under `sqrt`, a prior
   under `log`: NaN, which an honest kernel that multiplies by `rsqrt(t)` or by the prior need not
@@ -35,17 +50,21 @@ candidate's matching weights the same values:
   inputs (`as_given`) with every parameter drawn free; where an output element is then NaN or Inf
   that is finite with every parameter keeping its constant's sign and size (`v * U(0.5, 1.5)`, the
   statistics' rule), the parameters to blame are found by halving the group (at most `MAX_PROBES`
-  forwards) and get `kept` keys: their constant's sign and size, the same uniforms. The flag
-  travels in the keys (`drawn_to_json`), so the candidate's matching weights get the same values.
+  forwards) and get `kept` keys: their constant's sign and size, the same uniforms (a structure's:
+  `c * sqrt(nz / n) * U(0.5, 1.5)` everywhere, of `c`'s sign). The flag travels in the keys
+  (`drawn_to_json`), so the candidate's matching weights get the same values.
 - `match_reference_constants(model, seed, drawn, order)`: a single-valued parameter or buffer of
   the candidate with a drawn weight's name (`bn1.weight`), constant, shape and dtype gets its
   values. The rest are paired in registration order, space by space: the candidate's
   single-valued parameters with the reference's drawn parameters of the same constant, shape
   and dtype, its single-valued buffers of norm layers or with `mean` or `var` in their name with
-  the drawn running statistics. So a candidate that
+  the drawn running statistics, its structured parameters with the reference's drawn structures
+  of the same constant, shape, dtype and pattern (learnable ones first: a frozen one takes a
+  structure's key only where no learnable one of its class is left). So a candidate that
   keeps the reference's layers gets their weights; one that writes `nn.LayerNorm(d)` as its own
-  `torch.ones(d)` and `torch.zeros(d)` parameters, in order, gets them too; a single-valued
-  tensor of its own with nothing left to pair keeps its value.
+  `torch.ones(d)` and `torch.zeros(d)` parameters, in order, gets them too, and one that holds an
+  `nn.Linear`'s identity weight as its own `nn.Parameter(torch.eye(d))`; a single-valued or
+  structured tensor of its own with nothing left to pair keeps its value.
 - `early_constants(seed, drawn, order)`, entered around the candidate's constructor (inside
   `registration_order`): the same values given while it is built, as soon as a slot's constant is
   known, so that what the constructor derives from them (a BatchNorm folded into a scale and
@@ -53,13 +72,15 @@ candidate's matching weights the same values:
   submodule's slots are filled when it is attached to a parent (`self.bn = ...`, `add_module`, a
   container's children: PyTorch's module registration hook; its own constructor has ended, so
   BatchNorm's `torch.empty` weights hold their 1 and 0), a slot the model's own code registers
-  with its value set (`self.g = nn.Parameter(torch.ones(d))`) when it is registered; each
-  eligible single-valued slot takes the next drawn key of its space, constant, shape and dtype:
-  the pairing by order, made earlier. `match_reference_constants` then runs over the built model
-  as before and decides: a tensor holding early-given values (its slot's own, or a copy's) counts
-  as holding the constant it had, and one that pass gives no key gets the constant back, so no
-  key's values are left in two slots and a candidate without a fold ends with the weights it had
-  without the early fills.
+  with its value set (`self.g = nn.Parameter(torch.ones(d))`) when it is registered, and a
+  registered learnable parameter the model's own code passes to `nn.init.eye_` or `dirac_` (patched
+  inside; PyTorch's layers register random weights, then the model sets the structure) when that
+  returns; each eligible single-valued or structured slot takes the next drawn key of its space,
+  constant, shape, dtype and pattern: the pairing by order, made earlier. `match_reference_constants`
+  then runs over the built model as before and decides: a tensor holding early-given values (its
+  slot's own, or a copy's) counts as holding the constant (or structure) it had, and one that pass
+  gives no key gets the constant (or structure) back, so no key's values are left in two slots and
+  a candidate without a fold ends with the weights it had without the early fills.
 
 The global RNG, which the other weights come from, is left alone: both models draw it as before
 (the probes of `settle_draws` run under a forked RNG, and the reference's buffers are restored
@@ -72,10 +93,16 @@ computing the reference's formula gives the same NaN, an algebraic rewrite may n
 forward with side effects of its own (a counter, a cache kept on the module) has them once per
 probe; a parameter whose free draw is finite but meaningless (an integer count read from a
 parameter, a probability) keeps it. A term that stays small by its other weights (a Linear
-initialised near zero) stays small: the floor covers the single-valued scale only. Weights
-initialised to a structure, not to one value (`nn.init.eye_`, `dirac_`: an IRNN's recurrent
-weight is the identity), are not drawn, so a kernel that skips the product with them (`h` for
-`h @ W_hh.T`) passes. Slots created by `copy.deepcopy` (`nn.TransformerEncoder` copies its layer) are not
+initialised near zero) stays small: the floor covers the single-valued scale only. A structure
+of other values (a band of two constants, a learnable `arange`), and one of a parameter created
+with `requires_grad=False` (or frozen before the reference's constructor ends), is not drawn: a
+kernel that hardcodes it passes, as it should for a constant by the reference's design; random
+initialisers (`orthogonal_`, `sparse_`) need no draw. A candidate's structure held in a buffer
+(`register_buffer("w_hh", torch.eye(d))` for the reference's parameter) is not paired: it keeps the
+structure and the candidate is rejected. A structure set by other means than `eye_` or `dirac_`
+after its registration (`copy_`, `fill_diagonal_`, `.data =`; `eye_` imported by name before the
+constructor runs) is filled only by the final pass, so a fold of it in the constructor is stale.
+Slots created by `copy.deepcopy` (`nn.TransformerEncoder` copies its layer) are not
 registered, so they rank after the registered ones; they are not filled early. A fold reads drawn
 values only where the early pairing is the final one: where the candidate registers same-shaped
 constants in another order than the reference (the final pass then pairs some by name, others by
@@ -103,19 +130,23 @@ from typing import Any, NamedTuple
 
 
 class Key(NamedTuple):
-    space: str  # "param" (a parameter) or "stat" (a norm layer's running statistic)
-    value: float  # the constant the tensor held
+    # "param" (a single-valued parameter), "stat" (a norm layer's running statistic) or "struct" (a
+    # learnable parameter holding one nonzero value and zeros: `nn.init.eye_`, `dirac_`)
+    space: str
+    value: float  # the constant the tensor held (a structure's nonzero one)
     shape: tuple[int, ...]
     dtype: str
-    ordinal: int  # drawn weights of this space, constant, shape and dtype registered before it
+    ordinal: int  # drawn weights of this space, constant, shape, dtype and pattern registered before it
     # a parameter drawn keeping its constant's sign and size (`settle_draws`: the free draw made the
     # reference's outputs non-finite); running statistics always keep theirs
     kept: bool = False
+    # a structure's pattern, "<nonzeros>/<digest of where they are>" (`_structure`); "" for the others
+    pattern: str = ""
 
     @property
-    def cls(self) -> tuple[float, tuple[int, ...], str]:
-        """(constant, shape, dtype): what a candidate's weight must hold to take this key."""
-        return self.value, self.shape, self.dtype
+    def cls(self) -> tuple[float, tuple[int, ...], str, str]:
+        """(constant, shape, dtype, pattern): what a candidate's weight must hold to take this key."""
+        return self.value, self.shape, self.dtype, self.pattern
 
 
 class Drawn(NamedTuple):
@@ -126,22 +157,27 @@ class Drawn(NamedTuple):
 def _draw(seed: int, key: Key) -> Any:
     """The key's values (module docstring): 0 -> U(-0.5, 0.5); a statistic, or a parameter whose
     key is `kept`, `v * U(0.5, 1.5)`; another parameter `max(|v|, 1) * U(0.5, 1.5)` with a random
-    sign per element, both signs present where it has two elements or more."""
+    sign per element, both signs present where it has two elements or more. A structure's values
+    (every element, its zeros' too) are a parameter's times `sqrt(nonzeros / elements)`."""
     import torch
 
     # (`kept` is not hashed: the fallback changes only the sign and the size of the same draw)
-    digest = hashlib.blake2b(repr((seed, *key[:5])).encode(), digest_size=8).digest()
+    ident = (seed, *key[:5], key.pattern) if key.space == "struct" else (seed, *key[:5])
+    digest = hashlib.blake2b(repr(ident).encode(), digest_size=8).digest()
     gen = torch.Generator().manual_seed(int.from_bytes(digest, "little") & ((1 << 63) - 1))
     u = torch.rand(key.shape, generator=gen, dtype=torch.float64)
     if key.value == 0:
         return u - 0.5
-    if key.space != "param" or key.kept:
-        return key.value * (u + 0.5)
+    density = 1.0
+    if key.space == "struct":  # (the pattern's count is checked on arrival: `drawn_from_json`)
+        density = math.sqrt(int(key.pattern.split("/")[0]) / max(u.numel(), 1))
+    if key.space == "stat" or key.kept:
+        return key.value * density * (u + 0.5)
     sign = torch.randint(0, 2, key.shape, generator=gen).to(torch.float64) * 2 - 1
     flat = sign.view(-1)
     if flat.numel() > 1 and bool((flat == flat[0]).all()):
         flat[int(torch.randint(flat.numel(), (1,), generator=gen))] *= -1
-    return max(abs(key.value), 1.0) * (u + 0.5) * sign
+    return max(abs(key.value), 1.0) * density * (u + 0.5) * sign
 
 
 def _fill(t: Any, seed: int, key: Key) -> None:
@@ -163,6 +199,36 @@ def _single_value(t: Any) -> float | None:
     if not math.isfinite(first) or float(flat[-1]) != first or not bool((flat == flat[0]).all()):
         return None  # (the last element first: a random weight is rejected without a pass over it)
     return first
+
+
+def _structure(t: Any) -> tuple[float, str, Any] | None:
+    """(its nonzero value, its pattern, where it is nonzero) for a floating tensor whose elements
+    take exactly two values, one of them 0, the other finite (`nn.init.eye_`, `dirac_`, a `tril` of
+    ones); None for the rest. The pattern is `<nonzeros>/<digest>`, the digest of the flat 0/nonzero
+    mask: with the shape, it identifies the structure."""
+    import torch
+    from torch.nn.parameter import is_lazy
+
+    if is_lazy(t) or not t.is_floating_point() or t.numel() < 2 or t.is_meta:
+        return None
+    flat = t.detach().reshape(-1)
+    ends = {float(flat[0]), float(flat[-1])} - {0.0}
+    if len(ends) > 1 or not all(math.isfinite(v) for v in ends):
+        return None  # (the ends first: a random weight is rejected without a pass over it)
+    mask = flat != 0
+    nonzeros = int(mask.sum())
+    if nonzeros in (0, flat.numel()):
+        return None  # one value: `_single_value`'s
+    values = flat[mask]
+    value = float(values[0])
+    if not math.isfinite(value) or ends - {value} or not bool((values == values[0]).all()):
+        return None
+    digest = hashlib.blake2b(mask.to(torch.uint8).cpu().numpy().tobytes(), digest_size=16).hexdigest()
+    return value, f"{nonzeros}/{digest}", mask.cpu()
+
+
+def _space(slot: _Slot) -> str:
+    return "struct" if slot.cls[3] else "param" if slot.param else "stat"
 
 
 def _statistic(module: Any, attr: str) -> bool:
@@ -209,6 +275,18 @@ class EarlyFills:
         self.keys: dict[tuple[int, str], Key] = {}
         self.tensors: dict[int, Any] = {}
         self.modules: dict[int, Any] = {}
+        self.masks: dict[Key, Any] = {}  # a structure's 0/nonzero mask, by the key it took
+
+    def restore(self, t: Any, key: Key) -> None:
+        """Gives a tensor holding `key`'s early values the constant (or the structure) it had."""
+        import torch
+
+        with torch.no_grad():
+            mask = self.masks.get(key)
+            if mask is None:
+                t.fill_(key.value)
+            else:
+                t.copy_(mask.reshape(t.shape).to(device=t.device, dtype=t.dtype) * key.value)
 
 
 @contextlib.contextmanager
@@ -218,10 +296,13 @@ def early_constants(seed: int, drawn: list[Drawn], order: dict[tuple[int, str], 
     is known, so that code later in the constructor reads them: a submodule's registered slots when
     it is attached to a parent (`self.bn = ...`, `add_module`, a container's children: its own
     constructor has ended), a slot the model's own code registers (not PyTorch's: its layers
-    register `torch.empty` weights and fill them afterwards) at once. Each eligible single-valued
-    slot (`match_reference_constants`'s rules) takes the next drawn key of its space, constant,
-    shape and dtype, in registration order: the final pass's pairing by order, made earlier. Yields
-    the record `match_reference_constants` then reads; the hooks are removed on every path."""
+    register `torch.empty` weights and fill them afterwards) at once, a registered learnable
+    parameter the model's own code passes to `nn.init.eye_` or `dirac_` (patched inside) as that
+    returns. Each eligible single-valued or learnable structured slot (`match_reference_constants`'s
+    rules; a frozen structure is left to it) takes the next drawn key of its space, constant, shape,
+    dtype and pattern, in registration order: the final pass's pairing by order, made earlier.
+    Yields the record `match_reference_constants` then reads; the hooks and the initialisers are
+    restored on every path."""
     import torch
     from torch.nn.modules import module as nn_module
 
@@ -244,24 +325,51 @@ def early_constants(seed: int, drawn: list[Drawn], order: dict[tuple[int, str], 
             return
         if not (param or _statistic(module, attr)):
             return
-        value = _single_value(t)
+        value, pattern, mask = _single_value(t), "", None
+        if value is None and param:
+            found = _structure(t) if t.requires_grad else None  # (a frozen one: the final pass's)
+            if found is None:
+                return
+            value, pattern, mask = found
         if value is None:
             return
-        space = "param" if param else "stat"
-        queue = queues.get((space, value, tuple(t.shape), str(t.dtype).removeprefix("torch.")))
+        space = "struct" if pattern else "param" if param else "stat"
+        queue = queues.get((space, value, tuple(t.shape), str(t.dtype).removeprefix("torch."), pattern))
         if not queue:
             return
-        _fill(t, seed, queue[0])
-        early.keys[(id(module), attr)] = queue.pop(0)
+        key = queue.pop(0)
+        _fill(t, seed, key)
+        early.keys[(id(module), attr)] = key
         early.tensors[id(t)] = t
         early.modules[id(module)] = module
+        if mask is not None:
+            early.masks[key] = mask
 
     # a slot these hooks cannot read or fill is left to the final pass, which judges it as it did
     # before: nothing here may fail the candidate's constructor
+    # every parameter registered inside, by its tensor's id (held: no id is reused meanwhile), for
+    # the structure initialisers below
+    registered: dict[int, tuple[Any, str, Any]] = {}
+
     def on_parameter(module: Any, name: str, param: Any) -> None:
         with contextlib.suppress(Exception):
-            if param is not None and own_code():
-                give(module, name, param, True)
+            if param is not None:
+                registered[id(param)] = (module, name, param)
+                if own_code():
+                    give(module, name, param, True)
+
+    def structured(init: Callable[..., Any]) -> Callable[..., Any]:
+        # `nn.init.eye_(self.hh.weight)` on a registered parameter, from the model's own code: the
+        # structure is known once it has run (PyTorch's layers register random weights first)
+        def wrapper(tensor: Any, *args: Any, **kwargs: Any) -> Any:
+            out = init(tensor, *args, **kwargs)
+            with contextlib.suppress(Exception):
+                slot = registered.get(id(tensor))
+                if slot is not None and slot[2] is tensor and own_code():
+                    give(slot[0], slot[1], tensor, True)
+            return out
+
+        return wrapper
 
     def on_buffer(module: Any, name: str, tensor: Any) -> None:
         with contextlib.suppress(Exception):
@@ -285,15 +393,22 @@ def early_constants(seed: int, drawn: list[Drawn], order: dict[tuple[int, str], 
                 give(m, attr, t, param)
 
     handles: list[Any] = []
+    inits = {name: getattr(torch.nn.init, name) for name in ("eye_", "dirac_")}
     try:
         if drawn:
             handles.append(nn_module.register_module_parameter_registration_hook(on_parameter))
             handles.append(nn_module.register_module_buffer_registration_hook(on_buffer))
             handles.append(nn_module.register_module_module_registration_hook(on_module))
+            if any(d.key.space == "struct" for d in drawn):
+                for name, init in inits.items():
+                    setattr(torch.nn.init, name, structured(init))
         yield early
     finally:
         for handle in handles:
             handle.remove()
+        for name, init in inits.items():
+            setattr(torch.nn.init, name, init)
+        registered.clear()
 
 
 class _Held:
@@ -337,16 +452,19 @@ class _Slot(NamedTuple):
     module: Any
     attr: str
     param: bool
-    cls: tuple[float, tuple[int, ...], str]  # (its one value, shape, dtype) when it was found
-    early: Key | None = None  # the key whose values it holds, given early: its value is the key's constant
+    # (its one value, shape, dtype, "") when it was found; a parameter's structure: (its nonzero
+    # value, shape, dtype, pattern)
+    cls: tuple[float, tuple[int, ...], str, str]
+    early: Key | None = None  # the key whose values it holds, given early: its class is the key's
 
 
 def _slots(
     model: Any, order: dict[tuple[int, str], int], held: Callable[[Any, str, Any], Key | None] | None = None
 ) -> list[_Slot]:
-    """The model's single-valued parameters and buffers (each tensor once), in registration order
-    (slots it did not see after the others, in the module walk's order). With `held`, a tensor
-    holding an early-given key's values counts as holding that key's constant."""
+    """The model's single-valued parameters and buffers and its structured parameters (`_structure`;
+    each tensor once), in registration order (slots it did not see after the others, in the module
+    walk's order). With `held`, a tensor holding an early-given key's values counts as holding that
+    key's constant (or structure)."""
     import torch
 
     found: list[tuple[int, _Slot]] = []
@@ -358,19 +476,23 @@ def _slots(
                     continue
                 seen.add(id(t))
                 early = held(m, attr, t) if held is not None else None
-                value = _single_value(t) if early is None else float(torch.tensor(early.value, dtype=t.dtype))
+                value, pattern = _single_value(t), ""
+                if early is not None:
+                    value, pattern = float(torch.tensor(early.value, dtype=t.dtype)), early.pattern
+                elif value is None and param:
+                    value, pattern, _ = _structure(t) or (None, "", None)
                 if value is None:
                     continue
                 rank = order.get((id(m), attr), len(order) + len(found))
                 name = f"{mod_name}.{attr}" if mod_name else attr
-                cls = (value, tuple(t.shape), str(t.dtype).removeprefix("torch."))
+                cls = (value, tuple(t.shape), str(t.dtype).removeprefix("torch."), pattern)
                 found.append((rank, _Slot(name, t, m, attr, param, cls, early)))
     return [slot for _, slot in sorted(found, key=lambda it: it[0])]
 
 
 def draw_reference_constants(model: Any, seed: int, order: dict[tuple[int, str], int]) -> list[Drawn]:
-    """The reference's single-valued parameters and norm-layer running statistics, drawn
-    (module docstring); returns them with their names and keys."""
+    """The reference's single-valued parameters, norm-layer running statistics and structured
+    learnable parameters, drawn (module docstring); returns them with their names and keys."""
     import torch
     from torch.nn.modules.batchnorm import _NormBase
 
@@ -382,8 +504,12 @@ def draw_reference_constants(model: Any, seed: int, order: dict[tuple[int, str],
         stat = isinstance(slot.module, _NormBase) and slot.attr in ("running_mean", "running_var")
         if not (slot.param or stat):
             continue  # the reference's own constant buffer: a constant by its design
-        cls = ("param" if slot.param else "stat", *slot.cls)
-        key = Key(*cls, counts.get(cls, 0))
+        space = _space(slot)
+        if space == "struct" and not slot.tensor.requires_grad:
+            continue  # a frozen structure (a causal mask held as a parameter): a constant by its design
+        cls = (space, *slot.cls)
+        value, shape, dtype, pattern = slot.cls
+        key = Key(space, value, shape, dtype, counts.get(cls, 0), pattern=pattern)
         counts[cls] = key.ordinal + 1
         _fill(slot.tensor, seed, key)
         drawn.append(Drawn(slot.name, key))
@@ -407,7 +533,8 @@ def settle_draws(model: Any, seed: int, drawn: list[Drawn], inputs: Callable[[],
     made leave the draw as it is (the correctness phase reports them)."""
     import torch
 
-    free = [i for i, d in enumerate(drawn) if d.key.space == "param" and d.key.value != 0 and not d.key.kept]
+    movable = ("param", "struct")
+    free = [i for i, d in enumerate(drawn) if d.key.space in movable and d.key.value != 0 and not d.key.kept]
     if not free or not isinstance(model, torch.nn.Module):
         return drawn
     try:
@@ -500,11 +627,12 @@ def match_reference_constants(
     order: dict[tuple[int, str], int],
     early: EarlyFills | None = None,
 ) -> int:
-    """The candidate's single-valued parameters and buffers given the values of the reference's
-    drawn weights: by name first, then in registration order space by space (module docstring).
-    With `early` (`early_constants` around the constructor), a tensor that holds values given early
-    counts as holding the constant it had, and one this pass gives no key gets that constant back:
-    this pass decides, and no key's values are left in two slots. Returns how many it gave."""
+    """The candidate's single-valued parameters and buffers and its structured parameters given the
+    values of the reference's drawn weights: by name first, then in registration order space by
+    space, a frozen structure after the learnable ones (module docstring). With `early`
+    (`early_constants` around the constructor), a tensor that holds values given early counts as
+    holding the constant (or structure) it had, and one this pass gives no key gets that back: this
+    pass decides, and no key's values are left in two slots. Returns how many it gave."""
     import torch
 
     if not drawn or not isinstance(model, torch.nn.Module):
@@ -524,38 +652,61 @@ def match_reference_constants(
     for d in left:
         queues.setdefault((d.key.space, *d.key.cls), []).append(d)
     eligible = [slot for slot in slots if slot.param or _statistic(slot.module, slot.attr)]
-    for slot in eligible:  # a constant buffer of the candidate's own (a ones vector) is not a statistic
+
+    # a constant buffer of the candidate's own (a ones vector) is not a statistic; a frozen structure
+    # (`requires_grad=False`: a mask by its design) takes a structure's key only where no learnable
+    # one of its class is left
+    def frozen(slot: _Slot) -> bool:
+        return _space(slot) == "struct" and not slot.tensor.requires_grad
+
+    for slot in sorted(eligible, key=frozen):  # (stable: registration order within each)
         if id(slot.tensor) in used:
             continue
-        queue = queues.get(("param" if slot.param else "stat", *slot.cls))
+        queue = queues.get((_space(slot), *slot.cls))
         if queue:
             _fill(slot.tensor, seed, queue.pop(0).key)
             used.add(id(slot.tensor))
-    with torch.no_grad():
-        for slot in eligible:
-            if slot.early is not None and id(slot.tensor) not in used:
-                slot.tensor.fill_(slot.cls[0])
+    for slot in eligible:
+        if slot.early is not None and id(slot.tensor) not in used and early is not None:
+            early.restore(slot.tensor, slot.early)
     return len(used)
 
 
 def drawn_to_json(drawn: list[Drawn]) -> list[list[Any]]:
+    """The drawn weights as JSON lists: name, space, constant, shape, dtype, ordinal, `kept`, and a
+    structure's pattern (an eighth field, only in the "struct" space)."""
     return [
         [d.name, d.key.space, d.key.value, list(d.key.shape), d.key.dtype, d.key.ordinal, d.key.kept]
+        + ([d.key.pattern] if d.key.space == "struct" else [])
         for d in drawn
     ]
 
 
+def _pattern_ok(pattern: object, shape: tuple[int, ...]) -> bool:
+    """Whether a "struct" key's pattern is `<nonzeros>/<32 hex digits>` with 0 < nonzeros < elements."""
+    if not isinstance(pattern, str) or pattern.count("/") != 1:
+        return False
+    count, digest = pattern.split("/")
+    if not count.isdigit() or len(digest) != 32 or any(c not in "0123456789abcdef" for c in digest):
+        return False
+    return 0 < int(count) < math.prod(shape)
+
+
 def drawn_from_json(raw: object) -> list[Drawn]:
-    """Drawn weights sent by the judge; anything malformed is dropped (the candidate then keeps
-    its constants there)."""
+    """Drawn weights sent by the judge; anything malformed, or of an unknown space, is dropped (the
+    candidate then keeps its constants there)."""
     out: list[Drawn] = []
     for item in raw if isinstance(raw, list) else ():
         try:
             name, space, value, shape, dtype, ordinal, *rest = item
             kept = rest[0] if rest else False  # (six fields: a list without the flag)
-            if space not in ("param", "stat") or len(rest) > 1 or not isinstance(kept, bool):
+            pattern = rest[1] if len(rest) > 1 else ""  # (eight: a structure's pattern)
+            if space not in ("param", "stat", "struct") or len(rest) > 2 or not isinstance(kept, bool):
                 continue
-            key = Key(str(space), float(value), tuple(int(s) for s in shape), str(dtype), int(ordinal), kept)
+            dims, struct = tuple(int(s) for s in shape), space == "struct"
+            if struct != (len(rest) == 2) or (struct and not _pattern_ok(pattern, dims)):
+                continue
+            key = Key(str(space), float(value), dims, str(dtype), int(ordinal), kept, str(pattern))
             out.append(Drawn(str(name), key))
         except (TypeError, ValueError):
             continue

@@ -477,3 +477,151 @@ class LayerScaleBN2(LayerScaleBN):
     def forward(self, x: Any) -> Any:
         self.calls += 1
         return self.act(self.bn(x * self.gamma + self.big))
+
+
+class IRNN(nn.Module):
+    """Structured learnable weights: an identity recurrent weight (`eye_` after the layer is
+    attached), a dirac convolution, a learnable lower-triangular mask of ones; and constants by
+    design: a frozen causal mask parameter and a mask buffer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ih = nn.Linear(8, 16)
+        self.hh = nn.Linear(16, 16, bias=False)
+        nn.init.eye_(self.hh.weight)
+        self.conv = nn.Conv2d(4, 4, 3, padding=1, bias=False)
+        nn.init.dirac_(self.conv.weight)
+        self.gate = nn.Parameter(torch.tril(torch.ones(6, 6)))
+        self.causal = nn.Parameter(torch.tril(torch.ones(6, 6)), requires_grad=False)
+        self.register_buffer("mask", torch.tril(torch.ones(6, 6)))
+
+
+class IRNNRenamed(nn.Module):
+    """The same structures as its own parameters under other names (the frozen mask's pattern
+    registered first, with requires_grad=False, then the same pattern learnable)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w_ih = nn.Linear(8, 16)
+        self.w_hh = nn.Parameter(torch.eye(16))
+        self.kernel = nn.Parameter(torch.zeros(4, 4, 3, 3))
+        nn.init.dirac_(self.kernel)
+        self.frozen = nn.Parameter(torch.tril(torch.ones(6, 6)), requires_grad=False)
+        self.register_buffer("mask", torch.tril(torch.ones(6, 6)))
+
+
+def test_structured_learnable_weights_are_drawn_and_shared_constants_by_design_are_not() -> None:
+    ref, cand, _ = pair(IRNN, IRNN)
+    assert torch.equal(ref.ih.weight, cand.ih.weight)  # the global RNG's weights as before
+    for name in ("hh.weight", "conv.weight", "gate"):
+        a, b = ref.get_parameter(name).detach(), cand.get_parameter(name).detach()
+        assert torch.equal(a, b), name
+        assert bool((a != 0).all() and (a > 0).any() and (a < 0).any()), name  # no zero, both signs
+        # every element of size 0.5 to 1.5 times sqrt(nonzeros / elements): the Frobenius norm of
+        # the structure it replaces, within the uniforms' spread
+        density = (a.numel() / {"hh.weight": 16, "conv.weight": 4, "gate": 21}[name]) ** -0.5
+        assert bool((a.abs() >= 0.5 * density).all() and (a.abs() <= 1.5 * density).all()), name
+    eye = torch.eye(16)
+    assert not torch.allclose(ref.hh(eye), eye, atol=0.1)  # `h` for `h @ W_hh.T` is far off
+    for model in (ref, cand):
+        assert torch.equal(model.causal, torch.tril(torch.ones(6, 6))) and not model.causal.requires_grad
+        assert torch.equal(model.mask, torch.tril(torch.ones(6, 6)))
+    with W.registration_order() as order:
+        drawn = W.draw_reference_constants(IRNN(), 1234, order)
+    assert {d.name for d in drawn if d.key.space == "struct"} == {"hh.weight", "conv.weight", "gate"}
+    assert W.drawn_from_json(W.drawn_to_json(drawn)) == drawn
+
+
+def test_a_structure_under_another_name_pairs_by_pattern_then_order() -> None:
+    ref, cand, _ = pair(IRNN, IRNNRenamed)
+    assert torch.equal(ref.hh.weight, cand.w_hh) and torch.equal(ref.conv.weight, cand.kernel)
+    # the frozen copy of the learnable mask's pattern is a parameter of the candidate: it takes the
+    # reference's learnable mask's values (the one parameter of that pattern)
+    assert torch.equal(ref.gate, cand.frozen)
+    assert torch.equal(cand.mask, torch.tril(torch.ones(6, 6)))  # a buffer is never paired
+
+    class OtherPattern(nn.Module):  # an upper triangle: not the reference's pattern, left alone
+        def __init__(self) -> None:
+            super().__init__()
+            self.gate = nn.Parameter(torch.triu(torch.ones(6, 6)))
+
+    _, other, matched = pair(IRNN, OtherPattern)
+    assert matched == 0 and torch.equal(other.gate, torch.triu(torch.ones(6, 6)))
+
+    class FrozenFirst(nn.Module):  # its frozen mask registered before its learnable one: both renamed
+        def __init__(self) -> None:
+            super().__init__()
+            self.m = nn.Parameter(torch.tril(torch.ones(6, 6)), requires_grad=False)
+            self.g = nn.Parameter(torch.tril(torch.ones(6, 6)))
+
+    for early in (True, False):
+        _, cand, matched = pair(IRNN, FrozenFirst, early=early)
+        assert matched == 1 and torch.equal(cand.g, ref.gate), early
+        assert torch.equal(cand.m, torch.tril(torch.ones(6, 6))), early
+
+
+class IRNNFused(nn.Module):
+    """Honest: keeps the reference's layers and concatenates both weights into one GEMM's operand in
+    its constructor, after `eye_`; a copy of the identity it keeps as a second parameter (unread)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ih = nn.Linear(8, 16)
+        self.hh = nn.Linear(16, 16, bias=False)
+        nn.init.eye_(self.hh.weight)
+        self.register_buffer("fused", torch.cat([self.ih.weight, self.hh.weight], 1).detach().clone())
+        self.spare = nn.Parameter(self.hh.weight.detach().clone())
+        self.conv = nn.Conv2d(4, 4, 3, padding=1, bias=False)
+        nn.init.dirac_(self.conv.weight)
+        self.gate = nn.Parameter(torch.tril(torch.ones(6, 6)))
+        self.gate_t = self.gate.detach().t().clone()  # a plain attribute: read while built
+
+
+def test_a_fold_of_a_structure_in_the_constructor_reads_the_drawn_values() -> None:
+    ref, cand, _ = pair(IRNN, IRNNFused)
+    assert torch.equal(cand.fused, torch.cat([ref.ih.weight, ref.hh.weight], 1))
+    assert torch.equal(cand.hh.weight, ref.hh.weight) and torch.equal(cand.gate_t, ref.gate.t())
+    # the unread copy held the early values; the final pass gives it no key: its structure back
+    assert torch.equal(cand.spare, torch.eye(16))
+    _, stale, _ = pair(IRNN, IRNNFused, early=False)
+    assert torch.equal(stale.fused[:, 8:], torch.eye(16))  # without the early fills: the identity
+    # and a candidate without a fold ends as it would without the early fills
+    _, before, _ = pair(IRNN, IRNNRenamed, early=False)
+    _, after, _ = pair(IRNN, IRNNRenamed)
+    for name, t in before.state_dict().items():
+        assert torch.equal(t, after.state_dict()[name]), name
+    assert torch.nn.init.eye_.__module__ == "torch.nn.init"  # the initialisers are restored
+
+
+def test_a_structure_whose_free_draw_makes_the_reference_nan_keeps_its_sign() -> None:
+    class SqrtGate(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.gate = nn.Parameter(torch.tril(torch.ones(32, 32)))
+
+        def forward(self, x: Any) -> Any:
+            return x @ torch.sqrt(self.gate)
+
+    ref, drawn, settled = settle(SqrtGate, 3)
+    (d,) = settled
+    assert d.key.space == "struct" and d.key.kept and not drawn[0].key.kept
+    gate = ref.gate.detach()
+    assert bool((gate > 0).all()) and torch.equal(gate, W._draw(3, d.key).float())
+    assert W.drawn_from_json(W.drawn_to_json(settled)) == settled
+
+
+def test_struct_keys_travel_with_their_pattern_and_malformed_ones_are_dropped() -> None:
+    pattern = "16/" + "0" * 32
+    raw = ["hh.weight", "struct", 1.0, [16, 16], "float32", 0, False, pattern]
+    key = W.Key("struct", 1.0, (16, 16), "float32", 0, False, pattern)
+    assert W.drawn_from_json([raw]) == [W.Drawn("hh.weight", key)]
+    bad = [
+        raw[:7],  # no pattern
+        [*raw[:7], "16/xyz"],
+        [*raw[:7], "0/" + "0" * 32],  # no nonzero
+        [*raw[:7], "256/" + "0" * 32],  # every element nonzero: one value, not a structure
+        [*raw[:7], pattern, 1],
+        ["g", "param", 1.0, [16], "float32", 0, False, pattern],  # a pattern outside "struct"
+        ["g", "other", 1.0, [16], "float32", 0, False, pattern],
+    ]
+    assert W.drawn_from_json(bad) == []
