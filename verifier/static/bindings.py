@@ -1,7 +1,8 @@
 """What the names of a candidate hold, found from the AST before forward is judged.
 
 `Bindings` answers, for `static/forward.py`: which names and `self.<attr>`s hold the compiled
-extension (`ext = load_inline(...)`, `self.ext = ext`), one of its functions (`self.fn = ext.f`,
+extension (`ext = load_inline(...)`, `self.ext = ext`, or an object of a class it binds with
+`py::class_`: `self.op = ext.ReluOp()`), one of its functions (`self.fn = ext.f`,
 `relu = ext.relu`, `partial(ext.f)`, `getattr(ext, "f")`, a local `launch = relu`), a torch
 callable (`self.conv = nn.Conv2d(...)`, `mm = torch.mm` as a class attribute, `nn.ModuleList`,
 `OPS = {"mm": torch.mm}`, a loop variable over such a container), a tensor (`nn.Parameter`,
@@ -21,7 +22,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from cudice.verifier.source.document import callee_name
 from cudice.verifier.static.names import dotted as dotted
@@ -78,6 +79,7 @@ class CandidateModule:
     exposed: set[str]  # the extension's Python function names
     extension_names: set[str]  # module-level names bound to a `load_inline` module
     reference_names: set[str]  # names of the reference `Model`
+    extension_classes: set[str] = field(default_factory=set)  # `py::class_` names the extension binds
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +109,7 @@ class Bindings:
         self.tree, self.cls = module.tree, module.cls
         self.aliases, self.exposed = module.aliases, module.exposed
         self.reference_names = module.reference_names
+        self.extension_classes = module.extension_classes
         self.module_funcs = {n.name: n for n in self.tree.body if isinstance(n, ast.FunctionDef)}
         self.module_funcs.update(module_lambdas(self.tree))
         self.index = CodeIndex(self.tree, self.module_funcs)
@@ -127,7 +130,9 @@ class Bindings:
                 if isinstance(stmt, ast.Assign):
                     for t in stmt.targets:
                         if isinstance(t, ast.Name):
-                            if isinstance(stmt.value, ast.Name) and stmt.value.id in self.extensions:
+                            if (
+                                isinstance(stmt.value, ast.Name) and stmt.value.id in self.extensions
+                            ) or self.builds_extension_object(stmt.value, outside):
                                 self.extensions.add(t.id)
                             elif self.is_kernel_ref(stmt.value, outside):
                                 self.kernel_names.add(t.id)
@@ -187,6 +192,16 @@ class Bindings:
             return e.id in local.torch or e.id in self.torch_names
         attr = self_attr(e)
         return attr is not None and local.self_kinds.get(attr) == "torch"
+
+    def builds_extension_object(self, e: ast.expr, local: LocalNames) -> bool:
+        """`ext.ReluOp(...)` for a class the extension binds (`py::class_<ReluOp>(m, "ReluOp")`): the
+        object's methods are the extension's compiled functions, so it counts as the extension."""
+        return (
+            isinstance(e, ast.Call)
+            and isinstance(e.func, ast.Attribute)
+            and e.func.attr in self.extension_classes
+            and self.is_extension(e.func.value, local)
+        )
 
     def is_extension(self, e: ast.expr, local: LocalNames) -> bool:
         """A name or `self.<attr>` that holds the module `load_inline` returned."""
@@ -309,6 +324,8 @@ class Bindings:
             return found.pop() if len(found) == 1 else "other"
         if isinstance(value, ast.Call) and callee_name(value.func) == "load_inline":
             return "ext"
+        if self.builds_extension_object(value, local):
+            return "ext"  # self.op = ext.ReluOp()
         if (attr := self_attr(value)) is not None and local.self_kinds.get(attr) in ("ext", "kernel"):
             return local.self_kinds[attr]  # self.ext2 = self.ext
         if self.is_kernel_ref(value, local):

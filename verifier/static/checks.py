@@ -52,7 +52,12 @@ from cudice.verifier.source.document import Document, callee_name, parse_documen
 from cudice.verifier.source.reference import reference_path
 from cudice.verifier.source.result import Diagnostic, Location, Severity, Stage
 from cudice.verifier.static.bindings import CandidateModule, dotted
-from cudice.verifier.static.cuda import CppSource, check_cpp_sources, pybind_python_names
+from cudice.verifier.static.cuda import (
+    CppSource,
+    check_cpp_sources,
+    pybind_class_names,
+    pybind_python_names,
+)
 from cudice.verifier.static.forward import Finding, ForwardReport, analyze_forward
 from cudice.verifier.static.load_inline import extension_findings
 from cudice.verifier.static.module_rules import module_rule_findings
@@ -161,9 +166,9 @@ def _candidate(doc: Document, tree: ast.Module, cls: ast.ClassDef, level: Strict
         for a in n.names
         if a.name == "Model"
     }
-    exposed = _exposed_names(doc, tree, uses)
+    exposed, classes = _exposed_names(doc, tree, uses)
     extensions = _extension_names(tree, {id(c) for c in uses.calls})
-    module = CandidateModule(tree, cls, aliases, exposed, extensions, reference_names)
+    module = CandidateModule(tree, cls, aliases, exposed, extensions, reference_names, classes)
     return _Candidate(doc, module, uses, level)
 
 
@@ -278,16 +283,17 @@ def _load_inline_values(c: _Candidate) -> Iterator[Finding]:
 
 
 # -- kernel launches -----------------------------------------------------------------------------
-def _exposed_names(doc: Document, tree: ast.Module, uses: LoadInlineUses) -> set[str]:
-    """The extension's Python function names: `functions=` where given, else the pybind11 names of
-    the sources (for calls the document records, and for `load_inline` under other names)."""
+def _exposed_names(doc: Document, tree: ast.Module, uses: LoadInlineUses) -> tuple[set[str], set[str]]:
+    """The extension's Python function names — `functions=` where given, else the pybind11 names of
+    the sources (for calls the document records, and for `load_inline` under other names) — and the
+    classes those sources bind (`py::class_<ReluOp>(m, "ReluOp")`)."""
     names: set[str] = set()
+    texts: list[str] = []  # sources of the calls without `functions=`
     for call in doc.load_inline_calls:
         if call.functions is not None:
             names.update(call.functions)
         else:
-            texts = [s.text for s in call.sources if s.text is not None]
-            names.update(pybind_python_names([CppSource(t, lambda _l, _c: None) for t in texts]))
+            texts += [s.text for s in call.sources if s.text is not None]
     spelled = {id(n) for n in uses.spelled}
     for node in uses.calls:
         if id(node) not in spelled:
@@ -296,9 +302,9 @@ def _exposed_names(doc: Document, tree: ast.Module, uses: LoadInlineUses) -> set
                 names.update(functions)
             else:
                 resolved = resolve_call_sources(tree, node)
-                texts = [r.text for r in resolved.sources if r.text is not None]
-                names.update(pybind_python_names([CppSource(t, lambda _l, _c: None) for t in texts]))
-    return names
+                texts += [r.text for r in resolved.sources if r.text is not None]
+    sources = [CppSource(t, lambda _l, _c: None) for t in texts]
+    return names | pybind_python_names(sources), pybind_class_names(sources)
 
 
 def _launch_diagnostics(c: _Candidate, report: ForwardReport) -> list[Diagnostic]:

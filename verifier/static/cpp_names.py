@@ -1,6 +1,7 @@
 """Which C++ names are ATen's: the tables and patterns `static/cpp_rules.py` judges host code with.
 
-- glue: ATen calls a host function may make (allocation, options, metadata, guards), per
+- glue: ATen calls a host function may make (allocation, options, metadata, guards, the
+  helpers of `ATEN_HELPERS`: `at::ceil_div`, `ATen/TensorUtils.h` argument checks), per
   strictness level, and under `at::cuda::`/`c10::cuda::` the device and stream queries only;
 - `aten_patterns()`: a qualified ATen call or function reference under any name
   `cpp_preprocess.aten_namespaces()` found for ATen's namespaces, template arguments allowed;
@@ -16,6 +17,38 @@ import re
 
 from cudice.verifier.static.policy import ACTIVATIONS, EMPTY_FACTORIES, FILLING_FACTORIES
 
+# ATen helpers that are no tensor ops: integer arithmetic for launch grids (`ATen/ceil_div.h`) and
+# the argument checks of `ATen/TensorUtils.h` (`at::checkAllSameGPU(c, {x_arg})`, as torchvision's
+# kernels do), which only read metadata and throw. Their types (`at::TensorArg`, `at::CheckedFrom`)
+# are capitalised and glue already (`is_glue`).
+ATEN_HELPERS = frozenset(
+    {
+        "ceil_div",
+        "checkAllContiguous",
+        "checkAllDefined",
+        "checkAllSameGPU",
+        "checkAllSameNumel",
+        "checkAllSameSize",
+        "checkAllSameType",
+        "checkBackend",
+        "checkContiguous",
+        "checkDefined",
+        "checkDeviceType",
+        "checkDim",
+        "checkDimRange",
+        "checkLayout",
+        "checkNumel",
+        "checkSameDim",
+        "checkSameGPU",
+        "checkSameNumel",
+        "checkSameSize",
+        "checkSameType",
+        "checkScalarType",
+        "checkScalarTypes",
+        "checkSize",
+        "checkSize_symint",
+    }
+)
 # ATen glue a host function may call. Strict: allocation without initialisation, options,
 # metadata and guards; the other levels also initialising allocations and a few helpers.
 CPP_GLUE_STRICT = frozenset(
@@ -33,6 +66,7 @@ CPP_GLUE_STRICT = frozenset(
         "typeMetaToScalarType",
         "DeviceGuard",
         "NoGradGuard",
+        *ATEN_HELPERS,
     }
 )
 CPP_GLUE = CPP_GLUE_STRICT | {

@@ -16,8 +16,11 @@ seen only through a macro is a warning (the run-time layer measures those: `dyna
 tensors (`x * (x > 0)`, `out += b`, `-x`: arithmetic, comparison, bitwise, compound assignment)
 in host code are ATen calls too (`static.cpp_torch_op`): which expressions are tensors is inferred
 from declarations by `static/cpp_tensors.py` (`x.size(0)`, `x.numel()`, `x.data_ptr<float>() + i`
-are not). Overloads are not resolved: a candidate's own function that shadows an ATen or libc name
-is trusted to be its own.
+are not). Member functions defined in class bodies are host or device code by their own
+qualifiers (`cpp_scan.scan_blocks`: a `__device__` member of a functor is device code, not host
+text), and a member's unqualified calls may reach its own class's members (`class_members`).
+Overloads are not resolved: a candidate's own function that shadows an ATen or libc name is
+trusted to be its own.
 """
 
 from __future__ import annotations
@@ -186,9 +189,10 @@ def host_bodies(u: Unit) -> Iterable[tuple[CppFunction, str]]:
 
 
 def _outside_functions(u: Unit, *, headers: bool = False) -> tuple[CppFunction, str]:
-    """The text outside namespace-scope function bodies — struct and class methods, lambdas and
-    initialisers at namespace scope — as one more body to judge (bodies blanked, offsets kept;
-    with `headers`, the functions' headers too: their parameters belong to their own bodies)."""
+    """The text outside function bodies (member functions defined in class bodies included) — class
+    data members, lambdas and initialisers at namespace scope — as one more body to judge (bodies
+    blanked, offsets kept; with `headers`, the functions' headers too: their parameters belong to
+    their own bodies)."""
     chars = list(u.code)
     for f in u.functions:
         start = f.body_start
@@ -204,8 +208,20 @@ def _outside_functions(u: Unit, *, headers: bool = False) -> tuple[CppFunction, 
 
 
 def defined_names(units: Sequence[Unit]) -> set[str]:
-    """Names the sources define as functions (with a body): a call to one is the candidate's own."""
-    return {f.name for u in units for f in u.functions}
+    """Names the sources define as functions (with a body) outside class bodies: a call to one is the
+    candidate's own. A member defined in its class body (`struct C { static float relu(float); }`)
+    is not: outside its class, `relu(x)` on a tensor still finds `at::relu` (`class_members`)."""
+    return {f.name for u in units for f in u.functions if not f.cls}
+
+
+def class_members(units: Sequence[Unit]) -> dict[str, set[str]]:
+    """Class name → the member functions defined in its body: names its own members' calls reach."""
+    out: dict[str, set[str]] = {}
+    for u in units:
+        for f in u.functions:
+            if f.cls:
+                out.setdefault(f.cls, set()).add(f.name)
+    return out
 
 
 def pattern_findings(u: Unit, level: Strictness, defined: set[str]) -> list[Diagnostic]:
@@ -229,7 +245,7 @@ def pattern_findings(u: Unit, level: Strictness, defined: set[str]) -> list[Diag
         )
     diags += _cache_findings(u)
     for f in u.functions:
-        if f.name in _TIMER_FUNCS:
+        if f.name in _TIMER_FUNCS and not f.cls:  # a member `C::cudaEventRecord` replaces no symbol
             diags.append(
                 diag(
                     u,
@@ -253,14 +269,16 @@ def pattern_findings(u: Unit, level: Strictness, defined: set[str]) -> list[Diag
         if not n[:1].isupper() and n not in glue and n not in CUDA_NS_GLUE
     )
     tensor_fns = {f.name for f in u.functions if not f.is_device and returns_tensor(f.header)}
+    members = class_members([u])
     for f, body in [*host_bodies(u), _outside_functions(u, headers=True)]:
+        fn = f.qualname
         for op in tensor_operators(f.header, body, roots, tensor_fns):
             diags.append(
                 diag(
                     u,
                     f.body_start + op.offset,
                     "static.cpp_torch_op",
-                    f"`{op.op}` on the tensor `{op.operand}` in host function `{f.name}` runs an ATen op: "
+                    f"`{op.op}` on the tensor `{op.operand}` in host function `{fn}` runs an ATen op: "
                     "`at::Tensor` overloads C++ operators, so PyTorch does this work, not the candidate's "
                     "kernel. Compute it in a `__global__` kernel; host code may only allocate outputs "
                     "(`torch::empty_like`), read metadata (`x.size(0)`, `x.numel()`) and launch kernels.",
@@ -277,7 +295,7 @@ def pattern_findings(u: Unit, level: Strictness, defined: set[str]) -> list[Diag
                     u,
                     f.body_start + m.start(),
                     "static.cpp_torch_op",
-                    f"`{m.group(0).rstrip('( ')}` in host function `{f.name}` runs an ATen op: "
+                    f"`{m.group(0).rstrip('( ')}` in host function `{f.qualname}` runs an ATen op: "
                     "PyTorch does this work, not the candidate's kernel.",
                     lib_sev,
                 )
@@ -296,7 +314,7 @@ def pattern_findings(u: Unit, level: Strictness, defined: set[str]) -> list[Diag
                     u,
                     f.body_start + start,
                     "static.cpp_torch_op",
-                    f"`{m.group(0).strip()}` in host function `{f.name}` takes an ATen op as a value "
+                    f"`{m.group(0).strip()}` in host function `{f.qualname}` takes an ATen op as a value "
                     "(a function pointer called later): PyTorch does this work, not the candidate's "
                     "kernel.",
                     lib_sev,
@@ -309,18 +327,19 @@ def pattern_findings(u: Unit, level: Strictness, defined: set[str]) -> list[Diag
                         u,
                         f.body_start + m.start(),
                         "static.cpp_torch_op",
-                        f"`.{m.group(1)}(...)` in host function `{f.name}` runs an ATen op: "
+                        f"`.{m.group(1)}(...)` in host function `{f.qualname}` runs an ATen op: "
                         "PyTorch does this work, not the candidate's kernel.",
                         lib_sev,
                     )
                 )
-        for off, name in _unqualified_aten_calls(f.header + " " + body, len(f.header) + 1, defined, imported):
+        own = defined | members.get(f.cls, set())  # in a member, its class's members are its own too
+        for off, name in _unqualified_aten_calls(f.header + " " + body, len(f.header) + 1, own, imported):
             diags.append(
                 diag(
                     u,
                     f.body_start + off,
                     "static.cpp_torch_op",
-                    f"`{name}(...)` in host function `{f.name}` is an unqualified call that C++ resolves "
+                    f"`{name}(...)` in host function `{f.qualname}` is an unqualified call that C++ resolves "
                     f"to the ATen op `at::{name}` (argument-dependent lookup on a tensor argument, or a "
                     "`using namespace`): PyTorch does this work, not the candidate's kernel.",
                     lib_sev,
@@ -332,7 +351,7 @@ def pattern_findings(u: Unit, level: Strictness, defined: set[str]) -> list[Diag
                     u,
                     f.body_start + m.start(),
                     "static.cpp_torch_op",
-                    f"`{m.group(0).rstrip('( ')}` in `{f.name}` hands the work to a vendor library "
+                    f"`{m.group(0).rstrip('( ')}` in `{f.qualname}` hands the work to a vendor library "
                     "(cuBLAS/cuDNN/…), not the candidate's kernel.",
                     lib_sev,
                 )

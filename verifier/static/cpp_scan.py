@@ -6,9 +6,12 @@ Used by the static C++ rules (`static/cpp_rules.py`), the launch check (`static/
 dynamic profiler check (`defined_kernel_names`). The rules read each source with its own macros
 expanded (`Unit.of`, `static/cpp_preprocess.py`). Function headers may start with template
 parameter lists (`template <typename T, int N = 4>`, `template <>`: `strip_template_prefix`), and
-braces on preprocessor lines (`#define CHECK(x) do { x; } while (0)`) open no block. A template
-instantiation or an overload is not resolved; functions defined inside structs and classes are
-not listed (their text is one of `blocks`).
+braces on preprocessor lines (`#define CHECK(x) do { x; } while (0)`) open no block. Member
+functions defined in a `struct`/`class`/`union` body (nested classes included) are listed too, with
+the class they belong to (`CppFunction.cls`; `operator()` is named `operator()`), host or device by
+their own qualifiers; the class body itself is still one of `blocks`. A template instantiation or
+an overload is not resolved; a constructor whose initialiser list uses braces (`: a_{x} {`), a
+member of a local class (inside a function body) and a member of an anonymous class are not listed.
 """
 
 from __future__ import annotations
@@ -41,6 +44,12 @@ class CppFunction:
     body_start: int  # offset of the opening brace in the stripped text
     body_end: int  # offset just past the closing brace
     is_device: bool  # __global__ or __device__ without __host__
+    cls: str = ""  # the class a member function is defined in (`struct C { void m() {...} };`)
+
+    @property
+    def qualname(self) -> str:
+        """`C::m` for a member function defined in its class body, else the name."""
+        return f"{self.cls}::{self.name}" if self.cls else self.name
 
 
 @dataclass(slots=True)
@@ -98,48 +107,74 @@ def find_functions(code: str) -> list[CppFunction]:
 
 
 def scan_blocks(code: str) -> tuple[list[CppFunction], list[tuple[int, int]]]:
-    """Function definitions, and the spans of the other top-level brace blocks (struct/class/enum
-    bodies, initialisers): what is declared inside those is not a namespace-scope variable."""
+    """Function definitions (at namespace scope, and members defined in class bodies), and the spans
+    of the other top-level brace blocks (struct/class/enum bodies, initialisers): what is declared
+    inside those is not a namespace-scope variable."""
     # preprocessor lines blanked (offsets kept): `#define CHECK(x) do { x; } while (0)` opens no block
     code = blank_directives(code)
     out: list[CppFunction] = []
     others: list[tuple[int, int]] = []
-    stack: list[str] = []  # 'ns', 'fn', 'other'
+    # ('ns', ''), ('class', name), ('fn', ''), ('other', ''), ('inner', '') with each block's start
+    stack: list[tuple[str, str, int]] = []
     start_of_decl = 0
-    fn_start = 0
-    other_start = 0
     fn_header = ""
     for i, ch in enumerate(code):
         if ch == "{":
-            if "fn" in stack or "other" in stack:
-                stack.append("inner")
+            if any(k in ("fn", "other", "inner") for k, _, _ in stack):
+                stack.append(("inner", "", i))
                 continue
-            header = code[start_of_decl:i]
-            if _NS_OR_EXTERN.search(header):
-                stack.append("ns")
+            header = _ACCESS.sub("", code[start_of_decl:i])
+            cls = _class_name(header)
+            if _NS_OR_EXTERN.search(header) and not _has_class(stack):
+                stack.append(("ns", "", i))
+                start_of_decl = i + 1
+            elif cls is not None:
+                stack.append(("class", cls, i))
                 start_of_decl = i + 1
             elif _is_function_header(header):
-                stack.append("fn")
-                fn_start, fn_header = i, header.strip()
+                stack.append(("fn", "", i))
+                fn_header = header.strip()
             else:
-                stack.append("other")
-                other_start = i
+                stack.append(("other", "", i))
         elif ch == "}":
-            kind = stack.pop() if stack else "ns"
+            kind, _, start = stack.pop() if stack else ("ns", "", 0)
             if kind == "fn":
                 name = _function_name(fn_header)
                 if name:
                     dev = (
                         "__global__" in fn_header or "__device__" in fn_header
                     ) and "__host__" not in fn_header
-                    out.append(CppFunction(name, fn_header, fn_start, i + 1, dev))
-            elif kind == "other":
-                others.append((other_start, i + 1))
-            if not stack or stack[-1] == "ns":
+                    owner = next((n for k, n, _ in reversed(stack) if k == "class"), "")
+                    out.append(CppFunction(name, fn_header, start, i + 1, dev, owner))
+            elif kind == "other" or (kind == "class" and not _has_class(stack)):
+                others.append((start, i + 1))
+            if not stack or stack[-1][0] in ("ns", "class"):
                 start_of_decl = i + 1
-        elif ch == ";" and (not stack or stack[-1] == "ns"):
+        elif ch == ";" and (not stack or stack[-1][0] in ("ns", "class")):
             start_of_decl = i + 1
     return out, others
+
+
+def _has_class(stack: list[tuple[str, str, int]]) -> bool:
+    """Whether a class body is open on `stack` (a `scan_blocks` block stack)."""
+    return any(k == "class" for k, _, _ in stack)
+
+
+# `public:` before a member (after the previous member's `;` or `}`)
+_ACCESS = re.compile(r"^\s*(?:(?:public|private|protected)\s*:(?!:)\s*)+")
+# `struct C`, `class alignas(16) C final : public B<T>`, `template <class T> struct C` — not
+# `struct C* f()` (a function returning a pointer) nor `enum class E`
+_CLASS_HEAD = re.compile(
+    r"^(?:typedef\s+)?(?:struct|class|union)\s+(?:(?:alignas\s*\([^)]*\)|__align__\s*\([^)]*\)|"
+    r"__attribute__\s*\(\([^)]*\)\)|\[\[[^\]]*\]\]|[A-Z_]+_API)\s*)*([A-Za-z_]\w*)\s*(?:<[^{}]*>\s*)?"
+    r"(?:final\s*)?(?::[^{};()]*(?:\([^{};]*\)[^{};()]*)*)?$"
+)
+
+
+def _class_name(header: str) -> str | None:
+    """The name of the class whose body the `{` after `header` opens, or None."""
+    m = _CLASS_HEAD.match(strip_template_prefix(header).strip())
+    return m.group(1) if m else None
 
 
 def strip_template_prefix(header: str) -> str:
@@ -182,6 +217,8 @@ def _is_function_header(header: str) -> bool:
 
 def _function_name(header: str) -> str | None:
     head = re.sub(r"__launch_bounds__\s*\([^)]*\)", " ", strip_template_prefix(header))
+    if re.search(r"\boperator\s*\(\s*\)\s*\(", head):
+        return "operator()"
     m = re.search(r"([A-Za-z_]\w*)\s*(?:<[^()]*>)?\s*\(", head)
     return m.group(1) if m else None
 

@@ -20,15 +20,23 @@ to a host function that launches that parameter (`template <class K, class... A>
 local (`relu_kernl<<<...>>>`) is reported where it is written, instead of calling the kernel it
 misspells a decoy.
 
+Member functions count like free functions: one defined outside its class (`void
+Launcher::run(...)`) or inside it (`struct Launcher { void run(...) {...} };`, `static/cpp_scan.py`)
+is reached by its name (`obj.run(...)`, `Launcher{256}.run(...)`, `&Launcher::run` in a pybind
+`.def`), a functor's `operator()` and a constructor when a reachable function names their class
+(`ReluLaunch{}(x, out)`).
+
 What it does not do: tell overloads or template instantiations apart (a call of any of them
-reaches all), follow calls through function pointers stored in variables other than by name, see
-macros from headers, or read member functions of structs (`Launcher::run(...)`); a kernel launched
-only from another kernel (dynamic parallelism) counts as not launched. Those cases are what the
+reaches all, and a member is reached by its name whatever object it is called on), follow calls
+through function pointers stored in variables other than by name, see macros from headers, or
+read members of local or anonymous classes; a kernel launched only from another kernel (dynamic
+parallelism) counts as not launched. Those cases are what the
 dynamic profiler check (`run/dynamic_checks.py`) is for.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import re
 from collections.abc import Sequence
@@ -60,6 +68,7 @@ __all__ = [
     "exposed_cpp_names",
     "find_functions",
     "find_kernels",
+    "pybind_class_names",
     "pybind_python_names",
 ]
 
@@ -77,11 +86,14 @@ def check_cpp_sources(
     `exposed` is the `functions=` list (None when absent). A kernel counts as launched when a
     host function reachable from an exposed one contains `kernel<<<` or a `cudaLaunch*` naming it.
     `check_launches=False` skips that (raw `.cu` kernels are launched by the harness; sources that
-    are partly built at run time cannot be judged).
+    are partly built at run time cannot be judged). In a C++ source (`is_cuda=False`, built by the
+    host compiler) every function is host code, `__device__` or not.
     """
     units = [Unit.of(s) for s in sources]
     for u in units:
         u.functions, u.blocks = scan_blocks(u.code)
+        if not u.src.is_cuda:  # the host compiler reads `__device__` as an ignored attribute: host code
+            u.functions = [dataclasses.replace(f, is_device=False) for f in u.functions]
     known = defined_names(units)
     diags: list[Diagnostic] = []
     for u in units:
@@ -274,6 +286,19 @@ def pybind_python_names(sources: Sequence[CppSource]) -> set[str]:
     return names
 
 
+_PYBIND_CLASS = re.compile(r"\bclass_\s*<[^;{}()]*>\s*\(\s*[A-Za-z_]\w*\s*,\s*\"([^\"\n]*)\"")
+
+
+def pybind_class_names(sources: Sequence[CppSource]) -> set[str]:
+    """Python-side names of the classes a `PYBIND11_MODULE` binds (`py::class_<ReluOp>(m, "ReluOp")`):
+    calling one on the extension (`ext.ReluOp()`) builds an object whose methods are the extension's."""
+    names: set[str] = set()
+    for s in sources:
+        for m in _PYBIND_CLASS.finditer(blank_comments_and_strings(s.text)):
+            names.add(s.text[m.start(1) : m.end(1)])
+    return {n for n in names if n.isidentifier()}
+
+
 def _skip_template_args(text: str, i: int) -> int:
     """The offset just past the template argument list that opens at `text[i] == "<"` (nested
     brackets, parenthesised expressions such as `(N > 2)`), or -1 when none closes before a `;`,
@@ -330,13 +355,27 @@ def calls_function(body: str, name: str) -> bool:
 
 
 def _host_functions(units: Sequence[Unit]) -> dict[str, list[tuple[Unit, CppFunction]]]:
-    """Host functions by name; overloads and template specialisations share a name, and all count."""
+    """Host functions by name; overloads and template specialisations share a name, and all count.
+    A member function defined in its class body is listed under its own name (`obj.run(...)` calls
+    `run`), except a functor's `operator()` and a constructor or destructor, listed as `C::operator()`
+    and `C::C` (`_reaches` says what calls them)."""
     host: dict[str, list[tuple[Unit, CppFunction]]] = {}
     for u in units:
         for f in u.functions:
             if not f.is_device:
-                host.setdefault(f.name, []).append((u, f))
+                key = f.qualname if f.cls and f.name in ("operator()", f.cls) else f.name
+                host.setdefault(key, []).append((u, f))
     return host
+
+
+def _reaches(body: str, key: str) -> bool:
+    """Whether `body` calls the host function listed as `key` (`_host_functions`): `C::operator()` and
+    `C::C` when the body names the class `C` (`C{}(x)`, `C f; f(x)`, `C obj(256)`: which member of it
+    runs is not resolved), any other by `calls_function`."""
+    cls, sep, member = key.rpartition("::")
+    if sep and (member == "operator()" or member == cls):
+        return re.search(rf"\b{re.escape(cls)}\b", body) is not None
+    return calls_function(body, key)
 
 
 def reachable_host_functions(host: dict[str, list[tuple[Unit, CppFunction]]], roots: set[str]) -> set[str]:
@@ -351,7 +390,7 @@ def reachable_host_functions(host: dict[str, list[tuple[Unit, CppFunction]]], ro
         reachable.add(name)
         for u, f in host[name]:
             body = u.code[f.body_start : f.body_end]
-            todo += [g for g in host if g not in reachable and calls_function(body, g)]
+            todo += [g for g in host if g not in reachable and _reaches(body, g)]
     return reachable
 
 

@@ -368,8 +368,9 @@ torch::Tensor wrap(torch::Tensor t) const {
     return t;
 }
 """)
-    fns = {f.name: f for f in find_functions(code)}
-    assert set(fns) == {"kern", "helper", "wrap"}
+    fns = {f.qualname: f for f in find_functions(code)}
+    assert set(fns) == {"kern", "helper", "S::f", "wrap"}  # a member defined in its class body too
+    assert fns["S::f"].name == "f" and fns["S::f"].cls == "S" and not fns["S::f"].is_device
     assert fns["kern"].is_device and fns["helper"].is_device and not fns["wrap"].is_device
     assert [name for name, _ in find_kernels(code)] == ["kern"]
 
