@@ -401,6 +401,9 @@ def _verify(
             if not build.ok:
                 run.lap("compile")
                 return run.result(Verdict.TIMEOUT if build.timed_out else Verdict.COMPILE_ERROR)
+            if build.violation:  # it compiled, and its host objects call what the checks forbid
+                run.lap("compile")
+                return run.result(Verdict.STATIC_VIOLATION, stage=Stage.COMPILE, compile_only=not will_run)
         run.lap("compile")
         if not will_run and unbuilt:
             # Nothing compiled these sources, so the candidate is never `compiled`: say why, where.
@@ -542,7 +545,10 @@ def _static_violation_end(
             module = from_call(doc, call)
             if module is None:
                 continue
-            build = build_module(module, doc.path, config, link=False, cancel=cancel)
+            # the verdict is the violation already: no objects compiled for a symbol check
+            build = build_module(
+                module, doc.path, config.with_(host_symbols=False), link=False, cancel=cancel
+            )
             if build.cancelled:
                 return run.result(Verdict.TIMEOUT, error="cancelled")
             if not (build.ok or build.undecided or build.timed_out):

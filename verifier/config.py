@@ -114,6 +114,10 @@ class VerifyConfig:
     cabi_binding: bool = True
     # run nvcc's host front end (cudafe++) and device compiler (cicc) side by side (build/nvcc_split.py)
     split_nvcc: bool = True
+    # after a successful compile, read what the candidate's host objects call from their symbols
+    # (build/host_symbols.py: ATen ops, torch modules, threads, whatever the spelling); a finding is
+    # a `static_violation`. In compile-only mode this compiles the objects a check skips
+    host_symbols: bool = True
     static_policy: str = "default"  # "strict" | "default" | "lenient" (static/policy.py, docs/anticheat.md)
     # a static violation's modules are still compiled, and compiler errors win the verdict
     # (`compile_error`, the static errors as warnings: api.py); False stops at the violation, as

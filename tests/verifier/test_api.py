@@ -103,7 +103,13 @@ def _build(ok: bool, links: list[bool]) -> Callable[..., object]:
             )
         )
         return SimpleNamespace(
-            ok=ok, undecided=False, timed_out=False, cancelled=False, diagnostics=errors, step_wall_s={}
+            ok=ok,
+            undecided=False,
+            timed_out=False,
+            cancelled=False,
+            diagnostics=errors,
+            step_wall_s={},
+            violation=False,
         )
 
     return build

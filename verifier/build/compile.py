@@ -46,6 +46,13 @@ CUDA-library headers missing on this machine (a CPU-only torch, a minimal CUDA t
 replaced by stand-ins searched last; when a failure comes from what they lack,
 the result is `undecided` (compile.headers_unavailable), never a compile error.
 
+Symbols (build/host_symbols.py): after a successful compile, the undefined symbols of the
+candidate's host objects name what it calls whatever the spelling (`at::_ops::relu::call` for any
+spelling of `at::relu`); ATen compute ops, torch modules and threads there are static findings
+(`BuildResult.violation`). Only builds that link have objects to read: a compile-only check
+writes none (building them cost ~5 s more on examples/relu_cuda.py, ~50 %), so it relies on the
+source rules alone; `VerifyConfig.host_symbols=False` skips the symbol check.
+
 Binding (build/cabi.py): a module whose `cpp_sources` only declare the bound functions is built as
 `cuda.cu` plus a CPython C-API binding, without `main.cpp` and pybind11 (build_path
 "cabi-fast" / "cabi-fallback"); a shim that fails to compile sends it to the pybind11 build.
@@ -130,6 +137,9 @@ class BuildResult:
     undecided: bool = False  # failed only for want of CUDA headers this machine lacks (build/headers.py)
     slim_blocker: str | None = None
     binding: tuple[Signature, ...] | None = None  # set: the library has no PyInit; load it with cabi.bind
+    # built, but its host objects call what the static checks forbid (build/host_symbols.py): the
+    # verdict is `static_violation` (the findings are among `diagnostics`)
+    violation: bool = False
 
 
 BUILD_MODES = ("auto", "full", "fast")
@@ -144,11 +154,17 @@ def build_module(
     cancel: CancelToken | None = None,
     on_output: Callable[[str], None] | None = None,
     mode: str = "auto",
+    symbols: bool | None = None,
 ) -> BuildResult:
     """Compile (and with `link`, link) `module`; diagnostics are located in the document at `path`.
     Without `link` it is a check: every compiler step that reads the source runs and reports, but
     the host compiler's pass over nvcc's front-end output is skipped and no object is kept
     (objects.compile_object's `check_only`), so a compile-only verdict costs the front ends.
+
+    After a successful compile that links (or with `symbols=True`, which builds the objects of a
+    check too), `config.host_symbols` reads what the candidate's host objects call
+    (build/host_symbols.py): ATen compute ops, torch modules, threads, however spelled. Its
+    findings are among the diagnostics and set `BuildResult.violation` (an error among them).
 
     `mode="auto"` compiles each object with the slim headers first (build/headers.py) and
     rebuilds an object whose slim compile failed with torch's full headers, so every error and
@@ -167,7 +183,9 @@ def build_module(
     if module.binding is not None and mode != "full" and config.cabi_binding:
         return _cabi_first(
             module,
-            lambda m: build_module(m, path, config, link=link, cancel=cancel, on_output=on_output, mode=mode),
+            lambda m: build_module(
+                m, path, config, link=link, cancel=cancel, on_output=on_output, mode=mode, symbols=symbols
+            ),
         )
     t0 = time.perf_counter()
     try:
@@ -189,7 +207,12 @@ def build_module(
     names = [f.name for f in module.files]  # main.cpp, then cuda.cu; the C-ABI build has only cuda.cu
     walls: dict[str, float] = {}
     blocker = _slim_blocker(module, tc.cflags) if mode != "full" else "mode='full'"
+    # a check (nothing linked) writes no objects: the symbol check then does not run (a compile-only
+    # verdict claims no correctness and no speed; building the objects for it cost ~50 % more there)
+    read_symbols = config.host_symbols and (link if symbols is None else symbols)
+    check = not link and not read_symbols
     steps: dict[str, StepResult] = {}
+    used = {n: full[n] for n in names}  # the compiler and flags each file's outcome came from
     build_path = "full"
     if blocker is None:
         host = overlay.host
@@ -201,9 +224,10 @@ def build_module(
             CUDA_CU: (tc.nvcc, f"-I{shlex.quote(str(overlay.device))} {full[CUDA_CU][1]}"),
         }
         steps = _compile_all(
-            module, config, {n: slim[n] for n in names}, cancel, on_output, walls, "slim.", not link
+            module, config, {n: slim[n] for n in names}, cancel, on_output, walls, "slim.", check
         )
         build_path = "fast"
+        used = {n: slim[n] for n in names}
         if mode == "auto" and not any(s.cancelled or s.timed_out for s in steps.values()):
             redo = [n for n in names if not steps[n].ok]
             # a gap of the CUDA-library stand-ins fails the full build the same way: no rebuild for it
@@ -215,18 +239,20 @@ def build_module(
                 ]
                 if redo:
                     build_path = "fallback"
+                    used.update({n: full[n] for n in redo})
                     steps.update(
                         _compile_all(
-                            module, config, {n: full[n] for n in redo}, cancel, on_output, walls, "", not link
+                            module, config, {n: full[n] for n in redo}, cancel, on_output, walls, "", check
                         )
                     )
     else:
-        steps = _compile_all(
-            module, config, {n: full[n] for n in names}, cancel, on_output, walls, "", not link
-        )
+        steps = _compile_all(module, config, {n: full[n] for n in names}, cancel, on_output, walls, "", check)
     ordered = [steps[n] for n in names]
     output = "".join(s.output for s in ordered)
     ok = all(s.ok for s in ordered)
+    findings: tuple[Diagnostic, ...] = ()
+    if ok and read_symbols:
+        findings = _symbol_findings(module, path, config, tc, used, steps, cancel, walls)
     lib: Path | None = None
     build_dir = config.cache_dir / "objects"
     if ok and link:
@@ -281,7 +307,44 @@ def build_module(
                 _call_location(module, path),
             ),
         )
-    return done(BuildResult(ok, build_dir, lib, diags, output, wall, cached))
+    violation = any(d.severity is Severity.ERROR for d in findings)
+    return done(BuildResult(ok, build_dir, lib, diags + findings, output, wall, cached, violation=violation))
+
+
+def _symbol_findings(
+    module: GeneratedModule,
+    path: str,
+    config: VerifyConfig,
+    tc: Toolchain,
+    used: dict[str, tuple[str, str]],
+    steps: dict[str, StepResult],
+    cancel: CancelToken | None,
+    walls: dict[str, float],
+) -> tuple[Diagnostic, ...]:
+    """What the candidate's compiled host objects call (build/host_symbols.py), as static findings.
+    An object the steps did not leave (a cached outcome whose object is gone) is compiled here,
+    through the object cache, with the flags whose outcome stood. Nothing when an object still
+    cannot be had or its symbols are unreadable."""
+    from cudice.verifier.build.host_symbols import find_nm, symbol_findings
+    from cudice.verifier.static.policy import parse_strictness
+
+    if find_nm() is None:
+        return ()
+    objects = {n: s.path for n, s in steps.items() if s.path is not None}
+    if len(objects) < len(steps):
+        missing = {n: used[n] for n in steps if n not in objects}
+        built = _compile_all(module, config, missing, cancel, None, walls, "symbols.", False)
+        objects.update({n: s.path for n, s in built.items() if s.ok and s.path is not None})
+        if len(objects) < len(steps):
+            return ()
+    t = time.perf_counter()
+    torch_include = next((d for d in include_dirs(tc.cflags) if (d / "ATen" / "ops").is_dir()), None)
+    ops = aten_op_names(str(torch_include)) if torch_include else frozenset()
+    found = symbol_findings(
+        [objects[n] for n in steps], parse_strictness(config.static_policy), _call_location(module, path), ops
+    )
+    walls["symbols"] = time.perf_counter() - t
+    return found
 
 
 def _cabi_first(module: GeneratedModule, build: Callable[[GeneratedModule], BuildResult]) -> BuildResult:

@@ -202,6 +202,13 @@ def _build(st: JudgeState, req: dict[str, Any], doc: Document, path: str) -> dic
     config = st.config.with_(cabi_binding=False) if req.get("pybind") else st.config
     result = build_module(module, path, config, link=True)
     st.diags.extend(d for d in result.diagnostics if d.severity is not Severity.ERROR)
+    if result.violation:  # built, but its host objects call what the static checks forbid
+        return {
+            "ok": False,
+            "verdict": "static_violation",
+            "diagnostics": [d.to_dict() for d in result.diagnostics],
+            "error": "the built module's host code calls PyTorch ops or starts threads (host_symbols)",
+        }
     if not result.ok or result.library is None:
         return {
             "ok": False,

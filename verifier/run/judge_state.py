@@ -36,7 +36,9 @@ if TYPE_CHECKING:
     from cudice.verifier.config import VerifyConfig
     from cudice.verifier.source.document import Document
 
-RUNNER_VERDICTS = {"runtime_error", "compile_error", "incorrect"}  # anything else a runner claims is ignored
+# anything else a runner claims is ignored; `static_violation`: a module built at run time whose host
+# objects call what the checks forbid (judge_load._build's reply, forwarded; a rejection, never a pass)
+RUNNER_VERDICTS = {"runtime_error", "compile_error", "incorrect", "static_violation"}
 
 
 class Session:

@@ -499,7 +499,7 @@ def _install_load_inline(st: RunnerState, path: str) -> None:
             rep, _ = channel.recv(st.sock, 1 << 20)
             if not rep.get("ok"):
                 raise RunnerFailure(
-                    Verdict.COMPILE_ERROR.value,
+                    str(rep.get("verdict") or Verdict.COMPILE_ERROR.value),  # the judge's reply
                     [Diagnostic.from_dict(d) for d in rep.get("diagnostics", [])],
                     str(rep.get("error", "")),
                 )
