@@ -272,6 +272,12 @@ def _floating(t: torch.Tensor) -> bool:
     return t.is_floating_point() or t.is_complex()
 
 
+def discrete(t: object) -> TypeGuard[torch.Tensor]:
+    """A tensor of integers or bools (indices, a mask): compared exactly, up to the reference's
+    ties (run/tolerance.py), never within a tolerance."""
+    return isinstance(t, torch.Tensor) and not _floating(t)
+
+
 def _is_constant(t: torch.Tensor) -> bool:
     if t.numel() <= 1:
         return False
@@ -372,7 +378,7 @@ def check_deterministic(
     Floating outputs only: a tolerance means nothing for indices or masks, which the judge holds to
     the reference's answer on both calls instead (run/judge_correctness.py `_second_call_discrete`)."""
     for i, (a, b) in enumerate(zip(flatten_outputs(first), flatten_outputs(second), strict=False)):
-        if not (_dense(a) and _dense(b)) or not (a.is_floating_point() or a.is_complex()):
+        if not (_dense(a) and _dense(b)) or not _floating(a):
             continue
         scaled = atol * scales[i] if i < len(scales) else atol
         if a.shape != b.shape or not bool(torch.allclose(a, b, atol=scaled, rtol=rtol, equal_nan=True)):

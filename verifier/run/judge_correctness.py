@@ -45,7 +45,7 @@ def correctness(st: JudgeState, ref_mod: types.ModuleType, model: Any) -> Any:
     import torch
     from cudice.verifier.run import dynamic_checks as dyn
     from cudice.verifier.run.inputs import DISTRIBUTIONS, InputsError, make_inputs, secret_seed
-    from cudice.verifier.run.tolerance import compare_outputs, finite_scale
+    from cudice.verifier.run.tolerance import finite_scale
 
     n = st.config.num_trials
     profiled = set(_rng.sample(range(n), k=min(NUM_PROFILED_TRIALS, n)))
@@ -117,16 +117,7 @@ def correctness(st: JudgeState, ref_mod: types.ModuleType, model: Any) -> Any:
         _send_inputs(st, st.session.cand, inputs)
         cand_out = _call_and_fetch(st, ref_out, count_threads=bool(ref_trials))
         stop_on_errors(st, dyn.check_outputs_plain(cand_out, ref_out, st.where), Stage.CORRECTNESS)
-        cmp = compare_outputs(
-            ref_out,
-            cand_out,
-            st.config.atol,
-            st.config.rtol,
-            precision=st.config.precision,
-            exact=exact_reference(st, model, inputs, ref_out),
-            match_non_finite=dist == "as_given",
-            ties=reference_ties(st, model, inputs, ref_out),
-        )
+        cmp = judged(st, model, inputs, ref_out, cand_out, match_non_finite=dist == "as_given")
         max_abs, max_rel = max(max_abs, cmp.max_abs_err), max(max_rel, cmp.max_rel_err)
         for index, share in cmp.exact_own_shares:
             st.exact_own_shares[index] = max(st.exact_own_shares.get(index, 0.0), share)
@@ -221,26 +212,12 @@ def _second_call_discrete(
     output (indices, a mask): judged against the reference as the first call was, up to its ties
     (`dyn.check_deterministic` compares floating outputs only: between two calls an honest sort may
     order equal keys otherwise, and an index within 1 % of another is no tolerance)."""
-    import torch
     from cudice.verifier.run import dynamic_checks as dyn
-    from cudice.verifier.run.tolerance import compare_outputs
 
-    if not any(
-        isinstance(r, torch.Tensor) and not (r.is_floating_point() or r.is_complex())
-        for r in dyn.flatten_outputs(ref_out)
-    ):
+    if not any(dyn.discrete(r) for r in dyn.flatten_outputs(ref_out)):
         return []
     inputs, dist = last
-    cmp = compare_outputs(
-        ref_out,
-        again,
-        st.config.atol,
-        st.config.rtol,
-        precision=st.config.precision,
-        exact=exact_reference(st, model, inputs, ref_out),
-        match_non_finite=dist == "as_given",
-        ties=reference_ties(st, model, inputs, ref_out),
-    )
+    cmp = judged(st, model, inputs, ref_out, again, match_non_finite=dist == "as_given")
     if cmp.ok:
         return []
     return [
@@ -252,6 +229,27 @@ def _second_call_discrete(
             st.where,
         )
     ]
+
+
+def judged(
+    st: JudgeState, model: Any, inputs: list[Any], ref_out: Any, out: Any, *, match_non_finite: bool = True
+) -> Any:
+    """`out` compared with `ref_out`, the reference's output on `inputs`, under the configured
+    tolerance and precision, with the float64 and ties second opinions (run/tolerance.py
+    `compare_outputs`): every comparison of a candidate's output with the reference's, in the
+    trials, the second call and timing, is this one."""
+    from cudice.verifier.run.tolerance import compare_outputs
+
+    return compare_outputs(
+        ref_out,
+        out,
+        st.config.atol,
+        st.config.rtol,
+        precision=st.config.precision,
+        exact=exact_reference(st, model, inputs, ref_out),
+        match_non_finite=match_non_finite,
+        ties=reference_ties(st, model, inputs, ref_out),
+    )
 
 
 def reference_ties(st: JudgeState, model: Any, inputs: list[Any], ref_out: Any) -> Callable[[], Any]:

@@ -328,12 +328,11 @@ def _repetition(
     digests and two full checks."""
     import torch
     from cudice.verifier.run import seal, witness
+    from cudice.verifier.run.dynamic_checks import discrete as is_discrete
     from cudice.verifier.run.dynamic_checks import flatten_outputs
-    from cudice.verifier.run.judge_correctness import exact_reference, note_ties, reference_ties
+    from cudice.verifier.run.judge_correctness import judged, note_ties
     from cudice.verifier.run.timing import tensor_bytes
-    from cudice.verifier.run.tolerance import compare_outputs
 
-    cfg = st.config
     busy = samples.busy
     sets: list[list[Any]] = []
     seals: list[int] = []
@@ -358,9 +357,7 @@ def _repetition(
                 + [witness.bound(x, 0.0, 0.0) if isinstance(x, torch.Tensor) else 0.0 for x in inputs]
             )
             num_outputs = len(ref_out)
-            discrete = [
-                isinstance(r, torch.Tensor) and not (r.is_floating_point() or r.is_complex()) for r in ref_out
-            ]
+            discrete = [is_discrete(r) for r in ref_out]
             seal_key = secrets.randbits(63)  # below channel.NO_SEAL
             sealed = [x.contiguous().clone() if isinstance(x, torch.Tensor) else x for x in inputs]
             seal.toggle(sealed, seal_key)
@@ -448,15 +445,7 @@ def _repetition(
             return want, got, _kept_matches_its_digest(st, got, digests["candidate"][i], keys[i], num_outputs)
 
         def compared(i: int, want: Any, got: Any) -> Any:
-            return compare_outputs(
-                want,
-                got,
-                cfg.atol,
-                cfg.rtol,
-                precision=cfg.precision,
-                exact=exact_reference(st, model, sets[i], want),
-                ties=reference_ties(st, model, sets[i], want),
-            )
+            return judged(st, model, sets[i], want, got)
 
         def changed_after(i: int, bound_to: str, how: str) -> list[Diagnostic]:
             return [

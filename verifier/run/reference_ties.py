@@ -63,7 +63,7 @@ import secrets
 from collections.abc import Callable
 from typing import Any
 
-from cudice.verifier.run.dynamic_checks import bit_identical, flatten_outputs
+from cudice.verifier.run.dynamic_checks import bit_identical, discrete, flatten_outputs
 from cudice.verifier.run.exact_reference import seeded_but_off
 from cudice.verifier.run.tolerance import NoExact, Ties, TieSet
 
@@ -97,7 +97,7 @@ def second_opinion(model: Any, inputs: list[Any], ref_out: Any, hold: Hold) -> T
     given = flatten_outputs(ref_out)
     if len(again) != len(given) or any(
         isinstance(r, torch.Tensor)
-        and _discrete(r)
+        and discrete(r)
         and not (isinstance(a, torch.Tensor) and bit_identical(a, r))
         for a, r in zip(again, given, strict=False)
     ):
@@ -109,7 +109,7 @@ def second_opinion(model: Any, inputs: list[Any], ref_out: Any, hold: Hold) -> T
     # after it (`idx += 1`): its values are no longer the op's indices
     sets = {}
     for i, a in enumerate(again):
-        if isinstance(a, torch.Tensor) and _discrete(a) and _key(a) in watch.sets:
+        if discrete(a) and _key(a) in watch.sets:
             tie, made = watch.sets[_key(a)]
             if bit_identical(a, made):
                 sets[i] = tie
@@ -191,12 +191,6 @@ def _release() -> None:
 
     if torch.cuda.is_available():
         torch.cuda.empty_cache()  # the copies' memory back before the candidate's next call
-
-
-def _discrete(t: object) -> bool:
-    import torch
-
-    return isinstance(t, torch.Tensor) and not (t.is_floating_point() or t.is_complex())
 
 
 def _key(t: Any) -> tuple[int, int, tuple[int, ...], tuple[int, ...]]:

@@ -374,12 +374,10 @@ def _excused_at_ties(i: int, c: Any, r: Any, evidence: Ties | NoExact | None) ->
             "reference's indices select (ties it broke another way)"
         )
     try:
-        runs = evidence.moved()
+        tensors = _nudged(i, r, evidence)
     except NoExact as exc:
         return f"!{plain}; no second opinion at ties: {exc}"
-    others = [run[i] if len(run) > i else None for run in runs]
-    tensors = [t for t in others if isinstance(t, torch.Tensor) and t.shape == r.shape and t.dtype == r.dtype]
-    if len(tensors) != len(others) or not tensors:
+    if not tensors:
         return "!" + plain
     varies = torch.zeros_like(differ)
     given = torch.zeros_like(differ)  # the kernel's value is one the reference gives on moved inputs
@@ -407,6 +405,16 @@ def _excused_at_ties(i: int, c: Any, r: Any, evidence: Ties | NoExact | None) ->
     )
 
 
+def _nudged(i: int, r: Any, evidence: Ties) -> list[Any]:
+    """Output `i` of each of the reference's runs on nudged inputs (`Ties.moved`, which raises
+    `NoExact` where there are none); [] when any run gives another kind of output there."""
+    import torch
+
+    others = [run[i] if len(run) > i else None for run in evidence.moved()]
+    moved = [t for t in others if isinstance(t, torch.Tensor) and t.shape == r.shape and t.dtype == r.dtype]
+    return moved if len(moved) == len(others) else []
+
+
 def _excused_at_jumps(
     i: int,
     r: Any,
@@ -432,12 +440,10 @@ def _excused_at_jumps(
     if isinstance(evidence, NoExact):
         return f"no second opinion at jumps: {evidence}"
     try:
-        runs = evidence.moved()
+        moved = _nudged(i, r, evidence)
     except NoExact as exc:
         return f"no second opinion at jumps: {exc}"
-    others = [run[i] if len(run) > i else None for run in runs]
-    moved = [t for t in others if isinstance(t, torch.Tensor) and t.shape == r.shape and t.dtype == r.dtype]
-    if not moved or len(moved) != len(others):
+    if not moved:
         return "no second opinion at jumps: the reference's nudged runs give other outputs"
     tiny = float(torch.finfo(r.dtype).tiny) if r.is_floating_point() else 1e-300
     atol_eff = atol * max(output_scale(rf), tiny)
