@@ -608,16 +608,12 @@ def settle_draws(model: Any, seed: int, drawn: list[Drawn], inputs: Callable[[],
 
 
 def _float_leaves(out: Any) -> list[Any]:
-    """The floating (and complex) tensors of a model's output, in order (tuples, lists, dicts)."""
+    """The floating (and complex) tensors of a model's output, in order (run/dynamic_checks.py
+    `flatten_outputs`)."""
     import torch
+    from cudice.verifier.run.dynamic_checks import discrete, flatten_outputs
 
-    if isinstance(out, torch.Tensor):
-        return [out] if out.is_floating_point() or out.is_complex() else []
-    if isinstance(out, (list, tuple)):
-        return [leaf for o in out for leaf in _float_leaves(o)]
-    if isinstance(out, dict):
-        return [leaf for o in out.values() for leaf in _float_leaves(o)]
-    return []
+    return [t for t in flatten_outputs(out) if isinstance(t, torch.Tensor) and not discrete(t)]
 
 
 def match_reference_constants(
