@@ -347,6 +347,8 @@ class Bindings:
         if not isinstance(value, ast.Call):
             return "torch"  # self.fn = torch.relu
         last = d.rsplit(".", 1)[-1]
+        if last in ("Sequential", "ModuleList", "ModuleDict") and self._holds_own_modules_only(value):
+            return "other"  # nn.ModuleList([Block() for _ in range(n)]): its forward is judged as the file's
         if (
             d.startswith("torch.nn.")
             and not d.startswith(("torch.nn.functional.", "torch.nn.init."))
@@ -354,3 +356,30 @@ class Bindings:
         ):
             return "torch"  # self.conv = nn.Conv2d(...): calling it in forward is PyTorch compute
         return "tensor"  # nn.Parameter(...), torch.randn(...)
+
+    def _holds_own_modules_only(self, call: ast.Call) -> bool:
+        """`nn.Sequential(Block(), Block())`, `nn.ModuleList([Block() for _ in ...])`: every module
+        the container is built with is an instance of a class of this file deriving from nothing but
+        `nn.Module` (its methods are then judged as forward code); an empty container, one built
+        from names or anything else is not."""
+        elements: list[ast.expr] = []
+        for arg in [*call.args, *(k.value for k in call.keywords)]:
+            if isinstance(arg, (ast.List, ast.Tuple)):
+                elements += arg.elts
+            elif isinstance(arg, (ast.ListComp, ast.GeneratorExp)):
+                elements.append(arg.elt)
+            elif isinstance(arg, ast.Dict):
+                elements += arg.values
+            else:
+                elements.append(arg)
+        return bool(elements) and all(self._is_own_module(e) for e in elements)
+
+    def _is_own_module(self, e: ast.expr) -> bool:
+        if not (isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id in self.index.classes):
+            return False
+        for c in self.index.chain(self.index.classes[e.func.id]):
+            for b in c.bases:
+                d = dotted(b, self.aliases)
+                if d is not None and d not in ("torch.nn.Module", "torch.nn.modules.module.Module"):
+                    return False
+        return True

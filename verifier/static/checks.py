@@ -51,7 +51,7 @@ from cudice.verifier.config import VerifyConfig
 from cudice.verifier.source.document import Document, callee_name, parse_document
 from cudice.verifier.source.reference import reference_path
 from cudice.verifier.source.result import Diagnostic, Location, Severity, Stage
-from cudice.verifier.static.bindings import CandidateModule, dotted
+from cudice.verifier.static.bindings import Bindings, CandidateModule, dotted
 from cudice.verifier.static.cuda import (
     CppSource,
     check_cpp_sources,
@@ -64,8 +64,9 @@ from cudice.verifier.static.module_rules import module_rule_findings
 from cudice.verifier.static.names import LoadInlineUses, import_aliases
 from cudice.verifier.static.policy import Strictness, parse_strictness
 from cudice.verifier.static.protocol import call_protocol_findings
-from cudice.verifier.static.reach import base_name
+from cudice.verifier.static.reach import base_name, reachable
 from cudice.verifier.static.sources import call_functions, resolve_call_sources
+from cudice.verifier.static.taint import taint_findings
 
 _LOW_PRECISION_REF = re.compile(r"float16|bfloat16|\.half\(|torch\.half\b")
 
@@ -185,7 +186,19 @@ def _python_diagnostics(c: _Candidate) -> list[Diagnostic]:
     ]
     report = analyze_forward(c.module, c.level)
     findings += report.findings
+    findings += _taint_findings(c, findings)
     return [_diagnostic(c.doc, f) for f in findings] + _launch_diagnostics(c, report)
+
+
+def _taint_findings(c: _Candidate, found: list[Finding]) -> list[Finding]:
+    """`static/taint.py`'s findings on lines no other error covers (one message per offending line)."""
+    names = Bindings(c.module)
+    covered = {getattr(f.node, "lineno", None) for f in found if not f.warning}
+    return [
+        f
+        for f in taint_findings(names, reachable(names.index, names.cls), c.level)
+        if getattr(f.node, "lineno", None) not in covered or isinstance(f.node, ast.ClassDef)
+    ]
 
 
 def _diagnostic(doc: Document, f: Finding) -> Diagnostic:
