@@ -20,8 +20,17 @@ Contract: q (B, L, H, D) with H = G * H_kv; k, v (B, H_kv, M, D) with unit strid
 (B, 1, L, M) additive (0 allowed, the dtype's minimum blocked); returns (B, L, H, D) in q's dtype.
 A query row whose mask blocks every slot returns zeros (SDPA returns the mean of V): the runner's
 masks always allow at least one slot. On CPU the kernels run in Triton's interpreter (tests only:
-far too slow to serve). Not covered: a paged cache (each row still owns M slots of memory),
-sliding windows, attention logit soft-capping, more than 16 tokens per row.
+far too slow to serve).
+
+`attend_paged` is the same kernel over a paged KV cache (`cudice.model.paged.PagedKVCache`'s
+layout: one pool of token slots per layer, page p holding slots [p * page_size, (p + 1) *
+page_size)), for the continuous batching engine's decode step: each row attends to its positions
+[0, lengths[r]) with every key and value loaded through the row's page table (a tile of keys may
+span several pages: the loads are gathers), no mask (a decode block under SDAR's block rule sees
+exactly its sequence's first start + n positions); split over the keys and combined as above.
+
+Not covered: sliding windows, attention logit soft-capping, more than 16 tokens per row, masks
+inside a paged row (a paged prefill stays on the ragged SDPA forward).
 """
 
 from __future__ import annotations
@@ -169,6 +178,116 @@ def attend(
     return out
 
 
+def attend_paged(
+    q: torch.Tensor,
+    k_pool: torch.Tensor,
+    v_pool: torch.Tensor,
+    table: torch.Tensor,
+    lengths: torch.Tensor,
+    scale: float,
+    page_size: int,
+    splits: int | None = None,
+    config: tuple[int, int, int] | None = None,
+) -> torch.Tensor:
+    """softmax(q k^T * scale) v per row over the row's positions [0, lengths[r]), read through pages.
+
+    q (B, L, H, D) with H = G * H_kv; k_pool, v_pool (num_slots, H_kv, D) with unit stride over D;
+    table (B, W) int32 or int64 page ids (entries past a row's length are never read); lengths (B,)
+    int32 or int64, each >= 1 and <= W * page_size; returns (B, L, H, D) in q's dtype. Every query
+    of a row sees the same keys (no mask). splits: key splits per (row, KV head), default
+    `num_splits(B, H_kv, W * page_size)`: a function of the static shapes only, so a captured graph
+    keeps it while the lengths change from replay to replay; config: (keys per tile, warps, stages)."""
+    b, n, h, d = q.shape
+    hkv = k_pool.shape[1]
+    if (
+        h % hkv
+        or n > MAX_TOKENS
+        or k_pool.dim() != 3
+        or k_pool.stride(-1) != 1
+        or v_pool.stride() != k_pool.stride()
+        or v_pool.shape != k_pool.shape
+        or table.dim() != 2
+        or table.shape[0] != b
+        or lengths.shape != (b,)
+    ):
+        raise ValueError(
+            f"attend_paged: q {tuple(q.shape)}, pools {tuple(k_pool.shape)} / {tuple(v_pool.shape)} "
+            f"(strides {k_pool.stride()} / {v_pool.stride()}), table {tuple(table.shape)}, "
+            f"lengths {tuple(lengths.shape)}: "
+            f"needs heads divisible by KV heads, at most {MAX_TOKENS} tokens per row, two alike pools "
+            "(slots, KV heads, head dim) with unit stride over the head dimension, one page-table row and "
+            "one length per row"
+        )
+    if q.device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+        raise ValueError(
+            "attend_paged: the Triton kernels run on CUDA tensors, or on CPU under Triton's interpreter "
+            "(TRITON_INTERPRET=1 set before triton is imported: tests only); use `paged_reference` on CPU"
+        )
+    group = h // hkv
+    width = table.shape[1]
+    q = q if q.stride(-1) == 1 else q.contiguous()
+    table = table if table.stride(-1) == 1 else table.contiguous()
+    splits = splits or num_splits(b, hkv, width * page_size, q.device)
+    block_n, warps, stages = config or ((128, 4, 2) if q.element_size() <= 2 else (64, 4, 2))
+    block_q = max(16, _pow2(group * n))
+    block_d = max(16, _pow2(d))
+    kernel = _paged_kernel()
+    combine = _kernels()[1]
+    out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    if splits == 1:
+        parts = (out, out, out)  # unused: the kernel writes `out` itself
+    else:
+        parts = (
+            torch.empty(b * hkv, splits, block_q, device=q.device, dtype=torch.float32),
+            torch.empty(b * hkv, splits, block_q, device=q.device, dtype=torch.float32),
+            torch.empty(b * hkv, splits, block_q, block_d, device=q.device, dtype=torch.float32),
+        )
+    kernel[(b * hkv, splits)](
+        q, k_pool, v_pool, table, lengths, out, *parts,
+        q.stride(0), q.stride(1), q.stride(2),
+        k_pool.stride(0), k_pool.stride(1), table.stride(0),
+        out.stride(0), out.stride(1), out.stride(2),
+        float(scale),
+        N_TOK=n, GROUP=group, NUM_KV=hkv, HEAD_DIM=d, BLOCK_D=block_d, BLOCK_Q=block_q,
+        BLOCK_N=block_n, SPLITS=splits, PAGE_SIZE=page_size, IEEE=q.dtype == torch.float32,
+        num_warps=warps, num_stages=stages,
+    )  # fmt: skip
+    if splits > 1:
+        combine[(b * hkv,)](
+            *parts, out,
+            out.stride(0), out.stride(1), out.stride(2),
+            N_TOK=n, GROUP=group, NUM_KV=hkv, HEAD_DIM=d, BLOCK_D=block_d, BLOCK_Q=block_q,
+            SPLITS=splits,
+            num_warps=4,
+        )  # fmt: skip
+    return out
+
+
+def paged_reference(
+    q: torch.Tensor,
+    k_pool: torch.Tensor,
+    v_pool: torch.Tensor,
+    table: torch.Tensor,
+    lengths: torch.Tensor,
+    scale: float,
+    page_size: int,
+) -> torch.Tensor:
+    """`attend_paged`'s result by gathering every row's W * page_size slots into a padded copy and one
+    SDPA call (positions past a row's length masked; GQA without repeating K/V): what the kernel is
+    tested against, and the paged decode's attention where the kernel is not used. Reads the whole
+    table width: pass `table[:, :pages]` to gather fewer slots."""
+    width = table.shape[1]
+    pos = torch.arange(width * page_size, device=table.device)
+    pages = table.long()[:, pos // page_size].clamp(min=0)  # (B, K); -1 entries lie past the length
+    slots = pages * page_size + pos % page_size
+    valid = pos[None, :] < lengths.long()[:, None]  # (B, K)
+    keys, values = k_pool[slots].transpose(1, 2), v_pool[slots].transpose(1, 2)  # (B, H_kv, K, D)
+    o = torch.nn.functional.scaled_dot_product_attention(
+        q.transpose(1, 2), keys, values, attn_mask=valid[:, None, None, :], scale=scale, enable_gqa=True
+    )  # (B, H, L, D)
+    return o.transpose(1, 2)
+
+
 def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor, scale: float) -> torch.Tensor:
     """The same attention through SDPA over every slot, GQA folded like the kernel's (each KV head's
     query heads and tokens on the query axis, so K/V are not repeated): q (B, L, H, D), k/v
@@ -208,6 +327,83 @@ def _kernels() -> tuple[Any, Any]:
     """The two kernels, built once (compiled per shape on first launch, or interpreted on CPU)."""
     with _BUILD_LOCK:
         return _build()
+
+
+def _paged_kernel() -> Any:
+    """The paged kernel, built once (compiled per shape on first launch, or interpreted on CPU)."""
+    with _BUILD_LOCK:
+        return _build_paged()
+
+
+@functools.cache
+def _build_paged() -> Any:
+    import triton
+    import triton.language as tl
+
+    @triton.jit  # type: ignore[untyped-decorator]
+    def paged_attention(  # type: ignore[no-untyped-def]
+        Q, K, V, Table, Lengths, Out, Mpart, Lpart, Apart,
+        sq_b, sq_t, sq_h, sk_s, sk_h, st_b, so_b, so_t, so_h,
+        scale,
+        N_TOK: tl.constexpr, GROUP: tl.constexpr, NUM_KV: tl.constexpr, HEAD_DIM: tl.constexpr,
+        BLOCK_D: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_N: tl.constexpr, SPLITS: tl.constexpr,
+        PAGE_SIZE: tl.constexpr, IEEE: tl.constexpr,
+    ):  # fmt: skip
+        bh = tl.program_id(0)
+        split = tl.program_id(1)
+        row = bh // NUM_KV
+        head = bh % NUM_KV
+        r = tl.arange(0, BLOCK_Q)  # query row = g * N_TOK + t
+        g = r // N_TOK
+        t = r % N_TOK
+        r_ok = r < GROUP * N_TOK
+        d = tl.arange(0, BLOCK_D)
+        d_ok = d < HEAD_DIM
+        q_ptr = Q + row * sq_b + t[:, None] * sq_t + (head * GROUP + g)[:, None] * sq_h + d[None, :]
+        q = tl.load(q_ptr, mask=r_ok[:, None] & d_ok[None, :], other=0.0)
+        length = tl.load(Lengths + row).to(tl.int32)
+        span = tl.cdiv(tl.cdiv(length, SPLITS), BLOCK_N) * BLOCK_N
+        start = split * span
+        end = tl.minimum(start + span, length)
+        m_i = tl.full([BLOCK_Q], -1.0e30, tl.float32)  # finite: a blocked score (-3e38) never wins
+        l_i = tl.zeros([BLOCK_Q], tl.float32)
+        acc = tl.zeros([BLOCK_Q, BLOCK_D], tl.float32)
+        t_base = Table + row * st_b
+        for n0 in range(start, end, BLOCK_N):
+            n = n0 + tl.arange(0, BLOCK_N)
+            n_ok = n < end
+            page = tl.load(t_base + n // PAGE_SIZE, mask=n_ok, other=0).to(tl.int64)
+            slot = page * PAGE_SIZE + n % PAGE_SIZE  # (BLOCK_N,) int64: a tile may span several pages
+            kv_off = slot[:, None] * sk_s + head * sk_h + d[None, :]
+            kv_mask = n_ok[:, None] & d_ok[None, :]
+            k = tl.load(K + kv_off, mask=kv_mask, other=0.0)
+            if IEEE:
+                s = tl.dot(q, tl.trans(k), input_precision="ieee")
+            else:
+                s = tl.dot(q, tl.trans(k))
+            s = tl.where(r_ok[:, None] & n_ok[None, :], s * scale, -3.0e38)
+            m_new = tl.maximum(m_i, tl.max(s, 1))
+            alpha = tl.exp(m_i - m_new)
+            p = tl.exp(s - m_new[:, None])
+            l_i = l_i * alpha + tl.sum(p, 1)
+            v = tl.load(V + kv_off, mask=kv_mask, other=0.0)
+            if IEEE:
+                pv = tl.dot(p.to(v.dtype), v, input_precision="ieee")
+            else:
+                pv = tl.dot(p.to(v.dtype), v)
+            acc = acc * alpha[:, None] + pv
+            m_i = m_new
+        if SPLITS == 1:
+            o = acc / tl.maximum(l_i, 1.0e-30)[:, None]
+            o_ptr = Out + row * so_b + t[:, None] * so_t + (head * GROUP + g)[:, None] * so_h + d[None, :]
+            tl.store(o_ptr, o.to(Out.dtype.element_ty), mask=r_ok[:, None] & d_ok[None, :])
+        else:
+            at = (bh * SPLITS + split) * BLOCK_Q + r
+            tl.store(Mpart + at, m_i)
+            tl.store(Lpart + at, l_i)
+            tl.store(Apart + at[:, None] * BLOCK_D + d[None, :], acc)
+
+    return paged_attention
 
 
 @functools.cache
