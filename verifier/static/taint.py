@@ -148,12 +148,6 @@ class _Analysis:
         self.aliases = names.aliases
         self.level = level
         self.reached = reached
-        self.defined_in: dict[int, ast.ClassDef] = {
-            id(fn): cls
-            for cls in self.index.classes.values()
-            for fn in cls.body
-            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
-        }
         self.module_env: dict[str, Taint] = {}
         self.self_env: dict[int, dict[str, Taint]] = {}  # class id -> attr -> taint
         self.params: dict[int, dict[str, Taint]] = {}  # function id -> parameter -> taint
@@ -488,9 +482,6 @@ def taint_findings(names: Bindings, reached: list[Reached], level: Strictness) -
     for r in reached:
         if r.owner is not None:
             owners.setdefault(id(r.owner), r.owner)
-        defining = analysis.defined_in.get(id(r.fn))
-        if defining is not None:
-            owners.setdefault(id(defining), defining)
         env = analysis.envs.get(id(r.fn)) or analysis.function_env(r.fn, r.owner)
         for node in ast.walk(r.fn):
             out += _node_findings(node, env, r.owner, analysis)
@@ -501,8 +492,10 @@ def taint_findings(names: Bindings, reached: list[Reached], level: Strictness) -
             isinstance(n, ast.Name) and n.id == cls.name for r in reached for n in ast.walk(r.fn)
         ):
             owners[id(cls)] = cls
+    bases = {id(c) for c in analysis.index.chain(names.cls)[1:]}  # judged through `ModelNew`'s own chain
     for cls in owners.values():
-        out += _inherited_forward(cls, analysis, is_model=cls is names.cls)
+        if id(cls) not in bases:
+            out += _inherited_forward(cls, analysis, is_model=cls is names.cls)
     return out
 
 
