@@ -39,10 +39,19 @@ the forward with other rows' denoise steps); `num_forwards` counts the forwards 
 in. The queue is bounded (`max_queue`): `submit` raises `QueueFull` beyond it, and `ValueError` for
 a request that can never fit (too long for the model or for the whole page pool).
 
+Decode paths: a decode forward whose rows all run whole blocks of one block length (every
+iteration where the live requests share a block length) goes through `PagedRunner.decode`, the
+fast decode (Triton attention reading the pages in place, static buffers per batch class, on CUDA
+torch.compile'd layers and one CUDA graph per batch class); any other decode forward (rows of
+different block lengths) and every prefill go through the eager ragged `PagedRunner.forward`.
+`fast_decode` (default: on CUDA) switches the fast decode on or off; `fast_steps` and
+`eager_steps` count the decode forwards each path ran, `decode_path` says which ran and how.
+
 Not covered: preemption (admission reserves each request's largest length, so a running row never
-waits for pages), prefix sharing between requests, chunked prefill of long prompts, a paged CUDA
-attention kernel, CUDA graphs / torch.compile (the static fast path's). The team server's model
-worker serves its requests through this engine (server/workers/model_batched.py).
+waits for pages), prefix sharing between requests, chunked prefill of long prompts, a fast path
+for prefills and for batches of mixed block lengths (the eager ragged forward serves them). The
+team server's model worker serves its requests through this engine
+(server/workers/model_batched.py).
 """
 
 from __future__ import annotations
@@ -59,7 +68,7 @@ from cudice.model.config import SamplerConfig
 from cudice.model.paged_forward import PagedRunner, Segment
 from cudice.model.sampler import BlockDiffusionSampler, RowResult, RowState
 from cudice.model.sampling import sample_tokens
-from cudice.model.strategies import STRATEGIES, quota_schedule
+from cudice.model.strategies import STRATEGIES
 
 BlockProgress = Callable[[Sequence[int], int], None]  # (generated tokens so far, forwards so far)
 
@@ -151,7 +160,7 @@ class _Live:
     phase: str = "open"  # "prefill" | "open" | "denoise" | "commit"
     x: torch.Tensor = field(default_factory=lambda: torch.empty(0, dtype=torch.long))  # (bl,)
     is_masked: torch.Tensor = field(default_factory=lambda: torch.empty(0, dtype=torch.bool))
-    quotas: torch.Tensor = field(default_factory=lambda: torch.empty(0, dtype=torch.long))  # (S,)
+    quotas: list[int] = field(default_factory=list)  # reveal quota of each denoise step (S,)
     revealed_at: torch.Tensor = field(default_factory=lambda: torch.empty(0, dtype=torch.long))
     step: int = 0  # denoise steps of the current block
     forwards: int = 0
@@ -170,18 +179,39 @@ class ContinuousBatcher:
         page_size: int = 16,
         max_batch: int = 32,
         max_queue: int = 64,
+        fast_decode: bool | None = None,
+        compile: bool | None = None,
+        use_graphs: bool = True,
+        compile_mode: str | None = None,
+        attention: str = "auto",
     ) -> None:
         """model: a Qwen3ForCausalLM (HF modules); sampler: supplies the mask id, stop ids, decode and the
-        stop rules; block_size: the checkpoint's block length (a request's config may override it)."""
+        stop rules; block_size: the checkpoint's block length (a request's config may override it).
+
+        fast_decode: run eligible decode forwards through `PagedRunner.decode` (None: on CUDA);
+        compile: its layer math through torch.compile (None: with the fast decode on CUDA);
+        use_graphs: capture it as CUDA graphs per batch class (CUDA only); attention: its attention,
+        "triton", "sdpa" or "auto" (`PagedRunner`)."""
         if max_batch < 1 or max_queue < 0:
             raise ValueError(f"max_batch={max_batch} must be >= 1 and max_queue={max_queue} >= 0")
-        self.runner = PagedRunner(model)
+        on_cuda = next(model.parameters()).device.type == "cuda"
+        self.fast_decode = on_cuda if fast_decode is None else fast_decode
+        self.runner = PagedRunner(
+            model,
+            max_batch=max_batch,
+            compile=(self.fast_decode and on_cuda) if compile is None else compile,
+            compile_mode=compile_mode,
+            use_graphs=use_graphs,
+            attention=attention,
+        )
         self.cache = self.runner.new_cache(num_pages, page_size)
         self.sampler = sampler
         self.block_size = block_size
         self.max_batch, self.max_queue = max_batch, max_queue
         self.device = self.runner.device
         self.num_forwards = 0
+        self.fast_steps = 0  # decode forwards through PagedRunner.decode
+        self.eager_steps = 0  # decode forwards through the eager PagedRunner.forward
         self.iterations = 0
         self.peak_rows = 0
         self.peak_pages = 0
@@ -250,6 +280,13 @@ class ContinuousBatcher:
     @property
     def live(self) -> int:
         return len(self._live)
+
+    @property
+    def decode_path(self) -> str:
+        """Which decode path ran so far, e.g. 'paged decode: triton attention, compiled, CUDA graphs
+        (120 steps), eager ragged forward (3 steps)'."""
+        fast = self.runner.describe() if self.fast_decode else "fast decode off"
+        return f"{fast} ({self.fast_steps} steps), eager ragged forward ({self.eager_steps} steps)"
 
     # --- the worker ----------------------------------------------------------------------------
     def start(self) -> ContinuousBatcher:
@@ -354,6 +391,8 @@ class ContinuousBatcher:
     def _run(self, rows: list[_Live], prefill: bool) -> None:
         """One forward over `rows` and what follows it; a failing forward fails exactly these rows."""
         segments = []
+        if not prefill:
+            self._open_blocks([lv for lv in rows if lv.phase == "open"])
         for lv in rows:
             bl = lv.req.block_length
             if prefill:
@@ -361,11 +400,16 @@ class ContinuousBatcher:
                 ids = torch.tensor(lv.req.prompt[:whole], dtype=torch.long)
                 segments.append(Segment(lv.req.id, ids, 0, bl, logits=False))
                 continue
-            if lv.phase == "open":
-                self._open_block(lv)
             segments.append(Segment(lv.req.id, lv.x, lv.length, bl, logits=lv.phase == "denoise"))
         try:
-            logits = self.runner.forward(self.cache, segments)
+            if prefill:
+                logits = self.runner.forward(self.cache, segments)
+            elif self.fast_decode and self.runner.decode_eligible(self.cache, segments):
+                logits = self.runner.decode(self.cache, segments)
+                self.fast_steps += 1
+            else:
+                logits = self.runner.forward(self.cache, segments)
+                self.eager_steps += 1
         except Exception as exc:  # e.g. out of memory: these rows fail, the engine goes on
             for lv in rows:
                 lv.req._error = exc
@@ -386,18 +430,25 @@ class ContinuousBatcher:
                 lv.phase = "open"
         self._denoise(denoise)
 
-    def _open_block(self, lv: _Live) -> None:
-        """The block's tokens: the prompt tail (first block only), then masks; its reveal quotas."""
-        bl, cfg = lv.req.block_length, lv.req.config
-        x = torch.full((bl,), self.sampler.mask_id, dtype=torch.long)
-        if lv.row.tail:
-            x[: len(lv.row.tail)] = torch.tensor(lv.row.tail, dtype=torch.long)
-        lv.x = x.to(self.device)
-        lv.is_masked = lv.x == self.sampler.mask_id
-        lv.quotas = quota_schedule(lv.is_masked.sum()[None], cfg.denoising_steps)[0]  # (S,)
-        lv.revealed_at = torch.full((bl,), -1, dtype=torch.long, device=self.device)
-        lv.step = 0
-        lv.phase = "denoise"
+    def _open_blocks(self, rows: list[_Live]) -> None:
+        """Each row's next block: the prompt tail (first block only), then masks; its reveal quotas
+        (`quota_schedule`'s, computed on the host). Rows of one block length share one host -> device
+        copy and one kernel per tensor; each row keeps views of them."""
+        mask_id = self.sampler.mask_id
+        by_length: dict[int, list[_Live]] = {}
+        for lv in rows:
+            by_length.setdefault(lv.req.block_length, []).append(lv)
+        for bl, members in by_length.items():
+            host = [(lv.row.tail + [mask_id] * bl)[:bl] for lv in members]
+            x = torch.tensor(host, dtype=torch.long).to(self.device)  # (g, bl)
+            is_masked = x == mask_id
+            revealed_at = torch.full((len(members), bl), -1, dtype=torch.long, device=self.device)
+            for i, lv in enumerate(members):
+                masked, steps = host[i].count(mask_id), lv.req.config.denoising_steps
+                lv.x, lv.is_masked, lv.revealed_at = x[i], is_masked[i], revealed_at[i]
+                lv.quotas = [masked // steps + (s < masked % steps) for s in range(steps)]
+                lv.step = 0
+                lv.phase = "denoise"
 
     def _denoise(self, rows: list[tuple[_Live, torch.Tensor | None]]) -> None:
         """Sample and reveal for every denoising row; rows with equal sampling settings (and no seeded
@@ -417,13 +468,18 @@ class ContinuousBatcher:
                 stacked, cfg.temperature, cfg.top_k, cfg.top_p, lvs[0].generator
             )  # (g, bl), (g, bl)
             is_masked = torch.stack([lv.is_masked for lv in lvs])
-            quota = torch.stack([lv.quotas[min(lv.step, lv.quotas.shape[0] - 1)] for lv in lvs]).clamp(min=1)
+            host = [  # (this step's quota, the step index a reveal records) per row
+                (max(1, lv.quotas[min(lv.step, len(lv.quotas) - 1)]), lv.row.steps_done + lv.step)
+                for lv in lvs
+            ]
+            quota, at = torch.tensor(host, dtype=torch.long).to(self.device).unbind(1)  # (g,) each
             reveal = STRATEGIES[cfg.strategy](confidence, is_masked, quota, cfg.threshold)  # (g, bl)
-            left = (is_masked & ~reveal).any(dim=1).tolist()  # sync point
+            x = torch.where(reveal, tokens, torch.stack([lv.x for lv in lvs]))
+            revealed_at = torch.where(reveal, at[:, None], torch.stack([lv.revealed_at for lv in lvs]))
+            still = is_masked & ~reveal
+            left = still.any(dim=1).tolist()  # sync point
             for i, lv in enumerate(lvs):
-                lv.x = torch.where(reveal[i], tokens[i], lv.x)
-                lv.revealed_at = torch.where(reveal[i], lv.row.steps_done + lv.step, lv.revealed_at)
-                lv.is_masked = is_masked[i] & ~reveal[i]
+                lv.x, lv.revealed_at, lv.is_masked = x[i], revealed_at[i], still[i]
                 lv.step += 1
                 if not left[i]:
                     self._close_block(lv)
