@@ -56,8 +56,11 @@ def _pool_is_full(engine: ContinuousBatcher) -> bool:
     return cache.pages_in_use == 0 and cache.unreserved_pages == cache.num_pages and not cache.sequences()
 
 
-def test_staggered_arrivals_decode_exactly_as_batch_one(make, prompts, singles) -> None:
-    engine = make().start()
+@pytest.mark.parametrize("fast", [False, True])
+def test_staggered_arrivals_decode_exactly_as_batch_one(make, prompts, singles, fast) -> None:
+    """Eager ragged decode forwards, or the fast decode (`PagedRunner.decode`, batch classes of 1 to 8
+    rows with padded rows on the scratch page as requests come and go) forced on."""
+    engine = make(fast_decode=fast, max_batch=8).start()
     handles = []
 
     def arrivals(tokens, forwards) -> None:  # request 0's blocks: one new request per block
@@ -80,6 +83,12 @@ def test_staggered_arrivals_decode_exactly_as_batch_one(make, prompts, singles) 
     assert all(j is not None and j < handles[0].finished_iteration for j in joined)
     assert len(set(joined)) == 3
     assert engine.peak_rows >= 4 and first.num_forwards > 0
+    if fast:  # every decode forward had one block length: all of them took the fast decode
+        assert engine.fast_steps > 0 and engine.eager_steps == 0, engine.decode_path
+        assert engine.runner.decodes == engine.fast_steps
+        assert len({key[0] for key in engine.cache.decode_states}) >= 3  # several batch classes ran
+    else:
+        assert engine.fast_steps == 0 and engine.eager_steps > 0, engine.decode_path
     engine.close()
     assert _pool_is_full(engine)
 
@@ -107,21 +116,35 @@ def test_other_strategies_and_a_stop_string_match_batch_one(make, tiny_engine, p
     assert _pool_is_full(engine)
 
 
-def test_mixed_block_lengths_and_fuse_commit_share_a_batch(make, tiny_engine, prompts) -> None:
-    """Rows of block 4 and block 8 (ragged forwards), and a fuse_commit row, in one batch."""
+@pytest.mark.parametrize("fast", [False, True])
+def test_mixed_block_lengths_and_fuse_commit_share_a_batch(make, tiny_engine, prompts, fast) -> None:
+    """Rows of block 4 and block 8 (ragged forwards), and a fuse_commit row, in one batch; with the
+    fast decode on, the mixed iterations fall back to the ragged forward."""
     configs = [
         SamplerConfig(threshold=0.0, block_length=8, denoising_steps=3, max_new_tokens=16),
         CFG.replace(fuse_commit=True, max_new_tokens=12),
     ]
     cases = [(p, c) for p in prompts[:3] for c in configs] + [(prompts[3], CFG)]
     want = [tiny_engine.sampler.generate([p], c, c.block_length or 4).rows[0] for p, c in cases]
-    engine = make()
+    engine = make(fast_decode=fast)
     handles = [engine.submit(p, c) for p, c in cases]
     engine.run_until_idle()
     for h, w in zip(handles, want, strict=True):
         got = h.result(0).row
         assert (got.tokens, got.step_map) == (w.tokens, w.step_map)
+    assert engine.eager_steps > 0  # iterations with both block lengths live
+    assert (engine.fast_steps > 0) == fast, engine.decode_path  # the block-4 rows outlive the others
     assert _pool_is_full(engine)
+
+
+def test_seeded_sampling_with_the_fast_decode_draws_as_batch_one(make, tiny_engine, prompts) -> None:
+    cfgs = [SamplerConfig(temperature=1.0, top_k=50, top_p=0.95, seed=s, max_new_tokens=12) for s in (1, 2)]
+    want = [tiny_engine.sampler.generate([prompts[i]], c, 4).rows[0].tokens for i, c in enumerate(cfgs)]
+    engine = make(fast_decode=True)
+    handles = [engine.submit(prompts[i], c) for i, c in enumerate(cfgs)]
+    engine.run_until_idle()
+    assert [h.result(0).row.tokens for h in handles] == want
+    assert engine.fast_steps > 0 and engine.eager_steps == 0
 
 
 def test_seeded_sampling_draws_as_batch_one(make, tiny_engine, prompts) -> None:
