@@ -21,10 +21,12 @@ a call of `ModelNew` can run (`static/reach.py`):
   called by name, `__dict__`, `__mro__`/`__bases__`, `vars(...)`, `operator.methodcaller` /
   `attrgetter`, `getattr` as a value or inside `partial`, `getattr` with a name the file does not
   fix on anything but the extension or `self`;
-- a class (`ModelNew`, or a helper it uses) deriving from an `nn` layer other than `nn.Module`
-  without an in-file `forward` is `static.torch_op_in_forward` on the class: its inherited
-  forward is the layer's; with one, `super().forward(x)` and the layer's own methods
-  (`self._conv_forward(...)`) are calls of torch-derived values, as above.
+- `ModelNew` deriving (directly or through in-file classes) from an `nn` layer other than
+  `nn.Module` without an in-file `forward` is `static.torch_op_in_forward` on the class: its
+  inherited forward is the layer's. With one, `super().forward(x)` and the layer's own methods
+  (`self._conv_forward(...)`) are calls of torch-derived values, as above. A helper class deriving
+  from a layer is judged where it is used: an instance of one without an in-file `forward` is a
+  layer (calling it is a violation), one held for its weights only is not.
 
 Calls spelled as module paths (`torch.relu(x)`) are left to `static/forward.py`'s policy.
 Not covered: values that cross into other files or come back from functions the file does not
@@ -478,32 +480,21 @@ def taint_findings(names: Bindings, reached: list[Reached], level: Strictness) -
     analysis = _Analysis(names, reached, level)
     analysis.build()
     out: list[Finding] = []
-    owners: dict[int, ast.ClassDef] = {}
     for r in reached:
-        if r.owner is not None:
-            owners.setdefault(id(r.owner), r.owner)
         env = analysis.envs.get(id(r.fn)) or analysis.function_env(r.fn, r.owner)
         for node in ast.walk(r.fn):
             out += _node_findings(node, env, r.owner, analysis)
-    owners.setdefault(id(names.cls), names.cls)
-    used = {id(c) for c in owners.values()}
-    for cls in analysis.index.classes.values():  # helper classes instantiated in forward code
-        if id(cls) not in used and any(
-            isinstance(n, ast.Name) and n.id == cls.name for r in reached for n in ast.walk(r.fn)
-        ):
-            owners[id(cls)] = cls
-    bases = {id(c) for c in analysis.index.chain(names.cls)[1:]}  # judged through `ModelNew`'s own chain
-    for cls in owners.values():
-        if id(cls) not in bases:
-            out += _inherited_forward(cls, analysis, is_model=cls is names.cls)
+    # a helper class deriving from a layer is judged where its instances are called (`self.h(x)`:
+    # `instance_taint`), so one held for its weights only stays allowed; `ModelNew` itself is called
+    out += _inherited_forward(names.cls, analysis)
     return out
 
 
-def _inherited_forward(cls: ast.ClassDef, a: _Analysis, is_model: bool) -> list[Finding]:
+def _inherited_forward(cls: ast.ClassDef, a: _Analysis) -> list[Finding]:
     base = a.layer_base(cls)
     if base is None or a.defines(cls, "forward"):
         return []
-    who = "`ModelNew`" if is_model else f"`{cls.name}` (used by `ModelNew`)"
+    who = f"`{cls.name}`"
     return [
         Finding(
             "static.torch_op_in_forward",

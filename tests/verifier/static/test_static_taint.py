@@ -367,6 +367,12 @@ HONEST = {
         "",
         "nn.Linear",
     ),
+    "helper deriving from a layer, held for its weights": (
+        "self.lin = _Lin(4, 4)",
+        "assert self.lin.weight.is_contiguous() and self.lin.bias is not None\nreturn y",
+        "class _Lin(nn.Linear):\n    def fan_in(self):\n        return self.in_features\n",
+        "nn.Module",
+    ),
     "in-file nn.Module base reached through super()": (
         "",
         "return super().forward(y)",
