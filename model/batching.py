@@ -56,6 +56,7 @@ team server's model worker serves its requests through this engine
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections import deque
@@ -210,6 +211,8 @@ class ContinuousBatcher:
         self.max_batch, self.max_queue = max_batch, max_queue
         self.device = self.runner.device
         self.num_forwards = 0
+        self.warmup_seconds = 0.0  # `warm_up`'s time (compilation and graph capture)
+        self.warmup_variants = 0  # decode variants (batch class, logits?) `warm_up` ran
         self.fast_steps = 0  # decode forwards through PagedRunner.decode
         self.eager_steps = 0  # decode forwards through the eager PagedRunner.forward
         self.iterations = 0
@@ -287,6 +290,28 @@ class ContinuousBatcher:
         (120 steps), eager ragged forward (3 steps)'."""
         fast = self.runner.describe() if self.fast_decode else "fast decode off"
         return f"{fast} ({self.fast_steps} steps), eager ragged forward ({self.eager_steps} steps)"
+
+    def warm_up(self) -> ContinuousBatcher:
+        """Compile and capture the fast decode of every batch class for the checkpoint's block length
+        before serving (`PagedRunner.warm_up`; a no-op with the fast decode off). A failure here is
+        reported on stderr and costs only speed: the first steps then compile and capture instead."""
+        if not self.fast_decode or self.block_size is None:
+            return self
+        start = time.perf_counter()
+        try:
+            with self._step_lock:
+                variants = self.runner.warm_up(self.cache, self.block_size)
+        except Exception as exc:  # a failing warm-up must not take the engine down
+            print(
+                f"cudice.model: the batching engine's decode warm-up failed ({type(exc).__name__}: "
+                f"{str(exc)[:300]}); requests compile and capture on their first steps instead",
+                file=sys.stderr,
+                flush=True,
+            )
+            return self
+        self.warmup_seconds = time.perf_counter() - start
+        self.warmup_variants = variants
+        return self
 
     # --- the worker ----------------------------------------------------------------------------
     def start(self) -> ContinuousBatcher:

@@ -49,6 +49,7 @@ packed weights would be stale; build a new runner).
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -184,8 +185,9 @@ class _DecodeState:
             if self.copied is None:
                 self.copied = torch.cuda.Event()  # type: ignore[no-untyped-call]
             self.copied.record()
-        ids = torch.cat([s.ids for s in segments]).to(self.ids.device, non_blocking=True)
-        self.ids[: b * n].copy_(ids)
+        if segments:
+            ids = torch.cat([s.ids for s in segments]).to(self.ids.device, non_blocking=True)
+            self.ids[: b * n].copy_(ids)
 
 
 class PagedRunner:
@@ -374,6 +376,31 @@ class PagedRunner:
         head = self._guarded(cache, lambda: self._step(state, cache, want))
         self.decodes += 1
         return [head[i * n : (i + 1) * n] if s.logits else None for i, s in enumerate(segments)]
+
+    @torch.no_grad()
+    def warm_up(self, cache: PagedKVCache, block_length: int) -> int:
+        """Run (and on CUDA capture) the decode of every batch class for `block_length`, with and
+        without logits, on padded rows only (the scratch page: no sequence is touched), so that
+        compilation and graph capture happen here rather than in the first requests' steps.
+        Returns the number of (class, logits) variants run; 0 where the decode cannot serve
+        `block_length` or `cache`."""
+        if not isinstance(cache, DecodeCache) or block_length > attention.MAX_TOKENS:
+            return 0
+        classes = sorted({self.batch_class(b) for b in range(1, self.max_batch + 1)})
+        done = 0
+        for big_b in classes:
+            for logits in (True, False):
+                key = (big_b, block_length, logits)
+                state = cache.decode_states.get(key)
+                if state is None:
+                    state = _DecodeState.allocate(big_b, block_length, cache.width, self.device)
+                    cache.decode_states[key] = state
+                state.load(cache, [])
+                self._guarded(cache, functools.partial(self._step, state, cache, logits))
+                done += 1
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+        return done
 
     def _step(self, state: _DecodeState, cache: DecodeCache, logits: bool) -> torch.Tensor:
         if not (self.use_graphs and self.attention == "triton"):  # the eager gather has no static shape

@@ -140,7 +140,8 @@ def test_mixed_block_lengths_and_fuse_commit_share_a_batch(make, tiny_engine, pr
 def test_seeded_sampling_with_the_fast_decode_draws_as_batch_one(make, tiny_engine, prompts) -> None:
     cfgs = [SamplerConfig(temperature=1.0, top_k=50, top_p=0.95, seed=s, max_new_tokens=12) for s in (1, 2)]
     want = [tiny_engine.sampler.generate([prompts[i]], c, 4).rows[0].tokens for i, c in enumerate(cfgs)]
-    engine = make(fast_decode=True)
+    engine = make(fast_decode=True).warm_up()
+    assert engine.warmup_variants == 2 * 6  # batch classes 1 to 32, with and without logits
     handles = [engine.submit(prompts[i], c) for i, c in enumerate(cfgs)]
     engine.run_until_idle()
     assert [h.result(0).row.tokens for h in handles] == want

@@ -247,6 +247,21 @@ def test_what_the_decode_refuses(tiny_engine) -> None:
     assert narrow.width == 2 and not runner.decode_eligible(narrow, [Segment(0, ids, 8, 4, True)])
 
 
+def test_warm_up_runs_every_batch_class_on_the_scratch_page_only(tiny_engine) -> None:
+    runner = PagedRunner(tiny_engine.loaded.model, max_batch=6)
+    cache = runner.new_cache(num_pages=16, page_size=4)
+    cache.add(0, 8)
+    runner.forward(cache, [Segment(0, torch.arange(8), 0, 4, logits=False)])
+    before = [k.clone() for k in cache.keys]
+    assert runner.warm_up(cache, 4) == 2 * 4  # classes 1, 2, 4, 6, with and without logits
+    assert sorted(cache.decode_states) == [(b, 4, lg) for b in (1, 2, 4, 6) for lg in (False, True)]
+    scratch = cache.scratch_page * cache.page_size
+    for old, new in zip(before, cache.keys, strict=True):
+        assert torch.equal(old[:scratch], new[:scratch])  # sequence 0's pages (and all others) untouched
+        assert new[scratch:].any()
+    assert runner.warm_up(cache, 32) == 0  # more tokens per row than the kernel takes: nothing to do
+
+
 # --- on a GPU ---------------------------------------------------------------------------------------
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
