@@ -124,6 +124,10 @@ _REFLECTION_CALLS = frozenset(
     }
 )
 _SELF_NAMES = frozenset({"self", "cls"})
+# Builtins and library functions that call their first argument.
+_HIGHER_ORDER = frozenset(
+    {"map", "functools.reduce", "reduce", "itertools.starmap", "itertools.accumulate", "starmap"}
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,8 +281,22 @@ class _Analysis:
             return Taint(f"`{d}`", e.attr)
         inner = self.taint(value, env, owner)
         if inner is None:
-            return None
+            return self._member_of_instance(value, e.attr, owner)
         return Taint(f"{inner.what} (`.{e.attr}`)", e.attr, inner.layer)
+
+    def _member_of_instance(self, value: ast.expr, attr: str, owner: ast.ClassDef | None) -> Taint | None:
+        """`self.h.layer` where `self.h = Holder()` for an in-file class whose methods store a
+        torch-derived `self.layer`."""
+        held = self_attr(value)
+        if held is None or owner is None:
+            return None
+        for stored in self.index.self_values(owner).get(held, ()):
+            if isinstance(stored, ast.Call) and isinstance(stored.func, ast.Name):
+                cls = self.index.classes.get(stored.func.id)
+                found = self.self_env.get(id(cls), {}).get(attr) if cls is not None else None
+                if found is not None:
+                    return Taint(f"`self.{held}.{attr}`, {found.what}", found.leaf, found.layer)
+        return None
 
     def _call_taint(self, e: ast.Call, env: dict[str, Taint], owner: ast.ClassDef | None) -> Taint | None:
         func = e.func
@@ -561,6 +579,12 @@ def _node_findings(
                     node, f"`{_short(node)}` looks up an attribute whose name the file does not fix"
                 )
                 return
+    if name in _HIGHER_ORDER or d in _HIGHER_ORDER:
+        for arg in node.args[:1]:
+            t = a.taint(arg, env, owner)
+            if t is not None and not _glue(t.leaf, a.level):
+                yield _torch_call(node, arg, t, a.level)
+                return
     if d is not None:
         return  # spelled as a module path: `static/forward.py` judges it by name
     callee = a.taint(func, env, owner)
@@ -568,14 +592,19 @@ def _node_findings(
         return
     if callee.leaf[:1].isupper() and not callee.layer:
         return  # building a torch object (`torch.cuda.Event`): judged where it is called
-    yield Finding(
+    yield _torch_call(node, func, callee, a.level)
+
+
+def _torch_call(node: ast.Call, func: ast.expr, callee: Taint, level: Strictness) -> Finding:
+    """`static.torch_op_in_forward` for a call of (or through) the torch-derived `func`."""
+    return Finding(
         "static.torch_op_in_forward",
         node,
         f"`{_short(func)}(...)` (line {node.lineno}) calls {callee.what}: a PyTorch op or layer reached "
         "through a value rather than by name still runs PyTorch, not your CUDA kernel. Call your own "
         "kernel (the compiled extension's function) instead; glue such as `torch.empty_like`, `.view`, "
         "`.contiguous` is allowed (docs/anticheat.md).",
-        warning=a.level is Strictness.LENIENT,
+        warning=level is Strictness.LENIENT,
     )
 
 

@@ -414,3 +414,22 @@ def test_a_modulelist_mixing_torch_layers_stays_a_torch_container() -> None:
         prelude,
     )
     assert any(d.code == "static.torch_op_in_forward" for d in _errors(_check(text)))
+
+
+def test_a_layer_handed_to_map_is_a_call_of_it() -> None:
+    text = _module("self.act = nn.ReLU()", "return list(map(self.act, [x]))[0]")
+    line = _line_of(text, "map(self.act")
+    assert any(
+        d.code == "static.torch_op_in_forward" and d.location is not None and d.location.line == line
+        for d in _errors(_check(text))
+    )
+
+
+def test_a_layer_held_by_a_plain_helper_object_is_followed() -> None:
+    prelude = "class Holder:\n    def __init__(self):\n        self.layer = nn.ReLU()\n"
+    text = _module("self.h = Holder()", "return self.h.layer(x)", prelude)
+    line = _line_of(text, "self.h.layer(x)")
+    assert any(
+        d.code == "static.torch_op_in_forward" and d.location is not None and d.location.line == line
+        for d in _errors(_check(text))
+    )
