@@ -16,7 +16,11 @@ In process: for each concurrency level C (default 1, 8, 32) C client threads run
   `BlockDiffusionSampler.generate([prompt])` over `HFRunner` (CPU default) or the static fast
   path (`--baseline static`, the GPU default; no torch.compile);
 - `batched`: the same clients submitting to one `ContinuousBatcher` (requests join at block
-  boundaries, leave when done).
+  boundaries, leave when done). Its decode steps take the fast paged decode (`PagedRunner.decode`:
+  Triton paged attention, torch.compile'd layers, one CUDA graph per batch class, all compiled and
+  captured by `warm_up` before the first level) on CUDA, as the team server's worker does, and the
+  eager ragged forward on CPU (`--fast-decode on|off` overrides); the log says which path ran how
+  many steps after every batched level (`decode_path` in the JSON).
 
 Reported per level and mode: aggregate generated tokens/s over the wall time and its ratio to the
 serial run of the same level (`xN.NN vs serial`); per-request latency p50/p95 (submit -> answer,
@@ -80,9 +84,10 @@ Not covered: editors on other machines (the editors are coroutines of this proce
 127.0.0.1, so the network is loopback and the bench's own CPU use competes with the server's on
 a small machine); real models (random weights decode about one token per step, and their answers
 are not kernels, so no verification runs after a generation); the team server's verification
-and quick-check load beside generations; a paged attention kernel (the batched forward gathers
-pages into a padded copy and calls SDPA); on CUDA, per-process GPU memory (the device's figure
-is taken, so nothing else may use the GPU during a run).
+and quick-check load beside generations; a fast path for the batched prefill (it stays on the
+eager ragged forward: pages gathered into a padded copy, SDPA); over TCP, which decode path the
+server's worker ran (it decides by itself: the fast decode on CUDA); on CUDA, per-process GPU
+memory (the device's figure is taken, so nothing else may use the GPU during a run).
 """
 
 from __future__ import annotations
@@ -220,6 +225,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--baseline", choices=("hf", "static"), default=None, help="default: static on CUDA")
     ap.add_argument("--page-size", type=int, default=16)
     ap.add_argument("--max-batch", type=int, default=32)
+    ap.add_argument(
+        "--fast-decode",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="in process: the batched engine's fast paged decode (auto: on CUDA, with compile and graphs)",
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", default=None)
     ap.add_argument(
@@ -280,13 +291,26 @@ def inprocess_main(args: argparse.Namespace) -> int:
     longest = max(len(p) for p in pool) + new_tokens + 2 * BLOCK
     page = args.page_size
     pages = args.max_batch * -(-longest // page)  # room for max_batch of the longest: admission never waits
+    fast_decode = {"auto": on_gpu, "on": True, "off": False}[args.fast_decode]
     batcher = ContinuousBatcher(
-        model, sampler, BLOCK, num_pages=pages, page_size=page, max_batch=args.max_batch, max_queue=4 * most
-    ).start()
+        model,
+        sampler,
+        BLOCK,
+        num_pages=pages,
+        page_size=page,
+        max_batch=args.max_batch,
+        max_queue=4 * most,
+        fast_decode=fast_decode,
+        compile=fast_decode and on_gpu,  # as the team server's worker: compiled and captured on CUDA
+        use_graphs=True,
+    )
+    batcher.warm_up().start()
     log(
         f"serve_load: shape {shape} on {device} ({dtype}), prompts {prompt_min}..{prompt_len} tokens, "
         f"{new_tokens} new, block {BLOCK}, serial baseline {type(runner).__name__}, "
-        f"paged pool {pages} pages x {page} tokens ({pages * batcher.cache.page_bytes / 2**20:.1f} MiB)"
+        f"paged pool {pages} pages x {page} tokens ({pages * batcher.cache.page_bytes / 2**20:.1f} MiB); "
+        f"batched decode: {batcher.runner.describe() if fast_decode else 'eager ragged forward'}, "
+        f"warm-up {batcher.warmup_seconds:.1f} s ({batcher.warmup_variants} batch-class variants)"
     )
 
     serial_lock = threading.Lock()
@@ -353,6 +377,8 @@ def inprocess_main(args: argparse.Namespace) -> int:
                 f"{level.tok_s:9.1f} tok/s x{level.ratio:.2f} vs serial  p50 {level.p50_s:.3f} s "
                 f"p95 {level.p95_s:.3f} s  {mem}  {level.match}"
             )
+            if mode == "batched":
+                log(f"C={c:3d} batched decode so far: {batcher.decode_path}")
     batcher.close()
     out = {
         "shape": shape,
@@ -362,6 +388,8 @@ def inprocess_main(args: argparse.Namespace) -> int:
         "prompt_min": prompt_min,
         "max_new_tokens": new_tokens,
         "baseline": type(runner).__name__,
+        "decode_path": batcher.decode_path,
+        "warmup_s": batcher.warmup_seconds,
         "levels": [asdict(r) for r in results],
     }
     log("RESULT " + json.dumps({f"{r.mode}_c{r.concurrency}_ratio": round(r.ratio, 2) for r in results}))
@@ -1041,7 +1069,8 @@ def tcp_main(args: argparse.Namespace) -> int:
             f"serve_load --transport tcp: shape {shape} on {device} ({dtype}), checkpoint {ckpt} "
             f"({build_s:.1f} s), prompt about {prompt} tokens (examples/relu.py + a line naming the editor), "
             f"{new_tokens} new, block {BLOCK}, levels {levels} x {args.requests_per_client} requests; "
-            f"batched server: {args.max_batch} rows, {pages} pages x {args.page_size}"
+            f"batched server: {args.max_batch} rows, {pages} pages x {args.page_size}, its worker's decode "
+            f"by the engine's default: {'the fast paged decode' if gpu else 'the eager ragged forward'}"
         )
         reference: dict[str, str] = {}
         runs = {}

@@ -16,10 +16,13 @@ it committed and the others go on. `submit` raises `QueueFull` (the engine's que
 never wait), or ValueError / GenerationError for a job that can never run (too long for the model
 or the KV pool; no block length).
 
+Decode path: the batcher's own (`cudice.model.batching`): on CUDA its fast paged decode
+(torch.compile'd layers, Triton paged attention, a CUDA graph per batch class), compiled and
+captured by `warm_up` while the worker loads; prefills and batches of mixed block lengths on its
+eager ragged forward. The worker loads without the static fast path (the batcher does not use it).
+
 Not covered: an engine without `loaded.model` and a mask token (`batch_note` says why; the worker
-then runs jobs one at a time); the static fast path's CUDA graphs and torch.compile (the batcher
-runs its own eager paged forward, so the worker loads without the fast path); growing the KV pool
-after the load.
+then runs jobs one at a time); growing the KV pool after the load.
 """
 
 from __future__ import annotations
@@ -59,13 +62,17 @@ class BatchedJobs:
         self.engine = engine
         self.emit = emit
         self.fields = fields
-        self.batcher = ContinuousBatcher.from_engine(
-            engine,
-            max_batch=int(options.get("max_batch", 8)),
-            max_queue=int(options.get("max_queue", 16)),
-            num_pages=int(options.get("num_pages", 2048)),
-            page_size=int(options.get("page_size", 16)),
-        ).start()
+        self.batcher = (
+            ContinuousBatcher.from_engine(
+                engine,
+                max_batch=int(options.get("max_batch", 8)),
+                max_queue=int(options.get("max_queue", 16)),
+                num_pages=int(options.get("num_pages", 2048)),
+                page_size=int(options.get("page_size", 16)),
+            )
+            .warm_up()
+            .start()
+        )
 
     @property
     def capacity(self) -> int:
