@@ -479,6 +479,7 @@ class ContinuousBatcher:
         """Sample and reveal for every denoising row; rows with equal sampling settings (and no seeded
         generator of their own) share one `sample_tokens` and one strategy call."""
         groups: dict[tuple[Any, ...], list[tuple[_Live, torch.Tensor]]] = {}
+        closing: list[_Live] = []
         for lv, out in rows:
             assert out is not None
             c = lv.req.config
@@ -507,23 +508,32 @@ class ContinuousBatcher:
                 lv.x, lv.revealed_at, lv.is_masked = x[i], revealed_at[i], still[i]
                 lv.step += 1
                 if not left[i]:
-                    self._close_block(lv)
+                    closing.append(lv)
+        self._close_blocks(closing)
 
-    def _close_block(self, lv: _Live) -> None:
-        """Append the block through the sampler's bookkeeping and stop rules; report; leave or commit."""
-        steps = torch.tensor([lv.step], device=self.device)
-        self.sampler.close_block([lv.row], lv.x[None], lv.revealed_at[None], steps, lv.req.config)
-        if lv.req.on_block is not None:
-            try:
-                lv.req.on_block(list(lv.row.tokens), lv.forwards)
-            except Exception as exc:  # a broken callback fails its own request only
-                lv.req._error = exc
+    def _close_blocks(self, rows: list[_Live]) -> None:
+        """Append each row's block through the sampler's bookkeeping and stop rules (one `close_block`,
+        one device -> host read, per config object), then report each row in order; leave or commit."""
+        by_config: dict[int, list[_Live]] = {}
+        for lv in rows:
+            by_config.setdefault(id(lv.req.config), []).append(lv)
+        for members in by_config.values():  # one config: one block length, so the blocks stack
+            x = torch.stack([lv.x for lv in members])
+            revealed_at = torch.stack([lv.revealed_at for lv in members])
+            steps = torch.tensor([lv.step for lv in members])
+            self.sampler.close_block([lv.row for lv in members], x, revealed_at, steps, members[0].req.config)
+        for lv in rows:
+            if lv.req.on_block is not None:
+                try:
+                    lv.req.on_block(list(lv.row.tokens), lv.forwards)
+                except Exception as exc:  # a broken callback fails its own request only
+                    lv.req._error = exc
+                    self._finish(lv, None)
+                    continue
+            if lv.row.finish is not None:
                 self._finish(lv, None)
-                return
-        if lv.row.finish is not None:
-            self._finish(lv, None)
-        else:
-            lv.phase = "commit"
+            else:
+                lv.phase = "commit"
 
     def _finish(self, lv: _Live, reason: str | None) -> None:
         """Leave the batch, free the pages, resolve the handle (`reason` overrides the row's own)."""
