@@ -35,10 +35,13 @@ segment sees exactly its sequence's positions [0, start + n), so the attention n
 - K/V are written with `index_copy_` into the pools, attention reads the pages in place
   (`cudice.model.attention.attend_paged`, Triton, on CUDA; elsewhere `paged_reference`: a gather
   of the needed pages and SDPA), the layer math is `cudice.model.layers` (`compile=True`:
-  torch.compile'd) over packed q/k/v and gate/up weights where the model is frozen;
-- on CUDA with `use_graphs`, each (class, n, logits?) is captured as one CUDA graph after two
-  warm-up runs on its first use and replayed afterwards (the returned logits are the graph's
-  output buffer: read them before the next decode);
+  torch.compile'd) over packed q/k/v and gate/up weights where the model is frozen (the first
+  decode packs them as the static fast path does: the parameters become views of one tensor,
+  their values unchanged);
+- on CUDA with `use_graphs` and the Triton attention, each (class, n, logits?) is captured as one
+  CUDA graph after two warm-up runs on its first use (or in `warm_up`, every class ahead of
+  serving) and replayed afterwards (the returned logits are the graph's output buffer: read them
+  before the next decode); the SDPA fallback runs without graphs (its gather is sized per step);
 - a failing Triton kernel, torch.compile or graph capture is reported once on stderr and the decode
   goes on without it (same results, slower).
 
