@@ -9,8 +9,9 @@ Layout: every layer owns one key and one value tensor of shape (num_pages * page
 a flat array of token slots; page p holds slots [p * page_size, (p + 1) * page_size). A page id
 means the same page in every layer, so one page table per sequence serves all layers. The page
 table (`page_table`: (b, max pages) int32, -1 past the end) and the lengths are what a paged
-attention kernel would take; on CPU `gather` copies a batch's K/V into a padded (b, H_kv, K, D)
-tensor for SDPA.
+attention kernel takes: the batched decode (`PagedRunner.decode`) reads pages in place through
+`cudice.model.attention.attend_paged` on CUDA; the ragged forward (prefills, and anywhere without
+that kernel) `gather`s a batch's K/V into a padded (b, H_kv, K, D) copy for SDPA.
 
 Contract:
 - `add(seq, max_tokens)` reserves (does not allocate) the pages the sequence can ever need; it
@@ -23,8 +24,7 @@ Contract:
 
 Thread safety: none. One owner (the batching engine's worker thread) calls every method.
 Not covered: preemption or swapping to host memory, prefix sharing between sequences
-(copy-on-write pages), growing the pool after construction, and a CUDA kernel reading pages in
-place (`gather` copies).
+(copy-on-write pages), growing the pool after construction.
 """
 
 from __future__ import annotations

@@ -259,7 +259,8 @@ class BlockDiffusionSampler:
         config: SamplerConfig,
     ) -> None:
         """Append the block's generated tokens and step indices to each row; apply stop rules.
-        (Also the continuous batching engine's bookkeeping, `cudice.model.batching`, one row at a time.)"""
+        (Also the continuous batching engine's bookkeeping, `cudice.model.batching`: the rows whose blocks
+        close in one iteration, one call per sampler config.)"""
         x_cpu, at_cpu, steps_cpu = x.tolist(), revealed_at.tolist(), row_steps.tolist()  # sync point
         bl = x.shape[1]
         for i, r in enumerate(active):
