@@ -12,8 +12,9 @@ expensive:
   continuous-batching engine in the worker (`cudice.model.batching.ContinuousBatcher` over a paged
   KV cache; server/workers/model_batched.py), joining and leaving at block boundaries, each with
   the tokens it would get alone (greedy). Its size comes from the environment (`BatchOptions`:
-  CUDICE_TEAM_MAX_BATCH rows, default 8; CUDICE_TEAM_MAX_QUEUE waiting, default 16;
-  CUDICE_TEAM_KV_PAGES x CUDICE_TEAM_KV_PAGE_SIZE token slots, default 2048 x 16);
+  CUDICE_TEAM_MAX_BATCH rows, default 32; CUDICE_TEAM_MAX_QUEUE waiting, default 64;
+  CUDICE_TEAM_KV_PAGES x CUDICE_TEAM_KV_PAGE_SIZE token slots, default 4096 x 16 on a GPU,
+  2048 x 16 on a CPU);
   CUDICE_TEAM_BATCHING=0, or an engine that cannot batch, serialises them as before (one job at a
   time). `cudice.reloadModel` reloads the shared model for everyone (after the running jobs end).
 - ONE verification job manager (`VerifyJobs`: the verifier's worker processes and their warm

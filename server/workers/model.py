@@ -75,11 +75,12 @@ BATCHING_ENV = "CUDICE_TEAM_BATCHING"  # "0" turns batching off (team jobs are t
 class BatchOptions:
     """The continuous-batching engine of a batched worker: rows decoded together (`max_batch`),
     requests that may wait for a row (`max_queue`), and its paged KV pool (`num_pages` pages of
-    `page_size` token slots; the default holds 8 requests of 4096 tokens)."""
+    `page_size` token slots). The defaults serve 32 editors' generations at once with 64 more
+    waiting; `num_pages` 0 sizes the pool by the device where the model loads (`default_pages`)."""
 
-    max_batch: int = 8
-    max_queue: int = 16
-    num_pages: int = 2048
+    max_batch: int = 32
+    max_queue: int = 64
+    num_pages: int = 0
     page_size: int = 16
 
     @property
@@ -102,7 +103,7 @@ class BatchOptions:
             if not raw.isdigit() or int(raw) < 1:
                 raise ValueError(
                     f"{var}={raw!r} is not a positive integer; set it to a whole number >= 1 or unset it "
-                    f"(default {getattr(cls(), name)})"
+                    f"(default {getattr(cls(), name) or 'sized by the device'})"
                 )
             values[name] = int(raw)
         return cls(**values)

@@ -260,6 +260,6 @@ def test_batch_options_come_from_the_environment() -> None:
     assert BatchOptions.from_env({}) == BatchOptions()
     assert BatchOptions.from_env({"CUDICE_TEAM_BATCHING": "0"}) is None
     got = BatchOptions.from_env({"CUDICE_TEAM_MAX_BATCH": "2", "CUDICE_TEAM_KV_PAGES": "64"})
-    assert got == BatchOptions(max_batch=2, num_pages=64) and got is not None and got.capacity == 18
+    assert got == BatchOptions(max_batch=2, num_pages=64) and got is not None and got.capacity == 66
     with pytest.raises(ValueError, match="CUDICE_TEAM_MAX_QUEUE='0' is not a positive integer"):
         BatchOptions.from_env({"CUDICE_TEAM_MAX_QUEUE": "0"})
