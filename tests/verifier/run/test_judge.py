@@ -59,7 +59,9 @@ def judge_case(case: Case, cache_dir: Path, *, device: str = "cpu") -> tuple[Ver
         cache_dir=cache_dir,
         timeout_s=600,
         num_trials=6,  # one per input distribution: each case meets every one
-        timing_num_trials=6,
+        # the CPU cases that reach timing (TIMED) cheat from their first timed calls on: the fewest
+        # repetitions VerifyConfig allows catch them (7 such cases: 47 s against 67 s with 6)
+        timing_num_trials=3 if device == "cpu" else 6,
         timing_warmup_ms=5.0,
         l2_flush_mib=0 if device == "cpu" else 256,
     )
