@@ -50,6 +50,8 @@ from cudice.verifier.static.policy import (
     IDENTITY_METHODS,
     NN_NON_COMPUTE,
     STREAM_APIS,
+    TENSOR_GLUE_ALWAYS,
+    TENSOR_GLUE_DEFAULT,
     TENSOR_METADATA_METHODS,
     TORCH_CUDA_PLUMBING,
     Strictness,
@@ -59,6 +61,8 @@ from cudice.verifier.static.policy import (
 from cudice.verifier.static.reach import Function, Reached, reachable
 
 _NON_TENSOR_METHODS = TENSOR_METADATA_METHODS | {"tolist"}
+# the tensor class under its public and private names: `<class>.<method>(x, ...)` is a method call
+TENSOR_CLASSES = frozenset({"torch.Tensor", "torch._C.TensorBase", "torch._C._TensorBase"})
 _NON_TENSOR_ATTRS = frozenset({"shape", "dtype", "device", "ndim", "is_cuda", "layout", "requires_grad"})
 _LOW_PRECISION = frozenset({"float16", "half", "bfloat16"})
 _SCALAR_ANNOTATIONS = frozenset({"int", "float", "bool", "str", "tuple", "list"})
@@ -548,6 +552,14 @@ def _is_cpu_device(e: ast.expr, names: Bindings) -> bool:
 def _torch_call(node: ast.Call, d: str, s: _Scope) -> Finding | None:
     """`static.torch_op_in_forward` for a call of the torch function `d` outside the glue policy."""
     last = d.rsplit(".", 1)[-1]
+    if d.rsplit(".", 1)[0] in TENSOR_CLASSES:
+        # `torch.Tensor.contiguous(x)` is `x.contiguous()`: the method's glue rule decides; a name
+        # that is neither glue nor a known compute method is flagged here (an unbound method of the
+        # tensor class is rarely glue under another name)
+        glue = last in TENSOR_GLUE_ALWAYS or last in TENSOR_GLUE_DEFAULT
+        if glue and not tensor_method_is_compute(last, s.level):
+            return None
+        return _torch_op(s, node, f"`{d}(...)`")
     if d.startswith("torch.cuda."):
         # device and stream plumbing, no compute (streams are `static.stream_or_thread`); `d` is
         # canonical, so `torch.cuda.torch.relu` arrives here as `torch.relu`

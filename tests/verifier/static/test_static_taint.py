@@ -433,3 +433,22 @@ def test_a_layer_held_by_a_plain_helper_object_is_followed() -> None:
         d.code == "static.torch_op_in_forward" and d.location is not None and d.location.line == line
         for d in _errors(_check(text))
     )
+
+
+@pytest.mark.parametrize(
+    ("forward", "flagged"),
+    [
+        ("z = torch.Tensor.contiguous(x)\nreturn y", False),  # x.contiguous(): glue
+        ("z = torch.Tensor.view(y, -1)\nreturn z", False),
+        ("return torch.Tensor.relu(y)", True),  # y.relu(): compute
+        ("return torch._C.TensorBase.sigmoid(y)", True),
+        ("return torch.Tensor.frobnicate(y)", True),  # neither glue nor known: flagged
+    ],
+)
+def test_an_unbound_tensor_method_is_judged_as_the_method(forward: str, flagged: bool) -> None:
+    text = _module("", forward)
+    found = [d for d in _errors(_check(text)) if d.code == "static.torch_op_in_forward"]
+    assert bool(found) is flagged, [d.message for d in found]
+    if flagged:  # on the forward's line that spells the method
+        line = _line_of(text, forward.splitlines()[-1])
+        assert any(d.location is not None and d.location.line == line for d in found), found
