@@ -53,12 +53,16 @@ batched/serial tok/s ratio per level. Isolation is checked, not assumed: every d
 token and question an editor receives must be its own, the file its answer was written to is in
 its own workspace, and each answer is compared with the answer that editor got from the serial
 server: equal (`same_as_serial`), another editor's (`foreign_answers`: a mix-up, the run fails),
-or neither (`other_answers`: bf16 near-ties). Exit 1 when an editor saw anything not its own,
-a generation failed, or a server did not exit 0. Every process the bench starts dies with it:
-each server gets its own process group and an environment marker (`FAMILY_ENV`) its children
-inherit, it is stopped with its own shutdown (SIGTERM ends a team server), then the group and any
-marked process left are killed; a SIGTERM to the bench unwinds through the same path, and the
-server gets SIGTERM when the bench dies (PR_SET_PDEATHSIG).
+or neither (`other_answers`: bf16 near-ties). The written files of random weights coincide often
+(8 distinct of 32 at 1,000 tokens), so an answer's token count decides where the text cannot: an
+answer with its own editor's count (`own_length`), which no other editor asked for, came from that
+editor's request even where its file equals another editor's serial one (counted in
+`other_answers`); a count that is another editor's is a mix-up. Exit 1 when an editor saw anything
+not its own, a generation failed, or a server did not exit 0. Every process the bench starts dies
+with it: each server gets its own process group and an environment marker (`FAMILY_ENV`) its
+children inherit, it is stopped with its own shutdown (SIGTERM ends a team server), then the group
+and any marked process left are killed; a SIGTERM to the bench unwinds through the same path, and
+the server gets SIGTERM when the bench dies (PR_SET_PDEATHSIG).
 
 Model: random weights, nothing downloaded. `--shape tiny` (cudice.model.tiny's dims, the CPU
 default), `demo` (the bundled demo model's dims) or `dice-1.7b` (Qwen3-1.7B / DICE-1.7B dims,
@@ -859,7 +863,37 @@ class TcpLevel:
     same_as_serial: int = 0  # answers equal to that editor's answer from the serial server
     other_answers: int = 0  # answers equal to neither its own serial answer nor another editor's
     foreign_answers: int = 0  # answers equal to ANOTHER editor's serial answer: a mix-up
+    own_length: int = 0  # answers whose num_tokens is this editor's budget (no other editor's)
     failures: list[str] = field(default_factory=list)
+
+
+def classify_answers(
+    answers: dict[str, list[tuple[str, int]]],
+    reference: dict[str, str],
+    budgets: dict[str, int],
+    failures: list[str],
+) -> tuple[int, int, int, int]:
+    """(same as serial, other, mix-ups, answers of their own editor's length) for each editor's
+    (written file, num_tokens) answers, against each editor's serial file `reference` and token
+    budget; a mix-up appends its reason to `failures` (module docstring: the count decides where
+    the files coincide)."""
+    same = other = mixed = own_length = 0
+    for name, got in answers.items():
+        others = {text for who, text in reference.items() if who != name and text != reference.get(name)}
+        for text, count in got:
+            own_length += count == budgets[name]
+            whose = [who for who, b in budgets.items() if who != name and b == count]
+            if whose:  # the token count another editor asked for: that editor's request
+                mixed += 1
+                failures.append(f"{name} got an answer of {whose[0]}'s length ({count} tokens)")
+            elif text == reference.get(name):
+                same += 1
+            elif count != budgets[name] and text in others:  # stopped early: only the file says
+                mixed += 1
+                failures.append(f"{name} got another editor's answer")
+            else:  # its own request's answer (its own count), diverged in bf16
+                other += 1
+    return same, other, mixed, own_length
 
 
 async def _tcp_level(
@@ -880,7 +914,7 @@ async def _tcp_level(
         Editor(f"user{i}", workdir / f"{mode}-c{clients}-user{i}", new_tokens + i) for i in range(clients)
     ]
     latencies: dict[str, list[float]] = {e.name: [] for e in editors}
-    answers: dict[str, list[str]] = {e.name: [] for e in editors}
+    answers: dict[str, list[tuple[str, int]]] = {e.name: [] for e in editors}  # (file, num_tokens)
     tokens = [0]
     failures: list[str] = []
 
@@ -893,7 +927,7 @@ async def _tcp_level(
                 failures.append(f"{editor.name}: {got}")
                 continue
             tokens[0] += int(got.get("num_tokens", 0))
-            answers[editor.name].append(text)
+            answers[editor.name].append((text, int(got.get("num_tokens", -1))))
 
     try:
         await asyncio.gather(*(e.open(server.port, options) for e in editors))
@@ -909,18 +943,10 @@ async def _tcp_level(
     if mode == "serial":
         for name, got in answers.items():
             if got:
-                reference.setdefault(name, got[0])
-    same = other = mixed = 0
-    for name, got in answers.items():
-        others = {text for who, text in reference.items() if who != name and text != reference.get(name)}
-        for text in got:
-            if text == reference.get(name):
-                same += 1
-            elif text in others:
-                mixed += 1
-                failures.append(f"{name} got another editor's answer")
-            else:
-                other += 1
+                reference.setdefault(name, got[0][0])
+    same, other, mixed, own_length = classify_answers(
+        answers, reference, {e.name: e.budget for e in editors}, failures
+    )
     foreign = [f"{e.name}: {what}" for e in editors for what in e.foreign]
     failures.extend(foreign[:20])
     return TcpLevel(
@@ -941,6 +967,7 @@ async def _tcp_level(
         same_as_serial=same,
         other_answers=other,
         foreign_answers=mixed,
+        own_length=own_length,
         failures=failures,
     )
 
@@ -999,6 +1026,7 @@ async def _serve(
                 f"RSS {level.peak_rss_bytes / 2**20:.0f} MiB"
                 + (f" GPU {level.peak_gpu_bytes / 2**30:.2f} GiB" if gpu else "")
                 + f"  own answers {'yes' if level.own_answers else 'NO'}"
+                + f" (own length {level.own_length}/{level.ok})"
                 + (f"  {level.failures[:3]}" if level.failures else "")
             )
         out["peak_rss_bytes"] = max((r.peak_rss_bytes for r in results), default=0)
@@ -1112,7 +1140,7 @@ def tcp_main(args: argparse.Namespace) -> int:
             )
         log(
             f"editors' serial answers: {distinct} distinct of {len(reference)} "
-            "(a mix-up between equal ones would not show)"
+            "(between equal files, the answers' token counts tell a mix-up: each editor asks for its own)"
         )
         log(
             "RESULT "

@@ -85,3 +85,26 @@ def test_tcp_mode_reports_both_servers_and_every_editor_gets_only_its_own_answer
     assert len(written) == 2 and written[0].read_text() != written[1].read_text()
     for mode in ("serial", "batched"):
         assert _family(f"{serve_load.FAMILY_ENV}={mode}-{os.getpid()}-") == []
+
+
+@pytest.mark.parametrize(
+    ("answers", "want", "reasons"),
+    [
+        # every answer its own serial file, its own count
+        ({"a": [("A", 10)], "b": [("B", 11)]}, (2, 0, 0, 2), []),
+        # files of random weights coincide: b's file equals a's serial one, but b's count is b's own
+        ({"a": [("A", 10)], "b": [("A", 11)]}, (1, 1, 0, 2), []),
+        # a's answer carries b's count: b's request, a mix-up even where the files coincide
+        ({"a": [("A", 11)], "b": [("B", 11)]}, (1, 0, 1, 1), ["a got an answer of b's length (11 tokens)"]),
+        # stopped early (no count to go by): another editor's file is a mix-up
+        ({"a": [("B", 3)], "b": [("B", 11)]}, (1, 0, 1, 1), ["a got another editor's answer"]),
+        # stopped early with a file of its own: bf16 divergence
+        ({"a": [("C", 3)], "b": [("B", 11)]}, (1, 1, 0, 1), []),
+    ],
+)
+def test_answers_are_told_apart_by_their_token_counts_where_files_coincide(
+    serve_load: ModuleType, answers: dict, want: tuple, reasons: list
+) -> None:
+    failures: list[str] = []
+    got = serve_load.classify_answers(answers, {"a": "A", "b": "B"}, {"a": 10, "b": 11}, failures)
+    assert got == want and failures == reasons, (got, failures)
