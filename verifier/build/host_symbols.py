@@ -8,7 +8,9 @@ member through an alias (`using T = torch::Tensor; &T::relu`), a `torch::nn` mod
 spelling, the compiled object names what it calls: every ATen op reaches the dispatcher through
 `at::_ops::<op>::call` (or `::redispatch`), the inline `at::relu` of the headers included, a
 module runs through `torch::nn::<Name>Impl::forward`, a thread starts through `pthread_create`,
-`std::thread::_M_start_thread`, `thrd_create`, `clone` or c10's thread pools. After a successful
+`std::thread::_M_start_thread`, `thrd_create`, `clone` or c10's thread pools, and a vendor
+library through its C entry points (`cublas*`, `cudnn*`, `cusparse*`, `cufft*`, `cusolver*`,
+`cutensor*`, NPP's `nppi*`/`npps*`: the prefixes the source rule reads). After a successful
 compile, `symbol_findings` reads the undefined and defined symbols of the candidate's own host
 objects (`nm -C`) and reports these as the source rules' codes, `static.cpp_torch_op` and
 `static.cpp_std_thread` (docs/diagnostics.md), so build/compile.py turns a clean compile into a
@@ -49,6 +51,7 @@ from pathlib import Path
 
 from cudice.verifier.process import die_with_parent
 from cudice.verifier.source.result import Diagnostic, Location, Severity, Stage
+from cudice.verifier.static.cpp_rules import VENDOR_PREFIXES
 from cudice.verifier.static.policy import (
     EMPTY_FACTORIES,
     FILLING_FACTORIES,
@@ -127,6 +130,7 @@ _PYTHON_FAMILIES = re.compile(
     r"^(?:PyRun_|PyImport_|PyEval_|PyObject_Call|PyObject_GetAttr|Py_CompileString)"
 )
 
+VENDOR_WHAT = "a vendor library's entry point (cuBLAS, cuDNN, cuSPARSE, cuFFT, cuSOLVER, cuTENSOR, NPP)"
 _OPS = re.compile(r"^at::_ops::(\w+)::(?:call|redispatch)\(")
 # torch's module, script and autograd entry points: the candidate runs PyTorch's layers
 _TORCH_ENTRY = re.compile(r"^torch::(?:nn|jit|autograd|optim|data|fft|linalg|special)::")
@@ -142,6 +146,7 @@ _THREAD = (
     ),
     re.compile(r"^(?:GOMP_|omp_|__kmpc_)"),
 )
+_VENDOR = re.compile(rf"^{VENDOR_PREFIXES}\w*$")  # C entry points of vendor libraries
 _NM_LINE = re.compile(r"^\s*[0-9a-fA-F]*\s+([A-Za-z?-])\s+(.+)$")
 
 
@@ -211,6 +216,8 @@ def classify(
             out.append(("static.cpp_torch_op", sym, "a PyTorch module, script, autograd or dispatcher entry"))
         elif any(r.match(sym) for r in _THREAD):
             out.append(("static.cpp_std_thread", sym, "a thread or process"))
+        elif _VENDOR.match(sym):
+            out.append(("static.cpp_torch_op", sym, VENDOR_WHAT))
         elif _PYTHON_FAMILIES.match(sym) and sym.split("(")[0] not in _BINDING_PYTHON:
             out.append(("static.cpp_torch_op", sym, "Python's C API (code run by the interpreter)"))
     for sym in sorted(set(defined)):
@@ -244,6 +251,12 @@ def symbol_findings(
                 "threads or processes. Do the work in the kernel, launched from the calling thread."
             )
             sev = Severity.ERROR
+        elif what == VENDOR_WHAT:
+            msg = (
+                f"the compiled host code calls `{shown}`, {what}: its precompiled kernels do this work, "
+                "not the candidate's kernel. Compute it in your kernel."
+            )
+            sev = Severity.WARNING if level is Strictness.LENIENT else Severity.ERROR
         else:
             msg = (
                 f"the compiled host code calls `{shown}`, {what}, however the source spells it "

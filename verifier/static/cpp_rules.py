@@ -175,7 +175,10 @@ _TENSOR_METHODS = frozenset(
     }
 )
 _LOCAL_NAME = re.compile(r"\bauto\s*[&*]*\s*([A-Za-z_]\w*)\s*=")
-_LIB_CALL = re.compile(r"\b(?:cublas|cudnn|cusparse|cufft)\w*\s*\(")
+# vendor libraries' entry points (C names): cuBLAS(Lt), cuDNN, cuSPARSE, cuFFT, cuSOLVER, cuTENSOR,
+# NPP's image and signal functions (`nppi…`, `npps…`); build/host_symbols.py reads the same names
+VENDOR_PREFIXES = r"(?:cublas|cudnn|cusparse|cufft|cusolver|cutensor|npp[is])"
+_LIB_CALL = re.compile(rf"\b{VENDOR_PREFIXES}\w*\s*\(")
 LOW_PRECISION = re.compile(
     r"\b(?:__half2?|half2?|__nv_bfloat162?|nv_bfloat162?|__float2half\w*|__float2bfloat16\w*|__h(?:add|mul|fma|sub)2?)\b|"
     r"\b(?:at|torch)::k(?:Half|BFloat16|Float16)\b"
@@ -352,7 +355,7 @@ def pattern_findings(u: Unit, level: Strictness, defined: set[str]) -> list[Diag
                     f.body_start + m.start(),
                     "static.cpp_torch_op",
                     f"`{m.group(0).rstrip('( ')}` in `{f.qualname}` hands the work to a vendor library "
-                    "(cuBLAS/cuDNN/…), not the candidate's kernel.",
+                    "(cuBLAS/cuDNN/cuSOLVER/NPP/…), not the candidate's kernel.",
                     lib_sev,
                 )
             )

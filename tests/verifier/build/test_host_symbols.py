@@ -132,3 +132,24 @@ def test_an_honest_kernel_gets_no_symbol_finding(session_config) -> None:
     assert res.ok and not res.violation, res.output[-2000:]
     assert not [d for d in res.diagnostics if d.code.startswith("static.")]
     assert "symbols" in res.step_wall_s and res.step_wall_s["symbols"] < 5.0
+
+
+def test_vendor_library_entry_points_are_found_however_they_are_reached() -> None:
+    undefined = {
+        "cusolverDnSgetrf",
+        "nppiAdd_32f_C1R_Ctx",
+        "cublasLtMatmul",
+        "cutensorContract",
+        "cudaMalloc",  # the runtime: allocation and launches are the candidate's own business
+        "cudaLaunchKernel",
+        "cub::DeviceReduce::Sum",  # not a C entry point: CUB's templates compile into the candidate
+    }
+    found = classify(undefined, set(), Strictness.DEFAULT, OPS)
+    assert {sym for _, sym, _ in found} == {
+        "cusolverDnSgetrf",
+        "nppiAdd_32f_C1R_Ctx",
+        "cublasLtMatmul",
+        "cutensorContract",
+    }
+    assert {code for code, _, _ in found} == {"static.cpp_torch_op"}
+    assert all("vendor library" in what for _, _, what in found)

@@ -225,3 +225,26 @@ torch::Tensor relu_host(torch::Tensor x) { return S::go(x); }
     text = text.replace('functions=["relu_cuda"]', 'functions=["relu_cuda", "relu_host"]')
     errs = _errors(text)
     assert any(code == "static.cpp_torch_op" and "`S::go`" in msg for code, msg in errs), errs
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        "cusolverDnSgetrf(h, 4, 4, y.data_ptr<float>(), 4, nullptr, nullptr, nullptr);",
+        "nppiAdd_32f_C1R(x.data_ptr<float>(), 4, x.data_ptr<float>(), 4, y.data_ptr<float>(), 4, {2, 2});",
+        "cutensorContract(h, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 0, 0);",
+    ],
+)
+def test_a_vendor_library_beyond_cublas_does_the_work_is_a_violation(call: str) -> None:
+    cuda = f"""
+torch::Tensor relu_cuda(torch::Tensor x) {{
+    auto y = torch::empty_like(x);
+    void* h = nullptr;
+    {call}
+    relu_kernel<<<1, 256>>>(x.data_ptr<float>(), y.data_ptr<float>(), x.numel());
+    return y;
+}}
+"""
+    diags = check_source(_candidate(cuda), "cand.py", VerifyConfig())
+    found = [d for d in diags if d.code == "static.cpp_torch_op" and d.severity is Severity.ERROR]
+    assert found and "vendor library" in found[0].message, [(d.code, d.message) for d in diags]
