@@ -397,6 +397,7 @@ class StepProbe:
         self.done_steps = 0
         self.last_old: float | None = None  # when the last no-grad forward ended
         self.adam_gib = 0.0  # AdamW's two fp32 moments of the trained parameters
+        self.captured: tuple[list[Any], list[float | None]] | None = None  # the step's rollouts, rewards
 
     def sync(self) -> None:
         import torch
@@ -447,8 +448,16 @@ class StepProbe:
             scored = [r for r in out if r is not None]
             _, keep = group_advantages(out, cfg.samples_per_task)
             kept = sum(k and bool(r.response_ids) for k, r in zip(keep, rollouts, strict=True))
-            # the first minibatch's rollouts take their logp_old from their first grad forward (ppo.py)
-            self.expected_old, self.expected_grad = kept - kept // cfg.num_minibatches, kept * cfg.ppo_epochs
+            # the first minibatch's rollouts take their logp_old from their first grad forward, and
+            # with old_logprobs "sampler" every rollout that recorded its log-probabilities (ppo.py)
+            unrecorded = sum(
+                k and bool(r.response_ids) and len(r.logprobs) != len(r.response_ids)
+                for k, r in zip(keep, rollouts, strict=True)
+            )
+            scored_old = unrecorded if cfg.old_logprobs == "sampler" else kept
+            self.expected_old = scored_old - scored_old // cfg.num_minibatches
+            self.expected_grad = kept * cfg.ppo_epochs
+            self.captured = (list(rollouts), out)
             self.expected_steps = min(kept, cfg.num_minibatches) * cfg.ppo_epochs
             self.report.set(
                 reward_s=seconds,
@@ -602,6 +611,7 @@ def measure(args: argparse.Namespace, report: Report, clock: Clock) -> None:
         max_new_tokens=args.max_new_tokens,
         ppo_epochs=args.ppo_epochs,
         num_minibatches=args.num_minibatches,
+        old_logprobs="replay" if args.old_logprobs == "replay" else "sampler",
         rollout_memory_gib=args.rollout_memory_gib,
         max_prompt_tokens=args.max_prompt_tokens,
         seed=args.seed,
@@ -760,7 +770,80 @@ def measure(args: argparse.Namespace, report: Report, clock: Clock) -> None:
         f"{stats.doubled_tokens} as doubled rows) in {update_s:.1f} s; loss {stats.loss:.4f} "
         f"kl {stats.kl:.2e} clip {stats.clip_fraction:.3f}"
     )
+    if args.old_logprobs == "both" and probe.captured is not None and stats.num_updates:
+        update_again(args, report, clock, probe, master, tasks, config, weights, block, loaded, cuda)
     report.set(phase="done")
+
+
+def update_again(
+    args: argparse.Namespace,
+    report: Report,
+    clock: Clock,
+    probe: StepProbe,
+    master: Any,
+    tasks: Sequence[Any],
+    config: Any,
+    weights: Any,
+    block: int,
+    loaded: Any,
+    cuda: bool,
+) -> None:
+    """The step's own rollouts and rewards updated once more, with `logp_old` from the no-grad
+    replay pass (`old_logprobs` "replay"), timed as the step's update is: from the reward's return
+    to `run_stage`'s. The weights start where the first update left them (4 optimizer steps at the
+    RL learning rate: the same work)."""
+
+    import torch
+    from cudice.model.train.rl import run_stage
+
+    assert probe.captured is not None
+    rollouts, rewards = probe.captured
+    clock.check("the replay-logp_old update", float(report.data.get("update_s") or 0.0) * 1.3)
+    report.phase("update (replay logp_old)", "the same rollouts and rewards, logp_old from a no-grad pass")
+    counts = {True: 0, False: 0}
+    backbone = master.get_decoder() if hasattr(master, "get_decoder") else master
+    hook = backbone.register_forward_hook(
+        lambda m, a, o: counts.__setitem__(torch.is_grad_enabled(), counts[torch.is_grad_enabled()] + 1)
+    )
+    marks: dict[str, float] = {}
+
+    def reward(rs: Sequence[Any], cfg: Any) -> list[float | None]:
+        probe.sync()
+        if cuda:
+            torch.cuda.reset_peak_memory_stats()
+        counts[True] = counts[False] = 0
+        marks["start"] = time.perf_counter()
+        return list(rewards)
+
+    try:
+        run_stage(
+            master,
+            tasks,
+            dataclasses.replace(config, old_logprobs="replay"),
+            rollout_fn=lambda ts, n, cfg: list(rollouts),
+            reward_fn=reward,
+            block_size=block,
+            mask_token_id=loaded.ids.mask,
+            pad_token_id=loaded.ids.pad,
+            cpu=not cuda,
+            rollout_weights=weights,
+        )
+        probe.sync()
+    finally:
+        hook.remove()
+    seconds = time.perf_counter() - marks.get("start", time.perf_counter())
+    rollout_s = report.data.get("rollout_s")
+    report.set(
+        replay_update_s=seconds,
+        replay_update_over_rollout=seconds / rollout_s if rollout_s else None,
+        replay_update_peak_gib=probe.peak_gib(),
+        replay_update_forwards={"no_grad": counts[False], "grad": counts[True]},
+    )
+    log(
+        f"[{clock.elapsed():6.1f} s] update again with logp_old from a no-grad replay pass: {seconds:.1f} s "
+        f"({counts[False]} no-grad, {counts[True]} grad forwards); the sampler's logp_old: "
+        f"{report.data.get('update_s', 0.0):.1f} s"
+    )
 
 
 def _peak_rss_gib() -> float:
@@ -829,10 +912,15 @@ def result_line(data: dict[str, Any]) -> str:
         f"(micro-batches {data.get('microbatches')})",
         f"rewards ({data.get('rewards')}) {fmt('reward_s', '.1f')} s, mean {fmt('reward_mean', '.3f')}, "
         f"{data.get('rewards_unscored', 'n/a')} unscored",
-        f"update {fmt('update_s', '.1f')} s, {data.get('num_updates', 'n/a')} steps over "
-        f"{fmt('replay_rows', '.0f')} rows",
+        f"update {fmt('update_s', '.1f')} s (logp_old {data.get('args', {}).get('old_logprobs', 'n/a')}), "
+        f"{data.get('num_updates', 'n/a')} steps over {fmt('replay_rows', '.0f')} rows",
         f"wall {data.get('wall_s', 0):.0f} s",
     ]
+    if data.get("replay_update_s") is not None:
+        parts.append(
+            f"the same update with logp_old from a no-grad replay pass {fmt('replay_update_s', '.1f')} s "
+            f"(update/rollout {fmt('replay_update_over_rollout')})"
+        )
     if data.get("reward_error"):
         parts.append(f"VERIFIER FAILED, update on scripted rewards: {data['reward_error'][:200]}")
     if data.get("num_updates") == 0:
@@ -871,6 +959,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         default="auto",
         choices=("auto", "fp32", "bf16-autocast", "accelerate-bf16", "accelerate-fp16"),
         help="auto: bf16-autocast on a bf16 GPU, else fp32 (as `cudice train rl`)",
+    )
+    ap.add_argument(
+        "--old-logprobs",
+        choices=("sampler", "replay", "both"),
+        default="sampler",
+        help="PPO's logp_old: the sampler's recorded log-probabilities (the trainer's default) or a "
+        "no-grad replay pass; both: the step with 'sampler', then the same rollouts and rewards "
+        "updated again with 'replay', timed apart",
     )
     ap.add_argument("--lora-rank", type=int, default=0, help="> 0: LoRA, rollouts on the merged bf16 copy")
     ap.add_argument("--baseline-batch", type=int, default=0, help="0: the rollouts' first micro-batch's size")

@@ -43,6 +43,12 @@ class RowResult:
     # (`cudice.model.train.objective.replay_rows`).
     block_tokens: tuple[int, ...] = ()
     block_step_map: tuple[int, ...] = ()
+    # Per entry of `block_tokens`: the natural log of the probability the sampler drew it with (the
+    # confidence of its reveal step: softmax of that forward's logits, after temperature and the
+    # top-k/top-p filters). At temperature 1 without filters, or at temperature 0, it is the
+    # policy's log-probability of the token in the exact state the replay rebuilds, so RL can use
+    # it as PPO's `logp_old` (`cudice.model.train.ppo`). Empty where the caller did not record it.
+    block_logprobs: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +74,7 @@ class RowState:
     step_map: list[int] = field(default_factory=list)
     block_tokens: list[int] = field(default_factory=list)
     block_step_map: list[int] = field(default_factory=list)
+    block_logprobs: list[float] = field(default_factory=list)
     steps_done: int = 0
     finish: str | None = None
     text: str = ""
@@ -157,6 +164,7 @@ class BlockDiffusionSampler:
             is_masked = x == self.mask_id  # (b, bl); prompt tail is fixed
             quotas = quota_schedule(is_masked.sum(dim=1), config.denoising_steps)  # (b, S)
             revealed_at = torch.full((b, bl), -1, dtype=torch.long, device=device)
+            revealed_p = torch.ones(b, bl, dtype=torch.float32, device=device)  # a prompt tail's stays 1
             valid = torch.cat([valid, torch.ones(b, bl, dtype=torch.bool, device=device)], dim=1)  # (b, K)
             mask = block_query_mask(valid, bl, dtype)  # (b, 1, bl, K)
             pad = torch.tensor([r.pad for r in active], device=device)  # (b,)
@@ -193,6 +201,7 @@ class BlockDiffusionSampler:
                 # a row's step index counts only the steps in which it still had masks, so a row's
                 # step map is the same alone and in a batch
                 revealed_at = torch.where(reveal, (steps_before + row_steps)[:, None], revealed_at)
+                revealed_p = torch.where(reveal, confidence, revealed_p)
                 row_steps += is_masked.any(dim=1).long()
                 is_masked &= ~reveal
                 step += 1
@@ -210,7 +219,7 @@ class BlockDiffusionSampler:
             block_start += bl
 
             # 3c. bookkeeping on the CPU: append, per-row step counts, stop checks; finished rows leave
-            self.close_block(active, x, revealed_at, row_steps, config)
+            self.close_block(active, x, revealed_at, row_steps, config, revealed_p)
             if on_block is not None:
                 on_block([r.tokens for r in rows], num_forwards)
             keep = [i for i, r in enumerate(active) if r.finish is None]
@@ -234,6 +243,7 @@ class BlockDiffusionSampler:
                     r.finish or "length",
                     tuple(r.block_tokens),
                     tuple(r.block_step_map),
+                    tuple(r.block_logprobs),
                 )
                 for r in rows
             ),
@@ -257,11 +267,15 @@ class BlockDiffusionSampler:
         revealed_at: torch.Tensor,
         row_steps: torch.Tensor,
         config: SamplerConfig,
+        revealed_p: torch.Tensor | None = None,
     ) -> None:
         """Append the block's generated tokens and step indices to each row; apply stop rules.
-        (Also the continuous batching engine's bookkeeping, `cudice.model.batching`: the rows whose blocks
-        close in one iteration, one call per sampler config.)"""
+        `revealed_p` (b, bl), when given: the probability each token was drawn with, appended to
+        `block_logprobs` as its log. (Also the continuous batching engine's bookkeeping,
+        `cudice.model.batching`: the rows whose blocks close in one iteration, one call per sampler
+        config; it records no probabilities.)"""
         x_cpu, at_cpu, steps_cpu = x.tolist(), revealed_at.tolist(), row_steps.tolist()  # sync point
+        logp_cpu = None if revealed_p is None else revealed_p.double().log().tolist()
         bl = x.shape[1]
         for i, r in enumerate(active):
             first_new = len(r.tail)
@@ -269,6 +283,8 @@ class BlockDiffusionSampler:
             r.step_map.extend(at_cpu[i][first_new:])
             r.block_tokens.extend(x_cpu[i][first_new:])
             r.block_step_map.extend(at_cpu[i][first_new:])
+            if logp_cpu is not None:
+                r.block_logprobs.extend(logp_cpu[i][first_new:])
             r.steps_done += int(steps_cpu[i])
             r.tail = []
             self._check_stop(r, config, bl - first_new)

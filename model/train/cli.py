@@ -408,6 +408,14 @@ def sft_command(
     help="Optimizer steps per pass over a rollout batch.",
 )
 @click.option(
+    "--old-logprobs",
+    type=click.Choice(["sampler", "replay"]),
+    default="sampler",
+    show_default=True,
+    help="PPO's logp_old: the log-probabilities the sampler drew each token with (no extra pass), "
+    "or a no-grad replay pass of the master weights before the update.",
+)
+@click.option(
     "--rollout-memory-gib",
     default=16.0,
     show_default=True,
@@ -470,6 +478,7 @@ def rl_command(
     e2e_max_prompt_tokens: int,
     ppo_epochs: int,
     num_minibatches: int,
+    old_logprobs: str,
     rollout_memory_gib: float,
     fast: bool,
     required_speedup: float,
@@ -505,6 +514,7 @@ def rl_command(
             "required_speedup": speed,
             "ppo_epochs": ppo_epochs,
             "num_minibatches": num_minibatches,
+            "old_logprobs": old_logprobs,
             "rollout_memory_gib": rollout_memory_gib,
             "seed": seed,
             "save_every_steps": run.save_every,

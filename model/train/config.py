@@ -115,6 +115,13 @@ class RLConfig:
     # after the first sees ratio != 1, so the clip and the KL term act (TraceRL's PPO).
     ppo_epochs: int = 1
     num_minibatches: int = 4
+    # PPO's `logp_old` (the ratio's base and the KL anchor): "sampler" reads the log-probability
+    # each token was drawn with (`Rollout.logprobs`: the behaviour policy, the bf16 rollout copy,
+    # in the very state the replay rebuilds), so no pass over the rollouts runs before the first
+    # optimizer step; "replay" scores the rollouts with the master weights before the update
+    # (one no-grad forward per rollout outside the first minibatch, whose own grad forward gives
+    # theirs). A rollout without recorded log-probabilities falls back to "replay".
+    old_logprobs: Literal["sampler", "replay"] = "sampler"
     # Rollouts run in micro-batches whose KV cache fits this budget (GiB); see rollout.py.
     rollout_memory_gib: float = 16.0
     # Rollout sampling (DICE: dynamic, threshold 0.9, temperature 1, block 4 with 4 steps).
@@ -149,6 +156,11 @@ class RLConfig:
         _check(self.max_new_tokens >= 1, f"max_new_tokens={self.max_new_tokens} must be >= 1")
         _check(self.ppo_epochs >= 1, f"ppo_epochs={self.ppo_epochs} must be >= 1")
         _check(self.num_minibatches >= 1, f"num_minibatches={self.num_minibatches} must be >= 1")
+        _check(
+            self.old_logprobs in ("sampler", "replay"),
+            f"old_logprobs={self.old_logprobs!r} must be 'sampler' (the rollouts' own) or 'replay' "
+            "(a no-grad pass of the master weights)",
+        )
         _check(self.rollout_memory_gib > 0, f"rollout_memory_gib={self.rollout_memory_gib} must be > 0")
         _check(self.max_prompt_tokens >= 1, f"max_prompt_tokens={self.max_prompt_tokens} must be >= 1")
         _check(self.save_every_steps >= 0, f"save_every_steps={self.save_every_steps} must be >= 0")

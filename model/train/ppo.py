@@ -8,9 +8,12 @@ Phases (they continue `cudice.model.train.rl`'s 1–3):
      clean copy once and only the noisy blocks that hold a target, the same log-probabilities
      as the rows; with `replay_attention` sparse its attention skips the tiles nobody sees,
      `use_block_sparse_replay`);
-     `logp_old` from one no-grad pass with the pre-update weights — the ratio's
-     base and the KL anchor — except for the first minibatch's rollouts, whose first grad
-     forward runs before any optimizer step and gives theirs (detached);
+     `logp_old` — the ratio's base and the KL anchor — is, with `old_logprobs` "sampler" (the
+     default), the log-probability each token was drawn with (`Rollout.logprobs`, placed at the
+     row that targets it: the behaviour policy's, no forward); with "replay" (or for a rollout
+     that carries none) one no-grad pass with the pre-update weights, except for the first
+     minibatch's rollouts, whose first grad forward runs before any optimizer step and gives
+     theirs (detached);
   6. `ppo_epochs` passes over the kept rollouts, each cut into `num_minibatches`; one optimizer
      step per minibatch (clip on the true norm). The first minibatch runs at ratio 1; every
      later one sees the updated policy, so the clip and the k3 KL term act.
@@ -105,10 +108,13 @@ def ppo_update(
         mb for _ in range(config.ppo_epochs) for mb in _minibatches(len(kept), config.num_minibatches, rng)
     ]
     fresh = _fresh(plan)
-    old: list[torch.Tensor | None] = [None] * len(packed)
+    old: list[torch.Tensor | None] = [
+        sampled_logprobs(r, x) if config.old_logprobs == "sampler" else None
+        for (r, _), x in zip(kept, rows, strict=True)
+    ]
     with torch.no_grad(), autocast(accelerator, config.setup):  # the bare module: no DDP hooks, no collective
         for k, sequence in enumerate(packed):
-            if k not in fresh:
+            if old[k] is None and k not in fresh:
                 old[k] = packed_token_logprobs(accelerator.unwrap_model(model), sequence)  # (R, L)
     local = torch.tensor(
         [[sum(rows[i].clean.shape[0] for i in mb) for mb in plan] + [num_groups]], dtype=torch.float
@@ -175,6 +181,20 @@ def ppo_update(
         "replay_tokens": float(sum(x.input_ids.shape[1] for x in packed)),
         "doubled_tokens": float(sum(2 * x.clean.numel() for x in rows)),
     }
+
+
+def sampled_logprobs(rollout: Rollout, rows: ReplayRows) -> torch.Tensor | None:
+    """The rollout's recorded log-probabilities laid out as `packed_token_logprobs` returns the
+    replay's: (R, L), each token's value at the row that targets it, 0 elsewhere. None when the
+    rollout carries none (or not one per response id)."""
+    if not rollout.logprobs or len(rollout.logprobs) != len(rollout.response_ids):
+        return None
+    length = rows.clean.shape[1]
+    start = len(rollout.prompt_ids)
+    seq = torch.zeros(length, dtype=torch.float32)
+    seq[start : start + len(rollout.logprobs)] = torch.tensor(rollout.logprobs, dtype=torch.float32)
+    seq = seq.to(rows.targets.device)
+    return torch.where(rows.targets, seq[None, :], torch.zeros((), device=seq.device))  # (R, L)
 
 
 def _fresh(plan: list[list[int]]) -> set[int]:

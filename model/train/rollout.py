@@ -19,10 +19,13 @@ The sampler can run on its own copy of the weights: `RolloutWeights(master)` kee
 of the trainer's fp32 master weights (half their memory; the sampler's forwards in bf16), which
 `run_stage` refreshes (`refresh`, in place: the fast path's packed weights are views and see it)
 at the stage start and after every update; `RolloutWeights.loaded(loaded)` gives the
-`LoadedModel` to build the `Engine` on. The replay's log-probabilities (the PPO ratio and its
-`logp_old`) stay on the master weights: a rollout sampled in bf16 is scored by the trainer's own
-policy. `dtype=torch.float32` makes an exact copy (the tests' check that the path samples the
-master's tokens).
+`LoadedModel` to build the `Engine` on. The replay's log-probabilities (the PPO ratio's
+numerator) are the master weights'; a rollout also carries the log-probability the sampler drew
+each token with (`Rollout.logprobs`, recorded where those are the policy's own: `policy_logprobs`),
+which the update takes as `logp_old` by default (`RLConfig.old_logprobs`): the ratio is then
+against the bf16 copy that actually sampled, and no pass over the rollouts precedes the update.
+`dtype=torch.float32` makes an exact copy (the tests' check that the path samples the master's
+tokens, and that the recorded log-probabilities equal the replay's).
 
 LoRA: the master may be a peft model (or a model peft injected its LoRA layers into). The copy
 is then the plain model, under the names the fast sampler reads (`...q_proj.weight`), holding
@@ -308,6 +311,7 @@ def engine_rollout_fn(
             )
             for i, row in zip(group, result.rows, strict=True):
                 rows[i] = row
+        policy_probs = policy_logprobs(sampler_config)
         return [
             Rollout(
                 task=t,
@@ -316,11 +320,23 @@ def engine_rollout_fn(
                 step_map=list(row.block_step_map),
                 text=row.text,
                 finish_reason=row.finish_reason,
+                logprobs=list(row.block_logprobs) if policy_probs else [],
             )
             for t, e, row in zip(owners, encoded, rows, strict=True)
         ]
 
     return rollout
+
+
+def policy_logprobs(config: SamplerConfig) -> bool:
+    """Whether the probabilities the sampler draws with are the policy's own: at temperature 1
+    without a top-k or top-p filter (the softmax of the logits), or greedy (the sampler's
+    confidence is then the unfiltered softmax's largest entry). Elsewhere the draws follow a
+    reshaped distribution, which the replay (raw logits) does not score, so the rollout records
+    none and the update computes `logp_old` itself."""
+    if config.temperature == 0:
+        return True
+    return config.temperature == 1 and config.top_k == 0 and config.top_p == 1
 
 
 def prompt_token_counter(engine: Any, style: PromptStyle | None = None) -> Any:

@@ -11,7 +11,7 @@ Not covered: the loop's own records (`rl.StepStats`), the reward's jobs (`reward
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from cudice.model.train.config import RLConfig
 from cudice.model.train.data import RLTask
@@ -23,7 +23,9 @@ class Rollout:
 
     `response_ids`/`step_map` are every decoded block as the sampler saw it (the stop token and
     what its block holds after it included: RL learns to stop); `text` is the answer cut at the
-    stop, as the editor would get it.
+    stop, as the editor would get it. `logprobs`, when the sampler recorded them (one per
+    response id): each token's log-probability under the policy that sampled it, in the state
+    the replay rebuilds; the update's `logp_old` (`RLConfig.old_logprobs`). Empty otherwise.
     """
 
     task: RLTask
@@ -32,6 +34,7 @@ class Rollout:
     step_map: list[int]
     text: str
     finish_reason: str = ""
+    logprobs: list[float] = field(default_factory=list)
 
 
 RolloutFn = Callable[[Sequence[RLTask], int, RLConfig], list[Rollout]]

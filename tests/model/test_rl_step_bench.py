@@ -46,7 +46,7 @@ def test_one_step_at_the_tiny_shape_reports_every_figure(
     rl_step: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "rl_step.json"
-    report = rl_step.main([*TINY, "--rewards", "scripted", "--json", str(out)])
+    report = rl_step.main([*TINY, "--rewards", "scripted", "--old-logprobs", "both", "--json", str(out)])
     printed = capsys.readouterr().out
     assert not report["partial"] and "error" not in report, report
     # (a) the baseline, (b) rollouts, rewards and the update: positive, measured figures
@@ -68,9 +68,16 @@ def test_one_step_at_the_tiny_shape_reports_every_figure(
     # the update's replay is packed: fewer tokens a pass than the doubled rows it replaces
     assert 0 < report["replay_tokens"] < report["doubled_tokens"]
     assert report["packed_over_doubled"] == pytest.approx(report["replay_tokens"] / report["doubled_tokens"])
-    # logp_old (but for the first of 4 minibatches, whose grad forward gives its own), then one PPO
-    # epoch; one optimizer step per minibatch
-    assert report["update_forwards"] == {"no_grad": 3, "grad": 4, "steps": report["num_updates"]}
+    # logp_old is the sampler's: no forward before the first optimizer step; one PPO epoch, one
+    # optimizer step per minibatch
+    assert report["update_forwards"] == {"no_grad": 0, "grad": 4, "steps": report["num_updates"]}
+    # --old-logprobs both: the same rollouts updated again with logp_old from the no-grad replay
+    # pass (but for the first of 4 minibatches, whose grad forward gives its own)
+    assert report["replay_update_forwards"] == {"no_grad": 3, "grad": 4}
+    assert report["replay_update_s"] > 0
+    assert report["replay_update_over_rollout"] == pytest.approx(
+        report["replay_update_s"] / report["rollout_s"]
+    )
     assert report["peak_gib"] is None and report["vocab_size"] == 8448  # CPU: no GPU memory figure
     assert [t["key"] for t in report["targets"]] == [
         "peak_gib",
@@ -82,6 +89,7 @@ def test_one_step_at_the_tiny_shape_reports_every_figure(
     assert saved["update_over_rollout"] == pytest.approx(report["update_over_rollout"])
     last = printed.strip().splitlines()[-1]
     assert last.startswith("RESULT rl_step: ok;") and "rollout/generate" in last
+    assert "the same update with logp_old from a no-grad replay pass" in last
 
 
 def test_infill_prompts_in_micro_batches_under_a_small_kv_budget_with_lora(rl_step: ModuleType) -> None:

@@ -106,6 +106,76 @@ def test_the_first_minibatch_needs_no_pass_of_its_own(
         assert [getattr(late, f) for f in figures] != [getattr(full, f) for f in figures]
 
 
+def test_the_sampler_s_log_probabilities_replace_the_no_grad_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With `old_logprobs` "sampler", rollouts that carry the log-probabilities they were drawn
+    with need no forward before the update, and the step equals the "replay" step where those are
+    the master's own (here: computed from the same weights). A rollout whose record is missing or
+    of the wrong length is scored by the no-grad pass instead."""
+    from cudice.model.train.objective import pack_replay, packed_token_logprobs
+
+    def recorded(model: torch.nn.Module, response: list[int]) -> list[float]:
+        rows = replay_rows(
+            [1, 2, 3], response, STEPS, block_size=4, mask_token_id=MASK_ID, pad_token_id=PAD_ID
+        )
+        with torch.no_grad():
+            logp = packed_token_logprobs(model, pack_replay(rows, 4))  # (R, L)
+        return logp.sum(dim=0)[3 : 3 + len(response)].tolist()
+
+    def step(mode: str, broken: bool = False) -> tuple[Any, dict[bool, int]]:
+        model = tiny_model()
+        good, bad = recorded(model, GOOD), recorded(model, BAD)
+
+        def rollout(tasks: Sequence[RLTask], n: int, cfg: RLConfig) -> list[Rollout]:
+            out = []
+            for t in tasks:
+                for k in range(n):
+                    logp = good if k % 2 == 0 else bad
+                    if broken and k == 1:
+                        logp = logp[:-1]  # not one per response id: the no-grad pass scores it
+                    out.append(
+                        Rollout(
+                            t,
+                            [1, 2, 3],
+                            GOOD if k % 2 == 0 else BAD,
+                            STEPS,
+                            "good" if k % 2 == 0 else "bad",
+                            "",
+                            logp,
+                        )
+                    )
+            return out
+
+        calls = {True: 0, False: 0}
+        model.get_decoder().register_forward_hook(
+            lambda m, a, o: calls.__setitem__(torch.is_grad_enabled(), calls[torch.is_grad_enabled()] + 1)
+        )
+        cfg = RLConfig(
+            stage="e2e",
+            num_steps=1,
+            tasks_per_step=2,
+            samples_per_task=4,
+            learning_rate=1e-2,
+            ppo_epochs=2,
+            num_minibatches=4,
+            old_logprobs=mode,  # type: ignore[arg-type]
+        )
+        return run_stage(model, _tasks(2), cfg, rollout_fn=rollout, reward_fn=_reward, **COMMON)[0], calls
+
+    figures = ("loss", "kl", "clip_fraction", "grad_norm")
+    sampled, sampled_calls = step("sampler")
+    replayed, replayed_calls = step("replay")
+    assert sampled_calls == {False: 0, True: 16}
+    assert replayed_calls == {False: 6, True: 16}
+    assert sampled.kl > 0.0
+    assert [getattr(sampled, f) for f in figures] == pytest.approx(
+        [getattr(replayed, f) for f in figures], rel=1e-5, abs=1e-7
+    )
+    _, broken_calls = step("sampler", broken=True)
+    assert broken_calls[False] in (1, 2)  # each task's second sample, unless its minibatch is the first
+    with pytest.raises(ValueError, match="old_logprobs"):
+        RLConfig(old_logprobs="master")  # type: ignore[arg-type]
+
+
 def test_the_sparse_replay_updates_like_the_dense_one_and_auto_is_dense_on_a_cpu() -> None:
     """`replay_attention="sparse"` switches the trained model to the BlockMask replay and the
     step's figures stay the dense replay's (on a CPU the BlockMask's rule runs dense through SDPA);

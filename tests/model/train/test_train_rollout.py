@@ -10,7 +10,8 @@ from cudice.model.engine import load_engine
 from cudice.model.tiny import make_tiny
 from cudice.model.train.config import RLConfig
 from cudice.model.train.data import RLTask
-from cudice.model.train.objective import replay_rows
+from cudice.model.train.objective import pack_replay, packed_token_logprobs, replay_rows
+from cudice.model.train.ppo import sampled_logprobs
 from cudice.model.train.reward import candidate_code
 from cudice.model.train.rl import run_stage
 from cudice.model.train.rollout import engine_rollout_fn, task_prompt
@@ -66,6 +67,39 @@ def test_real_rollouts_replay_and_train(tmp_path) -> None:
     assert any(not torch.equal(p, before[n]) for n, p in loaded.model.named_parameters())
 
 
+def test_rollouts_carry_the_log_probabilities_the_replay_computes(tmp_path) -> None:
+    """The probability each token was drawn with (the sampler's confidence at its reveal step) is,
+    at temperature 1 and at temperature 0, the replay's log-probability of the token in the state
+    the replay rebuilds: PPO's `logp_old` needs no pass of its own. A reshaped draw (temperature
+    0.5) records none, so the update scores those rollouts itself."""
+    engine = load_engine(str(make_tiny(tmp_path / "tiny", sdar_layout=True)), device="cpu")
+    loaded = engine.loaded
+    tasks = [RLTask("e2e", 1, "class Model: pass", task_id="a")]
+    model = loaded.model.eval()
+    for temperature in (1.0, 0.0):
+        cfg = RLConfig(stage="e2e", samples_per_task=3, max_new_tokens=16, temperature=temperature)
+        rollouts = engine_rollout_fn(engine)(tasks, 3, cfg)
+        for r in rollouts:
+            assert len(r.logprobs) == len(r.response_ids) > 0
+            assert all(lp <= 0.0 for lp in r.logprobs)
+            rows = replay_rows(
+                r.prompt_ids,
+                r.response_ids,
+                r.step_map,
+                block_size=loaded.block_size,
+                mask_token_id=loaded.ids.mask,
+                pad_token_id=loaded.ids.pad,
+            )
+            with torch.no_grad():
+                replayed = packed_token_logprobs(model, pack_replay(rows, loaded.block_size))  # (R, L)
+            recorded = sampled_logprobs(r, rows)
+            assert recorded is not None and recorded.shape == replayed.shape
+            assert not recorded[~rows.targets].any()
+            torch.testing.assert_close(recorded, replayed, atol=1e-5, rtol=1e-5)
+    cool = RLConfig(stage="e2e", samples_per_task=2, max_new_tokens=8, temperature=0.5)
+    assert all(r.logprobs == [] for r in engine_rollout_fn(engine)(tasks, 2, cool))
+
+
 def test_candidate_code_takes_the_first_fenced_block() -> None:
     from cudice.model.train.types import Rollout
 
@@ -111,7 +145,8 @@ def test_rl_cli_without_a_gpu_says_rewards_need_one(tmp_path) -> None:
 
 
 def test_rl_cli_takes_the_replay_attention_and_names_its_choices(tmp_path, monkeypatch) -> None:
-    """`--replay-attention` reaches both stages' `ModelSetup`; a bad choice is named with the good ones."""
+    """`--replay-attention` reaches both stages' `ModelSetup` and `--old-logprobs` their `RLConfig`;
+    a bad choice is named with the good ones."""
     from cudice.model.train import config as config_module
     from cudice.model.train.cli import train_group
 
@@ -119,7 +154,7 @@ def test_rl_cli_takes_the_replay_attention_and_names_its_choices(tmp_path, monke
 
     class Recording(config_module.RLConfig):
         def __post_init__(self) -> None:
-            seen.append(self.setup.replay_attention)
+            seen.append(f"{self.setup.replay_attention}/{self.old_logprobs}")
             super().__post_init__()
 
     monkeypatch.setattr(config_module, "RLConfig", Recording)
@@ -128,7 +163,10 @@ def test_rl_cli_takes_the_replay_attention_and_names_its_choices(tmp_path, monke
     e2e = tmp_path / "e2e.jsonl"
     e2e.write_text(json.dumps({"idx": 1, "level": 1, "pytorch_code": "x"}) + "\n")
     _rl_cli(tmp_path, infill, e2e, "--prompt-style", "cudice", "--replay-attention", "sparse")
-    assert seen == ["sparse", "sparse"]  # the infilling stage's and the end-to-end stage's
+    assert seen == ["sparse/sampler", "sparse/sampler"]  # the infilling stage's and the end-to-end stage's
+    seen.clear()
+    _rl_cli(tmp_path, infill, e2e, "--prompt-style", "cudice", "--old-logprobs", "replay")
+    assert seen == ["dense/replay", "dense/replay"]
 
     result = _rl_cli(tmp_path, tmp_path / "i.jsonl", tmp_path / "e.jsonl", "--replay-attention", "flash")
     assert result.exit_code == 2
