@@ -307,9 +307,7 @@ def early_constants(seed: int, drawn: list[Drawn], order: dict[tuple[int, str], 
     from torch.nn.modules import module as nn_module
 
     early = EarlyFills()
-    queues: dict[tuple[Any, ...], list[Key]] = {}
-    for d in drawn:  # in the reference's registration order, ordinals rising within each class
-        queues.setdefault((d.key.space, *d.key.cls), []).append(d.key)
+    by_order = _ByOrder(drawn)
     passed = {os.path.abspath(nn_module.__file__), os.path.abspath(__file__)}
     torch_dir = os.path.join(os.path.dirname(os.path.abspath(torch.__file__)), "")
 
@@ -325,25 +323,19 @@ def early_constants(seed: int, drawn: list[Drawn], order: dict[tuple[int, str], 
             return
         if not (param or _statistic(module, attr)):
             return
-        value, pattern, mask = _single_value(t), "", None
-        if value is None and param:
-            found = _structure(t) if t.requires_grad else None  # (a frozen one: the final pass's)
-            if found is None:
-                return
-            value, pattern, mask = found
-        if value is None:
+        slot = _slot("", module, attr, t, param)
+        # (a frozen structure is the final pass's: it pairs only where no learnable one is left)
+        if slot is None or _frozen(slot):
             return
-        space = "struct" if pattern else "param" if param else "stat"
-        queue = queues.get((space, value, tuple(t.shape), str(t.dtype).removeprefix("torch."), pattern))
-        if not queue:
+        key = by_order.take(slot)
+        if key is None:
             return
-        key = queue.pop(0)
         _fill(t, seed, key)
         early.keys[(id(module), attr)] = key
         early.tensors[id(t)] = t
         early.modules[id(module)] = module
-        if mask is not None:
-            early.masks[key] = mask
+        if slot.mask is not None:
+            early.masks[key] = slot.mask
 
     # a slot these hooks cannot read or fill is left to the final pass, which judges it as it did
     # before: nothing here may fail the candidate's constructor
@@ -456,17 +448,60 @@ class _Slot(NamedTuple):
     # value, shape, dtype, pattern)
     cls: tuple[float, tuple[int, ...], str, str]
     early: Key | None = None  # the key whose values it holds, given early: its class is the key's
+    mask: Any = None  # a structure's 0/nonzero mask, as found (`_structure`); None for the rest
+
+
+def _slot(name: str, module: Any, attr: str, t: Any, param: bool, early: Key | None = None) -> _Slot | None:
+    """A parameter or buffer as a slot a drawn key may pair with: one holding a single value, a
+    parameter holding a structure (`_structure`), or one holding `early`'s values (its class is the
+    key's); None for the rest."""
+    import torch
+
+    value, pattern, mask = _single_value(t), "", None
+    if early is not None:
+        value, pattern = float(torch.tensor(early.value, dtype=t.dtype)), early.pattern
+    elif value is None and param:
+        value, pattern, mask = _structure(t) or (None, "", None)
+    if value is None:
+        return None
+    cls = (value, tuple(t.shape), str(t.dtype).removeprefix("torch."), pattern)
+    return _Slot(name, t, module, attr, param, cls, early, mask)
+
+
+def _eligible(slot: _Slot) -> bool:
+    """Whether a candidate's slot may take a drawn key: a parameter, or a statistic's buffer."""
+    return slot.param or _statistic(slot.module, slot.attr)
+
+
+def _frozen(slot: _Slot) -> bool:
+    """A structure in a parameter with `requires_grad=False` (a mask by its design): it takes a
+    structure's key only where no learnable one of its class is left (`match_reference_constants`)."""
+    return _space(slot) == "struct" and not slot.tensor.requires_grad
+
+
+class _ByOrder:
+    """The drawn keys not given yet, by space and class (`Key.cls`), each class in the reference's
+    registration order: the one pairing by order (module docstring), which `early_constants` makes
+    while the constructor runs and `match_reference_constants` makes over the built model."""
+
+    def __init__(self, drawn: list[Drawn]) -> None:
+        self.queues: dict[tuple[str, tuple[float, tuple[int, ...], str, str]], list[Key]] = {}
+        for d in drawn:  # in the reference's registration order, ordinals rising within each class
+            self.queues.setdefault((d.key.space, d.key.cls), []).append(d.key)
+
+    def take(self, slot: _Slot) -> Key | None:
+        """The next key of the slot's space and class, taken; None where none is left."""
+        queue = self.queues.get((_space(slot), slot.cls))
+        return queue.pop(0) if queue else None
 
 
 def _slots(
     model: Any, order: dict[tuple[int, str], int], held: Callable[[Any, str, Any], Key | None] | None = None
 ) -> list[_Slot]:
-    """The model's single-valued parameters and buffers and its structured parameters (`_structure`;
+    """The model's single-valued parameters and buffers and its structured parameters (`_slot`;
     each tensor once), in registration order (slots it did not see after the others, in the module
     walk's order). With `held`, a tensor holding an early-given key's values counts as holding that
     key's constant (or structure)."""
-    import torch
-
     found: list[tuple[int, _Slot]] = []
     seen: set[int] = set()
     for mod_name, m in model.named_modules():
@@ -475,18 +510,10 @@ def _slots(
                 if t is None or id(t) in seen:
                     continue
                 seen.add(id(t))
-                early = held(m, attr, t) if held is not None else None
-                value, pattern = _single_value(t), ""
-                if early is not None:
-                    value, pattern = float(torch.tensor(early.value, dtype=t.dtype)), early.pattern
-                elif value is None and param:
-                    value, pattern, _ = _structure(t) or (None, "", None)
-                if value is None:
-                    continue
-                rank = order.get((id(m), attr), len(order) + len(found))
                 name = f"{mod_name}.{attr}" if mod_name else attr
-                cls = (value, tuple(t.shape), str(t.dtype).removeprefix("torch."), pattern)
-                found.append((rank, _Slot(name, t, m, attr, param, cls, early)))
+                slot = _slot(name, m, attr, t, param, held(m, attr, t) if held is not None else None)
+                if slot is not None:
+                    found.append((order.get((id(m), attr), len(order) + len(found)), slot))
     return [slot for _, slot in sorted(found, key=lambda it: it[0])]
 
 
@@ -505,7 +532,7 @@ def draw_reference_constants(model: Any, seed: int, order: dict[tuple[int, str],
         if not (slot.param or stat):
             continue  # the reference's own constant buffer: a constant by its design
         space = _space(slot)
-        if space == "struct" and not slot.tensor.requires_grad:
+        if _frozen(slot):
             continue  # a frozen structure (a causal mask held as a parameter): a constant by its design
         cls = (space, *slot.cls)
         value, shape, dtype, pattern = slot.cls
@@ -644,23 +671,16 @@ def match_reference_constants(
             used.add(id(slot.tensor))
         else:
             left.append(d)
-    queues: dict[tuple[Any, ...], list[Drawn]] = {}
-    for d in left:
-        queues.setdefault((d.key.space, *d.key.cls), []).append(d)
-    eligible = [slot for slot in slots if slot.param or _statistic(slot.module, slot.attr)]
-
+    by_order = _ByOrder(left)
+    eligible = [slot for slot in slots if _eligible(slot)]
     # a constant buffer of the candidate's own (a ones vector) is not a statistic; a frozen structure
-    # (`requires_grad=False`: a mask by its design) takes a structure's key only where no learnable
-    # one of its class is left
-    def frozen(slot: _Slot) -> bool:
-        return _space(slot) == "struct" and not slot.tensor.requires_grad
-
-    for slot in sorted(eligible, key=frozen):  # (stable: registration order within each)
+    # takes a structure's key only where no learnable one of its class is left
+    for slot in sorted(eligible, key=_frozen):  # (stable: registration order within each)
         if id(slot.tensor) in used:
             continue
-        queue = queues.get((_space(slot), *slot.cls))
-        if queue:
-            _fill(slot.tensor, seed, queue.pop(0).key)
+        key = by_order.take(slot)
+        if key is not None:
+            _fill(slot.tensor, seed, key)
             used.add(id(slot.tensor))
     for slot in eligible:
         if slot.early is not None and id(slot.tensor) not in used and early is not None:
