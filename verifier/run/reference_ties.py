@@ -13,14 +13,22 @@ values, quantised levels. `second_opinion(model, inputs, ref_out, hold)` gives
 
 1. **Tie sets, where the output is the indices of an op that promises no order among ties.** A
    copy of the reference runs on the same inputs under a dispatch mode that keeps, for each
-   median/nanmedian over a dim, mode, sort, topk and kthvalue, the tensor it selected from and the
-   dim. Where a reference output *is* such an op's indices (the same place, holding what the op
-   made: not changed in place since), a kernel's index is accepted when it is in range and selects
-   the value the reference's index selects (NaN selects NaN), and, for sort and topk, when no index
-   repeats along the dim. Exact and deterministic: every tie, of any floating dtype, is judged where
-   it is decided. Not for a stable sort (one order is right), nor where the op selects from integers,
-   bools or a tensor of two values, nor for argmax, argmin and max/min over a dim (the first
-   index is documented: their indices get the nudges only, which break near-ties and no exact one).
+   median/nanmedian over a dim, mode, sort, topk, kthvalue, cummax and cummin, and max pooling with
+   indices (`max_pool1d/2d/3d(..., return_indices=True)`, `F.max_pool*d_with_indices`,
+   `adaptive_max_pool1d/2d/3d` with indices; a 1d pool is the 2d op on an unsqueezed input, its
+   squeezed indices keep the set), the tensor it selected from and how its indices lie over it (a
+   registry of layouts, `Layout`: one per slice along a dim, a permutation along it, a running
+   extreme along it, or a flat place in a pooled plane). Where a reference output *is* such an op's
+   indices (the same place, holding what the op made: not changed in place since), a kernel's index
+   is accepted when it is in range and selects the value the reference's index selects (NaN
+   selects NaN), and, for sort and topk, when no index repeats along the dim. Exact and
+   deterministic: every tie, of any floating dtype, is judged where it is decided. PyTorch documents
+   no index among equal values for these ops (its CPU cummax keeps the last, its max pool the
+   first), so an honest kernel may keep another. Not for a stable sort (one order is right), nor
+   where the op selects from integers, bools or a tensor of two values, nor for argmax, argmin and
+   max/min over a dim (the first index is documented: their indices get the nudges only, which
+   break near-ties and no exact one). The values these ops return beside their indices are
+   floating outputs, compared as floats: a tie changes no value.
 2. **Nudges, for other discrete outputs** (masks, argmax-like indices, indices computed further),
    and for floating outputs that fail the element rule (`_excused_at_jumps`: a rounding or a
    threshold kept in float). Copies of the reference
@@ -50,9 +58,12 @@ selecting op's indices, each on a copy of the reference. Not covered: 16-bit inp
 (their step is above 2^-16), so their ties count only where a selecting op that promises no order
 decides them; ties created from weights, not inputs, likewise; indices that pass through a view, a
 cast or arithmetic before they are returned (the nudge judges them, which does not break ties made
-inside the forward); ops with indices not recorded (cummax/cummin, pooling with indices); a tie
-whose choice feeds a floating output (`i = s.argmax(1); return i, emb[i]`: the rows differ, judged
-as floats; at a near-tie the nudges may excuse them as jumps).
+inside the forward); where in the slice a scan's or a pool's index lies: the tie set holds values,
+not positions (run/tolerance.py `_same_selection`), so an index past its place in a cummax, or
+outside its window in a pool, that selects an equal value is accepted; fractional max pooling
+(random: no second opinion); a tie whose choice feeds a floating output (`i = s.argmax(1);
+return i, emb[i]`: the rows differ, judged as floats; at a near-tie the nudges may excuse them as
+jumps).
 """
 
 from __future__ import annotations
@@ -199,28 +210,71 @@ def _key(t: Any) -> tuple[int, int, tuple[int, ...], tuple[int, ...]]:
     return (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), tuple(t.stride()))
 
 
+# How a selecting op's indices lie over what it selected from: built from the op's arguments (by
+# name) and the tensor it selected from, into the `TieSet` that judges a kernel's index there
+# (run/tolerance.py `_same_selection`: in range, selecting the value the reference's index selects)
+Layout = Callable[[dict[str, Any], Any], TieSet]
+
+
+def _reduced(given: dict[str, Any], source: Any) -> TieSet:
+    """kthvalue, median and mode over a dim: one index per slice, along the dim if kept."""
+    return TieSet(source, given.get("dim"), bool(given.get("keepdim", False)), False)
+
+
+def _permuted(given: dict[str, Any], source: Any) -> TieSet:
+    """sort and topk: a permutation (of a prefix) along the dim, no index repeated."""
+    return TieSet(source, given.get("dim"), True, True)
+
+
+def _scanned(given: dict[str, Any], source: Any) -> TieSet:
+    """cummax and cummin: at each place the index of a maximum (minimum) of the prefix along the dim,
+    in the source's shape."""
+    return TieSet(source, given.get("dim"), True, False)
+
+
+def _plane_set(flat: Any, num_lead: int, shape: tuple[int, ...]) -> TieSet:
+    """Max pooling with indices (max_pool2d/3d_with_indices, adaptive_max_pool2d/3d; the 1d pools are
+    these on an unsqueezed input): each index of `shape` is a flat place in its plane of the input,
+    `flat` the input as (*lead, places). The tie set holds the planes seen from every output place
+    (a broadcast view, no copy), selected from along the last dim."""
+    lead, places = tuple(flat.shape[:num_lead]), flat.shape[-1]
+    across = flat.reshape(*lead, *(1,) * (len(shape) - num_lead - 1), places)
+    return TieSet(across.expand(*shape[:-1], places), -1, True, False)
+
+
 class _Selections:
     """A TorchDispatchMode (made lazily: torch is imported late) that refuses random ops and keeps,
     by the indices' place (`_key`), the `TieSet` of every selecting op: the tensor it selected
-    from (a copy: the forward may change it later), the dim, and how its indices are laid out."""
+    from (a copy: the forward may change it later), the dim, and how its indices are laid out.
+    Pooling indices squeezed along an output dim (`F.max_pool1d` squeezes the 2d op's) keep theirs."""
 
     def __new__(cls) -> Any:
         import torch
         from torch.utils._python_dispatch import TorchDispatchMode
 
         aten = torch.ops.aten
-        # op -> (index of the indices among its results, whether they permute along the dim)
-        # (argmax, argmin and max/min over a dim are not here: PyTorch documents the first of equal
-        # values as their answer, so only near-ties that the nudges break may go the other way)
-        selecting = {
-            aten.kthvalue.default: (1, False),
-            aten.median.dim: (1, False),
-            aten.nanmedian.dim: (1, False),
-            aten.mode.default: (1, False),
-            aten.sort.default: (1, True),
-            aten.sort.stable: (1, True),  # unless stable=True: then one order is right
-            aten.topk.default: (1, True),
+        # op -> its layout (the indices are its second result). Argmax, argmin and max/min over a dim
+        # are not here: PyTorch documents the first of equal values as their answer, so only near-ties
+        # that the nudges break may go the other way
+        selecting: dict[Any, Layout] = {
+            aten.kthvalue.default: _reduced,
+            aten.median.dim: _reduced,
+            aten.nanmedian.dim: _reduced,
+            aten.mode.default: _reduced,
+            aten.sort.default: _permuted,
+            aten.sort.stable: _permuted,  # unless stable=True: then one order is right
+            aten.topk.default: _permuted,
+            aten.cummax.default: _scanned,
+            aten.cummin.default: _scanned,
         }
+        # pooling op -> how many trailing dims of its input a plane has (`_plane_set`)
+        pools = {
+            aten.max_pool2d_with_indices.default: 2,
+            aten.max_pool3d_with_indices.default: 3,
+            aten.adaptive_max_pool2d.default: 2,
+            aten.adaptive_max_pool3d.default: 3,
+        }
+        squeezes = (aten.squeeze.dim, aten.squeeze.dims)
 
         class Selections(TorchDispatchMode):  # type: ignore[no-untyped-call]
             def __init__(self) -> None:
@@ -228,31 +282,40 @@ class _Selections:
                 # place -> (tie set, the indices as the op made them)
                 self.sets: dict[tuple[int, int, tuple[int, ...], tuple[int, ...]], tuple[TieSet, Any]] = {}
                 self.held: list[Any] = []  # every recorded indices tensor: no other takes its place
+                # a pool's indices, by place -> (its input as (*lead, places), how many lead dims)
+                self.planes: dict[tuple[int, int, tuple[int, ...], tuple[int, ...]], tuple[Any, int]] = {}
+
+            def record(self, indices: Any, tie: TieSet) -> None:
+                self.sets[_key(indices)] = (tie, indices.detach().clone())
+                self.held.append(indices)
 
             def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
                 kwargs = kwargs or {}
                 if torch.Tag.nondeterministic_seeded in func.tags and not seeded_but_off(func, args, kwargs):
                     raise NoExact(f"the reference's forward draws random numbers ({func.name()})")
                 out = func(*args, **kwargs)
-                if func in selecting:
-                    which, permutes = selecting[func]
-                    indices = out if which is None else out[which]
+                if (func in selecting or func in pools) and _ties_are_rounding(args[0]):
+                    indices, source = out[1], args[0].detach().clone()
                     given = {
                         a.name: (args[k] if k < len(args) else kwargs.get(a.name, a.default_value))
                         for k, a in enumerate(func._schema.arguments)
                     }
                     given.update(kwargs)
-                    dim = given.get("dim")
-                    keepdim = bool(given.get("keepdim", False)) or permutes
-                    source = args[0]
-                    if (
-                        isinstance(indices, torch.Tensor)
-                        and given.get("stable") is not True
-                        and _ties_are_rounding(source)
-                    ):
-                        tie = TieSet(source.detach().clone(), dim, keepdim, permutes)
-                        self.sets[_key(indices)] = (tie, indices.detach().clone())
-                        self.held.append(indices)
+                    if not isinstance(indices, torch.Tensor) or given.get("stable") is True:
+                        return out
+                    if func in selecting:
+                        self.record(indices, selecting[func](given, source))
+                    else:
+                        num_lead = source.dim() - pools[func]
+                        flat = source.reshape(*source.shape[:num_lead], -1)
+                        self.planes[_key(indices)] = (flat, num_lead)
+                        self.record(indices, _plane_set(flat, num_lead, tuple(indices.shape)))
+                elif func in squeezes and isinstance(out, torch.Tensor) and _key(args[0]) in self.planes:
+                    flat, num_lead = self.planes[_key(args[0])]
+                    # a view without some output dims of size 1 (`F.max_pool1d`'s squeeze): the same
+                    # flat places, seen from fewer dims; not where a lead dim went
+                    if tuple(out.shape[:num_lead]) == tuple(flat.shape[:num_lead]) and out.dim() > num_lead:
+                        self.record(out, _plane_set(flat, num_lead, tuple(out.shape)))
                 return out
 
         return Selections()
