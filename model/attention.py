@@ -145,14 +145,7 @@ def attend(
     else:
         k_new, v_new, at = k, v, lo  # unused (FUSED_WRITE off)
     fp32 = q.dtype == torch.float32
-    if splits == 1:
-        parts = (out, out, out)  # unused: the kernel writes `out` itself
-    else:
-        parts = (
-            torch.empty(b * hkv, splits, block_q, device=q.device, dtype=torch.float32),
-            torch.empty(b * hkv, splits, block_q, device=q.device, dtype=torch.float32),
-            torch.empty(b * hkv, splits, block_q, block_d, device=q.device, dtype=torch.float32),
-        )
+    parts = _split_partials(out, b * hkv, splits, block_q, block_d)
     kernel[(b * hkv, splits)](
         q, k, v, bias, lo, hi, out, *parts, k_new, v_new, at,
         q.stride(0), q.stride(1), q.stride(2),
@@ -167,15 +160,49 @@ def attend(
         BLOCK_T=max(2, _pow2(n)),
         num_warps=warps, num_stages=stages,
     )  # fmt: skip
-    if splits > 1:
-        combine[(b * hkv,)](
-            *parts, out,
-            out.stride(0), out.stride(1), out.stride(2),
-            N_TOK=n, GROUP=group, NUM_KV=hkv, HEAD_DIM=d, BLOCK_D=block_d, BLOCK_Q=block_q,
-            SPLITS=splits,
-            num_warps=4,
-        )  # fmt: skip
+    _combine_splits(combine, parts, out, n, group, hkv, d, block_d, block_q, splits)
     return out
+
+
+def _split_partials(
+    out: torch.Tensor, programs: int, splits: int, block_q: int, block_d: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The split kernels' fp32 partial results per (row, KV head) program and split: running max
+    and sum (programs, splits, BLOCK_Q), and the unnormalised output (…, BLOCK_D). With one split
+    the kernel writes `out` itself and the three are placeholders (`out`)."""
+    if splits == 1:
+        return out, out, out
+    shape = (programs, splits, block_q)
+    return (
+        torch.empty(shape, device=out.device, dtype=torch.float32),
+        torch.empty(shape, device=out.device, dtype=torch.float32),
+        torch.empty((*shape, block_d), device=out.device, dtype=torch.float32),
+    )
+
+
+def _combine_splits(
+    combine: Any,
+    parts: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+    out: torch.Tensor,
+    n: int,
+    group: int,
+    hkv: int,
+    d: int,
+    block_d: int,
+    block_q: int,
+    splits: int,
+) -> None:
+    """Merge the splits' partials into `out` (B, L, H, D): one program per row and KV head; nothing
+    to do with one split."""
+    if splits == 1:
+        return
+    combine[(out.shape[0] * hkv,)](
+        *parts, out,
+        out.stride(0), out.stride(1), out.stride(2),
+        N_TOK=n, GROUP=group, NUM_KV=hkv, HEAD_DIM=d, BLOCK_D=block_d, BLOCK_Q=block_q,
+        SPLITS=splits,
+        num_warps=4,
+    )  # fmt: skip
 
 
 def attend_paged(
@@ -234,14 +261,7 @@ def attend_paged(
     kernel = _paged_kernel()
     combine = _kernels()[1]
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
-    if splits == 1:
-        parts = (out, out, out)  # unused: the kernel writes `out` itself
-    else:
-        parts = (
-            torch.empty(b * hkv, splits, block_q, device=q.device, dtype=torch.float32),
-            torch.empty(b * hkv, splits, block_q, device=q.device, dtype=torch.float32),
-            torch.empty(b * hkv, splits, block_q, block_d, device=q.device, dtype=torch.float32),
-        )
+    parts = _split_partials(out, b * hkv, splits, block_q, block_d)
     kernel[(b * hkv, splits)](
         q, k_pool, v_pool, table, lengths, out, *parts,
         q.stride(0), q.stride(1), q.stride(2),
@@ -252,14 +272,7 @@ def attend_paged(
         BLOCK_N=block_n, SPLITS=splits, PAGE_SIZE=page_size, IEEE=q.dtype == torch.float32,
         num_warps=warps, num_stages=stages,
     )  # fmt: skip
-    if splits > 1:
-        combine[(b * hkv,)](
-            *parts, out,
-            out.stride(0), out.stride(1), out.stride(2),
-            N_TOK=n, GROUP=group, NUM_KV=hkv, HEAD_DIM=d, BLOCK_D=block_d, BLOCK_Q=block_q,
-            SPLITS=splits,
-            num_warps=4,
-        )  # fmt: skip
+    _combine_splits(combine, parts, out, n, group, hkv, d, block_d, block_q, splits)
     return out
 
 
