@@ -3,13 +3,19 @@
 Per trial a fresh secret seed and one input distribution (run/inputs.py); the reference runs here,
 in the judge, and the candidate's outputs are fetched from its runner and compared
 (run/tolerance.py), with the runner's in-process observations added; one randomly chosen trial is
-profiled (run/judge_evidence.py). Then a repeated call (determinism), constancy across trials and
-the runner's guards. The fastest reference call seen here sets the state's `ref_call_s`, which
-bounds every later request (`judge_state.limit_s`).
+profiled (run/judge_evidence.py). Where the reference has one-element parameters drawn free (one
+sign per draw: run/weights.py `second_turn`), one more trial follows with each of them negated, in
+the reference here and in the candidate's model, which its runner loads again after the same seed;
+a kernel valid for one sign of such a parameter meets the other in every run. Then a repeated call
+(determinism), constancy across trials and the runner's guards. The fastest reference call seen
+here sets the state's `ref_call_s`, which bounds every later request (`judge_state.limit_s`).
 
 Contract: returns the reference's outputs of the last trial (the timing phase sizes its sets by
-them) or ends the job with a `Stop`. Not covered: the comparison rules (run/tolerance.py), the
-input distributions (run/inputs.py), the checks (run/dynamic_checks.py).
+them) or ends the job with a `Stop`; both models are left in the last trial's draw. Not covered: the
+comparison rules (run/tolerance.py), the input distributions (run/inputs.py), the checks
+(run/dynamic_checks.py). The second turn's load runs the candidate's module again in the same runner,
+whose guards (run/runner.py `op_load`) then start from what its first load left; a reference whose
+`get_init_inputs()` gives other values per call gets no second turn (said, as information).
 """
 
 from __future__ import annotations
@@ -19,12 +25,14 @@ import secrets
 import time
 import types
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from cudice.verifier.run import channel
 from cudice.verifier.run.judge_evidence import guards, profile
 from cudice.verifier.run.judge_state import (
     JudgeState,
+    add_wall,
     ask,
     fetch,
     send_shared,
@@ -41,20 +49,28 @@ NUM_PROFILED_TRIALS = 1  # plus one random timed round: each profiled call costs
 _rng = secrets.SystemRandom()
 
 
+@dataclass
+class _Tally:
+    """What the correctness phase's trials have found so far."""
+
+    num_trials: int  # the trials planned (the second turn's is one more)
+    profiled: set[int]  # which of them are profiled
+    ref: list[Any] = field(default_factory=list)  # the reference's outputs of each judged trial
+    cand: list[Any] = field(default_factory=list)  # the candidate's
+    max_abs: float = 0.0
+    max_rel: float = 0.0
+    skipped: list[str] = field(default_factory=list)  # distributions not judged
+    found: list[Diagnostic] = field(default_factory=list)  # the profiles' findings
+    last: tuple[list[Any], str] = ([], "as_given")  # the last judged trial's inputs and distribution
+
+
 def correctness(st: JudgeState, ref_mod: types.ModuleType, model: Any) -> Any:
-    import torch
     from cudice.verifier.run import dynamic_checks as dyn
-    from cudice.verifier.run.inputs import DISTRIBUTIONS, InputsError, make_inputs, secret_seed
+    from cudice.verifier.run.inputs import DISTRIBUTIONS
     from cudice.verifier.run.tolerance import finite_scale
 
     n = st.config.num_trials
-    profiled = set(_rng.sample(range(n), k=min(NUM_PROFILED_TRIALS, n)))
-    ref_trials: list[Any] = []
-    cand_trials: list[Any] = []
-    found: list[Diagnostic] = []
-    max_abs = max_rel = 0.0
-    skipped: list[str] = []
-    last: tuple[list[Any], str] = ([], "as_given")  # the last judged trial's inputs and distribution
+    tally = _Tally(n, set(_rng.sample(range(n), k=min(NUM_PROFILED_TRIALS, n))))
     get_inputs = getattr(ref_mod, "get_inputs", None)
     if get_inputs is None:
         raise Stop(
@@ -75,106 +91,20 @@ def correctness(st: JudgeState, ref_mod: types.ModuleType, model: Any) -> Any:
     _rng.shuffle(others)
     order = ["as_given", *others]
     for trial in range(n):
-        dist = order[trial % len(order)]
-        on_device = dist == "as_given"  # the others draw on the CPU (run/inputs.py `make_inputs`)
-        try:  # on the GPU under the lease (not while another verification's batch is timed), else outside it
-            with shared(st) if on_device else contextlib.nullcontext():
-                where = st.device if on_device else "cpu"
-                drawn = make_inputs(get_inputs, secret_seed(), dist, where, draw_on_device=on_device)
-            if not on_device:
-                with shared(st):  # the copy to the GPU
-                    drawn = [x.to(st.device) if isinstance(x, torch.Tensor) else x for x in drawn]
-        except InputsError as exc:
-            if exc.only_under_dist:  # the problem does not define this distribution (e.g. bernoulli(32x))
-                skipped.append(dist)
-                continue
-            drawn = None
-        # a get_inputs() that fails on any values is the reference's error, located by call_or_stop
-        inputs = (
-            drawn
-            if drawn is not None
-            else call_or_stop(
-                lambda d=dist: make_inputs(get_inputs, secret_seed(), d, st.device),
-                Stage.CORRECTNESS,
-                Location(st.ref_path, 1, 1),
-            )
-        )
-        with torch.no_grad(), shared(st):
-            args = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
-            t_ref = time.perf_counter()
-            ref_out = model(*args)
-            if st.device.startswith("cuda"):
-                torch.cuda.synchronize()
-            took = time.perf_counter() - t_ref
-            del args  # the copies the reference ran on: their memory is free again before the send
-        st.ref_call_s = min(st.ref_call_s, took) if st.ref_call_s else took
-        # on inputs the judge drew (not the problem's own), NaN/Inf in the reference are not judged
-        # (an honest kernel's other order may not overflow where it does); its finite elements are.
-        # Only a reference output with no finite element leaves nothing to judge
-        if dist != "as_given" and not _finite_somewhere(ref_out):
-            skipped.append(dist)
-            continue
-        _send_inputs(st, st.session.cand, inputs)
-        cand_out = _call_and_fetch(st, ref_out, count_threads=bool(ref_trials))
-        stop_on_errors(st, dyn.check_outputs_plain(cand_out, ref_out, st.where), Stage.CORRECTNESS)
-        cmp = judged(st, model, inputs, ref_out, cand_out, match_non_finite=dist == "as_given")
-        max_abs, max_rel = max(max_abs, cmp.max_abs_err), max(max_rel, cmp.max_rel_err)
-        for index, share in cmp.exact_own_shares:
-            st.exact_own_shares[index] = max(st.exact_own_shares.get(index, 0.0), share)
-        for index, bound in cmp.lower_bounds:
-            st.lower_bounds[index] = max(st.lower_bounds.get(index, 0.0), bound)
-        if cmp.ok and cmp.tie_note:
-            note_ties(st, f"Trial {trial + 1}/{n} ({dist} inputs): {cmp.tie_note}.")
-        said = any(d.code == "correctness.exact_reference" for d in st.diags)
-        if cmp.ok and cmp.exact_note and not said:
-            st.diags.append(
-                diag(
-                    "correctness.exact_reference",
-                    f"Trial {trial + 1}/{n} ({dist} inputs): {cmp.exact_note}.",
-                    Stage.CORRECTNESS,
-                    st.where,
-                    Severity.INFORMATION,
-                )
-            )
-        if not cmp.ok:
-            st.out.update(
-                max_abs_err=max_abs, max_rel_err=max_rel, num_correct_trials=len(ref_trials), num_trials=n
-            )
-            # the more specific finding first (all zeros, one value), when there is one
-            specific = [
-                d
-                for d in dyn.check_not_constant([cand_out], [ref_out], st.where)
-                if d.severity is Severity.ERROR
-            ] + _reference_varies(st, model, inputs, ref_out)
-            raise Stop(
-                Verdict.INCORRECT,
-                Stage.CORRECTNESS,
-                [
-                    *specific,
-                    diag(
-                        "correctness.mismatch",
-                        f"Trial {trial + 1}/{n} ({dist} inputs): {cmp.why}",
-                        Stage.CORRECTNESS,
-                        st.where,
-                    ),
-                ],
-            )
-        ref_trials.append(ref_out)
-        cand_trials.append(cand_out)
-        last = (inputs, dist)
-        if trial in profiled:
-            found += profile(st)
-    again = _call_and_fetch(st, ref_trials[-1], count_threads=True)  # the last inputs, once more
-    scales = [finite_scale(r) for r in dyn.flatten_outputs(ref_trials[-1])]
-    found += dyn.check_deterministic(cand_trials[-1], again, st.config.atol, st.config.rtol, st.where, scales)
-    found += _second_call_discrete(st, model, last, ref_trials[-1], again)
-    found += dyn.check_not_constant(cand_trials, ref_trials, st.where)
+        _trial(st, model, get_inputs, tally, order[trial % len(order)], f"Trial {trial + 1}/{n}", trial)
+    _second_turn(st, ref_mod, model, get_inputs, tally)
+    found = tally.found
+    again = _call_and_fetch(st, tally.ref[-1], count_threads=True)  # the last inputs, once more
+    scales = [finite_scale(r) for r in dyn.flatten_outputs(tally.ref[-1])]
+    found += dyn.check_deterministic(tally.cand[-1], again, st.config.atol, st.config.rtol, st.where, scales)
+    found += _second_call_discrete(st, model, tally.last, tally.ref[-1], again)
+    found += dyn.check_not_constant(tally.cand, tally.ref, st.where)
     found += guards(st)
-    if skipped:
+    if tally.skipped:
         st.diags.append(
             diag(
                 "correctness.distribution_skipped",
-                f"Input distribution(s) {', '.join(skipped)} "
+                f"Input distribution(s) {', '.join(tally.skipped)} "
                 "skipped: the reference's own output has no finite element on them, or its get_inputs() "
                 "does not accept such values.",
                 Stage.CORRECTNESS,
@@ -183,13 +113,172 @@ def correctness(st: JudgeState, ref_mod: types.ModuleType, model: Any) -> Any:
             )
         )
     st.out.update(
-        max_abs_err=max_abs,
-        max_rel_err=max_rel,
-        num_correct_trials=len(ref_trials),
-        num_trials=len(ref_trials),
+        max_abs_err=tally.max_abs,
+        max_rel_err=tally.max_rel,
+        num_correct_trials=len(tally.ref),
+        num_trials=len(tally.ref),
     )
     stop_on_errors(st, found, Stage.CORRECTNESS)
-    return ref_trials[-1]
+    return tally.ref[-1]
+
+
+def _trial(
+    st: JudgeState, model: Any, get_inputs: Any, tally: _Tally, dist: str, name: str, trial: int = -1
+) -> None:
+    """One trial, `name` in what it says: fresh inputs of `dist`, the reference run here, the
+    candidate's outputs fetched and judged; a mismatch ends the job, a distribution the reference
+    cannot be judged on is added to `tally.skipped`. Trial `trial` of the planned ones is profiled
+    where `tally.profiled` has it."""
+    import torch
+    from cudice.verifier.run import dynamic_checks as dyn
+    from cudice.verifier.run.inputs import InputsError, make_inputs, secret_seed
+
+    on_device = dist == "as_given"  # the others draw on the CPU (run/inputs.py `make_inputs`)
+    try:  # on the GPU under the lease (not while another verification's batch is timed), else outside it
+        with shared(st) if on_device else contextlib.nullcontext():
+            where = st.device if on_device else "cpu"
+            drawn = make_inputs(get_inputs, secret_seed(), dist, where, draw_on_device=on_device)
+        if not on_device:
+            with shared(st):  # the copy to the GPU
+                drawn = [x.to(st.device) if isinstance(x, torch.Tensor) else x for x in drawn]
+    except InputsError as exc:
+        if exc.only_under_dist:  # the problem does not define this distribution (e.g. bernoulli(32x))
+            tally.skipped.append(dist)
+            return
+        drawn = None
+    # a get_inputs() that fails on any values is the reference's error, located by call_or_stop
+    inputs = (
+        drawn
+        if drawn is not None
+        else call_or_stop(
+            lambda d=dist: make_inputs(get_inputs, secret_seed(), d, st.device),
+            Stage.CORRECTNESS,
+            Location(st.ref_path, 1, 1),
+        )
+    )
+    with torch.no_grad(), shared(st):
+        args = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+        t_ref = time.perf_counter()
+        ref_out = model(*args)
+        if st.device.startswith("cuda"):
+            torch.cuda.synchronize()
+        took = time.perf_counter() - t_ref
+        del args  # the copies the reference ran on: their memory is free again before the send
+    st.ref_call_s = min(st.ref_call_s, took) if st.ref_call_s else took
+    # on inputs the judge drew (not the problem's own), NaN/Inf in the reference are not judged
+    # (an honest kernel's other order may not overflow where it does); its finite elements are.
+    # Only a reference output with no finite element leaves nothing to judge
+    if dist != "as_given" and not _finite_somewhere(ref_out):
+        tally.skipped.append(dist)
+        return
+    _send_inputs(st, st.session.cand, inputs)
+    cand_out = _call_and_fetch(st, ref_out, count_threads=bool(tally.ref))
+    stop_on_errors(st, dyn.check_outputs_plain(cand_out, ref_out, st.where), Stage.CORRECTNESS)
+    cmp = judged(st, model, inputs, ref_out, cand_out, match_non_finite=dist == "as_given")
+    tally.max_abs, tally.max_rel = max(tally.max_abs, cmp.max_abs_err), max(tally.max_rel, cmp.max_rel_err)
+    for index, share in cmp.exact_own_shares:
+        st.exact_own_shares[index] = max(st.exact_own_shares.get(index, 0.0), share)
+    for index, bound in cmp.lower_bounds:
+        st.lower_bounds[index] = max(st.lower_bounds.get(index, 0.0), bound)
+    if cmp.ok and cmp.tie_note:
+        note_ties(st, f"{name} ({dist} inputs): {cmp.tie_note}.")
+    said = any(d.code == "correctness.exact_reference" for d in st.diags)
+    if cmp.ok and cmp.exact_note and not said:
+        st.diags.append(
+            diag(
+                "correctness.exact_reference",
+                f"{name} ({dist} inputs): {cmp.exact_note}.",
+                Stage.CORRECTNESS,
+                st.where,
+                Severity.INFORMATION,
+            )
+        )
+    if not cmp.ok:
+        st.out.update(
+            max_abs_err=tally.max_abs,
+            max_rel_err=tally.max_rel,
+            num_correct_trials=len(tally.ref),
+            num_trials=tally.num_trials,
+        )
+        # the more specific finding first (all zeros, one value), when there is one
+        specific = [
+            d for d in dyn.check_not_constant([cand_out], [ref_out], st.where) if d.severity is Severity.ERROR
+        ] + _reference_varies(st, model, inputs, ref_out)
+        raise Stop(
+            Verdict.INCORRECT,
+            Stage.CORRECTNESS,
+            [
+                *specific,
+                diag(
+                    "correctness.mismatch", f"{name} ({dist} inputs): {cmp.why}", Stage.CORRECTNESS, st.where
+                ),
+            ],
+        )
+    tally.ref.append(ref_out)
+    tally.cand.append(cand_out)
+    tally.last = (inputs, dist)
+    if trial in tally.profiled:
+        tally.found += profile(st)
+
+
+def _second_turn(
+    st: JudgeState, ref_mod: types.ModuleType, model: Any, get_inputs: Any, tally: _Tally
+) -> None:
+    """One more trial (`as_given`) where the reference has one-element parameters drawn free: each
+    of them negated (run/weights.py `second_turn`), in the reference here and in the candidate's
+    runner, which loads its model again after the same seed with the second turn's keys. A parameter
+    of one element has one sign per draw, so a kernel valid for one sign of it (a scale assumed
+    positive, a slope whose sign it drops) passed one run in two; now it meets both signs in every
+    run. The timing phase then runs both models as they are left (the second turn)."""
+    import torch
+    from cudice.verifier.run.judge_load import load_runners
+    from cudice.verifier.run.weights import draw_seed, drawn_from_json, drawn_to_json, give_drawn, second_turn
+
+    seed = draw_seed(model)
+    turn = second_turn(drawn_from_json(st.constant_keys))
+    negated = [d.name for d in turn if d.key.flipped]
+    if seed is None or not negated or not tally.ref:
+        return
+    init = _init_again(ref_mod)
+    if init is None:
+        st.diags.append(
+            diag(
+                "correctness.second_turn_skipped",
+                f"The reference's one-element parameter(s) {', '.join(negated)} were judged with one sign "
+                "only: its get_init_inputs() gives other values on each call, so the candidate's model "
+                "cannot be built again as the reference's was. Make get_init_inputs() deterministic.",
+                Stage.CORRECTNESS,
+                Location(st.ref_path, 1, 1),
+                Severity.INFORMATION,
+            )
+        )
+        return
+    t0 = time.perf_counter()
+    # both models as freshly drawn in the second turn: the drawn statistics back at their draws too
+    with torch.no_grad(), shared(st):
+        give_drawn(model, seed, turn)
+    st.constant_keys = drawn_to_json(turn)
+    load_runners(st, init, seed, timed=False)
+    add_wall(st, "correctness.second_turn_load", t0)
+    name = f"The second turn's trial (the one-element parameter(s) {', '.join(negated)} of the other sign)"
+    _trial(st, model, get_inputs, tally, "as_given", name)
+
+
+def _init_again(ref_mod: types.ModuleType) -> list[Any] | None:
+    """The reference's `get_init_inputs()` called again, or None where two calls give other values
+    (or it raises): the phase 1 values are not kept, so only a deterministic one can be sent again."""
+    import torch
+
+    get = getattr(ref_mod, "get_init_inputs", None)
+    if get is None:
+        return []
+    try:
+        with torch.random.fork_rng(devices=[]):  # (the global RNG as it was, after both calls)
+            first, second = list(get()), list(get())
+        same = channel.encode(first) == channel.encode(second)
+    except Exception:
+        return None
+    return first if same else None
 
 
 def exact_reference(st: JudgeState, model: Any, inputs: list[Any], ref_out: Any) -> Callable[[], Any]:

@@ -20,12 +20,13 @@ candidate's matching weights the same values:
 - `draw_reference_constants(model, seed, order)`: every parameter of the reference that holds a
   single value, and the running statistics of its norm layers, get seeded values. A parameter's
   constant `v` becomes `max(|v|, 1) * U(0.5, 1.5)` with a random sign per element (both signs
-  where it has two elements or more): at least 0.5 in size, so a term it scales is at least half
-  its own size in the output, and skipping it fails the precision rule wherever the term is over
-  1e-4 of the output's norm (a constant's size kept 1e-6 of it); and no order valid for one sign
-  only survives. A running
-  statistic's `v` becomes `v * U(0.5, 1.5)` (a variance stays positive and of its constant's
-  order). 0 becomes `U(-0.5, 0.5)` in both (a running mean takes either sign); NaN and Inf stay.
+  where it has two elements or more; one of one element has one sign per draw, so the correctness
+  phase judges a second turn with it negated, `second_turn`): at least 0.5 in size, so a term it
+  scales is at least half its own size in the output, and skipping it fails the precision rule
+  wherever the term is over 1e-4 of the output's norm (a constant's size kept 1e-6 of it); and no
+  order valid for one sign only survives. A running statistic's `v` becomes `v * U(0.5, 1.5)` (a
+  variance stays positive and of its constant's order). 0 becomes `U(-0.5, 0.5)` in both (a
+  running mean takes either sign); NaN and Inf stay.
   A learnable parameter (`requires_grad=True`) whose elements take exactly two values, one of
   them 0 and the other a finite `c` (`eye_`, `dirac_`, a `tril` of ones: a structure, `_structure`)
   is drawn too, in the `struct` space: every element, its zeros' too, becomes
@@ -46,13 +47,19 @@ candidate's matching weights the same values:
 - `settle_draws(model, seed, drawn, inputs)`, in the judge after the reference is moved to its
   device: a reference can be undefined for the other sign (a temperature under `sqrt`, a prior
   under `log`: NaN, which an honest kernel that multiplies by `rsqrt(t)` or by the prior need not
-  reproduce, and which leaves nothing to compare). The reference runs once on one set of its own
-  inputs (`as_given`) with every parameter drawn free; where an output element is then NaN or Inf
-  that is finite with every parameter keeping its constant's sign and size (`v * U(0.5, 1.5)`, the
-  statistics' rule), the parameters to blame are found by halving the group (at most `MAX_PROBES`
-  forwards) and get `kept` keys: their constant's sign and size, the same uniforms (a structure's:
-  `c * sqrt(nz / n) * U(0.5, 1.5)` everywhere, of `c`'s sign). The flag travels in the keys
-  (`drawn_to_json`), so the candidate's matching weights get the same values.
+  reproduce, and which leaves nothing to compare). The reference runs on `SETTLE_INPUT_SETS` sets
+  of its own inputs (`as_given`, where the correctness phase holds a kernel to the reference's NaN
+  and Inf; on the other distributions those elements are not judged), one set at a time, with every
+  parameter drawn free, in both turns; where an output element is then NaN or Inf that is finite
+  with every parameter keeping its constant's sign and size (`v * U(0.5, 1.5)`, the statistics'
+  rule), the parameters to blame are found by halving the group (at most `MAX_PROBES` forwards in
+  all) and get `kept` keys: their constant's sign and size, the same uniforms (a structure's:
+  `c * sqrt(nz / n) * U(0.5, 1.5)` everywhere, of `c`'s sign), no second turn. The flag travels in
+  the keys (`drawn_to_json`), so the candidate's matching weights get the same values.
+- `second_turn(drawn)`: the keys with each one-element free parameter's (`Key.flippable`) draw
+  negated (`Key.flipped`); `give_drawn(model, seed, drawn)` gives the reference a turn's values,
+  `draw_seed(model)` says which seed its constants were drawn with (the judge's correctness phase
+  has the candidate's runner load its model again after that seed, with the second turn's keys).
 - `match_reference_constants(model, seed, drawn, order)`: a single-valued parameter or buffer of
   the candidate with a drawn weight's name (`bn1.weight`), constant, shape and dtype gets its
   values. The rest are paired in registration order, space by space: the candidate's
@@ -86,35 +93,37 @@ The global RNG, which the other weights come from, is left alone: both models dr
 (the probes of `settle_draws` run under a forked RNG, and the reference's buffers are restored
 after them: a BatchNorm in training mode updates its statistics).
 
-Not covered: a single-element parameter (PReLU's slope, a scalar temperature) has one sign per
-run, so a kernel valid for one sign of it passes in half of the runs. `settle_draws` sees one set of
-`as_given` inputs: a NaN that the free draw makes only on other inputs is not seen (a kernel
-computing the reference's formula gives the same NaN, an algebraic rewrite may not), and a
-forward with side effects of its own (a counter, a cache kept on the module) has them once per
-probe; a parameter whose free draw is finite but meaningless (an integer count read from a
-parameter, a probability) keeps it. A term that stays small by its other weights (a Linear
-initialised near zero) stays small: the floor covers the single-valued scale only. A structure
-of other values (a band of two constants, a learnable `arange`), and one of a parameter created
-with `requires_grad=False` (or frozen before the reference's constructor ends), is not drawn: a
-kernel that hardcodes it passes, as it should for a constant by the reference's design; random
-initialisers (`orthogonal_`, `sparse_`) need no draw. A candidate's structure held in a buffer
-(`register_buffer("w_hh", torch.eye(d))` for the reference's parameter) is not paired: it keeps the
-structure and the candidate is rejected. A structure set by other means than `eye_` or `dirac_`
-after its registration (`copy_`, `fill_diagonal_`, `.data =`; `eye_` imported by name before the
-constructor runs) is filled only by the final pass, so a fold of it in the constructor is stale.
-Slots created by `copy.deepcopy` (`nn.TransformerEncoder` copies its layer) are not
+Not covered: `settle_draws` sees `SETTLE_INPUT_SETS` sets of `as_given` inputs, not the ones the
+correctness phase draws later with seeds of their own: a NaN that the free draw makes on a share `q`
+of input sets is missed by all three and then met by an `as_given` trial with odds up to `q(1-q)^3`,
+at most 0.11 (0.25 with one set; a kernel computing the reference's formula gives the same NaN, an
+algebraic rewrite may not). A forward with side effects of its own (a counter, a cache kept on the
+module) has them once per probe; a parameter whose free draw is finite but meaningless (an integer
+count read from a parameter, a probability) keeps it. A term that stays small by its other weights
+(a Linear initialised near zero) stays small: the floor covers the single-valued scale only. A
+structure of other values (a band of two constants, a learnable `arange`), and one of a parameter
+created with `requires_grad=False` (or frozen before the reference's constructor ends), is not
+drawn: a kernel that hardcodes it passes, as it should for a constant by the reference's design;
+random initialisers (`orthogonal_`, `sparse_`) need no draw. A candidate's structure held in a
+buffer (`register_buffer("w_hh", torch.eye(d))` for the reference's parameter) is not paired: it
+keeps the structure and the candidate is rejected. A structure set by other means than `eye_` or
+`dirac_` after its registration (`copy_`, `fill_diagonal_`, `.data =`; `eye_` imported by name
+before the constructor runs) is filled only by the final pass, so a fold of it in the constructor is
+stale. Slots created by `copy.deepcopy` (`nn.TransformerEncoder` copies its layer) are not
 registered, so they rank after the registered ones; they are not filled early. A fold reads drawn
 values only where the early pairing is the final one: where the candidate registers same-shaped
 constants in another order than the reference (the final pass then pairs some by name, others by
 another order), or attaches a layer after a slot it registered later, the final pass gives other
 keys and wins: the fold is stale and the candidate is rejected as before. So is a fold of a layer
-built and read before it is attached to a parent (or never attached), of a parameter created
-empty and set by `nn.init.ones_` after its registration on the model itself (an empty tensor
-that happens to hold one value there takes a key early and shifts the later early pairs), and
-one that holds constants as plain tensor attributes or creates them in `forward`. A renamed weight
-paired by order can take another's values when the candidate registers same-shaped constants in
-another order than the reference. Buffers a reference creates itself
-(`register_buffer(..., torch.ones(d))`) are constants by its design: they are not drawn.
+built and read before it is attached to a parent (or never attached), of a parameter created empty
+and set by `nn.init.ones_` after its registration on the model itself (an empty tensor that happens
+to hold one value there takes a key early and shifts the later early pairs), and one that holds
+constants as plain tensor attributes or creates them in `forward`. A renamed weight paired by order
+can take another's values when the candidate registers same-shaped constants in another order than
+the reference. Buffers a reference creates itself (`register_buffer(..., torch.ones(d))`) are
+constants by its design: they are not drawn. The second turn negates each one-element free parameter
+at once and is judged on one more set of `as_given` inputs: a kernel valid only where two such
+parameters have opposite signs, or only for the first turn's size, is not told apart by it.
 """
 
 from __future__ import annotations
@@ -125,6 +134,7 @@ import math
 import os
 import sys
 import types
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
@@ -142,6 +152,13 @@ class Key(NamedTuple):
     kept: bool = False
     # a structure's pattern, "<nonzeros>/<digest of where they are>" (`_structure`); "" for the others
     pattern: str = ""
+    # the second turn's key of a one-element free parameter (`second_turn`): the same draw, negated
+    flipped: bool = False
+
+    @property
+    def flippable(self) -> bool:
+        """A free parameter of one element: one sign per draw, so the second turn negates it."""
+        return self.space == "param" and not self.kept and math.prod(self.shape) == 1
 
     @property
     def cls(self) -> tuple[float, tuple[int, ...], str, str]:
@@ -158,7 +175,8 @@ def _draw(seed: int, key: Key) -> Any:
     """The key's values (module docstring): 0 -> U(-0.5, 0.5); a statistic, or a parameter whose
     key is `kept`, `v * U(0.5, 1.5)`; another parameter `max(|v|, 1) * U(0.5, 1.5)` with a random
     sign per element, both signs present where it has two elements or more. A structure's values
-    (every element, its zeros' too) are a parameter's times `sqrt(nonzeros / elements)`."""
+    (every element, its zeros' too) are a parameter's times `sqrt(nonzeros / elements)`. A `flipped`
+    key of one element (`second_turn`) has its free draw's values negated."""
     import torch
 
     # (`kept` is not hashed: the fallback changes only the sign and the size of the same draw)
@@ -166,8 +184,9 @@ def _draw(seed: int, key: Key) -> Any:
     digest = hashlib.blake2b(repr(ident).encode(), digest_size=8).digest()
     gen = torch.Generator().manual_seed(int.from_bytes(digest, "little") & ((1 << 63) - 1))
     u = torch.rand(key.shape, generator=gen, dtype=torch.float64)
+    turn = -1.0 if key.flipped and key.flippable else 1.0  # (`second_turn`)
     if key.value == 0:
-        return u - 0.5
+        return (u - 0.5) * turn
     density = 1.0
     if key.space == "struct":  # (the pattern's count is checked on arrival: `drawn_from_json`)
         density = math.sqrt(int(key.pattern.split("/")[0]) / max(u.numel(), 1))
@@ -177,7 +196,7 @@ def _draw(seed: int, key: Key) -> Any:
     flat = sign.view(-1)
     if flat.numel() > 1 and bool((flat == flat[0]).all()):
         flat[int(torch.randint(flat.numel(), (1,), generator=gen))] *= -1
-    return max(abs(key.value), 1.0) * density * (u + 0.5) * sign
+    return max(abs(key.value), 1.0) * density * (u + 0.5) * sign * turn
 
 
 def _fill(t: Any, seed: int, key: Key) -> None:
@@ -540,24 +559,61 @@ def draw_reference_constants(model: Any, seed: int, order: dict[tuple[int, str],
         counts[cls] = key.ordinal + 1
         _fill(slot.tensor, seed, key)
         drawn.append(Drawn(slot.name, key))
+    _SEEDS[model] = seed
     return drawn
 
 
-# `settle_draws`: at most this many forwards of the reference (the first two: every free parameter
-# free, then none); groups still untested when they are spent keep their constant's sign and size
-MAX_PROBES = 24
+# the seed each reference model of this process was drawn with (`draw_reference_constants`), for
+# the correctness phase's second turn, which has the candidate's runner draw the same keys again
+_SEEDS: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
 
 
-def settle_draws(model: Any, seed: int, drawn: list[Drawn], inputs: Callable[[], list[Any]]) -> list[Drawn]:
-    """The drawn reference run on `inputs()` (one set of the problem's own inputs), its drawn
-    parameters with a free sign and size first: where that makes an output element NaN or Inf
-    that is finite with every parameter keeping its constant's sign and size (a parameter under
-    `sqrt` or `log`), the parameters to blame are found by halving the group (at most `MAX_PROBES`
-    forwards) and keep theirs (`Key.kept`); the others stay free. Only where an output is not finite
-    is more than one forward run. The model is left holding the returned keys' values, its
-    buffers (a BatchNorm in training mode updates its statistics) as they were, the global RNG as
-    it was; a reference that raises on the free draw counts as non-finite, inputs that cannot be
-    made leave the draw as it is (the correctness phase reports them)."""
+def draw_seed(model: Any) -> int | None:
+    """The seed `draw_reference_constants` drew `model`'s constants with; None for another model."""
+    return _SEEDS.get(model)
+
+
+def second_turn(drawn: list[Drawn]) -> list[Drawn]:
+    """The keys of the second turn: each one-element free parameter's (`Key.flippable`) negated, the
+    others as they are. A parameter of two elements or more holds both signs within one draw; one of
+    one element has one sign per draw, so a kernel valid for one sign of it (a scale assumed
+    positive, its sign ignored) passed one draw in two; across both turns it meets both signs."""
+    return [Drawn(d.name, d.key._replace(flipped=True)) if d.key.flippable else d for d in drawn]
+
+
+def give_drawn(model: Any, seed: int, drawn: list[Drawn]) -> None:
+    """The reference's drawn tensors, by name, given their keys' values (a turn's)."""
+    for d in drawn:
+        getter = model.get_parameter if d.key.space in ("param", "struct") else model.get_buffer
+        _fill(getter(d.name), seed, d.key)
+
+
+# `settle_draws`: how many sets of the problem's own inputs it runs the reference on (module
+# docstring: where the reference is NaN or Inf on them, a kernel must be the same NaN or Inf), and at
+# most this many forwards over all of them; groups still untested when they are spent keep their
+# constant's sign and size
+SETTLE_INPUT_SETS = 3
+MAX_PROBES = 48
+
+
+def settle_draws(
+    model: Any,
+    seed: int,
+    drawn: list[Drawn],
+    inputs: Callable[[], list[Any]],
+    num_sets: int = SETTLE_INPUT_SETS,
+) -> list[Drawn]:
+    """The drawn reference run on `num_sets` sets of the problem's own inputs (`inputs()`, called
+    once per set, draws one), its drawn parameters with a free sign and size first, in both turns
+    (`second_turn`: a one-element parameter's sign negated). Where that makes an output element NaN
+    or Inf that is finite with every parameter keeping its constant's sign and size (a parameter under
+    `sqrt` or `log`), on any set in either turn, the parameters to blame are found by halving the
+    group (at most `MAX_PROBES` forwards in all) and keep theirs (`Key.kept`); the others stay free.
+    Each set is drawn, judged and dropped before the next (one set held at a time); where every
+    output is finite, a set costs one forward per turn. The model is left holding the returned keys'
+    values (the first turn's), its buffers (a BatchNorm in training mode updates its statistics) as
+    they were, the global RNG as it was; a reference that raises on the free draw counts as
+    non-finite, inputs that cannot be made end the sets (the correctness phase reports them)."""
     import torch
 
     movable = ("param", "struct")
@@ -566,20 +622,24 @@ def settle_draws(model: Any, seed: int, drawn: list[Drawn], inputs: Callable[[],
         return drawn
     try:
         tensors = {i: model.get_parameter(drawn[i].name) for i in free}
-        args = inputs()
     except Exception:
         return drawn
+    turns = (False, True) if any(drawn[i].key.flippable for i in free) else (False,)
     buffers = [(t, t.detach().clone()) for t in model.buffers()]
     is_initialized = torch.cuda.is_initialized()  # type: ignore[no-untyped-call]
     cuda = list(range(torch.cuda.device_count())) if is_initialized else []
+    forwards = 0
 
-    def fill(signed: set[int]) -> None:
+    def fill(signed: set[int], flipped: bool) -> None:
         for i in free:
-            _fill(tensors[i], seed, drawn[i].key._replace(kept=i not in signed))
+            key = drawn[i].key._replace(kept=i not in signed)
+            _fill(tensors[i], seed, key._replace(flipped=flipped and key.flippable))
 
-    def non_finite(signed: set[int]) -> list[Any] | None:
+    def non_finite(args: list[Any], signed: set[int], flipped: bool) -> list[Any] | None:
         """Per floating output, where it is NaN or Inf; None where the forward raised."""
-        fill(signed)
+        nonlocal forwards
+        forwards += 1
+        fill(signed, flipped)
         try:
             with torch.no_grad(), torch.random.fork_rng(devices=cuda):
                 out = model(*[a.clone() if isinstance(a, torch.Tensor) else a for a in args])
@@ -592,41 +652,53 @@ def settle_draws(model: Any, seed: int, drawn: list[Drawn], inputs: Callable[[],
                     if t.shape == saved.shape:
                         t.copy_(saved)
 
-    every = set(free)
-    first = non_finite(every)
-    if first is not None and not any(bool(m.any()) for m in first):
-        return drawn  # (the model holds the free values)
-    base = non_finite(set())
-    if base is None:  # it raises either way: the correctness phase reports it
-        fill(every)
-        return drawn
-    probes = 2
+    signed = set(free)
+    # the set being judged ("args") and, once needed, its outputs' non-finite places with every
+    # parameter kept ("base"; None where that raises)
+    judged: dict[str, Any] = {}
 
-    def ok(signed: set[int]) -> bool:
-        masks = first if signed == every else non_finite(signed)
-        if masks is None or len(masks) != len(base):
-            return False
-        return not any(m.shape != b.shape or bool((m & ~b).any()) for m, b in zip(masks, base, strict=True))
+    def ok(group: set[int]) -> bool:
+        if not group:
+            return True  # (the kept draw itself)
+        for flipped in turns:
+            masks = non_finite(judged["args"], group, flipped)
+            if masks is not None and not any(bool(m.any()) for m in masks):
+                continue  # finite everywhere
+            if "base" not in judged:
+                judged["base"] = non_finite(judged["args"], set(), False)
+            base = judged["base"]
+            if base is None or masks is None or len(masks) != len(base):
+                return False
+            if any(m.shape != b.shape or bool((m & ~b).any()) for m, b in zip(masks, base, strict=True)):
+                return False
+        return True
 
-    signed: set[int] = set()
-
-    def settle(group: list[int]) -> None:
-        nonlocal probes
-        if probes >= MAX_PROBES:
+    def settle(part: list[int]) -> None:
+        if forwards >= MAX_PROBES:
             return
-        probes += 1
-        if ok(signed | set(group)):
-            signed.update(group)
-        elif len(group) > 1:
+        if ok(signed | set(part)):
+            signed.update(part)
+        elif len(part) > 1:
+            settle(part[: len(part) // 2])
+            settle(part[len(part) // 2 :])
+
+    for _ in range(num_sets):
+        if forwards >= MAX_PROBES:
+            break
+        try:
+            judged.clear()
+            judged["args"] = inputs()
+        except Exception:
+            break
+        if ok(signed) or judged.get("base", ()) is None:
+            continue  # (no base: it raises either way on these inputs, which the correctness phase reports)
+        group = sorted(signed)
+        signed.clear()
+        if len(group) > 1:
             settle(group[: len(group) // 2])
             settle(group[len(group) // 2 :])
-
-    if ok(every):
-        signed = every
-    elif len(free) > 1:
-        settle(free[: len(free) // 2])
-        settle(free[len(free) // 2 :])
-    fill(signed)
+    judged.clear()
+    fill(signed, False)
     out = list(drawn)
     for i in free:
         if i not in signed:
@@ -689,11 +761,11 @@ def match_reference_constants(
 
 
 def drawn_to_json(drawn: list[Drawn]) -> list[list[Any]]:
-    """The drawn weights as JSON lists: name, space, constant, shape, dtype, ordinal, `kept`, and a
-    structure's pattern (an eighth field, only in the "struct" space)."""
+    """The drawn weights as JSON lists: name, space, constant, shape, dtype, ordinal, `kept`, and an
+    eighth field in the "struct" space (its pattern) and for a `flipped` key (true)."""
     return [
         [d.name, d.key.space, d.key.value, list(d.key.shape), d.key.dtype, d.key.ordinal, d.key.kept]
-        + ([d.key.pattern] if d.key.space == "struct" else [])
+        + ([d.key.pattern] if d.key.space == "struct" else [True] if d.key.flipped else [])
         for d in drawn
     ]
 
@@ -715,14 +787,19 @@ def drawn_from_json(raw: object) -> list[Drawn]:
     for item in raw if isinstance(raw, list) else ():
         try:
             name, space, value, shape, dtype, ordinal, *rest = item
+            if space not in ("param", "stat", "struct") or len(rest) > 2:
+                continue
             kept = rest[0] if rest else False  # (six fields: a list without the flag)
-            pattern = rest[1] if len(rest) > 1 else ""  # (eight: a structure's pattern)
-            if space not in ("param", "stat", "struct") or len(rest) > 2 or not isinstance(kept, bool):
+            eighth = rest[1] if len(rest) == 2 else None  # a structure's pattern, or a flipped key's true
+            struct, dims = space == "struct", tuple(int(s) for s in shape)
+            if not isinstance(kept, bool) or (struct and not _pattern_ok(eighth, dims)):
                 continue
-            dims, struct = tuple(int(s) for s in shape), space == "struct"
-            if struct != (len(rest) == 2) or (struct and not _pattern_ok(pattern, dims)):
-                continue
-            key = Key(str(space), float(value), dims, str(dtype), int(ordinal), kept, str(pattern))
+            if not struct and not (eighth is None or eighth is True):
+                continue  # (a flag is the bool true, or absent)
+            pattern, flipped = (str(eighth), False) if struct else ("", eighth is True)
+            key = Key(str(space), float(value), dims, str(dtype), int(ordinal), kept, pattern, flipped)
+            if flipped and not key.flippable:
+                continue  # (only a free parameter of one element has a second turn)
             out.append(Drawn(str(name), key))
         except (TypeError, ValueError):
             continue
