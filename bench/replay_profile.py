@@ -10,6 +10,8 @@ one run:
         bf16     — the same model with bf16 weights (no autocast): what the fp32 master costs;
         dense    — the master with the dense (1, 1, T, T) mask through SDPA instead of the
                    block-sparse flex attention (`use_block_sparse_replay`);
+        compiled — the master's decoder layers compiled (`compile_replay_layers`), as the RL
+                   update runs them on a GPU (`ModelSetup.compile_replay`);
       and each variant's ratio to the baseline measured in the same run;
   (b) `torch.profiler`'s table of the baseline's forward + backward, the kernels sorted by their
       total CUDA time (`--top` rows), and the share of the matrix products, the attention and
@@ -95,6 +97,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     import torch
     from cudice.model.train.objective import (
         ReplayRows,
+        compile_replay_layers,
         pack_replay,
         packed_token_logprobs,
         replay_rows,
@@ -128,6 +131,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         if name == "bf16":
             model = rl_step.build_master(args.shape, device, 0, 0).train().to(torch.bfloat16)
             autocast = False
+        if name == "compiled":
+            model = rl_step.build_master(args.shape, device, 0, 0).train()
+            if cuda:
+                use_block_sparse_replay(model)
+            compile_replay_layers(model)
         if name in ("master", "bf16") and cuda:
             use_block_sparse_replay(model)
         elif name == "dense":
@@ -169,7 +177,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             fwd.append(timed(forward_only, cuda, 1))
             bwd.append(timed(backward_only, cuda, 1))
         out["fwd_s"], out["bwd_s"] = statistics.median(fwd), statistics.median(bwd)
-        if name == "bf16":
+        if name in ("bf16", "compiled"):
             del model
             if cuda:
                 torch.cuda.empty_cache()

@@ -576,6 +576,46 @@ def measure_baseline(
     return figures
 
 
+def warm_up_replay(master: Any, config: Any, loaded: Any, block: int, device: Any) -> None:
+    """What `ppo_update` does to the master on its first step, done before the step: the replay
+    attention switched as configured, the decoder layers compiled (`compile_replay_layers`), and
+    one forward + backward of a synthetic packed replay under the update's autocast, so that the
+    step's update time is the steady state a run of many steps sees (the compile is paid once per
+    run). The gradients are dropped."""
+    import torch
+    from cudice.model.train.objective import (
+        ReplayRows,
+        block_sparse_replay,
+        compile_replay_layers,
+        pack_replay,
+        packed_token_logprobs,
+        replay_rows,
+        use_block_sparse_replay,
+    )
+
+    if config.setup.replay_attention in ("sparse", "auto") and not block_sparse_replay(master):
+        use_block_sparse_replay(master)
+    compile_replay_layers(master)
+    generator = torch.Generator().manual_seed(0)
+    for prompt, answer in ((37, 200), (53, 331)):  # two lengths: the dynamic-shape graph, not one size
+        ids = torch.randint(10, master.config.vocab_size, (prompt + answer,), generator=generator).tolist()
+        steps = [k // block * block + (block - 1 - k % block) for k in range(answer)]
+        rows = replay_rows(
+            ids[:prompt],
+            ids[prompt:],
+            steps,
+            block_size=block,
+            mask_token_id=loaded.ids.mask,
+            pad_token_id=loaded.ids.pad,
+        )
+        rows = ReplayRows(rows.clean.to(device), rows.noisy.to(device), rows.targets.to(device))
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=config.setup.precision != "fp32"):
+            logp = packed_token_logprobs(master, pack_replay(rows, block))
+        logp.sum().backward()
+    master.zero_grad(set_to_none=True)
+    torch.cuda.synchronize()
+
+
 def measure(args: argparse.Namespace, report: Report, clock: Clock) -> None:
     """Fill `report` phase by phase; raises `TimeUp` to stop early."""
     import torch
@@ -620,6 +660,7 @@ def measure(args: argparse.Namespace, report: Report, clock: Clock) -> None:
             gradient_checkpointing=args.gradient_checkpointing,
             lora_rank=args.lora_rank,
             replay_attention=args.replay_attention,
+            compile_replay=not args.no_compile_replay,
         ),
     )
     report.set(
@@ -687,6 +728,13 @@ def measure(args: argparse.Namespace, report: Report, clock: Clock) -> None:
     start = time.perf_counter()
     rollout_engine.warm_up()
     report.set(rollout_warmup_s=time.perf_counter() - start)
+    if cuda and config.setup.compile_replay:
+        report.phase("replay warm-up", "the update's compiled layers: compile once, outside the step")
+        start = time.perf_counter()
+        warm_up_replay(master, config, loaded, block, device)
+        report.set(replay_warmup_s=time.perf_counter() - start)
+        warmup = report.data["replay_warmup_s"]
+        log(f"[{clock.elapsed():6.1f} s] replay warm-up (compiled layers) in {warmup:.1f} s")
     backend, canary = None, None
     if rewards == "verifier":
         from cudice.model.train.reward import default_canary, reward_pool
@@ -967,6 +1015,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="PPO's logp_old: the sampler's recorded log-probabilities (the trainer's default) or a "
         "no-grad replay pass; both: the step with 'sampler', then the same rollouts and rewards "
         "updated again with 'replay', timed apart",
+    )
+    ap.add_argument(
+        "--no-compile-replay",
+        action="store_true",
+        help="keep the update's decoder layers eager (ModelSetup.compile_replay off)",
     )
     ap.add_argument("--lora-rank", type=int, default=0, help="> 0: LoRA, rollouts on the merged bf16 copy")
     ap.add_argument("--baseline-batch", type=int, default=0, help="0: the rollouts' first micro-batch's size")

@@ -30,8 +30,10 @@ class ModelSetup:
     replay_attention: how the RL update's packed replay attends — "dense" (the full (T, T) mask
     through SDPA; the default), "sparse" (a flex-attention BlockMask that skips the tiles nobody
     sees), "auto" (sparse on a GPU, dense on a CPU, where flex attention has no backward). The
-    sparse path equals the dense one on the CPU (tests); it has not yet run on a GPU, so it is not
-    the default.
+    sparse path equals the dense one on the CPU (tests).
+    compile_replay: on a GPU, the RL update compiles the decoder layers once
+    (`objective.compile_replay_layers`: fused norms, RoPE, activations and casts); off keeps them
+    eager (the first step then skips the compile's warm-up).
     lora_rank 0 trains every weight; > 0 trains LoRA adapters (peft) and saves merged weights.
     lora_dropout acts in the training forwards only: RL rollouts sample in eval mode, from a copy
     holding the merged weights (`cudice.model.train.rollout.RolloutWeights`).
@@ -40,6 +42,7 @@ class ModelSetup:
     precision: str = "fp32"
     gradient_checkpointing: bool = False
     replay_attention: str = "dense"
+    compile_replay: bool = True
     lora_rank: int = 0
     lora_alpha: float = 16.0
     lora_dropout: float = 0.0

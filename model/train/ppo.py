@@ -41,6 +41,7 @@ from cudice.model.train.objective import (
     ReplayRows,
     block_sparse_replay,
     clipped_policy_loss,
+    compile_replay_layers,
     group_advantages,
     pack_replay,
     packed_token_logprobs,
@@ -102,6 +103,8 @@ def ppo_update(
     sparse = attention == "sparse" or (attention == "auto" and device.type == "cuda")
     if sparse and not block_sparse_replay(model):
         use_block_sparse_replay(model)  # stays switched for the next steps
+    if config.setup.compile_replay and device.type == "cuda":
+        compile_replay_layers(model)  # once: the layers stay compiled for the next steps
     # the minibatch plan and its global row counts: one collective per RL step
     rng = random.Random(config.seed * 1_000_003 + step)
     plan = [
