@@ -14,8 +14,11 @@ Contract: returns the reference's outputs of the last trial (the timing phase si
 them) or ends the job with a `Stop`; both models are left in the last trial's draw. Not covered: the
 comparison rules (run/tolerance.py), the input distributions (run/inputs.py), the checks
 (run/dynamic_checks.py). The second turn's load runs the candidate's module again in the same runner,
-whose guards (run/runner.py `op_load`) then start from what its first load left; a reference whose
-`get_init_inputs()` gives other values per call gets no second turn (said, as information).
+whose guards (run/runner.py `op_load`) then start from what its first load left, and which holds
+both of its models while the second is built (a model near the GPU's memory may run out there); the
+reference's runner keeps the first turn's draw for timing (its outputs are timed, not judged); a
+reference whose `get_init_inputs()` gives other values per call gets no second turn (said, as
+information).
 """
 
 from __future__ import annotations

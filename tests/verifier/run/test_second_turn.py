@@ -110,3 +110,23 @@ def test_a_one_element_parameter_meets_both_signs_in_every_run(name: str, tmp_pa
     else:
         said = " ".join(d.message for r in results for d in r.diagnostics)
         assert "Trial 1/6" in said or "second turn" in said
+
+
+def test_the_init_inputs_are_sent_again_only_where_get_init_inputs_is_deterministic() -> None:
+    import types
+
+    import torch
+    from cudice.verifier.run.judge_correctness import _init_again
+
+    fixed = types.ModuleType("fixed")
+    fixed.get_init_inputs = lambda: [64, 0.5, torch.ones(3)]  # type: ignore[attr-defined]
+    drawn = types.ModuleType("drawn")
+    drawn.get_init_inputs = lambda: [64, torch.randn(3)]  # type: ignore[attr-defined]
+    raising = types.ModuleType("raising")
+    raising.get_init_inputs = lambda: 1 / 0  # type: ignore[attr-defined]
+    state = torch.get_rng_state()
+    again = _init_again(fixed)
+    assert again is not None and again[:2] == [64, 0.5] and torch.equal(again[2], torch.ones(3))
+    assert _init_again(drawn) is None and _init_again(raising) is None
+    assert _init_again(types.ModuleType("none")) == []
+    assert torch.equal(state, torch.get_rng_state())  # the global RNG as it was
