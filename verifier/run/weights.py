@@ -559,18 +559,22 @@ def draw_reference_constants(model: Any, seed: int, order: dict[tuple[int, str],
         counts[cls] = key.ordinal + 1
         _fill(slot.tensor, seed, key)
         drawn.append(Drawn(slot.name, key))
-    _SEEDS[model] = seed
+    for gone in [k for k, (ref, _) in _SEEDS.items() if ref() is None]:
+        del _SEEDS[gone]
+    _SEEDS[id(model)] = (weakref.ref(model), seed)
     return drawn
 
 
-# the seed each reference model of this process was drawn with (`draw_reference_constants`), for
-# the correctness phase's second turn, which has the candidate's runner draw the same keys again
-_SEEDS: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+# the seed each reference model of this process was drawn with (`draw_reference_constants`), by the
+# model's id with a weak reference to it (a model class may define `__eq__` and no hash), for the
+# correctness phase's second turn, which has the candidate's runner draw the same keys again
+_SEEDS: dict[int, tuple[weakref.ref[Any], int]] = {}
 
 
 def draw_seed(model: Any) -> int | None:
     """The seed `draw_reference_constants` drew `model`'s constants with; None for another model."""
-    return _SEEDS.get(model)
+    held = _SEEDS.get(id(model))
+    return held[1] if held is not None and held[0]() is model else None
 
 
 def second_turn(drawn: list[Drawn]) -> list[Drawn]:
