@@ -445,7 +445,7 @@ def sft_command(
 @click.option(
     "--replay-attention",
     type=click.Choice(("dense", "sparse", "auto")),
-    default="dense",
+    default="auto",
     show_default=True,
     help="The update's packed replay: the dense mask (SDPA), or a flex-attention BlockMask that skips "
     "masked tiles (sparse; auto = sparse on a GPU). Sparse has not yet run on a GPU.",

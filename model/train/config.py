@@ -28,9 +28,9 @@ class ModelSetup:
     precision: "fp32" (no autocast), "bf16-autocast" (torch.autocast around each forward),
     "accelerate-bf16" / "accelerate-fp16" (accelerate's mixed precision; fp16 adds a loss scaler).
     replay_attention: how the RL update's packed replay attends — "dense" (the full (T, T) mask
-    through SDPA; the default), "sparse" (a flex-attention BlockMask that skips the tiles nobody
-    sees), "auto" (sparse on a GPU, dense on a CPU, where flex attention has no backward). The
-    sparse path equals the dense one on the CPU (tests).
+    through SDPA), "sparse" (a flex-attention BlockMask that skips the tiles nobody sees), "auto"
+    (the default: sparse on a GPU, dense on a CPU, where flex attention has no backward). The
+    sparse path equals the dense one (CPU tests; on a GPU within bf16's rounding, compiled).
     compile_replay: on a GPU, the RL update compiles the decoder layers once
     (`objective.compile_replay_layers`: fused norms, RoPE, activations and casts); off keeps them
     eager (the first step then skips the compile's warm-up).
@@ -41,7 +41,7 @@ class ModelSetup:
 
     precision: str = "fp32"
     gradient_checkpointing: bool = False
-    replay_attention: str = "dense"
+    replay_attention: str = "auto"
     compile_replay: bool = True
     lora_rank: int = 0
     lora_alpha: float = 16.0

@@ -166,10 +166,10 @@ def test_rl_cli_takes_the_replay_attention_and_names_its_choices(tmp_path, monke
     assert seen == ["sparse/sampler", "sparse/sampler"]  # the infilling stage's and the end-to-end stage's
     seen.clear()
     _rl_cli(tmp_path, infill, e2e, "--prompt-style", "cudice", "--old-logprobs", "replay")
-    assert seen == ["dense/replay", "dense/replay"]
+    assert seen == ["auto/replay", "auto/replay"]
 
     result = _rl_cli(tmp_path, tmp_path / "i.jsonl", tmp_path / "e.jsonl", "--replay-attention", "flash")
     assert result.exit_code == 2
     assert "--replay-attention" in result.output and "'dense', 'sparse', 'auto'" in result.output
     help_text = CliRunner().invoke(train_group, ["rl", "--help"]).output
-    assert "--replay-attention" in help_text and "[default: dense]" in help_text
+    assert "--replay-attention" in help_text and "[default: auto]" in help_text
