@@ -107,7 +107,7 @@ def _measure(st: JudgeState, ref: Reference, *, timed: bool) -> None:
     # 3. correctness
     t = time.perf_counter()
     st.out["stage"] = Stage.CORRECTNESS.value
-    last_ref = correctness(st, ref.module, ref.model)
+    last_ref = correctness(st, ref)
     st.walls["correctness"] = time.perf_counter() - t
     if not timed:
         raise Stop(Verdict.CORRECT, Stage.CORRECTNESS, [])

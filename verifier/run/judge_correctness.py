@@ -26,10 +26,9 @@ from __future__ import annotations
 import contextlib
 import secrets
 import time
-import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cudice.verifier.run import channel
 from cudice.verifier.run.judge_evidence import guards, profile
@@ -47,6 +46,9 @@ from cudice.verifier.run.judge_state import (
 from cudice.verifier.run.judging import Stop, call_or_stop, diag
 from cudice.verifier.run.runner_link import RunnerLink
 from cudice.verifier.source.result import Diagnostic, Location, Severity, Stage, Verdict
+
+if TYPE_CHECKING:
+    from cudice.verifier.run.judge_load import Reference
 
 NUM_PROFILED_TRIALS = 1  # plus one random timed round: each profiled call costs a profiler session
 _rng = secrets.SystemRandom()
@@ -67,11 +69,12 @@ class _Tally:
     last: tuple[list[Any], str] = ([], "as_given")  # the last judged trial's inputs and distribution
 
 
-def correctness(st: JudgeState, ref_mod: types.ModuleType, model: Any) -> Any:
+def correctness(st: JudgeState, ref: Reference) -> Any:
     from cudice.verifier.run import dynamic_checks as dyn
     from cudice.verifier.run.inputs import DISTRIBUTIONS
     from cudice.verifier.run.tolerance import finite_scale
 
+    ref_mod, model = ref.module, ref.model
     n = st.config.num_trials
     tally = _Tally(n, set(_rng.sample(range(n), k=min(NUM_PROFILED_TRIALS, n))))
     get_inputs = getattr(ref_mod, "get_inputs", None)
@@ -95,7 +98,7 @@ def correctness(st: JudgeState, ref_mod: types.ModuleType, model: Any) -> Any:
     order = ["as_given", *others]
     for trial in range(n):
         _trial(st, model, get_inputs, tally, order[trial % len(order)], f"Trial {trial + 1}/{n}", trial)
-    _second_turn(st, ref_mod, model, get_inputs, tally)
+    _second_turn(st, ref, get_inputs, tally)
     found = tally.found
     again = _call_and_fetch(st, tally.ref[-1], count_threads=True)  # the last inputs, once more
     scales = [finite_scale(r) for r in dyn.flatten_outputs(tally.ref[-1])]
@@ -224,64 +227,31 @@ def _trial(
         tally.found += profile(st)
 
 
-def _second_turn(
-    st: JudgeState, ref_mod: types.ModuleType, model: Any, get_inputs: Any, tally: _Tally
-) -> None:
+def _second_turn(st: JudgeState, ref: Reference, get_inputs: Any, tally: _Tally) -> None:
     """One more trial (`as_given`) where the reference has one-element parameters drawn free: each
     of them negated (run/weights.py `second_turn`), in the reference here and in the candidate's
-    runner, which loads its model again after the same seed with the second turn's keys. A parameter
-    of one element has one sign per draw, so a kernel valid for one sign of it (a scale assumed
-    positive, a slope whose sign it drops) passed one run in two; now it meets both signs in every
-    run. The timing phase then runs both models as they are left (the second turn)."""
+    runner, which loads its model again from the reference's own init inputs after the same seed,
+    with the second turn's keys. A parameter of one element has one sign per draw, so a kernel valid
+    for one sign of it (a scale assumed positive, a slope whose sign it drops) passed one run in
+    two; now it meets both signs in every run. The timing phase then runs both models as they are
+    left (the second turn)."""
     import torch
     from cudice.verifier.run.judge_load import load_runners
-    from cudice.verifier.run.weights import draw_seed, drawn_from_json, drawn_to_json, give_drawn, second_turn
+    from cudice.verifier.run.weights import drawn_from_json, drawn_to_json, give_drawn, second_turn
 
-    seed = draw_seed(model)
     turn = second_turn(drawn_from_json(st.constant_keys))
     negated = [d.name for d in turn if d.key.flipped]
-    if seed is None or not negated or not tally.ref:
-        return
-    init = _init_again(ref_mod)
-    if init is None:
-        st.diags.append(
-            diag(
-                "correctness.second_turn_skipped",
-                f"The reference's one-element parameter(s) {', '.join(negated)} were judged with one sign "
-                "only: its get_init_inputs() gives other values on each call, so the candidate's model "
-                "cannot be built again as the reference's was. Make get_init_inputs() deterministic.",
-                Stage.CORRECTNESS,
-                Location(st.ref_path, 1, 1),
-                Severity.INFORMATION,
-            )
-        )
+    if not negated or not tally.ref:
         return
     t0 = time.perf_counter()
     # both models as freshly drawn in the second turn: the drawn statistics back at their draws too
     with torch.no_grad(), shared(st):
-        give_drawn(model, seed, turn)
+        give_drawn(ref.model, ref.seed, turn)
     st.constant_keys = drawn_to_json(turn)
-    load_runners(st, init, seed, timed=False)
+    load_runners(st, ref.init, ref.seed, timed=False)
     add_wall(st, "correctness.second_turn_load", t0)
     name = f"The second turn's trial (the one-element parameter(s) {', '.join(negated)} of the other sign)"
-    _trial(st, model, get_inputs, tally, "as_given", name)
-
-
-def _init_again(ref_mod: types.ModuleType) -> list[Any] | None:
-    """The reference's `get_init_inputs()` called again, or None where two calls give other values
-    (or it raises): the phase 1 values are not kept, so only a deterministic one can be sent again."""
-    import torch
-
-    get = getattr(ref_mod, "get_init_inputs", None)
-    if get is None:
-        return []
-    try:
-        with torch.random.fork_rng(devices=[]):  # (the global RNG as it was, after both calls)
-            first, second = list(get()), list(get())
-        same = channel.encode(first) == channel.encode(second)
-    except Exception:
-        return None
-    return first if same else None
+    _trial(st, ref.model, get_inputs, tally, "as_given", name)
 
 
 def exact_reference(st: JudgeState, model: Any, inputs: list[Any], ref_out: Any) -> Callable[[], Any]:

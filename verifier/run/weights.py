@@ -57,9 +57,9 @@ candidate's matching weights the same values:
   `c * sqrt(nz / n) * U(0.5, 1.5)` everywhere, of `c`'s sign), no second turn. The flag travels in
   the keys (`drawn_to_json`), so the candidate's matching weights get the same values.
 - `second_turn(drawn)`: the keys with each one-element free parameter's (`Key.flippable`) draw
-  negated (`Key.flipped`); `give_drawn(model, seed, drawn)` gives the reference a turn's values,
-  `draw_seed(model)` says which seed its constants were drawn with (the judge's correctness phase
-  has the candidate's runner load its model again after that seed, with the second turn's keys).
+  negated (`Key.flipped`); `give_drawn(model, seed, drawn)` gives the reference a turn's values
+  (the judge's correctness phase has the candidate's runner load its model again from the same
+  init inputs after the same seed, with the second turn's keys).
 - `match_reference_constants(model, seed, drawn, order)`: a single-valued parameter or buffer of
   the candidate with a drawn weight's name (`bn1.weight`), constant, shape and dtype gets its
   values. The rest are paired in registration order, space by space: the candidate's
@@ -134,7 +134,6 @@ import math
 import os
 import sys
 import types
-import weakref
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
@@ -559,22 +558,7 @@ def draw_reference_constants(model: Any, seed: int, order: dict[tuple[int, str],
         counts[cls] = key.ordinal + 1
         _fill(slot.tensor, seed, key)
         drawn.append(Drawn(slot.name, key))
-    for gone in [k for k, (ref, _) in _SEEDS.items() if ref() is None]:
-        del _SEEDS[gone]
-    _SEEDS[id(model)] = (weakref.ref(model), seed)
     return drawn
-
-
-# the seed each reference model of this process was drawn with (`draw_reference_constants`), by the
-# model's id with a weak reference to it (a model class may define `__eq__` and no hash), for the
-# correctness phase's second turn, which has the candidate's runner draw the same keys again
-_SEEDS: dict[int, tuple[weakref.ref[Any], int]] = {}
-
-
-def draw_seed(model: Any) -> int | None:
-    """The seed `draw_reference_constants` drew `model`'s constants with; None for another model."""
-    held = _SEEDS.get(id(model))
-    return held[1] if held is not None and held[0]() is model else None
 
 
 def second_turn(drawn: list[Drawn]) -> list[Drawn]:

@@ -88,9 +88,9 @@ class ModelNew(nn.Module):
 }
 
 
-def _case(tmp_path: Path, name: str) -> Case:
+def _case(tmp_path: Path, name: str, reference: str = REFERENCE) -> Case:
     (tmp_path / "references").mkdir(exist_ok=True)
-    (tmp_path / "references" / "scaled_prelu.py").write_text(REFERENCE)
+    (tmp_path / "references" / "scaled_prelu.py").write_text(reference)
     path = tmp_path / f"{name}.py"
     path.write_text(HEAD + CANDIDATES[name].lstrip())
     return Case(path, "runtime", "correct" if name == "honest" else "incorrect", (), "")
@@ -112,21 +112,17 @@ def test_a_one_element_parameter_meets_both_signs_in_every_run(name: str, tmp_pa
         assert "Trial 1/6" in said or "second turn" in said
 
 
-def test_the_init_inputs_are_sent_again_only_where_get_init_inputs_is_deterministic() -> None:
-    import types
-
-    import torch
-    from cudice.verifier.run.judge_correctness import _init_again
-
-    fixed = types.ModuleType("fixed")
-    fixed.get_init_inputs = lambda: [64, 0.5, torch.ones(3)]  # type: ignore[attr-defined]
-    drawn = types.ModuleType("drawn")
-    drawn.get_init_inputs = lambda: [64, torch.randn(3)]  # type: ignore[attr-defined]
-    raising = types.ModuleType("raising")
-    raising.get_init_inputs = lambda: 1 / 0  # type: ignore[attr-defined]
-    state = torch.get_rng_state()
-    again = _init_again(fixed)
-    assert again is not None and again[:2] == [64, 0.5] and torch.equal(again[2], torch.ones(3))
-    assert _init_again(drawn) is None and _init_again(raising) is None
-    assert _init_again(types.ModuleType("none")) == []
-    assert torch.equal(state, torch.get_rng_state())  # the global RNG as it was
+def test_the_second_turn_rebuilds_from_the_init_inputs_the_reference_was_built_with(tmp_path: Path) -> None:
+    """A `get_init_inputs()` that draws (another value on each call) still gets its second turn: the
+    candidate's runner is sent the very values the reference was built with, not a new call's. The
+    honest candidate passes with the second turn's trial counted; the sign-dropping one fails."""
+    drawing = REFERENCE.replace(
+        "def get_init_inputs():\n    return []",
+        "def get_init_inputs():\n    return [int(torch.randint(32, 96, (1,)))]",
+    )
+    assert drawing != REFERENCE
+    honest = judge_case(_case(tmp_path, "honest", drawing), tmp_path / "cache")[0]
+    assert honest.verdict.value == "correct", [(d.code, d.message[:300]) for d in honest.diagnostics]
+    assert honest.num_trials == 7  # six planned, and the second turn's
+    cheat = judge_case(_case(tmp_path, "drops_sign", drawing), tmp_path / "cache")[0]
+    assert cheat.verdict.value == "incorrect"
