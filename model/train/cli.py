@@ -448,7 +448,7 @@ def sft_command(
     default="auto",
     show_default=True,
     help="The update's packed replay: the dense mask (SDPA), or a flex-attention BlockMask that skips "
-    "masked tiles (sparse; auto = sparse on a GPU). Sparse has not yet run on a GPU.",
+    "masked tiles (sparse; auto = sparse on a GPU, dense on a CPU).",
 )
 @click.option(
     "--static-policy",
