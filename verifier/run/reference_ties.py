@@ -58,9 +58,9 @@ selecting op's indices, each on a copy of the reference. Not covered: 16-bit inp
 (their step is above 2^-16), so their ties count only where a selecting op that promises no order
 decides them; ties created from weights, not inputs, likewise; indices that pass through a view, a
 cast or arithmetic before they are returned (the nudge judges them, which does not break ties made
-inside the forward); where in the slice a scan's or a pool's index lies: the tie set holds values,
-not positions (run/tolerance.py `_same_selection`), so an index past its place in a cummax, or
-outside its window in a pool, that selects an equal value is accepted; fractional max pooling
+inside the forward); where in its window a pool's index lies: the tie set holds the planes'
+values, not the windows (run/tolerance.py `_same_selection`), so an index outside its window that
+selects an equal value is accepted (a scan's index is held to its prefix); fractional max pooling
 (random: no second opinion); a tie whose choice feeds a floating output (`i = s.argmax(1);
 return i, emb[i]`: the rows differ, judged as floats; at a near-tie the nudges may excuse them as
 jumps).
@@ -228,8 +228,8 @@ def _permuted(given: dict[str, Any], source: Any) -> TieSet:
 
 def _scanned(given: dict[str, Any], source: Any) -> TieSet:
     """cummax and cummin: at each place the index of a maximum (minimum) of the prefix along the dim,
-    in the source's shape."""
-    return TieSet(source, given.get("dim"), True, False)
+    in the source's shape, never past its own place."""
+    return TieSet(source, given.get("dim"), True, False, prefix=True)
 
 
 def _plane_set(flat: Any, num_lead: int, shape: tuple[int, ...]) -> TieSet:

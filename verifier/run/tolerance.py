@@ -108,13 +108,15 @@ HELD_TO_FP32 = ("float32", "float64", "complex64", "complex128")  # complex: two
 @dataclass(frozen=True, slots=True)
 class TieSet:
     """Where a selecting op of the reference decided: the tensor it selected from, the dim (None:
-    the flattened tensor), whether its indices keep that dim, and whether they permute along it
-    (sort, topk: no index may repeat)."""
+    the flattened tensor), whether its indices keep that dim, whether they permute along it
+    (sort, topk: no index may repeat), and whether each index is of its place's prefix along the
+    dim (cummax, cummin: no index past its own place)."""
 
     source: Any
     dim: int | None
     keepdim: bool
     permutes: bool
+    prefix: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -513,6 +515,10 @@ def _same_selection(c: Any, r: Any, tie: TieSet) -> tuple[Any, str]:
     )
     ok = inside & same
     how = "select other values than the reference's indices (or are out of range)"
+    if tie.prefix and cc.numel():
+        place = torch.arange(size, device=cc.device).view([-1 if d == dim else 1 for d in range(cc.dim())])
+        ok = ok & (cc <= place)
+        how = "select other values than the reference's indices, are out of range, or point past their place"
     if tie.permutes and cc.numel():
         ordered = safe.sort(dim=dim).values
         repeated = (

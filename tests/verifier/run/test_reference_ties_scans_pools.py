@@ -75,6 +75,19 @@ def test_a_scan_keeping_the_first_of_tied_extremes_passes_and_a_wrong_index_fail
     wrong[0, i] = int((x[0, : i + 1] != extreme[0, i]).nonzero()[0, 0])
     cmp = _compare(model, [x], wrong)
     assert not cmp.ok and cmp.rule == "integer" and "select other values" in cmp.why
+    # an index past its place that selects an equal value: the extreme's later repeat, ahead of time
+    row = x[0]
+    later = next(
+        (i, j)
+        for i in range(row.numel())
+        for j in range(i + 1, row.numel())
+        if row[j] == extreme[0, i] and int(honest[0, i]) != j
+    )
+    ahead = honest.clone()
+    ahead[0, later[0]] = later[1]
+    assert x[0, ahead[0, later[0]]] == extreme[0, later[0]]  # the value it selects is right
+    cmp = _compare(model, [x], ahead)
+    assert not cmp.ok and cmp.rule == "integer" and "past their place" in cmp.why
 
 
 def _last_in_window_2d(x: torch.Tensor, k: int) -> torch.Tensor:
