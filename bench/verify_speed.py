@@ -19,6 +19,12 @@ Every figure is printed next to a baseline measured in the same run:
    nvcc's steps in sequence and with the pybind11 `main.cpp` (each variant with a cache of its own)
    in the same run; `objects` is the compile-only path that still builds every object (the host
    compiler's pass over nvcc's front-end output included), the baseline of the check-only path.
+6. `--phase batched --batched 4,8,16`: compile-only checks of `--limit` distinct candidates
+   (bench/kb_candidates.py), one at a time (`build_module(link=False)`) and through
+   `verifier/build/batch.py` `check_many` N at a time for each N, each with the objects of the cache
+   wiped first (the toolchain probe, the header lists and the prefix cache kept warm, as in a
+   long-lived evaluator), and the plain `nvcc -c` of the same kernels: per-candidate wall and CPU s,
+   and how many a batch decided.
 Prints one `RESULT {...}` JSON line per measurement. `--quick` shrinks 3 (8 candidates).
 Run: `python bench/verify_speed.py [--quick] [--skip-load-inline]`;
 `python bench/verify_speed.py --phase candidates --compile-only --limit 4` on a 2-core box.
@@ -504,15 +510,79 @@ def bench_candidates_pool(
         shutil.rmtree(folder, ignore_errors=True)
 
 
+def _checks(config: VerifyConfig, modules: list[tuple[Any, str]], n: int) -> dict[str, object]:
+    """Compile-only checks of `modules`, one at a time (n=1) or `check_many` n at a time, from a cache
+    whose objects were wiped: wall and CPU s per candidate (CPU: this process's children)."""
+    from cudice.verifier.build.batch import BatchReport, check_many
+    from cudice.verifier.build.compile import build_module
+
+    shutil.rmtree(config.cache_dir / "objects", ignore_errors=True)
+    report = BatchReport()
+    cpu0, t0 = _child_cpu_s(), time.perf_counter()
+    if n == 1:
+        results = [build_module(m, path, config, link=False) for m, path in modules]
+    else:
+        results = []
+        for k in range(0, len(modules), n):
+            results += check_many(modules[k : k + n], config, max_batch=n, report=report)
+    wall, cpu = time.perf_counter() - t0, _child_cpu_s() - cpu0
+    return {
+        "n": n,
+        "candidates": len(modules),
+        "wall_per_candidate_s": wall / len(modules),
+        "cpu_per_candidate_s": cpu / len(modules),
+        "ok": sum(r.ok for r in results),
+        "decided_by_batch": report.decided,
+        "rounds": report.rounds,
+        "single_checks": len(modules) - report.decided if n > 1 else len(modules),
+        "load_avg": os.getloadavg(),
+    }
+
+
+def bench_batched(config: VerifyConfig, limit: int, sizes: tuple[int, ...]) -> None:
+    """Phase 6: single vs batched compile-only checks of `limit` distinct candidates, and plain nvcc."""
+    from cudice.verifier.build.generated import from_call
+    from cudice.verifier.source.document import parse_document
+
+    cands = [kb_candidates.candidate(j) for j in range(limit)]
+    modules = []
+    for c in cands:
+        doc = parse_document(c.source, f"/virtual/{c.name}.py")
+        module = from_call(doc, doc.load_inline_calls[0])
+        assert module is not None
+        modules.append((module, doc.path))
+    # warm what a long-lived evaluator keeps (toolchain probe, header lists, prefix cache): not measured
+    _checks(config, modules[:2], 2)
+    rows = [_checks(config, modules, n) for n in (1, *sizes)]
+    nvcc = [plain_nvcc_s(c.kernel_cu, config.arch_list[0]) for c in cands]
+    base_wall = sum(w for w, _, _ in nvcc) / len(nvcc)
+    base_cpu = sum(c for _, c, _ in nvcc) / len(nvcc)
+    for row in rows:
+        result(
+            "batched_checks",
+            **row,
+            nvcc_wall_per_candidate_s=base_wall,
+            nvcc_cpu_per_candidate_s=base_cpu,
+            wall_vs_nvcc=float(row["wall_per_candidate_s"]) / base_wall,  # type: ignore[arg-type]
+            wall_vs_single=float(row["wall_per_candidate_s"]) / float(rows[0]["wall_per_candidate_s"]),  # type: ignore[arg-type]
+        )
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--skip-load-inline", action="store_true")
     ap.add_argument(
         "--phase",
-        choices=("all", "compile", "gpu", "throughput", "repeat", "candidates"),
+        choices=("all", "compile", "gpu", "throughput", "repeat", "candidates", "batched"),
         default="all",
-        help="compile: 1-2; throughput: 3; repeat: 4; gpu: 3-4; candidates: 5 (phases can run side by side)",
+        help="compile: 1-2; throughput: 3; repeat: 4; gpu: 3-4; candidates: 5; batched: 6 "
+        "(phases can run side by side)",
+    )
+    ap.add_argument(
+        "--batched",
+        default="4,8,16",
+        help="phase 6: comma-separated batch sizes N of the batched compile-only checks",
     )
     ap.add_argument("--compile-only", action="store_true", help="phase 5: stop each verdict after compiling")
     ap.add_argument("--limit", type=int, default=32, help="phase 5: number of distinct candidates")
@@ -560,6 +630,11 @@ def main() -> int:
             ("first_diagnostic", lambda: bench_first_diagnostic(config, args.skip_load_inline)),
             ("full_verdict", lambda: bench_full_verdict(config, args.skip_load_inline)),
         ]
+    if args.phase == "batched":
+        sizes = tuple(int(v) for v in args.batched.split(",") if v.strip())
+        if not sizes or min(sizes) < 2:
+            ap.error(f"--batched {args.batched!r}: batch sizes must be integers >= 2, e.g. 4,8,16")
+        steps.append(("batched", lambda: bench_batched(config.with_(compile_only=True), args.limit, sizes)))
     if args.phase == "candidates":
         if not args.pool_only:
             variants = tuple(v.strip() for v in args.variants.split(",") if v.strip())
