@@ -21,7 +21,9 @@ values, quantised levels. `second_opinion(model, inputs, ref_out, hold)` gives
    extreme along it, or a flat place in a pooled plane). Where a reference output *is* such an op's
    indices (the same place, holding what the op made: not changed in place since), a kernel's index
    is accepted when it is in range and selects the value the reference's index selects (NaN
-   selects NaN), and, for sort and topk, when no index repeats along the dim. Exact and
+   selects NaN), and, for sort and topk, when no index repeats along the dim, for cummax and
+   cummin, when it does not pass its own place, for a pool, when it lies inside its output
+   place's window (kernel, stride, padding and dilation, or the adaptive split). Exact and
    deterministic: every tie, of any floating dtype, is judged where it is decided. PyTorch documents
    no index among equal values for these ops (its CPU cummax keeps the last, its max pool the
    first), so an honest kernel may keep another. Not for a stable sort (one order is right), nor
@@ -58,9 +60,7 @@ selecting op's indices, each on a copy of the reference. Not covered: 16-bit inp
 (their step is above 2^-16), so their ties count only where a selecting op that promises no order
 decides them; ties created from weights, not inputs, likewise; indices that pass through a view, a
 cast or arithmetic before they are returned (the nudge judges them, which does not break ties made
-inside the forward); where in its window a pool's index lies: the tie set holds the planes'
-values, not the windows (run/tolerance.py `_same_selection`), so an index outside its window that
-selects an equal value is accepted (a scan's index is held to its prefix); fractional max pooling
+inside the forward); fractional max pooling
 (random: no second opinion); a tie whose choice feeds a floating output (`i = s.argmax(1);
 return i, emb[i]`: the rows differ, judged as floats; at a near-tie the nudges may excuse them as
 jumps).
@@ -232,14 +232,69 @@ def _scanned(given: dict[str, Any], source: Any) -> TieSet:
     return TieSet(source, given.get("dim"), True, False, prefix=True)
 
 
-def _plane_set(flat: Any, num_lead: int, shape: tuple[int, ...]) -> TieSet:
+def _plane_set(flat: Any, num_lead: int, shape: tuple[int, ...], within: Any) -> TieSet:
     """Max pooling with indices (max_pool2d/3d_with_indices, adaptive_max_pool2d/3d; the 1d pools are
     these on an unsqueezed input): each index of `shape` is a flat place in its plane of the input,
     `flat` the input as (*lead, places). The tie set holds the planes seen from every output place
-    (a broadcast view, no copy), selected from along the last dim."""
+    (a broadcast view, no copy), selected from along the last dim; `within` (`_windows`) holds each
+    index to its output place's window."""
     lead, places = tuple(flat.shape[:num_lead]), flat.shape[-1]
     across = flat.reshape(*lead, *(1,) * (len(shape) - num_lead - 1), places)
-    return TieSet(across.expand(*shape[:-1], places), -1, True, False)
+    return TieSet(across.expand(*shape[:-1], places), -1, True, False, within=within)
+
+
+def _per_dim(value: Any, nd: int, default: list[int]) -> list[int]:
+    """A pooling argument (an int, or a list of one or `nd` ints; empty: `default`) per spatial dim."""
+    if isinstance(value, int):
+        return [value] * nd
+    values = [int(v) for v in value] if value is not None else []
+    if not values:
+        return list(default)
+    return values * nd if len(values) == 1 else values
+
+
+def _windows(
+    given: dict[str, Any], adaptive: bool, plane: tuple[int, ...], out_shape: tuple[int, ...]
+) -> Any:
+    """Which of a pool's indices lie inside their output place's window: `plane` the input's spatial
+    sizes, `out_shape` the indices' shape as the op made them (spatial dims last). Max pooling: the
+    window of output o along a dim starts at o·stride − padding and takes every dilation-th place,
+    kernel_size of them; adaptive pooling: [⌊o·L/O⌋, ⌈(o+1)·L/O⌉) (PyTorch's pooling kernels)."""
+    import torch
+
+    nd = len(plane)
+    out_sp = out_shape[-nd:]
+    if not adaptive:
+        kernel = _per_dim(given.get("kernel_size"), nd, [1] * nd)
+        stride = _per_dim(given.get("stride"), nd, kernel)
+        padding = _per_dim(given.get("padding", 0), nd, [0] * nd)
+        dilation = _per_dim(given.get("dilation", 1), nd, [1] * nd)
+
+    def within(cc: Any) -> Any:
+        full = cc.reshape(out_shape)
+        ok = torch.ones(full.shape, dtype=torch.bool, device=full.device)
+        coords, rest = [], full
+        for size in reversed(plane):  # the flat place unravelled, row-major over the plane
+            coords.append(torch.remainder(rest, size))
+            rest = torch.div(rest, size, rounding_mode="floor")
+        coords.reverse()
+        for i in range(nd):
+            axis = len(out_shape) - nd + i
+            o = torch.arange(out_sp[i], device=full.device).view(
+                [-1 if d == axis else 1 for d in range(full.dim())]
+            )
+            h = coords[i]
+            if adaptive:
+                size, outs = plane[i], out_sp[i]
+                ok &= (h >= torch.div(o * size, outs, rounding_mode="floor")) & (
+                    h < torch.div((o + 1) * size + outs - 1, outs, rounding_mode="floor")
+                )
+            else:
+                rel = h - (o * stride[i] - padding[i])
+                ok &= (rel >= 0) & (torch.remainder(rel, dilation[i]) == 0) & (rel < kernel[i] * dilation[i])
+        return ok.reshape(cc.shape)
+
+    return within
 
 
 class _Selections:
@@ -274,6 +329,7 @@ class _Selections:
             aten.adaptive_max_pool2d.default: 2,
             aten.adaptive_max_pool3d.default: 3,
         }
+        adaptive_pools = (aten.adaptive_max_pool2d.default, aten.adaptive_max_pool3d.default)
         squeezes = (aten.squeeze.dim, aten.squeeze.dims)
 
         class Selections(TorchDispatchMode):  # type: ignore[no-untyped-call]
@@ -282,8 +338,11 @@ class _Selections:
                 # place -> (tie set, the indices as the op made them)
                 self.sets: dict[tuple[int, int, tuple[int, ...], tuple[int, ...]], tuple[TieSet, Any]] = {}
                 self.held: list[Any] = []  # every recorded indices tensor: no other takes its place
-                # a pool's indices, by place -> (its input as (*lead, places), how many lead dims)
-                self.planes: dict[tuple[int, int, tuple[int, ...], tuple[int, ...]], tuple[Any, int]] = {}
+                # a pool's indices, by place -> (its input as (*lead, places), how many lead dims, and
+                # its window rule on the indices as the op made them)
+                self.planes: dict[
+                    tuple[int, int, tuple[int, ...], tuple[int, ...]], tuple[Any, int, Any]
+                ] = {}
 
             def record(self, indices: Any, tie: TieSet) -> None:
                 self.sets[_key(indices)] = (tie, indices.detach().clone())
@@ -308,14 +367,19 @@ class _Selections:
                     else:
                         num_lead = source.dim() - pools[func]
                         flat = source.reshape(*source.shape[:num_lead], -1)
-                        self.planes[_key(indices)] = (flat, num_lead)
-                        self.record(indices, _plane_set(flat, num_lead, tuple(indices.shape)))
+                        adaptive = func in adaptive_pools
+                        within = _windows(
+                            given, adaptive, tuple(source.shape[num_lead:]), tuple(indices.shape)
+                        )
+                        self.planes[_key(indices)] = (flat, num_lead, within)
+                        self.record(indices, _plane_set(flat, num_lead, tuple(indices.shape), within))
                 elif func in squeezes and isinstance(out, torch.Tensor) and _key(args[0]) in self.planes:
-                    flat, num_lead = self.planes[_key(args[0])]
+                    flat, num_lead, within = self.planes[_key(args[0])]
                     # a view without some output dims of size 1 (`F.max_pool1d`'s squeeze): the same
-                    # flat places, seen from fewer dims; not where a lead dim went
+                    # flat places, seen from fewer dims (the window rule reads them in the op's shape);
+                    # not where a lead dim went
                     if tuple(out.shape[:num_lead]) == tuple(flat.shape[:num_lead]) and out.dim() > num_lead:
-                        self.record(out, _plane_set(flat, num_lead, tuple(out.shape)))
+                        self.record(out, _plane_set(flat, num_lead, tuple(out.shape), within))
                 return out
 
         return Selections()

@@ -110,13 +110,15 @@ class TieSet:
     """Where a selecting op of the reference decided: the tensor it selected from, the dim (None:
     the flattened tensor), whether its indices keep that dim, whether they permute along it
     (sort, topk: no index may repeat), and whether each index is of its place's prefix along the
-    dim (cummax, cummin: no index past its own place)."""
+    dim (cummax, cummin: no index past its own place); `within`, for pooling: a function of the
+    kernel's indices (long, the indices' shape) saying which lie inside their output place's window."""
 
     source: Any
     dim: int | None
     keepdim: bool
     permutes: bool
     prefix: bool = False
+    within: Any = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -519,6 +521,11 @@ def _same_selection(c: Any, r: Any, tie: TieSet) -> tuple[Any, str]:
         place = torch.arange(size, device=cc.device).view([-1 if d == dim else 1 for d in range(cc.dim())])
         ok = ok & (cc <= place)
         how = "select other values than the reference's indices, are out of range, or point past their place"
+    if tie.within is not None and cc.numel():
+        ok = ok & tie.within(cc)
+        how = (
+            "select other values than the reference's indices, are out of range, or lie outside their window"
+        )
     if tie.permutes and cc.numel():
         ordered = safe.sort(dim=dim).values
         repeated = (

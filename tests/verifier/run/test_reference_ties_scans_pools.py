@@ -151,13 +151,30 @@ def test_every_pool_with_indices_has_a_tie_set_over_its_planes(
     evidence = second_opinion(model, [x], (values, ref), contextlib.nullcontext)
     assert set(evidence.sets) == {1}  # the indices; the values are floating
     planes = x.reshape(*shape[:-spatial], -1)  # (*lead, places)
-    picked = planes.gather(-1, ref.reshape(*planes.shape[:-1], -1))  # (*lead, outputs)
-    # the first place of the plane holding each picked value: another index wherever a window ties
-    # with an earlier place (inside the window or not: the tie set holds values, not windows)
-    first = (planes.unsqueeze(-2) == picked.unsqueeze(-1)).int().argmax(-1).reshape(ref.shape)
-    assert not torch.equal(first, ref)
-    cmp = _compare(model, [x], (values, first))
+    lead, places = planes.shape[:-1], planes.shape[-1]
+    picked = planes.gather(-1, ref.reshape(*lead, -1))  # (*lead, outputs)
+    # the windows, read from the pool itself: place j is in output o's window where the pool of an
+    # input holding 1 at j (and -1 elsewhere) gives 1 at o
+    member = torch.stack(
+        [
+            fn(torch.where(torch.arange(places) == j, 1.0, -1.0).expand(*lead, places).reshape(shape))[0] == 1
+            for j in range(places)
+        ]
+    ).reshape(places, *lead, -1)[(slice(None), *(0,) * len(lead))]  # (places, outputs)
+    same = planes.unsqueeze(-2) == picked.unsqueeze(-1)  # (*lead, outputs, places)
+    # the last place of its window holding each picked value (PyTorch keeps the first): honest
+    last = ((same & member.T).int() * torch.arange(1, places + 1)).argmax(-1).reshape(ref.shape)
+    assert not torch.equal(last, ref)
+    cmp = _compare(model, [x], (values, last))
     assert cmp.ok, cmp.why
-    wrong = first.clone().reshape(-1)
+    # a place outside the window that holds the same value: rejected
+    outside = same & ~member.T
+    if outside.any():
+        spot = outside.nonzero()[0].tolist()
+        wrong = last.reshape(*lead, -1).clone()
+        wrong[tuple(spot[:-1])] = spot[-1]
+        cmp = _compare(model, [x], (values, wrong.reshape(ref.shape)))
+        assert not cmp.ok and "outside their window" in cmp.why
+    wrong = last.clone().reshape(-1)
     wrong[0] = int((planes.reshape(-1, planes.shape[-1])[0] != picked.reshape(-1)[0]).nonzero()[0, 0])
     assert not _compare(model, [x], (values, wrong.reshape(ref.shape))).ok
