@@ -451,6 +451,13 @@ def sft_command(
     "masked tiles (sparse; auto = sparse on a GPU, dense on a CPU).",
 )
 @click.option(
+    "--compile-replay/--no-compile-replay",
+    default=True,
+    show_default=True,
+    help="On a GPU, compile the decoder layers once for the update's replay (torch.compile: fused "
+    "norms, RoPE, activations and casts); --no-compile-replay keeps them eager.",
+)
+@click.option(
     "--static-policy",
     type=click.Choice(("default", "strict")),
     default="default",
@@ -485,6 +492,7 @@ def rl_command(
     verify_gpus: str,
     compile_workers: int,
     replay_attention: str,
+    compile_replay: bool,
     static_policy: str,
     resume: bool,
     seed: int,
@@ -518,7 +526,7 @@ def rl_command(
             "rollout_memory_gib": rollout_memory_gib,
             "seed": seed,
             "save_every_steps": run.save_every,
-            "setup": replace(_setup(run), replay_attention=replay_attention),
+            "setup": replace(_setup(run), replay_attention=replay_attention, compile_replay=compile_replay),
         }
         infill_cfg = RLConfig(
             stage="infill", num_steps=infill_steps, max_prompt_tokens=infill_max_prompt_tokens, **common

@@ -145,8 +145,8 @@ def test_rl_cli_without_a_gpu_says_rewards_need_one(tmp_path) -> None:
 
 
 def test_rl_cli_takes_the_replay_attention_and_names_its_choices(tmp_path, monkeypatch) -> None:
-    """`--replay-attention` reaches both stages' `ModelSetup` and `--old-logprobs` their `RLConfig`;
-    a bad choice is named with the good ones."""
+    """`--replay-attention` and `--no-compile-replay` reach both stages' `ModelSetup` and
+    `--old-logprobs` their `RLConfig`; a bad choice is named with the good ones."""
     from cudice.model.train import config as config_module
     from cudice.model.train.cli import train_group
 
@@ -154,7 +154,7 @@ def test_rl_cli_takes_the_replay_attention_and_names_its_choices(tmp_path, monke
 
     class Recording(config_module.RLConfig):
         def __post_init__(self) -> None:
-            seen.append(f"{self.setup.replay_attention}/{self.old_logprobs}")
+            seen.append(f"{self.setup.replay_attention}/{self.old_logprobs}/{self.setup.compile_replay}")
             super().__post_init__()
 
     monkeypatch.setattr(config_module, "RLConfig", Recording)
@@ -163,10 +163,15 @@ def test_rl_cli_takes_the_replay_attention_and_names_its_choices(tmp_path, monke
     e2e = tmp_path / "e2e.jsonl"
     e2e.write_text(json.dumps({"idx": 1, "level": 1, "pytorch_code": "x"}) + "\n")
     _rl_cli(tmp_path, infill, e2e, "--prompt-style", "cudice", "--replay-attention", "sparse")
-    assert seen == ["sparse/sampler", "sparse/sampler"]  # the infilling stage's and the end-to-end stage's
+    assert seen == [
+        "sparse/sampler/True",
+        "sparse/sampler/True",
+    ]  # the infilling stage's, the end-to-end stage's
     seen.clear()
-    _rl_cli(tmp_path, infill, e2e, "--prompt-style", "cudice", "--old-logprobs", "replay")
-    assert seen == ["auto/replay", "auto/replay"]
+    _rl_cli(
+        tmp_path, infill, e2e, "--prompt-style", "cudice", "--old-logprobs", "replay", "--no-compile-replay"
+    )
+    assert seen == ["auto/replay/False", "auto/replay/False"]
 
     result = _rl_cli(tmp_path, tmp_path / "i.jsonl", tmp_path / "e.jsonl", "--replay-attention", "flash")
     assert result.exit_code == 2
