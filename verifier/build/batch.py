@@ -216,7 +216,7 @@ def prefill(
                     _write(d, ok, output)
                 rep.how[job.index] = "batch"
             rep.decided += len(decided)
-            if not decided:  # no progress: the single checks decide
+            if not decided and len(retry) == len(batch):  # no progress: the single checks decide
                 retry = []
             for job in batch:
                 if job not in decided and job not in retry:

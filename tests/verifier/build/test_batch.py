@@ -228,3 +228,89 @@ def test_a_header_name_or_macro_keeps_a_candidate_out() -> None:
     assert "shim" in (clash("#define Py_ssize_t long\n") or "")
     assert "shim" in (clash("#define words 1\n") or "")  # the candidate's own part of the shim spells it
     assert "PyObject" in (clash("#define DECLARE(n) int n;\nDECLARE(PyObject);\n") or "")
+
+
+def fake_jobs(n: int) -> list[batch.Job]:
+    scan, _ = batch._scan_code("")
+    return [
+        batch.Job(i, None, "", "", (), 0, "", 0, "", 0, scan, f"/c/objects/k{i}/cuda.cu")  # type: ignore[arg-type]
+        for i in range(n)
+    ]
+
+
+def message(source: str, line: int, text: str, severity: str = "error", note: str = "") -> str:
+    return (
+        f"{source}({line}): {severity}: {text}\n  code\n  ^\n"
+        + (f"          {note}\n" if note else "")
+        + "\n"
+    )
+
+
+REMARK = 'Remark: The warnings can be suppressed with "-diag-suppress <warning-number>"\n\n'
+
+
+def test_a_failed_host_front_end_decides_the_candidates_with_errors() -> None:
+    jobs = fake_jobs(3)
+    out = (
+        message(jobs[0].source, 5, 'identifier "a" is undefined')
+        + message(jobs[2].source, 7, 'argument of type "cudice_batch_2::S" is incompatible')
+        + message(jobs[2].source, 9, 'identifier "b" is undefined')
+        + '3 errors detected in the compilation of "/b/cuda.cu".\n'
+    )
+    decided, retry = batch._attribute(jobs, [(0, "", False, False), (2, out, False, False)], [], "/b/cuda.cu")
+    assert retry == [jobs[1]]
+    assert decided[jobs[0]] == (
+        False,
+        message(jobs[0].source, 5, 'identifier "a" is undefined')
+        + f'1 error detected in the compilation of "{jobs[0].source}".\n',
+    )
+    assert decided[jobs[2]][1] == (
+        message(jobs[2].source, 7, 'argument of type "S" is incompatible')
+        + message(jobs[2].source, 9, 'identifier "b" is undefined')
+        + f'2 errors detected in the compilation of "{jobs[2].source}".\n'
+    )
+
+
+def test_warnings_get_the_remark_after_each_candidates_first_one() -> None:
+    jobs = fake_jobs(2)
+    w = [
+        message(j.source, 3, f'variable "v{j.index}" was declared but never referenced', "warning #177-D")
+        for j in jobs
+    ]
+    steps = [(0, "", False, False)] * 2
+    device = [(0, "", False, False), (0, w[0] + REMARK + w[1] + w[1], False, False), *steps]
+    decided, retry = batch._attribute(jobs, steps, device, "/b/cuda.cu")
+    assert retry == [] and decided[jobs[0]] == (True, w[0] + REMARK)
+    assert decided[jobs[1]] == (True, w[1] + REMARK + w[1])
+
+
+def test_what_no_candidate_owns_goes_to_single_checks() -> None:
+    jobs = fake_jobs(3)
+    ok = (0, "", False, False)
+    header = message(
+        "/torch/include/x.h",
+        40,
+        "no instance",
+        note=f"detected during instantiation at line 8 of {jobs[1].source}",
+    )
+    failed = header + '1 error detected in the compilation of "/b/cuda.cu".\n'
+    # a header's error whose note names a candidate: that one alone, the others again
+    assert batch._attribute(jobs, [ok, (2, failed, False, False)], [], "/b/cuda.cu") == (
+        {},
+        [jobs[0], jobs[2]],
+    )
+    # the wrapper's own lines, a line that is no message, a preprocessor's message: nobody is decided
+    wrapper = (
+        message("cudice-batch-end-1", 1, 'expected a ";"')
+        + '1 error detected in the compilation of "/b/cuda.cu".\n'
+    )
+    assert batch._attribute(jobs, [ok, (2, wrapper, False, False)], [], "/b/cuda.cu") == ({}, [])
+    assert batch._attribute(
+        jobs, [ok, ok], [ok, (0, "nvvm says hi\n", False, False), ok, ok], "/b/cuda.cu"
+    ) == ({}, [])
+    pre = (1, f"{jobs[2].source}:4:2: error: #error stop\n", False, False)
+    assert batch._attribute(jobs, [pre], [], "/b/cuda.cu") == ({}, jobs[:2])
+    # ptxas speaks of the whole unit's code
+    assert batch._attribute(
+        jobs, [ok, ok], [ok, ok, (0, "ptxas warning\n", False, False), ok], "/b/cuda.cu"
+    ) == ({}, [])
