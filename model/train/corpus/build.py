@@ -3,11 +3,15 @@
 `build_corpus(out_dir, seed=0, ...)` writes (deterministic for a seed: same bytes every run)
 
     problems/train/NNNN_name.py     references (Model, get_inputs, get_init_inputs)
+    problems/rl/NNNN_name.py        RL-pool compositions only (`--rl-source rl`, the default): in
+                                    the RL task files and nowhere else, none with an answer equal
+                                    to an SFT answer up to names and constants
     problems/heldout/NNNN_name.py   held-out compositions only (for `cudice eval`), none with an
-                                    answer equal to a training answer up to names and constants;
+                                    answer equal to a training or RL answer up to names and
+                                    constants;
                                     timed sizes by default (`heldout_sizes`), so `cudice eval`
                                     can measure fast_1 on them
-    solutions/train|heldout/...     the template ModelNew of each problem (same file names), its
+    solutions/train|rl|heldout/...  the template ModelNew of each problem (same file names), its
                                     identifiers in `naming` (generic by default: `fused_kernel`,
                                     `reduce_cuda`, ..., the same for every composition of a
                                     family; families.NAMINGS)
@@ -22,27 +26,40 @@
                                     the host function by `wrappers.bake_arguments`:
                                     its prompt's scaffold states them, and an editor's scaffold
                                     carries the user's own, which the answer must keep)
-    rl_e2e.jsonl                    {idx, level, pytorch_code} of one training problem in `infill_every`
-    rl_infill.jsonl                 {pytorch_code, cuda_code, prefix, middle, suffix, level}; the
-                                    split is cudice.model.scaffold's, the editor's infill split
-    manifest.json                   seed, namings, counts, the split's compositions, one row per
-                                    problem (with its size regime and answer variant)
+    rl_e2e.jsonl                    {idx, level, pytorch_code} of every RL-pool problem (with
+                                    `rl_source="train"`: of one training problem in `infill_every`,
+                                    problems SFT was trained on)
+    rl_infill.jsonl                 {pytorch_code, cuda_code, prefix, middle, suffix, level} of the
+                                    same problems, the answer in `infill_naming`; the split is
+                                    cudice.model.scaffold's, the editor's infill split
+    manifest.json                   seed, namings, counts, the split's compositions (train, rl,
+                                    heldout), one row per problem (with its size regime and answer
+                                    variant)
 
 Which compositions training draws: per family, a chain length first (`LENGTH_SHARE`: single
 ops, two-op chains, longer ones; a family without some length shares among the rest), then a
-composition of that length (protected ones 4x, the bundled examples' 8x). A training problem
+composition of that length (protected ones 4x, the bundled examples' 8x); a draw that lands on an
+RL-pool composition (`split.split_rl_pool`, about 12 % of a family's compositions, drawn with
+weight 1 like any unprotected one) becomes an RL problem instead of an SFT one, so
+`train_per_family` counts both, and the held-out problems that follow are drawn from the same
+random stream as with `rl_source="train"`: the held-out files are the same bytes either way.
+RL problems get no SFT pair: a policy that recites an SFT answer meets a new composition there,
+and its reward group is not flat by construction. A training problem
 gets timed sizes with probability `timed_share` (a third by default), small and odd sizes
 otherwise (`families.draw_shape`).
 
-Held-out problems never reach the SFT or RL files; the training files pass the KernelBench
-leak check (`leak.check_corpus`) or the build fails. Not covered: verifying the templates (the
-GPU recipe does that with the verifier, `cudice.model.train.corpus.recipe`).
+Held-out problems never reach the SFT or RL files, RL problems never the SFT file; the training
+files pass the KernelBench leak check (`leak.check_corpus`) or the build fails. Not covered:
+verifying the templates (the GPU recipe does that with the verifier,
+`cudice.model.train.corpus.recipe`); a minimum RL pool size (a family's RL problems are its draws
+on RL-pool compositions that survive the answer-text rule: `manifest.json`'s `num_rl_problems`).
 """
 
 from __future__ import annotations
 
 import json
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,7 +70,7 @@ from cudice.model.train.corpus.families import FAMILIES, NAMINGS, Composition
 from cudice.model.train.corpus.files import ProblemSpec, reference_file, solution_file
 from cudice.model.train.corpus.kernels import without_notes
 from cudice.model.train.corpus.leak import check_corpus
-from cudice.model.train.corpus.split import answer_signature, split_compositions
+from cudice.model.train.corpus.split import answer_signature, split_compositions, split_rl_pool
 from cudice.model.train.corpus.wrappers import BAKE_SHARE, VARY_SHARE, bake_arguments, vary_wrapper
 
 
@@ -67,6 +84,7 @@ class Problem:
     timed: bool = False  # sizes of the timed regime (families.draw_shape)
     fast: bool = False  # the answer is a template's fast variant (kernels)
     infill_solution: str = ""  # the same solution in the infilling pair's naming; empty: `solution`
+    index: int = 0  # the draw's number (file name prefix; training draws: which get an infilling pair)
 
     @property
     def infill_answer(self) -> str:
@@ -89,6 +107,10 @@ INFILL_EVERY = 4  # one training problem in this many also gets the infilling pr
 OP_COMMENTS = False
 VARIED = "varied"  # infilling pairs: the composition's names, 3 in 4 wrappers varied (wrappers.py)
 INFILL_NAMINGS = (*NAMINGS, VARIED)
+# Where the RL task files come from: the RL pool (compositions SFT never saw, split.split_rl_pool)
+# or the training problems that get an infilling pair (SFT's own problems, the first corpora's).
+RL_SOURCES = ("rl", "train")
+SPLITS = ("train", "rl", "heldout")
 
 
 def make_problem(
@@ -130,6 +152,7 @@ def make_problem(
         timed,
         "aligned16(" in kernel.source or "__shfl_down_sync" in kernel.source,
         infill,
+        index,
     )
 
 
@@ -167,13 +190,22 @@ def draw_problems(
     op_comments: bool = OP_COMMENTS,
     families: tuple[str, ...] = (),
     infill_every: int = INFILL_EVERY,
+    rl_source: str = "rl",
 ) -> list[Problem]:
-    """Training instances (`composition_sampler`; timed sizes with probability `timed_share`),
-    then held-out instances in the `heldout_sizes` regime whose answer signature no training
-    answer has (`split.answer_signature`). Solutions in `naming`; the training problems that get
-    an infilling pair (one in `infill_every`, INFILL_EVERY by default) also in `infill_naming`.
-    `op_comments`: see `make_problem`; `families`: only these families (all when empty), e.g. a
-    small corpus for a CPU experiment."""
+    """Training-side instances (`composition_sampler`; timed sizes with probability
+    `timed_share`), then held-out instances in the `heldout_sizes` regime whose answer signature
+    no training-side answer has (`split.answer_signature`). With `rl_source="rl"` the draws on
+    RL-pool compositions (`split.split_rl_pool`) are split "rl", and those whose signature an SFT
+    ("train") answer has are dropped; with "train" every draw is a training problem. Solutions
+    in `naming`; RL problems and the training problems that get an infilling pair (draw number a
+    multiple of `infill_every`, INFILL_EVERY by default) also in `infill_naming`. `op_comments`:
+    see `make_problem`; `families`: only these families (all when empty), e.g. a small corpus for
+    a CPU experiment."""
+    if rl_source not in RL_SOURCES:
+        raise ValueError(
+            f"rl_source={rl_source!r} must be one of {', '.join(RL_SOURCES)} (rl: the RL pool SFT "
+            "never saw; train: RL tasks from the SFT problems)"
+        )
     if infill_every < 1:
         raise ValueError(f"infill_every={infill_every} must be >= 1 (1: every training problem)")
     if heldout_sizes not in SIZE_REGIMES:
@@ -188,19 +220,26 @@ def draw_problems(
     if unknown:
         raise ValueError(f"unknown families {unknown}; known: {', '.join(FAMILIES)}")
     rng = random.Random(seed)
-    train: list[Problem] = []
+    drawn: list[Problem] = []  # the training side in draw order: SFT ("train") and RL pool ("rl")
     held_comps: dict[str, list[Composition]] = {}
     for family in (f for f in FAMILIES.values() if not families or f.name in families):
+        # 1. the sampler over split_compositions' training side, as without an RL pool, so the
+        #    random stream (and with it every held-out instance) does not depend on `rl_source`
         trained, held = split_compositions(family.compositions())
         held_comps[family.name] = held
+        pool = {c.key for c in split_rl_pool(family.compositions())[1]} if rl_source == "rl" else set()
         comps, weights = composition_sampler(trained)
         for _ in range(train_per_family):
             comp = rng.choices(comps, weights=weights)[0]
             timed = rng.random() < timed_share
-            infill = infill_naming if len(train) % infill_every == 0 else None
-            train.append(make_problem(comp, rng, len(train), "train", timed, naming, infill, op_comments))
-    seen = {_signature(p) for p in train}
-    problems = list(train)
+            in_pool = comp.key in pool
+            infill = infill_naming if in_pool or len(drawn) % infill_every == 0 else None
+            split = "rl" if in_pool else "train"
+            drawn.append(make_problem(comp, rng, len(drawn), split, timed, naming, infill, op_comments))
+    # 2. held-out answers differ from every training-side answer, SFT and RL pool alike
+    signatures = [_signature(p) for p in drawn]
+    seen = set(signatures)
+    problems = list(drawn)
     for held in held_comps.values():
         order = rng.sample(held, len(held))
         kept, tries = 0, 0
@@ -218,7 +257,12 @@ def draw_problems(
             if _signature(p) not in seen:
                 problems.append(p)
                 kept += 1
-    return problems
+    # 3. an RL problem whose answer equals an SFT answer up to names and constants is dropped
+    sft_seen = {sig for p, sig in zip(drawn, signatures, strict=True) if p.split == "train"}
+    dropped = {
+        p.index for p, sig in zip(drawn, signatures, strict=True) if p.split == "rl" and sig in sft_seen
+    }
+    return [p for p in problems if p.split != "rl" or p.index not in dropped]
 
 
 def sft_pairs(problem: Problem, scaffold: Scaffold | None = None) -> list[dict[str, str]]:
@@ -249,6 +293,14 @@ def rl_records(problem: Problem, idx: int, scaffold: Scaffold) -> tuple[dict[str
     return e2e, infill
 
 
+def _three_way(comps: Sequence[Composition], rl_source: str) -> tuple[list[Composition], ...]:
+    """(train, rl, heldout) compositions; no RL pool unless `rl_source` is "rl"."""
+    if rl_source == "rl":
+        return split_rl_pool(comps)
+    trained, held = split_compositions(comps)
+    return trained, [], held
+
+
 def _jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
     path.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows), encoding="utf-8")
 
@@ -265,12 +317,15 @@ def build_corpus(
     op_comments: bool = OP_COMMENTS,
     families: tuple[str, ...] = (),
     infill_every: int = INFILL_EVERY,
+    rl_source: str = "rl",
 ) -> dict[str, Any]:
     """Write the corpus to `out_dir` (created; existing corpus files are overwritten); return the
     manifest. `naming`: the identifiers of the solutions and end-to-end answers; `infill_naming`:
     those of the infilling pairs and RL infilling tasks (families.NAMINGS); `op_comments`,
-    `families` and `infill_every` (one training problem in this many gets the infilling pair and
-    the RL task records): see `draw_problems`."""
+    `families` and `infill_every` (one training problem in this many gets the infilling pair):
+    see `draw_problems`. `rl_source` (RL_SOURCES): "rl" writes the RL task records of every
+    RL-pool problem, "train" those of the training problems with an infilling pair (the files
+    of a build without an RL pool)."""
     if train_per_family < 1 or heldout_per_family < 0:
         raise ValueError(
             f"train_per_family={train_per_family} must be >= 1 and heldout_per_family="
@@ -288,33 +343,36 @@ def build_corpus(
         op_comments,
         families,
         infill_every,
+        rl_source,
     )
-    for split in ("train", "heldout"):
+    for split in SPLITS:
         for sub in ("problems", "solutions"):
             folder = out / sub / split
-            folder.mkdir(parents=True, exist_ok=True)
+            if split != "rl" or rl_source == "rl":  # rl_source="train": the old folders only
+                folder.mkdir(parents=True, exist_ok=True)
             for stale in folder.glob("*.py"):
                 stale.unlink()
     sft: list[dict[str, Any]] = []
     rl_e2e: list[dict[str, Any]] = []
     rl_infill: list[dict[str, Any]] = []
-    number = -1
     for p in problems:
         (out / "problems" / p.split / p.file_name).write_text(p.reference, encoding="utf-8")
         (out / "solutions" / p.split / p.file_name).write_text(p.solution, encoding="utf-8")
-        if p.split != "train":
+        if p.split == "heldout":
             continue
-        number += 1
-        if number % infill_every:
+        if p.split == "train" and p.index % infill_every:
             sft += sft_pairs(p)
             continue
-        # one problem in `infill_every`: the infilling pair, and the RL task records (the split
-        # into prefix/middle/suffix is the editor's, and costs milliseconds a file)
+        # an RL problem, or one training problem in `infill_every` (its infilling pair; with
+        # rl_source="train" its RL task records too): the split into prefix/middle/suffix is the
+        # editor's, and costs milliseconds a file
         scaffold = split_scaffold(p.infill_answer, p.file_name)
-        sft += sft_pairs(p, scaffold)
-        e2e, infill = rl_records(p, len(rl_e2e), scaffold)
-        rl_e2e.append(e2e)
-        rl_infill.append(infill)
+        if p.split == "train":
+            sft += sft_pairs(p, scaffold)
+        if p.split == "rl" or rl_source == "train":
+            e2e, infill = rl_records(p, len(rl_e2e), scaffold)
+            rl_e2e.append(e2e)
+            rl_infill.append(infill)
     _jsonl(out / "sft.jsonl", sft)
     _jsonl(out / "rl_e2e.jsonl", rl_e2e)
     _jsonl(out / "rl_infill.jsonl", rl_infill)
@@ -324,11 +382,16 @@ def build_corpus(
             f"KernelBench text in the training files: {leaks[:3]} (cudice.model.train.corpus.leak)"
         )
     splits = {
-        name: [sorted(c.key for c in part) for part in split_compositions(f.compositions())]
+        name: dict(
+            zip(
+                SPLITS,
+                (sorted(c.key for c in part) for part in _three_way(f.compositions(), rl_source)),
+                strict=True,
+            )
+        )
         for name, f in FAMILIES.items()
         if not families or name in families
     }
-    splits_named = {name: {"train": tr, "heldout": he} for name, (tr, he) in splits.items()}
     manifest = {
         "seed": seed,
         "train_per_family": train_per_family,
@@ -338,13 +401,16 @@ def build_corpus(
         "names": naming,
         "infill_names": infill_naming,
         "infill_every": infill_every,
+        "rl_source": rl_source,
         "op_comments": op_comments,
         "families": sorted(splits),
-        "num_problems": {s: sum(p.split == s for p in problems) for s in ("train", "heldout")},
+        "num_problems": {s: sum(p.split == s for p in problems) for s in SPLITS},
+        "num_rl_problems": {f: sum(p.split == "rl" and p.spec.family == f for p in problems) for f in splits},
         "num_sft_pairs": len(sft),
-        "num_compositions": {s: sum(len(c[s]) for c in splits_named.values()) for s in ("train", "heldout")},
+        "num_rl_tasks": len(rl_e2e),
+        "num_compositions": {s: sum(len(c[s]) for c in splits.values()) for s in SPLITS},
         "kernelbench_leaks": 0,
-        "compositions": {name: {"train": tr, "heldout": he} for name, (tr, he) in splits.items()},
+        "compositions": splits,
         "problems": [
             {
                 "file": p.file_name,

@@ -2,8 +2,8 @@
 
 - `build OUT_DIR [--seed N] [--heldout-sizes timed|small] [--timed-share F]
   [--names generic|composition] [--infill-names generic|composition]
-  [--op-comments/--no-op-comments] [--families unary,binary]`: the corpus folder
-  (`cudice.model.train.corpus.build`);
+  [--op-comments/--no-op-comments] [--families unary,binary] [--infill-every N]
+  [--rl-source rl|train]`: the corpus folder (`cudice.model.train.corpus.build`);
 - `init OUT_DIR --corpus DIR [--smoke]`: tokenizer trained on the corpus + a random SDAR-layout
   checkpoint of the demo size (`cudice.model.train.corpus.init_model`);
 - `verify-templates DIR [--out JSON]`: a sample of every family through the verifier;
@@ -92,6 +92,15 @@ def corpus_group() -> None:
     type=click.IntRange(min=1),
     help="One training problem in this many also gets the infilling pair (1: every one).",
 )
+@click.option(
+    "--rl-source",
+    type=click.Choice(["rl", "train"]),
+    default="rl",
+    show_default=True,
+    help="Problems of the RL task files: rl (an RL pool of about 12 %% of each family's "
+    "compositions, SFT never sees them; its draws count in --train-per-family) or train (one "
+    "training problem in --infill-every, problems SFT was trained on: the earlier corpora's).",
+)
 def build_command(
     out_dir: Path,
     seed: int,
@@ -104,6 +113,7 @@ def build_command(
     op_comments: bool,
     families: str,
     infill_every: int,
+    rl_source: str,
 ) -> None:
     """Write problems, solutions, SFT pairs and RL task files to OUT_DIR."""
     from cudice.model.train.corpus.build import build_corpus
@@ -121,11 +131,14 @@ def build_command(
             op_comments=op_comments,
             families=tuple(f for f in families.split(",") if f),
             infill_every=infill_every,
+            rl_source=rl_source,
         )
     except (ValueError, OSError) as exc:
         raise click.ClickException(str(exc)) from exc
     summary = {k: manifest[k] for k in ("seed", "names", "op_comments", "num_problems", "num_sft_pairs")}
     summary["heldout_compositions"] = {f: len(v["heldout"]) for f, v in manifest["compositions"].items()}
+    summary["rl_compositions"] = {f: len(v["rl"]) for f, v in manifest["compositions"].items()}
+    summary["num_rl_problems"] = manifest["num_rl_problems"]
     click.echo(json.dumps(summary))
 
 

@@ -1,4 +1,4 @@
-"""The train / held-out split: by composition, then by answer text.
+"""The train / RL / held-out split: by composition, then by answer text.
 
 A composition key such as `unary:gelu>tanh` or `matmul:bias>scale2p0>silu` names which ops are
 combined and how. `split_compositions` holds out about `HELDOUT_PERCENT` % of each family's
@@ -11,11 +11,25 @@ answers are byte-identical (`answer_class`: they differ only by ops that compile
 CUDA line, `hardtanh` and `clamp1p0`; with generic names, `families.NAMINGS`, nothing else tells
 their answers apart) are one unit: held out by the class's hash, all together.
 
+`split_rl_pool` then takes the RL pool out of the training side, leaving the held-out side
+exactly `split_compositions`'s. Its unit is wider, the `constant_class`: an answer class with
+every constant in a part's name blanked (`scale2p0` and `scale0p5`, `clamp0p5` and `hardtanh`),
+since such compositions' answers are equal up to constants and the answer-text rule below would
+drop every RL problem of one whose twin trains. The units whose hash falls in the next
+`RL_PERCENT` % of the hash range (after the held-out band) are taken in hash order while every
+part of an RL or held-out composition still occurs in a remaining training composition — so an
+RL problem is, like a held-out one, a NEW COMBINATION of parts SFT taught. A family where no unit
+in the band can go gives the eligible unit of smallest hash. Their problems reach only the RL
+task files (`build.draw_problems`).
+
 Then by answer text (`answer_signature`): a held-out problem whose answer, with the kernel's
 name, the reference's argument names, every identifier of one or two letters and every number
 replaced by placeholders, equals a training answer's is dropped (`build.draw_problems`), so no
 held-out answer is byte-identical, or identical up to names and constants (an eps of 1e-5 vs
-1e-6, a dim of 1 vs 2), to one the model was trained on.
+1e-6, a dim of 1 vs 2), to one the model was trained on. The same rule drops an RL problem whose
+answer equals an SFT answer, and a held-out problem whose answer equals an RL problem's (held-out
+draws are compared with every training-side draw, SFT and RL alike), so held-out stays
+never-seen after RL too.
 
 Not covered: a split by shape, dtype, names or layout (those are the instance's, drawn for every
 problem on both sides), and a fuzzy similarity bound (two answers that differ in one fused op
@@ -31,6 +45,7 @@ from collections.abc import Iterable, Sequence
 from cudice.model.train.corpus.families import Composition, twin_parts
 
 HELDOUT_PERCENT = 20
+RL_PERCENT = 12  # of the hash range, after the held-out band (split_rl_pool)
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
 _COMMENT = re.compile(r"//[^\n]*")  # C++ line comments (an answer's notes) say nothing the code does not
 _NUMBER = re.compile(r"(?<![A-Za-z_])\d+(\.\d*)?([eE][-+]?\d+)?f?")
@@ -62,6 +77,7 @@ def _hashed_out(key: str) -> bool:
 
 
 _WORD = re.compile(r"[A-Za-z0-9_]+")
+_CONSTANT = re.compile(r"m?\d+p\d+")  # a constant in a part's name: scale2p0, shiftm0p5, huber_loss1p0
 
 
 def answer_class(key: str, twins: dict[str, str] | None = None) -> str:
@@ -70,6 +86,13 @@ def answer_class(key: str, twins: dict[str, str] | None = None) -> str:
     same instance), so the split keeps a class on one side. Most classes have one member."""
     table = twin_parts() if twins is None else twins
     return _WORD.sub(lambda m: table.get(m.group(0), m.group(0)), key)
+
+
+def constant_class(key: str, twins: dict[str, str] | None = None) -> str:
+    """`answer_class(key)` with every constant spelled in a part's name (`2p0`, `m0p5`) -> `#`:
+    `unary:scale2p0>relu` and `unary:scale0p5>relu` share one, as do `clamp0p5` and `hardtanh`
+    (whose twin is `clamp1p0`). `add3`, `relu6` and `l1_loss` name ops, not constants, and stay."""
+    return _CONSTANT.sub("#", answer_class(key, twins))
 
 
 def split_compositions(compositions: Sequence[Composition]) -> tuple[list[Composition], list[Composition]]:
@@ -101,3 +124,65 @@ def _parts(compositions: Iterable[Composition]) -> set[str]:
     for c in compositions:
         out |= key_parts(c.key)
     return out
+
+
+def split_rl_pool(
+    compositions: Sequence[Composition],
+) -> tuple[list[Composition], list[Composition], list[Composition]]:
+    """(train, rl, held_out) for one family's compositions. `held_out` is `split_compositions`'s;
+    `rl` holds the training-side classes whose hash lies in [HELDOUT_PERCENT, HELDOUT_PERCENT +
+    RL_PERCENT) % of the range, by `constant_class` of the training side (never one with a
+    protected member), taken in hash order while every part of every RL and held-out composition
+    still occurs in the remaining `train`; where none can be, the eligible class of smallest hash
+    (a small family still gets RL problems) when one is."""
+    trained, held = split_compositions(compositions)
+    twins = twin_parts()
+    unit = {c.key: constant_class(c.key, twins) for c in trained}
+    members: dict[str, list[Composition]] = {}
+    for c in trained:
+        members.setdefault(unit[c.key], []).append(c)
+    parts = {c.key: key_parts(c.key) for c in trained}
+    protected = {k for k, cs in members.items() if any(c.protected for c in cs)}
+    eligible = sorted((k for k in members if k not in protected), key=lambda k: (_hash(k), k))
+    banded = [k for k in eligible if HELDOUT_PERCENT <= _hash(k) % 100 < HELDOUT_PERCENT + RL_PERCENT]
+    needed = _parts(held)
+    taken = _take(banded, members, parts, needed, limit=len(banded)) or _take(
+        eligible, members, parts, needed, 1
+    )
+    rl = set(taken)
+    return (
+        [c for c in trained if unit[c.key] not in rl],
+        [c for c in trained if unit[c.key] in rl],
+        held,
+    )
+
+
+def _take(
+    candidates: Sequence[str],
+    members: dict[str, list[Composition]],
+    parts: dict[str, set[str]],
+    needed: set[str],
+    limit: int,
+) -> list[str]:
+    """Up to `limit` of `candidates` (in order) whose removal from training keeps `needed` and
+    the taken classes' own parts among the remaining compositions' parts."""
+    taken: list[str] = []
+    need = set(needed)
+    count: dict[str, int] = {}  # part -> number of remaining training compositions using it
+    for cs in members.values():
+        for c in cs:
+            for part in parts[c.key]:
+                count[part] = count.get(part, 0) + 1
+    for k in candidates:
+        if len(taken) >= limit:
+            break
+        mine = [parts[c.key] for c in members[k]]
+        after = dict(count)
+        for ps in mine:
+            for part in ps:
+                after[part] -= 1
+        if all(after.get(part, 0) > 0 for part in need.union(*mine)):
+            taken.append(k)
+            count = after
+            need = need.union(*mine)
+    return taken
