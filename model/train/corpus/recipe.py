@@ -104,7 +104,11 @@ def prepare(work: Path, seed: int, smoke: bool, phase: Phase, with_init: bool = 
     corpus, init = work / "corpus", work / "init"
     if not (corpus / "manifest.json").is_file():
         if smoke:
-            manifest = build_corpus(corpus, seed=seed, train_per_family=6, heldout_per_family=1)
+            # six draws a family leave the RL-only pool a handful of tasks at best (none for some
+            # seeds): the smoke run's RL tasks come from its training problems
+            manifest = build_corpus(
+                corpus, seed=seed, train_per_family=6, heldout_per_family=1, rl_source="train"
+            )
         else:
             manifest = build_corpus(corpus, seed=seed)
         phase.say(f"corpus: {manifest['num_problems']} problems, {manifest['num_sft_pairs']} SFT pairs")

@@ -168,7 +168,11 @@ def test_the_kernelbench_leak_check_finds_markers_and_copied_files(corpus: Path,
     assert [leak.what for leak in marked] == ["Simple model that performs"]
 
 
-def test_training_files_load_with_the_trainers_readers_and_use_the_runtime_prompts(corpus: Path) -> None:
+def test_training_files_load_with_the_trainers_readers_and_use_the_runtime_prompts(tmp_path: Path) -> None:
+    # RL tasks from the SFT problems (`--rl-source train`), whose prompts SFT uses too; the RL pool's
+    # files: tests/model/train/corpus/test_corpus_rl_pool.py
+    corpus = tmp_path
+    build_corpus(corpus, seed=3, train_per_family=12, heldout_per_family=2, rl_source="train")
     pairs = load_sft(corpus / "sft.jsonl")
     e2e = load_rl_tasks(corpus / "rl_e2e.jsonl", "e2e")
     infill = load_rl_tasks(corpus / "rl_infill.jsonl", "infill")
@@ -374,7 +378,12 @@ def test_cudice_train_corpus_build_writes_the_files_sft_reads(tmp_path: Path) ->
 def test_infill_every_sets_the_share_of_training_problems_with_an_infilling_pair(tmp_path: Path) -> None:
     two = ("unary", "binary")
     manifest = build_corpus(
-        tmp_path / "c", train_per_family=5, heldout_per_family=0, families=two, infill_every=2
+        tmp_path / "c",
+        train_per_family=5,
+        heldout_per_family=0,
+        families=two,
+        infill_every=2,
+        rl_source="train",
     )
     num_train = manifest["num_problems"]["train"]
     infill = (tmp_path / "c" / "rl_infill.jsonl").read_text().splitlines()

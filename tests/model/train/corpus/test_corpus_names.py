@@ -154,7 +154,12 @@ def test_infilling_pairs_keep_the_composition_names_of_their_scaffold(tmp_path: 
     """The infilling prompt states the names (the scaffold's prefix and suffix, the user's own in
     the editor), so its answer keeps them; the end-to-end answer is generic."""
     manifest = build_corpus(
-        tmp_path, seed=1, train_per_family=4, heldout_per_family=1, infill_naming="composition"
+        tmp_path,
+        seed=1,
+        train_per_family=4,
+        heldout_per_family=1,
+        infill_naming="composition",
+        rl_source="train",
     )
     assert (manifest["names"], manifest["infill_names"]) == ("generic", "composition")
     sft = [json.loads(line) for line in (tmp_path / "sft.jsonl").read_text().splitlines()]
@@ -186,7 +191,7 @@ def test_cli_names_option_is_recorded_and_composition_gives_the_old_identifiers(
     assert (manifest["names"], manifest["infill_names"]) == ("composition", "varied")  # the default
     for row in manifest["problems"]:
         name = row["file"].split("_", 1)[1].removesuffix(".py")
-        text = (tmp_path / "c" / "solutions" / "train" / row["file"]).read_text()
+        text = (tmp_path / "c" / "solutions" / row["split"] / row["file"]).read_text()
         assert f'{name}_source = """' in text and f'name="{name}"' in text
     result = CliRunner().invoke(train_group, [*args, str(tmp_path / "g")])
     assert result.exit_code == 0, result.output
