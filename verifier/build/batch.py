@@ -199,8 +199,10 @@ def prefill(
         while pending and not (cancel is not None and cancel.is_set()):
             batch: list[Job] = []
             later: list[Job] = []
+            # one left over would be checked alone: leave two for the next batch instead
+            size = max_batch - 1 if len(pending) == max_batch + 1 and max_batch > 2 else max_batch
             for job in pending:  # one module name per batch: the shim's `PyInit_<name>` is extern "C"
-                fits = len(batch) < max_batch and all(b.module.name != job.module.name for b in batch)
+                fits = len(batch) < size and all(b.module.name != job.module.name for b in batch)
                 (batch if fits else later).append(job)
             if len(batch) == 1:  # nothing to share a pass with: the single check
                 rep.single += 1

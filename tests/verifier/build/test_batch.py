@@ -89,9 +89,9 @@ MIX = {
         (
             "__global__",
             "static __device__ float twice(float v) { return 2.0f * v; }\n"
-            "constexpr float kHalf = 0.5f;\n__global__",
+            "constexpr float kb_half_factor = 0.5f;\n__global__",
         ),
-        (KERNEL, "float v = twice(x[i]) * kHalf;"),
+        (KERNEL, "float v = twice(x[i]) * kb_half_factor;"),
     ),
     "unreferenced_static": kb(
         12, ("__global__", "static __device__ float never_called(float v) { return v; }\n__global__")
@@ -143,7 +143,10 @@ def test_the_mix_exercises_what_it_claims(mixed_results: dict[str, object]) -> N
         "unreferenced_static": "never_called",
     }
     for i, name in enumerate(MIX):
-        assert (refused[name] in report.how[i]) if name in refused else report.how[i] == "batch", report
+        assert (refused[name] in report.how[i]) if name in refused else report.how[i] == "batch", (
+            name,
+            report.how[i],
+        )
     assert report.decided == len(MIX) - len(refused)
     assert report.rounds >= 2  # the errors' candidates left, the others batched again
 
