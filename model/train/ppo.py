@@ -15,8 +15,9 @@ Phases (they continue `cudice.model.train.rl`'s 1–3):
      minibatch's rollouts, whose first grad forward runs before any optimizer step and gives
      theirs (detached);
   6. `ppo_epochs` passes over the kept rollouts, each cut into `num_minibatches`; one optimizer
-     step per minibatch (clip on the true norm). The first minibatch runs at ratio 1; every
-     later one sees the updated policy, so the clip and the k3 KL term act.
+     step per minibatch (clip on the true norm). The first minibatch runs at ratio 1 (with
+     "sampler": the master's probability over the bf16 copy's that sampled, ~1); every later one
+     sees the updated policy, so the clip and the k3 KL term act.
 
 Several processes (DDP): every rank updates on its own rollouts; a minibatch's loss is weighted
 by rows / (rows of that minibatch on all ranks), so the all-reduced gradient is the mean over
