@@ -71,11 +71,11 @@ from pathlib import Path
 
 from cudice.verifier.build import nvcc_split, ppcache
 from cudice.verifier.build.cabi import shim
-from cudice.verifier.build.compile import BuildResult, _slim_blocker, build_module, cabi_module
+from cudice.verifier.build.compile import BuildResult, build_module, cabi_module, module_slim_blocker
 from cudice.verifier.build.generated import CUDA_CU, GeneratedModule
 from cudice.verifier.build.headers import HeaderNames, ensure_overlay, full_header_names
 from cudice.verifier.build.messages import NVCC
-from cudice.verifier.build.objects import _key, _read, _write
+from cudice.verifier.build.objects import cache_key, read_outcome, write_outcome
 from cudice.verifier.build.toolchain import Toolchain, probe_toolchain
 from cudice.verifier.config import VerifyConfig
 from cudice.verifier.process import CancelToken, run_process
@@ -168,7 +168,7 @@ def prefill(
         if job.key in seen:  # its check is the earlier candidate's: read from the cache after
             rep.how[i] = "duplicate"
             continue
-        if _read(_dir(config, job)) is not None:
+        if read_outcome(_dir(config, job)) is not None:
             rep.cached += 1
             rep.how[i] = "cached"
             continue
@@ -215,7 +215,7 @@ def prefill(
                 d = _dir(config, job)
                 with open(d / "lock", "w") as lock:
                     fcntl.flock(lock, fcntl.LOCK_EX)  # as objects.compile_object writes it
-                    _write(d, ok, output)
+                    write_outcome(d, ok, output)
                 rep.how[job.index] = "batch"
             rep.decided += len(decided)
             if not decided and len(retry) == len(batch):  # no progress: the single checks decide
@@ -256,14 +256,14 @@ def _job(
     if module.binding is None or not config.cabi_binding or not module.has_cuda:
         return None, "not a C-ABI module"
     shimmed = dataclasses.replace(cabi_module(module), binding=None)
-    if _slim_blocker(shimmed, tc.cflags) is not None:
+    if module_slim_blocker(shimmed, tc.cflags) is not None:
         return None, "slim headers blocked"
     cu = module.file(CUDA_CU)
     assert cu is not None
     text = shimmed.files[0].text
     _, cuda_cflags = tc.flags_for(module.name)
     flags = f"{slim_dir} {cuda_cflags} -Xcompiler -idirafter,{standins}"
-    key = _key(tc.nvcc, flags, CUDA_CU, text, "check-only")
+    key = cache_key(tc.nvcc, flags, CUDA_CU, text, "check-only")
     lines = cu.text.split("\n")
     head_lines = _head(lines)
     if head_lines == 0:

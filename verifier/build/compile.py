@@ -206,7 +206,7 @@ def build_module(
     }
     names = [f.name for f in module.files]  # main.cpp, then cuda.cu; the C-ABI build has only cuda.cu
     walls: dict[str, float] = {}
-    blocker = _slim_blocker(module, tc.cflags) if mode != "full" else "mode='full'"
+    blocker = module_slim_blocker(module, tc.cflags) if mode != "full" else "mode='full'"
     # a check (nothing linked) writes no objects: the symbol check then does not run (a compile-only
     # verdict claims no correctness and no speed; building the objects for it cost ~50 % more there)
     read_symbols = config.host_symbols and (link if symbols is None else symbols)
@@ -1279,7 +1279,7 @@ def host_only_ldflags(ldflags: str) -> str:
     return shlex.join(kept)
 
 
-def _slim_blocker(module: GeneratedModule, cflags: str) -> str | None:
+def module_slim_blocker(module: GeneratedModule, cflags: str) -> str | None:
     """Why `module` skips the slim headers (headers.slim_blocker), or None."""
     torch_include = next((d for d in include_dirs(cflags) if (d / "ATen" / "ops").is_dir()), None)
     ops = aten_op_names(str(torch_include)) if torch_include else frozenset()

@@ -43,7 +43,7 @@ class StepResult:
     timed_out: bool = False
 
 
-def _key(*parts: str) -> str:
+def cache_key(*parts: str) -> str:
     h = hashlib.sha256()
     for p in parts:
         h.update(p.encode() + b"\0")
@@ -71,13 +71,13 @@ def compile_object(
     a host compiler runs with `-fsyntax-only`; no object is written (`path` is None) and the
     outcome is cached apart from the object's. A plain nvcc (no split) still builds the object.
     """
-    key = _key(compiler, flags, file_name, text, *(("check-only",) if check_only else ()))
+    key = cache_key(compiler, flags, file_name, text, *(("check-only",) if check_only else ()))
     d = cache_dir / "objects" / key[:32]
     d.mkdir(parents=True, exist_ok=True)
     obj = d / (Path(file_name).stem + ".o")
     with open(d / "lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # a second builder of the same object waits, then hits the cache
-        outcome = _read(d)
+        outcome = read_outcome(d)
         if outcome is not None and (not outcome[0] or check_only or obj.is_file()):
             return StepResult(outcome[0], outcome[1], obj if outcome[0] and not check_only else None, True)
         src = d / file_name
@@ -103,7 +103,7 @@ def compile_object(
             rc, output, cancelled, timed_out = run_process(cmd, timeout_s, cancel, d, on_output)
         if cancelled or timed_out:
             return StepResult(False, output, None, False, cancelled, timed_out)
-        _write(d, rc == 0, output)
+        write_outcome(d, rc == 0, output)
     return StepResult(rc == 0, output, obj if rc == 0 and obj.is_file() else None, False)
 
 
@@ -117,23 +117,23 @@ def link_library(
     cancel: CancelToken | None = None,
 ) -> StepResult:
     """Link objects into `<name>.so` (cached by the objects' identities and flags)."""
-    d = cache_dir / "libs" / _key(cxx, ldflags, name, *(str(o) for o in objects))[:32]
+    d = cache_dir / "libs" / cache_key(cxx, ldflags, name, *(str(o) for o in objects))[:32]
     d.mkdir(parents=True, exist_ok=True)
     lib = d / f"{name}.so"
     with open(d / "lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        outcome = _read(d)
+        outcome = read_outcome(d)
         if outcome is not None and (not outcome[0] or lib.is_file()):
             return StepResult(outcome[0], outcome[1], lib if outcome[0] else None, True)
         cmd = [*shlex.split(cxx), *(str(o) for o in objects), *shlex.split(ldflags), "-o", str(lib)]
         rc, output, cancelled, timed_out = run_process(cmd, timeout_s, cancel, d)
         if cancelled or timed_out:
             return StepResult(False, output, None, False, cancelled, timed_out)
-        _write(d, rc == 0, output)
+        write_outcome(d, rc == 0, output)
     return StepResult(rc == 0, output, lib if rc == 0 else None, False)
 
 
-def _read(d: Path) -> tuple[bool, str] | None:
+def read_outcome(d: Path) -> tuple[bool, str] | None:
     try:
         data = json.loads((d / "outcome.json").read_text())
         return bool(data["ok"]), str(data["output"])
@@ -141,7 +141,7 @@ def _read(d: Path) -> tuple[bool, str] | None:
         return None
 
 
-def _write(d: Path, ok: bool, output: str) -> None:
+def write_outcome(d: Path, ok: bool, output: str) -> None:
     tmp = d / "outcome.json.tmp"
     tmp.write_text(json.dumps({"ok": ok, "output": output}))
     tmp.replace(d / "outcome.json")
