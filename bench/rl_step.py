@@ -577,25 +577,16 @@ def measure_baseline(
 
 
 def warm_up_replay(master: Any, config: Any, loaded: Any, block: int, device: Any) -> None:
-    """What `ppo_update` does to the master on its first step, done before the step: the replay
-    attention switched as configured, the decoder layers compiled (`compile_replay_layers`), and
+    """What `ppo_update` does to the master on its first step, done before the step
+    (`ppo.prepare_replay`: the replay attention switched as configured, the layers compiled), and
     one forward + backward of a synthetic packed replay under the update's autocast, so that the
     step's update time is the steady state a run of many steps sees (the compile is paid once per
     run). The gradients are dropped."""
     import torch
-    from cudice.model.train.objective import (
-        ReplayRows,
-        block_sparse_replay,
-        compile_replay_layers,
-        pack_replay,
-        packed_token_logprobs,
-        replay_rows,
-        use_block_sparse_replay,
-    )
+    from cudice.model.train.objective import ReplayRows, pack_replay, packed_token_logprobs, replay_rows
+    from cudice.model.train.ppo import prepare_replay
 
-    if config.setup.replay_attention in ("sparse", "auto") and not block_sparse_replay(master):
-        use_block_sparse_replay(master)
-    compile_replay_layers(master)
+    prepare_replay(master, config.setup, device)
     generator = torch.Generator().manual_seed(0)
     for prompt, answer in ((37, 200), (53, 331)):  # two lengths: the dynamic-shape graph, not one size
         ids = torch.randint(10, master.config.vocab_size, (prompt + answer,), generator=generator).tolist()

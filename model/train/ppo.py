@@ -100,12 +100,7 @@ def ppo_update(
         for r, _ in kept
     ]
     packed = [pack_replay(x, block_size) for x in rows]
-    attention = config.setup.replay_attention
-    sparse = attention == "sparse" or (attention == "auto" and device.type == "cuda")
-    if sparse and not block_sparse_replay(model):
-        use_block_sparse_replay(model)  # stays switched for the next steps
-    if config.setup.compile_replay and device.type == "cuda":
-        compile_replay_layers(model)  # once: the layers stay compiled for the next steps
+    prepare_replay(model, config.setup, device)
     # the minibatch plan and its global row counts: one collective per RL step
     rng = random.Random(config.seed * 1_000_003 + step)
     plan = [
@@ -185,6 +180,18 @@ def ppo_update(
         "replay_tokens": float(sum(x.input_ids.shape[1] for x in packed)),
         "doubled_tokens": float(sum(2 * x.clean.numel() for x in rows)),
     }
+
+
+def prepare_replay(model: torch.nn.Module, setup: Any, device: torch.device) -> None:
+    """The model as the replay runs it (`ModelSetup`): the block-sparse attention where
+    `replay_attention` asks for it ("auto": on a GPU), the decoder layers compiled on a GPU with
+    `compile_replay`. Both stay for the next steps; calling again changes nothing."""
+    attention = setup.replay_attention
+    sparse = attention == "sparse" or (attention == "auto" and device.type == "cuda")
+    if sparse and not block_sparse_replay(model):
+        use_block_sparse_replay(model)
+    if setup.compile_replay and device.type == "cuda":
+        compile_replay_layers(model)
 
 
 def sampled_logprobs(rollout: Rollout, rows: ReplayRows) -> torch.Tensor | None:
