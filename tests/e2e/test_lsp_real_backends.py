@@ -141,13 +141,15 @@ async def test_generate_and_infill_with_a_tiny_checkpoint(
 async def test_a_type_error_verdict_comes_no_later_than_a_good_build(
     tmp_path: Path, editors: Editors
 ) -> None:
-    """Issue 27, point 5: a type error in the kernel is the slim build's verdict (no full-header
-    rebuild, verifier/build/compile.py `slim_errors_stand`), so it arrives no later than the verdict of
-    the same file without the error. Fresh extension names: neither build is a cache hit. A first
-    error (`warm_cuda.py`) is verified before the timed pair: the first error verdict per build
-    cache and set of `#include` lines also computes the macro comparison and the full headers'
-    name list (~14 s on the 2-core VM, then read from the cache), which a good build never needs.
-    Measured there at load 1-3: error ~3 s, good ~7 s."""
+    """A type error in the kernel is the slim build's verdict, with no full-header rebuild
+    (verifier/build/compile.py `slim_errors_stand`), so it costs no more than the verdict of the
+    same file without the error. Checked by structure, not by a clock (two builds' walls race
+    each other on a busy machine): after the broken file's save, its kernel source is compiled
+    in one object folder of the build cache, not a second time with the full headers. Fresh
+    extension names: no build is a cache hit. A first error (`warm_cuda.py`) is verified before
+    the pair: the first error verdict per build cache and set of `#include` lines also computes
+    the macro comparison and the full headers' name list, which a good build never needs.
+    Measured on the 2-core VM at load 1-3: error ~3 s, good ~7 s (printed, not asserted)."""
     import os
     import time
     import uuid
@@ -172,6 +174,7 @@ async def test_a_type_error_verdict_comes_no_later_than_a_good_build(
         os.utime(tmp_path / name, (past, past))
     editor = await editors.start("neovim@v0.11", tmp_path, env={**REAL, "CUDICE_GPU": "0"})
     walls: dict[str, float] = {}
+    saved: dict[str, float] = {}
     found: dict[str, list[lsp.Diagnostic]] = {}
 
     def compiles(diags: list[lsp.Diagnostic]) -> bool:
@@ -183,6 +186,7 @@ async def test_a_type_error_verdict_comes_no_later_than_a_good_build(
     for name in texts:
         uri = editor.open(tmp_path / name)
         t0 = time.monotonic()
+        saved[name] = time.time() - 1  # an mtime's resolution
         editor.save(uri)
         found[name] = await editor.wait_diagnostics(
             uri, compiles if name == "good_cuda.py" else fails, timeout=400
@@ -192,7 +196,14 @@ async def test_a_type_error_verdict_comes_no_later_than_a_good_build(
     (error,) = [d for d in found["bad_cuda.py"] if d.code == "compile.error"]
     line = next(i for i, t in enumerate(texts["bad_cuda.py"].splitlines()) if "float* p = x;" in t)
     assert error.range.start.line == line and 'type "const float *"' in error.message, error
-    assert walls["bad_cuda.py"] <= walls["good_cuda.py"], walls
+    folders = [  # the object folders that compiled the broken kernel after its save
+        src.parent
+        for src in Path(REAL["CUDICE_CACHE_DIR"]).glob("build/objects/*/*")
+        if src.suffix in (".cu", ".cpp")
+        and src.stat().st_mtime >= saved["bad_cuda.py"]
+        and "float* p = x;" in src.read_text(errors="replace")
+    ]
+    assert len(folders) == 1, f"compiled {len(folders)} times (one slim check expected): {folders}"
 
 
 async def test_a_reference_whose_get_inputs_raises_is_shown_as_the_cli_shows_it(
