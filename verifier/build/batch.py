@@ -49,9 +49,10 @@ Not covered: argument-dependent lookup from a header template on a candidate's o
 longer reaches global-scope functions declared after that template (the class's namespace is no
 longer the global one); a header's warning for an instantiation two candidates share is printed
 once and, with no note naming a candidate, sends the round to single checks; `_referenced` reads
-tokens, not C++ (a local declared as `int a, x;` can shadow a global `x` unseen). Builds that
-link, `main.cpp`. Every step runs through `process.run_process` (own session, killed on cancel or
-timeout, dies with the thread that started it), as nvcc_split.run's steps do.
+tokens, not C++ (a local declared as `int a, x;` can shadow a global `x` unseen); `main.cpp`.
+A build that links reads only a failed outcome, as its own failure (build/objects.py): a clean
+one still compiles its object. Every step runs through `process.run_process` (own session, killed
+on cancel or timeout, dies with the thread that started it), as nvcc_split.run's steps do.
 """
 
 from __future__ import annotations

@@ -6,8 +6,15 @@ compiler's output and exit status, so
   parsing torch/extension.h, comes from the cache), and
 - candidates that share a module name and C++ declarations (common in KernelBench batches)
   share `main.o`.
-Failures are cached too (same text and flags, same errors). The two objects compile in
-parallel as child processes in their own session; a cancel or timeout kills both, and each
+Failures are cached too (same text and flags, same errors), and a build reads a failed check's
+outcome: a check (`check_only`) runs the very steps of the build that read the source and prints
+what they print (build/nvcc_split.py, tests/verifier/build/test_check_only.py), so a split nvcc
+build of a text whose check failed fails with the check's output (its folder named as the
+build's) without compiling; that is how the checks build/batch.py decides many at once also
+decide the builds that link. A passed check decides nothing (the build needs the object); a host
+compiler's `-fsyntax-only` check or a plain nvcc is never read for a build.
+The two objects compile in parallel as child processes in their own session; a cancel or timeout
+kills both, and each
 compiler gets SIGKILL when the thread that started it dies (`PR_SET_PDEATHSIG`, Linux), so a
 killed worker leaves no compiler behind (the language server also kills the worker's whole
 family: `kill_family` in verifier/process.py).
@@ -70,6 +77,8 @@ def compile_object(
     (compile-only): a split nvcc stops before the host compiler's pass over the front end's output,
     a host compiler runs with `-fsyntax-only`; no object is written (`path` is None) and the
     outcome is cached apart from the object's. A plain nvcc (no split) still builds the object.
+    A split nvcc build whose check is cached as failed fails as it did, without a compile
+    (`_failed_check`); the returned step says `cached`.
     """
     key = cache_key(compiler, flags, file_name, text, *(("check-only",) if check_only else ()))
     d = cache_dir / "objects" / key[:32]
@@ -80,6 +89,11 @@ def compile_object(
         outcome = read_outcome(d)
         if outcome is not None and (not outcome[0] or check_only or obj.is_file()):
             return StepResult(outcome[0], outcome[1], obj if outcome[0] and not check_only else None, True)
+        if not check_only and split_nvcc and Path(shlex.split(compiler)[0]).name == "nvcc":
+            failed = _failed_check(cache_dir, compiler, flags, file_name, text, d)
+            if failed is not None:  # the build would fail as its check did (module docstring)
+                write_outcome(d, False, failed)
+                return StepResult(False, failed, None, True)
         src = d / file_name
         src.write_text(text)
         cmd = [*shlex.split(compiler), *shlex.split(flags), "-c", str(src), "-o", str(obj)]
@@ -105,6 +119,19 @@ def compile_object(
             return StepResult(False, output, None, False, cancelled, timed_out)
         write_outcome(d, rc == 0, output)
     return StepResult(rc == 0, output, obj if rc == 0 and obj.is_file() else None, False)
+
+
+def _failed_check(
+    cache_dir: Path, compiler: str, flags: str, file_name: str, text: str, build_dir: Path
+) -> str | None:
+    """The output of the failed check of this compile (`check_only`, cached, by build/batch.py or a
+    compile-only build), its folder named as the build's `build_dir`; None if none is cached, or it
+    passed (a build still needs the object)."""
+    d = cache_dir / "objects" / cache_key(compiler, flags, file_name, text, "check-only")[:32]
+    outcome = read_outcome(d)
+    if outcome is None or outcome[0]:
+        return None
+    return outcome[1].replace(f"{d}/", f"{build_dir}/")
 
 
 def link_library(

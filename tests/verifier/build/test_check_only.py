@@ -109,3 +109,29 @@ def test_a_check_and_a_build_of_one_text_are_cached_apart(tmp_path: Path) -> Non
     built = compile_object(tmp_path, "nvcc", flags, "k.cu", GOOD_CU, 300.0, split_nvcc=True)
     assert first.ok and first.path is None and again.cached and again.path is None
     assert built.ok and not built.cached and built.path is not None and built.path.is_file()
+
+
+@needs_nvcc
+@pytest.mark.parametrize("text", [HOST_ERROR_CU, DEVICE_ERROR_CU, GOOD_CU])
+def test_a_build_after_its_failed_check_fails_as_the_build_would_without_compiling(
+    tmp_path: Path, text: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A failed check decides the build (objects.compile_object reads it: how build/batch.py's
+    checks decide builds that link): the output, its folder named as the build's, is what a build
+    in a cache without the check prints, and no compiler runs; a passed check decides nothing."""
+    from cudice.verifier.build import nvcc_split, objects
+
+    flags = "-gencode=arch=compute_90,code=sm_90 -std=c++17"
+    alone = compile_object(tmp_path / "alone", "nvcc", flags, "k.cu", text, 300.0, split_nvcc=True)
+    check = compile_object(tmp_path / "both", "nvcc", flags, "k.cu", text, 300.0, check_only=True)
+    ran: list[object] = []
+    if not check.ok:
+        for mod in (nvcc_split, objects):
+            monkeypatch.setattr(mod, "run_process", lambda *a, **k: ran.append(a) or (1, "", False, False))
+        monkeypatch.setattr(nvcc_split, "run", lambda *a, **k: ran.append(a) or (1, "", False, False))
+    build = compile_object(tmp_path / "both", "nvcc", flags, "k.cu", text, 300.0, split_nvcc=True)
+    assert build.ok == alone.ok == (text == GOOD_CU) and not ran
+    assert build.output.replace(str(tmp_path / "both"), "") == alone.output.replace(
+        str(tmp_path / "alone"), ""
+    )
+    assert build.cached != build.ok and (build.path is not None) == build.ok
