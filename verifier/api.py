@@ -28,6 +28,8 @@ of their own inputs, and run them as always otherwise (the editor's server hands
 both workers of a save). The key also holds a digest of the checks' and the parser's source
 files as this process first read them, so a worker of a newer install never takes the findings
 of a server still running older code.
+`candidate_modules(path, source=...)` lists the `load_inline` modules `verify` would build for a
+job, read as it reads them (VerifyPool.prefill batches their checks ahead: build/batch.py).
 Whether a GPU is here is run/gpu_probe.py's answer (`gpu_available`, re-exported for the CLIs).
 Not covered: multi-GPU placement (pool.py picks the device through CUDA_VISIBLE_DEVICES).
 """
@@ -48,7 +50,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from cudice.verifier.build.compile import build_module, build_raw_cu
-from cudice.verifier.build.generated import from_call
+from cudice.verifier.build.generated import GeneratedModule, from_call
 from cudice.verifier.build.quick import QuickChecker
 from cudice.verifier.config import VerifyConfig
 from cudice.verifier.process import CancelToken
@@ -330,11 +332,7 @@ def _verify(
     ref_arg = str(reference) if reference is not None else None
     if reference_source is not None and ref_arg is None:
         ref_arg = PSEUDO_REFERENCE_PATH
-    doc = _reference_optional(
-        parse_document(source, str(path), reference=ref_arg)
-        if source is not None
-        else read_document(path, reference=ref_arg)
-    )
+    doc = _document(path, source, ref_arg)
     run = _Run(doc, config, on_stage)
     # 1. parse
     if (bad := doc.invalid_result()) is not None:
@@ -445,6 +443,38 @@ def _verify(
     finally:
         if ahead is not None:
             ahead.close()
+
+
+def _document(path: str | Path, source: str | None, ref_arg: str | None) -> Document:
+    """The candidate's document as `verify` reads it (its text, else its file)."""
+    return _reference_optional(
+        parse_document(source, str(path), reference=ref_arg)
+        if source is not None
+        else read_document(path, reference=ref_arg)
+    )
+
+
+def candidate_modules(
+    path: str | Path,
+    *,
+    source: str | None = None,
+    reference: str | Path | None = None,
+    reference_source: str | None = None,
+) -> list[GeneratedModule]:
+    """The `load_inline` modules `verify()` with these arguments would build, as it reads them, in
+    order; none for a document whose build it would not reach by its parse (invalid input, a raw
+    `.cu`) or that cannot be read. For batching their checks ahead of the jobs (VerifyPool.prefill,
+    build/batch.py): reading them decides nothing, the job reads the document again. Never raises."""
+    ref_arg = str(reference) if reference is not None else None
+    if reference_source is not None and ref_arg is None:
+        ref_arg = PSEUDO_REFERENCE_PATH
+    try:
+        doc = _document(path, source, ref_arg)
+        if doc.kind != "python" or doc.invalid_result() is not None:
+            return []
+        return [m for m in (from_call(doc, call) for call in doc.load_inline_calls) if m is not None]
+    except Exception:  # the job reports what is wrong with the document
+        return []
 
 
 class _ProbeAhead:

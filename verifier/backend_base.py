@@ -12,10 +12,13 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from cudice.verifier.config import VerifyConfig
 from cudice.verifier.source.result import VerifyResult
+
+if TYPE_CHECKING:
+    from cudice.verifier.build.batch import BatchReport
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +78,13 @@ class VerifyBackend(ABC):
         newer job another caller submitted under the same key). This default cannot tell them
         apart and cancels by key when `future` is not done; the local pool checks."""
         return False if future.done() else self.cancel(key)
+
+    def prefill(self, jobs: Sequence[VerifyJob], config: VerifyConfig | None = None) -> BatchReport | None:
+        """Do ahead, for many jobs at once, what their builds would do alone, before they are
+        submitted (the local pool: their compile checks in one nvcc pass, build/batch.py); the
+        verdicts stay those of the jobs alone. This default does nothing and returns None: a
+        backend whose builds run elsewhere (Ray's workers have caches of their own) cannot gain."""
+        return None
 
     def idle(self) -> None:
         """Give back what waits warm for the next job (the GPU memory of spare judges' idle CUDA
@@ -139,26 +149,35 @@ def verify_all(
     *,
     config: VerifyConfig | None = None,
     timeout_s: float | None = None,
+    prefill: int = 0,
 ) -> list[VerifyResult]:
     """Submit every job and wait; results in the order of `jobs` (keys default to the job index).
     Where waiting on one raises (a job's own failure, the timeout), the jobs not finished yet are
-    cancelled before the exception goes on: nothing of the batch keeps running behind the caller."""
+    cancelled before the exception goes on: nothing of the batch keeps running behind the caller.
+    `prefill` > 0: the jobs go to `backend.prefill` that many at a time, each chunk just before
+    it is submitted (so a chunk's batch runs while the earlier chunks' jobs build)."""
     keys = [j.key if j.key is not None else f"job-{i}" for i, j in enumerate(jobs)]
-    futures = [
-        backend.submit(
-            j.path,
-            source=j.source,
-            reference=j.reference,
-            config=config,
-            key=key,
-            reference_source=j.reference_source,
-        )
-        for j, key in zip(jobs, keys, strict=True)
-    ]
+    futures: list[Future[VerifyResult]] = []
+    step = prefill if prefill > 0 else max(len(jobs), 1)
     try:
+        for k in range(0, len(jobs), step):
+            chunk = jobs[k : k + step]
+            if prefill > 0:
+                backend.prefill(chunk, config)
+            futures += [
+                backend.submit(
+                    j.path,
+                    source=j.source,
+                    reference=j.reference,
+                    config=config,
+                    key=key,
+                    reference_source=j.reference_source,
+                )
+                for j, key in zip(chunk, keys[k : k + step], strict=True)
+            ]
         return [f.result(timeout=timeout_s) for f in futures]
     except BaseException:
-        for key, f in zip(keys, futures, strict=True):
+        for key, f in zip(keys, futures, strict=False):
             if not f.done():
                 backend.cancel_submitted(key, f)
         raise

@@ -10,6 +10,11 @@ that ran a candidate serves another) or, with `persistent=False`, in a child sta
 its build or child process is killed and its future resolves to a result with verdict `timeout`
 and error "cancelled" (or is cancelled outright if it had not started). A crashed or hung child
 only fails its own job.
+`prefill(jobs)` checks many jobs' sources in one nvcc pass before they are submitted
+(build/batch.py): every compile error it finds is the job's verdict without a compile of its own,
+whether the job's build is a check or links (build/objects.py reads a failed check for a build);
+`verify_all(pool, jobs, prefill=batch.MAX_BATCH)` does it chunk by chunk, each chunk just before it
+is submitted (the RL reward; `cudice eval` calls it per chunk the same way).
 
 Not covered: several machines (dist/ray_backend.py's RayBackend, the same `VerifyBackend` interface, see
 backends.py), fairness between keys.
@@ -18,20 +23,27 @@ backends.py), fairness between keys.
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import queue
 import threading
+from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from cudice.verifier.api import verify
+from cudice.verifier.api import candidate_modules, verify
 from cudice.verifier.backend_base import JobTable, VerifyBackend, VerifyJob
 from cudice.verifier.config import VerifyConfig
 from cudice.verifier.run.gpu_probe import count_gpus as count_gpus  # the pool's default size; re-exported
 from cudice.verifier.run.sandbox import ChildOutcome, run_in_child
 from cudice.verifier.run.warm import PersistentRunner
 from cudice.verifier.source.result import VerifyResult
+
+if TYPE_CHECKING:
+    from cudice.verifier.build.batch import BatchReport
+
+log = logging.getLogger(__name__)
 
 
 def default_compile_workers() -> int:
@@ -103,6 +115,36 @@ class VerifyPool(VerifyBackend):
 
     def cancel_submitted(self, key: str, future: Future[VerifyResult]) -> bool:
         return self._jobs.cancel_if(key, lambda job: job.future is future, self._cancel_job)
+
+    def prefill(self, jobs: Sequence[VerifyJob], config: VerifyConfig | None = None) -> BatchReport | None:
+        """The compile checks of `jobs` (files or texts, as `submit` takes them) in one nvcc pass per
+        up to `batch.MAX_BATCH` candidates, before they are submitted (build/batch.py `prefill`):
+        each candidate's outcome goes into the object cache under its own check's key, where its
+        job's build reads it: a compile-only check takes it as is, and a build that links takes a
+        failed one as its failure without compiling (build/objects.py), so a compile error is decided
+        by the batch either way, with the single check's verdict and diagnostics. Runs in the
+        caller's thread and returns the batch's report (None when fewer than two modules could be
+        read). Best effort: a failure is logged and the jobs check alone, as without it."""
+        from cudice.verifier.build import batch
+
+        modules = [
+            m
+            for j in jobs
+            for m in candidate_modules(
+                j.path, source=j.source, reference=j.reference, reference_source=j.reference_source
+            )
+        ]
+        if len(modules) < 2:
+            return None
+        stop = threading.Event()  # set when an exception unwinds through here: the batch's compilers die
+        try:
+            return batch.prefill(modules, config or self.config, cancel=stop)
+        except Exception as exc:  # never a verdict: the jobs check alone
+            log.warning("batched checks skipped (%s: %s)", type(exc).__name__, exc)
+            return None
+        except BaseException:
+            stop.set()
+            raise
 
     def idle(self) -> None:
         """Discard every GPU's spare judges (three idle CUDA contexts each, ~0.7 GiB apiece on an

@@ -16,6 +16,11 @@ compile-only is refused, since either would pay rewards for kernels that only lo
 Each distinct (candidate, reference) pair, as normalised text, is verified once per
 `verifier_reward_fn`: repeats within a batch and across steps reuse the first verdict (rollouts
 of a peaked policy repeat often). A verdict's speedup is then measured once per distinct kernel.
+The distinct candidates (and the canary) go to `backend.prefill` `batch.MAX_BATCH` at a time
+before they are submitted (`verify_all(prefill=)`): the local pool checks each chunk's sources in
+one nvcc pass (build/batch.py), and a rollout that does not compile (most do not) gets its
+`compile_error` from that pass, with the diagnostics of a check of its own, without a build of its
+own, on a GPU box too (build/objects.py); the Ray backend ignores it.
 
 Shaping (`reward_from_result`): 0 for a kernel that is not correct; with `required_speedup`
 set, `correct_reward` (RLConfig, default 0.5) for a correct kernel and 1 for one that also clears
@@ -181,8 +186,10 @@ def verify_texts(
     """One `VerifyResult` per job, in the order of `jobs`: candidate and reference as text, no
     file written (the paths are names the diagnostics carry). Each distinct (candidate, reference)
     pair, compared as `normalised` text, is verified once; `cache` (updated here) carries the
-    verdicts of earlier batches, so a rollout repeated across steps is not verified again. An
-    infrastructure failure (`infrastructure_failure`) is returned but not cached."""
+    verdicts of earlier batches, so a rollout repeated across steps is not verified again. The
+    jobs left go to `backend.prefill` `batch.MAX_BATCH` at a time, each chunk just before it is
+    submitted (module docstring). An infrastructure failure (`infrastructure_failure`) is returned
+    but not cached."""
     return _verify_batch(backend, jobs, cache, None)[0]
 
 
@@ -194,6 +201,7 @@ def _verify_batch(
 ) -> tuple[list[VerifyResult], VerifyResult | None]:
     """`verify_texts`, with `canary` verified in the same batch (never from or into the cache)."""
     from cudice.verifier.backends import VerifyJob, verify_all
+    from cudice.verifier.build.batch import MAX_BATCH
 
     cache = {} if cache is None else cache
     names: dict[str, str] = {}  # one name per distinct reference
@@ -220,7 +228,8 @@ def _verify_batch(
                 reference_source=as_read_back(canary.reference),
             )
         )
-    results = verify_all(backend, [*todo.values(), *extra])
+    # the checks of MAX_BATCH jobs at a time in one nvcc pass, each chunk before it is submitted
+    results = verify_all(backend, [*todo.values(), *extra], prefill=MAX_BATCH)
     if len(results) != len(todo) + len(extra):
         raise RuntimeError(
             f"verify backend returned {len(results)} results for {len(todo) + len(extra)} jobs"

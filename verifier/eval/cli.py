@@ -13,9 +13,11 @@ local Ray instance, or the cluster at ADDRESS). Both give the same verdicts. A p
 stderr covers the whole run; `--out DIR` writes per-problem JSON (each as its verdict arrives),
 scores, a Markdown summary and the fast_p curve (eval/report.py). Without a GPU (here, or in the
 Ray cluster) nothing can be correct: the scores are 0 and the JSON says `gpu: false`.
-Where the verdicts stop at the compile check (`--compile-only`, or no GPU) the local pool's checks
-run 16 candidates to one pass of nvcc's front ends (build/batch.py: the same verdicts and
-diagnostics as one check per candidate, several times faster).
+The local pool checks 16 candidates to one pass of nvcc's front ends before it builds them
+(`VerifyPool.prefill`, build/batch.py: the same verdicts and diagnostics as one check per
+candidate). Where the verdicts stop at the check (`--compile-only`, or no GPU) that pass is every
+candidate's check, several times faster; on a GPU a candidate it finds failing gets its
+`compile_error` without a build of its own (build/objects.py), and the others build as always.
 Interrupted (Ctrl-C, SIGINT, SIGTERM), the run cancels what has not started, reports the verdicts
 it reached (a problem not reached is `interrupted`, counted as a failure like a missing one; the
 JSON says `interrupted: true`) and exits with 130; a verdict already done when the signal came is
@@ -43,6 +45,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
+from cudice.verifier.backend_base import VerifyJob
 from cudice.verifier.config import VerifyConfig
 from cudice.verifier.source.result import Verdict, VerifyResult
 
@@ -192,13 +195,17 @@ def eval_command(
             resumed = len(results)
             on_result = _start_report(out_dir, names, with_candidate, results, keys)
             todo = [n for n in with_candidate if n not in results]
-            batched = _batched_checks(backend, config, has_gpu)
+            batched = _batched_checks(backend)
             futures: dict[str, Future[VerifyResult]] = {}
             for chunk in _chunks(todo, batched):
+                jobs = [VerifyJob(candidates / n, reference=problems / n, key=n) for n in chunk]
                 if batched > 1:  # the chunk's checks in one nvcc pass, before its jobs read them
-                    _prefill_checks(config, [candidates / n for n in chunk])
+                    backend.prefill(jobs)
                 futures.update(
-                    {n: backend.submit(candidates / n, reference=problems / n, key=n) for n in chunk}
+                    {
+                        n: backend.submit(j.path, reference=j.reference, key=n)
+                        for n, j in zip(chunk, jobs, strict=True)
+                    }
                 )
             _collect(futures, len(names) - len(with_candidate), resumed, results, on_result)
             stop.armed = False  # a signal from here on lets the backend's shutdown finish
@@ -356,53 +363,20 @@ def _start_report(
     return on_result
 
 
-def _batched_checks(backend: VerifyBackend, config: VerifyConfig, has_gpu: bool) -> int:
-    """How many candidates' compile checks share one nvcc pass (build/batch.py), or 1: batched where
-    the verdicts stop at the check (compile-only, or no GPU: nothing links) and the compiles run on
-    this machine (the local pool, whose workers read this process's object cache)."""
+def _batched_checks(backend: VerifyBackend) -> int:
+    """How many candidates' compile checks share one nvcc pass (`VerifyPool.prefill`, build/batch.py),
+    or 1: batched where the compiles run on this machine (the local pool, whose workers read this
+    process's object cache). Where the verdicts stop at the check (compile-only, or no GPU) every
+    candidate's check comes from the pass; where they link, a candidate the pass found failing gets
+    its `compile_error` without a build (build/objects.py) and a clean one builds as without it."""
     from cudice.verifier.build.batch import MAX_BATCH
     from cudice.verifier.pool import VerifyPool
 
-    stops_at_check = config.compile_only or not has_gpu
-    return MAX_BATCH if stops_at_check and isinstance(backend, VerifyPool) else 1
+    return MAX_BATCH if isinstance(backend, VerifyPool) else 1
 
 
 def _chunks(names: list[str], size: int) -> list[list[str]]:
     return [names[k : k + size] for k in range(0, len(names), size)] if size > 1 else [names]
-
-
-def _prefill_checks(config: VerifyConfig, paths: list[Path]) -> None:
-    """The slim checks of the candidates' `load_inline` sources, many in one pass of nvcc's front
-    ends (build/batch.py `prefill`), written into the object cache under each candidate's own key:
-    each job's check then reads its outcome there, so the verdicts and diagnostics are the single
-    check's (the batch's contract), sooner. Best effort: a candidate that cannot be read or
-    batched is checked alone by its job, as without this."""
-    import logging
-    import threading
-
-    from cudice.verifier.build.batch import prefill
-    from cudice.verifier.build.generated import from_call
-    from cudice.verifier.source.document import read_document
-
-    modules = []
-    for path in paths:
-        try:
-            doc = read_document(path)
-            if doc.kind != "python" or doc.invalid_result() is not None:
-                continue
-            modules += [m for m in (from_call(doc, call) for call in doc.load_inline_calls) if m is not None]
-        except Exception:  # the job reports what is wrong with the file
-            continue
-    if len(modules) < 2:
-        return
-    stop = threading.Event()  # set when a signal unwinds through here: the batch's compilers die
-    try:
-        prefill(modules, config, cancel=stop)
-    except Exception as exc:  # never a verdict: the jobs check alone
-        logging.getLogger(__name__).warning("batched checks skipped (%s: %s)", type(exc).__name__, exc)
-    except BaseException:
-        stop.set()
-        raise
 
 
 def _open_backend(config: VerifyConfig, workers: int, ray_address: str | None) -> tuple[VerifyBackend, bool]:
