@@ -26,15 +26,12 @@ candidate of a round with a message that names none (the wrapper's lines, the sh
 preprocessor message without a candidate's file, output of `ptxas` or `fatbinary`, a catastrophic
 error, a step that failed without a message, or no candidate decided; a candidate alone with its
 `#include` list. Refused up front (`BatchReport.how` says why): modules the single check would not
-build as a slim C-ABI `cuda.cu`; code after the leading `#include <...>` block with another
-`#include`, `#line`, `#error`/`#warning`, a pragma other than `unroll`/`nounroll`, `_Pragma`,
-`push_macro`, an `#undef` of a name it did not define, `#if`s or brackets that do not balance,
-`__COUNTER__`/`__BASE_FILE__`/`__FILE_NAME__`/`__INCLUDE_LEVEL__`, `extern "C"`, a leading `::`,
-`operator`, `asm` or `main` at namespace scope, a using-directive or using-declaration there,
-`TORCH_LIBRARY`, the word `cudice`; a name declared at namespace scope that the full headers spell
-(headers.full_header_names); a macro the headers define, or that the shim or the headers its
-prelude adds spell (`_prelude_words`: the single check reads them with the macro defined); a name
-of internal linkage (`static`, `const`, unnamed namespace) not clearly referenced (`_referenced`).
+build as a slim C-ABI `cuda.cu`, a `cuda.cu` without a leading `#include <...>` block, a shim of
+another layout, a cache path a `#line` cannot name; and code after the leading block that the
+source scanner refuses (build/batch_scan.py `scan_code`, `clash`, whose docstring lists what: other
+directives, names and macros the headers or the shim spell, internal-linkage names not clearly
+referenced, ...). This module runs the batches and attributes their messages; the scanner reads
+the candidates' code.
 
 Why: two candidates may define the same kernels, helpers and macros. A namespace keeps their
 declarations apart and `#undef` of each macro a candidate defined keeps the preprocessor apart.
@@ -48,8 +45,8 @@ the file it names, which the batch never wrote.
 Not covered: argument-dependent lookup from a header template on a candidate's own class type no
 longer reaches global-scope functions declared after that template (the class's namespace is no
 longer the global one); a header's warning for an instantiation two candidates share is printed
-once and, with no note naming a candidate, sends the round to single checks; `_referenced` reads
-tokens, not C++ (a local declared as `int a, x;` can shadow a global `x` unseen); `main.cpp`.
+once and, with no note naming a candidate, sends the round to single checks; what the scanner
+misses (build/batch_scan.py); `main.cpp`.
 A build that links reads only a failed outcome, as its own failure (build/objects.py): a clean
 one still compiles its object. Every step runs through `process.run_process` (own session, killed
 on cancel or timeout, dies with the thread that started it), as nvcc_split.run's steps do.
@@ -71,10 +68,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cudice.verifier.build import nvcc_split, ppcache
+from cudice.verifier.build.batch_scan import WORD, Scan, clash, scan_code
 from cudice.verifier.build.cabi import shim
 from cudice.verifier.build.compile import BuildResult, build_module, cabi_module, module_slim_blocker
 from cudice.verifier.build.generated import CUDA_CU, GeneratedModule
-from cudice.verifier.build.headers import HeaderNames, ensure_overlay, full_header_names
+from cudice.verifier.build.headers import ensure_overlay, full_header_names
 from cudice.verifier.build.messages import NVCC
 from cudice.verifier.build.objects import cache_key, read_outcome, write_outcome
 from cudice.verifier.build.toolchain import Toolchain, probe_toolchain
@@ -89,7 +87,6 @@ _REMARK = 'Remark: The warnings can be suppressed with "-diag-suppress <warning-
 _NOTE_FILE = re.compile(r"at line \d+ of (\S+)")
 _HEAD_LINE = re.compile(r"^[ \t]*(?:#[ \t]*include[ \t]*<[^<>\n]+>[ \t]*|//.*(?<!\\))?$")
 _INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*(<[^>\n]+>|"[^"\n]+")', re.M)
-_WORD = re.compile(r"[A-Za-z_$][\w$]*")
 
 
 @dataclass(frozen=True, slots=True, eq=False)  # one per candidate: compared and hashed by identity
@@ -106,7 +103,7 @@ class Job:
     prelude_line: int  # where the shim's fixed prelude starts in the single check's file
     tail: str  # the shim after its prelude
     tail_line: int
-    scan: _Scan
+    scan: Scan
     source: str  # the file the single check compiles, which every message of the candidate names
 
 
@@ -191,7 +188,7 @@ def prefill(
             why = (
                 "header lists unavailable"
                 if names is None or spelled is None
-                else _clash(job, names, spelled)
+                else clash(job.scan, job.tail, names, spelled)
             )
             if why is None:
                 pending.append(job)
@@ -276,7 +273,7 @@ def _job(
         return None, "unknown shim layout"
     prelude_line = len(lines) + 1
     tail_line = prelude_line + prelude.count("\n")
-    scan, why = _scan_code(code)
+    scan, why = scan_code(code)
     if scan is None:
         return None, why
     source = str(config.cache_dir / "objects" / key[:32] / CUDA_CU)
@@ -322,364 +319,6 @@ def _prelude() -> str:
     return _PRELUDE[0]
 
 
-# -- what a candidate's own code may hold ------------------------------------------------------
-
-_LITERAL = re.compile(r'//[^\n]*|/\*[\s\S]*?\*/|"(?:[^"\\\n]|\\.)*"|\'(?:[^\'\\\n]|\\.)*\'|/\*|["\']')
-_TOKEN = re.compile(r"[A-Za-z_$][\w$]*|\.?\d(?:[\w.']|[eEpP][+-])*|::|\S")
-_FORBIDDEN_WORDS = frozenset(
-    "__COUNTER__ __BASE_FILE__ __FILE_NAME__ __INCLUDE_LEVEL__ _Pragma __has_include __has_include_next "
-    "TORCH_LIBRARY TORCH_LIBRARY_IMPL TORCH_LIBRARY_FRAGMENT".split()
-)
-# words that are no name a declaration can introduce: C++ keywords and CUDA's qualifier macros
-_NOT_NAMES = frozenset(
-    "alignas alignof auto bool break case catch char char8_t char16_t char32_t class const consteval "
-    "constexpr constinit const_cast continue decltype default delete do double dynamic_cast else enum "
-    "explicit export extern false final float for friend goto if inline int long mutable namespace new "
-    "noexcept nullptr override private protected public register reinterpret_cast requires return short "
-    "signed sizeof static static_assert static_cast struct switch template this thread_local throw true "
-    "try typedef typeid typename union unsigned using virtual void volatile wchar_t while __restrict "
-    "__restrict__ __global__ __device__ __host__ __forceinline__ __noinline__ __inline__ __shared__ "
-    "__constant__ __managed__ __launch_bounds__ __align__ __grid_constant__ __cluster_dims__ "
-    "__maxnreg__ __attribute__ __inline __volatile__".split()
-)
-_SCOPE_KEYS = frozenset({"struct", "class", "union", "enum"})
-
-
-@dataclass(frozen=True, slots=True)
-class _Scan:
-    macros: tuple[str, ...]
-    macro_words: dict[str, frozenset[str]]  # words of each macro's definition
-    declared: frozenset[str]  # names declared at namespace scope (namespaces see-through)
-    statement_words: tuple[frozenset[str], ...]  # every word of each namespace-scope declaration
-    internal: frozenset[str]  # names with internal linkage (static, const, unnamed namespace)
-
-
-def _strip(code: str) -> str | None:
-    """`code` with comments blanked (newlines kept) and literals emptied; None when one is unterminated."""
-    bad = False
-
-    def blank(m: re.Match[str]) -> str:
-        nonlocal bad
-        t = m.group(0)
-        if t in ('"', "'", "/*"):
-            bad = True
-        if t.startswith("//") or t.startswith("/*"):
-            return " " + "\n" * t.count("\n")
-        return t[0] * 2
-
-    out = _LITERAL.sub(blank, code)
-    return None if bad or re.search(r'\bR""', out) else out
-
-
-def _scan_code(code: str) -> tuple[_Scan | None, str | None]:
-    """What `_job` needs of the candidate's own code, or why it cannot be batched."""
-    if re.search(r'\bextern\s*"C', code):
-        return None, 'extern "C"'
-    clean = _strip(code)
-    if clean is None or clean.rstrip().endswith("\\"):
-        return None, "unterminated comment, literal or line"
-    macros: list[str] = []
-    macro_words: dict[str, frozenset[str]] = {}
-    depth = 0
-    conditional = False
-    body: list[str] = []
-    for logical in re.sub(r"\\\n", " ", clean).split("\n"):
-        d = re.match(r"^[ \t]*#[ \t]*(\w*)[ \t]*(.*)$", logical)
-        if d is None:
-            body.append(logical)
-            continue
-        body.append("")
-        word, rest = d.group(1), d.group(2)
-        named = _WORD.match(rest)
-        name = named.group(0) if named else ""
-        if word == "define" and name:
-            if name in macros or name == "TORCH_EXTENSION_NAME":
-                return None, f"#define {name} twice or of the module name"
-            definition = rest[len(name) :]
-            if not _balanced(_TOKEN.findall(definition)):
-                return None, f"macro {name} does not balance its brackets"
-            macros.append(name)
-            macro_words[name] = frozenset(_WORD.findall(definition))
-        elif word == "undef":
-            if name not in macros:
-                return None, f"#undef of {name or 'nothing'}, which the candidate did not define"
-        elif word in ("if", "ifdef", "ifndef"):
-            depth += 1
-            conditional = True
-        elif word in ("elif", "else", "elifdef", "elifndef") and depth > 0:
-            pass
-        elif word == "endif" and depth > 0:
-            depth -= 1
-        elif word == "pragma" and re.fullmatch(r"(?:no)?unroll\b[^\n]*", rest):
-            pass
-        elif word or rest.strip():
-            return None, f"#{word} after the leading includes"
-    if depth:
-        return None, "#if without #endif"
-    text = "\n".join(body)
-    words = set(_WORD.findall(text)) | {w for ws in macro_words.values() for w in ws}
-    if any("cudice" in w.lower() for w in words):
-        return None, "the word cudice"
-    if words & _FORBIDDEN_WORDS:
-        return None, f"uses {sorted(words & _FORBIDDEN_WORDS)[0]}"
-    tokens = _TOKEN.findall(text)
-    for prev, t in zip(["", *tokens], tokens, strict=False):
-        if t == "::" and not ((_WORD.fullmatch(prev) and prev not in _NOT_NAMES) or prev == ">"):
-            return None, "a name qualified from the global namespace (::x)"
-    decls, why = _declarations(tokens)
-    if decls is None:
-        return None, why
-    if decls.internal and conditional:
-        return None, "conditional code beside names of internal linkage"
-    for name, count in decls.internal.items():
-        if not _referenced(tokens, name, count):
-            return None, f"{name} has internal linkage and may be unreferenced"
-    internal = frozenset(decls.internal)
-    return _Scan(
-        tuple(macros), macro_words, frozenset(decls.declared), tuple(decls.statements), internal
-    ), None
-
-
-# a word before a name that does not make it a declaration there
-_USE_AFTER = frozenset(
-    "return case else do throw sizeof new delete goto co_return co_yield co_await and or not xor bitand "
-    "bitor compl not_eq and_eq or_eq xor_eq".split()
-)
-
-
-def _declares(word: str) -> bool:
-    """A word a declared name may follow (a type, a qualifier); `return x` is a use."""
-    return bool(_WORD.fullmatch(word)) and word not in _USE_AFTER
-
-
-def _referenced(tokens: list[str], name: str, declarations: int) -> bool:
-    """`name` (declared `declarations` times at namespace scope) is used somewhere and declared
-    nowhere else (no local or parameter of the same name could take its uses).
-
-    EDG warns of an internal-linkage entity nothing references ("declared but never referenced")
-    only in the main file, so such a candidate alone gets a warning that a batch would not print."""
-    uses = declared = 0
-    for j, t in enumerate(tokens):
-        if t != name:
-            continue
-        prev = tokens[j - 1] if j else ";"
-        if prev in (".", "->"):
-            continue
-        before = tokens[j - 2] if j >= 2 else ";"
-        first = tokens[j - 3] if j >= 3 else ";"
-        if (
-            _declares(prev)
-            or prev == ">"
-            or (prev in ("*", "&", "&&") and _declares(before) and (_declares(first) or first in "{};(,>"))
-        ):  # `T x`, `T<U> x`, `T* x` where a statement or parameter starts: a declaration of its own
-            declared += 1
-        else:
-            uses += 1
-    return uses > 0 and declared == declarations
-
-
-def _balanced(tokens: list[str]) -> bool:
-    depth = {"(": 0, "[": 0, "{": 0}
-    closer = {")": "(", "]": "[", "}": "{"}
-    for t in tokens:
-        if t in depth:
-            depth[t] += 1
-        elif t in closer:
-            depth[closer[t]] -= 1
-            if depth[closer[t]] < 0:
-                return False
-    return not any(depth.values())
-
-
-@dataclass(slots=True)
-class _Decls:
-    """What `_declarations` gathers: names, each declaration's words, internal-linkage names."""
-
-    declared: set[str] = field(default_factory=set)
-    statements: list[frozenset[str]] = field(default_factory=list)
-    internal: dict[str, int] = field(default_factory=dict)  # name -> declarations of it
-
-
-def _declarations(tokens: list[str]) -> tuple[_Decls | None, str | None]:
-    """Names declared at namespace scope (namespace braces see-through; class, function and
-    initializer bodies skipped; an unscoped enum's enumerators counted), each declaration's words."""
-    if not _balanced(tokens):
-        return None, "brackets do not balance"
-    decls = _Decls()
-    stmt: list[str] = []
-    scopes: list[bool] = []  # per open namespace: whether it is unnamed
-    skip = 0  # depth inside a skipped body
-    kind = ""
-    for t in tokens:
-        if skip:
-            if t == "{":
-                skip += 1
-            elif t == "}":
-                skip -= 1
-            elif kind == "enum" and skip == 1 and _WORD.fullmatch(t):
-                stmt.append(t)
-            if skip == 0:
-                if kind == "body":
-                    why = _statement(stmt, decls, any(scopes))
-                    if why:
-                        return None, why
-                    stmt = []
-                else:
-                    stmt.append("{}")
-            continue
-        if t == "{" and stmt.count("(") == stmt.count(")"):
-            if "namespace" in stmt:
-                names = [w for w in stmt if _WORD.fullmatch(w) and w not in ("namespace", "inline")]
-                decls.declared.update(names)
-                scopes.append(not names)
-                stmt = []
-                continue
-            head = [w for w in stmt if w != "{}"]
-            if "enum" in head and not {"class", "struct"} & set(
-                head[head.index("enum") + 1 : head.index("enum") + 2]
-            ):
-                kind = "enum"
-            elif _SCOPE_KEYS & set(head) and "(" not in head:
-                kind = "class"
-            elif "=" in head or ")" not in head:
-                kind = "init"
-            else:
-                kind = "body"
-            skip = 1
-            continue
-        if t == "}" and stmt.count("(") == stmt.count(")"):
-            if not scopes or stmt:
-                return None, "a declaration left open at a namespace's end"
-            scopes.pop()
-            continue
-        if t == ";" and stmt.count("(") == stmt.count(")"):
-            why = _statement(stmt, decls, any(scopes))
-            if why:
-                return None, why
-            stmt = []
-            continue
-        stmt.append(t)
-    if stmt or scopes:
-        return None, "a declaration without its end"
-    decls.declared -= _NOT_NAMES
-    return decls, None
-
-
-def _statement(stmt: list[str], decls: _Decls, unnamed: bool) -> str | None:
-    """Add the names one namespace-scope declaration introduces; why not, for those refused."""
-    if not stmt:
-        return None
-    before = set(decls.declared)
-    why = _introduced(stmt, decls.declared)
-    if why is not None:
-        return why
-    words = [w for w in stmt if _WORD.fullmatch(w)]
-    decls.statements.append(frozenset(words) - _NOT_NAMES)
-    depth, top = 0, set()
-    for t in stmt:
-        depth += {"(": 1, "[": 1, ")": -1, "]": -1}.get(t, 0)
-        if depth == 0:
-            top.add(t)
-    if unnamed or top & {"static", "const", "constexpr"}:  # internal linkage (or a function returning const)
-        names = _introduced_names(stmt, before, decls.declared)
-        for n in names:
-            decls.internal[n] = decls.internal.get(n, 0) + 1
-    return None
-
-
-def _introduced_names(stmt: list[str], before: set[str], after: set[str]) -> set[str]:
-    """The names `stmt` declares: new ones, and those declared again (found by a second pass)."""
-    again: set[str] = set()
-    _introduced(stmt, again)
-    return (after - before) | again
-
-
-def _introduced(stmt: list[str], declared: set[str]) -> str | None:
-    """Add to `declared` the names one namespace-scope declaration introduces; why not, if refused."""
-    words = [w for w in stmt if _WORD.fullmatch(w)]
-    if stmt[0] == "using":
-        if len(stmt) >= 3 and _WORD.fullmatch(stmt[1]) and stmt[2] == "=":
-            declared.add(stmt[1])
-            return None
-        return "using-directive or using-declaration at namespace scope"
-    for bad in ("operator", "asm", "__asm__", "__asm", "main"):
-        if bad in words:
-            return f"{bad} at namespace scope"
-    toks = list(stmt)
-    if toks[:2] == ["template", "<"]:  # the template parameter list declares nothing outside
-        depth, j = 0, 1
-        for j in range(1, len(toks)):
-            depth += {"<": 1, ">": -1}.get(toks[j], 0)
-            if depth == 0:
-                break
-        toks = toks[j + 1 :]
-    paren = angle = 0
-    in_init = False
-    for j, t in enumerate(toks):
-        prev = toks[j - 1] if j else ""
-        nxt = toks[j + 1] if j + 1 < len(toks) else ";"
-        if t in "([":
-            paren += 1
-            if t == "(" and paren == 1 and nxt in ("*", "&", "^"):  # a parenthesized declarator
-                k = j + 1
-                while k < len(toks) and toks[k] != ")":
-                    if _WORD.fullmatch(toks[k]):
-                        declared.add(toks[k])
-                    k += 1
-            continue
-        if t in ")]":
-            paren -= 1
-            continue
-        if paren:
-            continue
-        if t == "<" and (_WORD.fullmatch(prev) or prev == ">"):
-            angle += 1
-        elif t == ">" and angle:
-            angle -= 1
-        elif angle:
-            continue
-        elif t == "=":
-            in_init = True
-        elif t == ",":
-            in_init = False
-        elif _WORD.fullmatch(t) and not in_init:
-            introduces = nxt in ("(", "=", ";", ",", "[", "{}", ":") or prev in _SCOPE_KEYS
-            if prev == "class" and j >= 2 and toks[j - 2] == "enum":
-                introduces = True
-            if introduces and prev in _SCOPE_KEYS and nxt == "::" and t not in declared:
-                return f"a declaration qualified by {t}, not the candidate's own"
-            if introduces and prev == "::":
-                k = j - 1
-                while k >= 1 and toks[k] == "::" and _WORD.fullmatch(toks[k - 1]):
-                    k -= 2
-                if toks[k + 1] not in declared:
-                    return f"a declaration qualified by {toks[k + 1]}, not the candidate's own"
-            elif introduces:
-                declared.add(t)
-    if "{}" in stmt and "enum" in words:  # an unscoped enum's enumerators (its body words were kept)
-        declared.update(words)
-    return None
-
-
-def _clash(job: Job, names: HeaderNames, spelled: frozenset[str]) -> str | None:
-    """Why the candidate's names could mean something else in a batch than alone (None: they cannot)."""
-    scan = job.scan
-    for m in scan.macros:
-        if m in names.macros:
-            return "redefines a header macro"
-        if m in spelled or m in _WORD.findall(job.tail):
-            return "defines a macro the shim or its headers spell"
-    expands = set(scan.macros) | (names.macros - _NOT_NAMES)
-    declared = set(scan.declared)
-    for words in scan.statement_words:  # a macro at namespace scope may declare any word given to it
-        used = words & expands
-        if used:
-            declared |= words - expands
-            declared |= {w for m in used & set(scan.macros) for w in scan.macro_words[m]} - _NOT_NAMES
-    hit = sorted(declared & names.identifiers)
-    return f"declares a name the headers spell ({hit[0]})" if hit else None
-
-
 def _prelude_words(
     config: VerifyConfig, tc: Toolchain, job: Job, cancel: CancelToken | None
 ) -> frozenset[str] | None:
@@ -719,9 +358,9 @@ def _prelude_words(
                 if rc != 0 or cancelled or timed_out:
                     return None
                 deps[name] |= set(out.read_text().replace("\\\n", " ").split()[1:])
-        words = set(_WORD.findall(prelude))
+        words = set(WORD.findall(prelude))
         for f in deps["prelude"] - deps["head"] - {str(work / "prelude" / CUDA_CU)}:
-            words.update(_WORD.findall(Path(f).read_text(errors="replace")))
+            words.update(WORD.findall(Path(f).read_text(errors="replace")))
         tmp = work / "words.txt"
         tmp.write_text("\n".join(sorted(words)) + "\n")
         tmp.replace(cached)

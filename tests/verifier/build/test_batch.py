@@ -7,7 +7,8 @@ folders' names aside). The mix: good candidates of bench/kb_candidates.py, a hos
 device-side error, an error in a template instantiated by a launch, an EDG warning, two candidates
 that define the same macro with different values (a `static_assert` fails if one leaks into the
 other), two candidates with the same kernel and function names, and candidates the batch refuses.
-The scanner's refusals and the attribution of messages are tested without a compiler.
+The scanner's refusals (build/batch_scan.py) and the attribution of messages are tested without a
+compiler.
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from cudice.verifier.build import batch
+from cudice.verifier.build import batch, batch_scan
 from cudice.verifier.build.compile import BuildResult, build_module
 from cudice.verifier.build.generated import GeneratedModule, from_call
+from cudice.verifier.build.headers import HeaderNames
 from cudice.verifier.config import VerifyConfig
 from cudice.verifier.source.document import parse_document
 from verifier_marks import needs_nvcc
@@ -181,7 +183,7 @@ def test_the_mix_exercises_what_it_claims(mixed_results: dict[str, object]) -> N
     ],
 )
 def test_code_the_batch_cannot_isolate_is_refused(code: str, why: str) -> None:
-    scan, reason = batch._scan_code(code)
+    scan, reason = batch_scan.scan_code(code)
     assert scan is None and reason is not None and why in reason
 
 
@@ -206,7 +208,7 @@ void Pair_fill(Pair& p) { p.a = 1; }
 static __device__ float halve(float v) { return v / 2; }
 __global__ void uses(float* y) { y[0] = halve(table[0]) + FAST + blocks; }
 """
-    scan, why = batch._scan_code(code)
+    scan, why = batch_scan.scan_code(code)
     assert why is None and scan is not None
     assert scan.macros == ("BLOCK",)
     assert set(scan.declared) == {
@@ -217,13 +219,12 @@ __global__ void uses(float* y) { y[0] = halve(table[0]) + FAST + blocks; }
 
 
 def test_a_header_name_or_macro_keeps_a_candidate_out() -> None:
-    names = batch.HeaderNames(frozenset({"gelu", "C10_WARP_SIZE", "PyObject"}), frozenset({"C10_WARP_SIZE"}))
+    names = HeaderNames(frozenset({"gelu", "C10_WARP_SIZE", "PyObject"}), frozenset({"C10_WARP_SIZE"}))
 
     def clash(code: str) -> str | None:
-        scan, why = batch._scan_code(code)
+        scan, why = batch_scan.scan_code(code)
         assert scan is not None, why
-        job = batch.Job(0, None, "", "", (), 0, code, 0, "tail words", 0, scan, "")  # type: ignore[arg-type]
-        return batch._clash(job, names, frozenset({"Py_ssize_t"}))
+        return batch_scan.clash(scan, "tail words", names, frozenset({"Py_ssize_t"}))
 
     assert clash("__device__ float my_gelu(float x) { return x; }\n") is None
     assert "gelu" in (clash("__device__ float gelu(float x) { return x; }\n") or "")
@@ -234,7 +235,7 @@ def test_a_header_name_or_macro_keeps_a_candidate_out() -> None:
 
 
 def fake_jobs(n: int) -> list[batch.Job]:
-    scan, _ = batch._scan_code("")
+    scan, _ = batch_scan.scan_code("")
     return [
         batch.Job(i, None, "", "", (), 0, "", 0, "", 0, scan, f"/c/objects/k{i}/cuda.cu")  # type: ignore[arg-type]
         for i in range(n)
