@@ -19,6 +19,10 @@ Every figure is printed next to a baseline measured in the same run:
    nvcc's steps in sequence and with the pybind11 `main.cpp` (each variant with a cache of its own)
    in the same run; `objects` is the compile-only path that still builds every object (the host
    compiler's pass over nvcc's front-end output included), the baseline of the check-only path.
+   `--pool-prefill both` runs the pool step twice, without and with `VerifyPool.prefill` (each
+   chunk of 16 checked in one nvcc pass before it is submitted, as the RL reward does), each from
+   a cache whose objects were wiped; `--pool-broken K` gives every K-th candidate a compile error
+   (RL rollouts mostly have one).
 6. `--phase batched --batched 4,8,16`: compile-only checks of `--limit` distinct candidates
    (bench/kb_candidates.py), one at a time (`build_module(link=False)`) and through
    `verifier/build/batch.py` `check_many` N at a time for each N, each with the objects of the cache
@@ -446,24 +450,52 @@ def summarize(rows: list[dict[str, object]], compile_only: bool) -> dict[str, ob
     return out
 
 
+BROKEN = (  # a compile error in a candidate's own device code (`--pool-broken`)
+    "__global__",
+    "__device__ float bench_broken_helper() { return undeclared_in_bench; }\n__global__",
+)
+
+
 def bench_candidates_pool(
-    config: VerifyConfig, n: int, skip_load_inline: bool, offset: int = 0, baseline_limit: int = 0
+    config: VerifyConfig,
+    n: int,
+    skip_load_inline: bool,
+    offset: int = 0,
+    baseline_limit: int = 0,
+    prefill: bool = False,
+    broken_every: int = 0,
 ) -> None:
     """(GPU) `n` candidates (from index `offset`: none the per-candidate phase built) through
     VerifyPool, then plain load_inline builds of the first `baseline_limit` of them (all when 0),
     as many at once as the pool had compile workers; each side's rate is its own count over its
-    own wall time."""
+    own wall time. `prefill`: each chunk of `batch.MAX_BATCH` candidates goes to
+    `VerifyPool.prefill` (their checks in one nvcc pass) just before it is submitted, as the RL
+    reward does. `broken_every` k > 0: every k-th candidate gets a compile error in its own device
+    code (`BROKEN`), as most RL rollouts have one."""
+    from cudice.verifier.backends import VerifyJob
+    from cudice.verifier.build.batch import MAX_BATCH
+
     folder = Path(tempfile.mkdtemp(prefix="cudice-bench-kbpool-"))
     cands = kb_candidates.generate(offset + n)[offset:]
     paths = []
-    for c in cands:
+    for i, c in enumerate(cands):
         paths.append(folder / f"{c.name}.py")
-        paths[-1].write_text(c.source)
+        broken = broken_every > 0 and i % broken_every == 0 and BROKEN[0] in c.source
+        paths[-1].write_text(c.source.replace(*BROKEN, 1) if broken else c.source)
     workers = default_compile_workers()
+    decided = prefill_s = 0.0
     try:
         t0 = time.perf_counter()
         with VerifyPool(config, num_compile_workers=workers) as pool:
-            futs = [pool.submit(p, key=str(p)) for p in paths]
+            futs = []
+            for k in range(0, len(paths), MAX_BATCH if prefill else max(len(paths), 1)):
+                chunk = paths[k : k + MAX_BATCH] if prefill else paths
+                if prefill:
+                    t1 = time.perf_counter()
+                    report = pool.prefill([VerifyJob(p, key=str(p)) for p in chunk])
+                    prefill_s += time.perf_counter() - t1
+                    decided += report.decided if report is not None else 0
+                futs += [pool.submit(p, key=str(p)) for p in chunk]
             for k, fut in enumerate(as_completed(futs), 1):  # progress: a killed run still shows its rate
                 r = fut.result()
                 print(
@@ -482,7 +514,11 @@ def bench_candidates_pool(
             "cudice_per_min": n / wall * 60,
             "verdicts": verdicts,
             "compile_workers": workers,
+            "prefill": prefill,
+            "broken_every": broken_every,
         }
+        if prefill:
+            fields.update(prefill_s=prefill_s, decided_by_batch=int(decided))
         failures = [
             {"candidate": Path(r.path).stem, "verdict": r.verdict.value, **why_not(r, compile_only=False)}
             for r in results
@@ -508,6 +544,35 @@ def bench_candidates_pool(
         result("candidates_pool", **fields)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def _warm_up(config: VerifyConfig, index: int) -> None:
+    """Compile-only verdicts of candidates `index` (with `BROKEN`'s error) and `index + 1`, their
+    checks batched: the toolchain probe, the header lists, the error lists and the prefix cache that
+    a long-lived trainer's cache holds are then warm for the runs that follow (`_wiped` keeps them)."""
+    from cudice.verifier.backends import VerifyJob, verify_all
+
+    folder = Path(tempfile.mkdtemp(prefix="cudice-bench-warm-"))
+    try:
+        jobs = []
+        for i, c in enumerate(kb_candidates.generate(index + 2)[index:]):
+            path = folder / f"{c.name}.py"
+            path.write_text(c.source.replace(*BROKEN, 1) if i == 0 else c.source)
+            jobs.append(VerifyJob(path))
+        t0 = time.perf_counter()
+        with VerifyPool(config.with_(compile_only=True), num_compile_workers=2, gpus=[]) as pool:
+            verdicts = [r.verdict.value for r in verify_all(pool, jobs, prefill=len(jobs))]
+        result("pool_warm_up", wall_s=time.perf_counter() - t0, verdicts=verdicts)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _wiped(config: VerifyConfig) -> VerifyConfig:
+    """`config`, its cache's compile outcomes, objects, libraries and batches removed (the toolchain
+    probe, the header lists and the prefix cache kept warm, as in a long-lived trainer)."""
+    for folder in ("objects", "libs", "batch"):
+        shutil.rmtree(config.cache_dir / folder, ignore_errors=True)
+    return config
 
 
 def _checks(config: VerifyConfig, modules: list[tuple[Any, str]], n: int) -> dict[str, object]:
@@ -590,6 +655,19 @@ def main() -> int:
     ap.add_argument("--pool-limit", type=int, default=32, help="phase 5: candidates of the pool step")
     ap.add_argument("--pool-only", action="store_true", help="phase 5: only the pool step")
     ap.add_argument(
+        "--pool-prefill",
+        choices=("off", "on", "both"),
+        default="off",
+        help="phase 5: the pool step with VerifyPool.prefill off, on, or both in one run (each from a "
+        "cache whose objects were wiped)",
+    )
+    ap.add_argument(
+        "--pool-broken",
+        type=int,
+        default=0,
+        help="phase 5: every K-th pool candidate gets a compile error (0: none)",
+    )
+    ap.add_argument(
         "--pool-baseline-limit",
         type=int,
         default=0,
@@ -656,18 +734,25 @@ def main() -> int:
                 )
             )
         if (args.pool or args.pool_only) and gpu_available() and not args.compile_only:
-            steps.append(
-                (
-                    "candidates_pool",
-                    lambda: bench_candidates_pool(
-                        config,
-                        args.pool_limit,
-                        args.skip_load_inline,
-                        offset=0 if args.pool_only else args.limit * args.step,
-                        baseline_limit=args.pool_baseline_limit,
-                    ),
+            modes = {"off": (False,), "on": (True,), "both": (False, True)}[args.pool_prefill]
+            first = 0 if args.pool_only else args.limit * args.step
+            if len(modes) > 1:  # neither side pays the cache's first probes
+                steps.append(("pool_warm_up", lambda: _warm_up(config, first + args.pool_limit)))
+            for k, prefill in enumerate(modes):
+                steps.append(
+                    (
+                        "candidates_pool",
+                        lambda prefill=prefill, k=k: bench_candidates_pool(
+                            _wiped(config) if len(modes) > 1 else config,
+                            args.pool_limit,
+                            args.skip_load_inline or k > 0,  # one load_inline baseline
+                            offset=first,
+                            baseline_limit=args.pool_baseline_limit,
+                            prefill=prefill,
+                            broken_every=args.pool_broken,
+                        ),
+                    )
                 )
-            )
         elif args.pool or args.pool_only:
             result("candidates_pool", skipped="needs a GPU and no --compile-only")
     gpu_phase = args.phase in ("all", "gpu", "throughput", "repeat")
