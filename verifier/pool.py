@@ -11,8 +11,9 @@ its build or child process is killed and its future resolves to a result with ve
 and error "cancelled" (or is cancelled outright if it had not started). A crashed or hung child
 only fails its own job.
 `prefill(jobs)` checks many jobs' sources in one nvcc pass before they are submitted
-(build/batch.py): every compile error it finds is the job's verdict without a compile of its own,
-whether the job's build is a check or links (build/objects.py reads a failed check for a build);
+(build/batch.py): the pass stands for each job's own slim compile where it failed, whether the
+job's build is a check or links (build/objects.py reads a failed check for a build), and for its
+slim check where it passed (only a build that stops at the check gains there);
 `verify_all(pool, jobs, prefill=batch.MAX_BATCH)` does it chunk by chunk, each chunk just before it
 is submitted (the RL reward; `cudice eval` calls it per chunk the same way).
 
@@ -121,8 +122,9 @@ class VerifyPool(VerifyBackend):
         up to `batch.MAX_BATCH` candidates, before they are submitted (build/batch.py `prefill`):
         each candidate's outcome goes into the object cache under its own check's key, where its
         job's build reads it: a compile-only check takes it as is, and a build that links takes a
-        failed one as its failure without compiling (build/objects.py), so a compile error is decided
-        by the batch either way, with the single check's verdict and diagnostics. Runs in the
+        failed one as its slim compile's failure without compiling (build/objects.py); the rest of
+        the build (a slim error that stands, or the full-header rebuild) runs as always, so the
+        verdicts and diagnostics are those of the jobs alone. Runs in the
         caller's thread and returns the batch's report (None when fewer than two modules could be
         read). Best effort: a failure is logged and the jobs check alone, as without it."""
         from cudice.verifier.build import batch

@@ -18,9 +18,10 @@ Each distinct (candidate, reference) pair, as normalised text, is verified once 
 of a peaked policy repeat often). A verdict's speedup is then measured once per distinct kernel.
 The distinct candidates (and the canary) go to `backend.prefill` `batch.MAX_BATCH` at a time
 before they are submitted (`verify_all(prefill=)`): the local pool checks each chunk's sources in
-one nvcc pass (build/batch.py), and a rollout that does not compile (most do not) gets its
-`compile_error` from that pass, with the diagnostics of a check of its own, without a build of its
-own, on a GPU box too (build/objects.py); the Ray backend ignores it.
+one nvcc pass (build/batch.py), and for a rollout that does not compile (most do not) that pass
+stands for its own slim compile, on a GPU box too (build/objects.py): a slim error that stands is
+its `compile_error` with nothing compiled for it alone, any other still gets the full-header
+rebuild; verdicts and diagnostics are those of a build of its own. The Ray backend ignores it.
 
 Shaping (`reward_from_result`): 0 for a kernel that is not correct; with `required_speedup`
 set, `correct_reward` (RLConfig, default 0.5) for a correct kernel and 1 for one that also clears

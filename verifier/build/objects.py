@@ -10,9 +10,10 @@ Failures are cached too (same text and flags, same errors), and a build reads a 
 outcome: a check (`check_only`) runs the very steps of the build that read the source and prints
 what they print (build/nvcc_split.py, tests/verifier/build/test_check_only.py), so a split nvcc
 build of a text whose check failed fails with the check's output (its folder named as the
-build's) without compiling; that is how the checks build/batch.py decides many at once also
-decide the builds that link. A passed check decides nothing (the build needs the object); a host
-compiler's `-fsyntax-only` check or a plain nvcc is never read for a build.
+build's) without compiling; that is how the failed checks build/batch.py decides many at once
+also stand for the slim compiles of builds that link. A passed check decides nothing (the build
+needs the object); a host compiler's `-fsyntax-only` check or a plain nvcc is never read for a
+build.
 The two objects compile in parallel as child processes in their own session; a cancel or timeout
 kills both, and each
 compiler gets SIGKILL when the thread that started it dies (`PR_SET_PDEATHSIG`, Linux), so a

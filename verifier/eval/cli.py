@@ -16,8 +16,9 @@ Ray cluster) nothing can be correct: the scores are 0 and the JSON says `gpu: fa
 The local pool checks 16 candidates to one pass of nvcc's front ends before it builds them
 (`VerifyPool.prefill`, build/batch.py: the same verdicts and diagnostics as one check per
 candidate). Where the verdicts stop at the check (`--compile-only`, or no GPU) that pass is every
-candidate's check, several times faster; on a GPU a candidate it finds failing gets its
-`compile_error` without a build of its own (build/objects.py), and the others build as always.
+candidate's check, several times faster; on a GPU it stands for the slim compile of a candidate it
+finds failing (build/objects.py: a slim error that stands is then the verdict with nothing
+compiled for it alone), and the others build as always.
 Interrupted (Ctrl-C, SIGINT, SIGTERM), the run cancels what has not started, reports the verdicts
 it reached (a problem not reached is `interrupted`, counted as a failure like a missing one; the
 JSON says `interrupted: true`) and exits with 130; a verdict already done when the signal came is
@@ -367,8 +368,8 @@ def _batched_checks(backend: VerifyBackend) -> int:
     """How many candidates' compile checks share one nvcc pass (`VerifyPool.prefill`, build/batch.py),
     or 1: batched where the compiles run on this machine (the local pool, whose workers read this
     process's object cache). Where the verdicts stop at the check (compile-only, or no GPU) every
-    candidate's check comes from the pass; where they link, a candidate the pass found failing gets
-    its `compile_error` without a build (build/objects.py) and a clean one builds as without it."""
+    candidate's check comes from the pass; where they link, a candidate the pass found failing takes
+    it as its slim compile (build/objects.py) and a clean one builds as without it."""
     from cudice.verifier.build.batch import MAX_BATCH
     from cudice.verifier.pool import VerifyPool
 
