@@ -18,9 +18,12 @@ releases its workers. Two backends satisfy it:
 
 `VerifyBackend` is an abstract base class: it owns the `submit` signature (the key defaults to
 the path) and the context manager, and `JobTable` the jobs by key that both backends keep to
-cancel a key's pending job; a backend implements `_submit(job, config)`, `cancel` and `shutdown`.
-`make_backend(name, config, ...)` picks one from the registry; `verify_all(backend, jobs)`
-submits a batch and returns the results in job order (what a reward function needs).
+cancel a key's pending job; a backend implements `_submit(job, config)`, `cancel` and `shutdown`,
+and may implement `prefill(jobs)`, work done for many jobs at once before they are submitted (the
+local pool checks their sources in one nvcc pass, build/batch.py; the default, Ray's, does nothing).
+`make_backend(name, config, ...)` picks one from the registry; `verify_all(backend, jobs,
+prefill=N)` submits a batch (prefilled N jobs at a time) and returns the results in job order
+(what a reward function needs).
 The interface and what the backends share (`VerifyJob`, `VerifyBackend`, `JobTable`, `verify_all`)
 live in verifier/backend_base.py, which the backends import; this module re-exports them and holds
 the registry, which imports the backends.
