@@ -7,8 +7,12 @@ same seed, so both hold the reference's parameters. A runner's `load_inline` is 
 kernels the candidate's library holds (kept on the state for the kernel evidence).
 
 Contract: a reference that fails to load, or a candidate that does not build or load, ends the job
-with a `Stop`; a missing GPU ends it as `compiled`. Not covered: the sandbox of the runners
-(run/boundary.py, whose missing pieces are only reported here), the build itself (build/compile.py).
+with a `Stop`; a missing GPU ends it as `compiled`. A build the judge refused because its host
+objects call what the static checks forbid (build/host_symbols.py) ends the job as
+`static_violation` whatever the runner then reports: a candidate that catches the refusal and
+falls back to PyTorch, or a runner that reports another failure, cannot change that verdict.
+Not covered: the sandbox of the runners (run/boundary.py, whose missing pieces are only reported
+here), the build itself (build/compile.py).
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from cudice.verifier.run.weights import (
     registration_order,
     settle_draws,
 )
-from cudice.verifier.source.result import Location, Severity, Stage, Verdict
+from cudice.verifier.source.result import Diagnostic, Location, Severity, Stage, Verdict
 
 if TYPE_CHECKING:
     from cudice.verifier.source.document import Document
@@ -164,25 +168,42 @@ def _load(
                     st.walls[f"load.{link.role}_runner_{step}"] = float(took)
     add_wall(st, "load.wait_runner", t0)
     tree, blobs = channel.encode(list(init))
-    ask(
-        st,
-        link,
-        {
-            "op": "load",
-            "module": module,
-            "source": source,
-            "path": path,
-            "cls": cls,
-            "init": tree,
-            "seed": seed,
-            "constants": st.constant_keys,
-            "device": st.device,
-            "line": st.where.line if cls == "ModelNew" else 1,
-        },
-        Stage.LOAD,
-        blobs,
-        on_build=lambda req: _build(st, req, doc, path),
-    )
+    refused: list[dict[str, Any]] = []  # builds the judge refused for what their host code calls
+
+    def on_build(req: dict[str, Any]) -> dict[str, Any]:
+        answer = _build(st, req, doc, path)
+        if answer.get("verdict") == "static_violation":
+            refused.append(answer)
+        return answer
+
+    try:  # the runner's `load_inline` calls come back as `build` requests meanwhile
+        ask(
+            st,
+            link,
+            {
+                "op": "load",
+                "module": module,
+                "source": source,
+                "path": path,
+                "cls": cls,
+                "init": tree,
+                "seed": seed,
+                "constants": st.constant_keys,
+                "device": st.device,
+                "line": st.where.line if cls == "ModelNew" else 1,
+            },
+            Stage.LOAD,
+            blobs,
+            on_build=on_build,
+        )
+    finally:
+        if refused:  # the judge's own finding decides, whatever the runner made of the refusal
+            raise Stop(
+                Verdict.STATIC_VIOLATION,
+                Stage.LOAD,
+                [Diagnostic.from_dict(d) for d in refused[0]["diagnostics"]],
+                str(refused[0]["error"]),
+            )
 
 
 def _build(st: JudgeState, req: dict[str, Any], doc: Document, path: str) -> dict[str, Any]:

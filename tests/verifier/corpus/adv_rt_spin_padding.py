@@ -1,7 +1,7 @@
 # cudice: reference=references/matmul.py
-# corpus: kind=runtime verdict=incorrect codes=dynamic.torch_kernels_did_work
+# corpus: kind=runtime verdict=static_violation codes=static.cpp_torch_op
 # runtime-device: gpu
-# exploit: class 6 - cuBLAS (at::matmul in the C++ wrapper) does the work while a spin kernel of its own pads the GPU time, so ATen's share stays under the old 50% threshold (a warning only)
+# exploit: class 6 - cuBLAS (at::matmul in the C++ wrapper) does the work while a spin kernel of its own pads the GPU time, so ATen's share stays under the old 50% threshold (a warning only); the judge's own build of the extension reads `at::matmul` among its host objects' symbols (verifier/build/host_symbols.py) and that finding is the verdict, whatever the runner reports
 import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
