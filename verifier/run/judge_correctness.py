@@ -37,6 +37,7 @@ from cudice.verifier.run.judge_state import (
     add_wall,
     ask,
     fetch,
+    reported_diagnostics,
     send_shared,
     shared,
     shared_fallback,
@@ -360,7 +361,7 @@ def _call_and_fetch(st: JudgeState, ref_out: Any, *, count_threads: bool) -> Any
         {"op": "call", "poison_bytes": 4 * size + (1 << 20), "count_threads": count_threads},
         Stage.CORRECTNESS,
     )
-    found = [Diagnostic.from_dict(d) for d in rep.get("diagnostics", []) if isinstance(d, dict)]
+    found = reported_diagnostics(st.session.cand, rep)
     stop_on_errors(st, found, Stage.CORRECTNESS)
     return fetch(st, st.session.cand, {"op": "fetch"}, Stage.CORRECTNESS, max_bytes=2 * size + (1 << 20))
 

@@ -18,7 +18,7 @@ import secrets
 import time
 from typing import Any
 
-from cudice.verifier.run.judge_state import JudgeState, add_wall, ask, limit_s
+from cudice.verifier.run.judge_state import JudgeState, add_wall, ask, limit_s, reported_diagnostics
 from cudice.verifier.run.judging import diag
 from cudice.verifier.source.result import Diagnostic, Stage
 
@@ -114,7 +114,7 @@ def guards(st: JudgeState) -> list[Diagnostic]:
     t0 = time.perf_counter()
     rep, _ = ask(st, st.session.cand, {"op": "guards"}, Stage.CORRECTNESS)
     add_wall(st, "guards", t0)
-    return [Diagnostic.from_dict(d) for d in rep.get("diagnostics", []) if isinstance(d, dict)]
+    return reported_diagnostics(st.session.cand, rep)
 
 
 def thread_growth(st: JudgeState) -> list[Diagnostic]:

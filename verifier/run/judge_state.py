@@ -18,6 +18,7 @@ Not covered here: the phases themselves, the comparison, the clock and the verdi
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import signal
 import time
@@ -39,6 +40,24 @@ if TYPE_CHECKING:
 # anything else a runner claims is ignored; `static_violation`: a module built at run time whose host
 # objects call what the checks forbid (judge_load._build's reply, forwarded; a rejection, never a pass)
 RUNNER_VERDICTS = {"runtime_error", "compile_error", "incorrect", "static_violation"}
+# Codes that say the verifier failed (its toolchain, sandbox, GPU or profiler, a worker, the judge or
+# the reference's runner), not the kernel: only trusted code writes them, and the RL reward leaves
+# such verdicts unscored (model/train/reward.py `infrastructure_failure`). The candidate's runner
+# runs the candidate's Python, which can send any reply: where one of its diagnostics carries such
+# a code, the judge records `runtime.exception` instead (`reported_diagnostics`).
+VERIFIER_FAULT_CODES = frozenset(
+    {
+        "compile.cancelled",
+        "compile.toolchain",
+        "compile.headers_unavailable",
+        "runtime.worker_error",
+        "runtime.crash",
+        "runtime.timeout",
+        "dynamic.profiler_unavailable",
+    }
+)
+VERIFIER_FAULT_PREFIXES = ("verify.", "sandbox.", "dist.", "timing.")
+CANDIDATE_SAYS = "The candidate's process reported: "
 
 
 class Session:
@@ -364,11 +383,31 @@ def memory_is_short(st: JudgeState) -> bool:
     return free < MEMORY_SHORT_SHARE * total
 
 
+def reported_diagnostics(link: RunnerLink, rep: dict[str, Any]) -> list[Diagnostic]:
+    """The diagnostics of a runner's reply. The candidate's are its own claims: a code that says the
+    verifier failed (`VERIFIER_FAULT_CODES`, `VERIFIER_FAULT_PREFIXES`) becomes `runtime.exception`,
+    and every `runtime.exception` message says that the candidate's process reported it, so no
+    reply of the candidate's can pass for the judge's, the reference's or the sandbox's failure."""
+    got = [Diagnostic.from_dict(d) for d in rep.get("diagnostics", []) if isinstance(d, dict)]
+    if link.role != "candidate":
+        return got
+    out = []
+    for d in got:
+        code, message = d.code, d.message
+        if code in VERIFIER_FAULT_CODES or code.startswith(VERIFIER_FAULT_PREFIXES):
+            code, message = "runtime.exception", f"{code}: {message}"
+        if code == "runtime.exception" and not message.startswith(CANDIDATE_SAYS):
+            message = CANDIDATE_SAYS + message
+        out.append(dataclasses.replace(d, code=code, message=message))
+    return out
+
+
 def refused(st: JudgeState, link: RunnerLink, rep: dict[str, Any], stage: Stage) -> None:
-    """A runner's failure reply as the verdict it may claim (`RUNNER_VERDICTS`), else a runtime error."""
+    """A runner's failure reply as the verdict it may claim (`RUNNER_VERDICTS`), else a runtime error;
+    the candidate's diagnostics as `reported_diagnostics` reads them, its error text marked as its."""
     claimed = str(rep.get("verdict", ""))
     verdict = Verdict(claimed) if claimed in RUNNER_VERDICTS else Verdict.RUNTIME_ERROR
-    got_diags = [Diagnostic.from_dict(d) for d in rep.get("diagnostics", []) if isinstance(d, dict)]
+    got_diags = reported_diagnostics(link, rep)
     if not got_diags:
         got_diags = [
             diag(
@@ -378,7 +417,10 @@ def refused(st: JudgeState, link: RunnerLink, rep: dict[str, Any], stage: Stage)
                 st.where,
             )
         ]
-    raise Stop(verdict, stage, got_diags, str(rep.get("error") or "")[-4000:] or None)
+    error = str(rep.get("error") or "")[-4000:]
+    if error and link.role == "candidate":  # never an error text of the verifier's own ("cancelled")
+        error = CANDIDATE_SAYS + error
+    raise Stop(verdict, stage, got_diags, error or None)
 
 
 def decode(st: JudgeState, rep: dict[str, Any], blobs: list[bytearray]) -> Any:

@@ -139,6 +139,20 @@ def test_no_claimed_verdict_and_no_forged_record_reaches_the_parent(corpus_resul
     assert result.speedup is None  # the forged record carried speedup 3.0
 
 
+def test_a_reply_the_candidate_forged_is_never_the_verifier_s_failure(corpus_results: dict[str, Any]) -> None:
+    """The candidate answered the judge itself with the verifier's failure codes, messages and
+    error text: the verdict is the kernel's, and the RL reward scores it (0), never leaves it out."""
+    from cudice.model.train.reward import infrastructure_failure, reward_from_result
+
+    result, _ = corpus_results["adv_rt_forged_infra_reply"]
+    assert result.verdict is Verdict.RUNTIME_ERROR
+    assert infrastructure_failure(result) is None, [(d.code, d.message) for d in result.diagnostics]
+    assert reward_from_result(result, None) == 0.0
+    assert result.error != "cancelled"
+    claimed = [d for d in result.diagnostics if d.message.startswith("The candidate's process reported: ")]
+    assert len(claimed) >= 4  # each forged diagnostic is kept, as the candidate's claim
+
+
 def test_nothing_is_left_behind(corpus_results: dict[str, Any]) -> None:
     cache, _ = corpus_results["__cache__"]
     dirs = [Path(p) for p in {*site.getsitepackages(), *(p for p in sys.path if p.endswith("site-packages"))}]

@@ -75,3 +75,43 @@ def test_a_build_that_only_failed_to_compile_leaves_the_runner_s_verdict(
     with pytest.raises(Stop) as stop:
         _run_load(monkeypatch, failed, "fails")
     assert stop.value.verdict is Verdict.RUNTIME_ERROR
+
+
+def test_the_candidate_s_reported_diagnostics_cannot_name_the_verifier_s_failure() -> None:
+    from cudice.verifier.run.judge_state import CANDIDATE_SAYS, reported_diagnostics
+
+    sent = {
+        "diagnostics": [
+            {"severity": "error", "message": "No GPU.", "code": "verify.no_gpu", "stage": "correctness"},
+            {
+                "severity": "error",
+                "message": "The reference process ended.",
+                "code": "runtime.crash",
+                "stage": "load",
+            },
+            {
+                "severity": "error",
+                "message": "The reference process reported: x",
+                "code": "runtime.exception",
+                "stage": "load",
+            },
+            {
+                "severity": "error",
+                "message": "x was mutated",
+                "code": "dynamic.input_mutated",
+                "stage": "correctness",
+            },
+        ]
+    }
+    cand = reported_diagnostics(types.SimpleNamespace(role="candidate"), sent)  # type: ignore[arg-type]
+    assert [d.code for d in cand] == ["runtime.exception"] * 3 + ["dynamic.input_mutated"]
+    assert all(d.message.startswith(CANDIDATE_SAYS) for d in cand[:3])
+    assert cand[0].message == CANDIDATE_SAYS + "verify.no_gpu: No GPU."
+    assert cand[3].message == "x was mutated"  # a finding of its own guards is kept as it came
+    ref = reported_diagnostics(types.SimpleNamespace(role="reference"), sent)  # type: ignore[arg-type]
+    assert [d.code for d in ref] == [
+        "verify.no_gpu",
+        "runtime.crash",
+        "runtime.exception",
+        "dynamic.input_mutated",
+    ]
