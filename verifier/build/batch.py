@@ -68,11 +68,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cudice.verifier.build import nvcc_split, ppcache
-from cudice.verifier.build.batch_scan import WORD, Scan, clash, scan_code
+from cudice.verifier.build.batch_scan import Scan, clash, scan_code
 from cudice.verifier.build.cabi import shim
 from cudice.verifier.build.compile import BuildResult, build_module, cabi_module, module_slim_blocker
 from cudice.verifier.build.generated import CUDA_CU, GeneratedModule
-from cudice.verifier.build.headers import ensure_overlay, full_header_names
+from cudice.verifier.build.headers import WORD, ensure_overlay, full_header_names
 from cudice.verifier.build.messages import NVCC
 from cudice.verifier.build.objects import cache_key, read_outcome, write_outcome
 from cudice.verifier.build.toolchain import Toolchain, probe_toolchain

@@ -35,9 +35,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from cudice.verifier.build.headers import HeaderNames
+from cudice.verifier.build.headers import WORD, HeaderNames
 
-WORD = re.compile(r"[A-Za-z_$][\w$]*")
 _LITERAL = re.compile(r'//[^\n]*|/\*[\s\S]*?\*/|"(?:[^"\\\n]|\\.)*"|\'(?:[^\'\\\n]|\\.)*\'|/\*|["\']')
 _TOKEN = re.compile(r"[A-Za-z_$][\w$]*|\.?\d(?:[\w.']|[eEpP][+-])*|::|\S")
 _FORBIDDEN_WORDS = frozenset(

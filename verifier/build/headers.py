@@ -564,7 +564,7 @@ class HeaderNames:
 
 
 _LINE_MARKER = re.compile(r"^# \d+ .*$", re.M)
-_WORD = re.compile(r"[A-Za-z_$][\w$]*")
+WORD = re.compile(r"[A-Za-z_$][\w$]*")  # an identifier token (build/batch_scan.py reads it too)
 
 
 def full_header_names(
@@ -614,14 +614,14 @@ def full_header_names(
             if out is None:
                 return None
             macros.update(m.group(1) for m in re.finditer(r"^#define (\w+)", out, re.M))
-            words.update(w for p in _PRAGMA.finditer(out) for w in _WORD.findall(p.group(0)))
+            words.update(w for p in _PRAGMA.finditer(out) for w in WORD.findall(p.group(0)))
             words.update(outer_scope_words(out))
             if cancel is not None and cancel.is_set():
                 return None
         folder = overlay.device if cuda else overlay.host
         for h in folder.rglob("*"):
             if h.is_file():
-                words.update(_WORD.findall(h.read_text(errors="replace")))
+                words.update(WORD.findall(h.read_text(errors="replace")))
         words -= macros
         tmp = work / "names.txt"
         tmp.write_text("\n".join([*sorted(words), *(f"#{m}" for m in sorted(macros))]) + "\n")
@@ -720,7 +720,7 @@ def outer_scope_words(text: str, skip_bodies: bool = True) -> set[str]:
             elif tok == "{":
                 body_depth = 1  # a lambda or a brace initializer in an argument
             elif tok in (";", "}"):
-                return set(_WORD.findall(text))
+                return set(WORD.findall(text))
             else:
                 groups[-1].append(tok)
             continue
@@ -730,15 +730,15 @@ def outer_scope_words(text: str, skip_bodies: bool = True) -> set[str]:
             elif tok in (">", ">>"):
                 template_depth -= 2 if tok == ">>" else 1
                 if template_depth < 0:
-                    return set(_WORD.findall(text))
+                    return set(WORD.findall(text))
             elif tok == "{":
                 template_braces += 1  # a default argument's `T{}`
             elif tok == "}":
                 template_braces -= 1
                 if template_braces < 0:
-                    return set(_WORD.findall(text))
+                    return set(WORD.findall(text))
             elif tok == ";" and not template_braces:
-                return set(_WORD.findall(text))
+                return set(WORD.findall(text))
             elif tok == "(":
                 groups.append(
                     []
@@ -757,7 +757,7 @@ def outer_scope_words(text: str, skip_bodies: bool = True) -> set[str]:
         elif tok == "(":
             groups.append([])
         elif tok == ")":
-            return set(_WORD.findall(text))
+            return set(WORD.findall(text))
         elif tok == "{":
             scope = not stmt or stmt[-1] == "extern" or not _TYPE_KEYS.isdisjoint(stmt)
             if scope:
@@ -767,7 +767,7 @@ def outer_scope_words(text: str, skip_bodies: bool = True) -> set[str]:
                 body_depth = 1
         elif tok == "}":
             if not scopes:
-                return set(_WORD.findall(text))
+                return set(WORD.findall(text))
             scopes.pop()
             stmt = ["}"]
         elif tok == ";":
@@ -775,7 +775,7 @@ def outer_scope_words(text: str, skip_bodies: bool = True) -> set[str]:
         else:
             stmt.append(tok)
     if scopes or groups or body_depth or template_depth:
-        return set(_WORD.findall(text))
+        return set(WORD.findall(text))
     return words
 
 
