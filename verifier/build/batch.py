@@ -67,7 +67,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cudice.verifier.build import nvcc_split, ppcache
+from cudice.verifier.build import nvcc_split
 from cudice.verifier.build.batch_scan import Scan, clash, scan_code
 from cudice.verifier.build.cabi import shim
 from cudice.verifier.build.compile import BuildResult, build_module, cabi_module, module_slim_blocker
@@ -400,7 +400,7 @@ def _batch_text(batch: list[Job]) -> str:
     return "\n".join(out) + "\n"
 
 
-Step = tuple[int, str, bool, bool]  # process.run_process's (returncode, output, cancelled, timed_out)
+Step = nvcc_split.Step
 
 
 def _round(
@@ -432,40 +432,9 @@ def _chains(
 ) -> tuple[list[Step], list[Step]]:
     """nvcc_split.run's check (host front end beside the device chain, the device chain stopped when
     the host front end fails), each chain's steps' results kept apart."""
-    deadline = time.monotonic() + timeout_s
-    p.module_id_file.write_text(p.module_id)
-    stop = threading.Event()
-
-    class _Either:  # the caller's cancel, or the host front end's failure
-        def is_set(self) -> bool:
-            return stop.is_set() or (cancel is not None and cancel.is_set())
-
-    def chain(steps: tuple[str, ...], token: CancelToken | None, out: list[Step]) -> None:
-        for i, step in enumerate(steps):
-            left = max(deadline - time.monotonic(), 0.1)
-            res = (
-                ppcache.run_step(step, p.source, p.prefix_cache, p.env, cwd, left, token)
-                if i == 0 and p.prefix_cache
-                else None
-            )
-            if res is None:
-                res = run_process(["sh", "-c", step], left, token, cwd, None, env=p.env)
-            out.append(res)
-            if res[0] != 0 or res[2] or res[3]:
-                return
-
-    front: list[Step] = []
-    device: list[Step] = []
-    worker = threading.Thread(target=chain, args=(p.device, _Either(), device), daemon=True)
-    worker.start()
-    try:
-        chain(p.check_front, cancel, front)
-        if front[-1][0] != 0:
-            stop.set()
-        worker.join()
-    finally:
-        stop.set()
-        worker.join(timeout=30)
+    front, device = nvcc_split.run_chains(
+        p, p.check_front, time.monotonic() + timeout_s, cancel, cwd, preprocess_cached=True
+    )
     if front[-1][0] != 0:
         device = []  # nvcc would not have started it
     return front, device

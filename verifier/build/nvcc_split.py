@@ -143,6 +143,64 @@ def plan(
     )
 
 
+Step = tuple[int, str, bool, bool]  # process.run_process's (returncode, output, cancelled, timed_out)
+
+
+def run_chains(
+    p: Plan,
+    front_steps: tuple[str, ...],
+    deadline: float,
+    cancel: CancelToken | None,
+    cwd: Path | None,
+    on_output: Callable[[str], None] | None = None,
+    preprocess_cached: bool = False,
+) -> tuple[list[Step], list[Step]]:
+    """The host front end's `front_steps` (their output to `on_output` as it comes) beside the
+    device chain in a thread of its own, each chain's steps' results kept apart. A chain stops at
+    its first failed, cancelled or timed-out step; the device chain also stops when the front end
+    does, or on `cancel`. `preprocess_cached`: each chain's first step (its preprocessor) is
+    served through `p.prefix_cache` where the plan has one (build/ppcache.py)."""
+    from cudice.verifier.build import ppcache
+
+    p.module_id_file.write_text(p.module_id)
+    stop_device = threading.Event()
+
+    class _Either:  # the caller's cancel, or the host front end's failure
+        def is_set(self) -> bool:
+            return stop_device.is_set() or (cancel is not None and cancel.is_set())
+
+    def chain(
+        steps: tuple[str, ...],
+        token: object,
+        out: list[Step],
+        live: Callable[[str], None] | None = None,
+    ) -> None:
+        for i, step in enumerate(steps):
+            left = max(deadline - time.monotonic(), 0.1)
+            res = None
+            if i == 0 and preprocess_cached and p.prefix_cache is not None:
+                res = ppcache.run_step(step, p.source, p.prefix_cache, p.env, cwd, left, token)  # type: ignore[arg-type]
+            if res is None:
+                res = run_process(["sh", "-c", step], left, token, cwd, live, env=p.env)  # type: ignore[arg-type]
+            out.append(res)
+            if res[0] != 0 or res[2] or res[3]:
+                return
+
+    front: list[Step] = []
+    device: list[Step] = []
+    worker = threading.Thread(target=chain, args=(p.device, _Either(), device), daemon=True)
+    worker.start()
+    try:
+        chain(front_steps, cancel, front, on_output)  # its errors stream as nvcc's would, first
+        if front[-1][0] != 0 or front[-1][2] or front[-1][3]:
+            stop_device.set()
+        worker.join()
+    finally:
+        stop_device.set()
+        worker.join(timeout=30)
+    return front, device
+
+
 def run(
     p: Plan,
     timeout_s: float,
@@ -155,46 +213,16 @@ def run(
 
     `host_compile=False` stops after the two front ends and the device chain: every step that
     parses the candidate has run and reported, and no object is written (a check, not a build)."""
-    from cudice.verifier.build import ppcache
-
     deadline = time.monotonic() + timeout_s
-    p.module_id_file.write_text(p.module_id)
-    stop_device = threading.Event()
-
-    class _Either:  # the caller's cancel, or the host front end's failure
-        def is_set(self) -> bool:
-            return stop_device.is_set() or (cancel is not None and cancel.is_set())
-
-    def chain(
-        steps: tuple[str, ...],
-        token: object,
-        out: list[tuple[int, str, bool, bool]],
-        live: Callable[[str], None] | None = None,
-    ) -> None:
-        for i, step in enumerate(steps):
-            left = max(deadline - time.monotonic(), 0.1)
-            res = None
-            if i == 0 and not host_compile and p.prefix_cache is not None:  # the preprocessor
-                res = ppcache.run_step(step, p.source, p.prefix_cache, p.env, cwd, left, token)  # type: ignore[arg-type]
-            if res is None:
-                res = run_process(["sh", "-c", step], left, token, cwd, live, env=p.env)  # type: ignore[arg-type]
-            out.append(res)
-            if res[0] != 0 or res[2] or res[3]:
-                return
-
-    front: list[tuple[int, str, bool, bool]] = []
-    device: list[tuple[int, str, bool, bool]] = []
-    worker = threading.Thread(target=chain, args=(p.device, _Either(), device), daemon=True)
-    worker.start()
-    try:
-        # its errors stream as nvcc's would, first
-        chain(p.host_front if host_compile else p.check_front, cancel, front, on_output)
-        if front[-1][0] != 0 or front[-1][2] or front[-1][3]:
-            stop_device.set()
-        worker.join()
-    finally:
-        stop_device.set()
-        worker.join(timeout=30)
+    front, device = run_chains(
+        p,
+        p.host_front if host_compile else p.check_front,
+        deadline,
+        cancel,
+        cwd,
+        on_output,
+        preprocess_cached=not host_compile,
+    )
     front_out = "".join(r[1] for r in front)
     f_rc, _, f_cancel, f_timeout = front[-1]
     if f_rc != 0 or f_cancel or f_timeout:
