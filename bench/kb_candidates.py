@@ -414,6 +414,17 @@ def candidate(i: int) -> Candidate:
     return Candidate(name, cat, src, _kernels_only(cuda, f))
 
 
+def edited(i: int, *edits: tuple[str, str]) -> str:
+    """The i-th candidate's file with each (old, new) replaced once, in order (a compile error
+    planted in it, say); ValueError where an `old` is not in the file."""
+    src = candidate(i).source
+    for old, new in edits:
+        if old not in src:
+            raise ValueError(f"{old!r} is not in candidate {i}'s file")
+        src = src.replace(old, new, 1)
+    return src
+
+
 def _kernels_only(cuda: str, fn: str) -> str:
     """The device part of a CUDA source (everything before the host wrapper), with no torch header."""
     device = cuda[: cuda.index(f"torch::Tensor {fn}(")]

@@ -40,14 +40,6 @@ needs_nvcc = pytest.mark.skipif(
 )
 
 
-def _kb(i: int, *edits: tuple[str, str]) -> str:
-    src = kb_candidates.candidate(i).source
-    for old, new in edits:
-        assert old in src, old
-        src = src.replace(old, new, 1)
-    return src
-
-
 def _rollouts(texts: Sequence[str], reference: str) -> list[Rollout]:
     task = RLTask("e2e", 1, reference, task_id="t")
     return [Rollout(task, [1], [2], [0], t) for t in texts]
@@ -102,9 +94,9 @@ def test_each_chunk_of_distinct_candidates_is_prefilled_just_before_it_is_submit
 
 
 KERNEL = "float v = x[i];"
-GOOD = _kb(0)
-MISSING_SEMICOLON = _kb(3, (KERNEL, "float v = x[i]"))
-UNDECLARED = _kb(4, (KERNEL, "float v = x[i] + undeclared_on_device;"))
+GOOD = kb_candidates.edited(0)
+MISSING_SEMICOLON = kb_candidates.edited(3, (KERNEL, "float v = x[i]"))
+UNDECLARED = kb_candidates.edited(4, (KERNEL, "float v = x[i] + undeclared_on_device;"))
 
 
 def _comparable(result: VerifyResult, cache: Path) -> tuple[object, ...]:

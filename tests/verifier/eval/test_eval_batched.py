@@ -18,23 +18,14 @@ from verifier_marks import needs_nvcc
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "bench"))
 import kb_candidates  # bench/kb_candidates.py: files holding both Model and ModelNew
 
-
-def _kb(i: int, *edits: tuple[str, str]) -> str:
-    src = kb_candidates.candidate(i).source
-    for old, new in edits:
-        assert old in src, old
-        src = src.replace(old, new, 1)
-    return src
-
-
 FILES = {
-    "relu.py": _kb(0),
-    "sigmoid.py": _kb(1),
-    "softmax.py": _kb(15),
-    "matmul.py": _kb(21),
-    "clamp.py": _kb(5),
+    "relu.py": kb_candidates.edited(0),
+    "sigmoid.py": kb_candidates.edited(1),
+    "softmax.py": kb_candidates.edited(15),
+    "matmul.py": kb_candidates.edited(21),
+    "clamp.py": kb_candidates.edited(5),
     # a device-side error in one candidate of the batch
-    "broken.py": _kb(3, ("float v = x[i];", "float v = x[i]")),
+    "broken.py": kb_candidates.edited(3, ("float v = x[i];", "float v = x[i]")),
 }
 
 
