@@ -115,3 +115,17 @@ def test_the_candidate_s_reported_diagnostics_cannot_name_the_verifier_s_failure
         "runtime.exception",
         "dynamic.input_mutated",
     ]
+
+
+def test_every_code_the_reward_leaves_unscored_is_one_the_candidate_cannot_report() -> None:
+    """The RL reward's list of the verifier's failures (model/train/reward.py) and the judge's list
+    of codes a candidate may not claim are kept apart; a code in the first and not the second would
+    let a failing kernel escape its 0 again."""
+    from cudice.model.train.reward import _INFRA_MESSAGES, INFRA_CODES
+    from cudice.verifier.run.judge_state import VERIFIER_FAULT_CODES, VERIFIER_FAULT_PREFIXES
+
+    reward_codes = set(INFRA_CODES) | (set(_INFRA_MESSAGES) - {"runtime.exception"}) | {"sandbox.unreadable"}
+    uncovered = {
+        c for c in reward_codes if c not in VERIFIER_FAULT_CODES and not c.startswith(VERIFIER_FAULT_PREFIXES)
+    }
+    assert not uncovered, uncovered
