@@ -15,10 +15,9 @@ also stand for the slim compiles of builds that link. A passed check decides not
 needs the object); a host compiler's `-fsyntax-only` check or a plain nvcc is never read for a
 build.
 The two objects compile in parallel as child processes in their own session; a cancel or timeout
-kills both, and each
-compiler gets SIGKILL when the thread that started it dies (`PR_SET_PDEATHSIG`, Linux), so a
-killed worker leaves no compiler behind (the language server also kills the worker's whole
-family: `kill_family` in verifier/process.py).
+kills both, and each compiler gets SIGKILL when the thread that started it dies
+(`PR_SET_PDEATHSIG`, Linux), so a killed worker leaves no compiler behind (the language server
+also kills the worker's whole family: `kill_family` in verifier/process.py).
 The commands are torch's own (build/toolchain.py), as `load_inline`'s ninja file would run them.
 Every compiler runs through `run_process` (verifier/process.py, re-exported here for the build steps
 that import it from this module).
