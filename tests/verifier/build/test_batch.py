@@ -59,7 +59,10 @@ MIX = {
     "good_sigmoid": kb(1),
     "good_softmax": kb(15),
     "good_matmul": kb(21),
-    "host_error": kb(2, ("auto xc = x.contiguous();", "auto xc = x.contiguous()")),
+    # a `;` missing at the end of the host function: one structural error, the slim verdict stands
+    # (a missing `;` before a declaration would also leave its name undeclared further on, which
+    # the full headers spell, and cost both checks a full-header rebuild: template_error has one)
+    "host_error": kb(2, ("return y;", "return y")),
     "device_error": kb(3, (KERNEL, "float v = x[i] + undeclared_on_device;")),
     "template_error": kb(
         4,
@@ -137,6 +140,10 @@ def test_the_mix_exercises_what_it_claims(mixed_results: dict[str, object]) -> N
     assert raw["good_relu"].ok and raw["macro_256"].ok and raw["macro_128"].ok and raw["warning"].ok
     assert not raw["host_error"].ok and not raw["device_error"].ok and not raw["template_error"].ok
     assert any(d.severity.value == "warning" for d in raw["warning"].diagnostics)
+    # a batch-decided slim error that is the verdict, and one rebuilt with the full headers
+    host, template = raw["host_error"], raw["template_error"]
+    assert host.build_path == "cabi-fast" and set(host.step_wall_s) == {"slim.cuda.cu"}, host.build_path
+    assert template.build_path == "cabi-fallback" and "cuda.cu" in template.step_wall_s, template.build_path
     # every candidate but the refused ones was decided by a batch
     refused = {
         "include_after_code": "#include",
