@@ -2,11 +2,13 @@
 learning-rate schedule over wall-clock time (linear warm-up, then cosine to `min_lr_ratio`).
 
 `fit(init_dir, sft_path, out_dir, seconds, say)` trains the block-diffusion SFT objective
-(`objective.sft_loss`, the loss `cudice train sft` uses) until `seconds` have passed and saves
-the checkpoint (`checkpoint.save_checkpoint`; weights stored in the init's dtype). A schedule
-over time, not steps, decays the learning rate to its floor exactly when the budget ends, so a
-fixed GPU allotment is never cut off at a high learning rate; the price is that two runs of
-the same budget take slightly different numbers of steps.
+(`objective.sft_loss`, the loss `cudice train sft` uses) until `seconds` have passed since the
+call and saves the checkpoint (`checkpoint.save_checkpoint`; weights stored in the init's dtype).
+The budget includes loading and encoding (a corpus of 270k pairs takes ~110 s to encode): the
+steps get what is left of it (`train_seconds`). A schedule over time, not steps, decays the
+learning rate to its floor exactly when the budget ends, so a fixed GPU allotment is never cut
+off at a high learning rate; the price is that two runs of the same budget take slightly
+different numbers of steps.
 
 Batches hold samples of similar length (sorted, cut into groups of about `tokens_per_batch`
 tokens, the groups shuffled each epoch), so little compute goes to padding; the prompt is never
@@ -23,7 +25,7 @@ import math
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +55,18 @@ class FitConfig:
                 f"tokens_per_batch={self.tokens_per_batch} must be >= max_length={self.max_length} "
                 "(one longest sample per batch)"
             )
+
+
+def train_seconds(config: FitConfig, spent: float) -> FitConfig:
+    """`config` with the seconds left for steps once `spent` (loading, encoding) is taken from its
+    budget; a ValueError where nothing useful is left, so the caller's later steps keep their time."""
+    left = config.seconds - spent
+    if left < max(1.0, 0.1 * config.seconds):
+        raise ValueError(
+            f"loading and encoding took {spent:.0f} s of the {config.seconds:.0f} s training budget: "
+            "give fit more seconds or a smaller corpus"
+        )
+    return replace(config, seconds=left, warmup_seconds=min(config.warmup_seconds, 0.5 * left))
 
 
 def lr_factor(elapsed: float, config: FitConfig) -> float:
@@ -129,6 +143,8 @@ def fit(
         f"{sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters, encoded in "
         f"{time.monotonic() - start:.0f} s"
     )
+    config = train_seconds(config, time.monotonic() - start)
+    say(f"fit: {config.seconds:.0f} s left of the budget for steps")
     rng = random.Random(config.seed)
     gen = torch.Generator(device=device).manual_seed(config.seed)
     optimizer = torch.optim.AdamW(

@@ -8,6 +8,9 @@ verifier, static anti-cheat checks included, that scores the model's own kernels
 GPU it runs only the parse and static anti-cheat stages (compiling every family costs minutes
 on a small CPU): the rows then say `static_ok` / `static_violation`, never `correct`.
 
+Problems whose files the corpus folder lacks (a copy carried with the held-out files only) are
+left out of the sample, and the count is said.
+
 Not covered: every problem of the corpus (a sample per family; the templates are the same code
 with other constants, so a family's sample exercises its kernel).
 """
@@ -60,7 +63,19 @@ def verify_templates(
 
     corpus = Path(corpus_dir)
     manifest = json.loads((corpus / "manifest.json").read_text())
-    sample = pick_sample(manifest, per_family)
+    # a corpus carried to the GPU box may hold only the held-out files (docs/training.md): pick among
+    # the problems whose files are here, and say how many were not
+    present = [
+        p for p in manifest["problems"]
+        if (corpus / "solutions" / p["split"] / p["file"]).is_file()
+        and (corpus / "problems" / p["split"] / p["file"]).is_file()
+    ]  # fmt: skip
+    if len(present) < len(manifest["problems"]):
+        say(
+            f"template verification: {len(manifest['problems']) - len(present)} of "
+            f"{len(manifest['problems'])} problems have no files in {corpus}; sampling the others"
+        )
+    sample = pick_sample({**manifest, "problems": present}, per_family)
     gpu = gpu_available()
     rows: list[dict[str, Any]] = []
     paths = [

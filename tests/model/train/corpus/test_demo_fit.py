@@ -7,7 +7,7 @@ import random
 from pathlib import Path
 
 import pytest
-from cudice.model.train.corpus.fit import FitConfig, length_batches, lr_factor
+from cudice.model.train.corpus.fit import FitConfig, length_batches, lr_factor, train_seconds
 from cudice.model.train.corpus.heldout import defines_model_new, names_agree, score, summarise, wilson
 from cudice.model.train.corpus.recipe_fit import join_parts, split_file
 
@@ -27,6 +27,20 @@ def test_schedule_warms_up_then_decays_to_the_floor_exactly_at_the_budget() -> N
     assert lr_factor(1000.0, config) == pytest.approx(0.1)
     with pytest.raises(ValueError, match="tokens_per_batch"):
         FitConfig(seconds=1.0, tokens_per_batch=10, max_length=100)
+
+
+def test_the_budget_includes_loading_and_encoding_and_the_schedule_ends_with_it() -> None:
+    # A 10x corpus took 108 s of a 445 s budget to encode; the steps then ran the full 445 s
+    # and the held-out scoring after them found its deadline gone.
+    config = FitConfig(seconds=445.0, warmup_seconds=15.0, min_lr_ratio=0.1)
+    left = train_seconds(config, 108.0)
+    assert left.seconds == pytest.approx(337.0)
+    assert left.warmup_seconds == 15.0 and left.learning_rate == config.learning_rate
+    assert lr_factor(337.0, left) == pytest.approx(0.1)  # the floor when the whole budget is spent
+    assert lr_factor(229.0, left) > 0.1
+    assert train_seconds(FitConfig(seconds=20.0, warmup_seconds=15.0), 4.0).warmup_seconds == 8.0
+    with pytest.raises(ValueError, match="loading and encoding took 430 s of the 445 s"):
+        train_seconds(config, 430.0)
 
 
 def test_length_batches_cover_every_sample_once_within_the_token_budget() -> None:
