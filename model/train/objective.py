@@ -157,18 +157,23 @@ def sft_loss(
     generator: torch.Generator | None = None,
     min_rate: float = 1e-3,
     noised: NoisedBatch | None = None,
+    token_weight: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """SDAR's SFT loss: CE at masked positions × 1/t, summed, / number of answer tokens.
 
     input_ids, loss_mask: (B, L) with L a multiple of `block_size`; `noised` (on the same
-    device) replaces drawing the noise here. Returns (loss, stats); the stats are detached
-    0-d tensors, so reading them (a device sync) is the caller's choice.
+    device) replaces drawing the noise here; `token_weight` (B, L), where given, multiplies each
+    position's term (the demo fit's weight on the lines that compute, `fit.FitConfig.focus_weight`;
+    the normalisation stays the number of answer tokens). Returns (loss, stats); the stats are
+    detached 0-d tensors, so reading them (a device sync) is the caller's choice.
     """
     if noised is None:
         noised = add_noise(input_ids, loss_mask, mask_token_id, generator, min_rate)
     logits = forward_doubled(model, noised.noisy, input_ids, block_size)  # (B, L, V)
     ce = F.cross_entropy(logits.float().transpose(1, 2), input_ids, reduction="none")  # (B, L)
     weighted = ce * noised.is_masked / noised.noise_rate[:, None]
+    if token_weight is not None:
+        weighted = weighted * token_weight
     per_sample = weighted.sum(dim=1) / loss_mask.sum(dim=1).clamp(min=1)  # (B,)
     loss = per_sample.mean()
     stats = {

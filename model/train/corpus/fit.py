@@ -44,10 +44,16 @@ class FitConfig:
     max_grad_norm: float = 1.0
     seed: int = 0
     log_every: int = 20
+    # the loss weight of the answer tokens on lines that compute the value (`focus_spans`): a
+    # template answer is ~500 tokens of which a handful say which op it is, and a 20M model trained
+    # 7 minutes (1.0) wrote `x + y` for `torch.maximum` on problems it had trained on
+    focus_weight: float = 1.0
 
     def __post_init__(self) -> None:
         if self.seconds <= 0:
             raise ValueError(f"seconds={self.seconds} must be > 0: it is the training budget")
+        if self.focus_weight < 1.0:
+            raise ValueError(f"focus_weight={self.focus_weight} must be >= 1 (1 weighs every token alike)")
         if not 0 < self.min_lr_ratio <= 1:
             raise ValueError(f"min_lr_ratio={self.min_lr_ratio} must be in (0, 1]")
         if self.tokens_per_batch < self.max_length:
@@ -79,21 +85,45 @@ def lr_factor(elapsed: float, config: FitConfig) -> float:
     return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
+def focus_spans(response: str) -> list[tuple[int, int]]:
+    """Character spans of `response`'s lines that compute the value register (`heldout.compute_lines`:
+    the lines in which two compositions' answers differ); [] for an answer without one."""
+    from cudice.model.train.corpus.heldout import compute_lines
+
+    spans, at = [], 0
+    for line in response.splitlines(keepends=True):
+        if compute_lines(line):
+            spans.append((at, at + len(line.rstrip("\n"))))
+        at += len(line)
+    return spans
+
+
+Sample = tuple[list[int], int, tuple[int, ...]]  # ids, prompt length, focus positions (absolute)
+
+
 def encode_all(
-    tokenizer: Any, records: list[dict[str, str]], block_size: int, pad: int
-) -> list[tuple[list[int], int]]:
-    """(ids padded to a multiple of `block_size`, prompt length) per record, as `sft.encode_pair`."""
+    tokenizer: Any, records: list[dict[str, str]], block_size: int, pad: int, focus: bool = False
+) -> list[Sample]:
+    """(ids padded to a multiple of `block_size`, prompt length, the positions of answer tokens that
+    overlap a `focus_spans` line — only with `focus`, else ()) per record, as `sft.encode_pair`."""
     from cudice.model.prompts import chat_prompt
 
     prompts = tokenizer([chat_prompt(r["prompt"]) for r in records], add_special_tokens=False)["input_ids"]
-    answers = tokenizer([r["response"] + "<|im_end|>" for r in records], add_special_tokens=False)[
-        "input_ids"
-    ]
-    out = []
-    for p, a in zip(prompts, answers, strict=True):
+    answers = [r["response"] + "<|im_end|>" for r in records]
+    enc = tokenizer(answers, add_special_tokens=False, return_offsets_mapping=focus)
+    out: list[Sample] = []
+    for k, (p, a) in enumerate(zip(prompts, enc["input_ids"], strict=True)):
         ids = list(p) + list(a)
         padded = -(-len(ids) // block_size) * block_size
-        out.append((ids + [pad] * (padded - len(ids)), len(p)))
+        marked: tuple[int, ...] = ()
+        if focus:
+            spans = focus_spans(records[k]["response"])
+            marked = tuple(
+                len(p) + j
+                for j, (lo, hi) in enumerate(enc["offset_mapping"][k])
+                if hi > lo and any(lo < b and hi > a_ for a_, b in spans)
+            )
+        out.append((ids + [pad] * (padded - len(ids)), len(p), marked))
     return out
 
 
@@ -136,10 +166,13 @@ def fit(
             "fit starts from a checkpoint made by `cudice model make-tiny --sdar-layout` or the demo recipe"
         )
     records = [json.loads(line) for line in Path(sft_path).read_text(encoding="utf-8").splitlines()]
-    samples = [s for s in encode_all(tok, records, block, pad) if len(s[0]) <= config.max_length]
-    lengths = [len(ids) for ids, _ in samples]
+    focus = config.focus_weight != 1.0
+    samples = [s for s in encode_all(tok, records, block, pad, focus) if len(s[0]) <= config.max_length]
+    lengths = [len(ids) for ids, _, _ in samples]
+    weighted = sum(len(m) for _, _, m in samples) / 1e6
+    focused = f", {weighted:.2f}M of them weighted x{config.focus_weight:g}" if focus else ""
     say(
-        f"fit: {len(samples)} samples, {sum(lengths) / 1e6:.1f}M tokens, longest {max(lengths)}, "
+        f"fit: {len(samples)} samples, {sum(lengths) / 1e6:.1f}M tokens{focused}, longest {max(lengths)}, "
         f"{sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters, encoded in "
         f"{time.monotonic() - start:.0f} s"
     )
@@ -165,17 +198,23 @@ def fit(
             longest = max(lengths[i] for i in batch)
             ids = torch.full((len(batch), longest), pad, dtype=torch.long)
             loss_mask = torch.zeros(ids.shape, dtype=torch.bool)
+            weight = torch.ones(ids.shape) if focus else None
             for row, i in enumerate(batch):
-                seq, num_prompt = samples[i]
+                seq, num_prompt, marked = samples[i]
                 ids[row, : len(seq)] = torch.tensor(seq)
                 loss_mask[row, num_prompt : len(seq)] = True
+                if weight is not None and marked:
+                    weight[row, list(marked)] = config.focus_weight
             ids, loss_mask = ids.to(device, non_blocking=True), loss_mask.to(device, non_blocking=True)
+            if weight is not None:
+                weight = weight.to(device, non_blocking=True)
             for group in optimizer.param_groups:
                 group["lr"] = config.learning_rate * lr_factor(elapsed, config)
             with torch.autocast(device, dtype=torch.bfloat16, enabled=device == "cuda"):
                 loss, _ = sft_loss(
-                    model, ids, loss_mask, block_size=block, mask_token_id=mask_id, generator=gen
-                )
+                    model, ids, loss_mask, block_size=block, mask_token_id=mask_id, generator=gen,
+                    token_weight=weight,
+                )  # fmt: skip
             loss.backward()  # type: ignore[no-untyped-call]
             norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
             optimizer.step()

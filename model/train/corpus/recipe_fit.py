@@ -390,6 +390,10 @@ def evaluate(
     help="Resume from this checkpoint: a returned demo_fit.tar.part00, or a checkpoint folder.",
 )
 @click.option("--lr", type=float, default=1.5e-3, show_default=True)
+@click.option(
+    "--focus-weight", type=float, default=1.0, show_default=True,
+    help="Loss weight of the answer tokens on the lines that compute the value (fit.FitConfig.focus_weight).",
+)  # fmt: skip
 @click.option("--verify-per-family", type=int, default=3, show_default=True)
 @click.option("--skip-old", is_flag=True, help="Do not score the shipped checkpoint (its figures are known).")
 @click.option(
@@ -431,6 +435,7 @@ def main(
     old: Path,
     start: Path | None,
     lr: float,
+    focus_weight: float,
     verify_per_family: int,
     skip_old: bool,
     eval_per_family: int,
@@ -494,8 +499,9 @@ def main(
         train_seconds = clock.deadline - time.monotonic() - eval_seconds - verify_seconds - 30
         clock.say(f"training for {train_seconds:.0f} s")
         config = FitConfig(
-            seconds=max(5.0, train_seconds), learning_rate=lr, tokens_per_batch=49152 if not smoke else 8192
-        )
+            seconds=max(5.0, train_seconds), learning_rate=lr, tokens_per_batch=49152 if not smoke else 8192,
+            focus_weight=focus_weight,
+        )  # fmt: skip
         trained = fit(init, corpus / "sft.jsonl", fitted, config, clock.say)
         clock.say(f"trained: {trained['steps']} steps, {trained['epochs']} epochs started")
         # 4. the checkpoint, in parts

@@ -85,6 +85,32 @@ def _block_causal(length: int, block: int) -> torch.Tensor:
     return m[None, None]
 
 
+def test_a_token_weight_scales_only_its_own_term_of_the_sft_loss() -> None:
+    torch.manual_seed(0)
+    model = tiny_model().eval()
+    ids = torch.randint(0, 90, (2, 16))
+    loss_mask = torch.zeros(2, 16, dtype=torch.bool)
+    loss_mask[:, 6:] = True
+    noised = add_noise(ids, loss_mask, MASK_ID, torch.Generator().manual_seed(1))
+    row, col = noised.is_masked.nonzero().tolist()[0]
+    kw = {"block_size": 4, "mask_token_id": MASK_ID, "noised": noised}
+    with torch.no_grad():
+        plain, _ = sft_loss(model, ids, loss_mask, **kw)
+        ones, _ = sft_loss(model, ids, loss_mask, token_weight=torch.ones(2, 16), **kw)
+        weight = torch.ones(2, 16)
+        weight[row, col] = 5.0
+        heavy, _ = sft_loss(model, ids, loss_mask, token_weight=weight, **kw)
+        weight[row, col], weight[1 - row, 0] = 1.0, 9.0  # a prompt position: never a term
+        prompt_weighted, _ = sft_loss(model, ids, loss_mask, token_weight=weight, **kw)
+        alone = torch.zeros(2, 16)
+        alone[row, col] = 1.0
+        term, _ = sft_loss(model, ids, loss_mask, token_weight=alone, **kw)
+    assert torch.allclose(plain, ones)
+    assert torch.allclose(prompt_weighted, plain)
+    # weight 5 on one term adds four more copies of that term (the term alone: every other weight 0)
+    assert term > 0 and torch.allclose(heavy - plain, 4 * term, rtol=1e-4)
+
+
 def test_sft_steps_lower_the_loss_and_train_every_parameter() -> None:
     model = tiny_model()
     ids = torch.randint(0, 90, (2, 16))

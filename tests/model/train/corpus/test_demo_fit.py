@@ -7,7 +7,14 @@ import random
 from pathlib import Path
 
 import pytest
-from cudice.model.train.corpus.fit import FitConfig, length_batches, lr_factor, train_seconds
+from cudice.model.train.corpus.fit import (
+    FitConfig,
+    encode_all,
+    focus_spans,
+    length_batches,
+    lr_factor,
+    train_seconds,
+)
 from cudice.model.train.corpus.heldout import defines_model_new, names_agree, score, summarise, wilson
 from cudice.model.train.corpus.recipe_fit import join_parts, split_file
 
@@ -41,6 +48,30 @@ def test_the_budget_includes_loading_and_encoding_and_the_schedule_ends_with_it(
     assert train_seconds(FitConfig(seconds=20.0, warmup_seconds=15.0), 4.0).warmup_seconds == 8.0
     with pytest.raises(ValueError, match="loading and encoding took 430 s of the 445 s"):
         train_seconds(config, 430.0)
+
+
+def test_the_focus_weight_marks_the_answer_tokens_of_the_lines_that_compute() -> None:
+    from transformers import PreTrainedTokenizerFast
+
+    tok = PreTrainedTokenizerFast.from_pretrained(
+        str(Path(__file__).parents[4] / "model" / "assets" / "demo")
+    )
+    answer = (
+        'k = """\n__global__ void f(const float* x, float* out, int n) {\n'
+        "    float v = static_cast<float>(x[i]);\n    v = fmaxf(v, 0.0f);\n    v = v * 0.5f;  // scale\n"
+        '    out[i] = v;\n}"""\n'
+    )
+    spans = focus_spans(answer)
+    assert [answer[a:b].strip() for a, b in spans] == ["v = fmaxf(v, 0.0f);", "v = v * 0.5f;  // scale"]
+    records = [{"prompt": "class Model: relu then scale", "response": answer}]
+    [(ids, num_prompt, marked)] = encode_all(tok, records, 4, 0, focus=True)
+    assert marked and min(marked) >= num_prompt and len(ids) % 4 == 0
+    text = tok.decode([ids[i] for i in marked])
+    assert "fmaxf(v, 0.0f);" in text and "v * 0.5f;" in text
+    assert "static_cast" not in text and "out[i]" not in text and "__global__" not in text
+    assert encode_all(tok, records, 4, 0) == [(ids, num_prompt, ())]
+    with pytest.raises(ValueError, match="focus_weight"):
+        FitConfig(seconds=1.0, focus_weight=0.5)
 
 
 def test_length_batches_cover_every_sample_once_within_the_token_budget() -> None:
