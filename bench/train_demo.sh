@@ -17,6 +17,7 @@
 #   fit returns demo_fit.tar.part00.. (join with cat), results.json, answers.jsonl, fit.log,
 #   templates.json, verified.json (--eval-per-family K), infill_answers.jsonl (--infill-per-family J:
 #   held-out wrappers and bench/infill_scaffolds infilled, verified with the e2e answers); DEMO_START=.ckpt/demo_fit.tar.part00 continues from a returned checkpoint.
+#   fit takes recipe_fit's options after the phase, e.g. --focus-weight 16 (the op lines' loss weight).
 #   DEMO_START may also be a checkpoint folder. A 20M checkpoint (41 MB) does not fit the carry
 #   beside the tree, so to continue one in a later session put its files over model/assets/demo/
 #   in the working tree (uncommitted; same size), pass DEMO_START=model/assets/demo --skip-old,
