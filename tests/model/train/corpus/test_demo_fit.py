@@ -74,6 +74,38 @@ def test_the_focus_weight_marks_the_answer_tokens_of_the_lines_that_compute() ->
         FitConfig(seconds=1.0, focus_weight=0.5)
 
 
+def test_encoding_line_by_line_gives_the_whole_texts_ids_and_focus_marks(tmp_path: Path) -> None:
+    import json
+
+    from cudice.model.prompts import chat_prompt
+    from cudice.model.train.corpus.build import build_corpus
+    from cudice.model.train.corpus.fit import cuts_at_newlines, encode_by_lines, encode_whole
+    from transformers import PreTrainedTokenizerFast
+
+    tok = PreTrainedTokenizerFast.from_pretrained(
+        str(Path(__file__).parents[4] / "model" / "assets" / "demo")
+    )
+    assert cuts_at_newlines(tok)
+    build_corpus(tmp_path, seed=5, train_per_family=3, heldout_per_family=1)
+    records = [json.loads(line) for line in (tmp_path / "sft.jsonl").read_text().splitlines()]
+    texts = [chat_prompt(r["prompt"]) for r in records] + [r["response"] + "<|im_end|>" for r in records]
+    texts += [
+        "",
+        "\n",
+        "a\n\nb\n",
+        "\n    v = fmaxf(v, 0.0f);\n\n",
+        "x\r\n    v = -v;\r\n",
+        "é\n  v = v * 2.0f;<|im_end|>",
+    ]
+    whole, by_lines = encode_whole(tok, texts, True), encode_by_lines(tok, texts, True)
+    assert by_lines == whole
+    assert sum(len(marks) for _, marks in whole) > len(records) // 2  # answers do mark their op lines
+    # a tokenizer that does not cut at newlines first keeps the whole-text path
+    spec = tok.backend_tokenizer.to_str().replace('"behavior":"MergedWithNext"', '"behavior":"Isolated"')
+    plain = PreTrainedTokenizerFast(tokenizer_object=type(tok.backend_tokenizer).from_str(spec))
+    assert not cuts_at_newlines(plain)
+
+
 def test_length_batches_cover_every_sample_once_within_the_token_budget() -> None:
     rng = random.Random(0)
     lengths = [rng.randrange(8, 400) for _ in range(500)]
