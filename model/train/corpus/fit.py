@@ -236,8 +236,8 @@ def fit(
     focus = config.focus_weight != 1.0
     samples = [s for s in encode_all(tok, records, block, pad, focus) if len(s[0]) <= config.max_length]
     lengths = [len(ids) for ids, _, _ in samples]
-    weighted = sum(len(m) for _, _, m in samples) / 1e6
-    focused = f", {weighted:.2f}M of them weighted x{config.focus_weight:g}" if focus else ""
+    weighted = sum(len(m) for _, _, m in samples)
+    focused = f", {weighted:,} of them weighted x{config.focus_weight:g}" if focus else ""
     say(
         f"fit: {len(samples)} samples, {sum(lengths) / 1e6:.1f}M tokens{focused}, longest {max(lengths)}, "
         f"{sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters, encoded in "
