@@ -161,6 +161,13 @@ def cuts_at_newlines(tokenizer: Any) -> bool:
     )
 
 
+def _pieces(text: str) -> list[str]:
+    """`text` cut as `cuts_at_newlines` says the tokenizer cuts it: the first line, then each line
+    with the newline before it."""
+    first, *rest = text.split("\n")
+    return [first, *("\n" + line for line in rest)]
+
+
 def encode_by_lines(tokenizer: Any, texts: list[str], focus: bool) -> list[Encoded]:
     """`encode_whole`'s result for a tokenizer that `cuts_at_newlines`, each distinct piece (a line
     with the newline before it) encoded once: a corpus's prompts and answers repeat most of their
@@ -168,10 +175,8 @@ def encode_by_lines(tokenizer: Any, texts: list[str], focus: bool) -> list[Encod
     to `encode_whole`)."""
     from cudice.model.train.corpus.heldout import compute_lines
 
-    split = [text.split("\n") for text in texts]
-    pieces = {line if i == 0 else "\n" + line for lines in split for i, line in enumerate(lines)}
-    pieces.discard("")
-    order = list(pieces)
+    split = [_pieces(text) for text in texts]
+    order = list({piece for pieces in split for piece in pieces} - {""})
     cache: dict[str, Encoded] = {"": ([], [])}
     for piece, enc in zip(
         order, tokenizer.backend_tokenizer.encode_batch(order, add_special_tokens=False), strict=True
@@ -182,11 +187,11 @@ def encode_by_lines(tokenizer: Any, texts: list[str], focus: bool) -> list[Encod
             marks = [j for j, (lo, hi) in enumerate(enc.offsets) if hi > lo and hi > line_at]
         cache[piece] = (enc.ids, marks)
     out: list[Encoded] = []
-    for lines in split:
+    for pieces in split:
         ids: list[int] = []
         marks = []
-        for i, line in enumerate(lines):
-            piece_ids, piece_marks = cache[line if i == 0 else "\n" + line]
+        for piece in pieces:
+            piece_ids, piece_marks = cache[piece]
             if piece_marks:
                 marks.extend(len(ids) + j for j in piece_marks)
             ids.extend(piece_ids)
