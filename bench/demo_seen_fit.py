@@ -22,7 +22,7 @@ from pathlib import Path
 
 
 def main() -> None:
-    from cudice.model.train.corpus.recipe_fit import Clock, evaluate
+    from cudice.model.train.corpus.recipe_fit import Clock, evaluate, problem_row
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("checkpoint")
@@ -51,7 +51,7 @@ def main() -> None:
                 raise SystemExit(
                     f"{files[0]} or its solution is missing: give a corpus folder with its training files"
                 )
-            rows.append({**p, "reference": files[0].read_text(), "solution": files[1].read_text()})
+            rows.append(problem_row(args.corpus, p))
     args.out.mkdir(parents=True, exist_ok=True)
     res = evaluate("seen", args.checkpoint, rows, time.monotonic() + 3600, Clock(args.out, 61), 512)
     with (args.out / "answers.jsonl").open("w") as f:

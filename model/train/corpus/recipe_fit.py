@@ -103,21 +103,19 @@ def _tar_dir(src: Path, tar_path: Path) -> Path:
     return tar_path
 
 
+def problem_row(corpus: Path, problem: dict[str, Any]) -> dict[str, Any]:
+    """A manifest entry with its reference and solution texts, read from its split's folders."""
+    return {
+        **problem,
+        "reference": (corpus / "problems" / problem["split"] / problem["file"]).read_text(),
+        "solution": (corpus / "solutions" / problem["split"] / problem["file"]).read_text(),
+    }
+
+
 def heldout_rows(corpus: Path) -> list[dict[str, Any]]:
     """The corpus's held-out problems: each manifest entry with its reference and solution texts."""
     manifest = json.loads((corpus / "manifest.json").read_text())
-    rows = []
-    for p in manifest["problems"]:
-        if p["split"] != "heldout":
-            continue
-        rows.append(
-            {
-                **p,
-                "reference": (corpus / "problems" / "heldout" / p["file"]).read_text(),
-                "solution": (corpus / "solutions" / "heldout" / p["file"]).read_text(),
-            }
-        )
-    return rows
+    return [problem_row(corpus, p) for p in manifest["problems"] if p["split"] == "heldout"]
 
 
 def names_of(solution: str) -> tuple[str, list[str]]:
