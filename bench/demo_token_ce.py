@@ -1,13 +1,17 @@
 """Where a demo checkpoint's loss sits: per-token cross-entropy on training pairs, the op lines
 (`fit.focus_spans`, the tokens `--focus-weight` weighs) against the rest of each answer.
 
-    python bench/demo_token_ce.py CHECKPOINT SFT_JSONL [--pairs 300] [--seed 0]
+    python bench/demo_token_ce.py CHECKPOINT SFT_JSONL [--pairs 300] [--seed 0] [--prompts shuffled]
 
 Each pair's answer is masked whole in the noisy half (`objective.forward_doubled`), so every token
 is predicted with its own block masked and the blocks before it clean: the first step of decoding
 that block, the hardest case. Prints, for the two kinds of token: count, mean CE (nats), how often
 the top-1 token is right, and their share of the answers' summed CE. CPU: 300 pairs of the demo
 model in about 2.5 minutes on 2 cores.
+`--prompts shuffled` is the control for "does the model read the prompt": each answer is scored
+after another pair's prompt (a derangement of the same sample). A model that reads the reference
+loses much more on the op lines then; one that writes its ops from the answer's own context alone
+loses about the same.
 Not covered: the later denoising steps of a block (some of its tokens already revealed).
 """
 
@@ -31,6 +35,7 @@ def main() -> None:
     ap.add_argument("--pairs", type=int, default=300)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--read", type=int, default=20000, help="sample from the file's first N lines")
+    ap.add_argument("--prompts", choices=("own", "shuffled"), default="own")
     args = ap.parse_args()
     loaded = load_checkpoint(args.checkpoint, device="cpu", dtype="float32")
     model, tok, ids_of = loaded.model.eval(), loaded.tokenizer, loaded.ids
@@ -43,7 +48,13 @@ def main() -> None:
                 break
             records.append(json.loads(line))
     random.Random(args.seed).shuffle(records)
-    samples = encode_all(tok, records[: args.pairs], loaded.block_size, ids_of.pad, focus=True)
+    records = records[: args.pairs]
+    if args.prompts == "shuffled":
+        # a rotation by one: every answer gets a prompt that is not its own
+        records = [
+            {**rec, "prompt": records[(i + 1) % len(records)]["prompt"]} for i, rec in enumerate(records)
+        ]
+    samples = encode_all(tok, records, loaded.block_size, ids_of.pad, focus=True)
     totals = {"op lines": [0.0, 0, 0], "the rest": [0.0, 0, 0]}  # CE sum, tokens, top-1 right
     for ids, num_prompt, marked in samples:
         clean = torch.tensor([ids])
@@ -63,7 +74,7 @@ def main() -> None:
             row[1] += 1
             row[2] += int(right[j])
     whole = sum(row[0] for row in totals.values())
-    print(f"{len(samples)} pairs of {args.sft_jsonl}, checkpoint {args.checkpoint}")
+    print(f"{len(samples)} pairs of {args.sft_jsonl}, checkpoint {args.checkpoint}, prompts {args.prompts}")
     print("| tokens | count | mean CE (nats) | top-1 right | share of the CE |")
     print("|---|---|---|---|---|")
     for kind, (ce_sum, n, right_n) in totals.items():
