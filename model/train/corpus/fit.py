@@ -89,14 +89,19 @@ def lr_factor(elapsed: float, config: FitConfig) -> float:
 
 def focus_spans(response: str) -> list[tuple[int, int]]:
     """Character spans of `response`'s lines (cut at "\\n") that compute the value register
-    (`heldout.compute_lines`: the lines in which two compositions' answers differ); [] for an
-    answer without one."""
+    (`heldout.compute_lines`: the lines in which two compositions' answers differ), each with the
+    comment line right above it when there is one (an op note of `build --op-comments`, which names
+    the op the next line computes); [] for an answer without one."""
     from cudice.model.train.corpus.heldout import compute_lines
 
-    spans, at = [], 0
+    spans: list[tuple[int, int]] = []
+    at, above = 0, None  # above: the span of the previous line when it is a `//` comment
     for line in response.split("\n"):
         if compute_lines(line):
+            if above is not None:
+                spans.append(above)
             spans.append((at, at + len(line)))
+        above = (at, at + len(line)) if line.lstrip().startswith("//") else None
         at += len(line) + 1
     return spans
 
@@ -177,23 +182,28 @@ def encode_by_lines(tokenizer: Any, texts: list[str], focus: bool) -> list[Encod
 
     split = [_pieces(text) for text in texts]
     order = list({piece for pieces in split for piece in pieces} - {""})
-    cache: dict[str, Encoded] = {"": ([], [])}
+    # per piece: ids, the marks of a compute line, the marks it gets as a comment above one
+    cache: dict[str, tuple[list[int], list[int], list[int]]] = {"": ([], [], [])}
     for piece, enc in zip(
         order, tokenizer.backend_tokenizer.encode_batch(order, add_special_tokens=False), strict=True
     ):
         line_at = 1 if piece.startswith("\n") else 0
-        marks: list[int] = []
-        if focus and compute_lines(piece[line_at:]):
-            marks = [j for j, (lo, hi) in enumerate(enc.offsets) if hi > lo and hi > line_at]
-        cache[piece] = (enc.ids, marks)
+        line = piece[line_at:]
+        on_line = [j for j, (lo, hi) in enumerate(enc.offsets) if hi > lo and hi > line_at]
+        computes = focus and bool(compute_lines(line))
+        comment = focus and line.lstrip().startswith("//")
+        cache[piece] = (enc.ids, on_line if computes else [], on_line if comment else [])
     out: list[Encoded] = []
     for pieces in split:
         ids: list[int] = []
-        marks = []
+        marks: list[int] = []
+        above: list[int] = []  # the previous piece's marks as a comment line, absolute
         for piece in pieces:
-            piece_ids, piece_marks = cache[piece]
+            piece_ids, piece_marks, comment_marks = cache[piece]
             if piece_marks:
+                marks.extend(above)
                 marks.extend(len(ids) + j for j in piece_marks)
+            above = [len(ids) + j for j in comment_marks]
             ids.extend(piece_ids)
         out.append((ids, marks))
     return out

@@ -70,6 +70,14 @@ def test_the_focus_weight_marks_the_answer_tokens_of_the_lines_that_compute() ->
     assert "fmaxf(v, 0.0f);" in text and "v * 0.5f;" in text
     assert "static_cast" not in text and "out[i]" not in text and "__global__" not in text
     assert encode_all(tok, records, 4, 0) == [(ids, num_prompt, ())]
+    noted = answer.replace("    v = fmaxf", "    // torch.relu(v)\n    v = fmaxf").replace(
+        "    out[i]", "    // store\n    out[i]"
+    )
+    assert [noted[a:b].strip() for a, b in focus_spans(noted)] == [
+        "// torch.relu(v)",
+        "v = fmaxf(v, 0.0f);",
+        "v = v * 0.5f;  // scale",
+    ]
     with pytest.raises(ValueError, match="focus_weight"):
         FitConfig(seconds=1.0, focus_weight=0.5)
 
@@ -86,7 +94,7 @@ def test_encoding_line_by_line_gives_the_whole_texts_ids_and_focus_marks(tmp_pat
         str(Path(__file__).parents[4] / "model" / "assets" / "demo")
     )
     assert cuts_at_newlines(tok)
-    build_corpus(tmp_path, seed=5, train_per_family=3, heldout_per_family=1)
+    build_corpus(tmp_path, seed=5, train_per_family=3, heldout_per_family=1, op_comments=True)
     records = [json.loads(line) for line in (tmp_path / "sft.jsonl").read_text().splitlines()]
     texts = [chat_prompt(r["prompt"]) for r in records] + [r["response"] + "<|im_end|>" for r in records]
     texts += [
@@ -96,10 +104,16 @@ def test_encoding_line_by_line_gives_the_whole_texts_ids_and_focus_marks(tmp_pat
         "\n    v = fmaxf(v, 0.0f);\n\n",
         "x\r\n    v = -v;\r\n",
         "é\n  v = v * 2.0f;<|im_end|>",
+        "    // torch.relu(v)\n    v = fmaxf(v, 0.0f);\n    // F.gelu(v)\n\n    v = -v;\n",
+        "// a\n// b\n    float v = x + y;\n    // after\n",
     ]
     whole, by_lines = encode_whole(tok, texts, True), encode_by_lines(tok, texts, True)
     assert by_lines == whole
     assert sum(len(marks) for _, marks in whole) > len(records) // 2  # answers do mark their op lines
+    # the op notes above the op lines are marked with them; a comment above no op line is not
+    noted = [tok.decode([ids[j] for j in marks]) for ids, marks in by_lines[-2:]]
+    assert "torch.relu(v)" in noted[0] and "F.gelu" not in noted[0] and "-v" in noted[0]
+    assert "// b" in noted[1] and "// a" not in noted[1] and "after" not in noted[1]
     # a tokenizer that does not cut at newlines first keeps the whole-text path
     spec = tok.backend_tokenizer.to_str().replace('"behavior":"MergedWithNext"', '"behavior":"Isolated"')
     plain = PreTrainedTokenizerFast(tokenizer_object=type(tok.backend_tokenizer).from_str(spec))
