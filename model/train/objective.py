@@ -59,20 +59,33 @@ def doubled_position_ids(length: int, batch: int, device: torch.device | str = "
 
 
 def forward_doubled(
-    model: torch.nn.Module, noisy: torch.Tensor, clean: torch.Tensor, block_size: int
+    model: torch.nn.Module, noisy: torch.Tensor, clean: torch.Tensor, block_size: int, start: int = 0
 ) -> torch.Tensor:
-    """Run `[noisy ; clean]` through the model; return the logits of the noisy half, (B, L, V)."""
+    """Run `[noisy ; clean]` through the model; return the logits of the noisy half, (B, L, V).
+
+    `start` (a multiple of `block_size`): the noisy half begins there, `[noisy[start:] ; clean]`,
+    and the logits are those of positions start..L-1, (B, L - start, V). In the mask no position
+    sees a noisy block but that block itself, so dropping the noisy blocks before `start` (for SFT:
+    prompt blocks, never masked and never scored) changes no kept logit: the same computation on
+    L - start fewer tokens (`sft_loss` starts at the batch's first answer block)."""
     batch, length = clean.shape
+    if start % block_size or not 0 <= start < length:
+        raise ValueError(f"start {start} must be a multiple of the block size {block_size} below {length}")
     mask = block_diffusion_mask(length, block_size, dtype=_float_dtype(model), device=clean.device)
+    pos = doubled_position_ids(length, batch, clean.device)
+    if start:
+        keep = torch.cat([torch.arange(start, length), torch.arange(length, 2 * length)]).to(clean.device)
+        mask, pos = mask[:, :, keep][:, :, :, keep], pos[:, keep]
+    kept = length - start
     out = model(
-        input_ids=torch.cat([noisy, clean], dim=1),  # (B, 2L)
+        input_ids=torch.cat([noisy[:, start:], clean], dim=1),  # (B, 2L - start)
         attention_mask=mask.expand(batch, -1, -1, -1),
-        position_ids=doubled_position_ids(length, batch, clean.device),
+        position_ids=pos,
         use_cache=False,
         # the LM head runs on the noisy half only: half the head's FLOPs and logits memory
-        logits_to_keep=torch.arange(length, device=clean.device),
+        logits_to_keep=torch.arange(kept, device=clean.device),
     )
-    logits: torch.Tensor = out.logits[:, :length]  # (B, L, V): no shift
+    logits: torch.Tensor = out.logits[:, :kept]  # (B, L - start, V): no shift
     return logits
 
 
@@ -158,28 +171,38 @@ def sft_loss(
     min_rate: float = 1e-3,
     noised: NoisedBatch | None = None,
     token_weight: torch.Tensor | None = None,
+    answer_start: int | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """SDAR's SFT loss: CE at masked positions × 1/t, summed, / number of answer tokens.
 
     input_ids, loss_mask: (B, L) with L a multiple of `block_size`; `noised` (on the same
     device) replaces drawing the noise here; `token_weight` (B, L), where given, multiplies each
     position's term (the demo fit's weight on the lines that compute, `fit.FitConfig.focus_weight`;
-    the normalisation stays the number of answer tokens). Returns (loss, stats); the stats are
-    detached 0-d tensors, so reading them (a device sync) is the caller's choice.
+    the normalisation stays the number of answer tokens). `answer_start`: the first position of
+    `loss_mask` in any row (computed from it when not given: a device sync); the noisy half starts
+    at its block (`forward_doubled`'s `start`), which leaves the loss as it is. Returns (loss,
+    stats); the stats are detached 0-d tensors, so reading them (a device sync) is the caller's
+    choice.
     """
     if noised is None:
         noised = add_noise(input_ids, loss_mask, mask_token_id, generator, min_rate)
-    logits = forward_doubled(model, noised.noisy, input_ids, block_size)  # (B, L, V)
-    ce = F.cross_entropy(logits.float().transpose(1, 2), input_ids, reduction="none")  # (B, L)
-    weighted = ce * noised.is_masked / noised.noise_rate[:, None]
+    length = input_ids.shape[1]
+    if answer_start is None:
+        rows = loss_mask.any(dim=1)
+        answer_start = int(loss_mask[rows].float().argmax(dim=1).min()) if bool(rows.any()) else 0
+    start = min(max(0, answer_start), length - 1) // block_size * block_size
+    logits = forward_doubled(model, noised.noisy, input_ids, block_size, start)  # (B, L - start, V)
+    targets = input_ids[:, start:]
+    ce = F.cross_entropy(logits.float().transpose(1, 2), targets, reduction="none")  # (B, L - start)
+    weighted = ce * noised.is_masked[:, start:] / noised.noise_rate[:, None]
     if token_weight is not None:
-        weighted = weighted * token_weight
+        weighted = weighted * token_weight[:, start:]
     per_sample = weighted.sum(dim=1) / loss_mask.sum(dim=1).clamp(min=1)  # (B,)
     loss = per_sample.mean()
     stats = {
         "loss": loss.detach(),
         "masked_fraction": noised.is_masked.sum() / loss_mask.sum().clamp(min=1),
-        "masked_ce": (ce.detach() * noised.is_masked).sum() / noised.is_masked.sum().clamp(min=1),
+        "masked_ce": (ce.detach() * noised.is_masked[:, start:]).sum() / noised.is_masked.sum().clamp(min=1),
     }
     return loss, stats
 

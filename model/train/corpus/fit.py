@@ -16,6 +16,11 @@ masked nor trained, as in `sft.Collate`. Encoding runs through the fast tokenize
 each distinct line once where the tokenizer cuts at newlines first (the demo's; on a 2-core VM,
 25,000 of the 10x corpus's texts in 2.0 s against 11.9 s whole, and its 270k pairs in 48 s).
 
+The doubled sequence's noisy half starts at the batch's first answer block
+(`objective.sft_loss`'s `answer_start`): the prompt's noisy copy is never masked nor scored, and
+dropping it leaves the loss as it is; on the 10x corpus's length-bucketed batches that is 18 %
+fewer tokens and 31 % less attention work per step (counted on 30,000 pairs, not timed).
+
 Not covered: several GPUs (use `cudice train sft` under `accelerate launch`), resuming the
 optimizer state (a carried checkpoint restarts with a fresh AdamW), sequence packing.
 """
@@ -295,7 +300,7 @@ def fit(
             with torch.autocast(device, dtype=torch.bfloat16, enabled=device == "cuda"):
                 loss, _ = sft_loss(
                     model, ids, loss_mask, block_size=block, mask_token_id=mask_id, generator=gen,
-                    token_weight=weight,
+                    token_weight=weight, answer_start=min(samples[i][1] for i in batch),
                 )  # fmt: skip
             loss.backward()  # type: ignore[no-untyped-call]
             norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)

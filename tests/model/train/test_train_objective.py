@@ -77,6 +77,38 @@ def test_noisy_half_matches_a_plain_block_forward() -> None:
     assert torch.allclose(logits[:, 4:], direct[:, 4:], atol=1e-5)
 
 
+def test_starting_the_noisy_half_later_keeps_every_kept_logit_and_the_sft_loss() -> None:
+    torch.manual_seed(0)
+    model = tiny_model().eval()
+    clean = torch.randint(0, 90, (2, 16))
+    noisy = clean.clone()
+    noisy[:, 2:] = torch.where(torch.rand(2, 14) < 0.5, MASK_ID, clean[:, 2:])  # masks before start too
+    with torch.no_grad():
+        full = forward_doubled(model, noisy, clean, 4)
+        late = forward_doubled(model, noisy, clean, 4, start=8)
+    assert late.shape == (2, 8, full.shape[-1])
+    assert torch.allclose(late, full[:, 8:], atol=1e-5)
+    with pytest.raises(ValueError, match="multiple of the block size"):
+        forward_doubled(model, noisy, clean, 4, start=6)
+    with pytest.raises(ValueError, match="below 16"):
+        forward_doubled(model, noisy, clean, 4, start=16)
+    # the loss starts at the batch's first answer block (row 0's answer at 6: block 4) by itself
+    loss_mask = torch.zeros(2, 16, dtype=torch.bool)
+    loss_mask[0, 6:], loss_mask[1, 9:] = True, True
+    noised = add_noise(clean, loss_mask, MASK_ID, torch.Generator().manual_seed(6))
+    assert noised.is_masked[0, 6:8].all()  # terms in the first answer block
+    weight = torch.rand(2, 16) + 0.5
+    kw = {"block_size": 4, "mask_token_id": MASK_ID, "noised": noised, "token_weight": weight}
+    with torch.no_grad():
+        whole, whole_stats = sft_loss(model, clean, loss_mask, answer_start=0, **kw)
+        derived, stats = sft_loss(model, clean, loss_mask, **kw)
+        given, _ = sft_loss(model, clean, loss_mask, answer_start=6, **kw)
+        too_late, _ = sft_loss(model, clean, loss_mask, answer_start=8, **kw)  # a wrong start drops terms
+    assert whole > 0 and too_late < whole - 1e-3
+    assert torch.allclose(derived, whole, rtol=1e-5) and torch.allclose(given, whole, rtol=1e-5)
+    assert torch.allclose(stats["masked_ce"], whole_stats["masked_ce"], rtol=1e-5)
+
+
 def _block_causal(length: int, block: int) -> torch.Tensor:
     blk = torch.arange(length) // block
     allowed = blk[None, :] <= blk[:, None]
