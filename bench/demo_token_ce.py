@@ -5,8 +5,9 @@
 
 Each pair's answer is masked whole in the noisy half (`objective.forward_doubled`), so every token
 is predicted with its own block masked and the blocks before it clean: the first step of decoding
-that block, the hardest case. Prints, for the two kinds of token: count, mean CE (nats), how often
-the top-1 token is right, and their share of the answers' summed CE. CPU: 300 pairs of the demo
+that block, the hardest case. Prints, for each kind of token (the op notes, in a corpus built
+with `--op-comments`; the op lines; the rest): count, mean CE (nats), how often the top-1 token is
+right, and their share of the answers' summed CE. CPU: 300 pairs of the demo
 model in about 2.5 minutes on 2 cores.
 `--prompts shuffled` is the control for "does the model read the prompt": each answer is scored
 after another pair's prompt (a derangement of the same sample). A model that reads the reference
@@ -22,6 +23,22 @@ import json
 import random
 
 import torch
+
+
+def note_positions(tok, response: str, num_prompt: int) -> set[int]:
+    """Positions (in prompt + answer ids) of the answer tokens on an op note: a `//` line that
+    `fit.focus_spans` weighs with the op line below it."""
+    from cudice.model.train.corpus.fit import focus_spans
+
+    spans = [(a, b) for a, b in focus_spans(response) if response[a:b].lstrip().startswith("//")]
+    if not spans:
+        return set()
+    enc = tok(response, add_special_tokens=False, return_offsets_mapping=True)
+    return {
+        num_prompt + k
+        for k, (lo, hi) in enumerate(enc["offset_mapping"])
+        if hi > lo and any(lo < b and hi > a for a, b in spans)
+    }
 
 
 def main() -> None:
@@ -55,8 +72,10 @@ def main() -> None:
             {**rec, "prompt": records[(i + 1) % len(records)]["prompt"]} for i, rec in enumerate(records)
         ]
     samples = encode_all(tok, records, loaded.block_size, ids_of.pad, focus=True)
-    totals = {"op lines": [0.0, 0, 0], "the rest": [0.0, 0, 0]}  # CE sum, tokens, top-1 right
-    for ids, num_prompt, marked in samples:
+    # CE sum, tokens, top-1 right; "op notes" only where the answers have them (`build --op-comments`)
+    totals = {"op notes": [0.0, 0, 0], "op lines": [0.0, 0, 0], "the rest": [0.0, 0, 0]}
+    for rec, (ids, num_prompt, marked) in zip(records, samples, strict=True):
+        notes = note_positions(tok, rec["response"], num_prompt)
         clean = torch.tensor([ids])
         noisy = clean.clone()
         noisy[0, num_prompt:] = ids_of.mask
@@ -69,7 +88,7 @@ def main() -> None:
             end -= 1
         focus = set(marked)
         for j in range(num_prompt, end):
-            row = totals["op lines" if j in focus else "the rest"]
+            row = totals["op notes" if j in notes else "op lines" if j in focus else "the rest"]
             row[0] += float(ce[j])
             row[1] += 1
             row[2] += int(right[j])
@@ -78,6 +97,8 @@ def main() -> None:
     print("| tokens | count | mean CE (nats) | top-1 right | share of the CE |")
     print("|---|---|---|---|---|")
     for kind, (ce_sum, n, right_n) in totals.items():
+        if not n:
+            continue
         print(
             f"| {kind} | {n} | {ce_sum / max(n, 1):.3f} | {right_n / max(n, 1):.1%} | {ce_sum / whole:.1%} |"
         )
