@@ -55,6 +55,10 @@ class FitConfig:
     # template answer is ~500 tokens of which a handful say which op it is, and a 20M model trained
     # 7 minutes (1.0) wrote `x + y` for `torch.maximum` on problems it had trained on
     focus_weight: float = 1.0
+    # on a GPU, compile the decoder layers (`objective.compile_replay_layers`, one dynamic-shape
+    # graph for every layer and batch length; at 1.7B it made a forward + backward 0.61x, for a
+    # one-time ~26 s); a graph that fails to compile runs eager (dynamo's suppress_errors)
+    compile_layers: bool = False
 
     def __post_init__(self) -> None:
         if self.seconds <= 0:
@@ -263,6 +267,12 @@ def fit(
         f"{sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters, encoded in "
         f"{time.monotonic() - start:.0f} s"
     )
+    if config.compile_layers and device == "cuda":
+        from cudice.model.train.objective import compile_replay_layers
+        from torch._dynamo import config as dynamo_config
+
+        dynamo_config.suppress_errors = True  # a layer that cannot compile runs eager
+        say(f"fit: {compile_replay_layers(model)} decoder layers compiled (the first steps pay for it)")
     config = train_seconds(config, time.monotonic() - start)
     say(f"fit: {config.seconds:.0f} s left of the budget for steps")
     rng = random.Random(config.seed)

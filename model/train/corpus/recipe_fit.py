@@ -392,6 +392,10 @@ def evaluate(
     "--focus-weight", type=float, default=1.0, show_default=True,
     help="Loss weight of the answer tokens on the lines that compute the value (fit.FitConfig.focus_weight).",
 )  # fmt: skip
+@click.option(
+    "--compile-layers", is_flag=True,
+    help="On a GPU, compile the decoder layers for the steps (fit.FitConfig.compile_layers).",
+)  # fmt: skip
 @click.option("--verify-per-family", type=int, default=3, show_default=True)
 @click.option("--skip-old", is_flag=True, help="Do not score the shipped checkpoint (its figures are known).")
 @click.option(
@@ -434,6 +438,7 @@ def main(
     start: Path | None,
     lr: float,
     focus_weight: float,
+    compile_layers: bool,
     verify_per_family: int,
     skip_old: bool,
     eval_per_family: int,
@@ -498,7 +503,7 @@ def main(
         clock.say(f"training for {train_seconds:.0f} s")
         config = FitConfig(
             seconds=max(5.0, train_seconds), learning_rate=lr, tokens_per_batch=49152 if not smoke else 8192,
-            focus_weight=focus_weight,
+            focus_weight=focus_weight, compile_layers=compile_layers,
         )  # fmt: skip
         trained = fit(init, corpus / "sft.jsonl", fitted, config, clock.say)
         clock.say(f"trained: {trained['steps']} steps, {trained['epochs']} epochs started")
