@@ -18,7 +18,8 @@
     sft.jsonl                       CuKe pairs {prompt, response}: for every training problem the
                                     end-to-end prompt, and for one in `infill_every` (default
                                     INFILL_EVERY) the infilling prompt too (model/prompts.py,
-                                    the builders the runtime uses),
+                                    the builders the runtime uses), and for one in
+                                    `op_pairs_every` (off by default) its op pair (`op_pair`),
                                     each answered by the fenced ModelNew file; the infilling
                                     answer in `infill_naming` (by default the composition's
                                     names, 3 in 4 wrappers varied by `wrappers.vary_wrapper`
@@ -94,6 +95,46 @@ class Problem:
 def fenced(code: str) -> str:
     """An answer as the model must write it: the file in one ```python block."""
     return f"{CODE_FENCE}python\n{code.rstrip()}\n{CODE_FENCE}"
+
+
+# The op pairs (`build --op-pairs-every N`): the copy from the reference into the op notes, the
+# skill the end-to-end answers need and a 20M model had not learned in 0.7 of an epoch, as a
+# short pair of its own (bench/demo_copy_probe.py: a 5.2M model learns it from such pairs).
+OPS_INSTRUCTION = (
+    "List the operations this architecture's forward computes, in order: each as a comment spelled "
+    "the way the code spells it (its operand written v), followed by the CUDA statement that "
+    "computes it on the float v."
+)
+
+
+def op_program(solution: str) -> str:
+    """The op notes and the statements that compute the value (`heldout.compute_lines`) of a noted
+    solution, in order, each once (a variant that repeats the sequence is read once), indented by
+    four spaces; "" for a solution without notes."""
+    from cudice.model.train.corpus.heldout import compute_lines
+
+    lines = [
+        line.strip()
+        for line in solution.splitlines()
+        if line.lstrip().startswith("// ") or compute_lines(line)
+    ]
+    if not any(line.startswith("//") for line in lines):
+        return ""
+    for size in range(1, len(lines) // 2 + 1):  # a sequence written twice (plain, vectorised)
+        if len(lines) % size == 0 and lines == lines[:size] * (len(lines) // size):
+            lines = lines[:size]
+            break
+    return "".join(f"    {line}\n" for line in lines)
+
+
+def op_pair(problem: Problem) -> dict[str, str] | None:
+    """The op pair of a training problem with a noted solution, or None."""
+    program = op_program(problem.solution)
+    if not program:
+        return None
+    reference = f"{CODE_FENCE}python\n{problem.reference.rstrip()}\n{CODE_FENCE}"
+    answer = f"{CODE_FENCE}cpp\n{program}{CODE_FENCE}"
+    return {"prompt": f"{OPS_INSTRUCTION}\n\n{reference}\n", "response": answer}
 
 
 SIZE_REGIMES = ("timed", "small")
@@ -318,6 +359,7 @@ def build_corpus(
     families: tuple[str, ...] = (),
     infill_every: int = INFILL_EVERY,
     rl_source: str = "rl",
+    op_pairs_every: int = 0,
 ) -> dict[str, Any]:
     """Write the corpus to `out_dir` (created; existing corpus files are overwritten); return the
     manifest. `naming`: the identifiers of the solutions and end-to-end answers; `infill_naming`:
@@ -325,7 +367,13 @@ def build_corpus(
     `families` and `infill_every` (one training problem in this many gets the infilling pair):
     see `draw_problems`. `rl_source` (RL_SOURCES): "rl" writes the RL task records of every
     RL-pool problem, "train" those of the training problems with an infilling pair (the files
-    of a build without an RL pool)."""
+    of a build without an RL pool). `op_pairs_every` N > 0: one training problem in N (by draw
+    number) also gets its op pair (`op_pair`; needs `op_comments`); 0, none."""
+    if op_pairs_every < 0 or (op_pairs_every and not op_comments):
+        raise ValueError(
+            f"op_pairs_every={op_pairs_every} needs op_comments and must be >= 0 (0: no op pairs): "
+            "the op pairs are made of the op notes"
+        )
     if train_per_family < 1 or heldout_per_family < 0:
         raise ValueError(
             f"train_per_family={train_per_family} must be >= 1 and heldout_per_family="
@@ -355,11 +403,17 @@ def build_corpus(
     sft: list[dict[str, Any]] = []
     rl_e2e: list[dict[str, Any]] = []
     rl_infill: list[dict[str, Any]] = []
+    num_op_pairs = 0
     for p in problems:
         (out / "problems" / p.split / p.file_name).write_text(p.reference, encoding="utf-8")
         (out / "solutions" / p.split / p.file_name).write_text(p.solution, encoding="utf-8")
         if p.split == "heldout":
             continue
+        if p.split == "train" and op_pairs_every and p.index % op_pairs_every == 0:
+            pair = op_pair(p)
+            if pair is not None:
+                sft.append(pair)
+                num_op_pairs += 1
         if p.split == "train" and p.index % infill_every:
             sft += sft_pairs(p)
             continue
@@ -403,6 +457,8 @@ def build_corpus(
         "infill_every": infill_every,
         "rl_source": rl_source,
         "op_comments": op_comments,
+        "op_pairs_every": op_pairs_every,
+        "num_op_pairs": num_op_pairs,
         "families": sorted(splits),
         "num_problems": {s: sum(p.split == s for p in problems) for s in SPLITS},
         "num_rl_problems": {f: sum(p.split == "rl" and p.spec.family == f for p in problems) for f in splits},

@@ -3,7 +3,7 @@
 - `build OUT_DIR [--seed N] [--heldout-sizes timed|small] [--timed-share F]
   [--names generic|composition] [--infill-names generic|composition]
   [--op-comments/--no-op-comments] [--families unary,binary] [--infill-every N]
-  [--rl-source rl|train]`: the corpus folder (`cudice.model.train.corpus.build`);
+  [--rl-source rl|train] [--op-pairs-every N]`: the corpus folder (`cudice.model.train.corpus.build`);
 - `init OUT_DIR --corpus DIR [--smoke]`: tokenizer trained on the corpus + a random SDAR-layout
   checkpoint of the demo size (`cudice.model.train.corpus.init_model`);
 - `verify-templates DIR [--out JSON]`: a sample of every family through the verifier;
@@ -101,6 +101,14 @@ def corpus_group() -> None:
     "compositions, SFT never sees them; its draws count in --train-per-family) or train (one "
     "training problem in --infill-every, problems SFT was trained on: the earlier corpora's).",
 )
+@click.option(
+    "--op-pairs-every",
+    default=0,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="One training problem in this many also gets an op pair: the reference alone, answered by "
+    "its op notes and statements (needs --op-comments; 0: none).",
+)
 def build_command(
     out_dir: Path,
     seed: int,
@@ -114,6 +122,7 @@ def build_command(
     families: str,
     infill_every: int,
     rl_source: str,
+    op_pairs_every: int,
 ) -> None:
     """Write problems, solutions, SFT pairs and RL task files to OUT_DIR."""
     from cudice.model.train.corpus.build import build_corpus
@@ -132,10 +141,12 @@ def build_command(
             families=tuple(f for f in families.split(",") if f),
             infill_every=infill_every,
             rl_source=rl_source,
+            op_pairs_every=op_pairs_every,
         )
     except (ValueError, OSError) as exc:
         raise click.ClickException(str(exc)) from exc
-    summary = {k: manifest[k] for k in ("seed", "names", "op_comments", "num_problems", "num_sft_pairs")}
+    keys = ("seed", "names", "op_comments", "num_op_pairs", "num_problems", "num_sft_pairs")
+    summary = {k: manifest[k] for k in keys}
     summary["heldout_compositions"] = {f: len(v["heldout"]) for f, v in manifest["compositions"].items()}
     summary["rl_compositions"] = {f: len(v["rl"]) for f, v in manifest["compositions"].items()}
     summary["num_rl_problems"] = manifest["num_rl_problems"]

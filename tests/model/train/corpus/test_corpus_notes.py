@@ -201,3 +201,57 @@ def test_the_ablation_trains_on_end_to_end_pairs_only(tmp_path: Path) -> None:
     n = e2e_pairs(tmp_path / "sft.jsonl", tmp_path / "e2e.jsonl")
     rows = [json.loads(x) for x in (tmp_path / "e2e.jsonl").read_text().splitlines()]
     assert n == len(rows) == 4 and all("(prefix)" not in r["prompt"] for r in rows)
+
+
+def test_op_pairs_answer_a_training_reference_with_its_notes_and_statements_once(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+    from cudice.model.train.cli import train_group
+    from cudice.model.train.corpus.build import OPS_INSTRUCTION, op_program
+
+    common = ["--train-per-family", "8", "--heldout-per-family", "2", "--families", "unary,binary,reduce"]
+    args = ["corpus", "build", str(tmp_path / "c"), *common, "--op-comments", "--op-pairs-every", "2"]
+    result = CliRunner().invoke(train_group, args)
+    assert result.exit_code == 0, result.output
+    manifest = json.loads((tmp_path / "c" / "manifest.json").read_text())
+    rows = [json.loads(line) for line in (tmp_path / "c" / "sft.jsonl").read_text().splitlines()]
+    op_rows = [r for r in rows if r["prompt"].startswith(OPS_INSTRUCTION)]
+    assert manifest["op_pairs_every"] == 2 and manifest["num_op_pairs"] == len(op_rows) > 0
+    assert manifest["num_sft_pairs"] == len(rows)
+    by_reference: dict[str, str] = {}
+    for split in ("train", "heldout"):
+        for ref in sorted((tmp_path / "c" / "problems" / split).iterdir()):
+            by_reference[ref.read_text().rstrip()] = f"{split}/{ref.name}"
+    with_statements = 0
+    for row in op_rows:
+        reference = row["prompt"].split("```python\n", 1)[1].rsplit("\n```", 1)[0]
+        where = by_reference[reference.rstrip()]
+        split, name = where.split("/")
+        assert split == "train" and int(name.split("_")[0]) % 2 == 0  # one training draw in 2
+        solution = (tmp_path / "c" / "solutions" / split / name).read_text()
+        body = row["response"].removeprefix("```cpp\n").removesuffix("```")
+        lines = [line.strip() for line in body.splitlines()]
+        assert lines[0].startswith("// ") and all(
+            body_line.startswith("    ") for body_line in body.splitlines()
+        )
+        # every note of the answer and every statement that computes the value, in order, once
+        notes = [ln.strip() for ln in solution.splitlines() if NOTE.match(ln + "\n")]
+        assert [ln for ln in lines if ln.startswith("//")] == list(dict.fromkeys(notes))
+        statements = [ln for ln in lines if not ln.startswith("//")]
+        assert all(compute_lines(s) for s in statements)  # a reduction's note may stand alone
+        with_statements += bool(statements)
+        assert len(compute_lines(body)) == len(set(compute_lines(body)))
+        assert set(compute_lines(body)) == set(compute_lines(solution))
+    assert with_statements > len(op_rows) // 2
+    # a noted solution that writes its sequence twice (plain and vectorised kernels) is read once
+    twice = "    // F.relu(v)\n    v = fmaxf(v, 0.0f);\n" * 2
+    assert op_program(twice) == "    // F.relu(v)\n    v = fmaxf(v, 0.0f);\n"
+    assert op_program("    v = fmaxf(v, 0.0f);\n") == ""  # no notes: no op pair
+    # the op pairs are made of notes; without them the build refuses, and they are off by default
+    refused = CliRunner().invoke(
+        train_group, ["corpus", "build", str(tmp_path / "x"), *common, "--op-pairs-every", "2"]
+    )
+    assert refused.exit_code != 0 and "needs op_comments" in refused.output
+    plain = CliRunner().invoke(
+        train_group, ["corpus", "build", str(tmp_path / "p"), *common, "--op-comments"]
+    )
+    assert json.loads(plain.output)["num_op_pairs"] == 0
