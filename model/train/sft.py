@@ -76,6 +76,7 @@ class Batch:
     noised: NoisedBatch
     index: torch.Tensor  # (B,) positions in the sample list
     num_tokens: int  # non-padding tokens (a Python int: counting them costs no device sync)
+    answer_start: int = 0  # the first answer position of any row (`sft_loss`'s, without a sync)
 
 
 class Collate:
@@ -113,7 +114,8 @@ class Collate:
             loss_mask[row, s.num_prompt : len(s.input_ids)] = True
         base = (self.seed * 1_000_003 + self.epoch) * len(self.samples)
         noised = seeded_noise(ids, loss_mask, lengths, [base + i for i in indices], self.mask, self.min_rate)
-        return Batch(ids, loss_mask, noised, torch.tensor(indices), sum(lengths))
+        start = min(s.num_prompt for s in chunk)
+        return Batch(ids, loss_mask, noised, torch.tensor(indices), sum(lengths), start)
 
 
 def _to(batch: Batch, device: torch.device) -> Batch:
@@ -124,6 +126,7 @@ def _to(batch: Batch, device: torch.device) -> Batch:
         NoisedBatch(n.noisy.to(device), n.is_masked.to(device), n.noise_rate.to(device)),
         batch.index,
         batch.num_tokens,
+        batch.answer_start,
     )
 
 
@@ -214,6 +217,7 @@ def train_sft(
                         block_size=block_size,
                         mask_token_id=mask_token_id,
                         noised=batch.noised,
+                        answer_start=batch.answer_start,
                     )
                 accelerator.backward(loss / group_size)
             loss_sum += loss.detach() / group_size

@@ -35,6 +35,17 @@ def test_encode_pair_pads_to_blocks_and_starts_the_answer_after_the_chat_header(
     assert answer.startswith("out = max(x, 0)<|im_end|>")
 
 
+def test_collate_states_the_first_answer_position_the_loss_may_start_at() -> None:
+    from cudice.model.train.sft import Collate, EncodedSample
+
+    samples = [EncodedSample([5] * 12, 6), EncodedSample([5] * 16, 9), EncodedSample([5] * 8, 3)]
+    collate = Collate(samples, pad_token_id=0, mask_token_id=1, seed=0, min_rate=0.1)
+    batch = collate([0, 1])
+    first = [int(row.nonzero()[0]) for row in batch.loss_mask]
+    assert batch.answer_start == min(first) == 6
+    assert collate([1, 2]).answer_start == 3 and collate([1]).answer_start == 9
+
+
 def _cuke(tmp_path: Path) -> Path:
     """Four CuKe pairs as a JSONL file."""
     data = tmp_path / "cuke.jsonl"
