@@ -32,30 +32,38 @@ import torch.nn.functional as F
 
 
 def block_diffusion_mask(
-    length: int, block_size: int, dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu"
+    length: int,
+    block_size: int,
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | str = "cpu",
+    start: int = 0,
 ) -> torch.Tensor:
-    """Additive attention mask for `[x_t ; x_0]` of a `length`-token sequence.
+    """Additive attention mask for `[x_t ; x_0]` of a `length`-token sequence, the noisy copy
+    `x_t` from position `start` on (`forward_doubled`'s).
 
-    Returns a (1, 1, 2L, 2L) tensor: 0 where attention is allowed, dtype-min where blocked.
+    Returns a (1, 1, 2L - start, 2L - start) tensor: 0 where attention is allowed, dtype-min
+    where blocked.
     """
     blk = torch.arange(length, device=device) // block_size  # (L,)
-    q_blk, k_blk = blk[:, None], blk[None, :]  # (L, 1), (1, L)
-    noisy_noisy = q_blk == k_blk  # same block, bidirectional
-    noisy_clean = k_blk < q_blk  # strictly earlier clean blocks
-    clean_clean = k_blk <= q_blk  # block-causal
-    clean_noisy = torch.zeros_like(noisy_noisy)
+    noisy = blk[start:, None]  # (L - start, 1): the noisy copy's blocks as queries
+    noisy_noisy = noisy == blk[None, start:]  # same block, bidirectional
+    noisy_clean = blk[None, :] < noisy  # strictly earlier clean blocks
+    clean_clean = blk[None, :] <= blk[:, None]  # block-causal
+    clean_noisy = torch.zeros(length, length - start, dtype=torch.bool, device=device)
     allowed = torch.cat(
         [torch.cat([noisy_noisy, noisy_clean], dim=1), torch.cat([clean_noisy, clean_clean], dim=1)], dim=0
-    )  # (2L, 2L)
-    mask = torch.zeros(2 * length, 2 * length, dtype=dtype, device=device)
+    )  # (2L - start, 2L - start)
+    mask = torch.zeros(allowed.shape, dtype=dtype, device=device)
     mask.masked_fill_(~allowed, torch.finfo(dtype).min)
     return mask[None, None]
 
 
-def doubled_position_ids(length: int, batch: int, device: torch.device | str = "cpu") -> torch.Tensor:
-    """Position ids (B, 2L): both copies share positions 0..L-1."""
+def doubled_position_ids(
+    length: int, batch: int, device: torch.device | str = "cpu", start: int = 0
+) -> torch.Tensor:
+    """Position ids (B, 2L - start): the noisy copy's start..L-1, then the clean copy's 0..L-1."""
     pos = torch.arange(length, device=device)
-    return torch.cat([pos, pos])[None].expand(batch, -1)
+    return torch.cat([pos[start:], pos])[None].expand(batch, -1)
 
 
 def forward_doubled(
@@ -71,16 +79,14 @@ def forward_doubled(
     batch, length = clean.shape
     if start % block_size or not 0 <= start < length:
         raise ValueError(f"start {start} must be a multiple of the block size {block_size} below {length}")
-    mask = block_diffusion_mask(length, block_size, dtype=_float_dtype(model), device=clean.device)
-    pos = doubled_position_ids(length, batch, clean.device)
-    if start:
-        keep = torch.cat([torch.arange(start, length), torch.arange(length, 2 * length)]).to(clean.device)
-        mask, pos = mask[:, :, keep][:, :, :, keep], pos[:, keep]
+    mask = block_diffusion_mask(
+        length, block_size, dtype=_float_dtype(model), device=clean.device, start=start
+    )
     kept = length - start
     out = model(
         input_ids=torch.cat([noisy[:, start:], clean], dim=1),  # (B, 2L - start)
         attention_mask=mask.expand(batch, -1, -1, -1),
-        position_ids=pos,
+        position_ids=doubled_position_ids(length, batch, clean.device, start),
         use_cache=False,
         # the LM head runs on the noisy half only: half the head's FLOPs and logits memory
         logits_to_keep=torch.arange(kept, device=clean.device),

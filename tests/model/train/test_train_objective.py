@@ -87,6 +87,10 @@ def test_starting_the_noisy_half_later_keeps_every_kept_logit_and_the_sft_loss()
         full = forward_doubled(model, noisy, clean, 4)
         late = forward_doubled(model, noisy, clean, 4, start=8)
     assert late.shape == (2, 8, full.shape[-1])
+    keep = torch.cat([torch.arange(8, 16), torch.arange(16, 32)])  # the full mask's kept rows/columns
+    assert torch.equal(
+        block_diffusion_mask(16, 4, start=8), block_diffusion_mask(16, 4)[:, :, keep][:, :, :, keep]
+    )
     assert torch.allclose(late, full[:, 8:], atol=1e-5)
     with pytest.raises(ValueError, match="multiple of the block size"):
         forward_doubled(model, noisy, clean, 4, start=6)
