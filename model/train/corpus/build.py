@@ -69,7 +69,7 @@ from cudice.model.prompts import CODE_FENCE, e2e_prompt, infill_prompt
 from cudice.model.scaffold import Scaffold, split_scaffold
 from cudice.model.train.corpus.families import FAMILIES, NAMINGS, Composition
 from cudice.model.train.corpus.files import ProblemSpec, reference_file, solution_file
-from cudice.model.train.corpus.kernels import without_notes
+from cudice.model.train.corpus.kernels import NOTE, without_notes
 from cudice.model.train.corpus.leak import check_corpus
 from cudice.model.train.corpus.split import answer_signature, split_compositions, split_rl_pool
 from cudice.model.train.corpus.wrappers import BAKE_SHARE, VARY_SHARE, bake_arguments, vary_wrapper
@@ -113,11 +113,7 @@ def op_program(solution: str) -> str:
     four spaces; "" for a solution without notes."""
     from cudice.model.train.corpus.heldout import compute_lines
 
-    lines = [
-        line.strip()
-        for line in solution.splitlines()
-        if line.lstrip().startswith("// ") or compute_lines(line)
-    ]
+    lines = [line.strip() for line in solution.splitlines() if NOTE.match(line + "\n") or compute_lines(line)]
     if not any(line.startswith("//") for line in lines):
         return ""
     for size in range(1, len(lines) // 2 + 1):  # a sequence written twice (plain, vectorised)
@@ -132,9 +128,8 @@ def op_pair(problem: Problem) -> dict[str, str] | None:
     program = op_program(problem.solution)
     if not program:
         return None
-    reference = f"{CODE_FENCE}python\n{problem.reference.rstrip()}\n{CODE_FENCE}"
     answer = f"{CODE_FENCE}cpp\n{program}{CODE_FENCE}"
-    return {"prompt": f"{OPS_INSTRUCTION}\n\n{reference}\n", "response": answer}
+    return {"prompt": f"{OPS_INSTRUCTION}\n\n{fenced(problem.reference)}\n", "response": answer}
 
 
 SIZE_REGIMES = ("timed", "small")
