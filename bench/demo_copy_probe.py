@@ -54,29 +54,18 @@ def probe_pairs(sft_jsonl: Path, limit: int) -> list[dict[str, str]]:
 def token_scores(loaded, pairs: list[dict[str, str]], shuffled: bool) -> tuple[float, float, float]:
     """(mean CE per answer token, top-1 rate, share of answers all top-1) with each block masked."""
     from cudice.model.train.corpus.fit import encode_all
-    from cudice.model.train.objective import forward_doubled
+    from demo_token_ce import masked_answer_scores, rotated_prompts
 
-    model, ids_of, block = loaded.model.eval(), loaded.ids, loaded.block_size
+    loaded.model.eval()
     if shuffled:
-        pairs = [{**p, "prompt": pairs[(i + 1) % len(pairs)]["prompt"]} for i, p in enumerate(pairs)]
+        pairs = rotated_prompts(pairs)
     ce_sum, right_sum, count, whole = 0.0, 0, 0, 0
-    for ids, num_prompt, _ in encode_all(loaded.tokenizer, pairs, block, ids_of.pad):
-        clean = torch.tensor([ids])
-        noisy = clean.clone()
-        noisy[0, num_prompt:] = ids_of.mask
-        with torch.no_grad():
-            logits = forward_doubled(model, noisy, clean, block)[0].float()
-        end = len(ids)
-        while end > num_prompt and ids[end - 1] == ids_of.pad:
-            end -= 1
-        ce = torch.nn.functional.cross_entropy(
-            logits[num_prompt:end], clean[0, num_prompt:end], reduction="sum"
-        )
-        right = logits[num_prompt:end].argmax(-1) == clean[0, num_prompt:end]
-        ce_sum += float(ce)
-        right_sum += int(right.sum())
+    for ids, num_prompt, _ in encode_all(loaded.tokenizer, pairs, loaded.block_size, loaded.ids.pad):
+        ce, right, end = masked_answer_scores(loaded, ids, num_prompt)
+        ce_sum += float(ce[num_prompt:end].sum())
+        right_sum += int(right[num_prompt:end].sum())
         count += end - num_prompt
-        whole += bool(right.all())
+        whole += bool(right[num_prompt:end].all())
     return ce_sum / max(count, 1), right_sum / max(count, 1), whole / max(len(pairs), 1)
 
 

@@ -41,10 +41,31 @@ def note_positions(tok, response: str, num_prompt: int) -> set[int]:
     }
 
 
+def rotated_prompts(records: list[dict[str, str]]) -> list[dict[str, str]]:
+    """The records with their prompts rotated by one: every answer gets a prompt not its own."""
+    return [{**rec, "prompt": records[(i + 1) % len(records)]["prompt"]} for i, rec in enumerate(records)]
+
+
+def masked_answer_scores(loaded, ids: list[int], num_prompt: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """(per-position CE, per-position top-1 right, the answer's end before its block padding) of one
+    encoded pair, its whole answer masked in the noisy half (`objective.forward_doubled`)."""
+    from cudice.model.train.objective import forward_doubled
+
+    clean = torch.tensor([ids])
+    noisy = clean.clone()
+    noisy[0, num_prompt:] = loaded.ids.mask
+    with torch.no_grad():
+        logits = forward_doubled(loaded.model, noisy, clean, loaded.block_size)[0].float()
+    end = len(ids)
+    while end > num_prompt and ids[end - 1] == loaded.ids.pad:
+        end -= 1
+    ce = torch.nn.functional.cross_entropy(logits, clean[0], reduction="none")
+    return ce, logits.argmax(-1) == clean[0], end
+
+
 def main() -> None:
     from cudice.model.loader import load_checkpoint
     from cudice.model.train.corpus.fit import encode_all
-    from cudice.model.train.objective import forward_doubled
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("checkpoint")
@@ -55,7 +76,8 @@ def main() -> None:
     ap.add_argument("--prompts", choices=("own", "shuffled"), default="own")
     args = ap.parse_args()
     loaded = load_checkpoint(args.checkpoint, device="cpu", dtype="float32")
-    model, tok, ids_of = loaded.model.eval(), loaded.tokenizer, loaded.ids
+    loaded.model.eval()
+    tok, ids_of = loaded.tokenizer, loaded.ids
     if loaded.block_size is None or ids_of.mask is None:
         raise SystemExit(f"{args.checkpoint} is not a block-diffusion checkpoint")
     records = []
@@ -67,25 +89,13 @@ def main() -> None:
     random.Random(args.seed).shuffle(records)
     records = records[: args.pairs]
     if args.prompts == "shuffled":
-        # a rotation by one: every answer gets a prompt that is not its own
-        records = [
-            {**rec, "prompt": records[(i + 1) % len(records)]["prompt"]} for i, rec in enumerate(records)
-        ]
+        records = rotated_prompts(records)
     samples = encode_all(tok, records, loaded.block_size, ids_of.pad, focus=True)
     # CE sum, tokens, top-1 right; "op notes" only where the answers have them (`build --op-comments`)
     totals = {"op notes": [0.0, 0, 0], "op lines": [0.0, 0, 0], "the rest": [0.0, 0, 0]}
     for rec, (ids, num_prompt, marked) in zip(records, samples, strict=True):
         notes = note_positions(tok, rec["response"], num_prompt)
-        clean = torch.tensor([ids])
-        noisy = clean.clone()
-        noisy[0, num_prompt:] = ids_of.mask
-        with torch.no_grad():
-            logits = forward_doubled(model, noisy, clean, loaded.block_size)[0].float()
-        ce = torch.nn.functional.cross_entropy(logits, clean[0], reduction="none")
-        right = logits.argmax(-1) == clean[0]
-        end = len(ids)
-        while end > num_prompt and ids[end - 1] == ids_of.pad:
-            end -= 1
+        ce, right, end = masked_answer_scores(loaded, ids, num_prompt)
         focus = set(marked)
         for j in range(num_prompt, end):
             row = totals["op notes" if j in notes else "op lines" if j in focus else "the rest"]
