@@ -8,6 +8,9 @@ so compiler line numbers are offset by those implicit header lines and by the ea
 `GeneratedModule.locate(file, line, column)` turns a compiler position back into the `.py`
 document's (line, column), or None when it falls on a line cudice (not the user) wrote.
 
+`layout` refuses (raises `UnsafeModule`) a name, `functions` entry or source that build/unsafe.py
+says would reach the compiler as more than C++.
+
 Not covered: `no_implicit_headers=True` and `with_pytorch_error_handling=False` calls are laid
 out as the defaults (their extra keywords are not read from the call).
 """
@@ -18,6 +21,7 @@ import hashlib
 from dataclasses import dataclass
 
 from cudice.verifier.build.cabi import Signature, signatures
+from cudice.verifier.build.unsafe import UnsafeModule, unsafe_reason
 from cudice.verifier.source.document import Document, LoadInlineCall
 from cudice.verifier.source.result import Location
 from cudice.verifier.source.sourcemap import SourceSpan
@@ -93,7 +97,11 @@ def layout(
     functions: tuple[str, ...] | None,
     call_location: Location | None = None,
 ) -> GeneratedModule:
-    """Lay out sources exactly as `load_inline` does (see the module docstring)."""
+    """Lay out sources exactly as `load_inline` does (see the module docstring). Raises
+    `UnsafeModule` (build/unsafe.py) for a name, a `functions` entry or a source that would reach
+    the compiler as more than C++: every builder gets its modules from here."""
+    if (why := unsafe_reason(name, [t for t, _ in [*cpp, *cuda]], functions)) is not None:
+        raise UnsafeModule(why)
     module_def: list[str] = []
     if functions is not None:
         module_def.append("PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {")
@@ -122,12 +130,17 @@ def _join(
 
 
 def from_call(doc: Document, call: LoadInlineCall) -> GeneratedModule | None:
-    """The module a statically known call builds; None when a source's value is only known at run time."""
+    """The module a statically known call builds; None when a source's value is only known at run
+    time, or when build/unsafe.py refuses the call's values (the static stage reports that as
+    `static.build_injection`, and nothing of it is compiled)."""
     if not call.is_mappable or call.name is None:
         return None
     cpp = [(s.text or "", s.span) for s in call.cpp_sources]
     cuda = [(s.text or "", s.span) for s in call.cuda_sources]
-    return layout(call.name, cpp, cuda, call.functions, doc.location(call.span))
+    try:
+        return layout(call.name, cpp, cuda, call.functions, doc.location(call.span))
+    except UnsafeModule:
+        return None
 
 
 def from_values(

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import sys
 import threading
@@ -67,7 +68,12 @@ class Toolchain:
     arch_list: str
 
     def flags_for(self, name: str) -> tuple[str, str]:
-        """(cflags, cuda_cflags) for an extension called `name`."""
+        """(cflags, cuda_cflags) for an extension called `name`; raises ValueError unless `name` is a C
+        identifier (the flags are split like a shell's: any other name would add options)."""
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            raise ValueError(
+                f"extension name {name!r} is not a C identifier; it cannot become a compiler flag"
+            )
         probe = f"-DTORCH_EXTENSION_NAME={PROBE_NAME}"
         return (
             self.cflags.replace(probe, f"-DTORCH_EXTENSION_NAME={name}"),

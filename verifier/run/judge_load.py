@@ -210,15 +210,21 @@ def _build(st: JudgeState, req: dict[str, Any], doc: Document, path: str) -> dic
     """A runner's `load_inline`: built here, so only the judge writes the cache."""
     from cudice.verifier.build.compile import build_module
     from cudice.verifier.build.generated import from_values
+    from cudice.verifier.build.unsafe import UnsafeModule
 
     funcs = req.get("functions")
-    module = from_values(
-        str(req["name"]),
-        list(req["cpp"]),
-        list(req["cuda"]) or None,
-        list(funcs) if funcs is not None else None,
-        doc,
-    )
+    try:
+        module = from_values(
+            str(req["name"]),
+            [str(t) for t in req["cpp"]],
+            [str(t) for t in req["cuda"]] or None,
+            [str(f) for f in funcs] if funcs is not None else None,
+            doc,
+        )
+    except UnsafeModule as exc:  # the name, a function or a source would reach the compiler as more than C++
+        message = f"`load_inline` call refused: {exc}."
+        diag = Diagnostic(Severity.ERROR, message, "static.build_injection", Stage.STATIC, None)
+        return {"ok": False, "verdict": "static_violation", "diagnostics": [diag.to_dict()], "error": message}
     # a runner that could not import the binding without pybind11 (build/cabi.py) asks for pybind11's
     config = st.config.with_(cabi_binding=False) if req.get("pybind") else st.config
     result = build_module(module, path, config, link=True)

@@ -300,12 +300,26 @@ class _Parser:
         )
         cuda_strings = self.cuda_strings(calls)
 
+        comment = _reference_comment(self.index)
         if reference is not None:
             ref = ReferenceSpec("argument", reference)
+        elif comment.origin != "none":
+            # the comment names the reference on purpose: a `Model` of the file's own must not
+            # replace it (a candidate would then be judged against a reference it wrote itself)
+            ref = comment
+            if model is not None and get_inputs is not None:
+                self.problem(
+                    f"This file defines its own `Model` and `get_inputs`, but its `# cudice: "
+                    f"reference={comment.path}` comment names the reference: the comment's is used "
+                    "and the file's own `Model` is ignored. Remove one of them to say which you mean.",
+                    "parse.two_references",
+                    comment.span,
+                    Severity.WARNING,
+                )
         elif model is not None and get_inputs is not None:
             ref = ReferenceSpec("same_file", self.path)
         else:
-            ref = _reference_comment(self.index)
+            ref = comment
 
         if require_candidate and model_new is None:
             what = "a reference file (it has `Model`)" if model is not None else "not a KernelBench candidate"

@@ -23,6 +23,7 @@ from cudice.verifier.static.bindings import CandidateModule, dotted
 from cudice.verifier.static.forward import Finding
 from cudice.verifier.static.names import STAR_EXPORTS, canonical
 from cudice.verifier.static.policy import (
+    ALLOWED_IMPORT_ROOTS,
     COMPUTE_METHODS,
     CONCURRENCY_MODULES,
     DISPATCH_ATTRS,
@@ -35,12 +36,14 @@ from cudice.verifier.static.policy import (
     FOREIGN_COMPUTE_MODULES,
     HARNESS_ATTRS,
     HARNESS_MODULES,
+    INTERPRETER_HOOKS,
     JIT_COMPILERS,
     OPAQUE_BUILDERS,
     PROCESS_APIS,
     PROCESS_CONTROL,
     STREAM_APIS,
     TIMER_NAMES,
+    UNVETTED_SUBMODULES,
     WRITE_METHODS,
     Strictness,
 )
@@ -56,7 +59,7 @@ def _node_findings(node: ast.AST, module: CandidateModule, level: Strictness) ->
     """What one node does wrong, whatever its kind."""
     aliases = module.aliases
     if isinstance(node, (ast.Import, ast.ImportFrom)):
-        yield from _import_findings(node)
+        yield from _import_findings(node, level)
     elif isinstance(node, ast.Call):
         if (found := _call_finding(node, module, level)) is not None:
             yield found
@@ -133,7 +136,17 @@ def _attribute_finding(node: ast.Attribute, aliases: dict[str, str]) -> Finding 
             node,
             f"`{ast.unparse(node)}` belongs to the verifier's process (its arguments name the result file).",
         )
-    if node.attr in DYNAMIC_ATTRS or dotted(node, aliases) in DYNAMIC_DOTTED or node.attr == "__dict__":
+    d = dotted(node, aliases) or ""
+    if _is_unvetted_part(d):
+        return _unvetted_part(node, d)
+    if d in INTERPRETER_HOOKS:
+        return Finding(
+            "static.dynamic_code",
+            node,
+            f"`{ast.unparse(node)}` runs the file's code on interpreter events (calls, lines, "
+            "imports, exceptions), where the static checks cannot place it.",
+        )
+    if node.attr in DYNAMIC_ATTRS or d in DYNAMIC_DOTTED or node.attr == "__dict__":
         return Finding(
             "static.dynamic_code",
             node,
@@ -150,11 +163,14 @@ def _attribute_finding(node: ast.Attribute, aliases: dict[str, str]) -> Finding 
     return None
 
 
-def _import_findings(node: ast.Import | ast.ImportFrom) -> Iterator[Finding]:
-    """Imports of dispatcher APIs, `torch` star imports, `time.sleep`, and of modules for threads,
-    processes, other GPU libraries, code loaders or the places later processes load code from."""
+def _import_findings(node: ast.Import | ast.ImportFrom, level: Strictness) -> Iterator[Finding]:
+    """Imports of dispatcher APIs, `torch` star imports, `time.sleep`, of modules for threads,
+    processes, other GPU libraries, code loaders or the places later processes load code from, and
+    of any module outside `ALLOWED_IMPORT_ROOTS` (`_unvetted_import`)."""
     mods = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
     full = mods if isinstance(node, ast.Import) else [f"{node.module}.{a.name}" for a in node.names]
+    if (unvetted := _unvetted_import(node, mods, full, level)) is not None:
+        yield unvetted
     for m in full:
         if _is_dispatch_api(m, m.rsplit(".", 1)[-1]):
             yield Finding(
@@ -214,6 +230,54 @@ def _import_findings(node: ast.Import | ast.ImportFrom) -> Iterator[Finding]:
                 f"imports `{m}`: a kernel file has no use for it; it finds or writes the places later "
                 "processes load code from (a `.pth` file in site-packages runs in every later Python).",
             )
+
+
+def _unvetted_import(
+    node: ast.Import | ast.ImportFrom, mods: list[str], full: list[str], level: Strictness
+) -> Finding | None:
+    """`static.unvetted_import` for a relative import, an import of a module outside
+    `ALLOWED_IMPORT_ROOTS`, or of a part of one that `UNVETTED_SUBMODULES` names (a warning in
+    `lenient`); modules another rule of `_import_findings` names are left to that rule."""
+    if isinstance(node, ast.ImportFrom) and node.level:
+        return Finding(
+            "static.unvetted_import",
+            node,
+            "a relative import loads a file next to this one, which the checks never read. "
+            "Keep the kernel file self-contained.",
+        )
+    named_elsewhere = (CONCURRENCY_MODULES, FOREIGN_COMPUTE_MODULES, DYNAMIC_CODE_MODULES, HARNESS_MODULES)
+    for m in mods:
+        root = m.split(".")[0]
+        if root in ALLOWED_IMPORT_ROOTS or any(root in t or m in t for t in named_elsewhere):
+            continue
+        return Finding(
+            "static.unvetted_import",
+            node,
+            f"imports `{m}`, which is not among the modules a kernel file may import "
+            f"({', '.join(sorted(ALLOWED_IMPORT_ROOTS - {'__future__'}))}): the checks cannot vet "
+            "what another module does (run a string as code, write files, start threads or "
+            f"processes), so the file is not run. Remove the import, or do what `{m}` did with "
+            "the modules above.",
+            warning=level is Strictness.LENIENT,
+        )
+    for m in full:
+        if _is_unvetted_part(m):
+            return _unvetted_part(node, m)
+    return None
+
+
+def _is_unvetted_part(name: str) -> bool:
+    """Whether `name` is one of `UNVETTED_SUBMODULES` or inside one."""
+    return (name + ".").startswith(tuple(u + "." for u in UNVETTED_SUBMODULES))
+
+
+def _unvetted_part(node: ast.AST, name: str) -> Finding:
+    return Finding(
+        "static.unvetted_import",
+        node,
+        f"`{name}` starts threads or processes or reaches native code, which the checks cannot "
+        "follow: a kernel file has no use for it. Do the work in CUDA kernels launched from forward.",
+    )
 
 
 def _call_finding(node: ast.Call, module: CandidateModule, level: Strictness) -> Finding | None:

@@ -27,6 +27,8 @@ from __future__ import annotations
 import enum
 import re
 
+from cudice.verifier.static.tensor_api import TENSOR_API_METHODS
+
 
 class Strictness(str, enum.Enum):
     STRICT = "strict"
@@ -168,8 +170,9 @@ TENSOR_METADATA_METHODS = frozenset(
         "item",
     }
 )
-# Methods are judged by name only: the receiver's type is unknown statically, so a method name
-# is flagged only when it is a known *compute* method (below), never merely for being unknown.
+# Methods are judged by name only: the receiver's type is unknown statically. The glue tables are
+# the allow-list: a name of the tensor API (static/tensor_api.py) is compute unless they or
+# `TENSOR_API_NOT_COMPUTE` name it; a name outside the tensor API is another object's method.
 TENSOR_GLUE_ALWAYS = frozenset(
     {
         *TENSOR_METADATA_METHODS,
@@ -209,6 +212,17 @@ TENSOR_GLUE_ALWAYS = frozenset(
 )
 TENSOR_GLUE_DEFAULT = frozenset(
     {
+        "new",
+        "bool",
+        "byte",
+        "char",
+        "cfloat",
+        "cdouble",
+        "chalf",
+        "type",
+        "narrow_copy",
+        "resize_",
+        "resize_as_",
         "new_zeros",
         "new_ones",
         "new_full",
@@ -225,6 +239,81 @@ TENSOR_GLUE_DEFAULT = frozenset(
         "long",
         "short",
         "type_as",
+    }
+)
+
+# Names of the tensor API (static/tensor_api.py) that are neither compute nor in the glue tables
+# above: metadata and predicates that answer with numbers or flags, views under other names, and
+# names that other objects' methods share (a dict's `values`, a list's `index`, a queue's `put`),
+# which a call on an unknown receiver must not be flagged for. Every other name of the tensor API
+# is compute (`tensor_method_is_compute`).
+TENSOR_API_NOT_COMPUTE = frozenset(
+    {
+        # metadata, predicates and autograd bookkeeping
+        "device",
+        "dtype",
+        "shape",
+        "ndim",
+        "ndimension",
+        "layout",
+        "itemsize",
+        "nbytes",
+        "dim_order",
+        "is_leaf",
+        "output_nr",
+        "requires_grad",
+        "retains_grad",
+        "grad",
+        "grad_fn",
+        "data",
+        "name",
+        "storage_type",
+        "const_data_ptr",
+        "is_same_size",
+        "is_complex",
+        "is_conj",
+        "is_cpu",
+        "is_inference",
+        "is_meta",
+        "is_neg",
+        "is_nested",
+        "is_pinned",
+        "is_quantized",
+        "is_shared",
+        "is_signed",
+        "is_sparse",
+        "is_sparse_csr",
+        "dense_dim",
+        "sparse_dim",
+        "T",
+        "mT",
+        "H",
+        "mH",
+        # views and splits under other names
+        "swapdims",
+        "moveaxis",
+        "ravel",
+        "adjoint",
+        "tensor_split",
+        "split_with_sizes",
+        "hsplit",
+        "vsplit",
+        "dsplit",
+        "unsafe_chunk",
+        "unsafe_split",
+        "unsafe_split_with_sizes",
+        "squeeze_",
+        "unsqueeze_",
+        "t_",
+        "transpose_",
+        "swapaxes_",
+        "swapdims_",
+        "detach_",
+        # shared with other objects' methods
+        "values",
+        "index",
+        "indices",
+        "put",
     }
 )
 
@@ -449,6 +538,78 @@ CONCURRENCY_MODULES = frozenset(
         "torch.multiprocessing",
     }
 )
+# The modules a kernel file may import (their first component): PyTorch, and the standard library's
+# plain helpers. Every other import is `static.unvetted_import`: the checks cannot vet what another
+# module does (run a string as code, write files, start threads or processes, sleep), so a
+# denylist of the ones known to do so would miss the next one (`pkgutil.resolve_name`,
+# `timeit.Timer`, `code.InteractiveInterpreter`, `gzip.open`, `sqlite3.connect`, `select.select`).
+ALLOWED_IMPORT_ROOTS = frozenset(
+    {
+        "torch",
+        "numpy",
+        "math",
+        "cmath",
+        "os",
+        "sys",
+        "time",
+        "typing",
+        "typing_extensions",
+        "__future__",
+        "functools",
+        "itertools",
+        "collections",
+        "dataclasses",
+        "enum",
+        "abc",
+        "numbers",
+        "warnings",
+        "logging",
+        "re",
+        "string",
+        "textwrap",
+        "operator",
+        "contextlib",
+        "copy",
+        "random",
+        "pathlib",
+        "fractions",
+        "decimal",
+        "hashlib",
+    }
+)
+# Parts of allowed modules that start threads or processes, run code on interpreter events or
+# reach native code: flagged wherever the file names them, imported or reached as attributes
+# (`import logging` makes `logging.handlers` reachable once anything imported it).
+UNVETTED_SUBMODULES = (
+    "logging.handlers",
+    "logging.config",
+    "numpy.ctypeslib",
+    "numpy.f2py",
+    "numpy.distutils",
+    "numpy.testing",
+    "os.posix_spawn",
+    "torch.utils.data",
+    "torch.multiprocessing",
+    "torch.distributed",
+)
+# Hooks that run the file's code on interpreter events (calls, lines, imports, audit events, uncaught
+# exceptions): code the static checks cannot place.
+INTERPRETER_HOOKS = frozenset(
+    {
+        "sys.settrace",
+        "sys.setprofile",
+        "sys.addaudithook",
+        "sys.meta_path",
+        "sys.path_hooks",
+        "sys.excepthook",
+        "sys.unraisablehook",
+        "sys.breakpointhook",
+        "sys.displayhook",
+        "sys.setswitchinterval",
+        "sys.monitoring",
+        "threading.settrace",
+    }
+)
 # Imports whose only use in a kernel file is to get around the Python-level checks.
 DYNAMIC_CODE_MODULES = frozenset({"ctypes", "importlib", "builtins", "inspect", "gc", "marshal", "pickle"})
 # Calls that run code the static checks cannot see.
@@ -492,12 +653,14 @@ def torch_function_allowed(name: str, level: Strictness) -> bool:
 
 
 def tensor_method_is_compute(name: str, level: Strictness) -> bool:
-    """Whether `<tensor>.name(...)` computes (flagged) at `level`; unknown names are not flagged."""
-    if name in TENSOR_GLUE_ALWAYS:
+    """Whether `<tensor>.name(...)` computes (flagged) at `level`: a known compute method, or any
+    name of the tensor API (static/tensor_api.py) that the glue tables do not allow. A name outside
+    the tensor API (a list's `append`, an extension's function) is not flagged here."""
+    if name in TENSOR_GLUE_ALWAYS or name in TENSOR_API_NOT_COMPUTE:
         return False
     if name in TENSOR_GLUE_DEFAULT:
         return level is Strictness.STRICT
-    return name in COMPUTE_METHODS or name in COMPUTE_DUNDERS
+    return name in COMPUTE_METHODS or name in COMPUTE_DUNDERS or name in TENSOR_API_METHODS
 
 
 # -- module-wide rules (static/checks.py) ------------------------------------------------------
@@ -537,12 +700,13 @@ WRITE_METHODS = frozenset(
         "mkdir",
         "chmod",
         "mkfifo",
+        "tofile",
     }
 )
 FILE_OPS = re.compile(
     r"^(?:os\.(?:remove|unlink|rename|renames|replace|rmdir|removedirs|symlink|link|open|fdopen|"
     r"write|pwrite|mkdir|makedirs|mkfifo|mknod|truncate|ftruncate|chmod|chown|dup2|setsid|setpgrp|"
-    r"setpgid|getppid)|shutil\.\w+|tempfile\.\w+|io\.open)$"
+    r"setpgid|getppid)|shutil\.\w+|tempfile\.\w+|io\.open|numpy\.(?:save\w*|memmap))$"
 )
 # `os.environ` writes are allowed: LLM-written kernels set `TORCH_CUDA_ARCH_LIST` before building.
 # Imports whose only use in a kernel file is finding or changing where the interpreter loads code
