@@ -66,6 +66,7 @@ class _Tally:
     max_abs: float = 0.0
     max_rel: float = 0.0
     skipped: list[str] = field(default_factory=list)  # distributions not judged
+    refused: dict[str, str] = field(default_factory=dict)  # distribution -> the reference's error on it
     found: list[Diagnostic] = field(default_factory=list)  # the profiles' findings
     last: tuple[list[Any], str] = ([], "as_given")  # the last judged trial's inputs and distribution
 
@@ -113,7 +114,11 @@ def correctness(st: JudgeState, ref: Reference) -> Any:
                 "correctness.distribution_skipped",
                 f"Input distribution(s) {', '.join(tally.skipped)} "
                 "skipped: the reference's own output has no finite element on them, or its get_inputs() "
-                "does not accept such values.",
+                "or its forward does not accept such values"
+                + "".join(
+                    f"; on {d} the reference's forward raised {why}" for d, why in tally.refused.items()
+                )
+                + ".",
                 Stage.CORRECTNESS,
                 st.where,
                 Severity.INFORMATION,
@@ -129,12 +134,19 @@ def correctness(st: JudgeState, ref: Reference) -> Any:
     return tally.ref[-1]
 
 
+def _is_cuda_error(exc: BaseException) -> bool:
+    """Whether `exc` is a CUDA error (after which the process's CUDA context is unusable)."""
+    text = str(exc)
+    return "CUDA error" in text or "device-side assert" in text or type(exc).__name__ == "AcceleratorError"
+
+
 def _trial(
     st: JudgeState, model: Any, get_inputs: Any, tally: _Tally, dist: str, name: str, trial: int = -1
 ) -> None:
     """One trial, `name` in what it says: fresh inputs of `dist`, the reference run here, the
     candidate's outputs fetched and judged; a mismatch ends the job, a distribution the reference
-    cannot be judged on is added to `tally.skipped`. Trial `trial` of the planned ones is profiled
+    cannot be judged on (its get_inputs() or its forward refuses the drawn values, or its output has
+    no finite element) is added to `tally.skipped`. Trial `trial` of the planned ones is profiled
     where `tally.profiled` has it."""
     import torch
     from cudice.verifier.run import dynamic_checks as dyn
@@ -166,9 +178,22 @@ def _trial(
     with torch.no_grad(), shared(st):
         args = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
         t_ref = time.perf_counter()
-        ref_out = model(*args)
-        if st.device.startswith("cuda"):
-            torch.cuda.synchronize()
+        try:
+            ref_out = model(*args)
+            if st.device.startswith("cuda"):
+                torch.cuda.synchronize()
+        except Exception as exc:
+            # the reference refuses values the judge drew (BCE on `rand` targets moved out of
+            # [0, 1]): there is nothing to judge on them, as when get_inputs() refuses them. On
+            # the problem's own inputs, or after a CUDA error (the context is lost), it stays the
+            # reference's error
+            if dist == "as_given" or _is_cuda_error(exc):
+                raise
+            tally.skipped.append(dist)
+            tally.refused[dist] = (
+                f"{type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"
+            )
+            return
         took = time.perf_counter() - t_ref
         del args  # the copies the reference ran on: their memory is free again before the send
     st.ref_call_s = min(st.ref_call_s, took) if st.ref_call_s else took

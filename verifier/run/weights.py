@@ -71,7 +71,10 @@ candidate's matching weights the same values:
   keeps the reference's layers gets their weights; one that writes `nn.LayerNorm(d)` as its own
   `torch.ones(d)` and `torch.zeros(d)` parameters, in order, gets them too, and one that holds an
   `nn.Linear`'s identity weight as its own `nn.Parameter(torch.eye(d))`; a single-valued or
-  structured tensor of its own with nothing left to pair keeps its value.
+  structured tensor of its own with nothing left to pair keeps its value. Last, a slot still
+  unpaired takes a key left over whose constant, dtype and pattern are its own and whose element
+  count is its own in another shape (a LayerNorm's (C, H, W) ones held flat, a (C,) scale held as
+  (1, C, 1, 1), a 0-d temperature held as (1,)), the values in flat order; by name the same holds.
 - `early_constants(seed, drawn, order)`, entered around the candidate's constructor (inside
   `registration_order`): the same values given while it is built, as soon as a slot's constant is
   known, so that what the constructor derives from them (a BatchNorm folded into a scale and
@@ -198,11 +201,22 @@ def _draw(seed: int, key: Key) -> Any:
     return max(abs(key.value), 1.0) * density * (u + 0.5) * sign * turn
 
 
+def _same_elements(
+    a: tuple[float, tuple[int, ...], str, str], b: tuple[float, tuple[int, ...], str, str]
+) -> bool:
+    """Whether two classes (constant, shape, dtype, pattern) hold the same elements, the shape
+    aside where the element counts agree (a weight of the same name kept flat)."""
+    return a[0] == b[0] and a[2:] == b[2:] and math.prod(a[1]) == math.prod(b[1])
+
+
 def _fill(t: Any, seed: int, key: Key) -> None:
     import torch
 
     with torch.no_grad():
-        t.copy_(_draw(seed, key).to(dtype=t.dtype, device=t.device))
+        values = _draw(seed, key).to(dtype=t.dtype, device=t.device)
+        if tuple(values.shape) != tuple(t.shape) and values.numel() == t.numel():
+            values = values.reshape(t.shape)  # the same elements in the candidate's shape, flat order
+        t.copy_(values)
 
 
 def _single_value(t: Any) -> float | None:
@@ -512,6 +526,18 @@ class _ByOrder:
         queue = self.queues.get((_space(slot), slot.cls))
         return queue.pop(0) if queue else None
 
+    def take_reshaped(self, slot: _Slot) -> Key | None:
+        """The first key left of the slot's space, constant, dtype and pattern whose shape differs
+        but whose element count is the slot's (a LayerNorm's (C, H, W) ones held flat, a (C,)
+        scale held as (1, C, 1, 1)), taken in the reference's registration order; None if none."""
+        value, shape, dtype, pattern = slot.cls
+        space = _space(slot)
+        for (sp, (v, s, dt, pat)), queue in self.queues.items():
+            if queue and sp == space and v == value and dt == dtype and pat == pattern and s != shape:
+                if math.prod(s) == math.prod(shape):
+                    return queue.pop(0)
+        return None
+
 
 def _slots(
     model: Any, order: dict[tuple[int, str], int], held: Callable[[Any, str, Any], Key | None] | None = None
@@ -726,7 +752,7 @@ def match_reference_constants(
     left: list[Drawn] = []
     for d in drawn:
         slot = by_name.get(d.name)
-        if slot is not None and id(slot.tensor) not in used and slot.cls == d.key.cls:
+        if slot is not None and id(slot.tensor) not in used and _same_elements(slot.cls, d.key.cls):
             _fill(slot.tensor, seed, d.key)
             used.add(id(slot.tensor))
         else:
@@ -740,6 +766,11 @@ def match_reference_constants(
             continue
         key = by_order.take(slot)
         if key is not None:
+            _fill(slot.tensor, seed, key)
+            used.add(id(slot.tensor))
+    # then a weight the candidate holds in another shape of the same elements takes a key left over
+    for slot in sorted(eligible, key=_frozen):
+        if id(slot.tensor) not in used and (key := by_order.take_reshaped(slot)) is not None:
             _fill(slot.tensor, seed, key)
             used.add(id(slot.tensor))
     for slot in eligible:

@@ -73,6 +73,10 @@ TORCH_GLUE_ALWAYS = frozenset(
         "finfo",
         "iinfo",
         "get_default_dtype",
+        "result_type",
+        "promote_types",
+        "can_cast",
+        "is_same_size",
         "broadcast_shapes",
         "reshape",
         "flatten",
@@ -521,7 +525,9 @@ COMPUTE_DUNDERS = frozenset(
 )
 
 # `torch.nn` classes that hold no computation when called (or are only containers of params).
-NN_NON_COMPUTE = frozenset({"Parameter", "ParameterList", "ParameterDict", "Buffer", "Identity"})
+NN_NON_COMPUTE = frozenset(
+    {"Parameter", "ParameterList", "ParameterDict", "Buffer", "Identity", "Flatten", "Unflatten"}
+)
 
 # Libraries that compute on the GPU without being the candidate's CUDA (`import cupy` …).
 FOREIGN_COMPUTE_MODULES = frozenset({"cupy", "triton", "jax", "jaxlib", "numba", "tensorflow", "pycuda"})
