@@ -161,15 +161,16 @@ def check_inputs_unchanged(
     return diags
 
 
-# immutable, compared exactly: nothing to compute when read (a float is not: it needs a tolerance)
-_PLAIN_SCALARS = (int, bool, str, type(None))
+# immutable, exactly these types (no subclass): nothing to compute when read; compared exactly, a
+# float within the tolerance (run/tolerance.py `compare_outputs`)
+_PLAIN_SCALARS = (int, float, bool, str, type(None))
 
 
 def check_outputs_plain(
     outputs: object, reference: object, where: Location | None = None
 ) -> list[Diagnostic]:
     """Outputs are plain, dense, materialised tensors like the reference's (type, layout, device, dtype),
-    or plain Python ints, bools, strings or None where the reference has one of the same type."""
+    or plain Python ints, floats, bools, strings or None where the reference has one of the same type."""
     diags: list[Diagnostic] = []
     outs, refs = flatten_outputs(outputs), flatten_outputs(reference)
     for i, o in enumerate(outs):

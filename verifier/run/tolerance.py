@@ -79,6 +79,7 @@ for their rounding) and for outputs that are mostly rounding noise (above).
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -181,6 +182,16 @@ def rtol_floor(dtype: Any) -> float:
     return _RTOL_FLOOR.get(str(dtype).removeprefix("torch."), 0.0)
 
 
+def _floats_close(c: float, r: float, atol: float, rtol: float) -> bool:
+    """A plain float output against the reference's: within atol + rtol * |r|; NaN only where the
+    reference has NaN, an infinity only where it has the same one."""
+    if math.isnan(r) or math.isnan(c):
+        return math.isnan(r) and math.isnan(c)
+    if math.isinf(r) or math.isinf(c):
+        return c == r
+    return abs(c - r) <= atol + rtol * abs(r)
+
+
 def compare_outputs(
     ref: Any,
     cand: Any,
@@ -201,7 +212,8 @@ def compare_outputs(
     (`_against_exact`). Elements where the reference is NaN or Inf must be the same NaN or Inf
     (with `match_non_finite` false they are not judged: inputs the judge drew itself may overflow
     the reference where an honest kernel's other order does not); the rules apply to the others.
-    Plain values (ints, strings, None) must be equal and of the reference's type. `ties`, when
+    Plain values (ints, strings, None) must be equal and of the reference's type; a plain float
+    must be a float within atol + rtol * |reference|. `ties`, when
     given, returns the reference's evidence on its own ties (the judge's
     `reference_ties.second_opinion`) or raises `NoExact`; it is called, at most once, only when
     an integer or bool output differs, to accept differences at those ties.
@@ -252,6 +264,11 @@ def compare_outputs(
     for i, (r, c) in enumerate(zip(refs, cands, strict=True)):
         if not isinstance(r, torch.Tensor) or not isinstance(c, torch.Tensor):
             # the type first: a tensor's `!=` against a number is a tensor, not a verdict
+            if type(c) is float and type(r) is float:
+                if not _floats_close(c, r, atol, rtol):
+                    why = f"output {i} is {c!r}, expected {r!r} (atol={atol:g}, rtol={rtol:g})"
+                    return fail("value", why)
+                continue
             if type(c) is not type(r) or r != c:
                 return fail(
                     "value",

@@ -194,6 +194,15 @@ def test_a_plain_value_must_have_the_reference_type() -> None:
         assert not cmp.ok and cmp.rule == "value", wrong
 
 
+def test_a_plain_float_is_compared_within_the_tolerance() -> None:
+    ref = (torch.ones(3), 0.5)
+    assert compare_outputs(ref, (torch.ones(3), 0.5 + 1e-6), 1e-2, 1e-2).ok  # another summation order
+    for wrong in (0.6, float("nan"), float("inf"), 1, torch.tensor(0.5)):
+        cmp = compare_outputs(ref, (torch.ones(3), wrong), 1e-2, 1e-2)
+        assert not cmp.ok and cmp.rule == "value", wrong
+    assert compare_outputs((float("nan"),), (float("nan"),), 1e-2, 1e-2).ok
+
+
 def test_complex64_outputs_are_held_to_fp32_arithmetic() -> None:
     torch.manual_seed(0)
     x = torch.randn(64, 1024)
