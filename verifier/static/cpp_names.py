@@ -3,6 +3,8 @@
 - glue: ATen calls a host function may make (allocation, options, metadata, guards, the
   helpers of `ATEN_HELPERS`: `at::ceil_div`, `ATen/TensorUtils.h` argument checks), per
   strictness level, and under `at::cuda::`/`c10::cuda::` the device and stream queries only;
+  capitalised names are types and guards (glue), except under `torch::nn` (`is_nn`), where they
+  are libtorch modules that compute (`torch::nn::ReLU()->forward(x)`);
 - `aten_patterns()`: a qualified ATen call or function reference under any name
   `cpp_preprocess.aten_namespaces()` found for ATen's namespaces, template arguments allowed;
 - the ATen functions a host function reaches *unqualified* (argument-dependent lookup, `using
@@ -117,11 +119,20 @@ def aten_patterns(roots: set[str]) -> tuple[re.Pattern[str], re.Pattern[str]]:
 
 
 def is_glue(ns: str, name: str, glue: frozenset[str] | set[str]) -> bool:
+    if is_nn(ns):
+        return False  # `torch::nn::ReLU()`, `torch::nn::functional::relu`: libtorch modules compute
     if name[:1].isupper() or name in ("nullopt",):
         return True  # types, guards, options
     if "cuda::" in ns:
         return name in CUDA_NS_GLUE or "CUDACachingAllocator::" in ns
     return name in glue
+
+
+def is_nn(ns: str) -> bool:
+    """Whether the namespaces `ns` (`nn::`, `nn::functional::`, `functional::`) are libtorch's
+    module API, whose capitalised names are modules (`torch::nn::ReLU`), not glue types."""
+    parts = [p for p in ns.split("::") if p]
+    return "nn" in parts or parts[:1] == ["functional"]
 
 
 # ATen functions a host function can reach *unqualified*: argument-dependent lookup finds

@@ -1,14 +1,31 @@
 """The preprocessed view of a candidate's C++/CUDA text, and the names it gives ATen's namespaces.
 
 The C++ rules (`static/cpp_rules.py`) are regexes; a rule must see what the compiler sees, not
-what the source spells. Two things stand between them:
+what the source spells. Between them stand the compiler's first translation phases and the
+preprocessor, which `cpp_scan.Unit.of` applies in the compiler's order:
 
-- macros: `expand_macros()` expands the file's own object-like and function-like `#define`s —
+- line splices: `splice_lines()` joins a line ending in a backslash to the next before anything
+  else reads the text (`at::re\\<newline>lu(x)` is `at::relu(x)`; a `//` comment ending in a
+  backslash goes on), keeping each character's source offset;
+- digraphs: `replace_digraphs()` reads `%:` as `#` (so `%:define` is a directive, `%:%:` pastes),
+  `<% %>` as braces and `<: :>` as brackets (C++'s `<::` rule kept), padded with spaces so no
+  offset moves. Trigraphs (`??=`) are not read: C++17 removed them, and g++ and nvcc (checked)
+  ignore them with a warning and fail on the line; the flags that turn them on (`-trigraphs`, an
+  ISO `-std` before C++17) are refused (`static/load_inline.py`);
+- macros: `expand_macros()` expands the file's own object-like and function-like `#define`s, and
+  those of the compiler command line (`-D NAME=VALUE`, in effect from the first line) —
   arguments, `#` (stringising, to a blank string) and `##` (token pasting) included, rescanned
   with the usual hide set — so `CAT(pthread_, create)` reads as `pthread_create` and `NS::relu`
   under `#define NS at` as `at::relu`. Each character of the result knows the offset it came
   from (a macro's text: the invocation's first character), so findings land on the line that
-  invokes the macro; `is_expanded()` says whether a character came from a macro.
+  invokes the macro; `is_expanded()` says whether a character came from a macro;
+- conditional compilation: no `#if` is evaluated, every branch is read. A name defined in several
+  branches (`#if 1 / #define NS at / #else / #define NS mine / #endif`), or by both the command
+  line and the file, has every definition: `macro_choices()` lists the readings (one definition
+  per such name; all combinations up to 64, beyond that each definition at least once) and the
+  rules judge each (`cpp_scan.Unit.variants`). An `#undef` ends a definition only where it surely
+  runs after it (same branch or outside the definition's conditionals), so one in another branch
+  leaves the definition in effect;
 - spacing: `join_scopes()` removes space around `::` (`at :: relu` is `at::relu`);
 - namespace names: `aten_namespaces()` is `torch`, `at`, `c10` plus every name the text makes
   an alias of one (`namespace x = at;`, `namespace x = at::native;`) and every namespace the
@@ -17,15 +34,17 @@ what the source spells. Two things stand between them:
   in effect — ATen's own sub-namespaces by their bare names (`cuda::blas::gemm` is
   `at::cuda::blas::gemm`).
 
-Not covered: macros from headers (`TORCH_CHECK`, `AT_DISPATCH_*` stay as spelled), conditional
-compilation (`#if 0` blocks are read like any other), `#include` of the candidate's own files
-(there are none: `load_inline` sources are self-contained), macros redefined mid-file (the last
-definition before a use applies), and expansion beyond 32 levels or 16x the source's size
-(the rest of the text is left as spelled).
+Not covered: macros from headers (`TORCH_CHECK`, `AT_DISPATCH_*` stay as spelled), `#include` of
+the candidate's own files (there are none: `load_inline` sources are self-contained, and
+include directories are refused), the combinations of more than 64 conditional readings (each
+definition is still read once), a macro that is defined only through another macro's expansion
+of `#define` (impossible in C++), and expansion beyond 32 levels or 16x the source's size (the
+rest of the text is left as spelled).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 
@@ -34,6 +53,7 @@ _DEFINE = re.compile(
     r"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)(\([^)]*\))?((?:[^\n]*\\\n)*[^\n]*)", re.MULTILINE
 )
 _UNDEF = re.compile(r"^[ \t]*#[ \t]*undef[ \t]+([A-Za-z_]\w*)", re.MULTILINE)
+_CONDITIONAL = re.compile(r"^[ \t]*#[ \t]*(if|ifdef|ifndef|elif|elifdef|elifndef|else|endif)\b", re.MULTILINE)
 _IDENT = re.compile(r"[A-Za-z_]\w*")
 _BODY_TOKEN = re.compile(r"[A-Za-z_]\w*|##|#|\s+|\"[^\"\n]*\"|.", re.DOTALL)
 _MAX_DEPTH = 32
@@ -47,6 +67,7 @@ class Macro:
     body: str
     start: int  # offset of the `#define`
     end: int  # offset of a later `#undef`, or the end of the text
+    preferred: bool = False  # the reading `expand_macros(choice=...)` takes where it is in effect
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +87,57 @@ class Expanded:
         if self.from_macro is None or not self.from_macro:
             return False
         return self.from_macro[min(max(offset, 0), len(self.from_macro) - 1)]
+
+    def through(self, back: list[int] | None) -> Expanded:
+        """This expansion of a text that was itself read from another (`back[i]`: the other text's
+        offset of character `i`, `splice_lines`), mapped to that other text's offsets."""
+        if back is None:
+            return self
+        n = len(self.text)
+        origin = self.origin if self.origin is not None else list(range(n))
+        return Expanded(
+            self.text,
+            [back[min(max(o, 0), len(back) - 1)] for o in origin] if back else origin,
+            self.from_macro if self.from_macro is not None else [False] * n,
+        )
+
+
+# Translation phase 2: a backslash at the end of a line joins it to the next, anywhere (inside an
+# identifier: `at::re\<newline>lu`); g++ also accepts spaces between the backslash and the newline.
+_SPLICE = re.compile(r"\\[ \t]*\r?\n")
+
+
+def splice_lines(text: str) -> tuple[str, list[int] | None]:
+    """`text` with its line continuations removed, and each character's offset in `text` (None when
+    there are none)."""
+    if _SPLICE.search(text) is None:
+        return text, None
+    out: list[str] = []
+    back: list[int] = []
+    pos = 0
+    for m in _SPLICE.finditer(text):
+        out.append(text[pos : m.start()])
+        back.extend(range(pos, m.start()))
+        pos = m.end()
+    out.append(text[pos:])
+    back.extend(range(pos, len(text) + 1))
+    return "".join(out), back
+
+
+# Alternative tokens (digraphs) the compilers read in C++17 (checked with g++ and nvcc): `%:define`
+# is `#define`, `%:%:` pastes, `<% %>` are braces, `<: :>` brackets; `<::` followed by anything but
+# `:` or `>` is `<` and `::` (`std::vector<::ns::T>`), and `::` is read before `:>`. Replaced with
+# their one-character tokens padded by spaces, so offsets stay. Trigraphs (`??=`) are not read:
+# C++17 removed them and both compilers ignore them unless `-trigraphs` (a flag the checks refuse).
+_DIGRAPH = re.compile(r"%:%:|%:|<%|%>|<:(?!:[^:>])|::|:>")
+_DIGRAPH_TEXT = {"%:%:": "##  ", "%:": "# ", "<%": "{ ", "%>": " }", "<:": "[ ", ":>": " ]", "::": "::"}
+
+
+def replace_digraphs(code: str) -> str:
+    """`code` (blanked: no comments or strings) with digraphs spelled as their tokens."""
+    if "%" not in code and "<:" not in code and ":>" not in code:
+        return code
+    return _DIGRAPH.sub(lambda m: _DIGRAPH_TEXT[m.group(0)], code)
 
 
 _SCOPE_SPACE = re.compile(r"\s*::\s*")
@@ -87,26 +159,119 @@ def join_scopes(ex: Expanded) -> Expanded:
     return Expanded("".join(ex.text[i] for i in idx), [origin[i] for i in idx], [from_macro[i] for i in idx])
 
 
-def find_macros(code: str) -> dict[str, list[Macro]]:
-    """The file's `#define`s by name (comments and strings already blanked in `code`)."""
-    undefs: dict[str, list[int]] = {}
+def _conditions(code: str) -> list[tuple[int, tuple[tuple[int, int], ...]]]:
+    """`(offset, stack)` at each conditional directive: the `(block, branch)` pairs of the
+    `#if`/`#elif`/`#else` groups enclosing the text after it, outermost first."""
+    out: list[tuple[int, tuple[tuple[int, int], ...]]] = [(-1, ())]
+    stack: list[tuple[int, int]] = []
+    blocks = 0
+    for m in _CONDITIONAL.finditer(code):
+        kind = m.group(1)
+        if kind.startswith("if"):
+            blocks += 1
+            stack.append((blocks, 0))
+        elif kind == "endif":
+            if stack:
+                stack.pop()
+        elif stack:
+            block, branch = stack.pop()
+            stack.append((block, branch + 1))
+        out.append((m.start(), tuple(stack)))
+    return out
+
+
+def _stack_at(
+    conds: list[tuple[int, tuple[tuple[int, int], ...]]], offset: int
+) -> tuple[tuple[int, int], ...]:
+    stack: tuple[tuple[int, int], ...] = ()
+    for at, s in conds:
+        if at > offset:
+            break
+        stack = s
+    return stack
+
+
+def find_macros(code: str, predefined: tuple[tuple[str, str], ...] = ()) -> dict[str, list[Macro]]:
+    """The file's `#define`s by name (comments and strings already blanked in `code`), after the
+    command line's (`predefined`: `("NAME", "VALUE")`, `("F(x, y)", "...")`, in effect from the
+    first line until an `#undef`).
+
+    A definition lasts until an `#undef` that surely runs after it: one in the same conditional
+    branch or outside every conditional the definition is in. An `#undef` in another branch may not
+    run, so the definition stays (and a name defined in both branches of an `#if` has both
+    definitions: `expand_macros` reads each of them, see `macro_choices`)."""
+    conds = _conditions(code)
+    undefs: dict[str, list[tuple[int, tuple[tuple[int, int], ...]]]] = {}
     for m in _UNDEF.finditer(code):
-        undefs.setdefault(m.group(1), []).append(m.start())
+        undefs.setdefault(m.group(1), []).append((m.start(), _stack_at(conds, m.start())))
+
+    def end_of(name: str, start: int, stack: tuple[tuple[int, int], ...]) -> int:
+        return min(
+            (u for u, su in undefs.get(name, []) if u > start and stack[: len(su)] == su),
+            default=len(code),
+        )
+
     out: dict[str, list[Macro]] = {}
+    for head, body in predefined:
+        d = re.fullmatch(r"\s*([A-Za-z_]\w*)(\([^)]*\))?\s*", head)
+        if d is None:
+            continue
+        name, params = d.group(1), None
+        if d.group(2) is not None:
+            params = tuple(p.strip() for p in d.group(2)[1:-1].split(",") if p.strip())
+        out.setdefault(name, []).append(Macro(name, params, body.strip(), -1, end_of(name, -1, ())))
     for m in _DEFINE.finditer(code):
         name = m.group(1)
         params = None
         if m.group(2) is not None:
             params = tuple(p.strip() for p in m.group(2)[1:-1].split(",") if p.strip())
         body = re.sub(r"\\\n", " ", m.group(3)).strip()
-        end = min((u for u in undefs.get(name, []) if u > m.start()), default=len(code))
+        end = end_of(name, m.start(), _stack_at(conds, m.start()))
         out.setdefault(name, []).append(Macro(name, params, body, m.start(), end))
     return out
 
 
-def expand_macros(code: str) -> Expanded:
-    """`code` (blanked) with the file's macros expanded outside preprocessor lines."""
-    macros = find_macros(code)
+_MAX_VARIANTS = 64
+
+
+def macro_choices(code: str, predefined: tuple[tuple[str, str], ...] = ()) -> list[dict[str, int]]:
+    """The other readings of `code` when a name has several definitions in effect at once (both
+    branches of an `#if`, a command-line `-D` and the file's `#define`): each is a choice of one
+    definition per such name (`expand_macros(..., choice=...)`), all combinations up to
+    `_MAX_VARIANTS`, beyond that each definition at least once. `[]` when every name has one."""
+    macros = find_macros(code, predefined)
+    alts: dict[str, list[int]] = {}
+    for name, defs in macros.items():
+        distinct: dict[tuple[tuple[str, ...] | None, str], int] = {}
+        for i, d in enumerate(defs):
+            overlaps = any(o is not d and max(o.start, d.start) < min(o.end, d.end) for o in defs)
+            if overlaps:
+                distinct.setdefault((d.params, d.body), i)
+        if len(distinct) > 1:
+            alts[name] = sorted(distinct.values())
+    if not alts:
+        return []
+    total = 1
+    for idx in alts.values():
+        total *= len(idx)
+    if total <= _MAX_VARIANTS:
+        combos: list[dict[str, int]] = [{}]
+        for name, idx in alts.items():
+            combos = [{**c, name: i} for c in combos for i in idx]
+        return combos
+    width = max(len(idx) for idx in alts.values())
+    return [{name: idx[min(k, len(idx) - 1)] for name, idx in alts.items()} for k in range(width)]
+
+
+def expand_macros(
+    code: str, predefined: tuple[tuple[str, str], ...] = (), choice: dict[str, int] | None = None
+) -> Expanded:
+    """`code` (blanked) with the file's macros (and `predefined`, the command line's: `find_macros`)
+    expanded outside preprocessor lines. Where several definitions of a name are in effect, the
+    latest is read, or the one `choice` names (an index into the name's definitions)."""
+    macros = find_macros(code, predefined)
+    if choice:
+        macros = {n: _chosen(defs, choice.get(n)) for n, defs in macros.items()}
     if not macros:
         return Expanded(code, None, None)
     directives = [(m.start(), m.end()) for m in _DIRECTIVE.finditer(code)]
@@ -141,10 +306,20 @@ def expand_macros(code: str) -> Expanded:
     return Expanded("".join(out), origin, from_macro)
 
 
+def _chosen(defs: list[Macro], index: int | None) -> list[Macro]:
+    """`defs` with the chosen one preferred and last (`_active` prefers it, `_rescan` reads the last)."""
+    if index is None or not 0 <= index < len(defs):
+        return defs
+    pick = defs[index]
+    return [*(d for d in defs if d is not pick), dataclasses.replace(pick, preferred=True)]
+
+
 def _active(macros: dict[str, list[Macro]], name: str, at: int) -> Macro | None:
     best = None
     for macro in macros.get(name, ()):
-        if macro.start < at < macro.end and (best is None or macro.start > best.start):
+        if macro.start < at < macro.end and (
+            best is None or macro.preferred or (not best.preferred and macro.start > best.start)
+        ):
             best = macro
     return best
 

@@ -21,6 +21,31 @@ qualifiers (`cpp_scan.scan_blocks`: a `__device__` member of a functor is device
 text), and a member's unqualified calls may reach its own class's members (`class_members`).
 Overloads are not resolved: a candidate's own function that shadows an ATen or libc name is
 trusted to be its own.
+
+File, process and thread functions (`banned_name_uses`) are matched by their *name* as a token in
+host code, whatever the syntax around it: `fopen(`, `std::fopen(`, `::fopen(`, `(fopen)(`, `&fopen`,
+`g(fopen)`, `decltype(&popen)`, `thrd_create`, `pthread_*`, `clone3`, `posix_spawn`, `exec*`,
+`dlopen`/`dlsym`. Members (`x.clone()`, `f->open()`), names that merely contain the word
+(`my_fopen_count`), device code and preprocessor lines (`#include <sys/syscall.h>`) are not
+matches; common words that also name such functions (`open`, `remove`, `rename`, `link`, `kill`,
+`signal`, `clone`) count only where they are called or taken as a value (`std::remove(first,
+last, v)`, the algorithm, is not), and `std::` names (`thread`, `async`, `ofstream`, `filesystem`)
+only under `std::` (or an alias of it) or after `using namespace std;`/`using std::thread;`.
+
+libtorch's module API is ATen work (`_library_objects`): any name under `torch::nn` (also through
+`namespace x = torch::nn;` or `using namespace torch;`), and `.forward(`/`->forward(` where the
+candidate defines no `forward` of its own. A pointer to an ATen member (`&at::Tensor::relu`, `&T::relu`
+through `using T = at::Tensor;`/`typedef`, `&decltype(x)::relu`) is an ATen reference unless it
+names metadata (`&at::Tensor::numel`). Standard function objects (`std::multiplies<>{}(x, m)`,
+`std::greater<>()(x, 0)`) count when applied at once to a tensor argument; on numbers they are
+arithmetic (common in honest code, also on the host).
+
+Not covered: standard function objects handed to an algorithm over tensors
+(`std::accumulate(ts.begin(), ts.end(), t0, std::plus<>())`) or stored first and called later,
+pointers to members whose class is reached by other means than an alias, `decltype` or an ATen
+qualifier (a template parameter deduced as `at::Tensor`), and file or thread functions reached
+through a name the text never spells (a symbol looked up at run time needs `dlsym`, which is
+matched).
 """
 
 from __future__ import annotations
@@ -37,6 +62,7 @@ from cudice.verifier.static.cpp_names import (
     CUDA_NS_GLUE,
     aten_patterns,
     is_glue,
+    is_nn,
 )
 from cudice.verifier.static.cpp_preprocess import (
     ATEN_ROOTS,
@@ -48,6 +74,7 @@ from cudice.verifier.static.cpp_scan import CppFunction, Unit, diag
 from cudice.verifier.static.cpp_tensors import returns_tensor, tensor_operators
 from cudice.verifier.static.policy import (
     COMPUTE_METHODS,
+    TENSOR_METADATA_METHODS,
     Strictness,
 )
 
@@ -61,8 +88,8 @@ _HOST_RULES: tuple[tuple[str, re.Pattern[str], str], ...] = (
     (
         "static.cpp_std_thread",
         re.compile(
-            r"\bstd::(?:j?thread|async)\b|\bpthread_create\b|\bv?fork\s*[(;,)]|#\s*pragma\s+omp\b|"
-            r"\bstd::launch::async\b|\b(?:cudaLaunchHostFunc|cudaStreamAddCallback|cuLaunchHostFunc)\b"
+            r"#\s*pragma\s+omp\b|\bstd::launch::async\b|"
+            r"\b(?:cudaLaunchHostFunc|cudaStreamAddCallback|cuLaunchHostFunc)\b"
         ),
         "`{m}` starts host threads or processes (or runs host code on the driver's thread); work "
         "deferred to them is not measured. "
@@ -99,17 +126,6 @@ _HOST_RULES: tuple[tuple[str, re.Pattern[str], str], ...] = (
         "replaces the op everywhere in the process, including the ops the verifier uses to compare "
         "outputs (e.g. `aten::allclose`). Expose kernels through `functions=` or `PYBIND11_MODULE` only.",
     ),
-)
-# File and process APIs: a candidate that opens files, starts programs or ends its process can
-# forge a result, leave files behind (a `.pth` in site-packages runs in every later Python) or
-# outlive the job. `exit`/`abort` after a CUDA error are common in honest CUDA_CHECK macros and
-# only end the candidate's own process, so they are not listed.
-_FILE_PROCESS = re.compile(
-    r"\bstd::(?:basic_)?[io]?fstream\b|\bstd::filebuf\b|\bstd::filesystem\b|\bstd::(?:system|quick_exit|_Exit)\s*\(|"
-    r"(?<![\w.>:])(?P<qual>::\s*)?(?P<fn>fopen(?:64)?|freopen|fdopen|open(?:64|at)?|creat|unlink(?:at)?|rename(?:at)?|"
-    r"remove|mkdir|rmdir|f?truncate|symlink|link|chmod|chown|system|popen|posix_spawnp?|vfork|execl[ep]?|"
-    r"execv(?:pe|p|e)?|fexecve|dlopen|dlmopen|_exit|_Exit|quick_exit|kill|killpg|setsid|daemon|ptrace|syscall|"
-    r"prctl|chdir|setenv|putenv|unsetenv|clearenv|atexit|at_quick_exit|signal|sigaction)\s*\("
 )
 _PROC_PATH = re.compile(r"\"/proc/")
 _PRAGMA_OMP = re.compile(r"\b_Pragma\s*\(\s*\"\s*omp\b")
@@ -273,6 +289,9 @@ def pattern_findings(u: Unit, level: Strictness, defined: set[str]) -> list[Diag
     )
     tensor_fns = {f.name for f in u.functions if not f.is_device and returns_tensor(f.header)}
     members = class_members([u])
+    member_names = {n for names in members.values() for n in names}
+    nn_names = {m.group(1) for m in _NS_ALIAS_ANY.finditer(u.code) if "nn" in m.group(2).split("::")}
+    tensor_types = aten_type_aliases(u.code, roots)
     for f, body in [*host_bodies(u), _outside_functions(u, headers=True)]:
         fn = f.qualname
         for op in tensor_operators(f.header, body, roots, tensor_fns):
@@ -348,6 +367,29 @@ def pattern_findings(u: Unit, level: Strictness, defined: set[str]) -> list[Diag
                     lib_sev,
                 )
             )
+        for off, what, why in _library_objects(body, roots, nn_names, member_names, tensor_types):
+            diags.append(
+                diag(
+                    u,
+                    f.body_start + off,
+                    "static.cpp_torch_op",
+                    f"`{what}` in host function `{f.qualname}` {why}: PyTorch does this work, not the "
+                    "candidate's kernel. Compute it in a `__global__` kernel.",
+                    lib_sev,
+                )
+            )
+        for off, what in _std_functor_calls(f.header + " " + body, len(f.header) + 1):
+            diags.append(
+                diag(
+                    u,
+                    f.body_start + off,
+                    "static.cpp_torch_op",
+                    f"`{what}(...)` in host function `{f.qualname}` applies a standard function object to "
+                    "a tensor, which runs `at::Tensor`'s overloaded operator: PyTorch does this work, not "
+                    "the candidate's kernel. Compute it in a `__global__` kernel.",
+                    lib_sev,
+                )
+            )
         for m in _LIB_CALL.finditer(body):
             diags.append(
                 diag(
@@ -362,12 +404,6 @@ def pattern_findings(u: Unit, level: Strictness, defined: set[str]) -> list[Diag
     return diags
 
 
-# A banned function taken by address or stored (`auto f = &fopen;`, `std::function<...> f = popen;`).
-_FILE_PROCESS_REF = re.compile(
-    r"(?:&|=)\s*(?:::\s*)?(?P<fn>fopen(?:64)?|freopen|fdopen|popen|system|dlopen|dlmopen|dlsym|execl[ep]?|"
-    r"execv(?:pe|p|e)?|fexecve|posix_spawnp?|_exit|quick_exit|kill|setsid|syscall|unlink|creat|open(?:64|at)?)"
-    r"\s*[;,)]"
-)
 # `asm`/`__asm__` outside device code: an assembler label binds a declaration to any symbol (libc, the
 # Python C API, ATen's mangled names) under a harmless name, and inline assembly makes system calls;
 # `__attribute__((weakref("fopen")))`, `alias(...)`, `#pragma weak`/`redefine_extname` and glibc's
@@ -376,6 +412,126 @@ _HOST_ASM = re.compile(
     r"\b(?:__asm__|__asm|asm)\b|\b(?:weakref|alias)\s*\(|#\s*pragma\s+(?:weak|redefine_extname)\b|"
     r"\b__libc_\w+|\bdlvsym\b"
 )
+_FP, _THREAD = "static.cpp_file_or_process", "static.cpp_std_thread"
+# C library and POSIX functions a kernel file never needs, matched as a *name* wherever host code
+# spells it (`fopen(`, `std::fopen(`, `::fopen(`, `(fopen)(`, `&fopen`, `f(fopen)`, `using
+# std::fopen;`): a function is reached by its name however the syntax around it looks. Members
+# (`x.clone()`, `p->open()`) and names qualified by another namespace or class (`mine::fopen`) are
+# not these functions.
+_STRONG_NAMES: dict[str, str] = {
+    **dict.fromkeys(
+        "fopen fopen64 freopen freopen64 fdopen popen pclose posix_spawn posix_spawnp execl execle execlp "
+        "execv execve execvp execvpe execveat fexecve dlopen dlmopen dlsym dlvsym system _exit _Exit "
+        "quick_exit at_quick_exit atexit killpg setsid daemon ptrace syscall prctl chdir fchdir setenv "
+        "putenv unsetenv clearenv open64 openat openat2 creat creat64 unlinkat unlink renameat renameat2 "
+        "mkdir mkdirat rmdir symlink symlinkat linkat chmod fchmod fchmodat chown fchown lchown truncate "
+        "ftruncate sigaction tmpfile tmpnam mkstemp mkdtemp memfd_create mmap mmap64 dup2 dup3".split(),
+        _FP,
+    ),
+    **dict.fromkeys(
+        "thrd_create thrd_detach fork vfork __clone clone3 posix_spawn_file_actions_init".split(), _THREAD
+    ),
+}
+# Common words that name these functions too: counted only where they are called or taken as a
+# value (`open(`, `(open)(`, `f(open)`, `= remove;`), not as a variable or a type's member.
+_WEAK_NAMES: dict[str, str] = {
+    **dict.fromkeys("open remove rename link kill signal raise".split(), _FP),
+    "clone": _THREAD,
+}
+# `std::` types and functions that only count under `std::` (or after `using namespace std;` /
+# `using std::thread;`): bare `thread`, `async`, `filesystem` are ordinary words.
+_STD_NAMES: dict[str, str] = {
+    **dict.fromkeys("thread jthread async".split(), _THREAD),
+    **dict.fromkeys(
+        "fstream ifstream ofstream basic_fstream basic_ifstream basic_ofstream filebuf basic_filebuf "
+        "filesystem system quick_exit _Exit".split(),
+        _FP,
+    ),
+}
+_BANNED_TOKEN = re.compile(
+    r"(?<![\w$])(?:pthread_[A-Za-z_]\w*|"
+    + "|".join(sorted({*_STRONG_NAMES, *_WEAK_NAMES, *_STD_NAMES}, key=len, reverse=True))
+    + r")(?![\w$])"
+)
+_QUALIFIER = re.compile(r"(?:([A-Za-z_]\w*)\s*)?::\s*$")
+_STD_ALIAS = re.compile(r"\bnamespace\s+([A-Za-z_]\w*)\s*=\s*(?:::\s*)?std\s*;")
+_MESSAGES = {
+    _FP: "`{m}` uses files, programs or process control from the extension (called, or taken as a "
+    "function pointer): a kernel file needs none of them, and they can forge the verifier's result, "
+    "leave files behind (a `.pth` in site-packages runs in every later Python) or outlive the job. "
+    "Report errors with `TORCH_CHECK`.",
+    _THREAD: "`{m}` starts host threads or processes (called, or taken as a function pointer); work "
+    "deferred to them is not measured. Do the work in CUDA kernels launched from the calling thread.",
+}
+
+
+def banned_name_uses(u: Unit, defined: set[str]) -> list[tuple[int, str, str]]:
+    """(offset in `u.code`, name as spelled, code) of every use of a file, process or thread API
+    name in host code (see `_STRONG_NAMES`); preprocessor lines are skipped (`#include
+    <sys/syscall.h>`), a macro's use is read in its expansion."""
+    from cudice.verifier.static.cpp_scan import blank_directives
+
+    code = blank_directives(u.code)
+    device = [(f.body_start, f.body_end) for f in u.functions if f.is_device]
+    stds = {"std", *(m.group(1) for m in _STD_ALIAS.finditer(code))}
+    std_alt = "|".join(sorted(map(re.escape, stds)))
+    imported_std = re.search(rf"\busing\s+namespace\s+(?:::\s*)?(?:{std_alt})\b", code) is not None
+    roots = aten_namespaces(code)
+    out: list[tuple[int, str, str]] = []
+    for m in _BANNED_TOKEN.finditer(code):
+        name, start = m.group(0), m.start()
+        if any(a <= start < b for a, b in device):
+            continue
+        before = code[max(0, start - 200) : start].rstrip()
+        if before.endswith((".", "->")) or before.endswith(".template") or before.endswith("->template"):
+            continue  # a member: `x.clone()`, `f->open()`
+        q = _QUALIFIER.search(before)
+        qual = None if q is None else (q.group(1) or "")
+        prev = before[: q.start()].rstrip() if q is not None else before
+        if qual and qual not in stds and (qual in roots or name in defined or qual[:1].isupper()):
+            continue  # ATen's (`at::clone`: the ATen rules' finding), the candidate's own, a class's
+        after = code[m.end() : m.end() + 200].lstrip()
+        is_std = qual is not None and qual in stds
+        if name in _STD_NAMES and name not in _STRONG_NAMES:
+            imported = imported_std or re.search(
+                rf"\busing\s+(?:::\s*)?(?:{std_alt})::{re.escape(name)}\s*;", code
+            )
+            if not (is_std or (qual is None and imported)):
+                continue
+        elif name in _WEAK_NAMES:
+            if name == "remove" and (is_std or qual is None) and _top_level_commas(after) > 0:
+                continue  # `std::remove(first, last, value)`: the algorithm, not the file call
+            called = after.startswith("(")
+            as_value = after[:1] in (")", ",", ";") and (
+                prev.endswith(("&", "=", ",", "(")) or re.search(r"\breturn$", prev) is not None
+            )
+            if not (called or as_value) or (qual is None and name in defined):
+                continue
+        elif qual is None and name in defined:
+            continue  # the candidate's own function of that name (`::name` still reaches libc's)
+        code_ = (
+            _THREAD
+            if name.startswith("pthread_")
+            else (_STRONG_NAMES.get(name) or _WEAK_NAMES.get(name) or _STD_NAMES[name])
+        )
+        spelled = (f"{qual}::" if qual else ("::" if qual == "" else "")) + name
+        out.append((start, spelled, code_))
+    return out
+
+
+def _top_level_commas(after: str) -> int:
+    """Commas at the top level of the argument list that `after` (text starting with `(`) opens."""
+    depth, commas = 0, 0
+    for ch in after[:2000]:
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+            if depth == 0:
+                break
+        elif ch == "," and depth == 1:
+            commas += 1
+    return commas
 
 
 def _file_process_findings(u: Unit, defined: set[str]) -> list[Diagnostic]:
@@ -394,35 +550,8 @@ def _file_process_findings(u: Unit, defined: set[str]) -> list[Diagnostic]:
                     "see what runs. Keep `asm` inside `__device__`/`__global__` code.",
                 )
             )
-    for m in _FILE_PROCESS_REF.finditer(u.code):
-        if m.group("fn") in defined:
-            continue
-        diags.append(
-            diag(
-                u,
-                m.start("fn"),
-                "static.cpp_file_or_process",
-                f"`{m.group('fn')}` taken as a value (a function pointer called later): a kernel file needs "
-                "no file, program or process APIs. Report errors with `TORCH_CHECK`.",
-            )
-        )
-    for m in _FILE_PROCESS.finditer(u.code):
-        # a function the candidate defines itself (`remove`, `link` …) is not the C library's,
-        # unless the call is qualified `::name(` to reach the global one past it
-        if m.group("fn") and not m.group("qual") and m.group("fn") in defined:
-            continue
-        what = m.group(0).rstrip("( ").strip()
-        diags.append(
-            diag(
-                u,
-                m.start(),
-                "static.cpp_file_or_process",
-                f"`{what}` uses files, programs or process control from the extension: a kernel file "
-                "needs none of them, and they can forge the verifier's result, leave files behind "
-                "(a `.pth` in site-packages runs in every later Python) or outlive the job. "
-                "Report errors with `TORCH_CHECK`.",
-            )
-        )
+    for off, spelled, code in banned_name_uses(u, defined):
+        diags.append(diag(u, off, code, _MESSAGES[code].format(m=spelled)))
     for m in _PROC_PATH.finditer(u.src.text):
         diags.append(
             diag(
@@ -468,6 +597,118 @@ def _cache_findings(u: Unit) -> list[Diagnostic]:
 # Every other rule's findings are errors however they are spelled.
 _RUNTIME_OBSERVED = frozenset({"static.cpp_stream_create", "static.cpp_pointer_cache"})
 _MACRO_NOTE = " (seen in the expansion of a macro invoked here)"
+
+
+_NS_ALIAS_ANY = re.compile(r"\bnamespace\s+([A-Za-z_]\w*)\s*=\s*(?:::\s*)?([A-Za-z_][\w:]*)\s*;")
+_TYPE_ALIAS = re.compile(
+    r"\busing\s+([A-Za-z_]\w*)\s*=\s*([^;]*);|\btypedef\s+([^;]*?)\s*\b([A-Za-z_]\w*)\s*;"
+)
+# `&Q::name`: a pointer to member (or a qualified function taken by address)
+_MEMBER_POINTER = re.compile(
+    r"&\s*(?:typename\s+)?((?:(?:decltype\s*\([^;{}]*?\)|[A-Za-z_]\w*)\s*(?:<[^;{}()]*>)?\s*::\s*)+)"
+    r"(?:template\s+)?([a-z_]\w*)\b(?!\s*::)"
+)
+# Tensor members a pointer to member may name: metadata, no compute.
+_TENSOR_METADATA_MEMBERS = TENSOR_METADATA_METHODS | {
+    "sizes",
+    "strides",
+    "options",
+    "scalar_type",
+    "device",
+    "dtype",
+    "is_cuda",
+    "defined",
+    "const_data_ptr",
+    "mutable_data_ptr",
+}
+_FORWARD_CALL = re.compile(r"(?:\.|->)\s*forward\s*\(")
+_STD_FUNCTOR = re.compile(
+    r"\bstd::(plus|minus|multiplies|divides|modulus|negate|equal_to|not_equal_to|greater|less|"
+    r"greater_equal|less_equal|logical_and|logical_or|logical_not|bit_and|bit_or|bit_xor|bit_not)\s*"
+    r"<[^;{}()]*>\s*(?:\{\s*\}|\(\s*\))\s*\("
+)
+
+
+def aten_type_aliases(code: str, roots: set[str]) -> set[str]:
+    """Names a `using X = ...;`/`typedef ... X;` gives a type of ATen's namespaces (`using T =
+    at::Tensor;`) or a `decltype(...)` (`using T = decltype(x);`)."""
+    alt = "|".join(sorted(map(re.escape, roots)))
+    aten = re.compile(rf"(?:^|[^\w:])(?:::\s*)?(?:{alt})::|\bdecltype\b|\bTensor\b")
+    out: set[str] = set()
+    for _ in range(3):  # aliases of aliases
+        for m in _TYPE_ALIAS.finditer(code):
+            name, rhs = (m.group(1), m.group(2)) if m.group(1) else (m.group(4), m.group(3))
+            if aten.search(rhs) or any(re.search(rf"\b{re.escape(a)}\b", rhs) for a in out):
+                out.add(name)
+    return out
+
+
+def _library_objects(
+    body: str, roots: set[str], nn_names: set[str], own_members: set[str], tensor_types: set[str]
+) -> list[tuple[int, str, str]]:
+    """(offset, text, why) of libtorch module uses (any name under `torch::nn`, `->forward(` on an
+    object that is no class of the candidate's) and pointers to ATen's members (`&at::Tensor::relu`,
+    `&T::relu` through an alias, `&decltype(x)::relu`) in one host body."""
+    out: list[tuple[int, str, str]] = []
+    alt = "|".join(sorted(map(re.escape, roots | nn_names)))
+    for m in re.finditer(rf"\b(?:{alt})(?:::[A-Za-z_]\w*)+", body):
+        parts = m.group(0).split("::")
+        if (
+            parts[0] in nn_names
+            or is_nn("::".join(parts[:-1]) + "::")
+            or (parts[0] == "nn" and "nn" in roots)
+        ):
+            out.append(
+                (
+                    m.start(),
+                    m.group(0),
+                    "uses libtorch's `torch::nn` module API (modules and their `forward` run ATen ops)",
+                )
+            )
+    if "forward" not in own_members:
+        for m in _FORWARD_CALL.finditer(body):
+            out.append(
+                (
+                    m.start(),
+                    m.group(0).strip("(").strip(),
+                    "runs a module's `forward`, which is no function of the candidate's",
+                )
+            )
+    for m in _MEMBER_POINTER.finditer(body):
+        qual, name = re.sub(r"\s+", "", m.group(1)), m.group(2)
+        first = re.split(r"[<:(]", qual, maxsplit=1)[0]
+        aten_type = first in roots or first in tensor_types or first == "Tensor"
+        unknown = first in ("decltype", "std", "typename")
+        if first in roots and body[m.end() :].lstrip()[:1] in (";", ",", ")"):
+            continue  # `&at::relu;`: the qualified reference rule's finding
+        if (aten_type and name not in _TENSOR_METADATA_MEMBERS and not is_glue(qual, name, CPP_GLUE)) or (
+            unknown and name in COMPUTE_METHODS
+        ):
+            out.append(
+                (
+                    m.start(),
+                    f"&{qual}{name}",
+                    "takes a pointer to an ATen member function (called later through `.*`/`std::invoke`)",
+                )
+            )
+    return out
+
+
+def _std_functor_calls(text: str, body_offset: int) -> list[tuple[int, str]]:
+    """(offset in the body, functor) of `std::multiplies<>{}(a, b)` and the like applied at once to a
+    tensor argument (`_tensor_arguments`). On numbers (`std::plus<float>()(a, b)`) they are plain
+    arithmetic, and passed to an algorithm (`std::accumulate(..., std::multiplies<>())`) they are
+    not followed."""
+    tensors: set[str] = set()
+    for m in _TENSOR_DECL.finditer(text):
+        tensors.update(g for g in m.groups() if g)
+    for _ in range(2):
+        tensors.update(m.group(1) for m in _AUTO_FROM.finditer(text) if m.group(2) in tensors)
+    out: list[tuple[int, str]] = []
+    for m in _STD_FUNCTOR.finditer(text, body_offset):
+        if _tensor_arguments(text, m.end(), tensors):
+            out.append((m.start() - body_offset, f"std::{m.group(1)}"))
+    return out
 
 
 def _scope(root: str, ns: str) -> str:

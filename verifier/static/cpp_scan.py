@@ -3,8 +3,11 @@ offset kept, namespace-scope function definitions and other brace blocks, `__glo
 and diagnostics located back in the user's file through each source's locator.
 
 Used by the static C++ rules (`static/cpp_rules.py`), the launch check (`static/cuda.py`) and the
-dynamic profiler check (`defined_kernel_names`). The rules read each source with its own macros
-expanded (`Unit.of`, `static/cpp_preprocess.py`). Function headers may start with template
+dynamic profiler check (`defined_kernel_names`). The rules read each source as the compiler's
+first phases do (`Unit.of`, `static/cpp_preprocess.py`): lines joined at backslash-newline,
+comments and strings blanked, digraphs spelled as their tokens, its own and the command line's
+macros expanded, and each other reading of a macro defined in several `#if` branches
+(`Unit.variants`). Function headers may start with template
 parameter lists (`template <typename T, int N = 4>`, `template <>`: `strip_template_prefix`), and
 braces on preprocessor lines (`#define CHECK(x) do { x; } while (0)`) open no block. Member
 functions defined in a `struct`/`class`/`union` body (nested classes included) are listed too, with
@@ -22,7 +25,14 @@ from dataclasses import dataclass, field
 
 from cudice.verifier.source.positions import LineIndex
 from cudice.verifier.source.result import Diagnostic, Location, Severity, Stage
-from cudice.verifier.static.cpp_preprocess import Expanded, expand_macros, join_scopes
+from cudice.verifier.static.cpp_preprocess import (
+    Expanded,
+    expand_macros,
+    join_scopes,
+    macro_choices,
+    replace_digraphs,
+    splice_lines,
+)
 
 # (1-based line, 1-based column) in the C++ text → a location in the user's file, or None.
 Locator = Callable[[int, int], "Location | None"]
@@ -35,6 +45,9 @@ class CppSource:
     text: str
     locate: Locator
     is_cuda: bool = True
+    # macros the compiler command line defines (`-D NAME=VALUE`, `-DF(x)=...`): `("NAME", "VALUE")`,
+    # `("F(x)", "...")`, read as `#define`s before the text's first line
+    defines: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,19 +76,36 @@ class Unit:
     blocks: list[tuple[int, int]] = field(default_factory=list)  # struct/class/initialiser bodies
     raw: str = ""  # the blanked source before expansion ("" when `code` is it)
     expanded: Expanded | None = None
+    prepared: str = ""  # the blanked text after splicing and digraphs, before macro expansion
 
     @classmethod
-    def of(cls, src: CppSource) -> Unit:
-        raw = blank_comments_and_strings(src.text)
-        ex = join_scopes(expand_macros(raw))
-        return cls(src, ex.text, raw=raw, expanded=ex)
+    def of(cls, src: CppSource, choice: dict[str, int] | None = None) -> Unit:
+        """`src` read as the compiler's first phases read it: lines joined at `\\`-newline, comments
+        and strings blanked, digraphs spelled as their tokens, then macros expanded (`choice`: which
+        definition of a name with several in effect, `cpp_preprocess.macro_choices`)."""
+        spliced, back = splice_lines(src.text)
+        prepared = replace_digraphs(blank_comments_and_strings(spliced))
+        ex = join_scopes(expand_macros(prepared, src.defines, choice)).through(back)
+        return cls(src, ex.text, raw=blank_comments_and_strings(src.text), expanded=ex, prepared=prepared)
+
+    def variants(self) -> list[Unit]:
+        """The other readings of this source where a macro has several definitions in effect at once
+        (both branches of an `#if`): every rule must hold for each (functions and blocks unscanned)."""
+        return [Unit.of(self.src, c) for c in macro_choices(self.prepared, self.src.defines)]
 
     def from_macro(self, offset: int) -> bool:
         """Whether the character at `offset` of `code` comes from expanding a macro."""
         return self.expanded is not None and self.expanded.is_expanded(offset)
 
 
-_COMMENT_OR_STRING = re.compile(r"//[^\n]*|/\*.*?\*/|\"(?:\\.|[^\"\\\n])*\"|'(?:\\.|[^'\\\n])*'", re.DOTALL)
+# Comments, raw strings (`R"x( ... )x"`, whose `"` inside do not end them), strings, and character
+# literals — not a digit separator (`1'000'000`, `0xFF'FF`: a `'` after a letter or digit that is
+# not a literal's prefix `u8`, `u`, `U`, `L`).
+_COMMENT_OR_STRING = re.compile(
+    r"//[^\n]*|/\*.*?\*/|(?<![\w])(?:u8|[uUL])?R\"(?P<delim>[^()\\\s\"]{0,16})\(.*?\)(?P=delim)\"|"
+    r"\"(?:\\.|[^\"\\\n])*\"|(?:(?<![\w'])|(?<![\w'])(?:u8|[uUL]))'(?:\\.|[^'\\\n])*'",
+    re.DOTALL,
+)
 
 
 def blank_comments_and_strings(text: str) -> str:
@@ -83,6 +113,8 @@ def blank_comments_and_strings(text: str) -> str:
 
     def blank(m: re.Match[str]) -> str:
         s = m.group(0)
+        if m.group("delim") is not None:  # a raw string: blank, lines kept
+            return re.sub(r"[^\n]", " ", s)
         if s.startswith('"'):  # keep the quotes so `m.def("name", ...)` stays parseable below
             return '"' + re.sub(r"[^\n]", " ", s[1:-1]) + '"'
         return re.sub(r"[^\n]", " ", s)

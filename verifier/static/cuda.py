@@ -1,11 +1,12 @@
 """Static anti-cheat checks over a candidate's C++/CUDA source text (no compiler, regex + braces).
 
-`check_cpp_sources()` is the entry point: it blanks comments and strings and expands the
-file's own macros (`static/cpp_scan.py`, `static/cpp_preprocess.py`), applies the pattern rules
-to every source (`static/cpp_rules.py`: streams, threads, sleeps, interposition, dispatcher
-registrations, file/process APIs, caches, ATen calls and operators on tensors, vendor-library
-and Python calls), warns about
-half precision, and — here — checks that every `__global__` kernel is launched from a host
+`check_cpp_sources()` is the entry point: it reads each source as the compiler's first phases do
+(line splices, comments and strings blanked, digraphs, the file's own and the command line's macros
+expanded: `static/cpp_scan.py`, `static/cpp_preprocess.py`), applies the pattern rules
+to every source and to each other reading of a macro defined in several `#if` branches
+(`static/cpp_rules.py`: streams, threads, sleeps, interposition, dispatcher registrations,
+file/process APIs, caches, ATen calls and operators on tensors, vendor-library and Python calls),
+warns about half precision, and — here — checks that every `__global__` kernel is launched from a host
 function Python can reach
 (`static.kernel_never_launched`; roots are `functions=`, else `PYBIND11_MODULE`'s `m.def`, else
 every host function). The call graph follows every spelling of a call (`calls_function`):
@@ -98,6 +99,15 @@ def check_cpp_sources(
     diags: list[Diagnostic] = []
     for u in units:
         diags += pattern_findings(u, level, known)
+        seen = {(d.code, d.location) for d in diags}
+        for v in u.variants():  # a macro defined in both branches of an `#if`: each reading counts
+            v.functions, v.blocks = scan_blocks(v.code)
+            if not u.src.is_cuda:
+                v.functions = [dataclasses.replace(f, is_device=False) for f in v.functions]
+            for d in pattern_findings(v, level, known):
+                if (d.code, d.location) not in seen:
+                    seen.add((d.code, d.location))
+                    diags.append(d)
         if not reference_low_precision:
             m = _low_precision(u.code)
             if m:

@@ -286,6 +286,11 @@ class ModuleConstants:
         return None
 
 
+def enclosing_function(tree: ast.Module, node: ast.AST) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    """The innermost function whose body contains `node`, or None at module level."""
+    return _enclosing_function(tree, node)
+
+
 def _enclosing_function(tree: ast.Module, node: ast.AST) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
     """The innermost function whose body contains `node`, or None at module level."""
     found: ast.FunctionDef | ast.AsyncFunctionDef | None = None
