@@ -7,8 +7,10 @@ class and its own local names only (another function's `op = ext.f` does not mak
 kernel), and reports:
 
 - `static.torch_op_in_forward` — PyTorch compute (`torch.*`, `F.*`, also through module-level
-  aliases, `nn` layers, also from containers and loop variables, tensor compute methods,
-  operators on tensors such as `x + y` and `x @ w`) outside the glue allow-list;
+  aliases, `nn` layers, also from containers and loop variables, tensor compute methods) outside
+  the glue allow-list; operators (`x * y`, `x > 0`, `x @ w`, `+=`), `sum`/`max`/`min`/`abs`/`pow`
+  and `operator.*` calls on any value not provably plain, and `operator.add` & co. passed as values
+  (`reduce(operator.add, xs)`);
 - `static.host_compute` — data moved to the host (`.cpu()`, `.numpy()`, `.tolist()`,
   `.to("cpu")`, `device="cpu"`, NumPy on a tensor);
 - `static.fallback_to_reference` — `try` in forward code, or a branch that computes with PyTorch
@@ -16,19 +18,30 @@ kernel), and reports:
 - `static.output_cache` — state kept across calls (`global` other than a lazy `load_inline`,
   writes to `self.*`/module containers, `id(x)`/`data_ptr()` lookups, `lru_cache`);
 - `static.precision_downgrade` (warning) — `.half()`, `.bfloat16()`, `torch.float16` …;
+- `static.monkey_patch` — a store into the extension (`ext.f = g`, `self.ext.f = g`) or a rebinding
+  of its name to anything but an extension: calls through it would still read as launches;
 - which exposed extension functions forward calls (for `static.kernel_never_launched`), under any
   name `static/bindings.py` can follow.
 
-Tensor-ness is inferred, not known: forward's unannotated parameters, `self.<parameter>`s and
-names assigned from tensor expressions are tensors; `x.size(0)`, `x.shape[0]`, `x.numel()` are
-not. Arithmetic between non-tensors (grid sizes) is never flagged. Not covered: containers
-filled at run time, calls through `getattr`/higher-order functions (flagged separately as
-dynamic code), classes and functions of other files.
+Operators are judged by what their operands provably are (`NonTensors`), and that fails closed: a
+value is possibly a tensor unless it is built from literals, metadata (`.numel()`, `.size()`,
+`.shape`, `.dim()`, `.stride()`, `.dtype` …), `len()`/`int()`/`float()`, `math`, `torch.cuda`
+queries, arithmetic of such values, names bound only to them (assignment, unpacking, `for` and
+comprehension targets, `:=`), plain module constants, `self.<attr>`s that every store sets to such a
+value (`ModelNew.__init__`'s parameters are the harness's init inputs), parameters every call site
+passes such values, and results of the file's own functions that return only such values. So
+forward's parameters (annotated or not), lambda parameters, container elements (`[x][0]`) and
+results of unknown calls are possibly tensors. The messages of operator findings say so. A
+separate, positive inference (`_tensor_names`) only picks the wording ("tensor arithmetic") and
+NumPy-on-a-tensor. Not covered: containers filled at run time, calls through `getattr` (flagged
+separately as dynamic code), classes and functions of other files, an in-file object whose method
+is named like tensor metadata (`h.size()` is taken to be plain).
 """
 
 from __future__ import annotations
 
 import ast
+import builtins
 from collections.abc import Iterable, Iterator
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
@@ -58,7 +71,7 @@ from cudice.verifier.static.policy import (
     tensor_method_is_compute,
     torch_function_allowed,
 )
-from cudice.verifier.static.reach import Function, Reached, reachable
+from cudice.verifier.static.reach import FORWARD_ROOTS, Function, Reached, reachable
 
 _NON_TENSOR_METHODS = TENSOR_METADATA_METHODS | {"tolist"}
 # the tensor class under its public and private names: `<class>.<method>(x, ...)` is a method call
@@ -103,6 +116,8 @@ class _Scope:
     tensors: frozenset[str]  # names inferred to hold tensors
     called: frozenset[int]  # ids of the `func` of every call in `fn`
     inner: frozenset[int]  # ids of the `value` of every attribute in `fn`
+    facts: NonTensors  # what is provably not a tensor, file-wide
+    plain: _Env  # and in `fn`
 
 
 def analyze_forward(module: CandidateModule, level: Strictness) -> ForwardReport:
@@ -118,15 +133,77 @@ def analyze_forward(module: CandidateModule, level: Strictness) -> ForwardReport
     )
     reached = reachable(names.index, names.cls)
     report = ForwardReport(reachable=[r.fn for r in reached])
+    facts = NonTensors(names)
     for r in reached:
-        scope = _scope(names, level, module_vars, r)
+        scope = _scope(names, level, module_vars, r, facts)
         report.findings += _function_findings(scope)
         report.kernel_calls |= _kernel_calls(scope)
     report.findings += _assigned_forward(names.cls)
+    report.findings += _extension_replaced(names)
     return report
 
 
-def _scope(names: Bindings, level: Strictness, module_vars: frozenset[str], r: Reached) -> _Scope:
+def _extension_replaced(names: Bindings) -> Iterator[Finding]:
+    """`static.monkey_patch`: a store into the extension (`ext.relu_out = f`, `setattr(ext, ...)`,
+    `self.ext.f = g`) or a rebinding of its name to anything but an extension (`ext =
+    SimpleNamespace(relu_out=f)`): calls through the name would still read as kernel launches while
+    running the replacement (which `static/reach.py` follows and judges as forward code)."""
+    for cls in [None, *names.index.classes.values()]:  # the module, then each class with its `self`
+        scope = names.tree if cls is None else cls
+        local = LocalNames(names.kinds_for(cls) if cls is not None else {})
+        for node in ast.walk(scope):
+            targets: list[ast.expr] = []
+            if isinstance(node, (ast.Assign, ast.Delete)):
+                targets = list(node.targets)
+            elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+                targets = [node.target]
+            elif (
+                isinstance(node, ast.Call)
+                and callee_name(node.func) in ("setattr", "delattr")
+                and node.args
+                and names.is_extension(node.args[0], local)
+            ):
+                yield _ext_patch(node, ast.unparse(node.args[0]))
+            for t in (x for target in targets for x in ast.walk(target)):
+                if isinstance(t, (ast.Attribute, ast.Subscript)) and names.is_extension(t.value, local):
+                    yield _ext_patch(t, ast.unparse(t.value))
+                elif (
+                    cls is None
+                    and isinstance(t, ast.Name)
+                    and isinstance(t.ctx, ast.Store)
+                    and t.id in names.extensions
+                    and isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign))
+                    and not _builds_extension(node.value, names, local)
+                ):
+                    yield _ext_patch(t, t.id)
+
+
+def _builds_extension(value: ast.expr | None, names: Bindings, local: LocalNames) -> bool:
+    """`load_inline(...)`, another name of the extension, `ext.ReluOp()`, or `None` (a lazy loader's
+    placeholder)."""
+    if value is None or (isinstance(value, ast.Constant) and value.value is None):
+        return True
+    if isinstance(value, ast.Call) and "load_inline" in (
+        callee_name(value.func),
+        (dotted(value.func, names.aliases) or "").rsplit(".", 1)[-1],
+    ):
+        return True
+    return names.is_extension(value, local) or names.builds_extension_object(value, local)
+
+
+def _ext_patch(node: ast.AST, ext: str) -> Finding:
+    return Finding(
+        "static.monkey_patch",
+        node,
+        f"`{_short(node)}` replaces the compiled extension `{ext}` (or one of its functions): calls "
+        "through it would count as kernel launches while running something else. Bind the module "
+        "`load_inline` returns once and call its functions unchanged.",
+    )
+
+
+def _scope(
+    names: Bindings, level: Strictness, module_vars: frozenset[str], r: Reached, facts: NonTensors
+) -> _Scope:
     """What `r.fn`'s names hold: its class's `self.<attr>` kinds and its own local names only (no
     other function's), found before its tensors are inferred."""
     fn = r.fn
@@ -155,6 +232,8 @@ def _scope(names: Bindings, level: Strictness, module_vars: frozenset[str], r: R
         frozenset(_tensor_names(fn, names, local)),
         frozenset(id(n.func) for n in nodes if isinstance(n, ast.Call)),
         frozenset(id(n.value) for n in nodes if isinstance(n, ast.Attribute)),
+        facts,
+        facts.env(fn, r.owner),
     )
 
 
@@ -272,6 +351,11 @@ def _is_tensor(s: _Scope, e: ast.expr) -> bool:
     return _is_tensor_expr(e, s.tensors, s.names, s.local)
 
 
+def _maybe_tensor(s: _Scope, e: ast.expr) -> bool:
+    """Whether `e` may be a tensor (or hold one): anything `NonTensors` cannot prove plain."""
+    return not s.facts.plain(e, s.plain)
+
+
 def _is_kernel_call(call: ast.Call, names: Bindings, local: LocalNames) -> bool:
     """A call of an extension function, under any name `Bindings` follows."""
     f = call.func
@@ -281,14 +365,14 @@ def _is_kernel_call(call: ast.Call, names: Bindings, local: LocalNames) -> bool:
     return isinstance(f, ast.Attribute) and names.is_extension(f.value, local)
 
 
-def _torch_op(s: _Scope, node: ast.AST, what: str) -> Finding:
-    """`static.torch_op_in_forward` for `what` (a warning in `lenient`)."""
+def _torch_op(s: _Scope, node: ast.AST, what: str, hint: str = "") -> Finding:
+    """`static.torch_op_in_forward` for `what` (a warning in `lenient`), `hint` appended."""
     return Finding(
         "static.torch_op_in_forward",
         node,
         f"{what} runs a PyTorch kernel inside ModelNew.forward: the speedup would measure PyTorch, not "
         "your CUDA kernel. Do this computation in the kernel (glue such as `torch.empty_like`, "
-        "`.view`, `.contiguous` is allowed; see docs/anticheat.md).",
+        f"`.view`, `.contiguous` is allowed; see docs/anticheat.md).{hint}",
         warning=s.level is Strictness.LENIENT,
     )
 
@@ -323,15 +407,15 @@ def _node_findings(node: ast.AST, s: _Scope) -> Iterator[Finding]:
     elif isinstance(node, ast.BinOp):
         if isinstance(node.op, ast.MatMult):
             yield _torch_op(s, node, "`@` (matrix multiply)")
-        elif _is_tensor(s, node.left) or _is_tensor(s, node.right):
-            yield _torch_op(s, node, f"tensor arithmetic `{_short(node)}`")
+        elif _maybe_tensor(s, node.left) or _maybe_tensor(s, node.right):
+            yield _operator_finding(s, node, "arithmetic")
     elif isinstance(node, ast.UnaryOp) and not isinstance(node.op, ast.Not):
-        if _is_tensor(s, node.operand):
-            yield _torch_op(s, node, f"tensor arithmetic `{_short(node)}`")
+        if _maybe_tensor(s, node.operand):
+            yield _operator_finding(s, node, "arithmetic")
     elif isinstance(node, ast.Compare):
         ops_compute = all(not isinstance(o, (ast.Is, ast.IsNot, ast.In, ast.NotIn)) for o in node.ops)
-        if ops_compute and any(_is_tensor(s, e) for e in [node.left, *node.comparators]):
-            yield _torch_op(s, node, f"tensor comparison `{_short(node)}`")
+        if ops_compute and any(_maybe_tensor(s, e) for e in [node.left, *node.comparators]):
+            yield _operator_finding(s, node, "comparison")
         if not ops_compute and any(_uses_identity(e) for e in [node.left, *node.comparators]):
             yield Finding(
                 "static.output_cache",
@@ -364,14 +448,64 @@ def _node_findings(node: ast.AST, s: _Scope) -> Iterator[Finding]:
             )
         elif d and id(node) not in s.called and id(node) not in s.inner and is_compute_ref(d):
             yield _torch_op(s, node, f"`{d}` passed around as a function (`f = torch.relu; f(x)`)")
+        elif (found := _operator_value(node, s)) is not None:
+            yield found
+    if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+        if (found := _operator_value(node, s)) is not None:
+            yield found
+
+
+def _operator_value(node: ast.Name | ast.Attribute, s: _Scope) -> Finding | None:
+    """`operator.add` (or `from operator import mul`) passed as a value (`reduce(operator.add, xs)`,
+    `map(operator.mul, a, b)`): whoever calls it applies the operator to values the checks never see,
+    tensors included."""
+    if id(node) in s.called or id(node) in s.inner or node_id_bound(node, s):
+        return None
+    d = dotted(node, s.names.aliases) or ""
+    if not d.startswith("operator.") or d.rsplit(".", 1)[-1] in _OPERATOR_PLAIN:
+        return None
+    return _torch_op(s, node, f"`{d}` passed as a function (its caller applies it to tensors)")
+
+
+def node_id_bound(node: ast.AST, s: _Scope) -> bool:
+    return isinstance(node, ast.Name) and node.id in s.plain.bound
+
+
+def _operator_finding(s: _Scope, node: ast.AST, kind: str) -> Finding:
+    """An operator on a value inferred to be a tensor, or on one the checks cannot prove is a plain
+    number (which says how launch arithmetic stays recognisable)."""
+    if _is_tensor_operator(s, node):
+        return _torch_op(s, node, f"tensor {kind} `{_short(node)}`")
+    return _torch_op(
+        s,
+        node,
+        f"{kind} `{_short(node)}` on a value not provably a plain number (a forward argument, a "
+        "container element, an unannotated parameter, a call result: it may be a tensor)",
+        " Launch arithmetic is recognised when its operands come from literals, `len()`, `int()`, "
+        "`.numel()`, `.size()`, `.shape`, `.dim()`, `.stride()`, or names, parameters and "
+        "`self.<attr>`s only ever bound to such values.",
+    )
+
+
+def _is_tensor_operator(s: _Scope, node: ast.AST) -> bool:
+    parts: list[ast.expr] = []
+    if isinstance(node, ast.BinOp):
+        parts = [node.left, node.right]
+    elif isinstance(node, ast.UnaryOp):
+        parts = [node.operand]
+    elif isinstance(node, ast.Compare):
+        parts = [node.left, *node.comparators]
+    elif isinstance(node, ast.AugAssign):
+        parts = [node.target, node.value]
+    return any(_is_tensor(s, p) for p in parts)
 
 
 def _assignment_findings(node: ast.Assign | ast.AugAssign | ast.AnnAssign, s: _Scope) -> Iterator[Finding]:
     """In-place tensor arithmetic, and stores into `self.*` (outside `__init__`) or into module-level
     containers."""
     targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-    if isinstance(node, ast.AugAssign) and (_is_tensor(s, node.target) or _is_tensor(s, node.value)):
-        yield _torch_op(s, node, f"in-place tensor arithmetic `{_short(node)}`")
+    if isinstance(node, ast.AugAssign) and (_maybe_tensor(s, node.target) or _maybe_tensor(s, node.value)):
+        yield _operator_finding(s, node, "in-place arithmetic")
     value = node.value
     is_lazy_build = isinstance(value, ast.Call) and callee_name(value.func) == "load_inline"
     for t in targets:
@@ -443,13 +577,10 @@ def _call_findings(node: ast.Call, s: _Scope) -> Iterator[Finding]:
     if (
         isinstance(func, ast.Name)
         and func.id in ("abs", "sum", "pow", "max", "min", "round", "divmod")
-        and any(
-            _is_tensor(s, a)
-            or (isinstance(a, (ast.List, ast.Tuple)) and any(_is_tensor(s, i) for i in a.elts))
-            for a in node.args
-        )  # `sum([x, y])` adds the tensors
-    ):
-        yield _torch_op(s, node, f"`{func.id}(...)` on a tensor")
+        and func.id not in s.plain.bound
+        and any(_maybe_tensor(s, a) for a in [*node.args, *(k.value for k in node.keywords)])
+    ):  # `sum([x, y])`, `sum(c for c in x.unbind(1))` add the tensors
+        yield _torch_op(s, node, f"`{func.id}(...)` on a value that may be (or hold) a tensor")
         return
     if isinstance(func, ast.Name) and func.id in s.names.reference_names:
         return  # reported by the Name visit
@@ -458,8 +589,10 @@ def _call_findings(node: ast.Call, s: _Scope) -> Iterator[Finding]:
         if d.startswith("torch."):
             if (found := _torch_call(node, d, s)) is not None:
                 yield found
-        elif d.startswith("operator.") and any(_is_tensor(s, a) for a in node.args):
-            yield _torch_op(s, node, f"`{d}(...)` on a tensor")
+        elif d.startswith("operator.") and any(
+            _maybe_tensor(s, a) for a in [*node.args, *(k.value for k in node.keywords)]
+        ):
+            yield _torch_op(s, node, f"`{d}(...)` on a value that may be a tensor")
         return
     if not isinstance(func, ast.Attribute) and s.names.is_torch_callable(func, s.local):
         yield _torch_op(
@@ -675,3 +808,619 @@ def _uses_identity(e: ast.AST) -> bool:
 def _short(node: ast.AST) -> str:
     text = ast.unparse(node)
     return text if len(text) <= 40 else text[:37] + "..."
+
+
+# -- what is provably not a tensor ------------------------------------------------------------------
+# Builtins whose result is never a tensor, whatever they are given.
+_PLAIN_BUILTINS = frozenset(
+    {
+        "len",
+        "int",
+        "float",
+        "bool",
+        "str",
+        "repr",
+        "range",
+        "isinstance",
+        "issubclass",
+        "hasattr",
+        "callable",
+        "id",
+        "hash",
+        "format",
+        "ord",
+        "chr",
+        "print",
+        "type",
+        "bin",
+        "hex",
+        "oct",
+        "slice",
+        "object",
+    }
+)
+# torch functions (by last name) that return no tensor.
+_TORCH_PLAIN = frozenset(
+    {
+        "numel",
+        "is_tensor",
+        "is_floating_point",
+        "is_complex",
+        "Size",
+        "device",
+        "dtype",
+        "finfo",
+        "iinfo",
+        "get_default_dtype",
+        "is_grad_enabled",
+        "is_inference_mode_enabled",
+        "result_type",
+        "promote_types",
+        "get_device",
+    }
+)
+# Tensor methods whose result is no tensor (metadata, host values).
+_PLAIN_METHODS = _NON_TENSOR_METHODS | {"item"}
+# Attributes of `nn.Module` that are plain values.
+_MODULE_PLAIN_ATTRS = frozenset({"training"})
+_PLAIN_DECORATORS = frozenset({"staticmethod", "classmethod"})
+# Hyperparameters an `nn` layer base stores on `self` (plain values, never stored by the file).
+_LAYER_CONFIG_ATTRS = frozenset(
+    {
+        "in_features",
+        "out_features",
+        "in_channels",
+        "out_channels",
+        "kernel_size",
+        "stride",
+        "padding",
+        "dilation",
+        "groups",
+        "output_padding",
+        "padding_mode",
+        "eps",
+        "momentum",
+        "num_features",
+        "normalized_shape",
+        "affine",
+        "track_running_stats",
+        "elementwise_affine",
+        "negative_slope",
+        "inplace",
+        "dim",
+        "num_heads",
+        "embed_dim",
+        "head_dim",
+        "batch_first",
+        "hidden_size",
+        "input_size",
+        "num_layers",
+        "bidirectional",
+        "num_embeddings",
+        "embedding_dim",
+        "padding_idx",
+        "p",
+        "approximate",
+        "beta",
+        "threshold",
+        "lambd",
+        "alpha",
+        "training",
+    }
+)
+# Tensor attributes that are tensors.
+_TENSOR_ATTRS = frozenset({"T", "mT", "H", "mH", "data", "grad", "real", "imag"})
+_TORCH_DTYPES = frozenset(
+    {
+        "float32",
+        "float",
+        "float16",
+        "half",
+        "bfloat16",
+        "float64",
+        "double",
+        "int8",
+        "int16",
+        "int32",
+        "int64",
+        "long",
+        "int",
+        "short",
+        "uint8",
+        "bool",
+        "complex64",
+        "complex128",
+        "cfloat",
+        "cdouble",
+        "channels_last",
+        "contiguous_format",
+        "strided",
+        "preserve_format",
+    }
+)
+# `operator` functions that apply no arithmetic when passed around.
+_OPERATOR_PLAIN = frozenset({"itemgetter", "index", "length_hint", "truth", "not_", "is_", "is_not"})
+
+
+@dataclass(frozen=True, slots=True)
+class _Env:
+    """One function as the non-tensor inference reads it: its locally bound names, which of them are
+    provably not tensors, and the class whose `self` it sees."""
+
+    bound: frozenset[str]
+    plain: frozenset[str]
+    owner: ast.ClassDef | None
+
+
+class NonTensors:
+    """Which values of the file are provably not tensors, so that operators on them are no PyTorch
+    compute. It fails closed: a value is possibly a tensor unless it is built from literals, `len()`,
+    `int()`/`float()`, tensor metadata (`.numel()`, `.size()`, `.dim()`, `.stride()`, `.shape`,
+    `.dtype` …), `math`, arithmetic of such values, names bound only to such values (assignments,
+    unpacking, `for`/comprehension targets, `:=`), module constants, `self.<attr>`s stored only such
+    values, parameters of the file's own functions that every call site passes such values, and
+    results of the file's own functions that only return such values. Parameters of the methods the
+    call protocol enters (`forward`, dunders) and of lambdas are possibly tensors whatever their
+    annotation says; `ModelNew.__init__`'s are the harness's init inputs (plain values)."""
+
+    def __init__(self, names: Bindings) -> None:
+        self.names = names
+        self.index = names.index
+        tree = names.tree
+        self.functions: list[tuple[Function, ast.ClassDef | None]] = []
+        owners = {id(n): c for c in self.index.classes.values() for n in c.body}
+        for n in ast.walk(tree):
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                self.functions.append((n, owners.get(id(n))))
+        self.functions += [(f, None) for f in names.module_funcs.values() if f not in tree.body]  # lambdas
+        self.module_bound = _module_names(tree)
+        self.module_imports = frozenset(
+            (a.asname or a.name).split(".")[0]
+            for stmt in tree.body
+            if isinstance(stmt, (ast.Import, ast.ImportFrom))
+            for a in stmt.names
+        )
+        self.calls = self._call_sites()
+        # greatest fixpoint: start from "everything plain" and drop what a binding disproves
+        self.module_plain = frozenset(self.module_bound)
+        self.params: dict[int, frozenset[str]] = {
+            id(fn): frozenset(a.arg for a in _params(fn)) for fn, _ in self.functions
+        }
+        self.returns: set[int] = {id(fn) for fn, _ in self.functions}
+        self.envs: dict[int, _Env] = {}
+        self.attrs: dict[int, frozenset[str]] = {
+            id(c): self._plain_attrs(c, optimistic=True) for c in self.index.classes.values()
+        }
+        for _ in range(64):
+            self.envs = {id(fn): self._env(fn, owner) for fn, owner in self.functions}
+            module = self._module_plain() & self.module_plain
+            attrs = {k: self._plain_attrs(c) & self.attrs[k] for k, c in _by_id(self.index.classes)}
+            params = {
+                id(fn): self._plain_params(fn, owner) & self.params[id(fn)] for fn, owner in self.functions
+            }
+            returns = {id(fn) for fn, _ in self.functions if self._returns_plain(fn)} & self.returns
+            if (module, attrs, params, returns) == (self.module_plain, self.attrs, self.params, self.returns):
+                break
+            self.module_plain, self.attrs, self.params, self.returns = module, attrs, params, returns
+        else:  # not settled: nothing is proven
+            self.module_plain, self.returns = frozenset(), set()
+            self.attrs = {k: _MODULE_PLAIN_ATTRS for k in self.attrs}
+            self.params = {k: frozenset() for k in self.params}
+            self.envs = {id(fn): self._env(fn, owner) for fn, owner in self.functions}
+
+    # -- the module -------------------------------------------------------------------------------
+    def _module_plain(self) -> frozenset[str]:
+        """Module names every module-level binding of which is plain (given the current facts)."""
+        values: dict[str, list[ast.expr | None]] = {}
+        for stmt in self.names.tree.body:
+            for name, value in _bindings(stmt):
+                values.setdefault(name, []).append(value)
+        env = _Env(self.module_bound, self.module_plain, None)
+        return frozenset(k for k, v in values.items() if all(x is not None and self.plain(x, env) for x in v))
+
+    # -- functions --------------------------------------------------------------------------------
+    def _env(self, fn: Function, owner: ast.ClassDef | None) -> _Env:
+        """The greatest set of `fn`'s names whose every binding is plain (a loop counter stays plain)."""
+        values: dict[str, list[ast.expr | None]] = {}
+        params = self.params.get(id(fn), frozenset())
+        for a in _params(fn):
+            values.setdefault(a.arg, []).append(_PLAIN if a.arg in params else None)
+        for node in ast.walk(fn):
+            if node is fn:
+                continue
+            if isinstance(node, ast.Lambda) or (
+                isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and id(node) not in self.params
+            ):
+                for a in _params(node):
+                    values.setdefault(a.arg, []).append(None)
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                nested = self.params[id(node)]
+                for a in _params(node):
+                    values.setdefault(a.arg, []).append(_PLAIN if a.arg in nested else None)
+            for name, value in _bindings(node):
+                values.setdefault(name, []).append(value)
+        bound = frozenset(values)
+        plain = {k for k, v in values.items() if all(x is not None for x in v)}
+        for _ in range(len(plain) + 1):
+            env = _Env(bound, frozenset(plain), owner)
+            keep = {k for k in plain if all(v is not None and self.plain(v, env) for v in values[k])}
+            if keep == plain:
+                break
+            plain = keep
+        return _Env(bound, frozenset(plain), owner)
+
+    def env(self, fn: Function, owner: ast.ClassDef | None) -> _Env:
+        return self.envs.get(id(fn)) or self._env(fn, owner)
+
+    def _plain_params(self, fn: Function, owner: ast.ClassDef | None) -> frozenset[str]:
+        """Parameters every call site passes a plain value (or leaves at a plain default)."""
+        ps = _params(fn)
+        if owner is not None and owner is self.names.cls and fn.name == "__init__":
+            return frozenset(a.arg for a in ps[1:])  # the harness's init inputs
+        sites = self.calls.get(id(fn))
+        if not sites or fn.name in FORWARD_ROOTS or (fn.name.startswith("__") and fn.name != "__init__"):
+            return frozenset()
+        if any(_decorator_name(d) not in _PLAIN_DECORATORS for d in fn.decorator_list):
+            return frozenset()
+        skip = 1 if _takes_self(fn, owner) else 0
+        positional = [a.arg for a in [*fn.args.posonlyargs, *fn.args.args]][skip:]
+        defaults = dict(
+            zip(
+                reversed([a.arg for a in [*fn.args.posonlyargs, *fn.args.args]]),
+                reversed(fn.args.defaults),
+                strict=False,
+            )
+        )
+        defaults.update(
+            {a.arg: d for a, d in zip(fn.args.kwonlyargs, fn.args.kw_defaults, strict=True) if d is not None}
+        )
+        plain = {a.arg for a in ps[skip:]} - {fn.args.vararg.arg if fn.args.vararg else "", ""}
+        if fn.args.kwarg:
+            plain.discard(fn.args.kwarg.arg)
+        module_env = _Env(self.module_bound, self.module_plain, None)
+        for call, caller, caller_owner in sites:
+            if any(isinstance(a, ast.Starred) for a in call.args) or any(
+                k.arg is None for k in call.keywords
+            ):
+                return frozenset()
+            env = self.envs.get(id(caller)) if caller is not None else module_env
+            if env is None:
+                env = _Env(frozenset(), frozenset(), caller_owner)
+            passed: dict[str, ast.expr] = dict(zip(positional, call.args, strict=False))
+            passed.update({k.arg: k.value for k in call.keywords if k.arg})
+            for p in list(plain):
+                value = passed.get(p, defaults.get(p))
+                if value is None or not self.plain(value, env if p in passed else module_env):
+                    plain.discard(p)
+            if fn.args.vararg and len(call.args) > len(positional):
+                plain.discard(fn.args.vararg.arg)
+        return frozenset(plain)
+
+    def _returns_plain(self, fn: Function) -> bool:
+        env = self.envs[id(fn)]
+        for node in _own_nodes(fn):
+            if isinstance(node, (ast.Yield, ast.YieldFrom, ast.Await)):
+                return False
+            if isinstance(node, ast.Return) and node.value is not None and not self.plain(node.value, env):
+                return False
+        return True
+
+    def _call_sites(self) -> dict[int, list[tuple[ast.Call, Function | None, ast.ClassDef | None]]]:
+        """Every call of each of the file's functions, with the function it is in (None: module
+        level); a function also used as a value (passed, stored, decorated) gets no entry, so its
+        parameters stay possibly tensors."""
+        sites: dict[int, list[tuple[ast.Call, Function | None, ast.ClassDef | None]]] = {}
+        escaped: set[int] = set()
+        callee_ids: set[int] = set()
+        where: dict[int, tuple[Function | None, ast.ClassDef | None]] = {}
+        for fn, owner in self.functions:
+            for n in ast.walk(fn):
+                where.setdefault(id(n), (fn, owner))
+        for n in ast.walk(self.names.tree):
+            if isinstance(n, ast.Call):
+                callee_ids.add(id(n.func))
+        for n in ast.walk(self.names.tree):
+            caller, owner = where.get(id(n), (None, None))
+            if isinstance(n, ast.Call):
+                for fn in self._targets(n.func, owner):
+                    sites.setdefault(id(fn), []).append((n, caller, owner))
+            elif id(n) not in callee_ids and isinstance(getattr(n, "ctx", None), ast.Load):
+                escaped |= {id(fn) for fn in self._targets(n, owner)}
+        return {k: v for k, v in sites.items() if k not in escaped}
+
+    def _targets(self, e: ast.AST, owner: ast.ClassDef | None) -> list[Function]:
+        """The file's functions `e` names: `f`, `self.m`/`cls.m`/`super().m`, `C` (its `__init__`)."""
+        if isinstance(e, ast.Call):
+            return []
+        if isinstance(e, ast.Name):
+            out: list[Function] = [f for f in [self.names.module_funcs.get(e.id)] if f is not None]
+            out += self.index.nested.get(e.id, [])
+            cls = self.index.classes.get(e.id)
+            if cls is not None and (init := self.index.methods(cls).get("__init__")) is not None:
+                out.append(init)
+            return out
+        if isinstance(e, ast.Attribute) and owner is not None:
+            recv = e.value
+            if (isinstance(recv, ast.Name) and recv.id in ("self", "cls")) or (
+                isinstance(recv, ast.Call) and callee_name(recv.func) == "super"
+            ):
+                return [m for c in self.index.chain(owner) for m in _methods_named(c, e.attr)]
+            held = self.index.self_values(owner).get(self_attr(recv) or "", [])
+            classes = [
+                self.index.classes.get(v.func.id)
+                for v in held
+                if isinstance(v, ast.Call) and isinstance(v.func, ast.Name)
+            ]
+            if held and len(classes) == len(held) and all(c is not None for c in classes):
+                # `self.t.blocks(n)` where every store to `self.t` builds an in-file class
+                return [
+                    m for c in classes if c for k in self.index.chain(c) for m in _methods_named(k, e.attr)
+                ]
+        return []
+
+    def _plain_attrs(self, cls: ast.ClassDef, optimistic: bool = False) -> frozenset[str]:
+        """`self.<attr>`s of `cls` whose every store (class body, any method of the chain) is plain;
+        `optimistic`: every attribute stored at all (the fixpoint's start)."""
+        values: dict[str, list[ast.expr | None]] = {}
+        kinds = self.names.kinds_for(cls)
+        module_env = _Env(self.module_bound, self.module_plain, None)
+        for c in self.index.chain(cls):
+            for stmt in c.body:
+                if isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign)):  # class attributes
+                    for name, value in _bindings(stmt):
+                        ok = optimistic or (value is not None and self.plain(value, module_env))
+                        values.setdefault(name, []).append(_PLAIN if ok else None)
+                if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    env = self.envs.get(id(stmt))
+                    for node in ast.walk(stmt):
+                        for attr, value in _self_stores(node):
+                            ok = optimistic or (
+                                value is not None and env is not None and self.plain(value, env)
+                            )
+                            values.setdefault(attr or "*", []).append(_PLAIN if ok else None)
+        if "*" in values and None in values["*"]:  # `setattr(self, name, v)` with a computed name
+            return _MODULE_PLAIN_ATTRS
+        stored = {
+            k
+            for k, v in values.items()
+            if kinds.get(k) not in ("tensor", "torch", "ext", "kernel", "reference") and None not in v
+        }
+        bases = {dotted(b, self.names.aliases) or "" for c in self.index.chain(cls) for b in c.bases}
+        layer = any(b.startswith("torch.nn.") and not b.endswith(".Module") for b in bases)
+        inherited = {a for a in _LAYER_CONFIG_ATTRS if a not in values} if layer else set()
+        return frozenset(stored | inherited) | _MODULE_PLAIN_ATTRS
+
+    # -- expressions ------------------------------------------------------------------------------
+    def plain(self, e: ast.expr, env: _Env) -> bool:
+        """Whether `e` is provably plain: no tensor, holding none, and — for a callable — returning a
+        plain value when called with plain arguments (`math.ceil`, `len`, a lambda of plain maths)."""
+        if e is _PLAIN or isinstance(e, (ast.Constant, ast.JoinedStr)):
+            return True
+        if isinstance(e, ast.Lambda):
+            params = frozenset(a.arg for a in _params(e))
+            return self.plain(e.body, _Env(env.bound | params, env.plain | params, env.owner))
+        if isinstance(e, ast.Name):
+            if e.id in env.bound:
+                return e.id in env.plain
+            if e.id in self.names.module_funcs:
+                return id(self.names.module_funcs[e.id]) in self.returns
+            if e.id in self.module_imports:
+                return _plain_ref(dotted(e, self.names.aliases) or e.id)
+            if e.id in self.module_bound:
+                return e.id in self.module_plain and e.id not in self.index.classes
+            return e.id in _BUILTIN_NAMES
+        if isinstance(e, ast.Attribute):
+            attr = self_attr(e)
+            if attr is not None and env.owner is not None:
+                return attr in self.attrs.get(id(env.owner), _MODULE_PLAIN_ATTRS)
+            if e.attr in _NON_TENSOR_ATTRS:
+                return True
+            root = e.value
+            while isinstance(root, ast.Attribute):
+                root = root.value
+            if isinstance(root, ast.Name) and root.id in self.module_imports and root.id not in env.bound:
+                return _plain_ref(dotted(e, self.names.aliases) or "")
+            return self.plain(e.value, env) and e.attr not in _TENSOR_ATTRS
+        if isinstance(e, (ast.Subscript, ast.Starred, ast.NamedExpr)):
+            return self.plain(e.value, env)
+        if isinstance(e, ast.BinOp):
+            if (
+                isinstance(e.op, ast.Mod)
+                and isinstance(e.left, ast.Constant)
+                and isinstance(e.left.value, str)
+            ):
+                return True  # `"%d" % n` formats a string
+            return self.plain(e.left, env) and self.plain(e.right, env)
+        if isinstance(e, ast.UnaryOp):
+            return isinstance(e.op, ast.Not) or self.plain(e.operand, env)
+        if isinstance(e, ast.BoolOp):
+            return all(self.plain(v, env) for v in e.values)
+        if isinstance(e, ast.Compare):
+            return all(self.plain(v, env) for v in [e.left, *e.comparators])
+        if isinstance(e, ast.IfExp):
+            return self.plain(e.body, env) and self.plain(e.orelse, env)
+        if isinstance(e, (ast.Tuple, ast.List, ast.Set)):
+            return all(self.plain(x, env) for x in e.elts)
+        if isinstance(e, ast.Dict):
+            return all(self.plain(x, env) for x in [*e.keys, *e.values] if x is not None)
+        if isinstance(e, (ast.ListComp, ast.SetComp, ast.GeneratorExp)):
+            return self.plain(e.elt, env)  # generator targets are bindings of the function
+        if isinstance(e, ast.DictComp):
+            return self.plain(e.key, env) and self.plain(e.value, env)
+        if isinstance(e, ast.Slice):
+            return all(self.plain(x, env) for x in (e.lower, e.upper, e.step) if x is not None)
+        if isinstance(e, ast.Call):
+            return self._plain_call(e, env)
+        return False
+
+    def _plain_call(self, e: ast.Call, env: _Env) -> bool:
+        """Metadata, `len()`/`int()` & co., the file's functions that return plain values, a few torch
+        queries (`torch.cuda.*`, `torch.finfo` …), else a plain callee given plain arguments."""
+        func = e.func
+        args = [*e.args, *(k.value for k in e.keywords)]
+        if isinstance(func, ast.Name) and func.id not in env.bound and func.id not in self.module_bound:
+            if func.id in _PLAIN_BUILTINS:
+                return True
+        targets = self._targets(func, env.owner)
+        if targets and not (isinstance(func, ast.Name) and func.id in self.index.classes):
+            return all(id(t) in self.returns for t in targets)
+        if isinstance(func, ast.Attribute) and func.attr in _PLAIN_METHODS:
+            return True
+        d = dotted(func, self.names.aliases) or ""
+        if d.startswith("torch.") and not (isinstance(func, ast.Name) and func.id in env.bound):
+            return d.startswith("torch.cuda.") or d.rsplit(".", 1)[-1] in _TORCH_PLAIN
+        return self.plain(func, env) and all(self.plain(a, env) for a in args)
+
+
+def _plain_ref(d: str) -> bool:
+    """A module attribute (not called) that is plain: anything outside torch (`math.ceil`,
+    `numpy.float32`), and in torch its dtypes, plain queries and `torch.cuda` plumbing."""
+    if d == "torch" or not d.startswith("torch."):
+        return True
+    last = d.rsplit(".", 1)[-1]
+    return d.startswith("torch.cuda.") or last in _TORCH_PLAIN or last in _TORCH_DTYPES
+
+
+_PLAIN = ast.Constant(value=0)  # the value of a binding known to be plain (a parameter, `self`)
+# builtins that are plain callables (their results are plain given plain arguments); not those
+# that reach namespaces (`globals()["w"]`), run code or read the outside world
+_BUILTIN_NAMES = frozenset(dir(builtins)) - {
+    "globals",
+    "locals",
+    "vars",
+    "eval",
+    "exec",
+    "compile",
+    "__import__",
+    "open",
+    "input",
+    "super",
+    "memoryview",
+    "breakpoint",
+}
+
+
+def _by_id(classes: dict[str, ast.ClassDef]) -> list[tuple[int, ast.ClassDef]]:
+    return [(id(c), c) for c in classes.values()]
+
+
+def _params(fn: Function | ast.Lambda) -> list[ast.arg]:
+    a = fn.args
+    return [
+        *a.posonlyargs,
+        *a.args,
+        *([a.vararg] if a.vararg else []),
+        *a.kwonlyargs,
+        *([a.kwarg] if a.kwarg else []),
+    ]
+
+
+def _takes_self(fn: Function, owner: ast.ClassDef | None) -> bool:
+    return (
+        owner is not None
+        and bool([*fn.args.posonlyargs, *fn.args.args])
+        and not any(_decorator_name(d) == "staticmethod" for d in fn.decorator_list)
+    )
+
+
+def _decorator_name(d: ast.expr) -> str:
+    return callee_name(d.func if isinstance(d, ast.Call) else d) or ""
+
+
+def _methods_named(c: ast.ClassDef, name: str) -> list[Function]:
+    return [n for n in c.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name]
+
+
+def _own_nodes(fn: Function) -> Iterator[ast.AST]:
+    """The nodes of `fn` outside the functions and lambdas nested in it."""
+    todo: list[ast.AST] = list(fn.body)
+    while todo:
+        n = todo.pop()
+        yield n
+        if not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            todo += list(ast.iter_child_nodes(n))
+
+
+def _module_names(tree: ast.Module) -> frozenset[str]:
+    out: set[str] = set()
+    for stmt in tree.body:
+        out |= {name for name, _ in _bindings(stmt)}
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out.add(stmt.name)
+        elif isinstance(stmt, (ast.Import, ast.ImportFrom)):
+            out |= {(a.asname or a.name).split(".")[0] for a in stmt.names}
+    return frozenset(out)
+
+
+def _bindings(node: ast.AST) -> Iterator[tuple[str, ast.expr | None]]:
+    """The names one node binds, each with the value it binds (None: not provably plain, e.g. a
+    `with` target), for tuple unpacking the matching element when the value is a literal tuple."""
+    if isinstance(node, ast.Assign):
+        for t in node.targets:
+            yield from _unpack(t, node.value)
+    elif isinstance(node, ast.AnnAssign) and node.value is not None:
+        yield from _unpack(node.target, node.value)
+    elif isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
+        yield node.target.id, ast.BinOp(ast.Name(node.target.id, ast.Load()), node.op, node.value)
+    elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
+        target, it = node.target, node.iter
+        if (
+            isinstance(it, ast.Call)
+            and callee_name(it.func) == "enumerate"
+            and isinstance(it.func, ast.Name)
+            and isinstance(target, ast.Tuple)
+            and len(target.elts) == 2
+            and isinstance(target.elts[0], ast.Name)
+            and it.args
+        ):  # `for i, layer in enumerate(self.layers)`: the counter is plain whatever is counted
+            yield target.elts[0].id, _PLAIN
+            target, it = target.elts[1], it.args[0]
+        # an element of a plain iterable is plain (never paired up like an unpacked literal)
+        yield from ((n.id, it) for n in ast.walk(target) if isinstance(n, ast.Name))
+    elif isinstance(node, ast.NamedExpr):
+        yield node.target.id, node.value
+    elif isinstance(node, ast.withitem) and node.optional_vars is not None:
+        yield from ((n.id, None) for n in ast.walk(node.optional_vars) if isinstance(n, ast.Name))
+    elif isinstance(node, ast.ExceptHandler) and node.name:
+        yield node.name, None
+    elif isinstance(node, (ast.Import, ast.ImportFrom)):
+        yield from (((a.asname or a.name).split(".")[0], _PLAIN) for a in node.names)
+    elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        yield node.name, _PLAIN
+    elif isinstance(node, (ast.Global, ast.Nonlocal)):
+        yield from ((n, None) for n in node.names)
+    elif isinstance(node, (ast.MatchAs, ast.MatchStar)) and node.name:
+        yield node.name, None
+
+
+def _unpack(target: ast.expr, value: ast.expr) -> Iterator[tuple[str, ast.expr | None]]:
+    if isinstance(target, ast.Name):
+        yield target.id, value
+    elif isinstance(target, (ast.Tuple, ast.List)):
+        elts = value.elts if isinstance(value, (ast.Tuple, ast.List)) else None
+        starred = any(isinstance(x, ast.Starred) for x in [*target.elts, *(elts or [])])
+        if elts is not None and not starred and len(elts) == len(target.elts):
+            for t, v in zip(target.elts, elts, strict=True):
+                yield from _unpack(t, v)
+        else:
+            for t in target.elts:
+                yield from _unpack(t, value)
+    elif isinstance(target, ast.Starred):
+        yield from _unpack(target.value, value)
+
+
+def _self_stores(node: ast.AST) -> Iterator[tuple[str | None, ast.expr | None]]:
+    """`self.<attr>` stores of one node (attribute None: `setattr(self, <computed>, v)`)."""
+    if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+        value = node.value
+        if isinstance(node, ast.AugAssign):
+            value = ast.BinOp(node.target, node.op, node.value)
+        for t in node.targets if isinstance(node, ast.Assign) else [node.target]:
+            for n in ast.walk(t):
+                if (attr := self_attr(n)) is not None:
+                    yield attr, value if n is t else None
+    elif isinstance(node, ast.Call) and callee_name(node.func) == "setattr" and len(node.args) >= 3:
+        recv, key = node.args[0], node.args[1]
+        if isinstance(recv, ast.Name) and recv.id == "self":
+            name = key.value if isinstance(key, ast.Constant) and isinstance(key.value, str) else None
+            yield name, node.args[2]

@@ -6,6 +6,8 @@ installed around forward, and — for the verifier, which loads the name — the
 binding `ModelNew`. `call_protocol_findings()` reports every store that changes one of them,
 on any object, in any form: `self.forward = f`, `type(self).forward = f`, `setattr(obj,
 "forward", f)`, `object.__setattr__(self, "__class__", C)`, `obj.__dict__["forward"] = f`,
+`self.__setstate__({"forward": f})` (it updates `__dict__`), `locals()["forward"] = f` in a class
+body,
 `self.register_forward_hook(h)` or its hook tables (`self._forward_hooks`), a second
 `ModelNew` (`static.monkey_patch`), and a `setattr` whose attribute name the file does not fix
 (`static.dynamic_code`).
@@ -33,7 +35,8 @@ _HOOK_TABLES = re.compile(
 
 def call_protocol_findings(tree: ast.Module) -> list[Finding]:
     """Stores that replace the code a call finds (`self.forward = f`, `setattr(obj, "forward", f)`,
-    `object.__setattr__(self, "__class__", C)`, `obj.__dict__[k] = v`), forward hooks, and every
+    `object.__setattr__(self, "__class__", C)`, `obj.__dict__[k] = v`, `locals()[k] = v`,
+    `obj.__setstate__(state)`), forward hooks, and every
     binding of `ModelNew` after the first."""
     out: list[Finding] = []
     consts: list[ModuleConstants] = []  # built on the first `setattr`-like call only
@@ -97,6 +100,9 @@ def _call_finding(node: ast.Call, tree: ast.Module, consts: list[ModuleConstants
     elif isinstance(node.func, ast.Attribute) and name in ("update", "setdefault", "__setitem__"):
         if _names_dict(node.func.value):
             return [_replaces_call(node, None)]
+    elif name == "__setstate__":
+        # `nn.Module.__setstate__(state)` is `self.__dict__.update(state)`: any key, `forward` included
+        return [_replaces_call(node, None)]
     elif name in HOOK_INSTALLERS:
         return [
             Finding(
@@ -111,20 +117,26 @@ def _call_finding(node: ast.Call, tree: ast.Module, consts: list[ModuleConstants
 
 
 def _replaces_call(node: ast.AST, attr: str | None) -> Finding:
-    what = f"`{attr}`" if attr else "an object's `__dict__`"
+    what = (
+        f"assigns `{attr}`"
+        if attr
+        else "writes through an attribute namespace (`__dict__`, `vars()`, `locals()`, `__setstate__`), "
+        "which can set any attribute"
+    )
     return Finding(
         "static.monkey_patch",
         node,
-        f"assigns {what}: replacing what `model(x)` looks up (`forward`, `__call__`, `__class__`) "
+        f"{what}: replacing what `model(x)` looks up (`forward`, `__call__`, `__class__`) "
         "makes the module run code other than the `forward` the checks read. Define `forward` in "
         "`ModelNew` and leave it in place.",
     )
 
 
 def _names_dict(e: ast.expr) -> bool:
-    """`obj.__dict__` or `vars(obj)`: a write through it can replace any attribute, `forward` included."""
+    """`obj.__dict__`, `vars(obj)` or `locals()` (in a class body: the class namespace): a write
+    through it can replace any attribute, `forward` included."""
     return (isinstance(e, ast.Attribute) and e.attr == "__dict__") or (
-        isinstance(e, ast.Call) and callee_name(e.func) == "vars"
+        isinstance(e, ast.Call) and callee_name(e.func) in ("vars", "locals")
     )
 
 

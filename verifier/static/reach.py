@@ -13,15 +13,21 @@ function names:
 - `self.a` — whatever `self.a = ...` stores anywhere in the class chain: an in-file class built
   there (`self.impl = _Impl()`) brings in all its methods but `__init__`, a named function or
   class all of it;
+- a class attribute `a = value` of the chain read as `self.a` (or any `.a`): what `value` names,
+  so a descriptor `a = _D()` brings in `_D.__get__`;
 - a module-level function or lambda by name; an in-file class by name (all its methods, its
-  bases' and its metaclass's); a module-level variable by name (what its definition names);
-  lambdas and nested functions a stored value holds (`self.f = lambda x: ...`).
+  bases' and its metaclass's); a module-level variable by name, also when a stored value names it
+  (`self.ext = ext`): what its definitions and the module-level stores into it name (`ext.f = g`
+  brings in `g`); lambdas and nested functions a stored value holds (`self.f = lambda x: ...`);
+- functions registered on a reached one (`@forward.register`, `@impl.register(int)` of
+  `singledispatch`/`singledispatchmethod`): the call dispatches to them.
 
 Each reached function comes with the class whose `self` it sees (None for plain functions).
 
 Replacing what the call protocol finds — `self.forward = ...`, `setattr(obj, "forward", ...)`,
 `self.__class__ = ...`, hooks, a second binding of `ModelNew` — is not followed but rejected
-(`static/protocol.py`, with `CALL_PROTOCOL_ATTRS` and `HOOK_INSTALLERS`).
+(`static/protocol.py`, with `CALL_PROTOCOL_ATTRS` and `HOOK_INSTALLERS`); so is replacing the
+extension or one of its functions (`static/forward.py`), whose replacement is followed as above.
 
 Not covered: classes or functions from other files, objects reached through containers filled at
 run time or through `getattr` with a computed name (rejected elsewhere as dynamic code).
@@ -30,6 +36,7 @@ run time or through `getattr` with a computed name (rejected elsewhere as dynami
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
 from dataclasses import dataclass
 
 FORWARD_ROOTS = frozenset(
@@ -93,6 +100,7 @@ class CodeIndex:
             if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None:
                 targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
                 for t in targets:
+                    # `ext.relu_out = _impl` / `OPS["a"] = f` store into `ext` / `OPS`: its value too
                     for name in (n.id for n in ast.walk(t) if isinstance(n, ast.Name)):
                         self.module_vars.setdefault(name, []).append(stmt.value)
         self._chains: dict[int, list[ast.ClassDef]] = {}
@@ -169,6 +177,15 @@ def reachable(index: CodeIndex, model_new: ast.ClassDef) -> list[Reached]:
             for fn in index.methods(meta).values():
                 add(fn, meta)
 
+    visited_vars: set[str] = set()
+
+    def add_var(name: str) -> None:
+        """A module variable forward names: what each of its definitions (and stores into it) names."""
+        if name in index.module_vars and name not in visited_vars:
+            visited_vars.add(name)
+            for value in index.module_vars[name]:
+                add_named(value)
+
     def add_named(expr: ast.expr, owner: ast.ClassDef | None = None) -> None:
         """What a stored value or a module variable's definition names, and the lambdas it holds
         (`self.f = lambda x: ...`: its body runs when forward calls `self.f`)."""
@@ -179,6 +196,8 @@ def reachable(index: CodeIndex, model_new: ast.ClassDef) -> list[Reached]:
                     add_class(index.classes[n.id], with_init=id(n) not in built)
                 elif n.id in index.funcs:
                     add(index.funcs[n.id], None)
+                else:  # `self.ext = ext` where `ext` was rebound or had attributes replaced
+                    add_var(n.id)
                 for fn in index.nested.get(n.id, ()):  # `def helper(x): ...; self.f = helper`
                     add(fn, owner)
             elif isinstance(n, ast.Lambda):
@@ -194,35 +213,65 @@ def reachable(index: CodeIndex, model_new: ast.ClassDef) -> list[Reached]:
     for cls in index.chain(model_new):  # class decorators, and a metaclass that is a function
         for e in [*cls.decorator_list, *(k.value for k in cls.keywords)]:
             add_named(e)
-    visited_vars: set[str] = set()
     while todo:
-        item = todo.pop()
-        chain = index.chain(item.owner) if item.owner is not None else []
-        owner_values = index.self_values(item.owner) if item.owner is not None else {}
-        for node in ast.walk(item.fn):
-            if isinstance(node, ast.Attribute) and node.attr != "__init__":
-                # `self.m`, `super().m`, `type(self).m`, `self.__class__.m`: every `m` of the chain
-                for cls in chain:
-                    for fn in cls.body:
-                        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and fn.name == node.attr:
-                            add(fn, item.owner)
-            if (
-                isinstance(node, ast.Attribute)
-                and isinstance(node.value, ast.Name)
-                and node.value.id == "self"
-            ):
-                for value in owner_values.get(node.attr, ()):
-                    add_named(value, item.owner)
-            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
-                if node.id in index.funcs:
-                    add(index.funcs[node.id], None)
-                elif node.id in index.classes:
-                    add_class(index.classes[node.id], with_init=True)
-                elif node.id in index.module_vars and node.id not in visited_vars:
-                    visited_vars.add(node.id)
-                    for value in index.module_vars[node.id]:
-                        add_named(value)
+        while todo:
+            _follow(index, todo.pop(), add, add_class, add_named, add_var)
+        for fn, owner in _registered(index, seen):  # `@forward.register def _(self, x: Tensor)`
+            add(fn, owner)
     return sorted(seen.values(), key=lambda r: (r.fn.lineno, r.fn.col_offset))
+
+
+def _follow(
+    index: CodeIndex,
+    item: Reached,
+    add: Callable[[Function, ast.ClassDef | None], None],
+    add_class: Callable[[ast.ClassDef, bool], None],
+    add_named: Callable[[ast.expr, ast.ClassDef | None], None],
+    add_var: Callable[[str], None],
+) -> None:
+    """Add what one reached function names."""
+    chain = index.chain(item.owner) if item.owner is not None else []
+    owner_values = index.self_values(item.owner) if item.owner is not None else {}
+    for node in ast.walk(item.fn):
+        if isinstance(node, ast.Attribute) and node.attr != "__init__":
+            # `self.m`, `super().m`, `type(self).m`, `self.__class__.m`: every `m` of the chain; a
+            # class attribute `m = _D()` brings in what its value names (a descriptor's `__get__`)
+            for cls in chain:
+                for fn in cls.body:
+                    if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and fn.name == node.attr:
+                        add(fn, item.owner)
+                    elif isinstance(fn, (ast.Assign, ast.AnnAssign)) and fn.value is not None:
+                        targets = fn.targets if isinstance(fn, ast.Assign) else [fn.target]
+                        if any(isinstance(t, ast.Name) and t.id == node.attr for t in targets):
+                            add_named(fn.value, item.owner)
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
+            for value in owner_values.get(node.attr, ()):
+                add_named(value, item.owner)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+            if node.id in index.funcs:
+                add(index.funcs[node.id], None)
+            elif node.id in index.classes:
+                add_class(index.classes[node.id], True)
+            else:
+                add_var(node.id)
+
+
+def _registered(index: CodeIndex, seen: dict[int, Reached]) -> list[tuple[Function, ast.ClassDef | None]]:
+    """Functions registered on a reached one (`@forward.register`, `@impl.register(int)` of a
+    `singledispatch`/`singledispatchmethod`): a call of the reached one can dispatch to them."""
+    reached_names = {r.fn.name: r.owner for r in seen.values()}
+    out: list[tuple[Function, ast.ClassDef | None]] = []
+    owners = {id(n): c for c in index.classes.values() for n in c.body}
+    for n in ast.walk(index.tree):
+        if not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) or id(n) in seen:
+            continue
+        for deco in n.decorator_list:
+            root = deco.func if isinstance(deco, ast.Call) else deco
+            if isinstance(root, ast.Attribute) and isinstance(root.value, ast.Name):
+                if root.value.id in reached_names:
+                    out.append((n, owners.get(id(n), reached_names[root.value.id])))
+                    break
+    return out
 
 
 def lambda_function(name: str, lam: ast.Lambda) -> ast.FunctionDef:

@@ -10,8 +10,12 @@ containers holding them, `type(v)` / `v.__class__` of a run-time value, `super()
 attributes of a class deriving from an `nn` layer, and what reflection returns — and follows it
 through local names (assignments, `for`/`with` targets, comprehensions, `append`/`[k] =` into a
 container), `self.<attr>` stored by any method of the class chain, module-level names, attributes,
-subscripts, container literals, iteration helpers (`iter`, `next`, `list`, `zip` …), `getattr`,
-`partial`, and arguments passed to the file's own functions and methods. Then, in every function
+subscripts, container literals, iteration helpers (`iter`, `next`, `list`, `zip`, `dict(k=v)` …),
+`getattr`, `partial` (its function or a bound argument), any call of a function the file does not
+define whose arguments or keywords hold such a value (`types.SimpleNamespace(act=F.relu)`: the
+result may hold it; `ns.act(x)` is then a call of it; a container accessor such as `.get('act')`
+hands out what the container holds, under that value's own name), and arguments passed to the
+file's own functions and methods. Then, in every function
 a call of `ModelNew` can run (`static/reach.py`):
 
 - a call whose callee is such a value and whose name is not glue (the allow-lists of
@@ -315,9 +319,10 @@ class _Analysis:
         if name in ("getattr", "vars") and e.args:
             return self.taint(e.args[0], env, owner)
         if name == "partial" or callee_name(func) == "partial":
-            return self.taint(e.args[0], env, owner) if e.args else None
+            # the function, or a torch value bound as an argument (`partial(dict, act=F.relu)`)
+            return (self.taint(e.args[0], env, owner) if e.args else None) or self._held(e, env, owner)
         if name in _ITERATION_HELPERS:
-            return _element(self._first([self.taint(a, env, owner) for a in e.args]))
+            return _element(self._held(e, env, owner))
         if name is not None and name in self.index.classes and name not in env:
             return self.instance_taint(self.index.classes[name])
         d = dotted(func, self.aliases)
@@ -325,15 +330,15 @@ class _Analysis:
             if d.startswith("torch.nn.") and not d.startswith("torch.nn.functional."):
                 last = d.rsplit(".", 1)[-1]
                 if last in NN_CONTAINERS:
-                    args = [*e.args, *(k.value for k in e.keywords)]
-                    held = self._first([self.taint(a, env, owner) for a in args])
+                    held = self._held(e, env, owner)
                     return None if held is None else Taint(f"`{last}` holding {held.what}", last, layer=True)
                 if last[:1].isupper() and last not in NN_NON_COMPUTE:
                     return Taint(f"the `{d}` layer", "forward", layer=True)
-            return None
+            return None if d.startswith("torch.") else self._built_from(e, env, owner)
         callee = self.taint(func, env, owner)
         if callee is None:
-            return None
+            own = name is not None and (name in self.names.module_funcs or name in self.index.nested)
+            return None if own else self._built_from(e, env, owner)
         if isinstance(func, ast.Attribute) and func.attr in (
             *MODULE_ACCESSORS,
             "values",
@@ -345,10 +350,28 @@ class _Analysis:
             "__getattr__",
             "copy",
         ):
-            return _element(Taint(f"{callee.what} (`.{func.attr}(...)`)", func.attr, callee.layer))
+            # what the container holds answers to its own name (`relu`), not the accessor's (`get`)
+            held = self.taint(func.value, env, owner) or callee
+            return _element(Taint(f"{callee.what} (`.{func.attr}(...)`)", held.leaf, callee.layer))
         if callee.leaf in ("__getattribute__", "__getattr__", "__dict__"):
             return callee
+        if isinstance(func, ast.Call) and callee_name(func.func) == "partial":
+            return callee  # `partial(dict, act=F.relu)()` builds what the partial holds
         return None
+
+    def _held(self, e: ast.Call, env: dict[str, Taint], owner: ast.ClassDef | None) -> Taint | None:
+        """The first torch-derived value among the arguments and keyword values of `e`."""
+        return self._first([self.taint(a, env, owner) for a in [*e.args, *(k.value for k in e.keywords)]])
+
+    def _built_from(self, e: ast.Call, env: dict[str, Taint], owner: ast.ClassDef | None) -> Taint | None:
+        """A call of a function the file does not define (`types.SimpleNamespace(act=F.relu)`,
+        `dict(act=torch.relu)`, `make(torch.relu)`): its result may hold any torch-derived argument,
+        so it is that argument's taint (the file's own functions are followed through their
+        parameters instead)."""
+        held = self._held(e, env, owner)
+        if held is None:
+            return None
+        return Taint(f"`{_short(e)}`, built from {held.what}", held.leaf, held.layer)
 
     def holds_layers(self, cls: ast.ClassDef) -> bool:
         return self.layer_base(cls) is not None or any(

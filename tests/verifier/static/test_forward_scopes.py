@@ -186,3 +186,73 @@ def test_a_torch_callable_under_the_name_of_a_launchers_alias_is_caught() -> Non
     )
     diags = _check("OPS = [torch.relu]\n" + _LAUNCHER + forward)
     assert "static.torch_op_in_forward" in _errors(diags), _described(diags)
+
+
+# what a call of `ModelNew` can run beyond its methods (static/reach.py), and what replaces forward or
+# the extension (static/protocol.py, static/forward.py `_extension_replaced`)
+_REACHED = {
+    "descriptor class attribute": (
+        "class _D:\n    def __get__(self, obj, typ=None):\n        return lambda t: torch.clamp_min(t, 0)\n"
+        "\nclass ModelNew(nn.Module):\n    act = _D()\n\n    def forward(self, x):\n"
+        "        y = torch.empty_like(x)\n        ext.run(y)\n        return self.act(x)\n",
+        {"static.torch_op_in_forward"},
+    ),
+    "singledispatchmethod registration": (
+        "import functools\n\nclass ModelNew(nn.Module):\n    @functools.singledispatchmethod\n"
+        "    def forward(self, x):\n        y = torch.empty_like(x)\n        ext.run(y)\n        return y\n\n"
+        "    @forward.register\n    def _(self, x: torch.Tensor):\n        ext.run(x)\n"
+        "        return torch.relu(x)\n",
+        {"static.torch_op_in_forward"},
+    ),
+    "extension attribute replaced": (
+        "def _impl(y):\n    y.copy_(torch.relu(y))\n\next.run = _impl\n\nclass ModelNew(nn.Module):\n"
+        "    def forward(self, x):\n        y = torch.empty_like(x)\n        ext.run(y)\n        return y\n",
+        {"static.monkey_patch", "static.torch_op_in_forward"},
+    ),
+    "extension name rebound": (
+        "_real = ext\n\nclass _NS:\n    @staticmethod\n    def run(y):\n        _real.run(y)\n"
+        "        y.copy_(torch.relu(y))\n\next = _NS()\n\nclass ModelNew(nn.Module):\n"
+        "    def __init__(self):\n        super().__init__()\n        self.ext = ext\n\n"
+        "    def forward(self, x):\n        y = torch.empty_like(x)\n"
+        "        self.ext.run(y)\n        return y\n",
+        {"static.monkey_patch", "static.torch_op_in_forward"},
+    ),
+    "extension attribute replaced through self": (
+        "class ModelNew(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.ext = ext\n        self.ext.run = torch.relu_\n\n    def forward(self, x):\n"
+        "        y = torch.empty_like(x)\n        self.ext.run(y)\n        return y\n",
+        {"static.monkey_patch"},
+    ),
+    "__setstate__ with forward": (
+        "def _fwd(x):\n    return torch.relu(x)\n\nclass ModelNew(nn.Module):\n    def __init__(self):\n"
+        "        super().__init__()\n        self.__setstate__({'forward': _fwd})\n\n"
+        "    def forward(self, x):\n"
+        "        y = torch.empty_like(x)\n        ext.run(y)\n        return y\n",
+        {"static.monkey_patch"},
+    ),
+    "locals() in the class body": (
+        "def _fwd(self, x):\n    return torch.relu(x)\n\nclass ModelNew(nn.Module):\n"
+        "    def forward(self, x):\n        y = torch.empty_like(x)\n        ext.run(y)\n        return y\n\n"
+        "    locals()['forward'] = _fwd\n",
+        {"static.monkey_patch"},
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(_REACHED))
+def test_code_a_call_can_reach_or_that_replaces_forward_or_the_extension_is_judged(name: str) -> None:
+    rest, codes = _REACHED[name]
+    diags = _check(rest)
+    assert codes <= _errors(diags), _described(diags)
+
+
+def test_other_names_of_the_extension_and_a_lazy_loader_are_not_replacements() -> None:
+    rest = (
+        "ext2 = ext\n_lazy = None\n\ndef _get():\n    global _lazy\n    if _lazy is None:\n"
+        "        _lazy = load_inline(name='h', cpp_sources='void run(torch::Tensor y);', cuda_sources=src,"
+        " functions=['run'])\n    return _lazy\n\nclass ModelNew(nn.Module):\n    def __init__(self):\n"
+        "        super().__init__()\n        self.ext = ext2\n\n    def forward(self, x):\n"
+        "        y = torch.empty_like(x)\n        self.ext.run(y)\n        _get().run(y)\n        return y\n"
+    )
+    diags = _check(rest)
+    assert "static.monkey_patch" not in _errors(diags), _described(diags)

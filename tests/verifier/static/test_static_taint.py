@@ -265,6 +265,39 @@ VIOLATIONS = {
         "static.torch_op_in_forward",
         "self.h(x)",
     ),
+    # a container built by a call keeps what its arguments and keywords hold
+    "dict(act=...) keyword": (
+        "self.t = dict(act=torch.relu)",
+        "return self.t.get('act')(x)",
+        "",
+        "nn.Module",
+        "static.torch_op_in_forward",
+        "self.t.get",
+    ),
+    "namespace built by a library call": (
+        "self.ns = functools.partial(dict, act=nn.functional.relu)()",
+        "return self.ns['act'](x)",
+        "",
+        "nn.Module",
+        "static.torch_op_in_forward",
+        "self.ns[",
+    ),
+    "types.SimpleNamespace": (
+        "self.ns = types.SimpleNamespace(act=nn.functional.relu)",
+        "return self.ns.act(x)",
+        "import types\n",
+        "nn.Module",
+        "static.torch_op_in_forward",
+        "self.ns.act",
+    ),
+    "any outside call holding a torch function": (
+        "self.ops = collections.OrderedDict(act=torch.relu)",
+        "return self.ops['act'](x)",
+        "import collections\n",
+        "nn.Module",
+        "static.torch_op_in_forward",
+        "self.ops[",
+    ),
 }
 
 
