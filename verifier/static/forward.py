@@ -980,6 +980,17 @@ class NonTensors:
             if isinstance(stmt, (ast.Import, ast.ImportFrom))
             for a in stmt.names
         )
+        # names in-file classes define (methods, class attributes): `h.size()` is not metadata then
+        self.members = frozenset(
+            name
+            for c in self.index.classes.values()
+            for stmt in c.body
+            for name in (
+                [stmt.name]
+                if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef))
+                else [n for n, _ in _bindings(stmt)]
+            )
+        )
         self.calls = self._call_sites()
         # greatest fixpoint: start from "everything plain" and drop what a binding disproves
         self.module_plain = frozenset(self.module_bound)
@@ -1025,12 +1036,14 @@ class NonTensors:
         params = self.params.get(id(fn), frozenset())
         for a in _params(fn):
             values.setdefault(a.arg, []).append(_PLAIN if a.arg in params else None)
+        lambdas = _called_lambdas(fn)
         for node in ast.walk(fn):
             if node is fn:
                 continue
-            if isinstance(node, ast.Lambda) or (
-                isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and id(node) not in self.params
-            ):
+            if isinstance(node, ast.Lambda):  # its parameters hold what its calls pass, if all are seen
+                for name, value in _lambda_arguments(node, lambdas.get(id(node))):
+                    values.setdefault(name, []).append(value)
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and id(node) not in self.params:
                 for a in _params(node):
                     values.setdefault(a.arg, []).append(None)
             elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -1213,7 +1226,7 @@ class NonTensors:
             attr = self_attr(e)
             if attr is not None and env.owner is not None:
                 return attr in self.attrs.get(id(env.owner), _MODULE_PLAIN_ATTRS)
-            if e.attr in _NON_TENSOR_ATTRS:
+            if e.attr in _NON_TENSOR_ATTRS and e.attr not in self.members:
                 return True
             root = e.value
             while isinstance(root, ast.Attribute):
@@ -1264,8 +1277,8 @@ class NonTensors:
         targets = self._targets(func, env.owner)
         if targets and not (isinstance(func, ast.Name) and func.id in self.index.classes):
             return all(id(t) in self.returns for t in targets)
-        if isinstance(func, ast.Attribute) and func.attr in _PLAIN_METHODS:
-            return True
+        if isinstance(func, ast.Attribute) and func.attr in _PLAIN_METHODS and func.attr not in self.members:
+            return True  # tensor metadata (an in-file class defining `size` & co. is not trusted)
         d = dotted(func, self.names.aliases) or ""
         if d.startswith("torch.") and not (isinstance(func, ast.Name) and func.id in env.bound):
             return d.startswith("torch.cuda.") or d.rsplit(".", 1)[-1] in _TORCH_PLAIN
@@ -1313,6 +1326,48 @@ def _params(fn: Function | ast.Lambda) -> list[ast.arg]:
         *a.kwonlyargs,
         *([a.kwarg] if a.kwarg else []),
     ]
+
+
+def _called_lambdas(fn: Function) -> dict[int, list[ast.Call]]:
+    """Lambdas of `fn` whose every call is visible: called in place (`(lambda n: ...)(k)`), or bound
+    once to a local name used only as a callee (`cdiv = lambda a, b: ...; cdiv(n, 256)`)."""
+    out: dict[int, list[ast.Call]] = {}
+    nodes = list(ast.walk(fn))
+    callees = {id(n.func): n for n in nodes if isinstance(n, ast.Call)}
+    bindings: dict[str, list[ast.expr | None]] = {}
+    for n in nodes:
+        if isinstance(n, ast.Lambda) and id(n) in callees:
+            out[id(n)] = [callees[id(n)]]
+        for name, value in _bindings(n):
+            bindings.setdefault(name, []).append(value)
+    for name, values in bindings.items():
+        if len(values) != 1 or not isinstance(values[0], ast.Lambda):
+            continue
+        uses = [n for n in nodes if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)]
+        if all(id(u) in callees for u in uses):
+            out[id(values[0])] = [callees[id(u)] for u in uses]
+    return out
+
+
+def _lambda_arguments(lam: ast.Lambda, calls: list[ast.Call] | None) -> Iterator[tuple[str, ast.expr | None]]:
+    """Each parameter of `lam` with each value a call passes it (None: unknown)."""
+    positional = [*lam.args.posonlyargs, *lam.args.args]
+    defaults = dict(zip(reversed(positional), reversed(lam.args.defaults), strict=False))
+    for a in _params(lam):
+        if calls is None or a in (lam.args.vararg, lam.args.kwarg) or a in lam.args.kwonlyargs:
+            yield a.arg, None
+            continue
+        i = positional.index(a)
+        for call in calls:
+            if any(isinstance(x, ast.Starred) for x in call.args) or any(
+                k.arg is None for k in call.keywords
+            ):
+                yield a.arg, None
+            elif i < len(call.args):
+                yield a.arg, call.args[i]
+            else:
+                given = next((k.value for k in call.keywords if k.arg == a.arg), defaults.get(a))
+                yield a.arg, given
 
 
 def _takes_self(fn: Function, owner: ast.ClassDef | None) -> bool:
