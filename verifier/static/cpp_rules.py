@@ -12,7 +12,11 @@ Regexes over the blanked text with the file's own macros expanded (`cpp_scan.Uni
 `static/cpp_preprocess.py`): `CAT(pthread_, create)` reads as `pthread_create`, `NS::relu` under
 `#define NS at` as `at::relu`; findings land on the macro's invocation. A stream or a `static`
 seen only through a macro is a warning (the run-time layer measures those: `dynamic.side_stream`,
-`dynamic.nondeterministic`); every other finding is an error however it is spelled. Operators on
+`dynamic.nondeterministic`); every other finding is an error however it is spelled. A method of
+the tensor API called on a tensor (`x.prelu(w)`, `x.contiguous().sum_to_size(1)`: receivers
+inferred by `static/cpp_tensors.py`) is ATen work unless policy.py's glue tables allow it
+(`tensor_method_is_compute`, as on the Python side); layout conversions (`.to_sparse()`) are left
+to the run-time layout check. Operators on
 tensors (`x * (x > 0)`, `out += b`, `-x`: arithmetic, comparison, bitwise, compound assignment)
 in host code are ATen calls too (`static.cpp_torch_op`): which expressions are tensors is inferred
 from declarations by `static/cpp_tensors.py` (`x.size(0)`, `x.numel()`, `x.data_ptr<float>() + i`
@@ -71,11 +75,17 @@ from cudice.verifier.static.cpp_preprocess import (
     aten_using_declarations,
 )
 from cudice.verifier.static.cpp_scan import CppFunction, Unit, diag
-from cudice.verifier.static.cpp_tensors import returns_tensor, tensor_operators
+from cudice.verifier.static.cpp_tensors import (
+    method_receiver_is_tensor,
+    returns_tensor,
+    tensor_names,
+    tensor_operators,
+)
 from cudice.verifier.static.policy import (
     COMPUTE_METHODS,
     TENSOR_METADATA_METHODS,
     Strictness,
+    tensor_method_is_compute,
 )
 
 _HOST_RULES: tuple[tuple[str, re.Pattern[str], str], ...] = (
@@ -189,6 +199,11 @@ _TENSOR_METHODS = frozenset(
         "type_as",
         "cuda",
     }
+)
+# Layout conversions change how an output is stored, not what it holds: the run-time checks judge
+# the output's layout (`dynamic.output_not_plain_tensor`), as the Python glue tables leave `.to()`.
+_LAYOUT_CONVERSIONS = frozenset(
+    {"to_sparse", "to_sparse_csr", "to_sparse_csc", "to_sparse_bsr", "to_sparse_bsc", "to_dense", "to_mkldnn"}
 )
 _LOCAL_NAME = re.compile(r"\bauto\s*[&*]*\s*([A-Za-z_]\w*)\s*=")
 # vendor libraries' entry points (C names): cuBLAS(Lt), cuDNN, cuSPARSE, cuFFT, cuSOLVER, cuTENSOR,
@@ -342,8 +357,13 @@ def pattern_findings(u: Unit, level: Strictness, defined: set[str]) -> list[Diag
                     lib_sev,
                 )
             )
+        tensors, containers = tensor_names(f.header, body, roots, tensor_fns)
         for m in _METHOD_CALL.finditer(body):
-            if m.group(1) in COMPUTE_METHODS:
+            if m.group(1) in COMPUTE_METHODS or (
+                m.group(1) not in _LAYOUT_CONVERSIONS
+                and tensor_method_is_compute(m.group(1), level)
+                and method_receiver_is_tensor(body, m.start(), tensors, containers)
+            ):
                 diags.append(
                     diag(
                         u,

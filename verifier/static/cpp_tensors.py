@@ -3,7 +3,9 @@
 `at::Tensor` overloads `+ - * / % < > <= >= == != & | ^ ~ !`, unary minus and the compound
 assignments: `x * (x > 0).to(x.scalar_type())` runs ATen kernels exactly like `at::relu(x)`, with
 no function name for a pattern to see. `tensor_operators()` finds every such operator in a host
-function's body, for `static/cpp_rules.py` (`static.cpp_torch_op`).
+function's body, for `static/cpp_rules.py` (`static.cpp_torch_op`); `tensor_names()` and
+`method_receiver_is_tensor()` tell that rule which method calls have a tensor receiver
+(`x.prelu(w)`, `x.contiguous().view(-1).sum_to_size(1)`, `ts[0].prelu(w)`).
 
 Tensor-ness is inferred from declarations, not known from a compiler:
 
@@ -398,6 +400,21 @@ def tensor_operators(
     """Every arithmetic, comparison, bitwise or compound-assignment operator in `body` (a host
     function's body) with a tensor operand; offsets are in `body`. `roots` are the names of ATen's
     namespaces (`aten_namespaces`), `tensor_fns` the file's own functions that return a tensor."""
+    tensors, containers = _grown_tensors(header, body, roots, tensor_fns)
+    return _Scan(body, tensors, containers, set(tensor_fns), roots).operators(0, len(body))
+
+
+def tensor_names(
+    header: str, body: str, roots: set[str], tensor_fns: set[str] | frozenset[str] = frozenset()
+) -> tuple[set[str], set[str]]:
+    """(tensor names, tensor container names) of a host function (declared, or `auto` bound to a
+    tensor expression), as `tensor_operators` infers them."""
+    return _grown_tensors(header, body, roots, tensor_fns)
+
+
+def _grown_tensors(
+    header: str, body: str, roots: set[str], tensor_fns: set[str] | frozenset[str]
+) -> tuple[set[str], set[str]]:
     tensors, containers = declared_tensors(header + "\n" + body, roots)
     auto = re.compile(r"\bauto\s*(?:const\b\s*)?(?:&&|&)?\s*([A-Za-z_]\w*)\s*=(?!=)")
     for _ in range(3):  # `auto y = x.contiguous(); auto z = y;`
@@ -414,7 +431,64 @@ def tensor_operators(
         if grown == tensors:
             break
         tensors = grown
-    return _Scan(body, tensors, containers, set(tensor_fns), roots).operators(0, len(body))
+    return tensors, containers
+
+
+def method_receiver_is_tensor(
+    body: str, dot: int, tensors: set[str], containers: set[str] | frozenset[str] = frozenset()
+) -> bool:
+    """Whether the receiver of the member access whose `.` (or `->`'s `-`) is at `dot` is a tensor:
+    a tensor name, an element of a tensor container (`ts[0]`), or a chain of tensor-returning
+    methods on one (`x.contiguous().view(-1)`)."""
+    i = dot - 1
+    subscripted = False
+    while True:
+        while i >= 0 and body[i].isspace():
+            i -= 1
+        if i >= 0 and body[i] in ")]":
+            close, depth = body[i], 0
+            opening = "(" if close == ")" else "["
+            while i >= 0:
+                depth += {close: 1, opening: -1}.get(body[i], 0)
+                if depth == 0:
+                    break
+                i -= 1
+            i -= 1
+            while i >= 0 and body[i].isspace():
+                i -= 1
+            if close == "]":
+                subscripted = True
+                continue  # `ts[0]`: the container's name decides
+            if i >= 0 and body[i] == ">":  # `data_ptr<float>()`: skip the template arguments
+                depth = 0
+                while i >= 0:
+                    depth += {">": 1, "<": -1}.get(body[i], 0)
+                    if depth == 0:
+                        break
+                    i -= 1
+                i -= 1
+                while i >= 0 and body[i].isspace():
+                    i -= 1
+            end = i + 1
+            while i >= 0 and (body[i].isalnum() or body[i] == "_"):
+                i -= 1
+            method = body[i + 1 : end]
+            j = i
+            while j >= 0 and body[j].isspace():
+                j -= 1
+            if j >= 0 and body[j] == "." and method in TENSOR_METHODS:
+                i = j - 1
+                continue
+            if j >= 1 and body[j - 1 : j + 1] == "->" and method in TENSOR_METHODS:
+                i = j - 2
+                continue
+            return False  # a call of something else (`f(x).size()`): not inferred
+        end = i + 1
+        while i >= 0 and (body[i].isalnum() or body[i] == "_"):
+            i -= 1
+        name = body[i + 1 : end]
+        known = name in tensors or (subscripted and name in containers)
+        return bool(name) and known and not (i >= 0 and body[i] in ".>:")
 
 
 def _statement_end(text: str, i: int) -> int:

@@ -347,3 +347,34 @@ def test_device_code_and_directives_are_not_host_calls() -> None:
 )
 def test_literals_are_read_as_the_compiler_reads_them(host: str) -> None:
     assert "static.cpp_torch_op" in _cpp_errors(host)
+
+
+# -- tensor methods by the tensor API -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "auto z = x.prelu(torch::zeros({1}, x.options()));",
+        "auto z = x.contiguous().view(-1).sum_to_size({1});",
+        "std::vector<torch::Tensor> ts{x}; auto z = ts[0].prelu(x);",
+        "auto w = x.contiguous(); auto z = w.logaddexp(x);",
+    ],
+)
+def test_a_tensor_api_method_on_a_tensor_is_aten_work(line: str) -> None:
+    assert "static.cpp_torch_op" in _errors(_candidate(line))
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "std::vector<int64_t> v{1, 2}; auto it = std::find(v.begin(), v.end(), 2); (void)it;",
+        "auto opts = x.options().dtype(torch::kFloat32); (void)opts;",
+        "auto s = x.sizes().vec(); s.push_back(1); (void)s;",
+        "auto z = out_fn(x).index({0}); (void)z;",
+    ],
+)
+def test_methods_of_other_objects_stay_clean(line: str) -> None:
+    extra = "#include <vector>\n#include <algorithm>\ntorch::Tensor out_fn(torch::Tensor t) { return t; }\n"
+    diags = check_source(_candidate(line, extra=extra), "c.py", VerifyConfig())
+    assert not [d for d in diags if d.code == "static.cpp_torch_op"], [d.message for d in diags]
