@@ -991,6 +991,12 @@ class NonTensors:
                 else [n for n, _ in _bindings(stmt)]
             )
         )
+        # the innermost function around each node (closures read their enclosing function's names)
+        self.enclosing: dict[int, Function] = {}
+        for fn, _ in self.functions:
+            for n in ast.walk(fn):
+                if n is not fn:
+                    self.enclosing[id(n)] = fn
         self.calls = self._call_sites()
         # greatest fixpoint: start from "everything plain" and drop what a binding disproves
         self.module_plain = frozenset(self.module_bound)
@@ -1003,14 +1009,21 @@ class NonTensors:
             id(c): self._plain_attrs(c, optimistic=True) for c in self.index.classes.values()
         }
         for _ in range(64):
+            previous = {k: v.plain for k, v in self.envs.items()}
             self.envs = {id(fn): self._env(fn, owner) for fn, owner in self.functions}
+            settled = previous == {k: v.plain for k, v in self.envs.items()}
             module = self._module_plain() & self.module_plain
             attrs = {k: self._plain_attrs(c) & self.attrs[k] for k, c in _by_id(self.index.classes)}
             params = {
                 id(fn): self._plain_params(fn, owner) & self.params[id(fn)] for fn, owner in self.functions
             }
             returns = {id(fn) for fn, _ in self.functions if self._returns_plain(fn)} & self.returns
-            if (module, attrs, params, returns) == (self.module_plain, self.attrs, self.params, self.returns):
+            if settled and (module, attrs, params, returns) == (
+                self.module_plain,
+                self.attrs,
+                self.params,
+                self.returns,
+            ):
                 break
             self.module_plain, self.attrs, self.params, self.returns = module, attrs, params, returns
         else:  # not settled: nothing is proven
@@ -1052,6 +1065,15 @@ class NonTensors:
                     values.setdefault(a.arg, []).append(_PLAIN if a.arg in nested else None)
             for name, value in _bindings(node):
                 values.setdefault(name, []).append(value)
+        # a free name of a closure (a nested function, or a lambda `reach` made one) is the enclosing
+        # function's: plain only where it is plain there
+        inner = fn.body[0].value if fn.name == "<lambda>" and isinstance(fn.body[0], ast.Return) else fn
+        around = self.enclosing.get(id(inner))
+        if around is not None:
+            outer = self.envs.get(id(around))
+            for name in outer.bound if outer is not None else _bound_names(around):
+                if name not in values:
+                    values[name] = [_PLAIN if outer is None or name in outer.plain else None]
         bound = frozenset(values)
         plain = {k for k, v in values.items() if all(x is not None for x in v)}
         for _ in range(len(plain) + 1):
@@ -1328,6 +1350,10 @@ def _params(fn: Function | ast.Lambda) -> list[ast.arg]:
     ]
 
 
+def _bound_names(fn: Function) -> set[str]:
+    return {a.arg for a in _params(fn)} | {name for n in ast.walk(fn) for name, _ in _bindings(n)}
+
+
 def _called_lambdas(fn: Function) -> dict[int, list[ast.Call]]:
     """Lambdas of `fn` whose every call is visible: called in place (`(lambda n: ...)(k)`), or bound
     once to a local name used only as a callee (`cdiv = lambda a, b: ...; cdiv(n, 256)`)."""
@@ -1474,8 +1500,11 @@ def _self_stores(node: ast.AST) -> Iterator[tuple[str | None, ast.expr | None]]:
             for n in ast.walk(t):
                 if (attr := self_attr(n)) is not None:
                     yield attr, value if n is t else None
-    elif isinstance(node, ast.Call) and callee_name(node.func) == "setattr" and len(node.args) >= 3:
-        recv, key = node.args[0], node.args[1]
-        if isinstance(recv, ast.Name) and recv.id == "self":
+    elif isinstance(node, ast.Call) and callee_name(node.func) in ("setattr", "__setattr__"):
+        args = node.args
+        if isinstance(node.func, ast.Attribute) and self_attr(node.func) == "__setattr__":
+            args = [node.func.value, *args]  # `self.__setattr__(name, v)`
+        if len(args) >= 3 and isinstance(args[0], ast.Name) and args[0].id == "self":
+            key = args[1]
             name = key.value if isinstance(key, ast.Constant) and isinstance(key.value, str) else None
-            yield name, node.args[2]
+            yield name, args[2]

@@ -96,6 +96,10 @@ HONEST: dict[str, tuple[str, str]] = {
         "",
     ),
     "lambda called in place": ("ext.run(x, y, (lambda n: (n + 255) // 256)(x.numel()))", ""),
+    "closure over launch sizes": (
+        "n = x.numel()\n\ndef grid():\n    return (n + 255) // 256\n\next.run(x, y, grid())",
+        "",
+    ),
     "local alias of math": ("op = math.ceil\next.run(x, y, op(x.numel() / 256) * 1)", ""),
     "string formatting": ("msg = 'n=%d' % x.numel()\nassert x.numel() >= 0, msg\next.run(x, y, 1)", ""),
     "int of an item": ("k = int(x.numel())\next.run(x, y, k // 256 + 1)", ""),
@@ -125,6 +129,7 @@ CHEATS: dict[str, tuple[str, str]] = {
         "y = _H().size(x) * 2",
         "\nclass _H:\n    def size(self, t):\n        return t\n",
     ),
+    "closure over a tensor": ("def act():\n    return x * (x > 0)\n\ny = act()", ""),
     "comprehension variable": ("y = [t * (t > 0) for t in [x]][0]", ""),
     "unannotated helper": ("y = _act(x)", "\ndef _act(t):\n    return t * (t > 0)\n"),
     "helper annotated int": ("y = _act(x)", "\ndef _act(t: int):\n    return t * (t > 0)\n"),
@@ -170,7 +175,7 @@ def test_a_self_attribute_stored_a_tensor_anywhere_is_not_plain() -> None:
         "\nclass ModelNew(nn.Module):\n    def __init__(self, eps):\n        super().__init__()\n"
         "        self.eps = eps\n        self.eps = torch.full((1,), eps)\n\n"
         "    def forward(self, x):\n        y = torch.empty_like(x)\n        ext.run(x, y, 1)\n"
-        "        return y * self.eps\n"
+        "        k = self.eps * 2\n        return y\n"
     )
     assert "static.torch_op_in_forward" in _errors(check_source(text, "inference.py"))
 
@@ -180,3 +185,24 @@ def test_the_message_says_how_launch_arithmetic_stays_recognisable() -> None:
     messages = [d.message for d in diags if d.code == "static.torch_op_in_forward"]
     assert messages and all("not provably a plain number" in m for m in messages), messages
     assert any("`.numel()`" in m for m in messages)
+
+
+def test_a_closure_reads_its_enclosing_functions_names_not_a_module_constant() -> None:
+    """`N` is a plain module constant, but the lambda stored in `__init__` closes over `__init__`'s
+    own `N`, a tensor."""
+    text = _HEADER + (
+        "N = 4\n\nclass ModelNew(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "        N = torch.ones(4)\n        self.f = lambda: N * 2\n\n    def forward(self, x):\n"
+        "        y = torch.empty_like(x)\n        ext.run(x, y, 1)\n        return self.f()\n"
+    )
+    assert "static.torch_op_in_forward" in _errors(check_source(text, "inference.py"))
+
+
+def test_object_setattr_of_a_tensor_makes_the_attribute_not_plain() -> None:
+    text = _HEADER + (
+        "\nclass ModelNew(nn.Module):\n    def __init__(self, eps):\n        super().__init__()\n"
+        "        self.eps = eps\n        object.__setattr__(self, 'eps', torch.full((1,), eps))\n\n"
+        "    def forward(self, x):\n        y = torch.empty_like(x)\n        ext.run(x, y, 1)\n"
+        "        k = self.eps * 2\n        return y\n"
+    )
+    assert "static.torch_op_in_forward" in _errors(check_source(text, "inference.py"))
