@@ -146,12 +146,21 @@ def analyze_forward(module: CandidateModule, level: Strictness) -> ForwardReport
 def _extension_replaced(names: Bindings) -> Iterator[Finding]:
     """`static.monkey_patch`: a store into the extension (`ext.relu_out = f`, `setattr(ext, ...)`,
     `self.ext.f = g`) or a rebinding of its name to anything but an extension (`ext =
-    SimpleNamespace(relu_out=f)`): calls through the name would still read as kernel launches while
-    running the replacement (which `static/reach.py` follows and judges as forward code)."""
-    for cls in [None, *names.index.classes.values()]:  # the module, then each class with its `self`
-        scope = names.tree if cls is None else cls
-        local = LocalNames(names.kinds_for(cls) if cls is not None else {})
-        for node in ast.walk(scope):
+    SimpleNamespace(relu_out=f)` at module level or under `global ext`): calls through the name would
+    still read as kernel launches while running the replacement (which `static/reach.py` follows and
+    judges as forward code). A function's own local `ext` is not the extension."""
+    owners = {id(n): c for c in names.index.classes.values() for n in c.body}
+    scopes: list[tuple[list[ast.AST], LocalNames, frozenset[str], frozenset[str]]] = [
+        (list(_module_nodes(names.tree)), LocalNames({}), frozenset(), frozenset(names.extensions))
+    ]
+    for fn in (n for n in ast.walk(names.tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))):
+        owner = owners.get(id(fn))
+        declared = frozenset(x for n in _own_nodes(fn) if isinstance(n, ast.Global) for x in n.names)
+        local = LocalNames(names.kinds_for(owner) if owner is not None else {})
+        shadowed = frozenset(_bound_names(fn)) - declared
+        scopes.append((list(_own_nodes(fn)), local, shadowed, declared & names.extensions))
+    for nodes, local, shadowed, rebindable in scopes:
+        for node in nodes:
             targets: list[ast.expr] = []
             if isinstance(node, (ast.Assign, ast.Delete)):
                 targets = list(node.targets)
@@ -161,21 +170,37 @@ def _extension_replaced(names: Bindings) -> Iterator[Finding]:
                 isinstance(node, ast.Call)
                 and callee_name(node.func) in ("setattr", "delattr")
                 and node.args
-                and names.is_extension(node.args[0], local)
+                and _extension_here(node.args[0], names, local, shadowed)
             ):
                 yield _ext_patch(node, ast.unparse(node.args[0]))
             for t in (x for target in targets for x in ast.walk(target)):
-                if isinstance(t, (ast.Attribute, ast.Subscript)) and names.is_extension(t.value, local):
+                if isinstance(t, (ast.Attribute, ast.Subscript)) and _extension_here(
+                    t.value, names, local, shadowed
+                ):
                     yield _ext_patch(t, ast.unparse(t.value))
                 elif (
-                    cls is None
-                    and isinstance(t, ast.Name)
+                    isinstance(t, ast.Name)
                     and isinstance(t.ctx, ast.Store)
-                    and t.id in names.extensions
+                    and t.id in rebindable
                     and isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign))
                     and not _builds_extension(node.value, names, local)
                 ):
                     yield _ext_patch(t, t.id)
+
+
+def _extension_here(e: ast.expr, names: Bindings, local: LocalNames, shadowed: AbstractSet[str]) -> bool:
+    """`e` holds the extension where it is read (a function's own local of that name does not)."""
+    return not (isinstance(e, ast.Name) and e.id in shadowed) and names.is_extension(e, local)
+
+
+def _module_nodes(tree: ast.Module) -> Iterator[ast.AST]:
+    """The nodes run at module level (class bodies included, function and lambda bodies not)."""
+    todo: list[ast.AST] = list(tree.body)
+    while todo:
+        n = todo.pop()
+        yield n
+        if not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            todo += list(ast.iter_child_nodes(n))
 
 
 def _builds_extension(value: ast.expr | None, names: Bindings, local: LocalNames) -> bool:

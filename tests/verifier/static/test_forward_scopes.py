@@ -223,6 +223,17 @@ _REACHED = {
         "        y = torch.empty_like(x)\n        self.ext.run(y)\n        return y\n",
         {"static.monkey_patch"},
     ),
+    "extension rebound under global": (
+        "def _swap():\n    global ext\n    ext = torch\n\nclass ModelNew(nn.Module):\n"
+        "    def forward(self, x):\n        _swap()\n        y = torch.empty_like(x)\n"
+        "        ext.run(y)\n        return y\n",
+        {"static.monkey_patch"},
+    ),
+    "setattr on the extension": (
+        "setattr(ext, 'run', torch.relu_)\n\nclass ModelNew(nn.Module):\n    def forward(self, x):\n"
+        "        y = torch.empty_like(x)\n        ext.run(y)\n        return y\n",
+        {"static.monkey_patch"},
+    ),
     "__setstate__ with forward": (
         "def _fwd(x):\n    return torch.relu(x)\n\nclass ModelNew(nn.Module):\n    def __init__(self):\n"
         "        super().__init__()\n        self.__setstate__({'forward': _fwd})\n\n"
@@ -246,13 +257,14 @@ def test_code_a_call_can_reach_or_that_replaces_forward_or_the_extension_is_judg
     assert codes <= _errors(diags), _described(diags)
 
 
-def test_other_names_of_the_extension_and_a_lazy_loader_are_not_replacements() -> None:
+def test_other_names_of_the_extension_a_lazy_loader_and_a_local_are_not_replacements() -> None:
     rest = (
         "ext2 = ext\n_lazy = None\n\ndef _get():\n    global _lazy\n    if _lazy is None:\n"
         "        _lazy = load_inline(name='h', cpp_sources='void run(torch::Tensor y);', cuda_sources=src,"
         " functions=['run'])\n    return _lazy\n\nclass ModelNew(nn.Module):\n    def __init__(self):\n"
         "        super().__init__()\n        self.ext = ext2\n\n    def forward(self, x):\n"
-        "        y = torch.empty_like(x)\n        self.ext.run(y)\n        _get().run(y)\n        return y\n"
+        "        y = torch.empty_like(x)\n        self.ext.run(y)\n        _get().run(y)\n"
+        "        ext = self.ext\n        ext.run(y)\n        return y\n"
     )
     diags = _check(rest)
     assert "static.monkey_patch" not in _errors(diags), _described(diags)
