@@ -25,7 +25,8 @@ preprocessor, which `cpp_scan.Unit.of` applies in the compiler's order:
   per such name; all combinations up to 64, beyond that each definition at least once) and the
   rules judge each (`cpp_scan.Unit.variants`). An `#undef` ends a definition only where it surely
   runs after it (same branch or outside the definition's conditionals), so one in another branch
-  leaves the definition in effect;
+  leaves the definition in effect; in a text with `#pragma pop_macro` (or `_Pragma`), which can
+  restore a definition, no `#undef` ends one;
 - spacing: `join_scopes()` removes space around `::` (`at :: relu` is `at::relu`);
 - namespace names: `aten_namespaces()` is `torch`, `at`, `c10` plus every name the text makes
   an alias of one (`namespace x = at;`, `namespace x = at::native;`) and every namespace the
@@ -53,6 +54,9 @@ _DEFINE = re.compile(
     r"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)(\([^)]*\))?((?:[^\n]*\\\n)*[^\n]*)", re.MULTILINE
 )
 _UNDEF = re.compile(r"^[ \t]*#[ \t]*undef[ \t]+([A-Za-z_]\w*)", re.MULTILINE)
+# `#pragma pop_macro("X")` (also spelled `_Pragma(...)`, whose string is blanked by now) restores a
+# definition an `#undef` ended: where the text has one, no `#undef` ends a definition.
+_RESTORES = re.compile(r"^[ \t]*#[ \t]*pragma[ \t]+pop_macro\b|\b_Pragma\b|\b__pragma\b", re.MULTILINE)
 _CONDITIONAL = re.compile(r"^[ \t]*#[ \t]*(if|ifdef|ifndef|elif|elifdef|elifndef|else|endif)\b", re.MULTILINE)
 _IDENT = re.compile(r"[A-Za-z_]\w*")
 _BODY_TOKEN = re.compile(r"[A-Za-z_]\w*|##|#|\s+|\"[^\"\n]*\"|.", re.DOTALL)
@@ -202,8 +206,9 @@ def find_macros(code: str, predefined: tuple[tuple[str, str], ...] = ()) -> dict
     definitions: `expand_macros` reads each of them, see `macro_choices`)."""
     conds = _conditions(code)
     undefs: dict[str, list[tuple[int, tuple[tuple[int, int], ...]]]] = {}
-    for m in _UNDEF.finditer(code):
-        undefs.setdefault(m.group(1), []).append((m.start(), _stack_at(conds, m.start())))
+    if _RESTORES.search(code) is None:  # `pop_macro` brings back what an `#undef` ended
+        for m in _UNDEF.finditer(code):
+            undefs.setdefault(m.group(1), []).append((m.start(), _stack_at(conds, m.start())))
 
     def end_of(name: str, start: int, stack: tuple[tuple[int, int], ...]) -> int:
         return min(

@@ -442,9 +442,9 @@ _STRONG_NAMES: dict[str, str] = {
     **dict.fromkeys(
         "fopen fopen64 freopen freopen64 fdopen popen pclose posix_spawn posix_spawnp execl execle execlp "
         "execv execve execvp execvpe execveat fexecve dlopen dlmopen dlsym dlvsym system _exit _Exit "
-        "quick_exit at_quick_exit atexit killpg setsid daemon ptrace syscall prctl chdir fchdir setenv "
+        "quick_exit at_quick_exit atexit killpg setsid ptrace syscall prctl chdir fchdir setenv "
         "putenv unsetenv clearenv open64 openat openat2 creat creat64 unlinkat unlink renameat renameat2 "
-        "mkdir mkdirat rmdir symlink symlinkat linkat chmod fchmod fchmodat chown fchown lchown truncate "
+        "mkdir mkdirat rmdir symlink symlinkat linkat chmod fchmod fchmodat chown fchown lchown "
         "ftruncate sigaction tmpfile tmpnam mkstemp mkdtemp memfd_create mmap mmap64 dup2 dup3".split(),
         _FP,
     ),
@@ -455,7 +455,7 @@ _STRONG_NAMES: dict[str, str] = {
 # Common words that name these functions too: counted only where they are called or taken as a
 # value (`open(`, `(open)(`, `f(open)`, `= remove;`), not as a variable or a type's member.
 _WEAK_NAMES: dict[str, str] = {
-    **dict.fromkeys("open remove rename link kill signal raise".split(), _FP),
+    **dict.fromkeys("open remove rename link kill signal raise truncate daemon".split(), _FP),
     "clone": _THREAD,
 }
 # `std::` types and functions that only count under `std::` (or after `using namespace std;` /
@@ -497,6 +497,7 @@ def banned_name_uses(u: Unit, defined: set[str]) -> list[tuple[int, str, str]]:
     std_alt = "|".join(sorted(map(re.escape, stds)))
     imported_std = re.search(rf"\busing\s+namespace\s+(?:::\s*)?(?:{std_alt})\b", code) is not None
     roots = aten_namespaces(code)
+    own_members = {n for names in class_members([u]).values() for n in names}
     out: list[tuple[int, str, str]] = []
     for m in _BANNED_TOKEN.finditer(code):
         name, start = m.group(0), m.start()
@@ -525,7 +526,7 @@ def banned_name_uses(u: Unit, defined: set[str]) -> list[tuple[int, str, str]]:
             as_value = after[:1] in (")", ",", ";") and (
                 prev.endswith(("&", "=", ",", "(")) or re.search(r"\breturn$", prev) is not None
             )
-            if not (called or as_value) or (qual is None and name in defined):
+            if not (called or as_value) or (qual is None and (name in defined or name in own_members)):
                 continue
         elif qual is None and name in defined:
             continue  # the candidate's own function of that name (`::name` still reaches libc's)

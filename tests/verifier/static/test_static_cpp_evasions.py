@@ -378,3 +378,17 @@ def test_methods_of_other_objects_stay_clean(line: str) -> None:
     extra = "#include <vector>\n#include <algorithm>\ntorch::Tensor out_fn(torch::Tensor t) { return t; }\n"
     diags = check_source(_candidate(line, extra=extra), "c.py", VerifyConfig())
     assert not [d for d in diags if d.code == "static.cpp_torch_op"], [d.message for d in diags]
+
+
+def test_a_definition_restored_by_pop_macro_is_read() -> None:
+    host = _KERNEL + (
+        '#define NS at\n#pragma push_macro("NS")\n#undef NS\n#define NS mine\n#pragma pop_macro("NS")\n'
+        "torch::Tensor f(torch::Tensor x) { return NS::relu(x); }"
+    )
+    assert "static.cpp_torch_op" in _cpp_errors(host)
+
+
+def test_a_class_of_the_candidates_own_may_have_an_open_member() -> None:
+    extra = "struct Tiles {\n  int n = 0;\n  void open(int k) { n = k; }\n  void reset() { open(0); }\n};\n"
+    diags = check_source(_candidate("Tiles t; t.open(4); t.reset();", extra=extra), "c.py", VerifyConfig())
+    assert not [d for d in diags if d.code == "static.cpp_file_or_process"], [d.message for d in diags]
