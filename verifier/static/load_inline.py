@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import ast
 import re
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -182,6 +183,9 @@ _COMPILER_FLAGS = ("extra_cflags", "extra_cuda_cflags")
 # torch joins the flags into the build's shell command line unquoted; outside these characters a
 # flag could be shell syntax (`;`, `$(...)`, quotes, globs) that runs commands at build time.
 _SAFE_FLAG_TEXT = re.compile(r"[A-Za-z0-9_\-=+.,:/@%^ \t]*")
+# Quoting with plain text inside (`--compiler-options '-fPIC'`, as torch's own flags do): the shell
+# only removes the quotes, so the flag is read as `shlex` splits it.
+_QUOTED = re.compile(r"'[A-Za-z0-9_\-=+.,:/@%^ \t]*'|\"[A-Za-z0-9_\-=+.,:/@%^ \t]*\"")
 # Flags that change nothing the checks read: optimisation, debug info, warnings, language standard,
 # target architecture, floating-point modes, register and resource reports.
 _PLAIN_FLAG = re.compile(
@@ -461,16 +465,16 @@ def build_flag_findings(
         tokens: list[str] = []
         for f in flags:
             f = str(f)
-            if not _SAFE_FLAG_TEXT.fullmatch(f):
+            if not _SAFE_FLAG_TEXT.fullmatch(_QUOTED.sub("", f)):
                 reader.refuse(
                     node,
                     "static.cpp_file_or_process",
                     f"`{f}` in `{kw}`: torch writes the flags into the build's shell command line "
-                    "unquoted, so quotes, `;`, `$`, `&`, `|`, `#`, backquotes or globs in a flag are "
-                    "shell syntax that can run programs at build time. Use plain flags.",
+                    "unquoted, so `;`, `$`, `&`, `|`, `#`, backquotes, globs or quotes around any of them "
+                    "are shell syntax that can run programs at build time. Use plain flags.",
                 )
                 continue
-            tokens += f.split()
+            tokens += shlex.split(f)
         if kw == "extra_ldflags":
             reader.linker_flags(node, kw, tokens)
         else:

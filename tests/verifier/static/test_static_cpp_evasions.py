@@ -75,6 +75,7 @@ def test_the_honest_candidate_is_clean() -> None:
         ", extra_cuda_cflags=['-Xptxas', '-v', '-gencode', 'arch=compute_90,code=sm_90', '-t', '4']",
         ", extra_ldflags=['-lcublas', '-L/usr/local/cuda/lib64', '-Wl,-rpath,/usr/local/cuda/lib64']",
         ", extra_cuda_cflags=FLAGS",
+        ", extra_cuda_cflags=['--compiler-options', \"'-fPIC'\"]",
     ],
 )
 def test_usual_flags_pass(kwargs: str) -> None:
@@ -87,6 +88,7 @@ def test_usual_flags_pass(kwargs: str) -> None:
         "extra_cuda_cflags=['-DACT=at::relu']",
         "extra_cuda_cflags=['-D', 'ACT=at::relu']",
         "extra_cuda_cflags=['-O3 -DACT=at::relu']",  # torch joins the flags with spaces
+        "extra_cuda_cflags=[\"-D'ACT=at::relu'\"]",  # the shell removes the quotes
         "extra_cuda_cflags=['--define-macro=ACT=at::relu']",
         "extra_cuda_cflags=['-DBLOCK=1,ACT=at::relu']",  # nvcc splits -D at commas
         "extra_cuda_cflags=['-Xcompiler', '-DACT=at::relu']",
@@ -118,6 +120,7 @@ def test_a_command_line_define_is_read_like_a_define(flags: str) -> None:
         ("extra_cuda_cflags=[make_flags()]", "static.dynamic_source"),
         ("extra_cuda_cflags=['-O3; touch /tmp/x']", "static.cpp_file_or_process"),
         ("extra_cuda_cflags=['-DX=$(id)']", "static.cpp_file_or_process"),
+        ("extra_cuda_cflags=[\"-DX='a;b'\"]", "static.cpp_file_or_process"),
         ("extra_ldflags=['-Wl,--wrap=_ZN2at4_ops4relu4callERKNS_6TensorE']", "static.timer_patch"),
         ("extra_ldflags=['-Wl,--defsym,mine=_ZN2at4_ops4relu4callERKNS_6TensorE']", "static.timer_patch"),
         ("extra_ldflags=['-Xlinker', '--wrap=cudaEventElapsedTime']", "static.timer_patch"),
