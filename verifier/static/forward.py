@@ -694,8 +694,8 @@ def _host_transfer(node: ast.Call, s: _Scope) -> str | None:
     if any(_is_cpu_device(e, s.names) for e in devices):
         return f"`{_short(node)}` puts data on the host"
     d = dotted(func, s.names.aliases) or ""
-    if d.startswith(("numpy.", "scipy.")) and any(_is_tensor(s, a) for a in node.args):
-        return f"`{d}(...)` on a tensor runs NumPy on the host"
+    if d.startswith(("numpy.", "scipy.")) and any(_maybe_tensor(s, a) for a in node.args):
+        return f"`{d}(...)` on a value that may be a tensor runs NumPy on the host"
     return None
 
 

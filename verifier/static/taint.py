@@ -417,8 +417,11 @@ class _Analysis:
         return env
 
     def _store(self, target: ast.AST, t: Taint, env: dict[str, Taint], owner: ast.ClassDef | None) -> None:
-        """`target` now holds (or, for a container write, contains) `t`."""
-        while isinstance(target, ast.Subscript):
+        """`target` now holds (or, for a container write or a store into an object's attribute,
+        contains) `t`: `h.f = nn.ReLU()` / `self.h.f = ...` make `h` / `self.h` hold the layer."""
+        while isinstance(target, ast.Subscript) or (
+            isinstance(target, ast.Attribute) and self_attr(target) is None
+        ):
             target = target.value
         if isinstance(target, ast.Name):
             env.setdefault(target.id, t)

@@ -15,6 +15,7 @@ from cudice.verifier.static.checks import check_source
 _HEADER = '''
 import functools
 import math
+import numpy
 import operator
 import torch
 import torch.nn as nn
@@ -100,6 +101,7 @@ HONEST: dict[str, tuple[str, str]] = {
         "n = x.numel()\n\ndef grid():\n    return (n + 255) // 256\n\next.run(x, y, grid())",
         "",
     ),
+    "numpy on shapes": ("ext.run(x, y, int(numpy.prod(x.shape)) // 256 + 1)", ""),
     "local alias of math": ("op = math.ceil\next.run(x, y, op(x.numel() / 256) * 1)", ""),
     "string formatting": ("msg = 'n=%d' % x.numel()\nassert x.numel() >= 0, msg\next.run(x, y, 1)", ""),
     "int of an item": ("k = int(x.numel())\next.run(x, y, k // 256 + 1)", ""),
@@ -206,3 +208,8 @@ def test_object_setattr_of_a_tensor_makes_the_attribute_not_plain() -> None:
         "        k = self.eps * 2\n        return y\n"
     )
     assert "static.torch_op_in_forward" in _errors(check_source(text, "inference.py"))
+
+
+def test_numpy_on_a_value_not_provably_plain_is_host_compute() -> None:
+    diags = _check("h = torch.empty(x.shape)\nh.copy_(x)\na = numpy.asarray([h][0])\next.run(x, y, 1)")
+    assert "static.host_compute" in _errors(diags), [(d.code, d.message) for d in diags]

@@ -290,6 +290,14 @@ VIOLATIONS = {
         "static.torch_op_in_forward",
         "self.ns.act",
     ),
+    "layer stored into a held object's attribute": (
+        "self.h = _H()\nself.h.f = nn.ReLU()",
+        "return self.h.f(x)",
+        "class _H:\n    pass\n",
+        "nn.Module",
+        "static.torch_op_in_forward",
+        "self.h.f(x)",
+    ),
     "any outside call holding a torch function": (
         "self.ops = collections.OrderedDict(act=torch.relu)",
         "return self.ops['act'](x)",
