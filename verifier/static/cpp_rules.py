@@ -522,9 +522,14 @@ def banned_name_uses(u: Unit, defined: set[str]) -> list[tuple[int, str, str]]:
         elif name in _WEAK_NAMES:
             if name == "remove" and (is_std or qual is None) and _top_level_commas(after) > 0:
                 continue  # `std::remove(first, last, value)`: the algorithm, not the file call
-            called = after.startswith("(")
-            as_value = after[:1] in (")", ",", ";") and (
-                prev.endswith(("&", "=", ",", "(")) or re.search(r"\breturn$", prev) is not None
+            called = after.startswith("(") or (
+                prev.endswith("(") and after.startswith(")") and after[1:].lstrip().startswith("(")
+            )  # `open(...)`, `(open)(...)`
+            variable = re.search(rf"[\w>*&]\s+{name}\s*(?:[=;,\[{{]|\)\s*[;{{,])", code) is not None
+            as_value = (
+                not variable  # `bool open = true; if (open)` is a variable, not the function
+                and after[:1] in (")", ",", ";")
+                and (prev.endswith(("&", "=", ",", "(")) or re.search(r"\breturn$", prev) is not None)
             )
             if not (called or as_value) or (qual is None and (name in defined or name in own_members)):
                 continue

@@ -185,6 +185,9 @@ def test_digraphs_are_read_as_their_tokens_without_moving_offsets() -> None:
         _KERNEL + "torch::Tensor f(torch::Tensor x) <% return at::relu(x); %>",
         _KERNEL + "torch::Tensor f(torch::Tensor x) { return at::re\\\nlu(x); }",
         _KERNEL + "torch::Tensor f(torch::Tensor x) { return at::re\\  \nlu(x); }",
+        _KERNEL + "#def\\\nine NS at\ntorch::Tensor f(torch::Tensor x) { return NS::relu(x); }",
+        _KERNEL + "// a comment that goes on \\\n#define NS at\n#define NS2 at\n"
+        "torch::Tensor f(torch::Tensor x) { return NS2::relu(x); }",
         _KERNEL + "#define P(a, b) a %:%: b\ntorch::Tensor f(torch::Tensor x) { return at::P(re, lu)(x); }",
         _KERNEL + "#if 1\n#define NS at\n#else\n#define NS mine\n#endif\n"
         "torch::Tensor f(torch::Tensor x) { return NS::relu(x); }",
@@ -293,6 +296,7 @@ def test_a_forward_of_the_candidates_own_class_is_its_own() -> None:
         ('(system)("true");', "static.cpp_file_or_process"),
         ('std::system("true");', "static.cpp_file_or_process"),
         ('(remove)("/tmp/a");', "static.cpp_file_or_process"),
+        ('auto g = [](auto fn) { return fn("/tmp/a", 0); }; g(open);', "static.cpp_file_or_process"),
         ('void* h = dlopen("libx.so", 2); (void)h;', "static.cpp_file_or_process"),
         ("thrd_t t; thrd_create(&t, nullptr, nullptr);", "static.cpp_std_thread"),
         ("pthread_t t; pthread_create(&t, nullptr, nullptr, nullptr);", "static.cpp_std_thread"),
@@ -319,6 +323,7 @@ def test_using_namespace_std_makes_bare_thread_a_thread() -> None:
         "auto clone = x.clone(); (void)clone;",
         "int thread = 0, system_count = 0, open = 1; (void)thread; (void)system_count; (void)open;",
         "std::vector<int> v{1, 0}; v.erase(std::remove(v.begin(), v.end(), 0), v.end());",
+        "bool open = n > 0; if (open) { n += 1; } bool again = open; (void)again;",
     ],
 )
 def test_names_that_only_contain_or_resemble_the_words_stay_clean(line: str) -> None:
