@@ -41,11 +41,13 @@ libtorch's module API is ATen work (`_library_objects`): any name under `torch::
 candidate defines no `forward` of its own. A pointer to an ATen member (`&at::Tensor::relu`, `&T::relu`
 through `using T = at::Tensor;`/`typedef`, `&decltype(x)::relu`) is an ATen reference unless it
 names metadata (`&at::Tensor::numel`). Standard function objects (`std::multiplies<>{}(x, m)`,
-`std::greater<>()(x, 0)`) count when applied at once to a tensor argument; on numbers they are
-arithmetic (common in honest code, also on the host).
+`std::greater<>()(x, 0)`) count when applied to a tensor: at once, stored in a name and called,
+through `std::invoke`, or handed to an algorithm over a tensor container
+(`std::transform(ts.begin(), ...)`); on numbers they are arithmetic (common in honest code, also
+on the host: `std::accumulate(sizes.begin(), sizes.end(), 1, std::multiplies<int64_t>())`).
 
-Not covered: standard function objects handed to an algorithm over tensors
-(`std::accumulate(ts.begin(), ts.end(), t0, std::plus<>())`) or stored first and called later,
+Not covered: standard function objects that reach a tensor another way (a template parameter, a
+container of function objects, an algorithm over iterators of no declared tensor container),
 pointers to members whose class is reached by other means than an alias, `decltype` or an ATen
 qualifier (a template parameter deduced as `at::Tensor`), and file or thread functions reached
 through a name the text never spells (a symbol looked up at run time needs `dlsym`, which is
@@ -648,10 +650,15 @@ _TENSOR_METADATA_MEMBERS = TENSOR_METADATA_METHODS | {
     "mutable_data_ptr",
 }
 _FORWARD_CALL = re.compile(r"(?:\.|->)\s*forward\s*\(")
-_STD_FUNCTOR = re.compile(
-    r"\bstd::(plus|minus|multiplies|divides|modulus|negate|equal_to|not_equal_to|greater|less|"
-    r"greater_equal|less_equal|logical_and|logical_or|logical_not|bit_and|bit_or|bit_xor|bit_not)\s*"
-    r"<[^;{}()]*>\s*(?:\{\s*\}|\(\s*\))\s*\("
+_FUNCTOR_NAMES = (
+    "plus|minus|multiplies|divides|modulus|negate|equal_to|not_equal_to|greater|less|greater_equal|"
+    "less_equal|logical_and|logical_or|logical_not|bit_and|bit_or|bit_xor|bit_not"
+)
+_STD_FUNCTOR = re.compile(rf"\bstd::({_FUNCTOR_NAMES})\s*<[^;{{}}()]*>\s*(?:\{{\s*\}}|\(\s*\))\s*\(")
+# `auto mul = std::multiplies<>{};`, `std::multiplies<> mul;`, `std::plus<at::Tensor> add{};`
+_STORED_FUNCTOR = re.compile(
+    rf"\bstd::({_FUNCTOR_NAMES})\s*<[^;{{}}()]*>\s*([A-Za-z_]\w*)\s*(?:;|\{{\s*\}}|\(\s*\)|=)|"
+    rf"\bauto\s*&?\s*([A-Za-z_]\w*)\s*=\s*std::({_FUNCTOR_NAMES})\s*<"
 )
 
 
@@ -721,10 +728,12 @@ def _library_objects(
 
 
 def _std_functor_calls(text: str, body_offset: int) -> list[tuple[int, str]]:
-    """(offset in the body, functor) of `std::multiplies<>{}(a, b)` and the like applied at once to a
-    tensor argument (`_tensor_arguments`). On numbers (`std::plus<float>()(a, b)`) they are plain
-    arithmetic, and passed to an algorithm (`std::accumulate(..., std::multiplies<>())`) they are
-    not followed."""
+    """(offset in the body, functor) of standard function objects (`std::multiplies<>`, ...) applied
+    to a tensor: called at once (`std::multiplies<>{}(x, m)`), stored and called (`auto mul =
+    std::multiplies<>{}; mul(x, m)`), through `std::invoke(f, x, m)`, or handed to an algorithm over
+    a tensor container (`std::transform(ts.begin(), ts.end(), out.begin(), std::negate<>())`). On
+    numbers (`std::plus<float>()(a, b)`, `std::accumulate(sizes.begin(), sizes.end(), 1,
+    std::multiplies<int64_t>())`) they are plain arithmetic."""
     tensors: set[str] = set()
     for m in _TENSOR_DECL.finditer(text):
         tensors.update(g for g in m.groups() if g)
@@ -734,7 +743,40 @@ def _std_functor_calls(text: str, body_offset: int) -> list[tuple[int, str]]:
     for m in _STD_FUNCTOR.finditer(text, body_offset):
         if _tensor_arguments(text, m.end(), tensors):
             out.append((m.start() - body_offset, f"std::{m.group(1)}"))
+    stored = {  # name -> functor
+        (m.group(2) or m.group(3)): (m.group(1) or m.group(4))
+        for m in _STORED_FUNCTOR.finditer(text, body_offset)
+    }
+    for name, functor in stored.items():
+        for m in re.finditer(rf"(?<![\w.>:]){re.escape(name)}\s*\(", text[body_offset:]):
+            if _tensor_arguments(text, body_offset + m.end(), tensors):
+                out.append((m.start(), f"std::{functor}"))
+    functor_arg = re.compile(
+        rf"\bstd::({_FUNCTOR_NAMES})\s*<|(?<![\w.>:])({'|'.join(map(re.escape, stored)) or '(?!)'})\b"
+    )
+    containers = {m.group(2) or m.group(3) for m in _TENSOR_DECL.finditer(text) if m.group(2) or m.group(3)}
+    # a range over a tensor container: `ts.begin()`, `std::begin(ts)`, `ts` itself (`std::ranges`)
+    ranges = re.compile(rf"\b({'|'.join(map(re.escape, containers)) or '(?!)'})\b")
+    for m in re.finditer(r"\bstd::(?:ranges::)?(\w+)\s*(?:<[^;{}()]*>\s*)?\(", text[body_offset:]):
+        start = body_offset + m.end()
+        call = text[start : _statement_end_of(text, start)]
+        f = functor_arg.search(call)
+        if f is None:
+            continue
+        functor = f.group(1) or stored.get(f.group(2) or "", "")
+        if (m.group(1) == "invoke" and _tensor_arguments(text, start, tensors)) or ranges.search(call):
+            out.append((m.start(), f"std::{functor}"))
     return out
+
+
+def _statement_end_of(text: str, start: int) -> int:
+    """Where the call whose arguments start at `start` (just past its `(`) ends."""
+    depth = 1
+    for i in range(start, min(len(text), start + 4000)):
+        depth += {"(": 1, ")": -1}.get(text[i], 0)
+        if depth == 0:
+            return i
+    return min(len(text), start + 4000)
 
 
 def _scope(root: str, ns: str) -> str:

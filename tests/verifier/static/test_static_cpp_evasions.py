@@ -400,3 +400,31 @@ def test_a_class_of_the_candidates_own_may_have_an_open_member() -> None:
     extra = "struct Tiles {\n  int n = 0;\n  void open(int k) { n = k; }\n  void reset() { open(0); }\n};\n"
     diags = check_source(_candidate("Tiles t; t.open(4); t.reset();", extra=extra), "c.py", VerifyConfig())
     assert not [d for d in diags if d.code == "static.cpp_file_or_process"], [d.message for d in diags]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "auto mul = std::multiplies<>{}; auto z = mul(x, x);",
+        "std::multiplies<> mul; auto z = mul(x, x);",
+        "auto z = std::invoke(std::multiplies<>{}, x, x);",
+        "std::vector<torch::Tensor> ts{x, x}; std::vector<torch::Tensor> out(2); "
+        "std::transform(ts.begin(), ts.end(), out.begin(), std::negate<>());",
+        "std::vector<torch::Tensor> ts{x, x}; "
+        "auto s = std::accumulate(ts.begin(), ts.end(), x, std::plus<>());",
+    ],
+)
+def test_stored_or_handed_function_objects_on_tensors_are_aten_work(line: str) -> None:
+    extra = "#include <functional>\n#include <numeric>\n#include <algorithm>\n#include <vector>\n"
+    assert "static.cpp_torch_op" in _errors(_candidate(line, extra=extra))
+
+
+def test_stored_function_objects_on_numbers_stay_clean() -> None:
+    line = (
+        "auto mul = std::multiplies<int64_t>{}; int64_t p = mul(x.size(0), 2); "
+        "std::vector<float> v{1.f, 2.f}; "
+        "std::transform(v.begin(), v.end(), v.begin(), std::negate<float>()); "
+        "(void)p;"
+    )
+    extra = "#include <functional>\n#include <algorithm>\n#include <vector>\n"
+    assert _errors(_candidate(line, extra=extra)) == set()
