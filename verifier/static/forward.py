@@ -1064,6 +1064,13 @@ class NonTensors:
         for stmt in self.names.tree.body:
             for name, value in _bindings(stmt):
                 values.setdefault(name, []).append(value)
+        for fn, _ in self.functions:  # `global N; N = x`, `CACHE["k"] = x` in a function
+            local = _bound_names(fn) - {n for g in ast.walk(fn) if isinstance(g, ast.Global) for n in g.names}
+            for n in ast.walk(fn):
+                changed = list(n.names) if isinstance(n, ast.Global) else []
+                changed += [root for root, _ in _mutations(n) if root not in local]
+                for name in changed:
+                    values.setdefault(name, []).append(None)
         env = _Env(self.module_bound, self.module_plain, None)
         return frozenset(k for k, v in values.items() if all(x is not None and self.plain(x, env) for x in v))
 
@@ -1179,6 +1186,9 @@ class NonTensors:
         for n in ast.walk(self.names.tree):
             if isinstance(n, ast.Call):
                 callee_ids.add(id(n.func))
+        by_name: dict[str, list[Function]] = {}
+        for fn, _ in self.functions:
+            by_name.setdefault(fn.name, []).append(fn)
         for n in ast.walk(self.names.tree):
             caller, owner = where.get(id(n), (None, None))
             if isinstance(n, ast.Call):
@@ -1186,6 +1196,11 @@ class NonTensors:
                     sites.setdefault(id(fn), []).append((n, caller, owner))
             elif id(n) not in callee_ids and isinstance(getattr(n, "ctx", None), ast.Load):
                 escaped |= {id(fn) for fn in self._targets(n, owner)}
+            if isinstance(n, ast.Attribute) and not (id(n) in callee_ids and self._targets(n, owner)):
+                # `ModelNew._act(self, x)`, `obj.m(x)`: a call the file's resolution does not follow
+                escaped |= {id(fn) for fn in by_name.get(n.attr, [])}
+            elif isinstance(n, ast.Constant) and isinstance(n.value, str):
+                escaped |= {id(fn) for fn in by_name.get(n.value, [])}  # `getattr(self, "_act")`
         return {k: v for k, v in sites.items() if k not in escaped}
 
     def _targets(self, e: ast.AST, owner: ast.ClassDef | None) -> list[Function]:
@@ -1204,7 +1219,7 @@ class NonTensors:
             if (isinstance(recv, ast.Name) and recv.id in ("self", "cls")) or (
                 isinstance(recv, ast.Call) and callee_name(recv.func) == "super"
             ):
-                return [m for c in self.index.chain(owner) for m in _methods_named(c, e.attr)]
+                return [m for c in self._related(owner) for m in _methods_named(c, e.attr)]
             held = self.index.self_values(owner).get(self_attr(recv) or "", [])
             classes = [
                 self.index.classes.get(v.func.id)
@@ -1218,13 +1233,22 @@ class NonTensors:
                 ]
         return []
 
+    def _related(self, cls: ast.ClassDef) -> list[ast.ClassDef]:
+        """`cls`, its in-file bases and its in-file subclasses: at run time `self` in a method of
+        `cls` may be an instance of any subclass, whose overrides and stores then apply."""
+        subclasses = [k for k in self.index.classes.values() if k is not cls and cls in self.index.chain(k)]
+        out = list(self.index.chain(cls))
+        for k in subclasses:
+            out += [c for c in self.index.chain(k) if c not in out]
+        return out
+
     def _plain_attrs(self, cls: ast.ClassDef, optimistic: bool = False) -> frozenset[str]:
         """`self.<attr>`s of `cls` whose every store (class body, any method of the chain) is plain;
         `optimistic`: every attribute stored at all (the fixpoint's start)."""
         values: dict[str, list[ast.expr | None]] = {}
         kinds = self.names.kinds_for(cls)
         module_env = _Env(self.module_bound, self.module_plain, None)
-        for c in self.index.chain(cls):
+        for c in self._related(cls):
             for stmt in c.body:
                 if isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign)):  # class attributes
                     for name, value in _bindings(stmt):
@@ -1376,7 +1400,8 @@ def _params(fn: Function | ast.Lambda) -> list[ast.arg]:
 
 
 def _bound_names(fn: Function) -> set[str]:
-    return {a.arg for a in _params(fn)} | {name for n in ast.walk(fn) for name, _ in _bindings(n)}
+    """The names `fn` binds itself (a store into a container or object binds none)."""
+    return {a.arg for a in _params(fn)} | {name for n in ast.walk(fn) for name, _ in _bindings(n, False)}
 
 
 def _called_lambdas(fn: Function) -> dict[int, list[ast.Call]]:
@@ -1458,9 +1483,13 @@ def _module_names(tree: ast.Module) -> frozenset[str]:
     return frozenset(out)
 
 
-def _bindings(node: ast.AST) -> Iterator[tuple[str, ast.expr | None]]:
+def _bindings(node: ast.AST, mutations: bool = True) -> Iterator[tuple[str, ast.expr | None]]:
     """The names one node binds, each with the value it binds (None: not provably plain, e.g. a
-    `with` target), for tuple unpacking the matching element when the value is a literal tuple."""
+    `with` target), for tuple unpacking the matching element when the value is a literal tuple; a
+    store into a container or object (`lst[0] = v`, `obj.a = v`, `lst.append(v)`) binds its root
+    name to what it now holds as well."""
+    if mutations:
+        yield from _mutations(node)
     if isinstance(node, ast.Assign):
         for t in node.targets:
             yield from _unpack(t, node.value)
@@ -1499,6 +1528,24 @@ def _bindings(node: ast.AST) -> Iterator[tuple[str, ast.expr | None]]:
         yield node.name, None
 
 
+def _mutations(node: ast.AST) -> Iterator[tuple[str, ast.expr | None]]:
+    """`lst[0] = v` / `obj.a = v` / `lst.append(v)`: the root name and the value it now holds."""
+    targets: list[ast.expr] = []
+    value: ast.expr | None = None
+    if isinstance(node, ast.Assign):
+        targets, value = node.targets, node.value
+    elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+        targets, value = [node.target], node.value
+    elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _MUTATORS:
+        targets = [node.func]
+        value = ast.Tuple([*node.args, *(k.value for k in node.keywords)], ast.Load())
+    for t in targets:
+        for part in ast.walk(t):
+            if isinstance(part, (ast.Subscript, ast.Attribute)) and isinstance(part.value, ast.Name):
+                if part.value.id not in ("self", "cls"):
+                    yield part.value.id, value if value is not None else None
+
+
 def _unpack(target: ast.expr, value: ast.expr) -> Iterator[tuple[str, ast.expr | None]]:
     if isinstance(target, ast.Name):
         yield target.id, value
@@ -1525,6 +1572,13 @@ def _self_stores(node: ast.AST) -> Iterator[tuple[str | None, ast.expr | None]]:
             for n in ast.walk(t):
                 if (attr := self_attr(n)) is not None:
                     yield attr, value if n is t else None
+    elif (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in _MUTATORS
+        and (held := self_attr(node.func.value)) is not None
+    ):  # `self.cfg.update(k=x)`: what the container now holds
+        yield held, ast.Tuple([*node.args, *(k.value for k in node.keywords)], ast.Load())
     elif isinstance(node, ast.Call) and callee_name(node.func) in ("setattr", "__setattr__"):
         args = node.args
         if isinstance(node.func, ast.Attribute) and self_attr(node.func) == "__setattr__":

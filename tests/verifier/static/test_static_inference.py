@@ -36,6 +36,9 @@ BLOCK = 256
 
 _MODEL = """
 class ModelNew(nn.Module):
+    def _act(self, t):
+        return t * (t > 0)
+
     def __init__(self, eps=1e-5, dims=(1, 2)):
         super().__init__()
         self.eps = eps
@@ -132,6 +135,16 @@ CHEATS: dict[str, tuple[str, str]] = {
         "\nclass _H:\n    def size(self, t):\n        return t\n",
     ),
     "closure over a tensor": ("def act():\n    return x * (x > 0)\n\ny = act()", ""),
+    "list filled with a tensor": ("ks = [1]\nks.append(x)\ny = ks[1] * 2", ""),
+    "container element stored": ("ks = [1]\nks[0] = x\ny = ks[0] * 2", ""),
+    "helper called through getattr": (
+        "n = self._act(x.numel())\ny = getattr(self, '_act')(x)",
+        "",
+    ),
+    "helper called through the class": (
+        "n = self._act(x.numel())\ny = ModelNew._act(self, x)",
+        "",
+    ),
     "comprehension variable": ("y = [t * (t > 0) for t in [x]][0]", ""),
     "unannotated helper": ("y = _act(x)", "\ndef _act(t):\n    return t * (t > 0)\n"),
     "helper annotated int": ("y = _act(x)", "\ndef _act(t: int):\n    return t * (t > 0)\n"),
@@ -213,3 +226,33 @@ def test_object_setattr_of_a_tensor_makes_the_attribute_not_plain() -> None:
 def test_numpy_on_a_value_not_provably_plain_is_host_compute() -> None:
     diags = _check("h = torch.empty(x.shape)\nh.copy_(x)\na = numpy.asarray([h][0])\next.run(x, y, 1)")
     assert "static.host_compute" in _errors(diags), [(d.code, d.message) for d in diags]
+
+
+def test_a_subclass_store_or_override_counts_for_a_base_method() -> None:
+    """`Base.forward` reads `self.eps` and `self.scale()`; the subclass stores a tensor there and
+    overrides `scale` to return one."""
+    base = (
+        "\nclass Base(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.eps = 1.0\n\n    def scale(self):\n        return 2\n\n    def forward(self, x):\n"
+        "        y = torch.empty_like(x)\n        ext.run(x, y, 1)\n        k = {use}\n        return y\n"
+    )
+    for sub, use in [
+        ("        self.eps = torch.ones(1)\n", "self.eps * 2"),
+        ("\n    def scale(self):\n        return torch.ones(1)\n", "self.scale() * 2"),
+    ]:
+        text = (
+            _HEADER
+            + base.format(use=use)
+            + ("\nclass ModelNew(Base):\n    def __init__(self):\n        super().__init__()\n" + sub)
+        )
+        assert "static.torch_op_in_forward" in _errors(check_source(text, "inference.py")), use
+    clean = _HEADER + base.format(use="self.eps * self.scale()") + "\nclass ModelNew(Base):\n    pass\n"
+    assert check_source(clean, "inference.py") == []
+
+
+def test_a_module_constant_changed_by_a_function_is_not_plain() -> None:
+    for change in ["global K\n    K = torch.ones(1)", "TABLE['k'] = torch.ones(1)"]:
+        prelude = f"\nK = 2\nTABLE = {{'k': 1}}\n\ndef _set():\n    {change}\n"
+        use = "K * 2" if "global" in change else "TABLE['k'] * 2"
+        diags = _check(f"_set()\nk = {use}\next.run(x, y, 1)", prelude)
+        assert "static.torch_op_in_forward" in _errors(diags), change
