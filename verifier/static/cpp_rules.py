@@ -76,7 +76,7 @@ from cudice.verifier.static.cpp_preprocess import (
     aten_namespaces,
     aten_using_declarations,
 )
-from cudice.verifier.static.cpp_scan import CppFunction, Unit, diag
+from cudice.verifier.static.cpp_scan import CppFunction, Unit, blank_directives, diag
 from cudice.verifier.static.cpp_tensors import (
     method_receiver_is_tensor,
     returns_tensor,
@@ -491,8 +491,6 @@ def banned_name_uses(u: Unit, defined: set[str]) -> list[tuple[int, str, str]]:
     """(offset in `u.code`, name as spelled, code) of every use of a file, process or thread API
     name in host code (see `_STRONG_NAMES`); preprocessor lines are skipped (`#include
     <sys/syscall.h>`), a macro's use is read in its expansion."""
-    from cudice.verifier.static.cpp_scan import blank_directives
-
     code = blank_directives(u.code)
     device = [(f.body_start, f.body_end) for f in u.functions if f.is_device]
     stds = {"std", *(m.group(1) for m in _STD_ALIAS.finditer(code))}

@@ -12,8 +12,10 @@ The call's other arguments change what is compiled, so they are read too (`build
 `functions_findings`): `-D NAME=VALUE` in `extra_cflags`/`extra_cuda_cflags` (also `-D NAME`,
 `--define-macro`, through `-Xcompiler`, nvcc's comma lists) is a `#define` at the top of every
 source of the call; every other flag must be one of the usual optimisation, warning, standard and
-architecture flags, or it is refused with what it is and why (`-U`, `-include`, `-imacros`,
-`-I`, option files, `-Wp,`, plugins: `static.dynamic_source`; shell syntax in a flag:
+architecture flags, or it is refused with what it is and why (`-U` — except of torch's own
+`__CUDA_NO_HALF*` defines, which half-precision kernels undo —, `-include`, `-imacros`, `-I`,
+option files, `-Wp,`, plugins, `-trigraphs`, an `-std` before C++17: `static.dynamic_source`;
+shell syntax in a flag:
 `static.cpp_file_or_process`, since torch writes the flags into a shell command line unquoted).
 `extra_ldflags` may link libraries (`-l<lib>`, `-L<dir>`, `-Wl,-rpath,...`; what the sources call
 in them is judged by the C++ rules); symbol rebinding (`--wrap`, `--defsym`, linker scripts,
