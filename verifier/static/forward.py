@@ -8,9 +8,10 @@ kernel), and reports:
 
 - `static.torch_op_in_forward` — PyTorch compute (`torch.*`, `F.*`, also through module-level
   aliases, `nn` layers, also from containers and loop variables, tensor compute methods) outside
-  the glue allow-list; operators (`x * y`, `x > 0`, `x @ w`, `+=`), `sum`/`max`/`min`/`abs`/`pow`
-  and `operator.*` calls on any value not provably plain, and `operator.add` & co. passed as values
-  (`reduce(operator.add, xs)`);
+  the glue allow-list; operators (`x * y`, `x > 0`, `x @ w`, `+=`), `sum`/`max`/`min`/`abs`/`pow`,
+  `operator.*` (also `getattr(operator, "mul")`), `math.prod`, `itertools.accumulate` and
+  `statistics.*` on any value not provably plain, `operator.add` & co. passed as values
+  (`reduce(operator.add, xs)`), and `abs`/`max` … handed to a call with such values (`map(abs, xs)`);
 - `static.host_compute` — data moved to the host (`.cpu()`, `.numpy()`, `.tolist()`,
   `.to("cpu")`, `device="cpu"`, NumPy on a tensor);
 - `static.fallback_to_reference` — `try` in forward code, or a branch that computes with PyTorch
@@ -480,6 +481,33 @@ def _node_findings(node: ast.AST, s: _Scope) -> Iterator[Finding]:
             yield found
 
 
+def _getattr_path(e: ast.expr, s: _Scope) -> str | None:
+    """`getattr(operator, "mul")` → `operator.mul`: a module's attribute fetched by a fixed name."""
+    if not (isinstance(e, ast.Call) and callee_name(e.func) == "getattr" and len(e.args) >= 2):
+        return None
+    base, key = dotted(e.args[0], s.names.aliases), e.args[1]
+    if base is None or not (isinstance(key, ast.Constant) and isinstance(key.value, str)):
+        return None
+    return f"{base}.{key.value}"
+
+
+def _arithmetic_passed(call: ast.Call, s: _Scope) -> str | None:
+    """A builtin or `operator` arithmetic function handed to `call` as an argument (`map(abs, xs)`,
+    `reduce(max, xs)`): `call` applies it to the other arguments."""
+    for a in [*call.args, *(k.value for k in call.keywords)]:
+        if (
+            isinstance(a, ast.Name)
+            and a.id in _ARITHMETIC_BUILTINS
+            and a.id not in s.plain.bound
+            and a.id not in s.names.module_funcs
+        ):
+            return a.id
+        d = dotted(a, s.names.aliases) or _getattr_path(a, s) or ""
+        if d.startswith("operator.") and d.rsplit(".", 1)[-1] not in _OPERATOR_PLAIN:
+            return d
+    return None
+
+
 def _operator_value(node: ast.Name | ast.Attribute, s: _Scope) -> Finding | None:
     """`operator.add` (or `from operator import mul`) passed as a value (`reduce(operator.add, xs)`,
     `map(operator.mul, a, b)`): whoever calls it applies the operator to values the checks never see,
@@ -599,25 +627,33 @@ def _call_findings(node: ast.Call, s: _Scope) -> Iterator[Finding]:
             "key of an output cache (results returned without computing).",
         )
         return
+    args = [*node.args, *(k.value for k in node.keywords)]
+    maybe = [a for a in args if _maybe_tensor(s, a)]
     if (
         isinstance(func, ast.Name)
-        and func.id in ("abs", "sum", "pow", "max", "min", "round", "divmod")
+        and func.id in _ARITHMETIC_BUILTINS
         and func.id not in s.plain.bound
-        and any(_maybe_tensor(s, a) for a in [*node.args, *(k.value for k in node.keywords)])
+        and func.id not in s.names.module_funcs
+        and maybe
     ):  # `sum([x, y])`, `sum(c for c in x.unbind(1))` add the tensors
         yield _torch_op(s, node, f"`{func.id}(...)` on a value that may be (or hold) a tensor")
         return
+    fetched = _getattr_path(node, s) or ""
+    if fetched.startswith("operator.") and id(node) not in s.called:
+        if fetched.rsplit(".", 1)[-1] not in _OPERATOR_PLAIN:
+            yield _torch_op(s, node, f"`{fetched}` passed as a function (its caller applies it to tensors)")
+    if maybe and (passed := _arithmetic_passed(node, s)) is not None:
+        yield _torch_op(s, node, f"`{passed}` passed to `{_short(func)}` with values that may be tensors")
+        return
     if isinstance(func, ast.Name) and func.id in s.names.reference_names:
         return  # reported by the Name visit
-    d = dotted(func, s.names.aliases)
+    d = dotted(func, s.names.aliases) or _getattr_path(func, s)
     if d is not None:
         if d.startswith("torch."):
             if (found := _torch_call(node, d, s)) is not None:
                 yield found
-        elif d.startswith("operator.") and any(
-            _maybe_tensor(s, a) for a in [*node.args, *(k.value for k in node.keywords)]
-        ):
-            yield _torch_op(s, node, f"`{d}(...)` on a value that may be a tensor")
+        elif (d.startswith(("operator.", "statistics.")) or d in _REDUCERS) and maybe:
+            yield _torch_op(s, node, f"`{d}(...)` on a value that may be (or hold) a tensor")
         return
     if not isinstance(func, ast.Attribute) and s.names.is_torch_callable(func, s.local):
         yield _torch_op(
@@ -963,6 +999,10 @@ _TORCH_DTYPES = frozenset(
         "preserve_format",
     }
 )
+# Builtins that add, compare or otherwise compute on what they are given (tensors included).
+_ARITHMETIC_BUILTINS = frozenset({"abs", "sum", "pow", "max", "min", "round", "divmod"})
+# Library functions that reduce what they are given with arithmetic (`math.prod(x.unbind(0))`).
+_REDUCERS = frozenset({"math.prod", "math.fsum", "math.sumprod", "itertools.accumulate"})
 # `operator` functions that apply no arithmetic when passed around.
 _OPERATOR_PLAIN = frozenset({"itemgetter", "index", "length_hint", "truth", "not_", "is_", "is_not"})
 

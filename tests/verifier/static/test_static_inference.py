@@ -14,6 +14,7 @@ from cudice.verifier.static.checks import check_source
 
 _HEADER = '''
 import functools
+import itertools
 import math
 import numpy
 import operator
@@ -105,6 +106,8 @@ HONEST: dict[str, tuple[str, str]] = {
         "",
     ),
     "numpy on shapes": ("ext.run(x, y, int(numpy.prod(x.shape)) // 256 + 1)", ""),
+    "math.prod of a shape": ("ext.run(x, y, math.prod(x.shape) // 256 + 1)", ""),
+    "max with a key over shapes": ("ext.run(x, y, max(x.shape, key=abs))", ""),
     "local alias of math": ("op = math.ceil\next.run(x, y, op(x.numel() / 256) * 1)", ""),
     "string formatting": ("msg = 'n=%d' % x.numel()\nassert x.numel() >= 0, msg\next.run(x, y, 1)", ""),
     "int of an item": ("k = int(x.numel())\next.run(x, y, k // 256 + 1)", ""),
@@ -154,6 +157,14 @@ CHEATS: dict[str, tuple[str, str]] = {
     "max over unbind": ("y = max(*x.unbind(0))", ""),
     "reduce with operator.add": ("y = functools.reduce(operator.add, x.unbind(0))", ""),
     "map with operator.mul": ("y = list(map(operator.mul, x.unbind(0), x.unbind(0)))[0]", ""),
+    "operator fetched with getattr": ("y = getattr(operator, 'mul')(x, x)", ""),
+    "operator fetched with getattr, passed": (
+        "y = functools.reduce(getattr(operator, 'add'), x.unbind(0))",
+        "",
+    ),
+    "builtin passed to map": ("y = list(map(abs, x.unbind(0)))[0]", ""),
+    "math.prod over unbind": ("y = math.prod(x.unbind(0))", ""),
+    "itertools.accumulate": ("y = list(itertools.accumulate(x.unbind(0)))[-1]", ""),
     "augmented assignment": ("y = x.clone()\ny += 1", ""),
     "call result": ("y = ext.run(x, y, 1) * 2", ""),
     "unary minus": ("y = -x", ""),
