@@ -20,8 +20,9 @@ The checks (policy and codes: docs/anticheat.md, docs/diagnostics.md):
   (`static.dispatcher_override`), file/process APIs (`static.harness_tampering`),
   `torch.compile`/TorchScript (`static.foreign_compute`), builders of code the checks cannot
   read (`static.dynamic_source`);
-- what replaces forward (`self.forward = f`, `self.__class__ = C`, hooks, a second `ModelNew`):
-  `static/protocol.py`;
+- what replaces forward (`self.forward = f`, `self.__class__ = C`, `self.__setstate__({...})`,
+  `locals()["forward"] = f` in the class body, hooks, a second `ModelNew`): `static/protocol.py`;
+  what replaces the extension (`ext.f = g`, `ext = SimpleNamespace(...)`): `static/forward.py`;
 - forward and everything a call of `ModelNew` can run (`static/reach.py`): `static/forward.py`
   (torch ops, host round trips, fallbacks, output caches) over `static/bindings.py` (what each
   name holds); names resolve through `static/names.py` (`torch.cuda.torch` is `torch`,

@@ -36,7 +36,8 @@ results of unknown calls are possibly tensors. The messages of operator findings
 separate, positive inference (`_tensor_names`) only picks the wording ("tensor arithmetic") and
 NumPy-on-a-tensor. Not covered: containers filled at run time, calls through `getattr` (flagged
 separately as dynamic code), classes and functions of other files, an in-file object whose method
-is named like tensor metadata (`h.size()` is taken to be plain).
+is named like tensor metadata (`h.size()` is taken to be plain) unless an in-file class defines that
+name, and files whose facts do not settle within 64 rounds (then nothing is proven plain).
 """
 
 from __future__ import annotations
