@@ -7,7 +7,8 @@ binding `ModelNew`. `call_protocol_findings()` reports every store that changes 
 on any object, in any form: `self.forward = f`, `type(self).forward = f`, `setattr(obj,
 "forward", f)`, `object.__setattr__(self, "__class__", C)`, `obj.__dict__["forward"] = f`,
 `self.__setstate__({"forward": f})` (it updates `__dict__`), `locals()["forward"] = f` in a class
-body,
+body, `self.__dict__ |= d`, a namespace passed to a call (`dict.update(vars(self), d)`),
+`functools.update_wrapper(self, obj)`,
 `self.register_forward_hook(h)` or its hook tables (`self._forward_hooks`), a second
 `ModelNew` (`static.monkey_patch`), and a `setattr` whose attribute name the file does not fix
 (`static.dynamic_code`).
@@ -47,7 +48,9 @@ def call_protocol_findings(tree: ast.Module) -> list[Finding]:
                 for a in (n for n in ast.walk(t) if isinstance(n, (ast.Attribute, ast.Subscript))):
                     if isinstance(a, ast.Attribute) and a.attr in CALL_PROTOCOL_ATTRS:
                         out.append(_replaces_call(a, a.attr))
-                    elif isinstance(a, ast.Subscript) and _names_dict(a.value):
+                    elif (isinstance(a, ast.Subscript) and _names_dict(a.value)) or (
+                        a is t and _names_dict(a)  # `self.__dict__ |= {...}`, `obj.__dict__ = d`
+                    ):
                         out.append(_replaces_call(a, None))
         elif isinstance(node, ast.Call):
             out += _call_finding(node, tree, consts)
@@ -97,11 +100,21 @@ def _call_finding(node: ast.Call, tree: ast.Module, consts: list[ModuleConstants
                     "`self.name = value` assignments.",
                 )
             ]
-    elif isinstance(node.func, ast.Attribute) and name in ("update", "setdefault", "__setitem__"):
-        if _names_dict(node.func.value):
-            return [_replaces_call(node, None)]
+    elif (
+        isinstance(node.func, ast.Attribute)
+        and name in ("update", "setdefault", "__setitem__", "__ior__")
+        and _names_dict(node.func.value)
+    ):
+        return [_replaces_call(node, None)]
     elif name == "__setstate__":
         # `nn.Module.__setstate__(state)` is `self.__dict__.update(state)`: any key, `forward` included
+        return [_replaces_call(node, None)]
+    elif any(_names_dict(a) for a in [*node.args, *(k.value for k in node.keywords)]):
+        # `dict.update(self.__dict__, d)`: a namespace handed to a call can be written through
+        return [_replaces_call(node, None)]
+    elif name == "update_wrapper" and not (
+        node.args and isinstance(node.args[0], ast.Name) and node.args[0].id in _function_names(tree)
+    ):  # copies the wrapped object's `__dict__` into the wrapper: fine for a wrapper function only
         return [_replaces_call(node, None)]
     elif name in HOOK_INSTALLERS:
         return [
@@ -114,6 +127,10 @@ def _call_finding(node: ast.Call, tree: ast.Module, consts: list[ModuleConstants
             )
         ]
     return []
+
+
+def _function_names(tree: ast.Module) -> set[str]:
+    return {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
 
 
 def _replaces_call(node: ast.AST, attr: str | None) -> Finding:

@@ -97,6 +97,15 @@ class CodeIndex:
                 self.nested.setdefault(fn.name, []).append(fn)
         self.module_vars: dict[str, list[ast.expr]] = {}
         for stmt in tree.body:
+            call = stmt.value if isinstance(stmt, ast.Expr) else None
+            if (
+                isinstance(call, ast.Call)
+                and isinstance(call.func, ast.Name)
+                and call.func.id == "setattr"
+                and len(call.args) >= 3
+                and isinstance(call.args[0], ast.Name)
+            ):  # `setattr(ModelNew, "act", _D())` stores into `ModelNew`
+                self.module_vars.setdefault(call.args[0].id, []).append(call.args[2])
             if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None:
                 targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
                 for t in targets:
@@ -235,8 +244,10 @@ def _follow(
     for node in ast.walk(item.fn):
         if isinstance(node, ast.Attribute) and node.attr != "__init__":
             # `self.m`, `super().m`, `type(self).m`, `self.__class__.m`: every `m` of the chain; a
-            # class attribute `m = _D()` brings in what its value names (a descriptor's `__get__`)
+            # class attribute `m = _D()` brings in what its value names (a descriptor's `__get__`),
+            # and so does whatever the module stores into a class of the chain (`ModelNew.m = _D()`)
             for cls in chain:
+                add_var(cls.name)
                 for fn in cls.body:
                     if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and fn.name == node.attr:
                         add(fn, item.owner)

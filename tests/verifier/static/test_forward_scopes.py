@@ -234,6 +234,31 @@ _REACHED = {
         "        y = torch.empty_like(x)\n        ext.run(y)\n        return y\n",
         {"static.monkey_patch"},
     ),
+    "descriptor stored on the class by the module": (
+        "class _D:\n    def __get__(self, obj, typ=None):\n        return torch.relu\n"
+        "\nclass ModelNew(nn.Module):\n    def forward(self, x):\n"
+        "        y = torch.empty_like(x)\n        ext.run(y)\n        return self.act(x)\n"
+        "\nsetattr(ModelNew, 'act', _D())\n",
+        {"static.torch_op_in_forward"},
+    ),
+    "__dict__ merged in place": (
+        "def _fwd(x):\n    return torch.relu(x)\n\nclass ModelNew(nn.Module):\n    def __init__(self):\n"
+        "        super().__init__()\n        self.__dict__ |= {'forward': _fwd}\n\n"
+        "    def forward(self, x):\n        y = torch.empty_like(x)\n        ext.run(y)\n        return y\n",
+        {"static.monkey_patch"},
+    ),
+    "namespace passed to a call": (
+        "def _fwd(x):\n    return torch.relu(x)\n\nclass ModelNew(nn.Module):\n    def __init__(self):\n"
+        "        super().__init__()\n        dict.update(vars(self), forward=_fwd)\n\n"
+        "    def forward(self, x):\n        y = torch.empty_like(x)\n        ext.run(y)\n        return y\n",
+        {"static.monkey_patch"},
+    ),
+    "update_wrapper onto the module": (
+        "import functools\n\nclass _NS:\n    pass\n\nclass ModelNew(nn.Module):\n    def __init__(self):\n"
+        "        super().__init__()\n        functools.update_wrapper(self, _NS(), assigned=())\n\n"
+        "    def forward(self, x):\n        y = torch.empty_like(x)\n        ext.run(y)\n        return y\n",
+        {"static.monkey_patch"},
+    ),
     "__setstate__ with forward": (
         "def _fwd(x):\n    return torch.relu(x)\n\nclass ModelNew(nn.Module):\n    def __init__(self):\n"
         "        super().__init__()\n        self.__setstate__({'forward': _fwd})\n\n"
@@ -265,6 +290,17 @@ def test_other_names_of_the_extension_a_lazy_loader_and_a_local_are_not_replacem
         "        super().__init__()\n        self.ext = ext2\n\n    def forward(self, x):\n"
         "        y = torch.empty_like(x)\n        self.ext.run(y)\n        _get().run(y)\n"
         "        ext = self.ext\n        ext.run(y)\n        return y\n"
+    )
+    diags = _check(rest)
+    assert "static.monkey_patch" not in _errors(diags), _described(diags)
+
+
+def test_a_wrapper_function_built_with_functools_wraps_is_not_a_replacement() -> None:
+    rest = (
+        "import functools\n\ndef _timed(fn):\n    @functools.wraps(fn)\n    def inner(*a):\n"
+        "        return fn(*a)\n\n    functools.update_wrapper(inner, fn)\n    return inner\n\n"
+        "class ModelNew(nn.Module):\n    def forward(self, x):\n        y = torch.empty_like(x)\n"
+        "        ext.run(y)\n        return y\n"
     )
     diags = _check(rest)
     assert "static.monkey_patch" not in _errors(diags), _described(diags)
