@@ -1056,7 +1056,7 @@ class NonTensors:
                 if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef))
                 else [n for n, _ in _bindings(stmt)]
             )
-        )
+        ) | _record_fields(tree)
         # the innermost function around each node (closures read their enclosing function's names)
         self.enclosing: dict[int, Function] = {}
         for fn, _ in self.functions:
@@ -1438,6 +1438,25 @@ def _params(fn: Function | ast.Lambda) -> list[ast.arg]:
         *a.kwonlyargs,
         *([a.kwarg] if a.kwarg else []),
     ]
+
+
+# Library builders of record objects whose fields are named by strings or keywords.
+_RECORD_BUILDERS = frozenset(
+    {"namedtuple", "NamedTuple", "make_dataclass", "SimpleNamespace", "type", "Enum"}
+)
+
+
+def _record_fields(tree: ast.Module) -> frozenset[str]:
+    """Field names of records the file builds (`namedtuple("N", "shape size")`, `SimpleNamespace(
+    shape=x)`, `type("T", (), {"size": f})`): `r.shape` / `r.size()` on one is not tensor metadata."""
+    out: set[str] = set()
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Call) and callee_name(n.func) in _RECORD_BUILDERS:
+            out |= {k.arg for k in n.keywords if k.arg}
+            for c in ast.walk(n):
+                if isinstance(c, ast.Constant) and isinstance(c.value, str):
+                    out |= set(c.value.replace(",", " ").split())
+    return frozenset(out)
 
 
 def _bound_names(fn: Function) -> set[str]:

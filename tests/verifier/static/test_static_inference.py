@@ -148,6 +148,10 @@ CHEATS: dict[str, tuple[str, str]] = {
         "n = self._act(x.numel())\ny = ModelNew._act(self, x)",
         "",
     ),
+    "namedtuple field named like metadata": (
+        "R = collections.namedtuple('R', 'shape')\ny = R(x).shape * 2",
+        "\nimport collections\n",
+    ),
     "comprehension variable": ("y = [t * (t > 0) for t in [x]][0]", ""),
     "unannotated helper": ("y = _act(x)", "\ndef _act(t):\n    return t * (t > 0)\n"),
     "helper annotated int": ("y = _act(x)", "\ndef _act(t: int):\n    return t * (t > 0)\n"),
