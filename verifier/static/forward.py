@@ -1237,12 +1237,28 @@ class NonTensors:
                     sites.setdefault(id(fn), []).append((n, caller, owner))
             elif id(n) not in callee_ids and isinstance(getattr(n, "ctx", None), ast.Load):
                 escaped |= {id(fn) for fn in self._targets(n, owner)}
-            if isinstance(n, ast.Attribute) and not (id(n) in callee_ids and self._targets(n, owner)):
-                # `ModelNew._act(self, x)`, `obj.m(x)`: a call the file's resolution does not follow
-                escaped |= {id(fn) for fn in by_name.get(n.attr, [])}
-            elif isinstance(n, ast.Constant) and isinstance(n.value, str):
-                escaped |= {id(fn) for fn in by_name.get(n.value, [])}  # `getattr(self, "_act")`
+            if (
+                isinstance(n, ast.Attribute)
+                and n.attr in by_name
+                and not (id(n) in callee_ids and self._targets(n, owner))
+                and not self._outside(n.value, owner)
+            ):  # `ModelNew._act(self, x)`, `obj.m(x)`: a call the file's resolution does not follow
+                escaped |= {id(fn) for fn in by_name[n.attr]}
+            elif isinstance(n, ast.Call) and callee_name(n.func) in _LOOKUPS and len(n.args) >= 2:
+                key = n.args[1]
+                if not (isinstance(key, ast.Constant) and isinstance(key.value, str)):
+                    return {}  # `getattr(self, name)`: any function may be called with anything
+                escaped |= {id(fn) for fn in by_name.get(key.value, [])}  # `getattr(self, "_act")`
         return {k: v for k, v in sites.items() if k not in escaped}
+
+    def _outside(self, e: ast.expr, owner: ast.ClassDef | None) -> bool:
+        """`e` is the extension or an imported module: its attributes are none of the file's functions."""
+        root = e
+        while isinstance(root, ast.Attribute):
+            root = root.value
+        if isinstance(root, ast.Name) and root.id in self.module_imports:
+            return True
+        return self.names.is_extension(e, LocalNames(self.names.kinds_for(owner)))
 
     def _targets(self, e: ast.AST, owner: ast.ClassDef | None) -> list[Function]:
         """The file's functions `e` names: `f`, `self.m`/`cls.m`/`super().m`, `C` (its `__init__`)."""
@@ -1255,6 +1271,13 @@ class NonTensors:
             if cls is not None and (init := self.index.methods(cls).get("__init__")) is not None:
                 out.append(init)
             return out
+        if (
+            isinstance(e, ast.Attribute)
+            and isinstance(e.value, ast.Call)
+            and isinstance(e.value.func, ast.Name)
+            and (built := self.index.classes.get(e.value.func.id)) is not None
+        ):  # `_T().run(n)`: a method of a fresh in-file object
+            return [m for c in self.index.chain(built) for m in _methods_named(c, e.attr)]
         if isinstance(e, ast.Attribute) and owner is not None:
             recv = e.value
             if (isinstance(recv, ast.Name) and recv.id in ("self", "cls")) or (
@@ -1440,6 +1463,8 @@ def _params(fn: Function | ast.Lambda) -> list[ast.arg]:
     ]
 
 
+# Builtins that fetch an attribute by name.
+_LOOKUPS = frozenset({"getattr", "hasattr", "__getattribute__", "__getattr__"})
 # Library builders of record objects whose fields are named by strings or keywords.
 _RECORD_BUILDERS = frozenset(
     {"namedtuple", "NamedTuple", "make_dataclass", "SimpleNamespace", "type", "Enum"}

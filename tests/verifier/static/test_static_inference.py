@@ -108,6 +108,10 @@ HONEST: dict[str, tuple[str, str]] = {
     "numpy on shapes": ("ext.run(x, y, int(numpy.prod(x.shape)) // 256 + 1)", ""),
     "math.prod of a shape": ("ext.run(x, y, math.prod(x.shape) // 256 + 1)", ""),
     "max with a key over shapes": ("ext.run(x, y, max(x.shape, key=abs))", ""),
+    "helper method named like an extension function": (
+        "ext.run(x, y, _T().run(x.numel()))\nassert _T().run(4) > 0",
+        "\nclass _T:\n    def run(self, n):\n        return (n + 255) // 256\n",
+    ),
     "local alias of math": ("op = math.ceil\next.run(x, y, op(x.numel() / 256) * 1)", ""),
     "string formatting": ("msg = 'n=%d' % x.numel()\nassert x.numel() >= 0, msg\next.run(x, y, 1)", ""),
     "int of an item": ("k = int(x.numel())\next.run(x, y, k // 256 + 1)", ""),
@@ -142,6 +146,10 @@ CHEATS: dict[str, tuple[str, str]] = {
     "container element stored": ("ks = [1]\nks[0] = x\ny = ks[0] * 2", ""),
     "helper called through getattr": (
         "n = self._act(x.numel())\ny = getattr(self, '_act')(x)",
+        "",
+    ),
+    "helper called through a computed getattr": (
+        "n = self._act(x.numel())\ny = getattr(self, '_' + 'act')(x)",
         "",
     ),
     "helper called through the class": (
