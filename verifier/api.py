@@ -74,13 +74,11 @@ def _why_no_gpu(gpu: bool | None) -> str:
 
 
 def run_static_checks(doc: Document, config: VerifyConfig) -> list[Diagnostic]:
-    """The static stage: `check_document` (static/checks.py) over the parsed document, and
-    build/unsafe.py's refusal of `load_inline` values that would reach the compiler as more than
-    C++ (`static.build_injection`)."""
-    from cudice.verifier.build.unsafe import unsafe_call_diagnostics
+    """The static stage: `check_document` (static/checks.py) over the parsed document (build/unsafe.py's
+    refusal of `load_inline` values that would reach the compiler as more than C++ among them)."""
     from cudice.verifier.static.checks import check_document
 
-    return [*check_document(doc, config), *unsafe_call_diagnostics(doc)]
+    return list(check_document(doc, config))
 
 
 # What the static checks read, besides the document: the strictness, and the text of the reference

@@ -48,6 +48,7 @@ import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
+from cudice.verifier.build.unsafe import unsafe_call_diagnostics
 from cudice.verifier.config import VerifyConfig
 from cudice.verifier.source.document import Document, callee_name, parse_document
 from cudice.verifier.source.reference import reference_path
@@ -94,6 +95,7 @@ def check_document(doc: Document, config: VerifyConfig | None = None) -> list[Di
     candidate = _candidate(doc, doc.tree, cls, level)
     diags = _python_diagnostics(candidate)
     diags += extension_findings(doc, candidate.uses, level, low_ref)
+    diags += unsafe_call_diagnostics(doc)  # values that would reach the compiler as more than C++
     return _dedupe(diags)
 
 

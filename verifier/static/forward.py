@@ -282,16 +282,35 @@ def _kernel_calls(s: _Scope) -> set[str]:
 
 
 def _caching_decorators(s: _Scope) -> Iterator[Finding]:
-    """`static.output_cache`: `@lru_cache`, `@cache`, `@cached_property` on the function."""
+    """`static.output_cache`: `@lru_cache`, `@cache`, `@cached_property` on the function, unless the
+    cache cannot hold an output: the function takes no argument but `self`/`cls` (a loader that
+    builds the extension once), or every argument is provably a plain number (`NonTensors`, every
+    call site) and so is its result (a launch configuration from sizes)."""
     fn = s.fn
     for deco in fn.decorator_list:
         d = dotted(deco.func if isinstance(deco, ast.Call) else deco, s.names.aliases) or ""
-        if d.rsplit(".", 1)[-1] in ("lru_cache", "cache", "cached_property"):
+        if d.rsplit(".", 1)[-1] in ("lru_cache", "cache", "cached_property") and not _cache_holds_no_output(
+            s
+        ):
             yield Finding(
                 "static.output_cache",
                 deco,
                 f"`@{d}` on `{fn.name}` returns stored results for repeated inputs instead of computing.",
             )
+
+
+def _cache_holds_no_output(s: _Scope) -> bool:
+    """Whether a cache on `s.fn` cannot return a stored output: nothing to key on but `self`/`cls`
+    (and no `*args`/`**kwargs`), or plain numbers in and out."""
+    fn = s.fn
+    if fn.args.vararg or fn.args.kwarg:
+        return False
+    args = [a.arg for a in [*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs]]
+    keyed = [a for a in args if a not in ("self", "cls")]
+    if not keyed:
+        return True
+    plain = s.facts.params.get(id(fn), frozenset())
+    return set(keyed) <= plain and id(fn) in s.facts.returns
 
 
 def _mutable_defaults(fn: Function) -> Iterator[Finding]:
@@ -572,7 +591,12 @@ def _assignment_findings(node: ast.Assign | ast.AugAssign | ast.AnnAssign, s: _S
                 f"forward code stores `self.{attr}`: state kept across calls lets a later call return a "
                 "stored result. Allocate buffers in `__init__`; compute every output in the call.",
             )
-        elif isinstance(base, ast.Name) and isinstance(t, ast.Subscript) and base.id in s.module_vars:
+        elif (
+            isinstance(base, ast.Name)
+            and isinstance(t, ast.Subscript)
+            and base.id in s.module_vars
+            and not is_lazy_build  # `_BUILT[tag] = load_inline(...)`: a build kept, not an output
+        ):
             yield Finding(
                 "static.output_cache",
                 t,
@@ -926,6 +950,9 @@ _PLAIN_METHODS = _NON_TENSOR_METHODS | {"item"}
 # Attributes of `nn.Module` that are plain values.
 _MODULE_PLAIN_ATTRS = frozenset({"training"})
 _PLAIN_DECORATORS = frozenset({"staticmethod", "classmethod"})
+# Decorators that pass the arguments through and return the function's result (or a stored one):
+# a call of the decorated function still hands its parameters the call site's values.
+_CACHING_DECORATORS = frozenset({"lru_cache", "cache"})
 # Hyperparameters an `nn` layer base stores on `self` (plain values, never stored by the file).
 _LAYER_CONFIG_ATTRS = frozenset(
     {
@@ -1168,7 +1195,7 @@ class NonTensors:
         sites = self.calls.get(id(fn))
         if not sites or fn.name in FORWARD_ROOTS or (fn.name.startswith("__") and fn.name != "__init__"):
             return frozenset()
-        if any(_decorator_name(d) not in _PLAIN_DECORATORS for d in fn.decorator_list):
+        if any(_decorator_name(d) not in _PLAIN_DECORATORS | _CACHING_DECORATORS for d in fn.decorator_list):
             return frozenset()
         skip = 1 if _takes_self(fn, owner) else 0
         positional = [a.arg for a in [*fn.args.posonlyargs, *fn.args.args]][skip:]
