@@ -68,6 +68,16 @@ CPP_GLUE_STRICT = frozenset(
         "typeMetaToScalarType",
         "DeviceGuard",
         "NoGradGuard",
+        # c10's value helpers: a message built from values (what `TORCH_CHECK` itself uses), a scalar
+        # type's kind, products and sums of sizes; none reads tensor data
+        "str",
+        "isFloatingType",
+        "isIntegralType",
+        "isComplexType",
+        "isReducedFloatingType",
+        "multiply_integers",
+        "sum_integers",
+        "div_round_up",
         *ATEN_HELPERS,
     }
 )

@@ -537,7 +537,25 @@ def _operator_value(node: ast.Name | ast.Attribute, s: _Scope) -> Finding | None
     d = dotted(node, s.names.aliases) or ""
     if not d.startswith("operator.") or d.rsplit(".", 1)[-1] in _OPERATOR_PLAIN:
         return None
+    if _applied_to_plain(node, s):
+        return None
     return _torch_op(s, node, f"`{d}` passed as a function (its caller applies it to tensors)")
+
+
+_APPLIERS = frozenset({"functools.reduce", "itertools.accumulate", "map", "reduce", "accumulate"})
+
+
+def _applied_to_plain(fn_arg: ast.expr, s: _Scope) -> bool:
+    """Whether `fn_arg` is handed to `functools.reduce`, `itertools.accumulate` or `map` together
+    with provably plain values only (`reduce(operator.mul, x.shape, 1)`: a product of sizes)."""
+    for call in ast.walk(s.fn):
+        if not isinstance(call, ast.Call) or not any(a is fn_arg for a in call.args):
+            continue
+        name = dotted(call.func, s.names.aliases) or callee_name(call.func) or ""
+        if name not in _APPLIERS or call.keywords:
+            return False
+        return all(s.facts.plain(a, s.plain) for a in call.args if a is not fn_arg)
+    return False
 
 
 def node_id_bound(node: ast.AST, s: _Scope) -> bool:
@@ -1084,6 +1102,20 @@ class NonTensors:
                 else [n for n, _ in _bindings(stmt)]
             )
         ) | _record_fields(tree)
+        # every attribute name the file stores into (`obj.a = v`, `setattr(obj, "a", v)`, `del obj.a`)
+        self.stored_attr_names = frozenset(
+            n.attr
+            for n in ast.walk(tree)
+            if isinstance(n, ast.Attribute) and isinstance(n.ctx, (ast.Store, ast.Del))
+        ) | frozenset(
+            n.args[1].value
+            for n in ast.walk(tree)
+            if isinstance(n, ast.Call)
+            and callee_name(n.func) in ("setattr", "delattr")
+            and len(n.args) >= 2
+            and isinstance(n.args[1], ast.Constant)
+            and isinstance(n.args[1].value, str)
+        )
         # the innermost function around each node (closures read their enclosing function's names)
         self.enclosing: dict[int, Function] = {}
         for fn, _ in self.functions:
@@ -1365,6 +1397,34 @@ class NonTensors:
         inherited = {a for a in _LAYER_CONFIG_ATTRS if a not in values} if layer else set()
         return frozenset(stored | inherited) | _MODULE_PLAIN_ATTRS
 
+    def _layer_config(self, e: ast.Attribute, env: _Env) -> bool:
+        """`self.<layer>.<config>`: a configuration number (`kernel_size`, `stride`, `out_features`
+        …) of a `torch.nn` layer the class holds for its weights, where the file stores that
+        attribute name nowhere (it cannot have been replaced by a tensor)."""
+        layer = self_attr(e.value) if isinstance(e.value, ast.Attribute) else None
+        if layer is None or env.owner is None or e.attr not in _LAYER_CONFIG_ATTRS or e.attr in self.members:
+            return False
+        if self.names.kinds_for(env.owner).get(layer) != "torch":
+            return False
+        return e.attr not in self.stored_attr_names
+
+    def _plain_property(self, cls: ast.ClassDef, name: str) -> bool:
+        """`self.<name>` where `<name>` is a method of the class chain decorated only with
+        `property`/`cached_property`, with no setter, whose result is plain (`self.returns`)."""
+        defs = [
+            stmt
+            for c in self.index.chain(cls)
+            for stmt in c.body
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and stmt.name == name
+        ]
+        if not defs or name in self.stored_attr_names:
+            return False
+        for stmt in defs:  # a setter or deleter (`@block.setter`) makes it a stored value
+            decos = [_decorator_name(d) for d in stmt.decorator_list]
+            if not decos or any(d not in ("property", "cached_property") for d in decos):
+                return False
+        return all(id(stmt) in self.returns for stmt in defs)
+
     # -- expressions ------------------------------------------------------------------------------
     def plain(self, e: ast.expr, env: _Env) -> bool:
         """Whether `e` is provably plain: no tensor, holding none, and — for a callable — returning a
@@ -1387,7 +1447,11 @@ class NonTensors:
         if isinstance(e, ast.Attribute):
             attr = self_attr(e)
             if attr is not None and env.owner is not None:
-                return attr in self.attrs.get(id(env.owner), _MODULE_PLAIN_ATTRS)
+                return attr in self.attrs.get(id(env.owner), _MODULE_PLAIN_ATTRS) or self._plain_property(
+                    env.owner, attr
+                )
+            if self._layer_config(e, env):
+                return True
             if e.attr in _NON_TENSOR_ATTRS and e.attr not in self.members:
                 return True
             root = e.value

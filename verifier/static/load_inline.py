@@ -188,6 +188,7 @@ _SAFE_FLAG_TEXT = re.compile(r"[A-Za-z0-9_\-=+.,:/@%^ \t]*")
 # Quoting with plain text inside (`--compiler-options '-fPIC'`, as torch's own flags do): the shell
 # only removes the quotes, so the flag is read as `shlex` splits it.
 _QUOTED = re.compile(r"'[A-Za-z0-9_\-=+.,:/@%^ \t]*'|\"[A-Za-z0-9_\-=+.,:/@%^ \t]*\"")
+_CODE_LIST = re.compile(r"code=\[[\w,]+\]")
 # Flags that change nothing the checks read: optimisation, debug info, warnings, language standard,
 # target architecture, floating-point modes, register and resource reports.
 _PLAIN_FLAG = re.compile(
@@ -201,7 +202,11 @@ _PLAIN_FLAG = re.compile(
     r"-res-usage|--resource-usage|-{1,2}(?:arch|gpu-architecture|code|gpu-code)=[\w,]+|"
     r"-{1,2}(?:gencode|generate-code)=?arch=[\w]+,code=\[?[\w,]+\]?|-rdc=(?:true|false)|"
     r"--relocatable-device-code=(?:true|false)|-{1,2}threads=?\d*|-t=?\d+|-DNDEBUG|"
-    r"-Xptxas=[\w\-=.,]+|--ptxas-options=[\w\-=.,]+|-Xcudafe=--diag_suppress=[\w,]+"
+    r"-Xptxas=[\w\-=.,]+|--ptxas-options=[\w\-=.,]+|-Xcudafe=--diag_suppress=[\w,]+|"
+    # warnings, optimisation levels and packaging only: no file read, no macro, no launch changed
+    r"-{1,2}diag[-_](?:suppress|warn|error|default)=[\d,]+|-{1,2}disable-warnings|"
+    r"-{1,2}extra-device-vectorization|-{1,2}allow-unsupported-compiler|-src-in-ptx|"
+    r"-{1,2}optimize=[0-3]|-dopt=(?:on|off)|-Xfatbin=-compress-all"
 )
 # Flags whose next argument is part of them (`-arch sm_90`, `-Xptxas -v`, `-Xcompiler -O3`).
 _TAKES_ARGUMENT = frozenset(
@@ -225,6 +230,9 @@ _TAKES_ARGUMENT = frozenset(
         "--define-macro",
         "-std",
         "--std",
+        "-diag-suppress",
+        "--diag-suppress",
+        "-Xfatbin",
     }
 )
 _PTXAS_OPTION = re.compile(
@@ -467,7 +475,9 @@ def build_flag_findings(
         tokens: list[str] = []
         for f in flags:
             f = str(f)
-            if not _SAFE_FLAG_TEXT.fullmatch(_QUOTED.sub("", f)):
+            # `code=[sm_80,compute_80]` (nvcc's list form): a glob that can only match a one-letter
+            # file of the build folder, and nvcc reads the list either way
+            if not _SAFE_FLAG_TEXT.fullmatch(_CODE_LIST.sub("code=", _QUOTED.sub("", f))):
                 reader.refuse(
                     node,
                     "static.cpp_file_or_process",
