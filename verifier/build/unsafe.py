@@ -36,7 +36,12 @@ from cudice.verifier.source.result import Diagnostic, Severity, Stage
 
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _SPLICE = re.compile(r"\\\r?\n")
-_DIRECTIVE = re.compile(r"^[ \t]*(?:#|%:|\?\?=)[ \t]*(include_next|include|import|embed)\b[ \t]*(.*)$", re.M)
+# comments become a space (a directive may have `/**/` around its `#`), string and character
+# literals are kept as they are (a header name in quotes is one)
+_COMMENT_OR_LITERAL = re.compile(r'/\*.*?\*/|//[^\n]*|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', re.S)
+_DIRECTIVE = re.compile(
+    r"^[ \t\f\v]*(?:#|%:|\?\?=)[ \t\f\v]*(include_next|include|import|embed)\b[ \t\f\v]*(.*)$", re.M
+)
 _HAS = re.compile(r"__has_(?:include_next|include|embed)\s*\(\s*([^)]*)\)")
 _DEPENDENCY = re.compile(r"^[ \t]*(?:#|%:)[ \t]*pragma[ \t]+GCC[ \t]+dependency[ \t]+(.*)$", re.M)
 _INCBIN = re.compile(r"\.incbin\b")
@@ -65,6 +70,7 @@ def _header_problem(operand: str) -> str | None:
 def unsafe_source_reason(text: str) -> str | None:
     """Why one C++/CUDA source is refused, or None."""
     text = _SPLICE.sub("", text)
+    text = _COMMENT_OR_LITERAL.sub(lambda m: " " if m.group(0).startswith("/") else m.group(0), text)
     for m in _DIRECTIVE.finditer(text):
         if (why := _header_problem(m.group(2))) is not None:
             return f"`#{m.group(1)}` of {why}"

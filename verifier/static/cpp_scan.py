@@ -101,9 +101,12 @@ class Unit:
 # Comments, raw strings (`R"x( ... )x"`, whose `"` inside do not end them), strings, and character
 # literals — not a digit separator (`1'000'000`, `0xFF'FF`: a `'` after a letter or digit that is
 # not a literal's prefix `u8`, `u`, `U`, `L`).
+# A pp-number first (`1'000'000`, `0x1p-3`): its `'` are digit separators, and only there; any other
+# `'` opens a character literal, also right after a keyword (`return'"'` is `return '"'`).
 _COMMENT_OR_STRING = re.compile(
+    r"(?P<num>(?<![\w.])\.?\d(?:[eEpP][+-]|[\w.'])*)|"
     r"//[^\n]*|/\*.*?\*/|(?<![\w])(?:u8|[uUL])?R\"(?P<delim>[^()\\\s\"]{0,16})\(.*?\)(?P=delim)\"|"
-    r"\"(?:\\.|[^\"\\\n])*\"|(?:(?<![\w'])|(?<![\w'])(?:u8|[uUL]))'(?:\\.|[^'\\\n])*'",
+    r"\"(?:\\.|[^\"\\\n])*\"|(?:(?<![\w])(?:u8|[uUL]))?'(?:\\.|[^'\\\n])*'",
     re.DOTALL,
 )
 
@@ -113,6 +116,8 @@ def blank_comments_and_strings(text: str) -> str:
 
     def blank(m: re.Match[str]) -> str:
         s = m.group(0)
+        if m.group("num") is not None:  # a number stays as it is
+            return s
         if m.group("delim") is not None:  # a raw string: blank, lines kept
             return re.sub(r"[^\n]", " ", s)
         if s.startswith('"'):  # keep the quotes so `m.def("name", ...)` stays parseable below

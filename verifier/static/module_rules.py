@@ -32,6 +32,7 @@ from cudice.verifier.static.policy import (
     DYNAMIC_CODE_BUILTINS,
     DYNAMIC_CODE_MODULES,
     DYNAMIC_DOTTED,
+    EXITING_EXCEPTIONS,
     FILE_OPS,
     FOREIGN_COMPUTE_MODULES,
     HARNESS_ATTRS,
@@ -39,6 +40,7 @@ from cudice.verifier.static.policy import (
     INTERPRETER_HOOKS,
     JIT_COMPILERS,
     OPAQUE_BUILDERS,
+    OS_ALLOWED,
     PROCESS_APIS,
     PROCESS_CONTROL,
     STREAM_APIS,
@@ -87,6 +89,17 @@ def _node_findings(node: ast.AST, module: CandidateModule, level: Strictness) ->
     elif isinstance(node, ast.Attribute):
         if (found := _attribute_finding(node, aliases)) is not None:
             yield found
+        elif (found := _reexported_module_finding(node, aliases)) is not None:
+            yield found
+    elif isinstance(node, ast.Raise) and node.exc is not None:
+        exc = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
+        if callee_name(exc) in EXITING_EXCEPTIONS:
+            yield Finding(
+                "static.harness_tampering",
+                node,
+                f"`raise {callee_name(exc)}` ends the process that runs the verification instead of "
+                "reporting an error. Raise `RuntimeError` (or use `TORCH_CHECK` in C++).",
+            )
     elif isinstance(node, ast.Name) and node.id == "__builtins__":
         yield Finding(
             "static.dynamic_code", node, "`__builtins__` gives access to code the checks cannot follow."
@@ -103,6 +116,43 @@ def _node_findings(node: ast.AST, module: CandidateModule, level: Strictness) ->
             f"`{node.value[:40]}` is a `/proc` path: the verifier's arguments and its parent's "
             "environment are there, and a kernel file has no use for them.",
         )
+
+
+def _reexported_module_finding(node: ast.Attribute, aliases: dict[str, str]) -> Finding | None:
+    """The import rules applied to a module reached through another one's attribute (
+    `logging.threading.Thread`, `torch.utils.cpp_extension.subprocess.run` resolve to `threading`
+    and `subprocess`), and `os` judged by `OS_ALLOWED` (its name after `os.`)."""
+    d = dotted(node, aliases)
+    if not d or "." not in d:
+        return None
+    root, first = d.split(".")[0], d.split(".")[1]
+    if root in CONCURRENCY_MODULES or d.startswith(tuple(m + "." for m in CONCURRENCY_MODULES)):
+        return Finding(
+            "static.stream_or_thread",
+            node,
+            f"`{ast.unparse(node)}` is `{d}`: threads or processes can do the work outside the timed "
+            "call. Do the work in CUDA kernels launched from forward.",
+        )
+    if root in DYNAMIC_CODE_MODULES:
+        return Finding(
+            "static.dynamic_code",
+            node,
+            f"`{ast.unparse(node)}` is `{d}`, which runs code the checks cannot see.",
+        )
+    if root in HARNESS_MODULES:
+        return Finding(
+            "static.harness_tampering",
+            node,
+            f"`{ast.unparse(node)}` is `{d}`: a kernel file has no use for it (files, load paths).",
+        )
+    if root == "os" and first not in OS_ALLOWED:
+        return Finding(
+            "static.harness_tampering",
+            node,
+            f"`{d}`: of `os` a kernel file may use the environment, paths and "
+            f"queries ({', '.join(sorted(OS_ALLOWED))}); the rest controls processes or files.",
+        )
+    return None
 
 
 def _attribute_finding(node: ast.Attribute, aliases: dict[str, str]) -> Finding | None:

@@ -569,7 +569,6 @@ ALLOWED_IMPORT_ROOTS = frozenset(
         "abc",
         "numbers",
         "warnings",
-        "logging",
         "re",
         "string",
         "textwrap",
@@ -597,6 +596,16 @@ UNVETTED_SUBMODULES = (
     "torch.utils.data",
     "torch.multiprocessing",
     "torch.distributed",
+    # run strings as code, shell commands or NVRTC sources the checks never read, or load code
+    "torch.utils.benchmark",
+    "torch.utils.collect_env",
+    "torch.jit",
+    "torch.cuda.jiterator",
+    "torch.hub",
+    "torch.package",
+    "torch.profiler",
+    "torch.onnx",
+    "numpy.lib",
 )
 # Hooks that run the file's code on interpreter events (calls, lines, imports, audit events, uncaught
 # exceptions): code the static checks cannot place.
@@ -693,6 +702,38 @@ PROCESS_CONTROL = frozenset(
         "os.chdir",
     }
 )
+# What a kernel file may use of `os`: the environment, paths and queries. Any other `os.<name>`
+# (`pidfd_send_signal`, `register_at_fork`, `posix_spawn`, `kill` …) is process control, files or
+# processes (`static.harness_tampering`): an allow-list, as a denylist of `os` misses the next one.
+OS_ALLOWED = frozenset(
+    {
+        "environ",
+        "environb",
+        "getenv",
+        "putenv",
+        "path",
+        "sep",
+        "pathsep",
+        "linesep",
+        "extsep",
+        "curdir",
+        "pardir",
+        "devnull",
+        "name",
+        "cpu_count",
+        "sched_getaffinity",
+        "getcwd",
+        "fspath",
+        "PathLike",
+        "getpid",
+        "listdir",
+        "scandir",
+        "stat",
+        "urandom",
+    }
+)
+# Exceptions that end the interpreter rather than report an error.
+EXITING_EXCEPTIONS = frozenset({"SystemExit", "KeyboardInterrupt", "GeneratorExit", "BaseException"})
 HARNESS_ATTRS = frozenset({"sys.argv", "sys.stdin", "sys.stdout", "sys.stderr", "os.environ.clear"})
 WRITE_METHODS = frozenset(
     {
@@ -707,12 +748,15 @@ WRITE_METHODS = frozenset(
         "chmod",
         "mkfifo",
         "tofile",
+        "dump",
+        "rename",
     }
 )
 FILE_OPS = re.compile(
     r"^(?:os\.(?:remove|unlink|rename|renames|replace|rmdir|removedirs|symlink|link|open|fdopen|"
     r"write|pwrite|mkdir|makedirs|mkfifo|mknod|truncate|ftruncate|chmod|chown|dup2|setsid|setpgrp|"
-    r"setpgid|getppid)|shutil\.\w+|tempfile\.\w+|io\.open|numpy\.(?:save\w*|memmap))$"
+    r"setpgid|getppid)|shutil\.\w+|tempfile\.\w+|io\.open|numpy\.(?:save\w*|memmap)|"
+    r"torch\.(?:save|serialization\.\w+))$"
 )
 # `os.environ` writes are allowed: LLM-written kernels set `TORCH_CUDA_ARCH_LIST` before building.
 # Imports whose only use in a kernel file is finding or changing where the interpreter loads code

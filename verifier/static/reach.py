@@ -51,6 +51,7 @@ CALL_PROTOCOL_ATTRS = frozenset(
         "__bases__",
         "_call_impl",
         "_wrapped_call_impl",
+        "_compiled_call_impl",  # `nn.Module.__call__` runs it instead of `_call_impl` when set
         "__getattribute__",
         "__getattr__",
     }

@@ -36,6 +36,8 @@ REFUSED_INCLUDES = {
     'bool b = __has_include("/root/.ssh/id_rsa");\n': "absolute path",
     '#pragma GCC dependency "/etc/hostname"\n': "absolute path",
     'asm(".incbin \\"/etc/hostname\\"");\n': "incbin",
+    '/**/#include "/etc/hostname"\n': "absolute path",  # a comment is whitespace to the compiler
+    "#/* x */include </etc/hostname>\n": "absolute path",
 }
 
 

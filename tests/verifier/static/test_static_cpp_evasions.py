@@ -428,3 +428,14 @@ def test_stored_function_objects_on_numbers_stay_clean() -> None:
     )
     extra = "#include <functional>\n#include <algorithm>\n#include <vector>\n"
     assert _errors(_candidate(line, extra=extra)) == set()
+
+
+def test_a_quote_after_a_keyword_opens_a_character_literal_not_a_digit_separator() -> None:
+    """`return'"'` is `return '"'`: a scanner that took that `'` for a digit separator read the `"`
+    as a string running to the next one and blanked the ATen call between them."""
+    from cudice.verifier.static.cpp_scan import blank_comments_and_strings
+
+    code = "return'\"', out.copy_(at::relu(x)), '\"';"
+    assert "at::relu(x)" in blank_comments_and_strings(code)
+    numbers = "int n = 1'000'000; long m = 0x1p-3;"
+    assert blank_comments_and_strings(numbers) == numbers

@@ -43,7 +43,7 @@ def findings(text: str, policy: str = "default") -> dict[str, Severity]:
     [
         "import math\nimport os\nimport sys\nfrom typing import Any\nimport functools, itertools",
         "import numpy as np\nfrom collections import OrderedDict\nfrom dataclasses import dataclass",
-        "import time\nimport warnings\nimport logging\nimport re\nfrom pathlib import Path",
+        "import time\nimport warnings\nimport re\nfrom pathlib import Path",
     ],
 )
 def test_allowed_imports_stay_clean(imports: str) -> None:
@@ -65,11 +65,14 @@ def test_allowed_imports_stay_clean(imports: str) -> None:
         "import xml.etree.ElementTree as ET",
         "import some_package_nobody_listed",
         "from . import helpers",
+        "import logging",
         "import logging.handlers",
         "from logging import config",
         "from numpy import ctypeslib",
         "import torch.utils.data",
         "from torch.multiprocessing import Process",
+        "from torch.utils.benchmark import Timer",
+        "import torch.utils.collect_env",
     ],
 )
 def test_other_imports_are_unvetted(imports: str) -> None:
@@ -97,6 +100,27 @@ def test_thread_starting_parts_reached_as_attributes_are_unvetted(line: str) -> 
 @pytest.mark.parametrize("hook", ["sys.settrace(None)", "sys.setprofile(None)", "sys.addaudithook(print)"])
 def test_interpreter_hooks_are_dynamic_code(hook: str) -> None:
     assert "static.dynamic_code" in findings(HEAD + "import sys\n" + BODY.replace("{line}", hook))
+
+
+@pytest.mark.parametrize(
+    ("line", "code"),
+    [
+        ("t = logging.threading.Thread(target=print)", "static.stream_or_thread"),  # threading, re-exported
+        ("torch.utils.cpp_extension.subprocess.run(['true'])", "static.stream_or_thread"),
+        ("os.pidfd_send_signal(os.pidfd_open(os.getpid()), 9)", "static.harness_tampering"),
+        ("raise SystemExit(0)", "static.harness_tampering"),
+        ("torch.save(x, '/tmp/x.pt')", "static.harness_tampering"),
+        ("torch.jit.CompilationUnit('def f(x): return x.relu()')", "static.unvetted_import"),
+    ],
+)
+def test_modules_reached_through_allowed_ones_and_process_control(line: str, code: str) -> None:
+    text = HEAD + "import os\nimport logging\n" + BODY.replace("{line}", line)
+    assert code in findings(text)
+
+
+def test_the_environment_and_paths_of_os_stay_allowed() -> None:
+    line = 'p = os.path.join(os.getcwd(), os.environ.get("X", "y")); n = os.cpu_count()'
+    assert findings(HEAD + "import os\n" + BODY.replace("{line}", line)) == {}
 
 
 def test_numpy_save_writes_a_file() -> None:
