@@ -61,6 +61,8 @@ from cudice.verifier.static.bindings import (
 )
 from cudice.verifier.static.policy import (
     COMPUTE_METHODS,
+    EMPTY_FACTORIES,
+    FILLING_FACTORIES,
     IDENTITY_FUNCS,
     IDENTITY_METHODS,
     NN_NON_COMPUTE,
@@ -651,7 +653,15 @@ def _call_findings(node: ast.Call, s: _Scope) -> Iterator[Finding]:
     func = node.func
     if _is_kernel_call(node, s.names, s.local):
         return
-    if (host := _host_transfer(node, s)) is not None:
+    host = _host_transfer(node, s)
+    if (
+        host is None
+        and isinstance(func, ast.Attribute)
+        and func.attr in ("item", "tolist")
+        and _in_loop(node, s)
+    ):
+        host = f"`.{func.attr}()` in a loop reads the tensor element by element to the host"
+    if host is not None:
         yield Finding(
             "static.host_compute",
             node,
@@ -761,6 +771,18 @@ def _member(func: ast.expr, s: _Scope) -> tuple[str | None, str | None]:
     return None, None
 
 
+def _in_loop(node: ast.AST, s: _Scope) -> bool:
+    """Whether `node` is inside a `for`/`while` loop or a comprehension of `s.fn`."""
+    for loop in ast.walk(s.fn):
+        if isinstance(
+            loop,
+            (ast.For, ast.AsyncFor, ast.While, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp),
+        ):
+            if any(n is node for n in ast.walk(loop)):
+                return True
+    return False
+
+
 def _host_transfer(node: ast.Call, s: _Scope) -> str | None:
     """What moves data to the host in this call (`.cpu()`, `.to("cpu")`, `device="cpu"`, NumPy on a
     tensor), or None."""
@@ -775,7 +797,44 @@ def _host_transfer(node: ast.Call, s: _Scope) -> str | None:
     d = dotted(func, s.names.aliases) or ""
     if d.startswith(("numpy.", "scipy.")) and any(_maybe_tensor(s, a) for a in node.args):
         return f"`{d}(...)` on a value that may be a tensor runs NumPy on the host"
+    if d in _HOST_LOOPS:
+        return f"`{d}(...)` makes a function that loops over an array in Python on the host"
+    if isinstance(func, ast.Attribute) and func.attr == "copy_" and _host_factory(func.value, s):
+        return f"`{_short(node)}` copies into a tensor made without `device=`, on the host"
     return None
+
+
+# NumPy's Python-level loops: what they build computes element by element on the host.
+_HOST_LOOPS = frozenset(
+    {
+        "numpy.vectorize",
+        "numpy.frompyfunc",
+        "numpy.apply_along_axis",
+        "numpy.apply_over_axes",
+        "numpy.piecewise",
+    }
+)
+
+
+def _host_factory(e: ast.expr, s: _Scope) -> bool:
+    """A torch factory call without `device=` (a CPU tensor), or a name bound to one in `s.fn`."""
+    if isinstance(e, ast.Name):
+        values = [
+            n.value
+            for n in ast.walk(s.fn)
+            if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == e.id for t in n.targets)
+        ]
+        return any(_host_factory(v, s) for v in values)
+    if not isinstance(e, ast.Call):
+        return False
+    d = dotted(e.func, s.names.aliases) or ""
+    last = d.rsplit(".", 1)[-1]
+    return (
+        d.startswith("torch.")
+        and last in (*EMPTY_FACTORIES, *FILLING_FACTORIES, "tensor", "arange", "rand", "randn")
+        and not last.endswith("_like")
+        and not any(k.arg == "device" for k in e.keywords)
+    )
 
 
 def _is_cpu_device(e: ast.expr, names: Bindings) -> bool:
@@ -935,14 +994,13 @@ _PLAIN_BUILTINS = frozenset(
         "ord",
         "chr",
         "print",
-        "type",
         "bin",
         "hex",
         "oct",
-        "slice",
-        "object",
     }
 )
+# Attributes every class and function has that hold its name (strings).
+_NAME_ATTRS = frozenset({"__name__", "__qualname__", "__module__"})
 # torch functions (by last name) that return no tensor.
 _TORCH_PLAIN = frozenset(
     {
@@ -1102,6 +1160,23 @@ class NonTensors:
                 else [n for n, _ in _bindings(stmt)]
             )
         ) | _record_fields(tree)
+        # attribute names the file stores into on anything but `self` (`b.shape = x`, `f.size = g`):
+        # a metadata name stored so is no proof of a number on any object
+        self.foreign_stored_attrs = frozenset(
+            n.attr
+            for n in ast.walk(tree)
+            if isinstance(n, ast.Attribute)
+            and isinstance(n.ctx, (ast.Store, ast.Del))
+            and not (isinstance(n.value, ast.Name) and n.value.id == "self")
+        ) | frozenset(
+            n.args[1].value
+            for n in ast.walk(tree)
+            if isinstance(n, ast.Call)
+            and callee_name(n.func) in ("setattr", "delattr")
+            and len(n.args) >= 2
+            and isinstance(n.args[1], ast.Constant)
+            and isinstance(n.args[1].value, str)
+        )
         # every attribute name the file stores into (`obj.a = v`, `setattr(obj, "a", v)`, `del obj.a`)
         self.stored_attr_names = frozenset(
             n.attr
@@ -1452,7 +1527,9 @@ class NonTensors:
                 )
             if self._layer_config(e, env):
                 return True
-            if e.attr in _NON_TENSOR_ATTRS and e.attr not in self.members:
+            if e.attr in _NAME_ATTRS and e.attr not in self.foreign_stored_attrs:
+                return True  # `type(self).__name__`: a string
+            if e.attr in _NON_TENSOR_ATTRS and e.attr not in self.members | self.foreign_stored_attrs:
                 return True
             root = e.value
             while isinstance(root, ast.Attribute):
@@ -1503,7 +1580,11 @@ class NonTensors:
         targets = self._targets(func, env.owner)
         if targets and not (isinstance(func, ast.Name) and func.id in self.index.classes):
             return all(id(t) in self.returns for t in targets)
-        if isinstance(func, ast.Attribute) and func.attr in _PLAIN_METHODS and func.attr not in self.members:
+        if (
+            isinstance(func, ast.Attribute)
+            and func.attr in _PLAIN_METHODS
+            and func.attr not in self.members | self.foreign_stored_attrs
+        ):
             return True  # tensor metadata (an in-file class defining `size` & co. is not trusted)
         d = dotted(func, self.names.aliases) or ""
         if d.startswith("torch.") and not (isinstance(func, ast.Name) and func.id in env.bound):

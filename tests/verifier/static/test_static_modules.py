@@ -171,3 +171,28 @@ def test_a_reference_comment_wins_over_the_files_own_model() -> None:
     without = parse_document(text.replace("# cudice: reference=ref.py\n", ""), "/virtual/cand.py")
     assert without.reference.origin == "same_file" and not without.problems
     assert resolve_reference is not None
+
+
+@pytest.mark.parametrize(
+    ("line", "code"),
+    [
+        # the host computes element by element: `.item()` in a loop, NumPy's Python loops, a copy
+        # into a tensor made without `device=`
+        ("v = [x.reshape(-1)[i].item() for i in range(4)]", "static.host_compute"),
+        ("import numpy as np; f = np.vectorize(max)", "static.host_compute"),
+        ("h = torch.empty(x.shape); h.copy_(x)", "static.host_compute"),
+        # containers and classes are no numbers: a tensor held in a slice or a new type is a tensor
+        ("s = slice(x, 0); y = s.start * (s.start > 0)", "static.torch_op_in_forward"),
+        ("T = type('N', (), {'v': x}); y = T.v * (T.v > 0)", "static.torch_op_in_forward"),
+        # a metadata name stored on another object proves nothing about what it holds
+        ("b = Box(); b.shape = x; y = b.shape * (b.shape > 0)", "static.torch_op_in_forward"),
+    ],
+)
+def test_host_loops_and_laundered_tensors_are_caught(line: str, code: str) -> None:
+    text = HEAD + "class Box:\n    pass\n\n" + BODY.replace("{line}", line)
+    assert code in findings(text)
+
+
+def test_launch_arithmetic_and_names_stay_plain() -> None:
+    line = "n = x.numel(); b = (n + 255) // 256; t = type(self).__name__ == 'ModelNew' and x.size(0) > 0"
+    assert findings(HEAD + BODY.replace("{line}", line)) == {}
