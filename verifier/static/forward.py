@@ -653,6 +653,18 @@ def _call_findings(node: ast.Call, s: _Scope) -> Iterator[Finding]:
     func = node.func
     if _is_kernel_call(node, s.names, s.local):
         return
+    if (isinstance(func, ast.Attribute) and func.attr == "__init__" and s.fn.name != "__init__") or (
+        isinstance(func, ast.Call) and callee_name(func.func) == "type"
+    ):
+        # a constructor run again at call time (`self.__init__(x)`, `H.__init__(obj, x)`), or a class
+        # made or fetched by `type(...)` and called: code the checks would read as load-time only
+        yield Finding(
+            "static.monkey_patch",
+            node,
+            f"`{_short(node)}` runs a constructor at call time: what it computes is not what the "
+            "checks read as the module's set-up. Build everything in `__init__` and compute in forward.",
+        )
+        return
     host = _host_transfer(node, s)
     if (
         host is None
@@ -1470,7 +1482,8 @@ class NonTensors:
         bases = {dotted(b, self.names.aliases) or "" for c in self.index.chain(cls) for b in c.bases}
         layer = any(b.startswith("torch.nn.") and not b.endswith(".Module") for b in bases)
         inherited = {a for a in _LAYER_CONFIG_ATTRS if a not in values} if layer else set()
-        return frozenset(stored | inherited) | _MODULE_PLAIN_ATTRS
+        # `training` is a flag unless the file stores something else into it
+        return frozenset(stored | inherited) | (_MODULE_PLAIN_ATTRS - values.keys())
 
     def _layer_config(self, e: ast.Attribute, env: _Env) -> bool:
         """`self.<layer>.<config>`: a configuration number (`kernel_size`, `stride`, `out_features`

@@ -186,6 +186,9 @@ def test_a_reference_comment_wins_over_the_files_own_model() -> None:
         ("T = type('N', (), {'v': x}); y = T.v * (T.v > 0)", "static.torch_op_in_forward"),
         # a metadata name stored on another object proves nothing about what it holds
         ("b = Box(); b.shape = x; y = b.shape * (b.shape > 0)", "static.torch_op_in_forward"),
+        # a constructor run at call time, or a class made by `type(...)` and called
+        ("self.__init__()", "static.monkey_patch"),
+        ("b = type(Box())()", "static.monkey_patch"),
     ],
 )
 def test_host_loops_and_laundered_tensors_are_caught(line: str, code: str) -> None:
