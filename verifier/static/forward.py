@@ -498,6 +498,14 @@ def _node_findings(node: ast.AST, s: _Scope) -> Iterator[Finding]:
             yield _torch_op(s, node, f"`{d}` passed around as a function (`f = torch.relu; f(x)`)")
         elif (found := _operator_value(node, s)) is not None:
             yield found
+        elif (
+            isinstance(node.ctx, ast.Load)
+            and id(node) not in s.called
+            and id(node) not in s.inner
+            and tensor_method_is_compute(node.attr, s.level)
+            and _is_tensor(s, node.value)
+        ):  # `f = x.clamp_min; f(0)`, `[x.relu][0]()`: the bound method is called elsewhere
+            yield _torch_op(s, node, f"`{_short(node)}` (a tensor's compute method taken as a value)")
     if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
         if (found := _operator_value(node, s)) is not None:
             yield found

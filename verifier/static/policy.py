@@ -673,6 +673,8 @@ def tensor_method_is_compute(name: str, level: Strictness) -> bool:
     the tensor API (a list's `append`, an extension's function) is not flagged here."""
     if name in TENSOR_GLUE_ALWAYS or name in TENSOR_API_NOT_COMPUTE:
         return False
+    if name.startswith("is_") and name not in ("is_nonzero", "is_set_to"):
+        return False  # a predicate about the tensor (`is_mps`, `is_xpu`): no value read
     if name in TENSOR_GLUE_DEFAULT:
         return level is Strictness.STRICT
     return name in COMPUTE_METHODS or name in COMPUTE_DUNDERS or name in TENSOR_API_METHODS

@@ -189,6 +189,9 @@ def test_a_reference_comment_wins_over_the_files_own_model() -> None:
         # a constructor run at call time, or a class made by `type(...)` and called
         ("self.__init__()", "static.monkey_patch"),
         ("b = type(Box())()", "static.monkey_patch"),
+        # a tensor's compute method taken as a value and called elsewhere
+        ("f = x.clamp_min; y = f(0)", "static.torch_op_in_forward"),
+        ("y = [x.relu][0]()", "static.torch_op_in_forward"),
     ],
 )
 def test_host_loops_and_laundered_tensors_are_caught(line: str, code: str) -> None:
@@ -197,5 +200,8 @@ def test_host_loops_and_laundered_tensors_are_caught(line: str, code: str) -> No
 
 
 def test_launch_arithmetic_and_names_stay_plain() -> None:
-    line = "n = x.numel(); b = (n + 255) // 256; t = type(self).__name__ == 'ModelNew' and x.size(0) > 0"
+    line = (
+        "n = x.numel(); b = (n + 255) // 256; t = type(self).__name__ == 'ModelNew' and x.size(0) > 0; "
+        "d = x.device; c = x.is_cuda and not x.is_mps; s = x.shape"
+    )
     assert findings(HEAD + BODY.replace("{line}", line)) == {}
