@@ -1180,37 +1180,12 @@ class NonTensors:
                 else [n for n, _ in _bindings(stmt)]
             )
         ) | _record_fields(tree)
-        # attribute names the file stores into on anything but `self` (`b.shape = x`, `f.size = g`):
-        # a metadata name stored so is no proof of a number on any object
-        self.foreign_stored_attrs = frozenset(
-            n.attr
-            for n in ast.walk(tree)
-            if isinstance(n, ast.Attribute)
-            and isinstance(n.ctx, (ast.Store, ast.Del))
-            and not (isinstance(n.value, ast.Name) and n.value.id == "self")
-        ) | frozenset(
-            n.args[1].value
-            for n in ast.walk(tree)
-            if isinstance(n, ast.Call)
-            and callee_name(n.func) in ("setattr", "delattr")
-            and len(n.args) >= 2
-            and isinstance(n.args[1], ast.Constant)
-            and isinstance(n.args[1].value, str)
-        )
-        # every attribute name the file stores into (`obj.a = v`, `setattr(obj, "a", v)`, `del obj.a`)
-        self.stored_attr_names = frozenset(
-            n.attr
-            for n in ast.walk(tree)
-            if isinstance(n, ast.Attribute) and isinstance(n.ctx, (ast.Store, ast.Del))
-        ) | frozenset(
-            n.args[1].value
-            for n in ast.walk(tree)
-            if isinstance(n, ast.Call)
-            and callee_name(n.func) in ("setattr", "delattr")
-            and len(n.args) >= 2
-            and isinstance(n.args[1], ast.Constant)
-            and isinstance(n.args[1].value, str)
-        )
+        # every attribute name the file stores into (`obj.a = v`, `setattr(obj, "a", v)`, `del obj.a`),
+        # and those stored on anything but `self` (`b.shape = x`, `f.size = g`; any `setattr`): a
+        # metadata name stored so is no proof of a number on any object
+        stores = _attribute_stores(tree)
+        self.stored_attr_names = frozenset(name for name, _ in stores)
+        self.foreign_stored_attrs = frozenset(name for name, on_self in stores if not on_self)
         # the innermost function around each node (closures read their enclosing function's names)
         self.enclosing: dict[int, Function] = {}
         for fn, _ in self.functions:
@@ -1730,6 +1705,24 @@ def _takes_self(fn: Function, owner: ast.ClassDef | None) -> bool:
         and bool([*fn.args.posonlyargs, *fn.args.args])
         and not any(_decorator_name(d) == "staticmethod" for d in fn.decorator_list)
     )
+
+
+def _attribute_stores(tree: ast.AST) -> list[tuple[str, bool]]:
+    """(attribute name, stored on the name `self`) for every store or `del` of an attribute in
+    `tree`, and for every `setattr`/`delattr` with a fixed name (counted as not on `self`)."""
+    out: list[tuple[str, bool]] = []
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Attribute) and isinstance(n.ctx, (ast.Store, ast.Del)):
+            out.append((n.attr, isinstance(n.value, ast.Name) and n.value.id == "self"))
+        elif (
+            isinstance(n, ast.Call)
+            and callee_name(n.func) in ("setattr", "delattr")
+            and len(n.args) >= 2
+            and isinstance(n.args[1], ast.Constant)
+            and isinstance(n.args[1].value, str)
+        ):
+            out.append((n.args[1].value, False))
+    return out
 
 
 def _decorator_name(d: ast.expr) -> str:
